@@ -1,0 +1,60 @@
+"""Coordinator configuration: Kafka's broker config names and defaults (Kafka 3.9 `GroupCoordinatorConfig`).
+
+Every field carries its Kafka property name in `metadata["kafka"]`, so a `server.properties`-style mapping can
+be applied with `CoordinatorConfig.from_properties`. Durations end in `_ms` (retention is in minutes, like Kafka).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+INT32_MAX = 2_147_483_647
+
+
+def _kafka(name: str, default: Any) -> Any:
+    return field(default=default, metadata={"kafka": name})
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    group_min_session_timeout_ms: int = _kafka("group.min.session.timeout.ms", 6_000)
+    group_max_session_timeout_ms: int = _kafka("group.max.session.timeout.ms", 1_800_000)
+    group_initial_rebalance_delay_ms: int = _kafka("group.initial.rebalance.delay.ms", 3_000)
+    group_max_size: int = _kafka("group.max.size", INT32_MAX)
+    offsets_topic_num_partitions: int = _kafka("offsets.topic.num.partitions", 50)
+    offsets_topic_replication_factor: int = _kafka("offsets.topic.replication.factor", 3)
+    offsets_topic_segment_bytes: int = _kafka("offsets.topic.segment.bytes", 104_857_600)
+    offsets_topic_compression_codec: int = _kafka("offsets.topic.compression.codec", 0)
+    offsets_retention_minutes: int = _kafka("offsets.retention.minutes", 10_080)
+    offsets_retention_check_interval_ms: int = _kafka("offsets.retention.check.interval.ms", 600_000)
+    offsets_commit_timeout_ms: int = _kafka("offsets.commit.timeout.ms", 5_000)
+    offsets_load_buffer_size: int = _kafka("offsets.load.buffer.size", 5_242_880)
+    offset_metadata_max_bytes: int = _kafka("offset.metadata.max.bytes", 4_096)
+    # Kafka constants, not broker configs; overridable here for tests.
+    new_member_join_timeout_ms: int = _kafka("NewMemberJoinTimeoutMs", 300_000)
+    purgatory_purge_interval: int = _kafka("purgeInterval", 1_000)
+
+    def __post_init__(self) -> None:
+        if self.group_max_size < 1:
+            raise ValueError("group.max.size must be at least 1")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+        if self.offsets_topic_num_partitions < 1:
+            raise ValueError("offsets.topic.num.partitions must be at least 1")
+
+    @property
+    def offsets_retention_ms(self) -> int:
+        return self.offsets_retention_minutes * 60_000
+
+    @staticmethod
+    def kafka_names() -> dict[str, str]:
+        """Kafka property name -> field name."""
+        return {f.metadata["kafka"]: f.name for f in dataclasses.fields(CoordinatorConfig)}
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str | int], base: CoordinatorConfig | None = None) -> CoordinatorConfig:
+        """Apply Kafka-named properties (e.g. from a server.properties file); unknown names raise KeyError."""
+        names = cls.kafka_names()
+        overrides = {names[name]: int(value) for name, value in props.items()}
+        return dataclasses.replace(base or cls(), **overrides)

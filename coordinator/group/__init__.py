@@ -1,0 +1,1 @@
+"""Kafka's classic consumer-group protocol: state machine, members, delayed operations, offsets."""
