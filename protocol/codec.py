@@ -1,0 +1,210 @@
+"""The kio adapter: request frames to kio request objects, kio response objects to frames (and the reverse,
+for our client). The only place that decodes and encodes message bodies, so nothing above it reads bytes.
+
+Header layouts (Kafka's RequestHeader/ResponseHeader):
+- request v1: api_key int16, api_version int16, correlation_id int32, client_id nullable int16-length string;
+  v2 adds a tagged-field section. client_id stays a non-compact string even in v2.
+- response v0: correlation_id int32; v1 adds a tagged-field section (one 0 byte when empty).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+from kio.serial.readers import read_unsigned_varint
+
+from protocol import apis
+from protocol.apis import ApiKey
+from protocol.errors import CorruptRequest, UnknownApiKey, UnsupportedVersion
+from protocol.fastpath import pack_heartbeat_response
+from protocol.tolerant import read_skipping_unknown_tags
+
+_HEADER_PREFIX = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
+_CORRELATION = struct.Struct(">i")
+_SIZE_AND_CORRELATION = struct.Struct(">ii")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    header: RequestHeader
+    body: Any  # a kio request payload of (header.api_key, header.api_version)
+
+
+# ---------------------------------------------------------------------------------------------- server side
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id): the fixed first 8 bytes, readable for any API and version."""
+    if len(frame) < 8:
+        raise CorruptRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    return _HEADER_PREFIX.unpack_from(frame)[:3]  # type: ignore[return-value]
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode a request frame (size prefix removed).
+
+    Raises UnknownApiKey / UnsupportedVersion for APIs or versions outside our table (the server answers
+    ApiVersions itself in that case, and closes the connection for anything else), CorruptRequest otherwise.
+    """
+    header, offset = _decode_header(frame)
+    body_class = apis.request_class(header.api_key, header.api_version)
+    body = _read_body(body_class, frame, offset)
+    return Request(header, body)
+
+
+def _decode_header(frame: bytes) -> tuple[RequestHeader, int]:
+    if len(frame) < _HEADER_PREFIX.size:
+        raise CorruptRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_id_length = _HEADER_PREFIX.unpack_from(frame)
+    api = apis.served_api(api_key)
+    if api is None:
+        raise UnknownApiKey(f"unknown api_key={api_key} correlation_id={correlation_id}")
+    if not api.supports(api_version):
+        raise UnsupportedVersion(f"api_key={api_key} api_version={api_version} is not served")
+    offset = _HEADER_PREFIX.size
+    client_id = None
+    if client_id_length >= 0:
+        end = offset + client_id_length
+        if end > len(frame):
+            raise CorruptRequest("client_id runs past the end of the frame")
+        client_id = _utf8(frame[offset:end])
+        offset = end
+    elif client_id_length != -1:
+        raise CorruptRequest(f"client_id length {client_id_length}")
+    if apis.is_flexible(api_key, api_version):
+        offset = skip_tagged_fields(frame, offset)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), offset
+
+
+def _utf8(raw: bytes) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise CorruptRequest("client_id is not UTF-8") from exc
+
+
+def skip_tagged_fields(frame: bytes, offset: int) -> int:
+    """Offset after a tagged-field section; the header defines no tags we use, so all are skipped."""
+    try:
+        count, size = read_unsigned_varint(frame, offset)
+        offset += size
+        for _ in range(count):
+            _tag, size = read_unsigned_varint(frame, offset)
+            offset += size
+            length, size = read_unsigned_varint(frame, offset)
+            offset += size + length
+    except SerialError as exc:
+        raise CorruptRequest(f"bad tagged-field section: {exc}") from exc
+    if offset > len(frame):
+        raise CorruptRequest("tagged field runs past the end of the frame")
+    return offset
+
+
+def _read_body(body_class: type, frame: bytes, offset: int) -> Any:
+    try:
+        body, size = _reader(body_class)(frame, offset)
+    except KeyError:
+        # kio's native reader refuses tags it does not know; Kafka ignores them, and so do we.
+        body, size = _read_tolerantly(body_class, frame, offset)
+    except (SerialError, ValueError, OverflowError, TypeError) as exc:
+        raise CorruptRequest(f"{body_class.__name__} v{body_class.__version__}: {exc!r}") from exc
+    if offset + size != len(frame):
+        raise CorruptRequest(f"{len(frame) - offset - size} trailing bytes after {body_class.__name__}")
+    return body
+
+
+def _read_tolerantly(body_class: type, frame: bytes, offset: int) -> tuple[Any, int]:
+    try:
+        return read_skipping_unknown_tags(body_class, frame, offset)
+    except (SerialError, KeyError, ValueError, OverflowError, TypeError) as exc:
+        raise CorruptRequest(f"{body_class.__name__} v{body_class.__version__}: {exc!r}") from exc
+
+
+@cache
+def _reader(entity_class: type) -> Any:
+    return entity_reader(entity_class)
+
+
+@cache
+def _writer(entity_class: type) -> Any:
+    return entity_writer(entity_class)
+
+
+def encode_response(header: RequestHeader, body: Any) -> bytes:
+    """A complete response frame (size prefix included) answering `header` with the kio payload `body`."""
+    if header.api_key == ApiKey.HEARTBEAT:
+        return pack_heartbeat_response(
+            header.api_version, header.correlation_id, int(body.error_code), _ms(body, "throttle_time")
+        )
+    version = apis.response_header_version(header.api_key, header.api_version)
+    return encode_response_frame(header.correlation_id, version, body)
+
+
+def encode_response_frame(correlation_id: int, header_version: int, body: Any) -> bytes:
+    """Frame `body` behind a response header of the given version (used for ApiVersions v0 fallbacks too)."""
+    buffer = io.BytesIO()
+    buffer.write(_SIZE_AND_CORRELATION.pack(0, correlation_id))
+    if header_version >= 1:
+        buffer.write(b"\x00")
+    _writer(type(body))(buffer, body)
+    frame = buffer.getbuffer()
+    struct.pack_into(">i", frame, 0, len(frame) - 4)
+    del frame
+    return buffer.getvalue()
+
+
+def _ms(body: Any, name: str) -> int:
+    value = getattr(body, name, None)
+    return 0 if value is None else int(value.total_seconds() * 1000)
+
+
+# ---------------------------------------------------------------------------------------------- client side
+
+
+def encode_request(correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """A complete request frame for the kio request payload `body` (its class fixes API key and version)."""
+    api_key, version = int(body.__api_key__), int(body.__version__)
+    buffer = io.BytesIO()
+    buffer.write(b"\x00\x00\x00\x00")
+    buffer.write(struct.pack(">hhi", api_key, version, correlation_id))
+    if client_id is None:
+        buffer.write(struct.pack(">h", -1))
+    else:
+        raw = client_id.encode()
+        buffer.write(struct.pack(">h", len(raw)) + raw)
+    if body.__flexible__:
+        buffer.write(b"\x00")
+    _writer(type(body))(buffer, body)
+    frame = buffer.getbuffer()
+    struct.pack_into(">i", frame, 0, len(frame) - 4)
+    del frame
+    return buffer.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation_id, kio response payload) of a response frame (size prefix removed)."""
+    (correlation_id,) = _CORRELATION.unpack_from(frame)
+    offset = 4
+    if apis.response_header_version(api_key, version) >= 1:
+        offset = skip_tagged_fields(frame, offset)
+    body_class = apis.response_class(api_key, version)
+    body, _size = _reader(body_class)(frame, offset)
+    return correlation_id, body
+
+
+def response_correlation_id(frame: bytes) -> int:
+    return _CORRELATION.unpack_from(frame)[0]

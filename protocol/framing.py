@@ -1,0 +1,95 @@
+"""Sans-IO framing of the Kafka protocol: every message is an int32 big-endian size followed by that many bytes.
+
+`FrameReader` lends its own buffer to the transport (the `asyncio.BufferedProtocol` shape: `get_buffer()` then
+`buffer_updated(n)`), or takes bytes with `feed()`, and hands out complete frames. A size prefix is checked
+before anything is allocated for it, so a 2 GiB or negative prefix costs nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from protocol.errors import InvalidFrameSize
+
+_SIZE = struct.Struct(">i")
+SIZE_PREFIX_BYTES = 4
+DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
+_MIN_FREE_BYTES = 16_384
+_INITIAL_CAPACITY = 65_536
+_SHRINK_ABOVE_BYTES = 4 * _INITIAL_CAPACITY
+
+
+class FrameReader:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray(_INITIAL_CAPACITY)
+        self._start = 0  # first unconsumed byte
+        self._end = 0  # one past the last received byte
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet handed out as frames."""
+        return self._end - self._start
+
+    def get_buffer(self) -> memoryview:
+        """Free space to receive into; the caller must report how much it wrote with `buffer_updated`."""
+        self._make_room(self._wanted_bytes())
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._end += nbytes
+
+    def feed(self, data: bytes) -> None:
+        """Copy `data` in (for callers that receive bytes rather than lend a buffer)."""
+        self._make_room(max(len(data), self._wanted_bytes()))
+        self._buf[self._end : self._end + len(data)] = data
+        self._end += len(data)
+
+    def next_frame(self) -> bytes | None:
+        """The next complete frame's payload (without its size prefix), or None until more bytes arrive.
+
+        Raises InvalidFrameSize as soon as a bad size prefix is visible.
+        """
+        available = self._end - self._start
+        if available < SIZE_PREFIX_BYTES:
+            return None
+        size = self._checked_size()
+        if available - SIZE_PREFIX_BYTES < size:
+            return None
+        begin = self._start + SIZE_PREFIX_BYTES
+        self._start = begin + size
+        frame = bytes(self._buf[begin : self._start])
+        if self._start == self._end:
+            self._start = self._end = 0
+            if len(self._buf) > _SHRINK_ABOVE_BYTES:  # give back the room a big frame needed
+                self._buf = bytearray(_INITIAL_CAPACITY)
+        return frame
+
+    def _checked_size(self) -> int:
+        (size,) = _SIZE.unpack_from(self._buf, self._start)
+        if size < 0 or size > self.max_frame_bytes:
+            raise InvalidFrameSize(f"frame size {size} outside [0, {self.max_frame_bytes}]")
+        return size
+
+    def _wanted_bytes(self) -> int:
+        """Free bytes worth offering: the rest of a partly received frame, else a comfortable minimum."""
+        available = self._end - self._start
+        if available >= SIZE_PREFIX_BYTES:
+            (size,) = _SIZE.unpack_from(self._buf, self._start)
+            if 0 <= size <= self.max_frame_bytes:  # a bad size is reported by next_frame, not here
+                return max(SIZE_PREFIX_BYTES + size - available, _MIN_FREE_BYTES)
+        return _MIN_FREE_BYTES
+
+    def _make_room(self, wanted: int) -> None:
+        if len(self._buf) - self._end >= wanted:
+            return
+        pending = self._end - self._start
+        capacity = max(len(self._buf), pending + wanted)
+        # A fresh buffer rather than an in-place resize: the transport may still hold a view of the old one.
+        fresh = bytearray(capacity)
+        fresh[:pending] = self._buf[self._start : self._end]
+        self._buf, self._start, self._end = fresh, 0, pending
+
+
+def encode_frame(payload: bytes) -> bytes:
+    return _SIZE.pack(len(payload)) + payload
