@@ -1,0 +1,264 @@
+"""The state topic's records, in Kafka's own `__consumer_offsets` formats (docs/state-topic.md).
+
+Key and value are each a 2-byte big-endian schema version followed by the struct of that version, as defined by
+Kafka's `GroupMetadataKey/Value` and `OffsetCommitKey/Value` JSON schemas. The key version says which record it
+is: 0 and 1 are offset commits, 2 is group metadata; anything else (Kafka 4.x writes 3+ for its new consumer
+groups) decodes to `UnknownKey`, which the loader skips with a warning. A null value is a tombstone.
+
+Written versions are Kafka's: OffsetCommitKey v1, GroupMetadataKey v2, GroupMetadataValue v3, OffsetCommitValue v3
+(v1 when an expire timestamp is present, the only version with that field). Every version 0–4 is readable;
+v4 is the first flexible version (compact lengths, tagged fields).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from coordinator.storage._wire import Reader, RecordFormatError, Writer
+
+__all__ = [
+    "RecordFormatError", "OffsetCommitKey", "GroupMetadataKey", "UnknownKey", "RecordKey",
+    "OffsetCommitValue", "MemberMetadataValue", "GroupMetadataValue", "StateRecord",
+    "encode_key", "decode_key", "encode_offset_commit_value", "decode_offset_commit_value",
+    "encode_group_metadata_value", "decode_group_metadata_value", "offset_commit_value_version",
+    "decode_record", "encode_record",
+]
+
+OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
+OFFSET_COMMIT_KEY_WRITE_VERSION = 1
+GROUP_METADATA_KEY_VERSION = 2
+VALUE_VERSIONS = range(0, 5)  # both value schemas: validVersions 0-4
+FIRST_FLEXIBLE_VALUE_VERSION = 4
+GROUP_METADATA_VALUE_WRITE_VERSION = 3
+OFFSET_COMMIT_VALUE_WRITE_VERSION = 3
+OFFSET_COMMIT_VALUE_EXPIRE_VERSION = 1  # the only version that carries expireTimestamp
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownKey:
+    """A key whose version we do not know (e.g. Kafka 4.x consumer-group records); `raw` is the whole key."""
+
+    version: int
+    raw: bytes
+
+
+RecordKey = Union[OffsetCommitKey, GroupMetadataKey, UnknownKey]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitValue:
+    offset: int
+    metadata: str
+    commit_timestamp_ms: int
+    leader_epoch: int = -1  # v3+
+    expire_timestamp_ms: int = -1  # v1 only
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadataValue:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int  # v1+; a v0 record reads it as the session timeout, as Kafka's loader does
+    subscription: bytes  # the member's metadata for the group's selected protocol
+    assignment: bytes
+    group_instance_id: str | None = None  # v3+
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp_ms: int = -1  # v2+
+    members: tuple[MemberMetadataValue, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StateRecord:
+    """One decoded state-topic record; `value is None` is a tombstone (and always so for `UnknownKey`)."""
+
+    key: RecordKey
+    value: OffsetCommitValue | GroupMetadataValue | None
+
+
+# ---- keys ----------------------------------------------------------------------------------------------------
+
+def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
+    out = Writer()
+    if isinstance(key, OffsetCommitKey):
+        out.int16(OFFSET_COMMIT_KEY_WRITE_VERSION)
+        out.string(key.group)
+        out.string(key.topic)
+        out.int32(key.partition)
+    elif isinstance(key, GroupMetadataKey):
+        out.int16(GROUP_METADATA_KEY_VERSION)
+        out.string(key.group)
+    else:
+        raise TypeError(f"cannot encode key {key!r}")
+    return out.getvalue()
+
+
+def decode_key(data: bytes) -> RecordKey:
+    reader = Reader(data)
+    version = reader.int16()
+    if version in OFFSET_COMMIT_KEY_VERSIONS:
+        key: RecordKey = OffsetCommitKey(reader.string(), reader.string(), reader.int32())
+    elif version == GROUP_METADATA_KEY_VERSION:
+        key = GroupMetadataKey(reader.string())
+    else:
+        return UnknownKey(version, bytes(data))
+    reader.expect_end()
+    return key
+
+
+# ---- offset commit value ---------------------------------------------------------------------------------------
+
+def offset_commit_value_version(value: OffsetCommitValue) -> int:
+    """Kafka's choice: v1 when an expire timestamp must be kept (v2+ dropped the field), else v3."""
+    if value.expire_timestamp_ms != -1:
+        return OFFSET_COMMIT_VALUE_EXPIRE_VERSION
+    return OFFSET_COMMIT_VALUE_WRITE_VERSION
+
+
+def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = None) -> bytes:
+    """Encode at `version` (default: Kafka's written version); fields the version lacks are dropped."""
+    version = offset_commit_value_version(value) if version is None else version
+    _check_value_version(version, "OffsetCommitValue")
+    out = Writer(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
+    out.int16(version)
+    out.int64(value.offset)
+    if version >= 3:
+        out.int32(value.leader_epoch)
+    out.string(value.metadata)
+    out.int64(value.commit_timestamp_ms)
+    if version == 1:
+        out.int64(value.expire_timestamp_ms)
+    out.tagged_fields()
+    return out.getvalue()
+
+
+def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
+    reader = Reader(data)
+    version = reader.int16()
+    _check_value_version(version, "OffsetCommitValue")
+    reader.flexible = version >= FIRST_FLEXIBLE_VALUE_VERSION
+    offset = reader.int64()
+    leader_epoch = reader.int32() if version >= 3 else -1
+    metadata = reader.string()
+    commit_timestamp_ms = reader.int64()
+    expire_timestamp_ms = reader.int64() if version == 1 else -1
+    reader.skip_tagged_fields()
+    reader.expect_end()
+    return OffsetCommitValue(offset, metadata, commit_timestamp_ms, leader_epoch, expire_timestamp_ms)
+
+
+# ---- group metadata value --------------------------------------------------------------------------------------
+
+def encode_group_metadata_value(value: GroupMetadataValue,
+                                version: int = GROUP_METADATA_VALUE_WRITE_VERSION) -> bytes:
+    """Encode at `version` (default: v3, Kafka's written version); fields the version lacks are dropped."""
+    _check_value_version(version, "GroupMetadataValue")
+    out = Writer(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
+    out.int16(version)
+    out.string(value.protocol_type)
+    out.int32(value.generation)
+    out.string(value.protocol, nullable=True)
+    out.string(value.leader, nullable=True)
+    if version >= 2:
+        out.int64(value.current_state_timestamp_ms)
+    out.array_length(len(value.members))
+    for member in value.members:
+        _encode_member(out, member, version)
+    out.tagged_fields()
+    return out.getvalue()
+
+
+def _encode_member(out: Writer, member: MemberMetadataValue, version: int) -> None:
+    out.string(member.member_id)
+    if version >= 3:
+        out.string(member.group_instance_id, nullable=True)
+    out.string(member.client_id)
+    out.string(member.client_host)
+    if version >= 1:
+        out.int32(member.rebalance_timeout_ms)
+    out.int32(member.session_timeout_ms)
+    out.bytes_(member.subscription)
+    out.bytes_(member.assignment)
+    out.tagged_fields()
+
+
+def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
+    reader = Reader(data)
+    version = reader.int16()
+    _check_value_version(version, "GroupMetadataValue")
+    reader.flexible = version >= FIRST_FLEXIBLE_VALUE_VERSION
+    protocol_type = reader.string()
+    generation = reader.int32()
+    protocol = reader.string(nullable=True)
+    leader = reader.string(nullable=True)
+    current_state_timestamp_ms = reader.int64() if version >= 2 else -1
+    members = tuple(_decode_member(reader, version) for _ in range(reader.array_length()))
+    reader.skip_tagged_fields()
+    reader.expect_end()
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, current_state_timestamp_ms, members)
+
+
+def _decode_member(reader: Reader, version: int) -> MemberMetadataValue:
+    member_id = reader.string()
+    group_instance_id = reader.string(nullable=True) if version >= 3 else None
+    client_id = reader.string()
+    client_host = reader.string()
+    rebalance_timeout_ms = reader.int32() if version >= 1 else None
+    session_timeout_ms = reader.int32()
+    subscription = reader.bytes_()
+    assignment = reader.bytes_()
+    reader.skip_tagged_fields()
+    if rebalance_timeout_ms is None:
+        rebalance_timeout_ms = session_timeout_ms
+    return MemberMetadataValue(member_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                               subscription, assignment, group_instance_id)
+
+
+# ---- whole records ---------------------------------------------------------------------------------------------
+
+def encode_record(key: OffsetCommitKey | GroupMetadataKey,
+                  value: OffsetCommitValue | GroupMetadataValue | None) -> tuple[bytes, bytes | None]:
+    """(key bytes, value bytes or None for a tombstone), each in its written version."""
+    if value is None:
+        return encode_key(key), None
+    if isinstance(key, OffsetCommitKey) and isinstance(value, OffsetCommitValue):
+        return encode_key(key), encode_offset_commit_value(value)
+    if isinstance(key, GroupMetadataKey) and isinstance(value, GroupMetadataValue):
+        return encode_key(key), encode_group_metadata_value(value)
+    raise TypeError(f"value {type(value).__name__} does not belong to key {type(key).__name__}")
+
+
+def decode_record(key_bytes: bytes, value_bytes: bytes | None) -> StateRecord:
+    """Decode one state-topic record. Raises RecordFormatError on malformed bytes or an unknown value version."""
+    key = decode_key(key_bytes)
+    if value_bytes is None or isinstance(key, UnknownKey):
+        return StateRecord(key, None)
+    if isinstance(key, OffsetCommitKey):
+        return StateRecord(key, decode_offset_commit_value(value_bytes))
+    return StateRecord(key, decode_group_metadata_value(value_bytes))
+
+
+def _check_value_version(version: int, schema: str) -> None:
+    if version not in VALUE_VERSIONS:
+        raise RecordFormatError(f"unknown {schema} version {version} (known: 0-4)")
