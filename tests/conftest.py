@@ -1,0 +1,100 @@
+"""Shared fixtures: a real Apache Kafka broker for every test run.
+
+`kafka_bootstrap` (session scope) takes, in order: the KAFKA_BOOTSTRAP env var (a cluster the user gives),
+testcontainers' Kafka when a Docker engine answers, the embedded broker. `restartable_kafka` is a broker of the
+test's own that the test may stop and start (always embedded: a given cluster cannot be restarted from here).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from coordinator.embedded import EmbeddedKafka, kafka_version, started_pids
+
+log = logging.getLogger("tests")
+
+_KAFKA_FIXTURES = {"kafka_bootstrap", "restartable_kafka"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _KAFKA_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+        if "/interop/" in str(item.path):
+            item.add_marker(pytest.mark.interop)
+
+
+def _docker_engine_answers() -> bool:
+    try:
+        import docker  # installed with testcontainers
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:  # no engine, no socket, no permission: all mean "not here"
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    given = os.environ.get("KAFKA_BOOTSTRAP")
+    if given:
+        yield given
+        return
+    if _docker_engine_answers():
+        container = _start_container()
+        if container is not None:
+            try:
+                yield container.get_bootstrap_server()
+            finally:
+                container.stop()
+            return
+    broker = EmbeddedKafka()
+    broker.start_blocking()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop_blocking()
+        broker.remove_data()
+
+
+def _start_container():  # type: ignore[no-untyped-def]
+    try:
+        from testcontainers.kafka import KafkaContainer
+
+        return KafkaContainer(f"apache/kafka:{kafka_version()}").with_kraft().start()
+    except Exception as exc:  # an engine that answers ping may still refuse to run it
+        log.warning("testcontainers Kafka did not start (%s); using the embedded broker", exc)
+        return None
+
+
+@pytest.fixture
+def restartable_kafka() -> Iterator[EmbeddedKafka]:
+    broker = EmbeddedKafka()
+    broker.start_blocking()
+    try:
+        yield broker
+    finally:
+        broker.stop_blocking()
+        broker.remove_data()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any broker JVM started by it is still alive (and kill it)."""
+    leftovers = [pid for pid in started_pids() if _alive(pid)]
+    for pid in leftovers:
+        os.kill(pid, 9)
+    if leftovers:
+        log.error("broker JVMs left running by the tests (killed now): %s", leftovers)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except OSError:
+        return False
