@@ -1,0 +1,5 @@
+"""Delayed operations and the purgatory that watches them (Kafka's DelayedOperation/Purgatory)."""
+from coordinator.purgatory.operation import DelayedOperation
+from coordinator.purgatory.purgatory import DelayedOperationPurgatory
+
+__all__ = ["DelayedOperation", "DelayedOperationPurgatory"]

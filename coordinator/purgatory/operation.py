@@ -1,0 +1,68 @@
+"""DelayedOperation: an operation that completes when its condition holds, or when its timeout expires."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coordinator.timer.task import TimerTask
+
+if TYPE_CHECKING:
+    from coordinator.purgatory.purgatory import DelayedOperationPurgatory
+
+
+class DelayedOperation(TimerTask):
+    """Subclass and implement `try_complete`, `on_complete` and `on_expiration`.
+
+    `on_complete` runs exactly once, from whichever comes first: `force_complete()` (called by `try_complete`
+    when the condition holds, or by anyone who decides the operation is done) or the timer. On timer expiry
+    the order is Kafka's: `on_complete()` first, then `on_expiration()`.
+    """
+
+    __slots__ = ("_completed", "_purgatory")
+
+    def __init__(self, delay_ms: int) -> None:
+        super().__init__(delay_ms)
+        self._completed = False
+        # The purgatory whose timer holds this operation, until the operation leaves it: that purgatory
+        # counts it in `delayed` (see DelayedOperationPurgatory._delayed).
+        self._purgatory: DelayedOperationPurgatory | None = None
+
+    def try_complete(self) -> bool:
+        """Checks the condition and calls `force_complete()` if it holds; returns what that returned."""
+        raise NotImplementedError
+
+    def on_complete(self) -> None:
+        raise NotImplementedError
+
+    def on_expiration(self) -> None:
+        raise NotImplementedError
+
+    def force_complete(self) -> bool:
+        """Completes the operation if nobody did yet: cancels its timer entry and runs `on_complete()`.
+
+        Returns True only for the call that completed it.
+        """
+        if self._completed:
+            return False
+        self._completed = True
+        self.cancel()
+        self.on_complete()
+        return True
+
+    @property
+    def is_completed(self) -> bool:
+        return self._completed
+
+    def run(self) -> None:
+        if self.force_complete():
+            self.on_expiration()
+
+    def cancel(self) -> None:
+        """Removes the operation from the timer without completing it (O(1))."""
+        super().cancel()
+        purgatory = self._purgatory
+        if purgatory is not None:
+            self._purgatory = None
+            purgatory._delayed -= 1
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(delay_ms={self.delay_ms}, completed={self._completed})"

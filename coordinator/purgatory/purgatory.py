@@ -1,0 +1,159 @@
+"""DelayedOperationPurgatory: delayed operations watched under keys, with a timer for their timeouts.
+
+Kafka shards its watcher map 512 ways and takes locks; one event loop owns everything here, so a plain dict
+of key -> list of operations does, and "try, watch, try again" needs no lock: nothing can complete the
+operation between the two tries except the code those tries run themselves.
+
+Purging. An operation completed through one key stays in the watcher lists of its other keys until those keys
+are checked. Kafka counts operations as they are watched (`estimated_total`) and, when that count exceeds the
+operations still pending in the timer by more than `purge_interval`, sweeps every watcher list. The sweep
+costs O(watcher entries); to keep it amortised O(1) per operation even when many operations are pending (say
+100k heartbeats, where a sweep every 1000 completions would cost 100 entries per completion), we also require
+the completed estimate to exceed the pending count: then each sweep visits at most ~2 × keys entries per
+operation it can drop. The check runs after each `try_complete_else_watch` (the only place the lists grow);
+there is no purge thread or task.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Generic, Hashable, Sequence, TypeVar
+
+from coordinator.purgatory.operation import DelayedOperation
+from coordinator.timer.system_timer import SystemTimer
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=DelayedOperation)
+
+
+class DelayedOperationPurgatory(Generic[T]):
+    def __init__(self, name: str, timer: SystemTimer, purge_interval: int = 1000, *,
+                 owns_timer: bool = True) -> None:
+        """`owns_timer`: whether `shutdown()` closes the timer (Kafka gives each purgatory its own timer;
+        pass False when several purgatories share one)."""
+        self.name = name
+        self.timer = timer
+        self.purge_interval = purge_interval
+        self._owns_timer = owns_timer
+        self._watchers: dict[Hashable, list[T]] = {}
+        self._watched = 0            # entries over all watcher lists, completed ones included
+        self._estimated_total = 0    # operations watched since the last purge, plus those pending then
+        self._delayed = 0            # this purgatory's operations in the timer (maintained by DelayedOperation)
+
+    @property
+    def watched(self) -> int:
+        """Kafka's PurgatorySize: watcher-list entries, including completed operations not yet purged."""
+        return self._watched
+
+    @property
+    def delayed(self) -> int:
+        """Kafka's NumDelayedOperations: this purgatory's operations still waiting in the timer.
+
+        Counted per purgatory, so it stays right when one timer is shared (then it is not timer.size).
+        """
+        return self._delayed
+
+    def try_complete_else_watch(self, op: T, keys: Sequence[Hashable]) -> bool:
+        """Completes `op` now if it can; otherwise watches it under every key and starts its timeout.
+
+        Returns True if `op` completed during this call. Tries once before watching (cheap path) and once
+        after (the condition may have become true while it was being registered, e.g. by a callback).
+        """
+        if not keys:
+            raise ValueError("the keys of a delayed operation must not be empty")
+        if op.try_complete():
+            return True
+        watchers = self._watchers
+        for key in keys:
+            ops = watchers.get(key)
+            if ops is None:
+                watchers[key] = [op]
+            else:
+                ops.append(op)
+        self._watched += len(keys)
+        self._estimated_total += 1
+        if op.try_complete():
+            return True
+        if not op.is_completed:
+            op._purgatory = self
+            self._delayed += 1
+            self.timer.add(op)
+        self._maybe_purge()
+        return False
+
+    def check_and_complete(self, key: Hashable) -> int:
+        """Tries to complete every operation watched under `key`; returns how many completed.
+
+        Completed operations leave the key's list; a key whose list empties is removed.
+        """
+        ops = self._watchers.pop(key, None)
+        if ops is None:
+            return 0
+        # The list is detached while callbacks run, so operations they watch under the same key go into a
+        # fresh list instead of the one being walked; survivors are merged back afterwards.
+        completed = 0
+        survivors: list[T] = []
+        for op in ops:
+            if op.is_completed:
+                continue
+            if op.try_complete():
+                completed += 1
+            else:
+                survivors.append(op)
+        self._watched -= len(ops) - len(survivors)
+        if survivors:
+            current = self._watchers.get(key)
+            if current is None:
+                self._watchers[key] = survivors
+            else:
+                current.extend(survivors)
+        return completed
+
+    def cancel_for_key(self, key: Hashable) -> list[T]:
+        """Stops watching `key`; cancels (does not complete) its operations and returns them."""
+        ops = self._watchers.pop(key, None)
+        if ops is None:
+            return []
+        self._watched -= len(ops)
+        for op in ops:
+            op.cancel()
+        return ops
+
+    def watched_under(self, key: Hashable) -> int:
+        """Entries under one key (completed ones included until they are dropped)."""
+        ops = self._watchers.get(key)
+        return 0 if ops is None else len(ops)
+
+    def purge_completed(self) -> int:
+        """Drops completed operations from every watcher list; returns how many entries were dropped."""
+        dropped = 0
+        watchers = self._watchers
+        for key in list(watchers):
+            ops = watchers[key]
+            live = [op for op in ops if not op.is_completed]
+            if len(live) != len(ops):
+                dropped += len(ops) - len(live)
+                if live:
+                    watchers[key] = live
+                else:
+                    del watchers[key]
+        self._watched -= dropped
+        self._estimated_total = self._delayed
+        return dropped
+
+    async def shutdown(self) -> None:
+        """Cancels every watched operation and, if it owns the timer, closes it."""
+        for key in list(self._watchers):
+            self.cancel_for_key(key)
+        if self._owns_timer:
+            await self.timer.close()
+
+    def _maybe_purge(self) -> None:
+        completed_estimate = self._estimated_total - self._delayed
+        if completed_estimate > self.purge_interval and completed_estimate > self._delayed:
+            dropped = self.purge_completed()
+            log.debug("purgatory=%s purged=%d watched=%d delayed=%d", self.name, dropped, self._watched,
+                      self._delayed)
+
+    def __repr__(self) -> str:
+        return f"DelayedOperationPurgatory(name={self.name!r}, watched={self._watched}, delayed={self._delayed})"

@@ -1,0 +1,209 @@
+"""SystemTimer: the timing wheels plus the delay queue of buckets and an asyncio reaper.
+
+Kafka's SystemTimer runs a reaper thread that polls a DelayQueue of buckets and an executor thread that runs
+expired tasks. Here one event loop owns everything, so there are no locks:
+  - the reaper is one asyncio task that sleeps until the earliest bucket is due. Its wake-up is a
+    `loop.call_later` armed for that bucket and re-armed only when an earlier bucket is offered; with no
+    buckets nothing is armed and the reaper does not wake at all;
+  - on waking it drains *every* expired bucket (advance the wheels to the bucket's expiration, flush it by
+    re-inserting each entry) before anything else can add to the wheels;
+  - expired tasks are never run inside that flush loop: the drain hands them to the executor (by default the
+    loop's `call_soon`) as one batch, which runs after the drain is complete.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from typing import Callable
+
+from coordinator.timer.clock import Clock, MonotonicClock
+from coordinator.timer.delay_queue import BucketQueue
+from coordinator.timer.task import PENDING_RUN, TaskCounter, TimerTask, TimerTaskEntry
+from coordinator.timer.wheel import TimingWheel
+
+Executor = Callable[[Callable[[], None]], object]
+
+
+class SystemTimer:
+    def __init__(self, name: str = "timer", clock: Clock | None = None, tick_ms: int = 1, wheel_size: int = 20,
+                 executor: Executor | None = None) -> None:
+        self.name = name
+        self._clock = clock if clock is not None else MonotonicClock()
+        self._now_ms = self._clock.now_ms
+        self._counter = TaskCounter()
+        self._queue = BucketQueue(self._on_earliest_changed)
+        self._wheel = TimingWheel(tick_ms, wheel_size, self._now_ms(), self._queue, self._counter)
+        self._executor = executor
+        self._expired: list[TimerTaskEntry] = []
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._wake_handle: asyncio.TimerHandle | None = None
+        self._wake_at_ms: int | None = None
+
+    @property
+    def size(self) -> int:
+        """Tasks waiting in the wheels (not counting runs already handed to the executor)."""
+        return self._counter.value
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def wheel(self) -> TimingWheel:
+        return self._wheel
+
+    def add(self, task: TimerTask) -> None:
+        """Schedules `task.run()` after `task.delay_ms`; adding a scheduled task again reschedules it."""
+        if self._closed:
+            return
+        now_ms = self._now_ms()
+        expiration_ms = task.delay_ms + now_ms
+        entry = task._entry
+        if entry is None:
+            entry = task._entry = TimerTaskEntry(task, expiration_ms)
+        else:
+            if entry.list is not None:
+                entry.list.remove(entry)
+            entry.expiration_ms = expiration_ms
+        if not self._queue._heap:
+            # No bucket is pending, so the wheels are empty: let them catch up with the clock first, so the
+            # entry is placed relative to now rather than cascading down from a stale position.
+            self._wheel.advance_clock(now_ms)
+        if not self._wheel.add(entry):
+            entry.list = PENDING_RUN
+            self._submit([entry])
+
+    def advance_clock(self, timeout_ms: int = 0) -> bool:
+        """Drains every bucket expired at `clock.now_ms()` and hands expired tasks to the executor.
+
+        Returns True if any bucket was processed. With timeout_ms == 0 it never blocks. A positive timeout
+        blocks the calling thread (real sleep, at most until the earliest bucket) when nothing is due yet:
+        that is only for driving the timer off the event loop; on the loop, use `start()`.
+        """
+        now_ms = self._now_ms()
+        bucket = self._queue.poll(now_ms)
+        if bucket is None and timeout_ms > 0:
+            earliest_ms = self._queue.earliest_ms()
+            wait_ms = timeout_ms if earliest_ms is None else min(timeout_ms, max(earliest_ms - now_ms, 0))
+            time.sleep(wait_ms / 1000)
+            now_ms = self._now_ms()
+            bucket = self._queue.poll(now_ms)
+        if bucket is None:
+            return False
+        expired = self._expired = []
+        reinsert = self._reinsert
+        wheel = self._wheel
+        while bucket is not None:
+            wheel.advance_clock(bucket.expiration_ms)
+            bucket.flush(reinsert)
+            bucket = self._queue.poll(now_ms)
+        # Every bucket left expires after now_ms, so moving the clocks to now cannot strand one of them.
+        wheel.advance_clock(now_ms)
+        if expired:
+            self._submit(expired)
+        return True
+
+    def start(self) -> None:
+        """Starts the reaper task on the running loop (real-time use). Idempotent."""
+        if self._reaper is not None or self._closed:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._reaper = self._loop.create_task(self._reap(), name=f"ExpirationReaper-{self.name}")
+
+    async def close(self) -> None:
+        """Stops the reaper and drops every pending task: none fires afterwards."""
+        self._closed = True
+        self._disarm()
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+        for level in self._wheel.levels():
+            for bucket in level.buckets:
+                for entry in bucket.entries():
+                    bucket.remove(entry)
+                bucket.expiration_ms = -1
+        self._queue.clear()
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _reinsert(self, entry: TimerTaskEntry) -> None:
+        if not self._wheel.add(entry):
+            entry.list = PENDING_RUN
+            self._expired.append(entry)
+
+    def _submit(self, entries: list[TimerTaskEntry]) -> None:
+        run = functools.partial(self._run_expired, entries)
+        if self._executor is not None:
+            self._executor(run)
+        else:
+            asyncio.get_running_loop().call_soon(run)
+
+    def _run_expired(self, entries: list[TimerTaskEntry]) -> None:
+        errors: list[tuple[TimerTask, Exception]] = []
+        for entry in entries:
+            # A task cancelled or rescheduled since it expired is no longer PENDING_RUN; skip it.
+            if self._closed:
+                break
+            if entry.list is PENDING_RUN:
+                entry.list = None
+                try:
+                    entry.task.run()
+                except Exception as exc:  # one failing task must not starve the rest of the batch
+                    errors.append((entry.task, exc))
+        if errors:
+            self._report(errors)
+
+    def _report(self, errors: list[tuple[TimerTask, Exception]]) -> None:
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            raise errors[0][1]
+        for task, exc in errors:
+            loop.call_exception_handler(
+                {"message": f"timer {self.name}: {task!r}.run() raised", "exception": exc})
+
+    async def _reap(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        while True:
+            self._wake = loop.create_future()
+            self._arm(self._queue.earliest_ms())
+            await self._wake
+            self._wake = None
+            self.advance_clock(0)
+
+    def _on_earliest_changed(self, expiration_ms: int) -> None:
+        # Only while the reaper sleeps: during a drain it re-arms from the queue once the drain is over.
+        if self._wake is not None and (self._wake_at_ms is None or expiration_ms < self._wake_at_ms):
+            self._arm(expiration_ms)
+
+    def _arm(self, expiration_ms: int | None) -> None:
+        self._disarm()
+        if expiration_ms is None or self._loop is None:
+            return
+        # The clock is floored to whole ms, so this never wakes before the bucket is due; an early wake-up
+        # (a coarser loop clock) only re-arms for at least 1 ms, so there is no busy polling.
+        delay_ms = max(expiration_ms - self._now_ms(), 0)
+        self._wake_at_ms = expiration_ms
+        self._wake_handle = self._loop.call_later(delay_ms / 1000, self._wake_up)
+
+    def _disarm(self) -> None:
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+        self._wake_handle = None
+        self._wake_at_ms = None
+
+    def _wake_up(self) -> None:
+        self._wake_handle = None
+        self._wake_at_ms = None
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    def __repr__(self) -> str:
+        return f"SystemTimer(name={self.name!r}, size={self.size})"

@@ -1,0 +1,165 @@
+"""Timer tasks, their entries, and the bucket (`TimerTaskList`) that holds entries.
+
+A bucket is a circular doubly linked list whose sentinel is the bucket itself, so adding and removing an
+entry are O(1) and an entry knows its bucket: cancelling a task unlinks it at once, leaving no garbage behind
+(a heap-based timer keeps cancelled handles until they reach the top or the heap is compacted).
+
+`entry.list` tells where an entry is:
+  a TimerTaskList   scheduled in that bucket (counted in the timer's size)
+  PENDING_RUN       expired and handed to the executor, `run()` not called yet
+  None              idle: never added, cancelled, or already run
+Single event loop, so no locks: nothing else can touch a bucket while it is being changed.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+
+class TaskCounter:
+    """Number of entries in buckets, shared by every bucket of one timer (the timer's `size`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
+class TimerTask:
+    """Something to run once after `delay_ms`: subclass and override `run()`.
+
+    A task owns at most one entry and reuses it: adding the task again reschedules it (the old schedule is
+    dropped, including a run that was already handed to the executor but has not happened yet).
+    """
+
+    __slots__ = ("delay_ms", "_entry")
+
+    def __init__(self, delay_ms: int) -> None:
+        self.delay_ms = delay_ms
+        self._entry: TimerTaskEntry | None = None
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Stop the task from running; O(1). Harmless if it is not scheduled."""
+        entry = self._entry
+        if entry is not None and entry.list is not None:
+            entry.list.remove(entry)
+
+    @property
+    def is_scheduled(self) -> bool:
+        """True while the task waits in the timer or its run is pending on the executor."""
+        entry = self._entry
+        return entry is not None and entry.list is not None
+
+    @property
+    def expiration_ms(self) -> int | None:
+        entry = self._entry
+        return None if entry is None or entry.list is None else entry.expiration_ms
+
+
+class TimerTaskEntry:
+    """Links a task into a bucket; `expiration_ms` is absolute on the timer's clock."""
+
+    __slots__ = ("task", "expiration_ms", "list", "next", "prev")
+
+    def __init__(self, task: TimerTask, expiration_ms: int) -> None:
+        self.task = task
+        self.expiration_ms = expiration_ms
+        self.list: TimerTaskList | _PendingRun | None = None
+        self.next: TimerTaskEntry | TimerTaskList | None = None
+        self.prev: TimerTaskEntry | TimerTaskList | None = None
+
+    def run_if_due(self) -> None:
+        """What the executor calls: runs the task unless it was cancelled or rescheduled meanwhile."""
+        if self.list is PENDING_RUN:
+            self.list = None
+            self.task.run()
+
+    def __repr__(self) -> str:
+        return f"TimerTaskEntry({self.task!r}, expiration_ms={self.expiration_ms})"
+
+
+class _PendingRun:
+    """Marks entries handed to the executor; `remove` makes the pending run a no-op (cancel/reschedule)."""
+
+    __slots__ = ()
+
+    def remove(self, entry: TimerTaskEntry) -> None:
+        entry.list = None
+
+    def __repr__(self) -> str:
+        return "PENDING_RUN"
+
+
+PENDING_RUN = _PendingRun()
+
+
+class TimerTaskList:
+    """A bucket: entries that expire in the same tick of one wheel; `expiration_ms` is -1 while unused."""
+
+    __slots__ = ("next", "prev", "expiration_ms", "_counter")
+
+    def __init__(self, counter: TaskCounter) -> None:
+        self.next: TimerTaskEntry | TimerTaskList = self
+        self.prev: TimerTaskEntry | TimerTaskList = self
+        self.expiration_ms = -1
+        self._counter = counter
+
+    def set_expiration(self, expiration_ms: int) -> bool:
+        """Returns True if the expiration changed, i.e. the bucket must be (re)offered to the delay queue."""
+        if self.expiration_ms == expiration_ms:
+            return False
+        self.expiration_ms = expiration_ms
+        return True
+
+    def add(self, entry: TimerTaskEntry) -> None:
+        if entry.list is not None:
+            entry.list.remove(entry)
+        tail = self.prev
+        entry.prev = tail
+        entry.next = self
+        entry.list = self
+        tail.next = entry
+        self.prev = entry
+        self._counter.value += 1
+
+    def remove(self, entry: TimerTaskEntry) -> None:
+        if entry.list is not self:
+            return
+        prev, nxt = entry.prev, entry.next
+        prev.next = nxt
+        nxt.prev = prev
+        entry.next = entry.prev = entry.list = None
+        self._counter.value -= 1
+
+    def flush(self, reinsert: Callable[[TimerTaskEntry], object]) -> None:
+        """Removes every entry, hands each to `reinsert`, and marks the bucket unused.
+
+        The chain is detached first, so even a reinsert into this very bucket could not loop forever.
+        """
+        entry = self.next
+        self.next = self.prev = self
+        self.expiration_ms = -1
+        counter = self._counter
+        while entry is not self:
+            following = entry.next
+            entry.next = entry.prev = entry.list = None
+            counter.value -= 1
+            reinsert(entry)
+            entry = following
+
+    def entries(self) -> list[TimerTaskEntry]:
+        """A snapshot, for tests and debugging."""
+        found = []
+        entry = self.next
+        while entry is not self:
+            found.append(entry)
+            entry = entry.next
+        return found
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+    def __repr__(self) -> str:
+        return f"TimerTaskList(expiration_ms={self.expiration_ms}, entries={len(self)})"

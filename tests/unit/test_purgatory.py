@@ -1,0 +1,201 @@
+"""Purgatory unit tests under a manual clock: completion by key or by timeout, watch keys, purging."""
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
+from coordinator.timer import ManualClock, SystemTimer
+
+from tests.unit._timer_helpers import manual_timer
+
+
+class Gate(DelayedOperation):
+    """Completes when `ready` is set; records its callbacks in order."""
+
+    __slots__ = ("ready", "events", "tries")
+
+    def __init__(self, delay_ms: int, ready: bool = False) -> None:
+        super().__init__(delay_ms)
+        self.ready = ready
+        self.events: list[str] = []
+        self.tries = 0
+
+    def try_complete(self) -> bool:
+        self.tries += 1
+        return self.force_complete() if self.ready else False
+
+    def on_complete(self) -> None:
+        self.events.append("complete")
+
+    def on_expiration(self) -> None:
+        self.events.append("expire")
+
+
+def make_purgatory(purge_interval: int = 1000) -> tuple[DelayedOperationPurgatory[Gate], SystemTimer, ManualClock]:
+    timer, clock = manual_timer()
+    return DelayedOperationPurgatory("test", timer, purge_interval), timer, clock
+
+
+def test_completes_at_once_without_watching_or_timing():
+    purgatory, timer, _ = make_purgatory()
+    op = Gate(100, ready=True)
+    assert purgatory.try_complete_else_watch(op, ["k"]) is True
+    assert op.events == ["complete"] and purgatory.watched == 0 and timer.size == 0 and purgatory.delayed == 0
+
+
+def test_second_try_after_watching_can_complete():
+    purgatory, timer, _ = make_purgatory()
+
+    class BecomesReady(Gate):
+        def try_complete(self) -> bool:
+            self.ready = self.tries >= 1  # false on the first try, true on the second
+            return super().try_complete()
+
+    op = BecomesReady(100)
+    assert purgatory.try_complete_else_watch(op, ["k"]) is True
+    assert op.tries == 2 and op.events == ["complete"] and timer.size == 0 and purgatory.delayed == 0
+
+
+def test_completion_by_key():
+    purgatory, timer, clock = make_purgatory()
+    op = Gate(100)
+    assert purgatory.try_complete_else_watch(op, ["member"]) is False
+    assert purgatory.watched == 1 and purgatory.delayed == 1 and timer.size == 1
+    assert purgatory.check_and_complete("member") == 0
+    op.ready = True
+    assert purgatory.check_and_complete("member") == 1
+    assert op.events == ["complete"] and op.is_completed
+    assert purgatory.watched == 0 and purgatory.watched_under("member") == 0
+    assert timer.size == 0 and purgatory.delayed == 0
+    clock.advance(200)
+    timer.advance_clock()
+    assert op.events == ["complete"]  # the timeout can no longer fire
+
+
+def test_completion_by_timeout_runs_on_complete_then_on_expiration():
+    purgatory, timer, clock = make_purgatory()
+    op = Gate(100)
+    purgatory.try_complete_else_watch(op, ["member"])
+    clock.advance(99)
+    timer.advance_clock()
+    assert op.events == []
+    clock.advance(1)
+    timer.advance_clock()
+    assert op.events == ["complete", "expire"] and purgatory.delayed == 0 and timer.size == 0
+    op.ready = True
+    assert purgatory.check_and_complete("member") == 0  # completed ops are only dropped
+    assert purgatory.watched == 0
+
+
+def test_force_complete_runs_on_complete_exactly_once():
+    op = Gate(10)
+    assert op.force_complete() is True
+    assert op.force_complete() is False
+    op.run()
+    assert op.events == ["complete"]
+
+
+def test_many_keys_op_completed_by_one_key_lingers_in_the_others_until_purged():
+    purgatory, _, _ = make_purgatory()
+    op = Gate(100)
+    purgatory.try_complete_else_watch(op, ["a", "b", "c"])
+    assert purgatory.watched == 3
+    op.ready = True
+    assert purgatory.check_and_complete("a") == 1
+    assert purgatory.watched == 2 and purgatory.watched_under("b") == 1
+    assert purgatory.check_and_complete("b") == 0       # already completed: dropped, not counted
+    assert purgatory.watched == 1
+    assert purgatory.purge_completed() == 1
+    assert purgatory.watched == 0 and purgatory.watched_under("c") == 0
+
+
+def test_purge_runs_by_itself_once_enough_operations_completed():
+    purgatory, _, _ = make_purgatory(purge_interval=10)
+    for i in range(12):
+        op = Gate(100)
+        purgatory.try_complete_else_watch(op, [f"own-{i}", "shared"])
+        op.force_complete()  # completed elsewhere: both of its watcher entries are now garbage
+    # The 12th watch saw 11 completed (> 10 and > 0 pending) and purged everything completed so far.
+    assert purgatory.watched == 2
+    assert purgatory.watched_under("shared") == 1
+
+
+def test_no_unbounded_growth_over_a_million_completed_operations():
+    purgatory, timer, _ = make_purgatory(purge_interval=1000)
+    keys = [f"key-{i}" for i in range(100)]
+    live: deque[Gate] = deque()
+    peak_watched = 0
+    for i in range(1_000_000):
+        op = Gate(30_000)
+        purgatory.try_complete_else_watch(op, (keys[i % 100], keys[(i * 7 + 1) % 100], keys[(i * 13 + 2) % 100]))
+        live.append(op)
+        if len(live) > 500:                 # keep ~500 pending; complete the oldest outside the purgatory
+            live.popleft().force_complete()
+        peak_watched = max(peak_watched, purgatory.watched)
+    assert purgatory.delayed == 500 and timer.size == 500
+    # Bounded by (purge threshold + pending) x 3 keys, far below the 3M entries a purge-free list would hold.
+    assert peak_watched <= (1000 + 500 + 1) * 3
+
+
+def test_cancel_for_key_cancels_without_completing():
+    purgatory, timer, clock = make_purgatory()
+    ops = [Gate(100) for _ in range(3)]
+    for op in ops:
+        purgatory.try_complete_else_watch(op, ["group"])
+    assert purgatory.cancel_for_key("group") == ops
+    assert purgatory.cancel_for_key("group") == []
+    assert timer.size == 0 and purgatory.delayed == 0 and purgatory.watched == 0
+    clock.advance(1000)
+    timer.advance_clock()
+    assert all(op.events == [] and not op.is_completed for op in ops)
+
+
+def test_callbacks_may_watch_new_operations_under_the_key_being_checked():
+    purgatory, _, _ = make_purgatory()
+    successor = Gate(100)
+
+    class Chaining(Gate):
+        def on_complete(self) -> None:
+            super().on_complete()
+            purgatory.try_complete_else_watch(successor, ["member"])
+
+    first = Chaining(100, ready=False)
+    purgatory.try_complete_else_watch(first, ["member"])
+    first.ready = True
+    assert purgatory.check_and_complete("member") == 1
+    assert purgatory.watched_under("member") == 1 and purgatory.watched == 1
+    successor.ready = True
+    assert purgatory.check_and_complete("member") == 1
+
+
+def test_two_purgatories_sharing_one_timer_count_their_own_operations():
+    timer, clock = manual_timer()
+    heartbeat = DelayedOperationPurgatory("Heartbeat", timer, owns_timer=False)
+    rebalance = DelayedOperationPurgatory("Rebalance", timer, owns_timer=False)
+    heartbeat.try_complete_else_watch(Gate(10), ["m1"])
+    heartbeat.try_complete_else_watch(Gate(10), ["m2"])
+    rebalance.try_complete_else_watch(Gate(500), ["join-g"])
+    assert (heartbeat.delayed, rebalance.delayed, timer.size) == (2, 1, 3)
+    clock.advance(10)
+    timer.advance_clock()
+    assert (heartbeat.delayed, rebalance.delayed, timer.size) == (0, 1, 1)
+
+
+def test_empty_keys_are_rejected():
+    purgatory, _, _ = make_purgatory()
+    with pytest.raises(ValueError):
+        purgatory.try_complete_else_watch(Gate(10), [])
+
+
+async def test_shutdown_cancels_everything_and_closes_the_timer():
+    purgatory, timer, clock = make_purgatory()
+    ops = [Gate(100) for _ in range(3)]
+    for i, op in enumerate(ops):
+        purgatory.try_complete_else_watch(op, [f"k{i}"])
+    await purgatory.shutdown()
+    assert purgatory.watched == 0 and purgatory.delayed == 0 and timer.size == 0
+    clock.advance(1000)
+    assert timer.advance_clock() is False
+    assert all(op.events == [] for op in ops)
