@@ -1,0 +1,39 @@
+"""Settings of the Kafka-backed store: where the state and event topics live and how they are written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_STATE_TOPIC = "__coordinator_state"
+DEFAULT_EVENT_TOPIC = "__coordinator_events"
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    bootstrap: str
+    state_topic: str = DEFAULT_STATE_TOPIC
+    # Kafka's offsets.topic.num.partitions; must never change after deployment (partition_for depends on it).
+    partitions: int = 50
+    replication_factor: int | None = None  # None: min(3, number of brokers)
+    segment_bytes: int = 104_857_600  # offsets.topic.segment.bytes
+    commit_timeout_ms: int = 5_000  # offsets.commit.timeout.ms: how long a SyncGroup/OffsetCommit write may take
+    linger_ms: int = 5  # batches writes from many groups (Kafka's new coordinator: append.linger.ms 10)
+    topic_configs: dict[str, str] = field(default_factory=dict)  # extra state-topic configs (tests: segment.ms)
+    event_topic: str | None = DEFAULT_EVENT_TOPIC  # None: no event topic
+    event_partitions: int = 10
+    event_queue_max_messages: int = 100_000  # events beyond this are dropped, never waited for
+    admin_timeout_ms: int = 30_000
+    client_id: str = "group-coordinator"
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise ValueError("state topic partitions must be at least 1")
+        if self.replication_factor is not None and self.replication_factor < 1:
+            raise ValueError("replication factor must be at least 1")
+        if self.commit_timeout_ms < 1:
+            raise ValueError("commit_timeout_ms must be positive")
+
+
+def min_insync_replicas(replication_factor: int) -> int:
+    """Tolerate one replica down, never require more than two: RF 1→1, 2→1, 3→2, 5→2."""
+    return min(2, max(1, replication_factor - 1))

@@ -1,0 +1,174 @@
+"""The Kafka-backed `GroupStore`: group records and offsets in a compacted topic, Kafka's formats (§7.3, §7.4).
+
+Lifecycle: `await start()` (create or verify the topics, start the producers), `await load_into(coordinator)`
+(replay the state topic into the coordinator before it serves), the store methods while serving, and
+`await close()`. Group writes (SyncGroup) and offset writes (OffsetCommit) return once acknowledged by every
+in-sync replica (idempotent producer, acks=all) and raise `StoreError(<raw Kafka error>)` otherwise; the
+coordinator maps the raw error per API (coordinator/group/errors.py). Tombstones for deleted groups and
+expired offsets are appended without waiting (Kafka writes them with acks=0); a failure is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any, Iterable
+
+from confluent_kafka import KafkaError
+
+from coordinator.group.errors import Errors
+from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, StoreError, TopicPartition
+from coordinator.storage.config import StorageConfig
+from coordinator.storage.convert import group_record, group_value, offset_record, offset_value
+from coordinator.storage.loader import LoadedState, consumer_settings, read_state
+from coordinator.storage.partitioner import partition_for
+from coordinator.storage.producer import AsyncProducer, Record
+from coordinator.storage.records import (
+    GroupMetadataKey, OffsetCommitKey, encode_group_metadata_value, encode_key, encode_offset_commit_value,
+)
+from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, make_admin
+from coordinator.timer.clock import Clock, MonotonicClock
+
+log = logging.getLogger("coordinator.storage")
+
+_LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the broker path would have produced
+    KafkaError._MSG_TIMED_OUT: Errors.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT: Errors.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT_QUEUE: Errors.REQUEST_TIMED_OUT,
+    KafkaError._UNKNOWN_PARTITION: Errors.UNKNOWN_TOPIC_OR_PARTITION,
+    KafkaError._UNKNOWN_TOPIC: Errors.UNKNOWN_TOPIC_OR_PARTITION,
+    KafkaError._TRANSPORT: Errors.NETWORK_EXCEPTION,
+}
+
+
+def append_error(error: KafkaError) -> Errors:
+    """The raw Kafka error of a failed append. Broker errors keep their code; local ones are translated; what
+    has no Kafka equivalent (queue full, fatal producer, shutdown) becomes COORDINATOR_NOT_AVAILABLE, which
+    every client retries."""
+    code = error.code()
+    if code in _LOCAL_ERRORS:
+        return _LOCAL_ERRORS[code]
+    if code > 0:
+        try:
+            return Errors(code)
+        except ValueError:
+            return Errors.UNKNOWN_SERVER_ERROR
+    return Errors.COORDINATOR_NOT_AVAILABLE
+
+
+def producer_settings(config: StorageConfig) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": config.bootstrap,
+        "client.id": f"{config.client_id}-state",
+        "enable.idempotence": True,  # implies acks=all and in-order retries
+        "acks": "all",
+        "linger.ms": config.linger_ms,
+        "message.timeout.ms": config.commit_timeout_ms,
+        "request.timeout.ms": config.commit_timeout_ms,
+        "compression.type": "none",  # offsets.topic.compression.codec = 0
+        "queue.buffering.max.messages": 1_000_000,
+    }
+
+
+class KafkaGroupStore(GroupStore):
+    def __init__(self, config: StorageConfig, clock: Clock | None = None, load_timeout_ms: int = 300_000,
+                 load_buffer_bytes: int = 5_242_880) -> None:
+        self.config = config
+        self.clock = clock or MonotonicClock()
+        self.load_timeout_ms = load_timeout_ms
+        self.load_buffer_bytes = load_buffer_bytes
+        self._producer: AsyncProducer | None = None
+        self._stop_loading = threading.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Create or verify the state topic (TopicMismatchError if unusable) and the event topic; start writing."""
+        admin = make_admin(self.config)
+        await ensure_state_topic(admin, self.config)
+        if self.config.event_topic is not None:
+            await ensure_event_topic(admin, self.config)
+        self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
+        log.info("event=store_started topic=%s partitions=%d bootstrap=%s",
+                 self.config.state_topic, self.config.partitions, self.config.bootstrap)
+
+    async def load(self, partitions: Iterable[int] | None = None) -> LoadedState:
+        """Replay the state topic (all partitions by default) from the earliest offset to the end offset."""
+        wanted = sorted(range(self.config.partitions) if partitions is None else partitions)
+        settings = consumer_settings(self.config.bootstrap, self.config.client_id, self.load_buffer_bytes)
+        started_ms = self.clock.now_ms()
+        state = await asyncio.to_thread(read_state, settings, self.config.state_topic, wanted, self.clock,
+                                        self.load_timeout_ms, self._stop_loading)
+        log.info("event=state_loaded topic=%s partitions=%d groups=%d offset_groups=%d records=%d unknown=%d "
+                 "malformed=%d duration_ms=%d", self.config.state_topic, len(wanted), len(state.groups),
+                 len(state.offsets), state.records, state.unknown_records, state.malformed_records,
+                 self.clock.now_ms() - started_ms)
+        return state
+
+    async def close(self) -> None:
+        self._stop_loading.set()
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await producer.close()
+
+    # -- GroupStore ----------------------------------------------------------------------------------------------
+    async def store_group(self, group_id: str, record: GroupRecord) -> None:
+        value = encode_group_metadata_value(group_value(record))
+        await self._append(group_id, [(self._partition(group_id), encode_key(GroupMetadataKey(group_id)), value)])
+
+    async def store_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetRecord]) -> None:
+        partition = self._partition(group_id)
+        records = [(partition, encode_key(OffsetCommitKey(group_id, topic, tp_partition)),
+                    encode_offset_commit_value(offset_value(record)))
+                   for (topic, tp_partition), record in offsets.items()]
+        await self._append(group_id, records)
+
+    async def delete_group(self, group_id: str, offsets_to_tombstone: list[TopicPartition],
+                           write_group_tombstone: bool) -> None:
+        records = self._offset_tombstones(group_id, offsets_to_tombstone)
+        if write_group_tombstone:
+            records.append((self._partition(group_id), encode_key(GroupMetadataKey(group_id)), None))
+        self._append_nowait(group_id, records, "delete_group")
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        self._append_nowait(group_id, self._offset_tombstones(group_id, partitions), "delete_offsets")
+
+    # -- internals -----------------------------------------------------------------------------------------------
+    def _partition(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.partitions)
+
+    def _offset_tombstones(self, group_id: str, partitions: list[TopicPartition]) -> list[Record]:
+        partition = self._partition(group_id)
+        return [(partition, encode_key(OffsetCommitKey(group_id, topic, p)), None) for topic, p in partitions]
+
+    async def _append(self, group_id: str, records: list[Record]) -> None:
+        if self._producer is None:
+            raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
+        error = await self._producer.send(records)
+        if error is not None:
+            mapped = append_error(error)
+            log.warning("event=state_append_failed group=%s records=%d error=%s kafka_error=%s",
+                        group_id, len(records), mapped.name, error)
+            raise StoreError(mapped, str(error))
+
+    def _append_nowait(self, group_id: str, records: list[Record], what: str) -> None:
+        if not records:
+            return
+        if self._producer is None:
+            log.warning("event=tombstones_dropped group=%s records=%d reason=store_closed", group_id, len(records))
+            return
+
+        def failed(error: KafkaError) -> None:
+            log.warning("event=tombstone_append_failed group=%s op=%s records=%d error=%s",
+                        group_id, what, len(records), error)
+
+        self._producer.send_nowait(records, failed)
+
+
+def loaded_group_records(state: LoadedState) -> dict[str, GroupRecord]:
+    return {group_id: group_record(value) for group_id, value in state.groups.items()}
+
+
+def loaded_offset_records(state: LoadedState) -> dict[str, dict[TopicPartition, OffsetRecord]]:
+    return {group_id: {tp: offset_record(v) for tp, v in offsets.items()}
+            for group_id, offsets in state.offsets.items()}

@@ -1,0 +1,169 @@
+"""Reading the state topic back (Kafka's `doLoadGroupsAndOffsets`, §7.4).
+
+`StateReplay` is the pure part: records in log order, latest wins, a tombstone removes, an unknown key version
+is skipped with a warning. `read_state` is the I/O part: it reads every partition from its earliest offset to
+its end offset with a confluent-kafka Consumer. It blocks, so the store runs it in a worker thread; decoding
+happens there too, and the loop receives one finished `LoadedState`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from coordinator.storage.records import (
+    GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, RecordFormatError, UnknownKey,
+    decode_record,
+)
+from coordinator.timer.clock import Clock
+
+log = logging.getLogger("coordinator.storage")
+
+OffsetMap = dict[tuple[str, int], OffsetCommitValue]
+_BATCH_MESSAGES = 10_000
+_POLL_TIMEOUT_S = 0.5
+
+
+class LoadError(RuntimeError):
+    """The state topic could not be read to its end (broker unreachable, timeout, shutdown)."""
+
+
+@dataclass
+class LoadedState:
+    """The latest group record and offsets of every group found in the state topic."""
+
+    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
+    offsets: dict[str, OffsetMap] = field(default_factory=dict)
+    records: int = 0
+    unknown_records: int = 0
+    malformed_records: int = 0
+
+    def group_ids(self) -> set[str]:
+        """Groups with a metadata record or offsets (offset-only groups become Empty groups)."""
+        return set(self.groups) | set(self.offsets)
+
+
+class StateReplay:
+    """Applies state-topic records in log order (per partition) and keeps the latest state."""
+
+    def __init__(self) -> None:
+        self.state = LoadedState()
+
+    def apply(self, key_bytes: bytes | None, value_bytes: bytes | None, where: str = "") -> None:
+        self.state.records += 1
+        if key_bytes is None:
+            self._malformed(where, "record without a key")
+            return
+        try:
+            record = decode_record(key_bytes, value_bytes)
+        except RecordFormatError as exc:
+            self._malformed(where, str(exc))
+            return
+        key = record.key
+        if isinstance(key, GroupMetadataKey):
+            self._apply_group(key.group, record.value)  # type: ignore[arg-type]
+        elif isinstance(key, OffsetCommitKey):
+            self._apply_offset(key, record.value)  # type: ignore[arg-type]
+        else:
+            self._unknown(key, where)
+
+    def _apply_group(self, group_id: str, value: GroupMetadataValue | None) -> None:
+        if value is None:
+            self.state.groups.pop(group_id, None)
+        else:
+            self.state.groups[group_id] = value
+
+    def _apply_offset(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
+        partition = (key.topic, key.partition)
+        if value is not None:
+            self.state.offsets.setdefault(key.group, {})[partition] = value
+            return
+        offsets = self.state.offsets.get(key.group)
+        if offsets is not None:
+            offsets.pop(partition, None)
+            if not offsets:
+                del self.state.offsets[key.group]
+
+    def _unknown(self, key: UnknownKey, where: str) -> None:
+        self.state.unknown_records += 1
+        log.warning("event=state_record_skipped reason=unknown_key_version version=%d at=%s", key.version, where)
+
+    def _malformed(self, where: str, reason: str) -> None:
+        self.state.malformed_records += 1
+        log.warning("event=state_record_skipped reason=malformed at=%s detail=%s", where, reason)
+
+
+def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict[str, object]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "client.id": f"{client_id}-loader",
+        "group.id": f"{client_id}-loader",  # required by librdkafka; only assign() is used, nothing is committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "max.partition.fetch.bytes": buffer_bytes,  # Kafka's offsets.load.buffer.size
+        "fetch.max.bytes": max(buffer_bytes * 10, 52_428_800),
+        "logger": logging.getLogger("coordinator.storage.librdkafka.loader"),
+    }
+
+
+def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
+               timeout_ms: int, stop: threading.Event | None = None) -> LoadedState:
+    """Blocking: replay `partitions` of `topic` from their earliest offset to their end offset."""
+    consumer = Consumer(settings)
+    try:
+        return _read(consumer, topic, partitions, clock, clock.now_ms() + timeout_ms, stop or threading.Event())
+    finally:
+        consumer.close()
+
+
+def _read(consumer: Consumer, topic: str, partitions: list[int], clock: Clock, deadline_ms: int,
+          stop: threading.Event) -> LoadedState:
+    ends = _end_offsets(consumer, topic, partitions, clock, deadline_ms)
+    pending = {p: end for p, (start, end) in ends.items() if end > start}
+    consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in pending])
+    replay = StateReplay()
+    while pending:
+        if stop.is_set():
+            raise LoadError("loading stopped: the store is closing")
+        if clock.now_ms() > deadline_ms:
+            raise LoadError(f"state topic {topic!r} not read to its end in time; still loading partitions "
+                            f"{sorted(pending)}")
+        for message in consumer.consume(_BATCH_MESSAGES, _POLL_TIMEOUT_S):
+            _take(message, replay, pending)
+    return replay.state
+
+
+def _take(message, replay: StateReplay, pending: dict[int, int]) -> None:
+    error = message.error()
+    partition = message.partition()
+    if error is None:
+        replay.apply(message.key(), message.value(), f"{partition}:{message.offset()}")
+        position = message.offset() + 1
+    elif error.code() == KafkaError._PARTITION_EOF:
+        position = message.offset()
+    else:
+        log.warning("event=state_read_error partition=%s error=%s", partition, error)
+        return
+    end = pending.get(partition)
+    if end is not None and position >= end:
+        del pending[partition]
+
+
+def _end_offsets(consumer: Consumer, topic: str, partitions: list[int], clock: Clock,
+                 deadline_ms: int) -> dict[int, tuple[int, int]]:
+    """(earliest, end) offset of every partition, retrying until the deadline while the broker is unreachable."""
+    ends: dict[int, tuple[int, int]] = {}
+    for partition in partitions:
+        while partition not in ends:
+            try:
+                ends[partition] = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0,
+                                                                 cached=False)
+            except Exception as exc:  # KafkaException; or None returned on timeout by old clients
+                if clock.now_ms() > deadline_ms:
+                    raise LoadError(f"end offset of {topic}[{partition}] unavailable: {exc}") from exc
+    return ends

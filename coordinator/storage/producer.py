@@ -1,0 +1,145 @@
+"""A confluent-kafka (librdkafka) producer driven from asyncio without ever blocking the event loop.
+
+Why confluent-kafka rather than aiokafka: librdkafka builds, batches (linger) and sends record batches in C on
+its own threads, so the coordinator's one event loop spends a few microseconds per record instead of encoding
+batches in Python; its idempotent producer (acks=all, in-order retries) and `message.timeout.ms` give exactly
+the "acknowledged or failed within offsets.commit.timeout.ms" contract Kafka's coordinator has.
+
+Threads: `produce()` is a non-blocking enqueue (it raises BufferError when the queue is full instead of waiting),
+so it is called on the loop. One daemon thread per producer calls `poll()`, which runs the delivery callbacks;
+a `DeliveryBatch` counts the reports of one logical write (a group record, or all partitions of an
+OffsetCommit) and hands a single result back with `loop.call_soon_threadsafe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Callable, Sequence
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+log = logging.getLogger("coordinator.storage")
+
+Record = tuple[int, bytes, "bytes | None"]  # (partition, key, value or None for a tombstone)
+_POLL_INTERVAL_S = 0.05
+_SAFETY_MARGIN_MS = 2_000  # librdkafka reports a timeout itself; this only guards against a lost report
+
+
+class DeliveryBatch:
+    """The delivery reports of one logical write, resolved once: None on success, else the first error."""
+
+    __slots__ = ("_loop", "future", "_remaining", "_error", "_lock")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, expected: int) -> None:
+        self._loop = loop
+        self.future: asyncio.Future[KafkaError | None] = loop.create_future()
+        self._remaining = expected
+        self._error: KafkaError | None = None
+        self._lock = threading.Lock()
+
+    def on_delivery(self, error: KafkaError | None, _message: object) -> None:
+        """Runs on the poll thread."""
+        self.settle(1, error)
+
+    def settle(self, count: int, error: KafkaError | None) -> None:
+        """Account for `count` records that ended with `error` (any thread)."""
+        with self._lock:
+            if error is not None and self._error is None:
+                self._error = error
+            self._remaining -= count
+            done = self._remaining == 0
+        if done:
+            self._loop.call_soon_threadsafe(self._resolve)
+
+    def _resolve(self) -> None:
+        if not self.future.done():
+            self.future.set_result(self._error)
+
+
+class AsyncProducer:
+    """Sends records to one topic; `send` waits for acknowledgement, `send_nowait` only logs failures."""
+
+    def __init__(self, topic: str, settings: dict[str, object], name: str) -> None:
+        self.topic = topic
+        self.name = name
+        self._settings = dict(settings)
+        self._settings["error_cb"] = self._on_client_error
+        self._settings.setdefault("logger", logging.getLogger(f"coordinator.storage.librdkafka.{name}"))
+        self._producer = Producer(self._settings)
+        self._fatal = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll_loop, name=f"{name}-poll", daemon=True)
+        self._thread.start()
+
+    @property
+    def timeout_ms(self) -> int:
+        return int(self._settings.get("message.timeout.ms", 300_000))  # type: ignore[call-overload]
+
+    async def send(self, records: Sequence[Record]) -> KafkaError | None:
+        """Append `records`; None once every one is acknowledged, else the first error (never raises)."""
+        loop = asyncio.get_running_loop()
+        batch = DeliveryBatch(loop, len(records))
+        self._enqueue(records, batch)
+        guard = loop.call_later((self.timeout_ms + _SAFETY_MARGIN_MS) / 1000, batch.settle, 0,
+                                KafkaError(KafkaError._MSG_TIMED_OUT, "no delivery report in time"))
+        try:
+            return await batch.future
+        finally:
+            guard.cancel()
+
+    def send_nowait(self, records: Sequence[Record], on_error: Callable[[KafkaError], None]) -> None:
+        """Append without waiting (Kafka's acks=0 tombstones): a failure only reaches `on_error`, on the loop."""
+        batch = DeliveryBatch(asyncio.get_running_loop(), len(records))
+        batch.future.add_done_callback(lambda done: done.result() is not None and on_error(done.result()))
+        self._enqueue(records, batch)
+
+    def _enqueue(self, records: Sequence[Record], batch: DeliveryBatch) -> None:
+        if not records:
+            batch.settle(0, None)
+            return
+        self._maybe_replace_fatal_producer()
+        for sent, (partition, key, value) in enumerate(records):
+            try:
+                self._producer.produce(self.topic, value=value, key=key, partition=partition,
+                                       on_delivery=batch.on_delivery)
+            except BufferError:
+                batch.settle(len(records) - sent, KafkaError(KafkaError._QUEUE_FULL, "producer queue full"))
+                return
+            except KafkaException as exc:
+                batch.settle(len(records) - sent, exc.args[0])
+                return
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        """librdkafka's error callback (poll thread). A fatal error leaves the producer unusable."""
+        if error.fatal():
+            self._fatal = True
+            log.error("event=producer_fatal producer=%s error=%s", self.name, error)
+        else:
+            log.debug("event=producer_error producer=%s error=%s", self.name, error)
+
+    def _maybe_replace_fatal_producer(self) -> None:
+        """An idempotent producer that hit a fatal error (e.g. lost sequence state) is replaced by a fresh one.
+        Its queued records fail with their own delivery reports when it is purged."""
+        if not self._fatal:
+            return
+        old, self._producer, self._fatal = self._producer, Producer(self._settings), False
+        old.purge()
+        threading.Thread(target=old.flush, args=(1.0,), name=f"{self.name}-retire", daemon=True).start()
+        log.warning("event=producer_replaced producer=%s reason=fatal_error", self.name)
+
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(_POLL_INTERVAL_S)
+
+    async def close(self, flush_timeout_ms: int = 5_000) -> None:
+        """Stop polling, then deliver (or fail) what is queued, in a worker thread."""
+        self._stop.set()
+        await asyncio.to_thread(self._thread.join)
+        remaining = await asyncio.to_thread(self._producer.flush, flush_timeout_ms / 1000)
+        if remaining:
+            log.warning("event=producer_closed_with_undelivered producer=%s records=%d", self.name, remaining)
+            self._producer.purge()
+            await asyncio.to_thread(self._producer.flush, 0)
+        self._producer = None  # type: ignore[assignment]  # releases librdkafka's connections now, not at GC

@@ -1,0 +1,96 @@
+"""Creating and checking the state and event topics through confluent-kafka's AdminClient.
+
+Every AdminClient call returns concurrent futures (or runs in a worker thread), so the event loop never
+blocks on the admin client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from coordinator.storage.config import StorageConfig, min_insync_replicas
+
+log = logging.getLogger("coordinator.storage")
+
+
+class TopicMismatchError(RuntimeError):
+    """The state topic exists but cannot be used as it is (e.g. another partition count)."""
+
+
+def make_admin(config: StorageConfig) -> AdminClient:
+    return AdminClient({"bootstrap.servers": config.bootstrap, "client.id": f"{config.client_id}-admin"})
+
+
+async def broker_count(admin: AdminClient) -> int:
+    cluster = await asyncio.wrap_future(admin.describe_cluster())
+    return len(cluster.nodes)
+
+
+async def partition_count(admin: AdminClient, topic: str) -> int | None:
+    """Partitions of `topic`, or None if it does not exist."""
+    futures = admin.describe_topics(TopicCollection([topic]))
+    try:
+        description = await asyncio.wrap_future(futures[topic])
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
+        raise
+    return len(description.partitions)
+
+
+async def create_topic(admin: AdminClient, topic: str, partitions: int, replication_factor: int,
+                       configs: dict[str, str]) -> bool:
+    """Create `topic`; False if someone else created it first (TOPIC_ALREADY_EXISTS)."""
+    new_topic = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=configs)
+    try:
+        await asyncio.wrap_future(admin.create_topics([new_topic])[topic])
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise
+    log.info("event=topic_created topic=%s partitions=%d replication_factor=%d configs=%s",
+             topic, partitions, replication_factor, configs)
+    return True
+
+
+def state_topic_configs(config: StorageConfig, replication_factor: int) -> dict[str, str]:
+    configs = {
+        "cleanup.policy": "compact",
+        "min.insync.replicas": str(min_insync_replicas(replication_factor)),
+        "segment.bytes": str(config.segment_bytes),
+        "compression.type": "producer",
+    }
+    configs.update(config.topic_configs)
+    return configs
+
+
+async def ensure_state_topic(admin: AdminClient, config: StorageConfig) -> None:
+    """Create the compacted state topic if missing; refuse an existing one with another partition count."""
+    replication_factor = config.replication_factor or min(3, await broker_count(admin))
+    existing = await partition_count(admin, config.state_topic)
+    if existing is None:
+        created = await create_topic(admin, config.state_topic, config.partitions, replication_factor,
+                                     state_topic_configs(config, replication_factor))
+        if created:
+            return
+        existing = await partition_count(admin, config.state_topic)
+    if existing != config.partitions:
+        raise TopicMismatchError(
+            f"state topic {config.state_topic!r} has {existing} partitions but the coordinator is configured "
+            f"for {config.partitions}; groups are mapped to partitions by partition_for(group_id, "
+            f"{config.partitions}), so the coordinator refuses to start. Configure {existing} partitions "
+            f"or use another state topic.")
+
+
+async def ensure_event_topic(admin: AdminClient, config: StorageConfig) -> None:
+    """Create the (not compacted) event topic if missing; any partition count is fine."""
+    if config.event_topic is None or await partition_count(admin, config.event_topic) is not None:
+        return
+    replication_factor = config.replication_factor or min(3, await broker_count(admin))
+    await create_topic(admin, config.event_topic, config.event_partitions, replication_factor,
+                       {"cleanup.policy": "delete",
+                        "min.insync.replicas": str(min_insync_replicas(replication_factor))})

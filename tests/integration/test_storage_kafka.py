@@ -1,0 +1,126 @@
+"""The Kafka-backed store against a real Apache Kafka broker: topic setup, write, reload, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from coordinator.group.errors import Errors
+from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, StoreError
+from coordinator.storage.config import StorageConfig
+from coordinator.storage.kafka_store import KafkaGroupStore, loaded_group_records, loaded_offset_records
+from coordinator.storage.topics import TopicMismatchError, make_admin, partition_count
+
+pytestmark = pytest.mark.integration
+
+
+def unique_topic() -> str:
+    return f"__state-{uuid.uuid4().hex[:10]}"
+
+
+def member(i: int, instance: str | None = None) -> MemberRecord:
+    return MemberRecord(member_id=f"consumer-{i}-{uuid.uuid4()}", group_instance_id=instance,
+                        client_id=f"consumer-{i}", client_host="/127.0.0.1", rebalance_timeout_ms=300_000,
+                        session_timeout_ms=10_000, subscription=b"\x00\x01sub" + bytes([i]),
+                        assignment=b"\x00\x01asg" + bytes([i]))
+
+
+def stable_group(generation: int, size: int = 3) -> GroupRecord:
+    members = [member(i, instance=f"static-{i}" if i == 0 else None) for i in range(size)]
+    return GroupRecord(protocol_type="consumer", generation=generation, protocol="range",
+                       leader=members[0].member_id, current_state_timestamp_ms=1_700_000_000_000 + generation,
+                       members=members)
+
+
+async def started_store(bootstrap: str, topic: str, **overrides) -> KafkaGroupStore:
+    store = KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, event_topic=None,
+                                          **{"partitions": 5, **overrides}), load_timeout_ms=60_000)
+    await store.start()
+    return store
+
+
+async def test_fresh_store_loads_exactly_what_was_written(kafka_bootstrap: str) -> None:
+    topic = unique_topic()
+    writer = await started_store(kafka_bootstrap, topic)
+    groups = {f"group-{g}": stable_group(generation=g + 1) for g in range(12)}
+    offsets = {gid: {("orders", p): OffsetRecord(offset=100 * p + 7, leader_epoch=3, metadata=f"m{p}",
+                                                 commit_timestamp_ms=1_700_000_000_123)
+                     for p in range(4)} for gid in groups}
+    try:
+        await asyncio.gather(*(writer.store_group(gid, record) for gid, record in groups.items()))
+        await asyncio.gather(*(writer.store_offsets(gid, offs) for gid, offs in offsets.items()))
+        # later generations and commits win; a simple (offset-only) group keeps its expire timestamp
+        groups["group-0"] = stable_group(generation=9, size=2)
+        await writer.store_group("group-0", groups["group-0"])
+        offsets["group-1"][("orders", 0)] = OffsetRecord(offset=999, commit_timestamp_ms=5)
+        await writer.store_offsets("group-1", {("orders", 0): offsets["group-1"][("orders", 0)]})
+        offsets["simple"] = {("t", 0): OffsetRecord(offset=1, commit_timestamp_ms=2, expire_timestamp_ms=3)}
+        await writer.store_offsets("simple", offsets["simple"])
+    finally:
+        await writer.close()
+
+    reader = await started_store(kafka_bootstrap, topic)
+    try:
+        state = await reader.load()
+    finally:
+        await reader.close()
+    assert loaded_group_records(state) == groups
+    assert loaded_offset_records(state) == offsets
+    assert state.unknown_records == state.malformed_records == 0
+
+
+async def test_tombstones_remove_groups_and_offsets_on_reload(kafka_bootstrap: str) -> None:
+    topic = unique_topic()
+    store = await started_store(kafka_bootstrap, topic)
+    try:
+        for gid in ("keep", "gone"):
+            await store.store_group(gid, stable_group(generation=1))
+            await store.store_offsets(gid, {("t", 0): OffsetRecord(1, commit_timestamp_ms=1),
+                                            ("t", 1): OffsetRecord(2, commit_timestamp_ms=1)})
+        await store.delete_group("gone", [("t", 0), ("t", 1)], write_group_tombstone=True)
+        await store.delete_offsets("keep", [("t", 1)])
+        await store.store_offsets("keep", {("t", 2): OffsetRecord(3, commit_timestamp_ms=1)})  # flushes after
+        state = await store.load()
+    finally:
+        await store.close()
+    assert set(state.groups) == {"keep"}
+    assert set(state.offsets) == {"keep"}
+    assert set(state.offsets["keep"]) == {("t", 0), ("t", 2)}
+
+
+async def test_state_topic_is_created_compacted_with_the_configured_partitions(kafka_bootstrap: str) -> None:
+    topic = unique_topic()
+    store = await started_store(kafka_bootstrap, topic, partitions=7)
+    await store.close()
+    admin = make_admin(StorageConfig(bootstrap=kafka_bootstrap))
+    assert await partition_count(admin, topic) == 7
+    from confluent_kafka.admin import ConfigResource
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = await asyncio.wrap_future(admin.describe_configs([resource])[resource])
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["min.insync.replicas"].value == "1"  # single broker: RF 1
+
+
+async def test_existing_topic_with_another_partition_count_refuses_to_start(kafka_bootstrap: str) -> None:
+    topic = unique_topic()
+    first = await started_store(kafka_bootstrap, topic, partitions=3)
+    await first.close()
+    second = KafkaGroupStore(StorageConfig(bootstrap=kafka_bootstrap, state_topic=topic, event_topic=None,
+                                           partitions=5))
+    with pytest.raises(TopicMismatchError, match="has 3 partitions"):
+        await second.start()
+    await second.close()
+
+
+async def test_too_large_group_record_fails_with_message_too_large(kafka_bootstrap: str) -> None:
+    store = await started_store(kafka_bootstrap, unique_topic())
+    record = stable_group(generation=1, size=1)
+    record.members[0].assignment = b"x" * 2_000_000
+    try:
+        with pytest.raises(StoreError) as failure:
+            await store.store_group("huge", record)
+    finally:
+        await store.close()
+    assert failure.value.error == Errors.MESSAGE_TOO_LARGE
