@@ -8,7 +8,7 @@ import pytest
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import ManualClock, SystemTimer
 
-from tests.unit._timer_helpers import manual_timer
+from coordinator.timer.testing import manual_timer
 
 
 class Gate(DelayedOperation):

@@ -9,7 +9,7 @@ from coordinator.timer import (
 )
 from coordinator.timer.task import TaskCounter
 
-from tests.unit._timer_helpers import RecordingTask, location, manual_timer
+from coordinator.timer.testing import RecordingTask, location, manual_timer
 
 
 def advance_to(timer: SystemTimer, clock: ManualClock, time_ms: int) -> None:
