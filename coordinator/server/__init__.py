@@ -1,0 +1,6 @@
+"""The Kafka-protocol server in front of the GroupCoordinator."""
+
+from coordinator.server.config import ServerConfig
+from coordinator.server.listener import CoordinatorServer, serve
+
+__all__ = ["CoordinatorServer", "ServerConfig", "serve"]

@@ -1,0 +1,30 @@
+"""Listener settings, with Kafka's broker defaults where Kafka has one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9092  # 0 = any free port (tests)
+    advertised_host: str | None = None  # what Metadata/FindCoordinator tell clients; defaults to the listen address
+    advertised_port: int | None = None
+    node_id: int = 0
+    cluster_id: str = "kafka-group-coordinator"
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # socket.request.max.bytes
+    max_connections: int = 2_147_483_647  # max.connections
+    idle_timeout_ms: int = 600_000  # connections.max.idle.ms
+    max_buffered_bytes: int = 1_048_576  # bytes read ahead of processing per connection before we stop reading
+    shutdown_grace_ms: int = 5_000  # how long in-flight requests may finish at shutdown
+
+    def __post_init__(self) -> None:
+        if self.max_frame_bytes < 8:
+            raise ValueError("max_frame_bytes must hold at least a request header")
+        if self.max_connections < 1 or self.max_buffered_bytes < 1:
+            raise ValueError("max_connections and max_buffered_bytes must be positive")
+        if self.idle_timeout_ms < 1:
+            raise ValueError("idle_timeout_ms must be positive")

@@ -1,0 +1,236 @@
+"""One client connection: frames in, one request at a time, responses out in request order.
+
+Like Kafka's broker (which mutes a channel while a request from it is in flight), a request whose handler parks
+(a JoinGroup or SyncGroup waiting in a purgatory) holds the requests behind it on this connection only. While
+parked we keep reading until `max_buffered_bytes` are waiting, then stop reading (TCP back-pressure); we also
+stop while the transport's write buffer is full.
+
+Handlers are coroutines, but most finish without ever waiting (Heartbeat, offset fetches). Creating a Task per
+request would cost more than the heartbeat logic itself, so the first step of each handler runs right here;
+only a handler that actually parks is handed to a Task, once the future it waits on is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from coordinator.server.context import ConnectionContext, java_host_string
+from coordinator.server.handlers import HANDLERS
+from coordinator.server.handlers.api_versions import unsupported_version_reply
+from protocol.apis import ApiKey
+from protocol.codec import RequestHeader, decode_request, encode_response, peek_header
+from protocol.errors import InvalidFrameSize, ProtocolError, UnsupportedVersion
+from protocol.framing import FrameReader
+
+if TYPE_CHECKING:
+    from coordinator.server.listener import CoordinatorServer
+
+log = logging.getLogger("coordinator.server")
+
+
+class Connection(asyncio.BufferedProtocol):
+    def __init__(self, server: CoordinatorServer) -> None:
+        self._server = server
+        self._config = server.config
+        self._reader = FrameReader(server.config.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._ctx: ConnectionContext | None = None
+        self._in_flight: RequestHeader | None = None
+        self._parked: tuple[Coroutine[Any, Any, Any], asyncio.Future, Any] | None = None
+        self._task: asyncio.Task | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self.last_active_ms = server.clock.now_ms()
+
+    # ------------------------------------------------------------------------------------------ transport events
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        peername = transport.get_extra_info("peername") or ("?", 0)
+        peer = f"{peername[0]}:{peername[1]}"
+        self._ctx = ConnectionContext(self._server.node, self._server.coordinator, java_host_string(peername[0]), peer)
+        if not self._server.admit(self):
+            self.abort("too_many_connections", f"max_connections={self._config.max_connections}")
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._reader.buffer_updated(nbytes)
+        self.last_active_ms = self._server.clock.now_ms()
+        self._process_frames()
+
+    def eof_received(self) -> bool:
+        if self._reader.buffered_bytes:
+            log.info("event=connection_closed reason=truncated_frame peer=%s buffered_bytes=%d",
+                     self.peer, self._reader.buffered_bytes)
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._server.forget(self)
+        log.debug("event=connection_lost peer=%s error=%r", self.peer, exc)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._apply_read_limit()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._process_frames()
+
+    # ------------------------------------------------------------------------------------------ requests
+
+    @property
+    def peer(self) -> str:
+        return self._ctx.peer if self._ctx else "?"
+
+    @property
+    def is_busy(self) -> bool:
+        """A request is in flight (its handler parked)."""
+        return self._in_flight is not None
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    def _process_frames(self) -> None:
+        while self._in_flight is None and not self._writing_paused and self.is_open:
+            try:
+                frame = self._reader.next_frame()
+            except InvalidFrameSize as exc:
+                self.abort("invalid_frame_size", str(exc))
+                return
+            if frame is None:
+                break
+            self._handle_frame(frame)
+        self._apply_read_limit()
+
+    def _handle_frame(self, frame: bytes) -> None:
+        try:
+            request = decode_request(frame)
+        except ProtocolError as exc:
+            self._reject(frame, exc)
+            return
+        header = request.header
+        try:
+            outcome = HANDLERS[header.api_key](self._ctx, header, request.body)
+        except Exception:
+            self._fail(header)
+            return
+        if isinstance(outcome, Coroutine):
+            self._drive(header, outcome)
+        else:
+            self._respond(header, outcome)
+
+    def _reject(self, frame: bytes, exc: ProtocolError) -> None:
+        """Kafka answers only an unsupported ApiVersions version (KIP-511); anything else closes the connection."""
+        if isinstance(exc, UnsupportedVersion):
+            api_key, version, correlation_id = peek_header(frame)
+            if api_key == ApiKey.API_VERSIONS:
+                log.info("event=unsupported_api_versions_version peer=%s api_version=%d", self.peer, version)
+                self._write(unsupported_version_reply(correlation_id))
+                return
+        self.abort(type(exc).__name__, str(exc))
+
+    def _drive(self, header: RequestHeader, handler: Coroutine[Any, Any, Any]) -> None:
+        try:
+            awaited = handler.send(None)
+        except StopIteration as done:
+            self._respond(header, done.value)
+            return
+        except Exception:
+            self._fail(header)
+            return
+        self._in_flight = header
+        self._server.parked(self)
+        if getattr(awaited, "_asyncio_future_blocking", None):
+            awaited._asyncio_future_blocking = False
+            resume = functools.partial(self._resume, header, handler)
+            self._parked = (handler, awaited, resume)
+            awaited.add_done_callback(resume)
+        else:  # a bare yield (asyncio.sleep(0)): let a Task carry on
+            self._resume(header, handler, None)
+
+    def _resume(self, header: RequestHeader, handler: Coroutine[Any, Any, Any], _awaited: object) -> None:
+        # The awaited future is done, so the Task's first step returns its result into the handler.
+        self._parked = None
+        self._task = asyncio.get_running_loop().create_task(handler)
+        self._task.add_done_callback(functools.partial(self._on_handler_done, header))
+
+    def _on_handler_done(self, header: RequestHeader, task: asyncio.Task) -> None:
+        self._task = None
+        self._in_flight = None
+        self._server.unparked(self)
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            self._fail(header, task.exception())
+            return
+        self._respond(header, task.result())
+        self._process_frames()
+
+    def _respond(self, header: RequestHeader, body: Any) -> None:
+        if not self.is_open:
+            return  # the client went away; Kafka drops the response too
+        try:
+            frame = encode_response(header, body)
+        except Exception:
+            self._fail(header)
+            return
+        self._write(frame)
+
+    def _write(self, frame: bytes) -> None:
+        if self._transport is not None:
+            self._transport.write(frame)
+
+    def _fail(self, header: RequestHeader, exc: BaseException | None = None) -> None:
+        """Our bug, not the peer's: log it with the request, close the connection."""
+        log.error("event=handler_failed peer=%s api_key=%d api_version=%d correlation_id=%d",
+                  self.peer, header.api_key, header.api_version, header.correlation_id,
+                  exc_info=exc if exc is not None else True)
+        self.abort("handler_failed", f"api_key={header.api_key}")
+
+    def _apply_read_limit(self) -> None:
+        if self._transport is None:
+            return
+        waiting = self._in_flight is not None and self._reader.buffered_bytes >= self._config.max_buffered_bytes
+        should_pause = self._writing_paused or waiting or self._server.closing
+        if should_pause and not self._reading_paused:
+            self._transport.pause_reading()
+            self._reading_paused = True
+        elif not should_pause and self._reading_paused and self.is_open:
+            self._transport.resume_reading()
+            self._reading_paused = False
+
+    # ------------------------------------------------------------------------------------------ closing
+
+    def abort(self, reason: str, detail: str = "") -> None:
+        """Close this connection at once, with one log line saying why."""
+        if self._transport is None or self._transport.is_closing():
+            return
+        log.warning("event=connection_closed reason=%s peer=%s detail=%s", reason, self.peer, detail)
+        self._transport.abort()
+
+    def stop_reading(self) -> None:
+        self._apply_read_limit()
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()  # flushes what is already written
+
+    def cancel_in_flight(self) -> None:
+        """At shutdown: give up on a parked handler (its group has been told to stop)."""
+        if self._parked is not None:
+            handler, awaited, resume = self._parked
+            self._parked = None
+            awaited.remove_done_callback(resume)
+            handler.close()
+            self._in_flight = None
+            self._server.unparked(self)
+        if self._task is not None:
+            self._task.cancel()

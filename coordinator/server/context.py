@@ -1,0 +1,55 @@
+"""What a handler sees besides the request itself: who is asking, which node we are, and the group service."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Protocol
+
+from coordinator.group import api
+
+
+class GroupService(Protocol):
+    """The GroupCoordinator's request entry points (coordinator/group). JoinGroup and SyncGroup may park."""
+
+    async def join_group(self, request: api.JoinGroupRequest) -> api.JoinGroupResponse: ...
+    async def sync_group(self, request: api.SyncGroupRequest) -> api.SyncGroupResponse: ...
+    async def heartbeat(self, request: api.HeartbeatRequest) -> api.HeartbeatResponse: ...
+    async def leave_group(self, request: api.LeaveGroupRequest) -> api.LeaveGroupResponse: ...
+    async def commit_offsets(self, request: api.OffsetCommitRequest) -> api.OffsetCommitResponse: ...
+    async def fetch_offsets(self, request: api.OffsetFetchRequest) -> api.OffsetFetchResponse: ...
+    async def describe_groups(self, request: api.DescribeGroupsRequest) -> api.DescribeGroupsResponse: ...
+    async def list_groups(self, request: api.ListGroupsRequest) -> api.ListGroupsResponse: ...
+    async def delete_groups(self, request: api.DeleteGroupsRequest) -> api.DeleteGroupsResponse: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """This coordinator as a Kafka broker node, as advertised to clients."""
+
+    node_id: int
+    host: str
+    port: int
+    cluster_id: str
+
+
+@dataclass(slots=True)
+class ConnectionContext:
+    """One per connection; handlers get it with every request."""
+
+    node: Node
+    coordinator: GroupService
+    client_host: str  # Java InetAddress.toString() form: "/127.0.0.1"
+    peer: str  # "127.0.0.1:53122", for log lines
+
+
+def java_host_string(address: str) -> str:
+    """Kafka reports a member's host as Java's `InetAddress.toString()`: "/" + the literal address, IPv6
+    written out without zero compression ("/0:0:0:0:0:0:0:1")."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return "/" + address
+    if ip.version == 6:
+        return "/" + ":".join(f"{int(group, 16):x}" for group in ip.exploded.split(":"))
+    return "/" + str(ip)

@@ -1,0 +1,26 @@
+"""DeleteGroups (42). KafkaApis de-duplicates the names before the coordinator sees them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.group import api
+from coordinator.server.context import ConnectionContext
+from protocol.apis import ApiKey, response_class
+from protocol.codec import RequestHeader
+from protocol.messages import ZERO_DURATION, build, error, item_class
+
+API_KEY = ApiKey.DELETE_GROUPS
+
+
+def to_response(version: int, response: api.DeleteGroupsResponse) -> Any:
+    cls = response_class(API_KEY, version)
+    result_class = item_class(cls, "results")
+    results = tuple(result_class(group_id=r.group_id, error_code=error(r.error_code)) for r in response.results)
+    return build(cls, throttle_time=ZERO_DURATION, results=results)
+
+
+async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
+    names = list(dict.fromkeys(body.groups_names))
+    response = await ctx.coordinator.delete_groups(api.DeleteGroupsRequest(names, header.api_version))
+    return to_response(header.api_version, response)

@@ -1,0 +1,47 @@
+"""FindCoordinator (10): this node coordinates every group; transactions are not ours
+(COORDINATOR_NOT_AVAILABLE). v0–3 carry one key, v4+ a batch with one answer per key (reference §3.10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.server.context import ConnectionContext, Node
+from protocol.apis import ApiKey, response_class
+from protocol.codec import RequestHeader
+from protocol.messages import ZERO_DURATION, build, error, item_class
+
+API_KEY = ApiKey.FIND_COORDINATOR
+_GROUP_KEY_TYPE = 0
+_TRANSACTION_KEY_TYPE = 1
+_NONE, _COORDINATOR_NOT_AVAILABLE, _INVALID_REQUEST = 0, 15, 42
+_MESSAGES = {
+    _COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+    _INVALID_REQUEST: "This most likely occurs because of a request being malformed by the client library or "
+    "the message was sent to an incompatible broker. See the broker logs for more details.",
+}
+
+
+def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
+    cls = response_class(API_KEY, header.api_version)
+    key_type = getattr(body, "key_type", _GROUP_KEY_TYPE)
+    code = _error_for(key_type)
+    if header.api_version >= 4:
+        entry = item_class(cls, "coordinators")
+        coordinators = tuple(_located(entry, ctx.node, code, key=key) for key in body.coordinator_keys)
+        return build(cls, throttle_time=ZERO_DURATION, coordinators=coordinators)
+    return _located(cls, ctx.node, code, throttle_time=ZERO_DURATION)
+
+
+def _error_for(key_type: int) -> int:
+    if key_type == _GROUP_KEY_TYPE:
+        return _NONE
+    if key_type == _TRANSACTION_KEY_TYPE:
+        return _COORDINATOR_NOT_AVAILABLE
+    return _INVALID_REQUEST
+
+
+def _located(cls: type, node: Node, code: int, **extra: Any) -> Any:
+    if code != _NONE:  # Kafka's error shape: no node
+        return build(cls, error_code=error(code), error_message=_MESSAGES[code], node_id=-1, host="", port=-1, **extra)
+    return build(cls, error_code=error(code), error_message=None, node_id=node.node_id, host=node.host,
+                 port=node.port, **extra)

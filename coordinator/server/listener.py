@@ -1,0 +1,148 @@
+"""The asyncio listener: accepts connections, enforces the connection limits, and shuts down gracefully.
+
+Graceful shutdown, in order: stop accepting; stop reading new requests; give requests in flight up to
+`shutdown_grace_ms` to be answered; run the shutdown hook (the coordinator stops its timer reaper there and
+answers what is still parked); close every connection after flushing what was written; cancel leftovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from coordinator.server.config import ServerConfig
+from coordinator.server.connection import Connection
+from coordinator.server.context import GroupService, Node
+from coordinator.timer.clock import Clock, MonotonicClock
+
+log = logging.getLogger("coordinator.server")
+
+ShutdownHook = Callable[[], Awaitable[None]]
+_HOOK_SETTLE_S = 0.05  # lets responses completed by the shutdown hook be written before we close
+
+
+class CoordinatorServer:
+    def __init__(
+        self,
+        config: ServerConfig,
+        coordinator: GroupService,
+        *,
+        clock: Clock | None = None,
+        on_shutdown: ShutdownHook | None = None,
+    ) -> None:
+        self.config = config
+        self.coordinator = coordinator
+        self.clock = clock or MonotonicClock()
+        self.node = Node(config.node_id, config.advertised_host or config.listen_host,
+                         config.advertised_port or config.listen_port, config.cluster_id)
+        self.closing = False
+        self._on_shutdown = on_shutdown
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[Connection] = set()
+        self._busy: set[Connection] = set()
+        self._idle_sweeper: asyncio.Task | None = None
+        self._all_idle = asyncio.Event()
+        self._all_idle.set()
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self), self.config.listen_host, self.config.listen_port, reuse_address=True
+        )
+        if not self.config.listen_port or not self.config.advertised_port:
+            self.node = Node(self.node.node_id, self.node.host, self.config.advertised_port or self.port,
+                             self.node.cluster_id)
+        self._idle_sweeper = loop.create_task(self._sweep_idle_connections())
+        log.info("event=listening host=%s port=%d advertised=%s:%d node_id=%d",
+                 self.config.listen_host, self.port, self.node.host, self.node.port, self.node.node_id)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def close(self) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.stop_reading()
+        await self._wait_in_flight(self.config.shutdown_grace_ms)
+        if self._on_shutdown is not None:
+            await self._on_shutdown()
+            await asyncio.sleep(_HOOK_SETTLE_S)
+        for connection in list(self._connections | self._busy):
+            connection.cancel_in_flight()
+            connection.close()
+        if self._idle_sweeper is not None:
+            self._idle_sweeper.cancel()
+        if self._server is not None:
+            await self._server.wait_closed()
+        log.info("event=server_stopped node_id=%d", self.node.node_id)
+
+    async def _wait_in_flight(self, grace_ms: int) -> None:
+        try:
+            await asyncio.wait_for(self._all_idle.wait(), grace_ms / 1000)
+        except asyncio.TimeoutError:
+            log.warning("event=shutdown_grace_expired in_flight=%d", len(self._busy))
+
+    # ------------------------------------------------------------------------------------------ bookkeeping
+
+    def admit(self, connection: Connection) -> bool:
+        if self.closing or len(self._connections) >= self.config.max_connections:
+            return False
+        self._connections.add(connection)
+        return True
+
+    def forget(self, connection: Connection) -> None:
+        self._connections.discard(connection)
+
+    def parked(self, connection: Connection) -> None:
+        self._busy.add(connection)
+        self._all_idle.clear()
+
+    def unparked(self, connection: Connection) -> None:
+        self._busy.discard(connection)
+        if not self._busy:
+            self._all_idle.set()
+
+    async def _sweep_idle_connections(self) -> None:
+        """Close connections silent for idle_timeout_ms (Kafka's connections.max.idle.ms), unless a request of
+        theirs is still in flight."""
+        interval_s = max(self.config.idle_timeout_ms / 10, 10) / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            now_ms = self.clock.now_ms()
+            for connection in list(self._connections):
+                idle_ms = now_ms - connection.last_active_ms
+                if idle_ms >= self.config.idle_timeout_ms and not connection.is_busy:
+                    connection.abort("idle", f"idle_ms={idle_ms}")
+
+
+async def serve(
+    config: ServerConfig,
+    coordinator: GroupService,
+    *,
+    clock: Clock | None = None,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[CoordinatorServer], None] | None = None,
+    on_shutdown: ShutdownHook | None = None,
+) -> None:
+    """Serve the Kafka protocol until `stop` is set (or this task is cancelled), then shut down gracefully."""
+    server = CoordinatorServer(config, coordinator, clock=clock, on_shutdown=on_shutdown)
+    await server.start()
+    if on_started is not None:
+        on_started(server)
+    try:
+        await (stop.wait() if stop is not None else asyncio.Future())
+    finally:
+        await asyncio.shield(server.close())
