@@ -1,0 +1,109 @@
+"""Replaying state-topic records (pure, no Kafka): latest wins, tombstones remove, unknown/malformed skipped;
+the raw-error translation of failed appends; store record ↔ topic value conversion."""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coordinator.group.errors import Errors
+from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
+from coordinator.storage.convert import group_record, group_value, offset_record, offset_value
+from coordinator.storage.kafka_store import append_error
+from coordinator.storage.loader import StateReplay
+from coordinator.storage.records import (
+    GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, encode_group_metadata_value,
+    encode_key, encode_offset_commit_value,
+)
+
+
+def group_bytes(group_id: str, generation: int) -> tuple[bytes, bytes]:
+    value = GroupMetadataValue("consumer", generation, "range", None, -1, ())
+    return encode_key(GroupMetadataKey(group_id)), encode_group_metadata_value(value)
+
+
+def offset_bytes(group_id: str, partition: int, offset: int) -> tuple[bytes, bytes]:
+    return (encode_key(OffsetCommitKey(group_id, "t", partition)),
+            encode_offset_commit_value(OffsetCommitValue(offset, "", 0)))
+
+
+def test_latest_group_record_wins_and_tombstone_removes_it() -> None:
+    replay = StateReplay()
+    replay.apply(*group_bytes("a", 1))
+    replay.apply(*group_bytes("a", 2))
+    replay.apply(*group_bytes("b", 1))
+    replay.apply(encode_key(GroupMetadataKey("b")), None)
+    assert {g: v.generation for g, v in replay.state.groups.items()} == {"a": 2}
+
+
+def test_offset_tombstone_removes_one_partition_and_empty_groups_disappear() -> None:
+    replay = StateReplay()
+    replay.apply(*offset_bytes("g", 0, 10))
+    replay.apply(*offset_bytes("g", 1, 11))
+    replay.apply(*offset_bytes("g", 0, 12))
+    replay.apply(encode_key(OffsetCommitKey("g", "t", 1)), None)
+    assert {tp: v.offset for tp, v in replay.state.offsets["g"].items()} == {("t", 0): 12}
+    replay.apply(encode_key(OffsetCommitKey("g", "t", 0)), None)
+    assert "g" not in replay.state.offsets
+    replay.apply(encode_key(OffsetCommitKey("never", "t", 0)), None)  # tombstone of an unknown key: no-op
+    assert replay.state.offsets == {}
+
+
+def test_offsets_without_group_record_are_still_a_group() -> None:
+    replay = StateReplay()
+    replay.apply(*offset_bytes("simple", 0, 1))
+    replay.apply(*group_bytes("classic", 1))
+    assert replay.state.group_ids() == {"simple", "classic"}
+
+
+def test_unknown_key_versions_and_malformed_records_are_skipped_with_a_warning(caplog) -> None:
+    replay = StateReplay()
+    with caplog.at_level(logging.WARNING, logger="coordinator.storage"):
+        replay.apply(b"\x00\x05\x00\x01x", b"\x00\x00")  # Kafka 4.x consumer-group record
+        replay.apply(encode_key(GroupMetadataKey("bad")), b"\x00\x03\x00")  # truncated value
+        replay.apply(None, b"")
+        replay.apply(*group_bytes("ok", 3))
+    assert (replay.state.unknown_records, replay.state.malformed_records, replay.state.records) == (1, 2, 4)
+    assert set(replay.state.groups) == {"ok"}
+    assert "unknown_key_version version=5" in caplog.text
+    assert caplog.text.count("reason=malformed") == 2
+
+
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 2), st.none() | st.integers(0, 99)),
+                max_size=40))
+def test_replay_equals_applying_the_log_to_a_dict(log_entries) -> None:
+    replay = StateReplay()
+    expected: dict[tuple[str, int], int] = {}
+    for group_id, partition, offset in log_entries:
+        if offset is None:
+            replay.apply(encode_key(OffsetCommitKey(group_id, "t", partition)), None)
+            expected.pop((group_id, partition), None)
+        else:
+            replay.apply(*offset_bytes(group_id, partition, offset))
+            expected[(group_id, partition)] = offset
+    got = {(g, tp[1]): v.offset for g, offs in replay.state.offsets.items() for tp, v in offs.items()}
+    assert got == expected
+
+
+def test_append_errors_keep_broker_codes_and_translate_client_ones() -> None:
+    assert append_error(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS)) == Errors.NOT_ENOUGH_REPLICAS
+    assert append_error(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)) == Errors.NOT_LEADER_OR_FOLLOWER
+    assert append_error(KafkaError(KafkaError._MSG_TIMED_OUT)) == Errors.REQUEST_TIMED_OUT
+    assert append_error(KafkaError(KafkaError._UNKNOWN_PARTITION)) == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    assert append_error(KafkaError(KafkaError._QUEUE_FULL)) == Errors.COORDINATOR_NOT_AVAILABLE
+    assert append_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)) == Errors.TOPIC_AUTHORIZATION_FAILED
+    assert append_error(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH)) == Errors.UNKNOWN_SERVER_ERROR
+
+
+def test_store_records_convert_to_topic_values_and_back() -> None:
+    member = MemberRecord("m", "inst", "c", "/h", 300_000, 10_000, b"sub", b"asg")
+    record = GroupRecord("consumer", 4, "range", "m", 123, [member])
+    assert group_record(group_value(record)) == record
+    plain = OffsetRecord(5, leader_epoch=2, metadata="x", commit_timestamp_ms=9)
+    assert offset_value(plain).expire_timestamp_ms == -1
+    assert offset_record(offset_value(plain)) == plain
+    expiring = OffsetRecord(5, metadata="x", commit_timestamp_ms=9, expire_timestamp_ms=99)
+    assert offset_record(offset_value(expiring)) == expiring
