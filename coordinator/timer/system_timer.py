@@ -34,6 +34,7 @@ class SystemTimer:
         self._now_ms = self._clock.now_ms
         self._counter = TaskCounter()
         self._queue = BucketQueue(self._on_earliest_changed)
+        self._heap = self._queue._heap  # read on the hot path: is any bucket due?
         self._wheel = TimingWheel(tick_ms, wheel_size, self._now_ms(), self._queue, self._counter)
         self._executor = executor
         self._expired: list[TimerTaskEntry] = []
@@ -70,11 +71,15 @@ class SystemTimer:
             if entry.list is not None:
                 entry.list.remove(entry)
             entry.expiration_ms = expiration_ms
-        if not self._queue._heap:
-            # No bucket is pending, so the wheels are empty: let them catch up with the clock first, so the
-            # entry is placed relative to now rather than cascading down from a stale position.
-            self._wheel.advance_clock(now_ms)
-        if not self._wheel.add(entry):
+        wheel = self._wheel
+        if now_ms >= wheel.current_time_ms + wheel.tick_ms:
+            # The clock moved since the wheels last advanced. If no bucket is due, catching up is safe (every
+            # pending bucket lies ahead) and places the entry relative to now instead of in a bucket that is
+            # already due; if one is due, the next drain handles it and then this entry.
+            heap = self._heap
+            if not heap or heap[0][0] > now_ms:
+                wheel.advance_clock(now_ms)
+        if not wheel.add(entry):
             entry.list = PENDING_RUN
             self._submit([entry])
 
@@ -94,6 +99,7 @@ class SystemTimer:
             now_ms = self._now_ms()
             bucket = self._queue.poll(now_ms)
         if bucket is None:
+            self._wheel.advance_clock(now_ms)  # safe: no bucket is due, all lie ahead of now_ms
             return False
         expired = self._expired = []
         reinsert = self._reinsert
