@@ -39,11 +39,13 @@ class SystemTimer:
         self._executor = executor
         self._expired: list[TimerTaskEntry] = []
         self._closed = False
+        self._draining = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
         self._wake_handle: asyncio.TimerHandle | None = None
         self._wake_at_ms: int | None = None
+        self.wakeups = 0  # times the reaper woke up: a metric, and proof that it does not poll
 
     @property
     def size(self) -> int:
@@ -104,10 +106,14 @@ class SystemTimer:
         expired = self._expired = []
         reinsert = self._reinsert
         wheel = self._wheel
-        while bucket is not None:
-            wheel.advance_clock(bucket.expiration_ms)
-            bucket.flush(reinsert)
-            bucket = self._queue.poll(now_ms)
+        self._draining = True
+        try:
+            while bucket is not None:
+                wheel.advance_clock(bucket.expiration_ms)
+                bucket.flush(reinsert)
+                bucket = self._queue.poll(now_ms)
+        finally:
+            self._draining = False
         # Every bucket left expires after now_ms, so moving the clocks to now cannot strand one of them.
         wheel.advance_clock(now_ms)
         if expired:
@@ -182,6 +188,7 @@ class SystemTimer:
             self._arm(self._queue.earliest_ms())
             await self._wake
             self._wake = None
+            self.wakeups += 1
             self.advance_clock(0)
 
     def _on_earliest_changed(self, expiration_ms: int) -> None:

@@ -1,0 +1,122 @@
+"""The timer on a real event loop and the real monotonic clock: bounded in count and time (< 5 s)."""
+from __future__ import annotations
+
+import asyncio
+import random
+
+from coordinator.timer import MonotonicClock, SystemTimer, TimerTask
+
+
+class Stamp(TimerTask):
+    """Records (expected expiration, actual time) when it runs."""
+
+    __slots__ = ("clock", "expected_ms", "runs")
+
+    def __init__(self, delay_ms: int, clock: MonotonicClock, runs: list) -> None:
+        super().__init__(delay_ms)
+        self.clock = clock
+        self.runs = runs
+        self.expected_ms = 0
+
+    def run(self) -> None:
+        self.runs.append((self, self.clock.now_ms()))
+
+
+def schedule(timer: SystemTimer, clock: MonotonicClock, delay_ms: int, runs: list) -> Stamp:
+    task = Stamp(delay_ms, clock, runs)
+    task.expected_ms = clock.now_ms() + delay_ms
+    timer.add(task)
+    return task
+
+
+async def test_ten_thousand_random_timers_fire_once_within_tolerance():
+    clock = MonotonicClock()
+    timer = SystemTimer("realloop", clock=clock)
+    timer.start()
+    runs: list = []
+    rng = random.Random(7)
+    tasks = [schedule(timer, clock, rng.randint(0, 1_500), runs) for _ in range(10_000)]
+    try:
+        deadline_ms = max(t.expected_ms for t in tasks) + 1_000
+        while len(runs) < len(tasks) and clock.now_ms() < deadline_ms:
+            await asyncio.sleep(0.05)
+    finally:
+        await timer.close()
+    assert len(runs) == len(tasks) and len({id(task) for task, _ in runs}) == len(tasks)
+    lateness_ms = sorted(at_ms - task.expected_ms for task, at_ms in runs)
+    assert lateness_ms[0] >= 0, "a timer fired early"
+    # Generous bounds: the machine is shared; bench/timer.py measures lateness properly.
+    assert lateness_ms[len(lateness_ms) * 99 // 100] <= 50 and lateness_ms[-1] <= 250
+    # The reaper woke per bucket, not per ms of the 1.5 s span, nor per task.
+    assert timer.wakeups < 1_600
+
+
+async def test_reaper_sleeps_when_nothing_is_scheduled():
+    timer = SystemTimer("idle")
+    timer.start()
+    await asyncio.sleep(0.1)
+    assert timer.wakeups == 0 and timer._wake_handle is None
+    await timer.close()
+
+
+async def test_an_earlier_task_wakes_the_reaper_early():
+    clock = MonotonicClock()
+    timer = SystemTimer("early", clock=clock)
+    timer.start()
+    runs: list = []
+    schedule(timer, clock, 5_000, runs)
+    await asyncio.sleep(0.01)
+    soon = schedule(timer, clock, 20, runs)
+    try:
+        await asyncio.sleep(0.3)
+    finally:
+        await timer.close()
+    assert [task for task, _ in runs] == [soon]
+    assert 0 <= runs[0][1] - soon.expected_ms <= 150
+
+
+async def test_cancelled_timers_leave_the_reaper_idle():
+    clock = MonotonicClock()
+    timer = SystemTimer("cancel", clock=clock)
+    timer.start()
+    runs: list = []
+    tasks = [schedule(timer, clock, 30, runs) for _ in range(1_000)]
+    for task in tasks:
+        task.cancel()
+    await asyncio.sleep(0.1)
+    wakeups = timer.wakeups
+    await asyncio.sleep(0.1)
+    await timer.close()
+    assert runs == [] and timer.size == 0
+    # At most one wake-up per emptied bucket (the adds may straddle a few ms), then none at all.
+    assert wakeups <= len({task.expected_ms for task in tasks}) and timer.wakeups == wakeups
+
+
+async def test_close_stops_the_reaper_and_nothing_fires_afterwards():
+    clock = MonotonicClock()
+    timer = SystemTimer("close", clock=clock)
+    timer.start()
+    runs: list = []
+    schedule(timer, clock, 30, runs)
+    reaper = timer._reaper
+    await timer.close()
+    await asyncio.sleep(0.08)
+    assert runs == [] and reaper is not None and reaper.done()
+
+
+async def test_tasks_run_as_loop_callbacks_not_inside_the_drain():
+    clock = MonotonicClock()
+    timer = SystemTimer("callbacks", clock=clock)
+    seen_inside_drain = []
+
+    class Probe(TimerTask):
+        def run(self) -> None:
+            seen_inside_drain.append(timer._draining)
+
+    timer.start()
+    timer.add(Probe(5))
+    try:
+        await asyncio.sleep(0.1)
+    finally:
+        await timer.close()
+    assert seen_inside_drain == [False]
