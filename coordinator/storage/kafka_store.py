@@ -105,6 +105,11 @@ class KafkaGroupStore(GroupStore):
                  self.clock.now_ms() - started_ms)
         return state
 
+    async def flush(self) -> None:
+        """Wait until every record appended so far (tombstones included) is acknowledged or failed."""
+        if self._producer is not None:
+            await self._producer.flush(self.config.commit_timeout_ms)
+
     async def close(self) -> None:
         self._stop_loading.set()
         if self._producer is not None:

@@ -133,6 +133,10 @@ class AsyncProducer:
         while not self._stop.is_set():
             self._producer.poll(_POLL_INTERVAL_S)
 
+    async def flush(self, timeout_ms: int) -> int:
+        """Wait (in a worker thread) until everything enqueued is delivered or failed; returns how many remain."""
+        return await asyncio.to_thread(self._producer.flush, timeout_ms / 1000)
+
     async def close(self, flush_timeout_ms: int = 5_000) -> None:
         """Stop polling, then deliver (or fail) what is queued, in a worker thread."""
         self._stop.set()

@@ -81,7 +81,8 @@ async def test_tombstones_remove_groups_and_offsets_on_reload(kafka_bootstrap: s
                                             ("t", 1): OffsetRecord(2, commit_timestamp_ms=1)})
         await store.delete_group("gone", [("t", 0), ("t", 1)], write_group_tombstone=True)
         await store.delete_offsets("keep", [("t", 1)])
-        await store.store_offsets("keep", {("t", 2): OffsetRecord(3, commit_timestamp_ms=1)})  # flushes after
+        await store.store_offsets("keep", {("t", 2): OffsetRecord(3, commit_timestamp_ms=1)})
+        await store.flush()
         state = await store.load()
     finally:
         await store.close()
