@@ -1,0 +1,424 @@
+"""GroupCoordinator: Kafka's classic group protocol over two purgatories, a clock and a GroupStore.
+
+One asyncio loop owns every group, so there are no locks: each request handler runs its checks and state
+changes synchronously, and only awaits (a parked JoinGroup/SyncGroup future, a store write) at the end.
+Where a store write completes later, its callback re-checks state and generation first, as Kafka does.
+
+The request handlers live in mixins (join.py, sync.py, offsets.py, admin.py); this module holds what they
+share: status checks, the rebalance mechanics (§4 of the reference), session tracking, loading and unloading.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable
+
+from coordinator.config import CoordinatorConfig
+from coordinator.group.admin import AdminHandlers
+from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupResponse, SyncGroupResponse
+from coordinator.group.delayed import (DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin, join_key,
+                                       member_key, sync_key)
+from coordinator.group.errors import Errors
+from coordinator.group.join import JoinHandlers
+from coordinator.group.member import MemberMetadata
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.observer import GroupObserver
+from coordinator.group.offsets import OffsetHandlers
+from coordinator.group.state import GroupState
+from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, TopicPartition
+from coordinator.group.sync import SyncHandlers
+from coordinator.purgatory import DelayedOperationPurgatory
+from coordinator.timer import Clock, SystemTimer
+
+log = logging.getLogger("coordinator.group")
+
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
+    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
+    GroupState.DEAD)
+
+
+class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers):
+    def __init__(self, config: CoordinatorConfig, timer: SystemTimer, store: GroupStore,
+                 clock: Clock | None = None, observer: GroupObserver | None = None) -> None:
+        self.config = config
+        self.timer = timer
+        self.store = store
+        self.clock: Clock = clock if clock is not None else timer.clock
+        self.observer: GroupObserver = observer if observer is not None else GroupObserver()
+        self.groups: dict[str, GroupMetadata] = {}
+        purge = config.purgatory_purge_interval
+        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", timer, purge, owns_timer=False)
+        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer, purge, owns_timer=False)
+        self.is_active = True
+        self.is_loading = False
+        # Optional ownership test (partition ownership lives in the storage layer): False -> NOT_COORDINATOR.
+        self.owns_group: Callable[[str], bool] | None = None
+        self._loaded_groups: dict[str, GroupRecord] = {}
+        self._loaded_offsets: dict[str, dict[TopicPartition, OffsetRecord]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._offset_write_seq = 0
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    # --- common checks (§3.0) ---------------------------------------------------------------------------------
+    def group_status_error(self, group_id: str | None, empty_id_ok: bool = False) -> Errors | None:
+        if group_id is None or (not group_id and not empty_id_ok):
+            return Errors.INVALID_GROUP_ID
+        if not self.is_active:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if self.is_loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS
+        if self.owns_group is not None and not self.owns_group(group_id):
+            return Errors.NOT_COORDINATOR
+        return None
+
+    def validate_current_member(self, group: GroupMetadata, member_id: str, group_instance_id: str | None,
+                                operation: str) -> Errors | None:
+        if group_instance_id is not None:
+            current = group.static_members.get(group_instance_id)
+            if current is None:
+                return Errors.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                log.info("event=fenced group=%s member=%s group_instance_id=%s current_member=%s operation=%s",
+                         group.group_id, member_id, group_instance_id, current, operation)
+                return Errors.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return Errors.UNKNOWN_MEMBER_ID
+        return None
+
+    def add_group(self, group_id: str) -> GroupMetadata:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms(), self.observer)
+        return group
+
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        """Background work (store writes) that must finish even if the request that started it is cancelled."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # --- rebalance mechanics (§4) -----------------------------------------------------------------------------
+    def maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.can_rebalance:
+            self.prepare_rebalance(group, reason)
+
+    def prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.is_in(COMPLETING):
+            self.reset_and_propagate_assignment_error(group, Errors.REBALANCE_IN_PROGRESS)
+        self.remove_sync_expiration(group)
+        delay_ms = self.config.group_initial_rebalance_delay_ms
+        if group.is_in(EMPTY):
+            remaining_ms = max(group.rebalance_timeout_ms - delay_ms, 0)
+            op: DelayedJoin = InitialDelayedJoin(self, self.rebalance_purgatory, group, delay_ms, delay_ms,
+                                                 remaining_ms)
+        else:
+            op = DelayedJoin(self, group, group.rebalance_timeout_ms)
+        now_ms = self.now_ms()
+        group.transition_to(PREPARING, now_ms)
+        if group.rebalance_started_ms is None:
+            group.rebalance_started_ms = now_ms
+        log.info("event=rebalance_prepare group=%s generation=%d delay_ms=%d reason=%r",
+                 group.group_id, group.generation_id, op.delay_ms, reason)
+        self.observer.on_rebalance_started(group.group_id, group.generation_id, reason)
+        self.rebalance_purgatory.try_complete_else_watch(op, [join_key(group.group_id)])
+
+    def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool:
+        return force_complete() if group.has_all_members_joined else False
+
+    def on_complete_join(self, group: GroupMetadata) -> None:
+        self._remove_dynamic_members_not_rejoined(group)
+        if group.is_in(DEAD):
+            log.info("event=join_complete_skipped group=%s reason=dead", group.group_id)
+        elif not group.maybe_elect_new_joined_leader() and group.members:
+            # Nobody re-joined: wait another rebalance timeout for session expiry to clear the members.
+            log.error("event=no_member_rejoined group=%s generation=%d", group.group_id, group.generation_id)
+            self.rebalance_purgatory.try_complete_else_watch(
+                DelayedJoin(self, group, group.rebalance_timeout_ms), [join_key(group.group_id)])
+        else:
+            group.init_next_generation(self.now_ms())
+            if group.is_in(EMPTY):
+                self._on_group_emptied(group)
+            else:
+                self._send_join_responses(group)
+
+    def _remove_dynamic_members_not_rejoined(self, group: GroupMetadata) -> None:
+        failed = [m for m in group.not_yet_rejoined_members() if not m.is_static]
+        if not failed:
+            return
+        log.info("event=members_not_rejoined group=%s members=%s", group.group_id, [m.member_id for m in failed])
+        for member in failed:
+            group.remove(member.member_id)
+            self.remove_heartbeat(group, member)
+            self.observer.on_member_failed(group.group_id, member.member_id, None, "not rejoined before rebalance timeout")
+
+    def _on_group_emptied(self, group: GroupMetadata) -> None:
+        log.info("event=group_empty group=%s generation=%d", group.group_id, group.generation_id)
+        self._rebalance_completed(group)
+        record = group.to_record({})
+
+        async def store_empty() -> None:
+            try:
+                await self.store.store_group(group.group_id, record)
+            except Exception as exc:  # only a warning in Kafka: the old generation times out if reloaded
+                log.warning("event=store_empty_group_failed group=%s error=%r", group.group_id, exc)
+
+        self.spawn(store_empty())
+
+    def _send_join_responses(self, group: GroupMetadata) -> None:
+        log.info("event=group_stabilized group=%s generation=%d members=%d protocol=%s leader=%s",
+                 group.group_id, group.generation_id, group.size, group.protocol_name, group.leader_id)
+        all_members = None
+        for member in list(group.members.values()):
+            is_leader = group.is_leader(member.member_id)
+            if is_leader and all_members is None:
+                all_members = self.member_list(group)
+            group.complete_join(member, self.join_response(group, member.member_id, all_members if is_leader else []))
+            self.schedule_heartbeat(group, member, member.session_timeout_ms)
+            member.is_new = False
+            group.pending_sync_members.add(member.member_id)
+        self.rebalance_purgatory.try_complete_else_watch(
+            DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms), [sync_key(group.group_id)])
+
+    def remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
+        group.complete_join(member, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID))
+        # Kafka leaves a parked SyncGroup of a removed member unanswered; we answer it so no request hangs.
+        group.complete_sync(member, SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
+        group.remove(member.member_id)
+        if group.is_in(STABLE) or group.is_in(COMPLETING):
+            self.maybe_prepare_rebalance(group, reason)
+        elif group.is_in(PREPARING):
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def remove_pending_member_and_update_group(self, group: GroupMetadata, member_id: str) -> None:
+        group.remove(member_id)
+        if group.is_in(PREPARING):
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    # --- pending sync (DelayedSync, §4.6) ---------------------------------------------------------------------
+    def remove_sync_expiration(self, group: GroupMetadata) -> None:
+        group.pending_sync_members.clear()
+        self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+
+    def remove_pending_sync_member(self, group: GroupMetadata, member_id: str) -> None:
+        group.pending_sync_members.discard(member_id)
+        self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+
+    def try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
+                                  force_complete: Callable[[], bool]) -> bool:
+        if generation_id != group.generation_id or group.state in (DEAD, EMPTY, PREPARING):
+            return force_complete()
+        return force_complete() if not group.pending_sync_members else False
+
+    def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None:
+        if generation_id != group.generation_id or group.state in (DEAD, EMPTY, PREPARING):
+            log.error("event=unexpected_sync_expiration group=%s generation=%d current_generation=%d state=%s",
+                      group.group_id, generation_id, group.generation_id, group.state.value)
+            return
+        if not group.pending_sync_members:
+            return
+        missing = sorted(group.pending_sync_members)
+        for member_id in missing:
+            member = group.members.get(member_id)
+            group.remove(member_id)
+            if member is not None:
+                self.remove_heartbeat(group, member)
+                self.observer.on_member_failed(group.group_id, member_id, member.group_instance_id,
+                                               "no SyncGroup before rebalance timeout")
+        log.info("event=members_not_synced group=%s members=%s", group.group_id, missing)
+        self.prepare_rebalance(group, f"Removing {missing} on pending sync request expiration")
+
+    # --- assignment propagation -------------------------------------------------------------------------------
+    def reset_and_propagate_assignment_error(self, group: GroupMetadata, error: Errors) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self.propagate_assignment(group, error)
+
+    def propagate_assignment(self, group: GroupMetadata, error: Errors) -> None:
+        ok = error == Errors.NONE
+        protocol_type, protocol_name = (group.protocol_type, group.protocol_name) if ok else (None, None)
+        for member in list(group.members.values()):
+            if ok and not member.assignment:
+                log.warning("event=empty_assignment group=%s member=%s generation=%d",
+                            group.group_id, member.member_id, group.generation_id)
+            response = SyncGroupResponse(error, protocol_type, protocol_name, member.assignment)
+            if group.complete_sync(member, response):
+                self.schedule_heartbeat(group, member, member.session_timeout_ms)
+
+    def _rebalance_completed(self, group: GroupMetadata) -> None:
+        started_ms = group.rebalance_started_ms
+        group.rebalance_started_ms = None
+        duration_ms = 0 if started_ms is None else self.now_ms() - started_ms
+        log.info("event=rebalance_complete group=%s generation=%d members=%d duration_ms=%d",
+                 group.group_id, group.generation_id, group.size, duration_ms)
+        self.observer.on_rebalance_completed(group.group_id, group.generation_id, group.size, duration_ms)
+
+    # --- responses --------------------------------------------------------------------------------------------
+    @staticmethod
+    def member_list(group: GroupMetadata) -> list[Any]:
+        from coordinator.group.api import JoinGroupResponseMember
+        return [JoinGroupResponseMember(m, i, md) for m, i, md in group.current_member_metadata()]
+
+    @staticmethod
+    def join_response(group: GroupMetadata, member_id: str, members: list[Any], leader: str | None = None,
+                      skip_assignment: bool = False) -> JoinGroupResponse:
+        return JoinGroupResponse(
+            Errors.NONE, member_id=member_id, generation_id=group.generation_id,
+            protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+            leader=(group.leader_id if leader is None else leader) or "", skip_assignment=skip_assignment,
+            members=members)
+
+    # --- session tracking (DelayedHeartbeat, §4.8) ------------------------------------------------------------
+    @staticmethod
+    def has_satisfied_heartbeat(member: MemberMetadata) -> bool:
+        """A member parked in JoinGroup/SyncGroup is alive, unless it is new (§4.8)."""
+        return not member.is_new and (member.join_future is not None or member.sync_future is not None)
+
+    def schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int) -> None:
+        """Kafka's completeAndScheduleNextExpiration. The hot path: a heartbeat only moves the deadline; the
+        DelayedHeartbeat already in the timer re-checks the deadline when it fires and re-arms for the rest,
+        so the timer sees one operation per session timeout instead of one per heartbeat."""
+        deadline_ms = self.clock.now_ms() + timeout_ms
+        member.heartbeat_deadline_ms = deadline_ms
+        op = member.heartbeat_op
+        if op is not None and not op.is_completed:
+            if op.deadline_ms <= deadline_ms and op.member_id == member.member_id:
+                return
+            op.force_complete()
+        member.heartbeat_op = None
+        if self.has_satisfied_heartbeat(member):
+            return  # Kafka: the operation completes at once; no timer until the response is sent
+        self._arm_heartbeat(group, member, timeout_ms)
+
+    def _arm_heartbeat(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int) -> None:
+        op = DelayedHeartbeat(self, group, member.member_id, False, timeout_ms, self.clock.now_ms())
+        member.heartbeat_op = op
+        self.heartbeat_purgatory.try_complete_else_watch(op, [member_key(group.group_id, member.member_id)])
+
+    def add_pending_member_expiration(self, group: GroupMetadata, member_id: str, timeout_ms: int) -> None:
+        op = DelayedHeartbeat(self, group, member_id, True, timeout_ms, self.clock.now_ms())
+        self.heartbeat_purgatory.try_complete_else_watch(op, [member_key(group.group_id, member_id)])
+
+    def remove_heartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        member.heartbeat_op = None
+        self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member.member_id))
+
+    def try_complete_heartbeat(self, op: DelayedHeartbeat) -> bool:
+        group = op.group
+        if group.is_in(DEAD):
+            return op.force_complete()
+        if op.is_pending:
+            gone = op.member_id in group.members or op.member_id not in group.pending_members
+            return op.force_complete() if gone else False
+        member = group.members.get(op.member_id)
+        if member is None or member.heartbeat_op is not op or self.has_satisfied_heartbeat(member):
+            return op.force_complete()
+        return False
+
+    def on_expire_heartbeat(self, op: DelayedHeartbeat) -> None:
+        group = op.group
+        if group.is_in(DEAD):
+            log.info("event=heartbeat_expired_after_unload group=%s member=%s", group.group_id, op.member_id)
+        elif op.is_pending:
+            if op.member_id in group.pending_members:
+                log.info("event=pending_member_expired group=%s member=%s", group.group_id, op.member_id)
+                self.remove_pending_member_and_update_group(group, op.member_id)
+        else:
+            member = group.members.get(op.member_id)
+            if member is not None and member.heartbeat_op is op:
+                member.heartbeat_op = None
+                self._check_session(group, member)
+
+    def _check_session(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        if self.has_satisfied_heartbeat(member):
+            return
+        remaining_ms = member.heartbeat_deadline_ms - self.clock.now_ms()
+        if remaining_ms > 0:  # heartbeats arrived since this operation was armed
+            self._arm_heartbeat(group, member, remaining_ms)
+            return
+        log.info("Member %s in group %s has failed, removing it from the group", member.member_id, group.group_id)
+        self.observer.on_member_failed(group.group_id, member.member_id, member.group_instance_id,
+                                       "session timeout")
+        self.remove_member_and_update_group(
+            group, member, f"removing member {member.member_id} on heartbeat expiration")
+
+    # --- loading and unloading (§7.4, §7.5) -------------------------------------------------------------------
+    def begin_loading(self) -> None:
+        """Group requests get COORDINATOR_LOAD_IN_PROGRESS (Heartbeat: NONE, SyncGroup: REBALANCE_IN_PROGRESS)
+        until finish_loading()."""
+        self.is_loading = True
+        self._loaded_groups.clear()
+        self._loaded_offsets.clear()
+
+    def load_group(self, group_id: str, record: GroupRecord | None) -> None:
+        """Replay one group record in log order; None is a tombstone."""
+        if record is None:
+            self._loaded_groups.pop(group_id, None)
+        else:
+            self._loaded_groups[group_id] = record
+
+    def load_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetRecord | None]) -> None:
+        """Replay offset records in log order; a None value is a tombstone."""
+        loaded = self._loaded_offsets.setdefault(group_id, {})
+        for tp, record in offsets.items():
+            if record is None:
+                loaded.pop(tp, None)
+            else:
+                loaded[tp] = record
+
+    def finish_loading(self) -> None:
+        from coordinator.group.loading import materialize_group
+        try:
+            for group_id in set(self._loaded_groups) | {g for g, o in self._loaded_offsets.items() if o}:
+                if group_id in self.groups:
+                    log.warning("event=load_skipped group=%s reason=already_cached", group_id)
+                    continue
+                group = materialize_group(self, group_id, self._loaded_groups.get(group_id),
+                                          self._loaded_offsets.get(group_id, {}))
+                self.groups[group_id] = group
+                self._on_group_loaded(group)
+        finally:
+            self._loaded_groups.clear()
+            self._loaded_offsets.clear()
+            self.is_loading = False
+
+    def _on_group_loaded(self, group: GroupMetadata) -> None:
+        log.info("event=group_loaded group=%s generation=%d state=%s members=%d",
+                 group.group_id, group.generation_id, group.state.value, group.size)
+        if group.size > self.config.group_max_size:
+            self.prepare_rebalance(group, f"Freshly-loaded group is over capacity ({self.config.group_max_size}). "
+                                          "Rebalancing in order to give a chance for consumers to commit offsets")
+        for member in list(group.members.values()):
+            self.schedule_heartbeat(group, member, member.session_timeout_ms)
+
+    def unload_group(self, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
+        """The one funnel that answers every parked request of a group that leaves this coordinator."""
+        previous = group.state
+        group.transition_to(DEAD, self.now_ms())
+        for member in list(group.members.values()):
+            group.complete_join(member, JoinGroupResponse(error, member_id=member.member_id))
+            group.complete_sync(member, SyncGroupResponse(error))
+            self.remove_heartbeat(group, member)
+        if previous is PREPARING:
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+        self.remove_sync_expiration(group)
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
+    def unload_all(self, error: Errors = Errors.NOT_COORDINATOR) -> None:
+        for group in list(self.groups.values()):
+            self.unload_group(group, error)
+
+    async def shutdown(self) -> None:
+        """Stop serving: parked requests get NOT_COORDINATOR (clients rediscover), pending writes finish or are
+        cancelled, delayed operations are dropped. The timer belongs to the caller."""
+        self.is_active = False
+        self.unload_all(Errors.NOT_COORDINATOR)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.heartbeat_purgatory.shutdown()
+        await self.rebalance_purgatory.shutdown()

@@ -1,0 +1,40 @@
+"""Materialising loaded records into groups (§7.4): Stable with members, else Empty."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coordinator.group.member import MemberMetadata
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.state import GroupState
+from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
+
+if TYPE_CHECKING:
+    from coordinator.group.coordinator import GroupCoordinator
+
+
+def materialize_group(coordinator: GroupCoordinator, group_id: str, record: GroupRecord | None,
+                      offsets: dict[TopicPartition, OffsetRecord]) -> GroupMetadata:
+    now_ms = coordinator.now_ms()
+    if record is None:  # offsets only: a "simple" group that never had members
+        group = GroupMetadata(group_id, GroupState.EMPTY, now_ms, coordinator.observer)
+    else:
+        state = GroupState.STABLE if record.members else GroupState.EMPTY
+        group = GroupMetadata(group_id, state, now_ms, coordinator.observer)
+        group.protocol_type = record.protocol_type or None
+        group.protocol_name = record.protocol
+        group.generation_id = record.generation
+        group.leader_id = record.leader  # set before members are added, so it is not re-elected
+        ts = record.current_state_timestamp_ms
+        group.current_state_timestamp_ms = None if ts < 0 else ts
+        for m in record.members:
+            protocols = [(record.protocol or "", m.subscription)]
+            member = MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                    m.rebalance_timeout_ms if m.rebalance_timeout_ms >= 0 else m.session_timeout_ms,
+                                    m.session_timeout_ms, record.protocol_type, protocols)
+            member.assignment = m.assignment
+            group.add(member)
+        if group.leader_id is None and group.members:
+            group.leader_id = next(iter(group.members))
+        group.subscribed_topics = group._compute_subscribed_topics()
+    group.offsets.update(offsets)
+    return group

@@ -1,0 +1,174 @@
+"""OffsetCommit (§3.5), OffsetFetch (§3.6) and offset expiry (§7.3): mixed into GroupCoordinator."""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, OffsetCommitResponse,
+                                   OffsetCommitResponsePartition, OffsetCommitResponseTopic, OffsetFetchRequest,
+                                   OffsetFetchResponse, OffsetFetchResponsePartition, OffsetFetchResponseTopic)
+from coordinator.group.errors import Errors, offset_append_error
+from coordinator.group.state import GroupState
+from coordinator.group.store import OffsetRecord, StoreError, TopicPartition
+
+if TYPE_CHECKING:
+    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.metadata import GroupMetadata
+
+log = logging.getLogger("coordinator.group")
+
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
+    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
+    GroupState.DEAD)
+
+
+def _commit_response(req: OffsetCommitRequest, errors: dict[TopicPartition, Errors] | Errors) -> OffsetCommitResponse:
+    """Per-partition errors in the request's order; a single error applies to every partition."""
+    def error_for(tp: TopicPartition) -> Errors:
+        return errors if isinstance(errors, Errors) else errors[tp]
+
+    return OffsetCommitResponse([
+        OffsetCommitResponseTopic(t.name, [OffsetCommitResponsePartition(p.partition_index,
+                                                                         error_for((t.name, p.partition_index)))
+                                           for p in t.partitions])
+        for t in req.topics
+    ])
+
+
+class OffsetHandlers:
+    # --- OffsetCommit -----------------------------------------------------------------------------------------
+    async def commit_offsets(self: GroupCoordinator, req: OffsetCommitRequest) -> OffsetCommitResponse:
+        error = self.group_status_error(req.group_id, empty_id_ok=True)
+        if error is not None:
+            return _commit_response(req, error)
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.generation_id >= 0:  # a commit from an older generation, or a deleted group
+                return _commit_response(req, Errors.ILLEGAL_GENERATION)
+            group = self.add_group(req.group_id)  # a "simple" consumer using Kafka for offsets only
+        error = self._validate_offset_commit(group, req)
+        if error is None and group.is_in(COMPLETING):
+            error = Errors.REBALANCE_IN_PROGRESS
+        if error is not None:
+            return _commit_response(req, error)
+        if group.state in (STABLE, PREPARING):
+            member = group.get(req.member_id)
+            self.schedule_heartbeat(group, member, member.session_timeout_ms)
+        return _commit_response(req, await self._store_offsets(group, req))
+
+    def _validate_offset_commit(self: GroupCoordinator, group: GroupMetadata, req: OffsetCommitRequest
+                                ) -> Errors | None:
+        if group.is_in(DEAD):
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if req.generation_id < 0 and group.is_in(EMPTY):
+            return None
+        if req.generation_id >= 0 or req.member_id != UNKNOWN_MEMBER_ID or req.group_instance_id is not None:
+            error = self.validate_current_member(group, req.member_id, req.group_instance_id, "offset-commit")
+            if error is None and req.generation_id != group.generation_id:
+                error = Errors.ILLEGAL_GENERATION
+            return error
+        return Errors.UNKNOWN_MEMBER_ID  # generation -1 without a member: only for Empty groups
+
+    async def _store_offsets(self: GroupCoordinator, group: GroupMetadata, req: OffsetCommitRequest
+                             ) -> dict[TopicPartition, Errors]:
+        now_ms = self.now_ms()
+        expire_ms = now_ms + req.retention_time_ms if req.retention_time_ms != -1 else None
+        errors: dict[TopicPartition, Errors] = {}
+        offsets: dict[TopicPartition, OffsetRecord] = {}
+        for topic in req.topics:
+            for p in topic.partitions:
+                tp = (topic.name, p.partition_index)
+                metadata = p.committed_metadata or ""
+                if len(metadata) > self.config.offset_metadata_max_bytes:
+                    errors[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+                    continue
+                commit_ms = p.commit_timestamp_ms if p.commit_timestamp_ms != -1 else now_ms
+                offsets[tp] = OffsetRecord(p.committed_offset, p.committed_leader_epoch, metadata, commit_ms,
+                                           expire_ms)
+        if not offsets:
+            return errors
+        self._offset_write_seq += 1
+        version = self._offset_write_seq
+        group.prepare_offset_commit(list(offsets))
+        error = Errors.NONE
+        try:
+            await self.store.store_offsets(group.group_id, offsets)
+        except StoreError as exc:
+            error = offset_append_error(exc.error)
+        except Exception:
+            log.exception("event=offset_store_failed group=%s", group.group_id)
+            error = Errors.UNKNOWN_SERVER_ERROR
+        group.finish_offset_commit(offsets, version, ok=error == Errors.NONE and not group.is_in(DEAD))
+        if error == Errors.NONE:
+            self.observer.on_offsets_committed(group.group_id, req.member_id, len(offsets))
+        else:
+            log.warning("event=offset_commit_failed group=%s member=%s partitions=%d error=%s",
+                        group.group_id, req.member_id, len(offsets), error.name)
+        for tp in offsets:
+            errors[tp] = error
+        return errors
+
+    # --- OffsetFetch ------------------------------------------------------------------------------------------
+    async def fetch_offsets(self: GroupCoordinator, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        return self.handle_fetch_offsets(req)
+
+    def handle_fetch_offsets(self: GroupCoordinator, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        error = self.group_status_error(req.group_id, empty_id_ok=True)
+        if error is not None:
+            return OffsetFetchResponse(req.group_id, error)
+        group = self.groups.get(req.group_id)
+        if group is not None and group.is_in(DEAD):
+            group = None
+        if req.topics is None:
+            wanted = sorted(group.offsets) if group is not None else []
+        else:
+            wanted = [(t.name, p) for t in req.topics for p in t.partition_indexes]
+        by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
+        for topic, partition in wanted:
+            by_topic.setdefault(topic, []).append(self._fetch_one(group, (topic, partition), req.require_stable))
+        return OffsetFetchResponse(req.group_id, Errors.NONE,
+                                   [OffsetFetchResponseTopic(t, parts) for t, parts in by_topic.items()])
+
+    @staticmethod
+    def _fetch_one(group: GroupMetadata | None, tp: TopicPartition, require_stable: bool
+                   ) -> OffsetFetchResponsePartition:
+        if group is None:
+            return OffsetFetchResponsePartition(tp[1])
+        if require_stable and group.has_pending_offset_commit(tp):
+            return OffsetFetchResponsePartition(tp[1], error_code=Errors.UNSTABLE_OFFSET_COMMIT)
+        record = group.offsets.get(tp)
+        if record is None:
+            return OffsetFetchResponsePartition(tp[1])
+        return OffsetFetchResponsePartition(tp[1], record.offset, record.leader_epoch, record.metadata)
+
+    # --- expiry and cleanup (§7.3) ----------------------------------------------------------------------------
+    async def expire_offsets(self: GroupCoordinator) -> int:
+        """One run of Kafka's cleanup task (every offsets.retention.check.interval.ms): removes expired offsets,
+        turns Empty groups without offsets Dead, and writes the tombstones. Returns the offsets removed."""
+        if not self.is_active or self.is_loading:
+            return 0
+        now_ms, retention_ms = self.now_ms(), self.config.offsets_retention_ms
+        return await self.cleanup_groups(list(self.groups.values()),
+                                         lambda g: g.remove_offsets(g.expired_offsets(now_ms, retention_ms)))
+
+    async def cleanup_groups(self: GroupCoordinator, groups: list[GroupMetadata], selector) -> int:
+        """Kafka's cleanupGroupMetadata: apply `selector` (returns removed partitions) under the group's
+        ownership, retire Empty groups without offsets, then append tombstones (fire-and-forget)."""
+        removed_total = 0
+        for group in groups:
+            removed: list[TopicPartition] = selector(group)
+            if group.is_in(EMPTY) and not group.has_offsets:
+                group.transition_to(DEAD, self.now_ms())
+            write_group_tombstone = False
+            if group.is_in(DEAD):
+                if self.groups.get(group.group_id) is group:
+                    del self.groups[group.group_id]
+                write_group_tombstone = group.generation_id > 0
+            if removed:
+                self.observer.on_offsets_expired(group.group_id, len(removed))
+            if removed or write_group_tombstone:
+                removed_total += len(removed)
+                log.info("event=group_cleanup group=%s offsets_removed=%d group_tombstone=%s",
+                         group.group_id, len(removed), write_group_tombstone)
+                await self.store.delete_group(group.group_id, removed, write_group_tombstone)
+        return removed_total
