@@ -94,7 +94,10 @@ class TimingWheel:
         self._queue = queue
 
     def add(self, entry: TimerTaskEntry) -> bool:
-        """Places the entry in its bucket; False if it is already expired (the caller runs it)."""
+        """Places an unlinked entry in its bucket; False if it is already expired (the caller runs it).
+
+        This is the hot path of every timer reset and every cascade, so the bucket append is inlined.
+        """
         expiration_ms = entry.expiration_ms
         if expiration_ms < self.current_time_ms + self.tick_ms:
             return False
@@ -106,9 +109,17 @@ class TimingWheel:
         tick_ms = wheel.tick_ms
         virtual_id = expiration_ms // tick_ms
         bucket = wheel.buckets[virtual_id % wheel.wheel_size]
-        bucket.add(entry)
+        tail = bucket.prev
+        entry.prev = tail
+        entry.next = bucket
+        entry.list = bucket
+        tail.next = entry
+        bucket.prev = entry
+        self._counter.value += 1
         # Offer the bucket only when its expiration changes, i.e. it starts a new cycle of the ring.
-        if bucket.set_expiration(virtual_id * tick_ms):
+        bucket_expiration_ms = virtual_id * tick_ms
+        if bucket.expiration_ms != bucket_expiration_ms:
+            bucket.expiration_ms = bucket_expiration_ms
             wheel._queue.offer(bucket)
         return True
 
