@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from confluent_kafka import KafkaError
 
@@ -21,6 +21,7 @@ from coordinator.group.errors import Errors
 from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, StoreError, TopicPartition
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.convert import group_record, group_value, offset_record, offset_value
+from coordinator.storage.events import EventPublisher, EventTopicObserver
 from coordinator.storage.loader import LoadedState, consumer_settings, read_state
 from coordinator.storage.partitioner import partition_for
 from coordinator.storage.producer import AsyncProducer, Record
@@ -31,6 +32,7 @@ from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, m
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
+_LOAD_YIELD_EVERY = 2_000  # groups handed to the coordinator between two yields to the event loop
 
 _LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the broker path would have produced
     KafkaError._MSG_TIMED_OUT: Errors.REQUEST_TIMED_OUT,
@@ -79,6 +81,7 @@ class KafkaGroupStore(GroupStore):
         self.load_timeout_ms = load_timeout_ms
         self.load_buffer_bytes = load_buffer_bytes
         self._producer: AsyncProducer | None = None
+        self._events: EventPublisher | None = None
         self._stop_loading = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -87,10 +90,24 @@ class KafkaGroupStore(GroupStore):
         admin = make_admin(self.config)
         await ensure_state_topic(admin, self.config)
         if self.config.event_topic is not None:
-            await ensure_event_topic(admin, self.config)
+            await self._start_events(admin)
         self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
         log.info("event=store_started topic=%s partitions=%d bootstrap=%s",
                  self.config.state_topic, self.config.partitions, self.config.bootstrap)
+
+    async def _start_events(self, admin: Any) -> None:
+        try:
+            await ensure_event_topic(admin, self.config)
+        except Exception as exc:  # the event topic is optional: analytics lose events, groups lose nothing
+            log.warning("event=event_topic_unavailable topic=%s error=%s", self.config.event_topic, exc)
+        self._events = EventPublisher(self.config)
+
+    def event_observer(self, clock: Clock | None = None,
+                       trace_id_for: Callable[[str], str | None] | None = None) -> EventTopicObserver | None:
+        """An observer writing group events to the event topic (None when it is disabled); call after start()."""
+        if self._events is None:
+            return None
+        return EventTopicObserver(self._events, clock, trace_id_for)
 
     async def load(self, partitions: Iterable[int] | None = None) -> LoadedState:
         """Replay the state topic (all partitions by default) from the earliest offset to the end offset."""
@@ -105,6 +122,26 @@ class KafkaGroupStore(GroupStore):
                  self.clock.now_ms() - started_ms)
         return state
 
+    async def load_into(self, coordinator: Any, partitions: Iterable[int] | None = None) -> LoadedState:
+        """§7.4: the coordinator answers COORDINATOR_LOAD_IN_PROGRESS while the topic is read, then receives the
+        latest record of every group and offset and materializes them (Stable or Empty, fresh session deadlines).
+
+        If reading fails (LoadError: broker unreachable past the load timeout, store closing) the coordinator is
+        left loading and the error propagates: serving an empty state would look like every group was lost.
+        """
+        coordinator.begin_loading()
+        state = await self.load(partitions)
+        for count, (group_id, value) in enumerate(state.groups.items(), 1):
+            coordinator.load_group(group_id, group_record(value))
+            if count % _LOAD_YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # other connections keep getting answers meanwhile
+        for count, (group_id, offsets) in enumerate(state.offsets.items(), 1):
+            coordinator.load_offsets(group_id, {tp: offset_record(v) for tp, v in offsets.items()})
+            if count % _LOAD_YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        coordinator.finish_loading()
+        return state
+
     async def flush(self) -> None:
         """Wait until every record appended so far (tombstones included) is acknowledged or failed."""
         if self._producer is not None:
@@ -112,6 +149,9 @@ class KafkaGroupStore(GroupStore):
 
     async def close(self) -> None:
         self._stop_loading.set()
+        if self._events is not None:
+            events, self._events = self._events, None
+            await asyncio.to_thread(events.close_blocking)
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.close()

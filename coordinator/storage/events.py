@@ -1,0 +1,150 @@
+"""The event topic: one JSON record per group event, for analytics (schema: docs/state-topic.md, "Event topic").
+
+`EventTopicObserver` is a `GroupObserver`; the coordinator calls it synchronously on the event loop, so it only
+serializes and enqueues (librdkafka's `produce()` never waits: a full queue raises BufferError and the event is
+dropped and counted). Delivery happens on librdkafka's threads; one poll thread counts failures. Nothing here
+can block or fail a group operation: losing the event topic loses events, never availability.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from confluent_kafka import KafkaError, Producer
+
+from coordinator.group.observer import GroupObserver
+from coordinator.storage.config import StorageConfig
+from coordinator.timer.clock import Clock
+
+log = logging.getLogger("coordinator.storage.events")
+
+EVENT_SCHEMA_VERSION = 1
+_POLL_INTERVAL_S = 0.1
+_LOG_EVERY_FAILURES = 1_000
+
+
+class WallClock:
+    """Milliseconds since the Unix epoch: events are read by analytics jobs, which need calendar time."""
+
+    __slots__ = ()
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class EventPublisher:
+    """Fire-and-forget JSON records to one topic, keyed by group id, through its own producer and poll thread."""
+
+    def __init__(self, config: StorageConfig) -> None:
+        assert config.event_topic is not None
+        self.topic = config.event_topic
+        self.dropped = 0  # queue full or produce refused (loop thread)
+        self.failed = 0  # delivery failed (poll thread)
+        self.delivered = 0
+        self._producer = Producer({
+            "bootstrap.servers": config.bootstrap,
+            "client.id": f"{config.client_id}-events",
+            "acks": 1,
+            "linger.ms": 50,
+            "partitioner": "murmur2_random",  # the Java client's key → partition mapping
+            "queue.buffering.max.messages": config.event_queue_max_messages,
+            "message.timeout.ms": 30_000,
+            "on_delivery": self._on_delivery,
+            "logger": logging.getLogger("coordinator.storage.librdkafka.events"),
+        })
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll_loop, name="event-producer-poll", daemon=True)
+        self._thread.start()
+
+    def publish(self, group_id: str, event: dict[str, Any]) -> None:
+        try:
+            self._producer.produce(self.topic, key=group_id.encode(), value=json.dumps(event).encode())
+        except Exception as exc:  # BufferError (queue full) or KafkaException: drop, never raise
+            self.dropped += 1
+            if self.dropped % _LOG_EVERY_FAILURES == 1:
+                log.warning("event=group_events_dropped topic=%s dropped=%d error=%s", self.topic, self.dropped, exc)
+
+    def _on_delivery(self, error: KafkaError | None, _message: object) -> None:
+        if error is None:
+            self.delivered += 1
+            return
+        self.failed += 1
+        if self.failed % _LOG_EVERY_FAILURES == 1:
+            log.warning("event=group_events_lost topic=%s failed=%d error=%s", self.topic, self.failed, error)
+
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(_POLL_INTERVAL_S)
+
+    def flush_blocking(self, timeout_ms: int) -> int:
+        return self._producer.flush(timeout_ms / 1000)
+
+    def close_blocking(self, timeout_ms: int = 2_000) -> None:
+        """Stop polling and give queued events a short chance; call from a worker thread."""
+        self._stop.set()
+        self._thread.join()
+        remaining = self._producer.flush(timeout_ms / 1000)
+        if remaining:
+            log.warning("event=group_events_unsent topic=%s count=%d", self.topic, remaining)
+
+
+class EventTopicObserver(GroupObserver):
+    """Turns coordinator callbacks into versioned JSON events; `trace_id_for(group_id)` adds the rebalance's
+    trace id when tracing is on."""
+
+    def __init__(self, publisher: EventPublisher, clock: Clock | None = None,
+                 trace_id_for: Callable[[str], str | None] | None = None,
+                 include_offset_commits: bool = False) -> None:
+        self.publisher = publisher
+        self.clock = clock or WallClock()
+        self.trace_id_for = trace_id_for
+        self.include_offset_commits = include_offset_commits
+
+    def _emit(self, event_type: str, group_id: str, **fields: Any) -> None:
+        event = {"version": EVENT_SCHEMA_VERSION, "type": event_type, "group_id": group_id,
+                 "ts_ms": self.clock.now_ms(), **fields}
+        if self.trace_id_for is not None:
+            trace_id = self.trace_id_for(group_id)
+            if trace_id:
+                event["trace_id"] = trace_id
+        self.publisher.publish(group_id, event)
+
+    def on_state_change(self, group_id: str, old_state: str, new_state: str, generation: int) -> None:
+        self._emit("state_change", group_id, old_state=str(old_state), new_state=str(new_state),
+                   generation=generation)
+
+    def on_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                         client_host: str) -> None:
+        self._emit("member_joined", group_id, member_id=member_id, group_instance_id=group_instance_id,
+                   client_id=client_id, client_host=client_host)
+
+    def on_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
+                           group_instance_id: str) -> None:
+        self._emit("member_replaced", group_id, old_member_id=old_member_id, new_member_id=new_member_id,
+                   group_instance_id=group_instance_id)
+
+    def on_member_left(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
+        self._emit("member_left", group_id, member_id=member_id, group_instance_id=group_instance_id,
+                   reason=reason)
+
+    def on_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
+        self._emit("member_failed", group_id, member_id=member_id, group_instance_id=group_instance_id,
+                   reason=reason)
+
+    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
+        self._emit("rebalance_started", group_id, generation=generation, reason=reason)
+
+    def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
+        self._emit("rebalance_completed", group_id, generation=generation, member_count=member_count,
+                   duration_ms=duration_ms)
+
+    def on_offsets_committed(self, group_id: str, member_id: str, partition_count: int) -> None:
+        if self.include_offset_commits:
+            self._emit("offsets_committed", group_id, member_id=member_id, partition_count=partition_count)
+
+    def on_offsets_expired(self, group_id: str, partition_count: int) -> None:
+        self._emit("offsets_expired", group_id, partition_count=partition_count)
