@@ -16,9 +16,11 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_entity_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
+
+from protocol.tolerant import read_entity
 
 LATEST_VERSION = 3
 _VERSION = struct.Struct(">h")
@@ -109,8 +111,8 @@ def _decode(name: str, data: bytes) -> tuple[int, Any]:
         raise ConsumerProtocolError(f"{name}: negative version {version}")
     schema = _schema(name, min(version, LATEST_VERSION))
     try:
-        body, size = entity_reader(schema)(data, _VERSION.size)
-    except (SerialError, ValueError) as exc:
+        body, size = read_entity(schema, data, _VERSION.size)  # checks array lengths before allocating
+    except (SerialError, KeyError, ValueError, OverflowError, TypeError) as exc:
         raise ConsumerProtocolError(f"{name} v{version}: {exc!r}") from exc
     if version <= LATEST_VERSION and _VERSION.size + size != len(data):
         raise ConsumerProtocolError(f"{name} v{version}: trailing bytes")

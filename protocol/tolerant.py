@@ -1,43 +1,97 @@
-"""A slow, forgiving reader for request bodies that carry tagged fields kio does not know.
+"""A careful reader for request bodies: forgiving about unknown tagged fields, strict about array lengths.
 
-Kafka's generated readers keep unknown tagged fields aside and otherwise ignore them, so a newer client may
-send tags an older broker has never heard of. kio's native reader raises KeyError instead. This walks the kio
-dataclass by hand, reading every known field with kio's own field readers and skipping unknown tags, at every
-nesting level. It runs only after the native reader refused a message.
+- Kafka's generated readers keep unknown tagged fields aside and otherwise ignore them, so a newer client may
+  send tags an older broker has never heard of; kio's native reader raises KeyError instead.
+- kio's native array readers reserve memory for the array length the peer claims before reading any element:
+  a length prefix of a few billion aborts the whole process ("memory allocation of 112393145088 bytes
+  failed", found by our fuzz test). Here every array length is checked against the bytes left in the frame
+  first (every element takes at least one byte), so a lie costs nothing.
+
+It walks the kio dataclass by hand, reading scalar fields with kio's own field readers. The codec uses it for
+every request schema that has an array (none of them is on the heartbeat path) and as the fallback when the
+native reader meets an unknown tag.
 """
 
 from __future__ import annotations
 
-from dataclasses import Field, fields
+from dataclasses import fields
 from functools import cache
 from typing import Any
 
 from kio._kio_native import get_field_reader
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag, is_optional
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    is_optional,
+)
 from kio.serial.errors import BufferUnderflow
 from kio.serial.readers import read_int8, read_int32, read_unsigned_varint
 
+# How one field is read; a plan is the tuple of steps of an entity class, built once per class.
+_SCALAR, _SCALAR_ARRAY, _ENTITY, _NULLABLE_ENTITY, _ENTITY_ARRAY = range(5)
+Step = tuple[str, int, Any]  # (field name, kind, native reader or nested entity class)
 
-def read_skipping_unknown_tags(entity_class: type, buffer: bytes, offset: int) -> tuple[Any, int]:
+
+def read_entity(entity_class: type, buffer: bytes, offset: int) -> tuple[Any, int]:
     """(entity, bytes consumed), like kio's entity readers."""
     start = offset
+    steps, tagged, flexible = _plan(entity_class)
     values: dict[str, Any] = {}
-    regular, tagged = _split_fields(entity_class)
-    for field in regular:
-        values[field.name], offset = _read_field(entity_class, field, buffer, offset, is_tag=False)
-    if entity_class.__flexible__:
-        offset = _read_tags(entity_class, tagged, buffer, offset, values)
+    for name, kind, arg in steps:
+        values[name], offset = _read_step(kind, arg, flexible, buffer, offset)
+    if flexible:
+        offset = _read_tags(tagged, buffer, offset, values)
     return entity_class(**values), offset - start
 
 
 @cache
-def _split_fields(entity_class: type) -> tuple[tuple[Field, ...], dict[int, Field]]:
-    regular = tuple(f for f in fields(entity_class) if get_field_tag(f) is None)
-    tagged = {int(tag): f for f in fields(entity_class) if (tag := get_field_tag(f)) is not None}
-    return regular, tagged
+def _plan(entity_class: type) -> tuple[tuple[Step, ...], dict[int, Step], bool]:
+    steps = []
+    tagged = {}
+    for field in fields(entity_class):
+        tag = get_field_tag(field)
+        step = _step(entity_class, field, is_tag=tag is not None)
+        if tag is None:
+            steps.append(step)
+        else:
+            tagged[int(tag)] = step
+    return tuple(steps), tagged, bool(entity_class.__flexible__)
 
 
-def _read_tags(entity_class: type, tagged: dict[int, Field], buffer: bytes, offset: int, values: dict) -> int:
+def _step(entity_class: type, field: Any, *, is_tag: bool) -> Step:
+    kind = classify_field(field)
+    if isinstance(kind, EntityTupleField):
+        return field.name, _ENTITY_ARRAY, kind.type_
+    if isinstance(kind, EntityField):
+        nullable = is_optional(field) and not is_tag
+        return field.name, _NULLABLE_ENTITY if nullable else _ENTITY, kind.type_
+    reader = get_field_reader(entity_class, field, False, is_tag)
+    return field.name, _SCALAR_ARRAY if isinstance(kind, PrimitiveTupleField) else _SCALAR, reader
+
+
+def _read_step(kind: int, arg: Any, flexible: bool, buffer: bytes, offset: int) -> tuple[Any, int]:
+    if kind == _SCALAR:
+        value, size = arg(buffer, offset)
+        return value, offset + size
+    if kind == _SCALAR_ARRAY:
+        _checked_array_length(flexible, buffer, offset)
+        value, size = arg(buffer, offset)
+        return value, offset + size
+    if kind == _ENTITY_ARRAY:
+        return _read_entity_array(arg, flexible, buffer, offset)
+    if kind == _NULLABLE_ENTITY:
+        marker, size = read_int8(buffer, offset)
+        offset += size
+        if marker < 0:
+            return None, offset
+    value, size = read_entity(arg, buffer, offset)
+    return value, offset + size
+
+
+def _read_tags(tagged: dict[int, Step], buffer: bytes, offset: int, values: dict[str, Any]) -> int:
     count, size = read_unsigned_varint(buffer, offset)
     offset += size
     for _ in range(count):
@@ -47,41 +101,44 @@ def _read_tags(entity_class: type, tagged: dict[int, Field], buffer: bytes, offs
         offset += size
         if offset + length > len(buffer):
             raise BufferUnderflow("tagged field runs past the end of the buffer")
-        field = tagged.get(tag)
-        if field is not None:
-            values[field.name], _end = _read_field(entity_class, field, buffer, offset, is_tag=True)
+        step = tagged.get(tag)
+        if step is not None:  # unknown tags are skipped, as Kafka does
+            name, kind, arg = step
+            values[name], _end = _read_step(kind, arg, True, buffer, offset)
         offset += length
     return offset
 
 
-def _read_field(entity_class: type, field: Field, buffer: bytes, offset: int, *, is_tag: bool) -> tuple[Any, int]:
-    kind = classify_field(field)
-    if isinstance(kind, EntityTupleField):
-        return _read_entity_array(entity_class, kind.type_, buffer, offset)
-    if isinstance(kind, EntityField):
-        if is_optional(field) and not is_tag:
-            marker, size = read_int8(buffer, offset)
-            offset += size
-            if marker < 0:
-                return None, offset
-        value, size = read_skipping_unknown_tags(kind.type_, buffer, offset)
-        return value, offset + size
-    value, size = get_field_reader(entity_class, field, False, is_tag)(buffer, offset)
-    return value, offset + size
-
-
-def _read_entity_array(entity_class: type, item_class: type, buffer: bytes, offset: int) -> tuple[Any, int]:
-    if entity_class.__flexible__:
+def _checked_array_length(flexible: bool, buffer: bytes, offset: int) -> tuple[int, int]:
+    """(element count or -1 for null, offset of the first element), refusing counts the frame cannot hold."""
+    if flexible:
         encoded, size = read_unsigned_varint(buffer, offset)
         length = encoded - 1  # compact arrays store length + 1; 0 means null
     else:
         length, size = read_int32(buffer, offset)
     offset += size
+    if length > len(buffer) - offset:  # every element takes at least one byte
+        raise BufferUnderflow(f"array of {length} elements in {len(buffer) - offset} bytes")
+    return length, offset
+
+
+def _read_entity_array(item_class: type, flexible: bool, buffer: bytes, offset: int) -> tuple[Any, int]:
+    length, offset = _checked_array_length(flexible, buffer, offset)
     if length < 0:
         return None, offset
     items = []
     for _ in range(length):
-        item, size = read_skipping_unknown_tags(item_class, buffer, offset)
+        item, size = read_entity(item_class, buffer, offset)
         items.append(item)
         offset += size
     return tuple(items), offset
+
+
+@cache
+def has_arrays(entity_class: type) -> bool:
+    """Whether any field of the entity, at any depth, is an array (so the native reader is unsafe on it)."""
+    for field in fields(entity_class):
+        kind = classify_field(field)
+        if kind.is_array or (isinstance(kind, EntityField) and has_arrays(kind.type_)):
+            return True
+    return False

@@ -1,0 +1,191 @@
+"""The kio adapter: headers by flexibility, request round trips for every served (API, version), the
+hand-packed Heartbeat response against kio byte for byte, unknown tags, and the errors bad input raises."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+from kio.schema.heartbeat.v4.request import HeartbeatRequest as HeartbeatRequestV4
+from kio.schema.join_group.v9.request import JoinGroupRequest as JoinGroupRequestV9
+from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
+from kio.serial import entity_writer
+
+from protocol import apis, codec
+from protocol.apis import SERVED_APIS, ApiKey
+from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
+from protocol.fastpath import pack_heartbeat_response
+
+ALL_SERVED = [(api.key, v) for api in SERVED_APIS.values() for v in range(api.min_version, api.max_version + 1)]
+
+
+def test_served_table_is_the_one_the_issue_asks_for() -> None:
+    ranges = {api.key.name: (api.min_version, api.max_version) for api in SERVED_APIS.values()}
+    assert ranges == {
+        "API_VERSIONS": (0, 4), "METADATA": (0, 12), "FIND_COORDINATOR": (0, 6), "JOIN_GROUP": (0, 9),
+        "SYNC_GROUP": (0, 5), "HEARTBEAT": (0, 4), "LEAVE_GROUP": (0, 5), "OFFSET_COMMIT": (2, 9),
+        "OFFSET_FETCH": (1, 9), "DESCRIBE_GROUPS": (0, 5), "LIST_GROUPS": (0, 5), "DELETE_GROUPS": (0, 2),
+    }
+
+
+@pytest.mark.parametrize(
+    ("api_key", "first_flexible"),
+    [(ApiKey.API_VERSIONS, 3), (ApiKey.METADATA, 9), (ApiKey.FIND_COORDINATOR, 3), (ApiKey.JOIN_GROUP, 6),
+     (ApiKey.SYNC_GROUP, 4), (ApiKey.HEARTBEAT, 4), (ApiKey.LEAVE_GROUP, 4), (ApiKey.OFFSET_COMMIT, 8),
+     (ApiKey.OFFSET_FETCH, 6), (ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.LIST_GROUPS, 3), (ApiKey.DELETE_GROUPS, 2)],
+)
+def test_header_versions_follow_first_flexible_version(api_key: ApiKey, first_flexible: int) -> None:
+    api = SERVED_APIS[api_key]
+    for version in range(api.min_version, api.max_version + 1):
+        flexible = version >= first_flexible
+        assert apis.request_header_version(api_key, version) == (2 if flexible else 1)
+        expected_response = 0 if api_key == ApiKey.API_VERSIONS else (1 if flexible else 0)
+        assert apis.response_header_version(api_key, version) == expected_response
+
+
+@pytest.mark.parametrize(("api_key", "version"), ALL_SERVED)
+def test_every_served_request_round_trips(api_key: int, version: int) -> None:
+    cls = apis.request_class(api_key, version)
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(body=st.from_type(cls), client_id=st.none() | st.text(max_size=8))
+    def round_trip(body, client_id) -> None:
+        frame = codec.encode_request(1234, client_id, body)
+        (size,) = struct.unpack_from(">i", frame)
+        assert size == len(frame) - 4
+        try:
+            request = codec.decode_request(frame[4:])
+        except CorruptRequest as exc:
+            # kio generates i64 durations its own reader cannot hold in a timedelta (OffsetCommit v2-4
+            # retention_time near 2**63 ms); real clients send -1. Only that case may fail.
+            assume("timedelta" not in str(exc))
+            raise
+        assert request.header == codec.RequestHeader(api_key, version, 1234, client_id)
+        assert request.body == body
+
+    round_trip()
+
+
+@pytest.mark.parametrize("version", range(5))
+@pytest.mark.parametrize("error_code", [0, 16, 22, 25, 27, 82])
+@pytest.mark.parametrize("throttle_time_ms", [0, 1, 123_456])
+def test_hand_packed_heartbeat_response_equals_kio_byte_for_byte(version: int, error_code: int,
+                                                                   throttle_time_ms: int) -> None:
+    cls = apis.response_class(ApiKey.HEARTBEAT, version)
+    fields = {"error_code": ErrorCode(error_code)}
+    if version >= 1:
+        fields["throttle_time"] = datetime.timedelta(milliseconds=throttle_time_ms)
+    buffer = io.BytesIO()
+    entity_writer(cls)(buffer, cls(**fields))
+    header = struct.pack(">i", 99) + (b"\x00" if version >= 4 else b"")
+    expected_payload = header + buffer.getvalue()
+    expected = struct.pack(">i", len(expected_payload)) + expected_payload
+    packed_throttle = throttle_time_ms if version >= 1 else 0
+    assert pack_heartbeat_response(version, 99, error_code, packed_throttle) == expected
+    header_obj = codec.RequestHeader(ApiKey.HEARTBEAT, version, 99, "c")
+    assert codec.encode_response(header_obj, cls(**fields)) == expected
+
+
+def test_api_versions_response_header_is_v0_even_when_flexible() -> None:
+    cls = apis.response_class(ApiKey.API_VERSIONS, 4)
+    body = cls(error_code=ErrorCode.none, api_keys=(), throttle_time=datetime.timedelta(0))
+    frame = codec.encode_response(codec.RequestHeader(ApiKey.API_VERSIONS, 4, 7, None), body)
+    buffer = io.BytesIO()
+    entity_writer(cls)(buffer, body)
+    assert frame[4:] == struct.pack(">i", 7) + buffer.getvalue()  # no tagged-field byte after the id
+
+
+def _heartbeat_v4_frame(header_tags: bytes = b"\x00", body_tags: bytes = b"\x00") -> bytes:
+    header = struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 5, 1) + b"c" + header_tags
+    body = b"\x02g" + struct.pack(">i", 3) + b"\x02m" + b"\x00" + body_tags  # group, generation, member, null instance
+    return header + body
+
+
+def test_unknown_tagged_fields_in_header_and_body_are_ignored_like_kafka() -> None:
+    plain = codec.decode_request(_heartbeat_v4_frame())
+    tagged = codec.decode_request(_heartbeat_v4_frame(b"\x01\x07\x02hi", b"\x02\x05\x01x\x09\x00"))
+    assert tagged == plain
+    assert plain.body == HeartbeatRequestV4(group_id="g", generation_id=3, member_id="m", group_instance_id=None)
+
+
+def test_unknown_tags_nested_in_arrays_are_ignored() -> None:
+    body = JoinGroupRequestV9(
+        group_id="g", session_timeout=datetime.timedelta(seconds=10), rebalance_timeout=datetime.timedelta(seconds=30),
+        member_id="", group_instance_id=None, protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b"m"),), reason=None,
+    )
+    frame = codec.encode_request(1, "c", body)[4:]
+    # the protocol entry ends "...\x02m" + its empty tag section "\x00"; give it an unknown tag 9
+    marker = b"\x06range\x02m\x00"
+    assert frame.count(marker) == 1
+    tagged = frame.replace(marker, b"\x06range\x02m\x01\x09\x03abc")
+    assert codec.decode_request(tagged).body == body
+
+
+def test_unknown_api_key_and_unsupported_version_are_reported_as_such() -> None:
+    with pytest.raises(UnknownApiKey):
+        codec.decode_request(struct.pack(">hhih", 999, 0, 1, -1))
+    with pytest.raises(UnsupportedVersion):
+        codec.decode_request(struct.pack(">hhih", ApiKey.HEARTBEAT, 5, 1, -1))
+    with pytest.raises(UnsupportedVersion):
+        codec.decode_request(struct.pack(">hhih", ApiKey.OFFSET_COMMIT, 1, 1, -1))
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [b"", b"\x00\x0c", _heartbeat_v4_frame()[:-3], _heartbeat_v4_frame() + b"trailing",
+     struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 1, 50) + b"short", struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 1, -7),
+     struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 1, 2) + b"\xff\xfe\x00"],
+    ids=["empty", "half-header", "truncated-body", "trailing-bytes", "client-id-overrun", "client-id-length",
+         "client-id-not-utf8"],
+)
+def test_corrupt_requests_raise_corrupt_request(frame: bytes) -> None:
+    with pytest.raises(CorruptRequest):
+        codec.decode_request(frame)
+
+
+@settings(max_examples=300, deadline=None)
+@given(api_version=st.sampled_from(ALL_SERVED), body=st.binary(max_size=200))
+def test_random_bodies_decode_or_raise_a_protocol_error_and_nothing_else(api_version, body: bytes) -> None:
+    api_key, version = api_version
+    header = struct.pack(">hhih", api_key, version, 1, 1) + b"c"
+    if apis.is_flexible(api_key, version):
+        header += b"\x00"
+    try:
+        request = codec.decode_request(header + body)
+    except ProtocolError:
+        return
+    assert request.header.api_key == api_key
+
+
+@settings(max_examples=300, deadline=None)
+@given(frame=st.binary(max_size=100))
+def test_random_frames_decode_or_raise_a_protocol_error_and_nothing_else(frame: bytes) -> None:
+    try:
+        codec.decode_request(frame)
+    except ProtocolError:
+        pass
+
+
+@pytest.mark.parametrize(("api_key", "version"), ALL_SERVED)
+def test_every_served_response_class_decodes_what_it_encodes(api_key: int, version: int) -> None:
+    cls = apis.response_class(api_key, version)
+
+    @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(body=st.from_type(cls))
+    def round_trip(body) -> None:
+        header = codec.RequestHeader(api_key, version, 77, None)
+        frame = codec.encode_response(header, body)
+        correlation_id, decoded = codec.decode_response(api_key, version, frame[4:])
+        assert correlation_id == 77
+        if api_key == ApiKey.HEARTBEAT:
+            assert decoded.error_code == body.error_code
+        else:
+            assert decoded == body
+
+    round_trip()

@@ -1,0 +1,105 @@
+"""Sans-IO framing: frames come out whole however the bytes are split, bad size prefixes fail before any
+allocation, and big frames do not leave a big buffer behind."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.errors import InvalidFrameSize
+from protocol.framing import FrameReader, encode_frame
+
+
+def _drain(reader: FrameReader) -> list[bytes]:
+    frames = []
+    while (frame := reader.next_frame()) is not None:
+        frames.append(frame)
+    return frames
+
+
+def test_one_byte_at_a_time_yields_each_frame_once_complete() -> None:
+    payloads = [b"", b"a", b"hello world" * 10]
+    stream = b"".join(encode_frame(p) for p in payloads)
+    reader = FrameReader()
+    received = []
+    for i in range(len(stream)):
+        reader.feed(stream[i : i + 1])
+        received += _drain(reader)
+    assert received == payloads
+    assert reader.buffered_bytes == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=20),
+    cuts=st.lists(st.integers(min_value=0, max_value=7000), max_size=30),
+)
+def test_any_split_through_the_lent_buffer_gives_the_same_frames(payloads: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(encode_frame(p) for p in payloads)
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    reader = FrameReader()
+    received = []
+    for begin, end in zip(bounds, bounds[1:]):
+        chunk = stream[begin:end]
+        while chunk:  # the transport writes at most what the lent buffer holds
+            buffer = reader.get_buffer()
+            n = min(len(buffer), len(chunk))
+            buffer[:n] = chunk[:n]
+            del buffer
+            reader.buffer_updated(n)
+            chunk = chunk[n:]
+        received += _drain(reader)
+    assert received == payloads
+
+
+def test_a_two_gib_size_prefix_is_refused_before_allocating() -> None:
+    reader = FrameReader(max_frame_bytes=104_857_600)
+    reader.feed(struct.pack(">I", 2**31 - 1))
+    with pytest.raises(InvalidFrameSize):
+        reader.next_frame()
+    assert len(reader.get_buffer()) < 1_000_000  # nothing sized after the bogus prefix
+
+
+def test_negative_size_prefix_is_refused() -> None:
+    reader = FrameReader()
+    reader.feed(struct.pack(">i", -5) + b"xxxxx")
+    with pytest.raises(InvalidFrameSize):
+        reader.next_frame()
+
+
+def test_frame_at_the_limit_passes_and_one_byte_more_fails() -> None:
+    reader = FrameReader(max_frame_bytes=100)
+    reader.feed(encode_frame(b"x" * 100))
+    assert reader.next_frame() == b"x" * 100
+    reader.feed(encode_frame(b"x" * 101))
+    with pytest.raises(InvalidFrameSize):
+        reader.next_frame()
+
+
+def test_a_big_frame_gets_room_and_the_room_is_given_back() -> None:
+    reader = FrameReader()
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    stream = encode_frame(payload)
+    offset = 0
+    while offset < len(stream):
+        buffer = reader.get_buffer()
+        n = min(len(buffer), len(stream) - offset)
+        buffer[:n] = stream[offset : offset + n]
+        del buffer
+        reader.buffer_updated(n)
+        offset += n
+    assert reader.next_frame() == payload
+    assert len(reader.get_buffer()) < 1_000_000
+
+
+def test_partial_frame_is_held_until_complete() -> None:
+    reader = FrameReader()
+    frame = encode_frame(b"abcdef")
+    reader.feed(frame[:7])
+    assert reader.next_frame() is None
+    assert reader.buffered_bytes == 7
+    reader.feed(frame[7:])
+    assert reader.next_frame() == b"abcdef"
