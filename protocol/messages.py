@@ -38,11 +38,21 @@ def item_class(cls: type, field_name: str) -> type:
     """The entity class inside field `field_name` of `cls` (an entity, an array of entities, or optional)."""
     for f in fields(cls):
         if f.name == field_name:
-            for candidate in (f.type, *typing.get_args(f.type)):
-                if is_dataclass(candidate):
-                    return candidate  # type: ignore[return-value]
-            raise TypeError(f"{cls.__name__}.{field_name} holds no entity")
+            entity = _entity_in(f.type)
+            if entity is None:
+                raise TypeError(f"{cls.__name__}.{field_name} holds no entity")
+            return entity
     raise AttributeError(f"{cls.__name__} has no field {field_name}")
+
+
+def _entity_in(annotation: Any) -> type | None:
+    if is_dataclass(annotation):
+        return annotation  # type: ignore[return-value]
+    for argument in typing.get_args(annotation):  # tuple[X, ...], X | None, tuple[X, ...] | None
+        entity = _entity_in(argument)
+        if entity is not None:
+            return entity
+    return None
 
 
 def ms(value: datetime.timedelta | None) -> int:
