@@ -7,6 +7,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse
+from coordinator.group.delayed import join_key
 from coordinator.group.errors import Errors, group_append_error
 from coordinator.group.member import MemberMetadata
 from coordinator.group.state import GroupState
@@ -63,7 +64,7 @@ class JoinHandlers:
         else:
             self._do_current_member_join(group, req, future)
         if group.is_in(PREPARING):
-            self.rebalance_purgatory.check_and_complete(("join", group.group_id))
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
 
     def _accept_joining_member(self: GroupCoordinator, group: GroupMetadata, member_id: str) -> bool:
         max_size = self.config.group_max_size

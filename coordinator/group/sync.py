@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from coordinator.group.api import (UNKNOWN_MEMBER_ID, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest,
                                    LeaveGroupResponse, LeaveGroupResponseMember, MemberIdentity, SyncGroupRequest,
                                    SyncGroupResponse)
+from coordinator.group.delayed import member_key
 from coordinator.group.errors import Errors, group_append_error
 from coordinator.group.state import GroupState
 from coordinator.group.store import StoreError
@@ -179,7 +180,7 @@ class SyncHandlers:
             return Errors.NONE
         if leaving.member_id in group.pending_members:
             self.remove_pending_member_and_update_group(group, leaving.member_id)
-            self.heartbeat_purgatory.check_and_complete(("member", group.group_id, leaving.member_id))
+            self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, leaving.member_id))
             log.info("event=pending_member_left group=%s member=%s reason=%r", group.group_id, leaving.member_id,
                      reason)
             return Errors.NONE
