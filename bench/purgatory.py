@@ -14,6 +14,9 @@ Each run issues rate x --seconds requests and reports the target rate, the achie
 every request completed, process CPU seconds, the process's peak RSS so far, and the purgatory's peak sizes.
 The same purgatory is also run with its timeouts on asyncio's `call_later` instead of the timing wheel, for
 comparison. The saturation point is the highest target rate achieved within 5%.
+
+Last, the heartbeat idiom of Kafka's group coordinator through the purgatory: 100k members, each heartbeat
+completes the member's DelayedHeartbeat (checkAndComplete on its key) and watches a new one (45 s timeout).
 """
 from __future__ import annotations
 
@@ -87,6 +90,50 @@ class CallLaterTimer:
 
     async def close(self) -> None:
         pass
+
+
+class DelayedHeartbeat(DelayedOperation):
+    """Kafka's heartbeat idiom: each heartbeat completes the member's pending operation and watches a new one."""
+
+    __slots__ = ("member",)
+
+    def __init__(self, delay_ms: int, member: list[bool]) -> None:
+        super().__init__(delay_ms)
+        self.member = member  # [heartbeat received since this operation was created]
+
+    def try_complete(self) -> bool:
+        return self.force_complete() if self.member[0] else False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        pass
+
+
+async def heartbeats(timer_kind: str, members: int, beats: int) -> float:
+    """Heartbeats/s through the purgatory, Kafka style (checkAndComplete, then tryCompleteElseWatch)."""
+    timer = SystemTimer("bench-heartbeat", clock=MonotonicClock()) if timer_kind == "wheel" else CallLaterTimer()
+    if timer_kind == "wheel":
+        timer.start()
+    purgatory = DelayedOperationPurgatory("Heartbeat", timer)  # type: ignore[arg-type]
+    keys = [(("group", f"member-{i}"),) for i in range(members)]
+    flags = [[False] for _ in range(members)]
+    for i in range(members):
+        purgatory.try_complete_else_watch(DelayedHeartbeat(45_000, flags[i]), keys[i])
+    started = time.perf_counter()
+    for done in range(0, beats, 1_000):
+        for n in range(done, done + 1_000):
+            i = n % members
+            flags[i][0] = True
+            purgatory.check_and_complete(keys[i][0])
+            flags[i] = [False]
+            purgatory.try_complete_else_watch(DelayedHeartbeat(45_000, flags[i]), keys[i])
+        await asyncio.sleep(0)
+    rate = beats / (time.perf_counter() - started)
+    assert purgatory.delayed == members
+    await purgatory.shutdown()
+    return rate
 
 
 def latency_samples(rng: random.Random, pct50: float, pct75: float, count: int) -> list[float]:
@@ -169,7 +216,12 @@ async def main(args: argparse.Namespace) -> dict:
             sustained = [r["target_rate"] for r in runs if r["actual_rate"] >= 0.95 * r["target_rate"]]
             results[case][timer_kind] = {"runs": runs, "saturation_rate": max(sustained, default=0)}
             print(f"{case:12s} {timer_kind:10s} sustained up to {max(sustained, default=0):,}/s", flush=True)
-    return {"bench": "purgatory", "loop": args.loop, "python": sys.version.split()[0],
+    heartbeat = {}
+    for timer_kind in ("wheel", "call_later"):
+        heartbeat[timer_kind] = round(max([await heartbeats(timer_kind, 100_000, 300_000) for _ in range(3)]))
+    heartbeat["ratio"] = round(heartbeat["wheel"] / heartbeat["call_later"], 2)
+    print(f"heartbeats through the purgatory, 100k members: {heartbeat}", flush=True)
+    return {"bench": "purgatory", "loop": args.loop, "heartbeat_per_s_100k_members": heartbeat, "python": sys.version.split()[0],
             "timeout_ms": TIMEOUT_MS, "keys": KEYS_PER_REQUEST, "key_space": KEY_SPACE, "cases": results}
 
 

@@ -74,11 +74,14 @@ class DelayedOperationPurgatory(Generic[T]):
         self._estimated_total += 1
         if op.try_complete():
             return True
-        if not op.is_completed:
+        if not op._completed:
             op._purgatory = self
             self._delayed += 1
             self.timer.add(op)
-        self._maybe_purge()
+        # The purge check (inlined _maybe_purge): the watcher lists only grow here.
+        completed_estimate = self._estimated_total - self._delayed
+        if completed_estimate > self.purge_interval and completed_estimate > self._delayed:
+            self._purge()
         return False
 
     def check_and_complete(self, key: Hashable) -> int:
@@ -94,7 +97,7 @@ class DelayedOperationPurgatory(Generic[T]):
         completed = 0
         survivors: list[T] = []
         for op in ops:
-            if op.is_completed:
+            if op._completed:
                 continue
             if op.try_complete():
                 completed += 1
@@ -148,12 +151,10 @@ class DelayedOperationPurgatory(Generic[T]):
         if self._owns_timer:
             await self.timer.close()
 
-    def _maybe_purge(self) -> None:
-        completed_estimate = self._estimated_total - self._delayed
-        if completed_estimate > self.purge_interval and completed_estimate > self._delayed:
-            dropped = self.purge_completed()
-            log.debug("purgatory=%s purged=%d watched=%d delayed=%d", self.name, dropped, self._watched,
-                      self._delayed)
+    def _purge(self) -> None:
+        dropped = self.purge_completed()
+        log.debug("purgatory=%s purged=%d watched=%d delayed=%d", self.name, dropped, self._watched,
+                  self._delayed)
 
     def __repr__(self) -> str:
         return f"DelayedOperationPurgatory(name={self.name!r}, watched={self._watched}, delayed={self._delayed})"
