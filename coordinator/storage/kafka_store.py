@@ -70,6 +70,7 @@ def producer_settings(config: StorageConfig) -> dict[str, Any]:
         "request.timeout.ms": config.commit_timeout_ms,
         "compression.type": "none",  # offsets.topic.compression.codec = 0
         "queue.buffering.max.messages": 1_000_000,
+        "socket.nagle.disable": True,  # small acks=all requests must not wait for delayed ACKs
     }
 
 
