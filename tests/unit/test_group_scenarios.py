@@ -338,3 +338,76 @@ async def test_leader_join_in_stable_triggers_rebalance_follower_does_not(env: E
     assert resp.error_code == Errors.NONE and resp.generation_id == 1 and env.state() is STABLE
     await leader.start_join()
     assert env.state() is PREPARING
+
+
+async def test_static_replacement_in_completing_rebalance_rebalances(env: Env) -> None:
+    a, s = env.client("a"), env.client("s", instance_id="is")
+    for c in (a, s):  # a joins first and leads
+        await c.start_join()
+    await advance_until_joined(env, a, s)
+    a.take_join(), s.take_join()
+    assert a.is_leader and env.state() is COMPLETING
+    await s.start_sync()
+    restarted = env.client("s", instance_id="is")
+    await restarted.start_join()
+    assert env.state() is PREPARING and not restarted.join_task.done()
+    assert s.sync_task.result().error_code == Errors.FENCED_INSTANCE_ID
+    assert await s.heartbeat() == Errors.FENCED_INSTANCE_ID
+    await a.start_join()
+    await complete_rebalance(env, a, restarted)
+    assert restarted.generation == 2 and env.group().static_members["is"] == restarted.member_id
+
+
+async def test_static_replacement_store_failure_reverts(env: Env) -> None:
+    a, s = env.client("a"), env.client("s", instance_id="is")
+    await form_group(env, a, s)
+    env.store.fail_next_write(Errors.NOT_LEADER_OR_FOLLOWER)
+    restarted = env.client("s", instance_id="is")
+    await restarted.start_join()
+    resp = restarted.take_join()
+    assert resp.error_code == Errors.NOT_COORDINATOR and resp.member_id == ""
+    assert env.group().static_members["is"] == s.member_id and env.state() is STABLE
+    assert await s.heartbeat() == Errors.NONE
+
+
+async def test_follower_parked_in_sync_outlives_its_session_and_gets_rebalance_error(env: Env) -> None:
+    a, b = env.client("a"), env.client("b")
+    for c in (a, b):
+        await c.start_join()
+    await advance_until_joined(env, a, b)
+    a.take_join(), b.take_join()
+    leader, follower = (a, b) if a.is_leader else (b, a)
+    await follower.start_sync()
+    await env.advance(SESSION_MS + 1_000)  # the silent leader expires; the parked follower does not
+    assert leader.member_id not in env.group().members and follower.member_id in env.group().members
+    assert follower.sync_task.result().error_code == Errors.REBALANCE_IN_PROGRESS
+    assert env.state() is PREPARING
+    await follower.start_join()
+    await complete_rebalance(env, follower)
+    assert follower.is_leader and follower.generation == 2
+
+
+async def test_heartbeat_in_completing_rebalance_keeps_member_alive(env: Env) -> None:
+    a, b = env.client("a"), env.client("b")
+    for c in (a, b):
+        await c.start_join()
+    await advance_until_joined(env, a, b)
+    a.take_join(), b.take_join()
+    for _ in range(5):  # nobody syncs yet; heartbeats in CompletingRebalance answer NONE and restart the session
+        await env.advance(3_000)
+        assert await a.heartbeat() == Errors.NONE and await b.heartbeat() == Errors.NONE
+    assert env.state() is COMPLETING and env.group().size == 2
+
+
+async def test_rejoin_with_changed_metadata_in_completing_rebalance_rebalances(env: Env) -> None:
+    a, b = env.client("a"), env.client("b")
+    for c in (a, b):
+        await c.start_join()
+    await advance_until_joined(env, a, b)
+    a.take_join(), b.take_join()
+    follower = b if a.is_leader else a
+    await follower.start_join()  # same metadata: answered at once with the current generation
+    assert follower.take_join().generation_id == 1 and env.state() is COMPLETING
+    follower.protocols = [("range", b"changed")]
+    await follower.start_join()
+    assert env.state() is PREPARING
