@@ -90,6 +90,11 @@ class Connection(asyncio.BufferedProtocol):
         return self._ctx.peer if self._ctx else "?"
 
     @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet processed."""
+        return self._reader.buffered_bytes
+
+    @property
     def is_busy(self) -> bool:
         """A request is in flight (its handler parked)."""
         return self._in_flight is not None

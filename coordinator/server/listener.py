@@ -52,6 +52,7 @@ class CoordinatorServer:
         self._server = await loop.create_server(
             lambda: Connection(self), self.config.listen_host, self.config.listen_port, reuse_address=True
         )
+        self._port = self._server.sockets[0].getsockname()[1]
         if not self.config.listen_port or not self.config.advertised_port:
             self.node = Node(self.node.node_id, self.node.host, self.config.advertised_port or self.port,
                              self.node.cluster_id)
@@ -62,7 +63,7 @@ class CoordinatorServer:
     @property
     def port(self) -> int:
         assert self._server is not None, "start() first"
-        return self._server.sockets[0].getsockname()[1]
+        return self._port
 
     @property
     def connection_count(self) -> int:

@@ -1,0 +1,142 @@
+"""Per-connection behaviour: in-order processing behind a parked request, limits, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from coordinator.server.context import java_host_string
+from protocol.errors import ConnectionClosed
+from protocol.apis import ApiKey
+from tests.unit.test_server_env import (RunningServer, heartbeat, join, join_with_member_id, ms, nested, request,
+                                        subscription_metadata, sync)
+
+
+async def _stable_member(env: RunningServer, group_id: str = "g"):
+    client = await env.client()
+    joined = await join_with_member_id(client, group_id)
+    synced = await sync(client, group_id, joined.generation_id, joined.member_id, {joined.member_id: b""})
+    assert synced.error_code == 0
+    return client, joined.member_id
+
+
+async def _parked_join(env: RunningServer, client, group_id: str = "g") -> asyncio.Future:
+    """A second member's JoinGroup, which parks until the first member rejoins (a rebalance)."""
+    first = await join(client, group_id)
+    assert first.error_code == 79  # MEMBER_ID_REQUIRED
+    protocol = nested(ApiKey.JOIN_GROUP, 9, "protocols")(name="range", metadata=subscription_metadata("t"))
+    body = request(ApiKey.JOIN_GROUP, 9, group_id=group_id, session_timeout=ms(6000), rebalance_timeout=ms(10000),
+                   member_id=first.member_id, group_instance_id=None, protocol_type="consumer",
+                   protocols=(protocol,), reason=None)
+    busy_before = len(env.server._busy)
+    parked = client.send(body)
+    for _ in range(200):  # until the server has read it and the handler parked
+        if len(env.server._busy) > busy_before:
+            return parked
+        await asyncio.sleep(0.005)
+    raise AssertionError("the JoinGroup did not park")
+
+
+async def test_pipelined_heartbeats_wait_behind_a_parked_join_and_come_back_in_order() -> None:
+    async with RunningServer() as env:
+        leader, leader_id = await _stable_member(env)
+        newcomer = await env.client()
+        completed: list[str] = []
+        parked = await _parked_join(env, newcomer)
+        parked.add_done_callback(lambda _f: completed.append("join"))
+        beats = [newcomer.send(heartbeat("g", 1, leader_id)) for _ in range(100)]
+        for i, beat in enumerate(beats):
+            beat.add_done_callback(lambda _f, i=i: completed.append(f"hb{i}"))
+
+        # the leader's own connection is not held up while the newcomer's is
+        assert (await leader.request(heartbeat("g", 1, leader_id))).error_code == 27  # REBALANCE_IN_PROGRESS
+        await asyncio.sleep(0.3)
+        assert completed == [] and not parked.done()
+
+        rejoined = await join(leader, "g", leader_id)  # completes the rebalance
+        assert rejoined.error_code == 0 and rejoined.generation_id == 2
+        assert (await parked).generation_id == 2
+        await asyncio.gather(*beats)
+        assert completed == ["join"] + [f"hb{i}" for i in range(100)]
+
+
+async def test_too_many_connections_closes_the_newest(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="coordinator.server")
+    async with RunningServer(max_connections=2) as env:
+        first, second = await env.client(), await env.client()
+        with pytest.raises((ConnectionClosed, ConnectionError, OSError)):
+            await env.client()
+        assert "reason=too_many_connections" in caplog.text
+        assert not first.is_closed and not second.is_closed
+        await first.close()
+        await asyncio.sleep(0.05)
+        third = await env.client()  # room again
+        assert third.api_versions
+
+
+async def test_idle_connections_close_but_one_with_a_parked_request_stays(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="coordinator.server")
+    async with RunningServer(idle_timeout_ms=200) as env:
+        leader, leader_id = await _stable_member(env)
+        idle = await env.client()
+        newcomer = await env.client()
+        parked = await _parked_join(env, newcomer)
+        for _ in range(8):  # the leader stays active; the others say nothing for 400 ms
+            await asyncio.sleep(0.05)
+            await leader.request(heartbeat("g", 1, leader_id))
+        await idle.wait_closed()
+        assert "reason=idle" in caplog.text
+        assert not newcomer.is_closed and not parked.done()
+        await join(leader, "g", leader_id)
+        assert (await parked).error_code == 0
+
+
+async def test_reading_stops_once_max_buffered_bytes_wait_behind_a_parked_request() -> None:
+    limit = 64 * 1024
+    async with RunningServer(max_buffered_bytes=limit) as env:
+        leader, leader_id = await _stable_member(env)
+        newcomer = await env.client()
+        parked = await _parked_join(env, newcomer)
+        beats = [newcomer.send(heartbeat("g", 1, leader_id)) for _ in range(20_000)]  # ~1.3 MB
+        await asyncio.sleep(0.3)
+        (connection,) = [c for c in env.server._busy]
+        assert limit <= connection.buffered_bytes < limit + 300 * 1024  # at most one more read past the limit
+        await join(leader, "g", leader_id)
+        await parked
+        results = await asyncio.gather(*beats)
+        assert len(results) == 20_000
+
+
+async def test_a_frame_over_max_frame_bytes_closes_the_connection(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="coordinator.server")
+    async with RunningServer(max_frame_bytes=1024) as env:
+        client = await env.client()
+        big = request(18, 3, client_software_name="x" * 2000, client_software_version="1")
+        with pytest.raises(ConnectionClosed):
+            await client.request(big)
+        assert "reason=invalid_frame_size" in caplog.text
+
+
+async def test_shutdown_answers_parked_requests_then_closes_and_refuses_new_connections() -> None:
+    async with RunningServer(shutdown_grace_ms=200) as env:
+        await _stable_member(env)
+        newcomer = await env.client()
+        parked = await _parked_join(env, newcomer)
+        closing = asyncio.create_task(env.server.close())
+        response = await asyncio.wait_for(parked, 5)
+        assert response.error_code == 16  # NOT_COORDINATOR: the coordinator unloaded its groups
+        await closing
+        await asyncio.wait_for(newcomer.wait_closed(), 5)
+        with pytest.raises(OSError):
+            await env.client()
+        assert env.timer.size == 0
+
+
+@pytest.mark.parametrize(("peer", "expected"), [
+    ("127.0.0.1", "/127.0.0.1"), ("::1", "/0:0:0:0:0:0:0:1"), ("fe80::1%eth0", "/fe80:0:0:0:0:0:0:1"),
+    ("2001:db8::ff00:42:8329", "/2001:db8:0:0:0:ff00:42:8329"),
+])
+def test_client_host_is_written_like_java_inet_address(peer: str, expected: str) -> None:
+    assert java_host_string(peer) == expected
