@@ -15,11 +15,12 @@ from typing import Any, Awaitable, Callable
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.admin import AdminHandlers
-from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupResponse, SyncGroupResponse
+from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupResponse, JoinGroupResponseMember, SyncGroupResponse
 from coordinator.group.delayed import (DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin, join_key,
                                        member_key, sync_key)
 from coordinator.group.errors import Errors
 from coordinator.group.join import JoinHandlers
+from coordinator.group.loading import materialize_group
 from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
@@ -257,12 +258,11 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
 
     # --- responses --------------------------------------------------------------------------------------------
     @staticmethod
-    def member_list(group: GroupMetadata) -> list[Any]:
-        from coordinator.group.api import JoinGroupResponseMember
+    def member_list(group: GroupMetadata) -> list[JoinGroupResponseMember]:
         return [JoinGroupResponseMember(m, i, md) for m, i, md in group.current_member_metadata()]
 
     @staticmethod
-    def join_response(group: GroupMetadata, member_id: str, members: list[Any], leader: str | None = None,
+    def join_response(group: GroupMetadata, member_id: str, members: list[JoinGroupResponseMember], leader: str | None = None,
                       skip_assignment: bool = False) -> JoinGroupResponse:
         return JoinGroupResponse(
             Errors.NONE, member_id=member_id, generation_id=group.generation_id,
@@ -369,7 +369,6 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
                 loaded[tp] = record
 
     def finish_loading(self) -> None:
-        from coordinator.group.loading import materialize_group
         try:
             for group_id in set(self._loaded_groups) | {g for g, o in self._loaded_offsets.items() if o}:
                 if group_id in self.groups:

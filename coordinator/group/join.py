@@ -121,10 +121,12 @@ class JoinHandlers:
         elif not group.supports_protocols(req.protocol_type, {p.name for p in req.protocols}):
             _answer(future, JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
         elif member_id in group.pending_members:
-            if req.group_instance_id is not None:
-                raise RuntimeError(f"the static member {req.group_instance_id} was not expected to be pending "
-                                   f"with member id {member_id}")
-            self._add_member_and_rebalance(group, member_id, req, future)
+            if req.group_instance_id is not None:  # Kafka throws IllegalStateException: UNKNOWN_SERVER_ERROR
+                log.error("event=pending_member_with_instance_id group=%s member=%s group_instance_id=%s",
+                          group.group_id, member_id, req.group_instance_id)
+                _answer(future, JoinGroupResponse(Errors.UNKNOWN_SERVER_ERROR, member_id=member_id))
+            else:
+                self._add_member_and_rebalance(group, member_id, req, future)
         else:
             error = self.validate_current_member(group, member_id, req.group_instance_id, "join-group")
             if error is not None:

@@ -411,3 +411,30 @@ async def test_rejoin_with_changed_metadata_in_completing_rebalance_rebalances(e
     follower.protocols = [("range", b"changed")]
     await follower.start_join()
     assert env.state() is PREPARING
+
+
+async def test_join_below_v4_needs_no_member_id_round_trip(env: Env) -> None:
+    old = env.client("old", version=3)
+    await old.start_join()
+    assert not old.join_task.done() and env.state() is PREPARING
+    assert env.observer.of("joined")[0][1:] == ("g", env.group().leader_id, None, "old", "/127.0.0.1")
+    await advance_until_joined(env, old)
+    assert old.take_join().generation_id == 1
+
+
+async def test_second_join_of_a_parked_member_supersedes_the_first(env: Env) -> None:
+    a, b = env.client("a"), env.client("b")
+    await form_group(env, a, b)
+    leader = a if a.is_leader else b
+    await leader.start_join()
+    first = leader.join_task
+    await leader.start_join()  # e.g. the client retried on a new connection
+    assert first.result().error_code == Errors.REBALANCE_IN_PROGRESS and not leader.join_task.done()
+    assert env.group().num_members_awaiting_join == 1
+
+
+async def test_pending_member_id_claimed_by_static_member_is_a_server_error(env: Env) -> None:
+    pending = await env.coordinator.join_group(env.client("p").join_request())
+    c = env.client("x", instance_id="ix")
+    resp = await env.coordinator.join_group(c.join_request(member_id=pending.member_id))
+    assert resp.error_code == Errors.UNKNOWN_SERVER_ERROR and env.group().members == {}
