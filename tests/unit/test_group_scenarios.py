@@ -438,3 +438,27 @@ async def test_pending_member_id_claimed_by_static_member_is_a_server_error(env:
     c = env.client("x", instance_id="ix")
     resp = await env.coordinator.join_group(c.join_request(member_id=pending.member_id))
     assert resp.error_code == Errors.UNKNOWN_SERVER_ERROR and env.group().members == {}
+
+
+async def test_join_during_in_flight_assignment_write_discards_the_write_result(env: Env) -> None:
+    a, b = env.client("a"), env.client("b")
+    for c in (a, b):
+        await c.start_join()
+    await advance_until_joined(env, a, b)
+    a.take_join(), b.take_join()
+    leader, follower = (a, b) if a.is_leader else (b, a)
+    gate = env.store.hold_next_write()
+    await follower.start_sync()
+    await leader.start_sync({a.member_id: b"1", b.member_id: b"2"})
+    newcomer = env.client("n")
+    await newcomer.start_join()  # CompletingRebalance -> PreparingRebalance while the write is in flight
+    for c in (leader, follower):
+        assert c.sync_task.result().error_code == Errors.REBALANCE_IN_PROGRESS
+    gate.set()
+    await drain()
+    assert env.state() is PREPARING and all(m.assignment == b"" for m in env.group().members.values())
+    for c in (leader, follower):
+        await c.start_join()
+    await advance_until_joined(env, a, b, newcomer)
+    await complete_rebalance(env, a, b, newcomer)
+    assert newcomer.generation == 2 and env.state() is STABLE
