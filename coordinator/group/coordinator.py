@@ -18,7 +18,7 @@ from coordinator.group.admin import AdminHandlers
 from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupResponse, JoinGroupResponseMember, SyncGroupResponse
 from coordinator.group.delayed import (DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin, join_key,
                                        member_key, sync_key)
-from coordinator.group.errors import Errors
+from coordinator.group.errors import Errors, group_append_error
 from coordinator.group.join import JoinHandlers
 from coordinator.group.loading import materialize_group
 from coordinator.group.member import MemberMetadata
@@ -26,7 +26,7 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
 from coordinator.group.offsets import OffsetHandlers
 from coordinator.group.state import GroupState
-from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, TopicPartition
+from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, StoreError, TopicPartition
 from coordinator.group.sync import SyncHandlers
 from coordinator.purgatory import DelayedOperationPurgatory
 from coordinator.timer import Clock, SystemTimer
@@ -93,6 +93,17 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
         if group is None:
             group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms(), self.observer)
         return group
+
+    async def write_group(self, group_id: str, record: GroupRecord) -> Errors:
+        """Appends a group record; returns the error as SyncGroup/JoinGroup report it (3.9 `storeGroup`)."""
+        try:
+            await self.store.store_group(group_id, record)
+            return Errors.NONE
+        except StoreError as exc:
+            return group_append_error(exc.error)
+        except Exception:
+            log.exception("event=store_failed group=%s generation=%d", group_id, record.generation)
+            return Errors.UNKNOWN_SERVER_ERROR
 
     def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         """Background work (store writes) that must finish even if the request that started it is cancelled."""
@@ -161,10 +172,9 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
         record = group.to_record({})
 
         async def store_empty() -> None:
-            try:
-                await self.store.store_group(group.group_id, record)
-            except Exception as exc:  # only a warning in Kafka: the old generation times out if reloaded
-                log.warning("event=store_empty_group_failed group=%s error=%r", group.group_id, exc)
+            error = await self.write_group(group.group_id, record)
+            if error != Errors.NONE:  # only a warning in Kafka: the old generation times out if reloaded
+                log.warning("event=store_empty_group_failed group=%s error=%s", group.group_id, error.name)
 
         self.spawn(store_empty())
 

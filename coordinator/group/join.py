@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING
 
 from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse
 from coordinator.group.delayed import join_key
-from coordinator.group.errors import Errors, group_append_error
+from coordinator.group.errors import Errors
 from coordinator.group.member import MemberMetadata
 from coordinator.group.state import GroupState
-from coordinator.group.store import StoreError
 
 if TYPE_CHECKING:
     from coordinator.group.coordinator import GroupCoordinator
@@ -241,14 +240,7 @@ class JoinHandlers:
         record = group.to_record({m.member_id: m.assignment for m in group.members.values()})
 
         async def store() -> None:
-            try:
-                await self.store.store_group(group.group_id, record)
-                error = Errors.NONE
-            except StoreError as exc:
-                error = group_append_error(exc.error)
-            except Exception:
-                log.exception("event=store_failed group=%s member=%s", group.group_id, new_member_id)
-                error = Errors.UNKNOWN_SERVER_ERROR
+            error = await self.write_group(group.group_id, record)
             if error != Errors.NONE:
                 self._revert_static_replacement(group, member, old_member_id, previous, current_leader, error,
                                                 future)

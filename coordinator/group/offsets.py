@@ -71,6 +71,24 @@ class OffsetHandlers:
 
     async def _store_offsets(self: GroupCoordinator, group: GroupMetadata, req: OffsetCommitRequest
                              ) -> dict[TopicPartition, Errors]:
+        errors, offsets = self._offset_records(req)
+        if not offsets:
+            return errors  # every partition's metadata was too large: answer at once
+        self._offset_write_seq += 1
+        version = self._offset_write_seq
+        group.prepare_offset_commit(list(offsets))
+        error = await self._write_offsets(group.group_id, offsets)
+        group.finish_offset_commit(offsets, version, ok=error == Errors.NONE and not group.is_in(DEAD))
+        if error == Errors.NONE:
+            self.observer.on_offsets_committed(group.group_id, req.member_id, len(offsets))
+        else:
+            log.warning("event=offset_commit_failed group=%s member=%s partitions=%d error=%s",
+                        group.group_id, req.member_id, len(offsets), error.name)
+        errors.update(dict.fromkeys(offsets, error))
+        return errors
+
+    def _offset_records(self: GroupCoordinator, req: OffsetCommitRequest
+                        ) -> tuple[dict[TopicPartition, Errors], dict[TopicPartition, OffsetRecord]]:
         now_ms = self.now_ms()
         expire_ms = now_ms + req.retention_time_ms if req.retention_time_ms != -1 else None
         errors: dict[TopicPartition, Errors] = {}
@@ -85,28 +103,18 @@ class OffsetHandlers:
                 commit_ms = p.commit_timestamp_ms if p.commit_timestamp_ms != -1 else now_ms
                 offsets[tp] = OffsetRecord(p.committed_offset, p.committed_leader_epoch, metadata, commit_ms,
                                            expire_ms)
-        if not offsets:
-            return errors
-        self._offset_write_seq += 1
-        version = self._offset_write_seq
-        group.prepare_offset_commit(list(offsets))
-        error = Errors.NONE
+        return errors, offsets
+
+    async def _write_offsets(self: GroupCoordinator, group_id: str,
+                             offsets: dict[TopicPartition, OffsetRecord]) -> Errors:
         try:
-            await self.store.store_offsets(group.group_id, offsets)
+            await self.store.store_offsets(group_id, offsets)
+            return Errors.NONE
         except StoreError as exc:
-            error = offset_append_error(exc.error)
+            return offset_append_error(exc.error)
         except Exception:
-            log.exception("event=offset_store_failed group=%s", group.group_id)
-            error = Errors.UNKNOWN_SERVER_ERROR
-        group.finish_offset_commit(offsets, version, ok=error == Errors.NONE and not group.is_in(DEAD))
-        if error == Errors.NONE:
-            self.observer.on_offsets_committed(group.group_id, req.member_id, len(offsets))
-        else:
-            log.warning("event=offset_commit_failed group=%s member=%s partitions=%d error=%s",
-                        group.group_id, req.member_id, len(offsets), error.name)
-        for tp in offsets:
-            errors[tp] = error
-        return errors
+            log.exception("event=offset_store_failed group=%s", group_id)
+            return Errors.UNKNOWN_SERVER_ERROR
 
     # --- OffsetFetch ------------------------------------------------------------------------------------------
     async def fetch_offsets(self: GroupCoordinator, req: OffsetFetchRequest) -> OffsetFetchResponse:

@@ -9,9 +9,8 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, HeartbeatRequest, Heartbea
                                    LeaveGroupResponse, LeaveGroupResponseMember, MemberIdentity, SyncGroupRequest,
                                    SyncGroupResponse)
 from coordinator.group.delayed import member_key
-from coordinator.group.errors import Errors, group_append_error
+from coordinator.group.errors import Errors
 from coordinator.group.state import GroupState
-from coordinator.group.store import StoreError
 
 if TYPE_CHECKING:
     from coordinator.group.coordinator import GroupCoordinator
@@ -94,14 +93,7 @@ class SyncHandlers:
         record = group.to_record(assignment)
 
         async def store() -> None:
-            try:
-                await self.store.store_group(group.group_id, record)
-                error = Errors.NONE
-            except StoreError as exc:
-                error = group_append_error(exc.error)
-            except Exception:
-                log.exception("event=store_failed group=%s generation=%d", group.group_id, generation_id)
-                error = Errors.UNKNOWN_SERVER_ERROR
+            error = await self.write_group(group.group_id, record)
             self._on_assignment_stored(group, generation_id, req.member_id, assignment, error)
 
         self.spawn(store())
