@@ -8,6 +8,10 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coordinator.app import ServiceOptions
 
 
 def _configure_logging(level: str) -> None:
@@ -43,6 +47,61 @@ async def _run_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _kafka_property(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected name=value, got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _service_options(args: argparse.Namespace) -> "ServiceOptions":
+    from coordinator.app import ServiceOptions
+    from coordinator.config import CoordinatorConfig
+    from coordinator.server.config import ServerConfig
+
+    listen_host, listen_port = args.listen
+    advertised_host, advertised_port = args.advertised_listener or (None, None)
+    try:
+        group = CoordinatorConfig.from_properties(dict(args.config))
+    except KeyError as exc:
+        raise SystemExit(f"unknown coordinator config {exc}; known: {sorted(CoordinatorConfig.kafka_names())}")
+    return ServiceOptions(
+        server=ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
+                            advertised_port=advertised_port, node_id=args.node_id),
+        group=group,
+        bootstrap=args.bootstrap_server,
+        kafka_data_dir=args.kafka_data_dir,
+        state_topic=args.state_topic,
+        state_replication_factor=args.state_replication_factor,
+        event_topic=args.event_topic or None,
+    )
+
+
+async def _run_serve(args: argparse.Namespace) -> int:
+    from coordinator.app import RunningService, run_until
+
+    options = _service_options(args)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    def ready(service: RunningService) -> None:
+        node = service.server.node
+        print(f"coordinator listening on {node.host}:{node.port} (node {node.node_id}); "
+              f"state in Kafka at {service.bootstrap}, topic {options.state_topic}", flush=True)
+
+    await run_until(stop, options, ready)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coordinator", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("COORDINATOR_LOG_LEVEL", "INFO"))
@@ -52,6 +111,28 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.add_argument("--data-dir", default=os.environ.get("COORDINATOR_KAFKA_DATA_DIR"),
                        help="broker data directory (default: a temporary one, removed on exit)")
     kafka.set_defaults(run=_run_kafka)
+
+    serve = commands.add_parser("serve", help="run the group coordinator (with an embedded Kafka if no cluster)")
+    env = os.environ.get
+    serve.add_argument("--listen", type=_host_port, default=env("COORDINATOR_LISTEN", "127.0.0.1:9192"),
+                       help="HOST:PORT to accept Kafka clients on (env COORDINATOR_LISTEN)")
+    serve.add_argument("--advertised-listener", type=_host_port, default=env("COORDINATOR_ADVERTISED_LISTENER"),
+                       help="HOST:PORT told to clients in Metadata/FindCoordinator (default: the listen address)")
+    serve.add_argument("--node-id", type=int, default=int(env("COORDINATOR_NODE_ID", "0")))
+    serve.add_argument("--bootstrap-server", default=env("KAFKA_BOOTSTRAP"),
+                       help="the Kafka cluster holding the state topic (env KAFKA_BOOTSTRAP); "
+                            "none: an embedded Apache Kafka broker is started")
+    serve.add_argument("--kafka-data-dir", default=env("COORDINATOR_KAFKA_DATA_DIR"),
+                       help="data dir of the embedded broker (default: temporary)")
+    serve.add_argument("--state-topic", default=env("COORDINATOR_STATE_TOPIC", "__coordinator_state"))
+    serve.add_argument("--state-replication-factor", type=int, default=None,
+                       help="replication factor of the state topic (default: min(3, brokers))")
+    serve.add_argument("--event-topic", default=env("COORDINATOR_EVENT_TOPIC", "__coordinator_events"),
+                       help="topic for group events ('' to disable)")
+    serve.add_argument("--config", type=_kafka_property, action="append", default=[], metavar="NAME=VALUE",
+                       help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
+                            "or offsets.topic.num.partitions=10 (repeatable)")
+    serve.set_defaults(run=_run_serve)
     return parser
 
 
