@@ -78,6 +78,7 @@ class Driver:
     async def leave(self) -> None:
         if self.c.member_id and self.c.join_task is None:
             await self.c.leave()
+            self.c.sync_task = None  # a client that leaves drops its in-flight SyncGroup
             self.reset()
 
     async def commit(self) -> None:
