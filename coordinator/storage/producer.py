@@ -5,7 +5,7 @@ its own threads, so the coordinator's one event loop spends a few microseconds p
 batches in Python; its idempotent producer (acks=all, in-order retries) and `message.timeout.ms` give exactly
 the "acknowledged or failed within offsets.commit.timeout.ms" contract Kafka's coordinator has.
 
-Threads: `produce()` is a non-blocking enqueue (it raises BufferError when the queue is full instead of waiting),
+Threads: `produce_batch()` (one call per write) is a non-blocking enqueue (it raises BufferError when the queue is full instead of waiting),
 so it is called on the loop. One daemon thread per producer calls `poll()`, which runs the delivery callbacks;
 a `DeliveryBatch` counts the reports of one logical write (a group record, or all partitions of an
 OffsetCommit) and hands a single result back with `loop.call_soon_threadsafe`.
@@ -24,7 +24,13 @@ log = logging.getLogger("coordinator.storage")
 
 Record = tuple[int, bytes, "bytes | None"]  # (partition, key, value or None for a tombstone)
 _POLL_INTERVAL_S = 0.05
-_SAFETY_MARGIN_MS = 2_000  # librdkafka reports a timeout itself; this only guards against a lost report
+_SAFETY_MARGIN_MS = 2_000  # librdkafka reports a timeout itself; the sweeper only guards against a lost report
+
+
+def _as_kafka_error(error: object) -> KafkaError:
+    if isinstance(error, KafkaError):
+        return error
+    return KafkaError(KafkaError._FAIL, f"record not queued: {error}")
 
 
 class DeliveryBatch:
@@ -57,6 +63,10 @@ class DeliveryBatch:
         if not self.future.done():
             self.future.set_result(self._error)
 
+    def force_resolve(self) -> None:
+        """Resolve now with the error recorded so far (the sweeper's last resort; loop thread)."""
+        self._resolve()
+
 
 class AsyncProducer:
     """Sends records to one topic; `send` waits for acknowledgement, `send_nowait` only logs failures."""
@@ -69,6 +79,8 @@ class AsyncProducer:
         self._settings.setdefault("logger", logging.getLogger(f"coordinator.storage.librdkafka.{name}"))
         self._producer = Producer(self._settings)
         self._fatal = False
+        self._watched: dict[DeliveryBatch, float] = {}
+        self._sweeper: asyncio.Task[None] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name=f"{name}-poll", daemon=True)
         self._thread.start()
@@ -79,15 +91,11 @@ class AsyncProducer:
 
     async def send(self, records: Sequence[Record]) -> KafkaError | None:
         """Append `records`; None once every one is acknowledged, else the first error (never raises)."""
-        loop = asyncio.get_running_loop()
-        batch = DeliveryBatch(loop, len(records))
+        batch = DeliveryBatch(asyncio.get_running_loop(), len(records))
         self._enqueue(records, batch)
-        guard = loop.call_later((self.timeout_ms + _SAFETY_MARGIN_MS) / 1000, batch.settle, 0,
-                                KafkaError(KafkaError._MSG_TIMED_OUT, "no delivery report in time"))
-        try:
-            return await batch.future
-        finally:
-            guard.cancel()
+        if not batch.future.done():
+            self._watch(batch)
+        return await batch.future
 
     def send_nowait(self, records: Sequence[Record], on_error: Callable[[KafkaError], None]) -> None:
         """Append without waiting (Kafka's acks=0 tombstones): a failure only reaches `on_error`, on the loop."""
@@ -96,20 +104,46 @@ class AsyncProducer:
         self._enqueue(records, batch)
 
     def _enqueue(self, records: Sequence[Record], batch: DeliveryBatch) -> None:
+        """One produce_batch call per partition (a write is normally a single group, so a single partition)."""
         if not records:
             batch.settle(0, None)
             return
         self._maybe_replace_fatal_producer()
-        for sent, (partition, key, value) in enumerate(records):
+        by_partition: dict[int, list[dict[str, object]]] = {}
+        for partition, key, value in records:
+            message: dict[str, object] = {"key": key} if value is None else {"key": key, "value": value}
+            by_partition.setdefault(partition, []).append(message)
+        for partition, messages in by_partition.items():
             try:
-                self._producer.produce(self.topic, value=value, key=key, partition=partition,
-                                       on_delivery=batch.on_delivery)
+                queued = self._producer.produce_batch(self.topic, messages, partition=partition,
+                                                      on_delivery=batch.on_delivery)
             except BufferError:
-                batch.settle(len(records) - sent, KafkaError(KafkaError._QUEUE_FULL, "producer queue full"))
-                return
+                queued, failure = 0, KafkaError(KafkaError._QUEUE_FULL, "producer queue full")
             except KafkaException as exc:
-                batch.settle(len(records) - sent, exc.args[0])
-                return
+                queued, failure = 0, exc.args[0]
+            else:
+                failure = next((m["_error"] for m in messages if "_error" in m), None)
+            if queued < len(messages):  # refused messages get no delivery report: account for them here
+                batch.settle(len(messages) - queued, _as_kafka_error(failure))
+
+    def _watch(self, batch: DeliveryBatch) -> None:
+        """librdkafka reports every record within message.timeout.ms; the sweeper only guards against a report
+        that never comes, with one periodic task instead of a timer per write."""
+        loop = batch.future.get_loop()
+        self._watched[batch] = loop.time() + (self.timeout_ms + _SAFETY_MARGIN_MS) / 1000
+        batch.future.add_done_callback(lambda _: self._watched.pop(batch, None))
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = loop.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._watched:
+            await asyncio.sleep(1.0)
+            now = loop.time()
+            for batch in [b for b, deadline in self._watched.items() if deadline <= now]:
+                log.error("event=delivery_report_missing producer=%s", self.name)
+                batch.settle(0, KafkaError(KafkaError._MSG_TIMED_OUT, "no delivery report in time"))
+                batch.force_resolve()
 
     def _on_client_error(self, error: KafkaError) -> None:
         """librdkafka's error callback (poll thread). A fatal error leaves the producer unusable."""
@@ -139,6 +173,8 @@ class AsyncProducer:
 
     async def close(self, flush_timeout_ms: int = 5_000) -> None:
         """Stop polling, then deliver (or fail) what is queued, in a worker thread."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         self._stop.set()
         await asyncio.to_thread(self._thread.join)
         remaining = await asyncio.to_thread(self._producer.flush, flush_timeout_ms / 1000)

@@ -12,6 +12,7 @@ v4 is the first flexible version (compact lengths, tagged fields).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Union
 
@@ -33,6 +34,8 @@ FIRST_FLEXIBLE_VALUE_VERSION = 4
 GROUP_METADATA_VALUE_WRITE_VERSION = 3
 OFFSET_COMMIT_VALUE_WRITE_VERSION = 3
 OFFSET_COMMIT_VALUE_EXPIRE_VERSION = 1  # the only version that carries expireTimestamp
+_INT16_MAX = 0x7FFF
+_pack = struct.pack
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,11 @@ class StateRecord:
 # ---- keys ----------------------------------------------------------------------------------------------------
 
 def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
+    if type(key) is OffsetCommitKey:  # the hot path (every committed partition): one pack call
+        group, topic = key.group.encode(), key.topic.encode()
+        if len(group) <= _INT16_MAX and len(topic) <= _INT16_MAX:
+            return _pack(f">hh{len(group)}sh{len(topic)}si", OFFSET_COMMIT_KEY_WRITE_VERSION, len(group), group,
+                         len(topic), topic, key.partition)
     out = Writer()
     if isinstance(key, OffsetCommitKey):
         out.int16(OFFSET_COMMIT_KEY_WRITE_VERSION)
@@ -139,6 +147,11 @@ def offset_commit_value_version(value: OffsetCommitValue) -> int:
 def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = None) -> bytes:
     """Encode at `version` (default: Kafka's written version); fields the version lacks are dropped."""
     version = offset_commit_value_version(value) if version is None else version
+    if version == OFFSET_COMMIT_VALUE_WRITE_VERSION:  # the hot path: one pack call
+        metadata = value.metadata.encode()
+        if len(metadata) <= _INT16_MAX:
+            return _pack(f">hqih{len(metadata)}sq", version, value.offset, value.leader_epoch, len(metadata),
+                         metadata, value.commit_timestamp_ms)
     _check_value_version(version, "OffsetCommitValue")
     out = Writer(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
     out.int16(version)
