@@ -1,0 +1,175 @@
+"""The whole service as a user runs it: `coordinator serve` killed with SIGKILL and started again on the same
+state topic gives back identical groups and offsets, and a member that keeps heartbeating is not rebalanced."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from protocol.apis import ApiKey
+from protocol.client import KafkaClient
+from protocol.errors import ConnectionClosed, RequestTimedOut
+from tests.unit.test_server_env import heartbeat, join_with_member_id, nested, request, sync
+
+SESSION_MS = 30_000
+LOAD_IN_PROGRESS = 14
+GROUP = "orders-app"
+SIMPLE_GROUP = "standalone-tool"
+
+
+class Service:
+    def __init__(self, process: asyncio.subprocess.Process, port: int) -> None:
+        self.process = process
+        self.port = port
+
+    async def client(self) -> KafkaClient:
+        return await KafkaClient.connect("127.0.0.1", self.port, client_id="restart-test", timeout_ms=15_000)
+
+
+@asynccontextmanager
+async def service(bootstrap: str, state_topic: str) -> AsyncIterator[Service]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0",
+        "--bootstrap-server", bootstrap, "--state-topic", state_topic, "--event-topic", "",
+        "--config", "offsets.topic.num.partitions=3", "--config", "group.initial.rebalance.delay.ms=0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()  # type: ignore[union-attr]
+        assert line.startswith("coordinator listening on 127.0.0.1:"), line
+        port = int(line.split()[3].rsplit(":", 1)[1])
+        yield Service(process, port)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def until_loaded(client: KafkaClient) -> Any:
+    for _ in range(200):
+        described = await describe(client)
+        if described.error_code != LOAD_IN_PROGRESS:
+            return described
+        await asyncio.sleep(0.1)
+    raise AssertionError("coordinator never finished loading")
+
+
+async def describe(client: KafkaClient) -> Any:
+    response = await client.request(request(ApiKey.DESCRIBE_GROUPS, 5, groups=(GROUP,),
+                                            include_authorized_operations=False))
+    return response.groups[0]
+
+
+def group_snapshot(described: Any) -> tuple[Any, ...]:
+    members = sorted((m.member_id, m.client_id, m.client_host, bytes(m.member_metadata), bytes(m.member_assignment))
+                     for m in described.members)
+    return described.group_state, described.protocol_type, described.protocol_data, tuple(members)
+
+
+async def commit(client: KafkaClient, group_id: str, generation_id: int, member_id: str,
+                 offsets: dict[int, int]) -> list[int]:
+    partition = nested(ApiKey.OFFSET_COMMIT, 8, "topics", "partitions")
+    topic = nested(ApiKey.OFFSET_COMMIT, 8, "topics")(name="orders", partitions=tuple(
+        partition(partition_index=p, committed_offset=o, committed_leader_epoch=3, committed_metadata=f"m{p}")
+        for p, o in offsets.items()))
+    response = await client.request(request(ApiKey.OFFSET_COMMIT, 8, group_id=group_id,
+                                            generation_id_or_member_epoch=generation_id, member_id=member_id,
+                                            group_instance_id=None, topics=(topic,)))
+    return [p.error_code for t in response.topics for p in t.partitions]
+
+
+async def fetch(client: KafkaClient, group_id: str) -> list[tuple[Any, ...]]:
+    topic = nested(ApiKey.OFFSET_FETCH, 7, "topics")(name="orders", partition_indexes=(0, 1, 2))
+    response = await client.request(request(ApiKey.OFFSET_FETCH, 7, group_id=group_id, topics=(topic,),
+                                            require_stable=True))
+    assert response.error_code == 0
+    return [(p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata, p.error_code)
+            for t in response.topics for p in t.partitions]
+
+
+async def form_group(a: KafkaClient, b: KafkaClient) -> tuple[Any, Any]:
+    joined = await asyncio.gather(join_with_member_id(a, GROUP, session_timeout_ms=SESSION_MS),
+                                  join_with_member_id(b, GROUP, session_timeout_ms=SESSION_MS))
+    leader_response = next(r for r in joined if r.leader == r.member_id)
+    follower_response = next(r for r in joined if r.leader != r.member_id)
+    assert {r.error_code for r in joined} == {0} and len(leader_response.members) == 2
+    generation = leader_response.generation_id
+    assignments = {r.member_id: f"partitions-of-{r.member_id}".encode() for r in joined}
+    leader_client = a if joined[0] is leader_response else b
+    follower_client = b if leader_client is a else a
+    synced = await asyncio.gather(
+        sync(leader_client, GROUP, generation, leader_response.member_id, assignments),
+        sync(follower_client, GROUP, generation, follower_response.member_id))
+    assert [s.error_code for s in synced] == [0, 0]
+    assert bytes(synced[1].assignment) == assignments[follower_response.member_id]
+    return leader_response, follower_response
+
+
+async def keep_heartbeating(port_of: dict[str, int], member: Any, errors: list[int], stop: asyncio.Event) -> None:
+    """Heartbeat every second like a client, reconnecting whenever the coordinator is gone."""
+    client: KafkaClient | None = None
+    while not stop.is_set():
+        try:
+            if client is None or client.is_closed:
+                client = await KafkaClient.connect("127.0.0.1", port_of["port"], timeout_ms=2_000)
+            response = await client.request(heartbeat(GROUP, member.generation_id, member.member_id))
+            errors.append(response.error_code)
+        except (OSError, ConnectionClosed, RequestTimedOut, asyncio.TimeoutError):
+            client = None  # coordinator down or restarting
+        await asyncio.sleep(1.0)
+    if client is not None:
+        await client.close()
+
+
+async def test_sigkill_and_restart_keeps_groups_offsets_and_members(kafka_bootstrap: str) -> None:
+    state_topic = f"__state-{uuid.uuid4().hex[:8]}"
+    async with service(kafka_bootstrap, state_topic) as first:
+        a, b, admin = await first.client(), await first.client(), await first.client()
+        await until_loaded(admin)
+        leader, follower = await form_group(a, b)
+        assert await commit(a, GROUP, leader.generation_id, leader.member_id, {0: 100, 1: 200}) == [0, 0]
+        assert await commit(admin, SIMPLE_GROUP, -1, "", {2: 42}) == [0]
+        before = group_snapshot(await describe(admin))
+        offsets_before = await fetch(admin, GROUP), await fetch(admin, SIMPLE_GROUP)
+        assert before[0] == "Stable" and len(before[3]) == 2
+        assert offsets_before[0][:2] == [(0, 100, 3, "m0", 0), (1, 200, 3, "m1", 0)]
+
+        port_of = {"port": first.port}
+        stop = asyncio.Event()
+        heartbeat_errors: list[int] = []
+        beating = asyncio.create_task(keep_heartbeating(port_of, follower, heartbeat_errors, stop))
+        await asyncio.sleep(1.5)
+        first.process.send_signal(signal.SIGKILL)
+        await first.process.wait()
+        for client in (a, b, admin):
+            await client.close()
+
+    async with service(kafka_bootstrap, state_topic) as second:
+        port_of["port"] = second.port
+        admin = await second.client()
+        after = group_snapshot(await until_loaded(admin))
+        assert after == before
+        assert (await fetch(admin, GROUP), await fetch(admin, SIMPLE_GROUP)) == offsets_before
+
+        beats_before = len(heartbeat_errors)
+        await asyncio.sleep(3)  # the follower keeps heartbeating against the restarted coordinator
+        stop.set()
+        await beating
+        assert len(heartbeat_errors) > beats_before, "no heartbeat reached the restarted coordinator"
+        assert set(heartbeat_errors) == {0}, heartbeat_errors  # never REBALANCE_IN_PROGRESS or UNKNOWN_MEMBER_ID
+
+        # the follower's SyncGroup in Stable returns the assignment stored before the crash, same generation
+        b2 = await second.client()
+        resynced = await sync(b2, GROUP, follower.generation_id, follower.member_id)
+        assert resynced.error_code == 0
+        assert bytes(resynced.assignment) == f"partitions-of-{follower.member_id}".encode()
+        assert (await describe(admin)).group_state == "Stable"
+        await b2.close()
+        await admin.close()
