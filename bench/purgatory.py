@@ -1,6 +1,7 @@
 """Purgatory benchmark after Kafka's TestPurgatoryPerformance, on one asyncio loop.
 
-  python -m bench.purgatory [--loop asyncio|uvloop] [--rates 25000,50000,...] [--seconds 2] [--quick]
+  python -m bench.purgatory [--loop asyncio|uvloop] [--rates 25000,50000,...] [--seconds 2] [--repeats 2]
+                            [--quick]
 
 Requests arrive as a Poisson process at a target rate (exponential inter-arrival times). Each is a delayed
 operation with a 200 ms timeout, watched under 3 keys drawn from a space of 100. Its completion latency is
@@ -10,7 +11,7 @@ a heap drained by the generator on the same loop), otherwise the purgatory's tim
 in Kafka's purgatory redesign: low timeout rate (pct50 20 ms, pct75 60 ms) and high timeout rate (pct50
 200 ms, pct75 400 ms).
 
-Each run issues rate x --seconds requests and reports the target rate, the achieved enqueue rate, the time until
+Each run issues rate x --seconds requests (best of --repeats runs by achieved rate) and reports the target rate, the achieved enqueue rate, the time until
 every request completed, process CPU seconds, the process's peak RSS so far, and the purgatory's peak sizes.
 The same purgatory is also run with its timeouts on asyncio's `call_later` instead of the timing wheel, for
 comparison. The saturation point is the highest target rate achieved within 5%.
@@ -194,6 +195,8 @@ async def run_once(timer_kind: str, rate: float, count: int, pct50: float, pct75
         "actual_rate": round(count / enqueue_s), "elapsed_s": round(elapsed_s, 3), "cpu_s": round(cpu_s, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_watched": peak_watched, "peak_delayed": peak_delayed, "requests": count,
+        # CPU per request is robust to other processes taking the CPU; rates are not.
+        "cpu_us_per_request": round(cpu_s / count * 1e6, 2),
     }
 
 
@@ -205,10 +208,13 @@ async def main(args: argparse.Namespace) -> dict:
         for timer_kind in ("wheel", "call_later"):
             runs = []
             for rate in rates:
-                run = await run_once(timer_kind, rate, int(rate * args.seconds), pct50, pct75, seed=rate)
+                attempts = [await run_once(timer_kind, rate, int(rate * args.seconds), pct50, pct75, seed=rate)
+                            for _ in range(args.repeats)]
+                run = max(attempts, key=lambda r: r["actual_rate"])
                 runs.append(run)
                 print(f"{case:12s} {timer_kind:10s} target {run['target_rate']:>7,}/s  actual "
-                      f"{run['actual_rate']:>7,}/s  elapsed {run['elapsed_s']:.2f}s  cpu {run['cpu_s']:.2f}s  "
+                      f"{run['actual_rate']:>7,}/s  elapsed {run['elapsed_s']:.2f}s  cpu {run['cpu_s']:.2f}s "
+                      f"({run['cpu_us_per_request']} us/req)  "
                       f"rss {run['peak_rss_mb']} MB  watched<= {run['peak_watched']:,}  "
                       f"delayed<= {run['peak_delayed']:,}", flush=True)
                 if run["actual_rate"] < 0.8 * run["target_rate"]:
@@ -230,10 +236,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     parser.add_argument("--rates", default="25000,50000,75000,100000,150000")
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds of arrivals per run")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per rate; the best actual rate is kept")
     parser.add_argument("--quick", action="store_true", help="two rates, one second each")
     arguments = parser.parse_args()
     if arguments.quick:
-        arguments.rates, arguments.seconds = "25000,50000", 1.0
+        arguments.rates, arguments.seconds, arguments.repeats = "25000,50000", 1.0, 1
     return arguments
 
 
