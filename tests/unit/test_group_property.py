@@ -31,7 +31,9 @@ class Driver:
         self.synced = False
 
     def reset(self) -> None:
+        """Forget the membership, including an in-flight SyncGroup's answer (it belongs to the old id)."""
         self.c.member_id, self.c.generation, self.synced = "", -1, False
+        self.c.sync_task = None
 
     async def join(self) -> None:
         if self.c.join_task is None:
@@ -78,7 +80,6 @@ class Driver:
     async def leave(self) -> None:
         if self.c.member_id and self.c.join_task is None:
             await self.c.leave()
-            self.c.sync_task = None  # a client that leaves drops its in-flight SyncGroup
             self.reset()
 
     async def commit(self) -> None:
