@@ -9,6 +9,7 @@ Header layouts (Kafka's RequestHeader/ResponseHeader):
 
 from __future__ import annotations
 
+import datetime
 import io
 import struct
 from functools import cache
@@ -27,6 +28,7 @@ from protocol.tolerant import has_arrays, read_entity
 _HEADER_PREFIX = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 _CORRELATION = struct.Struct(">i")
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
+_ONE_MS = datetime.timedelta(milliseconds=1)
 
 
 class RequestHeader(NamedTuple):  # a NamedTuple: built per request, and 3x cheaper than a frozen dataclass
@@ -162,9 +164,9 @@ _SPECS = _build_specs()
 def encode_response(header: RequestHeader, body: Any) -> bytes:
     """A complete response frame (size prefix included) answering `header` with the kio payload `body`."""
     if header.api_key == ApiKey.HEARTBEAT:
-        return pack_heartbeat_response(
-            header.api_version, header.correlation_id, int(body.error_code), _ms(body, "throttle_time")
-        )
+        throttle = getattr(body, "throttle_time", None)  # v0 has none; timedelta(0) is falsy
+        throttle_ms = throttle // _ONE_MS if throttle else 0
+        return pack_heartbeat_response(header.api_version, header.correlation_id, body.error_code, throttle_ms)
     version = apis.response_header_version(header.api_key, header.api_version)
     return encode_response_frame(header.correlation_id, version, body)
 
@@ -180,11 +182,6 @@ def encode_response_frame(correlation_id: int, header_version: int, body: Any) -
     struct.pack_into(">i", frame, 0, len(frame) - 4)
     del frame
     return buffer.getvalue()
-
-
-def _ms(body: Any, name: str) -> int:
-    value = getattr(body, name, None)
-    return 0 if value is None else int(value.total_seconds() * 1000)
 
 
 # ---------------------------------------------------------------------------------------------- client side

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from types import CoroutineType
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -127,7 +128,7 @@ class Connection(asyncio.BufferedProtocol):
         except Exception:
             self._fail(header)
             return
-        if isinstance(outcome, Coroutine):
+        if isinstance(outcome, CoroutineType):  # the concrete type: an ABC check costs more
             self._drive(header, outcome)
         else:
             self._respond(header, outcome)

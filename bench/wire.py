@@ -1,0 +1,324 @@
+"""Wire benchmark: heartbeat round trips through the real server and GroupCoordinator, against a bare asyncio
+echo-frame server measured in the same run with the same load generator.
+
+  python -m bench.wire [--loop asyncio|uvloop] [--seconds 3] [--members 1,100,10000] [--repeats 1]
+
+For each member count two servers run in turn, each in its own process (pinned to CPU 0 when possible):
+  bare:         an asyncio BufferedProtocol that answers every length-prefixed frame with a fixed 16-byte
+                response (framing only: the practical ceiling of a Python asyncio server on this machine);
+  coordinator:  our CoordinatorServer + GroupCoordinator (in-memory store, real timer); its members are
+                joined and synced in-process before the clock starts (setup is not what we measure), in
+                groups of at most 100.
+The load generator (this process, CPU 1) holds one connection per member up to 1,000 connections; above that
+members share connections (10,000 members: 10 per connection, as a load generator's processes share them).
+Each connection keeps one heartbeat in flight (closed loop), cycling through its members, so every request is
+a Heartbeat v4 from a live member of a Stable group. Reported per run: requests/s, p50/p99 latency, and the
+server's CPU time per request (from /proc), which does not depend on the load generator's speed.
+`ratio_to_bare` compares requests/s; `cpu_ratio_to_bare` = bare CPU per request / ours, i.e. the share of the
+bare ceiling we reach when the server's core is the limit (the more robust figure on a busy machine).
+The machine is shared: runs are short and bounded (about 10 s per member count), loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import json
+import logging
+import os
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+HEARTBEAT_VERSION = 4
+GROUP_SIZE = 100
+MAX_CONNECTIONS = 1_000
+SESSION_TIMEOUT_MS = 300_000
+_BARE_RESPONSE = b"\x00\x00\x00\x0c"  # size 12: correlation id + 8 bytes, the shape of a Heartbeat v4 response
+_BARE_RESPONSE_TAIL = b"\x00" * 8
+
+
+# ---------------------------------------------------------------------------------------------- servers
+
+
+class BareFrameServer(asyncio.BufferedProtocol):
+    """Answers each frame with its correlation id and 8 zero bytes; no decoding at all."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray(256 * 1024)
+        self.end = 0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self.buffer)[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.end += nbytes
+        buffer, start, out = self.buffer, 0, []
+        while self.end - start >= 4:
+            (size,) = struct.unpack_from(">i", buffer, start)
+            if self.end - start - 4 < size:
+                break
+            out.append(_BARE_RESPONSE + buffer[start + 8 : start + 12] + _BARE_RESPONSE_TAIL)
+            start += 4 + size
+        if out:
+            self.transport.write(b"".join(out))
+        if start:
+            buffer[: self.end - start] = buffer[start : self.end]
+            self.end -= start
+
+
+async def serve_bare() -> None:
+    server = await asyncio.get_running_loop().create_server(BareFrameServer, "127.0.0.1", 0)
+    print(json.dumps({"port": server.sockets[0].getsockname()[1], "members": []}), flush=True)
+    await asyncio.Future()
+
+
+async def serve_coordinator(member_count: int) -> None:
+    from coordinator.config import CoordinatorConfig
+    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.store import InMemoryGroupStore
+    from coordinator.server import CoordinatorServer, ServerConfig
+    from coordinator.timer import SystemTimer
+
+    timer = SystemTimer("bench")
+    timer.start()
+    coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=200), timer,
+                                   InMemoryGroupStore())
+    groups = await asyncio.gather(*(
+        _stable_group(coordinator, f"bench-{first // GROUP_SIZE}", min(GROUP_SIZE, member_count - first))
+        for first in range(0, member_count, GROUP_SIZE)
+    ))
+    members = [member for group in groups for member in group]
+    server = CoordinatorServer(ServerConfig(listen_port=0), coordinator)
+    await server.start()
+    print(json.dumps({"port": server.port, "members": members}), flush=True)
+    await asyncio.Future()
+
+
+async def _stable_group(coordinator, group_id: str, size: int) -> list[tuple[str, int, str]]:
+    """Join `size` members concurrently (one generation), sync them; returns (group, generation, member)."""
+    from coordinator.group import api
+
+    def join_request(member_id: str) -> api.JoinGroupRequest:
+        return api.JoinGroupRequest(group_id, SESSION_TIMEOUT_MS, 60_000, member_id, None, "consumer",
+                                    [api.JoinGroupProtocol("range", b"")], version=9, client_id="bench",
+                                    client_host="/127.0.0.1")
+
+    first = [await coordinator.join_group(join_request("")) for _ in range(size)]
+    joined = await asyncio.gather(*(coordinator.join_group(join_request(r.member_id)) for r in first))
+    leader = joined[0].leader
+    syncs = [
+        api.SyncGroupRequest(group_id, r.generation_id, r.member_id, assignments=[
+            api.SyncGroupRequestAssignment(m.member_id, b"") for m in r.members] if r.member_id == leader else [])
+        for r in joined
+    ]
+    synced = await asyncio.gather(*(coordinator.sync_group(s) for s in syncs))
+    assert all(s.error_code == 0 for s in synced), synced
+    return [(group_id, r.generation_id, r.member_id) for r in joined]
+
+
+# ---------------------------------------------------------------------------------------------- load
+
+
+def heartbeat_frame(group_id: str, generation_id: int, member_id: str) -> bytes:
+    """A Heartbeat v4 request frame (flexible: compact strings, tag sections), correlation id 0."""
+    group, member = group_id.encode(), member_id.encode()
+    body = bytes([len(group) + 1]) + group + struct.pack(">i", generation_id) + bytes([len(member) + 1]) + member
+    body += b"\x00\x00"  # null group_instance_id, no tags
+    header = struct.pack(">hhih", 12, HEARTBEAT_VERSION, 0, 5) + b"bench" + b"\x00"
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+class LoadConnection(asyncio.Protocol):
+    """One request in flight; the next member's heartbeat leaves when the previous response arrives."""
+
+    def __init__(self, frames: list[bytes], stats: Stats) -> None:
+        self.frames = [bytearray(f) for f in frames]
+        self.stats = stats
+        self.next = 0
+        self.pending = b""
+        self.sent_ns = 0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def send_next(self) -> None:
+        frame = self.frames[self.next]
+        self.next = (self.next + 1) % len(self.frames)
+        self.stats.correlation_id += 1
+        struct.pack_into(">i", frame, 8, self.stats.correlation_id & 0x7FFFFFFF)
+        self.sent_ns = time.perf_counter_ns()
+        self.transport.write(frame)
+
+    def data_received(self, data: bytes) -> None:
+        self.pending += data
+        if len(self.pending) < 4 or len(self.pending) < 4 + struct.unpack_from(">i", self.pending)[0]:
+            return
+        size = struct.unpack_from(">i", self.pending)[0]
+        response, self.pending = self.pending[: 4 + size], self.pending[4 + size :]
+        self.stats.record(time.perf_counter_ns() - self.sent_ns, response)
+        if self.stats.running:
+            self.send_next()
+
+
+@dataclass
+class Stats:
+    running: bool = True
+    measuring: bool = False
+    count: int = 0
+    errors: int = 0
+    correlation_id: int = 0
+
+    def __post_init__(self) -> None:
+        self.latencies_ns = array.array("q")
+
+    def record(self, latency_ns: int, response: bytes) -> None:
+        if not self.measuring:
+            return
+        self.count += 1
+        if len(response) == 16 and response[13:15] != b"\x00\x00":  # Heartbeat v4 error code
+            self.errors += 1
+        if len(self.latencies_ns) < 2_000_000:
+            self.latencies_ns.append(latency_ns)
+
+
+async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float, server_pid: int) -> dict:
+    loop = asyncio.get_running_loop()
+    stats = Stats()
+    connection_count = min(len(frames), MAX_CONNECTIONS)
+    shares = [frames[i::connection_count] for i in range(connection_count)]
+    connections = []
+    for share in shares:
+        _transport, protocol = await loop.create_connection(lambda s=share: LoadConnection(s, stats), "127.0.0.1",
+                                                            port)
+        connections.append(protocol)
+    for connection in connections:
+        connection.send_next()
+    await asyncio.sleep(warmup_s)
+    cpu_before = _process_cpu_s(server_pid)
+    started = time.perf_counter()
+    stats.measuring = True
+    await asyncio.sleep(seconds)
+    stats.measuring = False
+    elapsed = time.perf_counter() - started
+    cpu_used = _process_cpu_s(server_pid) - cpu_before
+    stats.running = False
+    await asyncio.sleep(0.2)
+    for connection in connections:
+        connection.transport.close()
+    latencies = sorted(stats.latencies_ns)
+    return {
+        "connections": connection_count,
+        "requests_per_s": round(stats.count / elapsed),
+        "p50_ms": round(latencies[len(latencies) // 2] / 1e6, 3) if latencies else None,
+        "p99_ms": round(latencies[int(len(latencies) * 0.99)] / 1e6, 3) if latencies else None,
+        "server_cpu_us_per_request": round(cpu_used / max(stats.count, 1) * 1e6, 2),
+        "error_responses": stats.errors,
+    }
+
+
+def _process_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+# ---------------------------------------------------------------------------------------------- orchestration
+
+
+def _pin(cpu: int) -> None:
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except (AttributeError, OSError):
+        pass
+
+
+def run_server(kind: str, members: int, loop_name: str) -> tuple[subprocess.Popen, dict]:
+    command = [sys.executable, "-m", "bench.wire", "--serve", kind, "--members", str(members), "--loop", loop_name]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    if not line:
+        process.kill()
+        raise RuntimeError(f"{kind} server did not start")
+    return process, json.loads(line)
+
+
+async def measure(kind: str, members: int, args: argparse.Namespace) -> dict:
+    process, info = run_server(kind, members, args.loop)
+    try:
+        if kind == "bare":
+            frames = [heartbeat_frame("bench-0", 1, f"member-{i}") for i in range(members)]
+        else:
+            frames = [heartbeat_frame(g, gen, m) for g, gen, m in info["members"]]
+        result = await drive(info["port"], frames, args.seconds, args.warmup, process.pid)
+    finally:
+        process.kill()
+        process.wait()
+    return {"server": kind, "members": members, **result}
+
+
+async def best_of(repeats: int, kind: str, members: int, args: argparse.Namespace) -> dict:
+    """The run with the most requests/s: on a shared machine the slower runs measure the neighbours."""
+    runs = [await measure(kind, members, args) for _ in range(repeats)]
+    return max(runs, key=lambda run: run["requests_per_s"])
+
+
+async def main(args: argparse.Namespace) -> None:
+    _pin(1)
+    results = []
+    for members in (int(m) for m in args.members.split(",")):
+        bare = await best_of(args.repeats, "bare", members, args)
+        ours = await best_of(args.repeats, "coordinator", members, args)
+        ratio = ours["requests_per_s"] / bare["requests_per_s"] if bare["requests_per_s"] else 0.0
+        ours["ratio_to_bare"] = round(ratio, 3)
+        # what fraction of the bare server's capacity we keep when the server's CPU is the limit
+        ours["cpu_ratio_to_bare"] = round(bare["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
+        for result in (bare, ours):
+            print(json.dumps(result), flush=True)
+        results += [bare, ours]
+    ours = [r for r in results if r["server"] == "coordinator"]
+    summary = {"benchmark": "wire", "loop": args.loop, "seconds": args.seconds, "repeats": args.repeats,
+               "results": results, "min_ratio_to_bare": min(r["ratio_to_bare"] for r in ours),
+               "min_cpu_ratio_to_bare": min(r["cpu_ratio_to_bare"] for r in ours)}
+    print(json.dumps(summary), flush=True)
+
+
+def install_loop(name: str) -> str:
+    if name == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            return "asyncio"
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        return "uvloop"
+    return "asyncio"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--members", default="1,100,10000")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--serve", choices=("bare", "coordinator"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    arguments.loop = install_loop(arguments.loop)
+    if arguments.serve:
+        _pin(0)
+        logging.basicConfig(level=logging.ERROR)  # setup logs a line per member; not what we measure
+        members_to_serve = int(arguments.members)
+        asyncio.run(serve_bare() if arguments.serve == "bare" else serve_coordinator(members_to_serve))
+    else:
+        asyncio.run(main(arguments))
