@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from coordinator.storage.records import (
     GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, RecordFormatError, UnknownKey,
-    decode_record,
+    decode_group_metadata_value, decode_key, decode_offset_commit_value,
 )
 from coordinator.timer.clock import Clock
 
@@ -47,52 +47,73 @@ class LoadedState:
 
 
 class StateReplay:
-    """Applies state-topic records in log order (per partition) and keeps the latest state."""
+    """Applies state-topic records in log order (per partition) and keeps the latest state.
+
+    Group values are the big records (every member, subscription and assignment), and a log that has not
+    been compacted holds many generations of each group: they are kept as bytes while replaying and only the
+    survivors are decoded, when `state` is read. (So a malformed *latest* group record drops that group, with a
+    warning, rather than resurrecting an older generation.)
+    """
 
     def __init__(self) -> None:
-        self.state = LoadedState()
+        self._state = LoadedState()
+        self._group_values: dict[str, tuple[bytes, str]] = {}  # group id -> (latest value bytes, position)
+
+    @property
+    def state(self) -> LoadedState:
+        self._decode_groups()
+        return self._state
 
     def apply(self, key_bytes: bytes | None, value_bytes: bytes | None, where: str = "") -> None:
-        self.state.records += 1
+        self._state.records += 1
         if key_bytes is None:
             self._malformed(where, "record without a key")
             return
         try:
-            record = decode_record(key_bytes, value_bytes)
+            key = decode_key(key_bytes)
+            if isinstance(key, GroupMetadataKey):
+                self._apply_group(key.group, value_bytes, where)
+            elif isinstance(key, OffsetCommitKey):
+                value = None if value_bytes is None else decode_offset_commit_value(value_bytes)
+                self._apply_offset(key, value)
+            else:
+                self._unknown(key, where)
         except RecordFormatError as exc:
             self._malformed(where, str(exc))
-            return
-        key = record.key
-        if isinstance(key, GroupMetadataKey):
-            self._apply_group(key.group, record.value)  # type: ignore[arg-type]
-        elif isinstance(key, OffsetCommitKey):
-            self._apply_offset(key, record.value)  # type: ignore[arg-type]
-        else:
-            self._unknown(key, where)
 
-    def _apply_group(self, group_id: str, value: GroupMetadataValue | None) -> None:
-        if value is None:
-            self.state.groups.pop(group_id, None)
+    def _apply_group(self, group_id: str, value_bytes: bytes | None, where: str) -> None:
+        if value_bytes is None:
+            self._group_values.pop(group_id, None)
+            self._state.groups.pop(group_id, None)
         else:
-            self.state.groups[group_id] = value
+            self._group_values[group_id] = (value_bytes, where)
+
+    def _decode_groups(self) -> None:
+        for group_id, (value_bytes, where) in self._group_values.items():
+            try:
+                self._state.groups[group_id] = decode_group_metadata_value(value_bytes)
+            except RecordFormatError as exc:
+                self._state.groups.pop(group_id, None)
+                self._malformed(where, f"group {group_id}: {exc}")
+        self._group_values.clear()
 
     def _apply_offset(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
         partition = (key.topic, key.partition)
         if value is not None:
-            self.state.offsets.setdefault(key.group, {})[partition] = value
+            self._state.offsets.setdefault(key.group, {})[partition] = value
             return
-        offsets = self.state.offsets.get(key.group)
+        offsets = self._state.offsets.get(key.group)
         if offsets is not None:
             offsets.pop(partition, None)
             if not offsets:
-                del self.state.offsets[key.group]
+                del self._state.offsets[key.group]
 
     def _unknown(self, key: UnknownKey, where: str) -> None:
-        self.state.unknown_records += 1
+        self._state.unknown_records += 1
         log.warning("event=state_record_skipped reason=unknown_key_version version=%d at=%s", key.version, where)
 
     def _malformed(self, where: str, reason: str) -> None:
-        self.state.malformed_records += 1
+        self._state.malformed_records += 1
         log.warning("event=state_record_skipped reason=malformed at=%s detail=%s", where, reason)
 
 

@@ -107,3 +107,22 @@ def test_store_records_convert_to_topic_values_and_back() -> None:
     assert offset_record(offset_value(plain)) == plain
     expiring = OffsetRecord(5, metadata="x", commit_timestamp_ms=9, expire_timestamp_ms=99)
     assert offset_record(offset_value(expiring)) == expiring
+
+
+def test_only_the_latest_group_value_is_decoded() -> None:
+    replay = StateReplay()
+    replay.apply(encode_key(GroupMetadataKey("g")), b"\x00\x03broken")  # superseded before it is ever decoded
+    replay.apply(*group_bytes("g", 2))
+    replay.apply(*group_bytes("h", 1))
+    replay.apply(encode_key(GroupMetadataKey("h")), b"\x00\x03broken")  # the latest is broken: h is dropped
+    state = replay.state
+    assert {g: v.generation for g, v in state.groups.items()} == {"g": 2}
+    assert state.malformed_records == 1
+
+
+def test_group_tombstone_after_a_decoded_state_still_removes_the_group() -> None:
+    replay = StateReplay()
+    replay.apply(*group_bytes("g", 1))
+    assert set(replay.state.groups) == {"g"}
+    replay.apply(encode_key(GroupMetadataKey("g")), None)
+    assert replay.state.groups == {}
