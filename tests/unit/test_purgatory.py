@@ -199,3 +199,29 @@ async def test_shutdown_cancels_everything_and_closes_the_timer():
     clock.advance(1000)
     assert timer.advance_clock() is False
     assert all(op.events == [] for op in ops)
+
+
+def test_purge_stays_amortised_with_many_pending_operations():
+    """Kafka's rule alone would sweep all 20k x 3 pending entries every 1000 completions (≈ 60 entries
+    visited per completion); requiring completed > pending keeps it to a few entries per completion."""
+
+    class CountingPurgatory(DelayedOperationPurgatory):
+        visited = 0
+
+        def purge_completed(self) -> int:
+            self.visited += self.watched
+            return super().purge_completed()
+
+    timer, _ = manual_timer()
+    purgatory = CountingPurgatory("test", timer, purge_interval=1000)
+    keys = [f"key-{i}" for i in range(100)]
+    for i in range(20_000):  # pending for the whole test
+        purgatory.try_complete_else_watch(Gate(60_000), (keys[i % 100], keys[(i + 1) % 100], keys[(i + 2) % 100]))
+    completions = 100_000
+    for i in range(completions):
+        op = Gate(60_000)
+        purgatory.try_complete_else_watch(op, (keys[i % 100], keys[(i + 3) % 100], keys[(i + 5) % 100]))
+        op.force_complete()
+    assert purgatory.visited > 0, "completed operations must be purged at some point"
+    assert purgatory.visited <= 3 * 3 * completions
+    assert purgatory.watched <= 3 * (20_000 + max(1000, 20_000) + 1)
