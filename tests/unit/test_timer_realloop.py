@@ -46,7 +46,7 @@ async def test_ten_thousand_random_timers_fire_once_within_tolerance():
     lateness_ms = sorted(at_ms - task.expected_ms for task, at_ms in runs)
     assert lateness_ms[0] >= 0, "a timer fired early"
     # Generous bounds: the machine is shared; bench/timer.py measures lateness properly.
-    assert lateness_ms[len(lateness_ms) * 99 // 100] <= 50 and lateness_ms[-1] <= 250
+    assert lateness_ms[len(lateness_ms) * 99 // 100] <= 50 and lateness_ms[-1] <= 500
     # The reaper woke per bucket, not per ms of the 1.5 s span, nor per task.
     assert timer.wakeups < 1_600
 
