@@ -37,7 +37,7 @@ async def service(bootstrap: str, state_topic: str) -> AsyncIterator[Service]:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0",
         "--bootstrap-server", bootstrap, "--state-topic", state_topic, "--event-topic", "",
-        "--config", "offsets.topic.num.partitions=3", "--config", "group.initial.rebalance.delay.ms=0",
+        "--config", "offsets.topic.num.partitions=3", "--config", "group.initial.rebalance.delay.ms=3000",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -95,11 +95,14 @@ async def fetch(client: KafkaClient, group_id: str) -> list[tuple[Any, ...]]:
 
 
 async def form_group(a: KafkaClient, b: KafkaClient) -> tuple[Any, Any]:
+    """Both join inside the initial rebalance delay, so both are in generation 1."""
     joined = await asyncio.gather(join_with_member_id(a, GROUP, session_timeout_ms=SESSION_MS),
                                   join_with_member_id(b, GROUP, session_timeout_ms=SESSION_MS))
+    assert {r.error_code for r in joined} == {0}, joined
+    assert len({r.generation_id for r in joined}) == 1, joined
     leader_response = next(r for r in joined if r.leader == r.member_id)
     follower_response = next(r for r in joined if r.leader != r.member_id)
-    assert {r.error_code for r in joined} == {0} and len(leader_response.members) == 2
+    assert len(leader_response.members) == 2
     generation = leader_response.generation_id
     assignments = {r.member_id: f"partitions-of-{r.member_id}".encode() for r in joined}
     leader_client = a if joined[0] is leader_response else b
