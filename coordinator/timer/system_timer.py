@@ -173,9 +173,10 @@ class SystemTimer:
             self._report(errors)
 
     def _report(self, errors: list[tuple[TimerTask, Exception]]) -> None:
-        loop = asyncio._get_running_loop()
-        if loop is None:
-            raise errors[0][1]
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # driven by hand (tests with a synchronous executor): fail loudly
+            raise errors[0][1] from None
         for task, exc in errors:
             loop.call_exception_handler(
                 {"message": f"timer {self.name}: {task!r}.run() raised", "exception": exc})
