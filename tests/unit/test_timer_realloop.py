@@ -120,3 +120,28 @@ async def test_tasks_run_as_loop_callbacks_not_inside_the_drain():
     finally:
         await timer.close()
     assert seen_inside_drain == [False]
+
+
+async def test_a_failing_task_is_reported_to_the_loop_and_the_rest_still_run():
+    loop = asyncio.get_running_loop()
+    reported: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    clock = MonotonicClock()
+    timer = SystemTimer("errors", clock=clock)
+    runs: list = []
+
+    class Failing(TimerTask):
+        def run(self) -> None:
+            raise RuntimeError("boom")
+
+    timer.start()
+    timer.add(Failing(5))
+    after = schedule(timer, clock, 5, runs)
+    try:
+        await asyncio.sleep(0.1)
+    finally:
+        await timer.close()
+        loop.set_exception_handler(None)
+    assert [task for task, _ in runs] == [after]
+    assert len(reported) == 1 and isinstance(reported[0]["exception"], RuntimeError)
+    assert "timer errors" in reported[0]["message"]
