@@ -70,7 +70,7 @@ class SystemTimer:
         if entry is None:
             entry = task._entry = TimerTaskEntry(task, expiration_ms)
         else:
-            if entry.list is not None:
+            if entry.list is not None:  # rescheduling: leave the old bucket (or drop the pending run)
                 entry.list.remove(entry)
             entry.expiration_ms = expiration_ms
         wheel = self._wheel

@@ -94,10 +94,13 @@ class TimingWheel:
         self._queue = queue
 
     def add(self, entry: TimerTaskEntry) -> bool:
-        """Places an unlinked entry in its bucket; False if it is already expired (the caller runs it).
+        """Places the entry in its bucket; False if it is already expired (the caller runs it).
 
-        This is the hot path of every timer reset and every cascade, so the bucket append is inlined.
+        Like TimerTaskList.add, it first unlinks the entry from any list it is in. This is the hot path of
+        every timer reset and every cascade, so the bucket append is inlined.
         """
+        if entry.list is not None:
+            entry.list.remove(entry)
         expiration_ms = entry.expiration_ms
         if expiration_ms < self.current_time_ms + self.tick_ms:
             return False

@@ -323,3 +323,13 @@ def test_worked_example_tick_1_wheel_3_buckets_per_level():
     assert tasks[9].fired == [(9, c + 9)]
     assert [location(timer, tasks[o]) for o in (10, 11, 12, 15, 17)] == [
         (1, c + 10), (1, c + 11), (2, c + 12), (2, c + 15), (2, c + 15)]
+
+
+def test_wheel_add_moves_an_entry_that_is_still_linked():
+    queue = BucketQueue()
+    wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=0, queue=queue)
+    entry = TimerTaskEntry(TimerTask(0), 5)
+    wheel.add(entry)
+    entry.expiration_ms = 9
+    wheel.add(entry)
+    assert wheel.buckets[5].entries() == [] and wheel.buckets[9].entries() == [entry]
