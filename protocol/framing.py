@@ -23,6 +23,7 @@ class FrameReader:
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._buf = bytearray(_INITIAL_CAPACITY)
+        self._view = memoryview(self._buf)  # never resized in place (a view is exported): replaced instead
         self._start = 0  # first unconsumed byte
         self._end = 0  # one past the last received byte
 
@@ -33,8 +34,9 @@ class FrameReader:
 
     def get_buffer(self) -> memoryview:
         """Free space to receive into; the caller must report how much it wrote with `buffer_updated`."""
-        self._make_room(self._wanted_bytes())
-        return memoryview(self._buf)[self._end :]
+        if self._end - self._start >= SIZE_PREFIX_BYTES or len(self._buf) - self._end < _MIN_FREE_BYTES:
+            self._make_room(self._wanted_bytes())
+        return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         self._end += nbytes
@@ -58,11 +60,11 @@ class FrameReader:
             return None
         begin = self._start + SIZE_PREFIX_BYTES
         self._start = begin + size
-        frame = bytes(self._buf[begin : self._start])
+        frame = self._view[begin : self._start].tobytes()
         if self._start == self._end:
             self._start = self._end = 0
             if len(self._buf) > _SHRINK_ABOVE_BYTES:  # give back the room a big frame needed
-                self._buf = bytearray(_INITIAL_CAPACITY)
+                self._replace(bytearray(_INITIAL_CAPACITY))
         return frame
 
     def _checked_size(self) -> int:
@@ -87,8 +89,13 @@ class FrameReader:
         capacity = max(len(self._buf), pending + wanted)
         # A fresh buffer rather than an in-place resize: the transport may still hold a view of the old one.
         fresh = bytearray(capacity)
-        fresh[:pending] = self._buf[self._start : self._end]
-        self._buf, self._start, self._end = fresh, 0, pending
+        fresh[:pending] = self._view[self._start : self._end]
+        self._replace(fresh)
+        self._start, self._end = 0, pending
+
+    def _replace(self, buffer: bytearray) -> None:
+        # no release() of the old view: the transport may still hold a slice of it during buffer_updated
+        self._buf, self._view = buffer, memoryview(buffer)
 
 
 def encode_frame(payload: bytes) -> bytes:

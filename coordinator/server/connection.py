@@ -43,14 +43,20 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight: RequestHeader | None = None
         self._parked: tuple[Coroutine[Any, Any, Any], asyncio.Future, Any] | None = None
         self._task: asyncio.Task | None = None
+        self._open = False
         self._reading_paused = False
         self._writing_paused = False
-        self.last_active_ms = server.clock.now_ms()
+        # Idle detection without reading a clock per request: the listener's sweeper notices when this
+        # counter stops moving (see CoordinatorServer._sweep_idle_connections).
+        self.activity = 0
+        self.quiet_since_ms = server.clock.now_ms()
+        self.activity_seen = 0
 
     # ------------------------------------------------------------------------------------------ transport events
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self._open = True
         peername = transport.get_extra_info("peername") or ("?", 0)
         peer = f"{peername[0]}:{peername[1]}"
         self._ctx = ConnectionContext(self._server.node, self._server.coordinator, java_host_string(peername[0]), peer)
@@ -62,7 +68,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._reader.buffer_updated(nbytes)
-        self.last_active_ms = self._server.clock.now_ms()
+        self.activity += 1
         self._process_frames()
 
     def eof_received(self) -> bool:
@@ -73,6 +79,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._open = False
         self._server.forget(self)
         log.debug("event=connection_lost peer=%s error=%r", self.peer, exc)
 
@@ -102,10 +109,10 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def is_open(self) -> bool:
-        return self._transport is not None and not self._transport.is_closing()
+        return self._open
 
     def _process_frames(self) -> None:
-        while self._in_flight is None and not self._writing_paused and self.is_open:
+        while self._in_flight is None and not self._writing_paused and self._open:
             try:
                 frame = self._reader.next_frame()
             except InvalidFrameSize as exc:
@@ -181,7 +188,7 @@ class Connection(asyncio.BufferedProtocol):
         self._process_frames()
 
     def _respond(self, header: RequestHeader, body: Any) -> None:
-        if not self.is_open:
+        if not self._open:
             return  # the client went away; Kafka drops the response too
         try:
             frame = encode_response(header, body)
@@ -191,8 +198,9 @@ class Connection(asyncio.BufferedProtocol):
         self._write(frame)
 
     def _write(self, frame: bytes) -> None:
-        if self._transport is not None:
-            self._transport.write(frame)
+        if self._open:
+            self.activity += 1
+            self._transport.write(frame)  # type: ignore[union-attr]
 
     def _fail(self, header: RequestHeader, exc: BaseException | None = None) -> None:
         """Our bug, not the peer's: log it with the request, close the connection."""
@@ -202,6 +210,8 @@ class Connection(asyncio.BufferedProtocol):
         self.abort("handler_failed", f"api_key={header.api_key}")
 
     def _apply_read_limit(self) -> None:
+        if not (self._reading_paused or self._writing_paused or self._in_flight is not None or self._server.closing):
+            return  # the common case: reading, nothing to limit
         if self._transport is None:
             return
         waiting = self._in_flight is not None and self._reader.buffered_bytes >= self._config.max_buffered_bytes
@@ -209,7 +219,7 @@ class Connection(asyncio.BufferedProtocol):
         if should_pause and not self._reading_paused:
             self._transport.pause_reading()
             self._reading_paused = True
-        elif not should_pause and self._reading_paused and self.is_open:
+        elif not should_pause and self._reading_paused and self._open:
             self._transport.resume_reading()
             self._reading_paused = False
 
@@ -217,8 +227,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def abort(self, reason: str, detail: str = "") -> None:
         """Close this connection at once, with one log line saying why."""
-        if self._transport is None or self._transport.is_closing():
+        if not self._open or self._transport is None:
             return
+        self._open = False
         log.warning("event=connection_closed reason=%s peer=%s detail=%s", reason, self.peer, detail)
         self._transport.abort()
 
@@ -226,7 +237,8 @@ class Connection(asyncio.BufferedProtocol):
         self._apply_read_limit()
 
     def close(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
+        if self._open and self._transport is not None:
+            self._open = False
             self._transport.close()  # flushes what is already written
 
     def cancel_in_flight(self) -> None:

@@ -118,14 +118,18 @@ class CoordinatorServer:
 
     async def _sweep_idle_connections(self) -> None:
         """Close connections silent for idle_timeout_ms (Kafka's connections.max.idle.ms), unless a request of
-        theirs is still in flight."""
+        theirs is still in flight. Silence is seen at the sweep interval's resolution (a tenth of the timeout)."""
         interval_s = max(self.config.idle_timeout_ms / 10, 10) / 1000
         while True:
             await asyncio.sleep(interval_s)
             now_ms = self.clock.now_ms()
             for connection in list(self._connections):
-                idle_ms = now_ms - connection.last_active_ms
-                if idle_ms >= self.config.idle_timeout_ms and not connection.is_busy:
+                if connection.activity != connection.activity_seen or connection.is_busy:
+                    connection.activity_seen = connection.activity
+                    connection.quiet_since_ms = now_ms
+                    continue
+                idle_ms = now_ms - connection.quiet_since_ms
+                if idle_ms >= self.config.idle_timeout_ms:
                     connection.abort("idle", f"idle_ms={idle_ms}")
 
 
