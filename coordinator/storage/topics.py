@@ -10,7 +10,7 @@ import asyncio
 import logging
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from coordinator.storage.config import StorageConfig, min_insync_replicas
 
@@ -22,17 +22,18 @@ class TopicMismatchError(RuntimeError):
 
 
 def make_admin(config: StorageConfig) -> AdminClient:
-    return AdminClient({"bootstrap.servers": config.bootstrap, "client.id": f"{config.client_id}-admin"})
+    return AdminClient({"bootstrap.servers": config.bootstrap, "client.id": f"{config.client_id}-admin",
+                        "logger": logging.getLogger("coordinator.storage.librdkafka.admin")})
 
 
-async def broker_count(admin: AdminClient) -> int:
-    cluster = await asyncio.wrap_future(admin.describe_cluster())
+async def broker_count(admin: AdminClient, timeout_ms: int = 30_000) -> int:
+    cluster = await asyncio.wrap_future(admin.describe_cluster(request_timeout=timeout_ms / 1000))
     return len(cluster.nodes)
 
 
-async def partition_count(admin: AdminClient, topic: str) -> int | None:
+async def partition_count(admin: AdminClient, topic: str, timeout_ms: int = 30_000) -> int | None:
     """Partitions of `topic`, or None if it does not exist."""
-    futures = admin.describe_topics(TopicCollection([topic]))
+    futures = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_ms / 1000)
     try:
         description = await asyncio.wrap_future(futures[topic])
     except KafkaException as exc:
@@ -43,11 +44,13 @@ async def partition_count(admin: AdminClient, topic: str) -> int | None:
 
 
 async def create_topic(admin: AdminClient, topic: str, partitions: int, replication_factor: int,
-                       configs: dict[str, str]) -> bool:
+                       configs: dict[str, str], timeout_ms: int = 30_000) -> bool:
     """Create `topic`; False if someone else created it first (TOPIC_ALREADY_EXISTS)."""
     new_topic = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=configs)
+    futures = admin.create_topics([new_topic], operation_timeout=timeout_ms / 1000,
+                                  request_timeout=timeout_ms / 1000)
     try:
-        await asyncio.wrap_future(admin.create_topics([new_topic])[topic])
+        await asyncio.wrap_future(futures[topic])
     except KafkaException as exc:
         if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return False
@@ -70,14 +73,16 @@ def state_topic_configs(config: StorageConfig, replication_factor: int) -> dict[
 
 async def ensure_state_topic(admin: AdminClient, config: StorageConfig) -> None:
     """Create the compacted state topic if missing; refuse an existing one with another partition count."""
-    replication_factor = config.replication_factor or min(3, await broker_count(admin))
-    existing = await partition_count(admin, config.state_topic)
+    timeout_ms = config.admin_timeout_ms
+    replication_factor = config.replication_factor or min(3, await broker_count(admin, timeout_ms))
+    existing = await partition_count(admin, config.state_topic, timeout_ms)
     if existing is None:
         created = await create_topic(admin, config.state_topic, config.partitions, replication_factor,
-                                     state_topic_configs(config, replication_factor))
+                                     state_topic_configs(config, replication_factor), timeout_ms)
         if created:
             return
-        existing = await partition_count(admin, config.state_topic)
+        existing = await partition_count(admin, config.state_topic, timeout_ms)
+    await _warn_unless_compacted(admin, config.state_topic, timeout_ms)
     if existing != config.partitions:
         raise TopicMismatchError(
             f"state topic {config.state_topic!r} has {existing} partitions but the coordinator is configured "
@@ -86,11 +91,21 @@ async def ensure_state_topic(admin: AdminClient, config: StorageConfig) -> None:
             f"or use another state topic.")
 
 
+async def _warn_unless_compacted(admin: AdminClient, topic: str, timeout_ms: int) -> None:
+    """An existing state topic that is not compacted still works, but grows forever and loads ever slower."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    futures = admin.describe_configs([resource], request_timeout=timeout_ms / 1000)
+    policy = (await asyncio.wrap_future(futures[resource]))["cleanup.policy"].value
+    if "compact" not in policy:
+        log.warning("event=state_topic_not_compacted topic=%s cleanup.policy=%s", topic, policy)
+
+
 async def ensure_event_topic(admin: AdminClient, config: StorageConfig) -> None:
     """Create the (not compacted) event topic if missing; any partition count is fine."""
-    if config.event_topic is None or await partition_count(admin, config.event_topic) is not None:
+    timeout_ms = config.admin_timeout_ms
+    if config.event_topic is None or await partition_count(admin, config.event_topic, timeout_ms) is not None:
         return
-    replication_factor = config.replication_factor or min(3, await broker_count(admin))
+    replication_factor = config.replication_factor or min(3, await broker_count(admin, timeout_ms))
     await create_topic(admin, config.event_topic, config.event_partitions, replication_factor,
                        {"cleanup.policy": "delete",
-                        "min.insync.replicas": str(min_insync_replicas(replication_factor))})
+                        "min.insync.replicas": str(min_insync_replicas(replication_factor))}, timeout_ms)

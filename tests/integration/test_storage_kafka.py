@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import pytest
+from confluent_kafka import KafkaException
 
 from coordinator.group.errors import Errors
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, StoreError
@@ -125,3 +126,27 @@ async def test_too_large_group_record_fails_with_message_too_large(kafka_bootstr
     finally:
         await store.close()
     assert failure.value.error == Errors.MESSAGE_TOO_LARGE
+
+
+async def test_unreachable_cluster_fails_start_within_the_admin_timeout() -> None:
+    store = KafkaGroupStore(StorageConfig(bootstrap="127.0.0.1:1", state_topic=unique_topic(), event_topic=None,
+                                          admin_timeout_ms=2_000))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(KafkaException, match="Timed out"):
+        await store.start()
+    assert loop.time() - started < 5
+    await store.close()
+
+
+async def test_existing_uncompacted_topic_is_used_with_a_warning(kafka_bootstrap: str, caplog) -> None:
+    topic = unique_topic()
+    from coordinator.storage.topics import create_topic
+    await create_topic(make_admin(StorageConfig(bootstrap=kafka_bootstrap)), topic, 5, 1, {"cleanup.policy": "delete"})
+    store = await started_store(kafka_bootstrap, topic)
+    try:
+        await store.store_group("g", stable_group(generation=1))
+        assert set((await store.load()).groups) == {"g"}
+    finally:
+        await store.close()
+    assert "event=state_topic_not_compacted" in caplog.text
