@@ -96,11 +96,11 @@ class EventTopicObserver(GroupObserver):
     """Turns coordinator callbacks into versioned JSON events; `trace_id_for(group_id)` adds the rebalance's
     trace id when tracing is on."""
 
-    def __init__(self, publisher: EventPublisher, clock: Clock | None = None,
+    def __init__(self, publisher: EventPublisher, wall_clock: Clock | None = None,
                  trace_id_for: Callable[[str], str | None] | None = None,
                  include_offset_commits: bool = False) -> None:
         self.publisher = publisher
-        self.clock = clock or WallClock()
+        self.clock = wall_clock or WallClock()  # epoch milliseconds, never the monotonic coordinator clock
         self.trace_id_for = trace_id_for
         self.include_offset_commits = include_offset_commits
 

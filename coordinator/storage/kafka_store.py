@@ -103,12 +103,14 @@ class KafkaGroupStore(GroupStore):
             log.warning("event=event_topic_unavailable topic=%s error=%s", self.config.event_topic, exc)
         self._events = EventPublisher(self.config)
 
-    def event_observer(self, clock: Clock | None = None,
+    def event_observer(self, wall_clock: Clock | None = None,
                        trace_id_for: Callable[[str], str | None] | None = None) -> EventTopicObserver | None:
-        """An observer writing group events to the event topic (None when it is disabled); call after start()."""
+        """An observer writing group events to the event topic (None when it is disabled); call after start().
+        `wall_clock` stamps `ts_ms` and must count milliseconds since the Unix epoch (default: the system's
+        calendar clock) — not the coordinator's monotonic clock, whose origin means nothing to analytics."""
         if self._events is None:
             return None
-        return EventTopicObserver(self._events, clock, trace_id_for)
+        return EventTopicObserver(self._events, wall_clock, trace_id_for)
 
     async def load(self, partitions: Iterable[int] | None = None) -> LoadedState:
         """Replay the state topic (all partitions by default) from the earliest offset to the end offset."""

@@ -42,7 +42,7 @@ async def test_observer_events_land_in_the_event_topic_as_versioned_json(kafka_b
                            event_topic=f"__events-{suffix}", event_partitions=3)
     store = KafkaGroupStore(config)
     await store.start()
-    observer = store.event_observer(clock=ManualClock(1_700_000_000_000), trace_id_for=lambda g: "ab" * 16)
+    observer = store.event_observer(wall_clock=ManualClock(1_700_000_000_000), trace_id_for=lambda g: "ab" * 16)
     try:
         assert observer is not None
         observer.on_rebalance_started("g1", 4, "Adding new member m-2")
@@ -70,6 +70,22 @@ async def test_observer_events_land_in_the_event_topic_as_versioned_json(kafka_b
     # events of one group keep their order (same key → same partition)
     assert [e["type"] for k, e in events if k == "g1"] == [
         "rebalance_started", "member_joined", "state_change", "rebalance_completed"]
+
+
+async def test_default_event_time_is_epoch_milliseconds(kafka_bootstrap: str) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    config = StorageConfig(bootstrap=kafka_bootstrap, state_topic=f"__state-{suffix}", partitions=1,
+                           event_topic=f"__events-{suffix}", event_partitions=1)
+    store = KafkaGroupStore(config)
+    await store.start()
+    before_ms = time.time_ns() // 1_000_000
+    try:
+        store.event_observer().on_offsets_expired("g", 2)
+    finally:
+        await store.close()
+    [(key, event)] = read_all(kafka_bootstrap, config.event_topic, 1, expected=1)
+    assert before_ms <= event["ts_ms"] <= time.time_ns() // 1_000_000
+    assert event["type"] == "offsets_expired" and event["partition_count"] == 2 and "trace_id" not in event
 
 
 async def test_unreachable_event_broker_never_blocks_or_raises() -> None:
