@@ -63,7 +63,7 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         observer = ObserverMux()
         coordinator = GroupCoordinator(options.group, timer, store, clock, observer)
         coordinator.begin_loading()  # before the listener opens: no request may see an empty state
-        events = store.event_observer(clock)
+        events = store.event_observer()  # stamps events with wall-clock time, not the monotonic clock
         if events is not None:
             observer.add(events)
 
