@@ -20,7 +20,8 @@ steps = st.lists(
         st.tuples(st.just("cancel"), st.integers(0, 10_000)),
         st.tuples(st.just("advance"), moves),
     ),
-    max_size=120,
+    min_size=10,
+    max_size=150,
 )
 
 
