@@ -11,8 +11,8 @@ a heap drained by the generator on the same loop), otherwise the purgatory's tim
 in Kafka's purgatory redesign: low timeout rate (pct50 20 ms, pct75 60 ms) and high timeout rate (pct50
 200 ms, pct75 400 ms).
 
-Each run issues rate x --seconds requests (best of --repeats runs by achieved rate) and reports the target rate, the achieved enqueue rate, the time until
-every request completed, process CPU seconds, the process's peak RSS so far, and the purgatory's peak sizes.
+Each run issues rate x --seconds requests (best of --repeats runs by achieved rate) and reports the target
+rate, the achieved enqueue rate, the time until every request completed, process CPU seconds, the process's peak RSS so far, and the purgatory's peak sizes.
 The same purgatory is also run with its timeouts on asyncio's `call_later` instead of the timing wheel, for
 comparison. The saturation point is the highest target rate achieved within 5%.
 
@@ -227,8 +227,8 @@ async def main(args: argparse.Namespace) -> dict:
         heartbeat[timer_kind] = round(max([await heartbeats(timer_kind, 100_000, 300_000) for _ in range(3)]))
     heartbeat["ratio"] = round(heartbeat["wheel"] / heartbeat["call_later"], 2)
     print(f"heartbeats through the purgatory, 100k members: {heartbeat}", flush=True)
-    return {"bench": "purgatory", "loop": args.loop, "heartbeat_per_s_100k_members": heartbeat, "python": sys.version.split()[0],
-            "timeout_ms": TIMEOUT_MS, "keys": KEYS_PER_REQUEST, "key_space": KEY_SPACE, "cases": results}
+    return {"bench": "purgatory", "loop": args.loop, "python": sys.version.split()[0],
+            "heartbeat_per_s_100k_members": heartbeat, "timeout_ms": TIMEOUT_MS, "keys": KEYS_PER_REQUEST, "key_space": KEY_SPACE, "cases": results}
 
 
 def parse_args() -> argparse.Namespace:
