@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import faulthandler
 import json
 import logging
 import os
@@ -37,6 +38,7 @@ HEARTBEAT_VERSION = 4
 GROUP_SIZE = 100
 MAX_CONNECTIONS = 1_000
 SESSION_TIMEOUT_MS = 300_000
+SETUP_TIMEOUT_S = 120
 _BARE_RESPONSE = b"\x00\x00\x00\x0c"  # size 12: correlation id + 8 bytes, the shape of a Heartbeat v4 response
 _BARE_RESPONSE_TAIL = b"\x00" * 8
 
@@ -86,6 +88,9 @@ async def serve_coordinator(member_count: int) -> None:
     from coordinator.server import CoordinatorServer, ServerConfig
     from coordinator.timer import SystemTimer
 
+    # Setup stalled once (1 run in ~40) at 100% CPU; if it ever does again, dump every stack and exit so the
+    # run fails with evidence instead of hanging the orchestrator.
+    faulthandler.dump_traceback_later(SETUP_TIMEOUT_S, exit=True)
     timer = SystemTimer("bench")
     timer.start()
     coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=200), timer,
@@ -95,6 +100,7 @@ async def serve_coordinator(member_count: int) -> None:
         for first in range(0, member_count, GROUP_SIZE)
     ))
     members = [member for group in groups for member in group]
+    faulthandler.cancel_dump_traceback_later()
     server = CoordinatorServer(ServerConfig(listen_port=0), coordinator)
     await server.start()
     print(json.dumps({"port": server.port, "members": members}), flush=True)
@@ -244,9 +250,9 @@ def run_server(kind: str, members: int, loop_name: str) -> tuple[subprocess.Pope
     command = [sys.executable, "-m", "bench.wire", "--serve", kind, "--members", str(members), "--loop", loop_name]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline()
-    if not line:
+    if not line.startswith("{"):
         process.kill()
-        raise RuntimeError(f"{kind} server did not start")
+        raise RuntimeError(f"{kind} server did not start: {line!r}")
     return process, json.loads(line)
 
 
