@@ -14,7 +14,8 @@ in Kafka's purgatory redesign: low timeout rate (pct50 20 ms, pct75 60 ms) and h
 Each run issues rate x --seconds requests (best of --repeats runs by achieved rate) and reports the target
 rate, the achieved enqueue rate, the time until every request completed, process CPU seconds (and per
 request), the process's peak RSS so far, and the purgatory's peak sizes. The same purgatory is also run
-with its timeouts on asyncio's `call_later` instead of the timing wheel, for comparison. The saturation point is the highest target rate achieved within 5%.
+with its timeouts on asyncio's `call_later` instead of the timing wheel, for comparison. The saturation
+point is the highest target rate achieved within 5%.
 
 Last, the heartbeat idiom of Kafka's group coordinator through the purgatory: 100k members, each heartbeat
 completes the member's DelayedHeartbeat (checkAndComplete on its key) and watches a new one (45 s timeout).
