@@ -14,9 +14,9 @@ from protocol.errors import InvalidFrameSize
 _SIZE = struct.Struct(">i")
 SIZE_PREFIX_BYTES = 4
 DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
-_MIN_FREE_BYTES = 16_384
-_INITIAL_CAPACITY = 65_536
-_SHRINK_ABOVE_BYTES = 4 * _INITIAL_CAPACITY
+_MIN_FREE_BYTES = 4_096
+_INITIAL_CAPACITY = 8_192  # per connection: 10k connections hold 80 MiB, not 640
+_SHRINK_ABOVE_BYTES = 65_536
 
 
 class FrameReader:
