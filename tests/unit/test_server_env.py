@@ -44,8 +44,10 @@ def ms(value: int) -> datetime.timedelta:
 class RunningServer:
     """`async with RunningServer() as env:` a coordinator and server on 127.0.0.1 and a free port."""
 
-    def __init__(self, config: CoordinatorConfig = FAST_GROUPS, **server_options: Any) -> None:
+    def __init__(self, config: CoordinatorConfig = FAST_GROUPS, *,
+                 coordinator_class: type[GroupCoordinator] = GroupCoordinator, **server_options: Any) -> None:
         self.config = config
+        self.coordinator_class = coordinator_class
         self.server_config = ServerConfig(listen_host="127.0.0.1", listen_port=0, **server_options)
         self.clients: list[KafkaClient] = []
 
@@ -53,7 +55,7 @@ class RunningServer:
         self.timer = SystemTimer("test")
         self.timer.start()
         self.store = InMemoryGroupStore()
-        self.coordinator = GroupCoordinator(self.config, self.timer, self.store)
+        self.coordinator = self.coordinator_class(self.config, self.timer, self.store)
         self.server = CoordinatorServer(self.server_config, self.coordinator, on_shutdown=self._shutdown_groups)
         await self.server.start()
         return self
