@@ -7,7 +7,8 @@ stop while the transport's write buffer is full.
 
 Handlers are coroutines, but most finish without ever waiting (Heartbeat, offset fetches). Creating a Task per
 request would cost more than the heartbeat logic itself, so the first step of each handler runs right here;
-only a handler that actually parks is handed to a Task, once the future it waits on is done.
+only a handler that actually parks is handed to a Task, once the future it waits on is done. (So code that runs
+before a handler's first await sees no current Task: it must not use `asyncio.timeout()` or `current_task()`.)
 """
 
 from __future__ import annotations
