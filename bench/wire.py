@@ -34,6 +34,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from protocol.fastpath import pack_heartbeat_request
+
 HEARTBEAT_VERSION = 4
 GROUP_SIZE = 100
 MAX_CONNECTIONS = 1_000
@@ -133,13 +135,8 @@ async def _stable_group(coordinator, group_id: str, size: int) -> list[tuple[str
 
 
 def heartbeat_frame(group_id: str, generation_id: int, member_id: str) -> bytes:
-    """A Heartbeat v4 request frame (flexible: compact strings, tag sections), correlation id 0."""
-    group, member = group_id.encode(), member_id.encode()
-    body = bytes([len(group) + 1]) + group + struct.pack(">i", generation_id) + bytes([len(member) + 1]) + member
-    body += b"\x00\x00"  # null group_instance_id, no tags
-    header = struct.pack(">hhih", 12, HEARTBEAT_VERSION, 0, 5) + b"bench" + b"\x00"
-    payload = header + body
-    return struct.pack(">i", len(payload)) + payload
+    """A Heartbeat v4 request frame, correlation id 0 (the load generator rewrites it per request)."""
+    return pack_heartbeat_request(HEARTBEAT_VERSION, 0, "bench", group_id, generation_id, member_id)
 
 
 class LoadConnection(asyncio.Protocol):

@@ -22,7 +22,7 @@ from kio.serial.readers import read_unsigned_varint
 from protocol import apis
 from protocol.apis import ApiKey
 from protocol.errors import CorruptRequest, UnknownApiKey, UnsupportedVersion
-from protocol.fastpath import pack_heartbeat_response
+from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
 from protocol.tolerant import has_arrays, read_entity
 
 _HEADER_PREFIX = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
@@ -190,6 +190,9 @@ def encode_response_frame(correlation_id: int, header_version: int, body: Any) -
 def encode_request(correlation_id: int, client_id: str | None, body: Any) -> bytes:
     """A complete request frame for the kio request payload `body` (its class fixes API key and version)."""
     api_key, version = int(body.__api_key__), int(body.__version__)
+    if api_key == ApiKey.HEARTBEAT:
+        return pack_heartbeat_request(version, correlation_id, client_id, body.group_id, body.generation_id,
+                                      body.member_id, getattr(body, "group_instance_id", None))
     buffer = io.BytesIO()
     buffer.write(b"\x00\x00\x00\x00")
     buffer.write(struct.pack(">hhi", api_key, version, correlation_id))

@@ -1,4 +1,5 @@
-"""Hand-packed encoders for hot fixed-shape responses.
+"""Hand-packed encoders for hot fixed-shape messages (the Heartbeat response on the server, the Heartbeat
+request in clients).
 
 kio's writer is pure Python and costs ~7 µs per response, the largest cost on the heartbeat path
 (/work/shared/perf-notes.md); a struct pack costs ~0.15 µs. Tests compare every version byte for byte with kio.
@@ -16,6 +17,9 @@ import struct
 _V0 = struct.Struct(">iih")
 _V1_TO_V3 = struct.Struct(">iiih")
 _V4 = struct.Struct(">iiBihB")
+_HEADER = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
 
 
 def pack_heartbeat_response(version: int, correlation_id: int, error_code: int, throttle_time_ms: int = 0) -> bytes:
@@ -24,3 +28,45 @@ def pack_heartbeat_response(version: int, correlation_id: int, error_code: int, 
     if version >= 1:
         return _V1_TO_V3.pack(_V1_TO_V3.size - 4, correlation_id, throttle_time_ms, error_code)
     return _V0.pack(_V0.size - 4, correlation_id, error_code)
+
+
+def _legacy_string(value: str | None) -> bytes:
+    if value is None:
+        return b"\xff\xff"
+    raw = value.encode()
+    return _INT16.pack(len(raw)) + raw
+
+
+def _compact_string(value: str | None) -> bytes:
+    if value is None:
+        return b"\x00"
+    raw = value.encode()
+    return _unsigned_varint(len(raw) + 1) + raw
+
+
+def _unsigned_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def pack_heartbeat_request(version: int, correlation_id: int, client_id: str | None, group_id: str,
+                           generation_id: int, member_id: str, group_instance_id: str | None = None) -> bytes:
+    """A complete Heartbeat request frame (for clients and load generators: kio's writer costs ~7 µs).
+
+    v0–v2: group_id, generation_id, member_id (int16-length strings), header v1;
+    v3: + nullable group_instance_id; v4: compact strings, tag sections, header v2.
+    """
+    header = _HEADER.pack(12, version, correlation_id) + _legacy_string(client_id)
+    if version >= 4:
+        body = (b"\x00" + _compact_string(group_id) + _INT32.pack(generation_id) + _compact_string(member_id)
+                + _compact_string(group_instance_id) + b"\x00")
+    else:
+        body = _legacy_string(group_id) + _INT32.pack(generation_id) + _legacy_string(member_id)
+        if version >= 3:
+            body += _legacy_string(group_instance_id)
+    payload = header + body
+    return _INT32.pack(len(payload)) + payload

@@ -19,7 +19,7 @@ from kio.serial import entity_writer
 from protocol import apis, codec
 from protocol.apis import SERVED_APIS, ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
-from protocol.fastpath import pack_heartbeat_response
+from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
 
 ALL_SERVED = [(api.key, v) for api in SERVED_APIS.values() for v in range(api.min_version, api.max_version + 1)]
 
@@ -189,3 +189,32 @@ def test_every_served_response_class_decodes_what_it_encodes(api_key: int, versi
             assert decoded == body
 
     round_trip()
+
+
+@pytest.mark.parametrize("version", range(5))
+@settings(max_examples=40, deadline=None)
+@given(
+    client_id=st.none() | st.text(max_size=5),
+    group_id=st.text(max_size=200),
+    generation_id=st.integers(-(2**31), 2**31 - 1),
+    member_id=st.text(max_size=200),
+    group_instance_id=st.none() | st.text(max_size=5),
+)
+def test_hand_packed_heartbeat_request_equals_kio_byte_for_byte(version, client_id, group_id, generation_id,
+                                                                member_id, group_instance_id) -> None:
+    cls = apis.request_class(ApiKey.HEARTBEAT, version)
+    fields = dict(group_id=group_id, generation_id=generation_id, member_id=member_id)
+    if version >= 3:
+        fields["group_instance_id"] = group_instance_id
+    body = cls(**fields)
+    buffer = io.BytesIO()
+    buffer.write(struct.pack(">hhi", ApiKey.HEARTBEAT, version, 5))
+    raw_client_id = b"\xff\xff" if client_id is None else struct.pack(">h", len(client_id.encode()))
+    raw_client_id += client_id.encode() if client_id is not None else b""
+    buffer.write(raw_client_id + (b"\x00" if version >= 4 else b""))
+    entity_writer(cls)(buffer, body)
+    expected = struct.pack(">i", len(buffer.getvalue())) + buffer.getvalue()
+    packed = pack_heartbeat_request(version, 5, client_id, group_id, generation_id, member_id,
+                                    group_instance_id if version >= 3 else None)
+    assert packed == expected
+    assert codec.encode_request(5, client_id, body) == expected
