@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 
 import pytest
 
@@ -140,3 +142,37 @@ async def test_shutdown_answers_parked_requests_then_closes_and_refuses_new_conn
 ])
 def test_client_host_is_written_like_java_inet_address(peer: str, expected: str) -> None:
     assert java_host_string(peer) == expected
+
+
+async def test_a_peer_that_does_not_read_its_responses_is_not_read_either() -> None:
+    """Write-side back-pressure: once the transport's write buffer is full we stop reading that peer, so
+    neither its unread responses nor its unprocessed requests pile up in our memory."""
+    from protocol import codec
+
+    async with RunningServer() as env:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the peer's kernel buffer holds little
+        sock.connect(("127.0.0.1", env.port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        topic = nested(ApiKey.METADATA, 12, "topics")
+        names = tuple(topic(name=f"topic-{i:04d}-" + "x" * 80, topic_id=None) for i in range(1000))
+        frame = codec.encode_request(1, "flood", request(ApiKey.METADATA, 12, topics=names,
+                                                         allow_auto_topic_creation=False,
+                                                         include_topic_authorized_operations=False))
+        count = 100  # ~10 MB of requests; each response echoes 1000 topics, ~10 MB in all
+        writer.write(frame * count)
+        sending = asyncio.create_task(writer.drain())
+        for _ in range(300):
+            connections = list(env.server._connections)
+            if connections and connections[0]._writing_paused:
+                break
+            await asyncio.sleep(0.02)
+        (connection,) = connections
+        assert connection._writing_paused and connection._reading_paused
+        assert connection.buffered_bytes < len(frame) + 300 * 1024
+        assert not sending.done()  # the kernel buffers are full: the peer is blocked, not us
+        for _ in range(count):
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            await reader.readexactly(size)
+        await sending
+        writer.close()
