@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from types import CoroutineType
 from collections.abc import Coroutine
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from coordinator.server.context import ConnectionContext, java_host_string
