@@ -7,7 +7,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse
-from coordinator.group.delayed import join_key
+from coordinator.group.delayed import join_key, member_key
 from coordinator.group.errors import Errors
 from coordinator.group.member import MemberMetadata
 from coordinator.group.state import GroupState
@@ -177,7 +177,10 @@ class JoinHandlers:
         member.is_new = True
         if group.is_in(PREPARING) and group.generation_id == 0:
             group.new_member_added = True
+        was_pending = member_id in group.pending_members
         group.add(member, future)
+        if was_pending:  # Kafka's reschedule checks the member key, completing the pending-member expiration
+            self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
         log.info("event=member_added group=%s member=%s group_instance_id=%s client_id=%s client_host=%s "
                  "session_timeout_ms=%d rebalance_timeout_ms=%d", group.group_id, member_id,
                  req.group_instance_id, req.client_id, req.client_host, req.session_timeout_ms,
