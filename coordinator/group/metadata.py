@@ -184,7 +184,9 @@ class GroupMetadata:
 
     # --- protocols -------------------------------------------------------------------------------------------
     def _count_protocols(self, protocols: Protocols, delta: int) -> None:
-        for name, _ in protocols:
+        # Counts members, not list entries: a name listed twice by one member must not look unsupported by
+        # the others (Kafka counts entries, and its protocol vote then throws and wedges the group).
+        for name in {name for name, _ in protocols}:
             self.supported_protocols[name] += delta
 
     def candidate_protocols(self) -> set[str]:
