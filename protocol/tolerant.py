@@ -41,9 +41,16 @@ def read_entity(entity_class: type, buffer: bytes, offset: int) -> tuple[Any, in
     steps, tagged, flexible = _plan(entity_class)
     values: dict[str, Any] = {}
     for name, kind, arg in steps:
-        values[name], offset = _read_step(kind, arg, flexible, buffer, offset)
+        if kind == _SCALAR:  # the common case, inline
+            values[name], size = arg(buffer, offset)
+            offset += size
+        else:
+            values[name], offset = _read_step(kind, arg, flexible, buffer, offset)
     if flexible:
-        offset = _read_tags(tagged, buffer, offset, values)
+        if offset < len(buffer) and buffer[offset] == 0:  # the common case: no tagged fields
+            offset += 1
+        else:
+            offset = _read_tags(tagged, buffer, offset, values)
     return entity_class(**values), offset - start
 
 
