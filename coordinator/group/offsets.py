@@ -1,6 +1,7 @@
 """OffsetCommit (§3.5), OffsetFetch (§3.6) and offset expiry (§7.3): mixed into GroupCoordinator."""
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -160,23 +161,38 @@ class OffsetHandlers:
                                          lambda g: g.remove_offsets(g.expired_offsets(now_ms, retention_ms)))
 
     async def cleanup_groups(self: GroupCoordinator, groups: list[GroupMetadata], selector) -> int:
-        """Kafka's cleanupGroupMetadata: apply `selector` (returns removed partitions) under the group's
-        ownership, retire Empty groups without offsets, then append tombstones (fire-and-forget)."""
-        removed_total = 0
-        for group in groups:
-            removed: list[TopicPartition] = selector(group)
-            if group.is_in(EMPTY) and not group.has_offsets:
-                group.transition_to(DEAD, self.now_ms())
-            write_group_tombstone = False
-            if group.is_in(DEAD):
-                if self.groups.get(group.group_id) is group:
-                    del self.groups[group.group_id]
-                write_group_tombstone = group.generation_id > 0
-            if removed:
-                self.observer.on_offsets_expired(group.group_id, len(removed))
-            if removed or write_group_tombstone:
-                removed_total += len(removed)
-                log.info("event=group_cleanup group=%s offsets_removed=%d group_tombstone=%s",
-                         group.group_id, len(removed), write_group_tombstone)
-                await self.store.delete_group(group.group_id, removed, write_group_tombstone)
-        return removed_total
+        """Kafka's cleanupGroupMetadata: apply `selector` (returns removed partitions) to every group, retire
+        Empty groups without offsets, then append the tombstones (fire-and-forget). All in-memory changes
+        happen before the first write, so no group is left Dead in memory by a slow, failing or cancelled
+        write, and no group changes between its turn and ours."""
+        deletions = [d for d in (self._cleanup_group(group, selector) for group in groups) if d is not None]
+        if deletions:
+            await asyncio.shield(self.spawn(self._write_tombstones(deletions)))
+        return sum(len(removed) for _, removed, _ in deletions)
+
+    def _cleanup_group(self: GroupCoordinator, group: GroupMetadata, selector
+                       ) -> tuple[str, list[TopicPartition], bool] | None:
+        removed: list[TopicPartition] = selector(group)
+        if group.is_in(EMPTY) and not group.has_offsets:
+            group.transition_to(DEAD, self.now_ms())
+        # As Kafka: the group tombstone only if this cleanup took the group out of the cache (an unloaded
+        # group is someone else's) and the group ever had a generation (not a simple consumer's group).
+        retired = group.is_in(DEAD) and self.groups.get(group.group_id) is group
+        if retired:
+            del self.groups[group.group_id]
+        write_group_tombstone = retired and group.generation_id > 0
+        if removed:
+            self.observer.on_offsets_expired(group.group_id, len(removed))
+        if not removed and not write_group_tombstone:
+            return None
+        log.info("event=group_cleanup group=%s offsets_removed=%d group_tombstone=%s",
+                 group.group_id, len(removed), write_group_tombstone)
+        return group.group_id, removed, write_group_tombstone
+
+    async def _write_tombstones(self: GroupCoordinator, deletions: list[tuple[str, list[TopicPartition], bool]]
+                                ) -> None:
+        for group_id, removed, write_group_tombstone in deletions:
+            try:
+                await self.store.delete_group(group_id, removed, write_group_tombstone)
+            except Exception:  # Kafka logs and carries on (its tombstones are acks=0 anyway)
+                log.exception("event=tombstone_write_failed group=%s offsets=%d", group_id, len(removed))

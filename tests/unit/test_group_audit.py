@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+from coordinator.group.api import DeleteGroupsRequest
 from coordinator.group.errors import Errors
 from coordinator.group.state import GroupState
+from coordinator.group.store import InMemoryGroupStore
 from tests.unit.test_group_harness import (REBALANCE_MS, Env, advance_until_joined, drain, env,  # noqa: F401
                                            form_group, subscription)
+from tests.unit.test_group_offsets import commit, errors_of
 
 STABLE, PREPARING, COMPLETING, EMPTY = (GroupState.STABLE, GroupState.PREPARING_REBALANCE,
                                         GroupState.COMPLETING_REBALANCE, GroupState.EMPTY)
@@ -35,3 +38,62 @@ async def test_duplicate_protocol_names_do_not_wedge_the_group(env: Env) -> None
     ra, rb = a.take_join(), b.take_join()
     assert ra.error_code == rb.error_code == Errors.NONE
     assert ra.protocol_name == rb.protocol_name == "range" and env.state() is COMPLETING
+
+
+class SlowDeleteStore(InMemoryGroupStore):
+    """Tombstone writes wait for `gate`; writes for groups in `failing` raise (a broken store)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.failing: set[str] = set()
+
+    async def delete_group(self, group_id, offsets_to_tombstone, write_group_tombstone) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        if group_id in self.failing:
+            raise RuntimeError(f"cannot write tombstones of {group_id}")
+        await super().delete_group(group_id, offsets_to_tombstone, write_group_tombstone)
+
+
+def use_store(env: Env, store: InMemoryGroupStore) -> InMemoryGroupStore:
+    env.store = env.coordinator.store = store
+    return store
+
+
+async def test_group_unloaded_during_an_expiry_run_gets_no_tombstone() -> None:
+    # Kafka's cleanupGroupMetadata writes the group tombstone only when it removed the group from the cache
+    # itself (`groupMetadataCache.remove(groupId, group)`); a group unloaded meanwhile belongs elsewhere.
+    env = Env(offsets_retention_minutes=1)
+    try:
+        store = use_store(env, SlowDeleteStore())
+        await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 1}))
+        a = env.client("a")
+        await form_group(env, a)
+        for _ in range(12):  # "s" comes due; "g" stays Stable
+            await env.advance(5_000)
+            assert await a.heartbeat() == Errors.NONE
+        store.gate = asyncio.Event()
+        expiry = asyncio.ensure_future(env.coordinator.expire_offsets())
+        await drain()
+        env.coordinator.unload_group(env.group("g"))
+        store.gate.set()
+        assert await expiry == 1
+        assert ("delete_group", "s") in store.writes and ("delete_group", "g") not in store.writes
+        assert "g" in store.groups
+    finally:
+        await env.close()
+
+
+async def test_failing_tombstone_write_neither_escapes_nor_leaves_dead_groups_in_memory(env: Env) -> None:
+    store = use_store(env, SlowDeleteStore())
+    for group_id in ("x", "y"):
+        await env.coordinator.commit_offsets(commit(group_id, -1, "", {("t", 0): 1}))
+    store.failing.add("x")
+    resp = await env.coordinator.delete_groups(DeleteGroupsRequest(["x", "y"]))
+    assert [(r.group_id, r.error_code) for r in resp.results] == [("x", Errors.NONE), ("y", Errors.NONE)]
+    assert env.group("x") is None and env.group("y") is None
+    assert "y" not in store.offsets
+    # A new simple consumer of "x" starts from scratch instead of meeting a Dead group.
+    resp = await env.coordinator.commit_offsets(commit("x", -1, "", {("t", 0): 2}))
+    assert errors_of(resp) == [Errors.NONE] and env.state("x") is EMPTY
