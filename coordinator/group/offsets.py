@@ -78,8 +78,8 @@ class OffsetHandlers:
         self._offset_write_seq += 1
         version = self._offset_write_seq
         group.prepare_offset_commit(list(offsets))
-        error = await self._write_offsets(group.group_id, offsets)
-        group.finish_offset_commit(offsets, version, ok=error == Errors.NONE and not group.is_in(DEAD))
+        # The write and its bookkeeping run on their own: a cancelled request must not leave them half done.
+        error = await asyncio.shield(self.spawn(self._write_and_cache_offsets(group, offsets, version)))
         if error == Errors.NONE:
             self.observer.on_offsets_committed(group.group_id, req.member_id, len(offsets))
         else:
@@ -105,6 +105,12 @@ class OffsetHandlers:
                 offsets[tp] = OffsetRecord(p.committed_offset, p.committed_leader_epoch, metadata, commit_ms,
                                            expire_ms)
         return errors, offsets
+
+    async def _write_and_cache_offsets(self: GroupCoordinator, group: GroupMetadata,
+                                       offsets: dict[TopicPartition, OffsetRecord], version: int) -> Errors:
+        error = await self._write_offsets(group.group_id, offsets)
+        group.finish_offset_commit(offsets, version, ok=error == Errors.NONE and not group.is_in(DEAD))
+        return error
 
     async def _write_offsets(self: GroupCoordinator, group_id: str,
                              offsets: dict[TopicPartition, OffsetRecord]) -> Errors:

@@ -10,7 +10,7 @@ from coordinator.group.state import GroupState
 from coordinator.group.store import InMemoryGroupStore
 from tests.unit.test_group_harness import (REBALANCE_MS, Env, advance_until_joined, drain, env,  # noqa: F401
                                            form_group, subscription)
-from tests.unit.test_group_offsets import commit, errors_of
+from tests.unit.test_group_offsets import commit, errors_of, fetch
 
 STABLE, PREPARING, COMPLETING, EMPTY = (GroupState.STABLE, GroupState.PREPARING_REBALANCE,
                                         GroupState.COMPLETING_REBALANCE, GroupState.EMPTY)
@@ -97,3 +97,19 @@ async def test_failing_tombstone_write_neither_escapes_nor_leaves_dead_groups_in
     # A new simple consumer of "x" starts from scratch instead of meeting a Dead group.
     resp = await env.coordinator.commit_offsets(commit("x", -1, "", {("t", 0): 2}))
     assert errors_of(resp) == [Errors.NONE] and env.state("x") is EMPTY
+
+
+async def test_cancelled_offset_commit_still_finishes_its_write(env: Env) -> None:
+    # The append belongs to the coordinator, not to the request (Kafka's callback runs whatever happens to
+    # the connection): a cancelled OffsetCommit must not leave its partitions pending forever, which would
+    # make require_stable fetches answer UNSTABLE_OFFSET_COMMIT and keep the offsets from ever expiring.
+    gate = env.store.hold_next_write()
+    request = asyncio.ensure_future(env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 9})))
+    await drain()
+    assert env.group("s").has_pending_offset_commit(("t", 0))
+    request.cancel()
+    await drain()
+    gate.set()
+    await drain()
+    assert not env.group("s").has_pending_offset_commit(("t", 0))
+    assert await fetch(env, "s", {"t": [0]}, require_stable=True) == {("t", 0): (9, "", Errors.NONE)}
