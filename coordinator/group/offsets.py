@@ -36,6 +36,11 @@ def _commit_response(req: OffsetCommitRequest, errors: dict[TopicPartition, Erro
     ])
 
 
+def _java_length(text: str) -> int:
+    """Java's String.length(): UTF-16 code units, so a character outside the BMP counts twice."""
+    return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+
+
 class OffsetHandlers:
     # --- OffsetCommit -----------------------------------------------------------------------------------------
     async def commit_offsets(self: GroupCoordinator, req: OffsetCommitRequest) -> OffsetCommitResponse:
@@ -98,7 +103,7 @@ class OffsetHandlers:
             for p in topic.partitions:
                 tp = (topic.name, p.partition_index)
                 metadata = p.committed_metadata or ""
-                if len(metadata) > self.config.offset_metadata_max_bytes:
+                if _java_length(metadata) > self.config.offset_metadata_max_bytes:
                     errors[tp] = Errors.OFFSET_METADATA_TOO_LARGE
                     continue
                 commit_ms = p.commit_timestamp_ms if p.commit_timestamp_ms != -1 else now_ms

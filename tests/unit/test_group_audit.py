@@ -113,3 +113,13 @@ async def test_cancelled_offset_commit_still_finishes_its_write(env: Env) -> Non
     await drain()
     assert not env.group("s").has_pending_offset_commit(("t", 0))
     assert await fetch(env, "s", {"t": [0]}, require_stable=True) == {("t", 0): (9, "", Errors.NONE)}
+
+
+async def test_offset_metadata_limit_counts_java_chars(env: Env) -> None:
+    # Kafka compares String.length(), UTF-16 code units: a character outside the BMP counts twice.
+    limit = env.config.offset_metadata_max_bytes
+    ok = await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 1}, metadata="é" * limit))
+    too_large = await env.coordinator.commit_offsets(
+        commit("s", -1, "", {("t", 1): 1}, metadata="\U0001F600" * (limit // 2 + 1)))
+    assert errors_of(ok) == [Errors.NONE]
+    assert errors_of(too_large) == [Errors.OFFSET_METADATA_TOO_LARGE]
