@@ -53,6 +53,8 @@ def java_host_string(address: str) -> str:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return "/" + address
+    if ip.version == 6 and ip.ipv4_mapped is not None:  # a dual-stack socket: Java sees the IPv4 address
+        return "/" + str(ip.ipv4_mapped)
     if ip.version == 6:
         return "/" + ":".join(f"{int(group, 16):x}" for group in ip.exploded.split(":"))
     return "/" + str(ip)

@@ -138,7 +138,7 @@ async def test_shutdown_answers_parked_requests_then_closes_and_refuses_new_conn
 
 @pytest.mark.parametrize(("peer", "expected"), [
     ("127.0.0.1", "/127.0.0.1"), ("::1", "/0:0:0:0:0:0:0:1"), ("fe80::1%eth0", "/fe80:0:0:0:0:0:0:1"),
-    ("2001:db8::ff00:42:8329", "/2001:db8:0:0:0:ff00:42:8329"),
+    ("2001:db8::ff00:42:8329", "/2001:db8:0:0:0:ff00:42:8329"), ("::ffff:10.1.2.3", "/10.1.2.3"),
 ])
 def test_client_host_is_written_like_java_inet_address(peer: str, expected: str) -> None:
     assert java_host_string(peer) == expected
