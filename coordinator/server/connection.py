@@ -45,6 +45,7 @@ class Connection(asyncio.BufferedProtocol):
         self._parked: tuple[Coroutine[Any, Any, Any], asyncio.Future, Any] | None = None
         self._task: asyncio.Task | None = None
         self._open = False
+        self._outgoing: list[bytes] = []  # responses of this read, sent in one write (one syscall)
         self._reading_paused = False
         self._writing_paused = False
         # Idle detection without reading a clock per request: the listener's sweeper notices when this
@@ -122,6 +123,7 @@ class Connection(asyncio.BufferedProtocol):
             if frame is None:
                 break
             self._handle_frame(frame)
+        self._flush()
         self._apply_read_limit()
 
     def _handle_frame(self, frame: bytes) -> None:
@@ -201,7 +203,15 @@ class Connection(asyncio.BufferedProtocol):
     def _write(self, frame: bytes) -> None:
         if self._open:
             self.activity += 1
-            self._transport.write(frame)  # type: ignore[union-attr]
+            self._outgoing.append(frame)
+
+    def _flush(self) -> None:
+        """Send what this round of processing produced; every path that writes ends in _process_frames."""
+        if not self._outgoing:
+            return
+        outgoing, self._outgoing = self._outgoing, []
+        if self._open:
+            self._transport.write(outgoing[0] if len(outgoing) == 1 else b"".join(outgoing))  # type: ignore
 
     def _fail(self, header: RequestHeader, exc: BaseException | None = None) -> None:
         """Our bug, not the peer's: log it with the request, close the connection."""
