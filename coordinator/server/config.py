@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 
+_WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     listen_host: str = "127.0.0.1"
@@ -28,3 +31,6 @@ class ServerConfig:
             raise ValueError("max_connections and max_buffered_bytes must be positive")
         if self.idle_timeout_ms < 1:
             raise ValueError("idle_timeout_ms must be positive")
+        if self.advertised_host is None and self.listen_host in _WILDCARD_HOSTS:
+            # Kafka refuses this too: clients cannot connect to a meta-address
+            raise ValueError(f"listening on {self.listen_host!r} needs an advertised host clients can reach")

@@ -176,3 +176,12 @@ async def test_a_peer_that_does_not_read_its_responses_is_not_read_either() -> N
             await reader.readexactly(size)
         await sending
         writer.close()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_a_wildcard_listener_needs_an_advertised_host(host: str) -> None:
+    from coordinator.server import ServerConfig
+
+    with pytest.raises(ValueError, match="advertised"):
+        ServerConfig(listen_host=host)
+    assert ServerConfig(listen_host=host, advertised_host="coordinator.example").advertised_host == "coordinator.example"
