@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 
-from coordinator.group.api import DeleteGroupsRequest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, JoinGroupProtocol, JoinGroupRequest,
+                                   LeaveGroupRequest, MemberIdentity, OffsetCommitRequest,
+                                   OffsetCommitRequestPartition, OffsetCommitRequestTopic, SyncGroupRequest,
+                                   SyncGroupRequestAssignment)
 from coordinator.group.errors import Errors
 from coordinator.group.state import GroupState
 from coordinator.group.store import InMemoryGroupStore
 from tests.unit.test_group_harness import (REBALANCE_MS, Env, advance_until_joined, drain, env,  # noqa: F401
                                            form_group, subscription)
 from tests.unit.test_group_offsets import commit, errors_of, fetch
+from tests.unit.test_group_property import check_group
 
 STABLE, PREPARING, COMPLETING, EMPTY = (GroupState.STABLE, GroupState.PREPARING_REBALANCE,
                                         GroupState.COMPLETING_REBALANCE, GroupState.EMPTY)
@@ -123,3 +130,88 @@ async def test_offset_metadata_limit_counts_java_chars(env: Env) -> None:
         commit("s", -1, "", {("t", 1): 1}, metadata="\U0001F600" * (limit // 2 + 1)))
     assert errors_of(ok) == [Errors.NONE]
     assert errors_of(too_large) == [Errors.OFFSET_METADATA_TOO_LARGE]
+
+
+# --- odd inputs: nothing escapes, bookkeeping stays consistent, every parked request is answered ------------
+GROUP_IDS = ["g1", "g2", "", "unknown"]
+PROTOCOL_LISTS = [[], [("range", b"")], [("range", b"x"), ("range", b"y")], [("roundrobin", b"\x00" * 3)],
+                  [("r" * 300, b"\xff" * 2000), ("range", b"")]]
+ODD_ACTIONS = st.one_of(
+    st.tuples(st.just("join"), st.sampled_from(GROUP_IDS), st.integers(0, 5), st.sampled_from([None, "s1", "s2"]),
+              st.sampled_from(PROTOCOL_LISTS), st.sampled_from([5_999, 6_000, 10_000, 1_800_001]),
+              st.sampled_from([-1, 0, 1, 20_000, 2**31 - 1]), st.sampled_from([0, 3, 4, 8, 9])),
+    st.tuples(st.sampled_from(["sync", "heartbeat", "leave", "commit"]), st.sampled_from(GROUP_IDS),
+              st.integers(0, 5), st.sampled_from([None, "s1", "s2"]), st.integers(-1, 3)),
+    st.tuples(st.sampled_from(["describe", "delete", "expire"]), st.sampled_from(GROUP_IDS)),
+    st.tuples(st.just("advance"), st.integers(0, 40_000)),
+)
+
+
+def member_id_pool(env: Env) -> list[str]:
+    """"", a made-up id, then every member and pending id of every group (so ids of the wrong group too)."""
+    ids = ["", "nobody"]
+    for group in env.coordinator.groups.values():
+        ids.extend(group.members)
+        ids.extend(sorted(group.pending_members))
+    return ids
+
+
+async def run_odd_history(history: list[tuple]) -> None:
+    env = Env(group_initial_rebalance_delay_ms=500, group_max_size=3)
+    coord, parked = env.coordinator, []
+    try:
+        for action, *args in history:
+            if action == "advance":
+                await env.advance(args[0], step_ms=5_000)
+                continue
+            group_id = args[0]
+            if action == "describe":
+                await coord.describe_groups(DescribeGroupsRequest([group_id, group_id]))
+            elif action == "delete":
+                await coord.delete_groups(DeleteGroupsRequest([group_id, "g1", group_id]))
+            elif action == "expire":
+                await coord.expire_offsets()
+            else:
+                pool = member_id_pool(env)
+                member_id, instance_id = pool[args[1] % len(pool)], args[2]
+                parked.extend(await odd_request(env, action, group_id, member_id, instance_id, *args[3:]))
+            await drain()
+            for group in coord.groups.values():
+                check_group(group)
+    finally:
+        await env.close()
+    await drain()
+    assert all(task.done() for task in parked), "a parked request was never answered"
+    for task in parked:
+        task.result()  # nothing escaped
+
+
+async def odd_request(env: Env, action: str, group_id: str, member_id: str, instance_id: str | None,
+                      *args) -> list[asyncio.Task]:
+    coord = env.coordinator
+    if action == "join":
+        protocols, session_ms, rebalance_ms, version = args
+        req = JoinGroupRequest(group_id, session_ms, rebalance_ms, member_id, instance_id, "consumer",
+                               [JoinGroupProtocol(n, m) for n, m in protocols], version=version)
+        return [asyncio.ensure_future(coord.join_group(req))]
+    generation = args[0]
+    if action == "sync":
+        assignments = [SyncGroupRequestAssignment(m, b"a") for m in member_id_pool(env)]
+        req = SyncGroupRequest(group_id, generation, member_id, instance_id, "consumer", None, assignments)
+        return [asyncio.ensure_future(coord.sync_group(req))]
+    if action == "heartbeat":
+        coord.handle_heartbeat(group_id, generation, member_id, instance_id)
+    elif action == "leave":
+        await coord.leave_group(LeaveGroupRequest(group_id, [MemberIdentity(member_id, instance_id),
+                                                             MemberIdentity("", instance_id)]))
+    else:
+        await coord.commit_offsets(OffsetCommitRequest(
+            group_id, generation, member_id, [OffsetCommitRequestTopic("t", [OffsetCommitRequestPartition(0, 1)])],
+            group_instance_id=instance_id))
+    return []
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ODD_ACTIONS, max_size=30))
+def test_odd_requests_never_escape_and_never_hang(history: list[tuple]) -> None:
+    asyncio.run(run_odd_history(history))
