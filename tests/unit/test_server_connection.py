@@ -185,3 +185,36 @@ def test_a_wildcard_listener_needs_an_advertised_host(host: str) -> None:
     with pytest.raises(ValueError, match="advertised"):
         ServerConfig(listen_host=host)
     assert ServerConfig(listen_host=host, advertised_host="coordinator.example").advertised_host == "coordinator.example"
+
+
+async def test_serve_runs_until_stopped_then_shuts_down_through_the_hook() -> None:
+    from coordinator.config import CoordinatorConfig
+    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.store import InMemoryGroupStore
+    from coordinator.server import ServerConfig, serve
+    from coordinator.timer import SystemTimer
+    from protocol.client import KafkaClient
+
+    timer = SystemTimer("serve-test")
+    timer.start()
+    coordinator = GroupCoordinator(CoordinatorConfig(), timer, InMemoryGroupStore())
+    started: list = []
+    hook_calls: list[str] = []
+
+    async def shutdown_groups() -> None:
+        hook_calls.append("shutdown")
+        await coordinator.shutdown()
+        await timer.close()
+
+    stop = asyncio.Event()
+    serving = asyncio.create_task(serve(ServerConfig(listen_port=0, node_id=3), coordinator, stop=stop,
+                                        on_started=started.append, on_shutdown=shutdown_groups))
+    while not started:
+        await asyncio.sleep(0.01)
+    client = await KafkaClient.connect("127.0.0.1", started[0].port)
+    found = await client.request(request(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0))
+    assert (found.node_id, found.port) == (3, started[0].port)
+    stop.set()
+    await asyncio.wait_for(serving, 10)
+    assert hook_calls == ["shutdown"] and not coordinator.is_active
+    await asyncio.wait_for(client.wait_closed(), 5)
