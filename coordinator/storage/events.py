@@ -36,39 +36,17 @@ class WallClock:
         return time.time_ns() // 1_000_000
 
 
-class EventPublisher:
-    """Fire-and-forget JSON records to one topic, keyed by group id, through its own producer and poll thread."""
+class _DeliveryCounts:
+    """Delivery reports of the event producer (its poll thread)."""
 
-    def __init__(self, config: StorageConfig) -> None:
-        assert config.event_topic is not None
-        self.topic = config.event_topic
-        self.dropped = 0  # queue full or produce refused (loop thread)
-        self.failed = 0  # delivery failed (poll thread)
+    __slots__ = ("topic", "delivered", "failed")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
         self.delivered = 0
-        self._producer = Producer({
-            "bootstrap.servers": config.bootstrap,
-            "client.id": f"{config.client_id}-events",
-            "acks": 1,
-            "linger.ms": 50,
-            "partitioner": "murmur2_random",  # the Java client's key → partition mapping
-            "queue.buffering.max.messages": config.event_queue_max_messages,
-            "message.timeout.ms": 30_000,
-            "on_delivery": self._on_delivery,
-            "logger": logging.getLogger("coordinator.storage.librdkafka.events"),
-        })
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll_loop, name="event-producer-poll", daemon=True)
-        self._thread.start()
+        self.failed = 0
 
-    def publish(self, group_id: str, event: dict[str, Any]) -> None:
-        try:
-            self._producer.produce(self.topic, key=group_id.encode(), value=json.dumps(event).encode())
-        except Exception as exc:  # BufferError (queue full) or KafkaException: drop, never raise
-            self.dropped += 1
-            if self.dropped % _LOG_EVERY_FAILURES == 1:
-                log.warning("event=group_events_dropped topic=%s dropped=%d error=%s", self.topic, self.dropped, exc)
-
-    def _on_delivery(self, error: KafkaError | None, _message: object) -> None:
+    def on_delivery(self, error: KafkaError | None, _message: object) -> None:
         if error is None:
             self.delivered += 1
             return
@@ -76,20 +54,67 @@ class EventPublisher:
         if self.failed % _LOG_EVERY_FAILURES == 1:
             log.warning("event=group_events_lost topic=%s failed=%d error=%s", self.topic, self.failed, error)
 
-    def _poll_loop(self) -> None:
-        while not self._stop.is_set():
-            self._producer.poll(_POLL_INTERVAL_S)
 
-    def flush_blocking(self, timeout_ms: int) -> int:
-        return self._producer.flush(timeout_ms / 1000)
+class EventPublisher:
+    """Fire-and-forget JSON records to one topic, keyed by group id, through its own producer and poll thread."""
+
+    def __init__(self, config: StorageConfig) -> None:
+        assert config.event_topic is not None
+        self.topic = config.event_topic
+        self.dropped = 0  # queue full or produce refused (loop thread)
+        self._reports = _DeliveryCounts(self.topic)  # the client's callback must not reference self: no cycle
+        self._producer: Producer | None = Producer({
+            "bootstrap.servers": config.bootstrap,
+            "client.id": f"{config.client_id}-events",
+            "acks": 1,
+            "linger.ms": 50,
+            "partitioner": "murmur2_random",  # the Java client's key → partition mapping
+            "queue.buffering.max.messages": config.event_queue_max_messages,
+            "message.timeout.ms": 30_000,
+            "on_delivery": self._reports.on_delivery,
+            "logger": logging.getLogger("coordinator.storage.librdkafka.events"),
+        })
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll_loop, name="event-producer-poll", daemon=True)
+        self._thread.start()
+
+    def publish(self, group_id: str, event: dict[str, Any]) -> None:
+        if self._producer is None:
+            self.dropped += 1
+            return
+        try:
+            self._producer.produce(self.topic, key=group_id.encode(), value=json.dumps(event).encode())
+        except Exception as exc:  # BufferError (queue full) or KafkaException: drop, never raise
+            self.dropped += 1
+            if self.dropped % _LOG_EVERY_FAILURES == 1:
+                log.warning("event=group_events_dropped topic=%s dropped=%d error=%s", self.topic, self.dropped, exc)
+
+    @property
+    def delivered(self) -> int:
+        return self._reports.delivered
+
+    @property
+    def failed(self) -> int:
+        return self._reports.failed
+
+    def _poll_loop(self) -> None:
+        producer = self._producer
+        while not self._stop.is_set() and producer is not None:
+            producer.poll(_POLL_INTERVAL_S)
 
     def close_blocking(self, timeout_ms: int = 2_000) -> None:
-        """Stop polling and give queued events a short chance; call from a worker thread."""
+        """Stop polling, give queued events a short chance and destroy the client; call from a worker thread."""
         self._stop.set()
         self._thread.join()
-        remaining = self._producer.flush(timeout_ms / 1000)
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        remaining = producer.flush(timeout_ms / 1000)
         if remaining:
             log.warning("event=group_events_unsent topic=%s count=%d", self.topic, remaining)
+            producer.purge()
+            producer.flush(0)
+        producer.close()  # destroyed on this thread, never by the cyclic GC (see topics.py)
 
 
 class EventTopicObserver(GroupObserver):

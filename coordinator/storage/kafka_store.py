@@ -89,9 +89,12 @@ class KafkaGroupStore(GroupStore):
     async def start(self) -> None:
         """Create or verify the state topic (TopicMismatchError if unusable) and the event topic; start writing."""
         admin = make_admin(self.config)
-        await ensure_state_topic(admin, self.config)
-        if self.config.event_topic is not None:
-            await self._start_events(admin)
+        try:
+            await ensure_state_topic(admin, self.config)
+            if self.config.event_topic is not None:
+                await self._start_events(admin)
+        finally:
+            admin.release()
         self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
         log.info("event=store_started topic=%s partitions=%d bootstrap=%s",
                  self.config.state_topic, self.config.partitions, self.config.bootstrap)

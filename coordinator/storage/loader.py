@@ -135,18 +135,39 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
 def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
                timeout_ms: int, stop: threading.Event | None = None) -> LoadedState:
     """Blocking: replay `partitions` of `topic` from their earliest offset to their end offset."""
-    consumer = Consumer(settings)
+    box = _ConsumerBox(Consumer(settings))
     try:
-        return _read(consumer, topic, partitions, clock, clock.now_ms() + timeout_ms, stop or threading.Event())
+        return _read(box, topic, partitions, clock, clock.now_ms() + timeout_ms, stop or threading.Event())
     finally:
-        consumer.close()
+        box.close()
 
 
-def _read(consumer: Consumer, topic: str, partitions: list[int], clock: Clock, deadline_ms: int,
+class _ConsumerBox:
+    """Frames (and the traceback of a failed load) hold this box, never the Consumer itself, so the client is
+    destroyed by `close()` on this thread. Left to Python's cyclic GC it could be destroyed on a librdkafka
+    thread, which makes librdkafka abort the process (see topics.py)."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer: Consumer | None = consumer
+
+    @property
+    def consumer(self) -> Consumer:
+        assert self._consumer is not None
+        return self._consumer
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+
+def _read(box: _ConsumerBox, topic: str, partitions: list[int], clock: Clock, deadline_ms: int,
           stop: threading.Event) -> LoadedState:
-    ends = _end_offsets(consumer, topic, partitions, clock, deadline_ms)
+    ends = _end_offsets(box, topic, partitions, clock, deadline_ms)
     pending = {p: end for p, (start, end) in ends.items() if end > start}
-    consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in pending])
+    box.consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in pending])
     replay = StateReplay()
     while pending:
         if stop.is_set():
@@ -154,7 +175,7 @@ def _read(consumer: Consumer, topic: str, partitions: list[int], clock: Clock, d
         if clock.now_ms() > deadline_ms:
             raise LoadError(f"state topic {topic!r} not read to its end in time; still loading partitions "
                             f"{sorted(pending)}")
-        for message in consumer.consume(_BATCH_MESSAGES, _POLL_TIMEOUT_S):
+        for message in box.consumer.consume(_BATCH_MESSAGES, _POLL_TIMEOUT_S):
             _take(message, replay, pending)
     return replay.state
 
@@ -175,14 +196,14 @@ def _take(message, replay: StateReplay, pending: dict[int, int]) -> None:
         del pending[partition]
 
 
-def _end_offsets(consumer: Consumer, topic: str, partitions: list[int], clock: Clock,
+def _end_offsets(box: _ConsumerBox, topic: str, partitions: list[int], clock: Clock,
                  deadline_ms: int) -> dict[int, tuple[int, int]]:
     """(earliest, end) offset of every partition, retrying until the deadline while the broker is unreachable."""
     ends: dict[int, tuple[int, int]] = {}
     for partition in partitions:
         while partition not in ends:
             try:
-                ends[partition] = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0,
+                ends[partition] = box.consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0,
                                                                  cached=False)
             except Exception as exc:  # KafkaException; or None returned on timeout by old clients
                 if clock.now_ms() > deadline_ms:

@@ -33,6 +33,31 @@ def _as_kafka_error(error: object) -> KafkaError:
     return KafkaError(KafkaError._FAIL, f"record not queued: {error}")
 
 
+def _retire(producer: Producer) -> None:
+    """Fail what the broken producer still holds (its delivery reports resolve the waiting writes), then
+    destroy it on this thread."""
+    producer.purge()
+    producer.flush(1.0)
+    producer.close()
+
+
+class _FatalFlag:
+    """librdkafka's error callback (poll thread). A fatal error leaves an idempotent producer unusable."""
+
+    __slots__ = ("name", "fatal")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.fatal = False
+
+    def on_client_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self.fatal = True
+            log.error("event=producer_fatal producer=%s error=%s", self.name, error)
+        else:
+            log.debug("event=producer_error producer=%s error=%s", self.name, error)
+
+
 class DeliveryBatch:
     """The delivery reports of one logical write, resolved once: None on success, else the first error."""
 
@@ -75,10 +100,10 @@ class AsyncProducer:
         self.topic = topic
         self.name = name
         self._settings = dict(settings)
-        self._settings["error_cb"] = self._on_client_error
+        self._fatal_flag = _FatalFlag(name)  # the client's callback must not reference self: no cycle
+        self._settings["error_cb"] = self._fatal_flag.on_client_error
         self._settings.setdefault("logger", logging.getLogger(f"coordinator.storage.librdkafka.{name}"))
         self._producer = Producer(self._settings)
-        self._fatal = False
         self._watched: dict[DeliveryBatch, float] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._stop = threading.Event()
@@ -145,22 +170,13 @@ class AsyncProducer:
                 batch.settle(0, KafkaError(KafkaError._MSG_TIMED_OUT, "no delivery report in time"))
                 batch.force_resolve()
 
-    def _on_client_error(self, error: KafkaError) -> None:
-        """librdkafka's error callback (poll thread). A fatal error leaves the producer unusable."""
-        if error.fatal():
-            self._fatal = True
-            log.error("event=producer_fatal producer=%s error=%s", self.name, error)
-        else:
-            log.debug("event=producer_error producer=%s error=%s", self.name, error)
-
     def _maybe_replace_fatal_producer(self) -> None:
         """An idempotent producer that hit a fatal error (e.g. lost sequence state) is replaced by a fresh one.
         Its queued records fail with their own delivery reports when it is purged."""
-        if not self._fatal:
+        if not self._fatal_flag.fatal:
             return
-        old, self._producer, self._fatal = self._producer, Producer(self._settings), False
-        old.purge()
-        threading.Thread(target=old.flush, args=(1.0,), name=f"{self.name}-retire", daemon=True).start()
+        old, self._producer, self._fatal_flag.fatal = self._producer, Producer(self._settings), False
+        threading.Thread(target=_retire, args=(old,), name=f"{self.name}-retire", daemon=True).start()
         log.warning("event=producer_replaced producer=%s reason=fatal_error", self.name)
 
     def _poll_loop(self) -> None:
@@ -172,14 +188,19 @@ class AsyncProducer:
         return await asyncio.to_thread(self._producer.flush, timeout_ms / 1000)
 
     async def close(self, flush_timeout_ms: int = 5_000) -> None:
-        """Stop polling, then deliver (or fail) what is queued, in a worker thread."""
+        """Stop polling, deliver (or fail) what is queued, and destroy the client — all in a worker thread."""
         if self._sweeper is not None:
             self._sweeper.cancel()
         self._stop.set()
-        await asyncio.to_thread(self._thread.join)
-        remaining = await asyncio.to_thread(self._producer.flush, flush_timeout_ms / 1000)
+        await asyncio.to_thread(self._close_blocking, flush_timeout_ms)
+
+    def _close_blocking(self, flush_timeout_ms: int) -> None:
+        self._thread.join()
+        remaining = self._producer.flush(flush_timeout_ms / 1000)
         if remaining:
             log.warning("event=producer_closed_with_undelivered producer=%s records=%d", self.name, remaining)
             self._producer.purge()
-            await asyncio.to_thread(self._producer.flush, 0)
-        self._producer = None  # type: ignore[assignment]  # releases librdkafka's connections now, not at GC
+            self._producer.flush(0)
+        # Destroyed here, on a thread of ours, never by the cyclic GC (which may run on a librdkafka thread).
+        self._producer.close()
+        self._producer = None  # type: ignore[assignment]

@@ -1,7 +1,12 @@
 """Creating and checking the state and event topics through confluent-kafka's AdminClient.
 
-Every AdminClient call returns concurrent futures (or runs in a worker thread), so the event loop never
-blocks on the admin client.
+Every AdminClient call returns concurrent futures, so the event loop never blocks on the admin client.
+
+Why `Admin` boxes the client: librdkafka aborts the whole process if a client is destroyed on one of its own
+threads, and confluent-kafka runs Python code (future completions, log callbacks) on those threads — where
+Python's cyclic garbage collector may also run. A client that ends up in a reference cycle (a traceback
+holding the frames that held it is enough) can therefore be freed there. Frames and tracebacks only ever
+hold the box; `release()` drops the client on the caller's thread.
 """
 
 from __future__ import annotations
@@ -21,19 +26,36 @@ class TopicMismatchError(RuntimeError):
     """The state topic exists but cannot be used as it is (e.g. another partition count)."""
 
 
-def make_admin(config: StorageConfig) -> AdminClient:
-    return AdminClient({"bootstrap.servers": config.bootstrap, "client.id": f"{config.client_id}-admin",
-                        "logger": logging.getLogger("coordinator.storage.librdkafka.admin")})
+class Admin:
+    """An AdminClient that is destroyed when released, on the releasing thread (see the module docstring)."""
+
+    def __init__(self, config: StorageConfig) -> None:
+        self._client: AdminClient | None = AdminClient({
+            "bootstrap.servers": config.bootstrap, "client.id": f"{config.client_id}-admin",
+            "logger": logging.getLogger("coordinator.storage.librdkafka.admin")})
+
+    @property
+    def client(self) -> AdminClient:
+        if self._client is None:
+            raise RuntimeError("admin client already released")
+        return self._client
+
+    def release(self) -> None:
+        self._client = None
 
 
-async def broker_count(admin: AdminClient, timeout_ms: int = 30_000) -> int:
-    cluster = await asyncio.wrap_future(admin.describe_cluster(request_timeout=timeout_ms / 1000))
+def make_admin(config: StorageConfig) -> Admin:
+    return Admin(config)
+
+
+async def broker_count(admin: Admin, timeout_ms: int = 30_000) -> int:
+    cluster = await asyncio.wrap_future(admin.client.describe_cluster(request_timeout=timeout_ms / 1000))
     return len(cluster.nodes)
 
 
-async def partition_count(admin: AdminClient, topic: str, timeout_ms: int = 30_000) -> int | None:
+async def partition_count(admin: Admin, topic: str, timeout_ms: int = 30_000) -> int | None:
     """Partitions of `topic`, or None if it does not exist."""
-    futures = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_ms / 1000)
+    futures = admin.client.describe_topics(TopicCollection([topic]), request_timeout=timeout_ms / 1000)
     try:
         description = await asyncio.wrap_future(futures[topic])
     except KafkaException as exc:
@@ -43,11 +65,11 @@ async def partition_count(admin: AdminClient, topic: str, timeout_ms: int = 30_0
     return len(description.partitions)
 
 
-async def create_topic(admin: AdminClient, topic: str, partitions: int, replication_factor: int,
+async def create_topic(admin: Admin, topic: str, partitions: int, replication_factor: int,
                        configs: dict[str, str], timeout_ms: int = 30_000) -> bool:
     """Create `topic`; False if someone else created it first (TOPIC_ALREADY_EXISTS)."""
     new_topic = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=configs)
-    futures = admin.create_topics([new_topic], operation_timeout=timeout_ms / 1000,
+    futures = admin.client.create_topics([new_topic], operation_timeout=timeout_ms / 1000,
                                   request_timeout=timeout_ms / 1000)
     try:
         await asyncio.wrap_future(futures[topic])
@@ -71,7 +93,7 @@ def state_topic_configs(config: StorageConfig, replication_factor: int) -> dict[
     return configs
 
 
-async def ensure_state_topic(admin: AdminClient, config: StorageConfig) -> None:
+async def ensure_state_topic(admin: Admin, config: StorageConfig) -> None:
     """Create the compacted state topic if missing; refuse an existing one with another partition count."""
     timeout_ms = config.admin_timeout_ms
     replication_factor = config.replication_factor or min(3, await broker_count(admin, timeout_ms))
@@ -91,16 +113,16 @@ async def ensure_state_topic(admin: AdminClient, config: StorageConfig) -> None:
             f"or use another state topic.")
 
 
-async def _warn_unless_compacted(admin: AdminClient, topic: str, timeout_ms: int) -> None:
+async def _warn_unless_compacted(admin: Admin, topic: str, timeout_ms: int) -> None:
     """An existing state topic that is not compacted still works, but grows forever and loads ever slower."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    futures = admin.describe_configs([resource], request_timeout=timeout_ms / 1000)
+    futures = admin.client.describe_configs([resource], request_timeout=timeout_ms / 1000)
     policy = (await asyncio.wrap_future(futures[resource]))["cleanup.policy"].value
     if "compact" not in policy:
         log.warning("event=state_topic_not_compacted topic=%s cleanup.policy=%s", topic, policy)
 
 
-async def ensure_event_topic(admin: AdminClient, config: StorageConfig) -> None:
+async def ensure_event_topic(admin: Admin, config: StorageConfig) -> None:
     """Create the (not compacted) event topic if missing; any partition count is fine."""
     timeout_ms = config.admin_timeout_ms
     if config.event_topic is None or await partition_count(admin, config.event_topic, timeout_ms) is not None:

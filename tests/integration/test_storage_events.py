@@ -54,7 +54,11 @@ async def test_observer_events_land_in_the_event_topic_as_versioned_json(kafka_b
         observer.on_offsets_committed("g2", "m-8", 3)  # not published by default (volume)
     finally:
         await store.close()  # flushes queued events
-    assert await partition_count(make_admin(config), config.event_topic) == 3
+    admin = make_admin(config)
+    try:
+        assert await partition_count(admin, config.event_topic) == 3
+    finally:
+        admin.release()
 
     events = read_all(kafka_bootstrap, config.event_topic, 3, expected=6)
     by_type = {event["type"]: (key, event) for key, event in events}

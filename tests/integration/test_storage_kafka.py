@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import ConfigResource
 
 from coordinator.group.errors import Errors
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, StoreError
@@ -97,10 +98,12 @@ async def test_state_topic_is_created_compacted_with_the_configured_partitions(k
     store = await started_store(kafka_bootstrap, topic, partitions=7)
     await store.close()
     admin = make_admin(StorageConfig(bootstrap=kafka_bootstrap))
-    assert await partition_count(admin, topic) == 7
-    from confluent_kafka.admin import ConfigResource
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    configs = await asyncio.wrap_future(admin.describe_configs([resource])[resource])
+    try:
+        assert await partition_count(admin, topic) == 7
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        configs = await asyncio.wrap_future(admin.client.describe_configs([resource])[resource])
+    finally:
+        admin.release()
     assert configs["cleanup.policy"].value == "compact"
     assert configs["min.insync.replicas"].value == "1"  # single broker: RF 1
 
@@ -142,7 +145,11 @@ async def test_unreachable_cluster_fails_start_within_the_admin_timeout() -> Non
 async def test_existing_uncompacted_topic_is_used_with_a_warning(kafka_bootstrap: str, caplog) -> None:
     topic = unique_topic()
     from coordinator.storage.topics import create_topic
-    await create_topic(make_admin(StorageConfig(bootstrap=kafka_bootstrap)), topic, 5, 1, {"cleanup.policy": "delete"})
+    admin = make_admin(StorageConfig(bootstrap=kafka_bootstrap))
+    try:
+        await create_topic(admin, topic, 5, 1, {"cleanup.policy": "delete"})
+    finally:
+        admin.release()
     store = await started_store(kafka_bootstrap, topic)
     try:
         await store.store_group("g", stable_group(generation=1))
