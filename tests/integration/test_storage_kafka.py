@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import ConfigResource
 
 from coordinator.group.errors import Errors
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, StoreError
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_group_records, loaded_offset_records
+from coordinator.storage.loader import LoadError
 from coordinator.storage.topics import TopicMismatchError, make_admin, partition_count
 
 pytestmark = pytest.mark.integration
@@ -157,3 +160,25 @@ async def test_existing_uncompacted_topic_is_used_with_a_warning(kafka_bootstrap
     finally:
         await store.close()
     assert "event=state_topic_not_compacted" in caplog.text
+
+
+async def test_failed_start_and_load_leave_no_kafka_client_for_the_garbage_collector() -> None:
+    """librdkafka aborts the process when a client is destroyed on one of its threads, where Python's cyclic
+    GC may run: a client held only by a failure's traceback must already be destroyed, GC or not."""
+    def live_clients() -> list[object]:
+        return [o for o in gc.get_objects() if isinstance(o, (AdminClient, Producer, Consumer))]
+
+    store = KafkaGroupStore(StorageConfig(bootstrap="127.0.0.1:1", state_topic=unique_topic(), event_topic=None,
+                                          admin_timeout_ms=1_000), load_timeout_ms=500)
+    gc.disable()
+    already_alive = {id(client) for client in live_clients()}  # other tests' clients are not ours to judge
+    try:
+        with pytest.raises(KafkaException) as start_failure:
+            await store.start()
+        with pytest.raises(LoadError) as load_failure:
+            await store.load()
+        await store.close()
+        assert start_failure.value is not None and load_failure.value is not None  # tracebacks still alive
+        assert [client for client in live_clients() if id(client) not in already_alive] == []
+    finally:
+        gc.enable()
