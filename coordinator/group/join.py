@@ -244,18 +244,25 @@ class JoinHandlers:
 
         async def store() -> None:
             error = await self.write_group(group.group_id, record)
-            if error != Errors.NONE:
+            if group.is_in(DEAD):  # unloaded meanwhile: its parked requests were answered then
+                _answer(future, JoinGroupResponse(Errors.NOT_COORDINATOR, member_id=new_member_id))
+            elif group.static_members.get(member.group_instance_id or "") != new_member_id:
+                # Replaced again (or removed) meanwhile: the member is no longer this request's to answer for
+                # or to revert; this request was fenced then.
+                _answer(future, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=new_member_id))
+            elif error != Errors.NONE:
                 self._revert_static_replacement(group, member, old_member_id, previous, current_leader, error,
                                                 future)
             elif req.supports_skip_assignment:
                 is_leader = group.is_leader(new_member_id)
                 members = self.member_list(group) if is_leader else []
-                group.complete_join(member, self.join_response(group, new_member_id, members,
-                                                               skip_assignment=is_leader))
+                _complete_own_join(group, member, future, self.join_response(
+                    group, new_member_id, members, skip_assignment=is_leader))
             else:
                 # Before v9 the rejoined member is told the old leader id, so a replaced leader does not run
                 # the assignor for a Stable group that would ignore the result.
-                group.complete_join(member, self.join_response(group, new_member_id, [], leader=current_leader))
+                _complete_own_join(group, member, future,
+                                   self.join_response(group, new_member_id, [], leader=current_leader))
 
         log.info("event=static_member_replaced_without_rebalance group=%s member=%s", group.group_id,
                  new_member_id)
@@ -267,13 +274,25 @@ class JoinHandlers:
         log.warning("event=static_member_persist_failed group=%s member=%s error=%s", group.group_id,
                     member.member_id, error.name)
         protocols, rebalance_timeout_ms, session_timeout_ms = previous
+        parked = member.join_future
         group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, None)
-        if member.member_id in group.members and member.group_instance_id is not None:
-            group.replace_static_member(member.group_instance_id, member.member_id, old_member_id)
-            self.schedule_heartbeat(group, member, member.session_timeout_ms)
+        if parked is not None and parked is not future:  # never dropped silently (Kafka drops it)
+            _answer(parked, JoinGroupResponse(error, member_id=UNKNOWN_MEMBER_ID))
+        assert member.group_instance_id is not None  # the caller checked the instance still maps to this member
+        group.replace_static_member(member.group_instance_id, member.member_id, old_member_id)
+        self.schedule_heartbeat(group, member, member.session_timeout_ms)
         _answer(future, JoinGroupResponse(
             error, member_id=UNKNOWN_MEMBER_ID, generation_id=group.generation_id,
             protocol_type=group.protocol_type, protocol_name=group.protocol_name, leader=current_leader or ""))
+
+
+def _complete_own_join(group: GroupMetadata, member: MemberMetadata, future: asyncio.Future[JoinGroupResponse],
+                       response: JoinGroupResponse) -> None:
+    """Answers `future`; clears it from the member only if it is still the member's parked join."""
+    if member.join_future is future:
+        group.complete_join(member, response)
+    else:
+        _answer(future, response)
 
 
 def _fenced_sync():

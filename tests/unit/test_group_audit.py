@@ -215,3 +215,44 @@ async def odd_request(env: Env, action: str, group_id: str, member_id: str, inst
 @given(st.lists(ODD_ACTIONS, max_size=30))
 def test_odd_requests_never_escape_and_never_hang(history: list[tuple]) -> None:
     asyncio.run(run_odd_history(history))
+
+
+async def test_failed_static_replacement_write_does_not_undo_a_later_replacement(env: Env) -> None:
+    # The instance restarts twice while the first replacement's write is in flight; that write then fails.
+    # Reverting must not touch the member, which now belongs to the second replacement: its JoinGroup is
+    # answered once its own write succeeds (Kafka's revert throws here and drops the second callback).
+    a, s = env.client("a"), env.client("s", instance_id="is")
+    await form_group(env, a, s)
+    first_gate, second_gate = env.store.hold_next_write(), env.store.hold_next_write()
+    env.store.fail_next_write(Errors.NOT_LEADER_OR_FOLLOWER)
+    first, second = env.client("s", instance_id="is"), env.client("s", instance_id="is")
+    await first.start_join()
+    await second.start_join()
+    assert first.take_join().error_code == Errors.FENCED_INSTANCE_ID
+    first_gate.set()
+    await drain()
+    second_gate.set()
+    await drain()
+    resp = second.take_join()
+    assert resp.error_code == Errors.NONE and env.group().static_members["is"] == resp.member_id
+    assert env.state() is STABLE and await second.heartbeat() == Errors.NONE
+
+
+async def test_earlier_static_replacement_write_does_not_answer_the_later_join(env: Env) -> None:
+    # Same double restart, both writes succeed: the first write's completion must not hand its (fenced)
+    # member id to the second JoinGroup, which is now the member's parked request (Kafka answers the
+    # member's current callback, so the second client would be told the first, fenced, id).
+    a, s = env.client("a"), env.client("s", instance_id="is")
+    await form_group(env, a, s)
+    first_gate, second_gate = env.store.hold_next_write(), env.store.hold_next_write()
+    first, second = env.client("s", instance_id="is"), env.client("s", instance_id="is")
+    await first.start_join()
+    await second.start_join()
+    assert first.take_join().error_code == Errors.FENCED_INSTANCE_ID
+    first_gate.set()
+    await drain()
+    second_gate.set()
+    await drain()
+    resp = second.take_join()
+    assert resp.error_code == Errors.NONE and resp.member_id == env.group().static_members["is"]
+    assert await second.heartbeat() == Errors.NONE
