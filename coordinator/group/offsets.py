@@ -24,15 +24,17 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
 
 
 def _commit_response(req: OffsetCommitRequest, errors: dict[TopicPartition, Errors] | Errors) -> OffsetCommitResponse:
-    """Per-partition errors in the request's order; a single error applies to every partition."""
-    def error_for(tp: TopicPartition) -> Errors:
-        return errors if isinstance(errors, Errors) else errors[tp]
-
+    """Per-partition errors in the request's order, each partition once (Kafka keys them by TopicPartition);
+    a single error applies to every partition."""
+    by_topic: dict[str, dict[int, Errors]] = {}
+    for t in req.topics:
+        partitions = by_topic.setdefault(t.name, {})
+        for p in t.partitions:
+            partitions[p.partition_index] = errors if isinstance(errors, Errors) else errors[(t.name,
+                                                                                              p.partition_index)]
     return OffsetCommitResponse([
-        OffsetCommitResponseTopic(t.name, [OffsetCommitResponsePartition(p.partition_index,
-                                                                         error_for((t.name, p.partition_index)))
-                                           for p in t.partitions])
-        for t in req.topics
+        OffsetCommitResponseTopic(name, [OffsetCommitResponsePartition(index, error) for index, error in parts.items()])
+        for name, parts in by_topic.items()
     ])
 
 
@@ -99,16 +101,15 @@ class OffsetHandlers:
         expire_ms = now_ms + req.retention_time_ms if req.retention_time_ms != -1 else None
         errors: dict[TopicPartition, Errors] = {}
         offsets: dict[TopicPartition, OffsetRecord] = {}
-        for topic in req.topics:
-            for p in topic.partitions:
-                tp = (topic.name, p.partition_index)
-                metadata = p.committed_metadata or ""
-                if _java_length(metadata) > self.config.offset_metadata_max_bytes:
-                    errors[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-                    continue
-                commit_ms = p.commit_timestamp_ms if p.commit_timestamp_ms != -1 else now_ms
-                offsets[tp] = OffsetRecord(p.committed_offset, p.committed_leader_epoch, metadata, commit_ms,
-                                           expire_ms)
+        latest = {(topic.name, p.partition_index): p for topic in req.topics for p in topic.partitions}
+        for tp, p in latest.items():  # a partition given twice: the last one counts, as in Kafka's map
+            metadata = p.committed_metadata or ""
+            if _java_length(metadata) > self.config.offset_metadata_max_bytes:
+                errors[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            commit_ms = p.commit_timestamp_ms if p.commit_timestamp_ms != -1 else now_ms
+            offsets[tp] = OffsetRecord(p.committed_offset, p.committed_leader_epoch, metadata, commit_ms,
+                                       expire_ms)
         return errors, offsets
 
     async def _write_and_cache_offsets(self: GroupCoordinator, group: GroupMetadata,
@@ -142,7 +143,7 @@ class OffsetHandlers:
         if req.topics is None:
             wanted = sorted(group.offsets) if group is not None else []
         else:
-            wanted = [(t.name, p) for t in req.topics for p in t.partition_indexes]
+            wanted = list(dict.fromkeys((t.name, p) for t in req.topics for p in t.partition_indexes))
         by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
         for topic, partition in wanted:
             by_topic.setdefault(topic, []).append(self._fetch_one(group, (topic, partition), req.require_stable))

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, JoinGroupProtocol, JoinGroupRequest,
                                    LeaveGroupRequest, MemberIdentity, OffsetCommitRequest,
-                                   OffsetCommitRequestPartition, OffsetCommitRequestTopic, SyncGroupRequest,
-                                   SyncGroupRequestAssignment)
+                                   OffsetCommitRequestPartition, OffsetCommitRequestTopic, OffsetFetchRequest,
+                                   OffsetFetchRequestTopic, SyncGroupRequest, SyncGroupRequestAssignment)
 from coordinator.group.errors import Errors
 from coordinator.group.state import GroupState
 from coordinator.group.store import InMemoryGroupStore
@@ -256,3 +256,19 @@ async def test_earlier_static_replacement_write_does_not_answer_the_later_join(e
     resp = second.take_join()
     assert resp.error_code == Errors.NONE and resp.member_id == env.group().static_members["is"]
     assert await second.heartbeat() == Errors.NONE
+
+
+async def test_duplicate_partitions_are_answered_once(env: Env) -> None:
+    # Kafka keys a request's partitions by TopicPartition (the last duplicate wins) and answers each once.
+    req = OffsetCommitRequest("s", -1, "", [
+        OffsetCommitRequestTopic("t", [OffsetCommitRequestPartition(0, 1), OffsetCommitRequestPartition(0, 2)]),
+        OffsetCommitRequestTopic("t", [OffsetCommitRequestPartition(1, 3)])])
+    resp = await env.coordinator.commit_offsets(req)
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in resp.topics] == [("t", [0, 1])]
+    fetched = await env.coordinator.fetch_offsets(OffsetFetchRequest("s", [OffsetFetchRequestTopic("t", [0, 0, 1])]))
+    assert [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions]) for t in fetched.topics] == [
+        ("t", [(0, 2), (1, 3)])]
+    too_large = "x" * (env.config.offset_metadata_max_bytes + 1)
+    resp = await env.coordinator.commit_offsets(OffsetCommitRequest("s", -1, "", [OffsetCommitRequestTopic("t", [
+        OffsetCommitRequestPartition(0, 7), OffsetCommitRequestPartition(0, 8, committed_metadata=too_large)])]))
+    assert errors_of(resp) == [Errors.OFFSET_METADATA_TOO_LARGE] and env.group("s").offsets[("t", 0)].offset == 2
