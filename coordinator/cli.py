@@ -72,9 +72,13 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         group = CoordinatorConfig.from_properties(dict(args.config))
     except KeyError as exc:
         raise SystemExit(f"unknown coordinator config {exc}; known: {sorted(CoordinatorConfig.kafka_names())}")
+    try:
+        server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
+                              advertised_port=advertised_port, node_id=args.node_id)
+    except ValueError as exc:
+        raise SystemExit(f"coordinator serve: {exc}")
     return ServiceOptions(
-        server=ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
-                            advertised_port=advertised_port, node_id=args.node_id),
+        server=server,
         group=group,
         bootstrap=args.bootstrap_server,
         kafka_data_dir=args.kafka_data_dir,
