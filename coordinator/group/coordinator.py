@@ -141,10 +141,11 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
         return force_complete() if group.has_all_members_joined else False
 
     def on_complete_join(self, group: GroupMetadata) -> None:
-        self._remove_dynamic_members_not_rejoined(group)
-        if group.is_in(DEAD):
+        if group.is_in(DEAD):  # unloaded: Kafka drops the non-rejoined members unseen; nobody failed
             log.info("event=join_complete_skipped group=%s reason=dead", group.group_id)
-        elif not group.maybe_elect_new_joined_leader() and group.members:
+            return
+        self._remove_dynamic_members_not_rejoined(group)
+        if not group.maybe_elect_new_joined_leader() and group.members:
             # Nobody re-joined: wait another rebalance timeout for session expiry to clear the members.
             log.error("event=no_member_rejoined group=%s generation=%d", group.group_id, group.generation_id)
             self.rebalance_purgatory.try_complete_else_watch(

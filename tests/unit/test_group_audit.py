@@ -272,3 +272,19 @@ async def test_duplicate_partitions_are_answered_once(env: Env) -> None:
     resp = await env.coordinator.commit_offsets(OffsetCommitRequest("s", -1, "", [OffsetCommitRequestTopic("t", [
         OffsetCommitRequestPartition(0, 7), OffsetCommitRequestPartition(0, 8, committed_metadata=too_large)])]))
     assert errors_of(resp) == [Errors.OFFSET_METADATA_TOO_LARGE] and env.group("s").offsets[("t", 0)].offset == 2
+
+
+async def test_join_phase_ending_after_unload_reports_no_member_failures(env: Env) -> None:
+    # Kafka's onCompleteJoin on an unloaded (Dead) group drops the non-rejoined members silently; here that
+    # must not reach the observer as member failures (the event topic would record failures that never were).
+    a, b = env.client("a"), env.client("b")
+    await form_group(env, a, b)
+    leader = a if a.is_leader else b
+    await leader.start_join()  # a rebalance the follower never joins
+    assert env.state() is PREPARING
+    env.coordinator.unload_group(env.group())
+    await drain()
+    assert leader.take_join().error_code == Errors.NOT_COORDINATOR
+    await env.advance(REBALANCE_MS + 1_000, step_ms=5_000)
+    assert env.observer.of("failed") == []
+    assert env.coordinator.rebalance_purgatory.delayed == 0
