@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coordinator.group.state import GroupState
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class InitialDelayedJoin(DelayedJoin):
 
     def on_complete(self) -> None:
         group = self.group
-        if group.new_member_added and self.remaining_ms != 0:
+        if group.new_member_added and self.remaining_ms != 0 and not group.is_in(GroupState.DEAD):
             group.new_member_added = False
             delay_ms = min(self.configured_delay_ms, self.remaining_ms)
             remaining_ms = max(self.remaining_ms - self.delay_ms, 0)

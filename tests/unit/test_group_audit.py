@@ -288,3 +288,13 @@ async def test_join_phase_ending_after_unload_reports_no_member_failures(env: En
     await env.advance(REBALANCE_MS + 1_000, step_ms=5_000)
     assert env.observer.of("failed") == []
     assert env.coordinator.rebalance_purgatory.delayed == 0
+
+
+async def test_initial_delay_is_not_extended_for_an_unloaded_group(env: Env) -> None:
+    a, b = env.client("a"), env.client("b")
+    await a.start_join()
+    await b.start_join()  # a new member during the first window: the delay would be extended
+    assert env.group().new_member_added
+    env.coordinator.unload_group(env.group())
+    await env.advance(env.config.group_initial_rebalance_delay_ms)
+    assert env.coordinator.rebalance_purgatory.delayed == 0 and env.timer.size == 0
