@@ -138,7 +138,8 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
         self.rebalance_purgatory.try_complete_else_watch(op, [join_key(group.group_id)])
 
     def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool:
-        return force_complete() if group.has_all_members_joined else False
+        # Dead: unloaded, nothing to wait for (Kafka lets the operation run out against the Dead group).
+        return force_complete() if group.has_all_members_joined or group.is_in(DEAD) else False
 
     def on_complete_join(self, group: GroupMetadata) -> None:
         if group.is_in(DEAD):  # unloaded: Kafka drops the non-rejoined members unseen; nobody failed
@@ -411,6 +412,8 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
             group.complete_join(member, JoinGroupResponse(error, member_id=member.member_id))
             group.complete_sync(member, SyncGroupResponse(error))
             self.remove_heartbeat(group, member)
+        for member_id in group.pending_members:  # their expirations complete against the Dead group
+            self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
         if previous is PREPARING:
             self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
         self.remove_sync_expiration(group)

@@ -49,7 +49,7 @@ class DelayedJoin(DelayedOperation):
 class InitialDelayedJoin(DelayedJoin):
     """The first rebalance of an Empty group waits `group.initial.rebalance.delay.ms`, extended window by
     window while new members keep arriving, up to the first members' rebalance timeout. Never completes
-    early."""
+    early, unless the group is unloaded."""
 
     __slots__ = ("purgatory", "configured_delay_ms", "remaining_ms")
 
@@ -61,7 +61,7 @@ class InitialDelayedJoin(DelayedJoin):
         self.remaining_ms = remaining_ms
 
     def try_complete(self) -> bool:
-        return False
+        return self.group.is_in(GroupState.DEAD) and self.force_complete()  # only an unload cuts it short
 
     def on_complete(self) -> None:
         group = self.group

@@ -298,3 +298,19 @@ async def test_initial_delay_is_not_extended_for_an_unloaded_group(env: Env) -> 
     env.coordinator.unload_group(env.group())
     await env.advance(env.config.group_initial_rebalance_delay_ms)
     assert env.coordinator.rebalance_purgatory.delayed == 0 and env.timer.size == 0
+
+
+async def test_unload_leaves_no_timer_entries(env: Env) -> None:
+    # Everything the group had in the timer (its join phase, member sessions, KIP-394 pending members) goes
+    # with it; Kafka leaves them to expire later against the Dead group.
+    a, b = env.client("a"), env.client("b")
+    await form_group(env, a, b)
+    leader = a if a.is_leader else b
+    await leader.start_join()
+    pending = await env.coordinator.join_group(env.client("p").join_request())
+    assert pending.error_code == Errors.MEMBER_ID_REQUIRED and env.state() is PREPARING
+    env.coordinator.unload_group(env.group())
+    await drain()
+    assert env.coordinator.rebalance_purgatory.delayed == 0
+    assert env.coordinator.heartbeat_purgatory.delayed == 0
+    assert env.timer.size == 0
