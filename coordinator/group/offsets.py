@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, OffsetCommitResponse,
                                    OffsetCommitResponsePartition, OffsetCommitResponseTopic, OffsetFetchRequest,
                                    OffsetFetchResponse, OffsetFetchResponsePartition, OffsetFetchResponseTopic)
+from coordinator.group.delayed import member_key
 from coordinator.group.errors import Errors, offset_append_error
 from coordinator.group.state import GroupState
 from coordinator.group.store import OffsetRecord, StoreError, TopicPartition
@@ -97,7 +98,7 @@ class OffsetHandlers:
 
     def _offset_records(self: GroupCoordinator, req: OffsetCommitRequest
                         ) -> tuple[dict[TopicPartition, Errors], dict[TopicPartition, OffsetRecord]]:
-        now_ms = self.now_ms()
+        now_ms = self.now_wall_ms()
         expire_ms = now_ms + req.retention_time_ms if req.retention_time_ms != -1 else None
         errors: dict[TopicPartition, Errors] = {}
         offsets: dict[TopicPartition, OffsetRecord] = {}
@@ -168,7 +169,7 @@ class OffsetHandlers:
         turns Empty groups without offsets Dead, and writes the tombstones. Returns the offsets removed."""
         if not self.is_active or self.is_loading:
             return 0
-        now_ms, retention_ms = self.now_ms(), self.config.offsets_retention_ms
+        now_ms, retention_ms = self.now_wall_ms(), self.config.offsets_retention_ms
         return await self.cleanup_groups(list(self.groups.values()),
                                          lambda g: g.remove_offsets(g.expired_offsets(now_ms, retention_ms)))
 
@@ -186,12 +187,14 @@ class OffsetHandlers:
                        ) -> tuple[str, list[TopicPartition], bool] | None:
         removed: list[TopicPartition] = selector(group)
         if group.is_in(EMPTY) and not group.has_offsets:
-            group.transition_to(DEAD, self.now_ms())
+            group.transition_to(DEAD, self.now_wall_ms())
         # As Kafka: the group tombstone only if this cleanup took the group out of the cache (an unloaded
         # group is someone else's) and the group ever had a generation (not a simple consumer's group).
         retired = group.is_in(DEAD) and self.groups.get(group.group_id) is group
         if retired:
             del self.groups[group.group_id]
+            for member_id in group.pending_members:  # KIP-394 ids handed out: their expirations go too
+                self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
         write_group_tombstone = retired and group.generation_id > 0
         if removed:
             self.observer.on_offsets_expired(group.group_id, len(removed))

@@ -314,3 +314,11 @@ async def test_unload_leaves_no_timer_entries(env: Env) -> None:
     assert env.coordinator.rebalance_purgatory.delayed == 0
     assert env.coordinator.heartbeat_purgatory.delayed == 0
     assert env.timer.size == 0
+
+
+async def test_deleting_a_group_with_pending_members_leaves_no_timer_entries(env: Env) -> None:
+    pending = await env.coordinator.join_group(env.client("p").join_request())
+    assert pending.error_code == Errors.MEMBER_ID_REQUIRED and env.state() is EMPTY
+    resp = await env.coordinator.delete_groups(DeleteGroupsRequest(["g"]))
+    assert resp.results[0].error_code == Errors.NONE and env.group() is None
+    assert env.coordinator.heartbeat_purgatory.delayed == 0 and env.timer.size == 0
