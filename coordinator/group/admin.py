@@ -72,7 +72,7 @@ class AdminHandlers:
             elif group is None or group.is_in(GroupState.DEAD):
                 results[group_id] = Errors.GROUP_ID_NOT_FOUND
             elif group.is_in(GroupState.EMPTY):
-                group.transition_to(GroupState.DEAD, self.now_ms())
+                group.transition_to(GroupState.DEAD, self.now_wall_ms())
                 eligible.append(group)
                 results[group_id] = Errors.NONE
             else:

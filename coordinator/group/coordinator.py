@@ -29,7 +29,7 @@ from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, StoreError, TopicPartition
 from coordinator.group.sync import SyncHandlers
 from coordinator.purgatory import DelayedOperationPurgatory
-from coordinator.timer import Clock, SystemTimer
+from coordinator.timer import Clock, MonotonicClock, SystemTimer, WallClock
 
 log = logging.getLogger("coordinator.group")
 
@@ -40,11 +40,17 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
 
 class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers):
     def __init__(self, config: CoordinatorConfig, timer: SystemTimer, store: GroupStore,
-                 clock: Clock | None = None, observer: GroupObserver | None = None) -> None:
+                 clock: Clock | None = None, observer: GroupObserver | None = None,
+                 wall_clock: Clock | None = None) -> None:
         self.config = config
         self.timer = timer
         self.store = store
         self.clock: Clock = clock if clock is not None else timer.clock
+        # Stored timestamps (commit and state-change times) are epoch ms, like Kafka's; deadlines and durations
+        # use the monotonic clock. A test's manual clock serves as both, so one timeline drives everything.
+        if wall_clock is None:
+            wall_clock = WallClock() if isinstance(self.clock, MonotonicClock) else self.clock
+        self.wall_clock: Clock = wall_clock
         self.observer: GroupObserver = observer if observer is not None else GroupObserver()
         self.groups: dict[str, GroupMetadata] = {}
         purge = config.purgatory_purge_interval
@@ -61,6 +67,9 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
 
     def now_ms(self) -> int:
         return self.clock.now_ms()
+
+    def now_wall_ms(self) -> int:
+        return self.wall_clock.now_ms()
 
     # --- common checks (§3.0) ---------------------------------------------------------------------------------
     def group_status_error(self, group_id: str | None, empty_id_ok: bool = False) -> Errors | None:
@@ -91,7 +100,7 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
     def add_group(self, group_id: str) -> GroupMetadata:
         group = self.groups.get(group_id)
         if group is None:
-            group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms(), self.observer)
+            group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_wall_ms(), self.observer)
         return group
 
     async def write_group(self, group_id: str, record: GroupRecord) -> Errors:
@@ -128,10 +137,9 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
                                                  remaining_ms)
         else:
             op = DelayedJoin(self, group, group.rebalance_timeout_ms)
-        now_ms = self.now_ms()
-        group.transition_to(PREPARING, now_ms)
+        group.transition_to(PREPARING, self.now_wall_ms())
         if group.rebalance_started_ms is None:
-            group.rebalance_started_ms = now_ms
+            group.rebalance_started_ms = self.now_ms()
         log.info("event=rebalance_prepare group=%s generation=%d delay_ms=%d reason=%r",
                  group.group_id, group.generation_id, op.delay_ms, reason)
         self.observer.on_rebalance_started(group.group_id, group.generation_id, reason)
@@ -152,7 +160,7 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
             self.rebalance_purgatory.try_complete_else_watch(
                 DelayedJoin(self, group, group.rebalance_timeout_ms), [join_key(group.group_id)])
         else:
-            group.init_next_generation(self.now_ms())
+            group.init_next_generation(self.now_wall_ms())
             if group.is_in(EMPTY):
                 self._on_group_emptied(group)
             else:
@@ -407,7 +415,7 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
     def unload_group(self, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
         """The one funnel that answers every parked request of a group that leaves this coordinator."""
         previous = group.state
-        group.transition_to(DEAD, self.now_ms())
+        group.transition_to(DEAD, self.now_wall_ms())
         for member in list(group.members.values()):
             group.complete_join(member, JoinGroupResponse(error, member_id=member.member_id))
             group.complete_sync(member, SyncGroupResponse(error))

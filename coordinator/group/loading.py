@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def materialize_group(coordinator: GroupCoordinator, group_id: str, record: GroupRecord | None,
                       offsets: dict[TopicPartition, OffsetRecord]) -> GroupMetadata:
-    now_ms = coordinator.now_ms()
+    now_ms = coordinator.now_wall_ms()
     if record is None:  # offsets only: a "simple" group that never had members
         group = GroupMetadata(group_id, GroupState.EMPTY, now_ms, coordinator.observer)
     else:

@@ -113,7 +113,7 @@ class SyncHandlers:
         for member in group.members.values():
             member.assignment = assignment.get(member.member_id, b"")
         self.propagate_assignment(group, Errors.NONE)
-        group.transition_to(STABLE, self.now_ms())
+        group.transition_to(STABLE, self.now_wall_ms())
         self._rebalance_completed(group)
 
     # --- Heartbeat --------------------------------------------------------------------------------------------

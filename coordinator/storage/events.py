@@ -11,29 +11,19 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from typing import Any, Callable
 
 from confluent_kafka import KafkaError, Producer
 
 from coordinator.group.observer import GroupObserver
 from coordinator.storage.config import StorageConfig
-from coordinator.timer.clock import Clock
+from coordinator.timer.clock import Clock, WallClock
 
 log = logging.getLogger("coordinator.storage.events")
 
 EVENT_SCHEMA_VERSION = 1
 _POLL_INTERVAL_S = 0.1
 _LOG_EVERY_FAILURES = 1_000
-
-
-class WallClock:
-    """Milliseconds since the Unix epoch: events are read by analytics jobs, which need calendar time."""
-
-    __slots__ = ()
-
-    def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
 
 
 class _DeliveryCounts:

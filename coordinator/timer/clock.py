@@ -24,6 +24,16 @@ class MonotonicClock:
         return time.monotonic_ns() // 1_000_000
 
 
+class WallClock:
+    """Milliseconds since the Unix epoch, for timestamps that are stored or shown (commit times, state-change
+    times, event times): they must mean the same after a restart and on another host. Never for deadlines."""
+
+    __slots__ = ()
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
 class ManualClock:
     """A clock that only moves when told to: for deterministic tests."""
 
