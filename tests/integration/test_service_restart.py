@@ -15,7 +15,7 @@ from typing import Any
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
-from tests.unit.test_server_env import heartbeat, join_with_member_id, nested, request, sync
+from tests.unit.test_server_env import heartbeat, join, join_with_member_id, nested, request, sync
 
 SESSION_MS = 30_000
 LOAD_IN_PROGRESS = 14
@@ -33,11 +33,11 @@ class Service:
 
 
 @asynccontextmanager
-async def service(bootstrap: str, state_topic: str) -> AsyncIterator[Service]:
+async def service(bootstrap: str, state_topic: str, initial_delay_ms: int = 3000) -> AsyncIterator[Service]:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0",
         "--bootstrap-server", bootstrap, "--state-topic", state_topic, "--event-topic", "",
-        "--config", "offsets.topic.num.partitions=3", "--config", "group.initial.rebalance.delay.ms=3000",
+        "--config", "offsets.topic.num.partitions=3", "--config", f"group.initial.rebalance.delay.ms={initial_delay_ms}",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -176,3 +176,22 @@ async def test_sigkill_and_restart_keeps_groups_offsets_and_members(kafka_bootst
         assert (await describe(admin)).group_state == "Stable"
         await b2.close()
         await admin.close()
+
+
+async def test_sigterm_answers_a_parked_join_and_exits_cleanly(kafka_bootstrap: str) -> None:
+    """In-flight requests get up to the shutdown grace (5 s) to finish; a JoinGroup parked longer is answered
+    NOT_COORDINATOR (the client rediscovers), and the process exits 0."""
+    state_topic = f"__state-{uuid.uuid4().hex[:8]}"
+    async with service(kafka_bootstrap, state_topic, initial_delay_ms=60_000) as running:
+        client = await running.client()
+        await until_loaded(client)
+        first = await join(client, GROUP, session_timeout_ms=SESSION_MS)
+        assert first.error_code == 79  # MEMBER_ID_REQUIRED
+        parked = asyncio.ensure_future(join(client, GROUP, first.member_id, session_timeout_ms=SESSION_MS))
+        await asyncio.sleep(0.5)  # parked in the 60 s initial rebalance delay
+        assert not parked.done()
+        running.process.send_signal(signal.SIGTERM)
+        answered = await asyncio.wait_for(parked, 15)
+        assert answered.error_code == 16  # NOT_COORDINATOR
+        assert await asyncio.wait_for(running.process.wait(), 30) == 0
+        await client.close()
