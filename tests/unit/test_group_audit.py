@@ -322,3 +322,25 @@ async def test_deleting_a_group_with_pending_members_leaves_no_timer_entries(env
     resp = await env.coordinator.delete_groups(DeleteGroupsRequest(["g"]))
     assert resp.results[0].error_code == Errors.NONE and env.group() is None
     assert env.coordinator.heartbeat_purgatory.delayed == 0 and env.timer.size == 0
+
+
+async def test_heartbeats_touch_the_timer_once_per_session_timeout(env: Env) -> None:
+    # The per-heartbeat cost guard: a heartbeat moves a deadline; the timer sees one DelayedHeartbeat per
+    # member per session timeout, however often the member heartbeats.
+    a, b = env.client("a"), env.client("b")
+    await form_group(env, a, b)
+    purgatory, watches = env.coordinator.heartbeat_purgatory, []
+    original = purgatory.try_complete_else_watch
+
+    def counting(op, keys):
+        watches.append(op)
+        return original(op, keys)
+
+    purgatory.try_complete_else_watch = counting
+    timer_size = env.timer.size
+    for _ in range(200):  # 20 s of heartbeats every 100 ms: two session timeouts
+        for c in (a, b):
+            assert env.coordinator.handle_heartbeat("g", c.generation, c.member_id) == Errors.NONE
+        env.clock.advance(100)
+        env.timer.advance_clock()
+    assert len(watches) <= 2 * 2 and env.timer.size == timer_size and env.state() is STABLE
