@@ -229,8 +229,10 @@ class GroupMetadata:
         the group is Stable, as in Kafka)."""
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return None
-        if not self.members or self.protocol_name is None:
+        if not self.members:
             return set()
+        if self.protocol_name is None:  # members but no protocol (an odd record): unknown, as in Kafka
+            return None
         topics: set[str] = set()
         for member in self.members.values():
             parsed = parse_subscription_topics(member.metadata(self.protocol_name))

@@ -13,7 +13,7 @@ from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, J
                                    OffsetFetchRequestTopic, SyncGroupRequest, SyncGroupRequestAssignment)
 from coordinator.group.errors import Errors
 from coordinator.group.state import GroupState
-from coordinator.group.store import InMemoryGroupStore
+from coordinator.group.store import GroupRecord, InMemoryGroupStore, MemberRecord, OffsetRecord
 from tests.unit.test_group_harness import (REBALANCE_MS, Env, advance_until_joined, drain, env,  # noqa: F401
                                            form_group, subscription)
 from tests.unit.test_group_offsets import commit, errors_of, fetch
@@ -344,3 +344,23 @@ async def test_heartbeats_touch_the_timer_once_per_session_timeout(env: Env) -> 
         env.clock.advance(100)
         env.timer.advance_clock()
     assert len(watches) <= 2 * 2 and env.timer.size == timer_size and env.state() is STABLE
+
+
+async def test_stable_group_without_protocol_name_keeps_its_offsets() -> None:
+    # Kafka's computeSubscribedTopics is None (unknown) when a consumer group has members but no protocol
+    # name (an old or odd record): then nothing expires while the group is Stable.
+    env = Env(offsets_retention_minutes=1)
+    try:
+        coord, now_ms = env.coordinator, env.clock.now_ms()
+        member = MemberRecord("m0", None, "c0", "/10.0.0.1", 30_000, 10_000, subscription("t"), b"")
+        coord.begin_loading()
+        coord.load_group("g", GroupRecord("consumer", 3, None, "m0", now_ms, [member]))
+        coord.load_offsets("g", {("u", 0): OffsetRecord(5, -1, "", now_ms)})
+        coord.finish_loading()
+        assert env.state() is STABLE and env.group().subscribed_topics is None
+        for _ in range(13):
+            env.clock.advance(5_000)
+            assert coord.handle_heartbeat("g", 3, "m0") == Errors.NONE
+        assert await coord.expire_offsets() == 0 and ("u", 0) in env.group().offsets
+    finally:
+        await env.close()
