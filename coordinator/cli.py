@@ -97,13 +97,29 @@ async def _run_serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
+    started = False
+
     def ready(service: RunningService) -> None:
+        nonlocal started
+        started = True
         node = service.server.node
         print(f"coordinator listening on {node.host}:{node.port} (node {node.node_id}); "
               f"state in Kafka at {service.bootstrap}, topic {options.state_topic}", flush=True)
 
-    await run_until(stop, options, ready)
+    try:
+        await run_until(stop, options, ready)
+    except Exception as exc:
+        if started:
+            raise
+        # could not start (Kafka unreachable, state topic unusable, port taken, no Java...): say why, exit 1
+        logging.getLogger("coordinator").error("event=startup_failed error=%s", _one_line(exc))
+        print(f"coordinator serve: could not start: {_one_line(exc)}", file=sys.stderr, flush=True)
+        return 1
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".replace("\n", " | ")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -195,3 +195,23 @@ async def test_sigterm_answers_a_parked_join_and_exits_cleanly(kafka_bootstrap: 
         assert answered.error_code == 16  # NOT_COORDINATOR
         assert await asyncio.wait_for(running.process.wait(), 30) == 0
         await client.close()
+
+
+async def test_a_state_topic_with_another_partition_count_is_refused_with_a_clear_error(kafka_bootstrap: str) -> None:
+    """The group → partition mapping depends on the count: serving with another one would split groups."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    state_topic = f"__state-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(state_topic, num_partitions=7, replication_factor=1,
+                                  config={"cleanup.policy": "compact"})])[state_topic].result(30)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0",
+        "--bootstrap-server", kafka_bootstrap, "--state-topic", state_topic, "--event-topic", "",
+        "--config", "offsets.topic.num.partitions=3",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 1
+    assert b"coordinator listening" not in stdout
+    message = stderr.decode().splitlines()[-1]
+    assert message.startswith("coordinator serve: could not start:") and "7" in message and "3" in message, message
