@@ -327,18 +327,23 @@ class GroupMetadata:
 
 
 def parse_subscription_topics(metadata: bytes) -> list[str] | None:
-    """Topics of a ConsumerProtocolSubscription (any version: version int16, then topics [string]); None if
-    the bytes do not parse."""
+    """Topics of a ConsumerProtocolSubscription, read as v0 (the prefix of every version: version int16, topics
+    [string], user data nullable bytes); None if that does not parse (Kafka's SchemaException case)."""
     try:
         (count,) = struct.unpack_from(">i", metadata, 2)
+        if count < 0:
+            return None
         offset, topics = 6, []
         for _ in range(count):
             (length,) = struct.unpack_from(">h", metadata, offset)
             offset += 2
             if length < 0 or offset + length > len(metadata):
                 return None
-            topics.append(metadata[offset:offset + length].decode())
+            topics.append(metadata[offset:offset + length].decode("utf-8", "replace"))
             offset += length
+        (user_data_length,) = struct.unpack_from(">i", metadata, offset)
+        if user_data_length < -1 or offset + 4 + max(user_data_length, 0) > len(metadata):
+            return None
         return topics
-    except (struct.error, UnicodeDecodeError):
+    except struct.error:
         return None

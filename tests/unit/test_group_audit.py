@@ -3,6 +3,7 @@ that must never escape a handler or wedge a group. Manual clock throughout."""
 from __future__ import annotations
 
 import asyncio
+import struct
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, J
                                    OffsetCommitRequestPartition, OffsetCommitRequestTopic, OffsetFetchRequest,
                                    OffsetFetchRequestTopic, SyncGroupRequest, SyncGroupRequestAssignment)
 from coordinator.group.errors import Errors
+from coordinator.group.metadata import parse_subscription_topics
 from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, InMemoryGroupStore, MemberRecord, OffsetRecord
 from tests.unit.test_group_harness import (REBALANCE_MS, Env, advance_until_joined, drain, env,  # noqa: F401
@@ -364,3 +366,16 @@ async def test_stable_group_without_protocol_name_keeps_its_offsets() -> None:
         assert await coord.expire_offsets() == 0 and ("u", 0) in env.group().offsets
     finally:
         await env.close()
+
+
+def test_malformed_subscriptions_leave_the_topics_unknown() -> None:
+    # Kafka parses ConsumerProtocolSubscription v0 (topics, then user data); what does not parse leaves the
+    # subscribed topics unknown (None), so no offset expires while the group is Stable. A null topic array
+    # is malformed, not "no topics" (which would let every offset of a Stable group expire).
+    good = subscription("a", "b")
+    assert parse_subscription_topics(good) == ["a", "b"]
+    assert parse_subscription_topics(struct.pack(">hi", 0, -1) + struct.pack(">i", -1)) is None
+    assert parse_subscription_topics(good[:-4]) is None  # user data missing
+    assert parse_subscription_topics(good[:-4] + struct.pack(">i", 5) + b"ab") is None  # user data cut short
+    assert parse_subscription_topics(struct.pack(">hih", 1, 1, 2) + b"\xff\xfe" + struct.pack(">i", -1)) == [
+        "\ufffd\ufffd"]  # Java decodes malformed UTF-8 with replacement characters
