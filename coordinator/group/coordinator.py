@@ -394,8 +394,12 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
                 if group_id in self.groups:
                     log.warning("event=load_skipped group=%s reason=already_cached", group_id)
                     continue
-                group = materialize_group(self, group_id, self._loaded_groups.get(group_id),
-                                          self._loaded_offsets.get(group_id, {}))
+                try:
+                    group = materialize_group(self, group_id, self._loaded_groups.get(group_id),
+                                              self._loaded_offsets.get(group_id, {}))
+                except Exception:  # a record we cannot make sense of costs that group, not the others
+                    log.exception("event=load_failed group=%s", group_id)
+                    continue
                 self.groups[group_id] = group
                 self._on_group_loaded(group)
         finally:

@@ -379,3 +379,19 @@ def test_malformed_subscriptions_leave_the_topics_unknown() -> None:
     assert parse_subscription_topics(good[:-4] + struct.pack(">i", 5) + b"ab") is None  # user data cut short
     assert parse_subscription_topics(struct.pack(">hih", 1, 1, 2) + b"\xff\xfe" + struct.pack(">i", -1)) == [
         "\ufffd\ufffd"]  # Java decodes malformed UTF-8 with replacement characters
+
+
+async def test_one_corrupt_group_record_does_not_stop_the_load(env: Env) -> None:
+    # Two members claiming one group.instance.id cannot be materialised (Kafka's loadGroup throws and the
+    # whole partition's load fails); the other groups still load.
+    coord, now_ms = env.coordinator, env.clock.now_ms()
+    twins = [MemberRecord(f"m{i}", "same", f"c{i}", "/10.0.0.1", 30_000, 10_000, subscription("t"), b"")
+             for i in range(2)]
+    good = MemberRecord("m0", None, "c0", "/10.0.0.1", 30_000, 10_000, subscription("t"), b"")
+    coord.begin_loading()
+    coord.load_group("bad", GroupRecord("consumer", 2, "range", "m0", now_ms, twins))
+    coord.load_group("good", GroupRecord("consumer", 2, "range", "m0", now_ms, [good]))
+    coord.load_offsets("simple", {("t", 0): OffsetRecord(1, -1, "", now_ms)})
+    coord.finish_loading()
+    assert not coord.is_loading and env.group("bad") is None
+    assert env.state("good") is STABLE and env.state("simple") is EMPTY
