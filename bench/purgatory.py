@@ -26,13 +26,13 @@ import argparse
 import asyncio
 import gc
 import heapq
-import json
 import math
 import random
 import resource
 import sys
 import time
 
+from bench import run_and_print
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import MonotonicClock, SystemTimer, TimerTask
 
@@ -248,9 +248,4 @@ def parse_args() -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse_args()
-    if arguments.loop == "uvloop":
-        import uvloop
-        figures = uvloop.run(main(arguments))
-    else:
-        figures = asyncio.run(main(arguments))
-    print(json.dumps(figures))
+    run_and_print(main(arguments), arguments.loop)

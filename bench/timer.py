@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import random
-import statistics
 import sys
 import time
 import tracemalloc
 
+from bench import run_and_print
 from coordinator.timer import MonotonicClock, SystemTimer, TimerTask
 
 SESSION_TIMEOUT_MS = 45_000
@@ -216,9 +215,4 @@ def parse_args() -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse_args()
-    if arguments.loop == "uvloop":
-        import uvloop
-        figures = uvloop.run(main(arguments))
-    else:
-        figures = asyncio.run(main(arguments))
-    print(json.dumps(figures))
+    run_and_print(main(arguments), arguments.loop)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator.embedded import EmbeddedKafka, kafka_version, started_pids
+from coordinator.embedded import EmbeddedKafka, kafka_version, process_alive, started_pids
 
 log = logging.getLogger("tests")
 
@@ -84,17 +84,10 @@ def restartable_kafka() -> Iterator[EmbeddedKafka]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any broker JVM started by it is still alive (and kill it)."""
-    leftovers = [pid for pid in started_pids() if _alive(pid)]
+    leftovers = [pid for pid in started_pids() if process_alive(pid)]
     for pid in leftovers:
         os.kill(pid, 9)
     if leftovers:
         log.error("broker JVMs left running by the tests (killed now): %s", leftovers)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except OSError:
-        return False

@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from coordinator.embedded import EmbeddedKafka
+from coordinator.embedded import EmbeddedKafka, process_alive
 
 
 def _topic() -> str:
@@ -122,16 +122,16 @@ def test_records_survive_a_restart_on_the_same_data_dir(restartable_kafka: Embed
 async def test_async_context_manager_starts_and_stops_the_jvm(tmp_path) -> None:  # type: ignore[no-untyped-def]
     async with EmbeddedKafka(tmp_path / "kafka") as broker:
         pid = broker.pid
-        assert pid is not None and _alive(pid)
+        assert pid is not None and process_alive(pid)
         assert (tmp_path / "kafka" / "logs" / "meta.properties").exists()
-    assert not _alive(pid)
+    assert not process_alive(pid)
 
 
 def test_broker_dies_with_the_process_that_started_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """No orphan JVM even when the parent is SIGKILLed and gets no chance to clean up."""
     script = textwrap.dedent(f"""
         import sys
-        from coordinator.embedded import EmbeddedKafka
+        from coordinator.embedded import EmbeddedKafka, process_alive
         broker = EmbeddedKafka({str(tmp_path / 'kafka')!r})
         broker.start_blocking()
         print(broker.pid, flush=True)
@@ -141,22 +141,15 @@ def test_broker_dies_with_the_process_that_started_it(tmp_path) -> None:  # type
                               text=True)
     try:
         jvm_pid = int(parent.stdout.readline())  # type: ignore[union-attr]
-        assert _alive(jvm_pid)
+        assert process_alive(jvm_pid)
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     deadline = time.monotonic() + 15
-    while _alive(jvm_pid) and time.monotonic() < deadline:
+    while process_alive(jvm_pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _alive(jvm_pid), f"broker JVM {jvm_pid} outlived its parent"
+    assert not process_alive(jvm_pid), f"broker JVM {jvm_pid} outlived its parent"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_cli_kafka_prints_bootstrap_and_stops_on_sigint(tmp_path) -> None:  # type: ignore[no-untyped-def]
