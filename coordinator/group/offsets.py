@@ -31,10 +31,10 @@ def _commit_response(req: OffsetCommitRequest, errors: dict[TopicPartition, Erro
     for t in req.topics:
         partitions = by_topic.setdefault(t.name, {})
         for p in t.partitions:
-            partitions[p.partition_index] = errors if isinstance(errors, Errors) else errors[(t.name,
-                                                                                              p.partition_index)]
+            tp = (t.name, p.partition_index)
+            partitions[p.partition_index] = errors if isinstance(errors, Errors) else errors[tp]
     return OffsetCommitResponse([
-        OffsetCommitResponseTopic(name, [OffsetCommitResponsePartition(index, error) for index, error in parts.items()])
+        OffsetCommitResponseTopic(name, [OffsetCommitResponsePartition(i, error) for i, error in parts.items()])
         for name, parts in by_topic.items()
     ])
 
