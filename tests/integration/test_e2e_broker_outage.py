@@ -1,0 +1,111 @@
+"""The Kafka broker under a running coordinator stops while a group is Stable, then comes back.
+
+Heartbeats keep working (they touch no storage); an OffsetCommit fails within offsets.commit.timeout.ms with
+REQUEST_TIMED_OUT (passed through, docs/protocol.md difference 9); a rebalance's SyncGroup fails with
+REBALANCE_IN_PROGRESS and the group rebalances again; nothing hangs. With the broker back, writes succeed
+without restarting the coordinator, and a restarted coordinator has every acknowledged commit and nothing of a
+failed one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from coordinator.embedded import EmbeddedKafka
+from protocol.client import KafkaClient
+from tests.integration.test_e2e_support import commit, describe, fetch_offsets, service, unique, until_loaded
+from tests.unit.test_server_env import heartbeat, join, join_with_member_id, sync
+
+COMMIT_TIMEOUT_MS = 2_000
+SLACK_MS = 1_500
+SESSION_MS = 10_000
+REBALANCE_MS = 8_000
+NONE, REQUEST_TIMED_OUT, REBALANCE_IN_PROGRESS = 0, 7, 27
+GROUP = "outage-app"
+SETTINGS = (f"offsets.commit.timeout.ms={COMMIT_TIMEOUT_MS}", "group.initial.rebalance.delay.ms=300",
+            "group.min.session.timeout.ms=1000")
+
+
+async def rebalance(leader_client: KafkaClient, follower_client: KafkaClient,
+                    leader_id: str, follower_id: str) -> tuple[Any, Any, Any, Any]:
+    """Both members (re)join with their ids; the leader syncs an assignment. Returns joins and syncs."""
+    joined = await asyncio.wait_for(asyncio.gather(
+        join(leader_client, GROUP, leader_id, session_timeout_ms=SESSION_MS, rebalance_timeout_ms=REBALANCE_MS),
+        join(follower_client, GROUP, follower_id, session_timeout_ms=SESSION_MS, rebalance_timeout_ms=REBALANCE_MS)),
+        REBALANCE_MS / 1000 + 5)
+    assert [j.error_code for j in joined] == [NONE, NONE], joined
+    generation = joined[0].generation_id
+    leader_id = joined[0].leader
+    assignments = {m.member_id: m.member_id.encode() for m in joined[0].members}
+    clients = {joined[0].member_id: leader_client, joined[1].member_id: follower_client}
+    follower_id = next(m for m in clients if m != leader_id)
+    synced = await asyncio.wait_for(asyncio.gather(
+        sync(clients[leader_id], GROUP, generation, leader_id, assignments),
+        sync(clients[follower_id], GROUP, generation, follower_id)), COMMIT_TIMEOUT_MS / 1000 + 10)
+    return joined[0], joined[1], synced[0], synced[1]
+
+
+async def test_broker_outage_under_a_stable_group(restartable_kafka: EmbeddedKafka) -> None:
+    state_topic = unique("__state")
+    async with service(restartable_kafka.bootstrap, state_topic, *SETTINGS) as running:
+        a, b, admin = await running.client(), await running.client(), await running.client()
+        await until_loaded(admin, GROUP)
+        first = await asyncio.gather(join_with_member_id(a, GROUP, session_timeout_ms=SESSION_MS,
+                                                         rebalance_timeout_ms=REBALANCE_MS),
+                                     join_with_member_id(b, GROUP, session_timeout_ms=SESSION_MS,
+                                                         rebalance_timeout_ms=REBALANCE_MS))
+        a_id, b_id = first[0].member_id, first[1].member_id
+        _, _, synced_a, synced_b = await rebalance(a, b, a_id, b_id)
+        assert (synced_a.error_code, synced_b.error_code) == (NONE, NONE)
+        generation = first[0].generation_id
+        assert await commit(a, GROUP, generation, a_id, {0: 10, 1: 11}) == [NONE, NONE]
+
+        await asyncio.to_thread(restartable_kafka.stop_blocking)
+
+        # heartbeats touch no storage: they keep answering NONE
+        for _ in range(3):
+            beats = await asyncio.gather(a.request(heartbeat(GROUP, generation, a_id), timeout_ms=3_000),
+                                         b.request(heartbeat(GROUP, generation, b_id), timeout_ms=3_000))
+            assert [h.error_code for h in beats] == [NONE, NONE]
+            await asyncio.sleep(0.3)
+
+        # a commit fails within the commit timeout, with the raw error passed through; the cache keeps the old one
+        started = time.monotonic()
+        failed = await commit(a, GROUP, generation, a_id, {1: 21, 2: 22}, timeout_ms=COMMIT_TIMEOUT_MS + 10_000)
+        elapsed_ms = (time.monotonic() - started) * 1000
+        assert failed == [REQUEST_TIMED_OUT, REQUEST_TIMED_OUT], failed
+        assert elapsed_ms <= COMMIT_TIMEOUT_MS + SLACK_MS, elapsed_ms
+        assert await fetch_offsets(admin, GROUP, (0, 1, 2)) == {0: 10, 1: 11, 2: -1}
+
+        # a rebalance: the leader's SyncGroup cannot be stored → REBALANCE_IN_PROGRESS, the group rebalances
+        joined_leader, _, synced_leader, synced_follower = await rebalance(a, b, a_id, b_id)
+        assert synced_leader.error_code == REBALANCE_IN_PROGRESS, synced_leader
+        assert synced_follower.error_code == REBALANCE_IN_PROGRESS, synced_follower
+        assert (await describe(admin, GROUP)).group_state == "PreparingRebalance"
+
+        await asyncio.to_thread(restartable_kafka.start_blocking)
+
+        # without restarting the coordinator: the members rejoin, the assignment is stored, commits succeed
+        for _attempt in range(6):
+            joined_leader, _, synced_leader, synced_follower = await rebalance(a, b, a_id, b_id)
+            if synced_leader.error_code == NONE:
+                break
+            await asyncio.sleep(0.5)
+        assert (synced_leader.error_code, synced_follower.error_code) == (NONE, NONE)
+        assert (await describe(admin, GROUP)).group_state == "Stable"
+        new_generation = joined_leader.generation_id
+        acknowledged = await commit(a, GROUP, new_generation, a_id, {0: 30})
+        assert acknowledged == [NONE], acknowledged
+        expected = {0: 30, 1: 11, 2: -1}
+        assert await fetch_offsets(admin, GROUP, (0, 1, 2)) == expected
+        for client in (a, b, admin):
+            await client.close()
+        assert await running.terminate() == 0
+
+    async with service(restartable_kafka.bootstrap, state_topic, *SETTINGS) as restarted:
+        admin = await restarted.client()
+        described = await until_loaded(admin, GROUP)
+        assert described.group_state == "Stable" and len(described.members) == 2
+        assert await fetch_offsets(admin, GROUP, (0, 1, 2)) == expected
+        await admin.close()
