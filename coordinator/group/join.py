@@ -278,8 +278,10 @@ class JoinHandlers:
         group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, None)
         if parked is not None and parked is not future:  # never dropped silently (Kafka drops it)
             _answer(parked, JoinGroupResponse(error, member_id=UNKNOWN_MEMBER_ID))
-        assert member.group_instance_id is not None  # the caller checked the instance still maps to this member
-        group.replace_static_member(member.group_instance_id, member.member_id, old_member_id)
+        instance_id, new_member_id = member.group_instance_id, member.member_id
+        assert instance_id is not None  # the caller checked the instance still maps to this member
+        group.replace_static_member(instance_id, new_member_id, old_member_id)
+        self.observer.on_member_replaced(group.group_id, new_member_id, old_member_id, instance_id)
         self.schedule_heartbeat(group, member, member.session_timeout_ms)
         _answer(future, JoinGroupResponse(
             error, member_id=UNKNOWN_MEMBER_ID, generation_id=group.generation_id,

@@ -395,3 +395,16 @@ async def test_one_corrupt_group_record_does_not_stop_the_load(env: Env) -> None
     coord.finish_loading()
     assert not coord.is_loading and env.group("bad") is None
     assert env.state("good") is STABLE and env.state("simple") is EMPTY
+
+
+async def test_reverted_static_replacement_is_announced(env: Env) -> None:
+    # The observer heard "replaced old -> new" when the replacement was made; when its write fails and the
+    # replacement is undone, it hears "replaced new -> old", so the event stream ends where the group does.
+    a, s = env.client("a"), env.client("s", instance_id="is")
+    await form_group(env, a, s)
+    env.store.fail_next_write(Errors.NOT_LEADER_OR_FOLLOWER)
+    restarted = env.client("s", instance_id="is")
+    await restarted.start_join()
+    assert restarted.take_join().error_code == Errors.NOT_COORDINATOR
+    (_, _, old, new, instance), (_, _, back_from, back_to, _) = env.observer.of("replaced")
+    assert (old, instance) == (s.member_id, "is") and (back_from, back_to) == (new, old)
