@@ -1,0 +1,140 @@
+"""The event topic tells one rebalance story as docs/state-topic.md documents it, read back with a real consumer:
+two members join and sync, one stops heartbeating and fails with a reason, the group rebalances to the survivor."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from tests.integration.test_e2e_support import service, unique, until_loaded
+from tests.unit.test_server_env import heartbeat, join, join_with_member_id, sync
+
+GROUP = "events-app"
+SHORT_SESSION_MS = 2_000
+LONG_SESSION_MS = 20_000
+INITIAL_DELAY_MS = 400
+REBALANCE_IN_PROGRESS = 27
+DOCUMENTED_FIELDS = {
+    "state_change": {"old_state", "new_state", "generation"},
+    "member_joined": {"member_id", "group_instance_id", "client_id", "client_host"},
+    "member_failed": {"member_id", "group_instance_id", "reason"},
+    "rebalance_started": {"generation", "reason"},
+    "rebalance_completed": {"generation", "member_count", "duration_ms"},
+}
+COMMON_FIELDS = {"version", "type", "group_id", "ts_ms"}
+
+
+def read_events(bootstrap: str, topic: str, group_id: str, until: Any, timeout_s: float = 20) -> list[dict[str, Any]]:
+    """Every event of `group_id` from the beginning of the topic, until `until(events)` holds (or the timeout)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("e2e-reader"),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    events: list[dict[str, Any]] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not until(events):
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            event = json.loads(message.value())
+            assert message.key() == event["group_id"].encode()  # keyed by group: one group's events stay in order
+            if event["group_id"] == group_id:
+                events.append(event)
+    finally:
+        consumer.close()
+    return events
+
+
+def story(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The events with their ids and timings left out."""
+    summary = []
+    for event in events:
+        kind = event["type"]
+        if kind == "state_change":
+            summary.append((kind, event["old_state"], event["new_state"], event["generation"]))
+        elif kind in ("rebalance_started", "rebalance_completed"):
+            summary.append((kind, event["generation"]) + ((event["member_count"],) if "member_count" in event else ()))
+        else:
+            summary.append((kind, event["member_id"]))
+    return summary
+
+
+async def test_event_topic_tells_a_rebalance_story(kafka_bootstrap: str) -> None:
+    event_topic = unique("__events")
+    settings = (f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}", "group.min.session.timeout.ms=1000")
+    async with service(kafka_bootstrap, unique("__state"), *settings, event_topic=event_topic) as running:
+        a, b = await running.client(), await running.client()
+        await until_loaded(a, GROUP)
+        joined = await asyncio.gather(join_with_member_id(a, GROUP, session_timeout_ms=LONG_SESSION_MS),
+                                      join_with_member_id(b, GROUP, session_timeout_ms=SHORT_SESSION_MS))
+        a_id, b_id = joined[0].member_id, joined[1].member_id
+        generation = joined[0].generation_id
+        leader = joined[0].leader
+        clients = {a_id: a, b_id: b}
+        synced = await asyncio.gather(*(sync(clients[m], GROUP, generation, m,
+                                             {a_id: b"A", b_id: b"B"} if m == leader else None) for m in clients))
+        assert [s.error_code for s in synced] == [0, 0]
+
+        # b goes silent; a heartbeats until told to rejoin, then rejoins alone and syncs
+        deadline = time.monotonic() + SHORT_SESSION_MS / 1000 + 5
+        while (await a.request(heartbeat(GROUP, generation, a_id))).error_code != REBALANCE_IN_PROGRESS:
+            assert time.monotonic() < deadline, "b's session never expired"
+            await asyncio.sleep(0.2)
+        rejoined = await join(a, GROUP, a_id, session_timeout_ms=LONG_SESSION_MS)
+        assert rejoined.error_code == 0 and [m.member_id for m in rejoined.members] == [a_id]
+        assert (await sync(a, GROUP, rejoined.generation_id, a_id, {a_id: b"A"})).error_code == 0
+
+        def complete(events: list[dict[str, Any]]) -> bool:
+            return any(e["type"] == "rebalance_completed" and e["generation"] == rejoined.generation_id
+                       for e in events)
+
+        events = await asyncio.to_thread(read_events, kafka_bootstrap, event_topic, GROUP, complete)
+        for client in (a, b):
+            await client.close()
+        assert await running.terminate() == 0
+
+    assert complete(events), story(events)
+    for event in events:
+        assert set(event) - {"trace_id"} == COMMON_FIELDS | DOCUMENTED_FIELDS[event["type"]], event
+        assert event["version"] == 1
+    assert [e["ts_ms"] for e in events] == sorted(e["ts_ms"] for e in events)
+    assert abs(events[0]["ts_ms"] / 1000 - time.time()) < 120  # wall-clock epoch ms, not the monotonic clock
+
+    joined_events = [e for e in events if e["type"] == "member_joined"]
+    assert sorted(e["member_id"] for e in joined_events) == sorted((a_id, b_id))
+    assert {(e["client_id"], e["client_host"], e["group_instance_id"]) for e in joined_events} == {
+        ("e2e-test", "/127.0.0.1", None)}
+    first_completing = next(i for i, e in enumerate(events) if e.get("new_state") == "CompletingRebalance")
+    assert all(events.index(e) < first_completing for e in joined_events)
+
+    names = {a_id: "a", b_id: "b"}
+    rest = [(kind, *(names.get(x, x) for x in fields)) for kind, *fields in story(events) if kind != "member_joined"]
+    assert rest == [
+        ("state_change", "Empty", "PreparingRebalance", 0),
+        ("rebalance_started", 0),
+        ("state_change", "PreparingRebalance", "CompletingRebalance", 1),
+        ("state_change", "CompletingRebalance", "Stable", 1),
+        ("rebalance_completed", 1, 2),
+        ("member_failed", "b"),
+        ("state_change", "Stable", "PreparingRebalance", 1),
+        ("rebalance_started", 1),
+        ("state_change", "PreparingRebalance", "CompletingRebalance", 2),
+        ("state_change", "CompletingRebalance", "Stable", 2),
+        ("rebalance_completed", 2, 1),
+    ], rest
+
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        by_type.setdefault(event["type"], []).append(event)
+    failed = by_type["member_failed"][0]
+    assert "session" in failed["reason"], failed
+    assert b_id in by_type["rebalance_started"][1]["reason"]
+    stable_1 = next(e for e in events if e.get("new_state") == "Stable")
+    assert SHORT_SESSION_MS - 100 <= failed["ts_ms"] - stable_1["ts_ms"] <= SHORT_SESSION_MS + 2_000
+    for started, completed in zip(by_type["rebalance_started"], by_type["rebalance_completed"]):
+        assert abs(completed["duration_ms"] - (completed["ts_ms"] - started["ts_ms"])) <= 50, (started, completed)
+    assert by_type["rebalance_completed"][0]["duration_ms"] >= INITIAL_DELAY_MS
