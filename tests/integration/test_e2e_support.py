@@ -59,6 +59,9 @@ async def service(bootstrap: str, state_topic: str, *config: str, event_topic: s
         assert line.startswith("coordinator listening on 127.0.0.1:"), (line, Path(log_file.name).read_text())
         port = int(line.split()[3].rsplit(":", 1)[1])
         yield Service(process, port, Path(log_file.name))
+    except BaseException:
+        print(Path(log_file.name).read_text(errors="replace")[-20_000:], file=sys.stderr)  # the service's side
+        raise
     finally:
         if process.returncode is None:
             process.kill()
