@@ -135,17 +135,19 @@ async def test_offset_metadata_limit_counts_java_chars(env: Env) -> None:
 
 
 # --- odd inputs: nothing escapes, bookkeeping stays consistent, every parked request is answered ------------
-GROUP_IDS = ["g1", "g2", "", "unknown"]
+GROUP_IDS = ["g1", "g1", "g2", "", "unknown"]
 PROTOCOL_LISTS = [[], [("range", b"")], [("range", b"x"), ("range", b"y")], [("roundrobin", b"\x00" * 3)],
                   [("r" * 300, b"\xff" * 2000), ("range", b"")]]
 ODD_ACTIONS = st.one_of(
     st.tuples(st.just("join"), st.sampled_from(GROUP_IDS), st.integers(0, 5), st.sampled_from([None, "s1", "s2"]),
-              st.sampled_from(PROTOCOL_LISTS), st.sampled_from([5_999, 6_000, 10_000, 1_800_001]),
-              st.sampled_from([-1, 0, 1, 20_000, 2**31 - 1]), st.sampled_from([0, 3, 4, 8, 9])),
+              st.sampled_from(PROTOCOL_LISTS), st.sampled_from([5_999, 6_000, 10_000, 10_000, 1_800_001]),
+              st.sampled_from([-1, 0, 20_000, 20_000, 20_000, 2**31 - 1]), st.sampled_from([0, 3, 4, 8, 9])),
     st.tuples(st.sampled_from(["sync", "heartbeat", "leave", "commit"]), st.sampled_from(GROUP_IDS),
               st.integers(0, 5), st.sampled_from([None, "s1", "s2"]), st.integers(-1, 3)),
     st.tuples(st.sampled_from(["describe", "delete", "expire"]), st.sampled_from(GROUP_IDS)),
-    st.tuples(st.just("advance"), st.integers(0, 40_000)),
+    st.tuples(st.just("cooperate"), st.sampled_from(["g1", "g2"])),
+    st.tuples(st.just("live"), st.sampled_from([600, 3_000, 11_000])),  # time passes, members cooperate
+    st.tuples(st.just("advance"), st.sampled_from([0, 600, 3_000, 11_000, 40_000])),
 )
 
 
@@ -161,10 +163,17 @@ def member_id_pool(env: Env) -> list[str]:
 async def run_odd_history(history: list[tuple]) -> None:
     env = Env(group_initial_rebalance_delay_ms=500, group_max_size=3)
     coord, parked = env.coordinator, []
-    try:
+    try:  # a Stable group to start from: a dynamic leader and the static member "s1"
+        await form_group(env, env.client("a", group_id="g1"), env.client("s", group_id="g1", instance_id="s1"))
         for action, *args in history:
             if action == "advance":
                 await env.advance(args[0], step_ms=5_000)
+                continue
+            if action == "live":
+                for _ in range(0, args[0], 200):
+                    await env.advance(200, step_ms=200)
+                    for group_id in ("g1", "g2"):
+                        parked.extend(await cooperate(env, group_id))
                 continue
             group_id = args[0]
             if action == "describe":
@@ -173,6 +182,8 @@ async def run_odd_history(history: list[tuple]) -> None:
                 await coord.delete_groups(DeleteGroupsRequest([group_id, "g1", group_id]))
             elif action == "expire":
                 await coord.expire_offsets()
+            elif action == "cooperate":
+                parked.extend(await cooperate(env, group_id))
             else:
                 pool = member_id_pool(env)
                 member_id, instance_id = pool[args[1] % len(pool)], args[2]
@@ -186,6 +197,22 @@ async def run_odd_history(history: list[tuple]) -> None:
     assert all(task.done() for task in parked), "a parked request was never answered"
     for task in parked:
         task.result()  # nothing escaped
+
+
+async def cooperate(env: Env, group_id: str) -> list[asyncio.Task]:
+    """The well-behaved part of the group: its leader syncs, its members heartbeat (so Stable is reached)."""
+    group = env.group(group_id)
+    if group is None or group.leader_id is None:
+        return []
+    for member_id in list(group.members):
+        env.coordinator.handle_heartbeat(group_id, group.generation_id, member_id,
+                                         group.members[member_id].group_instance_id)
+    if group.state is not COMPLETING:
+        return []
+    leader = group.members[group.leader_id]
+    req = SyncGroupRequest(group_id, group.generation_id, leader.member_id, leader.group_instance_id, "consumer",
+                           group.protocol_name, [SyncGroupRequestAssignment(m, b"a") for m in group.members])
+    return [asyncio.ensure_future(env.coordinator.sync_group(req))]
 
 
 async def odd_request(env: Env, action: str, group_id: str, member_id: str, instance_id: str | None,
