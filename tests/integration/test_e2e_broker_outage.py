@@ -109,3 +109,27 @@ async def test_broker_outage_under_a_stable_group(restartable_kafka: EmbeddedKaf
         assert described.group_state == "Stable" and len(described.members) == 2
         assert await fetch_offsets(admin, GROUP, (0, 1, 2)) == expected
         await admin.close()
+
+
+async def test_sigterm_while_the_broker_is_down_answers_everything_and_exits(restartable_kafka: EmbeddedKafka) -> None:
+    """Shutdown is bounded with the broker gone: an OffsetCommit waiting for its write gets its error, a parked
+    JoinGroup gets NOT_COORDINATOR, queued events are given up, and the process exits 0."""
+    settings = (f"offsets.commit.timeout.ms={COMMIT_TIMEOUT_MS}", "group.initial.rebalance.delay.ms=60000")
+    async with service(restartable_kafka.bootstrap, unique("__state"), *settings,
+                       event_topic=unique("__events")) as running:
+        a, b = await running.client(), await running.client()
+        await until_loaded(a, GROUP)
+        pending = await join(b, GROUP, session_timeout_ms=SESSION_MS)
+        parked_join = asyncio.ensure_future(join(b, GROUP, pending.member_id, session_timeout_ms=SESSION_MS))
+        await asyncio.to_thread(restartable_kafka.stop_blocking)
+        in_flight_commit = asyncio.ensure_future(commit(a, "simple-tool", -1, "", {0: 1}))
+        await asyncio.sleep(0.2)
+        assert not parked_join.done() and not in_flight_commit.done()
+        started = time.monotonic()
+        assert await running.terminate(timeout_s=30) == 0
+        elapsed_s = time.monotonic() - started
+        assert (await parked_join).error_code == 16  # NOT_COORDINATOR
+        assert await in_flight_commit == [REQUEST_TIMED_OUT]
+        assert elapsed_s < 15, elapsed_s
+        for client in (a, b):
+            await client.close()
