@@ -1,0 +1,51 @@
+"""Kafka's own `kafka-consumer-groups` (ConsumerGroupCommand, the Java AdminClient of the pinned Kafka jars)
+pointed at `coordinator serve`: listing with states, describing members, deleting a group.
+(Describing offsets needs topic metadata and log-end offsets from the cluster, which this coordinator does not
+serve yet: docs/protocol.md, "No topic metadata yet".)"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+from coordinator.embedded import ensure_jars
+from tests.integration.test_e2e_support import commit, fetch_offsets, service, unique, until_loaded
+from tests.unit.test_server_env import join_with_member_id, sync
+
+GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+def consumer_groups(port: int, *args: str) -> str:
+    command = ["java", "-cp", f"{ensure_jars()}/*", GROUP_COMMAND, "--bootstrap-server", f"127.0.0.1:{port}", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def table(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+async def test_kafka_consumer_groups_command_lists_describes_and_deletes(kafka_bootstrap: str) -> None:
+    settings = ("group.initial.rebalance.delay.ms=0",)
+    async with service(kafka_bootstrap, unique("__state"), *settings) as running:
+        client = await running.client()
+        await until_loaded(client)
+        joined = await join_with_member_id(client, "cli-app", session_timeout_ms=30_000)
+        assert (await sync(client, "cli-app", joined.generation_id, joined.member_id,
+                           {joined.member_id: b""})).error_code == 0
+        assert await commit(client, "cli-simple", -1, "", {0: 7}) == [0]
+        run = asyncio.to_thread
+
+        listed = table(await run(consumer_groups, running.port, "--list", "--state"))
+        assert sorted(listed[1:]) == [["cli-app", "Stable"], ["cli-simple", "Empty"]], listed
+
+        members = table(await run(consumer_groups, running.port, "--describe", "--group", "cli-app", "--members"))
+        assert members[0][:5] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+        assert members[1] == ["cli-app", joined.member_id, "/127.0.0.1", "e2e-test", "0"], members
+
+        deleted = await run(consumer_groups, running.port, "--delete", "--group", "cli-simple")
+        assert "Deletion of requested consumer groups ('cli-simple') was successful." in deleted, deleted
+        assert await fetch_offsets(client, "cli-simple", (0,)) == {0: -1}
+        assert table(await run(consumer_groups, running.port, "--list")) == [["cli-app"]]
+        await client.close()
