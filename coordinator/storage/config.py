@@ -17,6 +17,9 @@ class StorageConfig:
     replication_factor: int | None = None  # None: min(3, number of brokers)
     segment_bytes: int = 104_857_600  # offsets.topic.segment.bytes
     commit_timeout_ms: int = 5_000  # offsets.commit.timeout.ms: how long a SyncGroup/OffsetCommit write may take
+    # Largest write sent as one record batch (librdkafka's message.max.bytes default; Kafka's max.message.bytes
+    # is 1048588). A bigger write would span produce requests and could be stored in part: it is refused.
+    max_write_bytes: int = 1_000_000
     linger_ms: int = 5  # batches writes from many groups (Kafka's new coordinator: append.linger.ms 10)
     topic_configs: dict[str, str] = field(default_factory=dict)  # extra state-topic configs (tests: segment.ms)
     event_topic: str | None = DEFAULT_EVENT_TOPIC  # None: no event topic

@@ -33,6 +33,8 @@ from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
 _LOAD_YIELD_EVERY = 2_000  # groups handed to the coordinator between two yields to the event loop
+_BATCH_OVERHEAD_BYTES = 61  # record batch header (magic v2)
+_RECORD_OVERHEAD_BYTES = 21  # a record's length, attributes, deltas, key/value lengths and headers (varints, at most)
 
 _LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the broker path would have produced
     KafkaError._MSG_TIMED_OUT: Errors.REQUEST_TIMED_OUT,
@@ -195,12 +197,25 @@ class KafkaGroupStore(GroupStore):
     async def _append(self, group_id: str, records: list[Record]) -> None:
         if self._producer is None:
             raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
+        self._check_write_size(group_id, records)
         error = await self._producer.send(records)
         if error is not None:
             mapped = append_error(error)
             log.warning("event=state_append_failed group=%s records=%d error=%s kafka_error=%s",
                         group_id, len(records), mapped.name, error)
             raise StoreError(mapped, str(error))
+
+    def _check_write_size(self, group_id: str, records: list[Record]) -> None:
+        """Kafka appends a write as one record batch, so it is stored whole or not at all, and a batch above
+        max.message.bytes fails with MESSAGE_TOO_LARGE. librdkafka would spread a bigger write over several
+        produce requests, each acknowledged on its own: refuse it before anything is sent."""
+        size = _BATCH_OVERHEAD_BYTES + sum(len(key) + len(value or b"") + _RECORD_OVERHEAD_BYTES
+                                           for _, key, value in records)
+        if size > self.config.max_write_bytes:
+            log.warning("event=state_append_refused group=%s records=%d bytes=%d max_write_bytes=%d",
+                        group_id, len(records), size, self.config.max_write_bytes)
+            raise StoreError(Errors.MESSAGE_TOO_LARGE,
+                             f"write of {size} bytes exceeds max_write_bytes={self.config.max_write_bytes}")
 
     def _append_nowait(self, group_id: str, records: list[Record], what: str) -> None:
         if not records:
