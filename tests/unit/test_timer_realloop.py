@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 
 from coordinator.timer import MonotonicClock, SystemTimer, TimerTask
@@ -30,6 +31,17 @@ def schedule(timer: SystemTimer, clock: MonotonicClock, delay_ms: int, runs: lis
 
 
 async def test_ten_thousand_random_timers_fire_once_within_tolerance():
+    # After hundreds of earlier tests in this process a full garbage collection can pause the loop for 100+ ms;
+    # that is the test process's garbage, not the timer's lateness, so collect first and hold the GC off.
+    gc.collect()
+    gc.disable()
+    try:
+        await _ten_thousand_random_timers()
+    finally:
+        gc.enable()
+
+
+async def _ten_thousand_random_timers() -> None:
     clock = MonotonicClock()
     timer = SystemTimer("realloop", clock=clock)
     timer.start()
