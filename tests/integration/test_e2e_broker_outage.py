@@ -133,3 +133,53 @@ async def test_sigterm_while_the_broker_is_down_answers_everything_and_exits(res
         assert elapsed_s < 15, elapsed_s
         for client in (a, b):
             await client.close()
+
+
+async def test_a_static_member_restarting_during_the_outage_keeps_its_old_identity(
+        restartable_kafka: EmbeddedKafka) -> None:
+    """Replacing a static member in Stable persists the group; when that write fails the replacement is reverted
+    (the old member id stays valid) and the new JoinGroup gets the mapped error; once Kafka is back the same
+    restart succeeds without a rebalance, and a restarted coordinator knows the new member id."""
+    from tests.integration.test_e2e_real_tools import (
+        FENCED_INSTANCE_ID, STATIC_GROUP, static_client, static_heartbeat, static_join, static_sync,
+    )
+
+    state_topic = unique("__state")
+    settings = (f"offsets.commit.timeout.ms={COMMIT_TIMEOUT_MS}", "group.initial.rebalance.delay.ms=0")
+    async with service(restartable_kafka.bootstrap, state_topic, *settings) as running:
+        client, _ = await static_client(running.port)
+        await until_loaded(client, STATIC_GROUP)
+        first = await static_join(client)
+        assert (await static_sync(client, first.generation_id, first.member_id, b"mine")).error_code == NONE
+
+        await asyncio.to_thread(restartable_kafka.stop_blocking)
+        restarted_client, _ = await static_client(running.port)
+        started = time.monotonic()
+        refused = await static_join(restarted_client)
+        assert (refused.error_code, refused.member_id) == (REBALANCE_IN_PROGRESS, ""), refused
+        assert (time.monotonic() - started) * 1000 <= COMMIT_TIMEOUT_MS + SLACK_MS
+        assert (await client.request(static_heartbeat(first.generation_id, first.member_id))).error_code == NONE
+        described = await describe(client, STATIC_GROUP)
+        assert (described.group_state, [m.member_id for m in described.members]) == ("Stable", [first.member_id])
+
+        await asyncio.to_thread(restartable_kafka.start_blocking)
+        for _attempt in range(10):  # a client retries a retriable error
+            second = await static_join(restarted_client)
+            if second.error_code != REBALANCE_IN_PROGRESS:
+                break
+            await asyncio.sleep(0.5)
+        assert (second.error_code, second.generation_id, second.skip_assignment) == (NONE, first.generation_id,
+                                                                                    True), second
+        assert (await client.request(static_heartbeat(first.generation_id, first.member_id))).error_code == \
+            FENCED_INSTANCE_ID
+        resynced = await static_sync(restarted_client, second.generation_id, second.member_id, None)
+        assert (resynced.error_code, bytes(resynced.assignment)) == (NONE, b"mine")
+        for each in (client, restarted_client):
+            await each.close()
+        assert await running.terminate() == 0
+
+    async with service(restartable_kafka.bootstrap, state_topic, *settings) as again:
+        probe = await again.client()
+        described = await until_loaded(probe, STATIC_GROUP)
+        assert (described.group_state, [m.member_id for m in described.members]) == ("Stable", [second.member_id])
+        await probe.close()
