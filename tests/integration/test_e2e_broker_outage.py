@@ -13,9 +13,10 @@ import time
 from typing import Any
 
 from coordinator.embedded import EmbeddedKafka
+from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from tests.integration.test_e2e_support import commit, describe, fetch_offsets, service, unique, until_loaded
-from tests.unit.test_server_env import heartbeat, join, join_with_member_id, sync
+from tests.unit.test_server_env import heartbeat, join, join_with_member_id, request, sync
 
 COMMIT_TIMEOUT_MS = 2_000
 SLACK_MS = 1_500
@@ -183,3 +184,34 @@ async def test_a_static_member_restarting_during_the_outage_keeps_its_old_identi
         described = await until_loaded(probe, STATIC_GROUP)
         assert (described.group_state, [m.member_id for m in described.members]) == ("Stable", [second.member_id])
         await probe.close()
+
+
+async def test_a_group_deleted_during_the_outage_stays_deleted_after_a_restart(restartable_kafka: EmbeddedKafka) -> None:
+    """DeleteGroups is answered at once (Kafka writes the tombstones without waiting); tombstones that could not
+    be written while Kafka was unreachable are written once it is back, so a restarted coordinator does not bring
+    the deleted group and its offsets back."""
+    state_topic = unique("__state")
+    settings = (f"offsets.commit.timeout.ms={COMMIT_TIMEOUT_MS}",)
+    async with service(restartable_kafka.bootstrap, state_topic, *settings) as running:
+        client = await running.client()
+        await until_loaded(client, "doomed")
+        assert await commit(client, "doomed", -1, "", {0: 1, 1: 2}) == [NONE, NONE]
+        assert await commit(client, "kept", -1, "", {0: 3}) == [NONE]
+
+        await asyncio.to_thread(restartable_kafka.stop_blocking)
+        deleted = await client.request(request(ApiKey.DELETE_GROUPS, 2, groups_names=("doomed",)))
+        assert [r.error_code for r in deleted.results] == [NONE]
+        await asyncio.sleep(COMMIT_TIMEOUT_MS / 1000 + 1)  # the first attempt has failed by now
+        await asyncio.to_thread(restartable_kafka.start_blocking)
+        assert await commit(client, "kept", -1, "", {0: 4}) == [NONE]  # Kafka is back for writes
+        await asyncio.sleep(3)
+        await client.close()
+        assert await running.terminate() == 0
+
+    async with service(restartable_kafka.bootstrap, state_topic, *settings) as restarted:
+        client = await restarted.client()
+        await until_loaded(client, "doomed")
+        assert await fetch_offsets(client, "kept", (0,)) == {0: 4}
+        assert await fetch_offsets(client, "doomed", (0, 1)) == {0: -1, 1: -1}
+        assert (await describe(client, "doomed")).group_state == "Dead"
+        await client.close()
