@@ -28,6 +28,7 @@ from coordinator.storage.producer import AsyncProducer, Record
 from coordinator.storage.records import (
     GroupMetadataKey, OffsetCommitKey, encode_group_metadata_value, encode_key, encode_offset_commit_value,
 )
+from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, make_admin
 from coordinator.timer.clock import Clock, MonotonicClock
 
@@ -86,6 +87,7 @@ class KafkaGroupStore(GroupStore):
         self._producer: AsyncProducer | None = None
         self._events: EventPublisher | None = None
         self._stop_loading = threading.Event()
+        self._tombstones = TombstoneWriter()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -157,6 +159,7 @@ class KafkaGroupStore(GroupStore):
 
     async def close(self) -> None:
         self._stop_loading.set()
+        self._tombstones.close()
         if self._events is not None:
             events, self._events = self._events, None
             await asyncio.to_thread(events.close_blocking)
@@ -198,8 +201,11 @@ class KafkaGroupStore(GroupStore):
         if self._producer is None:
             raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
         self._check_write_size(group_id, records)
+        superseded = self._tombstones.superseded(key for _, key, _ in records)
         error = await self._producer.send(records)
         if error is not None:
+            if superseded:
+                self._tombstones.restore(superseded)
             mapped = append_error(error)
             log.warning("event=state_append_failed group=%s records=%d error=%s kafka_error=%s",
                         group_id, len(records), mapped.name, error)
@@ -218,17 +224,13 @@ class KafkaGroupStore(GroupStore):
                              f"write of {size} bytes exceeds max_write_bytes={self.config.max_write_bytes}")
 
     def _append_nowait(self, group_id: str, records: list[Record], what: str) -> None:
+        """Tombstones: nobody waits, but a failed one is sent again until written (see tombstones.py)."""
         if not records:
             return
         if self._producer is None:
             log.warning("event=tombstones_dropped group=%s records=%d reason=store_closed", group_id, len(records))
             return
-
-        def failed(error: KafkaError) -> None:
-            log.warning("event=tombstone_append_failed group=%s op=%s records=%d error=%s",
-                        group_id, what, len(records), error)
-
-        self._producer.send_nowait(records, failed)
+        self._tombstones.send(self._producer, group_id, [(partition, key) for partition, key, _ in records], what)
 
 
 def loaded_group_records(state: LoadedState) -> dict[str, GroupRecord]:

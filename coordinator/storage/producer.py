@@ -124,9 +124,16 @@ class AsyncProducer:
 
     def send_nowait(self, records: Sequence[Record], on_error: Callable[[KafkaError], None]) -> None:
         """Append without waiting (Kafka's acks=0 tombstones): a failure only reaches `on_error`, on the loop."""
+        self.send_then(records, lambda error: error is not None and on_error(error))
+
+    def send_then(self, records: Sequence[Record], on_done: Callable[[KafkaError | None], object]) -> None:
+        """Append now (in order with every other write) without waiting; `on_done(None or the first error)` runs
+        on the loop once every record is acknowledged or failed."""
         batch = DeliveryBatch(asyncio.get_running_loop(), len(records))
-        batch.future.add_done_callback(lambda done: done.result() is not None and on_error(done.result()))
+        batch.future.add_done_callback(lambda done: on_done(done.result()))
         self._enqueue(records, batch)
+        if not batch.future.done():
+            self._watch(batch)
 
     def _enqueue(self, records: Sequence[Record], batch: DeliveryBatch) -> None:
         """One produce_batch call per partition (a write is normally a single group, so a single partition)."""

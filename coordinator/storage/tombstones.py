@@ -1,0 +1,105 @@
+"""Tombstones that must reach the state topic even though nobody waits for them.
+
+Kafka appends DeleteGroups and offset-expiry tombstones without waiting (acks=0), but its append is to the
+local log of the partition it leads, so it does not fail for an unreachable cluster. Ours goes over the network:
+a tombstone lost while Kafka is unreachable would let a restarted coordinator load the deleted group and its
+offsets again. So a failed tombstone is kept and sent again, with back-off, until it is written — unless a newer
+write of the same key was issued meanwhile (then the tombstone must not land after it). A newer write that
+fails puts the tombstone back: the cache does not hold that value either, so "deleted" is still the truth.
+What is still unwritten when the store closes is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaError
+
+from coordinator.storage.producer import AsyncProducer, Record
+
+log = logging.getLogger("coordinator.storage")
+
+_FIRST_RETRY_S = 1.0
+_MAX_RETRY_S = 30.0
+
+
+class _Tombstone:
+    __slots__ = ("partition", "group_id", "in_flight")
+
+    def __init__(self, partition: int, group_id: str) -> None:
+        self.partition = partition
+        self.group_id = group_id
+        self.in_flight = True
+
+
+class TombstoneWriter:
+    def __init__(self) -> None:
+        self._unwritten: dict[bytes, _Tombstone] = {}  # key → its latest tombstone not yet acknowledged
+        self._retrier: asyncio.Task[None] | None = None
+        self._producer: AsyncProducer | None = None
+
+    @property
+    def unwritten(self) -> int:
+        return len(self._unwritten)
+
+    def send(self, producer: AsyncProducer, group_id: str, keys: list[tuple[int, bytes]], what: str) -> None:
+        """Append tombstones for `(partition, key)` now; keep sending failed ones until written or superseded."""
+        self._producer = producer
+        batch = []
+        for partition, key in keys:
+            entry = self._unwritten[key] = _Tombstone(partition, group_id)
+            batch.append((key, entry))
+        self._send(producer, batch, what)
+
+    def superseded(self, keys: Iterable[bytes]) -> dict[bytes, object]:
+        """A newer write of these keys is being issued: their tombstones must not be sent again. Returns what
+        `restore` needs if that write fails."""
+        if not self._unwritten:
+            return {}
+        return {key: entry for key in keys if (entry := self._unwritten.pop(key, None)) is not None}
+
+    def restore(self, superseded: dict[bytes, object]) -> None:
+        """The newer write failed: the tombstones it superseded are owed again (unless newer ones exist)."""
+        for key, entry in superseded.items():
+            if key not in self._unwritten:
+                self._unwritten[key] = entry  # type: ignore[assignment]
+        self._ensure_retrier()
+
+    def close(self) -> None:
+        if self._retrier is not None:
+            self._retrier.cancel()
+        if self._unwritten:
+            groups = sorted({entry.group_id for entry in self._unwritten.values()})
+            log.warning("event=tombstones_unwritten records=%d groups=%s", len(self._unwritten), groups)
+
+    def _send(self, producer: AsyncProducer, batch: list[tuple[bytes, _Tombstone]], what: str) -> None:
+        records: list[Record] = [(entry.partition, key, None) for key, entry in batch]
+        producer.send_then(records, lambda error: self._on_done(batch, what, error))
+
+    def _on_done(self, batch: list[tuple[bytes, _Tombstone]], what: str, error: KafkaError | None) -> None:
+        current = [(key, entry) for key, entry in batch if self._unwritten.get(key) is entry]
+        for key, entry in current:
+            entry.in_flight = False
+            if error is None:
+                del self._unwritten[key]
+        if error is not None and current:
+            log.warning("event=tombstone_append_failed op=%s groups=%s records=%d error=%s will_retry=true", what,
+                        sorted({entry.group_id for _, entry in current}), len(current), error)
+            self._ensure_retrier()
+
+    def _ensure_retrier(self) -> None:
+        if self._unwritten and (self._retrier is None or self._retrier.done()):
+            self._retrier = asyncio.get_running_loop().create_task(self._retry(), name="tombstone-retry")
+
+    async def _retry(self) -> None:
+        delay_s = _FIRST_RETRY_S
+        while self._unwritten and self._producer is not None:
+            await asyncio.sleep(delay_s)
+            owed = [(key, entry) for key, entry in self._unwritten.items() if not entry.in_flight]
+            if owed:
+                for _, entry in owed:
+                    entry.in_flight = True
+                self._send(self._producer, owed, "retry")
+            delay_s = min(delay_s * 2, _MAX_RETRY_S)
