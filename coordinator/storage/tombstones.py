@@ -22,7 +22,7 @@ from coordinator.storage.producer import AsyncProducer, Record
 log = logging.getLogger("coordinator.storage")
 
 _FIRST_RETRY_S = 1.0
-_MAX_RETRY_S = 30.0
+_MAX_RETRY_S = 10.0
 
 
 class _Tombstone:
@@ -79,10 +79,11 @@ class TombstoneWriter:
         producer.send_then(records, lambda error: self._on_done(batch, what, error))
 
     def _on_done(self, batch: list[tuple[bytes, _Tombstone]], what: str, error: KafkaError | None) -> None:
-        current = [(key, entry) for key, entry in batch if self._unwritten.get(key) is entry]
-        for key, entry in current:
+        for _, entry in batch:  # also those superseded meanwhile: restored after a failed newer write, they are owed
             entry.in_flight = False
-            if error is None:
+        current = [(key, entry) for key, entry in batch if self._unwritten.get(key) is entry]
+        if error is None:
+            for key, _ in current:
                 del self._unwritten[key]
         if error is not None and current:
             log.warning("event=tombstone_append_failed op=%s groups=%s records=%d error=%s will_retry=true", what,

@@ -1,0 +1,62 @@
+"""The Kafka-backed store's tombstones across a broker outage (the rules of coordinator/storage/tombstones.py):
+a failed tombstone is written once Kafka is back; a newer write of the same key wins over it; a newer write that
+fails too leaves the tombstone owed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from coordinator.embedded import EmbeddedKafka
+from coordinator.group.store import OffsetRecord, StoreError
+from coordinator.storage.config import StorageConfig
+from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
+from tests.integration.test_e2e_support import unique
+
+COMMIT_TIMEOUT_MS = 1_500
+
+
+def offset(value: int) -> OffsetRecord:
+    return OffsetRecord(value, commit_timestamp_ms=value)
+
+
+async def until_all_written(store: KafkaGroupStore, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while store._tombstones.unwritten:  # noqa: SLF001 - the one number that says the retries are done
+        assert time.monotonic() < deadline, store._tombstones.unwritten
+        await asyncio.sleep(0.2)
+
+
+async def test_tombstones_owed_across_an_outage(restartable_kafka: EmbeddedKafka) -> None:
+    config = StorageConfig(bootstrap=restartable_kafka.bootstrap, state_topic=unique("__state"), partitions=3,
+                           event_topic=None, commit_timeout_ms=COMMIT_TIMEOUT_MS)
+    store = KafkaGroupStore(config, load_timeout_ms=60_000)
+    await store.start()
+    try:
+        await store.store_offsets("deleted", {("t", 0): offset(1), ("t", 1): offset(2)})
+        await store.store_offsets("rewritten", {("t", 0): offset(3)})
+        await store.store_offsets("failed-again", {("t", 0): offset(4)})
+
+        await restartable_kafka.stop()
+        await store.delete_group("deleted", [("t", 0), ("t", 1)], write_group_tombstone=False)
+        await store.delete_offsets("rewritten", [("t", 0)])
+        await store.delete_offsets("failed-again", [("t", 0)])
+        with pytest.raises(StoreError):  # a newer value that is not written either: the tombstone stays owed
+            await store.store_offsets("failed-again", {("t", 0): offset(5)})
+        await restartable_kafka.start()
+        await store.store_offsets("rewritten", {("t", 0): offset(6)})  # newer than its tombstone: it wins
+        await until_all_written(store)
+        await store.flush()
+    finally:
+        await store.close()
+
+    fresh = KafkaGroupStore(config, load_timeout_ms=60_000)
+    await fresh.start()
+    try:
+        offsets = loaded_offset_records(await fresh.load())
+    finally:
+        await fresh.close()
+    assert {group: {tp: r.offset for tp, r in records.items()} for group, records in offsets.items()} == {
+        "rewritten": {("t", 0): 6}}
