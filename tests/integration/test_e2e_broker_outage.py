@@ -203,7 +203,10 @@ async def test_a_group_deleted_during_the_outage_stays_deleted_after_a_restart(r
         assert [r.error_code for r in deleted.results] == [NONE]
         await asyncio.sleep(COMMIT_TIMEOUT_MS / 1000 + 1)  # the first attempt has failed by now
         await asyncio.to_thread(restartable_kafka.start_blocking)
-        assert await commit(client, "kept", -1, "", {0: 4}) == [NONE]  # Kafka is back for writes
+        for _attempt in range(10):  # Kafka is back for writes (a client retries while the producer reconnects)
+            if await commit(client, "kept", -1, "", {0: 4}) == [NONE]:
+                break
+        assert await fetch_offsets(client, "kept", (0,)) == {0: 4}
         await asyncio.sleep(3)
         await client.close()
         assert await running.terminate() == 0
