@@ -159,13 +159,14 @@ class KafkaGroupStore(GroupStore):
 
     async def close(self) -> None:
         self._stop_loading.set()
-        self._tombstones.close()
+        self._tombstones.stop_retrying()
         if self._events is not None:
             events, self._events = self._events, None
             await asyncio.to_thread(events.close_blocking)
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.close()
+        self._tombstones.report_unwritten()
 
     # -- GroupStore ----------------------------------------------------------------------------------------------
     async def store_group(self, group_id: str, record: GroupRecord) -> None:

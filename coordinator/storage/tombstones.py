@@ -39,6 +39,7 @@ class TombstoneWriter:
         self._unwritten: dict[bytes, _Tombstone] = {}  # key → its latest tombstone not yet acknowledged
         self._retrier: asyncio.Task[None] | None = None
         self._producer: AsyncProducer | None = None
+        self._closed = False
 
     @property
     def unwritten(self) -> int:
@@ -46,7 +47,8 @@ class TombstoneWriter:
 
     def send(self, producer: AsyncProducer, group_id: str, keys: list[tuple[int, bytes]], what: str) -> None:
         """Append tombstones for `(partition, key)` now; keep sending failed ones until written or superseded."""
-        self._producer = producer
+        if not self._closed:
+            self._producer = producer
         batch = []
         for partition, key in keys:
             entry = self._unwritten[key] = _Tombstone(partition, group_id)
@@ -67,9 +69,18 @@ class TombstoneWriter:
                 self._unwritten[key] = entry  # type: ignore[assignment]
         self._ensure_retrier()
 
-    def close(self) -> None:
+    def stop_retrying(self) -> None:
+        """At close, before the producer is flushed: one last attempt for what is owed, then no more retries
+        (delivery reports still count)."""
         if self._retrier is not None:
             self._retrier.cancel()
+        if self._producer is not None and not self._closed:
+            self._send_owed(self._producer)
+        self._closed = True
+        self._producer = None
+
+    def report_unwritten(self) -> None:
+        """At close, after the producer is flushed: what a restarted coordinator will still find."""
         if self._unwritten:
             groups = sorted({entry.group_id for entry in self._unwritten.values()})
             log.warning("event=tombstones_unwritten records=%d groups=%s", len(self._unwritten), groups)
@@ -91,16 +102,20 @@ class TombstoneWriter:
             self._ensure_retrier()
 
     def _ensure_retrier(self) -> None:
-        if self._unwritten and (self._retrier is None or self._retrier.done()):
+        if self._unwritten and not self._closed and (self._retrier is None or self._retrier.done()):
             self._retrier = asyncio.get_running_loop().create_task(self._retry(), name="tombstone-retry")
 
     async def _retry(self) -> None:
         delay_s = _FIRST_RETRY_S
         while self._unwritten and self._producer is not None:
             await asyncio.sleep(delay_s)
-            owed = [(key, entry) for key, entry in self._unwritten.items() if not entry.in_flight]
-            if owed:
-                for _, entry in owed:
-                    entry.in_flight = True
-                self._send(self._producer, owed, "retry")
+            if self._producer is not None:
+                self._send_owed(self._producer)
             delay_s = min(delay_s * 2, _MAX_RETRY_S)
+
+    def _send_owed(self, producer: AsyncProducer) -> None:
+        owed = [(key, entry) for key, entry in self._unwritten.items() if not entry.in_flight]
+        if owed:
+            for _, entry in owed:
+                entry.in_flight = True
+            self._send(producer, owed, "retry")
