@@ -152,6 +152,11 @@ class KafkaGroupStore(GroupStore):
         coordinator.finish_loading()
         return state
 
+    @property
+    def unwritten_tombstones(self) -> int:
+        """Tombstones not yet acknowledged by Kafka (in flight or owed a retry)."""
+        return self._tombstones.unwritten
+
     async def flush(self) -> None:
         """Wait until every record appended so far (tombstones included) is acknowledged or failed."""
         if self._producer is not None:

@@ -24,8 +24,8 @@ def offset(value: int) -> OffsetRecord:
 
 async def until_all_written(store: KafkaGroupStore, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
-    while store._tombstones.unwritten:  # noqa: SLF001 - the one number that says the retries are done
-        assert time.monotonic() < deadline, store._tombstones.unwritten
+    while store.unwritten_tombstones:
+        assert time.monotonic() < deadline, store.unwritten_tombstones
         await asyncio.sleep(0.2)
 
 
