@@ -10,8 +10,10 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from coordinator.embedded import EmbeddedKafka
+from protocol.apis import ApiKey
 from tests.integration.test_e2e_support import service, unique, until_loaded
-from tests.unit.test_server_env import heartbeat, join, join_with_member_id, sync
+from tests.unit.test_server_env import heartbeat, join, join_with_member_id, nested, request, sync
 
 GROUP = "events-app"
 SHORT_SESSION_MS = 2_000
@@ -138,3 +140,33 @@ async def test_event_topic_tells_a_rebalance_story(kafka_bootstrap: str) -> None
     for started, completed in zip(by_type["rebalance_started"], by_type["rebalance_completed"]):
         assert abs(completed["duration_ms"] - (completed["ts_ms"] - started["ts_ms"])) <= 50, (started, completed)
     assert by_type["rebalance_completed"][0]["duration_ms"] >= INITIAL_DELAY_MS
+
+
+async def test_events_of_a_short_broker_outage_arrive_once_it_is_back(restartable_kafka: EmbeddedKafka) -> None:
+    """Events are fire-and-forget, but an outage shorter than the event producer's message timeout (30 s) loses
+    nothing: they wait in the producer's queue, and group operations never wait for them."""
+    event_topic = unique("__events")
+    settings = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
+    async with service(restartable_kafka.bootstrap, unique("__state"), *settings, event_topic=event_topic) as running:
+        client = await running.client()
+        await until_loaded(client, GROUP)
+        await asyncio.to_thread(restartable_kafka.stop_blocking)
+        started = time.monotonic()
+        joined = await join_with_member_id(client, GROUP, session_timeout_ms=LONG_SESSION_MS)
+        assert joined.error_code == 0 and time.monotonic() - started < 2  # no group operation waits for events
+        left = await client.request(request(ApiKey.LEAVE_GROUP, 5, group_id=GROUP, members=(
+            nested(ApiKey.LEAVE_GROUP, 5, "members")(member_id=joined.member_id, group_instance_id=None,
+                                                     reason="bye"),)))
+        assert left.error_code == 0
+        await asyncio.to_thread(restartable_kafka.start_blocking)
+
+        def left_seen(events: list[dict[str, Any]]) -> bool:
+            return any(e["type"] == "member_left" for e in events)
+
+        events = await asyncio.to_thread(read_events, restartable_kafka.bootstrap, event_topic, GROUP, left_seen, 30)
+        await client.close()
+        assert await running.terminate() == 0
+    assert [e["type"] for e in events if e["type"] in ("member_joined", "member_left")] == [
+        "member_joined", "member_left"], story(events)
+    member_left = next(e for e in events if e["type"] == "member_left")
+    assert member_left["member_id"] == joined.member_id and "bye" in member_left["reason"], member_left
