@@ -72,6 +72,8 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         group = CoordinatorConfig.from_properties(dict(args.config))
     except KeyError as exc:
         raise SystemExit(f"unknown coordinator config {exc}; known: {sorted(CoordinatorConfig.kafka_names())}")
+    except ValueError as exc:
+        raise SystemExit(f"coordinator serve: bad --config: {exc}")
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
                               advertised_port=advertised_port, node_id=args.node_id)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 INT32_MAX = 2_147_483_647
+INT16_MAX = 32_767
 
 
 def _kafka(name: str, default: Any) -> Any:
@@ -42,6 +43,9 @@ class CoordinatorConfig:
             raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
         if self.offsets_topic_num_partitions < 1:
             raise ValueError("offsets.topic.num.partitions must be at least 1")
+        # the record's metadata is an int16-length string (OffsetCommitValue): a longer one cannot be stored
+        if not 0 <= self.offset_metadata_max_bytes <= INT16_MAX:
+            raise ValueError(f"offset.metadata.max.bytes must be within 0..{INT16_MAX}")
 
     @property
     def offsets_retention_ms(self) -> int:

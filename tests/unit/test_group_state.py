@@ -78,6 +78,10 @@ def test_config_kafka_names_and_overrides() -> None:
     assert changed.group_max_size == 10 and changed.offsets_commit_timeout_ms == 100
     with pytest.raises(ValueError):
         CoordinatorConfig(group_max_size=0)
+    # the stored metadata string has an int16 length: a larger limit would accept commits it cannot store
+    assert CoordinatorConfig(offset_metadata_max_bytes=32_767).offset_metadata_max_bytes == 32_767
+    with pytest.raises(ValueError):
+        CoordinatorConfig.from_properties({"offset.metadata.max.bytes": "32768"})
 
 
 def test_observer_mux_isolates_failures() -> None:
