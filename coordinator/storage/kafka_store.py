@@ -73,6 +73,8 @@ def producer_settings(config: StorageConfig) -> dict[str, Any]:
         "request.timeout.ms": config.commit_timeout_ms,
         "compression.type": "none",  # offsets.topic.compression.codec = 0
         "queue.buffering.max.messages": 1_000_000,
+        # one OffsetCommit (up to max_write_bytes) must not be split across produce requests by record count
+        "batch.num.messages": 1_000_000,
         "socket.nagle.disable": True,  # small acks=all requests must not wait for delayed ACKs
     }
 
