@@ -29,6 +29,7 @@ class ApiKey(enum.IntEnum):
     LIST_GROUPS = 16
     API_VERSIONS = 18
     DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ SERVED_APIS: dict[int, ServedApi] = {
         ServedApi(ApiKey.DESCRIBE_GROUPS, 0, 5),
         ServedApi(ApiKey.LIST_GROUPS, 0, 5),
         ServedApi(ApiKey.DELETE_GROUPS, 0, 2),
+        ServedApi(ApiKey.OFFSET_DELETE, 0, 0),
     )
 }
 

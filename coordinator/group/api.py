@@ -298,3 +298,35 @@ class DeletableGroupResult:
 @dataclass(slots=True)
 class DeleteGroupsResponse:
     results: list[DeletableGroupResult]
+
+
+# --- OffsetDelete (api key 47) --------------------------------------------------------------------------------
+@dataclass(slots=True)
+class OffsetDeleteRequestTopic:
+    name: str
+    partition_indexes: list[int]
+
+
+@dataclass(slots=True)
+class OffsetDeleteRequest:
+    group_id: str
+    topics: list[OffsetDeleteRequestTopic]
+    version: int = 0
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponsePartition:
+    partition_index: int
+    error_code: Errors
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponseTopic:
+    name: str
+    partitions: list[OffsetDeleteResponsePartition]
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponse:
+    error_code: Errors  # a group-level error leaves `topics` empty
+    topics: list[OffsetDeleteResponseTopic] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""OffsetCommit (§3.5), OffsetFetch (§3.6) and offset expiry (§7.3): mixed into GroupCoordinator."""
+"""OffsetCommit (§3.5), OffsetFetch (§3.6), OffsetDelete and offset expiry (§7.3): mixed into GroupCoordinator."""
 from __future__ import annotations
 
 import asyncio
@@ -6,10 +6,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, OffsetCommitResponse,
-                                   OffsetCommitResponsePartition, OffsetCommitResponseTopic, OffsetFetchRequest,
-                                   OffsetFetchResponse, OffsetFetchResponsePartition, OffsetFetchResponseTopic)
+                                   OffsetCommitResponsePartition, OffsetCommitResponseTopic, OffsetDeleteRequest,
+                                   OffsetDeleteResponse, OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+                                   OffsetFetchRequest, OffsetFetchResponse, OffsetFetchResponsePartition,
+                                   OffsetFetchResponseTopic)
 from coordinator.group.delayed import member_key
 from coordinator.group.errors import Errors, offset_append_error
+from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE
 from coordinator.group.state import GroupState
 from coordinator.group.store import OffsetRecord, StoreError, TopicPartition
 
@@ -162,6 +165,43 @@ class OffsetHandlers:
         if record is None:
             return OffsetFetchResponsePartition(tp[1])
         return OffsetFetchResponsePartition(tp[1], record.offset, record.leader_epoch, record.metadata)
+
+    # --- OffsetDelete (Kafka 3.9 handleDeleteOffsets) --------------------------------------------------------
+    async def delete_offsets(self: GroupCoordinator, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        """Deletes the listed offsets of an Empty group, or of a consumer group for topics it does not
+        subscribe to. A group-level error answers with no partitions at all."""
+        wanted = list(dict.fromkeys((t.name, p) for t in req.topics for p in t.partition_indexes))
+        error, subscribed = self._offset_delete_check(req.group_id, wanted)
+        if error is not None:
+            return OffsetDeleteResponse(error)
+        eligible = [tp for tp in wanted if tp not in subscribed]
+        if eligible:
+            group = self.groups[req.group_id]
+            removed = await self.cleanup_groups([group], lambda g: g.remove_offsets(eligible))
+            log.info("event=offsets_deleted group=%s partitions=%d offsets_removed=%d",
+                     req.group_id, len(eligible), removed)
+        by_topic: dict[str, list[OffsetDeleteResponsePartition]] = {}
+        for topic, partition in wanted:
+            error_code = Errors.GROUP_SUBSCRIBED_TO_TOPIC if (topic, partition) in subscribed else Errors.NONE
+            by_topic.setdefault(topic, []).append(OffsetDeleteResponsePartition(partition, error_code))
+        return OffsetDeleteResponse(Errors.NONE, [OffsetDeleteResponseTopic(t, ps) for t, ps in by_topic.items()])
+
+    def _offset_delete_check(self: GroupCoordinator, group_id: str, wanted: list[TopicPartition]
+                             ) -> tuple[Errors | None, set[TopicPartition]]:
+        """The group error, else the partitions kept because the (non-empty, consumer) group subscribes to
+        their topic. Unknown subscriptions count as subscribed to everything, as Kafka's isSubscribedToTopic."""
+        error = self.group_status_error(group_id)
+        if error is not None:
+            return error, set()
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(DEAD):
+            return Errors.GROUP_ID_NOT_FOUND, set()
+        if group.is_in(EMPTY):
+            return None, set()
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return Errors.NON_EMPTY_GROUP, set()
+        topics = group.subscribed_topics
+        return None, {tp for tp in wanted if topics is None or tp[0] in topics}
 
     # --- expiry and cleanup (§7.3) ----------------------------------------------------------------------------
     async def expire_offsets(self: GroupCoordinator) -> int:

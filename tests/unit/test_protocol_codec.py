@@ -30,6 +30,7 @@ def test_served_table_is_the_one_the_issue_asks_for() -> None:
         "API_VERSIONS": (0, 4), "METADATA": (0, 12), "FIND_COORDINATOR": (0, 6), "JOIN_GROUP": (0, 9),
         "SYNC_GROUP": (0, 5), "HEARTBEAT": (0, 4), "LEAVE_GROUP": (0, 5), "OFFSET_COMMIT": (2, 9),
         "OFFSET_FETCH": (1, 9), "DESCRIBE_GROUPS": (0, 5), "LIST_GROUPS": (0, 5), "DELETE_GROUPS": (0, 2),
+        "OFFSET_DELETE": (0, 0),
     }
 
 
@@ -37,7 +38,8 @@ def test_served_table_is_the_one_the_issue_asks_for() -> None:
     ("api_key", "first_flexible"),
     [(ApiKey.API_VERSIONS, 3), (ApiKey.METADATA, 9), (ApiKey.FIND_COORDINATOR, 3), (ApiKey.JOIN_GROUP, 6),
      (ApiKey.SYNC_GROUP, 4), (ApiKey.HEARTBEAT, 4), (ApiKey.LEAVE_GROUP, 4), (ApiKey.OFFSET_COMMIT, 8),
-     (ApiKey.OFFSET_FETCH, 6), (ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.LIST_GROUPS, 3), (ApiKey.DELETE_GROUPS, 2)],
+     (ApiKey.OFFSET_FETCH, 6), (ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.LIST_GROUPS, 3), (ApiKey.DELETE_GROUPS, 2),
+     (ApiKey.OFFSET_DELETE, 99)],
 )
 def test_header_versions_follow_first_flexible_version(api_key: ApiKey, first_flexible: int) -> None:
     api = SERVED_APIS[api_key]

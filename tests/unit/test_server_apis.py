@@ -79,6 +79,7 @@ async def test_a_group_lifecycle_at_one_end_of_every_range(versions: dict[int, i
         assert (await client.request(heartbeat("g", 2, member, versions[ApiKey.HEARTBEAT]))).error_code == 22
 
         await _commit_and_fetch(client, member, versions[ApiKey.OFFSET_COMMIT], versions[ApiKey.OFFSET_FETCH])
+        await _delete_offsets_of_a_stable_group(client, versions[ApiKey.OFFSET_DELETE])
         await _describe_and_list(client, member, versions[ApiKey.DESCRIBE_GROUPS], versions[ApiKey.LIST_GROUPS])
         await _leave_and_delete(client, member, versions[ApiKey.LEAVE_GROUP], versions[ApiKey.DELETE_GROUPS])
 
@@ -112,6 +113,18 @@ async def _commit_and_fetch(client, member: str, commit_version: int, fetch_vers
                                                  require_stable=False))).topics
     offsets = [(p.partition_index, p.committed_offset, p.metadata, p.error_code) for p in answered[0].partitions]
     assert offsets == [(0, 42, "meta", 0), (1, -1, "", 0)]
+
+
+async def _delete_offsets_of_a_stable_group(client, version: int) -> None:
+    """The member subscribes to "t": its offsets stay; a topic it does not consume is deleted."""
+    topic = nested(ApiKey.OFFSET_DELETE, version, "topics")
+    partition = nested(ApiKey.OFFSET_DELETE, version, "topics", "partitions")
+    deleted = await client.request(request(ApiKey.OFFSET_DELETE, version, group_id="g", topics=(
+        topic(name="t", partitions=(partition(partition_index=0),)),
+        topic(name="u", partitions=(partition(partition_index=0),)))))
+    assert deleted.error_code == 0
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in deleted.topics] == [
+        ("t", [(0, 86)]), ("u", [(0, 0)])]
 
 
 async def _describe_and_list(client, member: str, describe_version: int, list_version: int) -> None:

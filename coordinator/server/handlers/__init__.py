@@ -18,6 +18,7 @@ from coordinator.server.handlers import (
     list_groups,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     sync_group,
 )
@@ -39,5 +40,6 @@ HANDLERS: dict[int, Handler] = {
         describe_groups,
         list_groups,
         delete_groups,
+        offset_delete,
     )
 }
