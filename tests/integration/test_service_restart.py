@@ -4,67 +4,32 @@ state topic gives back identical groups and offsets, and a member that keeps hea
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
+from tests.integration import test_e2e_support as e2e
 from tests.unit.test_server_env import heartbeat, join, join_with_member_id, nested, request, sync
 
 SESSION_MS = 30_000
-LOAD_IN_PROGRESS = 14
 GROUP = "orders-app"
 SIMPLE_GROUP = "standalone-tool"
 
 
-class Service:
-    def __init__(self, process: asyncio.subprocess.Process, port: int) -> None:
-        self.process = process
-        self.port = port
-
-    async def client(self) -> KafkaClient:
-        return await KafkaClient.connect("127.0.0.1", self.port, client_id="restart-test", timeout_ms=15_000)
-
-
-@asynccontextmanager
-async def service(bootstrap: str, state_topic: str, initial_delay_ms: int = 3000) -> AsyncIterator[Service]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0",
-        "--bootstrap-server", bootstrap, "--state-topic", state_topic, "--event-topic", "",
-        "--config", "offsets.topic.num.partitions=3", "--config", f"group.initial.rebalance.delay.ms={initial_delay_ms}",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()  # type: ignore[union-attr]
-        assert line.startswith("coordinator listening on 127.0.0.1:"), line
-        port = int(line.split()[3].rsplit(":", 1)[1])
-        yield Service(process, port)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+def service(bootstrap: str, state_topic: str, initial_delay_ms: int = 3000):  # type: ignore[no-untyped-def]
+    return e2e.service(bootstrap, state_topic, f"group.initial.rebalance.delay.ms={initial_delay_ms}")
 
 
 async def until_loaded(client: KafkaClient) -> Any:
-    for _ in range(200):
-        described = await describe(client)
-        if described.error_code != LOAD_IN_PROGRESS:
-            return described
-        await asyncio.sleep(0.1)
-    raise AssertionError("coordinator never finished loading")
+    return await e2e.until_loaded(client, GROUP)
 
 
 async def describe(client: KafkaClient) -> Any:
-    response = await client.request(request(ApiKey.DESCRIBE_GROUPS, 5, groups=(GROUP,),
-                                            include_authorized_operations=False))
-    return response.groups[0]
+    return await e2e.describe(client, GROUP)
 
 
 def group_snapshot(described: Any) -> tuple[Any, ...]:
