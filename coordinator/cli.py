@@ -22,12 +22,13 @@ def _configure_logging(level: str) -> None:
     )
 
 
-async def _wait_for_interrupt() -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 async def _run_kafka(args: argparse.Namespace) -> int:
@@ -39,7 +40,7 @@ async def _run_kafka(args: argparse.Namespace) -> int:
         print(f"Apache Kafka {kafka_version()} running; bootstrap={broker.bootstrap} data_dir={broker.data_dir}",
               flush=True)
         print(broker.bootstrap, flush=True)
-        await _wait_for_interrupt()
+        await _stop_on_signals().wait()
     finally:
         await broker.stop()
         if args.data_dir is None:
@@ -94,11 +95,7 @@ async def _run_serve(args: argparse.Namespace) -> int:
     from coordinator.app import RunningService, run_until
 
     options = _service_options(args)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-
+    stop = _stop_on_signals()
     started = False
 
     def ready(service: RunningService) -> None:

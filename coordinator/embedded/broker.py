@@ -134,13 +134,8 @@ class EmbeddedKafka:
         await asyncio.to_thread(self._prepare)
         self._spawn()  # in the caller's thread: PDEATHSIG is tied to the thread that forks
         deadline = time.monotonic() + self.startup_timeout_s
-        while not await asyncio.to_thread(self._probe_once):
-            self._check_alive()
-            if time.monotonic() > deadline:
-                self._kill()
-                raise BrokerStartError(f"broker not ready after {self.startup_timeout_s}s\n{self._log_tail()}")
+        while not await asyncio.to_thread(self._ready, deadline):
             await asyncio.sleep(0.25)
-        log.info("event=kafka_started bootstrap=%s pid=%s data_dir=%s", self.bootstrap, self.pid, self.data_dir)
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.stop_blocking)
@@ -150,13 +145,8 @@ class EmbeddedKafka:
         self._prepare()
         self._spawn()
         deadline = time.monotonic() + self.startup_timeout_s
-        while not self._probe_once():
-            self._check_alive()
-            if time.monotonic() > deadline:
-                self._kill()
-                raise BrokerStartError(f"broker not ready after {self.startup_timeout_s}s\n{self._log_tail()}")
+        while not self._ready(deadline):
             time.sleep(0.25)
-        log.info("event=kafka_started bootstrap=%s pid=%s data_dir=%s", self.bootstrap, self.pid, self.data_dir)
 
     def stop_blocking(self) -> None:
         process = self._process
@@ -250,6 +240,17 @@ class EmbeddedKafka:
             )
         _STARTED_PIDS.append(self._process.pid)
         _LIVE_BROKERS.add(self)
+
+    def _ready(self, deadline: float) -> bool:
+        """One readiness check: True once Metadata is answered; raises if the broker died or the deadline passed."""
+        if self._probe_once():
+            log.info("event=kafka_started bootstrap=%s pid=%s data_dir=%s", self.bootstrap, self.pid, self.data_dir)
+            return True
+        self._check_alive()
+        if time.monotonic() > deadline:
+            self._kill()
+            raise BrokerStartError(f"broker not ready after {self.startup_timeout_s}s\n{self._log_tail()}")
+        return False
 
     def _probe_once(self) -> bool:
         try:
