@@ -15,3 +15,4 @@ if [ ! -e "$stamp" ]; then
   touch "$stamp"
 fi
 .venv/bin/python -c "from coordinator.embedded import ensure_jars; ensure_jars()"
+bash scripts/compose-tool.sh

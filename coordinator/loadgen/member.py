@@ -68,21 +68,25 @@ class SimMember:
         self.owned: TopicPartitions = ()
         self.offsets: dict[tuple[str, int], int] = {}
         self.state = "starting"  # starting, joining, stable, failed (injected), stopped
+        self.phase = "starting"  # what it waits for now (the summary counts the phases of unstable members)
         self.client: KafkaClient | None = None
         self.task: asyncio.Task[None] | None = None
         self.slow_join_ms = 0  # injected: the next (re)join waits this long first
         self.last_heartbeat_ms: int | None = None  # wall clock of the last request that extends the session
         self.beating = False  # a heartbeat of the current generation was answered (failures are injected then)
         self._backoff_s = _RETRY_BACKOFF_S
+        self._halted = False
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
     def start(self, reason: str, probe: Failure | None = None) -> None:
+        self._halted = False
         self.task = asyncio.get_running_loop().create_task(self.run(reason, probe), name=f"member {self.key}")
 
     async def run(self, reason: str | None, probe: Failure | None = None) -> None:
         """`reason`: why a (re)join is needed; None resumes heartbeating in the current generation."""
-        while True:
+        # the flag, besides cancel(): Python 3.11's wait_for can swallow a cancellation that races a completion
+        while not self._halted:
             try:
                 await self._ensure_connection()
                 if probe is not None:
@@ -110,7 +114,9 @@ class SimMember:
     async def _ensure_connection(self) -> None:
         if self.client is not None and not self.client.is_closed:
             return
+        self.phase = "find-coordinator"
         host, port = await self.sim.find_coordinator(self.group_id)
+        self.phase = "connect"
         async with self.sim.connect_slots:
             self.client = await KafkaClient.connect(host, port, client_id=self.sim.options.client_id,
                                                     timeout_ms=self.sim.options.request_timeout_ms)
@@ -124,6 +130,7 @@ class SimMember:
         await client.close()
 
     async def _back_off(self) -> None:
+        self.phase = "back-off"
         await asyncio.sleep(self._backoff_s * (0.5 + random.random()))
         self._backoff_s = min(self._backoff_s * 2, _MAX_BACKOFF_S)
 
@@ -138,6 +145,7 @@ class SimMember:
         rounds = self.sim.rounds[self.group_id]
         rounds.joining(self.key, reason)
         if self.slow_join_ms:
+            self.phase = "slow-join"
             delay, self.slow_join_ms = self.slow_join_ms, 0
             await asyncio.sleep(delay / 1000)
         response = await self._join(reason)
@@ -157,6 +165,7 @@ class SimMember:
             body = wire.join_group(self.client, self.group_id, self.member_id, self.instance_id, options.session_ms,
                                    options.rebalance_ms, self.protocol_name, encode_subscription(subscription),
                                    reason)
+            self.phase = "join"
             response = await self.client.request(body, timeout_ms=options.rebalance_ms + options.request_timeout_ms)
             code = int(response.error_code)
             self.sim.stats.record("JoinGroup", code)
@@ -190,6 +199,7 @@ class SimMember:
         assert self.client is not None
         body = wire.sync_group(self.client, self.group_id, self.generation, self.member_id, self.instance_id,
                                self.protocol_name, assignments)
+        self.phase = "sync"
         response = await self.client.request(body, timeout_ms=options.rebalance_ms + options.request_timeout_ms)
         code = int(response.error_code)
         self.sim.stats.record("SyncGroup", code)
@@ -209,17 +219,17 @@ class SimMember:
 
     # ------------------------------------------------------------------------------------------------ stable
 
-    async def _stable(self) -> str:
+    async def _stable(self) -> str | None:
         """Heartbeat (and commit) until an answer asks for a rejoin; returns its reason."""
         options = self.sim.options
         assert self.client is not None
         client = self.client
-        self.state = "stable"
+        self.state = self.phase = "stable"
         heartbeat = wire.HeartbeatFrame(client, self.group_id, self.generation, self.member_id, self.instance_id)
         interval_s = options.heartbeat_ms / 1000
         commit_due = time.monotonic() + options.commit_interval_ms / 1000 * random.random()
         await asyncio.sleep(interval_s * random.random())  # spread members over the interval
-        while True:
+        while not self._halted:
             self.last_heartbeat_ms = int(time.time() * 1000)
             frame = await heartbeat.send(client, options.request_timeout_ms)
             code = heartbeat.error_code(frame)
@@ -233,6 +243,7 @@ class SimMember:
                 commit_due = time.monotonic() + options.commit_interval_ms / 1000
                 await self._commit()
             await asyncio.sleep(interval_s)
+        return None
 
     async def _commit(self) -> None:
         if not self.owned or self.client is None:
@@ -307,6 +318,7 @@ class SimMember:
 
     async def halt(self, abort: bool) -> None:
         """Stop the member's task (its requests stop); with `abort` also drop the connection without a word."""
+        self._halted = True
         if self.task is not None:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)

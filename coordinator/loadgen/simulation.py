@@ -86,7 +86,7 @@ class SimOptions:
     seed: int | None = None
     event_topic: str | None = None  # the coordinator's event topic: exact expiry times (our coordinator only)
     leave_on_exit: bool = True
-    max_connecting: int = 200
+    max_connecting: int = 64  # connects in flight: more overflows a default listen backlog (SYNs dropped)
 
     @property
     def failure_downtime_ms(self) -> int:
@@ -177,16 +177,14 @@ class Simulation:
         return all(f.expired_at_ms for f in self.stats.failures if f.expect_detection and f.detected)
 
     async def close(self) -> None:
+        """Stop every member (dynamic ones send LeaveGroup, as a closing consumer does); bounded in time."""
         for task in list(self._pending):
             task.cancel()
-        await asyncio.gather(*self._pending, return_exceptions=True)
-        for member in self.members:
-            if member.task is not None:
-                member.task.cancel()
-        await asyncio.gather(*(m.task for m in self.members if m.task is not None), return_exceptions=True)
+        await _bounded(self._pending, "failure injections")
+        await _bounded([asyncio.ensure_future(m.halt(abort=False)) for m in self.members], "members")
         if self.options.leave_on_exit and not self.options.static:
-            await asyncio.gather(*(m.leave() for m in self.members if m.state == "stable"), return_exceptions=True)
-        await asyncio.gather(*(m._drop_connection() for m in self.members), return_exceptions=True)
+            await _bounded([asyncio.ensure_future(m.leave()) for m in self.members if m.state == "stable"], "leaves")
+        await _bounded([asyncio.ensure_future(m._drop_connection()) for m in self.members], "connections")
         if self._discovery is not None:
             await self._discovery.close()
         if self.watcher is not None:
@@ -337,6 +335,7 @@ class Simulation:
             "members": len(self.members), "members_surviving": len(surviving), "members_stable": len(stable),
             "groups_stable": progress.groups_stable,
             "groups_misassigned": misassigned,
+            "unstable_members_by_phase": dict(collections.Counter(m.phase for m in surviving if m.state != "stable")),
             "heartbeats": self.stats.heartbeats, "commits": self.stats.commits,
             "reconnects": self.stats.connection_errors,
             "rebalances": {"count": len(self.stats.rebalances), "by_reason": dict(by_reason.most_common()),
@@ -368,6 +367,17 @@ class Simulation:
         for member in self.members:
             by_group[member.group_id].extend((t, p) for t, ids in member.owned for p in ids)
         return [g for g, owned in by_group.items() if g not in unstable and sorted(owned) != expected]
+
+
+async def _bounded(tasks: Any, what: str, timeout_s: float = 15.0) -> None:
+    tasks = [t for t in tasks if t is not None]
+    if not tasks:
+        return
+    _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    if pending:
+        log.warning("event=shutdown_slow what=%s still_running=%d after_s=%.0f", what, len(pending), timeout_s)
+        for task in pending:
+            task.cancel()
 
 
 def _rounded(values: dict[str, Any]) -> dict[str, Any]:
