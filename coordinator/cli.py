@@ -94,6 +94,23 @@ async def _run_simulate(args: argparse.Namespace) -> int:
     return 0 if summary["ok"] or not args.check else 1
 
 
+async def _run_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from coordinator.demo import DemoOptions, run_demo
+
+    serve_args = build_parser().parse_args(["serve", *args.serve_args])
+    options = DemoOptions(service=_service_options(serve_args), state_dir=Path(args.state_dir),
+                          consumers=args.consumers, failure_rate_per_min=args.failure_rate,
+                          duration_s=args.duration, jaeger=not args.no_jaeger)
+    stop = _stop_on_signals()
+    try:
+        return await run_demo(options, stop)
+    except Exception as exc:
+        print(f"coordinator demo: could not start: {_one_line(exc)}", file=sys.stderr, flush=True)
+        return 1
+
+
 def _host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
@@ -245,6 +262,23 @@ def build_parser() -> argparse.ArgumentParser:
                           help="exit 1 unless every surviving member is Stable, every crash/hang was detected "
                                "exactly once and no unexpected error code was seen")
     simulate.set_defaults(run=_run_simulate)
+
+    from coordinator.demo import default_state_dir
+
+    demo = commands.add_parser(
+        "demo", help="the whole story: Kafka, Jaeger, the coordinator and simulated consumers with failures",
+        description="Runs the embedded Apache Kafka (data kept in --state-dir) or your cluster (--bootstrap-server), "
+                    "Jaeger when available, the coordinator, and a few simulated consumer groups with a failure "
+                    "now and then; prints the addresses, then a live status line. Ctrl-C stops everything. Every "
+                    "`coordinator serve` flag is accepted too (see `coordinator serve --help`).")
+    demo.add_argument("--consumers", type=int, default=int(env("COORDINATOR_DEMO_CONSUMERS", "12")),
+                      help="simulated consumers, in groups of 4 (0: the bare service)")
+    demo.add_argument("--failure-rate", type=float, default=3.0, help="failures injected per minute")
+    demo.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
+    demo.add_argument("--state-dir", default=env("COORDINATOR_STATE_DIR", str(default_state_dir())),
+                      help="where the embedded Kafka keeps its data between runs (env COORDINATOR_STATE_DIR)")
+    demo.add_argument("--no-jaeger", action="store_true", help="do not start Jaeger")
+    demo.set_defaults(run=_run_demo, serve_args=[])
     return parser
 
 
@@ -262,7 +296,12 @@ def _run(coro: Any, event_loop: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "demo":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "demo":
+        args.serve_args = unknown  # the service's own flags, parsed as `coordinator serve` parses them
     _configure_logging(args.log_level)
     return _run(args.run(args), args.event_loop)
 

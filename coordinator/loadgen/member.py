@@ -147,7 +147,7 @@ class SimMember:
         if self.slow_join_ms:
             self.phase = "slow-join"
             delay, self.slow_join_ms = self.slow_join_ms, 0
-            await asyncio.sleep(delay / 1000)
+            await self._heartbeat_while_waiting(delay)
         response = await self._join(reason)
         self.member_id, self.generation = response.member_id, response.generation_id
         self.protocol_name = response.protocol_name or self.protocol_name
@@ -156,6 +156,22 @@ class SimMember:
             rounds.leader_joined(self.generation, len(response.members))
             assignments = self._assign(response.members)
         await self._sync(assignments)
+
+    async def _heartbeat_while_waiting(self, delay_ms: int) -> None:
+        """A slow rejoin, as Kafka's consumer does it: its heartbeat thread keeps the session alive (answers:
+        REBALANCE_IN_PROGRESS) until the JoinGroup goes out; after that the coordinator waits for it."""
+        assert self.client is not None
+        deadline = time.monotonic() + delay_ms / 1000
+        heartbeat = None
+        if self.member_id and self.generation >= 0:
+            heartbeat = wire.HeartbeatFrame(self.client, self.group_id, self.generation, self.member_id,
+                                            self.instance_id)
+        while (remaining := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(remaining, self.sim.options.heartbeat_ms / 1000))
+            if heartbeat is not None and time.monotonic() < deadline:
+                self.last_heartbeat_ms = int(time.time() * 1000)
+                code = heartbeat.error_code(await heartbeat.send(self.client, self.sim.options.request_timeout_ms))
+                self.sim.stats.record("Heartbeat", code)
 
     async def _join(self, reason: str) -> object:
         options = self.sim.options
