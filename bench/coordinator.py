@@ -308,24 +308,23 @@ async def detection_figures(server: Server, args: argparse.Namespace) -> dict[st
             "lateness_max_ms": round(lateness[-1], 2), "loadgen_cpu_share": round(own.share, 2)}
 
 
-async def _timed_join(client: KafkaClient, group_id: str, session_ms: int) -> tuple[Any, float]:
-    response = await _join_with_id(client, group_id, session_ms)
-    return response, time.perf_counter()
-
-
 async def one_expiry(a: KafkaClient, b: KafkaClient, group_id: str, session_ms: int) -> float | None:
-    timed = await asyncio.gather(_timed_join(a, group_id, session_ms), _timed_join(b, group_id, session_ms))
-    joined = [response for response, _at in timed]
+    joined = await asyncio.gather(_join_with_id(a, group_id, session_ms), _join_with_id(b, group_id, session_ms))
     if {j.error_code for j in joined} != {0} or len({j.generation_id for j in joined}) != 1:
         return None
     victim = next((j for j in joined if j.leader == j.member_id), None)
     if victim is None or len(victim.members) != 2:
         return None
-    answered_at = timed[0][1] if victim is joined[0] else timed[1][1]  # when the victim's JoinGroup was answered
+    victim_client = b if victim is joined[1] else a
     watcher_client, watcher = (b, joined[1]) if victim is joined[0] else (a, joined[0])
-    # the watcher's own deadline is the same instant: keep it alive with one heartbeat on the victim's (idle)
-    # connection halfway through, then park its SyncGroup until the leader's assignment or the victim's expiry
-    victim_client = a if watcher_client is b else b
+    # the victim's last heartbeat: its deadline is the coordinator's receipt of it + session; we know its send
+    # time, which is earlier, so the lateness below is an upper bound (never flattered by a late response)
+    last_beat = wire.HeartbeatFrame(victim_client, group_id, victim.generation_id, victim.member_id, None)
+    beat_sent = time.perf_counter()
+    if last_beat.error_code(await last_beat.send(victim_client, REBALANCE_MS)) != 0:
+        return None
+    # the watcher parks its SyncGroup until the leader's assignment or the victim's expiry; one heartbeat (on the
+    # victim's idle connection) halfway keeps the watcher itself alive
     parked = asyncio.ensure_future(sync(watcher_client, group_id, watcher.generation_id, watcher.member_id))
     await asyncio.sleep(session_ms / 2000)
     beat = wire.HeartbeatFrame(victim_client, group_id, watcher.generation_id, watcher.member_id, None)
@@ -334,7 +333,7 @@ async def one_expiry(a: KafkaClient, b: KafkaClient, group_id: str, session_ms: 
     detected_at = time.perf_counter()
     if response.error_code != REBALANCE_IN_PROGRESS:
         return None
-    return (detected_at - answered_at) * 1000 - session_ms
+    return (detected_at - beat_sent) * 1000 - session_ms
 
 
 # ---------------------------------------------------------------------------------------------- orchestration

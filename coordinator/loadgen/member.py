@@ -66,6 +66,9 @@ class SimMember:
         self.generation = -1
         self.protocol_name = sim.options.assignor
         self.owned: TopicPartitions = ()
+        self.leader_id = ""  # of the current generation
+        self.joined_members = 0
+        self.assignment = b""  # as SyncGroup returned it (consumer-protocol bytes)
         self.offsets: dict[tuple[str, int], int] = {}
         self.state = "starting"  # starting, joining, stable, failed (injected), stopped
         self.phase = "starting"  # what it waits for now (the summary counts the phases of unstable members)
@@ -150,6 +153,8 @@ class SimMember:
             await self._heartbeat_while_waiting(delay)
         response = await self._join(reason)
         self.member_id, self.generation = response.member_id, response.generation_id
+        self.leader_id = response.leader
+        self.joined_members = len(response.members)  # the leader's view of the generation (followers: 0)
         self.protocol_name = response.protocol_name or self.protocol_name
         assignments: dict[str, bytes] = {}
         if response.leader == self.member_id:
@@ -221,7 +226,8 @@ class SimMember:
         self.sim.stats.record("SyncGroup", code)
         if code != NONE:
             self._on_group_error(code, "SyncGroup")
-        assignment = decode_assignment(bytes(response.assignment))[1] if response.assignment else Assignment(())
+        self.assignment = bytes(response.assignment)
+        assignment = decode_assignment(self.assignment)[1] if response.assignment else Assignment(())
         gone = assignors.revoked(self.owned, assignment.partitions)
         self.owned = assignment.partitions
         self.offsets = {tp: off for tp, off in self.offsets.items() if _owns(self.owned, tp)}

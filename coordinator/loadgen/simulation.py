@@ -86,6 +86,7 @@ class SimOptions:
     seed: int | None = None
     event_topic: str | None = None  # the coordinator's event topic: exact expiry times (our coordinator only)
     leave_on_exit: bool = True
+    named_groups: tuple[str, ...] = ()  # explicit group ids instead of PREFIX-NNNN (then `groups` is ignored)
     max_connecting: int = 64  # connects in flight: more overflows a default listen backlog (SYNs dropped)
 
     @property
@@ -93,6 +94,8 @@ class SimOptions:
         return self.downtime_ms if self.downtime_ms is not None else self.session_ms + 3_000
 
     def group_ids(self) -> list[str]:
+        if self.named_groups:
+            return list(self.named_groups)
         return [f"{self.group_prefix}-{index:04d}" for index in range(self.groups)]
 
 
@@ -137,12 +140,7 @@ class Simulation:
         if options.event_topic and options.bootstrap_server:
             self.watcher = ExpiryWatcher(options.bootstrap_server, options.event_topic, set(self.rounds))
             await asyncio.to_thread(self.watcher.start)
-        self._started = time.monotonic()
-        for group_id in options.group_ids():
-            for index in range(options.members):
-                member = SimMember(self, group_id, index, options.static)
-                self.members.append(member)
-                member.start("new member")
+        self.start_members()
         injector = asyncio.create_task(self._inject_failures())
         try:
             await self._tick_until(time.monotonic() + options.duration_s, on_progress, lambda: False)
@@ -156,6 +154,23 @@ class Simulation:
         finally:
             injector.cancel()
             await self.close()
+
+    def start_members(self) -> None:
+        self._started = time.monotonic()
+        for group_id in self.options.group_ids():
+            for index in range(self.options.members):
+                member = SimMember(self, group_id, index, self.options.static)
+                self.members.append(member)
+                member.start("new member")
+
+    def all_stable(self) -> bool:
+        """Every member Stable in its group's one current generation, no rebalance in flight."""
+        generations: dict[str, set[int]] = collections.defaultdict(set)
+        for member in self.members:
+            if member.state != "stable":
+                return False
+            generations[member.group_id].add(member.generation)
+        return all(len(g) == 1 for g in generations.values()) and not any(r.in_flight for r in self.rounds.values())
 
     async def _tick_until(self, deadline: float, on_progress: Callable[[Progress], None] | None,
                           done: Callable[[], bool]) -> None:
@@ -185,8 +200,7 @@ class Simulation:
         if self.options.leave_on_exit and not self.options.static:
             await _bounded([asyncio.ensure_future(m.leave()) for m in self.members if m.state == "stable"], "leaves")
         await _bounded([asyncio.ensure_future(m._drop_connection()) for m in self.members], "connections")
-        if self._discovery is not None:
-            await self._discovery.close()
+        await self.close_discovery()
         if self.watcher is not None:
             await asyncio.to_thread(self.watcher.stop)
 
@@ -211,6 +225,11 @@ class Simulation:
                 self._coordinators[group_id] = address
                 return address
             await asyncio.sleep(0.2 if code in (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) else 1.0)
+
+    async def close_discovery(self) -> None:
+        if self._discovery is not None:
+            await self._discovery.close()
+            self._discovery = None
 
     def forget_coordinator(self, group_id: str) -> None:
         self._coordinators.pop(group_id, None)
