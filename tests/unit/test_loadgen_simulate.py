@@ -65,3 +65,28 @@ async def test_static_members_restart_without_being_removed_and_cooperative_stic
     assert summary["failures"]["detected_once"] == 1
     assert summary["members_stable"] == 9
     assert summary["groups_misassigned"] == []  # every partition owned once, after the withheld ones moved
+
+
+async def test_members_survive_a_coordinator_restart_by_reconnecting_and_rejoining() -> None:
+    """The coordinator goes away (its connections close) and a new one comes up on the same port with no state
+    (in-memory store): members back off, reconnect, are told UNKNOWN_MEMBER_ID and rejoin, like real clients."""
+    import asyncio
+    import dataclasses
+
+    first = RunningServer()
+    await first.__aenter__()
+    port = first.port
+    sim = Simulation(options(port, groups=3, members=3, duration_s=6, commit_interval_ms=0))
+    running = asyncio.ensure_future(sim.run())
+    while not sim.all_stable() or not sim.members:
+        await asyncio.sleep(0.05)
+    await first.__aexit__(None, None, None)
+    await asyncio.sleep(0.5)  # members now fail to reconnect and back off
+    second = RunningServer()
+    second.server_config = dataclasses.replace(second.server_config, listen_port=port)
+    async with second:
+        summary = await running
+    assert summary["members_stable"] == 9 and summary["groups_misassigned"] == [], summary
+    assert summary["reconnects"] >= 9
+    # the new coordinator knows nobody: that answer, and only that, comes from the restart
+    assert set(summary["unexpected_errors"]) <= {"Heartbeat UNKNOWN_MEMBER_ID", "JoinGroup UNKNOWN_MEMBER_ID"}, summary
