@@ -83,6 +83,8 @@ class SimMember:
     # ------------------------------------------------------------------------------------------------ lifecycle
 
     def start(self, reason: str, probe: Failure | None = None) -> None:
+        if self.task is not None and not self.task.done():
+            raise RuntimeError(f"member {self.key} is already running")  # two loops would share one identity
         self._halted = False
         self.task = asyncio.get_running_loop().create_task(self.run(reason, probe), name=f"member {self.key}")
 

@@ -257,11 +257,20 @@ class Simulation:
         for at_s, kind, count in sorted(events):
             await asyncio.sleep(max(0.0, self._started + at_s - time.monotonic()))
             for _ in range(count):
-                member = self._pick_victim(kind)
+                member = await self._wait_for_victim(kind)
                 if member is None:
-                    log.warning("event=no_member_to_fail kind=%s (none Stable)", kind)
+                    log.warning("event=no_member_to_fail kind=%s (none Stable before the end)", kind)
                     continue
+                self._away.add(member)  # now, not when the injection task runs: the next pick must not take it
                 self._spawn(self.inject(member, kind))
+
+    async def _wait_for_victim(self, kind: str) -> SimMember | None:
+        """A Stable member to fail now, or as soon as there is one (a busy machine may still be forming groups
+        at the scheduled time); None if none turns up before the end of the run."""
+        end = self._started + self.options.duration_s
+        while (member := self._pick_victim(kind)) is None and time.monotonic() < end:
+            await asyncio.sleep(0.1)
+        return member
 
     def _pick_victim(self, kind: str) -> SimMember | None:
         candidates = [m for m in self.members if m.state == "stable" and m.beating and m not in self._away

@@ -12,7 +12,7 @@ from coordinator.loadgen import ScheduledFailure, SimOptions, Simulation
 from tests.integration.test_e2e_support import service, unique, until_loaded
 
 SETTINGS = ("group.initial.rebalance.delay.ms=300", "group.min.session.timeout.ms=1000")
-SESSION_MS = 3_000
+SESSION_MS = 5_000  # long enough that no healthy member expires on a busy machine
 
 
 async def test_twenty_groups_of_ten_with_hangs_and_crashes(kafka_bootstrap: str) -> None:
@@ -24,7 +24,7 @@ async def test_twenty_groups_of_ten_with_hangs_and_crashes(kafka_bootstrap: str)
         options = SimOptions(
             coordinator=("127.0.0.1", running.port), bootstrap_server=kafka_bootstrap, groups=20, members=10,
             topic=unique("simulated"), partitions=12, group_prefix=unique("sim"), session_ms=SESSION_MS,
-            rebalance_ms=20_000, heartbeat_ms=500, commit_interval_ms=2_000, duration_s=8, settle_timeout_s=60,
+            rebalance_ms=20_000, heartbeat_ms=1_000, commit_interval_ms=2_000, duration_s=8, settle_timeout_s=60,
             schedule=(ScheduledFailure("hang", 3, 2.0), ScheduledFailure("crash", 3, 3.0)), seed=11,
             event_topic=events)
         summary = await Simulation(options).run()

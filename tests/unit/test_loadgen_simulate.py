@@ -90,3 +90,13 @@ async def test_members_survive_a_coordinator_restart_by_reconnecting_and_rejoini
     assert summary["reconnects"] >= 9
     # the new coordinator knows nobody: that answer, and only that, comes from the restart
     assert set(summary["unexpected_errors"]) <= {"Heartbeat UNKNOWN_MEMBER_ID", "JoinGroup UNKNOWN_MEMBER_ID"}, summary
+
+
+async def test_a_member_is_failed_once_even_when_several_failures_fall_due_together() -> None:
+    async with RunningServer() as env:
+        sim = Simulation(options(env.port, groups=1, members=3, duration_s=3,
+                                 schedule=(ScheduledFailure("hang", 2, 1.0), ScheduledFailure("crash", 1, 1.0))))
+        summary = await sim.run()
+    victims = [f.member_key for f in sim.stats.failures]
+    assert sorted(victims) == ["sim-0000/0", "sim-0000/1", "sim-0000/2"], victims
+    assert summary["ok"] and summary["failures"]["detected_once"] == 3, summary
