@@ -1,0 +1,194 @@
+"""A real multi-node Apache Kafka cluster (KRaft) on loopback, built from the same `KafkaNode` as the single broker.
+
+Every node runs in combined mode (broker and controller in one JVM) and all of them are the controller quorum.
+Why combined rather than a separate controller: three JVMs instead of four on a small shared machine, and a
+quorum of three voters survives any one node being stopped, so `stop_broker` exercises broker failover (and a
+controller failover when it hits the active controller) without losing the cluster. Layout of the data dir:
+`cluster.json` (cluster id, node count) and `node-<id>/` per node, each keeping its own ports (`ports.json`), so
+a restarted node, or a whole cluster started again on the same data dir, comes back at the same addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Mapping
+
+from coordinator.embedded.broker import BrokerStartError, KafkaNode, random_cluster_id
+
+log = logging.getLogger("coordinator.embedded")
+
+
+def cluster_properties(brokers: int) -> dict[str, str]:
+    """Broker settings that make sense for `brokers` nodes (a user's extra properties override them)."""
+    replicas = min(brokers, 3)
+    return {
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(max(1, replicas - 1)),  # acks=all keeps working with one replica down
+        "offsets.topic.replication.factor": str(replicas),
+        # fewer than Kafka's 50: still spreads group coordinators over every node, at a fraction of the logs
+        "offsets.topic.num.partitions": "12",
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(max(1, replicas - 1)),
+        # a restarted node gets its preferred leaderships back within seconds, not Kafka's 5 minutes
+        "leader.imbalance.check.interval.seconds": "5",
+    }
+
+
+class EmbeddedKafkaCluster:
+    """`brokers` Kafka nodes on 127.0.0.1 forming one KRaft cluster; node ids are 1..brokers."""
+
+    def __init__(
+        self,
+        brokers: int = 3,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        extra_properties: Mapping[str, str] | None = None,
+        heap_mb: int = 384,
+        startup_timeout_s: float = 180.0,
+        stop_timeout_s: float = 30.0,
+    ) -> None:
+        if brokers < 1:
+            raise ValueError("a cluster needs at least one broker")
+        self._owns_data_dir = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="embedded-kafka-cluster-"))
+        self.startup_timeout_s = startup_timeout_s
+        self.cluster_id = self._load_or_create_layout(brokers)
+        properties = {**cluster_properties(brokers), **(extra_properties or {})}
+        self.nodes: dict[int, KafkaNode] = {
+            node_id: KafkaNode(
+                self.data_dir / f"node-{node_id}", node_id=node_id, extra_properties=properties, heap_mb=heap_mb,
+                startup_timeout_s=startup_timeout_s, stop_timeout_s=stop_timeout_s,
+            )
+            for node_id in range(1, brokers + 1)
+        }
+        quorum = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values())
+        for node in self.nodes.values():
+            node.controller_quorum = quorum
+            node.cluster_id = self.cluster_id
+
+    # -- addresses ------------------------------------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        """Every node's address, so a client finds the cluster whichever nodes are up."""
+        return ",".join(node.bootstrap for node in self.nodes.values())
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(self.nodes)
+
+    def address(self, node_id: int) -> str:
+        return self.node(node_id).bootstrap
+
+    def addresses(self) -> dict[int, str]:
+        return {node_id: node.bootstrap for node_id, node in self.nodes.items()}
+
+    def node(self, node_id: int) -> KafkaNode:
+        try:
+            return self.nodes[node_id]
+        except KeyError:
+            raise KeyError(f"no node {node_id}; node ids are {self.node_ids}") from None
+
+    def running_node_ids(self) -> list[int]:
+        return [node_id for node_id, node in self.nodes.items() if node.running]
+
+    def pids(self) -> dict[int, int]:
+        return {node_id: node.pid for node_id, node in self.nodes.items() if node.pid is not None}
+
+    # -- whole cluster --------------------------------------------------------------------------------
+    def start_blocking(self) -> None:
+        """Start every stopped node and wait until each running node's metadata lists all running nodes."""
+        stopped = [node for node in self.nodes.values() if not node.running]
+        try:
+            # formatting is a JVM run per node: do them side by side
+            with ThreadPoolExecutor(max_workers=len(stopped) or 1) as pool:
+                list(pool.map(lambda node: node._prepare(), stopped))
+            for node in stopped:  # spawn here: PDEATHSIG is tied to the forking thread, pool threads exit
+                node._spawn()
+            self.wait_ready()
+        except BaseException:
+            self.stop_blocking()
+            raise
+        log.info("event=kafka_cluster_started brokers=%s bootstrap=%s data_dir=%s",
+                 len(self.nodes), self.bootstrap, self.data_dir)
+
+    def stop_blocking(self) -> None:
+        # all at once: stopped one by one, the last nodes lose their quorum and hang in controlled shutdown
+        for node in self.nodes.values():
+            node.signal_stop()
+        for node in self.nodes.values():
+            node.wait_stopped()
+
+    def remove_data(self) -> None:
+        if self._owns_data_dir and not self.running_node_ids():
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until every running node answers Metadata listing every running node (registered, unfenced)."""
+        running = set(self.running_node_ids())
+        for node_id in running:
+            node = self.nodes[node_id]
+            node.expected_node_ids = set(running)
+            node.wait_ready(timeout_s)
+
+    # -- one node -------------------------------------------------------------------------------------
+    def stop_broker(self, node_id: int) -> None:
+        """Stop one node (SIGTERM: controlled shutdown moves its leaderships first)."""
+        self.node(node_id).stop_blocking()
+
+    def start_broker(self, node_id: int) -> None:
+        """Start a stopped node on its old ports and data, and wait until the running nodes all list it."""
+        node = self.node(node_id)
+        if node.running:
+            raise RuntimeError(f"node {node_id} is already running at {node.bootstrap}")
+        node.launch()
+        try:
+            self.wait_ready()
+        except BaseException:
+            node.stop_blocking()
+            raise
+
+    # -- async API ------------------------------------------------------------------------------------
+    async def __aenter__(self) -> "EmbeddedKafkaCluster":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+        self.remove_data()
+
+    async def start(self) -> None:
+        stopped = [node for node in self.nodes.values() if not node.running]
+        await asyncio.gather(*(asyncio.to_thread(node._prepare) for node in stopped))
+        for node in stopped:
+            node._spawn()  # in the caller's thread, see start_blocking
+        try:
+            await asyncio.to_thread(self.wait_ready)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.stop_blocking)
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _load_or_create_layout(self, brokers: int) -> str:
+        """The cluster id and node count live with the data: a data dir is one cluster, started again as such."""
+        layout_file = self.data_dir / "cluster.json"
+        if layout_file.exists():
+            layout = json.loads(layout_file.read_text())
+            if layout["brokers"] != brokers:
+                raise BrokerStartError(
+                    f"{self.data_dir} holds a {layout['brokers']}-broker cluster, not {brokers}; "
+                    "use the same --brokers or another data dir")
+            return str(layout["cluster_id"])
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cluster_id = random_cluster_id()
+        layout_file.write_text(json.dumps({"cluster_id": cluster_id, "brokers": brokers}) + "\n")
+        return cluster_id
