@@ -16,6 +16,7 @@ import asyncio
 import atexit
 import base64
 import ctypes
+import fcntl
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Mapping
+from typing import IO, Any, Mapping
 
 from coordinator.embedded.jars import ensure_jars
 
@@ -134,6 +135,7 @@ class KafkaNode:
         # readiness: the node's Metadata must list these node ids (a cluster sets all its running nodes)
         self.expected_node_ids: set[int] = {node_id}
         self._process: subprocess.Popen[bytes] | None = None
+        self._lock_file: IO[str] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -191,6 +193,7 @@ class KafkaNode:
             log.warning("event=kafka_stop_timeout node=%s pid=%s action=SIGKILL", self.node_id, process.pid)
             self._kill()
         self._process = None
+        self._release_data_dir()
         _LIVE_BROKERS.discard(self)
         log.info("event=kafka_stopped node=%s bootstrap=%s", self.node_id, self.bootstrap)
 
@@ -213,10 +216,28 @@ class KafkaNode:
             raise RuntimeError(f"broker already running at {self.bootstrap}")
         self.jars = ensure_jars()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
         self._claim_ports()
         self._write_config()
         if not (self.data_dir / "logs" / "meta.properties").exists():
             self._format()
+
+    def _lock_data_dir(self) -> None:
+        """One running node per data dir, whichever process starts it (held until stop or our exit)."""
+        if self._lock_file is not None:
+            return
+        lock_file = open(self.data_dir / "embedded.lock", "a+")
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock_file.close()
+            raise BrokerStartError(f"{self.data_dir} is in use by another running embedded Kafka") from None
+        self._lock_file = lock_file
+
+    def _release_data_dir(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()  # closing drops the flock
+            self._lock_file = None
 
     def _claim_ports(self) -> None:
         """Keep the address with the data: store the ports the first time, refuse to start if one is taken."""
@@ -320,7 +341,9 @@ class KafkaNode:
             return set()
 
     def _check_alive(self) -> None:
-        if self._process is not None and self._process.poll() is not None:
+        if self._process is None:
+            raise BrokerStartError(f"node {self.node_id} is not running (stopped while waiting for it?)")
+        if self._process.poll() is not None:
             code = self._process.returncode
             self._process = None
             _LIVE_BROKERS.discard(self)
@@ -343,6 +366,11 @@ class KafkaNode:
 class EmbeddedKafka(KafkaNode):
     """A single-node Kafka (its own controller quorum) with an async API; the async context manager removes a
     temporary data dir on exit."""
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None, **options: Any) -> None:
+        if data_dir is not None and (Path(data_dir) / "cluster.json").exists():
+            raise BrokerStartError(f"{data_dir} holds a multi-broker cluster's data; start it with the same --brokers")
+        super().__init__(data_dir, **options)
 
     async def __aenter__(self) -> "EmbeddedKafka":
         await self.start()

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
@@ -131,11 +132,23 @@ class EmbeddedKafkaCluster:
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Wait until every running node answers Metadata listing every running node (registered, unfenced)."""
+        deadline = time.monotonic() + (self.startup_timeout_s if timeout_s is None else timeout_s)
+        confirmed: set[int] = set()
+        while not self._ready(deadline, confirmed):
+            time.sleep(0.25)
+
+    def _ready(self, deadline: float, confirmed: set[int]) -> bool:
+        """One check of the nodes not yet `confirmed` (short, so an async caller stays cancellable); raises if
+        a node died or the deadline passed."""
         running = set(self.running_node_ids())
-        for node_id in running:
-            node = self.nodes[node_id]
-            node.expected_node_ids = set(running)
-            node.wait_ready(timeout_s)
+        for node_id, node in self.nodes.items():
+            # a node that died since its spawn still has a process: its check raises with its log
+            if node_id in confirmed or node.pid is None:
+                continue
+            node.expected_node_ids = running
+            if node._ready(deadline):
+                confirmed.add(node_id)
+        return confirmed >= running
 
     # -- one node -------------------------------------------------------------------------------------
     def stop_broker(self, node_id: int) -> None:
@@ -169,7 +182,9 @@ class EmbeddedKafkaCluster:
         for node in stopped:
             node._spawn()  # in the caller's thread, see start_blocking
         try:
-            await asyncio.to_thread(self.wait_ready)
+            deadline, confirmed = time.monotonic() + self.startup_timeout_s, set[int]()
+            while not await asyncio.to_thread(self._ready, deadline, confirmed):
+                await asyncio.sleep(0.25)
         except BaseException:
             await self.stop()
             raise
@@ -188,6 +203,8 @@ class EmbeddedKafkaCluster:
                     f"{self.data_dir} holds a {layout['brokers']}-broker cluster, not {brokers}; "
                     "use the same --brokers or another data dir")
             return str(layout["cluster_id"])
+        if (self.data_dir / "logs" / "meta.properties").exists():
+            raise BrokerStartError(f"{self.data_dir} holds a single broker's data, not a cluster's; use another data dir")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cluster_id = random_cluster_id()
         layout_file.write_text(json.dumps({"cluster_id": cluster_id, "brokers": brokers}) + "\n")
