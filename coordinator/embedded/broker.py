@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import IO, Any, Mapping, Self, Sequence
 
 from coordinator.embedded.jars import ensure_jars
 
@@ -119,6 +119,7 @@ class KafkaNode:
         node_id: int = 1,
         extra_properties: Mapping[str, str] | None = None,
         heap_mb: int = 768,
+        jvm_options: Sequence[str] = (),
         startup_timeout_s: float = 120.0,
         stop_timeout_s: float = 30.0,
     ) -> None:
@@ -127,6 +128,7 @@ class KafkaNode:
         self.node_id = node_id
         self.extra_properties = dict(extra_properties or {})
         self.heap_mb = heap_mb
+        self.jvm_options = list(jvm_options)  # after our defaults, so a later -XX flag wins
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.port, self.controller_port = self._stored_ports() or (free_port(), free_port())
@@ -291,7 +293,7 @@ class KafkaNode:
         if java is None:
             raise BrokerStartError("java is not on PATH (Java 17+ is needed to run Apache Kafka)")
         return [
-            java, f"-Xmx{self.heap_mb}m", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            java, f"-Xmx{self.heap_mb}m", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true", *self.jvm_options,
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp", f"{self.jars}/*", main_class, *args,
         ]
@@ -363,7 +365,32 @@ class KafkaNode:
         return "\n".join(chunks)
 
 
-class EmbeddedKafka(KafkaNode):
+class AsyncLifecycle:
+    """`async with`: start() on entry; stop() and remove_data() (a temporary data dir only) on exit. A mixin listed
+    after the class that implements stop_blocking and remove_data (the stubs here only type them)."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    def stop_blocking(self) -> None:
+        raise NotImplementedError
+
+    def remove_data(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.stop_blocking)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+        self.remove_data()
+
+
+class EmbeddedKafka(KafkaNode, AsyncLifecycle):
     """A single-node Kafka (its own controller quorum) with an async API; the async context manager removes a
     temporary data dir on exit."""
 
@@ -372,23 +399,12 @@ class EmbeddedKafka(KafkaNode):
             raise BrokerStartError(f"{data_dir} holds a multi-broker cluster's data; start it with the same --brokers")
         super().__init__(data_dir, **options)
 
-    async def __aenter__(self) -> "EmbeddedKafka":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-        self.remove_data()
-
     async def start(self) -> None:
         await asyncio.to_thread(self._prepare)
         self._spawn()  # in the caller's thread: PDEATHSIG is tied to the thread that forks
         deadline = time.monotonic() + self.startup_timeout_s
         while not await asyncio.to_thread(self._ready, deadline):
             await asyncio.sleep(0.25)
-
-    async def stop(self) -> None:
-        await asyncio.to_thread(self.stop_blocking)
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
@@ -403,5 +419,8 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
 
 @atexit.register
 def _stop_leftover_brokers() -> None:
-    for broker in list(_LIVE_BROKERS):
-        broker.stop_blocking()
+    leftovers = list(_LIVE_BROKERS)
+    for node in leftovers:  # all at once: a cluster's nodes stopped one by one lose their quorum
+        node.signal_stop()
+    for node in leftovers:
+        node.stop_blocking()

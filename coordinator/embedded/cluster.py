@@ -19,9 +19,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
-from coordinator.embedded.broker import BrokerStartError, KafkaNode, random_cluster_id
+from coordinator.embedded.broker import AsyncLifecycle, BrokerStartError, KafkaNode, random_cluster_id
 
 log = logging.getLogger("coordinator.embedded")
 
@@ -42,8 +42,12 @@ def cluster_properties(brokers: int) -> dict[str, str]:
     }
 
 
-class EmbeddedKafkaCluster:
-    """`brokers` Kafka nodes on 127.0.0.1 forming one KRaft cluster; node ids are 1..brokers."""
+class EmbeddedKafkaCluster(AsyncLifecycle):
+    """`brokers` Kafka nodes on 127.0.0.1 forming one KRaft cluster; node ids are 1..brokers.
+
+    Each JVM defaults to a 384 MiB heap and the C1 JIT only (-XX:TieredStopAtLevel=1): measured on this 2-core
+    machine, three nodes then spend ~11 s of CPU to come up instead of ~18 s; test traffic does not need C2.
+    """
 
     def __init__(
         self,
@@ -52,6 +56,7 @@ class EmbeddedKafkaCluster:
         *,
         extra_properties: Mapping[str, str] | None = None,
         heap_mb: int = 384,
+        jvm_options: Sequence[str] = ("-XX:TieredStopAtLevel=1",),
         startup_timeout_s: float = 180.0,
         stop_timeout_s: float = 30.0,
     ) -> None:
@@ -65,6 +70,7 @@ class EmbeddedKafkaCluster:
         self.nodes: dict[int, KafkaNode] = {
             node_id: KafkaNode(
                 self.data_dir / f"node-{node_id}", node_id=node_id, extra_properties=properties, heap_mb=heap_mb,
+                jvm_options=jvm_options,
                 startup_timeout_s=startup_timeout_s, stop_timeout_s=stop_timeout_s,
             )
             for node_id in range(1, brokers + 1)
@@ -167,15 +173,7 @@ class EmbeddedKafkaCluster:
             node.stop_blocking()
             raise
 
-    # -- async API ------------------------------------------------------------------------------------
-    async def __aenter__(self) -> "EmbeddedKafkaCluster":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-        self.remove_data()
-
+    # -- async API (`async with` from AsyncLifecycle) ----------------------------------------------------
     async def start(self) -> None:
         stopped = [node for node in self.nodes.values() if not node.running]
         await asyncio.gather(*(asyncio.to_thread(node._prepare) for node in stopped))
@@ -189,9 +187,6 @@ class EmbeddedKafkaCluster:
             await self.stop()
             raise
 
-    async def stop(self) -> None:
-        await asyncio.to_thread(self.stop_blocking)
-
     # -- internals ------------------------------------------------------------------------------------
     def _load_or_create_layout(self, brokers: int) -> str:
         """The cluster id and node count live with the data: a data dir is one cluster, started again as such."""
@@ -204,7 +199,8 @@ class EmbeddedKafkaCluster:
                     "use the same --brokers or another data dir")
             return str(layout["cluster_id"])
         if (self.data_dir / "logs" / "meta.properties").exists():
-            raise BrokerStartError(f"{self.data_dir} holds a single broker's data, not a cluster's; use another data dir")
+            raise BrokerStartError(
+                f"{self.data_dir} holds a single broker's data, not a cluster's; use another data dir")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cluster_id = random_cluster_id()
         layout_file.write_text(json.dumps({"cluster_id": cluster_id, "brokers": brokers}) + "\n")

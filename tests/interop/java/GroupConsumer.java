@@ -101,7 +101,8 @@ public final class GroupConsumer {
         config.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, ASSIGNORS.get(assignor));
         config.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, options.getOrDefault("session-timeout-ms", "10000"));
         config.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, options.getOrDefault("heartbeat-interval-ms", "1000"));
-        config.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, options.getOrDefault("max-poll-interval-ms", "300000"));
+        config.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG,
+            options.getOrDefault("max-poll-interval-ms", "300000"));
         config.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, options.getOrDefault("auto-offset-reset", "earliest"));
         config.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         config.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
