@@ -188,6 +188,7 @@ class KafkaNode:
         """Wait for the JVM to exit after `signal_stop`, SIGKILL it after `stop_timeout_s`."""
         process = self._process
         if process is None:
+            self._release_data_dir()  # prepared but never spawned (a sibling node failed to prepare)
             return
         try:
             process.wait(self.stop_timeout_s)
@@ -219,10 +220,14 @@ class KafkaNode:
         self.jars = ensure_jars()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
-        self._claim_ports()
-        self._write_config()
-        if not (self.data_dir / "logs" / "meta.properties").exists():
-            self._format()
+        try:
+            self._claim_ports()
+            self._write_config()
+            if not (self.data_dir / "logs" / "meta.properties").exists():
+                self._format()
+        except BaseException:
+            self._release_data_dir()
+            raise
 
     def _lock_data_dir(self) -> None:
         """One running node per data dir, whichever process starts it (held until stop or our exit)."""
@@ -348,6 +353,7 @@ class KafkaNode:
         if self._process.poll() is not None:
             code = self._process.returncode
             self._process = None
+            self._release_data_dir()
             _LIVE_BROKERS.discard(self)
             raise BrokerStartError(f"node {self.node_id} exited with code {code}\n{self._log_tail()}")
 
