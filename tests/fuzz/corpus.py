@@ -29,6 +29,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from protocol.fastpath import unsigned_varint
+
 # What a site holds, so a mutation knows how to rewrite it.
 ARRAY, STRING, BYTES, TAG_COUNT, BOOL, MARKER = "array", "string", "bytes", "tag_count", "bool", "marker"
 LENGTH_KINDS = (ARRAY, STRING, BYTES)
@@ -137,17 +139,11 @@ class _Walk:
     def fixed(self, fmt: str, *values: Any) -> None:
         self.out += struct.pack(fmt, *values)
 
-    def varint(self, value: int) -> None:
-        while value >= 0x80:
-            self.out.append((value & 0x7F) | 0x80)
-            value >>= 7
-        self.out.append(value)
-
     def length(self, kind: str, value: int, *, compact: bool, nullable: bool, legacy_fmt: str) -> int:
         """Write a length prefix; returns the index of its site, whose `end` the caller sets after the content."""
         start = len(self.out)
         if compact:
-            self.varint(value + 1)  # compact lengths are stored plus one; 0 is null
+            self.out += unsigned_varint(value + 1)  # compact lengths are stored plus one; 0 is null
         else:
             self.fixed(legacy_fmt, value)
         self.sites.append(Site(kind, start, len(self.out) - start, compact, nullable, len(self.out)))

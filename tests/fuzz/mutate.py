@@ -13,7 +13,8 @@ import random
 import struct
 from collections.abc import Callable
 
-from tests.fuzz.corpus import ARRAY, BOOL, BYTES, LENGTH_KINDS, MARKER, STRING, TAG_COUNT, CorpusFrame, Site
+from protocol.fastpath import unsigned_varint as varint
+from tests.fuzz.corpus import BOOL, LENGTH_KINDS, MARKER, STRING, TAG_COUNT, CorpusFrame, Site
 
 Mutation = Callable[[CorpusFrame, random.Random], bytes]
 _INT32_LIES = (0, 1, 2, 3, 127, 128, 255, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, -2, -3, -0x8000, -0x80000000)
@@ -23,15 +24,6 @@ _VARINT_LIES = (1, 2, 3, 127, 128, 255, 16_383, 16_384, 0x7FFFFFFF, 0xFFFFFFFF, 
 
 def framed(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _replace(frame: CorpusFrame, site: Site, encoded: bytes) -> bytes:
@@ -217,5 +209,3 @@ def mutate(frame: CorpusFrame, rng: random.Random) -> tuple[str, bytes]:
     name = rng.choice(tuple(MUTATIONS))
     return name, MUTATIONS[name](frame, rng)
 
-
-__all__ = ["ARRAY", "BYTES", "MUTATIONS", "Mutation", "framed", "mutate", "varint"]
