@@ -32,7 +32,7 @@ from kio.serial._introspect import (
 from protocol.fastpath import unsigned_varint
 
 # What a site holds, so a mutation knows how to rewrite it.
-ARRAY, STRING, BYTES, TAG_COUNT, BOOL, MARKER = "array", "string", "bytes", "tag_count", "bool", "marker"
+ARRAY, STRING, BYTES, TAG_COUNT, BOOL, MARKER, INT = "array", "string", "bytes", "tag_count", "bool", "marker", "int"
 LENGTH_KINDS = (ARRAY, STRING, BYTES)
 CONTROL_GROUP = "fuzz-control"  # never used by the corpus, so mutations cannot touch the control group
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -42,7 +42,8 @@ _FIXED = {"int8": ">b", "int16": ">h", "int32": ">i", "int64": ">q", "uint8": ">
 
 @dataclass(frozen=True, slots=True)
 class Site:
-    kind: str  # ARRAY, STRING, BYTES, TAG_COUNT, BOOL or MARKER
+    kind: str  # ARRAY, STRING, BYTES, TAG_COUNT, BOOL, MARKER or INT (a signed int8..int64 value: a duration,
+    # a generation, a partition, a timeout ...)
     offset: int  # in the frame payload (after the size prefix)
     width: int  # bytes the encoded length/varint/flag takes
     compact: bool  # a varint (compact) length rather than an int16/int32 one
@@ -214,8 +215,14 @@ class _Walk:
         elif kafka_type == "uuid":
             self.out += (value or uuid.UUID(int=0)).bytes
         elif kafka_type.startswith("timedelta"):
-            self.fixed(">i" if kafka_type.endswith("i32") else ">q", value // datetime.timedelta(milliseconds=1))
+            width = 4 if kafka_type.endswith("i32") else 8
+            self.sites.append(Site(INT, len(self.out), width, False, False, len(self.out) + width))
+            self.fixed(">i" if width == 4 else ">q", value // datetime.timedelta(milliseconds=1))
         elif kafka_type == "datetime_i64":
             self.fixed(">q", -1 if value is None else (value - _EPOCH) // datetime.timedelta(milliseconds=1))
+        elif kafka_type in ("int8", "int16", "int32", "int64"):
+            self.sites.append(Site(INT, len(self.out), int(kafka_type[3:]) // 8, False, False,
+                                   len(self.out) + int(kafka_type[3:]) // 8))
+            self.fixed(_FIXED[kafka_type], value)
         else:
             self.fixed(_FIXED[kafka_type], value)

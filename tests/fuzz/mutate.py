@@ -3,8 +3,9 @@
 Each mutation takes a corpus frame and a `random.Random` and returns the bytes to send (size prefix included,
 so a mutation may lie about the size). Structure-aware mutations use the frame's sites (tests.fuzz.corpus):
 a null where the schema forbids one, forged lengths, over-long varints, invalid booleans and struct markers,
-strings that are not UTF-8; the rest work on raw bytes: truncation, trailing garbage, size-prefix lies,
-unknown API keys and versions, bit flips, overwrites and plain noise.
+strings that are not UTF-8; value mutations keep the request well-formed but give it odd values (boundary
+integers, empty or long strings), so it reaches the handlers; the rest work on raw bytes: truncation, trailing
+garbage, size-prefix lies, unknown API keys and versions, bit flips, overwrites and plain noise.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import struct
 from collections.abc import Callable
 
 from protocol.fastpath import unsigned_varint as varint
-from tests.fuzz.corpus import BOOL, LENGTH_KINDS, MARKER, STRING, TAG_COUNT, CorpusFrame, Site
+from tests.fuzz.corpus import BOOL, INT, LENGTH_KINDS, MARKER, STRING, TAG_COUNT, CorpusFrame, Site
 
 Mutation = Callable[[CorpusFrame, random.Random], bytes]
 _INT32_LIES = (0, 1, 2, 3, 127, 128, 255, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, -2, -3, -0x8000, -0x80000000)
@@ -131,6 +132,34 @@ def unknown_tags(frame: CorpusFrame, rng: random.Random) -> bytes:
     return _replace(frame, site, section)
 
 
+# ---------------------------------------------------------------------------------------------- values
+# Well-formed requests with values a handler must cope with: these decode cleanly and reach the group logic.
+
+
+def boundary_ints(frame: CorpusFrame, rng: random.Random) -> bytes:
+    """One to three integer fields (durations, generations, partitions, epochs) set to 0, -1, -2 or the extremes."""
+    sites = [s for s in frame.sites if s.kind == INT]
+    if not sites:
+        return empty_string(frame, rng)
+    payload = bytearray(frame.payload)
+    for site in rng.sample(sites, min(len(sites), rng.randint(1, 3))):
+        bits = 8 * site.width
+        value = rng.choice((0, -1, -2, 1, 2 ** (bits - 1) - 1, -(2 ** (bits - 1)), rng.getrandbits(bits - 1)))
+        payload[site.offset : site.end] = value.to_bytes(site.width, "big", signed=True)
+    return framed(bytes(payload))
+
+
+def empty_string(frame: CorpusFrame, rng: random.Random) -> bytes:
+    """A string (group id, member id, topic, protocol name ...) made empty, or long, but well-formed."""
+    sites = [s for s in frame.sites[1:] if s.kind == STRING and s.end > s.offset + s.width]
+    if not sites:
+        return boundary_ints(frame, rng) if any(s.kind == INT for s in frame.sites) else truncate(frame, rng)
+    site = rng.choice(sites)
+    content = b"" if rng.random() < 0.6 else "é".encode() * rng.randint(100, 2_000)
+    length = varint(len(content) + 1) if site.compact else struct.pack(">h", len(content))
+    return framed(frame.payload[: site.offset] + length + content + frame.payload[site.end :])
+
+
 # ---------------------------------------------------------------------------------------------- raw bytes
 
 
@@ -195,6 +224,8 @@ MUTATIONS: dict[str, Mutation] = {
     "bad_marker": bad_marker,
     "invalid_utf8": invalid_utf8,
     "unknown_tags": unknown_tags,
+    "boundary_ints": boundary_ints,
+    "empty_string": empty_string,
     "truncate": truncate,
     "trailing_garbage": trailing_garbage,
     "size_prefix_lie": size_prefix_lie,
@@ -205,7 +236,10 @@ MUTATIONS: dict[str, Mutation] = {
 }
 
 
-def mutate(frame: CorpusFrame, rng: random.Random) -> tuple[str, bytes]:
-    name = rng.choice(tuple(MUTATIONS))
-    return name, MUTATIONS[name](frame, rng)
+VALUE_MUTATIONS: dict[str, Mutation] = {name: MUTATIONS[name] for name in ("boundary_ints", "empty_string")}
+
+
+def mutate(frame: CorpusFrame, rng: random.Random, mutations: dict[str, Mutation] = MUTATIONS) -> tuple[str, bytes]:
+    name = rng.choice(tuple(mutations))
+    return name, mutations[name](frame, rng)
 

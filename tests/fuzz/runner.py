@@ -35,8 +35,9 @@ from protocol.client import KafkaClient
 from protocol.consumer_protocol import Subscription, encode_subscription
 from protocol.messages import build, item_class
 from tests.fuzz.corpus import CONTROL_GROUP, ApiRange, CorpusFrame, build_corpus
-from tests.fuzz.mutate import mutate
+from tests.fuzz.mutate import MUTATIONS, VALUE_MUTATIONS, mutate
 
+_REPO_ROOT = Path(__file__).resolve().parents[2]  # where `-m tests.fuzz.service` resolves, whatever the cwd
 ERROR_LINE = re.compile(r"^\S+ \S+ (ERROR|CRITICAL) ", re.MULTILINE)  # ServiceProcess's log format
 
 
@@ -69,6 +70,7 @@ class FuzzConfig:
     concurrency: int = 16
     max_batch: int = 6
     valid_share: float = 0.1  # frames sent unmutated, so the well-formed paths run too
+    decodable_share: float = 0.25  # connections whose frames are all meant to decode (valid or odd values)
     control: tuple[str, int] | None = None  # where the control group heartbeats; None: the target; () none
     control_interval_s: float = 0.1
     control_session_ms: int = 10_000
@@ -145,6 +147,9 @@ def _batches(config: FuzzConfig, corpus: list[CorpusFrame]) -> Iterable[tuple[li
     sent = 0
     while sent < config.frames:
         count = min(rng.randint(1, config.max_batch), config.frames - sent)
+        # A connection closes at its first bad frame; some connections carry only requests that decode (valid
+        # ones and odd values), so the handlers and the group logic get as much traffic as the decoder.
+        decodable_only = rng.random() < config.decodable_share
         names, chunks = [], []
         for _ in range(count):
             frame = rng.choice(corpus)
@@ -152,7 +157,7 @@ def _batches(config: FuzzConfig, corpus: list[CorpusFrame]) -> Iterable[tuple[li
                 names.append("valid")
                 chunks.append(frame.frame)
             else:
-                name, data = mutate(frame, rng)
+                name, data = mutate(frame, rng, VALUE_MUTATIONS if decodable_only else MUTATIONS)
                 names.append(name)
                 chunks.append(data)
         sent += count
@@ -268,7 +273,7 @@ class ServiceProcess:
         self._log = tempfile.NamedTemporaryFile(prefix="coordinator-fuzz-", suffix=".log", delete=False)
         self.log_path = Path(self._log.name)
         self.process = subprocess.Popen([sys.executable, "-m", "tests.fuzz.service", *self.options],
-                                        stdout=subprocess.PIPE, stderr=self._log, text=True,
+                                        stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=_REPO_ROOT,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
         line = self.process.stdout.readline()  # type: ignore[union-attr]
         if not line.startswith("{"):

@@ -209,7 +209,8 @@ async def test_mutation_fuzzing_finds_no_error_no_traceback_no_hang_and_no_memor
     assert report.hangs == 0 and report.refused == 0, summary
     assert report.frames == FUZZ_FRAMES and set(report.mutations) >= {
         "null_length", "forged_length", "overlong_varint", "invalid_bool", "truncate", "trailing_garbage",
-        "size_prefix_lie", "unknown_key_version", "valid"}
+        "size_prefix_lie", "unknown_key_version", "boundary_ints", "empty_string", "valid"}
+    assert report.responses > FUZZ_FRAMES // 20  # well-formed requests with odd values reached the handlers
     assert report.control_beats >= 10 and not report.control_errors, summary  # every heartbeat answered NONE
     rss = [wave["rss_kb"] for wave in report.waves]
     assert max(rss[1:]) - rss[0] <= RSS_GROWTH_BOUND_KB, rss
