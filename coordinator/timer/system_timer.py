@@ -72,6 +72,7 @@ class SystemTimer:
         else:
             if entry.list is not None:  # rescheduling: leave the old bucket (or drop the pending run)
                 entry.list.remove(entry)
+            entry.task = task
             entry.expiration_ms = expiration_ms
         wheel = self._wheel
         if now_ms >= wheel.current_time_ms + wheel.tick_ms:
@@ -164,11 +165,11 @@ class SystemTimer:
             if self._closed:
                 break
             if entry.list is PENDING_RUN:
-                entry.list = None
+                task, entry.task, entry.list = entry.task, None, None  # idle entries do not hold their task
                 try:
-                    entry.task.run()
+                    task.run()  # type: ignore[union-attr]
                 except Exception as exc:  # one failing task must not starve the rest of the batch
-                    errors.append((entry.task, exc))
+                    errors.append((task, exc))  # type: ignore[arg-type]
         if errors:
             self._report(errors)
 
