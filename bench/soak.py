@@ -565,7 +565,9 @@ def run(args: argparse.Namespace) -> dict:
             w.windows()
             w.tell("measure")
         server.take_window()
+        health_start = dict(server.health)
         measure = measure_loop(args, server, workers)
+        health_end = dict(server.health)
         for w in workers:
             w.tell("stop")
         finals = [w.take("final", 60) for w in workers]
@@ -590,6 +592,9 @@ def run(args: argparse.Namespace) -> dict:
         "p999_ms": hist.percentile_ms(0.999), "max_ms": hist.max_us / 1000,
         "heartbeat_errors": dict(errors), "false_expirations": server.failures - failures_before,
         "server_loop_lag_max_ms": measure["lag_max_ms"], "server_gc_pause_max_ms": measure["gc_max_ms"],
+        "server_collections": {f"gc{g}": int(health_end.get(f"gc{g}_collections", 0)
+                                             - health_start.get(f"gc{g}_collections", 0)) for g in range(3)},
+        "server_frozen": {"start": int(health_start.get("gc_frozen", 0)), "end": int(health_end.get("gc_frozen", 0))},
         "server_health": server.health,
         "server_cpu_us_per_heartbeat": round(measure["server_cpu_s"] * 1e6 / max(hist.total, 1), 1),
         "server_cpu_pct": round(100 * measure["server_cpu_s"] / measure["seconds"], 1),
@@ -673,7 +678,8 @@ def main() -> int:
           f"  answers p50 {result['p50_ms']} ms  p99 {result['p99_ms']} ms  p99.9 {result['p999_ms']} ms  "
           f"max {result['max_ms']} ms\n"
           f"  server loop lag max {result['server_loop_lag_max_ms']} ms, gc pause max "
-          f"{result['server_gc_pause_max_ms']} ms; cpu {result['server_cpu_pct']}% "
+          f"{result['server_gc_pause_max_ms']} ms, collections {result['server_collections']}, frozen objects "
+          f"{result['server_frozen']}; cpu {result['server_cpu_pct']}% "
           f"({result['server_cpu_us_per_heartbeat']} µs/heartbeat)\n"
           f"  rss MiB {result['rss_mib']}\n"
           f"  false expirations {result['false_expirations']}, heartbeat errors {result['heartbeat_errors']}\n"

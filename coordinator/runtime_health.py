@@ -115,7 +115,8 @@ class GenerationCounters:
     collections: int = 0
     total_pause_s: float = 0.0
     max_pause_s: float = 0.0
-    collected: int = 0
+    max_cpu_pause_s: float = 0.0  # the same pause in this thread's CPU time: what the collection itself cost,
+    collected: int = 0            # without the time a loaded machine gave to other processes meanwhile
     uncollectable: int = 0
     last_walked: int = 0  # objects in the collected generation (full collections only, see GcMonitor)
 
@@ -129,6 +130,7 @@ class GcMonitor:
         self.total_pause_s = 0.0
         self.window_max_pause_s = 0.0  # since the last take_window_max()
         self._started = 0.0
+        self._started_cpu = 0.0
         self._installed = False
 
     def install(self) -> None:
@@ -148,8 +150,10 @@ class GcMonitor:
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
+            self._started_cpu = time.thread_time()
             return
         pause_s = time.perf_counter() - self._started
+        cpu_s = time.thread_time() - self._started_cpu
         generation = info["generation"]
         counters = self.generations[generation]
         counters.collections += 1
@@ -158,6 +162,8 @@ class GcMonitor:
         counters.uncollectable += info["uncollectable"]
         if pause_s > counters.max_pause_s:
             counters.max_pause_s = pause_s
+        if cpu_s > counters.max_cpu_pause_s:
+            counters.max_cpu_pause_s = cpu_s
         if pause_s > self.window_max_pause_s:
             self.window_max_pause_s = pause_s
         self.total_pause_s += pause_s
@@ -166,8 +172,8 @@ class GcMonitor:
             # once more (cheap next to the collection itself, and full collections are rare).
             counters.last_walked = len(gc.get_objects(2))
         if pause_s * 1000 > self.log_above_ms:
-            log.warning("event=gc_pause generation=%d pause_ms=%.1f collected=%d uncollectable=%d "
-                        "survivors=%d frozen=%d", generation, pause_s * 1000, info["collected"],
+            log.warning("event=gc_pause generation=%d pause_ms=%.1f cpu_ms=%.1f collected=%d uncollectable=%d "
+                        "survivors=%d frozen=%d", generation, pause_s * 1000, cpu_s * 1000, info["collected"],
                         info["uncollectable"], counters.last_walked if generation == 2 else -1,
                         gc.get_freeze_count())
 
@@ -255,6 +261,7 @@ class RuntimeHealth:
             "loop_ticks": lag.ticks, "loop_late": lag.late, "loop_lag_max_ms": round(lag.max_lag_ms, 1),
             **{f"gc{g}_collections": gens[g].collections for g in range(3)},
             **{f"gc{g}_pause_max_ms": round(gens[g].max_pause_s * 1000, 1) for g in range(3)},
+            **{f"gc{g}_cpu_max_ms": round(gens[g].max_cpu_pause_s * 1000, 1) for g in range(3)},
             "gc_pause_total_ms": round(self.gc.total_pause_s * 1000, 1),
             "gc2_survivors": gens[2].last_walked, "gc_frozen": gc.get_freeze_count(),
             "gc_freezes": self.policy.freezes,
