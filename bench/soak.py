@@ -173,10 +173,10 @@ class Worker:
     schedule_late_max_ms: float = 0.0
 
     def answer(self, us: int, error: int) -> None:
-        if error:
-            self.errors[error] += 1
         if not self.measuring:
             return
+        if error:
+            self.errors[error] += 1
         self.hist.add(us)
         self.window_count += 1
         if us > self.window_max_us:
@@ -195,7 +195,9 @@ async def run_worker(spec: dict) -> None:
 
     raise_fd_limit()
     loop = asyncio.get_running_loop()
-    worker = Worker(spec["host"], spec["port"], spec["groups"], spec["group_size"], spec["interval_s"],
+    first, step, count = spec["groups"]
+    worker = Worker(spec["host"], spec["port"], [f"soak-{i}" for i in range(first, count, step)],
+                    spec["group_size"], spec["interval_s"],
                     spec["session_ms"], spec["members_per_connection"], spec["form_wave"])
     member_total = len(worker.groups) * worker.group_size
     pool_size = max(1, -(-member_total // worker.members_per_connection))
@@ -411,6 +413,7 @@ class ServerProcess:
         self.ready = threading.Event()
         self.health: dict[str, float] = {}
         self.window_lag_max_ms = 0.0
+        self.window_busy_max_ms = 0.0
         self.window_gc_max_ms = 0.0
         self.failures = 0
         self.stall_lines: list[str] = []
@@ -432,14 +435,16 @@ class ServerProcess:
                 values = {k: float(v) for k, v in self.PAIR.findall(found.group(1))}
                 self.window_lag_max_ms = max(self.window_lag_max_ms, values.get("window_lag_max_ms", 0))
                 self.window_gc_max_ms = max(self.window_gc_max_ms, values.get("window_gc_pause_max_ms", 0))
+                self.window_busy_max_ms = max(self.window_busy_max_ms, values.get("window_busy_max_ms", 0))
                 self.health = values
             elif "event=loop_stall" in line or "event=gc_pause" in line:
                 if len(self.stall_lines) < 1000:
                     self.stall_lines.append(line.rstrip())
 
-    def take_window(self) -> tuple[float, float]:
-        values = self.window_lag_max_ms, self.window_gc_max_ms
-        self.window_lag_max_ms = self.window_gc_max_ms = 0.0
+    def take_window(self) -> tuple[float, float, float]:
+        """(loop lag, loop busy, collector pause) maxima, ms, since the previous call."""
+        values = self.window_lag_max_ms, self.window_busy_max_ms, self.window_gc_max_ms
+        self.window_lag_max_ms = self.window_busy_max_ms = self.window_gc_max_ms = 0.0
         return values
 
     def rss_mib(self) -> float:
@@ -540,7 +545,7 @@ def run(args: argparse.Namespace) -> dict:
         form_wave = max(1, args.form_wave // args.workers)
         for w in range(args.workers):
             workers.append(WorkerProcess({
-                "host": "127.0.0.1", "port": server.port, "groups": groups[w::args.workers],
+                "host": "127.0.0.1", "port": server.port, "groups": [w, args.workers, len(groups)],
                 "group_size": args.group_size, "interval_s": args.interval_s, "session_ms": args.session_ms,
                 "members_per_connection": args.members_per_connection, "form_wave": form_wave}))
         formed = [w.take("formed", args.form_timeout_s) for w in workers]
@@ -557,7 +562,8 @@ def run(args: argparse.Namespace) -> dict:
         }
         print(f"formed {forming['members']} members in {forming['seconds']} s (failed {forming['failed']}, "
               f"rejoins {forming['rejoins']}, join spread max {forming['join_spread_s_max']} s, "
-              f"listen overflows {forming['listen_overflows']}, drops {forming['listen_drops']}); "
+              f"listen overflows {forming['listen_overflows']}, drops {forming['listen_drops']}, "
+              f"first error {forming['first_error']}); "
               f"warming up {args.warmup_s:.0f} s", flush=True)
         time.sleep(args.warmup_s)
         failures_before = server.failures
@@ -591,7 +597,9 @@ def run(args: argparse.Namespace) -> dict:
         "p50_ms": hist.percentile_ms(0.50), "p99_ms": hist.percentile_ms(0.99),
         "p999_ms": hist.percentile_ms(0.999), "max_ms": hist.max_us / 1000,
         "heartbeat_errors": dict(errors), "false_expirations": server.failures - failures_before,
-        "server_loop_lag_max_ms": measure["lag_max_ms"], "server_gc_pause_max_ms": measure["gc_max_ms"],
+        "false_expirations_total": server.failures,  # forming and warm-up included
+        "server_loop_lag_max_ms": measure["lag_max_ms"], "server_loop_busy_max_ms": measure["busy_max_ms"],
+        "server_gc_pause_max_ms": measure["gc_max_ms"],
         "server_collections": {f"gc{g}": int(health_end.get(f"gc{g}_collections", 0)
                                              - health_start.get(f"gc{g}_collections", 0)) for g in range(3)},
         "server_frozen": {"start": int(health_start.get("gc_frozen", 0)), "end": int(health_end.get("gc_frozen", 0))},
@@ -612,11 +620,11 @@ def measure_loop(args: argparse.Namespace, server: ServerProcess, workers: list[
     started = time.monotonic()
     cpu_start = server.cpu_s()
     rss = [round(server.rss_mib())]
-    lag_max = gc_max = gen_cpu_max = late_max = 0.0
+    lag_max = busy_max = gc_max = gen_cpu_max = late_max = 0.0
     while (elapsed := time.monotonic() - started) < args.duration_s:
         time.sleep(min(REPORT_S, args.duration_s - elapsed))
-        lag, gc_ms = server.take_window()
-        lag_max, gc_max = max(lag_max, lag), max(gc_max, gc_ms)
+        lag, busy, gc_ms = server.take_window()
+        lag_max, busy_max, gc_max = max(lag_max, lag), max(busy_max, busy), max(gc_max, gc_ms)
         rss.append(round(server.rss_mib()))
         windows = [win for w in workers for win in w.windows()]
         count = sum(win["count"] for win in windows)
@@ -625,12 +633,12 @@ def measure_loop(args: argparse.Namespace, server: ServerProcess, workers: list[
         gen_cpu_max, late_max = max(gen_cpu_max, gen_cpu), max(late_max, late)
         print(f"{time.monotonic() - started:6.0f} s  answers {count:7d}  max "
               f"{max((win['max_us'] for win in windows), default=0) / 1000:7.1f} ms  >20ms "
-              f"{sum(win['slow'] for win in windows):5d}  server lag max {lag:6.1f} ms  gc max {gc_ms:6.1f} ms  "
+              f"{sum(win['slow'] for win in windows):5d}  server lag max {lag:6.1f} ms (busy {busy:5.1f})  gc max {gc_ms:6.1f} ms  "
               f"rss {rss[-1]} MiB  generator cpu {gen_cpu:.0f}%  late {late:.0f} ms  expirations {server.failures}", flush=True)
         if server.proc.poll() is not None:
             raise RuntimeError("server exited: " + " | ".join(server.tail))
     return {"seconds": time.monotonic() - started, "server_cpu_s": server.cpu_s() - cpu_start, "rss": rss,
-            "lag_max_ms": lag_max, "gc_max_ms": gc_max, "generator_cpu_pct_max": gen_cpu_max,
+            "lag_max_ms": lag_max, "busy_max_ms": busy_max, "gc_max_ms": gc_max, "generator_cpu_pct_max": gen_cpu_max,
             "schedule_late_max_ms": late_max}
 
 
@@ -677,12 +685,14 @@ def main() -> int:
           f"({args.server} server, gc freeze every {args.gc_freeze_every}):\n"
           f"  answers p50 {result['p50_ms']} ms  p99 {result['p99_ms']} ms  p99.9 {result['p999_ms']} ms  "
           f"max {result['max_ms']} ms\n"
-          f"  server loop lag max {result['server_loop_lag_max_ms']} ms, gc pause max "
+          f"  server loop lag max {result['server_loop_lag_max_ms']} ms (longest busy stretch "
+          f"{result['server_loop_busy_max_ms']} ms CPU), gc pause max "
           f"{result['server_gc_pause_max_ms']} ms, collections {result['server_collections']}, frozen objects "
           f"{result['server_frozen']}; cpu {result['server_cpu_pct']}% "
           f"({result['server_cpu_us_per_heartbeat']} µs/heartbeat)\n"
           f"  rss MiB {result['rss_mib']}\n"
-          f"  false expirations {result['false_expirations']}, heartbeat errors {result['heartbeat_errors']}\n"
+          f"  false expirations {result['false_expirations']} (since start {result['false_expirations_total']}), "
+          f"heartbeat errors {result['heartbeat_errors']}\n"
           f"  forming: {f['members']} in {f['seconds']} s, failed {f['failed']}, rejoins {f['rejoins']}, "
           f"listen overflows {f['listen_overflows']}\n"
           f"  generator: cpu max {result['generator_cpu_pct_max']}% per process, schedule late max "

@@ -40,6 +40,9 @@ class LagCounters:
     ticks: int = 0
     late: int = 0  # ticks later than record_above_ms
     max_lag_ms: float = 0.0
+    # CPU time this thread used between two ticks, at most: the stall we caused ourselves. On a loaded machine
+    # lag can be far larger (the process was not scheduled); a lag with little CPU time is the machine's.
+    max_busy_ms: float = 0.0
     total_late_ms: float = 0.0
     buckets: list[int] = field(default_factory=lambda: [0] * (len(LAG_BUCKETS_MS) + 1))
 
@@ -55,14 +58,17 @@ class LoopLagProbe:
         self.gc_monitor = gc_monitor
         self.counters = LagCounters()
         self.window_max_lag_ms = 0.0  # since the last take_window_max()
+        self.window_max_busy_ms = 0.0
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._due = 0.0
         self._gc_pause_at_tick = 0.0
+        self._cpu_at_tick = 0.0
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._due = self._loop.time() + self.interval_s
+        self._cpu_at_tick = time.thread_time()
         self._gc_pause_at_tick = self._gc_total()
         self._handle = self._loop.call_at(self._due, self._tick)
 
@@ -71,9 +77,11 @@ class LoopLagProbe:
             self._handle.cancel()
             self._handle = None
 
-    def take_window_max(self) -> float:
-        value, self.window_max_lag_ms = self.window_max_lag_ms, 0.0
-        return value
+    def take_window_max(self) -> tuple[float, float]:
+        """(lag, busy) maxima since the previous call."""
+        values = self.window_max_lag_ms, self.window_max_busy_ms
+        self.window_max_lag_ms = self.window_max_busy_ms = 0.0
+        return values
 
     def _gc_total(self) -> float:
         return self.gc_monitor.total_pause_s if self.gc_monitor is not None else 0.0
@@ -82,19 +90,26 @@ class LoopLagProbe:
         loop = self._loop
         assert loop is not None
         now = loop.time()
+        cpu = time.thread_time()
         lag_ms = (now - self._due) * 1000
-        self.record(lag_ms)
+        busy_ms = (cpu - self._cpu_at_tick) * 1000
+        self.record(lag_ms, busy_ms)
         if lag_ms > self.log_above_ms:
             gc_ms = (self._gc_total() - self._gc_pause_at_tick) * 1000
-            log.warning("event=loop_stall lag_ms=%.1f gc_pause_ms=%.1f", lag_ms, gc_ms)
+            log.warning("event=loop_stall lag_ms=%.1f cpu_ms=%.1f gc_pause_ms=%.1f", lag_ms, busy_ms, gc_ms)
         self._gc_pause_at_tick = self._gc_total()
+        self._cpu_at_tick = cpu
         # The next tick is due an interval after now, not after the missed deadline: a stall counts once.
         self._due = now + self.interval_s
         self._handle = loop.call_at(self._due, self._tick)
 
-    def record(self, lag_ms: float) -> None:
+    def record(self, lag_ms: float, busy_ms: float = 0.0) -> None:
         c = self.counters
         c.ticks += 1
+        if busy_ms > c.max_busy_ms:
+            c.max_busy_ms = busy_ms
+        if busy_ms > self.window_max_busy_ms:
+            self.window_max_busy_ms = busy_ms
         if lag_ms > c.max_lag_ms:
             c.max_lag_ms = lag_ms
         if lag_ms > self.window_max_lag_ms:
@@ -259,6 +274,7 @@ class RuntimeHealth:
         lag, gens = self.lag.counters, self.gc.generations
         return {
             "loop_ticks": lag.ticks, "loop_late": lag.late, "loop_lag_max_ms": round(lag.max_lag_ms, 1),
+            "loop_busy_max_ms": round(lag.max_busy_ms, 1),
             **{f"gc{g}_collections": gens[g].collections for g in range(3)},
             **{f"gc{g}_pause_max_ms": round(gens[g].max_pause_s * 1000, 1) for g in range(3)},
             **{f"gc{g}_cpu_max_ms": round(gens[g].max_cpu_pause_s * 1000, 1) for g in range(3)},
@@ -271,6 +287,7 @@ class RuntimeHealth:
         while True:
             await asyncio.sleep(self.summary_interval_s)
             snap = self.snapshot()
-            window_lag, window_gc = self.lag.take_window_max(), self.gc.take_window_max()
-            log.info("event=runtime_health window_lag_max_ms=%.1f window_gc_pause_max_ms=%.1f %s", window_lag,
-                     window_gc * 1000, " ".join(f"{k}={v}" for k, v in snap.items()))
+            (window_lag, window_busy), window_gc = self.lag.take_window_max(), self.gc.take_window_max()
+            log.info("event=runtime_health window_lag_max_ms=%.1f window_busy_max_ms=%.1f "
+                     "window_gc_pause_max_ms=%.1f %s", window_lag, window_busy, window_gc * 1000,
+                     " ".join(f"{k}={v}" for k, v in snap.items()))
