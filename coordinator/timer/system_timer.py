@@ -24,6 +24,7 @@ from coordinator.timer.task import PENDING_RUN, TaskCounter, TimerTask, TimerTas
 from coordinator.timer.wheel import TimingWheel
 
 Executor = Callable[[Callable[[], None]], object]
+RUN_BATCH = 256  # expired tasks run per loop callback (see _run_expired)
 
 
 class SystemTimer:
@@ -159,6 +160,12 @@ class SystemTimer:
             asyncio.get_running_loop().call_soon(run)
 
     def _run_expired(self, entries: list[TimerTaskEntry]) -> None:
+        if self._executor is None and len(entries) > RUN_BATCH:
+            # Thousands of operations can expire in one drain (groups formed together finish their initial
+            # join delay together; a stalled loop drains many buckets at once). Run them a batch per loop
+            # iteration, so I/O and other callbacks (heartbeat answers) are served in between.
+            entries, rest = entries[:RUN_BATCH], entries[RUN_BATCH:]
+            asyncio.get_running_loop().call_soon(self._run_expired, rest)
         errors: list[tuple[TimerTask, Exception]] = []
         for entry in entries:
             # A task cancelled or rescheduled since it expired is no longer PENDING_RUN; skip it.

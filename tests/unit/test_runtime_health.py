@@ -19,6 +19,8 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import GroupState
 from coordinator.runtime_health import LAG_BUCKETS_MS, GcMonitor, LoopLagProbe, RuntimeHealth
+from coordinator.timer import SystemTimer, TimerTask
+from coordinator.timer.system_timer import RUN_BATCH
 from coordinator.timer.task import TimerTaskEntry
 from tests.unit.test_group_harness import SESSION_MS, Env, drain, form_group
 
@@ -155,3 +157,34 @@ async def test_loop_lag_stays_bounded_while_groups_keep_arriving() -> None:
     assert max(g.max_pause_s for g in health.gc.generations) < 0.1, health.gc.generations
     assert health.policy.freezes > 0
     assert health.lag.counters.max_lag_ms < longest * 1000 + 250, (health.lag.counters, longest)
+
+
+class _Mark(TimerTask):
+    __slots__ = ("log", "index")
+
+    def __init__(self, log: list, index: int) -> None:
+        super().__init__(20)
+        self.log, self.index = log, index
+
+    def run(self) -> None:
+        if self.index == 0:
+            asyncio.get_running_loop().call_soon(self.log.append, "other callback")
+        self.log.append(self.index)
+
+
+async def test_many_tasks_expiring_together_let_other_callbacks_run_in_between() -> None:
+    """Groups formed together end their initial join delay together: their thousands of expirations must not
+    hold the loop as one callback."""
+    timer = SystemTimer("batch")
+    timer.start()
+    log: list = []
+    try:
+        for i in range(4 * RUN_BATCH):
+            timer.add(_Mark(log, i))
+        time.sleep(0.1)  # hold the loop until every one of them is due: one drain expires them all
+        while len(log) < 4 * RUN_BATCH + 1:
+            await asyncio.sleep(0.01)
+    finally:
+        await timer.close()
+    assert log.index("other callback") < log.index(4 * RUN_BATCH - 1)
+    assert [x for x in log if x != "other callback"] == list(range(4 * RUN_BATCH))
