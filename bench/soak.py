@@ -395,14 +395,14 @@ class ServerProcess:
         env = dict(os.environ, COORDINATOR_HEALTH_LOG_INTERVAL_S="5",
                    COORDINATOR_GC_FREEZE_EVERY=str(args.gc_freeze_every))
         if args.server == "memory":
-            command = [sys.executable, "-m", "bench.soak", "--serve-memory",
+            command = [sys.executable, "-m", "bench.soak", "--serve-memory", "--event-loop", args.event_loop,
                        "--initial-delay-ms", str(args.initial_delay_ms)]
             if args.listen_backlog is not None:
                 command += ["--listen-backlog", str(args.listen_backlog)]
             self.port = 0
         else:
             self.port = _free_port()
-            command = [sys.executable, "-m", "coordinator.cli", "serve", "--listen", f"127.0.0.1:{self.port}",
+            command = [sys.executable, "-m", "coordinator.cli", "--event-loop", args.event_loop, "serve", "--listen", f"127.0.0.1:{self.port}",
                        "--config", f"group.initial.rebalance.delay.ms={args.initial_delay_ms}"]
             if args.bootstrap_server:
                 command += ["--bootstrap-server", args.bootstrap_server]
@@ -490,8 +490,9 @@ def listen_counters() -> dict[str, int]:
 
 
 class WorkerProcess:
-    def __init__(self, spec: dict) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.soak", "--worker", json.dumps(spec)],
+    def __init__(self, spec: dict, event_loop: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.soak", "--event-loop", event_loop,
+                                      "--worker", json.dumps(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.messages: collections.deque[dict] = collections.deque()
         threading.Thread(target=self._read, daemon=True).start()
@@ -547,7 +548,7 @@ def run(args: argparse.Namespace) -> dict:
             workers.append(WorkerProcess({
                 "host": "127.0.0.1", "port": server.port, "groups": [w, args.workers, len(groups)],
                 "group_size": args.group_size, "interval_s": args.interval_s, "session_ms": args.session_ms,
-                "members_per_connection": args.members_per_connection, "form_wave": form_wave}))
+                "members_per_connection": args.members_per_connection, "form_wave": form_wave}, args.event_loop))
         formed = [w.take("formed", args.form_timeout_s) for w in workers]
         after = listen_counters()
         forming = {
@@ -590,7 +591,7 @@ def run(args: argparse.Namespace) -> dict:
     result = {
         "members": args.members, "groups": len(groups), "interval_s": args.interval_s,
         "session_ms": args.session_ms, "duration_s": args.duration_s, "server": args.server,
-        "gc_freeze_every": args.gc_freeze_every, "workers": args.workers,
+        "gc_freeze_every": args.gc_freeze_every, "workers": args.workers, "event_loop": args.event_loop,
         "members_per_connection": args.members_per_connection,
         "forming": forming,
         "answers": hist.total, "heartbeats_per_s": round(hist.total / measure["seconds"]),
@@ -642,6 +643,19 @@ def measure_loop(args: argparse.Namespace, server: ServerProcess, workers: list[
             "schedule_late_max_ms": late_max}
 
 
+def _run(coro, event_loop: str) -> None:  # type: ignore[no-untyped-def]
+    if event_loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if event_loop == "uvloop":
+                raise SystemExit("uvloop is not installed")
+        else:
+            uvloop.run(coro)
+            return
+    asyncio.run(coro)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -654,20 +668,23 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="generator processes")
     parser.add_argument("--members-per-connection", type=int, default=10,
                         help="heartbeat connections are shared (forming uses one connection per member)")
-    parser.add_argument("--form-wave", type=int, default=100_000, help="members connecting and joining at once")
+    parser.add_argument("--form-wave", type=int, default=10_000,
+                        help="members connecting and joining at once (all workers together)")
     parser.add_argument("--server", choices=["memory", "service"], default="memory")
     parser.add_argument("--bootstrap-server", default=None, help="service: Kafka to use (default: embedded)")
     parser.add_argument("--initial-delay-ms", type=int, default=3_000, help="group.initial.rebalance.delay.ms")
     parser.add_argument("--listen-backlog", type=int, default=None, help="server's listen backlog (default: its own)")
     parser.add_argument("--gc-freeze-every", type=int, default=1,
                         help="server's GC policy (COORDINATOR_GC_FREEZE_EVERY; 0 = interpreter default)")
+    parser.add_argument("--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto",
+                        help="server and generator loop; auto: uvloop when installed, as `coordinator serve` does")
     parser.add_argument("--start-timeout-s", type=float, default=180.0)
     parser.add_argument("--form-timeout-s", type=float, default=900.0)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--serve-memory", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        asyncio.run(run_worker(json.loads(args.worker)))
+        _run(run_worker(json.loads(args.worker)), args.event_loop)
         return 0
     if args.serve_memory:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -675,7 +692,7 @@ def main() -> int:
         for handler in logging.getLogger().handlers:  # forming logs ~5 lines per member: keep what we read
             handler.addFilter(lambda r: r.name != "coordinator.group" or r.levelno > logging.INFO
                               or "has failed" in r.msg)
-        asyncio.run(serve_memory(args.initial_delay_ms, args.listen_backlog))
+        _run(serve_memory(args.initial_delay_ms, args.listen_backlog), args.event_loop)
         return 0
     if args.members % args.group_size:
         parser.error("--members must be a multiple of --group-size")
