@@ -24,6 +24,7 @@ _HOOK_SETTLE_S = 0.05  # lets responses completed by the shutdown hook be writte
 # asyncio accepts up to `backlog` connections per loop iteration; the kernel's queue is what absorbs a connect
 # storm, so the loop accepts in batches of this size (other callbacks, heartbeats, run in between).
 _ACCEPT_BATCH = 128
+_SWEEP_BATCH = 5_000  # connections checked for idleness per loop iteration
 
 
 class CoordinatorServer:
@@ -133,7 +134,9 @@ class CoordinatorServer:
         while True:
             await asyncio.sleep(interval_s)
             now_ms = self.clock.now_ms()
-            for connection in list(self._connections):
+            for index, connection in enumerate(list(self._connections)):
+                if index % _SWEEP_BATCH == _SWEEP_BATCH - 1:
+                    await asyncio.sleep(0)  # 100k connections: a few ms per batch, not one long stall
                 if connection.activity != connection.activity_seen or connection.is_busy:
                     connection.activity_seen = connection.activity
                     connection.quiet_since_ms = now_ms
