@@ -54,17 +54,16 @@ _RESPONSE_BYTES = 16
 
 
 def raise_fd_limit() -> int:
-    """Open-file limit to the maximum this process may set (root may go up to fs.nr_open)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = hard
+    """Open-file limit to the maximum this process may set (with CAP_SYS_RESOURCE: fs.nr_open)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         with open("/proc/sys/fs/nr_open") as f:
             nr_open = int(f.read())
         resource.setrlimit(resource.RLIMIT_NOFILE, (nr_open, nr_open))
         return nr_open
     except (OSError, ValueError):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-        return wanted
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return hard
 
 
 # ---------------------------------------------------------------------------------------------- latency
@@ -417,6 +416,7 @@ class ServerProcess:
         self.window_gc_max_ms = 0.0
         self.failures = 0
         self.stall_lines: list[str] = []
+        self.warnings: list[str] = []  # other warnings and errors of the server, the first few
         self.tail: collections.deque[str] = collections.deque(maxlen=20)
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -440,6 +440,8 @@ class ServerProcess:
             elif "event=loop_stall" in line or "event=gc_pause" in line:
                 if len(self.stall_lines) < 1000:
                     self.stall_lines.append(line.rstrip())
+            elif (" WARNING " in line or " ERROR " in line) and "empty_assignment" not in line and len(self.warnings) < 10:
+                self.warnings.append(line.rstrip())
 
     def take_window(self) -> tuple[float, float, float]:
         """(loop lag, loop busy, collector pause) maxima, ms, since the previous call."""
@@ -532,7 +534,12 @@ class WorkerProcess:
 
 
 def run(args: argparse.Namespace) -> dict:
-    raise_fd_limit()
+    limit = raise_fd_limit()
+    heartbeat_connections = -(-args.members // args.members_per_connection)
+    if heartbeat_connections + args.form_wave + 100 > limit:
+        raise SystemExit(f"the server would need {heartbeat_connections} heartbeat connections + {args.form_wave} "
+                         f"forming ones, above the open-file limit of {limit}: raise --members-per-connection "
+                         "or lower --form-wave (or ulimit -n)")
     server = ServerProcess(args)
     workers: list[WorkerProcess] = []
     try:
@@ -564,7 +571,7 @@ def run(args: argparse.Namespace) -> dict:
         print(f"formed {forming['members']} members in {forming['seconds']} s (failed {forming['failed']}, "
               f"rejoins {forming['rejoins']}, join spread max {forming['join_spread_s_max']} s, "
               f"listen overflows {forming['listen_overflows']}, drops {forming['listen_drops']}, "
-              f"first error {forming['first_error']}); "
+              f"first error {forming['first_error']}); server warnings: {server.warnings[:3]}; "
               f"warming up {args.warmup_s:.0f} s", flush=True)
         time.sleep(args.warmup_s)
         failures_before = server.failures
@@ -612,6 +619,7 @@ def run(args: argparse.Namespace) -> dict:
         "rss_mib": {"idle": round(rss_idle), "start": rss[0], "middle": rss[len(rss) // 2], "end": rss[-1],
                     "max": max(rss)},
         "stall_lines": server.stall_lines[:5],
+        "server_warnings": server.warnings,
         "load_average": os.getloadavg(),
     }
     return result
@@ -623,7 +631,11 @@ def measure_loop(args: argparse.Namespace, server: ServerProcess, workers: list[
     rss = [round(server.rss_mib())]
     lag_max = busy_max = gc_max = gen_cpu_max = late_max = 0.0
     while (elapsed := time.monotonic() - started) < args.duration_s:
-        time.sleep(min(REPORT_S, args.duration_s - elapsed))
+        try:
+            time.sleep(min(REPORT_S, args.duration_s - elapsed))
+        except KeyboardInterrupt:  # Ctrl-C ends the measurement early, with a summary of what was measured
+            print("interrupted: summarising what was measured", flush=True)
+            break
         lag, busy, gc_ms = server.take_window()
         lag_max, busy_max, gc_max = max(lag_max, lag), max(busy_max, busy), max(gc_max, gc_ms)
         rss.append(round(server.rss_mib()))
