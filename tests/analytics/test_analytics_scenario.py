@@ -18,6 +18,7 @@ import pytest
 from analytics import synthetic
 from analytics.events import Source
 from analytics.job import run_batch
+from analytics.render import render
 from coordinator.telemetry.event_schema import new_event
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
@@ -311,3 +312,26 @@ def test_malformed_records_are_counted_and_skipped(scenario: dict[str, Any]) -> 
     assert summary["skipped"] == expected
     valid = len(scenario["raw"]) + 2  # the coordinator's events and the traced group's two
     assert scenario["result"].events == valid
+
+
+def test_report_renders_its_plots_in_chromium(scenario: dict[str, Any]) -> None:
+    """The scenario's report in headless Chromium: the three plots drawn with their bars, the tables filled,
+    no script or console error, nothing fetched from elsewhere, and a screenshot of the whole page."""
+    rendered = render(Path(scenario["out"]) / "report.html")
+    assert rendered.errors == []
+    page = rendered.page
+    assert page["external"] == [] and page["scripts"] == 0, page  # self-contained
+    assert {p["name"] for p in page["plots"]} == {"rebalances-over-time", "duration-distribution",
+                                                  "failures-by-member"}
+    for plot in page["plots"]:
+        assert plot["width"] > 400 and plot["height"] > 100 and not plot["empty"], plot
+    assert rendered.plot("failures-by-member")["bars"] == 3  # one per failing member
+    completed = sum(len(held) for held in scenario["timeline"].held_ms.values()) + 1
+    histogram = table(scenario, "duration_histogram")
+    assert sum(r["rebalances"] for r in histogram if r["group_id"] == "*") == completed
+    assert rendered.plot("duration-distribution")["bars"] == sum(1 for r in histogram if r["group_id"] == "*")
+    assert rendered.plot("rebalances-over-time")["bars"] >= 4  # four groups rebalanced
+    tables = {t["name"]: t["rows"] for t in page["tables"]}
+    assert tables["group-summary"] == 1 + 4 and tables["skipped"] == len(MALFORMED), tables
+    assert rendered.screenshot.startswith(b"\x89PNG") and len(rendered.screenshot) > 20_000
+    (Path(scenario["out"]) / "report.png").write_bytes(rendered.screenshot)
