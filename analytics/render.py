@@ -2,7 +2,7 @@
 screenshot, what the page shows (plots, their sizes and bars) and every script error or console error. Used by the
 tests (the report must render, not only exist) and to take the README's picture:
 
-    python -m analytics.render OUT/report.html docs/img/report.png
+    python -m analytics.render OUT/report.html docs/img/analytics-report.png [MAX_HEIGHT_PX]
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def _high_pipe() -> tuple[int, int]:
     return ends[0], ends[1]
 
 
-def render(report: Path, width: int = 1120, timeout_s: float = 90) -> Rendered:
+def render(report: Path, width: int = 1120, timeout_s: float = 90, max_height: int | None = None) -> Rendered:
     """Load `report` in headless Chromium; return what it shows, its errors and a full-page PNG."""
     browser_in, our_out = _high_pipe()  # we write commands, Chromium reads them on its fd 3
     our_in, browser_out = _high_pipe()  # Chromium writes on its fd 4
@@ -145,7 +145,7 @@ def render(report: Path, width: int = 1120, timeout_s: float = 90) -> Rendered:
     os.close(browser_out)
     tools = _DevTools(process, our_out, our_in)
     try:
-        return _render_page(tools, report.resolve(), width, timeout_s)
+        return _render_page(tools, report.resolve(), width, timeout_s, max_height)
     finally:
         try:
             tools.call("Browser.close", timeout_s=5)
@@ -161,7 +161,8 @@ def render(report: Path, width: int = 1120, timeout_s: float = 90) -> Rendered:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def _render_page(tools: _DevTools, report: Path, width: int, timeout_s: float) -> Rendered:
+def _render_page(tools: _DevTools, report: Path, width: int, timeout_s: float,
+                 max_height: int | None) -> Rendered:
     target = tools.call("Target.createTarget", url="about:blank", timeout_s=timeout_s)["targetId"]
     session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
     for domain in ("Page", "Runtime", "Log"):
@@ -175,9 +176,10 @@ def _render_page(tools: _DevTools, report: Path, width: int, timeout_s: float) -
     if "exceptionDetails" in evaluated:
         raise RenderError(f"inspecting the page failed: {evaluated['exceptionDetails']}")
     page = json.loads(evaluated["result"]["value"])
-    size = tools.call("Page.getLayoutMetrics", session)["cssContentSize"]
+    height = tools.call("Page.getLayoutMetrics", session)["cssContentSize"]["height"]
+    height = min(height, max_height) if max_height else height
     shot = tools.call("Page.captureScreenshot", session, format="png", captureBeyondViewport=True,
-                      clip={"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1})
+                      clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
     for event in tools.events:
         method, params = event.get("method"), event.get("params", {})
         if method == "Runtime.exceptionThrown":
@@ -190,10 +192,10 @@ def _render_page(tools: _DevTools, report: Path, width: int, timeout_s: float) -
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m analytics.render REPORT.html OUT.png", file=sys.stderr)
+    if len(argv) not in (2, 3):
+        print("usage: python -m analytics.render REPORT.html OUT.png [MAX_HEIGHT_PX]", file=sys.stderr)
         return 2
-    rendered = render(Path(argv[0]))
+    rendered = render(Path(argv[0]), max_height=int(argv[2]) if len(argv) == 3 else None)
     Path(argv[1]).write_bytes(rendered.screenshot)
     print(json.dumps({"plots": rendered.page["plots"], "errors": rendered.errors}))
     return 1 if rendered.errors else 0

@@ -1,5 +1,7 @@
 """Synthetic event histories written straight to the event topic (benchmark, `--follow` tests, trying the report).
 
+    python -m analytics.synthetic --bootstrap-server HOST:PORT [--topic T] [--events 5000] [--groups 6]
+
 The events follow the coordinator's own order for a rebalance (member_joined / member_failed / member_left →
 state_change to PreparingRebalance → rebalance_started → CompletingRebalance → Stable → rebalance_completed), so
 every table has something to count. Each group's clock advances on its own; `expected()` gives the counts.
@@ -53,10 +55,11 @@ def _rebalance(rng: random.Random, group: str, clocks: dict[str, int], generatio
     current = members[group]
     had_members = bool(current)
     if not current or roll < 0.5:
-        member = f"consumer-{rng.randint(1, 40)}-{rng.getrandbits(32):08x}"
+        slot = min(40, int(rng.paretovariate(1.0)))  # a few consumers come and go (and fail) far more often
+        member = f"consumer-{slot}-{rng.getrandbits(32):08x}"
         current.append(member)
         yield new_event("member_joined", group, now, member_id=member, group_instance_id=None,
-                        client_id=f"client-{rng.randint(1, 40)}", client_host=f"/10.0.0.{rng.randint(1, 40)}")
+                        client_id=f"consumer-{slot}", client_host=f"/10.0.{slot // 8}.{slot}")
         reason = f"Adding new member {member} with group instance id None; client reason: not provided"
     elif roll < 0.8:
         member = current.pop(rng.randrange(len(current)))
@@ -123,3 +126,22 @@ def _produce(producer: "object", topic: str, key: bytes, value: bytes) -> None:
             return
         except BufferError:
             producer.poll(0.1)  # type: ignore[attr-defined]
+
+
+def main() -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write a synthetic rebalance history to an event topic.")
+    parser.add_argument("--bootstrap-server", required=True)
+    parser.add_argument("--topic", default="__coordinator_events")
+    parser.add_argument("--events", type=int, default=5_000)
+    parser.add_argument("--groups", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    written = write(args.bootstrap_server, args.topic, history(args.events, args.groups, seed=args.seed))
+    print(f"wrote {written} synthetic events to {args.topic}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
