@@ -34,7 +34,7 @@ class TimeRange:
         for width in NICE_BUCKETS_MS:
             if self.span_ms / width <= target_buckets:
                 return width
-        return NICE_BUCKETS_MS[-1] * max(1, self.span_ms // (NICE_BUCKETS_MS[-1] * target_buckets))
+        return NICE_BUCKETS_MS[-1] * -(-self.span_ms // (NICE_BUCKETS_MS[-1] * target_buckets))  # whole days
 
 
 def reason_category(reason: "Column") -> "Column":
