@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,10 +29,13 @@ class Expected:
     duration_total_ms: Counter[str] = field(default_factory=Counter)
 
 
-def history(events: int, groups: int = 20, start_ms: int = 1_700_000_000_000, seed: int = 7,
+def history(events: int, groups: int = 20, start_ms: int | None = None, seed: int = 7,
             expected: Expected | None = None) -> Iterator[tuple[str, dict]]:
-    """(group_id, event) pairs, about `events` of them, round-robin over the groups."""
+    """(group_id, event) pairs, about `events` of them, round-robin over the groups, starting `start_ms`
+    (default: two days ago, so the topic's retention keeps them)."""
     rng = random.Random(seed)
+    if start_ms is None:
+        start_ms = int(time.time() * 1000) - 2 * 86_400_000
     clocks = {f"group-{g:03d}": start_ms + g * 1000 for g in range(groups)}
     generations = dict.fromkeys(clocks, 0)
     members: dict[str, list[str]] = {g: [] for g in clocks}
@@ -107,7 +111,7 @@ def write(bootstrap: str, topic: str, pairs: Iterator[tuple[str, dict]], extra_v
     count = 0
     try:
         for group, event in pairs:
-            _produce(producer, topic, group.encode(), json.dumps(event).encode())
+            _produce(producer, topic, group.encode(), json.dumps(event).encode(), event["ts_ms"])
             count += 1
         for value in extra_values:
             _produce(producer, topic, b"bad", value)
@@ -119,10 +123,11 @@ def write(bootstrap: str, topic: str, pairs: Iterator[tuple[str, dict]], extra_v
     return count
 
 
-def _produce(producer: "object", topic: str, key: bytes, value: bytes) -> None:
+def _produce(producer: "object", topic: str, key: bytes, value: bytes, timestamp_ms: int = 0) -> None:
+    """The record's timestamp is the event's time, as the coordinator's writer gets (it produces at once)."""
     while True:
         try:
-            producer.produce(topic, key=key, value=value)  # type: ignore[attr-defined]
+            producer.produce(topic, key=key, value=value, timestamp=timestamp_ms)  # type: ignore[attr-defined]
             return
         except BufferError:
             producer.poll(0.1)  # type: ignore[attr-defined]
