@@ -9,6 +9,7 @@ every table has something to count. Each group's clock advances on its own; `exp
 
 from __future__ import annotations
 
+import heapq
 import json
 import random
 import time
@@ -31,7 +32,7 @@ class Expected:
 
 def history(events: int, groups: int = 20, start_ms: int | None = None, seed: int = 7,
             expected: Expected | None = None) -> Iterator[tuple[str, dict]]:
-    """(group_id, event) pairs, about `events` of them, round-robin over the groups, starting `start_ms`
+    """(group_id, event) pairs, about `events` of them, in time order across the groups, starting `start_ms`
     (default: two days ago, so the topic's retention keeps them)."""
     rng = random.Random(seed)
     if start_ms is None:
@@ -40,14 +41,15 @@ def history(events: int, groups: int = 20, start_ms: int | None = None, seed: in
     generations = dict.fromkeys(clocks, 0)
     members: dict[str, list[str]] = {g: [] for g in clocks}
     produced = 0
+    due = [(clock, group) for group, clock in clocks.items()]  # the group whose clock is earliest goes next,
+    heapq.heapify(due)  # so the stream is in time order like a real topic's (--since/--until rely on it)
     while produced < events:
-        for group in clocks:
-            batch = list(_rebalance(rng, group, clocks, generations, members, expected))
-            for event in batch:
-                yield group, event
-            produced += len(batch)
-            if produced >= events:
-                break
+        _, group = heapq.heappop(due)
+        batch = list(_rebalance(rng, group, clocks, generations, members, expected))
+        for event in batch:
+            yield group, event
+        produced += len(batch)
+        heapq.heappush(due, (clocks[group], group))
     if expected is not None:
         expected.events = produced
 
