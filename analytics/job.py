@@ -92,7 +92,7 @@ def _tables(parsed: "DataFrame", events: "DataFrame", time_range: TimeRange) -> 
     return {
         "group_summary": tables.group_summary(events, episodes, states, time_range),
         "rebalances": episodes,
-        "reasons": tables.reasons(events),
+        "reasons": tables.reasons(events, time_range),
         "member_events": tables.member_events(events),
         "failing_members": tables.failing_members(events),
         "state_time": states,

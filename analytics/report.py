@@ -221,7 +221,8 @@ def render_html(data: ReportData) -> str:
              ("p95 duration", millis(overall.get("duration_p95_ms"))),
              ("time rebalancing", percent(overall.get("rebalancing_share"))),
              ("members failed", f"{overall.get('failed', 0):,}"), ("records skipped", f"{skipped:,}")]
-    reasons = [[_e(r["reason_category"]), _e(r["rebalances"])] for r in data.reasons if r["group_id"] == ALL]
+    reasons = [[_e(r["reason_category"]), _e(r["rebalances"]), f"{r.get('per_hour') or 0:.1f}"]
+               for r in data.reasons if r["group_id"] == ALL]
     slowest = [[_e(r["group_id"]), _e(r["status"]), millis(r["duration_ms"]), _e(r["reason_category"]),
                 _e(r["generation"]), _e(r["member_count"]), _trace(data, r.get("trace_id"))] for r in data.slowest]
     failing = [[_e(r["group_id"]), _e(r["client_id"]), _e(r["client_host"]), _e(r.get("group_instance_id") or "-"),
@@ -259,7 +260,7 @@ code {{ font-size: 12px; }}
 <h2>Per group</h2>
 {_summary_table(data)}
 <h2>Why groups rebalance (all groups)</h2>
-{_table("reasons", ["reason", "rebalances"], reasons)}
+{_table("reasons", ["reason", "rebalances", "per hour"], reasons)}
 <h2>Membership changes (all groups)</h2>
 {_table("member-events", ["event", "reason", "count"], members)}
 <h2>Slowest rebalances</h2>

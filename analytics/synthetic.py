@@ -41,22 +41,23 @@ def history(events: int, groups: int = 20, start_ms: int | None = None, seed: in
     generations = dict.fromkeys(clocks, 0)
     members: dict[str, list[str]] = {g: [] for g in clocks}
     produced = 0
-    due = [(clock, group) for group, clock in clocks.items()]  # the group whose clock is earliest goes next,
-    heapq.heapify(due)  # so the stream is in time order like a real topic's (--since/--until rely on it)
+    # the group whose next rebalance starts first goes next, so the stream is in time order like a real topic's
+    # (--since/--until rely on it; only a rebalance's own few seconds overlap the next one's start)
+    due = [(clock + rng.randint(5_000, 120_000), group) for group, clock in clocks.items()]
+    heapq.heapify(due)
     while produced < events:
-        _, group = heapq.heappop(due)
-        batch = list(_rebalance(rng, group, clocks, generations, members, expected))
+        start, group = heapq.heappop(due)
+        batch = list(_rebalance(rng, group, start, clocks, generations, members, expected))
         for event in batch:
             yield group, event
         produced += len(batch)
-        heapq.heappush(due, (clocks[group], group))
+        heapq.heappush(due, (clocks[group] + rng.randint(5_000, 120_000), group))
     if expected is not None:
         expected.events = produced
 
 
-def _rebalance(rng: random.Random, group: str, clocks: dict[str, int], generations: dict[str, int],
+def _rebalance(rng: random.Random, group: str, now: int, clocks: dict[str, int], generations: dict[str, int],
                members: dict[str, list[str]], expected: Expected | None) -> Iterator[dict]:
-    now = clocks[group] + rng.randint(5_000, 120_000)
     roll = rng.random()
     current = members[group]
     had_members = bool(current)

@@ -157,13 +157,14 @@ def group_summary(events: "DataFrame", episodes: "DataFrame", states: "DataFrame
         "detection_lateness_p50_ms", "detection_lateness_max_ms")
 
 
-def reasons(events: "DataFrame") -> "DataFrame":
-    """Rebalance triggers (every rebalance_started) per group and reason category."""
+def reasons(events: "DataFrame", time_range: TimeRange) -> "DataFrame":
+    """Rebalance triggers (every rebalance_started) per group and reason category, and their rate per hour."""
     from pyspark.sql import functions as F
 
     started = _of(events, "rebalance_started").select("group_id", reason_category(F.col("reason"))
                                                        .alias("reason_category"))
-    return _with_all(started).groupBy("group_id", "reason_category").agg(F.count(F.lit(1)).alias("rebalances"))
+    return (_with_all(started).groupBy("group_id", "reason_category").agg(F.count(F.lit(1)).alias("rebalances"))
+            .withColumn("per_hour", F.col("rebalances") / F.lit(time_range.span_ms / HOUR_MS)))
 
 
 def member_events(events: "DataFrame") -> "DataFrame":

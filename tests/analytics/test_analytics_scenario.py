@@ -216,7 +216,8 @@ def scenario(kafka_bootstrap: str, spark: Any, tmp_path_factory: pytest.TempPath
     raw = read_raw(kafka_bootstrap, topic)
     out = tmp_path_factory.mktemp("analytics-out")
     result = run_batch(spark, Source(kafka_bootstrap, topic), out)
-    return {"timeline": timeline, "result": result, "raw": raw, "out": out, "spark": spark}
+    return {"timeline": timeline, "result": result, "raw": raw, "out": out, "spark": spark, "traced_ms": now,
+            "source": Source(kafka_bootstrap, topic)}
 
 
 def read_raw(bootstrap: str, topic: str) -> list[dict[str, Any]]:
@@ -335,3 +336,16 @@ def test_report_renders_its_plots_in_chromium(scenario: dict[str, Any]) -> None:
     assert tables["group-summary"] == 1 + 4 and tables["skipped"] == len(MALFORMED), tables
     assert rendered.screenshot.startswith(b"\x89PNG") and len(rendered.screenshot) > 20_000
     (Path(scenario["out"]) / "report.png").write_bytes(rendered.screenshot)
+
+
+def test_since_and_until_select_events_by_their_time(scenario: dict[str, Any], tmp_path: Path) -> None:
+    """Only the traced group's two events lie in [traced_ms, traced_ms + 1 s): the coordinator's events are
+    older (read through the pushdown's margin, then filtered out exactly)."""
+    source = scenario["source"]
+    since = scenario["traced_ms"]
+    ranged = Source(source.bootstrap, source.topic, since_ms=since, until_ms=since + 1_000)
+    result = run_batch(scenario["spark"], ranged, tmp_path)
+    assert result.events == 2
+    assert [row["group_id"] for row in result.summary] == ["*", "traced"]
+    assert (result.time_range.start_ms, result.time_range.end_ms) == (since, since + 1_000)
+    assert result.group("traced")["rebalances"] == 1 and result.group("traced")["duration_max_ms"] == 5
