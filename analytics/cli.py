@@ -121,7 +121,8 @@ def _batch(spark: Any, source: Any, args: argparse.Namespace, started: float) ->
     from analytics.report import millis, percent
 
     result = run_batch(spark, source, args.out, args.jaeger_url, progress=_progress)
-    print(f"{result.events} events, {len(result.summary) - 1} groups, "
+    groups = sum(1 for row in result.summary if row["group_id"] != "*")
+    print(f"{result.events} events, {groups} groups, "
           f"{sum(result.skipped.values())} records skipped {dict(sorted(result.skipped.items())) or ''}")
     print(f"{'group':<32} {'rebalances':>10} {'p50':>9} {'p95':>9} {'max':>9} {'rebal%':>7} {'joined':>6} "
           f"{'left':>5} {'failed':>6}")
