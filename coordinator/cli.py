@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
                             "or offsets.topic.num.partitions=10 (repeatable)")
     serve.set_defaults(run=_run_serve)
+
+    from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs
+
+    add_analyze_command(commands)
     return parser
 
 
