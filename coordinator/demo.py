@@ -115,12 +115,23 @@ async def _run_consumers(options: DemoOptions, service_options: ServiceOptions, 
 
 
 async def _maybe_start_jaeger(stack: contextlib.AsyncExitStack, options: DemoOptions) -> str | None:
-    """Jaeger from the telemetry feature when this build has it (`coordinator.embedded.jaeger`)."""
+    """Jaeger from the telemetry feature (`coordinator.embedded.jaeger`) when this build has it and a binary is at
+    hand (PATH, or the module build scripts/setup.sh makes); the coordinator then exports to it through the
+    standard OTEL_* variables (unless the user set their own endpoint). None when unavailable."""
     try:
         jaeger_module = importlib.import_module("coordinator.embedded.jaeger")
     except ImportError:
         return None
-    starter = getattr(jaeger_module, "start_for_demo", None)
-    if starter is None:
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return None  # the user's own collector
+    try:
+        binary = jaeger_module.find_jaeger(None, build=False)
+        jaeger = jaeger_module.EmbeddedJaeger(binary.path)
+        jaeger.start()  # on this (the loop's) thread: the process dies with the thread that started it
+    except Exception as exc:  # no binary, or it would not start: the demo runs without traces
+        log.warning("event=demo_jaeger_unavailable error=%s", exc)
         return None
-    return await starter(stack, options.state_dir)
+    stack.callback(jaeger.stop)
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = jaeger.otlp_http_endpoint
+    os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+    return jaeger.query_url
