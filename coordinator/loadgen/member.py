@@ -104,7 +104,7 @@ class SimMember:
             except Rejoin as rejoin:
                 reason = rejoin.reason
             except Rediscover:
-                await self._drop_connection()
+                await self.drop_connection()
                 await self._back_off()
             except Fenced:
                 self.state = "stopped"
@@ -113,7 +113,7 @@ class SimMember:
             except TRANSIENT as exc:
                 self.sim.stats.connection_errors += 1
                 log.debug("event=member_reconnect group=%s member=%s error=%r", self.group_id, self.member_id, exc)
-                await self._drop_connection()
+                await self.drop_connection()
                 await self._back_off()
 
     async def _ensure_connection(self) -> None:
@@ -126,13 +126,11 @@ class SimMember:
             self.client = await KafkaClient.connect(host, port, client_id=self.sim.options.client_id,
                                                     timeout_ms=self.sim.options.request_timeout_ms)
 
-    async def _drop_connection(self, abort: bool = False) -> None:
+    async def drop_connection(self, abort: bool = False) -> None:
         client, self.client = self.client, None
         if client is None:
             return
-        if abort and client._transport is not None:  # a crash: RST, no goodbye
-            client._transport.abort()
-        await client.close()
+        await (client.abort() if abort else client.close())  # abort: a crash, RST and no goodbye
 
     async def _back_off(self) -> None:
         self.phase = "back-off"
@@ -348,7 +346,7 @@ class SimMember:
             await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
         if abort:
-            await self._drop_connection(abort=True)
+            await self.drop_connection(abort=True)
 
     async def leave(self) -> None:
         """LeaveGroup, as a closing consumer sends it (dynamic members; a static member's close does not)."""

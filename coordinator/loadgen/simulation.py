@@ -199,7 +199,7 @@ class Simulation:
         await _bounded([asyncio.ensure_future(m.halt(abort=False)) for m in self.members], "members")
         if self.options.leave_on_exit and not self.options.static:
             await _bounded([asyncio.ensure_future(m.leave()) for m in self.members if m.state == "stable"], "leaves")
-        await _bounded([asyncio.ensure_future(m._drop_connection()) for m in self.members], "connections")
+        await _bounded([asyncio.ensure_future(m.drop_connection()) for m in self.members], "connections")
         await self.close_discovery()
         if self.watcher is not None:
             await asyncio.to_thread(self.watcher.stop)
