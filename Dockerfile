@@ -5,6 +5,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY protocol ./protocol
 COPY coordinator ./coordinator
+COPY analytics ./analytics
 RUN python -m venv /opt/coordinator \
  && /opt/coordinator/bin/pip install --no-cache-dir '.[speed]'
 

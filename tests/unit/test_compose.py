@@ -79,6 +79,16 @@ def test_hadolint_passes_the_dockerfile() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_image_gets_every_package_the_cli_imports() -> None:
+    """pyproject's packages must all be copied into the build stage (the CLI imports each at start)."""
+    import tomllib
+
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")}
+    for pattern in packages:
+        assert pattern.rstrip("*") in copied, (pattern, copied)
+
+
 def test_kafka_is_a_complete_single_node_kraft_config(compose: dict[str, Any]) -> None:
     kafka = services(compose)["kafka"]
     assert kafka["image"] == f"apache/kafka:{kafka_version()}"  # the version our embedded broker runs
