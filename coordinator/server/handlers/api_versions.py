@@ -1,5 +1,6 @@
-"""ApiVersions (18): our ranges, straight from protocol.apis.SERVED_APIS (KIP-511 behaviour for versions we
-do not serve is `unsupported_version_reply`)."""
+"""ApiVersions (18): our ranges, straight from protocol.apis.SERVED_APIS, or with the relay the table it
+advertises (ours for the group APIs, intersected with the cluster's for the rest: coordinator/relay/versions.py).
+KIP-511 behaviour for versions we do not serve is `unsupported_version_reply`."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     if version >= 3 and not _valid_software(body.client_software_name, body.client_software_version):
         return build(response_class(API_KEY, version), error_code=error(_INVALID_REQUEST), api_keys=(),
                      throttle_time=ZERO_DURATION)
+    if ctx.relay is not None:
+        return _table_response(version, tuple(ctx.relay.advertised.items()))
     return _supported_response(version)
 
 
@@ -39,6 +42,14 @@ def _supported_response(version: int) -> Any:
         entry(api_key=int(api.key), min_version=api.min_version, max_version=api.max_version)
         for api in sorted(SERVED_APIS.values(), key=lambda api: api.key)
     )
+    return build(cls, error_code=error(0), api_keys=api_keys, throttle_time=ZERO_DURATION)
+
+
+@cache
+def _table_response(version: int, table: tuple[tuple[int, tuple[int, int]], ...]) -> Any:
+    cls = response_class(API_KEY, version)
+    entry = item_class(cls, "api_keys")
+    api_keys = tuple(entry(api_key=key, min_version=low, max_version=high) for key, (low, high) in table)
     return build(cls, error_code=error(0), api_keys=api_keys, throttle_time=ZERO_DURATION)
 
 
