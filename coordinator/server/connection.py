@@ -358,6 +358,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def _fail(self, header: RequestHeader, exc: BaseException | None = None) -> None:
         """Our bug, not the peer's: log it with the request, close the connection."""
+        if exc is not None and type(exc).__name__ == "UpstreamUnavailable":  # the cluster's outage, not a bug
+            self.abort("upstream_unavailable", f"api_key={header.api_key} {exc}")
+            return
         log.error("event=handler_failed peer=%s api_key=%d api_version=%d correlation_id=%d",
                   self.peer, header.api_key, header.api_version, header.correlation_id,
                   exc_info=exc if exc is not None else True)
