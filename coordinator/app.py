@@ -95,10 +95,9 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
 def _relay(options: ServiceOptions, bootstrap: str) -> Relay | None:
     if options.relay is None:
         return None
-    from protocol.apis import SERVED_APIS
+    from coordinator.server.handlers import served_ranges
 
-    served = {int(key): (api.min_version, api.max_version) for key, api in SERVED_APIS.items()}
-    return Relay(options.relay, bootstrap, served=served, max_frame_bytes=options.server.max_frame_bytes)
+    return Relay(options.relay, bootstrap, served=served_ranges(), max_frame_bytes=options.server.max_frame_bytes)
 
 
 def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:

@@ -15,6 +15,7 @@ import struct
 from functools import cache
 from typing import Any, NamedTuple
 
+from kio.index import KioIndexError, UnknownAPIKey
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.serial.readers import read_unsigned_varint
@@ -56,16 +57,14 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 def decode_request(frame: bytes) -> Request:
     """Decode a request frame (size prefix removed).
 
-    Raises UnknownApiKey / UnsupportedVersion for APIs or versions outside our table (the server answers
-    ApiVersions itself in that case, and closes the connection for anything else), CorruptRequest otherwise.
+    Decodes any (API, version) kio has a schema for: which ones are *served* is the server's decision, checked
+    before this (coordinator/server/handlers SERVED_APIS). Raises UnknownApiKey / UnsupportedVersion for an API or
+    version kio does not know, CorruptRequest otherwise.
     """
     if len(frame) < _HEADER_PREFIX.size:
         raise CorruptRequest(f"frame of {len(frame)} bytes is shorter than a request header")
     api_key, api_version, correlation_id, client_id_length = _HEADER_PREFIX.unpack_from(frame)
-    spec = _SPECS.get((api_key, api_version))
-    if spec is None:
-        _raise_unserved(api_key, api_version, correlation_id)
-    flexible, body_class, native_reader = spec
+    flexible, body_class, native_reader = _spec(api_key, api_version, correlation_id)
     offset = _HEADER_PREFIX.size
     client_id = None
     if client_id_length >= 0:
@@ -86,10 +85,22 @@ def decode_request(frame: bytes) -> Request:
     return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body)
 
 
-def _raise_unserved(api_key: int, api_version: int, correlation_id: int) -> None:
-    if apis.served_api(api_key) is None:
-        raise UnknownApiKey(f"unknown api_key={api_key} correlation_id={correlation_id}")
-    raise UnsupportedVersion(f"api_key={api_key} api_version={api_version} is not served")
+def _spec(api_key: int, api_version: int, correlation_id: int) -> tuple[bool, type, Any]:
+    """(flexible, kio class, native reader or None) of an (API, version), built once and kept."""
+    spec = _SPECS.get((api_key, api_version))
+    if spec is not None:
+        return spec
+    try:
+        body_class = apis.request_class(api_key, api_version)
+    except UnknownAPIKey:
+        raise UnknownApiKey(f"unknown api_key={api_key} correlation_id={correlation_id}") from None
+    except KioIndexError:
+        raise UnsupportedVersion(f"api_key={api_key} api_version={api_version} has no schema") from None
+    # kio's native array readers trust the peer's length prefix (see protocol.tolerant): no native reader for
+    # schemas with arrays
+    native_reader = None if has_arrays(body_class) else _reader(body_class)
+    spec = _SPECS[(api_key, api_version)] = (bool(body_class.__flexible__), body_class, native_reader)
+    return spec
 
 
 def _utf8(raw: bytes) -> str:
@@ -135,19 +146,6 @@ def _read_tolerantly(body_class: type, frame: bytes, offset: int) -> tuple[Any, 
         raise CorruptRequest(f"{body_class.__name__} v{body_class.__version__}: {exc!r}") from exc
 
 
-def _build_specs() -> dict[tuple[int, int], tuple[bool, type, Any]]:
-    """(flexible, kio class, native reader or None) per served (API, version), so decoding a request is one lookup."""
-    specs = {}
-    for api in apis.SERVED_APIS.values():
-        for version in range(api.min_version, api.max_version + 1):
-            body_class = apis.request_class(api.key, version)
-            # kio's native array readers trust the peer's length prefix (see protocol.tolerant): no native
-            # reader for schemas with arrays
-            native_reader = None if has_arrays(body_class) else _reader(body_class)
-            specs[(int(api.key), version)] = (apis.is_flexible(api.key, version), body_class, native_reader)
-    return specs
-
-
 @cache
 def _reader(entity_class: type) -> Any:
     return entity_reader(entity_class)
@@ -158,7 +156,7 @@ def _writer(entity_class: type) -> Any:
     return entity_writer(entity_class)
 
 
-_SPECS = _build_specs()
+_SPECS: dict[tuple[int, int], tuple[bool, type, Any]] = {}
 
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:

@@ -28,11 +28,11 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from coordinator.server.context import ConnectionContext, java_host_string
-from coordinator.server.handlers import HANDLERS
+from coordinator.server.handlers import HANDLERS, SERVED_APIS
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from protocol.apis import ApiKey
 from protocol.codec import RequestHeader, decode_request, encode_response, peek_header
-from protocol.errors import InvalidFrameSize, ProtocolError, UnsupportedVersion
+from protocol.errors import InvalidFrameSize, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.framing import FrameReader
 
 if TYPE_CHECKING:
@@ -165,7 +165,10 @@ class Connection(asyncio.BufferedProtocol):
         self._apply_read_limit()
 
     def _handle_frame(self, frame: bytes) -> None:
-        if self._relay is not None and not self._route_locally(frame):
+        if self._relay is not None:
+            if not self._route_locally(frame):
+                return
+        elif not self._served(frame):
             return
         try:
             request = decode_request(frame)
@@ -182,6 +185,19 @@ class Connection(asyncio.BufferedProtocol):
             self._drive(header, outcome)
         else:
             self._respond(header, outcome)
+
+    def _served(self, frame: bytes) -> bool:
+        """Whether a handler here serves the request's (API, version); if not, it is rejected right away."""
+        if len(frame) >= 4:
+            api_key, api_version = _API_KEY_AND_VERSION.unpack_from(frame)
+            api = SERVED_APIS.get(api_key)
+            if api is not None and api.min_version <= api_version <= api.max_version:
+                return True
+            error: ProtocolError = (UnknownApiKey(f"unknown api_key={api_key}") if api is None else
+                                    UnsupportedVersion(f"api_key={api_key} api_version={api_version} is not served"))
+            self._reject(frame, error)
+            return False
+        return True  # too short for a header: the decoder says why
 
     def _reject(self, frame: bytes, exc: ProtocolError) -> None:
         """Kafka answers only an unsupported ApiVersions version (KIP-511); anything else closes the connection."""

@@ -17,7 +17,8 @@ from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
 from kio.serial import entity_writer
 
 from protocol import apis, codec
-from protocol.apis import SERVED_APIS, ApiKey
+from coordinator.server.handlers import SERVED_APIS
+from protocol.apis import ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
 

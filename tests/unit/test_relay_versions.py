@@ -7,11 +7,11 @@ from kio.schema.produce.v3.request import ProduceRequest as ProduceV3
 from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
 
 from coordinator.relay.versions import LOCAL_KEYS, Route, advertised_ranges, produce_expects_response, route_of
-from protocol.apis import SERVED_APIS
+from coordinator.server.handlers import served_ranges
 from protocol.codec import encode_request
 from protocol.messages import build
 
-SERVED = {int(key): (api.min_version, api.max_version) for key, api in SERVED_APIS.items()}
+SERVED = served_ranges()
 # a Kafka 4.1 broker's ranges for some keys
 UPSTREAM = {0: (3, 12), 1: (4, 17), 2: (1, 10), 3: (0, 13), 8: (2, 10), 10: (0, 6), 11: (0, 9), 18: (0, 4),
             28: (0, 5), 55: (0, 2), 60: (0, 2), 68: (0, 1), 69: (0, 1), 76: (1, 1), 78: (1, 1), 36: (0, 2),

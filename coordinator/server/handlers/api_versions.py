@@ -1,4 +1,4 @@
-"""ApiVersions (18): our ranges, straight from protocol.apis.SERVED_APIS, or with the relay the table it
+"""ApiVersions (18): our ranges, straight from the handlers' SERVED_APIS, or with the relay the table it
 advertises (ours for the group APIs, intersected with the cluster's for the rest: coordinator/relay/versions.py).
 KIP-511 behaviour for versions we do not serve is `unsupported_version_reply`."""
 
@@ -9,11 +9,12 @@ from functools import cache
 from typing import Any
 
 from coordinator.server.context import ConnectionContext
-from protocol.apis import SERVED_APIS, ApiKey, response_class
+from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader, encode_response_frame
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.API_VERSIONS
+VERSIONS = (0, 4)
 _INVALID_REQUEST = 42
 _UNSUPPORTED_VERSION = 35
 # ApiVersionsRequest v3+ ClientSoftwareName/Version must look like this (Kafka's ApiVersionsRequest.isValid).
@@ -36,6 +37,8 @@ def _valid_software(name: str, version: str) -> bool:
 
 @cache
 def _supported_response(version: int) -> Any:
+    from coordinator.server.handlers import SERVED_APIS  # the package imports this module first
+
     cls = response_class(API_KEY, version)
     entry = item_class(cls, "api_keys")
     api_keys = tuple(
@@ -57,7 +60,6 @@ def unsupported_version_reply(correlation_id: int) -> bytes:
     """KIP-511: an ApiVersions request at a version we do not serve gets UNSUPPORTED_VERSION and our ApiVersions
     range, in a v0 body behind a v0 header, so any client can read it and retry with a version we know."""
     cls = response_class(API_KEY, 0)
-    own = SERVED_APIS[API_KEY]
-    entry = item_class(cls, "api_keys")(api_key=int(API_KEY), min_version=own.min_version, max_version=own.max_version)
+    entry = item_class(cls, "api_keys")(api_key=int(API_KEY), min_version=VERSIONS[0], max_version=VERSIONS[1])
     body = cls(error_code=error(_UNSUPPORTED_VERSION), api_keys=(entry,))
     return encode_response_frame(correlation_id, 0, body)

@@ -13,6 +13,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.FIND_COORDINATOR
+VERSIONS = (0, 6)
 _GROUP_KEY_TYPE = 0
 _TRANSACTION_KEY_TYPE = 1
 _NONE, _COORDINATOR_NOT_AVAILABLE, _INVALID_REQUEST = 0, 15, 42

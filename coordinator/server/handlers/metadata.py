@@ -13,6 +13,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.METADATA
+VERSIONS = (0, 12)
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 _AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 

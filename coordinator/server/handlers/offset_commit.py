@@ -18,6 +18,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error, item_class, ms
 
 API_KEY = ApiKey.OFFSET_COMMIT
+VERSIONS = (2, 9)  # Kafka 4.0's floor: v0-1 are ZooKeeper-only
 
 
 def to_request(ctx: ConnectionContext, header: RequestHeader, body: Any) -> api.OffsetCommitRequest:
