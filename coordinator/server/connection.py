@@ -284,9 +284,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             route = self._relay.route(api_key, api_version)  # type: ignore[union-attr]
         except ProtocolError as exc:
-            if api_key == ApiKey.API_VERSIONS:
-                return True  # the decoder answers it (KIP-511)
-            self._reject(frame, exc)
+            self._reject(frame, exc)  # an ApiVersions version we do not know gets KIP-511's answer
             return False
         if route.value != "relayed":
             return True
