@@ -14,7 +14,7 @@ from protocol.client import KafkaClient
 
 from tests.integration.test_e2e_kafka_cli import consumer_groups, table
 from tests.integration.test_e2e_support import commit, fetch_offsets, service, unique, until_loaded
-from tests.interop.relay_support import FAST, create_topic, produce
+from tests.interop.relay_support import FAST, create_topic, described_group, listed_groups, produce, split_address
 from tests.unit.test_server_env import request
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -50,7 +50,13 @@ async def test_offset_commits_are_checked_against_the_cluster_and_kafka_tools_sh
         assert [(rows[(topic, str(p))][current], rows[(topic, str(p))][end], rows[(topic, str(p))][lag])
                 for p in range(3)] == [("5", "10", "5"), ("10", "10", "0"), ("1", "10", "9")], described
 
-        await _check_the_advertised_table_and_rewritten_addresses(client, running.port, kafka_bootstrap)
+        broker_listener = await _check_the_advertised_table_and_rewritten_addresses(client, running.port,
+                                                                                    kafka_bootstrap)
+        # the group APIs are ours on a broker's listener too: the cluster's coordinator never sees them
+        assert group in await listed_groups("127.0.0.1", broker_listener)
+        assert (await described_group("127.0.0.1", broker_listener, group)).group_state == "Empty"
+        upstream_host, upstream_port = split_address(kafka_bootstrap.split(",")[0])
+        assert group not in await listed_groups(upstream_host, upstream_port)
 
         reset = await run(consumer_groups, running.port, "--reset-offsets", "--group", group, "--topic", topic,
                           "--to-earliest", "--execute")
@@ -59,7 +65,8 @@ async def test_offset_commits_are_checked_against_the_cluster_and_kafka_tools_sh
         await client.close()
 
 
-async def _check_the_advertised_table_and_rewritten_addresses(client: KafkaClient, port: int, cluster: str) -> None:
+async def _check_the_advertised_table_and_rewritten_addresses(client: KafkaClient, port: int, cluster: str) -> int:
+    """Checks ApiVersions, Metadata and FindCoordinator through the relay; returns broker 1's listener port."""
     versions = client.api_versions  # what ApiVersions through the relay advertised
     assert versions[ApiKey.JOIN_GROUP] == (0, 9) and versions[ApiKey.OFFSET_COMMIT] == (2, 9)  # ours
     assert versions[0][1] <= 9 and versions[1][1] <= 15  # Produce/Fetch below KIP-951's NodeEndpoints
@@ -91,3 +98,4 @@ async def _check_the_advertised_table_and_rewritten_addresses(client: KafkaClien
         raw.recv(size - 6)
         raw.sendall(struct.pack(">ihhih", 10, 28, 3, 8, -1))  # TxnOffsetCommit
         assert raw.recv(1) == b""
+    return brokers[1][1]
