@@ -80,8 +80,8 @@ def decode_request(frame: bytes) -> Request:
         body, size = _read_tolerantly(body_class, frame, offset)
     else:
         body, size = _read_natively(native_reader, body_class, frame, offset)
-    if offset + size != len(frame):
-        raise CorruptRequest(f"{len(frame) - offset - size} trailing bytes after {body_class.__name__}")
+    # Bytes after the body are ignored, as Kafka's request parsing does: librdkafka 2.x sends three after an
+    # all-topics Metadata v12 request (AdminClient.list_topics), and Kafka answers it.
     return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body)
 
 

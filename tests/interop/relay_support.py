@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -36,16 +37,39 @@ async def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, 
         await asyncio.sleep(interval_s)
 
 
-def relay_ports() -> tuple[int, int]:
-    """(bootstrap port, relay base port) for a single broker of node id 1: its listener gets a free port too."""
+def relay_ports(brokers: int = 1) -> tuple[int, int]:
+    """(bootstrap port, relay base port) for brokers of node ids 1..brokers: base + id are free ports too."""
     bootstrap = free_port()
-    broker_listener = free_port()
-    return bootstrap, broker_listener - 1
+    for _ in range(50):
+        first = free_port()
+        if first + brokers - 1 <= 65_535 and all(_bindable(first + i) for i in range(1, brokers)):
+            return bootstrap, first - 1
+    raise AssertionError(f"no {brokers} consecutive free ports")
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 6) -> None:
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 6, replication: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(30)
+
+
+def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> leader node id, as Metadata (through the relay or not) tells it."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    return {p.id: p.leader for p in metadata.topics[topic].partitions.values()}
+
+
+def brokers_seen(bootstrap: str) -> dict[int, tuple[str, int]]:
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
+    return {b.id: (b.host, b.port) for b in metadata.brokers.values()}
 
 
 def produce(bootstrap: str, topic: str, first: int, count: int, partitions: int = 6) -> dict[int, list[str]]:
@@ -55,7 +79,7 @@ def produce(bootstrap: str, topic: str, first: int, count: int, partitions: int 
     values = {p: [f"p{p}-{n}" for n in range(first, first + count)] for p in range(partitions)}
     for partition, texts in values.items():
         for text in texts:
-            producer.produce(topic, value=text.encode(), partition=partition)
+            producer.produce(topic, key=text.encode(), value=text.encode(), partition=partition)
     assert producer.flush(60) == 0, "records not delivered"
     return values
 
@@ -120,10 +144,56 @@ class ConsumerProcess:
             self.stderr = await self.process.stderr.read()
 
 
+class JavaMember:
+    """Kafka's Java consumer (tests/interop/java_consumer.py) seen through the ConsumerProcess interface; records
+    carry their key, which the producers here set to the value."""
+
+    kind = "java"
+
+    def __init__(self, name: str, bootstrap: str, topic: str, group: str, assignor: str, session_ms: int) -> None:
+        from tests.interop.java_consumer import JavaConsumer
+
+        self.name = name
+        self.consumer = JavaConsumer(bootstrap, group, topic, assignor=assignor, session_timeout_ms=session_ms,
+                                     heartbeat_interval_ms=max(session_ms // 6, 100), client_id=name)
+        self.stderr = b""
+
+    async def start(self) -> JavaMember:
+        return self
+
+    @property
+    def assigned(self) -> list[int]:
+        return sorted(partition for _topic, partition in self.consumer.assignment)
+
+    @property
+    def records(self) -> list[tuple[int, int, str, bool]]:
+        failed = any(event.startswith("COMMIT_FAILED") for event in self.consumer.events)
+        return [(r.partition, r.offset, r.key or "", not failed) for r in list(self.consumer.records)]
+
+    @property
+    def closed(self) -> bool:
+        return self.consumer.closed
+
+    async def kill(self) -> None:
+        await asyncio.to_thread(self.consumer.kill)
+
+    async def terminate(self, timeout_s: float = 30) -> None:
+        await asyncio.to_thread(self.consumer.terminate, timeout_s)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.consumer.close, 30)
+        self.stderr = self.consumer.diagnostics().encode()
+
+
 async def start_consumers(specs: list[tuple[str, str]], bootstrap: str, topic: str, group: str,
-                          assignor: str, session_ms: int = 6_000) -> list[ConsumerProcess]:
-    return [await ConsumerProcess(kind, name, bootstrap, topic, group, assignor, session_ms).start()
-            for kind, name in specs]
+                          assignor: str, session_ms: int = 6_000) -> list[Any]:
+    started: list[Any] = []
+    for kind, name in specs:
+        if kind == "java":
+            started.append(await asyncio.to_thread(JavaMember, name, bootstrap, topic, group, assignor, session_ms))
+        else:
+            started.append(await ConsumerProcess(kind, name, bootstrap, topic, group, assignor, session_ms).start())
+    return started
 
 
 async def stop_all(consumers: list[ConsumerProcess]) -> None:

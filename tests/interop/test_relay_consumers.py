@@ -36,7 +36,8 @@ async def produce_with_aiokafka(bootstrap: str, topic: str, first: int, count: i
     await producer.start()
     try:
         values = {p: [f"p{p}-{n}" for n in range(first, first + count)] for p in range(6)}
-        sent = [await producer.send(topic, text.encode(), partition=p) for p, texts in values.items() for text in texts]
+        sent = [await producer.send(topic, text.encode(), key=text.encode(), partition=p)
+                for p, texts in values.items() for text in texts]
         await asyncio.gather(*sent)
         return values
     finally:
