@@ -1,5 +1,5 @@
-"""Stock consumers bootstrapped to `coordinator serve` (relay on): librdkafka (confluent-kafka) and aiokafka
-consumers in one group share a real topic, every record consumed once, offsets committed to us, while the
+"""Stock consumers bootstrapped to `coordinator serve` (relay on): librdkafka (confluent-kafka), aiokafka and Java
+(kafka-clients) consumers in one group share a real topic, every record consumed once, offsets committed to us, while the
 cluster's own group coordinator never hears of the group. Records are produced through the relay too (acks=all,
 idempotent), by both clients."""
 
@@ -57,17 +57,17 @@ def check_exactly_once(consumers: list, produced: dict[int, list[str]]) -> None:
 
 
 @pytest.mark.parametrize("assignor", ["range", "roundrobin"])
-async def test_confluent_and_aiokafka_consumers_share_a_topic_through_the_relay(kafka_bootstrap: str,
-                                                                               assignor: str) -> None:
+async def test_confluent_aiokafka_and_java_consumers_share_a_topic_through_the_relay(kafka_bootstrap: str,
+                                                                                    assignor: str) -> None:
     topic, group = unique(f"relay-{assignor}"), unique(f"relay-{assignor}-group")
     await asyncio.to_thread(create_topic, kafka_bootstrap, topic)
     async with service(kafka_bootstrap, unique("__state"), *FAST, relay=True) as running:
         bootstrap = f"127.0.0.1:{running.port}"
         specs = [("confluent", "rdk-1"), ("confluent", "rdk-2"), ("confluent", "rdk-3"),
-                 ("aiokafka", "aio-1"), ("aiokafka", "aio-2")]
+                 ("aiokafka", "aio-1"), ("aiokafka", "aio-2"), ("java", "java-1")]
         consumers = await start_consumers(specs, bootstrap, topic, group, assignor)
         try:
-            await wait_until(lambda: settled_assignment(consumers), TIMEOUT_S, "five consumers sharing six partitions")
+            await wait_until(lambda: settled_assignment(consumers), TIMEOUT_S, "six consumers sharing six partitions")
             # produced through the relay once the group is settled: no rebalance can hand a record out twice
             produced = await asyncio.to_thread(produce, bootstrap, topic, 0, HALF)
             more = await produce_with_aiokafka(bootstrap, topic, HALF, HALF)
@@ -80,7 +80,7 @@ async def test_confluent_and_aiokafka_consumers_share_a_topic_through_the_relay(
             assert committed == {p: RECORDS_PER_PARTITION for p in range(6)}, committed
 
             ours = await described_group("127.0.0.1", running.port, group)
-            assert (ours.group_state, ours.protocol_data, len(ours.members)) == ("Stable", assignor, 5), ours
+            assert (ours.group_state, ours.protocol_data, len(ours.members)) == ("Stable", assignor, 6), ours
             assert {m.client_id for m in ours.members} == {name for _kind, name in specs}
             upstream_host, upstream_port = split_address(kafka_bootstrap.split(",")[0])
             assert group not in await listed_groups(upstream_host, upstream_port)

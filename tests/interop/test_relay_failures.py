@@ -1,6 +1,7 @@
 """Consumers through the relay when things break: a consumer SIGKILLed (the group notices at its session
 timeout, the others carry on from its committed offsets), a consumer closed cleanly (LeaveGroup: the rebalance
-starts at once), and the cooperative-sticky assignor's incremental rebalances through the relay."""
+starts at once), and the cooperative-sticky assignor's incremental rebalances through the relay (librdkafka and
+Java; aiokafka has no cooperative assignor)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ async def test_cooperative_sticky_consumers_rebalance_incrementally_through_the_
     await asyncio.to_thread(create_topic, kafka_bootstrap, topic)
     async with service(kafka_bootstrap, unique("__state"), *FAST, relay=True) as running:
         bootstrap = f"127.0.0.1:{running.port}"
-        first_two = await start_consumers([("confluent", "coop-1"), ("confluent", "coop-2")], bootstrap, topic,
+        first_two = await start_consumers([("confluent", "coop-1"), ("java", "coop-java")], bootstrap, topic,
                                           group, "cooperative-sticky")
         consumers = list(first_two)
         try:
