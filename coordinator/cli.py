@@ -91,7 +91,8 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         raise SystemExit(f"coordinator serve: bad --config: {exc}")
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
-                              advertised_port=advertised_port, node_id=node_id)
+                              advertised_port=advertised_port, node_id=node_id,
+                              listen_backlog=args.listen_backlog)
         relay = None if args.no_relay else RelayConfig(
             base_port=args.relay_base_port, advertised_host=args.relay_advertised_host,
             buffer_memory_bytes=args.relay_buffer_memory, max_block_ms=args.relay_max_block_ms)
@@ -166,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="HOST:PORT to accept Kafka clients on (env COORDINATOR_LISTEN)")
     serve.add_argument("--advertised-listener", type=_host_port, default=env("COORDINATOR_ADVERTISED_LISTENER"),
                        help="HOST:PORT told to clients in Metadata/FindCoordinator (default: the listen address)")
+    serve.add_argument("--listen-backlog", type=int, default=int(env("COORDINATOR_LISTEN_BACKLOG", "65535")),
+                       help="connections the kernel queues before they are accepted (Kafka's "
+                            "socket.listen.backlog.size; env COORDINATOR_LISTEN_BACKLOG); the kernel caps it at "
+                            "net.core.somaxconn, see docs/operations.md")
     serve.add_argument("--node-id", type=int,
                        default=int(env("COORDINATOR_NODE_ID")) if env("COORDINATOR_NODE_ID") else None,
                        help="the coordinator's node id in Metadata/FindCoordinator (default 2000000000 with the "
@@ -201,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
                             "or offsets.topic.num.partitions=10 (repeatable)")
     serve.set_defaults(run=_run_serve)
+
+    from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs
+
+    add_analyze_command(commands)
     return parser
 
 
