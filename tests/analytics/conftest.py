@@ -9,6 +9,14 @@ from collections.abc import Iterator
 import pytest
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Spark's tests run after every other test: on a loaded machine the broker-outage e2e tests were seen to fail
+    right after them in the same process (and pass alone), cause not yet found; this keeps them apart."""
+    spark_tests = [item for item in items if "/tests/analytics/" in str(item.path)]
+    if spark_tests:
+        items[:] = [item for item in items if item not in spark_tests] + spark_tests
+
+
 @pytest.fixture(scope="package")
 def spark() -> Iterator[object]:
     from pyspark import SparkContext
