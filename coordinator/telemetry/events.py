@@ -19,7 +19,7 @@ from coordinator.group.observer import GroupObserver
 from coordinator.storage.config import StorageConfig
 from coordinator.timer.clock import Clock, WallClock
 
-log = logging.getLogger("coordinator.storage.events")
+log = logging.getLogger("coordinator.telemetry.events")
 
 EVENT_SCHEMA_VERSION = 1
 _POLL_INTERVAL_S = 0.1
