@@ -1,0 +1,126 @@
+"""Coordinator metrics through the OpenTelemetry metrics API (exported by OTLP and/or the Prometheus endpoint).
+
+Events (rebalances, failures, expirations) are counted by `MetricsObserver`, a group observer. What is a level
+(groups by state, members, purgatory sizes, connections) or already counted by the code that owns it (heartbeats:
+one integer increment on the hot path) is read by observable instruments at collection time only, so a
+heartbeat costs nothing more with metrics on. Prometheus names: dots become underscores, counters end in
+`_total`, e.g. `coordinator_rebalances_total{reason="session_timeout"}`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter as Tally
+from collections.abc import Iterable
+from typing import Any, Callable
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from coordinator.group.observer import GroupObserver
+from coordinator.telemetry.tracing import reason_category
+
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+
+class MetricsObserver(GroupObserver):
+    def __init__(self, meter: Meter) -> None:
+        self.meter = meter
+        self.rebalances = meter.create_counter(
+            "coordinator.rebalances", description="Rebalances started, by reason category")
+        self.rebalance_duration = meter.create_histogram(
+            "coordinator.rebalance.duration", unit="ms",
+            description="From PreparingRebalance until Stable or Empty (superseded rebalances included)")
+        self.session_expirations = meter.create_counter(
+            "coordinator.session.expirations", description="Members removed because their session timed out")
+        self.member_failures = meter.create_counter(
+            "coordinator.member.failures", description="Members removed by the coordinator, by reason")
+        self.members_joined = meter.create_counter("coordinator.members.joined", description="New member ids")
+        self.members_left = meter.create_counter("coordinator.members.left", description="LeaveGroup removals")
+        self.rebalance_in_progress = meter.create_counter(
+            "coordinator.rebalance_in_progress.responses", description="Requests answered REBALANCE_IN_PROGRESS")
+        self.offset_commits = meter.create_counter(
+            "coordinator.offset.commits", description="Partitions committed")
+        self.append_duration = meter.create_histogram(
+            "coordinator.state_topic.append.duration", unit="ms",
+            description="Appends to the state topic until Kafka acknowledged them")
+
+    # --- group observer -------------------------------------------------------------------------------------
+    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
+        self.rebalances.add(1, {"reason": reason_category(reason)})
+
+    def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
+        self.rebalance_duration.record(duration_ms, {"outcome": "stable" if member_count else "empty"})
+
+    def on_member_session_expired(self, group_id: str, member_id: str, client_id: str, client_host: str,
+                                  session_timeout_ms: int, since_last_heartbeat_ms: int) -> None:
+        self.session_expirations.add(1)
+
+    def on_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
+        self.member_failures.add(1, {"reason": reason})  # a handful of fixed strings in group logic
+
+    def on_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                         client_host: str) -> None:
+        self.members_joined.add(1)
+
+    def on_member_left(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
+        self.members_left.add(1)
+
+    def on_rebalance_in_progress(self, group_id: str, member_id: str, api: str) -> None:
+        self.rebalance_in_progress.add(1, {"api": api})
+
+    def on_offsets_committed(self, group_id: str, member_id: str, partition_count: int) -> None:
+        self.offset_commits.add(partition_count)
+
+    # --- levels read at collection time ---------------------------------------------------------------------
+    def watch_coordinator(self, coordinator: Any) -> None:
+        """Groups by state, members, heartbeats and the purgatories of a GroupCoordinator."""
+
+        def groups(_options: CallbackOptions) -> Iterable[Observation]:
+            tally = Tally(group.state.value for group in list(coordinator.groups.values()))
+            return [Observation(tally.get(state, 0), {"state": state}) for state in GROUP_STATES]
+
+        def members(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(sum(group.size for group in list(coordinator.groups.values())))]
+
+        def heartbeats(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(coordinator.heartbeat_count)]
+
+        def purgatory(attribute: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            def observe(_options: CallbackOptions) -> Iterable[Observation]:
+                return [Observation(getattr(p, attribute), {"purgatory": p.name})
+                        for p in (coordinator.heartbeat_purgatory, coordinator.rebalance_purgatory)]
+            return observe
+
+        meter = self.meter
+        meter.create_observable_gauge("coordinator.groups", [groups], description="Groups by state")
+        meter.create_observable_gauge("coordinator.members", [members], description="Members of all groups")
+        meter.create_observable_counter("coordinator.heartbeats", [heartbeats], description="Heartbeats handled")
+        meter.create_observable_gauge("coordinator.purgatory.watched", [purgatory("watched")],
+                                      description="Delayed operations watched, per purgatory")
+        meter.create_observable_gauge("coordinator.purgatory.delayed", [purgatory("delayed")],
+                                      description="Delayed operations waiting in the timer, per purgatory")
+
+    def watch_connections(self, connection_count: Callable[[], int]) -> None:
+        self.meter.create_observable_gauge(
+            "coordinator.connections", [lambda _options: [Observation(connection_count())]],
+            description="Open client connections")
+
+    def instrument_store(self, store: Any) -> None:
+        """Time the store's appends (group records and offset commits) until acknowledged."""
+        for method, kind in (("store_group", "group"), ("store_offsets", "offsets")):
+            setattr(store, method, self._timed(getattr(store, method), kind))
+
+    def _timed(self, append: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        histogram = self.append_duration
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            outcome = "error"
+            try:
+                result = await append(*args, **kwargs)
+                outcome = "ok"
+                return result
+            finally:
+                histogram.record((time.perf_counter() - started) * 1000, {"record": kind, "outcome": outcome})
+
+        return timed
