@@ -15,3 +15,5 @@ if [ ! -e "$stamp" ]; then
   touch "$stamp"
 fi
 .venv/bin/python -c "from coordinator.embedded import ensure_jars; ensure_jars()"
+# A real Jaeger (v2 all-in-one) built from its Go module into the same cache, once per machine (minutes cold).
+.venv/bin/python -c "from coordinator.embedded.jaeger import ensure_jaeger; ensure_jaeger()"
