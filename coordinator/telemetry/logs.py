@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+# Lines written while the rebalance's trace exists. (A join or leave is logged just before the rebalance it
+# causes begins, when the trace id at hand would still be the previous rebalance's: those lines get none.)
 _TRACED_EVENTS = ("event=rebalance", "event=group_stabilized", "event=group_empty", "event=members_not",
-                  "event=member_added", "event=member_left", "event=assignment", "event=static_member",
-                  "event=no_member_rejoined")
+                  "event=assignment", "event=no_member_rejoined", "event=join_complete")
 
 
 class TraceIdFilter(logging.Filter):

@@ -4,6 +4,7 @@ for service `coordinator` with the member-failed event."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.parse
@@ -13,11 +14,15 @@ from typing import Any
 
 import pytest
 
+from coordinator.embedded.broker import free_port
 from coordinator.embedded.jaeger import EmbeddedJaeger, built_jaeger
 from coordinator.group.state import GroupState
 from coordinator.telemetry.otel import start_telemetry
+from tests.integration.test_e2e_event_topic import REBALANCE_IN_PROGRESS, read_events
+from tests.integration.test_e2e_support import service, unique, until_loaded
 from tests.telemetry_scenario import run_failure_scenario, telemetry_env
 from tests.unit.test_group_harness import form_group
+from tests.unit.test_server_env import heartbeat, join, join_with_member_id, sync
 
 pytestmark = pytest.mark.integration
 
@@ -116,3 +121,80 @@ async def test_traces_reach_jaeger_over_otlp_grpc(jaeger: EmbeddedJaeger) -> Non
     query = urllib.parse.urlencode({"service": "coordinator-grpc", "lookback": "1h"})
     traces = wait_for(lambda: get_json(f"{jaeger.query_url}/api/traces?{query}")["data"])
     assert {s["operationName"] for s in traces[0]["spans"]} >= {"rebalance", "join phase", "sync phase"}
+
+
+async def test_coordinator_serve_traces_a_real_rebalance_into_jaeger(jaeger: EmbeddedJaeger,
+                                                                     kafka_bootstrap: str) -> None:
+    """The whole path: `coordinator serve` configured by OTEL_* variables, clients on the wire, the state and
+    event topics in real Kafka, the trace in real Jaeger, the counters on the Prometheus endpoint, and the trace
+    id shared by the event topic's records and the log lines."""
+    group = unique("traced")
+    event_topic = unique("__events")
+    metrics_port = free_port()
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_http_endpoint, "OTEL_SERVICE_NAME": "coordinator",
+            "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    settings = ("group.initial.rebalance.delay.ms=300", "group.min.session.timeout.ms=1000")
+    async with service(kafka_bootstrap, unique("__state"), *settings, event_topic=event_topic,
+                       extra_args=("--metrics-listen", f"127.0.0.1:{metrics_port}"), extra_env=otel) as running:
+        a, b = await running.client(), await running.client()
+        await until_loaded(a, group)
+        first = await asyncio.gather(join_with_member_id(a, group, session_timeout_ms=20_000),
+                                     join_with_member_id(b, group, session_timeout_ms=1_500))
+        a_id, b_id, generation = first[0].member_id, first[1].member_id, first[0].generation_id
+        members = {a_id: a, b_id: b}
+        plan = {a_id: b"A", b_id: b"B"}
+        synced = await asyncio.gather(*(sync(c, group, generation, m, plan if m == first[0].leader else None)
+                                        for m, c in members.items()))
+        assert [s.error_code for s in synced] == [0, 0]
+        deadline = time.monotonic() + 15
+        while (await a.request(heartbeat(group, generation, a_id))).error_code != REBALANCE_IN_PROGRESS:
+            assert time.monotonic() < deadline, "b's session never expired"
+            await asyncio.sleep(0.2)
+        again = await join(a, group, a_id, session_timeout_ms=20_000)
+        assert again.error_code == 0
+        assert (await sync(a, group, again.generation_id, a_id, {a_id: b"A"})).error_code == 0
+        metrics = await asyncio.to_thread(scrape, f"http://127.0.0.1:{metrics_port}/metrics")
+        for client in (a, b):
+            await client.close()
+        assert await running.terminate() == 0  # flushes the spans
+        log_text = running.log_text()
+
+    assert metrics[("coordinator_rebalances_total", "session_timeout")] == 1
+    assert metrics[("coordinator_session_expirations_total", "")] == 1
+
+    def traced_failure() -> dict[str, Any] | None:
+        trace = failed_member_trace(jaeger)
+        return trace if trace and any(t["value"] == group for s in trace["spans"] for t in s["tags"]) else None
+
+    trace = wait_for(traced_failure)
+    names = {span["operationName"] for span in trace["spans"]}
+    assert {"rebalance", "join phase", "sync phase", "state-topic write", f"JoinGroup wait {a_id}"} <= names
+    root = next(span for span in trace["spans"] if span["operationName"] == "rebalance")
+    failed = [{f["key"]: f["value"] for f in log["fields"]} for log in root["logs"]]
+    failed = next(fields for fields in failed if fields.get("event") == "member failed")
+    assert failed["message"] == f"Member {b_id} in group {group} has failed, removing it from the group"
+    assert failed["coordinator.session_timeout_ms"] == 1_500
+    assert 1_500 <= failed["coordinator.since_last_heartbeat_ms"] <= 4_000
+
+    def failure_event(events: list[dict[str, Any]]) -> bool:
+        return any(e["type"] == "member_failed" for e in events)
+
+    events = await asyncio.to_thread(read_events, kafka_bootstrap, event_topic, group, failure_event)
+    assert next(e for e in events if e["type"] == "member_failed")["trace_id"] == trace["traceID"]
+    assert f"event=rebalance_trace_started group={group} generation=1 reason_category=session_timeout " \
+           f"trace_id={trace['traceID']}" in log_text
+    assert f"Member {b_id} in group {group} has failed, removing it from the group\n" in log_text
+
+
+def scrape(url: str) -> dict[tuple[str, str], float]:
+    """Prometheus samples by (name, the reason label or ""), summed over the exporter's other labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = (s.name, s.labels.get("reason", ""))
+            samples[key] = samples.get(key, 0.0) + s.value
+    return samples

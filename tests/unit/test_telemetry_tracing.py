@@ -4,6 +4,7 @@ trace ids. Metrics: the Prometheus endpoint's rebalance and expiry counters move
 
 from __future__ import annotations
 
+import logging
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -35,7 +36,9 @@ def roots(spans: list[ReceivedSpan]) -> list[ReceivedSpan]:
     return sorted((s for s in spans if s.name == "rebalance" and not s.parent_span_id), key=lambda s: s.start_ns)
 
 
-async def test_a_failed_member_rebalance_is_one_trace(receiver: OtlpReceiver) -> None:
+async def test_a_failed_member_rebalance_is_one_trace(receiver: OtlpReceiver,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="coordinator")
     telemetry = start_telemetry(env={}, trace_exporter=OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces"))
     base = time.time_ns()
     env, instrumented, events = telemetry_env(telemetry, base)
@@ -121,6 +124,14 @@ async def test_a_failed_member_rebalance_is_one_trace(receiver: OtlpReceiver) ->
     assert by_type["member_failed"][0]["trace_id"] == second.trace_id  # written before the root span existed
     assert [r["trace_id"] for r in by_type["rebalance_started"]] == [first.trace_id, second.trace_id]
     assert [r["trace_id"] for r in by_type["rebalance_completed"]] == [first.trace_id, second.trace_id]
+
+    # --- log lines: the rebalance's lines carry its trace id; the failure line stays exactly Kafka's ------------
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("event=rebalance_prepare group=g generation=1 ")
+               and line.endswith(f" trace_id={second.trace_id}") for line in lines), lines
+    assert f"Member {b.member_id} in group g has failed, removing it from the group" in lines
+    assert any(line.startswith("event=rebalance_complete group=g generation=2 ")
+               and line.endswith(f" trace_id={second.trace_id}") for line in lines), lines
 
 
 async def test_superseded_rebalance_ends_in_error_and_links_to_the_next(receiver: OtlpReceiver) -> None:
