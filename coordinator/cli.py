@@ -68,8 +68,8 @@ async def _run_jaeger(args: argparse.Namespace) -> int:
               f"  UI and query API  {jaeger.query_url}  (e.g. {jaeger.query_url}/api/traces?service=coordinator)\n"
               f"  OTLP/HTTP         {jaeger.otlp_http_endpoint}\n"
               f"  OTLP/gRPC         {jaeger.otlp_grpc_endpoint}\n"
-              f"send the coordinator's traces here:\n"
-              f"  export OTEL_EXPORTER_OTLP_ENDPOINT={jaeger.otlp_http_endpoint}", flush=True)
+              f"send the coordinator's traces here (Jaeger takes traces only, not metrics):\n"
+              f"  export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={jaeger.otlp_http_endpoint}/v1/traces", flush=True)
         await _stop_on_signals().wait()
     finally:
         await asyncio.to_thread(jaeger.stop)

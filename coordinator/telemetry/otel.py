@@ -111,6 +111,18 @@ def _protocol(env: Mapping[str, str], signal: str) -> str:
     return protocol
 
 
+def _endpoint(env: Mapping[str, str], signal: str, protocol: str) -> str | None:
+    """The OTLP endpoint from `env` (the exporters would read os.environ themselves): the signal's own as given,
+    else the base one, with `/v1/<signal>` appended for HTTP as the specification says."""
+    own = env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")
+    if own:
+        return own
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not base or protocol == _GRPC:
+        return base or None
+    return f"{base.rstrip('/')}/v1/{signal.lower()}"
+
+
 def _trace_exporter(env: Mapping[str, str], describe: list[str]) -> SpanExporter | None:
     names = _wanted(env, "TRACES")
     if not names:
@@ -124,13 +136,15 @@ def _trace_exporter(env: Mapping[str, str], describe: list[str]) -> SpanExporter
         return ConsoleSpanExporter()
     if name != "otlp":
         raise TelemetryConfigError(f"OTEL_TRACES_EXPORTER={name!r} is not supported (otlp, console or none)")
-    if _protocol(env, "TRACES") == _GRPC:
+    protocol = _protocol(env, "TRACES")
+    endpoint = _endpoint(env, "TRACES", protocol)
+    if protocol == _GRPC:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
         describe.append("traces: OTLP/gRPC")
-        return GrpcSpanExporter()
+        return GrpcSpanExporter(endpoint=endpoint)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     describe.append("traces: OTLP/HTTP")
-    return OTLPSpanExporter()
+    return OTLPSpanExporter(endpoint=endpoint)
 
 
 def _metric_readers(env: Mapping[str, str], describe: list[str]) -> list[MetricReader]:
@@ -143,13 +157,16 @@ def _metric_readers(env: Mapping[str, str], describe: list[str]) -> list[MetricR
             readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
             describe.append("metrics: console")
         elif name == "otlp":
-            if _protocol(env, "METRICS") == _GRPC:
+            protocol = _protocol(env, "METRICS")
+            endpoint = _endpoint(env, "METRICS", protocol)
+            if protocol == _GRPC:
                 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
-                readers.append(PeriodicExportingMetricReader(Grpc()))  # interval: OTEL_METRIC_EXPORT_INTERVAL
+                # interval: OTEL_METRIC_EXPORT_INTERVAL
+                readers.append(PeriodicExportingMetricReader(Grpc(endpoint=endpoint)))
                 describe.append("metrics: OTLP/gRPC")
             else:
                 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-                readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+                readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=endpoint)))
                 describe.append("metrics: OTLP/HTTP")
         else:
             raise TelemetryConfigError(f"OTEL_METRICS_EXPORTER={name!r} is not supported "

@@ -65,7 +65,8 @@ def failed_member_trace(jaeger: EmbeddedJaeger) -> dict[str, Any] | None:
 
 async def test_jaeger_returns_the_rebalance_trace_with_the_failed_member(jaeger: EmbeddedJaeger) -> None:
     telemetry = start_telemetry(env={"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-                                     "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_http_endpoint})
+                                     "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_http_endpoint,
+                                     "OTEL_METRICS_EXPORTER": "none"})  # Jaeger takes traces only
     assert telemetry.describe == ["traces: OTLP/HTTP"]
     env, instrumented, events = telemetry_env(telemetry, time.time_ns() - 60 * 10**9)  # spans end in the past
     try:
@@ -108,7 +109,7 @@ async def test_jaeger_returns_the_rebalance_trace_with_the_failed_member(jaeger:
 
 async def test_traces_reach_jaeger_over_otlp_grpc(jaeger: EmbeddedJaeger) -> None:
     telemetry = start_telemetry(env={"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "coordinator-grpc",
-                                     "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_grpc_endpoint})
+                                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": jaeger.otlp_grpc_endpoint})
     assert telemetry.describe == ["traces: OTLP/gRPC"]
     env, instrumented, _events = telemetry_env(telemetry, time.time_ns() - 30 * 10**9)
     try:
@@ -131,8 +132,8 @@ async def test_coordinator_serve_traces_a_real_rebalance_into_jaeger(jaeger: Emb
     group = unique("traced")
     event_topic = unique("__events")
     metrics_port = free_port()
-    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_http_endpoint, "OTEL_SERVICE_NAME": "coordinator",
-            "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    otel = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{jaeger.otlp_http_endpoint}/v1/traces",
+            "OTEL_SERVICE_NAME": "coordinator", "OTEL_BSP_SCHEDULE_DELAY": "200"}
     settings = ("group.initial.rebalance.delay.ms=300", "group.min.session.timeout.ms=1000")
     async with service(kafka_bootstrap, unique("__state"), *settings, event_topic=event_topic,
                        extra_args=("--metrics-listen", f"127.0.0.1:{metrics_port}"), extra_env=otel) as running:
