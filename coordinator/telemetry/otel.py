@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,10 +64,17 @@ class Telemetry:
 
 
 def resource(env: Mapping[str, str] | None = None) -> Resource:
+    """OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME (which wins) read from `env`; service name `coordinator`
+    when neither names one."""
     env = os.environ if env is None else env
-    detected = Resource.create({})
-    named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
-    return detected if named else detected.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+    attributes: dict[str, str] = {}
+    for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            attributes[key.strip()] = urllib.parse.unquote(value.strip())
+    attributes["service.name"] = (env.get("OTEL_SERVICE_NAME") or attributes.get("service.name")
+                                  or DEFAULT_SERVICE_NAME)
+    return Resource.create(attributes)
 
 
 def start_telemetry(metrics_listen: tuple[str, int] | None = None, env: Mapping[str, str] | None = None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -37,8 +38,11 @@ def jaeger() -> Iterator[EmbeddedJaeger]:
 
 
 def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:  # Jaeger explains itself in the body
+        raise AssertionError(f"GET {url}: {exc.code} {exc.read()[:500]!r}") from None
 
 
 def wait_for(fetch: Any, timeout_s: float = 30.0) -> Any:
@@ -98,7 +102,7 @@ async def test_jaeger_returns_the_rebalance_trace_with_the_failed_member(jaeger:
     # the v3 API (OTLP JSON) finds it too, searching by service within a time window
     now_us = time.time_ns() // 1000
     v3 = urllib.parse.urlencode({
-        "query.service_name": "coordinator",
+        "query.service_name": "coordinator", "query.num_traces": 20,
         "query.start_time_min": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_us / 1e6 - 3600)),
         "query.start_time_max": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_us / 1e6 + 60))})
     found = get_json(f"{jaeger.query_url}/api/v3/traces?{v3}")
