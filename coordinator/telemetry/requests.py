@@ -42,9 +42,12 @@ class _Wrapper:
             attributes: dict[str, Any] = {SYSTEM: "kafka", "rpc.method": api}
             if len(groups) == 1:
                 attributes[GROUP] = groups[0]
-            member_id = getattr(req, "member_id", None)
-            if member_id:
-                attributes[MEMBER_ID] = member_id
+            members = [m.member_id for m in getattr(req, "members", ())] or [getattr(req, "member_id", "")]
+            members = [m for m in members if m]
+            if len(members) == 1:
+                attributes[MEMBER_ID] = members[0]
+            elif members:
+                attributes["coordinator.member.ids"] = members
             with tracer.start_as_current_span(api, kind=SpanKind.SERVER, links=links, attributes=attributes,
                                               record_exception=True) as span:
                 response = await handler(req)

@@ -24,8 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace import (Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer, get_current_span,
+                                 set_span_in_context)
 
 from coordinator.group.observer import GroupObserver
 
@@ -155,10 +157,14 @@ class RebalanceTracer(GroupObserver):
             links.append(Link(previous.root.get_span_context(), {"coordinator.link": "superseded rebalance"}))
         elif group_id in self._last:
             links.append(Link(self._last[group_id], {"coordinator.link": "previous rebalance"}))
+        request = get_current_span().get_span_context()
+        if request.is_valid:  # started inside a traced request (a LeaveGroup, a commit): it stays its own trace
+            links.append(Link(request, {"coordinator.link": "request that started it"}))
         reserved = self._reserved.pop(group_id, None)
         if reserved is not None and self._ids is not None:
             self._ids.preset_trace_id = reserved
-        root = self._tracer.start_span("rebalance", kind=SpanKind.INTERNAL, links=links, start_time=now,
+        root = self._tracer.start_span("rebalance", context=Context(), kind=SpanKind.INTERNAL, links=links,
+                                       start_time=now,
                                        attributes={SYSTEM: "kafka", GROUP: group_id,
                                                    "coordinator.generation.previous": generation,
                                                    "coordinator.state.previous": old_state})

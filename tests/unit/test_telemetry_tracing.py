@@ -16,7 +16,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from coordinator.telemetry.otel import start_telemetry
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.telemetry_scenario import (B_LATE_MS, WRITE_MS, ms_to_ns, run_failure_scenario, telemetry_env)
-from tests.unit.test_group_harness import SESSION_MS, advance_until_joined
+from coordinator.group.errors import Errors
+from tests.unit.test_group_harness import SESSION_MS, advance_until_joined, form_group
 
 GROUP = "messaging.consumer.group.name"
 
@@ -200,3 +201,45 @@ async def test_prometheus_endpoint_counts_rebalances_and_expirations() -> None:
         marks.stable_ms - marks.failed_ms) + (marks.first_stable_ms - marks.first_join_ms)
     assert value(after, "coordinator_state_topic_append_duration_milliseconds_count", record="group") >= 2
     assert value(after, "coordinator_purgatory_watched", purgatory="Heartbeat") >= 0
+
+
+async def test_other_group_requests_are_spans_linked_to_the_rebalance(receiver: OtlpReceiver) -> None:
+    from coordinator.group import api
+
+    telemetry = start_telemetry(env={}, trace_exporter=OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces"))
+    env, instrumented, _events = telemetry_env(telemetry)
+    try:
+        a, b = env.client("a"), env.client("b")
+        await form_group(env, a, b)
+        committed = await env.coordinator.commit_offsets(api.OffsetCommitRequest(
+            "g", a.generation, a.member_id, [api.OffsetCommitRequestTopic("t", [
+                api.OffsetCommitRequestPartition(0, 42)])]))
+        assert committed.topics[0].partitions[0].error_code.name == "NONE"
+        stale = await env.coordinator.commit_offsets(api.OffsetCommitRequest(
+            "g", a.generation + 5, a.member_id, [api.OffsetCommitRequestTopic("t", [
+                api.OffsetCommitRequestPartition(0, 43)])]))
+        assert stale.topics[0].partitions[0].error_code.name == "ILLEGAL_GENERATION"
+        await env.coordinator.describe_groups(api.DescribeGroupsRequest(["g"]))
+        assert await b.leave() == Errors.NONE
+    finally:
+        await env.close()
+        instrumented.uninstall()
+        telemetry.shutdown()
+    spans = receiver.wait_for(lambda spans: any(s.name == "LeaveGroup" for s in spans))
+    rebalance = roots(spans)[0]
+    requests = {s.name: s for s in spans if s.name in ("OffsetCommit", "DescribeGroups", "LeaveGroup")}
+    assert set(requests) == {"OffsetCommit", "DescribeGroups", "LeaveGroup"}
+    commits = [s for s in spans if s.name == "OffsetCommit"]
+    assert [s.status_code for s in commits] == [0, 2]
+    assert commits[1].attributes["coordinator.error"] == "ILLEGAL_GENERATION"
+    for span in requests.values():
+        assert span.kind == 2 and not span.parent_span_id  # SERVER, a trace of its own
+        assert span.trace_id != rebalance.trace_id
+        assert [(link[0], link[1]) for link in span.links] == [(rebalance.trace_id, rebalance.span_id)]
+        assert span.attributes[GROUP] == "g"
+    assert requests["LeaveGroup"].attributes["coordinator.member.id"] == b.member_id
+    assert commits[0].attributes["coordinator.member.id"] == a.member_id
+    # the leave started the next rebalance: a trace of its own, linked to the first and to the LeaveGroup
+    assert len(roots(spans)) == 2
+    assert [(link[0], link[2]["coordinator.link"]) for link in roots(spans)[1].links] == [
+        (rebalance.trace_id, "previous rebalance"), (requests["LeaveGroup"].trace_id, "request that started it")]
