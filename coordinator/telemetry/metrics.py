@@ -105,6 +105,38 @@ class MetricsObserver(GroupObserver):
             "coordinator.connections", [lambda _options: [Observation(connection_count())]],
             description="Open client connections")
 
+    def watch_runtime_health(self, health: Any) -> None:
+        """The event loop's lag probe and the collector monitor (coordinator/runtime_health.py), read on collection."""
+        lag, collector = health.lag.counters, health.gc
+
+        def late_ticks(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(lag.late)]
+
+        def late_ms(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(lag.total_late_ms)]
+
+        def max_lag(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(lag.max_lag_ms)]
+
+        def collections(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(g.collections, {"generation": str(i)}) for i, g in enumerate(collector.generations)]
+
+        def pauses(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(g.total_pause_s * 1000, {"generation": str(i)})
+                    for i, g in enumerate(collector.generations)]
+
+        meter = self.meter
+        meter.create_observable_counter("coordinator.loop.late_ticks", [late_ticks],
+                                        description="Loop-lag probe ticks later than the recording threshold")
+        meter.create_observable_counter("coordinator.loop.lag.late", [late_ms], unit="ms",
+                                        description="Total lateness of those ticks")
+        meter.create_observable_gauge("coordinator.loop.lag.max", [max_lag], unit="ms",
+                                      description="Largest loop lag seen since start")
+        meter.create_observable_counter("coordinator.gc.collections", [collections],
+                                        description="Garbage collections, per generation")
+        meter.create_observable_counter("coordinator.gc.pause", [pauses], unit="ms",
+                                        description="Time spent in garbage collections, per generation")
+
     def instrument_store(self, store: Any) -> None:
         """Time the store's appends (group records and offset commits) until acknowledged."""
         for method, kind in (("store_group", "group"), ("store_offsets", "offsets")):
