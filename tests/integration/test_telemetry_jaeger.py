@@ -203,3 +203,42 @@ def scrape(url: str) -> dict[tuple[str, str], float]:
             key = (s.name, s.labels.get("reason", ""))
             samples[key] = samples.get(key, 0.0) + s.value
     return samples
+
+
+def test_coordinator_jaeger_command_runs_and_stops_cleanly() -> None:
+    """`coordinator jaeger` with no jaeger on PATH: says it uses the module build (no UI), prints endpoints that
+    answer, and stops Jaeger on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from coordinator.embedded.broker import process_alive
+
+    if built_jaeger() is None:
+        pytest.fail("the project's Jaeger build is missing: run scripts/setup.sh")
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if not os.path.exists(os.path.join(p, "jaeger")))
+    process = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "jaeger"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PATH": path})
+    try:
+        lines = []
+        assert process.stdout is not None
+        while not lines or not lines[-1].startswith("  export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="):
+            line = process.stdout.readline()
+            assert line, f"coordinator jaeger ended early: {lines} {process.stderr.read() if process.stderr else ''}"
+            lines.append(line.rstrip("\n"))
+        assert lines[0].startswith("jaeger: module build v2.13.0")
+        assert "placeholder instead of the web UI" in lines[1]
+        pid = int(next(line for line in lines if line.startswith("Jaeger running")).split("pid ")[1].split(")")[0])
+        query = next(line for line in lines if line.strip().startswith("UI and query API")).split()[4]
+        assert "data" in get_json(f"{query}/api/services")
+        endpoint = lines[-1].split("=", 1)[1]
+        assert endpoint.startswith("http://127.0.0.1:") and endpoint.endswith("/v1/traces")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        assert not process_alive(pid)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
