@@ -9,6 +9,7 @@ heartbeat costs nothing more with metrics on. Prometheus names: dots become unde
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable
@@ -20,6 +21,55 @@ from coordinator.group.observer import GroupObserver
 from coordinator.telemetry.tracing import reason_category
 
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+
+class GroupCensus:
+    """Groups by state and members, for the collector's thread. Up to `direct_limit` groups they are counted on
+    the spot (a few ms); above, a scan on the event loop in slices of `slice_size` groups, one slice per loop
+    iteration, so a scrape never holds the loop for O(groups): the figures are then the last finished scan's
+    (a scrape starts the next one)."""
+
+    def __init__(self, coordinator: Any, direct_limit: int = 20_000, slice_size: int = 2_000) -> None:
+        self.coordinator = coordinator
+        self.direct_limit, self.slice_size = direct_limit, slice_size
+        self._loop = asyncio.get_running_loop()
+        self._last: tuple[dict[str, int], int] = ({}, 0)
+        self._scanning = False
+
+    def read(self, fresh: bool = True) -> tuple[dict[str, int], int]:
+        """`fresh=False`: the figures of the previous read (the second instrument of one collection)."""
+        groups = self.coordinator.groups
+        if not fresh:
+            return self._last
+        if len(groups) > self.direct_limit:
+            if not self._scanning:
+                self._scanning = True
+                self._loop.call_soon_threadsafe(self._start_scan)
+            return self._last
+        self._last = _count(list(groups.values()))
+        return self._last
+
+    def _start_scan(self) -> None:
+        self._loop.create_task(self._scan(), name="group-census")
+
+    async def _scan(self) -> None:
+        try:
+            snapshot = list(self.coordinator.groups.values())
+            by_state: Tally[str] = Tally()
+            members = 0
+            for start in range(0, len(snapshot), self.slice_size):
+                part_states, part_members = _count(snapshot[start:start + self.slice_size])
+                by_state.update(part_states)
+                members += part_members
+                await asyncio.sleep(0)
+            self._last = (dict(by_state), members)
+        finally:
+            self._scanning = False
+
+
+def _count(groups: list[Any]) -> tuple[dict[str, int], int]:
+    by_state = Tally(group.state for group in groups)
+    return {state.value: n for state, n in by_state.items()}, sum(len(group.members) for group in groups)
 
 
 class MetricsObserver(GroupObserver):
@@ -75,12 +125,14 @@ class MetricsObserver(GroupObserver):
     def watch_coordinator(self, coordinator: Any) -> None:
         """Groups by state, members, heartbeats and the purgatories of a GroupCoordinator."""
 
+        census = GroupCensus(coordinator)  # `groups` is registered first, so it is collected first
+
         def groups(_options: CallbackOptions) -> Iterable[Observation]:
-            tally = Tally(group.state.value for group in list(coordinator.groups.values()))
-            return [Observation(tally.get(state, 0), {"state": state}) for state in GROUP_STATES]
+            by_state, _members = census.read()
+            return [Observation(by_state.get(state, 0), {"state": state}) for state in GROUP_STATES]
 
         def members(_options: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(sum(group.size for group in list(coordinator.groups.values())))]
+            return [Observation(census.read(fresh=False)[1])]  # read by `groups` just before
 
         def heartbeats(_options: CallbackOptions) -> Iterable[Observation]:
             return [Observation(coordinator.heartbeat_count)]

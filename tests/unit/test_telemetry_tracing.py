@@ -4,6 +4,7 @@ trace ids. Metrics: the Prometheus endpoint's rebalance and expiry counters move
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import urllib.request
@@ -243,3 +244,22 @@ async def test_other_group_requests_are_spans_linked_to_the_rebalance(receiver: 
     assert len(roots(spans)) == 2
     assert [(link[0], link[2]["coordinator.link"]) for link in roots(spans)[1].links] == [
         (rebalance.trace_id, "previous rebalance"), (requests["LeaveGroup"].trace_id, "request that started it")]
+
+
+async def test_group_census_of_many_groups_runs_on_the_loop_in_slices() -> None:
+    from coordinator.group.metadata import GroupMetadata
+    from coordinator.group.observer import GroupObserver
+    from coordinator.group.state import GroupState
+    from coordinator.telemetry.metrics import GroupCensus
+
+    class Coordinator:
+        groups = {f"g{i}": GroupMetadata(f"g{i}", GroupState.STABLE if i % 2 else GroupState.EMPTY, 0,
+                                         GroupObserver()) for i in range(50)}
+
+    census = GroupCensus(Coordinator(), direct_limit=10, slice_size=7)
+    assert census.read() == ({}, 0)  # above the limit: the first read starts a scan on the loop
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert census.read() == ({"Stable": 25, "Empty": 25}, 0)
+    small = GroupCensus(Coordinator(), direct_limit=100)
+    assert small.read() == ({"Stable": 25, "Empty": 25}, 0)  # counted on the spot
