@@ -32,19 +32,30 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 async def _run_kafka(args: argparse.Namespace) -> int:
-    from coordinator.embedded import EmbeddedKafka, kafka_version
+    from coordinator.embedded import (
+        BrokerStartError, EmbeddedKafka, EmbeddedKafkaCluster, JarProvisioningError, kafka_version,
+    )
 
-    broker = EmbeddedKafka(args.data_dir)
-    await broker.start()
+    if args.brokers < 1:
+        raise SystemExit("--brokers must be at least 1")
     try:
-        print(f"Apache Kafka {kafka_version()} running; bootstrap={broker.bootstrap} data_dir={broker.data_dir}",
+        kafka = (EmbeddedKafka(args.data_dir) if args.brokers == 1
+                 else EmbeddedKafkaCluster(args.brokers, args.data_dir))
+        await kafka.start()
+    except (BrokerStartError, JarProvisioningError) as exc:  # port taken, wrong data dir, no Java...: say why
+        print(f"coordinator kafka: could not start: {exc}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        nodes = "" if args.brokers == 1 else " nodes=" + ",".join(
+            f"{node_id}@{address}" for node_id, address in kafka.addresses().items())
+        print(f"Apache Kafka {kafka_version()} running; bootstrap={kafka.bootstrap}{nodes} data_dir={kafka.data_dir}",
               flush=True)
-        print(broker.bootstrap, flush=True)
+        print(kafka.bootstrap, flush=True)
         await _stop_on_signals().wait()
     finally:
-        await broker.stop()
+        await kafka.stop()
         if args.data_dir is None:
-            broker.remove_data()
+            kafka.remove_data()
     return 0
 
 
@@ -160,7 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     kafka = commands.add_parser("kafka", help="run the embedded Apache Kafka broker until interrupted")
     kafka.add_argument("--data-dir", default=os.environ.get("COORDINATOR_KAFKA_DATA_DIR"),
-                       help="broker data directory (default: a temporary one, removed on exit)")
+                       help="broker data directory (default: a temporary one, removed on exit); it keeps the "
+                            "ports chosen on first start, so a restart comes back at the same address")
+    kafka.add_argument("--brokers", type=int, default=1,
+                       help="number of brokers: 1 (default) or a KRaft cluster of N combined broker+controller nodes")
     kafka.set_defaults(run=_run_kafka)
 
     jaeger = commands.add_parser(
