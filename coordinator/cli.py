@@ -70,10 +70,11 @@ async def _run_jaeger(args: argparse.Namespace) -> int:
                   "UI use an official jaeger binary (--jaeger-bin or PATH) or a built jaeger-ui (--ui-assets DIR)",
                   flush=True)
         jaeger = EmbeddedJaeger(binary.path, ui_assets=args.ui_assets, max_traces=args.max_traces)
-        await asyncio.to_thread(jaeger.start)
+        jaeger.start()  # on this thread: the child's die-with-parent signal is tied to the thread that forks it
     except (JaegerBuildError, JaegerStartError) as exc:
         print(f"coordinator jaeger: {exc}", file=sys.stderr, flush=True)
         return 1
+    stop = _stop_on_signals()  # before the endpoints are printed: a signal right after them stops cleanly
     try:
         print(f"Jaeger running (pid {jaeger.pid}), in-memory storage\n"
               f"  UI and query API  {jaeger.query_url}  (e.g. {jaeger.query_url}/api/traces?service=coordinator)\n"
@@ -81,7 +82,7 @@ async def _run_jaeger(args: argparse.Namespace) -> int:
               f"  OTLP/gRPC         {jaeger.otlp_grpc_endpoint}\n"
               f"send the coordinator's traces here (Jaeger takes traces only, not metrics):\n"
               f"  export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={jaeger.otlp_http_endpoint}/v1/traces", flush=True)
-        await _stop_on_signals().wait()
+        await stop.wait()
     finally:
         await asyncio.to_thread(jaeger.stop)
     return 0

@@ -23,7 +23,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.embedded.broker import _die_with_parent, free_port
+from coordinator.embedded.broker import die_with_parent, free_port
 from coordinator.embedded.jars import cache_root
 
 log = logging.getLogger("coordinator.embedded")
@@ -163,6 +163,8 @@ class EmbeddedJaeger:
         return None if self._process is None else self._process.pid
 
     def start(self) -> "EmbeddedJaeger":
+        """Blocking (well under a second once built). Call it from a thread that outlives Jaeger: the process is
+        told to die with the thread that forks it, so no Jaeger outlives us."""
         binary = self.binary or ensure_jaeger()
         self.work_dir = Path(tempfile.mkdtemp(prefix="jaeger-"))
         (self.otlp_http_port, self.otlp_grpc_port, self.query_port, self.query_grpc_port,
@@ -172,7 +174,7 @@ class EmbeddedJaeger:
         with open(self.work_dir / "jaeger.log", "ab") as out:
             self._process = subprocess.Popen([str(binary), "--config", str(config)], stdout=out,
                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             preexec_fn=_die_with_parent)
+                                             preexec_fn=die_with_parent)
         _LIVE.add(self)
         deadline = time.monotonic() + self.startup_timeout_s
         while not self._healthy():
