@@ -117,7 +117,8 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         raise SystemExit(f"coordinator serve: bad --config: {exc}")
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
-                              advertised_port=advertised_port, node_id=args.node_id)
+                              advertised_port=advertised_port, node_id=args.node_id,
+                              listen_backlog=args.listen_backlog)
     except ValueError as exc:
         raise SystemExit(f"coordinator serve: {exc}")
     return ServiceOptions(
@@ -197,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="HOST:PORT to accept Kafka clients on (env COORDINATOR_LISTEN)")
     serve.add_argument("--advertised-listener", type=_host_port, default=env("COORDINATOR_ADVERTISED_LISTENER"),
                        help="HOST:PORT told to clients in Metadata/FindCoordinator (default: the listen address)")
+    serve.add_argument("--listen-backlog", type=int, default=int(env("COORDINATOR_LISTEN_BACKLOG", "65535")),
+                       help="connections the kernel queues before they are accepted (Kafka's "
+                            "socket.listen.backlog.size; env COORDINATOR_LISTEN_BACKLOG); the kernel caps it at "
+                            "net.core.somaxconn, see docs/operations.md")
     serve.add_argument("--node-id", type=int, default=int(env("COORDINATOR_NODE_ID", "0")))
     serve.add_argument("--bootstrap-server", default=env("KAFKA_BOOTSTRAP"),
                        help="the Kafka cluster holding the state topic (env KAFKA_BOOTSTRAP); "
@@ -215,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="HOST:PORT of a Prometheus scrape endpoint (/metrics; env COORDINATOR_METRICS_LISTEN). "
                             "Traces and OTLP metrics follow the OTEL_* variables: see docs/tracing.md")
     serve.set_defaults(run=_run_serve)
+
+    from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs
+
+    add_analyze_command(commands)
     return parser
 
 

@@ -166,6 +166,8 @@ async def test_coordinator_serve_traces_a_real_rebalance_into_jaeger(jaeger: Emb
 
     assert metrics[("coordinator_rebalances_total", "session_timeout")] == 1
     assert metrics[("coordinator_session_expirations_total", "")] == 1
+    assert metrics[("coordinator_connections", "")] >= 2
+    assert ("coordinator_loop_late_ticks_total", "") in metrics and ("coordinator_gc_collections_total", "") in metrics
 
     def traced_failure() -> dict[str, Any] | None:
         trace = failed_member_trace(jaeger)

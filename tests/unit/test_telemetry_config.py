@@ -62,3 +62,32 @@ def test_service_name_defaults_to_coordinator_and_follows_the_variables() -> Non
         "service.name"] == "c2"
     named = resource({"OTEL_SERVICE_NAME": "c3", "OTEL_RESOURCE_ATTRIBUTES": "service.name=c2,team=x%20y"})
     assert named.attributes["service.name"] == "c3" and named.attributes["team"] == "x y"
+
+
+async def test_runtime_health_counters_are_exported() -> None:
+    import asyncio
+    import gc
+
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from coordinator.runtime_health import RuntimeHealth
+    from coordinator.telemetry.metrics import MetricsObserver
+
+    reader = InMemoryMetricReader()
+    telemetry = start_telemetry(env={}, metric_readers=[reader])
+    health = RuntimeHealth()
+    health.start()
+    try:
+        MetricsObserver(telemetry.meter_provider.get_meter("test")).watch_runtime_health(health)
+        gc.collect()
+        await asyncio.sleep(0.05)
+        data = reader.get_metrics_data()
+    finally:
+        await health.stop()
+        telemetry.shutdown()
+    points = {m.name: m.data.data_points for rm in data.resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics}
+    assert set(points) >= {"coordinator.loop.late_ticks", "coordinator.loop.lag.late", "coordinator.loop.lag.max",
+                           "coordinator.gc.collections", "coordinator.gc.pause"}
+    full = [p.value for p in points["coordinator.gc.collections"] if p.attributes["generation"] == "2"]
+    assert full and full[0] >= 1  # the gc.collect() above, seen by the collector monitor
