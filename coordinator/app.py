@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from coordinator.config import CoordinatorConfig
 from coordinator.group.coordinator import GroupCoordinator
 from coordinator.group.observer import ObserverMux
+from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
@@ -42,6 +43,7 @@ class ServiceOptions:
     state_replication_factor: int | None = None  # None: min(3, brokers)
     event_topic: str | None = "__coordinator_events"
     metrics_listen: tuple[str, int] | None = None  # Prometheus scrape endpoint (None: none)
+    relay: RelayConfig | None = None  # front the cluster (coordinator/relay); `coordinator serve` turns it on
 
 
 @dataclass
@@ -80,7 +82,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         if events is not None:
             observer.add(events)
 
-        server = CoordinatorServer(options.server, coordinator, clock=clock, on_shutdown=coordinator.shutdown)
+        server = CoordinatorServer(options.server, coordinator, clock=clock, on_shutdown=coordinator.shutdown,
+                                   relay=_relay(options, bootstrap))
         await server.start()
         stack.push_async_callback(server.close)
         if instrumented.metrics is not None:
@@ -116,6 +119,14 @@ async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOpt
     instrumented = instrument(telemetry, coordinator, observer, store)
     stack.callback(instrumented.uninstall)
     return instrumented
+
+
+def _relay(options: ServiceOptions, bootstrap: str) -> Relay | None:
+    if options.relay is None:
+        return None
+    from coordinator.server.handlers import served_ranges
+
+    return Relay(options.relay, bootstrap, served=served_ranges(), max_frame_bytes=options.server.max_frame_bytes)
 
 
 def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:

@@ -140,7 +140,7 @@ async def test_coordinator_serve_traces_a_real_rebalance_into_jaeger(jaeger: Emb
             "OTEL_SERVICE_NAME": "coordinator", "OTEL_BSP_SCHEDULE_DELAY": "200"}
     settings = ("group.initial.rebalance.delay.ms=300", "group.min.session.timeout.ms=1000")
     async with service(kafka_bootstrap, unique("__state"), *settings, event_topic=event_topic,
-                       extra_args=("--metrics-listen", f"127.0.0.1:{metrics_port}"), extra_env=otel) as running:
+                       args=("--metrics-listen", f"127.0.0.1:{metrics_port}"), extra_env=otel) as running:
         a, b = await running.client(), await running.client()
         await until_loaded(a, group)
         first = await asyncio.gather(join_with_member_id(a, group, session_timeout_ms=20_000),
