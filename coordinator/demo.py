@@ -132,6 +132,7 @@ async def _maybe_start_jaeger(stack: contextlib.AsyncExitStack, options: DemoOpt
         log.warning("event=demo_jaeger_unavailable error=%s", exc)
         return None
     stack.callback(jaeger.stop)
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = jaeger.otlp_http_endpoint
-    os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+    # traces only: Jaeger takes no metrics
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{jaeger.otlp_http_endpoint}/v1/traces"
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
     return jaeger.query_url

@@ -21,7 +21,7 @@ from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  
 from coordinator.timer.clock import Clock, WallClock
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
 
-log = logging.getLogger("coordinator.storage.events")
+log = logging.getLogger("coordinator.telemetry.events")
 
 _POLL_INTERVAL_S = 0.1
 _LOG_EVERY_FAILURES = 1_000
