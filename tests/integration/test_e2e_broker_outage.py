@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from coordinator.embedded import EmbeddedKafka
 from coordinator.loadgen.formation import form_stable_group
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.integration.test_e2e_support import commit, describe, fetch_offsets, service, unique, until_loaded
+from tests.integration.test_e2e_support import (
+    Service, commit, describe, fetch_offsets, service, unique, until_loaded,
+)
 from tests.unit.test_server_env import heartbeat, join, request, sync
 
 COMMIT_TIMEOUT_MS = 2_000
@@ -25,8 +29,49 @@ SESSION_MS = 10_000
 REBALANCE_MS = 8_000
 NONE, REQUEST_TIMED_OUT, REBALANCE_IN_PROGRESS = 0, 7, 27
 GROUP = "outage-app"
+HEARTBEAT_INTERVAL_S = 1.0
+BROKER_BACK_WITHIN_S = 180  # a JVM restarting on a loaded 2-core machine; bounded all the same
 SETTINGS = (f"offsets.commit.timeout.ms={COMMIT_TIMEOUT_MS}", "group.initial.rebalance.delay.ms=300",
             "group.min.session.timeout.ms=1000")
+
+
+@asynccontextmanager
+async def heartbeating(running: Service, *beats: Callable[[], Any]) -> AsyncIterator[None]:
+    """Each `beats()` (a Heartbeat request built with the member's current generation) sent every
+    HEARTBEAT_INTERVAL_S while the block runs, like a real consumer's heartbeat thread, so no session expires
+    while the test waits for a broker to stop or start. Their own connection: a JoinGroup parked on the member's
+    connection would hold them back. Answers are not checked here (the test asserts its own heartbeats)."""
+    async def beat_forever() -> None:
+        client = await running.client()
+        try:
+            while True:
+                for beat in beats:
+                    try:
+                        await client.request(beat())
+                    except Exception:  # a timed-out request closes the connection: reconnect, as a client would
+                        await client.close()
+                        client = await running.client()
+                await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+        finally:
+            await client.close()
+
+    task = asyncio.ensure_future(beat_forever())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def commit_retrying(client: KafkaClient, group_id: str, generation_id: int, member_id: str,
+                          offsets: dict[int, int]) -> list[int]:
+    """An OffsetCommit retried on REQUEST_TIMED_OUT (retriable: a write slower than offsets.commit.timeout.ms
+    on a loaded machine), as a consumer retries it; bounded."""
+    for _attempt in range(10):
+        errors = await commit(client, group_id, generation_id, member_id, offsets)
+        if REQUEST_TIMED_OUT not in errors:
+            break
+    return errors
 
 
 async def rebalance(admin: KafkaClient, leader_client: KafkaClient, follower_client: KafkaClient,
@@ -75,46 +120,54 @@ async def test_broker_outage_under_a_stable_group(restartable_kafka: EmbeddedKaf
         joined_leader, _, synced_a, synced_b = await rebalance(admin, *lead)
         assert (synced_a.error_code, synced_b.error_code) == (NONE, NONE)
         generation = joined_leader.generation_id
-        assert await commit(a, GROUP, generation, a_id, {0: 10, 1: 11}) == [NONE, NONE]
+        current = {"generation": generation}  # what the members' heartbeat threads send
+        async with heartbeating(running, lambda: heartbeat(GROUP, current["generation"], a_id),
+                                lambda: heartbeat(GROUP, current["generation"], b_id)):
+            assert await commit_retrying(a, GROUP, generation, a_id, {0: 10, 1: 11}) == [NONE, NONE]
 
-        await asyncio.to_thread(restartable_kafka.stop_blocking)
+            await asyncio.to_thread(restartable_kafka.stop_blocking)
 
-        # heartbeats touch no storage: they keep answering NONE
-        for _ in range(3):
-            beats = await asyncio.gather(a.request(heartbeat(GROUP, generation, a_id), timeout_ms=3_000),
-                                         b.request(heartbeat(GROUP, generation, b_id), timeout_ms=3_000))
-            assert [h.error_code for h in beats] == [NONE, NONE]
-            await asyncio.sleep(0.3)
+            # heartbeats touch no storage: they keep answering NONE
+            for _ in range(3):
+                beats = await asyncio.gather(a.request(heartbeat(GROUP, generation, a_id), timeout_ms=3_000),
+                                             b.request(heartbeat(GROUP, generation, b_id), timeout_ms=3_000))
+                assert [h.error_code for h in beats] == [NONE, NONE]
+                await asyncio.sleep(0.3)
 
-        # a commit fails within the commit timeout, with the raw error passed through; the cache keeps the old one
-        started = time.monotonic()
-        failed = await commit(a, GROUP, generation, a_id, {1: 21, 2: 22}, timeout_ms=COMMIT_TIMEOUT_MS + 10_000)
-        elapsed_ms = (time.monotonic() - started) * 1000
-        assert failed == [REQUEST_TIMED_OUT, REQUEST_TIMED_OUT], failed
-        assert elapsed_ms <= COMMIT_TIMEOUT_MS + SLACK_MS, elapsed_ms
-        assert await fetch_offsets(admin, GROUP, (0, 1, 2)) == {0: 10, 1: 11, 2: -1}
+            # a commit fails within the commit timeout, with the raw error passed through; the cache keeps the old
+            started = time.monotonic()
+            failed = await commit(a, GROUP, generation, a_id, {1: 21, 2: 22}, timeout_ms=COMMIT_TIMEOUT_MS + 10_000)
+            elapsed_ms = (time.monotonic() - started) * 1000
+            assert failed == [REQUEST_TIMED_OUT, REQUEST_TIMED_OUT], failed
+            assert elapsed_ms <= COMMIT_TIMEOUT_MS + SLACK_MS, elapsed_ms
+            assert await fetch_offsets(admin, GROUP, (0, 1, 2)) == {0: 10, 1: 11, 2: -1}
 
-        # a rebalance: the leader's SyncGroup cannot be stored → REBALANCE_IN_PROGRESS, the group rebalances
-        joined_leader, _, synced_leader, synced_follower = await rebalance(admin, *lead)
-        assert synced_leader.error_code == REBALANCE_IN_PROGRESS, synced_leader
-        assert synced_follower.error_code == REBALANCE_IN_PROGRESS, synced_follower
-        assert (await describe(admin, GROUP)).group_state == "PreparingRebalance"
-
-        await asyncio.to_thread(restartable_kafka.start_blocking)
-
-        # without restarting the coordinator: the members rejoin, the assignment is stored, commits succeed
-        for _attempt in range(6):
+            # a rebalance: the leader's SyncGroup cannot be stored → REBALANCE_IN_PROGRESS, the group rebalances
             joined_leader, _, synced_leader, synced_follower = await rebalance(admin, *lead)
-            if synced_leader.error_code == NONE:
-                break
-            await asyncio.sleep(0.5)
-        assert (synced_leader.error_code, synced_follower.error_code) == (NONE, NONE)
-        assert (await describe(admin, GROUP)).group_state == "Stable"
-        new_generation = joined_leader.generation_id
-        acknowledged = await commit(a, GROUP, new_generation, a_id, {0: 30})
-        assert acknowledged == [NONE], acknowledged
-        expected = {0: 30, 1: 11, 2: -1}
-        assert await fetch_offsets(admin, GROUP, (0, 1, 2)) == expected
+            current["generation"] = joined_leader.generation_id
+            assert synced_leader.error_code == REBALANCE_IN_PROGRESS, synced_leader
+            assert synced_follower.error_code == REBALANCE_IN_PROGRESS, synced_follower
+            assert (await describe(admin, GROUP)).group_state == "PreparingRebalance"
+
+            # without restarting the coordinator: while the broker starts the members rejoin on every
+            # REBALANCE_IN_PROGRESS (as real consumers do, within their rebalance timeout); once it is back the
+            # assignment is stored and commits succeed
+            starting = asyncio.ensure_future(asyncio.to_thread(restartable_kafka.start_blocking))
+            deadline = time.monotonic() + BROKER_BACK_WITHIN_S
+            while True:
+                joined_leader, _, synced_leader, synced_follower = await rebalance(admin, *lead)
+                current["generation"] = joined_leader.generation_id
+                if synced_leader.error_code != REBALANCE_IN_PROGRESS:
+                    break
+                assert time.monotonic() < deadline, "the assignment was never stored"
+            await asyncio.wait_for(starting, BROKER_BACK_WITHIN_S)
+            assert (synced_leader.error_code, synced_follower.error_code) == (NONE, NONE)
+            assert (await describe(admin, GROUP)).group_state == "Stable"
+            new_generation = joined_leader.generation_id
+            acknowledged = await commit_retrying(a, GROUP, new_generation, a_id, {0: 30})
+            assert acknowledged == [NONE], acknowledged
+            expected = {0: 30, 1: 11, 2: -1}
+            assert await fetch_offsets(admin, GROUP, (0, 1, 2)) == expected
         for client in (a, b, admin):
             await client.close()
         assert await running.terminate() == 0
@@ -168,22 +221,27 @@ async def test_a_static_member_restarting_during_the_outage_keeps_its_old_identi
         first = await static_join(client)
         assert (await static_sync(client, first.generation_id, first.member_id, b"mine")).error_code == NONE
 
-        await asyncio.to_thread(restartable_kafka.stop_blocking)
-        restarted_client, _ = await static_client(running.port)
-        started = time.monotonic()
-        refused = await static_join(restarted_client)
-        assert (refused.error_code, refused.member_id) == (REBALANCE_IN_PROGRESS, ""), refused
-        assert (time.monotonic() - started) * 1000 <= COMMIT_TIMEOUT_MS + SLACK_MS
-        assert (await client.request(static_heartbeat(first.generation_id, first.member_id))).error_code == NONE
-        described = await describe(client, STATIC_GROUP)
-        assert (described.group_state, [m.member_id for m in described.members]) == ("Stable", [first.member_id])
+        # the old instance keeps heartbeating (its session must not expire while the broker stops and starts)
+        # until the restarted instance replaces it
+        async with heartbeating(running, lambda: static_heartbeat(first.generation_id, first.member_id)):
+            await asyncio.to_thread(restartable_kafka.stop_blocking)
+            restarted_client, _ = await static_client(running.port)
+            started = time.monotonic()
+            refused = await static_join(restarted_client)
+            assert (refused.error_code, refused.member_id) == (REBALANCE_IN_PROGRESS, ""), refused
+            assert (time.monotonic() - started) * 1000 <= COMMIT_TIMEOUT_MS + SLACK_MS
+            assert (await client.request(static_heartbeat(first.generation_id, first.member_id))).error_code == NONE
+            described = await describe(client, STATIC_GROUP)
+            assert (described.group_state, [m.member_id for m in described.members]) == ("Stable", [first.member_id])
 
-        await asyncio.to_thread(restartable_kafka.start_blocking)
-        for _attempt in range(10):  # a client retries a retriable error
-            second = await static_join(restarted_client)
-            if second.error_code != REBALANCE_IN_PROGRESS:
-                break
-            await asyncio.sleep(0.5)
+            await asyncio.to_thread(restartable_kafka.start_blocking)
+            deadline = time.monotonic() + BROKER_BACK_WITHIN_S
+            while True:  # a client retries a retriable error (the producer reconnects to the restarted broker)
+                second = await static_join(restarted_client)
+                if second.error_code != REBALANCE_IN_PROGRESS:
+                    break
+                assert time.monotonic() < deadline, second
+                await asyncio.sleep(0.5)
         assert (second.error_code, second.generation_id, second.skip_assignment) == (NONE, first.generation_id,
                                                                                     True), second
         assert (await client.request(static_heartbeat(first.generation_id, first.member_id))).error_code == \

@@ -7,6 +7,7 @@ import asyncio
 import uuid
 
 import pytest
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage.config import StorageConfig
@@ -14,11 +15,15 @@ from coordinator.storage.kafka_store import KafkaGroupStore
 
 pytestmark = pytest.mark.integration
 
+# Compaction held off (min.compaction.lag.ms of a day) while the history is written and replayed in full: on a
+# loaded machine writing it can outlast the cleaner's 15 s backoff. Then the lag drops to 0 (HOLD_OFF → RELEASE).
 COMPACT_FAST = {"segment.ms": "100", "min.cleanable.dirty.ratio": "0.001", "delete.retention.ms": "100",
-                "min.compaction.lag.ms": "0"}
+                "min.compaction.lag.ms": "86400000"}
+RELEASE = {"min.compaction.lag.ms": "0"}
 GROUPS = [f"group-{i}" for i in range(8)]
 ROUNDS = 12
-CLEANER_WAIT_S = 120  # the broker's cleaner wakes every log.cleaner.backoff.ms (15 s by default)
+CLEANER_WAIT_S = 240  # the broker's cleaner wakes every log.cleaner.backoff.ms (15 s by default); a loaded machine
+WRITE_TIMEOUT_MS = 30_000  # this test is not about write timeouts: generous, so a loaded machine does not fail it
 
 
 def generation_record(generation: int) -> GroupRecord:
@@ -42,15 +47,24 @@ async def write_history(store: KafkaGroupStore) -> int:
     return written + 5  # tombstones: three offsets and the group of group-0, one offset of group-1
 
 
+def release_compaction(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET) for name, value in RELEASE.items()])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=60)
+
+
 async def test_fresh_load_after_compaction_equals_full_replay(kafka_bootstrap: str) -> None:
     config = StorageConfig(bootstrap=kafka_bootstrap, state_topic=f"__state-{uuid.uuid4().hex[:8]}", partitions=2,
-                           event_topic=None, topic_configs=COMPACT_FAST)
+                           event_topic=None, topic_configs=COMPACT_FAST, commit_timeout_ms=WRITE_TIMEOUT_MS)
     store = KafkaGroupStore(config, load_timeout_ms=60_000)
     await store.start()
     try:
         written = await write_history(store)
         before = await store.load()
         assert before.records == written  # nothing cleaned yet: every record replayed
+        await asyncio.to_thread(release_compaction, kafka_bootstrap, config.state_topic)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CLEANER_WAIT_S
         after = before
