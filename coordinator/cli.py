@@ -59,6 +59,98 @@ async def _run_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_simulate(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.console import Console
+
+    from coordinator.loadgen import ScheduledFailure, SimOptions, Simulation
+    from coordinator.loadgen.display import LiveStatus, summary_table
+
+    try:
+        schedule = tuple(ScheduledFailure.parse(text) for text in args.inject)
+    except ValueError as exc:
+        raise SystemExit(f"coordinator simulate: --inject: {exc}")
+    coordinator = args.coordinator or (_host_port(args.bootstrap_server.split(",")[0]) if args.bootstrap_server
+                                       else None)
+    if coordinator is None:
+        raise SystemExit("coordinator simulate: give --coordinator HOST:PORT and/or --bootstrap-server")
+    options = SimOptions(
+        coordinator=coordinator, bootstrap_server=args.bootstrap_server, groups=args.groups, members=args.members,
+        topic=args.topic, partitions=args.partitions, group_prefix=args.group_prefix, assignor=args.assignor,
+        static=args.static, session_ms=args.session_timeout_ms, rebalance_ms=args.rebalance_timeout_ms,
+        heartbeat_ms=args.heartbeat_interval_ms, commit_interval_ms=args.commit_interval_ms,
+        duration_s=args.duration, settle_timeout_s=args.settle_timeout, schedule=schedule,
+        failure_rate_per_min=args.failure_rate, failure_kinds=tuple(args.failure_kinds.split(",")),
+        downtime_ms=args.downtime_ms, seed=args.seed, event_topic=args.event_topic or None,
+        leave_on_exit=not args.no_leave)
+    console = Console(stderr=args.json)
+    simulation = Simulation(options)
+    stop = _stop_on_signals()
+    with LiveStatus(console) as live:
+        running = asyncio.ensure_future(simulation.run(live.update))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not running.done():  # Ctrl-C: stop the members (they leave), no summary
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            stopping.cancel()
+            return 130
+        stopping.cancel()
+        summary = running.result()
+    if args.json:
+        print(json.dumps(summary), flush=True)
+    else:
+        console.print(summary_table(summary))
+    return 0 if summary["ok"] or not args.check else 1
+
+
+async def _run_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from coordinator.demo import DemoOptions, run_demo
+
+    serve_args = build_parser().parse_args(["serve", *args.serve_args])
+    options = DemoOptions(service=_service_options(serve_args), state_dir=Path(args.state_dir),
+                          consumers=args.consumers, failure_rate_per_min=args.failure_rate,
+                          duration_s=args.duration, jaeger=not args.no_jaeger)
+    stop = _stop_on_signals()
+    try:
+        return await run_demo(options, stop)
+    except Exception as exc:
+        print(f"coordinator demo: could not start: {_one_line(exc)}", file=sys.stderr, flush=True)
+        return 1
+
+
+async def _run_jaeger(args: argparse.Namespace) -> int:
+    from coordinator.embedded.jaeger import EmbeddedJaeger, JaegerBuildError, JaegerStartError, find_jaeger
+
+    try:
+        binary = await asyncio.to_thread(find_jaeger, args.jaeger_bin)
+        print(f"jaeger: {binary.origin}", flush=True)
+        if not binary.has_ui and not args.ui_assets:
+            print("jaeger: the module build serves a placeholder instead of the web UI; its HTTP API works. For the "
+                  "UI use an official jaeger binary (--jaeger-bin or PATH) or a built jaeger-ui (--ui-assets DIR)",
+                  flush=True)
+        jaeger = EmbeddedJaeger(binary.path, ui_assets=args.ui_assets, max_traces=args.max_traces)
+        jaeger.start()  # on this thread: the child's die-with-parent signal is tied to the thread that forks it
+    except (JaegerBuildError, JaegerStartError) as exc:
+        print(f"coordinator jaeger: {exc}", file=sys.stderr, flush=True)
+        return 1
+    stop = _stop_on_signals()  # before the endpoints are printed: a signal right after them stops cleanly
+    try:
+        print(f"Jaeger running (pid {jaeger.pid}), in-memory storage\n"
+              f"  UI and query API  {jaeger.query_url}  (e.g. {jaeger.query_url}/api/traces?service=coordinator)\n"
+              f"  OTLP/HTTP         {jaeger.otlp_http_endpoint}\n"
+              f"  OTLP/gRPC         {jaeger.otlp_grpc_endpoint}\n"
+              f"send the coordinator's traces here (Jaeger takes traces only, not metrics):\n"
+              f"  export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={jaeger.otlp_http_endpoint}/v1/traces", flush=True)
+        await stop.wait()
+    finally:
+        await asyncio.to_thread(jaeger.stop)
+    return 0
+
+
 def _host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
@@ -106,6 +198,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         state_topic=args.state_topic,
         state_replication_factor=args.state_replication_factor,
         event_topic=args.event_topic or None,
+        metrics_listen=args.metrics_listen,
         relay=relay,
     )
 
@@ -161,6 +254,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="number of brokers: 1 (default) or a KRaft cluster of N combined broker+controller nodes")
     kafka.set_defaults(run=_run_kafka)
 
+    jaeger = commands.add_parser(
+        "jaeger", help="run a real Jaeger (v2 all-in-one, in-memory) on loopback until interrupted",
+        description="Runs Jaeger v2 on free loopback ports (OTLP HTTP+gRPC in, query API and UI out) and prints "
+                    "the OTEL_EXPORTER_OTLP_ENDPOINT to give the coordinator. Uses the jaeger binary you have "
+                    "(--jaeger-bin, else PATH), else the project's module build (scripts/setup.sh), which has no UI.")
+    jaeger.add_argument("--jaeger-bin", default=os.environ.get("COORDINATOR_JAEGER_BIN"),
+                        help="a jaeger v2 binary (env COORDINATOR_JAEGER_BIN; default: `jaeger` on PATH, "
+                             "else the module build)")
+    jaeger.add_argument("--ui-assets", default=os.environ.get("COORDINATOR_JAEGER_UI_ASSETS"),
+                        help="a built jaeger-ui directory to serve as the UI (env COORDINATOR_JAEGER_UI_ASSETS)")
+    jaeger.add_argument("--max-traces", type=int, default=100_000, help="traces kept in memory")
+    jaeger.set_defaults(run=_run_jaeger)
+
     serve = commands.add_parser("serve", help="run the group coordinator (with an embedded Kafka if no cluster)")
     env = os.environ.get
     serve.add_argument("--listen", type=_host_port, default=env("COORDINATOR_LISTEN", "127.0.0.1:9192"),
@@ -205,7 +311,71 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=_kafka_property, action="append", default=[], metavar="NAME=VALUE",
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
                             "or offsets.topic.num.partitions=10 (repeatable)")
+    serve.add_argument("--metrics-listen", type=_host_port, default=env("COORDINATOR_METRICS_LISTEN"),
+                       help="HOST:PORT of a Prometheus scrape endpoint (/metrics; env COORDINATOR_METRICS_LISTEN). "
+                            "Traces and OTLP metrics follow the OTEL_* variables: see docs/tracing.md")
     serve.set_defaults(run=_run_serve)
+
+    simulate = commands.add_parser(
+        "simulate", help="simulated consumers (with failure injection) against any Kafka group coordinator",
+        description="Protocol-level test consumers: G groups x M members join, sync (a real assignor in each "
+                    "leader), heartbeat and commit like Kafka's consumer, while failures are injected. Shows a live "
+                    "status, then a summary (rebalances by reason and duration, failures detected, detection "
+                    "lateness, error codes).")
+    simulate.add_argument("--coordinator", type=_host_port, default=None,
+                          help="HOST:PORT for the group protocol (FindCoordinator goes here; default: the first "
+                               "--bootstrap-server address)")
+    simulate.add_argument("--bootstrap-server", default=env("KAFKA_BOOTSTRAP"),
+                          help="Kafka cluster for admin: the topic is created there if missing (env KAFKA_BOOTSTRAP)")
+    simulate.add_argument("--groups", type=int, default=10)
+    simulate.add_argument("--members", type=int, default=3, help="members per group")
+    simulate.add_argument("--topic", default="simulated", help="the topic every member subscribes to")
+    simulate.add_argument("--partitions", type=int, default=12, help="partitions when the topic is created")
+    simulate.add_argument("--group-prefix", default="sim", help="group ids are PREFIX-0000, PREFIX-0001, ...")
+    simulate.add_argument("--assignor", choices=["range", "cooperative-sticky"], default="range")
+    simulate.add_argument("--static", action="store_true", help="static members (group.instance.id)")
+    simulate.add_argument("--session-timeout-ms", type=int, default=10_000)
+    simulate.add_argument("--rebalance-timeout-ms", type=int, default=30_000)
+    simulate.add_argument("--heartbeat-interval-ms", type=int, default=3_000)
+    simulate.add_argument("--commit-interval-ms", type=int, default=5_000, help="0: no commits")
+    simulate.add_argument("--duration", type=float, default=30.0, help="seconds of load (failures injected meanwhile)")
+    simulate.add_argument("--settle-timeout", type=float, default=60.0,
+                          help="seconds to wait afterwards for every member to be back and Stable")
+    simulate.add_argument("--inject", action="append", default=[], metavar="KIND[:COUNT]@SECONDS",
+                          help="a scheduled failure, e.g. hang:3@5 (repeatable); KIND: crash (connection dropped, "
+                               "no LeaveGroup), hang (connection kept, heartbeats stop), slow (next rejoin waits "
+                               "half the rebalance timeout), leave (LeaveGroup, back as a new member), "
+                               "static-restart (static members: back with the same instance id)")
+    simulate.add_argument("--failure-rate", type=float, default=0.0, help="random failures per minute")
+    simulate.add_argument("--failure-kinds", default="crash,hang", help="kinds drawn by --failure-rate")
+    simulate.add_argument("--downtime-ms", type=int, default=None,
+                          help="how long a crashed or hung member stays away (default: session timeout + 3000)")
+    simulate.add_argument("--seed", type=int, default=None, help="seed for random failures and victims")
+    simulate.add_argument("--event-topic", default="",
+                          help="our coordinator's event topic: exact expiry times for detection lateness")
+    simulate.add_argument("--no-leave", action="store_true", help="do not send LeaveGroup at the end")
+    simulate.add_argument("--json", action="store_true", help="print the summary as one JSON line (status to stderr)")
+    simulate.add_argument("--check", action="store_true",
+                          help="exit 1 unless every surviving member is Stable, every crash/hang was detected "
+                               "exactly once and no unexpected error code was seen")
+    simulate.set_defaults(run=_run_simulate)
+
+    from coordinator.demo import default_state_dir
+
+    demo = commands.add_parser(
+        "demo", help="the whole story: Kafka, Jaeger, the coordinator and simulated consumers with failures",
+        description="Runs the embedded Apache Kafka (data kept in --state-dir) or your cluster (--bootstrap-server), "
+                    "Jaeger when available, the coordinator, and a few simulated consumer groups with a failure "
+                    "now and then; prints the addresses, then a live status line. Ctrl-C stops everything. Every "
+                    "`coordinator serve` flag is accepted too (see `coordinator serve --help`).")
+    demo.add_argument("--consumers", type=int, default=int(env("COORDINATOR_DEMO_CONSUMERS", "12")),
+                      help="simulated consumers, in groups of 4 (0: the bare service)")
+    demo.add_argument("--failure-rate", type=float, default=3.0, help="failures injected per minute")
+    demo.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
+    demo.add_argument("--state-dir", default=env("COORDINATOR_STATE_DIR", str(default_state_dir())),
+                      help="where the embedded Kafka keeps its data between runs (env COORDINATOR_STATE_DIR)")
+    demo.add_argument("--no-jaeger", action="store_true", help="do not start Jaeger")
+    demo.set_defaults(run=_run_demo, serve_args=[])
 
     from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs
 
@@ -227,7 +397,12 @@ def _run(coro: Any, event_loop: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "demo":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "demo":
+        args.serve_args = unknown  # the service's own flags, parsed as `coordinator serve` parses them
     _configure_logging(args.log_level)
     return _run(args.run(args), args.event_loop)
 

@@ -175,6 +175,12 @@ class KafkaClient(asyncio.Protocol):
         self._fail_all(ConnectionClosed("client closed"))
         await self.wait_closed()
 
+    async def abort(self) -> None:
+        """Drop the connection at once (a reset, nothing flushed): a crashing client, for tests and load generators."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.abort()
+        await self.close()
+
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
 

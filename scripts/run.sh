@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job: sets up the machine, then runs the group coordinator until Ctrl-C. With no cluster given
-# (--bootstrap-server or KAFKA_BOOTSTRAP) it starts an embedded Apache Kafka broker for its state topic.
-# Extra arguments go to `coordinator serve` (see `coordinator serve --help`).
+# The main job: sets up the machine, then runs `coordinator demo` until Ctrl-C: the embedded Apache Kafka (data kept
+# in ~/.local/state/kafka-group-coordinator, so a restart keeps the groups), Jaeger when the build has it, the
+# coordinator, and a few simulated consumer groups with a failure now and then. It prints the bootstrap address
+# for your own consumers, then a live status line. `--consumers 0` runs the bare service, `--duration S` stops
+# after S seconds; every `coordinator serve` flag works too (e.g. --bootstrap-server HOST:PORT for your cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/coordinator serve "$@"
+exec .venv/bin/coordinator demo "$@"

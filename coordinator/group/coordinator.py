@@ -58,6 +58,7 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
         self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer, purge, owns_timer=False)
         self.is_active = True
         self.is_loading = False
+        self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read this)
         # Optional ownership test (partition ownership lives in the storage layer): False -> NOT_COORDINATOR.
         self.owns_group: Callable[[str], bool] | None = None
         self._loaded_groups: dict[str, GroupRecord] = {}
@@ -161,6 +162,8 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
                 DelayedJoin(self, group, group.rebalance_timeout_ms), [join_key(group.group_id)])
         else:
             group.init_next_generation(self.now_wall_ms())
+            self.observer.on_join_completed(group.group_id, group.generation_id, group.protocol_name,
+                                            group.leader_id, group.size)
             if group.is_in(EMPTY):
                 self._on_group_emptied(group)
             else:
@@ -359,6 +362,9 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
             self._arm_heartbeat(group, member, remaining_ms)
             return
         log.info("Member %s in group %s has failed, removing it from the group", member.member_id, group.group_id)
+        self.observer.on_member_session_expired(
+            group.group_id, member.member_id, member.client_id, member.client_host, member.session_timeout_ms,
+            self.clock.now_ms() - member.heartbeat_deadline_ms + member.session_timeout_ms)
         self.observer.on_member_failed(group.group_id, member.member_id, member.group_instance_id,
                                        "session timeout")
         self.remove_member_and_update_group(

@@ -43,6 +43,7 @@ class SyncHandlers:
         elif group.is_in(EMPTY):
             future.set_result(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
         elif group.is_in(PREPARING):
+            self.observer.on_rebalance_in_progress(group.group_id, req.member_id, "SyncGroup")
             future.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
         elif group.is_in(COMPLETING):
             self._park_sync(group, req, future)
@@ -74,6 +75,7 @@ class SyncHandlers:
         member.sync_future = future
         if previous is not None and not previous.done():  # a retry from a new connection supersedes it
             previous.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
+        self.observer.on_sync_waiting(group.group_id, req.member_id)
         self.remove_pending_sync_member(group, req.member_id)
         if group.is_leader(req.member_id):
             self._store_leader_assignment(group, req)
@@ -91,9 +93,11 @@ class SyncHandlers:
             log.warning("event=empty_assignments group=%s generation=%d members=%s",
                         group.group_id, generation_id, missing)
         record = group.to_record(assignment)
+        self.observer.on_assignment_write_started(group.group_id, generation_id)
 
         async def store() -> None:
             error = await self.write_group(group.group_id, record)
+            self.observer.on_assignment_write_completed(group.group_id, generation_id, error.name)
             self._on_assignment_stored(group, generation_id, req.member_id, assignment, error)
 
         self.spawn(store())
@@ -145,7 +149,11 @@ class SyncHandlers:
         if state is EMPTY:
             return Errors.UNKNOWN_MEMBER_ID
         self.schedule_heartbeat(group, member, member.session_timeout_ms)
-        return Errors.REBALANCE_IN_PROGRESS if state is PREPARING else Errors.NONE
+        self.heartbeat_count += 1
+        if state is PREPARING:
+            self.observer.on_rebalance_in_progress(group_id, member_id, "Heartbeat")
+            return Errors.REBALANCE_IN_PROGRESS
+        return Errors.NONE
 
     # --- LeaveGroup -------------------------------------------------------------------------------------------
     async def leave_group(self: GroupCoordinator, req: LeaveGroupRequest) -> LeaveGroupResponse:

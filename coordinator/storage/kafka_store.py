@@ -21,7 +21,7 @@ from coordinator.group.errors import Errors
 from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, StoreError, TopicPartition
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.convert import group_record, group_value, offset_record, offset_value
-from coordinator.storage.events import EventPublisher, EventTopicObserver
+from coordinator.telemetry.events import EventPublisher, EventTopicObserver
 from coordinator.storage.loader import LoadedState, consumer_settings, read_state
 from coordinator.storage.partitioner import partition_for
 from coordinator.storage.producer import AsyncProducer, Record

@@ -19,6 +19,7 @@ from coordinator.storage.records import (
     decode_group_metadata_value, decode_key, decode_offset_commit_value,
 )
 from coordinator.timer.clock import Clock
+from coordinator.storage.kafka_logs import librdkafka_logger
 
 log = logging.getLogger("coordinator.storage")
 
@@ -128,7 +129,7 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
         "auto.offset.reset": "earliest",
         "max.partition.fetch.bytes": buffer_bytes,  # Kafka's offsets.load.buffer.size
         "fetch.max.bytes": max(buffer_bytes * 10, 52_428_800),
-        "logger": logging.getLogger("coordinator.storage.librdkafka.loader"),
+        "logger": librdkafka_logger("loader"),
     }
 
 

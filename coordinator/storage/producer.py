@@ -19,6 +19,7 @@ import threading
 from typing import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
 
 log = logging.getLogger("coordinator.storage")
 
@@ -72,6 +73,8 @@ class DeliveryBatch:
 
     def on_delivery(self, error: KafkaError | None, _message: object) -> None:
         """Runs on the poll thread."""
+        if error is None:
+            kafka_reachable()
         self.settle(1, error)
 
     def settle(self, count: int, error: KafkaError | None) -> None:
@@ -102,7 +105,7 @@ class AsyncProducer:
         self._settings = dict(settings)
         self._fatal_flag = _FatalFlag(name)  # the client's callback must not reference self: no cycle
         self._settings["error_cb"] = self._fatal_flag.on_client_error
-        self._settings.setdefault("logger", logging.getLogger(f"coordinator.storage.librdkafka.{name}"))
+        self._settings.setdefault("logger", librdkafka_logger(name))
         self._producer = Producer(self._settings)
         self._watched: dict[DeliveryBatch, float] = {}
         self._sweeper: asyncio.Task[None] | None = None

@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from coordinator.storage.config import StorageConfig, min_insync_replicas
+from coordinator.storage.kafka_logs import librdkafka_logger
 
 log = logging.getLogger("coordinator.storage")
 
@@ -32,7 +33,7 @@ class Admin:
     def __init__(self, config: StorageConfig) -> None:
         self._client: AdminClient | None = AdminClient({
             "bootstrap.servers": config.bootstrap, "client.id": f"{config.client_id}-admin",
-            "logger": logging.getLogger("coordinator.storage.librdkafka.admin")})
+            "logger": librdkafka_logger("admin")})
 
     @property
     def client(self) -> AdminClient:

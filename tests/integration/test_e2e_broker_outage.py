@@ -13,10 +13,11 @@ import time
 from typing import Any
 
 from coordinator.embedded import EmbeddedKafka
+from coordinator.loadgen.formation import form_stable_group
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from tests.integration.test_e2e_support import commit, describe, fetch_offsets, service, unique, until_loaded
-from tests.unit.test_server_env import heartbeat, join, join_with_member_id, request, sync
+from tests.unit.test_server_env import heartbeat, join, request, sync
 
 COMMIT_TIMEOUT_MS = 2_000
 SLACK_MS = 1_500
@@ -61,18 +62,19 @@ async def rebalance(admin: KafkaClient, leader_client: KafkaClient, follower_cli
 async def test_broker_outage_under_a_stable_group(restartable_kafka: EmbeddedKafka) -> None:
     state_topic = unique("__state")
     async with service(restartable_kafka.bootstrap, state_topic, *SETTINGS) as running:
-        a, b, admin = await running.client(), await running.client(), await running.client()
+        admin = await running.client()
         await until_loaded(admin, GROUP)
-        first = await asyncio.gather(join_with_member_id(a, GROUP, session_timeout_ms=SESSION_MS,
-                                                         rebalance_timeout_ms=REBALANCE_MS),
-                                     join_with_member_id(b, GROUP, session_timeout_ms=SESSION_MS,
-                                                         rebalance_timeout_ms=REBALANCE_MS))
+        # formed like real consumers (a member that misses the first generation rejoins), not by two joins that
+        # must both land inside the initial rebalance delay
+        first = await form_stable_group("127.0.0.1", running.port, GROUP, 2, session_ms=SESSION_MS,
+                                        rebalance_ms=REBALANCE_MS)
+        a, b = first[0].client, first[1].client
         a_id, b_id = first[0].member_id, first[1].member_id
         # the roles the rebalances below keep: whoever the coordinator elected leads
         lead = (a, b, a_id, b_id) if first[0].leader == a_id else (b, a, b_id, a_id)
-        _, _, synced_a, synced_b = await rebalance(admin, *lead)
+        joined_leader, _, synced_a, synced_b = await rebalance(admin, *lead)
         assert (synced_a.error_code, synced_b.error_code) == (NONE, NONE)
-        generation = first[0].generation_id
+        generation = joined_leader.generation_id
         assert await commit(a, GROUP, generation, a_id, {0: 10, 1: 11}) == [NONE, NONE]
 
         await asyncio.to_thread(restartable_kafka.stop_blocking)

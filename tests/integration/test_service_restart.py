@@ -12,8 +12,9 @@ from typing import Any
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
+from coordinator.loadgen.formation import FormedMember, form_stable_group
 from tests.integration import test_e2e_support as e2e
-from tests.unit.test_server_env import heartbeat, join, join_with_member_id, nested, request, sync
+from tests.unit.test_server_env import heartbeat, join, nested, request, sync
 
 SESSION_MS = 30_000
 GROUP = "orders-app"
@@ -59,25 +60,15 @@ async def fetch(client: KafkaClient, group_id: str) -> list[tuple[Any, ...]]:
             for t in response.topics for p in t.partitions]
 
 
-async def form_group(a: KafkaClient, b: KafkaClient) -> tuple[Any, Any]:
-    """Both join inside the initial rebalance delay, so both are in generation 1."""
-    joined = await asyncio.gather(join_with_member_id(a, GROUP, session_timeout_ms=SESSION_MS),
-                                  join_with_member_id(b, GROUP, session_timeout_ms=SESSION_MS))
-    assert {r.error_code for r in joined} == {0}, joined
-    assert len({r.generation_id for r in joined}) == 1, joined
-    leader_response = next(r for r in joined if r.leader == r.member_id)
-    follower_response = next(r for r in joined if r.leader != r.member_id)
-    assert len(leader_response.members) == 2
-    generation = leader_response.generation_id
-    assignments = {r.member_id: f"partitions-of-{r.member_id}".encode() for r in joined}
-    leader_client = a if joined[0] is leader_response else b
-    follower_client = b if leader_client is a else a
-    synced = await asyncio.gather(
-        sync(leader_client, GROUP, generation, leader_response.member_id, assignments),
-        sync(follower_client, GROUP, generation, follower_response.member_id))
-    assert [s.error_code for s in synced] == [0, 0]
-    assert bytes(synced[1].assignment) == assignments[follower_response.member_id]
-    return leader_response, follower_response
+async def form_group(port: int) -> tuple[FormedMember, FormedMember]:
+    """Two members in one Stable generation, formed like real consumers (coordinator/loadgen): whoever misses the
+    first generation rejoins, instead of relying on both joining inside the initial rebalance delay."""
+    formed = await form_stable_group("127.0.0.1", port, GROUP, 2, session_ms=SESSION_MS)
+    leader = next(m for m in formed if m.is_leader)
+    follower = next(m for m in formed if not m.is_leader)
+    assert leader.generation_id == follower.generation_id and leader.members == 2
+    assert follower.assignment and leader.assignment != follower.assignment
+    return leader, follower
 
 
 async def keep_heartbeating(port_of: dict[str, int], member: Any, errors: list[int], stop: asyncio.Event) -> None:
@@ -99,9 +90,10 @@ async def keep_heartbeating(port_of: dict[str, int], member: Any, errors: list[i
 async def test_sigkill_and_restart_keeps_groups_offsets_and_members(kafka_bootstrap: str) -> None:
     state_topic = f"__state-{uuid.uuid4().hex[:8]}"
     async with service(kafka_bootstrap, state_topic) as first:
-        a, b, admin = await first.client(), await first.client(), await first.client()
+        admin = await first.client()
         await until_loaded(admin)
-        leader, follower = await form_group(a, b)
+        leader, follower = await form_group(first.port)
+        a, b = leader.client, follower.client
         assert await commit(a, GROUP, leader.generation_id, leader.member_id, {0: 100, 1: 200}) == [0, 0]
         assert await commit(admin, SIMPLE_GROUP, -1, "", {2: 42}) == [0]
         before = group_snapshot(await describe(admin))
@@ -137,7 +129,7 @@ async def test_sigkill_and_restart_keeps_groups_offsets_and_members(kafka_bootst
         b2 = await second.client()
         resynced = await sync(b2, GROUP, follower.generation_id, follower.member_id)
         assert resynced.error_code == 0
-        assert bytes(resynced.assignment) == f"partitions-of-{follower.member_id}".encode()
+        assert bytes(resynced.assignment) == follower.assignment
         assert (await describe(admin)).group_state == "Stable"
         await b2.close()
         await admin.close()

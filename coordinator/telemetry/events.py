@@ -19,8 +19,9 @@ from coordinator.group.observer import GroupObserver
 from coordinator.storage.config import StorageConfig
 from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
+from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
 
-log = logging.getLogger("coordinator.storage.events")
+log = logging.getLogger("coordinator.telemetry.events")
 
 _POLL_INTERVAL_S = 0.1
 _LOG_EVERY_FAILURES = 1_000
@@ -39,6 +40,7 @@ class _DeliveryCounts:
     def on_delivery(self, error: KafkaError | None, _message: object) -> None:
         if error is None:
             self.delivered += 1
+            kafka_reachable()
             return
         self.failed += 1
         if self.failed % _LOG_EVERY_FAILURES == 1:
@@ -62,7 +64,7 @@ class EventPublisher:
             "queue.buffering.max.messages": config.event_queue_max_messages,
             "message.timeout.ms": 30_000,
             "on_delivery": self._reports.on_delivery,
-            "logger": logging.getLogger("coordinator.storage.librdkafka.events"),
+            "logger": librdkafka_logger("events"),
         })
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name="event-producer-poll", daemon=True)

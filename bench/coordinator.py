@@ -1,0 +1,450 @@
+"""The race against Apache Kafka's own group coordinator: the same load generator, the same group settings,
+against (a) `coordinator serve` and (b) the embedded Apache Kafka broker's classic group coordinator.
+
+  python -m bench.coordinator [--repeats 2] [--seconds 4] [--groups 1000] [--group-size 10]
+                              [--connections 100,1000] [--rebalance-sizes 10,100,1000] [--expiry-pairs 500]
+
+Figures, each for both servers, with the ratio ours ÷ Kafka (throughput: higher is better; times and CPU per heartbeat: lower is better):
+- heartbeat throughput and p50/p99 latency, `groups × group-size` members (default 10,000 in 1,000 groups) over
+  100 and 1,000 connections, one heartbeat in flight per connection (closed loop), cycling through the members;
+  plus the server's CPU time per heartbeat (from /proc), the robust figure on a shared machine;
+- rebalance time of a Stable group of 10 / 100 / 1,000 members: every member sends JoinGroup with new metadata
+  at once (the first to arrive starts the rebalance); clock from the first JoinGroup sent to the last SyncGroup
+  answered; the leader assigns nothing (no client-side assignor time in the figure);
+- failure-detection lateness: `expiry-pairs` two-member groups formed at once; after the join the leader (the
+  victim) sends nothing, the follower's SyncGroup waits for the leader's assignment and is answered
+  REBALANCE_IN_PROGRESS the moment the coordinator expires the victim (both coordinators schedule the session
+  deadline at join completion). lateness = that answer − the victim's JoinGroup answer − session timeout. All
+  pairs expire within about a second of each other.
+
+Setup: one embedded Kafka broker serves as (b) and holds (a)'s state topic; group.initial.rebalance.delay.ms and
+group.min.session.timeout.ms are set equal on both; our event topic is off (Kafka has none). The server under test
+is pinned to CPU 0 (`taskset -a`, all threads: the broker JVM moves to CPU 1 while ours runs); the load generator
+(this process) runs on CPU 1 and prints its own CPU use per figure (near 100%: it was the limit, not the server).
+Repeats are interleaved (ours, Kafka, Kafka, ours, ...) and the median is reported.
+Group formation uses a fresh group id for any group that did not form in one generation (busy machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from bench.wire import LoadConnection, Stats, _process_cpu_s, heartbeat_frame
+from coordinator.embedded import EmbeddedKafka, kafka_version
+from coordinator.loadgen import wire
+from protocol import apis, codec
+from protocol.apis import ApiKey
+from protocol.client import KafkaClient
+from protocol.consumer_protocol import Subscription, encode_subscription
+from protocol.errors import ConnectionClosed, RequestTimedOut
+from protocol.messages import build
+
+METADATA = encode_subscription(Subscription(("bench",)))
+
+INITIAL_DELAY_MS = 500
+MIN_SESSION_MS = 1_000
+FORM_SESSION_MS = 120_000
+REBALANCE_MS = 60_000
+MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS = 79, 27
+SERVER_CPU, LOADGEN_CPU = 0, 1
+
+
+# ---------------------------------------------------------------------------------------------- servers
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    pid: int
+
+
+def pin(pid: int, cpu: int) -> None:
+    """Every thread of `pid` onto `cpu` (taskset -a); a no-op where taskset is missing."""
+    subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(pid)], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
+
+
+async def start_ours(bootstrap: str) -> tuple[subprocess.Popen, Server]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "coordinator.cli", "--log-level", "WARNING", "serve", "--listen", "127.0.0.1:0",
+         "--bootstrap-server", bootstrap, "--state-topic", f"__bench_state_{uuid.uuid4().hex[:6]}",
+         "--event-topic", "", "--config", f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}",
+         "--config", f"group.min.session.timeout.ms={MIN_SESSION_MS}"],
+        stdout=subprocess.PIPE, text=True)
+    line = await asyncio.to_thread(process.stdout.readline)  # type: ignore[union-attr]
+    if "listening on" not in line:
+        process.kill()
+        raise RuntimeError(f"coordinator serve did not start: {line!r}")
+    port = int(line.split()[3].rsplit(":", 1)[1])
+    async with await KafkaClient.connect("127.0.0.1", port) as client:  # wait for the state load
+        for _ in range(600):
+            response = await client.request(build(apis.request_class(ApiKey.DESCRIBE_GROUPS, 5), groups=("probe",),
+                                                  include_authorized_operations=False))
+            if response.groups[0].error_code != 14:
+                break
+            await asyncio.sleep(0.1)
+    return process, Server("ours", port, process.pid)
+
+
+# ---------------------------------------------------------------------------------------------- groups
+
+
+async def form_group(clients: list[KafkaClient], prefix: str, session_ms: int) -> tuple[str, list[Any]]:
+    """A Stable group of len(clients) members, one per client, all in one generation; returns (group, joins).
+
+    A group that does not come together in one generation (a straggler on a busy machine) is abandoned and
+    formed again under a new id, rather than rebalanced (that would be measuring rebalances, not heartbeats)."""
+    for attempt in range(5):
+        group_id = f"{prefix}-{attempt}" if attempt else prefix
+        joined = await asyncio.gather(*(_join_with_id(c, group_id, session_ms) for c in clients))
+        leader = next((j for j in joined if j.leader == j.member_id), None)
+        if (all(j.error_code == 0 for j in joined) and len({j.generation_id for j in joined}) == 1
+                and leader is not None and len(leader.members) == len(clients)):
+            synced = await asyncio.gather(*(
+                sync(c, group_id, j.generation_id, j.member_id, leader.members if j is leader else ())
+                for c, j in zip(clients, joined)))
+            if all(s.error_code == 0 for s in synced):
+                return group_id, list(joined)
+        await leave_all(clients[0], group_id, [j.member_id for j in joined if j.member_id])
+    raise RuntimeError(f"group {prefix} did not form in 5 attempts")
+
+
+def join(client: KafkaClient, group_id: str, member_id: str, session_ms: int, metadata: bytes = METADATA) -> Any:
+    return wire.join_group(client, group_id, member_id, None, session_ms, REBALANCE_MS, "range", metadata, None)
+
+
+async def _join_with_id(client: KafkaClient, group_id: str, session_ms: int) -> Any:
+    first = await client.request(join(client, group_id, "", session_ms), timeout_ms=REBALANCE_MS)
+    if first.error_code != MEMBER_ID_REQUIRED:
+        return first
+    return await client.request(join(client, group_id, first.member_id, session_ms), timeout_ms=REBALANCE_MS)
+
+
+async def sync(client: KafkaClient, group_id: str, generation: int, member_id: str, members: Any = ()) -> Any:
+    """The leader (members given) assigns every member one opaque byte: no client-side assignor time in the figures."""
+    body = wire.sync_group(client, group_id, generation, member_id, None, "range",
+                           {m.member_id: b"\x00" for m in members})
+    return await client.request(body, timeout_ms=REBALANCE_MS)
+
+
+async def leave_all(client: KafkaClient, group_id: str, member_ids: list[str]) -> None:
+    version = client.version_for(ApiKey.LEAVE_GROUP, 5)
+    cls = apis.request_class(ApiKey.LEAVE_GROUP, version)
+    from protocol.messages import item_class
+
+    entry = item_class(cls, "members")
+    try:
+        await client.request(build(cls, group_id=group_id, members=tuple(
+            entry(member_id=m, group_instance_id=None, reason="bench done") for m in member_ids)))
+    except (ConnectionClosed, RequestTimedOut):
+        pass
+
+
+async def connect_many(port: int, count: int) -> list[KafkaClient]:
+    slots = asyncio.Semaphore(64)
+
+    async def one() -> KafkaClient:
+        async with slots:
+            return await KafkaClient.connect("127.0.0.1", port, client_id="bench", timeout_ms=REBALANCE_MS)
+
+    return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
+async def close_all(clients: list[KafkaClient]) -> None:
+    await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+
+class LoadgenCpu:
+    def __enter__(self) -> LoadgenCpu:
+        self.wall, self.cpu = time.perf_counter(), _own_cpu_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.share = (_own_cpu_s() - self.cpu) / max(time.perf_counter() - self.wall, 1e-9)
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def heartbeat_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    size, groups = args.group_size, args.groups
+    pool = await connect_many(server.port, min(max(args.connections), groups * size))
+    frames: list[bytes] = []
+    formed: list[tuple[str, list[str]]] = []
+    try:
+        wave = max(1, len(pool) // size)
+        for start in range(0, groups, wave):
+            batch = range(start, min(start + wave, groups))
+            results = await asyncio.gather(*(
+                form_group(pool[(i - start) * size:(i - start + 1) * size], f"hb-{uuid.uuid4().hex[:6]}-{i}",
+                           FORM_SESSION_MS) for i in batch))
+            for group_id, joined in results:
+                formed.append((group_id, [j.member_id for j in joined]))
+                frames.extend(heartbeat_frame(group_id, j.generation_id, j.member_id) for j in joined)
+        figures = {}
+        for connections in args.connections:
+            figures[str(connections)] = await drive_heartbeats(server, frames, connections, args.seconds)
+        return figures
+    finally:
+        await asyncio.gather(*(leave_all(pool[i % len(pool)], g, ids) for i, (g, ids) in enumerate(formed)))
+        await close_all(pool)
+
+
+async def drive_heartbeats(server: Server, frames: list[bytes], connections: int, seconds: float) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    stats = Stats()
+    shares = [frames[i::connections] for i in range(connections)]
+    protocols = []
+    for share in shares:
+        _transport, protocol = await loop.create_connection(lambda s=share: LoadConnection(s, stats), "127.0.0.1",
+                                                            server.port)
+        protocols.append(protocol)
+    for protocol in protocols:
+        protocol.send_next()
+    await asyncio.sleep(1.0)  # warm-up
+    cpu_before = _process_cpu_s(server.pid)
+    with LoadgenCpu() as own:
+        started = time.perf_counter()
+        stats.measuring = True
+        await asyncio.sleep(seconds)
+        stats.measuring = False
+        elapsed = time.perf_counter() - started
+    cpu_used = _process_cpu_s(server.pid) - cpu_before
+    stats.running = False
+    await asyncio.sleep(0.3)
+    for protocol in protocols:
+        protocol.transport.close()
+    latencies = sorted(stats.latencies_ns)
+    return {"heartbeats_per_s": round(stats.count / elapsed),
+            "p50_ms": round(latencies[len(latencies) // 2] / 1e6, 3) if latencies else None,
+            "p99_ms": round(latencies[int(len(latencies) * 0.99)] / 1e6, 3) if latencies else None,
+            "server_cpu_us_per_heartbeat": round(cpu_used / max(stats.count, 1) * 1e6, 2),
+            "server_cpu_share": round(cpu_used / elapsed, 2), "loadgen_cpu_share": round(own.share, 2),
+            "error_responses": stats.errors}
+
+
+async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    figures = {}
+    for size in args.rebalance_sizes:
+        clients = await connect_many(server.port, size)
+        group_id, joined = await form_group(clients, f"rb-{uuid.uuid4().hex[:6]}-{size}", FORM_SESSION_MS)
+        member_ids = [j.member_id for j in joined]
+        times, own_shares = [], []
+        try:
+            for round_number in range(args.rebalance_rounds):
+                with LoadgenCpu() as own:
+                    times.append(await one_rebalance(clients, group_id, member_ids, round_number))
+                own_shares.append(own.share)
+        finally:
+            await leave_all(clients[0], group_id, member_ids)
+            await close_all(clients)
+        figures[str(size)] = {"rebalance_ms": round(statistics.median(times), 2),
+                              "rounds_ms": [round(t, 2) for t in times],
+                              "loadgen_cpu_share": round(max(own_shares), 2)}
+    return figures
+
+
+async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int) -> float:
+    """Every member rejoins with new metadata at once; ms from the first JoinGroup sent to the last SyncGroup
+    answered. Requests are encoded before the clock starts (the leader's SyncGroup after the joins: it needs the
+    generation, and it is one request)."""
+    metadata = encode_subscription(Subscription(("bench",), user_data=struct.pack(">i", round_number)))
+    bodies = [join(c, group_id, m, FORM_SESSION_MS, metadata) for c, m in zip(clients, member_ids)]
+    frames = []
+    for client, body in zip(clients, bodies):
+        correlation_id = client.next_correlation_id()
+        frames.append((correlation_id, codec.encode_request(correlation_id, client.client_id, body)))
+    started = time.perf_counter()
+    version = int(bodies[0].__version__)
+    responses = await asyncio.gather(*(c.send_raw(frame, cid, ApiKey.JOIN_GROUP, version, timeout_ms=REBALANCE_MS)
+                                       for c, (cid, frame) in zip(clients, frames)))
+    joined = [codec.decode_response(ApiKey.JOIN_GROUP, version, r)[1] for r in responses]
+    if {j.error_code for j in joined} != {0} or len({j.generation_id for j in joined}) != 1:
+        raise RuntimeError(f"rebalance round {round_number} of {group_id}: {[j.error_code for j in joined][:5]}")
+    generation = joined[0].generation_id
+    leader = next(j for j in joined if j.leader == j.member_id)
+    synced = await asyncio.gather(*(sync(c, group_id, generation, j.member_id, leader.members if j is leader else ())
+                                    for c, j in zip(clients, joined)))
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    if {s.error_code for s in synced} != {0}:
+        raise RuntimeError(f"sync of {group_id} round {round_number}: {[s.error_code for s in synced][:5]}")
+    return elapsed_ms
+
+
+async def detection_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    pairs, session_ms = args.expiry_pairs, args.session_ms
+    clients = await connect_many(server.port, 2 * pairs)
+    try:
+        with LoadgenCpu() as own:
+            samples = await asyncio.gather(*(
+                one_expiry(clients[2 * i], clients[2 * i + 1], f"ex-{uuid.uuid4().hex[:6]}-{i}", session_ms)
+                for i in range(pairs)))
+    finally:
+        await close_all(clients)
+    lateness = sorted(s for s in samples if s is not None)
+    if not lateness:
+        return {"pairs": pairs, "measured": 0}
+    return {"pairs": pairs, "measured": len(lateness), "session_ms": session_ms,
+            "lateness_p50_ms": round(lateness[len(lateness) // 2], 2),
+            "lateness_p99_ms": round(lateness[min(len(lateness) - 1, int(len(lateness) * 0.99))], 2),
+            "lateness_max_ms": round(lateness[-1], 2), "loadgen_cpu_share": round(own.share, 2)}
+
+
+async def one_expiry(a: KafkaClient, b: KafkaClient, group_id: str, session_ms: int) -> float | None:
+    joined = await asyncio.gather(_join_with_id(a, group_id, session_ms), _join_with_id(b, group_id, session_ms))
+    if {j.error_code for j in joined} != {0} or len({j.generation_id for j in joined}) != 1:
+        return None
+    victim = next((j for j in joined if j.leader == j.member_id), None)
+    if victim is None or len(victim.members) != 2:
+        return None
+    victim_client = b if victim is joined[1] else a
+    watcher_client, watcher = (b, joined[1]) if victim is joined[0] else (a, joined[0])
+    # the victim's last heartbeat: its deadline is the coordinator's receipt of it + session; we know its send
+    # time, which is earlier, so the lateness below is an upper bound (never flattered by a late response)
+    last_beat = wire.HeartbeatFrame(victim_client, group_id, victim.generation_id, victim.member_id, None)
+    beat_sent = time.perf_counter()
+    if last_beat.error_code(await last_beat.send(victim_client, REBALANCE_MS)) != 0:
+        return None
+    # the watcher parks its SyncGroup until the leader's assignment or the victim's expiry; one heartbeat (on the
+    # victim's idle connection) halfway keeps the watcher itself alive
+    parked = asyncio.ensure_future(sync(watcher_client, group_id, watcher.generation_id, watcher.member_id))
+    await asyncio.sleep(session_ms / 2000)
+    beat = wire.HeartbeatFrame(victim_client, group_id, watcher.generation_id, watcher.member_id, None)
+    await beat.send(victim_client, REBALANCE_MS)
+    response = await asyncio.wait_for(parked, session_ms / 1000 + 30)
+    detected_at = time.perf_counter()
+    if response.error_code != REBALANCE_IN_PROGRESS:
+        return None
+    return (detected_at - beat_sent) * 1000 - session_ms
+
+
+# ---------------------------------------------------------------------------------------------- orchestration
+
+
+async def run_server_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    if "heartbeat" in args.figures:
+        figures["heartbeat"] = await heartbeat_figures(server, args)
+    if "rebalance" in args.figures:
+        figures["rebalance"] = await rebalance_figures(server, args)
+    if "detection" in args.figures:
+        figures["detection"] = await detection_figures(server, args)
+    return figures
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Field-wise median of numeric leaves across repeats (lists and strings from the first run)."""
+    first = runs[0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        if isinstance(value, dict):
+            out[key] = median_of([r[key] for r in runs])
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = round(statistics.median(r[key] for r in runs if r.get(key) is not None), 3)
+        else:
+            out[key] = value
+    return out
+
+
+def ratios(ours: dict[str, Any], kafka: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in ours.items():
+        other = kafka.get(key)
+        if isinstance(value, dict) and isinstance(other, dict):
+            out[key] = ratios(value, other)
+        elif isinstance(value, (int, float)) and isinstance(other, (int, float)) and other and "share" not in key \
+                and key not in ("pairs", "measured", "session_ms", "error_responses"):
+            out[key] = round(value / other, 3)
+    return out
+
+
+def print_table(ours: dict[str, Any], kafka: dict[str, Any], ratio: dict[str, Any], prefix: str = "") -> None:
+    for key, value in ours.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            print_table(value, kafka.get(key, {}), ratio.get(key, {}), f"{name}.")
+        elif not isinstance(value, list):
+            print(f"  {name:<52} ours {value!s:>10}   kafka {kafka.get(key)!s:>10}   ratio {ratio.get(key, '')}")
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    os.sched_setaffinity(0, {LOADGEN_CPU})
+    broker = EmbeddedKafka(extra_properties={
+        "group.initial.rebalance.delay.ms": str(INITIAL_DELAY_MS),
+        "group.min.session.timeout.ms": str(MIN_SESSION_MS)})
+    await broker.start()
+    ours_process = None
+    results: dict[str, list[dict[str, Any]]] = {"ours": [], "kafka": []}
+    try:
+        ours_process, ours = await start_ours(broker.bootstrap)
+        kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
+        pin(ours.pid, SERVER_CPU)
+        order = ["ours", "kafka"]
+        for repeat in range(args.repeats):
+            for name in order if repeat % 2 == 0 else order[::-1]:  # interleaved: ours, kafka, kafka, ours, ...
+                pin(kafka.pid, SERVER_CPU if name == "kafka" else LOADGEN_CPU)
+                server = ours if name == "ours" else kafka
+                started = time.perf_counter()
+                figures = await run_server_figures(server, args)
+                results[name].append(figures)
+                print(f"repeat {repeat + 1} {name}: {json.dumps(figures)} ({time.perf_counter() - started:.0f} s)",
+                      file=sys.stderr, flush=True)
+    finally:
+        if ours_process is not None:
+            ours_process.terminate()
+            try:
+                ours_process.wait(30)
+            except subprocess.TimeoutExpired:
+                ours_process.kill()
+        await broker.stop()
+        broker.remove_data()
+    ours_median, kafka_median = median_of(results["ours"]), median_of(results["kafka"])
+    ratio = ratios(ours_median, kafka_median)
+    load = os.getloadavg()
+    print(f"\nmedians of {args.repeats} interleaved repeats; ratio = ours / Kafka {kafka_version()} "
+          f"(load average at the end {load[0]:.1f}, {os.cpu_count()} CPUs):")
+    print_table(ours_median, kafka_median, ratio)
+    return {"bench": "coordinator", "kafka_version": kafka_version(), "repeats": args.repeats,
+            "load_average_1m": round(load[0], 1), "ours": ours_median, "kafka": kafka_median, "ratio": ratio,
+            "runs": results}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per heartbeat figure")
+    parser.add_argument("--groups", type=int, default=1000)
+    parser.add_argument("--group-size", type=int, default=10)
+    parser.add_argument("--connections", type=lambda s: [int(x) for x in s.split(",")], default=[100, 1000])
+    parser.add_argument("--rebalance-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[10, 100, 1000])
+    parser.add_argument("--rebalance-rounds", type=int, default=3)
+    parser.add_argument("--expiry-pairs", type=int, default=500)
+    parser.add_argument("--session-ms", type=int, default=2_000, help="session timeout of the expiry pairs")
+    parser.add_argument("--figures", default="heartbeat,rebalance,detection")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    from bench import run_and_print
+
+    arguments = parse_args()
+    run_and_print(main(arguments), arguments.loop)

@@ -1,0 +1,9 @@
+"""Simulated test consumers with failure injection (`coordinator simulate`).
+
+Speaks the Kafka group protocol through `protocol/` only (never imports coordinator.group), so it drives any
+Kafka-protocol group coordinator: ours, or a real Kafka broker's.
+"""
+
+from coordinator.loadgen.simulation import FAILURE_KINDS, Progress, ScheduledFailure, SimOptions, Simulation
+
+__all__ = ["FAILURE_KINDS", "Progress", "ScheduledFailure", "SimOptions", "Simulation"]

@@ -1,0 +1,433 @@
+"""A population of simulated consumers against any Kafka-protocol group coordinator, with failure injection.
+
+`Simulation(options).run()` creates the topic if needed (Kafka admin, when a bootstrap server is given), starts
+G groups × M members, injects failures on schedule or at random (seeded), runs for the duration, then lets the
+population settle (every surviving member Stable, every failed member back) and returns a summary.
+
+Failures (each on a member that is Stable at that moment):
+- crash: the connection is dropped without a LeaveGroup; the member comes back after `downtime`
+  (default: session timeout + 3 s), first probing with its old member id (UNKNOWN_MEMBER_ID = detected).
+- hang: the connection stays open but nothing is sent (Kafka's "has failed" path); back after `downtime`,
+  probing the same way.
+- slow: the member's next rejoin waits half the rebalance timeout (it must not be removed).
+- leave: a clean LeaveGroup, back as a new member a moment later.
+- static-restart (static members): connection dropped, back with the same group.instance.id well within the
+  session timeout (no rebalance for it in Kafka; it must not be removed).
+A coordinator restart needs nothing injected: members reconnect, rediscover and back off on LOAD_IN_PROGRESS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.client import KafkaClient
+from protocol.errors import ConnectionClosed, RequestTimedOut
+
+from coordinator.loadgen import assignors, wire
+from coordinator.loadgen.events import ExpiryWatcher
+from coordinator.loadgen.member import SimMember
+from coordinator.loadgen.stats import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NONE, GroupRounds,
+                                       Stats, error_name, summary_of)
+
+log = logging.getLogger("coordinator.loadgen")
+
+FAILURE_KINDS = ("crash", "hang", "slow", "leave", "static-restart")
+DETECTED_KINDS = frozenset({"crash", "hang"})
+
+
+@dataclass(frozen=True)
+class ScheduledFailure:
+    kind: str
+    count: int
+    at_s: float
+
+    @classmethod
+    def parse(cls, text: str) -> ScheduledFailure:
+        """KIND[:COUNT]@SECONDS, e.g. hang:3@5 (three members hang 5 s after the start)."""
+        head, sep, at = text.partition("@")
+        kind, _, count = head.partition(":")
+        if not sep or kind not in FAILURE_KINDS:
+            raise ValueError(f"expected KIND[:COUNT]@SECONDS with KIND in {', '.join(FAILURE_KINDS)}, got {text!r}")
+        return cls(kind, int(count or 1), float(at))
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    coordinator: tuple[str, int]
+    bootstrap_server: str | None = None  # Kafka admin (topic creation); None: the topic must exist
+    groups: int = 10
+    members: int = 3
+    topic: str = "simulated"
+    partitions: int = 12
+    group_prefix: str = "sim"
+    assignor: str = assignors.RANGE
+    static: bool = False
+    session_ms: int = 10_000
+    rebalance_ms: int = 30_000
+    heartbeat_ms: int = 3_000
+    commit_interval_ms: int = 5_000
+    records_per_commit: int = 100
+    request_timeout_ms: int = 30_000
+    client_id: str = "coordinator-simulate"
+    duration_s: float = 30.0
+    settle_timeout_s: float = 60.0
+    schedule: tuple[ScheduledFailure, ...] = ()
+    failure_rate_per_min: float = 0.0  # random failures, per minute, across the population
+    failure_kinds: tuple[str, ...] = ("crash", "hang")
+    downtime_ms: int | None = None  # how long a crashed/hung member stays away (default session + 3 s)
+    seed: int | None = None
+    event_topic: str | None = None  # the coordinator's event topic: exact expiry times (our coordinator only)
+    leave_on_exit: bool = True
+    named_groups: tuple[str, ...] = ()  # explicit group ids instead of PREFIX-NNNN (then `groups` is ignored)
+    max_connecting: int = 64  # connects in flight: more overflows a default listen backlog (SYNs dropped)
+
+    @property
+    def failure_downtime_ms(self) -> int:
+        return self.downtime_ms if self.downtime_ms is not None else self.session_ms + 3_000
+
+    def group_ids(self) -> list[str]:
+        if self.named_groups:
+            return list(self.named_groups)
+        return [f"{self.group_prefix}-{index:04d}" for index in range(self.groups)]
+
+
+@dataclass
+class Progress:
+    elapsed_s: float
+    members: int
+    members_stable: int
+    groups: int
+    groups_stable: int
+    rebalances_in_flight: int
+    rebalances_done: int
+    failures_injected: int
+    failures_detected: int
+    unexpected_errors: int
+
+
+class Simulation:
+    def __init__(self, options: SimOptions) -> None:
+        self.options = options
+        self.stats = Stats()
+        self.random = random.Random(options.seed)
+        self.rounds = {group_id: GroupRounds(group_id) for group_id in options.group_ids()}
+        self.members: list[SimMember] = []
+        self.partition_counts = {options.topic: options.partitions}
+        self.connect_slots = asyncio.Semaphore(options.max_connecting)
+        self._coordinators: dict[str, tuple[str, int]] = {}
+        self._discovery: KafkaClient | None = None
+        self._discovery_lock = asyncio.Lock()
+        self._away: set[SimMember] = set()  # failed members not back yet
+        self._pending: set[asyncio.Task[None]] = set()
+        self._started = time.monotonic()
+        self.watcher: ExpiryWatcher | None = None
+
+    # ------------------------------------------------------------------------------------------------ running
+
+    async def run(self, on_progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+        options = self.options
+        if options.bootstrap_server:
+            self.partition_counts[options.topic] = await asyncio.to_thread(
+                ensure_topic, options.bootstrap_server, options.topic, options.partitions)
+        if options.event_topic and options.bootstrap_server:
+            self.watcher = ExpiryWatcher(options.bootstrap_server, options.event_topic, set(self.rounds))
+            await asyncio.to_thread(self.watcher.start)
+        self.start_members()
+        injector = asyncio.create_task(self._inject_failures())
+        try:
+            await self._tick_until(time.monotonic() + options.duration_s, on_progress, lambda: False)
+            injector.cancel()
+            await asyncio.gather(injector, return_exceptions=True)
+            settle_by = time.monotonic() + options.settle_timeout_s
+            await self._tick_until(settle_by, on_progress, self._settled)
+            if self.watcher is not None:
+                await self._tick_until(time.monotonic() + 10, on_progress, self._expiries_arrived)
+            return self.summary()
+        finally:
+            injector.cancel()
+            await self.close()
+
+    def start_members(self) -> None:
+        self._started = time.monotonic()
+        for group_id in self.options.group_ids():
+            for index in range(self.options.members):
+                member = SimMember(self, group_id, index, self.options.static)
+                self.members.append(member)
+                member.start("new member")
+
+    def all_stable(self) -> bool:
+        """Every member Stable in its group's one current generation, no rebalance in flight."""
+        generations: dict[str, set[int]] = collections.defaultdict(set)
+        for member in self.members:
+            if member.state != "stable":
+                return False
+            generations[member.group_id].add(member.generation)
+        return all(len(g) == 1 for g in generations.values()) and not any(r.in_flight for r in self.rounds.values())
+
+    async def _tick_until(self, deadline: float, on_progress: Callable[[Progress], None] | None,
+                          done: Callable[[], bool]) -> None:
+        while time.monotonic() < deadline and not done():
+            if on_progress is not None:
+                on_progress(self.progress())
+            await asyncio.sleep(0.25)
+        if on_progress is not None:
+            on_progress(self.progress())
+
+    def _settled(self) -> bool:
+        return not self._away and not self._pending and all(
+            m.state in ("stable", "stopped") for m in self.members) and not any(
+            r.in_flight for r in self.rounds.values())
+
+    def _expiries_arrived(self) -> bool:
+        assert self.watcher is not None
+        self._apply_expiries()
+        return all(f.expired_at_ms for f in self.stats.failures if f.expect_detection and f.detected)
+
+    async def close(self) -> None:
+        """Stop every member (dynamic ones send LeaveGroup, as a closing consumer does); bounded in time."""
+        for task in list(self._pending):
+            task.cancel()
+        await _bounded(self._pending, "failure injections")
+        await _bounded([asyncio.ensure_future(m.halt(abort=False)) for m in self.members], "members")
+        if self.options.leave_on_exit and not self.options.static:
+            await _bounded([asyncio.ensure_future(m.leave()) for m in self.members if m.state == "stable"], "leaves")
+        await _bounded([asyncio.ensure_future(m.drop_connection()) for m in self.members], "connections")
+        await self.close_discovery()
+        if self.watcher is not None:
+            await asyncio.to_thread(self.watcher.stop)
+
+    # ------------------------------------------------------------------------------------------------ discovery
+
+    async def find_coordinator(self, group_id: str) -> tuple[str, int]:
+        known = self._coordinators.get(group_id)
+        if known is not None:
+            return known
+        while True:
+            try:
+                client = await self._discovery_client()
+                response = await client.request(wire.find_coordinator(client, group_id))
+            except (ConnectionClosed, RequestTimedOut, OSError, asyncio.TimeoutError):
+                self._discovery = None
+                await asyncio.sleep(0.2 + self.random.random() * 0.3)
+                continue
+            code = int(response.error_code)
+            self.stats.record("FindCoordinator", code)
+            if code == NONE:
+                address = (response.host, int(response.port))
+                self._coordinators[group_id] = address
+                return address
+            await asyncio.sleep(0.2 if code in (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) else 1.0)
+
+    async def close_discovery(self) -> None:
+        if self._discovery is not None:
+            await self._discovery.close()
+            self._discovery = None
+
+    def forget_coordinator(self, group_id: str) -> None:
+        self._coordinators.pop(group_id, None)
+
+    async def _discovery_client(self) -> KafkaClient:
+        async with self._discovery_lock:
+            if self._discovery is None or self._discovery.is_closed:
+                host, port = self.options.coordinator
+                self._discovery = await KafkaClient.connect(host, port, client_id=self.options.client_id,
+                                                            timeout_ms=self.options.request_timeout_ms)
+            return self._discovery
+
+    # ------------------------------------------------------------------------------------------------ failures
+
+    async def _inject_failures(self) -> None:
+        options = self.options
+        events = [(s.at_s, s.kind, s.count) for s in options.schedule]
+        if options.failure_rate_per_min > 0:
+            at = 0.0
+            while True:
+                at += self.random.expovariate(options.failure_rate_per_min / 60)
+                if at >= options.duration_s:
+                    break
+                events.append((at, self.random.choice(options.failure_kinds), 1))
+        for at_s, kind, count in sorted(events):
+            await asyncio.sleep(max(0.0, self._started + at_s - time.monotonic()))
+            for _ in range(count):
+                member = await self._wait_for_victim(kind)
+                if member is None:
+                    log.warning("event=no_member_to_fail kind=%s (none Stable before the end)", kind)
+                    continue
+                self._away.add(member)  # now, not when the injection task runs: the next pick must not take it
+                self._spawn(self.inject(member, kind))
+
+    async def _wait_for_victim(self, kind: str) -> SimMember | None:
+        """A Stable member to fail now, or as soon as there is one (a busy machine may still be forming groups
+        at the scheduled time); None if none turns up before the end of the run."""
+        end = self._started + self.options.duration_s
+        while (member := self._pick_victim(kind)) is None and time.monotonic() < end:
+            await asyncio.sleep(0.1)
+        return member
+
+    def _pick_victim(self, kind: str) -> SimMember | None:
+        candidates = [m for m in self.members if m.state == "stable" and m.beating and m not in self._away
+                      and (kind != "static-restart" or m.instance_id is not None)]
+        return self.random.choice(candidates) if candidates else None
+
+    async def inject(self, member: SimMember, kind: str) -> None:
+        options = self.options
+        failure = member.failure_record(kind, expect_detection=kind in DETECTED_KINDS)
+        self.stats.failures.append(failure)
+        self._away.add(member)
+        log.info("event=failure_injected kind=%s group=%s member=%s", kind, member.group_id, member.member_id)
+        try:
+            if kind == "slow":
+                member.slow_join_ms = options.rebalance_ms // 2
+                return
+            if kind == "leave":
+                await member.halt(abort=False)
+                await member.leave()
+                member.state = "failed"
+                await asyncio.sleep(1.0)
+                member.start("new member after leave")
+                return
+            member.state = "failed"
+            await member.halt(abort=kind != "hang")
+            if kind == "static-restart":
+                await asyncio.sleep(min(1.0, options.session_ms / 4000))
+                member.member_id = ""  # a restarted static member knows only its group.instance.id
+                member.start("static member restart")
+                return
+            await asyncio.sleep(options.failure_downtime_ms / 1000)
+            member.start("rejoin", probe=failure)
+        finally:
+            self._away.discard(member)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    def _apply_expiries(self) -> None:
+        if self.watcher is None:
+            return
+        expiries = self.watcher.expiries()
+        for failure in self.stats.failures:
+            failure.expired_at_ms = list(expiries.get((failure.group_id, failure.member_id), ()))
+
+    # ------------------------------------------------------------------------------------------------ reporting
+
+    def progress(self) -> Progress:
+        members_stable = sum(1 for m in self.members if m.state == "stable")
+        by_group: dict[str, list[SimMember]] = collections.defaultdict(list)
+        for member in self.members:
+            by_group[member.group_id].append(member)
+        groups_stable = sum(1 for group_id, members in by_group.items()
+                            if not self.rounds[group_id].in_flight
+                            and all(m.state == "stable" for m in members)
+                            and len({m.generation for m in members}) == 1)
+        return Progress(time.monotonic() - self._started, len(self.members), members_stable, len(by_group),
+                        groups_stable, sum(1 for r in self.rounds.values() if r.in_flight),
+                        len(self.stats.rebalances), len(self.stats.failures),
+                        sum(1 for f in self.stats.failures if f.detected), sum(self.stats.unexpected.values()))
+
+    def summary(self) -> dict[str, Any]:
+        options = self.options
+        self._apply_expiries()
+        progress = self.progress()
+        by_reason = collections.Counter(r.reason for r in self.stats.rebalances)
+        failures = self.stats.failures
+        detectable = [f for f in failures if f.expect_detection]
+        undetected = [f.member_key for f in detectable if f.detected != 1]
+        removed_wrongly = [f.member_key for f in failures if not f.expect_detection and f.probe_code == 25]
+        lateness = [x for f in detectable if (x := f.lateness_ms(options.session_ms)) is not None]
+        expiry_counts = [len(f.expired_at_ms) for f in detectable]
+        errors: dict[str, dict[str, int]] = collections.defaultdict(dict)
+        for (api, code), count in sorted(self.stats.errors.items()):
+            errors[api][error_name(code)] = count
+        unexpected = {f"{api} {error_name(code)}": n for (api, code), n in sorted(self.stats.unexpected.items())}
+        misassigned = self._misassigned_groups()
+        surviving = [m for m in self.members if m.state != "stopped"]
+        stable = [m for m in surviving if m.state == "stable"]
+        ok = (len(stable) == len(surviving) and not undetected and not removed_wrongly and not unexpected
+              and not misassigned
+              and (self.watcher is None or all(n == 1 for n in expiry_counts)))
+        return {
+            "coordinator": f"{options.coordinator[0]}:{options.coordinator[1]}",
+            "groups": options.groups, "members_per_group": options.members, "static": options.static,
+            "assignor": options.assignor, "session_ms": options.session_ms, "rebalance_ms": options.rebalance_ms,
+            "heartbeat_ms": options.heartbeat_ms, "elapsed_s": round(progress.elapsed_s, 1),
+            "members": len(self.members), "members_surviving": len(surviving), "members_stable": len(stable),
+            "groups_stable": progress.groups_stable,
+            "groups_misassigned": misassigned,
+            "unstable_members_by_phase": dict(collections.Counter(m.phase for m in surviving if m.state != "stable")),
+            "heartbeats": self.stats.heartbeats, "commits": self.stats.commits,
+            "reconnects": self.stats.connection_errors,
+            "rebalances": {"count": len(self.stats.rebalances), "by_reason": dict(by_reason.most_common()),
+                           "duration_ms": _rounded(summary_of([r.duration_ms for r in self.stats.rebalances]))},
+            "failures": {
+                "injected": dict(collections.Counter(f.kind for f in failures)),
+                "to_detect": len(detectable),
+                "detected_once": sum(1 for f in detectable if f.detected == 1),
+                "undetected": undetected,
+                "removed_but_should_not_be": removed_wrongly,
+                "expiry_events_per_failure": expiry_counts if self.watcher is not None else None,
+            },
+            "detection_lateness_ms": {
+                "source": (f"event topic {options.event_topic} (member_failed ts_ms, 1 ms resolution)"
+                           if self.watcher is not None else "not measured (needs --event-topic and our coordinator)"),
+                **_rounded(summary_of(lateness)),
+            },
+            "error_codes": dict(errors),
+            "unexpected_errors": unexpected,
+            "ok": ok,
+        }
+
+
+    def _misassigned_groups(self) -> list[str]:
+        """Stable groups whose members do not own every partition of the topic exactly once."""
+        expected = sorted((self.options.topic, p) for p in range(self.partition_counts[self.options.topic]))
+        by_group: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+        unstable = {m.group_id for m in self.members if m.state != "stable"}
+        for member in self.members:
+            by_group[member.group_id].extend((t, p) for t, ids in member.owned for p in ids)
+        return [g for g, owned in by_group.items() if g not in unstable and sorted(owned) != expected]
+
+
+async def _bounded(tasks: Any, what: str, timeout_s: float = 15.0) -> None:
+    tasks = [t for t in tasks if t is not None]
+    if not tasks:
+        return
+    _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    if pending:
+        log.warning("event=shutdown_slow what=%s still_running=%d after_s=%.0f", what, len(pending), timeout_s)
+        for task in pending:
+            task.cancel()
+
+
+def _rounded(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in values.items()}
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30) -> int:
+    """Create `topic` if missing (replication min(3, brokers)); its partition count either way."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    metadata = admin.list_topics(timeout=timeout_s)
+    if topic not in metadata.topics or metadata.topics[topic].error is not None:
+        replication = min(3, len(metadata.brokers))
+        future = admin.create_topics([NewTopic(topic, partitions, replication)])[topic]
+        with contextlib.suppress(KafkaException):  # created meanwhile by someone else: fine
+            future.result(timeout_s)
+        for _ in range(int(timeout_s * 10)):
+            metadata = admin.list_topics(topic, timeout=timeout_s)
+            if metadata.topics[topic].error is None and metadata.topics[topic].partitions:
+                break
+            time.sleep(0.1)
+    return len(metadata.topics[topic].partitions)
+

@@ -1,0 +1,65 @@
+"""While Kafka is unreachable, librdkafka's stream of "Connection refused" ERROR lines becomes one WARNING per
+outage, and the first acknowledged write logs one WARNING that it is back (real librdkafka clients against a
+closed loopback port)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+from confluent_kafka import Producer
+
+from coordinator.storage import kafka_logs
+from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
+
+
+class Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_outage_is_one_warning_and_its_end_another() -> None:
+    capture = Capture()
+    root = logging.getLogger("coordinator.storage")
+    root.addHandler(capture)
+    kafka_reachable()  # no outage left over from another test
+    port = closed_port()
+    clients = [Producer({"bootstrap.servers": f"127.0.0.1:{port}", "reconnect.backoff.ms": 10,
+                         "reconnect.backoff.max.ms": 50, "logger": librdkafka_logger(name)})
+               for name in ("state-producer", "events")]
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            for client in clients:
+                client.poll(0.1)
+        assert kafka_logs._outage.suppressed >= 5, "librdkafka logged too few connection errors to test anything"
+        warnings = [r for r in capture.records if "kafka_unreachable" in r.getMessage()]
+        assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+        assert f"127.0.0.1:{port}" in warnings[0].getMessage()
+        assert not [r for r in capture.records if r.levelno >= logging.ERROR]
+        kafka_reachable()
+        kafka_reachable()
+        back = [r for r in capture.records if "kafka_reachable_again" in r.getMessage()]
+        assert len(back) == 1 and back[0].levelno == logging.WARNING
+    finally:
+        root.removeHandler(capture)
+        for client in clients:
+            client.flush(0)
+
+
+def test_other_librdkafka_lines_pass_unchanged() -> None:
+    record = logging.LogRecord("coordinator.storage.librdkafka.loader", logging.ERROR, __file__, 1,
+                               "FATAL [rdkafka#consumer-1] idempotence error", (), None)
+    assert kafka_logs.ConnectivityFilter().filter(record) is True
+    assert record.levelno == logging.ERROR and record.getMessage().startswith("FATAL")
