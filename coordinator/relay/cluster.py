@@ -13,6 +13,7 @@ from typing import Any
 log = logging.getLogger("coordinator.relay")
 
 Refresh = Callable[[list[str]], Awaitable[Any]]
+_PRUNE_ABOVE = 1_024  # refresh times kept before the stale ones are dropped (names come from clients)
 
 
 class ClusterMetadata:
@@ -77,5 +78,14 @@ class ClusterMetadata:
                 for topic in fresh:
                     self._inflight.pop(topic, None)
                     self._refreshed_at[topic] = time.monotonic()
+                self._prune_refresh_times()
         for wait in waits:
             await asyncio.shield(wait)
+
+    def _prune_refresh_times(self) -> None:
+        """Forget refresh times older than the min interval: they no longer hold a refresh back, and every topic
+        name a client ever committed to (a typo, a fuzzer, a deleted topic) would otherwise stay for good."""
+        if len(self._refreshed_at) > _PRUNE_ABOVE:
+            now = time.monotonic()
+            self._refreshed_at = {topic: at for topic, at in self._refreshed_at.items()
+                                  if now - at < self._min_interval_s}

@@ -15,7 +15,9 @@ AddressOf = Callable[[int], "tuple[str, int] | None"]
 
 
 def upstream_brokers(metadata: Any) -> dict[int, UpstreamBroker]:
-    return {int(b.node_id): UpstreamBroker(int(b.node_id), b.host, int(b.port), b.rack) for b in metadata.brokers}
+    # Metadata v0 brokers carry no rack (v1+): a client's v0 request must not fail the relay
+    return {int(b.node_id): UpstreamBroker(int(b.node_id), b.host, int(b.port), getattr(b, "rack", None))
+            for b in metadata.brokers}
 
 
 def rewrite_metadata(response: Any, coordinator_node: Any, address_of: AddressOf) -> Any:

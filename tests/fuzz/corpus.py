@@ -75,6 +75,26 @@ def build_corpus(ranges: Iterable[ApiRange], correlation_id: int = 1) -> list[Co
     return corpus
 
 
+def known_ranges(ranges: Iterable[ApiRange]) -> list[ApiRange]:
+    """The ranges narrowed to the versions kio has request schemas for (a broker, and so the relay, may
+    advertise older ones: Produce v0-v2), dropping an API kio has none of."""
+    from kio.index import UnknownEntity
+
+    def known(api_key: int, version: int) -> bool:
+        try:
+            load_request_schema(api_key, version)
+            return True
+        except UnknownEntity:
+            return False
+
+    narrowed = []
+    for api_key, low, high in ranges:
+        versions = [version for version in range(low, high + 1) if known(api_key, version)]
+        if versions:
+            narrowed.append((api_key, versions[0], versions[-1]))
+    return narrowed
+
+
 def request_frame(api_key: int, version: int, correlation_id: int = 1, client_id: str = "fuzz") -> CorpusFrame:
     body_class = load_request_schema(api_key, version)
     walk = _Walk()
