@@ -30,7 +30,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.embedded import EmbeddedKafka
 from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic
 from coordinator.group.coordinator import GroupCoordinator
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.store import GroupRecord, MemberRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore

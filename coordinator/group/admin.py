@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse,
                                    DescribedGroup, DescribedGroupMember, DescribeGroupsRequest,
                                    DescribeGroupsResponse, ListedGroup, ListGroupsRequest, ListGroupsResponse)
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 
 if TYPE_CHECKING:

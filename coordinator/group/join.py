@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse
 from coordinator.group.delayed import join_key, member_key
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.member import MemberMetadata
 from coordinator.group.state import GroupState
 

@@ -19,7 +19,7 @@ import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group.store")
 

@@ -9,7 +9,7 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, HeartbeatRequest, Heartbea
                                    LeaveGroupResponse, LeaveGroupResponseMember, MemberIdentity, SyncGroupRequest,
                                    SyncGroupResponse)
 from coordinator.group.delayed import member_key
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 
 if TYPE_CHECKING:

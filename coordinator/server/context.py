@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from coordinator.group import api
+from protocol.error_codes import Errors
 
 
 class GroupService(Protocol):
@@ -17,7 +18,7 @@ class GroupService(Protocol):
     async def sync_group(self, request: api.SyncGroupRequest) -> api.SyncGroupResponse: ...
     def handle_heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None
-    ) -> int: ...  # the synchronous hot path: an error code
+    ) -> Errors: ...  # the synchronous hot path: an error code
     async def leave_group(self, request: api.LeaveGroupRequest) -> api.LeaveGroupResponse: ...
     async def commit_offsets(self, request: api.OffsetCommitRequest) -> api.OffsetCommitResponse: ...
     async def fetch_offsets(self, request: api.OffsetFetchRequest) -> api.OffsetFetchResponse: ...

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 from confluent_kafka import KafkaError
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, StoreError, TopicPartition
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.convert import group_record, group_value, offset_record, offset_value
