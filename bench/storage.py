@@ -5,10 +5,10 @@
 (a) Load: writes --groups group records of --members members each (realistic sizes: consumer-protocol
     subscription and assignment bytes, UUID member ids) to a fresh 50-partition state topic, then a fresh
     store and coordinator load them: `read_s` = reading + decoding + replaying the topic (worker thread),
-    `materialize_s` = handing the records to a GroupCoordinator which builds the groups and arms a session
+    `materialize_s` = handing the records to a GroupRuntime which builds the groups and arms a session
     deadline per member, `total_s` = both. Target: total ≤ 30 s for 100,000 groups × 5 members.
 (b) OffsetCommit throughput: --commit-groups simple consumers (generation -1) each commit 5 partitions in a
-    loop through GroupCoordinator.commit_offsets for --commit-seconds; each commit waits for acks=all.
+    loop through GroupRuntime.commit_offsets for --commit-seconds; each commit waits for acks=all.
     Reports commits/s, partitions/s and latency percentiles, after a 3 s warm-up that is not counted.
 The last line of output is one JSON object with every figure.
 """
@@ -29,7 +29,7 @@ import uuid
 from coordinator.config import CoordinatorConfig
 from coordinator.embedded import EmbeddedKafka
 from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic
-from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.runtime import GroupRuntime
 from protocol.error_codes import Errors
 from coordinator.group.store import GroupRecord, MemberRecord
 from coordinator.storage.config import StorageConfig
@@ -88,16 +88,17 @@ async def bench_load(bootstrap: str, groups: int, members: int) -> dict:
     reader = make_store(bootstrap, topic)
     await reader.start()
     timer = SystemTimer("bench", clock=MonotonicClock())
-    coordinator = GroupCoordinator(CoordinatorConfig(), timer, reader)
+    coordinator = GroupRuntime(CoordinatorConfig(), timer, reader)
     try:
         started = time.perf_counter()
-        state = await reader.load()
+        state = await reader.read()
         read_s = time.perf_counter() - started
         started = time.perf_counter()
         coordinator.begin_loading()
-        for group_id, value in state.groups.items():
-            coordinator.load_group(group_id, _record(value))
-        coordinator.finish_loading()
+        for group_id, value in state.groups.items():  # what GroupRuntime.load does after the read, in one go
+            coordinator.shard_for(group_id).load_group(group_id, _record(value), {})
+        for shard in coordinator.shards:
+            shard.status = ShardStatus.ACTIVE
         materialize_s = time.perf_counter() - started
         loaded = len(coordinator.groups)
         loaded_members = sum(len(g.members) for g in coordinator.groups.values())
@@ -124,7 +125,7 @@ async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions:
     store = make_store(bootstrap, f"__bench-state-{uuid.uuid4().hex[:8]}")
     await store.start()
     timer = SystemTimer("bench", clock=MonotonicClock())
-    coordinator = GroupCoordinator(CoordinatorConfig(), timer, store)
+    coordinator = GroupRuntime(CoordinatorConfig(), timer, store)
     latencies_ms: list[float] = []
     failures = 0
     measure_from = time.perf_counter() + WARMUP_S  # the broker's JIT and the producer id come first

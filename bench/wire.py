@@ -1,4 +1,4 @@
-"""Wire benchmark: heartbeat round trips through the real server and GroupCoordinator, against a bare asyncio
+"""Wire benchmark: heartbeat round trips through the real server and GroupRuntime, against a bare asyncio
 echo-frame server measured in the same run with the same load generator.
 
   python -m bench.wire [--loop asyncio|uvloop] [--seconds 3] [--members 1,100,10000] [--repeats 1]
@@ -6,7 +6,7 @@ echo-frame server measured in the same run with the same load generator.
 For each member count two servers run in turn, each in its own process (pinned to CPU 0 when possible):
   bare:         an asyncio BufferedProtocol that answers every length-prefixed frame with a fixed 16-byte
                 response (framing only: the practical ceiling of a Python asyncio server on this machine);
-  coordinator:  our CoordinatorServer + GroupCoordinator (in-memory store, real timer); its members are
+  coordinator:  our CoordinatorServer + GroupRuntime (in-memory store, real timer); its members are
                 joined and synced in-process before the clock starts (setup is not what we measure), in
                 groups of at most 100.
 The load generator (this process, CPU 1) holds one connection per member up to 1,000 connections; above that
@@ -85,7 +85,7 @@ async def serve_bare() -> None:
 
 async def serve_coordinator(member_count: int) -> None:
     from coordinator.config import CoordinatorConfig
-    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.runtime import GroupRuntime
     from coordinator.group.store import InMemoryGroupStore
     from coordinator.server import CoordinatorServer, ServerConfig
     from coordinator.timer import SystemTimer
@@ -95,7 +95,7 @@ async def serve_coordinator(member_count: int) -> None:
     faulthandler.dump_traceback_later(SETUP_TIMEOUT_S, exit=True)
     timer = SystemTimer("bench")
     timer.start()
-    coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=200), timer,
+    coordinator = GroupRuntime(CoordinatorConfig(group_initial_rebalance_delay_ms=200), timer,
                                    InMemoryGroupStore())
     groups = await asyncio.gather(*(
         _stable_group(coordinator, f"bench-{first // GROUP_SIZE}", min(GROUP_SIZE, member_count - first))

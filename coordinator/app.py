@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
@@ -41,7 +41,7 @@ class ServiceOptions:
 @dataclass
 class RunningService:
     server: CoordinatorServer
-    coordinator: GroupCoordinator
+    coordinator: GroupRuntime
     store: KafkaGroupStore
     bootstrap: str
     loaded: asyncio.Event
@@ -62,8 +62,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         stack.push_async_callback(store.close)
 
         observer = ObserverMux()
-        coordinator = GroupCoordinator(options.group, timer, store, clock, observer)
-        coordinator.begin_loading()  # before the listener opens: no request may see an empty state
+        coordinator = GroupRuntime(options.group, timer, store, clock, observer)
+        coordinator.begin_loading()  # every partition, before the listener opens: no request may see an empty state
         events = store.event_observer()  # stamps events with wall-clock time, not the monotonic clock
         if events is not None:
             observer.add(events)
@@ -101,12 +101,12 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
     )
 
 
-async def _load_then_expire(store: KafkaGroupStore, coordinator: GroupCoordinator, config: CoordinatorConfig,
+async def _load_then_expire(store: KafkaGroupStore, coordinator: GroupRuntime, config: CoordinatorConfig,
                             loaded: asyncio.Event) -> None:
     retry_s = 1.0
     while True:
         try:
-            await store.load_into(coordinator)
+            await coordinator.load()
             break
         except Exception as exc:  # broker unreachable: keep answering LOAD_IN_PROGRESS and try again
             log.error("event=state_load_failed error=%r retry_in_s=%.0f", exc, retry_s)

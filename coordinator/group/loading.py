@@ -9,17 +9,17 @@ from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
 
 if TYPE_CHECKING:
-    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.shard import GroupShard
 
 
-def materialize_group(coordinator: GroupCoordinator, group_id: str, record: GroupRecord | None,
+def materialize_group(shard: GroupShard, group_id: str, record: GroupRecord | None,
                       offsets: dict[TopicPartition, OffsetRecord]) -> GroupMetadata:
-    now_ms = coordinator.now_wall_ms()
+    now_ms = shard.now_wall_ms()
     if record is None:  # offsets only: a "simple" group that never had members
-        group = GroupMetadata(group_id, GroupState.EMPTY, now_ms, coordinator.observer)
+        group = GroupMetadata(group_id, GroupState.EMPTY, now_ms, shard.observer)
     else:
         state = GroupState.STABLE if record.members else GroupState.EMPTY
-        group = GroupMetadata(group_id, state, now_ms, coordinator.observer)
+        group = GroupMetadata(group_id, state, now_ms, shard.observer)
         group.protocol_type = record.protocol_type or None
         group.protocol_name = record.protocol
         group.generation_id = record.generation

@@ -37,7 +37,7 @@ class MemberMetadata:
         self.sync_future: asyncio.Future[SyncGroupResponse] | None = None
         self.is_new = False
         # Session tracking: the deadline moves on every heartbeat; `heartbeat_op` is the DelayedHeartbeat in
-        # the timer, which re-checks the deadline when it fires (see GroupCoordinator.schedule_heartbeat).
+        # the timer, which re-checks the deadline when it fires (see GroupShard.schedule_heartbeat).
         self.heartbeat_deadline_ms = 0
         self.heartbeat_op: Any = None
 

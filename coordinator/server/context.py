@@ -11,7 +11,7 @@ from protocol.error_codes import Errors
 
 
 class GroupService(Protocol):
-    """The GroupCoordinator's request entry points (coordinator/group). JoinGroup and SyncGroup may park;
+    """The GroupRuntime's request entry points (coordinator/group). JoinGroup and SyncGroup may park;
     Heartbeat is synchronous."""
 
     async def join_group(self, request: api.JoinGroupRequest) -> api.JoinGroupResponse: ...
