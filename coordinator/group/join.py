@@ -141,7 +141,7 @@ def _do_current_member_join(shard: GroupShard, group: GroupMetadata, req: JoinGr
 
 def _do_existing_member_join(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
                              req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
-    protocols = [(p.name, p.metadata) for p in req.protocols]
+    protocols = req.protocols
     reason = req.reason or "not provided"
     if group.is_in(PREPARING):
         _update_member_and_rebalance(shard, 
@@ -179,7 +179,7 @@ def _add_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member_id
                               req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
     member = MemberMetadata(member_id, req.group_instance_id, req.client_id, req.client_host,
                             req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
-                            [(p.name, p.metadata) for p in req.protocols])
+                            req.protocols)
     member.is_new = True
     if group.is_in(PREPARING) and group.generation_id == 0:
         group.new_member_added = True
@@ -203,7 +203,7 @@ def _add_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member_id
 def _update_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
                                  req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse],
                                  reason: str) -> None:
-    superseded = group.update_member(member, [(p.name, p.metadata) for p in req.protocols],
+    superseded = group.update_member(member, req.protocols,
                                      req.rebalance_timeout_ms, req.session_timeout_ms, future)
     if superseded is not None and not superseded.done():
         # Kafka drops the older parked request silently; answer it so it does not hang.
@@ -224,7 +224,7 @@ def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata,
     shard.observer.on_member_replaced(group.group_id, old_member_id, new_member_id, instance_id)
     shard.schedule_heartbeat(group, member, member.session_timeout_ms)
     previous = (member.supported_protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
-    group.update_member(member, [(p.name, p.metadata) for p in req.protocols], req.rebalance_timeout_ms,
+    group.update_member(member, req.protocols, req.rebalance_timeout_ms,
                         req.session_timeout_ms, future)
     reason = req.reason or "not provided"
     if group.is_in(STABLE):

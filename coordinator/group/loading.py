@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coordinator.group.api import JoinGroupProtocol
 from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.state import GroupState
@@ -27,7 +28,7 @@ def materialize_group(shard: GroupShard, group_id: str, record: GroupRecord | No
         ts = record.current_state_timestamp_ms
         group.current_state_timestamp_ms = None if ts < 0 else ts
         for m in record.members:
-            protocols = [(record.protocol or "", m.subscription)]
+            protocols = [JoinGroupProtocol(record.protocol or "", m.subscription)]
             member = MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                     m.rebalance_timeout_ms if m.rebalance_timeout_ms >= 0 else m.session_timeout_ms,
                                     m.session_timeout_ms, record.protocol_type, protocols)

@@ -4,10 +4,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from coordinator.group.api import JoinGroupProtocol
+
 if TYPE_CHECKING:
     from coordinator.group.api import JoinGroupResponse, SyncGroupResponse
 
-Protocols = list[tuple[str, bytes]]  # (name, metadata), in the client's order of preference
+Protocols = list[JoinGroupProtocol]  # in the client's order of preference, as the JoinGroup request gave them
 
 
 class MemberMetadata:

@@ -279,7 +279,7 @@ class GroupShard:
     # --- responses --------------------------------------------------------------------------------------------
     @staticmethod
     def member_list(group: GroupMetadata) -> list[JoinGroupResponseMember]:
-        return [JoinGroupResponseMember(m, i, md) for m, i, md in group.current_member_metadata()]
+        return group.current_member_metadata()
 
     @staticmethod
     def join_response(group: GroupMetadata, member_id: str, members: list[JoinGroupResponseMember], leader: str | None = None,

@@ -123,12 +123,12 @@ class GroupStore(ABC):
     async def delete_group(
         self, group_id: str, offsets_to_tombstone: list[TopicPartition], write_group_tombstone: bool
     ) -> None:
-        """Tombstone the offsets and, if asked, the group record; raises StoreError if the first attempt fails
-        (the tombstones stay owed)."""
+        """Tombstone the offsets and, if asked, the group record; returns after the first attempt and never
+        raises (a failed tombstone stays owed)."""
 
     @abstractmethod
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
-        """Tombstone offsets; raises StoreError if the first attempt fails (they stay owed)."""
+        """Tombstone offsets; returns after the first attempt and never raises (a failed one stays owed)."""
 
 
 class InMemoryGroupStore(GroupStore):

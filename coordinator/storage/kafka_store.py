@@ -194,11 +194,16 @@ class KafkaGroupStore(GroupStore):
 
     async def delete_group(self, group_id: str, offsets_to_tombstone: list[TopicPartition],
                            write_group_tombstone: bool) -> None:
-        await self.append(self._partition(group_id),
-                          Write.tombstones(group_id, offsets_to_tombstone, write_group_tombstone))
+        await self._tombstone_quietly(Write.tombstones(group_id, offsets_to_tombstone, write_group_tombstone))
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
-        await self.append(self._partition(group_id), Write.tombstones(group_id, partitions, False))
+        await self._tombstone_quietly(Write.tombstones(group_id, partitions, False))
+
+    async def _tombstone_quietly(self, write: Write) -> None:
+        try:
+            await self.append(self._partition(write.group_id), write)
+        except StoreError as exc:  # owed: sent again until written (already logged by the tombstone writer)
+            log.debug("event=tombstones_owed group=%s error=%s", write.group_id, exc.error.name)
 
     # -- internals -----------------------------------------------------------------------------------------------
     def _partition(self, group_id: str) -> int:
