@@ -96,7 +96,7 @@ async def bench_load(bootstrap: str, groups: int, members: int) -> dict:
         started = time.perf_counter()
         coordinator.begin_loading()
         for group_id, value in state.groups.items():  # what GroupRuntime.load does after the read, in one go
-            coordinator.shard_for(group_id).load_group(group_id, _record(value), {})
+            coordinator.shard_for(group_id).load_group(group_id, value, {})
         for shard in coordinator.shards:
             shard.status = ShardStatus.ACTIVE
         materialize_s = time.perf_counter() - started
@@ -114,11 +114,6 @@ async def bench_load(bootstrap: str, groups: int, members: int) -> dict:
             "write_s": round(write_s, 2), "write_groups_per_s": round(groups / write_s),
             "read_s": round(read_s, 2), "materialize_s": round(materialize_s, 2), "total_s": round(total_s, 2),
             "target_s": 30, "meets_target": total_s <= 30}
-
-
-def _record(value):
-    from coordinator.storage.convert import group_record as to_record
-    return to_record(value)
 
 
 async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions: int) -> dict:

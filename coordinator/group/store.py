@@ -1,8 +1,9 @@
 """The storage interface of the group coordinator, and an in-memory implementation for unit tests.
 
-Records mirror Kafka's `__consumer_offsets` values: `GroupRecord` is GroupMetadataValue v3, `OffsetRecord` is
-OffsetCommitValue (v3, or v1 when it carries an expire timestamp). The Kafka-backed store (coordinator/storage)
-implements `GroupStore`.
+Records are Kafka's `__consumer_offsets` values, field for field: `GroupRecord`/`MemberRecord` are
+GroupMetadataValue (written as v3), `OffsetRecord` is OffsetCommitValue (v3, or v1 when it carries an expire
+timestamp; None = no expire timestamp). The state-topic codec (coordinator/storage/records.py) encodes and
+decodes these very types. The Kafka-backed store (coordinator/storage) implements `GroupStore`.
 
 Contract for implementations:
 - `load(partitions)` reads those state-topic partitions to their end and returns the latest group record and
@@ -63,7 +64,7 @@ class GroupRecord:
     generation: int
     protocol: str | None
     leader: str | None
-    current_state_timestamp_ms: int  # -1 = unknown
+    current_state_timestamp_ms: int = -1  # -1 = unknown (v0-1 records)
     members: list[MemberRecord] = field(default_factory=list)
 
 

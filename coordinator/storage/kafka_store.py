@@ -23,7 +23,6 @@ from coordinator.group.result import GROUP, OFFSETS, Write
 from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
                                      TopicPartition)
 from coordinator.storage.config import StorageConfig
-from coordinator.storage.convert import group_record, group_value, offset_record, offset_value
 from coordinator.storage.events import EventPublisher, EventTopicObserver
 from coordinator.storage.loader import LoadedState, consumer_settings, read_state
 from coordinator.group.partitioner import partition_for
@@ -215,10 +214,10 @@ class KafkaGroupStore(GroupStore):
         if write.kind == GROUP:
             assert write.record is not None
             return [(partition, encode_key(GroupMetadataKey(group_id)),
-                     encode_group_metadata_value(group_value(write.record)))]
+                     encode_group_metadata_value(write.record))]
         if write.kind == OFFSETS:
             return [(partition, encode_key(OffsetCommitKey(group_id, topic, tp_partition)),
-                     encode_offset_commit_value(offset_value(record)))
+                     encode_offset_commit_value(record))
                     for (topic, tp_partition), record in write.offsets.items()]
         records: list[Record] = [(partition, encode_key(OffsetCommitKey(group_id, topic, p)), None)
                                  for topic, p in write.removed]
@@ -267,9 +266,8 @@ def loaded_groups(state: LoadedState) -> LoadedGroups:
 
 
 def loaded_group_records(state: LoadedState) -> dict[str, GroupRecord]:
-    return {group_id: group_record(value) for group_id, value in state.groups.items()}
+    return dict(state.groups)
 
 
 def loaded_offset_records(state: LoadedState) -> dict[str, dict[TopicPartition, OffsetRecord]]:
-    return {group_id: {tp: offset_record(v) for tp, v in offsets.items()}
-            for group_id, offsets in state.offsets.items()}
+    return {group_id: dict(offsets) for group_id, offsets in state.offsets.items()}
