@@ -10,6 +10,10 @@
 (b) OffsetCommit throughput: --commit-groups simple consumers (generation -1) each commit 5 partitions in a
     loop through GroupRuntime.commit_offsets for --commit-seconds; each commit waits for acks=all.
     Reports commits/s, partitions/s and latency percentiles, after a 3 s warm-up that is not counted.
+(c) What transactions cost: the same commit loop through the idempotent producer and through the transactional
+    one (coordinator/storage/transactions.py, group commit), with one committer (each write pays its own round
+    trip: the cost a SyncGroup's group record pays) and with --commit-groups committers (writes share
+    transactions). `transactional_vs_idempotent` holds the latency and throughput ratios.
 The last line of output is one JSON object with every figure.
 """
 
@@ -71,8 +75,9 @@ async def fill_topic(store: KafkaGroupStore, groups: int, members: int) -> float
     return time.perf_counter() - started
 
 
-def make_store(bootstrap: str, topic: str) -> KafkaGroupStore:
-    return KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, event_topic=None),
+def make_store(bootstrap: str, topic: str, transactional: bool = False) -> KafkaGroupStore:
+    return KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, event_topic=None,
+                                         transactional_id=f"{topic}-writer" if transactional else None),
                            load_timeout_ms=600_000)
 
 
@@ -116,8 +121,9 @@ async def bench_load(bootstrap: str, groups: int, members: int) -> dict:
             "target_s": 30, "meets_target": total_s <= 30}
 
 
-async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions: int) -> dict:
-    store = make_store(bootstrap, f"__bench-state-{uuid.uuid4().hex[:8]}")
+async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions: int,
+                        transactional: bool = False) -> dict:
+    store = make_store(bootstrap, f"__bench-state-{uuid.uuid4().hex[:8]}", transactional)
     await store.start()
     timer = SystemTimer("bench", clock=MonotonicClock())
     coordinator = GroupRuntime(CoordinatorConfig(), timer, store)
@@ -148,12 +154,13 @@ async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions:
         await store.close()
     commits = len(latencies_ms)
     quantiles = statistics.quantiles(latencies_ms, n=100)
-    result = {"groups": groups, "partitions_per_commit": partitions, "seconds": seconds, "commits": commits,
+    result = {"producer": "transactional" if transactional else "idempotent",
+              "groups": groups, "partitions_per_commit": partitions, "seconds": seconds, "commits": commits,
               "failures": failures, "commits_per_s": round(commits / seconds),
               "partitions_per_s": round(commits * partitions / seconds),
               "latency_ms_p50": round(quantiles[49], 2), "latency_ms_p99": round(quantiles[98], 2),
               "latency_ms_max": round(max(latencies_ms), 2)}
-    print(f"commits: {result['commits_per_s']}/s ({result['partitions_per_s']} partitions/s) from {groups} "
+    print(f"commits ({result['producer']}): {result['commits_per_s']}/s ({result['partitions_per_s']} partitions/s) from {groups} "
           f"groups; p50 {result['latency_ms_p50']} ms, p99 {result['latency_ms_p99']} ms, "
           f"failures {failures}", file=sys.stderr)
     return result
@@ -169,11 +176,31 @@ async def main(args: argparse.Namespace) -> dict:
         load = await bench_load(bootstrap, args.groups, args.members)
         gc.collect()  # free the loaded coordinator's 100k groups now, not in a pause inside the commit window
         commits = await bench_commits(bootstrap, args.commit_groups, args.commit_seconds, args.commit_partitions)
+        costs = await transaction_costs(bootstrap, args)
     finally:
         if broker is not None:
             await broker.stop()
             broker.remove_data()
-    return {"bench": "storage", "kafka": "given" if given else "embedded", "load": load, "offset_commit": commits}
+    return {"bench": "storage", "kafka": "given" if given else "embedded", "load": load, "offset_commit": commits,
+            "transactional_vs_idempotent": costs}
+
+
+async def transaction_costs(bootstrap: str, args: argparse.Namespace) -> dict:
+    """Sequential (1 committer) and concurrent (--commit-groups) commits, idempotent then transactional."""
+    runs: dict[str, dict] = {}
+    for label, groups in (("sequential", 1), ("concurrent", args.commit_groups)):
+        for transactional in (False, True):
+            mode = "transactional" if transactional else "idempotent"
+            runs[f"{label}_{mode}"] = await bench_commits(bootstrap, groups, args.commit_seconds,
+                                                          args.commit_partitions, transactional)
+    ratios = {}
+    for label in ("sequential", "concurrent"):
+        plain, txn = runs[f"{label}_idempotent"], runs[f"{label}_transactional"]
+        ratios[label] = {"p50_latency_ratio": round(txn["latency_ms_p50"] / plain["latency_ms_p50"], 2),
+                         "p99_latency_ratio": round(txn["latency_ms_p99"] / plain["latency_ms_p99"], 2),
+                         "throughput_ratio": round(txn["commits_per_s"] / max(plain["commits_per_s"], 1), 2)}
+    print(f"transactional vs idempotent: {ratios}", file=sys.stderr)
+    return {"runs": runs, "ratios": ratios}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -32,6 +32,7 @@ from coordinator.storage.records import (
 )
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, make_admin
+from coordinator.storage.transactions import TransactionalProducer
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
@@ -45,6 +46,9 @@ _LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the bro
     KafkaError._UNKNOWN_PARTITION: Errors.UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError._UNKNOWN_TOPIC: Errors.UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError._TRANSPORT: Errors.NETWORK_EXCEPTION,
+    # fenced by a newer holder of the transactional.id (transactions.py reports every fencing error as this):
+    # another instance owns the partition now
+    KafkaError._FENCED: Errors.NOT_COORDINATOR,
 }
 
 
@@ -88,7 +92,7 @@ class KafkaGroupStore(GroupStore):
         self.clock = clock or MonotonicClock()
         self.load_timeout_ms = load_timeout_ms
         self.load_buffer_bytes = load_buffer_bytes
-        self._producer: AsyncProducer | None = None
+        self._producer: AsyncProducer | TransactionalProducer | None = None
         self._events: EventPublisher | None = None
         self._stop_loading = threading.Event()
         self._tombstones = TombstoneWriter()
@@ -104,9 +108,17 @@ class KafkaGroupStore(GroupStore):
                 await self._start_events(admin)
         finally:
             admin.release()
-        self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
-        log.info("event=store_started topic=%s partitions=%d bootstrap=%s",
-                 self.config.state_topic, self.config.partitions, self.config.bootstrap)
+        if self.config.transactional_id is None:
+            self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
+        else:
+            producer = TransactionalProducer(self.config.state_topic, producer_settings(self.config),
+                                             "state-producer", self.config.transactional_id,
+                                             self.config.commit_timeout_ms)
+            await producer.start()
+            self._producer = producer
+        log.info("event=store_started topic=%s partitions=%d bootstrap=%s transactional_id=%s",
+                 self.config.state_topic, self.config.partitions, self.config.bootstrap,
+                 self.config.transactional_id)
 
     async def _start_events(self, admin: Any) -> None:
         try:
