@@ -36,6 +36,8 @@ class ServiceOptions:
     state_topic: str = "__coordinator_state"
     state_replication_factor: int | None = None  # None: min(3, brokers)
     event_topic: str | None = "__coordinator_events"
+    # State writes inside transactions (all or nothing; docs/state-topic.md), or through the idempotent producer.
+    transactional_writes: bool = True
 
 
 @dataclass
@@ -98,6 +100,8 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
         segment_bytes=options.group.offsets_topic_segment_bytes,
         commit_timeout_ms=options.group.offsets_commit_timeout_ms,
         event_topic=options.event_topic,
+        # One id per state topic: a restarted coordinator fences whatever an older process left open.
+        transactional_id=f"group-coordinator-{options.state_topic}" if options.transactional_writes else None,
     )
 
 

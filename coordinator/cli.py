@@ -88,6 +88,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         state_topic=args.state_topic,
         state_replication_factor=args.state_replication_factor,
         event_topic=args.event_topic or None,
+        transactional_writes=args.write_mode == "transactional",
     )
 
 
@@ -151,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="replication factor of the state topic (default: min(3, brokers))")
     serve.add_argument("--event-topic", default=env("COORDINATOR_EVENT_TOPIC", "__coordinator_events"),
                        help="topic for group events ('' to disable)")
+    serve.add_argument("--write-mode", choices=["transactional", "idempotent"],
+                       default=env("COORDINATOR_WRITE_MODE", "transactional"),
+                       help="state writes inside transactions, each all or nothing (default), or through the "
+                            "idempotent producer, faster under many concurrent commits but a write may be stored "
+                            "in part (env COORDINATOR_WRITE_MODE)")
     serve.add_argument("--config", type=_kafka_property, action="append", default=[], metavar="NAME=VALUE",
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
                             "or offsets.topic.num.partitions=10 (repeatable)")

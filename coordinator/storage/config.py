@@ -30,6 +30,7 @@ class StorageConfig:
     # Writes inside transactions (all or nothing, see transactions.py) under this transactional.id; None: the
     # idempotent producer, whose writes may be stored in part when librdkafka splits a batch.
     transactional_id: str | None = None
+    transactional_producers: int = 4  # transactions in flight at once (each producer owns partition % count)
 
     def __post_init__(self) -> None:
         if self.partitions < 1:

@@ -32,7 +32,7 @@ from coordinator.storage.records import (
 )
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, make_admin
-from coordinator.storage.transactions import TransactionalProducer
+from coordinator.storage.transactions import TransactionalWriters
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
@@ -92,7 +92,7 @@ class KafkaGroupStore(GroupStore):
         self.clock = clock or MonotonicClock()
         self.load_timeout_ms = load_timeout_ms
         self.load_buffer_bytes = load_buffer_bytes
-        self._producer: AsyncProducer | TransactionalProducer | None = None
+        self._producer: AsyncProducer | TransactionalWriters | None = None
         self._events: EventPublisher | None = None
         self._stop_loading = threading.Event()
         self._tombstones = TombstoneWriter()
@@ -111,9 +111,9 @@ class KafkaGroupStore(GroupStore):
         if self.config.transactional_id is None:
             self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
         else:
-            producer = TransactionalProducer(self.config.state_topic, producer_settings(self.config),
-                                             "state-producer", self.config.transactional_id,
-                                             self.config.commit_timeout_ms)
+            producer = TransactionalWriters(self.config.state_topic, producer_settings(self.config),
+                                            "state-producer", self.config.transactional_id,
+                                            self.config.commit_timeout_ms, self.config.transactional_producers)
             await producer.start()
             self._producer = producer
         log.info("event=store_started topic=%s partitions=%d bootstrap=%s transactional_id=%s",

@@ -16,6 +16,11 @@ one left open and fences it, which is how several instances (issue 10, step 2) w
 A fenced producer stays fenced: every later write fails (the store reports NOT_COORDINATOR), it never takes
 the id back. A producer that failed fatally for another reason is replaced by a fresh one.
 The client's calls block, so each transaction runs in a worker thread; the event loop never waits on them.
+
+One producer has one transaction in flight at a time, so `TransactionalWriters` keeps a few, each owning a
+fixed share of the partitions (partition % count): transactions of different shares run in parallel, and a
+partition's writes stay in order because they always go through the same producer. Several instances would
+give each owned partition its own id instead (issue 10, step 2).
 """
 
 from __future__ import annotations
@@ -173,3 +178,49 @@ def _destroy(producer: Producer) -> None:
     """On a thread of ours, never by the cyclic GC (which may run on a librdkafka thread)."""
     producer.flush(1.0)
     producer.close()
+
+
+class TransactionalWriters:
+    """`count` transactional producers (ids `<transactional_id>-<k>`), partition p written by producer p % count.
+    Same surface as AsyncProducer; a send spanning partitions (tombstone retries) is split by producer and
+    resolves with the first error."""
+
+    def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
+                 timeout_ms: int, count: int) -> None:
+        self.topic = topic
+        self.name = name
+        self.timeout_ms = timeout_ms
+        self.producers = [TransactionalProducer(topic, settings, f"{name}-{k}", f"{transactional_id}-{k}",
+                                                timeout_ms) for k in range(count)]
+
+    @property
+    def transactions(self) -> int:
+        return sum(p.transactions for p in self.producers)
+
+    async def start(self) -> None:
+        await asyncio.gather(*(p.start() for p in self.producers))
+
+    async def send(self, records: Sequence[Record]) -> KafkaError | None:
+        shares = self._split(records)
+        if len(shares) == 1:
+            ((k, share),) = shares.items()
+            return await self.producers[k].send(share)
+        errors = await asyncio.gather(*(self.producers[k].send(share) for k, share in shares.items()))
+        return next((e for e in errors if e is not None), None)
+
+    def send_then(self, records: Sequence[Record], on_done: Callable[[KafkaError | None], object]) -> None:
+        task = asyncio.get_running_loop().create_task(self.send(records))
+        task.add_done_callback(lambda done: on_done(done.result()))
+
+    def _split(self, records: Sequence[Record]) -> dict[int, list[Record]]:
+        shares: dict[int, list[Record]] = {}
+        for record in records:
+            shares.setdefault(record[0] % len(self.producers), []).append(record)
+        return shares or {0: []}
+
+    async def flush(self, timeout_ms: int) -> int:
+        remaining = await asyncio.gather(*(p.flush(timeout_ms) for p in self.producers))
+        return sum(remaining)
+
+    async def close(self, flush_timeout_ms: int = 5_000) -> None:
+        await asyncio.gather(*(p.close(flush_timeout_ms) for p in self.producers))

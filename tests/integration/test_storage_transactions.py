@@ -11,7 +11,7 @@ import pytest
 from coordinator.group.errors import Errors
 from coordinator.group.store import OffsetRecord, StoreError
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
-from coordinator.storage.transactions import TransactionalProducer
+from coordinator.storage.transactions import TransactionalWriters
 from tests.integration.test_storage_kafka import stable_group, started_store, unique_topic
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bo
         writes.append(store.store_group("g0", stable_group(generation=3)))
         await asyncio.gather(*writes)
         producer = store._producer
-        assert isinstance(producer, TransactionalProducer)
+        assert isinstance(producer, TransactionalWriters)
         assert 1 <= producer.transactions < 41  # group commit: fewer transactions than writes
     finally:
         await store.close()
