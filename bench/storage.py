@@ -174,9 +174,12 @@ async def main(args: argparse.Namespace) -> dict:
         await broker.start()
     bootstrap = given or broker.bootstrap
     try:
-        load = await bench_load(bootstrap, args.groups, args.members)
-        gc.collect()  # free the loaded coordinator's 100k groups now, not in a pause inside the commit window
-        commits = await bench_commits(bootstrap, args.commit_groups, args.commit_seconds, args.commit_partitions)
+        load = commits = None
+        if not args.transactions_only:
+            load = await bench_load(bootstrap, args.groups, args.members)
+            gc.collect()  # free the loaded coordinator's 100k groups now, not in a pause inside the commit window
+            commits = await bench_commits(bootstrap, args.commit_groups, args.commit_seconds,
+                                          args.commit_partitions)
         costs = await transaction_costs(bootstrap, args)
     finally:
         if broker is not None:
@@ -212,6 +215,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--commit-seconds", type=float, default=10.0)
     parser.add_argument("--commit-partitions", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="10,000 groups and 3 s of commits")
+    parser.add_argument("--transactions-only", action="store_true",
+                        help="only (c): transactional vs idempotent commits")
     args = parser.parse_args(argv)
     if args.quick:
         args.groups, args.commit_seconds = 10_000, 3.0
