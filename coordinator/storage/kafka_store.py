@@ -114,7 +114,11 @@ class KafkaGroupStore(GroupStore):
             producer = TransactionalWriters(self.config.state_topic, producer_settings(self.config),
                                             "state-producer", self.config.transactional_id,
                                             self.config.commit_timeout_ms, self.config.transactional_producers)
-            await producer.start()
+            try:
+                await producer.start(self.config.admin_timeout_ms)
+            except BaseException:
+                await producer.close()
+                raise
             self._producer = producer
         log.info("event=store_started topic=%s partitions=%d bootstrap=%s transactional_id=%s",
                  self.config.state_topic, self.config.partitions, self.config.bootstrap,

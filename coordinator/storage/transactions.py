@@ -59,9 +59,22 @@ class TransactionalProducer:
         self._fenced: KafkaError | None = None
         self.transactions = 0  # committed or aborted, for benchmarks and tests
 
-    async def start(self) -> None:
-        """Create the producer and register its transactional.id (fences an older holder of the id)."""
-        await asyncio.to_thread(self._ensure_producer)
+    async def start(self, timeout_ms: int = 60_000) -> None:
+        """Create the producer and register its transactional.id (fences an older holder of the id). A cluster
+        still starting answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a while: retried until
+        `timeout_ms`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            try:
+                await asyncio.to_thread(self._ensure_producer)
+                break
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not isinstance(error, KafkaError) or error.fatal() or loop.time() > deadline:
+                    raise
+                log.info("event=transactions_init_retry producer=%s error=%s", self.name, error)
+                await asyncio.sleep(0.5)
         self._worker = asyncio.get_running_loop().create_task(self._run(), name=f"{self.name}-transactions")
 
     async def send(self, records: Sequence[Record]) -> KafkaError | None:
@@ -102,7 +115,11 @@ class TransactionalProducer:
     def _ensure_producer(self) -> Producer:
         if self._producer is None:
             producer = Producer(self._settings)
-            producer.init_transactions(self.timeout_ms / 1000)
+            try:
+                producer.init_transactions(self.timeout_ms / 1000)
+            except BaseException:
+                _destroy(producer)  # here, never by the cyclic GC on a librdkafka thread
+                raise
             self._producer = producer
         return self._producer
 
@@ -140,13 +157,15 @@ class TransactionalProducer:
         if error.fatal() or self._fenced is not None:  # fenced by a newer holder of the id, or unrecoverable: start over with a new producer
             self._producer = None
             producer.purge()
-            producer.flush(0)
+            _destroy(producer)
             return error
         try:
             producer.abort_transaction(self.timeout_ms / 1000)
-        except KafkaException as abort:
+        except KafkaException as abort:  # the next transaction starts from a fresh producer (and id epoch)
             log.warning("event=transaction_abort_failed producer=%s error=%s", self.name, abort.args[0])
             self._producer = None
+            producer.purge()
+            _destroy(producer)
         return error
 
     async def flush(self, timeout_ms: int) -> int:
@@ -197,8 +216,8 @@ class TransactionalWriters:
     def transactions(self) -> int:
         return sum(p.transactions for p in self.producers)
 
-    async def start(self) -> None:
-        await asyncio.gather(*(p.start() for p in self.producers))
+    async def start(self, timeout_ms: int = 60_000) -> None:
+        await asyncio.gather(*(p.start(timeout_ms) for p in self.producers))
 
     async def send(self, records: Sequence[Record]) -> KafkaError | None:
         shares = self._split(records)
