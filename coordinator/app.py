@@ -36,8 +36,9 @@ class ServiceOptions:
     state_topic: str = "__coordinator_state"
     state_replication_factor: int | None = None  # None: min(3, brokers)
     event_topic: str | None = "__coordinator_events"
-    # State writes inside transactions (all or nothing; docs/state-topic.md), or through the idempotent producer.
-    transactional_writes: bool = True
+    # State writes inside transactions (all or nothing; docs/state-topic.md), or through the idempotent producer
+    # (the default until the transactional path rides out a broker outage within the commit timeout).
+    transactional_writes: bool = False
 
 
 @dataclass

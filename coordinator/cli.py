@@ -153,10 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--event-topic", default=env("COORDINATOR_EVENT_TOPIC", "__coordinator_events"),
                        help="topic for group events ('' to disable)")
     serve.add_argument("--write-mode", choices=["transactional", "idempotent"],
-                       default=env("COORDINATOR_WRITE_MODE", "transactional"),
-                       help="state writes inside transactions, each all or nothing (default), or through the "
-                            "idempotent producer, faster under many concurrent commits but a write may be stored "
-                            "in part (env COORDINATOR_WRITE_MODE)")
+                       default=env("COORDINATOR_WRITE_MODE", "idempotent"),
+                       help="transactional: every state write all or nothing, and fenced by a newer process on "
+                            "the same state topic; idempotent (default): faster under many concurrent commits, "
+                            "but librdkafka may store a write in part (env COORDINATOR_WRITE_MODE)")
     serve.add_argument("--config", type=_kafka_property, action="append", default=[], metavar="NAME=VALUE",
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
                             "or offsets.topic.num.partitions=10 (repeatable)")
