@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from coordinator.config import CoordinatorConfig
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
+from coordinator.runtime_health import RuntimeHealth
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
 from coordinator.storage.config import StorageConfig
@@ -48,12 +49,16 @@ class RunningService:
     store: KafkaGroupStore
     bootstrap: str
     loaded: asyncio.Event
+    health: RuntimeHealth | None = None  # loop lag and collector pauses (coordinator/runtime_health.py)
 
 
 @contextlib.asynccontextmanager
 async def running_service(options: ServiceOptions) -> AsyncIterator[RunningService]:
     """Everything started, state loading in the background; stopped cleanly on exit."""
     async with contextlib.AsyncExitStack() as stack:
+        health = RuntimeHealth.from_env()  # first: it measures (and keeps cheap) every collection from here on
+        health.start()
+        stack.push_async_callback(health.stop)
         bootstrap = options.bootstrap or await _start_embedded_kafka(stack, options.kafka_data_dir)
         clock = MonotonicClock()
         timer = SystemTimer("coordinator", clock)
@@ -79,7 +84,7 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         background = _BackgroundTasks()
         stack.push_async_callback(background.cancel_all)
         background.start(_load_then_expire(store, coordinator, options.group, loaded), "state-load")
-        yield RunningService(server, coordinator, store, bootstrap, loaded)
+        yield RunningService(server, coordinator, store, bootstrap, loaded, health)
 
 
 async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str | None) -> str:

@@ -32,19 +32,30 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 async def _run_kafka(args: argparse.Namespace) -> int:
-    from coordinator.embedded import EmbeddedKafka, kafka_version
+    from coordinator.embedded import (
+        BrokerStartError, EmbeddedKafka, EmbeddedKafkaCluster, JarProvisioningError, kafka_version,
+    )
 
-    broker = EmbeddedKafka(args.data_dir)
-    await broker.start()
+    if args.brokers < 1:
+        raise SystemExit("--brokers must be at least 1")
     try:
-        print(f"Apache Kafka {kafka_version()} running; bootstrap={broker.bootstrap} data_dir={broker.data_dir}",
+        kafka = (EmbeddedKafka(args.data_dir) if args.brokers == 1
+                 else EmbeddedKafkaCluster(args.brokers, args.data_dir))
+        await kafka.start()
+    except (BrokerStartError, JarProvisioningError) as exc:  # port taken, wrong data dir, no Java...: say why
+        print(f"coordinator kafka: could not start: {exc}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        nodes = "" if args.brokers == 1 else " nodes=" + ",".join(
+            f"{node_id}@{address}" for node_id, address in kafka.addresses().items())
+        print(f"Apache Kafka {kafka_version()} running; bootstrap={kafka.bootstrap}{nodes} data_dir={kafka.data_dir}",
               flush=True)
-        print(broker.bootstrap, flush=True)
+        print(kafka.bootstrap, flush=True)
         await _stop_on_signals().wait()
     finally:
-        await broker.stop()
+        await kafka.stop()
         if args.data_dir is None:
-            broker.remove_data()
+            kafka.remove_data()
     return 0
 
 
@@ -77,7 +88,8 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         raise SystemExit(f"coordinator serve: bad --config: {exc}")
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
-                              advertised_port=advertised_port, node_id=args.node_id)
+                              advertised_port=advertised_port, node_id=args.node_id,
+                              listen_backlog=args.listen_backlog)
     except ValueError as exc:
         raise SystemExit(f"coordinator serve: {exc}")
     return ServiceOptions(
@@ -132,7 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     kafka = commands.add_parser("kafka", help="run the embedded Apache Kafka broker until interrupted")
     kafka.add_argument("--data-dir", default=os.environ.get("COORDINATOR_KAFKA_DATA_DIR"),
-                       help="broker data directory (default: a temporary one, removed on exit)")
+                       help="broker data directory (default: a temporary one, removed on exit); it keeps the "
+                            "ports chosen on first start, so a restart comes back at the same address")
+    kafka.add_argument("--brokers", type=int, default=1,
+                       help="number of brokers: 1 (default) or a KRaft cluster of N combined broker+controller nodes")
     kafka.set_defaults(run=_run_kafka)
 
     serve = commands.add_parser("serve", help="run the group coordinator (with an embedded Kafka if no cluster)")
@@ -141,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="HOST:PORT to accept Kafka clients on (env COORDINATOR_LISTEN)")
     serve.add_argument("--advertised-listener", type=_host_port, default=env("COORDINATOR_ADVERTISED_LISTENER"),
                        help="HOST:PORT told to clients in Metadata/FindCoordinator (default: the listen address)")
+    serve.add_argument("--listen-backlog", type=int, default=int(env("COORDINATOR_LISTEN_BACKLOG", "65535")),
+                       help="connections the kernel queues before they are accepted (Kafka's "
+                            "socket.listen.backlog.size; env COORDINATOR_LISTEN_BACKLOG); the kernel caps it at "
+                            "net.core.somaxconn, see docs/operations.md")
     serve.add_argument("--node-id", type=int, default=int(env("COORDINATOR_NODE_ID", "0")))
     serve.add_argument("--bootstrap-server", default=env("KAFKA_BOOTSTRAP"),
                        help="the Kafka cluster holding the state topic (env KAFKA_BOOTSTRAP); "
@@ -161,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
                             "or offsets.topic.num.partitions=10 (repeatable)")
     serve.set_defaults(run=_run_serve)
+
+    from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs
+
+    add_analyze_command(commands)
     return parser
 
 

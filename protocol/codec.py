@@ -21,7 +21,7 @@ from kio.serial.readers import read_unsigned_varint
 
 from protocol import apis
 from protocol.apis import ApiKey
-from protocol.errors import CorruptRequest, UnknownApiKey, UnsupportedVersion
+from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
 from protocol.tolerant import has_arrays, read_entity
 
@@ -57,46 +57,54 @@ def decode_request(frame: bytes) -> Request:
     """Decode a request frame (size prefix removed).
 
     Raises UnknownApiKey / UnsupportedVersion for APIs or versions outside our table (the server answers
-    ApiVersions itself in that case, and closes the connection for anything else), CorruptRequest otherwise.
+    ApiVersions itself in that case, and closes the connection for anything else), CorruptRequest otherwise:
+    whatever a reader raises on these untrusted bytes (kio's SerialError, ValueError for an over-long varint,
+    OverflowError for a duration past timedelta's range, ...) becomes CorruptRequest, so the only exceptions
+    leaving here are ProtocolErrors. (The try costs nothing on the heartbeat path until something raises.)
     """
+    try:
+        if len(frame) < _HEADER_PREFIX.size:
+            raise CorruptRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+        api_key, api_version, correlation_id, client_id_length = _HEADER_PREFIX.unpack_from(frame)
+        spec = _SPECS.get((api_key, api_version))
+        if spec is None:
+            _raise_unserved(api_key, api_version, correlation_id)
+        flexible, body_class, native_reader = spec
+        offset = _HEADER_PREFIX.size
+        client_id = None
+        if client_id_length >= 0:
+            offset += client_id_length
+            if offset > len(frame):
+                raise CorruptRequest("client_id runs past the end of the frame")
+            client_id = frame[_HEADER_PREFIX.size : offset].decode()
+        elif client_id_length != -1:
+            raise CorruptRequest(f"client_id length {client_id_length}")
+        if flexible:
+            offset = skip_tagged_fields(frame, offset)
+        if native_reader is None:
+            body, size = read_entity(body_class, frame, offset)
+        else:
+            body, size = _read_natively(native_reader, body_class, frame, offset)
+        if offset + size != len(frame):
+            raise CorruptRequest(f"{len(frame) - offset - size} trailing bytes after {body_class.__name__}")
+        return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body)
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        raise CorruptRequest(_corruption(frame, exc)) from exc
+
+
+def _corruption(frame: bytes, exc: Exception) -> str:
     if len(frame) < _HEADER_PREFIX.size:
-        raise CorruptRequest(f"frame of {len(frame)} bytes is shorter than a request header")
-    api_key, api_version, correlation_id, client_id_length = _HEADER_PREFIX.unpack_from(frame)
-    spec = _SPECS.get((api_key, api_version))
-    if spec is None:
-        _raise_unserved(api_key, api_version, correlation_id)
-    flexible, body_class, native_reader = spec
-    offset = _HEADER_PREFIX.size
-    client_id = None
-    if client_id_length >= 0:
-        offset += client_id_length
-        if offset > len(frame):
-            raise CorruptRequest("client_id runs past the end of the frame")
-        client_id = _utf8(frame[_HEADER_PREFIX.size : offset])
-    elif client_id_length != -1:
-        raise CorruptRequest(f"client_id length {client_id_length}")
-    if flexible:
-        offset = skip_tagged_fields(frame, offset)
-    if native_reader is None:
-        body, size = _read_tolerantly(body_class, frame, offset)
-    else:
-        body, size = _read_natively(native_reader, body_class, frame, offset)
-    if offset + size != len(frame):
-        raise CorruptRequest(f"{len(frame) - offset - size} trailing bytes after {body_class.__name__}")
-    return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body)
+        return repr(exc)
+    api_key, api_version = _HEADER_PREFIX.unpack_from(frame)[:2]
+    return f"api_key={api_key} api_version={api_version}: {exc!r}"
 
 
 def _raise_unserved(api_key: int, api_version: int, correlation_id: int) -> None:
     if apis.served_api(api_key) is None:
         raise UnknownApiKey(f"unknown api_key={api_key} correlation_id={correlation_id}")
     raise UnsupportedVersion(f"api_key={api_key} api_version={api_version} is not served")
-
-
-def _utf8(raw: bytes) -> str:
-    try:
-        return raw.decode()
-    except UnicodeDecodeError as exc:
-        raise CorruptRequest("client_id is not UTF-8") from exc
 
 
 def skip_tagged_fields(frame: bytes, offset: int) -> int:
@@ -111,7 +119,7 @@ def skip_tagged_fields(frame: bytes, offset: int) -> int:
             offset += size
             length, size = read_unsigned_varint(frame, offset)
             offset += size + length
-    except SerialError as exc:
+    except (SerialError, ValueError) as exc:  # ValueError: a varint longer than five bytes
         raise CorruptRequest(f"bad tagged-field section: {exc}") from exc
     if offset > len(frame):
         raise CorruptRequest("tagged field runs past the end of the frame")
@@ -123,16 +131,7 @@ def _read_natively(reader: Any, body_class: type, frame: bytes, offset: int) -> 
         return reader(frame, offset)
     except KeyError:
         # kio's native reader refuses tags it does not know; Kafka ignores them, and so do we.
-        return _read_tolerantly(body_class, frame, offset)
-    except (SerialError, ValueError, OverflowError, TypeError) as exc:
-        raise CorruptRequest(f"{body_class.__name__} v{body_class.__version__}: {exc!r}") from exc
-
-
-def _read_tolerantly(body_class: type, frame: bytes, offset: int) -> tuple[Any, int]:
-    try:
         return read_entity(body_class, frame, offset)
-    except (SerialError, KeyError, ValueError, OverflowError, TypeError) as exc:
-        raise CorruptRequest(f"{body_class.__name__} v{body_class.__version__}: {exc!r}") from exc
 
 
 def _build_specs() -> dict[tuple[int, int], tuple[bool, type, Any]]:

@@ -41,10 +41,10 @@ def _compact_string(value: str | None) -> bytes:
     if value is None:
         return b"\x00"
     raw = value.encode()
-    return _unsigned_varint(len(raw) + 1) + raw
+    return unsigned_varint(len(raw) + 1) + raw
 
 
-def _unsigned_varint(value: int) -> bytes:
+def unsigned_varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

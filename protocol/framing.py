@@ -2,7 +2,10 @@
 
 `FrameReader` lends its own buffer to the transport (the `asyncio.BufferedProtocol` shape: `get_buffer()` then
 `buffer_updated(n)`), or takes bytes with `feed()`, and hands out complete frames. A size prefix is checked
-before anything is allocated for it, so a 2 GiB or negative prefix costs nothing.
+before anything is allocated for it, so a 2 GiB or negative prefix costs nothing. Nor does a size that lies
+within the limit: room for a big frame grows with the bytes that actually arrive (at most doubling what is
+buffered), not with what the prefix claims. (Before, 8 bytes claiming 100 MB allocated 100 MB at once, per
+connection, found by the mutation fuzzer: docs/protocol.md.)
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
 _MIN_FREE_BYTES = 4_096
 _INITIAL_CAPACITY = 8_192  # per connection: 10k connections hold 80 MiB, not 640
 _SHRINK_ABOVE_BYTES = 65_536
+_GROWTH_FLOOR_BYTES = 65_536  # a frame up to this size gets all its room at once
 
 
 class FrameReader:
@@ -74,12 +78,14 @@ class FrameReader:
         return size
 
     def _wanted_bytes(self) -> int:
-        """Free bytes worth offering: the rest of a partly received frame, else a comfortable minimum."""
+        """Free bytes worth offering: the rest of a partly received frame, but no more than as much again as
+        has arrived of it (the prefix may lie), else a comfortable minimum."""
         available = self._end - self._start
         if available >= SIZE_PREFIX_BYTES:
             (size,) = _SIZE.unpack_from(self._buf, self._start)
             if 0 <= size <= self.max_frame_bytes:  # a bad size is reported by next_frame, not here
-                return max(SIZE_PREFIX_BYTES + size - available, _MIN_FREE_BYTES)
+                missing = SIZE_PREFIX_BYTES + size - available
+                return max(min(missing, max(available, _GROWTH_FLOOR_BYTES)), _MIN_FREE_BYTES)
         return _MIN_FREE_BYTES
 
     def _make_room(self, wanted: int) -> None:

@@ -3,6 +3,8 @@
 `kafka_bootstrap` (session scope) takes, in order: the KAFKA_BOOTSTRAP env var (a cluster the user gives),
 testcontainers' Kafka when a Docker engine answers, the embedded broker. `restartable_kafka` is a broker of the
 test's own that the test may stop and start (always embedded: a given cluster cannot be restarted from here).
+`kafka_cluster` (module scope, opt-in) is an embedded 3-broker KRaft cluster a module shares and may stop and
+start brokers of (a test that stops one restarts it).
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator.embedded import EmbeddedKafka, kafka_version, process_alive, started_pids
+from coordinator.embedded import EmbeddedKafka, EmbeddedKafkaCluster, kafka_version, process_alive, started_pids
+from tests.interop import java_consumer
 
 log = logging.getLogger("tests")
 
-_KAFKA_FIXTURES = {"kafka_bootstrap", "restartable_kafka"}
+_KAFKA_FIXTURES = {"kafka_bootstrap", "restartable_kafka", "kafka_cluster"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -82,12 +85,23 @@ def restartable_kafka() -> Iterator[EmbeddedKafka]:
         broker.remove_data()
 
 
+@pytest.fixture(scope="module")
+def kafka_cluster() -> Iterator[EmbeddedKafkaCluster]:
+    cluster = EmbeddedKafkaCluster(brokers=3)
+    cluster.start_blocking()
+    try:
+        yield cluster
+    finally:
+        cluster.stop_blocking()
+        cluster.remove_data()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run if any broker JVM started by it is still alive (and kill it)."""
-    leftovers = [pid for pid in started_pids() if process_alive(pid)]
+    """Fail the run if any broker or Java consumer JVM started by it is still alive (and kill it)."""
+    leftovers = [pid for pid in started_pids() + java_consumer.started_pids() if process_alive(pid)]
     for pid in leftovers:
         os.kill(pid, 9)
     if leftovers:
-        log.error("broker JVMs left running by the tests (killed now): %s", leftovers)
+        log.error("JVMs left running by the tests (killed now): %s", leftovers)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

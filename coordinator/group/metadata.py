@@ -23,6 +23,13 @@ _CAN_REBALANCE_FROM = VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
 
 
 class GroupMetadata:
+    __slots__ = (  # one object less per group, and no per-group dict for the collector to walk
+        "group_id", "state", "current_state_timestamp_ms", "observer", "protocol_type", "protocol_name",
+        "generation_id", "leader_id", "members", "static_members", "pending_members", "pending_sync_members",
+        "num_members_awaiting_join", "supported_protocols", "new_member_added", "subscribed_topics",
+        "rebalance_started_ms", "offsets", "offset_versions", "pending_offset_commits",
+    )
+
     def __init__(self, group_id: str, state: GroupState, now_ms: int, observer: GroupObserver) -> None:
         self.group_id = group_id
         self.state = state

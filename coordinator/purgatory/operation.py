@@ -17,7 +17,7 @@ class DelayedOperation(TimerTask):
     the order is Kafka's: `on_complete()` first, then `on_expiration()`.
     """
 
-    __slots__ = ("_completed", "_purgatory")
+    __slots__ = ("_completed", "_purgatory", "_watch_keys")
 
     def __init__(self, delay_ms: int) -> None:
         super().__init__(delay_ms)
@@ -25,6 +25,7 @@ class DelayedOperation(TimerTask):
         # The purgatory whose timer holds this operation, until the operation leaves it: that purgatory
         # counts it in `delayed` (see DelayedOperationPurgatory._delayed).
         self._purgatory: DelayedOperationPurgatory | None = None
+        self._watch_keys = 0  # under how many keys the purgatory watches it (see try_complete_else_watch)
 
     def try_complete(self) -> bool:
         """Checks the condition and calls `force_complete()` if it holds; returns what that returned."""

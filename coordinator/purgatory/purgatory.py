@@ -64,11 +64,14 @@ class DelayedOperationPurgatory(Generic[T]):
         if op.try_complete():
             return True
         watchers = self._watchers
+        op._watch_keys = len(keys)
         for key in keys:
             ops = watchers.get(key)
             if ops is None:
                 watchers[key] = [op]
             else:
+                if ops[0]._completed or ops[-1]._completed:
+                    self._compact(ops)
                 ops.append(op)
         self._watched += len(keys)
         self._estimated_total += 1
@@ -83,6 +86,17 @@ class DelayedOperationPurgatory(Generic[T]):
         if completed_estimate > self.purge_interval and completed_estimate > self._delayed:
             self._purge()
         return False
+
+    def _compact(self, ops: list[T]) -> None:
+        """Drops completed operations from one key's list as a new one joins it. A session's heartbeat
+        operation is re-armed under the same key once per session: without this its completed predecessors
+        would wait for `_purge`, whose sweep over every key (300k members: ~150 ms) holds the loop. An
+        operation watched under this key only has now left the purgatory, so it leaves the estimate too."""
+        live = [o for o in ops if not o._completed]
+        gone = [o for o in ops if o._completed and o._watch_keys == 1]
+        self._watched -= len(ops) - len(live)
+        self._estimated_total -= len(gone)
+        ops[:] = live
 
     def check_and_complete(self, key: Hashable) -> int:
         """Tries to complete every operation watched under `key`; returns how many completed.

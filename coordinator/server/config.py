@@ -23,12 +23,18 @@ class ServerConfig:
     idle_timeout_ms: int = 600_000  # connections.max.idle.ms
     max_buffered_bytes: int = 1_048_576  # bytes read ahead of processing per connection before we stop reading
     shutdown_grace_ms: int = 5_000  # how long in-flight requests may finish at shutdown
+    # socket.listen.backlog.size: connections the kernel queues before we accept them. Large enough for a whole
+    # cluster of consumers reconnecting at once (a restart, a deploy); the kernel caps it at
+    # net.core.somaxconn (docs/operations.md). Kafka's default (50) and asyncio's (100) overflow at once.
+    listen_backlog: int = 65_535
 
     def __post_init__(self) -> None:
         if self.max_frame_bytes < 8:
             raise ValueError("max_frame_bytes must hold at least a request header")
         if self.max_connections < 1 or self.max_buffered_bytes < 1:
             raise ValueError("max_connections and max_buffered_bytes must be positive")
+        if self.listen_backlog < 1:
+            raise ValueError("listen_backlog must be positive")
         if self.idle_timeout_ms < 1:
             raise ValueError("idle_timeout_ms must be positive")
         if self.advertised_host is None and self.listen_host in _WILDCARD_HOSTS:

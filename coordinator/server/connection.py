@@ -9,6 +9,11 @@ Handlers are coroutines, but most finish without ever waiting (Heartbeat, offset
 request would cost more than the heartbeat logic itself, so the first step of each handler runs right here;
 only a handler that actually parks is handed to a Task, once the future it waits on is done. (So code that runs
 before a handler's first await sees no current Task: it must not use `asyncio.timeout()` or `current_task()`.)
+
+No exception leaves a protocol callback or a done-callback of ours: one funnel (`_contain`) logs it and closes
+this connection. Otherwise asyncio would report "Fatal error on transport" (or "Exception in callback") and drop
+the connection behind our back. Blame decides the level, as everywhere at the edge: a ProtocolError is the
+peer's fault (WARNING, `reason=<error class>`); anything else is our bug (ERROR with the traceback).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
     from coordinator.server.listener import CoordinatorServer
 
 log = logging.getLogger("coordinator.server")
+_DISCARD_BYTES = 4_096
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -59,39 +65,62 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._open = True
-        peername = transport.get_extra_info("peername") or ("?", 0)
-        peer = f"{peername[0]}:{peername[1]}"
-        self._ctx = ConnectionContext(self._server.node, self._server.coordinator, java_host_string(peername[0]), peer)
-        if not self._server.admit(self):
-            self.abort("too_many_connections", f"max_connections={self._config.max_connections}")
+        try:
+            peername = transport.get_extra_info("peername") or ("?", 0)
+            peer = f"{peername[0]}:{peername[1]}"
+            self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
+                                          java_host_string(peername[0]), peer)
+            if not self._server.admit(self):
+                self.abort("too_many_connections", f"max_connections={self._config.max_connections}")
+        except Exception as exc:
+            self._contain("connection_made", exc)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._reader.get_buffer()
+        try:
+            return self._reader.get_buffer()
+        except Exception as exc:
+            self._contain("get_buffer", exc)
+            return memoryview(bytearray(_DISCARD_BYTES))  # closed already: what lands here is dropped
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._reader.buffer_updated(nbytes)
-        self.activity += 1
-        self._process_frames()
+        try:
+            self._reader.buffer_updated(nbytes)
+            self.activity += 1
+            self._process_frames()
+        except Exception as exc:
+            self._contain("buffer_updated", exc)
 
     def eof_received(self) -> bool:
-        if self._reader.buffered_bytes:
-            log.info("event=connection_closed reason=truncated_frame peer=%s buffered_bytes=%d",
-                     self.peer, self._reader.buffered_bytes)
+        try:
+            if self._reader.buffered_bytes:
+                log.info("event=connection_closed reason=truncated_frame peer=%s buffered_bytes=%d",
+                         self.peer, self._reader.buffered_bytes)
+        except Exception as exc:
+            self._contain("eof_received", exc)
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         self._open = False
-        self._server.forget(self)
+        try:
+            self._server.forget(self)
+        except Exception as error:
+            self._contain("connection_lost", error)
         log.debug("event=connection_lost peer=%s error=%r", self.peer, exc)
 
     def pause_writing(self) -> None:
         self._writing_paused = True
-        self._apply_read_limit()
+        try:
+            self._apply_read_limit()
+        except Exception as exc:
+            self._contain("pause_writing", exc)
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        self._process_frames()
+        try:
+            self._process_frames()
+        except Exception as exc:
+            self._contain("resume_writing", exc)
 
     # ------------------------------------------------------------------------------------------ requests
 
@@ -175,20 +204,26 @@ class Connection(asyncio.BufferedProtocol):
     def _resume(self, header: RequestHeader, handler: Coroutine[Any, Any, Any], _awaited: object) -> None:
         # The awaited future is done, so the Task's first step returns its result into the handler.
         self._parked = None
-        self._task = asyncio.get_running_loop().create_task(handler)
-        self._task.add_done_callback(functools.partial(self._on_handler_done, header))
+        try:
+            self._task = asyncio.get_running_loop().create_task(handler)
+            self._task.add_done_callback(functools.partial(self._on_handler_done, header))
+        except Exception as exc:
+            self._contain("resume", exc)
 
     def _on_handler_done(self, header: RequestHeader, task: asyncio.Task) -> None:
         self._task = None
         self._in_flight = None
-        self._server.unparked(self)
-        if task.cancelled():
-            return
-        if task.exception() is not None:
-            self._fail(header, task.exception())
-            return
-        self._respond(header, task.result())
-        self._process_frames()
+        try:
+            self._server.unparked(self)
+            if task.cancelled():
+                return
+            if task.exception() is not None:
+                self._fail(header, task.exception())
+                return
+            self._respond(header, task.result())
+            self._process_frames()
+        except Exception as exc:
+            self._contain("handler_done", exc)
 
     def _respond(self, header: RequestHeader, body: Any) -> None:
         if not self._open:
@@ -219,6 +254,14 @@ class Connection(asyncio.BufferedProtocol):
                   self.peer, header.api_key, header.api_version, header.correlation_id,
                   exc_info=exc if exc is not None else True)
         self.abort("handler_failed", f"api_key={header.api_key}")
+
+    def _contain(self, callback: str, exc: Exception) -> None:
+        """The funnel for an exception that would otherwise escape a callback: one log line, connection closed."""
+        if isinstance(exc, ProtocolError):  # the peer's fault
+            self.abort(type(exc).__name__, f"{exc} (in {callback})")
+            return
+        log.error("event=connection_failed callback=%s peer=%s error=%r", callback, self.peer, exc, exc_info=exc)
+        self.abort("internal_error", f"{type(exc).__name__} in {callback}")
 
     def _apply_read_limit(self) -> None:
         if not (self._reading_paused or self._writing_paused or self._in_flight is not None or self._server.closing):

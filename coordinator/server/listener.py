@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 
 from coordinator.server.config import ServerConfig
@@ -20,6 +21,10 @@ log = logging.getLogger("coordinator.server")
 
 ShutdownHook = Callable[[], Awaitable[None]]
 _HOOK_SETTLE_S = 0.05  # lets responses completed by the shutdown hook be written before we close
+# asyncio accepts up to `backlog` connections per loop iteration; the kernel's queue is what absorbs a connect
+# storm, so the loop accepts in batches of this size (other callbacks, heartbeats, run in between).
+_ACCEPT_BATCH = 128
+_SWEEP_BATCH = 5_000  # connections checked for idleness per loop iteration
 
 
 class CoordinatorServer:
@@ -49,16 +54,22 @@ class CoordinatorServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self), self.config.listen_host, self.config.listen_port, reuse_address=True
-        )
+        listener = _listening_socket(self.config.listen_host, self.config.listen_port)
+        try:
+            self._server = await loop.create_server(lambda: Connection(self), sock=listener,
+                                                    backlog=min(_ACCEPT_BATCH, self.config.listen_backlog))
+        except BaseException:
+            listener.close()
+            raise
+        listener.listen(self.config.listen_backlog)  # after asyncio's own listen(): the kernel queue's size
         self._port = self._server.sockets[0].getsockname()[1]
         if not self.config.listen_port or not self.config.advertised_port:
             self.node = Node(self.node.node_id, self.node.host, self.config.advertised_port or self.port,
                              self.node.cluster_id)
         self._idle_sweeper = loop.create_task(self._sweep_idle_connections())
-        log.info("event=listening host=%s port=%d advertised=%s:%d node_id=%d",
-                 self.config.listen_host, self.port, self.node.host, self.node.port, self.node.node_id)
+        log.info("event=listening host=%s port=%d advertised=%s:%d node_id=%d listen_backlog=%d somaxconn=%s",
+                 self.config.listen_host, self.port, self.node.host, self.node.port, self.node.node_id,
+                 self.config.listen_backlog, _somaxconn())
 
     @property
     def port(self) -> int:
@@ -123,7 +134,9 @@ class CoordinatorServer:
         while True:
             await asyncio.sleep(interval_s)
             now_ms = self.clock.now_ms()
-            for connection in list(self._connections):
+            for index, connection in enumerate(list(self._connections)):
+                if index % _SWEEP_BATCH == _SWEEP_BATCH - 1:
+                    await asyncio.sleep(0)  # 100k connections: a few ms per batch, not one long stall
                 if connection.activity != connection.activity_seen or connection.is_busy:
                     connection.activity_seen = connection.activity
                     connection.quiet_since_ms = now_ms
@@ -131,6 +144,32 @@ class CoordinatorServer:
                 idle_ms = now_ms - connection.quiet_since_ms
                 if idle_ms >= self.config.idle_timeout_ms:
                     connection.abort("idle", f"idle_ms={idle_ms}")
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A bound listening TCP socket (as loop.create_server would make it), so its backlog stays ours to set."""
+    family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _somaxconn() -> str:
+    """The kernel's cap on any listen backlog (Linux), for the startup log line."""
+    try:
+        with open("/proc/sys/net/core/somaxconn") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
 
 
 async def serve(

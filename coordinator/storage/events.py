@@ -17,11 +17,11 @@ from confluent_kafka import KafkaError, Producer
 
 from coordinator.group.observer import GroupObserver
 from coordinator.storage.config import StorageConfig
+from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
 
 log = logging.getLogger("coordinator.storage.events")
 
-EVENT_SCHEMA_VERSION = 1
 _POLL_INTERVAL_S = 0.1
 _LOG_EVERY_FAILURES = 1_000
 
@@ -120,8 +120,7 @@ class EventTopicObserver(GroupObserver):
         self.include_offset_commits = include_offset_commits
 
     def _emit(self, event_type: str, group_id: str, **fields: Any) -> None:
-        event = {"version": EVENT_SCHEMA_VERSION, "type": event_type, "group_id": group_id,
-                 "ts_ms": self.clock.now_ms(), **fields}
+        event = new_event(event_type, group_id, self.clock.now_ms(), **fields)
         if self.trace_id_for is not None:
             trace_id = self.trace_id_for(group_id)
             if trace_id:

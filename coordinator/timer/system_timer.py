@@ -24,6 +24,7 @@ from coordinator.timer.task import PENDING_RUN, TaskCounter, TimerTask, TimerTas
 from coordinator.timer.wheel import TimingWheel
 
 Executor = Callable[[Callable[[], None]], object]
+RUN_BATCH = 256  # expired tasks run per loop callback (see _run_expired)
 
 
 class SystemTimer:
@@ -72,6 +73,7 @@ class SystemTimer:
         else:
             if entry.list is not None:  # rescheduling: leave the old bucket (or drop the pending run)
                 entry.list.remove(entry)
+            entry.task = task
             entry.expiration_ms = expiration_ms
         wheel = self._wheel
         if now_ms >= wheel.current_time_ms + wheel.tick_ms:
@@ -158,17 +160,23 @@ class SystemTimer:
             asyncio.get_running_loop().call_soon(run)
 
     def _run_expired(self, entries: list[TimerTaskEntry]) -> None:
+        if self._executor is None and len(entries) > RUN_BATCH:
+            # Thousands of operations can expire in one drain (groups formed together finish their initial
+            # join delay together; a stalled loop drains many buckets at once). Run them a batch per loop
+            # iteration, so I/O and other callbacks (heartbeat answers) are served in between.
+            entries, rest = entries[:RUN_BATCH], entries[RUN_BATCH:]
+            asyncio.get_running_loop().call_soon(self._run_expired, rest)
         errors: list[tuple[TimerTask, Exception]] = []
         for entry in entries:
             # A task cancelled or rescheduled since it expired is no longer PENDING_RUN; skip it.
             if self._closed:
                 break
             if entry.list is PENDING_RUN:
-                entry.list = None
+                task, entry.task, entry.list = entry.task, None, None  # idle entries do not hold their task
                 try:
-                    entry.task.run()
+                    task.run()  # type: ignore[union-attr]
                 except Exception as exc:  # one failing task must not starve the rest of the batch
-                    errors.append((entry.task, exc))
+                    errors.append((task, exc))  # type: ignore[arg-type]
         if errors:
             self._report(errors)
 

@@ -9,6 +9,10 @@ entry are O(1) and an entry knows its bucket: cancelling a task unlinks it at on
   PENDING_RUN       expired and handed to the executor, `run()` not called yet
   None              idle: never added, cancelled, or already run
 Single event loop, so no locks: nothing else can touch a bucket while it is being changed.
+
+An entry holds its task only while it is scheduled (in a bucket or PENDING_RUN): the task keeps its entry for
+reuse, and the entry's reference back would otherwise make every task that ever ran a reference cycle, which
+only the cyclic collector can free (coordinator/runtime_health.py keeps long-lived objects out of its reach).
 """
 from __future__ import annotations
 
@@ -64,7 +68,7 @@ class TimerTaskEntry:
     __slots__ = ("task", "expiration_ms", "list", "next", "prev")
 
     def __init__(self, task: TimerTask, expiration_ms: int) -> None:
-        self.task = task
+        self.task: TimerTask | None = task  # None while idle (see the module docstring)
         self.expiration_ms = expiration_ms
         self.list: TimerTaskList | _PendingRun | None = None
         self.next: TimerTaskEntry | TimerTaskList | None = None
@@ -73,8 +77,8 @@ class TimerTaskEntry:
     def run_if_due(self) -> None:
         """What the executor calls: runs the task unless it was cancelled or rescheduled meanwhile."""
         if self.list is PENDING_RUN:
-            self.list = None
-            self.task.run()
+            task, self.task, self.list = self.task, None, None
+            task.run()  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
         return f"TimerTaskEntry({self.task!r}, expiration_ms={self.expiration_ms})"
@@ -86,7 +90,7 @@ class _PendingRun:
     __slots__ = ()
 
     def remove(self, entry: TimerTaskEntry) -> None:
-        entry.list = None
+        entry.list = entry.task = None
 
     def __repr__(self) -> str:
         return "PENDING_RUN"
@@ -130,7 +134,7 @@ class TimerTaskList:
         prev, nxt = entry.prev, entry.next
         prev.next = nxt
         nxt.prev = prev
-        entry.next = entry.prev = entry.list = None
+        entry.next = entry.prev = entry.list = entry.task = None
         self._counter.value -= 1
 
     def flush(self, reinsert: Callable[[TimerTaskEntry], object]) -> None:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from coordinator.embedded import EmbeddedKafka, process_alive
+from coordinator.embedded import BrokerStartError, EmbeddedKafka, process_alive
 
 
 def _topic() -> str:
@@ -104,21 +106,6 @@ def test_compacted_topic_config_reads_back(kafka_bootstrap: str) -> None:
     assert not configs["cleanup.policy"].is_default
 
 
-def test_records_survive_a_restart_on_the_same_data_dir(restartable_kafka: EmbeddedKafka) -> None:
-    topic = _topic()
-    bootstrap = restartable_kafka.bootstrap
-    _create(bootstrap, topic)
-    values = [f"durable-{i}".encode() for i in range(30)]
-    _produce_confluent(bootstrap, topic, values)
-    first_pid = restartable_kafka.pid
-    restartable_kafka.stop_blocking()
-    assert not restartable_kafka.running
-    restartable_kafka.start_blocking()
-    assert restartable_kafka.pid != first_pid
-    assert _consume_confluent(bootstrap, topic, len(values)) == values
-    assert _high_watermark(bootstrap, topic) == len(values)
-
-
 async def test_async_context_manager_starts_and_stops_the_jvm(tmp_path) -> None:  # type: ignore[no-untyped-def]
     async with EmbeddedKafka(tmp_path / "kafka") as broker:
         pid = broker.pid
@@ -131,7 +118,7 @@ def test_broker_dies_with_the_process_that_started_it(tmp_path) -> None:  # type
     """No orphan JVM even when the parent is SIGKILLed and gets no chance to clean up."""
     script = textwrap.dedent(f"""
         import sys
-        from coordinator.embedded import EmbeddedKafka, process_alive
+        from coordinator.embedded import BrokerStartError, EmbeddedKafka, process_alive
         broker = EmbeddedKafka({str(tmp_path / 'kafka')!r})
         broker.start_blocking()
         print(broker.pid, flush=True)
@@ -167,3 +154,40 @@ def test_cli_kafka_prints_bootstrap_and_stops_on_sigint(tmp_path) -> None:  # ty
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 0
     assert os.path.exists(tmp_path / "k" / "logs" / "meta.properties")
+
+
+def test_records_and_address_survive_a_restart_on_the_same_data_dir(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A new EmbeddedKafka on the data dir (as when `coordinator kafka --data-dir` runs again) comes back at the
+    same bootstrap with the records."""
+    data_dir = tmp_path / "kafka"
+    first = EmbeddedKafka(data_dir)
+    first.start_blocking()
+    try:
+        bootstrap = first.bootstrap
+        topic = _topic()
+        _create(bootstrap, topic)
+        values = [f"kept-{i}".encode() for i in range(10)]
+        _produce_confluent(bootstrap, topic, values)
+        first_pid = first.pid
+    finally:
+        first.stop_blocking()
+
+    # the stored port taken by someone else: a clear refusal, no JVM started
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", first.port))
+    squatter.listen()
+    try:
+        with pytest.raises(BrokerStartError, match=f"{first.port}.*in use"):
+            EmbeddedKafka(data_dir).start_blocking()
+    finally:
+        squatter.close()
+
+    second = EmbeddedKafka(data_dir)
+    assert second.bootstrap == bootstrap
+    second.start_blocking()
+    try:
+        assert second.pid != first_pid
+        assert _consume_confluent(bootstrap, topic, len(values)) == values
+        assert _high_watermark(bootstrap, topic) == len(values)
+    finally:
+        second.stop_blocking()

@@ -3,6 +3,7 @@ hand-packed Heartbeat response against kio byte for byte, unknown tags, and the 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import struct
@@ -20,6 +21,7 @@ from protocol import apis, codec
 from protocol.apis import SERVED_APIS, ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
+from tests.fuzz.corpus import ARRAY, LENGTH_KINDS, STRING, CorpusFrame, Site, request_frame
 
 ALL_SERVED = [(api.key, v) for api in SERVED_APIS.values() for v in range(api.min_version, api.max_version + 1)]
 
@@ -149,6 +151,57 @@ def test_unknown_api_key_and_unsupported_version_are_reported_as_such() -> None:
 def test_corrupt_requests_raise_corrupt_request(frame: bytes) -> None:
     with pytest.raises(CorruptRequest):
         codec.decode_request(frame)
+
+
+def _null_at(frame: CorpusFrame, site: Site) -> bytes:
+    """The frame with a well-formed null in place of the array/string/bytes at `site` (its content removed)."""
+    null = b"\x00" if site.compact else struct.pack(">h" if site.kind == STRING else ">i", -1)
+    return frame.payload[: site.offset] + null + frame.payload[site.end :]
+
+
+@pytest.mark.parametrize(("api_key", "version"), ALL_SERVED)
+def test_null_decodes_only_where_the_schema_allows_it(api_key: int, version: int) -> None:
+    """Kafka's readers throw on a null in a non-nullable field while parsing; no handler may ever see one
+    (the issue's fuzzer found OffsetFetch v9 groups, LeaveGroup v5 members, ... decoded to None)."""
+    frame = request_frame(api_key, version)
+    assert codec.decode_request(frame.payload).body is not None
+    body_sites = [site for site in frame.sites[1:] if site.kind in LENGTH_KINDS]  # [0] is the header's client_id
+    for site in body_sites:
+        nulled = _null_at(frame, site)
+        if site.nullable:
+            codec.decode_request(nulled)  # decodes; which field became None is kio's business
+        else:
+            with pytest.raises(CorruptRequest, match="null"):
+                codec.decode_request(nulled)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "field"),
+    [(ApiKey.OFFSET_FETCH, 9, "groups"), (ApiKey.DELETE_GROUPS, 2, "groups_names"),
+     (ApiKey.LIST_GROUPS, 4, "states_filter"), (ApiKey.LEAVE_GROUP, 5, "members"),
+     (ApiKey.SYNC_GROUP, 0, "assignments"), (ApiKey.FIND_COORDINATOR, 5, "coordinator_keys")],
+)
+def test_the_issues_null_arrays_are_corrupt_requests(api_key: int, version: int, field: str) -> None:
+    frame = request_frame(api_key, version)
+    body = codec.decode_request(frame.payload).body
+    arrays = [site for site in frame.sites[1:] if site.kind == ARRAY]
+    top_level = [name for name in (f.name for f in dataclasses.fields(body))
+                 if isinstance(getattr(body, name), tuple)]
+    site = arrays[[s.offset for s in arrays].index(min(s.offset for s in arrays if s.offset > 0))] \
+        if top_level == [field] else next(s for s in arrays if not s.nullable)
+    assert not site.nullable
+    with pytest.raises(CorruptRequest, match="null"):
+        codec.decode_request(_null_at(frame, site))
+
+
+@pytest.mark.parametrize("tags", [b"\xff" * 6 + b"\x01", b"\x80\x80\x80\x80\x10", b"\x01\xff\xff\xff\xff\xff\x01\x00",
+                                  b"\x01\x00\xff\xff\xff\xff\xff\x01"],
+                         ids=["count-6-bytes", "count-5th-byte-high-bits", "tag-too-long", "length-too-long"])
+def test_over_long_varints_in_the_header_tag_section_are_corrupt_requests(tags: bytes) -> None:
+    with pytest.raises(CorruptRequest, match="tagged-field"):
+        codec.decode_request(_heartbeat_v4_frame(header_tags=tags))
+    with pytest.raises(CorruptRequest):
+        codec.decode_request(_heartbeat_v4_frame(body_tags=tags))
 
 
 @settings(max_examples=300, deadline=None)

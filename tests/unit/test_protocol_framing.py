@@ -95,6 +95,20 @@ def test_a_big_frame_gets_room_and_the_room_is_given_back() -> None:
     assert len(reader.get_buffer()) < 1_000_000
 
 
+def test_a_size_prefix_that_lies_within_the_limit_costs_room_only_for_bytes_that_arrive() -> None:
+    reader = FrameReader()  # max 100 MiB
+    reader.feed(struct.pack(">i", 100 * 2**20 - 1) + b"abcd")  # 8 bytes claiming 100 MiB
+    assert reader.next_frame() is None
+    for _ in range(8):  # the transport fills every buffer it is lent: room grows with what arrived, doubling
+        buffer = reader.get_buffer()
+        assert len(buffer) <= max(reader.buffered_bytes, 65_536)
+        buffer[:] = b"z" * len(buffer)
+        filled = len(buffer)
+        del buffer
+        reader.buffer_updated(filled)
+    assert 8 * 2**20 < reader.buffered_bytes < 9 * 2**20 and reader.next_frame() is None
+
+
 def test_partial_frame_is_held_until_complete() -> None:
     reader = FrameReader()
     frame = encode_frame(b"abcdef")

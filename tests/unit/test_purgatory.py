@@ -225,3 +225,28 @@ def test_purge_stays_amortised_with_many_pending_operations():
     assert purgatory.visited > 0, "completed operations must be purged at some point"
     assert purgatory.visited <= 3 * 3 * completions
     assert purgatory.watched <= 3 * (20_000 + max(1000, 20_000) + 1)
+
+
+def test_re_arming_under_the_same_key_drops_the_completed_predecessor_without_a_sweep():
+    """A session's heartbeat operation is re-armed under its member key once per session: the completed one
+    leaves as the new one joins, so no sweep over every key (which holds the loop at 300k members) is due."""
+
+    class CountingPurgatory(DelayedOperationPurgatory):
+        sweeps = 0
+
+        def purge_completed(self) -> int:
+            self.sweeps += 1
+            return super().purge_completed()
+
+    timer, _ = manual_timer()
+    purgatory = CountingPurgatory("test", timer, purge_interval=10)
+    ops = [Gate(60_000) for _ in range(100)]
+    for i, op in enumerate(ops):
+        purgatory.try_complete_else_watch(op, [("member", i)])
+    for _session in range(5):
+        for i, op in enumerate(ops):  # as GroupCoordinator._check_session: the expired one re-arms at once
+            op.force_complete()
+            ops[i] = Gate(60_000)
+            purgatory.try_complete_else_watch(ops[i], [("member", i)])
+        assert purgatory.watched == 100 and purgatory.delayed == 100
+    assert purgatory.sweeps == 0

@@ -218,3 +218,31 @@ async def test_serve_runs_until_stopped_then_shuts_down_through_the_hook() -> No
     await asyncio.wait_for(serving, 10)
     assert hook_calls == ["shutdown"] and not coordinator.is_active
     await asyncio.wait_for(client.wait_closed(), 5)
+
+
+async def test_an_exception_escaping_a_protocol_callback_closes_only_that_connection_through_one_funnel(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our bug below buffer_updated (here: the decoder raising something it must not) is logged once at ERROR
+    with its traceback and closes that connection; asyncio never sees it ("Fatal error on transport")."""
+    import coordinator.server.connection as connection_module
+
+    real_decode = connection_module.decode_request
+
+    def decode(frame: bytes):
+        if b"boom" in frame:
+            raise RuntimeError("boom")
+        return real_decode(frame)
+
+    monkeypatch.setattr(connection_module, "decode_request", decode)
+    caplog.set_level(logging.INFO)
+    async with RunningServer() as env:
+        bystander, member_id = await _stable_member(env)
+        peer = await env.raw()
+        payload = struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 1, 4) + b"boom"
+        await peer.send(struct.pack(">i", len(payload)) + payload)
+        assert await peer.closed_by_server()
+        assert (await bystander.request(heartbeat("g", 1, member_id))).error_code == 0
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage().split()[0:2] for r in errors] == [["event=connection_failed", "callback=buffer_updated"]]
+    assert errors[0].exc_info is not None and errors[0].name == "coordinator.server"
+    assert any("reason=internal_error" in r.getMessage() for r in caplog.records)

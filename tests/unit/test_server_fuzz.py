@@ -148,3 +148,70 @@ def test_well_formed_random_requests_are_always_answered(server: ThreadedServer,
 
     exchange()
     assert server.failures.failures == []  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------- mutation fuzzing
+# Mutated valid requests (tests/fuzz: corpus of every served API at its lowest and highest version; null lengths,
+# forged lengths, over-long varints, invalid booleans, truncation, trailing garbage, size-prefix lies, unknown
+# keys/versions, bit flips, noise) against the real service in its own process, while a control group
+# heartbeats on its own connection. `python -m tests.fuzz` runs the same at length (docs/protocol.md).
+
+FUZZ_FRAMES = 50_000
+FUZZ_SEED = 13
+RSS_GROWTH_BOUND_KB = 8_192  # after the first wave (warm-up); a leak of ~600 bytes per connection would exceed it
+RSS_TOTAL_BOUND_KB = 16_384  # from the idle service to the end (a forged frame size once cost +30 MB for good)
+
+
+def test_corpus_frames_are_byte_for_byte_what_kio_writes() -> None:
+    from tests.fuzz.corpus import build_corpus, sample
+    from tests.fuzz.runner import served_ranges
+
+    for frame in build_corpus(served_ranges()):
+        body = sample(apis.request_class(frame.api_key, frame.version))
+        assert frame.frame == codec.encode_request(1, "fuzz", body), (frame.api_key, frame.version)
+        assert codec.decode_request(frame.payload).body == body
+
+
+def test_every_mutation_is_deterministic_and_applies_to_every_corpus_frame() -> None:
+    import random
+
+    from tests.fuzz.corpus import build_corpus
+    from tests.fuzz.mutate import MUTATIONS
+    from tests.fuzz.runner import served_ranges
+
+    for frame in build_corpus(served_ranges()):
+        for name, mutation in MUTATIONS.items():
+            first, again = mutation(frame, random.Random(7)), mutation(frame, random.Random(7))
+            assert first == again and first != frame.frame, (name, frame.api_key, frame.version)
+
+
+async def test_mutation_fuzzing_finds_no_error_no_traceback_no_hang_and_no_memory_growth() -> None:
+    from tests.fuzz.runner import FuzzConfig, FuzzReport, ServiceProcess, run_fuzz
+
+    with ServiceProcess() as service:
+        rss_start_kb = service.rss_kb()
+
+        async def sample_rss(_index: int, _report: FuzzReport) -> dict:
+            return {"rss_kb": service.rss_kb()}
+
+        report = await run_fuzz(FuzzConfig(target=("127.0.0.1", service.port), frames=FUZZ_FRAMES, seed=FUZZ_SEED,
+                                           concurrency=32, max_batch=8, waves=5, on_wave=sample_rss))
+        alive = service.alive
+        try:
+            findings = service.findings()
+            log_tail = service.log_text()[-5_000:]
+        finally:
+            service.remove_log()
+    summary = report.summary()
+    assert alive, summary
+    assert findings["tracebacks"] == 0 and findings["error_lines"] == 0, (findings, log_tail)
+    assert findings["closed_connections"] > FUZZ_FRAMES // 20  # bad input was seen and refused, with a log line
+    assert report.hangs == 0 and report.refused == 0, summary
+    assert report.frames == FUZZ_FRAMES and set(report.mutations) >= {
+        "null_length", "forged_length", "overlong_varint", "invalid_bool", "truncate", "trailing_garbage",
+        "size_prefix_lie", "unknown_key_version", "boundary_ints", "empty_string", "valid"}
+    assert report.responses > FUZZ_FRAMES // 20  # well-formed requests with odd values reached the handlers
+    assert report.control_beats >= 10 and not report.control_errors, summary  # every heartbeat answered NONE
+    rss = [wave["rss_kb"] for wave in report.waves]
+    assert max(rss[1:]) - rss[0] <= RSS_GROWTH_BOUND_KB, rss
+    assert max(rss) - rss_start_kb <= RSS_TOTAL_BOUND_KB, (rss_start_kb, rss)

@@ -1,0 +1,734 @@
+"""Soak: N members in groups heartbeating on a fixed schedule against one coordinator for a duration.
+
+  python -m bench.soak --members 100000 [--group-size 10] [--interval-s 10] [--session-ms 30000]
+                       [--duration-s 600] [--workers 2] [--server memory|service] [--gc-freeze-every 1]
+
+What it does, bounded in time and count:
+1. Starts the server in its own process: `memory` runs our CoordinatorServer + GroupCoordinator with the
+   in-memory store (no Kafka: the heartbeat path does not touch storage); `service` runs `coordinator serve`
+   (embedded Kafka, or --bootstrap-server). Either way the server runs coordinator/runtime_health.py and logs an
+   `event=runtime_health` line every 5 s, which this script reads (loop lag, collector pauses of the server).
+2. Forms the groups like consumers do after a coordinator restart: every member of a wave opens its own
+   connection at once (from several loopback source addresses, so 100k connections do not run out of ports),
+   JoinGroup (KIP-394 member id round trip), SyncGroup (the leader assigns). The kernel's ListenOverflows and
+   ListenDrops counters (/proc/net/netstat) are read before and after: a listen-queue overflow is counted here.
+   A member that synced closes its forming connection and joins the heartbeat schedule at once.
+3. Heartbeats: each member every `interval_s` at a fixed phase (evenly spread), Heartbeat v4 frames encoded once,
+   sent over shared connections (`--members-per-connection`, raw asyncio protocols, responses matched in order).
+   The generator runs in `--workers` processes and prints its own CPU use and how late its schedule ran: if
+   it is late or near a full core, the figures measure the generator, not the server.
+4. After forming and `--warmup-s`, measures for `--duration-s`: answer latency p50/p99/max (every answer),
+   server loop lag max, collector pauses, server CPU per heartbeat, RSS trend (start/middle/end of the
+   measurement), heartbeat errors and false expirations (the server's "has failed, removing it" lines: every
+   member is healthy, so every expiration is false). Progress every 10 s; a summary; a final JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import bisect
+import collections
+import json
+import logging
+import os
+import re
+import resource
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from protocol.fastpath import pack_heartbeat_request
+
+HEARTBEAT_VERSION = 4
+TICK_S = 0.005
+REPORT_S = 10.0
+_SOURCE_ADDRESSES = [f"127.0.{i // 250}.{2 + i % 250}" for i in range(32)]  # 32 × ~28k ephemeral ports
+_RESPONSE = struct.Struct(">iiBih")  # size, correlation id, header tags, throttle, error (then body tags)
+_RESPONSE_BYTES = 16
+
+
+def raise_fd_limit() -> int:
+    """Open-file limit to the maximum this process may set (with CAP_SYS_RESOURCE: fs.nr_open)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            nr_open = int(f.read())
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nr_open, nr_open))
+        return nr_open
+    except (OSError, ValueError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return hard
+
+
+# ---------------------------------------------------------------------------------------------- latency
+
+
+class Histogram:
+    """Microsecond latencies: 10 µs buckets to 100 ms, then 1 ms buckets to 120 s (exact max kept aside)."""
+
+    FINE, FINE_US = 10_000, 10
+    COARSE, COARSE_US = 120_000, 1_000
+
+    def __init__(self) -> None:
+        self.counts = array.array("q", bytes(8 * (self.FINE + self.COARSE)))
+        self.total = 0
+        self.max_us = 0
+
+    def add(self, us: int) -> None:
+        if us < self.FINE * self.FINE_US:
+            self.counts[us // self.FINE_US] += 1
+        else:
+            self.counts[self.FINE + min(us // self.COARSE_US, self.COARSE - 1)] += 1
+        self.total += 1
+        if us > self.max_us:
+            self.max_us = us
+
+    def merge(self, sparse: dict[str, int], total: int, max_us: int) -> None:
+        for index, count in sparse.items():
+            self.counts[int(index)] += count
+        self.total += total
+        self.max_us = max(self.max_us, max_us)
+
+    def sparse(self) -> dict[str, int]:
+        return {str(i): c for i, c in enumerate(self.counts) if c}
+
+    def percentile_ms(self, q: float) -> float:
+        if not self.total:
+            return 0.0
+        rank, seen = q * self.total, 0
+        for index, count in enumerate(self.counts):
+            seen += count
+            if seen >= rank:
+                upper_us = ((index + 1) * self.FINE_US if index < self.FINE
+                            else (index - self.FINE + 1) * self.COARSE_US)
+                return min(upper_us, self.max_us) / 1000
+        return self.max_us / 1000
+
+
+# ---------------------------------------------------------------------------------------------- generator
+
+
+class HeartbeatConnection(asyncio.Protocol):
+    """Pipelined heartbeats; answers come in request order, so a FIFO of send times matches them."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.sent: collections.deque[int] = collections.deque()
+        self.pending = b""
+        self.transport: asyncio.Transport | None = None
+        self.lost = False
+
+    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+        self.transport = transport
+
+    def send(self, frame: bytes, now_ns: int) -> None:
+        if self.transport is None or self.lost:
+            return
+        self.sent.append(now_ns)
+        self.transport.write(frame)
+
+    def data_received(self, data: bytes) -> None:
+        now_ns = time.perf_counter_ns()
+        if self.pending:
+            data, self.pending = self.pending + data, b""
+        usable = len(data) - len(data) % _RESPONSE_BYTES
+        worker, sent = self.worker, self.sent
+        for offset in range(0, usable, _RESPONSE_BYTES):
+            error = _RESPONSE.unpack_from(data, offset)[4]
+            worker.answer((now_ns - sent.popleft()) // 1000, error)
+        if usable != len(data):
+            self.pending = data[usable:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.worker.connections_lost += 1
+
+
+@dataclass
+class Worker:
+    """One generator process: forms its share of the groups, then heartbeats for them on schedule."""
+
+    host: str
+    port: int
+    groups: list[str]
+    group_size: int
+    interval_s: float
+    session_ms: int
+    members_per_connection: int
+    form_wave: int
+    measuring: bool = False
+    hist: Histogram = field(default_factory=Histogram)
+    window_max_us: int = 0
+    window_count: int = 0
+    window_slow: int = 0
+    errors: collections.Counter = field(default_factory=collections.Counter)
+    connections_lost: int = 0
+    schedule_late_max_ms: float = 0.0
+
+    def answer(self, us: int, error: int) -> None:
+        if not self.measuring:
+            return
+        if error:
+            self.errors[error] += 1
+        self.hist.add(us)
+        self.window_count += 1
+        if us > self.window_max_us:
+            self.window_max_us = us
+        if us > 20_000:
+            self.window_slow += 1
+
+
+def emit(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+async def run_worker(spec: dict) -> None:
+    from protocol.client import KafkaClient
+
+    raise_fd_limit()
+    loop = asyncio.get_running_loop()
+    first, step, count = spec["groups"]
+    worker = Worker(spec["host"], spec["port"], [f"soak-{i}" for i in range(first, count, step)],
+                    spec["group_size"], spec["interval_s"],
+                    spec["session_ms"], spec["members_per_connection"], spec["form_wave"])
+    member_total = len(worker.groups) * worker.group_size
+    pool_size = max(1, -(-member_total // worker.members_per_connection))
+    pool: list[HeartbeatConnection] = []
+    for i in range(pool_size):
+        _, conn = await loop.create_connection(lambda: HeartbeatConnection(worker), worker.host, worker.port,
+                                               local_addr=(_SOURCE_ADDRESSES[i % len(_SOURCE_ADDRESSES)], 0))
+        pool.append(conn)
+
+    slots: list[list[tuple[HeartbeatConnection, bytes]]] = [[] for _ in range(int(worker.interval_s / TICK_S))]
+    active = 0
+
+    def activate(index: int, group_id: str, generation: int, member_id: str) -> None:
+        nonlocal active
+        frame = pack_heartbeat_request(HEARTBEAT_VERSION, index & 0x7FFFFFFF, "soak", group_id, generation,
+                                       member_id)
+        # Evenly spread phases; the first heartbeat comes one phase after the sync, as a client's would.
+        slots[(index * len(slots)) // member_total].append((pool[index % pool_size], frame))
+        active += 1
+
+    stop = asyncio.Event()
+    scheduler = loop.create_task(schedule(worker, slots, stop))
+    forming = await form(worker, activate, KafkaClient)
+    emit({"formed": forming})
+
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    reporter = loop.create_task(report(worker))
+    while True:
+        line = (await reader.readline()).decode().strip()
+        if line == "measure":
+            worker.measuring = True
+            worker.hist = Histogram()
+            worker.schedule_late_max_ms = 0.0
+        elif line in ("stop", ""):
+            break
+    worker.measuring = False
+    stop.set()
+    await scheduler
+    reporter.cancel()
+    emit({"final": {"hist": worker.hist.sparse(), "total": worker.hist.total, "max_us": worker.hist.max_us,
+                    "errors": dict(worker.errors), "connections_lost": worker.connections_lost,
+                    "active": active, "cpu_s": _cpu_s()}})
+
+
+async def form(worker: Worker, activate, client_class) -> dict:  # type: ignore[no-untyped-def]
+    """Joins every group of this worker, `form_wave` members connecting at once; returns forming figures."""
+    loop = asyncio.get_running_loop()
+    members = [(g, i) for g in worker.groups for i in range(worker.group_size)]
+    started = time.monotonic()
+    results = {"members": 0, "failed": 0, "rejoins": 0, "connect_s_max": 0.0, "join_spread_s_max": 0.0}
+    first_join: dict[str, float] = {}
+    last_join: dict[str, float] = {}
+
+    async def member(index: int, group_id: str) -> None:
+        t0 = time.monotonic()
+        try:
+            _, client = await asyncio.wait_for(loop.create_connection(
+                lambda: client_class("soak", 120_000), worker.host, worker.port,
+                local_addr=(_SOURCE_ADDRESSES[index % len(_SOURCE_ADDRESSES)], 0)), 60)
+        except (OSError, asyncio.TimeoutError):
+            results["failed"] += 1
+            return
+        results["connect_s_max"] = max(results["connect_s_max"], time.monotonic() - t0)
+        try:
+            generation, member_id = await join_and_sync(client, group_id, worker, first_join, last_join, results)
+            activate(index, group_id, generation, member_id)
+            results["members"] += 1
+        except Exception as exc:  # noqa: BLE001 - counted and reported, the soak goes on
+            results["failed"] += 1
+            results.setdefault("first_error", repr(exc))
+        finally:
+            await client.close()
+
+    index = 0
+    for first in range(0, len(members), worker.form_wave):
+        wave = members[first:first + worker.form_wave]
+        await asyncio.gather(*(member(index + i, g) for i, (g, _) in enumerate(wave)))
+        index += len(wave)
+    results["join_spread_s_max"] = round(max((last_join[g] - first_join[g] for g in first_join), default=0), 3)
+    results["connect_s_max"] = round(results["connect_s_max"], 3)
+    results["seconds"] = round(time.monotonic() - started, 1)
+    return results
+
+
+async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict, last_join: dict,  # type: ignore[no-untyped-def]
+                        results: dict) -> tuple[int, str]:
+    from protocol.apis import ApiKey, request_class
+    from protocol.consumer_protocol import Subscription, encode_subscription
+    from protocol.messages import build, item_class
+    import datetime
+
+    join_cls, sync_cls = request_class(ApiKey.JOIN_GROUP, 7), request_class(ApiKey.SYNC_GROUP, 5)
+    protocol = item_class(join_cls, "protocols")(name="range", metadata=encode_subscription(Subscription(("t",))))
+    assignment_cls = item_class(sync_cls, "assignments")
+    member_id = ""
+    for _attempt in range(20):
+        now = time.monotonic()
+        first_join.setdefault(group_id, now)
+        last_join[group_id] = now
+        joined = await client.request(build(
+            join_cls, group_id=group_id, session_timeout=datetime.timedelta(milliseconds=worker.session_ms),
+            rebalance_timeout=datetime.timedelta(milliseconds=60_000), member_id=member_id, group_instance_id=None,
+            protocol_type="consumer", protocols=(protocol,), reason=None))
+        if joined.error_code == 79:  # MEMBER_ID_REQUIRED
+            member_id = joined.member_id
+            continue
+        if joined.error_code:
+            raise RuntimeError(f"JoinGroup error {int(joined.error_code)}")
+        member_id = joined.member_id
+        assignments = tuple(assignment_cls(member_id=m.member_id, assignment=b"")
+                            for m in joined.members) if joined.leader == member_id else ()
+        synced = await client.request(build(
+            sync_cls, group_id=group_id, generation_id=joined.generation_id, member_id=member_id,
+            group_instance_id=None, protocol_type="consumer", protocol_name="range", assignments=assignments))
+        if synced.error_code == 27:  # REBALANCE_IN_PROGRESS: a member arrived late, join again
+            results["rejoins"] += 1
+            continue
+        if synced.error_code:
+            raise RuntimeError(f"SyncGroup error {int(synced.error_code)}")
+        return int(joined.generation_id), member_id
+    raise RuntimeError("no stable generation after 20 joins")
+
+
+async def schedule(worker: Worker, slots: list, stop: asyncio.Event) -> None:
+    """Sends each slot's heartbeats at its time; slots missed by a stall are sent at once, late."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    tick = 0
+    while not stop.is_set():
+        due = start + tick * TICK_S
+        now = loop.time()
+        if due > now:
+            await asyncio.sleep(due - now)
+            now = loop.time()
+        late_ms = (now - due) * 1000
+        if worker.measuring and late_ms > worker.schedule_late_max_ms:
+            worker.schedule_late_max_ms = late_ms
+        now_ns = time.perf_counter_ns()
+        for conn, frame in slots[tick % len(slots)]:
+            conn.send(frame, now_ns)
+        tick += 1
+
+
+async def report(worker: Worker) -> None:
+    last_cpu, last_t = _cpu_s(), time.monotonic()
+    while True:
+        await asyncio.sleep(REPORT_S)
+        cpu, t = _cpu_s(), time.monotonic()
+        emit({"window": {"count": worker.window_count, "max_us": worker.window_max_us, "slow": worker.window_slow,
+                         "errors": sum(worker.errors.values()), "cpu_pct": round(100 * (cpu - last_cpu) / (t - last_t), 1),
+                         "schedule_late_max_ms": round(worker.schedule_late_max_ms, 1)}})
+        worker.window_count = worker.window_max_us = worker.window_slow = 0
+        last_cpu, last_t = cpu, t
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# ---------------------------------------------------------------------------------------------- servers
+
+
+async def serve_memory(initial_delay_ms: int, listen_backlog: int | None) -> None:
+    """Our server and coordinator with the in-memory store, and the service's runtime health wiring."""
+    from coordinator.config import CoordinatorConfig
+    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.store import InMemoryGroupStore
+    from coordinator.runtime_health import RuntimeHealth
+    from coordinator.server import CoordinatorServer, ServerConfig
+    from coordinator.timer import SystemTimer
+
+    raise_fd_limit()
+    health = RuntimeHealth.from_env()
+    health.start()
+    timer = SystemTimer("soak")
+    timer.start()
+    coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=initial_delay_ms), timer,
+                                   InMemoryGroupStore())
+    options = {} if listen_backlog is None else {"listen_backlog": listen_backlog}
+    server = CoordinatorServer(ServerConfig(listen_port=0, **options), coordinator)
+    await server.start()
+    logging.getLogger("coordinator.app").info("event=coordinator_ready port=%d", server.port)
+    await asyncio.Future()
+
+
+class ServerProcess:
+    """The server under test, its log read by a thread: health figures, stalls, member failures."""
+
+    HEALTH = re.compile(r"event=runtime_health (.*)")
+    PAIR = re.compile(r"(\w+)=([-\d.]+)")
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        env = dict(os.environ, COORDINATOR_HEALTH_LOG_INTERVAL_S="5",
+                   COORDINATOR_GC_FREEZE_EVERY=str(args.gc_freeze_every))
+        if args.server == "memory":
+            command = [sys.executable, "-m", "bench.soak", "--serve-memory", "--event-loop", args.event_loop,
+                       "--initial-delay-ms", str(args.initial_delay_ms)]
+            if args.listen_backlog is not None:
+                command += ["--listen-backlog", str(args.listen_backlog)]
+            self.port = 0
+        else:
+            self.port = _free_port()
+            command = [sys.executable, "-m", "coordinator.cli", "--event-loop", args.event_loop, "serve", "--listen", f"127.0.0.1:{self.port}",
+                       "--config", f"group.initial.rebalance.delay.ms={args.initial_delay_ms}"]
+            if args.bootstrap_server:
+                command += ["--bootstrap-server", args.bootstrap_server]
+            if args.listen_backlog is not None:
+                command += ["--listen-backlog", str(args.listen_backlog)]
+        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     preexec_fn=raise_fd_limit, text=True)
+        self.ready = threading.Event()
+        self.health: dict[str, float] = {}
+        self.window_lag_max_ms = 0.0
+        self.window_busy_max_ms = 0.0
+        self.window_gc_max_ms = 0.0
+        self.failures = 0
+        self.stall_lines: list[str] = []
+        self.warnings: list[str] = []  # other warnings and errors of the server, the first few
+        self.tail: collections.deque[str] = collections.deque(maxlen=20)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.tail.append(line.rstrip())
+            if "has failed, removing it from the group" in line:
+                self.failures += 1
+            elif "event=coordinator_ready" in line:
+                match = re.search(r"port=(\d+)", line)
+                if match:
+                    self.port = int(match.group(1))
+                self.ready.set()
+            elif (found := self.HEALTH.search(line)) is not None:
+                values = {k: float(v) for k, v in self.PAIR.findall(found.group(1))}
+                self.window_lag_max_ms = max(self.window_lag_max_ms, values.get("window_lag_max_ms", 0))
+                self.window_gc_max_ms = max(self.window_gc_max_ms, values.get("window_gc_pause_max_ms", 0))
+                self.window_busy_max_ms = max(self.window_busy_max_ms, values.get("window_busy_max_ms", 0))
+                self.health = values
+            elif "event=loop_stall" in line or "event=gc_pause" in line:
+                if len(self.stall_lines) < 1000:
+                    self.stall_lines.append(line.rstrip())
+            elif (" WARNING " in line or " ERROR " in line) and "empty_assignment" not in line and len(self.warnings) < 10:
+                self.warnings.append(line.rstrip())
+
+    def take_window(self) -> tuple[float, float, float]:
+        """(loop lag, loop busy, collector pause) maxima, ms, since the previous call."""
+        values = self.window_lag_max_ms, self.window_busy_max_ms, self.window_gc_max_ms
+        self.window_lag_max_ms = self.window_busy_max_ms = self.window_gc_max_ms = 0.0
+        return values
+
+    def rss_mib(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def cpu_s(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listen_counters() -> dict[str, int]:
+    """TcpExt ListenOverflows/ListenDrops of this network namespace."""
+    with open("/proc/net/netstat") as f:
+        lines = f.read().splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], map(int, values.split()[1:])))
+            return {"ListenOverflows": table.get("ListenOverflows", 0), "ListenDrops": table.get("ListenDrops", 0)}
+    return {"ListenOverflows": 0, "ListenDrops": 0}
+
+
+# ---------------------------------------------------------------------------------------------- orchestration
+
+
+class WorkerProcess:
+    def __init__(self, spec: dict, event_loop: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.soak", "--event-loop", event_loop,
+                                      "--worker", json.dumps(spec)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.messages: collections.deque[dict] = collections.deque()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.messages.append(json.loads(line))
+
+    def tell(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def take(self, kind: str, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for message in list(self.messages):
+                if kind in message:
+                    self.messages.remove(message)
+                    return message[kind]
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"generator worker exited with {self.proc.returncode}")
+            time.sleep(0.1)
+        raise TimeoutError(f"no {kind!r} from a generator worker within {timeout_s:.0f} s")
+
+    def windows(self) -> list[dict]:
+        found = [m["window"] for m in list(self.messages) if "window" in m]
+        for m in [m for m in list(self.messages) if "window" in m]:
+            self.messages.remove(m)
+        return found
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run(args: argparse.Namespace) -> dict:
+    limit = raise_fd_limit()
+    heartbeat_connections = -(-args.members // args.members_per_connection)
+    if heartbeat_connections + args.form_wave + 100 > limit:
+        raise SystemExit(f"the server would need {heartbeat_connections} heartbeat connections + {args.form_wave} "
+                         f"forming ones, above the open-file limit of {limit}: raise --members-per-connection "
+                         "or lower --form-wave (or ulimit -n)")
+    server = ServerProcess(args)
+    workers: list[WorkerProcess] = []
+    try:
+        if not server.ready.wait(args.start_timeout_s):
+            raise RuntimeError("server not ready: " + " | ".join(server.tail))
+        print(f"server pid {server.proc.pid} on port {server.port} ({args.server}); forming {args.members} members "
+              f"in {args.members // args.group_size} groups of {args.group_size}", flush=True)
+        groups = [f"soak-{i}" for i in range(args.members // args.group_size)]
+        before = listen_counters()
+        rss_idle = server.rss_mib()
+        form_wave = max(1, args.form_wave // args.workers)
+        for w in range(args.workers):
+            workers.append(WorkerProcess({
+                "host": "127.0.0.1", "port": server.port, "groups": [w, args.workers, len(groups)],
+                "group_size": args.group_size, "interval_s": args.interval_s, "session_ms": args.session_ms,
+                "members_per_connection": args.members_per_connection, "form_wave": form_wave}, args.event_loop))
+        formed = [w.take("formed", args.form_timeout_s) for w in workers]
+        after = listen_counters()
+        forming = {
+            "members": sum(f["members"] for f in formed), "failed": sum(f["failed"] for f in formed),
+            "rejoins": sum(f["rejoins"] for f in formed), "seconds": max(f["seconds"] for f in formed),
+            "join_spread_s_max": max(f["join_spread_s_max"] for f in formed),
+            "connect_s_max": max(f["connect_s_max"] for f in formed),
+            "listen_overflows": after["ListenOverflows"] - before["ListenOverflows"],
+            "listen_drops": after["ListenDrops"] - before["ListenDrops"],
+            "first_error": next((f["first_error"] for f in formed if "first_error" in f), None),
+            "server_lag_max_ms": server.take_window()[0],
+        }
+        print(f"formed {forming['members']} members in {forming['seconds']} s (failed {forming['failed']}, "
+              f"rejoins {forming['rejoins']}, join spread max {forming['join_spread_s_max']} s, "
+              f"listen overflows {forming['listen_overflows']}, drops {forming['listen_drops']}, "
+              f"first error {forming['first_error']}); server warnings: {server.warnings[:3]}; "
+              f"warming up {args.warmup_s:.0f} s", flush=True)
+        time.sleep(args.warmup_s)
+        failures_before = server.failures
+        for w in workers:
+            w.windows()
+            w.tell("measure")
+        server.take_window()
+        health_start = dict(server.health)
+        measure = measure_loop(args, server, workers)
+        health_end = dict(server.health)
+        for w in workers:
+            w.tell("stop")
+        finals = [w.take("final", 60) for w in workers]
+    finally:
+        for w in workers:
+            w.stop()
+        server.stop()
+    hist = Histogram()
+    errors: collections.Counter = collections.Counter()
+    for f in finals:
+        hist.merge(f["hist"], f["total"], f["max_us"])
+        errors.update(f["errors"])
+    rss = measure["rss"]
+    result = {
+        "members": args.members, "groups": len(groups), "interval_s": args.interval_s,
+        "session_ms": args.session_ms, "duration_s": args.duration_s, "server": args.server,
+        "gc_freeze_every": args.gc_freeze_every, "workers": args.workers, "event_loop": args.event_loop,
+        "members_per_connection": args.members_per_connection,
+        "forming": forming,
+        "answers": hist.total, "heartbeats_per_s": round(hist.total / measure["seconds"]),
+        "p50_ms": hist.percentile_ms(0.50), "p99_ms": hist.percentile_ms(0.99),
+        "p999_ms": hist.percentile_ms(0.999), "max_ms": hist.max_us / 1000,
+        "heartbeat_errors": dict(errors), "false_expirations": server.failures - failures_before,
+        "false_expirations_total": server.failures,  # forming and warm-up included
+        "server_loop_lag_max_ms": measure["lag_max_ms"], "server_loop_busy_max_ms": measure["busy_max_ms"],
+        "server_gc_pause_max_ms": measure["gc_max_ms"],
+        "server_collections": {f"gc{g}": int(health_end.get(f"gc{g}_collections", 0)
+                                             - health_start.get(f"gc{g}_collections", 0)) for g in range(3)},
+        "server_frozen": {"start": int(health_start.get("gc_frozen", 0)), "end": int(health_end.get("gc_frozen", 0))},
+        "server_health": server.health,
+        "server_cpu_us_per_heartbeat": round(measure["server_cpu_s"] * 1e6 / max(hist.total, 1), 1),
+        "server_cpu_pct": round(100 * measure["server_cpu_s"] / measure["seconds"], 1),
+        "generator_cpu_pct_max": measure["generator_cpu_pct_max"],
+        "generator_schedule_late_max_ms": measure["schedule_late_max_ms"],
+        "rss_mib": {"idle": round(rss_idle), "start": rss[0], "middle": rss[len(rss) // 2], "end": rss[-1],
+                    "max": max(rss)},
+        "stall_lines": server.stall_lines[:5],
+        "server_warnings": server.warnings,
+        "load_average": os.getloadavg(),
+    }
+    return result
+
+
+def measure_loop(args: argparse.Namespace, server: ServerProcess, workers: list[WorkerProcess]) -> dict:
+    started = time.monotonic()
+    cpu_start = server.cpu_s()
+    rss = [round(server.rss_mib())]
+    lag_max = busy_max = gc_max = gen_cpu_max = late_max = 0.0
+    while (elapsed := time.monotonic() - started) < args.duration_s:
+        try:
+            time.sleep(min(REPORT_S, args.duration_s - elapsed))
+        except KeyboardInterrupt:  # Ctrl-C ends the measurement early, with a summary of what was measured
+            print("interrupted: summarising what was measured", flush=True)
+            break
+        lag, busy, gc_ms = server.take_window()
+        lag_max, busy_max, gc_max = max(lag_max, lag), max(busy_max, busy), max(gc_max, gc_ms)
+        rss.append(round(server.rss_mib()))
+        windows = [win for w in workers for win in w.windows()]
+        count = sum(win["count"] for win in windows)
+        gen_cpu = max((win["cpu_pct"] for win in windows), default=0.0)
+        late = max((win["schedule_late_max_ms"] for win in windows), default=0.0)
+        gen_cpu_max, late_max = max(gen_cpu_max, gen_cpu), max(late_max, late)
+        print(f"{time.monotonic() - started:6.0f} s  answers {count:7d}  max "
+              f"{max((win['max_us'] for win in windows), default=0) / 1000:7.1f} ms  >20ms "
+              f"{sum(win['slow'] for win in windows):5d}  server lag max {lag:6.1f} ms (busy {busy:5.1f})  gc max {gc_ms:6.1f} ms  "
+              f"rss {rss[-1]} MiB  generator cpu {gen_cpu:.0f}%  late {late:.0f} ms  expirations {server.failures}", flush=True)
+        if server.proc.poll() is not None:
+            raise RuntimeError("server exited: " + " | ".join(server.tail))
+    return {"seconds": time.monotonic() - started, "server_cpu_s": server.cpu_s() - cpu_start, "rss": rss,
+            "lag_max_ms": lag_max, "busy_max_ms": busy_max, "gc_max_ms": gc_max, "generator_cpu_pct_max": gen_cpu_max,
+            "schedule_late_max_ms": late_max}
+
+
+def _run(coro, event_loop: str) -> None:  # type: ignore[no-untyped-def]
+    if event_loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if event_loop == "uvloop":
+                raise SystemExit("uvloop is not installed")
+        else:
+            uvloop.run(coro)
+            return
+    asyncio.run(coro)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--members", type=int, default=20_000)
+    parser.add_argument("--group-size", type=int, default=10)
+    parser.add_argument("--interval-s", type=float, default=10.0, help="heartbeat interval of every member")
+    parser.add_argument("--session-ms", type=int, default=30_000)
+    parser.add_argument("--duration-s", type=float, default=60.0, help="measured time after forming + warm-up")
+    parser.add_argument("--warmup-s", type=float, default=30.0)
+    parser.add_argument("--workers", type=int, default=2, help="generator processes")
+    parser.add_argument("--members-per-connection", type=int, default=10,
+                        help="heartbeat connections are shared (forming uses one connection per member)")
+    parser.add_argument("--form-wave", type=int, default=10_000,
+                        help="members connecting and joining at once (all workers together)")
+    parser.add_argument("--server", choices=["memory", "service"], default="memory")
+    parser.add_argument("--bootstrap-server", default=None, help="service: Kafka to use (default: embedded)")
+    parser.add_argument("--initial-delay-ms", type=int, default=3_000, help="group.initial.rebalance.delay.ms")
+    parser.add_argument("--listen-backlog", type=int, default=None, help="server's listen backlog (default: its own)")
+    parser.add_argument("--gc-freeze-every", type=int, default=1,
+                        help="server's GC policy (COORDINATOR_GC_FREEZE_EVERY; 0 = interpreter default)")
+    parser.add_argument("--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto",
+                        help="server and generator loop; auto: uvloop when installed, as `coordinator serve` does")
+    parser.add_argument("--start-timeout-s", type=float, default=180.0)
+    parser.add_argument("--form-timeout-s", type=float, default=900.0)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-memory", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _run(run_worker(json.loads(args.worker)), args.event_loop)
+        return 0
+    if args.serve_memory:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        for handler in logging.getLogger().handlers:  # forming logs ~5 lines per member: keep what we read
+            handler.addFilter(lambda r: r.name != "coordinator.group" or r.levelno > logging.INFO
+                              or "has failed" in r.msg)
+        _run(serve_memory(args.initial_delay_ms, args.listen_backlog), args.event_loop)
+        return 0
+    if args.members % args.group_size:
+        parser.error("--members must be a multiple of --group-size")
+    result = run(args)
+    f = result["forming"]
+    print(f"\n{result['members']} members, {result['heartbeats_per_s']} heartbeats/s for {args.duration_s:.0f} s "
+          f"({args.server} server, gc freeze every {args.gc_freeze_every}):\n"
+          f"  answers p50 {result['p50_ms']} ms  p99 {result['p99_ms']} ms  p99.9 {result['p999_ms']} ms  "
+          f"max {result['max_ms']} ms\n"
+          f"  server loop lag max {result['server_loop_lag_max_ms']} ms (longest busy stretch "
+          f"{result['server_loop_busy_max_ms']} ms CPU), gc pause max "
+          f"{result['server_gc_pause_max_ms']} ms, collections {result['server_collections']}, frozen objects "
+          f"{result['server_frozen']}; cpu {result['server_cpu_pct']}% "
+          f"({result['server_cpu_us_per_heartbeat']} µs/heartbeat)\n"
+          f"  rss MiB {result['rss_mib']}\n"
+          f"  false expirations {result['false_expirations']} (since start {result['false_expirations_total']}), "
+          f"heartbeat errors {result['heartbeat_errors']}\n"
+          f"  forming: {f['members']} in {f['seconds']} s, failed {f['failed']}, rejoins {f['rejoins']}, "
+          f"listen overflows {f['listen_overflows']}\n"
+          f"  generator: cpu max {result['generator_cpu_pct_max']}% per process, schedule late max "
+          f"{result['generator_schedule_late_max_ms']} ms; load average {result['load_average']}", flush=True)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""How healthy the event loop is: how late it runs callbacks, and what the cyclic garbage collector costs it.
+
+One event loop answers every heartbeat, so anything that holds the loop (a full collection walking every
+group and member, a sweep over every watcher list, an accept storm) delays every answer behind it. Two probes:
+
+- `LoopLagProbe` schedules a tick every `interval_ms` on the loop and records how late each tick ran. Lateness
+  over `record_above_ms` is counted and bucketed; over `log_above_ms` it is logged with the collector time
+  that fell inside the stall (so a log reader can tell a collection from anything else).
+- `GcMonitor` times every collection through `gc.callbacks`: generation, pause, objects collected, and (for
+  collections of the oldest generation) how many objects the collector had to walk.
+
+`GcPolicy` keeps the full collections cheap. The collector walks every tracked object of the generations it
+collects; a full collection walks all of them, so its pause grows with the number of groups and members (about
+1 s per few million objects). Objects that survived two young collections are long-lived by any measure: the
+policy moves them into the permanent generation (`gc.freeze()`, O(1)) after every generation-1 collection,
+so a full collection only walks what was promoted since. What is frozen is still freed by reference counting,
+so this is safe for state without reference cycles (group, member and timer objects have none: see
+tests/unit/test_runtime_health.py); a cycle that becomes garbage after it was frozen is only reclaimed by
+`thaw_and_collect()` (an operator's or a test's call, a full stall).
+
+`RuntimeHealth` bundles the three for the service (coordinator/app.py): its counters are read by telemetry
+and by a periodic `event=runtime_health` log line.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger("coordinator.runtime")
+
+LAG_BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1_000, 5_000)  # upper bounds; one more bucket counts the rest
+
+
+@dataclass
+class LagCounters:
+    ticks: int = 0
+    late: int = 0  # ticks later than record_above_ms
+    max_lag_ms: float = 0.0
+    # CPU time this thread used between two ticks, at most: the stall we caused ourselves. On a loaded machine
+    # lag can be far larger (the process was not scheduled); a lag with little CPU time is the machine's.
+    max_busy_ms: float = 0.0
+    total_late_ms: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(LAG_BUCKETS_MS) + 1))
+
+
+class LoopLagProbe:
+    """Records how late the loop runs a tick scheduled every `interval_ms` (absolute deadlines, no drift)."""
+
+    def __init__(self, interval_ms: float = 10.0, record_above_ms: float = 10.0, log_above_ms: float = 100.0,
+                 gc_monitor: GcMonitor | None = None) -> None:
+        self.interval_s = interval_ms / 1000
+        self.record_above_ms = record_above_ms
+        self.log_above_ms = log_above_ms
+        self.gc_monitor = gc_monitor
+        self.counters = LagCounters()
+        self.window_max_lag_ms = 0.0  # since the last take_window_max()
+        self.window_max_busy_ms = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._due = 0.0
+        self._gc_pause_at_tick = 0.0
+        self._cpu_at_tick = 0.0
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._due = self._loop.time() + self.interval_s
+        self._cpu_at_tick = time.thread_time()
+        self._gc_pause_at_tick = self._gc_total()
+        self._handle = self._loop.call_at(self._due, self._tick)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def take_window_max(self) -> tuple[float, float]:
+        """(lag, busy) maxima since the previous call."""
+        values = self.window_max_lag_ms, self.window_max_busy_ms
+        self.window_max_lag_ms = self.window_max_busy_ms = 0.0
+        return values
+
+    def _gc_total(self) -> float:
+        return self.gc_monitor.total_pause_s if self.gc_monitor is not None else 0.0
+
+    def _tick(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        cpu = time.thread_time()
+        lag_ms = (now - self._due) * 1000
+        busy_ms = (cpu - self._cpu_at_tick) * 1000
+        self.record(lag_ms, busy_ms)
+        if lag_ms > self.log_above_ms:
+            gc_ms = (self._gc_total() - self._gc_pause_at_tick) * 1000
+            log.warning("event=loop_stall lag_ms=%.1f cpu_ms=%.1f gc_pause_ms=%.1f", lag_ms, busy_ms, gc_ms)
+        self._gc_pause_at_tick = self._gc_total()
+        self._cpu_at_tick = cpu
+        # The next tick is due an interval after now, not after the missed deadline: a stall counts once.
+        self._due = now + self.interval_s
+        self._handle = loop.call_at(self._due, self._tick)
+
+    def record(self, lag_ms: float, busy_ms: float = 0.0) -> None:
+        c = self.counters
+        c.ticks += 1
+        if busy_ms > c.max_busy_ms:
+            c.max_busy_ms = busy_ms
+        if busy_ms > self.window_max_busy_ms:
+            self.window_max_busy_ms = busy_ms
+        if lag_ms > c.max_lag_ms:
+            c.max_lag_ms = lag_ms
+        if lag_ms > self.window_max_lag_ms:
+            self.window_max_lag_ms = lag_ms
+        if lag_ms <= self.record_above_ms:
+            return
+        c.late += 1
+        c.total_late_ms += lag_ms
+        for i, bound in enumerate(LAG_BUCKETS_MS):
+            if lag_ms <= bound:
+                c.buckets[i] += 1
+                return
+        c.buckets[-1] += 1
+
+
+@dataclass
+class GenerationCounters:
+    collections: int = 0
+    total_pause_s: float = 0.0
+    max_pause_s: float = 0.0
+    max_cpu_pause_s: float = 0.0  # the same pause in this thread's CPU time: what the collection itself cost,
+    collected: int = 0            # without the time a loaded machine gave to other processes meanwhile
+    uncollectable: int = 0
+    last_walked: int = 0  # objects in the collected generation (full collections only, see GcMonitor)
+
+
+class GcMonitor:
+    """Times every collection via gc.callbacks (one callback before and one after each collection)."""
+
+    def __init__(self, log_above_ms: float = 50.0) -> None:
+        self.log_above_ms = log_above_ms
+        self.generations = [GenerationCounters() for _ in range(3)]
+        self.total_pause_s = 0.0
+        self.window_max_pause_s = 0.0  # since the last take_window_max()
+        self._started = 0.0
+        self._started_cpu = 0.0
+        self._installed = False
+
+    def install(self) -> None:
+        if not self._installed:
+            gc.callbacks.append(self._callback)
+            self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            gc.callbacks.remove(self._callback)
+            self._installed = False
+
+    def take_window_max(self) -> float:
+        value, self.window_max_pause_s = self.window_max_pause_s, 0.0
+        return value
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            self._started_cpu = time.thread_time()
+            return
+        pause_s = time.perf_counter() - self._started
+        cpu_s = time.thread_time() - self._started_cpu
+        generation = info["generation"]
+        counters = self.generations[generation]
+        counters.collections += 1
+        counters.total_pause_s += pause_s
+        counters.collected += info["collected"]
+        counters.uncollectable += info["uncollectable"]
+        if pause_s > counters.max_pause_s:
+            counters.max_pause_s = pause_s
+        if cpu_s > counters.max_cpu_pause_s:
+            counters.max_cpu_pause_s = cpu_s
+        if pause_s > self.window_max_pause_s:
+            self.window_max_pause_s = pause_s
+        self.total_pause_s += pause_s
+        if generation == 2:
+            # After a full collection every survivor sits in generation 2; counting them walks the list
+            # once more (cheap next to the collection itself, and full collections are rare).
+            counters.last_walked = len(gc.get_objects(2))
+        if pause_s * 1000 > self.log_above_ms:
+            log.warning("event=gc_pause generation=%d pause_ms=%.1f cpu_ms=%.1f collected=%d uncollectable=%d "
+                        "survivors=%d frozen=%d", generation, pause_s * 1000, cpu_s * 1000, info["collected"],
+                        info["uncollectable"], counters.last_walked if generation == 2 else -1,
+                        gc.get_freeze_count())
+
+
+class GcPolicy:
+    """Freezes what survived a generation-1 collection, so full collections walk only recent survivors.
+
+    `freeze_every`: freeze after every n-th generation-1 collection (0 = never: the interpreter's default
+    behaviour, which walks every long-lived object on each full collection).
+    """
+
+    def __init__(self, freeze_every: int = 1) -> None:
+        self.freeze_every = freeze_every
+        self.freezes = 0
+        self._gen1_seen = 0
+        self._installed = False
+
+    def install(self) -> None:
+        if self.freeze_every > 0 and not self._installed:
+            gc.callbacks.append(self._callback)
+            self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            gc.callbacks.remove(self._callback)
+            self._installed = False
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        # After a collection of generation 1 the young generations are empty and everything older than two
+        # collections is in generation 2: move it to the permanent generation (a list splice, O(1)).
+        if phase != "stop" or info["generation"] != 1:
+            return
+        self._gen1_seen += 1
+        if self._gen1_seen % self.freeze_every == 0:
+            gc.freeze()
+            self.freezes += 1
+
+    @staticmethod
+    def thaw_and_collect() -> int:
+        """Put everything back under the collector and run a full collection (a stall: for tests/operators)."""
+        gc.unfreeze()
+        return gc.collect()
+
+
+class RuntimeHealth:
+    """The probes and the policy of one service process; `snapshot()` is what metrics and logs read."""
+
+    def __init__(self, *, lag_interval_ms: float = 10.0, lag_record_above_ms: float = 10.0,
+                 lag_log_above_ms: float = 100.0, gc_log_above_ms: float = 50.0, freeze_every: int = 1,
+                 summary_interval_s: float = 60.0) -> None:
+        self.gc = GcMonitor(gc_log_above_ms)
+        self.lag = LoopLagProbe(lag_interval_ms, lag_record_above_ms, lag_log_above_ms, self.gc)
+        self.policy = GcPolicy(freeze_every)
+        self.summary_interval_s = summary_interval_s
+        self._summary: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> RuntimeHealth:
+        """COORDINATOR_GC_FREEZE_EVERY (0 disables the policy), COORDINATOR_LOOP_STALL_LOG_MS,
+        COORDINATOR_HEALTH_LOG_INTERVAL_S."""
+        env = os.environ if environ is None else environ
+        return cls(freeze_every=int(env.get("COORDINATOR_GC_FREEZE_EVERY", "1")),
+                   lag_log_above_ms=float(env.get("COORDINATOR_LOOP_STALL_LOG_MS", "100")),
+                   summary_interval_s=float(env.get("COORDINATOR_HEALTH_LOG_INTERVAL_S", "60")))
+
+    def start(self) -> None:
+        self.gc.install()
+        self.policy.install()
+        self.lag.start()
+        if self.summary_interval_s > 0:
+            self._summary = asyncio.get_running_loop().create_task(self._log_summaries(), name="runtime-health")
+
+    async def stop(self) -> None:
+        self.lag.stop()
+        self.policy.uninstall()
+        self.gc.uninstall()
+        if self._summary is not None:
+            self._summary.cancel()
+            await asyncio.gather(self._summary, return_exceptions=True)
+            self._summary = None
+
+    def snapshot(self) -> dict[str, float | int]:
+        lag, gens = self.lag.counters, self.gc.generations
+        return {
+            "loop_ticks": lag.ticks, "loop_late": lag.late, "loop_lag_max_ms": round(lag.max_lag_ms, 1),
+            "loop_busy_max_ms": round(lag.max_busy_ms, 1),
+            **{f"gc{g}_collections": gens[g].collections for g in range(3)},
+            **{f"gc{g}_pause_max_ms": round(gens[g].max_pause_s * 1000, 1) for g in range(3)},
+            **{f"gc{g}_cpu_max_ms": round(gens[g].max_cpu_pause_s * 1000, 1) for g in range(3)},
+            "gc_pause_total_ms": round(self.gc.total_pause_s * 1000, 1),
+            "gc2_survivors": gens[2].last_walked, "gc_frozen": gc.get_freeze_count(),
+            "gc_freezes": self.policy.freezes,
+        }
+
+    async def _log_summaries(self) -> None:
+        while True:
+            await asyncio.sleep(self.summary_interval_s)
+            snap = self.snapshot()
+            (window_lag, window_busy), window_gc = self.lag.take_window_max(), self.gc.take_window_max()
+            log.info("event=runtime_health window_lag_max_ms=%.1f window_busy_max_ms=%.1f "
+                     "window_gc_pause_max_ms=%.1f %s", window_lag, window_busy, window_gc * 1000,
+                     " ".join(f"{k}={v}" for k, v in snap.items()))

@@ -1,0 +1,1 @@
+"""Telemetry: OpenTelemetry tracing of rebalances, metrics, and the event-topic writer."""
