@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -34,6 +35,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from coordinator.storage.producer import Record
 
 log = logging.getLogger("coordinator.storage")
+_MIN_TIMEOUT_S = 0.5  # a transaction started late still gets this long
 
 # A newer producer holds our transactional.id: we must not write again.
 FENCED_ERRORS = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
@@ -52,7 +54,8 @@ class TransactionalProducer:
                                "transaction.timeout.ms": max(timeout_ms * 2, 10_000)})
         self._settings.setdefault("logger", logging.getLogger(f"coordinator.storage.librdkafka.{name}"))
         self._producer: Producer | None = None
-        self._queue: list[tuple[Sequence[Record], asyncio.Future[KafkaError | None]]] = []
+        # (records, future, deadline in loop time): a write fails once it has waited the commit timeout
+        self._queue: list[tuple[Sequence[Record], asyncio.Future[KafkaError | None], float]] = []
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
@@ -67,7 +70,7 @@ class TransactionalProducer:
         deadline = loop.time() + timeout_ms / 1000
         while True:
             try:
-                await asyncio.to_thread(self._ensure_producer)
+                await asyncio.to_thread(self._ensure_producer, self.timeout_ms / 1000)
                 break
             except KafkaException as exc:
                 error = exc.args[0]
@@ -91,7 +94,8 @@ class TransactionalProducer:
         elif not records:
             future.set_result(None)
         else:
-            self._queue.append((records, future))
+            loop = asyncio.get_running_loop()
+            self._queue.append((records, future, loop.time() + self.timeout_ms / 1000))
             self._wake.set()
         return future
 
@@ -102,23 +106,33 @@ class TransactionalProducer:
                 await self._wake.wait()
                 continue
             batch, self._queue = self._queue, []
+            now = asyncio.get_running_loop().time()
+            expired = [item for item in batch if item[2] <= now]
+            batch = [item for item in batch if item[2] > now]
+            for _, future, _ in expired:  # waited out their commit timeout behind a slow transaction
+                if not future.done():
+                    future.set_result(KafkaError(KafkaError._MSG_TIMED_OUT, "not written within the commit timeout"))
+            if not batch:
+                continue
+            timeout_s = max(min(deadline for _, _, deadline in batch) - now, _MIN_TIMEOUT_S)
             try:
-                error = await asyncio.to_thread(self._transaction, [r for records, _ in batch for r in records])
+                error = await asyncio.to_thread(self._transaction, [r for records, _, _ in batch for r in records],
+                                                timeout_s)
             except Exception as exc:  # our bug, not Kafka's: fail the writes rather than hang them
                 log.exception("event=transaction_crashed producer=%s", self.name)
                 error = KafkaError(KafkaError._FAIL, f"transaction failed: {exc}")
             self.transactions += 1
-            for _, future in batch:
+            for _, future, _ in batch:
                 if not future.done():
                     future.set_result(error)
 
-    def _ensure_producer(self) -> Producer:
+    def _ensure_producer(self, timeout_s: float) -> Producer:
         if self._producer is None:
             producer = Producer(self._settings)
             try:
-                producer.init_transactions(self.timeout_ms / 1000)
+                producer.init_transactions(timeout_s)
             except BaseException:
-                _destroy(producer)  # here, never by the cyclic GC on a librdkafka thread
+                _retire(producer)  # never left to the cyclic GC, which may run on a librdkafka thread
                 raise
             self._producer = producer
         return self._producer
@@ -127,19 +141,20 @@ class TransactionalProducer:
     def fenced(self) -> bool:
         return self._fenced is not None
 
-    def _transaction(self, records: list[Record]) -> KafkaError | None:
-        """Blocking (worker thread): one transaction with every record, committed or aborted."""
+    def _transaction(self, records: list[Record], timeout_s: float) -> KafkaError | None:
+        """Blocking (worker thread): one transaction with every record, committed within `timeout_s` or not
+        at all."""
         if self._fenced is not None:
             return self._fenced
         try:
-            producer = self._ensure_producer()
+            producer = self._ensure_producer(timeout_s)
         except KafkaException as exc:
             return self._failed(exc.args[0], None)
         try:
             producer.begin_transaction()
             for partition, key, value in records:
                 producer.produce(self.topic, value=value, key=key, partition=partition)
-            producer.commit_transaction(self.timeout_ms / 1000)
+            producer.commit_transaction(timeout_s)
             return None
         except KafkaException as exc:
             return self._failed(exc.args[0], producer)
@@ -154,18 +169,16 @@ class TransactionalProducer:
             error = self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
         if producer is None:
             return error
-        if error.fatal() or self._fenced is not None:  # fenced by a newer holder of the id, or unrecoverable: start over with a new producer
-            self._producer = None
-            producer.purge()
-            _destroy(producer)
-            return error
-        try:
-            producer.abort_transaction(self.timeout_ms / 1000)
-        except KafkaException as abort:  # the next transaction starts from a fresh producer (and id epoch)
-            log.warning("event=transaction_abort_failed producer=%s error=%s", self.name, abort.args[0])
-            self._producer = None
-            producer.purge()
-            _destroy(producer)
+        if not error.fatal() and self._fenced is None and error.txn_requires_abort():
+            try:  # the broker is there and answers: abort at once and keep the producer
+                producer.abort_transaction(_MIN_TIMEOUT_S)
+                return error
+            except KafkaException as abort:
+                log.warning("event=transaction_abort_failed producer=%s error=%s", self.name, abort.args[0])
+        # Fenced, fatal, or the outcome unknown (the broker does not answer): never wait for this producer again.
+        # The next transaction starts a fresh one, whose init_transactions aborts whatever this one left open.
+        self._producer = None
+        _retire(producer)
         return error
 
     async def flush(self, timeout_ms: int) -> int:
@@ -197,6 +210,13 @@ def _destroy(producer: Producer) -> None:
     """On a thread of ours, never by the cyclic GC (which may run on a librdkafka thread)."""
     producer.flush(1.0)
     producer.close()
+
+
+def _retire(producer: Producer) -> None:
+    """Drop what the producer holds and destroy it on a thread of its own: destroying a producer with a
+    transaction open may wait on an unreachable broker, and the next write must not wait with it."""
+    producer.purge()
+    threading.Thread(target=_destroy, args=(producer,), name="state-producer-retire", daemon=True).start()
 
 
 class TransactionalWriters:
