@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Iterator, Mapping
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group import admin, join, offsets, sync
@@ -43,7 +43,6 @@ from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
 
-R = TypeVar("R")
 _LOAD_SLICE = 2_000  # groups materialised between two yields to the event loop
 
 

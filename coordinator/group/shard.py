@@ -12,7 +12,6 @@ reference), session tracking, loading and unloading of groups.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 from enum import Enum
 from typing import Callable
