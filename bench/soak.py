@@ -402,6 +402,7 @@ class ServerProcess:
         else:
             self.port = _free_port()
             command = [sys.executable, "-m", "coordinator.cli", "--event-loop", args.event_loop, "serve", "--listen", f"127.0.0.1:{self.port}",
+                       "--no-relay",  # simulated members commit to topics the cluster does not have
                        "--config", f"group.initial.rebalance.delay.ms={args.initial_delay_ms}"]
             if args.bootstrap_server:
                 command += ["--bootstrap-server", args.bootstrap_server]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from coordinator.config import CoordinatorConfig
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
+from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
@@ -40,6 +41,7 @@ class ServiceOptions:
     # State writes inside transactions (all or nothing; docs/state-topic.md), or through the idempotent producer
     # (the default until the transactional path rides out a broker outage within the commit timeout).
     transactional_writes: bool = False
+    relay: RelayConfig | None = None  # front the cluster (coordinator/relay); `coordinator serve` turns it on
 
 
 @dataclass
@@ -76,7 +78,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         if events is not None:
             observer.add(events)
 
-        server = CoordinatorServer(options.server, coordinator, clock=clock, on_shutdown=coordinator.shutdown)
+        server = CoordinatorServer(options.server, coordinator, clock=clock, on_shutdown=coordinator.shutdown,
+                                   relay=_relay(options, bootstrap))
         await server.start()
         stack.push_async_callback(server.close)
 
@@ -95,6 +98,14 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
     stack.callback(broker.remove_data)
     stack.push_async_callback(broker.stop)
     return broker.bootstrap
+
+
+def _relay(options: ServiceOptions, bootstrap: str) -> Relay | None:
+    if options.relay is None:
+        return None
+    from coordinator.server.handlers import served_ranges
+
+    return Relay(options.relay, bootstrap, served=served_ranges(), max_frame_bytes=options.server.max_frame_bytes)
 
 
 def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:

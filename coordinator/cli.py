@@ -78,8 +78,11 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
     from coordinator.config import CoordinatorConfig
     from coordinator.server.config import ServerConfig
 
+    from coordinator.relay import DEFAULT_NODE_ID, RelayConfig
+
     listen_host, listen_port = args.listen
     advertised_host, advertised_port = args.advertised_listener or (None, None)
+    node_id = args.node_id if args.node_id is not None else (0 if args.no_relay else DEFAULT_NODE_ID)
     try:
         group = CoordinatorConfig.from_properties(dict(args.config))
     except KeyError as exc:
@@ -88,8 +91,11 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         raise SystemExit(f"coordinator serve: bad --config: {exc}")
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
-                              advertised_port=advertised_port, node_id=args.node_id,
+                              advertised_port=advertised_port, node_id=node_id,
                               listen_backlog=args.listen_backlog)
+        relay = None if args.no_relay else RelayConfig(
+            base_port=args.relay_base_port, advertised_host=args.relay_advertised_host,
+            buffer_memory_bytes=args.relay_buffer_memory, max_block_ms=args.relay_max_block_ms)
     except ValueError as exc:
         raise SystemExit(f"coordinator serve: {exc}")
     return ServiceOptions(
@@ -101,6 +107,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         state_replication_factor=args.state_replication_factor,
         event_topic=args.event_topic or None,
         transactional_writes=args.write_mode == "transactional",
+        relay=relay,
     )
 
 
@@ -117,6 +124,11 @@ async def _run_serve(args: argparse.Namespace) -> int:
         node = service.server.node
         print(f"coordinator listening on {node.host}:{node.port} (node {node.node_id}); "
               f"state in Kafka at {service.bootstrap}, topic {options.state_topic}", flush=True)
+        relay = service.server.relay
+        if relay is not None and relay.listeners is not None:
+            ports = ", ".join(f"{node_id}→{port}" for node_id, port in sorted(relay.listeners.ports.items()))
+            print(f"relaying to the cluster at {service.bootstrap}; broker listeners (node id→port): {ports}",
+                  flush=True)
 
     try:
         await run_until(stop, options, ready)
@@ -160,7 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="connections the kernel queues before they are accepted (Kafka's "
                             "socket.listen.backlog.size; env COORDINATOR_LISTEN_BACKLOG); the kernel caps it at "
                             "net.core.somaxconn, see docs/operations.md")
-    serve.add_argument("--node-id", type=int, default=int(env("COORDINATOR_NODE_ID", "0")))
+    serve.add_argument("--node-id", type=int,
+                       default=int(env("COORDINATOR_NODE_ID")) if env("COORDINATOR_NODE_ID") else None,
+                       help="the coordinator's node id in Metadata/FindCoordinator (default 2000000000 with the "
+                            "relay, so no broker has it; 0 with --no-relay)")
     serve.add_argument("--bootstrap-server", default=env("KAFKA_BOOTSTRAP"),
                        help="the Kafka cluster holding the state topic (env KAFKA_BOOTSTRAP); "
                             "none: an embedded Apache Kafka broker is started")
@@ -176,6 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
                        help="transactional: every state write all or nothing, and fenced by a newer process on "
                             "the same state topic; idempotent (default): faster under many concurrent commits, "
                             "but librdkafka may store a write in part (env COORDINATOR_WRITE_MODE)")
+    serve.add_argument("--no-relay", action="store_true", default=env("COORDINATOR_NO_RELAY", "") == "1",
+                       help="serve the group APIs only (no relay): clients must bootstrap to the cluster itself "
+                            "(env COORDINATOR_NO_RELAY=1)")
+    serve.add_argument("--relay-base-port", type=int,
+                       default=int(env("COORDINATOR_RELAY_BASE_PORT")) if env("COORDINATOR_RELAY_BASE_PORT") else None,
+                       help="broker listener port = BASE + broker node id (default: the listen port + 1) "
+                            "(env COORDINATOR_RELAY_BASE_PORT)")
+    serve.add_argument("--relay-advertised-host", default=env("COORDINATOR_RELAY_ADVERTISED_HOST"),
+                       help="host clients are told for the broker listeners (default: the advertised host)")
+    serve.add_argument("--relay-buffer-memory", type=int,
+                       default=int(env("COORDINATOR_RELAY_BUFFER_MEMORY", str(134_217_728))),
+                       help="bytes all relayed responses may hold together (like Kafka's buffer.memory; "
+                            "default 128 MiB; must exceed the largest fetch response, fetch.max.bytes)")
+    serve.add_argument("--relay-max-block-ms", type=int,
+                       default=int(env("COORDINATOR_RELAY_MAX_BLOCK_MS", "60000")),
+                       help="how long a response may wait for relay memory before its connection is closed "
+                            "(like Kafka's max.block.ms)")
     serve.add_argument("--config", type=_kafka_property, action="append", default=[], metavar="NAME=VALUE",
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
                             "or offsets.topic.num.partitions=10 (repeatable)")

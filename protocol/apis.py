@@ -1,10 +1,8 @@
-"""The table of Kafka APIs this coordinator serves, with their version ranges.
+"""Kafka API keys and what depends only on (API, version): the kio message classes, flexibility, the request and
+response header versions (v1 or v2 by the API's flexibility at that version; ApiVersions' response always v0).
 
-Everything version-related is derived from this one table: the ApiVersions response, the request header
-version (v1 or v2, by the API's flexibility at that version), the response header version (v0 or v1;
-ApiVersions always v0) and which kio message classes decode and encode a given (API, version).
-Ranges follow Kafka 3.9 (reference §9) except OffsetCommit 2–9 and OffsetFetch 1–9 (Kafka 4.0's floor:
-the older versions are ZooKeeper-only).
+Which APIs and versions the coordinator *serves* is not decided here: each handler declares its range beside it
+(coordinator/server/handlers, SERVED_APIS) and the relay declares what it forwards (coordinator/relay/versions.py).
 """
 
 from __future__ import annotations
@@ -42,44 +40,15 @@ class ServedApi:
         return self.min_version <= version <= self.max_version
 
 
-SERVED_APIS: dict[int, ServedApi] = {
-    api.key: api
-    for api in (
-        ServedApi(ApiKey.API_VERSIONS, 0, 4),
-        ServedApi(ApiKey.METADATA, 0, 12),
-        ServedApi(ApiKey.FIND_COORDINATOR, 0, 6),
-        ServedApi(ApiKey.JOIN_GROUP, 0, 9),
-        ServedApi(ApiKey.SYNC_GROUP, 0, 5),
-        ServedApi(ApiKey.HEARTBEAT, 0, 4),
-        ServedApi(ApiKey.LEAVE_GROUP, 0, 5),
-        ServedApi(ApiKey.OFFSET_COMMIT, 2, 9),
-        ServedApi(ApiKey.OFFSET_FETCH, 1, 9),
-        ServedApi(ApiKey.DESCRIBE_GROUPS, 0, 5),
-        ServedApi(ApiKey.LIST_GROUPS, 0, 5),
-        ServedApi(ApiKey.DELETE_GROUPS, 0, 2),
-        ServedApi(ApiKey.OFFSET_DELETE, 0, 0),
-    )
-}
-
-
-def served_api(api_key: int) -> ServedApi | None:
-    return SERVED_APIS.get(api_key)
-
-
-def is_supported(api_key: int, version: int) -> bool:
-    api = SERVED_APIS.get(api_key)
-    return api is not None and api.supports(version)
-
-
 @cache
 def request_class(api_key: int, version: int) -> type:
-    """The kio request payload class of a served (API, version)."""
+    """The kio request payload class of an (API, version); kio.index.KioIndexError if kio has none."""
     return load_request_schema(api_key, version)
 
 
 @cache
 def response_class(api_key: int, version: int) -> type:
-    """The kio response payload class of a served (API, version)."""
+    """The kio response payload class of an (API, version)."""
     return load_response_schema(api_key, version)
 
 

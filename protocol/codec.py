@@ -15,6 +15,7 @@ import struct
 from functools import cache
 from typing import Any, NamedTuple
 
+from kio.index import KioIndexError, UnknownAPIKey
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.serial.readers import read_unsigned_varint
@@ -56,20 +57,19 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 def decode_request(frame: bytes) -> Request:
     """Decode a request frame (size prefix removed).
 
-    Raises UnknownApiKey / UnsupportedVersion for APIs or versions outside our table (the server answers
-    ApiVersions itself in that case, and closes the connection for anything else), CorruptRequest otherwise:
-    whatever a reader raises on these untrusted bytes (kio's SerialError, ValueError for an over-long varint,
-    OverflowError for a duration past timedelta's range, ...) becomes CorruptRequest, so the only exceptions
-    leaving here are ProtocolErrors. (The try costs nothing on the heartbeat path until something raises.)
+    Decodes any (API, version) kio has a schema for: which ones are *served* is the server's decision, checked
+    before this (coordinator/server/handlers SERVED_APIS). Raises UnknownApiKey / UnsupportedVersion for an API or
+    version kio does not know, CorruptRequest otherwise: whatever a reader raises on these untrusted bytes (kio's
+    SerialError, ValueError for an over-long varint, OverflowError for a duration past timedelta's range, ...)
+    becomes CorruptRequest, so the only exceptions leaving here are ProtocolErrors. (The try costs nothing on the
+    heartbeat path until something raises.) Bytes after the body are ignored, as Kafka's request parsing does:
+    librdkafka 2.x sends three after an all-topics Metadata v12 request (AdminClient.list_topics).
     """
     try:
         if len(frame) < _HEADER_PREFIX.size:
             raise CorruptRequest(f"frame of {len(frame)} bytes is shorter than a request header")
         api_key, api_version, correlation_id, client_id_length = _HEADER_PREFIX.unpack_from(frame)
-        spec = _SPECS.get((api_key, api_version))
-        if spec is None:
-            _raise_unserved(api_key, api_version, correlation_id)
-        flexible, body_class, native_reader = spec
+        flexible, body_class, native_reader = _spec(api_key, api_version, correlation_id)
         offset = _HEADER_PREFIX.size
         client_id = None
         if client_id_length >= 0:
@@ -82,11 +82,9 @@ def decode_request(frame: bytes) -> Request:
         if flexible:
             offset = skip_tagged_fields(frame, offset)
         if native_reader is None:
-            body, size = read_entity(body_class, frame, offset)
+            body, _size = read_entity(body_class, frame, offset)
         else:
-            body, size = _read_natively(native_reader, body_class, frame, offset)
-        if offset + size != len(frame):
-            raise CorruptRequest(f"{len(frame) - offset - size} trailing bytes after {body_class.__name__}")
+            body, _size = _read_natively(native_reader, body_class, frame, offset)
         return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body)
     except ProtocolError:
         raise
@@ -101,10 +99,22 @@ def _corruption(frame: bytes, exc: Exception) -> str:
     return f"api_key={api_key} api_version={api_version}: {exc!r}"
 
 
-def _raise_unserved(api_key: int, api_version: int, correlation_id: int) -> None:
-    if apis.served_api(api_key) is None:
-        raise UnknownApiKey(f"unknown api_key={api_key} correlation_id={correlation_id}")
-    raise UnsupportedVersion(f"api_key={api_key} api_version={api_version} is not served")
+def _spec(api_key: int, api_version: int, correlation_id: int) -> tuple[bool, type, Any]:
+    """(flexible, kio class, native reader or None) of an (API, version), built once and kept."""
+    spec = _SPECS.get((api_key, api_version))
+    if spec is not None:
+        return spec
+    try:
+        body_class = apis.request_class(api_key, api_version)
+    except UnknownAPIKey:
+        raise UnknownApiKey(f"unknown api_key={api_key} correlation_id={correlation_id}") from None
+    except KioIndexError:
+        raise UnsupportedVersion(f"api_key={api_key} api_version={api_version} has no schema") from None
+    # kio's native array readers trust the peer's length prefix (see protocol.tolerant): no native reader for
+    # schemas with arrays
+    native_reader = None if has_arrays(body_class) else _reader(body_class)
+    spec = _SPECS[(api_key, api_version)] = (bool(body_class.__flexible__), body_class, native_reader)
+    return spec
 
 
 def skip_tagged_fields(frame: bytes, offset: int) -> int:
@@ -134,19 +144,6 @@ def _read_natively(reader: Any, body_class: type, frame: bytes, offset: int) -> 
         return read_entity(body_class, frame, offset)
 
 
-def _build_specs() -> dict[tuple[int, int], tuple[bool, type, Any]]:
-    """(flexible, kio class, native reader or None) per served (API, version), so decoding a request is one lookup."""
-    specs = {}
-    for api in apis.SERVED_APIS.values():
-        for version in range(api.min_version, api.max_version + 1):
-            body_class = apis.request_class(api.key, version)
-            # kio's native array readers trust the peer's length prefix (see protocol.tolerant): no native
-            # reader for schemas with arrays
-            native_reader = None if has_arrays(body_class) else _reader(body_class)
-            specs[(int(api.key), version)] = (apis.is_flexible(api.key, version), body_class, native_reader)
-    return specs
-
-
 @cache
 def _reader(entity_class: type) -> Any:
     return entity_reader(entity_class)
@@ -157,7 +154,7 @@ def _writer(entity_class: type) -> Any:
     return entity_writer(entity_class)
 
 
-_SPECS = _build_specs()
+_SPECS: dict[tuple[int, int], tuple[bool, type, Any]] = {}
 
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:

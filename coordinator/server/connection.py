@@ -5,6 +5,11 @@ Like Kafka's broker (which mutes a channel while a request from it is in flight)
 parked we keep reading until `max_buffered_bytes` are waiting, then stop reading (TCP back-pressure); we also
 stop while the transport's write buffer is full.
 
+With the relay (coordinator/relay), each request is routed by its header: group APIs to their handlers here,
+every other API to this connection's upstream link, byte for byte. Relayed requests do not hold the
+connection (they pipeline, as the broker behind them sees them in order); their responses come back as bytes
+and take their place in `_pending`, so every response leaves in request order.
+
 Handlers are coroutines, but most finish without ever waiting (Heartbeat, offset fetches). Creating a Task per
 request would cost more than the heartbeat logic itself, so the first step of each handler runs right here;
 only a handler that actually parks is handed to a Task, once the future it waits on is done. (So code that runs
@@ -19,30 +24,52 @@ peer's fault (WARNING, `reason=<error class>`); anything else is our bug (ERROR 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
+import struct
 from collections.abc import Coroutine
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from coordinator.server.context import ConnectionContext, java_host_string
-from coordinator.server.handlers import HANDLERS
+from coordinator.server.handlers import HANDLERS, SERVED_APIS
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from protocol.apis import ApiKey
 from protocol.codec import RequestHeader, decode_request, encode_response, peek_header
-from protocol.errors import InvalidFrameSize, ProtocolError, UnsupportedVersion
+from protocol.errors import InvalidFrameSize, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.framing import FrameReader
 
 if TYPE_CHECKING:
+    from coordinator.relay.upstream import UpstreamLink
     from coordinator.server.listener import CoordinatorServer
 
 log = logging.getLogger("coordinator.server")
+_API_KEY_AND_VERSION = struct.Struct(">hh")
+_CORRELATION_ID = struct.Struct(">i")
+_SIZE = struct.Struct(">i")
+_PRODUCE = 0
 _DISCARD_BYTES = 4_096
 
 
+class _LocalResponse:
+    """A response of ours queued behind relayed responses still on their way (same shape as PendingResponse)."""
+
+    __slots__ = ("frame", "buffer")
+
+    def __init__(self, frame: bytes) -> None:
+        self.frame = frame
+        self.buffer = None
+
+
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: CoordinatorServer) -> None:
+    def __init__(self, server: CoordinatorServer, upstream_node: int | None = None) -> None:
         self._server = server
+        self.upstream_node = upstream_node  # the broker this listener stands for; None: the bootstrap listener
+        self._relay = server.relay
+        self._link: UpstreamLink | None = None
+        self._pending: collections.deque[Any] = collections.deque()  # responses in request order, while relaying
+        self._held: list[bytearray] = []  # pool buffers the transport may still be sending from
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
@@ -69,7 +96,11 @@ class Connection(asyncio.BufferedProtocol):
             peername = transport.get_extra_info("peername") or ("?", 0)
             peer = f"{peername[0]}:{peername[1]}"
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
-                                          java_host_string(peername[0]), peer)
+                                          java_host_string(peername[0]), peer, self._relay)
+            if self._relay is not None:
+                # pause as soon as anything is left unsent: relayed frames are then kept (and counted) in the
+                # pool, never copied into an unbounded transport buffer
+                self._transport.set_write_buffer_limits(high=0)  # type: ignore[union-attr]
             if not self._server.admit(self):
                 self.abort("too_many_connections", f"max_connections={self._config.max_connections}")
         except Exception as exc:
@@ -104,6 +135,7 @@ class Connection(asyncio.BufferedProtocol):
         self._open = False
         try:
             self._server.forget(self)
+            self._drop_relay_state()
         except Exception as error:
             self._contain("connection_lost", error)
         log.debug("event=connection_lost peer=%s error=%r", self.peer, exc)
@@ -111,6 +143,8 @@ class Connection(asyncio.BufferedProtocol):
     def pause_writing(self) -> None:
         self._writing_paused = True
         try:
+            if self._link is not None:
+                self._link.pause_for_client(True)
             self._apply_read_limit()
         except Exception as exc:
             self._contain("pause_writing", exc)
@@ -118,6 +152,9 @@ class Connection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self._writing_paused = False
         try:
+            self._release_held()
+            if self._link is not None:
+                self._link.pause_for_client(False)
             self._process_frames()
         except Exception as exc:
             self._contain("resume_writing", exc)
@@ -143,7 +180,7 @@ class Connection(asyncio.BufferedProtocol):
         return self._open
 
     def _process_frames(self) -> None:
-        while self._in_flight is None and not self._writing_paused and self._open:
+        while self._in_flight is None and not self._writing_paused and self._open and not self._relay_blocked():
             try:
                 frame = self._reader.next_frame()
             except InvalidFrameSize as exc:
@@ -156,6 +193,11 @@ class Connection(asyncio.BufferedProtocol):
         self._apply_read_limit()
 
     def _handle_frame(self, frame: bytes) -> None:
+        if self._relay is not None:
+            if not self._route_locally(frame):
+                return
+        elif not self._served(frame):
+            return
         try:
             request = decode_request(frame)
         except ProtocolError as exc:
@@ -171,6 +213,19 @@ class Connection(asyncio.BufferedProtocol):
             self._drive(header, outcome)
         else:
             self._respond(header, outcome)
+
+    def _served(self, frame: bytes) -> bool:
+        """Whether a handler here serves the request's (API, version); if not, it is rejected right away."""
+        if len(frame) >= 4:
+            api_key, api_version = _API_KEY_AND_VERSION.unpack_from(frame)
+            api = SERVED_APIS.get(api_key)
+            if api is not None and api.min_version <= api_version <= api.max_version:
+                return True
+            error: ProtocolError = (UnknownApiKey(f"unknown api_key={api_key}") if api is None else
+                                    UnsupportedVersion(f"api_key={api_key} api_version={api_version} is not served"))
+            self._reject(frame, error)
+            return False
+        return True  # too short for a header: the decoder says why
 
     def _reject(self, frame: bytes, exc: ProtocolError) -> None:
         """Kafka answers only an unsupported ApiVersions version (KIP-511); anything else closes the connection."""
@@ -238,18 +293,128 @@ class Connection(asyncio.BufferedProtocol):
     def _write(self, frame: bytes) -> None:
         if self._open:
             self.activity += 1
-            self._outgoing.append(frame)
+            if self._pending:  # relayed responses are still due before this one
+                self._pending.append(_LocalResponse(frame))
+            else:
+                self._outgoing.append(frame)
 
     def _flush(self) -> None:
         """Send what this round of processing produced; every path that writes ends in _process_frames."""
-        if not self._outgoing:
-            return
-        outgoing, self._outgoing = self._outgoing, []
-        if self._open:
-            self._transport.write(outgoing[0] if len(outgoing) == 1 else b"".join(outgoing))  # type: ignore
+        if self._outgoing:
+            outgoing, self._outgoing = self._outgoing, []
+            if self._open:
+                self._transport.write(outgoing[0] if len(outgoing) == 1 else b"".join(outgoing))  # type: ignore
+        if self._pending:
+            self._send_pending()
+
+    # ------------------------------------------------------------------------------------------ relaying
+
+    def _route_locally(self, frame: bytes) -> bool:
+        """True for a request handled here; a relayed one is forwarded (or the connection closed) right away."""
+        if len(frame) < 8:
+            self.abort("CorruptRequest", f"frame of {len(frame)} bytes is shorter than a request header")
+            return False
+        api_key, api_version = _API_KEY_AND_VERSION.unpack_from(frame)
+        try:
+            route = self._relay.route(api_key, api_version)  # type: ignore[union-attr]
+        except ProtocolError as exc:
+            self._reject(frame, exc)  # an ApiVersions version we do not know gets KIP-511's answer
+            return False
+        if route.value != "relayed":
+            return True
+        self._forward(frame, api_key)
+        return False
+
+    def _forward(self, frame: bytes, api_key: int) -> None:
+        link = self._link
+        if link is None:
+            from coordinator.relay.relay import UpstreamUnavailable
+
+            try:
+                link = self._link = self._relay.open_link(self, self.upstream_node)  # type: ignore[union-attr]
+            except UpstreamUnavailable as exc:
+                self.abort("upstream_unavailable", str(exc))
+                return
+        expects_response = True
+        if api_key == _PRODUCE:
+            from coordinator.relay.versions import produce_expects_response
+
+            try:
+                expects_response = produce_expects_response(frame, 0)
+            except (ValueError, IndexError) as exc:
+                self.abort("CorruptRequest", f"produce request: {exc}")
+                return
+        (correlation_id,) = _CORRELATION_ID.unpack_from(frame, 4)
+        self.activity += 1
+        pending = link.send(_SIZE.pack(len(frame)) + frame, correlation_id, expects_response)
+        if pending is not None:
+            self._pending.append(pending)
+
+    def _send_pending(self) -> None:
+        """Write the responses at the head of the order that are here, until the client stops taking them."""
+        pending = self._pending
+        transport = self._transport
+        pool = self._relay.pool  # type: ignore[union-attr]
+        while pending and pending[0].frame is not None and not self._writing_paused and self._open:
+            response = pending.popleft()
+            transport.write(response.frame)  # type: ignore[union-attr]
+            self.activity += 1
+            buffer = response.buffer
+            if buffer is not None:
+                response.frame = response.buffer = None
+                if transport.get_write_buffer_size():  # type: ignore[union-attr]
+                    self._held.append(buffer)  # the transport may still be sending from it
+                else:
+                    pool.deallocate(buffer)
+
+    def _release_held(self) -> None:
+        if self._held:
+            held, self._held = self._held, []
+            for buffer in held:
+                self._relay.pool.deallocate(buffer)  # type: ignore[union-attr]
+
+    def _relay_blocked(self) -> bool:
+        return self._link is not None and self._link.blocked
+
+    def relay_responses_ready(self) -> None:
+        """Called by the upstream link (from its own protocol callbacks) when responses have arrived."""
+        try:
+            if self._open:
+                self._send_pending()
+                if not self._pending:
+                    self._process_frames()  # a local response may have been waiting behind them
+        except Exception as exc:
+            self._contain("relay_responses_ready", exc)
+
+    def relay_blocked_changed(self) -> None:
+        try:
+            if self._open:
+                self._process_frames()
+        except Exception as exc:
+            self._contain("relay_blocked_changed", exc)
+
+    def relay_failed(self, reason: str, detail: str) -> None:
+        """The upstream connection failed: close the client's (clients retry, as after a broker failure)."""
+        self.abort(reason, detail)
+
+    def _drop_relay_state(self) -> None:
+        if self._link is not None:
+            self._link.close()
+        if self._relay is not None:
+            pool = self._relay.pool
+            while self._pending:
+                buffer = self._pending.popleft().buffer
+                if buffer is not None:
+                    pool.deallocate(buffer)
+            held, self._held = self._held, []
+            for buffer in held:
+                pool.deallocate(buffer)
 
     def _fail(self, header: RequestHeader, exc: BaseException | None = None) -> None:
         """Our bug, not the peer's: log it with the request, close the connection."""
+        if exc is not None and type(exc).__name__ == "UpstreamUnavailable":  # the cluster's outage, not a bug
+            self.abort("upstream_unavailable", f"api_key={header.api_key} {exc}")
+            return
         log.error("event=handler_failed peer=%s api_key=%d api_version=%d correlation_id=%d",
                   self.peer, header.api_key, header.api_version, header.correlation_id,
                   exc_info=exc if exc is not None else True)
@@ -264,12 +429,13 @@ class Connection(asyncio.BufferedProtocol):
         self.abort("internal_error", f"{type(exc).__name__} in {callback}")
 
     def _apply_read_limit(self) -> None:
-        if not (self._reading_paused or self._writing_paused or self._in_flight is not None or self._server.closing):
+        if not (self._reading_paused or self._writing_paused or self._in_flight is not None or self._server.closing
+                or self._link is not None):
             return  # the common case: reading, nothing to limit
         if self._transport is None:
             return
         waiting = self._in_flight is not None and self._reader.buffered_bytes >= self._config.max_buffered_bytes
-        should_pause = self._writing_paused or waiting or self._server.closing
+        should_pause = self._writing_paused or waiting or self._server.closing or self._relay_blocked()
         if should_pause and not self._reading_paused:
             self._transport.pause_reading()
             self._reading_paused = True

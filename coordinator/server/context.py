@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from coordinator.group import api
 from protocol.error_codes import Errors
+
+if TYPE_CHECKING:
+    from coordinator.relay.relay import Relay
 
 
 class GroupService(Protocol):
@@ -46,6 +49,7 @@ class ConnectionContext:
     coordinator: GroupService
     client_host: str  # Java InetAddress.toString() form: "/127.0.0.1"
     peer: str  # "127.0.0.1:53122", for log lines
+    relay: Relay | None = None  # the cluster behind us (None: --no-relay, the coordinator alone)
 
 
 def java_host_string(address: str) -> str:

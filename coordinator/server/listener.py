@@ -11,11 +11,15 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from coordinator.server.config import ServerConfig
 from coordinator.server.connection import Connection
 from coordinator.server.context import GroupService, Node
 from coordinator.timer.clock import Clock, MonotonicClock
+
+if TYPE_CHECKING:
+    from coordinator.relay.relay import Relay
 
 log = logging.getLogger("coordinator.server")
 
@@ -35,8 +39,10 @@ class CoordinatorServer:
         *,
         clock: Clock | None = None,
         on_shutdown: ShutdownHook | None = None,
+        relay: Relay | None = None,
     ) -> None:
         self.config = config
+        self.relay = relay
         self.coordinator = coordinator
         self.clock = clock or MonotonicClock()
         self.node = Node(config.node_id, config.advertised_host or config.listen_host,
@@ -56,20 +62,43 @@ class CoordinatorServer:
         loop = asyncio.get_running_loop()
         listener = _listening_socket(self.config.listen_host, self.config.listen_port)
         try:
+            # not serving yet: with the relay, its broker listeners open first (below)
             self._server = await loop.create_server(lambda: Connection(self), sock=listener,
-                                                    backlog=min(_ACCEPT_BATCH, self.config.listen_backlog))
+                                                    backlog=min(_ACCEPT_BATCH, self.config.listen_backlog),
+                                                    start_serving=False)
         except BaseException:
             listener.close()
             raise
-        listener.listen(self.config.listen_backlog)  # after asyncio's own listen(): the kernel queue's size
         self._port = self._server.sockets[0].getsockname()[1]
         if not self.config.listen_port or not self.config.advertised_port:
             self.node = Node(self.node.node_id, self.node.host, self.config.advertised_port or self.port,
                              self.node.cluster_id)
+        if self.relay is not None:  # its broker listeners are open before the first client arrives
+            self.relay.attach(self.config.listen_host, self.config.listen_port and self.port, self.node,
+                              self._open_broker_listener, self._close_broker_connections)
+            try:
+                await self.relay.start()
+            except BaseException:
+                self._server.close()
+                await self.relay.close()
+                raise
+        await self._server.start_serving()
+        listener.listen(self.config.listen_backlog)  # after asyncio's own listen(): the kernel queue's size
         self._idle_sweeper = loop.create_task(self._sweep_idle_connections())
         log.info("event=listening host=%s port=%d advertised=%s:%d node_id=%d listen_backlog=%d somaxconn=%s",
                  self.config.listen_host, self.port, self.node.host, self.node.port, self.node.node_id,
                  self.config.listen_backlog, _somaxconn())
+
+    async def _open_broker_listener(self, host: str, port: int, node_id: int) -> asyncio.base_events.Server:
+        """A listener standing for upstream broker `node_id`: its connections relay to that broker."""
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(lambda: Connection(self, upstream_node=node_id), host, port,
+                                        reuse_address=True)
+
+    def _close_broker_connections(self, node_id: int) -> None:
+        for connection in list(self._connections):
+            if connection.upstream_node == node_id:
+                connection.abort("broker_left_cluster", f"node_id={node_id}")
 
     @property
     def port(self) -> int:
@@ -86,6 +115,8 @@ class CoordinatorServer:
         self.closing = True
         if self._server is not None:
             self._server.close()
+        if self.relay is not None:
+            self.relay.stop_accepting()
         for connection in list(self._connections):
             connection.stop_reading()
         await self._wait_in_flight(self.config.shutdown_grace_ms)
@@ -95,6 +126,8 @@ class CoordinatorServer:
         for connection in list(self._connections | self._busy):
             connection.cancel_in_flight()
             connection.close()
+        if self.relay is not None:
+            await self.relay.close()
         if self._idle_sweeper is not None:
             self._idle_sweeper.cancel()
         if self._server is not None:

@@ -42,7 +42,9 @@ ERROR_LINE = re.compile(r"^\S+ \S+ (ERROR|CRITICAL) ", re.MULTILINE)  # ServiceP
 
 
 def served_ranges() -> list[ApiRange]:
-    return [(int(api.key), api.min_version, api.max_version) for api in apis.SERVED_APIS.values()]
+    from coordinator.server.handlers import SERVED_APIS
+
+    return [(int(api.key), api.min_version, api.max_version) for api in SERVED_APIS.values()]
 
 
 def parse_corpus(spec: str) -> list[ApiRange]:

@@ -1,7 +1,7 @@
 """Kafka's own `kafka-consumer-groups` (ConsumerGroupCommand, the Java AdminClient of the pinned Kafka jars)
 pointed at `coordinator serve`: listing with states, describing members, deleting a group.
-(Describing offsets needs topic metadata and log-end offsets from the cluster, which this coordinator does not
-serve yet: docs/protocol.md, "No topic metadata yet".)"""
+(With --no-relay, describing offsets needs topic metadata and log-end offsets this coordinator does not serve:
+tests/integration/test_relay_tools.py describes lag through the relay.)"""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from protocol.apis import SERVED_APIS, ApiKey
+from coordinator.server.handlers import SERVED_APIS
+from protocol.apis import ApiKey
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 from tests.unit.test_server_env import RunningServer, heartbeat, join, join_with_member_id, ms, nested, request
 

@@ -18,7 +18,8 @@ from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
 from kio.serial import entity_writer
 
 from protocol import apis, codec
-from protocol.apis import SERVED_APIS, ApiKey
+from coordinator.server.handlers import SERVED_APIS
+from protocol.apis import ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
 from tests.fuzz.corpus import ARRAY, LENGTH_KINDS, STRING, CorpusFrame, Site, request_frame
@@ -142,10 +143,10 @@ def test_unknown_api_key_and_unsupported_version_are_reported_as_such() -> None:
 
 @pytest.mark.parametrize(
     "frame",
-    [b"", b"\x00\x0c", _heartbeat_v4_frame()[:-3], _heartbeat_v4_frame() + b"trailing",
+    [b"", b"\x00\x0c", _heartbeat_v4_frame()[:-3],
      struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 1, 50) + b"short", struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 1, -7),
      struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 1, 2) + b"\xff\xfe\x00"],
-    ids=["empty", "half-header", "truncated-body", "trailing-bytes", "client-id-overrun", "client-id-length",
+    ids=["empty", "half-header", "truncated-body", "client-id-overrun", "client-id-length",
          "client-id-not-utf8"],
 )
 def test_corrupt_requests_raise_corrupt_request(frame: bytes) -> None:
@@ -273,3 +274,11 @@ def test_hand_packed_heartbeat_request_equals_kio_byte_for_byte(version, client_
                                     group_instance_id if version >= 3 else None)
     assert packed == expected
     assert codec.encode_request(5, client_id, body) == expected
+
+
+def test_bytes_after_the_body_are_ignored_as_kafka_does() -> None:
+    """librdkafka 2.16's AdminClient.list_topics sends this Metadata v12 request (all topics) with three bytes
+    after the body; Kafka answers it, so do we."""
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    request = codec.decode_request(frame)
+    assert (request.header.api_key, request.header.api_version, request.body.topics) == (3, 12, None)

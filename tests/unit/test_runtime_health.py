@@ -112,16 +112,16 @@ def _make_groups(count: int, members: int, now_ms: int) -> list[GroupMetadata]:
 
 async def _arrivals(health: RuntimeHealth) -> tuple[list[GroupMetadata], float]:
     """60,000 groups of 10 members arrive in batches, the loop running in between; returns them and the
-    longest batch (building 10k members holds the loop by itself)."""
+    longest batch's CPU time (building 10k members holds the loop by itself)."""
     kept: list[GroupMetadata] = []
-    longest = 0.0
+    batches = []
     for batch in range(60):
-        started = time.perf_counter()
+        started = time.thread_time()
         kept.extend(_make_groups(1_000, 10, batch))
-        longest = max(longest, time.perf_counter() - started)
+        batches.append(time.thread_time() - started)
         await asyncio.sleep(0)
     await asyncio.sleep(0.02)
-    return kept, longest
+    return kept, max(batches)
 
 
 async def _under(freeze_every: int) -> tuple[RuntimeHealth, float]:
@@ -149,14 +149,17 @@ async def test_interpreter_default_walks_every_member_on_full_collections() -> N
 
 async def test_loop_lag_stays_bounded_while_groups_keep_arriving() -> None:
     """CI-sized: 600,000 members arrive while the service's runtime health runs; no collection may walk them
-    all, so neither a collection nor the loop's lag exceeds a bound (a batch itself holds the loop: the bound
-    is on top of the longest batch, with room for a loaded machine's scheduling)."""
-    health, longest = await _under(freeze_every=1)
-    full = health.gc.generations[2]
-    assert full.max_pause_s < 0.1, f"a full collection took {full.max_pause_s * 1000:.0f} ms"
-    assert max(g.max_pause_s for g in health.gc.generations) < 0.1, health.gc.generations
+    all, so neither a collection nor the loop's stall exceeds a bound (a batch itself holds the loop: the bound
+    is on top of the longest batch). Without the policy the same run holds the loop 0.3–1 s per full
+    collection (the control above)."""
+    health, batch_s = await _under(freeze_every=1)
+    # CPU time, not wall time: on a loaded machine a 1 ms collection can span 200 ms of someone else's work
+    # (and wall-clock lag there reaches seconds whatever we do), so the bounds are on what the loop itself spent.
+    assert max(g.max_cpu_pause_s for g in health.gc.generations) < 0.05, health.gc.generations
     assert health.policy.freezes > 0
-    assert health.lag.counters.max_lag_ms < longest * 1000 + 250, (health.lag.counters, longest)
+    # The probe's busy figure: CPU time the loop spent between two of its ticks: a batch (collections inside
+    # it included, bounded above) and nothing else of note.
+    assert health.lag.counters.max_busy_ms < 2 * batch_s * 1000 + 50, (health.lag.counters, batch_s)
 
 
 class _Mark(TimerTask):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.apis import SERVED_APIS, ApiKey
+from coordinator.server.handlers import SERVED_APIS
+from protocol.apis import ApiKey
 from tests.unit.test_server_env import (RunningServer, heartbeat, join, join_with_member_id, ms, nested, request,
                                         sync)
 

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol import apis, codec
-from protocol.apis import SERVED_APIS, ApiKey
+from coordinator.server.handlers import SERVED_APIS
+from protocol.apis import ApiKey
 from tests.unit.test_server_env import RunningServer
 
 ALL_SERVED = [(api.key, v) for api in SERVED_APIS.values() for v in range(api.min_version, api.max_version + 1)]

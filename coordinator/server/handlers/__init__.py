@@ -1,10 +1,16 @@
-"""One module per Kafka API; each declares its API_KEY and a `handle(ctx, header, body)` that returns the kio
-response payload, or a coroutine producing it ("no response now: the group answers later"). The served version
-ranges live in protocol.apis.SERVED_APIS; a test checks every served API has a handler here."""
+"""One module per Kafka API; each declares its API_KEY, the VERSIONS it serves (min, max) and a
+`handle(ctx, header, body)` that returns the kio response payload, or a coroutine producing it ("no response now:
+the group answers later"). SERVED_APIS, derived from them, is the one table of what this coordinator serves: the
+ApiVersions answer, the connection's check before decoding, and (with the relay) the group APIs' ranges in the
+advertised table (coordinator/relay/versions.py declares what the relay forwards).
+
+Ranges follow Kafka 3.9 (reference §9) except OffsetCommit 2–9 and OffsetFetch 1–9 (Kafka 4.0's floor: the older
+versions are ZooKeeper-only)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from coordinator.server.handlers import (
@@ -22,24 +28,33 @@ from coordinator.server.handlers import (
     offset_fetch,
     sync_group,
 )
+from protocol.apis import ServedApi
 
 Handler = Callable[..., Any]
 
-HANDLERS: dict[int, Handler] = {
-    int(module.API_KEY): module.handle
-    for module in (
-        api_versions,
-        metadata,
-        find_coordinator,
-        join_group,
-        sync_group,
-        heartbeat,
-        leave_group,
-        offset_commit,
-        offset_fetch,
-        describe_groups,
-        list_groups,
-        delete_groups,
-        offset_delete,
-    )
+_MODULES: tuple[ModuleType, ...] = (
+    api_versions,
+    metadata,
+    find_coordinator,
+    join_group,
+    sync_group,
+    heartbeat,
+    leave_group,
+    offset_commit,
+    offset_fetch,
+    describe_groups,
+    list_groups,
+    delete_groups,
+    offset_delete,
+)
+
+HANDLERS: dict[int, Handler] = {int(module.API_KEY): module.handle for module in _MODULES}
+
+SERVED_APIS: dict[int, ServedApi] = {
+    module.API_KEY: ServedApi(module.API_KEY, *module.VERSIONS) for module in sorted(_MODULES, key=lambda m: m.API_KEY)
 }
+
+
+def served_ranges() -> dict[int, tuple[int, int]]:
+    """api key -> (min, max) of every API served here."""
+    return {int(key): (api.min_version, api.max_version) for key, api in SERVED_APIS.items()}

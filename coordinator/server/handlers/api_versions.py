@@ -1,5 +1,6 @@
-"""ApiVersions (18): our ranges, straight from protocol.apis.SERVED_APIS (KIP-511 behaviour for versions we
-do not serve is `unsupported_version_reply`)."""
+"""ApiVersions (18): our ranges, straight from the handlers' SERVED_APIS, or with the relay the table it
+advertises (ours for the group APIs, intersected with the cluster's for the rest: coordinator/relay/versions.py).
+KIP-511 behaviour for versions we do not serve is `unsupported_version_reply`."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from functools import cache
 from typing import Any
 
 from coordinator.server.context import ConnectionContext
-from protocol.apis import SERVED_APIS, ApiKey, response_class
+from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader, encode_response_frame
 from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.API_VERSIONS
+VERSIONS = (0, 4)
 # ApiVersionsRequest v3+ ClientSoftwareName/Version must look like this (Kafka's ApiVersionsRequest.isValid).
 _SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -23,6 +25,8 @@ def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     if version >= 3 and not _valid_software(body.client_software_name, body.client_software_version):
         return build(response_class(API_KEY, version), error_code=error(Errors.INVALID_REQUEST), api_keys=(),
                      throttle_time=ZERO_DURATION)
+    if ctx.relay is not None:
+        return _table_response(version, tuple(ctx.relay.advertised.items()))
     return _supported_response(version)
 
 
@@ -32,6 +36,8 @@ def _valid_software(name: str, version: str) -> bool:
 
 @cache
 def _supported_response(version: int) -> Any:
+    from coordinator.server.handlers import SERVED_APIS  # the package imports this module first
+
     cls = response_class(API_KEY, version)
     entry = item_class(cls, "api_keys")
     api_keys = tuple(
@@ -41,11 +47,18 @@ def _supported_response(version: int) -> Any:
     return build(cls, error_code=error(Errors.NONE), api_keys=api_keys, throttle_time=ZERO_DURATION)
 
 
+@cache
+def _table_response(version: int, table: tuple[tuple[int, tuple[int, int]], ...]) -> Any:
+    cls = response_class(API_KEY, version)
+    entry = item_class(cls, "api_keys")
+    api_keys = tuple(entry(api_key=key, min_version=low, max_version=high) for key, (low, high) in table)
+    return build(cls, error_code=error(Errors.NONE), api_keys=api_keys, throttle_time=ZERO_DURATION)
+
+
 def unsupported_version_reply(correlation_id: int) -> bytes:
     """KIP-511: an ApiVersions request at a version we do not serve gets UNSUPPORTED_VERSION and our ApiVersions
     range, in a v0 body behind a v0 header, so any client can read it and retry with a version we know."""
     cls = response_class(API_KEY, 0)
-    own = SERVED_APIS[API_KEY]
-    entry = item_class(cls, "api_keys")(api_key=int(API_KEY), min_version=own.min_version, max_version=own.max_version)
+    entry = item_class(cls, "api_keys")(api_key=int(API_KEY), min_version=VERSIONS[0], max_version=VERSIONS[1])
     body = cls(error_code=error(Errors.UNSUPPORTED_VERSION), api_keys=(entry,))
     return encode_response_frame(correlation_id, 0, body)

@@ -11,6 +11,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.DELETE_GROUPS
+VERSIONS = (0, 2)
 
 
 def to_response(version: int, response: api.DeleteGroupsResponse) -> Any:

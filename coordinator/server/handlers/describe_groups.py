@@ -11,6 +11,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.DESCRIBE_GROUPS
+VERSIONS = (0, 5)
 
 
 def to_request(header: RequestHeader, body: Any) -> api.DescribeGroupsRequest:

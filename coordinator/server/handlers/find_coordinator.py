@@ -1,5 +1,7 @@
-"""FindCoordinator (10): this node coordinates every group; transactions are not ours
-(COORDINATOR_NOT_AVAILABLE). v0–3 carry one key, v4+ a batch with one answer per key (reference §3.10)."""
+"""FindCoordinator (10): this node coordinates every group. Transactions are the cluster's: with the relay the
+request goes to it and its answer comes back with the broker address rewritten; without it,
+COORDINATOR_NOT_AVAILABLE. v0–3 carry one key, v4+ a batch with one answer per key (reference §3.10); a batch has
+one key type for all its keys, so a batch is either all ours or all the cluster's."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.FIND_COORDINATOR
+VERSIONS = (0, 6)
 _GROUP_KEY_TYPE = 0
 _TRANSACTION_KEY_TYPE = 1
 _MESSAGES = {
@@ -24,6 +27,8 @@ _MESSAGES = {
 def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     cls = response_class(API_KEY, header.api_version)
     key_type = getattr(body, "key_type", _GROUP_KEY_TYPE)
+    if key_type == _TRANSACTION_KEY_TYPE and ctx.relay is not None:
+        return ctx.relay.transaction_coordinators(body)  # a coroutine: the connection awaits it
     code = _error_for(key_type)
     if header.api_version >= 4:
         entry = item_class(cls, "coordinators")

@@ -13,6 +13,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error
 
 API_KEY = ApiKey.HEARTBEAT
+VERSIONS = (0, 4)
 
 
 @cache

@@ -11,6 +11,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error, item_class, ms
 
 API_KEY = ApiKey.JOIN_GROUP
+VERSIONS = (0, 9)
 
 
 def to_request(ctx: ConnectionContext, header: RequestHeader, body: Any) -> api.JoinGroupRequest:

@@ -11,6 +11,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.LEAVE_GROUP
+VERSIONS = (0, 5)
 
 
 def to_request(ctx: ConnectionContext, header: RequestHeader, body: Any) -> api.LeaveGroupRequest:

@@ -1,6 +1,7 @@
-"""Metadata (3): this coordinator is the only broker and the controller. It knows no topics yet (a later issue
-merges in the backing cluster's): a request for all topics gets none, named topics get UNKNOWN_TOPIC_OR_PARTITION,
-as a broker without auto-creation answers for topics it does not have."""
+"""Metadata (3). With the relay: the cluster's answer, its brokers' addresses rewritten to our per-broker
+listeners and this coordinator's node added (coordinator/relay). Without it (--no-relay): this coordinator is the
+only broker and the controller and knows no topics: a request for all topics gets none, named topics get
+UNKNOWN_TOPIC_OR_PARTITION, as a broker without auto-creation answers for topics it does not have."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.METADATA
+VERSIONS = (0, 12)
 _AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
+    if ctx.relay is not None:
+        return ctx.relay.metadata(body, ctx.node)  # a coroutine: the connection awaits it
     cls = response_class(API_KEY, header.api_version)
     node = ctx.node
     broker = build(item_class(cls, "brokers"), node_id=node.node_id, host=node.host, port=node.port, rack=None)

@@ -1,20 +1,25 @@
 """OffsetCommit (8), v2–9.
 
-Kafka's KafkaApis first answers UNKNOWN_TOPIC_OR_PARTITION for topics or partitions missing from the cluster
-metadata; we have no cluster metadata yet, so every partition goes to the group coordinator (docs/protocol.md).
+Like Kafka 3.9's KafkaApis, partitions the cluster does not have are answered UNKNOWN_TOPIC_OR_PARTITION here,
+before the group coordinator sees the request; only the others go to the group (and if none is left, the group
+is not asked at all). The cluster's partitions come from the relay's metadata cache, refreshed on a miss before
+refusing. Without the relay (--no-relay) we know no cluster and every partition goes to the group.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from coordinator.group import api
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
+from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class, ms
 
 API_KEY = ApiKey.OFFSET_COMMIT
+VERSIONS = (2, 9)  # Kafka 4.0's floor: v0-1 are ZooKeeper-only
 
 
 def to_request(ctx: ConnectionContext, header: RequestHeader, body: Any) -> api.OffsetCommitRequest:
@@ -58,6 +63,34 @@ def to_response(version: int, response: api.OffsetCommitResponse) -> Any:
     return build(cls, throttle_time=ZERO_DURATION, topics=topics)
 
 
+
+
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
-    response = await ctx.coordinator.commit_offsets(to_request(ctx, header, body))
-    return to_response(header.api_version, response)
+    request = to_request(ctx, header, body)
+    if ctx.relay is None:
+        return to_response(header.api_version, await ctx.coordinator.commit_offsets(request))
+    wanted = [(topic.name, p.partition_index) for topic in request.topics for p in topic.partitions]
+    missing = await ctx.relay.cluster.missing(wanted)
+    if not missing:
+        return to_response(header.api_version, await ctx.coordinator.commit_offsets(request))
+    known_topics = [
+        api.OffsetCommitRequestTopic(topic.name, kept)
+        for topic in request.topics
+        if (kept := [p for p in topic.partitions if (topic.name, p.partition_index) not in missing])
+    ]
+    refused = _refused(request, missing)
+    if not known_topics:
+        return to_response(header.api_version, api.OffsetCommitResponse(topics=refused))
+    request = dataclasses.replace(request, topics=known_topics)
+    response = await ctx.coordinator.commit_offsets(request)
+    return to_response(header.api_version, dataclasses.replace(response, topics=refused + list(response.topics)))
+
+
+def _refused(request: api.OffsetCommitRequest, missing: set[tuple[str, int]]) -> list[Any]:
+    topics = []
+    for topic in request.topics:
+        partitions = [api.OffsetCommitResponsePartition(p.partition_index, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                      for p in topic.partitions if (topic.name, p.partition_index) in missing]
+        if partitions:
+            topics.append(api.OffsetCommitResponseTopic(topic.name, partitions))
+    return topics

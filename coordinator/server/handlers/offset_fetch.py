@@ -14,6 +14,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.OFFSET_FETCH
+VERSIONS = (1, 9)  # Kafka 4.0's floor: v0 is ZooKeeper-only
 
 
 def _topics(requested: Any) -> list[api.OffsetFetchRequestTopic] | None:

@@ -12,6 +12,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error
 
 API_KEY = ApiKey.SYNC_GROUP
+VERSIONS = (0, 5)
 
 
 def to_request(ctx: ConnectionContext, header: RequestHeader, body: Any) -> api.SyncGroupRequest:

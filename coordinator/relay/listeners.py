@@ -1,0 +1,105 @@
+"""One listener per upstream broker, at a port derived from its node id (port = base_port + node id), so every
+coordinator instance and every restart agrees on which port is which broker without sharing state (clients
+reconnect straight to a broker's port after a restart, not through the bootstrap address).
+
+Listeners follow the cluster: the broker list of every Metadata answer opens listeners for brokers not seen
+before and closes those of brokers no longer listed (their clients' connections close with them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+log = logging.getLogger("coordinator.relay")
+
+MAX_PORT = 65_535
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamBroker:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class PortMapping:
+    """node id -> our listener port; None base (ephemeral bootstrap port): each listener takes any free port."""
+
+    def __init__(self, base_port: int | None) -> None:
+        self.base_port = base_port
+
+    def port_for(self, node_id: int) -> int:
+        if self.base_port is None:
+            return 0
+        port = self.base_port + node_id
+        if not 0 < port <= MAX_PORT:
+            raise ValueError(f"node id {node_id} maps to port {port}, outside 1..{MAX_PORT}: "
+                             f"choose a relay base port so that base + node id fits")
+        return port
+
+
+ListenerFactory = Callable[[int, int], "asyncio.Future[asyncio.base_events.Server]"]
+
+
+class BrokerListeners:
+    """The live per-broker listeners: `reconcile(brokers)` after every broker list we see."""
+
+    def __init__(self, listen_host: str, mapping: PortMapping,
+                 open_listener: Callable[[str, int, int], "asyncio.Future[asyncio.base_events.Server] | object"],
+                 close_connections: Callable[[int], None]) -> None:
+        self._listen_host = listen_host
+        self._mapping = mapping
+        self._open_listener = open_listener
+        self._close_connections = close_connections
+        self._servers: dict[int, asyncio.base_events.Server] = {}
+        self._ports: dict[int, int] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def ports(self) -> dict[int, int]:
+        """node id -> the port its listener is bound to."""
+        return dict(self._ports)
+
+    def port_of(self, node_id: int) -> int | None:
+        return self._ports.get(node_id)
+
+    async def reconcile(self, brokers: Mapping[int, UpstreamBroker]) -> None:
+        async with self._lock:
+            for node_id in sorted(set(brokers) - set(self._servers)):
+                await self._open(brokers[node_id])
+            for node_id in sorted(set(self._servers) - set(brokers)):
+                self._close(node_id, "left_cluster")
+
+    async def _open(self, broker: UpstreamBroker) -> None:
+        try:
+            port = self._mapping.port_for(broker.node_id)
+            server = await self._open_listener(self._listen_host, port, broker.node_id)  # type: ignore[misc]
+        except (OSError, ValueError) as exc:
+            log.error("event=relay_listener_failed node_id=%d upstream=%s:%d error=%s",
+                      broker.node_id, broker.host, broker.port, exc)
+            return
+        self._servers[broker.node_id] = server
+        self._ports[broker.node_id] = server.sockets[0].getsockname()[1]
+        log.info("event=relay_listener_opened node_id=%d port=%d upstream=%s:%d",
+                 broker.node_id, self._ports[broker.node_id], broker.host, broker.port)
+
+    def _close(self, node_id: int, reason: str) -> None:
+        server = self._servers.pop(node_id)
+        port = self._ports.pop(node_id)
+        server.close()
+        if reason != "shutdown":  # at shutdown the server closes every connection itself, gracefully
+            self._close_connections(node_id)
+        log.info("event=relay_listener_closed node_id=%d port=%d reason=%s", node_id, port, reason)
+
+    def stop_accepting(self) -> None:
+        for server in self._servers.values():
+            server.close()
+
+    async def close(self) -> None:
+        async with self._lock:
+            for node_id in list(self._servers):
+                self._close(node_id, "shutdown")

@@ -1,0 +1,221 @@
+"""The relay: fronts the upstream Kafka cluster so stock consumers bootstrap to the coordinator.
+
+It owns the per-broker listeners, the buffer pool shared by every upstream link, one control connection to
+the cluster (for the answers we rewrite: Metadata, FindCoordinator for transactions, and the topic lookups of
+OffsetCommit), the advertised API table, and the cluster metadata cache. Client connections
+(coordinator/server/connection.py) ask it to route each request and to open their upstream link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+from coordinator.relay.buffer_pool import BufferPool
+from coordinator.relay.cluster import ClusterMetadata
+from coordinator.relay.config import RelayConfig
+from coordinator.relay.listeners import BrokerListeners, PortMapping, UpstreamBroker
+from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
+from coordinator.relay.upstream import LinkOwner, UpstreamLink
+from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, route_of
+from protocol import apis
+from protocol.client import KafkaClient
+from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion
+from protocol.messages import build
+
+log = logging.getLogger("coordinator.relay")
+
+_CLIENT_ID = "kafka-group-coordinator-relay"
+
+
+class UpstreamUnavailable(Exception):
+    """No upstream broker answered."""
+
+
+class Relay:
+    def __init__(self, config: RelayConfig, bootstrap: str, *, served: dict[int, tuple[int, int]],
+                 max_frame_bytes: int) -> None:
+        self.config = config
+        self.bootstrap = [_host_port(address) for address in bootstrap.split(",") if address.strip()]
+        self.served = served
+        self.max_frame_bytes = max_frame_bytes
+        self.pool = BufferPool(config.buffer_memory_bytes, config.poolable_bytes, config.max_block_ms)
+        self.cluster = ClusterMetadata(self._refresh_topics, config.metadata_refresh_min_interval_ms)
+        self.brokers: dict[int, UpstreamBroker] = {}
+        self.cluster_id: str | None = None
+        self.advertised: dict[int, tuple[int, int]] = {}
+        self.listeners: BrokerListeners | None = None
+        self._advertised_host = config.advertised_host
+        self._coordinator_node: Any = None  # coordinator.server.context.Node, set by attach()
+        self._control: KafkaClient | None = None
+        self._control_lock = asyncio.Lock()
+        self._bootstrap_turn = itertools.count()
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def attach(self, listen_host: str, bootstrap_port: int, node: Any, open_listener: Any,
+               close_connections: Any) -> None:
+        """Called by the server once its bootstrap listener is bound (the port mapping may derive from it)."""
+        self._coordinator_node = node
+        if self._advertised_host is None:
+            self._advertised_host = node.host
+        base = self.config.base_port
+        if base is None and bootstrap_port:
+            base = bootstrap_port + 1
+        if base is None:
+            log.warning("event=relay_ephemeral_ports reason=listen_port_0 detail=broker listeners take any free "
+                        "port; clients reconnecting after a restart must bootstrap again")
+        self.listeners = BrokerListeners(listen_host, PortMapping(base), open_listener, close_connections)
+
+    async def start(self) -> None:
+        """Learn the cluster (ApiVersions, brokers) and open a listener per broker before clients arrive."""
+        client = await self._control_client()
+        self.advertised = advertised_ranges(client.api_versions, self.served)
+        await self._learn_cluster()
+        log.info("event=relay_started upstream=%s brokers=%s advertised_apis=%d buffer_memory=%d poolable=%d",
+                 client_address(client), sorted(self.brokers), len(self.advertised),
+                 self.config.buffer_memory_bytes, self.config.poolable_bytes)
+
+    def stop_accepting(self) -> None:
+        if self.listeners is not None:
+            self.listeners.stop_accepting()
+
+    async def close(self) -> None:
+        if self.listeners is not None:
+            await self.listeners.close()
+        if self._control is not None:
+            await self._control.close()
+
+    # ------------------------------------------------------------------------------------------ routing
+
+    def route(self, api_key: int, api_version: int) -> Route:
+        """How to handle a request; raises UnknownApiKey/UnsupportedVersion for what we do not advertise."""
+        advertised = self.advertised.get(api_key)
+        if advertised is None:
+            raise UnknownApiKey(f"api_key={api_key} is not advertised by the relay")
+        if not advertised[0] <= api_version <= advertised[1]:
+            raise UnsupportedVersion(f"api_key={api_key} api_version={api_version} is not advertised "
+                                     f"(range {advertised[0]}-{advertised[1]})")
+        return route_of(api_key)
+
+    def open_link(self, owner: LinkOwner, node_id: int | None) -> UpstreamLink:
+        """An upstream connection for one client connection: to broker `node_id`, or (bootstrap listener) to
+        the known brokers in turn."""
+        if node_id is None:
+            if not self.brokers:
+                raise UpstreamUnavailable("no upstream broker known")
+            ids = sorted(self.brokers)
+            node_id = ids[next(self._bootstrap_turn) % len(ids)]
+        broker = self.brokers.get(node_id)
+        if broker is None:
+            raise UpstreamUnavailable(f"broker {node_id} is not in the cluster's metadata")
+        link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes)
+        link.connect()
+        return link
+
+    def is_relayed_key(self, api_key: int) -> bool:
+        return api_key in RELAYED_MAX
+
+    # ------------------------------------------------------------------------------------------ rewritten APIs
+
+    async def metadata(self, body: Any, coordinator_node: Any) -> Any:
+        """A client's Metadata request answered by the cluster, addresses rewritten, our node added."""
+        response = await self.request(body)
+        await self._observe_brokers(response)
+        self.cluster.observe(response, all_topics=body.topics is None)
+        return rewrite_metadata(response, coordinator_node, self._address_of)
+
+    async def transaction_coordinators(self, body: Any) -> Any:
+        """FindCoordinator for TRANSACTION keys: the cluster's answer with its broker addresses rewritten."""
+        response = await self.request(body)
+        return rewrite_find_coordinator(response, self._address_of)
+
+    def _address_of(self, node_id: int) -> tuple[str, int] | None:
+        """Where clients reach upstream broker `node_id` through us; None if we have no listener for it."""
+        if self.listeners is None:
+            return None
+        port = self.listeners.port_of(node_id)
+        return None if port is None else (self._advertised_host, port)  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------------------------------ the control link
+
+    async def request(self, body: Any) -> Any:
+        """One request to the cluster on the control connection; reconnects (to any broker) once on failure."""
+        for attempt in (1, 2):
+            client = await self._control_client()
+            try:
+                return await client.request(body, timeout_ms=self.config.upstream_timeout_ms)
+            except (ConnectionClosed, RequestTimedOut, ProtocolError) as exc:
+                log.warning("event=relay_control_request_failed attempt=%d api_key=%d upstream=%s error=%r",
+                            attempt, body.__api_key__, client_address(client), exc)
+                await client.close()
+                if attempt == 2:
+                    raise UpstreamUnavailable(f"the cluster did not answer: {exc!r}") from exc
+        raise AssertionError("unreachable")
+
+    async def _control_client(self) -> KafkaClient:
+        async with self._control_lock:
+            if self._control is not None and not self._control.is_closed:
+                return self._control
+            candidates = [(b.host, b.port) for b in self.brokers.values()] + self.bootstrap
+            errors = []
+            for host, port in dict.fromkeys(candidates):
+                try:
+                    self._control = await KafkaClient.connect(host, port, client_id=_CLIENT_ID,
+                                                              timeout_ms=self.config.upstream_timeout_ms)
+                    self._control.address = f"{host}:{port}"  # type: ignore[attr-defined]
+                    return self._control
+                except (OSError, asyncio.TimeoutError, ProtocolError) as exc:
+                    errors.append(f"{host}:{port}: {exc!r}")
+            raise UpstreamUnavailable("no upstream broker reachable: " + "; ".join(errors))
+
+    async def _learn_cluster(self) -> Any:
+        client = await self._control_client()
+        version = client.version_for(int(apis.ApiKey.METADATA), self.served[int(apis.ApiKey.METADATA)][1])
+        body = build(apis.request_class(apis.ApiKey.METADATA, version), topics=(), allow_auto_topic_creation=False,
+                     include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+        response = await self.request(body)
+        await self._observe_brokers(response)
+        return response
+
+    async def _refresh_topics(self, topics: list[str]) -> Any:
+        client = await self._control_client()
+        version = client.version_for(int(apis.ApiKey.METADATA), self.served[int(apis.ApiKey.METADATA)][1])
+        request_class = apis.request_class(apis.ApiKey.METADATA, version)
+        from protocol.messages import item_class
+
+        topic_class = item_class(request_class, "topics")
+        wanted = tuple(build(topic_class, name=name, topic_id=None) for name in topics)
+        body = build(request_class, topics=wanted, allow_auto_topic_creation=False,
+                     include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+        response = await self.request(body)
+        await self._observe_brokers(response)
+        return response
+
+    async def _observe_brokers(self, response: Any) -> None:
+        brokers = upstream_brokers(response)
+        if not brokers:
+            return
+        if self._coordinator_node is not None and self._coordinator_node.node_id in brokers:
+            log.error("event=relay_node_id_clash node_id=%d detail=an upstream broker has the coordinator's node "
+                      "id; set --node-id to an id no broker uses", self._coordinator_node.node_id)
+        self.cluster_id = getattr(response, "cluster_id", None) or self.cluster_id
+        if brokers != self.brokers:
+            joined, left = sorted(set(brokers) - set(self.brokers)), sorted(set(self.brokers) - set(brokers))
+            if self.brokers:
+                log.info("event=relay_cluster_changed joined=%s left=%s", joined, left)
+            self.brokers = brokers
+        if self.listeners is not None:
+            await self.listeners.reconcile(brokers)
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.strip().rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def client_address(client: KafkaClient) -> str:
+    return getattr(client, "address", "?")
+

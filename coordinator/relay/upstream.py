@@ -1,0 +1,292 @@
+"""One client connection's connection to one upstream broker: request frames out as they came, response frames
+back as bytes, never decoded.
+
+Responses are read straight into buffers from the relay's `BufferPool`: the 4-byte size prefix is read first
+(into a small staging buffer that also catches the small frames behind it), then the frame gets a pooled buffer
+(small frames) or one of exactly its size, and the rest of it is received into that buffer directly
+(`recv_into`, no copy). Each response fills the `PendingResponse` its request left in the client connection's
+queue, so responses leave in request order whatever mix of local and relayed requests came before them.
+
+Back-pressure both ways:
+- upstream → client: while the client does not read (its transport has paused writing) we stop reading from
+  the broker, so a consumer that stops reading holds the frames already read and nothing more;
+- client → upstream: while the broker does not read (our transport to it paused writing) the client connection
+  stops reading requests (`blocked`).
+An allocation that cannot be served waits (reading paused) FIFO up to the pool's max block time; then the
+client connection is closed with a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import struct
+from typing import Protocol
+
+from coordinator.relay.buffer_pool import BufferExhausted, BufferPool
+
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+_STAGING_BYTES = 16_384
+_MIN_STAGING_FREE = 1_024
+
+
+class PendingResponse:
+    """A place in a client connection's response order: filled with a whole frame (size prefix included)."""
+
+    __slots__ = ("correlation_id", "frame", "buffer")
+
+    def __init__(self, correlation_id: int, frame: bytes | memoryview | None = None) -> None:
+        self.correlation_id = correlation_id
+        self.frame = frame  # None until the response is here
+        self.buffer: bytearray | None = None  # the pool buffer holding `frame`, given back once written
+
+
+class LinkOwner(Protocol):
+    """What a link needs of its client connection (coordinator.server.connection.Connection)."""
+
+    peer: str
+
+    def relay_responses_ready(self) -> None: ...
+    def relay_blocked_changed(self) -> None: ...
+    def relay_failed(self, reason: str, detail: str) -> None: ...
+
+
+class UpstreamLink(asyncio.BufferedProtocol):
+    def __init__(self, owner: LinkOwner, pool: BufferPool, node_id: int, host: str, port: int,
+                 max_frame_bytes: int) -> None:
+        self.owner = owner
+        self.pool = pool
+        self.node_id = node_id
+        self.address = f"{host}:{port}"
+        self._host, self._port = host, port
+        self._max_frame_bytes = max_frame_bytes
+        self._transport: asyncio.Transport | None = None
+        self._connecting: asyncio.Task | None = None
+        self._queued: list[bytes] = []  # requests that came before the connection was up
+        self._awaiting: collections.deque[PendingResponse] = collections.deque()
+        self._staging = bytearray(_STAGING_BYTES)
+        self._staging_view = memoryview(self._staging)
+        self._start = 0
+        self._end = 0
+        self._frame: bytearray | None = None  # the buffer the current frame is being received into
+        self._frame_view: memoryview | None = None
+        self._frame_filled = 0
+        self._frame_size = 0
+        self._memory_wait: asyncio.Task | None = None
+        self._paused_for_memory = False
+        self._paused_for_client = False
+        self._reading_paused = False
+        self._upstream_write_paused = False
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._connecting = loop.create_task(self._connect(loop), name=f"relay-connect-{self.address}")
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            await loop.create_connection(lambda: self, self._host, self._port)
+        except OSError as exc:
+            self._fail("upstream_unreachable", f"node_id={self.node_id} upstream={self.address} error={exc!r}")
+
+    @property
+    def blocked(self) -> bool:
+        """The client connection should stop reading requests: the broker is not taking ours."""
+        return self._upstream_write_paused or (self._transport is None and bool(self._queued))
+
+    @property
+    def awaiting(self) -> int:
+        return len(self._awaiting)
+
+    def close(self) -> None:
+        """Drop the upstream connection and every buffer this link holds (not those already handed over)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._connecting is not None and not self._connecting.done():
+            self._connecting.cancel()
+        if self._memory_wait is not None and not self._memory_wait.done():
+            self._memory_wait.cancel()
+        if self._frame is not None:
+            self.pool.deallocate(self._frame)
+            self._frame = self._frame_view = None
+        self._awaiting.clear()
+        self._queued.clear()
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _fail(self, reason: str, detail: str) -> None:
+        if not self._closed:
+            self.close()
+            self.owner.relay_failed(reason, detail)
+
+    # ------------------------------------------------------------------------------------------ requests out
+
+    def send(self, frame: bytes, correlation_id: int, expects_response: bool) -> PendingResponse | None:
+        """Forward one request frame (size prefix included); its place in the response order, if answered."""
+        pending = None
+        if expects_response:
+            pending = PendingResponse(correlation_id)
+            self._awaiting.append(pending)
+        if self._transport is None:
+            self._queued.append(frame)
+        else:
+            self._transport.write(frame)
+        return pending
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._closed:
+            transport.abort()
+            return
+        self._transport = transport  # type: ignore[assignment]
+        # pause as soon as anything is left unsent: the client then stops reading requests (back-pressure)
+        self._transport.set_write_buffer_limits(high=0)
+        if self._queued:
+            queued, self._queued = self._queued, []
+            self._transport.write(b"".join(queued))
+        self._apply_reading()
+        self.owner.relay_blocked_changed()
+
+    def pause_writing(self) -> None:
+        self._upstream_write_paused = True
+        self.owner.relay_blocked_changed()
+
+    def resume_writing(self) -> None:
+        self._upstream_write_paused = False
+        self.owner.relay_blocked_changed()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if not self._closed:
+            self._fail("upstream_closed", f"node_id={self.node_id} upstream={self.address} awaiting={len(self._awaiting)} "
+                                          f"error={exc!r}")
+
+    def eof_received(self) -> bool:
+        return False
+
+    # ------------------------------------------------------------------------------------------ responses in
+
+    def pause_for_client(self, paused: bool) -> None:
+        """The client stopped (or resumed) reading: stop (or resume) reading from the broker."""
+        self._paused_for_client = paused
+        self._apply_reading()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame_view is not None:
+            return self._frame_view[self._frame_filled : self._frame_size]
+        if len(self._staging) - self._end < _MIN_STAGING_FREE:
+            self._compact()
+        return self._staging_view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        delivered = False
+        if self._frame_view is not None:
+            self._frame_filled += nbytes
+            if self._frame_filled == self._frame_size:
+                delivered = self._deliver_current()
+        else:
+            self._end += nbytes
+            delivered = self._parse_staged()
+        if delivered:
+            self.owner.relay_responses_ready()
+
+    def _parse_staged(self) -> bool:
+        """Hand out every complete frame in the staging buffer; start direct receiving for a partial one."""
+        delivered = False
+        while not self._closed and self._frame is None and self._end - self._start >= 4:
+            (size,) = _SIZE.unpack_from(self._staging, self._start)
+            if size < 4 or size > self._max_frame_bytes:
+                self._fail("upstream_bad_frame", f"node_id={self.node_id} frame_size={size}")
+                return delivered
+            if not self._reserve(4 + size):
+                break
+            available = min(self._end - self._start, self._frame_size)
+            self._frame[:available] = self._staging_view[self._start : self._start + available]  # type: ignore[index]
+            self._start += available
+            self._frame_filled = available
+            if available == self._frame_size:
+                delivered = self._deliver_current() or delivered
+        if self._start == self._end:
+            self._start = self._end = 0
+        return delivered
+
+    def _reserve(self, frame_size: int) -> bool:
+        """Take a pool buffer for the next frame; False (reading paused, waiting) if memory is short."""
+        try:
+            buffer = self.pool.try_allocate(frame_size)
+        except BufferExhausted as exc:
+            self._fail("relay_buffer_exhausted", f"node_id={self.node_id} {exc}")
+            return False
+        if buffer is None:
+            self._paused_for_memory = True
+            self._apply_reading()
+            self._memory_wait = asyncio.get_running_loop().create_task(self._wait_for_memory(frame_size))
+            return False
+        self._use_buffer(buffer, frame_size)
+        return True
+
+    def _use_buffer(self, buffer: bytearray, frame_size: int) -> None:
+        self._frame = buffer
+        self._frame_view = memoryview(buffer)
+        self._frame_size = frame_size
+        self._frame_filled = 0
+
+    async def _wait_for_memory(self, frame_size: int) -> None:
+        try:
+            buffer = await self.pool.allocate(frame_size)
+        except BufferExhausted as exc:
+            self._fail("relay_buffer_exhausted", f"node_id={self.node_id} {exc}")
+            return
+        if self._closed:
+            self.pool.deallocate(buffer)
+            return
+        self._memory_wait = None
+        self._paused_for_memory = False
+        self._use_buffer(buffer, frame_size)
+        available = min(self._end - self._start, frame_size)
+        buffer[:available] = self._staging_view[self._start : self._start + available]
+        self._start += available
+        self._frame_filled = available
+        delivered = self._deliver_current() if available == frame_size else False
+        delivered = self._parse_staged() or delivered
+        if delivered:
+            self.owner.relay_responses_ready()
+        self._apply_reading()
+
+    def _deliver_current(self) -> bool:
+        buffer, size = self._frame, self._frame_size
+        self._frame = self._frame_view = None
+        assert buffer is not None
+        if not self._awaiting:
+            self.pool.deallocate(buffer)
+            self._fail("upstream_unexpected_response", f"node_id={self.node_id} frame_size={size}")
+            return False
+        pending = self._awaiting.popleft()
+        (correlation_id,) = _CORRELATION.unpack_from(buffer, 4)
+        if correlation_id != pending.correlation_id:
+            self.pool.deallocate(buffer)
+            self._fail("upstream_correlation_mismatch",
+                       f"node_id={self.node_id} expected={pending.correlation_id} got={correlation_id}")
+            return False
+        pending.buffer = buffer
+        pending.frame = memoryview(buffer)[:size]
+        return True
+
+    def _compact(self) -> None:
+        pending = self._end - self._start
+        self._staging[:pending] = self._staging_view[self._start : self._end]
+        self._start, self._end = 0, pending
+
+    def _apply_reading(self) -> None:
+        if self._transport is None:
+            return
+        pause = self._paused_for_memory or self._paused_for_client
+        if pause and not self._reading_paused:
+            self._transport.pause_reading()
+            self._reading_paused = True
+        elif not pause and self._reading_paused:
+            self._transport.resume_reading()
+            self._reading_paused = False

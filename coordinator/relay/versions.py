@@ -1,0 +1,159 @@
+"""Which APIs the relay advertises, and how each request is routed.
+
+Three routes (docs/relay.md has the table with the reasons):
+- LOCAL: the group APIs and ApiVersions, served here at our own ranges. They never reach the upstream cluster,
+  whose own group coordinator must not see our groups.
+- REWRITTEN: Metadata and FindCoordinator, answered here from an upstream answer whose broker addresses are
+  replaced by ours (so their ranges are also capped by what the upstream broker serves).
+- RELAYED: every other API in `RELAYED_MAX` goes to the upstream broker byte for byte, at the intersection of
+  the broker's range and our cap. A cap sits below the first version whose response carries broker addresses
+  we would have to rewrite (KIP-951's NodeEndpoints in Produce v10+/Fetch v16+, DescribeQuorum v2's nodes).
+
+Anything else is not advertised: TxnOffsetCommit (28, transactional offsets belong with our groups; a later
+issue), the KIP-848 and share-group APIs (68, 69, 76-79: a second group protocol), DescribeCluster (60, its
+broker list would need rewriting; Admin clients fall back to Metadata), SASL and delegation tokens (17, 36,
+38-41: an authenticated upstream link would not authenticate the group APIs served here), and APIs newer
+than this table (they might carry addresses). A request for an API or version not advertised closes the
+connection, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+from protocol.apis import ApiKey
+
+
+class Route(enum.Enum):
+    LOCAL = "local"
+    REWRITTEN = "rewritten"
+    RELAYED = "relayed"
+
+
+LOCAL_KEYS = frozenset(int(key) for key in (
+    ApiKey.API_VERSIONS, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+    ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS,
+    ApiKey.OFFSET_DELETE,
+))
+REWRITTEN_KEYS = frozenset((int(ApiKey.METADATA), int(ApiKey.FIND_COORDINATOR)))
+
+_UNCAPPED = 32_767
+# api key -> highest version relayed byte for byte (the broker's own maximum applies below it)
+RELAYED_MAX: dict[int, int] = {
+    0: 9,  # Produce: v10+ responses carry NodeEndpoints (KIP-951)
+    1: 15,  # Fetch: v16+ responses carry NodeEndpoints (KIP-951)
+    2: _UNCAPPED,  # ListOffsets
+    19: _UNCAPPED,  # CreateTopics
+    20: _UNCAPPED,  # DeleteTopics
+    21: _UNCAPPED,  # DeleteRecords
+    22: _UNCAPPED,  # InitProducerId
+    23: _UNCAPPED,  # OffsetForLeaderEpoch
+    24: _UNCAPPED,  # AddPartitionsToTxn
+    25: _UNCAPPED,  # AddOffsetsToTxn
+    26: _UNCAPPED,  # EndTxn
+    29: _UNCAPPED,  # DescribeAcls
+    30: _UNCAPPED,  # CreateAcls
+    31: _UNCAPPED,  # DeleteAcls
+    32: _UNCAPPED,  # DescribeConfigs
+    33: _UNCAPPED,  # AlterConfigs
+    34: _UNCAPPED,  # AlterReplicaLogDirs
+    35: _UNCAPPED,  # DescribeLogDirs
+    37: _UNCAPPED,  # CreatePartitions
+    43: _UNCAPPED,  # ElectLeaders
+    44: _UNCAPPED,  # IncrementalAlterConfigs
+    45: _UNCAPPED,  # AlterPartitionReassignments
+    46: _UNCAPPED,  # ListPartitionReassignments
+    48: _UNCAPPED,  # DescribeClientQuotas
+    49: _UNCAPPED,  # AlterClientQuotas
+    50: _UNCAPPED,  # DescribeUserScramCredentials
+    51: _UNCAPPED,  # AlterUserScramCredentials
+    55: 1,  # DescribeQuorum: v2 responses carry the controllers' endpoints
+    57: _UNCAPPED,  # UpdateFeatures
+    61: _UNCAPPED,  # DescribeProducers
+    64: _UNCAPPED,  # UnregisterBroker
+    65: _UNCAPPED,  # DescribeTransactions
+    66: _UNCAPPED,  # ListTransactions
+    71: _UNCAPPED,  # GetTelemetrySubscriptions
+    72: _UNCAPPED,  # PushTelemetry
+    74: _UNCAPPED,  # ListClientMetricsResources
+    75: _UNCAPPED,  # DescribeTopicPartitions
+}
+
+
+def advertised_ranges(upstream: Mapping[int, tuple[int, int]],
+                      served: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """api key -> (min, max) we advertise, given the upstream broker's ranges and the ranges served here."""
+    table: dict[int, tuple[int, int]] = {}
+    for key in LOCAL_KEYS:
+        table[key] = served[key]
+    for key in REWRITTEN_KEYS:
+        merged = _intersect(served[key], upstream.get(key))
+        if merged is not None:
+            table[key] = merged
+    for key, cap in RELAYED_MAX.items():
+        merged = _intersect((0, cap), upstream.get(key))
+        if merged is not None:
+            table[key] = merged
+    return dict(sorted(table.items()))
+
+
+def _intersect(ours: tuple[int, int], theirs: tuple[int, int] | None) -> tuple[int, int] | None:
+    if theirs is None:
+        return None
+    low, high = max(ours[0], theirs[0]), min(ours[1], theirs[1])
+    return (low, high) if low <= high else None
+
+
+def route_of(api_key: int) -> Route:
+    if api_key in LOCAL_KEYS:
+        return Route.LOCAL
+    if api_key in REWRITTEN_KEYS:
+        return Route.REWRITTEN
+    return Route.RELAYED
+
+
+def produce_expects_response(frame: bytes | memoryview, offset: int = 4) -> bool:
+    """False for a Produce request with acks=0 (the broker sends no response); `frame` includes the size prefix.
+
+    Layout after the request header prefix (api_key, api_version, correlation_id, client_id int16 string, v9+
+    a tagged-field section): v3+ transactional_id (nullable string, compact in v9+), then acks int16.
+    """
+    version = int.from_bytes(frame[offset + 2 : offset + 4], "big", signed=True)
+    position = offset + 8
+    client_id_length = int.from_bytes(frame[position : position + 2], "big", signed=True)
+    position += 2 + max(client_id_length, 0)
+    flexible = version >= 9
+    if flexible:
+        position = _skip_tags(frame, position)
+    if version >= 3:
+        if flexible:
+            length, position = _uvarint(frame, position)
+            position += max(length - 1, 0)
+        else:
+            length = int.from_bytes(frame[position : position + 2], "big", signed=True)
+            position += 2 + max(length, 0)
+    acks = int.from_bytes(frame[position : position + 2], "big", signed=True)
+    return acks != 0
+
+
+def _uvarint(frame: bytes | memoryview, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if position >= len(frame) or shift > 28:
+            raise ValueError("truncated varint")
+        byte = frame[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
+def _skip_tags(frame: bytes | memoryview, position: int) -> int:
+    count, position = _uvarint(frame, position)
+    for _ in range(count):
+        _tag, position = _uvarint(frame, position)
+        length, position = _uvarint(frame, position)
+        position += length
+    return position

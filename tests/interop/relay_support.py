@@ -1,0 +1,242 @@
+"""Shared by the relay tests: stock consumers in their own processes, topics and records in the real cluster,
+and what our coordinator and the upstream cluster say about a group. (It holds no tests itself.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from coordinator.embedded.broker import free_port
+from protocol.apis import ApiKey
+from protocol.client import KafkaClient
+from tests.unit.test_server_env import request
+
+RECORDS_PER_PARTITION = 100
+FAST = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
+
+
+async def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
+    """Poll `condition` until it returns something truthy (returned), or fail saying what did not happen."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(interval_s)
+
+
+def relay_ports(brokers: int = 1) -> tuple[int, int]:
+    """(bootstrap port, relay base port) for brokers of node ids 1..brokers: base + id are free ports too."""
+    bootstrap = free_port()
+    for _ in range(50):
+        first = free_port()
+        if first + brokers - 1 <= 65_535 and all(_bindable(first + i) for i in range(1, brokers)):
+            return bootstrap, first - 1
+    raise AssertionError(f"no {brokers} consecutive free ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 6, replication: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(30)
+
+
+def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> leader node id, as Metadata (through the relay or not) tells it."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    return {p.id: p.leader for p in metadata.topics[topic].partitions.values()}
+
+
+def brokers_seen(bootstrap: str) -> dict[int, tuple[str, int]]:
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
+    return {b.id: (b.host, b.port) for b in metadata.brokers.values()}
+
+
+def produce(bootstrap: str, topic: str, first: int, count: int, partitions: int = 6) -> dict[int, list[str]]:
+    """`count` records to each partition (values "p<partition>-<n>"), acks=all, idempotent; returns the values."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5})
+    values = {p: [f"p{p}-{n}" for n in range(first, first + count)] for p in range(partitions)}
+    for partition, texts in values.items():
+        for text in texts:
+            producer.produce(topic, key=text.encode(), value=text.encode(), partition=partition)
+    assert producer.flush(60) == 0, "records not delivered"
+    return values
+
+
+class ConsumerProcess:
+    """One stock consumer (tests/interop/relay_consumer.py) in its own process, its JSON lines collected."""
+
+    def __init__(self, kind: str, name: str, bootstrap: str, topic: str, group: str, assignor: str,
+                 session_ms: int = 6_000) -> None:
+        self.kind, self.name = kind, name
+        self.command = [sys.executable, "-m", "tests.interop.relay_consumer", "--kind", kind, "--name", name,
+                        "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--assignor", assignor,
+                        "--session-ms", str(session_ms)]
+        self.assigned: list[int] = []
+        self.records: list[tuple[int, int, str, bool]] = []  # (partition, offset, value, committed)
+        self.closed = False
+        self.process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task | None = None
+        self.stderr = b""
+
+    async def start(self) -> ConsumerProcess:
+        self.process = await asyncio.create_subprocess_exec(
+            *self.command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        while line := await self.process.stdout.readline():
+            event = json.loads(line)
+            if event["event"] == "assigned":
+                self.assigned = event["partitions"]
+            elif event["event"] == "consumed":
+                self.records += [(p, o, v, event["committed"]) for p, o, v in event["records"]]
+            elif event["event"] == "closed":
+                self.closed = True
+
+    def consumed(self, partition: int | None = None) -> list[tuple[int, int, str, bool]]:
+        return [r for r in self.records if partition is None or r[0] == partition]
+
+    async def terminate(self, timeout_s: float = 30) -> None:
+        """SIGTERM: the consumer closes cleanly (LeaveGroup)."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(self.process.wait(), timeout_s)
+        if self._reader is not None:
+            await asyncio.wait_for(self._reader, timeout_s)
+
+    async def kill(self) -> None:
+        """SIGKILL: a crash; the group learns of it only when the session times out."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+
+    async def stop(self) -> None:
+        try:
+            await self.terminate(20)
+        except (asyncio.TimeoutError, ProcessLookupError):
+            await self.kill()
+        if self.process is not None and self.process.stderr is not None:
+            self.stderr = await self.process.stderr.read()
+
+
+class JavaMember:
+    """Kafka's Java consumer (tests/interop/java_consumer.py) seen through the ConsumerProcess interface; records
+    carry their key, which the producers here set to the value."""
+
+    kind = "java"
+
+    def __init__(self, name: str, bootstrap: str, topic: str, group: str, assignor: str, session_ms: int) -> None:
+        from tests.interop.java_consumer import JavaConsumer
+
+        self.name = name
+        self.consumer = JavaConsumer(bootstrap, group, topic, assignor=assignor, session_timeout_ms=session_ms,
+                                     heartbeat_interval_ms=max(session_ms // 6, 100), client_id=name)
+        self.stderr = b""
+
+    async def start(self) -> JavaMember:
+        return self
+
+    @property
+    def assigned(self) -> list[int]:
+        return sorted(partition for _topic, partition in self.consumer.assignment)
+
+    @property
+    def records(self) -> list[tuple[int, int, str, bool]]:
+        failed = any(event.startswith("COMMIT_FAILED") for event in self.consumer.events)
+        return [(r.partition, r.offset, r.key or "", not failed) for r in list(self.consumer.records)]
+
+    @property
+    def closed(self) -> bool:
+        return self.consumer.closed
+
+    async def kill(self) -> None:
+        await asyncio.to_thread(self.consumer.kill)
+
+    async def terminate(self, timeout_s: float = 30) -> None:
+        await asyncio.to_thread(self.consumer.terminate, timeout_s)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.consumer.close, 30)
+        self.stderr = self.consumer.diagnostics().encode()
+
+
+async def start_consumers(specs: list[tuple[str, str]], bootstrap: str, topic: str, group: str,
+                          assignor: str, session_ms: int = 6_000) -> list[Any]:
+    started: list[Any] = []
+    for kind, name in specs:
+        if kind == "java":
+            started.append(await asyncio.to_thread(JavaMember, name, bootstrap, topic, group, assignor, session_ms))
+        else:
+            started.append(await ConsumerProcess(kind, name, bootstrap, topic, group, assignor, session_ms).start())
+    return started
+
+
+async def stop_all(consumers: list[ConsumerProcess]) -> None:
+    await asyncio.gather(*(consumer.stop() for consumer in consumers), return_exceptions=True)
+
+
+def settled_assignment(consumers: list[ConsumerProcess], partitions: int = 6) -> bool:
+    """Every consumer owns something, nobody shares, and together they own every partition."""
+    owned = [p for consumer in consumers for p in consumer.assigned]
+    return all(consumer.assigned for consumer in consumers) and sorted(owned) == list(range(partitions))
+
+
+async def committed_offsets(port: int, group: str, topic: str, partitions: int = 6) -> dict[int, int]:
+    """OffsetFetch from our coordinator."""
+    from tests.integration.test_e2e_support import fetch_offsets
+
+    client = await KafkaClient.connect("127.0.0.1", port, client_id="relay-test")
+    try:
+        return await fetch_offsets(client, group, tuple(range(partitions)), topic=topic)
+    finally:
+        await client.close()
+
+
+async def listed_groups(host: str, port: int) -> set[str]:
+    client = await KafkaClient.connect(host, port, client_id="relay-test")
+    try:
+        response = await client.request(request(ApiKey.LIST_GROUPS, 4, states_filter=()))
+        assert response.error_code == 0, response
+        return {group.group_id for group in response.groups}
+    finally:
+        await client.close()
+
+
+async def described_group(host: str, port: int, group: str) -> Any:
+    from tests.integration.test_e2e_support import describe
+
+    client = await KafkaClient.connect("127.0.0.1" if host == "localhost" else host, port, client_id="relay-test")
+    try:
+        return await describe(client, group)
+    finally:
+        await client.close()
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
