@@ -15,6 +15,7 @@ from coordinator.storage.transactions import TransactionalWriters
 from tests.integration.test_storage_kafka import stable_group, started_store, unique_topic
 
 pytestmark = pytest.mark.integration
+LOADED_MACHINE_TIMEOUT_MS = 30_000  # what is tested is atomicity and fencing, not speed: a slow broker must not fail it
 
 
 def offsets(value: int, partitions: int) -> dict[tuple[str, int], OffsetRecord]:
@@ -23,7 +24,8 @@ def offsets(value: int, partitions: int) -> dict[tuple[str, int], OffsetRecord]:
 
 async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bootstrap: str) -> None:
     topic = unique_topic()
-    store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer")
+    store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
+                                commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
     try:
         writes = [store.store_offsets(f"g{i}", offsets(i, 20)) for i in range(40)]
         writes.append(store.store_group("g0", stable_group(generation=3)))
@@ -46,11 +48,13 @@ async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bo
 
 async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_bootstrap: str) -> None:
     topic = unique_topic()
-    first = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-p0")
+    first = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-p0",
+                                commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
     second: KafkaGroupStore | None = None
     try:
         await first.store_offsets("g", offsets(1, 3))
-        second = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-p0")
+        second = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-p0",
+                                     commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
         with pytest.raises(StoreError) as failed:
             await first.store_offsets("g", offsets(2, 3))  # a zombie's write: refused, nothing visible
         assert failed.value.error == Errors.NOT_COORDINATOR
