@@ -35,12 +35,20 @@ async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bo
         assert 1 <= producer.transactions < 41  # group commit: fewer transactions than writes
     finally:
         await store.close()
-    reader = await started_store(kafka_bootstrap, topic)
-    try:
-        state = await reader.read()
-    finally:
-        await reader.close()
-    loaded = loaded_offset_records(state)
+    # Commit markers land after commit_transaction returns: a reader may see the last transactions a moment
+    # later (never in part). Read until everything is there, bounded.
+    expected_groups = {f"g{i}" for i in range(40)}
+    for _attempt in range(20):
+        reader = await started_store(kafka_bootstrap, topic)
+        try:
+            state = await reader.read()
+        finally:
+            await reader.close()
+        loaded = loaded_offset_records(state)
+        assert all(len(offs) == 20 for offs in loaded.values())  # a write is never seen in part
+        if set(loaded) == expected_groups:
+            break
+        await asyncio.sleep(0.5)
     assert {g: {tp: r.offset for tp, r in offs.items()} for g, offs in loaded.items()} == {
         f"g{i}": {("orders", p): i for p in range(20)} for i in range(40)}
     assert state.groups["g0"].generation == 3
