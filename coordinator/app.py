@@ -14,6 +14,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.runtime import GroupRuntime
@@ -25,6 +26,9 @@ from coordinator.server.listener import CoordinatorServer
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.timer import MonotonicClock, SystemTimer
+
+if TYPE_CHECKING:
+    from coordinator.telemetry.service import Instrumented
 
 log = logging.getLogger("coordinator.app")
 
@@ -41,6 +45,7 @@ class ServiceOptions:
     # State writes inside transactions (all or nothing; docs/state-topic.md), or through the idempotent producer
     # (the default until the transactional path rides out a broker outage within the commit timeout).
     transactional_writes: bool = False
+    metrics_listen: tuple[str, int] | None = None  # Prometheus scrape endpoint (None: none)
     relay: RelayConfig | None = None  # front the cluster (coordinator/relay); `coordinator serve` turns it on
 
 
@@ -74,7 +79,9 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         observer = ObserverMux()
         coordinator = GroupRuntime(options.group, timer, store, clock, observer)
         coordinator.begin_loading()  # every partition, before the listener opens: no request may see an empty state
-        events = store.event_observer()  # stamps events with wall-clock time, not the monotonic clock
+        instrumented = await _start_telemetry(stack, options, coordinator, observer, store)
+        # stamps events with wall-clock time, not the monotonic clock; tracing first so events see the trace id
+        events = store.event_observer(trace_id_for=instrumented.trace_id_for)
         if events is not None:
             observer.add(events)
 
@@ -82,6 +89,9 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
                                    relay=_relay(options, bootstrap))
         await server.start()
         stack.push_async_callback(server.close)
+        if instrumented.metrics is not None:
+            instrumented.metrics.watch_connections(lambda: server.connection_count)
+            instrumented.metrics.watch_runtime_health(health)
 
         loaded = asyncio.Event()
         background = _BackgroundTasks()
@@ -98,6 +108,20 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
     stack.callback(broker.remove_data)
     stack.push_async_callback(broker.stop)
     return broker.bootstrap
+
+
+async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,
+                           observer: ObserverMux, store: KafkaGroupStore) -> "Instrumented":
+    """OpenTelemetry from the OTEL_* variables (coordinator/telemetry/otel.py), flushed after everything else
+    has stopped so the last rebalance's spans are exported."""
+    from coordinator.telemetry.otel import start_telemetry
+    from coordinator.telemetry.service import instrument
+
+    telemetry = start_telemetry(options.metrics_listen)
+    stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
+    instrumented = instrument(telemetry, coordinator, observer, store)
+    stack.callback(instrumented.uninstall)
+    return instrumented
 
 
 def _relay(options: ServiceOptions, bootstrap: str) -> Relay | None:

@@ -59,6 +59,35 @@ async def _run_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_jaeger(args: argparse.Namespace) -> int:
+    from coordinator.embedded.jaeger import EmbeddedJaeger, JaegerBuildError, JaegerStartError, find_jaeger
+
+    try:
+        binary = await asyncio.to_thread(find_jaeger, args.jaeger_bin)
+        print(f"jaeger: {binary.origin}", flush=True)
+        if not binary.has_ui and not args.ui_assets:
+            print("jaeger: the module build serves a placeholder instead of the web UI; its HTTP API works. For the "
+                  "UI use an official jaeger binary (--jaeger-bin or PATH) or a built jaeger-ui (--ui-assets DIR)",
+                  flush=True)
+        jaeger = EmbeddedJaeger(binary.path, ui_assets=args.ui_assets, max_traces=args.max_traces)
+        jaeger.start()  # on this thread: the child's die-with-parent signal is tied to the thread that forks it
+    except (JaegerBuildError, JaegerStartError) as exc:
+        print(f"coordinator jaeger: {exc}", file=sys.stderr, flush=True)
+        return 1
+    stop = _stop_on_signals()  # before the endpoints are printed: a signal right after them stops cleanly
+    try:
+        print(f"Jaeger running (pid {jaeger.pid}), in-memory storage\n"
+              f"  UI and query API  {jaeger.query_url}  (e.g. {jaeger.query_url}/api/traces?service=coordinator)\n"
+              f"  OTLP/HTTP         {jaeger.otlp_http_endpoint}\n"
+              f"  OTLP/gRPC         {jaeger.otlp_grpc_endpoint}\n"
+              f"send the coordinator's traces here (Jaeger takes traces only, not metrics):\n"
+              f"  export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={jaeger.otlp_http_endpoint}/v1/traces", flush=True)
+        await stop.wait()
+    finally:
+        await asyncio.to_thread(jaeger.stop)
+    return 0
+
+
 def _host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
@@ -107,6 +136,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         state_replication_factor=args.state_replication_factor,
         event_topic=args.event_topic or None,
         transactional_writes=args.write_mode == "transactional",
+        metrics_listen=args.metrics_listen,
         relay=relay,
     )
 
@@ -162,6 +192,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="number of brokers: 1 (default) or a KRaft cluster of N combined broker+controller nodes")
     kafka.set_defaults(run=_run_kafka)
 
+    jaeger = commands.add_parser(
+        "jaeger", help="run a real Jaeger (v2 all-in-one, in-memory) on loopback until interrupted",
+        description="Runs Jaeger v2 on free loopback ports (OTLP HTTP+gRPC in, query API and UI out) and prints "
+                    "the OTEL_EXPORTER_OTLP_ENDPOINT to give the coordinator. Uses the jaeger binary you have "
+                    "(--jaeger-bin, else PATH), else the project's module build (scripts/setup.sh), which has no UI.")
+    jaeger.add_argument("--jaeger-bin", default=os.environ.get("COORDINATOR_JAEGER_BIN"),
+                        help="a jaeger v2 binary (env COORDINATOR_JAEGER_BIN; default: `jaeger` on PATH, "
+                             "else the module build)")
+    jaeger.add_argument("--ui-assets", default=os.environ.get("COORDINATOR_JAEGER_UI_ASSETS"),
+                        help="a built jaeger-ui directory to serve as the UI (env COORDINATOR_JAEGER_UI_ASSETS)")
+    jaeger.add_argument("--max-traces", type=int, default=100_000, help="traces kept in memory")
+    jaeger.set_defaults(run=_run_jaeger)
+
     serve = commands.add_parser("serve", help="run the group coordinator (with an embedded Kafka if no cluster)")
     env = os.environ.get
     serve.add_argument("--listen", type=_host_port, default=env("COORDINATOR_LISTEN", "127.0.0.1:9192"),
@@ -211,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=_kafka_property, action="append", default=[], metavar="NAME=VALUE",
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
                             "or offsets.topic.num.partitions=10 (repeatable)")
+    serve.add_argument("--metrics-listen", type=_host_port, default=env("COORDINATOR_METRICS_LISTEN"),
+                       help="HOST:PORT of a Prometheus scrape endpoint (/metrics; env COORDINATOR_METRICS_LISTEN). "
+                            "Traces and OTLP metrics follow the OTEL_* variables: see docs/tracing.md")
     serve.set_defaults(run=_run_serve)
 
     from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs

@@ -29,3 +29,5 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "setup: could not install Debian's chromium (needs root or password-less sudo): apt-get install chromium" >&2
   fi
 fi
+# A real Jaeger (v2 all-in-one) built from its Go module into the same cache, once per machine (minutes cold).
+.venv/bin/python -c "from coordinator.embedded.jaeger import ensure_jaeger; ensure_jaeger()"

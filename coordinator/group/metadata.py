@@ -101,6 +101,7 @@ class GroupMetadata:
         member.join_future = join_future  # type: ignore[assignment]
         if join_future is not None:
             self.num_members_awaiting_join += 1
+            self.observer.on_join_waiting(self.group_id, member.member_id)
         self.pending_members.discard(member.member_id)
 
     def remove(self, member_id: str) -> None:
@@ -130,6 +131,8 @@ class GroupMetadata:
         elif join_future is None and superseded is not None:
             self.num_members_awaiting_join -= 1
         member.join_future = join_future  # type: ignore[assignment]
+        if join_future is not None:
+            self.observer.on_join_waiting(self.group_id, member.member_id)
         return superseded if join_future is not None else None
 
     def replace_static_member(self, group_instance_id: str, old_member_id: str, new_member_id: str

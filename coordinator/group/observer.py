@@ -41,6 +41,29 @@ class GroupObserver:
     def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
         """The group reached Stable (or Empty) with this generation; duration since the rebalance started."""
 
+    def on_join_waiting(self, group_id: str, member_id: str) -> None:
+        """A member's JoinGroup is parked until the join phase completes (also a re-sent one)."""
+
+    def on_join_completed(self, group_id: str, generation: int, protocol_name: str | None, leader_id: str | None,
+                          member_count: int) -> None:
+        """The join phase ended: the new generation (Empty when nobody joined), its protocol and leader."""
+
+    def on_sync_waiting(self, group_id: str, member_id: str) -> None:
+        """A member's SyncGroup is parked until the leader's assignment is stored."""
+
+    def on_assignment_write_started(self, group_id: str, generation: int) -> None:
+        """The leader's assignment is being appended to the state topic."""
+
+    def on_assignment_write_completed(self, group_id: str, generation: int, error: str) -> None:
+        """The append of that assignment finished; `error` is "NONE" or the Kafka error name."""
+
+    def on_member_session_expired(self, group_id: str, member_id: str, client_id: str, client_host: str,
+                                  session_timeout_ms: int, since_last_heartbeat_ms: int) -> None:
+        """Called just before `on_member_failed` for a session expiry, with what explains it."""
+
+    def on_rebalance_in_progress(self, group_id: str, member_id: str, api: str) -> None:
+        """A request (Heartbeat, SyncGroup) was answered REBALANCE_IN_PROGRESS."""
+
     def on_offsets_committed(self, group_id: str, member_id: str, partition_count: int) -> None:
         pass
 

@@ -87,6 +87,11 @@ class GroupRuntime:
         return self.shards[0 if group_id is None else cached_partition_for(group_id, self.num_partitions)]
 
     @property
+    def heartbeat_count(self) -> int:
+        """Heartbeats answered, over every shard (metrics read it)."""
+        return sum(shard.heartbeat_count for shard in self.shards)
+
+    @property
     def is_loading(self) -> bool:
         return any(shard.status is ShardStatus.LOADING for shard in self.shards)
 

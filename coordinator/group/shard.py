@@ -72,6 +72,7 @@ class GroupShard:
         self.groups: dict[str, GroupMetadata] = {}
         self.pending_writes: list[Write] = []  # emitted by group logic, appended by the runtime in order
         self._on_emit = on_emit
+        self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
 
     def emit(self, write: Write) -> Write:
@@ -162,6 +163,8 @@ class GroupShard:
                 DelayedJoin(self, group, group.rebalance_timeout_ms), [join_key(group.group_id)])
         else:
             group.init_next_generation(self.now_wall_ms())
+            self.observer.on_join_completed(group.group_id, group.generation_id, group.protocol_name,
+                                            group.leader_id, group.size)
             if group.is_in(EMPTY):
                 self._on_group_emptied(group)
             else:
@@ -358,6 +361,9 @@ class GroupShard:
             self._arm_heartbeat(group, member, remaining_ms)
             return
         log.info("Member %s in group %s has failed, removing it from the group", member.member_id, group.group_id)
+        self.observer.on_member_session_expired(
+            group.group_id, member.member_id, member.client_id, member.client_host, member.session_timeout_ms,
+            self.clock.now_ms() - member.heartbeat_deadline_ms + member.session_timeout_ms)
         self.observer.on_member_failed(group.group_id, member.member_id, member.group_instance_id,
                                        "session timeout")
         self.remove_member_and_update_group(

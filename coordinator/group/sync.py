@@ -47,6 +47,7 @@ def _sync(shard: GroupShard, req: SyncGroupRequest, future: asyncio.Future[SyncG
     elif group.is_in(EMPTY):
         future.set_result(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
     elif group.is_in(PREPARING):
+        shard.observer.on_rebalance_in_progress(group.group_id, req.member_id, "SyncGroup")
         future.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
     elif group.is_in(COMPLETING):
         return _park_sync(shard, group, req, future)
@@ -81,6 +82,7 @@ def _park_sync(shard: GroupShard, group: GroupMetadata, req: SyncGroupRequest,
     member.sync_future = future
     if previous is not None and not previous.done():  # a retry from a new connection supersedes it
         previous.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
+    shard.observer.on_sync_waiting(group.group_id, req.member_id)
     shard.remove_pending_sync_member(group, req.member_id)
     if group.is_leader(req.member_id):
         return [_store_leader_assignment(shard, group, req)]
@@ -100,10 +102,12 @@ def _store_leader_assignment(shard: GroupShard, group: GroupMetadata, req: SyncG
         log.warning("event=empty_assignments group=%s generation=%d members=%s",
                     group.group_id, generation_id, missing)
     record = group.to_record(assignment)
+    shard.observer.on_assignment_write_started(group.group_id, generation_id)
 
     def written(append_error: Errors) -> None:
-        _on_assignment_stored(shard, group, generation_id, req.member_id, assignment,
-                              group_append_error(append_error))
+        error = group_append_error(append_error)
+        shard.observer.on_assignment_write_completed(group.group_id, generation_id, error.name)
+        _on_assignment_stored(shard, group, generation_id, req.member_id, assignment, error)
 
     return Write.group(group.group_id, record, written)
 
@@ -152,7 +156,11 @@ def handle_heartbeat(shard: GroupShard, group_id: str, generation_id: int, membe
     if state is EMPTY:
         return Errors.UNKNOWN_MEMBER_ID
     shard.schedule_heartbeat(group, member, member.session_timeout_ms)
-    return Errors.REBALANCE_IN_PROGRESS if state is PREPARING else Errors.NONE
+    shard.heartbeat_count += 1
+    if state is PREPARING:
+        shard.observer.on_rebalance_in_progress(group_id, member_id, "Heartbeat")
+        return Errors.REBALANCE_IN_PROGRESS
+    return Errors.NONE
 
 
 # --- LeaveGroup -------------------------------------------------------------------------------------------

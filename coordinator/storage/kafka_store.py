@@ -23,7 +23,7 @@ from coordinator.group.result import GROUP, OFFSETS, Write
 from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
                                      TopicPartition)
 from coordinator.storage.config import StorageConfig
-from coordinator.storage.events import EventPublisher, EventTopicObserver
+from coordinator.telemetry.events import EventPublisher, EventTopicObserver
 from coordinator.storage.loader import LoadedState, consumer_settings, read_state
 from coordinator.group.partitioner import partition_for
 from coordinator.storage.producer import AsyncProducer, Record

@@ -44,9 +44,11 @@ class Service:
 
 @asynccontextmanager
 async def service(bootstrap: str, state_topic: str, *config: str, event_topic: str = "",
-                  listen: str = "127.0.0.1:0", relay: bool = False, args: tuple[str, ...] = ()) -> AsyncIterator[Service]:
+                  listen: str = "127.0.0.1:0", relay: bool = False, args: tuple[str, ...] = (),
+                  extra_env: dict[str, str] | None = None) -> AsyncIterator[Service]:
     """`coordinator serve` with `--config` settings (NAME=VALUE); its log goes to a temporary file. Without
-    `relay` it runs with --no-relay (the coordinator alone); `args` go to the command line as they are."""
+    `relay` it runs with --no-relay (the coordinator alone); `args` go to the command line as they are,
+    `extra_env` into its environment."""
     log_file = tempfile.NamedTemporaryFile(prefix="coordinator-e2e-", suffix=".log", delete=False)
     settings = [arg for item in ("offsets.topic.num.partitions=3", *config) for arg in ("--config", item)]
     process = await asyncio.create_subprocess_exec(
@@ -54,7 +56,7 @@ async def service(bootstrap: str, state_topic: str, *config: str, event_topic: s
         "--bootstrap-server", bootstrap, "--state-topic", state_topic, "--event-topic", event_topic, *settings,
         *(() if relay else ("--no-relay",)), *args,
         stdout=asyncio.subprocess.PIPE, stderr=log_file,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})},
     )
     try:
         line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()  # type: ignore[union-attr]

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from coordinator.storage.config import StorageConfig
-from coordinator.storage.events import EVENT_SCHEMA_VERSION, EventPublisher, EventTopicObserver
+from coordinator.telemetry.events import EVENT_SCHEMA_VERSION, EventPublisher, EventTopicObserver
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.storage.topics import make_admin, partition_count
 from coordinator.timer.clock import ManualClock

@@ -20,7 +20,7 @@ from coordinator.storage.config import StorageConfig
 from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
 
-log = logging.getLogger("coordinator.storage.events")
+log = logging.getLogger("coordinator.telemetry.events")
 
 _POLL_INTERVAL_S = 0.1
 _LOG_EVERY_FAILURES = 1_000

@@ -1,0 +1,210 @@
+"""Coordinator metrics through the OpenTelemetry metrics API (exported by OTLP and/or the Prometheus endpoint).
+
+Events (rebalances, failures, expirations) are counted by `MetricsObserver`, a group observer. What is a level
+(groups by state, members, purgatory sizes, connections) or already counted by the code that owns it (heartbeats:
+one integer increment on the hot path) is read by observable instruments at collection time only, so a
+heartbeat costs nothing more with metrics on. Prometheus names: dots become underscores, counters end in
+`_total`, e.g. `coordinator_rebalances_total{reason="session_timeout"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter as Tally
+from collections.abc import Iterable
+from typing import Any, Callable
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from coordinator.group.observer import GroupObserver
+from coordinator.telemetry.tracing import reason_category
+
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+
+class GroupCensus:
+    """Groups by state and members, for the collector's thread. Up to `direct_limit` groups they are counted on
+    the spot (a few ms); above, a scan on the event loop in slices of `slice_size` groups, one slice per loop
+    iteration, so a scrape never holds the loop for O(groups): the figures are then the last finished scan's
+    (a scrape starts the next one)."""
+
+    def __init__(self, coordinator: Any, direct_limit: int = 20_000, slice_size: int = 2_000) -> None:
+        self.coordinator = coordinator
+        self.direct_limit, self.slice_size = direct_limit, slice_size
+        self._loop = asyncio.get_running_loop()
+        self._last: tuple[dict[str, int], int] = ({}, 0)
+        self._scanning = False
+
+    def read(self, fresh: bool = True) -> tuple[dict[str, int], int]:
+        """`fresh=False`: the figures of the previous read (the second instrument of one collection)."""
+        groups = self.coordinator.groups
+        if not fresh:
+            return self._last
+        if len(groups) > self.direct_limit:
+            if not self._scanning:
+                self._scanning = True
+                self._loop.call_soon_threadsafe(self._start_scan)
+            return self._last
+        self._last = _count(list(groups.values()))
+        return self._last
+
+    def _start_scan(self) -> None:
+        self._loop.create_task(self._scan(), name="group-census")
+
+    async def _scan(self) -> None:
+        try:
+            snapshot = list(self.coordinator.groups.values())
+            by_state: Tally[str] = Tally()
+            members = 0
+            for start in range(0, len(snapshot), self.slice_size):
+                part_states, part_members = _count(snapshot[start:start + self.slice_size])
+                by_state.update(part_states)
+                members += part_members
+                await asyncio.sleep(0)
+            self._last = (dict(by_state), members)
+        finally:
+            self._scanning = False
+
+
+def _count(groups: list[Any]) -> tuple[dict[str, int], int]:
+    by_state = Tally(group.state for group in groups)
+    return {state.value: n for state, n in by_state.items()}, sum(len(group.members) for group in groups)
+
+
+class MetricsObserver(GroupObserver):
+    def __init__(self, meter: Meter) -> None:
+        self.meter = meter
+        self.rebalances = meter.create_counter(
+            "coordinator.rebalances", description="Rebalances started, by reason category")
+        self.rebalance_duration = meter.create_histogram(
+            "coordinator.rebalance.duration", unit="ms",
+            description="From PreparingRebalance until Stable or Empty (superseded rebalances included)")
+        self.session_expirations = meter.create_counter(
+            "coordinator.session.expirations", description="Members removed because their session timed out")
+        self.member_failures = meter.create_counter(
+            "coordinator.member.failures", description="Members removed by the coordinator, by reason")
+        self.members_joined = meter.create_counter("coordinator.members.joined", description="New member ids")
+        self.members_left = meter.create_counter("coordinator.members.left", description="LeaveGroup removals")
+        self.rebalance_in_progress = meter.create_counter(
+            "coordinator.rebalance_in_progress.responses", description="Requests answered REBALANCE_IN_PROGRESS")
+        self.offset_commits = meter.create_counter(
+            "coordinator.offset.commits", description="Partitions committed")
+        self.append_duration = meter.create_histogram(
+            "coordinator.state_topic.append.duration", unit="ms",
+            description="Appends to the state topic until Kafka acknowledged them")
+
+    # --- group observer -------------------------------------------------------------------------------------
+    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
+        self.rebalances.add(1, {"reason": reason_category(reason)})
+
+    def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
+        self.rebalance_duration.record(duration_ms, {"outcome": "stable" if member_count else "empty"})
+
+    def on_member_session_expired(self, group_id: str, member_id: str, client_id: str, client_host: str,
+                                  session_timeout_ms: int, since_last_heartbeat_ms: int) -> None:
+        self.session_expirations.add(1)
+
+    def on_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
+        self.member_failures.add(1, {"reason": reason})  # a handful of fixed strings in group logic
+
+    def on_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                         client_host: str) -> None:
+        self.members_joined.add(1)
+
+    def on_member_left(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
+        self.members_left.add(1)
+
+    def on_rebalance_in_progress(self, group_id: str, member_id: str, api: str) -> None:
+        self.rebalance_in_progress.add(1, {"api": api})
+
+    def on_offsets_committed(self, group_id: str, member_id: str, partition_count: int) -> None:
+        self.offset_commits.add(partition_count)
+
+    # --- levels read at collection time ---------------------------------------------------------------------
+    def watch_coordinator(self, coordinator: Any) -> None:
+        """Groups by state, members, heartbeats and the purgatories of a GroupRuntime."""
+
+        census = GroupCensus(coordinator)  # `groups` is registered first, so it is collected first
+
+        def groups(_options: CallbackOptions) -> Iterable[Observation]:
+            by_state, _members = census.read()
+            return [Observation(by_state.get(state, 0), {"state": state}) for state in GROUP_STATES]
+
+        def members(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(census.read(fresh=False)[1])]  # read by `groups` just before
+
+        def heartbeats(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(coordinator.heartbeat_count)]
+
+        def purgatory(attribute: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            def observe(_options: CallbackOptions) -> Iterable[Observation]:
+                return [Observation(getattr(p, attribute), {"purgatory": p.name})
+                        for p in (coordinator.heartbeat_purgatory, coordinator.rebalance_purgatory)]
+            return observe
+
+        meter = self.meter
+        meter.create_observable_gauge("coordinator.groups", [groups], description="Groups by state")
+        meter.create_observable_gauge("coordinator.members", [members], description="Members of all groups")
+        meter.create_observable_counter("coordinator.heartbeats", [heartbeats], description="Heartbeats handled")
+        meter.create_observable_gauge("coordinator.purgatory.watched", [purgatory("watched")],
+                                      description="Delayed operations watched, per purgatory")
+        meter.create_observable_gauge("coordinator.purgatory.delayed", [purgatory("delayed")],
+                                      description="Delayed operations waiting in the timer, per purgatory")
+
+    def watch_connections(self, connection_count: Callable[[], int]) -> None:
+        self.meter.create_observable_gauge(
+            "coordinator.connections", [lambda _options: [Observation(connection_count())]],
+            description="Open client connections")
+
+    def watch_runtime_health(self, health: Any) -> None:
+        """The event loop's lag probe and the collector monitor (coordinator/runtime_health.py), read on collection."""
+        lag, collector = health.lag.counters, health.gc
+
+        def late_ticks(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(lag.late)]
+
+        def late_ms(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(lag.total_late_ms)]
+
+        def max_lag(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(lag.max_lag_ms)]
+
+        def collections(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(g.collections, {"generation": str(i)}) for i, g in enumerate(collector.generations)]
+
+        def pauses(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(g.total_pause_s * 1000, {"generation": str(i)})
+                    for i, g in enumerate(collector.generations)]
+
+        meter = self.meter
+        meter.create_observable_counter("coordinator.loop.late_ticks", [late_ticks],
+                                        description="Loop-lag probe ticks later than the recording threshold")
+        meter.create_observable_counter("coordinator.loop.lag.late", [late_ms], unit="ms",
+                                        description="Total lateness of those ticks")
+        meter.create_observable_gauge("coordinator.loop.lag.max", [max_lag], unit="ms",
+                                      description="Largest loop lag seen since start")
+        meter.create_observable_counter("coordinator.gc.collections", [collections],
+                                        description="Garbage collections, per generation")
+        meter.create_observable_counter("coordinator.gc.pause", [pauses], unit="ms",
+                                        description="Time spent in garbage collections, per generation")
+
+    def instrument_store(self, store: Any) -> None:
+        """Time the store's appends (group records and offset commits) until acknowledged."""
+        for method, kind in (("store_group", "group"), ("store_offsets", "offsets")):
+            setattr(store, method, self._timed(getattr(store, method), kind))
+
+    def _timed(self, append: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        histogram = self.append_duration
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            outcome = "error"
+            try:
+                result = await append(*args, **kwargs)
+                outcome = "ok"
+                return result
+            finally:
+                histogram.record((time.perf_counter() - started) * 1000, {"record": kind, "outcome": outcome})
+
+        return timed

@@ -1,0 +1,62 @@
+"""Wiring telemetry into a running coordinator: the observers, the request spans, the metrics' readers of
+coordinator state, and trace ids on log lines. Only what is on is installed: with tracing off no tracer
+observer exists, so group logic calls nothing of it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from coordinator.group.observer import ObserverMux
+from coordinator.telemetry import logs
+from coordinator.telemetry.metrics import MetricsObserver
+from coordinator.telemetry.otel import Telemetry
+from coordinator.telemetry.requests import trace_group_requests
+from coordinator.telemetry.tracing import RebalanceTracer
+
+INSTRUMENTATION_SCOPE = "coordinator"
+
+
+@dataclass
+class Instrumented:
+    rebalances: RebalanceTracer | None = None
+    metrics: MetricsObserver | None = None
+    _log_filter: logs.TraceIdFilter | None = field(default=None, repr=False)
+
+    @property
+    def trace_id_for(self) -> Callable[[str], str | None] | None:
+        return None if self.rebalances is None else self.rebalances.trace_id_for
+
+    def uninstall(self) -> None:
+        if self._log_filter is not None:
+            logs.uninstall(self._log_filter)
+            self._log_filter = None
+
+
+def instrument(telemetry: Telemetry, coordinator: Any, observer: ObserverMux, store: Any = None,
+               now_ns: Callable[[], int] = time.time_ns) -> Instrumented:
+    """Install what `telemetry` has on: call before any other observer is added to `observer`, so the event
+    topic's records of a rebalance already see its trace id."""
+    done = Instrumented()
+    if telemetry.tracer_provider is not None:
+        tracer = telemetry.tracer_provider.get_tracer(INSTRUMENTATION_SCOPE)
+
+        def member_lookup(group_id: str, member_id: str) -> Any:
+            group = coordinator.groups.get(group_id)
+            return None if group is None else group.members.get(member_id)
+
+        done.rebalances = RebalanceTracer(tracer, now_ns, member_lookup, telemetry.id_generator)
+        observer.add(done.rebalances)
+        trace_group_requests(coordinator, tracer, done.rebalances)
+        done._log_filter = logs.install(done.rebalances.trace_id_for)
+    if telemetry.meter_provider is not None:
+        done.metrics = MetricsObserver(telemetry.meter_provider.get_meter(INSTRUMENTATION_SCOPE))
+        observer.add(done.metrics)
+        done.metrics.watch_coordinator(coordinator)
+        if store is not None:
+            done.metrics.instrument_store(store)
+    for line in telemetry.describe:
+        logging.getLogger("coordinator.telemetry").info("event=telemetry %s", line)
+    return done

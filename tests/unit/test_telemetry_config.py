@@ -1,0 +1,93 @@
+"""OpenTelemetry configuration from OTEL_* variables: what turns tracing and metrics on, the protocols, the
+service name, and clean errors for what we cannot provide."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.telemetry.otel import TelemetryConfigError, resource, start_telemetry
+
+
+def exporter_of(telemetry) -> object:  # type: ignore[no-untyped-def]
+    processor = telemetry.tracer_provider._active_span_processor._span_processors[0]
+    return processor._batch_processor._exporter
+
+
+def test_nothing_configured_means_nothing_on() -> None:
+    telemetry = start_telemetry(env={})
+    assert telemetry.tracer_provider is None and telemetry.meter_provider is None and not telemetry.tracing
+
+
+def test_an_endpoint_turns_on_otlp_http_with_the_signal_path() -> None:
+    telemetry = start_telemetry(env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/",
+                                     "OTEL_METRICS_EXPORTER": "none"})
+    try:
+        assert telemetry.describe == ["traces: OTLP/HTTP"] and telemetry.meter_provider is None
+        assert exporter_of(telemetry)._endpoint == "http://collector:4318/v1/traces"
+    finally:
+        telemetry.shutdown()
+
+
+def test_grpc_protocol_and_a_traces_only_endpoint() -> None:
+    telemetry = start_telemetry(env={"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+                                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4317"})
+    try:
+        assert telemetry.describe == ["traces: OTLP/gRPC"] and telemetry.meter_provider is None
+        assert type(exporter_of(telemetry)).__module__.startswith("opentelemetry.exporter.otlp.proto.grpc")
+    finally:
+        telemetry.shutdown()
+
+
+def test_sdk_disabled_and_none_exporters() -> None:
+    assert start_telemetry(env={"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"}
+                           ).tracer_provider is None
+    telemetry = start_telemetry(env={"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none",
+                                     "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"})
+    assert telemetry.tracer_provider is None and telemetry.meter_provider is None
+
+
+@pytest.mark.parametrize("env", [
+    {"OTEL_TRACES_EXPORTER": "zipkin"},
+    {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+    {"OTEL_METRICS_EXPORTER": "statsd"},
+])
+def test_what_we_cannot_provide_is_a_clear_error(env: dict[str, str]) -> None:
+    with pytest.raises(TelemetryConfigError):
+        start_telemetry(env=env)
+
+
+def test_service_name_defaults_to_coordinator_and_follows_the_variables() -> None:
+    assert resource({}).attributes["service.name"] == "coordinator"
+    assert resource({"OTEL_RESOURCE_ATTRIBUTES": "service.name=c2,deployment.environment=test"}).attributes[
+        "service.name"] == "c2"
+    named = resource({"OTEL_SERVICE_NAME": "c3", "OTEL_RESOURCE_ATTRIBUTES": "service.name=c2,team=x%20y"})
+    assert named.attributes["service.name"] == "c3" and named.attributes["team"] == "x y"
+
+
+async def test_runtime_health_counters_are_exported() -> None:
+    import asyncio
+    import gc
+
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from coordinator.runtime_health import RuntimeHealth
+    from coordinator.telemetry.metrics import MetricsObserver
+
+    reader = InMemoryMetricReader()
+    telemetry = start_telemetry(env={}, metric_readers=[reader])
+    health = RuntimeHealth()
+    health.start()
+    try:
+        MetricsObserver(telemetry.meter_provider.get_meter("test")).watch_runtime_health(health)
+        gc.collect()
+        await asyncio.sleep(0.05)
+        data = reader.get_metrics_data()
+    finally:
+        await health.stop()
+        telemetry.shutdown()
+    points = {m.name: m.data.data_points for rm in data.resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics}
+    assert set(points) >= {"coordinator.loop.late_ticks", "coordinator.loop.lag.late", "coordinator.loop.lag.max",
+                           "coordinator.gc.collections", "coordinator.gc.pause"}
+    full = [p.value for p in points["coordinator.gc.collections"] if p.attributes["generation"] == "2"]
+    assert full and full[0] >= 1  # the gc.collect() above, seen by the collector monitor
