@@ -59,7 +59,7 @@ class GroupRuntime:
         if wall_clock is None:
             wall_clock = WallClock() if isinstance(self.clock, MonotonicClock) else self.clock
         self.wall_clock: Clock = wall_clock
-        self.observer: GroupObserver = observer if observer is not None else GroupObserver()
+        self._observer: GroupObserver = observer if observer is not None else GroupObserver()
         purge = config.purgatory_purge_interval
         # Shared by the shards: their keys carry the group id, so each shard's keys are its own.
         self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", timer, purge, owns_timer=False)
@@ -68,7 +68,7 @@ class GroupRuntime:
         if store.partitions is not None and store.partitions != self.num_partitions:
             raise ValueError(f"the store's state topic has {store.partitions} partitions, the runtime routes groups "
                              f"over offsets.topic.num.partitions={self.num_partitions}")
-        self.shards = [GroupShard(p, config, self.clock, self.wall_clock, self.observer, self.heartbeat_purgatory,
+        self.shards = [GroupShard(p, config, self.clock, self.wall_clock, self._observer, self.heartbeat_purgatory,
                                   self.rebalance_purgatory, self._on_emit)
                        for p in range(self.num_partitions)]
         for shard in self.shards:  # one instance owns every partition until told otherwise (step 2)
@@ -77,6 +77,18 @@ class GroupRuntime:
         self.is_active = True
         self._tasks: set[asyncio.Task[Any]] = set()
         self._dirty: list[GroupShard] = []  # shards with emitted writes not yet flushed
+
+    @property
+    def observer(self) -> GroupObserver:
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: GroupObserver) -> None:
+        """Replace the observer of every shard; only before any group exists (a group keeps the observer it was
+        created with)."""
+        self._observer = observer
+        for shard in self.shards:
+            shard.observer = observer
 
     # --- routing ----------------------------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
