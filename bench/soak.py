@@ -4,7 +4,7 @@
                        [--duration-s 600] [--workers 2] [--server memory|service] [--gc-freeze-every 1]
 
 What it does, bounded in time and count:
-1. Starts the server in its own process: `memory` runs our CoordinatorServer + GroupCoordinator with the
+1. Starts the server in its own process: `memory` runs our CoordinatorServer + GroupRuntime with the
    in-memory store (no Kafka: the heartbeat path does not touch storage); `service` runs `coordinator serve`
    (embedded Kafka, or --bootstrap-server). Either way the server runs coordinator/runtime_health.py and logs an
    `event=runtime_health` line every 5 s, which this script reads (loop lag, collector pauses of the server).
@@ -364,7 +364,7 @@ def _cpu_s() -> float:
 async def serve_memory(initial_delay_ms: int, listen_backlog: int | None) -> None:
     """Our server and coordinator with the in-memory store, and the service's runtime health wiring."""
     from coordinator.config import CoordinatorConfig
-    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.runtime import GroupRuntime
     from coordinator.group.store import InMemoryGroupStore
     from coordinator.runtime_health import RuntimeHealth
     from coordinator.server import CoordinatorServer, ServerConfig
@@ -375,7 +375,7 @@ async def serve_memory(initial_delay_ms: int, listen_backlog: int | None) -> Non
     health.start()
     timer = SystemTimer("soak")
     timer.start()
-    coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=initial_delay_ms), timer,
+    coordinator = GroupRuntime(CoordinatorConfig(group_initial_rebalance_delay_ms=initial_delay_ms), timer,
                                    InMemoryGroupStore())
     options = {} if listen_backlog is None else {"listen_backlog": listen_backlog}
     server = CoordinatorServer(ServerConfig(listen_port=0, **options), coordinator)

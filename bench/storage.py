@@ -5,11 +5,15 @@
 (a) Load: writes --groups group records of --members members each (realistic sizes: consumer-protocol
     subscription and assignment bytes, UUID member ids) to a fresh 50-partition state topic, then a fresh
     store and coordinator load them: `read_s` = reading + decoding + replaying the topic (worker thread),
-    `materialize_s` = handing the records to a GroupCoordinator which builds the groups and arms a session
+    `materialize_s` = handing the records to a GroupRuntime which builds the groups and arms a session
     deadline per member, `total_s` = both. Target: total ≤ 30 s for 100,000 groups × 5 members.
 (b) OffsetCommit throughput: --commit-groups simple consumers (generation -1) each commit 5 partitions in a
-    loop through GroupCoordinator.commit_offsets for --commit-seconds; each commit waits for acks=all.
+    loop through GroupRuntime.commit_offsets for --commit-seconds; each commit waits for acks=all.
     Reports commits/s, partitions/s and latency percentiles, after a 3 s warm-up that is not counted.
+(c) What transactions cost: the same commit loop through the idempotent producer and through the transactional
+    one (coordinator/storage/transactions.py, group commit), with one committer (each write pays its own round
+    trip: the cost a SyncGroup's group record pays) and with --commit-groups committers (writes share
+    transactions). `transactional_vs_idempotent` holds the latency and throughput ratios.
 The last line of output is one JSON object with every figure.
 """
 
@@ -29,8 +33,9 @@ import uuid
 from coordinator.config import CoordinatorConfig
 from coordinator.embedded import EmbeddedKafka
 from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic
-from coordinator.group.coordinator import GroupCoordinator
-from coordinator.group.errors import Errors
+from coordinator.group.runtime import GroupRuntime
+from coordinator.group.shard import ShardStatus
+from protocol.error_codes import Errors
 from coordinator.group.store import GroupRecord, MemberRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
@@ -71,8 +76,9 @@ async def fill_topic(store: KafkaGroupStore, groups: int, members: int) -> float
     return time.perf_counter() - started
 
 
-def make_store(bootstrap: str, topic: str) -> KafkaGroupStore:
-    return KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, event_topic=None),
+def make_store(bootstrap: str, topic: str, transactional: bool = False) -> KafkaGroupStore:
+    return KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, event_topic=None,
+                                         transactional_id=f"{topic}-writer" if transactional else None),
                            load_timeout_ms=600_000)
 
 
@@ -88,16 +94,17 @@ async def bench_load(bootstrap: str, groups: int, members: int) -> dict:
     reader = make_store(bootstrap, topic)
     await reader.start()
     timer = SystemTimer("bench", clock=MonotonicClock())
-    coordinator = GroupCoordinator(CoordinatorConfig(), timer, reader)
+    coordinator = GroupRuntime(CoordinatorConfig(), timer, reader)
     try:
         started = time.perf_counter()
-        state = await reader.load()
+        state = await reader.read()
         read_s = time.perf_counter() - started
         started = time.perf_counter()
         coordinator.begin_loading()
-        for group_id, value in state.groups.items():
-            coordinator.load_group(group_id, _record(value))
-        coordinator.finish_loading()
+        for group_id, value in state.groups.items():  # what GroupRuntime.load does after the read, in one go
+            coordinator.shard_for(group_id).load_group(group_id, value, {})
+        for shard in coordinator.shards:
+            shard.status = ShardStatus.ACTIVE
         materialize_s = time.perf_counter() - started
         loaded = len(coordinator.groups)
         loaded_members = sum(len(g.members) for g in coordinator.groups.values())
@@ -115,16 +122,12 @@ async def bench_load(bootstrap: str, groups: int, members: int) -> dict:
             "target_s": 30, "meets_target": total_s <= 30}
 
 
-def _record(value):
-    from coordinator.storage.convert import group_record as to_record
-    return to_record(value)
-
-
-async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions: int) -> dict:
-    store = make_store(bootstrap, f"__bench-state-{uuid.uuid4().hex[:8]}")
+async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions: int,
+                        transactional: bool = False) -> dict:
+    store = make_store(bootstrap, f"__bench-state-{uuid.uuid4().hex[:8]}", transactional)
     await store.start()
     timer = SystemTimer("bench", clock=MonotonicClock())
-    coordinator = GroupCoordinator(CoordinatorConfig(), timer, store)
+    coordinator = GroupRuntime(CoordinatorConfig(), timer, store)
     latencies_ms: list[float] = []
     failures = 0
     measure_from = time.perf_counter() + WARMUP_S  # the broker's JIT and the producer id come first
@@ -152,12 +155,13 @@ async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions:
         await store.close()
     commits = len(latencies_ms)
     quantiles = statistics.quantiles(latencies_ms, n=100)
-    result = {"groups": groups, "partitions_per_commit": partitions, "seconds": seconds, "commits": commits,
+    result = {"producer": "transactional" if transactional else "idempotent",
+              "groups": groups, "partitions_per_commit": partitions, "seconds": seconds, "commits": commits,
               "failures": failures, "commits_per_s": round(commits / seconds),
               "partitions_per_s": round(commits * partitions / seconds),
               "latency_ms_p50": round(quantiles[49], 2), "latency_ms_p99": round(quantiles[98], 2),
               "latency_ms_max": round(max(latencies_ms), 2)}
-    print(f"commits: {result['commits_per_s']}/s ({result['partitions_per_s']} partitions/s) from {groups} "
+    print(f"commits ({result['producer']}): {result['commits_per_s']}/s ({result['partitions_per_s']} partitions/s) from {groups} "
           f"groups; p50 {result['latency_ms_p50']} ms, p99 {result['latency_ms_p99']} ms, "
           f"failures {failures}", file=sys.stderr)
     return result
@@ -170,14 +174,37 @@ async def main(args: argparse.Namespace) -> dict:
         await broker.start()
     bootstrap = given or broker.bootstrap
     try:
-        load = await bench_load(bootstrap, args.groups, args.members)
-        gc.collect()  # free the loaded coordinator's 100k groups now, not in a pause inside the commit window
-        commits = await bench_commits(bootstrap, args.commit_groups, args.commit_seconds, args.commit_partitions)
+        load = commits = None
+        if not args.transactions_only:
+            load = await bench_load(bootstrap, args.groups, args.members)
+            gc.collect()  # free the loaded coordinator's 100k groups now, not in a pause inside the commit window
+            commits = await bench_commits(bootstrap, args.commit_groups, args.commit_seconds,
+                                          args.commit_partitions)
+        costs = await transaction_costs(bootstrap, args)
     finally:
         if broker is not None:
             await broker.stop()
             broker.remove_data()
-    return {"bench": "storage", "kafka": "given" if given else "embedded", "load": load, "offset_commit": commits}
+    return {"bench": "storage", "kafka": "given" if given else "embedded", "load": load, "offset_commit": commits,
+            "transactional_vs_idempotent": costs}
+
+
+async def transaction_costs(bootstrap: str, args: argparse.Namespace) -> dict:
+    """Sequential (1 committer) and concurrent (--commit-groups) commits, idempotent then transactional."""
+    runs: dict[str, dict] = {}
+    for label, groups in (("sequential", 1), ("concurrent", args.commit_groups)):
+        for transactional in (False, True):
+            mode = "transactional" if transactional else "idempotent"
+            runs[f"{label}_{mode}"] = await bench_commits(bootstrap, groups, args.commit_seconds,
+                                                          args.commit_partitions, transactional)
+    ratios = {}
+    for label in ("sequential", "concurrent"):
+        plain, txn = runs[f"{label}_idempotent"], runs[f"{label}_transactional"]
+        ratios[label] = {"p50_latency_ratio": round(txn["latency_ms_p50"] / plain["latency_ms_p50"], 2),
+                         "p99_latency_ratio": round(txn["latency_ms_p99"] / plain["latency_ms_p99"], 2),
+                         "throughput_ratio": round(txn["commits_per_s"] / max(plain["commits_per_s"], 1), 2)}
+    print(f"transactional vs idempotent: {ratios}", file=sys.stderr)
+    return {"runs": runs, "ratios": ratios}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -188,6 +215,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--commit-seconds", type=float, default=10.0)
     parser.add_argument("--commit-partitions", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="10,000 groups and 3 s of commits")
+    parser.add_argument("--transactions-only", action="store_true",
+                        help="only (c): transactional vs idempotent commits")
     args = parser.parse_args(argv)
     if args.quick:
         args.groups, args.commit_seconds = 10_000, 3.0

@@ -1,4 +1,4 @@
-"""Wire benchmark: heartbeat round trips through the real server and GroupCoordinator, against a bare asyncio
+"""Wire benchmark: heartbeat round trips through the real server and GroupRuntime, against a bare asyncio
 echo-frame server measured in the same run with the same load generator.
 
   python -m bench.wire [--loop asyncio|uvloop] [--seconds 3] [--members 1,100,10000] [--repeats 1] [--telemetry]
@@ -6,7 +6,7 @@ echo-frame server measured in the same run with the same load generator.
 For each member count two servers run in turn, each in its own process (pinned to CPU 0 when possible):
   bare:         an asyncio BufferedProtocol that answers every length-prefixed frame with a fixed 16-byte
                 response (framing only: the practical ceiling of a Python asyncio server on this machine);
-  coordinator:  our CoordinatorServer + GroupCoordinator (in-memory store, real timer); its members are
+  coordinator:  our CoordinatorServer + GroupRuntime (in-memory store, real timer); its members are
                 joined and synced in-process before the clock starts (setup is not what we measure), in
                 groups of at most 100.
   coordinator+telemetry (--telemetry): the same with tracing and metrics on as `coordinator serve` runs them
@@ -87,7 +87,7 @@ async def serve_bare() -> None:
 
 async def serve_coordinator(member_count: int, telemetry: bool = False) -> None:
     from coordinator.config import CoordinatorConfig
-    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.runtime import GroupRuntime
     from coordinator.group.observer import ObserverMux
     from coordinator.group.store import InMemoryGroupStore
     from coordinator.server import CoordinatorServer, ServerConfig
@@ -100,7 +100,7 @@ async def serve_coordinator(member_count: int, telemetry: bool = False) -> None:
     timer.start()
     store = InMemoryGroupStore()
     observer = ObserverMux()
-    coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=200), timer, store,
+    coordinator = GroupRuntime(CoordinatorConfig(group_initial_rebalance_delay_ms=200), timer, store,
                                    observer=observer)
     instrumented = _start_telemetry(coordinator, observer, store) if telemetry else None
     groups = await asyncio.gather(*(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
 from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
@@ -42,6 +42,9 @@ class ServiceOptions:
     state_topic: str = "__coordinator_state"
     state_replication_factor: int | None = None  # None: min(3, brokers)
     event_topic: str | None = "__coordinator_events"
+    # State writes inside transactions (all or nothing; docs/state-topic.md), or through the idempotent producer
+    # (the default until the transactional path rides out a broker outage within the commit timeout).
+    transactional_writes: bool = False
     metrics_listen: tuple[str, int] | None = None  # Prometheus scrape endpoint (None: none)
     relay: RelayConfig | None = None  # front the cluster (coordinator/relay); `coordinator serve` turns it on
 
@@ -49,7 +52,7 @@ class ServiceOptions:
 @dataclass
 class RunningService:
     server: CoordinatorServer
-    coordinator: GroupCoordinator
+    coordinator: GroupRuntime
     store: KafkaGroupStore
     bootstrap: str
     loaded: asyncio.Event
@@ -74,8 +77,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         stack.push_async_callback(store.close)
 
         observer = ObserverMux()
-        coordinator = GroupCoordinator(options.group, timer, store, clock, observer)
-        coordinator.begin_loading()  # before the listener opens: no request may see an empty state
+        coordinator = GroupRuntime(options.group, timer, store, clock, observer)
+        coordinator.begin_loading()  # every partition, before the listener opens: no request may see an empty state
         instrumented = await _start_telemetry(stack, options, coordinator, observer, store)
         # stamps events with wall-clock time, not the monotonic clock; tracing first so events see the trace id
         events = store.event_observer(trace_id_for=instrumented.trace_id_for)
@@ -107,7 +110,7 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
     return broker.bootstrap
 
 
-async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupCoordinator,
+async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,
                            observer: ObserverMux, store: KafkaGroupStore) -> "Instrumented":
     """OpenTelemetry from the OTEL_* variables (coordinator/telemetry/otel.py), flushed after everything else
     has stopped so the last rebalance's spans are exported."""
@@ -138,15 +141,17 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
         segment_bytes=options.group.offsets_topic_segment_bytes,
         commit_timeout_ms=options.group.offsets_commit_timeout_ms,
         event_topic=options.event_topic,
+        # One id per state topic: a restarted coordinator fences whatever an older process left open.
+        transactional_id=f"group-coordinator-{options.state_topic}" if options.transactional_writes else None,
     )
 
 
-async def _load_then_expire(store: KafkaGroupStore, coordinator: GroupCoordinator, config: CoordinatorConfig,
+async def _load_then_expire(store: KafkaGroupStore, coordinator: GroupRuntime, config: CoordinatorConfig,
                             loaded: asyncio.Event) -> None:
     retry_s = 1.0
     while True:
         try:
-            await store.load_into(coordinator)
+            await coordinator.load()
             break
         except Exception as exc:  # broker unreachable: keep answering LOAD_IN_PROGRESS and try again
             log.error("event=state_load_failed error=%r retry_in_s=%.0f", exc, retry_s)

@@ -198,6 +198,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         state_topic=args.state_topic,
         state_replication_factor=args.state_replication_factor,
         event_topic=args.event_topic or None,
+        transactional_writes=args.write_mode == "transactional",
         metrics_listen=args.metrics_listen,
         relay=relay,
     )
@@ -291,6 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="replication factor of the state topic (default: min(3, brokers))")
     serve.add_argument("--event-topic", default=env("COORDINATOR_EVENT_TOPIC", "__coordinator_events"),
                        help="topic for group events ('' to disable)")
+    serve.add_argument("--write-mode", choices=["transactional", "idempotent"],
+                       default=env("COORDINATOR_WRITE_MODE", "idempotent"),
+                       help="transactional: every state write all or nothing, and fenced by a newer process on "
+                            "the same state topic; idempotent (default): faster under many concurrent commits, "
+                            "but librdkafka may store a write in part (env COORDINATOR_WRITE_MODE)")
     serve.add_argument("--no-relay", action="store_true", default=env("COORDINATOR_NO_RELAY", "") == "1",
                        help="serve the group APIs only (no relay): clients must bootstrap to the cluster itself "
                             "(env COORDINATOR_NO_RELAY=1)")

@@ -8,8 +8,9 @@ from the connection; `client_host` is in Java's `InetAddress.toString()` form, e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 
 UNKNOWN_MEMBER_ID = ""  # JoinGroupRequest.UNKNOWN_MEMBER_ID
 NO_GENERATION = -1
@@ -17,8 +18,9 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 # --- JoinGroup (api key 11) -----------------------------------------------------------------------------------
-@dataclass(slots=True)
-class JoinGroupProtocol:
+class JoinGroupProtocol(NamedTuple):
+    """One protocol a member supports, as sent and as kept in the member (a tuple: cheap, immutable)."""
+
     name: str
     metadata: bytes
 

@@ -1,4 +1,4 @@
-"""The group protocol's delayed operations: identity holders that delegate to the coordinator.
+"""The group protocol's delayed operations: identity holders that delegate to the shard.
 
 Keys (Kafka's `MemberKey`, `GroupJoinKey`, `GroupSyncKey`) are tuples so they hash cheaply and never collide.
 """
@@ -10,7 +10,7 @@ from coordinator.group.state import GroupState
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
-    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.shard import GroupShard
     from coordinator.group.metadata import GroupMetadata
 
 
@@ -30,17 +30,17 @@ class DelayedJoin(DelayedOperation):
     """Completes when every known member has re-joined (and no KIP-394 member is pending), or at the
     rebalance timeout."""
 
-    __slots__ = ("coordinator", "group")
+    __slots__ = ("shard", "group")
 
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, rebalance_timeout_ms: int) -> None:
+    def __init__(self, shard: GroupShard, group: GroupMetadata, rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
-        self.coordinator, self.group = coordinator, group
+        self.shard, self.group = shard, group
 
     def try_complete(self) -> bool:
-        return self.coordinator.try_complete_join(self.group, self.force_complete)
+        return self.shard.try_complete_join(self.group, self.force_complete)
 
     def on_complete(self) -> None:
-        self.coordinator.on_complete_join(self.group)
+        self.shard.on_complete_join(self.group)
 
     def on_expiration(self) -> None:
         pass
@@ -53,9 +53,9 @@ class InitialDelayedJoin(DelayedJoin):
 
     __slots__ = ("purgatory", "configured_delay_ms", "remaining_ms")
 
-    def __init__(self, coordinator: GroupCoordinator, purgatory: DelayedOperationPurgatory, group: GroupMetadata,
+    def __init__(self, shard: GroupShard, purgatory: DelayedOperationPurgatory, group: GroupMetadata,
                  configured_delay_ms: int, delay_ms: int, remaining_ms: int) -> None:
-        super().__init__(coordinator, group, delay_ms)
+        super().__init__(shard, group, delay_ms)
         self.purgatory = purgatory
         self.configured_delay_ms = configured_delay_ms
         self.remaining_ms = remaining_ms
@@ -70,51 +70,51 @@ class InitialDelayedJoin(DelayedJoin):
             delay_ms = min(self.configured_delay_ms, self.remaining_ms)
             remaining_ms = max(self.remaining_ms - self.delay_ms, 0)
             self.purgatory.try_complete_else_watch(
-                InitialDelayedJoin(self.coordinator, self.purgatory, group, self.configured_delay_ms, delay_ms,
+                InitialDelayedJoin(self.shard, self.purgatory, group, self.configured_delay_ms, delay_ms,
                                    remaining_ms),
                 [join_key(group.group_id)],
             )
         else:
-            self.coordinator.on_complete_join(group)
+            self.shard.on_complete_join(group)
 
 
 class DelayedHeartbeat(DelayedOperation):
     """A member's session deadline (or, `is_pending`, a KIP-394 pending member's expiry)."""
 
-    __slots__ = ("coordinator", "group", "member_id", "is_pending", "deadline_ms")
+    __slots__ = ("shard", "group", "member_id", "is_pending", "deadline_ms")
 
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, member_id: str, is_pending: bool,
+    def __init__(self, shard: GroupShard, group: GroupMetadata, member_id: str, is_pending: bool,
                  timeout_ms: int, now_ms: int) -> None:
         super().__init__(timeout_ms)
-        self.coordinator, self.group = coordinator, group
+        self.shard, self.group = shard, group
         self.member_id, self.is_pending = member_id, is_pending
         self.deadline_ms = now_ms + timeout_ms
 
     def try_complete(self) -> bool:
-        return self.coordinator.try_complete_heartbeat(self)
+        return self.shard.try_complete_heartbeat(self)
 
     def on_complete(self) -> None:
         pass
 
     def on_expiration(self) -> None:
-        self.coordinator.on_expire_heartbeat(self)
+        self.shard.on_expire_heartbeat(self)
 
 
 class DelayedSync(DelayedOperation):
     """Members that got a JoinGroup response must send SyncGroup within the rebalance timeout."""
 
-    __slots__ = ("coordinator", "group", "generation_id")
+    __slots__ = ("shard", "group", "generation_id")
 
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, generation_id: int,
+    def __init__(self, shard: GroupShard, group: GroupMetadata, generation_id: int,
                  rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
-        self.coordinator, self.group, self.generation_id = coordinator, group, generation_id
+        self.shard, self.group, self.generation_id = shard, group, generation_id
 
     def try_complete(self) -> bool:
-        return self.coordinator.try_complete_pending_sync(self.group, self.generation_id, self.force_complete)
+        return self.shard.try_complete_pending_sync(self.group, self.generation_id, self.force_complete)
 
     def on_complete(self) -> None:
         pass
 
     def on_expiration(self) -> None:
-        self.coordinator.on_expire_pending_sync(self.group, self.generation_id)
+        self.shard.on_expire_pending_sync(self.group, self.generation_id)

@@ -1,56 +1,10 @@
-"""Kafka protocol error codes used by the group coordinator (numbers are Kafka's, `Errors.java`)."""
+"""How failed state-topic appends are reported per API (Kafka 3.9). The error codes themselves are
+protocol.error_codes.Errors, re-exported here."""
 from __future__ import annotations
 
-from enum import IntEnum
+from protocol.error_codes import Errors
 
-
-class Errors(IntEnum):
-    UNKNOWN_SERVER_ERROR = -1
-    NONE = 0
-    OFFSET_OUT_OF_RANGE = 1
-    CORRUPT_MESSAGE = 2
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    INVALID_FETCH_SIZE = 4
-    LEADER_NOT_AVAILABLE = 5
-    NOT_LEADER_OR_FOLLOWER = 6
-    REQUEST_TIMED_OUT = 7
-    BROKER_NOT_AVAILABLE = 8
-    REPLICA_NOT_AVAILABLE = 9
-    MESSAGE_TOO_LARGE = 10
-    STALE_CONTROLLER_EPOCH = 11
-    OFFSET_METADATA_TOO_LARGE = 12
-    NETWORK_EXCEPTION = 13
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    INVALID_TOPIC_EXCEPTION = 17
-    RECORD_LIST_TOO_LARGE = 18
-    NOT_ENOUGH_REPLICAS = 19
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-    INVALID_REQUIRED_ACKS = 21
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    INVALID_COMMIT_OFFSET_SIZE = 28
-    TOPIC_AUTHORIZATION_FAILED = 29
-    GROUP_AUTHORIZATION_FAILED = 30
-    CLUSTER_AUTHORIZATION_FAILED = 31
-    INVALID_TIMESTAMP = 32
-    UNSUPPORTED_SASL_MECHANISM = 33
-    ILLEGAL_SASL_STATE = 34
-    UNSUPPORTED_VERSION = 35
-    INVALID_REQUEST = 42
-    KAFKA_STORAGE_ERROR = 56
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-    GROUP_MAX_SIZE_REACHED = 81
-    FENCED_INSTANCE_ID = 82
-    GROUP_SUBSCRIBED_TO_TOPIC = 86
-    UNSTABLE_OFFSET_COMMIT = 88
+__all__ = ["Errors", "group_append_error", "offset_append_error"]
 
 
 # How a failed group-metadata append (SyncGroup, static replacement) is reported (3.9 `storeGroup`).

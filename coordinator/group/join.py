@@ -1,4 +1,6 @@
-"""JoinGroup (§3.1) and static membership (§4.7): mixed into GroupCoordinator."""
+"""JoinGroup (§3.1) and static membership (§4.7): `handle_join_group(shard, request)` answers at once or parks
+the request in its member (a future the rebalance answers); a static member replaced in a Stable group is
+answered once its new member id is written."""
 from __future__ import annotations
 
 import asyncio
@@ -8,12 +10,14 @@ from typing import TYPE_CHECKING
 
 from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse
 from coordinator.group.delayed import join_key, member_key
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
+from coordinator.group.errors import group_append_error
 from coordinator.group.member import MemberMetadata
+from coordinator.group.result import Result, Write
 from coordinator.group.state import GroupState
 
 if TYPE_CHECKING:
-    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.shard import GroupShard
     from coordinator.group.metadata import GroupMetadata
 
 log = logging.getLogger("coordinator.group")
@@ -32,260 +36,266 @@ def _answer(future: asyncio.Future[JoinGroupResponse], response: JoinGroupRespon
         future.set_result(response)
 
 
-class JoinHandlers:
-    async def join_group(self: GroupCoordinator, req: JoinGroupRequest) -> JoinGroupResponse:
-        future: asyncio.Future[JoinGroupResponse] = asyncio.get_running_loop().create_future()
-        self.handle_join_group(req, future)
-        return await future
+def handle_join_group(shard: GroupShard, req: JoinGroupRequest) -> Result[JoinGroupResponse]:
+    """The response future is answered now, or parked in the member until the join phase completes."""
+    future: asyncio.Future[JoinGroupResponse] = asyncio.get_running_loop().create_future()
+    _join(shard, req, future)
+    return Result(future)
 
-    def handle_join_group(self: GroupCoordinator, req: JoinGroupRequest,
-                          future: asyncio.Future[JoinGroupResponse]) -> None:
-        """Answers `future` now, or parks it in the member until the join phase completes."""
-        error = self.group_status_error(req.group_id)
-        if error is None and not (self.config.group_min_session_timeout_ms <= req.session_timeout_ms
-                                  <= self.config.group_max_session_timeout_ms):
-            error = Errors.INVALID_SESSION_TIMEOUT
-        is_unknown = req.member_id == UNKNOWN_MEMBER_ID
-        group = self.groups.get(req.group_id)
-        if error is None and group is None:
-            if is_unknown:
-                group = self.add_group(req.group_id)
-            else:
-                error = Errors.UNKNOWN_MEMBER_ID
-        if error is not None or group is None:
-            _answer(future, JoinGroupResponse(error or Errors.UNKNOWN_SERVER_ERROR, member_id=req.member_id))
-            return
-        if not self._accept_joining_member(group, req.member_id):
-            self._reject_over_capacity(group, req.member_id)
-            _answer(future, JoinGroupResponse(Errors.GROUP_MAX_SIZE_REACHED, member_id=UNKNOWN_MEMBER_ID))
-        elif is_unknown:
-            self._do_new_member_join(group, req, future)
+
+def _join(shard: GroupShard, req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
+    error = shard.group_status_error(req.group_id)
+    if error is None and not (shard.config.group_min_session_timeout_ms <= req.session_timeout_ms
+                              <= shard.config.group_max_session_timeout_ms):
+        error = Errors.INVALID_SESSION_TIMEOUT
+    is_unknown = req.member_id == UNKNOWN_MEMBER_ID
+    group = shard.groups.get(req.group_id)
+    if error is None and group is None:
+        if is_unknown:
+            group = shard.add_group(req.group_id)
         else:
-            self._do_current_member_join(group, req, future)
-        if group.is_in(PREPARING):
-            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+            error = Errors.UNKNOWN_MEMBER_ID
+    if error is not None or group is None:
+        _answer(future, JoinGroupResponse(error or Errors.UNKNOWN_SERVER_ERROR, member_id=req.member_id))
+        return
+    if not _accept_joining_member(shard, group, req.member_id):
+        _reject_over_capacity(shard, group, req.member_id)
+        _answer(future, JoinGroupResponse(Errors.GROUP_MAX_SIZE_REACHED, member_id=UNKNOWN_MEMBER_ID))
+    elif is_unknown:
+        _do_new_member_join(shard, group, req, future)
+    else:
+        _do_current_member_join(shard, group, req, future)
+    if group.is_in(PREPARING):
+        shard.rebalance_purgatory.check_and_complete(join_key(group.group_id))
 
-    def _accept_joining_member(self: GroupCoordinator, group: GroupMetadata, member_id: str) -> bool:
-        max_size = self.config.group_max_size
-        if group.state in (EMPTY, DEAD):
-            return True
-        if group.is_in(PREPARING):
-            member = group.members.get(member_id)
-            return (member is not None and member.is_awaiting_join) or group.num_members_awaiting_join < max_size
-        return member_id in group.members or group.size < max_size
 
-    def _reject_over_capacity(self: GroupCoordinator, group: GroupMetadata, member_id: str) -> None:
+def _accept_joining_member(shard: GroupShard, group: GroupMetadata, member_id: str) -> bool:
+    max_size = shard.config.group_max_size
+    if group.state in (EMPTY, DEAD):
+        return True
+    if group.is_in(PREPARING):
         member = group.members.get(member_id)
-        group.remove(member_id)  # Kafka removes an existing member that is over capacity, silently
-        log.info("event=join_rejected group=%s member=%s reason=group_max_size max_size=%d",
-                 group.group_id, member_id, self.config.group_max_size)
-        if member is not None:
-            self.observer.on_member_failed(group.group_id, member_id, member.group_instance_id,
-                                           "group max size reached")
+        return (member is not None and member.is_awaiting_join) or group.num_members_awaiting_join < max_size
+    return member_id in group.members or group.size < max_size
 
-    # --- unknown member id ------------------------------------------------------------------------------------
-    def _do_new_member_join(self: GroupCoordinator, group: GroupMetadata, req: JoinGroupRequest,
+
+def _reject_over_capacity(shard: GroupShard, group: GroupMetadata, member_id: str) -> None:
+    member = group.members.get(member_id)
+    group.remove(member_id)  # Kafka removes an existing member that is over capacity, silently
+    log.info("event=join_rejected group=%s member=%s reason=group_max_size max_size=%d",
+             group.group_id, member_id, shard.config.group_max_size)
+    if member is not None:
+        shard.observer.on_member_failed(group.group_id, member_id, member.group_instance_id,
+                                       "group max size reached")
+
+# --- unknown member id ------------------------------------------------------------------------------------
+def _do_new_member_join(shard: GroupShard, group: GroupMetadata, req: JoinGroupRequest,
+                        future: asyncio.Future[JoinGroupResponse]) -> None:
+    if group.is_in(DEAD):
+        _answer(future, JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=req.member_id))
+        return
+    if not group.supports_protocols(req.protocol_type, {p.name for p in req.protocols}):
+        _answer(future, JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id))
+        return
+    new_member_id = generate_member_id(req.client_id, req.group_instance_id)
+    if req.group_instance_id is not None:
+        old_member_id = group.static_members.get(req.group_instance_id)
+        if old_member_id is not None:
+            log.info("event=static_member_replace group=%s group_instance_id=%s old_member=%s new_member=%s "
+                     "state=%s", group.group_id, req.group_instance_id, old_member_id, new_member_id,
+                     group.state.value)
+            _update_static_member_and_rebalance(shard, group, old_member_id, new_member_id, req, future)
+        else:
+            _add_member_and_rebalance(shard, group, new_member_id, req, future)
+    elif req.require_known_member_id:
+        log.info("event=member_id_required group=%s member=%s state=%s",
+                 group.group_id, new_member_id, group.state.value)
+        group.pending_members.add(new_member_id)
+        shard.add_pending_member_expiration(group, new_member_id, req.session_timeout_ms)
+        _answer(future, JoinGroupResponse(Errors.MEMBER_ID_REQUIRED, member_id=new_member_id))
+    else:
+        _add_member_and_rebalance(shard, group, new_member_id, req, future)
+
+# --- known member id --------------------------------------------------------------------------------------
+def _do_current_member_join(shard: GroupShard, group: GroupMetadata, req: JoinGroupRequest,
                             future: asyncio.Future[JoinGroupResponse]) -> None:
-        if group.is_in(DEAD):
-            _answer(future, JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=req.member_id))
-            return
-        if not group.supports_protocols(req.protocol_type, {p.name for p in req.protocols}):
-            _answer(future, JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id))
-            return
-        new_member_id = generate_member_id(req.client_id, req.group_instance_id)
-        if req.group_instance_id is not None:
-            old_member_id = group.static_members.get(req.group_instance_id)
-            if old_member_id is not None:
-                log.info("event=static_member_replace group=%s group_instance_id=%s old_member=%s new_member=%s "
-                         "state=%s", group.group_id, req.group_instance_id, old_member_id, new_member_id,
-                         group.state.value)
-                self._update_static_member_and_rebalance(group, old_member_id, new_member_id, req, future)
-            else:
-                self._add_member_and_rebalance(group, new_member_id, req, future)
-        elif req.require_known_member_id:
-            log.info("event=member_id_required group=%s member=%s state=%s",
-                     group.group_id, new_member_id, group.state.value)
-            group.pending_members.add(new_member_id)
-            self.add_pending_member_expiration(group, new_member_id, req.session_timeout_ms)
-            _answer(future, JoinGroupResponse(Errors.MEMBER_ID_REQUIRED, member_id=new_member_id))
+    member_id = req.member_id
+    if group.is_in(DEAD):
+        _answer(future, JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id))
+    elif not group.supports_protocols(req.protocol_type, {p.name for p in req.protocols}):
+        _answer(future, JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+    elif member_id in group.pending_members:
+        if req.group_instance_id is not None:  # Kafka throws IllegalStateException: UNKNOWN_SERVER_ERROR
+            log.error("event=pending_member_with_instance_id group=%s member=%s group_instance_id=%s",
+                      group.group_id, member_id, req.group_instance_id)
+            _answer(future, JoinGroupResponse(Errors.UNKNOWN_SERVER_ERROR, member_id=member_id))
         else:
-            self._add_member_and_rebalance(group, new_member_id, req, future)
-
-    # --- known member id --------------------------------------------------------------------------------------
-    def _do_current_member_join(self: GroupCoordinator, group: GroupMetadata, req: JoinGroupRequest,
-                                future: asyncio.Future[JoinGroupResponse]) -> None:
-        member_id = req.member_id
-        if group.is_in(DEAD):
-            _answer(future, JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id))
-        elif not group.supports_protocols(req.protocol_type, {p.name for p in req.protocols}):
-            _answer(future, JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
-        elif member_id in group.pending_members:
-            if req.group_instance_id is not None:  # Kafka throws IllegalStateException: UNKNOWN_SERVER_ERROR
-                log.error("event=pending_member_with_instance_id group=%s member=%s group_instance_id=%s",
-                          group.group_id, member_id, req.group_instance_id)
-                _answer(future, JoinGroupResponse(Errors.UNKNOWN_SERVER_ERROR, member_id=member_id))
-            else:
-                self._add_member_and_rebalance(group, member_id, req, future)
+            _add_member_and_rebalance(shard, group, member_id, req, future)
+    else:
+        error = shard.validate_current_member(group, member_id, req.group_instance_id, "join-group")
+        if error is not None:
+            _answer(future, JoinGroupResponse(error, member_id=member_id))
         else:
-            error = self.validate_current_member(group, member_id, req.group_instance_id, "join-group")
-            if error is not None:
-                _answer(future, JoinGroupResponse(error, member_id=member_id))
-            else:
-                self._do_existing_member_join(group, group.get(member_id), req, future)
+            _do_existing_member_join(shard, group, group.get(member_id), req, future)
 
-    def _do_existing_member_join(self: GroupCoordinator, group: GroupMetadata, member: MemberMetadata,
-                                 req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
-        protocols = [(p.name, p.metadata) for p in req.protocols]
-        reason = req.reason or "not provided"
-        if group.is_in(PREPARING):
-            self._update_member_and_rebalance(
+
+def _do_existing_member_join(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
+                             req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
+    protocols = req.protocols
+    reason = req.reason or "not provided"
+    if group.is_in(PREPARING):
+        _update_member_and_rebalance(shard, 
+            group, member, req, future,
+            f"Member {member.member_id} joining group during {group.state.value}; client reason: {reason}")
+    elif group.is_in(COMPLETING):
+        if member.matches(protocols):
+            # Probably a lost JoinGroup response: answer again for the current generation.
+            members = shard.member_list(group) if group.is_leader(member.member_id) else []
+            _answer(future, shard.join_response(group, member.member_id, members))
+        else:
+            _update_member_and_rebalance(shard, 
                 group, member, req, future,
-                f"Member {member.member_id} joining group during {group.state.value}; client reason: {reason}")
-        elif group.is_in(COMPLETING):
-            if member.matches(protocols):
-                # Probably a lost JoinGroup response: answer again for the current generation.
-                members = self.member_list(group) if group.is_leader(member.member_id) else []
-                _answer(future, self.join_response(group, member.member_id, members))
-            else:
-                self._update_member_and_rebalance(
-                    group, member, req, future,
-                    f"Updating metadata for member {member.member_id} during {group.state.value}; "
-                    f"client reason: {reason}")
-        elif group.is_in(STABLE):
-            if group.is_leader(member.member_id):
-                self._update_member_and_rebalance(
-                    group, member, req, future,
-                    f"Leader {member.member_id} re-joining group during {group.state.value}; client reason: {reason}")
-            elif not member.matches(protocols):
-                self._update_member_and_rebalance(
-                    group, member, req, future,
-                    f"Updating metadata for member {member.member_id} during {group.state.value}; "
-                    f"client reason: {reason}")
-            else:
-                _answer(future, self.join_response(group, member.member_id, []))
-        else:  # Empty (Dead was answered before)
-            log.warning("event=rejoin_unexpected_state group=%s member=%s state=%s",
-                        group.group_id, member.member_id, group.state.value)
-            _answer(future, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=member.member_id))
+                f"Updating metadata for member {member.member_id} during {group.state.value}; "
+                f"client reason: {reason}")
+    elif group.is_in(STABLE):
+        if group.is_leader(member.member_id):
+            _update_member_and_rebalance(shard, 
+                group, member, req, future,
+                f"Leader {member.member_id} re-joining group during {group.state.value}; client reason: {reason}")
+        elif not member.matches(protocols):
+            _update_member_and_rebalance(shard, 
+                group, member, req, future,
+                f"Updating metadata for member {member.member_id} during {group.state.value}; "
+                f"client reason: {reason}")
+        else:
+            _answer(future, shard.join_response(group, member.member_id, []))
+    else:  # Empty (Dead was answered before)
+        log.warning("event=rejoin_unexpected_state group=%s member=%s state=%s",
+                    group.group_id, member.member_id, group.state.value)
+        _answer(future, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=member.member_id))
 
-    # --- membership changes -----------------------------------------------------------------------------------
-    def _add_member_and_rebalance(self: GroupCoordinator, group: GroupMetadata, member_id: str,
-                                  req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
-        member = MemberMetadata(member_id, req.group_instance_id, req.client_id, req.client_host,
-                                req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
-                                [(p.name, p.metadata) for p in req.protocols])
-        member.is_new = True
-        if group.is_in(PREPARING) and group.generation_id == 0:
-            group.new_member_added = True
-        was_pending = member_id in group.pending_members
-        group.add(member, future)
-        if was_pending:  # Kafka's reschedule checks the member key, completing the pending-member expiration
-            self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
-        log.info("event=member_added group=%s member=%s group_instance_id=%s client_id=%s client_host=%s "
-                 "session_timeout_ms=%d rebalance_timeout_ms=%d", group.group_id, member_id,
-                 req.group_instance_id, req.client_id, req.client_host, req.session_timeout_ms,
-                 req.rebalance_timeout_ms)
-        self.observer.on_member_joined(group.group_id, member_id, req.group_instance_id, req.client_id,
-                                       req.client_host)
-        # New members cannot heartbeat while parked (no id yet): guard them with the new-member join timeout.
-        self.schedule_heartbeat(group, member, self.config.new_member_join_timeout_ms)
-        self.maybe_prepare_rebalance(
-            group, f"Adding new member {member_id} with group instance id {req.group_instance_id}; "
-                   f"client reason: {req.reason or 'not provided'}")
+# --- membership changes -----------------------------------------------------------------------------------
+def _add_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member_id: str,
+                              req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
+    member = MemberMetadata(member_id, req.group_instance_id, req.client_id, req.client_host,
+                            req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
+                            req.protocols)
+    member.is_new = True
+    if group.is_in(PREPARING) and group.generation_id == 0:
+        group.new_member_added = True
+    was_pending = member_id in group.pending_members
+    group.add(member, future)
+    if was_pending:  # Kafka's reschedule checks the member key, completing the pending-member expiration
+        shard.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
+    log.info("event=member_added group=%s member=%s group_instance_id=%s client_id=%s client_host=%s "
+             "session_timeout_ms=%d rebalance_timeout_ms=%d", group.group_id, member_id,
+             req.group_instance_id, req.client_id, req.client_host, req.session_timeout_ms,
+             req.rebalance_timeout_ms)
+    shard.observer.on_member_joined(group.group_id, member_id, req.group_instance_id, req.client_id,
+                                   req.client_host)
+    # New members cannot heartbeat while parked (no id yet): guard them with the new-member join timeout.
+    shard.schedule_heartbeat(group, member, shard.config.new_member_join_timeout_ms)
+    shard.maybe_prepare_rebalance(
+        group, f"Adding new member {member_id} with group instance id {req.group_instance_id}; "
+               f"client reason: {req.reason or 'not provided'}")
 
-    def _update_member_and_rebalance(self: GroupCoordinator, group: GroupMetadata, member: MemberMetadata,
-                                     req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse],
-                                     reason: str) -> None:
-        superseded = group.update_member(member, [(p.name, p.metadata) for p in req.protocols],
-                                         req.rebalance_timeout_ms, req.session_timeout_ms, future)
-        if superseded is not None and not superseded.done():
-            # Kafka drops the older parked request silently; answer it so it does not hang.
-            superseded.set_result(JoinGroupResponse(Errors.REBALANCE_IN_PROGRESS, member_id=member.member_id))
-        self.maybe_prepare_rebalance(group, reason)
 
-    def _update_static_member_and_rebalance(self: GroupCoordinator, group: GroupMetadata, old_member_id: str,
-                                            new_member_id: str, req: JoinGroupRequest,
-                                            future: asyncio.Future[JoinGroupResponse]) -> None:
-        instance_id = req.group_instance_id
-        assert instance_id is not None
-        current_leader = group.leader_id
-        old = group.get(old_member_id)
-        group.complete_join(old, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=old_member_id))
-        group.complete_sync(old, _fenced_sync())
-        member = group.replace_static_member(instance_id, old_member_id, new_member_id)
-        self.observer.on_member_replaced(group.group_id, old_member_id, new_member_id, instance_id)
-        self.schedule_heartbeat(group, member, member.session_timeout_ms)
-        previous = (member.supported_protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
-        group.update_member(member, [(p.name, p.metadata) for p in req.protocols], req.rebalance_timeout_ms,
-                            req.session_timeout_ms, future)
-        reason = req.reason or "not provided"
-        if group.is_in(STABLE):
-            if group.protocol_name == group.select_protocol():
-                self._persist_static_replacement(group, member, old_member_id, previous, current_leader, req,
-                                                 future)
-            else:
-                self.maybe_prepare_rebalance(
-                    group, f"Group's selectedProtocol will change because static member {new_member_id} with "
-                           f"instance id {instance_id} joined with change of protocol; client reason: {reason}")
-        elif group.is_in(COMPLETING):
-            # The leader may already have assigned partitions to the old member id.
-            self.prepare_rebalance(group, f"Updating metadata for static member {new_member_id} with instance id "
-                                          f"{instance_id}; client reason: {reason}")
-        elif group.state in (EMPTY, DEAD):
-            raise RuntimeError(f"Group {group.group_id} was not supposed to be in the state {group.state.value} "
-                               f"when the unknown static member {instance_id} rejoins.")
+def _update_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
+                                 req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse],
+                                 reason: str) -> None:
+    superseded = group.update_member(member, req.protocols,
+                                     req.rebalance_timeout_ms, req.session_timeout_ms, future)
+    if superseded is not None and not superseded.done():
+        # Kafka drops the older parked request silently; answer it so it does not hang.
+        superseded.set_result(JoinGroupResponse(Errors.REBALANCE_IN_PROGRESS, member_id=member.member_id))
+    shard.maybe_prepare_rebalance(group, reason)
 
-    def _persist_static_replacement(self: GroupCoordinator, group: GroupMetadata, member: MemberMetadata,
-                                    old_member_id: str, previous: tuple, current_leader: str | None,
-                                    req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
-        """Stable and the selected protocol is unchanged: store the new member id, no rebalance."""
-        new_member_id = member.member_id
-        record = group.to_record({m.member_id: m.assignment for m in group.members.values()})
 
-        async def store() -> None:
-            error = await self.write_group(group.group_id, record)
-            if group.is_in(DEAD):  # unloaded meanwhile: its parked requests were answered then
-                _answer(future, JoinGroupResponse(Errors.NOT_COORDINATOR, member_id=new_member_id))
-            elif group.static_members.get(member.group_instance_id or "") != new_member_id:
-                # Replaced again (or removed) meanwhile: the member is no longer this request's to answer for
-                # or to revert; this request was fenced then.
-                _answer(future, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=new_member_id))
-            elif error != Errors.NONE:
-                self._revert_static_replacement(group, member, old_member_id, previous, current_leader, error,
-                                                future)
-            elif req.supports_skip_assignment:
-                is_leader = group.is_leader(new_member_id)
-                members = self.member_list(group) if is_leader else []
-                _complete_own_join(group, member, future, self.join_response(
-                    group, new_member_id, members, skip_assignment=is_leader))
-            else:
-                # Before v9 the rejoined member is told the old leader id, so a replaced leader does not run
-                # the assignor for a Stable group that would ignore the result.
-                _complete_own_join(group, member, future,
-                                   self.join_response(group, new_member_id, [], leader=current_leader))
+def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata, old_member_id: str,
+                                        new_member_id: str, req: JoinGroupRequest,
+                                        future: asyncio.Future[JoinGroupResponse]) -> None:
+    instance_id = req.group_instance_id
+    assert instance_id is not None
+    current_leader = group.leader_id
+    old = group.get(old_member_id)
+    group.complete_join(old, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=old_member_id))
+    group.complete_sync(old, _fenced_sync())
+    member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+    shard.observer.on_member_replaced(group.group_id, old_member_id, new_member_id, instance_id)
+    shard.schedule_heartbeat(group, member, member.session_timeout_ms)
+    previous = (member.supported_protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
+    group.update_member(member, req.protocols, req.rebalance_timeout_ms,
+                        req.session_timeout_ms, future)
+    reason = req.reason or "not provided"
+    if group.is_in(STABLE):
+        if group.protocol_name == group.select_protocol():
+            _persist_static_replacement(shard, group, member, old_member_id, previous, current_leader, req,
+                                             future)
+        else:
+            shard.maybe_prepare_rebalance(
+                group, f"Group's selectedProtocol will change because static member {new_member_id} with "
+                       f"instance id {instance_id} joined with change of protocol; client reason: {reason}")
+    elif group.is_in(COMPLETING):
+        # The leader may already have assigned partitions to the old member id.
+        shard.prepare_rebalance(group, f"Updating metadata for static member {new_member_id} with instance id "
+                                      f"{instance_id}; client reason: {reason}")
+    elif group.state in (EMPTY, DEAD):
+        raise RuntimeError(f"Group {group.group_id} was not supposed to be in the state {group.state.value} "
+                           f"when the unknown static member {instance_id} rejoins.")
 
-        log.info("event=static_member_replaced_without_rebalance group=%s member=%s", group.group_id,
-                 new_member_id)
-        self.spawn(store())
 
-    def _revert_static_replacement(self: GroupCoordinator, group: GroupMetadata, member: MemberMetadata,
-                                   old_member_id: str, previous: tuple, current_leader: str | None,
-                                   error: Errors, future: asyncio.Future[JoinGroupResponse]) -> None:
-        log.warning("event=static_member_persist_failed group=%s member=%s error=%s", group.group_id,
-                    member.member_id, error.name)
-        protocols, rebalance_timeout_ms, session_timeout_ms = previous
-        parked = member.join_future
-        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, None)
-        if parked is not None and parked is not future:  # never dropped silently (Kafka drops it)
-            _answer(parked, JoinGroupResponse(error, member_id=UNKNOWN_MEMBER_ID))
-        instance_id, new_member_id = member.group_instance_id, member.member_id
-        assert instance_id is not None  # the caller checked the instance still maps to this member
-        group.replace_static_member(instance_id, new_member_id, old_member_id)
-        self.observer.on_member_replaced(group.group_id, new_member_id, old_member_id, instance_id)
-        self.schedule_heartbeat(group, member, member.session_timeout_ms)
-        _answer(future, JoinGroupResponse(
-            error, member_id=UNKNOWN_MEMBER_ID, generation_id=group.generation_id,
-            protocol_type=group.protocol_type, protocol_name=group.protocol_name, leader=current_leader or ""))
+def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
+                                old_member_id: str, previous: tuple, current_leader: str | None,
+                                req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
+    """Stable and the selected protocol is unchanged: store the new member id, no rebalance."""
+    new_member_id = member.member_id
+    record = group.to_record({m.member_id: m.assignment for m in group.members.values()})
+
+    def written(append_error: Errors) -> None:
+        error = group_append_error(append_error)
+        if group.is_in(DEAD):  # unloaded meanwhile: its parked requests were answered then
+            _answer(future, JoinGroupResponse(Errors.NOT_COORDINATOR, member_id=new_member_id))
+        elif group.static_members.get(member.group_instance_id or "") != new_member_id:
+            # Replaced again (or removed) meanwhile: the member is no longer this request's to answer for
+            # or to revert; this request was fenced then.
+            _answer(future, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=new_member_id))
+        elif error != Errors.NONE:
+            _revert_static_replacement(shard, group, member, old_member_id, previous, current_leader, error,
+                                            future)
+        elif req.supports_skip_assignment:
+            is_leader = group.is_leader(new_member_id)
+            members = shard.member_list(group) if is_leader else []
+            _complete_own_join(group, member, future, shard.join_response(
+                group, new_member_id, members, skip_assignment=is_leader))
+        else:
+            # Before v9 the rejoined member is told the old leader id, so a replaced leader does not run
+            # the assignor for a Stable group that would ignore the result.
+            _complete_own_join(group, member, future,
+                               shard.join_response(group, new_member_id, [], leader=current_leader))
+
+    log.info("event=static_member_replaced_without_rebalance group=%s member=%s", group.group_id,
+             new_member_id)
+    shard.emit(Write.group(group.group_id, record, written))
+
+
+def _revert_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
+                               old_member_id: str, previous: tuple, current_leader: str | None,
+                               error: Errors, future: asyncio.Future[JoinGroupResponse]) -> None:
+    log.warning("event=static_member_persist_failed group=%s member=%s error=%s", group.group_id,
+                member.member_id, error.name)
+    protocols, rebalance_timeout_ms, session_timeout_ms = previous
+    parked = member.join_future
+    group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, None)
+    if parked is not None and parked is not future:  # never dropped silently (Kafka drops it)
+        _answer(parked, JoinGroupResponse(error, member_id=UNKNOWN_MEMBER_ID))
+    instance_id, new_member_id = member.group_instance_id, member.member_id
+    assert instance_id is not None  # the caller checked the instance still maps to this member
+    group.replace_static_member(instance_id, new_member_id, old_member_id)
+    shard.observer.on_member_replaced(group.group_id, new_member_id, old_member_id, instance_id)
+    shard.schedule_heartbeat(group, member, member.session_timeout_ms)
+    _answer(future, JoinGroupResponse(
+        error, member_id=UNKNOWN_MEMBER_ID, generation_id=group.generation_id,
+        protocol_type=group.protocol_type, protocol_name=group.protocol_name, leader=current_leader or ""))
 
 
 def _complete_own_join(group: GroupMetadata, member: MemberMetadata, future: asyncio.Future[JoinGroupResponse],

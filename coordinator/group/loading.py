@@ -3,23 +3,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coordinator.group.api import JoinGroupProtocol
 from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
 
 if TYPE_CHECKING:
-    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.shard import GroupShard
 
 
-def materialize_group(coordinator: GroupCoordinator, group_id: str, record: GroupRecord | None,
+def materialize_group(shard: GroupShard, group_id: str, record: GroupRecord | None,
                       offsets: dict[TopicPartition, OffsetRecord]) -> GroupMetadata:
-    now_ms = coordinator.now_wall_ms()
+    now_ms = shard.now_wall_ms()
     if record is None:  # offsets only: a "simple" group that never had members
-        group = GroupMetadata(group_id, GroupState.EMPTY, now_ms, coordinator.observer)
+        group = GroupMetadata(group_id, GroupState.EMPTY, now_ms, shard.observer)
     else:
         state = GroupState.STABLE if record.members else GroupState.EMPTY
-        group = GroupMetadata(group_id, state, now_ms, coordinator.observer)
+        group = GroupMetadata(group_id, state, now_ms, shard.observer)
         group.protocol_type = record.protocol_type or None
         group.protocol_name = record.protocol
         group.generation_id = record.generation
@@ -27,7 +28,7 @@ def materialize_group(coordinator: GroupCoordinator, group_id: str, record: Grou
         ts = record.current_state_timestamp_ms
         group.current_state_timestamp_ms = None if ts < 0 else ts
         for m in record.members:
-            protocols = [(record.protocol or "", m.subscription)]
+            protocols = [JoinGroupProtocol(record.protocol or "", m.subscription)]
             member = MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                     m.rebalance_timeout_ms if m.rebalance_timeout_ms >= 0 else m.session_timeout_ms,
                                     m.session_timeout_ms, record.protocol_type, protocols)

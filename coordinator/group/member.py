@@ -4,10 +4,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from coordinator.group.api import JoinGroupProtocol
+
 if TYPE_CHECKING:
     from coordinator.group.api import JoinGroupResponse, SyncGroupResponse
 
-Protocols = list[tuple[str, bytes]]  # (name, metadata), in the client's order of preference
+Protocols = list[JoinGroupProtocol]  # in the client's order of preference, as the JoinGroup request gave them
 
 
 class MemberMetadata:
@@ -37,7 +39,7 @@ class MemberMetadata:
         self.sync_future: asyncio.Future[SyncGroupResponse] | None = None
         self.is_new = False
         # Session tracking: the deadline moves on every heartbeat; `heartbeat_op` is the DelayedHeartbeat in
-        # the timer, which re-checks the deadline when it fires (see GroupCoordinator.schedule_heartbeat).
+        # the timer, which re-checks the deadline when it fires (see GroupShard.schedule_heartbeat).
         self.heartbeat_deadline_ms = 0
         self.heartbeat_op: Any = None
 

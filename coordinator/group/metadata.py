@@ -7,6 +7,7 @@ import struct
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from coordinator.group.api import JoinGroupResponseMember
 from coordinator.group.member import MemberMetadata, Protocols
 from coordinator.group.state import GroupState, IllegalStateTransition, VALID_PREVIOUS
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, TopicPartition
@@ -217,10 +218,12 @@ class GroupMetadata:
         votes = Counter(member.vote(candidates) for member in self.members.values())
         return votes.most_common(1)[0][0]
 
-    def current_member_metadata(self) -> list[tuple[str, str | None, bytes]]:
+    def current_member_metadata(self) -> list[JoinGroupResponseMember]:
+        """The leader's JoinGroup member list: every member with its metadata for the selected protocol."""
         if self.protocol_name is None:
             raise RuntimeError(f"No protocol selected for group {self.group_id}")
-        return [(m.member_id, m.group_instance_id, m.metadata(self.protocol_name)) for m in self.members.values()]
+        return [JoinGroupResponseMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+                for m in self.members.values()]
 
     def init_next_generation(self, now_ms: int) -> None:
         self.generation_id += 1

@@ -1,15 +1,22 @@
 """The storage interface of the group coordinator, and an in-memory implementation for unit tests.
 
-Records mirror Kafka's `__consumer_offsets` values: `GroupRecord` is GroupMetadataValue v3, `OffsetRecord` is
-OffsetCommitValue (v3, or v1 when it carries an expire timestamp). The Kafka-backed store (coordinator/storage)
-implements `GroupStore`.
+Records are Kafka's `__consumer_offsets` values, field for field: `GroupRecord`/`MemberRecord` are
+GroupMetadataValue (written as v3), `OffsetRecord` is OffsetCommitValue (v3, or v1 when it carries an expire
+timestamp; None = no expire timestamp). The state-topic codec (coordinator/storage/records.py) encodes and
+decodes these very types. The Kafka-backed store (coordinator/storage) implements `GroupStore`.
 
 Contract for implementations:
-- `store_group` / `store_offsets` return only once the write is acknowledged (acks=all) and raise
-  `StoreError(<raw Kafka append error>)` on failure, including `REQUEST_TIMED_OUT` after
-  `offsets.commit.timeout.ms`. The coordinator maps raw errors to the API's error code (errors.py).
-- `delete_group` / `delete_offsets` are fire-and-forget (Kafka appends them with acks=0): failures are logged by
-  the implementation and never raised.
+- `load(partitions)` reads those state-topic partitions to their end and returns the latest group record and
+  offsets of every group in them; `unload(partitions)` stops writing to them (appends fail NOT_COORDINATOR
+  until they are loaded again: the seam for fencing when several instances share the topic).
+- `append(partition, write)` appends one group's records to that partition and returns only once they are
+  acknowledged (acks=all); it raises `StoreError(<raw Kafka append error>)` on failure, including
+  `REQUEST_TIMED_OUT` after `offsets.commit.timeout.ms`. The runtime hands the raw error to the write's owner,
+  which maps it to the API's error code (errors.py). The partition is the runtime's to choose (partitioner.py).
+- Tombstones (deleted groups, expired offsets) are appended the same way and awaited; one that fails is kept
+  owed by the store and sent again until written (unless a newer write of its key supersedes it).
+- `store_group` / `store_offsets` / `delete_group` / `delete_offsets` are the same appends addressed by group id
+  alone (the store places them with Kafka's partitioner), for tools and tests that hold no runtime.
 """
 from __future__ import annotations
 
@@ -17,9 +24,14 @@ import asyncio
 import copy
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
+
+if TYPE_CHECKING:
+    from coordinator.group.result import Write
 
 log = logging.getLogger("coordinator.group.store")
 
@@ -52,7 +64,7 @@ class GroupRecord:
     generation: int
     protocol: str | None
     leader: str | None
-    current_state_timestamp_ms: int  # -1 = unknown
+    current_state_timestamp_ms: int = -1  # -1 = unknown (v0-1 records)
     members: list[MemberRecord] = field(default_factory=list)
 
 
@@ -65,7 +77,41 @@ class OffsetRecord:
     expire_timestamp_ms: int | None = None
 
 
+@dataclass(slots=True)
+class LoadedGroups:
+    """The latest group record and offsets of every group of the partitions loaded."""
+
+    groups: dict[str, GroupRecord] = field(default_factory=dict)
+    offsets: dict[str, dict[TopicPartition, OffsetRecord]] = field(default_factory=dict)
+
+    def group_ids(self) -> list[str]:
+        """Groups with a record or offsets (offset-only groups load as Empty groups)."""
+        return list(dict.fromkeys([*self.groups, *(g for g, o in self.offsets.items() if o)]))
+
+
 class GroupStore(ABC):
+    partitions: int | None = None  # the state topic's partition count, when the store has one
+
+    @abstractmethod
+    async def load(self, partitions: Collection[int]) -> LoadedGroups:
+        """Read these partitions to their end; they are written to again from now on."""
+
+    @abstractmethod
+    async def unload(self, partitions: Collection[int]) -> None:
+        """Stop writing to these partitions: appends to them fail with NOT_COORDINATOR."""
+
+    async def append(self, partition: int, write: Write) -> None:
+        """Append `write` (one group's records) to `partition`, all or nothing; raises StoreError."""
+        from coordinator.group.result import GROUP, OFFSETS
+
+        if write.kind == GROUP:
+            assert write.record is not None
+            await self.store_group(write.group_id, write.record)
+        elif write.kind == OFFSETS:
+            await self.store_offsets(write.group_id, write.offsets)
+        else:
+            await self.delete_group(write.group_id, write.removed, write.group_tombstone)
+
     @abstractmethod
     async def store_group(self, group_id: str, record: GroupRecord) -> None:
         """Write the group's metadata record; raises StoreError."""
@@ -78,11 +124,12 @@ class GroupStore(ABC):
     async def delete_group(
         self, group_id: str, offsets_to_tombstone: list[TopicPartition], write_group_tombstone: bool
     ) -> None:
-        """Tombstone the offsets and, if asked, the group record. Never raises."""
+        """Tombstone the offsets and, if asked, the group record; returns after the first attempt and never
+        raises (a failed tombstone stays owed)."""
 
     @abstractmethod
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
-        """Tombstone expired offsets. Never raises."""
+        """Tombstone offsets; returns after the first attempt and never raises (a failed one stays owed)."""
 
 
 class InMemoryGroupStore(GroupStore):
@@ -98,6 +145,24 @@ class InMemoryGroupStore(GroupStore):
         self.writes: list[tuple[str, str]] = []  # (kind, group_id) in order, for assertions
         self._failures: list[Errors] = []
         self._holds: list[asyncio.Event] = []
+        self.partition_of: dict[str, int] = {}  # where the runtime put each group
+        self.unloaded: set[int] = set()
+
+    async def load(self, partitions: Collection[int]) -> LoadedGroups:
+        wanted = set(partitions)
+        self.unloaded -= wanted
+        mine = [g for g in dict.fromkeys([*self.groups, *self.offsets]) if self.partition_of.get(g, 0) in wanted]
+        return LoadedGroups({g: copy.deepcopy(self.groups[g]) for g in mine if g in self.groups},
+                            {g: copy.deepcopy(self.offsets[g]) for g in mine if g in self.offsets})
+
+    async def unload(self, partitions: Collection[int]) -> None:
+        self.unloaded.update(partitions)
+
+    async def append(self, partition: int, write: Write) -> None:
+        if partition in self.unloaded:
+            raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not ours")
+        self.partition_of[write.group_id] = partition
+        await super().append(partition, write)
 
     def fail_next_write(self, error: Errors) -> None:
         self._failures.append(error)

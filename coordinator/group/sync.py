@@ -1,19 +1,23 @@
-"""SyncGroup (§3.2), Heartbeat (§3.3) and LeaveGroup (§3.4): mixed into GroupCoordinator."""
+"""SyncGroup (§3.2), Heartbeat (§3.3) and LeaveGroup (§3.4), as functions of (shard, request). The leader's
+SyncGroup returns the group record to append; every parked SyncGroup is answered once it is written."""
 from __future__ import annotations
 
 import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from coordinator.group.api import (UNKNOWN_MEMBER_ID, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest,
+from coordinator.group.api import (UNKNOWN_MEMBER_ID, LeaveGroupRequest,
                                    LeaveGroupResponse, LeaveGroupResponseMember, MemberIdentity, SyncGroupRequest,
                                    SyncGroupResponse)
 from coordinator.group.delayed import member_key
-from coordinator.group.errors import Errors
+from coordinator.group.errors import group_append_error
+from coordinator.group.result import Result, Write
+from coordinator.group.shard import ShardStatus
+from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 
 if TYPE_CHECKING:
-    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.shard import GroupShard
     from coordinator.group.metadata import GroupMetadata
 
 log = logging.getLogger("coordinator.group")
@@ -21,183 +25,186 @@ log = logging.getLogger("coordinator.group")
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
     GroupState.DEAD)
+ACTIVE = ShardStatus.ACTIVE
 
 
-class SyncHandlers:
-    # --- SyncGroup --------------------------------------------------------------------------------------------
-    async def sync_group(self: GroupCoordinator, req: SyncGroupRequest) -> SyncGroupResponse:
-        future: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
-        self.handle_sync_group(req, future)
-        return await future
+# --- SyncGroup --------------------------------------------------------------------------------------------
+def handle_sync_group(shard: GroupShard, req: SyncGroupRequest) -> Result[SyncGroupResponse]:
+    future: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
+    writes = _sync(shard, req, future)
+    return Result(future, writes)
 
-    def handle_sync_group(self: GroupCoordinator, req: SyncGroupRequest,
-                          future: asyncio.Future[SyncGroupResponse]) -> None:
-        error = self.group_status_error(req.group_id)
-        if error == Errors.COORDINATOR_LOAD_IN_PROGRESS:
-            error = Errors.REBALANCE_IN_PROGRESS  # old clients rejoin on this instead of rediscovering
-        group = self.groups.get(req.group_id)
-        if error is None:
-            error = Errors.UNKNOWN_MEMBER_ID if group is None else self._validate_sync_group(group, req)
-        if error is not None or group is None:
-            future.set_result(SyncGroupResponse(error or Errors.UNKNOWN_SERVER_ERROR))
-        elif group.is_in(EMPTY):
-            future.set_result(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
-        elif group.is_in(PREPARING):
-            self.observer.on_rebalance_in_progress(group.group_id, req.member_id, "SyncGroup")
-            future.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
-        elif group.is_in(COMPLETING):
-            self._park_sync(group, req, future)
-        else:  # Stable
-            self.remove_pending_sync_member(group, req.member_id)
-            member = group.get(req.member_id)
-            future.set_result(SyncGroupResponse(Errors.NONE, group.protocol_type, group.protocol_name,
-                                                member.assignment))
-            self.schedule_heartbeat(group, member, member.session_timeout_ms)
 
-    def _validate_sync_group(self: GroupCoordinator, group: GroupMetadata, req: SyncGroupRequest) -> Errors | None:
-        if group.is_in(DEAD):
-            return Errors.COORDINATOR_NOT_AVAILABLE
-        error = self.validate_current_member(group, req.member_id, req.group_instance_id, "sync-group")
-        if error is not None:
-            return error
-        if req.generation_id != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
-        if req.protocol_type is not None and req.protocol_type != group.protocol_type:
-            return Errors.INCONSISTENT_GROUP_PROTOCOL
-        if req.protocol_name is not None and req.protocol_name != group.protocol_name:
-            return Errors.INCONSISTENT_GROUP_PROTOCOL
-        return None
-
-    def _park_sync(self: GroupCoordinator, group: GroupMetadata, req: SyncGroupRequest,
-                   future: asyncio.Future[SyncGroupResponse]) -> None:
+def _sync(shard: GroupShard, req: SyncGroupRequest, future: asyncio.Future[SyncGroupResponse]) -> list[Write]:
+    error = shard.group_status_error(req.group_id)
+    if error == Errors.COORDINATOR_LOAD_IN_PROGRESS:
+        error = Errors.REBALANCE_IN_PROGRESS  # old clients rejoin on this instead of rediscovering
+    group = shard.groups.get(req.group_id)
+    if error is None:
+        error = Errors.UNKNOWN_MEMBER_ID if group is None else _validate_sync_group(shard, group, req)
+    if error is not None or group is None:
+        future.set_result(SyncGroupResponse(error or Errors.UNKNOWN_SERVER_ERROR))
+    elif group.is_in(EMPTY):
+        future.set_result(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
+    elif group.is_in(PREPARING):
+        shard.observer.on_rebalance_in_progress(group.group_id, req.member_id, "SyncGroup")
+        future.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
+    elif group.is_in(COMPLETING):
+        return _park_sync(shard, group, req, future)
+    else:  # Stable
+        shard.remove_pending_sync_member(group, req.member_id)
         member = group.get(req.member_id)
-        previous = member.sync_future
-        member.sync_future = future
-        if previous is not None and not previous.done():  # a retry from a new connection supersedes it
-            previous.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
-        self.observer.on_sync_waiting(group.group_id, req.member_id)
-        self.remove_pending_sync_member(group, req.member_id)
-        if group.is_leader(req.member_id):
-            self._store_leader_assignment(group, req)
+        future.set_result(SyncGroupResponse(Errors.NONE, group.protocol_type, group.protocol_name,
+                                            member.assignment))
+        shard.schedule_heartbeat(group, member, member.session_timeout_ms)
+    return []
 
-    def _store_leader_assignment(self: GroupCoordinator, group: GroupMetadata, req: SyncGroupRequest) -> None:
-        generation_id = group.generation_id
-        assignment = {a.member_id: a.assignment for a in req.assignments}
-        missing = [m for m in group.members if m not in assignment]
-        for member_id in missing:
-            assignment[member_id] = b""
-        static = sum(1 for m in group.members.values() if m.is_static)
-        log.info("event=assignment_received group=%s leader=%s generation=%d members=%d static_members=%d",
-                 group.group_id, req.member_id, generation_id, group.size, static)
-        if missing:
-            log.warning("event=empty_assignments group=%s generation=%d members=%s",
-                        group.group_id, generation_id, missing)
-        record = group.to_record(assignment)
-        self.observer.on_assignment_write_started(group.group_id, generation_id)
 
-        async def store() -> None:
-            error = await self.write_group(group.group_id, record)
-            self.observer.on_assignment_write_completed(group.group_id, generation_id, error.name)
-            self._on_assignment_stored(group, generation_id, req.member_id, assignment, error)
+def _validate_sync_group(shard: GroupShard, group: GroupMetadata, req: SyncGroupRequest) -> Errors | None:
+    if group.is_in(DEAD):
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    error = shard.validate_current_member(group, req.member_id, req.group_instance_id, "sync-group")
+    if error is not None:
+        return error
+    if req.generation_id != group.generation_id:
+        return Errors.ILLEGAL_GENERATION
+    if req.protocol_type is not None and req.protocol_type != group.protocol_type:
+        return Errors.INCONSISTENT_GROUP_PROTOCOL
+    if req.protocol_name is not None and req.protocol_name != group.protocol_name:
+        return Errors.INCONSISTENT_GROUP_PROTOCOL
+    return None
 
-        self.spawn(store())
 
-    def _on_assignment_stored(self: GroupCoordinator, group: GroupMetadata, generation_id: int, leader_id: str,
-                              assignment: dict[str, bytes], error: Errors) -> None:
-        # Someone may have joined or left while the write was in flight: then this generation is over.
-        if not group.is_in(COMPLETING) or generation_id != group.generation_id:
-            return
-        if error != Errors.NONE:
-            log.warning("event=assignment_store_failed group=%s generation=%d error=%s",
-                        group.group_id, generation_id, error.name)
-            self.reset_and_propagate_assignment_error(group, error)
-            self.maybe_prepare_rebalance(
-                group, f"Error {error.name} when storing group assignment during SyncGroup (member: {leader_id})")
-            return
-        for member in group.members.values():
-            member.assignment = assignment.get(member.member_id, b"")
-        self.propagate_assignment(group, Errors.NONE)
-        group.transition_to(STABLE, self.now_wall_ms())
-        self._rebalance_completed(group)
+def _park_sync(shard: GroupShard, group: GroupMetadata, req: SyncGroupRequest,
+               future: asyncio.Future[SyncGroupResponse]) -> None:
+    member = group.get(req.member_id)
+    previous = member.sync_future
+    member.sync_future = future
+    if previous is not None and not previous.done():  # a retry from a new connection supersedes it
+        previous.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
+    shard.observer.on_sync_waiting(group.group_id, req.member_id)
+    shard.remove_pending_sync_member(group, req.member_id)
+    if group.is_leader(req.member_id):
+        return [_store_leader_assignment(shard, group, req)]
+    return []
 
-    # --- Heartbeat --------------------------------------------------------------------------------------------
-    async def heartbeat(self: GroupCoordinator, req: HeartbeatRequest) -> HeartbeatResponse:
-        return HeartbeatResponse(
-            self.handle_heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id))
 
-    def handle_heartbeat(self: GroupCoordinator, group_id: str, generation_id: int, member_id: str,
-                         group_instance_id: str | None = None) -> Errors:
-        """The hot path: dict lookups and one deadline move. Synchronous, for the wire layer's fast path."""
-        group = self.groups.get(group_id)
-        if group is None or not self.is_active or self.is_loading or self.owns_group is not None or not group_id:
-            error = self.group_status_error(group_id)
-            if error is not None:
-                return Errors.NONE if error == Errors.COORDINATOR_LOAD_IN_PROGRESS else error
-            if group is None:
-                return Errors.UNKNOWN_MEMBER_ID
-        state = group.state
-        if state is DEAD:
-            return Errors.COORDINATOR_NOT_AVAILABLE
-        member = group.members.get(member_id)
-        if group_instance_id is not None or member is None:
-            error = self.validate_current_member(group, member_id, group_instance_id, "heartbeat")
-            if error is not None:
-                return error
-            member = group.members[member_id]
-        if generation_id != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
-        if state is EMPTY:
-            return Errors.UNKNOWN_MEMBER_ID
-        self.schedule_heartbeat(group, member, member.session_timeout_ms)
-        self.heartbeat_count += 1
-        if state is PREPARING:
-            self.observer.on_rebalance_in_progress(group_id, member_id, "Heartbeat")
-            return Errors.REBALANCE_IN_PROGRESS
-        return Errors.NONE
+def _store_leader_assignment(shard: GroupShard, group: GroupMetadata, req: SyncGroupRequest) -> Write:
+    generation_id = group.generation_id
+    assignment = {a.member_id: a.assignment for a in req.assignments}
+    missing = [m for m in group.members if m not in assignment]
+    for member_id in missing:
+        assignment[member_id] = b""
+    static = sum(1 for m in group.members.values() if m.is_static)
+    log.info("event=assignment_received group=%s leader=%s generation=%d members=%d static_members=%d",
+             group.group_id, req.member_id, generation_id, group.size, static)
+    if missing:
+        log.warning("event=empty_assignments group=%s generation=%d members=%s",
+                    group.group_id, generation_id, missing)
+    record = group.to_record(assignment)
+    shard.observer.on_assignment_write_started(group.group_id, generation_id)
 
-    # --- LeaveGroup -------------------------------------------------------------------------------------------
-    async def leave_group(self: GroupCoordinator, req: LeaveGroupRequest) -> LeaveGroupResponse:
-        return self.handle_leave_group(req)
+    def written(append_error: Errors) -> None:
+        error = group_append_error(append_error)
+        shard.observer.on_assignment_write_completed(group.group_id, generation_id, error.name)
+        _on_assignment_stored(shard, group, generation_id, req.member_id, assignment, error)
 
-    def handle_leave_group(self: GroupCoordinator, req: LeaveGroupRequest) -> LeaveGroupResponse:
-        error = self.group_status_error(req.group_id)
+    return Write.group(group.group_id, record, written)
+
+
+def _on_assignment_stored(shard: GroupShard, group: GroupMetadata, generation_id: int, leader_id: str,
+                          assignment: dict[str, bytes], error: Errors) -> None:
+    # Someone may have joined or left while the write was in flight: then this generation is over.
+    if not group.is_in(COMPLETING) or generation_id != group.generation_id:
+        return
+    if error != Errors.NONE:
+        log.warning("event=assignment_store_failed group=%s generation=%d error=%s",
+                    group.group_id, generation_id, error.name)
+        shard.reset_and_propagate_assignment_error(group, error)
+        shard.maybe_prepare_rebalance(
+            group, f"Error {error.name} when storing group assignment during SyncGroup (member: {leader_id})")
+        return
+    for member in group.members.values():
+        member.assignment = assignment.get(member.member_id, b"")
+    shard.propagate_assignment(group, Errors.NONE)
+    group.transition_to(STABLE, shard.now_wall_ms())
+    shard.rebalance_completed(group)
+
+
+# --- Heartbeat --------------------------------------------------------------------------------------------
+def handle_heartbeat(shard: GroupShard, group_id: str, generation_id: int, member_id: str,
+                     group_instance_id: str | None = None) -> Errors:
+    """The hot path: dict lookups and one deadline move. Synchronous, for the wire layer's fast path."""
+    group = shard.groups.get(group_id)
+    if group is None or shard.status is not ACTIVE or not group_id:
+        error = shard.group_status_error(group_id)
         if error is not None:
-            return LeaveGroupResponse(error)
-        group = self.groups.get(req.group_id)
+            return Errors.NONE if error == Errors.COORDINATOR_LOAD_IN_PROGRESS else error
         if group is None:
-            return LeaveGroupResponse(Errors.NONE, [_leave_result(m, Errors.UNKNOWN_MEMBER_ID) for m in req.members])
-        if group.is_in(DEAD):
-            return LeaveGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE)
-        return LeaveGroupResponse(Errors.NONE, [_leave_result(m, self._leave_one(group, m)) for m in req.members])
-
-    def _leave_one(self: GroupCoordinator, group: GroupMetadata, leaving: MemberIdentity) -> Errors:
-        reason = leaving.reason or "not provided"
-        if leaving.member_id == UNKNOWN_MEMBER_ID:  # KIP-345 admin removal by group.instance.id
-            current = group.current_static_member_id(leaving.group_instance_id)
-            if current is None:
-                return Errors.UNKNOWN_MEMBER_ID
-            self._remove_leaving_member(group, current, reason)
-            return Errors.NONE
-        if leaving.member_id in group.pending_members:
-            self.remove_pending_member_and_update_group(group, leaving.member_id)
-            self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, leaving.member_id))
-            log.info("event=pending_member_left group=%s member=%s reason=%r", group.group_id, leaving.member_id,
-                     reason)
-            return Errors.NONE
-        error = self.validate_current_member(group, leaving.member_id, leaving.group_instance_id, "leave-group")
+            return Errors.UNKNOWN_MEMBER_ID
+    state = group.state
+    if state is DEAD:
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    member = group.members.get(member_id)
+    if group_instance_id is not None or member is None:
+        error = shard.validate_current_member(group, member_id, group_instance_id, "heartbeat")
         if error is not None:
             return error
-        self._remove_leaving_member(group, leaving.member_id, reason)
-        return Errors.NONE
+        member = group.members[member_id]
+    if generation_id != group.generation_id:
+        return Errors.ILLEGAL_GENERATION
+    if state is EMPTY:
+        return Errors.UNKNOWN_MEMBER_ID
+    shard.schedule_heartbeat(group, member, member.session_timeout_ms)
+    shard.heartbeat_count += 1
+    if state is PREPARING:
+        shard.observer.on_rebalance_in_progress(group_id, member_id, "Heartbeat")
+        return Errors.REBALANCE_IN_PROGRESS
+    return Errors.NONE
 
-    def _remove_leaving_member(self: GroupCoordinator, group: GroupMetadata, member_id: str, reason: str) -> None:
-        member = group.get(member_id)
-        log.info("event=member_left group=%s member=%s group_instance_id=%s reason=%r",
-                 group.group_id, member_id, member.group_instance_id, reason)
-        self.observer.on_member_left(group.group_id, member_id, member.group_instance_id, reason)
-        self.remove_member_and_update_group(group, member, f"Removing member {member_id} on LeaveGroup; "
-                                                           f"client reason: {reason}")
-        self.remove_heartbeat(group, member)
+
+# --- LeaveGroup -------------------------------------------------------------------------------------------
+def handle_leave_group(shard: GroupShard, req: LeaveGroupRequest) -> LeaveGroupResponse:
+    error = shard.group_status_error(req.group_id)
+    if error is not None:
+        return LeaveGroupResponse(error)
+    group = shard.groups.get(req.group_id)
+    if group is None:
+        return LeaveGroupResponse(Errors.NONE, [_leave_result(m, Errors.UNKNOWN_MEMBER_ID) for m in req.members])
+    if group.is_in(DEAD):
+        return LeaveGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE)
+    return LeaveGroupResponse(Errors.NONE, [_leave_result(m, _leave_one(shard, group, m)) for m in req.members])
+
+
+def _leave_one(shard: GroupShard, group: GroupMetadata, leaving: MemberIdentity) -> Errors:
+    reason = leaving.reason or "not provided"
+    if leaving.member_id == UNKNOWN_MEMBER_ID:  # KIP-345 admin removal by group.instance.id
+        current = group.current_static_member_id(leaving.group_instance_id)
+        if current is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        _remove_leaving_member(shard, group, current, reason)
+        return Errors.NONE
+    if leaving.member_id in group.pending_members:
+        shard.remove_pending_member_and_update_group(group, leaving.member_id)
+        shard.heartbeat_purgatory.check_and_complete(member_key(group.group_id, leaving.member_id))
+        log.info("event=pending_member_left group=%s member=%s reason=%r", group.group_id, leaving.member_id,
+                 reason)
+        return Errors.NONE
+    error = shard.validate_current_member(group, leaving.member_id, leaving.group_instance_id, "leave-group")
+    if error is not None:
+        return error
+    _remove_leaving_member(shard, group, leaving.member_id, reason)
+    return Errors.NONE
+
+
+def _remove_leaving_member(shard: GroupShard, group: GroupMetadata, member_id: str, reason: str) -> None:
+    member = group.get(member_id)
+    log.info("event=member_left group=%s member=%s group_instance_id=%s reason=%r",
+             group.group_id, member_id, member.group_instance_id, reason)
+    shard.observer.on_member_left(group.group_id, member_id, member.group_instance_id, reason)
+    shard.remove_member_and_update_group(group, member, f"Removing member {member_id} on LeaveGroup; "
+                                                       f"client reason: {reason}")
+    shard.remove_heartbeat(group, member)
 
 
 def _leave_result(member: MemberIdentity, error: Errors) -> LeaveGroupResponseMember:

@@ -1,4 +1,4 @@
-"""The Kafka-protocol server in front of the GroupCoordinator."""
+"""The Kafka-protocol server in front of the GroupRuntime."""
 
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer, serve

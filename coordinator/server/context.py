@@ -7,20 +7,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from coordinator.group import api
+from protocol.error_codes import Errors
 
 if TYPE_CHECKING:
     from coordinator.relay.relay import Relay
 
 
 class GroupService(Protocol):
-    """The GroupCoordinator's request entry points (coordinator/group). JoinGroup and SyncGroup may park;
+    """The GroupRuntime's request entry points (coordinator/group). JoinGroup and SyncGroup may park;
     Heartbeat is synchronous."""
 
     async def join_group(self, request: api.JoinGroupRequest) -> api.JoinGroupResponse: ...
     async def sync_group(self, request: api.SyncGroupRequest) -> api.SyncGroupResponse: ...
     def handle_heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None
-    ) -> int: ...  # the synchronous hot path: an error code
+    ) -> Errors: ...  # the synchronous hot path: an error code
     async def leave_group(self, request: api.LeaveGroupRequest) -> api.LeaveGroupResponse: ...
     async def commit_offsets(self, request: api.OffsetCommitRequest) -> api.OffsetCommitResponse: ...
     async def fetch_offsets(self, request: api.OffsetFetchRequest) -> api.OffsetFetchResponse: ...

@@ -27,6 +27,10 @@ class StorageConfig:
     event_queue_max_messages: int = 100_000  # events beyond this are dropped, never waited for
     admin_timeout_ms: int = 30_000
     client_id: str = "group-coordinator"
+    # Writes inside transactions (all or nothing, see transactions.py) under this transactional.id; None: the
+    # idempotent producer, whose writes may be stored in part when librdkafka splits a batch.
+    transactional_id: str | None = None
+    transactional_producers: int = 4  # transactions in flight at once (each producer owns partition % count)
 
     def __post_init__(self) -> None:
         if self.partitions < 1:

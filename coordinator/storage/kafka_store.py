@@ -1,11 +1,11 @@
 """The Kafka-backed `GroupStore`: group records and offsets in a compacted topic, Kafka's formats (§7.3, §7.4).
 
-Lifecycle: `await start()` (create or verify the topics, start the producers), `await load_into(coordinator)`
-(replay the state topic into the coordinator before it serves), the store methods while serving, and
-`await close()`. Group writes (SyncGroup) and offset writes (OffsetCommit) return once acknowledged by every
-in-sync replica (idempotent producer, acks=all) and raise `StoreError(<raw Kafka error>)` otherwise; the
-coordinator maps the raw error per API (coordinator/group/errors.py). Tombstones for deleted groups and
-expired offsets are appended without waiting (Kafka writes them with acks=0); a failure is logged.
+Lifecycle: `await start()` (create or verify the topics, start the producers), `await load(partitions)`
+(replay partitions of the state topic; the runtime materialises their groups before it serves them), `append`
+while serving, and `await close()`. An append returns once acknowledged by every in-sync replica (idempotent
+producer, acks=all) and raises `StoreError(<raw Kafka error>)` otherwise; the runtime hands the raw error to
+the write's owner, which maps it per API (coordinator/group/errors.py). Tombstones (deleted groups, expired
+offsets) are awaited the same way; one that fails stays owed and is sent again (tombstones.py).
 """
 
 from __future__ import annotations
@@ -13,27 +13,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Collection
 from typing import Any, Callable, Iterable
 
 from confluent_kafka import KafkaError
 
-from coordinator.group.errors import Errors
-from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, StoreError, TopicPartition
+from protocol.error_codes import Errors
+from coordinator.group.result import GROUP, OFFSETS, Write
+from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
+                                     TopicPartition)
 from coordinator.storage.config import StorageConfig
-from coordinator.storage.convert import group_record, group_value, offset_record, offset_value
 from coordinator.telemetry.events import EventPublisher, EventTopicObserver
 from coordinator.storage.loader import LoadedState, consumer_settings, read_state
-from coordinator.storage.partitioner import partition_for
+from coordinator.group.partitioner import partition_for
 from coordinator.storage.producer import AsyncProducer, Record
 from coordinator.storage.records import (
     GroupMetadataKey, OffsetCommitKey, encode_group_metadata_value, encode_key, encode_offset_commit_value,
 )
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, make_admin
+from coordinator.storage.transactions import TransactionalWriters
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
-_LOAD_YIELD_EVERY = 2_000  # groups handed to the coordinator between two yields to the event loop
 _BATCH_OVERHEAD_BYTES = 61  # record batch header (magic v2)
 _RECORD_OVERHEAD_BYTES = 21  # a record's length, attributes, deltas, key/value lengths and headers (varints, at most)
 
@@ -44,6 +46,9 @@ _LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the bro
     KafkaError._UNKNOWN_PARTITION: Errors.UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError._UNKNOWN_TOPIC: Errors.UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError._TRANSPORT: Errors.NETWORK_EXCEPTION,
+    # fenced by a newer holder of the transactional.id (transactions.py reports every fencing error as this):
+    # another instance owns the partition now
+    KafkaError._FENCED: Errors.NOT_COORDINATOR,
 }
 
 
@@ -83,13 +88,15 @@ class KafkaGroupStore(GroupStore):
     def __init__(self, config: StorageConfig, clock: Clock | None = None, load_timeout_ms: int = 300_000,
                  load_buffer_bytes: int = 5_242_880) -> None:
         self.config = config
+        self.partitions = config.partitions
         self.clock = clock or MonotonicClock()
         self.load_timeout_ms = load_timeout_ms
         self.load_buffer_bytes = load_buffer_bytes
-        self._producer: AsyncProducer | None = None
+        self._producer: AsyncProducer | TransactionalWriters | None = None
         self._events: EventPublisher | None = None
         self._stop_loading = threading.Event()
         self._tombstones = TombstoneWriter()
+        self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -101,9 +108,21 @@ class KafkaGroupStore(GroupStore):
                 await self._start_events(admin)
         finally:
             admin.release()
-        self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
-        log.info("event=store_started topic=%s partitions=%d bootstrap=%s",
-                 self.config.state_topic, self.config.partitions, self.config.bootstrap)
+        if self.config.transactional_id is None:
+            self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
+        else:
+            producer = TransactionalWriters(self.config.state_topic, producer_settings(self.config),
+                                            "state-producer", self.config.transactional_id,
+                                            self.config.commit_timeout_ms, self.config.transactional_producers)
+            try:
+                await producer.start(self.config.admin_timeout_ms)
+            except BaseException:
+                await producer.close()
+                raise
+            self._producer = producer
+        log.info("event=store_started topic=%s partitions=%d bootstrap=%s transactional_id=%s",
+                 self.config.state_topic, self.config.partitions, self.config.bootstrap,
+                 self.config.transactional_id)
 
     async def _start_events(self, admin: Any) -> None:
         try:
@@ -121,8 +140,9 @@ class KafkaGroupStore(GroupStore):
             return None
         return EventTopicObserver(self._events, wall_clock, trace_id_for)
 
-    async def load(self, partitions: Iterable[int] | None = None) -> LoadedState:
-        """Replay the state topic (all partitions by default) from the earliest offset to the end offset."""
+    async def read(self, partitions: Iterable[int] | None = None) -> LoadedState:
+        """Replay the state topic (all partitions by default) from the earliest offset to the end offset: the
+        latest records as the codec decodes them."""
         wanted = sorted(range(self.config.partitions) if partitions is None else partitions)
         settings = consumer_settings(self.config.bootstrap, self.config.client_id, self.load_buffer_bytes)
         started_ms = self.clock.now_ms()
@@ -134,25 +154,19 @@ class KafkaGroupStore(GroupStore):
                  self.clock.now_ms() - started_ms)
         return state
 
-    async def load_into(self, coordinator: Any, partitions: Iterable[int] | None = None) -> LoadedState:
-        """§7.4: the coordinator answers COORDINATOR_LOAD_IN_PROGRESS while the topic is read, then receives the
-        latest record of every group and offset and materializes them (Stable or Empty, fresh session deadlines).
+    async def load(self, partitions: Collection[int]) -> LoadedGroups:
+        """§7.4: read the partitions to their end (in a worker thread, decoding included, so the loop keeps
+        serving the other partitions) and take them back for writing.
 
-        If reading fails (LoadError: broker unreachable past the load timeout, store closing) the coordinator is
-        left loading and the error propagates: serving an empty state would look like every group was lost.
-        """
-        coordinator.begin_loading()
-        state = await self.load(partitions)
-        for count, (group_id, value) in enumerate(state.groups.items(), 1):
-            coordinator.load_group(group_id, group_record(value))
-            if count % _LOAD_YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # other connections keep getting answers meanwhile
-        for count, (group_id, offsets) in enumerate(state.offsets.items(), 1):
-            coordinator.load_offsets(group_id, {tp: offset_record(v) for tp, v in offsets.items()})
-            if count % _LOAD_YIELD_EVERY == 0:
-                await asyncio.sleep(0)
-        coordinator.finish_loading()
-        return state
+        If reading fails (LoadError: broker unreachable past the load timeout, store closing) the error
+        propagates: serving an empty state would look like every group was lost."""
+        state = await self.read(partitions)
+        self._unloaded.difference_update(partitions)
+        return await asyncio.to_thread(loaded_groups, state)
+
+    async def unload(self, partitions: Collection[int]) -> None:
+        self._unloaded.update(partitions)
+        log.info("event=partitions_unloaded topic=%s partitions=%s", self.config.state_topic, sorted(partitions))
 
     @property
     def unwritten_tombstones(self) -> int:
@@ -176,41 +190,61 @@ class KafkaGroupStore(GroupStore):
         self._tombstones.report_unwritten()
 
     # -- GroupStore ----------------------------------------------------------------------------------------------
+    async def append(self, partition: int, write: Write) -> None:
+        if self._producer is None:
+            raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
+        if partition in self._unloaded:
+            raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} was unloaded")
+        records = self._records(partition, write)
+        if write.kind in (GROUP, OFFSETS):
+            await self._append(write.group_id, records)
+        else:
+            await self._append_tombstones(write.group_id, records)
+
     async def store_group(self, group_id: str, record: GroupRecord) -> None:
-        value = encode_group_metadata_value(group_value(record))
-        await self._append(group_id, [(self._partition(group_id), encode_key(GroupMetadataKey(group_id)), value)])
+        await self.append(self._partition(group_id), Write.group(group_id, record))
 
     async def store_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetRecord]) -> None:
-        partition = self._partition(group_id)
-        records = [(partition, encode_key(OffsetCommitKey(group_id, topic, tp_partition)),
-                    encode_offset_commit_value(offset_value(record)))
-                   for (topic, tp_partition), record in offsets.items()]
-        await self._append(group_id, records)
+        await self.append(self._partition(group_id), Write.offset_commit(group_id, offsets))
 
     async def delete_group(self, group_id: str, offsets_to_tombstone: list[TopicPartition],
                            write_group_tombstone: bool) -> None:
-        records = self._offset_tombstones(group_id, offsets_to_tombstone)
-        if write_group_tombstone:
-            records.append((self._partition(group_id), encode_key(GroupMetadataKey(group_id)), None))
-        self._append_nowait(group_id, records, "delete_group")
+        await self._tombstone_quietly(Write.tombstones(group_id, offsets_to_tombstone, write_group_tombstone))
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
-        self._append_nowait(group_id, self._offset_tombstones(group_id, partitions), "delete_offsets")
+        await self._tombstone_quietly(Write.tombstones(group_id, partitions, False))
+
+    async def _tombstone_quietly(self, write: Write) -> None:
+        try:
+            await self.append(self._partition(write.group_id), write)
+        except StoreError as exc:  # owed: sent again until written (already logged by the tombstone writer)
+            log.debug("event=tombstones_owed group=%s error=%s", write.group_id, exc.error.name)
 
     # -- internals -----------------------------------------------------------------------------------------------
     def _partition(self, group_id: str) -> int:
         return partition_for(group_id, self.config.partitions)
 
-    def _offset_tombstones(self, group_id: str, partitions: list[TopicPartition]) -> list[Record]:
-        partition = self._partition(group_id)
-        return [(partition, encode_key(OffsetCommitKey(group_id, topic, p)), None) for topic, p in partitions]
+    @staticmethod
+    def _records(partition: int, write: Write) -> list[Record]:
+        group_id = write.group_id
+        if write.kind == GROUP:
+            assert write.record is not None
+            return [(partition, encode_key(GroupMetadataKey(group_id)),
+                     encode_group_metadata_value(write.record))]
+        if write.kind == OFFSETS:
+            return [(partition, encode_key(OffsetCommitKey(group_id, topic, tp_partition)),
+                     encode_offset_commit_value(record))
+                    for (topic, tp_partition), record in write.offsets.items()]
+        records: list[Record] = [(partition, encode_key(OffsetCommitKey(group_id, topic, p)), None)
+                                 for topic, p in write.removed]
+        if write.group_tombstone:
+            records.append((partition, encode_key(GroupMetadataKey(group_id)), None))
+        return records
 
     async def _append(self, group_id: str, records: list[Record]) -> None:
-        if self._producer is None:
-            raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
         self._check_write_size(group_id, records)
         superseded = self._tombstones.superseded(key for _, key, _ in records)
-        error = await self._producer.send(records)
+        error = await self._producer.send(records)  # type: ignore[union-attr]
         if error is not None:
             if superseded:
                 self._tombstones.restore(superseded)
@@ -231,20 +265,25 @@ class KafkaGroupStore(GroupStore):
             raise StoreError(Errors.MESSAGE_TOO_LARGE,
                              f"write of {size} bytes exceeds max_write_bytes={self.config.max_write_bytes}")
 
-    def _append_nowait(self, group_id: str, records: list[Record], what: str) -> None:
-        """Tombstones: nobody waits, but a failed one is sent again until written (see tombstones.py)."""
+    async def _append_tombstones(self, group_id: str, records: list[Record]) -> None:
+        """Awaited like any write, but a failed tombstone is not forgotten: it is sent again until written
+        (see tombstones.py), so a deleted group does not come back after a restart."""
         if not records:
             return
-        if self._producer is None:
-            log.warning("event=tombstones_dropped group=%s records=%d reason=store_closed", group_id, len(records))
-            return
-        self._tombstones.send(self._producer, group_id, [(partition, key) for partition, key, _ in records], what)
+        assert self._producer is not None
+        error = await self._tombstones.send(self._producer, group_id,
+                                            [(partition, key) for partition, key, _ in records], "tombstones")
+        if error is not None:
+            raise StoreError(append_error(error), str(error))
+
+
+def loaded_groups(state: LoadedState) -> LoadedGroups:
+    return LoadedGroups(loaded_group_records(state), loaded_offset_records(state))
 
 
 def loaded_group_records(state: LoadedState) -> dict[str, GroupRecord]:
-    return {group_id: group_record(value) for group_id, value in state.groups.items()}
+    return dict(state.groups)
 
 
 def loaded_offset_records(state: LoadedState) -> dict[str, dict[TopicPartition, OffsetRecord]]:
-    return {group_id: {tp: offset_record(v) for tp, v in offsets.items()}
-            for group_id, offsets in state.offsets.items()}
+    return {group_id: dict(offsets) for group_id, offsets in state.offsets.items()}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from coordinator.storage.records import (
-    GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, RecordFormatError, UnknownKey,
+    GroupMetadataKey, GroupRecord, OffsetCommitKey, OffsetRecord, RecordFormatError, UnknownKey,
     decode_group_metadata_value, decode_key, decode_offset_commit_value,
 )
 from coordinator.timer.clock import Clock
@@ -23,7 +23,7 @@ from coordinator.storage.kafka_logs import librdkafka_logger
 
 log = logging.getLogger("coordinator.storage")
 
-OffsetMap = dict[tuple[str, int], OffsetCommitValue]
+OffsetMap = dict[tuple[str, int], OffsetRecord]
 _BATCH_MESSAGES = 10_000
 _POLL_TIMEOUT_S = 0.5
 
@@ -36,7 +36,7 @@ class LoadError(RuntimeError):
 class LoadedState:
     """The latest group record and offsets of every group found in the state topic."""
 
-    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
+    groups: dict[str, GroupRecord] = field(default_factory=dict)
     offsets: dict[str, OffsetMap] = field(default_factory=dict)
     records: int = 0
     unknown_records: int = 0
@@ -98,7 +98,7 @@ class StateReplay:
                 self._malformed(where, f"group {group_id}: {exc}")
         self._group_values.clear()
 
-    def _apply_offset(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
+    def _apply_offset(self, key: OffsetCommitKey, value: OffsetRecord | None) -> None:
         partition = (key.topic, key.partition)
         if value is not None:
             self._state.offsets.setdefault(key.group, {})[partition] = value

@@ -3,9 +3,11 @@
 Key and value are each a 2-byte big-endian schema version followed by the struct of that version, as defined by
 Kafka's `GroupMetadataKey/Value` and `OffsetCommitKey/Value` JSON schemas. The key version says which record it
 is: 0 and 1 are offset commits, 2 is group metadata; anything else (Kafka 4.x writes 3+ for its new consumer
-groups) decodes to `UnknownKey`, which the loader skips with a warning. A null value is a tombstone.
+groups) decodes to `UnknownKey`, which the loader skips with a warning. A null value is a tombstone. Values
+decode to the group core's own records (coordinator/group/store.py: GroupRecord, MemberRecord, OffsetRecord,
+the same fields as Kafka's schemas), so nothing converts between the core and the codec.
 
-Written versions are Kafka's: OffsetCommitKey v1, GroupMetadataKey v2, GroupMetadataValue v3, OffsetCommitValue v3
+Written versions are Kafka's: OffsetCommitKey v1, GroupMetadataKey v2, GroupRecord v3, OffsetRecord v3
 (v1 when an expire timestamp is present, the only version with that field). Every version 0–4 is readable;
 v4 is the first flexible version (compact lengths, tagged fields).
 """
@@ -16,11 +18,13 @@ import struct
 from dataclasses import dataclass
 from typing import Union
 
+from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage._wire import Reader, RecordFormatError, Writer
 
 __all__ = [
     "RecordFormatError", "OffsetCommitKey", "GroupMetadataKey", "UnknownKey", "RecordKey",
-    "OffsetCommitValue", "MemberMetadataValue", "GroupMetadataValue", "StateRecord",
+    "GroupRecord", "MemberRecord", "OffsetRecord",
+    "StateRecord",
     "encode_key", "decode_key", "encode_offset_commit_value", "decode_offset_commit_value",
     "encode_group_metadata_value", "decode_group_metadata_value", "offset_commit_value_version",
     "decode_record", "encode_record",
@@ -62,42 +66,11 @@ RecordKey = Union[OffsetCommitKey, GroupMetadataKey, UnknownKey]
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetCommitValue:
-    offset: int
-    metadata: str
-    commit_timestamp_ms: int
-    leader_epoch: int = -1  # v3+
-    expire_timestamp_ms: int = -1  # v1 only
-
-
-@dataclass(frozen=True, slots=True)
-class MemberMetadataValue:
-    member_id: str
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int  # v1+; a v0 record reads it as the session timeout, as Kafka's loader does
-    subscription: bytes  # the member's metadata for the group's selected protocol
-    assignment: bytes
-    group_instance_id: str | None = None  # v3+
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMetadataValue:
-    protocol_type: str
-    generation: int
-    protocol: str | None
-    leader: str | None
-    current_state_timestamp_ms: int = -1  # v2+
-    members: tuple[MemberMetadataValue, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class StateRecord:
     """One decoded state-topic record; `value is None` is a tombstone (and always so for `UnknownKey`)."""
 
     key: RecordKey
-    value: OffsetCommitValue | GroupMetadataValue | None
+    value: OffsetRecord | GroupRecord | None
 
 
 # ---- keys ----------------------------------------------------------------------------------------------------
@@ -137,14 +110,14 @@ def decode_key(data: bytes) -> RecordKey:
 
 # ---- offset commit value ---------------------------------------------------------------------------------------
 
-def offset_commit_value_version(value: OffsetCommitValue) -> int:
+def offset_commit_value_version(value: OffsetRecord) -> int:
     """Kafka's choice: v1 when an expire timestamp must be kept (v2+ dropped the field), else v3."""
-    if value.expire_timestamp_ms != -1:
+    if value.expire_timestamp_ms is not None:
         return OFFSET_COMMIT_VALUE_EXPIRE_VERSION
     return OFFSET_COMMIT_VALUE_WRITE_VERSION
 
 
-def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = None) -> bytes:
+def encode_offset_commit_value(value: OffsetRecord, version: int | None = None) -> bytes:
     """Encode at `version` (default: Kafka's written version); fields the version lacks are dropped."""
     version = offset_commit_value_version(value) if version is None else version
     if version == OFFSET_COMMIT_VALUE_WRITE_VERSION:  # the hot path: one pack call
@@ -161,12 +134,12 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = N
     out.string(value.metadata)
     out.int64(value.commit_timestamp_ms)
     if version == 1:
-        out.int64(value.expire_timestamp_ms)
+        out.int64(-1 if value.expire_timestamp_ms is None else value.expire_timestamp_ms)
     out.tagged_fields()
     return out.getvalue()
 
 
-def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
+def decode_offset_commit_value(data: bytes) -> OffsetRecord:
     reader = Reader(data)
     version = reader.int16()
     _check_value_version(version, "OffsetCommitValue")
@@ -178,12 +151,13 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     expire_timestamp_ms = reader.int64() if version == 1 else -1
     reader.skip_tagged_fields()
     reader.expect_end()
-    return OffsetCommitValue(offset, metadata, commit_timestamp_ms, leader_epoch, expire_timestamp_ms)
+    return OffsetRecord(offset, leader_epoch, metadata, commit_timestamp_ms,
+                        None if expire_timestamp_ms == -1 else expire_timestamp_ms)
 
 
 # ---- group metadata value --------------------------------------------------------------------------------------
 
-def encode_group_metadata_value(value: GroupMetadataValue,
+def encode_group_metadata_value(value: GroupRecord,
                                 version: int = GROUP_METADATA_VALUE_WRITE_VERSION) -> bytes:
     """Encode at `version` (default: v3, Kafka's written version); fields the version lacks are dropped."""
     _check_value_version(version, "GroupMetadataValue")
@@ -202,7 +176,7 @@ def encode_group_metadata_value(value: GroupMetadataValue,
     return out.getvalue()
 
 
-def _encode_member(out: Writer, member: MemberMetadataValue, version: int) -> None:
+def _encode_member(out: Writer, member: MemberRecord, version: int) -> None:
     out.string(member.member_id)
     if version >= 3:
         out.string(member.group_instance_id, nullable=True)
@@ -216,7 +190,7 @@ def _encode_member(out: Writer, member: MemberMetadataValue, version: int) -> No
     out.tagged_fields()
 
 
-def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
+def decode_group_metadata_value(data: bytes) -> GroupRecord:
     reader = Reader(data)
     version = reader.int16()
     _check_value_version(version, "GroupMetadataValue")
@@ -228,13 +202,13 @@ def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     protocol = reader.string(nullable=True)
     leader = reader.string(nullable=True)
     current_state_timestamp_ms = reader.int64() if version >= 2 else -1
-    members = tuple(_decode_member(reader, version) for _ in range(reader.array_length()))
+    members = [_decode_member(reader, version) for _ in range(reader.array_length())]
     reader.skip_tagged_fields()
     reader.expect_end()
-    return GroupMetadataValue(protocol_type, generation, protocol, leader, current_state_timestamp_ms, members)
+    return GroupRecord(protocol_type, generation, protocol, leader, current_state_timestamp_ms, members)
 
 
-def _decode_member(reader: Reader, version: int) -> MemberMetadataValue:
+def _decode_member(reader: Reader, version: int) -> MemberRecord:
     member_id = reader.string()
     group_instance_id = reader.string(nullable=True) if version >= 3 else None
     client_id = reader.string()
@@ -246,8 +220,8 @@ def _decode_member(reader: Reader, version: int) -> MemberMetadataValue:
     reader.skip_tagged_fields()
     if rebalance_timeout_ms is None:
         rebalance_timeout_ms = session_timeout_ms
-    return MemberMetadataValue(member_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
-                               subscription, assignment, group_instance_id)
+    return MemberRecord(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                        session_timeout_ms, subscription, assignment)
 
 
 _unpack_i16 = struct.Struct(">h").unpack_from
@@ -255,7 +229,7 @@ _unpack_i32 = struct.Struct(">i").unpack_from
 _unpack_i64 = struct.Struct(">q").unpack_from
 
 
-def _decode_classic_group_value(data: bytes, version: int) -> GroupMetadataValue:
+def _decode_classic_group_value(data: bytes, version: int) -> GroupRecord:
     """Versions 0-3 without the Reader's per-field method calls: loading 100k groups spends most of its time
     here. Same result as the generic path (the round-trip tests run both); any inconsistency in lengths ends
     as RecordFormatError through the final position check or a failed unpack."""
@@ -268,7 +242,7 @@ def _decode_classic_group_value(data: bytes, version: int) -> GroupMetadataValue
     return value
 
 
-def _classic_group_value(data: bytes, version: int) -> tuple[GroupMetadataValue, int]:
+def _classic_group_value(data: bytes, version: int) -> tuple[GroupRecord, int]:
     def text(pos: int, nullable: bool = False) -> tuple[str | None, int]:
         (length,) = _unpack_i16(data, pos)
         pos += 2
@@ -314,23 +288,23 @@ def _classic_group_value(data: bytes, version: int) -> tuple[GroupMetadataValue,
         (session_ms,) = _unpack_i32(data, pos)
         subscription, pos = blob(pos + 4)
         assignment, pos = blob(pos)
-        members.append(MemberMetadataValue(member_id, client_id, client_host, session_ms,  # type: ignore[arg-type]
-                                           session_ms if rebalance_ms is None else rebalance_ms,
-                                           subscription, assignment, instance_id))
-    return GroupMetadataValue(protocol_type, generation, protocol, leader, timestamp_ms,  # type: ignore[arg-type]
-                              tuple(members)), pos
+        members.append(MemberRecord(member_id, instance_id, client_id, client_host,  # type: ignore[arg-type]
+                                    session_ms if rebalance_ms is None else rebalance_ms, session_ms,
+                                    subscription, assignment))
+    return GroupRecord(protocol_type, generation, protocol, leader, timestamp_ms,  # type: ignore[arg-type]
+                       members), pos
 
 
 # ---- whole records ---------------------------------------------------------------------------------------------
 
 def encode_record(key: OffsetCommitKey | GroupMetadataKey,
-                  value: OffsetCommitValue | GroupMetadataValue | None) -> tuple[bytes, bytes | None]:
+                  value: OffsetRecord | GroupRecord | None) -> tuple[bytes, bytes | None]:
     """(key bytes, value bytes or None for a tombstone), each in its written version."""
     if value is None:
         return encode_key(key), None
-    if isinstance(key, OffsetCommitKey) and isinstance(value, OffsetCommitValue):
+    if isinstance(key, OffsetCommitKey) and isinstance(value, OffsetRecord):
         return encode_key(key), encode_offset_commit_value(value)
-    if isinstance(key, GroupMetadataKey) and isinstance(value, GroupMetadataValue):
+    if isinstance(key, GroupMetadataKey) and isinstance(value, GroupRecord):
         return encode_key(key), encode_group_metadata_value(value)
     raise TypeError(f"value {type(value).__name__} does not belong to key {type(key).__name__}")
 

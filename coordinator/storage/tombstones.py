@@ -45,15 +45,19 @@ class TombstoneWriter:
     def unwritten(self) -> int:
         return len(self._unwritten)
 
-    def send(self, producer: AsyncProducer, group_id: str, keys: list[tuple[int, bytes]], what: str) -> None:
-        """Append tombstones for `(partition, key)` now; keep sending failed ones until written or superseded."""
+    def send(self, producer: AsyncProducer, group_id: str, keys: list[tuple[int, bytes]], what: str
+             ) -> asyncio.Future[KafkaError | None]:
+        """Append tombstones for `(partition, key)` now; keep sending failed ones until written or superseded.
+        The future resolves with the first attempt's outcome (None: written)."""
         if not self._closed:
             self._producer = producer
         batch = []
         for partition, key in keys:
             entry = self._unwritten[key] = _Tombstone(partition, group_id)
             batch.append((key, entry))
-        self._send(producer, batch, what)
+        first: asyncio.Future[KafkaError | None] = asyncio.get_running_loop().create_future()
+        self._send(producer, batch, what, first)
+        return first
 
     def superseded(self, keys: Iterable[bytes]) -> dict[bytes, object]:
         """A newer write of these keys is being issued: their tombstones must not be sent again. Returns what
@@ -85,9 +89,16 @@ class TombstoneWriter:
             groups = sorted({entry.group_id for entry in self._unwritten.values()})
             log.warning("event=tombstones_unwritten records=%d groups=%s", len(self._unwritten), groups)
 
-    def _send(self, producer: AsyncProducer, batch: list[tuple[bytes, _Tombstone]], what: str) -> None:
+    def _send(self, producer: AsyncProducer, batch: list[tuple[bytes, _Tombstone]], what: str,
+              outcome: asyncio.Future[KafkaError | None] | None = None) -> None:
         records: list[Record] = [(entry.partition, key, None) for key, entry in batch]
-        producer.send_then(records, lambda error: self._on_done(batch, what, error))
+
+        def done(error: KafkaError | None) -> None:
+            self._on_done(batch, what, error)
+            if outcome is not None and not outcome.done():
+                outcome.set_result(error)
+
+        producer.send_then(records, done)
 
     def _on_done(self, batch: list[tuple[bytes, _Tombstone]], what: str, error: KafkaError | None) -> None:
         for _, entry in batch:  # also those superseded meanwhile: restored after a failed newer write, they are owed

@@ -123,7 +123,7 @@ class MetricsObserver(GroupObserver):
 
     # --- levels read at collection time ---------------------------------------------------------------------
     def watch_coordinator(self, coordinator: Any) -> None:
-        """Groups by state, members, heartbeats and the purgatories of a GroupCoordinator."""
+        """Groups by state, members, heartbeats and the purgatories of a GroupRuntime."""
 
         census = GroupCensus(coordinator)  # `groups` is registered first, so it is collected first
 

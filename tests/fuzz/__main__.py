@@ -3,7 +3,7 @@ heartbeating throughout.
 
   python -m tests.fuzz [--frames 1000000] [--seed 13] [--target HOST:PORT] [--corpus served|KEY:MIN-MAX,...|module:attr]
 
-Without --target it starts our coordinator (tests/fuzz/service.py: real server and GroupCoordinator, in-memory
+Without --target it starts our coordinator (tests/fuzz/service.py: real server and GroupRuntime, in-memory
 store) as a subprocess, samples its RSS at every wave and counts tracebacks and ERROR lines in its log. With
 --target it fuzzes any listener (e.g. the relay's), the control group heartbeating at --control (default: the
 target; --no-control for a listener that serves no groups). Prints a JSON line per wave and a summary; exits

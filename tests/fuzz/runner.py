@@ -265,7 +265,7 @@ class ControlMember:
 
 
 class ServiceProcess:
-    """`python -m tests.fuzz.service` (our server + GroupCoordinator, in-memory store) as a subprocess: its own
+    """`python -m tests.fuzz.service` (our server + GroupRuntime, in-memory store) as a subprocess: its own
     RSS, its own log file."""
 
     def __init__(self, *options: str) -> None:

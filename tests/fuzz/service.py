@@ -1,4 +1,4 @@
-"""The real coordinator for the fuzzer: CoordinatorServer + GroupCoordinator with an in-memory store and the
+"""The real coordinator for the fuzzer: CoordinatorServer + GroupRuntime with an in-memory store and the
 real timer, on 127.0.0.1, until SIGTERM. Prints {"port": ..., "pid": ...} on stdout once listening; logs to
 stderr as `<date> <time> LEVEL logger message` (INFO and up) so ERROR lines and tracebacks can be counted."""
 
@@ -17,7 +17,7 @@ import sys
 import tracemalloc
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.runtime import GroupRuntime
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.server import ServerConfig, serve
 from coordinator.timer import SystemTimer
@@ -29,7 +29,7 @@ async def main(args: argparse.Namespace) -> None:
     timer = SystemTimer("fuzz")
     timer.start()
     config = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=100)
-    coordinator = GroupCoordinator(config, timer, InMemoryGroupStore())
+    coordinator = GroupRuntime(config, timer, InMemoryGroupStore())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)

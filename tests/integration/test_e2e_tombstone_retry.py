@@ -70,7 +70,7 @@ async def test_tombstones_owed_across_an_outage(restartable_kafka: EmbeddedKafka
     fresh = KafkaGroupStore(config, load_timeout_ms=60_000)
     await fresh.start()
     try:
-        offsets = loaded_offset_records(await fresh.load())
+        offsets = loaded_offset_records(await fresh.read())
     finally:
         await fresh.close()
     assert {group: {tp: r.offset for tp, r in records.items()} for group, records in offsets.items()} == {

@@ -62,7 +62,7 @@ async def test_writes_fail_in_time_while_the_broker_is_down_and_recover_after(
         await restartable_kafka.start()
         await retry_until_written(store.store_group("g", group(3)) for _ in range(30))
         await store.store_offsets("g", {("t", 0): OffsetRecord(12, commit_timestamp_ms=3)})
-        state = await store.load()
+        state = await store.read()
     finally:
         await store.close()
     # acknowledged writes survive; a timed-out write may or may not have landed, but never overrides a later one

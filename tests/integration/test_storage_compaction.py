@@ -62,7 +62,7 @@ async def test_fresh_load_after_compaction_equals_full_replay(kafka_bootstrap: s
     await store.start()
     try:
         written = await write_history(store)
-        before = await store.load()
+        before = await store.read()
         assert before.records == written  # nothing cleaned yet: every record replayed
         await asyncio.to_thread(release_compaction, kafka_bootstrap, config.state_topic)
         loop = asyncio.get_running_loop()
@@ -71,7 +71,7 @@ async def test_fresh_load_after_compaction_equals_full_replay(kafka_bootstrap: s
         while after.records > written // 2 and loop.time() < deadline:
             await asyncio.sleep(2)
             await store.store_offsets("roller", {("t", 0): OffsetRecord(1, commit_timestamp_ms=1)})  # rolls segments
-            after = await store.load()
+            after = await store.read()
     finally:
         await store.close()
     assert after.records <= written // 2, f"the log cleaner did not compact within {CLEANER_WAIT_S}s"

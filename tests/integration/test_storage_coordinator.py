@@ -12,7 +12,7 @@ import pytest
 from coordinator.config import CoordinatorConfig
 from coordinator.group.api import (JoinGroupRequest, OffsetCommitRequest, OffsetCommitRequestPartition,
                                    OffsetCommitRequestTopic, OffsetFetchRequest)
-from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.runtime import GroupRuntime
 from coordinator.group.errors import Errors
 from coordinator.group.state import GroupState
 from coordinator.storage.config import StorageConfig
@@ -30,7 +30,8 @@ class KafkaEnv:
         self.clock = ManualClock(1_000_000)
         self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
         self.store = store
-        self.coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=3_000), self.timer,
+        self.coordinator = GroupRuntime(CoordinatorConfig(group_initial_rebalance_delay_ms=3_000,
+                                                          offsets_topic_num_partitions=4), self.timer,
                                             store, self.clock)
 
     async def advance(self, ms: int, step_ms: int = 100) -> None:
@@ -80,7 +81,7 @@ async def commit(env: KafkaEnv, client: Client, offsets: dict[int, int]) -> None
     assert all(p.error_code == Errors.NONE for t in response.topics for p in t.partitions)
 
 
-def snapshot(coordinator: GroupCoordinator, group_id: str) -> dict:
+def snapshot(coordinator: GroupRuntime, group_id: str) -> dict:
     group = coordinator.groups[group_id]
     members = {m.member_id: (m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
                              m.rebalance_timeout_ms, bytes(m.assignment)) for m in group.members.values()}
@@ -88,7 +89,7 @@ def snapshot(coordinator: GroupCoordinator, group_id: str) -> dict:
             "protocol": group.protocol_name, "protocol_type": group.protocol_type, "members": members}
 
 
-async def fetched(coordinator: GroupCoordinator, group_id: str) -> dict[int, tuple[int, int, str | None]]:
+async def fetched(coordinator: GroupRuntime, group_id: str) -> dict[int, tuple[int, int, str | None]]:
     response = await coordinator.fetch_offsets(OffsetFetchRequest(group_id, None))
     return {p.partition_index: (p.committed_offset, p.committed_leader_epoch, p.metadata)
             for t in response.topics for p in t.partitions}
@@ -116,7 +117,7 @@ async def test_groups_and_offsets_survive_into_a_fresh_coordinator(kafka_bootstr
 
     second = await new_env(kafka_bootstrap, topic)
     try:
-        loading = asyncio.ensure_future(second.store.load_into(second.coordinator))
+        loading = asyncio.ensure_future(second.coordinator.load())
         await asyncio.sleep(0)
         survivors = [rebind(c, second) for c in alpha]
         assert second.coordinator.is_loading

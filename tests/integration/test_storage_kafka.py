@@ -68,7 +68,7 @@ async def test_fresh_store_loads_exactly_what_was_written(kafka_bootstrap: str) 
 
     reader = await started_store(kafka_bootstrap, topic)
     try:
-        state = await reader.load()
+        state = await reader.read()
     finally:
         await reader.close()
     assert loaded_group_records(state) == groups
@@ -88,7 +88,7 @@ async def test_tombstones_remove_groups_and_offsets_on_reload(kafka_bootstrap: s
         await store.delete_offsets("keep", [("t", 1)])
         await store.store_offsets("keep", {("t", 2): OffsetRecord(3, commit_timestamp_ms=1)})
         await store.flush()
-        state = await store.load()
+        state = await store.read()
     finally:
         await store.close()
     assert set(state.groups) == {"keep"}
@@ -156,7 +156,7 @@ async def test_existing_uncompacted_topic_is_used_with_a_warning(kafka_bootstrap
     store = await started_store(kafka_bootstrap, topic)
     try:
         await store.store_group("g", stable_group(generation=1))
-        assert set((await store.load()).groups) == {"g"}
+        assert set((await store.read()).groups) == {"g"}
     finally:
         await store.close()
     assert "event=state_topic_not_compacted" in caplog.text
@@ -176,7 +176,7 @@ async def test_failed_start_and_load_leave_no_kafka_client_for_the_garbage_colle
         with pytest.raises(KafkaException) as start_failure:
             await store.start()
         with pytest.raises(LoadError) as load_failure:
-            await store.load()
+            await store.read()
         await store.close()
         assert start_failure.value is not None and load_failure.value is not None  # tracebacks still alive
         assert [client for client in live_clients() if id(client) not in already_alive] == []

@@ -1,6 +1,6 @@
 """Interop with an independent implementation of the Kafka protocol: aiokafka's own request/response classes
 and its connection code (AIOKafkaClient over aiokafka.conn) drive three members through a full rebalance
-against our server and the real GroupCoordinator (in-memory store, real timer). No Kafka broker is needed."""
+against our server and the real GroupRuntime (in-memory store, real timer). No Kafka broker is needed."""
 
 from __future__ import annotations
 

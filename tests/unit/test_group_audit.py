@@ -1,4 +1,4 @@
-"""Findings of the audit against Kafka 3.9's GroupCoordinator.scala (one test per finding), and odd inputs
+"""Findings of the audit against Kafka 3.9's GroupRuntime.scala (one test per finding), and odd inputs
 that must never escape a handler or wedge a group. Manual clock throughout."""
 from __future__ import annotations
 
@@ -383,9 +383,8 @@ async def test_stable_group_without_protocol_name_keeps_its_offsets() -> None:
         coord, now_ms = env.coordinator, env.clock.now_ms()
         member = MemberRecord("m0", None, "c0", "/10.0.0.1", 30_000, 10_000, subscription("t"), b"")
         coord.begin_loading()
-        coord.load_group("g", GroupRecord("consumer", 3, None, "m0", now_ms, [member]))
-        coord.load_offsets("g", {("u", 0): OffsetRecord(5, -1, "", now_ms)})
-        coord.finish_loading()
+        await env.load({"g": GroupRecord("consumer", 3, None, "m0", now_ms, [member])},
+                       {"g": {("u", 0): OffsetRecord(5, -1, "", now_ms)}})
         assert env.state() is STABLE and env.group().subscribed_topics is None
         for _ in range(13):
             env.clock.advance(5_000)
@@ -416,10 +415,9 @@ async def test_one_corrupt_group_record_does_not_stop_the_load(env: Env) -> None
              for i in range(2)]
     good = MemberRecord("m0", None, "c0", "/10.0.0.1", 30_000, 10_000, subscription("t"), b"")
     coord.begin_loading()
-    coord.load_group("bad", GroupRecord("consumer", 2, "range", "m0", now_ms, twins))
-    coord.load_group("good", GroupRecord("consumer", 2, "range", "m0", now_ms, [good]))
-    coord.load_offsets("simple", {("t", 0): OffsetRecord(1, -1, "", now_ms)})
-    coord.finish_loading()
+    await env.load({"bad": GroupRecord("consumer", 2, "range", "m0", now_ms, twins),
+                    "good": GroupRecord("consumer", 2, "range", "m0", now_ms, [good])},
+                   {"simple": {("t", 0): OffsetRecord(1, -1, "", now_ms)}})
     assert not coord.is_loading and env.group("bad") is None
     assert env.state("good") is STABLE and env.state("simple") is EMPTY
 

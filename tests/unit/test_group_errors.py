@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 
+from coordinator.group.shard import ShardStatus
 from coordinator.group.api import (LeaveGroupRequest, MemberIdentity, OffsetCommitRequest,
                                    OffsetCommitRequestPartition, OffsetCommitRequestTopic, SyncGroupRequest,
                                    SyncGroupRequestAssignment, HeartbeatRequest)
@@ -157,12 +158,10 @@ async def test_status_errors_come_first(request_kind: str) -> None:
         loading = {"heartbeat": E.NONE, "sync": E.REBALANCE_IN_PROGRESS}.get(request_kind,
                                                                            E.COORDINATOR_LOAD_IN_PROGRESS)
         assert await send(env, request_kind, a, a.member_id, None, a.generation) == loading
-        env.coordinator.is_loading = False
-        env.coordinator.owns_group = lambda group_id: False
+        env.set_status(ShardStatus.UNOWNED)
         assert await send(env, request_kind, a, a.member_id, None, a.generation) == E.NOT_COORDINATOR
-        env.coordinator.is_active = False
+        env.set_status(ShardStatus.STOPPED)
         assert await send(env, request_kind, a, a.member_id, None, a.generation) == E.COORDINATOR_NOT_AVAILABLE
     finally:
-        env.coordinator.is_active = True
-        env.coordinator.owns_group = None
+        env.set_status(ShardStatus.ACTIVE)
         await env.close()

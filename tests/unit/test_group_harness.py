@@ -12,11 +12,12 @@ from coordinator.config import CoordinatorConfig
 from coordinator.group.api import (HeartbeatRequest, JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse,
                                    LeaveGroupRequest, MemberIdentity, SyncGroupRequest, SyncGroupRequestAssignment,
                                    SyncGroupResponse)
-from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.runtime import GroupRuntime
 from coordinator.group.errors import Errors
 from coordinator.group.observer import GroupObserver
+from coordinator.group.shard import ShardStatus
 from coordinator.group.state import GroupState
-from coordinator.group.store import InMemoryGroupStore
+from coordinator.group.store import GroupRecord, InMemoryGroupStore, OffsetRecord, TopicPartition
 from coordinator.timer import ManualClock, SystemTimer
 
 SESSION_MS = 10_000
@@ -69,7 +70,7 @@ class Env:
         self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
         self.store = InMemoryGroupStore()
         self.observer = RecordingObserver()
-        self.coordinator = GroupCoordinator(self.config, self.timer, self.store, self.clock, self.observer)
+        self.coordinator = GroupRuntime(self.config, self.timer, self.store, self.clock, self.observer)
 
     async def advance(self, ms: int, step_ms: int = 500) -> None:
         """Moves time in steps, firing the timer and letting parked requests run after each step."""
@@ -79,6 +80,24 @@ class Env:
             ms -= delta
             self.timer.advance_clock()
             await drain()
+
+    def set_status(self, status: ShardStatus, group_id: str | None = None) -> None:
+        """Puts the shard of `group_id` (every shard if None) in `status`, as ownership or shutdown would."""
+        shards = self.coordinator.shards if group_id is None else [self.coordinator.shard_for(group_id)]
+        for shard in shards:
+            shard.status = status
+
+    async def load(self, groups: dict[str, GroupRecord | None],
+                   offsets: dict[str, dict[TopicPartition, OffsetRecord]] | None = None) -> None:
+        """Puts records in the store (None: a tombstone) and loads every partition from it."""
+        for group_id, record in groups.items():
+            if record is None:
+                self.store.groups.pop(group_id, None)
+            else:
+                self.store.groups[group_id] = record
+        for group_id, by_partition in (offsets or {}).items():
+            self.store.offsets.setdefault(group_id, {}).update(by_partition)
+        await self.coordinator.load()
 
     def group(self, group_id: str = "g"):
         return self.coordinator.groups.get(group_id)
@@ -117,7 +136,7 @@ class Client:
         self.sync_task: asyncio.Task[SyncGroupResponse] | None = None
 
     @property
-    def coordinator(self) -> GroupCoordinator:
+    def coordinator(self) -> GroupRuntime:
         return self.env.coordinator
 
     def join_request(self, **overrides) -> JoinGroupRequest:

@@ -3,6 +3,7 @@ Empty groups (offsets deleted, a group left without offsets retired), non-empty 
 topics kept with GROUP_SUBSCRIBED_TO_TOPIC) and non-empty groups of other protocol types (NON_EMPTY_GROUP)."""
 from __future__ import annotations
 
+from coordinator.group.shard import ShardStatus
 from coordinator.group.api import OffsetDeleteRequest, OffsetDeleteRequestTopic, OffsetDeleteResponse
 from coordinator.group.errors import Errors
 from coordinator.group.state import GroupState
@@ -36,16 +37,15 @@ async def test_group_status_errors_answer_without_partitions(env: Env) -> None:
     await simple_group(env, "s", [("t", 0)])
     resp = await delete(env, "", [("t", 0)])
     assert (resp.error_code, resp.topics) == (Errors.INVALID_GROUP_ID, [])  # OffsetDelete needs a non-empty id
-    env.coordinator.owns_group = lambda group_id: group_id != "s"
+    env.set_status(ShardStatus.UNOWNED, "s")
     assert (await delete(env, "s", [("t", 0)])).error_code == Errors.NOT_COORDINATOR
-    env.coordinator.owns_group = None
-    env.coordinator.is_active = False
+    env.set_status(ShardStatus.STOPPED)
     assert (await delete(env, "s", [("t", 0)])).error_code == Errors.COORDINATOR_NOT_AVAILABLE
-    env.coordinator.is_active = True
+    env.set_status(ShardStatus.ACTIVE)
     env.coordinator.begin_loading()
     resp = await delete(env, "s", [("t", 0)])
     assert (resp.error_code, resp.topics) == (Errors.COORDINATOR_LOAD_IN_PROGRESS, [])
-    env.coordinator.finish_loading()
+    env.set_status(ShardStatus.ACTIVE)
 
 
 async def test_unknown_and_dead_groups_are_not_found(env: Env) -> None:

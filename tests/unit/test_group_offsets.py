@@ -154,11 +154,9 @@ async def test_loading_reports_load_in_progress_then_materialises_stable_group(e
     await a.start_sync()
     assert a.sync_task.result().error_code == Errors.REBALANCE_IN_PROGRESS
     assert (await coord.list_groups(ListGroupsRequest())).error_code == Errors.COORDINATOR_LOAD_IN_PROGRESS
-    coord.load_group("g", loaded_record(env.clock.now_ms()))
-    coord.load_offsets("g", {("t", 0): OffsetRecord(42, -1, "meta", env.clock.now_ms())})
-    coord.load_group("gone", loaded_record(0))
-    coord.load_group("gone", None)
-    coord.finish_loading()
+    env.store.groups["gone"] = loaded_record(0)
+    await env.load({"g": loaded_record(env.clock.now_ms()), "gone": None},
+                   {"g": {("t", 0): OffsetRecord(42, -1, "meta", env.clock.now_ms())}})
     group = env.group()
     assert group.state is GroupState.STABLE and group.generation_id == 7 and group.leader_id == "m1"
     assert group.get("m0").assignment == b"as0" and group.get("m0").client_host == "/10.0.0.1"

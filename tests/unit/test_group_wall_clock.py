@@ -8,7 +8,7 @@ import time
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic
-from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.runtime import GroupRuntime
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.timer import MonotonicClock, SystemTimer
 
@@ -20,7 +20,7 @@ def _epoch_ms() -> int:
 async def test_commit_and_state_timestamps_are_epoch_ms_with_the_production_clock() -> None:
     timer = SystemTimer("wall-clock-test", MonotonicClock())
     store = InMemoryGroupStore()
-    coordinator = GroupCoordinator(CoordinatorConfig(), timer, store)
+    coordinator = GroupRuntime(CoordinatorConfig(), timer, store)
     before = _epoch_ms()
     response = await coordinator.commit_offsets(OffsetCommitRequest(
         group_id="simple", generation_id=-1, member_id="",

@@ -244,7 +244,7 @@ def test_re_arming_under_the_same_key_drops_the_completed_predecessor_without_a_
     for i, op in enumerate(ops):
         purgatory.try_complete_else_watch(op, [("member", i)])
     for _session in range(5):
-        for i, op in enumerate(ops):  # as GroupCoordinator._check_session: the expired one re-arms at once
+        for i, op in enumerate(ops):  # as GroupRuntime._check_session: the expired one re-arms at once
             op.force_complete()
             ops[i] = Gate(60_000)
             purgatory.try_complete_else_watch(ops[i], [("member", i)])

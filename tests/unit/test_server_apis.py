@@ -1,4 +1,4 @@
-"""Every served API at its lowest and highest version, through our client against the real GroupCoordinator."""
+"""Every served API at its lowest and highest version, through our client against the real GroupRuntime."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ def test_a_wildcard_listener_needs_an_advertised_host(host: str) -> None:
 
 async def test_serve_runs_until_stopped_then_shuts_down_through_the_hook() -> None:
     from coordinator.config import CoordinatorConfig
-    from coordinator.group.coordinator import GroupCoordinator
+    from coordinator.group.runtime import GroupRuntime
     from coordinator.group.store import InMemoryGroupStore
     from coordinator.server import ServerConfig, serve
     from coordinator.timer import SystemTimer
@@ -197,7 +197,7 @@ async def test_serve_runs_until_stopped_then_shuts_down_through_the_hook() -> No
 
     timer = SystemTimer("serve-test")
     timer.start()
-    coordinator = GroupCoordinator(CoordinatorConfig(), timer, InMemoryGroupStore())
+    coordinator = GroupRuntime(CoordinatorConfig(), timer, InMemoryGroupStore())
     started: list = []
     hook_calls: list[str] = []
 

@@ -10,21 +10,21 @@ import logging
 import pytest
 
 from coordinator.group import api
-from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.runtime import GroupRuntime
 from coordinator.group.errors import Errors
 from protocol.apis import ApiKey
 from protocol.errors import ConnectionClosed
 from tests.unit.test_server_env import RunningServer, request
 
 
-class YieldingCoordinator(GroupCoordinator):
+class YieldingCoordinator(GroupRuntime):
     async def list_groups(self, req: api.ListGroupsRequest) -> api.ListGroupsResponse:
         await asyncio.sleep(0)  # a bare yield, not a future
         await asyncio.sleep(0.01)  # then a real wait
         return api.ListGroupsResponse(Errors.NONE, [api.ListedGroup("slow", "consumer", "Empty")])
 
 
-class BrokenCoordinator(GroupCoordinator):
+class BrokenCoordinator(GroupRuntime):
     async def list_groups(self, req: api.ListGroupsRequest) -> api.ListGroupsResponse:
         raise RuntimeError("a bug in the group layer")
 

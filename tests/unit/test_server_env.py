@@ -1,4 +1,4 @@
-"""Shared by the server tests: the real GroupCoordinator (in-memory store, real timer and clock) behind a real
+"""Shared by the server tests: the real GroupRuntime (in-memory store, real timer and clock) behind a real
 CoordinatorServer on a loopback port, our client, and a raw-socket peer for sending bad bytes.
 (It holds no tests itself.)"""
 
@@ -11,7 +11,7 @@ import struct
 from typing import Any
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.runtime import GroupRuntime
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.server import CoordinatorServer, ServerConfig
 from coordinator.timer import SystemTimer
@@ -45,7 +45,7 @@ class RunningServer:
     """`async with RunningServer() as env:` a coordinator and server on 127.0.0.1 and a free port."""
 
     def __init__(self, config: CoordinatorConfig = FAST_GROUPS, *,
-                 coordinator_class: type[GroupCoordinator] = GroupCoordinator, **server_options: Any) -> None:
+                 coordinator_class: type[GroupRuntime] = GroupRuntime, **server_options: Any) -> None:
         self.config = config
         self.coordinator_class = coordinator_class
         self.server_config = ServerConfig(listen_host="127.0.0.1", listen_port=0, **server_options)

@@ -1,4 +1,4 @@
-"""OffsetDelete v0 over the wire: our client against the real GroupCoordinator behind the CoordinatorServer."""
+"""OffsetDelete v0 over the wire: our client against the real GroupRuntime behind the CoordinatorServer."""
 
 from __future__ import annotations
 

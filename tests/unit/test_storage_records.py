@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.storage.records import (
-    GroupMetadataKey, GroupMetadataValue, MemberMetadataValue, OffsetCommitKey, OffsetCommitValue,
+    GroupMetadataKey, GroupRecord, MemberRecord, OffsetCommitKey, OffsetRecord,
     RecordFormatError, StateRecord, UnknownKey, decode_group_metadata_value, decode_key,
     decode_offset_commit_value, decode_record, encode_group_metadata_value, encode_key,
     encode_offset_commit_value, encode_record,
@@ -29,11 +29,10 @@ def i64(n: int) -> bytes:
     return struct.pack(">q", n)
 
 
-MEMBER = MemberMetadataValue(member_id="m1", client_id="c", client_host="/h", session_timeout_ms=10000,
-                             rebalance_timeout_ms=300000, subscription=b"\x01", assignment=b"",
-                             group_instance_id=None)
-GROUP = GroupMetadataValue(protocol_type="consumer", generation=1, protocol="range", leader="m1",
-                           current_state_timestamp_ms=10, members=(MEMBER,))
+MEMBER = MemberRecord(member_id="m1", client_id="c", client_host="/h", session_timeout_ms=10000,
+                      rebalance_timeout_ms=300000, subscription=b"\x01", assignment=b"", group_instance_id=None)
+GROUP = GroupRecord(protocol_type="consumer", generation=1, protocol="range", leader="m1",
+                    current_state_timestamp_ms=10, members=[MEMBER])
 
 
 # ---- hand-computed bytes ---------------------------------------------------------------------------------------
@@ -51,12 +50,12 @@ def test_offset_commit_key_version_0_reads_the_same() -> None:
 
 
 def test_offset_commit_value_v3_has_leader_epoch_and_no_expire() -> None:
-    value = OffsetCommitValue(offset=5, metadata="m", commit_timestamp_ms=1000, leader_epoch=7)
+    value = OffsetRecord(offset=5, metadata="m", commit_timestamp_ms=1000, leader_epoch=7)
     assert encode_offset_commit_value(value) == b"\x00\x03" + i64(5) + i32(7) + s16("m") + i64(1000)
 
 
 def test_offset_commit_value_with_expire_timestamp_is_written_as_v1() -> None:
-    value = OffsetCommitValue(offset=5, metadata="m", commit_timestamp_ms=1000, leader_epoch=7,
+    value = OffsetRecord(offset=5, metadata="m", commit_timestamp_ms=1000, leader_epoch=7,
                               expire_timestamp_ms=2000)
     encoded = encode_offset_commit_value(value)
     assert encoded == b"\x00\x01" + i64(5) + s16("m") + i64(1000) + i64(2000)
@@ -72,7 +71,7 @@ def test_group_metadata_value_v3_bytes() -> None:
 
 
 def test_empty_group_has_null_protocol_and_leader() -> None:
-    empty = GroupMetadataValue(protocol_type="consumer", generation=2, protocol=None, leader=None,
+    empty = GroupRecord(protocol_type="consumer", generation=2, protocol=None, leader=None,
                                current_state_timestamp_ms=-1)
     expected = b"\x00\x03" + s16("consumer") + i32(2) + b"\xff\xff" + b"\xff\xff" + i64(-1) + i32(0)
     assert encode_group_metadata_value(empty) == expected
@@ -87,17 +86,17 @@ def test_group_metadata_value_v0_reads_rebalance_timeout_as_session_timeout() ->
 
 
 def test_flexible_v4_uses_compact_lengths_and_tagged_fields() -> None:
-    value = OffsetCommitValue(offset=1, metadata="ab", commit_timestamp_ms=2, leader_epoch=3)
+    value = OffsetRecord(offset=1, metadata="ab", commit_timestamp_ms=2, leader_epoch=3)
     encoded = encode_offset_commit_value(value, version=4)
     assert encoded == b"\x00\x04" + i64(1) + i32(3) + b"\x03ab" + i64(2) + b"\x00"
-    empty = GroupMetadataValue("", 0, None, None)
+    empty = GroupRecord("", 0, None, None)
     assert encode_group_metadata_value(empty, version=4) == b"\x00\x04\x01" + i32(0) + b"\x00\x00" + i64(-1) + b"\x01\x00"
 
 
 def test_flexible_decoder_skips_unknown_tagged_fields() -> None:
     # offset value v4 with one tagged field (tag 5, 2 bytes) a newer writer might add
     data = b"\x00\x04" + i64(1) + i32(3) + b"\x03ab" + i64(2) + b"\x01\x05\x02zz"
-    assert decode_offset_commit_value(data) == OffsetCommitValue(1, "ab", 2, 3)
+    assert decode_offset_commit_value(data) == OffsetRecord(1, 3, "ab", 2)
 
 
 # ---- whole records, tombstones, unknown versions ---------------------------------------------------------------
@@ -124,7 +123,7 @@ def test_unknown_value_version_is_a_format_error(version: int) -> None:
 
 def test_key_and_value_type_mismatch_is_refused() -> None:
     with pytest.raises(TypeError):
-        encode_record(GroupMetadataKey("g"), OffsetCommitValue(1, "", 0))
+        encode_record(GroupMetadataKey("g"), OffsetRecord(1, "", 0))
 
 
 def test_overlong_string_is_refused() -> None:
@@ -137,37 +136,37 @@ def test_overlong_string_is_refused() -> None:
 text = st.text(max_size=12)
 int32 = st.integers(-(2**31), 2**31 - 1)
 int64 = st.integers(-(2**63), 2**63 - 1)
-members = st.builds(MemberMetadataValue, member_id=text, client_id=text, client_host=text,
+members = st.builds(MemberRecord, member_id=text, client_id=text, client_host=text,
                     session_timeout_ms=int32, rebalance_timeout_ms=int32, subscription=st.binary(max_size=20),
                     assignment=st.binary(max_size=20), group_instance_id=st.none() | text)
-groups = st.builds(GroupMetadataValue, protocol_type=text, generation=int32, protocol=st.none() | text,
+groups = st.builds(GroupRecord, protocol_type=text, generation=int32, protocol=st.none() | text,
                    leader=st.none() | text, current_state_timestamp_ms=int64,
-                   members=st.lists(members, max_size=4).map(tuple))
-offsets = st.builds(OffsetCommitValue, offset=int64, metadata=text, commit_timestamp_ms=int64,
-                    leader_epoch=int32, expire_timestamp_ms=int64)
+                   members=st.lists(members, max_size=4))
+offsets = st.builds(OffsetRecord, offset=int64, metadata=text, commit_timestamp_ms=int64,
+                    leader_epoch=int32, expire_timestamp_ms=st.none() | int64.filter(lambda ms: ms != -1))
 
 
 @given(groups, text)
-def test_group_record_round_trips_in_the_written_version(group: GroupMetadataValue, group_id: str) -> None:
+def test_group_record_round_trips_in_the_written_version(group: GroupRecord, group_id: str) -> None:
     key_bytes, value_bytes = encode_record(GroupMetadataKey(group_id), group)
     assert decode_record(key_bytes, value_bytes) == StateRecord(GroupMetadataKey(group_id), group)
 
 
 @given(offsets, text, text, int32)
 def test_offset_record_round_trips_keeping_what_its_version_holds(
-        value: OffsetCommitValue, group: str, topic: str, partition: int) -> None:
+        value: OffsetRecord, group: str, topic: str, partition: int) -> None:
     key = OffsetCommitKey(group, topic, partition)
     decoded = decode_record(*encode_record(key, value))
     assert decoded.key == key
-    if value.expire_timestamp_ms == -1:
+    if value.expire_timestamp_ms is None:
         assert decoded.value == value
     else:  # written as v1: keeps the expire timestamp, has no leader epoch
-        assert decoded.value == OffsetCommitValue(value.offset, value.metadata, value.commit_timestamp_ms,
-                                                  -1, value.expire_timestamp_ms)
+        assert decoded.value == OffsetRecord(value.offset, -1, value.metadata, value.commit_timestamp_ms,
+                                             value.expire_timestamp_ms)
 
 
 @given(groups, st.integers(0, 4))
-def test_every_group_value_version_round_trips_modulo_missing_fields(group: GroupMetadataValue, version: int) -> None:
+def test_every_group_value_version_round_trips_modulo_missing_fields(group: GroupRecord, version: int) -> None:
     decoded = decode_group_metadata_value(encode_group_metadata_value(group, version))
     expected_ts = group.current_state_timestamp_ms if version >= 2 else -1
     assert decoded.current_state_timestamp_ms == expected_ts
@@ -180,16 +179,16 @@ def test_every_group_value_version_round_trips_modulo_missing_fields(group: Grou
 
 
 @given(offsets, st.integers(0, 4))
-def test_every_offset_value_version_round_trips_modulo_missing_fields(value: OffsetCommitValue, version: int) -> None:
+def test_every_offset_value_version_round_trips_modulo_missing_fields(value: OffsetRecord, version: int) -> None:
     decoded = decode_offset_commit_value(encode_offset_commit_value(value, version))
     assert (decoded.offset, decoded.metadata, decoded.commit_timestamp_ms) == (
         value.offset, value.metadata, value.commit_timestamp_ms)
     assert decoded.leader_epoch == (value.leader_epoch if version >= 3 else -1)
-    assert decoded.expire_timestamp_ms == (value.expire_timestamp_ms if version == 1 else -1)
+    assert decoded.expire_timestamp_ms == (value.expire_timestamp_ms if version == 1 else None)
 
 
 @given(groups, st.data())
-def test_truncated_group_value_is_a_format_error_never_another_exception(group: GroupMetadataValue, data) -> None:
+def test_truncated_group_value_is_a_format_error_never_another_exception(group: GroupRecord, data) -> None:
     encoded = encode_group_metadata_value(group)
     cut = data.draw(st.integers(0, len(encoded) - 1))
     with pytest.raises(RecordFormatError):

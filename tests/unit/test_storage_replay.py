@@ -1,5 +1,5 @@
 """Replaying state-topic records (pure, no Kafka): latest wins, tombstones remove, unknown/malformed skipped;
-the raw-error translation of failed appends; store record ↔ topic value conversion."""
+the raw-error translation of failed appends; store records are the topic values."""
 
 from __future__ import annotations
 
@@ -11,23 +11,22 @@ from hypothesis import strategies as st
 
 from coordinator.group.errors import Errors
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
-from coordinator.storage.convert import group_record, group_value, offset_record, offset_value
 from coordinator.storage.kafka_store import append_error
 from coordinator.storage.loader import StateReplay
 from coordinator.storage.records import (
-    GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, encode_group_metadata_value,
-    encode_key, encode_offset_commit_value,
+    GroupMetadataKey, OffsetCommitKey, decode_group_metadata_value, decode_offset_commit_value,
+    encode_group_metadata_value, encode_key, encode_offset_commit_value, offset_commit_value_version,
 )
 
 
 def group_bytes(group_id: str, generation: int) -> tuple[bytes, bytes]:
-    value = GroupMetadataValue("consumer", generation, "range", None, -1, ())
+    value = GroupRecord("consumer", generation, "range", None, -1, [])
     return encode_key(GroupMetadataKey(group_id)), encode_group_metadata_value(value)
 
 
 def offset_bytes(group_id: str, partition: int, offset: int) -> tuple[bytes, bytes]:
     return (encode_key(OffsetCommitKey(group_id, "t", partition)),
-            encode_offset_commit_value(OffsetCommitValue(offset, "", 0)))
+            encode_offset_commit_value(OffsetRecord(offset, metadata="", commit_timestamp_ms=0)))
 
 
 def test_latest_group_record_wins_and_tombstone_removes_it() -> None:
@@ -98,15 +97,16 @@ def test_append_errors_keep_broker_codes_and_translate_client_ones() -> None:
     assert append_error(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH)) == Errors.UNKNOWN_SERVER_ERROR
 
 
-def test_store_records_convert_to_topic_values_and_back() -> None:
+def test_store_records_are_the_topic_values_and_come_back() -> None:
+    # One record type between the core and the codec: what the core writes is what the codec decodes.
     member = MemberRecord("m", "inst", "c", "/h", 300_000, 10_000, b"sub", b"asg")
     record = GroupRecord("consumer", 4, "range", "m", 123, [member])
-    assert group_record(group_value(record)) == record
+    assert decode_group_metadata_value(encode_group_metadata_value(record)) == record
     plain = OffsetRecord(5, leader_epoch=2, metadata="x", commit_timestamp_ms=9)
-    assert offset_value(plain).expire_timestamp_ms == -1
-    assert offset_record(offset_value(plain)) == plain
+    assert offset_commit_value_version(plain) == 3  # no expire timestamp written (the v1 field stays unset)
+    assert decode_offset_commit_value(encode_offset_commit_value(plain)) == plain
     expiring = OffsetRecord(5, metadata="x", commit_timestamp_ms=9, expire_timestamp_ms=99)
-    assert offset_record(offset_value(expiring)) == expiring
+    assert decode_offset_commit_value(encode_offset_commit_value(expiring)) == expiring
 
 
 def test_only_the_latest_group_value_is_decoded() -> None:

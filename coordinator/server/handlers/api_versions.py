@@ -11,12 +11,11 @@ from typing import Any
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader, encode_response_frame
+from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.API_VERSIONS
 VERSIONS = (0, 4)
-_INVALID_REQUEST = 42
-_UNSUPPORTED_VERSION = 35
 # ApiVersionsRequest v3+ ClientSoftwareName/Version must look like this (Kafka's ApiVersionsRequest.isValid).
 _SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -24,7 +23,7 @@ _SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     version = header.api_version
     if version >= 3 and not _valid_software(body.client_software_name, body.client_software_version):
-        return build(response_class(API_KEY, version), error_code=error(_INVALID_REQUEST), api_keys=(),
+        return build(response_class(API_KEY, version), error_code=error(Errors.INVALID_REQUEST), api_keys=(),
                      throttle_time=ZERO_DURATION)
     if ctx.relay is not None:
         return _table_response(version, tuple(ctx.relay.advertised.items()))
@@ -45,7 +44,7 @@ def _supported_response(version: int) -> Any:
         entry(api_key=int(api.key), min_version=api.min_version, max_version=api.max_version)
         for api in sorted(SERVED_APIS.values(), key=lambda api: api.key)
     )
-    return build(cls, error_code=error(0), api_keys=api_keys, throttle_time=ZERO_DURATION)
+    return build(cls, error_code=error(Errors.NONE), api_keys=api_keys, throttle_time=ZERO_DURATION)
 
 
 @cache
@@ -53,7 +52,7 @@ def _table_response(version: int, table: tuple[tuple[int, tuple[int, int]], ...]
     cls = response_class(API_KEY, version)
     entry = item_class(cls, "api_keys")
     api_keys = tuple(entry(api_key=key, min_version=low, max_version=high) for key, (low, high) in table)
-    return build(cls, error_code=error(0), api_keys=api_keys, throttle_time=ZERO_DURATION)
+    return build(cls, error_code=error(Errors.NONE), api_keys=api_keys, throttle_time=ZERO_DURATION)
 
 
 def unsupported_version_reply(correlation_id: int) -> bytes:
@@ -61,5 +60,5 @@ def unsupported_version_reply(correlation_id: int) -> bytes:
     range, in a v0 body behind a v0 header, so any client can read it and retry with a version we know."""
     cls = response_class(API_KEY, 0)
     entry = item_class(cls, "api_keys")(api_key=int(API_KEY), min_version=VERSIONS[0], max_version=VERSIONS[1])
-    body = cls(error_code=error(_UNSUPPORTED_VERSION), api_keys=(entry,))
+    body = cls(error_code=error(Errors.UNSUPPORTED_VERSION), api_keys=(entry,))
     return encode_response_frame(correlation_id, 0, body)

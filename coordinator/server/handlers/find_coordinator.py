@@ -10,16 +10,16 @@ from typing import Any
 from coordinator.server.context import ConnectionContext, Node
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
+from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.FIND_COORDINATOR
 VERSIONS = (0, 6)
 _GROUP_KEY_TYPE = 0
 _TRANSACTION_KEY_TYPE = 1
-_NONE, _COORDINATOR_NOT_AVAILABLE, _INVALID_REQUEST = 0, 15, 42
 _MESSAGES = {
-    _COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
-    _INVALID_REQUEST: "This most likely occurs because of a request being malformed by the client library or "
+    Errors.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+    Errors.INVALID_REQUEST: "This most likely occurs because of a request being malformed by the client library or "
     "the message was sent to an incompatible broker. See the broker logs for more details.",
 }
 
@@ -37,16 +37,16 @@ def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     return _located(cls, ctx.node, code, throttle_time=ZERO_DURATION)
 
 
-def _error_for(key_type: int) -> int:
+def _error_for(key_type: int) -> Errors:
     if key_type == _GROUP_KEY_TYPE:
-        return _NONE
+        return Errors.NONE
     if key_type == _TRANSACTION_KEY_TYPE:
-        return _COORDINATOR_NOT_AVAILABLE
-    return _INVALID_REQUEST
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    return Errors.INVALID_REQUEST
 
 
-def _located(cls: type, node: Node, code: int, **extra: Any) -> Any:
-    if code != _NONE:  # Kafka's error shape: no node
+def _located(cls: type, node: Node, code: Errors, **extra: Any) -> Any:
+    if code != Errors.NONE:  # Kafka's error shape: no node
         return build(cls, error_code=error(code), error_message=_MESSAGES[code], node_id=-1, host="", port=-1, **extra)
     return build(cls, error_code=error(code), error_message=None, node_id=node.node_id, host=node.host,
                  port=node.port, **extra)

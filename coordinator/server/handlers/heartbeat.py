@@ -1,4 +1,4 @@
-"""Heartbeat (12): the hot path. The GroupCoordinator answers heartbeats synchronously (`handle_heartbeat`), so
+"""Heartbeat (12): the hot path. The GroupRuntime answers heartbeats synchronously (`handle_heartbeat`), so
 no coroutine is made; the response is hand-packed by protocol.fastpath from the kio object returned here, and
 those objects are cached per (version, error) since they are immutable."""
 

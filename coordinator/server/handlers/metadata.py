@@ -10,11 +10,11 @@ from typing import Any
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
+from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.METADATA
 VERSIONS = (0, 12)
-_UNKNOWN_TOPIC_OR_PARTITION = 3
 _AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
@@ -40,7 +40,7 @@ def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
 def _unknown_topic(topic_class: type, name: str | None) -> Any:
     return build(
         topic_class,
-        error_code=error(_UNKNOWN_TOPIC_OR_PARTITION),
+        error_code=error(Errors.UNKNOWN_TOPIC_OR_PARTITION),
         name=name if name is not None else "",
         topic_id=None,
         is_internal=False,

@@ -15,6 +15,7 @@ from coordinator.group import api
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
+from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class, ms
 
 API_KEY = ApiKey.OFFSET_COMMIT
@@ -62,7 +63,6 @@ def to_response(version: int, response: api.OffsetCommitResponse) -> Any:
     return build(cls, throttle_time=ZERO_DURATION, topics=topics)
 
 
-_UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
@@ -89,7 +89,7 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> An
 def _refused(request: api.OffsetCommitRequest, missing: set[tuple[str, int]]) -> list[Any]:
     topics = []
     for topic in request.topics:
-        partitions = [api.OffsetCommitResponsePartition(p.partition_index, _UNKNOWN_TOPIC_OR_PARTITION)
+        partitions = [api.OffsetCommitResponsePartition(p.partition_index, Errors.UNKNOWN_TOPIC_OR_PARTITION)
                       for p in topic.partitions if (topic.name, p.partition_index) in missing]
         if partitions:
             topics.append(api.OffsetCommitResponseTopic(topic.name, partitions))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.group import api
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader

@@ -1,4 +1,5 @@
-"""Group id → state-topic partition, exactly as Kafka maps a group to a `__consumer_offsets` partition.
+"""Group id → state-topic partition, exactly as Kafka maps a group to a `__consumer_offsets` partition. The
+runtime routes every request with it (a group lives in the shard of its partition).
 
 Kafka computes `Utils.abs(groupId.hashCode()) % numPartitions`. Python's `hash()` and `abs()` give different
 answers, so both Java pieces are reproduced here:
@@ -11,6 +12,7 @@ The partition count must never change after deployment: every group would move t
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 
 _INT32_MIN = -(1 << 31)
 _UINT32_MASK = 0xFFFFFFFF
@@ -35,3 +37,10 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     if num_partitions <= 0:
         raise ValueError(f"num_partitions must be positive, got {num_partitions}")
     return kafka_abs(java_string_hash(group_id)) % num_partitions
+
+
+@lru_cache(maxsize=1 << 17)
+def cached_partition_for(group_id: str, num_partitions: int) -> int:
+    """`partition_for` behind a bounded cache: the runtime asks on every request (Heartbeat included), and
+    the Java hash costs a Python loop over the id's characters."""
+    return partition_for(group_id, num_partitions)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.storage.partitioner import java_string_hash, kafka_abs, partition_for
+from coordinator.group.partitioner import java_string_hash, kafka_abs, partition_for
 
 VECTORS = [  # (group id, Java String.hashCode, partition of 50)
     ("my-group", -1906497762, 12),

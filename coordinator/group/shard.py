@@ -1,35 +1,35 @@
-"""GroupCoordinator: Kafka's classic group protocol over two purgatories, a clock and a GroupStore.
+"""GroupShard: the groups of one state-topic partition, and the rebalance mechanics they share.
 
-One asyncio loop owns every group, so there are no locks: each request handler runs its checks and state
-changes synchronously, and only awaits (a parked JoinGroup/SyncGroup future, a store write) at the end.
-Where a store write completes later, its callback re-checks state and generation first, as Kafka does.
+A shard owns its groups, its loading status and (through the group ids in them) its purgatory keys. Request
+handlers (join.py, sync.py, offsets.py, admin.py) are plain functions of (shard, request) that mutate the shard
+and return a `Result` (records to append, response or parked future); the runtime (runtime.py) appends the
+records to the shard's partition and answers once Kafka acknowledged them. Nothing here awaits or calls the
+store: writes that group logic starts on its own (an emptied group's record, from a timer) go through `emit`,
+which the runtime flushes to the same partition in order.
 
-The request handlers live in mixins (join.py, sync.py, offsets.py, admin.py); this module holds what they
-share: status checks, the rebalance mechanics (§4 of the reference), session tracking, loading and unloading.
+What this module holds is what the handlers share: status checks, the rebalance mechanics (§4 of the
+reference), session tracking, loading and unloading of groups.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from enum import Enum
+from typing import Callable
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.admin import AdminHandlers
 from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupResponse, JoinGroupResponseMember, SyncGroupResponse
 from coordinator.group.delayed import (DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin, join_key,
                                        member_key, sync_key)
-from coordinator.group.errors import Errors, group_append_error
-from coordinator.group.join import JoinHandlers
 from coordinator.group.loading import materialize_group
 from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
-from coordinator.group.offsets import OffsetHandlers
+from coordinator.group.result import Write
 from coordinator.group.state import GroupState
-from coordinator.group.store import GroupRecord, GroupStore, OffsetRecord, StoreError, TopicPartition
-from coordinator.group.sync import SyncHandlers
+from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
 from coordinator.purgatory import DelayedOperationPurgatory
-from coordinator.timer import Clock, MonotonicClock, SystemTimer, WallClock
+from coordinator.timer import Clock
+from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
 
@@ -38,33 +38,58 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     GroupState.DEAD)
 
 
-class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers):
-    def __init__(self, config: CoordinatorConfig, timer: SystemTimer, store: GroupStore,
-                 clock: Clock | None = None, observer: GroupObserver | None = None,
-                 wall_clock: Clock | None = None) -> None:
+class ShardStatus(Enum):
+    """Where a partition stands on this instance; requests for its groups are answered accordingly (§3.0)."""
+
+    UNOWNED = "unowned"  # NOT_COORDINATOR: another instance (step 2) or nobody serves it
+    LOADING = "loading"  # COORDINATOR_LOAD_IN_PROGRESS while its records are replayed
+    ACTIVE = "active"
+    STOPPED = "stopped"  # COORDINATOR_NOT_AVAILABLE: the service is shutting down
+
+
+_STATUS_ERRORS = {
+    ShardStatus.UNOWNED: Errors.NOT_COORDINATOR,
+    ShardStatus.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
+    ShardStatus.STOPPED: Errors.COORDINATOR_NOT_AVAILABLE,
+}
+
+
+class GroupShard:
+    def __init__(self, partition: int, config: CoordinatorConfig, clock: Clock, wall_clock: Clock,
+                 observer: GroupObserver, heartbeat_purgatory: DelayedOperationPurgatory,
+                 rebalance_purgatory: DelayedOperationPurgatory,
+                 on_emit: Callable[[GroupShard], None] | None = None) -> None:
+        self.partition = partition
         self.config = config
-        self.timer = timer
-        self.store = store
-        self.clock: Clock = clock if clock is not None else timer.clock
         # Stored timestamps (commit and state-change times) are epoch ms, like Kafka's; deadlines and durations
         # use the monotonic clock. A test's manual clock serves as both, so one timeline drives everything.
-        if wall_clock is None:
-            wall_clock = WallClock() if isinstance(self.clock, MonotonicClock) else self.clock
-        self.wall_clock: Clock = wall_clock
-        self.observer: GroupObserver = observer if observer is not None else GroupObserver()
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.observer = observer
+        self.heartbeat_purgatory = heartbeat_purgatory
+        self.rebalance_purgatory = rebalance_purgatory
+        self.status = ShardStatus.UNOWNED
         self.groups: dict[str, GroupMetadata] = {}
-        purge = config.purgatory_purge_interval
-        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", timer, purge, owns_timer=False)
-        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer, purge, owns_timer=False)
-        self.is_active = True
-        self.is_loading = False
-        self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read this)
-        # Optional ownership test (partition ownership lives in the storage layer): False -> NOT_COORDINATOR.
-        self.owns_group: Callable[[str], bool] | None = None
-        self._loaded_groups: dict[str, GroupRecord] = {}
-        self._loaded_offsets: dict[str, dict[TopicPartition, OffsetRecord]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.pending_writes: list[Write] = []  # emitted by group logic, appended by the runtime in order
+        self._on_emit = on_emit
+        self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
+
+    def emit(self, write: Write) -> Write:
+        """Queue records for this shard's partition (the runtime appends them, in order, after the current
+        handler or timer callback returns)."""
+        self.pending_writes.append(write)
+        if self._on_emit is not None:
+            self._on_emit(self)
+        return write
+
+    def take_writes(self) -> list[Write]:
+        writes, self.pending_writes = self.pending_writes, []
+        return writes
+
+    def next_offset_write_seq(self) -> int:
+        self._offset_write_seq += 1
+        return self._offset_write_seq
 
     def now_ms(self) -> int:
         return self.clock.now_ms()
@@ -76,13 +101,7 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
     def group_status_error(self, group_id: str | None, empty_id_ok: bool = False) -> Errors | None:
         if group_id is None or (not group_id and not empty_id_ok):
             return Errors.INVALID_GROUP_ID
-        if not self.is_active:
-            return Errors.COORDINATOR_NOT_AVAILABLE
-        if self.is_loading:
-            return Errors.COORDINATOR_LOAD_IN_PROGRESS
-        if self.owns_group is not None and not self.owns_group(group_id):
-            return Errors.NOT_COORDINATOR
-        return None
+        return _STATUS_ERRORS.get(self.status)
 
     def validate_current_member(self, group: GroupMetadata, member_id: str, group_instance_id: str | None,
                                 operation: str) -> Errors | None:
@@ -103,24 +122,6 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
         if group is None:
             group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_wall_ms(), self.observer)
         return group
-
-    async def write_group(self, group_id: str, record: GroupRecord) -> Errors:
-        """Appends a group record; returns the error as SyncGroup/JoinGroup report it (3.9 `storeGroup`)."""
-        try:
-            await self.store.store_group(group_id, record)
-            return Errors.NONE
-        except StoreError as exc:
-            return group_append_error(exc.error)
-        except Exception:
-            log.exception("event=store_failed group=%s generation=%d", group_id, record.generation)
-            return Errors.UNKNOWN_SERVER_ERROR
-
-    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
-        """Background work (store writes) that must finish even if the request that started it is cancelled."""
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     # --- rebalance mechanics (§4) -----------------------------------------------------------------------------
     def maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
@@ -181,15 +182,13 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
 
     def _on_group_emptied(self, group: GroupMetadata) -> None:
         log.info("event=group_empty group=%s generation=%d", group.group_id, group.generation_id)
-        self._rebalance_completed(group)
-        record = group.to_record({})
+        self.rebalance_completed(group)
 
-        async def store_empty() -> None:
-            error = await self.write_group(group.group_id, record)
+        def written(error: Errors) -> None:
             if error != Errors.NONE:  # only a warning in Kafka: the old generation times out if reloaded
                 log.warning("event=store_empty_group_failed group=%s error=%s", group.group_id, error.name)
 
-        self.spawn(store_empty())
+        self.emit(Write.group(group.group_id, group.to_record({}), written))
 
     def _send_join_responses(self, group: GroupMetadata) -> None:
         log.info("event=group_stabilized group=%s generation=%d members=%d protocol=%s leader=%s",
@@ -271,7 +270,7 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
             if group.complete_sync(member, response):
                 self.schedule_heartbeat(group, member, member.session_timeout_ms)
 
-    def _rebalance_completed(self, group: GroupMetadata) -> None:
+    def rebalance_completed(self, group: GroupMetadata) -> None:
         started_ms = group.rebalance_started_ms
         group.rebalance_started_ms = None
         duration_ms = 0 if started_ms is None else self.now_ms() - started_ms
@@ -282,7 +281,7 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
     # --- responses --------------------------------------------------------------------------------------------
     @staticmethod
     def member_list(group: GroupMetadata) -> list[JoinGroupResponseMember]:
-        return [JoinGroupResponseMember(m, i, md) for m, i, md in group.current_member_metadata()]
+        return group.current_member_metadata()
 
     @staticmethod
     def join_response(group: GroupMetadata, member_id: str, members: list[JoinGroupResponseMember], leader: str | None = None,
@@ -371,47 +370,19 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
             group, member, f"removing member {member.member_id} on heartbeat expiration")
 
     # --- loading and unloading (§7.4, §7.5) -------------------------------------------------------------------
-    def begin_loading(self) -> None:
-        """Group requests get COORDINATOR_LOAD_IN_PROGRESS (Heartbeat: NONE, SyncGroup: REBALANCE_IN_PROGRESS)
-        until finish_loading()."""
-        self.is_loading = True
-        self._loaded_groups.clear()
-        self._loaded_offsets.clear()
-
-    def load_group(self, group_id: str, record: GroupRecord | None) -> None:
-        """Replay one group record in log order; None is a tombstone."""
-        if record is None:
-            self._loaded_groups.pop(group_id, None)
-        else:
-            self._loaded_groups[group_id] = record
-
-    def load_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetRecord | None]) -> None:
-        """Replay offset records in log order; a None value is a tombstone."""
-        loaded = self._loaded_offsets.setdefault(group_id, {})
-        for tp, record in offsets.items():
-            if record is None:
-                loaded.pop(tp, None)
-            else:
-                loaded[tp] = record
-
-    def finish_loading(self) -> None:
+    def load_group(self, group_id: str, record: GroupRecord | None,
+                   offsets: dict[TopicPartition, OffsetRecord]) -> None:
+        """Materialise one loaded group (its latest record and offsets): Stable with members, else Empty."""
+        if group_id in self.groups:
+            log.warning("event=load_skipped group=%s reason=already_cached", group_id)
+            return
         try:
-            for group_id in set(self._loaded_groups) | {g for g, o in self._loaded_offsets.items() if o}:
-                if group_id in self.groups:
-                    log.warning("event=load_skipped group=%s reason=already_cached", group_id)
-                    continue
-                try:
-                    group = materialize_group(self, group_id, self._loaded_groups.get(group_id),
-                                              self._loaded_offsets.get(group_id, {}))
-                except Exception:  # a record we cannot make sense of costs that group, not the others
-                    log.exception("event=load_failed group=%s", group_id)
-                    continue
-                self.groups[group_id] = group
-                self._on_group_loaded(group)
-        finally:
-            self._loaded_groups.clear()
-            self._loaded_offsets.clear()
-            self.is_loading = False
+            group = materialize_group(self, group_id, record, offsets)
+        except Exception:  # a record we cannot make sense of costs that group, not the others
+            log.exception("event=load_failed group=%s", group_id)
+            return
+        self.groups[group_id] = group
+        self._on_group_loaded(group)
 
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         log.info("event=group_loaded group=%s generation=%d state=%s members=%d",
@@ -441,15 +412,3 @@ class GroupCoordinator(JoinHandlers, SyncHandlers, OffsetHandlers, AdminHandlers
     def unload_all(self, error: Errors = Errors.NOT_COORDINATOR) -> None:
         for group in list(self.groups.values()):
             self.unload_group(group, error)
-
-    async def shutdown(self) -> None:
-        """Stop serving: parked requests get NOT_COORDINATOR (clients rediscover), pending writes finish or are
-        cancelled, delayed operations are dropped. The timer belongs to the caller."""
-        self.is_active = False
-        self.unload_all(Errors.NOT_COORDINATOR)
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self.heartbeat_purgatory.shutdown()
-        await self.rebalance_purgatory.shutdown()

@@ -1,0 +1,65 @@
+"""What a request handler hands back to the runtime: the records to append and the response.
+
+Kafka 4's coordinator calls this `CoordinatorResult(records, response)`. A handler mutates its shard
+synchronously and returns a `Result`; the runtime appends `writes` to the shard's partition, runs each write's
+`then(error)` on the loop once Kafka has acknowledged it (or it failed), and only then sends the response, so no
+client hears of a state that is not in Kafka. `then` is bookkeeping that must happen whatever becomes of the
+request (it may have been cancelled meanwhile); a response that depends on the outcome (OffsetCommit) is built
+by `respond(errors)`; a parked JoinGroup/SyncGroup is an asyncio.Future that group logic answers later.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Callable, Generic, TypeVar
+
+from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
+from protocol.error_codes import Errors
+
+R = TypeVar("R")
+
+GROUP, OFFSETS, TOMBSTONES = "group", "offsets", "tombstones"
+
+
+@dataclass(slots=True, eq=False)
+class Write:
+    """The records of one group, for its shard's partition, appended all or nothing. `then(error)` runs on the
+    loop once the append is acknowledged (Errors.NONE) or failed (the raw Kafka append error); then `done`
+    resolves to that error."""
+
+    group_id: str
+    kind: str
+    record: GroupRecord | None = None
+    offsets: dict[TopicPartition, OffsetRecord] = field(default_factory=dict)
+    removed: list[TopicPartition] = field(default_factory=list)
+    group_tombstone: bool = False
+    then: Callable[[Errors], object] | None = None
+    done: asyncio.Future[Errors] | None = None  # set by the runtime when it starts the append
+
+    @classmethod
+    def group(cls, group_id: str, record: GroupRecord, then: Callable[[Errors], object] | None = None) -> Write:
+        return cls(group_id, GROUP, record=record, then=then)
+
+    @classmethod
+    def offset_commit(cls, group_id: str, offsets: dict[TopicPartition, OffsetRecord],
+                      then: Callable[[Errors], object] | None = None) -> Write:
+        return cls(group_id, OFFSETS, offsets=offsets, then=then)
+
+    @classmethod
+    def tombstones(cls, group_id: str, removed: list[TopicPartition], group_tombstone: bool,
+                   then: Callable[[Errors], object] | None = None) -> Write:
+        return cls(group_id, TOMBSTONES, removed=removed, group_tombstone=group_tombstone, then=then)
+
+
+@dataclass(slots=True)
+class Result(Generic[R]):
+    """`response`: the answer, or a parked future; `writes`: appended first; `respond(errors)`, if given, builds
+    the response from the writes' outcomes (one error per write, in order)."""
+
+    response: R | asyncio.Future[R] | None = None
+    writes: list[Write] = field(default_factory=list)
+    respond: Callable[[list[Errors]], R] | None = None
+
+
+def answer(response: R) -> Result[R]:
+    return Result(response)

@@ -1,0 +1,338 @@
+"""GroupRuntime: routes every group request to the shard of the group's state-topic partition, appends what the
+handler returns to that partition and answers once Kafka has acknowledged it (Kafka 4's CoordinatorRuntime).
+
+    request ─► shard_for(group id) ─► handler(shard, request) ─► Result(writes, response)
+                                                   │ append each write to the shard's partition (in order)
+                                                   ▼ then(error) on the loop, then the response (or the
+                                                     parked future, answered later by group logic)
+
+One shard per partition (`offsets.topic.num.partitions`), each with its own status: UNOWNED (NOT_COORDINATOR),
+LOADING (COORDINATOR_LOAD_IN_PROGRESS), ACTIVE, STOPPED (COORDINATOR_NOT_AVAILABLE). `load(partitions)` reads
+partitions through the store and materialises their groups partition by partition, yielding to the loop
+between slices, so the shards already served keep answering; `unload(partitions)` answers the parked requests
+of their groups NOT_COORDINATOR and stops the store writing to them. Several instances (issue 10, step 2) will
+call these two as partitions move between them.
+
+Writes that group logic starts on its own (an emptied group's record, from a timer) are emitted by the shard
+and flushed here on the next loop turn, to the same partition, in order with the handlers' writes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any, Callable
+
+from coordinator.config import CoordinatorConfig
+from coordinator.group import admin, join, offsets, sync
+from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse,
+                                   DescribeGroupsRequest, DescribeGroupsResponse, HeartbeatRequest,
+                                   HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+                                   LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+                                   OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+                                   OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse)
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.observer import GroupObserver
+from coordinator.group.partitioner import cached_partition_for
+from coordinator.group.result import Result, Write
+from coordinator.group.shard import GroupShard, ShardStatus
+from coordinator.group.store import GroupStore, StoreError
+from coordinator.purgatory import DelayedOperationPurgatory
+from coordinator.timer import Clock, MonotonicClock, SystemTimer, WallClock
+from protocol.error_codes import Errors
+
+log = logging.getLogger("coordinator.group")
+
+_LOAD_SLICE = 2_000  # groups materialised between two yields to the event loop
+
+
+class GroupRuntime:
+    def __init__(self, config: CoordinatorConfig, timer: SystemTimer, store: GroupStore,
+                 clock: Clock | None = None, observer: GroupObserver | None = None,
+                 wall_clock: Clock | None = None) -> None:
+        self.config = config
+        self.timer = timer
+        self.store = store
+        self.clock: Clock = clock if clock is not None else timer.clock
+        # Stored timestamps are epoch ms, like Kafka's; deadlines use the monotonic clock. A test's manual clock
+        # serves as both, so one timeline drives everything.
+        if wall_clock is None:
+            wall_clock = WallClock() if isinstance(self.clock, MonotonicClock) else self.clock
+        self.wall_clock: Clock = wall_clock
+        self._observer: GroupObserver = observer if observer is not None else GroupObserver()
+        purge = config.purgatory_purge_interval
+        # Shared by the shards: their keys carry the group id, so each shard's keys are its own.
+        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", timer, purge, owns_timer=False)
+        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer, purge, owns_timer=False)
+        self.num_partitions = config.offsets_topic_num_partitions
+        if store.partitions is not None and store.partitions != self.num_partitions:
+            raise ValueError(f"the store's state topic has {store.partitions} partitions, the runtime routes groups "
+                             f"over offsets.topic.num.partitions={self.num_partitions}")
+        self.shards = [GroupShard(p, config, self.clock, self.wall_clock, self._observer, self.heartbeat_purgatory,
+                                  self.rebalance_purgatory, self._on_emit)
+                       for p in range(self.num_partitions)]
+        for shard in self.shards:  # one instance owns every partition until told otherwise (step 2)
+            shard.status = ShardStatus.ACTIVE
+        self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
+        self.is_active = True
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._dirty: list[GroupShard] = []  # shards with emitted writes not yet flushed
+
+    @property
+    def observer(self) -> GroupObserver:
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: GroupObserver) -> None:
+        """Replace the observer of every shard; only before any group exists (a group keeps the observer it was
+        created with)."""
+        self._observer = observer
+        for shard in self.shards:
+            shard.observer = observer
+
+    # --- routing ----------------------------------------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return cached_partition_for(group_id, self.num_partitions)
+
+    def shard_for(self, group_id: str | None) -> GroupShard:
+        """The shard of `group_id`'s partition ("" hashes to 0 as in Kafka; None goes there too and is rejected)."""
+        return self.shards[0 if group_id is None else cached_partition_for(group_id, self.num_partitions)]
+
+    @property
+    def heartbeat_count(self) -> int:
+        """Heartbeats answered, over every shard (metrics read it)."""
+        return sum(shard.heartbeat_count for shard in self.shards)
+
+    @property
+    def is_loading(self) -> bool:
+        return any(shard.status is ShardStatus.LOADING for shard in self.shards)
+
+    # --- requests ---------------------------------------------------------------------------------------------
+    async def join_group(self, req: JoinGroupRequest) -> JoinGroupResponse:
+        return await self._serve(req.group_id, join.handle_join_group, req)
+
+    async def sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse:
+        return await self._serve(req.group_id, sync.handle_sync_group, req)
+
+    def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
+                         group_instance_id: str | None = None) -> Errors:
+        """The hot path, synchronous: no writes, no futures."""
+        return sync.handle_heartbeat(self.shard_for(group_id), group_id, generation_id, member_id,
+                                     group_instance_id)
+
+    async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        return HeartbeatResponse(
+            self.handle_heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id))
+
+    async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
+        return await self._serve(req.group_id, sync.handle_leave_group, req)
+
+    async def commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+        return await self._serve(req.group_id, offsets.handle_commit_offsets, req)
+
+    async def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        return offsets.handle_fetch_offsets(self.shard_for(req.group_id), req)
+
+    async def delete_offsets(self, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        return await self._serve(req.group_id, offsets.handle_delete_offsets, req)
+
+    async def describe_groups(self, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        return DescribeGroupsResponse([admin.describe_group(self.shard_for(group_id), group_id, req.version)
+                                       for group_id in req.groups])
+
+    def describe_group(self, group_id: str, version: int = 5):  # type: ignore[no-untyped-def]
+        return admin.describe_group(self.shard_for(group_id), group_id, version)
+
+    async def list_groups(self, req: ListGroupsRequest) -> ListGroupsResponse:
+        if not self.is_active:
+            return ListGroupsResponse(Errors.COORDINATOR_NOT_AVAILABLE)
+        error = Errors.COORDINATOR_LOAD_IN_PROGRESS if self.is_loading else Errors.NONE
+        served = [s for s in self.shards if s.status in (ShardStatus.ACTIVE, ShardStatus.LOADING)]
+        return ListGroupsResponse(error, [g for shard in served for g in admin.list_groups(shard, req)])
+
+    async def delete_groups(self, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        """Each shard deletes its groups; answered once every tombstone is written (KafkaApis de-duplicates)."""
+        by_shard: dict[int, list[str]] = {}
+        names = list(dict.fromkeys(req.groups_names))
+        for group_id in names:
+            by_shard.setdefault(self.shard_for(group_id).partition, []).append(group_id)
+        results: dict[str, Errors] = {}
+        pending = []
+        for partition, group_ids in by_shard.items():
+            shard = self.shards[partition]
+            result = admin.handle_delete_groups(shard, group_ids)
+            assert isinstance(result.response, dict)
+            results.update(result.response)
+            pending.extend(self._start(shard, result.writes))
+        await self._written(pending)
+        return DeleteGroupsResponse([DeletableGroupResult(g, results[g]) for g in names])
+
+    async def expire_offsets(self) -> int:
+        """One run of Kafka's offset cleanup over every active shard; returns once the tombstones are written."""
+        if not self.is_active:
+            return 0
+        removed, pending = 0, []
+        for shard in self.shards:
+            count, writes = offsets.expire_offsets(shard)
+            removed += count
+            pending.extend(self._start(shard, writes))
+        await self._written(pending)
+        return removed
+
+    # --- the write path ---------------------------------------------------------------------------------------
+    async def _serve(self, group_id: str | None, handler: Callable[[GroupShard, Any], Any], req: Any) -> Any:
+        shard = self.shard_for(group_id)
+        result = handler(shard, req)
+        if not isinstance(result, Result):  # a handler that never writes returns its response itself
+            return result
+        written = self._start(shard, result.writes)
+        response = result.response
+        if isinstance(response, asyncio.Future):
+            # A parked request is answered by group logic: on success only from its write's `then` (after the
+            # acknowledgement), but an error (a rebalance meanwhile) may answer it before.
+            return await response
+        if written:
+            errors = await self._written(written)
+            if result.respond is not None:
+                response = result.respond(errors)
+        return response
+
+    def _start(self, shard: GroupShard, writes: list[Write]) -> list[asyncio.Future[Errors]]:
+        """Starts the shard's emitted writes, then `writes`, in that order; returns the futures of `writes`."""
+        self._flush(shard)
+        return [self._append(shard.partition, write) for write in writes]
+
+    async def _written(self, done: list[asyncio.Future[Errors]]) -> list[Errors]:
+        """The writes' outcomes; a cancelled request does not cancel them (they belong to the runtime)."""
+        if not done:
+            return []
+        return list(await asyncio.shield(asyncio.gather(*done)))
+
+    def _append(self, partition: int, write: Write) -> asyncio.Future[Errors]:
+        loop = asyncio.get_running_loop()
+        write.done = loop.create_future()
+        task = loop.create_task(self._append_then(partition, write))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return write.done
+
+    async def _append_then(self, partition: int, write: Write) -> None:
+        error = Errors.NONE
+        try:
+            await self.store.append(partition, write)
+        except StoreError as exc:
+            error = exc.error
+        except asyncio.CancelledError:
+            error = Errors.COORDINATOR_NOT_AVAILABLE
+            raise
+        except Exception:
+            log.exception("event=store_failed group=%s partition=%d kind=%s", write.group_id, partition, write.kind)
+            error = Errors.UNKNOWN_SERVER_ERROR
+        finally:
+            self._settle(write, error)
+
+    @staticmethod
+    def _settle(write: Write, error: Errors) -> None:
+        try:
+            if write.then is not None:
+                write.then(error)
+        except Exception:
+            log.exception("event=write_callback_failed group=%s kind=%s", write.group_id, write.kind)
+        finally:
+            if write.done is not None and not write.done.done():
+                write.done.set_result(error)
+
+    def _on_emit(self, shard: GroupShard) -> None:
+        if not self._dirty:
+            asyncio.get_running_loop().call_soon(self._flush_dirty)
+        if shard not in self._dirty:
+            self._dirty.append(shard)
+
+    def _flush_dirty(self) -> None:
+        dirty, self._dirty = self._dirty, []
+        for shard in dirty:
+            self._flush(shard)
+
+    def _flush(self, shard: GroupShard) -> None:
+        for write in shard.take_writes():
+            self._append(shard.partition, write)
+
+    # --- loading and unloading (§7.4, §7.5) -------------------------------------------------------------------
+    def begin_loading(self, partitions: Collection[int] | None = None) -> None:
+        """Their groups' requests get COORDINATOR_LOAD_IN_PROGRESS (Heartbeat: NONE, SyncGroup:
+        REBALANCE_IN_PROGRESS) until `load` has materialised them."""
+        for partition in self._partitions(partitions):
+            self.shards[partition].status = ShardStatus.LOADING
+
+    async def load(self, partitions: Collection[int] | None = None) -> int:
+        """Read the partitions through the store and serve them, one partition at a time, yielding to the loop
+        every few thousand groups. If the store fails the partitions stay LOADING and the error propagates
+        (serving an empty state would look like every group was lost). Returns the groups loaded."""
+        wanted = self._partitions(partitions)
+        self.begin_loading(wanted)
+        loaded = await self.store.load(wanted)
+        by_partition: dict[int, list[str]] = {p: [] for p in wanted}
+        for group_id in loaded.group_ids():
+            partition = self.partition_for(group_id)
+            if partition in by_partition:
+                by_partition[partition].append(group_id)
+            else:
+                log.warning("event=load_skipped group=%s partition=%d reason=not_requested", group_id, partition)
+        count = 0
+        for partition, group_ids in by_partition.items():
+            shard = self.shards[partition]
+            for group_id in group_ids:
+                shard.load_group(group_id, loaded.groups.get(group_id), loaded.offsets.get(group_id, {}))
+                count += 1
+                if count % _LOAD_SLICE == 0:
+                    await asyncio.sleep(0)  # the shards already served keep answering meanwhile
+            shard.status = ShardStatus.ACTIVE if self.is_active else ShardStatus.STOPPED
+        return count
+
+    async def unload(self, partitions: Collection[int]) -> None:
+        """Give the partitions up: parked requests of their groups get NOT_COORDINATOR, their groups and
+        delayed operations go, requests for them get NOT_COORDINATOR, the store stops writing to them."""
+        for partition in partitions:
+            shard = self.shards[partition]
+            shard.status = ShardStatus.UNOWNED
+            shard.unload_all(Errors.NOT_COORDINATOR)
+        await self.store.unload(partitions)
+
+    def unload_group(self, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
+        self.shard_for(group.group_id).unload_group(group, error)
+
+    def _partitions(self, partitions: Collection[int] | None) -> list[int]:
+        return list(range(self.num_partitions)) if partitions is None else list(partitions)
+
+    async def shutdown(self) -> None:
+        """Stop serving: parked requests get NOT_COORDINATOR (clients rediscover), pending writes finish or are
+        cancelled, delayed operations are dropped. The timer belongs to the caller."""
+        self.is_active = False
+        for shard in self.shards:
+            shard.status = ShardStatus.STOPPED
+            shard.unload_all(Errors.NOT_COORDINATOR)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.heartbeat_purgatory.shutdown()
+        await self.rebalance_purgatory.shutdown()
+
+
+class _GroupsView(Mapping[str, GroupMetadata]):
+    """Every shard's groups, read-only (for tools, logs and tests)."""
+
+    def __init__(self, shards: list[GroupShard]) -> None:
+        self._shards = shards
+
+    def __getitem__(self, group_id: str) -> GroupMetadata:
+        if group_id is None:
+            raise KeyError(group_id)
+        return self._shards[cached_partition_for(group_id, len(self._shards))].groups[group_id]
+
+    def __iter__(self) -> Iterator[str]:
+        for shard in self._shards:
+            yield from list(shard.groups)
+
+    def __len__(self) -> int:
+        return sum(len(shard.groups) for shard in self._shards)

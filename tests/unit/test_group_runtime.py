@@ -1,0 +1,84 @@
+"""The shard runtime's seams (coordinator/group/runtime.py): routing by Kafka's partitioner, per-partition
+status, load and unload of partitions, responses only after the records are acknowledged."""
+from __future__ import annotations
+
+import asyncio
+
+from coordinator.group.api import DeleteGroupsRequest, ListGroupsRequest
+from coordinator.group.errors import Errors
+from coordinator.group.partitioner import partition_for
+from coordinator.group.shard import ShardStatus
+from coordinator.group.state import GroupState
+from tests.unit.test_group_harness import Env, drain, env, form_group  # noqa: F401
+from tests.unit.test_group_offsets import commit, errors_of, fetch
+
+
+def other_partition_group(env: Env, group_id: str) -> str:
+    """A group id whose partition differs from `group_id`'s."""
+    runtime = env.coordinator
+    return next(f"other-{i}" for i in range(1000)
+                if runtime.partition_for(f"other-{i}") != runtime.partition_for(group_id))
+
+
+async def test_groups_live_in_the_shard_of_their_kafka_partition(env: Env) -> None:
+    a = env.client("a")
+    await form_group(env, a)
+    runtime = env.coordinator
+    partition = partition_for("g", env.config.offsets_topic_num_partitions)
+    assert runtime.shard_for("g").partition == partition and "g" in runtime.shards[partition].groups
+    assert [p for p, shard in enumerate(runtime.shards) if shard.groups] == [partition]
+    await drain()
+    assert env.store.partition_of["g"] == partition  # the group record went to that partition
+
+
+async def test_a_loading_partition_does_not_stop_the_others(env: Env) -> None:
+    other = other_partition_group(env, "g")
+    runtime = env.coordinator
+    runtime.begin_loading([runtime.partition_for("g")])
+    assert errors_of(await runtime.commit_offsets(commit("g", -1, "", {("t", 0): 1}))) == [
+        Errors.COORDINATOR_LOAD_IN_PROGRESS]
+    assert errors_of(await runtime.commit_offsets(commit(other, -1, "", {("t", 0): 1}))) == [Errors.NONE]
+    assert (await runtime.list_groups(ListGroupsRequest())).error_code == Errors.COORDINATOR_LOAD_IN_PROGRESS
+    await runtime.load([runtime.partition_for("g")])
+    assert runtime.shard_for("g").status is ShardStatus.ACTIVE and not runtime.is_loading
+
+
+async def test_unload_answers_parked_requests_and_refuses_the_partition_until_loaded_again(env: Env) -> None:
+    a, b = env.client("a"), env.client("b")
+    await form_group(env, a, b)
+    assert errors_of(await env.coordinator.commit_offsets(
+        commit("g", a.generation, a.member_id, {("t", 0): 7}))) == [Errors.NONE]
+    leader = a if a.is_leader else b
+    await leader.start_join()  # parked: the leader's rejoin starts a rebalance
+    partition = env.coordinator.partition_for("g")
+    await env.coordinator.unload([partition])
+    await drain()
+    assert leader.take_join().error_code == Errors.NOT_COORDINATOR
+    assert env.group() is None and env.coordinator.shards[partition].status is ShardStatus.UNOWNED
+    assert await a.heartbeat() == Errors.NOT_COORDINATOR
+    assert errors_of(await env.coordinator.commit_offsets(commit("g", -1, "", {("t", 0): 1}))) == [
+        Errors.NOT_COORDINATOR]
+    assert partition in env.store.unloaded  # the store refuses writes to it meanwhile
+
+    await env.coordinator.load([partition])  # taken back: the group comes back from the store, Stable
+    assert env.state() is GroupState.STABLE and env.group().generation_id == a.generation
+    assert await fetch(env, "g", {"t": [0]}) == {("t", 0): (7, "", Errors.NONE)}
+
+
+async def test_delete_groups_answers_only_once_the_tombstones_are_acknowledged(env: Env) -> None:
+    assert errors_of(await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 1}))) == [Errors.NONE]
+    gate = asyncio.Event()
+    written = env.store.delete_group
+
+    async def slow_delete_group(*args) -> None:
+        await gate.wait()
+        await written(*args)
+
+    env.store.delete_group = slow_delete_group  # type: ignore[method-assign]
+    deleting = asyncio.ensure_future(env.coordinator.delete_groups(DeleteGroupsRequest(["s"])))
+    await drain()
+    assert not deleting.done() and env.group("s") is None  # gone from memory, not yet answered
+    gate.set()
+    response = await deleting
+    assert [(r.group_id, r.error_code) for r in response.results] == [("s", Errors.NONE)]
+    assert "s" not in env.store.offsets
