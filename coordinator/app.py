@@ -92,6 +92,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         if instrumented.metrics is not None:
             instrumented.metrics.watch_connections(lambda: server.connection_count)
             instrumented.metrics.watch_runtime_health(health)
+            if server.relay is not None:
+                instrumented.metrics.watch_relay(server.relay)
 
         loaded = asyncio.Event()
         background = _BackgroundTasks()

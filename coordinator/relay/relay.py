@@ -18,7 +18,7 @@ from coordinator.relay.cluster import ClusterMetadata
 from coordinator.relay.config import RelayConfig
 from coordinator.relay.listeners import BrokerListeners, PortMapping, UpstreamBroker
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
-from coordinator.relay.upstream import LinkOwner, UpstreamLink
+from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
 from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, route_of
 from protocol import apis
 from protocol.client import KafkaClient
@@ -42,6 +42,7 @@ class Relay:
         self.served = served
         self.max_frame_bytes = max_frame_bytes
         self.pool = BufferPool(config.buffer_memory_bytes, config.poolable_bytes, config.max_block_ms)
+        self.counters = RelayCounters()  # every link's requests and bytes, for the metrics
         self.cluster = ClusterMetadata(self._refresh_topics, config.metadata_refresh_min_interval_ms)
         self.brokers: dict[int, UpstreamBroker] = {}
         self.cluster_id: str | None = None
@@ -111,7 +112,7 @@ class Relay:
         broker = self.brokers.get(node_id)
         if broker is None:
             raise UpstreamUnavailable(f"broker {node_id} is not in the cluster's metadata")
-        link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes)
+        link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes, self.counters)
         link.connect()
         return link
 

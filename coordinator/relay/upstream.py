@@ -42,6 +42,18 @@ class PendingResponse:
         self.buffer: bytearray | None = None  # the pool buffer holding `frame`, given back once written
 
 
+class RelayCounters:
+    """Totals over every link of one relay, read by the metrics: requests forwarded and frame bytes each way
+    (size prefixes included). Plain integers bumped on the loop: nothing to lock, nearly free."""
+
+    __slots__ = ("requests", "bytes_to_upstream", "bytes_from_upstream")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.bytes_to_upstream = 0
+        self.bytes_from_upstream = 0
+
+
 class LinkOwner(Protocol):
     """What a link needs of its client connection (coordinator.server.connection.Connection)."""
 
@@ -54,8 +66,9 @@ class LinkOwner(Protocol):
 
 class UpstreamLink(asyncio.BufferedProtocol):
     def __init__(self, owner: LinkOwner, pool: BufferPool, node_id: int, host: str, port: int,
-                 max_frame_bytes: int) -> None:
+                 max_frame_bytes: int, counters: RelayCounters | None = None) -> None:
         self.owner = owner
+        self.counters = counters if counters is not None else RelayCounters()
         self.pool = pool
         self.node_id = node_id
         self.address = f"{host}:{port}"
@@ -127,6 +140,9 @@ class UpstreamLink(asyncio.BufferedProtocol):
 
     def send(self, frame: bytes, correlation_id: int, expects_response: bool) -> PendingResponse | None:
         """Forward one request frame (size prefix included); its place in the response order, if answered."""
+        counters = self.counters
+        counters.requests += 1
+        counters.bytes_to_upstream += len(frame)
         pending = None
         if expects_response:
             pending = PendingResponse(correlation_id)
@@ -182,6 +198,7 @@ class UpstreamLink(asyncio.BufferedProtocol):
         return self._staging_view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.counters.bytes_from_upstream += nbytes
         delivered = False
         if self._frame_view is not None:
             self._frame_filled += nbytes

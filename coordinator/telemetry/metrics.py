@@ -189,6 +189,27 @@ class MetricsObserver(GroupObserver):
         meter.create_observable_counter("coordinator.gc.pause", [pauses], unit="ms",
                                         description="Time spent in garbage collections, per generation")
 
+    def watch_relay(self, relay: Any) -> None:
+        """The relay's forwarded requests and bytes each way, and its buffer pool (coordinator/relay)."""
+        counters, pool = relay.counters, relay.pool
+
+        def relayed_bytes(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(counters.bytes_to_upstream, {"direction": "to_upstream"}),
+                    Observation(counters.bytes_from_upstream, {"direction": "from_upstream"})]
+
+        meter = self.meter
+        meter.create_observable_counter("coordinator.relay.requests",
+                                        [lambda _options: [Observation(counters.requests)]],
+                                        description="Requests relayed to the cluster")
+        meter.create_observable_counter("coordinator.relay.bytes", [relayed_bytes], unit="By",
+                                        description="Frame bytes relayed, per direction")
+        meter.create_observable_gauge("coordinator.relay.buffer.available",
+                                      [lambda _options: [Observation(pool.available_bytes)]], unit="By",
+                                      description="Relay buffer memory not held by any response")
+        meter.create_observable_gauge("coordinator.relay.buffer.waiters",
+                                      [lambda _options: [Observation(pool.stats().waiters)]],
+                                      description="Relay connections waiting for buffer memory")
+
     def instrument_store(self, store: Any) -> None:
         """Time the store's appends (group records and offset commits) until acknowledged."""
         for method, kind in (("store_group", "group"), ("store_offsets", "offsets")):

@@ -91,3 +91,76 @@ async def test_runtime_health_counters_are_exported() -> None:
                            "coordinator.gc.collections", "coordinator.gc.pause"}
     full = [p.value for p in points["coordinator.gc.collections"] if p.attributes["generation"] == "2"]
     assert full and full[0] >= 1  # the gc.collect() above, seen by the collector monitor
+
+
+async def test_relay_requests_bytes_and_buffer_pool_are_exported() -> None:
+    """A real upstream link against a loopback server that answers each request: the relay's counters move by
+    the frames that crossed, and the metrics export them."""
+    import asyncio
+    import struct
+
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from coordinator.relay.buffer_pool import BufferPool
+    from coordinator.relay.upstream import RelayCounters, UpstreamLink
+    from coordinator.telemetry.metrics import MetricsObserver
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                body = await reader.readexactly(size)
+            except asyncio.IncompleteReadError:
+                break
+            writer.write(struct.pack(">i", 4 + 6) + body[4:8] + b"answer")  # size, correlation id, payload
+            await writer.drain()
+        writer.close()
+
+    class Owner:
+        peer = "test"
+
+        def __init__(self) -> None:
+            self.ready = asyncio.Event()
+
+        def relay_responses_ready(self) -> None:
+            self.ready.set()
+
+        def relay_blocked_changed(self) -> None:
+            pass
+
+        def relay_failed(self, reason: str, detail: str) -> None:
+            raise AssertionError(f"{reason}: {detail}")
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = BufferPool(1 << 20, 16_384, 1_000)
+    counters, owner = RelayCounters(), Owner()
+    link = UpstreamLink(owner, pool, 1, "127.0.0.1", port, 1 << 20, counters)
+    link.connect()
+    request = struct.pack(">ihhi", 2 + 2 + 4, 18, 0, 7)  # size, api key, version, correlation id 7
+    pending = link.send(request, 7, expects_response=True)
+    await asyncio.wait_for(owner.ready.wait(), 10)
+    assert pending is not None and bytes(pending.frame) == struct.pack(">ii", 10, 7) + b"answer"
+
+    class Relay:  # what MetricsObserver.watch_relay reads of coordinator.relay.relay.Relay
+        pass
+
+    relay = Relay()
+    relay.counters, relay.pool = counters, pool  # type: ignore[attr-defined]
+    reader = InMemoryMetricReader()
+    telemetry = start_telemetry(env={}, metric_readers=[reader])
+    try:
+        MetricsObserver(telemetry.meter_provider.get_meter("test")).watch_relay(relay)
+        data = reader.get_metrics_data()
+    finally:
+        telemetry.shutdown()
+        link.close()
+        server.close()
+        await server.wait_closed()
+    points = {m.name: m.data.data_points for rm in data.resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics}
+    assert [p.value for p in points["coordinator.relay.requests"]] == [1]
+    by_direction = {p.attributes["direction"]: p.value for p in points["coordinator.relay.bytes"]}
+    assert by_direction == {"to_upstream": len(request), "from_upstream": 14}
+    assert [p.value for p in points["coordinator.relay.buffer.available"]] == [pool.available_bytes]
+    assert [p.value for p in points["coordinator.relay.buffer.waiters"]] == [0]
