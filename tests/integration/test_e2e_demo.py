@@ -2,7 +2,7 @@
 the embedded Kafka with its data in the given state directory, the project-built Jaeger, the coordinator and
 simulated consumers, prints the addresses, gets a rebalance trace into Jaeger while it runs, exits 0 on its own,
 leaves no process behind (Kafka's JVM, Jaeger), and keeps Kafka (its data and its address) for the next run, which
-finds the group the consumers formed."""
+finds the groups the consumers formed (simulated ones, and the real confluent-kafka/aiokafka consumers')."""
 
 from __future__ import annotations
 
@@ -121,6 +121,8 @@ def test_demo_short_mode_runs_end_to_end_and_leaves_nothing_running(tmp_path: Pa
     assert "event topic: __coordinator_events" in output
     assert "simulated consumers: 1 groups × 4 members" in output
     assert "coordinator simulate: 1 groups × 4 members" in output  # the summary table at the end
+    assert "real consumers: 2 (confluent-kafka, aiokafka) in group demo-real" in output
+    assert "demo-real-0 (confluent-kafka)" in output and "demo-real-1 (aiokafka)" in output  # in the summary
     assert "coordinator demo: stopping" in output
     assert not processes_mentioning(str(state_dir)), "the embedded broker outlived the demo"
     assert list((state_dir / "kafka").rglob("meta.properties")), "the Kafka data was not kept for the next run"
@@ -129,5 +131,8 @@ def test_demo_short_mode_runs_end_to_end_and_leaves_nothing_running(tmp_path: Pa
     again = demo(state_dir, "--duration", "2", "--consumers", "0")
     assert again.returncode == 0, again.stdout + again.stderr[-5000:]
     assert kafka_line(again.stdout) == kafka_line(output)
-    assert "event=coordinator_ready groups=1 " in again.stderr, again.stderr[-3000:]
+    # the simulated group and the real consumers' group, both left empty (the real ones closed: LeaveGroup)
+    assert "event=coordinator_ready groups=2 " in again.stderr, again.stderr[-3000:]
+    assert "event=group_loaded group=demo-real generation=" in again.stderr
+    assert re.search(r"event=group_loaded group=demo-real generation=\d+ state=Empty members=0", again.stderr)
     assert not processes_mentioning(str(state_dir))
