@@ -83,7 +83,7 @@ async def _run_simulate(args: argparse.Namespace) -> int:
         duration_s=args.duration, settle_timeout_s=args.settle_timeout, schedule=schedule,
         failure_rate_per_min=args.failure_rate, failure_kinds=tuple(args.failure_kinds.split(",")),
         downtime_ms=args.downtime_ms, seed=args.seed, event_topic=args.event_topic or None,
-        leave_on_exit=not args.no_leave)
+        leave_on_exit=not args.no_leave, real=args.real)
     console = Console(stderr=args.json)
     simulation = Simulation(options)
     stop = _stop_on_signals()
@@ -113,7 +113,7 @@ async def _run_demo(args: argparse.Namespace) -> int:
     serve_args = build_parser().parse_args(["serve", *args.serve_args])
     options = DemoOptions(service=_service_options(serve_args), state_dir=Path(args.state_dir),
                           consumers=args.consumers, failure_rate_per_min=args.failure_rate,
-                          duration_s=args.duration, jaeger=not args.no_jaeger)
+                          duration_s=args.duration, jaeger=not args.no_jaeger, real_consumers=args.real_consumers)
     stop = _stop_on_signals()
     try:
         return await run_demo(options, stop)
@@ -360,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--event-topic", default="",
                           help="our coordinator's event topic: exact expiry times for detection lateness")
     simulate.add_argument("--no-leave", action="store_true", help="do not send LeaveGroup at the end")
+    simulate.add_argument("--real", type=int, default=0, metavar="N",
+                          help="also N real consumers (confluent-kafka and aiokafka, alternating) in group "
+                               "PREFIX-real reading the topic through the coordinator's relay, and a real producer "
+                               "writing a trickle of records to it")
     simulate.add_argument("--json", action="store_true", help="print the summary as one JSON line (status to stderr)")
     simulate.add_argument("--check", action="store_true",
                           help="exit 1 unless every surviving member is Stable, every crash/hang was detected "
@@ -377,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--consumers", type=int, default=int(env("COORDINATOR_DEMO_CONSUMERS", "12")),
                       help="simulated consumers, in groups of 4 (0: the bare service)")
     demo.add_argument("--failure-rate", type=float, default=3.0, help="failures injected per minute")
+    demo.add_argument("--real-consumers", type=int, default=2, metavar="N",
+                      help="real consumers (confluent-kafka, aiokafka) beside the simulated ones, reading through "
+                           "the relay (with --consumers 0 or --no-relay: none)")
     demo.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     demo.add_argument("--state-dir", default=env("COORDINATOR_STATE_DIR", str(default_state_dir())),
                       help="where the embedded Kafka keeps its data between runs (env COORDINATOR_STATE_DIR)")

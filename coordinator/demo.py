@@ -42,6 +42,7 @@ class DemoOptions:
     jaeger: bool = True
     session_ms: int = 10_000
     heartbeat_ms: int = 1_000
+    real_consumers: int = 2  # real clients beside the simulated ones, through the relay (none without it)
 
 
 async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.stdout) -> int:
@@ -92,15 +93,19 @@ async def _run_consumers(options: DemoOptions, service_options: ServiceOptions, 
     from coordinator.loadgen.display import LiveStatus, summary_table
 
     groups = max(1, -(-options.consumers // MEMBERS_PER_GROUP))
+    real = options.real_consumers if service_options.relay is not None else 0  # they read through the relay
     sim = Simulation(SimOptions(
         coordinator=address, bootstrap_server=bootstrap, groups=groups,
         members=min(MEMBERS_PER_GROUP, options.consumers), topic="demo-orders", partitions=12,
         group_prefix="demo", session_ms=options.session_ms, rebalance_ms=30_000, heartbeat_ms=options.heartbeat_ms,
         commit_interval_ms=5_000, duration_s=options.duration_s or 10 * 365 * 86400.0, settle_timeout_s=30,
         failure_rate_per_min=options.failure_rate_per_min, failure_kinds=("crash", "hang", "leave", "slow"),
-        event_topic=service_options.event_topic))
+        event_topic=service_options.event_topic, real=real))
     print(f"  simulated consumers: {groups} groups × {min(MEMBERS_PER_GROUP, options.consumers)} members on topic "
           f"demo-orders, ~{options.failure_rate_per_min:g} failures a minute", file=out, flush=True)
+    if real:
+        print(f"  real consumers: {real} (confluent-kafka, aiokafka) in group demo-real on demo-orders, through "
+              f"bootstrap.servers={address[0]}:{address[1]}", file=out, flush=True)
     console = Console(file=out)
     with LiveStatus(console, every_s=10) as live:
         running = asyncio.ensure_future(sim.run(live.update))

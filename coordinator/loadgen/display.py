@@ -22,6 +22,8 @@ def status_text(p: Progress) -> Text:
     text.append(f"failures {p.failures_injected} injected / {p.failures_detected} detected")
     if p.unexpected_errors:
         text.append(f"  unexpected errors {p.unexpected_errors}", style="bold red")
+    if p.real:
+        text.append(f"  real: {p.real}")
     return text
 
 
@@ -85,6 +87,13 @@ def summary_table(summary: dict[str, Any]) -> Table:
     unexpected = summary["unexpected_errors"]
     table.add_row("unexpected error codes",
                   "[bold red]" + ", ".join(f"{k} {n}" for k, n in unexpected.items()) + "[/]" if unexpected else "none")
+    real = summary.get("real_consumers")
+    if real:
+        table.add_row("real consumers: records produced", f"{real['produced']} (through {real['bootstrap']})")
+        for consumer in real["consumers"]:
+            table.add_row(f"  {consumer['name']} ({consumer['client']})",
+                          f"{consumer['records']} records, {consumer['rebalances']} rebalances seen"
+                          + (f", errors: {'; '.join(consumer['errors'])}" if consumer["errors"] else ""))
     return table
 
 

@@ -34,6 +34,7 @@ from protocol.errors import ConnectionClosed, RequestTimedOut
 from coordinator.loadgen import assignors, wire
 from coordinator.loadgen.events import ExpiryWatcher
 from coordinator.loadgen.member import SimMember
+from coordinator.loadgen.real import RealClients
 from coordinator.loadgen.stats import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NONE, GroupRounds,
                                        Stats, error_name, summary_of)
 
@@ -88,6 +89,7 @@ class SimOptions:
     leave_on_exit: bool = True
     named_groups: tuple[str, ...] = ()  # explicit group ids instead of PREFIX-NNNN (then `groups` is ignored)
     max_connecting: int = 64  # connects in flight: more overflows a default listen backlog (SYNs dropped)
+    real: int = 0  # real consumers (confluent-kafka, aiokafka) reading the topic through the coordinator's relay
 
     @property
     def failure_downtime_ms(self) -> int:
@@ -111,6 +113,7 @@ class Progress:
     failures_injected: int
     failures_detected: int
     unexpected_errors: int
+    real: str = ""  # the real consumers, one short line
 
 
 class Simulation:
@@ -129,6 +132,7 @@ class Simulation:
         self._pending: set[asyncio.Task[None]] = set()
         self._started = time.monotonic()
         self.watcher: ExpiryWatcher | None = None
+        self.real: RealClients | None = None
 
     # ------------------------------------------------------------------------------------------------ running
 
@@ -141,6 +145,10 @@ class Simulation:
             self.watcher = ExpiryWatcher(options.bootstrap_server, options.event_topic, set(self.rounds))
             await asyncio.to_thread(self.watcher.start)
         self.start_members()
+        if options.real > 0:
+            host, port = options.coordinator
+            self.real = RealClients(f"{host}:{port}", options.topic, options.real, f"{options.group_prefix}-real")
+            self.real.start()
         injector = asyncio.create_task(self._inject_failures())
         try:
             await self._tick_until(time.monotonic() + options.duration_s, on_progress, lambda: False)
@@ -201,6 +209,8 @@ class Simulation:
             await _bounded([asyncio.ensure_future(m.leave()) for m in self.members if m.state == "stable"], "leaves")
         await _bounded([asyncio.ensure_future(m.drop_connection()) for m in self.members], "connections")
         await self.close_discovery()
+        if self.real is not None:
+            await self.real.stop()
         if self.watcher is not None:
             await asyncio.to_thread(self.watcher.stop)
 
@@ -332,7 +342,8 @@ class Simulation:
         return Progress(time.monotonic() - self._started, len(self.members), members_stable, len(by_group),
                         groups_stable, sum(1 for r in self.rounds.values() if r.in_flight),
                         len(self.stats.rebalances), len(self.stats.failures),
-                        sum(1 for f in self.stats.failures if f.detected), sum(self.stats.unexpected.values()))
+                        sum(1 for f in self.stats.failures if f.detected), sum(self.stats.unexpected.values()),
+                        self.real.status() if self.real is not None else "")
 
     def summary(self) -> dict[str, Any]:
         options = self.options
@@ -383,6 +394,7 @@ class Simulation:
             },
             "error_codes": dict(errors),
             "unexpected_errors": unexpected,
+            "real_consumers": self.real.summary() if self.real is not None else None,
             "ok": ok,
         }
 
