@@ -136,7 +136,29 @@ class GenerationCounters:
     last_walked: int = 0  # objects in the collected generation (full collections only, see GcMonitor)
 
 
-class GcMonitor:
+class _GcHook:
+    """One callback in gc.callbacks (called before and after every collection), registered once while wanted."""
+
+    _installed = False
+
+    def _wanted(self) -> bool:
+        return True
+
+    def install(self) -> None:
+        if self._wanted() and not self._installed:
+            gc.callbacks.append(self._callback)
+            self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            gc.callbacks.remove(self._callback)
+            self._installed = False
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        raise NotImplementedError
+
+
+class GcMonitor(_GcHook):
     """Times every collection via gc.callbacks (one callback before and one after each collection)."""
 
     def __init__(self, log_above_ms: float = 50.0) -> None:
@@ -146,17 +168,6 @@ class GcMonitor:
         self.window_max_pause_s = 0.0  # since the last take_window_max()
         self._started = 0.0
         self._started_cpu = 0.0
-        self._installed = False
-
-    def install(self) -> None:
-        if not self._installed:
-            gc.callbacks.append(self._callback)
-            self._installed = True
-
-    def uninstall(self) -> None:
-        if self._installed:
-            gc.callbacks.remove(self._callback)
-            self._installed = False
 
     def take_window_max(self) -> float:
         value, self.window_max_pause_s = self.window_max_pause_s, 0.0
@@ -193,7 +204,7 @@ class GcMonitor:
                         gc.get_freeze_count())
 
 
-class GcPolicy:
+class GcPolicy(_GcHook):
     """Freezes what survived a generation-1 collection, so no collection walks the long-lived state.
 
     `freeze_every`: freeze after every n-th generation-1 collection. 1 (the default): since `gc.freeze()` also
@@ -207,17 +218,9 @@ class GcPolicy:
         self.freeze_every = freeze_every
         self.freezes = 0
         self._gen1_seen = 0
-        self._installed = False
 
-    def install(self) -> None:
-        if self.freeze_every > 0 and not self._installed:
-            gc.callbacks.append(self._callback)
-            self._installed = True
-
-    def uninstall(self) -> None:
-        if self._installed:
-            gc.callbacks.remove(self._callback)
-            self._installed = False
+    def _wanted(self) -> bool:
+        return self.freeze_every > 0
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         # After a collection of generation 1 the young generations are empty and everything older than two
