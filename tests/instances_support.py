@@ -34,7 +34,7 @@ from coordinator.group.partitioner import partition_for
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
-from tests.unit.test_server_env import request
+from tests.unit.test_server_env import nested, request
 
 INSTANCE_SESSION_MS = 6_000  # the broker's default group.min.session.timeout.ms: the fastest detection it allows
 STATE_PARTITIONS = 12
@@ -389,6 +389,20 @@ def describe_request(group_ids: list[str]) -> Any:
 async def describe_groups(client: KafkaClient, group_ids: list[str]) -> dict[str, Any]:
     response = await client.request(describe_request(group_ids))
     return {group.group_id: group for group in response.groups}
+
+
+async def committed_offsets(client: KafkaClient, group_id: str, topic: str,
+                            partitions: Iterable[int]) -> dict[int, int] | None:
+    """The group's committed offsets as OffsetFetch (require_stable) gives them: None when the group is not
+    served there (NOT_COORDINATOR, loading); a partition whose answer is an error (UNSTABLE_OFFSET_COMMIT: a commit
+    in flight) is left out rather than read as -1."""
+    entry = nested(ApiKey.OFFSET_FETCH, 7, "topics")(name=topic, partition_indexes=tuple(partitions))
+    response = await client.request(request(ApiKey.OFFSET_FETCH, 7, group_id=group_id, topics=(entry,),
+                                            require_stable=True))
+    if response.error_code != NONE:
+        return None
+    return {p.partition_index: p.committed_offset for t in response.topics for p in t.partitions
+            if p.error_code == NONE}
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from tests.instances_support import (
     Instance,
     Instances,
     Ownership,
+    committed_offsets,
     connect,
     describe_groups,
     describe_request,
@@ -376,9 +377,10 @@ class Trickle:
 
 
 class Watch:
-    """Samples, every quarter second, how many records the consumers have taken and the group's committed
-    offsets (OffsetFetch at the owner FindCoordinator names): the longest stretch with no record consumed, and
-    every committed offset that went backwards."""
+    """Samples, every quarter second, how many records of each partition the consumers have taken and the group's
+    committed offsets (OffsetFetch at the owner FindCoordinator names): the longest stretch any partition went
+    with no record consumed (records are produced to every partition all along), and every committed offset that
+    went backwards."""
 
     def __init__(self, cluster: Instances, consumers: list[Any], group: str, topic: str, partitions: int) -> None:
         self.cluster, self.consumers, self.group, self.topic, self.partitions = \
@@ -387,20 +389,26 @@ class Watch:
         self.committed: dict[int, int] = {}
         self.backwards: list[tuple[int, int, int]] = []
         self.samples = 0
-        self._last_count = 0
-        self._last_progress = time.monotonic()
+        self.counting = True  # set False when the producer stops: no records to consume is no stall
+        self._counts: dict[int, int] = {}
+        self._progress_at: dict[int, float] = {}
 
     def consumed(self) -> int:
         return sum(len(consumer.records) for consumer in self.consumers)
 
+    def _note_progress(self) -> None:
+        counts = collections.Counter(r[0] for consumer in self.consumers for r in consumer.records)
+        now = time.monotonic()
+        for partition in range(self.partitions):
+            if counts[partition] > self._counts.get(partition, 0):
+                self._counts[partition], self._progress_at[partition] = counts[partition], now
+            elif partition in self._progress_at:  # consuming it has begun, nothing new since
+                self.longest_stall_s = max(self.longest_stall_s, now - self._progress_at[partition])
+
     async def run(self) -> None:
         while True:
-            count = self.consumed()
-            now = time.monotonic()
-            if count > self._last_count:
-                self._last_count, self._last_progress = count, now
-            elif count:  # consuming has begun and nothing new since the last progress
-                self.longest_stall_s = max(self.longest_stall_s, now - self._last_progress)
+            if self.counting:
+                self._note_progress()
             await self._sample_offsets()
             await asyncio.sleep(0.25)
 
@@ -417,11 +425,13 @@ class Watch:
                 if owner != instance.address:
                     await client.close()
                     client = await connect(owner, timeout_ms=3_000)
-                offsets = await fetch_offsets(client, self.group, tuple(range(self.partitions)), topic=self.topic)
-            except (AssertionError, *TRANSIENT):  # moving or loading: no sample this time
+                offsets = await committed_offsets(client, self.group, self.topic, range(self.partitions))
+            except TRANSIENT:  # moving: no sample this time
                 return
             finally:
                 await client.close()
+            if offsets is None:  # not served there (moving, loading): no sample this time
+                return
             self.samples += 1
             for partition, offset in offsets.items():
                 previous = self.committed.get(partition, -1)
@@ -458,6 +468,7 @@ async def test_rolling_restart_of_every_instance_under_stock_consumers_through_t
                 mark = watch.consumed()
                 await wait_for(lambda: watch.consumed() > mark + 60, one_failover_s,
                                f"consumption going on after {instance.instance_id}'s restart")
+            watch.counting = False
             await asyncio.to_thread(trickle.stop)
             expected = trickle.values()
             await wait_for(lambda: expected <= {v for c in consumers for _p, _o, v, _c in c.records}, 120,
