@@ -221,6 +221,7 @@ async def test_sigkill_moves_an_instance_groups_and_their_members_carry_on(kafka
             since = {i.instance_id: i.log_offset() for i in survivors}
             killed_at_ms = time.time() * 1000
             killed_at = time.monotonic()
+            reconnects_before = sim.stats.connection_errors
             await victim.kill()
             await asyncio.wait_for(committing, 30)
 
@@ -229,6 +230,9 @@ async def test_sigkill_moves_an_instance_groups_and_their_members_carry_on(kafka
                                    ONE_FAILOVER_S, "every group served again, its members following it", 0.25)
             failover_s = time.monotonic() - killed_at
             print(f"failover: {len(moved)} groups moved and Stable {failover_s:.1f} s after SIGKILL")
+
+            # every member of a moved group lost its connection and found its group's new owner (checked above)
+            assert sim.stats.connection_errors - reconnects_before >= len(moved) * MEMBERS
 
             # the victim's partitions went to the survivors; the survivors kept theirs (cooperative-sticky)
             assert after.of(victim.instance_id) == set()
