@@ -101,30 +101,49 @@ async def described_at_owners(cluster: Instances, ownership: Ownership, groups: 
 
 
 async def groups_carried_on(cluster: Instances, sim: Simulation, generations: dict[str, int],
-                            groups: list[str], live: list[str]) -> Ownership | None:
+                            groups: list[str], live: list[str], why: list[str]) -> Ownership | None:
     """The live instances own every partition, and each group is Stable at its owner with the same members in
-    the same generation, its members following it there (FindCoordinator led them to the owner) and Stable."""
+    the same generation, its members following it there (FindCoordinator led them to the owner) and Stable.
+    When not, `why` says what is missing (for the timeout's message)."""
     ownership = await cluster.ownership()
     if not ownership.complete(cluster.partitions, live):
+        why[:] = [f"ownership not settled on {live}: {ownership}"]
         return None
     try:
         described = await described_at_owners(cluster, ownership, groups)
-    except TRANSIENT:
+    except TRANSIENT as exc:
+        why[:] = [f"DescribeGroups failed: {exc!r}"]
         return None
     members = members_by_group(sim)
     for group_id in groups:
         group = described[group_id]
         owner = cluster[ownership.owners[cluster.partition_of(group_id)]]
         if group.error_code != NONE or group.group_state != "Stable":
+            why[:] = [f"{group_id} at {owner.instance_id}: error {group.error_code}, state {group.group_state}"]
             return None
         if {m.member_id for m in group.members} != {m.member_id for m in members[group_id]}:
+            why[:] = [f"{group_id} at {owner.instance_id}: members {[m.member_id for m in group.members]}, "
+                      f"simulated {[m.member_id for m in members[group_id]]}"]
             return None
         for member in members[group_id]:
             if member.phase != "stable" or member.generation != generations[group_id]:
+                why[:] = [f"{member.key}: phase {member.phase}, generation {member.generation} "
+                          f"(was {generations[group_id]})"]
                 return None
-            if await _known_coordinator(sim, group_id) != owner.address:
+            if (known := await _known_coordinator(sim, group_id)) != owner.address:
+                why[:] = [f"{member.key} talks to {known}, the owner is {owner.instance_id} {owner.address}"]
                 return None
     return ownership
+
+
+async def until_carried_on(cluster: Instances, sim: Simulation, generations: dict[str, int], groups: list[str],
+                           live: list[str], timeout_s: float, what: str) -> Ownership:
+    why: list[str] = []
+    try:
+        return await wait_for(lambda: groups_carried_on(cluster, sim, generations, groups, live, why),
+                              timeout_s, what, 0.25)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen: {why[0] if why else '-'}") from None
 
 
 async def _known_coordinator(sim: Simulation, group_id: str) -> tuple[str, int] | None:
@@ -211,8 +230,8 @@ async def test_sigkill_moves_an_instance_groups_and_their_members_carry_on(kafka
         sim = await start_members(entry, groups, MEMBER_SESSION_MS)
         try:
             generations = {m.group_id: m.generation for m in sim.members}
-            assert await groups_carried_on(cluster, sim, generations, groups, list(cluster.instances)), \
-                "the 60 groups are not served at their owners before the kill"
+            await until_carried_on(cluster, sim, generations, groups, list(cluster.instances), 30,
+                                   "the 60 groups served at their owners before the kill")
 
             committer = Committer(sim, moved, victim)
             committing = asyncio.create_task(committer.run())
@@ -226,8 +245,8 @@ async def test_sigkill_moves_an_instance_groups_and_their_members_carry_on(kafka
             await asyncio.wait_for(committing, 30)
 
             live = [i.instance_id for i in survivors]
-            after = await wait_for(lambda: groups_carried_on(cluster, sim, generations, groups, live),
-                                   ONE_FAILOVER_S, "every group served again, its members following it", 0.25)
+            after = await until_carried_on(cluster, sim, generations, groups, live, ONE_FAILOVER_S,
+                                           "every group served again, its members following it")
             failover_s = time.monotonic() - killed_at
             print(f"failover: {len(moved)} groups moved and Stable {failover_s:.1f} s after SIGKILL")
 
@@ -290,8 +309,8 @@ async def test_a_frozen_instance_wakes_up_fenced_and_serves_nothing_it_lost(kafk
             paused_at = time.monotonic()
             zombie.pause()
             try:
-                await wait_for(lambda: groups_carried_on(cluster, sim, generations, groups, others),
-                               ONE_FAILOVER_S + 15, "the frozen instance's groups served by the others", 0.25)
+                await until_carried_on(cluster, sim, generations, groups, others, ONE_FAILOVER_S + 15,
+                                       "the frozen instance's groups served by the others")
                 await wait_for(lambda: time.monotonic() - paused_at > member_session_ms / 1000 + 1, 60,
                                "the freeze to outlast the members' sessions")
                 # requests waiting in its socket: the first thing it reads when it wakes
@@ -313,8 +332,8 @@ async def test_a_frozen_instance_wakes_up_fenced_and_serves_nothing_it_lost(kafk
             assert set(codes) == {NOT_COORDINATOR}, collections.Counter(codes)
 
             # it comes back as a member of the instances group and takes its share again, by the protocol
-            after = await wait_for(lambda: groups_carried_on(cluster, sim, generations, groups, list(cluster.instances)),
-                                   ONE_FAILOVER_S + 30, "the woken instance back, every group served", 0.25)
+            after = await until_carried_on(cluster, sim, generations, groups, list(cluster.instances),
+                                           ONE_FAILOVER_S + 30, "the woken instance back, every group served")
             assert after.of(zombie.instance_id), "the woken instance got no partition back"
             await heartbeats_accepted(cluster, after, sim, groups)
 
