@@ -219,18 +219,24 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
-async def _form(victim: Instance, group_ids: list[str], per_connection: int) -> list[Shared]:
+async def _form(victim: Instance, group_ids: list[str], per_connection: int, stop: asyncio.Event
+                ) -> tuple[list[Shared], list[asyncio.Future]]:
+    """Every group formed at the victim; each connection's members heartbeat from the moment they are formed
+    (forming 100k groups takes minutes: longer than a session) until `stop`. Returns the connections and their
+    heartbeat tasks."""
     shared = [Shared([Member(g) for g in group_ids[i:i + per_connection]], victim.address)
               for i in range(0, len(group_ids), per_connection)]
     started = time.monotonic()
     formed = 0
-    slots = asyncio.Semaphore(64)  # connects and formations in flight: a listen backlog's worth
+    slots = asyncio.Semaphore(256)  # connections forming at once: enough to fill the store's write batches
+    alive: list[asyncio.Future] = []
 
     async def form(one: Shared) -> None:
         nonlocal formed
         async with slots:
             await one.form()
         formed += len(one.members)
+        alive.append(asyncio.ensure_future(one.keep_alive(stop)))
 
     tasks = [asyncio.ensure_future(form(one)) for one in shared]
     while not all(t.done() for t in tasks):
@@ -238,14 +244,16 @@ async def _form(victim: Instance, group_ids: list[str], per_connection: int) -> 
         log(f"  formed {formed:,}/{len(group_ids):,} groups ({time.monotonic() - started:.0f} s)")
     for task in tasks:
         task.result()
-    return shared
+    return shared, alive
 
 
-async def _measure(cluster: Instances, victim: Instance, shared: list[Shared], lookup: list[tuple[str, int]],
-                   moved: set[int], restart: bool) -> dict[str, Any]:
+async def _measure(cluster: Instances, victim: Instance, shared: list[Shared], alive: list[asyncio.Future],
+                   stop: asyncio.Event, lookup: list[tuple[str, int]], moved: set[int],
+                   restart: bool) -> dict[str, Any]:
     """SIGKILL the victim (and with `restart`, start it again at once); time every member's recovery."""
-    stop = asyncio.Event()
-    alive = [asyncio.ensure_future(one.keep_alive(stop)) for one in shared]
+    for task in alive:
+        if task.done():
+            task.result()  # a member that failed before the kill fails the run
     others = [i for i in cluster if i is not victim]
     since = {i.instance_id: i.log_offset() for i in cluster}
     cpu_before = {i.instance_id: _cpu_s(i.pid) for i in others}
@@ -334,11 +342,13 @@ async def run_size(bootstrap: str, groups: int, args: argparse.Namespace, baseli
         group_ids = groups_in_partitions(owned, groups, args.partitions, unique("bench"))
         log(f"{'baseline (one instance, kill and restart)' if baseline else 'failover'}: {groups:,} groups on "
             f"{victim.instance_id} (state partitions {sorted(owned)})")
-        shared = await _form(victim, group_ids, args.groups_per_connection)
+        stop = asyncio.Event()
+        shared, alive = await _form(victim, group_ids, args.groups_per_connection, stop)
         lookup = [i.address for i in cluster if i is not victim] or [victim.address]
         try:
-            figures = await _measure(cluster, victim, shared, lookup, owned, restart=baseline)
+            figures = await _measure(cluster, victim, shared, alive, stop, lookup, owned, restart=baseline)
         finally:
+            stop.set()
             for one in shared:
                 if one.client is not None:
                     await one.client.close()
