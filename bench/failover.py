@@ -381,9 +381,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 entry["restart"] = await run_size(bootstrap, size, args, baseline=True)
                 f, r = entry["failover"]["last_s"], entry["restart"]["last_s"]
                 entry["ratio_failover_to_restart"] = round(f / r, 2) if f and r else None
-            entry["target_10k_in_10s_met"] = (entry["failover"]["last_s"] is not None
-                                              and entry["failover"]["last_s"] * 10_000 / size <= 10) if size >= 10_000 \
-                else None
+            if size == 10_000:  # the target: 10k groups moved in at most 10 s
+                entry["target_10k_in_10s_met"] = (entry["failover"]["last_s"] or float("inf")) <= 10
             results["sizes"][str(size)] = entry
     finally:
         if broker is not None:
