@@ -47,7 +47,7 @@ GROUPS_PER_INSTANCE = 20
 MEMBERS = 2
 MEMBER_SESSION_MS = 20_000
 # Detection (the instance session), the instances group's rebalance, fencing and loading the partitions, the
-# members' rediscovery: measured at 8-12 s on an idle machine; the margin is for a loaded 2-core one.
+# members' rediscovery: 7.7-8.6 s measured at load average 10-20 on 2 cores; the margin is for worse.
 ONE_FAILOVER_S = INSTANCE_SESSION_MS / 1000 + 30
 FORM_TIMEOUT_S = 120
 ACKED_TOPIC = "acked"
