@@ -48,7 +48,7 @@ from tests.instances_support import Instance, Instances, groups_in_partitions, u
 from tests.unit.test_server_env import request
 
 TRANSIENT = (ConnectionClosed, RequestTimedOut, ProtocolError, OSError, asyncio.TimeoutError)
-NONE, MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION = 0, 79, 25, 22
+NONE, MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = 0, 79, 25, 22, 27
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
 MEMBER_SESSION_MS = 120_000  # members outlive formation and failover; they heartbeat every 10 s meanwhile
 HEARTBEAT_S = 10.0
@@ -87,32 +87,38 @@ class Shared:
         return self.client
 
     async def form(self) -> None:
-        """Join (twice: MEMBER_ID_REQUIRED), then sync, every group of this connection, pipelined; a group whose
-        partition is still loading (or not yet served) is retried after a pause."""
+        """Every group of this connection joined (again with its id after MEMBER_ID_REQUIRED) and synced, requests
+        pipelined. Like a client: UNKNOWN_MEMBER_ID resets the member id and rejoins (an instance that dropped and
+        re-read its groups after a stall forgets the ids it handed out but never stored), a failed sync rejoins,
+        loading / not served (the zombie guard's suspension) is retried after a pause."""
         client = await self.connect()
-        for phase in ("join", "join", "sync"):
-            todo = list(self.members)
-            for _attempt in range(100):
-                answers = await asyncio.gather(*(client.send(self._request(client, phase, m), timeout_ms=120_000)
-                                                 for m in todo))
-                retry = []
-                for member, answer in zip(todo, answers):
-                    code = int(answer.error_code)
-                    if phase == "join":
-                        member.member_id = answer.member_id or member.member_id
-                        member.generation = answer.generation_id
-                    # loading, or (NOT_COORDINATOR) briefly suspended by the zombie guard after a stall of the
-                    # loaded instance: a client retries (the owner does not change: no rediscovery needed here)
-                    if code in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR):
-                        retry.append(member)
-                    elif code != NONE and not (phase == "join" and code == MEMBER_ID_REQUIRED):
-                        raise RuntimeError(f"{phase} {member.group_id}: error {code}")
-                if not retry:
-                    break
-                todo = retry
+        phase = {m.group_id: "join" for m in self.members}
+        for _round in range(300):
+            todo = [m for m in self.members if phase[m.group_id] != "done"]
+            if not todo:
+                return
+            answers = await asyncio.gather(*(client.send(self._request(client, phase[m.group_id], m),
+                                                         timeout_ms=120_000) for m in todo))
+            retry = False
+            for member, answer in zip(todo, answers):
+                code = int(answer.error_code)
+                joining = phase[member.group_id] == "join"
+                if joining and code in (NONE, MEMBER_ID_REQUIRED):
+                    member.member_id, member.generation = answer.member_id, answer.generation_id
+                    phase[member.group_id] = "sync" if code == NONE else "join"
+                elif not joining and code == NONE:
+                    phase[member.group_id] = "done"
+                elif code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS):
+                    if code == UNKNOWN_MEMBER_ID:
+                        member.member_id = ""
+                    phase[member.group_id] = "join"
+                elif code in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR):
+                    retry = True  # the owner does not change here: no rediscovery, just a pause
+                else:
+                    raise RuntimeError(f"{phase[member.group_id]} {member.group_id}: error {code}")
+            if retry:
                 await asyncio.sleep(0.2)
-            else:
-                raise RuntimeError(f"{phase}: {len(todo)} groups still not served after 100 attempts")
+        raise RuntimeError(f"{sum(p != 'done' for p in phase.values())} groups not formed after 300 rounds")
 
     @staticmethod
     def _request(client: KafkaClient, phase: str, m: Member) -> Any:
