@@ -1,16 +1,22 @@
 """The Kafka-backed store with a transactional producer (coordinator/storage/transactions.py) against a real
 broker: concurrent writes share transactions and all become visible; a write that fails leaves nothing behind;
-a second store with the same transactional.id fences the first (the fence of several instances, issue 10)."""
+a second store with the same transactional.id fences the first (the fence of several instances, issue 10); a
+load ends at the high watermark, so it sees a transaction committed a moment before, and never an open or
+aborted one."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
+from confluent_kafka import Producer
 
 from coordinator.group.errors import Errors
 from coordinator.group.store import OffsetRecord, StoreError
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
+from coordinator.storage.loader import LoadError
+from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
 from coordinator.storage.transactions import TransactionalWriters
 from tests.integration.test_storage_kafka import stable_group, started_store, unique_topic
 
@@ -35,20 +41,14 @@ async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bo
         assert 1 <= producer.transactions < 41  # group commit: fewer transactions than writes
     finally:
         await store.close()
-    # Commit markers land after commit_transaction returns: a reader may see the last transactions a moment
-    # later (never in part). Read until everything is there, bounded.
-    expected_groups = {f"g{i}" for i in range(40)}
-    for _attempt in range(20):
-        reader = await started_store(kafka_bootstrap, topic)
-        try:
-            state = await reader.read()
-        finally:
-            await reader.close()
-        loaded = loaded_offset_records(state)
-        assert all(len(offs) == 20 for offs in loaded.values())  # a write is never seen in part
-        if set(loaded) == expected_groups:
-            break
-        await asyncio.sleep(0.5)
+    # Read once, at once: the load ends at the high watermark, so the last transactions' commit markers (which
+    # land after commit_transaction returns) are waited for, not missed.
+    reader = await started_store(kafka_bootstrap, topic)
+    try:
+        state = await reader.read()
+    finally:
+        await reader.close()
+    loaded = loaded_offset_records(state)
     assert {g: {tp: r.offset for tp, r in offs.items()} for g, offs in loaded.items()} == {
         f"g{i}": {("orders", p): i for p in range(20)} for i in range(40)}
     assert state.groups["g0"].generation == 3
@@ -79,3 +79,63 @@ async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_boo
     finally:
         await reader.close()
     assert {tp: r.offset for tp, r in loaded["g"].items()} == {("orders", p): 3 for p in range(3)}
+
+
+async def test_a_load_right_after_a_commit_sees_it(kafka_bootstrap: str) -> None:
+    """Every write is read back by a load started the moment it is acknowledged. With the last stable offset
+    as the end (what a read_committed consumer's watermarks answer) a load could stop before the commit marker
+    and miss the acknowledged write."""
+    topic = unique_topic()
+    writer = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
+                                 commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
+    reader = await started_store(kafka_bootstrap, topic)
+    partition = writer._partition("g")
+    try:
+        for value in range(1, 16):
+            await writer.store_offsets("g", offsets(value, 3))
+            loaded = loaded_offset_records(await reader.read([partition]))
+            assert {tp: r.offset for tp, r in loaded["g"].items()} == {("orders", p): value for p in range(3)}
+    finally:
+        await writer.close()
+        await reader.close()
+
+
+def offset_record(group: str, partition: int, value: int) -> tuple[bytes, bytes]:
+    return (encode_key(OffsetCommitKey(group, "orders", partition)),
+            encode_offset_commit_value(OffsetRecord(value, commit_timestamp_ms=value)))
+
+
+async def test_a_load_skips_aborted_records_and_waits_for_an_open_transaction(kafka_bootstrap: str) -> None:
+    """Read read_committed to the high watermark: an aborted transaction is never loaded; a transaction still
+    open below the high watermark holds the load back (bounded by the load timeout) until it is decided."""
+    topic = unique_topic()
+    store = await started_store(kafka_bootstrap, topic)
+    partition = store._partition("g")
+    other = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-{uuid.uuid4().hex}"})
+    try:
+        await store.store_offsets("g", offsets(1, 1))
+        await asyncio.to_thread(other.init_transactions, 30)
+        other.begin_transaction()
+        key, value = offset_record("g", 0, 2)
+        other.produce(topic, key=key, value=value, partition=partition)
+        await asyncio.to_thread(other.abort_transaction, 30)
+        loaded = loaded_offset_records(await store.read([partition]))
+        assert loaded["g"][("orders", 0)].offset == 1  # the aborted write is not there
+
+        other.begin_transaction()
+        key, value = offset_record("g", 0, 3)
+        other.produce(topic, key=key, value=value, partition=partition)
+        await asyncio.to_thread(other.flush, 30)  # in the log, below the high watermark, not committed
+        store.load_timeout_ms = 2_000
+        with pytest.raises(LoadError):
+            await store.read([partition])
+        store.load_timeout_ms = 60_000
+        reading = asyncio.ensure_future(store.read([partition]))
+        await asyncio.sleep(0.5)
+        assert not reading.done()  # waits for the transaction's outcome
+        await asyncio.to_thread(other.commit_transaction, 30)
+        loaded = loaded_offset_records(await reading)
+        assert loaded["g"][("orders", 0)].offset == 3
+    finally:
+        await asyncio.to_thread(other.close)
+        await store.close()
