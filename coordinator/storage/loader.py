@@ -34,7 +34,7 @@ log = logging.getLogger("coordinator.storage")
 
 OffsetMap = dict[tuple[str, int], OffsetRecord]
 _BATCH_MESSAGES = 10_000
-_POLL_TIMEOUT_S = 0.5
+_POLL_TIMEOUT_S = 0.05  # consume() waits this long unless its batch fills: short, so a small partition loads fast
 
 
 class LoadError(RuntimeError):
@@ -187,10 +187,9 @@ def _read(box: _ConsumerBox, topic: str, ends: dict[int, tuple[int, int]], clock
         if clock.now_ms() > deadline_ms:
             raise LoadError(f"state topic {topic!r} not read to its end in time; still loading partitions "
                             f"{sorted(pending)} (a transaction still open below their end offsets {pending}?)")
-        messages = box.consumer.consume(_BATCH_MESSAGES, _POLL_TIMEOUT_S)
-        for message in messages:
+        for message in box.consumer.consume(_BATCH_MESSAGES, _POLL_TIMEOUT_S):
             _take(message, replay, pending)
-        if pending and not messages:  # control markers move the position without a message to show for it
+        if pending:  # a commit marker moves the position past the last record without a message to show for it
             for position in box.consumer.position([TopicPartition(topic, p) for p in pending]):
                 end = pending.get(position.partition)
                 if end is not None and position.offset >= end:
