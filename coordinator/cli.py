@@ -293,9 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--event-topic", default=env("COORDINATOR_EVENT_TOPIC", "__coordinator_events"),
                        help="topic for group events ('' to disable)")
     serve.add_argument("--write-mode", choices=["transactional", "idempotent"],
-                       default=env("COORDINATOR_WRITE_MODE", "idempotent"),
-                       help="transactional: every state write all or nothing, and fenced by a newer process on "
-                            "the same state topic; idempotent (default): faster under many concurrent commits, "
+                       default=env("COORDINATOR_WRITE_MODE", "transactional"),
+                       help="transactional (default): every state write all or nothing, and fenced by a newer "
+                            "process on the same state topic; idempotent: faster under many concurrent commits, "
                             "but librdkafka may store a write in part (env COORDINATOR_WRITE_MODE)")
     serve.add_argument("--no-relay", action="store_true", default=env("COORDINATOR_NO_RELAY", "") == "1",
                        help="serve the group APIs only (no relay): clients must bootstrap to the cluster itself "

@@ -56,6 +56,13 @@ _LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the bro
     # fenced by a newer holder of the transactional.id (transactions.py reports every fencing error as this):
     # another instance owns the partition now
     KafkaError._FENCED: Errors.NOT_COORDINATOR,
+    # the producer's own state (sequence numbers, producer id, transaction state) after an outage: the write was
+    # not stored and the producer recovers (aborts with an epoch bump, or is replaced): the client retries
+    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER: Errors.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_PRODUCER_ID: Errors.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.INVALID_TXN_STATE: Errors.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.INVALID_PRODUCER_ID_MAPPING: Errors.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.CONCURRENT_TRANSACTIONS: Errors.COORDINATOR_NOT_AVAILABLE,
 }
 
 

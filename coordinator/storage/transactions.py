@@ -59,6 +59,10 @@ FENCED_ERRORS = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, Kafka
 # A message that failed inside a transaction makes the commit fail with _INCONSISTENT ("n message(s) failed
 # delivery"); the message's own error (e.g. _MSG_TIMED_OUT) is what the request is answered with.
 _DELIVERY_SUMMARY = KafkaError._INCONSISTENT
+# The broker did not answer: an abort now could only be local, which leaves the producer's sequence numbers
+# behind (the next transaction fails OUT_OF_ORDER_SEQUENCE_NUMBER); a fresh producer gets a new epoch instead.
+_UNANSWERED = frozenset({KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE,
+                         KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 
 class _SerialThread:
@@ -330,7 +334,7 @@ class TransactionalProducer:
             self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
             self._retire_blocking()
             return self._fenced, "fenced"
-        if abortable and not error.fatal():
+        if abortable and not error.fatal() and error.code() not in _UNANSWERED:
             return error, "abort"  # the broker answers: aborted (next, after the writes are told) and kept
         # Fatal, or the outcome unknown (the broker does not answer): never wait for this producer again.
         self._retire_blocking()
