@@ -137,6 +137,7 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",  # aborted and unfinished transactions are never loaded
+        "fetch.wait.max.ms": 50,  # the end of a partition is waited for, not data beyond it: answer at once
         "max.partition.fetch.bytes": buffer_bytes,  # Kafka's offsets.load.buffer.size
         "fetch.max.bytes": max(buffer_bytes * 10, 52_428_800),
         "logger": librdkafka_logger("loader"),

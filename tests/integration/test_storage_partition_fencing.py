@@ -15,9 +15,10 @@ from confluent_kafka import KafkaException, Producer
 from coordinator.group.errors import Errors
 from coordinator.group.partitioner import partition_for
 from coordinator.group.store import OffsetRecord, StoreError
-from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
+from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
 from tests.integration.test_storage_kafka import started_store, unique_topic
+from tests.integration.test_storage_transactions import read_back
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 5
@@ -83,11 +84,7 @@ async def test_loading_a_partition_fences_its_previous_owner(kafka_bootstrap: st
         await first.close()
         if second is not None:
             await second.close()
-    reader = await started_store(kafka_bootstrap, topic)
-    try:
-        loaded = loaded_offset_records(await reader.read())
-    finally:
-        await reader.close()
+    loaded = await read_back(kafka_bootstrap, topic)
     assert {p: r.offset for (_, p), r in loaded[moved].items()} == {0: 5, 1: 5, 2: 5}
     assert {p: r.offset for (_, p), r in loaded[kept].items()} == {0: 4, 1: 4, 2: 4}
 

@@ -24,6 +24,15 @@ pytestmark = pytest.mark.integration
 LOADED_MACHINE_TIMEOUT_MS = 30_000  # what is tested is atomicity and fencing, not speed: a slow broker must not fail it
 
 
+async def read_back(bootstrap: str, topic: str) -> dict[str, dict[tuple[str, int], OffsetRecord]]:
+    """Every group's offsets as a fresh store loads them."""
+    reader = await started_store(bootstrap, topic)
+    try:
+        return loaded_offset_records(await reader.read())
+    finally:
+        await reader.close()
+
+
 def offsets(value: int, partitions: int) -> dict[tuple[str, int], OffsetRecord]:
     return {("orders", p): OffsetRecord(value, commit_timestamp_ms=value) for p in range(partitions)}
 
@@ -73,11 +82,7 @@ async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_boo
         await first.close()
         if second is not None:
             await second.close()
-    reader = await started_store(kafka_bootstrap, topic)
-    try:
-        loaded = loaded_offset_records(await reader.read())
-    finally:
-        await reader.close()
+    loaded = await read_back(kafka_bootstrap, topic)
     assert {tp: r.offset for tp, r in loaded["g"].items()} == {("orders", p): 3 for p in range(3)}
 
 
