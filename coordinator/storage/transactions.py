@@ -378,6 +378,8 @@ class TransactionalProducer:
     async def close(self, flush_timeout_ms: int = 5_000) -> None:
         """Finish the queued writes (bounded by `flush_timeout_ms`), then destroy the producer on its own thread,
         after any transaction still running there: never concurrently with a commit."""
+        if self._closed:
+            return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + flush_timeout_ms / 1000
         self._closed = True

@@ -63,7 +63,8 @@ async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bo
     assert state.groups["g0"].generation == 3
 
 
-async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_bootstrap: str) -> None:
+async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_bootstrap: str,
+                                                                     recwarn: pytest.WarningsRecorder) -> None:
     topic = unique_topic()
     first = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-p0",
                                 commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
@@ -84,6 +85,7 @@ async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_boo
             await second.close()
     loaded = await read_back(kafka_bootstrap, topic)
     assert {tp: r.offset for tp, r in loaded["g"].items()} == {("orders", p): 3 for p in range(3)}
+    assert close_warnings(recwarn) == []  # the fenced producer is discarded, not closed (close would abort)
 
 
 async def test_a_load_right_after_a_commit_sees_it(kafka_bootstrap: str) -> None:
@@ -144,3 +146,44 @@ async def test_a_load_skips_aborted_records_and_waits_for_an_open_transaction(ka
     finally:
         await asyncio.to_thread(other.close)
         await store.close()
+
+
+def close_warnings(recwarn: pytest.WarningsRecorder) -> list[str]:
+    """librdkafka's complaints when a producer is destroyed with a transaction it cannot abort."""
+    return [str(w.message) for w in recwarn if "during close" in str(w.message)]
+
+
+@pytest.mark.parametrize("close_timeout_ms", [5_000, 1])
+async def test_close_never_destroys_the_producer_during_a_commit(kafka_bootstrap: str, close_timeout_ms: int,
+                                                                 recwarn: pytest.WarningsRecorder) -> None:
+    """close() while a commit runs, with time to finish it (5 s) or none (1 ms: it stops waiting at once). The
+    producer is destroyed after the commit, on its own thread, never concurrently (librdkafka would refuse the
+    abort of close(): "Conflicting commit_transaction API call is already in progress"); every write is
+    answered (a write close stopped waiting for: REQUEST_TIMED_OUT, outcome unknown) and what was acknowledged
+    is there."""
+    topic = unique_topic()
+    store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
+                                commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS, transactional_producers=1)
+    writes = [asyncio.ensure_future(store.store_offsets(f"g{i}", offsets(i, 5))) for i in range(1, 201)]
+    writers = store._producer
+    assert isinstance(writers, TransactionalWriters)
+    producer = writers.producers[0]
+    while producer._in_flight == 0:  # a transaction is being committed
+        await asyncio.sleep(0.001)
+    await producer.close(close_timeout_ms)
+    await store.close()
+    outcomes = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 10)
+    assert all(o is None or (isinstance(o, StoreError) and o.error in (Errors.REQUEST_TIMED_OUT,
+                                                                       Errors.COORDINATOR_NOT_AVAILABLE))
+               for o in outcomes), outcomes
+    for _ in range(3000):  # the destroy runs once the commit is done
+        if producer._producer is None:
+            break
+        await asyncio.sleep(0.01)
+    assert producer._producer is None
+    assert close_warnings(recwarn) == []
+    acknowledged = {f"g{i}" for i, o in zip(range(1, 201), outcomes) if o is None}
+    if close_timeout_ms > 1_000:
+        assert acknowledged  # the transaction in flight was waited for
+    loaded = await read_back(kafka_bootstrap, topic)
+    assert acknowledged <= set(loaded)
