@@ -163,14 +163,16 @@ class KafkaGroupStore(GroupStore):
             return None
         return EventTopicObserver(self._events, wall_clock, trace_id_for)
 
-    async def read(self, partitions: Iterable[int] | None = None) -> LoadedState:
+    async def read(self, partitions: Iterable[int] | None = None, stop: threading.Event | None = None,
+                   ends_after: threading.Event | None = None) -> LoadedState:
         """Replay the state topic (all partitions by default) from the earliest offset to the end offset: the
-        latest records as the codec decodes them."""
+        latest records as the codec decodes them. `stop` (default: the store's) ends it with LoadError; with
+        `ends_after` the end offsets are taken once that event is set (loader.read_state)."""
         wanted = sorted(range(self.config.partitions) if partitions is None else partitions)
         settings = consumer_settings(self.config.bootstrap, self.config.client_id, self.load_buffer_bytes)
         started_ms = self.clock.now_ms()
         state = await asyncio.to_thread(read_state, settings, self.config.state_topic, wanted, self.clock,
-                                        self.load_timeout_ms, self._stop_loading)
+                                        self.load_timeout_ms, stop or self._stop_loading, ends_after)
         log.info("event=state_loaded topic=%s partitions=%d groups=%d offset_groups=%d records=%d unknown=%d "
                  "malformed=%d duration_ms=%d", self.config.state_topic, len(wanted), len(state.groups),
                  len(state.offsets), state.records, state.unknown_records, state.malformed_records,
@@ -185,14 +187,31 @@ class KafkaGroupStore(GroupStore):
 
         If fencing or reading fails (KafkaException / LoadError: broker unreachable past the load timeout, store
         closing) the error propagates: serving an empty state would look like every group was lost."""
-        if self._fencing is not None:
-            started_ms = self.clock.now_ms()
-            await self._fencing.acquire(partitions, self.load_timeout_ms)
-            log.info("event=partitions_fenced topic=%s partitions=%d duration_ms=%d", self.config.state_topic,
-                     len(partitions), self.clock.now_ms() - started_ms)
-        state = await self.read(partitions)
+        if self._fencing is None:
+            state = await self.read(partitions)
+        else:
+            state = await self._fence_and_read(self._fencing, partitions)
         self._unloaded.difference_update(partitions)
         return await asyncio.to_thread(loaded_groups, state)
+
+    async def _fence_and_read(self, fencing: PartitionTransactions, partitions: Collection[int]) -> LoadedState:
+        """Fence, and read meanwhile: the end offsets are taken only once every partition is fenced (so the
+        read covers all the previous owner committed and nothing it can still write), but the records below
+        them are read while the producers initialise."""
+        fenced = threading.Event()
+        stop = _EitherEvent(self._stop_loading)
+        reading = asyncio.ensure_future(self.read(partitions, stop, fenced))
+        started_ms = self.clock.now_ms()
+        try:
+            await fencing.acquire(partitions, self.load_timeout_ms)
+        except BaseException:
+            stop.set()
+            await asyncio.gather(reading, return_exceptions=True)
+            raise
+        log.info("event=partitions_fenced topic=%s partitions=%d duration_ms=%d", self.config.state_topic,
+                 len(partitions), self.clock.now_ms() - started_ms)
+        fenced.set()
+        return await reading
 
     async def unload(self, partitions: Collection[int]) -> None:
         """Stop writing the partitions: new appends fail NOT_COORDINATOR at once, owed tombstones of them are
@@ -318,6 +337,17 @@ class KafkaGroupStore(GroupStore):
                                             [(partition, key) for partition, key, _ in records], "tombstones")
         if error is not None:
             raise StoreError(append_error(error), str(error))
+
+
+class _EitherEvent(threading.Event):
+    """Set on its own, or when the store's own stop event is."""
+
+    def __init__(self, other: threading.Event) -> None:
+        super().__init__()
+        self._other = other
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._other.is_set()
 
 
 def loaded_groups(state: LoadedState) -> LoadedGroups:

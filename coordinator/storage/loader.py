@@ -20,7 +20,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordinator.storage.records import (
@@ -145,13 +147,25 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
 
 
 def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
-               timeout_ms: int, stop: threading.Event | None = None) -> LoadedState:
-    """Blocking: replay `partitions` of `topic` from their earliest offset to their high watermark."""
+               timeout_ms: int, stop: threading.Event | None = None,
+               ends_after: threading.Event | None = None) -> LoadedState:
+    """Blocking: replay `partitions` of `topic` from their earliest offset to their high watermark.
+
+    With `ends_after`, reading starts at once but the high watermarks are taken only once that event is set
+    (the store fences the partitions meanwhile: the end must be measured after the fence, the reading need
+    not wait for it). `stop` ends the read with LoadError."""
     deadline_ms = clock.now_ms() + timeout_ms
-    ends = end_offsets(settings, topic, partitions, clock, deadline_ms)
     box = _ConsumerBox(Consumer(settings))
     try:
-        return _read(box, topic, ends, clock, deadline_ms, stop or threading.Event())
+        box.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        replay = StateReplay()
+        stop = stop or threading.Event()
+        if ends_after is not None:
+            _read_until(box, topic, replay, {}, lambda: ends_after.is_set(), clock, deadline_ms, stop)
+        ends = end_offsets(settings, topic, partitions, clock, deadline_ms)
+        pending = {p: end for p, (start, end) in ends.items() if end > start}
+        _read_until(box, topic, replay, pending, lambda: not pending, clock, deadline_ms, stop)
+        return replay.state
     finally:
         box.close()
 
@@ -177,25 +191,29 @@ class _ConsumerBox:
             consumer.close()
 
 
-def _read(box: _ConsumerBox, topic: str, ends: dict[int, tuple[int, int]], clock: Clock, deadline_ms: int,
-          stop: threading.Event) -> LoadedState:
-    pending = {p: end for p, (start, end) in ends.items() if end > start}
-    box.consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in pending])
-    replay = StateReplay()
-    while pending:
+def _read_until(box: _ConsumerBox, topic: str, replay: StateReplay, pending: dict[int, int],
+                done: Callable[[], bool], clock: Clock, deadline_ms: int, stop: threading.Event) -> None:
+    """Replay what the consumer delivers until `done()`; `pending` (partition → end offset) loses each
+    partition whose position reaches its end."""
+    _drop_reached(box, topic, pending)  # what was read before the ends were known
+    while not done():
         if stop.is_set():
-            raise LoadError("loading stopped: the store is closing")
+            raise LoadError("loading stopped: the store is closing or the load was abandoned")
         if clock.now_ms() > deadline_ms:
             raise LoadError(f"state topic {topic!r} not read to its end in time; still loading partitions "
                             f"{sorted(pending)} (a transaction still open below their end offsets {pending}?)")
         for message in box.consumer.consume(_BATCH_MESSAGES, _POLL_TIMEOUT_S):
             _take(message, replay, pending)
-        if pending:  # a commit marker moves the position past the last record without a message to show for it
-            for position in box.consumer.position([TopicPartition(topic, p) for p in pending]):
-                end = pending.get(position.partition)
-                if end is not None and position.offset >= end:
-                    del pending[position.partition]
-    return replay.state
+        _drop_reached(box, topic, pending)
+
+
+def _drop_reached(box: _ConsumerBox, topic: str, pending: dict[int, int]) -> None:
+    """A commit marker moves the position past the last record without a message to show for it."""
+    if pending:
+        for position in box.consumer.position([TopicPartition(topic, p) for p in pending]):
+            end = pending.get(position.partition)
+            if end is not None and position.offset >= end:
+                del pending[position.partition]
 
 
 def _take(message, replay: StateReplay, pending: dict[int, int]) -> None:
