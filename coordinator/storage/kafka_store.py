@@ -6,8 +6,8 @@ while serving, `await unload(partitions)` when giving partitions up, and `await 
 
 With `StorageConfig.partition_fencing` (several instances sharing the state topic) every owned partition has a
 transactional producer of its own (`transactional.id = <transactional_id>-p<partition>`, transactions.py
-`PartitionTransactions`): `load` creates and initialises them before reading, which fences the partitions'
-previous owner and aborts the transaction it left open; `unload` closes them once their writes in flight are
+`PartitionTransactions`): `load` creates and initialises them before it takes the end offsets (reading
+meanwhile), which fences the partitions' previous owner and aborts the transaction it left open; `unload` closes them once their writes in flight are
 done; an append to a partition not loaded fails NOT_COORDINATOR, and `on_fenced(partition)` tells the owner of
 the store (on the loop, once) when a newer owner fenced a partition's producer. An append returns once acknowledged by every in-sync replica (idempotent
 producer, acks=all) and raises `StoreError(<raw Kafka error>)` otherwise; the runtime hands the raw error to
@@ -181,9 +181,9 @@ class KafkaGroupStore(GroupStore):
 
     async def load(self, partitions: Collection[int]) -> LoadedGroups:
         """§7.4: read the partitions to their end (in a worker thread, decoding included, so the loop keeps
-        serving the other partitions) and take them back for writing. With partition fencing, first fence them
-        (their producers, created in parallel): the previous owner's open transaction is aborted before we read,
-        so the read sees everything it committed and nothing it can still write.
+        serving the other partitions) and take them back for writing. With partition fencing, fence them too
+        (their producers, created in parallel): the previous owner's open transaction is aborted before the end
+        offsets are taken, so the read sees everything it committed and nothing it can still write.
 
         If fencing or reading fails (KafkaException / LoadError: broker unreachable past the load timeout, store
         closing) the error propagates: serving an empty state would look like every group was lost."""
