@@ -227,6 +227,7 @@ class KafkaGroupStore(GroupStore):
         log.error("event=partition_fenced topic=%s partition=%d reason=another_instance_owns_it",
                   self.config.state_topic, partition)
         self._unloaded.add(partition)
+        self._tombstones.forget([partition])  # the new owner's to write now
         if self.on_fenced is not None:
             self.on_fenced(partition)
 
