@@ -11,9 +11,14 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer
 
+from coordinator.cluster.directory import OwnerMapDirectory
 from coordinator.cluster.identity import InstanceEndpoint, client_id_for
 from coordinator.cluster.owner_map import OwnerMap
+from coordinator.config import CoordinatorConfig
+from coordinator.group.partitioner import partition_for
 from coordinator.loadgen.simulation import ensure_topic
+from protocol.apis import ApiKey
+from tests.unit.test_server_env import RunningServer, request
 
 PARTITIONS = 6
 A = InstanceEndpoint("a", 2_000_000_201, "127.0.0.1", 9201)
@@ -95,3 +100,57 @@ async def test_the_map_follows_the_instances_group_on_a_real_broker(kafka_bootst
         for consumer in consumers:
             await asyncio.to_thread(consumer.stop)
         await owner_map.close()
+
+
+async def test_find_coordinator_on_either_instance_names_the_owner_kafka_assigned(kafka_bootstrap: str) -> None:
+    """The chain end to end, minus the group runtime's loading: two servers whose directories are owner maps of
+    a real instances group; FindCoordinator on the first answers, for every group, the instance that Kafka
+    assigned the group's partition to, and Metadata lists both instances."""
+    topic = f"state-{uuid.uuid4().hex[:8]}"
+    group_id = f"{topic}.coordinators"
+    await asyncio.to_thread(ensure_topic, kafka_bootstrap, topic, PARTITIONS)
+    config = CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS)
+    envs: list[RunningServer] = []
+    maps: list[OwnerMap] = []
+    consumers: list[InstanceConsumer] = []
+    try:
+        for index in range(2):
+            directory = OwnerMapDirectory(PARTITIONS, "cluster")
+            env = RunningServer(config, node_id=2_000_000_300 + index, directory=directory)
+            await env.__aenter__()
+            envs.append(env)
+            endpoint = InstanceEndpoint(f"i{index}", env.server.node.node_id, "127.0.0.1", env.port)
+            owner_map = OwnerMap(kafka_bootstrap, group_id, topic, PARTITIONS, endpoint, refresh_ms=300)
+            directory.attach(owner_map)
+            await owner_map.start()
+            maps.append(owner_map)
+            consumers.append(InstanceConsumer(kafka_bootstrap, group_id, topic, endpoint, owner_map.set_own))
+        await _until(lambda: all(len(m.instances()) == 2 for m in maps) and _agreed(maps, consumers),
+                     "both maps knowing both instances and every owner")
+
+        client = await envs[0].client()
+        groups = [f"g-{n}" for n in range(20)]
+        found = await client.request(request(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=tuple(groups)))
+        expected = [envs[0].port if partition_for(g, PARTITIONS) in consumers[0].owned else envs[1].port
+                    for g in groups]
+        assert [(c.key, int(c.error_code), c.port) for c in found.coordinators] == [
+            (g, 0, port) for g, port in zip(groups, expected)]
+        assert len(set(expected)) == 2  # both instances are asked for
+        metadata = await client.request(request(ApiKey.METADATA, 12, topics=(), allow_auto_topic_creation=False,
+                                                include_cluster_authorized_operations=False,
+                                                include_topic_authorized_operations=False))
+        assert sorted(b.port for b in metadata.brokers) == sorted(env.port for env in envs)
+    finally:
+        for consumer in consumers:
+            await asyncio.to_thread(consumer.stop)
+        for owner_map in maps:
+            await owner_map.close()
+        for env in envs:
+            await env.__aexit__(None, None, None)
+
+
+def _agreed(maps: list[OwnerMap], consumers: list[InstanceConsumer]) -> bool:
+    owners = {p: consumer_index for consumer_index, c in enumerate(consumers) for p in c.owned}
+    if sorted(owners) != list(range(PARTITIONS)):
+        return False
+    return all(m.owner(p) == maps[owners[p]].me for m in maps for p in range(PARTITIONS))

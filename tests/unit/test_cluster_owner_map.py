@@ -117,7 +117,9 @@ async def test_the_map_applies_descriptions_and_own_assignments_on_the_loop(capl
 
 def test_the_directory_routes_a_group_to_the_owner_of_its_partition() -> None:
     owners = {partition_for("orders", 4): B}
-    directory = OwnerMapDirectory(SimpleNamespace(owner=owners.get, instances=lambda: [A, B]), 4, "cluster-x")
+    directory = OwnerMapDirectory(4, "cluster-x")
+    assert directory.coordinator_node("orders") is None and directory.nodes() == []  # no map yet: nobody known
+    directory.attach(SimpleNamespace(owner=owners.get, instances=lambda: [A, B]))
     node = directory.coordinator_node("orders")
     assert node is not None and (node.node_id, node.host, node.port, node.cluster_id) == (
         B.node_id, B.host, B.port, "cluster-x")
