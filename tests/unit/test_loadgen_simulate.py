@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from coordinator.cli import build_parser
 from coordinator.embedded.broker import free_port
 from coordinator.loadgen import ScheduledFailure, SimOptions, Simulation
 from coordinator.loadgen.simulation import FAILURE_KINDS
@@ -145,3 +146,10 @@ async def test_members_follow_find_coordinator_across_instances_and_survive_one_
 def _owner_address(cluster: Instances, group_id: str) -> tuple[str, int] | None:
     node = cluster.directory.coordinator_node(group_id)
     return None if node is None else (node.host, node.port)
+
+
+def test_simulate_takes_several_coordinators() -> None:
+    args = build_parser().parse_args(["simulate", "--coordinator", "127.0.0.1:9192, [::1]:9193,host-c:9194"])
+    assert args.coordinator == [("127.0.0.1", 9192), ("::1", 9193), ("host-c", 9194)]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["simulate", "--coordinator", "127.0.0.1:9192,nohost"])
