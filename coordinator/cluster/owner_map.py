@@ -134,7 +134,6 @@ class OwnerMap:
         self.num_partitions = num_partitions
         self.me = me
         self.refresh_ms = refresh_ms
-        self.refreshes = 0  # descriptions applied (tests wait on it)
         self._own: frozenset[int] = frozenset()
         self._described = Described((), stable=False)
         self._last_assignments: dict[str, tuple[int, ...]] = {}
@@ -184,7 +183,6 @@ class OwnerMap:
 
     def _apply(self, described: Described) -> None:
         self._described = described
-        self.refreshes += 1
         self._rebuild()
 
     def _rebuild(self) -> None:
