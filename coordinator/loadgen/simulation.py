@@ -48,10 +48,10 @@ from coordinator.loadgen.stats import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR
 log = logging.getLogger("coordinator.loadgen")
 
 FAILURE_KINDS = ("crash", "hang", "slow", "leave", "static-restart")
+DETECTED_KINDS = frozenset({"crash", "hang"})
 _DISCOVERY_BACKOFF_S = 0.1
 _DISCOVERY_MAX_BACKOFF_S = 2.0
-_DISCOVERY_TIMEOUT_MS = 5_000
-DETECTED_KINDS = frozenset({"crash", "hang"})
+_DISCOVERY_TIMEOUT_MS = 5_000  # a FindCoordinator (or its connect) that takes longer: ask another instance
 
 
 @dataclass(frozen=True)
