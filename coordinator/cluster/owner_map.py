@@ -44,6 +44,7 @@ log = logging.getLogger("coordinator.cluster")
 _MIN_INTERVAL_S = 0.2  # refresh_soon() bursts within this make one DescribeGroups
 _DESCRIBE_TIMEOUT_S = 5.0
 _CLOSE_TIMEOUT_S = _DESCRIBE_TIMEOUT_S + 5.0
+_FAILURES_TO_WARN = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +148,7 @@ class OwnerMap:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._admin: Any = None  # the AdminClient; only the refresh thread touches it
-        self._failing = False  # one WARNING per run of failed descriptions
+        self._failures = 0  # descriptions failed in a row (one WARNING per run, once it is not a blip)
 
     # ------------------------------------------------------------------------------------------ answers
 
@@ -253,14 +254,15 @@ class OwnerMap:
         try:
             described = self._describe()
         except Exception as exc:  # Kafka unreachable, timeout: keep the last map, try again next time
-            if not self._failing:
-                log.warning("event=owner_map_refresh_failed group=%s error=%s (keeping the last map)",
-                            self.group_id, _one_line(exc))
-            self._failing = True
+            self._failures += 1
+            # a blip (the broker's own group coordinator loading or moving) is only worth a DEBUG line
+            level = logging.WARNING if self._failures == _FAILURES_TO_WARN else logging.DEBUG
+            log.log(level, "event=owner_map_refresh_failed group=%s failures=%d error=%s (keeping the last map)",
+                    self.group_id, self._failures, _one_line(exc))
             return
-        if self._failing:
-            log.info("event=owner_map_refreshed_again group=%s", self.group_id)
-        self._failing = False
+        if self._failures >= _FAILURES_TO_WARN:
+            log.info("event=owner_map_refreshed_again group=%s after_failures=%d", self.group_id, self._failures)
+        self._failures = 0
         loop = self._loop
         if loop is not None and not loop.is_closed():
             try:

@@ -127,3 +127,20 @@ def test_the_directory_routes_a_group_to_the_owner_of_its_partition() -> None:
     assert directory.coordinator_node(other) is None
     assert [n.node_id for n in directory.nodes()] == [A.node_id, B.node_id]
     assert directory.coordinator_node("orders") is node  # one Node per endpoint
+
+
+def test_a_failing_refresh_keeps_the_map_and_warns_once_it_persists(caplog: pytest.LogCaptureFixture) -> None:
+    owner_map = OwnerMap("127.0.0.1:1", "instances", TOPIC, 4, A)
+    owner_map._apply(described(member(A, (0,)), member(B, (1,))))
+    failures = iter([RuntimeError("Kafka unreachable")] * 4)
+
+    def describe() -> Described:
+        raise next(failures)
+
+    owner_map._describe = describe  # type: ignore[method-assign]
+    with caplog.at_level(logging.DEBUG, logger="coordinator.cluster"):
+        for _ in range(4):
+            owner_map._refresh_once()
+    assert [r.levelname for r in caplog.records if "refresh_failed" in r.message] == [
+        "DEBUG", "DEBUG", "WARNING", "DEBUG"]
+    assert owner_map.owner(1) == B  # the last map stands
