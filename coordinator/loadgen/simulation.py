@@ -437,6 +437,7 @@ class Simulation:
             "unstable_members_by_phase": dict(collections.Counter(m.phase for m in surviving if m.state != "stable")),
             "heartbeats": self.stats.heartbeats, "commits": self.stats.commits,
             "reconnects": self.stats.connection_errors,
+            "members_by_coordinator": self._members_by_coordinator(),
             "rebalances": {"count": len(self.stats.rebalances), "by_reason": dict(by_reason.most_common()),
                            "duration_ms": _rounded(summary_of([r.duration_ms for r in self.stats.rebalances]))},
             "failures": {
@@ -458,6 +459,12 @@ class Simulation:
             "ok": ok,
         }
 
+
+    def _members_by_coordinator(self) -> dict[str, int]:
+        """Where FindCoordinator last sent the members (several instances: how the groups are spread)."""
+        where = collections.Counter(f"{m.coordinator[0]}:{m.coordinator[1]}" for m in self.members
+                                    if m.coordinator is not None and m.state != "stopped")
+        return dict(sorted(where.items()))
 
     def _misassigned_groups(self) -> list[str]:
         """Stable groups whose members do not own every partition of the topic exactly once."""

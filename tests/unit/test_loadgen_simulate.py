@@ -137,6 +137,8 @@ async def test_members_follow_find_coordinator_across_instances_and_survive_one_
             await wait_until(lambda: sim.all_stable() and all(m.coordinator != dead_address for m in sim.members),
                              60, "every group Stable again, none on the dead instance")
             assert all(m.coordinator == _owner_address(cluster, m.group_id) for m in sim.members)
+            spread = sim.summary()["members_by_coordinator"]
+            assert sum(spread.values()) == 24 and f"127.0.0.1:{dead_address[1]}" not in spread, spread
             assert sim.stats.connection_errors > 0
             assert dict(sim.stats.unexpected) == {}
         finally:
