@@ -339,7 +339,8 @@ class Instances:
         except Exception as exc:  # group not there yet, broker busy: nobody owns anything as far as we know
             return Ownership(f"unknown ({exc})", {}, {}, ())
 
-    async def until_settled(self, instance_ids: Iterable[str] | None = None, timeout_s: float | None = None) -> Ownership:
+    async def until_settled(self, instance_ids: Iterable[str] | None = None,
+                            timeout_s: float | None = None) -> Ownership:
         """Until the live instances (or the ones given) own every partition between them, the group Stable."""
         wanted = sorted(instance_ids) if instance_ids is not None else [i.instance_id for i in self.live()]
         timeout_s = timeout_s if timeout_s is not None else 3 * self.instance_session_ms / 1000 + 60

@@ -53,7 +53,8 @@ FORM_TIMEOUT_S = 120
 ACKED_TOPIC = "acked"
 GROUP_LOADED = re.compile(r"event=group_loaded group=(\S+) ")
 MEMBER_FAILED = re.compile(r"Member \S+ in group (\S+) has failed, removing it from the group")
-GROUP_ACTIVITY = re.compile(r"event=(?:group_stabilized|rebalance_complete|rebalance_prepare|member_added) group=(\S+) ")
+GROUP_ACTIVITY = re.compile(
+    r"event=(?:group_stabilized|rebalance_complete|rebalance_prepare|member_added) group=(\S+) ")
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -64,11 +65,13 @@ def spread_groups(cluster: Instances, ownership: Ownership, per_instance: int, p
                                                 f"{prefix}-{i.instance_id}") for i in cluster}
 
 
-async def start_members(entry: Instance, groups: list[str], session_ms: int) -> Simulation:
-    """MEMBERS protocol-level consumers per group, bootstrapped at `entry` (they follow FindCoordinator), Stable."""
-    sim = Simulation(SimOptions(coordinator=entry.address, named_groups=tuple(groups), members=MEMBERS,
-                                topic="orders", partitions=6, session_ms=session_ms, rebalance_ms=30_000,
-                                heartbeat_ms=1_000, commit_interval_ms=2_000, request_timeout_ms=10_000))
+async def start_members(cluster: Instances, entry: Instance, groups: list[str], session_ms: int) -> Simulation:
+    """MEMBERS protocol-level consumers per group, bootstrapped at `entry` then the others (they follow
+    FindCoordinator to each group's owner), all Stable."""
+    others = tuple(i.address for i in cluster if i is not entry)
+    sim = Simulation(SimOptions(coordinator=entry.address, more_coordinators=others, named_groups=tuple(groups),
+                                members=MEMBERS, topic="orders", partitions=6, session_ms=session_ms,
+                                rebalance_ms=30_000, heartbeat_ms=1_000, commit_interval_ms=2_000, request_timeout_ms=10_000))
     sim.start_members()
     try:
         await wait_for(sim.all_stable, FORM_TIMEOUT_S, f"{len(groups)} groups of {MEMBERS} members Stable", 0.25)
@@ -130,8 +133,9 @@ async def groups_carried_on(cluster: Instances, sim: Simulation, generations: di
                 why[:] = [f"{member.key}: phase {member.phase}, generation {member.generation} "
                           f"(was {generations[group_id]})"]
                 return None
-            if (known := await _known_coordinator(sim, group_id)) != owner.address:
-                why[:] = [f"{member.key} talks to {known}, the owner is {owner.instance_id} {owner.address}"]
+            if member.coordinator != owner.address or member.client is None or member.client.is_closed:
+                why[:] = [f"{member.key} talks to {member.coordinator}, the owner is {owner.instance_id} "
+                          f"{owner.address}"]
                 return None
     return ownership
 
@@ -144,14 +148,6 @@ async def until_carried_on(cluster: Instances, sim: Simulation, generations: dic
                               timeout_s, what, 0.25)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last seen: {why[0] if why else '-'}") from None
-
-
-async def _known_coordinator(sim: Simulation, group_id: str) -> tuple[str, int] | None:
-    """Where the group's members send their requests now (FindCoordinator's answer they keep)."""
-    try:
-        return await asyncio.wait_for(sim.find_coordinator(group_id), 2)
-    except asyncio.TimeoutError:  # being rediscovered
-        return None
 
 
 async def heartbeats_accepted(cluster: Instances, ownership: Ownership, sim: Simulation, groups: list[str]) -> None:
@@ -227,7 +223,7 @@ async def test_sigkill_moves_an_instance_groups_and_their_members_carry_on(kafka
         groups = [g for ids in placed.values() for g in ids]
         moved = placed[victim.instance_id]
         survivors = [i for i in cluster if i is not victim]
-        sim = await start_members(entry, groups, MEMBER_SESSION_MS)
+        sim = await start_members(cluster, entry, groups, MEMBER_SESSION_MS)
         try:
             generations = {m.group_id: m.generation for m in sim.members}
             await until_carried_on(cluster, sim, generations, groups, list(cluster.instances), 30,
@@ -299,7 +295,7 @@ async def test_a_frozen_instance_wakes_up_fenced_and_serves_nothing_it_lost(kafk
         groups = [g for ids in placed.values() for g in ids]
         moved = placed[zombie.instance_id]
         others = [i.instance_id for i in cluster if i is not zombie]
-        sim = await start_members(entry, groups, member_session_ms)
+        sim = await start_members(cluster, entry, groups, member_session_ms)
         queued: list[asyncio.Future] = []
         client = await connect(zombie.address)  # a client's connection, open before the freeze
         try:
