@@ -71,7 +71,8 @@ async def start_members(cluster: Instances, entry: Instance, groups: list[str], 
     others = tuple(i.address for i in cluster if i is not entry)
     sim = Simulation(SimOptions(coordinator=entry.address, more_coordinators=others, named_groups=tuple(groups),
                                 members=MEMBERS, topic="orders", partitions=6, session_ms=session_ms,
-                                rebalance_ms=30_000, heartbeat_ms=1_000, commit_interval_ms=2_000, request_timeout_ms=10_000))
+                                rebalance_ms=30_000, heartbeat_ms=1_000, commit_interval_ms=2_000,
+                                request_timeout_ms=10_000))
     sim.start_members()
     try:
         await wait_for(sim.all_stable, FORM_TIMEOUT_S, f"{len(groups)} groups of {MEMBERS} members Stable", 0.25)
