@@ -160,11 +160,11 @@ class Instance:
             self.process.kill()
             self.process.wait(30)
 
-    def log_text(self, since: int = 0) -> str:
-        """The log from byte offset `since` (see `log_offset`): what it logged after a moment of the test."""
+    def log_text(self, since: int = 0, until: int | None = None) -> str:
+        """The log from byte offset `since` to `until` (see `log_offset`): what it logged between two moments."""
         with self.log_path.open("rb") as log:
             log.seek(since)
-            return log.read().decode(errors="replace")
+            return log.read(-1 if until is None else max(0, until - since)).decode(errors="replace")
 
     def log_offset(self) -> int:
         return self.log_path.stat().st_size

@@ -267,11 +267,12 @@ async def test_sigkill_moves_an_instance_groups_and_their_members_carry_on(kafka
                 assert committer.acked[group_id] <= offset <= committer.sent[group_id], \
                     (group_id, committer.acked[group_id], offset, committer.sent[group_id])
 
-            # each moved group loaded by exactly one survivor (its new owner), nothing else loaded anywhere
+            # each moved group loaded by its new owner alone (an instance that stalls re-reads its own groups:
+            # more than one load by the owner is allowed, a load anywhere else is not)
             loaded = loaded_groups(survivors, since)
-            assert set(loaded) == set(moved), sorted(set(loaded) ^ set(moved))[:10]
-            wrong = {g: ids for g, ids in loaded.items() if ids != [owners_of_moved[g].instance_id]}
-            assert not wrong, f"groups loaded twice or by a non-owner: {dict(list(wrong.items())[:5])}"
+            assert set(moved) <= set(loaded), sorted(set(moved) - set(loaded))[:10]
+            wrong = {g: ids for g, ids in loaded.items() if set(ids) != {after.owners[cluster.partition_of(g)]}}
+            assert not wrong, f"groups loaded by an instance that does not own them: {dict(list(wrong.items())[:5])}"
 
             # the event topic: no generation completed twice; the moved groups did not rebalance at all
             events = await asyncio.to_thread(read_topic, kafka_bootstrap, event_topic)
@@ -328,18 +329,24 @@ async def test_a_frozen_instance_wakes_up_fenced_and_serves_nothing_it_lost(kafk
             codes += [int(g.error_code) for g in described.groups]
             assert set(codes) == {NOT_COORDINATOR}, collections.Counter(codes)
 
-            # it comes back as a member of the instances group and takes its share again, by the protocol
+            # it comes back as a member of the instances group and Kafka gives it a share again
+            async def regained() -> int | None:
+                return zombie.log_offset() if (await cluster.ownership()).of(zombie.instance_id) else None
+
+            regained_at = await wait_for(regained, ONE_FAILOVER_S + 30, "the woken instance assigned partitions")
             after = await until_carried_on(cluster, sim, generations, groups, list(cluster.instances),
                                            ONE_FAILOVER_S + 30, "the woken instance back, every group served")
-            assert after.of(zombie.instance_id), "the woken instance got no partition back"
             await heartbeats_accepted(cluster, after, sim, groups)
 
-            # nothing it lost was expired, rebalanced or written by it
-            woke_log = zombie.log_text(woke_at)
-            expired = set(MEMBER_FAILED.findall(woke_log))
-            assert not expired, f"the zombie expired members of groups it no longer owned: {sorted(expired)[:5]}"
-            active = set(GROUP_ACTIVITY.findall(woke_log)) & set(moved)
-            assert not active, f"the zombie ran group logic for groups it lost: {sorted(active)[:5]}"
+            # nothing it lost was expired, rebalanced or written by it: not before Kafka gave it partitions again,
+            # and never for the groups it did not get back
+            kept_away = {g for g in moved if after.owners[cluster.partition_of(g)] != zombie.instance_id}
+            for since, until, which in ((woke_at, regained_at, set(moved)), (woke_at, None, kept_away)):
+                text = zombie.log_text(since, until)
+                expired = set(MEMBER_FAILED.findall(text)) & which
+                assert not expired, f"the zombie expired members of groups it no longer owned: {sorted(expired)[:5]}"
+                active = set(GROUP_ACTIVITY.findall(text)) & which
+                assert not active, f"the zombie ran group logic for groups it lost: {sorted(active)[:5]}"
             for group_id in moved:
                 owner = cluster[after.owners[cluster.partition_of(group_id)]]
                 owner_client = await connect(owner.address)
