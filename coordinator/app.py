@@ -176,9 +176,9 @@ async def _start_ownership(stack: contextlib.AsyncExitStack, ownership: Ownershi
                             client_id=client_id, session_timeout_ms=options.instance_session_timeout_ms,
                             on_assigned=ownership.on_assigned, on_revoked=ownership.on_revoked,
                             on_lost=ownership.on_lost)
+    stack.push_async_callback(ownership.close)  # first on the way out: revoke (unload) and leave the group
     await ownership.start(membership, GroupAssignmentReader(bootstrap, ownership.group_id, ownership.topic,
                                                             client_id))
-    stack.push_async_callback(ownership.close)  # first on the way out: revoke (unload) and leave the group
 
 
 def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:

@@ -161,6 +161,7 @@ class Ownership:
         self.on_owned = on_owned
         self._gc_after_moves = gc_after_moves
         self.guard = ZombieGuard(clock, max(1, session_timeout_ms // 3), self._on_stall)
+        self.guard.deadline_ms = 1 << 62  # nothing owned before start(), nothing to guard
         self.service = GuardedService(runtime, self.guard)
         self.membership: Membership | None = None
         self._read_assignment: Callable[[Membership], Awaitable[set[int] | None]] | None = None
