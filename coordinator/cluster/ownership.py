@@ -218,14 +218,14 @@ class Ownership:
         self.owned.discard(partition)
         self._suspended.discard(partition)
         self._owned_changed()
-        self._queue.put_nowait(("unload", {partition}, asyncio.get_running_loop().create_future()))
+        self._queue.put_nowait(("fenced", {partition}, asyncio.get_running_loop().create_future()))
 
     async def _give_up(self, partitions: set[int], reason: str) -> None:
         self.owned -= partitions
         self._suspended -= partitions
         self._owned_changed()
         done = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(("unload", partitions, done))
+        self._queue.put_nowait((reason, partitions, done))
         await done  # the membership thread returns to librdkafka only now
 
     def _owned_changed(self) -> None:
@@ -246,8 +246,8 @@ class Ownership:
                 if kind == "load":
                     await self._load(partitions)
                     self.settled.set()
-                else:
-                    await self._unload(partitions)
+                else:  # revoked, lost, fenced, moved (confirmed elsewhere after a stall)
+                    await self._unload(partitions, kind)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -278,12 +278,12 @@ class Ownership:
         log.info("event=partitions_loaded partitions=%s groups=%d duration_ms=%d owned=%d", sorted(wanted), groups,
                  self.clock.now_ms() - started_ms, len(self.owned))
 
-    async def _unload(self, partitions: set[int]) -> None:
+    async def _unload(self, partitions: set[int], reason: str) -> None:
         started_ms = self.clock.now_ms()
         await self.runtime.unload(partitions)
         self._reclaim_unloaded()
-        log.info("event=partitions_released partitions=%s duration_ms=%d owned=%d", sorted(partitions),
-                 self.clock.now_ms() - started_ms, len(self.owned))
+        log.info("event=partitions_released partitions=%s reason=%s duration_ms=%d owned=%d", sorted(partitions),
+                 reason, self.clock.now_ms() - started_ms, len(self.owned))
 
     # -- collector policy -----------------------------------------------------------------------------------------
     # A single instance freezes its state once loaded (app.py): a full collection would otherwise walk every group
@@ -349,7 +349,7 @@ class Ownership:
         if gone:  # Kafka gave them to another instance while we were away: not ours to serve any more
             self.owned -= gone
             self._owned_changed()
-            self._queue.put_nowait(("unload", gone, asyncio.get_running_loop().create_future()))
+            self._queue.put_nowait(("moved", gone, asyncio.get_running_loop().create_future()))
         log.info("event=ownership_confirmed resumed_partitions=%d given_up=%s confirm_ms=%d", len(kept),
                  sorted(gone), self.clock.now_ms() - started_ms)
 
