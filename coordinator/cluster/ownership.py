@@ -13,11 +13,13 @@ after its load; a lost or fenced partition stops being served at once, without w
 
 The zombie guard. A process paused past its session (SIGSTOP, a VM freeze, a long collection) has lost its
 partitions without knowing it: Kafka moved them, and the first requests it reads after waking up were maybe
-meant for it but are no longer its to answer. So every request first checks a monotonic deadline, which a loop
-task pushes forward a few times per stall threshold (a third of the instance session timeout). A request (or
-the task) that finds the deadline passed knows the loop did not run for that long: the instance stops serving
-every partition (NOT_COORDINATOR, clients rediscover) until DescribeGroups of the instances group shows our
-member id still holding them. The check costs one clock read and one comparison per request.
+meant for it but are no longer its to answer. So every request first checks a monotonic deadline, which a timer
+callback pushes forward four times per stall threshold (a third of the instance session timeout). A request (or
+the tick) that finds the deadline passed knows the loop did not run for that long: the instance drops the groups
+of every partition it serves (NOT_COORDINATOR, clients rediscover; no session or rebalance timer of theirs runs on
+a state that may be another instance's by now) until DescribeGroups of the instances group shows our member id
+still holding them; those it holds are then read again from the state topic and served. The check costs one
+clock read and one comparison per request.
 """
 from __future__ import annotations
 
@@ -169,6 +171,7 @@ class Ownership:
         self._suspended: set[int] = set()  # served partitions the guard took out of service
         self._tasks: list[asyncio.Task[None]] = []
         self._confirming: asyncio.Task[None] | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
         self._tick_s = self.guard.stall_ms / 4000 if guard_ticks else None  # None: tests call guard.tick()
         self.settled = asyncio.Event()  # the first assignment (maybe empty) is loaded
 
@@ -183,13 +186,15 @@ class Ownership:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._transitions(), name="ownership-transitions")]
         if self._tick_s is not None:
-            self._tasks.append(loop.create_task(self._ticks(), name="ownership-guard"))
+            self._tick()
         membership.start()
 
     async def close(self) -> None:
         """Revoke and leave (every partition unloaded before Kafka hands it on), then stop."""
         if self.membership is not None:
             await self.membership.close()
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
         for task in [*self._tasks, *([self._confirming] if self._confirming else [])]:
             task.cancel()
         await asyncio.gather(*self._tasks, *([self._confirming] if self._confirming else []),
@@ -246,7 +251,7 @@ class Ownership:
                 if kind == "load":
                     await self._load(partitions)
                     self.settled.set()
-                else:  # revoked, lost, fenced, moved (confirmed elsewhere after a stall)
+                else:  # revoked, lost, fenced, suspended (a stall: read again once confirmed)
                     await self._unload(partitions, kind)
             except asyncio.CancelledError:
                 raise
@@ -272,8 +277,10 @@ class Ownership:
                 await asyncio.sleep(retry_s)
                 retry_s = min(retry_s * 2, _LOAD_RETRY_MAX_S)
         self.loads += 1
-        if self.guard.suspended:
-            self.guard.expired()  # loaded while suspended: out of service until confirmed like the others
+        if self.guard.suspended:  # loaded while suspended: out of service until confirmed, like the others
+            self._suspended |= wanted & self.owned
+            await self.runtime.unload(wanted)
+            return
         self._freeze_loaded()
         log.info("event=partitions_loaded partitions=%s groups=%d duration_ms=%d owned=%d", sorted(wanted), groups,
                  self.clock.now_ms() - started_ms, len(self.owned))
@@ -306,18 +313,23 @@ class Ownership:
                  (time.perf_counter() - started) * 1000, gc.get_freeze_count())
 
     # -- the zombie guard -----------------------------------------------------------------------------------------
-    async def _ticks(self) -> None:
+    def _tick(self) -> None:
+        # A bare timer callback, not a task: after a pause it runs in the loop's first turn, before the timing
+        # wheel's reaper (a task, woken by its own timer) can run any group's expired session or rebalance.
+        self.guard.tick()
         assert self._tick_s is not None
-        while True:
-            self.guard.tick()
-            await asyncio.sleep(self._tick_s)
+        self._tick_handle = asyncio.get_running_loop().call_later(self._tick_s, self._tick)
 
     def _on_stall(self, stalled_ms: int) -> None:
-        """Out of service: every served partition answers NOT_COORDINATOR until Kafka confirms it is ours."""
-        newly = [p for p in self.owned if self.runtime.shards[p].status is _ACTIVE]
-        for partition in newly:
-            self.runtime.shards[partition].status = _UNOWNED  # groups kept: resumed as they are if still ours
-        self._suspended.update(newly)
+        """Out of service: every served partition answers NOT_COORDINATOR until Kafka confirms it is ours. Its
+        groups are dropped at once, so none of their timers (sessions, rebalance timeouts) acts on a state that
+        may belong to another instance by now; the partitions Kafka confirms are read again from the state topic
+        (the truth, whoever wrote it last) and served."""
+        newly = {p for p in self.owned if self.runtime.shards[p].status is _ACTIVE}
+        if newly:
+            self._stop_serving(newly)
+            self._suspended |= newly
+            self._queue.put_nowait(("suspended", newly, asyncio.get_running_loop().create_future()))
         if self._confirming is None or self._confirming.done():
             log.warning("event=instance_stalled stalled_ms=%d stall_threshold_ms=%d suspended_partitions=%d "
                         "action=confirm_ownership", stalled_ms, self.guard.stall_ms, len(self._suspended))
@@ -343,13 +355,11 @@ class Ownership:
         kept = {p for p in self._suspended if p in assigned and p in self.owned}
         gone = self._suspended - kept
         self._suspended.clear()
-        for partition in kept:
-            if self.runtime.shards[partition].status is _UNOWNED:
-                self.runtime.shards[partition].status = _ACTIVE
-        if gone:  # Kafka gave them to another instance while we were away: not ours to serve any more
+        if kept:  # still ours: read again and served (fenced again first: we are their owner)
+            self._queue.put_nowait(("load", kept, asyncio.get_running_loop().create_future()))
+        if gone:  # Kafka gave them to another instance while we were away (already unloaded)
             self.owned -= gone
             self._owned_changed()
-            self._queue.put_nowait(("moved", gone, asyncio.get_running_loop().create_future()))
         log.info("event=ownership_confirmed resumed_partitions=%d given_up=%s confirm_ms=%d", len(kept),
                  sorted(gone), self.clock.now_ms() - started_ms)
 
