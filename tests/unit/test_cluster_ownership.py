@@ -250,3 +250,17 @@ def test_unloaded_groups_leave_no_cyclic_garbage() -> None:
         await env.close()
 
     asyncio.run(scenario())
+
+
+async def test_a_load_finishing_while_suspended_waits_for_the_confirmation(cluster: Env) -> None:
+    ownership, membership, confirmations, partition = await formed_then_owned(cluster)
+    other = next(p for p in range(cluster.coordinator.num_partitions) if p != partition)
+    cluster.clock.advance(STALL_MS)
+    ownership.guard.tick()  # the stall, seen by the tick
+    await membership.assign({other})  # assigned meanwhile: loaded, but not served before Kafka confirms
+    await until(lambda: ownership.loads == 2 and cluster.coordinator.shards[other].status is ShardStatus.UNOWNED)
+    assert ownership.owned == {partition, other} and not ownership.serving(other)
+    confirmations.answer = {partition, other}
+    await until(lambda: ownership.serving(partition) and ownership.serving(other))
+    assert heartbeat(ownership, cluster) == Errors.NONE
+    await ownership.close()
