@@ -357,7 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     instances.add_argument("--instance-id", default=env("COORDINATOR_INSTANCE_ID"),
                            help="turns on multi-instance mode: this instance's id (1-200 of A-Z a-z 0-9 . _ -), "
                                 "unique among the instances; logged, and shown to the others with our address "
-                                "(env COORDINATOR_INSTANCE_ID). Without it this instance owns every partition")
+                                "(env COORDINATOR_INSTANCE_ID). State writes are then always transactional, one "
+                                "producer per owned partition (the fence; --write-mode does not apply). Without it "
+                                "this instance owns every partition")
     instances.add_argument("--instances-group", default=env("COORDINATOR_INSTANCES_GROUP"),
                            help="the instances' consumer group (default: <state topic>.coordinators; "
                                 "env COORDINATOR_INSTANCES_GROUP)")
