@@ -118,11 +118,14 @@ class Membership:
         assert consumer is not None
         try:
             while not self._closing.is_set():
-                message = consumer.poll(_POLL_INTERVAL_S)
+                try:
+                    message = consumer.poll(_POLL_INTERVAL_S)
+                except Exception:  # raised by a callback or the client: stay in the group, keep polling
+                    log.exception("event=membership_poll_failed group=%s", self.group_id)
+                    self._closing.wait(_POLL_INTERVAL_S)
+                    continue
                 if message is not None and message.error() is not None:
                     self._log_error(message.error())
-        except Exception:
-            log.exception("event=membership_failed group=%s", self.group_id)
         finally:
             try:
                 consumer.close()  # revokes what we own (on_revoked, waited for), then LeaveGroup
