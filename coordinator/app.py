@@ -103,10 +103,13 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         ownership = None if options.instance_id is None else _ownership(options, coordinator, store, clock)
         server = CoordinatorServer(options.server, coordinator if ownership is None else ownership.service,
                                    clock=clock, on_shutdown=coordinator.shutdown, relay=_relay(options, bootstrap))
+        directory = None if ownership is None else _owner_directory(coordinator, options)
+        if directory is not None:  # who owns which group's partition: FindCoordinator and Metadata read it
+            server.directory = directory
         await server.start()
         stack.push_async_callback(server.close)
         if ownership is not None:  # after the listener: our endpoint (its port) goes into the membership client.id
-            await _start_ownership(stack, ownership, options, bootstrap, server)
+            await _start_ownership(stack, ownership, options, bootstrap, server, directory)
         if instrumented.metrics is not None:
             instrumented.metrics.watch_connections(lambda: server.connection_count)
             instrumented.metrics.watch_runtime_health(health)
@@ -167,11 +170,38 @@ def _ownership(options: ServiceOptions, runtime: GroupRuntime, store: KafkaGroup
     return ownership
 
 
+def _owner_directory(runtime: GroupRuntime, options: ServiceOptions) -> Any:
+    """The server's directory of instances (coordinator/cluster/directory.py, engineer "discovery"), the owner map
+    attached in `_start_ownership`. INTERIM: None while that side is not merged (then FindCoordinator answers this
+    instance for every group); once it is, drop the ImportError branch."""
+    try:
+        from coordinator.cluster.directory import OwnerMapDirectory
+    except ImportError:
+        log.warning("event=owner_map_unavailable reason=discovery_not_merged")
+        return None
+    return OwnerMapDirectory(runtime.num_partitions, options.server.cluster_id)
+
+
 async def _start_ownership(stack: contextlib.AsyncExitStack, ownership: Ownership, options: ServiceOptions,
-                           bootstrap: str, server: CoordinatorServer) -> None:
-    """Joins the instances group once the listener is open: our endpoint (its port) is in the client.id."""
+                           bootstrap: str, server: CoordinatorServer, directory: Any) -> None:
+    """Joins the instances group once the listener is open: our endpoint (its port) is in the client.id and in
+    the owner map, which the server's directory reads from then on."""
     node = server.node
-    client_id = client_id_for(InstanceEndpoint(ownership.instance_id, node.node_id, node.host, node.port))
+    me = InstanceEndpoint(ownership.instance_id, node.node_id, node.host, node.port)
+    client_id = client_id_for(me)
+    if directory is not None:
+        from coordinator.cluster.owner_map import OwnerMap
+
+        owner_map = OwnerMap(bootstrap, ownership.group_id, ownership.topic, ownership.runtime.num_partitions, me)
+        await owner_map.start()
+        stack.push_async_callback(owner_map.close)
+        directory.attach(owner_map)
+
+        def owned(partitions: set[int]) -> None:
+            owner_map.set_own(partitions)  # ours at once; the others' from DescribeGroups, asked again now
+            owner_map.refresh_soon()
+
+        ownership.on_owned = owned
     membership = Membership(bootstrap=bootstrap, group_id=ownership.group_id, topic=ownership.topic,
                             client_id=client_id, session_timeout_ms=options.instance_session_timeout_ms,
                             on_assigned=ownership.on_assigned, on_revoked=ownership.on_revoked,
