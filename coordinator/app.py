@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from coordinator.cluster.directory import OwnerMapDirectory
 from coordinator.cluster.identity import InstanceEndpoint, client_id_for
 from coordinator.cluster.membership import Membership, instances_group_for
+from coordinator.cluster.owner_map import OwnerMap
 from coordinator.cluster.ownership import GroupAssignmentReader, Ownership
 from coordinator.config import CoordinatorConfig
 from coordinator.group.runtime import GroupRuntime
@@ -101,14 +102,17 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
             observer.add(events)
 
         ownership = None if options.instance_id is None else _ownership(options, coordinator, store, clock)
+        # several instances: who owns which group's partition (FindCoordinator, Metadata); the owner map is
+        # attached once our port is known (_start_ownership)
+        directory = None if ownership is None else OwnerMapDirectory(coordinator.num_partitions,
+                                                                     options.server.cluster_id)
         server = CoordinatorServer(options.server, coordinator if ownership is None else ownership.service,
-                                   clock=clock, on_shutdown=coordinator.shutdown, relay=_relay(options, bootstrap))
-        directory = None if ownership is None else _owner_directory(coordinator, options)
-        if directory is not None:  # who owns which group's partition: FindCoordinator and Metadata read it
-            server.directory = directory
+                                   clock=clock, on_shutdown=coordinator.shutdown, relay=_relay(options, bootstrap),
+                                   directory=directory)
         await server.start()
         stack.push_async_callback(server.close)
         if ownership is not None:  # after the listener: our endpoint (its port) goes into the membership client.id
+            assert directory is not None
             await _start_ownership(stack, ownership, options, bootstrap, server, directory)
         if instrumented.metrics is not None:
             instrumented.metrics.watch_connections(lambda: server.connection_count)
@@ -170,38 +174,23 @@ def _ownership(options: ServiceOptions, runtime: GroupRuntime, store: KafkaGroup
     return ownership
 
 
-def _owner_directory(runtime: GroupRuntime, options: ServiceOptions) -> Any:
-    """The server's directory of instances (coordinator/cluster/directory.py, engineer "discovery"), the owner map
-    attached in `_start_ownership`. INTERIM: None while that side is not merged (then FindCoordinator answers this
-    instance for every group); once it is, drop the ImportError branch."""
-    try:
-        from coordinator.cluster.directory import OwnerMapDirectory
-    except ImportError:
-        log.warning("event=owner_map_unavailable reason=discovery_not_merged")
-        return None
-    return OwnerMapDirectory(runtime.num_partitions, options.server.cluster_id)
-
-
 async def _start_ownership(stack: contextlib.AsyncExitStack, ownership: Ownership, options: ServiceOptions,
-                           bootstrap: str, server: CoordinatorServer, directory: Any) -> None:
+                           bootstrap: str, server: CoordinatorServer, directory: OwnerMapDirectory) -> None:
     """Joins the instances group once the listener is open: our endpoint (its port) is in the client.id and in
     the owner map, which the server's directory reads from then on."""
     node = server.node
     me = InstanceEndpoint(ownership.instance_id, node.node_id, node.host, node.port)
     client_id = client_id_for(me)
-    if directory is not None:
-        from coordinator.cluster.owner_map import OwnerMap
+    owner_map = OwnerMap(bootstrap, ownership.group_id, ownership.topic, ownership.runtime.num_partitions, me)
+    await owner_map.start()
+    stack.push_async_callback(owner_map.close)
+    directory.attach(owner_map)
 
-        owner_map = OwnerMap(bootstrap, ownership.group_id, ownership.topic, ownership.runtime.num_partitions, me)
-        await owner_map.start()
-        stack.push_async_callback(owner_map.close)
-        directory.attach(owner_map)
+    def owned(partitions: set[int]) -> None:
+        owner_map.set_own(partitions)  # ours at once; the others' from DescribeGroups, asked again now
+        owner_map.refresh_soon()
 
-        def owned(partitions: set[int]) -> None:
-            owner_map.set_own(partitions)  # ours at once; the others' from DescribeGroups, asked again now
-            owner_map.refresh_soon()
-
-        ownership.on_owned = owned
+    ownership.on_owned = owned
     membership = Membership(bootstrap=bootstrap, group_id=ownership.group_id, topic=ownership.topic,
                             client_id=client_id, session_timeout_ms=options.instance_session_timeout_ms,
                             on_assigned=ownership.on_assigned, on_revoked=ownership.on_revoked,
@@ -232,10 +221,6 @@ def _fencing(options: ServiceOptions) -> dict[str, object]:
     next owner's init_transactions fences the previous one, partition by partition."""
     if options.instance_id is None:
         return {}
-    if "partition_fencing" not in {f.name for f in dataclasses.fields(StorageConfig)}:
-        # INTERIM until the storage side (engineer "fence") lands: no fencing, idempotent writes (a shared
-        # transactional.id would make the instances fence each other)
-        return {"transactional_id": None}
     return {"partition_fencing": True, "transactional_id": f"group-coordinator-{options.state_topic}"}
 
 

@@ -1,6 +1,6 @@
 """Several `coordinator serve --instance-id` processes on one state topic, a real broker deciding who owns which
 partition (coordinator/cluster): every partition served by exactly one instance, the others answering
-NOT_COORDINATOR; a third instance takes a share while the others keep serving theirs; a clean stop moves its
+NOT_COORDINATOR, FindCoordinator on any of them naming the owner; a third instance takes a share while the others keep serving theirs; a clean stop moves its
 partitions at once with their groups and offsets; a paused instance serves nothing until Kafka confirms it
 still owns its partitions. Black-box: requests on the wire and the instances' logs."""
 
@@ -16,8 +16,10 @@ from typing import Any
 
 from coordinator.group.partitioner import partition_for
 from coordinator.loadgen.formation import form_stable_group
+from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from tests.integration import test_e2e_support as e2e
+from tests.unit.test_server_env import request
 
 PARTITIONS = 6
 SESSION_MS = 6_000
@@ -109,6 +111,7 @@ async def test_instances_share_the_partitions_a_third_takes_a_share_a_clean_stop
         # Kafka confirms: that is the guard, not the rebalance)
         stalled = {i for i in ("a", "b") if "event=instance_stalled" in by_id[i].service.log_text()}
         assert all(interruptions[p] == [] for p in kept if first[p] not in stalled), (first, second, interruptions)
+        await until_every_instance_names_the_owners([a, b, c], second)  # FindCoordinator on any instance
 
         # a clean stop of the instance owning the group: its partitions move at once, the group with them
         owner_id = second[partition_for(group, PARTITIONS)]
@@ -128,6 +131,27 @@ async def test_instances_share_the_partitions_a_third_takes_a_share_a_clean_stop
             "Stable", sorted(m.member_id for m in before.members))
         assert await e2e.fetch_offsets(new_owner.client, group, (0, 1)) == {0: 11, 1: 22}
         assert "event=membership_left" in leaving.service.log_text()
+
+
+async def until_every_instance_names_the_owners(instances: list[Instance], owner_of: dict[int, str],
+                                              timeout_s: float = 30) -> None:
+    """FindCoordinator for a group of each partition, asked of every instance, answers the owning instance's
+    node and address (the owner maps refresh every second: bounded wait)."""
+    ports = {i.instance_id: i.service.port for i in instances}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answers = {(inst.instance_id, p): await find_coordinator(inst.client, PROBES[p])
+                   for inst in instances for p in range(PARTITIONS)}
+        wrong = {key: answer for key, answer in answers.items() if answer != (NONE, ports[owner_of[key[1]]])}
+        if not wrong:
+            return
+        assert time.monotonic() < deadline, f"FindCoordinator answers not the owner: {wrong}"
+        await asyncio.sleep(0.2)
+
+
+async def find_coordinator(client: KafkaClient, group_id: str) -> tuple[int, int]:
+    response = await client.request(request(ApiKey.FIND_COORDINATOR, 3, key=group_id, key_type=0))
+    return int(response.error_code), int(response.port)
 
 
 async def _probe_owners(owner_by_partition: dict[int, str], by_id: dict[str, Instance],
