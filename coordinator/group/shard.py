@@ -263,9 +263,6 @@ class GroupShard:
         ok = error == Errors.NONE
         protocol_type, protocol_name = (group.protocol_type, group.protocol_name) if ok else (None, None)
         for member in list(group.members.values()):
-            if ok and not member.assignment:
-                log.warning("event=empty_assignment group=%s member=%s generation=%d",
-                            group.group_id, member.member_id, group.generation_id)
             response = SyncGroupResponse(error, protocol_type, protocol_name, member.assignment)
             if group.complete_sync(member, response):
                 self.schedule_heartbeat(group, member, member.session_timeout_ms)
