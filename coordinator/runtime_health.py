@@ -15,7 +15,8 @@ collects; a full collection walks all of them, so its pause grows with the numbe
 policy moves them into the permanent generation (`gc.freeze()`, O(1)) after every generation-1 collection,
 so no collection walks them again. What is frozen is still freed by reference counting,
 so this is safe for state without reference cycles (group, member and timer objects have none: see
-tests/unit/test_runtime_health.py); a cycle that becomes garbage after it was frozen is only reclaimed by
+tests/unit/test_runtime_health.py; nor do closed connections and relay links, on asyncio and uvloop:
+tests/interop/test_relay_connection_cycles.py); a cycle that becomes garbage after it was frozen is only reclaimed by
 `thaw_and_collect()` (an operator's or a test's call, a full stall).
 
 `RuntimeHealth` bundles the three for the service (coordinator/app.py): its counters are read by telemetry
