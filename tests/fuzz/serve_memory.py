@@ -31,8 +31,8 @@ def report(_signum: int = 0, _frame: object = None) -> None:
     in_cycles = gc.collect()
     after_kb = _rss_kb() if _malloc_trim() else -1
     log.info("event=memory_report rss_kb=%d rss_after_malloc_trim_kb=%d frozen=%d in_frozen_cycles=%d "
-                "rss_after_collect_kb=%d allocated_blocks=%d", rss_kb, trimmed_kb, frozen, in_cycles, after_kb,
-                sys.getallocatedblocks())
+             "rss_after_collect_kb=%d allocated_blocks=%d", rss_kb, trimmed_kb, frozen, in_cycles, after_kb,
+             sys.getallocatedblocks())
 
 
 if __name__ == "__main__":
