@@ -32,6 +32,7 @@ from collections.abc import Coroutine
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
+from coordinator.runtime_health import release_transport_cycle
 from coordinator.server.context import ConnectionContext, java_host_string
 from coordinator.server.handlers import HANDLERS, SERVED_APIS
 from coordinator.server.handlers.api_versions import unsupported_version_reply
@@ -131,6 +132,8 @@ class Connection(asyncio.BufferedProtocol):
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is not None:
+            release_transport_cycle(self._transport)
         self._transport = None
         self._open = False
         try:
@@ -399,7 +402,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def _drop_relay_state(self) -> None:
         if self._link is not None:
-            self._link.close()
+            # the link points back at us (its owner): let go of it, or the pair outlives the connection as a
+            # reference cycle, which the GC policy's freeze keeps forever (coordinator/runtime_health.py)
+            link, self._link = self._link, None
+            link.close()
         if self._relay is not None:
             pool = self._relay.pool
             while self._pending:
