@@ -478,6 +478,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                   f"client {f['client_cpu_us_per_heartbeat']:>5} µs/hb ({f['client_cpu_share']})  "
                   f"bench's others {f['others_cpu_share']}, rest of machine {f['rest_of_machine_cpu_share']} cores  "
                   f"capacity {f['cpu_bound_capacity_per_s']}/s")
+    for name, figures in medians.items():
+        for connections, f in figures.items():
+            if f["error_responses"] or f["connections_closed"]:  # counted as answers above: say so
+                print(f"  WARNING {name} {connections} connections: {f['error_responses']} error answers, "
+                      f"{f['connections_closed']} connections closed (see the logs in {log_dir})")
     for name, entries in ratio.items():
         for connections, entry in entries.items():
             print(f"  {name} {connections} connections: " + ", ".join(f"{k} {v}" for k, v in entry.items()))
