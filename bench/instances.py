@@ -26,8 +26,14 @@ exactly its measured window.
 Figures per server and connection count (medians of the interleaved repeats): heartbeats/s, p50/p99, the CPU
 time per heartbeat of the server under test (sum over its processes) and of the client, the cores each used,
 and what the other bench processes used meanwhile (the broker, when it is only our store; our idle
-instances, when Kafka is measured). Ratios: ours×N ÷ Kafka and ours×N ÷ ours×1 for heartbeats/s, Kafka ÷ ours×N
-for server CPU per heartbeat. The machine is shared: the load average is printed with every window.
+instances, when Kafka is measured), and the rest of the machine (other users: /proc/stat less all of the above).
+`cpu_bound_capacity_per_s` is what those CPU costs allow when the cores are the bench's alone: the cores (less what
+the bench's other processes used) ÷ (server + client CPU per heartbeat), and for our instances also at most one
+core each (one event loop), given the share of the load each serves; the broker's JVM has no per-process limit.
+Ratios: ours×N ÷ Kafka and ours×N ÷ ours×1 for heartbeats/s and for that capacity, Kafka ÷ ours×N for server CPU
+per heartbeat. On a shared machine the measured rates mostly show how the kernel split the cores between the
+bench and everyone else (the load average and the rest of the machine's share are printed with every window);
+CPU per heartbeat and the capacity derived from it are the figures that hold across loads.
 """
 
 from __future__ import annotations
@@ -310,9 +316,10 @@ async def measure(servers: ServerSet, others: list[int], population: Population,
     client_cpu = result["client_cpu_s"]
     rest = result["machine_busy_s"] - server_cpu - other_cpu - client_cpu  # other users of the machine
     server_us, client_us = server_cpu / answers * 1e6, client_cpu / answers * 1e6
-    # What these CPU costs allow when the machine is ours alone: the servers and the client share its cores, and
-    # one of our instances runs its requests on one thread (one core at most); the broker's JVM has no such limit.
-    capacity = os.cpu_count() / (server_us + client_us) * 1e6
+    # What these CPU costs allow when the machine is the bench's alone: the servers and the client share its cores
+    # (less what the bench's other processes use meanwhile), and one of our instances runs its requests on one
+    # thread (one core at most); the broker's JVM has no such limit.
+    capacity = (os.cpu_count() - other_cpu / elapsed) / (server_us + client_us) * 1e6
     if servers.name != "kafka":
         by_port = {int(port): count for port, count in result["port_answers"].items()}
         for port, pid in zip(servers.ports, servers.pids):
@@ -416,6 +423,8 @@ def ratios(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict
             if single is not None and count != 1:
                 entry["heartbeats_per_s_vs_ours×1"] = round(
                     mine["heartbeats_per_s"] / max(single[connections]["heartbeats_per_s"], 1), 3)
+                entry["cpu_bound_capacity_vs_ours×1"] = round(
+                    mine["cpu_bound_capacity_per_s"] / max(single[connections]["cpu_bound_capacity_per_s"], 1), 3)
     return out
 
 
