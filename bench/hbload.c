@@ -236,7 +236,10 @@ int main(int argc, char **argv) {
             c->received -= (int)(size + 4); /* one request in flight: nothing should follow it; keep it if so */
             if (c->received) memmove(c->buffer, c->buffer + size + 4, c->received);
             send_next(c, &correlation);
-            if (!c->open) closed++;
+            if (!c->open) { /* the server closed it: no more requests on it */
+                epoll_ctl(epoll, EPOLL_CTL_DEL, c->fd, NULL);
+                closed++;
+            }
         }
     }
     double elapsed = (window_end - window_start) / 1e9;
