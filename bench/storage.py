@@ -29,6 +29,8 @@ import struct
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from coordinator.config import CoordinatorConfig
 from coordinator.embedded import EmbeddedKafka
@@ -167,13 +169,24 @@ async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions:
     return result
 
 
-async def main(args: argparse.Namespace) -> dict:
+@asynccontextmanager
+async def bench_kafka() -> AsyncIterator[str]:
+    """KAFKA_BOOTSTRAP if set, else an embedded broker for the duration (removed afterwards)."""
     given = os.environ.get("KAFKA_BOOTSTRAP")
-    broker = None if given else EmbeddedKafka(heap_mb=1024)
-    if broker is not None:
-        await broker.start()
-    bootstrap = given or broker.bootstrap
+    if given:
+        yield given
+        return
+    broker = EmbeddedKafka(heap_mb=1024)
+    await broker.start()
     try:
+        yield broker.bootstrap
+    finally:
+        await broker.stop()
+        broker.remove_data()
+
+
+async def main(args: argparse.Namespace) -> dict:
+    async with bench_kafka() as bootstrap:
         load = commits = None
         if not args.transactions_only:
             load = await bench_load(bootstrap, args.groups, args.members)
@@ -181,12 +194,8 @@ async def main(args: argparse.Namespace) -> dict:
             commits = await bench_commits(bootstrap, args.commit_groups, args.commit_seconds,
                                           args.commit_partitions)
         costs = await transaction_costs(bootstrap, args)
-    finally:
-        if broker is not None:
-            await broker.stop()
-            broker.remove_data()
-    return {"bench": "storage", "kafka": "given" if given else "embedded", "load": load, "offset_commit": commits,
-            "transactional_vs_idempotent": costs}
+    return {"bench": "storage", "kafka": "given" if os.environ.get("KAFKA_BOOTSTRAP") else "embedded",
+            "load": load, "offset_commit": commits, "transactional_vs_idempotent": costs}
 
 
 async def transaction_costs(bootstrap: str, args: argparse.Namespace) -> dict:

@@ -42,9 +42,9 @@ class ServiceOptions:
     state_topic: str = "__coordinator_state"
     state_replication_factor: int | None = None  # None: min(3, brokers)
     event_topic: str | None = "__coordinator_events"
-    # State writes inside transactions (all or nothing; docs/state-topic.md), or through the idempotent producer
-    # (the default until the transactional path rides out a broker outage within the commit timeout).
-    transactional_writes: bool = False
+    # State writes inside transactions (all or nothing, and fenced; docs/state-topic.md), or through the
+    # idempotent producer (faster under many concurrent commits, but a write may be stored in part).
+    transactional_writes: bool = True
     metrics_listen: tuple[str, int] | None = None  # Prometheus scrape endpoint (None: none)
     relay: RelayConfig | None = None  # front the cluster (coordinator/relay); `coordinator serve` turns it on
 

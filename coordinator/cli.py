@@ -71,12 +71,13 @@ async def _run_simulate(args: argparse.Namespace) -> int:
         schedule = tuple(ScheduledFailure.parse(text) for text in args.inject)
     except ValueError as exc:
         raise SystemExit(f"coordinator simulate: --inject: {exc}")
-    coordinator = args.coordinator or (_host_port(args.bootstrap_server.split(",")[0]) if args.bootstrap_server
-                                       else None)
-    if coordinator is None:
+    coordinators = args.coordinator or ([_host_port(args.bootstrap_server.split(",")[0])] if args.bootstrap_server
+                                        else None)
+    if not coordinators:
         raise SystemExit("coordinator simulate: give --coordinator HOST:PORT and/or --bootstrap-server")
     options = SimOptions(
-        coordinator=coordinator, bootstrap_server=args.bootstrap_server, groups=args.groups, members=args.members,
+        coordinator=coordinators[0], more_coordinators=tuple(coordinators[1:]),
+        bootstrap_server=args.bootstrap_server, groups=args.groups, members=args.members,
         topic=args.topic, partitions=args.partitions, group_prefix=args.group_prefix, assignor=args.assignor,
         static=args.static, session_ms=args.session_timeout_ms, rebalance_ms=args.rebalance_timeout_ms,
         heartbeat_ms=args.heartbeat_interval_ms, commit_interval_ms=args.commit_interval_ms,
@@ -156,6 +157,10 @@ def _host_port(text: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def _host_ports(text: str) -> list[tuple[str, int]]:
+    return [_host_port(part.strip()) for part in text.split(",") if part.strip()]
 
 
 def _kafka_property(text: str) -> tuple[str, str]:
@@ -293,9 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--event-topic", default=env("COORDINATOR_EVENT_TOPIC", "__coordinator_events"),
                        help="topic for group events ('' to disable)")
     serve.add_argument("--write-mode", choices=["transactional", "idempotent"],
-                       default=env("COORDINATOR_WRITE_MODE", "idempotent"),
-                       help="transactional: every state write all or nothing, and fenced by a newer process on "
-                            "the same state topic; idempotent (default): faster under many concurrent commits, "
+                       default=env("COORDINATOR_WRITE_MODE", "transactional"),
+                       help="transactional (default): every state write all or nothing, and fenced by a newer "
+                            "process on the same state topic; idempotent: faster under many concurrent commits, "
                             "but librdkafka may store a write in part (env COORDINATOR_WRITE_MODE)")
     serve.add_argument("--no-relay", action="store_true", default=env("COORDINATOR_NO_RELAY", "") == "1",
                        help="serve the group APIs only (no relay): clients must bootstrap to the cluster itself "
@@ -328,9 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "leader), heartbeat and commit like Kafka's consumer, while failures are injected. Shows a live "
                     "status, then a summary (rebalances by reason and duration, failures detected, detection "
                     "lateness, error codes).")
-    simulate.add_argument("--coordinator", type=_host_port, default=None,
-                          help="HOST:PORT for the group protocol (FindCoordinator goes here; default: the first "
-                               "--bootstrap-server address)")
+    simulate.add_argument("--coordinator", type=_host_ports, default=None,
+                          help="HOST:PORT[,HOST:PORT...] for the group protocol: FindCoordinator goes to the first "
+                               "that answers, each group's members then connect to the coordinator it names (with "
+                               "several coordinator instances, give them all). Default: the first "
+                               "--bootstrap-server address")
     simulate.add_argument("--bootstrap-server", default=env("KAFKA_BOOTSTRAP"),
                           help="Kafka cluster for admin: the topic is created there if missing (env KAFKA_BOOTSTRAP)")
     simulate.add_argument("--groups", type=int, default=10)

@@ -82,6 +82,9 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_row("  measured from", lateness["source"])
     table.add_row("heartbeats / commits / reconnects",
                   f"{summary['heartbeats']} / {summary['commits']} / {summary['reconnects']}")
+    spread = summary.get("members_by_coordinator") or {}
+    if len(spread) > 1:  # several coordinator instances
+        table.add_row("members by coordinator", ", ".join(f"{address} {n}" for address, n in spread.items()))
     for api, codes in summary["error_codes"].items():
         table.add_row(f"answers: {api}", ", ".join(f"{name} {n}" for name, n in codes.items()))
     unexpected = summary["unexpected_errors"]

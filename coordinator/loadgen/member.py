@@ -4,7 +4,8 @@ Loop: find the coordinator → JoinGroup (again with the id on MEMBER_ID_REQUIRE
 → heartbeat every interval and commit progress, until an answer says to rejoin. Like a real client it
 - rejoins on REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID (the last two after resetting its
   generation, UNKNOWN_MEMBER_ID also its member id);
-- rediscovers the coordinator on NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE;
+- rediscovers the coordinator on NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, and when its connection fails
+  (with several coordinator instances, the group may have moved to another one);
 - backs off and retries on COORDINATOR_LOAD_IN_PROGRESS;
 - reconnects when the connection drops or a request times out, keeping its member id and generation (so a
   restarted coordinator that kept its groups sees the same member heartbeat again).
@@ -73,6 +74,7 @@ class SimMember:
         self.state = "starting"  # starting, joining, stable, failed (injected), stopped
         self.phase = "starting"  # what it waits for now (the summary counts the phases of unstable members)
         self.client: KafkaClient | None = None
+        self.coordinator: tuple[str, int] | None = None  # the address FindCoordinator gave for this connection
         self.task: asyncio.Task[None] | None = None
         self.slow_join_ms = 0  # injected: the next (re)join waits this long first
         self.last_heartbeat_ms: int | None = None  # wall clock of the last request that extends the session
@@ -112,7 +114,9 @@ class SimMember:
                 return
             except TRANSIENT as exc:
                 self.sim.stats.connection_errors += 1
-                log.debug("event=member_reconnect group=%s member=%s error=%r", self.group_id, self.member_id, exc)
+                log.debug("event=member_reconnect group=%s member=%s coordinator=%s error=%r", self.group_id,
+                          self.member_id, self.coordinator, exc)
+                self.sim.forget_coordinator(self.group_id, self.coordinator)  # dead, or no longer the owner
                 await self.drop_connection()
                 await self._back_off()
 
@@ -120,7 +124,7 @@ class SimMember:
         if self.client is not None and not self.client.is_closed:
             return
         self.phase = "find-coordinator"
-        host, port = await self.sim.find_coordinator(self.group_id)
+        self.coordinator = host, port = await self.sim.find_coordinator(self.group_id)
         self.phase = "connect"
         async with self.sim.connect_slots:
             self.client = await KafkaClient.connect(host, port, client_id=self.sim.options.client_id,
@@ -303,7 +307,7 @@ class SimMember:
 
     def _on_coordinator_error(self, code: int) -> None:
         if code in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE):
-            self.sim.forget_coordinator(self.group_id)
+            self.sim.forget_coordinator(self.group_id, self.coordinator)
             raise Rediscover()
         # COORDINATOR_LOAD_IN_PROGRESS and anything else: the caller backs off and retries
 

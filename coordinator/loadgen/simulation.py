@@ -14,6 +14,13 @@ Failures (each on a member that is Stable at that moment):
 - static-restart (static members): connection dropped, back with the same group.instance.id well within the
   session timeout (no rebalance for it in Kafka; it must not be removed).
 A coordinator restart needs nothing injected: members reconnect, rediscover and back off on LOAD_IN_PROGRESS.
+
+Discovery follows FindCoordinator like a real client: one lookup connection to any of the coordinators given
+(the next one when it fails, backing off once all have failed), one lookup at a time per group (the members of a
+group that lose their coordinator together ask once), and a member connects to the address answered. A member
+forgets that answer on NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a failed connection, so with several
+coordinator instances it follows its group when the group moves, and an instance that died (connection refused)
+is only retried while FindCoordinator still names it.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.client import KafkaClient
-from protocol.errors import ConnectionClosed, RequestTimedOut
+from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 
 from coordinator.loadgen import assignors, wire
 from coordinator.loadgen.events import ExpiryWatcher
@@ -42,6 +49,9 @@ log = logging.getLogger("coordinator.loadgen")
 
 FAILURE_KINDS = ("crash", "hang", "slow", "leave", "static-restart")
 DETECTED_KINDS = frozenset({"crash", "hang"})
+_DISCOVERY_BACKOFF_S = 0.1
+_DISCOVERY_MAX_BACKOFF_S = 2.0
+_DISCOVERY_TIMEOUT_MS = 5_000  # a FindCoordinator (or its connect) that takes longer: ask another instance
 
 
 @dataclass(frozen=True)
@@ -62,7 +72,8 @@ class ScheduledFailure:
 
 @dataclass(frozen=True)
 class SimOptions:
-    coordinator: tuple[str, int]
+    coordinator: tuple[str, int]  # where FindCoordinator goes first
+    more_coordinators: tuple[tuple[str, int], ...] = ()  # other instances to ask when it does not answer
     bootstrap_server: str | None = None  # Kafka admin (topic creation); None: the topic must exist
     groups: int = 10
     members: int = 3
@@ -90,6 +101,14 @@ class SimOptions:
     named_groups: tuple[str, ...] = ()  # explicit group ids instead of PREFIX-NNNN (then `groups` is ignored)
     max_connecting: int = 64  # connects in flight: more overflows a default listen backlog (SYNs dropped)
     real: int = 0  # real consumers (confluent-kafka, aiokafka) reading the topic through the coordinator's relay
+
+    @property
+    def discovery_addresses(self) -> tuple[tuple[str, int], ...]:
+        return (self.coordinator, *self.more_coordinators)
+
+    @property
+    def bootstrap_text(self) -> str:
+        return ",".join(f"{host}:{port}" for host, port in self.discovery_addresses)
 
     @property
     def failure_downtime_ms(self) -> int:
@@ -126,8 +145,10 @@ class Simulation:
         self.partition_counts = {options.topic: options.partitions}
         self.connect_slots = asyncio.Semaphore(options.max_connecting)
         self._coordinators: dict[str, tuple[str, int]] = {}
+        self._lookups: dict[str, asyncio.Future[tuple[str, int]]] = {}  # FindCoordinator in flight per group
         self._discovery: KafkaClient | None = None
         self._discovery_lock = asyncio.Lock()
+        self._discovery_next = 0  # index into discovery_addresses of the next lookup connection
         self._away: set[SimMember] = set()  # failed members not back yet
         self._pending: set[asyncio.Task[None]] = set()
         self._started = time.monotonic()
@@ -146,8 +167,7 @@ class Simulation:
             await asyncio.to_thread(self.watcher.start)
         self.start_members()
         if options.real > 0:
-            host, port = options.coordinator
-            self.real = RealClients(f"{host}:{port}", options.topic, options.real, f"{options.group_prefix}-real")
+            self.real = RealClients(options.bootstrap_text, options.topic, options.real, f"{options.group_prefix}-real")
             self.real.start()
         injector = asyncio.create_task(self._inject_failures())
         try:
@@ -208,6 +228,8 @@ class Simulation:
         if self.options.leave_on_exit and not self.options.static:
             await _bounded([asyncio.ensure_future(m.leave()) for m in self.members if m.state == "stable"], "leaves")
         await _bounded([asyncio.ensure_future(m.drop_connection()) for m in self.members], "connections")
+        for lookup in list(self._lookups.values()):
+            lookup.cancel()
         await self.close_discovery()
         if self.real is not None:
             await self.real.stop()
@@ -217,16 +239,38 @@ class Simulation:
     # ------------------------------------------------------------------------------------------------ discovery
 
     async def find_coordinator(self, group_id: str) -> tuple[str, int]:
+        """The address of `group_id`'s coordinator: remembered, or looked up (once for all members asking)."""
         known = self._coordinators.get(group_id)
         if known is not None:
             return known
+        lookup = self._lookups.get(group_id)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._look_up(group_id))
+            self._lookups[group_id] = lookup
+            lookup.add_done_callback(lambda done: self._lookup_done(group_id, done))
+        return await asyncio.shield(lookup)  # a member halted meanwhile does not cancel the others' lookup
+
+    def _lookup_done(self, group_id: str, lookup: asyncio.Future[tuple[str, int]]) -> None:
+        if self._lookups.get(group_id) is lookup:
+            del self._lookups[group_id]
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: a cancelled member must not leave "exception never retrieved"
+
+    async def _look_up(self, group_id: str) -> tuple[str, int]:
+        backoff_s = _DISCOVERY_BACKOFF_S
         while True:
+            client: KafkaClient | None = None
             try:
                 client = await self._discovery_client()
-                response = await client.request(wire.find_coordinator(client, group_id))
-            except (ConnectionClosed, RequestTimedOut, OSError, asyncio.TimeoutError):
-                self._discovery = None
-                await asyncio.sleep(0.2 + self.random.random() * 0.3)
+                response = await client.request(wire.find_coordinator(client, group_id),
+                                                timeout_ms=self._discovery_timeout_ms)
+            except (ConnectionClosed, RequestTimedOut, ProtocolError, OSError, asyncio.TimeoutError) as exc:
+                # this instance is down or stuck: the next lookup connection goes to the next one
+                log.debug("event=discovery_failed group=%s error=%r", group_id, exc)
+                self.stats.connection_errors += 1
+                await self._discovery_failed(client)
+                await asyncio.sleep(backoff_s * (0.5 + self.random.random()))
+                backoff_s = min(backoff_s * 2, _DISCOVERY_MAX_BACKOFF_S)
                 continue
             code = int(response.error_code)
             self.stats.record("FindCoordinator", code)
@@ -241,16 +285,32 @@ class Simulation:
             await self._discovery.close()
             self._discovery = None
 
-    def forget_coordinator(self, group_id: str) -> None:
-        self._coordinators.pop(group_id, None)
+    def forget_coordinator(self, group_id: str, address: tuple[str, int] | None = None) -> None:
+        """Look the group's coordinator up again next time. With `address` (the one that failed) only if that
+        is still the answer remembered: a member that saw the old coordinator fail late must not wipe out the
+        answer its group mates already found."""
+        if address is None or self._coordinators.get(group_id) == address:
+            self._coordinators.pop(group_id, None)
 
     async def _discovery_client(self) -> KafkaClient:
         async with self._discovery_lock:
             if self._discovery is None or self._discovery.is_closed:
-                host, port = self.options.coordinator
+                addresses = self.options.discovery_addresses
+                host, port = addresses[self._discovery_next % len(addresses)]
+                self._discovery_next += 1  # a failed connect moves on to the next one
                 self._discovery = await KafkaClient.connect(host, port, client_id=self.options.client_id,
-                                                            timeout_ms=self.options.request_timeout_ms)
+                                                            timeout_ms=self._discovery_timeout_ms)
             return self._discovery
+
+    async def _discovery_failed(self, client: KafkaClient | None) -> None:
+        if client is not None and self._discovery is client:
+            self._discovery = None
+            await client.abort()
+
+    @property
+    def _discovery_timeout_ms(self) -> int:
+        # a stopped (SIGSTOP) instance accepts connections but never answers: don't wait a full request timeout
+        return min(self.options.request_timeout_ms, _DISCOVERY_TIMEOUT_MS)
 
     # ------------------------------------------------------------------------------------------------ failures
 
@@ -367,7 +427,7 @@ class Simulation:
               and not misassigned
               and (self.watcher is None or all(n == 1 for n in expiry_counts)))
         return {
-            "coordinator": f"{options.coordinator[0]}:{options.coordinator[1]}",
+            "coordinator": options.bootstrap_text,
             "groups": options.groups, "members_per_group": options.members, "static": options.static,
             "assignor": options.assignor, "session_ms": options.session_ms, "rebalance_ms": options.rebalance_ms,
             "heartbeat_ms": options.heartbeat_ms, "elapsed_s": round(progress.elapsed_s, 1),
@@ -377,6 +437,7 @@ class Simulation:
             "unstable_members_by_phase": dict(collections.Counter(m.phase for m in surviving if m.state != "stable")),
             "heartbeats": self.stats.heartbeats, "commits": self.stats.commits,
             "reconnects": self.stats.connection_errors,
+            "members_by_coordinator": self._members_by_coordinator(),
             "rebalances": {"count": len(self.stats.rebalances), "by_reason": dict(by_reason.most_common()),
                            "duration_ms": _rounded(summary_of([r.duration_ms for r in self.stats.rebalances]))},
             "failures": {
@@ -398,6 +459,12 @@ class Simulation:
             "ok": ok,
         }
 
+
+    def _members_by_coordinator(self) -> dict[str, int]:
+        """Where FindCoordinator last sent the members (several instances: how the groups are spread)."""
+        where = collections.Counter(f"{m.coordinator[0]}:{m.coordinator[1]}" for m in self.members
+                                    if m.coordinator is not None and m.state != "stopped")
+        return dict(sorted(where.items()))
 
     def _misassigned_groups(self) -> list[str]:
         """Stable groups whose members do not own every partition of the topic exactly once."""

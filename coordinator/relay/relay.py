@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from coordinator.relay.buffer_pool import BufferPool
@@ -121,12 +122,13 @@ class Relay:
 
     # ------------------------------------------------------------------------------------------ rewritten APIs
 
-    async def metadata(self, body: Any, coordinator_node: Any) -> Any:
-        """A client's Metadata request answered by the cluster, addresses rewritten, our node added."""
+    async def metadata(self, body: Any, coordinator_nodes: Sequence[Any]) -> Any:
+        """A client's Metadata request answered by the cluster, addresses rewritten, the coordinators' nodes
+        (ours, and every other live instance's) added."""
         response = await self.request(body)
         await self._observe_brokers(response)
         self.cluster.observe(response, all_topics=body.topics is None)
-        return rewrite_metadata(response, coordinator_node, self._address_of)
+        return rewrite_metadata(response, coordinator_nodes, self._address_of)
 
     async def transaction_coordinators(self, body: Any) -> Any:
         """FindCoordinator for TRANSACTION keys: the cluster's answer with its broker addresses rewritten."""

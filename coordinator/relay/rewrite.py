@@ -1,11 +1,12 @@
 """Rewriting the answers that carry broker addresses: every upstream broker's host:port becomes the listener
-we keep for it, and Metadata gains the coordinator's own node (aiokafka finds its coordinator only in that list;
-every client then keeps a separate coordinator connection, so a parked JoinGroup never holds a fetch)."""
+we keep for it, and Metadata gains the coordinators' nodes, ours and every other live instance's (aiokafka finds
+its coordinator only in that list; every client then keeps a separate coordinator connection, so a parked
+JoinGroup never holds a fetch)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.relay.listeners import UpstreamBroker
@@ -20,16 +21,16 @@ def upstream_brokers(metadata: Any) -> dict[int, UpstreamBroker]:
             for b in metadata.brokers}
 
 
-def rewrite_metadata(response: Any, coordinator_node: Any, address_of: AddressOf) -> Any:
+def rewrite_metadata(response: Any, coordinator_nodes: Sequence[Any], address_of: AddressOf) -> Any:
     brokers = []
     for broker in response.brokers:
         address = address_of(int(broker.node_id))
         if address is None:
             continue  # no listener for it (port out of range, bind failed: logged): clients must not see it
         brokers.append(dataclasses.replace(broker, host=address[0], port=address[1]))
-    ours = build(item_class(type(response), "brokers"), node_id=coordinator_node.node_id,
-                 host=coordinator_node.host, port=coordinator_node.port, rack=None)
-    brokers.append(ours)
+    broker_class = item_class(type(response), "brokers")
+    brokers.extend(build(broker_class, node_id=node.node_id, host=node.host, port=node.port, rack=None)
+                   for node in coordinator_nodes)
     return dataclasses.replace(response, brokers=tuple(brokers))
 
 

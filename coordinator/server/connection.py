@@ -97,7 +97,7 @@ class Connection(asyncio.BufferedProtocol):
             peername = transport.get_extra_info("peername") or ("?", 0)
             peer = f"{peername[0]}:{peername[1]}"
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
-                                          java_host_string(peername[0]), peer, self._relay)
+                                          java_host_string(peername[0]), peer, self._relay, self._server.directory)
             if self._relay is not None:
                 # pause as soon as anything is left unsent: relayed frames are then kept (and counted) in the
                 # pool, never copied into an unbounded transport buffer

@@ -41,6 +41,14 @@ class Node:
     cluster_id: str
 
 
+class Directory(Protocol):
+    """Where each group is coordinated when several instances share the state topic (coordinator/cluster).
+    Without one (a single instance) this node coordinates every group and is the only one."""
+
+    def coordinator_node(self, group_id: str) -> Node | None: ...  # None: unknown now (the partition is moving)
+    def nodes(self) -> list[Node]: ...  # every live instance, this one included
+
+
 @dataclass(slots=True)
 class ConnectionContext:
     """One per connection; handlers get it with every request."""
@@ -50,6 +58,7 @@ class ConnectionContext:
     client_host: str  # Java InetAddress.toString() form: "/127.0.0.1"
     peer: str  # "127.0.0.1:53122", for log lines
     relay: Relay | None = None  # the cluster behind us (None: --no-relay, the coordinator alone)
+    directory: Directory | None = None  # the other instances (None: this one coordinates every group)
 
 
 def java_host_string(address: str) -> str:

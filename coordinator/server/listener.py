@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from coordinator.server.config import ServerConfig
 from coordinator.server.connection import Connection
-from coordinator.server.context import GroupService, Node
+from coordinator.server.context import Directory, GroupService, Node
 from coordinator.timer.clock import Clock, MonotonicClock
 
 if TYPE_CHECKING:
@@ -40,9 +40,11 @@ class CoordinatorServer:
         clock: Clock | None = None,
         on_shutdown: ShutdownHook | None = None,
         relay: Relay | None = None,
+        directory: Directory | None = None,
     ) -> None:
         self.config = config
         self.relay = relay
+        self.directory = directory  # several instances: who coordinates which group (None: we do, all of them)
         self.coordinator = coordinator
         self.clock = clock or MonotonicClock()
         self.node = Node(config.node_id, config.advertised_host or config.listen_host,

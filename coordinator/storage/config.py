@@ -31,6 +31,9 @@ class StorageConfig:
     # idempotent producer, whose writes may be stored in part when librdkafka splits a batch.
     transactional_id: str | None = None
     transactional_producers: int = 4  # transactions in flight at once (each producer owns partition % count)
+    # Several instances share the state topic: one transactional producer per owned partition, id
+    # f"{transactional_id}-p{partition}", created by load (fencing the previous owner), closed by unload.
+    partition_fencing: bool = False
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
@@ -39,6 +42,8 @@ class StorageConfig:
             raise ValueError("replication factor must be at least 1")
         if self.commit_timeout_ms < 1:
             raise ValueError("commit_timeout_ms must be positive")
+        if self.partition_fencing and self.transactional_id is None:
+            raise ValueError("partition_fencing needs a transactional_id (the prefix of the partitions' ids)")
 
 
 def min_insync_replicas(replication_factor: int) -> int:

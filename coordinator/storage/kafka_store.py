@@ -2,7 +2,14 @@
 
 Lifecycle: `await start()` (create or verify the topics, start the producers), `await load(partitions)`
 (replay partitions of the state topic; the runtime materialises their groups before it serves them), `append`
-while serving, and `await close()`. An append returns once acknowledged by every in-sync replica (idempotent
+while serving, `await unload(partitions)` when giving partitions up, and `await close()`.
+
+With `StorageConfig.partition_fencing` (several instances sharing the state topic) every owned partition has a
+transactional producer of its own (`transactional.id = <transactional_id>-p<partition>`, transactions.py
+`PartitionTransactions`): `load` creates and initialises them before it takes the end offsets (reading
+meanwhile), which fences the partitions' previous owner and aborts the transaction it left open; `unload` closes them once their writes in flight are
+done; an append to a partition not loaded fails NOT_COORDINATOR, and `on_fenced(partition)` tells the owner of
+the store (on the loop, once) when a newer owner fenced a partition's producer. An append returns once acknowledged by every in-sync replica (idempotent
 producer, acks=all) and raises `StoreError(<raw Kafka error>)` otherwise; the runtime hands the raw error to
 the write's owner, which maps it per API (coordinator/group/errors.py). Tombstones (deleted groups, expired
 offsets) are awaited the same way; one that fails stays owed and is sent again (tombstones.py).
@@ -32,7 +39,7 @@ from coordinator.storage.records import (
 )
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, make_admin
-from coordinator.storage.transactions import TransactionalWriters
+from coordinator.storage.transactions import PartitionTransactions, TransactionalWriters
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
@@ -49,6 +56,13 @@ _LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the bro
     # fenced by a newer holder of the transactional.id (transactions.py reports every fencing error as this):
     # another instance owns the partition now
     KafkaError._FENCED: Errors.NOT_COORDINATOR,
+    # the producer's own state (sequence numbers, producer id, transaction state) after an outage: the write was
+    # not stored and the producer recovers (aborts with an epoch bump, or is replaced): the client retries
+    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER: Errors.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_PRODUCER_ID: Errors.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.INVALID_TXN_STATE: Errors.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.INVALID_PRODUCER_ID_MAPPING: Errors.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.CONCURRENT_TRANSACTIONS: Errors.COORDINATOR_NOT_AVAILABLE,
 }
 
 
@@ -92,7 +106,10 @@ class KafkaGroupStore(GroupStore):
         self.clock = clock or MonotonicClock()
         self.load_timeout_ms = load_timeout_ms
         self.load_buffer_bytes = load_buffer_bytes
-        self._producer: AsyncProducer | TransactionalWriters | None = None
+        self._producer: AsyncProducer | TransactionalWriters | PartitionTransactions | None = None
+        self._fencing: PartitionTransactions | None = None  # with partition_fencing: one producer per partition
+        # with partition_fencing: called on the loop, once per partition, when another instance fenced its producer
+        self.on_fenced: Callable[[int], None] | None = None
         self._events: EventPublisher | None = None
         self._stop_loading = threading.Event()
         self._tombstones = TombstoneWriter()
@@ -108,7 +125,13 @@ class KafkaGroupStore(GroupStore):
                 await self._start_events(admin)
         finally:
             admin.release()
-        if self.config.transactional_id is None:
+        if self.config.partition_fencing:
+            assert self.config.transactional_id is not None  # StorageConfig checks it
+            self._fencing = PartitionTransactions(self.config.state_topic, producer_settings(self.config),
+                                                     "state-producer", self.config.transactional_id,
+                                                     self.config.commit_timeout_ms, self._partition_fenced)
+            self._producer = self._fencing
+        elif self.config.transactional_id is None:
             self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
         else:
             producer = TransactionalWriters(self.config.state_topic, producer_settings(self.config),
@@ -120,9 +143,9 @@ class KafkaGroupStore(GroupStore):
                 await producer.close()
                 raise
             self._producer = producer
-        log.info("event=store_started topic=%s partitions=%d bootstrap=%s transactional_id=%s",
-                 self.config.state_topic, self.config.partitions, self.config.bootstrap,
-                 self.config.transactional_id)
+        log.info("event=store_started topic=%s partitions=%d bootstrap=%s transactional_id=%s "
+                 "partition_fencing=%s", self.config.state_topic, self.config.partitions, self.config.bootstrap,
+                 self.config.transactional_id, self.config.partition_fencing)
 
     async def _start_events(self, admin: Any) -> None:
         try:
@@ -140,14 +163,16 @@ class KafkaGroupStore(GroupStore):
             return None
         return EventTopicObserver(self._events, wall_clock, trace_id_for)
 
-    async def read(self, partitions: Iterable[int] | None = None) -> LoadedState:
+    async def read(self, partitions: Iterable[int] | None = None, stop: threading.Event | None = None,
+                   ends_after: threading.Event | None = None) -> LoadedState:
         """Replay the state topic (all partitions by default) from the earliest offset to the end offset: the
-        latest records as the codec decodes them."""
+        latest records as the codec decodes them. `stop` (default: the store's) ends it with LoadError; with
+        `ends_after` the end offsets are taken once that event is set (loader.read_state)."""
         wanted = sorted(range(self.config.partitions) if partitions is None else partitions)
         settings = consumer_settings(self.config.bootstrap, self.config.client_id, self.load_buffer_bytes)
         started_ms = self.clock.now_ms()
         state = await asyncio.to_thread(read_state, settings, self.config.state_topic, wanted, self.clock,
-                                        self.load_timeout_ms, self._stop_loading)
+                                        self.load_timeout_ms, stop or self._stop_loading, ends_after)
         log.info("event=state_loaded topic=%s partitions=%d groups=%d offset_groups=%d records=%d unknown=%d "
                  "malformed=%d duration_ms=%d", self.config.state_topic, len(wanted), len(state.groups),
                  len(state.offsets), state.records, state.unknown_records, state.malformed_records,
@@ -156,17 +181,55 @@ class KafkaGroupStore(GroupStore):
 
     async def load(self, partitions: Collection[int]) -> LoadedGroups:
         """§7.4: read the partitions to their end (in a worker thread, decoding included, so the loop keeps
-        serving the other partitions) and take them back for writing.
+        serving the other partitions) and take them back for writing. With partition fencing, fence them too
+        (their producers, created in parallel): the previous owner's open transaction is aborted before the end
+        offsets are taken, so the read sees everything it committed and nothing it can still write.
 
-        If reading fails (LoadError: broker unreachable past the load timeout, store closing) the error
-        propagates: serving an empty state would look like every group was lost."""
-        state = await self.read(partitions)
+        If fencing or reading fails (KafkaException / LoadError: broker unreachable past the load timeout, store
+        closing) the error propagates: serving an empty state would look like every group was lost."""
+        if self._fencing is None:
+            state = await self.read(partitions)
+        else:
+            state = await self._fence_and_read(self._fencing, partitions)
         self._unloaded.difference_update(partitions)
         return await asyncio.to_thread(loaded_groups, state)
 
+    async def _fence_and_read(self, fencing: PartitionTransactions, partitions: Collection[int]) -> LoadedState:
+        """Fence, and read meanwhile: the end offsets are taken only once every partition is fenced (so the
+        read covers all the previous owner committed and nothing it can still write), but the records below
+        them are read while the producers initialise."""
+        fenced = threading.Event()
+        stop = _EitherEvent(self._stop_loading)
+        reading = asyncio.ensure_future(self.read(partitions, stop, fenced))
+        started_ms = self.clock.now_ms()
+        try:
+            await fencing.acquire(partitions, self.load_timeout_ms)
+        except BaseException:
+            stop.set()
+            await asyncio.gather(reading, return_exceptions=True)
+            raise
+        log.info("event=partitions_fenced topic=%s partitions=%d duration_ms=%d", self.config.state_topic,
+                 len(partitions), self.clock.now_ms() - started_ms)
+        fenced.set()
+        return await reading
+
     async def unload(self, partitions: Collection[int]) -> None:
+        """Stop writing the partitions: new appends fail NOT_COORDINATOR at once, owed tombstones of them are
+        dropped (their new owner has the say), and with partition fencing their producers close once the writes
+        in flight are done (bounded by the commit timeout)."""
         self._unloaded.update(partitions)
+        self._tombstones.forget(partitions)
+        if self._fencing is not None:
+            await self._fencing.release(partitions, self.config.commit_timeout_ms)
         log.info("event=partitions_unloaded topic=%s partitions=%s", self.config.state_topic, sorted(partitions))
+
+    def _partition_fenced(self, partition: int) -> None:
+        log.error("event=partition_fenced topic=%s partition=%d reason=another_instance_owns_it",
+                  self.config.state_topic, partition)
+        self._unloaded.add(partition)
+        self._tombstones.forget([partition])  # the new owner's to write now
+        if self.on_fenced is not None:
+            self.on_fenced(partition)
 
     @property
     def unwritten_tombstones(self) -> int:
@@ -193,8 +256,8 @@ class KafkaGroupStore(GroupStore):
     async def append(self, partition: int, write: Write) -> None:
         if self._producer is None:
             raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
-        if partition in self._unloaded:
-            raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} was unloaded")
+        if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
+            raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
         records = self._records(partition, write)
         if write.kind in (GROUP, OFFSETS):
             await self._append(write.group_id, records)
@@ -275,6 +338,17 @@ class KafkaGroupStore(GroupStore):
                                             [(partition, key) for partition, key, _ in records], "tombstones")
         if error is not None:
             raise StoreError(append_error(error), str(error))
+
+
+class _EitherEvent(threading.Event):
+    """Set on its own, or when the store's own stop event is."""
+
+    def __init__(self, other: threading.Event) -> None:
+        super().__init__()
+        self._other = other
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._other.is_set()
 
 
 def loaded_groups(state: LoadedState) -> LoadedGroups:

@@ -4,15 +4,26 @@
 is skipped with a warning. `read_state` is the I/O part: it reads every partition from its earliest offset to
 its end offset with a confluent-kafka Consumer. It blocks, so the store runs it in a worker thread; decoding
 happens there too, and the loop receives one finished `LoadedState`.
+
+The end offset is the partition's high watermark (ListOffsets read_uncommitted, through the AdminClient), not
+the last stable offset a read_committed consumer's `get_watermark_offsets` answers: a transaction's commit
+markers land after `commit_transaction` returns, so right after a commit the last stable offset can still stop
+short of it, and a load ending there would miss an acknowledged write. The records are read read_committed
+(aborted records and control markers skipped) until the consumer's position reaches the high watermark, which
+it can only pass once every transaction below it is committed or aborted (bounded by the load timeout).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordinator.storage.records import (
     GroupMetadataKey, GroupRecord, OffsetCommitKey, OffsetRecord, RecordFormatError, UnknownKey,
@@ -25,7 +36,7 @@ log = logging.getLogger("coordinator.storage")
 
 OffsetMap = dict[tuple[str, int], OffsetRecord]
 _BATCH_MESSAGES = 10_000
-_POLL_TIMEOUT_S = 0.5
+_POLL_TIMEOUT_S = 0.05  # consume() waits this long unless its batch fills: short, so a small partition loads fast
 
 
 class LoadError(RuntimeError):
@@ -127,6 +138,8 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",  # aborted and unfinished transactions are never loaded
+        "fetch.wait.max.ms": 50,  # the end of a partition is waited for, not data beyond it: answer at once
         "max.partition.fetch.bytes": buffer_bytes,  # Kafka's offsets.load.buffer.size
         "fetch.max.bytes": max(buffer_bytes * 10, 52_428_800),
         "logger": librdkafka_logger("loader"),
@@ -134,11 +147,25 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
 
 
 def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
-               timeout_ms: int, stop: threading.Event | None = None) -> LoadedState:
-    """Blocking: replay `partitions` of `topic` from their earliest offset to their end offset."""
+               timeout_ms: int, stop: threading.Event | None = None,
+               ends_after: threading.Event | None = None) -> LoadedState:
+    """Blocking: replay `partitions` of `topic` from their earliest offset to their high watermark.
+
+    With `ends_after`, reading starts at once but the high watermarks are taken only once that event is set
+    (the store fences the partitions meanwhile: the end must be measured after the fence, the reading need
+    not wait for it). `stop` ends the read with LoadError."""
+    deadline_ms = clock.now_ms() + timeout_ms
     box = _ConsumerBox(Consumer(settings))
     try:
-        return _read(box, topic, partitions, clock, clock.now_ms() + timeout_ms, stop or threading.Event())
+        box.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        replay = StateReplay()
+        stop = stop or threading.Event()
+        if ends_after is not None:
+            _read_until(box, topic, replay, {}, lambda: ends_after.is_set(), clock, deadline_ms, stop)
+        ends = end_offsets(settings, topic, partitions, clock, deadline_ms)
+        pending = {p: end for p, (start, end) in ends.items() if end > start}
+        _read_until(box, topic, replay, pending, lambda: not pending, clock, deadline_ms, stop)
+        return replay.state
     finally:
         box.close()
 
@@ -164,21 +191,29 @@ class _ConsumerBox:
             consumer.close()
 
 
-def _read(box: _ConsumerBox, topic: str, partitions: list[int], clock: Clock, deadline_ms: int,
-          stop: threading.Event) -> LoadedState:
-    ends = _end_offsets(box, topic, partitions, clock, deadline_ms)
-    pending = {p: end for p, (start, end) in ends.items() if end > start}
-    box.consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in pending])
-    replay = StateReplay()
-    while pending:
+def _read_until(box: _ConsumerBox, topic: str, replay: StateReplay, pending: dict[int, int],
+                done: Callable[[], bool], clock: Clock, deadline_ms: int, stop: threading.Event) -> None:
+    """Replay what the consumer delivers until `done()`; `pending` (partition → end offset) loses each
+    partition whose position reaches its end."""
+    _drop_reached(box, topic, pending)  # what was read before the ends were known
+    while not done():
         if stop.is_set():
-            raise LoadError("loading stopped: the store is closing")
+            raise LoadError("loading stopped: the store is closing or the load was abandoned")
         if clock.now_ms() > deadline_ms:
             raise LoadError(f"state topic {topic!r} not read to its end in time; still loading partitions "
-                            f"{sorted(pending)}")
+                            f"{sorted(pending)} (a transaction still open below their end offsets {pending}?)")
         for message in box.consumer.consume(_BATCH_MESSAGES, _POLL_TIMEOUT_S):
             _take(message, replay, pending)
-    return replay.state
+        _drop_reached(box, topic, pending)
+
+
+def _drop_reached(box: _ConsumerBox, topic: str, pending: dict[int, int]) -> None:
+    """A commit marker moves the position past the last record without a message to show for it."""
+    if pending:
+        for position in box.consumer.position([TopicPartition(topic, p) for p in pending]):
+            end = pending.get(position.partition)
+            if end is not None and position.offset >= end:
+                del pending[position.partition]
 
 
 def _take(message, replay: StateReplay, pending: dict[int, int]) -> None:
@@ -197,16 +232,54 @@ def _take(message, replay: StateReplay, pending: dict[int, int]) -> None:
         del pending[partition]
 
 
-def _end_offsets(box: _ConsumerBox, topic: str, partitions: list[int], clock: Clock,
-                 deadline_ms: int) -> dict[int, tuple[int, int]]:
-    """(earliest, end) offset of every partition, retrying until the deadline while the broker is unreachable."""
-    ends: dict[int, tuple[int, int]] = {}
-    for partition in partitions:
-        while partition not in ends:
-            try:
-                ends[partition] = box.consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0,
-                                                                 cached=False)
-            except Exception as exc:  # KafkaException; or None returned on timeout by old clients
-                if clock.now_ms() > deadline_ms:
-                    raise LoadError(f"end offset of {topic}[{partition}] unavailable: {exc}") from exc
-    return ends
+def end_offsets(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
+                deadline_ms: int) -> dict[int, tuple[int, int]]:
+    """(earliest offset, high watermark) of every partition: ListOffsets read_uncommitted, so the end is not the
+    last stable offset (which can lag a committed transaction until its markers land). Retried until the
+    deadline while the cluster does not answer."""
+    box = _AdminBox(AdminClient({"bootstrap.servers": settings["bootstrap.servers"],
+                                 "client.id": settings.get("client.id", "group-coordinator-loader"),
+                                 "logger": librdkafka_logger("loader-admin")}))
+    try:
+        earliest = _list_offsets(box, topic, partitions, OffsetSpec.earliest(), clock, deadline_ms)
+        latest = _list_offsets(box, topic, partitions, OffsetSpec.latest(), clock, deadline_ms)
+    finally:
+        box.release()
+    return {p: (earliest[p], latest[p]) for p in partitions}
+
+
+class _AdminBox:
+    """As `_ConsumerBox`: frames and tracebacks hold the box; `release()` drops the client on this thread."""
+
+    __slots__ = ("_admin",)
+
+    def __init__(self, admin: AdminClient) -> None:
+        self._admin: AdminClient | None = admin
+
+    @property
+    def admin(self) -> AdminClient:
+        assert self._admin is not None
+        return self._admin
+
+    def release(self) -> None:
+        self._admin = None
+
+
+def _list_offsets(box: _AdminBox, topic: str, partitions: list[int], spec: OffsetSpec, clock: Clock,
+                  deadline_ms: int) -> dict[int, int]:
+    found: dict[int, int] = {}
+    while len(found) < len(partitions):
+        wanted = {TopicPartition(topic, p): spec for p in partitions if p not in found}
+        timeout_s = max(min(5.0, (deadline_ms - clock.now_ms()) / 1000), 0.5)
+        try:
+            futures = box.admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                                         request_timeout=timeout_s)
+            for tp, future in futures.items():
+                found[tp.partition] = future.result(timeout=timeout_s + 1).offset
+        except (KafkaException, TimeoutError) as exc:
+            if clock.now_ms() > deadline_ms:
+                missing = sorted(set(partitions) - set(found))
+                raise LoadError(f"end offsets of {topic}{missing} unavailable: {exc}") from None
+            log.info("event=state_end_offsets_retry topic=%s error=%s", topic, exc)
+            time.sleep(0.2)
+    return found

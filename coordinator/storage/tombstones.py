@@ -83,6 +83,17 @@ class TombstoneWriter:
         self._closed = True
         self._producer = None
 
+    def forget(self, partitions: Iterable[int]) -> None:
+        """The partitions were given up: their owed tombstones are no longer ours to write (sent by a store that
+        no longer owns the partition they would be a zombie's writes)."""
+        gone = set(partitions)
+        dropped = {key: entry for key, entry in self._unwritten.items() if entry.partition in gone}
+        for key in dropped:
+            del self._unwritten[key]
+        if dropped:
+            log.warning("event=tombstones_dropped reason=partition_unloaded records=%d groups=%s", len(dropped),
+                        sorted({entry.group_id for entry in dropped.values()}))
+
     def report_unwritten(self) -> None:
         """At close, after the producer is flushed: what a restarted coordinator will still find."""
         if self._unwritten:

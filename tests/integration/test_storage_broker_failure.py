@@ -1,5 +1,7 @@
 """The state topic's broker goes away: writes fail within the commit timeout with Kafka's errors, nothing hangs,
-no acknowledged write is lost, and the same store works again once the broker is back."""
+no acknowledged write is lost, and the same store works again once the broker is back — through the idempotent
+producer and through the transactional one (whose timed-out commit retires the producer; a fresh one is
+initialised in the background while later writes keep failing in time)."""
 
 from __future__ import annotations
 
@@ -34,11 +36,13 @@ async def timed(coroutine) -> tuple[float, BaseException | None]:
     return loop.time() - started, None
 
 
+@pytest.mark.parametrize("transactional", [False, True], ids=["idempotent", "transactional"])
 async def test_writes_fail_in_time_while_the_broker_is_down_and_recover_after(
-        restartable_kafka: EmbeddedKafka) -> None:
+        restartable_kafka: EmbeddedKafka, transactional: bool) -> None:
     topic = f"__state-{uuid.uuid4().hex[:8]}"
     config = StorageConfig(bootstrap=restartable_kafka.bootstrap, state_topic=topic, partitions=3,
-                           event_topic=None, commit_timeout_ms=COMMIT_TIMEOUT_MS)
+                           event_topic=None, commit_timeout_ms=COMMIT_TIMEOUT_MS,
+                           transactional_id=f"{topic}-writer" if transactional else None)
     store = KafkaGroupStore(config, load_timeout_ms=60_000)
     await store.start()
     try:
@@ -58,6 +62,11 @@ async def test_writes_fail_in_time_while_the_broker_is_down_and_recover_after(
         # what the coordinator answers (3.9 mapping): SyncGroup retries the rebalance, OffsetCommit passes through
         assert group_append_error(results[0][1].error) == Errors.REBALANCE_IN_PROGRESS
         assert offset_append_error(results[1][1].error) == Errors.REQUEST_TIMED_OUT
+        # later writes are not held up by the producer that failed (nor by re-initialising one)
+        for elapsed_s, error in await asyncio.gather(*(timed(store.store_offsets(
+                f"later-{i}", {("t", i): OffsetRecord(i, commit_timestamp_ms=3)})) for i in range(5))):
+            assert isinstance(error, StoreError) and error.error == Errors.REQUEST_TIMED_OUT
+            assert elapsed_s < COMMIT_TIMEOUT_MS / 1000 + 1.5
 
         await restartable_kafka.start()
         await retry_until_written(store.store_group("g", group(3)) for _ in range(30))

@@ -1,21 +1,36 @@
 """The Kafka-backed store with a transactional producer (coordinator/storage/transactions.py) against a real
 broker: concurrent writes share transactions and all become visible; a write that fails leaves nothing behind;
-a second store with the same transactional.id fences the first (the fence of several instances, issue 10)."""
+a second store with the same transactional.id fences the first (the fence of several instances, issue 10); a
+load ends at the high watermark, so it sees a transaction committed a moment before, and never an open or
+aborted one."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
+from confluent_kafka import Producer
 
 from coordinator.group.errors import Errors
 from coordinator.group.store import OffsetRecord, StoreError
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
+from coordinator.storage.loader import LoadError
+from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
 from coordinator.storage.transactions import TransactionalWriters
 from tests.integration.test_storage_kafka import stable_group, started_store, unique_topic
 
 pytestmark = pytest.mark.integration
 LOADED_MACHINE_TIMEOUT_MS = 30_000  # what is tested is atomicity and fencing, not speed: a slow broker must not fail it
+
+
+async def read_back(bootstrap: str, topic: str) -> dict[str, dict[tuple[str, int], OffsetRecord]]:
+    """Every group's offsets as a fresh store loads them."""
+    reader = await started_store(bootstrap, topic)
+    try:
+        return loaded_offset_records(await reader.read())
+    finally:
+        await reader.close()
 
 
 def offsets(value: int, partitions: int) -> dict[tuple[str, int], OffsetRecord]:
@@ -35,26 +50,21 @@ async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bo
         assert 1 <= producer.transactions < 41  # group commit: fewer transactions than writes
     finally:
         await store.close()
-    # Commit markers land after commit_transaction returns: a reader may see the last transactions a moment
-    # later (never in part). Read until everything is there, bounded.
-    expected_groups = {f"g{i}" for i in range(40)}
-    for _attempt in range(20):
-        reader = await started_store(kafka_bootstrap, topic)
-        try:
-            state = await reader.read()
-        finally:
-            await reader.close()
-        loaded = loaded_offset_records(state)
-        assert all(len(offs) == 20 for offs in loaded.values())  # a write is never seen in part
-        if set(loaded) == expected_groups:
-            break
-        await asyncio.sleep(0.5)
+    # Read once, at once: the load ends at the high watermark, so the last transactions' commit markers (which
+    # land after commit_transaction returns) are waited for, not missed.
+    reader = await started_store(kafka_bootstrap, topic)
+    try:
+        state = await reader.read()
+    finally:
+        await reader.close()
+    loaded = loaded_offset_records(state)
     assert {g: {tp: r.offset for tp, r in offs.items()} for g, offs in loaded.items()} == {
         f"g{i}": {("orders", p): i for p in range(20)} for i in range(40)}
     assert state.groups["g0"].generation == 3
 
 
-async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_bootstrap: str) -> None:
+async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_bootstrap: str,
+                                                                     recwarn: pytest.WarningsRecorder) -> None:
     topic = unique_topic()
     first = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-p0",
                                 commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
@@ -73,9 +83,107 @@ async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_boo
         await first.close()
         if second is not None:
             await second.close()
-    reader = await started_store(kafka_bootstrap, topic)
-    try:
-        loaded = loaded_offset_records(await reader.read())
-    finally:
-        await reader.close()
+    loaded = await read_back(kafka_bootstrap, topic)
     assert {tp: r.offset for tp, r in loaded["g"].items()} == {("orders", p): 3 for p in range(3)}
+    assert close_warnings(recwarn) == []  # the fenced producer is discarded, not closed (close would abort)
+
+
+async def test_a_load_right_after_a_commit_sees_it(kafka_bootstrap: str) -> None:
+    """Every write is read back by a load started the moment it is acknowledged. With the last stable offset
+    as the end (what a read_committed consumer's watermarks answer) a load could stop before the commit marker
+    and miss the acknowledged write."""
+    topic = unique_topic()
+    writer = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
+                                 commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
+    reader = await started_store(kafka_bootstrap, topic)
+    partition = writer._partition("g")
+    try:
+        for value in range(1, 16):
+            await writer.store_offsets("g", offsets(value, 3))
+            loaded = loaded_offset_records(await reader.read([partition]))
+            assert {tp: r.offset for tp, r in loaded["g"].items()} == {("orders", p): value for p in range(3)}
+    finally:
+        await writer.close()
+        await reader.close()
+
+
+def offset_record(group: str, partition: int, value: int) -> tuple[bytes, bytes]:
+    return (encode_key(OffsetCommitKey(group, "orders", partition)),
+            encode_offset_commit_value(OffsetRecord(value, commit_timestamp_ms=value)))
+
+
+async def test_a_load_skips_aborted_records_and_waits_for_an_open_transaction(kafka_bootstrap: str) -> None:
+    """Read read_committed to the high watermark: an aborted transaction is never loaded; a transaction still
+    open below the high watermark holds the load back (bounded by the load timeout) until it is decided."""
+    topic = unique_topic()
+    store = await started_store(kafka_bootstrap, topic)
+    partition = store._partition("g")
+    other = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-{uuid.uuid4().hex}"})
+    try:
+        await store.store_offsets("g", offsets(1, 1))
+        await asyncio.to_thread(other.init_transactions, 30)
+        other.begin_transaction()
+        key, value = offset_record("g", 0, 2)
+        other.produce(topic, key=key, value=value, partition=partition)
+        await asyncio.to_thread(other.abort_transaction, 30)
+        loaded = loaded_offset_records(await store.read([partition]))
+        assert loaded["g"][("orders", 0)].offset == 1  # the aborted write is not there
+
+        other.begin_transaction()
+        key, value = offset_record("g", 0, 3)
+        other.produce(topic, key=key, value=value, partition=partition)
+        await asyncio.to_thread(other.flush, 30)  # in the log, below the high watermark, not committed
+        store.load_timeout_ms = 2_000
+        with pytest.raises(LoadError):
+            await store.read([partition])
+        store.load_timeout_ms = 60_000
+        reading = asyncio.ensure_future(store.read([partition]))
+        await asyncio.sleep(0.5)
+        assert not reading.done()  # waits for the transaction's outcome
+        await asyncio.to_thread(other.commit_transaction, 30)
+        loaded = loaded_offset_records(await reading)
+        assert loaded["g"][("orders", 0)].offset == 3
+    finally:
+        await asyncio.to_thread(other.close)
+        await store.close()
+
+
+def close_warnings(recwarn: pytest.WarningsRecorder) -> list[str]:
+    """librdkafka's complaints when a producer is destroyed with a transaction it cannot abort."""
+    return [str(w.message) for w in recwarn if "during close" in str(w.message)]
+
+
+@pytest.mark.parametrize("close_timeout_ms", [5_000, 1])
+async def test_close_never_destroys_the_producer_during_a_commit(kafka_bootstrap: str, close_timeout_ms: int,
+                                                                 recwarn: pytest.WarningsRecorder) -> None:
+    """close() while a commit runs, with time to finish it (5 s) or none (1 ms: it stops waiting at once). The
+    producer is destroyed after the commit, on its own thread, never concurrently (librdkafka would refuse the
+    abort of close(): "Conflicting commit_transaction API call is already in progress"); every write is
+    answered (a write close stopped waiting for: REQUEST_TIMED_OUT, outcome unknown) and what was acknowledged
+    is there."""
+    topic = unique_topic()
+    store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
+                                commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS, transactional_producers=1)
+    writes = [asyncio.ensure_future(store.store_offsets(f"g{i}", offsets(i, 5))) for i in range(1, 201)]
+    writers = store._producer
+    assert isinstance(writers, TransactionalWriters)
+    producer = writers.producers[0]
+    while producer._in_flight == 0:  # a transaction is being committed
+        await asyncio.sleep(0.001)
+    await producer.close(close_timeout_ms)
+    await store.close()
+    outcomes = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 10)
+    assert all(o is None or (isinstance(o, StoreError) and o.error in (Errors.REQUEST_TIMED_OUT,
+                                                                       Errors.COORDINATOR_NOT_AVAILABLE))
+               for o in outcomes), outcomes
+    for _ in range(3000):  # the destroy runs once the commit is done
+        if producer._producer is None:
+            break
+        await asyncio.sleep(0.01)
+    assert producer._producer is None
+    assert close_warnings(recwarn) == []
+    acknowledged = {f"g{i}" for i, o in zip(range(1, 201), outcomes) if o is None}
+    if close_timeout_ms > 1_000:
+        assert acknowledged  # the transaction in flight was waited for
+    loaded = await read_back(kafka_bootstrap, topic)
+    assert acknowledged <= set(loaded)

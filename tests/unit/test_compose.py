@@ -137,7 +137,7 @@ def test_the_test_consumers_use_the_coordinator_as_advertised(compose: dict[str,
     # it shares the coordinator's network namespace, so the advertised address (what FindCoordinator returns)
     # is reachable from it exactly as from the host
     assert consumers["network_mode"] == "service:coordinator"
-    assert args.coordinator == serve.advertised_listener == ("localhost", 9192)
+    assert args.coordinator == [serve.advertised_listener] == [("localhost", 9192)]
     assert args.bootstrap_server == "kafka:9092"
     assert args.event_topic == all_services["coordinator"]["environment"]["COORDINATOR_EVENT_TOPIC"]
     assert consumers["depends_on"] == {"coordinator": {"condition": "service_healthy"}}

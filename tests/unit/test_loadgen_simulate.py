@@ -4,10 +4,16 @@ be removed (slow rejoin, static restart) are not."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from coordinator.cli import build_parser
+from coordinator.embedded.broker import free_port
 from coordinator.loadgen import ScheduledFailure, SimOptions, Simulation
 from coordinator.loadgen.simulation import FAILURE_KINDS
+from coordinator.loadgen.stats import COORDINATOR_NOT_AVAILABLE
+from tests.unit.instances_env import Instances, wait_until
 from tests.unit.test_server_env import RunningServer
 
 FAST = dict(session_ms=1_000, rebalance_ms=4_000, heartbeat_ms=200, downtime_ms=1_800, commit_interval_ms=500,
@@ -100,3 +106,52 @@ async def test_a_member_is_failed_once_even_when_several_failures_fall_due_toget
     victims = [f.member_key for f in sim.stats.failures]
     assert sorted(victims) == ["sim-0000/0", "sim-0000/1", "sim-0000/2"], victims
     assert summary["ok"] and summary["failures"]["detected_once"] == 3, summary
+
+
+async def test_members_follow_find_coordinator_across_instances_and_survive_one_dying() -> None:
+    """Three instances, the first address given is dead (nothing listens): discovery moves on to a live one,
+    each group's members connect to the instance FindCoordinator names. Then an instance dies: its members'
+    connections drop, connects are refused while the (stale) directory still names it, FindCoordinator answers
+    COORDINATOR_NOT_AVAILABLE while its partitions move, and every member ends Stable on the new owner."""
+    async with Instances(3) as cluster:
+        nobody = ("127.0.0.1", free_port())
+        sim = Simulation(SimOptions(coordinator=nobody, more_coordinators=cluster.addresses, groups=12, members=2,
+                                    **{**FAST, "downtime_ms": None}))
+        sim.start_members()
+        try:
+            await wait_until(sim.all_stable, 60, "every group Stable")
+            where = {m.key: m.coordinator for m in sim.members}
+            assert all(where[m.key] == _owner_address(cluster, m.group_id) for m in sim.members), where
+            victim = next(i for i in range(3) if any(a == cluster.addresses[i] for a in where.values()))
+            assert len(set(where.values())) >= 2  # the groups really are spread over the instances
+            dead_address, moved = cluster.addresses[victim], cluster.owned_by(victim)
+            heir = (victim + 1) % 3
+
+            await cluster.stop(victim)
+            await asyncio.sleep(1.0)  # the owner map still names the dead instance: connections refused
+            cluster.forget_owner(moved)
+            await wait_until(lambda: sim.stats.errors[("FindCoordinator", COORDINATOR_NOT_AVAILABLE)], 30,
+                             "FindCoordinator answering COORDINATOR_NOT_AVAILABLE while the partitions move")
+            await cluster.take_over(heir, moved, from_index=victim)
+
+            await wait_until(lambda: sim.all_stable() and all(m.coordinator != dead_address for m in sim.members),
+                             60, "every group Stable again, none on the dead instance")
+            assert all(m.coordinator == _owner_address(cluster, m.group_id) for m in sim.members)
+            spread = sim.summary()["members_by_coordinator"]
+            assert sum(spread.values()) == 24 and f"127.0.0.1:{dead_address[1]}" not in spread, spread
+            assert sim.stats.connection_errors > 0
+            assert dict(sim.stats.unexpected) == {}
+        finally:
+            await sim.close()
+
+
+def _owner_address(cluster: Instances, group_id: str) -> tuple[str, int] | None:
+    node = cluster.directory.coordinator_node(group_id)
+    return None if node is None else (node.host, node.port)
+
+
+def test_simulate_takes_several_coordinators() -> None:
+    args = build_parser().parse_args(["simulate", "--coordinator", "127.0.0.1:9192, [::1]:9193,host-c:9194"])
+    assert args.coordinator == [("127.0.0.1", 9192), ("::1", 9193), ("host-c", 9194)]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["simulate", "--coordinator", "127.0.0.1:9192,nohost"])

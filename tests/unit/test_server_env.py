@@ -45,9 +45,11 @@ class RunningServer:
     """`async with RunningServer() as env:` a coordinator and server on 127.0.0.1 and a free port."""
 
     def __init__(self, config: CoordinatorConfig = FAST_GROUPS, *,
-                 coordinator_class: type[GroupRuntime] = GroupRuntime, **server_options: Any) -> None:
+                 coordinator_class: type[GroupRuntime] = GroupRuntime, directory: Any = None,
+                 **server_options: Any) -> None:
         self.config = config
         self.coordinator_class = coordinator_class
+        self.directory = directory
         self.server_config = ServerConfig(listen_host="127.0.0.1", listen_port=0, **server_options)
         self.clients: list[KafkaClient] = []
 
@@ -56,7 +58,8 @@ class RunningServer:
         self.timer.start()
         self.store = InMemoryGroupStore()
         self.coordinator = self.coordinator_class(self.config, self.timer, self.store)
-        self.server = CoordinatorServer(self.server_config, self.coordinator, on_shutdown=self._shutdown_groups)
+        self.server = CoordinatorServer(self.server_config, self.coordinator, on_shutdown=self._shutdown_groups,
+                                        directory=self.directory)
         await self.server.start()
         return self
 

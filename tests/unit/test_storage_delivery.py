@@ -54,4 +54,7 @@ def test_storage_config_rejects_impossible_settings() -> None:
         StorageConfig(bootstrap="x", partitions=0)
     with pytest.raises(ValueError):
         StorageConfig(bootstrap="x", replication_factor=0)
+    with pytest.raises(ValueError, match="transactional_id"):  # the partitions' ids are derived from it
+        StorageConfig(bootstrap="x", partition_fencing=True)
+    assert StorageConfig(bootstrap="x", transactional_id="c", partition_fencing=True).partition_fencing
     assert StorageConfig(bootstrap="x").state_topic == "__coordinator_state"

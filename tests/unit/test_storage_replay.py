@@ -95,6 +95,10 @@ def test_append_errors_keep_broker_codes_and_translate_client_ones() -> None:
     assert append_error(KafkaError(KafkaError._QUEUE_FULL)) == Errors.COORDINATOR_NOT_AVAILABLE
     assert append_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)) == Errors.TOPIC_AUTHORIZATION_FAILED
     assert append_error(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH)) == Errors.UNKNOWN_SERVER_ERROR
+    assert append_error(KafkaError(KafkaError._FENCED)) == Errors.NOT_COORDINATOR  # another instance owns it
+    # the transactional producer's own state after an outage: nothing stored, the producer recovers, clients retry
+    assert append_error(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER)) == Errors.COORDINATOR_NOT_AVAILABLE
+    assert append_error(KafkaError(KafkaError.UNKNOWN_PRODUCER_ID)) == Errors.COORDINATOR_NOT_AVAILABLE
 
 
 def test_store_records_are_the_topic_values_and_come_back() -> None:

@@ -1,7 +1,9 @@
-"""FindCoordinator (10): this node coordinates every group. Transactions are the cluster's: with the relay the
-request goes to it and its answer comes back with the broker address rewritten; without it,
-COORDINATOR_NOT_AVAILABLE. v0–3 carry one key, v4+ a batch with one answer per key (reference §3.10); a batch has
-one key type for all its keys, so a batch is either all ours or all the cluster's."""
+"""FindCoordinator (10). One instance coordinates every group; several instances (coordinator/cluster) answer
+the owner of the group's state-topic partition, and COORDINATOR_NOT_AVAILABLE while it is unknown (the partition
+is moving: clients retry). Transactions are the cluster's: with the relay the request goes to it and its answer
+comes back with the broker address rewritten; without it, COORDINATOR_NOT_AVAILABLE. v0–3 carry one key, v4+ a
+batch with one answer per key (reference §3.10); a batch has one key type for all its keys, so a batch is either
+all ours or all the cluster's."""
 
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     code = _error_for(key_type)
     if header.api_version >= 4:
         entry = item_class(cls, "coordinators")
-        coordinators = tuple(_located(entry, ctx.node, code, key=key) for key in body.coordinator_keys)
+        coordinators = tuple(_located(entry, _coordinator(ctx, key, code), code, key=key)
+                             for key in body.coordinator_keys)
         return build(cls, throttle_time=ZERO_DURATION, coordinators=coordinators)
-    return _located(cls, ctx.node, code, throttle_time=ZERO_DURATION)
+    return _located(cls, _coordinator(ctx, body.key, code), code, throttle_time=ZERO_DURATION)
 
 
 def _error_for(key_type: int) -> Errors:
@@ -45,8 +48,18 @@ def _error_for(key_type: int) -> Errors:
     return Errors.INVALID_REQUEST
 
 
-def _located(cls: type, node: Node, code: Errors, **extra: Any) -> Any:
-    if code != Errors.NONE:  # Kafka's error shape: no node
+def _coordinator(ctx: ConnectionContext, group_id: str, code: Errors) -> Node | None:
+    if code != Errors.NONE:
+        return None
+    if ctx.directory is None:
+        return ctx.node
+    return ctx.directory.coordinator_node(group_id)
+
+
+def _located(cls: type, node: Node | None, code: Errors, **extra: Any) -> Any:
+    if node is None and code == Errors.NONE:
+        code = Errors.COORDINATOR_NOT_AVAILABLE  # the group's owner is not known right now
+    if node is None:  # Kafka's error shape: no node
         return build(cls, error_code=error(code), error_message=_MESSAGES[code], node_id=-1, host="", port=-1, **extra)
     return build(cls, error_code=error(code), error_message=None, node_id=node.node_id, host=node.host,
                  port=node.port, **extra)
