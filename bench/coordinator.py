@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,13 +103,15 @@ async def start_ours(bootstrap: str) -> tuple[subprocess.Popen, Server]:
 # ---------------------------------------------------------------------------------------------- groups
 
 
-async def form_group(clients: list[KafkaClient], prefix: str, session_ms: int) -> tuple[str, list[Any]]:
+async def form_group(clients: list[KafkaClient], prefix: str, session_ms: int,
+                     spares: Iterator[str] | None = None) -> tuple[str, list[Any]]:
     """A Stable group of len(clients) members, one per client, all in one generation; returns (group, joins).
 
     A group that does not come together in one generation (a straggler on a busy machine) is abandoned and
-    formed again under a new id, rather than rebalanced (that would be measuring rebalances, not heartbeats)."""
+    formed again under a new id (`prefix-<attempt>`, or the next of `spares`), rather than rebalanced (that would
+    be measuring rebalances, not heartbeats)."""
     for attempt in range(5):
-        group_id = f"{prefix}-{attempt}" if attempt else prefix
+        group_id = prefix if not attempt else next(spares) if spares is not None else f"{prefix}-{attempt}"
         joined = await asyncio.gather(*(_join_with_id(c, group_id, session_ms) for c in clients))
         leader = next((j for j in joined if j.leader == j.member_id), None)
         if (all(j.error_code == 0 for j in joined) and len({j.generation_id for j in joined}) == 1

@@ -441,7 +441,7 @@ class ServerProcess:
             elif "event=loop_stall" in line or "event=gc_pause" in line:
                 if len(self.stall_lines) < 1000:
                     self.stall_lines.append(line.rstrip())
-            elif (" WARNING " in line or " ERROR " in line) and "empty_assignment" not in line and len(self.warnings) < 10:
+            elif (" WARNING " in line or " ERROR " in line) and len(self.warnings) < 10:
                 self.warnings.append(line.rstrip())
 
     def take_window(self) -> tuple[float, float, float]:

@@ -2,6 +2,7 @@
 echo-frame server measured in the same run with the same load generator.
 
   python -m bench.wire [--loop asyncio|uvloop] [--seconds 3] [--members 1,100,10000] [--repeats 1] [--telemetry]
+                       [--guarded]
 
 For each member count two servers run in turn, each in its own process (pinned to CPU 0 when possible):
   bare:         an asyncio BufferedProtocol that answers every length-prefixed frame with a fixed 16-byte
@@ -11,6 +12,9 @@ For each member count two servers run in turn, each in its own process (pinned t
                 groups of at most 100.
   coordinator+telemetry (--telemetry): the same with tracing and metrics on as `coordinator serve` runs them
                 (see _start_telemetry); `ratio_to_telemetry_off` compares it with the plain coordinator run.
+  coordinator+guard (--guarded): the same behind the zombie guard of multi-instance mode
+                (coordinator/cluster/ownership.py: a deadline check on every request, its tick task running);
+                `ratio_to_unguarded` compares it with the plain coordinator run.
 The load generator (this process, CPU 1) holds one connection per member up to 1,000 connections; above that
 members share connections (10,000 members: 10 per connection, as a load generator's processes share them).
 Each connection keeps one heartbeat in flight (closed loop), cycling through its members, so every request is
@@ -85,7 +89,7 @@ async def serve_bare() -> None:
     await asyncio.Future()
 
 
-async def serve_coordinator(member_count: int, telemetry: bool = False) -> None:
+async def serve_coordinator(member_count: int, telemetry: bool = False, guarded: bool = False) -> None:
     from coordinator.config import CoordinatorConfig
     from coordinator.group.runtime import GroupRuntime
     from coordinator.group.observer import ObserverMux
@@ -109,12 +113,28 @@ async def serve_coordinator(member_count: int, telemetry: bool = False) -> None:
     ))
     members = [member for group in groups for member in group]
     faulthandler.cancel_dump_traceback_later()
-    server = CoordinatorServer(ServerConfig(listen_port=0), coordinator)
+    server = CoordinatorServer(ServerConfig(listen_port=0), _guarded(coordinator) if guarded else coordinator)
     await server.start()
     if instrumented is not None and instrumented.metrics is not None:
         instrumented.metrics.watch_connections(lambda: server.connection_count)
     print(json.dumps({"port": server.port, "members": members}), flush=True)
     await asyncio.Future()
+
+
+def _guarded(runtime):
+    """The runtime behind the zombie guard as multi-instance mode serves it, its deadline pushed by the tick task."""
+    from coordinator.cluster.ownership import GuardedService, ZombieGuard
+    from coordinator.timer import MonotonicClock
+
+    guard = ZombieGuard(MonotonicClock(), 2_000, lambda stalled_ms: None)
+
+    async def ticks() -> None:
+        while True:
+            guard.tick()
+            await asyncio.sleep(0.5)
+
+    _guarded.ticking = asyncio.get_running_loop().create_task(ticks())  # type: ignore[attr-defined]
+    return GuardedService(runtime, guard)
 
 
 def _start_telemetry(coordinator, observer, store):
@@ -313,14 +333,13 @@ async def best_of(repeats: int, kind: str, members: int, args: argparse.Namespac
     return max(runs, key=lambda run: run["requests_per_s"])
 
 
-async def best_of_alternating(repeats: int, kinds: tuple[str, str], members: int, args: argparse.Namespace
-                              ) -> tuple[dict, dict]:
+async def best_of_alternating(repeats: int, kinds: tuple[str, ...], members: int, args: argparse.Namespace
+                              ) -> list[dict]:
     runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
     for _ in range(repeats):
         for kind in kinds:
             runs[kind].append(await measure(kind, members, args))
-    first, second = (max(runs[kind], key=lambda run: run["requests_per_s"]) for kind in kinds)
-    return first, second
+    return [max(runs[kind], key=lambda run: run["requests_per_s"]) for kind in kinds]
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -328,17 +347,23 @@ async def main(args: argparse.Namespace) -> None:
     results = []
     for members in (int(m) for m in args.members.split(",")):
         bare = await best_of(args.repeats, "bare", members, args)
-        if args.telemetry:  # off and on alternate, so the machine's varying load falls on both alike
-            ours, traced = await best_of_alternating(args.repeats, ("coordinator", "coordinator+telemetry"),
-                                                     members, args)
-        else:
-            ours = await best_of(args.repeats, "coordinator", members, args)
+        variants = tuple(kind for kind, wanted in (("coordinator+telemetry", args.telemetry),
+                                                  ("coordinator+guard", args.guarded)) if wanted)
+        # the variants alternate with the plain run, so the machine's varying load falls on all alike
+        ours, *others = await best_of_alternating(args.repeats, ("coordinator", *variants), members, args)
+        traced = next((r for r in others if r["server"] == "coordinator+telemetry"), None)
+        guarded = next((r for r in others if r["server"] == "coordinator+guard"), None)
         ratio = ours["requests_per_s"] / bare["requests_per_s"] if bare["requests_per_s"] else 0.0
         ours["ratio_to_bare"] = round(ratio, 3)
         # what fraction of the bare server's capacity we keep when the server's CPU is the limit
         ours["cpu_ratio_to_bare"] = round(bare["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
         measured = [bare, ours]
-        if args.telemetry:
+        if guarded is not None:
+            guarded["ratio_to_unguarded"] = round(guarded["requests_per_s"] / ours["requests_per_s"], 3)
+            guarded["cpu_ratio_to_unguarded"] = round(
+                ours["server_cpu_us_per_request"] / guarded["server_cpu_us_per_request"], 3)
+            measured.append(guarded)
+        if traced is not None:
             traced["ratio_to_telemetry_off"] = round(traced["requests_per_s"] / ours["requests_per_s"], 3)
             traced["cpu_ratio_to_telemetry_off"] = round(
                 ours["server_cpu_us_per_request"] / traced["server_cpu_us_per_request"], 3)
@@ -354,6 +379,10 @@ async def main(args: argparse.Namespace) -> None:
     if traced:  # the issue-9 target: tracing and metrics on lose at most 10% against off, same run
         summary["min_ratio_to_telemetry_off"] = min(r["ratio_to_telemetry_off"] for r in traced)
         summary["min_cpu_ratio_to_telemetry_off"] = min(r["cpu_ratio_to_telemetry_off"] for r in traced)
+    guarded_runs = [r for r in results if r["server"] == "coordinator+guard"]
+    if guarded_runs:  # multi-instance mode's per-request check against none, same run
+        summary["min_ratio_to_unguarded"] = min(r["ratio_to_unguarded"] for r in guarded_runs)
+        summary["min_cpu_ratio_to_unguarded"] = min(r["cpu_ratio_to_unguarded"] for r in guarded_runs)
     print(json.dumps(summary), flush=True)
 
 
@@ -377,7 +406,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--telemetry", action="store_true",
                         help="also run the coordinator with tracing and metrics on (ratio against off, same run)")
-    parser.add_argument("--serve", choices=("bare", "coordinator", "coordinator+telemetry"), help=argparse.SUPPRESS)
+    parser.add_argument("--guarded", action="store_true",
+                        help="also run the coordinator behind multi-instance mode's zombie guard (ratio against "
+                             "unguarded, same run)")
+    parser.add_argument("--serve", choices=("bare", "coordinator", "coordinator+telemetry", "coordinator+guard"),
+                        help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -389,6 +422,7 @@ if __name__ == "__main__":
         logging.basicConfig(level=logging.ERROR)  # setup logs a line per member; not what we measure
         members_to_serve = int(arguments.members)
         asyncio.run(serve_bare() if arguments.serve == "bare" else
-                    serve_coordinator(members_to_serve, telemetry=arguments.serve == "coordinator+telemetry"))
+                    serve_coordinator(members_to_serve, telemetry=arguments.serve == "coordinator+telemetry",
+                                      guarded=arguments.serve == "coordinator+guard"))
     else:
         asyncio.run(main(arguments))

@@ -14,11 +14,17 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from coordinator.cluster.directory import OwnerMapDirectory
+from coordinator.cluster.identity import InstanceEndpoint, client_id_for
+from coordinator.cluster.membership import Membership, instances_group_for
+from coordinator.cluster.owner_map import OwnerMap
+from coordinator.cluster.ownership import GroupAssignmentReader, Ownership
 from coordinator.config import CoordinatorConfig
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
+from coordinator.group.shard import ShardStatus
 from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
 from coordinator.server.config import ServerConfig
@@ -47,6 +53,11 @@ class ServiceOptions:
     transactional_writes: bool = True
     metrics_listen: tuple[str, int] | None = None  # Prometheus scrape endpoint (None: none)
     relay: RelayConfig | None = None  # front the cluster (coordinator/relay); `coordinator serve` turns it on
+    # Several instances on one state topic (docs/architecture.md, "Several instances"): None = this instance owns
+    # every partition. With an id, Kafka assigns the partitions among the instances' consumer group.
+    instance_id: str | None = None
+    instances_group: str | None = None  # None: "<state topic>.coordinators"
+    instance_session_timeout_ms: int = 6_000
 
 
 @dataclass
@@ -57,6 +68,7 @@ class RunningService:
     bootstrap: str
     loaded: asyncio.Event
     health: RuntimeHealth | None = None  # loop lag and collector pauses (coordinator/runtime_health.py)
+    ownership: Ownership | None = None  # several instances: the partitions this one owns
 
 
 @contextlib.asynccontextmanager
@@ -78,17 +90,30 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
 
         observer = ObserverMux()
         coordinator = GroupRuntime(options.group, timer, store, clock, observer)
-        coordinator.begin_loading()  # every partition, before the listener opens: no request may see an empty state
+        if options.instance_id is None:
+            coordinator.begin_loading()  # every partition, before the listener opens: no request may see an empty state
+        else:
+            for shard in coordinator.shards:  # NOT_COORDINATOR until Kafka assigns a partition to this instance
+                shard.status = ShardStatus.UNOWNED
         instrumented = await _start_telemetry(stack, options, coordinator, observer, store)
         # stamps events with wall-clock time, not the monotonic clock; tracing first so events see the trace id
         events = store.event_observer(trace_id_for=instrumented.trace_id_for)
         if events is not None:
             observer.add(events)
 
-        server = CoordinatorServer(options.server, coordinator, clock=clock, on_shutdown=coordinator.shutdown,
-                                   relay=_relay(options, bootstrap))
+        ownership = None if options.instance_id is None else _ownership(options, coordinator, store, clock)
+        # several instances: who owns which group's partition (FindCoordinator, Metadata); the owner map is
+        # attached once our port is known (_start_ownership)
+        directory = None if ownership is None else OwnerMapDirectory(coordinator.num_partitions,
+                                                                     options.server.cluster_id)
+        server = CoordinatorServer(options.server, coordinator if ownership is None else ownership.service,
+                                   clock=clock, on_shutdown=coordinator.shutdown, relay=_relay(options, bootstrap),
+                                   directory=directory)
         await server.start()
         stack.push_async_callback(server.close)
+        if ownership is not None:  # after the listener: our endpoint (its port) goes into the membership client.id
+            assert directory is not None
+            await _start_ownership(stack, ownership, options, bootstrap, server, directory)
         if instrumented.metrics is not None:
             instrumented.metrics.watch_connections(lambda: server.connection_count)
             instrumented.metrics.watch_runtime_health(health)
@@ -98,8 +123,11 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         loaded = asyncio.Event()
         background = _BackgroundTasks()
         stack.push_async_callback(background.cancel_all)
-        background.start(_load_then_expire(store, coordinator, options.group, loaded), "state-load")
-        yield RunningService(server, coordinator, store, bootstrap, loaded, health)
+        if ownership is None:
+            background.start(_load_then_expire(store, coordinator, options.group, loaded), "state-load")
+        else:
+            background.start(_settle_then_expire(ownership, coordinator, options.group, loaded), "offset-expiry")
+        yield RunningService(server, coordinator, store, bootstrap, loaded, health, ownership)
 
 
 async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str | None) -> str:
@@ -134,8 +162,46 @@ def _relay(options: ServiceOptions, bootstrap: str) -> Relay | None:
     return Relay(options.relay, bootstrap, served=served_ranges(), max_frame_bytes=options.server.max_frame_bytes)
 
 
+def _ownership(options: ServiceOptions, runtime: GroupRuntime, store: KafkaGroupStore,
+               clock: MonotonicClock) -> Ownership:
+    """Made before the listener opens (the server calls its guarded service); started in `_start_ownership`."""
+    assert options.instance_id is not None
+    ownership = Ownership(runtime, instance_id=options.instance_id,
+                          group_id=options.instances_group or instances_group_for(options.state_topic),
+                          topic=options.state_topic, session_timeout_ms=options.instance_session_timeout_ms,
+                          clock=clock)
+    store.on_fenced = ownership.on_fenced  # a fenced write: that partition is unloaded at once
+    return ownership
+
+
+async def _start_ownership(stack: contextlib.AsyncExitStack, ownership: Ownership, options: ServiceOptions,
+                           bootstrap: str, server: CoordinatorServer, directory: OwnerMapDirectory) -> None:
+    """Joins the instances group once the listener is open: our endpoint (its port) is in the client.id and in
+    the owner map, which the server's directory reads from then on."""
+    node = server.node
+    me = InstanceEndpoint(ownership.instance_id, node.node_id, node.host, node.port)
+    client_id = client_id_for(me)
+    owner_map = OwnerMap(bootstrap, ownership.group_id, ownership.topic, ownership.runtime.num_partitions, me)
+    await owner_map.start()
+    stack.push_async_callback(owner_map.close)
+    directory.attach(owner_map)
+
+    def owned(partitions: set[int]) -> None:
+        owner_map.set_own(partitions)  # ours at once; the others' from DescribeGroups, asked again now
+        owner_map.refresh_soon()
+
+    ownership.on_owned = owned
+    membership = Membership(bootstrap=bootstrap, group_id=ownership.group_id, topic=ownership.topic,
+                            client_id=client_id, session_timeout_ms=options.instance_session_timeout_ms,
+                            on_assigned=ownership.on_assigned, on_revoked=ownership.on_revoked,
+                            on_lost=ownership.on_lost)
+    stack.push_async_callback(ownership.close)  # first on the way out: revoke (unload) and leave the group
+    await ownership.start(membership, GroupAssignmentReader(bootstrap, ownership.group_id, ownership.topic,
+                                                            client_id))
+
+
 def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
-    return StorageConfig(
+    settings: dict[str, Any] = dict(
         bootstrap=bootstrap,
         state_topic=options.state_topic,
         partitions=options.group.offsets_topic_num_partitions,
@@ -146,6 +212,16 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
         # One id per state topic: a restarted coordinator fences whatever an older process left open.
         transactional_id=f"group-coordinator-{options.state_topic}" if options.transactional_writes else None,
     )
+    settings.update(_fencing(options))
+    return StorageConfig(**settings)
+
+
+def _fencing(options: ServiceOptions) -> dict[str, object]:
+    """Several instances: one transactional producer per owned partition (ids "<id>-p<partition>"), so the
+    next owner's init_transactions fences the previous one, partition by partition."""
+    if options.instance_id is None:
+        return {}
+    return {"partition_fencing": True, "transactional_id": f"group-coordinator-{options.state_topic}"}
 
 
 async def _load_then_expire(store: KafkaGroupStore, coordinator: GroupRuntime, config: CoordinatorConfig,
@@ -166,7 +242,22 @@ async def _load_then_expire(store: KafkaGroupStore, coordinator: GroupRuntime, c
     gc.freeze()
     loaded.set()
     log.info("event=coordinator_ready groups=%d frozen_objects=%d", len(coordinator.groups), gc.get_freeze_count())
-    # Kafka's offset cleanup task: first run right after loading, then every check interval.
+    await _expire_offsets_forever(coordinator, config)
+
+
+async def _settle_then_expire(ownership: Ownership, coordinator: GroupRuntime, config: CoordinatorConfig,
+                              loaded: asyncio.Event) -> None:
+    """Several instances: `loaded` once the first assignment is served (the collector policy is Ownership's);
+    offset expiry runs over the partitions served at the time (the runtime skips shards not ACTIVE)."""
+    await ownership.settled.wait()
+    loaded.set()
+    log.info("event=coordinator_ready instance=%s owned_partitions=%s groups=%d", ownership.instance_id,
+             sorted(ownership.owned), len(coordinator.groups))
+    await _expire_offsets_forever(coordinator, config)
+
+
+async def _expire_offsets_forever(coordinator: GroupRuntime, config: CoordinatorConfig) -> None:
+    """Kafka's offset cleanup task: first run right away, then every check interval."""
     while True:
         try:
             expired = await coordinator.expire_offsets()

@@ -175,11 +175,14 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
     from coordinator.config import CoordinatorConfig
     from coordinator.server.config import ServerConfig
 
+    from coordinator.cluster.identity import default_node_id
     from coordinator.relay import DEFAULT_NODE_ID, RelayConfig
 
     listen_host, listen_port = args.listen
     advertised_host, advertised_port = args.advertised_listener or (None, None)
-    node_id = args.node_id if args.node_id is not None else (0 if args.no_relay else DEFAULT_NODE_ID)
+    instance_id = _instance_id(args)
+    node_id = args.node_id if args.node_id is not None else (
+        default_node_id(instance_id) if instance_id is not None else 0 if args.no_relay else DEFAULT_NODE_ID)
     try:
         group = CoordinatorConfig.from_properties(dict(args.config))
     except KeyError as exc:
@@ -206,7 +209,25 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         transactional_writes=args.write_mode == "transactional",
         metrics_listen=args.metrics_listen,
         relay=relay,
+        instance_id=instance_id,
+        instances_group=args.instances_group,
+        instance_session_timeout_ms=args.instance_session_timeout_ms,
     )
+
+
+def _instance_id(args: argparse.Namespace) -> str | None:
+    from coordinator.cluster.identity import validate_instance_id
+
+    if args.instance_id is None:
+        if args.instances_group is not None:
+            raise SystemExit("coordinator serve: --instances-group needs --instance-id")
+        return None
+    if args.instance_session_timeout_ms < 1:
+        raise SystemExit("coordinator serve: --instance-session-timeout-ms must be positive")
+    try:
+        return validate_instance_id(args.instance_id)
+    except ValueError as exc:
+        raise SystemExit(f"coordinator serve: --instance-id: {exc}")
 
 
 async def _run_serve(args: argparse.Namespace) -> int:
@@ -222,6 +243,9 @@ async def _run_serve(args: argparse.Namespace) -> int:
         node = service.server.node
         print(f"coordinator listening on {node.host}:{node.port} (node {node.node_id}); "
               f"state in Kafka at {service.bootstrap}, topic {options.state_topic}", flush=True)
+        if service.ownership is not None:
+            print(f"instance {service.ownership.instance_id} in group {service.ownership.group_id}: Kafka assigns "
+                  f"it its share of the {len(service.coordinator.shards)} state partitions", flush=True)
         relay = service.server.relay
         if relay is not None and relay.listeners is not None:
             ports = ", ".join(f"{node_id}→{port}" for node_id, port in sorted(relay.listeners.ports.items()))
@@ -286,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--node-id", type=int,
                        default=int(env("COORDINATOR_NODE_ID")) if env("COORDINATOR_NODE_ID") else None,
                        help="the coordinator's node id in Metadata/FindCoordinator (default 2000000000 with the "
-                            "relay, so no broker has it; 0 with --no-relay)")
+                            "relay, so no broker has it; 0 with --no-relay; with --instance-id one derived from "
+                            "the instance id, stable across restarts)")
     serve.add_argument("--bootstrap-server", default=env("KAFKA_BOOTSTRAP"),
                        help="the Kafka cluster holding the state topic (env KAFKA_BOOTSTRAP); "
                             "none: an embedded Apache Kafka broker is started")
@@ -325,6 +350,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-listen", type=_host_port, default=env("COORDINATOR_METRICS_LISTEN"),
                        help="HOST:PORT of a Prometheus scrape endpoint (/metrics; env COORDINATOR_METRICS_LISTEN). "
                             "Traces and OTLP metrics follow the OTEL_* variables: see docs/tracing.md")
+    instances = serve.add_argument_group(
+        "several instances",
+        "Run N `coordinator serve --instance-id ID` processes on one Kafka cluster and state topic (distinct ids and "
+        "listen addresses; with the relay, distinct --relay-base-port on one host). Kafka decides which instance "
+        "owns which state-topic partition: the instances form a consumer group of their own on the state topic "
+        "(cooperative-sticky), an instance loads the partitions it is assigned, after fencing their previous owner, "
+        "and any instance answers FindCoordinator with the owner of a group's partition. A cleanly stopped "
+        "instance leaves the group and its partitions move at once; a crashed one after the session timeout. "
+        "See docs/operations.md and docs/architecture.md (\"Several instances\").")
+    instances.add_argument("--instance-id", default=env("COORDINATOR_INSTANCE_ID"),
+                           help="turns on multi-instance mode: this instance's id (1-200 of A-Z a-z 0-9 . _ -), "
+                                "unique among the instances; logged, and shown to the others with our address "
+                                "(env COORDINATOR_INSTANCE_ID). State writes are then always transactional, one "
+                                "producer per owned partition (the fence; --write-mode does not apply). Without it "
+                                "this instance owns every partition")
+    instances.add_argument("--instances-group", default=env("COORDINATOR_INSTANCES_GROUP"),
+                           help="the instances' consumer group (default: <state topic>.coordinators; "
+                                "env COORDINATOR_INSTANCES_GROUP)")
+    instances.add_argument("--instance-session-timeout-ms", type=int,
+                           default=int(env("COORDINATOR_INSTANCE_SESSION_TIMEOUT_MS", "6000")),
+                           help="how long an instance may go silent before Kafka gives its partitions to the "
+                                "others (session.timeout.ms of the instances group; default 6000, the broker's "
+                                "group.min.session.timeout.ms). An instance paused for a third of it serves nothing "
+                                "until Kafka confirms it still owns its partitions")
     serve.set_defaults(run=_run_serve)
 
     simulate = commands.add_parser(

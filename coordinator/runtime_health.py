@@ -15,7 +15,8 @@ collects; a full collection walks all of them, so its pause grows with the numbe
 policy moves them into the permanent generation (`gc.freeze()`, O(1)) after every generation-1 collection,
 so no collection walks them again. What is frozen is still freed by reference counting,
 so this is safe for state without reference cycles (group, member and timer objects have none: see
-tests/unit/test_runtime_health.py); a cycle that becomes garbage after it was frozen is only reclaimed by
+tests/unit/test_runtime_health.py; nor do closed connections and relay links, on asyncio and uvloop:
+tests/interop/test_relay_connection_cycles.py); a cycle that becomes garbage after it was frozen is only reclaimed by
 `thaw_and_collect()` (an operator's or a test's call, a full stall).
 
 `RuntimeHealth` bundles the three for the service (coordinator/app.py): its counters are read by telemetry
@@ -237,6 +238,22 @@ class GcPolicy(_GcHook):
         """Put everything back under the collector and run a full collection (a stall: for tests/operators)."""
         gc.unfreeze()
         return gc.collect()
+
+
+def _read_nothing() -> None:
+    pass
+
+
+def release_transport_cycle(transport: object) -> None:
+    """Break the reference cycle CPython 3.11's selector transport keeps to itself, once its connection is lost.
+
+    `_SelectorSocketTransport` stores a bound method of itself (`_read_ready_cb`), so every closed transport is
+    cyclic garbage, freed only by the collector: never, if the policy above froze it while its connection
+    lived. Python 3.12 clears it on close (gh-100348); this does the same for 3.11 (the reader is already
+    removed then, so nothing calls it). Call it from a protocol's connection_lost or after abort(); uvloop's
+    transports have no such cycle and are left alone."""
+    if getattr(transport, "_read_ready_cb", None) is not None:
+        transport._read_ready_cb = _read_nothing  # type: ignore[attr-defined]
 
 
 class RuntimeHealth:

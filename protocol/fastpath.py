@@ -1,5 +1,5 @@
 """Hand-packed encoders for hot fixed-shape messages (the Heartbeat response on the server, the Heartbeat
-request in clients).
+request in clients), and a hand reader of the Heartbeat v4 request (the server's hottest request).
 
 kio's writer is pure Python and costs ~7 µs per response, the largest cost on the heartbeat path
 (/work/shared/perf-notes.md); a struct pack costs ~0.15 µs. Tests compare every version byte for byte with kio.
@@ -20,6 +20,8 @@ _V4 = struct.Struct(">iiBihB")
 _HEADER = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_CORRELATION_AND_CLIENT_ID_LENGTH = struct.Struct(">ih")
+HEARTBEAT_V4_PREFIX = b"\x00\x0c\x00\x04"  # api_key 12, api_version 4
 
 
 def pack_heartbeat_response(version: int, correlation_id: int, error_code: int, throttle_time_ms: int = 0) -> bytes:
@@ -70,3 +72,54 @@ def pack_heartbeat_request(version: int, correlation_id: int, client_id: str | N
             body += _legacy_string(group_instance_id)
     payload = header + body
     return _INT32.pack(len(payload)) + payload
+
+
+def read_heartbeat_v4_request(frame: bytes) -> tuple[int, str | None, str, int, str, str | None] | None:
+    """(correlation_id, client_id, group_id, generation_id, member_id, group_instance_id) of a Heartbeat v4 request
+    frame (without its size prefix) in its usual shape, else None: then the general decoder reads it (and
+    reports whatever is wrong with it), so this reader never has to reject anything itself.
+
+    The usual shape: no tagged fields in header or body, strings shorter than 127 bytes (one-byte lengths).
+    Worth it because the general path builds a kio object, a header and a request tuple per heartbeat: this
+    costs about 1.3 µs less of the ~5 µs our server spends in Python per heartbeat. Reads only within `frame`
+    (slices and unpack_from are bounded; a short frame raises and gives None). Bytes after the body are
+    ignored, as the general decoder does."""
+    try:
+        correlation_id, length = _CORRELATION_AND_CLIENT_ID_LENGTH.unpack_from(frame, 4)
+        offset = 10
+        if length >= 0:
+            offset += length
+            if offset > len(frame):
+                return None
+            client_id: str | None = frame[10:offset].decode()
+        elif length == -1:
+            client_id = None
+        else:
+            return None
+        if frame[offset]:  # header tagged fields
+            return None
+        group_id, offset = _short_compact_string(frame, offset + 1)
+        (generation_id,) = _INT32.unpack_from(frame, offset)
+        member_id, offset = _short_compact_string(frame, offset + 4)
+        if frame[offset] == 0:  # null group_instance_id
+            group_instance_id, offset = None, offset + 1
+        else:
+            group_instance_id, offset = _short_compact_string(frame, offset)
+        if frame[offset]:  # body tagged fields
+            return None
+    except (IndexError, struct.error, UnicodeDecodeError, _NotUsual):
+        return None
+    return correlation_id, client_id, group_id, generation_id, member_id, group_instance_id
+
+
+class _NotUsual(Exception):
+    pass
+
+
+def _short_compact_string(frame: bytes, offset: int) -> tuple[str, int]:
+    """A non-null compact string whose length fits the one-byte varint; the offset after it."""
+    size = frame[offset]
+    end = offset + size
+    if size == 0 or size >= 0x80 or end > len(frame):
+        raise _NotUsual
+    return frame[offset + 1:end].decode(), end

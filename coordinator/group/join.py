@@ -81,12 +81,12 @@ def _accept_joining_member(shard: GroupShard, group: GroupMetadata, member_id: s
 
 def _reject_over_capacity(shard: GroupShard, group: GroupMetadata, member_id: str) -> None:
     member = group.members.get(member_id)
+    if member is not None:  # observers first, while the member is still there to describe
+        shard.observer.on_member_failed(group.group_id, member_id, member.group_instance_id,
+                                       "group max size reached")
     group.remove(member_id)  # Kafka removes an existing member that is over capacity, silently
     log.info("event=join_rejected group=%s member=%s reason=group_max_size max_size=%d",
              group.group_id, member_id, shard.config.group_max_size)
-    if member is not None:
-        shard.observer.on_member_failed(group.group_id, member_id, member.group_instance_id,
-                                       "group max size reached")
 
 # --- unknown member id ------------------------------------------------------------------------------------
 def _do_new_member_join(shard: GroupShard, group: GroupMetadata, req: JoinGroupRequest,

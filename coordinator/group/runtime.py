@@ -286,7 +286,8 @@ class GroupRuntime:
                 count += 1
                 if count % _LOAD_SLICE == 0:
                     await asyncio.sleep(0)  # the shards already served keep answering meanwhile
-            shard.status = ShardStatus.ACTIVE if self.is_active else ShardStatus.STOPPED
+            if shard.status is ShardStatus.LOADING:  # not given up meanwhile (lost or fenced: step 2)
+                shard.status = ShardStatus.ACTIVE if self.is_active else ShardStatus.STOPPED
         return count
 
     async def unload(self, partitions: Collection[int]) -> None:

@@ -176,9 +176,11 @@ class GroupShard:
             return
         log.info("event=members_not_rejoined group=%s members=%s", group.group_id, [m.member_id for m in failed])
         for member in failed:
+            # observers first, while the member is still there to describe (client id and host in its trace)
+            self.observer.on_member_failed(group.group_id, member.member_id, None,
+                                           "not rejoined before rebalance timeout")
             group.remove(member.member_id)
             self.remove_heartbeat(group, member)
-            self.observer.on_member_failed(group.group_id, member.member_id, None, "not rejoined before rebalance timeout")
 
     def _on_group_emptied(self, group: GroupMetadata) -> None:
         log.info("event=group_empty group=%s generation=%d", group.group_id, group.generation_id)
@@ -245,11 +247,12 @@ class GroupShard:
         missing = sorted(group.pending_sync_members)
         for member_id in missing:
             member = group.members.get(member_id)
+            if member is not None:  # observers first, while the member is still there to describe
+                self.observer.on_member_failed(group.group_id, member_id, member.group_instance_id,
+                                               "no SyncGroup before rebalance timeout")
             group.remove(member_id)
             if member is not None:
                 self.remove_heartbeat(group, member)
-                self.observer.on_member_failed(group.group_id, member_id, member.group_instance_id,
-                                               "no SyncGroup before rebalance timeout")
         log.info("event=members_not_synced group=%s members=%s", group.group_id, missing)
         self.prepare_rebalance(group, f"Removing {missing} on pending sync request expiration")
 
@@ -263,9 +266,6 @@ class GroupShard:
         ok = error == Errors.NONE
         protocol_type, protocol_name = (group.protocol_type, group.protocol_name) if ok else (None, None)
         for member in list(group.members.values()):
-            if ok and not member.assignment:
-                log.warning("event=empty_assignment group=%s member=%s generation=%d",
-                            group.group_id, member.member_id, group.generation_id)
             response = SyncGroupResponse(error, protocol_type, protocol_name, member.assignment)
             if group.complete_sync(member, response):
                 self.schedule_heartbeat(group, member, member.session_timeout_ms)

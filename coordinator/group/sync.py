@@ -96,11 +96,14 @@ def _store_leader_assignment(shard: GroupShard, group: GroupMetadata, req: SyncG
     for member_id in missing:
         assignment[member_id] = b""
     static = sum(1 for m in group.members.values() if m.is_static)
-    log.info("event=assignment_received group=%s leader=%s generation=%d members=%d static_members=%d",
-             group.group_id, req.member_id, generation_id, group.size, static)
-    if missing:
-        log.warning("event=empty_assignments group=%s generation=%d members=%s",
-                    group.group_id, generation_id, missing)
+    # A member the leader gives nothing is normal (more members than partitions; Kafka logs nothing): counted in
+    # the one line per rebalance, named only at DEBUG (thousands of members must not mean thousands of lines).
+    unassigned = [member_id for member_id, value in assignment.items() if not value]
+    log.info("event=assignment_received group=%s leader=%s generation=%d members=%d static_members=%d "
+             "unassigned=%d", group.group_id, req.member_id, generation_id, group.size, static, len(unassigned))
+    if unassigned:
+        log.debug("event=empty_assignments group=%s generation=%d omitted_by_leader=%d members=%s",
+                  group.group_id, generation_id, len(missing), unassigned)
     record = group.to_record(assignment)
     shard.observer.on_assignment_write_started(group.group_id, generation_id)
 

@@ -24,6 +24,7 @@ import struct
 from typing import Protocol
 
 from coordinator.relay.buffer_pool import BufferExhausted, BufferPool
+from coordinator.runtime_health import release_transport_cycle
 
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
@@ -104,6 +105,8 @@ class UpstreamLink(asyncio.BufferedProtocol):
             await loop.create_connection(lambda: self, self._host, self._port)
         except OSError as exc:
             self._fail("upstream_unreachable", f"node_id={self.node_id} upstream={self.address} error={exc!r}")
+        finally:
+            self._connecting = None  # the finished task would hold this link in a cycle (see close)
 
     @property
     def blocked(self) -> bool:
@@ -119,17 +122,26 @@ class UpstreamLink(asyncio.BufferedProtocol):
         if self._closed:
             return
         self._closed = True
-        if self._connecting is not None and not self._connecting.done():
-            self._connecting.cancel()
-        if self._memory_wait is not None and not self._memory_wait.done():
-            self._memory_wait.cancel()
+        # Forget the tasks as well as cancelling them: a cancelled task keeps its CancelledError, whose traceback
+        # holds the task's frame and so this link; kept here, that is a reference cycle, and cycles must not
+        # outlive a connection (the GC policy freezes long-lived objects: a frozen cycle is never freed).
+        connecting, self._connecting = self._connecting, None
+        if connecting is not None and not connecting.done():
+            connecting.cancel()
+        memory_wait, self._memory_wait = self._memory_wait, None
+        if memory_wait is not None and not memory_wait.done():
+            memory_wait.cancel()
         if self._frame is not None:
             self.pool.deallocate(self._frame)
             self._frame = self._frame_view = None
         self._awaiting.clear()
         self._queued.clear()
-        if self._transport is not None:
-            self._transport.abort()
+        # let go of the transport here, not in connection_lost: uvloop does not call connection_lost for a
+        # connection whose create_connection was cancelled after connection_made (a cycle again otherwise)
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.abort()
+            release_transport_cycle(transport)
 
     def _fail(self, reason: str, detail: str) -> None:
         if not self._closed:
@@ -175,6 +187,8 @@ class UpstreamLink(asyncio.BufferedProtocol):
         self.owner.relay_blocked_changed()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is not None:
+            release_transport_cycle(self._transport)
         self._transport = None
         if not self._closed:
             self._fail("upstream_closed", f"node_id={self.node_id} upstream={self.address} awaiting={len(self._awaiting)} "
@@ -255,6 +269,7 @@ class UpstreamLink(asyncio.BufferedProtocol):
         try:
             buffer = await self.pool.allocate(frame_size)
         except BufferExhausted as exc:
+            self._memory_wait = None
             self._fail("relay_buffer_exhausted", f"node_id={self.node_id} {exc}")
             return
         if self._closed:

@@ -25,6 +25,9 @@ log = logging.getLogger("coordinator.telemetry.events")
 
 _POLL_INTERVAL_S = 0.1
 _LOG_EVERY_FAILURES = 1_000
+# How long librdkafka keeps an undelivered event (queued or awaiting its ack) before it drops and counts it: an
+# outage of Kafka shorter than this loses no event.
+MESSAGE_TIMEOUT_MS = 30_000
 
 
 class _DeliveryCounts:
@@ -62,7 +65,7 @@ class EventPublisher:
             "linger.ms": 50,
             "partitioner": "murmur2_random",  # the Java client's key → partition mapping
             "queue.buffering.max.messages": config.event_queue_max_messages,
-            "message.timeout.ms": 30_000,
+            "message.timeout.ms": MESSAGE_TIMEOUT_MS,
             "on_delivery": self._reports.on_delivery,
             "logger": librdkafka_logger("events"),
         })

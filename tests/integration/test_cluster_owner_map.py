@@ -125,8 +125,9 @@ async def test_find_coordinator_on_either_instance_names_the_owner_kafka_assigne
             await owner_map.start()
             maps.append(owner_map)
             consumers.append(InstanceConsumer(kafka_bootstrap, group_id, topic, endpoint, owner_map.set_own))
-        await _until(lambda: all(len(m.instances()) == 2 for m in maps) and _agreed(maps, consumers),
-                     "both maps knowing both instances and every owner")
+        # both consumers owning partitions: the cooperative rounds are over (before, one may hold all of them)
+        await _until(lambda: all(len(m.instances()) == 2 for m in maps) and all(c.owned for c in consumers)
+                     and _agreed(maps, consumers), "both maps knowing both instances and every owner")
 
         client = await envs[0].client()
         groups = [f"g-{n}" for n in range(20)]

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from typing import Any
 
 from confluent_kafka import Consumer
 
 from coordinator.embedded import EmbeddedKafka
+from coordinator.telemetry.events import MESSAGE_TIMEOUT_MS
 from protocol.apis import ApiKey
 from tests.integration.test_e2e_support import service, unique, until_loaded
 from tests.unit.test_server_env import heartbeat, join, join_with_member_id, nested, request, sync
@@ -18,9 +21,10 @@ from tests.unit.test_server_env import heartbeat, join, join_with_member_id, nes
 GROUP = "events-app"
 SHORT_SESSION_MS = 2_000
 LONG_SESSION_MS = 20_000
-INITIAL_DELAY_MS = 400
+INITIAL_DELAY_MS = 2_000  # both members join within it, even on a loaded machine (Kafka extends it per join)
 REBALANCE_IN_PROGRESS = 27
 ANSWERED_WITHIN_S = 10
+EXPIRY_NOTICED_WITHIN_S = 60  # past the session: only keeps a broken expiry from hanging the test (load-proof)
 READ_BACK_WITHIN_S = 120  # a fresh reader's group join and fetch on a loaded machine: waits for the event, bounded
 DOCUMENTED_FIELDS = {
     "state_change": {"old_state", "new_state", "generation"},
@@ -83,11 +87,12 @@ async def test_event_topic_tells_a_rebalance_story(kafka_bootstrap: str) -> None
                                              {a_id: b"A", b_id: b"B"} if m == leader else None) for m in clients))
         assert [s.error_code for s in synced] == [0, 0]
 
-        # b goes silent; a heartbeats until told to rejoin, then rejoins alone and syncs
-        deadline = time.monotonic() + SHORT_SESSION_MS / 1000 + 5
+        # b goes silent; a heartbeats (as a real member would) until told to rejoin, then rejoins alone and syncs
+        deadline = time.monotonic() + SHORT_SESSION_MS / 1000 + EXPIRY_NOTICED_WITHIN_S
         while (await a.request(heartbeat(GROUP, generation, a_id))).error_code != REBALANCE_IN_PROGRESS:
             assert time.monotonic() < deadline, "b's session never expired"
             await asyncio.sleep(0.2)
+        told_to_rejoin_ms = time.time() * 1000
         rejoined = await join(a, GROUP, a_id, session_timeout_ms=LONG_SESSION_MS)
         assert rejoined.error_code == 0 and [m.member_id for m in rejoined.members] == [a_id]
         assert (await sync(a, GROUP, rejoined.generation_id, a_id, {a_id: b"A"})).error_code == 0
@@ -137,8 +142,12 @@ async def test_event_topic_tells_a_rebalance_story(kafka_bootstrap: str) -> None
     failed = by_type["member_failed"][0]
     assert "session" in failed["reason"], failed
     assert b_id in by_type["rebalance_started"][1]["reason"]
+    # Kafka's promise: never before the session timeout since b's last heartbeat (its sync, when the group became
+    # Stable); how late depends on the machine, so the only upper bound is the order of things: b had failed
+    # before a heard of the rebalance b's failure started
     stable_1 = next(e for e in events if e.get("new_state") == "Stable")
-    assert SHORT_SESSION_MS - 100 <= failed["ts_ms"] - stable_1["ts_ms"] <= SHORT_SESSION_MS + 2_000
+    assert failed["ts_ms"] - stable_1["ts_ms"] >= SHORT_SESSION_MS - 100, (failed, stable_1)
+    assert failed["ts_ms"] <= told_to_rejoin_ms + 1, (failed, told_to_rejoin_ms)
     for started, completed in zip(by_type["rebalance_started"], by_type["rebalance_completed"]):
         assert abs(completed["duration_ms"] - (completed["ts_ms"] - started["ts_ms"])) <= 50, (started, completed)
     assert by_type["rebalance_completed"][0]["duration_ms"] >= INITIAL_DELAY_MS
@@ -146,24 +155,33 @@ async def test_event_topic_tells_a_rebalance_story(kafka_bootstrap: str) -> None
 
 async def test_events_of_a_short_broker_outage_arrive_once_it_is_back(restartable_kafka: EmbeddedKafka) -> None:
     """Events are fire-and-forget, but an outage shorter than the event producer's message timeout (30 s) loses
-    nothing: they wait in the producer's queue, and group operations never wait for them."""
+    nothing: they wait in the producer's queue, and group operations never wait for them.
+
+    The outage is the broker's JVM stopped (SIGSTOP) and continued: its length is the test's to choose, however
+    loaded the machine (a restart of the JVM could itself take longer than the message timeout here)."""
     event_topic = unique("__events")
     settings = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
     async with service(restartable_kafka.bootstrap, unique("__state"), *settings, event_topic=event_topic) as running:
         client = await running.client()
         await until_loaded(client, GROUP)
-        await asyncio.to_thread(restartable_kafka.stop_blocking)
-        # no group operation waits for events: answered while Kafka is down (so nothing could be delivered), and
-        # well within the 30 s the producer would hold an undeliverable event (a loaded machine: not 2 s)
+        broker_pid = restartable_kafka.pid
+        assert broker_pid is not None
+        os.kill(broker_pid, signal.SIGSTOP)
         started = time.monotonic()
-        joined = await join_with_member_id(client, GROUP, session_timeout_ms=LONG_SESSION_MS)
-        assert joined.error_code == 0 and time.monotonic() - started < ANSWERED_WITHIN_S
-        left = await client.request(request(ApiKey.LEAVE_GROUP, 5, group_id=GROUP, members=(
-            nested(ApiKey.LEAVE_GROUP, 5, "members")(member_id=joined.member_id, group_instance_id=None,
-                                                     reason="bye"),)))
-        assert left.error_code == 0
-        await asyncio.to_thread(restartable_kafka.start_blocking)
-        queued_s = time.monotonic() - started  # longer than 30 s and librdkafka drops them (by design): say so
+        try:
+            # no group operation waits for events: answered while Kafka does not answer (so nothing could be
+            # delivered), and well within the producer's message timeout (a loaded machine: not 2 s)
+            joined = await join_with_member_id(client, GROUP, session_timeout_ms=LONG_SESSION_MS)
+            assert joined.error_code == 0 and time.monotonic() - started < ANSWERED_WITHIN_S
+            left = await client.request(request(ApiKey.LEAVE_GROUP, 5, group_id=GROUP, members=(
+                nested(ApiKey.LEAVE_GROUP, 5, "members")(member_id=joined.member_id, group_instance_id=None,
+                                                         reason="bye"),)))
+            assert left.error_code == 0
+        finally:
+            os.kill(broker_pid, signal.SIGCONT)
+        outage_s = time.monotonic() - started
+        # both answered within ANSWERED_WITHIN_S each: the events cannot have been held past the timeout
+        assert outage_s < MESSAGE_TIMEOUT_MS / 1000, f"outage of {outage_s:.1f}s: longer than the message timeout"
 
         def left_seen(events: list[dict[str, Any]]) -> bool:
             return any(e["type"] == "member_left" for e in events)
@@ -173,6 +191,6 @@ async def test_events_of_a_short_broker_outage_arrive_once_it_is_back(restartabl
         await client.close()
         assert await running.terminate() == 0
     assert [e["type"] for e in events if e["type"] in ("member_joined", "member_left")] == [
-        "member_joined", "member_left"], (f"events queued {queued_s:.1f}s", story(events))
+        "member_joined", "member_left"], (f"outage {outage_s:.1f}s", story(events))
     member_left = next(e for e in events if e["type"] == "member_left")
     assert member_left["member_id"] == joined.member_id and "bye" in member_left["reason"], member_left

@@ -462,3 +462,31 @@ async def test_join_during_in_flight_assignment_write_discards_the_write_result(
     await advance_until_joined(env, a, b, newcomer)
     await complete_rebalance(env, a, b, newcomer)
     assert newcomer.generation == 2 and env.state() is STABLE
+
+
+async def test_members_given_nothing_are_counted_in_one_line_not_warned_about(env: Env, caplog) -> None:
+    """More members than partitions is normal: Kafka fills in empty assignments and logs nothing. We count them in
+    the rebalance's one assignment line (named at DEBUG), never a WARNING per member."""
+    clients = [env.client(name) for name in "abcd"]
+    for c in clients:
+        await c.start_join()
+    await advance_until_joined(env, *clients)
+    for c in clients:
+        assert c.take_join().error_code == Errors.NONE
+    leader = next(c for c in clients if c.is_leader)
+    others = [c for c in clients if c is not leader]
+    caplog.set_level(logging.DEBUG, logger="coordinator.group")
+    # the leader assigns to itself, names one member with nothing and leaves two out altogether
+    await leader.start_sync({leader.member_id: b"all", others[0].member_id: b""})
+    for c in others:
+        await c.start_sync()
+    await drain()
+    assert env.state() is STABLE
+    assert [c.sync_task.result().assignment for c in others] == [b"", b"", b""]
+    group_records = [r for r in caplog.records if r.name.startswith("coordinator.group")]
+    assert [r.getMessage() for r in group_records if r.levelno >= logging.WARNING] == []
+    received = [r.getMessage() for r in group_records if "event=assignment_received" in r.getMessage()]
+    assert len(received) == 1 and "members=4" in received[0] and "unassigned=3" in received[0], received
+    named = [r for r in group_records if "event=empty_assignments" in r.getMessage()]
+    assert len(named) == 1 and named[0].levelno == logging.DEBUG and "omitted_by_leader=2" in named[0].getMessage()
+    assert all(c.member_id in named[0].getMessage() for c in others)

@@ -21,7 +21,8 @@ from protocol import apis, codec
 from coordinator.server.handlers import SERVED_APIS
 from protocol.apis import ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
-from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
+from protocol.fastpath import (HEARTBEAT_V4_PREFIX, pack_heartbeat_request, pack_heartbeat_response,
+                               read_heartbeat_v4_request)
 from tests.fuzz.corpus import ARRAY, LENGTH_KINDS, STRING, CorpusFrame, Site, request_frame
 
 ALL_SERVED = [(api.key, v) for api in SERVED_APIS.values() for v in range(api.min_version, api.max_version + 1)]
@@ -282,3 +283,60 @@ def test_bytes_after_the_body_are_ignored_as_kafka_does() -> None:
     frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
     request = codec.decode_request(frame)
     assert (request.header.api_key, request.header.api_version, request.body.topics) == (3, 12, None)
+
+
+# ------------------------------------------------------------------------- the hand reader of Heartbeat v4 requests
+
+_NAMES = st.text(max_size=140)  # past 126 UTF-8 bytes a compact string needs a two-byte length: the general path
+
+
+def _fields_of(frame: bytes) -> tuple:
+    request = codec.decode_request(frame)
+    body = request.body
+    return (request.header.correlation_id, request.header.client_id, body.group_id, body.generation_id,
+            body.member_id, body.group_instance_id)
+
+
+@settings(max_examples=400, deadline=None)
+@given(correlation_id=st.integers(-(2**31), 2**31 - 1), client_id=st.none() | _NAMES, group_id=_NAMES,
+       generation_id=st.integers(-(2**31), 2**31 - 1), member_id=_NAMES, group_instance_id=st.none() | _NAMES)
+def test_hand_read_heartbeat_v4_equals_the_general_decoder(correlation_id, client_id, group_id, generation_id,
+                                                           member_id, group_instance_id) -> None:
+    frame = pack_heartbeat_request(4, correlation_id, client_id, group_id, generation_id, member_id,
+                                   group_instance_id)[4:]
+    fast = read_heartbeat_v4_request(frame)
+    expected = _fields_of(frame)
+    if all(len(s.encode()) < 127 for s in (group_id, member_id, group_instance_id or "")):
+        assert fast == expected
+    else:
+        assert fast is None  # two-byte lengths: left to the general decoder
+
+
+@pytest.mark.parametrize("frame", [_heartbeat_v4_frame(b"\x01\x07\x02hi"), _heartbeat_v4_frame(body_tags=b"\x01\x09\x00"),
+                                   _heartbeat_v4_frame()[:-1], b"\x00\x0c\x00\x04", b""],
+                         ids=["header-tags", "body-tags", "no-body-tags", "header-only", "empty"])
+def test_hand_reader_leaves_unusual_heartbeats_to_the_general_decoder(frame: bytes) -> None:
+    assert read_heartbeat_v4_request(frame) is None
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_hand_reader_accepts_only_what_the_general_decoder_reads_the_same(data) -> None:
+    """Mutated frames (bytes replaced, inserted, cut): whatever the hand reader accepts, the general decoder
+    decodes to the same fields; everything else it leaves alone (None), never raising."""
+    frame = bytearray(pack_heartbeat_request(4, 7, data.draw(st.none() | st.text(max_size=8)), "group",
+                                             3, "member-1", data.draw(st.none() | st.just("i-1")))[4:])
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, len(frame)))
+        action = data.draw(st.sampled_from(["replace", "insert", "cut"]))
+        if action == "replace" and position < len(frame):
+            frame[position] = data.draw(st.integers(0, 255))
+        elif action == "insert":
+            frame[position:position] = data.draw(st.binary(min_size=1, max_size=3))
+        else:
+            del frame[position:position + data.draw(st.integers(1, 3))]
+    if frame[:4] != HEARTBEAT_V4_PREFIX:
+        return  # another API or version: the server never asks the hand reader
+    fast = read_heartbeat_v4_request(bytes(frame))
+    if fast is not None:
+        assert fast == _fields_of(bytes(frame))

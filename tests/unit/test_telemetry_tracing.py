@@ -18,7 +18,7 @@ from coordinator.telemetry.otel import start_telemetry
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.telemetry_scenario import (B_LATE_MS, WRITE_MS, ms_to_ns, run_failure_scenario, telemetry_env)
 from coordinator.group.errors import Errors
-from tests.unit.test_group_harness import SESSION_MS, advance_until_joined, form_group
+from tests.unit.test_group_harness import SESSION_MS, advance_until_joined, complete_rebalance, form_group
 
 GROUP = "messaging.consumer.group.name"
 
@@ -263,3 +263,32 @@ async def test_group_census_of_many_groups_runs_on_the_loop_in_slices() -> None:
     assert census.read() == ({"Stable": 25, "Empty": 25}, 0)
     small = GroupCensus(Coordinator(), direct_limit=100)
     assert small.read() == ({"Stable": 25, "Empty": 25}, 0)  # counted on the spot
+
+
+async def test_a_member_removed_for_not_rejoining_is_described_in_its_failure_event(receiver: OtlpReceiver) -> None:
+    """Removed by the coordinator without a session expiry (it kept heartbeating but never rejoined): its trace
+    event still says which client and host it was, like a session expiry's."""
+    telemetry = start_telemetry(env={}, trace_exporter=OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces"))
+    env, instrumented, _ = telemetry_env(telemetry)
+    try:
+        # sessions longer than the rebalance timeout: the join phase's end, not a session, removes b
+        a, b = (env.client(name, session_timeout_ms=60_000, rebalance_timeout_ms=5_000) for name in "ab")
+        await form_group(env, a, b)
+        c = env.client("c", session_timeout_ms=60_000, rebalance_timeout_ms=5_000)
+        await c.start_join()  # a rebalance; a rejoins, b only heartbeats
+        await a.start_join()
+        assert await b.heartbeat() == Errors.REBALANCE_IN_PROGRESS
+        await advance_until_joined(env, a, c)
+        assert b.member_id not in env.group().members
+        await complete_rebalance(env, a, c)
+    finally:
+        await env.close()
+        instrumented.uninstall()
+        telemetry.shutdown()
+    spans = receiver.wait_for(lambda spans: len(roots(spans)) == 2)
+    failed = roots(spans)[1].event("member failed")
+    assert failed[2] == {
+        "message": f"Member {b.member_id} in group g has failed, removing it from the group",
+        "coordinator.member.id": b.member_id, "coordinator.reason": "not rejoined before rebalance timeout",
+        "messaging.client.id": "b", "client.address": "/127.0.0.1", "coordinator.session_timeout_ms": 60_000,
+    }

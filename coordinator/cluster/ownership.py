@@ -1,0 +1,395 @@
+"""Ownership: which state-topic partitions this instance serves, kept in step with what Kafka decides.
+
+Driven by the membership consumer (membership.py), everything here runs on the event loop:
+
+    assigned  → runtime.load(partitions): the store fences each partition (its transactional producer's
+                init_transactions aborts and fences the previous owner), reads it to its end, then it is served
+    revoked   → runtime.unload(partitions): parked requests get NOT_COORDINATOR, groups dropped, the store stops
+    lost        writing; the membership thread waits for this before Kafka may give the partitions to another
+    fenced    → (the store found another owner writing) unloaded at once, before the consumer even learns it
+
+Transitions run one at a time, in the order Kafka sent them, so a partition revoked while it loads is unloaded
+after its load; a lost or fenced partition stops being served at once, without waiting its turn.
+
+The zombie guard. A process paused past its session (SIGSTOP, a VM freeze, a long collection) has lost its
+partitions without knowing it: Kafka moved them, and the first requests it reads after waking up were maybe
+meant for it but are no longer its to answer. So every request first checks a monotonic deadline, which a timer
+callback pushes forward four times per stall threshold (a third of the instance session timeout). A request (or
+the tick) that finds the deadline passed knows the loop did not run for that long: the instance drops the groups
+of every partition it serves (NOT_COORDINATOR, clients rediscover; no session or rebalance timer of theirs runs on
+a state that may be another instance's by now) until DescribeGroups of the instances group shows our member id
+still holding them; those it holds are then read again from the state topic and served. The check costs one
+clock read and one comparison per request.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection
+from typing import TYPE_CHECKING, Any
+
+from coordinator.cluster.membership import Membership
+from coordinator.group.shard import ShardStatus
+from coordinator.timer import Clock
+from protocol.error_codes import Errors
+
+if TYPE_CHECKING:
+    from coordinator.group import api
+    from coordinator.group.runtime import GroupRuntime
+
+log = logging.getLogger("coordinator.cluster")
+
+_ACTIVE, _UNOWNED, _LOADING = ShardStatus.ACTIVE, ShardStatus.UNOWNED, ShardStatus.LOADING
+_CONFIRM_RETRY_MS = 200
+_LOAD_RETRY_MAX_S = 30.0
+
+
+class ZombieGuard:
+    """The stall detector: `deadline_ms` moves forward on every `tick()`; a request (`check()`) or tick that
+    finds it passed reports a stall through `on_stall` and keeps reporting until `resume()`."""
+
+    __slots__ = ("now_ms", "stall_ms", "deadline_ms", "suspended", "stalls", "_last_tick_ms", "_on_stall")
+
+    def __init__(self, clock: Clock, stall_ms: int, on_stall: Callable[[int], None]) -> None:
+        self.now_ms = clock.now_ms
+        self.stall_ms = stall_ms
+        self._on_stall = on_stall
+        self._last_tick_ms = self.now_ms()
+        self.deadline_ms = self._last_tick_ms + stall_ms
+        self.suspended = False
+        self.stalls = 0  # stalls seen so far (a confirmation must not span one)
+
+    def check(self) -> None:
+        """The per-request check (kept inline in `GuardedService.handle_heartbeat` too)."""
+        if self.now_ms() >= self.deadline_ms:
+            self.expired()
+
+    def tick(self) -> None:
+        now_ms = self.now_ms()
+        if now_ms >= self.deadline_ms or now_ms - self._last_tick_ms >= self.stall_ms:
+            self.expired()
+        self._last_tick_ms = now_ms
+        if not self.suspended:
+            self.deadline_ms = now_ms + self.stall_ms
+
+    def expired(self) -> None:
+        now_ms = self.now_ms()
+        stalled_ms = now_ms - self._last_tick_ms
+        if not self.suspended or stalled_ms >= self.stall_ms:
+            # a new stall (or one more while suspended: any confirmation under way is stale)
+            self.suspended = True
+            self.stalls += 1
+            self.deadline_ms = -1  # every request comes here until resumed
+            self._last_tick_ms = now_ms
+        self._on_stall(stalled_ms)
+
+    def resume(self) -> None:
+        self.suspended = False
+        self._last_tick_ms = self.now_ms()
+        self.deadline_ms = self._last_tick_ms + self.stall_ms
+
+
+class GuardedService:
+    """The runtime's request entry points (server/context.py GroupService), each behind the zombie guard."""
+
+    def __init__(self, runtime: GroupRuntime, guard: ZombieGuard) -> None:
+        self._runtime = runtime
+        self._guard = guard
+        self._now_ms = guard.now_ms
+        self._heartbeat = runtime.handle_heartbeat
+
+    def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
+                         group_instance_id: str | None = None) -> Errors:
+        if self._now_ms() >= self._guard.deadline_ms:  # the hot path: one clock read, one comparison
+            self._guard.expired()
+        return self._heartbeat(group_id, generation_id, member_id, group_instance_id)
+
+    def _checked(self) -> GroupRuntime:
+        if self._now_ms() >= self._guard.deadline_ms:
+            self._guard.expired()
+        return self._runtime
+
+    # each returns the runtime's coroutine (no extra frame per request)
+    def join_group(self, request: api.JoinGroupRequest) -> Any:
+        return self._checked().join_group(request)
+
+    def sync_group(self, request: api.SyncGroupRequest) -> Any:
+        return self._checked().sync_group(request)
+
+    def leave_group(self, request: api.LeaveGroupRequest) -> Any:
+        return self._checked().leave_group(request)
+
+    def commit_offsets(self, request: api.OffsetCommitRequest) -> Any:
+        return self._checked().commit_offsets(request)
+
+    def fetch_offsets(self, request: api.OffsetFetchRequest) -> Any:
+        return self._checked().fetch_offsets(request)
+
+    def describe_groups(self, request: api.DescribeGroupsRequest) -> Any:
+        return self._checked().describe_groups(request)
+
+    def list_groups(self, request: api.ListGroupsRequest) -> Any:
+        return self._checked().list_groups(request)
+
+    def delete_groups(self, request: api.DeleteGroupsRequest) -> Any:
+        return self._checked().delete_groups(request)
+
+    def delete_offsets(self, request: api.OffsetDeleteRequest) -> Any:
+        return self._checked().delete_offsets(request)
+
+
+class Ownership:
+    """Made before the listener opens (its `service` is what the server calls); `await start(membership,
+    read_assignment)` once the listener is open (our endpoint is in the membership's client.id); `await close()`
+    gives every partition back (unloaded first) and leaves the instances group.
+
+    The membership must call `on_assigned`, `on_revoked` and `on_lost`; `read_assignment(membership)` returns our
+    partitions as the instances group's coordinator describes them now (None: not known yet, e.g. the group is
+    rebalancing; GroupAssignmentReader); `on_owned(partitions)` hears every change of the set we own (the owner
+    map)."""
+
+    def __init__(self, runtime: GroupRuntime, *, instance_id: str, group_id: str, topic: str,
+                 session_timeout_ms: int, clock: Clock, on_owned: Callable[[set[int]], None] | None = None,
+                 gc_after_moves: bool = True, guard_ticks: bool = True) -> None:
+        self.runtime = runtime
+        self.instance_id = instance_id
+        self.group_id = group_id
+        self.topic = topic
+        self.clock = clock
+        self.owned: set[int] = set()  # assigned by Kafka and not given up since (loading, served or suspended)
+        self.loads = 0
+        self.on_owned = on_owned
+        self._gc_after_moves = gc_after_moves
+        self.guard = ZombieGuard(clock, max(1, session_timeout_ms // 3), self._on_stall)
+        self.guard.deadline_ms = 1 << 62  # nothing owned before start(), nothing to guard
+        self.service = GuardedService(runtime, self.guard)
+        self.membership: Membership | None = None
+        self._read_assignment: Callable[[Membership], Awaitable[set[int] | None]] | None = None
+        self._queue: asyncio.Queue[tuple[str, set[int], asyncio.Future[None]]] = asyncio.Queue()
+        self._suspended: set[int] = set()  # served partitions the guard took out of service
+        self._tasks: list[asyncio.Task[None]] = []
+        self._confirming: asyncio.Task[None] | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick_s = self.guard.stall_ms / 4000 if guard_ticks else None  # None: tests call guard.tick()
+        self.settled = asyncio.Event()  # the first assignment (maybe empty) is loaded
+
+    def serving(self, partition: int) -> bool:
+        return partition in self.owned and self.runtime.shards[partition].status is _ACTIVE
+
+    async def start(self, membership: Membership,
+                    read_assignment: Callable[[Membership], Awaitable[set[int] | None]]) -> None:
+        self.membership = membership
+        self._read_assignment = read_assignment
+        self.guard.resume()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._transitions(), name="ownership-transitions")]
+        if self._tick_s is not None:
+            self._tick()
+        membership.start()
+
+    async def close(self) -> None:
+        """Revoke and leave (every partition unloaded before Kafka hands it on), then stop."""
+        if self.membership is not None:
+            await self.membership.close()
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        for task in [*self._tasks, *([self._confirming] if self._confirming else [])]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *([self._confirming] if self._confirming else []),
+                             return_exceptions=True)
+
+    # -- from the membership thread (run on the loop) -----------------------------------------------------------
+    async def on_assigned(self, partitions: set[int]) -> None:
+        self.owned |= partitions
+        self._owned_changed()
+        self._queue.put_nowait(("load", partitions, asyncio.get_running_loop().create_future()))
+        # not waited for: a load may take long, and the consumer thread must keep answering rebalances
+
+    async def on_revoked(self, partitions: set[int]) -> None:
+        await self._give_up(partitions, "revoked")
+
+    async def on_lost(self, partitions: set[int]) -> None:
+        self._stop_serving(partitions)  # another instance may already serve them: stop now, not in turn
+        await self._give_up(partitions, "lost")
+
+    def on_fenced(self, partition: int) -> None:
+        """The store's callback: a write to `partition` was fenced (a newer owner's producer took it over)."""
+        if partition not in self.owned:
+            return
+        log.warning("event=partition_fenced partition=%d action=unload", partition)
+        self._stop_serving({partition})
+        self.owned.discard(partition)
+        self._suspended.discard(partition)
+        self._owned_changed()
+        self._queue.put_nowait(("fenced", {partition}, asyncio.get_running_loop().create_future()))
+
+    async def _give_up(self, partitions: set[int], reason: str) -> None:
+        self.owned -= partitions
+        self._suspended -= partitions
+        self._owned_changed()
+        done = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((reason, partitions, done))
+        await done  # the membership thread returns to librdkafka only now
+
+    def _owned_changed(self) -> None:
+        if self.on_owned is not None:
+            self.on_owned(set(self.owned))
+
+    def _stop_serving(self, partitions: Collection[int]) -> None:
+        for partition in partitions:
+            shard = self.runtime.shards[partition]
+            shard.status = _UNOWNED
+            shard.unload_all(Errors.NOT_COORDINATOR)
+
+    # -- transitions, one at a time -------------------------------------------------------------------------------
+    async def _transitions(self) -> None:
+        while True:
+            kind, partitions, done = await self._queue.get()
+            try:
+                if kind == "load":
+                    await self._load(partitions)
+                    self.settled.set()
+                else:  # revoked, lost, fenced, suspended (a stall: read again once confirmed)
+                    await self._unload(partitions, kind)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("event=ownership_transition_failed kind=%s partitions=%s", kind, sorted(partitions))
+            finally:
+                if not done.done():
+                    done.set_result(None)
+
+    async def _load(self, partitions: set[int]) -> None:
+        retry_s = 0.5
+        while True:
+            wanted = partitions & self.owned  # some may have been given up while queued or retrying
+            if not wanted:
+                return
+            started_ms = self.clock.now_ms()
+            try:
+                groups = await self.runtime.load(wanted)
+                break
+            except Exception as exc:  # broker unreachable: keep answering LOAD_IN_PROGRESS and try again
+                log.error("event=partition_load_failed partitions=%s error=%r retry_in_s=%.1f", sorted(wanted),
+                          exc, retry_s)
+                await asyncio.sleep(retry_s)
+                retry_s = min(retry_s * 2, _LOAD_RETRY_MAX_S)
+        self.loads += 1
+        if self.guard.suspended:  # loaded while suspended: out of service until confirmed, like the others
+            self._suspended |= wanted & self.owned
+            await self.runtime.unload(wanted)
+            return
+        self._freeze_loaded()
+        log.info("event=partitions_loaded partitions=%s groups=%d duration_ms=%d owned=%d", sorted(wanted), groups,
+                 self.clock.now_ms() - started_ms, len(self.owned))
+
+    async def _unload(self, partitions: set[int], reason: str) -> None:
+        started_ms = self.clock.now_ms()
+        await self.runtime.unload(partitions)
+        self._reclaim_unloaded()
+        log.info("event=partitions_released partitions=%s reason=%s duration_ms=%d owned=%d", sorted(partitions),
+                 reason, self.clock.now_ms() - started_ms, len(self.owned))
+
+    # -- collector policy -----------------------------------------------------------------------------------------
+    # A single instance freezes its state once loaded (app.py): a full collection would otherwise walk every group
+    # and stall the loop. Here partitions come and go: freeze after each load (the collection walks only what is
+    # not frozen yet, the new groups), and after an unload put everything back under the collector once, so cyclic
+    # garbage left by the dropped groups is not frozen for good (reference counting frees the rest at once).
+    def _freeze_loaded(self) -> None:
+        if self._gc_after_moves:
+            gc.collect()
+            gc.freeze()
+
+    def _reclaim_unloaded(self) -> None:
+        if not self._gc_after_moves:
+            return
+        started = time.perf_counter()
+        gc.unfreeze()
+        collected = gc.collect()
+        gc.freeze()
+        log.info("event=gc_after_unload collected=%d duration_ms=%.0f frozen_objects=%d", collected,
+                 (time.perf_counter() - started) * 1000, gc.get_freeze_count())
+
+    # -- the zombie guard -----------------------------------------------------------------------------------------
+    def _tick(self) -> None:
+        # A bare timer callback, not a task: after a pause it runs in the loop's first turn, before the timing
+        # wheel's reaper (a task, woken by its own timer) can run any group's expired session or rebalance.
+        self.guard.tick()
+        assert self._tick_s is not None
+        self._tick_handle = asyncio.get_running_loop().call_later(self._tick_s, self._tick)
+
+    def _on_stall(self, stalled_ms: int) -> None:
+        """Out of service: every served partition answers NOT_COORDINATOR until Kafka confirms it is ours. Its
+        groups are dropped at once, so none of their timers (sessions, rebalance timeouts) acts on a state that
+        may belong to another instance by now; the partitions Kafka confirms are read again from the state topic
+        (the truth, whoever wrote it last) and served."""
+        newly = {p for p in self.owned if self.runtime.shards[p].status is _ACTIVE}
+        if newly:
+            self._stop_serving(newly)
+            self._suspended |= newly
+            self._queue.put_nowait(("suspended", newly, asyncio.get_running_loop().create_future()))
+        if self._confirming is None or self._confirming.done():
+            log.warning("event=instance_stalled stalled_ms=%d stall_threshold_ms=%d suspended_partitions=%d "
+                        "action=confirm_ownership", stalled_ms, self.guard.stall_ms, len(self._suspended))
+            self._confirming = asyncio.get_running_loop().create_task(self._confirm(), name="ownership-confirm")
+
+    async def _confirm(self) -> None:
+        started_ms = self.clock.now_ms()
+        while self.guard.suspended:
+            stalls = self.guard.stalls
+            try:
+                assert self._read_assignment is not None and self.membership is not None
+                assigned = await self._read_assignment(self.membership)
+            except Exception as exc:
+                log.warning("event=ownership_confirm_failed error=%r", exc)
+                assigned = None
+            if assigned is not None and stalls == self.guard.stalls:
+                self._resume(assigned, started_ms)
+                return
+            await asyncio.sleep(_CONFIRM_RETRY_MS / 1000)
+
+    def _resume(self, assigned: set[int], started_ms: int) -> None:
+        self.guard.resume()
+        kept = {p for p in self._suspended if p in assigned and p in self.owned}
+        gone = self._suspended - kept
+        self._suspended.clear()
+        if kept:  # still ours: read again and served (fenced again first: we are their owner)
+            self._queue.put_nowait(("load", kept, asyncio.get_running_loop().create_future()))
+        if gone:  # Kafka gave them to another instance while we were away (already unloaded)
+            self.owned -= gone
+            self._owned_changed()
+        log.info("event=ownership_confirmed resumed_partitions=%d given_up=%s confirm_ms=%d", len(kept),
+                 sorted(gone), self.clock.now_ms() - started_ms)
+
+
+class GroupAssignmentReader:
+    """Our partitions as the instances group's coordinator describes them now (DescribeGroups): the zombie
+    guard's confirmation. None while the group rebalances (members' assignments are not listed then) or before
+    we joined; an empty set when our member id is not in the group any more."""
+
+    def __init__(self, bootstrap: str, group_id: str, topic: str, client_id: str,
+                 timeout_ms: int = 5_000) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.group_id = group_id
+        self.topic = topic
+        self.timeout_ms = timeout_ms
+        self._admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": f"{client_id}-confirm"})
+
+    async def __call__(self, membership: Membership) -> set[int] | None:
+        from confluent_kafka import ConsumerGroupState
+
+        member_id = membership.member_id
+        if not member_id:
+            return None
+        futures = self._admin.describe_consumer_groups([self.group_id], request_timeout=self.timeout_ms / 1000)
+        description = await asyncio.wrap_future(futures[self.group_id])
+        if description.state != ConsumerGroupState.STABLE:
+            return None
+        for member in description.members:
+            if member.member_id == member_id:
+                assignment = member.assignment.topic_partitions if member.assignment is not None else []
+                return {tp.partition for tp in assignment if tp.topic == self.topic}
+        return set()

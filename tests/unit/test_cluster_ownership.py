@@ -1,0 +1,266 @@
+"""Ownership's timing and ordering logic (coordinator/cluster/ownership.py) on a manual clock: the zombie guard's
+deadline, suspension and confirmation, and what assign/revoke/lost/fenced do to the shards. Kafka's side (the
+membership consumer, DescribeGroups) is exercised against a real broker in
+tests/integration/test_instances_ownership.py; here the membership's callbacks are called by the test."""
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+
+from coordinator.cluster.ownership import Ownership, ZombieGuard
+from coordinator.group.api import OffsetFetchRequest, OffsetFetchRequestTopic
+from coordinator.group.shard import ShardStatus
+from coordinator.timer import ManualClock
+from protocol.error_codes import Errors
+from tests.unit.test_group_harness import Env, drain, form_group
+from tests.unit.test_group_offsets import commit, errors_of
+
+SESSION_MS = 6_000
+STALL_MS = SESSION_MS // 3
+
+
+def test_guard_deadline_moves_with_ticks_and_a_late_request_finds_the_stall() -> None:
+    clock = ManualClock(1_000)
+    stalls: list[int] = []
+    guard = ZombieGuard(clock, STALL_MS, stalls.append)
+    for _ in range(10):  # ticking keeps it alive however long it runs
+        clock.advance(STALL_MS // 4)
+        guard.tick()
+        guard.check()
+    assert not guard.suspended and stalls == []
+    clock.advance(STALL_MS - 1)
+    guard.check()
+    assert not guard.suspended  # one millisecond short of the threshold
+    clock.advance(1)
+    guard.check()  # the loop did not tick for STALL_MS: the first request after it sees the deadline passed
+    assert guard.suspended and guard.stalls == 1 and stalls == [STALL_MS]
+    guard.tick()
+    guard.check()
+    assert guard.suspended and guard.stalls == 1  # stays out of service until resumed, whatever ticks
+    guard.resume()
+    guard.check()
+    assert not guard.suspended
+
+
+def test_guard_tick_itself_detects_a_stall_when_no_request_comes() -> None:
+    clock = ManualClock(0)
+    guard = ZombieGuard(clock, STALL_MS, lambda _: None)
+    clock.advance(STALL_MS + 500)
+    guard.tick()
+    assert guard.suspended and guard.stalls == 1
+
+
+def test_a_stall_while_suspended_counts_again() -> None:
+    clock = ManualClock(0)
+    guard = ZombieGuard(clock, STALL_MS, lambda _: None)
+    clock.advance(STALL_MS)
+    guard.check()
+    guard.tick()
+    clock.advance(STALL_MS)  # paused again while confirming: a confirmation started before is stale
+    guard.check()
+    assert guard.stalls == 2
+
+
+class ScriptedMembership:
+    """Stands in for the membership consumer's thread: the test calls the callbacks Kafka would trigger."""
+
+    def __init__(self, on_assigned, on_revoked, on_lost) -> None:  # type: ignore[no-untyped-def]
+        self.on_assigned, self.on_revoked, self.on_lost = on_assigned, on_revoked, on_lost
+        self.member_id = "member-1"
+        self.assigned: set[int] = set()
+
+    def start(self) -> None:
+        pass
+
+    async def close(self) -> None:  # librdkafka revokes everything before leaving
+        if self.assigned:
+            await self.on_revoked(set(self.assigned))
+
+    async def assign(self, partitions: set[int]) -> None:
+        self.assigned |= partitions
+        await self.on_assigned(partitions)
+
+
+class Confirmations:
+    """DescribeGroups of the instances group as the test scripts it: our partitions, or None (rebalancing)."""
+
+    def __init__(self) -> None:
+        self.answer: set[int] | None = None
+        self.calls = 0
+
+    async def __call__(self, membership: object) -> set[int] | None:
+        self.calls += 1
+        return self.answer
+
+
+@pytest.fixture
+async def cluster():  # type: ignore[no-untyped-def]
+    env = Env()
+    yield env
+    await env.close()
+
+
+async def formed_then_owned(env: Env) -> tuple[Ownership, ScriptedMembership, Confirmations, int]:
+    """Group "g" formed and committed to, every partition given up (as a multi-instance start), then the
+    partition of "g" assigned to us and loaded back from the store."""
+    a = env.client("a")
+    await form_group(env, a)
+    assert errors_of(await env.coordinator.commit_offsets(commit("g", a.generation, a.member_id,
+                                                                 {("t", 0): 42}))) == [Errors.NONE]
+    runtime = env.coordinator
+    await runtime.unload(range(runtime.num_partitions))
+    ownership = Ownership(runtime, instance_id="i1", group_id="state.coordinators", topic="state",
+                          session_timeout_ms=SESSION_MS, clock=env.clock, gc_after_moves=False, guard_ticks=False)
+    membership = ScriptedMembership(ownership.on_assigned, ownership.on_revoked, ownership.on_lost)
+    confirmations = Confirmations()
+    await ownership.start(membership, confirmations)  # type: ignore[arg-type]
+    partition = runtime.partition_for("g")
+    await membership.assign({partition})
+    await asyncio.wait_for(ownership.settled.wait(), 5)
+    env.a = a  # type: ignore[attr-defined]
+    return ownership, membership, confirmations, partition
+
+
+def heartbeat(ownership: Ownership, env: Env) -> Errors:
+    a = env.a  # type: ignore[attr-defined]
+    return ownership.service.handle_heartbeat("g", a.generation, a.member_id)
+
+
+async def until(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(timeout_s / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_assigned_partition_is_loaded_and_served_others_answer_not_coordinator(cluster: Env) -> None:
+    ownership, _, _, partition = await formed_then_owned(cluster)
+    assert ownership.owned == {partition} and ownership.serving(partition)
+    assert heartbeat(ownership, cluster) == Errors.NONE  # the group came back from the store, Stable
+    other = next(p for p in range(cluster.coordinator.num_partitions) if p != partition)
+    assert cluster.coordinator.shards[other].status is ShardStatus.UNOWNED
+    await ownership.close()
+
+
+async def test_revoke_unloads_before_returning_and_the_store_stops_writing(cluster: Env) -> None:
+    ownership, membership, _, partition = await formed_then_owned(cluster)
+    await membership.on_revoked({partition})  # returns only once unloaded: Kafka may hand it on after this
+    assert not ownership.serving(partition) and partition in cluster.store.unloaded
+    assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
+    assert cluster.group("g") is None
+    await ownership.close()
+
+
+async def test_stall_suspends_service_until_kafka_confirms_the_assignment(cluster: Env) -> None:
+    ownership, _, confirmations, partition = await formed_then_owned(cluster)
+    cluster.clock.advance(STALL_MS)  # the loop did not run for a third of the session (SIGSTOP, VM freeze)
+    assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
+    fetched = await ownership.service.fetch_offsets(OffsetFetchRequest("g", [OffsetFetchRequestTopic("t", [0])]))
+    assert fetched.error_code == Errors.NOT_COORDINATOR
+    await until(lambda: confirmations.calls >= 2)  # rebalancing (None): asked again
+    assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
+    assert cluster.group("g") is None  # dropped at once: none of its timers runs while it may be another's
+    confirmations.answer = {partition}
+    await until(lambda: ownership.serving(partition))
+    assert not ownership.guard.suspended and ownership.loads == 2  # read again, then served
+    assert heartbeat(ownership, cluster) == Errors.NONE  # the same group and generation, from the state topic
+    assert ownership.owned == {partition}
+    await ownership.close()
+
+
+async def test_stall_then_kafka_says_the_partition_moved_unloads_it(cluster: Env) -> None:
+    ownership, _, confirmations, partition = await formed_then_owned(cluster)
+    cluster.clock.advance(STALL_MS + 10)
+    assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
+    confirmations.answer = set()  # our member id holds nothing (or is gone): another instance owns it now
+    await until(lambda: partition in cluster.store.unloaded)
+    assert ownership.owned == set() and cluster.group("g") is None
+    assert not ownership.guard.suspended and heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
+    await ownership.close()
+
+
+async def test_fenced_write_stops_serving_the_partition_at_once(cluster: Env) -> None:
+    ownership, _, _, partition = await formed_then_owned(cluster)
+    ownership.on_fenced(partition)
+    assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR  # before the unload has even run
+    await until(lambda: partition in cluster.store.unloaded)
+    assert ownership.owned == set()
+    await ownership.close()
+
+
+async def test_partition_lost_while_loading_is_never_served(cluster: Env) -> None:
+    runtime = cluster.coordinator
+    await runtime.unload(range(runtime.num_partitions))
+    ownership = Ownership(runtime, instance_id="i1", group_id="g.coordinators", topic="state",
+                          session_timeout_ms=SESSION_MS, clock=cluster.clock, gc_after_moves=False,
+                          guard_ticks=False)
+    membership = ScriptedMembership(ownership.on_assigned, ownership.on_revoked, ownership.on_lost)
+    gate = asyncio.Event()
+    load = cluster.store.load
+
+    async def slow_load(partitions):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await load(partitions)
+
+    cluster.store.load = slow_load  # type: ignore[method-assign]
+    await ownership.start(membership, Confirmations())  # type: ignore[arg-type]
+    await membership.assign({0})
+    await until(lambda: runtime.shards[0].status is ShardStatus.LOADING)
+    lost = asyncio.ensure_future(membership.on_lost({0}))  # session expired meanwhile: another owner already
+    await drain()
+    assert runtime.shards[0].status is ShardStatus.UNOWNED and not lost.done()
+    gate.set()
+    await asyncio.wait_for(lost, 5)  # the loss is processed after the load, which must not re-activate it
+    assert runtime.shards[0].status is ShardStatus.UNOWNED and ownership.owned == set()
+    await ownership.close()
+
+
+async def test_close_revokes_everything_owned(cluster: Env) -> None:
+    ownership, _, _, partition = await formed_then_owned(cluster)
+    await ownership.close()
+    assert ownership.owned == set() and partition in cluster.store.unloaded
+
+
+def test_unloaded_groups_leave_no_cyclic_garbage() -> None:
+    """The collector policy relies on it: an unloaded group is freed by reference counting, so freezing what is
+    loaded never keeps a dropped group alive (Ownership still thaws and collects once after an unload)."""
+
+    async def scenario() -> None:
+        env = Env()
+        clients = [env.client(f"m{i}", group_id=f"g{i}") for i in range(20)]
+        for c in clients:
+            await form_group(env, c)
+        del clients
+        await env.advance(1_000)
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            await env.coordinator.unload(range(env.coordinator.num_partitions))
+            await env.advance(60_000)
+            gc.collect()
+            leaked = [type(o).__name__ for o in gc.garbage
+                      if type(o).__name__ in ("GroupMetadata", "MemberMetadata")]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert leaked == []
+        await env.close()
+
+    asyncio.run(scenario())
+
+
+async def test_a_load_finishing_while_suspended_waits_for_the_confirmation(cluster: Env) -> None:
+    ownership, membership, confirmations, partition = await formed_then_owned(cluster)
+    other = next(p for p in range(cluster.coordinator.num_partitions) if p != partition)
+    cluster.clock.advance(STALL_MS)
+    ownership.guard.tick()  # the stall, seen by the tick
+    await membership.assign({other})  # assigned meanwhile: loaded, but not served before Kafka confirms
+    await until(lambda: ownership.loads == 2 and cluster.coordinator.shards[other].status is ShardStatus.UNOWNED)
+    assert ownership.owned == {partition, other} and not ownership.serving(other)
+    confirmations.answer = {partition, other}
+    await until(lambda: ownership.serving(partition) and ownership.serving(other))
+    assert heartbeat(ownership, cluster) == Errors.NONE
+    await ownership.close()
