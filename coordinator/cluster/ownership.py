@@ -13,19 +13,21 @@ after its load; a lost or fenced partition stops being served at once, without w
 
 The zombie guard. A process paused past its session (SIGSTOP, a VM freeze, a long collection) has lost its
 partitions without knowing it: Kafka moved them, and the first requests it reads after waking up were maybe
-meant for it but are no longer its to answer. So every request first checks a monotonic deadline, which a timer
-callback pushes forward four times per stall threshold (a third of the instance session timeout). A request (or
-the tick) that finds the deadline passed knows the loop did not run for that long: the instance drops the groups
-of every partition it serves (NOT_COORDINATOR, clients rediscover; no session or rebalance timer of theirs runs on
-a state that may be another instance's by now) until DescribeGroups of the instances group shows our member id
-still holding them; those it holds are then read again from the state topic and served. The check costs one
-clock read and one comparison per request.
+meant for it but are no longer its to answer. So every request first checks a monotonic deadline, which a
+watcher thread pushes forward four times per stall threshold (a third of the instance session timeout). A request
+(or the loop's own check) that finds the deadline passed knows the process did not run for that long (a loop that
+is only busy does not count: the thread keeps pulsing, as the membership consumer keeps heartbeating): the
+instance drops the groups of every partition it serves (NOT_COORDINATOR, clients rediscover; no session or
+rebalance timer of theirs runs on a state that may be another instance's by now) until DescribeGroups of the
+instances group shows our member id still holding them; those it holds are then read again from the state topic
+and served. The check costs one clock read and one comparison per request.
 """
 from __future__ import annotations
 
 import asyncio
 import gc
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
@@ -47,19 +49,39 @@ _LOAD_RETRY_MAX_S = 30.0
 
 
 class ZombieGuard:
-    """The stall detector: `deadline_ms` moves forward on every `tick()`; a request (`check()`) or tick that
-    finds it passed reports a stall through `on_stall` and keeps reporting until `resume()`."""
+    """The stall detector. `pulse()` proves the process runs: in service it is called by a watcher thread of
+    its own, not by the event loop, so a loop that is merely busy (forming 100k groups on a loaded machine) is
+    not taken for a paused process; only a pause of the whole process (SIGSTOP, a VM freeze) or a machine that
+    gives it no CPU at all stops the pulse, and those are what can cost us the instances group membership (the
+    membership consumer's threads stop with it). A pulse keeps `deadline_ms` ahead; a pulse that finds its own
+    gap too long, or a request or loop check (`check()`) that finds the deadline passed, reports a stall through
+    `on_stall` (on the loop) and keeps reporting until `resume()`."""
 
-    __slots__ = ("now_ms", "stall_ms", "deadline_ms", "suspended", "stalls", "_last_tick_ms", "_on_stall")
+    __slots__ = ("now_ms", "stall_ms", "deadline_ms", "suspended", "stalls", "_last_pulse_ms", "_pending_ms",
+                 "_lock", "_on_stall")
 
     def __init__(self, clock: Clock, stall_ms: int, on_stall: Callable[[int], None]) -> None:
         self.now_ms = clock.now_ms
         self.stall_ms = stall_ms
         self._on_stall = on_stall
-        self._last_tick_ms = self.now_ms()
-        self.deadline_ms = self._last_tick_ms + stall_ms
+        self._lock = threading.Lock()  # pulse (watcher thread) against expired/resume (loop)
+        self._last_pulse_ms = self.now_ms()
+        self._pending_ms = 0  # a gap the pulse saw, not yet reported on the loop
+        self.deadline_ms = self._last_pulse_ms + stall_ms
         self.suspended = False
         self.stalls = 0  # stalls seen so far (a confirmation must not span one)
+
+    def pulse(self) -> None:
+        """Any thread: the process ran just now."""
+        now_ms = self.now_ms()
+        with self._lock:
+            gap_ms = now_ms - self._last_pulse_ms
+            self._last_pulse_ms = now_ms
+            if gap_ms >= self.stall_ms:
+                self._pending_ms = max(self._pending_ms, gap_ms)
+                self.deadline_ms = -1  # the next request or loop check reports it
+            elif not self.suspended and not self._pending_ms:
+                self.deadline_ms = now_ms + self.stall_ms
 
     def check(self) -> None:
         """The per-request check (kept inline in `GuardedService.handle_heartbeat` too)."""
@@ -67,28 +89,29 @@ class ZombieGuard:
             self.expired()
 
     def tick(self) -> None:
-        now_ms = self.now_ms()
-        if now_ms >= self.deadline_ms or now_ms - self._last_tick_ms >= self.stall_ms:
-            self.expired()
-        self._last_tick_ms = now_ms
-        if not self.suspended:
-            self.deadline_ms = now_ms + self.stall_ms
+        """A pulse and a check in one (tests on a manual clock, where one thread plays both)."""
+        self.pulse()
+        self.check()
 
     def expired(self) -> None:
         now_ms = self.now_ms()
-        stalled_ms = now_ms - self._last_tick_ms
-        if not self.suspended or stalled_ms >= self.stall_ms:
-            # a new stall (or one more while suspended: any confirmation under way is stale)
-            self.suspended = True
-            self.stalls += 1
-            self.deadline_ms = -1  # every request comes here until resumed
-            self._last_tick_ms = now_ms
+        with self._lock:
+            pending_ms, self._pending_ms = self._pending_ms, 0
+            stalled_ms = pending_ms or now_ms - self._last_pulse_ms
+            new = not self.suspended or pending_ms > 0 or stalled_ms >= self.stall_ms
+            if new:  # a new stall (or one more while suspended: any confirmation under way is stale)
+                self.suspended = True
+                self.stalls += 1
+                self.deadline_ms = -1  # every request comes here until resumed
+                self._last_pulse_ms = now_ms
         self._on_stall(stalled_ms)
 
     def resume(self) -> None:
-        self.suspended = False
-        self._last_tick_ms = self.now_ms()
-        self.deadline_ms = self._last_tick_ms + self.stall_ms
+        with self._lock:
+            self.suspended = False
+            self._pending_ms = 0
+            self._last_pulse_ms = self.now_ms()
+            self.deadline_ms = self._last_pulse_ms + self.stall_ms
 
 
 class GuardedService:
@@ -172,6 +195,8 @@ class Ownership:
         self._tasks: list[asyncio.Task[None]] = []
         self._confirming: asyncio.Task[None] | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
+        self._pulse_stop = threading.Event()
+        self._pulse_thread: threading.Thread | None = None
         self._tick_s = self.guard.stall_ms / 4000 if guard_ticks else None  # None: tests call guard.tick()
         self.settled = asyncio.Event()  # the first assignment (maybe empty) is loaded
 
@@ -186,6 +211,9 @@ class Ownership:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._transitions(), name="ownership-transitions")]
         if self._tick_s is not None:
+            self._pulse_thread = threading.Thread(target=self._pulse, args=(self._tick_s,), daemon=True,
+                                                  name=f"ownership-pulse-{self.instance_id}")
+            self._pulse_thread.start()
             self._tick()
         membership.start()
 
@@ -195,6 +223,7 @@ class Ownership:
             await self.membership.close()
         if self._tick_handle is not None:
             self._tick_handle.cancel()
+        self._pulse_stop.set()
         for task in [*self._tasks, *([self._confirming] if self._confirming else [])]:
             task.cancel()
         await asyncio.gather(*self._tasks, *([self._confirming] if self._confirming else []),
@@ -316,9 +345,15 @@ class Ownership:
     def _tick(self) -> None:
         # A bare timer callback, not a task: after a pause it runs in the loop's first turn, before the timing
         # wheel's reaper (a task, woken by its own timer) can run any group's expired session or rebalance.
-        self.guard.tick()
+        # It only checks: the pulse comes from the watcher thread, so a late tick (a busy loop) is no stall.
+        self.guard.check()
         assert self._tick_s is not None
         self._tick_handle = asyncio.get_running_loop().call_later(self._tick_s, self._tick)
+
+    def _pulse(self, tick_s: float) -> None:
+        """The watcher thread: pulses the guard until close()."""
+        while not self._pulse_stop.wait(tick_s):
+            self.guard.pulse()
 
     def _on_stall(self, stalled_ms: int) -> None:
         """Out of service: every served partition answers NOT_COORDINATOR until Kafka confirms it is ours. Its

@@ -264,3 +264,28 @@ async def test_a_load_finishing_while_suspended_waits_for_the_confirmation(clust
     await until(lambda: ownership.serving(partition) and ownership.serving(other))
     assert heartbeat(ownership, cluster) == Errors.NONE
     await ownership.close()
+
+
+def test_a_busy_loop_is_no_stall_while_the_watcher_pulses() -> None:
+    """The loop checks late (it was busy for longer than the threshold), but the watcher thread pulsed all along:
+    the process ran, the membership consumer kept heartbeating, nothing is suspended."""
+    clock = ManualClock(0)
+    guard = ZombieGuard(clock, STALL_MS, lambda _: None)
+    for _ in range(12):  # 3 thresholds of loop silence, the pulse every quarter threshold
+        clock.advance(STALL_MS // 4)
+        guard.pulse()
+    guard.check()
+    assert not guard.suspended and guard.stalls == 0
+
+
+def test_a_gap_in_the_pulse_is_reported_at_the_next_check_even_if_pulses_resumed() -> None:
+    """SIGCONT: the watcher may run before the loop; its gap must not be covered by its next pulses."""
+    clock = ManualClock(0)
+    seen: list[int] = []
+    guard = ZombieGuard(clock, STALL_MS, seen.append)
+    clock.advance(STALL_MS * 3)
+    guard.pulse()  # the watcher wakes first and sees the pause
+    clock.advance(STALL_MS // 4)
+    guard.pulse()  # and pulses on before the loop runs
+    guard.check()
+    assert guard.suspended and guard.stalls == 1 and seen == [STALL_MS * 3]
