@@ -193,12 +193,17 @@ class Simulation:
 
     def all_stable(self) -> bool:
         """Every member Stable in its group's one current generation, no rebalance in flight."""
+        return all(m.state == "stable" for m in self.members) and self._one_generation_per_group() and not any(
+            r.in_flight for r in self.rounds.values())
+
+    def _one_generation_per_group(self) -> bool:
+        """The stable members of each group agree on its generation (a member still in an older one has not
+        heard of the latest rebalance yet: its next heartbeat will tell it)."""
         generations: dict[str, set[int]] = collections.defaultdict(set)
         for member in self.members:
-            if member.state != "stable":
-                return False
-            generations[member.group_id].add(member.generation)
-        return all(len(g) == 1 for g in generations.values()) and not any(r.in_flight for r in self.rounds.values())
+            if member.state == "stable":
+                generations[member.group_id].add(member.generation)
+        return all(len(g) == 1 for g in generations.values())
 
     async def _tick_until(self, deadline: float, on_progress: Callable[[Progress], None] | None,
                           done: Callable[[], bool]) -> None:
@@ -210,9 +215,13 @@ class Simulation:
             on_progress(self.progress())
 
     def _settled(self) -> bool:
+        """Every member back and Stable, and every group's partitions owned exactly once. A member that has not
+        yet heard of a restart or rebalance still holds its old partitions (even in a generation of the same
+        number, after a coordinator restart without state): settling waits for its next heartbeat to send it
+        back to rejoin; what is still misassigned when the settle timeout ends is reported."""
         return not self._away and not self._pending and all(
-            m.state in ("stable", "stopped") for m in self.members) and not any(
-            r.in_flight for r in self.rounds.values())
+            m.state in ("stable", "stopped") for m in self.members) and self._one_generation_per_group() and not any(
+            r.in_flight for r in self.rounds.values()) and not self._misassigned_groups()
 
     def _expiries_arrived(self) -> bool:
         assert self.watcher is not None
