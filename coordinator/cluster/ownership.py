@@ -414,17 +414,16 @@ class GroupAssignmentReader:
         self._admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": f"{client_id}-confirm"})
 
     async def __call__(self, membership: Membership) -> set[int] | None:
-        from confluent_kafka import ConsumerGroupState
+        from coordinator.cluster.owner_map import described_members
 
         member_id = membership.member_id
         if not member_id:
             return None
         futures = self._admin.describe_consumer_groups([self.group_id], request_timeout=self.timeout_ms / 1000)
-        description = await asyncio.wrap_future(futures[self.group_id])
-        if description.state != ConsumerGroupState.STABLE:
+        described = described_members(await asyncio.wrap_future(futures[self.group_id]), self.topic)
+        if not described.stable:
             return None
-        for member in description.members:
+        for member in described.members:
             if member.member_id == member_id:
-                assignment = member.assignment.topic_partitions if member.assignment is not None else []
-                return {tp.partition for tp in assignment if tp.topic == self.topic}
+                return set(member.partitions or ())
         return set()
