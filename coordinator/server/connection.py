@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import functools
 import logging
 import struct
@@ -260,8 +261,12 @@ class Connection(asyncio.BufferedProtocol):
         self.abort(type(exc).__name__, str(exc))
 
     def _drive(self, header: RequestHeader, handler: Coroutine[Any, Any, Any]) -> None:
+        # The handler runs in a context of its own, first step and Task alike, as a Task's coroutine does: a
+        # context variable it sets (OpenTelemetry's current span) is reset where it was set and never leaks into
+        # the connection's later requests.
+        context = contextvars.copy_context()
         try:
-            awaited = handler.send(None)
+            awaited = context.run(handler.send, None)
         except StopIteration as done:
             self._respond(header, done.value)
             return
@@ -272,17 +277,18 @@ class Connection(asyncio.BufferedProtocol):
         self._server.parked(self)
         if getattr(awaited, "_asyncio_future_blocking", None):
             awaited._asyncio_future_blocking = False
-            resume = functools.partial(self._resume, header, handler)
+            resume = functools.partial(self._resume, header, handler, context)
             self._parked = (handler, awaited, resume)
             awaited.add_done_callback(resume)
         else:  # a bare yield (asyncio.sleep(0)): let a Task carry on
-            self._resume(header, handler, None)
+            self._resume(header, handler, context, None)
 
-    def _resume(self, header: RequestHeader, handler: Coroutine[Any, Any, Any], _awaited: object) -> None:
+    def _resume(self, header: RequestHeader, handler: Coroutine[Any, Any, Any], context: contextvars.Context,
+                _awaited: object) -> None:
         # The awaited future is done, so the Task's first step returns its result into the handler.
         self._parked = None
         try:
-            self._task = asyncio.get_running_loop().create_task(handler)
+            self._task = asyncio.get_running_loop().create_task(handler, context=context)
             self._task.add_done_callback(functools.partial(self._on_handler_done, header))
         except Exception as exc:
             self._contain("resume", exc)

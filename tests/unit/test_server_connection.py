@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import socket
 import struct
@@ -246,3 +247,38 @@ async def test_an_exception_escaping_a_protocol_callback_closes_only_that_connec
     assert [r.getMessage().split()[0:2] for r in errors] == [["event=connection_failed", "callback=buffer_updated"]]
     assert errors[0].exc_info is not None and errors[0].name == "coordinator.server"
     assert any("reason=internal_error" in r.getMessage() for r in caplog.records)
+
+
+_REQUEST_SPAN: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_span", default=None)
+
+
+async def test_a_parked_handler_resets_its_context_variables_where_it_set_them_and_leaks_none() -> None:
+    """As OpenTelemetry's `start_as_current_span` does around a request: set a context variable, park, reset it.
+    The first step and the rest must run in one context of the handler's own (else the reset raises and the
+    value stays current for the connection's later requests)."""
+    async with RunningServer() as env:
+        original = env.coordinator.join_group
+        seen_before: list[str | None] = []
+        reset_errors: list[BaseException] = []
+
+        async def join_group(req):
+            seen_before.append(_REQUEST_SPAN.get())
+            token = _REQUEST_SPAN.set(f"join {req.member_id!r}")
+            try:
+                return await original(req)
+            finally:
+                try:
+                    _REQUEST_SPAN.reset(token)
+                except ValueError as exc:
+                    reset_errors.append(exc)
+
+        env.coordinator.join_group = join_group
+        leader, leader_id = await _stable_member(env)
+        newcomer = await env.client()
+        parked = await _parked_join(env, newcomer)  # parks: its first step and its Task are apart
+        rejoined = await join(leader, "g", leader_id)
+        assert rejoined.error_code == 0 and (await parked).error_code == 0
+        again = await join(newcomer, "g", (await parked).member_id)  # a later request on the parked connection
+        assert again.error_code in (0, 27)
+        assert reset_errors == []
+        assert seen_before == [None] * len(seen_before) and len(seen_before) >= 5
