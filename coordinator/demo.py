@@ -52,7 +52,7 @@ async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.std
         data_dir.mkdir(parents=True, exist_ok=True)
         service_options = replace(service_options, kafka_data_dir=str(data_dir))
     async with contextlib.AsyncExitStack() as stack:
-        jaeger_url = await _maybe_start_jaeger(stack, options) if options.jaeger else None
+        jaeger_line = await _maybe_start_jaeger(stack, options) if options.jaeger else "not started (--no-jaeger)"
         service = await stack.enter_async_context(running_service(service_options))
         node = service.server.node
         address = f"{node.host}:{node.port}"
@@ -60,7 +60,7 @@ async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.std
         print(f"  Kafka (state and events): {service.bootstrap}"
               + (f" (embedded, data in {service_options.kafka_data_dir})" if options.service.bootstrap is None
                  else ""), file=out, flush=True)
-        print(f"  Jaeger UI: {jaeger_url or 'not started (this build has no embedded Jaeger)'}", file=out, flush=True)
+        print(f"  Jaeger: {jaeger_line}", file=out, flush=True)
         print(f"  event topic: {service_options.event_topic or 'off'}; state topic: {service_options.state_topic}",
               file=out, flush=True)
         await _wait_loaded(service.loaded, stop)
@@ -119,25 +119,31 @@ async def _run_consumers(options: DemoOptions, service_options: ServiceOptions, 
     console.print(summary_table(running.result()))
 
 
-async def _maybe_start_jaeger(stack: contextlib.AsyncExitStack, options: DemoOptions) -> str | None:
+async def _maybe_start_jaeger(stack: contextlib.AsyncExitStack, options: DemoOptions) -> str:
     """Jaeger from the telemetry feature (`coordinator.embedded.jaeger`) when this build has it and a binary is at
     hand (PATH, or the module build scripts/setup.sh makes); the coordinator then exports to it through the
-    standard OTEL_* variables (unless the user set their own endpoint). None when unavailable."""
+    standard OTEL_* variables (unless the user set their own endpoint). Returns what to tell the user."""
     try:
         jaeger_module = importlib.import_module("coordinator.embedded.jaeger")
     except ImportError:
-        return None
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return None  # the user's own collector
+        return "not started (this build has no embedded Jaeger)"
+    own = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if own:
+        return f"not started: traces go to your OTEL_* endpoint {own}"
     try:
         binary = jaeger_module.find_jaeger(None, build=False)
         jaeger = jaeger_module.EmbeddedJaeger(binary.path)
         jaeger.start()  # on this (the loop's) thread: the process dies with the thread that started it
     except Exception as exc:  # no binary, or it would not start: the demo runs without traces
         log.warning("event=demo_jaeger_unavailable error=%s", exc)
-        return None
+        return f"not started ({exc}); the demo runs without traces"
     stack.callback(jaeger.stop)
     # traces only: Jaeger takes no metrics
     os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{jaeger.otlp_http_endpoint}/v1/traces"
     os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
-    return jaeger.query_url
+    if binary.has_ui:
+        return f"{jaeger.query_url} (web UI)"
+    # the module build scripts/setup.sh makes serves a placeholder page: say where the traces are instead
+    service = os.environ.get("OTEL_SERVICE_NAME") or "coordinator"
+    return (f"{jaeger.query_url} (the module build scripts/setup.sh made: its web UI is a placeholder; traces as "
+            f"JSON at {jaeger.query_url}/api/traces?service={service}; a `jaeger` binary on PATH gives the UI)")

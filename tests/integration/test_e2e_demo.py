@@ -79,7 +79,7 @@ def run_demo_watching_jaeger(state_dir: Path, *args: str) -> tuple[subprocess.Co
         deadline = time.monotonic() + DEMO_TIMEOUT_S
         try:
             while trace is None and process.poll() is None and time.monotonic() < deadline:
-                url = next((m.group(1) for line in list(lines) if (m := re.search(r"Jaeger UI: (http://\S+)", line))),
+                url = next((m.group(1) for line in list(lines) if (m := re.search(r"Jaeger: (http://[^\s/]+)", line))),
                            None)
                 if url is not None:
                     try:
@@ -115,7 +115,7 @@ def test_demo_short_mode_runs_end_to_end_and_leaves_nothing_running(tmp_path: Pa
     assert trace is not None, "no rebalance trace reached the demo's Jaeger:\n" + result.stderr[-3000:]
     assert not Path(f"/proc/{jaeger_pid}").exists() or b"jaeger" not in Path(f"/proc/{jaeger_pid}/cmdline") \
         .read_bytes(), "the demo's Jaeger outlived it"
-    assert "Jaeger UI: http://127.0.0.1:" in output
+    assert "Jaeger: http://127.0.0.1:" in output
     assert "point your consumers at bootstrap.servers=127.0.0.1:" in output
     assert f"(embedded, data in {state_dir / 'kafka'})" in output
     assert "event topic: __coordinator_events" in output
