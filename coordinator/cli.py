@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -38,6 +39,7 @@ async def _run_kafka(args: argparse.Namespace) -> int:
 
     if args.brokers < 1:
         raise SystemExit("--brokers must be at least 1")
+    stop = _stop_on_signals()  # before the start: a Ctrl-C while the JVM starts stops it once it is up, not lost
     try:
         kafka = (EmbeddedKafka(args.data_dir) if args.brokers == 1
                  else EmbeddedKafkaCluster(args.brokers, args.data_dir))
@@ -51,7 +53,7 @@ async def _run_kafka(args: argparse.Namespace) -> int:
         print(f"Apache Kafka {kafka_version()} running; bootstrap={kafka.bootstrap}{nodes} data_dir={kafka.data_dir}",
               flush=True)
         print(kafka.bootstrap, flush=True)
-        await _stop_on_signals().wait()
+        await stop.wait()
     finally:
         await kafka.stop()
         if args.data_dir is None:
@@ -119,7 +121,8 @@ async def _run_demo(args: argparse.Namespace) -> int:
     try:
         return await run_demo(options, stop)
     except Exception as exc:
-        print(f"coordinator demo: could not start: {_one_line(exc)}", file=sys.stderr, flush=True)
+        print(f"coordinator demo: could not start: {_one_line(exc, options.service.bootstrap)}", file=sys.stderr,
+              flush=True)
         return 1
 
 
@@ -248,7 +251,9 @@ async def _run_serve(args: argparse.Namespace) -> int:
                   f"it its share of the {len(service.coordinator.shards)} state partitions", flush=True)
         relay = service.server.relay
         if relay is not None and relay.listeners is not None:
-            ports = ", ".join(f"{node_id}→{port}" for node_id, port in sorted(relay.listeners.ports.items()))
+            ports = (", ".join(f"{node_id}→{port}" for node_id, port in sorted(relay.listeners.ports.items()))
+                     or "none open yet (event=relay_listener_failed says why, e.g. a port taken; retried on every "
+                        "Metadata answer from the cluster)")
             print(f"relaying to the cluster at {service.bootstrap}; broker listeners (node id→port): {ports}",
                   flush=True)
 
@@ -258,19 +263,46 @@ async def _run_serve(args: argparse.Namespace) -> int:
         if started:
             raise
         # could not start (Kafka unreachable, state topic unusable, port taken, no Java...): say why, exit 1
-        logging.getLogger("coordinator").error("event=startup_failed error=%s", _one_line(exc))
-        print(f"coordinator serve: could not start: {_one_line(exc)}", file=sys.stderr, flush=True)
+        reason = _one_line(exc, options.bootstrap)
+        if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:  # uvloop's message names no address
+            ours = [f"--listen {options.server.listen_host}:{options.server.listen_port}"]
+            if options.metrics_listen is not None:
+                ours.append("--metrics-listen {}:{}".format(*options.metrics_listen))
+            reason = f"address already in use: {' or '.join(ours)} ({reason})"
+        logging.getLogger("coordinator").error("event=startup_failed error=%s", reason)
+        print(f"coordinator serve: could not start: {reason}", file=sys.stderr, flush=True)
         return 1
     return 0
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, bootstrap: str | None = None) -> str:
+    """The reason a command could not start, on one line; a Kafka client's error names the cluster it tried."""
+    kafka_error = exc.args[0] if type(exc).__name__ == "KafkaException" and exc.args else None
+    if kafka_error is not None and hasattr(kafka_error, "str") and hasattr(kafka_error, "name"):
+        where = f"Kafka at {bootstrap}" if bootstrap else "Kafka"
+        if kafka_error.name() in ("_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE"):
+            return (f"{where} did not answer ({kafka_error.str()}): is the address right (--bootstrap-server) "
+                    f"and the cluster up?").replace("\n", " | ")
+        return f"{where}: {kafka_error.name()}: {kafka_error.str()}".replace("\n", " | ")
     return f"{type(exc).__name__}: {exc}".replace("\n", " | ")
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Each option's help ends with its default (the value the environment gave, if any), unless the text already
+    names it or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (action.default in (None, False, [], "", argparse.SUPPRESS) or "default" in text
+                or action.option_strings == []):
+            return action.help
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="coordinator", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("COORDINATOR_LOG_LEVEL", "INFO"))
+    parser = argparse.ArgumentParser(prog="coordinator", description=__doc__, formatter_class=_HelpFormatter)
+    parser.add_argument("--log-level", default=os.environ.get("COORDINATOR_LOG_LEVEL", "INFO"),
+                        help="DEBUG, INFO, WARNING or ERROR (env COORDINATOR_LOG_LEVEL)")
     parser.add_argument("--event-loop", choices=["auto", "asyncio", "uvloop"],
                         default=os.environ.get("COORDINATOR_EVENT_LOOP", "auto"),
                         help="auto: uvloop when installed, else asyncio (env COORDINATOR_EVENT_LOOP)")
@@ -449,6 +481,11 @@ def build_parser() -> argparse.ArgumentParser:
     from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs
 
     add_analyze_command(commands)
+    for command in commands.choices.values():
+        command.formatter_class = _HelpFormatter
+        for action in command._actions:  # argparse prints nothing for an option without help: not even its default
+            if action.help is None and action.default not in (None, False, [], "", argparse.SUPPRESS):
+                action.help = "default: %(default)s"
     return parser
 
 
@@ -465,11 +502,16 @@ def _run(coro: Any, event_loop: str) -> int:
     return asyncio.run(coro)
 
 
+def _sub_command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices[command]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command != "demo":
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown and args.command != "demo":  # said by the sub-command, whose usage lists its flags
+        _sub_command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "demo":
         args.serve_args = unknown  # the service's own flags, parsed as `coordinator serve` parses them
     _configure_logging(args.log_level)
