@@ -220,9 +220,13 @@ async def test_sigterm_while_the_broker_is_down_answers_everything_and_exits(res
         started = time.monotonic()
         assert await running.terminate(timeout_s=30) == 0
         elapsed_s = time.monotonic() - started
+        print(f"SIGTERM with the broker down: exited after {elapsed_s:.1f} s")
         assert (await parked_join).error_code == 16  # NOT_COORDINATOR
         assert await in_flight_commit == [REQUEST_TIMED_OUT]
-        assert elapsed_s < 15, elapsed_s
+        # by design at most: shutdown grace 5 s (the parked join), the event flush 2 s, the state producer's close
+        # 5 s (it may be re-initialising after the failed write): 12 s; measured 12.0 s on a loaded machine, so
+        # 15 s left too little. A further wait of 8 s or more still fails here, an unbounded one the 30 s above
+        assert elapsed_s < 20, elapsed_s
         for client in (a, b):
             await client.close()
 
