@@ -84,7 +84,7 @@ class Peer:
         return data
 
 
-def _join(group_id: str, member_id: str = "", instance_id: str | None = None) -> Any:
+def join_request(group_id: str, member_id: str = "", instance_id: str | None = None) -> Any:
     protocol = nested(ApiKey.JOIN_GROUP, 9, "protocols")(name="range", metadata=subscription_metadata("t"))
     return request(ApiKey.JOIN_GROUP, 9, group_id=group_id, session_timeout=ms(SESSION_MS),
                    rebalance_timeout=ms(REBALANCE_MS), member_id=member_id, group_instance_id=instance_id,
@@ -98,12 +98,12 @@ def _sync(group_id: str, generation_id: int, member_id: str, assignments: dict[s
                    assignments=tuple(entry(member_id=m, assignment=a) for m, a in (assignments or {}).items()))
 
 
-def _commit(group_id: str, generation_id: int, member_id: str) -> Any:
+def _commit(group_id: str, generation_id: int, member_id: str, topic: str) -> Any:
     partition = nested(ApiKey.OFFSET_COMMIT, 8, "topics", "partitions")(
         partition_index=0, committed_offset=42, committed_leader_epoch=-1, committed_metadata="")
-    topic = nested(ApiKey.OFFSET_COMMIT, 8, "topics")(name="t", partitions=(partition,))
+    entry = nested(ApiKey.OFFSET_COMMIT, 8, "topics")(name=topic, partitions=(partition,))
     return request(ApiKey.OFFSET_COMMIT, 8, group_id=group_id, generation_id_or_member_epoch=generation_id,
-                   member_id=member_id, group_instance_id=None, topics=(topic,))
+                   member_id=member_id, group_instance_id=None, topics=(entry,))
 
 
 def _fetch(group_id: str) -> Any:
@@ -118,14 +118,14 @@ def _leave(group_id: str, member_id: str, instance_id: str | None = None) -> Any
 
 def _first_member(peer: Peer, group_id: str) -> tuple[int, str]:
     """KIP-394 join, then the join that completes the rebalance at once (no initial delay): (generation, id)."""
-    required = peer.call(_join(group_id))
+    required = peer.call(join_request(group_id))
     assert required.error_code == 79, required  # MEMBER_ID_REQUIRED
-    joined = peer.call(_join(group_id, required.member_id))
+    joined = peer.call(join_request(group_id, required.member_id))
     assert joined.error_code == 0, joined
     return joined.generation_id, joined.member_id
 
 
-def _stable_member(port: int, group_id: str) -> tuple[Peer, int, str]:
+def stable_member(port: int, group_id: str) -> tuple[Peer, int, str]:
     peer = Peer(port)
     generation, member_id = _first_member(peer, group_id)
     synced = peer.call(_sync(group_id, generation, member_id, {member_id: b"a"}))
@@ -139,8 +139,9 @@ def _stable_member(port: int, group_id: str) -> tuple[Peer, int, str]:
 class Scenarios:
     """Run in a worker thread; `on_loop` runs a coroutine function on the server's loop and waits for it."""
 
-    def __init__(self, port: int, on_loop: Callable[..., Any], parked: Callable[[], int]) -> None:
+    def __init__(self, port: int, on_loop: Callable[..., Any], parked: Callable[[], int], topic: str) -> None:
         self.port, self.on_loop, self.parked = port, on_loop, parked
+        self.topic = topic  # committed to (behind the relay, OffsetCommit checks that the topic exists)
 
     def wait_parked(self, count: int) -> None:
         deadline = time.monotonic() + WAIT_S
@@ -149,12 +150,12 @@ class Scenarios:
             time.sleep(0.005)
 
     def every_api_then_close(self, group_id: str) -> None:
-        peer, generation, member_id = _stable_member(self.port, group_id)
+        peer, generation, member_id = stable_member(self.port, group_id)
         assert peer.call(request(ApiKey.API_VERSIONS, 3, client_software_name="cycles",
                                  client_software_version="1")).error_code == 0
         assert peer.call(heartbeat(group_id, generation, member_id)).error_code == 0  # the fast path
         assert peer.call(heartbeat(group_id, generation, member_id, version=3)).error_code == 0  # the general one
-        assert peer.call(_commit(group_id, generation, member_id)).topics[0].partitions[0].error_code == 0
+        assert peer.call(_commit(group_id, generation, member_id, self.topic)).topics[0].partitions[0].error_code == 0
         assert peer.call(_fetch(group_id)).error_code == 0
         assert peer.call(request(ApiKey.DESCRIBE_GROUPS, 5, groups=(group_id,),
                                  include_authorized_operations=False)).groups[0].error_code == 0
@@ -171,7 +172,7 @@ class Scenarios:
         peer.close()
 
     def closed_mid_frame(self, group_id: str) -> None:
-        frame = encode_request(1, "cycles", _join(group_id))
+        frame = encode_request(1, "cycles", join_request(group_id))
         for cut in (2, 4, 11, len(frame) // 2, len(frame) - 1):
             peer = Peer(self.port)
             peer.raw(frame[:cut])
@@ -180,20 +181,20 @@ class Scenarios:
     def never_rejoined(self, group_id: str) -> None:
         """A KIP-394 member id handed out, never used: it expires (and its Empty group goes at the cleanup)."""
         peer = Peer(self.port)
-        assert peer.call(_join(group_id)).error_code == 79
+        assert peer.call(join_request(group_id)).error_code == 79
         peer.close()
 
     def static_member_replaced(self, group_id: str) -> None:
         """A static member's process restarts: the new one takes the instance id over (the old member is fenced,
         the new id written before it is answered), then leaves by instance id."""
         old = Peer(self.port)
-        joined = old.call(_join(group_id, instance_id="instance-1"))
+        joined = old.call(join_request(group_id, instance_id="instance-1"))
         assert joined.error_code == 0, joined
         assert old.call(_sync(group_id, joined.generation_id, joined.member_id,
                               {joined.member_id: b"a"})).error_code == 0
         old.close()
         new = Peer(self.port)
-        replaced = new.call(_join(group_id, instance_id="instance-1"))
+        replaced = new.call(join_request(group_id, instance_id="instance-1"))
         assert replaced.error_code == 0 and replaced.member_id != joined.member_id, replaced
         assert new.call(_leave(group_id, replaced.member_id, "instance-1")).error_code == 0
         new.close()
@@ -201,15 +202,15 @@ class Scenarios:
     def closed_while_join_parked(self, group_id: str) -> None:
         """The newcomer's JoinGroup parks until the member already there rejoins; the newcomer goes away
         first, then expires (its session), the first member leaves."""
-        first, generation, first_id = _stable_member(self.port, group_id)
+        first, generation, first_id = stable_member(self.port, group_id)
         newcomer = Peer(self.port)
-        required = newcomer.call(_join(group_id))
+        required = newcomer.call(join_request(group_id))
         parked_before = self.parked()
-        newcomer.send(_join(group_id, required.member_id))
+        newcomer.send(join_request(group_id, required.member_id))
         self.wait_parked(parked_before + 1)
         newcomer.close()
         assert first.call(heartbeat(group_id, generation, first_id)).error_code == 27  # REBALANCE_IN_PROGRESS
-        rejoined = first.call(_join(group_id, first_id))  # completes the join, answers the gone newcomer too
+        rejoined = first.call(join_request(group_id, first_id))  # completes the join, answers the gone newcomer too
         assert rejoined.error_code == 0 and len(rejoined.members) == 2, rejoined
         synced = first.call(_sync(group_id, rejoined.generation_id, first_id, {first_id: b"a"}))
         assert synced.error_code in (0, 27), synced
@@ -218,11 +219,11 @@ class Scenarios:
 
     def closed_while_sync_parked(self, group_id: str) -> None:
         """A follower's SyncGroup parks until the leader's assignment is stored; the follower goes away."""
-        leader, generation, leader_id = _stable_member(self.port, group_id)
+        leader, generation, leader_id = stable_member(self.port, group_id)
         follower = Peer(self.port)
-        required = follower.call(_join(group_id))
-        follower.send(_join(group_id, required.member_id))
-        rejoined = leader.call(_join(group_id, leader_id))
+        required = follower.call(join_request(group_id))
+        follower.send(join_request(group_id, required.member_id))
+        rejoined = leader.call(join_request(group_id, leader_id))
         assert rejoined.error_code == 0, rejoined
         joined = follower.receive()
         assert joined.error_code == 0, joined
@@ -240,15 +241,15 @@ class Scenarios:
         the partition is given up; the connections stay open, then close."""
         partition = runtime.partition_for(group_id)
         other = next(f"{group_id}-{i}" for i in range(1_000) if runtime.partition_for(f"{group_id}-{i}") == partition)
-        first, _, first_id = _stable_member(self.port, group_id)
+        first, _, first_id = stable_member(self.port, group_id)
         newcomer = Peer(self.port)
-        required = newcomer.call(_join(group_id))
-        newcomer.send(_join(group_id, required.member_id))
-        leader, generation, leader_id = _stable_member(self.port, other)
+        required = newcomer.call(join_request(group_id))
+        newcomer.send(join_request(group_id, required.member_id))
+        leader, generation, leader_id = stable_member(self.port, other)
         follower = Peer(self.port)
-        required = follower.call(_join(other))
-        follower.send(_join(other, required.member_id))
-        rejoined = leader.call(_join(other, leader_id))
+        required = follower.call(join_request(other))
+        follower.send(join_request(other, required.member_id))
+        rejoined = leader.call(join_request(other, leader_id))
         joined = follower.receive()
         follower.send(_sync(other, joined.generation_id, joined.member_id))
         self.wait_parked(2)
@@ -262,7 +263,7 @@ class Scenarios:
         del rejoined, generation
 
     def hostile(self, group_id: str) -> None:
-        join = encode_request(1, "cycles", _join(group_id))
+        join = encode_request(1, "cycles", join_request(group_id))
         body_start = 4 + 2 + 2 + 4 + 2 + len("cycles") + 1  # size, key, version, correlation id, client id, tags
         lying_string = join[:body_start] + b"\x7f" + join[body_start + 1:]  # group id's length far too long
         unknown_api = struct.pack(">ihhih", 10, 999, 0, 1, -1)
@@ -301,7 +302,7 @@ async def wait_for(condition: Callable[[], bool], what: str) -> None:
 
 
 async def run_scenarios(server: CoordinatorServer, runtime: GroupRuntime, round_: int, *, fuzz: bool,
-                        extra: Callable[[Scenarios], None] | None = None) -> None:
+                        extra: Callable[[Scenarios], None] | None = None, topic: str = "t") -> None:
     """Every scenario once (groups named after `round_`), then wait until every connection, member and group
     they made is gone."""
     loop = asyncio.get_running_loop()
@@ -309,7 +310,7 @@ async def run_scenarios(server: CoordinatorServer, runtime: GroupRuntime, round_
     def on_loop(coroutine_function: Callable[..., Any], *args: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine_function(*args), loop).result(WAIT_S)
 
-    scenarios = Scenarios(server.port, on_loop, lambda: len(server._busy))
+    scenarios = Scenarios(server.port, on_loop, lambda: len(server._busy), topic)
     g = f"cycles-r{round_}"
     await asyncio.to_thread(scenarios.every_api_then_close, f"{g}-apis")
     await asyncio.to_thread(scenarios.delete_group, f"{g}-apis")
