@@ -70,11 +70,13 @@ async def _left_for_the_collector(bootstrap: str, monkeypatch: pytest.MonkeyPatc
                                  bootstrap=bootstrap, state_topic=unique("__cycles_state"),
                                  event_topic=unique("__cycles_events"), relay=relay)
         extra = _relayed_then_parked if relay is not None else None
+        topic = options.state_topic  # committed to: it exists (behind the relay, OffsetCommit checks that)
         async with running_service(options) as service:
             await asyncio.wait_for(service.loaded.wait(), 120)
-            await run_scenarios(service.server, service.coordinator, 0, fuzz=False, extra=extra, topic=options.state_topic)  # warm-up
+            # warm-up, then the measured round
+            await run_scenarios(service.server, service.coordinator, 0, fuzz=False, extra=extra, topic=topic)
             with CollectorOff() as off:
-                await run_scenarios(service.server, service.coordinator, 1, fuzz=True, extra=extra, topic=options.state_topic)
+                await run_scenarios(service.server, service.coordinator, 1, fuzz=True, extra=extra, topic=topic)
                 await asyncio.sleep(0.5)  # the span processor's batch leaves
     finally:
         if receiver.returncode is None:
