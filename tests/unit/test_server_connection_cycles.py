@@ -65,7 +65,7 @@ async def _left_for_the_collector() -> tuple[list[object], str]:
     server = CoordinatorServer(ServerConfig(listen_host="127.0.0.1", listen_port=0, shutdown_grace_ms=1_000), runtime)
     await server.start()
     try:
-        await run_scenarios(server, runtime, 0, fuzz=False, extra=_our_bugs)  # warm-up: imports, caches
+        await run_scenarios(server, runtime, 0, fuzz=False, extra=_our_bugs, settle=False)  # warm-up
         with CollectorOff() as off:
             await run_scenarios(server, runtime, 1, fuzz=True, extra=_our_bugs)
     finally:
@@ -77,7 +77,7 @@ async def _left_for_the_collector() -> tuple[list[object], str]:
 
 def _check(garbage: list[Any], log: str) -> None:
     assert log.count("event=handler_failed") >= 2, "the failing handlers ran"
-    assert "NOT_COORDINATOR" in log or "reason=dead" in log or "event=group_empty" in log
+    assert "has failed, removing it from the group" in log  # sessions expired within the window
     assert garbage == [], f"freed only by the cyclic collector (leaked once frozen): {summary(garbage)}"
 
 
