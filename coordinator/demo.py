@@ -66,7 +66,7 @@ async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.std
         await _wait_loaded(service.loaded, stop)
         if options.consumers > 0 and not stop.is_set():
             await _run_consumers(options, service_options, (node.host, node.port), service.bootstrap, stop, out)
-        else:
+        elif not stop.is_set():
             print("  no simulated consumers (--consumers 0); Ctrl-C stops", file=out, flush=True)
             await _wait(stop, options.duration_s)
         print("coordinator demo: stopping", file=out, flush=True)
