@@ -6,7 +6,8 @@ Driven by the membership consumer (membership.py), everything here runs on the e
                 init_transactions aborts and fences the previous owner), reads it to its end, then it is served
     revoked   → runtime.unload(partitions): parked requests get NOT_COORDINATOR, groups dropped, the store stops
     lost        writing; the membership thread waits for this before Kafka may give the partitions to another
-    fenced    → (the store found another owner writing) unloaded at once, before the consumer even learns it
+    fenced    → (the store found another owner writing) unloaded at once, before the consumer even learns it;
+                then DescribeGroups decides: still ours → fenced again by us, read again and served; else given up
 
 Transitions run one at a time, in the order Kafka sent them, so a partition revoked while it loads is unloaded
 after its load; a lost or fenced partition stops being served at once, without waiting its turn.
@@ -193,6 +194,8 @@ class Ownership:
         self._suspended: set[int] = set()  # served partitions the guard took out of service
         self._tasks: list[asyncio.Task[None]] = []
         self._confirming: asyncio.Task[None] | None = None
+        self._fenced: set[int] = set()  # owned partitions whose writes were fenced, waiting for Kafka's word
+        self._confirming_fences: asyncio.Task[None] | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._pulse_stop = threading.Event()
         self._pulse_thread: threading.Thread | None = None
@@ -223,10 +226,10 @@ class Ownership:
         if self._tick_handle is not None:
             self._tick_handle.cancel()
         self._pulse_stop.set()
-        for task in [*self._tasks, *([self._confirming] if self._confirming else [])]:
+        confirming = [task for task in (self._confirming, self._confirming_fences) if task is not None]
+        for task in [*self._tasks, *confirming]:
             task.cancel()
-        await asyncio.gather(*self._tasks, *([self._confirming] if self._confirming else []),
-                             return_exceptions=True)
+        await asyncio.gather(*self._tasks, *confirming, return_exceptions=True)
 
     # -- from the membership thread (run on the loop) -----------------------------------------------------------
     async def on_assigned(self, partitions: set[int]) -> None:
@@ -243,19 +246,57 @@ class Ownership:
         await self._give_up(partitions, "lost")
 
     def on_fenced(self, partition: int) -> None:
-        """The store's callback: a write to `partition` was fenced (a newer owner's producer took it over)."""
-        if partition not in self.owned:
+        """The store's callback: a write to `partition` was fenced. Out of service at once, then Kafka decides.
+        Usually a newer owner took the partition over, and the confirmation says so; but the fence may also come
+        from the other side: a partition's producer stops as fenced on any fatal error, and a previous owner's
+        fresh producer (initialised again after an outage, before it heard its membership was lost) fences the
+        new owner. Giving up on our own would leave a partition Kafka says is ours served by nobody until the
+        next rebalance; so: still ours in a description taken after the fence → fenced again by us, read again
+        and served; else given up."""
+        if partition not in self.owned or partition in self._fenced:
             return
-        log.warning("event=partition_fenced partition=%d action=unload", partition)
+        log.warning("event=partition_fenced partition=%d action=unload_and_confirm", partition)
         self._stop_serving({partition})
-        self.owned.discard(partition)
         self._suspended.discard(partition)
-        self._owned_changed()
+        self._fenced.add(partition)
         self._queue.put_nowait(("fenced", {partition}, asyncio.get_running_loop().create_future()))
+        if self._confirming_fences is None or self._confirming_fences.done():
+            self._confirming_fences = asyncio.get_running_loop().create_task(self._confirm_fences(),
+                                                                             name="ownership-confirm-fenced")
+
+    async def _confirm_fences(self) -> None:
+        failures = 0
+        while self._fenced:
+            asked = set(self._fenced)
+            try:
+                if self._read_assignment is None or self.membership is None:
+                    assigned: set[int] | None = set()  # nobody to ask (not started): give them up
+                else:
+                    assigned = await self._read_assignment(self.membership)
+            except Exception as exc:  # Kafka unreachable: asked again every 200 ms, said once (then DEBUG)
+                failures += 1
+                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                        "event=fence_confirm_failed failures=%d error=%r (asking again until Kafka answers)",
+                        failures, exc)
+                assigned = None
+            if assigned is None:  # rebalancing, or no answer: its outcome decides, ask again
+                await asyncio.sleep(_CONFIRM_RETRY_MS / 1000)
+                continue
+            settled = asked & self._fenced  # revoked or lost meanwhile: given up by those callbacks already
+            self._fenced -= settled
+            kept = {p for p in settled if p in assigned and p in self.owned}
+            gone = (settled - kept) & self.owned
+            if kept:
+                self._queue.put_nowait(("load", kept, asyncio.get_running_loop().create_future()))
+            if gone:
+                self.owned -= gone
+                self._owned_changed()
+            log.warning("event=fence_confirmed taken_back=%s given_up=%s", sorted(kept), sorted(gone))
 
     async def _give_up(self, partitions: set[int], reason: str) -> None:
         self.owned -= partitions
         self._suspended -= partitions
+        self._fenced -= partitions
         self._owned_changed()
         done = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((reason, partitions, done))

@@ -190,3 +190,41 @@ async def test_paused_instance_serves_nothing_until_kafka_confirms_its_partition
         await until_settled([solo], timeout_s=30)  # confirmed: served again
         log_text = solo.service.log_text()
         assert "event=instance_stalled" in log_text and "event=ownership_confirmed" in log_text, log_text[-3000:]
+
+
+async def test_a_fence_from_elsewhere_is_undone_while_kafka_still_assigns_the_partition_to_us(
+        kafka_bootstrap: str) -> None:
+    """Something else initialises a partition's transactional.id while Kafka still assigns the partition to our
+    instance (a previous owner's producer re-initialised after an outage, before it heard its membership was
+    lost): our next write there is fenced. The instance stops serving the partition at once, asks Kafka, finds it
+    still assigned, fences the intruder in turn, reads the partition again and serves it: clients rejoin and form
+    their group. (It used to give the partition up: served by nobody until the next rebalance.)"""
+    from confluent_kafka import KafkaException, Producer
+
+    state_topic = e2e.unique("instances-fenced")
+    partition = 2
+    async with instance(kafka_bootstrap, state_topic, "solo") as solo:
+        await until_settled([solo])
+        intruder = Producer({"bootstrap.servers": kafka_bootstrap,
+                             "transactional.id": f"group-coordinator-{state_topic}-p{partition}"})
+        await asyncio.to_thread(intruder.init_transactions, 60)
+        group = next(g for g in (f"fenced-{i}" for i in range(10_000)) if partition_for(g, PARTITIONS) == partition)
+        members = await form_stable_group("127.0.0.1", solo.service.port, group, size=2, session_ms=60_000,
+                                          timeout_s=120)
+        try:
+            log_text = solo.service.log_text()
+            assert f"event=partition_fenced partition={partition}" in log_text, log_text[-3000:]
+            assert f"event=fence_confirmed taken_back=[{partition}]" in log_text, log_text[-3000:]
+            await until_settled([solo], timeout_s=30)
+        finally:
+            await _close_members(members)
+        intruder.begin_transaction()
+        intruder.produce(state_topic, b"never visible", partition=partition)
+        try:
+            await asyncio.to_thread(intruder.commit_transaction, 30)
+            raise AssertionError("the intruder's transaction committed: it was not fenced in turn")
+        except KafkaException as refused:
+            assert refused.args[0].fatal(), refused
+        finally:
+            await asyncio.to_thread(intruder.purge)
+            del intruder  # destroyed here: close() would try to abort the fenced transaction

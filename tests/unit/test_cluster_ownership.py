@@ -183,11 +183,40 @@ async def test_stall_then_kafka_says_the_partition_moved_unloads_it(cluster: Env
 
 
 async def test_fenced_write_stops_serving_the_partition_at_once(cluster: Env) -> None:
-    ownership, _, _, partition = await formed_then_owned(cluster)
+    ownership, _, confirmations, partition = await formed_then_owned(cluster)
     ownership.on_fenced(partition)
     assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR  # before the unload has even run
     await until(lambda: partition in cluster.store.unloaded)
-    assert ownership.owned == set()
+    await until(lambda: confirmations.calls >= 2)  # rebalancing (None): Kafka's word awaited, not served meanwhile
+    assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR and cluster.group("g") is None
+    confirmations.answer = set()  # another instance owns it now: given up
+    await until(lambda: ownership.owned == set())
+    assert ownership.loads == 1 and heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
+    await ownership.close()
+
+
+async def test_fenced_partition_kafka_still_says_is_ours_is_taken_back(cluster: Env) -> None:
+    """The fence came from the other side (a previous owner's producer initialised again after an outage, or a
+    fatal producer error): Kafka's assignment wins, the partition is fenced again by us, read again and served."""
+    ownership, _, confirmations, partition = await formed_then_owned(cluster)
+    confirmations.answer = {partition}
+    ownership.on_fenced(partition)
+    ownership.on_fenced(partition)  # a second failed write of the same fence: one confirmation, one reload
+    assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
+    await until(lambda: ownership.serving(partition))
+    assert ownership.loads == 2 and ownership.owned == {partition}
+    assert heartbeat(ownership, cluster) == Errors.NONE  # the same group and generation, from the state topic
+    await ownership.close()
+
+
+async def test_fenced_partition_revoked_while_confirming_is_not_taken_back(cluster: Env) -> None:
+    ownership, membership, confirmations, partition = await formed_then_owned(cluster)
+    ownership.on_fenced(partition)
+    await until(lambda: confirmations.calls >= 1)
+    await membership.on_revoked({partition})
+    confirmations.answer = {partition}  # a description from before the revoke would still list it
+    await until(lambda: ownership._confirming_fences is not None and ownership._confirming_fences.done())
+    assert ownership.owned == set() and ownership.loads == 1 and not ownership.serving(partition)
     await ownership.close()
 
 
