@@ -45,6 +45,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
 from coordinator.storage.producer import Record
 
 log = logging.getLogger("coordinator.storage")
@@ -142,7 +143,7 @@ class TransactionalProducer:
         self._settings = {k: v for k, v in settings.items() if k not in ("enable.idempotence", "acks")}
         self._settings.update({"transactional.id": transactional_id,
                                "transaction.timeout.ms": max(timeout_ms * 2, 10_000)})
-        self._settings.setdefault("logger", logging.getLogger(f"coordinator.storage.librdkafka.{name}"))
+        self._settings.setdefault("logger", librdkafka_logger(name))  # one line per outage, not one per retry
         self._thread = _SerialThread(f"{name}-calls")
         self._producer: Producer | None = None  # touched on the serial thread only
         self._ready = False  # an initialised producer is there (loop side)
@@ -319,6 +320,7 @@ class TransactionalProducer:
                 self._producer.produce(self.topic, value=value, key=key, partition=partition,
                                        on_delivery=deliveries.on_delivery)
             self._producer.commit_transaction(timeout_s)
+            kafka_reachable()  # ends an outage's suppressed connection errors with their count
             return None, None
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
