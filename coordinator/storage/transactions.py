@@ -146,6 +146,7 @@ class TransactionalProducer:
         self._settings.setdefault("logger", librdkafka_logger(name))  # one line per outage, not one per retry
         self._thread = _SerialThread(f"{name}-calls")
         self._producer: Producer | None = None  # touched on the serial thread only
+        self._initialised = False  # its init_transactions returned (serial thread only)
         self._ready = False  # an initialised producer is there (loop side)
         self._queue: list[_Queued] = []
         self._in_flight = 0  # writes in the transaction being committed
@@ -296,8 +297,10 @@ class TransactionalProducer:
         (librdkafka allows it); a producer that failed otherwise is retired and the next call starts afresh."""
         if self._producer is None:
             self._producer = Producer(self._settings)
+            self._initialised = False
         try:
             self._producer.init_transactions(timeout_s)
+            self._initialised = True
             return None
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
@@ -391,8 +394,12 @@ class TransactionalProducer:
 
     def _destroy_blocking(self) -> None:
         producer, self._producer = self._producer, None
-        if producer is not None:
+        if producer is None:
+            return
+        if self._initialised:
             _destroy(producer)
+        else:  # its init_transactions timed out (broker down): close() would try an abort that conflicts with it
+            _discard([producer])
 
     # -- flush and close -----------------------------------------------------------------------------------------
     async def flush(self, timeout_ms: int) -> int:
