@@ -200,8 +200,8 @@ async def _start_ownership(stack: contextlib.AsyncExitStack, ownership: Ownershi
                             on_assigned=ownership.on_assigned, on_revoked=ownership.on_revoked,
                             on_lost=ownership.on_lost)
     stack.push_async_callback(ownership.close)  # first on the way out: revoke (unload) and leave the group
-    await ownership.start(membership, GroupAssignmentReader(bootstrap, ownership.group_id, ownership.topic,
-                                                            client_id))
+    # the guard's confirmation asks the owner map for a description taken after the stall: one AdminClient
+    await ownership.start(membership, GroupAssignmentReader(owner_map.describe_fresh))
 
 
 def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
