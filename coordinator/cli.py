@@ -385,21 +385,22 @@ def build_parser() -> argparse.ArgumentParser:
         "and any instance answers FindCoordinator with the owner of a group's partition. A cleanly stopped "
         "instance leaves the group and its partitions move at once; a crashed one after the session timeout. "
         "See docs/operations.md and docs/architecture.md (\"Several instances\").")
-    instances.add_argument("--instance-id", default=env("COORDINATOR_INSTANCE_ID"),
+    instances.add_argument("--instance-id", metavar="ID", default=env("COORDINATOR_INSTANCE_ID"),
                            help="turns on multi-instance mode: this instance's id (1-200 of A-Z a-z 0-9 . _ -), "
                                 "unique among the instances; logged, and shown to the others with our address "
                                 "(env COORDINATOR_INSTANCE_ID). State writes are then always transactional, one "
                                 "producer per owned partition (the fence; --write-mode does not apply). Without it "
                                 "this instance owns every partition")
-    instances.add_argument("--instances-group", default=env("COORDINATOR_INSTANCES_GROUP"),
+    instances.add_argument("--instances-group", metavar="GROUP", default=env("COORDINATOR_INSTANCES_GROUP"),
                            help="the instances' consumer group (default: <state topic>.coordinators; "
                                 "env COORDINATOR_INSTANCES_GROUP)")
-    instances.add_argument("--instance-session-timeout-ms", type=int,
+    instances.add_argument("--instance-session-timeout-ms", type=int, metavar="MS",
                            default=int(env("COORDINATOR_INSTANCE_SESSION_TIMEOUT_MS", "6000")),
                            help="how long an instance may go silent before Kafka gives its partitions to the "
                                 "others (session.timeout.ms of the instances group; default 6000, the broker's "
-                                "group.min.session.timeout.ms). An instance paused for a third of it serves nothing "
-                                "until Kafka confirms it still owns its partitions")
+                                "group.min.session.timeout.ms; env COORDINATOR_INSTANCE_SESSION_TIMEOUT_MS). An "
+                                "instance paused for a third of it serves nothing until Kafka confirms it still owns "
+                                "its partitions")
     serve.set_defaults(run=_run_serve)
 
     simulate = commands.add_parser(

@@ -1,5 +1,5 @@
-"""The event producer's settings (delivery timeout, queue bound) from the command line to the store's config, and
-its loss reports: one line when a burst of lost events starts, one with the count when events go through again.
+"""`coordinator serve` settings this file owns: the event producer's (delivery timeout, queue bound) from the
+command line to the store's config, the instance options in --help, and the event producer's loss reports: one line when a burst of lost events starts, one with the count when events go through again.
 (Against a real broker stopped past the timeout: tests/integration/test_events_delivery_timeout.py.)"""
 
 from __future__ import annotations
@@ -47,6 +47,20 @@ def test_unusable_values_are_refused_with_the_flag_named(argv: tuple[str, ...], 
     with pytest.raises(SystemExit) as refused:
         options_of(*argv)
     assert str(refused.value).startswith(f"coordinator serve: {flag}: ")
+
+
+def test_serve_help_shows_each_event_and_instance_setting_with_its_environment_variable(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
+    for flag, env in (("--event-delivery-timeout-ms MS", "COORDINATOR_EVENT_DELIVERY_TIMEOUT_MS"),
+                      ("--event-queue-max-messages N", "COORDINATOR_EVENT_QUEUE_MAX_MESSAGES"),
+                      ("--instance-id ID", "COORDINATOR_INSTANCE_ID"),
+                      ("--instances-group GROUP", "COORDINATOR_INSTANCES_GROUP"),
+                      ("--instance-session-timeout-ms MS", "COORDINATOR_INSTANCE_SESSION_TIMEOUT_MS")):
+        assert flag in text and env in text, (flag, env)
+    assert "several instances: Run N `coordinator serve --instance-id ID` processes" in text
 
 
 def test_the_config_itself_refuses_them_too() -> None:
