@@ -376,13 +376,17 @@ class Ownership:
 
     async def _confirm(self) -> None:
         started_ms = self.clock.now_ms()
+        failures = 0
         while self.guard.suspended:
             stalls = self.guard.stalls
             try:
                 assert self._read_assignment is not None and self.membership is not None
                 assigned = await self._read_assignment(self.membership)
-            except Exception as exc:
-                log.warning("event=ownership_confirm_failed error=%r", exc)
+            except Exception as exc:  # Kafka unreachable: asked again every 200 ms, said once (then DEBUG)
+                failures += 1
+                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                        "event=ownership_confirm_failed failures=%d error=%r (asking again until Kafka answers)",
+                        failures, exc)
                 assigned = None
             if assigned is not None and stalls == self.guard.stalls:
                 self._resume(assigned, started_ms)

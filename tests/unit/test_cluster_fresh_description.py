@@ -6,6 +6,7 @@ against a real broker: tests/integration/test_instances_ownership.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import pytest
@@ -115,5 +116,32 @@ async def test_the_guard_confirms_with_a_description_taken_after_the_stall() -> 
             kafka.release_first.set()
             await ownership.close()
             await owner_map.close()
+    finally:
+        await env.close()
+
+
+async def test_a_confirmation_kafka_does_not_answer_is_retried_and_said_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    env = Env()
+    try:
+        ownership, _, _, partition = await formed_then_owned(env)
+        calls = 0
+
+        async def unreachable(membership: object) -> set[int] | None:
+            nonlocal calls
+            calls += 1
+            if calls <= 3:
+                raise RuntimeError("KafkaError{code=_TRANSPORT}")
+            return {partition}
+
+        ownership._read_assignment = unreachable  # type: ignore[assignment]
+        with caplog.at_level(logging.DEBUG, logger="coordinator.cluster"):
+            env.clock.advance(STALL_MS)
+            assert heartbeat(ownership, env) == Errors.NOT_COORDINATOR
+            await until(lambda: ownership.serving(partition), WAIT_S)
+        failed = [r for r in caplog.records if "event=ownership_confirm_failed" in r.message]
+        assert [r.levelname for r in failed] == ["WARNING", "DEBUG", "DEBUG"], [r.message for r in failed]
+        assert calls == 4
+        await ownership.close()
     finally:
         await env.close()
