@@ -104,6 +104,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         events = store.event_observer(trace_id_for=instrumented.trace_id_for)
         if events is not None:
             observer.add(events)
+            if instrumented.metrics is not None:
+                instrumented.metrics.watch_events(events.publisher)
 
         ownership = None if options.instance_id is None else _ownership(options, coordinator, store, clock)
         # several instances: who owns which group's partition (FindCoordinator, Metadata); the owner map is

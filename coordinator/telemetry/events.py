@@ -93,6 +93,7 @@ class EventPublisher:
         self.topic = config.event_topic
         self._drops = _Losses(self.topic, "group_events_dropped")  # queue full or produce refused (loop thread)
         self._queue_max = config.event_queue_max_messages
+        self._accepted = 0  # taken by the producer (loop thread)
         # the client's callback must not reference self: no cycle
         self._reports = _DeliveryCounts(self.topic, config.event_delivery_timeout_ms)
         self._producer: Producer | None = Producer({
@@ -120,6 +121,7 @@ class EventPublisher:
         except Exception as exc:  # BufferError (queue full) or KafkaException: drop, never raise
             self._drops.lost(exc, f"reason=queue_full_or_refused queue_max_messages={self._queue_max}")
         else:
+            self._accepted += 1
             self._drops.through()
 
     @property
@@ -135,6 +137,11 @@ class EventPublisher:
     def failed(self) -> int:
         """Events accepted, then given up: not acknowledged within the delivery timeout (or purged at close)."""
         return self._reports.failures.total
+
+    @property
+    def queued(self) -> int:
+        """Events waiting for the event topic: accepted, and neither delivered nor given up yet (any thread)."""
+        return max(0, self._accepted - self.delivered - self.failed)
 
     def _poll_loop(self) -> None:
         producer = self._producer

@@ -1,7 +1,8 @@
 """The event topic unreachable for longer than the delivery timeout, against a real broker whose JVM is stopped
 (SIGSTOP) and continued: the producer's queue stays bounded (events beyond it are refused at once), waiting events
 are given up after the timeout, each kind of loss is logged once for the burst (not per event) and once more with
-its count when events go through again, and events published after the outage arrive."""
+its count when events go through again, the metrics count them by outcome, and events published after the outage
+arrive."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from coordinator.embedded import EmbeddedKafka
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.topics import ensure_event_topic, make_admin
 from coordinator.telemetry.events import EventPublisher
+from coordinator.telemetry.metrics import MetricsObserver
+from coordinator.telemetry.otel import start_telemetry
 
 LOGGER = "coordinator.telemetry.events"
 TIMEOUT_MS = 3_000
@@ -40,6 +44,22 @@ async def until(condition: Callable[[], bool], what: str) -> None:
 
 def lines(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
     return [r.message for r in caplog.records if r.name == LOGGER and r.message.startswith(f"event={event} ")]
+
+
+def exported(publisher: EventPublisher) -> dict[str, int]:
+    """The publisher's figures as the metrics export them (coordinator.events by outcome, coordinator.events.queued)."""
+    reader = InMemoryMetricReader()
+    telemetry = start_telemetry(env={}, metric_readers=[reader])
+    try:
+        MetricsObserver(telemetry.meter_provider.get_meter("test")).watch_events(publisher)
+        data = reader.get_metrics_data()
+    finally:
+        telemetry.shutdown()
+    points = {m.name: m.data.data_points for rm in data.resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics}
+    figures = {p.attributes["outcome"]: p.value for p in points["coordinator.events"]}
+    [queued] = points["coordinator.events.queued"]
+    return {**figures, "queued": queued.value}
 
 
 def read_back(bootstrap: str, topic: str, until_seen: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
@@ -82,6 +102,7 @@ async def test_an_outage_past_the_delivery_timeout_loses_a_bounded_burst_logged_
                 publisher.publish("g", {"n": f"during-{i}"})
             assert time.monotonic() - started < 2.0  # never waits for Kafka
             assert publisher.dropped == EXTRA  # the queue holds QUEUE events; the rest is refused at once
+            assert exported(publisher) == {"delivered": 1, "failed": 0, "dropped": EXTRA, "queued": QUEUE}
             assert len(lines(caplog, "group_events_dropped")) == 1
 
             await until(lambda: publisher.failed == QUEUE, "the queued events given up")
@@ -101,6 +122,7 @@ async def test_an_outage_past_the_delivery_timeout_loses_a_bounded_burst_logged_
         assert f" lost={EXTRA} " in dropped_ended
         assert len(lines(caplog, "group_events_lost")) == 1 and len(lines(caplog, "group_events_dropped")) == 1
         assert (publisher.failed, publisher.dropped) == (QUEUE, EXTRA)
+        assert exported(publisher) == {"delivered": 1 + AFTER, "failed": QUEUE, "dropped": EXTRA, "queued": 0}
     finally:
         await asyncio.to_thread(publisher.close_blocking)
     [closed] = lines(caplog, "event_publisher_closed")
