@@ -293,8 +293,8 @@ class OwnerMap:
             level = logging.WARNING if self._failures == _FAILURES_TO_WARN else logging.DEBUG
             log.log(level, "event=owner_map_refresh_failed group=%s failures=%d error=%s (keeping the last map)",
                     self.group_id, self._failures, _one_line(exc))
-            if waiters:
-                self._to_loop(_settle, waiters, None, exc)
+            if waiters:  # without its traceback: its frames hold `waiters`, which would hold it (a cycle)
+                self._to_loop(_settle, waiters, None, exc.with_traceback(None))
             return
         if self._failures >= _FAILURES_TO_WARN:
             log.info("event=owner_map_refreshed_again group=%s after_failures=%d", self.group_id, self._failures)
