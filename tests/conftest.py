@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
 
-from coordinator.embedded import EmbeddedKafka, EmbeddedKafkaCluster, kafka_version, process_alive, started_pids
+from coordinator.embedded import (EmbeddedKafka, EmbeddedKafkaCluster, kafka_version, process_alive,
+                                  started_processes)
 from tests.interop import java_consumer
 
 log = logging.getLogger("tests")
@@ -98,10 +100,23 @@ def kafka_cluster() -> Iterator[EmbeddedKafkaCluster]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any broker or Java consumer JVM started by it is still alive (and kill it)."""
-    leftovers = [pid for pid in started_pids() + java_consumer.started_pids() if process_alive(pid)]
-    for pid in leftovers:
+    # (pid, start time): on a busy machine a long run wraps pid_max, and a bare pid may name someone else's process
+    leftovers = [(pid, command_line(pid)) for pid, started in started_processes() + java_consumer.started_processes()
+                 if process_alive(pid, started)]
+    for pid, _command in leftovers:
         os.kill(pid, 9)
     if leftovers:
-        log.error("JVMs left running by the tests (killed now): %s", leftovers)
+        message = "JVMs left running by the tests (killed now): " + "; ".join(
+            f"{pid}: {command[:300]}" for pid, command in leftovers)
+        log.error("%s", message)
+        print(f"\n{message}", file=sys.stderr)  # the log may not be shown this late in the session
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
 

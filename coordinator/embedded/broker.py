@@ -37,25 +37,41 @@ log = logging.getLogger("coordinator.embedded")
 
 _PR_SET_PDEATHSIG = 1
 _LIVE_BROKERS: set["KafkaNode"] = set()
-_STARTED_PIDS: list[int] = []
+_STARTED: list[tuple[int, int | None]] = []  # (pid, start ticks) of every broker JVM started
 
 
 class BrokerStartError(RuntimeError):
     """The broker did not come up; the message carries the tail of its log."""
 
 
-def started_pids() -> list[int]:
-    """PIDs of every broker JVM this process started (the tests check none is left running)."""
-    return list(_STARTED_PIDS)
+def started_processes() -> list[tuple[int, int | None]]:
+    """(pid, start ticks) of every broker JVM this process started (the tests check none is left running)."""
+    return list(_STARTED)
 
 
-def process_alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie, dead but not yet reaped, counts as gone)."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name (field 3, the state, first), or None when there is no such pid."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return stat.read().rsplit(")", 1)[1].split()
     except OSError:
+        return None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot): with the pid it names one process, even once the pid is reused
+    (pid_max is often 32,768, and a long test run on a busy machine wraps it)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def process_alive(pid: int, start_ticks: int | None = None) -> bool:
+    """True while `pid` runs (a zombie, dead but not yet reaped, counts as gone); given `start_ticks`, only while
+    it is still the process that started then, not another that was handed the same pid."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] == "Z":
         return False
+    return start_ticks is None or int(fields[19]) == start_ticks
 
 
 def free_port() -> int:
@@ -319,7 +335,7 @@ class KafkaNode:
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=die_with_parent,
             )
-        _STARTED_PIDS.append(self._process.pid)
+        _STARTED.append((self._process.pid, process_start_ticks(self._process.pid)))
         _LIVE_BROKERS.add(self)
 
     def _ready(self, deadline: float) -> bool:

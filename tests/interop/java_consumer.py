@@ -24,19 +24,20 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from coordinator.embedded import ensure_jars
-from coordinator.embedded.broker import die_with_parent
+from coordinator.embedded.broker import die_with_parent, process_start_ticks
 from coordinator.embedded.jars import cache_root
 
 JAVA_DIR = Path(__file__).with_name("java")
 SOURCE = JAVA_DIR / "GroupConsumer.java"
 LOG_CONFIG = JAVA_DIR / "log4j2.properties"
-_STARTED_PIDS: list[int] = []
+_STARTED: list[tuple[int, int | None]] = []  # (pid, start ticks)
 _LIVE: set["JavaConsumer"] = set()
 
 
-def started_pids() -> list[int]:
-    """PIDs of every Java consumer JVM started by this process (the test session checks none is left)."""
-    return list(_STARTED_PIDS)
+def started_processes() -> list[tuple[int, int | None]]:
+    """(pid, start ticks) of every Java consumer JVM started by this process (the test session checks none is
+    left)."""
+    return list(_STARTED)
 
 
 def compiled_classes() -> Path:
@@ -125,7 +126,7 @@ class JavaConsumer:
             self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
             preexec_fn=die_with_parent,
         )
-        _STARTED_PIDS.append(self.process.pid)
+        _STARTED.append((self.process.pid, process_start_ticks(self.process.pid)))
         _LIVE.add(self)
         self._reader = threading.Thread(target=self._read, name=f"java-consumer-{self.process.pid}", daemon=True)
         self._reader.start()
