@@ -10,14 +10,17 @@ group and member, a sweep over every watcher list, an accept storm) delays every
   collections of the oldest generation) how many objects the collector had to walk.
 
 `GcPolicy` keeps the full collections cheap. The collector walks every tracked object of the generations it
-collects; a full collection walks all of them, so its pause grows with the number of groups and members (about
-1 s per few million objects). Objects that survived two young collections are long-lived by any measure: the
-policy moves them into the permanent generation (`gc.freeze()`, O(1)) after every generation-1 collection,
-so no collection walks them again. What is frozen is still freed by reference counting,
+collects; a full collection walks all of them, so its pause grows with the number of groups and members (~0.8 µs
+of CPU per object: 0.63 s at 100k members, bench/gc_reclaim.py). Objects that survived two young collections are
+long-lived by any measure: the policy moves them into the permanent generation (`gc.freeze()`, O(1)) after
+every generation-1 collection, so no collection walks them again. What is frozen is still freed by reference counting,
 so this is safe for state without reference cycles (group, member and timer objects have none: see
 tests/unit/test_runtime_health.py; nor do closed connections and relay links, on asyncio and uvloop:
-tests/interop/test_relay_connection_cycles.py); a cycle that becomes garbage after it was frozen is only reclaimed by
-`thaw_and_collect()` (an operator's or a test's call, a full stall).
+tests/interop/test_relay_connection_cycles.py; nor does anything a direct connection, its requests and the
+groups they form leave behind, whole service on Kafka included: tests/unit/test_server_connection_cycles.py,
+tests/integration/test_service_cycles.py); a cycle that becomes garbage after it was frozen is only reclaimed by
+`reclaim_frozen_cycles()`: a full stall, so only where asked (RuntimeHealth's `reclaim_interval_s`, off by
+default: docs/operations.md says why).
 
 `RuntimeHealth` bundles the three for the service (coordinator/app.py): its counters are read by telemetry
 and by a periodic `event=runtime_health` log line.
@@ -218,6 +221,8 @@ class GcPolicy(_GcHook):
     def __init__(self, freeze_every: int = 1) -> None:
         self.freeze_every = freeze_every
         self.freezes = 0
+        self.reclaims = 0
+        self.reclaimed_objects = 0
         self._gen1_seen = 0
 
     def _wanted(self) -> bool:
@@ -233,11 +238,41 @@ class GcPolicy(_GcHook):
             gc.freeze()
             self.freezes += 1
 
-    @staticmethod
-    def thaw_and_collect() -> int:
-        """Put everything back under the collector and run a full collection (a stall: for tests/operators)."""
-        gc.unfreeze()
-        return gc.collect()
+    def reclaim(self, reason: str = "interval") -> Reclaimed:
+        """The safety net, counted for metrics (see `reclaim_frozen_cycles`)."""
+        reclaimed = reclaim_frozen_cycles(reason, refreeze=self.freeze_every > 0)
+        self.reclaims += 1
+        self.reclaimed_objects += reclaimed.collected
+        return reclaimed
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    collected: int  # objects only the cyclic collector could free: each one was a leak (see GcPolicy)
+    pause_ms: float
+    cpu_ms: float
+    frozen_before: int
+    frozen_after: int
+
+
+def reclaim_frozen_cycles(reason: str, refreeze: bool = True) -> Reclaimed:
+    """The safety net for a cycle that died after it was frozen: unfreeze, one full collection, freeze again,
+    logged (WARNING when it found anything: a leak to report). A stall that walks every live object, ~0.8 µs of
+    CPU each (bench/gc_reclaim.py: 0.63 s of CPU at 100k members, 1.85 s at 300k), holding the interpreter lock
+    throughout (no other thread runs meanwhile); so the service runs it only where asked
+    (COORDINATOR_GC_RECLAIM_INTERVAL_S)."""
+    frozen_before = gc.get_freeze_count()
+    started, started_cpu = time.perf_counter(), time.thread_time()
+    gc.unfreeze()
+    collected = gc.collect()
+    if refreeze:
+        gc.freeze()
+    reclaimed = Reclaimed(collected, (time.perf_counter() - started) * 1000, (time.thread_time() - started_cpu) * 1000,
+                          frozen_before, gc.get_freeze_count())
+    log.log(logging.WARNING if collected else logging.INFO,
+            "event=gc_reclaim reason=%s collected=%d pause_ms=%.1f cpu_ms=%.1f frozen_before=%d frozen_after=%d",
+            reason, collected, reclaimed.pause_ms, reclaimed.cpu_ms, frozen_before, reclaimed.frozen_after)
+    return reclaimed
 
 
 def _read_nothing() -> None:
@@ -261,37 +296,49 @@ class RuntimeHealth:
 
     def __init__(self, *, lag_interval_ms: float = 10.0, lag_record_above_ms: float = 10.0,
                  lag_log_above_ms: float = 100.0, gc_log_above_ms: float = 50.0, freeze_every: int = 1,
-                 summary_interval_s: float = 60.0) -> None:
+                 summary_interval_s: float = 60.0, reclaim_interval_s: float = 0.0) -> None:
         self.gc = GcMonitor(gc_log_above_ms)
         self.lag = LoopLagProbe(lag_interval_ms, lag_record_above_ms, lag_log_above_ms, self.gc)
         self.policy = GcPolicy(freeze_every)
         self.summary_interval_s = summary_interval_s
+        self.reclaim_interval_s = reclaim_interval_s  # 0: never (the default; docs/operations.md says why)
         self._summary: asyncio.Task[None] | None = None
+        self._reclaimer: asyncio.Task[None] | None = None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> RuntimeHealth:
         """COORDINATOR_GC_FREEZE_EVERY (0 disables the policy), COORDINATOR_LOOP_STALL_LOG_MS,
-        COORDINATOR_HEALTH_LOG_INTERVAL_S."""
+        COORDINATOR_HEALTH_LOG_INTERVAL_S, COORDINATOR_GC_RECLAIM_INTERVAL_S (0, the default: never)."""
         env = os.environ if environ is None else environ
         return cls(freeze_every=int(env.get("COORDINATOR_GC_FREEZE_EVERY", "1")),
                    lag_log_above_ms=float(env.get("COORDINATOR_LOOP_STALL_LOG_MS", "100")),
-                   summary_interval_s=float(env.get("COORDINATOR_HEALTH_LOG_INTERVAL_S", "60")))
+                   summary_interval_s=float(env.get("COORDINATOR_HEALTH_LOG_INTERVAL_S", "60")),
+                   reclaim_interval_s=float(env.get("COORDINATOR_GC_RECLAIM_INTERVAL_S", "0")))
 
     def start(self) -> None:
         self.gc.install()
         self.policy.install()
         self.lag.start()
+        loop = asyncio.get_running_loop()
         if self.summary_interval_s > 0:
-            self._summary = asyncio.get_running_loop().create_task(self._log_summaries(), name="runtime-health")
+            self._summary = loop.create_task(self._log_summaries(), name="runtime-health")
+        if self.reclaim_interval_s > 0:
+            self._reclaimer = loop.create_task(self._reclaim_periodically(), name="gc-reclaim")
 
     async def stop(self) -> None:
         self.lag.stop()
         self.policy.uninstall()
         self.gc.uninstall()
-        if self._summary is not None:
-            self._summary.cancel()
-            await asyncio.gather(self._summary, return_exceptions=True)
-            self._summary = None
+        for task in (self._summary, self._reclaimer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._summary = self._reclaimer = None
+
+    async def _reclaim_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.reclaim_interval_s)
+            self.policy.reclaim()
 
     def snapshot(self) -> dict[str, float | int]:
         lag, gens = self.lag.counters, self.gc.generations
@@ -303,7 +350,8 @@ class RuntimeHealth:
             **{f"gc{g}_cpu_max_ms": round(gens[g].max_cpu_pause_s * 1000, 1) for g in range(3)},
             "gc_pause_total_ms": round(self.gc.total_pause_s * 1000, 1),
             "gc2_survivors": gens[2].last_walked, "gc_frozen": gc.get_freeze_count(),
-            "gc_freezes": self.policy.freezes,
+            "gc_freezes": self.policy.freezes, "gc_reclaims": self.policy.reclaims,
+            "gc_reclaimed_objects": self.policy.reclaimed_objects,
         }
 
     async def _log_summaries(self) -> None:

@@ -28,7 +28,6 @@ import asyncio
 import gc
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -321,29 +320,20 @@ class Ownership:
     async def _unload(self, partitions: set[int], reason: str) -> None:
         started_ms = self.clock.now_ms()
         await self.runtime.unload(partitions)
-        self._reclaim_unloaded()
         log.info("event=partitions_released partitions=%s reason=%s duration_ms=%d owned=%d", sorted(partitions),
                  reason, self.clock.now_ms() - started_ms, len(self.owned))
 
     # -- collector policy -----------------------------------------------------------------------------------------
     # A single instance freezes its state once loaded (app.py): a full collection would otherwise walk every group
     # and stall the loop. Here partitions come and go: freeze after each load (the collection walks only what is
-    # not frozen yet, the new groups), and after an unload put everything back under the collector once, so cyclic
-    # garbage left by the dropped groups is not frozen for good (reference counting frees the rest at once).
+    # not frozen yet, the new groups). An unload leaves no cyclic garbage (runtime.unload, parked requests
+    # included: tests/unit/test_server_connection_cycles.py, tests/integration/test_service_cycles.py), so nothing
+    # is thawed after it: a full collection would hold the interpreter lock, and so this instance's zombie-guard
+    # pulse, for ~1 µs per live object (docs/operations.md, "The safety net").
     def _freeze_loaded(self) -> None:
         if self._gc_after_moves:
             gc.collect()
             gc.freeze()
-
-    def _reclaim_unloaded(self) -> None:
-        if not self._gc_after_moves:
-            return
-        started = time.perf_counter()
-        gc.unfreeze()
-        collected = gc.collect()
-        gc.freeze()
-        log.info("event=gc_after_unload collected=%d duration_ms=%.0f frozen_objects=%d", collected,
-                 (time.perf_counter() - started) * 1000, gc.get_freeze_count())
 
     # -- the zombie guard -----------------------------------------------------------------------------------------
     def _tick(self) -> None:

@@ -226,7 +226,7 @@ async def test_close_revokes_everything_owned(cluster: Env) -> None:
 
 def test_unloaded_groups_leave_no_cyclic_garbage() -> None:
     """The collector policy relies on it: an unloaded group is freed by reference counting, so freezing what is
-    loaded never keeps a dropped group alive (Ownership still thaws and collects once after an unload)."""
+    loaded never keeps a dropped group alive (nothing thaws and collects after an unload)."""
 
     async def scenario() -> None:
         env = Env()
