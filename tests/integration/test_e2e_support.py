@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -74,13 +75,16 @@ async def service(bootstrap: str, state_topic: str, *config: str, event_topic: s
         os.unlink(log_file.name)
 
 
-async def until_loaded(client: KafkaClient, group_id: str = "any") -> Any:
-    for _ in range(300):
+async def until_loaded(client: KafkaClient, group_id: str = "any", timeout_s: float = 120) -> Any:
+    """DescribeGroups until the coordinator has loaded the group's partition (a cold start on a loaded machine
+    takes a while: bounded by time, not by a number of tries)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
         described = await describe(client, group_id)
         if described.error_code != LOAD_IN_PROGRESS:
             return described
+        assert time.monotonic() < deadline, f"coordinator never finished loading within {timeout_s:.0f} s"
         await asyncio.sleep(0.1)
-    raise AssertionError("coordinator never finished loading")
 
 
 async def describe(client: KafkaClient, group_id: str) -> Any:

@@ -132,7 +132,7 @@ def test_broker_dies_with_the_process_that_started_it(tmp_path) -> None:  # type
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # a loaded machine's JVM may take a while to notice and exit; bounded
     while process_alive(jvm_pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not process_alive(jvm_pid), f"broker JVM {jvm_pid} outlived its parent"

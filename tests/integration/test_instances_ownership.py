@@ -22,7 +22,9 @@ from tests.integration import test_e2e_support as e2e
 from tests.unit.test_server_env import request
 
 PARTITIONS = 6
-SESSION_MS = 6_000
+# the instances' session in the broker's group: long enough that a move seen within it proves a LeaveGroup (a
+# broker rebalance on a loaded 2-core machine takes seconds), and a pause of a third of it is not an expiry
+SESSION_MS = 30_000
 NONE, LOAD_IN_PROGRESS, NOT_COORDINATOR = 0, 14, 16
 PROBES = {p: next(f"probe-{p}-{i}" for i in range(10_000) if partition_for(f"probe-{p}-{i}", PARTITIONS) == p)
           for p in range(PARTITIONS)}  # one group id per state partition

@@ -141,7 +141,8 @@ async def test_unreachable_cluster_fails_start_within_the_admin_timeout() -> Non
     started = loop.time()
     with pytest.raises(KafkaException, match="Timed out"):
         await store.start()
-    assert loop.time() - started < 5
+    # the 2 s admin timeout, with room for a loaded machine; far below the 30 s default, so an ignored setting fails
+    assert loop.time() - started < 15
     await store.close()
 
 

@@ -173,3 +173,36 @@ async def test_many_partitions_are_fenced_in_parallel(kafka_bootstrap: str) -> N
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_fence_seen_in_the_middle_of_a_large_write_never_takes_the_partition_back(
+        kafka_bootstrap: str) -> None:
+    """A write of many records: the fence comes back for the first record's AddPartitionsToTxn while the later
+    ones are still being produced, so produce() refuses them with _FATAL (not flagged fatal itself) and the cause
+    is only in poll(). Taken for a producer failure, that used to retire the producer and initialise a fresh one
+    with the same transactional.id: fencing the partition's new owner (seen once in CI)."""
+    topic = unique_topic()
+    first_fenced: list[int] = []
+    second_fenced: list[int] = []
+    first = await fencing_store(kafka_bootstrap, topic, first_fenced)
+    second: KafkaGroupStore | None = None
+    group = group_in(1)
+    try:
+        await first.load([1])
+        await first.store_offsets(group, offsets(1))
+        second = await fencing_store(kafka_bootstrap, topic, second_fenced)
+        await second.load([1])
+
+        with pytest.raises(StoreError) as fenced:
+            await first.store_offsets(group, offsets(2, partitions=12_000))
+        assert fenced.value.error == Errors.NOT_COORDINATOR
+        assert first_fenced == [1]
+        assert first._fencing is not None and not first._fencing.owns(1)
+
+        await second.store_offsets(group, offsets(3))  # still the owner: nobody took the id back
+        assert committed(await second.load([1]), group) == {0: 3, 1: 3, 2: 3}
+        assert second_fenced == []
+    finally:
+        await first.close()
+        if second is not None:
+            await second.close()

@@ -45,7 +45,7 @@ def get_json(url: str) -> Any:
         raise AssertionError(f"GET {url}: {exc.code} {exc.read()[:500]!r}") from None
 
 
-def wait_for(fetch: Any, timeout_s: float = 30.0) -> Any:
+def wait_for(fetch: Any, timeout_s: float = 60.0) -> Any:
     """Polls `fetch()` until it returns something truthy (Jaeger's batch processor writes asynchronously)."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -143,6 +143,7 @@ async def test_coordinator_serve_traces_a_real_rebalance_into_jaeger(jaeger: Emb
                        args=("--metrics-listen", f"127.0.0.1:{metrics_port}"), extra_env=otel) as running:
         a, b = await running.client(), await running.client()
         await until_loaded(a, group)
+        b_first_seen = time.monotonic()  # b's join, sync and (none) heartbeats all come after this
         first = await asyncio.gather(join_with_member_id(a, group, session_timeout_ms=20_000),
                                      join_with_member_id(b, group, session_timeout_ms=1_500))
         a_id, b_id, generation = first[0].member_id, first[1].member_id, first[0].generation_id
@@ -155,6 +156,7 @@ async def test_coordinator_serve_traces_a_real_rebalance_into_jaeger(jaeger: Emb
         while (await a.request(heartbeat(group, generation, a_id))).error_code != REBALANCE_IN_PROGRESS:
             assert time.monotonic() < deadline, "b's session never expired"
             await asyncio.sleep(0.2)
+        b_failed_by = time.monotonic()  # a heard of the rebalance b's failure started
         again = await join(a, group, a_id, session_timeout_ms=20_000)
         assert again.error_code == 0
         assert (await sync(a, group, again.generation_id, a_id, {a_id: b"A"})).error_code == 0
@@ -181,7 +183,10 @@ async def test_coordinator_serve_traces_a_real_rebalance_into_jaeger(jaeger: Emb
     failed = next(fields for fields in failed if fields.get("event") == "member failed")
     assert failed["message"] == f"Member {b_id} in group {group} has failed, removing it from the group"
     assert failed["coordinator.session_timeout_ms"] == 1_500
-    assert 1_500 <= failed["coordinator.since_last_heartbeat_ms"] <= 4_000
+    # never before the session timeout; how late depends on the machine, so the upper bound is what the test saw:
+    # no later than the time from b's first request to a's hearing of the rebalance
+    assert 1_500 <= failed["coordinator.since_last_heartbeat_ms"] <= (b_failed_by - b_first_seen) * 1000 + 5, (
+        failed, b_failed_by - b_first_seen)
 
     def failure_event(events: list[dict[str, Any]]) -> bool:
         return any(e["type"] == "member_failed" for e in events)

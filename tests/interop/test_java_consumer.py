@@ -12,6 +12,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.interop.java_consumer import JavaConsumer
 
 PARTITIONS = 6
+# long, so that partitions moving well within it prove the LeaveGroup, however long a loaded machine's broker
+# rebalance takes
+SESSION_MS = 60_000
 RECORDS = 600
 
 
@@ -38,10 +41,10 @@ def test_two_java_consumers_and_librdkafka_consume_a_topic_exactly_once_between_
 
     python = Consumer({
         "bootstrap.servers": kafka_bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "partition.assignment.strategy": "range", "session.timeout.ms": 30_000,
+        "enable.auto.commit": False, "partition.assignment.strategy": "range", "session.timeout.ms": SESSION_MS,
     })
     python.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
-    javas = [JavaConsumer(kafka_bootstrap, group, topic, assignor="range", session_timeout_ms=30_000,
+    javas = [JavaConsumer(kafka_bootstrap, group, topic, assignor="range", session_timeout_ms=SESSION_MS,
                           client_id=f"java-{i}") for i in range(2)]
     try:
         # one stable generation of three members before any record exists, so nothing is consumed twice
@@ -75,14 +78,14 @@ def test_two_java_consumers_and_librdkafka_consume_a_topic_exactly_once_between_
             java.wait_for(lambda c: all(c.committed.get(tp) == RECORDS // PARTITIONS for tp in c.assignment),
                           30, "commitSync of every consumed record")
 
-        # closing a Java consumer sends LeaveGroup: its partitions move on long before its 30 s session expires
+        # closing a Java consumer sends LeaveGroup: its partitions move on long before its session expires
         leaving = javas[0]
         left_at = time.monotonic()
         assert leaving.close() == 0 and leaving.closed
         stayed = javas[1]
         while len(python_assignment) + len(stayed.assignment) < PARTITIONS:
             python.poll(0.2)
-            assert time.monotonic() - left_at < 20, "partitions of the closed member were not reassigned"
+            assert time.monotonic() - left_at < SESSION_MS / 1000 * 0.75, "the closed member's partitions stayed"
 
         # the group's committed offsets are the end of every partition
         committed = python.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=20)

@@ -62,12 +62,14 @@ async def test_a_killed_consumer_fails_after_its_session_and_a_closed_one_leaves
                 assert min(offsets) == BATCH, (partition, sorted(offsets)[:5], failed.group(1))
 
             await wait_until(lambda: settled_assignment([leaver, survivor]), TIMEOUT_S, "two consumers settled")
+            logged_before_leave = len(running.log_text())
             await leaver.terminate()
-            left_at = time.monotonic()
             await wait_until(lambda: sorted(survivor.assigned) == list(range(6)), TIMEOUT_S,
                              "the survivor owning every partition")
-            assert time.monotonic() - left_at < SESSION_MS / 1000, "the LeaveGroup did not rebalance at once"
-            assert re.search(r"event=member_left group=" + re.escape(group) + r" member=leaver-", running.log_text())
+            # the LeaveGroup removed it (not its session running out, however long the rebalance took here)
+            since_leave = running.log_text()[logged_before_leave:]
+            assert re.search(r"event=member_left group=" + re.escape(group) + r" member=leaver-", since_leave)
+            assert not re.search(r"Member leaver-\S+ in group " + re.escape(group) + " has failed", since_leave)
             third = await asyncio.to_thread(produce, bootstrap, topic, 2 * BATCH, BATCH)
             expected |= {value for values in third.values() for value in values}
             await wait_until(lambda: consumed_values(consumers) >= expected, TIMEOUT_S, "every record")

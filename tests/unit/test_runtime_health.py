@@ -79,7 +79,10 @@ async def test_lag_probe_counts_late_ticks_into_buckets() -> None:
     assert counters.ticks >= 3
     assert counters.late >= 1 and counters.max_lag_ms >= 60
     assert sum(counters.buckets) == counters.late
-    assert counters.buckets[LAG_BUCKETS_MS.index(100)] >= 1  # 60-100 ms lands in the ≤100 ms bucket
+    # the longest lag lands in its bucket: 60-100 ms in the ≤100 ms one on an idle machine, a later one when a
+    # loaded machine wakes the sleeping loop late
+    longest = next((i for i, bound in enumerate(LAG_BUCKETS_MS) if counters.max_lag_ms <= bound), len(LAG_BUCKETS_MS))
+    assert counters.buckets[longest] >= 1, (counters.max_lag_ms, counters.buckets)
 
 
 def test_gc_monitor_times_each_generation() -> None:

@@ -43,6 +43,15 @@ class SteadyMember:
             self.errors.append(int(response.error_code))
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
+    async def beats(self, count: int, timeout_s: float = 30) -> None:
+        """Until `count` more heartbeats are answered (how many fit in a fixed time depends on the machine)."""
+        wanted = len(self.errors) + count
+        deadline = time.monotonic() + timeout_s
+        while len(self.errors) < wanted:
+            assert self._task is not None and not self._task.done(), "the steady member stopped heartbeating"
+            assert time.monotonic() < deadline, f"the steady member got {len(self.errors)} of {wanted} answers"
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+
     async def stop(self) -> None:
         assert self._task is not None
         self._task.cancel()
@@ -163,7 +172,7 @@ async def test_bad_input_is_contained(name: str, caplog: pytest.LogCaptureFixtur
         peer = await env.raw()
         await case(peer)
         peer.close()
-        await asyncio.sleep(0.2)
+        await steady.beats(3)  # it goes on heartbeating after the bad input
         await steady.stop()
         steady.assert_healthy()
         server_lines = [r.getMessage() for r in caplog.records if r.name == "coordinator.server"]

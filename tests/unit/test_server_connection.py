@@ -6,6 +6,7 @@ import asyncio
 import logging
 import socket
 import struct
+import time
 
 import pytest
 
@@ -102,8 +103,11 @@ async def test_reading_stops_once_max_buffered_bytes_wait_behind_a_parked_reques
         newcomer = await env.client()
         parked = await _parked_join(env, newcomer)
         beats = [newcomer.send(heartbeat("g", 1, leader_id)) for _ in range(20_000)]  # ~1.3 MB
-        await asyncio.sleep(0.3)
         (connection,) = [c for c in env.server._busy]
+        deadline = time.monotonic() + 30  # however slowly a loaded machine reads: until reading stops, bounded
+        while not connection._reading_paused:
+            assert time.monotonic() < deadline, connection.buffered_bytes
+            await asyncio.sleep(0.01)
         assert limit <= connection.buffered_bytes < limit + 300 * 1024  # at most one more read past the limit
         await join(leader, "g", leader_id)
         await parked
@@ -162,7 +166,8 @@ async def test_a_peer_that_does_not_read_its_responses_is_not_read_either() -> N
         count = 100  # ~10 MB of requests; each response echoes 1000 topics, ~10 MB in all
         writer.write(frame * count)
         sending = asyncio.create_task(writer.drain())
-        for _ in range(300):
+        deadline = time.monotonic() + 60  # ~20 MB through loopback on a loaded machine: bounded by time, not tries
+        while time.monotonic() < deadline:
             connections = list(env.server._connections)
             if connections and connections[0]._writing_paused:
                 break
