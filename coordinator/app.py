@@ -29,7 +29,9 @@ from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
-from coordinator.storage.config import StorageConfig
+from coordinator.storage.config import (
+    DEFAULT_EVENT_DELIVERY_TIMEOUT_MS, DEFAULT_EVENT_QUEUE_MAX_MESSAGES, StorageConfig,
+)
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.timer import MonotonicClock, SystemTimer
 
@@ -48,6 +50,8 @@ class ServiceOptions:
     state_topic: str = "__coordinator_state"
     state_replication_factor: int | None = None  # None: min(3, brokers)
     event_topic: str | None = "__coordinator_events"
+    event_delivery_timeout_ms: int = DEFAULT_EVENT_DELIVERY_TIMEOUT_MS  # an event not acknowledged by then is lost
+    event_queue_max_messages: int = DEFAULT_EVENT_QUEUE_MAX_MESSAGES  # held meanwhile; the newest beyond: dropped
     # State writes inside transactions (all or nothing, and fenced; docs/state-topic.md), or through the
     # idempotent producer (faster under many concurrent commits, but a write may be stored in part).
     transactional_writes: bool = True
@@ -100,6 +104,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         events = store.event_observer(trace_id_for=instrumented.trace_id_for)
         if events is not None:
             observer.add(events)
+            if instrumented.metrics is not None:
+                instrumented.metrics.watch_events(events.publisher)
 
         ownership = None if options.instance_id is None else _ownership(options, coordinator, store, clock)
         # several instances: who owns which group's partition (FindCoordinator, Metadata); the owner map is
@@ -196,8 +202,8 @@ async def _start_ownership(stack: contextlib.AsyncExitStack, ownership: Ownershi
                             on_assigned=ownership.on_assigned, on_revoked=ownership.on_revoked,
                             on_lost=ownership.on_lost)
     stack.push_async_callback(ownership.close)  # first on the way out: revoke (unload) and leave the group
-    await ownership.start(membership, GroupAssignmentReader(bootstrap, ownership.group_id, ownership.topic,
-                                                            client_id))
+    # the guard's confirmation asks the owner map for a description taken after the stall: one AdminClient
+    await ownership.start(membership, GroupAssignmentReader(owner_map.describe_fresh))
 
 
 def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
@@ -209,6 +215,8 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
         segment_bytes=options.group.offsets_topic_segment_bytes,
         commit_timeout_ms=options.group.offsets_commit_timeout_ms,
         event_topic=options.event_topic,
+        event_delivery_timeout_ms=options.event_delivery_timeout_ms,
+        event_queue_max_messages=options.event_queue_max_messages,
         # One id per state topic: a restarted coordinator fences whatever an older process left open.
         transactional_id=f"group-coordinator-{options.state_topic}" if options.transactional_writes else None,
     )

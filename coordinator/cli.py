@@ -201,6 +201,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
             buffer_memory_bytes=args.relay_buffer_memory, max_block_ms=args.relay_max_block_ms)
     except ValueError as exc:
         raise SystemExit(f"coordinator serve: {exc}")
+    _check_event_settings(args)
     return ServiceOptions(
         server=server,
         group=group,
@@ -209,6 +210,8 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         state_topic=args.state_topic,
         state_replication_factor=args.state_replication_factor,
         event_topic=args.event_topic or None,
+        event_delivery_timeout_ms=args.event_delivery_timeout_ms,
+        event_queue_max_messages=args.event_queue_max_messages,
         transactional_writes=args.write_mode == "transactional",
         metrics_listen=args.metrics_listen,
         relay=relay,
@@ -216,6 +219,20 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         instances_group=args.instances_group,
         instance_session_timeout_ms=args.instance_session_timeout_ms,
     )
+
+
+def _check_event_settings(args: argparse.Namespace) -> None:
+    """The event producer's settings, refused here with the flag's name rather than once Kafka is up."""
+    from coordinator.storage.config import StorageConfig
+
+    try:
+        StorageConfig(bootstrap="", event_queue_max_messages=args.event_queue_max_messages)
+    except ValueError as exc:
+        raise SystemExit(f"coordinator serve: --event-queue-max-messages: {exc}")
+    try:
+        StorageConfig(bootstrap="", event_delivery_timeout_ms=args.event_delivery_timeout_ms)
+    except ValueError as exc:
+        raise SystemExit(f"coordinator serve: --event-delivery-timeout-ms: {exc}")
 
 
 def _instance_id(args: argparse.Namespace) -> str | None:
@@ -354,6 +371,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="replication factor of the state topic (default: min(3, brokers))")
     serve.add_argument("--event-topic", default=env("COORDINATOR_EVENT_TOPIC", "__coordinator_events"),
                        help="topic for group events ('' to disable)")
+    serve.add_argument("--event-delivery-timeout-ms", type=int, metavar="MS",
+                       default=int(env("COORDINATOR_EVENT_DELIVERY_TIMEOUT_MS", "30000")),
+                       help="how long a group event may wait for the event topic before it is dropped and counted "
+                            "as lost (librdkafka's message.timeout.ms): a Kafka outage shorter than this loses no "
+                            "event; 0: no limit (default 30000; env COORDINATOR_EVENT_DELIVERY_TIMEOUT_MS)")
+    serve.add_argument("--event-queue-max-messages", type=int, metavar="N",
+                       default=int(env("COORDINATOR_EVENT_QUEUE_MAX_MESSAGES", "100000")),
+                       help="group events held while the event topic is slow or away; beyond this the newest "
+                            "are dropped, never waited for (default 100000; env COORDINATOR_EVENT_QUEUE_MAX_MESSAGES)")
     serve.add_argument("--write-mode", choices=["transactional", "idempotent"],
                        default=env("COORDINATOR_WRITE_MODE", "transactional"),
                        help="transactional (default): every state write all or nothing, and fenced by a newer "
@@ -391,21 +417,22 @@ def build_parser() -> argparse.ArgumentParser:
         "and any instance answers FindCoordinator with the owner of a group's partition. A cleanly stopped "
         "instance leaves the group and its partitions move at once; a crashed one after the session timeout. "
         "See docs/operations.md and docs/architecture.md (\"Several instances\").")
-    instances.add_argument("--instance-id", default=env("COORDINATOR_INSTANCE_ID"),
+    instances.add_argument("--instance-id", metavar="ID", default=env("COORDINATOR_INSTANCE_ID"),
                            help="turns on multi-instance mode: this instance's id (1-200 of A-Z a-z 0-9 . _ -), "
                                 "unique among the instances; logged, and shown to the others with our address "
                                 "(env COORDINATOR_INSTANCE_ID). State writes are then always transactional, one "
                                 "producer per owned partition (the fence; --write-mode does not apply). Without it "
                                 "this instance owns every partition")
-    instances.add_argument("--instances-group", default=env("COORDINATOR_INSTANCES_GROUP"),
+    instances.add_argument("--instances-group", metavar="GROUP", default=env("COORDINATOR_INSTANCES_GROUP"),
                            help="the instances' consumer group (default: <state topic>.coordinators; "
                                 "env COORDINATOR_INSTANCES_GROUP)")
-    instances.add_argument("--instance-session-timeout-ms", type=int,
+    instances.add_argument("--instance-session-timeout-ms", type=int, metavar="MS",
                            default=int(env("COORDINATOR_INSTANCE_SESSION_TIMEOUT_MS", "6000")),
                            help="how long an instance may go silent before Kafka gives its partitions to the "
                                 "others (session.timeout.ms of the instances group; default 6000, the broker's "
-                                "group.min.session.timeout.ms). An instance paused for a third of it serves nothing "
-                                "until Kafka confirms it still owns its partitions")
+                                "group.min.session.timeout.ms; env COORDINATOR_INSTANCE_SESSION_TIMEOUT_MS). An "
+                                "instance paused for a third of it serves nothing until Kafka confirms it still owns "
+                                "its partitions")
     serve.set_defaults(run=_run_serve)
 
     simulate = commands.add_parser(

@@ -19,9 +19,14 @@ for the partitions of a member that has left. During a rebalance Kafka describes
 assignments; the map then keeps the last assignment it saw of each member still in the group (with the
 cooperative protocol they keep serving those partitions until they revoke them).
 
+The same thread also answers `describe_fresh()`, the zombie guard's confirmation (ownership.py): a description
+taken for the caller, after it asked, never the cached map nor an answer to a request sent before (one sent
+before a stall would describe the group as it was before the stall). It is the instance's one AdminClient and
+describe path: the guard has no client of its own.
+
 Threads: the AdminClient blocks and librdkafka must not destroy a client on one of its own threads, so one
 thread of ours creates the client, makes every call and destroys it (`_admin` is the only reference: no frame or
-traceback holds the client). Results go to the event loop, which alone owns the map.
+traceback holds the client). Results go to the event loop, which alone owns the map and the callers' futures.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from coordinator.storage.kafka_logs import librdkafka_logger
 
 log = logging.getLogger("coordinator.cluster")
 
-_MIN_INTERVAL_S = 0.2  # refresh_soon() bursts within this make one DescribeGroups
+_MIN_INTERVAL_S = 0.2  # refresh_soon() bursts within this make one DescribeGroups (describe_fresh() waits none)
 _DESCRIBE_TIMEOUT_S = 5.0
 _CLOSE_TIMEOUT_S = _DESCRIBE_TIMEOUT_S + 5.0
 _FAILURES_TO_WARN = 3
@@ -146,7 +151,11 @@ class OwnerMap:
             self._bind_loop()
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
+        self._urgent = threading.Event()  # a describe_fresh() caller waits: no pause between descriptions
         self._stopping = threading.Event()
+        self._waiters_lock = threading.Lock()
+        self._waiters: list[asyncio.Future[Described]] = []  # describe_fresh() callers (futures of the loop)
+        self._closed = False  # the thread has ended: describe_fresh() fails at once
         self._admin: Any = None  # the AdminClient; only the refresh thread touches it
         self._failures = 0  # descriptions failed in a row (one WARNING per run, once it is not a blip)
 
@@ -177,6 +186,18 @@ class OwnerMap:
     def refresh_soon(self) -> None:
         """Describe the group again now (or once the last description is `_MIN_INTERVAL_S` old); any thread."""
         self._wake.set()
+
+    async def describe_fresh(self) -> Described:
+        """DescribeGroups of the instances group sent after this call (see the module docstring); raises what
+        the description raised (Kafka unreachable, timeout) or RuntimeError once the map is closed."""
+        future: asyncio.Future[Described] = asyncio.get_running_loop().create_future()
+        with self._waiters_lock:
+            if self._thread is None or self._closed:
+                raise RuntimeError(f"the owner map of {self.group_id} is not running")
+            self._waiters.append(future)
+        self._urgent.set()
+        self._wake.set()
+        return await future
 
     def _set_own(self, own: frozenset[int]) -> None:
         self._own = own
@@ -213,6 +234,7 @@ class OwnerMap:
             return
         self._bind_loop()
         self._stopping.clear()
+        self._closed = False
         self._wake.set()
         self._thread = threading.Thread(target=self._run, name=f"owner-map-{self.group_id}", daemon=True)
         self._thread.start()
@@ -226,31 +248,43 @@ class OwnerMap:
         if thread is None:
             return
         self._stopping.set()
+        self._urgent.set()
         self._wake.set()
         await asyncio.to_thread(thread.join, _CLOSE_TIMEOUT_S)
         if thread.is_alive():
             log.warning("event=owner_map_close_slow group=%s after_s=%.0f", self.group_id, _CLOSE_TIMEOUT_S)
 
     def _run(self) -> None:
-        from confluent_kafka.admin import AdminClient
-
         try:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap,
-                                       "client.id": f"group-coordinator-owner-map-{self.me.instance_id}",
-                                       "logger": librdkafka_logger("owner-map")})
+            self._admin = self._open_admin()
             while not self._stopping.is_set():
                 self._wake.wait(self.refresh_ms / 1000)
                 if self._stopping.is_set():
                     break
                 self._wake.clear()
+                self._urgent.clear()
                 self._refresh_once()
-                self._stopping.wait(_MIN_INTERVAL_S)
+                self._urgent.wait(_MIN_INTERVAL_S)
         except Exception:
             log.exception("event=owner_map_thread_failed group=%s", self.group_id)
         finally:
             self._admin = None  # destroyed here, on our thread (see the module docstring)
+            with self._waiters_lock:
+                self._closed = True
+                waiters, self._waiters = self._waiters, []
+            if waiters:
+                self._to_loop(_settle, waiters, None, RuntimeError(f"the owner map of {self.group_id} closed"))
+
+    def _open_admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap,
+                            "client.id": f"group-coordinator-owner-map-{self.me.instance_id}",
+                            "logger": librdkafka_logger("owner-map")})
 
     def _refresh_once(self) -> None:
+        with self._waiters_lock:  # those who asked before this request is sent: it answers them
+            waiters, self._waiters = self._waiters, []
         try:
             described = self._describe()
         except Exception as exc:  # Kafka unreachable, timeout: keep the last map, try again next time
@@ -259,14 +293,21 @@ class OwnerMap:
             level = logging.WARNING if self._failures == _FAILURES_TO_WARN else logging.DEBUG
             log.log(level, "event=owner_map_refresh_failed group=%s failures=%d error=%s (keeping the last map)",
                     self.group_id, self._failures, _one_line(exc))
+            if waiters:  # without its traceback: its frames hold `waiters`, which would hold it (a cycle)
+                self._to_loop(_settle, waiters, None, exc.with_traceback(None))
             return
         if self._failures >= _FAILURES_TO_WARN:
             log.info("event=owner_map_refreshed_again group=%s after_failures=%d", self.group_id, self._failures)
         self._failures = 0
+        self._to_loop(self._apply, described)
+        if waiters:
+            self._to_loop(_settle, waiters, described, None)
+
+    def _to_loop(self, callback: Any, *args: Any) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(self._apply, described)
+                loop.call_soon_threadsafe(callback, *args)
             except RuntimeError:  # the loop closed meanwhile
                 pass
 
@@ -279,6 +320,19 @@ class OwnerMap:
                 return Described((), stable=False)  # no instance has joined yet
             raise
         return described_members(description, self.topic)
+
+
+def _settle(waiters: list[asyncio.Future[Described]], described: Described | None,
+            error: BaseException | None) -> None:
+    """On the loop: answers the describe_fresh() callers (those cancelled meanwhile are skipped)."""
+    for future in waiters:
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            assert described is not None
+            future.set_result(described)
 
 
 def _one_line(exc: BaseException) -> str:

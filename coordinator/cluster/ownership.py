@@ -38,6 +38,7 @@ from coordinator.timer import Clock
 from protocol.error_codes import Errors
 
 if TYPE_CHECKING:
+    from coordinator.cluster.owner_map import Described
     from coordinator.group import api
     from coordinator.group.runtime import GroupRuntime
 
@@ -226,6 +227,9 @@ class Ownership:
         if self._tick_handle is not None:
             self._tick_handle.cancel()
         self._pulse_stop.set()
+        if self._pulse_thread is not None:
+            await asyncio.to_thread(self._pulse_thread.join)  # at most one tick: nothing of ours outlives close()
+            self._pulse_thread = None
         confirming = [task for task in (self._confirming, self._confirming_fences) if task is not None]
         for task in [*self._tasks, *confirming]:
             task.cancel()
@@ -403,13 +407,17 @@ class Ownership:
 
     async def _confirm(self) -> None:
         started_ms = self.clock.now_ms()
+        failures = 0
         while self.guard.suspended:
             stalls = self.guard.stalls
             try:
                 assert self._read_assignment is not None and self.membership is not None
                 assigned = await self._read_assignment(self.membership)
-            except Exception as exc:
-                log.warning("event=ownership_confirm_failed error=%r", exc)
+            except Exception as exc:  # Kafka unreachable: asked again every 200 ms, said once (then DEBUG)
+                failures += 1
+                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                        "event=ownership_confirm_failed failures=%d error=%r (asking again until Kafka answers)",
+                        failures, exc)
                 assigned = None
             if assigned is not None and stalls == self.guard.stalls:
                 self._resume(assigned, started_ms)
@@ -433,25 +441,20 @@ class Ownership:
 class GroupAssignmentReader:
     """Our partitions as the instances group's coordinator describes them now (DescribeGroups): the zombie
     guard's confirmation. None while the group rebalances (members' assignments are not listed then) or before
-    we joined; an empty set when our member id is not in the group any more."""
+    we joined; an empty set when our member id is not in the group any more.
 
-    def __init__(self, bootstrap: str, group_id: str, topic: str, client_id: str,
-                 timeout_ms: int = 5_000) -> None:
-        from confluent_kafka.admin import AdminClient
+    `describe` is the owner map's `describe_fresh`: the instance's one AdminClient, and a description sent after
+    the call, so after the stall that started the confirmation (an answer to a request sent before the stall, or
+    the map's cached one, could show partitions that Kafka has moved since)."""
 
-        self.group_id = group_id
-        self.topic = topic
-        self.timeout_ms = timeout_ms
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": f"{client_id}-confirm"})
+    def __init__(self, describe: Callable[[], Awaitable[Described]]) -> None:
+        self._describe = describe
 
     async def __call__(self, membership: Membership) -> set[int] | None:
-        from coordinator.cluster.owner_map import described_members
-
         member_id = membership.member_id
         if not member_id:
             return None
-        futures = self._admin.describe_consumer_groups([self.group_id], request_timeout=self.timeout_ms / 1000)
-        described = described_members(await asyncio.wrap_future(futures[self.group_id]), self.topic)
+        described = await self._describe()
         if not described.stable:
             return None
         for member in described.members:

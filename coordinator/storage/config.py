@@ -6,6 +6,12 @@ from dataclasses import dataclass, field
 
 DEFAULT_STATE_TOPIC = "__coordinator_state"
 DEFAULT_EVENT_TOPIC = "__coordinator_events"
+# How long an event may wait for the event topic (queued, or sent and not yet acknowledged) before it is dropped
+# and counted as lost (librdkafka's message.timeout.ms, the Java producer's delivery.timeout.ms): an outage of
+# Kafka shorter than this loses no event. 0: no time limit (only the queue bound drops events).
+DEFAULT_EVENT_DELIVERY_TIMEOUT_MS = 30_000
+DEFAULT_EVENT_QUEUE_MAX_MESSAGES = 100_000
+EVENT_LINGER_MS = 50  # the event producer batches this long; a delivery timeout must exceed it (librdkafka)
 
 
 @dataclass(frozen=True)
@@ -24,7 +30,9 @@ class StorageConfig:
     topic_configs: dict[str, str] = field(default_factory=dict)  # extra state-topic configs (tests: segment.ms)
     event_topic: str | None = DEFAULT_EVENT_TOPIC  # None: no event topic
     event_partitions: int = 10
-    event_queue_max_messages: int = 100_000  # events beyond this are dropped, never waited for
+    # Events held while Kafka is slow or away: beyond this many the newest are dropped, never waited for.
+    event_queue_max_messages: int = DEFAULT_EVENT_QUEUE_MAX_MESSAGES
+    event_delivery_timeout_ms: int = DEFAULT_EVENT_DELIVERY_TIMEOUT_MS
     admin_timeout_ms: int = 30_000
     client_id: str = "group-coordinator"
     # Writes inside transactions (all or nothing, see transactions.py) under this transactional.id; None: the
@@ -42,6 +50,11 @@ class StorageConfig:
             raise ValueError("replication factor must be at least 1")
         if self.commit_timeout_ms < 1:
             raise ValueError("commit_timeout_ms must be positive")
+        if self.event_queue_max_messages < 1:
+            raise ValueError("the event queue must hold at least 1 event")
+        if self.event_delivery_timeout_ms < 0 or 0 < self.event_delivery_timeout_ms <= EVENT_LINGER_MS:
+            raise ValueError(f"the event delivery timeout must be 0 (none) or more than the event producer's "
+                             f"linger of {EVENT_LINGER_MS} ms, got {self.event_delivery_timeout_ms}")
         if self.partition_fencing and self.transactional_id is None:
             raise ValueError("partition_fencing needs a transactional_id (the prefix of the partitions' ids)")
 

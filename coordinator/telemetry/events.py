@@ -4,6 +4,12 @@
 serializes and enqueues (librdkafka's `produce()` never waits: a full queue raises BufferError and the event is
 dropped and counted). Delivery happens on librdkafka's threads; one poll thread counts failures. Nothing here
 can block or fail a group operation: losing the event topic loses events, never availability.
+
+While the event topic is unreachable, events wait in the producer's queue, which is bounded (at most
+`event_queue_max_messages` events and `_QUEUE_MAX_KBYTES`): an outage shorter than `event_delivery_timeout_ms`
+loses nothing. Past it, waiting events are dropped as lost (librdkafka's message timeout), and once the queue is
+full new ones are dropped at once. Either kind of loss is logged once per burst, when it starts and when events
+go through again (with the count), never per event; the totals are `dropped` and `failed`.
 """
 
 from __future__ import annotations
@@ -11,12 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Any, Callable
 
 from confluent_kafka import KafkaError, Producer
 
 from coordinator.group.observer import GroupObserver
-from coordinator.storage.config import StorageConfig
+from coordinator.storage.config import EVENT_LINGER_MS, StorageConfig
 from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
@@ -24,30 +31,58 @@ from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
 log = logging.getLogger("coordinator.telemetry.events")
 
 _POLL_INTERVAL_S = 0.1
-_LOG_EVERY_FAILURES = 1_000
-# How long librdkafka keeps an undelivered event (queued or awaiting its ack) before it drops and counts it: an
-# outage of Kafka shorter than this loses no event.
-MESSAGE_TIMEOUT_MS = 30_000
+# A bound on the queue's memory too: events are small (~300 bytes), but their ids come from clients.
+_QUEUE_MAX_KBYTES = 65_536
+
+
+class _Losses:
+    """Events lost for one reason, counted, and logged once per burst: a WARNING at the first loss, and one when
+    events go through again that says how many the burst lost. Each instance is used by one thread only."""
+
+    __slots__ = ("topic", "event", "total", "_burst", "_burst_started", "quiet")
+
+    def __init__(self, topic: str, event: str) -> None:
+        self.topic = topic
+        self.event = event
+        self.total = 0
+        self._burst = 0
+        self._burst_started = 0.0
+        self.quiet = False  # closing: still counted, no longer logged (the close reports them)
+
+    def lost(self, error: object, detail: str) -> None:
+        self.total += 1
+        self._burst += 1
+        if self._burst == 1 and not self.quiet:
+            self._burst_started = time.monotonic()
+            log.warning("event=%s topic=%s error=%s %s (further losses are counted, and logged when events go "
+                        "through again)", self.event, self.topic, error, detail)
+
+    def through(self) -> None:
+        """An event went through: ends the burst, if any."""
+        if self._burst:
+            if not self.quiet:
+                log.warning("event=%s_ended topic=%s lost=%d burst_ms=%d lost_total=%d", self.event, self.topic,
+                            self._burst, (time.monotonic() - self._burst_started) * 1000, self.total)
+            self._burst = 0
 
 
 class _DeliveryCounts:
     """Delivery reports of the event producer (its poll thread)."""
 
-    __slots__ = ("topic", "delivered", "failed")
+    __slots__ = ("delivered", "failures", "timeout_ms")
 
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
+    def __init__(self, topic: str, timeout_ms: int) -> None:
         self.delivered = 0
-        self.failed = 0
+        self.failures = _Losses(topic, "group_events_lost")
+        self.timeout_ms = timeout_ms
 
     def on_delivery(self, error: KafkaError | None, _message: object) -> None:
         if error is None:
             self.delivered += 1
+            self.failures.through()
             kafka_reachable()
             return
-        self.failed += 1
-        if self.failed % _LOG_EVERY_FAILURES == 1:
-            log.warning("event=group_events_lost topic=%s failed=%d error=%s", self.topic, self.failed, error)
+        self.failures.lost(error, f"reason=not_delivered delivery_timeout_ms={self.timeout_ms}")
 
 
 class EventPublisher:
@@ -56,16 +91,20 @@ class EventPublisher:
     def __init__(self, config: StorageConfig) -> None:
         assert config.event_topic is not None
         self.topic = config.event_topic
-        self.dropped = 0  # queue full or produce refused (loop thread)
-        self._reports = _DeliveryCounts(self.topic)  # the client's callback must not reference self: no cycle
+        self._drops = _Losses(self.topic, "group_events_dropped")  # queue full or produce refused (loop thread)
+        self._queue_max = config.event_queue_max_messages
+        self._accepted = 0  # taken by the producer (loop thread)
+        # the client's callback must not reference self: no cycle
+        self._reports = _DeliveryCounts(self.topic, config.event_delivery_timeout_ms)
         self._producer: Producer | None = Producer({
             "bootstrap.servers": config.bootstrap,
             "client.id": f"{config.client_id}-events",
             "acks": 1,
-            "linger.ms": 50,
+            "linger.ms": EVENT_LINGER_MS,
             "partitioner": "murmur2_random",  # the Java client's key → partition mapping
             "queue.buffering.max.messages": config.event_queue_max_messages,
-            "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+            "queue.buffering.max.kbytes": _QUEUE_MAX_KBYTES,
+            "message.timeout.ms": config.event_delivery_timeout_ms,
             "on_delivery": self._reports.on_delivery,
             "logger": librdkafka_logger("events"),
         })
@@ -75,14 +114,20 @@ class EventPublisher:
 
     def publish(self, group_id: str, event: dict[str, Any]) -> None:
         if self._producer is None:
-            self.dropped += 1
+            self._drops.total += 1  # closed: nothing to report any more
             return
         try:
             self._producer.produce(self.topic, key=group_id.encode(), value=json.dumps(event).encode())
         except Exception as exc:  # BufferError (queue full) or KafkaException: drop, never raise
-            self.dropped += 1
-            if self.dropped % _LOG_EVERY_FAILURES == 1:
-                log.warning("event=group_events_dropped topic=%s dropped=%d error=%s", self.topic, self.dropped, exc)
+            self._drops.lost(exc, f"reason=queue_full_or_refused queue_max_messages={self._queue_max}")
+        else:
+            self._accepted += 1
+            self._drops.through()
+
+    @property
+    def dropped(self) -> int:
+        """Events refused at once: the queue was full (or the producer closed)."""
+        return self._drops.total
 
     @property
     def delivered(self) -> int:
@@ -90,7 +135,13 @@ class EventPublisher:
 
     @property
     def failed(self) -> int:
-        return self._reports.failed
+        """Events accepted, then given up: not acknowledged within the delivery timeout (or purged at close)."""
+        return self._reports.failures.total
+
+    @property
+    def queued(self) -> int:
+        """Events waiting for the event topic: accepted, and neither delivered nor given up yet (any thread)."""
+        return max(0, self._accepted - self.delivered - self.failed)
 
     def _poll_loop(self) -> None:
         producer = self._producer
@@ -106,9 +157,12 @@ class EventPublisher:
             return
         remaining = producer.flush(timeout_ms / 1000)
         if remaining:
+            self._reports.failures.quiet = True  # the purged events are counted as failed, reported below
             log.warning("event=group_events_unsent topic=%s count=%d", self.topic, remaining)
             producer.purge()
             producer.flush(0)
+        log.info("event=event_publisher_closed topic=%s delivered=%d failed=%d dropped=%d", self.topic,
+                 self.delivered, self.failed, self.dropped)
         producer.close()  # destroyed on this thread, never by the cyclic GC (see topics.py)
 
 

@@ -210,6 +210,22 @@ class MetricsObserver(GroupObserver):
                                       [lambda _options: [Observation(pool.stats().waiters)]],
                                       description="Relay connections waiting for buffer memory")
 
+    def watch_events(self, publisher: Any) -> None:
+        """The event topic's producer (coordinator/telemetry/events.py): events by outcome, and those waiting."""
+
+        def events(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(publisher.delivered, {"outcome": "delivered"}),
+                    Observation(publisher.failed, {"outcome": "failed"}),
+                    Observation(publisher.dropped, {"outcome": "dropped"})]
+
+        meter = self.meter
+        meter.create_observable_counter("coordinator.events", [events],
+                                        description="Group events for the event topic: delivered, failed (not "
+                                                    "delivered within the delivery timeout), dropped (queue full)")
+        meter.create_observable_gauge("coordinator.events.queued",
+                                      [lambda _options: [Observation(publisher.queued)]],
+                                      description="Group events waiting for the event topic")
+
     def instrument_store(self, store: Any) -> None:
         """Time the store's appends (group records and offset commits) until acknowledged."""
         for method, kind in (("store_group", "group"), ("store_offsets", "offsets")):
