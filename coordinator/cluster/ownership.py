@@ -272,17 +272,10 @@ class Ownership:
         failures = 0
         while self._fenced:
             asked = set(self._fenced)
-            try:
-                if self._read_assignment is None or self.membership is None:
-                    assigned: set[int] | None = set()  # nobody to ask (not started): give them up
-                else:
-                    assigned = await self._read_assignment(self.membership)
-            except Exception as exc:  # Kafka unreachable: asked again every 200 ms, said once (then DEBUG)
-                failures += 1
-                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
-                        "event=fence_confirm_failed failures=%d error=%r (asking again until Kafka answers)",
-                        failures, exc)
-                assigned = None
+            if self._read_assignment is None or self.membership is None:
+                assigned: set[int] | None = set()  # nobody to ask (not started): give them up
+            else:
+                assigned, failures = await self._assignment_now("fence_confirm_failed", failures)
             if assigned is None:  # rebalancing, or no answer: its outcome decides, ask again
                 await asyncio.sleep(_CONFIRM_RETRY_MS / 1000)
                 continue
@@ -410,19 +403,24 @@ class Ownership:
         failures = 0
         while self.guard.suspended:
             stalls = self.guard.stalls
-            try:
-                assert self._read_assignment is not None and self.membership is not None
-                assigned = await self._read_assignment(self.membership)
-            except Exception as exc:  # Kafka unreachable: asked again every 200 ms, said once (then DEBUG)
-                failures += 1
-                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
-                        "event=ownership_confirm_failed failures=%d error=%r (asking again until Kafka answers)",
-                        failures, exc)
-                assigned = None
+            assigned, failures = await self._assignment_now("ownership_confirm_failed", failures)
             if assigned is not None and stalls == self.guard.stalls:
                 self._resume(assigned, started_ms)
                 return
             await asyncio.sleep(_CONFIRM_RETRY_MS / 1000)
+
+    async def _assignment_now(self, failed_event: str, failures: int) -> tuple[set[int] | None, int]:
+        """Our partitions in a description taken now (None while the group rebalances or Kafka does not answer:
+        the caller asks again every 200 ms; the first failure in a row is a WARNING, the rest DEBUG), and the
+        failures in a row so far."""
+        try:
+            assert self._read_assignment is not None and self.membership is not None
+            return await self._read_assignment(self.membership), 0
+        except Exception as exc:
+            failures += 1
+            log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                    "event=%s failures=%d error=%r (asking again until Kafka answers)", failed_event, failures, exc)
+            return None, failures
 
     def _resume(self, assigned: set[int], started_ms: int) -> None:
         self.guard.resume()
