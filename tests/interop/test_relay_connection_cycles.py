@@ -37,7 +37,7 @@ from coordinator.server.handlers import served_ranges
 from coordinator.server.listener import CoordinatorServer
 from coordinator.timer import SystemTimer
 from protocol.framing import FrameReader
-from tests.interop.relay_support import wait_until
+from tests.support.relay import wait_until
 
 pytestmark = pytest.mark.integration
 

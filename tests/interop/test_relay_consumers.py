@@ -11,21 +11,9 @@ from collections import Counter
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from tests.integration.test_e2e_support import service, unique
-from tests.interop.relay_support import (
-    FAST,
-    RECORDS_PER_PARTITION,
-    committed_offsets,
-    create_topic,
-    described_group,
-    listed_groups,
-    produce,
-    settled_assignment,
-    split_address,
-    start_consumers,
-    stop_all,
-    wait_until,
-)
+from tests.support.relay import (RECORDS_PER_PARTITION, committed_offsets, create_topic, described_group, listed_groups,
+                                 produce, settled_assignment, split_address, start_consumers, stop_all, wait_until)
+from tests.support.service import FAST, service, unique
 
 TIMEOUT_S = 90
 HALF = RECORDS_PER_PARTITION // 2

@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from coordinator.telemetry.otel import start_telemetry
-from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
-from tests.telemetry_scenario import (B_LATE_MS, WRITE_MS, ms_to_ns, run_failure_scenario, telemetry_env)
+from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.support.telemetry_scenario import B_LATE_MS, WRITE_MS, ms_to_ns, run_failure_scenario, telemetry_env
 from coordinator.group.errors import Errors
-from tests.unit.test_group_harness import SESSION_MS, advance_until_joined, complete_rebalance, form_group
+from tests.support.group_harness import SESSION_MS, advance_until_joined, complete_rebalance, form_group
 
 GROUP = "messaging.consumer.group.name"
 

@@ -1,5 +1,5 @@
-"""Shared by the relay tests: stock consumers in their own processes, topics and records in the real cluster,
-and what our coordinator and the upstream cluster say about a group. (It holds no tests itself.)"""
+"""For the relay tests: stock consumers in their own processes, topics and records in the real cluster, and what
+our coordinator and the upstream cluster say about a group."""
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from coordinator.embedded.broker import free_port
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.unit.test_server_env import request
+from tests.support.wire import request
 
 RECORDS_PER_PARTITION = 100
-FAST = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
 
 
 async def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
@@ -85,12 +84,12 @@ def produce(bootstrap: str, topic: str, first: int, count: int, partitions: int 
 
 
 class ConsumerProcess:
-    """One stock consumer (tests/interop/relay_consumer.py) in its own process, its JSON lines collected."""
+    """One stock consumer (tests/support/relay_consumer.py) in its own process, its JSON lines collected."""
 
     def __init__(self, kind: str, name: str, bootstrap: str, topic: str, group: str, assignor: str,
                  session_ms: int = 6_000) -> None:
         self.kind, self.name = kind, name
-        self.command = [sys.executable, "-m", "tests.interop.relay_consumer", "--kind", kind, "--name", name,
+        self.command = [sys.executable, "-m", "tests.support.relay_consumer", "--kind", kind, "--name", name,
                         "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--assignor", assignor,
                         "--session-ms", str(session_ms)]
         self.assigned: list[int] = []
@@ -145,13 +144,13 @@ class ConsumerProcess:
 
 
 class JavaMember:
-    """Kafka's Java consumer (tests/interop/java_consumer.py) seen through the ConsumerProcess interface; records
+    """Kafka's Java consumer (tests/support/java_consumer.py) seen through the ConsumerProcess interface; records
     carry their key, which the producers here set to the value."""
 
     kind = "java"
 
     def __init__(self, name: str, bootstrap: str, topic: str, group: str, assignor: str, session_ms: int) -> None:
-        from tests.interop.java_consumer import JavaConsumer
+        from tests.support.java_consumer import JavaConsumer
 
         self.name = name
         self.consumer = JavaConsumer(bootstrap, group, topic, assignor=assignor, session_timeout_ms=session_ms,
@@ -208,7 +207,7 @@ def settled_assignment(consumers: list[ConsumerProcess], partitions: int = 6) ->
 
 async def committed_offsets(port: int, group: str, topic: str, partitions: int = 6) -> dict[int, int]:
     """OffsetFetch from our coordinator."""
-    from tests.integration.test_e2e_support import fetch_offsets
+    from tests.support.service import fetch_offsets
 
     client = await KafkaClient.connect("127.0.0.1", port, client_id="relay-test")
     try:
@@ -228,7 +227,7 @@ async def listed_groups(host: str, port: int) -> set[str]:
 
 
 async def described_group(host: str, port: int, group: str) -> Any:
-    from tests.integration.test_e2e_support import describe
+    from tests.support.service import describe
 
     client = await KafkaClient.connect("127.0.0.1" if host == "localhost" else host, port, client_id="relay-test")
     try:
