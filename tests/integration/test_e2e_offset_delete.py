@@ -38,7 +38,8 @@ async def test_consumer_groups_command_deletes_offsets_and_the_deletion_survives
         probe = await running.client()
         await until_loaded(probe)
         port = running.port
-        assert await run(admin_alter_offsets, port, simple, {0: 5, 1: 6, 2: 7}) == [(0, 5, None), (1, 6, None), (2, 7, None)]
+        assert await run(admin_alter_offsets, port, simple, {0: 5, 1: 6, 2: 7}) == [
+            (0, 5, None), (1, 6, None), (2, 7, None)]
         assert await run(admin_alter_offsets, port, emptied, {0: 9}) == [(0, 9, None)]
         # An Empty group: the listed offsets go, the others stay.
         assert await run(_delete_offsets, port, simple, "orders:0,1") == {
