@@ -12,7 +12,7 @@ import collections
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
@@ -32,7 +32,7 @@ class _Pending:
     correlation_id: int
     api_key: int
     version: int
-    future: asyncio.Future
+    future: asyncio.Future[Any]  # a kio response payload, or the raw frame
     timer: asyncio.TimerHandle | None
     raw: bool
 
@@ -90,11 +90,13 @@ class KafkaClient(asyncio.Protocol):
             raise ProtocolError(f"no common version for api_key={api_key}: server {low}-{high}")
         return version
 
+    # Any: requests and responses are kio payloads of whichever (API, version) the caller picked; callers read
+    # their fields by name, which no one static type covers.
     async def request(self, body: Any, *, timeout_ms: int | None = None) -> Any:
         """Send one request and wait for its decoded response."""
         return await self.send(body, timeout_ms=timeout_ms)
 
-    def send(self, body: Any, *, timeout_ms: int | None = None) -> asyncio.Future:
+    def send(self, body: Any, *, timeout_ms: int | None = None) -> asyncio.Future[Any]:
         """Send now, without waiting; the returned future gets the decoded response. Pipelines freely."""
         correlation_id = next(self._correlation_ids)
         frame = codec.encode_request(correlation_id, self.client_id, body)
@@ -102,7 +104,7 @@ class KafkaClient(asyncio.Protocol):
 
     def send_raw(
         self, frame: bytes, correlation_id: int, api_key: int, version: int, *, timeout_ms: int | None = None
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[Any]:
         """Send a pre-encoded request frame; the future gets the response frame undecoded (for benchmarks)."""
         return self._send(frame, correlation_id, api_key, version, timeout_ms, True)
 
@@ -111,7 +113,7 @@ class KafkaClient(asyncio.Protocol):
 
     def _send(
         self, frame: bytes, correlation_id: int, api_key: int, version: int, timeout_ms: int | None, raw: bool
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[Any]:
         future = self._loop.create_future()
         if self._transport is None or self._closed.done():
             future.set_exception(ConnectionClosed(f"connection is closed: {self._close_reason!r}"))
@@ -131,7 +133,7 @@ class KafkaClient(asyncio.Protocol):
     # ------------------------------------------------------------------------------------------------ protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = cast(asyncio.Transport, transport)  # a stream connection's transport
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)

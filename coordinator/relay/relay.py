@@ -20,7 +20,7 @@ from coordinator.relay.config import RelayConfig
 from coordinator.relay.listeners import BrokerListeners, PortMapping, UpstreamBroker
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
 from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
-from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, route_of
+from coordinator.relay.versions import Route, advertised_ranges, route_of
 from protocol import apis
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion
@@ -116,9 +116,6 @@ class Relay:
         link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes, self.counters)
         link.connect()
         return link
-
-    def is_relayed_key(self, api_key: int) -> bool:
-        return api_key in RELAYED_MAX
 
     # ------------------------------------------------------------------------------------------ rewritten APIs
 
