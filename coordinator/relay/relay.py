@@ -17,6 +17,7 @@ from typing import Any
 from coordinator.relay.buffer_pool import BufferPool
 from coordinator.relay.cluster import ClusterMetadata
 from coordinator.relay.config import RelayConfig
+from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.listeners import BrokerListeners, PortMapping, UpstreamBroker
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
 from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
@@ -29,10 +30,6 @@ from protocol.messages import build
 log = logging.getLogger("coordinator.relay")
 
 _CLIENT_ID = "kafka-group-coordinator-relay"
-
-
-class UpstreamUnavailable(Exception):
-    """No upstream broker answered."""
 
 
 class Relay:
