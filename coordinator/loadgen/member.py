@@ -21,7 +21,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from protocol.client import KafkaClient
 from protocol.consumer_protocol import Subscription, TopicPartitions, decode_assignment, decode_subscription
@@ -29,12 +29,11 @@ from protocol.consumer_protocol import Assignment, encode_assignment, encode_sub
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 
 from coordinator.loadgen import assignors, wire
+from coordinator.loadgen.options import SimOptions
 from coordinator.loadgen.stats import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID,
                                        ILLEGAL_GENERATION, MEMBER_ID_REQUIRED, NONE, NOT_COORDINATOR,
-                                       REBALANCE_IN_PROGRESS, REQUEST_TIMED_OUT, UNKNOWN_MEMBER_ID, Failure)
-
-if TYPE_CHECKING:
-    from coordinator.loadgen.simulation import Simulation
+                                       REBALANCE_IN_PROGRESS, REQUEST_TIMED_OUT, UNKNOWN_MEMBER_ID, Failure,
+                                       GroupRounds, Stats)
 
 log = logging.getLogger("coordinator.loadgen")
 
@@ -57,8 +56,21 @@ class Fenced(Exception):
     """A static member replaced by another instance with its group.instance.id: a real client stops."""
 
 
+class MemberHost(Protocol):
+    """What a member needs of the simulation that runs it (simulation.py's Simulation)."""
+
+    options: SimOptions
+    stats: Stats
+    rounds: dict[str, GroupRounds]
+    partition_counts: dict[str, int]
+    connect_slots: asyncio.Semaphore
+
+    async def find_coordinator(self, group_id: str) -> tuple[str, int]: ...
+    def forget_coordinator(self, group_id: str, address: tuple[str, int] | None = None) -> None: ...
+
+
 class SimMember:
-    def __init__(self, sim: Simulation, group_id: str, index: int, static: bool) -> None:
+    def __init__(self, sim: MemberHost, group_id: str, index: int, static: bool) -> None:
         self.sim = sim
         self.group_id = group_id
         self.key = f"{group_id}/{index}"
@@ -182,7 +194,7 @@ class SimMember:
                 code = heartbeat.error_code(await heartbeat.send(self.client, self.sim.options.request_timeout_ms))
                 self.sim.stats.record("Heartbeat", code)
 
-    async def _join(self, reason: str) -> object:
+    async def _join(self, reason: str) -> Any:  # Any: a kio JoinGroup response of the version sent
         options = self.sim.options
         while True:
             assert self.client is not None
