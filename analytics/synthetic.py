@@ -14,7 +14,7 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.telemetry.event_schema import new_event
@@ -103,7 +103,7 @@ def _rebalance(rng: random.Random, group: str, now: int, clocks: dict[str, int],
         expected.duration_total_ms[group] += duration
 
 
-def write(bootstrap: str, topic: str, pairs: Iterator[tuple[str, dict]], extra_values: list[bytes] = ()) -> int:
+def write(bootstrap: str, topic: str, pairs: Iterator[tuple[str, dict]], extra_values: Sequence[bytes] = ()) -> int:
     """Produce every event (keyed by group, like the coordinator's writer) and any raw extra values; returns the
     number of records written."""
     from confluent_kafka import Producer

@@ -48,7 +48,7 @@ async def _run_kafka(args: argparse.Namespace) -> int:
         print(f"coordinator kafka: could not start: {exc}", file=sys.stderr, flush=True)
         return 1
     try:
-        nodes = "" if args.brokers == 1 else " nodes=" + ",".join(
+        nodes = "" if not isinstance(kafka, EmbeddedKafkaCluster) else " nodes=" + ",".join(
             f"{node_id}@{address}" for node_id, address in kafka.addresses().items())
         print(f"Apache Kafka {kafka_version()} running; bootstrap={kafka.bootstrap}{nodes} data_dir={kafka.data_dir}",
               flush=True)
@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "socket.listen.backlog.size; env COORDINATOR_LISTEN_BACKLOG); the kernel caps it at "
                             "net.core.somaxconn, see docs/operations.md")
     serve.add_argument("--node-id", type=int,
-                       default=int(env("COORDINATOR_NODE_ID")) if env("COORDINATOR_NODE_ID") else None,
+                       default=int(os.environ["COORDINATOR_NODE_ID"]) if env("COORDINATOR_NODE_ID") else None,
                        help="the coordinator's node id in Metadata/FindCoordinator (default 2000000000 with the "
                             "relay, so no broker has it; 0 with --no-relay; with --instance-id one derived from "
                             "the instance id, stable across restarts)")
@@ -389,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serve the group APIs only (no relay): clients must bootstrap to the cluster itself "
                             "(env COORDINATOR_NO_RELAY=1)")
     serve.add_argument("--relay-base-port", type=int,
-                       default=int(env("COORDINATOR_RELAY_BASE_PORT")) if env("COORDINATOR_RELAY_BASE_PORT") else None,
+                       default=(int(os.environ["COORDINATOR_RELAY_BASE_PORT"]) if env("COORDINATOR_RELAY_BASE_PORT")
+                                else None),
                        help="broker listener port = BASE + broker node id (default: the listen port + 1) "
                             "(env COORDINATOR_RELAY_BASE_PORT)")
     serve.add_argument("--relay-advertised-host", default=env("COORDINATOR_RELAY_ADVERTISED_HOST"),
