@@ -17,6 +17,7 @@ from typing import Any, cast
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from protocol import codec
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 from protocol.framing import FrameReader
 
@@ -77,7 +78,7 @@ class KafkaClient(asyncio.Protocol):
             client_software_name=_CLIENT_SOFTWARE_NAME, client_software_version=_CLIENT_SOFTWARE_VERSION
         )
         response = await self.request(request)
-        if response.error_code != 0:
+        if response.error_code != Errors.NONE:
             raise ProtocolError(f"ApiVersions failed with error {int(response.error_code)}")
         self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
         return self.api_versions

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.client import KafkaClient
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 
 from coordinator.loadgen import wire
@@ -43,8 +44,7 @@ from coordinator.loadgen.events import ExpiryWatcher
 from coordinator.loadgen.member import SimMember
 from coordinator.loadgen.options import FAILURE_KINDS, ScheduledFailure, SimOptions  # the latter two re-exported
 from coordinator.loadgen.real import RealClients
-from coordinator.loadgen.stats import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NONE, GroupRounds,
-                                       Stats, error_name, summary_of)
+from coordinator.loadgen.stats import GroupRounds, Stats, error_name, summary_of
 
 log = logging.getLogger("coordinator.loadgen")
 
@@ -217,11 +217,11 @@ class Simulation:
                 continue
             code = int(response.error_code)
             self.stats.record("FindCoordinator", code)
-            if code == NONE:
+            if code == Errors.NONE:
                 address = (response.host, int(response.port))
                 self._coordinators[group_id] = address
                 return address
-            await asyncio.sleep(0.2 if code in (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) else 1.0)
+            await asyncio.sleep(0.2 if code in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS) else 1.0)
 
     async def close_discovery(self) -> None:
         if self._discovery is not None:
@@ -356,7 +356,8 @@ class Simulation:
         failures = self.stats.failures
         detectable = [f for f in failures if f.expect_detection]
         undetected = [f.member_key for f in detectable if f.detected != 1]
-        removed_wrongly = [f.member_key for f in failures if not f.expect_detection and f.probe_code == 25]
+        removed_wrongly = [f.member_key for f in failures
+                           if not f.expect_detection and f.probe_code == Errors.UNKNOWN_MEMBER_ID]
         lateness = [x for f in detectable if (x := f.lateness_ms(options.session_ms)) is not None]
         expiry_counts = [len(f.expired_at_ms) for f in detectable]
         errors: dict[str, dict[str, int]] = collections.defaultdict(dict)

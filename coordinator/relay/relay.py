@@ -21,7 +21,7 @@ from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.listeners import BrokerListeners, PortMapping, UpstreamBroker
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
 from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
-from coordinator.relay.versions import Route, advertised_ranges, route_of
+from coordinator.relay.versions import Route, advertised_ranges, local_keys, route_of
 from protocol import apis
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion
@@ -38,6 +38,7 @@ class Relay:
         self.config = config
         self.bootstrap = [_host_port(address) for address in bootstrap.split(",") if address.strip()]
         self.served = served
+        self._local_keys = local_keys(served)
         self.max_frame_bytes = max_frame_bytes
         self.pool = BufferPool(config.buffer_memory_bytes, config.poolable_bytes, config.max_block_ms)
         self.counters = RelayCounters()  # every link's requests and bytes, for the metrics
@@ -97,7 +98,7 @@ class Relay:
         if not advertised[0] <= api_version <= advertised[1]:
             raise UnsupportedVersion(f"api_key={api_key} api_version={api_version} is not advertised "
                                      f"(range {advertised[0]}-{advertised[1]})")
-        return route_of(api_key)
+        return route_of(api_key, self._local_keys)
 
     def open_link(self, owner: LinkOwner, node_id: int | None) -> UpstreamLink:
         """An upstream connection for one client connection: to broker `node_id`, or (bootstrap listener) to
