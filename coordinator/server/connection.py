@@ -74,7 +74,7 @@ class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: ConnectionHost, upstream_node: int | None = None) -> None:
         self._server = server
         self.upstream_node = upstream_node  # the broker this listener stands for; None: the bootstrap listener
-        self._relaying = None if server.relay is None else RelaySide(server.relay, self, upstream_node)
+        self._relaying = None if server.relay is None else RelaySide(server.relay, upstream_node)
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
@@ -355,7 +355,7 @@ class Connection(asyncio.BufferedProtocol):
             return False
         if route.value != "relayed":
             return True
-        refused = relaying.forward(frame, api_key)
+        refused = relaying.forward(frame, api_key, self)
         if refused is None:
             self.activity += 1
         else:

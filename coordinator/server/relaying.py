@@ -39,13 +39,15 @@ class LocalResponse:
 
 
 class RelaySide:
-    """Created per client connection when the coordinator relays; the link opens with the first relayed request."""
+    """Created per client connection when the coordinator relays; the link opens with the first relayed request.
 
-    __slots__ = ("relay", "owner", "upstream_node", "link", "pending", "held")
+    Holds no reference to its connection (only the link does, until close()): the pair must not form a reference
+    cycle, which the GC policy's freeze would keep forever (coordinator/runtime_health.py)."""
 
-    def __init__(self, relay: Relay, owner: LinkOwner, upstream_node: int | None) -> None:
+    __slots__ = ("relay", "upstream_node", "link", "pending", "held")
+
+    def __init__(self, relay: Relay, upstream_node: int | None) -> None:
         self.relay = relay
-        self.owner = owner
         self.upstream_node = upstream_node  # None: the bootstrap listener (the known brokers in turn)
         self.link: UpstreamLink | None = None
         self.pending: collections.deque[PendingResponse | LocalResponse] = collections.deque()
@@ -59,13 +61,13 @@ class RelaySide:
         """The broker is not taking requests (its transport paused our writes): stop reading the client's."""
         return self.link is not None and self.link.blocked
 
-    def forward(self, frame: bytes, api_key: int) -> tuple[str, str] | None:
+    def forward(self, frame: bytes, api_key: int, owner: LinkOwner) -> tuple[str, str] | None:
         """Sends a relayed request upstream, its response's place taken in the order; (reason, detail) when the
-        client connection must close instead."""
+        client connection (`owner`, told when responses arrive) must close instead."""
         link = self.link
         if link is None:
             try:
-                link = self.link = self.relay.open_link(self.owner, self.upstream_node)
+                link = self.link = self.relay.open_link(owner, self.upstream_node)
             except UpstreamUnavailable as exc:
                 return "upstream_unavailable", str(exc)
         expects_response = True
@@ -118,8 +120,7 @@ class RelaySide:
     def close(self) -> None:
         """The client connection is gone: close the link and give every buffer back."""
         if self.link is not None:
-            # the link points back at the connection (its owner): let go of it, or the pair outlives the
-            # connection as a reference cycle, which the GC policy's freeze keeps forever (runtime_health.py)
+            # the link points back at the connection (its owner): let go of it (see the class docstring)
             link, self.link = self.link, None
             link.close()
         pool = self.relay.pool
