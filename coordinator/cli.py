@@ -192,6 +192,10 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         raise SystemExit(f"unknown coordinator config {exc}; known: {sorted(CoordinatorConfig.kafka_names())}")
     except ValueError as exc:
         raise SystemExit(f"coordinator serve: bad --config: {exc}")
+    if None not in (args.state_replication_factor, group.offsets_topic_replication_factor) and (
+            args.state_replication_factor != group.offsets_topic_replication_factor):
+        raise SystemExit("coordinator serve: --state-replication-factor and --config "
+                         "offsets.topic.replication.factor disagree: give one")
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
                               advertised_port=advertised_port, node_id=node_id,
@@ -368,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="data dir of the embedded broker (default: temporary)")
     serve.add_argument("--state-topic", default=env("COORDINATOR_STATE_TOPIC", "__coordinator_state"))
     serve.add_argument("--state-replication-factor", type=int, default=None,
-                       help="replication factor of the state topic (default: min(3, brokers))")
+                       help="replication factor of the state topic (default: min(3, brokers); the same as "
+                            "--config offsets.topic.replication.factor=N)")
     serve.add_argument("--event-topic", default=env("COORDINATOR_EVENT_TOPIC", "__coordinator_events"),
                        help="topic for group events ('' to disable)")
     serve.add_argument("--event-delivery-timeout-ms", type=int, metavar="MS",
