@@ -45,6 +45,7 @@ class KafkaClient(asyncio.Protocol):
         self.client_id = client_id
         self.default_timeout_ms = default_timeout_ms
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self.address = "?"  # host:port, for log lines
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader()
@@ -66,6 +67,7 @@ class KafkaClient(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         connecting = loop.create_connection(lambda: cls(client_id, timeout_ms), host, port)
         _transport, client = await asyncio.wait_for(connecting, timeout_ms / 1000)
+        client.address = f"{host}:{port}"
         if negotiate:
             await client.negotiate_versions()
         return client

@@ -237,7 +237,9 @@ class UpstreamLink(asyncio.BufferedProtocol):
             if not self._reserve(4 + size):
                 break
             available = min(self._end - self._start, self._frame_size)
-            self._frame[:available] = self._staging_view[self._start : self._start + available]  # type: ignore[index]
+            frame = self._frame
+            assert frame is not None  # _reserve() gave it
+            frame[:available] = self._staging_view[self._start : self._start + available]
             self._start += available
             self._frame_filled = available
             if available == self._frame_size:
