@@ -165,7 +165,8 @@ def run_follow(spark: "SparkSession", source: Source, checkpoint_dir: Path,
     ready = False
     try:
         while query.isActive and not should_stop() and (deadline is None or time.monotonic() < deadline):
-            query.awaitTermination(0.5)  # type: ignore[arg-type]  # seconds; pyspark takes a float, its hint says int
+            # seconds: pyspark takes a float, though its hint says int
+            query.awaitTermination(0.5)  # type: ignore[arg-type]
             if not ready and query.lastProgress is not None:
                 ready = True
                 on_ready()

@@ -49,6 +49,7 @@ class Request(NamedTuple):
 
 
 # ---------------------------------------------------------------------------------------------- server side
+# (Any below, as in Request.body: a kio payload of whichever API and version the frame or header names.)
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:

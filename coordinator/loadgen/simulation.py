@@ -221,7 +221,8 @@ class Simulation:
                 address = (response.host, int(response.port))
                 self._coordinators[group_id] = address
                 return address
-            await asyncio.sleep(0.2 if code in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS) else 1.0)
+            loading = code in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS)
+            await asyncio.sleep(0.2 if loading else 1.0)
 
     async def close_discovery(self) -> None:
         if self._discovery is not None:
