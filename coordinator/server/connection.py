@@ -217,8 +217,8 @@ class Connection(asyncio.BufferedProtocol):
         header = request.header
         try:
             outcome = HANDLERS[header.api_key](self._ctx, header, request.body)
-        except Exception:
-            self._fail(header)
+        except Exception as exc:
+            self._fail(header, exc)
             return
         if isinstance(outcome, CoroutineType):  # the concrete type: an ABC check costs more
             self._drive(header, outcome)
@@ -274,8 +274,8 @@ class Connection(asyncio.BufferedProtocol):
         except StopIteration as done:
             self._respond(header, done.value)
             return
-        except Exception:
-            self._fail(header)
+        except Exception as exc:
+            self._fail(header, exc)
             return
         self._in_flight = header
         self._server.parked(self)
