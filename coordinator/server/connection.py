@@ -38,7 +38,7 @@ from coordinator.server.context import ConnectionContext, java_host_string
 from coordinator.server.handlers import HANDLERS, SERVED_APIS
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from protocol.apis import ApiKey
-from protocol.codec import RequestHeader, decode_request, encode_response, peek_header
+from protocol.codec import RequestHeader, decode_request, encode_response, peek_header, read_group_request
 from protocol.errors import InvalidFrameSize, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import HEARTBEAT_V4_PREFIX, pack_heartbeat_response, read_heartbeat_v4_request
 from protocol.framing import FrameReader
@@ -205,11 +205,13 @@ class Connection(asyncio.BufferedProtocol):
             return
         if frame[:4] == HEARTBEAT_V4_PREFIX and self._heartbeat_v4(frame):
             return
-        try:
-            request = decode_request(frame)
-        except ProtocolError as exc:
-            self._reject(frame, exc)
-            return
+        request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
+        if request is None:
+            try:
+                request = decode_request(frame)
+            except ProtocolError as exc:
+                self._reject(frame, exc)
+                return
         header = request.header
         try:
             outcome = HANDLERS[header.api_key](self._ctx, header, request.body)
