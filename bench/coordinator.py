@@ -192,7 +192,8 @@ class LoadgenCpu:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.share = (_own_cpu_s() - self.cpu) / max(time.perf_counter() - self.wall, 1e-9)
+        self.cpu_used = _own_cpu_s() - self.cpu
+        self.share = self.cpu_used / max(time.perf_counter() - self.wall, 1e-9)
 
 
 def _own_cpu_s() -> float:
@@ -263,7 +264,7 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
         clients = await connect_many(server.port, size)
         group_id, joined = await form_group(clients, f"rb-{uuid.uuid4().hex[:6]}-{size}", FORM_SESSION_MS)
         member_ids = [j.member_id for j in joined]
-        times, cpu_ms, own_shares = [], [], []
+        times, cpu_ms, own_cpu_ms, own_shares = [], [], [], []
         profiler = start_profiler(server, args) if size == max(args.rebalance_sizes) else None
         try:
             for round_number in range(args.rebalance_rounds):
@@ -271,6 +272,7 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
                 with LoadgenCpu() as own:
                     times.append(await one_rebalance(clients, group_id, member_ids, round_number))
                 cpu_ms.append((_server_cpu_ns(server.pid) - cpu_before) / 1e6)
+                own_cpu_ms.append(own.cpu_used * 1000)
                 own_shares.append(own.share)
         finally:
             stop_profiler(profiler)
@@ -278,6 +280,7 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
             await close_all(clients)
         figures[str(size)] = {"rebalance_ms": round(statistics.median(times), 2),
                               "server_cpu_ms_per_rebalance": round(statistics.median(cpu_ms), 2),
+                              "loadgen_cpu_ms_per_rebalance": round(statistics.median(own_cpu_ms), 2),
                               "rounds_ms": [round(t, 2) for t in times],
                               "loadgen_cpu_share": round(max(own_shares), 2)}
     return figures
@@ -435,7 +438,8 @@ def ratios(ours: dict[str, Any], kafka: dict[str, Any]) -> dict[str, Any]:
         other = kafka.get(key)
         if isinstance(value, dict) and isinstance(other, dict):
             out[key] = ratios(value, other)
-        elif isinstance(value, (int, float)) and isinstance(other, (int, float)) and other and "share" not in key \
+        elif isinstance(value, (int, float)) and isinstance(other, (int, float)) and other \
+                and "share" not in key and "loadgen" not in key \
                 and key not in ("pairs", "measured", "session_ms", "error_responses"):
             out[key] = round(value / other, 3)
     return out
