@@ -29,7 +29,7 @@ Group formation uses a fresh group id for any group that did not form in one gen
 Before/after in one run: `--baseline-tree DIR` races a second build of ours (a source tree, e.g. from
 `git archive <commit> | tar -x -C DIR`, run with DIR as its working directory) as "before", interleaved with the
 others, and adds the ratios after ÷ before. `--profile FILE` records our server with py-spy (`--format raw`,
-200 Hz; `pip install py-spy`) during the rounds of the largest rebalance size.
+200 Hz; `pip install -e '.[bench]'`) during the rounds of the largest rebalance size.
 """
 
 from __future__ import annotations
