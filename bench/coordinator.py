@@ -41,7 +41,6 @@ import os
 import resource
 import signal
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -325,7 +324,8 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
     """Every member rejoins with new metadata at once; ms from the first JoinGroup sent to the last SyncGroup
     answered. JoinGroup requests are encoded before the clock starts; SyncGroup requests need the generation,
     so they are packed by hand after the joins."""
-    metadata = encode_subscription(Subscription(("bench",), user_data=struct.pack(">i", round_number)))
+    # new metadata each round, as long as the formation's (a 10,000-member group's record must stay under 1 MB)
+    metadata = encode_subscription(Subscription((f"b{round_number % 10_000:04d}",)))
     bodies = [join(c, group_id, m, FORM_SESSION_MS, metadata) for c, m in zip(clients, member_ids)]
     frames = []
     for client, body in zip(clients, bodies):
