@@ -85,7 +85,11 @@ def _uvarint(frame: bytes, offset: int) -> tuple[int, int]:
 def _string(frame: bytes, offset: int, flexible: bool) -> tuple[str, int]:
     """A non-null string (int16 length, or compact: unsigned varint length + 1)."""
     if flexible:
-        size, offset = _uvarint(frame, offset)
+        size = frame[offset]
+        if size < 0x80:  # a one-byte length: the usual case
+            offset += 1
+        else:
+            size, offset = _uvarint(frame, offset)
         size -= 1
     else:
         (size,) = _INT16.unpack_from(frame, offset)
@@ -98,7 +102,11 @@ def _string(frame: bytes, offset: int, flexible: bool) -> tuple[str, int]:
 
 def _nullable_string(frame: bytes, offset: int, flexible: bool) -> tuple[str | None, int]:
     if flexible:
-        size, offset = _uvarint(frame, offset)
+        size = frame[offset]
+        if size < 0x80:  # a one-byte length: the usual case
+            offset += 1
+        else:
+            size, offset = _uvarint(frame, offset)
         size -= 1
     else:
         (size,) = _INT16.unpack_from(frame, offset)
@@ -114,7 +122,11 @@ def _nullable_string(frame: bytes, offset: int, flexible: bool) -> tuple[str | N
 def _bytes(frame: bytes, offset: int, flexible: bool) -> tuple[bytes, int]:
     """Non-null bytes (int32 length, or compact)."""
     if flexible:
-        size, offset = _uvarint(frame, offset)
+        size = frame[offset]
+        if size < 0x80:  # a one-byte length: the usual case
+            offset += 1
+        else:
+            size, offset = _uvarint(frame, offset)
         size -= 1
     else:
         (size,) = _INT32.unpack_from(frame, offset)
@@ -128,7 +140,11 @@ def _bytes(frame: bytes, offset: int, flexible: bool) -> tuple[bytes, int]:
 def _array_count(frame: bytes, offset: int, flexible: bool) -> tuple[int, int]:
     """A non-null array's element count, refusing counts the frame cannot hold (each element takes a byte)."""
     if flexible:
-        count, offset = _uvarint(frame, offset)
+        count = frame[offset]
+        if count < 0x80:
+            offset += 1
+        else:
+            count, offset = _uvarint(frame, offset)
         count -= 1
     else:
         (count,) = _INT32.unpack_from(frame, offset)
