@@ -1,5 +1,7 @@
 """The kio adapter: request frames to kio request objects, kio response objects to frames (and the reverse,
-for our client). The only place that decodes and encodes message bodies, so nothing above it reads bytes.
+for our client). With the hand codecs of the hottest messages (protocol.fastpath: Heartbeat;
+protocol.group_fastpath: JoinGroup and SyncGroup, whose packers the two handlers call), the only code that decodes
+and encodes message bodies, so nothing above the protocol package reads bytes.
 
 Header layouts (Kafka's RequestHeader/ResponseHeader):
 - request v1: api_key int16, api_version int16, correlation_id int32, client_id nullable int16-length string;
