@@ -263,13 +263,15 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
         clients = await connect_many(server.port, size, args.client_id)
         group_id, joined = await form_group(clients, f"rb-{uuid.uuid4().hex[:6]}-{size}", FORM_SESSION_MS)
         member_ids = [j.member_id for j in joined]
-        times, cpu_ms, own_cpu_ms, own_shares = [], [], [], []
+        times, sync_ms, cpu_ms, own_cpu_ms, own_shares = [], [], [], [], []
         profiler = start_profiler(server, args) if size == max(args.rebalance_sizes) else None
         try:
             for round_number in range(args.rebalance_rounds):
                 cpu_before = _server_cpu_ns(server.pid)
                 with LoadgenCpu() as own:
-                    times.append(await one_rebalance(clients, group_id, member_ids, round_number))
+                    total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number)
+                times.append(total)
+                sync_ms.append(sync_phase)
                 cpu_ms.append((_server_cpu_ns(server.pid) - cpu_before) / 1e6)
                 own_cpu_ms.append(own.cpu_used * 1000)
                 own_shares.append(own.share)
@@ -278,6 +280,7 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
             await leave_all(clients[0], group_id, member_ids)
             await close_all(clients)
         figures[str(size)] = {"rebalance_ms": round(statistics.median(times), 2),
+                              "sync_phase_ms": round(statistics.median(sync_ms), 2),
                               "server_cpu_ms_per_rebalance": round(statistics.median(cpu_ms), 2),
                               "loadgen_cpu_ms_per_rebalance": round(statistics.median(own_cpu_ms), 2),
                               "rounds_ms": [round(t, 2) for t in times],
@@ -320,10 +323,12 @@ def stop_profiler(profiler: subprocess.Popen | None) -> None:
         profiler.kill()
 
 
-async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int) -> float:
+async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int
+                        ) -> tuple[float, float]:
     """Every member rejoins with new metadata at once; ms from the first JoinGroup sent to the last SyncGroup
-    answered. JoinGroup requests are encoded before the clock starts; SyncGroup requests need the generation,
-    so they are packed by hand after the joins."""
+    answered, and of that the sync phase: from the first SyncGroup sent (after every JoinGroup answer) to the
+    last answered, which holds the leader's assignment write. JoinGroup requests are encoded before the clock
+    starts; SyncGroup requests need the generation, so they are packed by hand after the joins."""
     # new metadata each round, as long as the formation's (a 10,000-member group's record must stay under 1 MB)
     metadata = encode_subscription(Subscription((f"b{round_number % 10_000:04d}",)))
     bodies = [join(c, group_id, m, FORM_SESSION_MS, metadata) for c, m in zip(clients, member_ids)]
@@ -343,6 +348,7 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
     # hand-packed (kio's writer would take milliseconds of the load generator over the leader's request)
     sync_version = clients[0].version_for(ApiKey.SYNC_GROUP, wire.HIGHEST[ApiKey.SYNC_GROUP])
     sends = []
+    sync_started = time.perf_counter()
     for client, j in zip(clients, joined):
         correlation_id = client.next_correlation_id()
         assignments = [(m.member_id, b"\x00") for m in leader.members] if j is leader else []
@@ -351,10 +357,10 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
         sends.append(client.send_raw(frame, correlation_id, ApiKey.SYNC_GROUP, sync_version,
                                      timeout_ms=REBALANCE_MS))
     synced = [codec.decode_response(ApiKey.SYNC_GROUP, sync_version, r)[1] for r in await asyncio.gather(*sends)]
-    elapsed_ms = (time.perf_counter() - started) * 1000
+    ended = time.perf_counter()
     if {s.error_code for s in synced} != {0}:
         raise RuntimeError(f"sync of {group_id} round {round_number}: {[s.error_code for s in synced][:5]}")
-    return elapsed_ms
+    return (ended - started) * 1000, (ended - sync_started) * 1000
 
 
 async def detection_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
