@@ -1,5 +1,7 @@
 """The kio adapter: request frames to kio request objects, kio response objects to frames (and the reverse,
-for our client). The only place that decodes and encodes message bodies, so nothing above it reads bytes.
+for our client). With the hand codecs of the hottest messages (protocol.fastpath: Heartbeat;
+protocol.group_fastpath: JoinGroup and SyncGroup, whose packers the two handlers call), the only code that decodes
+and encodes message bodies, so nothing above the protocol package reads bytes.
 
 Header layouts (Kafka's RequestHeader/ResponseHeader):
 - request v1: api_key int16, api_version int16, correlation_id int32, client_id nullable int16-length string;
@@ -26,6 +28,7 @@ from protocol import apis
 from protocol.apis import ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
+from protocol.group_fastpath import read_join_group, read_sync_group
 from protocol.tolerant import has_arrays, read_entity
 
 _HEADER_PREFIX = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
@@ -98,6 +101,23 @@ def decode_request(frame: bytes) -> Request:
         raise CorruptRequest(_corruption(frame, exc)) from exc
 
 
+_GROUP_READERS = {ApiKey.JOIN_GROUP: read_join_group, ApiKey.SYNC_GROUP: read_sync_group}
+
+
+def read_group_request(frame: bytes) -> Request | None:
+    """A JoinGroup or SyncGroup request in its usual shape, read by hand (protocol.group_fastpath): its body is
+    then a JoinGroupFields / SyncGroupFields, not a kio payload. None for any other request, and for one in an
+    unusual shape: `decode_request` reads those (and says what is wrong with them)."""
+    if len(frame) < _HEADER_PREFIX.size or frame[0]:
+        return None
+    reader = _GROUP_READERS.get(frame[1])
+    read = None if reader is None else reader(frame)
+    if read is None:
+        return None
+    api_version, correlation_id, client_id, fields = read
+    return Request(RequestHeader(frame[1], api_version, correlation_id, client_id), fields)
+
+
 def _corruption(frame: bytes, exc: Exception) -> str:
     if len(frame) < _HEADER_PREFIX.size:
         return repr(exc)
@@ -167,7 +187,10 @@ _SPECS: dict[tuple[int, int], _Spec] = {}
 
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:
-    """A complete response frame (size prefix included) answering `header` with the kio payload `body`."""
+    """A complete response frame (size prefix included) answering `header` with the kio payload `body`, or
+    `body` itself when a handler packed its frame by hand (bytes: protocol.group_fastpath)."""
+    if type(body) is bytes:
+        return body
     if header.api_key == ApiKey.HEARTBEAT:
         throttle = getattr(body, "throttle_time", None)  # v0 has none; timedelta(0) is falsy
         throttle_ms = throttle // _ONE_MS if throttle else 0

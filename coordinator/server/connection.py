@@ -40,7 +40,7 @@ from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.relaying import RelaySide
 from coordinator.timer.clock import Clock
 from protocol.apis import ApiKey
-from protocol.codec import RequestHeader, decode_request, encode_response, peek_header
+from protocol.codec import RequestHeader, decode_request, encode_response, peek_header, read_group_request
 from protocol.errors import InvalidFrameSize, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import HEARTBEAT_V4_PREFIX, pack_heartbeat_response, read_heartbeat_v4_request
 from protocol.framing import FrameReader
@@ -209,11 +209,13 @@ class Connection(asyncio.BufferedProtocol):
             return
         if frame[:4] == HEARTBEAT_V4_PREFIX and self._heartbeat_v4(frame):
             return
-        try:
-            request = decode_request(frame)
-        except ProtocolError as exc:
-            self._reject(frame, exc)
-            return
+        request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
+        if request is None:
+            try:
+                request = decode_request(frame)
+            except ProtocolError as exc:
+                self._reject(frame, exc)
+                return
         header = request.header
         try:
             outcome = HANDLERS[header.api_key](self._ctx, header, request.body)
