@@ -505,6 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-jaeger", action="store_true", help="do not start Jaeger")
     demo.set_defaults(run=_run_demo, serve_args=[])
 
+    from coordinator.telemetry.trace_command import add_trace_command
+
+    add_trace_command(commands)
     from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs
 
     add_analyze_command(commands)
