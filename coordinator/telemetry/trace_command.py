@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from coordinator.telemetry.trace_render import render_list, render_rebalance, to_text
 from coordinator.telemetry.trace_view import (
-    JaegerQuery, Rebalance, TraceSourceError, default_jaeger_url, load_saved,
+    JaegerQuery, Rebalance, TraceSourceError, default_jaeger_url, default_saved_traces, load_saved,
 )
 
 FOLLOW_INTERVAL_S = 2.0
@@ -67,8 +67,14 @@ async def run_trace(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(to_text(render_rebalance(rebalance, width), color) + "\n", file=out, flush=True)
 
     try:
+        if args.file is None and args.jaeger_url is None and default_jaeger_url() is None:
+            args.file = default_saved_traces()  # no Jaeger to ask: the last demo's traces, if it saved some
+            if args.file is not None:
+                print(f"(no Jaeger running: the traces the last demo saved in {args.file})", file=sys.stderr)
         if args.file is not None:
             found = [r for r in load_saved(args.file) if _wanted(r, args)]
+            if args.follow:
+                raise TraceSourceError("--follow needs a running Jaeger (--jaeger-url), not a saved file")
             if args.trace_id and not found:
                 raise TraceSourceError(f"{args.file} has no rebalance trace {args.trace_id}")
             show(found if args.trace_id else found[-args.last:])
@@ -95,7 +101,7 @@ async def run_trace(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def _wanted(rebalance: Rebalance, args: argparse.Namespace) -> bool:
-    if args.trace_id and rebalance.trace_id != args.trace_id.strip().lower():
+    if args.trace_id and not rebalance.trace_id.startswith(args.trace_id.strip().lower()):  # a prefix will do
         return False
     return args.group is None or rebalance.group == args.group
 

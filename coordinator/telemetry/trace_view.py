@@ -181,6 +181,12 @@ class JaegerQuery:
         if not wanted or any(c not in "0123456789abcdef" for c in wanted) or len(wanted) > 32:
             raise TraceSourceError(f"{trace_id!r} is not a trace id (up to 32 hex digits, as on the log lines' "
                                    f"trace_id=)")
+        if len(wanted) < 32:  # a prefix, as the demo's event lines show it: among the recent rebalances
+            matches = [r for r in self.recent(1000, lookback="24h") if r.trace_id.startswith(wanted)]
+            if len(matches) != 1:
+                raise TraceSourceError(f"{len(matches) or 'no'} rebalance traces of the last 24h start with "
+                                       f"{wanted}" + (": give more digits" if matches else ""))
+            return matches[0]
         try:
             found = rebalances_from_jaeger_json(self._get(f"/api/traces/{wanted}"))
         except TraceSourceError as exc:
@@ -237,12 +243,21 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
+def _state_dir(env: dict[str, str]) -> Path:
+    from coordinator.demo import default_state_dir
+
+    return Path(env.get("COORDINATOR_STATE_DIR") or default_state_dir())
+
+
 def default_jaeger_url(env: dict[str, str] | None = None) -> str | None:
     """COORDINATOR_JAEGER_URL, else the running demo's Jaeger (its state directory says where)."""
     env = dict(os.environ) if env is None else env
     if env.get("COORDINATOR_JAEGER_URL"):
         return env["COORDINATOR_JAEGER_URL"]
-    from coordinator.demo import default_state_dir
+    return demo_jaeger_url(_state_dir(env))
 
-    state_dir = Path(env.get("COORDINATOR_STATE_DIR") or default_state_dir())
-    return demo_jaeger_url(state_dir)
+
+def default_saved_traces(env: dict[str, str] | None = None) -> Path | None:
+    """The traces the last demo saved when it stopped, if there are any."""
+    path = _state_dir(dict(os.environ) if env is None else env) / SAVED_TRACES_FILE
+    return path if path.exists() else None
