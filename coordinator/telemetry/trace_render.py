@@ -118,7 +118,13 @@ def _header(r: Rebalance, width: int) -> list[Line]:
     protocol = r.tag("coordinator.protocol.name")
     if protocol:
         facts.append(str(protocol))
-    lines.extend(_wrapped(" · ".join(facts), width, "", "", "dim"))
+    row = ""
+    for fact in facts:  # whole facts per line: a wrap never starts a line with the separator
+        if row and len(row) + 3 + len(fact) > width:
+            lines.append([Segment(clip(row, width), "dim")])
+            row = ""
+        row = f"{row} · {fact}" if row else fact
+    lines.append([Segment(clip(row, width), "dim")])
     reason = r.tag("coordinator.rebalance.reason")
     category = r.tag("coordinator.rebalance.reason_category")
     if reason or category:
