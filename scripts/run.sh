@@ -6,5 +6,5 @@
 # after S seconds; every `coordinator serve` flag works too (e.g. --bootstrap-server HOST:PORT for your cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh demo  # only what the demo needs: the tests' extras wait for scripts/test.sh
 exec .venv/bin/coordinator demo "$@"
