@@ -202,12 +202,28 @@ def test_demo_terminal_fits_80_columns_tells_the_story_and_keeps_logs_in_a_file(
     command = [sys.executable, "-m", "coordinator.cli", "--log-level", "INFO", "demo", "--state-dir", str(state_dir),
                "--listen", "127.0.0.1:0", "--consumers", "4", "--failure-rate", "30"]
 
-    def failure_traced(output: str) -> bool:  # a member failed, then a rebalance of its group ended, traced
+    drawn_live: list[subprocess.CompletedProcess[str]] = []
+
+    def failure_traced(output: str) -> bool:  # a member failed, then a rebalance ended, traced
         text = ANSI.sub("", output)
         failed = re.search(r"has failed, removing it\s+from\s+the\s+group", text)
-        return failed is not None and bool(REBALANCED.search(text, failed.end()))
+        rebalanced = REBALANCED.search(text, failed.end()) if failed else None
+        if rebalanced is None:
+            return False
+        # meanwhile, as a user would in another terminal: `coordinator trace <the id as printed>`, no flags (it
+        # finds the running demo's Jaeger through the state directory); the span export takes a moment
+        deadline = time.monotonic() + 30
+        while not drawn_live or (drawn_live[-1].returncode != 0 and time.monotonic() < deadline):
+            time.sleep(0 if not drawn_live else 1)
+            drawn_live.append(subprocess.run(
+                [sys.executable, "-m", "coordinator.cli", "trace", "--width", "200", rebalanced.group(4)],
+                capture_output=True, text=True, timeout=60,
+                env={**os.environ, "COORDINATOR_STATE_DIR": str(state_dir), "COORDINATOR_JAEGER_URL": ""}))
+        return True
 
     raw = run_in_terminal(command, 80, failure_traced, DEMO_TIMEOUT_S)
+    assert drawn_live[-1].returncode == 0, drawn_live[-1].stderr
+    assert "join phase" in drawn_live[-1].stdout and "━━ rebalance of " in drawn_live[-1].stdout
     # what a terminal shows: each piece between line feeds and carriage returns, escape sequences removed
     shown = [ANSI.sub("", piece) for line in raw.replace("\r\n", "\n").split("\n") for piece in line.split("\r")]
     too_wide = [piece for piece in shown if len(piece) > 80]
