@@ -154,13 +154,7 @@ def closing_lines(ran_s: float, summary: dict[str, Any] | None, demo_log: DemoLo
     """What happened, in a few lines, and where to look next."""
     lines = [f"coordinator demo: ran {ran_s:.0f} s"]
     if summary is not None:
-        rebalances = summary["rebalances"]
-        # the coordinator's reasons (the trace's categories) when traced, else what the members were told
-        reasons = collections.Counter(e.reason for e in demo_log.rebalances if e.reason) or rebalances["by_reason"]
-        took = rebalances["duration_ms"]
-        timing = f"; p50 {_ms(took['p50'])}, max {_ms(took['max'])}" if took.get("count") else ""
-        lines.append(f"  rebalances: {rebalances['count']}"
-                     + (f" ({', '.join(f'{r} {n}' for r, n in reasons.items())})" if reasons else "") + timing)
+        lines.append("  rebalances: " + _rebalances(summary["rebalances"], demo_log.rebalances))
         failures = summary["failures"]
         injected = ", ".join(f"{kind} {n}" for kind, n in failures["injected"].items()) or "none"
         lines.append(f"  failures injected: {injected}; crashes and hangs detected once: "
@@ -184,6 +178,20 @@ def closing_lines(ran_s: float, summary: dict[str, Any] | None, demo_log: DemoLo
         lines += ["  rebalances as they happen, while a demo runs:", "    coordinator trace --follow"]
     lines += ["  everything the coordinator logged:", f"    {demo_log.path}"]
     return lines
+
+
+def _rebalances(simulated: dict[str, Any], seen: list[DemoEvent]) -> str:
+    """The coordinator's own account (every group, its reason categories, its durations) when its log lines
+    said it, else what the simulated members saw."""
+    took = sorted(e.took_ms for e in seen if e.took_ms is not None)
+    if took:
+        reasons = collections.Counter(e.reason or "other" for e in seen)
+        count, p50, top = len(seen), took[len(took) // 2], took[-1]
+    else:
+        reasons, count = collections.Counter(simulated["by_reason"]), simulated["count"]
+        p50, top = simulated["duration_ms"].get("p50"), simulated["duration_ms"].get("max")
+    text = f"{count}" + (f" ({', '.join(f'{r} {n}' for r, n in reasons.most_common())})" if reasons else "")
+    return text + (f"; p50 {_ms(p50)}, max {_ms(top)}" if count and p50 is not None else "")
 
 
 def _ms(value: float) -> str:

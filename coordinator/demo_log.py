@@ -28,6 +28,7 @@ class DemoEvent:
     text: str
     trace_id: str | None = None  # a rebalance's: shown whole when the line has room, else its first 8 digits
     reason: str = ""  # a rebalance's reason category
+    took_ms: int | None = None  # a rebalance's duration
 
 
 class DemoLog(logging.Handler):
@@ -98,7 +99,8 @@ class DemoLog(logging.Handler):
             took = fields.get("duration_ms", "?")
             trace_id = fields.get("trace_id") if fields.get("trace_id") not in (None, "None") else None
             line = f"↻ {group} generation {generation} in {took} ms" + (f", {reason}" if reason else "")
-            done = DemoEvent(record.created, "rebalance", line, trace_id, reason)
+            done = DemoEvent(record.created, "rebalance", line, trace_id, reason,
+                             int(took) if took.isdigit() else None)
             self.rebalances.append(done)
             self._events.append(done)
 
