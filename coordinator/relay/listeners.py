@@ -19,10 +19,6 @@ log = logging.getLogger("coordinator.relay")
 MAX_PORT = 65_535
 
 
-class RelayPortsTaken(RuntimeError):
-    """A broker listener's port is held by another process when the relay starts."""
-
-
 @dataclass(frozen=True, slots=True)
 class UpstreamBroker:
     node_id: int
@@ -47,6 +43,10 @@ class PortMapping:
         return port
 
 
+class RelayPortsTaken(RuntimeError):
+    """A broker listener's port is held by another process when the relay starts."""
+
+
 ListenerFactory = Callable[[int, int], "asyncio.Future[asyncio.base_events.Server]"]
 
 
@@ -65,17 +65,19 @@ class BrokerListeners:
         self.taken: dict[int, int] = {}  # node id -> its port, taken by another process at the latest attempt
         self._lock = asyncio.Lock()
 
-    def clash(self, base_given: bool) -> str | None:
-        """Why the relay cannot start when a broker's listener port is taken (another instance on this host,
-        usually: consecutive listen ports meet each other's broker ports), with the flag that fixes it."""
+    def refuse_clash(self, base_given: bool) -> None:
+        """At start: a broker's listener port taken (another instance on this host, usually: consecutive listen
+        ports meet each other's broker ports) refuses the start, with the flag that fixes it, rather than serving
+        without a way to that broker."""
         if not self.taken:
-            return None
+            return
         node_id, port = min(self.taken.items())
         how = "--relay-base-port" if base_given else "the default base, the listen port + 1,"
-        return (f"the relay's listener for broker {node_id} needs port {port} ({how} + node id {node_id}), and "
-                f"another process holds it (another coordinator on this host?). Give each instance on one host its "
-                f"own --relay-base-port, far enough apart for the cluster's node ids (e.g. 19100, 19200, ...; env "
-                f"COORDINATOR_RELAY_BASE_PORT)")
+        raise RelayPortsTaken(
+            f"the relay's listener for broker {node_id} needs port {port} ({how} + node id {node_id}), and another "
+            f"process holds it (another coordinator on this host?). Give each instance on one host its own "
+            f"--relay-base-port, far enough apart for the cluster's node ids (e.g. 19100, 19200, ...; env "
+            f"COORDINATOR_RELAY_BASE_PORT)")
 
     @property
     def ports(self) -> dict[int, int]:

@@ -17,7 +17,7 @@ from typing import Any
 from coordinator.relay.buffer_pool import BufferPool
 from coordinator.relay.cluster import ClusterMetadata
 from coordinator.relay.config import RelayConfig
-from coordinator.relay.listeners import BrokerListeners, PortMapping, RelayPortsTaken, UpstreamBroker
+from coordinator.relay.listeners import BrokerListeners, PortMapping, UpstreamBroker
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
 from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
 from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, route_of
@@ -76,9 +76,8 @@ class Relay:
         client = await self._control_client()
         self.advertised = advertised_ranges(client.api_versions, self.served)
         await self._learn_cluster()
-        clash = self.listeners.clash(self.config.base_port is not None) if self.listeners is not None else None
-        if clash is not None:  # refused now, with the fix, rather than served without a way to that broker
-            raise RelayPortsTaken(clash)
+        if self.listeners is not None:
+            self.listeners.refuse_clash(self.config.base_port is not None)
         log.info("event=relay_started upstream=%s brokers=%s advertised_apis=%d buffer_memory=%d poolable=%d",
                  client_address(client), sorted(self.brokers), len(self.advertised),
                  self.config.buffer_memory_bytes, self.config.poolable_bytes)
