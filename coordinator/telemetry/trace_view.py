@@ -130,9 +130,9 @@ def _rebalance(trace: dict[str, Any]) -> Rebalance | None:
         spans[span.span_id] = span
     root = None
     for span in spans.values():
-        parent = spans.get(span.parent_id) if span.parent_id else None
-        if parent is not None:
-            parent.children.append(span)
+        parent_span = spans.get(span.parent_id) if span.parent_id else None
+        if parent_span is not None:
+            parent_span.children.append(span)
         elif span.name == ROOT_NAME:
             root = span
     if root is None:  # not a rebalance, or its root span has not reached Jaeger yet
