@@ -34,10 +34,11 @@ def add_trace_command(commands: Any) -> None:
                     "write) and the events, `member failed` with Kafka's line. Without TRACE_ID: the latest "
                     "rebalances (--last), of one group with --group; --follow draws new ones as they end.")
     trace.add_argument("trace_id", nargs="?", metavar="TRACE_ID",
-                       help="one trace (the 32 hex digits after trace_id= on a log line or an event line)")
+                       help="one trace: the 32 hex digits after trace_id= on a log line, or its first digits "
+                            "as the demo's event lines show them")
     trace.add_argument("--jaeger-url", default=None,
                        help="Jaeger's query URL, e.g. http://127.0.0.1:16686 (env COORDINATOR_JAEGER_URL; default: "
-                            "the Jaeger of a running `coordinator demo`)")
+                            "the Jaeger of a running `coordinator demo`, else the traces the last demo saved)")
     trace.add_argument("--file", type=Path, default=None,
                        help="read traces saved as Jaeger's /api/traces JSON instead (the demo saves its traces "
                             "there when it stops)")
