@@ -33,6 +33,7 @@ from coordinator.storage.config import (
     DEFAULT_EVENT_DELIVERY_TIMEOUT_MS, DEFAULT_EVENT_QUEUE_MAX_MESSAGES, StorageConfig,
 )
 from coordinator.storage.kafka_store import KafkaGroupStore
+from coordinator.telemetry.events import EventTopicObserver, start_event_publisher
 from coordinator.timer import MonotonicClock, SystemTimer
 
 if TYPE_CHECKING:
@@ -88,9 +89,13 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         timer.start()
         stack.push_async_callback(timer.close)
 
-        store = KafkaGroupStore(_storage_config(options, bootstrap), clock)
+        storage_config = _storage_config(options, bootstrap)
+        store = KafkaGroupStore(storage_config, clock)
         await store.start()
         stack.push_async_callback(store.close)
+        publisher = await start_event_publisher(storage_config)
+        if publisher is not None:  # closed first: flushes the queued events
+            stack.push_async_callback(asyncio.to_thread, publisher.close_blocking)
 
         observer = ObserverMux()
         coordinator = GroupRuntime(options.group, timer, store, clock, observer)
@@ -101,11 +106,10 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
                 shard.status = ShardStatus.UNOWNED
         instrumented = await _start_telemetry(stack, options, coordinator, observer)
         # stamps events with wall-clock time, not the monotonic clock; tracing first so events see the trace id
-        events = store.event_observer(trace_id_for=instrumented.trace_id_for)
-        if events is not None:
-            observer.add(events)
+        if publisher is not None:
+            observer.add(EventTopicObserver(publisher, trace_id_for=instrumented.trace_id_for))
             if instrumented.metrics is not None:
-                instrumented.metrics.watch_events(events.publisher)
+                instrumented.metrics.watch_events(publisher)
 
         ownership = None if options.instance_id is None else _ownership(options, coordinator, store, clock)
         # several instances: who owns which group's partition (FindCoordinator, Metadata); the owner map is

@@ -15,17 +15,13 @@ from coordinator.group.errors import group_append_error
 from coordinator.group.member import MemberMetadata
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.result import Result, Write
-from coordinator.group.state import GroupState
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 
 if TYPE_CHECKING:
     from coordinator.group.shard import GroupShard
     from coordinator.group.metadata import GroupMetadata
 
 log = logging.getLogger("coordinator.group")
-
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
-    GroupState.DEAD)
 
 
 def generate_member_id(client_id: str, group_instance_id: str | None) -> str:

@@ -70,9 +70,6 @@ class GroupMetadata:
         self.observer.on_state_change(self.group_id, old.value, target.value, self.generation_id)
 
     # --- membership ------------------------------------------------------------------------------------------
-    def has(self, member_id: str) -> bool:
-        return member_id in self.members
-
     def get(self, member_id: str) -> MemberMetadata:
         return self.members[member_id]
 

@@ -15,7 +15,7 @@ from coordinator.group.delayed import member_key
 from coordinator.group.errors import Errors, offset_append_error
 from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from coordinator.group.observer import GroupObserver
-from coordinator.group.state import GroupState
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 from coordinator.group.records import OffsetCommitRecord
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import ShardStatus
@@ -44,10 +44,6 @@ def _announce(observer: GroupObserver, removal: Removal, group_id: str, count: i
         observer.on_offsets_expired(group_id, count)
 
 log = logging.getLogger("coordinator.group")
-
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
-    GroupState.DEAD)
 
 
 def _commit_response(req: OffsetCommitRequest, errors: dict[TopicPartition, Errors] | Errors) -> OffsetCommitResponse:

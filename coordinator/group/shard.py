@@ -25,17 +25,13 @@ from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.group.result import Write
-from coordinator.group.state import GroupState
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
 from coordinator.purgatory import DelayedOperationPurgatory
 from coordinator.timer import Clock
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
-
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
-    GroupState.DEAD)
 
 
 class ShardStatus(Enum):

@@ -46,10 +46,14 @@ class StoreError(Exception):
 
 @dataclass(slots=True)
 class LoadedGroups:
-    """The latest group record and offsets of every group of the partitions loaded."""
+    """The latest group record and offsets of every group of the partitions loaded, and what the read saw
+    (records read, skipped as unknown or malformed: for logs)."""
 
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetRecord]] = field(default_factory=dict)
+    records: int = 0
+    unknown_records: int = 0
+    malformed_records: int = 0
 
     def group_ids(self) -> list[str]:
         """Groups with a record or offsets (offset-only groups load as Empty groups)."""

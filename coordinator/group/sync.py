@@ -15,7 +15,7 @@ from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import ShardStatus
 from protocol.error_codes import Errors
-from coordinator.group.state import GroupState
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 
 if TYPE_CHECKING:
     from coordinator.group.shard import GroupShard
@@ -23,9 +23,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordinator.group")
 
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
-    GroupState.DEAD)
 ACTIVE = ShardStatus.ACTIVE
 
 

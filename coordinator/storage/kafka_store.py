@@ -31,13 +31,12 @@ from coordinator.group.records import Record
 from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
                                      TopicPartition)
 from coordinator.storage.config import StorageConfig
-from coordinator.telemetry.events import EventPublisher, EventTopicObserver
-from coordinator.storage.loader import LoadedState, consumer_settings, read_state
+from coordinator.storage.loader import consumer_settings, read_state
 from coordinator.group.partitioner import partition_for
 from coordinator.storage.producer import AsyncProducer, KafkaRecord
 from coordinator.storage.records import encode
 from coordinator.storage.tombstones import TombstoneWriter
-from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, make_admin
+from coordinator.storage.topics import ensure_state_topic, make_admin
 from coordinator.storage.transactions import PartitionTransactions, TransactionalWriters
 from coordinator.timer.clock import Clock, MonotonicClock
 
@@ -109,7 +108,6 @@ class KafkaGroupStore(GroupStore):
         self._fencing: PartitionTransactions | None = None  # with partition_fencing: one producer per partition
         # with partition_fencing: called on the loop, once per partition, when another instance fenced its producer
         self.on_fenced: Callable[[int], None] | None = None
-        self._events: EventPublisher | None = None
         self._stop_loading = threading.Event()
         self._tombstones = TombstoneWriter(config.tombstone_retry_ms / 1000)
         self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
@@ -120,8 +118,6 @@ class KafkaGroupStore(GroupStore):
         admin = make_admin(self.config)
         try:
             await ensure_state_topic(admin, self.config)
-            if self.config.event_topic is not None:
-                await self._start_events(admin)
         finally:
             admin.release()
         if self.config.partition_fencing:
@@ -146,24 +142,8 @@ class KafkaGroupStore(GroupStore):
                  "partition_fencing=%s", self.config.state_topic, self.config.partitions, self.config.bootstrap,
                  self.config.transactional_id, self.config.partition_fencing)
 
-    async def _start_events(self, admin: Any) -> None:
-        try:
-            await ensure_event_topic(admin, self.config)
-        except Exception as exc:  # the event topic is optional: analytics lose events, groups lose nothing
-            log.warning("event=event_topic_unavailable topic=%s error=%s", self.config.event_topic, exc)
-        self._events = EventPublisher(self.config)
-
-    def event_observer(self, wall_clock: Clock | None = None,
-                       trace_id_for: Callable[[str], str | None] | None = None) -> EventTopicObserver | None:
-        """An observer writing group events to the event topic (None when it is disabled); call after start().
-        `wall_clock` stamps `ts_ms` and must count milliseconds since the Unix epoch (default: the system's
-        calendar clock) — not the coordinator's monotonic clock, whose origin means nothing to analytics."""
-        if self._events is None:
-            return None
-        return EventTopicObserver(self._events, wall_clock, trace_id_for)
-
     async def read(self, partitions: Iterable[int] | None = None, stop: threading.Event | None = None,
-                   ends_after: threading.Event | None = None) -> LoadedState:
+                   ends_after: threading.Event | None = None) -> LoadedGroups:
         """Replay the state topic (all partitions by default) from the earliest offset to the end offset: the
         latest records as the codec decodes them. `stop` (default: the store's) ends it with LoadError; with
         `ends_after` the end offsets are taken once that event is set (loader.read_state)."""
@@ -191,9 +171,9 @@ class KafkaGroupStore(GroupStore):
         else:
             state = await self._fence_and_read(self._fencing, partitions)
         self._unloaded.difference_update(partitions)
-        return await asyncio.to_thread(loaded_groups, state)
+        return state
 
-    async def _fence_and_read(self, fencing: PartitionTransactions, partitions: Collection[int]) -> LoadedState:
+    async def _fence_and_read(self, fencing: PartitionTransactions, partitions: Collection[int]) -> LoadedGroups:
         """Fence, and read meanwhile: the end offsets are taken only once every partition is fenced (so the
         read covers all the previous owner committed and nothing it can still write), but the records below
         them are read while the producers initialise."""
@@ -243,9 +223,6 @@ class KafkaGroupStore(GroupStore):
     async def close(self) -> None:
         self._stop_loading.set()
         self._tombstones.stop_retrying()
-        if self._events is not None:
-            events, self._events = self._events, None
-            await asyncio.to_thread(events.close_blocking)
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.close()
@@ -367,13 +344,9 @@ class _EitherEvent(threading.Event):
         return super().is_set() or self._other.is_set()
 
 
-def loaded_groups(state: LoadedState) -> LoadedGroups:
-    return LoadedGroups(loaded_group_records(state), loaded_offset_records(state))
-
-
-def loaded_group_records(state: LoadedState) -> dict[str, GroupRecord]:
+def loaded_group_records(state: LoadedGroups) -> dict[str, GroupRecord]:
     return dict(state.groups)
 
 
-def loaded_offset_records(state: LoadedState) -> dict[str, dict[TopicPartition, OffsetRecord]]:
+def loaded_offset_records(state: LoadedGroups) -> dict[str, dict[TopicPartition, OffsetRecord]]:
     return {group_id: dict(offsets) for group_id, offsets in state.offsets.items()}

@@ -3,7 +3,7 @@
 `StateReplay` is the pure part: records in log order, latest wins, a tombstone removes, an unknown key version
 is skipped with a warning. `read_state` is the I/O part: it reads every partition from its earliest offset to
 its end offset with a confluent-kafka Consumer. It blocks, so the store runs it in a worker thread; decoding
-happens there too, and the loop receives one finished `LoadedState`.
+happens there too, and the loop receives one finished `LoadedGroups`.
 
 The end offset is the partition's high watermark (ListOffsets read_uncommitted, through the AdminClient), not
 the last stable offset a read_committed consumer's `get_watermark_offsets` answers: a transaction's commit
@@ -18,15 +18,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 
 from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from coordinator.group.store import LoadedGroups
 from coordinator.storage.records import (
-    GroupMetadataKey, GroupRecord, OffsetCommitKey, OffsetRecord, RecordFormatError, UnknownKey,
+    GroupMetadataKey, OffsetCommitKey, OffsetRecord, RecordFormatError, UnknownKey,
     decode_group_metadata_value, decode_key, decode_offset_commit_value,
 )
 from coordinator.timer.clock import Clock
@@ -34,28 +34,12 @@ from coordinator.storage.kafka_logs import librdkafka_logger
 
 log = logging.getLogger("coordinator.storage")
 
-OffsetMap = dict[tuple[str, int], OffsetRecord]
 _BATCH_MESSAGES = 10_000
 _POLL_TIMEOUT_S = 0.05  # consume() waits this long unless its batch fills: short, so a small partition loads fast
 
 
 class LoadError(RuntimeError):
     """The state topic could not be read to its end (broker unreachable, timeout, shutdown)."""
-
-
-@dataclass
-class LoadedState:
-    """The latest group record and offsets of every group found in the state topic."""
-
-    groups: dict[str, GroupRecord] = field(default_factory=dict)
-    offsets: dict[str, OffsetMap] = field(default_factory=dict)
-    records: int = 0
-    unknown_records: int = 0
-    malformed_records: int = 0
-
-    def group_ids(self) -> set[str]:
-        """Groups with a metadata record or offsets (offset-only groups become Empty groups)."""
-        return set(self.groups) | set(self.offsets)
 
 
 class StateReplay:
@@ -68,11 +52,11 @@ class StateReplay:
     """
 
     def __init__(self) -> None:
-        self._state = LoadedState()
+        self._state = LoadedGroups()
         self._group_values: dict[str, tuple[bytes, str]] = {}  # group id -> (latest value bytes, position)
 
     @property
-    def state(self) -> LoadedState:
+    def state(self) -> LoadedGroups:
         self._decode_groups()
         return self._state
 
@@ -148,7 +132,7 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
 
 def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
                timeout_ms: int, stop: threading.Event | None = None,
-               ends_after: threading.Event | None = None) -> LoadedState:
+               ends_after: threading.Event | None = None) -> LoadedGroups:
     """Blocking: replay `partitions` of `topic` from their earliest offset to their high watermark.
 
     With `ends_after`, reading starts at once but the high watermarks are taken only once that event is set

@@ -27,6 +27,7 @@ from coordinator.storage.config import EVENT_LINGER_MS, StorageConfig
 from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
+from coordinator.storage.topics import ensure_event_topic, make_admin
 
 log = logging.getLogger("coordinator.telemetry.events")
 
@@ -227,3 +228,19 @@ class EventTopicObserver(GroupObserver):
 
     def on_group_deleted(self, group_id: str, partition_count: int) -> None:
         self._emit("group_deleted", group_id, partition_count=partition_count)
+
+
+async def start_event_publisher(config: StorageConfig) -> EventPublisher | None:
+    """Create or verify the event topic and start its producer (None when the event topic is off). The topic is
+    optional: if it cannot be made, the publisher still starts (events wait or are dropped, groups lose
+    nothing). Close it with `close_blocking` (in a thread) before the state store closes."""
+    if config.event_topic is None:
+        return None
+    admin = make_admin(config)
+    try:
+        await ensure_event_topic(admin, config)
+    except Exception as exc:
+        log.warning("event=event_topic_unavailable topic=%s error=%s", config.event_topic, exc)
+    finally:
+        admin.release()
+    return EventPublisher(config)

@@ -10,6 +10,8 @@ heartbeat costs nothing more with metrics on. Prometheus names: dots become unde
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 from collections import Counter as Tally
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable
@@ -18,32 +20,50 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from coordinator.group.observer import GroupObserver, RebalanceCause
 from coordinator.group.records import GroupMetadataRecord, Record
+from coordinator.group.state import GroupState
 
-GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+GROUP_STATES = tuple(state.value for state in GroupState)
 
 
 class GroupCensus:
-    """Groups by state and members, for the collector's thread. Up to `direct_limit` groups they are counted on
-    the spot (a few ms); above, a scan on the event loop in slices of `slice_size` groups, one slice per loop
-    iteration, so a scrape never holds the loop for O(groups): the figures are then the last finished scan's
-    (a scrape starts the next one)."""
+    """Groups by state and members, for the collector's thread, counted on the event loop (which owns the
+    groups: a walk from another thread could see a dict change size mid-scan). Up to `direct_limit` groups they
+    are counted in one loop callback (a few ms) the collector waits for (at most `wait_s`, else it gets the last
+    figures); above, a scan in slices of `slice_size` groups, one slice per loop iteration, so a scrape never
+    holds the loop for O(groups): the figures are then the last finished scan's (a scrape starts the next one)."""
 
-    def __init__(self, coordinator: Any, direct_limit: int = 20_000, slice_size: int = 2_000) -> None:
+    def __init__(self, coordinator: Any, direct_limit: int = 20_000, slice_size: int = 2_000,
+                 wait_s: float = 1.0) -> None:
         self.coordinator = coordinator
-        self.direct_limit, self.slice_size = direct_limit, slice_size
+        self.direct_limit, self.slice_size, self.wait_s = direct_limit, slice_size, wait_s
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._last: tuple[dict[str, int], int] = ({}, 0)
         self._scanning = False
 
     def read(self, fresh: bool = True) -> tuple[dict[str, int], int]:
         """`fresh=False`: the figures of the previous read (the second instrument of one collection)."""
-        groups = self.coordinator.groups
         if not fresh:
             return self._last
+        if threading.get_ident() == self._loop_thread:
+            return self._read_on_loop()
+        counted: concurrent.futures.Future[tuple[dict[str, int], int]] = concurrent.futures.Future()
+        try:
+            self._loop.call_soon_threadsafe(self._answer, counted)
+            return counted.result(timeout=self.wait_s)
+        except (RuntimeError, concurrent.futures.TimeoutError):  # the loop is closed or too busy to answer now
+            return self._last
+
+    def _answer(self, counted: concurrent.futures.Future[tuple[dict[str, int], int]]) -> None:
+        if counted.set_running_or_notify_cancel():
+            counted.set_result(self._read_on_loop())
+
+    def _read_on_loop(self) -> tuple[dict[str, int], int]:
+        groups = self.coordinator.groups
         if len(groups) > self.direct_limit:
             if not self._scanning:
                 self._scanning = True
-                self._loop.call_soon_threadsafe(self._start_scan)
+                self._start_scan()
             return self._last
         self._last = _count(list(groups.values()))
         return self._last

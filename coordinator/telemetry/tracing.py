@@ -30,11 +30,13 @@ from opentelemetry.trace import (Link, Span, SpanContext, SpanKind, Status, Stat
                                  set_span_in_context)
 
 from coordinator.group.observer import GroupObserver, RebalanceCause
+from coordinator.group.state import GroupState
 
 log = logging.getLogger("coordinator.telemetry")
 
 PREPARING, COMPLETING, STABLE, EMPTY, DEAD = (
-    "PreparingRebalance", "CompletingRebalance", "Stable", "Empty", "Dead")
+    GroupState.PREPARING_REBALANCE.value, GroupState.COMPLETING_REBALANCE.value, GroupState.STABLE.value,
+    GroupState.EMPTY.value, GroupState.DEAD.value)
 FAILURE_LINE = "Member {member_id} in group {group_id} has failed, removing it from the group"
 _MAX_PENDING_CAUSES = 16
 
