@@ -1,26 +1,22 @@
 """Materialising loaded records into groups (§7.4): Stable with members, else Empty."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from coordinator.group.api import JoinGroupProtocol
 from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
+from coordinator.group.observer import GroupObserver
+from coordinator.group.records import GroupRecord, OffsetRecord, TopicPartition
 from coordinator.group.state import GroupState
-from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
-
-if TYPE_CHECKING:
-    from coordinator.group.shard import GroupShard
 
 
-def materialize_group(shard: GroupShard, group_id: str, record: GroupRecord | None,
-                      offsets: dict[TopicPartition, OffsetRecord]) -> GroupMetadata:
-    now_ms = shard.now_wall_ms()
+def materialize_group(group_id: str, record: GroupRecord | None, offsets: dict[TopicPartition, OffsetRecord],
+                      now_ms: int, observer: GroupObserver) -> GroupMetadata:
+    """`now_ms`: the wall-clock time the group is loaded at; `observer`: the group's."""
     if record is None:  # offsets only: a "simple" group that never had members
-        group = GroupMetadata(group_id, GroupState.EMPTY, now_ms, shard.observer)
+        group = GroupMetadata(group_id, GroupState.EMPTY, now_ms, observer)
     else:
         state = GroupState.STABLE if record.members else GroupState.EMPTY
-        group = GroupMetadata(group_id, state, now_ms, shard.observer)
+        group = GroupMetadata(group_id, state, now_ms, observer)
         group.protocol_type = record.protocol_type or None
         group.protocol_name = record.protocol
         group.generation_id = record.generation

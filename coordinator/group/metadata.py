@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from coordinator.group.api import JoinGroupResponseMember
 from coordinator.group.member import MemberMetadata, Protocols
 from coordinator.group.state import GroupState, IllegalStateTransition, VALID_PREVIOUS
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, TopicPartition
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord, TopicPartition
 
 if TYPE_CHECKING:
     from coordinator.group.api import JoinGroupResponse

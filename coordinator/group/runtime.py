@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Collection, Iterator, Mapping
 from typing import Any, Callable
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group import admin, join, offsets, sync
+from coordinator.group import admin, heartbeat, join, leave, offsets, sync
 from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse,
                                    DescribeGroupsRequest, DescribeGroupsResponse, HeartbeatRequest,
                                    HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
@@ -117,7 +117,7 @@ class GroupRuntime:
     def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None = None) -> Errors:
         """The hot path, synchronous: no writes, no futures."""
-        return sync.handle_heartbeat(self.shard_for(group_id), group_id, generation_id, member_id,
+        return heartbeat.handle_heartbeat(self.shard_for(group_id), group_id, generation_id, member_id,
                                      group_instance_id)
 
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
@@ -125,7 +125,7 @@ class GroupRuntime:
             self.handle_heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id))
 
     async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
-        return await self._serve(req.group_id, sync.handle_leave_group, req)
+        return await self._serve(req.group_id, leave.handle_leave_group, req)
 
     async def commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
         return await self._serve(req.group_id, offsets.handle_commit_offsets, req)

@@ -369,7 +369,7 @@ class GroupShard:
             log.warning("event=load_skipped group=%s reason=already_cached", group_id)
             return
         try:
-            group = materialize_group(self, group_id, record, offsets)
+            group = materialize_group(group_id, record, offsets, self.now_wall_ms(), self.observer)
         except Exception:  # a record we cannot make sense of costs that group, not the others
             log.exception("event=load_failed group=%s", group_id)
             return

@@ -37,47 +37,13 @@ from coordinator.storage.producer import AsyncProducer, KafkaRecord
 from coordinator.storage.records import encode
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_state_topic, make_admin
-from coordinator.storage.transactions import PartitionTransactions, TransactionalWriters
+from coordinator.storage.append_errors import append_error
+from coordinator.storage.partition_writers import PartitionTransactions, TransactionalWriters
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
 _BATCH_OVERHEAD_BYTES = 61  # record batch header (magic v2)
 _RECORD_OVERHEAD_BYTES = 21  # a record's length, attributes, deltas, key/value lengths and headers (varints, at most)
-
-_LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the broker path would have produced
-    KafkaError._MSG_TIMED_OUT: Errors.REQUEST_TIMED_OUT,
-    KafkaError._TIMED_OUT: Errors.REQUEST_TIMED_OUT,
-    KafkaError._TIMED_OUT_QUEUE: Errors.REQUEST_TIMED_OUT,
-    KafkaError._UNKNOWN_PARTITION: Errors.UNKNOWN_TOPIC_OR_PARTITION,
-    KafkaError._UNKNOWN_TOPIC: Errors.UNKNOWN_TOPIC_OR_PARTITION,
-    KafkaError._TRANSPORT: Errors.NETWORK_EXCEPTION,
-    # fenced by a newer holder of the transactional.id (transactions.py reports every fencing error as this):
-    # another instance owns the partition now
-    KafkaError._FENCED: Errors.NOT_COORDINATOR,
-    # the producer's own state (sequence numbers, producer id, transaction state) after an outage: the write was
-    # not stored and the producer recovers (aborts with an epoch bump, or is replaced): the client retries
-    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER: Errors.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_PRODUCER_ID: Errors.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.INVALID_TXN_STATE: Errors.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.INVALID_PRODUCER_ID_MAPPING: Errors.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.CONCURRENT_TRANSACTIONS: Errors.COORDINATOR_NOT_AVAILABLE,
-}
-
-
-def append_error(error: KafkaError) -> Errors:
-    """The raw Kafka error of a failed append. Broker errors keep their code; local ones are translated; what
-    has no Kafka equivalent (queue full, fatal producer, shutdown) becomes COORDINATOR_NOT_AVAILABLE, which
-    every client retries."""
-    code = error.code()
-    if code in _LOCAL_ERRORS:
-        return _LOCAL_ERRORS[code]
-    if code > 0:
-        try:
-            return Errors(code)
-        except ValueError:
-            return Errors.UNKNOWN_SERVER_ERROR
-    return Errors.COORDINATOR_NOT_AVAILABLE
-
 
 def producer_settings(config: StorageConfig) -> dict[str, Any]:
     return {

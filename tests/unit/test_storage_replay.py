@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from coordinator.group.errors import Errors
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
-from coordinator.storage.kafka_store import append_error
+from coordinator.storage.append_errors import append_error
 from coordinator.storage.loader import StateReplay
 from coordinator.storage.records import (
     GroupMetadataKey, OffsetCommitKey, decode_group_metadata_value, decode_offset_commit_value,
