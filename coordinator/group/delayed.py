@@ -67,7 +67,8 @@ class InitialDelayedJoin(DelayedJoin):
 
     __slots__ = ("purgatory", "configured_delay_ms", "remaining_ms")
 
-    def __init__(self, shard: GroupTimers, purgatory: DelayedOperationPurgatory, group: GroupMetadata,
+    def __init__(self, shard: GroupTimers, purgatory: DelayedOperationPurgatory[DelayedOperation],
+                 group: GroupMetadata,
                  configured_delay_ms: int, delay_ms: int, remaining_ms: int) -> None:
         super().__init__(shard, group, delay_ms)
         self.purgatory = purgatory

@@ -8,11 +8,11 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse
+from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
 from coordinator.group.delayed import join_key, member_key
 from protocol.error_codes import Errors
 from coordinator.group.errors import group_append_error
-from coordinator.group.member import MemberMetadata
+from coordinator.group.member import MemberMetadata, Protocols
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.result import Result, Write
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from coordinator.group.metadata import GroupMetadata
 
 log = logging.getLogger("coordinator.group")
+
+_MemberSettings = tuple[Protocols, int, int]  # protocols, rebalance and session timeouts, before an update
 
 
 def generate_member_id(client_id: str, group_instance_id: str | None) -> str:
@@ -246,7 +248,7 @@ def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata,
 
 
 def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
-                                old_member_id: str, previous: tuple, current_leader: str | None,
+                                old_member_id: str, previous: _MemberSettings, current_leader: str | None,
                                 req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
     """Stable and the selected protocol is unchanged: store the new member id, no rebalance."""
     new_member_id = member.member_id
@@ -280,7 +282,7 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
 
 
 def _revert_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
-                               old_member_id: str, previous: tuple, current_leader: str | None,
+                               old_member_id: str, previous: _MemberSettings, current_leader: str | None,
                                error: Errors, future: asyncio.Future[JoinGroupResponse]) -> None:
     log.warning("event=static_member_persist_failed group=%s member=%s error=%s", group.group_id,
                 member.member_id, error.name)
@@ -308,6 +310,5 @@ def _complete_own_join(group: GroupMetadata, member: MemberMetadata, future: asy
         _answer(future, response)
 
 
-def _fenced_sync():
-    from coordinator.group.api import SyncGroupResponse
+def _fenced_sync() -> SyncGroupResponse:
     return SyncGroupResponse(Errors.FENCED_INSTANCE_ID)

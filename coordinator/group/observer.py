@@ -7,7 +7,7 @@ keep them cheap and non-blocking. A raising observer is logged and ignored; it n
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -127,7 +127,7 @@ class ObserverMux(GroupObserver):
         self.observers.append(observer)
 
 
-def _fan_out(event: str):
+def _fan_out(event: str) -> Callable[..., None]:
     def call(self: ObserverMux, *args: object) -> None:
         for observer in self.observers:
             try:

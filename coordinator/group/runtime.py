@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Collection, Iterator, Mapping
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, cast
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group import admin, heartbeat, join, leave, offsets, sync
@@ -38,13 +38,16 @@ from coordinator.group.partitioner import cached_partition_for
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import GroupShard, ShardStatus
 from coordinator.group.store import GroupStore, StoreError
-from coordinator.purgatory import DelayedOperationPurgatory
+from coordinator.group.delayed import DelayedHeartbeat
+from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import Clock, MonotonicClock, SystemTimer, WallClock
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
 
-_LOAD_SLICE = 2_000  # groups materialised between two yields to the event loop
+_LOAD_SLICE = 2_000
+Q = TypeVar("Q")  # a request
+R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
 
 
 class GroupRuntime:
@@ -63,8 +66,10 @@ class GroupRuntime:
         self._observer: GroupObserver = observer if observer is not None else GroupObserver()
         purge = config.purgatory_purge_interval
         # Shared by the shards: their keys carry the group id, so each shard's keys are its own.
-        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", timer, purge, owns_timer=False)
-        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer, purge, owns_timer=False)
+        self.heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat] = DelayedOperationPurgatory(
+            "Heartbeat", timer, purge, owns_timer=False)
+        self.rebalance_purgatory: DelayedOperationPurgatory[DelayedOperation] = DelayedOperationPurgatory(
+            "Rebalance", timer, purge, owns_timer=False)
         self.num_partitions = config.offsets_topic_num_partitions
         if store.partitions is not None and store.partitions != self.num_partitions:
             raise ValueError(f"the store's state topic has {store.partitions} partitions, the runtime routes groups "
@@ -180,7 +185,7 @@ class GroupRuntime:
         return removed
 
     # --- the write path ---------------------------------------------------------------------------------------
-    async def _serve(self, group_id: str | None, handler: Callable[[GroupShard, Any], Any], req: Any) -> Any:
+    async def _serve(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q) -> R:
         shard = self.shard_for(group_id)
         result = handler(shard, req)
         if not isinstance(result, Result):  # a handler that never writes returns its response itself
@@ -190,12 +195,12 @@ class GroupRuntime:
         if isinstance(response, asyncio.Future):
             # A parked request is answered by group logic: on success only from its write's `then` (after the
             # acknowledgement), but an error (a rebalance meanwhile) may answer it before.
-            return await response
+            return cast(R, await response)
         if written:
             errors = await self._written(written)
             if result.respond is not None:
-                response = result.respond(errors)
-        return response
+                return cast(R, result.respond(errors))
+        return cast(R, response)
 
     def _start(self, shard: GroupShard, writes: list[Write], by_request: bool = True
                ) -> list[asyncio.Future[Errors]]:
@@ -220,8 +225,9 @@ class GroupRuntime:
         try:
             appended: Awaitable[None] = self.store.append(partition, write.records)
         except Exception as exc:  # a store bug: answered like any failed append
-            appended = loop.create_future()
-            appended.set_exception(exc)  # type: ignore[attr-defined]
+            failed: asyncio.Future[None] = loop.create_future()
+            failed.set_exception(exc)
+            appended = failed
         task = loop.create_task(self._append_then(partition, write, appended, by_request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

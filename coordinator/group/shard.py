@@ -27,7 +27,7 @@ from coordinator.group.observer import GroupObserver, RebalanceCategory, Rebalan
 from coordinator.group.result import Write
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
-from coordinator.purgatory import DelayedOperationPurgatory
+from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import Clock
 from protocol.error_codes import Errors
 
@@ -56,8 +56,8 @@ def _no_store(write: Write) -> None:
 
 class GroupShard:
     def __init__(self, partition: int, config: CoordinatorConfig, clock: Clock, wall_clock: Clock,
-                 observer: GroupObserver, heartbeat_purgatory: DelayedOperationPurgatory,
-                 rebalance_purgatory: DelayedOperationPurgatory,
+                 observer: GroupObserver, heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat],
+                 rebalance_purgatory: DelayedOperationPurgatory[DelayedOperation],
                  append: Callable[[Write], object] | None = None) -> None:
         self.partition = partition
         self.config = config
@@ -184,12 +184,13 @@ class GroupShard:
     def _send_join_responses(self, group: GroupMetadata) -> None:
         log.info("event=group_stabilized group=%s generation=%d members=%d protocol=%s leader=%s",
                  group.group_id, group.generation_id, group.size, group.protocol_name, group.leader_id)
-        all_members = None
+        all_members: list[JoinGroupResponseMember] | None = None
         for member in list(group.members.values()):
             is_leader = group.is_leader(member.member_id)
             if is_leader and all_members is None:
                 all_members = self.member_list(group)
-            group.complete_join(member, self.join_response(group, member.member_id, all_members if is_leader else []))
+            members = all_members if is_leader and all_members is not None else []
+            group.complete_join(member, self.join_response(group, member.member_id, members))
             self.schedule_heartbeat(group, member, member.session_timeout_ms)
             member.is_new = False
             group.pending_sync_members.add(member.member_id)

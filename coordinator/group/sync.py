@@ -66,7 +66,7 @@ def _validate_sync_group(shard: GroupShard, group: GroupMetadata, req: SyncGroup
 
 
 def _park_sync(shard: GroupShard, group: GroupMetadata, req: SyncGroupRequest,
-               future: asyncio.Future[SyncGroupResponse]) -> None:
+               future: asyncio.Future[SyncGroupResponse]) -> list[Write]:
     member = group.get(req.member_id)
     previous = member.sync_future
     member.sync_future = future

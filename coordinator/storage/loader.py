@@ -21,7 +21,8 @@ import time
 
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, Message,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordinator.group.store import LoadedGroups
@@ -200,14 +201,17 @@ def _drop_reached(box: _ConsumerBox, topic: str, pending: dict[int, int]) -> Non
                 del pending[position.partition]
 
 
-def _take(message, replay: StateReplay, pending: dict[int, int]) -> None:
+def _take(message: Message, replay: StateReplay, pending: dict[int, int]) -> None:
     error = message.error()
-    partition = message.partition()
+    partition, offset = message.partition(), message.offset()
+    if partition is None or offset is None:  # only a client-level error has neither: nothing to place
+        log.warning("event=state_read_error error=%s", error)
+        return
     if error is None:
-        replay.apply(message.key(), message.value(), f"{partition}:{message.offset()}")
-        position = message.offset() + 1
+        replay.apply(message.key(), message.value(), f"{partition}:{offset}")
+        position = offset + 1
     elif error.code() == KafkaError._PARTITION_EOF:
-        position = message.offset()
+        position = offset
     else:
         log.warning("event=state_read_error partition=%s error=%s", partition, error)
         return

@@ -121,7 +121,8 @@ class AsyncProducer:
 
     @property
     def timeout_ms(self) -> int:
-        return int(self._settings.get("message.timeout.ms", 300_000))  # type: ignore[call-overload]
+        timeout = self._settings.get("message.timeout.ms", 300_000)
+        return timeout if isinstance(timeout, int) else int(str(timeout))
 
     def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
         """Append `records` now, in order with every earlier send (librdkafka keeps a partition's order); the
@@ -143,6 +144,7 @@ class AsyncProducer:
             message: dict[str, object] = {"key": key} if value is None else {"key": key, "value": value}
             by_partition.setdefault(partition, []).append(message)
         for partition, messages in by_partition.items():
+            failure: object  # a KafkaError, or what produce_batch put in a refused message's `_error`
             try:
                 queued = self._producer.produce_batch(self.topic, messages, partition=partition,
                                                       on_delivery=batch.on_delivery)

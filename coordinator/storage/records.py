@@ -201,8 +201,8 @@ def decode_group_metadata_value(data: bytes) -> GroupRecord:
     reader.flexible = version >= FIRST_FLEXIBLE_VALUE_VERSION
     protocol_type = reader.string()
     generation = reader.int32()
-    protocol = reader.string(nullable=True)
-    leader = reader.string(nullable=True)
+    protocol = reader.nullable_string()
+    leader = reader.nullable_string()
     current_state_timestamp_ms = reader.int64() if version >= 2 else -1
     members = [_decode_member(reader, version) for _ in range(reader.array_length())]
     reader.skip_tagged_fields()
@@ -212,7 +212,7 @@ def decode_group_metadata_value(data: bytes) -> GroupRecord:
 
 def _decode_member(reader: Reader, version: int) -> MemberRecord:
     member_id = reader.string()
-    group_instance_id = reader.string(nullable=True) if version >= 3 else None
+    group_instance_id = reader.nullable_string() if version >= 3 else None
     client_id = reader.string()
     client_host = reader.string()
     rebalance_timeout_ms = reader.int32() if version >= 1 else None
