@@ -288,7 +288,7 @@ class GroupRuntime:
         for partition, group_ids in by_partition.items():
             shard = self.shards[partition]
             for group_id in group_ids:
-                shard.load_group(group_id, loaded.groups.get(group_id), loaded.offsets.get(group_id, {}))
+                shard.load_group(group_id, loaded.records_of(group_id))
                 count += 1
                 if count % _LOAD_SLICE == 0:
                     await asyncio.sleep(0)  # the shards already served keep answering meanwhile

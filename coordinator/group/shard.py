@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from enum import Enum
+from collections.abc import Iterable
 from typing import Callable
 
 from coordinator.config import CoordinatorConfig
@@ -26,7 +27,7 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.group.result import Write
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
-from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
+from coordinator.group.records import Record
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import Clock
 from protocol.error_codes import Errors
@@ -363,14 +364,13 @@ class GroupShard:
             member.member_id))
 
     # --- loading and unloading (§7.4, §7.5) -------------------------------------------------------------------
-    def load_group(self, group_id: str, record: GroupRecord | None,
-                   offsets: dict[TopicPartition, OffsetRecord]) -> None:
-        """Materialise one loaded group (its latest record and offsets): Stable with members, else Empty."""
+    def load_group(self, group_id: str, records: Iterable[Record]) -> None:
+        """Replay one loaded group's records (its latest metadata and offsets): Stable with members, else Empty."""
         if group_id in self.groups:
             log.warning("event=load_skipped group=%s reason=already_cached", group_id)
             return
         try:
-            group = materialize_group(group_id, record, offsets, self.now_wall_ms(), self.observer)
+            group = materialize_group(group_id, records, self.now_wall_ms(), self.observer)
         except Exception:  # a record we cannot make sense of costs that group, not the others
             log.exception("event=load_failed group=%s", group_id)
             return

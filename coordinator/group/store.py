@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.group.records import (GroupMetadataRecord, GroupRecord, MemberRecord, OffsetRecord, Record,
-                                      TopicPartition)
+                                      TopicPartition, offset_commits)
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group.store")
@@ -54,6 +54,12 @@ class LoadedGroups:
     records: int = 0
     unknown_records: int = 0
     malformed_records: int = 0
+
+    def records_of(self, group_id: str) -> list[Record]:
+        """The group's records as loading replays them: its metadata (if any), then its offsets."""
+        record = self.groups.get(group_id)
+        head: list[Record] = [] if record is None else [GroupMetadataRecord(group_id, record)]
+        return head + offset_commits(group_id, self.offsets.get(group_id, {}))
 
     def group_ids(self) -> list[str]:
         """Groups with a record or offsets (offset-only groups load as Empty groups)."""
