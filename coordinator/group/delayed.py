@@ -11,16 +11,24 @@ from coordinator.group.state import GroupState
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 
-class GroupTimers(Protocol):
-    """What the delayed operations delegate to (the shard: group/shard.py)."""
+class JoinTimers(Protocol):
+    """What a DelayedJoin delegates to (the shard: group/shard.py)."""
 
     def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool: ...
 
     def on_complete_join(self, group: GroupMetadata) -> None: ...
 
+
+class HeartbeatTimers(Protocol):
+    """What a DelayedHeartbeat delegates to (session tracking: group/sessions.py)."""
+
     def try_complete_heartbeat(self, op: DelayedHeartbeat) -> bool: ...
 
     def on_expire_heartbeat(self, op: DelayedHeartbeat) -> None: ...
+
+
+class SyncTimers(Protocol):
+    """What a DelayedSync delegates to (the shard)."""
 
     def try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
                                   force_complete: Callable[[], bool]) -> bool: ...
@@ -46,7 +54,7 @@ class DelayedJoin(DelayedOperation):
 
     __slots__ = ("shard", "group")
 
-    def __init__(self, shard: GroupTimers, group: GroupMetadata, rebalance_timeout_ms: int) -> None:
+    def __init__(self, shard: JoinTimers, group: GroupMetadata, rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
         self.shard, self.group = shard, group
 
@@ -67,7 +75,7 @@ class InitialDelayedJoin(DelayedJoin):
 
     __slots__ = ("purgatory", "configured_delay_ms", "remaining_ms")
 
-    def __init__(self, shard: GroupTimers, purgatory: DelayedOperationPurgatory[DelayedOperation],
+    def __init__(self, shard: JoinTimers, purgatory: DelayedOperationPurgatory[DelayedOperation],
                  group: GroupMetadata,
                  configured_delay_ms: int, delay_ms: int, remaining_ms: int) -> None:
         super().__init__(shard, group, delay_ms)
@@ -98,7 +106,7 @@ class DelayedHeartbeat(DelayedOperation):
 
     __slots__ = ("shard", "group", "member_id", "is_pending", "deadline_ms")
 
-    def __init__(self, shard: GroupTimers, group: GroupMetadata, member_id: str, is_pending: bool,
+    def __init__(self, shard: HeartbeatTimers, group: GroupMetadata, member_id: str, is_pending: bool,
                  timeout_ms: int, now_ms: int) -> None:
         super().__init__(timeout_ms)
         self.shard, self.group = shard, group
@@ -120,7 +128,7 @@ class DelayedSync(DelayedOperation):
 
     __slots__ = ("shard", "group", "generation_id")
 
-    def __init__(self, shard: GroupTimers, group: GroupMetadata, generation_id: int,
+    def __init__(self, shard: SyncTimers, group: GroupMetadata, generation_id: int,
                  rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
         self.shard, self.group, self.generation_id = shard, group, generation_id
