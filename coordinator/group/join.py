@@ -180,6 +180,12 @@ def _add_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member_id
                             req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
                             req.protocols)
     member.is_new = True
+    cause = RebalanceCause(
+        RebalanceCategory.MEMBER_JOINED, f"Adding new member {member_id} with group instance id "
+                                         f"{req.group_instance_id}; client reason: {req.reason or 'not provided'}",
+        member_id, req.reason)
+    if group.can_rebalance:
+        shard.announce_rebalance(group, cause)
     if group.is_in(PREPARING) and group.generation_id == 0:
         group.new_member_added = True
     was_pending = member_id in group.pending_members
@@ -194,10 +200,7 @@ def _add_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member_id
                                    req.client_host)
     # New members cannot heartbeat while parked (no id yet): guard them with the new-member join timeout.
     shard.schedule_heartbeat(group, member, shard.config.new_member_join_timeout_ms)
-    shard.maybe_prepare_rebalance(group, RebalanceCause(
-        RebalanceCategory.MEMBER_JOINED, f"Adding new member {member_id} with group instance id "
-                                         f"{req.group_instance_id}; client reason: {req.reason or 'not provided'}",
-        member_id, req.reason))
+    shard.maybe_prepare_rebalance(group, cause)
 
 
 def _update_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
@@ -221,12 +224,14 @@ def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata,
     group.complete_join(old, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=old_member_id))
     group.complete_sync(old, _fenced_sync())
     member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+    reason = req.reason or "not provided"
+    if group.is_in(COMPLETING):  # the replacement's rebalance (below): its trace holds the replacement
+        shard.announce_rebalance(group, _static_update_cause(new_member_id, instance_id, reason, req))
     shard.observer.on_member_replaced(group.group_id, old_member_id, new_member_id, instance_id)
     shard.schedule_heartbeat(group, member, member.session_timeout_ms)
     previous = (member.supported_protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
     group.update_member(member, req.protocols, req.rebalance_timeout_ms,
                         req.session_timeout_ms, future)
-    reason = req.reason or "not provided"
     if group.is_in(STABLE):
         if group.protocol_name == group.select_protocol():
             _persist_static_replacement(shard, group, member, old_member_id, previous, current_leader, req,
@@ -239,12 +244,17 @@ def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata,
                 new_member_id, req.reason))
     elif group.is_in(COMPLETING):
         # The leader may already have assigned partitions to the old member id.
-        shard.prepare_rebalance(group, RebalanceCause(
-            RebalanceCategory.STATIC_MEMBER, f"Updating metadata for static member {new_member_id} with instance "
-                                             f"id {instance_id}; client reason: {reason}", new_member_id, req.reason))
+        shard.prepare_rebalance(group, _static_update_cause(new_member_id, instance_id, reason, req))
     elif group.state in (EMPTY, DEAD):
         raise RuntimeError(f"Group {group.group_id} was not supposed to be in the state {group.state.value} "
                            f"when the unknown static member {instance_id} rejoins.")
+
+
+def _static_update_cause(new_member_id: str, instance_id: str, reason: str, req: JoinGroupRequest
+                         ) -> RebalanceCause:
+    return RebalanceCause(RebalanceCategory.STATIC_MEMBER, f"Updating metadata for static member {new_member_id} "
+                                                           f"with instance id {instance_id}; client reason: {reason}",
+                          new_member_id, req.reason)
 
 
 def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,

@@ -56,10 +56,12 @@ def _remove_leaving_member(shard: GroupShard, group: GroupMetadata, member_id: s
     member = group.get(member_id)
     log.info("event=member_left group=%s member=%s group_instance_id=%s reason=%r",
              group.group_id, member_id, member.group_instance_id, reason)
+    cause = RebalanceCause(RebalanceCategory.MEMBER_LEFT,
+                           f"Removing member {member_id} on LeaveGroup; client reason: {reason}", member_id, reason)
+    if shard.rebalances_on_removal(group):
+        shard.announce_rebalance(group, cause)
     shard.observer.on_member_left(group.group_id, member_id, member.group_instance_id, reason)
-    shard.remove_member_and_update_group(group, member, RebalanceCause(
-        RebalanceCategory.MEMBER_LEFT, f"Removing member {member_id} on LeaveGroup; client reason: {reason}",
-        member_id, reason))
+    shard.remove_member_and_update_group(group, member, cause)
     shard.remove_heartbeat(group, member)
 
 

@@ -67,6 +67,11 @@ class GroupObserver:
     ) -> None:
         """A member was removed by the coordinator: session expiry, no rejoin, no sync, capacity."""
 
+    def on_rebalance_starting(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
+        """A rebalance is about to start for `cause`: called before the events of its cause (the member that
+        joined, left or failed) and before the group enters PreparingRebalance; once per rebalance (a second
+        call for the same one, from prepare_rebalance, repeats the first)."""
+
     def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
         """The group entered PreparingRebalance; `generation` is the old generation."""
 

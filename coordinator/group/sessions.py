@@ -28,6 +28,12 @@ class SessionTracking:
     def remove_pending_member_and_update_group(self, group: GroupMetadata, member_id: str) -> None:
         raise NotImplementedError
 
+    def rebalances_on_removal(self, group: GroupMetadata) -> bool:
+        raise NotImplementedError
+
+    def announce_rebalance(self, group: GroupMetadata, cause: RebalanceCause) -> None:
+        raise NotImplementedError
+
     @staticmethod
     def has_satisfied_heartbeat(member: MemberMetadata) -> bool:
         """A member parked in JoinGroup/SyncGroup is alive, unless it is new (§4.8)."""
@@ -96,11 +102,13 @@ class SessionTracking:
             self._arm_heartbeat(group, member, remaining_ms)
             return
         log.info("Member %s in group %s has failed, removing it from the group", member.member_id, group.group_id)
+        cause = RebalanceCause(RebalanceCategory.SESSION_TIMEOUT,
+                               f"removing member {member.member_id} on heartbeat expiration", member.member_id)
+        if self.rebalances_on_removal(group):
+            self.announce_rebalance(group, cause)
         self.observer.on_member_session_expired(
             group.group_id, member.member_id, member.client_id, member.client_host, member.session_timeout_ms,
             self.clock.now_ms() - member.heartbeat_deadline_ms + member.session_timeout_ms)
         self.observer.on_member_failed(group.group_id, member.member_id, member.group_instance_id,
                                        "session timeout")
-        self.remove_member_and_update_group(group, member, RebalanceCause(
-            RebalanceCategory.SESSION_TIMEOUT, f"removing member {member.member_id} on heartbeat expiration",
-            member.member_id))
+        self.remove_member_and_update_group(group, member, cause)

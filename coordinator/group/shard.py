@@ -119,7 +119,17 @@ class GroupShard(SessionTracking):
         if group.can_rebalance:
             self.prepare_rebalance(group, cause)
 
+    def announce_rebalance(self, group: GroupMetadata, cause: RebalanceCause) -> None:
+        """Tell observers a rebalance starts for `cause`, before the events of the cause (a member joined, left,
+        failed) and before the group enters PreparingRebalance: a trace of it then holds them from the start."""
+        self.observer.on_rebalance_starting(group.group_id, group.generation_id, cause)
+
+    def rebalances_on_removal(self, group: GroupMetadata) -> bool:
+        """Whether removing a member (remove_member_and_update_group) starts a rebalance."""
+        return group.is_in(STABLE) or group.is_in(COMPLETING)
+
     def prepare_rebalance(self, group: GroupMetadata, cause: RebalanceCause) -> None:
+        self.announce_rebalance(group, cause)
         if group.is_in(COMPLETING):
             self.reset_and_propagate_assignment_error(group, Errors.REBALANCE_IN_PROGRESS)
         self.remove_sync_expiration(group)
@@ -205,7 +215,7 @@ class GroupShard(SessionTracking):
         # Kafka leaves a parked SyncGroup of a removed member unanswered; we answer it so no request hangs.
         group.complete_sync(member, SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
         group.remove(member.member_id)
-        if group.is_in(STABLE) or group.is_in(COMPLETING):
+        if self.rebalances_on_removal(group):
             self.maybe_prepare_rebalance(group, cause)
         elif group.is_in(PREPARING):
             self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
@@ -238,6 +248,8 @@ class GroupShard(SessionTracking):
         if not group.pending_sync_members:
             return
         missing = sorted(group.pending_sync_members)
+        cause = RebalanceCause(RebalanceCategory.SYNC_TIMEOUT, f"Removing {missing} on pending sync request expiration")
+        self.announce_rebalance(group, cause)
         for member_id in missing:
             member = group.members.get(member_id)
             if member is not None:  # observers first, while the member is still there to describe
@@ -247,8 +259,7 @@ class GroupShard(SessionTracking):
             if member is not None:
                 self.remove_heartbeat(group, member)
         log.info("event=members_not_synced group=%s members=%s", group.group_id, missing)
-        self.prepare_rebalance(group, RebalanceCause(RebalanceCategory.SYNC_TIMEOUT,
-                                                     f"Removing {missing} on pending sync request expiration"))
+        self.prepare_rebalance(group, cause)
 
     # --- assignment propagation -------------------------------------------------------------------------------
     def reset_and_propagate_assignment_error(self, group: GroupMetadata, error: Errors) -> None:

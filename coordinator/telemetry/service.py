@@ -46,7 +46,7 @@ def instrument(telemetry: Telemetry, coordinator: Any, observer: ObserverMux, no
             group = coordinator.groups.get(group_id)
             return None if group is None else group.members.get(member_id)
 
-        done.rebalances = RebalanceTracer(tracer, now_ns, member_lookup, telemetry.id_generator)
+        done.rebalances = RebalanceTracer(tracer, now_ns, member_lookup)
         observer.add(done.rebalances)
         trace_group_requests(coordinator, tracer, done.rebalances)
         done._log_filter = logs.install(done.rebalances.trace_id_for)

@@ -124,7 +124,7 @@ async def test_a_failed_member_rebalance_is_one_trace(receiver: OtlpReceiver,
     by_type = {}
     for record in events.records:
         by_type.setdefault(record["type"], []).append(record)
-    assert by_type["member_failed"][0]["trace_id"] == second.trace_id  # written before the root span existed
+    assert by_type["member_failed"][0]["trace_id"] == second.trace_id  # the rebalance it causes
     assert [r["trace_id"] for r in by_type["rebalance_started"]] == [first.trace_id, second.trace_id]
     assert [r["trace_id"] for r in by_type["rebalance_completed"]] == [first.trace_id, second.trace_id]
 
