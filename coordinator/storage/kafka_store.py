@@ -1,18 +1,24 @@
 """The Kafka-backed `GroupStore`: group records and offsets in a compacted topic, Kafka's formats (§7.3, §7.4).
 
-Lifecycle: `await start()` (create or verify the topics, start the producers), `await load(partitions)`
+Lifecycle: `await start()` (create or verify the state topic, start the producers), `await load(partitions)`
 (replay partitions of the state topic; the runtime materialises their groups before it serves them), `append`
 while serving, `await unload(partitions)` when giving partitions up, and `await close()`.
 
+`append(partition, records)` encodes the shard's typed records and queues them with the partition's producer
+before it returns (one FIFO per partition: partition_writers.py, producer.py), so a partition's records are
+stored in the order they were appended; the future it returns resolves once they are acknowledged by every
+in-sync replica (acks=all) and raises `StoreError(<raw Kafka error>)` otherwise; the runtime hands the raw
+error to the write's owner, which maps it per API (coordinator/group/errors.py). A write of tombstones only
+(deleted groups, expired or deleted offsets) is answered the same way; one that fails stays owed and is sent
+again (tombstones.py).
+
 With `StorageConfig.partition_fencing` (several instances sharing the state topic) every owned partition has a
-transactional producer of its own (`transactional.id = <transactional_id>-p<partition>`, transactions.py
+transactional producer of its own (`transactional.id = <transactional_id>-p<partition>`, partition_writers.py
 `PartitionTransactions`): `load` creates and initialises them before it takes the end offsets (reading
-meanwhile), which fences the partitions' previous owner and aborts the transaction it left open; `unload` closes them once their writes in flight are
-done; an append to a partition not loaded fails NOT_COORDINATOR, and `on_fenced(partition)` tells the owner of
-the store (on the loop, once) when a newer owner fenced a partition's producer. An append returns once acknowledged by every in-sync replica (idempotent
-producer, acks=all) and raises `StoreError(<raw Kafka error>)` otherwise; the runtime hands the raw error to
-the write's owner, which maps it per API (coordinator/group/errors.py). Tombstones (deleted groups, expired
-offsets) are awaited the same way; one that fails stays owed and is sent again (tombstones.py).
+meanwhile), which fences the partitions' previous owner and aborts the transaction it left open; `unload`
+closes them once their writes in flight are done; an append to a partition not loaded fails NOT_COORDINATOR,
+and `on_fenced(partition)` tells the owner of the store (on the loop, once) when a newer owner fenced a
+partition's producer.
 """
 
 from __future__ import annotations
