@@ -27,6 +27,9 @@ from coordinator.group.observer import ObserverMux
 from coordinator.group.shard import ShardStatus
 from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
+from coordinator.security.client_config import ClientSecurity
+from coordinator.security.clusters import cluster_security, use_for_cluster
+from coordinator.security.connections import check_cluster_access
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
 from coordinator.storage.config import (
@@ -62,6 +65,8 @@ class ServiceOptions:
     instance_id: str | None = None
     instances_group: str | None = None  # None: "<state topic>.coordinators"
     instance_session_timeout_ms: int = 6_000
+    # How every client of ours reaches the cluster (--command-config): TLS, SASL. None: PLAINTEXT.
+    client_security: ClientSecurity | None = None
 
 
 @dataclass
@@ -83,6 +88,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         health.start()
         stack.push_async_callback(health.stop)
         bootstrap = options.bootstrap or await _start_embedded_kafka(stack, options.kafka_data_dir)
+        if options.client_security is not None:
+            await _secure_cluster_access(stack, options, bootstrap, options.client_security)
         clock = MonotonicClock()
         timer = SystemTimer("coordinator", clock)
         timer.start()
@@ -144,6 +151,21 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
     stack.callback(broker.remove_data)
     stack.push_async_callback(broker.stop)
     return broker.bootstrap
+
+
+async def _secure_cluster_access(stack: contextlib.AsyncExitStack, options: ServiceOptions, bootstrap: str,
+                                 security: ClientSecurity) -> None:
+    """Every client of `bootstrap` made from here on uses `security`; the cluster must accept it now (a wrong
+    password or CA is one clear error at start, not librdkafka retrying forever)."""
+    stack.callback(use_for_cluster(bootstrap, security))
+    log.info("event=cluster_security bootstrap=%s %s", bootstrap, security.describe())
+    if options.relay is not None and (security.uses_sasl or security.certificate_location):
+        log.warning("event=relay_uses_coordinator_identity detail=the relay's upstream connections authenticate "
+                    "as the coordinator (%s): a client of the relay reaches the cluster with the coordinator's "
+                    "rights until SASL passes through the relay (docs/security.md)", security.describe())
+    entry = cluster_security(bootstrap)
+    assert entry is not None
+    await check_cluster_access(bootstrap, entry)
 
 
 async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,

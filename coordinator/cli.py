@@ -218,7 +218,23 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         instance_id=instance_id,
         instances_group=args.instances_group,
         instance_session_timeout_ms=args.instance_session_timeout_ms,
+        client_security=_client_security(args),
     )
+
+
+def _client_security(args: argparse.Namespace) -> Any:
+    """--command-config read and checked now: a wrong setting is one line naming its key."""
+    from coordinator.security.client_config import ClientConfigError, load_command_config
+
+    if args.command_config is None:
+        return None
+    if args.bootstrap_server is None:
+        raise SystemExit("coordinator serve: --command-config needs --bootstrap-server (the embedded Kafka broker "
+                         "is PLAINTEXT)")
+    try:
+        return load_command_config(args.command_config)
+    except ClientConfigError as exc:
+        raise SystemExit(f"coordinator serve: --command-config {args.command_config}: {exc}")
 
 
 def _check_event_settings(args: argparse.Namespace) -> None:
@@ -364,6 +380,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--bootstrap-server", default=env("KAFKA_BOOTSTRAP"),
                        help="the Kafka cluster holding the state topic (env KAFKA_BOOTSTRAP); "
                             "none: an embedded Apache Kafka broker is started")
+    secured = serve.add_argument_group(
+        "a secured cluster", "How the coordinator's clients (state, events, admin, instances, the relay's own "
+        "connections) reach a cluster that requires TLS or SASL: see docs/security.md")
+    secured.add_argument("--command-config", metavar="FILE", default=env("COORDINATOR_COMMAND_CONFIG"),
+                         help="a Kafka client properties file, as Kafka's tools take it: security.protocol, "
+                              "sasl.mechanism, sasl.jaas.config (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER), "
+                              "ssl.truststore.location with ssl.truststore.type=PEM, ssl.keystore.* (PEM); "
+                              "librdkafka's names too (env COORDINATOR_COMMAND_CONFIG)")
     serve.add_argument("--kafka-data-dir", default=env("COORDINATOR_KAFKA_DATA_DIR"),
                        help="data dir of the embedded broker (default: temporary)")
     serve.add_argument("--state-topic", default=env("COORDINATOR_STATE_TOPIC", "__coordinator_state"))

@@ -21,6 +21,8 @@ from coordinator.relay.listeners import BrokerListeners, PortMapping, UpstreamBr
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
 from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
 from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, route_of
+from coordinator.security.clusters import cluster_security
+from coordinator.security.connections import ClusterAccessError, connect
 from protocol import apis
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion
@@ -40,6 +42,7 @@ class Relay:
                  max_frame_bytes: int) -> None:
         self.config = config
         self.bootstrap = [_host_port(address) for address in bootstrap.split(",") if address.strip()]
+        self.security = cluster_security(bootstrap)  # TLS/SASL of the relay's own connections (--command-config)
         self.served = served
         self.max_frame_bytes = max_frame_bytes
         self.pool = BufferPool(config.buffer_memory_bytes, config.poolable_bytes, config.max_block_ms)
@@ -113,7 +116,8 @@ class Relay:
         broker = self.brokers.get(node_id)
         if broker is None:
             raise UpstreamUnavailable(f"broker {node_id} is not in the cluster's metadata")
-        link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes, self.counters)
+        link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes, self.counters,
+                            self.security)
         link.connect()
         return link
 
@@ -166,11 +170,11 @@ class Relay:
             errors = []
             for host, port in dict.fromkeys(candidates):
                 try:
-                    self._control = await KafkaClient.connect(host, port, client_id=_CLIENT_ID,
-                                                              timeout_ms=self.config.upstream_timeout_ms)
+                    self._control = await connect(host, port, self.security, client_id=_CLIENT_ID,
+                                                  timeout_ms=self.config.upstream_timeout_ms)
                     self._control.address = f"{host}:{port}"  # type: ignore[attr-defined]
                     return self._control
-                except (OSError, asyncio.TimeoutError, ProtocolError) as exc:
+                except (OSError, asyncio.TimeoutError, ProtocolError, ClusterAccessError) as exc:
                     errors.append(f"{host}:{port}: {exc!r}")
             raise UpstreamUnavailable("no upstream broker reachable: " + "; ".join(errors))
 

@@ -24,12 +24,16 @@ import struct
 from typing import Protocol
 
 from coordinator.relay.buffer_pool import BufferExhausted, BufferPool
+from coordinator.security.clusters import ClusterSecurity
+from coordinator.security.connections import ClusterAccessError, open_link
 from coordinator.runtime_health import release_transport_cycle
 
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
 _STAGING_BYTES = 16_384
 _MIN_STAGING_FREE = 1_024
+_CLIENT_ID = "kafka-group-coordinator-relay"  # what a broker sees on the SASL exchange of a secured link
+_SECURED_CONNECT_TIMEOUT_MS = 30_000  # TLS and SASL together, per link
 
 
 class PendingResponse:
@@ -67,8 +71,10 @@ class LinkOwner(Protocol):
 
 class UpstreamLink(asyncio.BufferedProtocol):
     def __init__(self, owner: LinkOwner, pool: BufferPool, node_id: int, host: str, port: int,
-                 max_frame_bytes: int, counters: RelayCounters | None = None) -> None:
+                 max_frame_bytes: int, counters: RelayCounters | None = None,
+                 security: ClusterSecurity | None = None) -> None:
         self.owner = owner
+        self._security = security  # None: plain TCP; else TLS to `host` (its certificate must name it) and SASL
         self.counters = counters if counters is not None else RelayCounters()
         self.pool = pool
         self.node_id = node_id
@@ -102,8 +108,14 @@ class UpstreamLink(asyncio.BufferedProtocol):
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
-            await loop.create_connection(lambda: self, self._host, self._port)
-        except OSError as exc:
+            if self._security is None:
+                await loop.create_connection(lambda: self, self._host, self._port)
+            else:
+                await open_link(self, self._host, self._port, self._security, client_id=_CLIENT_ID,
+                                timeout_ms=_SECURED_CONNECT_TIMEOUT_MS)
+        except ClusterAccessError as exc:
+            self._fail("upstream_access_refused", f"node_id={self.node_id} upstream={self.address} error={exc}")
+        except (OSError, asyncio.TimeoutError) as exc:
             self._fail("upstream_unreachable", f"node_id={self.node_id} upstream={self.address} error={exc!r}")
         finally:
             self._connecting = None  # the finished task would hold this link in a cycle (see close)

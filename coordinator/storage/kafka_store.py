@@ -31,6 +31,7 @@ from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, Offs
                                      TopicPartition)
 from coordinator.storage.config import StorageConfig
 from coordinator.telemetry.events import EventPublisher, EventTopicObserver
+from coordinator.security.clusters import secured
 from coordinator.storage.loader import LoadedState, consumer_settings, read_state
 from coordinator.group.partitioner import partition_for
 from coordinator.storage.producer import AsyncProducer, Record
@@ -82,7 +83,7 @@ def append_error(error: KafkaError) -> Errors:
 
 
 def producer_settings(config: StorageConfig) -> dict[str, Any]:
-    return {
+    return secured({
         "bootstrap.servers": config.bootstrap,
         "client.id": f"{config.client_id}-state",
         "enable.idempotence": True,  # implies acks=all and in-order retries
@@ -95,7 +96,7 @@ def producer_settings(config: StorageConfig) -> dict[str, Any]:
         # one OffsetCommit (up to max_write_bytes) must not be split across produce requests by record count
         "batch.num.messages": 1_000_000,
         "socket.nagle.disable": True,  # small acks=all requests must not wait for delayed ACKs
-    }
+    })
 
 
 class KafkaGroupStore(GroupStore):

@@ -31,6 +31,7 @@ from coordinator.storage.records import (
 )
 from coordinator.timer.clock import Clock
 from coordinator.storage.kafka_logs import librdkafka_logger
+from coordinator.security.clusters import secured
 
 log = logging.getLogger("coordinator.storage")
 
@@ -130,7 +131,7 @@ class StateReplay:
 
 
 def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict[str, object]:
-    return {
+    return secured({
         "bootstrap.servers": bootstrap,
         "client.id": f"{client_id}-loader",
         "group.id": f"{client_id}-loader",  # required by librdkafka; only assign() is used, nothing is committed
@@ -143,7 +144,7 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
         "max.partition.fetch.bytes": buffer_bytes,  # Kafka's offsets.load.buffer.size
         "fetch.max.bytes": max(buffer_bytes * 10, 52_428_800),
         "logger": librdkafka_logger("loader"),
-    }
+    })
 
 
 def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
@@ -237,9 +238,9 @@ def end_offsets(settings: dict[str, object], topic: str, partitions: list[int], 
     """(earliest offset, high watermark) of every partition: ListOffsets read_uncommitted, so the end is not the
     last stable offset (which can lag a committed transaction until its markers land). Retried until the
     deadline while the cluster does not answer."""
-    box = _AdminBox(AdminClient({"bootstrap.servers": settings["bootstrap.servers"],
-                                 "client.id": settings.get("client.id", "group-coordinator-loader"),
-                                 "logger": librdkafka_logger("loader-admin")}))
+    box = _AdminBox(AdminClient(secured({"bootstrap.servers": settings["bootstrap.servers"],
+                                         "client.id": settings.get("client.id", "group-coordinator-loader"),
+                                         "logger": librdkafka_logger("loader-admin")})))
     try:
         earliest = _list_offsets(box, topic, partitions, OffsetSpec.earliest(), clock, deadline_ms)
         latest = _list_offsets(box, topic, partitions, OffsetSpec.latest(), clock, deadline_ms)

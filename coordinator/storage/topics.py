@@ -17,6 +17,7 @@ import logging
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from coordinator.security.clusters import secured
 from coordinator.storage.config import StorageConfig, min_insync_replicas
 from coordinator.storage.kafka_logs import librdkafka_logger
 
@@ -31,9 +32,9 @@ class Admin:
     """An AdminClient that is destroyed when released, on the releasing thread (see the module docstring)."""
 
     def __init__(self, config: StorageConfig) -> None:
-        self._client: AdminClient | None = AdminClient({
+        self._client: AdminClient | None = AdminClient(secured({
             "bootstrap.servers": config.bootstrap, "client.id": f"{config.client_id}-admin",
-            "logger": librdkafka_logger("admin")})
+            "logger": librdkafka_logger("admin")}))
 
     @property
     def client(self) -> AdminClient:

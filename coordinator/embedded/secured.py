@@ -1,0 +1,53 @@
+"""Secured listeners for the embedded broker, beside its PLAINTEXT one (which stays for inter-broker traffic and the
+readiness probe): SASL_SSL with PLAIN, SCRAM-SHA-256/512 and unsecured OAUTHBEARER, and SSL requiring a client
+certificate, both with PEM stores (KIP-651) from a test CA. SCRAM users are added when the log dir is formatted
+(KIP-900, `kafka-storage format --add-scram`); PLAIN users live in the listener's JAAS config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from coordinator.embedded.certificates import TestCertificates
+
+DEFAULT_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+_PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+_SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+
+
+@dataclass(frozen=True)
+class SecureListeners:
+    certificates: TestCertificates
+    users: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_USERS))  # name -> password, every mechanism
+    host: str = "localhost"  # advertised to clients; the broker certificate names it
+    ssl_client_auth: str = "required"  # of the SSL listener (SASL_SSL: none)
+
+    def listeners(self, sasl_ssl_port: int, ssl_port: int) -> tuple[str, str]:
+        """(listeners, advertised.listeners) entries to append."""
+        bound = f"SASL_SSL://127.0.0.1:{sasl_ssl_port},SSL://127.0.0.1:{ssl_port}"
+        return bound, f"SASL_SSL://{self.host}:{sasl_ssl_port},SSL://{self.host}:{ssl_port}"
+
+    def properties(self) -> dict[str, str]:
+        plain_users = " ".join(f'user_{name}="{password}"' for name, password in self.users.items())
+        certificates = self.certificates
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(certificates.broker_keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(certificates.ca),
+            "listener.name.ssl.ssl.client.auth": self.ssl_client_auth,
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": ",".join(MECHANISMS),
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": f"{_PLAIN_MODULE} required {plain_users};",
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": f"{_SCRAM_MODULE} required;",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": f"{_SCRAM_MODULE} required;",
+            "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
+                f'{_OAUTH_MODULE} required unsecuredLoginStringClaim_sub="admin";',
+        }
+
+    def format_arguments(self) -> list[str]:
+        """`kafka-storage format` arguments adding every user's SCRAM credentials."""
+        return [argument for name, password in self.users.items()
+                for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                for argument in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
