@@ -19,7 +19,7 @@ _VALIDITY = datetime.timedelta(days=7)
 
 
 @dataclass(frozen=True)
-class TestCertificates:
+class CertificateSet:
     directory: Path
     ca: Path  # the CA certificate: the truststore of brokers and clients
     broker_keystore: Path  # the broker's key and certificate chain
@@ -30,7 +30,7 @@ class TestCertificates:
 
 def make_test_certificates(directory: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"),
                            clients: Sequence[str] = ("client",), ca_name: str = "coordinator test CA"
-                           ) -> TestCertificates:
+                           ) -> CertificateSet:
     """A fresh CA in `directory` (ca.pem), a broker certificate for `hosts` (broker.pem) and one client
     certificate per name (client-<name>.pem, subject CN=<name>,OU=test,O=coordinator)."""
     x509, ca_key, ca_cert = _make_ca(ca_name)
@@ -41,7 +41,7 @@ def make_test_certificates(directory: Path, hosts: Sequence[str] = ("localhost",
     _write_leaf(broker, ca_key, ca_cert, common_name=hosts[0], hosts=hosts)
     for name in clients:
         _write_leaf(directory / f"client-{name}.pem", ca_key, ca_cert, common_name=name, hosts=())
-    return TestCertificates(directory, ca_path, broker)
+    return CertificateSet(directory, ca_path, broker)
 
 
 def make_ca_file(path: Path, name: str = "another test CA") -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from coordinator.embedded.certificates import TestCertificates
+from coordinator.embedded.certificates import CertificateSet
 
 DEFAULT_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -19,7 +19,7 @@ _OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginMo
 
 @dataclass(frozen=True)
 class SecureListeners:
-    certificates: TestCertificates
+    certificates: CertificateSet
     users: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_USERS))  # name -> password, every mechanism
     host: str = "localhost"  # advertised to clients; the broker certificate names it
     ssl_client_auth: str = "required"  # of the SSL listener (SASL_SSL: none)

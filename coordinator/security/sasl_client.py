@@ -87,9 +87,9 @@ def _plain(username: str, password: str) -> Iterator[bytes]:
     yield b"\0" + username.encode() + b"\0" + password.encode()
 
 
-def _scram(mechanism: str, username: str, password: str) -> Iterator[bytes]:
+def _scram(mechanism: str, username: str, password: str, client_nonce: str | None = None) -> Iterator[bytes]:
     digest = hashlib.sha256 if mechanism == "SCRAM-SHA-256" else hashlib.sha512
-    client_nonce = base64.b64encode(secrets.token_bytes(24)).decode()
+    client_nonce = client_nonce or base64.b64encode(secrets.token_bytes(24)).decode()
     saslname = username.replace("=", "=3D").replace(",", "=2C")
     first_bare = f"n={saslname},r={client_nonce}"
     server_first = (yield f"n,,{first_bare}".encode()).decode()

@@ -1,0 +1,186 @@
+"""`coordinator serve --command-config` beside a real secured Kafka broker (SASL_SSL and SSL listeners, PEM
+certificates from a test CA made here, SCRAM and PLAIN users): every client of ours authenticates, stock consumers
+form a group through the relay and their commits survive a coordinator restart; a wrong password or CA is one
+error line and exit 1, not a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from coordinator.embedded import EmbeddedKafka
+from coordinator.embedded.certificates import CertificateSet, make_ca_file, make_test_certificates
+from coordinator.embedded.secured import SecureListeners
+from coordinator.security.client_config import load_command_config
+from tests.integration.test_e2e_support import service, unique
+from tests.interop.relay_support import FAST, committed_offsets, start_consumers, stop_all, wait_until
+
+PARTITIONS = 3
+RECORDS = 30  # per partition
+TIMEOUT_S = 180  # a loaded 2-core machine: broker, coordinator and consumers start side by side
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+class SecuredBroker:
+    def __init__(self, broker: EmbeddedKafka, certificates: CertificateSet, directory: Path) -> None:
+        self.broker, self.certificates, self.directory = broker, certificates, directory
+
+    def properties_file(self, name: str, text: str) -> Path:
+        path = self.directory / f"{name}.properties"
+        path.write_text(text)
+        return path
+
+    def scram(self, password: str = "admin-secret", truststore: Path | None = None) -> Path:
+        """The Java client's way: SCRAM-SHA-512 through the JAAS config, a PEM truststore."""
+        return self.properties_file(f"scram-{password}", (
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+            f"sasl.jaas.config={SCRAM} required \\\n    username=\"admin\" password=\"{password}\";\n"
+            f"ssl.truststore.type=PEM\nssl.truststore.location={truststore or self.certificates.ca}\n"))
+
+
+@pytest.fixture(scope="module")
+def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+    directory = tmp_path_factory.mktemp("secured-kafka")
+    certificates = make_test_certificates(directory / "certificates", clients=("coordinator",))
+    broker = EmbeddedKafka(secure=SecureListeners(certificates), startup_timeout_s=240)
+    broker.start_blocking()
+    try:
+        yield SecuredBroker(broker, certificates, directory)
+    finally:
+        broker.stop_blocking()
+        broker.remove_data()
+
+
+def create_topic_and_records(bootstrap: str, settings: dict[str, str], topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
+    producer = Producer({"bootstrap.servers": bootstrap, **settings, "acks": "all", "linger.ms": 5})
+    for partition in range(PARTITIONS):
+        for n in range(RECORDS):
+            producer.produce(topic, value=f"p{partition}-{n}".encode(), partition=partition)
+    assert producer.flush(60) == 0, "records not delivered"
+
+
+async def consume_everything(port: int, topic: str, group: str, members: int) -> None:
+    """`members` confluent-kafka consumers, bootstrapped to the relay, share the topic; every record consumed
+    and committed, then they leave."""
+    consumers = await start_consumers([("confluent", f"{group}-{n}") for n in range(members)], f"127.0.0.1:{port}",
+                                      topic, group, "range")
+    try:
+        await wait_until(lambda: sum(len(c.records) for c in consumers) >= PARTITIONS * RECORDS, TIMEOUT_S,
+                         "every record consumed through the relay", interval_s=0.5)
+        assert all(committed for c in consumers for *_rest, committed in c.records), "a commit failed"
+        assert sorted(p for c in consumers for p in c.assigned) == list(range(PARTITIONS))
+    finally:
+        await stop_all(consumers)
+    for consumer in consumers:
+        assert b"Traceback" not in consumer.stderr, consumer.stderr.decode(errors="replace")[-3000:]
+
+
+async def test_a_group_through_the_relay_on_a_sasl_ssl_cluster_keeps_its_offsets_across_a_restart(
+        secured_kafka: SecuredBroker) -> None:
+    bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
+    properties = secured_kafka.scram()
+    topic, group, state_topic = unique("secured"), unique("secured-app"), unique("secured-state")
+    await asyncio.to_thread(create_topic_and_records, bootstrap,
+                            load_command_config(properties).librdkafka_settings(), topic)
+    args = ("--command-config", str(properties))
+    async with service(bootstrap, state_topic, *FAST, relay=True, event_topic=unique("secured-events"),
+                       args=args) as first:
+        await consume_everything(first.port, topic, group, members=2)
+        assert await committed_offsets(first.port, group, topic, PARTITIONS) == {p: RECORDS for p in
+                                                                                range(PARTITIONS)}
+        log = first.log_text()
+        assert "event=cluster_security" in log and "principal=admin" in log and "admin-secret" not in log
+        assert await first.terminate() == 0
+    # the state was written to the secured cluster, and is read back from it by a new process
+    async with service(bootstrap, state_topic, *FAST, relay=True, args=args) as second:
+        offsets = await wait_until_loaded_offsets(second.port, group, topic)
+        assert offsets == {p: RECORDS for p in range(PARTITIONS)}
+
+
+async def wait_until_loaded_offsets(port: int, group: str, topic: str) -> dict[int, int]:
+    deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+    while True:
+        try:
+            return await committed_offsets(port, group, topic, PARTITIONS)
+        except AssertionError:  # COORDINATOR_LOAD_IN_PROGRESS while the state is read
+            assert asyncio.get_running_loop().time() < deadline, "state never loaded"
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize("kind", ["plain-librdkafka-names", "mtls", "oauthbearer-unsecured"])
+async def test_other_ways_in_serve_and_commit_through_the_relay(secured_kafka: SecuredBroker, kind: str) -> None:
+    certificates = secured_kafka.certificates
+    if kind == "mtls":  # the SSL listener requires a client certificate: a PEM keystore, Java's names
+        bootstrap = secured_kafka.broker.ssl_bootstrap
+        text = (f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={certificates.ca}\n"
+                f"ssl.keystore.type=PEM\nssl.keystore.location={certificates.client_keystore('coordinator')}\n")
+    elif kind == "plain-librdkafka-names":
+        bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
+        text = (f"security.protocol=sasl_ssl\nsasl.mechanisms=PLAIN\nsasl.username=alice\n"
+                f"sasl.password=alice-secret\nssl.ca.location={certificates.ca}\n")
+    else:
+        bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
+        text = ("security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\nsasl.jaas.config=org.apache.kafka.common."
+                "security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"alice\";\n"
+                f"ssl.truststore.type=PEM\nssl.truststore.location={certificates.ca}\n")
+    properties = secured_kafka.properties_file(kind, text)
+    topic, group = unique(kind), unique(f"{kind}-app")
+    await asyncio.to_thread(create_topic_and_records, bootstrap,
+                            load_command_config(properties).librdkafka_settings(), topic)
+    async with service(bootstrap, unique(f"{kind}-state"), *FAST, relay=True,
+                       args=("--command-config", str(properties))) as running:
+        await consume_everything(running.port, topic, group, members=1)
+        assert await committed_offsets(running.port, group, topic, PARTITIONS) == {p: RECORDS for p in
+                                                                                  range(PARTITIONS)}
+
+
+async def serve_until_it_exits(bootstrap: str, properties: Path) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0", "--bootstrap-server", bootstrap,
+        "--command-config", str(properties), "--state-topic", unique("refused-state"),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        _out, err = await asyncio.wait_for(process.communicate(), 90)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return process.returncode, err.decode(errors="replace")
+
+
+async def test_a_wrong_password_is_one_error_line_and_exit_1(secured_kafka: SecuredBroker) -> None:
+    code, stderr = await serve_until_it_exits(secured_kafka.broker.sasl_ssl_bootstrap,
+                                              secured_kafka.scram(password="not-the-password"))
+    said = [line for line in stderr.splitlines() if line.startswith("coordinator serve:")]
+    assert code == 1 and len(said) == 1, stderr
+    assert "SASL authentication" in said[0] and "invalid credentials" in said[0] and "user admin" in said[0], said
+    assert "not-the-password" not in stderr
+
+
+async def test_a_truststore_without_the_brokers_ca_is_one_error_line_and_exit_1(
+        secured_kafka: SecuredBroker) -> None:
+    other_ca = make_ca_file(secured_kafka.directory / "other-ca.pem")
+    code, stderr = await serve_until_it_exits(secured_kafka.broker.sasl_ssl_bootstrap,
+                                              secured_kafka.scram(truststore=other_ca))
+    said = [line for line in stderr.splitlines() if line.startswith("coordinator serve:")]
+    assert code == 1 and len(said) == 1, stderr
+    assert "TLS to localhost:" in said[0] and "certificate was not accepted" in said[0], said
+
+
+async def test_a_bad_setting_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    properties = tmp_path / "client.properties"
+    properties.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
+    code, stderr = await serve_until_it_exits("127.0.0.1:1", properties)
+    assert code == 1 and stderr.strip().splitlines()[-1].startswith(
+        f"coordinator serve: --command-config {properties}: sasl.mechanism: 'GSSAPI' is not supported"), stderr
