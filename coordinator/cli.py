@@ -162,6 +162,15 @@ def _host_port(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _listener(text: str) -> Any:
+    from coordinator.security.listeners import parse_listener
+
+    try:
+        return parse_listener(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
 def _host_ports(text: str) -> list[tuple[str, int]]:
     return [_host_port(part.strip()) for part in text.split(",") if part.strip()]
 
@@ -181,13 +190,14 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
     from coordinator.cluster.identity import default_node_id
     from coordinator.relay import DEFAULT_NODE_ID, RelayConfig
 
-    listen_host, listen_port = args.listen
+    listen_host, listen_port = args.listen.host, args.listen.port
     advertised_host, advertised_port = args.advertised_listener or (None, None)
     instance_id = _instance_id(args)
     node_id = args.node_id if args.node_id is not None else (
         default_node_id(instance_id) if instance_id is not None else 0 if args.no_relay else DEFAULT_NODE_ID)
+    listener_tls, group_settings = _listener_settings(args)
     try:
-        group = CoordinatorConfig.from_properties(dict(args.config))
+        group = CoordinatorConfig.from_properties(group_settings)
     except KeyError as exc:
         raise SystemExit(f"unknown coordinator config {exc}; known: {sorted(CoordinatorConfig.kafka_names())}")
     except ValueError as exc:
@@ -195,7 +205,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
                               advertised_port=advertised_port, node_id=node_id,
-                              listen_backlog=args.listen_backlog)
+                              listen_backlog=args.listen_backlog, ssl_context=listener_tls)
         relay = None if args.no_relay else RelayConfig(
             base_port=args.relay_base_port, advertised_host=args.relay_advertised_host,
             buffer_memory_bytes=args.relay_buffer_memory, max_block_ms=args.relay_max_block_ms)
@@ -220,6 +230,27 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         instance_session_timeout_ms=args.instance_session_timeout_ms,
         client_security=_client_security(args),
     )
+
+
+def _listener_settings(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
+    """(TLS context of our listeners or None, the coordinator's own settings) from --config-file, then --config
+    (the command line wins): broker property names for both."""
+    from coordinator.security.client_config import ClientConfigError
+    from coordinator.security.listeners import server_ssl_context, split_listener_settings
+    from coordinator.security.properties import load_properties
+
+    settings: dict[str, str] = {}
+    if args.config_file is not None:
+        try:
+            settings.update(load_properties(args.config_file))
+        except OSError as exc:
+            raise SystemExit(f"coordinator serve: --config-file {args.config_file}: {exc.strerror or exc}")
+    settings.update(dict(args.config))
+    tls, rest = split_listener_settings(settings)
+    try:
+        return server_ssl_context(args.listen, tls), rest
+    except ClientConfigError as exc:
+        raise SystemExit(f"coordinator serve: --listen {args.listen}: {exc}")
 
 
 def _client_security(args: argparse.Namespace) -> Any:
@@ -364,8 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the group coordinator (with an embedded Kafka if no cluster)")
     env = os.environ.get
-    serve.add_argument("--listen", type=_host_port, default=env("COORDINATOR_LISTEN", "127.0.0.1:9192"),
-                       help="HOST:PORT to accept Kafka clients on (env COORDINATOR_LISTEN)")
+    serve.add_argument("--listen", type=_listener, default=env("COORDINATOR_LISTEN", "127.0.0.1:9192"),
+                       help="[PROTOCOL://]HOST:PORT to accept Kafka clients on, Kafka's listener syntax: SSL://... "
+                            "for TLS (see --config ssl.*), a bare HOST:PORT is PLAINTEXT (env COORDINATOR_LISTEN)")
     serve.add_argument("--advertised-listener", type=_host_port, default=env("COORDINATOR_ADVERTISED_LISTENER"),
                        help="HOST:PORT told to clients in Metadata/FindCoordinator (default: the listen address)")
     serve.add_argument("--listen-backlog", type=int, default=int(env("COORDINATOR_LISTEN_BACKLOG", "65535")),
@@ -388,6 +420,12 @@ def build_parser() -> argparse.ArgumentParser:
                               "sasl.mechanism, sasl.jaas.config (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER), "
                               "ssl.truststore.location with ssl.truststore.type=PEM, ssl.keystore.* (PEM); "
                               "librdkafka's names too (env COORDINATOR_COMMAND_CONFIG)")
+    secured.add_argument("--config-file", metavar="FILE", default=env("COORDINATOR_CONFIG_FILE"),
+                         help="broker-style properties, as --config NAME=VALUE lines (which win): the "
+                              "coordinator's settings and our listeners' TLS with Kafka's names, ssl.keystore."
+                              "location (ssl.keystore.type=PEM: key and chain in one file), ssl.key.password, "
+                              "ssl.truststore.location, ssl.client.auth=none|requested|required, "
+                              "ssl.enabled.protocols (env COORDINATOR_CONFIG_FILE)")
     serve.add_argument("--kafka-data-dir", default=env("COORDINATOR_KAFKA_DATA_DIR"),
                        help="data dir of the embedded broker (default: temporary)")
     serve.add_argument("--state-topic", default=env("COORDINATOR_STATE_TOPIC", "__coordinator_state"))
@@ -428,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(like Kafka's max.block.ms)")
     serve.add_argument("--config", type=_kafka_property, action="append", default=[], metavar="NAME=VALUE",
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
-                            "or offsets.topic.num.partitions=10 (repeatable)")
+                            "or offsets.topic.num.partitions=10, or our listeners' ssl.* (repeatable)")
     serve.add_argument("--metrics-listen", type=_host_port, default=env("COORDINATOR_METRICS_LISTEN"),
                        help="HOST:PORT of a Prometheus scrape endpoint (/metrics; env COORDINATOR_METRICS_LISTEN). "
                             "Traces and OTLP metrics follow the OTEL_* variables: see docs/tracing.md")

@@ -33,7 +33,20 @@ _CORRELATION = struct.Struct(">i")
 _STAGING_BYTES = 16_384
 _MIN_STAGING_FREE = 1_024
 _CLIENT_ID = "kafka-group-coordinator-relay"  # what a broker sees on the SASL exchange of a secured link
-_SECURED_CONNECT_TIMEOUT_MS = 30_000  # TLS and SASL together, per link
+_SECURED_CONNECT_TIMEOUT_MS = 30_000
+_TLS_UNSENT_BYTES = 65_536  # TLS and SASL together, per link
+
+
+def pause_when_anything_unsent(transport: asyncio.WriteTransport) -> None:
+    """pause_writing() as soon as anything is left unsent, resume_writing() once all is sent (plain TCP). A TLS
+    transport cannot do that: it counts its own handshake bytes (a TLS 1.3 server's session tickets are still
+    pending at connection_made) and re-checks its limits only when written to or drained, so a pause on them
+    would never end. There the limit is _TLS_UNSENT_BYTES of encrypted data (below it, what is unsent sits in the
+    socket transport's buffer, itself bounded by asyncio's default limits)."""
+    if transport.get_extra_info("sslcontext") is None:
+        transport.set_write_buffer_limits(high=0)
+    else:
+        transport.set_write_buffer_limits(high=_TLS_UNSENT_BYTES)
 
 
 class PendingResponse:
@@ -183,7 +196,7 @@ class UpstreamLink(asyncio.BufferedProtocol):
             return
         self._transport = transport  # type: ignore[assignment]
         # pause as soon as anything is left unsent: the client then stops reading requests (back-pressure)
-        self._transport.set_write_buffer_limits(high=0)
+        pause_when_anything_unsent(self._transport)
         if self._queued:
             queued, self._queued = self._queued, []
             self._transport.write(b"".join(queued))

@@ -33,6 +33,7 @@ from collections.abc import Coroutine
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
+from coordinator.relay.upstream import pause_when_anything_unsent
 from coordinator.runtime_health import release_transport_cycle
 from coordinator.server.context import ConnectionContext, java_host_string
 from coordinator.server.handlers import HANDLERS, SERVED_APIS
@@ -103,7 +104,7 @@ class Connection(asyncio.BufferedProtocol):
             if self._relay is not None:
                 # pause as soon as anything is left unsent: relayed frames are then kept (and counted) in the
                 # pool, never copied into an unbounded transport buffer
-                self._transport.set_write_buffer_limits(high=0)  # type: ignore[union-attr]
+                pause_when_anything_unsent(self._transport)  # type: ignore[arg-type]
             if not self._server.admit(self):
                 self.abort("too_many_connections", f"max_connections={self._config.max_connections}")
         except Exception as exc:

@@ -7,20 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.embedded import EmbeddedKafka
 from coordinator.embedded.certificates import CertificateSet, make_ca_file, make_test_certificates
 from coordinator.embedded.secured import SecureListeners
 from coordinator.security.client_config import load_command_config
+from protocol.client import KafkaClient
+from protocol.errors import ConnectionClosed, RequestTimedOut
+from tests.integration import test_e2e_support as e2e
 from tests.integration.test_e2e_support import service, unique
-from tests.interop.relay_support import FAST, committed_offsets, start_consumers, stop_all, wait_until
+from tests.interop.relay_support import (FAST, ConsumerProcess, committed_offsets, start_consumers, stop_all,
+                                         wait_until)
 
 PARTITIONS = 3
 RECORDS = 30  # per partition
@@ -143,6 +148,30 @@ async def test_other_ways_in_serve_and_commit_through_the_relay(secured_kafka: S
                                                                                   range(PARTITIONS)}
 
 
+async def test_an_instance_joins_its_instances_group_and_writes_its_partitions_on_the_secured_cluster(
+        secured_kafka: SecuredBroker) -> None:
+    """Several-instances mode: the membership consumer, the owner map's AdminClient and the per-partition
+    transactional producers all reach the cluster over SASL_SSL."""
+    properties = secured_kafka.scram()
+    group = unique("instance-app")
+    async with service(secured_kafka.broker.sasl_ssl_bootstrap, unique("instance-state"), *FAST,
+                       args=("--command-config", str(properties), "--instance-id", "secured-a")) as running:
+        client = await running.client()
+        try:
+            async def committed() -> bool:  # NOT_COORDINATOR until Kafka assigns the partitions to the instance
+                return await e2e.commit(client, group, -1, "", {0: 42}, topic="t") == [0]
+
+            deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+            while not await committed():
+                assert asyncio.get_running_loop().time() < deadline, running.log_text()[-5000:]
+                await asyncio.sleep(0.2)
+            assert await e2e.fetch_offsets(client, group, (0,), topic="t") == {0: 42}
+        finally:
+            await client.close()
+        log = running.log_text()
+        assert "event=membership_started" in log and "event=owner_map_refresh_failed" not in log
+
+
 async def serve_until_it_exits(bootstrap: str, properties: Path) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0", "--bootstrap-server", bootstrap,
@@ -184,3 +213,74 @@ async def test_a_bad_setting_is_refused_before_anything_starts(tmp_path: Path) -
     code, stderr = await serve_until_it_exits("127.0.0.1:1", properties)
     assert code == 1 and stderr.strip().splitlines()[-1].startswith(
         f"coordinator serve: --command-config {properties}: sasl.mechanism: 'GSSAPI' is not supported"), stderr
+
+
+# ---------------------------------------------------------------------------------------------- our listeners
+
+
+def tls_to_us(certificates: CertificateSet, with_certificate: bool) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(certificates.ca))
+    if with_certificate:
+        keystore = str(certificates.client_keystore("coordinator"))
+        context.load_cert_chain(keystore, keystore)
+    return context
+
+
+def listener_tls(certificates: CertificateSet, *extra: str) -> tuple[str, ...]:
+    return ("ssl.keystore.type=PEM", f"ssl.keystore.location={certificates.broker_keystore}", *extra)
+
+
+async def test_a_consumer_reaches_the_relay_over_tls_and_the_relay_the_cluster_over_sasl_ssl(
+        secured_kafka: SecuredBroker) -> None:
+    """TLS per hop: consumer ⇄ our SSL listeners (coordinator and broker listeners), relay ⇄ SASL_SSL cluster."""
+    bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
+    properties = secured_kafka.scram()
+    certificates = secured_kafka.certificates
+    topic, group = unique("tls-listener"), unique("tls-listener-app")
+    await asyncio.to_thread(create_topic_and_records, bootstrap,
+                            load_command_config(properties).librdkafka_settings(), topic)
+    async with service(bootstrap, unique("tls-listener-state"), *FAST, *listener_tls(certificates), relay=True,
+                       listen="SSL://127.0.0.1:0", args=("--command-config", str(properties))) as running:
+        assert "event=listening security_protocol=SSL" in running.log_text()
+        consumer = ConsumerProcess("confluent", f"{group}-0", f"127.0.0.1:{running.port}", topic, group, "range",
+                                   settings={"security.protocol": "ssl", "ssl.ca.location": str(certificates.ca)})
+        await consumer.start()
+        try:
+            await wait_until(lambda: len(consumer.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
+                             "every record consumed over TLS", interval_s=0.5)
+            assert all(committed for *_rest, committed in consumer.records), "a commit failed"
+        finally:
+            await stop_all([consumer])
+        client = await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False))
+        try:
+            assert await e2e.fetch_offsets(client, group, tuple(range(PARTITIONS)), topic=topic) == {
+                p: RECORDS for p in range(PARTITIONS)}
+        finally:
+            await client.close()
+        with pytest.raises((ConnectionClosed, RequestTimedOut, OSError)):  # plaintext bytes to a TLS listener
+            await KafkaClient.connect("127.0.0.1", running.port, timeout_ms=10_000)
+
+
+async def test_required_client_auth_refuses_a_client_without_a_certificate(secured_kafka: SecuredBroker) -> None:
+    certificates = secured_kafka.certificates
+    settings = listener_tls(certificates, f"ssl.truststore.location={certificates.ca}", "ssl.client.auth=required")
+    async with service(secured_kafka.broker.bootstrap, unique("mtls-listener-state"), *settings, relay=True,
+                       listen="SSL://127.0.0.1:0") as running:
+        with_certificate = await KafkaClient.connect("127.0.0.1", running.port,
+                                                     ssl=tls_to_us(certificates, True))
+        assert with_certificate.api_versions  # ApiVersions answered once the handshake took our certificate
+        await with_certificate.close()
+        with pytest.raises((ConnectionClosed, ssl.SSLError, OSError)):
+            await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False),
+                                      timeout_ms=10_000)
+
+        def metadata(extra: dict[str, str]) -> list[int]:
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{running.port}", "security.protocol": "ssl",
+                                 "ssl.ca.location": str(certificates.ca), **extra})
+            return sorted(admin.list_topics(timeout=15).brokers)  # the broker and the coordinator
+
+        keystore = str(certificates.client_keystore("coordinator"))
+        assert await asyncio.to_thread(metadata, {"ssl.certificate.location": keystore,
+                                                  "ssl.key.location": keystore}) == [1, 2_000_000_000]
+        with pytest.raises(KafkaException):  # librdkafka without a certificate: refused, never answered
+            await asyncio.to_thread(metadata, {})

@@ -48,6 +48,7 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
         "partition.assignment.strategy": args.assignor, "session.timeout.ms": args.session_ms,
         "heartbeat.interval.ms": max(args.session_ms // 6, 100), "topic.metadata.refresh.interval.ms": 2_000,
+        **dict(setting.split("=", 1) for setting in args.setting),
     })
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
     try:
@@ -116,6 +117,8 @@ def main() -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--assignor", default="range")
     parser.add_argument("--session-ms", type=int, default=6_000)
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a librdkafka setting of the confluent consumer (e.g. security.protocol=ssl)")
     args = parser.parse_args()
     if args.kind == "confluent":
         stop = threading.Event()
