@@ -29,7 +29,8 @@ from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
 from coordinator.security.client_config import ClientSecurity
 from coordinator.security.clusters import cluster_security, use_for_cluster
-from coordinator.security.connections import check_cluster_access
+from coordinator.security.connections import ClusterAccessError, check_cluster_access
+from coordinator.security.sasl_client import supports as sasl_supported
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
 from coordinator.storage.config import (
@@ -163,6 +164,10 @@ async def _secure_cluster_access(stack: contextlib.AsyncExitStack, options: Serv
         log.warning("event=relay_uses_coordinator_identity detail=the relay's upstream connections authenticate "
                     "as the coordinator (%s): a client of the relay reaches the cluster with the coordinator's "
                     "rights until SASL passes through the relay (docs/security.md)", security.describe())
+    if options.relay is not None and security.uses_sasl and not sasl_supported(security):
+        raise ClusterAccessError(f"sasl.mechanism={security.mechanism} through a token endpoint: the relay's own "
+                                 f"connections cannot authenticate that way yet; run with --no-relay "
+                                 f"(docs/security.md)")
     entry = cluster_security(bootstrap)
     assert entry is not None
     await check_cluster_access(bootstrap, entry)
