@@ -160,7 +160,11 @@ async def _secure_cluster_access(stack: contextlib.AsyncExitStack, options: Serv
     password or CA is one clear error at start, not librdkafka retrying forever)."""
     stack.callback(use_for_cluster(bootstrap, security))
     log.info("event=cluster_security bootstrap=%s %s", bootstrap, security.describe())
-    if options.relay is not None and (security.uses_sasl or security.certificate_location):
+    passthrough = options.relay is not None and options.relay.sasl_passthrough
+    if passthrough and not security.uses_sasl:
+        raise ClusterAccessError(f"SASL on our listeners passes each client's exchange through to the cluster, but "
+                                 f"--command-config has security.protocol={security.protocol}")
+    if options.relay is not None and not passthrough and (security.uses_sasl or security.certificate_location):
         log.warning("event=relay_uses_coordinator_identity detail=the relay's upstream connections authenticate "
                     "as the coordinator (%s): a client of the relay reaches the cluster with the coordinator's "
                     "rights until SASL passes through the relay (docs/security.md)", security.describe())

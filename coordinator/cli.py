@@ -205,10 +205,12 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
                               advertised_port=advertised_port, node_id=node_id,
-                              listen_backlog=args.listen_backlog, ssl_context=listener_tls)
+                              listen_backlog=args.listen_backlog, ssl_context=listener_tls,
+                              sasl_passthrough=args.listen.uses_sasl)
         relay = None if args.no_relay else RelayConfig(
             base_port=args.relay_base_port, advertised_host=args.relay_advertised_host,
-            buffer_memory_bytes=args.relay_buffer_memory, max_block_ms=args.relay_max_block_ms)
+            buffer_memory_bytes=args.relay_buffer_memory, max_block_ms=args.relay_max_block_ms,
+            sasl_passthrough=args.listen.uses_sasl)
     except ValueError as exc:
         raise SystemExit(f"coordinator serve: {exc}")
     _check_event_settings(args)
@@ -257,6 +259,10 @@ def _client_security(args: argparse.Namespace) -> Any:
     """--command-config read and checked now: a wrong setting is one line naming its key."""
     from coordinator.security.client_config import ClientConfigError, load_command_config
 
+    if args.listen.uses_sasl and (args.no_relay or args.command_config is None):
+        raise SystemExit(f"coordinator serve: --listen {args.listen}: SASL on our listeners passes each client's "
+                         f"exchange through to the cluster, so it needs the relay and a SASL cluster "
+                         f"(--command-config with security.protocol=SASL_*)")
     if args.command_config is None:
         return None
     if args.bootstrap_server is None:

@@ -21,7 +21,8 @@ from coordinator.relay.listeners import BrokerListeners, PortMapping, UpstreamBr
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
 from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
 from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, route_of
-from coordinator.security.clusters import cluster_security
+from coordinator.security.clusters import cluster_security, without_sasl
+from coordinator.security.sasl_passthrough import passed_through_ranges
 from coordinator.security.connections import ClusterAccessError, connect
 from protocol import apis
 from protocol.client import KafkaClient
@@ -43,6 +44,8 @@ class Relay:
         self.config = config
         self.bootstrap = [_host_port(address) for address in bootstrap.split(",") if address.strip()]
         self.security = cluster_security(bootstrap)  # TLS/SASL of the relay's own connections (--command-config)
+        # per-client upstream links: with SASL passed through, TLS only (the client authenticates itself)
+        self.link_security = without_sasl(self.security) if config.sasl_passthrough else self.security
         self.served = served
         self.max_frame_bytes = max_frame_bytes
         self.pool = BufferPool(config.buffer_memory_bytes, config.poolable_bytes, config.max_block_ms)
@@ -78,6 +81,8 @@ class Relay:
         """Learn the cluster (ApiVersions, brokers) and open a listener per broker before clients arrive."""
         client = await self._control_client()
         self.advertised = advertised_ranges(client.api_versions, self.served)
+        if self.config.sasl_passthrough:
+            self.advertised.update(passed_through_ranges(client.api_versions))
         await self._learn_cluster()
         log.info("event=relay_started upstream=%s brokers=%s advertised_apis=%d buffer_memory=%d poolable=%d",
                  client_address(client), sorted(self.brokers), len(self.advertised),
@@ -117,7 +122,7 @@ class Relay:
         if broker is None:
             raise UpstreamUnavailable(f"broker {node_id} is not in the cluster's metadata")
         link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes, self.counters,
-                            self.security)
+                            self.link_security)
         link.connect()
         return link
 

@@ -6,6 +6,7 @@ connections need. A client made for a cluster nobody secured gets its settings u
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,15 @@ def use_for_cluster(bootstrap: str, security: ClientSecurity) -> Callable[[], No
 
 def cluster_security(bootstrap: str) -> ClusterSecurity | None:
     return _CLUSTERS.get(bootstrap)
+
+
+def without_sasl(security: ClusterSecurity | None) -> ClusterSecurity | None:
+    """The same cluster reached with TLS only (a connection whose client runs its own SASL exchange)."""
+    if security is None or not security.client.uses_sasl:
+        return security
+    client = dataclasses.replace(security.client, protocol="SSL" if security.client.uses_tls else "PLAINTEXT",
+                                 mechanism=None, username=None, password=None, oauthbearer=None)
+    return ClusterSecurity(client, security.ssl_context, client.librdkafka_settings())
 
 
 def secured(settings: _Settings) -> _Settings:

@@ -6,7 +6,8 @@ names (`ssl.keystore.location` with `ssl.keystore.type=PEM`, `ssl.key.password`,
 Kafka's semantics: `ssl.client.auth` none (default) / requested (a certificate is asked for, not required) /
 required (a client without a trusted certificate is refused during the handshake). A PEM keystore is the
 private key (PKCS#8) and the certificate chain in one file (KIP-651); a PEM truststore takes no password.
-SASL on our listeners (SASL_SSL, SASL_PLAINTEXT) is refused with a clear message until it is built.
+SASL on our listeners (SASL_SSL, SASL_PLAINTEXT) passes the client's exchange through to the cluster
+(sasl_passthrough.py).
 """
 
 from __future__ import annotations
@@ -34,9 +35,17 @@ _LISTENER = re.compile(r"^(?:([A-Za-z_]+)://)?(\[[^\]]*\]|[^:\[\]]*):(\d+)$")
 
 @dataclass(frozen=True)
 class Listener:
-    protocol: str  # PLAINTEXT or SSL
+    protocol: str  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
     host: str
     port: int
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
     def __str__(self) -> str:
         return f"{self.protocol}://{self.host}:{self.port}"
@@ -48,11 +57,8 @@ def parse_listener(text: str) -> Listener:
     if match is None:
         raise ValueError(f"expected [PROTOCOL://]HOST:PORT, got {text!r}")
     protocol, host, port = (match.group(1) or "PLAINTEXT").upper(), match.group(2).strip("[]"), int(match.group(3))
-    if protocol in ("SASL_SSL", "SASL_PLAINTEXT"):
-        raise ValueError(f"{protocol} on our listeners is not supported yet (SASL passes through to the cluster in "
-                         f"a later version; docs/security.md): use SSL:// or PLAINTEXT://")
-    if protocol not in ("PLAINTEXT", "SSL"):
-        raise ValueError(f"{protocol!r} is not a security protocol: PLAINTEXT or SSL")
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise ValueError(f"{protocol!r} is not a security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
     if not 0 <= port <= 65_535:
         raise ValueError(f"{port} is not a port")
     return Listener(protocol, host, port)
@@ -65,10 +71,11 @@ def split_listener_settings(properties: Mapping[str, str]) -> tuple[dict[str, st
 
 
 def server_ssl_context(listener: Listener, settings: Mapping[str, str]) -> ssl.SSLContext | None:
-    """The TLS context of an SSL listener (None for PLAINTEXT); ClientConfigError names the setting at fault."""
-    if listener.protocol == "PLAINTEXT":
+    """The TLS context of an SSL or SASL_SSL listener (None without TLS); ClientConfigError names the setting at
+    fault."""
+    if not listener.uses_tls:
         for name in sorted(settings):
-            log.warning("event=listener_setting_ignored key=%s reason=listener %s is PLAINTEXT", name, listener)
+            log.warning("event=listener_setting_ignored key=%s reason=listener %s has no TLS", name, listener)
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _set_versions(context, settings.get("ssl.enabled.protocols", "TLSv1.2,TLSv1.3"))

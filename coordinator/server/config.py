@@ -31,6 +31,9 @@ class ServerConfig:
     # TLS on our listeners, the coordinator's and the relay's per-broker ones (coordinator/security/listeners.py);
     # None: PLAINTEXT
     ssl_context: ssl.SSLContext | None = None
+    # SASL_* listeners: each connection's SASL exchange passes through to the cluster, which decides
+    # (coordinator/security/sasl_passthrough.py); nothing but ApiVersions and SASL is served before it succeeded
+    sasl_passthrough: bool = False
 
     def __post_init__(self) -> None:
         if self.max_frame_bytes < 8:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.relay.upstream import pause_when_anything_unsent
 from coordinator.runtime_health import release_transport_cycle
+from coordinator.security.sasl_passthrough import Refusal, SaslPassthrough
 from coordinator.server.context import ConnectionContext, java_host_string
 from coordinator.server.handlers import HANDLERS, SERVED_APIS
 from coordinator.server.handlers.api_versions import unsupported_version_reply
@@ -72,6 +73,8 @@ class Connection(asyncio.BufferedProtocol):
         self.upstream_node = upstream_node  # the broker this listener stands for; None: the bootstrap listener
         self._relay = server.relay
         self._link: UpstreamLink | None = None
+        # SASL_* listener: Kafka's SASL sequence, the exchange judged by the broker over our upstream link
+        self._sasl = SaslPassthrough() if server.config.sasl_passthrough else None
         self._pending: collections.deque[Any] = collections.deque()  # responses in request order, while relaying
         self._held: list[bytearray] = []  # pool buffers the transport may still be sending from
         self._config = server.config
@@ -99,6 +102,8 @@ class Connection(asyncio.BufferedProtocol):
         try:
             peername = transport.get_extra_info("peername") or ("?", 0)
             peer = f"{peername[0]}:{peername[1]}"
+            if self._sasl is not None:
+                self._sasl.peer = peer
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
                                           java_host_string(peername[0]), peer, self._relay, self._server.directory)
             if self._relay is not None:
@@ -199,6 +204,8 @@ class Connection(asyncio.BufferedProtocol):
         self._apply_read_limit()
 
     def _handle_frame(self, frame: bytes) -> None:
+        if self._sasl is not None and not self._sasl_admits(frame):
+            return
         if self._relay is not None:
             if not self._route_locally(frame):
                 return
@@ -221,6 +228,24 @@ class Connection(asyncio.BufferedProtocol):
             self._drive(header, outcome)
         else:
             self._respond(header, outcome)
+
+    def _sasl_admits(self, frame: bytes) -> bool:
+        """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
+        answer, where Kafka gives one)."""
+        try:
+            self._sasl.admit(frame)  # type: ignore[union-attr]
+            return True
+        except Refusal as refusal:
+            if refusal.reply is None:
+                self.abort("sasl_sequence", str(refusal))
+            else:
+                log.warning("event=connection_closed reason=sasl_sequence peer=%s detail=%s", self.peer, refusal)
+                self._write(refusal.reply)
+                self._flush()
+                self.close()
+        except (ProtocolError, ValueError, LookupError) as exc:
+            self.abort("sasl_sequence", f"unreadable SASL request: {exc!r}")
+        return False
 
     def _heartbeat_v4(self, frame: bytes) -> bool:
         """The hottest request without the general decoder and dispatch (same handler call, same answer as
@@ -386,6 +411,8 @@ class Connection(asyncio.BufferedProtocol):
         pool = self._relay.pool  # type: ignore[union-attr]
         while pending and pending[0].frame is not None and not self._writing_paused and self._open:
             response = pending.popleft()
+            if self._sasl is not None and self._sasl.awaiting:  # the broker's SASL answers move our state first
+                self._sasl.observe(getattr(response, "correlation_id", None), response.frame)
             transport.write(response.frame)  # type: ignore[union-attr]
             self.activity += 1
             buffer = response.buffer
@@ -423,7 +450,13 @@ class Connection(asyncio.BufferedProtocol):
             self._contain("relay_blocked_changed", exc)
 
     def relay_failed(self, reason: str, detail: str) -> None:
-        """The upstream connection failed: close the client's (clients retry, as after a broker failure)."""
+        """The upstream connection failed: close the client's (clients retry, as after a broker failure). A broker
+        that closed after answering everything (a failed SASL exchange: its error, then the close) is followed
+        gracefully, so its last answer reaches the client."""
+        if reason == "upstream_closed" and not self._pending and self._open:
+            log.info("event=connection_closed reason=%s peer=%s detail=%s", reason, self.peer, detail)
+            self.close()
+            return
         self.abort(reason, detail)
 
     def _drop_relay_state(self) -> None:

@@ -284,3 +284,44 @@ async def test_required_client_auth_refuses_a_client_without_a_certificate(secur
                                                   "ssl.key.location": keystore}) == [1, 2_000_000_000]
         with pytest.raises(KafkaException):  # librdkafka without a certificate: refused, never answered
             await asyncio.to_thread(metadata, {})
+
+
+async def test_sasl_on_our_listener_passes_through_to_the_cluster(secured_kafka: SecuredBroker) -> None:
+    """--listen SASL_SSL://: a consumer's own SCRAM exchange is judged by the broker (over its connection's
+    upstream link, opened with TLS only); the group APIs here and the relayed ones are served only after that."""
+    bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
+    properties = secured_kafka.scram()
+    certificates = secured_kafka.certificates
+    topic, group = unique("passthrough"), unique("passthrough-app")
+    await asyncio.to_thread(create_topic_and_records, bootstrap,
+                            load_command_config(properties).librdkafka_settings(), topic)
+    alice = {"security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice",
+             "ssl.ca.location": str(certificates.ca)}
+    async with service(bootstrap, unique("passthrough-state"), *FAST, *listener_tls(certificates), relay=True,
+                       listen="SASL_SSL://127.0.0.1:0", args=("--command-config", str(properties))) as running:
+        address = f"127.0.0.1:{running.port}"
+        consumer = ConsumerProcess("confluent", f"{group}-0", address, topic, group, "range",
+                                   settings={**alice, "sasl.password": "alice-secret"})
+        await consumer.start()
+        try:
+            await wait_until(lambda: len(consumer.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
+                             "every record consumed by a consumer authenticated through us", interval_s=0.5)
+            assert all(committed for *_rest, committed in consumer.records), "a commit failed"
+        finally:
+            await stop_all([consumer])
+        assert "event=sasl_authenticated" in running.log_text() and "principal=User:alice" in running.log_text()
+
+        def metadata_with(password: str) -> list[int]:
+            admin = AdminClient({"bootstrap.servers": address, **alice, "sasl.password": password})
+            return sorted(admin.list_topics(timeout=15).brokers)
+
+        with pytest.raises(KafkaException):  # the broker refuses the password: nothing is served here
+            await asyncio.to_thread(metadata_with, "not-alices-password")
+        await wait_until(lambda: "event=sasl_failed" in running.log_text(), 30, "the refusal logged")
+        assert "not-alices-password" not in running.log_text()
+
+        unauthenticated = await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False))
+        assert {17, 36} <= set(unauthenticated.api_versions)  # ApiVersions is answered before authentication
+        with pytest.raises((ConnectionClosed, RequestTimedOut)):  # a group request before it closes the connection
+            await e2e.describe(unauthenticated, group)
+        await unauthenticated.close()

@@ -18,13 +18,14 @@ from coordinator.security.listeners import Listener, parse_listener, server_ssl_
     ("PLAINTEXT://0.0.0.0:9092", Listener("PLAINTEXT", "0.0.0.0", 9092)),
     ("ssl://broker.example:9093", Listener("SSL", "broker.example", 9093)),
     ("SSL://[::1]:0", Listener("SSL", "::1", 0)),
+    ("SASL_SSL://h:1", Listener("SASL_SSL", "h", 1)),
 ])
 def test_kafka_listener_syntax(text: str, listener: Listener) -> None:
     assert parse_listener(text) == listener
 
 
 @pytest.mark.parametrize(("text", "says"), [
-    ("SASL_SSL://h:1", "not supported yet"), ("TLS://h:1", "not a security protocol"), ("h", "expected"),
+    ("TLS://h:1", "not a security protocol"), ("h", "expected"),
     ("h:99999", "not a port"),
 ])
 def test_a_bad_listener_says_why(text: str, says: str) -> None:
