@@ -403,7 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     env = os.environ.get
     serve.add_argument("--listen", type=_listener, default=env("COORDINATOR_LISTEN", "127.0.0.1:9192"),
                        help="[PROTOCOL://]HOST:PORT to accept Kafka clients on, Kafka's listener syntax: SSL://... "
-                            "for TLS (see --config ssl.*), a bare HOST:PORT is PLAINTEXT (env COORDINATOR_LISTEN)")
+                            "for TLS (see --config ssl.*), SASL_SSL:// or SASL_PLAINTEXT:// for SASL passed through "
+                            "to the cluster, a bare HOST:PORT is PLAINTEXT (env COORDINATOR_LISTEN)")
     serve.add_argument("--advertised-listener", type=_host_port, default=env("COORDINATOR_ADVERTISED_LISTENER"),
                        help="HOST:PORT told to clients in Metadata/FindCoordinator (default: the listen address)")
     serve.add_argument("--listen-backlog", type=int, default=int(env("COORDINATOR_LISTEN_BACKLOG", "65535")),
