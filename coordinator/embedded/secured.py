@@ -6,9 +6,10 @@ certificate, both with PEM stores (KIP-651) from a test CA. SCRAM users are adde
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping
 
-from coordinator.embedded.certificates import CertificateSet
+from coordinator.embedded.certificates import CertificateSet, make_test_certificates
 
 DEFAULT_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -51,3 +52,36 @@ class SecureListeners:
         return [argument for name, password in self.users.items()
                 for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
                 for argument in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
+
+
+def secure_listeners_in(data_dir: Path) -> SecureListeners:
+    """Secured listeners whose certificates live in `data_dir`/certificates: made on the first start, kept after
+    (clients keep trusting the same CA across restarts)."""
+    directory = data_dir / "certificates"
+    certificates = CertificateSet(directory, directory / "ca.pem", directory / "broker.pem")
+    if not (certificates.ca.exists() and certificates.broker_keystore.exists()
+            and certificates.client_keystore("client").exists()):
+        certificates = make_test_certificates(directory, clients=("client",))
+    return SecureListeners(certificates)
+
+
+def write_client_properties(secure: SecureListeners, user: str = "admin") -> dict[str, Path]:
+    """Kafka client properties files for the secured listeners (as `--command-config` takes them): SASL_SSL with
+    SCRAM-SHA-512 as `user`, and SSL with the test client certificate."""
+    certificates = secure.certificates
+    trust = f"ssl.truststore.type=PEM\nssl.truststore.location={certificates.ca}\n"
+    files = {
+        "SASL_SSL": (f"{user}-sasl-ssl.properties",
+                     f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={_SCRAM_MODULE} "
+                     f"required username=\"{user}\" password=\"{secure.users[user]}\";\n{trust}"),
+        "SSL": ("client-ssl.properties",
+                f"security.protocol=SSL\n{trust}ssl.keystore.type=PEM\n"
+                f"ssl.keystore.location={certificates.client_keystore('client')}\n"),
+    }
+    paths = {}
+    for protocol, (name, text) in files.items():
+        path = certificates.directory / name
+        path.write_text(text)
+        path.chmod(0o600)
+        paths[protocol] = path
+    return paths

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import ssl
 import sys
 from collections.abc import Iterator
@@ -287,8 +288,9 @@ async def test_required_client_auth_refuses_a_client_without_a_certificate(secur
 
 
 async def test_sasl_on_our_listener_passes_through_to_the_cluster(secured_kafka: SecuredBroker) -> None:
-    """--listen SASL_SSL://: a consumer's own SCRAM exchange is judged by the broker (over its connection's
-    upstream link, opened with TLS only); the group APIs here and the relayed ones are served only after that."""
+    """--listen SASL_SSL://: consumers' own SCRAM exchanges (librdkafka's and aiokafka's) are judged by the broker
+    (over each connection's upstream link, opened with TLS only); the group APIs here and the relayed ones are
+    served only after that."""
     bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
     properties = secured_kafka.scram()
     certificates = secured_kafka.certificates
@@ -300,15 +302,19 @@ async def test_sasl_on_our_listener_passes_through_to_the_cluster(secured_kafka:
     async with service(bootstrap, unique("passthrough-state"), *FAST, *listener_tls(certificates), relay=True,
                        listen="SASL_SSL://127.0.0.1:0", args=("--command-config", str(properties))) as running:
         address = f"127.0.0.1:{running.port}"
-        consumer = ConsumerProcess("confluent", f"{group}-0", address, topic, group, "range",
-                                   settings={**alice, "sasl.password": "alice-secret"})
-        await consumer.start()
+        consumers = [await ConsumerProcess(kind, f"{group}-{kind}", address, topic, group, "range",
+                                           settings={**alice, "sasl.password": "alice-secret"}).start()
+                     for kind in ("confluent", "aiokafka")]
         try:
-            await wait_until(lambda: len(consumer.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
-                             "every record consumed by a consumer authenticated through us", interval_s=0.5)
-            assert all(committed for *_rest, committed in consumer.records), "a commit failed"
+            await wait_until(lambda: sum(len(c.records) for c in consumers) >= PARTITIONS * RECORDS, TIMEOUT_S,
+                             "every record consumed by consumers authenticated through us", interval_s=0.5)
+            assert all(committed for c in consumers for *_rest, committed in c.records), "a commit failed"
+            await wait_until(lambda: sorted(p for c in consumers for p in c.assigned) == list(range(PARTITIONS)),
+                             TIMEOUT_S, "both consumers in one group sharing the partitions")
         finally:
-            await stop_all([consumer])
+            await stop_all(consumers)
+        for consumer in consumers:
+            assert b"Traceback" not in consumer.stderr, consumer.stderr.decode(errors="replace")[-3000:]
         assert "event=sasl_authenticated" in running.log_text() and "principal=User:alice" in running.log_text()
 
         def metadata_with(password: str) -> list[int]:
@@ -325,3 +331,31 @@ async def test_sasl_on_our_listener_passes_through_to_the_cluster(secured_kafka:
         with pytest.raises((ConnectionClosed, RequestTimedOut)):  # a group request before it closes the connection
             await e2e.describe(unauthenticated, group)
         await unauthenticated.close()
+
+
+async def test_coordinator_kafka_secure_prints_client_settings_that_work(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "coordinator.cli", "kafka", "--secure", "--data-dir", str(tmp_path / "kafka"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert process.stdout is not None
+        lines = [(await asyncio.wait_for(process.stdout.readline(), 240)).decode() for _ in range(4)]
+        assert lines[2].startswith("secured listeners: SASL_SSL localhost:"), lines
+        assert lines[3].startswith("client settings: "), lines
+        sasl_file, ssl_file = (Path(word.rstrip(",")) for word in lines[3].split()[2:5:2])
+        sasl_bootstrap = lines[2].split()[3]
+        ssl_bootstrap = lines[2].split("SSL ")[2].split()[0]
+
+        def brokers(bootstrap: str, properties: Path) -> list[int]:
+            admin = AdminClient({"bootstrap.servers": bootstrap,
+                                 **load_command_config(properties).librdkafka_settings()})
+            return sorted(admin.list_topics(timeout=30).brokers)
+
+        assert await asyncio.to_thread(brokers, sasl_bootstrap, sasl_file) == [1]
+        assert await asyncio.to_thread(brokers, ssl_bootstrap, ssl_file) == [1]
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 60) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
