@@ -21,6 +21,8 @@ from coordinator.embedded import EmbeddedKafka
 from coordinator.embedded.certificates import CertificateSet, make_ca_file, make_test_certificates
 from coordinator.embedded.secured import SecureListeners
 from coordinator.security.client_config import load_command_config
+from coordinator.security.clusters import ClusterSecurity
+from coordinator.security.connections import connect
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
 from tests.integration import test_e2e_support as e2e
@@ -359,3 +361,41 @@ async def test_coordinator_kafka_secure_prints_client_settings_that_work(tmp_pat
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_the_java_consumer_authenticates_through_our_sasl_ssl_listener(secured_kafka: SecuredBroker) -> None:
+    """Kafka's own client, configured with Java's names (SCRAM-SHA-512 in a JAAS config, a PEM truststore, host
+    names verified): consumes and commits through the coordinator; the offsets are read back over a connection of
+    ours that authenticates the same way."""
+    from tests.interop.java_consumer import JavaConsumer
+
+    bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
+    certificates = secured_kafka.certificates
+    topic, group = unique("java-sasl"), unique("java-sasl-app")
+    alice = secured_kafka.properties_file("java-alice", (
+        f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={SCRAM} required "
+        f"username=\"alice\" password=\"alice-secret\";\nssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={certificates.ca}\n"))
+    await asyncio.to_thread(create_topic_and_records, bootstrap,
+                            load_command_config(secured_kafka.scram()).librdkafka_settings(), topic)
+    async with service(bootstrap, unique("java-sasl-state"), *FAST, *listener_tls(certificates), relay=True,
+                       listen="SASL_SSL://127.0.0.1:0",
+                       args=("--command-config", str(secured_kafka.scram()))) as running:
+        java = await asyncio.to_thread(
+            JavaConsumer, f"127.0.0.1:{running.port}", group, topic, session_timeout_ms=10_000,
+            properties=dict(line.split("=", 1) for line in alice.read_text().splitlines()))
+        try:
+            await asyncio.to_thread(java.wait_for, lambda c: len(c.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
+                                    "every record consumed by the Java consumer")
+            await asyncio.to_thread(java.wait_for, lambda c: all(
+                c.committed.get((topic, p)) == RECORDS for p in range(PARTITIONS)), TIMEOUT_S, "its commits")
+        finally:
+            await asyncio.to_thread(java.close, 60)
+        security = load_command_config(alice)
+        ours = ClusterSecurity(security, security.ssl_context(), security.librdkafka_settings())
+        client = await connect("127.0.0.1", running.port, ours, client_id="offsets-reader", timeout_ms=15_000)
+        try:
+            assert await e2e.fetch_offsets(client, group, tuple(range(PARTITIONS)), topic=topic) == {
+                p: RECORDS for p in range(PARTITIONS)}
+        finally:
+            await client.close()
