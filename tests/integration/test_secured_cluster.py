@@ -399,3 +399,64 @@ async def test_the_java_consumer_authenticates_through_our_sasl_ssl_listener(sec
                 p: RECORDS for p in range(PARTITIONS)}
         finally:
             await client.close()
+
+
+async def test_kip_368_re_authentication_passes_through_our_sasl_listener(tmp_path: Path) -> None:
+    """A broker with connections.max.reauth.ms: the Java consumer re-authenticates on its connections through us
+    (a second SaslHandshake after completion, passed through) and keeps consuming and committing."""
+    from tests.interop.java_consumer import JavaConsumer
+
+    certificates = make_test_certificates(tmp_path / "certificates", clients=("coordinator",))
+    broker = EmbeddedKafka(secure=SecureListeners(certificates), startup_timeout_s=240,
+                           extra_properties={"connections.max.reauth.ms": str(REAUTH_MS)})
+    await asyncio.to_thread(broker.start_blocking)
+    try:
+        secured = SecuredBroker(broker, certificates, tmp_path)
+        bootstrap, admin_properties = broker.sasl_ssl_bootstrap, secured.scram()
+        settings = load_command_config(admin_properties).librdkafka_settings()
+        topic, group = unique("reauth"), unique("reauth-app")
+        await asyncio.to_thread(create_topic_and_records, bootstrap, settings, topic)
+        alice = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+                 "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                     "username=\"alice\" password=\"alice-secret\";",
+                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certificates.ca)}
+        async with service(bootstrap, unique("reauth-state"), *FAST, *listener_tls(certificates), relay=True,
+                           listen="SASL_SSL://127.0.0.1:0", args=("--command-config", str(admin_properties))) as running:
+            java = await asyncio.to_thread(JavaConsumer, f"127.0.0.1:{running.port}", group, topic,
+                                           session_timeout_ms=10_000, properties=alice)
+            try:
+                await asyncio.to_thread(java.wait_for, lambda c: len(c.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
+                                        "the first records")
+
+                def authentications() -> dict[str, int]:
+                    counts: dict[str, int] = {}
+                    for line in running.log_text().splitlines():
+                        if "event=sasl_authenticated" in line:
+                            peer = line.split("peer=")[1].split()[0]
+                            counts[peer] = counts.get(peer, 0) + 1
+                    return counts
+
+                await wait_until(lambda: max(authentications().values(), default=0) >= 3, TIMEOUT_S,
+                                 "a connection of the Java consumer authenticated again twice", interval_s=0.5)
+                await asyncio.to_thread(create_more_records, bootstrap, settings, topic)
+                await asyncio.to_thread(java.wait_for, lambda c: len(c.records) >= 2 * PARTITIONS * RECORDS,
+                                        TIMEOUT_S, "the records produced after re-authentications")
+                await asyncio.to_thread(java.wait_for, lambda c: all(
+                    c.committed.get((topic, p)) == 2 * RECORDS for p in range(PARTITIONS)), TIMEOUT_S, "commits")
+            finally:
+                await asyncio.to_thread(java.close, 60)
+            assert "reason=sasl_sequence" not in running.log_text()
+    finally:
+        await asyncio.to_thread(broker.stop_blocking)
+        broker.remove_data()
+
+
+REAUTH_MS = 6_000
+
+
+def create_more_records(bootstrap: str, settings: dict[str, str], topic: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, **settings, "acks": "all", "linger.ms": 5})
+    for partition in range(PARTITIONS):
+        for n in range(RECORDS, 2 * RECORDS):
+            producer.produce(topic, value=f"p{partition}-{n}".encode(), partition=partition)
+    assert producer.flush(60) == 0, "records not delivered"
