@@ -22,8 +22,8 @@ from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata
 from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
 from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, route_of
 from coordinator.security.clusters import cluster_security, without_sasl
-from coordinator.security.sasl_passthrough import passed_through_ranges
 from coordinator.security.connections import ClusterAccessError, connect
+from coordinator.security.sasl_passthrough import passed_through_ranges
 from protocol import apis
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion

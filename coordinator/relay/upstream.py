@@ -33,8 +33,8 @@ _CORRELATION = struct.Struct(">i")
 _STAGING_BYTES = 16_384
 _MIN_STAGING_FREE = 1_024
 _CLIENT_ID = "kafka-group-coordinator-relay"  # what a broker sees on the SASL exchange of a secured link
-_SECURED_CONNECT_TIMEOUT_MS = 30_000
-_TLS_UNSENT_BYTES = 65_536  # TLS and SASL together, per link
+_SECURED_CONNECT_TIMEOUT_MS = 30_000  # TLS and SASL together, per link
+_TLS_UNSENT_BYTES = 65_536  # a TLS transport's pause limit (pause_when_anything_unsent)
 
 
 def pause_when_anything_unsent(transport: asyncio.WriteTransport) -> None:
