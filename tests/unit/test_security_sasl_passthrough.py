@@ -3,10 +3,15 @@ authentication, when it is complete (by mechanism, from the broker's answers), v
 
 from __future__ import annotations
 
+import struct
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.security.sasl_passthrough import Refusal, SaslPassthrough, State
 from protocol import apis, codec
+from protocol.errors import ProtocolError
 from protocol.codec import RequestHeader
 import datetime
 
@@ -101,3 +106,23 @@ def test_a_mechanism_we_cannot_follow_gets_kafkas_answer() -> None:
     assert refused.value.reply is not None
     _correlation, body = codec.decode_response(17, 1, refused.value.reply[4:])
     assert int(body.error_code) == 33 and "SCRAM-SHA-512" in body.mechanisms
+
+
+@settings(max_examples=300, deadline=None)
+@given(api_key=st.sampled_from([17, 36, 18, 12]), version=st.integers(0, 4), body=st.binary(max_size=64),
+       stage=st.sampled_from(["initial", "handshaken", "complete"]))
+def test_untrusted_sasl_frames_are_refused_or_admitted_never_crash(api_key: int, version: int, body: bytes,
+                                                                   stage: str) -> None:
+    """Whatever follows a request header: admitted, or a Refusal / an unreadable-request error that closes the
+    connection (Connection._sasl_admits), nothing else."""
+    sasl = SaslPassthrough()
+    if stage != "initial":
+        handshake(sasl, "SCRAM-SHA-256")
+    if stage == "complete":
+        authenticate(sasl, 2, SCRAM_FIRST, b"r=abcdef,s=c2FsdA==,i=4096")
+        authenticate(sasl, 3, b"c=biws,r=abcdef,p=proof", b"v=signature")
+    frame_bytes = struct.pack(">hhih", api_key, version, 5, 1) + b"c" + body
+    try:
+        sasl.admit(frame_bytes)
+    except (Refusal, ProtocolError, ValueError, LookupError):
+        pass
