@@ -24,6 +24,9 @@ class SecureListeners:
     users: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_USERS))  # name -> password, every mechanism
     host: str = "localhost"  # advertised to clients; the broker certificate names it
     ssl_client_auth: str = "required"  # of the SSL listener (SASL_SSL: none)
+    # Kafka's StandardAuthorizer with no ACL meaning no access; super users: admin, and User:ANONYMOUS, the
+    # principal of the PLAINTEXT listeners (inter-broker, controller, readiness probe: a test broker only)
+    authorizer: bool = False
 
     def listeners(self, sasl_ssl_port: int, ssl_port: int) -> tuple[str, str]:
         """(listeners, advertised.listeners) entries to append."""
@@ -33,7 +36,11 @@ class SecureListeners:
     def properties(self) -> dict[str, str]:
         plain_users = " ".join(f'user_{name}="{password}"' for name, password in self.users.items())
         certificates = self.certificates
+        authorizer = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "super.users": "User:admin;User:ANONYMOUS",
+                      "allow.everyone.if.no.acl.found": "false"} if self.authorizer else {}
         return {
+            **authorizer,
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(certificates.broker_keystore),
             "ssl.truststore.type": "PEM",

@@ -460,3 +460,65 @@ def create_more_records(bootstrap: str, settings: dict[str, str], topic: str) ->
         for n in range(RECORDS, 2 * RECORDS):
             producer.produce(topic, value=f"p{partition}-{n}".encode(), partition=partition)
     assert producer.flush(60) == 0, "records not delivered"
+
+
+def grant_documented_acls(bootstrap: str, admin_settings: dict[str, str], principal: str, state_topic: str,
+                          event_topic: str) -> None:
+    """Exactly the ACLs docs/security.md lists for the coordinator's principal (single instance, transactional
+    writes, no relay)."""
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
+                                       ResourceType)
+
+    def allow(kind: ResourceType, name: str, operation: AclOperation,
+              pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> AclBinding:
+        return AclBinding(kind, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
+
+    topics = [allow(ResourceType.TOPIC, topic, operation) for topic in (state_topic, event_topic)
+              for operation in (AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE,
+                                AclOperation.DESCRIBE_CONFIGS)]
+    bindings = [*topics, allow(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE),
+                allow(ResourceType.GROUP, "group-coordinator-loader", AclOperation.DESCRIBE),
+                *(allow(ResourceType.TRANSACTIONAL_ID, f"group-coordinator-{state_topic}", operation,
+                        ResourcePatternType.PREFIXED) for operation in (AclOperation.WRITE, AclOperation.DESCRIBE))]
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings})
+    for future in admin.create_acls(bindings).values():
+        future.result(60)
+
+
+async def test_the_documented_acls_are_enough_for_the_coordinators_principal(tmp_path: Path) -> None:
+    """A cluster with Kafka's StandardAuthorizer: a principal with only the ACLs docs/security.md lists runs the
+    coordinator (state and event topics created, transactional writes, the state read back after a restart);
+    without them it cannot start."""
+    certificates = make_test_certificates(tmp_path / "certificates", clients=("coordinator",))
+    users = {"admin": "admin-secret", "coordinator": "coordinator-secret"}
+    broker = EmbeddedKafka(secure=SecureListeners(certificates, users=users, authorizer=True), startup_timeout_s=240)
+    await asyncio.to_thread(broker.start_blocking)
+    try:
+        secured = SecuredBroker(broker, certificates, tmp_path)
+        bootstrap = broker.sasl_ssl_bootstrap
+        coordinator = secured.properties_file("coordinator", (
+            f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={SCRAM} required "
+            f"username=\"coordinator\" password=\"coordinator-secret\";\nssl.truststore.type=PEM\n"
+            f"ssl.truststore.location={certificates.ca}\n"))
+        state_topic, event_topic, group = unique("acl-state"), unique("acl-events"), unique("acl-app")
+        args = ("--command-config", str(coordinator))
+        code, stderr = await serve_until_it_exits(bootstrap, coordinator)  # no ACL yet: refused, not a hang
+        assert code == 1 and "could not start" in stderr, stderr[-3000:]
+        await asyncio.to_thread(grant_documented_acls, bootstrap,
+                                load_command_config(secured.scram()).librdkafka_settings(), "User:coordinator",
+                                state_topic, event_topic)
+        for restart in (False, True):
+            async with service(bootstrap, state_topic, *FAST, event_topic=event_topic, args=args) as running:
+                client = await running.client()
+                try:
+                    await e2e.until_loaded(client, group)
+                    if not restart:
+                        assert await e2e.commit(client, group, -1, "", {0: 7}, topic="t") == [0]
+                    assert await e2e.fetch_offsets(client, group, (0,), topic="t") == {0: 7}
+                finally:
+                    await client.close()
+                log = running.log_text()
+                assert "AUTHORIZATION_FAILED" not in log and "authorization failed" not in log.lower(), log[-5000:]
+    finally:
+        await asyncio.to_thread(broker.stop_blocking)
+        broker.remove_data()
