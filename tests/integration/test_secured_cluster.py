@@ -463,9 +463,9 @@ def create_more_records(bootstrap: str, settings: dict[str, str], topic: str) ->
 
 
 def grant_documented_acls(bootstrap: str, admin_settings: dict[str, str], principal: str, state_topic: str,
-                          event_topic: str) -> None:
-    """Exactly the ACLs docs/security.md lists for the coordinator's principal (single instance, transactional
-    writes, no relay)."""
+                          event_topic: str, instances: bool = False) -> None:
+    """Exactly the ACLs docs/security.md lists for the coordinator's principal (no relay; with `instances`, only
+    the several instances' additions)."""
     from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
                                        ResourceType)
 
@@ -480,6 +480,9 @@ def grant_documented_acls(bootstrap: str, admin_settings: dict[str, str], princi
                 allow(ResourceType.GROUP, "group-coordinator-loader", AclOperation.DESCRIBE),
                 *(allow(ResourceType.TRANSACTIONAL_ID, f"group-coordinator-{state_topic}", operation,
                         ResourcePatternType.PREFIXED) for operation in (AclOperation.WRITE, AclOperation.DESCRIBE))]
+    if instances:
+        bindings = [allow(ResourceType.GROUP, f"{state_topic}.coordinators", operation)
+                    for operation in (AclOperation.READ, AclOperation.DESCRIBE)]
     admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings})
     for future in admin.create_acls(bindings).values():
         future.result(60)
@@ -519,6 +522,27 @@ async def test_the_documented_acls_are_enough_for_the_coordinators_principal(tmp
                     await client.close()
                 log = running.log_text()
                 assert "AUTHORIZATION_FAILED" not in log and "authorization failed" not in log.lower(), log[-5000:]
+        # several instances: the membership consumer's group, the owner map's DescribeGroups, per-partition ids
+        await asyncio.to_thread(grant_documented_acls, bootstrap,
+                                load_command_config(secured.scram()).librdkafka_settings(), "User:coordinator",
+                                state_topic, event_topic, instances=True)
+        async with service(bootstrap, state_topic, *FAST, event_topic=event_topic,
+                           args=(*args, "--instance-id", "acl-a")) as running:
+            client = await running.client()
+            try:
+                deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+                while True:  # NOT_COORDINATOR until Kafka assigns the instance its partitions
+                    try:
+                        assert await e2e.fetch_offsets(client, group, (0,), topic="t") == {0: 7}
+                        break
+                    except AssertionError:
+                        assert asyncio.get_running_loop().time() < deadline, running.log_text()[-5000:]
+                        await asyncio.sleep(0.2)
+                assert await e2e.commit(client, group, -1, "", {0: 8}, topic="t") == [0]
+            finally:
+                await client.close()
+            log = running.log_text()
+            assert "AUTHORIZATION_FAILED" not in log and "event=owner_map_refresh_failed" not in log, log[-5000:]
     finally:
         await asyncio.to_thread(broker.stop_blocking)
         broker.remove_data()
