@@ -31,6 +31,7 @@ from coordinator.security.client_config import ClientSecurity
 from coordinator.security.clusters import cluster_security, use_for_cluster
 from coordinator.security.connections import ClusterAccessError, check_cluster_access
 from coordinator.security.sasl_client import supports as sasl_supported
+from coordinator.security.topic_writers import warn_about_other_writers
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
 from coordinator.storage.config import (
@@ -99,6 +100,9 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         store = KafkaGroupStore(_storage_config(options, bootstrap), clock)
         await store.start()
         stack.push_async_callback(store.close)
+        if options.client_security is not None:  # who else may write our topics (a warning, never a condition)
+            await warn_about_other_writers(bootstrap, options.client_security.principal,
+                                           [t for t in (options.state_topic, options.event_topic) if t])
 
         observer = ObserverMux()
         coordinator = GroupRuntime(options.group, timer, store, clock, observer)

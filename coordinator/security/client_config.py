@@ -95,6 +95,14 @@ class ClientSecurity:
     def uses_sasl(self) -> bool:
         return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
+    @property
+    def principal(self) -> str | None:
+        """Our principal as the broker names it (DefaultKafkaPrincipalBuilder): User:<SASL name>; None when
+        it depends on the broker's rules (a certificate's DN, an OAUTHBEARER token's claim)."""
+        if self.uses_sasl and self.mechanism != "OAUTHBEARER" and self.username:
+            return f"User:{self.username}"
+        return None
+
     def describe(self) -> str:
         """For the log: what is used, never a secret."""
         parts = [f"security_protocol={self.protocol}"]

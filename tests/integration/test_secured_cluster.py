@@ -488,6 +488,17 @@ def grant_documented_acls(bootstrap: str, admin_settings: dict[str, str], princi
         future.result(60)
 
 
+def grant_write_to_everyone_on(bootstrap: str, admin_settings: dict[str, str], prefix: str) -> None:
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
+                                       ResourceType)
+
+    binding = AclBinding(ResourceType.TOPIC, prefix, ResourcePatternType.PREFIXED, "User:*", "*", AclOperation.WRITE,
+                         AclPermissionType.ALLOW)
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings})
+    for future in admin.create_acls([binding]).values():
+        future.result(60)
+
+
 async def test_the_documented_acls_are_enough_for_the_coordinators_principal(tmp_path: Path) -> None:
     """A cluster with Kafka's StandardAuthorizer: a principal with only the ACLs docs/security.md lists runs the
     coordinator (state and event topics created, transactional writes, the state read back after a restart);
@@ -507,9 +518,10 @@ async def test_the_documented_acls_are_enough_for_the_coordinators_principal(tmp
         args = ("--command-config", str(coordinator))
         code, stderr = await serve_until_it_exits(bootstrap, coordinator)  # no ACL yet: refused, not a hang
         assert code == 1 and "could not start" in stderr, stderr[-3000:]
-        await asyncio.to_thread(grant_documented_acls, bootstrap,
-                                load_command_config(secured.scram()).librdkafka_settings(), "User:coordinator",
-                                state_topic, event_topic)
+        admin_settings = load_command_config(secured.scram()).librdkafka_settings()
+        await asyncio.to_thread(grant_documented_acls, bootstrap, admin_settings, "User:coordinator", state_topic,
+                                event_topic)
+        await asyncio.to_thread(grant_write_to_everyone_on, bootstrap, admin_settings, "acl-events-")
         for restart in (False, True):
             async with service(bootstrap, state_topic, *FAST, event_topic=event_topic, args=args) as running:
                 client = await running.client()
@@ -522,6 +534,10 @@ async def test_the_documented_acls_are_enough_for_the_coordinators_principal(tmp
                     await client.close()
                 log = running.log_text()
                 assert "AUTHORIZATION_FAILED" not in log and "authorization failed" not in log.lower(), log[-5000:]
+                # the coordinator names the other writer of its event topic, and only that one
+                assert f"event=state_topic_writable_by_another topic={event_topic} principal=User:*" in log, log
+                assert "principal=User:coordinator" not in log.split("state_topic_writable_by_another")[-1]
+                assert f"state_topic_writable_by_another topic={state_topic}" not in log
         # several instances: the membership consumer's group, the owner map's DescribeGroups, per-partition ids
         await asyncio.to_thread(grant_documented_acls, bootstrap,
                                 load_command_config(secured.scram()).librdkafka_settings(), "User:coordinator",
