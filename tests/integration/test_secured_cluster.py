@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.embedded import EmbeddedKafka
@@ -319,12 +319,21 @@ async def test_sasl_on_our_listener_passes_through_to_the_cluster(secured_kafka:
             assert b"Traceback" not in consumer.stderr, consumer.stderr.decode(errors="replace")[-3000:]
         assert "event=sasl_authenticated" in running.log_text() and "principal=User:alice" in running.log_text()
 
+        client_errors: list[KafkaError] = []
+
         def metadata_with(password: str) -> list[int]:
-            admin = AdminClient({"bootstrap.servers": address, **alice, "sasl.password": password})
-            return sorted(admin.list_topics(timeout=15).brokers)
+            admin = AdminClient({"bootstrap.servers": address, **alice, "sasl.password": password,
+                                 "error_cb": client_errors.append})
+            try:
+                return sorted(admin.list_topics(timeout=15).brokers)
+            finally:
+                admin.poll(1)  # serves error_cb
 
         with pytest.raises(KafkaException):  # the broker refuses the password: nothing is served here
             await asyncio.to_thread(metadata_with, "not-alices-password")
+        # the broker's own answer reached the client, not a bare disconnect
+        assert any(error.code() == KafkaError._AUTHENTICATION and "invalid credentials" in error.str()
+                   for error in client_errors), client_errors
         await wait_until(lambda: "event=sasl_failed" in running.log_text(), 30, "the refusal logged")
         assert "not-alices-password" not in running.log_text()
 
