@@ -27,6 +27,11 @@ from coordinator.group.observer import ObserverMux
 from coordinator.group.shard import ShardStatus
 from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
+from coordinator.security.client_config import ClientSecurity
+from coordinator.security.clusters import cluster_security, use_for_cluster
+from coordinator.security.connections import ClusterAccessError, check_cluster_access
+from coordinator.security.sasl_client import supports as sasl_supported
+from coordinator.security.topic_writers import warn_about_other_writers
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
 from coordinator.storage.config import (
@@ -63,6 +68,8 @@ class ServiceOptions:
     instance_id: str | None = None
     instances_group: str | None = None  # None: "<state topic>.coordinators"
     instance_session_timeout_ms: int = 6_000
+    # How every client of ours reaches the cluster (--command-config): TLS, SASL. None: PLAINTEXT.
+    client_security: ClientSecurity | None = None
 
 
 @dataclass
@@ -84,6 +91,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         health.start()
         stack.push_async_callback(health.stop)
         bootstrap = options.bootstrap or await _start_embedded_kafka(stack, options.kafka_data_dir)
+        if options.client_security is not None:
+            await _secure_cluster_access(stack, options, bootstrap, options.client_security)
         clock = MonotonicClock()
         timer = SystemTimer("coordinator", clock)
         timer.start()
@@ -96,6 +105,9 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         publisher = await start_event_publisher(storage_config)
         if publisher is not None:  # closed first: flushes the queued events
             stack.push_async_callback(asyncio.to_thread, publisher.close_blocking)
+        if options.client_security is not None:  # who else may write our topics (a warning, never a condition)
+            await warn_about_other_writers(bootstrap, options.client_security.principal,
+                                           [t for t in (options.state_topic, options.event_topic) if t])
 
         observer = ObserverMux()
         coordinator = GroupRuntime(options.group, timer, store, clock, observer)
@@ -148,6 +160,29 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
     stack.callback(broker.remove_data)
     stack.push_async_callback(broker.stop)
     return broker.bootstrap
+
+
+async def _secure_cluster_access(stack: contextlib.AsyncExitStack, options: ServiceOptions, bootstrap: str,
+                                 security: ClientSecurity) -> None:
+    """Every client of `bootstrap` made from here on uses `security`; the cluster must accept it now (a wrong
+    password or CA is one clear error at start, not librdkafka retrying forever)."""
+    stack.callback(use_for_cluster(bootstrap, security))
+    log.info("event=cluster_security bootstrap=%s %s", bootstrap, security.describe())
+    passthrough = options.relay is not None and options.relay.sasl_passthrough
+    if passthrough and not security.uses_sasl:
+        raise ClusterAccessError(f"SASL on our listeners passes each client's exchange through to the cluster, but "
+                                 f"--command-config has security.protocol={security.protocol}")
+    if options.relay is not None and not passthrough and (security.uses_sasl or security.certificate_location):
+        log.warning("event=relay_uses_coordinator_identity detail=the relay's upstream connections authenticate "
+                    "as the coordinator (%s): a client of the relay reaches the cluster with the coordinator's "
+                    "rights until SASL passes through the relay (docs/security.md)", security.describe())
+    if options.relay is not None and security.uses_sasl and not sasl_supported(security):
+        raise ClusterAccessError(f"sasl.mechanism={security.mechanism} through a token endpoint: the relay's own "
+                                 f"connections cannot authenticate that way yet; run with --no-relay "
+                                 f"(docs/security.md)")
+    entry = cluster_security(bootstrap)
+    assert entry is not None
+    await check_cluster_access(bootstrap, entry)
 
 
 async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,

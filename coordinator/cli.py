@@ -39,10 +39,11 @@ async def _run_kafka(args: argparse.Namespace) -> int:
 
     if args.brokers < 1:
         raise SystemExit("--brokers must be at least 1")
+    data_dir, secure = _secure_kafka(args)
     stop = _stop_on_signals()  # before the start: a Ctrl-C while the JVM starts stops it once it is up, not lost
     try:
-        kafka = (EmbeddedKafka(args.data_dir) if args.brokers == 1
-                 else EmbeddedKafkaCluster(args.brokers, args.data_dir))
+        kafka = (EmbeddedKafka(data_dir, secure=secure) if args.brokers == 1
+                 else EmbeddedKafkaCluster(args.brokers, data_dir))
         await kafka.start()
     except (BrokerStartError, JarProvisioningError) as exc:  # port taken, wrong data dir, no Java...: say why
         print(f"coordinator kafka: could not start: {exc}", file=sys.stderr, flush=True)
@@ -53,12 +54,51 @@ async def _run_kafka(args: argparse.Namespace) -> int:
         print(f"Apache Kafka {kafka_version()} running; bootstrap={kafka.bootstrap}{nodes} data_dir={kafka.data_dir}",
               flush=True)
         print(kafka.bootstrap, flush=True)
+        if secure is not None:
+            _print_secure_kafka(kafka, secure)
         await stop.wait()
     finally:
         await kafka.stop()
         if args.data_dir is None:
             kafka.remove_data()
+            if secure is not None:  # its temporary data dir was made here
+                import shutil
+
+                shutil.rmtree(data_dir, ignore_errors=True)
     return 0
+
+
+def _secure_kafka(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(data dir, secured listeners or None) of `coordinator kafka [--secure]`."""
+    if not args.secure:
+        return args.data_dir, None
+    import tempfile
+    from pathlib import Path
+
+    if args.brokers != 1:
+        raise SystemExit("coordinator kafka: --secure runs one broker (--brokers 1)")
+    try:
+        from coordinator.embedded.secured import secure_listeners_in
+    except ImportError as exc:
+        raise SystemExit(f"coordinator kafka --secure: {exc}")
+    data_dir = args.data_dir or tempfile.mkdtemp(prefix="embedded-kafka-")
+    try:
+        return data_dir, secure_listeners_in(Path(data_dir))
+    except ImportError:
+        raise SystemExit("coordinator kafka --secure: its test CA is made with the `cryptography` package: "
+                         "pip install cryptography (in the project's `test` extra)")
+
+
+def _print_secure_kafka(kafka: Any, secure: Any) -> None:
+    from coordinator.embedded.secured import write_client_properties
+
+    files = write_client_properties(secure)
+    users = ", ".join(f"{name}/{password}" for name, password in secure.users.items())
+    print(f"secured listeners: SASL_SSL {kafka.sasl_ssl_bootstrap} (PLAIN, SCRAM-SHA-256/512, unsecured "
+          f"OAUTHBEARER; users {users}), SSL {kafka.ssl_bootstrap} (client certificate required); CA "
+          f"{secure.certificates.ca}", flush=True)
+    print(f"client settings: {files['SASL_SSL']} and {files['SSL']}, e.g. coordinator serve --bootstrap-server "
+          f"{kafka.sasl_ssl_bootstrap} --command-config {files['SASL_SSL']}", flush=True)
 
 
 async def _run_simulate(args: argparse.Namespace) -> int:
@@ -162,6 +202,15 @@ def _host_port(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _listener(text: str) -> Any:
+    from coordinator.security.listeners import parse_listener
+
+    try:
+        return parse_listener(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
 def _host_ports(text: str) -> list[tuple[str, int]]:
     return [_host_port(part.strip()) for part in text.split(",") if part.strip()]
 
@@ -181,13 +230,14 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
     from coordinator.cluster.identity import default_node_id
     from coordinator.relay import DEFAULT_NODE_ID, RelayConfig
 
-    listen_host, listen_port = args.listen
+    listen_host, listen_port = args.listen.host, args.listen.port
     advertised_host, advertised_port = args.advertised_listener or (None, None)
     instance_id = _instance_id(args)
     node_id = args.node_id if args.node_id is not None else (
         default_node_id(instance_id) if instance_id is not None else 0 if args.no_relay else DEFAULT_NODE_ID)
+    listener_tls, group_settings = _listener_settings(args)
     try:
-        group = CoordinatorConfig.from_properties(dict(args.config))
+        group = CoordinatorConfig.from_properties(group_settings)
     except KeyError as exc:
         raise SystemExit(f"unknown coordinator config {exc}; known: {sorted(CoordinatorConfig.kafka_names())}")
     except ValueError as exc:
@@ -199,10 +249,12 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
                               advertised_port=advertised_port, node_id=node_id,
-                              listen_backlog=args.listen_backlog)
+                              listen_backlog=args.listen_backlog, ssl_context=listener_tls,
+                              sasl_passthrough=args.listen.uses_sasl)
         relay = None if args.no_relay else RelayConfig(
             base_port=args.relay_base_port, advertised_host=args.relay_advertised_host,
-            buffer_memory_bytes=args.relay_buffer_memory, max_block_ms=args.relay_max_block_ms)
+            buffer_memory_bytes=args.relay_buffer_memory, max_block_ms=args.relay_max_block_ms,
+            sasl_passthrough=args.listen.uses_sasl)
     except ValueError as exc:
         raise SystemExit(f"coordinator serve: {exc}")
     _check_event_settings(args)
@@ -222,7 +274,48 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         instance_id=instance_id,
         instances_group=args.instances_group,
         instance_session_timeout_ms=args.instance_session_timeout_ms,
+        client_security=_client_security(args),
     )
+
+
+def _listener_settings(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
+    """(TLS context of our listeners or None, the coordinator's own settings) from --config-file, then --config
+    (the command line wins): broker property names for both."""
+    from coordinator.security.client_config import ClientConfigError
+    from coordinator.security.listeners import server_ssl_context, split_listener_settings
+    from coordinator.security.properties import load_properties
+
+    settings: dict[str, str] = {}
+    if args.config_file is not None:
+        try:
+            settings.update(load_properties(args.config_file))
+        except OSError as exc:
+            raise SystemExit(f"coordinator serve: --config-file {args.config_file}: {exc.strerror or exc}")
+    settings.update(dict(args.config))
+    tls, rest = split_listener_settings(settings)
+    try:
+        return server_ssl_context(args.listen, tls), rest
+    except ClientConfigError as exc:
+        raise SystemExit(f"coordinator serve: --listen {args.listen}: {exc}")
+
+
+def _client_security(args: argparse.Namespace) -> Any:
+    """--command-config read and checked now: a wrong setting is one line naming its key."""
+    from coordinator.security.client_config import ClientConfigError, load_command_config
+
+    if args.listen.uses_sasl and (args.no_relay or args.command_config is None):
+        raise SystemExit(f"coordinator serve: --listen {args.listen}: SASL on our listeners passes each client's "
+                         f"exchange through to the cluster, so it needs the relay and a SASL cluster "
+                         f"(--command-config with security.protocol=SASL_*)")
+    if args.command_config is None:
+        return None
+    if args.bootstrap_server is None:
+        raise SystemExit("coordinator serve: --command-config needs --bootstrap-server (the embedded Kafka broker "
+                         "is PLAINTEXT)")
+    try:
+        return load_command_config(args.command_config)
+    except ClientConfigError as exc:
+        raise SystemExit(f"coordinator serve: --command-config {args.command_config}: {exc}")
 
 
 def _check_event_settings(args: argparse.Namespace) -> None:
@@ -337,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "ports chosen on first start, so a restart comes back at the same address")
     kafka.add_argument("--brokers", type=int, default=1,
                        help="number of brokers: 1 (default) or a KRaft cluster of N combined broker+controller nodes")
+    kafka.add_argument("--secure", action="store_true",
+                       help="also SASL_SSL and SSL listeners (a test CA in the data dir, SCRAM and PLAIN users); "
+                            "prints client properties files for --command-config (docs/security.md)")
     kafka.set_defaults(run=_run_kafka)
 
     jaeger = commands.add_parser(
@@ -354,8 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the group coordinator (with an embedded Kafka if no cluster)")
     env = os.environ.get
-    serve.add_argument("--listen", type=_host_port, default=env("COORDINATOR_LISTEN", "127.0.0.1:9192"),
-                       help="HOST:PORT to accept Kafka clients on (env COORDINATOR_LISTEN)")
+    serve.add_argument("--listen", type=_listener, default=env("COORDINATOR_LISTEN", "127.0.0.1:9192"),
+                       help="[PROTOCOL://]HOST:PORT to accept Kafka clients on, Kafka's listener syntax: SSL://... "
+                            "for TLS (see --config ssl.*), SASL_SSL:// or SASL_PLAINTEXT:// for SASL passed through "
+                            "to the cluster, a bare HOST:PORT is PLAINTEXT (env COORDINATOR_LISTEN)")
     serve.add_argument("--advertised-listener", type=_host_port, default=env("COORDINATOR_ADVERTISED_LISTENER"),
                        help="HOST:PORT told to clients in Metadata/FindCoordinator (default: the listen address)")
     serve.add_argument("--listen-backlog", type=int, default=int(env("COORDINATOR_LISTEN_BACKLOG", "65535")),
@@ -370,6 +468,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--bootstrap-server", default=env("KAFKA_BOOTSTRAP"),
                        help="the Kafka cluster holding the state topic (env KAFKA_BOOTSTRAP); "
                             "none: an embedded Apache Kafka broker is started")
+    secured = serve.add_argument_group(
+        "a secured cluster", "How the coordinator's clients (state, events, admin, instances, the relay's own "
+        "connections) reach a cluster that requires TLS or SASL: see docs/security.md")
+    secured.add_argument("--command-config", metavar="FILE", default=env("COORDINATOR_COMMAND_CONFIG"),
+                         help="a Kafka client properties file, as Kafka's tools take it: security.protocol, "
+                              "sasl.mechanism, sasl.jaas.config (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER), "
+                              "ssl.truststore.location with ssl.truststore.type=PEM, ssl.keystore.* (PEM); "
+                              "librdkafka's names too (env COORDINATOR_COMMAND_CONFIG)")
+    secured.add_argument("--config-file", metavar="FILE", default=env("COORDINATOR_CONFIG_FILE"),
+                         help="broker-style properties, as --config NAME=VALUE lines (which win): the "
+                              "coordinator's settings and our listeners' TLS with Kafka's names, ssl.keystore."
+                              "location (ssl.keystore.type=PEM: key and chain in one file), ssl.key.password, "
+                              "ssl.truststore.location, ssl.client.auth=none|requested|required, "
+                              "ssl.enabled.protocols (env COORDINATOR_CONFIG_FILE)")
     serve.add_argument("--kafka-data-dir", default=env("COORDINATOR_KAFKA_DATA_DIR"),
                        help="data dir of the embedded broker (default: temporary)")
     serve.add_argument("--state-topic", default=env("COORDINATOR_STATE_TOPIC", "__coordinator_state"))
@@ -412,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(like Kafka's max.block.ms)")
     serve.add_argument("--config", type=_kafka_property, action="append", default=[], metavar="NAME=VALUE",
                        help="a coordinator setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0 "
-                            "or offsets.topic.num.partitions=10 (repeatable)")
+                            "or offsets.topic.num.partitions=10, or our listeners' ssl.* (repeatable)")
     serve.add_argument("--metrics-listen", type=_host_port, default=env("COORDINATOR_METRICS_LISTEN"),
                        help="HOST:PORT of a Prometheus scrape endpoint (/metrics; env COORDINATOR_METRICS_LISTEN). "
                             "Traces and OTLP metrics follow the OTEL_* variables: see docs/tracing.md")

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import ssl as ssl_module
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -63,9 +64,12 @@ class KafkaClient(asyncio.Protocol):
         client_id: str | None = "kgc-client",
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         negotiate: bool = True,
+        ssl: ssl_module.SSLContext | None = None,
     ) -> KafkaClient:
+        """With `ssl`, TLS whose server name (checked against the certificate) is `host`."""
         loop = asyncio.get_running_loop()
-        connecting = loop.create_connection(lambda: cls(client_id, timeout_ms), host, port)
+        connecting = loop.create_connection(lambda: cls(client_id, timeout_ms), host, port, ssl=ssl,
+                                            server_hostname=host if ssl is not None else None)
         _transport, client = await asyncio.wait_for(connecting, timeout_ms / 1000)
         client.address = f"{host}:{port}"
         if negotiate:
@@ -167,6 +171,15 @@ class KafkaClient(asyncio.Protocol):
         self._fail_all(ConnectionClosed(f"connection lost: {exc!r}" if exc else "connection closed by peer"))
 
     # ------------------------------------------------------------------------------------------------ closing
+
+    def detach(self) -> asyncio.Transport:
+        """Hand the open connection over (nothing outstanding): the caller sets its own protocol on it; this
+        client is closed without closing the connection."""
+        if self._transport is None or self._pending:
+            raise ConnectionClosed("nothing to hand over: the connection is closed or a request is outstanding")
+        transport, self._transport = self._transport, None
+        self._fail_all(ConnectionClosed("connection handed over"))
+        return transport
 
     @property
     def is_closed(self) -> bool:

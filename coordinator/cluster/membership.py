@@ -30,6 +30,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from coordinator.security.clusters import secured
+
 log = logging.getLogger("coordinator.cluster")
 
 PartitionsCallback = Callable[[set[int]], Coroutine[Any, Any, None]]
@@ -44,7 +46,7 @@ def instances_group_for(state_topic: str) -> str:
 
 def membership_settings(bootstrap: str, group_id: str, client_id: str, session_timeout_ms: int,
                         max_poll_interval_ms: int) -> dict[str, Any]:
-    return {
+    return secured({
         "bootstrap.servers": bootstrap,
         "group.id": group_id,
         "client.id": client_id,  # carries our endpoint: the owner map reads it from DescribeGroups (identity.py)
@@ -61,7 +63,7 @@ def membership_settings(bootstrap: str, group_id: str, client_id: str, session_t
         "enable.auto.offset.store": False,
         "auto.offset.reset": "latest",
         "socket.nagle.disable": True,
-    }
+    })
 
 
 class Membership:

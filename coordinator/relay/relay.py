@@ -21,7 +21,10 @@ from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.listeners import BrokerListeners, OpenListener, PortMapping, UpstreamBroker
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
 from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
-from coordinator.relay.versions import Route, advertised_ranges, local_keys, route_of
+from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, local_keys, route_of
+from coordinator.security.clusters import cluster_security, without_sasl
+from coordinator.security.connections import ClusterAccessError, connect
+from coordinator.security.sasl_passthrough import passed_through_ranges
 from protocol import apis
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion
@@ -37,6 +40,9 @@ class Relay:
                  max_frame_bytes: int) -> None:
         self.config = config
         self.bootstrap = [_host_port(address) for address in bootstrap.split(",") if address.strip()]
+        self.security = cluster_security(bootstrap)  # TLS/SASL of the relay's own connections (--command-config)
+        # per-client upstream links: with SASL passed through, TLS only (the client authenticates itself)
+        self.link_security = without_sasl(self.security) if config.sasl_passthrough else self.security
         self.served = served
         self._local_keys = local_keys(served)
         self.max_frame_bytes = max_frame_bytes
@@ -73,6 +79,8 @@ class Relay:
         """Learn the cluster (ApiVersions, brokers) and open a listener per broker before clients arrive."""
         client = await self._control_client()
         self.advertised = advertised_ranges(client.api_versions, self.served)
+        if self.config.sasl_passthrough:
+            self.advertised.update(passed_through_ranges(client.api_versions))
         await self._learn_cluster()
         if self.listeners is not None:
             self.listeners.refuse_clash(self.config.base_port is not None)
@@ -113,7 +121,8 @@ class Relay:
         broker = self.brokers.get(node_id)
         if broker is None:
             raise UpstreamUnavailable(f"broker {node_id} is not in the cluster's metadata")
-        link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes, self.counters)
+        link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes, self.counters,
+                            self.link_security)
         link.connect()
         return link
 
@@ -163,10 +172,10 @@ class Relay:
             errors = []
             for host, port in dict.fromkeys(candidates):
                 try:
-                    self._control = await KafkaClient.connect(host, port, client_id=_CLIENT_ID,
-                                                              timeout_ms=self.config.upstream_timeout_ms)
+                    self._control = await connect(host, port, self.security, client_id=_CLIENT_ID,
+                                                  timeout_ms=self.config.upstream_timeout_ms)
                     return self._control
-                except (OSError, asyncio.TimeoutError, ProtocolError) as exc:
+                except (OSError, asyncio.TimeoutError, ProtocolError, ClusterAccessError) as exc:
                     errors.append(f"{host}:{port}: {exc!r}")
             raise UpstreamUnavailable("no upstream broker reachable: " + "; ".join(errors))
 

@@ -13,7 +13,8 @@ Three routes (docs/relay.md has the table with the reasons):
 Anything else is not advertised: TxnOffsetCommit (28, transactional offsets belong with our groups; a later
 issue), the KIP-848 and share-group APIs (68, 69, 76-79: a second group protocol), DescribeCluster (60, its
 broker list would need rewriting; Admin clients fall back to Metadata), SASL and delegation tokens (17, 36,
-38-41: an authenticated upstream link would not authenticate the group APIs served here), and APIs newer
+38-41: an authenticated upstream link would not authenticate the group APIs served here; on SASL listeners the
+relay adds 17 and 36, passed through with Kafka's sequence kept, coordinator/security/sasl_passthrough.py), and APIs newer
 than this table (they might carry addresses). A request for an API or version not advertised closes the
 connection, as Kafka does.
 """

@@ -32,7 +32,9 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from coordinator.relay.errors import UpstreamUnavailable
+from coordinator.relay.upstream import pause_when_anything_unsent
 from coordinator.runtime_health import release_transport_cycle
+from coordinator.security.sasl_passthrough import Refusal, SaslPassthrough
 from coordinator.server.config import ServerConfig
 from coordinator.server.context import ConnectionContext, Directory, GroupService, Node, java_host_string
 from coordinator.server.handlers import HANDLERS, SERVED_APIS
@@ -75,6 +77,8 @@ class Connection(asyncio.BufferedProtocol):
         self._server = server
         self.upstream_node = upstream_node  # the broker this listener stands for; None: the bootstrap listener
         self._relaying = None if server.relay is None else RelaySide(server.relay, upstream_node)
+        # SASL_* listener: Kafka's SASL sequence, the exchange judged by the broker over our upstream link
+        self._sasl = SaslPassthrough() if server.config.sasl_passthrough else None
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
@@ -100,13 +104,15 @@ class Connection(asyncio.BufferedProtocol):
         try:
             peername = transport.get_extra_info("peername") or ("?", 0)
             peer = f"{peername[0]}:{peername[1]}"
+            if self._sasl is not None:
+                self._sasl.peer = peer
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
                                           java_host_string(peername[0]), peer, self._server.relay,
                                           self._server.directory)
             if self._relaying is not None:
                 # pause as soon as anything is left unsent: relayed frames are then kept (and counted) in the
                 # pool, never copied into an unbounded transport buffer
-                stream.set_write_buffer_limits(high=0)
+                pause_when_anything_unsent(stream)
             if not self._server.admit(self):
                 self.abort("too_many_connections", f"max_connections={self._config.max_connections}")
         except Exception as exc:
@@ -202,6 +208,8 @@ class Connection(asyncio.BufferedProtocol):
         self._apply_read_limit()
 
     def _handle_frame(self, frame: bytes) -> None:
+        if self._sasl is not None and not self._sasl_admits(frame):
+            return
         if self._relaying is not None:
             if not self._route_locally(frame, self._relaying):
                 return
@@ -226,6 +234,24 @@ class Connection(asyncio.BufferedProtocol):
             self._drive(header, outcome)
         else:
             self._respond(header, outcome)
+
+    def _sasl_admits(self, frame: bytes) -> bool:
+        """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
+        answer, where Kafka gives one)."""
+        try:
+            self._sasl.admit(frame)  # type: ignore[union-attr]
+            return True
+        except Refusal as refusal:
+            if refusal.reply is None:
+                self.abort("sasl_sequence", str(refusal))
+            else:
+                log.warning("event=connection_closed reason=sasl_sequence peer=%s detail=%s", self.peer, refusal)
+                self._write(refusal.reply)
+                self._flush()
+                self.close()
+        except (ProtocolError, ValueError, LookupError) as exc:
+            self.abort("sasl_sequence", f"unreadable SASL request: {exc!r}")
+        return False
 
     def _heartbeat_v4(self, frame: bytes) -> bool:
         """The hottest request without the general decoder and dispatch (same handler call, same answer as
@@ -367,7 +393,7 @@ class Connection(asyncio.BufferedProtocol):
     def _send_pending(self, relaying: RelaySide) -> None:
         """Write the responses at the head of the order that are here, until the client stops taking them."""
         if self._transport is not None:
-            self.activity += relaying.send_ready(self._transport, self._can_send)
+            self.activity += relaying.send_ready(self._transport, self._can_send, self._sasl)
 
     def _can_send(self) -> bool:
         return not self._writing_paused and self._open
@@ -393,7 +419,13 @@ class Connection(asyncio.BufferedProtocol):
             self._contain("relay_blocked_changed", exc)
 
     def relay_failed(self, reason: str, detail: str) -> None:
-        """The upstream connection failed: close the client's (clients retry, as after a broker failure)."""
+        """The upstream connection failed: close the client's (clients retry, as after a broker failure). A broker
+        that closed after answering everything (a failed SASL exchange: its error, then the close) is followed
+        gracefully, so its last answer reaches the client."""
+        if reason == "upstream_closed" and self._open and (self._relaying is None or not self._relaying.pending):
+            log.info("event=connection_closed reason=%s peer=%s detail=%s", reason, self.peer, detail)
+            self.close()
+            return
         self.abort(reason, detail)
 
     def _fail(self, header: RequestHeader, exc: BaseException | None = None) -> None:

@@ -22,6 +22,7 @@ from coordinator.relay.versions import Route, produce_expects_response
 
 if TYPE_CHECKING:
     from coordinator.relay.relay import Relay
+    from coordinator.security.sasl_passthrough import SaslPassthrough
 
 _CORRELATION_ID = struct.Struct(">i")
 _SIZE = struct.Struct(">i")
@@ -85,9 +86,11 @@ class RelaySide:
     def queue_local(self, frame: bytes) -> None:
         self.pending.append(LocalResponse(frame))
 
-    def send_ready(self, transport: asyncio.Transport, can_send: Callable[[], bool]) -> int:
+    def send_ready(self, transport: asyncio.Transport, can_send: Callable[[], bool],
+                   sasl: SaslPassthrough | None = None) -> int:
         """Writes the responses at the head of the order that are here, while `can_send()` (a write may pause
-        the transport); returns how many were written."""
+        the transport); returns how many were written. On a SASL listener the broker's answers to the exchange
+        move `sasl`'s state before they reach the client."""
         pending = self.pending
         pool = self.relay.pool
         sent = 0
@@ -96,6 +99,8 @@ class RelaySide:
             if frame is None:  # the next response in order has not arrived yet
                 break
             response = pending.popleft()
+            if sasl is not None and sasl.awaiting:
+                sasl.observe(getattr(response, "correlation_id", None), frame)
             transport.write(frame)
             sent += 1
             buffer = response.buffer

@@ -37,6 +37,7 @@ from coordinator.group.records import Record
 from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
                                      TopicPartition)
 from coordinator.storage.config import StorageConfig
+from coordinator.security.clusters import secured
 from coordinator.storage.loader import consumer_settings, read_state
 from coordinator.group.partitioner import partition_for
 from coordinator.storage.producer import AsyncProducer, KafkaRecord
@@ -52,7 +53,7 @@ _BATCH_OVERHEAD_BYTES = 61  # record batch header (magic v2)
 _RECORD_OVERHEAD_BYTES = 21  # a record's length, attributes, deltas, key/value lengths and headers (varints, at most)
 
 def producer_settings(config: StorageConfig) -> dict[str, Any]:
-    return {
+    return secured({
         "bootstrap.servers": config.bootstrap,
         "client.id": f"{config.client_id}-state",
         "enable.idempotence": True,  # implies acks=all and in-order retries
@@ -65,7 +66,7 @@ def producer_settings(config: StorageConfig) -> dict[str, Any]:
         # one OffsetCommit (up to max_write_bytes) must not be split across produce requests by record count
         "batch.num.messages": 1_000_000,
         "socket.nagle.disable": True,  # small acks=all requests must not wait for delayed ACKs
-    }
+    })
 
 
 class KafkaGroupStore(GroupStore):

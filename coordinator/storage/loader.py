@@ -33,6 +33,7 @@ from coordinator.storage.records import (
 )
 from coordinator.timer.clock import Clock
 from coordinator.storage.kafka_logs import librdkafka_logger
+from coordinator.security.clusters import secured
 
 log = logging.getLogger("coordinator.storage")
 
@@ -116,7 +117,7 @@ class StateReplay:
 
 
 def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict[str, object]:
-    return {
+    return secured({
         "bootstrap.servers": bootstrap,
         "client.id": f"{client_id}-loader",
         "group.id": f"{client_id}-loader",  # required by librdkafka; only assign() is used, nothing is committed
@@ -129,7 +130,7 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
         "max.partition.fetch.bytes": buffer_bytes,  # Kafka's offsets.load.buffer.size
         "fetch.max.bytes": max(buffer_bytes * 10, 52_428_800),
         "logger": librdkafka_logger("loader"),
-    }
+    })
 
 
 def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
@@ -229,7 +230,7 @@ def end_offsets(settings: dict[str, object], topic: str, partitions: list[int], 
     admin_settings: dict[str, Any] = {  # Any: the stubs' str | int | float leaves out the logger it takes
         "bootstrap.servers": settings["bootstrap.servers"],
         "client.id": settings.get("client.id", "group-coordinator-loader"), "logger": librdkafka_logger("loader-admin")}
-    box = _AdminBox(AdminClient(admin_settings))
+    box = _AdminBox(AdminClient(secured(admin_settings)))
     try:
         # OffsetSpec's class methods are unannotated in confluent-kafka's stubs
         earliest_spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from confluent_kafka import KafkaError, Producer
 
 from coordinator.group.observer import GroupObserver, RebalanceCause
+from coordinator.security.clusters import secured
 from coordinator.storage.config import EVENT_LINGER_MS, StorageConfig
 from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
@@ -97,7 +98,7 @@ class EventPublisher:
         self._accepted = 0  # taken by the producer (loop thread)
         # the client's callback must not reference self: no cycle
         self._reports = _DeliveryCounts(self.topic, config.event_delivery_timeout_ms)
-        self._producer: Producer | None = Producer({
+        self._producer: Producer | None = Producer(secured({
             "bootstrap.servers": config.bootstrap,
             "client.id": f"{config.client_id}-events",
             "acks": 1,
@@ -108,7 +109,7 @@ class EventPublisher:
             "message.timeout.ms": config.event_delivery_timeout_ms,
             "on_delivery": self._reports.on_delivery,
             "logger": librdkafka_logger("events"),
-        })
+        }))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name="event-producer-poll", daemon=True)
         self._thread.start()

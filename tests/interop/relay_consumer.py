@@ -48,6 +48,7 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
         "partition.assignment.strategy": args.assignor, "session.timeout.ms": args.session_ms,
         "heartbeat.interval.ms": max(args.session_ms // 6, 100), "topic.metadata.refresh.interval.ms": 2_000,
+        **dict(setting.split("=", 1) for setting in args.setting),
     })
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
     try:
@@ -65,6 +66,25 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
     finally:
         consumer.close()  # LeaveGroup
         emit("closed")
+
+
+def aiokafka_security(settings: dict[str, str]) -> dict[str, Any]:
+    """The --setting names (librdkafka's) that aiokafka takes, in its own terms."""
+    from aiokafka.helpers import create_ssl_context
+
+    unknown = set(settings) - {"security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
+                               "ssl.ca.location"}
+    if unknown:
+        raise SystemExit(f"aiokafka consumer: settings {sorted(unknown)} are not translated")
+    options: dict[str, Any] = {}
+    if "security.protocol" in settings:
+        options["security_protocol"] = settings["security.protocol"].upper()
+    if "sasl.mechanism" in settings:
+        options.update(sasl_mechanism=settings["sasl.mechanism"], sasl_plain_username=settings.get("sasl.username"),
+                       sasl_plain_password=settings.get("sasl.password"))
+    if "ssl.ca.location" in settings:
+        options["ssl_context"] = create_ssl_context(cafile=settings["ssl.ca.location"])
+    return options
 
 
 async def run_aiokafka(args: argparse.Namespace, stop: asyncio.Event) -> None:
@@ -87,6 +107,7 @@ async def run_aiokafka(args: argparse.Namespace, stop: asyncio.Event) -> None:
         auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=args.session_ms,
         heartbeat_interval_ms=max(args.session_ms // 6, 100), metadata_max_age_ms=2_000,
         partition_assignment_strategy=(assignors[args.assignor],),
+        **aiokafka_security(dict(setting.split("=", 1) for setting in args.setting)),
     )
     consumer.subscribe([args.topic], listener=Listener())
     await consumer.start()
@@ -116,6 +137,9 @@ def main() -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--assignor", default="range")
     parser.add_argument("--session-ms", type=int, default=6_000)
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a client setting by librdkafka's name (e.g. security.protocol=ssl); aiokafka takes "
+                             "the security ones")
     args = parser.parse_args()
     if args.kind == "confluent":
         stop = threading.Event()
