@@ -32,6 +32,10 @@ class CoordinatorConfig:
     offsets_commit_timeout_ms: int = _kafka("offsets.commit.timeout.ms", 5_000)
     offsets_load_buffer_size: int = _kafka("offsets.load.buffer.size", 5_242_880)
     offset_metadata_max_bytes: int = _kafka("offset.metadata.max.bytes", 4_096)
+    # Consumer groups (KIP-848), Kafka 4.1's GroupCoordinatorConfig defaults.
+    group_consumer_session_timeout_ms: int = _kafka("group.consumer.session.timeout.ms", 45_000)
+    group_consumer_heartbeat_interval_ms: int = _kafka("group.consumer.heartbeat.interval.ms", 5_000)
+    group_consumer_max_size: int = _kafka("group.consumer.max.size", INT32_MAX)
     # Kafka constants, not broker configs; overridable here for tests.
     new_member_join_timeout_ms: int = _kafka("NewMemberJoinTimeoutMs", 300_000)
     purgatory_purge_interval: int = _kafka("purgeInterval", 1_000)

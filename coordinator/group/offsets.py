@@ -13,6 +13,7 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, Offse
 from coordinator.group.delayed import member_key
 from coordinator.group.errors import Errors, offset_append_error
 from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
+from coordinator.group.modern.offsets import validate_offset_commit
 from coordinator.group.state import GroupState
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import ShardStatus
@@ -56,6 +57,12 @@ def handle_commit_offsets(shard: GroupShard, req: OffsetCommitRequest) -> Result
     error = shard.group_status_error(req.group_id, empty_id_ok=True)
     if error is not None:
         return Result(_commit_response(req, error))
+    consumer_group = shard.consumer_groups.get(req.group_id)
+    if consumer_group is not None:  # KIP-848: member epochs; the offsets live beside the classic ones
+        error = validate_offset_commit(consumer_group, req.member_id, req.generation_id, req.version)
+        if error is not None:
+            return Result(_commit_response(req, error))
+        return _commit(shard, shard.add_group(req.group_id), req)
     group = shard.groups.get(req.group_id)
     if group is None:
         if req.generation_id >= 0:  # a commit from an older generation, or a deleted group
@@ -69,6 +76,10 @@ def handle_commit_offsets(shard: GroupShard, req: OffsetCommitRequest) -> Result
     if group.state in (STABLE, PREPARING):
         member = group.get(req.member_id)
         shard.schedule_heartbeat(group, member, member.session_timeout_ms)
+    return _commit(shard, group, req)
+
+
+def _commit(shard: GroupShard, group: GroupMetadata, req: OffsetCommitRequest) -> Result[OffsetCommitResponse]:
     errors, offsets = _offset_records(shard, req)
     if not offsets:
         return Result(_commit_response(req, errors))  # every partition's metadata was too large: answer at once

@@ -22,6 +22,7 @@ from coordinator.group.delayed import (DelayedHeartbeat, DelayedJoin, DelayedSyn
                                        member_key, sync_key)
 from coordinator.group.loading import materialize_group
 from coordinator.group.member import MemberMetadata
+from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
 from coordinator.group.result import Write
@@ -70,6 +71,7 @@ class GroupShard:
         self.rebalance_purgatory = rebalance_purgatory
         self.status = ShardStatus.UNOWNED
         self.groups: dict[str, GroupMetadata] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (coordinator/group/modern)
         self.pending_writes: list[Write] = []  # emitted by group logic, appended by the runtime in order
         self._on_emit = on_emit
         self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)

@@ -1,7 +1,7 @@
 """Which APIs the relay advertises, and how each request is routed.
 
 Three routes (docs/relay.md has the table with the reasons):
-- LOCAL: the group APIs and ApiVersions, served here at our own ranges. They never reach the upstream cluster,
+- LOCAL: the group APIs (classic and KIP-848's 68/69) and ApiVersions, served here at our own ranges. They never reach the upstream cluster,
   whose own group coordinator must not see our groups.
 - REWRITTEN: Metadata and FindCoordinator, answered here from an upstream answer whose broker addresses are
   replaced by ours (so their ranges are also capped by what the upstream broker serves).
@@ -10,7 +10,7 @@ Three routes (docs/relay.md has the table with the reasons):
   we would have to rewrite (KIP-951's NodeEndpoints in Produce v10+/Fetch v16+, DescribeQuorum v2's nodes).
 
 Anything else is not advertised: TxnOffsetCommit (28, transactional offsets belong with our groups; a later
-issue), the KIP-848 and share-group APIs (68, 69, 76-79: a second group protocol), DescribeCluster (60, its
+issue), the share-group APIs (76-79), DescribeCluster (60, its
 broker list would need rewriting; Admin clients fall back to Metadata), SASL and delegation tokens (17, 36,
 38-41: an authenticated upstream link would not authenticate the group APIs served here), and APIs newer
 than this table (they might carry addresses). A request for an API or version not advertised closes the
@@ -34,7 +34,7 @@ class Route(enum.Enum):
 LOCAL_KEYS = frozenset(int(key) for key in (
     ApiKey.API_VERSIONS, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS,
-    ApiKey.OFFSET_DELETE,
+    ApiKey.OFFSET_DELETE, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE,
 ))
 REWRITTEN_KEYS = frozenset((int(ApiKey.METADATA), int(ApiKey.FIND_COORDINATOR)))
 

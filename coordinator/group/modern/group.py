@@ -1,0 +1,142 @@
+"""A consumer group of the KIP-848 protocol (Kafka's ConsumerGroup): group epoch, target assignment and its
+epoch, members, and which member holds which partition at which epoch.
+
+State changes only by `replay(record)`: heartbeats and timers compute records, the shard replays them, and a
+load replays the same records from the state topic.
+
+States (derived, never set):
+  Empty        no members.
+  Assigning    the group epoch is ahead of the assignment epoch: the next heartbeat computes the target.
+  Reconciling  some member is not STABLE at the assignment epoch.
+  Stable       every member has its target at the assignment epoch.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections import Counter
+
+from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, ConsumerGroupMember
+from coordinator.group.modern.records import (ConsumerGroupRecord, CurrentAssignmentRecord, GroupEpochRecord,
+                                              MemberMetadataRecord, Partitions, RecordType,
+                                              TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class ConsumerGroup:
+    protocol_type = "consumer"
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.metadata_hash = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerGroupMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.targets: dict[str, Partitions] = {}  # member id -> target
+        self._partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        self.deleted = False  # its metadata record was tombstoned
+
+    # --- derived state --------------------------------------------------------------------------------------
+    @property
+    def state(self) -> ConsumerGroupState:
+        if self.deleted:
+            return ConsumerGroupState.DEAD
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if any(not m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
+            return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        return self._partition_epochs.get((topic_id, partition), -1)
+
+    def target_of(self, member_id: str) -> Partitions:
+        return self.targets.get(member_id, {})
+
+    def subscribed_topic_names(self, replacing: ConsumerGroupMember | None = None,
+                               removing: str | None = None) -> Counter[str]:
+        """Topic name -> number of subscribers, with `replacing` in place of its old self / without `removing`."""
+        counts: Counter[str] = Counter()
+        for member_id, member in self.members.items():
+            if member_id in (removing, replacing.member_id if replacing else None):
+                continue
+            counts.update(member.subscribed_topic_names)
+        if replacing is not None:
+            counts.update(replacing.subscribed_topic_names)
+        return counts
+
+    def preferred_assignor(self, replacing: ConsumerGroupMember | None = None) -> str | None:
+        """The most common ServerAssignor among the members, `replacing` in place of its old self (Kafka's
+        computePreferredServerAssignor); None if no member names one."""
+        members = dict(self.members)
+        if replacing is not None:
+            members[replacing.member_id] = replacing
+        counts = Counter(m.server_assignor for m in members.values() if m.server_assignor is not None)
+        return counts.most_common(1)[0][0] if counts else None
+
+    # --- replay -----------------------------------------------------------------------------------------------
+    def replay(self, record: ConsumerGroupRecord) -> None:
+        if isinstance(record, Tombstone):
+            self._replay_tombstone(record)
+        elif isinstance(record, GroupEpochRecord):
+            self.group_epoch, self.metadata_hash, self.deleted = record.epoch, record.metadata_hash, False
+        elif isinstance(record, MemberMetadataRecord):
+            member = self.members.get(record.member_id) or ConsumerGroupMember(record.member_id)
+            self._put_member(member.with_metadata(record))
+        elif isinstance(record, TargetAssignmentEpochRecord):
+            self.assignment_epoch = record.assignment_epoch
+        elif isinstance(record, TargetAssignmentRecord):
+            self.targets[record.member_id] = dict(record.partitions)
+        elif isinstance(record, CurrentAssignmentRecord):
+            member = self.members.get(record.member_id) or ConsumerGroupMember(record.member_id)
+            self._put_member(member.with_assignment(record))
+
+    def _replay_tombstone(self, record: Tombstone) -> None:
+        member_id = record.member_id or ""
+        if record.record_type is RecordType.GROUP_METADATA:
+            self.deleted = True
+        elif record.record_type is RecordType.MEMBER_METADATA:
+            old = self.members.pop(member_id, None)
+            if old is not None:
+                self._remove_partition_epochs(old)
+                if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+                    del self.static_members[old.instance_id]
+        elif record.record_type is RecordType.TARGET_ASSIGNMENT_MEMBER:
+            self.targets.pop(member_id, None)
+        elif record.record_type is RecordType.CURRENT_MEMBER_ASSIGNMENT:
+            old = self.members.get(member_id)
+            if old is not None:
+                self._put_member(old.replace(member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=-1,
+                                             assigned={}, pending_revocation={}))
+
+    def _put_member(self, member: ConsumerGroupMember) -> None:
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._remove_partition_epochs(old)
+            if old.instance_id is not None and old.instance_id != member.instance_id:
+                self.static_members.pop(old.instance_id, None)
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        for partitions in (member.assigned, member.pending_revocation):
+            for topic_id, ps in partitions.items():
+                for p in ps:
+                    self._partition_epochs[(topic_id, p)] = member.member_epoch
+
+    def _remove_partition_epochs(self, member: ConsumerGroupMember) -> None:
+        for partitions in (member.assigned, member.pending_revocation):
+            for topic_id, ps in partitions.items():
+                for p in ps:
+                    if self._partition_epochs.get((topic_id, p)) == member.member_epoch:
+                        del self._partition_epochs[(topic_id, p)]

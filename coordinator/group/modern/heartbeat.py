@@ -1,0 +1,315 @@
+"""ConsumerGroupHeartbeat (Kafka 4.1's GroupMetadataManager.consumerGroupHeartbeat and GroupCoordinatorService's
+request validation): a function of the group, the request and the topics, returning the records to write and the
+response. The caller replays the records onto the group, writes them, then answers.
+
+    join/heartbeat: member created or updated (record 5 if changed) → group epoch bumped (record 3) when a
+    subscription or the subscribed topics changed → target computed when the group epoch is ahead of the
+    assignment epoch (7 per changed member, then 6) → the member reconciled (8 if changed) → session timer re-armed.
+    leave (-1) / session expiry: 8, 7 and 5 tombstoned, then the group epoch bumped (3), in Kafka's order.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from coordinator.group.assignor import ASSIGNORS, DEFAULT_ASSIGNOR, AssignorError, GroupSpec, MemberSpec
+from coordinator.group.assignor import SubscriptionType
+from coordinator.group.assignor.java_order import member_order
+from coordinator.group.assignor.spec import ordered
+from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.member import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                                             ConsumerGroupMember, MemberState)
+from coordinator.group.modern.reconciliation import FencedMemberEpoch, OwnedPartitions, reconcile
+from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, Partitions, RecordType,
+                                              TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone,
+                                              sorted_partitions)
+from coordinator.group.modern.topics import TopicsView, metadata_hash
+from protocol.error_codes import Errors
+
+log = logging.getLogger("coordinator.group")
+
+CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
+
+
+class ApiError(Exception):
+    """A Kafka error code with its message, as the response carries it."""
+
+    def __init__(self, error: Errors, message: str | None = None) -> None:
+        super().__init__(message or error.name)
+        self.error = error
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: OwnedPartitions = None  # (topic id, partitions) pairs; None = unchanged since the last heartbeat
+    client_id: str = ""
+    client_host: str = ""
+    version: int = 1
+
+
+@dataclass(slots=True)
+class HeartbeatResponse:
+    error: Errors = Errors.NONE
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Partitions | None = None  # None: not sent (unchanged)
+
+
+@dataclass(slots=True)
+class HeartbeatResult:
+    records: list[ConsumerGroupRecord] = field(default_factory=list)
+    response: HeartbeatResponse = field(default_factory=HeartbeatResponse)
+
+
+class MemberTimers(Protocol):
+    """The session and rebalance timers (the shard's, on the timing wheel)."""
+
+    def schedule_session(self, group_id: str, member_id: str) -> None: ...
+    def schedule_rebalance(self, group_id: str, member_id: str, member_epoch: int, timeout_ms: int) -> None: ...
+    def cancel_rebalance(self, group_id: str, member_id: str) -> None: ...
+    def cancel_all(self, group_id: str, member_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    heartbeat_interval_ms: int
+    max_size: int
+    assignors: tuple[str, ...] = tuple(ASSIGNORS)
+
+
+def validate(request: HeartbeatRequest, settings: Settings) -> None:
+    """GroupCoordinatorService.throwIfConsumerGroupHeartbeatRequestIsInvalid, in its order."""
+    epoch = request.member_epoch
+    if (request.version >= CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION or epoch > 0
+            or epoch == LEAVE_GROUP_MEMBER_EPOCH):
+        _not_blank(request.member_id, "MemberId can't be empty.")
+    _not_blank(request.group_id, "GroupId can't be empty.")
+    _not_blank(request.instance_id, "InstanceId can't be empty.")
+    _not_blank(request.rack_id, "RackId can't be empty.")
+    if epoch == 0:
+        if request.rebalance_timeout_ms == -1:
+            raise ApiError(Errors.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
+        if request.owned is None or len(request.owned) > 0:
+            raise ApiError(Errors.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            raise ApiError(Errors.INVALID_REQUEST,
+                           "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
+    elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if request.instance_id is None:
+            raise ApiError(Errors.INVALID_REQUEST, "InstanceId can't be null.")
+    elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise ApiError(Errors.INVALID_REQUEST, "MemberEpoch is invalid.")
+    if request.server_assignor is not None and request.server_assignor not in settings.assignors:
+        raise ApiError(Errors.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {request.server_assignor} is not supported. "
+                       f"Supported assignors: {', '.join(settings.assignors)}.")
+
+
+def _not_blank(value: str | None, message: str) -> None:
+    """Kafka's throwIfEmptyString: null passes, empty or whitespace-only fails."""
+    if value is not None and not value.strip():
+        raise ApiError(Errors.INVALID_REQUEST, message)
+
+
+def heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, topics: TopicsView, settings: Settings,
+              timers: MemberTimers) -> HeartbeatResult:
+    """Records and response of a valid request (see `validate`); raises ApiError. `group` is None if no consumer
+    group of that id exists."""
+    if request.instance_id is not None:
+        raise ApiError(Errors.INVALID_REQUEST, "Static membership is not yet supported.")
+    if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+        if group is None:
+            raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {request.group_id} not found.")
+        return leave(group, request, topics, timers)
+    return _join_or_heartbeat(group, request, topics, settings, timers)
+
+
+def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, topics: TopicsView,
+                       settings: Settings, timers: MemberTimers) -> HeartbeatResult:
+    group_id, epoch = request.group_id, request.member_epoch
+    if group is None:
+        if epoch != 0:
+            raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+        group = ConsumerGroup(group_id)
+    member_id = request.member_id
+    if len(group.members) >= settings.max_size and (not member_id or member_id not in group.members):
+        raise ApiError(Errors.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of "
+                       f"{settings.max_size} members.")
+    if not member_id:
+        member_id = str(uuid.uuid4())  # v0 only: v1 clients generate their own
+    member = _member(group, member_id, epoch, request.owned)
+    updated = _updated(member, request)
+
+    result = HeartbeatResult()
+    records = result.records
+    bump = False
+    if not updated.same_subscription_metadata(member):
+        records.append(updated.metadata_record(group_id))
+        bump = (updated.subscribed_topic_names != member.subscribed_topic_names
+                or updated.subscribed_topic_regex != member.subscribed_topic_regex)
+    new_hash = metadata_hash(group.subscribed_topic_names(replacing=updated), topics)
+    group_epoch = group.group_epoch
+    if bump or new_hash != group.metadata_hash:
+        group_epoch += 1
+        records.append(GroupEpochRecord(group_id, group_epoch, new_hash))
+        log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group_epoch)
+
+    if group_epoch > group.assignment_epoch:
+        targets = _compute_targets(group, updated, group_epoch, topics, records)
+        target_epoch, target = group_epoch, targets.get(member_id, {})
+    else:
+        target_epoch, target = group.assignment_epoch, group.target_of(member_id)
+
+    if not updated.is_reconciled_to(target_epoch):
+        try:
+            reconciled = reconcile(updated, target_epoch, target, group.partition_epoch, request.owned)
+        except FencedMemberEpoch as exc:
+            raise ApiError(Errors.FENCED_MEMBER_EPOCH, str(exc)) from exc
+        if not reconciled.same_assignment_state(updated):
+            records.append(reconciled.assignment_record(group_id))
+            if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
+                timers.schedule_rebalance(group_id, member_id, reconciled.member_epoch,
+                                          reconciled.rebalance_timeout_ms)
+            else:
+                timers.cancel_rebalance(group_id, member_id)
+        updated = reconciled
+    timers.schedule_session(group_id, member_id)
+
+    full = epoch == 0 or (request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None
+                          and request.owned is not None)
+    result.response = HeartbeatResponse(
+        member_id=member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        assignment=updated.assigned if full or updated.assigned != member.assigned else None)
+    return result
+
+
+def _member(group: ConsumerGroup, member_id: str, epoch: int, owned: OwnedPartitions) -> ConsumerGroupMember:
+    member = group.members.get(member_id)
+    if member is None:
+        if epoch != 0:
+            raise ApiError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
+                           f"{group.group_id}.")
+        log.info("[GroupId %s] Member %s joins the consumer group using the consumer protocol.", group.group_id,
+                 member_id)
+        return ConsumerGroupMember(member_id)
+    _check_epoch(member, epoch, owned)
+    return member
+
+
+def _check_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartitions) -> None:
+    """Kafka's throwIfConsumerGroupMemberEpochIsInvalid: the previous epoch is accepted with a subset of the
+    assignment (the response that bumped the epoch may have been lost)."""
+    if received > member.member_epoch:
+        raise ApiError(Errors.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch "
+                       f"({received}) than the one known by the group coordinator ({member.member_epoch}). "
+                       "The member must abandon all its partitions and rejoin.")
+    if received < member.member_epoch and (received != member.previous_member_epoch
+                                           or not _is_subset(owned, member.assigned)):
+        raise ApiError(Errors.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch "
+                       f"({received}) than the one known by the group coordinator ({member.member_epoch}). "
+                       "The member must abandon all its partitions and rejoin.")
+
+
+def _is_subset(owned: OwnedPartitions, assigned: Partitions) -> bool:
+    if owned is None:
+        return False
+    return all(topic_id in assigned and set(ps) <= set(assigned[topic_id]) for topic_id, ps in owned)
+
+
+def _updated(member: ConsumerGroupMember, request: HeartbeatRequest) -> ConsumerGroupMember:
+    """The member with every non-null field of the request, and the connection's client id and host."""
+    changes: dict[str, object] = {"client_id": request.client_id, "client_host": request.client_host}
+    if request.instance_id is not None:
+        changes["instance_id"] = request.instance_id
+    if request.rack_id is not None:
+        changes["rack_id"] = request.rack_id
+    if request.rebalance_timeout_ms != -1:
+        changes["rebalance_timeout_ms"] = request.rebalance_timeout_ms
+    if request.server_assignor is not None:
+        changes["server_assignor"] = request.server_assignor
+    if request.subscribed_topic_names is not None:
+        changes["subscribed_topic_names"] = tuple(sorted(set(request.subscribed_topic_names)))
+    if request.subscribed_topic_regex is not None:
+        changes["subscribed_topic_regex"] = request.subscribed_topic_regex
+    return member.replace(**changes)
+
+
+def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, group_epoch: int, topics: TopicsView,
+                     records: list[ConsumerGroupRecord]) -> Mapping[str, Partitions]:
+    """Kafka's TargetAssignmentBuilder: every member's new target; records 7 for the members whose target changed,
+    then 6."""
+    members = dict(group.members)
+    members[updated.member_id] = updated
+    order = member_order(members)
+    counts = group.subscribed_topic_names(replacing=updated)
+    homogeneous = all(n == len(members) for n in counts.values())
+    partition_counts: dict[uuid.UUID, int] = {}
+    specs: dict[str, MemberSpec] = {}
+    for member_id in order:
+        member = members[member_id]
+        topic_ids = []
+        for name in member.subscribed_topic_names:
+            image = topics.by_name(name)
+            if image is not None:
+                topic_ids.append(image.topic_id)
+                partition_counts[image.topic_id] = image.partitions
+        specs[member_id] = MemberSpec(tuple(topic_ids), ordered(group.target_of(member_id)), member.rack_id,
+                                      member.instance_id)
+    assignor_name = group.preferred_assignor(replacing=updated) or DEFAULT_ASSIGNOR
+    spec = GroupSpec(specs, SubscriptionType.HOMOGENEOUS if homogeneous else SubscriptionType.HETEROGENEOUS,
+                     partition_counts)
+    try:
+        assigned = ASSIGNORS[assignor_name].assign(spec)
+    except AssignorError as exc:
+        raise ApiError(Errors.UNKNOWN_SERVER_ERROR, f"Failed to compute a new target assignment for epoch "
+                       f"{group_epoch}: {exc}.") from exc
+    targets: dict[str, Partitions] = {}
+    for member_id in order:
+        target = sorted_partitions(assigned.get(member_id, {}))
+        targets[member_id] = target
+        if member_id not in group.targets or group.targets[member_id] != target:
+            records.append(TargetAssignmentRecord(group.group_id, member_id, target))
+    records.append(TargetAssignmentEpochRecord(group.group_id, group_epoch))
+    return targets
+
+
+def leave(group: ConsumerGroup, request: HeartbeatRequest, topics: TopicsView, timers: MemberTimers
+          ) -> HeartbeatResult:
+    member = group.members.get(request.member_id)
+    if member is None:
+        raise ApiError(Errors.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group "
+                       f"{group.group_id}.")
+    log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, member.member_id)
+    records = fence(group, member, topics, timers)
+    return HeartbeatResult(records, HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch))
+
+
+def fence(group: ConsumerGroup, member: ConsumerGroupMember, topics: TopicsView, timers: MemberTimers
+          ) -> list[ConsumerGroupRecord]:
+    """Kafka's consumerGroupFenceMember: the member's records tombstoned (current assignment, target, metadata:
+    the order matters on replay), then the group epoch bumped; the target is recomputed by the next heartbeat."""
+    group_id, member_id = group.group_id, member.member_id
+    records: list[ConsumerGroupRecord] = [
+        Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, group_id, member_id),
+        Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, group_id, member_id),
+        Tombstone(RecordType.MEMBER_METADATA, group_id, member_id),
+        GroupEpochRecord(group_id, group.group_epoch + 1,
+                         metadata_hash(group.subscribed_topic_names(removing=member_id), topics)),
+    ]
+    timers.cancel_all(group_id, member_id)
+    return records

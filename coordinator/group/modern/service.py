@@ -1,0 +1,208 @@
+"""The consumer groups of every shard: ConsumerGroupHeartbeat and ConsumerGroupDescribe, the session and rebalance
+timers on the timing wheel, and the records each change produces.
+
+Each change is computed as records (heartbeat.py), replayed onto the group at once (so the next request sees it,
+as Kafka's runtime replays before the write completes) and handed to `record_sink(partition, records)`, the
+plug-in point to the state topic's write path. Without a sink the groups live in memory only.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from coordinator.config import CoordinatorConfig
+from coordinator.group.assignor import DEFAULT_ASSIGNOR
+from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.heartbeat import (ApiError, HeartbeatRequest, HeartbeatResponse, Settings, fence,
+                                                heartbeat, validate)
+from coordinator.group.modern.member import MemberState
+from coordinator.group.modern.records import ConsumerGroupRecord, Partitions
+from coordinator.group.modern.topics import StaticTopics, TopicsView
+from coordinator.group.shard import GroupShard, ShardStatus
+from coordinator.group.state import GroupState
+from coordinator.timer import SystemTimer, TimerTask
+from protocol.error_codes import Errors
+
+log = logging.getLogger("coordinator.group")
+
+RecordSink = Callable[[int, list[ConsumerGroupRecord]], object]
+
+_STATUS_ERRORS = {ShardStatus.UNOWNED: Errors.NOT_COORDINATOR, ShardStatus.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                  ShardStatus.STOPPED: Errors.COORDINATOR_NOT_AVAILABLE}
+
+
+class _MemberTimer(TimerTask):
+    __slots__ = ("callback",)
+
+    def __init__(self, delay_ms: int, callback: Callable[[], None]) -> None:
+        super().__init__(delay_ms)
+        self.callback = callback
+
+    def run(self) -> None:
+        self.callback()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedPartitions:
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: tuple[DescribedPartitions, ...]
+    target_assignment: tuple[DescribedPartitions, ...]
+    member_type: int = 1  # KIP-1099: 1 = consumer protocol
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error: Errors = Errors.NONE
+    message: str | None = None
+    state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[DescribedMember, ...] = field(default_factory=tuple)
+
+
+class ConsumerGroupService:
+    def __init__(self, config: CoordinatorConfig, timer: SystemTimer, shard_for: Callable[[str], GroupShard],
+                 topics: TopicsView | None = None, record_sink: RecordSink | None = None) -> None:
+        self.config = config
+        self.timer = timer
+        self.shard_for = shard_for
+        self.topics: TopicsView = topics if topics is not None else StaticTopics()
+        self.record_sink = record_sink
+        self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size)
+        self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
+
+    # --- requests ---------------------------------------------------------------------------------------------
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        try:
+            validate(request, self.settings)
+            shard = self.shard_for(request.group_id)
+            status_error = _STATUS_ERRORS.get(shard.status)
+            if status_error is not None:
+                return HeartbeatResponse(status_error)
+            classic = shard.groups.get(request.group_id)
+            if classic is not None and not (classic.is_in(GroupState.EMPTY) or classic.is_in(GroupState.DEAD)):
+                raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
+            result = heartbeat(shard.consumer_groups.get(request.group_id), request, self.topics, self.settings,
+                               self)
+        except ApiError as exc:
+            return HeartbeatResponse(exc.error, exc.message)
+        self._apply(shard, request.group_id, result.records)
+        return result.response
+
+    def describe(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
+        return [self._describe(group_id) for group_id in group_ids]
+
+    def _describe(self, group_id: str) -> DescribedGroup:
+        if not group_id:
+            return DescribedGroup(group_id, Errors.INVALID_GROUP_ID)
+        shard = self.shard_for(group_id)
+        status_error = _STATUS_ERRORS.get(shard.status)
+        if status_error is not None:
+            return DescribedGroup(group_id, status_error)
+        group = shard.consumer_groups.get(group_id)
+        if group is None:
+            if group_id in shard.groups and not shard.groups[group_id].is_in(GroupState.DEAD):
+                return DescribedGroup(group_id, Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer "
+                                      "group.")
+            return DescribedGroup(group_id, Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+        members = tuple(
+            DescribedMember(m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+                            m.subscribed_topic_names, m.subscribed_topic_regex, self._described(m.assigned),
+                            self._described(group.target_of(m.member_id)))
+            for m in group.members.values())
+        return DescribedGroup(group_id, state=group.state.value, group_epoch=group.group_epoch,
+                              assignment_epoch=group.assignment_epoch,
+                              assignor_name=group.preferred_assignor() or DEFAULT_ASSIGNOR, members=members)
+
+    def _described(self, partitions: Partitions) -> tuple[DescribedPartitions, ...]:
+        """Topics the metadata no longer has are left out, as Kafka does."""
+        out = []
+        for topic_id, ps in partitions.items():
+            image = self.topics.by_id(topic_id)
+            if image is not None:
+                out.append(DescribedPartitions(topic_id, image.name, ps))
+        return tuple(out)
+
+    # --- records ----------------------------------------------------------------------------------------------
+    def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord]) -> None:
+        if not records:
+            return
+        group = shard.consumer_groups.get(group_id)
+        if group is None:
+            group = shard.consumer_groups[group_id] = ConsumerGroup(group_id)
+        for record in records:
+            group.replay(record)
+        if group.deleted:
+            del shard.consumer_groups[group_id]
+        if self.record_sink is not None:
+            self.record_sink(shard.partition, records)
+
+    # --- timers (heartbeat.MemberTimers) ----------------------------------------------------------------------
+    def schedule_session(self, group_id: str, member_id: str) -> None:
+        self._schedule(("session", group_id, member_id), self.config.group_consumer_session_timeout_ms,
+                       lambda: self._fence_expired(group_id, member_id, None, "the member session expired."))
+
+    def schedule_rebalance(self, group_id: str, member_id: str, member_epoch: int, timeout_ms: int) -> None:
+        self._schedule(("rebalance", group_id, member_id), timeout_ms,
+                       lambda: self._fence_expired(group_id, member_id, member_epoch,
+                                                   "the member failed to revoke partitions within the rebalance "
+                                                   "timeout."))
+
+    def cancel_rebalance(self, group_id: str, member_id: str) -> None:
+        self._cancel(("rebalance", group_id, member_id))
+
+    def cancel_all(self, group_id: str, member_id: str) -> None:
+        self._cancel(("session", group_id, member_id))
+        self._cancel(("rebalance", group_id, member_id))
+
+    def _schedule(self, key: tuple[str, str, str], delay_ms: int, callback: Callable[[], None]) -> None:
+        self._cancel(key)
+        task = self._timers[key] = _MemberTimer(delay_ms, callback)
+        self.timer.add(task)
+
+    def _cancel(self, key: tuple[str, str, str]) -> None:
+        task = self._timers.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def _fence_expired(self, group_id: str, member_id: str, at_epoch: int | None, reason: str) -> None:
+        """A timer ran out: the member is fenced (a rebalance timeout only if the member is still revoking at the
+        epoch it started at)."""
+        kind = "session" if at_epoch is None else "rebalance"
+        self._timers.pop((kind, group_id, member_id), None)
+        shard = self.shard_for(group_id)
+        group = shard.consumer_groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None or shard.status is not ShardStatus.ACTIVE:
+            return
+        if at_epoch is not None and not (member.member_epoch == at_epoch
+                                         and member.state is MemberState.UNREVOKED_PARTITIONS):
+            return
+        log.info("[GroupId %s] Member %s fenced from the group because %s.", group_id, member_id, reason)
+        self._apply(shard, group_id, fence(group, member, self.topics, self))
+
+    def unload(self, shard: GroupShard) -> None:
+        """The shard's groups leave this instance: their timers go with them."""
+        for group_id, group in shard.consumer_groups.items():
+            for member_id in group.members:
+                self.cancel_all(group_id, member_id)
+        shard.consumer_groups.clear()

@@ -1,0 +1,232 @@
+"""The KIP-848 consumer group protocol through the runtime, on a manual clock: joins, epochs, revoke-before-assign
+reconciliation, leave, session expiry, Kafka 4.1's validation errors, and the records each step produces."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.modern.member import MemberState
+from coordinator.group.modern.records import (CurrentAssignmentRecord, GroupEpochRecord, MemberMetadataRecord,
+                                              RecordType, TargetAssignmentEpochRecord, TargetAssignmentRecord,
+                                              Tombstone)
+from coordinator.group.modern.topics import StaticTopics, TopicImage
+from coordinator.group.runtime import GroupRuntime
+from coordinator.group.store import InMemoryGroupStore
+from coordinator.timer import ManualClock, SystemTimer
+from protocol.error_codes import Errors
+
+FOO = uuid.UUID(int=0xF00)
+BAR = uuid.UUID(int=0xBA2)
+SESSION_MS = 45_000
+GROUP = "g"
+
+
+class Env:
+    def __init__(self, **config: int) -> None:
+        self.clock = ManualClock(1_000_000)
+        self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
+        self.config = CoordinatorConfig(**config)
+        self.runtime = GroupRuntime(self.config, self.timer, InMemoryGroupStore(), self.clock)
+        self.topics = StaticTopics([TopicImage(FOO, "foo", 6), TopicImage(BAR, "bar", 3)])
+        self.runtime.consumer_groups.topics = self.topics
+        self.records: list = []
+        self.runtime.consumer_groups.record_sink = lambda partition, records: self.records.extend(records)
+
+    async def heartbeat(self, member_id: str, epoch: int, owned: dict[uuid.UUID, tuple[int, ...]] | None = None,
+                        topics: tuple[str, ...] | None = None, **fields) -> HeartbeatResponse:
+        if epoch == 0:
+            fields.setdefault("rebalance_timeout_ms", 30_000)
+            topics = topics if topics is not None else ("foo",)
+            owned = {} if owned is None else owned
+        request = HeartbeatRequest(GROUP, member_id, epoch, subscribed_topic_names=topics,
+                                   owned=None if owned is None else list(owned.items()), client_id=member_id,
+                                   client_host="/127.0.0.1", **fields)
+        return await self.runtime.consumer_group_heartbeat(request)
+
+    def group(self):  # type: ignore[no-untyped-def]
+        return self.runtime.shard_for(GROUP).consumer_groups.get(GROUP)
+
+    def advance(self, ms: int) -> None:
+        self.clock.advance(ms)
+        self.timer.advance_clock()
+
+
+@pytest.fixture
+async def env():  # type: ignore[no-untyped-def]
+    environment = Env()
+    yield environment
+    await environment.runtime.shutdown()
+    await environment.timer.close()
+
+
+async def test_first_member_gets_every_partition_at_epoch_1(env: Env) -> None:
+    response = await env.heartbeat("a", 0)
+    assert (response.error, response.member_id, response.member_epoch) == (Errors.NONE, "a", 1)
+    assert response.assignment == {FOO: (0, 1, 2, 3, 4, 5)}
+    assert response.heartbeat_interval_ms == 5_000
+    # Kafka's order for a first join (GroupMetadataManagerTest.testMemberJoinsEmptyConsumerGroup): 5, 3, 7, 6, 8
+    assert [type(r) for r in env.records] == [MemberMetadataRecord, GroupEpochRecord, TargetAssignmentRecord,
+                                             TargetAssignmentEpochRecord, CurrentAssignmentRecord]
+    assert env.records[4] == CurrentAssignmentRecord(GROUP, "a", 1, 0, 0, {FOO: (0, 1, 2, 3, 4, 5)}, {})
+    assert env.group().state.value == "Stable"
+    # a plain heartbeat at the same epoch changes nothing and sends no assignment
+    env.records.clear()
+    again = await env.heartbeat("a", 1)
+    assert (again.error, again.member_epoch, again.assignment, env.records) == (Errors.NONE, 1, None, [])
+
+
+async def test_second_member_waits_until_the_first_revokes(env: Env) -> None:
+    await env.heartbeat("a", 0)
+    b = await env.heartbeat("b", 0)
+    # b is at epoch 2 but its partitions are still a's: nothing yet (UNRELEASED_PARTITIONS)
+    assert (b.member_epoch, b.assignment) == (2, {})
+    assert env.group().members["b"].state is MemberState.UNRELEASED_PARTITIONS
+    assert env.group().state.value == "Reconciling"
+    target_b = env.group().target_of("b")[FOO]
+    kept = tuple(p for p in range(6) if p not in target_b)
+    # a is told to keep only its target; its epoch stays 1 until it has revoked the rest
+    a = await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})
+    assert (a.member_epoch, a.assignment) == (1, {FOO: kept})
+    assert env.group().members["a"].state is MemberState.UNREVOKED_PARTITIONS
+    # b still gets nothing while a owns them
+    assert (await env.heartbeat("b", 2, owned={})).assignment is None
+    a = await env.heartbeat("a", 1, owned={FOO: kept})
+    assert (a.member_epoch, a.assignment) == (2, None)
+    b = await env.heartbeat("b", 2, owned={})
+    assert (b.member_epoch, b.assignment) == (2, {FOO: target_b})
+    assert env.group().state.value == "Stable"
+
+
+async def test_leave_bumps_the_epoch_and_the_other_member_gets_everything(env: Env) -> None:
+    await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0)
+    a = await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})
+    await env.heartbeat("a", 1, owned=a.assignment)
+    await env.heartbeat("b", 2, owned={})
+    env.records.clear()
+    left = await env.heartbeat("b", -1)
+    assert (left.error, left.member_id, left.member_epoch) == (Errors.NONE, "b", -1)
+    assert env.records == [Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, GROUP, "b"),
+                           Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, GROUP, "b"),
+                           Tombstone(RecordType.MEMBER_METADATA, GROUP, "b"),
+                           GroupEpochRecord(GROUP, 3, env.group().metadata_hash)]
+    assert env.group().state.value == "Assigning"
+    a = await env.heartbeat("a", 2, owned=a.assignment)
+    assert (a.member_epoch, a.assignment) == (3, {FOO: tuple(range(6))})
+
+
+async def test_session_expiry_fences_the_member_with_kafkas_line(env: Env, caplog) -> None:  # type: ignore[no-untyped-def]
+    await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0)
+    for _ in range(3):  # a keeps heartbeating (and revokes what it is told to), b goes silent
+        env.advance(14_000)
+        a = env.group().members["a"]
+        await env.heartbeat("a", a.member_epoch, owned=a.assigned)
+    assert "b" in env.group().members
+    with caplog.at_level(logging.INFO, logger="coordinator.group"):
+        env.advance(SESSION_MS - 3 * 14_000)
+    assert "b" not in env.group().members and env.group().group_epoch == 3
+    assert "[GroupId g] Member b fenced from the group because the member session expired.." in caplog.text
+
+
+async def test_a_member_that_does_not_revoke_is_fenced_at_its_rebalance_timeout(env: Env, caplog) -> None:  # type: ignore[no-untyped-def]
+    await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0)
+    await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})  # told to revoke; keeps everything
+    assert env.group().members["a"].state is MemberState.UNREVOKED_PARTITIONS
+    env.advance(20_000)
+    await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})  # heartbeats keep the session, not the revocation
+    with caplog.at_level(logging.INFO, logger="coordinator.group"):
+        env.advance(10_000)
+    assert "a" not in env.group().members
+    assert ("[GroupId g] Member a fenced from the group because the member failed to revoke partitions within "
+            "the rebalance timeout.." in caplog.text)
+
+
+async def test_epoch_validation(env: Env) -> None:
+    await env.heartbeat("a", 0)
+    ahead = await env.heartbeat("a", 5)
+    assert ahead.error is Errors.FENCED_MEMBER_EPOCH and "greater member epoch (5)" in (ahead.message or "")
+    unknown = await env.heartbeat("nobody", 1)
+    assert (unknown.error, unknown.message) == (Errors.UNKNOWN_MEMBER_ID, "Member nobody is not a member of group g.")
+    missing = await env.runtime.consumer_group_heartbeat(HeartbeatRequest("other", "x", 3, owned=[]))
+    assert (missing.error, missing.message) == (Errors.GROUP_ID_NOT_FOUND, "Consumer group other not found.")
+
+
+@pytest.mark.parametrize("fields, error, message", [
+    (dict(member_id=""), Errors.INVALID_REQUEST, "MemberId can't be empty."),
+    (dict(group_id=" "), Errors.INVALID_REQUEST, "GroupId can't be empty."),
+    (dict(rack_id=""), Errors.INVALID_REQUEST, "RackId can't be empty."),
+    (dict(rebalance_timeout_ms=-1), Errors.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request."),
+    (dict(owned=None), Errors.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."),
+    (dict(subscribed_topic_names=None), Errors.INVALID_REQUEST,
+     "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."),
+    (dict(member_epoch=-3), Errors.INVALID_REQUEST, "MemberEpoch is invalid."),
+    (dict(server_assignor="sticky"), Errors.UNSUPPORTED_ASSIGNOR,
+     "ServerAssignor sticky is not supported. Supported assignors: uniform, range."),
+])
+async def test_invalid_requests_get_kafkas_errors(env: Env, fields: dict, error: Errors, message: str) -> None:
+    base = dict(group_id=GROUP, member_id="m", member_epoch=0, rebalance_timeout_ms=30_000,
+                subscribed_topic_names=("foo",), owned=[])
+    response = await env.runtime.consumer_group_heartbeat(HeartbeatRequest(**{**base, **fields}))
+    assert (response.error, response.message) == (error, message)
+    assert env.group() is None and env.records == []
+
+
+async def test_group_max_size(env: Env) -> None:
+    small = Env(group_consumer_max_size=1)
+    try:
+        await small.heartbeat("a", 0)
+        response = await small.heartbeat("b", 0)
+        assert (response.error, response.message) == (
+            Errors.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of 1 members.")
+    finally:
+        await small.runtime.shutdown()
+        await small.timer.close()
+
+
+async def test_range_assignor_on_request_and_describe(env: Env) -> None:
+    await env.heartbeat("a", 0, topics=("foo", "bar"), server_assignor="range")
+    await env.heartbeat("b", 0, topics=("foo", "bar"), server_assignor="range")
+    group = env.group()
+    assert group.target_of("a") == {FOO: (0, 1, 2), BAR: (0, 1)} and group.target_of("b") == {FOO: (3, 4, 5),
+                                                                                            BAR: (2,)}
+    [described] = await env.runtime.consumer_group_describe([GROUP])
+    assert (described.state, described.group_epoch, described.assignment_epoch, described.assignor_name) == (
+        "Reconciling", 2, 2, "range")
+    by_id = {m.member_id: m for m in described.members}
+    assert {p.topic_name for p in by_id["b"].target_assignment} == {"foo", "bar"}
+    assert by_id["b"].assignment == () and by_id["a"].member_epoch == 1
+    [unknown, empty] = await env.runtime.consumer_group_describe(["nope", ""])
+    assert (unknown.error, unknown.message) == (Errors.GROUP_ID_NOT_FOUND, "Group nope not found.")
+    assert empty.error is Errors.INVALID_GROUP_ID
+
+
+async def test_new_partitions_bump_the_epoch(env: Env) -> None:
+    await env.heartbeat("a", 0)
+    env.topics.put(TopicImage(FOO, "foo", 8))
+    response = await env.heartbeat("a", 1)
+    assert (response.member_epoch, response.assignment) == (2, {FOO: tuple(range(8))})
+
+
+async def test_replaying_the_records_rebuilds_the_group(env: Env) -> None:
+    from coordinator.group.modern.group import ConsumerGroup
+    from coordinator.storage.consumer_records import decode, encode_key, encode_value
+
+    await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0)
+    await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})
+    await env.heartbeat("c", 0)
+    await env.heartbeat("c", -1)
+    loaded = ConsumerGroup(GROUP)
+    for record in env.records:
+        loaded.replay(decode(encode_key(record), encode_value(record)))
+    live = env.group()
+    assert (loaded.group_epoch, loaded.assignment_epoch, loaded.members, loaded.targets) == (
+        live.group_epoch, live.assignment_epoch, live.members, live.targets)
+    assert loaded.state == live.state
