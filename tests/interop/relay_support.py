@@ -88,11 +88,11 @@ class ConsumerProcess:
     """One stock consumer (tests/interop/relay_consumer.py) in its own process, its JSON lines collected."""
 
     def __init__(self, kind: str, name: str, bootstrap: str, topic: str, group: str, assignor: str,
-                 session_ms: int = 6_000) -> None:
+                 session_ms: int = 6_000, protocol: str = "classic") -> None:
         self.kind, self.name = kind, name
         self.command = [sys.executable, "-m", "tests.interop.relay_consumer", "--kind", kind, "--name", name,
                         "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--assignor", assignor,
-                        "--session-ms", str(session_ms)]
+                        "--session-ms", str(session_ms), "--protocol", protocol]
         self.assigned: list[int] = []
         self.records: list[tuple[int, int, str, bool]] = []  # (partition, offset, value, committed)
         self.closed = False

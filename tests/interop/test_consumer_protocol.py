@@ -1,0 +1,79 @@
+"""Kafka 4's consumer group protocol (KIP-848) with real clients: confluent-kafka consumers with
+`group.protocol=consumer`, bootstrapped to `coordinator serve` (relay on), share a real topic through
+ConsumerGroupHeartbeat served here: every record consumed once, offsets committed to us equal the end offsets, the
+group described by ConsumerGroupDescribe; one consumer leaves and the other gets every partition."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from protocol.apis import ApiKey, request_class
+from protocol.client import KafkaClient
+from protocol.messages import build
+from tests.integration.test_e2e_support import service, unique
+from tests.interop.relay_support import (
+    RECORDS_PER_PARTITION,
+    ConsumerProcess,
+    committed_offsets,
+    create_topic,
+    produce,
+    settled_assignment,
+    stop_all,
+    wait_until,
+)
+from tests.interop.test_relay_consumers import check_exactly_once
+
+pytestmark = pytest.mark.interop
+
+TIMEOUT_S = 90
+FAST = ("group.consumer.heartbeat.interval.ms=500", "group.consumer.session.timeout.ms=10000")
+
+
+async def describe(port: int, group: str):  # type: ignore[no-untyped-def]
+    client = await KafkaClient.connect("127.0.0.1", port, client_id="kip848-test")
+    try:
+        body = build(request_class(ApiKey.CONSUMER_GROUP_DESCRIBE, 1), group_ids=(group,),
+                     include_authorized_operations=False)
+        return (await client.request(body)).groups[0]
+    finally:
+        await client.close()
+
+
+async def test_two_consumer_protocol_clients_share_a_topic_then_one_leaves(kafka_bootstrap: str) -> None:
+    topic, group = unique("kip848"), unique("kip848-group")
+    await asyncio.to_thread(create_topic, kafka_bootstrap, topic)
+    async with service(kafka_bootstrap, unique("__state"), *FAST, relay=True) as running:
+        bootstrap = f"127.0.0.1:{running.port}"
+        consumers = [await ConsumerProcess("confluent", name, bootstrap, topic, group, "uniform",
+                                           protocol="consumer").start() for name in ("rdk-1", "rdk-2")]
+        try:
+            await wait_until(lambda: settled_assignment(consumers), TIMEOUT_S, "two consumers sharing six partitions")
+            assert sorted(len(c.assigned) for c in consumers) == [3, 3]
+            described = await describe(running.port, group)
+            assert (int(described.error_code), described.group_state, described.assignor_name) == (0, "Stable",
+                                                                                                     "uniform")
+            assert described.group_epoch == described.assignment_epoch == 2
+            assert sorted(m.client_id for m in described.members) == ["rdk-1", "rdk-2"]
+            assert {int(m.member_type) for m in described.members} == {1}
+
+            produced = await asyncio.to_thread(produce, bootstrap, topic, 0, RECORDS_PER_PARTITION)
+            total = sum(len(values) for values in produced.values())
+            await wait_until(lambda: sum(len(c.records) for c in consumers) >= total, TIMEOUT_S, "every record")
+            check_exactly_once(consumers, produced)
+            committed = await committed_offsets(running.port, group, topic)
+            assert committed == {p: RECORDS_PER_PARTITION for p in range(6)}, committed
+
+            leaving, staying = consumers
+            await leaving.terminate()
+            assert leaving.closed, leaving.stderr[-2000:]
+            await wait_until(lambda: sorted(staying.assigned) == list(range(6)), TIMEOUT_S,
+                             "the remaining consumer owning every partition")
+            described = await describe(running.port, group)
+            assert [m.client_id for m in described.members] == ["rdk-2"]
+            assert described.group_state == "Stable" and described.group_epoch == 3
+        finally:
+            await stop_all(consumers)
+        for consumer in consumers:
+            assert consumer.closed, (consumer.name, consumer.stderr[-2000:])
