@@ -1,5 +1,5 @@
 """Kafka 4's consumer group protocol (KIP-848) with real clients: confluent-kafka consumers with
-`group.protocol=consumer`, bootstrapped to `coordinator serve` (relay on), share a real topic through
+`group.protocol=consumer`, alone or with Kafka 4.1's Java consumer on the same protocol, bootstrapped to `coordinator serve` (relay on), share a real topic through
 ConsumerGroupHeartbeat served here: every record consumed once, offsets committed to us equal the end offsets, the
 group described by ConsumerGroupDescribe; one consumer leaves and the other gets every partition."""
 
@@ -15,11 +15,11 @@ from protocol.messages import build
 from tests.integration.test_e2e_support import service, unique
 from tests.interop.relay_support import (
     RECORDS_PER_PARTITION,
-    ConsumerProcess,
     committed_offsets,
     create_topic,
     produce,
     settled_assignment,
+    start_consumers,
     stop_all,
     wait_until,
 )
@@ -41,13 +41,15 @@ async def describe(port: int, group: str):  # type: ignore[no-untyped-def]
         await client.close()
 
 
-async def test_two_consumer_protocol_clients_share_a_topic_then_one_leaves(kafka_bootstrap: str) -> None:
+@pytest.mark.parametrize("second", ["confluent", "java"])
+async def test_two_consumer_protocol_clients_share_a_topic_then_one_leaves(kafka_bootstrap: str,
+                                                                           second: str) -> None:
     topic, group = unique("kip848"), unique("kip848-group")
     await asyncio.to_thread(create_topic, kafka_bootstrap, topic)
     async with service(kafka_bootstrap, unique("__state"), *FAST, relay=True) as running:
         bootstrap = f"127.0.0.1:{running.port}"
-        consumers = [await ConsumerProcess("confluent", name, bootstrap, topic, group, "uniform",
-                                           protocol="consumer").start() for name in ("rdk-1", "rdk-2")]
+        consumers = await start_consumers([("confluent", "rdk-1"), (second, "rdk-2")], bootstrap, topic, group,
+                                          "uniform", protocol="consumer")
         try:
             await wait_until(lambda: settled_assignment(consumers), TIMEOUT_S, "two consumers sharing six partitions")
             assert sorted(len(c.assigned) for c in consumers) == [3, 3]
