@@ -230,3 +230,55 @@ async def test_replaying_the_records_rebuilds_the_group(env: Env) -> None:
     assert (loaded.group_epoch, loaded.assignment_epoch, loaded.members, loaded.targets) == (
         live.group_epoch, live.assignment_epoch, live.members, live.targets)
     assert loaded.state == live.state
+
+
+async def test_static_member_leaves_for_now_and_gets_its_partitions_back(env: Env) -> None:
+    await env.heartbeat("a", 0, instance_id="i-a")
+    await env.heartbeat("b", 0, instance_id="i-b")
+    a = await env.heartbeat("a", 1, owned={FOO: tuple(range(6))}, instance_id="i-a")
+    await env.heartbeat("a", 1, owned=a.assignment, instance_id="i-a")
+    b = await env.heartbeat("b", 2, owned={}, instance_id="i-b")
+    assert env.group().state.value == "Stable"
+    env.records.clear()
+    left = await env.heartbeat("b", -2, instance_id="i-b")
+    assert (left.error, left.member_id, left.member_epoch) == (Errors.NONE, "b", -2)
+    assert env.records == [CurrentAssignmentRecord(GROUP, "b", -2, 2, 0, {FOO: b.assignment[FOO]}, {})]
+    assert env.group().group_epoch == 2  # no rebalance: the instance is expected back
+    busy = await env.heartbeat("c", 0, instance_id="i-a")
+    assert busy.error is Errors.UNRELEASED_INSTANCE_ID
+    assert busy.message == "Static member c with instance id i-a cannot join the group because the instance id is " \
+                           "owned by a member."
+    env.records.clear()
+    back = await env.heartbeat("b2", 0, instance_id="i-b")
+    assert (back.error, back.member_epoch, back.assignment) == (Errors.NONE, 2, b.assignment)
+    assert env.records[:6] == [
+        Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, GROUP, "b"), Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, GROUP, "b"),
+        Tombstone(RecordType.MEMBER_METADATA, GROUP, "b"), env.records[3], TargetAssignmentRecord(GROUP, "b2", b.assignment),
+        CurrentAssignmentRecord(GROUP, "b2", 0, 0, 0, b.assignment, {})]
+    assert set(env.group().members) == {"a", "b2"} and env.group().group_epoch == 2
+    assert env.group().static_members == {"i-a": "a", "i-b": "b2"}
+    old = await env.heartbeat("b", 2, instance_id="i-b")
+    assert (old.error, old.message) == (Errors.FENCED_INSTANCE_ID,
+                                        "Static member b with instance id i-b was fenced by member b2.")
+    unknown = await env.heartbeat("z", 2, instance_id="i-z")
+    assert (unknown.error, unknown.message) == (Errors.UNKNOWN_MEMBER_ID, "Instance id i-z is unknown.")
+
+
+async def test_static_member_that_does_not_come_back_is_fenced_at_its_session_timeout(env: Env) -> None:
+    await env.heartbeat("a", 0, instance_id="i-a")
+    await env.heartbeat("b", 0)
+    await env.heartbeat("a", -2, instance_id="i-a")
+    for _ in range(4):
+        env.advance(12_000)
+        b = env.group().members["b"]
+        await env.heartbeat("b", b.member_epoch, owned=b.assigned)
+    assert set(env.group().members) == {"b"}
+    b = env.group().members["b"]
+    assert b.assigned == {FOO: tuple(range(6))} and b.member_epoch == env.group().group_epoch == 3
+
+
+async def test_static_member_leaving_for_good(env: Env) -> None:
+    await env.heartbeat("a", 0, instance_id="i-a")
+    response = await env.heartbeat("a", -1, instance_id="i-a")
+    assert (response.error, response.member_epoch) == (Errors.NONE, -1)
+    assert env.group().members == {} and env.group().static_members == {} and env.group().state.value == "Empty"

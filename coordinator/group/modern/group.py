@@ -64,24 +64,31 @@ class ConsumerGroup:
     def target_of(self, member_id: str) -> Partitions:
         return self.targets.get(member_id, {})
 
-    def subscribed_topic_names(self, replacing: ConsumerGroupMember | None = None,
-                               removing: str | None = None) -> Counter[str]:
-        """Topic name -> number of subscribers, with `replacing` in place of its old self / without `removing`."""
-        counts: Counter[str] = Counter()
-        for member_id, member in self.members.items():
-            if member_id in (removing, replacing.member_id if replacing else None):
-                continue
-            counts.update(member.subscribed_topic_names)
-        if replacing is not None:
-            counts.update(replacing.subscribed_topic_names)
-        return counts
+    def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
+        member_id = self.static_members.get(instance_id)
+        return None if member_id is None else self.members.get(member_id)
 
-    def preferred_assignor(self, replacing: ConsumerGroupMember | None = None) -> str | None:
-        """The most common ServerAssignor among the members, `replacing` in place of its old self (Kafka's
-        computePreferredServerAssignor); None if no member names one."""
-        members = dict(self.members)
+    def members_with(self, replacing: ConsumerGroupMember | None = None,
+                     removing: str | None = None) -> dict[str, ConsumerGroupMember]:
+        """The members as they will be: `replacing` in place of its old self (or added), without `removing`."""
+        members = {member_id: m for member_id, m in self.members.items() if member_id != removing}
         if replacing is not None:
             members[replacing.member_id] = replacing
+        return members
+
+    def subscribed_topic_names(self, replacing: ConsumerGroupMember | None = None,
+                               removing: str | None = None) -> Counter[str]:
+        """Topic name -> number of subscribers (see members_with)."""
+        counts: Counter[str] = Counter()
+        for member in self.members_with(replacing, removing).values():
+            counts.update(member.subscribed_topic_names)
+        return counts
+
+    def preferred_assignor(self, replacing: ConsumerGroupMember | None = None,
+                           removing: str | None = None) -> str | None:
+        """The most common ServerAssignor among the members (see members_with; Kafka's
+        computePreferredServerAssignor); None if no member names one."""
+        members = self.members_with(replacing, removing)
         counts = Counter(m.server_assignor for m in members.values() if m.server_assignor is not None)
         return counts.most_common(1)[0][0] if counts else None
 

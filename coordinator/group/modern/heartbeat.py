@@ -130,8 +130,6 @@ def heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, topics: To
               timers: MemberTimers) -> HeartbeatResult:
     """Records and response of a valid request (see `validate`); raises ApiError. `group` is None if no consumer
     group of that id exists."""
-    if request.instance_id is not None:
-        raise ApiError(Errors.INVALID_REQUEST, "Static membership is not yet supported.")
     if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
         if group is None:
             raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {request.group_id} not found.")
@@ -152,17 +150,20 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
                        f"{settings.max_size} members.")
     if not member_id:
         member_id = str(uuid.uuid4())  # v0 only: v1 clients generate their own
-    member = _member(group, member_id, epoch, request.owned)
-    updated = _updated(member, request)
-
     result = HeartbeatResult()
     records = result.records
+    replaced: str | None = None  # a static member's previous member id, replaced by this one
+    if request.instance_id is None:
+        member = _member(group, member_id, epoch, request.owned)
+    else:
+        member, replaced = _static_member(group, member_id, epoch, request.instance_id, request.owned, records)
+    updated = _updated(member, request)
     bump = False
     if not updated.same_subscription_metadata(member):
         records.append(updated.metadata_record(group_id))
         bump = (updated.subscribed_topic_names != member.subscribed_topic_names
                 or updated.subscribed_topic_regex != member.subscribed_topic_regex)
-    new_hash = metadata_hash(group.subscribed_topic_names(replacing=updated), topics)
+    new_hash = metadata_hash(group.subscribed_topic_names(updated, replaced), topics)
     group_epoch = group.group_epoch
     if bump or new_hash != group.metadata_hash:
         group_epoch += 1
@@ -170,10 +171,11 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
         log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group_epoch)
 
     if group_epoch > group.assignment_epoch:
-        targets = _compute_targets(group, updated, group_epoch, topics, records)
+        targets = _compute_targets(group, updated, replaced, group_epoch, topics, records)
         target_epoch, target = group_epoch, targets.get(member_id, {})
-    else:
-        target_epoch, target = group.assignment_epoch, group.target_of(member_id)
+    else:  # a replacing static member inherits its predecessor's target (ConsumerGroup.targetAssignment)
+        target_epoch = group.assignment_epoch
+        target = group.targets.get(member_id, group.target_of(replaced) if replaced is not None else {})
 
     if not updated.is_reconciled_to(target_epoch):
         try:
@@ -209,6 +211,56 @@ def _member(group: ConsumerGroup, member_id: str, epoch: int, owned: OwnedPartit
         return ConsumerGroupMember(member_id)
     _check_epoch(member, epoch, owned)
     return member
+
+
+def _static_member(group: ConsumerGroup, member_id: str, epoch: int, instance_id: str, owned: OwnedPartitions,
+                   records: list[ConsumerGroupRecord]) -> tuple[ConsumerGroupMember, str | None]:
+    """Kafka's getOrMaybeSubscribeStaticConsumerGroupMember: the member, and the member id it replaces (a static
+    member rejoining after leaving with epoch -2 takes its predecessor's place, assignment and target)."""
+    group_id = group.group_id
+    existing = group.static_member(instance_id)
+    if epoch == 0:
+        if existing is None:
+            log.info("[GroupId %s] Static member %s with instance id %s joins the consumer group using the consumer "
+                     "protocol.", group_id, member_id, instance_id)
+            return group.members.get(member_id) or ConsumerGroupMember(member_id), None
+        if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            log.info("[GroupId %s] Static member %s with instance id %s cannot join the group because the instance "
+                     "id is is owned by member %s.", group_id, member_id, instance_id, existing.member_id)
+            raise ApiError(Errors.UNRELEASED_INSTANCE_ID, f"Static member {member_id} with instance id "
+                           f"{instance_id} cannot join the group because the instance id is owned by "
+                           f"{existing.member_id} member.")
+        successor = existing.replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
+        records.extend(_member_tombstones(group_id, existing.member_id))
+        records.append(successor.metadata_record(group_id))
+        records.append(TargetAssignmentRecord(group_id, member_id, group.target_of(existing.member_id)))
+        records.append(successor.assignment_record(group_id))
+        log.info("[GroupId %s] Static member with instance id %s re-joins the consumer group using the consumer "
+                 "protocol. Created a new member %s to replace the existing member %s.", group_id, instance_id,
+                 member_id, existing.member_id)
+        return successor, existing.member_id
+    existing = _known_static_member(group, member_id, instance_id)
+    _check_epoch(existing, epoch, owned)
+    return existing, None
+
+
+def _known_static_member(group: ConsumerGroup, member_id: str, instance_id: str) -> ConsumerGroupMember:
+    existing = group.static_member(instance_id)
+    if existing is None:
+        raise ApiError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+    if existing.member_id != member_id:
+        log.info("[GroupId %s] Static member %s with instance id %s is fenced by existing member %s.",
+                 group.group_id, member_id, instance_id, existing.member_id)
+        raise ApiError(Errors.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} was "
+                       f"fenced by member {existing.member_id}.")
+    return existing
+
+
+def _member_tombstones(group_id: str, member_id: str) -> list[ConsumerGroupRecord]:
+    """Current assignment, target, metadata: the order replay needs."""
+    return [Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, group_id, member_id),
+            Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, group_id, member_id),
+            Tombstone(RecordType.MEMBER_METADATA, group_id, member_id)]
 
 
 def _check_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartitions) -> None:
@@ -249,14 +301,16 @@ def _updated(member: ConsumerGroupMember, request: HeartbeatRequest) -> Consumer
     return member.replace(**changes)
 
 
-def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, group_epoch: int, topics: TopicsView,
-                     records: list[ConsumerGroupRecord]) -> Mapping[str, Partitions]:
+def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, replaced: str | None, group_epoch: int,
+                     topics: TopicsView, records: list[ConsumerGroupRecord]) -> Mapping[str, Partitions]:
     """Kafka's TargetAssignmentBuilder: every member's new target; records 7 for the members whose target changed,
-    then 6."""
-    members = dict(group.members)
-    members[updated.member_id] = updated
+    then 6. A replacing static member starts from its predecessor's target."""
+    members = group.members_with(updated, replaced)
+    current = {member_id: group.target_of(member_id) for member_id in members}
+    if replaced is not None:
+        current[updated.member_id] = group.target_of(replaced)
     order = member_order(members)
-    counts = group.subscribed_topic_names(replacing=updated)
+    counts = group.subscribed_topic_names(updated, replaced)
     homogeneous = all(n == len(members) for n in counts.values())
     partition_counts: dict[uuid.UUID, int] = {}
     specs: dict[str, MemberSpec] = {}
@@ -268,9 +322,9 @@ def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, group_e
             if image is not None:
                 topic_ids.append(image.topic_id)
                 partition_counts[image.topic_id] = image.partitions
-        specs[member_id] = MemberSpec(tuple(topic_ids), ordered(group.target_of(member_id)), member.rack_id,
+        specs[member_id] = MemberSpec(tuple(topic_ids), ordered(current[member_id]), member.rack_id,
                                       member.instance_id)
-    assignor_name = group.preferred_assignor(replacing=updated) or DEFAULT_ASSIGNOR
+    assignor_name = group.preferred_assignor(updated, replaced) or DEFAULT_ASSIGNOR
     spec = GroupSpec(specs, SubscriptionType.HOMOGENEOUS if homogeneous else SubscriptionType.HETEROGENEOUS,
                      partition_counts)
     try:
@@ -282,7 +336,7 @@ def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, group_e
     for member_id in order:
         target = sorted_partitions(assigned.get(member_id, {}))
         targets[member_id] = target
-        if member_id not in group.targets or group.targets[member_id] != target:
+        if group.targets.get(member_id) != target:  # a member without a target yet always gets a record
             records.append(TargetAssignmentRecord(group.group_id, member_id, target))
     records.append(TargetAssignmentEpochRecord(group.group_id, group_epoch))
     return targets
@@ -290,13 +344,25 @@ def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, group_e
 
 def leave(group: ConsumerGroup, request: HeartbeatRequest, topics: TopicsView, timers: MemberTimers
           ) -> HeartbeatResult:
-    member = group.members.get(request.member_id)
-    if member is None:
-        raise ApiError(Errors.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group "
-                       f"{group.group_id}.")
-    log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, member.member_id)
-    records = fence(group, member, topics, timers)
-    return HeartbeatResult(records, HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch))
+    """Epoch -1 leaves for good; a static member's -2 leaves for now: it keeps its assignment and instance id (the
+    session timer keeps running) so that it gets them back when it rejoins in time."""
+    group_id, member_id, instance_id = group.group_id, request.member_id, request.instance_id
+    response = HeartbeatResponse(member_id=member_id, member_epoch=request.member_epoch)
+    if instance_id is None:
+        member = group.members.get(member_id)
+        if member is None:
+            raise ApiError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+        log.info("[GroupId %s] Member %s left the consumer group.", group_id, member_id)
+        return HeartbeatResult(fence(group, member, topics, timers), response)
+    member = _known_static_member(group, member_id, instance_id)
+    if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        log.info("[GroupId %s] Static Member %s with instance id %s temporarily left the consumer group.", group_id,
+                 member_id, instance_id)
+        leaving = member.replace(member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
+        return HeartbeatResult([leaving.assignment_record(group_id)], response)
+    log.info("[GroupId %s] Static Member %s with instance id %s left the consumer group.", group_id, member_id,
+             instance_id)
+    return HeartbeatResult(fence(group, member, topics, timers), response)
 
 
 def fence(group: ConsumerGroup, member: ConsumerGroupMember, topics: TopicsView, timers: MemberTimers
@@ -304,12 +370,8 @@ def fence(group: ConsumerGroup, member: ConsumerGroupMember, topics: TopicsView,
     """Kafka's consumerGroupFenceMember: the member's records tombstoned (current assignment, target, metadata:
     the order matters on replay), then the group epoch bumped; the target is recomputed by the next heartbeat."""
     group_id, member_id = group.group_id, member.member_id
-    records: list[ConsumerGroupRecord] = [
-        Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, group_id, member_id),
-        Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, group_id, member_id),
-        Tombstone(RecordType.MEMBER_METADATA, group_id, member_id),
-        GroupEpochRecord(group_id, group.group_epoch + 1,
-                         metadata_hash(group.subscribed_topic_names(removing=member_id), topics)),
-    ]
+    records = _member_tombstones(group_id, member_id)
+    records.append(GroupEpochRecord(group_id, group.group_epoch + 1,
+                                    metadata_hash(group.subscribed_topic_names(removing=member_id), topics)))
     timers.cancel_all(group_id, member_id)
     return records
