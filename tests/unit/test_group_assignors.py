@@ -129,3 +129,47 @@ def test_uniform_is_balanced_and_complete(members: int, counts: list[int], seed)
     assert sorted(owned) == sorted((t, p) for t, c in zip(topics, counts) for p in range(c))
     sizes = [sum(len(ps) for ps in result.get(m, {}).values()) for m in current]
     assert max(sizes) - min(sizes) <= 1
+
+
+def test_uniform_heterogeneous_first_assignment() -> None:
+    # UniformHeterogeneousAssignmentBuilderTest.testFirstAssignmentTwoMembersTwoTopics
+    group = spec({"A": member(T1, T3), "B": member(T3)}, {T1: 3, T3: 6}, HETEROGENEOUS)
+    assert flat(UniformAssignor().assign(group)) == {"A": {T1: {0, 1, 2}, T3: {4}}, "B": {T3: {0, 1, 2, 3, 5}}}
+
+
+def test_uniform_heterogeneous_unbalanced_previous_assignment() -> None:
+    # testReassignmentForTwoMembersThreeTopicsGivenUnbalancedPrevAssignment
+    group = spec({"A": member(T1, t1=(0, 1, 2)), "B": member(T1, T2, t1=(3,), t2=(0,)),
+                  "C": member(T1, T2, T3, t1=(4, 5), t2=(1, 2, 3), t3=(0, 1, 2, 3))},
+                 {T1: 6, T2: 4, T3: 4}, HETEROGENEOUS)
+    assert flat(UniformAssignor().assign(group)) == {"A": {T1: {0, 1, 2, 5}}, "B": {T1: {3}, T2: {0, 1, 2, 3}},
+                                                     "C": {T1: {4}, T3: {0, 1, 2, 3}}}
+
+
+def test_uniform_heterogeneous_member_removed() -> None:
+    # testReassignmentWhenOneMemberRemovedAfterInitialAssignmentWithThreeMembersThreeTopics
+    group = spec({"A": member(T1, T3, t1=(0, 1, 2), t3=(0, 1)), "B": member(T2, t2=(3, 4, 5, 6))},
+                 {T1: 3, T2: 8, T3: 3}, HETEROGENEOUS)
+    assert flat(UniformAssignor().assign(group)) == {"A": {T1: {0, 1, 2}, T3: {0, 1, 2}},
+                                                     "B": {T2: set(range(8))}}
+
+
+@settings(max_examples=60, deadline=None)
+@given(members=st.integers(1, 6), counts=st.lists(st.integers(0, 10), min_size=1, max_size=4),
+       seed=st.randoms(use_true_random=False))
+def test_uniform_heterogeneous_assigns_each_partition_to_one_subscriber(members: int, counts: list[int],
+                                                                        seed) -> None:  # type: ignore[no-untyped-def]
+    topics = [uuid.UUID(int=seed.getrandbits(128)) for _ in counts]
+    subscriptions = {f"m{i}": tuple(t for t in topics if seed.random() < 0.6) for i in range(members)}
+    group = GroupSpec({m: MemberSpec(subs, {}) for m, subs in subscriptions.items()}, HETEROGENEOUS,
+                      dict(zip(topics, counts)))
+    result = UniformAssignor().assign(group)
+    owners: dict[tuple[uuid.UUID, int], str] = {}
+    for member_id, assignment in result.items():
+        for topic, partitions in assignment.items():
+            assert topic in subscriptions[member_id]
+            for p in partitions:
+                assert (topic, p) not in owners
+                owners[(topic, p)] = member_id
+    subscribed = {t for subs in subscriptions.values() for t in subs}
+    assert set(owners) == {(t, p) for t, c in zip(topics, counts) if t in subscribed for p in range(c)}

@@ -1,7 +1,7 @@
 """Kafka's `uniform` assignor (UniformAssignor): balance first (every member within one partition of the others),
 then stickiness (a member keeps what it has up to its quota).
 
-Homogeneous groups (every member subscribes to the same topics) follow UniformHomogeneousAssignmentBuilder step for
+Heterogeneous groups: uniform_heterogeneous.py. Homogeneous groups (every member subscribes to the same topics) follow UniformHomogeneousAssignmentBuilder step for
 step, in Kafka's iteration order: each member, in turn, gets a quota (the minimum, plus one for the first
 `total % members` members); it keeps its current partitions up to that quota and gives back the rest; the freed
 and never-assigned partitions then fill the members below quota, in order.
@@ -13,6 +13,7 @@ import uuid
 
 from coordinator.group.assignor.java_order import topic_set_order
 from coordinator.group.assignor.spec import Assignment, AssignorError, GroupSpec, SubscriptionType
+from coordinator.group.assignor.uniform_heterogeneous import HeterogeneousBuilder
 
 
 class UniformAssignor:
@@ -23,7 +24,7 @@ class UniformAssignor:
             return {}
         if spec.subscription_type is SubscriptionType.HOMOGENEOUS:
             return _assign_homogeneous(spec)
-        raise AssignorError("the uniform assignor does not serve members subscribed to different topics yet")
+        return HeterogeneousBuilder(spec).build()
 
 
 def _assign_homogeneous(spec: GroupSpec) -> dict[str, Assignment]:
