@@ -282,3 +282,40 @@ async def test_static_member_leaving_for_good(env: Env) -> None:
     response = await env.heartbeat("a", -1, instance_id="i-a")
     assert (response.error, response.member_epoch) == (Errors.NONE, -1)
     assert env.group().members == {} and env.group().static_members == {} and env.group().state.value == "Empty"
+
+
+async def test_offset_commit_uses_the_member_epoch(env: Env) -> None:
+    from coordinator.group.api import (OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+                                       OffsetFetchRequest)
+
+    await env.heartbeat("a", 0)
+
+    def commit(member_id: str, epoch: int, version: int = 9) -> Errors:
+        return OffsetCommitRequest(GROUP, epoch, member_id, [OffsetCommitRequestTopic(
+            "foo", [OffsetCommitRequestPartition(0, 42)])], version=version)
+
+    async def error_of(request) -> Errors:  # type: ignore[no-untyped-def]
+        return (await env.runtime.commit_offsets(request)).topics[0].partitions[0].error_code
+
+    assert await error_of(commit("a", 0)) is Errors.STALE_MEMBER_EPOCH
+    assert await error_of(commit("x", 1)) is Errors.UNKNOWN_MEMBER_ID
+    assert await error_of(commit("a", 1, version=8)) is Errors.UNSUPPORTED_VERSION
+    assert await error_of(commit("a", 1)) is Errors.NONE
+    fetched = await env.runtime.fetch_offsets(OffsetFetchRequest(GROUP, None))
+    assert [(t.name, p.partition_index, p.committed_offset) for t in fetched.topics for p in t.partitions] == [
+        ("foo", 0, 42)]
+    await env.heartbeat("a", -1)
+    assert await error_of(commit("", -1)) is Errors.NONE  # an empty group takes commits without a member
+
+
+async def test_list_and_describe_groups_see_the_consumer_group(env: Env) -> None:
+    from coordinator.group.api import DescribeGroupsRequest, ListGroupsRequest
+
+    await env.heartbeat("a", 0)
+    listed = (await env.runtime.list_groups(ListGroupsRequest())).groups
+    assert [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed] == [
+        (GROUP, "consumer", "Stable", "consumer")]
+    assert (await env.runtime.list_groups(ListGroupsRequest(types_filter=["classic"]))).groups == []
+    assert (await env.runtime.list_groups(ListGroupsRequest(states_filter=["stable"]))).groups == listed
+    [described] = (await env.runtime.describe_groups(DescribeGroupsRequest([GROUP], version=6))).groups
+    assert (described.error_code, described.group_state) == (Errors.GROUP_ID_NOT_FOUND, "Dead")
