@@ -144,8 +144,8 @@ async def test_a_member_that_does_not_revoke_is_fenced_at_its_rebalance_timeout(
     with caplog.at_level(logging.INFO, logger="coordinator.group"):
         env.advance(10_000)
     assert "a" not in env.group().members
-    assert ("[GroupId g] Member a fenced from the group because the member failed to revoke partitions within "
-            "the rebalance timeout.." in caplog.text)
+    assert ("[GroupId g] Member a fenced from the group because it failed to transition from epoch 1 within "
+            "30000ms." in caplog.text)
 
 
 async def test_epoch_validation(env: Env) -> None:

@@ -18,7 +18,6 @@ from coordinator.group.assignor import DEFAULT_ASSIGNOR
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.heartbeat import (ApiError, HeartbeatRequest, HeartbeatResponse, Settings, fence,
                                                 heartbeat, validate)
-from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions
 from coordinator.group.modern.topics import StaticTopics, TopicsView
 from coordinator.group.shard import GroupShard, ShardStatus
@@ -159,13 +158,14 @@ class ConsumerGroupService:
     # --- timers (heartbeat.MemberTimers) ----------------------------------------------------------------------
     def schedule_session(self, group_id: str, member_id: str) -> None:
         self._schedule(("session", group_id, member_id), self.config.group_consumer_session_timeout_ms,
-                       lambda: self._fence_expired(group_id, member_id, None, "the member session expired."))
+                       # Kafka's line adds a full stop to a reason ending in one: "expired.."
+                       lambda: self._fence_expired(group_id, member_id, None, "the member session expired.."))
 
     def schedule_rebalance(self, group_id: str, member_id: str, member_epoch: int, timeout_ms: int) -> None:
         self._schedule(("rebalance", group_id, member_id), timeout_ms,
                        lambda: self._fence_expired(group_id, member_id, member_epoch,
-                                                   "the member failed to revoke partitions within the rebalance "
-                                                   "timeout."))
+                                                   f"it failed to transition from epoch {member_epoch} within "
+                                                   f"{timeout_ms}ms."))
 
     def cancel_rebalance(self, group_id: str, member_id: str) -> None:
         self._cancel(("rebalance", group_id, member_id))
@@ -185,8 +185,8 @@ class ConsumerGroupService:
             task.cancel()
 
     def _fence_expired(self, group_id: str, member_id: str, at_epoch: int | None, reason: str) -> None:
-        """A timer ran out: the member is fenced (a rebalance timeout only if the member is still revoking at the
-        epoch it started at)."""
+        """A timer ran out: the member is fenced (a rebalance timeout only if the member is still at the epoch it
+        had to move on from)."""
         kind = "session" if at_epoch is None else "rebalance"
         self._timers.pop((kind, group_id, member_id), None)
         shard = self.shard_for(group_id)
@@ -194,10 +194,9 @@ class ConsumerGroupService:
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None or shard.status is not ShardStatus.ACTIVE:
             return
-        if at_epoch is not None and not (member.member_epoch == at_epoch
-                                         and member.state is MemberState.UNREVOKED_PARTITIONS):
+        if at_epoch is not None and member.member_epoch != at_epoch:
             return
-        log.info("[GroupId %s] Member %s fenced from the group because %s.", group_id, member_id, reason)
+        log.info("[GroupId %s] Member %s fenced from the group because %s", group_id, member_id, reason)
         self._apply(shard, group_id, fence(group, member, self.topics, self))
 
     def unload(self, shard: GroupShard) -> None:
