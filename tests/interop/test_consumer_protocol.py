@@ -79,3 +79,29 @@ async def test_two_consumer_protocol_clients_share_a_topic_then_one_leaves(kafka
             await stop_all(consumers)
         for consumer in consumers:
             assert consumer.closed, (consumer.name, consumer.stderr[-2000:])
+
+
+async def test_a_killed_consumer_is_fenced_at_its_session_timeout(kafka_bootstrap: str) -> None:
+    topic, group = unique("kip848-kill"), unique("kip848-kill-group")
+    await asyncio.to_thread(create_topic, kafka_bootstrap, topic)
+    async with service(kafka_bootstrap, unique("__state"), *FAST, relay=True) as running:
+        bootstrap = f"127.0.0.1:{running.port}"
+        consumers = await start_consumers([("confluent", "rdk-1"), ("confluent", "rdk-2")], bootstrap, topic, group,
+                                          "range", protocol="consumer")
+        try:
+            await wait_until(lambda: settled_assignment(consumers), TIMEOUT_S, "two consumers sharing six partitions")
+            assert (await describe(running.port, group)).assignor_name == "range"
+            victim, survivor = consumers
+            victim_id = next(m.member_id for m in (await describe(running.port, group)).members
+                             if m.client_id == victim.name)
+            await victim.kill()  # no leave: only the session timeout (10 s here) can tell
+            await wait_until(lambda: sorted(survivor.assigned) == list(range(6)), TIMEOUT_S,
+                             "the survivor owning every partition")
+            line = f"Member {victim_id} fenced from the group because the member session expired.."
+            assert line in running.log_path.read_text(errors="replace")
+            produced = await asyncio.to_thread(produce, bootstrap, topic, 0, RECORDS_PER_PARTITION)
+            total = sum(len(values) for values in produced.values())
+            await wait_until(lambda: len(survivor.records) >= total, TIMEOUT_S, "every record by the survivor")
+            check_exactly_once([survivor], produced)
+        finally:
+            await stop_all(consumers)
