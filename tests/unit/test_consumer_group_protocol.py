@@ -319,3 +319,28 @@ async def test_list_and_describe_groups_see_the_consumer_group(env: Env) -> None
     assert (await env.runtime.list_groups(ListGroupsRequest(states_filter=["stable"]))).groups == listed
     [described] = (await env.runtime.describe_groups(DescribeGroupsRequest([GROUP], version=6))).groups
     assert (described.error_code, described.group_state) == (Errors.GROUP_ID_NOT_FOUND, "Dead")
+
+
+async def test_a_loaded_group_serves_its_members_and_times_them_out(env: Env) -> None:
+    await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0)
+    await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})  # a now owes revocations (UNREVOKED)
+    records = list(env.records)
+    other = Env()  # another instance: replays the partition's records, then serves the group
+    try:
+        shard = other.runtime.shard_for(GROUP)
+        for record in records:
+            other.runtime.consumer_groups.replay(shard, record)
+        other.runtime.consumer_groups.on_loaded(shard)
+        group = other.group()
+        assert (group.group_epoch, group.assignment_epoch, set(group.members)) == (2, 2, {"a", "b"})
+        kept = group.members["a"].assigned[FOO]
+        a = await other.heartbeat("a", 1, owned={FOO: kept})  # revoked: a moves to epoch 2
+        assert (a.error, a.member_epoch) == (Errors.NONE, 2)
+        other.advance(SESSION_MS - 1_000)
+        await other.heartbeat("a", 2, owned={FOO: kept})
+        other.advance(1_000)  # b never came back to the new instance
+        assert set(other.group().members) == {"a"}
+    finally:
+        await other.runtime.shutdown()
+        await other.timer.close()

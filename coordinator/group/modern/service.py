@@ -18,7 +18,8 @@ from coordinator.group.assignor import DEFAULT_ASSIGNOR
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.heartbeat import (ApiError, HeartbeatRequest, HeartbeatResponse, Settings, fence,
                                                 heartbeat, validate)
-from coordinator.group.modern.records import ConsumerGroupRecord, Partitions
+from coordinator.group.modern.member import MemberState
+from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
 from coordinator.group.modern.topics import StaticTopics, TopicsView
 from coordinator.group.shard import GroupShard, ShardStatus
 from coordinator.group.state import GroupState
@@ -145,15 +146,32 @@ class ConsumerGroupService:
     def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord]) -> None:
         if not records:
             return
-        group = shard.consumer_groups.get(group_id)
-        if group is None:
-            group = shard.consumer_groups[group_id] = ConsumerGroup(group_id)
         for record in records:
-            group.replay(record)
-        if group.deleted:
-            del shard.consumer_groups[group_id]
+            self.replay(shard, record)
         if self.record_sink is not None:
             self.record_sink(shard.partition, records)
+
+    def replay(self, shard: GroupShard, record: ConsumerGroupRecord) -> None:
+        """One record onto its group: live changes and loading take this path. A value record creates the group;
+        a tombstone of an unknown group is nothing to do; the group goes once its metadata is tombstoned."""
+        group = shard.consumer_groups.get(record.group_id)
+        if group is None:
+            if isinstance(record, Tombstone):
+                return
+            group = shard.consumer_groups[record.group_id] = ConsumerGroup(record.group_id)
+        group.replay(record)
+        if group.deleted:
+            del shard.consumer_groups[record.group_id]
+
+    def on_loaded(self, shard: GroupShard) -> None:
+        """After a load (GroupMetadataManager.onLoaded): every member's session timer, and the rebalance timer of
+        those still revoking, start again (from now: a loaded member gets a whole session to come back)."""
+        for group_id, group in shard.consumer_groups.items():
+            log.info("Loaded consumer group %s with %d members.", group_id, len(group.members))
+            for member_id, member in group.members.items():
+                self.schedule_session(group_id, member_id)
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
 
     # --- timers (heartbeat.MemberTimers) ----------------------------------------------------------------------
     def schedule_session(self, group_id: str, member_id: str) -> None:
