@@ -28,7 +28,8 @@ from tests.interop.test_relay_consumers import check_exactly_once
 pytestmark = pytest.mark.interop
 
 TIMEOUT_S = 90
-FAST = ("group.consumer.heartbeat.interval.ms=500", "group.consumer.session.timeout.ms=10000")
+FAST = ("group.consumer.min.heartbeat.interval.ms=500", "group.consumer.heartbeat.interval.ms=500",
+        "group.consumer.min.session.timeout.ms=10000", "group.consumer.session.timeout.ms=10000")
 
 
 async def describe(port: int, group: str):  # type: ignore[no-untyped-def]

@@ -178,6 +178,15 @@ async def test_invalid_requests_get_kafkas_errors(env: Env, fields: dict, error:
     assert env.group() is None and env.records == []
 
 
+def test_consumer_group_timeouts_are_checked_like_kafkas() -> None:
+    with pytest.raises(ValueError, match="group.consumer.session.timeout.ms must be within"):
+        CoordinatorConfig(group_consumer_session_timeout_ms=10_000)
+    CoordinatorConfig(group_consumer_session_timeout_ms=10_000, group_consumer_min_session_timeout_ms=10_000)
+    with pytest.raises(ValueError, match="less than"):
+        CoordinatorConfig(group_consumer_heartbeat_interval_ms=6_000, group_consumer_session_timeout_ms=6_000,
+                          group_consumer_min_session_timeout_ms=1_000)
+
+
 async def test_group_max_size(env: Env) -> None:
     small = Env(group_consumer_max_size=1)
     try:
