@@ -3,6 +3,7 @@ reconciliation, leave, session expiry, Kafka 4.1's validation errors, and the re
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 
@@ -353,3 +354,41 @@ async def test_a_loaded_group_serves_its_members_and_times_them_out(env: Env) ->
     finally:
         await other.runtime.shutdown()
         await other.timer.close()
+
+
+async def test_classic_join_to_a_consumer_group(env: Env) -> None:
+    from coordinator.group.api import JoinGroupProtocol, JoinGroupRequest
+
+    def join() -> JoinGroupRequest:
+        return JoinGroupRequest(group_id=GROUP, session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                                member_id="", group_instance_id=None, protocol_type="consumer",
+                                protocols=[JoinGroupProtocol("range", b"")], version=9)
+
+    await env.heartbeat("a", 0)
+    refused = await env.runtime.join_group(join())
+    assert refused.error_code is Errors.INCONSISTENT_GROUP_PROTOCOL
+    await env.heartbeat("a", -1)
+    accepted = await env.runtime.join_group(join())  # the empty consumer group gives way
+    assert accepted.error_code is Errors.MEMBER_ID_REQUIRED and env.group() is None
+    # an Empty classic group (a pending member does not count) gives way to a consumer group, as in Kafka; the
+    # pending member's join then meets a non-empty consumer group
+    assert (await env.heartbeat("b", 0)).error is Errors.NONE
+    pending = await env.runtime.join_group(dataclasses.replace(join(), member_id=accepted.member_id))
+    assert pending.error_code is Errors.INCONSISTENT_GROUP_PROTOCOL
+
+
+async def test_a_classic_group_with_members_is_not_a_consumer_group(env: Env) -> None:
+    import asyncio
+
+    from coordinator.group.api import JoinGroupProtocol, JoinGroupRequest
+
+    first = await env.runtime.join_group(JoinGroupRequest(GROUP, 10_000, 10_000, "", None, "consumer",
+                                                          [JoinGroupProtocol("range", b"")]))
+    parked = asyncio.ensure_future(env.runtime.join_group(JoinGroupRequest(
+        GROUP, 10_000, 10_000, first.member_id, None, "consumer", [JoinGroupProtocol("range", b"")])))
+    await asyncio.sleep(0)
+    busy = await env.heartbeat("b", 0)
+    assert (busy.error, busy.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
+    [described] = await env.runtime.consumer_group_describe([GROUP])
+    assert (described.error, described.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
+    parked.cancel()
