@@ -220,6 +220,8 @@ async def test_range_assignor_on_request_and_describe(env: Env) -> None:
 async def test_new_partitions_bump_the_epoch(env: Env) -> None:
     await env.heartbeat("a", 0)
     env.topics.put(TopicImage(FOO, "foo", 8))
+    assert (await env.heartbeat("a", 1)).assignment is None  # seen at the next metadata refresh, not before
+    env.advance(5_000)
     response = await env.heartbeat("a", 1)
     assert (response.member_epoch, response.assignment) == (2, {FOO: tuple(range(8))})
 

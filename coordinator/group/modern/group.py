@@ -43,7 +43,9 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.targets: dict[str, Partitions] = {}  # member id -> target
         self._partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        self._subscriptions: Counter[str] = Counter()  # topic name -> members subscribed to it
         self.deleted = False  # its metadata record was tombstoned
+        self.metadata_refresh_deadline_ms = 0  # when the subscribed topics are looked at again (not persisted)
 
     # --- derived state --------------------------------------------------------------------------------------
     @property
@@ -78,11 +80,16 @@ class ConsumerGroup:
 
     def subscribed_topic_names(self, replacing: ConsumerGroupMember | None = None,
                                removing: str | None = None) -> Counter[str]:
-        """Topic name -> number of subscribers (see members_with)."""
-        counts: Counter[str] = Counter()
-        for member in self.members_with(replacing, removing).values():
-            counts.update(member.subscribed_topic_names)
-        return counts
+        """Topic name -> number of subscribers (see members_with); kept up to date by replay, so this costs the
+        number of topics, not of members."""
+        counts = self._subscriptions.copy()
+        for member_id in {removing, replacing.member_id if replacing is not None else None} - {None}:
+            old = self.members.get(member_id)  # type: ignore[arg-type]
+            if old is not None:
+                counts.subtract(old.subscribed_topic_names)
+        if replacing is not None:
+            counts.update(replacing.subscribed_topic_names)
+        return +counts  # drops topics nobody subscribes to any more
 
     def preferred_assignor(self, replacing: ConsumerGroupMember | None = None,
                            removing: str | None = None) -> str | None:
@@ -117,6 +124,8 @@ class ConsumerGroup:
             old = self.members.pop(member_id, None)
             if old is not None:
                 self._remove_partition_epochs(old)
+                self._subscriptions.subtract(old.subscribed_topic_names)
+                self._subscriptions = +self._subscriptions
                 if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
                     del self.static_members[old.instance_id]
         elif record.record_type is RecordType.TARGET_ASSIGNMENT_MEMBER:
@@ -133,6 +142,11 @@ class ConsumerGroup:
             self._remove_partition_epochs(old)
             if old.instance_id is not None and old.instance_id != member.instance_id:
                 self.static_members.pop(old.instance_id, None)
+        if old is None or old.subscribed_topic_names != member.subscribed_topic_names:
+            if old is not None:
+                self._subscriptions.subtract(old.subscribed_topic_names)
+            self._subscriptions.update(member.subscribed_topic_names)
+            self._subscriptions = +self._subscriptions
         self.members[member.member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id

@@ -75,6 +75,7 @@ class HeartbeatResponse:
 class HeartbeatResult:
     records: list[ConsumerGroupRecord] = field(default_factory=list)
     response: HeartbeatResponse = field(default_factory=HeartbeatResponse)
+    created: ConsumerGroup | None = None  # the group this join created: the records are replayed onto it
 
 
 class MemberTimers(Protocol):
@@ -91,6 +92,7 @@ class Settings:
     heartbeat_interval_ms: int
     max_size: int
     assignors: tuple[str, ...] = tuple(ASSIGNORS)
+    metadata_refresh_interval_ms: int = 5_000  # how often a group looks at its subscribed topics again
 
 
 def validate(request: HeartbeatRequest, settings: Settings) -> None:
@@ -127,30 +129,30 @@ def _not_blank(value: str | None, message: str) -> None:
 
 
 def heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, topics: TopicsView, settings: Settings,
-              timers: MemberTimers) -> HeartbeatResult:
+              timers: MemberTimers, now_ms: int) -> HeartbeatResult:
     """Records and response of a valid request (see `validate`); raises ApiError. `group` is None if no consumer
     group of that id exists."""
     if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
         if group is None:
             raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {request.group_id} not found.")
         return leave(group, request, topics, timers)
-    return _join_or_heartbeat(group, request, topics, settings, timers)
+    return _join_or_heartbeat(group, request, topics, settings, timers, now_ms)
 
 
 def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, topics: TopicsView,
-                       settings: Settings, timers: MemberTimers) -> HeartbeatResult:
+                       settings: Settings, timers: MemberTimers, now_ms: int) -> HeartbeatResult:
     group_id, epoch = request.group_id, request.member_epoch
+    result = HeartbeatResult()
     if group is None:
         if epoch != 0:
             raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
-        group = ConsumerGroup(group_id)
+        group = result.created = ConsumerGroup(group_id)
     member_id = request.member_id
     if len(group.members) >= settings.max_size and (not member_id or member_id not in group.members):
         raise ApiError(Errors.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of "
                        f"{settings.max_size} members.")
     if not member_id:
         member_id = str(uuid.uuid4())  # v0 only: v1 clients generate their own
-    result = HeartbeatResult()
     records = result.records
     replaced: str | None = None  # a static member's previous member id, replaced by this one
     if request.instance_id is None:
@@ -159,16 +161,20 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
         member, replaced = _static_member(group, member_id, epoch, request.instance_id, request.owned, records)
     updated = _updated(member, request)
     bump = False
-    if not updated.same_subscription_metadata(member):
+    if updated is not member and not updated.same_subscription_metadata(member):
         records.append(updated.metadata_record(group_id))
         bump = (updated.subscribed_topic_names != member.subscribed_topic_names
                 or updated.subscribed_topic_regex != member.subscribed_topic_regex)
-    new_hash = metadata_hash(group.subscribed_topic_names(updated, replaced), topics)
     group_epoch = group.group_epoch
-    if bump or new_hash != group.metadata_hash:
-        group_epoch += 1
-        records.append(GroupEpochRecord(group_id, group_epoch, new_hash))
-        log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group_epoch)
+    if bump or now_ms >= group.metadata_refresh_deadline_ms:
+        # the subscribed topics are looked at again when the subscriptions change, and at most once per
+        # refresh interval otherwise (Kafka's metadata refresh deadline)
+        new_hash = metadata_hash(group.subscribed_topic_names(updated, replaced), topics)
+        group.metadata_refresh_deadline_ms = now_ms + settings.metadata_refresh_interval_ms
+        if bump or new_hash != group.metadata_hash:
+            group_epoch += 1
+            records.append(GroupEpochRecord(group_id, group_epoch, new_hash))
+            log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group_epoch)
 
     if group_epoch > group.assignment_epoch:
         targets = _compute_targets(group, updated, replaced, group_epoch, topics, records)
@@ -284,21 +290,28 @@ def _is_subset(owned: OwnedPartitions, assigned: Partitions) -> bool:
 
 
 def _updated(member: ConsumerGroupMember, request: HeartbeatRequest) -> ConsumerGroupMember:
-    """The member with every non-null field of the request, and the connection's client id and host."""
-    changes: dict[str, object] = {"client_id": request.client_id, "client_host": request.client_host}
-    if request.instance_id is not None:
+    """The member with every non-null field of the request, and the connection's client id and host; the member
+    itself when nothing differs (the steady heartbeat)."""
+    changes: dict[str, object] = {}
+    if request.client_id != member.client_id:
+        changes["client_id"] = request.client_id
+    if request.client_host != member.client_host:
+        changes["client_host"] = request.client_host
+    if request.instance_id is not None and request.instance_id != member.instance_id:
         changes["instance_id"] = request.instance_id
-    if request.rack_id is not None:
+    if request.rack_id is not None and request.rack_id != member.rack_id:
         changes["rack_id"] = request.rack_id
-    if request.rebalance_timeout_ms != -1:
+    if request.rebalance_timeout_ms != -1 and request.rebalance_timeout_ms != member.rebalance_timeout_ms:
         changes["rebalance_timeout_ms"] = request.rebalance_timeout_ms
-    if request.server_assignor is not None:
+    if request.server_assignor is not None and request.server_assignor != member.server_assignor:
         changes["server_assignor"] = request.server_assignor
     if request.subscribed_topic_names is not None:
-        changes["subscribed_topic_names"] = tuple(sorted(set(request.subscribed_topic_names)))
-    if request.subscribed_topic_regex is not None:
+        names = tuple(sorted(set(request.subscribed_topic_names)))
+        if names != member.subscribed_topic_names:
+            changes["subscribed_topic_names"] = names
+    if request.subscribed_topic_regex is not None and request.subscribed_topic_regex != member.subscribed_topic_regex:
         changes["subscribed_topic_regex"] = request.subscribed_topic_regex
-    return member.replace(**changes)
+    return member.replace(**changes) if changes else member
 
 
 def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, replaced: str | None, group_epoch: int,

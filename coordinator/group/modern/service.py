@@ -87,7 +87,8 @@ class ConsumerGroupService:
         self.shard_for = shard_for
         self.topics: TopicsView = topics if topics is not None else StaticTopics()
         self.record_sink = record_sink
-        self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size)
+        self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
+                                 metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
 
     # --- requests ---------------------------------------------------------------------------------------------
@@ -102,9 +103,11 @@ class ConsumerGroupService:
             if classic is not None and not (classic.is_in(GroupState.EMPTY) or classic.is_in(GroupState.DEAD)):
                 raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
             result = heartbeat(shard.consumer_groups.get(request.group_id), request, self.topics, self.settings,
-                               self)
+                               self, self.timer.clock.now_ms())
         except ApiError as exc:
             return HeartbeatResponse(exc.error, exc.message)
+        if result.created is not None and result.records:
+            shard.consumer_groups[request.group_id] = result.created
         self._apply(shard, request.group_id, result.records)
         return result.response
 
