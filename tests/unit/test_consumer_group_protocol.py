@@ -25,6 +25,7 @@ FOO = uuid.UUID(int=0xF00)
 BAR = uuid.UUID(int=0xBA2)
 SESSION_MS = 45_000
 GROUP = "g"
+JOIN_TOPICS = object()
 
 
 class Env:
@@ -38,11 +39,16 @@ class Env:
         self.records: list = []
         self.runtime.consumer_groups.record_sink = lambda partition, records: self.records.extend(records)
 
+    def clear_records(self) -> None:
+        self.records.clear()
+
     async def heartbeat(self, member_id: str, epoch: int, owned: dict[uuid.UUID, tuple[int, ...]] | None = None,
-                        topics: tuple[str, ...] | None = None, **fields) -> HeartbeatResponse:
+                        topics: tuple[str, ...] | None | object = JOIN_TOPICS, **fields) -> HeartbeatResponse:
+        """A join (epoch 0) subscribes to foo unless `topics` says otherwise; other heartbeats send no names."""
+        if topics is JOIN_TOPICS:
+            topics = ("foo",) if epoch == 0 else None
         if epoch == 0:
             fields.setdefault("rebalance_timeout_ms", 30_000)
-            topics = topics if topics is not None else ("foo",)
             owned = {} if owned is None else owned
         request = HeartbeatRequest(GROUP, member_id, epoch, subscribed_topic_names=topics,
                                    owned=None if owned is None else list(owned.items()), client_id=member_id,
@@ -76,7 +82,7 @@ async def test_first_member_gets_every_partition_at_epoch_1(env: Env) -> None:
     assert env.records[4] == CurrentAssignmentRecord(GROUP, "a", 1, 0, 0, {FOO: (0, 1, 2, 3, 4, 5)}, {})
     assert env.group().state.value == "Stable"
     # a plain heartbeat at the same epoch changes nothing and sends no assignment
-    env.records.clear()
+    env.clear_records()
     again = await env.heartbeat("a", 1)
     assert (again.error, again.member_epoch, again.assignment, env.records) == (Errors.NONE, 1, None, [])
 
@@ -109,7 +115,7 @@ async def test_leave_bumps_the_epoch_and_the_other_member_gets_everything(env: E
     a = await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})
     await env.heartbeat("a", 1, owned=a.assignment)
     await env.heartbeat("b", 2, owned={})
-    env.records.clear()
+    env.clear_records()
     left = await env.heartbeat("b", -1)
     assert (left.error, left.member_id, left.member_epoch) == (Errors.NONE, "b", -1)
     assert env.records == [Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, GROUP, "b"),
@@ -257,7 +263,7 @@ async def test_static_member_leaves_for_now_and_gets_its_partitions_back(env: En
     await env.heartbeat("a", 1, owned=a.assignment, instance_id="i-a")
     b = await env.heartbeat("b", 2, owned={}, instance_id="i-b")
     assert env.group().state.value == "Stable"
-    env.records.clear()
+    env.clear_records()
     left = await env.heartbeat("b", -2, instance_id="i-b")
     assert (left.error, left.member_id, left.member_epoch) == (Errors.NONE, "b", -2)
     assert env.records == [CurrentAssignmentRecord(GROUP, "b", -2, 2, 0, {FOO: b.assignment[FOO]}, {})]
@@ -266,7 +272,7 @@ async def test_static_member_leaves_for_now_and_gets_its_partitions_back(env: En
     assert busy.error is Errors.UNRELEASED_INSTANCE_ID
     assert busy.message == "Static member c with instance id i-a cannot join the group because the instance id is " \
                            "owned by a member."
-    env.records.clear()
+    env.clear_records()
     back = await env.heartbeat("b2", 0, instance_id="i-b")
     assert (back.error, back.member_epoch, back.assignment) == (Errors.NONE, 2, b.assignment)
     assert env.records[:6] == [
@@ -400,3 +406,43 @@ async def test_a_classic_group_with_members_is_not_a_consumer_group(env: Env) ->
     [described] = await env.runtime.consumer_group_describe([GROUP])
     assert (described.error, described.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
     parked.cancel()
+
+
+async def test_regex_subscription_is_resolved_after_the_join(env: Env) -> None:
+    from coordinator.group.modern.records import RegexRecord
+
+    env.topics.put(TopicImage(uuid.UUID(int=0xF01), "foo-2", 2))
+    joined = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="foo.*")
+    assert (joined.error, joined.member_epoch, joined.assignment) == (Errors.NONE, 1, {})
+    env.clear_records()
+    await env.runtime.consumer_groups.drain()  # the resolution, after the answer (as Kafka's executor runs it)
+    [resolved, bumped] = env.records
+    assert isinstance(resolved, RegexRecord) and (resolved.regex, resolved.topics) == ("foo.*", ("foo", "foo-2"))
+    assert isinstance(bumped, GroupEpochRecord) and bumped.epoch == 2
+    a = await env.heartbeat("a", 1, owned={})
+    assert (a.member_epoch, a.assignment) == (2, {FOO: tuple(range(6)), uuid.UUID(int=0xF01): (0, 1)})
+    # a second subscriber of a resolved regular expression rebalances at once
+    b = await env.heartbeat("b", 0, topics=None, subscribed_topic_regex="foo.*")
+    assert b.member_epoch == 3 and env.group().target_of("b")
+    # a new matching topic is picked up by the next refresh (at most every 10 s)
+    env.topics.put(TopicImage(uuid.UUID(int=0xF02), "foo-3", 4))
+    env.advance(10_001)
+    await env.heartbeat("a", 2, owned=a.assignment)
+    await env.runtime.consumer_groups.drain()
+    assert env.group().resolved_regexes["foo.*"].topics == ("foo", "foo-2", "foo-3")
+    assert env.group().group_epoch == 4
+
+
+async def test_invalid_regex_and_the_last_subscriber_leaving(env: Env) -> None:
+    bad = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="(?=lookahead)")
+    assert bad.error is Errors.INVALID_REGULAR_EXPRESSION
+    assert (bad.message or "").startswith("SubscribedTopicRegex `(?=lookahead)` is not a valid regular expression: ")
+    await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="b.r")
+    await env.runtime.consumer_groups.drain()
+    assert env.group().resolved_regexes["b.r"].topics == ("bar",)
+    env.clear_records()
+    await env.heartbeat("a", -1)
+    assert [getattr(r, "record_type", None) for r in env.records] == [
+        RecordType.CURRENT_MEMBER_ASSIGNMENT, RecordType.TARGET_ASSIGNMENT_MEMBER, RecordType.MEMBER_METADATA,
+        RecordType.REGULAR_EXPRESSION, RecordType.GROUP_METADATA]
+    assert env.group().resolved_regexes == {}
