@@ -3,6 +3,7 @@ reconciliation, leave, session expiry, Kafka 4.1's validation errors, and the re
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import uuid
@@ -54,6 +55,12 @@ class Env:
                                    owned=None if owned is None else list(owned.items()), client_id=member_id,
                                    client_host="/127.0.0.1", **fields)
         return await self.runtime.consumer_group_heartbeat(request)
+
+    async def resolved(self) -> None:
+        """Regular expression resolutions under way are done and their records written."""
+        await self.runtime.consumer_groups.drain()
+        for _ in range(5):
+            await asyncio.sleep(0)
 
     def group(self):  # type: ignore[no-untyped-def]
         return self.runtime.shard_for(GROUP).consumer_groups.get(GROUP)
@@ -414,7 +421,7 @@ async def test_regex_subscription_is_resolved_after_the_join(env: Env) -> None:
     env.topics.put(TopicImage(uuid.UUID(int=0xF01), "foo-2", 2))
     joined = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="foo.*")
     assert (joined.error, joined.member_epoch, joined.assignment) == (Errors.NONE, 1, {})
-    await env.runtime.consumer_groups.drain()  # the resolution, after the answer (as Kafka's executor runs it)
+    await env.resolved()  # the resolution, after the answer (as Kafka's executor runs it)
     [resolved, bumped] = env.records[-2:]
     assert isinstance(resolved, RegexRecord) and (resolved.regex, resolved.topics) == ("foo.*", ("foo", "foo-2"))
     assert isinstance(bumped, GroupEpochRecord) and bumped.epoch == 2
@@ -427,7 +434,7 @@ async def test_regex_subscription_is_resolved_after_the_join(env: Env) -> None:
     env.topics.put(TopicImage(uuid.UUID(int=0xF02), "foo-3", 4))
     env.advance(10_001)
     await env.heartbeat("a", 2, owned=a.assignment)
-    await env.runtime.consumer_groups.drain()
+    await env.resolved()
     assert env.group().resolved_regexes["foo.*"].topics == ("foo", "foo-2", "foo-3")
     assert env.group().group_epoch == 4
 
@@ -437,7 +444,7 @@ async def test_invalid_regex_and_the_last_subscriber_leaving(env: Env) -> None:
     assert bad.error is Errors.INVALID_REGULAR_EXPRESSION
     assert (bad.message or "").startswith("SubscribedTopicRegex `(?=lookahead)` is not a valid regular expression: ")
     await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="b.r")
-    await env.runtime.consumer_groups.drain()
+    await env.resolved()
     assert env.group().resolved_regexes["b.r"].topics == ("bar",)
     env.clear_records()
     await env.heartbeat("a", -1)
