@@ -467,3 +467,18 @@ async def test_offsets_of_subscribed_topics_never_expire_while_the_group_has_mem
     env.clock.advance(env.config.offsets_retention_ms + 1)  # wall time only: no timer runs
     assert await env.runtime.expire_offsets() == 1  # bar: nobody subscribes to it
     assert set(env.runtime.groups[GROUP].offsets) == {("foo", 0)}
+
+
+async def test_offset_fetch_checks_the_member_epoch(env: Env) -> None:
+    from coordinator.group.api import OffsetFetchRequest
+
+    await env.heartbeat("a", 0)
+
+    async def fetch(member_id: str | None, epoch: int) -> Errors:
+        return (await env.runtime.fetch_offsets(OffsetFetchRequest(GROUP, None, member_id=member_id,
+                                                                   member_epoch=epoch))).error_code
+
+    assert await fetch(None, -1) is Errors.NONE  # an admin client
+    assert await fetch("a", 1) is Errors.NONE
+    assert await fetch("a", 0) is Errors.STALE_MEMBER_EPOCH
+    assert await fetch("x", 1) is Errors.UNKNOWN_MEMBER_ID
