@@ -109,7 +109,7 @@ def plot_over_time(data: ReportData) -> str:
     slot = inner_w / buckets
     body = _y_axis(y_max)
     for index, stack in sorted(stacks.items()):
-        y = HEIGHT - BOTTOM
+        y: float = HEIGHT - BOTTOM
         for group, count in sorted(stack, key=lambda item: groups.index(item[0])):
             h = inner_h * count / y_max
             y -= h

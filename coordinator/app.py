@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from coordinator.storage.config import (
     DEFAULT_EVENT_DELIVERY_TIMEOUT_MS, DEFAULT_EVENT_QUEUE_MAX_MESSAGES, StorageConfig,
 )
 from coordinator.storage.kafka_store import KafkaGroupStore
-from coordinator.timer import MonotonicClock, SystemTimer
+from coordinator.timer import Clock, MonotonicClock, SystemTimer
 
 if TYPE_CHECKING:
     from coordinator.telemetry.service import Instrumented
@@ -49,7 +49,7 @@ class ServiceOptions:
     bootstrap: str | None = None  # None: run an embedded Apache Kafka broker
     kafka_data_dir: str | None = None  # embedded broker's data dir (None: temporary)
     state_topic: str = "__coordinator_state"
-    state_replication_factor: int | None = None  # None: min(3, brokers)
+    state_replication_factor: int | None = None  # None: group.offsets_topic_replication_factor
     event_topic: str | None = "__coordinator_events"
     event_delivery_timeout_ms: int = DEFAULT_EVENT_DELIVERY_TIMEOUT_MS  # an event not acknowledged by then is lost
     event_queue_max_messages: int = DEFAULT_EVENT_QUEUE_MAX_MESSAGES  # held meanwhile; the newest beyond: dropped
@@ -89,7 +89,7 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         timer.start()
         stack.push_async_callback(timer.close)
 
-        store = KafkaGroupStore(_storage_config(options, bootstrap), clock)
+        store = _kafka_store(options, bootstrap, clock)
         await store.start()
         stack.push_async_callback(store.close)
 
@@ -223,7 +223,8 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
         bootstrap=bootstrap,
         state_topic=options.state_topic,
         partitions=options.group.offsets_topic_num_partitions,
-        replication_factor=options.state_replication_factor,
+        replication_factor=(options.state_replication_factor if options.state_replication_factor is not None
+                            else options.group.offsets_topic_replication_factor),
         segment_bytes=options.group.offsets_topic_segment_bytes,
         commit_timeout_ms=options.group.offsets_commit_timeout_ms,
         event_topic=options.event_topic,
@@ -234,6 +235,11 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
     )
     settings.update(_fencing(options))
     return StorageConfig(**settings)
+
+
+def _kafka_store(options: ServiceOptions, bootstrap: str, clock: Clock | None = None) -> KafkaGroupStore:
+    return KafkaGroupStore(_storage_config(options, bootstrap), clock,
+                           load_buffer_bytes=options.group.offsets_load_buffer_size)
 
 
 def _fencing(options: ServiceOptions) -> dict[str, object]:
@@ -292,8 +298,8 @@ class _BackgroundTasks:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def start(self, coro: object, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+    def start(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 

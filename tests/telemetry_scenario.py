@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.observer import ObserverMux
 from coordinator.group.state import GroupState
 from coordinator.telemetry.events import EventTopicObserver

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 log = logging.getLogger("coordinator.relay")
 
 MAX_PORT = 65_535
 
+
+# (host, port, upstream node id) -> a listener whose connections relay to that broker (the server makes it)
+OpenListener = Callable[[str, int, int], Awaitable[asyncio.base_events.Server]]
 
 @dataclass(frozen=True, slots=True)
 class UpstreamBroker:
@@ -49,7 +52,7 @@ class BrokerListeners:
     """The live per-broker listeners: `reconcile(brokers)` after every broker list we see."""
 
     def __init__(self, listen_host: str, mapping: PortMapping,
-                 open_listener: Callable[[str, int, int], "asyncio.Future[asyncio.base_events.Server] | object"],
+                 open_listener: OpenListener,
                  close_connections: Callable[[int], None]) -> None:
         self._listen_host = listen_host
         self._mapping = mapping
@@ -77,7 +80,7 @@ class BrokerListeners:
     async def _open(self, broker: UpstreamBroker) -> None:
         try:
             port = self._mapping.port_for(broker.node_id)
-            server = await self._open_listener(self._listen_host, port, broker.node_id)  # type: ignore[misc]
+            server = await self._open_listener(self._listen_host, port, broker.node_id)
         except (OSError, ValueError) as exc:
             log.error("event=relay_listener_failed node_id=%d upstream=%s:%d error=%s",
                       broker.node_id, broker.host, broker.port, exc)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeGuard
 
 EVENT_SCHEMA_VERSION = 1
 
@@ -98,7 +98,8 @@ def problem_of(event: Any) -> Problem | None:
         return Problem.NO_VERSION
     if version > EVENT_SCHEMA_VERSION:
         return Problem.FUTURE_VERSION
-    fields = EVENT_FIELDS.get(event.get("type"))  # type: ignore[arg-type]
+    type_name = event.get("type")
+    fields = EVENT_FIELDS.get(type_name) if isinstance(type_name, str) else None
     if fields is None:
         return Problem.UNKNOWN_TYPE
     for field in COMMON_FIELDS + fields:
@@ -115,7 +116,7 @@ def problem_of(event: Any) -> Problem | None:
     return None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

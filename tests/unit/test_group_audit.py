@@ -12,7 +12,7 @@ from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, J
                                    LeaveGroupRequest, MemberIdentity, OffsetCommitRequest,
                                    OffsetCommitRequestPartition, OffsetCommitRequestTopic, OffsetFetchRequest,
                                    OffsetFetchRequestTopic, SyncGroupRequest, SyncGroupRequestAssignment)
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.metadata import parse_subscription_topics
 from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, InMemoryGroupStore, MemberRecord, OffsetRecord

@@ -13,7 +13,7 @@ from coordinator.group.api import (HeartbeatRequest, JoinGroupProtocol, JoinGrou
                                    LeaveGroupRequest, MemberIdentity, SyncGroupRequest, SyncGroupRequestAssignment,
                                    SyncGroupResponse)
 from coordinator.group.runtime import GroupRuntime
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.observer import GroupObserver
 from coordinator.group.shard import ShardStatus
 from coordinator.group.state import GroupState

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from coordinator.group.api import DeleteGroupsRequest, ListGroupsRequest
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
 from coordinator.group.shard import ShardStatus
 from coordinator.group.state import GroupState

@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage.kafka_store import append_error
 from coordinator.storage.loader import StateReplay

@@ -17,7 +17,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from coordinator.telemetry.otel import start_telemetry
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.telemetry_scenario import (B_LATE_MS, WRITE_MS, ms_to_ns, run_failure_scenario, telemetry_env)
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from tests.unit.test_group_harness import SESSION_MS, advance_until_joined, complete_rebalance, form_group
 
 GROUP = "messaging.consumer.group.name"
