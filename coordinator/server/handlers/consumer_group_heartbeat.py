@@ -3,13 +3,14 @@ v1 (KIP-1082) requires the client to generate its member id."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
-from protocol.messages import ZERO_DURATION, build, duration, error, item_class, ms
+from protocol.messages import ZERO_DURATION, build, error, item_class, ms
 
 API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
 VERSIONS = (0, 1)
@@ -44,7 +45,8 @@ def to_response(version: int, response: HeartbeatResponse) -> Any:
             partitions_class(topic_id=topic_id, partitions=tuple(ps)) for topic_id, ps in response.assignment.items()))
     return build(cls, throttle_time=ZERO_DURATION, error_code=error(response.error),
                  error_message=response.message, member_id=response.member_id, member_epoch=response.member_epoch,
-                 heartbeat_interval=duration(response.heartbeat_interval_ms), assignment=assignment)
+                 heartbeat_interval=datetime.timedelta(milliseconds=response.heartbeat_interval_ms),
+                 assignment=assignment)
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
