@@ -289,7 +289,9 @@ async def _run_serve(args: argparse.Namespace) -> int:
             ours = [f"--listen {options.server.listen_host}:{options.server.listen_port}"]
             if options.metrics_listen is not None:
                 ours.append("--metrics-listen {}:{}".format(*options.metrics_listen))
-            reason = f"address already in use: {' or '.join(ours)} ({reason})"
+            reason = (f"address already in use: {' or '.join(ours)} ({reason}); another coordinator's relay on "
+                      f"this host may hold it (its broker listeners take its listen port + 1 + node id unless "
+                      f"--relay-base-port says otherwise)")
         logging.getLogger("coordinator").error("event=startup_failed error=%s", reason)
         print(f"coordinator serve: could not start: {reason}", file=sys.stderr, flush=True)
         return 1
@@ -511,6 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-jaeger", action="store_true", help="do not start Jaeger")
     demo.set_defaults(run=_run_demo, serve_args=[])
 
+    from coordinator.telemetry.trace_command import add_trace_command
+
+    add_trace_command(commands)
     from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs
 
     add_analyze_command(commands)

@@ -15,7 +15,7 @@ import datetime
 import io
 import struct
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from kio.index import KioIndexError, UnknownAPIKey
 from kio.serial import entity_reader, entity_writer
@@ -28,7 +28,7 @@ from protocol import apis
 from protocol.apis import ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
-from protocol.group_fastpath import read_join_group, read_sync_group
+from protocol.group_fastpath import JoinGroupFields, SyncGroupFields, read_join_group, read_sync_group
 from protocol.tolerant import has_arrays, read_entity
 
 _HEADER_PREFIX = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
@@ -101,7 +101,9 @@ def decode_request(frame: bytes) -> Request:
         raise CorruptRequest(_corruption(frame, exc)) from exc
 
 
-_GROUP_READERS = {ApiKey.JOIN_GROUP: read_join_group, ApiKey.SYNC_GROUP: read_sync_group}
+_GroupRead = tuple[int, int, str | None, JoinGroupFields | SyncGroupFields]
+_GROUP_READERS: dict[int, Callable[[bytes], _GroupRead | None]] = {ApiKey.JOIN_GROUP: read_join_group,
+                                                                   ApiKey.SYNC_GROUP: read_sync_group}
 
 
 def read_group_request(frame: bytes) -> Request | None:

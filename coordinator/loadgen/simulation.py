@@ -28,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import heapq
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,15 +261,17 @@ class Simulation:
 
     async def _inject_failures(self) -> None:
         options = self.options
-        events = [(s.at_s, s.kind, s.count) for s in options.schedule]
-        if options.failure_rate_per_min > 0:
+        scheduled = sorted((s.at_s, s.kind, s.count) for s in options.schedule)
+
+        def random_failures() -> Iterator[tuple[float, str, int]]:  # drawn as they come: a demo runs for years
             at = 0.0
-            while True:
+            while options.failure_rate_per_min > 0:
                 at += self.random.expovariate(options.failure_rate_per_min / 60)
                 if at >= options.duration_s:
-                    break
-                events.append((at, self.random.choice(options.failure_kinds), 1))
-        for at_s, kind, count in sorted(events):
+                    return
+                yield at, self.random.choice(options.failure_kinds), 1
+
+        for at_s, kind, count in heapq.merge(scheduled, random_failures()):
             await asyncio.sleep(max(0.0, self._started + at_s - time.monotonic()))
             for _ in range(count):
                 member = await self._wait_for_victim(kind)

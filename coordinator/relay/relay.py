@@ -75,6 +75,8 @@ class Relay:
         client = await self._control_client()
         self.advertised = advertised_ranges(client.api_versions, self.served)
         await self._learn_cluster()
+        if self.listeners is not None:
+            self.listeners.refuse_clash(self.config.base_port is not None)
         log.info("event=relay_started upstream=%s brokers=%s advertised_apis=%d buffer_memory=%d poolable=%d",
                  client.address, sorted(self.brokers), len(self.advertised),
                  self.config.buffer_memory_bytes, self.config.poolable_bytes)
