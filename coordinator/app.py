@@ -34,6 +34,7 @@ from coordinator.storage.config import (
     DEFAULT_EVENT_DELIVERY_TIMEOUT_MS, DEFAULT_EVENT_QUEUE_MAX_MESSAGES, StorageConfig,
 )
 from coordinator.storage.kafka_store import KafkaGroupStore
+from coordinator.telemetry.events import EventTopicObserver, start_event_publisher
 from coordinator.timer import Clock, MonotonicClock, SystemTimer
 
 if TYPE_CHECKING:
@@ -89,9 +90,13 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         timer.start()
         stack.push_async_callback(timer.close)
 
-        store = _kafka_store(options, bootstrap, clock)
+        storage_config = _storage_config(options, bootstrap)
+        store = _kafka_store(options, storage_config, clock)
         await store.start()
         stack.push_async_callback(store.close)
+        publisher = await start_event_publisher(storage_config)
+        if publisher is not None:  # closed first: flushes the queued events
+            stack.push_async_callback(asyncio.to_thread, publisher.close_blocking)
 
         observer = ObserverMux()
         coordinator = GroupRuntime(options.group, timer, store, clock, observer)
@@ -100,13 +105,12 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         else:
             for shard in coordinator.shards:  # NOT_COORDINATOR until Kafka assigns a partition to this instance
                 shard.status = ShardStatus.UNOWNED
-        instrumented = await _start_telemetry(stack, options, coordinator, observer, store)
+        instrumented = await _start_telemetry(stack, options, coordinator, observer)
         # stamps events with wall-clock time, not the monotonic clock; tracing first so events see the trace id
-        events = store.event_observer(trace_id_for=instrumented.trace_id_for)
-        if events is not None:
-            observer.add(events)
+        if publisher is not None:
+            observer.add(EventTopicObserver(publisher, trace_id_for=instrumented.trace_id_for))
             if instrumented.metrics is not None:
-                instrumented.metrics.watch_events(events.publisher)
+                instrumented.metrics.watch_events(publisher)
 
         ownership = None if options.instance_id is None else _ownership(options, coordinator, store, clock)
         # several instances: who owns which group's partition (FindCoordinator, Metadata); the owner map is
@@ -150,7 +154,7 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
 
 
 async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,
-                           observer: ObserverMux, store: KafkaGroupStore) -> "Instrumented":
+                           observer: ObserverMux) -> "Instrumented":
     """OpenTelemetry from the OTEL_* variables (coordinator/telemetry/otel.py), flushed after everything else
     has stopped so the last rebalance's spans are exported."""
     from coordinator.telemetry.otel import start_telemetry
@@ -158,7 +162,7 @@ async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOpt
 
     telemetry = start_telemetry(options.metrics_listen)
     stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
-    instrumented = instrument(telemetry, coordinator, observer, store)
+    instrumented = instrument(telemetry, coordinator, observer)
     stack.callback(instrumented.uninstall)
     return instrumented
 
@@ -237,8 +241,9 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
     return StorageConfig(**settings)
 
 
-def _kafka_store(options: ServiceOptions, bootstrap: str, clock: Clock | None = None) -> KafkaGroupStore:
-    return KafkaGroupStore(_storage_config(options, bootstrap), clock,
+def _kafka_store(options: ServiceOptions, storage_config: StorageConfig, clock: Clock | None = None
+                 ) -> KafkaGroupStore:
+    return KafkaGroupStore(storage_config, clock,
                            load_buffer_bytes=options.group.offsets_load_buffer_size)
 
 

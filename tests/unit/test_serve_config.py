@@ -59,8 +59,11 @@ def test_two_different_replication_factors_are_refused() -> None:
 
 
 def test_the_load_buffer_size_is_the_loaders_fetch_size() -> None:
-    assert _kafka_store(options_of(), "k:9092").load_buffer_bytes == CoordinatorConfig().offsets_load_buffer_size
-    store = _kafka_store(options_of("--config", "offsets.load.buffer.size=1048576"), "k:9092")
+    default = options_of()
+    assert _kafka_store(default, _storage_config(default, "k:9092")).load_buffer_bytes == \
+        CoordinatorConfig().offsets_load_buffer_size
+    options = options_of("--config", "offsets.load.buffer.size=1048576")
+    store = _kafka_store(options, _storage_config(options, "k:9092"))
     assert store.load_buffer_bytes == 1_048_576
     settings = consumer_settings("k:9092", "c", store.load_buffer_bytes)
     assert settings["max.partition.fetch.bytes"] == 1_048_576
