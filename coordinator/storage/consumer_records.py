@@ -51,13 +51,14 @@ class _Writer(Writer):
 
 class _Reader(Reader):
     def int8(self) -> int:
-        return struct.unpack(">b", self._take(1))[0]
+        value: int = struct.unpack(">b", self._take(1))[0]
+        return value
 
     def uuid(self) -> uuid.UUID:
         return uuid.UUID(bytes=self._take(16))
 
     def strings(self) -> tuple[str, ...]:
-        return tuple(self.string() or "" for _ in range(self.array_length()))
+        return tuple(self.string() for _ in range(self.array_length()))
 
     def partitions(self) -> Partitions:
         result: Partitions = {}
@@ -146,7 +147,7 @@ def decode(key: bytes, value: bytes | None) -> ConsumerGroupRecord | None:
     if record_type not in CONSUMER_GROUP_TYPES:
         return None
     kind = RecordType(record_type)
-    group_id = keys.string() or ""
+    group_id = keys.string()
     member_id = keys.string() if kind in PER_MEMBER_TYPES else None
     regex = keys.string() if kind is RecordType.REGULAR_EXPRESSION else None
     keys.expect_end()
@@ -184,10 +185,10 @@ def _decode_value(kind: RecordType, group_id: str, member_id: str, values: _Read
         return GroupEpochRecord(group_id, epoch, metadata_hash)
     if kind is RecordType.MEMBER_METADATA:
         record = MemberMetadataRecord(
-            group_id, member_id, instance_id=values.string(nullable=True), rack_id=values.string(nullable=True),
-            client_id=values.string() or "", client_host=values.string() or "",
-            subscribed_topic_names=values.strings(), subscribed_topic_regex=values.string(nullable=True),
-            rebalance_timeout_ms=values.int32(), server_assignor=values.string(nullable=True))
+            group_id, member_id, instance_id=values.nullable_string(), rack_id=values.nullable_string(),
+            client_id=values.string(), client_host=values.string(),
+            subscribed_topic_names=values.strings(), subscribed_topic_regex=values.nullable_string(),
+            rebalance_timeout_ms=values.int32(), server_assignor=values.nullable_string())
         values.skip_tagged_fields()
         return record
     if kind is RecordType.TARGET_ASSIGNMENT_METADATA:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from coordinator.group.assignor.java_order import partition_order, topic_map_order
@@ -35,7 +35,7 @@ class MemberSpec:
     instance_id: str | None = None
 
 
-def ordered(assignment: TopicPartitions | Assignment) -> OrderedAssignment:
+def ordered(assignment: Mapping[uuid.UUID, Collection[int]]) -> OrderedAssignment:
     """A target as Kafka holds it in memory (HashMap of topic id -> HashSet of partitions), in its iteration order."""
     return {topic_id: tuple(partition_order(assignment[topic_id])) for topic_id in topic_map_order(assignment)}
 

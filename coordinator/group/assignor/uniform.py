@@ -73,12 +73,12 @@ def _assign_homogeneous(spec: GroupSpec) -> dict[str, Assignment]:
 
     next_index = 0
     for member_id, remaining in unfilled:
-        partitions = target[member_id]
+        filling = target[member_id]
         while remaining > 0 and next_index < len(unassigned):
             topic_id, partition = unassigned[next_index]
             next_index += 1
             remaining -= 1
-            partitions.setdefault(topic_id, set()).add(partition)
+            filling.setdefault(topic_id, set()).add(partition)
     if next_index < len(unassigned):
         raise AssignorError("Partitions were left unassigned")
     return {member_id: {t: frozenset(ps) for t, ps in partitions.items()} for member_id, partitions in target.items()}

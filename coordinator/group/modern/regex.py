@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import re2
 
@@ -33,7 +34,7 @@ _OPTIONS.log_errors = False  # a client's bad pattern is its error, answered; no
 
 
 @functools.lru_cache(maxsize=1024)
-def compiled(regex: str) -> re2._Regexp:  # type: ignore[name-defined]
+def compiled(regex: str) -> Any:  # re2's compiled pattern (the binding has no type information)
     return re2.compile(regex, options=_OPTIONS)
 
 

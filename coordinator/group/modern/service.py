@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from coordinator.config import CoordinatorConfig
 from coordinator.group.assignor import DEFAULT_ASSIGNOR
 from coordinator.group.modern.group import ConsumerGroup
-from coordinator.group.modern.heartbeat import (ApiError, HeartbeatRequest, HeartbeatResponse, Settings, fence,
-                                                heartbeat, validate)
+from coordinator.group.modern.errors import ApiError
+from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatResponse, Settings, fence, heartbeat,
+                                                validate)
 from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.regex import Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
