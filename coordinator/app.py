@@ -99,7 +99,7 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         else:
             for shard in coordinator.shards:  # NOT_COORDINATOR until Kafka assigns a partition to this instance
                 shard.status = ShardStatus.UNOWNED
-        instrumented = await _start_telemetry(stack, options, coordinator, observer, store)
+        instrumented = await _start_telemetry(stack, options, coordinator, observer)
         # stamps events with wall-clock time, not the monotonic clock; tracing first so events see the trace id
         events = store.event_observer(trace_id_for=instrumented.trace_id_for)
         if events is not None:
@@ -149,7 +149,7 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
 
 
 async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,
-                           observer: ObserverMux, store: KafkaGroupStore) -> "Instrumented":
+                           observer: ObserverMux) -> "Instrumented":
     """OpenTelemetry from the OTEL_* variables (coordinator/telemetry/otel.py), flushed after everything else
     has stopped so the last rebalance's spans are exported."""
     from coordinator.telemetry.otel import start_telemetry
@@ -157,7 +157,7 @@ async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOpt
 
     telemetry = start_telemetry(options.metrics_listen)
     stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
-    instrumented = instrument(telemetry, coordinator, observer, store)
+    instrumented = instrument(telemetry, coordinator, observer)
     stack.callback(instrumented.uninstall)
     return instrumented
 

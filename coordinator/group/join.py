@@ -13,6 +13,7 @@ from coordinator.group.delayed import join_key, member_key
 from protocol.error_codes import Errors
 from coordinator.group.errors import group_append_error
 from coordinator.group.member import MemberMetadata
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.result import Result, Write
 from coordinator.group.state import GroupState
 
@@ -157,7 +158,7 @@ def _do_existing_member_join(shard: GroupShard, group: GroupMetadata, member: Me
     reason = req.reason or "not provided"
     if group.is_in(PREPARING):
         _update_member_and_rebalance(shard, 
-            group, member, req, future,
+            group, member, req, future, RebalanceCategory.MEMBER_REJOINED,
             f"Member {member.member_id} joining group during {group.state.value}; client reason: {reason}")
     elif group.is_in(COMPLETING):
         if member.matches(protocols):
@@ -166,17 +167,17 @@ def _do_existing_member_join(shard: GroupShard, group: GroupMetadata, member: Me
             _answer(future, shard.join_response(group, member.member_id, members))
         else:
             _update_member_and_rebalance(shard, 
-                group, member, req, future,
+                group, member, req, future, RebalanceCategory.METADATA_CHANGED,
                 f"Updating metadata for member {member.member_id} during {group.state.value}; "
                 f"client reason: {reason}")
     elif group.is_in(STABLE):
         if group.is_leader(member.member_id):
             _update_member_and_rebalance(shard, 
-                group, member, req, future,
+                group, member, req, future, RebalanceCategory.LEADER_REJOINED,
                 f"Leader {member.member_id} re-joining group during {group.state.value}; client reason: {reason}")
         elif not member.matches(protocols):
             _update_member_and_rebalance(shard, 
-                group, member, req, future,
+                group, member, req, future, RebalanceCategory.METADATA_CHANGED,
                 f"Updating metadata for member {member.member_id} during {group.state.value}; "
                 f"client reason: {reason}")
         else:
@@ -207,20 +208,21 @@ def _add_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member_id
                                    req.client_host)
     # New members cannot heartbeat while parked (no id yet): guard them with the new-member join timeout.
     shard.schedule_heartbeat(group, member, shard.config.new_member_join_timeout_ms)
-    shard.maybe_prepare_rebalance(
-        group, f"Adding new member {member_id} with group instance id {req.group_instance_id}; "
-               f"client reason: {req.reason or 'not provided'}")
+    shard.maybe_prepare_rebalance(group, RebalanceCause(
+        RebalanceCategory.MEMBER_JOINED, f"Adding new member {member_id} with group instance id "
+                                         f"{req.group_instance_id}; client reason: {req.reason or 'not provided'}",
+        member_id, req.reason))
 
 
 def _update_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
                                  req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse],
-                                 reason: str) -> None:
+                                 category: RebalanceCategory, text: str) -> None:
     superseded = group.update_member(member, req.protocols,
                                      req.rebalance_timeout_ms, req.session_timeout_ms, future)
     if superseded is not None and not superseded.done():
         # Kafka drops the older parked request silently; answer it so it does not hang.
         superseded.set_result(JoinGroupResponse(Errors.REBALANCE_IN_PROGRESS, member_id=member.member_id))
-    shard.maybe_prepare_rebalance(group, reason)
+    shard.maybe_prepare_rebalance(group, RebalanceCause(category, text, member.member_id, req.reason))
 
 
 def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata, old_member_id: str,
@@ -244,13 +246,16 @@ def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata,
             _persist_static_replacement(shard, group, member, old_member_id, previous, current_leader, req,
                                              future)
         else:
-            shard.maybe_prepare_rebalance(
-                group, f"Group's selectedProtocol will change because static member {new_member_id} with "
-                       f"instance id {instance_id} joined with change of protocol; client reason: {reason}")
+            shard.maybe_prepare_rebalance(group, RebalanceCause(
+                RebalanceCategory.STATIC_MEMBER,
+                f"Group's selectedProtocol will change because static member {new_member_id} with "
+                f"instance id {instance_id} joined with change of protocol; client reason: {reason}",
+                new_member_id, req.reason))
     elif group.is_in(COMPLETING):
         # The leader may already have assigned partitions to the old member id.
-        shard.prepare_rebalance(group, f"Updating metadata for static member {new_member_id} with instance id "
-                                      f"{instance_id}; client reason: {reason}")
+        shard.prepare_rebalance(group, RebalanceCause(
+            RebalanceCategory.STATIC_MEMBER, f"Updating metadata for static member {new_member_id} with instance "
+                                             f"id {instance_id}; client reason: {reason}", new_member_id, req.reason))
     elif group.state in (EMPTY, DEAD):
         raise RuntimeError(f"Group {group.group_id} was not supposed to be in the state {group.state.value} "
                            f"when the unknown static member {instance_id} rejoins.")
@@ -287,7 +292,7 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
 
     log.info("event=static_member_replaced_without_rebalance group=%s member=%s", group.group_id,
              new_member_id)
-    shard.emit(Write.group(group.group_id, record, written))
+    shard.append(Write.group(group.group_id, record, written))
 
 
 def _revert_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,

@@ -13,13 +13,14 @@ between slices, so the shards already served keep answering; `unload(partitions)
 of their groups NOT_COORDINATOR and stops the store writing to them. Several instances (issue 10, step 2) will
 call these two as partitions move between them.
 
-Writes that group logic starts on its own (an emptied group's record, from a timer) are emitted by the shard
-and flushed here on the next loop turn, to the same partition, in order with the handlers' writes.
+A write that group logic makes on its own (an emptied group's record, from a timer) goes through the same
+append (`shard.append`), queued at once: a partition's writes reach the store in the order the shard made them.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Collection, Iterator, Mapping
 from typing import Any, Callable
 
@@ -73,7 +74,7 @@ class GroupRuntime:
             raise ValueError(f"the store's state topic has {store.partitions} partitions, the runtime routes groups "
                              f"over offsets.topic.num.partitions={self.num_partitions}")
         self.shards = [GroupShard(p, config, self.clock, self.wall_clock, self._observer, self.heartbeat_purgatory,
-                                  self.rebalance_purgatory, self._on_emit)
+                                  self.rebalance_purgatory, self._appender(p))
                        for p in range(self.num_partitions)]
         for shard in self.shards:  # one instance owns every partition until told otherwise (step 2)
             shard.status = ShardStatus.ACTIVE
@@ -84,7 +85,6 @@ class GroupRuntime:
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None
         self.is_active = True
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._dirty: list[GroupShard] = []  # shards with emitted writes not yet flushed
 
     @property
     def observer(self) -> GroupObserver:
@@ -201,7 +201,7 @@ class GroupRuntime:
         for shard in self.shards:
             count, writes = offsets.expire_offsets(shard)
             removed += count
-            pending.extend(self._start(shard, writes))
+            pending.extend(self._start(shard, writes, by_request=False))
         await self._written(pending)
         return removed
 
@@ -223,10 +223,10 @@ class GroupRuntime:
                 response = result.respond(errors)
         return response
 
-    def _start(self, shard: GroupShard, writes: list[Write]) -> list[asyncio.Future[Errors]]:
-        """Starts the shard's emitted writes, then `writes`, in that order; returns the futures of `writes`."""
-        self._flush(shard)
-        return [self._append(shard.partition, write) for write in writes]
+    def _start(self, shard: GroupShard, writes: list[Write], by_request: bool = True
+               ) -> list[asyncio.Future[Errors]]:
+        """Queues a handler's writes, in order; returns their outcomes."""
+        return [self._append(shard.partition, write, by_request) for write in writes]
 
     async def _written(self, done: list[asyncio.Future[Errors]]) -> list[Errors]:
         """The writes' outcomes; a cancelled request does not cancel them (they belong to the runtime)."""
@@ -234,23 +234,28 @@ class GroupRuntime:
             return []
         return list(await asyncio.shield(asyncio.gather(*done)))
 
-    def _append(self, partition: int, write: Write) -> asyncio.Future[Errors]:
+    def _appender(self, partition: int) -> Callable[[Write], object]:
+        """The shard's append for writes group logic makes on its own (a timer emptied a group)."""
+        return lambda write: self._append(partition, write, False)
+
+    def _append(self, partition: int, write: Write, by_request: bool) -> asyncio.Future[Errors]:
         """Queues the write with the store now (so a partition's writes reach Kafka in the order the shard made
         them); its outcome is awaited by a task of the runtime's."""
         loop = asyncio.get_running_loop()
         write.done = loop.create_future()
         try:
-            appended: Awaitable[None] = self.store.append(partition, write)
+            appended: Awaitable[None] = self.store.append(partition, write.records)
         except Exception as exc:  # a store bug: answered like any failed append
             appended = loop.create_future()
             appended.set_exception(exc)  # type: ignore[attr-defined]
-        task = loop.create_task(self._append_then(partition, write, appended))
+        task = loop.create_task(self._append_then(partition, write, appended, by_request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return write.done
 
-    async def _append_then(self, partition: int, write: Write, appended: Awaitable[None]) -> None:
+    async def _append_then(self, partition: int, write: Write, appended: Awaitable[None], by_request: bool) -> None:
         error = Errors.NONE
+        started = time.perf_counter()
         try:
             await appended
         except StoreError as exc:
@@ -259,9 +264,12 @@ class GroupRuntime:
             error = Errors.COORDINATOR_NOT_AVAILABLE
             raise
         except Exception:
-            log.exception("event=store_failed group=%s partition=%d kind=%s", write.group_id, partition, write.kind)
+            log.exception("event=store_failed group=%s partition=%d records=%d", write.group_id, partition,
+                          len(write.records))
             error = Errors.UNKNOWN_SERVER_ERROR
         finally:
+            self._observer.on_append_completed(write.group_id, partition, write.records,
+                                               (time.perf_counter() - started) * 1000, error.name, by_request)
             self._settle(write, error)
 
     @staticmethod
@@ -270,25 +278,10 @@ class GroupRuntime:
             if write.then is not None:
                 write.then(error)
         except Exception:
-            log.exception("event=write_callback_failed group=%s kind=%s", write.group_id, write.kind)
+            log.exception("event=write_callback_failed group=%s records=%d", write.group_id, len(write.records))
         finally:
             if write.done is not None and not write.done.done():
                 write.done.set_result(error)
-
-    def _on_emit(self, shard: GroupShard) -> None:
-        if not self._dirty:
-            asyncio.get_running_loop().call_soon(self._flush_dirty)
-        if shard not in self._dirty:
-            self._dirty.append(shard)
-
-    def _flush_dirty(self) -> None:
-        dirty, self._dirty = self._dirty, []
-        for shard in dirty:
-            self._flush(shard)
-
-    def _flush(self, shard: GroupShard) -> None:
-        for write in shard.take_writes():
-            self._append(shard.partition, write)
 
     # --- loading and unloading (§7.4, §7.5) -------------------------------------------------------------------
     def begin_loading(self, partitions: Collection[int] | None = None) -> None:

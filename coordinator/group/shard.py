@@ -24,7 +24,7 @@ from coordinator.group.loading import materialize_group
 from coordinator.group.member import MemberMetadata
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.metadata import GroupMetadata
-from coordinator.group.observer import GroupObserver
+from coordinator.group.observer import GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.group.result import Write
 from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
@@ -55,11 +55,15 @@ _STATUS_ERRORS = {
 }
 
 
+def _no_store(write: Write) -> None:
+    raise RuntimeError(f"no store to append {len(write.records)} records of group {write.group_id} to")
+
+
 class GroupShard:
     def __init__(self, partition: int, config: CoordinatorConfig, clock: Clock, wall_clock: Clock,
                  observer: GroupObserver, heartbeat_purgatory: DelayedOperationPurgatory,
                  rebalance_purgatory: DelayedOperationPurgatory,
-                 on_emit: Callable[[GroupShard], None] | None = None) -> None:
+                 append: Callable[[Write], object] | None = None) -> None:
         self.partition = partition
         self.config = config
         # Stored timestamps (commit and state-change times) are epoch ms, like Kafka's; deadlines and durations
@@ -72,22 +76,11 @@ class GroupShard:
         self.status = ShardStatus.UNOWNED
         self.groups: dict[str, GroupMetadata] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (coordinator/group/modern)
-        self.pending_writes: list[Write] = []  # emitted by group logic, appended by the runtime in order
-        self._on_emit = on_emit
+        # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a
+        # write group logic makes on its own (a timer emptied a group) alike, queued in the order made.
+        self.append: Callable[[Write], object] = append if append is not None else _no_store
         self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
-
-    def emit(self, write: Write) -> Write:
-        """Queue records for this shard's partition (the runtime appends them, in order, after the current
-        handler or timer callback returns)."""
-        self.pending_writes.append(write)
-        if self._on_emit is not None:
-            self._on_emit(self)
-        return write
-
-    def take_writes(self) -> list[Write]:
-        writes, self.pending_writes = self.pending_writes, []
-        return writes
 
     def next_offset_write_seq(self) -> int:
         self._offset_write_seq += 1
@@ -126,11 +119,11 @@ class GroupShard:
         return group
 
     # --- rebalance mechanics (§4) -----------------------------------------------------------------------------
-    def maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+    def maybe_prepare_rebalance(self, group: GroupMetadata, cause: RebalanceCause) -> None:
         if group.can_rebalance:
-            self.prepare_rebalance(group, reason)
+            self.prepare_rebalance(group, cause)
 
-    def prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+    def prepare_rebalance(self, group: GroupMetadata, cause: RebalanceCause) -> None:
         if group.is_in(COMPLETING):
             self.reset_and_propagate_assignment_error(group, Errors.REBALANCE_IN_PROGRESS)
         self.remove_sync_expiration(group)
@@ -145,8 +138,8 @@ class GroupShard:
         if group.rebalance_started_ms is None:
             group.rebalance_started_ms = self.now_ms()
         log.info("event=rebalance_prepare group=%s generation=%d delay_ms=%d reason=%r",
-                 group.group_id, group.generation_id, op.delay_ms, reason)
-        self.observer.on_rebalance_started(group.group_id, group.generation_id, reason)
+                 group.group_id, group.generation_id, op.delay_ms, cause.text)
+        self.observer.on_rebalance_started(group.group_id, group.generation_id, cause)
         self.rebalance_purgatory.try_complete_else_watch(op, [join_key(group.group_id)])
 
     def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool:
@@ -192,7 +185,7 @@ class GroupShard:
             if error != Errors.NONE:  # only a warning in Kafka: the old generation times out if reloaded
                 log.warning("event=store_empty_group_failed group=%s error=%s", group.group_id, error.name)
 
-        self.emit(Write.group(group.group_id, group.to_record({}), written))
+        self.append(Write.group(group.group_id, group.to_record({}), written))
 
     def _send_join_responses(self, group: GroupMetadata) -> None:
         log.info("event=group_stabilized group=%s generation=%d members=%d protocol=%s leader=%s",
@@ -209,13 +202,14 @@ class GroupShard:
         self.rebalance_purgatory.try_complete_else_watch(
             DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms), [sync_key(group.group_id)])
 
-    def remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
+    def remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata,
+                                       cause: RebalanceCause) -> None:
         group.complete_join(member, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID))
         # Kafka leaves a parked SyncGroup of a removed member unanswered; we answer it so no request hangs.
         group.complete_sync(member, SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
         group.remove(member.member_id)
         if group.is_in(STABLE) or group.is_in(COMPLETING):
-            self.maybe_prepare_rebalance(group, reason)
+            self.maybe_prepare_rebalance(group, cause)
         elif group.is_in(PREPARING):
             self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
 
@@ -256,7 +250,8 @@ class GroupShard:
             if member is not None:
                 self.remove_heartbeat(group, member)
         log.info("event=members_not_synced group=%s members=%s", group.group_id, missing)
-        self.prepare_rebalance(group, f"Removing {missing} on pending sync request expiration")
+        self.prepare_rebalance(group, RebalanceCause(RebalanceCategory.SYNC_TIMEOUT,
+                                                     f"Removing {missing} on pending sync request expiration"))
 
     # --- assignment propagation -------------------------------------------------------------------------------
     def reset_and_propagate_assignment_error(self, group: GroupMetadata, error: Errors) -> None:
@@ -368,8 +363,9 @@ class GroupShard:
             self.clock.now_ms() - member.heartbeat_deadline_ms + member.session_timeout_ms)
         self.observer.on_member_failed(group.group_id, member.member_id, member.group_instance_id,
                                        "session timeout")
-        self.remove_member_and_update_group(
-            group, member, f"removing member {member.member_id} on heartbeat expiration")
+        self.remove_member_and_update_group(group, member, RebalanceCause(
+            RebalanceCategory.SESSION_TIMEOUT, f"removing member {member.member_id} on heartbeat expiration",
+            member.member_id))
 
     # --- loading and unloading (§7.4, §7.5) -------------------------------------------------------------------
     def load_group(self, group_id: str, record: GroupRecord | None,
@@ -390,8 +386,10 @@ class GroupShard:
         log.info("event=group_loaded group=%s generation=%d state=%s members=%d",
                  group.group_id, group.generation_id, group.state.value, group.size)
         if group.size > self.config.group_max_size:
-            self.prepare_rebalance(group, f"Freshly-loaded group is over capacity ({self.config.group_max_size}). "
-                                          "Rebalancing in order to give a chance for consumers to commit offsets")
+            self.prepare_rebalance(group, RebalanceCause(
+                RebalanceCategory.OVER_CAPACITY,
+                f"Freshly-loaded group is over capacity ({self.config.group_max_size}). "
+                "Rebalancing in order to give a chance for consumers to commit offsets"))
         for member in list(group.members.values()):
             self.schedule_heartbeat(group, member, member.session_timeout_ms)
 

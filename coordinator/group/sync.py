@@ -11,6 +11,7 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, LeaveGroupRequest,
                                    SyncGroupResponse)
 from coordinator.group.delayed import member_key
 from coordinator.group.errors import group_append_error
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import ShardStatus
 from protocol.error_codes import Errors
@@ -124,8 +125,9 @@ def _on_assignment_stored(shard: GroupShard, group: GroupMetadata, generation_id
         log.warning("event=assignment_store_failed group=%s generation=%d error=%s",
                     group.group_id, generation_id, error.name)
         shard.reset_and_propagate_assignment_error(group, error)
-        shard.maybe_prepare_rebalance(
-            group, f"Error {error.name} when storing group assignment during SyncGroup (member: {leader_id})")
+        shard.maybe_prepare_rebalance(group, RebalanceCause(
+            RebalanceCategory.ASSIGNMENT_STORE_FAILED,
+            f"Error {error.name} when storing group assignment during SyncGroup (member: {leader_id})", leader_id))
         return
     for member in group.members.values():
         member.assignment = assignment.get(member.member_id, b"")
@@ -205,8 +207,9 @@ def _remove_leaving_member(shard: GroupShard, group: GroupMetadata, member_id: s
     log.info("event=member_left group=%s member=%s group_instance_id=%s reason=%r",
              group.group_id, member_id, member.group_instance_id, reason)
     shard.observer.on_member_left(group.group_id, member_id, member.group_instance_id, reason)
-    shard.remove_member_and_update_group(group, member, f"Removing member {member_id} on LeaveGroup; "
-                                                       f"client reason: {reason}")
+    shard.remove_member_and_update_group(group, member, RebalanceCause(
+        RebalanceCategory.MEMBER_LEFT, f"Removing member {member_id} on LeaveGroup; client reason: {reason}",
+        member_id, reason))
     shard.remove_heartbeat(group, member)
 
 

@@ -20,23 +20,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any, Callable, Iterable
 
 from confluent_kafka import KafkaError
 
 from protocol.error_codes import Errors
-from coordinator.group.result import GROUP, OFFSETS, Write
+from coordinator.group.records import GroupMetadataRecord, offset_commits, tombstones
+from coordinator.group.records import Record
 from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
                                      TopicPartition)
 from coordinator.storage.config import StorageConfig
 from coordinator.telemetry.events import EventPublisher, EventTopicObserver
 from coordinator.storage.loader import LoadedState, consumer_settings, read_state
 from coordinator.group.partitioner import partition_for
-from coordinator.storage.producer import AsyncProducer, Record
-from coordinator.storage.records import (
-    GroupMetadataKey, OffsetCommitKey, encode_group_metadata_value, encode_key, encode_offset_commit_value,
-)
+from coordinator.storage.producer import AsyncProducer, KafkaRecord
+from coordinator.storage.records import encode
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, make_admin
 from coordinator.storage.transactions import PartitionTransactions, TransactionalWriters
@@ -253,64 +252,51 @@ class KafkaGroupStore(GroupStore):
         self._tombstones.report_unwritten()
 
     # -- GroupStore ----------------------------------------------------------------------------------------------
-    def append(self, partition: int, write: Write) -> asyncio.Future[None]:
-        """Queues the write's records with the partition's producer before it returns (see GroupStore.append)."""
+    def append(self, partition: int, records: Sequence[Record]) -> asyncio.Future[None]:
+        """Queues the records with the partition's producer before it returns (see GroupStore.append). A write
+        of tombstones only goes through the tombstone writer (kept owed and sent again if it fails)."""
         outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
             if self._producer is None:
                 raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
             if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
                 raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
-            records = self._records(partition, write)
-            if write.kind in (GROUP, OFFSETS):
-                self._append(write.group_id, records, outcome)
+            group_id = records[0].group_id if records else ""
+            encoded: list[KafkaRecord] = [(partition, *encode(record)) for record in records]
+            if any(value is not None for _, _, value in encoded):
+                self._append(group_id, encoded, outcome)
             else:
-                self._append_tombstones(write.group_id, records, outcome)
+                self._append_tombstones(group_id, encoded, outcome)
         except StoreError as exc:
             outcome.set_exception(exc)
         return outcome
 
+    # -- helpers for tools and tests that hold no runtime (the store places the group with Kafka's partitioner) --
     async def store_group(self, group_id: str, record: GroupRecord) -> None:
-        await self.append(self._partition(group_id), Write.group(group_id, record))
+        await self.append(self._partition(group_id), [GroupMetadataRecord(group_id, record)])
 
     async def store_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetRecord]) -> None:
-        await self.append(self._partition(group_id), Write.offset_commit(group_id, offsets))
+        await self.append(self._partition(group_id), offset_commits(group_id, offsets))
 
     async def delete_group(self, group_id: str, offsets_to_tombstone: list[TopicPartition],
                            write_group_tombstone: bool) -> None:
-        await self._tombstone_quietly(Write.tombstones(group_id, offsets_to_tombstone, write_group_tombstone))
+        """Returns after the first attempt and never raises (a failed tombstone stays owed)."""
+        await self._tombstone_quietly(group_id, tombstones(group_id, offsets_to_tombstone, write_group_tombstone))
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
-        await self._tombstone_quietly(Write.tombstones(group_id, partitions, False))
+        await self._tombstone_quietly(group_id, tombstones(group_id, partitions, False))
 
-    async def _tombstone_quietly(self, write: Write) -> None:
+    async def _tombstone_quietly(self, group_id: str, records: list[Record]) -> None:
         try:
-            await self.append(self._partition(write.group_id), write)
+            await self.append(self._partition(group_id), records)
         except StoreError as exc:  # owed: sent again until written (already logged by the tombstone writer)
-            log.debug("event=tombstones_owed group=%s error=%s", write.group_id, exc.error.name)
+            log.debug("event=tombstones_owed group=%s error=%s", group_id, exc.error.name)
 
     # -- internals -----------------------------------------------------------------------------------------------
     def _partition(self, group_id: str) -> int:
         return partition_for(group_id, self.config.partitions)
 
-    @staticmethod
-    def _records(partition: int, write: Write) -> list[Record]:
-        group_id = write.group_id
-        if write.kind == GROUP:
-            assert write.record is not None
-            return [(partition, encode_key(GroupMetadataKey(group_id)),
-                     encode_group_metadata_value(write.record))]
-        if write.kind == OFFSETS:
-            return [(partition, encode_key(OffsetCommitKey(group_id, topic, tp_partition)),
-                     encode_offset_commit_value(record))
-                    for (topic, tp_partition), record in write.offsets.items()]
-        records: list[Record] = [(partition, encode_key(OffsetCommitKey(group_id, topic, p)), None)
-                                 for topic, p in write.removed]
-        if write.group_tombstone:
-            records.append((partition, encode_key(GroupMetadataKey(group_id)), None))
-        return records
-
-    def _append(self, group_id: str, records: list[Record], outcome: asyncio.Future[None]) -> None:
+    def _append(self, group_id: str, records: list[KafkaRecord], outcome: asyncio.Future[None]) -> None:
         assert self._producer is not None
         self._check_write_size(group_id, records)
         superseded = self._tombstones.superseded(key for _, key, _ in records)
@@ -329,7 +315,7 @@ class KafkaGroupStore(GroupStore):
 
         self._producer.send(records).add_done_callback(sent)
 
-    def _check_write_size(self, group_id: str, records: list[Record]) -> None:
+    def _check_write_size(self, group_id: str, records: list[KafkaRecord]) -> None:
         """Kafka appends a write as one record batch, so it is stored whole or not at all, and a batch above
         max.message.bytes fails with MESSAGE_TOO_LARGE. librdkafka would spread a bigger write over several
         produce requests, each acknowledged on its own: refuse it before anything is sent."""
@@ -341,7 +327,7 @@ class KafkaGroupStore(GroupStore):
             raise StoreError(Errors.MESSAGE_TOO_LARGE,
                              f"write of {size} bytes exceeds max_write_bytes={self.config.max_write_bytes}")
 
-    def _append_tombstones(self, group_id: str, records: list[Record], outcome: asyncio.Future[None]) -> None:
+    def _append_tombstones(self, group_id: str, records: list[KafkaRecord], outcome: asyncio.Future[None]) -> None:
         """Answered like any write, but a failed tombstone is not forgotten: it is sent again until written
         (see tombstones.py), so a deleted group does not come back after a restart."""
         if not records:

@@ -46,7 +46,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
-from coordinator.storage.producer import Record
+from coordinator.storage.producer import KafkaRecord
 
 log = logging.getLogger("coordinator.storage")
 _MIN_TIMEOUT_S = 0.5  # a transaction started late still gets this long
@@ -121,7 +121,7 @@ class _DeliveryErrors:
             self.first = error
 
 
-_Queued = tuple[Sequence[Record], "asyncio.Future[KafkaError | None]", float]  # records, outcome, loop deadline
+_Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float]  # records, outcome, loop deadline
 
 
 class TransactionalProducer:
@@ -178,12 +178,12 @@ class TransactionalProducer:
         self._ready = True
         self._worker = loop.create_task(self._run(), name=f"{self.name}-transactions")
 
-    def send(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
         """Queue `records` now for the next transaction (transactions take the queue in order); the future
         resolves with None once it is committed, else with its error (never raises)."""
         return self._enqueue(records)
 
-    def _enqueue(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+    def _enqueue(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[KafkaError | None] = loop.create_future()
         if self._closed or self._worker is None:
@@ -306,7 +306,7 @@ class TransactionalProducer:
             self._retire_blocking()
         return error
 
-    def _transaction(self, records: list[Record], timeout_s: float) -> tuple[KafkaError | None, str | None]:
+    def _transaction(self, records: list[KafkaRecord], timeout_s: float) -> tuple[KafkaError | None, str | None]:
         """One transaction with every record, committed within `timeout_s` or not at all. Returns (error, what
         to do next: None, "abort", "retired" or "fenced")."""
         if self._fenced is not None:
@@ -471,9 +471,9 @@ class _RoutedWriters:
     def transactions(self) -> int:
         return sum(p.transactions for p in self._producers())
 
-    def send(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
         """Queue each share with its producer now (a partition's records stay in the order they were sent)."""
-        shares: dict[TransactionalProducer | None, list[Record]] = {}
+        shares: dict[TransactionalProducer | None, list[KafkaRecord]] = {}
         for record in records:
             shares.setdefault(self._route(record[0]), []).append(record)
         sends = [_not_owned(share) if producer is None else producer.send(share)
@@ -497,7 +497,7 @@ class _RoutedWriters:
         await asyncio.gather(*(p.close(flush_timeout_ms) for p in self._producers()))
 
 
-def _not_owned(records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+def _not_owned(records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
     partitions = sorted({partition for partition, _, _ in records})
     refused: asyncio.Future[KafkaError | None] = asyncio.get_running_loop().create_future()
     refused.set_result(KafkaError(KafkaError.NOT_COORDINATOR, f"partitions {partitions} are not loaded here"))

@@ -57,7 +57,9 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     "rebalance_started": (Field("generation", _I), Field("reason", _S)),
     "rebalance_completed": (Field("generation", _I), Field("member_count", _I), Field("duration_ms", _L)),
     "offsets_committed": (Field("member_id", _S), Field("partition_count", _I)),
-    "offsets_expired": (Field("partition_count", _I),),
+    "offsets_expired": (Field("partition_count", _I),),  # the retention check
+    "offsets_deleted": (Field("partition_count", _I),),  # OffsetDelete
+    "group_deleted": (Field("partition_count", _I),),  # DeleteGroups: the group and this many offsets
 }
 
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")

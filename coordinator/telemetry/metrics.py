@@ -10,15 +10,14 @@ heartbeat costs nothing more with metrics on. Prometheus names: dots become unde
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from coordinator.group.observer import GroupObserver
-from coordinator.telemetry.tracing import reason_category
+from coordinator.group.observer import GroupObserver, RebalanceCause
+from coordinator.group.records import GroupMetadataRecord, Record
 
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 
@@ -95,8 +94,13 @@ class MetricsObserver(GroupObserver):
             description="Appends to the state topic until Kafka acknowledged them")
 
     # --- group observer -------------------------------------------------------------------------------------
-    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
-        self.rebalances.add(1, {"reason": reason_category(reason)})
+    def on_append_completed(self, group_id: str, partition: int, records: Sequence[Record], duration_ms: float,
+                            error: str, by_request: bool) -> None:
+        self.append_duration.record(duration_ms, {"record": _record_kind(records),
+                                                  "outcome": "ok" if error == "NONE" else "error"})
+
+    def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
+        self.rebalances.add(1, {"reason": cause.category.value})
 
     def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
         self.rebalance_duration.record(duration_ms, {"outcome": "stable" if member_count else "empty"})
@@ -226,22 +230,9 @@ class MetricsObserver(GroupObserver):
                                       [lambda _options: [Observation(publisher.queued)]],
                                       description="Group events waiting for the event topic")
 
-    def instrument_store(self, store: Any) -> None:
-        """Time the store's appends (group records and offset commits) until acknowledged."""
-        for method, kind in (("store_group", "group"), ("store_offsets", "offsets")):
-            setattr(store, method, self._timed(getattr(store, method), kind))
 
-    def _timed(self, append: Callable[..., Any], kind: str) -> Callable[..., Any]:
-        histogram = self.append_duration
-
-        async def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            outcome = "error"
-            try:
-                result = await append(*args, **kwargs)
-                outcome = "ok"
-                return result
-            finally:
-                histogram.record((time.perf_counter() - started) * 1000, {"record": kind, "outcome": outcome})
-
-        return timed
+def _record_kind(records: Sequence[Record]) -> str:
+    """group: a group's metadata; offsets: committed offsets; tombstones: deletions only."""
+    if any(isinstance(r, GroupMetadataRecord) and r.value is not None for r in records):
+        return "group"
+    return "offsets" if any(r.value is not None for r in records) else "tombstones"

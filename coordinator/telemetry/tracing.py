@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import (Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer, get_current_span,
                                  set_span_in_context)
 
-from coordinator.group.observer import GroupObserver
+from coordinator.group.observer import GroupObserver, RebalanceCause
 
 log = logging.getLogger("coordinator.telemetry")
 
@@ -45,21 +45,6 @@ CLIENT_ID = "messaging.client.id"
 CLIENT_ADDRESS = "client.address"
 MEMBER_ID = "coordinator.member.id"
 INSTANCE_ID = "coordinator.member.group_instance_id"
-
-
-def reason_category(reason: str) -> str:
-    """A low-cardinality name for Kafka's free-text rebalance reason (metrics label, span attribute)."""
-    text = reason.lower()
-    for needle, category in (
-        ("heartbeat expiration", "session_timeout"), ("pending sync", "sync_timeout"),
-        ("on leavegroup", "member_left"), ("adding new member", "member_joined"),
-        ("static member", "static_member"), ("leader", "leader_rejoined"), ("updating metadata", "metadata_changed"),
-        ("joining group during", "member_rejoined"), ("storing group assignment", "assignment_store_failed"),
-        ("over capacity", "over_capacity"),
-    ):
-        if needle in text:
-            return category
-    return "other"
 
 
 class PresetIdGenerator(RandomIdGenerator):
@@ -175,13 +160,18 @@ class RebalanceTracer(GroupObserver):
         for member_id, started in self._early_joins.pop(group_id, {}).items():
             self._start_join_wait(rebalance, group_id, member_id, started)
 
-    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
+    def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
         rebalance = self._active.get(group_id)
         if rebalance is None:
             return
-        category = reason_category(reason)
-        rebalance.root.set_attributes({"coordinator.rebalance.reason": reason,
-                                       "coordinator.rebalance.reason_category": category})
+        category = cause.category.value
+        attributes: dict[str, Any] = {"coordinator.rebalance.reason": cause.text,
+                                      "coordinator.rebalance.reason_category": category}
+        if cause.member_id is not None:
+            attributes["coordinator.rebalance.member.id"] = cause.member_id
+        if cause.client_reason:
+            attributes["coordinator.rebalance.client_reason"] = cause.client_reason
+        rebalance.root.set_attributes(attributes)
         log.info("event=rebalance_trace_started group=%s generation=%d reason_category=%s trace_id=%s",
                  group_id, generation, category, self.trace_id_for(group_id))
 

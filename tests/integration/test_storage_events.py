@@ -11,6 +11,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.storage.config import StorageConfig
 from coordinator.telemetry.events import EVENT_SCHEMA_VERSION, EventPublisher, EventTopicObserver
 from coordinator.storage.kafka_store import KafkaGroupStore
@@ -45,7 +46,8 @@ async def test_observer_events_land_in_the_event_topic_as_versioned_json(kafka_b
     observer = store.event_observer(wall_clock=ManualClock(1_700_000_000_000), trace_id_for=lambda g: "ab" * 16)
     try:
         assert observer is not None
-        observer.on_rebalance_started("g1", 4, "Adding new member m-2")
+        observer.on_rebalance_started("g1", 4, RebalanceCause(RebalanceCategory.MEMBER_JOINED,
+                                                              "Adding new member m-2"))
         observer.on_member_joined("g1", "m-2", None, "client-2", "/127.0.0.1")
         observer.on_state_change("g1", "PreparingRebalance", "CompletingRebalance", 5)
         observer.on_rebalance_completed("g1", 5, 2, 3_012)
