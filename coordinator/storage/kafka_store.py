@@ -368,7 +368,7 @@ class _EitherEvent(threading.Event):
 
 
 def loaded_groups(state: LoadedState) -> LoadedGroups:
-    return LoadedGroups(loaded_group_records(state), loaded_offset_records(state))
+    return LoadedGroups(loaded_group_records(state), loaded_offset_records(state), list(state.consumer_records))
 
 
 def loaded_group_records(state: LoadedState) -> dict[str, GroupRecord]:

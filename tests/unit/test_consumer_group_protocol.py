@@ -3,6 +3,7 @@ reconciliation, leave, session expiry, Kafka 4.1's validation errors, and the re
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import uuid
@@ -32,11 +33,19 @@ class Env:
         self.clock = ManualClock(1_000_000)
         self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
         self.config = CoordinatorConfig(**config)
-        self.runtime = GroupRuntime(self.config, self.timer, InMemoryGroupStore(), self.clock)
+        self.store = InMemoryGroupStore()
+        self.runtime = GroupRuntime(self.config, self.timer, self.store, self.clock)
         self.topics = StaticTopics([TopicImage(FOO, "foo", 6), TopicImage(BAR, "bar", 3)])
         self.runtime.consumer_groups.topics = self.topics
-        self.records: list = []
-        self.runtime.consumer_groups.record_sink = lambda partition, records: self.records.extend(records)
+        self._seen = 0
+
+    @property
+    def records(self) -> list:
+        """The consumer group records written to the store since the last clear_records()."""
+        return self.store.consumer_records[self._seen:]
+
+    def clear_records(self) -> None:
+        self._seen = len(self.store.consumer_records)
 
     async def heartbeat(self, member_id: str, epoch: int, owned: dict[uuid.UUID, tuple[int, ...]] | None = None,
                         topics: tuple[str, ...] | None = None, **fields) -> HeartbeatResponse:
@@ -76,7 +85,7 @@ async def test_first_member_gets_every_partition_at_epoch_1(env: Env) -> None:
     assert env.records[4] == CurrentAssignmentRecord(GROUP, "a", 1, 0, 0, {FOO: (0, 1, 2, 3, 4, 5)}, {})
     assert env.group().state.value == "Stable"
     # a plain heartbeat at the same epoch changes nothing and sends no assignment
-    env.records.clear()
+    env.clear_records()
     again = await env.heartbeat("a", 1)
     assert (again.error, again.member_epoch, again.assignment, env.records) == (Errors.NONE, 1, None, [])
 
@@ -109,7 +118,7 @@ async def test_leave_bumps_the_epoch_and_the_other_member_gets_everything(env: E
     a = await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})
     await env.heartbeat("a", 1, owned=a.assignment)
     await env.heartbeat("b", 2, owned={})
-    env.records.clear()
+    env.clear_records()
     left = await env.heartbeat("b", -1)
     assert (left.error, left.member_id, left.member_epoch) == (Errors.NONE, "b", -1)
     assert env.records == [Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, GROUP, "b"),
@@ -251,7 +260,7 @@ async def test_static_member_leaves_for_now_and_gets_its_partitions_back(env: En
     await env.heartbeat("a", 1, owned=a.assignment, instance_id="i-a")
     b = await env.heartbeat("b", 2, owned={}, instance_id="i-b")
     assert env.group().state.value == "Stable"
-    env.records.clear()
+    env.clear_records()
     left = await env.heartbeat("b", -2, instance_id="i-b")
     assert (left.error, left.member_id, left.member_epoch) == (Errors.NONE, "b", -2)
     assert env.records == [CurrentAssignmentRecord(GROUP, "b", -2, 2, 0, {FOO: b.assignment[FOO]}, {})]
@@ -260,7 +269,7 @@ async def test_static_member_leaves_for_now_and_gets_its_partitions_back(env: En
     assert busy.error is Errors.UNRELEASED_INSTANCE_ID
     assert busy.message == "Static member c with instance id i-a cannot join the group because the instance id is " \
                            "owned by a member."
-    env.records.clear()
+    env.clear_records()
     back = await env.heartbeat("b2", 0, instance_id="i-b")
     assert (back.error, back.member_epoch, back.assignment) == (Errors.NONE, 2, b.assignment)
     assert env.records[:6] == [
@@ -337,7 +346,8 @@ async def test_a_loaded_group_serves_its_members_and_times_them_out(env: Env) ->
     await env.heartbeat("a", 0)
     await env.heartbeat("b", 0)
     await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})  # a now owes revocations (UNREVOKED)
-    records = list(env.records)
+    await asyncio.sleep(0)
+    records = list(env.store.consumer_records)
     other = Env()  # another instance: replays the partition's records, then serves the group
     try:
         shard = other.runtime.shard_for(GROUP)
@@ -394,3 +404,33 @@ async def test_a_classic_group_with_members_is_not_a_consumer_group(env: Env) ->
     [described] = await env.runtime.consumer_group_describe([GROUP])
     assert (described.error, described.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
     parked.cancel()
+
+
+async def test_the_store_holds_the_groups_for_a_restart(env: Env) -> None:
+    await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0)
+    await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})
+    restarted = Env()
+    restarted.store = env.store  # the same state topic, read by a new runtime
+    restarted.runtime = GroupRuntime(restarted.config, restarted.timer, env.store, restarted.clock)
+    restarted.runtime.consumer_groups.topics = restarted.topics
+    try:
+        assert await restarted.runtime.load() >= 1
+        group, live = restarted.group(), env.group()
+        assert (group.group_epoch, group.assignment_epoch, group.members, group.targets) == (
+            live.group_epoch, live.assignment_epoch, live.members, live.targets)
+        b = await restarted.heartbeat("b", 2, owned={})
+        assert (b.error, b.member_epoch) == (Errors.NONE, 2)
+        restarted.advance(SESSION_MS)  # nobody else came back: a's session (re-armed at load) runs out
+        assert "a" not in restarted.group().members
+    finally:
+        await restarted.runtime.shutdown()
+        await restarted.timer.close()
+
+
+async def test_a_failed_write_is_answered_with_kafkas_error(env: Env) -> None:
+    env.store.fail_next_write(Errors.NOT_LEADER_OR_FOLLOWER)
+    response = await env.heartbeat("a", 0)
+    assert response.error is Errors.NOT_COORDINATOR
+    env.store.fail_next_write(Errors.REQUEST_TIMED_OUT)
+    assert (await env.heartbeat("b", 0)).error is Errors.COORDINATOR_NOT_AVAILABLE

@@ -95,6 +95,9 @@ class Tombstone:
 ConsumerGroupRecord = (GroupEpochRecord | MemberMetadataRecord | TargetAssignmentEpochRecord | TargetAssignmentRecord
                        | CurrentAssignmentRecord | Tombstone)
 
+CONSUMER_GROUP_RECORD_CLASSES = (GroupEpochRecord, MemberMetadataRecord, TargetAssignmentEpochRecord,
+                                 TargetAssignmentRecord, CurrentAssignmentRecord, Tombstone)
+
 PER_MEMBER_TYPES = frozenset({RecordType.MEMBER_METADATA, RecordType.TARGET_ASSIGNMENT_MEMBER,
                               RecordType.CURRENT_MEMBER_ASSIGNMENT})
 

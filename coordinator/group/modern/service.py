@@ -2,8 +2,9 @@
 timers on the timing wheel, and the records each change produces.
 
 Each change is computed as records (heartbeat.py), replayed onto the group at once (so the next request sees it,
-as Kafka's runtime replays before the write completes) and handed to `record_sink(partition, records)`, the
-plug-in point to the state topic's write path. Without a sink the groups live in memory only.
+as Kafka's runtime replays before the write completes) and written to the shard's state-topic partition as one
+`Write`: a heartbeat is answered once it is acknowledged (the runtime awaits it), a timer's fence is queued in
+order with everything else. Loading replays the same records (`load`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from coordinator.group.modern.heartbeat import (ApiError, HeartbeatRequest, Hear
 from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
 from coordinator.group.modern.topics import StaticTopics, TopicsView
+from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard, ShardStatus
 from coordinator.group.state import GroupState
 from coordinator.timer import SystemTimer, TimerTask
@@ -28,7 +30,6 @@ from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
 
-RecordSink = Callable[[int, list[ConsumerGroupRecord]], object]
 
 _STATUS_ERRORS = {ShardStatus.UNOWNED: Errors.NOT_COORDINATOR, ShardStatus.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
                   ShardStatus.STOPPED: Errors.COORDINATOR_NOT_AVAILABLE}
@@ -81,35 +82,34 @@ class DescribedGroup:
 
 class ConsumerGroupService:
     def __init__(self, config: CoordinatorConfig, timer: SystemTimer, shard_for: Callable[[str], GroupShard],
-                 topics: TopicsView | None = None, record_sink: RecordSink | None = None) -> None:
+                 topics: TopicsView | None = None) -> None:
         self.config = config
         self.timer = timer
         self.shard_for = shard_for
         self.topics: TopicsView = topics if topics is not None else StaticTopics()
-        self.record_sink = record_sink
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
 
     # --- requests ---------------------------------------------------------------------------------------------
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+    def heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Write | None]:
+        """The response, and the write to await before sending it (None: nothing changed)."""
         try:
             validate(request, self.settings)
             shard = self.shard_for(request.group_id)
             status_error = _STATUS_ERRORS.get(shard.status)
             if status_error is not None:
-                return HeartbeatResponse(status_error)
+                return HeartbeatResponse(status_error), None
             classic = shard.groups.get(request.group_id)
             if classic is not None and not (classic.is_in(GroupState.EMPTY) or classic.is_in(GroupState.DEAD)):
                 raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
             result = heartbeat(shard.consumer_groups.get(request.group_id), request, self.topics, self.settings,
                                self, self.timer.clock.now_ms())
         except ApiError as exc:
-            return HeartbeatResponse(exc.error, exc.message)
+            return HeartbeatResponse(exc.error, exc.message), None
         if result.created is not None and result.records:
             shard.consumer_groups[request.group_id] = result.created
-        self._apply(shard, request.group_id, result.records)
-        return result.response
+        return result.response, self._apply(shard, request.group_id, result.records)
 
     def describe(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
         return [self._describe(group_id) for group_id in group_ids]
@@ -146,13 +146,25 @@ class ConsumerGroupService:
         return tuple(out)
 
     # --- records ----------------------------------------------------------------------------------------------
-    def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord]) -> None:
+    def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord]) -> Write | None:
+        """Replays the records and returns them as the write for the shard's partition."""
         if not records:
-            return
+            return None
         for record in records:
             self.replay(shard, record)
-        if self.record_sink is not None:
-            self.record_sink(shard.partition, records)
+        return Write(group_id, list(records), then=lambda error: self._written(group_id, error))
+
+    @staticmethod
+    def _written(group_id: str, error: Errors) -> None:
+        if error != Errors.NONE:  # the group keeps the state (Kafka would revert it): logged for the operator
+            log.warning("event=consumer_group_write_failed group=%s error=%s", group_id, error.name)
+
+    def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
+        """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
+        for record in records:
+            self.replay(shard, record)
+        self.on_loaded(shard)
+        return len(shard.consumer_groups)
 
     def replay(self, shard: GroupShard, record: ConsumerGroupRecord) -> None:
         """One record onto its group: live changes and loading take this path. A value record creates the group;
@@ -218,7 +230,9 @@ class ConsumerGroupService:
         if at_epoch is not None and member.member_epoch != at_epoch:
             return
         log.info("[GroupId %s] Member %s fenced from the group because %s", group_id, member_id, reason)
-        self._apply(shard, group_id, fence(group, member, self.topics, self))
+        write = self._apply(shard, group_id, fence(group, member, self.topics, self))
+        if write is not None:
+            shard.append(write)
 
     def unload(self, shard: GroupShard) -> None:
         """The shard's groups leave this instance: their timers go with them."""
@@ -226,3 +240,21 @@ class ConsumerGroupService:
             for member_id in group.members:
                 self.cancel_all(group_id, member_id)
         shard.consumer_groups.clear()
+
+
+# How a failed append is answered (Kafka 4's GroupCoordinatorService.handleOperationException).
+_APPEND_ERRORS = {
+    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
+    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
+    Errors.MESSAGE_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.RECORD_LIST_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.INVALID_FETCH_SIZE: Errors.UNKNOWN_SERVER_ERROR,
+}
+
+
+def modern_append_error(error: Errors) -> Errors:
+    return _APPEND_ERRORS.get(error, error)
