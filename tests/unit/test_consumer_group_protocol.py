@@ -226,6 +226,12 @@ async def test_range_assignor_on_request_and_describe(env: Env) -> None:
     assert empty.error is Errors.INVALID_GROUP_ID
 
 
+async def test_a_member_subscribed_to_nothing_still_moves_a_new_group_to_epoch_1(env: Env) -> None:
+    response = await env.heartbeat("a", 0, topics=())
+    assert (response.error, response.member_epoch, response.assignment) == (Errors.NONE, 1, {})
+    assert env.group().state.value == "Stable"
+
+
 async def test_new_partitions_bump_the_epoch(env: Env) -> None:
     await env.heartbeat("a", 0)
     env.topics.put(TopicImage(FOO, "foo", 8))

@@ -160,11 +160,11 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
     else:
         member, replaced = _static_member(group, member_id, epoch, request.instance_id, request.owned, records)
     updated = _updated(member, request)
-    bump = False
+    bump = group.group_epoch == 0  # a new group moves away from epoch 0 whatever its first member subscribes to
     if updated is not member and not updated.same_subscription_metadata(member):
         records.append(updated.metadata_record(group_id))
-        bump = (updated.subscribed_topic_names != member.subscribed_topic_names
-                or updated.subscribed_topic_regex != member.subscribed_topic_regex)
+        bump = bump or (updated.subscribed_topic_names != member.subscribed_topic_names
+                        or updated.subscribed_topic_regex != member.subscribed_topic_regex)
     group_epoch = group.group_epoch
     if bump or now_ms >= group.metadata_refresh_deadline_ms:
         # the subscribed topics are looked at again when the subscriptions change, and at most once per
