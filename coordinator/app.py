@@ -22,6 +22,7 @@ from coordinator.cluster.membership import Membership, instances_group_for
 from coordinator.cluster.owner_map import OwnerMap
 from coordinator.cluster.ownership import GroupAssignmentReader, Ownership
 from coordinator.config import CoordinatorConfig
+from coordinator.group.modern.regex import REGEX_BATCH_REFRESH_INTERVAL_MS
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
 from coordinator.group.shard import ShardStatus
@@ -168,6 +169,7 @@ def _watch_cluster_topics(coordinator: GroupRuntime, relay: Relay) -> None:
     max_age_ms = coordinator.config.group_consumer_heartbeat_interval_ms
     coordinator.consumer_groups.topics = relay.cluster
     coordinator.refresh_topics = lambda names: relay.cluster.refresh(names, max_age_ms)
+    coordinator.consumer_groups.refresh_all_topics = lambda: relay.cluster.refresh_all(REGEX_BATCH_REFRESH_INTERVAL_MS)
 
 
 def _relay(options: ServiceOptions, bootstrap: str) -> Relay | None:

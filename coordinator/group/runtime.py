@@ -79,7 +79,7 @@ class GroupRuntime:
         for shard in self.shards:  # one instance owns every partition until told otherwise (step 2)
             shard.status = ShardStatus.ACTIVE
         self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
-        self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for)
+        self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for, wall_clock=self.wall_clock)
         # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the
         # topics ConsumerGroupService.topics has are all there is
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None

@@ -20,9 +20,13 @@ _PRUNE_ABOVE = 1_024  # refresh times kept before the stale ones are dropped (na
 
 
 class ClusterMetadata:
-    def __init__(self, refresh: Refresh, min_interval_ms: int) -> None:
+    def __init__(self, refresh: Refresh, min_interval_ms: int,
+                 refresh_all: Callable[[], Awaitable[Any]] | None = None) -> None:
         self._refresh = refresh
+        self._refresh_all = refresh_all
         self._min_interval_s = min_interval_ms / 1000
+        self._all_refreshed_at = -1e9
+        self.version = 0  # grows whenever the set of topic names changes (new topics for regular expressions)
         self._partitions: dict[str, int] = {}  # topic -> partition count
         self._ids: dict[str, uuid.UUID] = {}  # topic -> topic id (Metadata v10+)
         self._names: dict[uuid.UUID, str] = {}
@@ -45,8 +49,25 @@ class ClusterMetadata:
         name = self._names.get(topic_id)
         return None if name is None else self.by_name(name)
 
+    def names(self) -> Iterable[str]:
+        return list(self._partitions)
+
+    async def refresh_all(self, max_age_ms: int) -> None:
+        """Learn every topic of the cluster, unless that was done within `max_age_ms` (consumer groups resolve
+        their regular expressions against them)."""
+        if self._refresh_all is None or time.monotonic() - self._all_refreshed_at < max_age_ms / 1000:
+            return
+        self._all_refreshed_at = time.monotonic()
+        self.observe(await self._refresh_all(), all_topics=True)
+
     def observe(self, metadata: Any, *, all_topics: bool) -> None:
         """Learn from a Metadata answer (an answer for all topics also forgets deleted ones)."""
+        before = set(self._partitions)
+        self._observe(metadata, all_topics)
+        if set(self._partitions) != before:
+            self.version += 1
+
+    def _observe(self, metadata: Any, all_topics: bool) -> None:
         seen = {}
         for topic in metadata.topics or ():
             if topic.name is None:

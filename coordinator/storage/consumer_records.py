@@ -1,4 +1,5 @@
-"""Bytes of the consumer group records (coordinator/group/modern/records.py) in `__consumer_offsets` format.
+"""Bytes of the consumer group records (coordinator/group/modern/records.py, types 3-8 and 16) in
+`__consumer_offsets` format.
 
 Key: int16 record type, then the key's version-0 fields, non-flexible (strings with int16 lengths).
 Value: int16 version (0), then the value's fields, flexible (compact strings and arrays, a tagged-field section
@@ -12,7 +13,7 @@ from __future__ import annotations
 import struct
 import uuid
 
-from coordinator.group.modern.records import (ConsumerGroupRecord, CurrentAssignmentRecord, GroupEpochRecord,
+from coordinator.group.modern.records import (ConsumerGroupRecord, RegexRecord, CurrentAssignmentRecord, GroupEpochRecord,
                                               MemberMetadataRecord, Partitions, PER_MEMBER_TYPES, RecordType,
                                               TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
 from coordinator.storage._wire import Reader, RecordFormatError, Writer
@@ -71,7 +72,12 @@ def encode_key(record: ConsumerGroupRecord) -> bytes:
     record_type = RecordType(record.record_type)
     out.int16(int(record_type))
     out.string(record.group_id)
-    if record_type in PER_MEMBER_TYPES:
+    if record_type is RecordType.REGULAR_EXPRESSION:
+        regex = getattr(record, "regex", None)
+        if regex is None:
+            raise RecordFormatError("record type 16 needs a regular expression")
+        out.string(regex)
+    elif record_type in PER_MEMBER_TYPES:
         member_id = getattr(record, "member_id", None)
         if member_id is None:
             raise RecordFormatError(f"record type {int(record_type)} needs a member id")
@@ -110,6 +116,11 @@ def encode_value(record: ConsumerGroupRecord) -> bytes | None:
     elif isinstance(record, TargetAssignmentRecord):
         out.partitions(record.partitions)
         out.tagged_fields()
+    elif isinstance(record, RegexRecord):
+        out.strings(record.topics)
+        out.int64(record.version)
+        out.int64(record.timestamp_ms)
+        out.tagged_fields()
     elif isinstance(record, CurrentAssignmentRecord):
         out.int32(record.member_epoch)
         out.int32(record.previous_member_epoch)
@@ -136,11 +147,20 @@ def decode(key: bytes, value: bytes | None) -> ConsumerGroupRecord | None:
     kind = RecordType(record_type)
     group_id = keys.string() or ""
     member_id = keys.string() if kind in PER_MEMBER_TYPES else None
+    regex = keys.string() if kind is RecordType.REGULAR_EXPRESSION else None
     keys.expect_end()
     if kind is RecordType.PARTITION_METADATA:
         return None
     if value is None:
-        return Tombstone(kind, group_id, member_id)
+        return Tombstone(kind, group_id, member_id, regex)
+    if kind is RecordType.REGULAR_EXPRESSION:
+        values = _Reader(value, flexible=True)
+        if values.int16() != _VALUE_VERSION:
+            raise RecordFormatError("record type 16: unknown value version")
+        resolved = RegexRecord(group_id, regex or "", values.strings(), values.int64(), values.int64())
+        values.skip_tagged_fields()
+        values.expect_end()
+        return resolved
     values = _Reader(value, flexible=True)
     version = values.int16()
     if version != _VALUE_VERSION:

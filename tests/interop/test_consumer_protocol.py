@@ -152,3 +152,36 @@ async def wait_until_loaded(port: int, group: str, timeout_s: float = 120):  # t
             return described
         assert asyncio.get_running_loop().time() < deadline, described
         await asyncio.sleep(0.2)
+
+
+async def test_a_regex_subscription_picks_up_a_new_topic(kafka_bootstrap: str) -> None:
+    prefix = unique("kip848rx")
+    first_topic, second_topic, group = f"{prefix}-a", f"{prefix}-b", unique("kip848-regex-group")
+    await asyncio.to_thread(create_topic, kafka_bootstrap, first_topic)
+    async with service(kafka_bootstrap, unique("__state"), *FAST, relay=True) as running:
+        bootstrap = f"127.0.0.1:{running.port}"
+        consumers = await start_consumers([("confluent", "rdk-rx")], bootstrap, f"^{prefix}-.*", group, "uniform",
+                                          protocol="consumer")
+        try:
+            async def assigned_topics() -> set[str]:
+                described = await describe(running.port, group)
+                return {tp.topic_name for m in described.members for tp in m.assignment.topic_partitions}
+
+            deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+            while await assigned_topics() != {first_topic}:
+                assert asyncio.get_running_loop().time() < deadline, await describe(running.port, group)
+                await asyncio.sleep(0.5)
+            await asyncio.to_thread(create_topic, kafka_bootstrap, second_topic)
+            while await assigned_topics() != {first_topic, second_topic}:  # within a regex refresh (10 s)
+                assert asyncio.get_running_loop().time() < deadline, await describe(running.port, group)
+                await asyncio.sleep(0.5)
+            described = await describe(running.port, group)
+            [regex] = [m.subscribed_topic_regex for m in described.members]
+            assert f"^{prefix}-.*" in regex  # as librdkafka sends it: "(^...)"
+            produced = await asyncio.to_thread(produce, bootstrap, first_topic, 0, 10)
+            more = await asyncio.to_thread(produce, bootstrap, second_topic, 1_000, 10)
+            expected = {v for values in (*produced.values(), *more.values()) for v in values}
+            await wait_until(lambda: {v for _p, _o, v, _c in consumers[0].records} >= expected, TIMEOUT_S,
+                             "the records of both topics")
+        finally:
+            await stop_all(consumers)

@@ -1,4 +1,4 @@
-"""Our consumer group records (types 3, 5-8, tombstones) read by Kafka 4.1's own GroupCoordinatorRecordSerde (the
+"""Our consumer group records (types 3, 5-8, 16, tombstones) read by Kafka 4.1's own GroupCoordinatorRecordSerde (the
 broker's loader and the offsets decoder of kafka-dump-log use it): each decodes to the fields we wrote, and
 Kafka's re-encoding is byte for byte ours."""
 
@@ -16,7 +16,7 @@ import pytest
 from coordinator.embedded import ensure_jars
 from coordinator.embedded.jars import cache_root
 from coordinator.group.modern.records import (CurrentAssignmentRecord, GroupEpochRecord, MemberMetadataRecord,
-                                              RecordType, TargetAssignmentEpochRecord, TargetAssignmentRecord,
+                                              RecordType, RegexRecord, TargetAssignmentEpochRecord, TargetAssignmentRecord,
                                               Tombstone)
 from coordinator.storage.consumer_records import decode, encode_key, encode_value
 
@@ -36,6 +36,9 @@ RECORDS = [
     TargetAssignmentEpochRecord("grp", 7),
     CurrentAssignmentRecord("grp", "m-1", 7, 6, 1, {T1: (0, 2)}, {T2: (1,)}),
     CurrentAssignmentRecord("grp", "m-2", 7, 7, 0, {}, {}),
+    RegexRecord("grp", "foo.*", ("foo-1", "foo-2"), 42, 1_764_000_000_000),
+    RegexRecord("grp", "nothing", (), 7, 0),
+    Tombstone(RecordType.REGULAR_EXPRESSION, "grp", regex="foo.*"),
     Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, "grp", "m-1"),
     Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, "grp", "m-1"),
     Tombstone(RecordType.MEMBER_METADATA, "grp", "m-1"),
@@ -82,5 +85,7 @@ def test_kafka_reads_our_records_and_writes_the_same_bytes() -> None:
             assert f"clientId='{record.client_id}'" in described and f"memberId='{record.member_id}'" in described
         if isinstance(record, CurrentAssignmentRecord):
             assert f"memberEpoch={record.member_epoch}" in described and f"state={record.state}" in described
+        if isinstance(record, RegexRecord):
+            assert f"version={record.version}" in described and f"regularExpression='{record.regex}'" in described
         if isinstance(record, Tombstone):
             assert "value=null" in described or "value=None" in described or described.endswith("null)"), described

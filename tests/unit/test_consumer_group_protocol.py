@@ -26,6 +26,7 @@ FOO = uuid.UUID(int=0xF00)
 BAR = uuid.UUID(int=0xBA2)
 SESSION_MS = 45_000
 GROUP = "g"
+JOIN_TOPICS = object()
 
 
 class Env:
@@ -48,10 +49,12 @@ class Env:
         self._seen = len(self.store.consumer_records)
 
     async def heartbeat(self, member_id: str, epoch: int, owned: dict[uuid.UUID, tuple[int, ...]] | None = None,
-                        topics: tuple[str, ...] | None = None, **fields) -> HeartbeatResponse:
+                        topics: tuple[str, ...] | None | object = JOIN_TOPICS, **fields) -> HeartbeatResponse:
+        """A join (epoch 0) subscribes to foo unless `topics` says otherwise; other heartbeats send no names."""
+        if topics is JOIN_TOPICS:
+            topics = ("foo",) if epoch == 0 else None
         if epoch == 0:
             fields.setdefault("rebalance_timeout_ms", 30_000)
-            topics = topics if topics is not None else ("foo",)
             owned = {} if owned is None else owned
         request = HeartbeatRequest(GROUP, member_id, epoch, subscribed_topic_names=topics,
                                    owned=None if owned is None else list(owned.items()), client_id=member_id,
@@ -440,3 +443,43 @@ async def test_a_failed_write_is_answered_with_kafkas_error(env: Env) -> None:
     assert response.error is Errors.NOT_COORDINATOR
     env.store.fail_next_write(Errors.REQUEST_TIMED_OUT)
     assert (await env.heartbeat("b", 0)).error is Errors.COORDINATOR_NOT_AVAILABLE
+
+
+async def test_regex_subscription_is_resolved_after_the_join(env: Env) -> None:
+    from coordinator.group.modern.records import RegexRecord
+
+    env.topics.put(TopicImage(uuid.UUID(int=0xF01), "foo-2", 2))
+    joined = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="foo.*")
+    assert (joined.error, joined.member_epoch, joined.assignment) == (Errors.NONE, 1, {})
+    env.clear_records()
+    await env.runtime.consumer_groups.drain()  # the resolution, after the answer (as Kafka's executor runs it)
+    [resolved, bumped] = env.records
+    assert isinstance(resolved, RegexRecord) and (resolved.regex, resolved.topics) == ("foo.*", ("foo", "foo-2"))
+    assert isinstance(bumped, GroupEpochRecord) and bumped.epoch == 2
+    a = await env.heartbeat("a", 1, owned={})
+    assert (a.member_epoch, a.assignment) == (2, {FOO: tuple(range(6)), uuid.UUID(int=0xF01): (0, 1)})
+    # a second subscriber of a resolved regular expression rebalances at once
+    b = await env.heartbeat("b", 0, topics=None, subscribed_topic_regex="foo.*")
+    assert b.member_epoch == 3 and env.group().target_of("b")
+    # a new matching topic is picked up by the next refresh (at most every 10 s)
+    env.topics.put(TopicImage(uuid.UUID(int=0xF02), "foo-3", 4))
+    env.advance(10_001)
+    await env.heartbeat("a", 2, owned=a.assignment)
+    await env.runtime.consumer_groups.drain()
+    assert env.group().resolved_regexes["foo.*"].topics == ("foo", "foo-2", "foo-3")
+    assert env.group().group_epoch == 4
+
+
+async def test_invalid_regex_and_the_last_subscriber_leaving(env: Env) -> None:
+    bad = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="(?=lookahead)")
+    assert bad.error is Errors.INVALID_REGULAR_EXPRESSION
+    assert (bad.message or "").startswith("SubscribedTopicRegex `(?=lookahead)` is not a valid regular expression: ")
+    await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="b.r")
+    await env.runtime.consumer_groups.drain()
+    assert env.group().resolved_regexes["b.r"].topics == ("bar",)
+    env.clear_records()
+    await env.heartbeat("a", -1)
+    assert [getattr(r, "record_type", None) for r in env.records] == [
+        RecordType.CURRENT_MEMBER_ASSIGNMENT, RecordType.TARGET_ASSIGNMENT_MEMBER, RecordType.MEMBER_METADATA,
+        RecordType.REGULAR_EXPRESSION, RecordType.GROUP_METADATA]
+    assert env.group().resolved_regexes == {}

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.group.modern.records import (CurrentAssignmentRecord, GroupEpochRecord, MemberMetadataRecord,
-                                              PER_MEMBER_TYPES, RecordType, TargetAssignmentEpochRecord,
+                                              PER_MEMBER_TYPES, RecordType, RegexRecord, TargetAssignmentEpochRecord,
                                               TargetAssignmentRecord, Tombstone)
 from coordinator.storage._wire import RecordFormatError
 from coordinator.storage.consumer_records import decode, encode_key, encode_value
@@ -29,7 +29,10 @@ records = st.one_of(
     st.builds(TargetAssignmentRecord, names, names, partitions),
     st.builds(CurrentAssignmentRecord, names, names, int32, int32, st.sampled_from([0, 1, 2, 127]), partitions,
               partitions),
-    st.builds(lambda kind, group, member: Tombstone(kind, group, member if kind in PER_MEMBER_TYPES else None),
+    st.builds(RegexRecord, names, names, st.lists(names, max_size=4).map(lambda ts: tuple(sorted(ts))),
+              st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1)),
+    st.builds(lambda kind, group, key: Tombstone(kind, group, key if kind in PER_MEMBER_TYPES else None,
+                                                 key if kind is RecordType.REGULAR_EXPRESSION else None),
               st.sampled_from([t for t in RecordType if t is not RecordType.PARTITION_METADATA]), names, names),
 )
 

@@ -19,7 +19,7 @@ from collections import Counter
 
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, ConsumerGroupMember
 from coordinator.group.modern.records import (ConsumerGroupRecord, CurrentAssignmentRecord, GroupEpochRecord,
-                                              MemberMetadataRecord, Partitions, RecordType,
+                                              MemberMetadataRecord, Partitions, RecordType, RegexRecord,
                                               TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
 
 
@@ -43,7 +43,9 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.targets: dict[str, Partitions] = {}  # member id -> target
         self._partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
-        self._subscriptions: Counter[str] = Counter()  # topic name -> members subscribed to it
+        self._subscriptions: Counter[str] = Counter()  # topic name -> members subscribed to it by name
+        self._regex_subscribers: Counter[str] = Counter()  # regular expression -> members subscribed to it
+        self.resolved_regexes: dict[str, RegexRecord] = {}  # regular expression -> what it resolved to
         self.deleted = False  # its metadata record was tombstoned
         self.metadata_refresh_deadline_ms = 0  # when the subscribed topics are looked at again (not persisted)
 
@@ -79,17 +81,56 @@ class ConsumerGroup:
         return members
 
     def subscribed_topic_names(self, replacing: ConsumerGroupMember | None = None,
-                               removing: str | None = None) -> Counter[str]:
-        """Topic name -> number of subscribers (see members_with); kept up to date by replay, so this costs the
-        number of topics, not of members."""
+                               removing: str | None = None,
+                               resolved: dict[str, tuple[str, ...]] | None = None) -> Counter[str]:
+        """Topic name -> subscriptions to it, by name or through a resolved regular expression (see members_with;
+        `resolved` overrides resolutions). Kept up to date by replay: this costs the number of topics and regular
+        expressions, not of members."""
         counts = self._subscriptions.copy()
+        regexes = self.subscribed_regexes(replacing, removing)
         for member_id in {removing, replacing.member_id if replacing is not None else None} - {None}:
             old = self.members.get(member_id)  # type: ignore[arg-type]
             if old is not None:
                 counts.subtract(old.subscribed_topic_names)
         if replacing is not None:
             counts.update(replacing.subscribed_topic_names)
+        for regex, subscribers in regexes.items():
+            for topic in self._resolution(regex, resolved):
+                counts[topic] += subscribers
         return +counts  # drops topics nobody subscribes to any more
+
+    def subscribed_regexes(self, replacing: ConsumerGroupMember | None = None,
+                           removing: str | None = None) -> Counter[str]:
+        """Regular expression -> members subscribed to it (see members_with)."""
+        counts = self._regex_subscribers.copy()
+        for member_id in {removing, replacing.member_id if replacing is not None else None} - {None}:
+            old = self.members.get(member_id)  # type: ignore[arg-type]
+            if old is not None and old.subscribed_topic_regex:
+                counts[old.subscribed_topic_regex] -= 1
+        if replacing is not None and replacing.subscribed_topic_regex:
+            counts[replacing.subscribed_topic_regex] += 1
+        return +counts
+
+    def effective_topics(self, member: ConsumerGroupMember) -> frozenset[str]:
+        """The topics a member subscribes to: by name, and through its regular expression once resolved."""
+        regex = member.subscribed_topic_regex
+        if not regex:
+            return frozenset(member.subscribed_topic_names)
+        return frozenset(member.subscribed_topic_names) | frozenset(self._resolution(regex, None))
+
+    def _resolution(self, regex: str, resolved: dict[str, tuple[str, ...]] | None) -> tuple[str, ...]:
+        if resolved is not None and regex in resolved:
+            return resolved[regex]
+        record = self.resolved_regexes.get(regex)
+        return () if record is None else record.topics
+
+    @property
+    def last_regex_refresh_ms(self) -> int | None:
+        return max((r.timestamp_ms for r in self.resolved_regexes.values()), default=None)
+
+    @property
+    def last_regex_version(self) -> int:
+        return min((r.version for r in self.resolved_regexes.values()), default=-1)
 
     def preferred_assignor(self, replacing: ConsumerGroupMember | None = None,
                            removing: str | None = None) -> str | None:
@@ -115,17 +156,20 @@ class ConsumerGroup:
         elif isinstance(record, CurrentAssignmentRecord):
             member = self.members.get(record.member_id) or ConsumerGroupMember(record.member_id)
             self._put_member(member.with_assignment(record))
+        elif isinstance(record, RegexRecord):
+            self.resolved_regexes[record.regex] = record
 
     def _replay_tombstone(self, record: Tombstone) -> None:
         member_id = record.member_id or ""
         if record.record_type is RecordType.GROUP_METADATA:
             self.deleted = True
+        elif record.record_type is RecordType.REGULAR_EXPRESSION:
+            self.resolved_regexes.pop(record.regex or "", None)
         elif record.record_type is RecordType.MEMBER_METADATA:
             old = self.members.pop(member_id, None)
             if old is not None:
                 self._remove_partition_epochs(old)
-                self._subscriptions.subtract(old.subscribed_topic_names)
-                self._subscriptions = +self._subscriptions
+                self._count_subscriptions(old, -1)
                 if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
                     del self.static_members[old.instance_id]
         elif record.record_type is RecordType.TARGET_ASSIGNMENT_MEMBER:
@@ -142,11 +186,11 @@ class ConsumerGroup:
             self._remove_partition_epochs(old)
             if old.instance_id is not None and old.instance_id != member.instance_id:
                 self.static_members.pop(old.instance_id, None)
-        if old is None or old.subscribed_topic_names != member.subscribed_topic_names:
+        if old is None or (old.subscribed_topic_names, old.subscribed_topic_regex) != (
+                member.subscribed_topic_names, member.subscribed_topic_regex):
             if old is not None:
-                self._subscriptions.subtract(old.subscribed_topic_names)
-            self._subscriptions.update(member.subscribed_topic_names)
-            self._subscriptions = +self._subscriptions
+                self._count_subscriptions(old, -1)
+            self._count_subscriptions(member, 1)
         self.members[member.member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
@@ -154,6 +198,13 @@ class ConsumerGroup:
             for topic_id, ps in partitions.items():
                 for p in ps:
                     self._partition_epochs[(topic_id, p)] = member.member_epoch
+
+    def _count_subscriptions(self, member: ConsumerGroupMember, sign: int) -> None:
+        for name in member.subscribed_topic_names:
+            self._subscriptions[name] += sign
+        if member.subscribed_topic_regex:
+            self._regex_subscribers[member.subscribed_topic_regex] += sign
+        self._subscriptions, self._regex_subscribers = +self._subscriptions, +self._regex_subscribers
 
     def _remove_partition_epochs(self, member: ConsumerGroupMember) -> None:
         for partitions in (member.assigned, member.pending_revocation):

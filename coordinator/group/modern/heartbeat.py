@@ -20,10 +20,12 @@ from coordinator.group.assignor import ASSIGNORS, DEFAULT_ASSIGNOR, AssignorErro
 from coordinator.group.assignor import SubscriptionType
 from coordinator.group.assignor.java_order import member_order
 from coordinator.group.assignor.spec import ordered
+from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.member import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                                              ConsumerGroupMember, MemberState)
 from coordinator.group.modern.reconciliation import FencedMemberEpoch, OwnedPartitions, reconcile
+from coordinator.group.modern.regex import Refresh, regexes_after
 from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, Partitions, RecordType,
                                               TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone,
                                               sorted_partitions)
@@ -33,15 +35,6 @@ from protocol.error_codes import Errors
 log = logging.getLogger("coordinator.group")
 
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
-
-
-class ApiError(Exception):
-    """A Kafka error code with its message, as the response carries it."""
-
-    def __init__(self, error: Errors, message: str | None = None) -> None:
-        super().__init__(message or error.name)
-        self.error = error
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +69,7 @@ class HeartbeatResult:
     records: list[ConsumerGroupRecord] = field(default_factory=list)
     response: HeartbeatResponse = field(default_factory=HeartbeatResponse)
     created: ConsumerGroup | None = None  # the group this join created: the records are replayed onto it
+    refresh_regexes: Refresh | None = None  # to resolve after the answer (regex.py)
 
 
 class MemberTimers(Protocol):
@@ -129,18 +123,20 @@ def _not_blank(value: str | None, message: str) -> None:
 
 
 def heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, topics: TopicsView, settings: Settings,
-              timers: MemberTimers, now_ms: int) -> HeartbeatResult:
+              timers: MemberTimers, now_ms: int, now_wall_ms: int | None = None) -> HeartbeatResult:
     """Records and response of a valid request (see `validate`); raises ApiError. `group` is None if no consumer
-    group of that id exists."""
+    group of that id exists. `now_ms` is the monotonic clock's (deadlines), `now_wall_ms` the wall clock's (stored
+    timestamps; the same clock when not given)."""
     if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
         if group is None:
             raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {request.group_id} not found.")
         return leave(group, request, topics, timers)
-    return _join_or_heartbeat(group, request, topics, settings, timers, now_ms)
+    return _join_or_heartbeat(group, request, topics, settings, timers, now_ms,
+                              now_ms if now_wall_ms is None else now_wall_ms)
 
 
 def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, topics: TopicsView,
-                       settings: Settings, timers: MemberTimers, now_ms: int) -> HeartbeatResult:
+                       settings: Settings, timers: MemberTimers, now_ms: int, now_wall_ms: int) -> HeartbeatResult:
     group_id, epoch = request.group_id, request.member_epoch
     result = HeartbeatResult()
     if group is None:
@@ -163,8 +159,9 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
     bump = group.group_epoch == 0  # a new group moves away from epoch 0 whatever its first member subscribes to
     if updated is not member and not updated.same_subscription_metadata(member):
         records.append(updated.metadata_record(group_id))
-        bump = bump or (updated.subscribed_topic_names != member.subscribed_topic_names
-                        or updated.subscribed_topic_regex != member.subscribed_topic_regex)
+        bump = bump or updated.subscribed_topic_names != member.subscribed_topic_names
+    regex_bump, result.refresh_regexes = regexes_after(group, member, updated, records, topics, now_wall_ms)
+    bump = bump or regex_bump
     group_epoch = group.group_epoch
     if bump or now_ms >= group.metadata_refresh_deadline_ms:
         # the subscribed topics are looked at again when the subscriptions change, and at most once per
@@ -323,14 +320,14 @@ def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, replace
     if replaced is not None:
         current[updated.member_id] = group.target_of(replaced)
     order = member_order(members)
-    counts = group.subscribed_topic_names(updated, replaced)
-    homogeneous = all(n == len(members) for n in counts.values())
+    subscriptions = {member_id: group.effective_topics(m) for member_id, m in members.items()}
+    homogeneous = len(set(subscriptions.values())) <= 1
     partition_counts: dict[uuid.UUID, int] = {}
     specs: dict[str, MemberSpec] = {}
     for member_id in order:
         member = members[member_id]
         topic_ids = []
-        for name in member.subscribed_topic_names:
+        for name in sorted(subscriptions[member_id]):
             image = topics.by_name(name)
             if image is not None:
                 topic_ids.append(image.topic_id)
@@ -384,6 +381,9 @@ def fence(group: ConsumerGroup, member: ConsumerGroupMember, topics: TopicsView,
     the order matters on replay), then the group epoch bumped; the target is recomputed by the next heartbeat."""
     group_id, member_id = group.group_id, member.member_id
     records = _member_tombstones(group_id, member_id)
+    regex = member.subscribed_topic_regex
+    if regex and group.subscribed_regexes()[regex] == 1:  # its last subscriber: the resolution goes too
+        records.append(Tombstone(RecordType.REGULAR_EXPRESSION, group_id, regex=regex))
     records.append(GroupEpochRecord(group_id, group.group_epoch + 1,
                                     metadata_hash(group.subscribed_topic_names(removing=member_id), topics)))
     timers.cancel_all(group_id, member_id)

@@ -1,4 +1,4 @@
-"""The consumer group's records in `__consumer_offsets` (Kafka 4.1's types 3-8), as typed values.
+"""The consumer group's records in `__consumer_offsets` (Kafka 4.1's types 3-8 and 16), as typed values.
 
 Group logic produces these; replaying them (ConsumerGroup.replay) is the only way the group's state changes, so a
 load after a crash and a live heartbeat take the same path. The bytes are coordinator/storage/consumer_records.py.
@@ -21,6 +21,7 @@ class RecordType(enum.IntEnum):
     TARGET_ASSIGNMENT_METADATA = 6
     TARGET_ASSIGNMENT_MEMBER = 7
     CURRENT_MEMBER_ASSIGNMENT = 8
+    REGULAR_EXPRESSION = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,19 +85,33 @@ class CurrentAssignmentRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RegexRecord:
+    """ConsumerGroupRegularExpression (16): the topics a subscribed regular expression resolved to, at which
+    metadata version and when."""
+
+    group_id: str
+    regex: str
+    topics: tuple[str, ...]  # sorted
+    version: int
+    timestamp_ms: int
+    record_type = RecordType.REGULAR_EXPRESSION
+
+
+@dataclass(frozen=True, slots=True)
 class Tombstone:
-    """A key with a null value: the record of that type (and member) is deleted."""
+    """A key with a null value: the record of that type (and member, or regular expression) is deleted."""
 
     record_type: RecordType
     group_id: str
     member_id: str | None = None  # for the per-member types 5, 7, 8
+    regex: str | None = None  # for type 16
 
 
 ConsumerGroupRecord = (GroupEpochRecord | MemberMetadataRecord | TargetAssignmentEpochRecord | TargetAssignmentRecord
-                       | CurrentAssignmentRecord | Tombstone)
+                       | CurrentAssignmentRecord | RegexRecord | Tombstone)
 
 CONSUMER_GROUP_RECORD_CLASSES = (GroupEpochRecord, MemberMetadataRecord, TargetAssignmentEpochRecord,
-                                 TargetAssignmentRecord, CurrentAssignmentRecord, Tombstone)
+                                 TargetAssignmentRecord, CurrentAssignmentRecord, RegexRecord, Tombstone)
 
 PER_MEMBER_TYPES = frozenset({RecordType.MEMBER_METADATA, RecordType.TARGET_ASSIGNMENT_MEMBER,
                               RecordType.CURRENT_MEMBER_ASSIGNMENT})

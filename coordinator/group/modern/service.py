@@ -9,9 +9,10 @@ order with everything else. Loading replays the same records (`load`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.config import CoordinatorConfig
@@ -20,12 +21,13 @@ from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.heartbeat import (ApiError, HeartbeatRequest, HeartbeatResponse, Settings, fence,
                                                 heartbeat, validate)
 from coordinator.group.modern.member import MemberState
+from coordinator.group.modern.regex import Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
 from coordinator.group.modern.topics import StaticTopics, TopicsView
 from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard, ShardStatus
 from coordinator.group.state import GroupState
-from coordinator.timer import SystemTimer, TimerTask
+from coordinator.timer import Clock, SystemTimer, TimerTask
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
@@ -82,11 +84,16 @@ class DescribedGroup:
 
 class ConsumerGroupService:
     def __init__(self, config: CoordinatorConfig, timer: SystemTimer, shard_for: Callable[[str], GroupShard],
-                 topics: TopicsView | None = None) -> None:
+                 topics: TopicsView | None = None, wall_clock: Clock | None = None) -> None:
         self.config = config
         self.timer = timer
         self.shard_for = shard_for
         self.topics: TopicsView = topics if topics is not None else StaticTopics()
+        self.wall_clock = wall_clock if wall_clock is not None else timer.clock
+        # how every topic of the cluster is learnt before regular expressions are resolved (the relay's); None:
+        # the topics `topics` has are all there is
+        self.refresh_all_topics: Callable[[], Awaitable[object]] | None = None
+        self._resolving: dict[str, asyncio.Task[None]] = {}  # group id -> its regular expressions' resolution
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
@@ -104,12 +111,43 @@ class ConsumerGroupService:
             if classic is not None and not (classic.is_in(GroupState.EMPTY) or classic.is_in(GroupState.DEAD)):
                 raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
             result = heartbeat(shard.consumer_groups.get(request.group_id), request, self.topics, self.settings,
-                               self, self.timer.clock.now_ms())
+                               self, self.timer.clock.now_ms(), self.wall_clock.now_ms())
         except ApiError as exc:
             return HeartbeatResponse(exc.error, exc.message), None
         if result.created is not None and result.records:
             shard.consumer_groups[request.group_id] = result.created
-        return result.response, self._apply(shard, request.group_id, result.records)
+        write = self._apply(shard, request.group_id, result.records)
+        if result.refresh_regexes and request.group_id not in self._resolving:
+            task = asyncio.get_running_loop().create_task(
+                self._resolve(shard, request.group_id, result.refresh_regexes))
+            self._resolving[request.group_id] = task
+            task.add_done_callback(lambda _done: self._resolving.pop(request.group_id, None))
+        return result.response, write
+
+    async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh) -> None:
+        """A group's regular expressions resolved against every topic, after the heartbeat that asked for it
+        (Kafka runs it on its executor, then writes the outcome as the group's records)."""
+        if self.refresh_all_topics is not None:
+            try:
+                await self.refresh_all_topics()
+            except Exception as exc:  # the cluster unreachable: resolve against what we know
+                log.warning("event=topic_listing_failed group=%s error=%r", group_id, exc)
+        group = shard.consumer_groups.get(group_id)
+        if group is None or shard.status is not ShardStatus.ACTIVE:
+            return
+        if not refresh.forced and self.topics.version <= group.last_regex_version:
+            return  # no topic came or went since the last resolution
+        resolved = resolve(refresh.regexes, list(self.topics.names()))
+        log.info("[GroupId %s] Scanned topics to refresh regular expressions %s.", group_id, sorted(refresh.regexes))
+        write = self._apply(shard, group_id, resolution_records(group, resolved, self.topics.version,
+                                                                self.wall_clock.now_ms(), self.topics))
+        if write is not None:
+            shard.append(write)
+
+    async def drain(self) -> None:
+        """Waits for the resolutions under way (tests, shutdown)."""
+        while self._resolving:
+            await asyncio.gather(*list(self._resolving.values()), return_exceptions=True)
 
     def describe(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
         return [self._describe(group_id) for group_id in group_ids]
@@ -239,6 +277,9 @@ class ConsumerGroupService:
         for group_id, group in shard.consumer_groups.items():
             for member_id in group.members:
                 self.cancel_all(group_id, member_id)
+            resolving = self._resolving.pop(group_id, None)
+            if resolving is not None:
+                resolving.cancel()
         shard.consumer_groups.clear()
 
 
