@@ -61,6 +61,12 @@ class Env:
                                    client_host="/127.0.0.1", **fields)
         return await self.runtime.consumer_group_heartbeat(request)
 
+    async def resolved(self) -> None:
+        """Regular expression resolutions under way are done and their records written."""
+        await self.runtime.consumer_groups.drain()
+        for _ in range(5):
+            await asyncio.sleep(0)
+
     def group(self):  # type: ignore[no-untyped-def]
         return self.runtime.shard_for(GROUP).consumer_groups.get(GROUP)
 
@@ -452,7 +458,7 @@ async def test_regex_subscription_is_resolved_after_the_join(env: Env) -> None:
     joined = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="foo.*")
     assert (joined.error, joined.member_epoch, joined.assignment) == (Errors.NONE, 1, {})
     env.clear_records()
-    await env.runtime.consumer_groups.drain()  # the resolution, after the answer (as Kafka's executor runs it)
+    await env.resolved()  # the resolution, after the answer (as Kafka's executor runs it)
     [resolved, bumped] = env.records
     assert isinstance(resolved, RegexRecord) and (resolved.regex, resolved.topics) == ("foo.*", ("foo", "foo-2"))
     assert isinstance(bumped, GroupEpochRecord) and bumped.epoch == 2
@@ -465,7 +471,7 @@ async def test_regex_subscription_is_resolved_after_the_join(env: Env) -> None:
     env.topics.put(TopicImage(uuid.UUID(int=0xF02), "foo-3", 4))
     env.advance(10_001)
     await env.heartbeat("a", 2, owned=a.assignment)
-    await env.runtime.consumer_groups.drain()
+    await env.resolved()
     assert env.group().resolved_regexes["foo.*"].topics == ("foo", "foo-2", "foo-3")
     assert env.group().group_epoch == 4
 
@@ -475,7 +481,7 @@ async def test_invalid_regex_and_the_last_subscriber_leaving(env: Env) -> None:
     assert bad.error is Errors.INVALID_REGULAR_EXPRESSION
     assert (bad.message or "").startswith("SubscribedTopicRegex `(?=lookahead)` is not a valid regular expression: ")
     await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="b.r")
-    await env.runtime.consumer_groups.drain()
+    await env.resolved()
     assert env.group().resolved_regexes["b.r"].topics == ("bar",)
     env.clear_records()
     await env.heartbeat("a", -1)
