@@ -12,6 +12,7 @@ import pytest
 from protocol.apis import ApiKey, request_class
 from protocol.client import KafkaClient
 from protocol.messages import build
+from tests.integration.test_e2e_kafka_cli import consumer_groups, table
 from tests.integration.test_e2e_support import service, unique
 from tests.interop.relay_support import (
     RECORDS_PER_PARTITION,
@@ -61,6 +62,16 @@ async def test_two_consumer_protocol_clients_share_a_topic_then_one_leaves(kafka
             assert described.group_epoch == described.assignment_epoch == 2
             assert sorted(m.client_id for m in described.members) == ["rdk-1", "rdk-2"]
             assert {int(m.member_type) for m in described.members} == {1}
+            if second == "confluent":  # Kafka's own tool describes the group through ConsumerGroupDescribe
+                state = table(await asyncio.to_thread(consumer_groups, running.port, "--describe", "--group", group,
+                                                      "--state", "--verbose"))
+                row = dict(zip([h for h in state[0] if h != "(ID)"], [v for v in state[1] if not v.startswith("(")]))
+                assert {k: row.get(k) for k in ("ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH",
+                                                "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS")} == {
+                    "ASSIGNMENT-STRATEGY": "uniform", "STATE": "Stable", "GROUP-EPOCH": "2",
+                    "TARGET-ASSIGNMENT-EPOCH": "2", "#MEMBERS": "2"}, state
+                listed = table(await asyncio.to_thread(consumer_groups, running.port, "--list", "--type"))
+                assert [group, "Consumer"] in listed, listed
 
             produced = await asyncio.to_thread(produce, bootstrap, topic, 0, RECORDS_PER_PARTITION)
             total = sum(len(values) for values in produced.values())
