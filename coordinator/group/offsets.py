@@ -241,7 +241,17 @@ def expire_offsets(shard: GroupShard) -> tuple[int, list[Write]]:
         return 0, []
     now_ms, retention_ms = shard.now_wall_ms(), shard.config.offsets_retention_ms
     return cleanup_groups(shard, list(shard.groups.values()),
-                          lambda g: g.remove_offsets(g.expired_offsets(now_ms, retention_ms)), Removal.EXPIRED)
+                          lambda g: g.remove_offsets(_expired_offsets(shard, g, now_ms, retention_ms)),
+                          Removal.EXPIRED)
+
+
+def _expired_offsets(shard: GroupShard, group: GroupMetadata, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+    """A KIP-848 group's offsets expire by commit time, never those of topics its members subscribe to."""
+    consumer_group = shard.consumer_groups.get(group.group_id)
+    if consumer_group is None:
+        return group.expired_offsets(now_ms, retention_ms)
+    subscribed = {t for m in consumer_group.members.values() for t in consumer_group.effective_topics(m)}
+    return group.expired_unsubscribed_offsets(now_ms, retention_ms, subscribed)
 
 
 def cleanup_groups(shard: GroupShard, groups: list[GroupMetadata], selector: GroupSelector,

@@ -488,3 +488,16 @@ async def test_invalid_regex_and_the_last_subscriber_leaving(env: Env) -> None:
         RecordType.CURRENT_MEMBER_ASSIGNMENT, RecordType.TARGET_ASSIGNMENT_MEMBER, RecordType.MEMBER_METADATA,
         RecordType.REGULAR_EXPRESSION, RecordType.GROUP_METADATA]
     assert env.group().resolved_regexes == {}
+
+
+async def test_offsets_of_subscribed_topics_never_expire_while_the_group_has_members(env: Env) -> None:
+    from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic
+
+    await env.heartbeat("a", 0)
+    for topic in ("foo", "bar"):
+        request = OffsetCommitRequest(GROUP, 1, "a", [OffsetCommitRequestTopic(topic, [
+            OffsetCommitRequestPartition(0, 5)])])
+        assert (await env.runtime.commit_offsets(request)).topics[0].partitions[0].error_code is Errors.NONE
+    env.clock.advance(env.config.offsets_retention_ms + 1)  # wall time only: no timer runs
+    assert await env.runtime.expire_offsets() == 1  # bar: nobody subscribes to it
+    assert set(env.runtime.groups[GROUP].offsets) == {("foo", 0)}
