@@ -1,8 +1,8 @@
 """Which APIs the relay advertises, and how each request is routed.
 
 Three routes (docs/relay.md has the table with the reasons):
-- LOCAL: the group APIs (classic and KIP-848's 68/69) and ApiVersions, served here at our own ranges. They never reach the upstream cluster,
-  whose own group coordinator must not see our groups.
+- LOCAL: the group APIs (classic and KIP-848's 68/69) and ApiVersions, served here at our own ranges. They never
+  reach the upstream cluster, whose own group coordinator must not see our groups.
 - REWRITTEN: Metadata and FindCoordinator, answered here from an upstream answer whose broker addresses are
   replaced by ours (so their ranges are also capped by what the upstream broker serves).
 - RELAYED: every other API in `RELAYED_MAX` goes to the upstream broker byte for byte, at the intersection of

@@ -13,9 +13,10 @@ from __future__ import annotations
 import struct
 import uuid
 
-from coordinator.group.modern.records import (ConsumerGroupRecord, RegexRecord, CurrentAssignmentRecord, GroupEpochRecord,
-                                              MemberMetadataRecord, Partitions, PER_MEMBER_TYPES, RecordType,
-                                              TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
+from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRecord, CurrentAssignmentRecord,
+                                              GroupEpochRecord, MemberMetadataRecord, Partitions, RecordType,
+                                              RegexRecord, TargetAssignmentEpochRecord, TargetAssignmentRecord,
+                                              Tombstone)
 from coordinator.storage._wire import Reader, RecordFormatError, Writer
 
 CONSUMER_GROUP_TYPES = frozenset(int(t) for t in RecordType)

@@ -1,10 +1,11 @@
 """Kafka's `uniform` assignor (UniformAssignor): balance first (every member within one partition of the others),
 then stickiness (a member keeps what it has up to its quota).
 
-Heterogeneous groups: uniform_heterogeneous.py. Homogeneous groups (every member subscribes to the same topics) follow UniformHomogeneousAssignmentBuilder step for
-step, in Kafka's iteration order: each member, in turn, gets a quota (the minimum, plus one for the first
-`total % members` members); it keeps its current partitions up to that quota and gives back the rest; the freed
-and never-assigned partitions then fill the members below quota, in order.
+Heterogeneous groups: uniform_heterogeneous.py. Homogeneous groups (every member subscribes to the same topics)
+follow UniformHomogeneousAssignmentBuilder step for step, in Kafka's iteration order: each member, in turn, gets
+a quota (the minimum, plus one for the first `total % members` members); it keeps its current partitions up to
+that quota and gives back the rest; the freed and never-assigned partitions then fill the members below quota,
+in order.
 """
 
 from __future__ import annotations
