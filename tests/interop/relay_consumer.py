@@ -2,8 +2,9 @@
 
 `python -m tests.interop.relay_consumer --kind confluent|aiokafka [--protocol classic|consumer] ...` subscribes,
 and after every batch it consumes commits synchronously and prints one JSON line: {"event": "consumed",
-"records": [[partition, offset, value], ...], "committed": bool}. Assignment changes print {"event": "assigned", "partitions": [...]}. SIGTERM
-closes the consumer cleanly (LeaveGroup) and prints {"event": "closed"}; SIGKILL is the crash the tests want.
+"records": [[partition, offset, value], ...], "committed": bool}. Assignment changes print {"event":
+"assigned", "partitions": [...]}. SIGTERM closes the consumer cleanly (LeaveGroup) and prints {"event":
+"closed"}; SIGKILL is the crash the tests want.
 """
 
 from __future__ import annotations

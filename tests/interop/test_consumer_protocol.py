@@ -1,7 +1,9 @@
-"""Kafka 4's consumer group protocol (KIP-848) with real clients: confluent-kafka consumers with
-`group.protocol=consumer`, alone or with Kafka 4.1's Java consumer on the same protocol, bootstrapped to `coordinator serve` (relay on), share a real topic through
-ConsumerGroupHeartbeat served here: every record consumed once, offsets committed to us equal the end offsets, the
-group described by ConsumerGroupDescribe; one consumer leaves and the other gets every partition."""
+"""Kafka's consumer group protocol (KIP-848) with real clients: confluent-kafka consumers with
+`group.protocol=consumer`, alone or with Kafka 4.1's Java consumer on the same protocol, bootstrapped to
+`coordinator serve` (relay on), share a real topic through ConsumerGroupHeartbeat served here: every record
+consumed once, offsets committed to us equal the end offsets, the group described by ConsumerGroupDescribe and by
+kafka-consumer-groups; one consumer leaves (or is killed) and the other gets every partition; a regex
+subscription picks up a new topic."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ import pytest
 from coordinator.embedded import ensure_jars
 from coordinator.embedded.jars import cache_root
 from coordinator.group.modern.records import (CurrentAssignmentRecord, GroupEpochRecord, MemberMetadataRecord,
-                                              RecordType, RegexRecord, TargetAssignmentEpochRecord, TargetAssignmentRecord,
+                                              RecordType, RegexRecord, TargetAssignmentEpochRecord,
+                                              TargetAssignmentRecord,
                                               Tombstone)
 from coordinator.storage.consumer_records import decode, encode_key, encode_value
 

@@ -139,7 +139,7 @@ async def test_leave_bumps_the_epoch_and_the_other_member_gets_everything(env: E
     assert (a.member_epoch, a.assignment) == (3, {FOO: tuple(range(6))})
 
 
-async def test_session_expiry_fences_the_member_with_kafkas_line(env: Env, caplog) -> None:  # type: ignore[no-untyped-def]
+async def test_session_expiry_fences_the_member_with_kafkas_line(env: Env, caplog) -> None:  # type: ignore
     await env.heartbeat("a", 0)
     await env.heartbeat("b", 0)
     for _ in range(3):  # a keeps heartbeating (and revokes what it is told to), b goes silent
@@ -153,7 +153,7 @@ async def test_session_expiry_fences_the_member_with_kafkas_line(env: Env, caplo
     assert "[GroupId g] Member b fenced from the group because the member session expired.." in caplog.text
 
 
-async def test_a_member_that_does_not_revoke_is_fenced_at_its_rebalance_timeout(env: Env, caplog) -> None:  # type: ignore[no-untyped-def]
+async def test_a_member_that_does_not_revoke_is_fenced_at_its_rebalance_timeout(env: Env, caplog) -> None:
     await env.heartbeat("a", 0)
     await env.heartbeat("b", 0)
     await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})  # told to revoke; keeps everything
@@ -288,8 +288,10 @@ async def test_static_member_leaves_for_now_and_gets_its_partitions_back(env: En
     back = await env.heartbeat("b2", 0, instance_id="i-b")
     assert (back.error, back.member_epoch, back.assignment) == (Errors.NONE, 2, b.assignment)
     assert env.records[:6] == [
-        Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, GROUP, "b"), Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, GROUP, "b"),
-        Tombstone(RecordType.MEMBER_METADATA, GROUP, "b"), env.records[3], TargetAssignmentRecord(GROUP, "b2", b.assignment),
+        Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, GROUP, "b"),
+        Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, GROUP, "b"),
+        Tombstone(RecordType.MEMBER_METADATA, GROUP, "b"), env.records[3],
+        TargetAssignmentRecord(GROUP, "b2", b.assignment),
         CurrentAssignmentRecord(GROUP, "b2", 0, 0, 0, b.assignment, {})]
     assert set(env.group().members) == {"a", "b2"} and env.group().group_epoch == 2
     assert env.group().static_members == {"i-a": "a", "i-b": "b2"}

@@ -115,7 +115,7 @@ def test_range_static_members_keep_their_ranges() -> None:
 @settings(max_examples=60, deadline=None)
 @given(members=st.integers(1, 8), counts=st.lists(st.integers(0, 12), min_size=1, max_size=3),
        seed=st.randoms(use_true_random=False))
-def test_uniform_is_balanced_and_complete(members: int, counts: list[int], seed) -> None:  # type: ignore[no-untyped-def]
+def test_uniform_is_balanced_and_complete(members: int, counts: list[int], seed) -> None:  # type: ignore
     topics = [uuid.UUID(int=seed.getrandbits(128)) for _ in counts]
     current: dict[str, dict[uuid.UUID, set[int]]] = {f"m{i}": {} for i in range(members)}
     for topic, count in zip(topics, counts):
