@@ -503,3 +503,16 @@ async def test_offsets_of_subscribed_topics_never_expire_while_the_group_has_mem
     env.clock.advance(env.config.offsets_retention_ms + 1)  # wall time only: no timer runs
     assert await env.runtime.expire_offsets() == 1  # bar: nobody subscribes to it
     assert set(env.runtime.groups[GROUP].offsets) == {("foo", 0)}
+
+
+async def test_a_failed_write_reverts_the_group(env: Env) -> None:
+    env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    assert (await env.heartbeat("a", 0)).error is Errors.COORDINATOR_NOT_AVAILABLE
+    assert env.group() is None  # the group the failed join created is gone, as in Kafka
+    await env.heartbeat("a", 0)
+    env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    assert (await env.heartbeat("b", 0)).error is Errors.COORDINATOR_NOT_AVAILABLE
+    group = env.group()
+    assert (set(group.members), group.group_epoch, group.assignment_epoch, set(group.targets)) == ({"a"}, 1, 1, {"a"})
+    retried = await env.heartbeat("b", 0)  # the client retries: the join happens as if for the first time
+    assert (retried.error, retried.member_epoch) == (Errors.NONE, 2)

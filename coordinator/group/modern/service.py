@@ -33,6 +33,7 @@ from protocol.error_codes import Errors
 log = logging.getLogger("coordinator.group")
 
 
+_AS_NOW = object()
 _STATUS_ERRORS = {ShardStatus.UNOWNED: Errors.NOT_COORDINATOR, ShardStatus.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
                   ShardStatus.STOPPED: Errors.COORDINATOR_NOT_AVAILABLE}
 
@@ -94,6 +95,7 @@ class ConsumerGroupService:
         # the topics `topics` has are all there is
         self.refresh_all_topics: Callable[[], Awaitable[object]] | None = None
         self._resolving: dict[str, asyncio.Task[None]] = {}  # group id -> its regular expressions' resolution
+        self._write_sequence: dict[str, int] = {}  # group id -> its latest write not yet acknowledged
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
@@ -114,9 +116,11 @@ class ConsumerGroupService:
                                self, self.timer.clock.now_ms(), self.wall_clock.now_ms())
         except ApiError as exc:
             return HeartbeatResponse(exc.error, exc.message), None
+        before = shard.consumer_groups.get(request.group_id)
+        snapshot = before.snapshot() if before is not None and result.records else None
         if result.created is not None and result.records:
             shard.consumer_groups[request.group_id] = result.created
-        write = self._apply(shard, request.group_id, result.records)
+        write = self._apply(shard, request.group_id, result.records, snapshot)
         if result.refresh_regexes and request.group_id not in self._resolving:
             task = asyncio.get_running_loop().create_task(
                 self._resolve(shard, request.group_id, result.refresh_regexes))
@@ -184,18 +188,38 @@ class ConsumerGroupService:
         return tuple(out)
 
     # --- records ----------------------------------------------------------------------------------------------
-    def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord]) -> Write | None:
-        """Replays the records and returns them as the write for the shard's partition."""
+    def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
+               before: ConsumerGroup | None | object = _AS_NOW) -> Write | None:
+        """Replays the records and returns them as the write for the shard's partition; if that write fails, the
+        group goes back to `before` (None: no group; default: as it is now), unless a later write changed it
+        meanwhile."""
         if not records:
             return None
+        if before is _AS_NOW:
+            current = shard.consumer_groups.get(group_id)
+            before = current.snapshot() if current is not None else None
+        sequence = self._write_sequence[group_id] = self._write_sequence.get(group_id, 0) + 1
         for record in records:
             self.replay(shard, record)
-        return Write(group_id, list(records), then=lambda error: self._written(group_id, error))
+        previous = before if isinstance(before, ConsumerGroup) else None
+        return Write(group_id, list(records),
+                     then=lambda error: self._written(shard, group_id, error, previous, sequence))
 
-    @staticmethod
-    def _written(group_id: str, error: Errors) -> None:
-        if error != Errors.NONE:  # the group keeps the state (Kafka would revert it): logged for the operator
-            log.warning("event=consumer_group_write_failed group=%s error=%s", group_id, error.name)
+    def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
+                 sequence: int) -> None:
+        if error == Errors.NONE:
+            if self._write_sequence.get(group_id) == sequence:
+                del self._write_sequence[group_id]
+            return
+        reverted = self._write_sequence.get(group_id) == sequence and shard.status is ShardStatus.ACTIVE
+        if reverted:
+            del self._write_sequence[group_id]
+            if before is None:
+                shard.consumer_groups.pop(group_id, None)
+            else:
+                shard.consumer_groups[group_id] = before
+        log.warning("event=consumer_group_write_failed group=%s error=%s reverted=%s", group_id, error.name,
+                    reverted)
 
     def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
         """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
