@@ -14,7 +14,7 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, Offse
 from coordinator.group.delayed import member_key
 from coordinator.group.errors import Errors, offset_append_error
 from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
-from coordinator.group.modern.offsets import validate_offset_commit
+from coordinator.group.modern.offsets import validate_offset_commit, validate_offset_fetch
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import GroupState
 from coordinator.group.records import OffsetCommitRecord
@@ -164,6 +164,9 @@ def _offset_records(shard: GroupShard, req: OffsetCommitRequest
 # --- OffsetFetch ------------------------------------------------------------------------------------------
 def handle_fetch_offsets(shard: GroupShard, req: OffsetFetchRequest) -> OffsetFetchResponse:
     error = shard.group_status_error(req.group_id, empty_id_ok=True)
+    consumer_group = shard.consumer_groups.get(req.group_id)
+    if error is None and consumer_group is not None:
+        error = validate_offset_fetch(consumer_group, req.member_id, req.member_epoch)
     if error is not None:
         return OffsetFetchResponse(req.group_id, error)
     group = shard.groups.get(req.group_id)

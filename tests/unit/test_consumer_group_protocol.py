@@ -516,3 +516,18 @@ async def test_a_failed_write_reverts_the_group(env: Env) -> None:
     assert (set(group.members), group.group_epoch, group.assignment_epoch, set(group.targets)) == ({"a"}, 1, 1, {"a"})
     retried = await env.heartbeat("b", 0)  # the client retries: the join happens as if for the first time
     assert (retried.error, retried.member_epoch) == (Errors.NONE, 2)
+
+
+async def test_offset_fetch_checks_the_member_epoch(env: Env) -> None:
+    from coordinator.group.api import OffsetFetchRequest
+
+    await env.heartbeat("a", 0)
+
+    async def fetch(member_id: str | None, epoch: int) -> Errors:
+        return (await env.runtime.fetch_offsets(OffsetFetchRequest(GROUP, None, member_id=member_id,
+                                                                   member_epoch=epoch))).error_code
+
+    assert await fetch(None, -1) is Errors.NONE  # an admin client
+    assert await fetch("a", 1) is Errors.NONE
+    assert await fetch("a", 0) is Errors.STALE_MEMBER_EPOCH
+    assert await fetch("x", 1) is Errors.UNKNOWN_MEMBER_ID
