@@ -198,3 +198,37 @@ async def test_a_regex_subscription_picks_up_a_new_topic(kafka_bootstrap: str) -
                              "the records of both topics")
         finally:
             await stop_all(consumers)
+
+
+async def test_a_static_java_member_restarts_and_gets_its_partitions_back(kafka_bootstrap: str) -> None:
+    from tests.interop.java_consumer import JavaConsumer
+
+    topic, group = unique("kip848-static"), unique("kip848-static-group")
+    await asyncio.to_thread(create_topic, kafka_bootstrap, topic)
+    async with service(kafka_bootstrap, unique("__state"), *FAST, relay=True) as running:
+        bootstrap = f"127.0.0.1:{running.port}"
+
+        def static_member() -> JavaConsumer:
+            return JavaConsumer(bootstrap, group, topic, assignor="uniform", client_id="java-static",
+                                group_instance_id="instance-1", group_protocol="consumer")
+
+        dynamic = await start_consumers([("confluent", "rdk-1")], bootstrap, topic, group, "uniform",
+                                        protocol="consumer")
+        java = await asyncio.to_thread(static_member)
+        try:
+            await wait_until(lambda: len(java.assignment) == 3 and len(dynamic[0].assigned) == 3, TIMEOUT_S,
+                             "the static and the dynamic member with three partitions each")
+            before = await describe(running.port, group)
+            owned = set(java.assignment)
+            await asyncio.to_thread(java.close, 30)  # a static member's close leaves with epoch -2
+            described = await describe(running.port, group)
+            static = [m for m in described.members if m.instance_id == "instance-1"]
+            assert [m.member_epoch for m in static] == [-2] and described.group_epoch == before.group_epoch
+            java = await asyncio.to_thread(static_member)  # back under the same instance id
+            await wait_until(lambda: set(java.assignment) == owned, TIMEOUT_S, "its partitions back")
+            after = await describe(running.port, group)
+            assert after.group_epoch == before.group_epoch  # no rebalance
+            assert sorted(m.instance_id or "" for m in after.members) == ["", "instance-1"]
+        finally:
+            await asyncio.to_thread(java.close, 30)
+            await stop_all(dynamic)
