@@ -35,7 +35,7 @@ from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, De
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.heartbeat import HeartbeatRequest as HeartbeatRequestV2
 from coordinator.group.modern.heartbeat import HeartbeatResponse as HeartbeatResponseV2
-from coordinator.group.modern.service import ConsumerGroupService
+from coordinator.group.modern.service import ConsumerGroupService, modern_append_error
 from coordinator.group.modern.service import DescribedGroup as DescribedConsumerGroup
 from coordinator.group.observer import GroupObserver
 from coordinator.group.partitioner import cached_partition_for
@@ -150,7 +150,11 @@ class GroupRuntime:
                 await self.refresh_topics(list(names))
             except Exception as exc:  # the cluster unreachable: serve with what we know
                 log.warning("event=topic_refresh_failed group=%s topics=%d error=%r", req.group_id, len(names), exc)
-        return self.consumer_groups.heartbeat(req)
+        response, write = self.consumer_groups.heartbeat(req)
+        if write is None:
+            return response
+        [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))
+        return response if error == Errors.NONE else HeartbeatResponseV2(modern_append_error(error))
 
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedConsumerGroup]:
         return self.consumer_groups.describe(group_ids)
@@ -318,6 +322,8 @@ class GroupRuntime:
                 count += 1
                 if count % _LOAD_SLICE == 0:
                     await asyncio.sleep(0)  # the shards already served keep answering meanwhile
+            count += self.consumer_groups.load(shard, [r for r in loaded.consumer_records
+                                                       if self.partition_for(r.group_id) == partition])
             if shard.status is ShardStatus.LOADING:  # not given up meanwhile (lost or fenced: step 2)
                 shard.status = ShardStatus.ACTIVE if self.is_active else ShardStatus.STOPPED
         return count

@@ -21,6 +21,7 @@ from tests.interop.relay_support import (
     committed_offsets,
     create_topic,
     produce,
+    relay_ports,
     settled_assignment,
     start_consumers,
     stop_all,
@@ -119,6 +120,51 @@ async def test_a_killed_consumer_is_fenced_at_its_session_timeout(kafka_bootstra
             check_exactly_once([survivor], produced)
         finally:
             await stop_all(consumers)
+
+
+async def test_consumer_protocol_clients_carry_on_through_a_coordinator_sigkill(kafka_bootstrap: str) -> None:
+    topic, group, state_topic = unique("kip848-restart"), unique("kip848-restart-group"), unique("__state")
+    await asyncio.to_thread(create_topic, kafka_bootstrap, topic)
+    port, base_port = relay_ports()
+    options = dict(listen=f"127.0.0.1:{port}", relay=True, args=("--relay-base-port", str(base_port)))
+    bootstrap = f"127.0.0.1:{port}"
+    consumers: list = []
+    try:
+        async with service(kafka_bootstrap, state_topic, *FAST, **options) as first:  # type: ignore[arg-type]
+            consumers = await start_consumers([("confluent", "rdk-1"), ("confluent", "rdk-2")], bootstrap, topic,
+                                              group, "uniform", protocol="consumer")
+            await wait_until(lambda: settled_assignment(consumers), TIMEOUT_S, "two consumers settled")
+            before = await describe(first.port, group)
+            produced = await asyncio.to_thread(produce, bootstrap, topic, 0, RECORDS_PER_PARTITION // 2)
+            await wait_until(lambda: sum(len(c.records) for c in consumers) >= 3 * RECORDS_PER_PARTITION,
+                             TIMEOUT_S, "the first half")
+            first.process.kill()  # no shutdown: the group's records in the state topic are all there is
+            await first.process.wait()
+        async with service(kafka_bootstrap, state_topic, *FAST, **options) as second:  # type: ignore[arg-type]
+            loaded = await wait_until_loaded(second.port, group)
+            assert loaded.group_epoch >= before.group_epoch
+            assert {m.member_id for m in loaded.members} == {m.member_id for m in before.members}
+            more = await asyncio.to_thread(produce, bootstrap, topic, RECORDS_PER_PARTITION // 2,
+                                           RECORDS_PER_PARTITION // 2)
+            produced = {p: produced[p] + more[p] for p in produced}
+            await wait_until(lambda: sum(len(c.records) for c in consumers) >= 6 * RECORDS_PER_PARTITION,
+                             TIMEOUT_S, "every record")
+            check_exactly_once(consumers, produced)
+            committed = await committed_offsets(second.port, group, topic)
+            assert committed == {p: RECORDS_PER_PARTITION for p in range(6)}, committed
+    finally:
+        await stop_all(consumers)
+
+
+async def wait_until_loaded(port: int, group: str, timeout_s: float = 120):  # type: ignore[no-untyped-def]
+    """The group as the restarted coordinator describes it, once its state partition is loaded."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        described = await describe(port, group)
+        if int(described.error_code) == 0:
+            return described
+        assert asyncio.get_running_loop().time() < deadline, described
+        await asyncio.sleep(0.2)
 
 
 async def test_a_regex_subscription_picks_up_a_new_topic(kafka_bootstrap: str) -> None:

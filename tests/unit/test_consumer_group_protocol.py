@@ -34,14 +34,19 @@ class Env:
         self.clock = ManualClock(1_000_000)
         self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
         self.config = CoordinatorConfig(**config)
-        self.runtime = GroupRuntime(self.config, self.timer, InMemoryGroupStore(), self.clock)
+        self.store = InMemoryGroupStore()
+        self.runtime = GroupRuntime(self.config, self.timer, self.store, self.clock)
         self.topics = StaticTopics([TopicImage(FOO, "foo", 6), TopicImage(BAR, "bar", 3)])
         self.runtime.consumer_groups.topics = self.topics
-        self.records: list = []
-        self.runtime.consumer_groups.record_sink = lambda partition, records: self.records.extend(records)
+        self._seen = 0
+
+    @property
+    def records(self) -> list:
+        """The consumer group records written to the store since the last clear_records()."""
+        return self.store.consumer_records[self._seen:]
 
     def clear_records(self) -> None:
-        self.records.clear()
+        self._seen = len(self.store.consumer_records)
 
     async def heartbeat(self, member_id: str, epoch: int, owned: dict[uuid.UUID, tuple[int, ...]] | None = None,
                         topics: tuple[str, ...] | None | object = JOIN_TOPICS, **fields) -> HeartbeatResponse:
@@ -358,7 +363,8 @@ async def test_a_loaded_group_serves_its_members_and_times_them_out(env: Env) ->
     await env.heartbeat("a", 0)
     await env.heartbeat("b", 0)
     await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})  # a now owes revocations (UNREVOKED)
-    records = list(env.records)
+    await asyncio.sleep(0)
+    records = list(env.store.consumer_records)
     other = Env()  # another instance: replays the partition's records, then serves the group
     try:
         shard = other.runtime.shard_for(GROUP)
@@ -417,6 +423,36 @@ async def test_a_classic_group_with_members_is_not_a_consumer_group(env: Env) ->
     parked.cancel()
 
 
+async def test_the_store_holds_the_groups_for_a_restart(env: Env) -> None:
+    await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0)
+    await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})
+    restarted = Env()
+    restarted.store = env.store  # the same state topic, read by a new runtime
+    restarted.runtime = GroupRuntime(restarted.config, restarted.timer, env.store, restarted.clock)
+    restarted.runtime.consumer_groups.topics = restarted.topics
+    try:
+        assert await restarted.runtime.load() >= 1
+        group, live = restarted.group(), env.group()
+        assert (group.group_epoch, group.assignment_epoch, group.members, group.targets) == (
+            live.group_epoch, live.assignment_epoch, live.members, live.targets)
+        b = await restarted.heartbeat("b", 2, owned={})
+        assert (b.error, b.member_epoch) == (Errors.NONE, 2)
+        restarted.advance(SESSION_MS)  # nobody else came back: a's session (re-armed at load) runs out
+        assert "a" not in restarted.group().members
+    finally:
+        await restarted.runtime.shutdown()
+        await restarted.timer.close()
+
+
+async def test_a_failed_write_is_answered_with_kafkas_error(env: Env) -> None:
+    env.store.fail_next_write(Errors.NOT_LEADER_OR_FOLLOWER)
+    response = await env.heartbeat("a", 0)
+    assert response.error is Errors.NOT_COORDINATOR
+    env.store.fail_next_write(Errors.REQUEST_TIMED_OUT)
+    assert (await env.heartbeat("b", 0)).error is Errors.COORDINATOR_NOT_AVAILABLE
+
+
 async def test_regex_subscription_is_resolved_after_the_join(env: Env) -> None:
     from coordinator.group.modern.records import RegexRecord
 
@@ -467,6 +503,19 @@ async def test_offsets_of_subscribed_topics_never_expire_while_the_group_has_mem
     env.clock.advance(env.config.offsets_retention_ms + 1)  # wall time only: no timer runs
     assert await env.runtime.expire_offsets() == 1  # bar: nobody subscribes to it
     assert set(env.runtime.groups[GROUP].offsets) == {("foo", 0)}
+
+
+async def test_a_failed_write_reverts_the_group(env: Env) -> None:
+    env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    assert (await env.heartbeat("a", 0)).error is Errors.COORDINATOR_NOT_AVAILABLE
+    assert env.group() is None  # the group the failed join created is gone, as in Kafka
+    await env.heartbeat("a", 0)
+    env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    assert (await env.heartbeat("b", 0)).error is Errors.COORDINATOR_NOT_AVAILABLE
+    group = env.group()
+    assert (set(group.members), group.group_epoch, group.assignment_epoch, set(group.targets)) == ({"a"}, 1, 1, {"a"})
+    retried = await env.heartbeat("b", 0)  # the client retries: the join happens as if for the first time
+    assert (retried.error, retried.member_epoch) == (Errors.NONE, 2)
 
 
 async def test_offset_fetch_checks_the_member_epoch(env: Env) -> None:

@@ -13,6 +13,7 @@ States (derived, never set):
 
 from __future__ import annotations
 
+import copy
 import enum
 import uuid
 from collections import Counter
@@ -48,6 +49,15 @@ class ConsumerGroup:
         self.resolved_regexes: dict[str, RegexRecord] = {}  # regular expression -> what it resolved to
         self.deleted = False  # its metadata record was tombstoned
         self.metadata_refresh_deadline_ms = 0  # when the subscribed topics are looked at again (not persisted)
+
+    def snapshot(self) -> ConsumerGroup:
+        """A copy to go back to if the records about to be replayed are not written (Kafka reverts its timeline
+        to the last committed offset). Members and partitions are immutable: shallow copies of the maps do."""
+        clone = copy.copy(self)
+        for name in ("members", "static_members", "targets", "_partition_epochs", "resolved_regexes"):
+            setattr(clone, name, dict(getattr(self, name)))
+        clone._subscriptions, clone._regex_subscribers = self._subscriptions.copy(), self._regex_subscribers.copy()
+        return clone
 
     # --- derived state --------------------------------------------------------------------------------------
     @property

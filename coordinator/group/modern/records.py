@@ -110,6 +110,9 @@ class Tombstone:
 ConsumerGroupRecord = (GroupEpochRecord | MemberMetadataRecord | TargetAssignmentEpochRecord | TargetAssignmentRecord
                        | CurrentAssignmentRecord | RegexRecord | Tombstone)
 
+CONSUMER_GROUP_RECORD_CLASSES = (GroupEpochRecord, MemberMetadataRecord, TargetAssignmentEpochRecord,
+                                 TargetAssignmentRecord, CurrentAssignmentRecord, RegexRecord, Tombstone)
+
 PER_MEMBER_TYPES = frozenset({RecordType.MEMBER_METADATA, RecordType.TARGET_ASSIGNMENT_MEMBER,
                               RecordType.CURRENT_MEMBER_ASSIGNMENT})
 

@@ -2,8 +2,9 @@
 timers on the timing wheel, and the records each change produces.
 
 Each change is computed as records (heartbeat.py), replayed onto the group at once (so the next request sees it,
-as Kafka's runtime replays before the write completes) and handed to `record_sink(partition, records)`, the
-plug-in point to the state topic's write path. Without a sink the groups live in memory only.
+as Kafka's runtime replays before the write completes) and written to the shard's state-topic partition as one
+`Write`: a heartbeat is answered once it is acknowledged (the runtime awaits it), a timer's fence is queued in
+order with everything else. Loading replays the same records (`load`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.regex import Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
 from coordinator.group.modern.topics import StaticTopics, TopicsView
+from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard, ShardStatus
 from coordinator.group.state import GroupState
 from coordinator.timer import Clock, SystemTimer, TimerTask
@@ -31,8 +33,8 @@ from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
 
-RecordSink = Callable[[int, list[ConsumerGroupRecord]], object]
 
+_AS_NOW = object()
 _STATUS_ERRORS = {ShardStatus.UNOWNED: Errors.NOT_COORDINATOR, ShardStatus.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
                   ShardStatus.STOPPED: Errors.COORDINATOR_NOT_AVAILABLE}
 
@@ -84,46 +86,48 @@ class DescribedGroup:
 
 class ConsumerGroupService:
     def __init__(self, config: CoordinatorConfig, timer: SystemTimer, shard_for: Callable[[str], GroupShard],
-                 topics: TopicsView | None = None, record_sink: RecordSink | None = None,
-                 wall_clock: Clock | None = None) -> None:
+                 topics: TopicsView | None = None, wall_clock: Clock | None = None) -> None:
         self.config = config
         self.timer = timer
         self.shard_for = shard_for
         self.topics: TopicsView = topics if topics is not None else StaticTopics()
-        self.record_sink = record_sink
         self.wall_clock = wall_clock if wall_clock is not None else timer.clock
         # how every topic of the cluster is learnt before regular expressions are resolved (the relay's); None:
         # the topics `topics` has are all there is
         self.refresh_all_topics: Callable[[], Awaitable[object]] | None = None
         self._resolving: dict[str, asyncio.Task[None]] = {}  # group id -> its regular expressions' resolution
+        self._write_sequence: dict[str, int] = {}  # group id -> its latest write not yet acknowledged
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
 
     # --- requests ---------------------------------------------------------------------------------------------
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+    def heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Write | None]:
+        """The response, and the write to await before sending it (None: nothing changed)."""
         try:
             validate(request, self.settings)
             shard = self.shard_for(request.group_id)
             status_error = _STATUS_ERRORS.get(shard.status)
             if status_error is not None:
-                return HeartbeatResponse(status_error)
+                return HeartbeatResponse(status_error), None
             classic = shard.groups.get(request.group_id)
             if classic is not None and not (classic.is_in(GroupState.EMPTY) or classic.is_in(GroupState.DEAD)):
                 raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
             result = heartbeat(shard.consumer_groups.get(request.group_id), request, self.topics, self.settings,
                                self, self.timer.clock.now_ms(), self.wall_clock.now_ms())
         except ApiError as exc:
-            return HeartbeatResponse(exc.error, exc.message)
+            return HeartbeatResponse(exc.error, exc.message), None
+        before = shard.consumer_groups.get(request.group_id)
+        snapshot = before.snapshot() if before is not None and result.records else None
         if result.created is not None and result.records:
             shard.consumer_groups[request.group_id] = result.created
-        self._apply(shard, request.group_id, result.records)
+        write = self._apply(shard, request.group_id, result.records, snapshot)
         if result.refresh_regexes and request.group_id not in self._resolving:
             task = asyncio.get_running_loop().create_task(
                 self._resolve(shard, request.group_id, result.refresh_regexes))
             self._resolving[request.group_id] = task
             task.add_done_callback(lambda _done: self._resolving.pop(request.group_id, None))
-        return result.response
+        return result.response, write
 
     async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh) -> None:
         """A group's regular expressions resolved against every topic, after the heartbeat that asked for it
@@ -140,8 +144,10 @@ class ConsumerGroupService:
             return  # no topic came or went since the last resolution
         resolved = resolve(refresh.regexes, list(self.topics.names()))
         log.info("[GroupId %s] Scanned topics to refresh regular expressions %s.", group_id, sorted(refresh.regexes))
-        self._apply(shard, group_id, resolution_records(group, resolved, self.topics.version,
-                                                        self.wall_clock.now_ms(), self.topics))
+        write = self._apply(shard, group_id, resolution_records(group, resolved, self.topics.version,
+                                                                self.wall_clock.now_ms(), self.topics))
+        if write is not None:
+            shard.append(write)
 
     async def drain(self) -> None:
         """Waits for the resolutions under way (tests, shutdown)."""
@@ -183,13 +189,45 @@ class ConsumerGroupService:
         return tuple(out)
 
     # --- records ----------------------------------------------------------------------------------------------
-    def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord]) -> None:
+    def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
+               before: ConsumerGroup | None | object = _AS_NOW) -> Write | None:
+        """Replays the records and returns them as the write for the shard's partition; if that write fails, the
+        group goes back to `before` (None: no group; default: as it is now), unless a later write changed it
+        meanwhile."""
         if not records:
-            return
+            return None
+        if before is _AS_NOW:
+            current = shard.consumer_groups.get(group_id)
+            before = current.snapshot() if current is not None else None
+        sequence = self._write_sequence[group_id] = self._write_sequence.get(group_id, 0) + 1
         for record in records:
             self.replay(shard, record)
-        if self.record_sink is not None:
-            self.record_sink(shard.partition, records)
+        previous = before if isinstance(before, ConsumerGroup) else None
+        return Write(group_id, list(records),
+                     then=lambda error: self._written(shard, group_id, error, previous, sequence))
+
+    def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
+                 sequence: int) -> None:
+        if error == Errors.NONE:
+            if self._write_sequence.get(group_id) == sequence:
+                del self._write_sequence[group_id]
+            return
+        reverted = self._write_sequence.get(group_id) == sequence and shard.status is ShardStatus.ACTIVE
+        if reverted:
+            del self._write_sequence[group_id]
+            if before is None:
+                shard.consumer_groups.pop(group_id, None)
+            else:
+                shard.consumer_groups[group_id] = before
+        log.warning("event=consumer_group_write_failed group=%s error=%s reverted=%s", group_id, error.name,
+                    reverted)
+
+    def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
+        """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
+        for record in records:
+            self.replay(shard, record)
+        self.on_loaded(shard)
+        return len(shard.consumer_groups)
 
     def replay(self, shard: GroupShard, record: ConsumerGroupRecord) -> None:
         """One record onto its group: live changes and loading take this path. A value record creates the group;
@@ -255,7 +293,9 @@ class ConsumerGroupService:
         if at_epoch is not None and member.member_epoch != at_epoch:
             return
         log.info("[GroupId %s] Member %s fenced from the group because %s", group_id, member_id, reason)
-        self._apply(shard, group_id, fence(group, member, self.topics, self))
+        write = self._apply(shard, group_id, fence(group, member, self.topics, self))
+        if write is not None:
+            shard.append(write)
 
     def unload(self, shard: GroupShard) -> None:
         """The shard's groups leave this instance: their timers go with them."""
@@ -266,3 +306,21 @@ class ConsumerGroupService:
             if resolving is not None:
                 resolving.cancel()
         shard.consumer_groups.clear()
+
+
+# How a failed append is answered (Kafka 4's GroupCoordinatorService.handleOperationException).
+_APPEND_ERRORS = {
+    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
+    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
+    Errors.MESSAGE_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.RECORD_LIST_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.INVALID_FETCH_SIZE: Errors.UNKNOWN_SERVER_ERROR,
+}
+
+
+def modern_append_error(error: Errors) -> Errors:
+    return _APPEND_ERRORS.get(error, error)
