@@ -20,7 +20,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from coordinator.group.observer import GroupObserver, RebalanceCause
 from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES
-from coordinator.group.records import GroupMetadataRecord, Record
+from coordinator.group.records import GroupMetadataRecord, OffsetCommitRecord, Record
 from coordinator.group.state import GroupState
 
 GROUP_STATES = tuple(state.value for state in GroupState)
@@ -259,4 +259,5 @@ def _record_kind(records: Sequence[Record]) -> str:
         return "consumer_group"
     if any(isinstance(r, GroupMetadataRecord) and r.value is not None for r in records):
         return "group"
-    return "offsets" if any(r.value is not None for r in records) else "tombstones"
+    offsets = (r for r in records if isinstance(r, OffsetCommitRecord))
+    return "offsets" if any(r.value is not None for r in offsets) else "tombstones"
