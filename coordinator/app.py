@@ -22,6 +22,7 @@ from coordinator.cluster.membership import Membership, instances_group_for
 from coordinator.cluster.owner_map import OwnerMap
 from coordinator.cluster.ownership import GroupAssignmentReader, Ownership
 from coordinator.config import CoordinatorConfig
+from coordinator.group.modern.regex import REGEX_BATCH_REFRESH_INTERVAL_MS
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
 from coordinator.group.shard import ShardStatus
@@ -133,6 +134,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
                                    directory=directory)
         await server.start()
         stack.push_async_callback(server.close)
+        if server.relay is not None:  # consumer groups (KIP-848) take topic ids and partitions from the cluster
+            _watch_cluster_topics(coordinator, server.relay)
         if ownership is not None:  # after the listener: our endpoint (its port) goes into the membership client.id
             assert directory is not None
             await _start_ownership(stack, ownership, options, bootstrap, server, directory)
@@ -197,6 +200,15 @@ async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOpt
     instrumented = instrument(telemetry, coordinator, observer)
     stack.callback(instrumented.uninstall)
     return instrumented
+
+
+def _watch_cluster_topics(coordinator: GroupRuntime, relay: Relay) -> None:
+    """Consumer groups see the relay's view of the cluster's topics, refreshed for a group's subscribed topics
+    when older than the group's heartbeat interval (new partitions reach the target within a heartbeat or two)."""
+    max_age_ms = coordinator.config.group_consumer_heartbeat_interval_ms
+    coordinator.consumer_groups.topics = relay.cluster
+    coordinator.refresh_topics = lambda names: relay.cluster.refresh(names, max_age_ms)
+    coordinator.consumer_groups.refresh_all_topics = lambda: relay.cluster.refresh_all(REGEX_BATCH_REFRESH_INTERVAL_MS)
 
 
 def _relay(options: ServiceOptions, bootstrap: str) -> Relay | None:

@@ -35,6 +35,14 @@ class CoordinatorConfig:
     offsets_commit_timeout_ms: int = _kafka("offsets.commit.timeout.ms", 5_000)
     offsets_load_buffer_size: int = _kafka("offsets.load.buffer.size", 5_242_880)  # the loader's fetch size
     offset_metadata_max_bytes: int = _kafka("offset.metadata.max.bytes", 4_096)
+    # Consumer groups (KIP-848), Kafka 4.1's GroupCoordinatorConfig defaults.
+    group_consumer_session_timeout_ms: int = _kafka("group.consumer.session.timeout.ms", 45_000)
+    group_consumer_min_session_timeout_ms: int = _kafka("group.consumer.min.session.timeout.ms", 45_000)
+    group_consumer_max_session_timeout_ms: int = _kafka("group.consumer.max.session.timeout.ms", 60_000)
+    group_consumer_heartbeat_interval_ms: int = _kafka("group.consumer.heartbeat.interval.ms", 5_000)
+    group_consumer_min_heartbeat_interval_ms: int = _kafka("group.consumer.min.heartbeat.interval.ms", 5_000)
+    group_consumer_max_heartbeat_interval_ms: int = _kafka("group.consumer.max.heartbeat.interval.ms", 15_000)
+    group_consumer_max_size: int = _kafka("group.consumer.max.size", INT32_MAX)
     # Kafka constants, not broker configs; overridable here for tests.
     new_member_join_timeout_ms: int = _kafka("NewMemberJoinTimeoutMs", 300_000)
     purgatory_purge_interval: int = _kafka("purgeInterval", 1_000)
@@ -44,6 +52,7 @@ class CoordinatorConfig:
             raise ValueError("group.max.size must be at least 1")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+        self._check_consumer_group_timeouts()
         if self.offsets_topic_num_partitions < 1:
             raise ValueError("offsets.topic.num.partitions must be at least 1")
         if self.offsets_topic_replication_factor is not None and self.offsets_topic_replication_factor < 1:
@@ -56,6 +65,21 @@ class CoordinatorConfig:
         # the record's metadata is an int16-length string (OffsetCommitValue): a longer one cannot be stored
         if not 0 <= self.offset_metadata_max_bytes <= INT16_MAX:
             raise ValueError(f"offset.metadata.max.bytes must be within 0..{INT16_MAX}")
+
+    def _check_consumer_group_timeouts(self) -> None:
+        """Kafka's GroupCoordinatorConfig checks: each value within its min and max, the interval below the
+        session timeout."""
+        for name, value, low, high in (
+                ("session.timeout.ms", self.group_consumer_session_timeout_ms,
+                 self.group_consumer_min_session_timeout_ms, self.group_consumer_max_session_timeout_ms),
+                ("heartbeat.interval.ms", self.group_consumer_heartbeat_interval_ms,
+                 self.group_consumer_min_heartbeat_interval_ms, self.group_consumer_max_heartbeat_interval_ms)):
+            if not low <= value <= high:
+                raise ValueError(f"group.consumer.{name} must be within group.consumer.min.{name} ({low}) and "
+                                 f"group.consumer.max.{name} ({high}), got {value}")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError("group.consumer.heartbeat.interval.ms must be less than "
+                             "group.consumer.session.timeout.ms")
 
     @property
     def offsets_retention_ms(self) -> int:

@@ -29,6 +29,8 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True, slots=True)

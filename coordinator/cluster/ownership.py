@@ -163,6 +163,12 @@ class GuardedService:
     def delete_offsets(self, request: api.OffsetDeleteRequest) -> Any:
         return self._checked().delete_offsets(request)
 
+    def consumer_group_heartbeat(self, request: Any) -> Any:
+        return self._checked().consumer_group_heartbeat(request)
+
+    def consumer_group_describe(self, group_ids: list[str]) -> Any:
+        return self._checked().consumer_group_describe(group_ids)
+
 
 class Ownership:
     """Made before the listener opens (its `service` is what the server calls); `await start(membership,

@@ -42,12 +42,24 @@ def handle_join_group(shard: GroupShard, req: JoinGroupRequest) -> Result[JoinGr
     return Result(future)
 
 
+def _consumer_group_join_error(shard: GroupShard, group_id: str) -> Errors | None:
+    """A classic JoinGroup for a KIP-848 group: classic members inside a consumer group are not served yet, so
+    a non-empty one refuses them (two protocols handing out the same partitions would consume records twice);
+    an empty one gives way to the classic group, as Kafka converts it."""
+    if shard.consumer_groups[group_id].members:
+        return Errors.INCONSISTENT_GROUP_PROTOCOL
+    del shard.consumer_groups[group_id]
+    return None
+
+
 def _join(shard: GroupShard, req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
     error = shard.group_status_error(req.group_id)
     if error is None and not (shard.config.group_min_session_timeout_ms <= req.session_timeout_ms
                               <= shard.config.group_max_session_timeout_ms):
         error = Errors.INVALID_SESSION_TIMEOUT
     is_unknown = req.member_id == UNKNOWN_MEMBER_ID
+    if error is None and req.group_id in shard.consumer_groups:
+        error = _consumer_group_join_error(shard, req.group_id)
     group = shard.groups.get(req.group_id)
     if error is None and group is None:
         if is_unknown:

@@ -10,7 +10,8 @@ from coordinator.group.api import JoinGroupProtocol
 from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
-from coordinator.group.records import GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition
+from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetCommitRecord, OffsetRecord, Record,
+                                      TopicPartition)
 from coordinator.group.state import GroupState
 
 
@@ -23,6 +24,8 @@ def materialize_group(group_id: str, records: Iterable[Record], now_ms: int, obs
     for replayed in records:
         if isinstance(replayed, GroupMetadataRecord):
             record = replayed.value
+        elif not isinstance(replayed, OffsetCommitRecord):
+            continue  # a consumer group's (KIP-848): replayed by the consumer groups, not here
         elif replayed.value is None:
             offsets.pop((replayed.topic, replayed.partition), None)
         else:

@@ -300,6 +300,12 @@ class GroupMetadata:
             return self._expired(now_ms, retention_ms, set(), lambda r: r.commit_timestamp_ms)
         return []
 
+    def expired_unsubscribed_offsets(self, now_ms: int, retention_ms: int, subscribed: set[str]
+                                     ) -> list[TopicPartition]:
+        """Offsets of topics not in `subscribed` due for expiry by their commit time (a KIP-848 consumer group's
+        offsets, kept here: ConsumerGroup.offsetExpirationCondition)."""
+        return self._expired(now_ms, retention_ms, subscribed, lambda r: r.commit_timestamp_ms)
+
     def _expired(self, now_ms: int, retention_ms: int, subscribed: set[str],
                  base: Callable[[OffsetRecord], int]) -> list[TopicPartition]:
         expired = []

@@ -14,6 +14,7 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, Offse
 from coordinator.group.delayed import member_key
 from coordinator.group.errors import Errors, offset_append_error
 from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
+from coordinator.group.modern.offsets import validate_offset_commit, validate_offset_fetch
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 from coordinator.group.records import OffsetCommitRecord
@@ -72,6 +73,12 @@ def handle_commit_offsets(shard: GroupShard, req: OffsetCommitRequest) -> Result
     error = shard.group_status_error(req.group_id, empty_id_ok=True)
     if error is not None:
         return Result(_commit_response(req, error))
+    consumer_group = shard.consumer_groups.get(req.group_id)
+    if consumer_group is not None:  # KIP-848: member epochs; the offsets live beside the classic ones
+        error = validate_offset_commit(consumer_group, req.member_id, req.generation_id, req.version)
+        if error is not None:
+            return Result(_commit_response(req, error))
+        return _commit(shard, shard.add_group(req.group_id), req)
     group = shard.groups.get(req.group_id)
     if group is None:
         if req.generation_id >= 0:  # a commit from an older generation, or a deleted group
@@ -85,6 +92,10 @@ def handle_commit_offsets(shard: GroupShard, req: OffsetCommitRequest) -> Result
     if group.state in (STABLE, PREPARING):
         member = group.get(req.member_id)
         shard.schedule_heartbeat(group, member, member.session_timeout_ms)
+    return _commit(shard, group, req)
+
+
+def _commit(shard: GroupShard, group: GroupMetadata, req: OffsetCommitRequest) -> Result[OffsetCommitResponse]:
     errors, offsets = _offset_records(shard, req)
     if not offsets:
         return Result(_commit_response(req, errors))  # every partition's metadata was too large: answer at once
@@ -149,6 +160,9 @@ def _offset_records(shard: GroupShard, req: OffsetCommitRequest
 # --- OffsetFetch ------------------------------------------------------------------------------------------
 def handle_fetch_offsets(shard: GroupShard, req: OffsetFetchRequest) -> OffsetFetchResponse:
     error = shard.group_status_error(req.group_id, empty_id_ok=True)
+    consumer_group = shard.consumer_groups.get(req.group_id)
+    if error is None and consumer_group is not None:
+        error = validate_offset_fetch(consumer_group, req.member_id, req.member_epoch)
     if error is not None:
         return OffsetFetchResponse(req.group_id, error)
     group = shard.groups.get(req.group_id)
@@ -226,7 +240,17 @@ def expire_offsets(shard: GroupShard) -> tuple[int, list[Write]]:
         return 0, []
     now_ms, retention_ms = shard.now_wall_ms(), shard.config.offsets_retention_ms
     return cleanup_groups(shard, list(shard.groups.values()),
-                          lambda g: g.remove_offsets(g.expired_offsets(now_ms, retention_ms)), Removal.EXPIRED)
+                          lambda g: g.remove_offsets(_expired_offsets(shard, g, now_ms, retention_ms)),
+                          Removal.EXPIRED)
+
+
+def _expired_offsets(shard: GroupShard, group: GroupMetadata, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+    """A KIP-848 group's offsets expire by commit time, never those of topics its members subscribe to."""
+    consumer_group = shard.consumer_groups.get(group.group_id)
+    if consumer_group is None:
+        return group.expired_offsets(now_ms, retention_ms)
+    subscribed = {t for m in consumer_group.members.values() for t in consumer_group.effective_topics(m)}
+    return group.expired_unsubscribed_offsets(now_ms, retention_ms, subscribed)
 
 
 def cleanup_groups(shard: GroupShard, groups: list[GroupMetadata], selector: GroupSelector,

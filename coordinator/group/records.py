@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+from coordinator.group.modern.records import ConsumerGroupRecord
+
 TopicPartition = tuple[str, int]
 
 
@@ -63,7 +65,7 @@ class OffsetCommitRecord:
     value: OffsetRecord | None
 
 
-Record = Union[GroupMetadataRecord, OffsetCommitRecord]
+Record = Union[GroupMetadataRecord, OffsetCommitRecord, ConsumerGroupRecord]
 
 
 def offset_commits(group_id: str, offsets: dict[TopicPartition, OffsetRecord]) -> list[Record]:

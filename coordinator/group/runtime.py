@@ -33,6 +33,10 @@ from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, De
                                    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
                                    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.metadata import GroupMetadata
+from coordinator.group.modern.heartbeat import HeartbeatRequest as HeartbeatRequestV2
+from coordinator.group.modern.heartbeat import HeartbeatResponse as HeartbeatResponseV2
+from coordinator.group.modern.service import ConsumerGroupService, modern_append_error
+from coordinator.group.modern.service import DescribedGroup as DescribedConsumerGroup
 from coordinator.group.observer import GroupObserver
 from coordinator.group.partitioner import cached_partition_for
 from coordinator.group.result import Result, Write
@@ -80,6 +84,10 @@ class GroupRuntime:
         for shard in self.shards:  # one instance owns every partition until told otherwise (step 2)
             shard.status = ShardStatus.ACTIVE
         self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
+        self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for, wall_clock=self.wall_clock)
+        # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the
+        # topics ConsumerGroupService.topics has are all there is
+        self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None
         self.is_active = True
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -128,6 +136,28 @@ class GroupRuntime:
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
         return HeartbeatResponse(
             self.handle_heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id))
+
+    async def consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
+        """ConsumerGroupHeartbeat (KIP-848): the subscribed topics are learnt first (a topic or partition the
+        cluster gained shows up in the target), then the group logic answers synchronously."""
+        names = req.subscribed_topic_names
+        if names is None:
+            group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
+            member = group.members.get(req.member_id) if group is not None else None
+            names = member.subscribed_topic_names if member is not None else ()
+        if names and self.refresh_topics is not None:
+            try:
+                await self.refresh_topics(list(names))
+            except Exception as exc:  # the cluster unreachable: serve with what we know
+                log.warning("event=topic_refresh_failed group=%s topics=%d error=%r", req.group_id, len(names), exc)
+        response, write = self.consumer_groups.heartbeat(req)
+        if write is None:
+            return response
+        [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))
+        return response if error == Errors.NONE else HeartbeatResponseV2(modern_append_error(error))
+
+    async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedConsumerGroup]:
+        return self.consumer_groups.describe(group_ids)
 
     async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
         return await self._serve(req.group_id, leave.handle_leave_group, req)
@@ -292,6 +322,8 @@ class GroupRuntime:
                 count += 1
                 if count % _LOAD_SLICE == 0:
                     await asyncio.sleep(0)  # the shards already served keep answering meanwhile
+            count += self.consumer_groups.load(shard, [r for r in loaded.consumer_records
+                                                       if self.partition_for(r.group_id) == partition])
             if shard.status is ShardStatus.LOADING:  # not given up meanwhile (lost or fenced: step 2)
                 shard.status = ShardStatus.ACTIVE if self.is_active else ShardStatus.STOPPED
         return count
@@ -303,6 +335,7 @@ class GroupRuntime:
             shard = self.shards[partition]
             shard.status = ShardStatus.UNOWNED
             shard.unload_all(Errors.NOT_COORDINATOR)
+            self.consumer_groups.unload(shard)
         await self.store.unload(partitions)
 
     def unload_group(self, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
@@ -318,6 +351,7 @@ class GroupRuntime:
         for shard in self.shards:
             shard.status = ShardStatus.STOPPED
             shard.unload_all(Errors.NOT_COORDINATOR)
+            self.consumer_groups.unload(shard)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

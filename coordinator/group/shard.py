@@ -23,6 +23,7 @@ from coordinator.group.delayed import (DelayedHeartbeat, DelayedJoin, DelayedSyn
                                        member_key, sync_key)
 from coordinator.group.loading import materialize_group
 from coordinator.group.member import MemberMetadata
+from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.group.result import Write
@@ -72,6 +73,7 @@ class GroupShard(SessionTracking):
         self.rebalance_purgatory = rebalance_purgatory
         self.status = ShardStatus.UNOWNED
         self.groups: dict[str, GroupMetadata] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (coordinator/group/modern)
         # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a
         # write group logic makes on its own (a timer emptied a group) alike, queued in the order made.
         self.append: Callable[[Write], object] = append if append is not None else _no_store

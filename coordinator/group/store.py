@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, field
 
+from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES, ConsumerGroupRecord
 from coordinator.group.records import (GroupMetadataRecord, GroupRecord, MemberRecord, OffsetRecord, Record,
                                       TopicPartition, offset_commits)
 from protocol.error_codes import Errors
@@ -51,6 +52,7 @@ class LoadedGroups:
 
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetRecord]] = field(default_factory=dict)
+    consumer_records: list[ConsumerGroupRecord] = field(default_factory=list)  # KIP-848 groups', to replay
     records: int = 0
     unknown_records: int = 0
     malformed_records: int = 0
@@ -94,6 +96,7 @@ class InMemoryGroupStore(GroupStore):
         self.groups: dict[str, GroupRecord] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetRecord]] = {}
         self.writes: list[list[Record]] = []
+        self.consumer_records: list[ConsumerGroupRecord] = []  # every one acknowledged, in order (not compacted)
         self._failures: list[Errors] = []
         self._holds: list[asyncio.Event] = []
         self.partition_of: dict[str, int] = {}  # where the runtime put each group
@@ -104,7 +107,8 @@ class InMemoryGroupStore(GroupStore):
         self.unloaded -= wanted
         mine = [g for g in dict.fromkeys([*self.groups, *self.offsets]) if self.partition_of.get(g, 0) in wanted]
         return LoadedGroups({g: copy.deepcopy(self.groups[g]) for g in mine if g in self.groups},
-                            {g: copy.deepcopy(self.offsets[g]) for g in mine if g in self.offsets})
+                            {g: copy.deepcopy(self.offsets[g]) for g in mine if g in self.offsets},
+                            [r for r in self.consumer_records if self.partition_of.get(r.group_id, 0) in wanted])
 
     async def unload(self, partitions: Collection[int]) -> None:
         self.unloaded.update(partitions)
@@ -138,7 +142,9 @@ class InMemoryGroupStore(GroupStore):
 
     def apply(self, records: list[Record]) -> None:
         for record in records:
-            if isinstance(record, GroupMetadataRecord):
+            if isinstance(record, CONSUMER_GROUP_RECORD_CLASSES):
+                self.consumer_records.append(record)
+            elif isinstance(record, GroupMetadataRecord):
                 if record.value is None:
                     self.groups.pop(record.group_id, None)
                 else:

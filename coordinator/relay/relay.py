@@ -48,7 +48,8 @@ class Relay:
         self.max_frame_bytes = max_frame_bytes
         self.pool = BufferPool(config.buffer_memory_bytes, config.poolable_bytes, config.max_block_ms)
         self.counters = RelayCounters()  # every link's requests and bytes, for the metrics
-        self.cluster = ClusterMetadata(self._refresh_topics, config.metadata_refresh_min_interval_ms)
+        self.cluster = ClusterMetadata(self._refresh_topics, config.metadata_refresh_min_interval_ms,
+                                       refresh_all=self._all_topics)
         self.brokers: dict[int, UpstreamBroker] = {}
         self.cluster_id: str | None = None
         self.advertised: dict[int, tuple[int, int]] = {}
@@ -179,14 +180,18 @@ class Relay:
                     errors.append(f"{host}:{port}: {exc!r}")
             raise UpstreamUnavailable("no upstream broker reachable: " + "; ".join(errors))
 
-    async def _learn_cluster(self) -> Any:
+    async def _learn_cluster(self, topics: tuple[Any, ...] | None = ()) -> Any:
+        """The cluster's brokers, and `topics` (None: every topic)."""
         client = await self._control_client()
         version = client.version_for(int(apis.ApiKey.METADATA), self.served[int(apis.ApiKey.METADATA)][1])
-        body = build(apis.request_class(apis.ApiKey.METADATA, version), topics=(), allow_auto_topic_creation=False,
+        body = build(apis.request_class(apis.ApiKey.METADATA, version), topics=topics, allow_auto_topic_creation=False,
                      include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
         response = await self.request(body)
         await self._observe_brokers(response)
         return response
+
+    async def _all_topics(self) -> Any:
+        return await self._learn_cluster(None)
 
     async def _refresh_topics(self, topics: list[str]) -> Any:
         client = await self._control_client()

@@ -11,7 +11,7 @@ Three routes (docs/relay.md has the table with the reasons):
   we would have to rewrite (KIP-951's NodeEndpoints in Produce v10+/Fetch v16+, DescribeQuorum v2's nodes).
 
 Anything else is not advertised: TxnOffsetCommit (28, transactional offsets belong with our groups; a later
-issue), the KIP-848 and share-group APIs (68, 69, 76-79: a second group protocol), DescribeCluster (60, its
+issue), the share-group APIs (76-79), DescribeCluster (60, its
 broker list would need rewriting; Admin clients fall back to Metadata), SASL and delegation tokens (17, 36,
 38-41: an authenticated upstream link would not authenticate the group APIs served here; on SASL listeners the
 relay adds 17 and 36, passed through with Kafka's sequence kept, coordinator/security/sasl_passthrough.py), and APIs newer

@@ -31,6 +31,9 @@ from coordinator.storage.records import (
     GroupMetadataKey, OffsetCommitKey, OffsetRecord, RecordFormatError, UnknownKey,
     decode_group_metadata_value, decode_key, decode_offset_commit_value,
 )
+from coordinator.group.modern.records import ConsumerGroupRecord
+from coordinator.storage.consumer_records import CONSUMER_GROUP_TYPES
+from coordinator.storage.consumer_records import decode as decode_consumer_record
 from coordinator.timer.clock import Clock
 from coordinator.storage.kafka_logs import librdkafka_logger
 from coordinator.security.clusters import secured
@@ -75,6 +78,10 @@ class StateReplay:
             elif isinstance(key, OffsetCommitKey):
                 value = None if value_bytes is None else decode_offset_commit_value(value_bytes)
                 self._apply_offset(key, value)
+            elif key.version in CONSUMER_GROUP_TYPES:  # replayed by the consumer groups, in this order
+                record = decode_consumer_record(key_bytes, value_bytes)
+                if record is not None:
+                    self._state.consumer_records.append(record)
             else:
                 self._unknown(key, where)
         except RecordFormatError as exc:

@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass
 from typing import Union
 
+from coordinator.storage import consumer_records
+from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES
 from coordinator.group.records import (GroupMetadataRecord, GroupRecord, MemberRecord, OffsetCommitRecord,
                                       OffsetRecord, Record)
 from coordinator.storage._wire import Reader, RecordFormatError, Writer
@@ -319,6 +321,8 @@ def encode(record: Record) -> tuple[bytes, bytes | None]:
     if type(record) is GroupMetadataRecord:
         key = encode_key(GroupMetadataKey(record.group_id))
         return key, None if record.value is None else encode_group_metadata_value(record.value)
+    if isinstance(record, CONSUMER_GROUP_RECORD_CLASSES):  # KIP-848 (coordinator/storage/consumer_records.py)
+        return consumer_records.encode_key(record), consumer_records.encode_value(record)
     raise TypeError(f"no state-topic encoding for {type(record).__name__}")
 
 

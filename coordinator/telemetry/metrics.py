@@ -19,7 +19,8 @@ from typing import Any, Callable
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from coordinator.group.observer import GroupObserver, RebalanceCause
-from coordinator.group.records import GroupMetadataRecord, Record
+from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES
+from coordinator.group.records import GroupMetadataRecord, OffsetCommitRecord, Record
 from coordinator.group.state import GroupState
 
 GROUP_STATES = tuple(state.value for state in GroupState)
@@ -252,7 +253,11 @@ class MetricsObserver(GroupObserver):
 
 
 def _record_kind(records: Sequence[Record]) -> str:
-    """group: a group's metadata; offsets: committed offsets; tombstones: deletions only."""
+    """group: a group's metadata; consumer_group: a KIP-848 group's records; offsets: committed offsets;
+    tombstones: deletions only."""
+    if any(isinstance(r, CONSUMER_GROUP_RECORD_CLASSES) for r in records):
+        return "consumer_group"
     if any(isinstance(r, GroupMetadataRecord) and r.value is not None for r in records):
         return "group"
-    return "offsets" if any(r.value is not None for r in records) else "tombstones"
+    offsets = (r for r in records if isinstance(r, OffsetCommitRecord))
+    return "offsets" if any(r.value is not None for r in offsets) else "tombstones"

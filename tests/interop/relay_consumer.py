@@ -1,9 +1,10 @@
 """A stock Kafka consumer in its own process, for the relay tests (it holds no tests itself).
 
-`python -m tests.interop.relay_consumer --kind confluent|aiokafka ...` subscribes, and after every batch it
-consumes commits synchronously and prints one JSON line: {"event": "consumed", "records": [[partition, offset,
-value], ...], "committed": bool}. Assignment changes print {"event": "assigned", "partitions": [...]}. SIGTERM
-closes the consumer cleanly (LeaveGroup) and prints {"event": "closed"}; SIGKILL is the crash the tests want.
+`python -m tests.interop.relay_consumer --kind confluent|aiokafka [--protocol classic|consumer] ...` subscribes,
+and after every batch it consumes commits synchronously and prints one JSON line: {"event": "consumed",
+"records": [[partition, offset, value], ...], "committed": bool}. Assignment changes print {"event":
+"assigned", "partitions": [...]}. SIGTERM closes the consumer cleanly (LeaveGroup) and prints {"event":
+"closed"}; SIGKILL is the crash the tests want.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
     from confluent_kafka import Consumer, KafkaException
 
     owned: set[int] = set()
-    cooperative = args.assignor == "cooperative-sticky"
+    # KIP-848's protocol hands partitions out incrementally, like the cooperative classic assignor
+    cooperative = args.assignor == "cooperative-sticky" or args.protocol == "consumer"
 
     def on_assign(consumer: Any, partitions: list[Any]) -> None:
         owned.update(tp.partition for tp in partitions)
@@ -43,13 +45,17 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
             consumer.unassign()
         emit("assigned", partitions=sorted(owned))
 
-    consumer = Consumer({
+    config = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.name,
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "partition.assignment.strategy": args.assignor, "session.timeout.ms": args.session_ms,
-        "heartbeat.interval.ms": max(args.session_ms // 6, 100), "topic.metadata.refresh.interval.ms": 2_000,
+        "auto.offset.reset": "earliest", "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 2_000,
         **dict(setting.split("=", 1) for setting in args.setting),
-    })
+    }
+    if args.protocol == "consumer":  # the coordinator decides the assignor, timeouts and heartbeat interval
+        config.update({"group.protocol": "consumer", "group.remote.assignor": args.assignor})
+    else:
+        config.update({"partition.assignment.strategy": args.assignor, "session.timeout.ms": args.session_ms,
+                       "heartbeat.interval.ms": max(args.session_ms // 6, 100)})
+    consumer = Consumer(config)
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
     try:
         while not stop.is_set():
@@ -140,6 +146,7 @@ def main() -> None:
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                         help="a client setting by librdkafka's name (e.g. security.protocol=ssl); aiokafka takes "
                              "the security ones")
+    parser.add_argument("--protocol", choices=["classic", "consumer"], default="classic")
     args = parser.parse_args()
     if args.kind == "confluent":
         stop = threading.Event()

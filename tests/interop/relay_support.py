@@ -88,11 +88,11 @@ class ConsumerProcess:
     """One stock consumer (tests/interop/relay_consumer.py) in its own process, its JSON lines collected."""
 
     def __init__(self, kind: str, name: str, bootstrap: str, topic: str, group: str, assignor: str,
-                 session_ms: int = 6_000, settings: dict[str, str] | None = None) -> None:
+                 session_ms: int = 6_000, settings: dict[str, str] | None = None, protocol: str = "classic") -> None:
         self.kind, self.name = kind, name
         self.command = [sys.executable, "-m", "tests.interop.relay_consumer", "--kind", kind, "--name", name,
                         "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--assignor", assignor,
-                        "--session-ms", str(session_ms),
+                        "--session-ms", str(session_ms), "--protocol", protocol,
                         *(arg for key, value in (settings or {}).items() for arg in ("--setting", f"{key}={value}"))]
         self.assigned: list[int] = []
         self.records: list[tuple[int, int, str, bool]] = []  # (partition, offset, value, committed)
@@ -151,12 +151,14 @@ class JavaMember:
 
     kind = "java"
 
-    def __init__(self, name: str, bootstrap: str, topic: str, group: str, assignor: str, session_ms: int) -> None:
+    def __init__(self, name: str, bootstrap: str, topic: str, group: str, assignor: str, session_ms: int,
+                 protocol: str = "classic") -> None:
         from tests.interop.java_consumer import JavaConsumer
 
         self.name = name
         self.consumer = JavaConsumer(bootstrap, group, topic, assignor=assignor, session_timeout_ms=session_ms,
-                                     heartbeat_interval_ms=max(session_ms // 6, 100), client_id=name)
+                                     heartbeat_interval_ms=max(session_ms // 6, 100), client_id=name,
+                                     group_protocol=protocol)
         self.stderr = b""
 
     async def start(self) -> JavaMember:
@@ -187,13 +189,15 @@ class JavaMember:
 
 
 async def start_consumers(specs: list[tuple[str, str]], bootstrap: str, topic: str, group: str,
-                          assignor: str, session_ms: int = 6_000) -> list[Any]:
+                          assignor: str, session_ms: int = 6_000, protocol: str = "classic") -> list[Any]:
     started: list[Any] = []
     for kind, name in specs:
         if kind == "java":
-            started.append(await asyncio.to_thread(JavaMember, name, bootstrap, topic, group, assignor, session_ms))
+            started.append(await asyncio.to_thread(JavaMember, name, bootstrap, topic, group, assignor, session_ms,
+                                                   protocol))
         else:
-            started.append(await ConsumerProcess(kind, name, bootstrap, topic, group, assignor, session_ms).start())
+            started.append(await ConsumerProcess(kind, name, bootstrap, topic, group, assignor, session_ms,
+                                                 protocol).start())
     return started
 
 
