@@ -1,0 +1,280 @@
+"""Simulated consumers: the classic protocol as Kafka's Java consumer speaks it, against the runtime's typed API.
+
+A consumer joins (the MEMBER_ID_REQUIRED round trip of JoinGroup v4+, or straight in with a group.instance.id),
+syncs (the leader assigns with the range assignor over the members' subscriptions), fetches its partitions'
+committed offsets (require_stable, retried on UNSTABLE_OFFSET_COMMIT), then heartbeats every heartbeat interval
+and commits every commit interval until told to rebalance. Like the Java client it commits before it rejoins
+on REBALANCE_IN_PROGRESS (eager revocation), forgets its member id and generation on UNKNOWN_MEMBER_ID and
+ILLEGAL_GENERATION, backs off and retries on COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE /
+NOT_COORDINATOR and dropped connections, and stops for good on FENCED_INSTANCE_ID.
+
+Committed offsets come from one counter per partition shared by every consumer of the run, so a later commit
+always carries a larger offset: an offset that goes backwards is a lost or reordered commit, never a
+legitimate one.
+
+Faults act on a consumer from outside: `hang_until` (the process stops sending, its sessions run out), a latency
+factor (slowness), and cancelling its task (a crash: no LeaveGroup).
+"""
+from __future__ import annotations
+
+import asyncio
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from coordinator.group.api import (JoinGroupProtocol, JoinGroupRequest, LeaveGroupRequest, MemberIdentity,
+                                   OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+                                   OffsetFetchRequest, OffsetFetchRequestTopic, SyncGroupRequest,
+                                   SyncGroupRequestAssignment, HeartbeatRequest)
+from coordinator.loadgen.assignors import range_assign
+from protocol.consumer_protocol import (Subscription, decode_assignment, decode_subscription, encode_assignment,
+                                        encode_subscription)
+from protocol.error_codes import Errors
+from simulator.instance import Disconnected
+
+if TYPE_CHECKING:
+    from simulator.run import Simulation
+
+RETRIABLE = frozenset({Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE,
+                       Errors.NOT_COORDINATOR, Errors.REQUEST_TIMED_OUT})
+RESET = frozenset({Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION})
+# What a classic consumer may hear from a coordinator; anything else is reported.
+EXPECTED = frozenset({Errors.NONE, Errors.MEMBER_ID_REQUIRED, Errors.REBALANCE_IN_PROGRESS,
+                      Errors.FENCED_INSTANCE_ID, Errors.UNSTABLE_OFFSET_COMMIT}) | RETRIABLE | RESET
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    name: str  # client.id
+    instance_id: str | None  # group.instance.id: a static member
+    session_ms: int
+    rebalance_ms: int
+    heartbeat_ms: int
+    commit_ms: int
+    join_version: int = 9
+
+
+class Fenced(Exception):
+    pass
+
+
+class Rejoin(Exception):
+    """Leave the steady loop and join again."""
+
+
+class SimConsumer:
+    def __init__(self, sim: Simulation, group_id: str, topics: dict[str, int], spec: MemberSpec,
+                 incarnation: int) -> None:
+        self.sim = sim
+        self.group_id = group_id
+        self.topics = topics
+        self.spec = spec
+        self.name = f"{spec.name}#{incarnation}"
+        self.member_id = ""
+        self.generation = -1
+        self.owned: list[tuple[str, int]] = []
+        self.hang_until_ms = 0
+        self.slow_factor = 1
+        self.subscription = encode_subscription(Subscription(tuple(sorted(topics))))
+        self.task: asyncio.Task[None] | None = None
+
+    # --- the consumer's life ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.task = self.sim.loop.create_task(self._live(), name=self.name)
+
+    def crash(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def leave(self) -> None:
+        """Close the consumer: a dynamic member leaves the group (a static one just goes, as Java's does)."""
+        if self.task is not None:
+            self.task.cancel()
+        if self.spec.instance_id is None and self.member_id:
+            request = LeaveGroupRequest(self.group_id, [MemberIdentity(self.member_id, None, "closing")],
+                                        client_id=self.name)
+            try:
+                await self._call("leave_group", request)
+            except Disconnected:
+                pass
+
+    async def _live(self) -> None:
+        try:
+            while True:
+                try:
+                    await self._join_and_sync()
+                    await self._fetch_offsets()
+                    await self._steady()
+                except Rejoin:
+                    continue
+        except Fenced:
+            self.sim.history.record("fenced", client=self.name, member=self.member_id)
+
+    # --- join and sync ----------------------------------------------------------------------------------------
+    async def _join_and_sync(self) -> None:
+        while True:
+            response = await self._join()
+            assignments: list[SyncGroupRequestAssignment] = []
+            if response.leader == self.member_id and not response.skip_assignment:
+                subscriptions = {m.member_id: decode_subscription(m.metadata)[1] for m in response.members}
+                assigned = range_assign(subscriptions, self.topics)
+                assignments = [SyncGroupRequestAssignment(member, encode_assignment(assignment))
+                               for member, assignment in assigned.items()]
+            request = SyncGroupRequest(self.group_id, self.generation, self.member_id, self.spec.instance_id,
+                                       "consumer", "range", assignments, client_id=self.name)
+            sync = await self._request("sync_group", request)
+            if sync is None:
+                continue
+            error = sync.error_code
+            if error == Errors.NONE:
+                _, assignment = decode_assignment(sync.assignment) if sync.assignment else (0, None)
+                self.owned = ([(topic, p) for topic, partitions in assignment.partitions for p in partitions]
+                              if assignment is not None else [])
+                self.sim.history.record("assigned", client=self.name, group=self.group_id, member=self.member_id,
+                                        gen=self.generation, partitions=tuple(self.owned))
+                # a static member's restart takes over its assignment under a new member id: the owner is the instance
+                owner = self.spec.instance_id or self.member_id
+                self.sim.checkers.assigned(self.group_id, self.generation, owner, self.owned)
+                return
+            self._on_error(error, "sync")
+
+    async def _join(self) -> Any:
+        while True:
+            request = JoinGroupRequest(self.group_id, self.spec.session_ms, self.spec.rebalance_ms, self.member_id,
+                                       self.spec.instance_id, "consumer",
+                                       [JoinGroupProtocol("range", self.subscription)],
+                                       version=self.spec.join_version, client_id=self.name,
+                                       client_host=f"/10.0.0.{zlib.crc32(self.spec.name.encode()) % 250 + 1}")
+            response = await self._request("join_group", request)
+            if response is None:
+                continue
+            error = response.error_code
+            if error == Errors.NONE:
+                self.member_id = response.member_id
+                self.generation = response.generation_id
+                return response
+            if error == Errors.MEMBER_ID_REQUIRED:
+                self.member_id = response.member_id
+                continue
+            try:
+                self._on_error(error, "join")
+            except Rejoin:
+                continue
+
+    # --- while a member of the generation ---------------------------------------------------------------------
+    async def _fetch_offsets(self) -> None:
+        if not self.owned:
+            return
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in self.owned:
+            by_topic.setdefault(topic, []).append(partition)
+        request = OffsetFetchRequest(self.group_id, [OffsetFetchRequestTopic(t, ps) for t, ps in by_topic.items()],
+                                     require_stable=True)
+        while True:
+            response = await self._request("fetch_offsets", request)
+            if response is None:
+                continue
+            if response.error_code != Errors.NONE:
+                self._on_error(response.error_code, "fetch")
+                continue
+            unstable = [p for t in response.topics for p in t.partitions
+                        if p.error_code == Errors.UNSTABLE_OFFSET_COMMIT]
+            if unstable:
+                await self._sleep(self.sim.rng_client.randint(50, 300))
+                continue
+            for topic in response.topics:
+                for p in topic.partitions:
+                    self.sim.checkers.fetched(self.group_id, (topic.name, p.partition_index), p.committed_offset,
+                                              self.name)
+            return
+
+    async def _steady(self) -> None:
+        rng = self.sim.rng_client
+        now = self.sim.now_ms
+        next_heartbeat = now() + self.spec.heartbeat_ms
+        next_commit = now() + rng.randint(0, self.spec.commit_ms)
+        while True:
+            wake = min(next_heartbeat, next_commit)
+            await self._sleep(max(wake - now(), 0))
+            if now() >= next_commit:
+                next_commit = now() + self.spec.commit_ms
+                await self._commit()
+            if now() >= next_heartbeat:
+                next_heartbeat = now() + self.spec.heartbeat_ms
+                await self._heartbeat()
+
+    async def _heartbeat(self) -> None:
+        request = HeartbeatRequest(self.group_id, self.generation, self.member_id, self.spec.instance_id)
+        response = await self._request("heartbeat", request)
+        if response is None or response.error_code == Errors.NONE:
+            return
+        if response.error_code == Errors.REBALANCE_IN_PROGRESS:
+            await self._commit()  # eager revocation: commit what was consumed, then rejoin
+        self._on_error(response.error_code, "heartbeat")
+
+    async def _commit(self) -> None:
+        if not self.owned:
+            return
+        offsets = {tp: self.sim.next_offset(self.group_id, tp) for tp in self.owned}
+        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+        for (topic, partition), offset in offsets.items():
+            by_topic.setdefault(topic, []).append(OffsetCommitRequestPartition(partition, offset,
+                                                                               committed_metadata=self.name))
+        request = OffsetCommitRequest(self.group_id, self.generation, self.member_id,
+                                      [OffsetCommitRequestTopic(t, ps) for t, ps in by_topic.items()],
+                                      self.spec.instance_id)
+        response = await self._request("commit_offsets", request)
+        if response is None:
+            return
+        errors = {p.error_code for t in response.topics for p in t.partitions}
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.error_code == Errors.NONE:
+                    tp = (topic.name, p.partition_index)
+                    self.sim.checkers.committed(self.group_id, tp, offsets[tp], self.name)
+        for error in errors - {Errors.NONE}:
+            if error in RETRIABLE:
+                continue
+            self._on_error(error, "commit")
+
+    # --- errors and the wire ----------------------------------------------------------------------------------
+    def _on_error(self, error: Errors, api: str) -> None:
+        """Raises Rejoin (or Fenced); returns for errors the caller just retries after a back-off."""
+        if error not in EXPECTED:
+            self.sim.checkers.unexpected_error(self.name, api, error)
+        if error == Errors.FENCED_INSTANCE_ID:
+            raise Fenced()
+        if error in RESET:
+            self.member_id, self.generation, self.owned = "", -1, []
+            raise Rejoin()
+        if error in RETRIABLE and api in ("heartbeat", "commit", "fetch"):
+            return
+        raise Rejoin()
+
+    async def _request(self, api: str, request: Any) -> Any:
+        """The response, or None after a back-off when the connection failed."""
+        try:
+            response = await self._call(api, request)
+        except Disconnected:
+            await self._sleep(self.sim.rng_client.randint(100, 1_000))
+            return None
+        error = getattr(response, "error_code", None)
+        if error in RETRIABLE and api in ("join_group", "sync_group", "fetch_offsets"):
+            await self._sleep(self.sim.rng_client.randint(100, 1_000))  # retry.backoff.ms, with jitter
+        return response
+
+    async def _call(self, api: str, request: Any) -> Any:
+        sim = self.sim
+        if self.hang_until_ms > sim.now_ms():
+            await self._sleep(self.hang_until_ms - sim.now_ms())
+        await self._sleep(sim.latency_ms() * self.slow_factor)
+        instance = sim.coordinator
+        if instance is None or not instance.alive:
+            await self._sleep(sim.rng_client.randint(50, 500))
+            raise Disconnected("connection refused")
+        response = await instance.serve(api, request, self.name, self.member_id)
+        await self._sleep(sim.latency_ms() * self.slow_factor)
+        return response
+
+    async def _sleep(self, ms: int) -> None:
+        await asyncio.sleep(ms / 1000)
