@@ -22,7 +22,8 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from coordinator.group.api import (JoinGroupProtocol, JoinGroupRequest, LeaveGroupRequest, MemberIdentity,
+from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest,
+                                   OffsetDeleteRequest, OffsetDeleteRequestTopic, JoinGroupProtocol, JoinGroupRequest, LeaveGroupRequest, MemberIdentity,
                                    OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
                                    OffsetFetchRequest, OffsetFetchRequestTopic, SyncGroupRequest,
                                    SyncGroupRequestAssignment, HeartbeatRequest)
@@ -267,14 +268,57 @@ class SimConsumer:
         sim = self.sim
         if self.hang_until_ms > sim.now_ms():
             await self._sleep(self.hang_until_ms - sim.now_ms())
-        await self._sleep(sim.latency_ms() * self.slow_factor)
-        instance = sim.coordinator
-        if instance is None or not instance.alive:
-            await self._sleep(sim.rng_client.randint(50, 500))
-            raise Disconnected("connection refused")
-        response = await instance.serve(api, request, self.name, self.member_id)
-        await self._sleep(sim.latency_ms() * self.slow_factor)
-        return response
+        return await sim.call(self.name, self.member_id, api, request, self.slow_factor)
 
     async def _sleep(self, ms: int) -> None:
         await asyncio.sleep(ms / 1000)
+
+
+class SimAdmin:
+    """An operator with the admin client: now and then resets a group's offsets (an OffsetCommit with
+    generation -1, as `kafka-consumer-groups --reset-offsets` does; only an Empty group accepts it), deletes a
+    group's offsets or the group itself (only Empty groups), describes and lists groups."""
+
+    def __init__(self, sim: Simulation, groups: dict[str, dict[str, int]], every_ms: tuple[int, int]) -> None:
+        self.sim = sim
+        self.groups = groups
+        self.every_ms = every_ms
+        self.name = "admin"
+
+    async def run(self) -> None:
+        rng = self.sim.rng_client
+        while True:
+            await asyncio.sleep(rng.randint(*self.every_ms) / 1000)
+            group_id = rng.choice(sorted(self.groups))
+            operation = rng.choice(("reset", "reset", "delete_offsets", "delete_group", "describe", "list"))
+            try:
+                await getattr(self, f"_{operation}")(group_id)
+            except Disconnected:
+                pass
+
+    async def _reset(self, group_id: str) -> None:
+        topics = self.groups[group_id]
+        offsets = {(t, p): self.sim.next_offset(group_id, (t, p)) for t, n in topics.items() for p in range(n)}
+        request = OffsetCommitRequest(group_id, -1, "", [
+            OffsetCommitRequestTopic(t, [OffsetCommitRequestPartition(p, offsets[(t, p)], committed_metadata="reset")
+                                         for p in range(n)]) for t, n in topics.items()])
+        response = await self.sim.call(self.name, "", "commit_offsets", request)
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.error_code == Errors.NONE:
+                    tp = (topic.name, p.partition_index)
+                    self.sim.checkers.committed(group_id, tp, offsets[tp], self.name)
+
+    async def _delete_offsets(self, group_id: str) -> None:
+        request = OffsetDeleteRequest(group_id, [OffsetDeleteRequestTopic(t, list(range(n)))
+                                                 for t, n in self.groups[group_id].items()])
+        await self.sim.call(self.name, "", "delete_offsets", request)
+
+    async def _delete_group(self, group_id: str) -> None:
+        await self.sim.call(self.name, "", "delete_groups", DeleteGroupsRequest([group_id]))
+
+    async def _describe(self, group_id: str) -> None:
+        await self.sim.call(self.name, "", "describe_groups", DescribeGroupsRequest([group_id]))
+
+    async def _list(self, group_id: str) -> None:
+        await self.sim.call(self.name, "", "list_groups", ListGroupsRequest())

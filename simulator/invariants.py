@@ -66,10 +66,12 @@ class Checkers:
         self.now_ms = now_ms
         self.violations: list[Violation] = []
         self._must_keep: dict[Key, tuple[int, int]] = {}  # offset key -> (offset, write id) answered NONE
-        self._owners: dict[tuple[str, int], dict[tuple[str, int], str]] = {}
-        self._assignments: dict[tuple[str, int, str], tuple[tuple[str, int], ...]] = {}
-        self._stable: set[tuple[str, int]] = set()
+        self._owners: dict[tuple[str, int, int], dict[tuple[str, int], str]] = {}
+        self._assignments: dict[tuple[str, int, int, str], tuple[tuple[str, int], ...]] = {}
+        self._stable: set[tuple[str, int, int]] = set()
         self._states: dict[tuple[int, str], str] = {}
+        # A deleted (Dead) group id starts a new life when used again, with generations from 0: keyed apart.
+        self._lives: dict[str, int] = {}
         self._session_reset_ms: dict[str, int] = {}
         history.listeners.append(self._see)
 
@@ -97,10 +99,14 @@ class Checkers:
         if last is not None and last != old:
             self.violation("transitions", f"group {group}: moved from {old} but was last seen {last}")
         self._states[key] = new
+        life = self._lives.get(group, 0)
         if new == "Stable":
-            if (group, gen) in self._stable:
+            if (group, life, gen) in self._stable:
                 self.violation("generation_once", f"group {group} generation {gen} became Stable twice")
-            self._stable.add((group, gen))
+            self._stable.add((group, life, gen))
+        elif new == "Dead":
+            del self._states[key]
+            self._lives[group] = life + 1
 
     def _expired(self, f: dict[str, Any]) -> None:
         member, session_ms = f["member"], f["session_ms"]
@@ -195,11 +201,12 @@ class Checkers:
         """`member_id`: the owner — a static member's group.instance.id, which keeps its assignment when the
         member restarts under a new member id (KIP-345)."""
         self.sync_answered(group_id, generation)
-        previous = self._assignments.setdefault((group_id, generation, member_id), tuple(owned))
+        life = self._lives.get(group_id, 0)
+        previous = self._assignments.setdefault((group_id, life, generation, member_id), tuple(owned))
         if previous != tuple(owned):
             self.violation("single_owner", f"{member_id} of {group_id} generation {generation} was assigned "
                                            f"{previous} and then {tuple(owned)}")
-        owners = self._owners.setdefault((group_id, generation), {})
+        owners = self._owners.setdefault((group_id, life, generation), {})
         for tp in owned:
             owner = owners.setdefault(tp, member_id)
             if owner != member_id:

@@ -22,9 +22,9 @@ from typing import Any, Iterator
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group import join
-from simulator.clients import MemberSpec, SimConsumer
+from simulator.clients import MemberSpec, SimAdmin, SimConsumer
 from simulator.history import History
-from simulator.instance import CoordinatorInstance
+from simulator.instance import CoordinatorInstance, Disconnected
 from simulator.invariants import Checkers, Violation
 from simulator.kafka import KafkaFaults, SimKafka
 from simulator.ledger import Ledger
@@ -59,14 +59,16 @@ class Scenario:
     kafka: KafkaFaults
     groups: list[GroupSpec]
     faults: list[Fault]
+    admin_every_ms: tuple[int, int] | None  # None: no operator
 
     def describe(self) -> str:
         members = sum(len(g.members) for g in self.groups)
         kinds: dict[str, int] = {}
         for fault in self.faults:
             kinds[fault.kind] = kinds.get(fault.kind, 0) + 1
+        admin = "no admin" if self.admin_every_ms is None else f"admin every {self.admin_every_ms} ms"
         return (f"{len(self.groups)} groups, {members} consumers, {self.config.offsets_topic_num_partitions} "
-                f"state partitions, {self.duration_ms // 1000}s, faults {kinds}")
+                f"state partitions, {self.duration_ms // 1000}s, {admin}, faults {kinds}")
 
 
 def make_scenario(seed: int) -> Scenario:
@@ -98,7 +100,8 @@ def make_scenario(seed: int) -> Scenario:
     faults = sorted((Fault(rng.randint(5_000, duration_ms - 5_000), rng.choice(FAULT_KINDS), rng.randrange(slot),
                            rng.choice([200, 2_000, 8_000, 20_000, 40_000]))
                      for _ in range(rng.randint(0, 12))), key=lambda f: (f.at_ms, f.kind, f.target))
-    return Scenario(seed, duration_ms, config, kafka, groups, faults)
+    admin = rng.choice([None, (5_000, 30_000), (1_000, 5_000)])
+    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin)
 
 
 class MemberSlot:
@@ -148,6 +151,17 @@ class Simulation:
     def latency_ms(self) -> int:
         return self.rng_net.choice((0, 1, 1, 2, 3, 5, 10, 50))
 
+    async def call(self, client: str, member_id: str, api: str, request: Any, slow_factor: int = 1) -> Any:
+        """A request over the network to the coordinator, the answer back; Disconnected if there is none."""
+        await asyncio.sleep(self.latency_ms() * slow_factor / 1000)
+        instance = self.coordinator
+        if instance is None or not instance.alive:
+            await asyncio.sleep(self.rng_net.randint(50, 500) / 1000)
+            raise Disconnected("connection refused")
+        response = await instance.serve(api, request, client, member_id)
+        await asyncio.sleep(self.latency_ms() * slow_factor / 1000)
+        return response
+
     def next_offset(self, group_id: str, tp: tuple[str, int]) -> int:
         key = (group_id, tp[0], tp[1])
         self._offsets[key] = offset = self._offsets.get(key, 0) + 1
@@ -161,10 +175,17 @@ class Simulation:
         for fault in self.scenario.faults:
             self.loop.call_at(fault.at_ms / 1000, self._inject, fault)
         self.loop.call_later(30, self._compact_periodically)
+        admin = None
+        if self.scenario.admin_every_ms is not None:
+            operator = SimAdmin(self, {g.group_id: g.topics for g in self.scenario.groups},
+                                self.scenario.admin_every_ms)
+            admin = self.loop.create_task(operator.run())
         await asyncio.sleep(self.scenario.duration_ms / 1000)
         self._running = False
         for slot in self.slots:
             slot.stop()
+        if admin is not None:
+            admin.cancel()
         self._outages = 0
         self.kafka.come_up()
         if self.coordinator is None:
