@@ -10,7 +10,8 @@
                      request that reset it (heartbeat, SyncGroup, OffsetCommit answered without error)
   transitions        each state change follows Kafka's table (GroupMetadata.scala, restated here, not imported)
                      and starts from the state the group was last seen in
-  parked_answered    every request a live coordinator received is answered (at the end, after a quiet period)
+  parked_answered    every request a live coordinator received is answered, within a bound (two rebalance
+                     timeouts, a sync phase, a write); none is left at the end, after a quiet period
   answer_after_ack   a commit answered NONE was acknowledged by Kafka before the answer; so was the group
                      record of a generation whose SyncGroup was answered NONE
   reload_equals_acked after a (re)load, each group's offsets and record are what Kafka acknowledged (or a later
@@ -46,6 +47,9 @@ KAFKA_TRANSITIONS: dict[str, frozenset[str]] = {
 INVARIANTS = ("durable_commit", "single_owner", "generation_once", "session_expiry", "transitions",
               "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors")
 MAX_VIOLATIONS = 20
+# The longest a request may stay parked: two rebalance timeouts (a join phase nobody completes is given another),
+# the initial rebalance delay, a sync phase and a write's timeout. The scenarios keep rebalance.timeout.ms <= 30 s.
+PARKED_AT_MOST_MS = 2 * 30_000 + 3_000 + 30_000 + 5_000 + 10_000
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,9 @@ class Checkers:
     # --- from the instances -----------------------------------------------------------------------------------
     def answered(self, instance: CoordinatorInstance, pending: Pending, response: Any) -> None:
         api = pending.api
+        waited_ms = self.now_ms() - pending.arrived_ms
+        if waited_ms > PARKED_AT_MOST_MS:
+            self.violation("parked_answered", f"{api} from {pending.client} was answered after {waited_ms} ms")
         error = getattr(response, "error_code", None)
         resets = (api == "heartbeat" and error in (Errors.NONE, Errors.REBALANCE_IN_PROGRESS)
                   or api == "sync_group" and error == Errors.NONE

@@ -32,8 +32,8 @@ from simulator.loop import SimulationStuck, VirtualLoop
 
 QUIET_MS = 600_000
 FINAL_LOAD_WAIT_MS = 120_000
-FAULT_KINDS = ("member_crash", "member_leave", "member_hang", "member_slow", "instance_crash", "kafka_outage",
-               "compaction")
+FAULT_KINDS = ("member_crash", "member_leave", "member_hang", "member_slow", "member_zombie", "instance_crash",
+               "kafka_outage", "compaction")
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ class MemberSlot:
         self.sim, self.group, self.spec = sim, group, spec
         self.incarnation = 0
         self.consumer: SimConsumer | None = None
+        self.zombies: list[SimConsumer] = []  # replaced while hung, still running
 
     def start(self) -> None:
         self.incarnation += 1
@@ -119,6 +120,9 @@ class MemberSlot:
         self.consumer.start()
 
     def stop(self) -> None:
+        for zombie in self.zombies:
+            zombie.crash()
+        self.zombies.clear()
         if self.consumer is not None:
             self.consumer.crash()
             self.consumer = None
@@ -227,6 +231,12 @@ class Simulation:
         elif fault.kind == "member_hang":
             if slot.consumer is not None:
                 slot.consumer.hang_until_ms = self.now_ms() + fault.duration_ms
+        elif fault.kind == "member_zombie":  # it hangs, is replaced meanwhile, and comes back
+            if slot.consumer is not None:
+                slot.consumer.hang_until_ms = self.now_ms() + fault.duration_ms
+                slot.zombies.append(slot.consumer)
+                slot.consumer = None
+                later(self.rng_faults.randint(0, fault.duration_ms) / 1000, self._restart_slot, slot)
         elif fault.kind == "member_slow":
             if slot.consumer is not None:
                 consumer = slot.consumer

@@ -191,6 +191,14 @@ def test_parked_answered_fails_for_a_request_left_parked() -> None:
     assert quiet.invariants() == set()
 
 
+def test_parked_answered_fails_for_a_request_answered_too_late() -> None:
+    world = World()
+    world.now = 200_000
+    pending = Pending(7, "join_group", GROUP, "m", "c", 0, None)  # type: ignore[arg-type]
+    world.checkers.answered(None, pending, SimpleNamespace(error_code=Errors.NONE))  # type: ignore[arg-type]
+    assert world.invariants() == {"parked_answered"}
+
+
 # --- answer_after_ack ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("status", ["pending", "_MSG_TIMED_OUT", "NOT_ENOUGH_REPLICAS"])
 def test_answer_after_ack_fails_for_a_commit_answered_before_its_acknowledgement(status: str) -> None:
