@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Awaitable, Collection, Iterator, Mapping
 from typing import Any, Callable
 
 from coordinator.config import CoordinatorConfig
@@ -209,17 +209,24 @@ class GroupRuntime:
         return list(await asyncio.shield(asyncio.gather(*done)))
 
     def _append(self, partition: int, write: Write) -> asyncio.Future[Errors]:
+        """Queues the write with the store now (so a partition's writes reach Kafka in the order the shard made
+        them); its outcome is awaited by a task of the runtime's."""
         loop = asyncio.get_running_loop()
         write.done = loop.create_future()
-        task = loop.create_task(self._append_then(partition, write))
+        try:
+            appended: Awaitable[None] = self.store.append(partition, write)
+        except Exception as exc:  # a store bug: answered like any failed append
+            appended = loop.create_future()
+            appended.set_exception(exc)  # type: ignore[attr-defined]
+        task = loop.create_task(self._append_then(partition, write, appended))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return write.done
 
-    async def _append_then(self, partition: int, write: Write) -> None:
+    async def _append_then(self, partition: int, write: Write, appended: Awaitable[None]) -> None:
         error = Errors.NONE
         try:
-            await self.store.append(partition, write)
+            await appended
         except StoreError as exc:
             error = exc.error
         except asyncio.CancelledError:

@@ -9,8 +9,9 @@ Contract for implementations:
 - `load(partitions)` reads those state-topic partitions to their end and returns the latest group record and
   offsets of every group in them; `unload(partitions)` stops writing to them (appends fail NOT_COORDINATOR
   until they are loaded again: the seam for fencing when several instances share the topic).
-- `append(partition, write)` appends one group's records to that partition and returns only once they are
-  acknowledged (acks=all); it raises `StoreError(<raw Kafka append error>)` on failure, including
+- `append(partition, write)` queues one group's records for that partition before it returns (a partition's
+  writes are stored in the order they were queued: one ordered path per partition, tombstones and their
+  retries included); the awaitable it returns completes once they are acknowledged (acks=all) and raises `StoreError(<raw Kafka append error>)` on failure, including
   `REQUEST_TIMED_OUT` after `offsets.commit.timeout.ms`. The runtime hands the raw error to the write's owner,
   which maps it to the API's error code (errors.py). The partition is the runtime's to choose (partitioner.py).
 - Tombstones (deleted groups, expired offsets) are appended the same way and awaited; one that fails is kept
@@ -24,7 +25,7 @@ import asyncio
 import copy
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Collection
+from collections.abc import Awaitable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -100,8 +101,14 @@ class GroupStore(ABC):
     async def unload(self, partitions: Collection[int]) -> None:
         """Stop writing to these partitions: appends to them fail with NOT_COORDINATOR."""
 
-    async def append(self, partition: int, write: Write) -> None:
-        """Append `write` (one group's records) to `partition`, all or nothing; raises StoreError."""
+    @abstractmethod
+    def append(self, partition: int, write: Write) -> Awaitable[None]:
+        """Queue `write` (one group's records) for `partition` before returning, after every write queued for it
+        before (the order Kafka stores them in); the awaitable completes once they are acknowledged, all or
+        nothing, or raises StoreError."""
+
+    async def _store(self, write: Write) -> None:
+        """One write addressed by kind (the in-memory store's dispatch)."""
         from coordinator.group.result import GROUP, OFFSETS
 
         if write.kind == GROUP:
@@ -158,11 +165,14 @@ class InMemoryGroupStore(GroupStore):
     async def unload(self, partitions: Collection[int]) -> None:
         self.unloaded.update(partitions)
 
-    async def append(self, partition: int, write: Write) -> None:
+    def append(self, partition: int, write: Write) -> Awaitable[None]:
+        return asyncio.ensure_future(self._append(partition, write))
+
+    async def _append(self, partition: int, write: Write) -> None:
         if partition in self.unloaded:
             raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not ours")
         self.partition_of[write.group_id] = partition
-        await super().append(partition, write)
+        await self._store(write)
 
     def fail_next_write(self, error: Errors) -> None:
         self._failures.append(error)

@@ -112,7 +112,7 @@ class KafkaGroupStore(GroupStore):
         self.on_fenced: Callable[[int], None] | None = None
         self._events: EventPublisher | None = None
         self._stop_loading = threading.Event()
-        self._tombstones = TombstoneWriter()
+        self._tombstones = TombstoneWriter(config.tombstone_retry_ms / 1000)
         self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -253,16 +253,22 @@ class KafkaGroupStore(GroupStore):
         self._tombstones.report_unwritten()
 
     # -- GroupStore ----------------------------------------------------------------------------------------------
-    async def append(self, partition: int, write: Write) -> None:
-        if self._producer is None:
-            raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
-        if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
-            raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
-        records = self._records(partition, write)
-        if write.kind in (GROUP, OFFSETS):
-            await self._append(write.group_id, records)
-        else:
-            await self._append_tombstones(write.group_id, records)
+    def append(self, partition: int, write: Write) -> asyncio.Future[None]:
+        """Queues the write's records with the partition's producer before it returns (see GroupStore.append)."""
+        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        try:
+            if self._producer is None:
+                raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
+            if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
+                raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
+            records = self._records(partition, write)
+            if write.kind in (GROUP, OFFSETS):
+                self._append(write.group_id, records, outcome)
+            else:
+                self._append_tombstones(write.group_id, records, outcome)
+        except StoreError as exc:
+            outcome.set_exception(exc)
+        return outcome
 
     async def store_group(self, group_id: str, record: GroupRecord) -> None:
         await self.append(self._partition(group_id), Write.group(group_id, record))
@@ -304,17 +310,24 @@ class KafkaGroupStore(GroupStore):
             records.append((partition, encode_key(GroupMetadataKey(group_id)), None))
         return records
 
-    async def _append(self, group_id: str, records: list[Record]) -> None:
+    def _append(self, group_id: str, records: list[Record], outcome: asyncio.Future[None]) -> None:
+        assert self._producer is not None
         self._check_write_size(group_id, records)
         superseded = self._tombstones.superseded(key for _, key, _ in records)
-        error = await self._producer.send(records)  # type: ignore[union-attr]
-        if error is not None:
+
+        def sent(done: asyncio.Future[KafkaError | None]) -> None:
+            error = done.result()
+            if error is None:
+                _settle(outcome, None)
+                return
             if superseded:
                 self._tombstones.restore(superseded)
             mapped = append_error(error)
             log.warning("event=state_append_failed group=%s records=%d error=%s kafka_error=%s",
                         group_id, len(records), mapped.name, error)
-            raise StoreError(mapped, str(error))
+            _settle(outcome, StoreError(mapped, str(error)))
+
+        self._producer.send(records).add_done_callback(sent)
 
     def _check_write_size(self, group_id: str, records: list[Record]) -> None:
         """Kafka appends a write as one record batch, so it is stored whole or not at all, and a batch above
@@ -328,16 +341,33 @@ class KafkaGroupStore(GroupStore):
             raise StoreError(Errors.MESSAGE_TOO_LARGE,
                              f"write of {size} bytes exceeds max_write_bytes={self.config.max_write_bytes}")
 
-    async def _append_tombstones(self, group_id: str, records: list[Record]) -> None:
-        """Awaited like any write, but a failed tombstone is not forgotten: it is sent again until written
+    def _append_tombstones(self, group_id: str, records: list[Record], outcome: asyncio.Future[None]) -> None:
+        """Answered like any write, but a failed tombstone is not forgotten: it is sent again until written
         (see tombstones.py), so a deleted group does not come back after a restart."""
         if not records:
+            outcome.set_result(None)
             return
         assert self._producer is not None
-        error = await self._tombstones.send(self._producer, group_id,
-                                            [(partition, key) for partition, key, _ in records], "tombstones")
-        if error is not None:
-            raise StoreError(append_error(error), str(error))
+
+        def sent(done: asyncio.Future[KafkaError | None]) -> None:
+            error = done.result()
+            _settle(outcome, None if error is None else StoreError(append_error(error), str(error)))
+
+        self._tombstones.send(self._producer, group_id, [(partition, key) for partition, key, _ in records],
+                              "tombstones").add_done_callback(sent)
+
+    def retry_owed_tombstones(self) -> None:
+        """Queue the owed tombstones again now (the retrier does it with back-off)."""
+        self._tombstones.retry_owed()
+
+
+def _settle(outcome: asyncio.Future[None], error: StoreError | None) -> None:
+    if outcome.done():
+        return
+    if error is None:
+        outcome.set_result(None)
+    else:
+        outcome.set_exception(error)
 
 
 class _EitherEvent(threading.Event):

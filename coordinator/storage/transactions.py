@@ -125,7 +125,7 @@ _Queued = tuple[Sequence[Record], "asyncio.Future[KafkaError | None]", float]  #
 
 
 class TransactionalProducer:
-    """Same surface as AsyncProducer (send, send_then, flush, close), every write inside a transaction."""
+    """Same surface as AsyncProducer (send, flush, close), every write inside a transaction."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
                  timeout_ms: int, on_fenced: Callable[[], None] | None = None,
@@ -178,12 +178,10 @@ class TransactionalProducer:
         self._ready = True
         self._worker = loop.create_task(self._run(), name=f"{self.name}-transactions")
 
-    async def send(self, records: Sequence[Record]) -> KafkaError | None:
-        """Append `records` in the next transaction; None once it is committed, else its error (never raises)."""
-        return await self._enqueue(records)
-
-    def send_then(self, records: Sequence[Record], on_done: Callable[[KafkaError | None], object]) -> None:
-        self._enqueue(records).add_done_callback(lambda done: on_done(done.result()))
+    def send(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+        """Queue `records` now for the next transaction (transactions take the queue in order); the future
+        resolves with None once it is committed, else with its error (never raises)."""
+        return self._enqueue(records)
 
     def _enqueue(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
         loop = asyncio.get_running_loop()
@@ -473,22 +471,23 @@ class _RoutedWriters:
     def transactions(self) -> int:
         return sum(p.transactions for p in self._producers())
 
-    async def send(self, records: Sequence[Record]) -> KafkaError | None:
+    def send(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+        """Queue each share with its producer now (a partition's records stay in the order they were sent)."""
         shares: dict[TransactionalProducer | None, list[Record]] = {}
         for record in records:
             shares.setdefault(self._route(record[0]), []).append(record)
-        if not shares:
-            return None
         sends = [_not_owned(share) if producer is None else producer.send(share)
                  for producer, share in shares.items()]
         if len(sends) == 1:
-            return await sends[0]
-        errors = await asyncio.gather(*sends)
-        return next((e for e in errors if e is not None), None)
-
-    def send_then(self, records: Sequence[Record], on_done: Callable[[KafkaError | None], object]) -> None:
-        task = asyncio.get_running_loop().create_task(self.send(records))
-        task.add_done_callback(lambda done: on_done(done.result()))
+            return sends[0]
+        outcome: asyncio.Future[KafkaError | None] = asyncio.get_running_loop().create_future()
+        if not sends:
+            outcome.set_result(None)
+            return outcome
+        gathered = asyncio.gather(*sends)
+        gathered.add_done_callback(
+            lambda done: outcome.set_result(next((e for e in done.result() if e is not None), None)))
+        return outcome
 
     async def flush(self, timeout_ms: int) -> int:
         remaining = await asyncio.gather(*(p.flush(timeout_ms) for p in self._producers()))
@@ -498,9 +497,11 @@ class _RoutedWriters:
         await asyncio.gather(*(p.close(flush_timeout_ms) for p in self._producers()))
 
 
-async def _not_owned(records: Sequence[Record]) -> KafkaError:
+def _not_owned(records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
     partitions = sorted({partition for partition, _, _ in records})
-    return KafkaError(KafkaError.NOT_COORDINATOR, f"partitions {partitions} are not loaded here")
+    refused: asyncio.Future[KafkaError | None] = asyncio.get_running_loop().create_future()
+    refused.set_result(KafkaError(KafkaError.NOT_COORDINATOR, f"partitions {partitions} are not loaded here"))
+    return refused
 
 
 class TransactionalWriters(_RoutedWriters):
