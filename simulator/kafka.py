@@ -143,7 +143,7 @@ class _Batch:
 
 
 class SimProducer:
-    """The state store's producer (the interface of coordinator/storage/producer.py AsyncProducer) on SimKafka.
+    """The state store's producer (coordinator/storage/producer.py RecordSender, as AsyncProducer) on SimKafka.
     One per coordinator process; `kill` is the process dying."""
 
     def __init__(self, kafka: SimKafka, name: str, timeout_ms: int, ledger: Ledger) -> None:
@@ -156,14 +156,10 @@ class SimProducer:
         self._in_flight: dict[int, _Batch] = {}
         self._abandoned: list[_Batch] = []  # kept, so nothing of a dead process is collected (and run) mid-run
 
-    async def send(self, records: Sequence[Record]) -> KafkaError | None:
-        return await self._submit(records)
-
-    def send_then(self, records: Sequence[Record], on_done: Callable[[KafkaError | None], object]) -> None:
-        self._submit(records).add_done_callback(lambda done: on_done(done.result()))
-
-    def send_nowait(self, records: Sequence[Record], on_error: Callable[[KafkaError], None]) -> None:
-        self.send_then(records, lambda error: error is not None and on_error(error))
+    def send(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+        """Queues the records now (in order with every other write to their partition); the future resolves
+        with None once they are acknowledged, else the error (coordinator/storage/producer.py RecordSender)."""
+        return self._submit(records)
 
     async def flush(self, timeout_ms: int) -> int:
         return 0
