@@ -40,8 +40,9 @@ RETRIABLE = frozenset({Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_N
                        Errors.NOT_COORDINATOR, Errors.REQUEST_TIMED_OUT})
 RESET = frozenset({Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION})
 # What a classic consumer may hear from a coordinator; anything else is reported.
+FATAL = frozenset({Errors.FENCED_INSTANCE_ID, Errors.GROUP_MAX_SIZE_REACHED})  # the Java consumer gives up
 EXPECTED = frozenset({Errors.NONE, Errors.MEMBER_ID_REQUIRED, Errors.REBALANCE_IN_PROGRESS,
-                      Errors.FENCED_INSTANCE_ID, Errors.UNSTABLE_OFFSET_COMMIT}) | RETRIABLE | RESET
+                      Errors.UNSTABLE_OFFSET_COMMIT}) | RETRIABLE | RESET | FATAL
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class MemberSpec:
 
 
 class Fenced(Exception):
-    pass
+    """FENCED_INSTANCE_ID or GROUP_MAX_SIZE_REACHED: the Java consumer raises it to the application."""
 
 
 class Rejoin(Exception):
@@ -76,7 +77,9 @@ class SimConsumer:
         self.owned: list[tuple[str, int]] = []
         self.hang_until_ms = 0
         self.slow_factor = 1
-        self.subscription = encode_subscription(Subscription(tuple(sorted(topics))))
+        self.subscribed = tuple(sorted(topics))
+        self.subscription = encode_subscription(Subscription(self.subscribed))
+        self.rejoin_needed = False
         self.task: asyncio.Task[None] | None = None
 
     # --- the consumer's life ----------------------------------------------------------------------------------
@@ -86,6 +89,12 @@ class SimConsumer:
     def crash(self) -> None:
         if self.task is not None:
             self.task.cancel()
+
+    def resubscribe(self, topics: tuple[str, ...]) -> None:
+        """subscribe() with another topic list: the next poll rejoins with the new metadata."""
+        self.subscribed = tuple(sorted(topics))
+        self.subscription = encode_subscription(Subscription(self.subscribed))
+        self.rejoin_needed = True
 
     async def leave(self) -> None:
         """Close the consumer: a dynamic member leaves the group (a static one just goes, as Java's does)."""
@@ -108,8 +117,8 @@ class SimConsumer:
                     await self._steady()
                 except Rejoin:
                     continue
-        except Fenced:
-            self.sim.history.record("fenced", client=self.name, member=self.member_id)
+        except Fenced as exc:
+            self.sim.history.record("gave_up", client=self.name, member=self.member_id, error=str(exc))
 
     # --- join and sync ----------------------------------------------------------------------------------------
     async def _join_and_sync(self) -> None:
@@ -197,6 +206,10 @@ class SimConsumer:
         while True:
             wake = min(next_heartbeat, next_commit)
             await self._sleep(max(wake - now(), 0))
+            if self.rejoin_needed:
+                self.rejoin_needed = False
+                await self._commit()
+                raise Rejoin()
             if now() >= next_commit:
                 next_commit = now() + self.spec.commit_ms
                 await self._commit()
@@ -243,8 +256,8 @@ class SimConsumer:
         """Raises Rejoin (or Fenced); returns for errors the caller just retries after a back-off."""
         if error not in EXPECTED:
             self.sim.checkers.unexpected_error(self.name, api, error)
-        if error == Errors.FENCED_INSTANCE_ID:
-            raise Fenced()
+        if error in FATAL:
+            raise Fenced(error.name)
         if error in RESET:
             self.member_id, self.generation, self.owned = "", -1, []
             raise Rejoin()

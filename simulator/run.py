@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from coordinator.config import CoordinatorConfig
+from coordinator.config import INT32_MAX, CoordinatorConfig
 from coordinator.group import join
 from simulator.clients import MemberSpec, SimAdmin, SimConsumer
 from simulator.history import History
@@ -32,8 +32,8 @@ from simulator.loop import SimulationStuck, VirtualLoop
 
 QUIET_MS = 600_000
 FINAL_LOAD_WAIT_MS = 120_000
-FAULT_KINDS = ("member_crash", "member_leave", "member_hang", "member_slow", "member_zombie", "instance_crash",
-               "kafka_outage", "compaction")
+FAULT_KINDS = ("member_crash", "member_leave", "member_hang", "member_slow", "member_zombie", "member_resubscribe",
+               "instance_crash", "kafka_outage", "compaction")
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,18 @@ class Scenario:
 
 def make_scenario(seed: int) -> Scenario:
     rng = random.Random(f"scenario:{seed}")
+    stormy = rng.random() < 0.25  # many faults, Kafka failing often, small groups allowed
     config = CoordinatorConfig(
+        group_max_size=rng.choice([2, 3]) if stormy and rng.random() < 0.5 else INT32_MAX,
         offsets_topic_num_partitions=rng.choice([1, 2, 3, 5]),
         group_initial_rebalance_delay_ms=rng.choice([0, 0, 500, 3_000]),
         offsets_retention_minutes=rng.choice([1, 10_080]),
         offsets_retention_check_interval_ms=rng.choice([5_000, 30_000]),
         new_member_join_timeout_ms=rng.choice([30_000, 300_000]),
     )
-    kafka = KafkaFaults(refuse=rng.choice([0.0, 0.01, 0.05]), after_append=rng.choice([0.0, 0.01, 0.03]),
-                        ack_lost=rng.choice([0.0, 0.01, 0.03]), land_ms=(1, rng.choice([5, 20, 200])))
+    rates = [0.05, 0.1, 0.2] if stormy else [0.0, 0.01, 0.03]
+    kafka = KafkaFaults(refuse=rng.choice(rates), after_append=rng.choice(rates), ack_lost=rng.choice(rates),
+                        land_ms=(1, rng.choice([5, 20, 200])))
     groups = []
     slot = 0
     for g in range(rng.randint(1, 3)):
@@ -93,13 +96,15 @@ def make_scenario(seed: int) -> Scenario:
             members.append(MemberSpec(
                 name=f"consumer-{slot}", instance_id=f"instance-{slot}" if static else None, session_ms=session_ms,
                 rebalance_ms=rng.randint(10_000, 30_000), heartbeat_ms=session_ms // 3,
-                commit_ms=rng.randint(1_000, 5_000), join_version=rng.choice([4, 5, 9])))
+                commit_ms=rng.randint(1_000, 5_000),
+                join_version=rng.choice([5, 9]) if static else rng.choice([4, 5, 9])))  # static: v5+
             slot += 1
         groups.append(GroupSpec(f"group-{g}", topics, members))
     duration_ms = rng.randint(60_000, 180_000)
     faults = sorted((Fault(rng.randint(5_000, duration_ms - 5_000), rng.choice(FAULT_KINDS), rng.randrange(slot),
                            rng.choice([200, 2_000, 8_000, 20_000, 40_000]))
-                     for _ in range(rng.randint(0, 12))), key=lambda f: (f.at_ms, f.kind, f.target))
+                     for _ in range(rng.randint(0, 40 if stormy else 12))),
+                    key=lambda f: (f.at_ms, f.kind, f.target))
     admin = rng.choice([None, (5_000, 30_000), (1_000, 5_000)])
     return Scenario(seed, duration_ms, config, kafka, groups, faults, admin)
 
@@ -237,6 +242,11 @@ class Simulation:
                 slot.zombies.append(slot.consumer)
                 slot.consumer = None
                 later(self.rng_faults.randint(0, fault.duration_ms) / 1000, self._restart_slot, slot)
+        elif fault.kind == "member_resubscribe":  # one topic fewer, or all of them again
+            if slot.consumer is not None:
+                topics = sorted(slot.group.topics)
+                narrower = len(slot.consumer.subscribed) == len(topics) and len(topics) > 1
+                slot.consumer.resubscribe(tuple(topics[:-1]) if narrower else tuple(topics))
         elif fault.kind == "member_slow":
             if slot.consumer is not None:
                 consumer = slot.consumer
