@@ -44,6 +44,7 @@ class Pending:
     client: str
     arrived_ms: int
     reply: asyncio.Future[Any]
+    generation: int | None = None
     task: asyncio.Task[Any] | None = None
 
 
@@ -83,6 +84,7 @@ class CoordinatorInstance:
         self.number = number
         self.name = f"coordinator-{number}"
         self.alive = True
+        self.closing = False  # shutting down: new requests are refused, parked ones get answered
         self.loaded = False
         loop = sim.loop
         self.clock = VirtualClock(loop)
@@ -143,14 +145,42 @@ class CoordinatorInstance:
         self._abandoned.extend(self.pending.values())
         self.pending.clear()
 
+    async def shut_down(self) -> None:
+        """A clean stop (SIGTERM): the runtime answers what is parked (NOT_COORDINATOR), its writes in flight end,
+        the store flushes; then the process exits and its connections close."""
+        self.closing = True
+        self.sim.history.record("shutdown", inst=self.number, pending=len(self.pending))
+        self._background.cancel()
+        await self.runtime.shutdown()
+        await asyncio.sleep(0.1)  # the answers leave
+        if not self.alive:  # killed while it shut down
+            return
+        for pending in self.pending.values():
+            self.sim.checkers.violation("parked_answered", f"{pending.api} from {pending.client} was still "
+                                                           f"unanswered after the runtime shut down")
+        self.sim.checkers.before_crash(self)
+        await self.store.close()
+        await self.timer.close()
+        self.alive = False
+        for pending in list(self.pending.values()):
+            if not pending.reply.done():
+                pending.reply.set_exception(Disconnected(f"{self.name} exited"))
+        self._abandoned.extend(self.pending.values())
+        self.pending.clear()
+        self.sim.history.record("exited", inst=self.number)
+
     # --- requests ---------------------------------------------------------------------------------------------
     def serve(self, api: str, request: Any, client: str, member_id: str) -> asyncio.Future[Any]:
         loop = self.sim.loop
         reply: asyncio.Future[Any] = loop.create_future()
+        if self.closing:
+            reply.set_exception(Disconnected(f"{self.name} is shutting down"))
+            return reply
         request_id = self._next_request
         self._next_request += 1
         group_id = getattr(request, "group_id", "")
-        pending = Pending(request_id, api, group_id, member_id, client, self.sim.now_ms(), reply)
+        pending = Pending(request_id, api, group_id, member_id, client, self.sim.now_ms(), reply,
+                          getattr(request, "generation_id", None))
         self.pending[request_id] = pending
         self.sim.history.record("srv_in", inst=self.number, rid=request_id, api=api, client=client,
                                 member=member_id)

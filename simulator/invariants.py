@@ -131,13 +131,17 @@ class Checkers:
                   or api == "sync_group" and error == Errors.NONE
                   or api == "commit_offsets" and any(p.error_code == Errors.NONE
                                                      for t in response.topics for p in t.partitions))
+        if api == "sync_group" and error == Errors.NONE and pending.generation is not None:
+            self._sync_answered(instance.name, pending.group_id, pending.generation)
         if resets and pending.member_id:
             # a commit resets the session when it is handled, before its write; a parked SyncGroup when answered
             self._session_reset_ms[pending.member_id] = (self.now_ms() if api == "sync_group"
                                                          else pending.arrived_ms)
 
-    def sync_answered(self, group_id: str, generation: int) -> None:
-        if not self.ledger.acked_group_generation(group_id, generation):
+    def _sync_answered(self, instance: str, group_id: str, generation: int) -> None:
+        """The generation's group record was acknowledged — or, written by an earlier instance, may have landed
+        and was loaded from the log."""
+        if not self.ledger.group_generation_stored(group_id, generation, instance):
             self.violation("answer_after_ack", f"SyncGroup of {group_id} generation {generation} answered NONE "
                                                "before its group record was acknowledged")
 
@@ -207,7 +211,6 @@ class Checkers:
     def assigned(self, group_id: str, generation: int, member_id: str, owned: list[tuple[str, int]]) -> None:
         """`member_id`: the owner — a static member's group.instance.id, which keeps its assignment when the
         member restarts under a new member id (KIP-345)."""
-        self.sync_answered(group_id, generation)
         life = self._lives.get(group_id, 0)
         previous = self._assignments.setdefault((group_id, life, generation, member_id), tuple(owned))
         if previous != tuple(owned):

@@ -106,11 +106,14 @@ class Ledger:
                 return True
         return False
 
-    def acked_group_generation(self, group_id: str, generation: int) -> bool:
-        """Whether a group record of `generation` was acknowledged for the group."""
+    def group_generation_stored(self, group_id: str, generation: int, reader: str) -> bool:
+        """Whether `reader` (a producer name) can know the group record of `generation`: it was acknowledged,
+        or another producer wrote it and it may be in the log (so a load may have found it)."""
         for write in reversed(self.by_key.get((group_id,), [])):
             value = self.value_of(write, (group_id,))
-            if write.status == ACKED and value is not None and decode_group(value).generation == generation:
+            if value is None or decode_group(value).generation != generation:
+                continue
+            if write.status == ACKED or (write.producer != reader and write.may_be_in_log):
                 return True
         return False
 

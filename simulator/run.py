@@ -33,7 +33,7 @@ from simulator.loop import SimulationStuck, VirtualLoop
 QUIET_MS = 600_000
 FINAL_LOAD_WAIT_MS = 120_000
 FAULT_KINDS = ("member_crash", "member_leave", "member_hang", "member_slow", "member_zombie", "member_resubscribe",
-               "instance_crash", "kafka_outage", "compaction")
+               "instance_crash", "instance_shutdown", "kafka_outage", "compaction")
 
 
 @dataclass(frozen=True)
@@ -201,8 +201,10 @@ class Simulation:
             self._start_instance()
         self.history.record("quiet")
         await asyncio.sleep(QUIET_MS / 1000)
-        self.checkers.finish(self.coordinator)
+        if self.coordinator is None or not self.coordinator.alive:  # it was shutting down when the run ended
+            self._start_instance()
         assert self.coordinator is not None
+        self.checkers.finish(self.coordinator)
         self.coordinator.crash()
         final = self._start_instance()
         waited_ms = 0
@@ -257,12 +259,21 @@ class Simulation:
                 self.coordinator.crash()
                 self.coordinator = None
                 later(fault.duration_ms / 1000, self._restart_instance)
+        elif fault.kind == "instance_shutdown":
+            if self.coordinator is not None and not self.coordinator.closing:
+                self.loop.create_task(self._shut_down_and_restart(self.coordinator, fault.duration_ms))
         elif fault.kind == "kafka_outage":
             self._outages += 1
             self.kafka.go_down()
             later(fault.duration_ms / 1000, self._outage_over)
         elif fault.kind == "compaction":
             self._compact()
+
+    async def _shut_down_and_restart(self, instance: CoordinatorInstance, down_ms: int) -> None:
+        await instance.shut_down()
+        if self.coordinator is instance:
+            self.coordinator = None
+            self.loop.call_later(down_ms / 1000, self._restart_instance)
 
     def _restart_slot(self, slot: MemberSlot) -> None:
         if self._running and slot.consumer is None:

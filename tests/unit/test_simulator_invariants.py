@@ -208,15 +208,28 @@ def test_answer_after_ack_fails_for_a_commit_answered_before_its_acknowledgement
     assert world.invariants() == {"answer_after_ack"}
 
 
+def _sync_answered(world: World, instance: str) -> None:
+    pending = Pending(0, "sync_group", GROUP, "a", "c", 0, None, generation=3)  # type: ignore[arg-type]
+    world.checkers.answered(SimpleNamespace(name=instance), pending,  # type: ignore[arg-type]
+                            SimpleNamespace(error_code=Errors.NONE))
+
+
 def test_answer_after_ack_fails_for_a_sync_answered_before_its_group_record() -> None:
     world = World()
-    world.group_write(3, {"a": b"x"}, status="pending")
-    world.checkers.assigned(GROUP, 3, "a", [TP])
+    world.group_write(3, {"a": b"x"}, status="_MSG_TIMED_OUT")
+    _sync_answered(world, "p")  # the instance that wrote it was never told it landed
     assert world.invariants() == {"answer_after_ack"}
     acked = World()
     acked.group_write(3, {"a": b"x"})
-    acked.checkers.assigned(GROUP, 3, "a", [TP])
+    _sync_answered(acked, "p")
     assert acked.invariants() == set()
+
+
+def test_answer_after_ack_lets_a_later_instance_serve_a_record_it_loaded() -> None:
+    world = World()
+    world.group_write(3, {"a": b"x"}, status="_MSG_TIMED_OUT")  # written by "p", maybe landed
+    _sync_answered(world, "q")
+    assert world.invariants() == set()
 
 
 # --- reload_equals_acked -------------------------------------------------------------------------------------
