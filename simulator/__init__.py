@@ -17,5 +17,6 @@ Layout:
   invariants.py  the checkers
   history.py     the event list, its hash, the trace
   run.py         scenario from a seed, the run, faults, the outcome
+  plants.py      planted bugs: mutations of production code the simulator must find
   __main__.py    the command: python -m simulator --seeds N [--start S] [--seed S --trace]
 """

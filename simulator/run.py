@@ -29,6 +29,7 @@ from simulator.invariants import Checkers, Violation
 from simulator.kafka import KafkaFaults, SimKafka
 from simulator.ledger import Ledger
 from simulator.loop import SimulationStuck, VirtualLoop
+from simulator.plants import planted
 
 QUIET_MS = 600_000
 FINAL_LOAD_WAIT_MS = 120_000
@@ -315,11 +316,12 @@ class Outcome:
         return not self.violations
 
 
-def run_seed(seed: int, keep_history: bool = False) -> Outcome:
+def run_seed(seed: int, keep_history: bool = False, plant: str | None = None) -> Outcome:
+    """One run; `plant` names a planted bug (simulator/plants.py) to run with."""
     scenario = make_scenario(seed)
     sim = Simulation(scenario, keep_history)
     started = time.perf_counter()
-    with _seeded_member_ids(seed), _errors_are_violations(sim):
+    with _seeded_member_ids(seed), _errors_are_violations(sim), planted(plant):
         try:
             sim.loop.run_until_complete(sim.main())
         except SimulationStuck as exc:

@@ -1,5 +1,5 @@
 """The deterministic simulator: its loop keeps virtual time and asyncio's ordering promises, a seed replays
-exactly, a bounded number of seeds holds every invariant, and planted bugs in the production code are found."""
+exactly, a bounded number of seeds holds every invariant, and every planted bug (simulator/plants.py) is found."""
 from __future__ import annotations
 
 import asyncio
@@ -11,11 +11,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.group.metadata import GroupMetadata
-from coordinator.group.runtime import GroupRuntime
-from coordinator.group.shard import GroupShard
-from protocol.error_codes import Errors
 from simulator.loop import SimulationStuck, VirtualLoop
+from simulator.plants import PLANTS
 from simulator.run import run_seed
 
 CI_SEEDS = int(os.environ.get("SIMULATOR_SEEDS", "200"))
@@ -87,42 +84,17 @@ def test_seeds_hold_every_invariant() -> None:
 
 
 # --- planted bugs: the whole pipeline can fail ---------------------------------------------------------------
-def _first_failure(seeds: int) -> tuple[int, set[str]] | None:
-    for seed in range(seeds):
-        outcome = run_seed(seed)
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_each_planted_bug_is_found(name: str) -> None:
+    for seed in range(50):
+        outcome = run_seed(seed, plant=name)
         if not outcome.ok:
-            return seed, {v.invariant for v in outcome.violations}
-    return None
+            found = {v.invariant for v in outcome.violations}
+            assert found & PLANTS[name].caught_by, (seed, found)
+            return
+    pytest.fail(f"planted bug {name} was not found in 50 seeds")
 
 
-def test_answers_before_the_acknowledgement_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def written_at_once(self: GroupRuntime, done: list[asyncio.Future[Errors]]) -> list[Errors]:
-        return [Errors.NONE] * len(done)
-
-    monkeypatch.setattr(GroupRuntime, "_written", written_at_once)
-    found = _first_failure(50)
-    assert found is not None and "answer_after_ack" in found[1], found
-
-
-def test_a_generation_that_is_not_bumped_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    bump = GroupMetadata.init_next_generation
-
-    def init_without_bump(self: GroupMetadata, now_ms: int) -> None:
-        bump(self, now_ms)
-        if self.generation_id > 2:
-            self.generation_id -= 1
-
-    monkeypatch.setattr(GroupMetadata, "init_next_generation", init_without_bump)
-    found = _first_failure(50)
-    assert found is not None and found[1] & {"generation_once", "single_owner"}, found
-
-
-def test_sessions_that_expire_early_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    schedule = GroupShard.schedule_heartbeat
-
-    def two_thirds(self: GroupShard, group: Any, member: Any, timeout_ms: int) -> None:
-        schedule(self, group, member, timeout_ms * 2 // 3)
-
-    monkeypatch.setattr(GroupShard, "schedule_heartbeat", two_thirds)
-    found = _first_failure(50)
-    assert found is not None and "session_expiry" in found[1], found
+def test_a_plant_is_gone_after_its_run() -> None:
+    assert run_seed(0, plant="answer_before_ack").violations
+    assert run_seed(0).ok
