@@ -165,7 +165,11 @@ class SimProducer:
         return 0
 
     async def close(self, flush_timeout_ms: int = 5_000) -> None:
-        pass
+        """librdkafka's close: flush what is in flight (bounded), then the process exits with the rest."""
+        deadline_ms = self.kafka.now_ms() + flush_timeout_ms
+        while self._in_flight and self.kafka.now_ms() < deadline_ms:
+            await asyncio.sleep(0.01)
+        self.kill()
 
     def kill(self) -> None:
         """The process is gone: what is on the wire lands now or never, and nobody hears about it."""

@@ -51,4 +51,4 @@ class SimulatedStore(KafkaGroupStore):
         return replay.state
 
     async def close(self) -> None:
-        self._tombstones.stop_retrying()
+        await super().close()  # stops the tombstone retries, closes (flushes, then kills) the producer
