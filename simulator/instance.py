@@ -214,6 +214,8 @@ def _error_summary(response: Any) -> str:
         return error.name
     topics = getattr(response, "topics", None)
     if topics:
-        names = sorted({p.error_code.name for t in topics for p in t.partitions})
-        return ",".join(names)
+        return ",".join(sorted({p.error_code.name for t in topics for p in t.partitions}))
+    results = getattr(response, "results", None)  # DeleteGroups
+    if results:
+        return ",".join(sorted({r.error_code.name for r in results}))
     return "NONE"

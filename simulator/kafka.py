@@ -179,7 +179,7 @@ class SimProducer:
                 if self.kafka.rng.random() < 0.5 and self.kafka.is_up:
                     self._land(batch)
                 self._settle(batch)
-            self.ledger.outcome(batch.write_id, "crashed", landed=batch.landed)
+            self.ledger.outcome(batch.write_id, "crashed")
         self._abandoned.extend(self._in_flight.values())
         self._in_flight.clear()
 
@@ -245,7 +245,7 @@ class SimProducer:
         if self.dead:
             return
         self._in_flight.pop(batch.write_id, None)
-        self.ledger.outcome(batch.write_id, "acked" if error is None else error.name(), landed=batch.landed)
+        self.ledger.outcome(batch.write_id, "acked" if error is None else error.name())
         batch.outcome.set_result(error)
 
     def _land(self, batch: _Batch) -> None:

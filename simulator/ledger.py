@@ -65,7 +65,7 @@ class Ledger:
         self.writes[write_id].landed_offsets = offsets
         self.history.record("landed", id=write_id, offsets=(offsets[0], offsets[-1]) if offsets else ())
 
-    def outcome(self, write_id: int, status: str, landed: bool) -> None:
+    def outcome(self, write_id: int, status: str) -> None:
         write = self.writes[write_id]
         write.status = status
         self.history.record("write_done", id=write_id, status=status)

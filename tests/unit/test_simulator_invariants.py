@@ -34,19 +34,19 @@ class World:
     def commit_write(self, offset: int, status: str = "acked") -> int:
         key = encode_key(OffsetCommitKey(GROUP, *TP))
         write_id = self.ledger.issued("p", 0, [(0, key, encode_offset_commit_value(OffsetRecord(offset)))])
-        self.ledger.outcome(write_id, status, landed=status != "NOT_ENOUGH_REPLICAS")
+        self.ledger.outcome(write_id, status)
         return write_id
 
     def tombstone_write(self) -> None:
         write_id = self.ledger.issued("p", 0, [(0, encode_key(OffsetCommitKey(GROUP, *TP)), None)])
-        self.ledger.outcome(write_id, "acked", landed=True)
+        self.ledger.outcome(write_id, "acked")
 
     def group_write(self, generation: int, members: dict[str, bytes], status: str = "acked") -> None:
         record = GroupRecord("consumer", generation, "range", next(iter(members), None), 0, [
             MemberRecord(m, None, "c", "/h", 10_000, 10_000, b"", a) for m, a in members.items()])
         write_id = self.ledger.issued("p", 0, [(0, encode_key(GroupMetadataKey(GROUP)),
                                                 encode_group_metadata_value(record))])
-        self.ledger.outcome(write_id, status, landed=True)
+        self.ledger.outcome(write_id, status)
 
     def state(self, old: str, new: str, gen: int, inst: int = 0) -> None:
         self.history.record("state", inst=inst, group=GROUP, old=old, new=new, gen=gen)
