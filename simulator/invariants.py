@@ -14,6 +14,8 @@
                      timeouts, a sync phase, a write); none is left at the end, after a quiet period
   answer_after_ack   a commit answered NONE was acknowledged by Kafka before the answer; so was the group
                      record of a generation whose SyncGroup was answered NONE
+  durable_delete     a DeleteGroups or OffsetDelete answered NONE stays done across crashes: a reload shows
+                     neither the deleted group's record nor its deleted offsets (unless written again since)
   reload_equals_acked after a (re)load, each group's offsets and record are what Kafka acknowledged (or a later
                      write that may have landed: timed out, failed after append, in flight at the crash);
                      before a crash, memory holds nothing Kafka did not acknowledge or is not writing
@@ -44,8 +46,8 @@ KAFKA_TRANSITIONS: dict[str, frozenset[str]] = {
     "Empty": frozenset({"PreparingRebalance"}),
 }
 
-INVARIANTS = ("durable_commit", "single_owner", "generation_once", "session_expiry", "transitions",
-              "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors")
+INVARIANTS = ("durable_commit", "durable_delete", "single_owner", "generation_once", "session_expiry",
+              "transitions", "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors")
 MAX_VIOLATIONS = 20
 # The longest a request may stay parked: two rebalance timeouts (a join phase nobody completes is given another),
 # the initial rebalance delay, a sync phase and a write's timeout. The scenarios keep rebalance.timeout.ms <= 30 s.
@@ -77,6 +79,7 @@ class Checkers:
         # A deleted (Dead) group id starts a new life when used again, with generations from 0: keyed apart.
         self._lives: dict[str, int] = {}
         self._session_reset_ms: dict[str, int] = {}
+        self._deleted: dict[Key, int] = {}  # key -> the last write issued when its deletion was answered NONE
         history.listeners.append(self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
@@ -148,6 +151,7 @@ class Checkers:
     def after_load(self, instance: CoordinatorInstance) -> None:
         """Every key the ledger knows, against what the new instance materialised."""
         groups = instance.runtime.groups
+        self._deletions_hold(groups)
         for group_id in list(groups):
             self._states[(instance.number, group_id)] = groups[group_id].state.value
         for key in list(self.ledger.by_key):
@@ -167,6 +171,20 @@ class Checkers:
                 if shown_group not in views:
                     self.violation("reload_equals_acked",
                                    f"group {key[0]} loaded as {shown_group}, possible: {views}")
+
+    def _deletions_hold(self, groups: Any) -> None:
+        for key, written_before in self._deleted.items():
+            if self.ledger.written_after(key, written_before):
+                continue  # written again since the deletion: its value may be back
+            group = groups.get(key[0])
+            if len(key) == 3:
+                record = None if group is None else group.offsets.get((key[1], key[2]))
+                if record is not None:
+                    self.violation("durable_delete", f"{key} was deleted (answered NONE) and came back with the "
+                                                     f"reload: {record.offset}")
+            elif _group_view(group) is not None:
+                self.violation("durable_delete", f"group {key[0]} was deleted (answered NONE) and came back with "
+                                                 f"the reload: {_group_view(group)}")
 
     def before_crash(self, instance: CoordinatorInstance) -> None:
         """Memory claims nothing Kafka did not acknowledge and is not still writing."""
@@ -222,6 +240,15 @@ class Checkers:
             if owner != member_id:
                 self.violation("single_owner", f"{tp} of {group_id} generation {generation} is owned by "
                                                f"{owner} and {member_id}")
+
+    def deleted(self, group_id: str, partitions: list[tuple[str, int]], group_record: bool) -> None:
+        """A DeleteGroups (group_record) or OffsetDelete was answered NONE for these partitions."""
+        last = len(self.ledger.writes) - 1
+        keys: list[Key] = [(group_id, topic, partition) for topic, partition in partitions]
+        if group_record:
+            keys.append((group_id,))
+        for key in keys:
+            self._deleted[key] = last
 
     def unexpected_error(self, client: str, api: str, error: Errors) -> None:
         self.violation("no_errors", f"{client} got {error.name} from {api}")

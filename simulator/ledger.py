@@ -106,6 +106,15 @@ class Ledger:
                 return True
         return False
 
+    def written_after(self, key: Key, write_id: int) -> bool:
+        """Whether a value (not a tombstone) of `key` was issued after write `write_id`."""
+        for write in reversed(self.by_key.get(key, [])):
+            if write.write_id <= write_id:
+                return False
+            if self.value_of(write, key) is not None:
+                return True
+        return False
+
     def group_generation_stored(self, group_id: str, generation: int, reader: str) -> bool:
         """Whether `reader` (a producer name) can know the group record of `generation`: it was acknowledged,
         or another producer wrote it and it may be in the log (so a load may have found it)."""
