@@ -274,3 +274,31 @@ def test_no_errors_fails_for_an_error_a_consumer_cannot_expect() -> None:
     world = World()
     world.checkers.unexpected_error("c", "join", Errors.UNKNOWN_SERVER_ERROR)
     assert world.invariants() == {"no_errors"}
+
+
+# --- durable_delete ------------------------------------------------------------------------------------------
+def test_durable_delete_fails_when_deleted_offsets_come_back_with_a_reload() -> None:
+    world = World()
+    world.commit_write(5)
+    world.checkers.deleted(GROUP, [TP], group_record=False)  # its tombstone failed: still owed at the crash
+    world.checkers.after_load(loaded_instance(group_with_offset(5)))  # type: ignore[arg-type]
+    assert world.invariants() == {"durable_delete"}
+
+
+def test_durable_delete_lets_a_later_commit_bring_the_partition_back() -> None:
+    world = World()
+    world.commit_write(5)
+    world.checkers.deleted(GROUP, [TP], group_record=False)
+    world.commit_write(6)
+    world.checkers.after_load(loaded_instance(group_with_offset(6)))  # type: ignore[arg-type]
+    assert world.invariants() == set()
+
+
+def test_durable_delete_fails_when_a_deleted_group_comes_back() -> None:
+    world = World()
+    world.group_write(3, {})
+    world.checkers.deleted(GROUP, [], group_record=True)
+    group = group_with_offset(None)
+    group.generation_id, group.protocol_type = 3, "consumer"
+    world.checkers.after_load(loaded_instance(group))  # type: ignore[arg-type]
+    assert "durable_delete" in world.invariants()
