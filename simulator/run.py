@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Coroutine, Iterator
 
 from coordinator.config import INT32_MAX, CoordinatorConfig
 from coordinator.group import join
@@ -321,18 +321,23 @@ def run_seed(seed: int, keep_history: bool = False, plant: str | None = None) ->
     scenario = make_scenario(seed)
     sim = Simulation(scenario, keep_history)
     started = time.perf_counter()
-    with _seeded_member_ids(seed), _errors_are_violations(sim), planted(plant):
+    run_story(sim, sim.main(), plant)
+    return Outcome(seed, sim.checkers.violations, sim.history.digest, sim.history.count, sim.loop.steps,
+                   sim.now_ms(), time.perf_counter() - started, sim.scenario.describe(),
+                   sim.history if keep_history else None)
+
+
+def run_story(sim: Simulation, story: Coroutine[Any, Any, None], plant: str | None = None) -> None:
+    """Runs `story` (the scenario's `main`, or a test's own) on the simulation's loop, with member ids from the
+    seed and errors as violations, then ends what is left; the verdict is in `sim.checkers.violations`."""
+    with _seeded_member_ids(sim.scenario.seed), _errors_are_violations(sim), planted(plant):
         try:
-            sim.loop.run_until_complete(sim.main())
+            sim.loop.run_until_complete(story)
         except SimulationStuck as exc:
             sim.checkers.violation("no_errors", f"the loop got stuck: {exc}")
         finally:
-            outcome = Outcome(seed, sim.checkers.violations, sim.history.digest, sim.history.count,
-                              sim.loop.steps, sim.now_ms(), time.perf_counter() - started, scenario.describe(),
-                              sim.history if keep_history else None)
             sim.history.close()  # what the dropped tasks still do as they end is not part of the run
     _drop(sim.loop)
-    return outcome
 
 
 @contextlib.contextmanager
