@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,8 @@ from coordinator.storage.config import (
     DEFAULT_EVENT_DELIVERY_TIMEOUT_MS, DEFAULT_EVENT_QUEUE_MAX_MESSAGES, StorageConfig,
 )
 from coordinator.storage.kafka_store import KafkaGroupStore
-from coordinator.timer import MonotonicClock, SystemTimer
+from coordinator.telemetry.events import EventTopicObserver, start_event_publisher
+from coordinator.timer import Clock, MonotonicClock, SystemTimer
 
 if TYPE_CHECKING:
     from coordinator.telemetry.service import Instrumented
@@ -48,7 +49,7 @@ class ServiceOptions:
     bootstrap: str | None = None  # None: run an embedded Apache Kafka broker
     kafka_data_dir: str | None = None  # embedded broker's data dir (None: temporary)
     state_topic: str = "__coordinator_state"
-    state_replication_factor: int | None = None  # None: min(3, brokers)
+    state_replication_factor: int | None = None  # None: group.offsets_topic_replication_factor
     event_topic: str | None = "__coordinator_events"
     event_delivery_timeout_ms: int = DEFAULT_EVENT_DELIVERY_TIMEOUT_MS  # an event not acknowledged by then is lost
     event_queue_max_messages: int = DEFAULT_EVENT_QUEUE_MAX_MESSAGES  # held meanwhile; the newest beyond: dropped
@@ -88,9 +89,13 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         timer.start()
         stack.push_async_callback(timer.close)
 
-        store = KafkaGroupStore(_storage_config(options, bootstrap), clock)
+        storage_config = _storage_config(options, bootstrap)
+        store = _kafka_store(options, storage_config, clock)
         await store.start()
         stack.push_async_callback(store.close)
+        publisher = await start_event_publisher(storage_config)
+        if publisher is not None:  # closed first: flushes the queued events
+            stack.push_async_callback(asyncio.to_thread, publisher.close_blocking)
 
         observer = ObserverMux()
         coordinator = GroupRuntime(options.group, timer, store, clock, observer)
@@ -99,13 +104,12 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         else:
             for shard in coordinator.shards:  # NOT_COORDINATOR until Kafka assigns a partition to this instance
                 shard.status = ShardStatus.UNOWNED
-        instrumented = await _start_telemetry(stack, options, coordinator, observer, store)
+        instrumented = await _start_telemetry(stack, options, coordinator, observer)
         # stamps events with wall-clock time, not the monotonic clock; tracing first so events see the trace id
-        events = store.event_observer(trace_id_for=instrumented.trace_id_for)
-        if events is not None:
-            observer.add(events)
+        if publisher is not None:
+            observer.add(EventTopicObserver(publisher, trace_id_for=instrumented.trace_id_for))
             if instrumented.metrics is not None:
-                instrumented.metrics.watch_events(events.publisher)
+                instrumented.metrics.watch_events(publisher)
 
         ownership = None if options.instance_id is None else _ownership(options, coordinator, store, clock)
         # several instances: who owns which group's partition (FindCoordinator, Metadata); the owner map is
@@ -147,7 +151,7 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
 
 
 async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,
-                           observer: ObserverMux, store: KafkaGroupStore) -> "Instrumented":
+                           observer: ObserverMux) -> "Instrumented":
     """OpenTelemetry from the OTEL_* variables (coordinator/telemetry/otel.py), flushed after everything else
     has stopped so the last rebalance's spans are exported."""
     from coordinator.telemetry.otel import start_telemetry
@@ -155,7 +159,7 @@ async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOpt
 
     telemetry = start_telemetry(options.metrics_listen)
     stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
-    instrumented = instrument(telemetry, coordinator, observer, store)
+    instrumented = instrument(telemetry, coordinator, observer)
     stack.callback(instrumented.uninstall)
     return instrumented
 
@@ -211,7 +215,8 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
         bootstrap=bootstrap,
         state_topic=options.state_topic,
         partitions=options.group.offsets_topic_num_partitions,
-        replication_factor=options.state_replication_factor,
+        replication_factor=(options.state_replication_factor if options.state_replication_factor is not None
+                            else options.group.offsets_topic_replication_factor),
         segment_bytes=options.group.offsets_topic_segment_bytes,
         commit_timeout_ms=options.group.offsets_commit_timeout_ms,
         event_topic=options.event_topic,
@@ -222,6 +227,12 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
     )
     settings.update(_fencing(options))
     return StorageConfig(**settings)
+
+
+def _kafka_store(options: ServiceOptions, storage_config: StorageConfig, clock: Clock | None = None
+                 ) -> KafkaGroupStore:
+    return KafkaGroupStore(storage_config, clock,
+                           load_buffer_bytes=options.group.offsets_load_buffer_size)
 
 
 def _fencing(options: ServiceOptions) -> dict[str, object]:
@@ -280,8 +291,8 @@ class _BackgroundTasks:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def start(self, coro: object, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+    def start(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 

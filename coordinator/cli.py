@@ -48,7 +48,7 @@ async def _run_kafka(args: argparse.Namespace) -> int:
         print(f"coordinator kafka: could not start: {exc}", file=sys.stderr, flush=True)
         return 1
     try:
-        nodes = "" if args.brokers == 1 else " nodes=" + ",".join(
+        nodes = "" if not isinstance(kafka, EmbeddedKafkaCluster) else " nodes=" + ",".join(
             f"{node_id}@{address}" for node_id, address in kafka.addresses().items())
         print(f"Apache Kafka {kafka_version()} running; bootstrap={kafka.bootstrap}{nodes} data_dir={kafka.data_dir}",
               flush=True)
@@ -192,6 +192,10 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         raise SystemExit(f"unknown coordinator config {exc}; known: {sorted(CoordinatorConfig.kafka_names())}")
     except ValueError as exc:
         raise SystemExit(f"coordinator serve: bad --config: {exc}")
+    if None not in (args.state_replication_factor, group.offsets_topic_replication_factor) and (
+            args.state_replication_factor != group.offsets_topic_replication_factor):
+        raise SystemExit("coordinator serve: --state-replication-factor and --config "
+                         "offsets.topic.replication.factor disagree: give one")
     try:
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
                               advertised_port=advertised_port, node_id=node_id,
@@ -285,7 +289,9 @@ async def _run_serve(args: argparse.Namespace) -> int:
             ours = [f"--listen {options.server.listen_host}:{options.server.listen_port}"]
             if options.metrics_listen is not None:
                 ours.append("--metrics-listen {}:{}".format(*options.metrics_listen))
-            reason = f"address already in use: {' or '.join(ours)} ({reason})"
+            reason = (f"address already in use: {' or '.join(ours)} ({reason}); another coordinator's relay on "
+                      f"this host may hold it (its broker listeners take its listen port + 1 + node id unless "
+                      f"--relay-base-port says otherwise)")
         logging.getLogger("coordinator").error("event=startup_failed error=%s", reason)
         print(f"coordinator serve: could not start: {reason}", file=sys.stderr, flush=True)
         return 1
@@ -357,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "socket.listen.backlog.size; env COORDINATOR_LISTEN_BACKLOG); the kernel caps it at "
                             "net.core.somaxconn, see docs/operations.md")
     serve.add_argument("--node-id", type=int,
-                       default=int(env("COORDINATOR_NODE_ID")) if env("COORDINATOR_NODE_ID") else None,
+                       default=int(os.environ["COORDINATOR_NODE_ID"]) if env("COORDINATOR_NODE_ID") else None,
                        help="the coordinator's node id in Metadata/FindCoordinator (default 2000000000 with the "
                             "relay, so no broker has it; 0 with --no-relay; with --instance-id one derived from "
                             "the instance id, stable across restarts)")
@@ -368,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="data dir of the embedded broker (default: temporary)")
     serve.add_argument("--state-topic", default=env("COORDINATOR_STATE_TOPIC", "__coordinator_state"))
     serve.add_argument("--state-replication-factor", type=int, default=None,
-                       help="replication factor of the state topic (default: min(3, brokers))")
+                       help="replication factor of the state topic (default: min(3, brokers); the same as "
+                            "--config offsets.topic.replication.factor=N)")
     serve.add_argument("--event-topic", default=env("COORDINATOR_EVENT_TOPIC", "__coordinator_events"),
                        help="topic for group events ('' to disable)")
     serve.add_argument("--event-delivery-timeout-ms", type=int, metavar="MS",
@@ -389,7 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serve the group APIs only (no relay): clients must bootstrap to the cluster itself "
                             "(env COORDINATOR_NO_RELAY=1)")
     serve.add_argument("--relay-base-port", type=int,
-                       default=int(env("COORDINATOR_RELAY_BASE_PORT")) if env("COORDINATOR_RELAY_BASE_PORT") else None,
+                       default=(int(os.environ["COORDINATOR_RELAY_BASE_PORT"]) if env("COORDINATOR_RELAY_BASE_PORT")
+                                else None),
                        help="broker listener port = BASE + broker node id (default: the listen port + 1) "
                             "(env COORDINATOR_RELAY_BASE_PORT)")
     serve.add_argument("--relay-advertised-host", default=env("COORDINATOR_RELAY_ADVERTISED_HOST"),
@@ -505,6 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-jaeger", action="store_true", help="do not start Jaeger")
     demo.set_defaults(run=_run_demo, serve_args=[])
 
+    from coordinator.telemetry.trace_command import add_trace_command
+
+    add_trace_command(commands)
     from analytics.cli import add_analyze_command  # imports pyspark only when `analyze` runs
 
     add_analyze_command(commands)

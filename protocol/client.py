@@ -12,11 +12,12 @@ import collections
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from protocol import codec
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 from protocol.framing import FrameReader
 
@@ -32,7 +33,7 @@ class _Pending:
     correlation_id: int
     api_key: int
     version: int
-    future: asyncio.Future
+    future: asyncio.Future[Any]  # a kio response payload, or the raw frame
     timer: asyncio.TimerHandle | None
     raw: bool
 
@@ -44,6 +45,7 @@ class KafkaClient(asyncio.Protocol):
         self.client_id = client_id
         self.default_timeout_ms = default_timeout_ms
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self.address = "?"  # host:port, for log lines
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader()
@@ -65,6 +67,7 @@ class KafkaClient(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         connecting = loop.create_connection(lambda: cls(client_id, timeout_ms), host, port)
         _transport, client = await asyncio.wait_for(connecting, timeout_ms / 1000)
+        client.address = f"{host}:{port}"
         if negotiate:
             await client.negotiate_versions()
         return client
@@ -77,7 +80,7 @@ class KafkaClient(asyncio.Protocol):
             client_software_name=_CLIENT_SOFTWARE_NAME, client_software_version=_CLIENT_SOFTWARE_VERSION
         )
         response = await self.request(request)
-        if response.error_code != 0:
+        if response.error_code != Errors.NONE:
             raise ProtocolError(f"ApiVersions failed with error {int(response.error_code)}")
         self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
         return self.api_versions
@@ -90,11 +93,13 @@ class KafkaClient(asyncio.Protocol):
             raise ProtocolError(f"no common version for api_key={api_key}: server {low}-{high}")
         return version
 
+    # Any: requests and responses are kio payloads of whichever (API, version) the caller picked; callers read
+    # their fields by name, which no one static type covers.
     async def request(self, body: Any, *, timeout_ms: int | None = None) -> Any:
         """Send one request and wait for its decoded response."""
         return await self.send(body, timeout_ms=timeout_ms)
 
-    def send(self, body: Any, *, timeout_ms: int | None = None) -> asyncio.Future:
+    def send(self, body: Any, *, timeout_ms: int | None = None) -> asyncio.Future[Any]:
         """Send now, without waiting; the returned future gets the decoded response. Pipelines freely."""
         correlation_id = next(self._correlation_ids)
         frame = codec.encode_request(correlation_id, self.client_id, body)
@@ -102,7 +107,7 @@ class KafkaClient(asyncio.Protocol):
 
     def send_raw(
         self, frame: bytes, correlation_id: int, api_key: int, version: int, *, timeout_ms: int | None = None
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[Any]:
         """Send a pre-encoded request frame; the future gets the response frame undecoded (for benchmarks)."""
         return self._send(frame, correlation_id, api_key, version, timeout_ms, True)
 
@@ -111,7 +116,7 @@ class KafkaClient(asyncio.Protocol):
 
     def _send(
         self, frame: bytes, correlation_id: int, api_key: int, version: int, timeout_ms: int | None, raw: bool
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[Any]:
         future = self._loop.create_future()
         if self._transport is None or self._closed.done():
             future.set_exception(ConnectionClosed(f"connection is closed: {self._close_reason!r}"))
@@ -131,7 +136,7 @@ class KafkaClient(asyncio.Protocol):
     # ------------------------------------------------------------------------------------------------ protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = cast(asyncio.Transport, transport)  # a stream connection's transport
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)

@@ -278,9 +278,11 @@ class OwnerMap:
     def _open_admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.bootstrap,
-                            "client.id": f"group-coordinator-owner-map-{self.me.instance_id}",
-                            "logger": librdkafka_logger("owner-map")})
+        # Any: confluent-kafka's stubs allow only scalar values, but a "logger" object is part of its API
+        settings: dict[str, Any] = {"bootstrap.servers": self.bootstrap,
+                                    "client.id": f"group-coordinator-owner-map-{self.me.instance_id}",
+                                    "logger": librdkafka_logger("owner-map")}
+        return AdminClient(settings)
 
     def _refresh_once(self) -> None:
         with self._waiters_lock:  # those who asked before this request is sent: it answers them

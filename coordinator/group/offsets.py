@@ -3,6 +3,7 @@ Commits and deletions return their records; the runtime answers once they are wr
 from __future__ import annotations
 
 import logging
+from enum import Enum
 from typing import TYPE_CHECKING, Callable
 
 from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, OffsetCommitResponse,
@@ -13,7 +14,9 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, Offse
 from coordinator.group.delayed import member_key
 from coordinator.group.errors import Errors, offset_append_error
 from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
-from coordinator.group.state import GroupState
+from coordinator.group.observer import GroupObserver
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
+from coordinator.group.records import OffsetCommitRecord
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import ShardStatus
 from coordinator.group.store import OffsetRecord, TopicPartition
@@ -23,11 +26,24 @@ if TYPE_CHECKING:
 
 GroupSelector = Callable[[GroupMetadata], list[TopicPartition]]
 
-log = logging.getLogger("coordinator.group")
 
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
-    GroupState.DEAD)
+class Removal(Enum):
+    """Why offsets are removed, which says what observers are told."""
+
+    EXPIRED = "expired"  # the retention check
+    DELETED = "deleted"  # OffsetDelete
+    GROUP_DELETED = "group_deleted"  # DeleteGroups
+
+
+def _announce(observer: GroupObserver, removal: Removal, group_id: str, count: int) -> None:
+    if removal is Removal.GROUP_DELETED:
+        observer.on_group_deleted(group_id, count)
+    elif removal is Removal.DELETED:
+        observer.on_offsets_deleted(group_id, count)
+    else:
+        observer.on_offsets_expired(group_id, count)
+
+log = logging.getLogger("coordinator.group")
 
 
 def _commit_response(req: OffsetCommitRequest, errors: dict[TopicPartition, Errors] | Errors) -> OffsetCommitResponse:
@@ -173,7 +189,7 @@ def handle_delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> Result
     writes: list[Write] = []
     if eligible:
         group = shard.groups[req.group_id]
-        removed, writes = cleanup_groups(shard, [group], lambda g: g.remove_offsets(eligible))
+        removed, writes = cleanup_groups(shard, [group], lambda g: g.remove_offsets(eligible), Removal.DELETED)
         log.info("event=offsets_deleted group=%s partitions=%d offsets_removed=%d",
                  req.group_id, len(eligible), removed)
     by_topic: dict[str, list[OffsetDeleteResponsePartition]] = {}
@@ -210,20 +226,22 @@ def expire_offsets(shard: GroupShard) -> tuple[int, list[Write]]:
         return 0, []
     now_ms, retention_ms = shard.now_wall_ms(), shard.config.offsets_retention_ms
     return cleanup_groups(shard, list(shard.groups.values()),
-                          lambda g: g.remove_offsets(g.expired_offsets(now_ms, retention_ms)))
+                          lambda g: g.remove_offsets(g.expired_offsets(now_ms, retention_ms)), Removal.EXPIRED)
 
 
-def cleanup_groups(shard: GroupShard, groups: list[GroupMetadata], selector: GroupSelector
-                   ) -> tuple[int, list[Write]]:
+def cleanup_groups(shard: GroupShard, groups: list[GroupMetadata], selector: GroupSelector,
+                   removal: Removal) -> tuple[int, list[Write]]:
     """Kafka's cleanupGroupMetadata: apply `selector` (returns removed partitions) to every group, retire
     Empty groups without offsets; returns the offsets removed and one tombstone write per group touched. All
     in-memory changes happen here, before any write, so no group is left Dead in memory by a slow, failing or
     cancelled write, and no group changes between its turn and ours."""
-    writes = [w for w in (_cleanup_group(shard, group, selector) for group in groups) if w is not None]
-    return sum(len(w.removed) for w in writes), writes
+    writes = [w for w in (_cleanup_group(shard, group, selector, removal) for group in groups) if w is not None]
+    removed = sum(1 for w in writes for r in w.records if isinstance(r, OffsetCommitRecord))
+    return removed, writes
 
 
-def _cleanup_group(shard: GroupShard, group: GroupMetadata, selector: GroupSelector) -> Write | None:
+def _cleanup_group(shard: GroupShard, group: GroupMetadata, selector: GroupSelector,
+                   removal: Removal) -> Write | None:
     removed: list[TopicPartition] = selector(group)
     if group.is_in(EMPTY) and not group.has_offsets:
         group.transition_to(DEAD, shard.now_wall_ms())
@@ -235,8 +253,8 @@ def _cleanup_group(shard: GroupShard, group: GroupMetadata, selector: GroupSelec
         for member_id in group.pending_members:  # KIP-394 ids handed out: their expirations go too
             shard.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
     write_group_tombstone = retired and group.generation_id > 0
-    if removed:
-        shard.observer.on_offsets_expired(group.group_id, len(removed))
+    if removed or removal is Removal.GROUP_DELETED:
+        _announce(shard.observer, removal, group.group_id, len(removed))
     if not removed and not write_group_tombstone:
         return None
     log.info("event=group_cleanup group=%s offsets_removed=%d group_tombstone=%s",

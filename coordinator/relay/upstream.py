@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import struct
-from typing import Protocol
+from typing import Protocol, cast
 
 from coordinator.relay.buffer_pool import BufferExhausted, BufferPool
 from coordinator.runtime_health import release_transport_cycle
@@ -58,7 +58,8 @@ class RelayCounters:
 class LinkOwner(Protocol):
     """What a link needs of its client connection (coordinator.server.connection.Connection)."""
 
-    peer: str
+    @property
+    def peer(self) -> str: ...
 
     def relay_responses_ready(self) -> None: ...
     def relay_blocked_changed(self) -> None: ...
@@ -166,15 +167,16 @@ class UpstreamLink(asyncio.BufferedProtocol):
         return pending
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        stream = cast(asyncio.Transport, transport)  # a TCP connection's transport
         if self._closed:
-            transport.abort()
+            stream.abort()
             return
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = stream
         # pause as soon as anything is left unsent: the client then stops reading requests (back-pressure)
-        self._transport.set_write_buffer_limits(high=0)
+        stream.set_write_buffer_limits(high=0)
         if self._queued:
             queued, self._queued = self._queued, []
-            self._transport.write(b"".join(queued))
+            stream.write(b"".join(queued))
         self._apply_reading()
         self.owner.relay_blocked_changed()
 
@@ -235,7 +237,9 @@ class UpstreamLink(asyncio.BufferedProtocol):
             if not self._reserve(4 + size):
                 break
             available = min(self._end - self._start, self._frame_size)
-            self._frame[:available] = self._staging_view[self._start : self._start + available]  # type: ignore[index]
+            frame = self._frame
+            assert frame is not None  # _reserve() gave it
+            frame[:available] = self._staging_view[self._start : self._start + available]
             self._start += available
             self._frame_filled = available
             if available == self._frame_size:

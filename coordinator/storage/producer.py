@@ -23,12 +23,12 @@ from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
 
 log = logging.getLogger("coordinator.storage")
 
-Record = tuple[int, bytes, "bytes | None"]  # (partition, key, value or None for a tombstone)
+KafkaRecord = tuple[int, bytes, "bytes | None"]  # (partition, key, value or None for a tombstone)
 _POLL_INTERVAL_S = 0.05
 
 
 class RecordSender(Protocol):
-    def send(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
         """Queue the records now, after every record sent before (per partition); the future resolves with None
         once they are acknowledged, else with the first error."""
 _SAFETY_MARGIN_MS = 2_000  # librdkafka reports a timeout itself; the sweeper only guards against a lost report
@@ -121,9 +121,10 @@ class AsyncProducer:
 
     @property
     def timeout_ms(self) -> int:
-        return int(self._settings.get("message.timeout.ms", 300_000))  # type: ignore[call-overload]
+        timeout = self._settings.get("message.timeout.ms", 300_000)
+        return timeout if isinstance(timeout, int) else int(str(timeout))
 
-    def send(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
         """Append `records` now, in order with every earlier send (librdkafka keeps a partition's order); the
         future resolves with None once every one is acknowledged, else with the first error (never raises)."""
         batch = DeliveryBatch(asyncio.get_running_loop(), len(records))
@@ -132,7 +133,7 @@ class AsyncProducer:
             self._watch(batch)
         return batch.future
 
-    def _enqueue(self, records: Sequence[Record], batch: DeliveryBatch) -> None:
+    def _enqueue(self, records: Sequence[KafkaRecord], batch: DeliveryBatch) -> None:
         """One produce_batch call per partition (a write is normally a single group, so a single partition)."""
         if not records:
             batch.settle(0, None)
@@ -143,6 +144,7 @@ class AsyncProducer:
             message: dict[str, object] = {"key": key} if value is None else {"key": key, "value": value}
             by_partition.setdefault(partition, []).append(message)
         for partition, messages in by_partition.items():
+            failure: object  # a KafkaError, or what produce_batch put in a refused message's `_error`
             try:
                 queued = self._producer.produce_batch(self.topic, messages, partition=partition,
                                                       on_delivery=batch.on_delivery)

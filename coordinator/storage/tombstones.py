@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError
 
-from coordinator.storage.producer import Record, RecordSender
+from coordinator.storage.producer import KafkaRecord, RecordSender
 
 log = logging.getLogger("coordinator.storage")
 
@@ -108,7 +108,7 @@ class TombstoneWriter:
 
     def _send(self, producer: RecordSender, batch: list[tuple[bytes, _Tombstone]], what: str,
               outcome: asyncio.Future[KafkaError | None] | None = None) -> None:
-        records: list[Record] = [(entry.partition, key, None) for key, entry in batch]
+        records: list[KafkaRecord] = [(entry.partition, key, None) for key, entry in batch]
 
         def done(error: KafkaError | None) -> None:
             self._on_done(batch, what, error)

@@ -22,11 +22,12 @@ from typing import Any, Callable
 
 from confluent_kafka import KafkaError, Producer
 
-from coordinator.group.observer import GroupObserver
+from coordinator.group.observer import GroupObserver, RebalanceCause
 from coordinator.storage.config import EVENT_LINGER_MS, StorageConfig
 from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
+from coordinator.storage.topics import ensure_event_topic, make_admin
 
 log = logging.getLogger("coordinator.telemetry.events")
 
@@ -208,8 +209,8 @@ class EventTopicObserver(GroupObserver):
         self._emit("member_failed", group_id, member_id=member_id, group_instance_id=group_instance_id,
                    reason=reason)
 
-    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
-        self._emit("rebalance_started", group_id, generation=generation, reason=reason)
+    def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
+        self._emit("rebalance_started", group_id, generation=generation, reason=cause.text)
 
     def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
         self._emit("rebalance_completed", group_id, generation=generation, member_count=member_count,
@@ -221,3 +222,25 @@ class EventTopicObserver(GroupObserver):
 
     def on_offsets_expired(self, group_id: str, partition_count: int) -> None:
         self._emit("offsets_expired", group_id, partition_count=partition_count)
+
+    def on_offsets_deleted(self, group_id: str, partition_count: int) -> None:
+        self._emit("offsets_deleted", group_id, partition_count=partition_count)
+
+    def on_group_deleted(self, group_id: str, partition_count: int) -> None:
+        self._emit("group_deleted", group_id, partition_count=partition_count)
+
+
+async def start_event_publisher(config: StorageConfig) -> EventPublisher | None:
+    """Create or verify the event topic and start its producer (None when the event topic is off). The topic is
+    optional: if it cannot be made, the publisher still starts (events wait or are dropped, groups lose
+    nothing). Close it with `close_blocking` (in a thread) before the state store closes."""
+    if config.event_topic is None:
+        return None
+    admin = make_admin(config)
+    try:
+        await ensure_event_topic(admin, config)
+    except Exception as exc:
+        log.warning("event=event_topic_unavailable topic=%s error=%s", config.event_topic, exc)
+    finally:
+        admin.release()
+    return EventPublisher(config)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from coordinator.group.api import (OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
                                    OffsetFetchRequest, OffsetFetchRequestTopic, ListGroupsRequest)
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
 from tests.unit.test_group_harness import (SESSION_MS, Env, advance_until_joined, drain, env, form_group,  # noqa: F401
