@@ -185,16 +185,37 @@ class SimProducer:
 
     # --- internals --------------------------------------------------------------------------------------------
     def _submit(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+        """One batch per partition (owed tombstones of several partitions go in one send); the outcome is the
+        first error, once every batch is done."""
         loop = self.kafka.loop
         outcome: asyncio.Future[KafkaError | None] = loop.create_future()
         if self.dead:
             return outcome  # a dead process sends nothing; nobody awaits it either
-        partitions = {partition for partition, _, _ in records}
-        assert len(partitions) == 1, "one write goes to one partition"
-        partition = partitions.pop()
+        by_partition: dict[int, list[Record]] = {}
+        for record in records:
+            by_partition.setdefault(record[0], []).append(record)
+        batches = [self._enqueue(partition, batch) for partition, batch in by_partition.items()]
+        if len(batches) == 1:
+            return batches[0]
+        remaining = [len(batches)]
+        errors: list[KafkaError] = []
+
+        def one_done(done: asyncio.Future[KafkaError | None]) -> None:
+            if done.result() is not None:
+                errors.append(done.result())  # type: ignore[arg-type]
+            remaining[0] -= 1
+            if remaining[0] == 0 and not outcome.done():
+                outcome.set_result(errors[0] if errors else None)
+
+        for batch in batches:
+            batch.add_done_callback(one_done)
+        return outcome
+
+    def _enqueue(self, partition: int, records: list[Record]) -> asyncio.Future[KafkaError | None]:
+        loop = self.kafka.loop
+        outcome: asyncio.Future[KafkaError | None] = loop.create_future()
         write_id = self.ledger.issued(self.name, partition, records)
-        batch = _Batch(write_id, partition, list(records), self.kafka.now_ms(), outcome,
-                       ordered=loop.create_future())
+        batch = _Batch(write_id, partition, records, self.kafka.now_ms(), outcome, ordered=loop.create_future())
         previous = self._tail.get(partition)
         assert batch.ordered is not None
         self._tail[partition] = batch.ordered

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
-from coordinator.storage.loader import LoadedState, LoadError, StateReplay
+from coordinator.group.store import LoadedGroups
+from coordinator.storage.loader import LoadError, StateReplay
 from coordinator.timer import Clock
 from simulator.kafka import SimKafka, SimProducer
 
@@ -33,7 +34,7 @@ class SimulatedStore(KafkaGroupStore):
         pass
 
     async def read(self, partitions: Iterable[int] | None = None, stop: threading.Event | None = None,
-                   ends_after: threading.Event | None = None) -> LoadedState:
+                   ends_after: threading.Event | None = None) -> LoadedGroups:
         wanted = sorted(range(self.config.partitions) if partitions is None else partitions)
         deadline_ms = self.kafka.now_ms() + self.load_timeout_ms
         if not await self.kafka.wait_up(deadline_ms):
