@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from typing import TextIO
 
 from simulator.plants import PLANTS
 from simulator.run import Outcome, run_seed
@@ -98,14 +99,14 @@ def _many(start: int, count: int, stop_at_first: bool, plant: str | None) -> int
     return 1 if failing else 0
 
 
-def _describe(outcome: Outcome, out: object) -> None:
+def _describe(outcome: Outcome, out: TextIO) -> None:
     status = "ok" if outcome.ok else f"{len(outcome.violations)} violation(s)"
     print(f"seed {outcome.seed}: {status}; {outcome.scenario}; {outcome.events} events, history hash "
-          f"{outcome.digest}, {outcome.wall_s:.2f}s", file=out)  # type: ignore[arg-type]
+          f"{outcome.digest}, {outcome.wall_s:.2f}s", file=out)
     for violation in outcome.violations:
-        print(f"  {violation.line()}", file=out)  # type: ignore[arg-type]
+        print(f"  {violation.line()}", file=out)
     if not outcome.ok:
-        print(f"  replay: python -m simulator --seed {outcome.seed} --trace", file=out)  # type: ignore[arg-type]
+        print(f"  replay: python -m simulator --seed {outcome.seed} --trace", file=out)
 
 
 if __name__ == "__main__":

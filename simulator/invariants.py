@@ -71,7 +71,8 @@ class Checkers:
         self.ledger = ledger
         self.now_ms = now_ms
         self.violations: list[Violation] = []
-        self._must_keep: dict[Key, tuple[int, int]] = {}  # offset key -> (offset, write id) answered NONE
+        # (group, topic, partition) -> (offset, write id) of the last commit answered NONE
+        self._must_keep: dict[tuple[str, str, int], tuple[int, int]] = {}
         self._owners: dict[tuple[str, int, int], dict[tuple[str, int], str]] = {}
         self._assignments: dict[tuple[str, int, int, str], tuple[tuple[str, int], ...]] = {}
         self._stable: set[tuple[str, int, int]] = set()

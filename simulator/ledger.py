@@ -46,13 +46,14 @@ class Ledger:
         keys: list[tuple[Key, bytes | None]] = []
         offsets: dict[Key, int] = {}
         for _, key_bytes, value in records:
-            key = decode_key(key_bytes)
-            if isinstance(key, OffsetCommitKey):
-                keys.append(((key.group, key.topic, key.partition), value))
+            decoded = decode_key(key_bytes)
+            if isinstance(decoded, OffsetCommitKey):
+                keys.append(((decoded.group, decoded.topic, decoded.partition), value))
                 if value is not None:
-                    offsets[(key.group, key.topic, key.partition)] = decode_offset_commit_value(value).offset
-            elif isinstance(key, GroupMetadataKey):
-                keys.append(((key.group,), value))
+                    offsets[(decoded.group, decoded.topic, decoded.partition)] = \
+                        decode_offset_commit_value(value).offset
+            elif isinstance(decoded, GroupMetadataKey):
+                keys.append(((decoded.group,), value))
         write = Write(len(self.writes), producer, partition, keys, offsets=offsets)
         self.writes.append(write)
         for key, _ in keys:

@@ -20,6 +20,7 @@ blocking forever.
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import random
 from asyncio import base_events, events
@@ -38,6 +39,12 @@ class _NoSelector:
 
 
 class VirtualLoop(base_events.BaseEventLoop):
+    # BaseEventLoop's internals this loop drives (typeshed does not declare them)
+    _ready: collections.deque[events.Handle]
+    _scheduled: list[events.TimerHandle]
+    _timer_cancelled_count: int
+    _stopping: bool
+
     def __init__(self, rng: random.Random) -> None:
         super().__init__()
         self._rng = rng
@@ -61,7 +68,8 @@ class VirtualLoop(base_events.BaseEventLoop):
     def _write_to_self(self) -> None:
         pass
 
-    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
+                        *args: Any) -> asyncio.Future[Any]:
         future = self.create_future()
         try:
             future.set_result(func(*args))
@@ -72,18 +80,18 @@ class VirtualLoop(base_events.BaseEventLoop):
     # --- one iteration ----------------------------------------------------------------------------------------
     def _run_once(self) -> None:
         scheduled = self._scheduled
-        while scheduled and scheduled[0]._cancelled:
+        while scheduled and scheduled[0].cancelled():
             self._timer_cancelled_count -= 1
-            heapq.heappop(scheduled)._scheduled = False
+            heapq.heappop(scheduled)._scheduled = False  # type: ignore[attr-defined]
         if not self._ready and not self._stopping:
             if not scheduled:
                 raise SimulationStuck(f"nothing ready and no timer left at t={self._now:.3f}s")
-            self._now = max(self._now, scheduled[0]._when)
+            self._now = max(self._now, scheduled[0].when())
         due: list[events.TimerHandle] = []
-        while scheduled and scheduled[0]._when <= self._now:
+        while scheduled and scheduled[0].when() <= self._now:
             handle = heapq.heappop(scheduled)
-            handle._scheduled = False
-            if handle._cancelled:
+            handle._scheduled = False  # type: ignore[attr-defined]
+            if handle.cancelled():
                 self._timer_cancelled_count -= 1
             else:
                 due.append(handle)
@@ -91,14 +99,14 @@ class VirtualLoop(base_events.BaseEventLoop):
             due = self._seeded_order(due)
         self._ready.extend(due)
         for _ in range(len(self._ready)):
-            handle = self._ready.popleft()
-            if not handle._cancelled:
+            ready = self._ready.popleft()
+            if not ready.cancelled():
                 self.steps += 1
-                handle._run()
+                ready._run()
 
     def _seeded_order(self, due: list[events.TimerHandle]) -> list[events.TimerHandle]:
         """Earlier deadlines first; among equal deadlines, an order drawn from the seed."""
-        keyed = [(handle._when, self._rng.random(), index) for index, handle in enumerate(due)]
+        keyed = [(handle.when(), self._rng.random(), index) for index, handle in enumerate(due)]
         keyed.sort()
         return [due[index] for _, _, index in keyed]
 
