@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
 from coordinator.group.delayed import join_key, member_key
@@ -26,8 +26,16 @@ log = logging.getLogger("coordinator.group")
 _MemberSettings = tuple[Protocols, int, int]  # protocols, rebalance and session timeouts, before an update
 
 
+def random_member_id_suffix() -> str:
+    return str(uuid.uuid4())
+
+
+# The unique part of every member id; the deterministic simulator swaps in a seeded source (simulator/ids.py).
+member_id_suffix: Callable[[], str] = random_member_id_suffix
+
+
 def generate_member_id(client_id: str, group_instance_id: str | None) -> str:
-    return f"{group_instance_id if group_instance_id is not None else client_id}-{uuid.uuid4()}"
+    return f"{group_instance_id if group_instance_id is not None else client_id}-{member_id_suffix()}"
 
 
 def _answer(future: asyncio.Future[JoinGroupResponse], response: JoinGroupResponse) -> None:
