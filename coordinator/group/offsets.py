@@ -12,7 +12,8 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, Offse
                                    OffsetFetchRequest, OffsetFetchResponse, OffsetFetchResponsePartition,
                                    OffsetFetchResponseTopic)
 from coordinator.group.delayed import member_key
-from coordinator.group.errors import Errors, offset_append_error
+from coordinator.group.errors import delete_append_error, offset_append_error
+from protocol.error_codes import Errors
 from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from coordinator.group.modern.offsets import validate_offset_commit, validate_offset_fetch
 from coordinator.group.observer import GroupObserver
@@ -210,8 +211,14 @@ def handle_delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> Result
     for topic, partition in wanted:
         error_code = Errors.GROUP_SUBSCRIBED_TO_TOPIC if (topic, partition) in subscribed else Errors.NONE
         by_topic.setdefault(topic, []).append(OffsetDeleteResponsePartition(partition, error_code))
-    return Result(OffsetDeleteResponse(Errors.NONE, [OffsetDeleteResponseTopic(t, ps) for t, ps in by_topic.items()]),
-                  writes)
+    response = OffsetDeleteResponse(Errors.NONE, [OffsetDeleteResponseTopic(t, ps) for t, ps in by_topic.items()])
+
+    def respond(errors: list[Errors]) -> OffsetDeleteResponse:
+        # tombstones Kafka refused: not reported deleted (owed and sent again; a crash before would undo them)
+        failed = next((e for e in errors if e != Errors.NONE), None)
+        return response if failed is None else OffsetDeleteResponse(delete_append_error(failed))
+
+    return Result(response, writes, respond)
 
 
 def _offset_delete_check(shard: GroupShard, group_id: str, wanted: list[TopicPartition]

@@ -43,6 +43,7 @@ from coordinator.group.result import Result, Write
 from coordinator.group.shard import GroupShard, ShardStatus
 from coordinator.group.store import GroupStore, StoreError
 from coordinator.group.delayed import DelayedHeartbeat
+from coordinator.group.errors import delete_append_error
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import Clock, MonotonicClock, SystemTimer, WallClock
 from protocol.error_codes import Errors
@@ -192,14 +193,20 @@ class GroupRuntime:
         for group_id in names:
             by_shard.setdefault(self.shard_for(group_id).partition, []).append(group_id)
         results: dict[str, Errors] = {}
+        writes: list[Write] = []
         pending = []
         for partition, group_ids in by_shard.items():
             shard = self.shards[partition]
             result = admin.handle_delete_groups(shard, group_ids)
             assert isinstance(result.response, dict)
             results.update(result.response)
+            writes.extend(result.writes)
             pending.extend(self._start(shard, result.writes))
-        await self._written(pending)
+        # A group whose tombstones Kafka refused is not reported deleted (they stay owed and are sent again, but a
+        # crash before that would bring the group back), as Kafka 4 answers a failed write.
+        for write, error in zip(writes, await self._written(pending)):
+            if error != Errors.NONE and results.get(write.group_id) == Errors.NONE:
+                results[write.group_id] = delete_append_error(error)
         return DeleteGroupsResponse([DeletableGroupResult(g, results[g]) for g in names])
 
     async def expire_offsets(self) -> int:

@@ -80,16 +80,12 @@ def test_a_seed_replays_its_history_exactly() -> None:
     assert other.digest != first.digest
 
 
-# Invariants a known production bug still breaks (the xfail tests at the end name it); the seeds must hold the rest.
-KNOWN_BUGS = {"durable_delete"}
-
-
 def test_seeds_hold_every_invariant() -> None:
     started = time.perf_counter()
     outcomes = [run_seed(seed) for seed in range(CI_SEEDS)]
     elapsed = time.perf_counter() - started
     print(f"{CI_SEEDS} seeds in {elapsed:.1f}s ({CI_SEEDS / elapsed:.1f} seeds/s)")
-    failing = [(o, v) for o in outcomes for v in o.violations if v.invariant not in KNOWN_BUGS]
+    failing = [(o, v) for o in outcomes for v in o.violations]
     assert not failing, "\n".join(f"seed {o.seed}: {v.line()} (replay: python -m simulator --seed {o.seed} --trace)"
                                   for o, v in failing)
 
@@ -112,12 +108,13 @@ def test_a_plant_is_gone_after_its_run() -> None:
 
 
 # --- bugs the simulator found --------------------------------------------------------------------------------
-def _deleted_then_crashed(delete: Any) -> list[str]:
+def _deleted_then_crashed(delete: Any) -> tuple[list[int], list[str]]:
     """A simple consumer's commit makes an Empty group with an offset; every write is refused from then on (a
     replica set below min.insync.replicas); the operator deletes; the coordinator crashes before Kafka recovers,
-    a new one loads. Returns the violations."""
+    a new one loads. Returns the delete's error code and the violations."""
     scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None)
     sim = Simulation(scenario)
+    refused: list[int] = []
 
     async def loaded() -> CoordinatorInstance:
         instance = sim._start_instance()
@@ -133,37 +130,34 @@ def _deleted_then_crashed(delete: Any) -> list[str]:
         assert answer.topics[0].partitions[0].error_code == Errors.NONE
         sim.checkers.committed("g", ("t", 0), 1, "tool")
         sim.kafka.faults.refuse = 1.0
-        await delete(sim)
+        refused.append(await delete(sim))
         first.crash()
         sim.kafka.faults.refuse = 0.0
         await loaded()
 
     run_story(sim, story())
-    return [v.line() for v in sim.checkers.violations]
+    return refused, [v.line() for v in sim.checkers.violations]
 
 
-async def _delete_group(sim: Simulation) -> None:
+async def _delete_group(sim: Simulation) -> int:
     answer = await sim.call("tool", "", "delete_groups", DeleteGroupsRequest(["g"]))
     if answer.results[0].error_code == Errors.NONE:
         sim.checkers.deleted("g", [("t", 0)], group_record=True)
+    return int(answer.results[0].error_code)
 
 
-async def _delete_offsets(sim: Simulation) -> None:
+async def _delete_offsets(sim: Simulation) -> int:
     answer = await sim.call("tool", "", "delete_offsets",
                             OffsetDeleteRequest("g", [OffsetDeleteRequestTopic("t", [0])]))
     if answer.error_code == Errors.NONE and answer.topics[0].partitions[0].error_code == Errors.NONE:
         sim.checkers.deleted("g", [("t", 0)], group_record=False)
+    return int(answer.error_code)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: DeleteGroups is answered NONE although Kafka refused its tombstones "
-                                       "(runtime.delete_groups ignores the write errors); they are only owed in "
-                                       "memory, so a crash brings the deleted group's offsets back")
-def test_a_deleted_group_stays_deleted_across_a_crash() -> None:
-    assert _deleted_then_crashed(_delete_group) == []
+def test_a_delete_kafka_refused_is_not_answered_as_done() -> None:
+    # NOT_ENOUGH_REPLICAS from Kafka: COORDINATOR_NOT_AVAILABLE (Kafka 4), and nothing comes back that was promised
+    assert _deleted_then_crashed(_delete_group) == ([Errors.COORDINATOR_NOT_AVAILABLE], [])
 
 
-@pytest.mark.xfail(strict=True, reason="bug: OffsetDelete is answered NONE although Kafka refused its tombstones "
-                                       "(runtime._serve answers a Result without `respond` whatever the writes' "
-                                       "outcome); a crash brings the deleted offsets back")
-def test_deleted_offsets_stay_deleted_across_a_crash() -> None:
-    assert _deleted_then_crashed(_delete_offsets) == []
+def test_an_offset_delete_kafka_refused_is_not_answered_as_done() -> None:
+    assert _deleted_then_crashed(_delete_offsets) == ([Errors.COORDINATOR_NOT_AVAILABLE], [])
