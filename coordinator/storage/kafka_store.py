@@ -176,7 +176,8 @@ class KafkaGroupStore(GroupStore):
         log.info("event=partitions_unloaded topic=%s partitions=%s", self.config.state_topic, sorted(partitions))
 
     def _partition_fenced(self, partition: int) -> None:
-        log.error("event=partition_fenced topic=%s partition=%d reason=another_instance_owns_it",
+        # INFO: the owner of the store logs the one WARNING for it, with what it does next (cluster/ownership.py)
+        log.info("event=partition_fenced topic=%s partition=%d reason=another_instance_owns_it",
                   self.config.state_topic, partition)
         self._unloaded.add(partition)
         self._tombstones.forget([partition])  # the new owner's to write now

@@ -354,10 +354,16 @@ class TransactionalProducer:
         return None
 
     def _failed(self, error: KafkaError, abortable: bool) -> tuple[KafkaError, str]:
-        log.warning("event=transaction_failed producer=%s error=%s fatal=%s", self.name, error, error.fatal())
-        if error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence):
-            log.error("event=state_producer_fenced producer=%s transactional_id=%s error=%s", self.name,
-                      self.transactional_id, error)
+        fenced = error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence)
+        if not fenced:
+            log.warning("event=transaction_failed producer=%s error=%s fatal=%s", self.name, error, error.fatal())
+        else:
+            # A partition's producer is fenced when the partition moves: the owner of the store says so once, with
+            # what it does next (cluster/ownership.py). Any other producer fenced means a second writer with our
+            # transactional.id, which only an operator can resolve.
+            log.log(logging.INFO if self.fatal_is_fence else logging.ERROR,
+                    "event=state_producer_fenced producer=%s transactional_id=%s error=%s", self.name,
+                    self.transactional_id, error)
             self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
             self._retire_blocking()
             return self._fenced, "fenced"
