@@ -88,7 +88,8 @@ class ConsumerProcess:
     """One stock consumer (tests/interop/relay_consumer.py) in its own process, its JSON lines collected."""
 
     def __init__(self, kind: str, name: str, bootstrap: str, topic: str, group: str, assignor: str,
-                 session_ms: int = 6_000, settings: dict[str, str] | None = None, protocol: str = "classic") -> None:
+                 session_ms: int = 6_000, *, settings: dict[str, str] | None = None, protocol: str = "classic"
+                 ) -> None:
         self.kind, self.name = kind, name
         self.command = [sys.executable, "-m", "tests.interop.relay_consumer", "--kind", kind, "--name", name,
                         "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--assignor", assignor,
@@ -197,7 +198,7 @@ async def start_consumers(specs: list[tuple[str, str]], bootstrap: str, topic: s
                                                    protocol))
         else:
             started.append(await ConsumerProcess(kind, name, bootstrap, topic, group, assignor, session_ms,
-                                                 protocol).start())
+                                                 protocol=protocol).start())
     return started
 
 
