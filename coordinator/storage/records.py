@@ -2,8 +2,8 @@
 
 Key and value are each a 2-byte big-endian schema version followed by the struct of that version, as defined by
 Kafka's `GroupMetadataKey/Value` and `OffsetCommitKey/Value` JSON schemas. The key version says which record it
-is: 0 and 1 are offset commits, 2 is group metadata; anything else (Kafka 4.x writes 3+ for its new consumer
-groups) decodes to `UnknownKey`, which the loader skips with a warning. A null value is a tombstone. Values
+is: 0 and 1 are offset commits, 2 is group metadata; 3-8 and 16 are the consumer groups' records
+(consumer_records.py); anything else decodes to `UnknownKey`, which the loader skips with a warning. A null value is a tombstone. Values
 decode to the group core's own records (coordinator/group/records.py: GroupRecord, MemberRecord, OffsetRecord,
 the same fields as Kafka's schemas), and `encode` takes the shard's typed records (`GroupMetadataRecord`,
 `OffsetCommitRecord`), so nothing converts between the core and the codec.
