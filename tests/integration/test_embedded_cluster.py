@@ -136,7 +136,8 @@ async def test_the_state_topic_gets_the_replication_factor_given_by_its_kafka_na
     """`--config offsets.topic.replication.factor=2` on three brokers: the created state topic has two replicas
     per partition (the default would give three), as the cluster itself describes it."""
     from coordinator.app import _storage_config
-    from coordinator.cli import _service_options, build_parser
+    from coordinator.cli import build_parser
+    from coordinator.commands.serve import _service_options
     from coordinator.storage.topics import Admin, ensure_state_topic
 
     topics = {}

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli import _service_options, build_parser
+from coordinator.cli import build_parser
+from coordinator.commands.serve import _service_options
 from coordinator.embedded.certificates import CertificateSet, make_test_certificates
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from coordinator.app import ServiceOptions, _kafka_store, _storage_config
-from coordinator.cli import _service_options, build_parser
+from coordinator.cli import build_parser
+from coordinator.commands.serve import _service_options
 from coordinator.config import CoordinatorConfig
 from coordinator.storage.loader import consumer_settings
 
