@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from protocol.error_codes import Errors
 
-__all__ = ["Errors", "delete_append_error", "group_append_error", "offset_append_error"]
+__all__ = ["Errors", "kafka4_append_error", "group_append_error", "offset_append_error"]
 
 
 # How a failed group-metadata append (SyncGroup, static replacement) is reported (3.9 `storeGroup`).
@@ -42,9 +42,10 @@ def offset_append_error(error: Errors) -> Errors:
     return _OFFSET_APPEND_ERRORS.get(error, error)
 
 
-# How a failed tombstone append of DeleteGroups/OffsetDelete is reported (Kafka 4's
-# GroupCoordinatorService.normalizeException; 3.9 appended them to its own log, which could not refuse them).
-_DELETE_APPEND_ERRORS = {
+# How a failed append is answered in Kafka 4 (GroupCoordinatorService.handleOperationException): every write of a
+# consumer group, and the tombstones of DeleteGroups/OffsetDelete (3.9 appended those to its own log, which could not
+# refuse them).
+_KAFKA4_APPEND_ERRORS = {
     Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
     Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
     Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
@@ -57,5 +58,5 @@ _DELETE_APPEND_ERRORS = {
 }
 
 
-def delete_append_error(error: Errors) -> Errors:
-    return _DELETE_APPEND_ERRORS.get(error, error)
+def kafka4_append_error(error: Errors) -> Errors:
+    return _KAFKA4_APPEND_ERRORS.get(error, error)

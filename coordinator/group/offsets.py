@@ -12,7 +12,7 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, Offse
                                    OffsetFetchRequest, OffsetFetchResponse, OffsetFetchResponsePartition,
                                    OffsetFetchResponseTopic)
 from coordinator.group.delayed import member_key
-from coordinator.group.errors import delete_append_error, offset_append_error
+from coordinator.group.errors import kafka4_append_error, offset_append_error
 from protocol.error_codes import Errors
 from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from coordinator.group.modern.offsets import validate_offset_commit, validate_offset_fetch
@@ -216,7 +216,7 @@ def handle_delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> Result
     def respond(errors: list[Errors]) -> OffsetDeleteResponse:
         # tombstones Kafka refused: not reported deleted (owed and sent again; a crash before would undo them)
         failed = next((e for e in errors if e != Errors.NONE), None)
-        return response if failed is None else OffsetDeleteResponse(delete_append_error(failed))
+        return response if failed is None else OffsetDeleteResponse(kafka4_append_error(failed))
 
     return Result(response, writes, respond)
 

@@ -35,7 +35,7 @@ from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, De
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.heartbeat import HeartbeatRequest as HeartbeatRequestV2
 from coordinator.group.modern.heartbeat import HeartbeatResponse as HeartbeatResponseV2
-from coordinator.group.modern.service import ConsumerGroupService, modern_append_error
+from coordinator.group.modern.service import ConsumerGroupService
 from coordinator.group.modern.service import DescribedGroup as DescribedConsumerGroup
 from coordinator.group.observer import GroupObserver
 from coordinator.group.partitioner import cached_partition_for
@@ -43,7 +43,7 @@ from coordinator.group.result import Result, Write
 from coordinator.group.shard import GroupShard, ShardStatus
 from coordinator.group.store import GroupStore, StoreError
 from coordinator.group.delayed import DelayedHeartbeat
-from coordinator.group.errors import delete_append_error
+from coordinator.group.errors import kafka4_append_error
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import Clock, MonotonicClock, SystemTimer, WallClock
 from protocol.error_codes import Errors
@@ -155,7 +155,7 @@ class GroupRuntime:
         if write is None:
             return response
         [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))
-        return response if error == Errors.NONE else HeartbeatResponseV2(modern_append_error(error))
+        return response if error == Errors.NONE else HeartbeatResponseV2(kafka4_append_error(error))
 
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedConsumerGroup]:
         return self.consumer_groups.describe(group_ids)
@@ -206,7 +206,7 @@ class GroupRuntime:
         # crash before that would bring the group back), as Kafka 4 answers a failed write.
         for write, error in zip(writes, await self._written(pending)):
             if error != Errors.NONE and results.get(write.group_id) == Errors.NONE:
-                results[write.group_id] = delete_append_error(error)
+                results[write.group_id] = kafka4_append_error(error)
         return DeleteGroupsResponse([DeletableGroupResult(g, results[g]) for g in names])
 
     async def expire_offsets(self) -> int:

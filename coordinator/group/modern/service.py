@@ -306,21 +306,3 @@ class ConsumerGroupService:
             if resolving is not None:
                 resolving.cancel()
         shard.consumer_groups.clear()
-
-
-# How a failed append is answered (Kafka 4's GroupCoordinatorService.handleOperationException).
-_APPEND_ERRORS = {
-    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
-    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
-    Errors.MESSAGE_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
-    Errors.RECORD_LIST_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
-    Errors.INVALID_FETCH_SIZE: Errors.UNKNOWN_SERVER_ERROR,
-}
-
-
-def modern_append_error(error: Errors) -> Errors:
-    return _APPEND_ERRORS.get(error, error)
