@@ -6,6 +6,7 @@ COPY pyproject.toml README.md ./
 COPY protocol ./protocol
 COPY coordinator ./coordinator
 COPY analytics ./analytics
+COPY simulator ./simulator
 RUN python -m venv /opt/coordinator \
  && /opt/coordinator/bin/pip install --no-cache-dir '.[speed]'
 

@@ -60,6 +60,7 @@ def run_batch(spark: "SparkSession", source: Source, out_dir: Path, jaeger_url: 
             in_range = in_range.filter(F.col("ts_ms") < source.until_ms)
         extent = in_range.agg(F.count(F.lit(1)).alias("n"), F.min("ts_ms").alias("lo"),
                               F.max("ts_ms").alias("hi")).first()
+        assert extent is not None  # an aggregate without grouping has exactly one row
         read_s = time.monotonic() - started
         now_ms = int(time.time() * 1000)
         time_range = TimeRange(source.since_ms if source.since_ms is not None else (extent["lo"] or now_ms),
@@ -164,7 +165,8 @@ def run_follow(spark: "SparkSession", source: Source, checkpoint_dir: Path,
     ready = False
     try:
         while query.isActive and not should_stop() and (deadline is None or time.monotonic() < deadline):
-            query.awaitTermination(0.5)
+            # seconds: pyspark takes a float, though its hint says int
+            query.awaitTermination(0.5)  # type: ignore[arg-type]
             if not ready and query.lastProgress is not None:
                 ready = True
                 on_ready()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,20 @@ def _nice_max(value: float) -> float:
     return 10 * step
 
 
+def _count_max(value: float) -> int:
+    """The top of a count axis: four steps of a whole size (any up to 10, then 1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8
+    × 10^k), so every tick is a whole number ("0, 3, 6, 9, 12 rebalances", never "1.2, 2.5, 3.8")."""
+    needed = max(1.0, value / 4)
+    if needed <= 10:
+        return 4 * math.ceil(needed)
+    scale = 10
+    while True:
+        for factor in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8):
+            if factor * scale >= needed:
+                return int(4 * factor * scale)
+        scale *= 10
+
+
 def _y_axis(y_max: float, height: int = HEIGHT) -> list[str]:
     parts = []
     inner = height - TOP - BOTTOM
@@ -104,12 +119,12 @@ def plot_over_time(data: ReportData) -> str:
     for row in data.over_time:
         index = min(buckets - 1, max(0, (row["bucket_start_ms"] - start) // data.bucket_ms))
         stacks.setdefault(index, []).append((row["group_id"], row["rebalances"]))
-    y_max = _nice_max(max(sum(n for _, n in stack) for stack in stacks.values()))
+    y_max = _count_max(max(sum(n for _, n in stack) for stack in stacks.values()))
     inner_w, inner_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = inner_w / buckets
     body = _y_axis(y_max)
     for index, stack in sorted(stacks.items()):
-        y = HEIGHT - BOTTOM
+        y: float = HEIGHT - BOTTOM
         for group, count in sorted(stack, key=lambda item: groups.index(item[0])):
             h = inner_h * count / y_max
             y -= h
@@ -145,7 +160,7 @@ def plot_durations(data: ReportData) -> str:
         edges.append(edge)
         edge *= 2
     counts = {row["lower_ms"]: row["rebalances"] for row in data.durations}
-    y_max = _nice_max(max(counts.values()))
+    y_max = _count_max(max(counts.values()))
     inner_w, inner_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = inner_w / len(edges)
     body = _y_axis(y_max)

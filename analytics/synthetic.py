@@ -14,10 +14,14 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from coordinator.telemetry.event_schema import new_event
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 REBALANCE_EVENTS = 6  # a cause + 5 (state changes and rebalance events) per rebalance
 
@@ -103,7 +107,7 @@ def _rebalance(rng: random.Random, group: str, now: int, clocks: dict[str, int],
         expected.duration_total_ms[group] += duration
 
 
-def write(bootstrap: str, topic: str, pairs: Iterator[tuple[str, dict]], extra_values: list[bytes] = ()) -> int:
+def write(bootstrap: str, topic: str, pairs: Iterator[tuple[str, dict]], extra_values: Sequence[bytes] = ()) -> int:
     """Produce every event (keyed by group, like the coordinator's writer) and any raw extra values; returns the
     number of records written."""
     from confluent_kafka import Producer
@@ -126,14 +130,14 @@ def write(bootstrap: str, topic: str, pairs: Iterator[tuple[str, dict]], extra_v
     return count
 
 
-def _produce(producer: "object", topic: str, key: bytes, value: bytes, timestamp_ms: int = 0) -> None:
+def _produce(producer: Producer, topic: str, key: bytes, value: bytes, timestamp_ms: int = 0) -> None:
     """The record's timestamp is the event's time, as the coordinator's writer gets (it produces at once)."""
     while True:
         try:
-            producer.produce(topic, key=key, value=value, timestamp=timestamp_ms)  # type: ignore[attr-defined]
+            producer.produce(topic, key=key, value=value, timestamp=timestamp_ms)
             return
         except BufferError:
-            producer.poll(0.1)  # type: ignore[attr-defined]
+            producer.poll(0.1)
 
 
 def main() -> int:

@@ -3,6 +3,7 @@ against (a) `coordinator serve` and (b) the embedded Apache Kafka broker's class
 
   python -m bench.coordinator [--repeats 2] [--seconds 4] [--groups 1000] [--group-size 10]
                               [--connections 100,1000] [--rebalance-sizes 10,100,1000] [--expiry-pairs 500]
+                              [--baseline-tree DIR] [--profile FILE]
 
 Figures, each for both servers, with the ratio ours ÷ Kafka (throughput: higher is better; times and CPU per heartbeat: lower is better):
 - heartbeat throughput and p50/p99 latency, `groups × group-size` members (default 10,000 in 1,000 groups) over
@@ -10,7 +11,8 @@ Figures, each for both servers, with the ratio ours ÷ Kafka (throughput: higher
   plus the server's CPU time per heartbeat (from /proc), the robust figure on a shared machine;
 - rebalance time of a Stable group of 10 / 100 / 1,000 members: every member sends JoinGroup with new metadata
   at once (the first to arrive starts the rebalance); clock from the first JoinGroup sent to the last SyncGroup
-  answered; the leader assigns nothing (no client-side assignor time in the figure);
+  answered; the leader assigns nothing (no client-side assignor time in the figure); plus the server's CPU time
+  per rebalance (all its threads, from /proc/<pid>/task/*/schedstat), the robust figure on a shared machine;
 - failure-detection lateness: `expiry-pairs` two-member groups formed at once; after the join the leader (the
   victim) sends nothing, the follower's SyncGroup waits for the leader's assignment and is answered
   REBALANCE_IN_PROGRESS the moment the coordinator expires the victim (both coordinators schedule the session
@@ -23,6 +25,11 @@ is pinned to CPU 0 (`taskset -a`, all threads: the broker JVM moves to CPU 1 whi
 (this process) runs on CPU 1 and prints its own CPU use per figure (near 100%: it was the limit, not the server).
 Repeats are interleaved (ours, Kafka, Kafka, ours, ...) and the median is reported.
 Group formation uses a fresh group id for any group that did not form in one generation (busy machine).
+
+Before/after in one run: `--baseline-tree DIR` races a second build of ours (a source tree, e.g. from
+`git archive <commit> | tar -x -C DIR`, run with DIR as its working directory) as "before", interleaved with the
+others, and adds the ratios after ÷ before. `--profile FILE` records our server with py-spy (`--format raw`,
+200 Hz; `pip install -e '.[bench]'`) during the rounds of the largest rebalance size.
 """
 
 from __future__ import annotations
@@ -32,8 +39,8 @@ import asyncio
 import json
 import os
 import resource
+import signal
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -50,6 +57,7 @@ from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.consumer_protocol import Subscription, encode_subscription
 from protocol.errors import ConnectionClosed, RequestTimedOut
+from protocol.group_fastpath import pack_sync_group_request
 from protocol.messages import build
 
 METADATA = encode_subscription(Subscription(("bench",)))
@@ -78,13 +86,17 @@ def pin(pid: int, cpu: int) -> None:
                    stderr=subprocess.DEVNULL, check=False)
 
 
-async def start_ours(bootstrap: str) -> tuple[subprocess.Popen, Server]:
+async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None = None
+                     ) -> tuple[subprocess.Popen, Server]:
+    """`coordinator serve` from this checkout, or from `source_tree` (its working directory and PYTHONPATH, so
+    its packages shadow this checkout's)."""
+    env = None if source_tree is None else {**os.environ, "PYTHONPATH": source_tree}
     process = subprocess.Popen(
         [sys.executable, "-m", "coordinator.cli", "--log-level", "WARNING", "serve", "--listen", "127.0.0.1:0",
          "--bootstrap-server", bootstrap, "--state-topic", f"__bench_state_{uuid.uuid4().hex[:6]}",
          "--event-topic", "", "--config", f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}",
          "--config", f"group.min.session.timeout.ms={MIN_SESSION_MS}"],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, text=True, cwd=source_tree, env=env)
     line = await asyncio.to_thread(process.stdout.readline)  # type: ignore[union-attr]
     if "listening on" not in line:
         process.kill()
@@ -97,7 +109,7 @@ async def start_ours(bootstrap: str) -> tuple[subprocess.Popen, Server]:
             if response.groups[0].error_code != 14:
                 break
             await asyncio.sleep(0.1)
-    return process, Server("ours", port, process.pid)
+    return process, Server(name, port, process.pid)
 
 
 # ---------------------------------------------------------------------------------------------- groups
@@ -156,12 +168,12 @@ async def leave_all(client: KafkaClient, group_id: str, member_ids: list[str]) -
         pass
 
 
-async def connect_many(port: int, count: int) -> list[KafkaClient]:
+async def connect_many(port: int, count: int, client_id: str = "bench") -> list[KafkaClient]:
     slots = asyncio.Semaphore(64)
 
     async def one() -> KafkaClient:
         async with slots:
-            return await KafkaClient.connect("127.0.0.1", port, client_id="bench", timeout_ms=REBALANCE_MS)
+            return await KafkaClient.connect("127.0.0.1", port, client_id=client_id, timeout_ms=REBALANCE_MS)
 
     return list(await asyncio.gather(*(one() for _ in range(count))))
 
@@ -179,7 +191,8 @@ class LoadgenCpu:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.share = (_own_cpu_s() - self.cpu) / max(time.perf_counter() - self.wall, 1e-9)
+        self.cpu_used = _own_cpu_s() - self.cpu
+        self.share = self.cpu_used / max(time.perf_counter() - self.wall, 1e-9)
 
 
 def _own_cpu_s() -> float:
@@ -247,29 +260,77 @@ async def drive_heartbeats(server: Server, frames: list[bytes], connections: int
 async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     figures = {}
     for size in args.rebalance_sizes:
-        clients = await connect_many(server.port, size)
+        clients = await connect_many(server.port, size, args.client_id)
         group_id, joined = await form_group(clients, f"rb-{uuid.uuid4().hex[:6]}-{size}", FORM_SESSION_MS)
         member_ids = [j.member_id for j in joined]
-        times, own_shares = [], []
+        times, sync_ms, cpu_ms, own_cpu_ms, own_shares = [], [], [], [], []
+        profiler = start_profiler(server, args) if size == max(args.rebalance_sizes) else None
         try:
             for round_number in range(args.rebalance_rounds):
+                cpu_before = _server_cpu_ns(server.pid)
                 with LoadgenCpu() as own:
-                    times.append(await one_rebalance(clients, group_id, member_ids, round_number))
+                    total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number)
+                times.append(total)
+                sync_ms.append(sync_phase)
+                cpu_ms.append((_server_cpu_ns(server.pid) - cpu_before) / 1e6)
+                own_cpu_ms.append(own.cpu_used * 1000)
                 own_shares.append(own.share)
         finally:
+            stop_profiler(profiler)
             await leave_all(clients[0], group_id, member_ids)
             await close_all(clients)
         figures[str(size)] = {"rebalance_ms": round(statistics.median(times), 2),
+                              "sync_phase_ms": round(statistics.median(sync_ms), 2),
+                              "server_cpu_ms_per_rebalance": round(statistics.median(cpu_ms), 2),
+                              "loadgen_cpu_ms_per_rebalance": round(statistics.median(own_cpu_ms), 2),
                               "rounds_ms": [round(t, 2) for t in times],
                               "loadgen_cpu_share": round(max(own_shares), 2)}
     return figures
 
 
-async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int) -> float:
+def _server_cpu_ns(pid: int) -> int:
+    """CPU time of every thread of `pid` so far, in ns (the scheduler's own count: finer than /proc/<pid>/stat's
+    10 ms ticks; a thread that ended between two readings takes its time with it)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen | None:
+    if not args.profile or not server.name.startswith("ours"):
+        return None
+    output = args.profile if server.name == "ours" else f"{args.profile}.{server.name}"
+    beside_python = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    executable = beside_python if os.path.exists(beside_python) else "py-spy"
+    profiler = subprocess.Popen([executable, "record", "--pid", str(server.pid), "--rate", "200", "--format", "raw",
+                                 "--output", output], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the first round
+    return profiler
+
+
+def stop_profiler(profiler: subprocess.Popen | None) -> None:
+    if profiler is None:
+        return
+    profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+    try:
+        profiler.wait(30)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+
+
+async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int
+                        ) -> tuple[float, float]:
     """Every member rejoins with new metadata at once; ms from the first JoinGroup sent to the last SyncGroup
-    answered. Requests are encoded before the clock starts (the leader's SyncGroup after the joins: it needs the
-    generation, and it is one request)."""
-    metadata = encode_subscription(Subscription(("bench",), user_data=struct.pack(">i", round_number)))
+    answered, and of that the sync phase: from the first SyncGroup sent (after every JoinGroup answer) to the
+    last answered, which holds the leader's assignment write. JoinGroup requests are encoded before the clock
+    starts; SyncGroup requests need the generation, so they are packed by hand after the joins."""
+    # new metadata each round, as long as the formation's (a 10,000-member group's record must stay under 1 MB)
+    metadata = encode_subscription(Subscription((f"b{round_number % 10_000:04d}",)))
     bodies = [join(c, group_id, m, FORM_SESSION_MS, metadata) for c, m in zip(clients, member_ids)]
     frames = []
     for client, body in zip(clients, bodies):
@@ -284,12 +345,22 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
         raise RuntimeError(f"rebalance round {round_number} of {group_id}: {[j.error_code for j in joined][:5]}")
     generation = joined[0].generation_id
     leader = next(j for j in joined if j.leader == j.member_id)
-    synced = await asyncio.gather(*(sync(c, group_id, generation, j.member_id, leader.members if j is leader else ())
-                                    for c, j in zip(clients, joined)))
-    elapsed_ms = (time.perf_counter() - started) * 1000
+    # hand-packed (kio's writer would take milliseconds of the load generator over the leader's request)
+    sync_version = clients[0].version_for(ApiKey.SYNC_GROUP, wire.HIGHEST[ApiKey.SYNC_GROUP])
+    sends = []
+    sync_started = time.perf_counter()
+    for client, j in zip(clients, joined):
+        correlation_id = client.next_correlation_id()
+        assignments = [(m.member_id, b"\x00") for m in leader.members] if j is leader else []
+        frame = pack_sync_group_request(sync_version, correlation_id, client.client_id, group_id, generation,
+                                        j.member_id, None, "consumer", "range", assignments)
+        sends.append(client.send_raw(frame, correlation_id, ApiKey.SYNC_GROUP, sync_version,
+                                     timeout_ms=REBALANCE_MS))
+    synced = [codec.decode_response(ApiKey.SYNC_GROUP, sync_version, r)[1] for r in await asyncio.gather(*sends)]
+    ended = time.perf_counter()
     if {s.error_code for s in synced} != {0}:
         raise RuntimeError(f"sync of {group_id} round {round_number}: {[s.error_code for s in synced][:5]}")
-    return elapsed_ms
+    return (ended - started) * 1000, (ended - sync_started) * 1000
 
 
 async def detection_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
@@ -373,19 +444,22 @@ def ratios(ours: dict[str, Any], kafka: dict[str, Any]) -> dict[str, Any]:
         other = kafka.get(key)
         if isinstance(value, dict) and isinstance(other, dict):
             out[key] = ratios(value, other)
-        elif isinstance(value, (int, float)) and isinstance(other, (int, float)) and other and "share" not in key \
+        elif isinstance(value, (int, float)) and isinstance(other, (int, float)) and other \
+                and "share" not in key and "loadgen" not in key \
                 and key not in ("pairs", "measured", "session_ms", "error_responses"):
             out[key] = round(value / other, 3)
     return out
 
 
-def print_table(ours: dict[str, Any], kafka: dict[str, Any], ratio: dict[str, Any], prefix: str = "") -> None:
+def print_table(ours: dict[str, Any], kafka: dict[str, Any], ratio: dict[str, Any], prefix: str = "",
+                labels: tuple[str, str] = ("ours", "kafka")) -> None:
     for key, value in ours.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            print_table(value, kafka.get(key, {}), ratio.get(key, {}), f"{name}.")
+            print_table(value, kafka.get(key, {}), ratio.get(key, {}), f"{name}.", labels)
         elif not isinstance(value, list):
-            print(f"  {name:<52} ours {value!s:>10}   kafka {kafka.get(key)!s:>10}   ratio {ratio.get(key, '')}")
+            print(f"  {name:<52} {labels[0]} {value!s:>10}   {labels[1]} {kafka.get(key)!s:>10}   "
+                  f"ratio {ratio.get(key, '')}")
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -394,40 +468,63 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "group.initial.rebalance.delay.ms": str(INITIAL_DELAY_MS),
         "group.min.session.timeout.ms": str(MIN_SESSION_MS)})
     await broker.start()
-    ours_process = None
-    results: dict[str, list[dict[str, Any]]] = {"ours": [], "kafka": []}
+    processes: list[subprocess.Popen] = []
+    servers: list[Server] = []
     try:
-        ours_process, ours = await start_ours(broker.bootstrap)
+        process, ours = await start_ours(broker.bootstrap)
+        processes.append(process)
+        servers.append(ours)
+        if args.baseline_tree:
+            process, before = await start_ours(broker.bootstrap, "before", args.baseline_tree)
+            processes.append(process)
+            servers.append(before)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
-        pin(ours.pid, SERVER_CPU)
-        order = ["ours", "kafka"]
+        servers.append(kafka)
+        results: dict[str, list[dict[str, Any]]] = {server.name: [] for server in servers}
+        for server in servers[:-1]:
+            pin(server.pid, LOADGEN_CPU)
         for repeat in range(args.repeats):
-            for name in order if repeat % 2 == 0 else order[::-1]:  # interleaved: ours, kafka, kafka, ours, ...
-                pin(kafka.pid, SERVER_CPU if name == "kafka" else LOADGEN_CPU)
-                server = ours if name == "ours" else kafka
+            # interleaved: ours, (before,) kafka, then the reverse, ...
+            for server in servers if repeat % 2 == 0 else servers[::-1]:
+                for other in servers:
+                    if other is not server:
+                        pin(other.pid, LOADGEN_CPU)
+                pin(server.pid, SERVER_CPU)
                 started = time.perf_counter()
                 figures = await run_server_figures(server, args)
-                results[name].append(figures)
-                print(f"repeat {repeat + 1} {name}: {json.dumps(figures)} ({time.perf_counter() - started:.0f} s)",
-                      file=sys.stderr, flush=True)
+                results[server.name].append(figures)
+                print(f"repeat {repeat + 1} {server.name}: {json.dumps(figures)} "
+                      f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
     finally:
-        if ours_process is not None:
-            ours_process.terminate()
+        for process in processes:
+            process.terminate()
             try:
-                ours_process.wait(30)
+                process.wait(30)
             except subprocess.TimeoutExpired:
-                ours_process.kill()
+                process.kill()
         await broker.stop()
         broker.remove_data()
-    ours_median, kafka_median = median_of(results["ours"]), median_of(results["kafka"])
+    medians = {name: median_of(runs) for name, runs in results.items()}
+    ours_median, kafka_median = medians["ours"], medians[kafka.name]
     ratio = ratios(ours_median, kafka_median)
     load = os.getloadavg()
     print(f"\nmedians of {args.repeats} interleaved repeats; ratio = ours / Kafka {kafka_version()} "
           f"(load average at the end {load[0]:.1f}, {os.cpu_count()} CPUs):")
     print_table(ours_median, kafka_median, ratio)
-    return {"bench": "coordinator", "kafka_version": kafka_version(), "repeats": args.repeats,
-            "load_average_1m": round(load[0], 1), "ours": ours_median, "kafka": kafka_median, "ratio": ratio,
-            "runs": results}
+    summary: dict[str, Any] = {
+        "bench": "coordinator", "kafka_version": kafka_version(), "repeats": args.repeats,
+        "load_average_1m": round(load[0], 1), "ours": ours_median, "kafka": kafka_median, "ratio": ratio}
+    if "before" in medians:
+        before_ratio = ratios(medians["before"], kafka_median)
+        print(f"\nbefore (the build in {args.baseline_tree}) / Kafka:")
+        print_table(medians["before"], kafka_median, before_ratio, labels=("before", "kafka"))
+        print("\nafter (ours) / before:")
+        after_before = ratios(ours_median, medians["before"])
+        print_table(ours_median, medians["before"], after_before, labels=("after", "before"))
+        summary.update({"before": medians["before"], "ratio_before_to_kafka": before_ratio,
+                        "ratio_after_to_before": after_before})
+    summary["runs"] = results
+    return summary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -443,6 +540,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--session-ms", type=int, default=2_000, help="session timeout of the expiry pairs")
     parser.add_argument("--figures", default="heartbeat,rebalance,detection")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
+    parser.add_argument("--client-id", default="bench",
+                        help="of the rebalancing members; '' keeps a 10,000-member group's record (~99 bytes a member, "
+                             "member ids are client id + uuid) under both servers' 1 MB write limit")
+    parser.add_argument("--baseline-tree", help="a source tree of ours to race as 'before' (see above)")
+    parser.add_argument("--profile", help="py-spy raw output file for our server during the largest rebalance")
     return parser.parse_args(argv)
 
 

@@ -38,6 +38,7 @@ from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartit
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.shard import ShardStatus
 from protocol.error_codes import Errors
+from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.store import GroupRecord, MemberRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
@@ -104,7 +105,7 @@ async def bench_load(bootstrap: str, groups: int, members: int) -> dict:
         started = time.perf_counter()
         coordinator.begin_loading()
         for group_id, value in state.groups.items():  # what GroupRuntime.load does after the read, in one go
-            coordinator.shard_for(group_id).load_group(group_id, value, {})
+            coordinator.shard_for(group_id).load_group(group_id, [GroupMetadataRecord(group_id, value)])
         for shard in coordinator.shards:
             shard.status = ShardStatus.ACTIVE
         materialize_s = time.perf_counter() - started

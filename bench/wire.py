@@ -12,6 +12,9 @@ For each member count two servers run in turn, each in its own process (pinned t
                 groups of at most 100.
   coordinator+telemetry (--telemetry): the same with tracing and metrics on as `coordinator serve` runs them
                 (see _start_telemetry); `ratio_to_telemetry_off` compares it with the plain coordinator run.
+  coordinator+tls (--tls): the same behind an SSL listener (TLS 1.3, a test CA made for the run; the load
+                generator's connections are TLS too): `cpu_ratio_to_plaintext` = our CPU per request over TLS /
+                plaintext (docs/security.md's target: at most 1.3).
   coordinator+guard (--guarded): the same behind the zombie guard of multi-instance mode
                 (coordinator/cluster/ownership.py: a deadline check on every request, its tick task running);
                 `ratio_to_unguarded` compares it with the plain coordinator run.
@@ -89,7 +92,8 @@ async def serve_bare() -> None:
     await asyncio.Future()
 
 
-async def serve_coordinator(member_count: int, telemetry: bool = False, guarded: bool = False) -> None:
+async def serve_coordinator(member_count: int, telemetry: bool = False, guarded: bool = False,
+                            tls_dir: str | None = None) -> None:
     from coordinator.config import CoordinatorConfig
     from coordinator.group.runtime import GroupRuntime
     from coordinator.group.observer import ObserverMux
@@ -113,12 +117,29 @@ async def serve_coordinator(member_count: int, telemetry: bool = False, guarded:
     ))
     members = [member for group in groups for member in group]
     faulthandler.cancel_dump_traceback_later()
-    server = CoordinatorServer(ServerConfig(listen_port=0), _guarded(coordinator) if guarded else coordinator)
+    server = CoordinatorServer(ServerConfig(listen_port=0, ssl_context=_server_tls(tls_dir)),
+                               _guarded(coordinator) if guarded else coordinator)
     await server.start()
     if instrumented is not None and instrumented.metrics is not None:
         instrumented.metrics.watch_connections(lambda: server.connection_count)
     print(json.dumps({"port": server.port, "members": members}), flush=True)
     await asyncio.Future()
+
+
+def _server_tls(tls_dir: str | None):  # type: ignore[no-untyped-def]
+    if tls_dir is None:
+        return None
+    from coordinator.security.listeners import Listener, server_ssl_context
+
+    return server_ssl_context(Listener("SSL", "127.0.0.1", 0), {"ssl.keystore.location": f"{tls_dir}/broker.pem"})
+
+
+def _client_tls(tls_dir: str | None):  # type: ignore[no-untyped-def]
+    if tls_dir is None:
+        return None
+    import ssl
+
+    return ssl.create_default_context(cafile=f"{tls_dir}/ca.pem")
 
 
 def _guarded(runtime):
@@ -252,7 +273,8 @@ class Stats:
             self.latencies_ns.append(latency_ns)
 
 
-async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float, server_pid: int) -> dict:
+async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float, server_pid: int,
+                tls_dir: str | None = None) -> dict:
     loop = asyncio.get_running_loop()
     stats = Stats()
     connection_count = min(len(frames), MAX_CONNECTIONS)
@@ -260,7 +282,7 @@ async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float,
     connections = []
     for share in shares:
         _transport, protocol = await loop.create_connection(lambda s=share: LoadConnection(s, stats), "127.0.0.1",
-                                                            port)
+                                                            port, ssl=_client_tls(tls_dir))
         connections.append(protocol)
     for connection in connections:
         connection.send_next()
@@ -303,8 +325,9 @@ def _pin(cpu: int) -> None:
         pass
 
 
-def run_server(kind: str, members: int, loop_name: str) -> tuple[subprocess.Popen, dict]:
-    command = [sys.executable, "-m", "bench.wire", "--serve", kind, "--members", str(members), "--loop", loop_name]
+def run_server(kind: str, members: int, loop_name: str, tls_dir: str | None = None) -> tuple[subprocess.Popen, dict]:
+    command = [sys.executable, "-m", "bench.wire", "--serve", kind, "--members", str(members), "--loop", loop_name,
+               *(("--tls-dir", tls_dir) if kind == "coordinator+tls" and tls_dir else ())]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     if not line.startswith("{"):
@@ -314,13 +337,14 @@ def run_server(kind: str, members: int, loop_name: str) -> tuple[subprocess.Pope
 
 
 async def measure(kind: str, members: int, args: argparse.Namespace) -> dict:
-    process, info = run_server(kind, members, args.loop)
+    tls_dir = args.tls_dir if kind == "coordinator+tls" else None
+    process, info = run_server(kind, members, args.loop, tls_dir)
     try:
         if kind == "bare":
             frames = [heartbeat_frame("bench-0", 1, f"member-{i}") for i in range(members)]
         else:
             frames = [heartbeat_frame(g, gen, m) for g, gen, m in info["members"]]
-        result = await drive(info["port"], frames, args.seconds, args.warmup, process.pid)
+        result = await drive(info["port"], frames, args.seconds, args.warmup, process.pid, tls_dir)
     finally:
         process.kill()
         process.wait()
@@ -348,11 +372,13 @@ async def main(args: argparse.Namespace) -> None:
     for members in (int(m) for m in args.members.split(",")):
         bare = await best_of(args.repeats, "bare", members, args)
         variants = tuple(kind for kind, wanted in (("coordinator+telemetry", args.telemetry),
-                                                  ("coordinator+guard", args.guarded)) if wanted)
+                                                  ("coordinator+guard", args.guarded),
+                                                  ("coordinator+tls", args.tls)) if wanted)
         # the variants alternate with the plain run, so the machine's varying load falls on all alike
         ours, *others = await best_of_alternating(args.repeats, ("coordinator", *variants), members, args)
         traced = next((r for r in others if r["server"] == "coordinator+telemetry"), None)
         guarded = next((r for r in others if r["server"] == "coordinator+guard"), None)
+        over_tls = next((r for r in others if r["server"] == "coordinator+tls"), None)
         ratio = ours["requests_per_s"] / bare["requests_per_s"] if bare["requests_per_s"] else 0.0
         ours["ratio_to_bare"] = round(ratio, 3)
         # what fraction of the bare server's capacity we keep when the server's CPU is the limit
@@ -363,6 +389,11 @@ async def main(args: argparse.Namespace) -> None:
             guarded["cpu_ratio_to_unguarded"] = round(
                 ours["server_cpu_us_per_request"] / guarded["server_cpu_us_per_request"], 3)
             measured.append(guarded)
+        if over_tls is not None:
+            over_tls["ratio_to_plaintext"] = round(over_tls["requests_per_s"] / ours["requests_per_s"], 3)
+            over_tls["cpu_ratio_to_plaintext"] = round(
+                over_tls["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
+            measured.append(over_tls)
         if traced is not None:
             traced["ratio_to_telemetry_off"] = round(traced["requests_per_s"] / ours["requests_per_s"], 3)
             traced["cpu_ratio_to_telemetry_off"] = round(
@@ -379,6 +410,9 @@ async def main(args: argparse.Namespace) -> None:
     if traced:  # the issue-9 target: tracing and metrics on lose at most 10% against off, same run
         summary["min_ratio_to_telemetry_off"] = min(r["ratio_to_telemetry_off"] for r in traced)
         summary["min_cpu_ratio_to_telemetry_off"] = min(r["cpu_ratio_to_telemetry_off"] for r in traced)
+    tls_runs = [r for r in results if r["server"] == "coordinator+tls"]
+    if tls_runs:  # TLS on our listener against plaintext, same run (docs/security.md: at most 1.3x CPU)
+        summary["max_cpu_ratio_to_plaintext"] = max(r["cpu_ratio_to_plaintext"] for r in tls_runs)
     guarded_runs = [r for r in results if r["server"] == "coordinator+guard"]
     if guarded_runs:  # multi-instance mode's per-request check against none, same run
         summary["min_ratio_to_unguarded"] = min(r["ratio_to_unguarded"] for r in guarded_runs)
@@ -409,8 +443,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--guarded", action="store_true",
                         help="also run the coordinator behind multi-instance mode's zombie guard (ratio against "
                              "unguarded, same run)")
-    parser.add_argument("--serve", choices=("bare", "coordinator", "coordinator+telemetry", "coordinator+guard"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--tls", action="store_true",
+                        help="also run the coordinator behind an SSL listener (CPU ratio against plaintext, same run; "
+                             "needs the `cryptography` package of the test extra)")
+    parser.add_argument("--serve", choices=("bare", "coordinator", "coordinator+telemetry", "coordinator+guard",
+                                            "coordinator+tls"), help=argparse.SUPPRESS)
+    parser.add_argument("--tls-dir", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -423,6 +461,13 @@ if __name__ == "__main__":
         members_to_serve = int(arguments.members)
         asyncio.run(serve_bare() if arguments.serve == "bare" else
                     serve_coordinator(members_to_serve, telemetry=arguments.serve == "coordinator+telemetry",
-                                      guarded=arguments.serve == "coordinator+guard"))
+                                      guarded=arguments.serve == "coordinator+guard", tls_dir=arguments.tls_dir))
     else:
+        if arguments.tls and arguments.tls_dir is None:
+            import tempfile
+            from pathlib import Path
+
+            from coordinator.embedded.certificates import make_test_certificates
+
+            arguments.tls_dir = str(make_test_certificates(Path(tempfile.mkdtemp(prefix="bench-tls-"))).directory)
         asyncio.run(main(arguments))

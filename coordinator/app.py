@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,18 +22,25 @@ from coordinator.cluster.membership import Membership, instances_group_for
 from coordinator.cluster.owner_map import OwnerMap
 from coordinator.cluster.ownership import GroupAssignmentReader, Ownership
 from coordinator.config import CoordinatorConfig
+from coordinator.group.modern.regex import REGEX_BATCH_REFRESH_INTERVAL_MS
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
 from coordinator.group.shard import ShardStatus
 from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
+from coordinator.security.client_config import ClientSecurity
+from coordinator.security.clusters import cluster_security, use_for_cluster
+from coordinator.security.connections import ClusterAccessError, check_cluster_access
+from coordinator.security.sasl_client import supports as sasl_supported
+from coordinator.security.topic_writers import warn_about_other_writers
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
 from coordinator.storage.config import (
     DEFAULT_EVENT_DELIVERY_TIMEOUT_MS, DEFAULT_EVENT_QUEUE_MAX_MESSAGES, StorageConfig,
 )
 from coordinator.storage.kafka_store import KafkaGroupStore
-from coordinator.timer import MonotonicClock, SystemTimer
+from coordinator.telemetry.events import EventTopicObserver, start_event_publisher
+from coordinator.timer import Clock, MonotonicClock, SystemTimer
 
 if TYPE_CHECKING:
     from coordinator.telemetry.service import Instrumented
@@ -48,7 +55,7 @@ class ServiceOptions:
     bootstrap: str | None = None  # None: run an embedded Apache Kafka broker
     kafka_data_dir: str | None = None  # embedded broker's data dir (None: temporary)
     state_topic: str = "__coordinator_state"
-    state_replication_factor: int | None = None  # None: min(3, brokers)
+    state_replication_factor: int | None = None  # None: group.offsets_topic_replication_factor
     event_topic: str | None = "__coordinator_events"
     event_delivery_timeout_ms: int = DEFAULT_EVENT_DELIVERY_TIMEOUT_MS  # an event not acknowledged by then is lost
     event_queue_max_messages: int = DEFAULT_EVENT_QUEUE_MAX_MESSAGES  # held meanwhile; the newest beyond: dropped
@@ -62,6 +69,8 @@ class ServiceOptions:
     instance_id: str | None = None
     instances_group: str | None = None  # None: "<state topic>.coordinators"
     instance_session_timeout_ms: int = 6_000
+    # How every client of ours reaches the cluster (--command-config): TLS, SASL. None: PLAINTEXT.
+    client_security: ClientSecurity | None = None
 
 
 @dataclass
@@ -83,14 +92,23 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         health.start()
         stack.push_async_callback(health.stop)
         bootstrap = options.bootstrap or await _start_embedded_kafka(stack, options.kafka_data_dir)
+        if options.client_security is not None:
+            await _secure_cluster_access(stack, options, bootstrap, options.client_security)
         clock = MonotonicClock()
         timer = SystemTimer("coordinator", clock)
         timer.start()
         stack.push_async_callback(timer.close)
 
-        store = KafkaGroupStore(_storage_config(options, bootstrap), clock)
+        storage_config = _storage_config(options, bootstrap)
+        store = _kafka_store(options, storage_config, clock)
         await store.start()
         stack.push_async_callback(store.close)
+        publisher = await start_event_publisher(storage_config)
+        if publisher is not None:  # closed first: flushes the queued events
+            stack.push_async_callback(asyncio.to_thread, publisher.close_blocking)
+        if options.client_security is not None:  # who else may write our topics (a warning, never a condition)
+            await warn_about_other_writers(bootstrap, options.client_security.principal,
+                                           [t for t in (options.state_topic, options.event_topic) if t])
 
         observer = ObserverMux()
         coordinator = GroupRuntime(options.group, timer, store, clock, observer)
@@ -99,13 +117,12 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         else:
             for shard in coordinator.shards:  # NOT_COORDINATOR until Kafka assigns a partition to this instance
                 shard.status = ShardStatus.UNOWNED
-        instrumented = await _start_telemetry(stack, options, coordinator, observer, store)
+        instrumented = await _start_telemetry(stack, options, coordinator, observer)
         # stamps events with wall-clock time, not the monotonic clock; tracing first so events see the trace id
-        events = store.event_observer(trace_id_for=instrumented.trace_id_for)
-        if events is not None:
-            observer.add(events)
+        if publisher is not None:
+            observer.add(EventTopicObserver(publisher, trace_id_for=instrumented.trace_id_for))
             if instrumented.metrics is not None:
-                instrumented.metrics.watch_events(events.publisher)
+                instrumented.metrics.watch_events(publisher)
 
         ownership = None if options.instance_id is None else _ownership(options, coordinator, store, clock)
         # several instances: who owns which group's partition (FindCoordinator, Metadata); the owner map is
@@ -117,6 +134,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
                                    directory=directory)
         await server.start()
         stack.push_async_callback(server.close)
+        if server.relay is not None:  # consumer groups (KIP-848) take topic ids and partitions from the cluster
+            _watch_cluster_topics(coordinator, server.relay)
         if ownership is not None:  # after the listener: our endpoint (its port) goes into the membership client.id
             assert directory is not None
             await _start_ownership(stack, ownership, options, bootstrap, server, directory)
@@ -146,8 +165,31 @@ async def _start_embedded_kafka(stack: contextlib.AsyncExitStack, data_dir: str 
     return broker.bootstrap
 
 
+async def _secure_cluster_access(stack: contextlib.AsyncExitStack, options: ServiceOptions, bootstrap: str,
+                                 security: ClientSecurity) -> None:
+    """Every client of `bootstrap` made from here on uses `security`; the cluster must accept it now (a wrong
+    password or CA is one clear error at start, not librdkafka retrying forever)."""
+    stack.callback(use_for_cluster(bootstrap, security))
+    log.info("event=cluster_security bootstrap=%s %s", bootstrap, security.describe())
+    passthrough = options.relay is not None and options.relay.sasl_passthrough
+    if passthrough and not security.uses_sasl:
+        raise ClusterAccessError(f"SASL on our listeners passes each client's exchange through to the cluster, but "
+                                 f"--command-config has security.protocol={security.protocol}")
+    if options.relay is not None and not passthrough and (security.uses_sasl or security.certificate_location):
+        log.warning("event=relay_uses_coordinator_identity detail=the relay's upstream connections authenticate "
+                    "as the coordinator (%s): a client of the relay reaches the cluster with the coordinator's "
+                    "rights until SASL passes through the relay (docs/security.md)", security.describe())
+    if options.relay is not None and security.uses_sasl and not sasl_supported(security):
+        raise ClusterAccessError(f"sasl.mechanism={security.mechanism} through a token endpoint: the relay's own "
+                                 f"connections cannot authenticate that way yet; run with --no-relay "
+                                 f"(docs/security.md)")
+    entry = cluster_security(bootstrap)
+    assert entry is not None
+    await check_cluster_access(bootstrap, entry)
+
+
 async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,
-                           observer: ObserverMux, store: KafkaGroupStore) -> "Instrumented":
+                           observer: ObserverMux) -> "Instrumented":
     """OpenTelemetry from the OTEL_* variables (coordinator/telemetry/otel.py), flushed after everything else
     has stopped so the last rebalance's spans are exported."""
     from coordinator.telemetry.otel import start_telemetry
@@ -155,9 +197,18 @@ async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOpt
 
     telemetry = start_telemetry(options.metrics_listen)
     stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
-    instrumented = instrument(telemetry, coordinator, observer, store)
+    instrumented = instrument(telemetry, coordinator, observer)
     stack.callback(instrumented.uninstall)
     return instrumented
+
+
+def _watch_cluster_topics(coordinator: GroupRuntime, relay: Relay) -> None:
+    """Consumer groups see the relay's view of the cluster's topics, refreshed for a group's subscribed topics
+    when older than the group's heartbeat interval (new partitions reach the target within a heartbeat or two)."""
+    max_age_ms = coordinator.config.group_consumer_heartbeat_interval_ms
+    coordinator.consumer_groups.topics = relay.cluster
+    coordinator.refresh_topics = lambda names: relay.cluster.refresh(names, max_age_ms)
+    coordinator.consumer_groups.refresh_all_topics = lambda: relay.cluster.refresh_all(REGEX_BATCH_REFRESH_INTERVAL_MS)
 
 
 def _relay(options: ServiceOptions, bootstrap: str) -> Relay | None:
@@ -211,7 +262,8 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
         bootstrap=bootstrap,
         state_topic=options.state_topic,
         partitions=options.group.offsets_topic_num_partitions,
-        replication_factor=options.state_replication_factor,
+        replication_factor=(options.state_replication_factor if options.state_replication_factor is not None
+                            else options.group.offsets_topic_replication_factor),
         segment_bytes=options.group.offsets_topic_segment_bytes,
         commit_timeout_ms=options.group.offsets_commit_timeout_ms,
         event_topic=options.event_topic,
@@ -222,6 +274,12 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
     )
     settings.update(_fencing(options))
     return StorageConfig(**settings)
+
+
+def _kafka_store(options: ServiceOptions, storage_config: StorageConfig, clock: Clock | None = None
+                 ) -> KafkaGroupStore:
+    return KafkaGroupStore(storage_config, clock,
+                           load_buffer_bytes=options.group.offsets_load_buffer_size)
 
 
 def _fencing(options: ServiceOptions) -> dict[str, object]:
@@ -280,8 +338,8 @@ class _BackgroundTasks:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def start(self, coro: object, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+    def start(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 

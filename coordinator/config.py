@@ -1,7 +1,8 @@
 """Coordinator configuration: Kafka's broker config names and defaults (Kafka 3.9 `GroupCoordinatorConfig`).
 
 Every field carries its Kafka property name in `metadata["kafka"]`, so a `server.properties`-style mapping can
-be applied with `CoordinatorConfig.from_properties`. Durations end in `_ms` (retention is in minutes, like Kafka).
+be applied with `CoordinatorConfig.from_properties`; a name not listed here is refused, and so is a value the
+coordinator cannot honour. Durations end in `_ms` (retention is in minutes, like Kafka).
 """
 from __future__ import annotations
 
@@ -24,14 +25,24 @@ class CoordinatorConfig:
     group_initial_rebalance_delay_ms: int = _kafka("group.initial.rebalance.delay.ms", 3_000)
     group_max_size: int = _kafka("group.max.size", INT32_MAX)
     offsets_topic_num_partitions: int = _kafka("offsets.topic.num.partitions", 50)
-    offsets_topic_replication_factor: int = _kafka("offsets.topic.replication.factor", 3)
+    # None: min(3, brokers). Kafka's default is 3, which a cluster of fewer brokers cannot create.
+    offsets_topic_replication_factor: int | None = _kafka("offsets.topic.replication.factor", None)
     offsets_topic_segment_bytes: int = _kafka("offsets.topic.segment.bytes", 104_857_600)
+    # State records are written uncompressed (Kafka's default, 0): the only codec accepted.
     offsets_topic_compression_codec: int = _kafka("offsets.topic.compression.codec", 0)
     offsets_retention_minutes: int = _kafka("offsets.retention.minutes", 10_080)
     offsets_retention_check_interval_ms: int = _kafka("offsets.retention.check.interval.ms", 600_000)
     offsets_commit_timeout_ms: int = _kafka("offsets.commit.timeout.ms", 5_000)
-    offsets_load_buffer_size: int = _kafka("offsets.load.buffer.size", 5_242_880)
+    offsets_load_buffer_size: int = _kafka("offsets.load.buffer.size", 5_242_880)  # the loader's fetch size
     offset_metadata_max_bytes: int = _kafka("offset.metadata.max.bytes", 4_096)
+    # Consumer groups (KIP-848), Kafka 4.1's GroupCoordinatorConfig defaults.
+    group_consumer_session_timeout_ms: int = _kafka("group.consumer.session.timeout.ms", 45_000)
+    group_consumer_min_session_timeout_ms: int = _kafka("group.consumer.min.session.timeout.ms", 45_000)
+    group_consumer_max_session_timeout_ms: int = _kafka("group.consumer.max.session.timeout.ms", 60_000)
+    group_consumer_heartbeat_interval_ms: int = _kafka("group.consumer.heartbeat.interval.ms", 5_000)
+    group_consumer_min_heartbeat_interval_ms: int = _kafka("group.consumer.min.heartbeat.interval.ms", 5_000)
+    group_consumer_max_heartbeat_interval_ms: int = _kafka("group.consumer.max.heartbeat.interval.ms", 15_000)
+    group_consumer_max_size: int = _kafka("group.consumer.max.size", INT32_MAX)
     # Kafka constants, not broker configs; overridable here for tests.
     new_member_join_timeout_ms: int = _kafka("NewMemberJoinTimeoutMs", 300_000)
     purgatory_purge_interval: int = _kafka("purgeInterval", 1_000)
@@ -41,11 +52,34 @@ class CoordinatorConfig:
             raise ValueError("group.max.size must be at least 1")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+        self._check_consumer_group_timeouts()
         if self.offsets_topic_num_partitions < 1:
             raise ValueError("offsets.topic.num.partitions must be at least 1")
+        if self.offsets_topic_replication_factor is not None and self.offsets_topic_replication_factor < 1:
+            raise ValueError("offsets.topic.replication.factor must be at least 1")
+        if self.offsets_topic_compression_codec != 0:
+            raise ValueError(f"offsets.topic.compression.codec={self.offsets_topic_compression_codec} is not "
+                             "supported: the state topic is written uncompressed (0)")
+        if self.offsets_load_buffer_size < 1:
+            raise ValueError("offsets.load.buffer.size must be at least 1")
         # the record's metadata is an int16-length string (OffsetCommitValue): a longer one cannot be stored
         if not 0 <= self.offset_metadata_max_bytes <= INT16_MAX:
             raise ValueError(f"offset.metadata.max.bytes must be within 0..{INT16_MAX}")
+
+    def _check_consumer_group_timeouts(self) -> None:
+        """Kafka's GroupCoordinatorConfig checks: each value within its min and max, the interval below the
+        session timeout."""
+        for name, value, low, high in (
+                ("session.timeout.ms", self.group_consumer_session_timeout_ms,
+                 self.group_consumer_min_session_timeout_ms, self.group_consumer_max_session_timeout_ms),
+                ("heartbeat.interval.ms", self.group_consumer_heartbeat_interval_ms,
+                 self.group_consumer_min_heartbeat_interval_ms, self.group_consumer_max_heartbeat_interval_ms)):
+            if not low <= value <= high:
+                raise ValueError(f"group.consumer.{name} must be within group.consumer.min.{name} ({low}) and "
+                                 f"group.consumer.max.{name} ({high}), got {value}")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError("group.consumer.heartbeat.interval.ms must be less than "
+                             "group.consumer.session.timeout.ms")
 
     @property
     def offsets_retention_ms(self) -> int:

@@ -288,7 +288,7 @@ def release_transport_cycle(transport: object) -> None:
     removed then, so nothing calls it). Call it from a protocol's connection_lost or after abort(); uvloop's
     transports have no such cycle and are left alone."""
     if getattr(transport, "_read_ready_cb", None) is not None:
-        transport._read_ready_cb = _read_nothing  # type: ignore[attr-defined]
+        setattr(transport, "_read_ready_cb", _read_nothing)  # a private attribute of CPython's transport
 
 
 class RuntimeHealth:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
+from kio.static.protocol import Entity
 
 
 class ApiKey(enum.IntEnum):
@@ -28,6 +29,8 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,18 +39,15 @@ class ServedApi:
     min_version: int
     max_version: int
 
-    def supports(self, version: int) -> bool:
-        return self.min_version <= version <= self.max_version
-
 
 @cache
-def request_class(api_key: int, version: int) -> type:
+def request_class(api_key: int, version: int) -> type[Entity]:
     """The kio request payload class of an (API, version); kio.index.KioIndexError if kio has none."""
     return load_request_schema(api_key, version)
 
 
 @cache
-def response_class(api_key: int, version: int) -> type:
+def response_class(api_key: int, version: int) -> type[Entity]:
     """The kio response payload class of an (API, version)."""
     return load_response_schema(api_key, version)
 

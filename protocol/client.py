@@ -11,12 +11,14 @@ import asyncio
 import collections
 import itertools
 import logging
+import ssl as ssl_module
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from protocol import codec
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 from protocol.framing import FrameReader
 
@@ -32,7 +34,7 @@ class _Pending:
     correlation_id: int
     api_key: int
     version: int
-    future: asyncio.Future
+    future: asyncio.Future[Any]  # a kio response payload, or the raw frame
     timer: asyncio.TimerHandle | None
     raw: bool
 
@@ -44,6 +46,7 @@ class KafkaClient(asyncio.Protocol):
         self.client_id = client_id
         self.default_timeout_ms = default_timeout_ms
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self.address = "?"  # host:port, for log lines
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader()
@@ -61,10 +64,14 @@ class KafkaClient(asyncio.Protocol):
         client_id: str | None = "kgc-client",
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         negotiate: bool = True,
+        ssl: ssl_module.SSLContext | None = None,
     ) -> KafkaClient:
+        """With `ssl`, TLS whose server name (checked against the certificate) is `host`."""
         loop = asyncio.get_running_loop()
-        connecting = loop.create_connection(lambda: cls(client_id, timeout_ms), host, port)
+        connecting = loop.create_connection(lambda: cls(client_id, timeout_ms), host, port, ssl=ssl,
+                                            server_hostname=host if ssl is not None else None)
         _transport, client = await asyncio.wait_for(connecting, timeout_ms / 1000)
+        client.address = f"{host}:{port}"
         if negotiate:
             await client.negotiate_versions()
         return client
@@ -77,7 +84,7 @@ class KafkaClient(asyncio.Protocol):
             client_software_name=_CLIENT_SOFTWARE_NAME, client_software_version=_CLIENT_SOFTWARE_VERSION
         )
         response = await self.request(request)
-        if response.error_code != 0:
+        if response.error_code != Errors.NONE:
             raise ProtocolError(f"ApiVersions failed with error {int(response.error_code)}")
         self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
         return self.api_versions
@@ -90,11 +97,13 @@ class KafkaClient(asyncio.Protocol):
             raise ProtocolError(f"no common version for api_key={api_key}: server {low}-{high}")
         return version
 
+    # Any: requests and responses are kio payloads of whichever (API, version) the caller picked; callers read
+    # their fields by name, which no one static type covers.
     async def request(self, body: Any, *, timeout_ms: int | None = None) -> Any:
         """Send one request and wait for its decoded response."""
         return await self.send(body, timeout_ms=timeout_ms)
 
-    def send(self, body: Any, *, timeout_ms: int | None = None) -> asyncio.Future:
+    def send(self, body: Any, *, timeout_ms: int | None = None) -> asyncio.Future[Any]:
         """Send now, without waiting; the returned future gets the decoded response. Pipelines freely."""
         correlation_id = next(self._correlation_ids)
         frame = codec.encode_request(correlation_id, self.client_id, body)
@@ -102,7 +111,7 @@ class KafkaClient(asyncio.Protocol):
 
     def send_raw(
         self, frame: bytes, correlation_id: int, api_key: int, version: int, *, timeout_ms: int | None = None
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[Any]:
         """Send a pre-encoded request frame; the future gets the response frame undecoded (for benchmarks)."""
         return self._send(frame, correlation_id, api_key, version, timeout_ms, True)
 
@@ -111,7 +120,7 @@ class KafkaClient(asyncio.Protocol):
 
     def _send(
         self, frame: bytes, correlation_id: int, api_key: int, version: int, timeout_ms: int | None, raw: bool
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[Any]:
         future = self._loop.create_future()
         if self._transport is None or self._closed.done():
             future.set_exception(ConnectionClosed(f"connection is closed: {self._close_reason!r}"))
@@ -131,7 +140,7 @@ class KafkaClient(asyncio.Protocol):
     # ------------------------------------------------------------------------------------------------ protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = cast(asyncio.Transport, transport)  # a stream connection's transport
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
@@ -162,6 +171,15 @@ class KafkaClient(asyncio.Protocol):
         self._fail_all(ConnectionClosed(f"connection lost: {exc!r}" if exc else "connection closed by peer"))
 
     # ------------------------------------------------------------------------------------------------ closing
+
+    def detach(self) -> asyncio.Transport:
+        """Hand the open connection over (nothing outstanding): the caller sets its own protocol on it; this
+        client is closed without closing the connection."""
+        if self._transport is None or self._pending:
+            raise ConnectionClosed("nothing to hand over: the connection is closed or a request is outstanding")
+        transport, self._transport = self._transport, None
+        self._fail_all(ConnectionClosed("connection handed over"))
+        return transport
 
     @property
     def is_closed(self) -> bool:

@@ -1,5 +1,7 @@
 """The kio adapter: request frames to kio request objects, kio response objects to frames (and the reverse,
-for our client). The only place that decodes and encodes message bodies, so nothing above it reads bytes.
+for our client). With the hand codecs of the hottest messages (protocol.fastpath: Heartbeat;
+protocol.group_fastpath: JoinGroup and SyncGroup, whose packers the two handlers call), the only code that decodes
+and encodes message bodies, so nothing above the protocol package reads bytes.
 
 Header layouts (Kafka's RequestHeader/ResponseHeader):
 - request v1: api_key int16, api_version int16, correlation_id int32, client_id nullable int16-length string;
@@ -13,17 +15,20 @@ import datetime
 import io
 import struct
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from kio.index import KioIndexError, UnknownAPIKey
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
-from kio.serial.readers import read_unsigned_varint
+from kio.serial.readers import Reader, read_unsigned_varint
+from kio.serial.writers import Writer
+from kio.static.protocol import Entity
 
 from protocol import apis
 from protocol.apis import ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
+from protocol.group_fastpath import JoinGroupFields, SyncGroupFields, read_join_group, read_sync_group
 from protocol.tolerant import has_arrays, read_entity
 
 _HEADER_PREFIX = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
@@ -41,17 +46,21 @@ class RequestHeader(NamedTuple):  # a NamedTuple: built per request, and 3x chea
 
 class Request(NamedTuple):
     header: RequestHeader
-    body: Any  # a kio request payload of (header.api_key, header.api_version)
+    # A kio request payload of (header.api_key, header.api_version): one dataclass per API and version, whose
+    # fields handlers read by name, so no one static type describes it (kio's Payload protocol has no fields).
+    body: Any
 
 
 # ---------------------------------------------------------------------------------------------- server side
+# (Any below, as in Request.body: a kio payload of whichever API and version the frame or header names.)
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id): the fixed first 8 bytes, readable for any API and version."""
     if len(frame) < 8:
         raise CorruptRequest(f"frame of {len(frame)} bytes is shorter than a request header")
-    return _HEADER_PREFIX.unpack_from(frame)[:3]  # type: ignore[return-value]
+    api_key, api_version, correlation_id, _client_id_length = _HEADER_PREFIX.unpack_from(frame)
+    return api_key, api_version, correlation_id
 
 
 def decode_request(frame: bytes) -> Request:
@@ -92,6 +101,25 @@ def decode_request(frame: bytes) -> Request:
         raise CorruptRequest(_corruption(frame, exc)) from exc
 
 
+_GroupRead = tuple[int, int, str | None, JoinGroupFields | SyncGroupFields]
+_GROUP_READERS: dict[int, Callable[[bytes], _GroupRead | None]] = {ApiKey.JOIN_GROUP: read_join_group,
+                                                                   ApiKey.SYNC_GROUP: read_sync_group}
+
+
+def read_group_request(frame: bytes) -> Request | None:
+    """A JoinGroup or SyncGroup request in its usual shape, read by hand (protocol.group_fastpath): its body is
+    then a JoinGroupFields / SyncGroupFields, not a kio payload. None for any other request, and for one in an
+    unusual shape: `decode_request` reads those (and says what is wrong with them)."""
+    if len(frame) < _HEADER_PREFIX.size or frame[0]:
+        return None
+    reader = _GROUP_READERS.get(frame[1])
+    read = None if reader is None else reader(frame)
+    if read is None:
+        return None
+    api_version, correlation_id, client_id, fields = read
+    return Request(RequestHeader(frame[1], api_version, correlation_id, client_id), fields)
+
+
 def _corruption(frame: bytes, exc: Exception) -> str:
     if len(frame) < _HEADER_PREFIX.size:
         return repr(exc)
@@ -99,7 +127,10 @@ def _corruption(frame: bytes, exc: Exception) -> str:
     return f"api_key={api_key} api_version={api_version}: {exc!r}"
 
 
-def _spec(api_key: int, api_version: int, correlation_id: int) -> tuple[bool, type, Any]:
+_Spec = tuple[bool, type[Entity], "Reader[Any] | None"]  # Any: the payload class varies by (API, version)
+
+
+def _spec(api_key: int, api_version: int, correlation_id: int) -> _Spec:
     """(flexible, kio class, native reader or None) of an (API, version), built once and kept."""
     spec = _SPECS.get((api_key, api_version))
     if spec is not None:
@@ -136,7 +167,7 @@ def skip_tagged_fields(frame: bytes, offset: int) -> int:
     return offset
 
 
-def _read_natively(reader: Any, body_class: type, frame: bytes, offset: int) -> tuple[Any, int]:
+def _read_natively(reader: Reader[Any], body_class: type[Entity], frame: bytes, offset: int) -> tuple[Any, int]:
     try:
         return reader(frame, offset)
     except KeyError:
@@ -145,20 +176,23 @@ def _read_natively(reader: Any, body_class: type, frame: bytes, offset: int) -> 
 
 
 @cache
-def _reader(entity_class: type) -> Any:
+def _reader(entity_class: type[Entity]) -> Reader[Any]:
     return entity_reader(entity_class)
 
 
 @cache
-def _writer(entity_class: type) -> Any:
+def _writer(entity_class: type[Entity]) -> Writer[Any]:
     return entity_writer(entity_class)
 
 
-_SPECS: dict[tuple[int, int], tuple[bool, type, Any]] = {}
+_SPECS: dict[tuple[int, int], _Spec] = {}
 
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:
-    """A complete response frame (size prefix included) answering `header` with the kio payload `body`."""
+    """A complete response frame (size prefix included) answering `header` with the kio payload `body`, or
+    `body` itself when a handler packed its frame by hand (bytes: protocol.group_fastpath)."""
+    if type(body) is bytes:
+        return body
     if header.api_key == ApiKey.HEARTBEAT:
         throttle = getattr(body, "throttle_time", None)  # v0 has none; timedelta(0) is falsy
         throttle_ms = throttle // _ONE_MS if throttle else 0
@@ -173,7 +207,8 @@ def encode_response_frame(correlation_id: int, header_version: int, body: Any) -
     buffer.write(_SIZE_AND_CORRELATION.pack(0, correlation_id))
     if header_version >= 1:
         buffer.write(b"\x00")
-    _writer(type(body))(buffer, body)
+    body_class: type[Entity] = type(body)
+    _writer(body_class)(buffer, body)
     frame = buffer.getbuffer()
     struct.pack_into(">i", frame, 0, len(frame) - 4)
     del frame
@@ -199,7 +234,8 @@ def encode_request(correlation_id: int, client_id: str | None, body: Any) -> byt
         buffer.write(struct.pack(">h", len(raw)) + raw)
     if body.__flexible__:
         buffer.write(b"\x00")
-    _writer(type(body))(buffer, body)
+    body_class: type[Entity] = type(body)
+    _writer(body_class)(buffer, body)
     frame = buffer.getbuffer()
     struct.pack_into(">i", frame, 0, len(frame) - 4)
     del frame
@@ -218,4 +254,5 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]
 
 
 def response_correlation_id(frame: bytes) -> int:
-    return _CORRELATION.unpack_from(frame)[0]
+    (correlation_id,) = _CORRELATION.unpack_from(frame)
+    return int(correlation_id)

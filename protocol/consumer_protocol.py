@@ -19,6 +19,7 @@ from kio.index import load_entity_schema
 from kio.serial import entity_writer
 from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
+from kio.static.protocol import Entity
 
 from protocol.tolerant import read_entity
 
@@ -48,17 +49,19 @@ class Assignment:
 
 
 @cache
-def _schema(name: str, version: int) -> type:
+def _schema(name: str, version: int) -> type:  # built by keyword (see _nested_class)
     return load_entity_schema(name, version, EntityType.data)
 
 
-def _topic_partition_class(schema: type) -> type:
+def _topic_partition_class(schema: type[Entity]) -> type:
     return _nested_class(schema, "TopicPartition")
 
 
-def _nested_class(schema: type, name: str) -> type:
+def _nested_class(schema: type[Entity], name: str) -> type:
+    """A class beside `schema` in its kio module, built by keyword (kio's Entity protocol has no constructor)."""
     module = __import__(schema.__module__, fromlist=[name])
-    return getattr(module, name)
+    nested: type = getattr(module, name)
+    return nested
 
 
 def encode_subscription(subscription: Subscription, version: int = LATEST_VERSION) -> bytes:
@@ -96,6 +99,7 @@ def decode_assignment(data: bytes) -> tuple[int, Assignment]:
     return version, Assignment(_from_kio_partitions(body.assigned_partitions), body.user_data)
 
 
+# Any below: the kio entities of the consumer protocol, one dataclass per version, read and built field by field.
 def _encode(version: int, body: Any) -> bytes:
     buffer = io.BytesIO()
     buffer.write(_VERSION.pack(version))
@@ -119,7 +123,7 @@ def _decode(name: str, data: bytes) -> tuple[int, Any]:
     return version, body
 
 
-def _to_kio_partitions(schema: type, partitions: TopicPartitions) -> tuple[Any, ...]:
+def _to_kio_partitions(schema: type[Entity], partitions: TopicPartitions) -> tuple[Any, ...]:
     topic_partition = _topic_partition_class(schema)
     return tuple(topic_partition(topic=topic, partitions=tuple(ids)) for topic, ids in partitions)
 

@@ -72,6 +72,7 @@ class FrameReader:
         return frame
 
     def _checked_size(self) -> int:
+        size: int
         (size,) = _SIZE.unpack_from(self._buf, self._start)
         if size < 0 or size > self.max_frame_bytes:
             raise InvalidFrameSize(f"frame size {size} outside [0, {self.max_frame_bytes}]")
@@ -82,6 +83,7 @@ class FrameReader:
         has arrived of it (the prefix may lie), else a comfortable minimum."""
         available = self._end - self._start
         if available >= SIZE_PREFIX_BYTES:
+            size: int
             (size,) = _SIZE.unpack_from(self._buf, self._start)
             if 0 <= size <= self.max_frame_bytes:  # a bad size is reported by next_frame, not here
                 missing = SIZE_PREFIX_BYTES + size - available

@@ -3,7 +3,7 @@ for all versions of an API instead of one per version.
 
 `build(cls, **values)` keeps only the fields `cls` has at its version (e.g. `throttle_time` appears in v1+);
 `item_class(cls, "members")` is the nested entity class of a field at that same version; durations cross the
-edge as int milliseconds (`ms`, `duration`) and error codes as ints (`error`).
+edge as int milliseconds (`ms`) and error codes as ints (`error`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,7 @@ def field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
-def has_field(cls: type, name: str) -> bool:
-    return name in field_names(cls)
-
-
-def build(cls: type, **values: Any) -> Any:
+def build(cls: type, **values: Any) -> Any:  # Any: field values and the entity of any (API, version)
     names = field_names(cls)
     return cls(**{name: value for name, value in values.items() if name in names})
 
@@ -45,9 +41,9 @@ def item_class(cls: type, field_name: str) -> type:
     raise AttributeError(f"{cls.__name__} has no field {field_name}")
 
 
-def _entity_in(annotation: Any) -> type | None:
-    if is_dataclass(annotation):
-        return annotation  # type: ignore[return-value]
+def _entity_in(annotation: Any) -> type | None:  # Any: a field's annotation, a class or a generic alias
+    if isinstance(annotation, type) and is_dataclass(annotation):
+        return annotation
     for argument in typing.get_args(annotation):  # tuple[X, ...], X | None, tuple[X, ...] | None
         entity = _entity_in(argument)
         if entity is not None:
@@ -57,10 +53,6 @@ def _entity_in(annotation: Any) -> type | None:
 
 def ms(value: datetime.timedelta | None) -> int:
     return 0 if value is None else int(value // datetime.timedelta(milliseconds=1))
-
-
-def duration(milliseconds: int) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=milliseconds)
 
 
 def error(code: int) -> ErrorCode:

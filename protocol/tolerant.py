@@ -18,9 +18,9 @@ native reader meets an unknown tag.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import Field, fields
 from functools import cache
-from typing import Any
+from typing import Any, Callable
 
 from kio._kio_native import get_field_reader
 from kio.serial._introspect import (
@@ -33,20 +33,24 @@ from kio.serial._introspect import (
 )
 from kio.serial.errors import BufferUnderflow, UnexpectedNull
 from kio.serial.readers import read_int8, read_int32, read_unsigned_varint
+from kio.static.protocol import Entity
 
 # How one field is read; a plan is the tuple of steps of an entity class, built once per class.
 _SCALAR, _SCALAR_ARRAY, _NULLABLE_SCALAR_ARRAY, _ENTITY, _NULLABLE_ENTITY, _ENTITY_ARRAY, _NULLABLE_ENTITY_ARRAY = (
     range(7))
+# Any in what follows: field values and entities are whatever the schema (one kio dataclass per API and version)
+# says, known only at run time.
 Step = tuple[str, int, Any]  # (field name, kind, native reader or nested entity class)
+EntityReader = Callable[[bytes, int], tuple[Any, int]]  # (entity, bytes consumed)
 
 
-def read_entity(entity_class: type, buffer: bytes, offset: int) -> tuple[Any, int]:
+def read_entity(entity_class: type[Entity], buffer: bytes, offset: int) -> tuple[Any, int]:
     """(entity, bytes consumed), like kio's entity readers."""
     return _compiled_reader(entity_class)(buffer, offset)
 
 
 @cache
-def _compiled_reader(entity_class: type) -> Any:
+def _compiled_reader(entity_class: type[Entity]) -> EntityReader:
     """A reader function generated once per class from its plan: straight-line code, one statement per field,
     so a body costs little more than the native reads it is made of."""
     steps, tagged, flexible = _plan(entity_class)
@@ -73,11 +77,12 @@ def _compiled_reader(entity_class: type) -> Any:
     else:
         lines.append(f"    return CLS({arguments}), offset - start")
     exec("\n".join(lines), namespace)  # noqa: S102 - the code is built from kio's dataclass field names only
-    return namespace["read"]
+    read: EntityReader = namespace["read"]
+    return read
 
 
 @cache
-def _plan(entity_class: type) -> tuple[tuple[Step, ...], dict[int, Step], bool]:
+def _plan(entity_class: type[Entity]) -> tuple[tuple[Step, ...], dict[int, Step], bool]:
     steps = []
     tagged = {}
     for field in fields(entity_class):
@@ -90,7 +95,7 @@ def _plan(entity_class: type) -> tuple[tuple[Step, ...], dict[int, Step], bool]:
     return tuple(steps), tagged, bool(entity_class.__flexible__)
 
 
-def _step(entity_class: type, field: Any, *, is_tag: bool) -> Step:
+def _step(entity_class: type[Entity], field: Field[Any], *, is_tag: bool) -> Step:
     kind = classify_field(field)
     nullable = is_optional(field)  # for an array: `tuple[...] | None`
     if isinstance(kind, EntityTupleField):
@@ -155,7 +160,7 @@ def _checked_array_length(flexible: bool, buffer: bytes, offset: int) -> tuple[i
     return length, offset
 
 
-def _read_entity_array(item_class: type, nullable: bool, flexible: bool, buffer: bytes,
+def _read_entity_array(item_class: type[Entity], nullable: bool, flexible: bool, buffer: bytes,
                        offset: int) -> tuple[Any, int]:
     length, offset = _checked_array_length(flexible, buffer, offset)
     if length < 0:
@@ -172,7 +177,7 @@ def _read_entity_array(item_class: type, nullable: bool, flexible: bool, buffer:
 
 
 @cache
-def has_arrays(entity_class: type) -> bool:
+def has_arrays(entity_class: type[Entity]) -> bool:
     """Whether any field of the entity, at any depth, is an array (so the native reader is unsafe on it)."""
     for field in fields(entity_class):
         kind = classify_field(field)

@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
-# Set up a fresh machine: a virtualenv with the project and its test extras, and Apache Kafka's jars (Maven).
+# Set up a fresh machine: a virtualenv with the project and its test extras, Apache Kafka's jars (Maven) and Jaeger.
 # Re-running is cheap: pip runs again only when pyproject.toml changed, Maven only when the pom changed.
-# Also: PySpark (the `spark` extra) with Spark's Kafka connector jars, and Debian's chromium (renders the
-# analytics report in its tests), installed only when missing.
+# Also, for the tests: PySpark (the `spark` extra) with Spark's Kafka connector jars, Debian's chromium (renders the
+# analytics report) and Docker Compose (checks compose.yaml), installed only when missing.
+# `setup.sh demo` (what scripts/run.sh runs) sets up only what `coordinator demo` needs: the project with uvloop,
+# Kafka's jars and Jaeger; the test-only parts wait for the first `setup.sh` (scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=${1:-all}
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
-if [ ! -e "$stamp" ]; then
+hash=$(sha256sum pyproject.toml | cut -c1-16)
+full=.venv/.installed-$hash          # everything (the tests')
+demo=.venv/.installed-demo-$hash     # the demo's part only
+
+pip_install() {  # stamp, pip install arguments...
+  local stamp=$1
+  shift
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test,speed]'
-  .venv/bin/python -m pip install -q -e '.[spark]'  # pyspark: a 450 MB sdist, built once (pip caches the wheel)
+  for packages in "$@"; do
+    .venv/bin/python -m pip install -q -e "$packages"
+  done
   rm -f .venv/.installed-*
   touch "$stamp"
-fi
-.venv/bin/python -c "from coordinator.embedded import ensure_jars; ensure_jars()"
-.venv/bin/python -c "from coordinator.embedded import ensure_spark_kafka_jars; ensure_spark_kafka_jars()"
-if ! command -v chromium >/dev/null 2>&1; then
+}
+
+install_chromium() {
   # The analytics report is rendered in headless Chromium by its tests (the service itself never needs it, so a
   # user who cannot install it still gets a working setup, and those tests say what is missing).
   if [ "$(id -u)" -eq 0 ]; then as_root=(); elif command -v sudo >/dev/null 2>&1; then as_root=(sudo -n); else
@@ -28,7 +36,25 @@ if ! command -v chromium >/dev/null 2>&1; then
          "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; then
     echo "setup: could not install Debian's chromium (needs root or password-less sudo): apt-get install chromium" >&2
   fi
+}
+
+if [ "$mode" = demo ]; then
+  if [ ! -e "$full" ] && [ ! -e "$demo" ]; then
+    pip_install "$demo" '.[speed]'
+  fi
+else
+  if [ ! -e "$full" ]; then
+    # pyspark: a 450 MB sdist, built once (pip caches the wheel)
+    pip_install "$full" '.[test,speed]' '.[spark]'
+  fi
 fi
+.venv/bin/python -c "from coordinator.embedded import ensure_jars; ensure_jars()"
 # A real Jaeger (v2 all-in-one) built from its Go module into the same cache, once per machine (minutes cold).
 .venv/bin/python -c "from coordinator.embedded.jaeger import ensure_jaeger; ensure_jaeger()"
-bash scripts/compose-tool.sh
+if [ "$mode" != demo ]; then
+  .venv/bin/python -c "from coordinator.embedded import ensure_spark_kafka_jars; ensure_spark_kafka_jars()"
+  if ! command -v chromium >/dev/null 2>&1; then
+    install_chromium
+  fi
+  bash scripts/compose-tool.sh
+fi

@@ -25,14 +25,16 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from coordinator.security.clusters import secured
+
 log = logging.getLogger("coordinator.cluster")
 
-PartitionsCallback = Callable[[set[int]], Awaitable[None]]
+PartitionsCallback = Callable[[set[int]], Coroutine[Any, Any, None]]
 _MAX_HEARTBEAT_INTERVAL_MS = 500
 _POLL_INTERVAL_S = 0.1  # how soon a close() is noticed; poll returns at once when a callback is due
 
@@ -44,7 +46,7 @@ def instances_group_for(state_topic: str) -> str:
 
 def membership_settings(bootstrap: str, group_id: str, client_id: str, session_timeout_ms: int,
                         max_poll_interval_ms: int) -> dict[str, Any]:
-    return {
+    return secured({
         "bootstrap.servers": bootstrap,
         "group.id": group_id,
         "client.id": client_id,  # carries our endpoint: the owner map reads it from DescribeGroups (identity.py)
@@ -61,7 +63,7 @@ def membership_settings(bootstrap: str, group_id: str, client_id: str, session_t
         "enable.auto.offset.store": False,
         "auto.offset.reset": "latest",
         "socket.nagle.disable": True,
-    }
+    })
 
 
 class Membership:
@@ -124,8 +126,9 @@ class Membership:
                     log.exception("event=membership_poll_failed group=%s", self.group_id)
                     self._closing.wait(_POLL_INTERVAL_S)
                     continue
-                if message is not None and message.error() is not None:
-                    self._log_error(message.error())
+                error = None if message is None else message.error()
+                if error is not None:
+                    self._log_error(error)
         finally:
             try:
                 consumer.close()  # revokes what we own (on_revoked, waited for), then LeaveGroup

@@ -42,6 +42,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from coordinator.cluster.identity import InstanceEndpoint, parse_client_id
+from coordinator.security.clusters import secured
 from coordinator.storage.kafka_logs import librdkafka_logger
 
 log = logging.getLogger("coordinator.cluster")
@@ -278,9 +279,11 @@ class OwnerMap:
     def _open_admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.bootstrap,
-                            "client.id": f"group-coordinator-owner-map-{self.me.instance_id}",
-                            "logger": librdkafka_logger("owner-map")})
+        # Any: confluent-kafka's stubs allow only scalar values, but a "logger" object is part of its API
+        settings: dict[str, Any] = {"bootstrap.servers": self.bootstrap,
+                                    "client.id": f"group-coordinator-owner-map-{self.me.instance_id}",
+                                    "logger": librdkafka_logger("owner-map")}
+        return AdminClient(secured(settings))
 
     def _refresh_once(self) -> None:
         with self._waiters_lock:  # those who asked before this request is sent: it answers them

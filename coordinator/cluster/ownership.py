@@ -163,6 +163,12 @@ class GuardedService:
     def delete_offsets(self, request: api.OffsetDeleteRequest) -> Any:
         return self._checked().delete_offsets(request)
 
+    def consumer_group_heartbeat(self, request: Any) -> Any:
+        return self._checked().consumer_group_heartbeat(request)
+
+    def consumer_group_describe(self, group_ids: list[str]) -> Any:
+        return self._checked().consumer_group_describe(group_ids)
+
 
 class Ownership:
     """Made before the listener opens (its `service` is what the server calls); `await start(membership,
@@ -259,7 +265,10 @@ class Ownership:
         and served; else given up."""
         if partition not in self.owned or partition in self._fenced:
             return
-        log.warning("event=partition_fenced partition=%d action=unload_and_confirm", partition)
+        log.warning("event=partition_fenced partition=%d action=unload_and_confirm detail=a newer producer took "
+                    "this partition's transactional.id (a new owner, or a previous one back after an outage); not "
+                    "served until Kafka says whose it is: still ours, fenced back and read again; else given up",
+                    partition)
         self._stop_serving({partition})
         self._suspended.discard(partition)
         self._fenced.add(partition)
@@ -288,7 +297,7 @@ class Ownership:
             if gone:
                 self.owned -= gone
                 self._owned_changed()
-            log.warning("event=fence_confirmed taken_back=%s given_up=%s", sorted(kept), sorted(gone))
+            log.info("event=fence_confirmed taken_back=%s given_up=%s", sorted(kept), sorted(gone))  # as announced
 
     async def _give_up(self, partitions: set[int], reason: str) -> None:
         self.owned -= partitions

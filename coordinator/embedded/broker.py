@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any, Mapping, Self, Sequence
 
 from coordinator.embedded.jars import ensure_jars
+from coordinator.embedded.secured import SecureListeners
 
 log = logging.getLogger("coordinator.embedded")
 
@@ -138,6 +139,7 @@ class KafkaNode:
         jvm_options: Sequence[str] = (),
         startup_timeout_s: float = 120.0,
         stop_timeout_s: float = 30.0,
+        secure: SecureListeners | None = None,
     ) -> None:
         self._owns_data_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="embedded-kafka-"))
@@ -148,6 +150,10 @@ class KafkaNode:
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.port, self.controller_port = self._stored_ports() or (free_port(), free_port())
+        # SASL_SSL and SSL listeners beside PLAINTEXT (secured.py); their ports are kept in ports.json too
+        self.secure = secure
+        self.sasl_ssl_port, self.ssl_port = self._stored_secure_ports() or (
+            (free_port(), free_port()) if secure is not None else (0, 0))
         self.controller_quorum: str | None = None  # "id@host:port,..."; None: this node is the whole quorum
         self.cluster_id: str | None = None
         # readiness: the node's Metadata must list these node ids (a cluster sets all its running nodes)
@@ -158,6 +164,16 @@ class KafkaNode:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        assert self.secure is not None, "started without secure listeners"
+        return f"{self.secure.host}:{self.sasl_ssl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        assert self.secure is not None, "started without secure listeners"
+        return f"{self.secure.host}:{self.ssl_port}"
 
     @property
     def pid(self) -> int | None:
@@ -230,6 +246,13 @@ class KafkaNode:
         except (ValueError, KeyError, TypeError) as exc:
             raise BrokerStartError(f"{self.ports_file} is unreadable ({exc}); fix or delete it") from exc
 
+    def _stored_secure_ports(self) -> tuple[int, int] | None:
+        try:
+            stored = json.loads(self.ports_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return (int(stored["sasl_ssl_port"]), int(stored["ssl_port"])) if "ssl_port" in stored else None
+
     def _prepare(self) -> None:
         if self.running:
             raise RuntimeError(f"broker already running at {self.bootstrap}")
@@ -264,15 +287,18 @@ class KafkaNode:
 
     def _claim_ports(self) -> None:
         """Keep the address with the data: store the ports the first time, refuse to start if one is taken."""
-        taken = [port for port in (self.port, self.controller_port) if not port_is_free(port)]
+        ports = (self.port, self.controller_port) + ((self.sasl_ssl_port, self.ssl_port) if self.secure else ())
+        taken = [port for port in ports if not port_is_free(port)]
         if taken:
             raise BrokerStartError(
                 f"node {self.node_id}: port(s) {taken} on 127.0.0.1 are in use; this data dir keeps its address "
                 f"({self.ports_file}), so stop whatever listens there or use another data dir"
             )
         if self._stored_ports() is None:
-            self.ports_file.write_text(json.dumps(
-                {"node_id": self.node_id, "port": self.port, "controller_port": self.controller_port}) + "\n")
+            stored = {"node_id": self.node_id, "port": self.port, "controller_port": self.controller_port}
+            if self.secure is not None:
+                stored.update(sasl_ssl_port=self.sasl_ssl_port, ssl_port=self.ssl_port)
+            self.ports_file.write_text(json.dumps(stored) + "\n")
 
     def _properties(self) -> dict[str, str]:
         props = {
@@ -291,6 +317,12 @@ class KafkaNode:
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if self.secure is not None:
+            bound, advertised = self.secure.listeners(self.sasl_ssl_port, self.ssl_port)
+            props["listeners"] += "," + bound
+            props["advertised.listeners"] += "," + advertised
+            props["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL,SSL:SSL"
+            props.update(self.secure.properties())
         props.update(self.extra_properties)
         return props
 
@@ -323,6 +355,7 @@ class KafkaNode:
         command = self._java_command(
             "kafka.tools.StorageTool", "format", "-t", self.cluster_id or random_cluster_id(),
             "-c", str(self.data_dir / "server.properties"),
+            *(self.secure.format_arguments() if self.secure is not None else ()),
         )
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:

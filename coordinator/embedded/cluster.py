@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from coordinator.embedded.broker import AsyncLifecycle, BrokerStartError, KafkaNode, random_cluster_id
+from coordinator.embedded.secured import SecureListeners
 
 log = logging.getLogger("coordinator.embedded")
 
@@ -59,6 +60,7 @@ class EmbeddedKafkaCluster(AsyncLifecycle):
         jvm_options: Sequence[str] = ("-XX:TieredStopAtLevel=1",),
         startup_timeout_s: float = 180.0,
         stop_timeout_s: float = 30.0,
+        secure: SecureListeners | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
@@ -71,7 +73,7 @@ class EmbeddedKafkaCluster(AsyncLifecycle):
             node_id: KafkaNode(
                 self.data_dir / f"node-{node_id}", node_id=node_id, extra_properties=properties, heap_mb=heap_mb,
                 jvm_options=jvm_options,
-                startup_timeout_s=startup_timeout_s, stop_timeout_s=stop_timeout_s,
+                startup_timeout_s=startup_timeout_s, stop_timeout_s=stop_timeout_s, secure=secure,
             )
             for node_id in range(1, brokers + 1)
         }

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from typing import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def built_jaeger() -> Path | None:
     return target / "jaeger" if (target / _COMPLETE_MARKER).exists() else None
 
 
-def ensure_jaeger(progress=print) -> Path:  # type: ignore[no-untyped-def]
+def ensure_jaeger(progress: Callable[[str], object] = print) -> Path:
     """Return the path of the module-built `jaeger` binary, building it the first time only."""
     target = jaeger_build_dir()
     if (target / _COMPLETE_MARKER).exists():
@@ -76,7 +77,7 @@ def _run(command: list[str], cwd: Path | None = None) -> str:
     return result.stdout
 
 
-def _build_into(target: Path, progress) -> None:  # type: ignore[no-untyped-def]
+def _build_into(target: Path, progress: Callable[[str], object]) -> None:
     go = _go()
     progress(f"building Jaeger {JAEGER_RELEASE} from {JAEGER_MODULE}@{JAEGER_MODULE_VERSION} "
              "(once per machine; a few minutes cold)")
@@ -116,7 +117,8 @@ class JaegerBinary:
     origin: str  # how it was found, for the user
 
 
-def find_jaeger(given: str | None = None, build: bool = True, progress=print) -> JaegerBinary:  # type: ignore[no-untyped-def]
+def find_jaeger(given: str | None = None, build: bool = True,
+                progress: Callable[[str], object] = print) -> JaegerBinary:
     """The user's `jaeger` (given path, else PATH) — official releases carry the UI — else the module build."""
     if given:
         path = Path(given)

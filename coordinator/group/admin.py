@@ -6,7 +6,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from coordinator.group.api import DescribedGroup, DescribedGroupMember, ListedGroup, ListGroupsRequest
-from coordinator.group.offsets import cleanup_groups
+from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.offsets import Removal, cleanup_groups
 from coordinator.group.result import Result
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("coordinator.group")
 
 CLASSIC = "classic"
+CONSUMER = "consumer"
 
 
 def describe_group(shard: GroupShard, group_id: str, version: int = 5) -> DescribedGroup:
@@ -25,8 +27,9 @@ def describe_group(shard: GroupShard, group_id: str, version: int = 5) -> Descri
     if error is not None:
         return DescribedGroup(error, group_id)
     group = shard.groups.get(group_id)
-    if group is None:
-        # v6 (Kafka 4.0, KIP-1043) reports the unknown group; older versions describe it as Dead.
+    if group is None or group_id in shard.consumer_groups:
+        # v6 (Kafka 4.0, KIP-1043) reports the unknown group; older versions describe it as Dead. A consumer
+        # group (KIP-848) is not a classic group: Kafka answers the same (ConsumerGroupDescribe describes it).
         error = Errors.GROUP_ID_NOT_FOUND if version >= 6 else Errors.NONE
         return DescribedGroup(error, group_id, group_state=GroupState.DEAD.value)
     return _summary(group)
@@ -47,12 +50,20 @@ def _summary(group: GroupMetadata) -> DescribedGroup:
 
 
 def list_groups(shard: GroupShard, req: ListGroupsRequest) -> list[ListedGroup]:
-    """This shard's groups that pass the request's filters."""
+    """This shard's groups that pass the request's filters: classic ones, and consumer groups (KIP-848: protocol
+    type and group type "consumer"). The classic record that only keeps a consumer group's offsets is not a group
+    of its own."""
     states = {s.lower() for s in req.states_filter}
-    if req.types_filter and not any(t.lower() == CLASSIC for t in req.types_filter):
-        return []
-    return [ListedGroup(g.group_id, g.protocol_type or "", g.state.value, CLASSIC)
-            for g in shard.groups.values() if not states or g.state.lower_name in states]
+    types = {t.lower() for t in req.types_filter}
+    listed = []
+    if not types or CLASSIC in types:
+        listed += [ListedGroup(g.group_id, g.protocol_type or "", g.state.value, CLASSIC)
+                   for g in shard.groups.values()
+                   if g.group_id not in shard.consumer_groups and (not states or g.state.lower_name in states)]
+    if not types or CONSUMER in types:
+        listed += [ListedGroup(g.group_id, ConsumerGroup.protocol_type, g.state.value, CONSUMER)
+                   for g in shard.consumer_groups.values() if not states or g.state.value.lower() in states]
+    return listed
 
 
 def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict[str, Errors]]:
@@ -75,6 +86,7 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
             results[group_id] = Errors.NON_EMPTY_GROUP
     if not eligible:
         return Result(results)
-    removed, writes = cleanup_groups(shard, eligible, lambda g: g.remove_offsets(list(g.offsets)))
+    removed, writes = cleanup_groups(shard, eligible, lambda g: g.remove_offsets(list(g.offsets)),
+                                     Removal.GROUP_DELETED)
     log.info("event=groups_deleted groups=%s offsets_removed=%d", [g.group_id for g in eligible], removed)
     return Result(results, writes)

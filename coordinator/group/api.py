@@ -204,6 +204,8 @@ class OffsetFetchRequest:
     topics: list[OffsetFetchRequestTopic] | None  # None = every partition with a committed offset
     require_stable: bool = False
     version: int = 9
+    member_id: str | None = None  # v9+: a KIP-848 member asking, with its epoch (-1: an admin or plain client)
+    member_epoch: int = -1
 
 
 @dataclass(slots=True)

@@ -4,14 +4,36 @@ Keys (Kafka's `MemberKey`, `GroupJoinKey`, `GroupSyncKey`) are tuples so they ha
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
+from coordinator.group.metadata import GroupMetadata
 from coordinator.group.state import GroupState
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 
-if TYPE_CHECKING:
-    from coordinator.group.shard import GroupShard
-    from coordinator.group.metadata import GroupMetadata
+
+class JoinTimers(Protocol):
+    """What a DelayedJoin delegates to (the shard: group/shard.py)."""
+
+    def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_complete_join(self, group: GroupMetadata) -> None: ...
+
+
+class HeartbeatTimers(Protocol):
+    """What a DelayedHeartbeat delegates to (session tracking: group/sessions.py)."""
+
+    def try_complete_heartbeat(self, op: DelayedHeartbeat) -> bool: ...
+
+    def on_expire_heartbeat(self, op: DelayedHeartbeat) -> None: ...
+
+
+class SyncTimers(Protocol):
+    """What a DelayedSync delegates to (the shard)."""
+
+    def try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
+                                  force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None: ...
 
 
 def member_key(group_id: str, member_id: str) -> tuple[str, str, str]:
@@ -32,7 +54,7 @@ class DelayedJoin(DelayedOperation):
 
     __slots__ = ("shard", "group")
 
-    def __init__(self, shard: GroupShard, group: GroupMetadata, rebalance_timeout_ms: int) -> None:
+    def __init__(self, shard: JoinTimers, group: GroupMetadata, rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
         self.shard, self.group = shard, group
 
@@ -53,7 +75,8 @@ class InitialDelayedJoin(DelayedJoin):
 
     __slots__ = ("purgatory", "configured_delay_ms", "remaining_ms")
 
-    def __init__(self, shard: GroupShard, purgatory: DelayedOperationPurgatory, group: GroupMetadata,
+    def __init__(self, shard: JoinTimers, purgatory: DelayedOperationPurgatory[DelayedOperation],
+                 group: GroupMetadata,
                  configured_delay_ms: int, delay_ms: int, remaining_ms: int) -> None:
         super().__init__(shard, group, delay_ms)
         self.purgatory = purgatory
@@ -83,7 +106,7 @@ class DelayedHeartbeat(DelayedOperation):
 
     __slots__ = ("shard", "group", "member_id", "is_pending", "deadline_ms")
 
-    def __init__(self, shard: GroupShard, group: GroupMetadata, member_id: str, is_pending: bool,
+    def __init__(self, shard: HeartbeatTimers, group: GroupMetadata, member_id: str, is_pending: bool,
                  timeout_ms: int, now_ms: int) -> None:
         super().__init__(timeout_ms)
         self.shard, self.group = shard, group
@@ -105,7 +128,7 @@ class DelayedSync(DelayedOperation):
 
     __slots__ = ("shard", "group", "generation_id")
 
-    def __init__(self, shard: GroupShard, group: GroupMetadata, generation_id: int,
+    def __init__(self, shard: SyncTimers, group: GroupMetadata, generation_id: int,
                  rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
         self.shard, self.group, self.generation_id = shard, group, generation_id

@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
-from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse
+from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
 from coordinator.group.delayed import join_key, member_key
 from protocol.error_codes import Errors
 from coordinator.group.errors import group_append_error
-from coordinator.group.member import MemberMetadata
+from coordinator.group.member import MemberMetadata, Protocols
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.result import Result, Write
-from coordinator.group.state import GroupState
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 
 if TYPE_CHECKING:
     from coordinator.group.shard import GroupShard
@@ -22,13 +23,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordinator.group")
 
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
-    GroupState.DEAD)
+_MemberSettings = tuple[Protocols, int, int]  # protocols, rebalance and session timeouts, before an update
+
+
+def random_member_id_suffix() -> str:
+    return str(uuid.uuid4())
+
+
+# The unique part of every member id; the deterministic simulator swaps in a seeded source (simulator/ids.py).
+member_id_suffix: Callable[[], str] = random_member_id_suffix
 
 
 def generate_member_id(client_id: str, group_instance_id: str | None) -> str:
-    return f"{group_instance_id if group_instance_id is not None else client_id}-{uuid.uuid4()}"
+    return f"{group_instance_id if group_instance_id is not None else client_id}-{member_id_suffix()}"
 
 
 def _answer(future: asyncio.Future[JoinGroupResponse], response: JoinGroupResponse) -> None:
@@ -43,12 +50,24 @@ def handle_join_group(shard: GroupShard, req: JoinGroupRequest) -> Result[JoinGr
     return Result(future)
 
 
+def _consumer_group_join_error(shard: GroupShard, group_id: str) -> Errors | None:
+    """A classic JoinGroup for a KIP-848 group: classic members inside a consumer group are not served yet, so
+    a non-empty one refuses them (two protocols handing out the same partitions would consume records twice);
+    an empty one gives way to the classic group, as Kafka converts it."""
+    if shard.consumer_groups[group_id].members:
+        return Errors.INCONSISTENT_GROUP_PROTOCOL
+    del shard.consumer_groups[group_id]
+    return None
+
+
 def _join(shard: GroupShard, req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
     error = shard.group_status_error(req.group_id)
     if error is None and not (shard.config.group_min_session_timeout_ms <= req.session_timeout_ms
                               <= shard.config.group_max_session_timeout_ms):
         error = Errors.INVALID_SESSION_TIMEOUT
     is_unknown = req.member_id == UNKNOWN_MEMBER_ID
+    if error is None and req.group_id in shard.consumer_groups:
+        error = _consumer_group_join_error(shard, req.group_id)
     group = shard.groups.get(req.group_id)
     if error is None and group is None:
         if is_unknown:
@@ -145,7 +164,7 @@ def _do_existing_member_join(shard: GroupShard, group: GroupMetadata, member: Me
     reason = req.reason or "not provided"
     if group.is_in(PREPARING):
         _update_member_and_rebalance(shard, 
-            group, member, req, future,
+            group, member, req, future, RebalanceCategory.MEMBER_REJOINED,
             f"Member {member.member_id} joining group during {group.state.value}; client reason: {reason}")
     elif group.is_in(COMPLETING):
         if member.matches(protocols):
@@ -154,17 +173,17 @@ def _do_existing_member_join(shard: GroupShard, group: GroupMetadata, member: Me
             _answer(future, shard.join_response(group, member.member_id, members))
         else:
             _update_member_and_rebalance(shard, 
-                group, member, req, future,
+                group, member, req, future, RebalanceCategory.METADATA_CHANGED,
                 f"Updating metadata for member {member.member_id} during {group.state.value}; "
                 f"client reason: {reason}")
     elif group.is_in(STABLE):
         if group.is_leader(member.member_id):
             _update_member_and_rebalance(shard, 
-                group, member, req, future,
+                group, member, req, future, RebalanceCategory.LEADER_REJOINED,
                 f"Leader {member.member_id} re-joining group during {group.state.value}; client reason: {reason}")
         elif not member.matches(protocols):
             _update_member_and_rebalance(shard, 
-                group, member, req, future,
+                group, member, req, future, RebalanceCategory.METADATA_CHANGED,
                 f"Updating metadata for member {member.member_id} during {group.state.value}; "
                 f"client reason: {reason}")
         else:
@@ -181,6 +200,12 @@ def _add_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member_id
                             req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
                             req.protocols)
     member.is_new = True
+    cause = RebalanceCause(
+        RebalanceCategory.MEMBER_JOINED, f"Adding new member {member_id} with group instance id "
+                                         f"{req.group_instance_id}; client reason: {req.reason or 'not provided'}",
+        member_id, req.reason)
+    if group.can_rebalance:
+        shard.announce_rebalance(group, cause)
     if group.is_in(PREPARING) and group.generation_id == 0:
         group.new_member_added = True
     was_pending = member_id in group.pending_members
@@ -195,20 +220,18 @@ def _add_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member_id
                                    req.client_host)
     # New members cannot heartbeat while parked (no id yet): guard them with the new-member join timeout.
     shard.schedule_heartbeat(group, member, shard.config.new_member_join_timeout_ms)
-    shard.maybe_prepare_rebalance(
-        group, f"Adding new member {member_id} with group instance id {req.group_instance_id}; "
-               f"client reason: {req.reason or 'not provided'}")
+    shard.maybe_prepare_rebalance(group, cause)
 
 
 def _update_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
                                  req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse],
-                                 reason: str) -> None:
+                                 category: RebalanceCategory, text: str) -> None:
     superseded = group.update_member(member, req.protocols,
                                      req.rebalance_timeout_ms, req.session_timeout_ms, future)
     if superseded is not None and not superseded.done():
         # Kafka drops the older parked request silently; answer it so it does not hang.
         superseded.set_result(JoinGroupResponse(Errors.REBALANCE_IN_PROGRESS, member_id=member.member_id))
-    shard.maybe_prepare_rebalance(group, reason)
+    shard.maybe_prepare_rebalance(group, RebalanceCause(category, text, member.member_id, req.reason))
 
 
 def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata, old_member_id: str,
@@ -221,31 +244,41 @@ def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata,
     group.complete_join(old, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=old_member_id))
     group.complete_sync(old, _fenced_sync())
     member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+    reason = req.reason or "not provided"
+    if group.is_in(COMPLETING):  # the replacement's rebalance (below): its trace holds the replacement
+        shard.announce_rebalance(group, _static_update_cause(new_member_id, instance_id, reason, req))
     shard.observer.on_member_replaced(group.group_id, old_member_id, new_member_id, instance_id)
     shard.schedule_heartbeat(group, member, member.session_timeout_ms)
     previous = (member.supported_protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
     group.update_member(member, req.protocols, req.rebalance_timeout_ms,
                         req.session_timeout_ms, future)
-    reason = req.reason or "not provided"
     if group.is_in(STABLE):
         if group.protocol_name == group.select_protocol():
             _persist_static_replacement(shard, group, member, old_member_id, previous, current_leader, req,
                                              future)
         else:
-            shard.maybe_prepare_rebalance(
-                group, f"Group's selectedProtocol will change because static member {new_member_id} with "
-                       f"instance id {instance_id} joined with change of protocol; client reason: {reason}")
+            shard.maybe_prepare_rebalance(group, RebalanceCause(
+                RebalanceCategory.STATIC_MEMBER,
+                f"Group's selectedProtocol will change because static member {new_member_id} with "
+                f"instance id {instance_id} joined with change of protocol; client reason: {reason}",
+                new_member_id, req.reason))
     elif group.is_in(COMPLETING):
         # The leader may already have assigned partitions to the old member id.
-        shard.prepare_rebalance(group, f"Updating metadata for static member {new_member_id} with instance id "
-                                      f"{instance_id}; client reason: {reason}")
+        shard.prepare_rebalance(group, _static_update_cause(new_member_id, instance_id, reason, req))
     elif group.state in (EMPTY, DEAD):
         raise RuntimeError(f"Group {group.group_id} was not supposed to be in the state {group.state.value} "
                            f"when the unknown static member {instance_id} rejoins.")
 
 
+def _static_update_cause(new_member_id: str, instance_id: str, reason: str, req: JoinGroupRequest
+                         ) -> RebalanceCause:
+    return RebalanceCause(RebalanceCategory.STATIC_MEMBER, f"Updating metadata for static member {new_member_id} "
+                                                           f"with instance id {instance_id}; client reason: {reason}",
+                          new_member_id, req.reason)
+
+
 def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
-                                old_member_id: str, previous: tuple, current_leader: str | None,
+                                old_member_id: str, previous: _MemberSettings, current_leader: str | None,
                                 req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
     """Stable and the selected protocol is unchanged: store the new member id, no rebalance."""
     new_member_id = member.member_id
@@ -275,11 +308,11 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
 
     log.info("event=static_member_replaced_without_rebalance group=%s member=%s", group.group_id,
              new_member_id)
-    shard.emit(Write.group(group.group_id, record, written))
+    shard.append(Write.group(group.group_id, record, written))
 
 
 def _revert_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
-                               old_member_id: str, previous: tuple, current_leader: str | None,
+                               old_member_id: str, previous: _MemberSettings, current_leader: str | None,
                                error: Errors, future: asyncio.Future[JoinGroupResponse]) -> None:
     log.warning("event=static_member_persist_failed group=%s member=%s error=%s", group.group_id,
                 member.member_id, error.name)
@@ -307,6 +340,5 @@ def _complete_own_join(group: GroupMetadata, member: MemberMetadata, future: asy
         _answer(future, response)
 
 
-def _fenced_sync():
-    from coordinator.group.api import SyncGroupResponse
+def _fenced_sync() -> SyncGroupResponse:
     return SyncGroupResponse(Errors.FENCED_INSTANCE_ID)

@@ -52,10 +52,6 @@ class MemberMetadata:
         return self.join_future is not None
 
     @property
-    def is_awaiting_sync(self) -> bool:
-        return self.sync_future is not None
-
-    @property
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.supported_protocols]
 

@@ -2,18 +2,19 @@
 member map, protocol support counts, generation, leader, offsets. No timers and no I/O here."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from coordinator.group.api import JoinGroupResponseMember
 from coordinator.group.member import MemberMetadata, Protocols
 from coordinator.group.state import GroupState, IllegalStateTransition, VALID_PREVIOUS
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, TopicPartition
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord, TopicPartition
 
 if TYPE_CHECKING:
-    from coordinator.group.api import JoinGroupResponse
+    from coordinator.group.api import JoinGroupResponse, SyncGroupResponse
     from coordinator.group.observer import GroupObserver
 
 log = logging.getLogger("coordinator.group")
@@ -70,9 +71,6 @@ class GroupMetadata:
         self.observer.on_state_change(self.group_id, old.value, target.value, self.generation_id)
 
     # --- membership ------------------------------------------------------------------------------------------
-    def has(self, member_id: str) -> bool:
-        return member_id in self.members
-
     def get(self, member_id: str) -> MemberMetadata:
         return self.members[member_id]
 
@@ -86,7 +84,7 @@ class GroupMetadata:
     def current_static_member_id(self, group_instance_id: str | None) -> str | None:
         return None if group_instance_id is None else self.static_members.get(group_instance_id)
 
-    def add(self, member: MemberMetadata, join_future: object = None) -> None:
+    def add(self, member: MemberMetadata, join_future: asyncio.Future[JoinGroupResponse] | None = None) -> None:
         if member.group_instance_id is not None:
             if member.group_instance_id in self.static_members:
                 raise RuntimeError(f"Static member with groupInstanceId={member.group_instance_id} "
@@ -98,7 +96,7 @@ class GroupMetadata:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
         self._count_protocols(member.supported_protocols, +1)
-        member.join_future = join_future  # type: ignore[assignment]
+        member.join_future = join_future
         if join_future is not None:
             self.num_members_awaiting_join += 1
             self.observer.on_join_waiting(self.group_id, member.member_id)
@@ -118,7 +116,8 @@ class GroupMetadata:
         self.pending_sync_members.discard(member_id)
 
     def update_member(self, member: MemberMetadata, protocols: Protocols, rebalance_timeout_ms: int,
-                      session_timeout_ms: int, join_future: object) -> object:
+                      session_timeout_ms: int, join_future: asyncio.Future[JoinGroupResponse] | None
+                      ) -> asyncio.Future[JoinGroupResponse] | None:
         """Returns the join future this one supersedes (to be answered by the caller), if any."""
         self._count_protocols(member.supported_protocols, -1)
         self._count_protocols(protocols, +1)
@@ -130,7 +129,7 @@ class GroupMetadata:
             self.num_members_awaiting_join += 1
         elif join_future is None and superseded is not None:
             self.num_members_awaiting_join -= 1
-        member.join_future = join_future  # type: ignore[assignment]
+        member.join_future = join_future
         if join_future is not None:
             self.observer.on_join_waiting(self.group_id, member.member_id)
         return superseded if join_future is not None else None
@@ -157,7 +156,7 @@ class GroupMetadata:
             future.set_result(response)
         return True
 
-    def complete_sync(self, member: MemberMetadata, response: object) -> bool:
+    def complete_sync(self, member: MemberMetadata, response: SyncGroupResponse) -> bool:
         future = member.sync_future
         if future is None:
             return False
@@ -301,7 +300,14 @@ class GroupMetadata:
             return self._expired(now_ms, retention_ms, set(), lambda r: r.commit_timestamp_ms)
         return []
 
-    def _expired(self, now_ms: int, retention_ms: int, subscribed: set[str], base) -> list[TopicPartition]:
+    def expired_unsubscribed_offsets(self, now_ms: int, retention_ms: int, subscribed: set[str]
+                                     ) -> list[TopicPartition]:
+        """Offsets of topics not in `subscribed` due for expiry by their commit time (a KIP-848 consumer group's
+        offsets, kept here: ConsumerGroup.offsetExpirationCondition)."""
+        return self._expired(now_ms, retention_ms, subscribed, lambda r: r.commit_timestamp_ms)
+
+    def _expired(self, now_ms: int, retention_ms: int, subscribed: set[str],
+                 base: Callable[[OffsetRecord], int]) -> list[TopicPartition]:
         expired = []
         for tp, record in self.offsets.items():
             if tp[0] in subscribed or self.has_pending_offset_commit(tp):

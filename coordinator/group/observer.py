@@ -7,8 +7,40 @@ keep them cheap and non-blocking. A raising observer is logged and ignored; it n
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from coordinator.group.records import Record
 
 log = logging.getLogger("coordinator.group.observer")
+
+
+class RebalanceCategory(Enum):
+    """Why a rebalance started, as a low-cardinality name (metrics label, span attribute)."""
+
+    MEMBER_JOINED = "member_joined"  # a new member id joined
+    MEMBER_REJOINED = "member_rejoined"  # a known member joined again while the group was preparing
+    METADATA_CHANGED = "metadata_changed"  # a known member joined with other protocols
+    LEADER_REJOINED = "leader_rejoined"  # the leader of a Stable group joined again
+    STATIC_MEMBER = "static_member"  # a static member came back with a new member id and other protocols
+    MEMBER_LEFT = "member_left"  # LeaveGroup
+    SESSION_TIMEOUT = "session_timeout"  # a member's session expired
+    SYNC_TIMEOUT = "sync_timeout"  # members sent no SyncGroup within the rebalance timeout
+    ASSIGNMENT_STORE_FAILED = "assignment_store_failed"  # the leader's assignment could not be written
+    OVER_CAPACITY = "over_capacity"  # a loaded group has more members than group.max.size
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceCause:
+    """What started a rebalance: `category`, the member it is about (None for several or none),
+    `client_reason` (the JoinGroup/LeaveGroup reason the client gave, if any) and `text`, Kafka's own reason
+    as it logs it ("Adding new member ... client reason: ...")."""
+
+    category: RebalanceCategory
+    text: str
+    member_id: str | None = None
+    client_reason: str | None = None
 
 
 class GroupObserver:
@@ -35,7 +67,12 @@ class GroupObserver:
     ) -> None:
         """A member was removed by the coordinator: session expiry, no rejoin, no sync, capacity."""
 
-    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
+    def on_rebalance_starting(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
+        """A rebalance is about to start for `cause`: called before the events of its cause (the member that
+        joined, left or failed) and before the group enters PreparingRebalance; once per rebalance (a second
+        call for the same one, from prepare_rebalance, repeats the first)."""
+
+    def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
         """The group entered PreparingRebalance; `generation` is the old generation."""
 
     def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
@@ -68,7 +105,18 @@ class GroupObserver:
         pass
 
     def on_offsets_expired(self, group_id: str, partition_count: int) -> None:
-        pass
+        """Offsets removed by the retention check."""
+
+    def on_offsets_deleted(self, group_id: str, partition_count: int) -> None:
+        """Offsets removed by OffsetDelete."""
+
+    def on_group_deleted(self, group_id: str, partition_count: int) -> None:
+        """The group was removed by DeleteGroups, with `partition_count` offsets."""
+
+    def on_append_completed(self, group_id: str, partition: int, records: Sequence[Record], duration_ms: float,
+                            error: str, by_request: bool) -> None:
+        """An append to the state topic was acknowledged (`error` "NONE") or failed (the Kafka error name), after
+        `duration_ms`; `by_request`: made by a request's handler, else by group logic on its own (a timer)."""
 
 
 _EVENTS = [name for name in vars(GroupObserver) if name.startswith("on_")]
@@ -84,7 +132,7 @@ class ObserverMux(GroupObserver):
         self.observers.append(observer)
 
 
-def _fan_out(event: str):
+def _fan_out(event: str) -> Callable[..., None]:
     def call(self: ObserverMux, *args: object) -> None:
         for observer in self.observers:
             try:

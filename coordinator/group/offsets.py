@@ -3,6 +3,7 @@ Commits and deletions return their records; the runtime answers once they are wr
 from __future__ import annotations
 
 import logging
+from enum import Enum
 from typing import TYPE_CHECKING, Callable
 
 from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, OffsetCommitResponse,
@@ -11,9 +12,13 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, Offse
                                    OffsetFetchRequest, OffsetFetchResponse, OffsetFetchResponsePartition,
                                    OffsetFetchResponseTopic)
 from coordinator.group.delayed import member_key
-from coordinator.group.errors import Errors, offset_append_error
+from coordinator.group.errors import kafka4_append_error, offset_append_error
+from protocol.error_codes import Errors
 from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
-from coordinator.group.state import GroupState
+from coordinator.group.modern.offsets import validate_offset_commit, validate_offset_fetch
+from coordinator.group.observer import GroupObserver
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
+from coordinator.group.records import OffsetCommitRecord
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import ShardStatus
 from coordinator.group.store import OffsetRecord, TopicPartition
@@ -23,11 +28,24 @@ if TYPE_CHECKING:
 
 GroupSelector = Callable[[GroupMetadata], list[TopicPartition]]
 
-log = logging.getLogger("coordinator.group")
 
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
-    GroupState.DEAD)
+class Removal(Enum):
+    """Why offsets are removed, which says what observers are told."""
+
+    EXPIRED = "expired"  # the retention check
+    DELETED = "deleted"  # OffsetDelete
+    GROUP_DELETED = "group_deleted"  # DeleteGroups
+
+
+def _announce(observer: GroupObserver, removal: Removal, group_id: str, count: int) -> None:
+    if removal is Removal.GROUP_DELETED:
+        observer.on_group_deleted(group_id, count)
+    elif removal is Removal.DELETED:
+        observer.on_offsets_deleted(group_id, count)
+    else:
+        observer.on_offsets_expired(group_id, count)
+
+log = logging.getLogger("coordinator.group")
 
 
 def _commit_response(req: OffsetCommitRequest, errors: dict[TopicPartition, Errors] | Errors) -> OffsetCommitResponse:
@@ -56,6 +74,12 @@ def handle_commit_offsets(shard: GroupShard, req: OffsetCommitRequest) -> Result
     error = shard.group_status_error(req.group_id, empty_id_ok=True)
     if error is not None:
         return Result(_commit_response(req, error))
+    consumer_group = shard.consumer_groups.get(req.group_id)
+    if consumer_group is not None:  # KIP-848: member epochs; the offsets live beside the classic ones
+        error = validate_offset_commit(consumer_group, req.member_id, req.generation_id, req.version)
+        if error is not None:
+            return Result(_commit_response(req, error))
+        return _commit(shard, shard.add_group(req.group_id), req)
     group = shard.groups.get(req.group_id)
     if group is None:
         if req.generation_id >= 0:  # a commit from an older generation, or a deleted group
@@ -69,6 +93,10 @@ def handle_commit_offsets(shard: GroupShard, req: OffsetCommitRequest) -> Result
     if group.state in (STABLE, PREPARING):
         member = group.get(req.member_id)
         shard.schedule_heartbeat(group, member, member.session_timeout_ms)
+    return _commit(shard, group, req)
+
+
+def _commit(shard: GroupShard, group: GroupMetadata, req: OffsetCommitRequest) -> Result[OffsetCommitResponse]:
     errors, offsets = _offset_records(shard, req)
     if not offsets:
         return Result(_commit_response(req, errors))  # every partition's metadata was too large: answer at once
@@ -133,6 +161,9 @@ def _offset_records(shard: GroupShard, req: OffsetCommitRequest
 # --- OffsetFetch ------------------------------------------------------------------------------------------
 def handle_fetch_offsets(shard: GroupShard, req: OffsetFetchRequest) -> OffsetFetchResponse:
     error = shard.group_status_error(req.group_id, empty_id_ok=True)
+    consumer_group = shard.consumer_groups.get(req.group_id)
+    if error is None and consumer_group is not None:
+        error = validate_offset_fetch(consumer_group, req.member_id, req.member_epoch)
     if error is not None:
         return OffsetFetchResponse(req.group_id, error)
     group = shard.groups.get(req.group_id)
@@ -173,15 +204,21 @@ def handle_delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> Result
     writes: list[Write] = []
     if eligible:
         group = shard.groups[req.group_id]
-        removed, writes = cleanup_groups(shard, [group], lambda g: g.remove_offsets(eligible))
+        removed, writes = cleanup_groups(shard, [group], lambda g: g.remove_offsets(eligible), Removal.DELETED)
         log.info("event=offsets_deleted group=%s partitions=%d offsets_removed=%d",
                  req.group_id, len(eligible), removed)
     by_topic: dict[str, list[OffsetDeleteResponsePartition]] = {}
     for topic, partition in wanted:
         error_code = Errors.GROUP_SUBSCRIBED_TO_TOPIC if (topic, partition) in subscribed else Errors.NONE
         by_topic.setdefault(topic, []).append(OffsetDeleteResponsePartition(partition, error_code))
-    return Result(OffsetDeleteResponse(Errors.NONE, [OffsetDeleteResponseTopic(t, ps) for t, ps in by_topic.items()]),
-                  writes)
+    response = OffsetDeleteResponse(Errors.NONE, [OffsetDeleteResponseTopic(t, ps) for t, ps in by_topic.items()])
+
+    def respond(errors: list[Errors]) -> OffsetDeleteResponse:
+        # tombstones Kafka refused: not reported deleted (owed and sent again; a crash before would undo them)
+        failed = next((e for e in errors if e != Errors.NONE), None)
+        return response if failed is None else OffsetDeleteResponse(kafka4_append_error(failed))
+
+    return Result(response, writes, respond)
 
 
 def _offset_delete_check(shard: GroupShard, group_id: str, wanted: list[TopicPartition]
@@ -210,20 +247,32 @@ def expire_offsets(shard: GroupShard) -> tuple[int, list[Write]]:
         return 0, []
     now_ms, retention_ms = shard.now_wall_ms(), shard.config.offsets_retention_ms
     return cleanup_groups(shard, list(shard.groups.values()),
-                          lambda g: g.remove_offsets(g.expired_offsets(now_ms, retention_ms)))
+                          lambda g: g.remove_offsets(_expired_offsets(shard, g, now_ms, retention_ms)),
+                          Removal.EXPIRED)
 
 
-def cleanup_groups(shard: GroupShard, groups: list[GroupMetadata], selector: GroupSelector
-                   ) -> tuple[int, list[Write]]:
+def _expired_offsets(shard: GroupShard, group: GroupMetadata, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+    """A KIP-848 group's offsets expire by commit time, never those of topics its members subscribe to."""
+    consumer_group = shard.consumer_groups.get(group.group_id)
+    if consumer_group is None:
+        return group.expired_offsets(now_ms, retention_ms)
+    subscribed = {t for m in consumer_group.members.values() for t in consumer_group.effective_topics(m)}
+    return group.expired_unsubscribed_offsets(now_ms, retention_ms, subscribed)
+
+
+def cleanup_groups(shard: GroupShard, groups: list[GroupMetadata], selector: GroupSelector,
+                   removal: Removal) -> tuple[int, list[Write]]:
     """Kafka's cleanupGroupMetadata: apply `selector` (returns removed partitions) to every group, retire
     Empty groups without offsets; returns the offsets removed and one tombstone write per group touched. All
     in-memory changes happen here, before any write, so no group is left Dead in memory by a slow, failing or
     cancelled write, and no group changes between its turn and ours."""
-    writes = [w for w in (_cleanup_group(shard, group, selector) for group in groups) if w is not None]
-    return sum(len(w.removed) for w in writes), writes
+    writes = [w for w in (_cleanup_group(shard, group, selector, removal) for group in groups) if w is not None]
+    removed = sum(1 for w in writes for r in w.records if isinstance(r, OffsetCommitRecord))
+    return removed, writes
 
 
-def _cleanup_group(shard: GroupShard, group: GroupMetadata, selector: GroupSelector) -> Write | None:
+def _cleanup_group(shard: GroupShard, group: GroupMetadata, selector: GroupSelector,
+                   removal: Removal) -> Write | None:
     removed: list[TopicPartition] = selector(group)
     if group.is_in(EMPTY) and not group.has_offsets:
         group.transition_to(DEAD, shard.now_wall_ms())
@@ -235,8 +284,8 @@ def _cleanup_group(shard: GroupShard, group: GroupMetadata, selector: GroupSelec
         for member_id in group.pending_members:  # KIP-394 ids handed out: their expirations go too
             shard.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
     write_group_tombstone = retired and group.generation_id > 0
-    if removed:
-        shard.observer.on_offsets_expired(group.group_id, len(removed))
+    if removed or removal is Removal.GROUP_DELETED:
+        _announce(shard.observer, removal, group.group_id, len(removed))
     if not removed and not write_group_tombstone:
         return None
     log.info("event=group_cleanup group=%s offsets_removed=%d group_tombstone=%s",

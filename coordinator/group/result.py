@@ -13,42 +13,37 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
-from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
+from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition,
+                                      offset_commits, tombstones)
 from protocol.error_codes import Errors
 
 R = TypeVar("R")
 
-GROUP, OFFSETS, TOMBSTONES = "group", "offsets", "tombstones"
-
 
 @dataclass(slots=True, eq=False)
 class Write:
-    """The records of one group, for its shard's partition, appended all or nothing. `then(error)` runs on the
+    """Records of one group, for its shard's partition, appended all or nothing. `then(error)` runs on the
     loop once the append is acknowledged (Errors.NONE) or failed (the raw Kafka append error); then `done`
     resolves to that error."""
 
     group_id: str
-    kind: str
-    record: GroupRecord | None = None
-    offsets: dict[TopicPartition, OffsetRecord] = field(default_factory=dict)
-    removed: list[TopicPartition] = field(default_factory=list)
-    group_tombstone: bool = False
+    records: list[Record]
     then: Callable[[Errors], object] | None = None
-    done: asyncio.Future[Errors] | None = None  # set by the runtime when it starts the append
+    done: asyncio.Future[Errors] | None = None  # set by the runtime when it queues the append
 
     @classmethod
     def group(cls, group_id: str, record: GroupRecord, then: Callable[[Errors], object] | None = None) -> Write:
-        return cls(group_id, GROUP, record=record, then=then)
+        return cls(group_id, [GroupMetadataRecord(group_id, record)], then)
 
     @classmethod
     def offset_commit(cls, group_id: str, offsets: dict[TopicPartition, OffsetRecord],
                       then: Callable[[Errors], object] | None = None) -> Write:
-        return cls(group_id, OFFSETS, offsets=offsets, then=then)
+        return cls(group_id, offset_commits(group_id, offsets), then)
 
     @classmethod
     def tombstones(cls, group_id: str, removed: list[TopicPartition], group_tombstone: bool,
                    then: Callable[[Errors], object] | None = None) -> Write:
-        return cls(group_id, TOMBSTONES, removed=removed, group_tombstone=group_tombstone, then=then)
+        return cls(group_id, tombstones(group_id, removed, group_tombstone), then)
 
 
 @dataclass(slots=True)
@@ -59,7 +54,3 @@ class Result(Generic[R]):
     response: R | asyncio.Future[R] | None = None
     writes: list[Write] = field(default_factory=list)
     respond: Callable[[list[Errors]], R] | None = None
-
-
-def answer(response: R) -> Result[R]:
-    return Result(response)

@@ -13,18 +13,19 @@ between slices, so the shards already served keep answering; `unload(partitions)
 of their groups NOT_COORDINATOR and stops the store writing to them. Several instances (issue 10, step 2) will
 call these two as partitions move between them.
 
-Writes that group logic starts on its own (an emptied group's record, from a timer) are emitted by the shard
-and flushed here on the next loop turn, to the same partition, in order with the handlers' writes.
+A write that group logic makes on its own (an emptied group's record, from a timer) goes through the same
+append (`shard.append`), queued at once: a partition's writes reach the store in the order the shard made them.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterator, Mapping
-from typing import Any, Callable
+import time
+from collections.abc import Awaitable, Collection, Iterator, Mapping
+from typing import Any, Callable, TypeVar, cast
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group import admin, join, offsets, sync
+from coordinator.group import admin, heartbeat, join, leave, offsets, sync
 from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse,
                                    DescribeGroupsRequest, DescribeGroupsResponse, HeartbeatRequest,
                                    HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
@@ -32,18 +33,26 @@ from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, De
                                    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
                                    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.metadata import GroupMetadata
+from coordinator.group.modern.heartbeat import HeartbeatRequest as HeartbeatRequestV2
+from coordinator.group.modern.heartbeat import HeartbeatResponse as HeartbeatResponseV2
+from coordinator.group.modern.service import ConsumerGroupService
+from coordinator.group.modern.service import DescribedGroup as DescribedConsumerGroup
 from coordinator.group.observer import GroupObserver
 from coordinator.group.partitioner import cached_partition_for
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import GroupShard, ShardStatus
 from coordinator.group.store import GroupStore, StoreError
-from coordinator.purgatory import DelayedOperationPurgatory
+from coordinator.group.delayed import DelayedHeartbeat
+from coordinator.group.errors import kafka4_append_error
+from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import Clock, MonotonicClock, SystemTimer, WallClock
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
 
-_LOAD_SLICE = 2_000  # groups materialised between two yields to the event loop
+_LOAD_SLICE = 2_000
+Q = TypeVar("Q")  # a request
+R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
 
 
 class GroupRuntime:
@@ -62,21 +71,26 @@ class GroupRuntime:
         self._observer: GroupObserver = observer if observer is not None else GroupObserver()
         purge = config.purgatory_purge_interval
         # Shared by the shards: their keys carry the group id, so each shard's keys are its own.
-        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", timer, purge, owns_timer=False)
-        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer, purge, owns_timer=False)
+        self.heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat] = DelayedOperationPurgatory(
+            "Heartbeat", timer, purge, owns_timer=False)
+        self.rebalance_purgatory: DelayedOperationPurgatory[DelayedOperation] = DelayedOperationPurgatory(
+            "Rebalance", timer, purge, owns_timer=False)
         self.num_partitions = config.offsets_topic_num_partitions
         if store.partitions is not None and store.partitions != self.num_partitions:
             raise ValueError(f"the store's state topic has {store.partitions} partitions, the runtime routes groups "
                              f"over offsets.topic.num.partitions={self.num_partitions}")
         self.shards = [GroupShard(p, config, self.clock, self.wall_clock, self._observer, self.heartbeat_purgatory,
-                                  self.rebalance_purgatory, self._on_emit)
+                                  self.rebalance_purgatory, self._appender(p))
                        for p in range(self.num_partitions)]
         for shard in self.shards:  # one instance owns every partition until told otherwise (step 2)
             shard.status = ShardStatus.ACTIVE
         self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
+        self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for, wall_clock=self.wall_clock)
+        # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the
+        # topics ConsumerGroupService.topics has are all there is
+        self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None
         self.is_active = True
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._dirty: list[GroupShard] = []  # shards with emitted writes not yet flushed
 
     @property
     def observer(self) -> GroupObserver:
@@ -117,15 +131,37 @@ class GroupRuntime:
     def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None = None) -> Errors:
         """The hot path, synchronous: no writes, no futures."""
-        return sync.handle_heartbeat(self.shard_for(group_id), group_id, generation_id, member_id,
+        return heartbeat.handle_heartbeat(self.shard_for(group_id), group_id, generation_id, member_id,
                                      group_instance_id)
 
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
         return HeartbeatResponse(
             self.handle_heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id))
 
+    async def consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
+        """ConsumerGroupHeartbeat (KIP-848): the subscribed topics are learnt first (a topic or partition the
+        cluster gained shows up in the target), then the group logic answers synchronously."""
+        names = req.subscribed_topic_names
+        if names is None:
+            group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
+            member = group.members.get(req.member_id) if group is not None else None
+            names = member.subscribed_topic_names if member is not None else ()
+        if names and self.refresh_topics is not None:
+            try:
+                await self.refresh_topics(list(names))
+            except Exception as exc:  # the cluster unreachable: serve with what we know
+                log.warning("event=topic_refresh_failed group=%s topics=%d error=%r", req.group_id, len(names), exc)
+        response, write = self.consumer_groups.heartbeat(req)
+        if write is None:
+            return response
+        [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))
+        return response if error == Errors.NONE else HeartbeatResponseV2(kafka4_append_error(error))
+
+    async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedConsumerGroup]:
+        return self.consumer_groups.describe(group_ids)
+
     async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
-        return await self._serve(req.group_id, sync.handle_leave_group, req)
+        return await self._serve(req.group_id, leave.handle_leave_group, req)
 
     async def commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
         return await self._serve(req.group_id, offsets.handle_commit_offsets, req)
@@ -157,14 +193,20 @@ class GroupRuntime:
         for group_id in names:
             by_shard.setdefault(self.shard_for(group_id).partition, []).append(group_id)
         results: dict[str, Errors] = {}
+        writes: list[Write] = []
         pending = []
         for partition, group_ids in by_shard.items():
             shard = self.shards[partition]
             result = admin.handle_delete_groups(shard, group_ids)
             assert isinstance(result.response, dict)
             results.update(result.response)
+            writes.extend(result.writes)
             pending.extend(self._start(shard, result.writes))
-        await self._written(pending)
+        # A group whose tombstones Kafka refused is not reported deleted (they stay owed and are sent again, but a
+        # crash before that would bring the group back), as Kafka 4 answers a failed write.
+        for write, error in zip(writes, await self._written(pending)):
+            if error != Errors.NONE and results.get(write.group_id) == Errors.NONE:
+                results[write.group_id] = kafka4_append_error(error)
         return DeleteGroupsResponse([DeletableGroupResult(g, results[g]) for g in names])
 
     async def expire_offsets(self) -> int:
@@ -175,12 +217,12 @@ class GroupRuntime:
         for shard in self.shards:
             count, writes = offsets.expire_offsets(shard)
             removed += count
-            pending.extend(self._start(shard, writes))
+            pending.extend(self._start(shard, writes, by_request=False))
         await self._written(pending)
         return removed
 
     # --- the write path ---------------------------------------------------------------------------------------
-    async def _serve(self, group_id: str | None, handler: Callable[[GroupShard, Any], Any], req: Any) -> Any:
+    async def _serve(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q) -> R:
         shard = self.shard_for(group_id)
         result = handler(shard, req)
         if not isinstance(result, Result):  # a handler that never writes returns its response itself
@@ -190,17 +232,17 @@ class GroupRuntime:
         if isinstance(response, asyncio.Future):
             # A parked request is answered by group logic: on success only from its write's `then` (after the
             # acknowledgement), but an error (a rebalance meanwhile) may answer it before.
-            return await response
+            return cast(R, await response)
         if written:
             errors = await self._written(written)
             if result.respond is not None:
-                response = result.respond(errors)
-        return response
+                return cast(R, result.respond(errors))
+        return cast(R, response)
 
-    def _start(self, shard: GroupShard, writes: list[Write]) -> list[asyncio.Future[Errors]]:
-        """Starts the shard's emitted writes, then `writes`, in that order; returns the futures of `writes`."""
-        self._flush(shard)
-        return [self._append(shard.partition, write) for write in writes]
+    def _start(self, shard: GroupShard, writes: list[Write], by_request: bool = True
+               ) -> list[asyncio.Future[Errors]]:
+        """Queues a handler's writes, in order; returns their outcomes."""
+        return [self._append(shard.partition, write, by_request) for write in writes]
 
     async def _written(self, done: list[asyncio.Future[Errors]]) -> list[Errors]:
         """The writes' outcomes; a cancelled request does not cancel them (they belong to the runtime)."""
@@ -208,27 +250,43 @@ class GroupRuntime:
             return []
         return list(await asyncio.shield(asyncio.gather(*done)))
 
-    def _append(self, partition: int, write: Write) -> asyncio.Future[Errors]:
+    def _appender(self, partition: int) -> Callable[[Write], object]:
+        """The shard's append for writes group logic makes on its own (a timer emptied a group)."""
+        return lambda write: self._append(partition, write, False)
+
+    def _append(self, partition: int, write: Write, by_request: bool) -> asyncio.Future[Errors]:
+        """Queues the write with the store now (so a partition's writes reach Kafka in the order the shard made
+        them); its outcome is awaited by a task of the runtime's."""
         loop = asyncio.get_running_loop()
         write.done = loop.create_future()
-        task = loop.create_task(self._append_then(partition, write))
+        try:
+            appended: Awaitable[None] = self.store.append(partition, write.records)
+        except Exception as exc:  # a store bug: answered like any failed append
+            failed: asyncio.Future[None] = loop.create_future()
+            failed.set_exception(exc)
+            appended = failed
+        task = loop.create_task(self._append_then(partition, write, appended, by_request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return write.done
 
-    async def _append_then(self, partition: int, write: Write) -> None:
+    async def _append_then(self, partition: int, write: Write, appended: Awaitable[None], by_request: bool) -> None:
         error = Errors.NONE
+        started = time.perf_counter()
         try:
-            await self.store.append(partition, write)
+            await appended
         except StoreError as exc:
             error = exc.error
         except asyncio.CancelledError:
             error = Errors.COORDINATOR_NOT_AVAILABLE
             raise
         except Exception:
-            log.exception("event=store_failed group=%s partition=%d kind=%s", write.group_id, partition, write.kind)
+            log.exception("event=store_failed group=%s partition=%d records=%d", write.group_id, partition,
+                          len(write.records))
             error = Errors.UNKNOWN_SERVER_ERROR
         finally:
+            self._observer.on_append_completed(write.group_id, partition, write.records,
+                                               (time.perf_counter() - started) * 1000, error.name, by_request)
             self._settle(write, error)
 
     @staticmethod
@@ -237,25 +295,10 @@ class GroupRuntime:
             if write.then is not None:
                 write.then(error)
         except Exception:
-            log.exception("event=write_callback_failed group=%s kind=%s", write.group_id, write.kind)
+            log.exception("event=write_callback_failed group=%s records=%d", write.group_id, len(write.records))
         finally:
             if write.done is not None and not write.done.done():
                 write.done.set_result(error)
-
-    def _on_emit(self, shard: GroupShard) -> None:
-        if not self._dirty:
-            asyncio.get_running_loop().call_soon(self._flush_dirty)
-        if shard not in self._dirty:
-            self._dirty.append(shard)
-
-    def _flush_dirty(self) -> None:
-        dirty, self._dirty = self._dirty, []
-        for shard in dirty:
-            self._flush(shard)
-
-    def _flush(self, shard: GroupShard) -> None:
-        for write in shard.take_writes():
-            self._append(shard.partition, write)
 
     # --- loading and unloading (§7.4, §7.5) -------------------------------------------------------------------
     def begin_loading(self, partitions: Collection[int] | None = None) -> None:
@@ -282,10 +325,12 @@ class GroupRuntime:
         for partition, group_ids in by_partition.items():
             shard = self.shards[partition]
             for group_id in group_ids:
-                shard.load_group(group_id, loaded.groups.get(group_id), loaded.offsets.get(group_id, {}))
+                shard.load_group(group_id, loaded.records_of(group_id))
                 count += 1
                 if count % _LOAD_SLICE == 0:
                     await asyncio.sleep(0)  # the shards already served keep answering meanwhile
+            count += self.consumer_groups.load(shard, [r for r in loaded.consumer_records
+                                                       if self.partition_for(r.group_id) == partition])
             if shard.status is ShardStatus.LOADING:  # not given up meanwhile (lost or fenced: step 2)
                 shard.status = ShardStatus.ACTIVE if self.is_active else ShardStatus.STOPPED
         return count
@@ -297,6 +342,7 @@ class GroupRuntime:
             shard = self.shards[partition]
             shard.status = ShardStatus.UNOWNED
             shard.unload_all(Errors.NOT_COORDINATOR)
+            self.consumer_groups.unload(shard)
         await self.store.unload(partitions)
 
     def unload_group(self, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
@@ -312,6 +358,7 @@ class GroupRuntime:
         for shard in self.shards:
             shard.status = ShardStatus.STOPPED
             shard.unload_all(Errors.NOT_COORDINATOR)
+            self.consumer_groups.unload(shard)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -4,16 +4,17 @@ A shard owns its groups, its loading status and (through the group ids in them) 
 handlers (join.py, sync.py, offsets.py, admin.py) are plain functions of (shard, request) that mutate the shard
 and return a `Result` (records to append, response or parked future); the runtime (runtime.py) appends the
 records to the shard's partition and answers once Kafka acknowledged them. Nothing here awaits or calls the
-store: writes that group logic starts on its own (an emptied group's record, from a timer) go through `emit`,
-which the runtime flushes to the same partition in order.
+store: a write group logic makes on its own (an emptied group's record, from a timer) goes to `shard.append`,
+the runtime's same append, queued at once and in order.
 
 What this module holds is what the handlers share: status checks, the rebalance mechanics (§4 of the
-reference), session tracking, loading and unloading of groups.
+reference), loading and unloading of groups; session tracking is sessions.py's.
 """
 from __future__ import annotations
 
 import logging
 from enum import Enum
+from collections.abc import Iterable
 from typing import Callable
 
 from coordinator.config import CoordinatorConfig
@@ -22,20 +23,18 @@ from coordinator.group.delayed import (DelayedHeartbeat, DelayedJoin, DelayedSyn
                                        member_key, sync_key)
 from coordinator.group.loading import materialize_group
 from coordinator.group.member import MemberMetadata
+from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.metadata import GroupMetadata
-from coordinator.group.observer import GroupObserver
+from coordinator.group.observer import GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.group.result import Write
-from coordinator.group.state import GroupState
-from coordinator.group.store import GroupRecord, OffsetRecord, TopicPartition
-from coordinator.purgatory import DelayedOperationPurgatory
+from coordinator.group.sessions import SessionTracking
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
+from coordinator.group.records import Record
+from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import Clock
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
-
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
-    GroupState.DEAD)
 
 
 class ShardStatus(Enum):
@@ -54,11 +53,15 @@ _STATUS_ERRORS = {
 }
 
 
-class GroupShard:
+def _no_store(write: Write) -> None:
+    raise RuntimeError(f"no store to append {len(write.records)} records of group {write.group_id} to")
+
+
+class GroupShard(SessionTracking):
     def __init__(self, partition: int, config: CoordinatorConfig, clock: Clock, wall_clock: Clock,
-                 observer: GroupObserver, heartbeat_purgatory: DelayedOperationPurgatory,
-                 rebalance_purgatory: DelayedOperationPurgatory,
-                 on_emit: Callable[[GroupShard], None] | None = None) -> None:
+                 observer: GroupObserver, heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat],
+                 rebalance_purgatory: DelayedOperationPurgatory[DelayedOperation],
+                 append: Callable[[Write], object] | None = None) -> None:
         self.partition = partition
         self.config = config
         # Stored timestamps (commit and state-change times) are epoch ms, like Kafka's; deadlines and durations
@@ -70,22 +73,12 @@ class GroupShard:
         self.rebalance_purgatory = rebalance_purgatory
         self.status = ShardStatus.UNOWNED
         self.groups: dict[str, GroupMetadata] = {}
-        self.pending_writes: list[Write] = []  # emitted by group logic, appended by the runtime in order
-        self._on_emit = on_emit
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (coordinator/group/modern)
+        # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a
+        # write group logic makes on its own (a timer emptied a group) alike, queued in the order made.
+        self.append: Callable[[Write], object] = append if append is not None else _no_store
         self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
-
-    def emit(self, write: Write) -> Write:
-        """Queue records for this shard's partition (the runtime appends them, in order, after the current
-        handler or timer callback returns)."""
-        self.pending_writes.append(write)
-        if self._on_emit is not None:
-            self._on_emit(self)
-        return write
-
-    def take_writes(self) -> list[Write]:
-        writes, self.pending_writes = self.pending_writes, []
-        return writes
 
     def next_offset_write_seq(self) -> int:
         self._offset_write_seq += 1
@@ -124,11 +117,21 @@ class GroupShard:
         return group
 
     # --- rebalance mechanics (§4) -----------------------------------------------------------------------------
-    def maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+    def maybe_prepare_rebalance(self, group: GroupMetadata, cause: RebalanceCause) -> None:
         if group.can_rebalance:
-            self.prepare_rebalance(group, reason)
+            self.prepare_rebalance(group, cause)
 
-    def prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+    def announce_rebalance(self, group: GroupMetadata, cause: RebalanceCause) -> None:
+        """Tell observers a rebalance starts for `cause`, before the events of the cause (a member joined, left,
+        failed) and before the group enters PreparingRebalance: a trace of it then holds them from the start."""
+        self.observer.on_rebalance_starting(group.group_id, group.generation_id, cause)
+
+    def rebalances_on_removal(self, group: GroupMetadata) -> bool:
+        """Whether removing a member (remove_member_and_update_group) starts a rebalance."""
+        return group.is_in(STABLE) or group.is_in(COMPLETING)
+
+    def prepare_rebalance(self, group: GroupMetadata, cause: RebalanceCause) -> None:
+        self.announce_rebalance(group, cause)
         if group.is_in(COMPLETING):
             self.reset_and_propagate_assignment_error(group, Errors.REBALANCE_IN_PROGRESS)
         self.remove_sync_expiration(group)
@@ -143,8 +146,8 @@ class GroupShard:
         if group.rebalance_started_ms is None:
             group.rebalance_started_ms = self.now_ms()
         log.info("event=rebalance_prepare group=%s generation=%d delay_ms=%d reason=%r",
-                 group.group_id, group.generation_id, op.delay_ms, reason)
-        self.observer.on_rebalance_started(group.group_id, group.generation_id, reason)
+                 group.group_id, group.generation_id, op.delay_ms, cause.text)
+        self.observer.on_rebalance_started(group.group_id, group.generation_id, cause)
         self.rebalance_purgatory.try_complete_else_watch(op, [join_key(group.group_id)])
 
     def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool:
@@ -190,30 +193,32 @@ class GroupShard:
             if error != Errors.NONE:  # only a warning in Kafka: the old generation times out if reloaded
                 log.warning("event=store_empty_group_failed group=%s error=%s", group.group_id, error.name)
 
-        self.emit(Write.group(group.group_id, group.to_record({}), written))
+        self.append(Write.group(group.group_id, group.to_record({}), written))
 
     def _send_join_responses(self, group: GroupMetadata) -> None:
         log.info("event=group_stabilized group=%s generation=%d members=%d protocol=%s leader=%s",
                  group.group_id, group.generation_id, group.size, group.protocol_name, group.leader_id)
-        all_members = None
+        all_members: list[JoinGroupResponseMember] | None = None
         for member in list(group.members.values()):
             is_leader = group.is_leader(member.member_id)
             if is_leader and all_members is None:
                 all_members = self.member_list(group)
-            group.complete_join(member, self.join_response(group, member.member_id, all_members if is_leader else []))
+            members = all_members if is_leader and all_members is not None else []
+            group.complete_join(member, self.join_response(group, member.member_id, members))
             self.schedule_heartbeat(group, member, member.session_timeout_ms)
             member.is_new = False
             group.pending_sync_members.add(member.member_id)
         self.rebalance_purgatory.try_complete_else_watch(
             DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms), [sync_key(group.group_id)])
 
-    def remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
+    def remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata,
+                                       cause: RebalanceCause) -> None:
         group.complete_join(member, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID))
         # Kafka leaves a parked SyncGroup of a removed member unanswered; we answer it so no request hangs.
         group.complete_sync(member, SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
         group.remove(member.member_id)
-        if group.is_in(STABLE) or group.is_in(COMPLETING):
-            self.maybe_prepare_rebalance(group, reason)
+        if self.rebalances_on_removal(group):
+            self.maybe_prepare_rebalance(group, cause)
         elif group.is_in(PREPARING):
             self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
 
@@ -245,6 +250,8 @@ class GroupShard:
         if not group.pending_sync_members:
             return
         missing = sorted(group.pending_sync_members)
+        cause = RebalanceCause(RebalanceCategory.SYNC_TIMEOUT, f"Removing {missing} on pending sync request expiration")
+        self.announce_rebalance(group, cause)
         for member_id in missing:
             member = group.members.get(member_id)
             if member is not None:  # observers first, while the member is still there to describe
@@ -254,7 +261,7 @@ class GroupShard:
             if member is not None:
                 self.remove_heartbeat(group, member)
         log.info("event=members_not_synced group=%s members=%s", group.group_id, missing)
-        self.prepare_rebalance(group, f"Removing {missing} on pending sync request expiration")
+        self.prepare_rebalance(group, cause)
 
     # --- assignment propagation -------------------------------------------------------------------------------
     def reset_and_propagate_assignment_error(self, group: GroupMetadata, error: Errors) -> None:
@@ -292,92 +299,14 @@ class GroupShard:
             leader=(group.leader_id if leader is None else leader) or "", skip_assignment=skip_assignment,
             members=members)
 
-    # --- session tracking (DelayedHeartbeat, §4.8) ------------------------------------------------------------
-    @staticmethod
-    def has_satisfied_heartbeat(member: MemberMetadata) -> bool:
-        """A member parked in JoinGroup/SyncGroup is alive, unless it is new (§4.8)."""
-        return not member.is_new and (member.join_future is not None or member.sync_future is not None)
-
-    def schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int) -> None:
-        """Kafka's completeAndScheduleNextExpiration. The hot path: a heartbeat only moves the deadline; the
-        DelayedHeartbeat already in the timer re-checks the deadline when it fires and re-arms for the rest,
-        so the timer sees one operation per session timeout instead of one per heartbeat."""
-        deadline_ms = self.clock.now_ms() + timeout_ms
-        member.heartbeat_deadline_ms = deadline_ms
-        op = member.heartbeat_op
-        if op is not None and not op.is_completed:
-            if op.deadline_ms <= deadline_ms and op.member_id == member.member_id:
-                return
-            op.force_complete()
-        member.heartbeat_op = None
-        if self.has_satisfied_heartbeat(member):
-            return  # Kafka: the operation completes at once; no timer until the response is sent
-        self._arm_heartbeat(group, member, timeout_ms)
-
-    def _arm_heartbeat(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int) -> None:
-        op = DelayedHeartbeat(self, group, member.member_id, False, timeout_ms, self.clock.now_ms())
-        member.heartbeat_op = op
-        self.heartbeat_purgatory.try_complete_else_watch(op, [member_key(group.group_id, member.member_id)])
-
-    def add_pending_member_expiration(self, group: GroupMetadata, member_id: str, timeout_ms: int) -> None:
-        op = DelayedHeartbeat(self, group, member_id, True, timeout_ms, self.clock.now_ms())
-        self.heartbeat_purgatory.try_complete_else_watch(op, [member_key(group.group_id, member_id)])
-
-    def remove_heartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        member.heartbeat_op = None
-        self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member.member_id))
-
-    def try_complete_heartbeat(self, op: DelayedHeartbeat) -> bool:
-        group = op.group
-        if group.is_in(DEAD):
-            return op.force_complete()
-        if op.is_pending:
-            gone = op.member_id in group.members or op.member_id not in group.pending_members
-            return op.force_complete() if gone else False
-        member = group.members.get(op.member_id)
-        if member is None or member.heartbeat_op is not op or self.has_satisfied_heartbeat(member):
-            return op.force_complete()
-        return False
-
-    def on_expire_heartbeat(self, op: DelayedHeartbeat) -> None:
-        group = op.group
-        if group.is_in(DEAD):
-            log.info("event=heartbeat_expired_after_unload group=%s member=%s", group.group_id, op.member_id)
-        elif op.is_pending:
-            if op.member_id in group.pending_members:
-                log.info("event=pending_member_expired group=%s member=%s", group.group_id, op.member_id)
-                self.remove_pending_member_and_update_group(group, op.member_id)
-        else:
-            member = group.members.get(op.member_id)
-            if member is not None and member.heartbeat_op is op:
-                member.heartbeat_op = None
-                self._check_session(group, member)
-
-    def _check_session(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        if self.has_satisfied_heartbeat(member):
-            return
-        remaining_ms = member.heartbeat_deadline_ms - self.clock.now_ms()
-        if remaining_ms > 0:  # heartbeats arrived since this operation was armed
-            self._arm_heartbeat(group, member, remaining_ms)
-            return
-        log.info("Member %s in group %s has failed, removing it from the group", member.member_id, group.group_id)
-        self.observer.on_member_session_expired(
-            group.group_id, member.member_id, member.client_id, member.client_host, member.session_timeout_ms,
-            self.clock.now_ms() - member.heartbeat_deadline_ms + member.session_timeout_ms)
-        self.observer.on_member_failed(group.group_id, member.member_id, member.group_instance_id,
-                                       "session timeout")
-        self.remove_member_and_update_group(
-            group, member, f"removing member {member.member_id} on heartbeat expiration")
-
     # --- loading and unloading (§7.4, §7.5) -------------------------------------------------------------------
-    def load_group(self, group_id: str, record: GroupRecord | None,
-                   offsets: dict[TopicPartition, OffsetRecord]) -> None:
-        """Materialise one loaded group (its latest record and offsets): Stable with members, else Empty."""
+    def load_group(self, group_id: str, records: Iterable[Record]) -> None:
+        """Replay one loaded group's records (its latest metadata and offsets): Stable with members, else Empty."""
         if group_id in self.groups:
             log.warning("event=load_skipped group=%s reason=already_cached", group_id)
             return
         try:
-            group = materialize_group(self, group_id, record, offsets)
+            group = materialize_group(group_id, records, self.now_wall_ms(), self.observer)
         except Exception:  # a record we cannot make sense of costs that group, not the others
             log.exception("event=load_failed group=%s", group_id)
             return
@@ -388,8 +317,10 @@ class GroupShard:
         log.info("event=group_loaded group=%s generation=%d state=%s members=%d",
                  group.group_id, group.generation_id, group.state.value, group.size)
         if group.size > self.config.group_max_size:
-            self.prepare_rebalance(group, f"Freshly-loaded group is over capacity ({self.config.group_max_size}). "
-                                          "Rebalancing in order to give a chance for consumers to commit offsets")
+            self.prepare_rebalance(group, RebalanceCause(
+                RebalanceCategory.OVER_CAPACITY,
+                f"Freshly-loaded group is over capacity ({self.config.group_max_size}). "
+                "Rebalancing in order to give a chance for consumers to commit offsets"))
         for member in list(group.members.values()):
             self.schedule_heartbeat(group, member, member.session_timeout_ms)
 

@@ -67,6 +67,9 @@ class GroupState(Enum):
 
 
 S = GroupState
+# The short names group logic uses.
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
+    S.EMPTY, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.STABLE, S.DEAD)
 VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
     S.PREPARING_REBALANCE: frozenset({S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY}),
     S.COMPLETING_REBALANCE: frozenset({S.PREPARING_REBALANCE}),
@@ -84,7 +87,3 @@ class IllegalStateTransition(RuntimeError):
             f"Instead it is in {current.value} state"
         )
         self.group_id, self.current, self.target = group_id, current, target
-
-
-def can_transition(current: GroupState, target: GroupState) -> bool:
-    return current in VALID_PREVIOUS[target]

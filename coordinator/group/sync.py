@@ -1,20 +1,17 @@
-"""SyncGroup (§3.2), Heartbeat (§3.3) and LeaveGroup (§3.4), as functions of (shard, request). The leader's
-SyncGroup returns the group record to append; every parked SyncGroup is answered once it is written."""
+"""SyncGroup (§3.2) as a function of (shard, request). The leader's SyncGroup returns the group record to
+append; every parked SyncGroup is answered once it is written. Heartbeat: heartbeat.py; LeaveGroup: leave.py."""
 from __future__ import annotations
 
 import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from coordinator.group.api import (UNKNOWN_MEMBER_ID, LeaveGroupRequest,
-                                   LeaveGroupResponse, LeaveGroupResponseMember, MemberIdentity, SyncGroupRequest,
-                                   SyncGroupResponse)
-from coordinator.group.delayed import member_key
+from coordinator.group.api import SyncGroupRequest, SyncGroupResponse
 from coordinator.group.errors import group_append_error
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.result import Result, Write
-from coordinator.group.shard import ShardStatus
 from protocol.error_codes import Errors
-from coordinator.group.state import GroupState
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 
 if TYPE_CHECKING:
     from coordinator.group.shard import GroupShard
@@ -22,13 +19,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordinator.group")
 
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
-    GroupState.DEAD)
-ACTIVE = ShardStatus.ACTIVE
-
-
-# --- SyncGroup --------------------------------------------------------------------------------------------
 def handle_sync_group(shard: GroupShard, req: SyncGroupRequest) -> Result[SyncGroupResponse]:
     future: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
     writes = _sync(shard, req, future)
@@ -76,7 +66,7 @@ def _validate_sync_group(shard: GroupShard, group: GroupMetadata, req: SyncGroup
 
 
 def _park_sync(shard: GroupShard, group: GroupMetadata, req: SyncGroupRequest,
-               future: asyncio.Future[SyncGroupResponse]) -> None:
+               future: asyncio.Future[SyncGroupResponse]) -> list[Write]:
     member = group.get(req.member_id)
     previous = member.sync_future
     member.sync_future = future
@@ -124,91 +114,12 @@ def _on_assignment_stored(shard: GroupShard, group: GroupMetadata, generation_id
         log.warning("event=assignment_store_failed group=%s generation=%d error=%s",
                     group.group_id, generation_id, error.name)
         shard.reset_and_propagate_assignment_error(group, error)
-        shard.maybe_prepare_rebalance(
-            group, f"Error {error.name} when storing group assignment during SyncGroup (member: {leader_id})")
+        shard.maybe_prepare_rebalance(group, RebalanceCause(
+            RebalanceCategory.ASSIGNMENT_STORE_FAILED,
+            f"Error {error.name} when storing group assignment during SyncGroup (member: {leader_id})", leader_id))
         return
     for member in group.members.values():
         member.assignment = assignment.get(member.member_id, b"")
     shard.propagate_assignment(group, Errors.NONE)
     group.transition_to(STABLE, shard.now_wall_ms())
     shard.rebalance_completed(group)
-
-
-# --- Heartbeat --------------------------------------------------------------------------------------------
-def handle_heartbeat(shard: GroupShard, group_id: str, generation_id: int, member_id: str,
-                     group_instance_id: str | None = None) -> Errors:
-    """The hot path: dict lookups and one deadline move. Synchronous, for the wire layer's fast path."""
-    group = shard.groups.get(group_id)
-    if group is None or shard.status is not ACTIVE or not group_id:
-        error = shard.group_status_error(group_id)
-        if error is not None:
-            return Errors.NONE if error == Errors.COORDINATOR_LOAD_IN_PROGRESS else error
-        if group is None:
-            return Errors.UNKNOWN_MEMBER_ID
-    state = group.state
-    if state is DEAD:
-        return Errors.COORDINATOR_NOT_AVAILABLE
-    member = group.members.get(member_id)
-    if group_instance_id is not None or member is None:
-        error = shard.validate_current_member(group, member_id, group_instance_id, "heartbeat")
-        if error is not None:
-            return error
-        member = group.members[member_id]
-    if generation_id != group.generation_id:
-        return Errors.ILLEGAL_GENERATION
-    if state is EMPTY:
-        return Errors.UNKNOWN_MEMBER_ID
-    shard.schedule_heartbeat(group, member, member.session_timeout_ms)
-    shard.heartbeat_count += 1
-    if state is PREPARING:
-        shard.observer.on_rebalance_in_progress(group_id, member_id, "Heartbeat")
-        return Errors.REBALANCE_IN_PROGRESS
-    return Errors.NONE
-
-
-# --- LeaveGroup -------------------------------------------------------------------------------------------
-def handle_leave_group(shard: GroupShard, req: LeaveGroupRequest) -> LeaveGroupResponse:
-    error = shard.group_status_error(req.group_id)
-    if error is not None:
-        return LeaveGroupResponse(error)
-    group = shard.groups.get(req.group_id)
-    if group is None:
-        return LeaveGroupResponse(Errors.NONE, [_leave_result(m, Errors.UNKNOWN_MEMBER_ID) for m in req.members])
-    if group.is_in(DEAD):
-        return LeaveGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE)
-    return LeaveGroupResponse(Errors.NONE, [_leave_result(m, _leave_one(shard, group, m)) for m in req.members])
-
-
-def _leave_one(shard: GroupShard, group: GroupMetadata, leaving: MemberIdentity) -> Errors:
-    reason = leaving.reason or "not provided"
-    if leaving.member_id == UNKNOWN_MEMBER_ID:  # KIP-345 admin removal by group.instance.id
-        current = group.current_static_member_id(leaving.group_instance_id)
-        if current is None:
-            return Errors.UNKNOWN_MEMBER_ID
-        _remove_leaving_member(shard, group, current, reason)
-        return Errors.NONE
-    if leaving.member_id in group.pending_members:
-        shard.remove_pending_member_and_update_group(group, leaving.member_id)
-        shard.heartbeat_purgatory.check_and_complete(member_key(group.group_id, leaving.member_id))
-        log.info("event=pending_member_left group=%s member=%s reason=%r", group.group_id, leaving.member_id,
-                 reason)
-        return Errors.NONE
-    error = shard.validate_current_member(group, leaving.member_id, leaving.group_instance_id, "leave-group")
-    if error is not None:
-        return error
-    _remove_leaving_member(shard, group, leaving.member_id, reason)
-    return Errors.NONE
-
-
-def _remove_leaving_member(shard: GroupShard, group: GroupMetadata, member_id: str, reason: str) -> None:
-    member = group.get(member_id)
-    log.info("event=member_left group=%s member=%s group_instance_id=%s reason=%r",
-             group.group_id, member_id, member.group_instance_id, reason)
-    shard.observer.on_member_left(group.group_id, member_id, member.group_instance_id, reason)
-    shard.remove_member_and_update_group(group, member, f"Removing member {member_id} on LeaveGroup; "
-                                                       f"client reason: {reason}")
-    shard.remove_heartbeat(group, member)
-
-
-def _leave_result(member: MemberIdentity, error: Errors) -> LeaveGroupResponseMember:
-    return LeaveGroupResponseMember(member.member_id, member.group_instance_id, error)

@@ -4,6 +4,7 @@ Speaks the Kafka group protocol through `protocol/` only (never imports coordina
 Kafka-protocol group coordinator: ours, or a real Kafka broker's.
 """
 
-from coordinator.loadgen.simulation import FAILURE_KINDS, Progress, ScheduledFailure, SimOptions, Simulation
+from coordinator.loadgen.options import FAILURE_KINDS, ScheduledFailure, SimOptions
+from coordinator.loadgen.simulation import Progress, Simulation
 
 __all__ = ["FAILURE_KINDS", "Progress", "ScheduledFailure", "SimOptions", "Simulation"]

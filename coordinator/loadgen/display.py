@@ -13,7 +13,10 @@ from rich.text import Text
 from coordinator.loadgen.simulation import Progress
 
 
-def status_text(p: Progress) -> Text:
+def status_text(p: Progress, width: int | None = None, records: int | None = None) -> Text:
+    """The live status; with `width`, the short form, cut to fit one line (a wrapped live line redraws badly)."""
+    if width is not None:
+        return _short_status(p, width, records)
     text = Text()
     text.append(f"{p.elapsed_s:6.1f}s ", style="dim")
     text.append(f"members {p.members_stable}/{p.members} stable  ")
@@ -27,18 +30,55 @@ def status_text(p: Progress) -> Text:
     return text
 
 
-class LiveStatus:
-    """A rich Live line on a terminal; elsewhere (CI logs, pipes) a plain line every `every_s` seconds."""
+def _short_status(p: Progress, width: int, records: int | None) -> Text:
+    """The parts that fit, most telling first; shown in a fixed order."""
+    in_flight = f" (+{p.rebalances_in_flight})" if p.rebalances_in_flight else ""
+    parts: list[tuple[int, str, str]] = [  # (priority, text, style)
+        (0, f"{p.elapsed_s:4.0f}s", "dim"),
+        (0, f"members {p.members_stable}/{p.members} stable", "green" if p.members_stable == p.members else ""),
+        (3, f"groups {p.groups_stable}/{p.groups}", ""),
+        (1, f"rebalances {p.rebalances_done}{in_flight}", ""),
+        (1, f"failures {p.failures_injected} ({p.failures_detected} detected)", ""),
+    ]
+    if records is not None:
+        parts.append((2, f"records {records}", ""))
+    if p.unexpected_errors:
+        parts.append((0, f"unexpected errors {p.unexpected_errors}", "bold red"))
+    room = max(1, width - 1)  # the last column left free: some terminals wrap on it
+    chosen: set[int] = set()
+    for index in sorted(range(len(parts)), key=lambda i: parts[i][0]):
+        trial = chosen | {index}
+        if sum(len(parts[i][1]) for i in trial) + 3 * (len(trial) - 1) > room:
+            break  # nothing less telling in place of what did not fit
+        chosen = trial
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for i in sorted(chosen):
+        if len(text):
+            text.append(" · ", style="dim")
+        text.append(parts[i][1], style=parts[i][2])
+    text.truncate(room, overflow="ellipsis")
+    return text
 
-    def __init__(self, console: Console, every_s: float = 5.0) -> None:
+
+class LiveStatus:
+    """A rich Live line on a terminal; elsewhere (CI logs, pipes) a plain line every `every_s` seconds. With
+    `fit=True` the line is the short one, cut to the terminal's width; `event()` prints a line above it."""
+
+    def __init__(self, console: Console, every_s: float = 5.0, fit: bool = False) -> None:
         self.console = console
         self.every_s = every_s
+        self.fit = fit
         self._live: Live | None = None
         self._last_print = 0.0
 
+    @property
+    def width(self) -> int | None:
+        """The terminal's width, or None off a terminal (no cutting)."""
+        return self.console.width if self.console.is_terminal else None
+
     def __enter__(self) -> LiveStatus:
         if self.console.is_terminal:
-            self._live = Live(Text("starting…"), console=self.console, refresh_per_second=4, transient=False)
+            self._live = Live(Text("starting…"), console=self.console, refresh_per_second=4, transient=self.fit)
             self._live.__enter__()
         return self
 
@@ -46,12 +86,16 @@ class LiveStatus:
         if self._live is not None:
             self._live.__exit__(None, None, None)
 
-    def update(self, progress: Progress) -> None:
+    def event(self, line: str) -> None:
+        self.console.print(Text(line, no_wrap=True, overflow="ellipsis"), highlight=False, soft_wrap=self._live is None)
+
+    def update(self, progress: Progress, records: int | None = None) -> None:
+        text = status_text(progress, self.width or 1000, records) if self.fit else status_text(progress)
         if self._live is not None:
-            self._live.update(status_text(progress))
+            self._live.update(text)
         elif time.monotonic() - self._last_print >= self.every_s:
             self._last_print = time.monotonic()
-            self.console.print(status_text(progress), highlight=False)
+            self.console.print(text, highlight=False, soft_wrap=self.fit)
 
 
 def summary_table(summary: dict[str, Any]) -> Table:

@@ -47,7 +47,7 @@ class ExpiryWatcher:
             if message is None or message.error() is not None:
                 continue
             try:
-                event = json.loads(message.value())
+                event = json.loads(message.value() or b"")  # a null value is no event (ValueError)
             except (ValueError, TypeError):
                 continue
             if event.get("type") == "member_failed" and event.get("group_id") in self._group_ids:

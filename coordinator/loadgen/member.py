@@ -21,20 +21,17 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from protocol.client import KafkaClient
 from protocol.consumer_protocol import Subscription, TopicPartitions, decode_assignment, decode_subscription
 from protocol.consumer_protocol import Assignment, encode_assignment, encode_subscription
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 
 from coordinator.loadgen import assignors, wire
-from coordinator.loadgen.stats import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID,
-                                       ILLEGAL_GENERATION, MEMBER_ID_REQUIRED, NONE, NOT_COORDINATOR,
-                                       REBALANCE_IN_PROGRESS, REQUEST_TIMED_OUT, UNKNOWN_MEMBER_ID, Failure)
-
-if TYPE_CHECKING:
-    from coordinator.loadgen.simulation import Simulation
+from coordinator.loadgen.options import SimOptions
+from coordinator.loadgen.stats import Failure, GroupRounds, Stats
 
 log = logging.getLogger("coordinator.loadgen")
 
@@ -57,8 +54,21 @@ class Fenced(Exception):
     """A static member replaced by another instance with its group.instance.id: a real client stops."""
 
 
+class MemberHost(Protocol):
+    """What a member needs of the simulation that runs it (simulation.py's Simulation)."""
+
+    options: SimOptions
+    stats: Stats
+    rounds: dict[str, GroupRounds]
+    partition_counts: dict[str, int]
+    connect_slots: asyncio.Semaphore
+
+    async def find_coordinator(self, group_id: str) -> tuple[str, int]: ...
+    def forget_coordinator(self, group_id: str, address: tuple[str, int] | None = None) -> None: ...
+
+
 class SimMember:
-    def __init__(self, sim: Simulation, group_id: str, index: int, static: bool) -> None:
+    def __init__(self, sim: MemberHost, group_id: str, index: int, static: bool) -> None:
         self.sim = sim
         self.group_id = group_id
         self.key = f"{group_id}/{index}"
@@ -182,7 +192,7 @@ class SimMember:
                 code = heartbeat.error_code(await heartbeat.send(self.client, self.sim.options.request_timeout_ms))
                 self.sim.stats.record("Heartbeat", code)
 
-    async def _join(self, reason: str) -> object:
+    async def _join(self, reason: str) -> Any:  # Any: a kio JoinGroup response of the version sent
         options = self.sim.options
         while True:
             assert self.client is not None
@@ -194,16 +204,16 @@ class SimMember:
             response = await self.client.request(body, timeout_ms=options.rebalance_ms + options.request_timeout_ms)
             code = int(response.error_code)
             self.sim.stats.record("JoinGroup", code)
-            if code == NONE:
+            if code == Errors.NONE:
                 self._request_ok()
                 return response
-            if code == MEMBER_ID_REQUIRED:
+            if code == Errors.MEMBER_ID_REQUIRED:
                 self.member_id = response.member_id
-            elif code == UNKNOWN_MEMBER_ID:
+            elif code == Errors.UNKNOWN_MEMBER_ID:
                 self._reset(member_id=True)
-            elif code == ILLEGAL_GENERATION:
+            elif code == Errors.ILLEGAL_GENERATION:
                 self._reset(member_id=False)
-            elif code == FENCED_INSTANCE_ID:
+            elif code == Errors.FENCED_INSTANCE_ID:
                 raise Fenced()
             else:
                 self._on_coordinator_error(code)
@@ -228,7 +238,7 @@ class SimMember:
         response = await self.client.request(body, timeout_ms=options.rebalance_ms + options.request_timeout_ms)
         code = int(response.error_code)
         self.sim.stats.record("SyncGroup", code)
-        if code != NONE:
+        if code != Errors.NONE:
             self._on_group_error(code, "SyncGroup")
         self.assignment = bytes(response.assignment)
         assignment = decode_assignment(self.assignment)[1] if response.assignment else Assignment(())
@@ -261,9 +271,9 @@ class SimMember:
             code = heartbeat.error_code(frame)
             self.sim.stats.heartbeats += 1
             self.sim.stats.record("Heartbeat", code)
-            if code == NONE:
+            if code == Errors.NONE:
                 self.beating = True
-            elif code != COORDINATOR_LOAD_IN_PROGRESS:
+            elif code != Errors.COORDINATOR_LOAD_IN_PROGRESS:
                 self._on_group_error(code, "Heartbeat")
             if options.commit_interval_ms and time.monotonic() >= commit_due:
                 commit_due = time.monotonic() + options.commit_interval_ms / 1000
@@ -286,27 +296,27 @@ class SimMember:
         codes = {int(p.error_code) for t in response.topics for p in t.partitions}
         for code in codes:
             self.sim.stats.record("OffsetCommit", code)
-        for code in codes - {NONE, REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS}:
+        for code in codes - {Errors.NONE, Errors.REQUEST_TIMED_OUT, Errors.COORDINATOR_LOAD_IN_PROGRESS}:
             self._on_group_error(code, "OffsetCommit")
 
     # ------------------------------------------------------------------------------------------------ errors
 
     def _on_group_error(self, code: int, api: str) -> None:
-        if code == REBALANCE_IN_PROGRESS:
+        if code == Errors.REBALANCE_IN_PROGRESS:
             raise Rejoin(f"{api}: REBALANCE_IN_PROGRESS")
-        if code == ILLEGAL_GENERATION:
+        if code == Errors.ILLEGAL_GENERATION:
             self._reset(member_id=False)
             raise Rejoin(f"{api}: ILLEGAL_GENERATION")
-        if code == UNKNOWN_MEMBER_ID:
+        if code == Errors.UNKNOWN_MEMBER_ID:
             self._reset(member_id=True)
             raise Rejoin(f"{api}: UNKNOWN_MEMBER_ID")
-        if code == FENCED_INSTANCE_ID:
+        if code == Errors.FENCED_INSTANCE_ID:
             raise Fenced()
         self._on_coordinator_error(code)
         raise Rejoin(f"{api}: error {code}")
 
     def _on_coordinator_error(self, code: int) -> None:
-        if code in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE):
+        if code in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE):
             self.sim.forget_coordinator(self.group_id, self.coordinator)
             raise Rediscover()
         # COORDINATOR_LOAD_IN_PROGRESS and anything else: the caller backs off and retries
@@ -329,12 +339,12 @@ class SimMember:
                                         failure.instance_id)
         code = heartbeat.error_code(await heartbeat.send(self.client, self.sim.options.request_timeout_ms))
         failure.probe_code = code
-        self.sim.stats.record("Heartbeat", code, expected=failure.expect_detection and code == UNKNOWN_MEMBER_ID)
-        if code == UNKNOWN_MEMBER_ID:
+        self.sim.stats.record("Heartbeat", code, expected=failure.expect_detection and code == Errors.UNKNOWN_MEMBER_ID)
+        if code == Errors.UNKNOWN_MEMBER_ID:
             failure.detected += 1
             self._reset(member_id=True)
             return f"back after {failure.kind}: UNKNOWN_MEMBER_ID"
-        if code == ILLEGAL_GENERATION:
+        if code == Errors.ILLEGAL_GENERATION:
             self._reset(member_id=False)
         return f"back after {failure.kind}"
 

@@ -122,7 +122,7 @@ class RealClients:
         from aiokafka import AIOKafkaConsumer
         from aiokafka.abc import ConsumerRebalanceListener
 
-        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+        class Listener(ConsumerRebalanceListener):
             async def on_partitions_revoked(self, revoked: Any) -> None:
                 stats.partitions = 0
 

@@ -28,96 +28,31 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import heapq
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from protocol.client import KafkaClient
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 
-from coordinator.loadgen import assignors, wire
+from coordinator.loadgen import wire
 from coordinator.loadgen.events import ExpiryWatcher
 from coordinator.loadgen.member import SimMember
+from coordinator.loadgen.options import FAILURE_KINDS, ScheduledFailure, SimOptions  # the latter two re-exported
 from coordinator.loadgen.real import RealClients
-from coordinator.loadgen.stats import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NONE, GroupRounds,
-                                       Stats, error_name, summary_of)
+from coordinator.loadgen.stats import GroupRounds, Stats, error_name, summary_of
 
 log = logging.getLogger("coordinator.loadgen")
 
-FAILURE_KINDS = ("crash", "hang", "slow", "leave", "static-restart")
 DETECTED_KINDS = frozenset({"crash", "hang"})
 _DISCOVERY_BACKOFF_S = 0.1
 _DISCOVERY_MAX_BACKOFF_S = 2.0
 _DISCOVERY_TIMEOUT_MS = 5_000  # a FindCoordinator (or its connect) that takes longer: ask another instance
-
-
-@dataclass(frozen=True)
-class ScheduledFailure:
-    kind: str
-    count: int
-    at_s: float
-
-    @classmethod
-    def parse(cls, text: str) -> ScheduledFailure:
-        """KIND[:COUNT]@SECONDS, e.g. hang:3@5 (three members hang 5 s after the start)."""
-        head, sep, at = text.partition("@")
-        kind, _, count = head.partition(":")
-        if not sep or kind not in FAILURE_KINDS:
-            raise ValueError(f"expected KIND[:COUNT]@SECONDS with KIND in {', '.join(FAILURE_KINDS)}, got {text!r}")
-        return cls(kind, int(count or 1), float(at))
-
-
-@dataclass(frozen=True)
-class SimOptions:
-    coordinator: tuple[str, int]  # where FindCoordinator goes first
-    more_coordinators: tuple[tuple[str, int], ...] = ()  # other instances to ask when it does not answer
-    bootstrap_server: str | None = None  # Kafka admin (topic creation); None: the topic must exist
-    groups: int = 10
-    members: int = 3
-    topic: str = "simulated"
-    partitions: int = 12
-    group_prefix: str = "sim"
-    assignor: str = assignors.RANGE
-    static: bool = False
-    session_ms: int = 10_000
-    rebalance_ms: int = 30_000
-    heartbeat_ms: int = 3_000
-    commit_interval_ms: int = 5_000
-    records_per_commit: int = 100
-    request_timeout_ms: int = 30_000
-    client_id: str = "coordinator-simulate"
-    duration_s: float = 30.0
-    settle_timeout_s: float = 60.0
-    schedule: tuple[ScheduledFailure, ...] = ()
-    failure_rate_per_min: float = 0.0  # random failures, per minute, across the population
-    failure_kinds: tuple[str, ...] = ("crash", "hang")
-    downtime_ms: int | None = None  # how long a crashed/hung member stays away (default session + 3 s)
-    seed: int | None = None
-    event_topic: str | None = None  # the coordinator's event topic: exact expiry times (our coordinator only)
-    leave_on_exit: bool = True
-    named_groups: tuple[str, ...] = ()  # explicit group ids instead of PREFIX-NNNN (then `groups` is ignored)
-    max_connecting: int = 64  # connects in flight: more overflows a default listen backlog (SYNs dropped)
-    real: int = 0  # real consumers (confluent-kafka, aiokafka) reading the topic through the coordinator's relay
-
-    @property
-    def discovery_addresses(self) -> tuple[tuple[str, int], ...]:
-        return (self.coordinator, *self.more_coordinators)
-
-    @property
-    def bootstrap_text(self) -> str:
-        return ",".join(f"{host}:{port}" for host, port in self.discovery_addresses)
-
-    @property
-    def failure_downtime_ms(self) -> int:
-        return self.downtime_ms if self.downtime_ms is not None else self.session_ms + 3_000
-
-    def group_ids(self) -> list[str]:
-        if self.named_groups:
-            return list(self.named_groups)
-        return [f"{self.group_prefix}-{index:04d}" for index in range(self.groups)]
 
 
 @dataclass
@@ -283,11 +218,12 @@ class Simulation:
                 continue
             code = int(response.error_code)
             self.stats.record("FindCoordinator", code)
-            if code == NONE:
+            if code == Errors.NONE:
                 address = (response.host, int(response.port))
                 self._coordinators[group_id] = address
                 return address
-            await asyncio.sleep(0.2 if code in (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) else 1.0)
+            loading = code in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS)
+            await asyncio.sleep(0.2 if loading else 1.0)
 
     async def close_discovery(self) -> None:
         if self._discovery is not None:
@@ -325,15 +261,17 @@ class Simulation:
 
     async def _inject_failures(self) -> None:
         options = self.options
-        events = [(s.at_s, s.kind, s.count) for s in options.schedule]
-        if options.failure_rate_per_min > 0:
+        scheduled = sorted((s.at_s, s.kind, s.count) for s in options.schedule)
+
+        def random_failures() -> Iterator[tuple[float, str, int]]:  # drawn as they come: a demo runs for years
             at = 0.0
-            while True:
+            while options.failure_rate_per_min > 0:
                 at += self.random.expovariate(options.failure_rate_per_min / 60)
                 if at >= options.duration_s:
-                    break
-                events.append((at, self.random.choice(options.failure_kinds), 1))
-        for at_s, kind, count in sorted(events):
+                    return
+                yield at, self.random.choice(options.failure_kinds), 1
+
+        for at_s, kind, count in heapq.merge(scheduled, random_failures()):
             await asyncio.sleep(max(0.0, self._started + at_s - time.monotonic()))
             for _ in range(count):
                 member = await self._wait_for_victim(kind)
@@ -422,7 +360,8 @@ class Simulation:
         failures = self.stats.failures
         detectable = [f for f in failures if f.expect_detection]
         undetected = [f.member_key for f in detectable if f.detected != 1]
-        removed_wrongly = [f.member_key for f in failures if not f.expect_detection and f.probe_code == 25]
+        removed_wrongly = [f.member_key for f in failures
+                           if not f.expect_detection and f.probe_code == Errors.UNKNOWN_MEMBER_ID]
         lateness = [x for f in detectable if (x := f.lateness_ms(options.session_ms)) is not None]
         expiry_counts = [len(f.expired_at_ms) for f in detectable]
         errors: dict[str, dict[str, int]] = collections.defaultdict(dict)

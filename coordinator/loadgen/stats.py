@@ -10,32 +10,24 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-REQUEST_TIMED_OUT = 7
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
+from protocol.error_codes import Errors
 
 # answers a well-behaved member gets in normal operation, per API
 EXPECTED = {
-    "FindCoordinator": {NONE},
-    "JoinGroup": {NONE, MEMBER_ID_REQUIRED},
-    "SyncGroup": {NONE, REBALANCE_IN_PROGRESS},
-    "Heartbeat": {NONE, REBALANCE_IN_PROGRESS},
-    "OffsetCommit": {NONE, REBALANCE_IN_PROGRESS},
-    "LeaveGroup": {NONE},
+    "FindCoordinator": {Errors.NONE},
+    "JoinGroup": {Errors.NONE, Errors.MEMBER_ID_REQUIRED},
+    "SyncGroup": {Errors.NONE, Errors.REBALANCE_IN_PROGRESS},
+    "Heartbeat": {Errors.NONE, Errors.REBALANCE_IN_PROGRESS},
+    "OffsetCommit": {Errors.NONE, Errors.REBALANCE_IN_PROGRESS},
+    "LeaveGroup": {Errors.NONE},
 }
 # answers a real client handles without a fault of its own: the coordinator moved, restarted or is loading
-TOLERATED = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, REQUEST_TIMED_OUT}
+TOLERATED = {Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR,
+             Errors.REQUEST_TIMED_OUT}
 
 
 def error_name(code: int) -> str:
+    """Kafka's name of any error code (kio knows all of them; Errors only those the coordinator answers with)."""
     try:
         return ErrorCode(code).name.upper()
     except ValueError:
@@ -145,5 +137,5 @@ class Stats:
 
     def record(self, api: str, code: int, expected: bool = False) -> None:
         self.errors[(api, code)] += 1
-        if not expected and code not in EXPECTED.get(api, {NONE}) and code not in TOLERATED:
+        if not expected and code not in EXPECTED.get(api, {Errors.NONE}) and code not in TOLERATED:
             self.unexpected[(api, code)] += 1

@@ -1,12 +1,17 @@
 """DelayedOperation: an operation that completes when its condition holds, or when its timeout expires."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from coordinator.timer.task import TimerTask
 
-if TYPE_CHECKING:
-    from coordinator.purgatory.purgatory import DelayedOperationPurgatory
+
+class DelayedCount:
+    """How many operations of one purgatory wait in the timer (Kafka's NumDelayedOperations): the purgatory
+    counts an operation in when it starts its timeout, the operation counts itself out when it leaves the timer."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
 
 
 class DelayedOperation(TimerTask):
@@ -17,14 +22,13 @@ class DelayedOperation(TimerTask):
     the order is Kafka's: `on_complete()` first, then `on_expiration()`.
     """
 
-    __slots__ = ("_completed", "_purgatory", "_watch_keys")
+    __slots__ = ("_completed", "_delayed_in", "_watch_keys")
 
     def __init__(self, delay_ms: int) -> None:
         super().__init__(delay_ms)
         self._completed = False
-        # The purgatory whose timer holds this operation, until the operation leaves it: that purgatory
-        # counts it in `delayed` (see DelayedOperationPurgatory._delayed).
-        self._purgatory: DelayedOperationPurgatory | None = None
+        # The count of the purgatory whose timer holds this operation, until the operation leaves the timer.
+        self._delayed_in: DelayedCount | None = None
         self._watch_keys = 0  # under how many keys the purgatory watches it (see try_complete_else_watch)
 
     def try_complete(self) -> bool:
@@ -62,10 +66,10 @@ class DelayedOperation(TimerTask):
         entry = self._entry  # TimerTask.cancel, inlined: this runs on every completion
         if entry is not None and entry.list is not None:
             entry.list.remove(entry)
-        purgatory = self._purgatory
-        if purgatory is not None:
-            self._purgatory = None
-            purgatory._delayed -= 1
+        delayed = self._delayed_in
+        if delayed is not None:
+            self._delayed_in = None
+            delayed.value -= 1
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(delay_ms={self.delay_ms}, completed={self._completed})"

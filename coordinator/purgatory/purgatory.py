@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Generic, Hashable, Sequence, TypeVar
 
-from coordinator.purgatory.operation import DelayedOperation
+from coordinator.purgatory.operation import DelayedCount, DelayedOperation
 from coordinator.timer.system_timer import SystemTimer
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class DelayedOperationPurgatory(Generic[T]):
         self._watchers: dict[Hashable, list[T]] = {}
         self._watched = 0            # entries over all watcher lists, completed ones included
         self._estimated_total = 0    # operations watched since the last purge, plus those pending then
-        self._delayed = 0            # this purgatory's operations in the timer (maintained by DelayedOperation)
+        self._delayed = DelayedCount()  # this purgatory's operations in the timer (they count themselves out)
 
     @property
     def watched(self) -> int:
@@ -51,7 +51,7 @@ class DelayedOperationPurgatory(Generic[T]):
 
         Counted per purgatory, so it stays right when one timer is shared (then it is not timer.size).
         """
-        return self._delayed
+        return self._delayed.value
 
     def try_complete_else_watch(self, op: T, keys: Sequence[Hashable]) -> bool:
         """Completes `op` now if it can; otherwise watches it under every key and starts its timeout.
@@ -78,12 +78,13 @@ class DelayedOperationPurgatory(Generic[T]):
         if op.try_complete():
             return True
         if not op._completed:
-            op._purgatory = self
-            self._delayed += 1
+            op._delayed_in = self._delayed
+            self._delayed.value += 1
             self.timer.add(op)
         # The purge check (inlined _maybe_purge): the watcher lists only grow here.
-        completed_estimate = self._estimated_total - self._delayed
-        if completed_estimate > self.purge_interval and completed_estimate > self._delayed:
+        delayed = self._delayed.value
+        completed_estimate = self._estimated_total - delayed
+        if completed_estimate > self.purge_interval and completed_estimate > delayed:
             self._purge()
         return False
 
@@ -155,7 +156,7 @@ class DelayedOperationPurgatory(Generic[T]):
                 else:
                     del watchers[key]
         self._watched -= dropped
-        self._estimated_total = self._delayed
+        self._estimated_total = self._delayed.value
         return dropped
 
     async def shutdown(self) -> None:
@@ -168,7 +169,8 @@ class DelayedOperationPurgatory(Generic[T]):
     def _purge(self) -> None:
         dropped = self.purge_completed()
         log.debug("purgatory=%s purged=%d watched=%d delayed=%d", self.name, dropped, self._watched,
-                  self._delayed)
+                  self._delayed.value)
 
     def __repr__(self) -> str:
-        return f"DelayedOperationPurgatory(name={self.name!r}, watched={self._watched}, delayed={self._delayed})"
+        return (f"DelayedOperationPurgatory(name={self.name!r}, watched={self._watched}, "
+                f"delayed={self._delayed.value})")

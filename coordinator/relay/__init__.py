@@ -3,6 +3,7 @@ request to the real Kafka cluster (docs/relay.md)."""
 
 from coordinator.relay.buffer_pool import BufferExhausted, BufferPool
 from coordinator.relay.config import DEFAULT_NODE_ID, RelayConfig
-from coordinator.relay.relay import Relay, UpstreamUnavailable
+from coordinator.relay.errors import UpstreamUnavailable
+from coordinator.relay.relay import Relay
 
 __all__ = ["BufferExhausted", "BufferPool", "DEFAULT_NODE_ID", "Relay", "RelayConfig", "UpstreamUnavailable"]

@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
+
+from coordinator.group.modern.topics import TopicImage
 
 log = logging.getLogger("coordinator.relay")
 
@@ -17,10 +20,16 @@ _PRUNE_ABOVE = 1_024  # refresh times kept before the stale ones are dropped (na
 
 
 class ClusterMetadata:
-    def __init__(self, refresh: Refresh, min_interval_ms: int) -> None:
+    def __init__(self, refresh: Refresh, min_interval_ms: int,
+                 refresh_all: Callable[[], Awaitable[Any]] | None = None) -> None:
         self._refresh = refresh
+        self._refresh_all = refresh_all
         self._min_interval_s = min_interval_ms / 1000
+        self._all_refreshed_at = -1e9
+        self.version = 0  # grows whenever the set of topic names changes (new topics for regular expressions)
         self._partitions: dict[str, int] = {}  # topic -> partition count
+        self._ids: dict[str, uuid.UUID] = {}  # topic -> topic id (Metadata v10+)
+        self._names: dict[uuid.UUID, str] = {}
         self._inflight: dict[str, asyncio.Future[None]] = {}
         self._refreshed_at: dict[str, float] = {}
 
@@ -31,20 +40,73 @@ class ClusterMetadata:
         count = self._partitions.get(topic)
         return count is not None and 0 <= partition < count
 
+    def by_name(self, name: str) -> TopicImage | None:
+        """The topic as the consumer group logic sees it (coordinator/group/modern/topics.TopicsView)."""
+        topic_id, count = self._ids.get(name), self._partitions.get(name)
+        return None if topic_id is None or count is None else TopicImage(topic_id, name, count)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
+        name = self._names.get(topic_id)
+        return None if name is None else self.by_name(name)
+
+    def names(self) -> Iterable[str]:
+        return list(self._partitions)
+
+    async def refresh_all(self, max_age_ms: int) -> None:
+        """Learn every topic of the cluster, unless that was done within `max_age_ms` (consumer groups resolve
+        their regular expressions against them)."""
+        if self._refresh_all is None or time.monotonic() - self._all_refreshed_at < max_age_ms / 1000:
+            return
+        self._all_refreshed_at = time.monotonic()
+        self.observe(await self._refresh_all(), all_topics=True)
+
     def observe(self, metadata: Any, *, all_topics: bool) -> None:
         """Learn from a Metadata answer (an answer for all topics also forgets deleted ones)."""
+        before = set(self._partitions)
+        self._observe(metadata, all_topics)
+        if set(self._partitions) != before:
+            self.version += 1
+
+    def _observe(self, metadata: Any, all_topics: bool) -> None:
         seen = {}
         for topic in metadata.topics or ():
             if topic.name is None:
                 continue
             if int(topic.error_code) == 0:
                 seen[topic.name] = len(topic.partitions)
+                self._learn_id(topic.name, getattr(topic, "topic_id", None))
             elif int(topic.error_code) == 3:  # UNKNOWN_TOPIC_OR_PARTITION
                 self._partitions.pop(topic.name, None)
+                self._forget_id(topic.name)
         if all_topics:
+            for name in set(self._partitions) - set(seen):
+                self._forget_id(name)
             self._partitions = seen
         else:
             self._partitions.update(seen)
+
+    def _learn_id(self, name: str, topic_id: uuid.UUID | None) -> None:
+        if topic_id is None or topic_id.int == 0:
+            return
+        old = self._ids.get(name)
+        if old != topic_id:
+            if old is not None:
+                self._names.pop(old, None)  # deleted and re-created under the same name
+            self._ids[name] = topic_id
+            self._names[topic_id] = name
+
+    def _forget_id(self, name: str) -> None:
+        old = self._ids.pop(name, None)
+        if old is not None:
+            self._names.pop(old, None)
+
+    async def refresh(self, topics: Iterable[str], max_age_ms: int) -> None:
+        """Ask the cluster about the topics not refreshed within `max_age_ms` (or never): a consumer group's
+        subscribed topics, before its heartbeat is handled, so new topics and partitions are seen."""
+        now = time.monotonic()
+        stale = sorted({t for t in topics if now - self._refreshed_at.get(t, -1e9) >= max_age_ms / 1000})
+        if stale:
+            await self._refresh_topics(stale)
 
     async def missing(self, partitions: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
         """The partitions the cluster does not have, after one refresh of the topics not known to have them."""

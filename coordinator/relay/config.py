@@ -18,6 +18,8 @@ class RelayConfig:
     max_block_ms: int = 60_000  # how long a frame may wait for memory before its connection closes
     metadata_refresh_min_interval_ms: int = 100  # refreshes for unknown topics closer than this are shared
     upstream_timeout_ms: int = 30_000  # the relay's own requests (Metadata, FindCoordinator) to the cluster
+    # SASL_* listeners: upstream links carry the client's own SASL exchange (TLS only, not our credentials)
+    sasl_passthrough: bool = False
 
     def __post_init__(self) -> None:
         if self.poolable_bytes < 1 or self.buffer_memory_bytes < self.poolable_bytes:

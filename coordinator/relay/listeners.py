@@ -9,14 +9,18 @@ before and closes those of brokers no longer listed (their clients' connections 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 log = logging.getLogger("coordinator.relay")
 
 MAX_PORT = 65_535
 
+
+# (host, port, upstream node id) -> a listener whose connections relay to that broker (the server makes it)
+OpenListener = Callable[[str, int, int], Awaitable[asyncio.base_events.Server]]
 
 @dataclass(frozen=True, slots=True)
 class UpstreamBroker:
@@ -42,6 +46,10 @@ class PortMapping:
         return port
 
 
+class RelayPortsTaken(RuntimeError):
+    """A broker listener's port is held by another process when the relay starts."""
+
+
 ListenerFactory = Callable[[int, int], "asyncio.Future[asyncio.base_events.Server]"]
 
 
@@ -49,7 +57,7 @@ class BrokerListeners:
     """The live per-broker listeners: `reconcile(brokers)` after every broker list we see."""
 
     def __init__(self, listen_host: str, mapping: PortMapping,
-                 open_listener: Callable[[str, int, int], "asyncio.Future[asyncio.base_events.Server] | object"],
+                 open_listener: OpenListener,
                  close_connections: Callable[[int], None]) -> None:
         self._listen_host = listen_host
         self._mapping = mapping
@@ -57,7 +65,22 @@ class BrokerListeners:
         self._close_connections = close_connections
         self._servers: dict[int, asyncio.base_events.Server] = {}
         self._ports: dict[int, int] = {}
+        self.taken: dict[int, int] = {}  # node id -> its port, taken by another process at the latest attempt
         self._lock = asyncio.Lock()
+
+    def refuse_clash(self, base_given: bool) -> None:
+        """At start: a broker's listener port taken (another instance on this host, usually: consecutive listen
+        ports meet each other's broker ports) refuses the start, with the flag that fixes it, rather than serving
+        without a way to that broker."""
+        if not self.taken:
+            return
+        node_id, port = min(self.taken.items())
+        how = "--relay-base-port" if base_given else "the default base, the listen port + 1,"
+        raise RelayPortsTaken(
+            f"the relay's listener for broker {node_id} needs port {port} ({how} + node id {node_id}), and another "
+            f"process holds it (another coordinator on this host?). Give each instance on one host its own "
+            f"--relay-base-port, far enough apart for the cluster's node ids (e.g. 19100, 19200, ...; env "
+            f"COORDINATOR_RELAY_BASE_PORT)")
 
     @property
     def ports(self) -> dict[int, int]:
@@ -75,13 +98,18 @@ class BrokerListeners:
                 self._close(node_id, "left_cluster")
 
     async def _open(self, broker: UpstreamBroker) -> None:
+        port = 0
         try:
             port = self._mapping.port_for(broker.node_id)
-            server = await self._open_listener(self._listen_host, port, broker.node_id)  # type: ignore[misc]
+            server = await self._open_listener(self._listen_host, port, broker.node_id)
         except (OSError, ValueError) as exc:
-            log.error("event=relay_listener_failed node_id=%d upstream=%s:%d error=%s",
-                      broker.node_id, broker.host, broker.port, exc)
+            if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+                self.taken[broker.node_id] = port
+            log.error("event=relay_listener_failed node_id=%d port=%d upstream=%s:%d error=%s%s",
+                      broker.node_id, port, broker.host, broker.port, exc,
+                      " fix=--relay-base-port" if broker.node_id in self.taken else "")
             return
+        self.taken.pop(broker.node_id, None)
         self._servers[broker.node_id] = server
         self._ports[broker.node_id] = server.sockets[0].getsockname()[1]
         log.info("event=relay_listener_opened node_id=%d port=%d upstream=%s:%d",

@@ -11,16 +11,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.relay.buffer_pool import BufferPool
 from coordinator.relay.cluster import ClusterMetadata
 from coordinator.relay.config import RelayConfig
-from coordinator.relay.listeners import BrokerListeners, PortMapping, UpstreamBroker
+from coordinator.relay.errors import UpstreamUnavailable
+from coordinator.relay.listeners import BrokerListeners, OpenListener, PortMapping, UpstreamBroker
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
 from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
-from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, route_of
+from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, local_keys, route_of
+from coordinator.security.clusters import cluster_security, without_sasl
+from coordinator.security.connections import ClusterAccessError, connect
+from coordinator.security.sasl_passthrough import passed_through_ranges
 from protocol import apis
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion
@@ -31,20 +35,21 @@ log = logging.getLogger("coordinator.relay")
 _CLIENT_ID = "kafka-group-coordinator-relay"
 
 
-class UpstreamUnavailable(Exception):
-    """No upstream broker answered."""
-
-
 class Relay:
     def __init__(self, config: RelayConfig, bootstrap: str, *, served: dict[int, tuple[int, int]],
                  max_frame_bytes: int) -> None:
         self.config = config
         self.bootstrap = [_host_port(address) for address in bootstrap.split(",") if address.strip()]
+        self.security = cluster_security(bootstrap)  # TLS/SASL of the relay's own connections (--command-config)
+        # per-client upstream links: with SASL passed through, TLS only (the client authenticates itself)
+        self.link_security = without_sasl(self.security) if config.sasl_passthrough else self.security
         self.served = served
+        self._local_keys = local_keys(served)
         self.max_frame_bytes = max_frame_bytes
         self.pool = BufferPool(config.buffer_memory_bytes, config.poolable_bytes, config.max_block_ms)
         self.counters = RelayCounters()  # every link's requests and bytes, for the metrics
-        self.cluster = ClusterMetadata(self._refresh_topics, config.metadata_refresh_min_interval_ms)
+        self.cluster = ClusterMetadata(self._refresh_topics, config.metadata_refresh_min_interval_ms,
+                                       refresh_all=self._all_topics)
         self.brokers: dict[int, UpstreamBroker] = {}
         self.cluster_id: str | None = None
         self.advertised: dict[int, tuple[int, int]] = {}
@@ -57,8 +62,8 @@ class Relay:
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
-    def attach(self, listen_host: str, bootstrap_port: int, node: Any, open_listener: Any,
-               close_connections: Any) -> None:
+    def attach(self, listen_host: str, bootstrap_port: int, node: Any, open_listener: OpenListener,
+               close_connections: Callable[[int], None]) -> None:
         """Called by the server once its bootstrap listener is bound (the port mapping may derive from it)."""
         self._coordinator_node = node
         if self._advertised_host is None:
@@ -75,9 +80,13 @@ class Relay:
         """Learn the cluster (ApiVersions, brokers) and open a listener per broker before clients arrive."""
         client = await self._control_client()
         self.advertised = advertised_ranges(client.api_versions, self.served)
+        if self.config.sasl_passthrough:
+            self.advertised.update(passed_through_ranges(client.api_versions))
         await self._learn_cluster()
+        if self.listeners is not None:
+            self.listeners.refuse_clash(self.config.base_port is not None)
         log.info("event=relay_started upstream=%s brokers=%s advertised_apis=%d buffer_memory=%d poolable=%d",
-                 client_address(client), sorted(self.brokers), len(self.advertised),
+                 client.address, sorted(self.brokers), len(self.advertised),
                  self.config.buffer_memory_bytes, self.config.poolable_bytes)
 
     def stop_accepting(self) -> None:
@@ -100,7 +109,7 @@ class Relay:
         if not advertised[0] <= api_version <= advertised[1]:
             raise UnsupportedVersion(f"api_key={api_key} api_version={api_version} is not advertised "
                                      f"(range {advertised[0]}-{advertised[1]})")
-        return route_of(api_key)
+        return route_of(api_key, self._local_keys)
 
     def open_link(self, owner: LinkOwner, node_id: int | None) -> UpstreamLink:
         """An upstream connection for one client connection: to broker `node_id`, or (bootstrap listener) to
@@ -113,12 +122,10 @@ class Relay:
         broker = self.brokers.get(node_id)
         if broker is None:
             raise UpstreamUnavailable(f"broker {node_id} is not in the cluster's metadata")
-        link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes, self.counters)
+        link = UpstreamLink(owner, self.pool, node_id, broker.host, broker.port, self.max_frame_bytes, self.counters,
+                            self.link_security)
         link.connect()
         return link
-
-    def is_relayed_key(self, api_key: int) -> bool:
-        return api_key in RELAYED_MAX
 
     # ------------------------------------------------------------------------------------------ rewritten APIs
 
@@ -139,8 +146,8 @@ class Relay:
         """Where clients reach upstream broker `node_id` through us; None if we have no listener for it."""
         if self.listeners is None:
             return None
-        port = self.listeners.port_of(node_id)
-        return None if port is None else (self._advertised_host, port)  # type: ignore[return-value]
+        port, host = self.listeners.port_of(node_id), self._advertised_host
+        return None if port is None or host is None else (host, port)  # attach() set both
 
     # ------------------------------------------------------------------------------------------ the control link
 
@@ -152,7 +159,7 @@ class Relay:
                 return await client.request(body, timeout_ms=self.config.upstream_timeout_ms)
             except (ConnectionClosed, RequestTimedOut, ProtocolError) as exc:
                 log.warning("event=relay_control_request_failed attempt=%d api_key=%d upstream=%s error=%r",
-                            attempt, body.__api_key__, client_address(client), exc)
+                            attempt, body.__api_key__, client.address, exc)
                 await client.close()
                 if attempt == 2:
                     raise UpstreamUnavailable(f"the cluster did not answer: {exc!r}") from exc
@@ -166,22 +173,25 @@ class Relay:
             errors = []
             for host, port in dict.fromkeys(candidates):
                 try:
-                    self._control = await KafkaClient.connect(host, port, client_id=_CLIENT_ID,
-                                                              timeout_ms=self.config.upstream_timeout_ms)
-                    self._control.address = f"{host}:{port}"  # type: ignore[attr-defined]
+                    self._control = await connect(host, port, self.security, client_id=_CLIENT_ID,
+                                                  timeout_ms=self.config.upstream_timeout_ms)
                     return self._control
-                except (OSError, asyncio.TimeoutError, ProtocolError) as exc:
+                except (OSError, asyncio.TimeoutError, ProtocolError, ClusterAccessError) as exc:
                     errors.append(f"{host}:{port}: {exc!r}")
             raise UpstreamUnavailable("no upstream broker reachable: " + "; ".join(errors))
 
-    async def _learn_cluster(self) -> Any:
+    async def _learn_cluster(self, topics: tuple[Any, ...] | None = ()) -> Any:
+        """The cluster's brokers, and `topics` (None: every topic)."""
         client = await self._control_client()
         version = client.version_for(int(apis.ApiKey.METADATA), self.served[int(apis.ApiKey.METADATA)][1])
-        body = build(apis.request_class(apis.ApiKey.METADATA, version), topics=(), allow_auto_topic_creation=False,
+        body = build(apis.request_class(apis.ApiKey.METADATA, version), topics=topics, allow_auto_topic_creation=False,
                      include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
         response = await self.request(body)
         await self._observe_brokers(response)
         return response
+
+    async def _all_topics(self) -> Any:
+        return await self._learn_cluster(None)
 
     async def _refresh_topics(self, topics: list[str]) -> Any:
         client = await self._control_client()
@@ -219,6 +229,4 @@ def _host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def client_address(client: KafkaClient) -> str:
-    return getattr(client, "address", "?")
 

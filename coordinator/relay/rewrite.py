@@ -28,7 +28,8 @@ def rewrite_metadata(response: Any, coordinator_nodes: Sequence[Any], address_of
         if address is None:
             continue  # no listener for it (port out of range, bind failed: logged): clients must not see it
         brokers.append(dataclasses.replace(broker, host=address[0], port=address[1]))
-    broker_class = item_class(type(response), "brokers")
+    response_class: type = type(response)
+    broker_class = item_class(response_class, "brokers")
     brokers.extend(build(broker_class, node_id=node.node_id, host=node.host, port=node.port, rack=None)
                    for node in coordinator_nodes)
     return dataclasses.replace(response, brokers=tuple(brokers))

@@ -21,15 +21,32 @@ from __future__ import annotations
 import asyncio
 import collections
 import struct
-from typing import Protocol
+from typing import Protocol, cast
 
 from coordinator.relay.buffer_pool import BufferExhausted, BufferPool
+from coordinator.security.clusters import ClusterSecurity
+from coordinator.security.connections import ClusterAccessError, open_link
 from coordinator.runtime_health import release_transport_cycle
 
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
 _STAGING_BYTES = 16_384
 _MIN_STAGING_FREE = 1_024
+_CLIENT_ID = "kafka-group-coordinator-relay"  # what a broker sees on the SASL exchange of a secured link
+_SECURED_CONNECT_TIMEOUT_MS = 30_000  # TLS and SASL together, per link
+_TLS_UNSENT_BYTES = 65_536  # a TLS transport's pause limit (pause_when_anything_unsent)
+
+
+def pause_when_anything_unsent(transport: asyncio.WriteTransport) -> None:
+    """pause_writing() as soon as anything is left unsent, resume_writing() once all is sent (plain TCP). A TLS
+    transport cannot do that: it counts its own handshake bytes (a TLS 1.3 server's session tickets are still
+    pending at connection_made) and re-checks its limits only when written to or drained, so a pause on them
+    would never end. There the limit is _TLS_UNSENT_BYTES of encrypted data (below it, what is unsent sits in the
+    socket transport's buffer, itself bounded by asyncio's default limits)."""
+    if transport.get_extra_info("sslcontext") is None:
+        transport.set_write_buffer_limits(high=0)
+    else:
+        transport.set_write_buffer_limits(high=_TLS_UNSENT_BYTES)
 
 
 class PendingResponse:
@@ -58,7 +75,8 @@ class RelayCounters:
 class LinkOwner(Protocol):
     """What a link needs of its client connection (coordinator.server.connection.Connection)."""
 
-    peer: str
+    @property
+    def peer(self) -> str: ...
 
     def relay_responses_ready(self) -> None: ...
     def relay_blocked_changed(self) -> None: ...
@@ -67,8 +85,10 @@ class LinkOwner(Protocol):
 
 class UpstreamLink(asyncio.BufferedProtocol):
     def __init__(self, owner: LinkOwner, pool: BufferPool, node_id: int, host: str, port: int,
-                 max_frame_bytes: int, counters: RelayCounters | None = None) -> None:
+                 max_frame_bytes: int, counters: RelayCounters | None = None,
+                 security: ClusterSecurity | None = None) -> None:
         self.owner = owner
+        self._security = security  # None: plain TCP; else TLS to `host` (its certificate must name it) and SASL
         self.counters = counters if counters is not None else RelayCounters()
         self.pool = pool
         self.node_id = node_id
@@ -102,8 +122,14 @@ class UpstreamLink(asyncio.BufferedProtocol):
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
-            await loop.create_connection(lambda: self, self._host, self._port)
-        except OSError as exc:
+            if self._security is None:
+                await loop.create_connection(lambda: self, self._host, self._port)
+            else:
+                await open_link(self, self._host, self._port, self._security, client_id=_CLIENT_ID,
+                                timeout_ms=_SECURED_CONNECT_TIMEOUT_MS)
+        except ClusterAccessError as exc:
+            self._fail("upstream_access_refused", f"node_id={self.node_id} upstream={self.address} error={exc}")
+        except (OSError, asyncio.TimeoutError) as exc:
             self._fail("upstream_unreachable", f"node_id={self.node_id} upstream={self.address} error={exc!r}")
         finally:
             self._connecting = None  # the finished task would hold this link in a cycle (see close)
@@ -166,15 +192,16 @@ class UpstreamLink(asyncio.BufferedProtocol):
         return pending
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        stream = cast(asyncio.Transport, transport)  # a TCP connection's transport
         if self._closed:
-            transport.abort()
+            stream.abort()
             return
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = stream
         # pause as soon as anything is left unsent: the client then stops reading requests (back-pressure)
-        self._transport.set_write_buffer_limits(high=0)
+        pause_when_anything_unsent(stream)
         if self._queued:
             queued, self._queued = self._queued, []
-            self._transport.write(b"".join(queued))
+            stream.write(b"".join(queued))
         self._apply_reading()
         self.owner.relay_blocked_changed()
 
@@ -235,7 +262,9 @@ class UpstreamLink(asyncio.BufferedProtocol):
             if not self._reserve(4 + size):
                 break
             available = min(self._end - self._start, self._frame_size)
-            self._frame[:available] = self._staging_view[self._start : self._start + available]  # type: ignore[index]
+            frame = self._frame
+            assert frame is not None  # _reserve() gave it
+            frame[:available] = self._staging_view[self._start : self._start + available]
             self._start += available
             self._frame_filled = available
             if available == self._frame_size:

@@ -1,8 +1,9 @@
 """Which APIs the relay advertises, and how each request is routed.
 
 Three routes (docs/relay.md has the table with the reasons):
-- LOCAL: the group APIs and ApiVersions, served here at our own ranges. They never reach the upstream cluster,
-  whose own group coordinator must not see our groups.
+- LOCAL: every API the server's handlers serve (coordinator/server/handlers, passed in as `served`) except the
+  rewritten ones: the group APIs and ApiVersions, at our own ranges. They never reach the upstream cluster, whose
+  own group coordinator must not see our groups.
 - REWRITTEN: Metadata and FindCoordinator, answered here from an upstream answer whose broker addresses are
   replaced by ours (so their ranges are also capped by what the upstream broker serves).
 - RELAYED: every other API in `RELAYED_MAX` goes to the upstream broker byte for byte, at the intersection of
@@ -10,9 +11,10 @@ Three routes (docs/relay.md has the table with the reasons):
   we would have to rewrite (KIP-951's NodeEndpoints in Produce v10+/Fetch v16+, DescribeQuorum v2's nodes).
 
 Anything else is not advertised: TxnOffsetCommit (28, transactional offsets belong with our groups; a later
-issue), the KIP-848 and share-group APIs (68, 69, 76-79: a second group protocol), DescribeCluster (60, its
+issue), the share-group APIs (76-79), DescribeCluster (60, its
 broker list would need rewriting; Admin clients fall back to Metadata), SASL and delegation tokens (17, 36,
-38-41: an authenticated upstream link would not authenticate the group APIs served here), and APIs newer
+38-41: an authenticated upstream link would not authenticate the group APIs served here; on SASL listeners the
+relay adds 17 and 36, passed through with Kafka's sequence kept, coordinator/security/sasl_passthrough.py), and APIs newer
 than this table (they might carry addresses). A request for an API or version not advertised closes the
 connection, as Kafka does.
 """
@@ -20,7 +22,7 @@ connection, as Kafka does.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from protocol.apis import ApiKey
 
@@ -31,12 +33,13 @@ class Route(enum.Enum):
     RELAYED = "relayed"
 
 
-LOCAL_KEYS = frozenset(int(key) for key in (
-    ApiKey.API_VERSIONS, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
-    ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS,
-    ApiKey.OFFSET_DELETE,
-))
 REWRITTEN_KEYS = frozenset((int(ApiKey.METADATA), int(ApiKey.FIND_COORDINATOR)))
+
+
+def local_keys(served: Collection[int]) -> frozenset[int]:
+    """The APIs answered here at our own ranges, given the api keys the server's handlers serve."""
+    return frozenset(int(key) for key in served) - REWRITTEN_KEYS
+
 
 _UNCAPPED = 32_767
 # api key -> highest version relayed byte for byte (the broker's own maximum applies below it)
@@ -85,7 +88,7 @@ def advertised_ranges(upstream: Mapping[int, tuple[int, int]],
                       served: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
     """api key -> (min, max) we advertise, given the upstream broker's ranges and the ranges served here."""
     table: dict[int, tuple[int, int]] = {}
-    for key in LOCAL_KEYS:
+    for key in local_keys(served):
         table[key] = served[key]
     for key in REWRITTEN_KEYS:
         merged = _intersect(served[key], upstream.get(key))
@@ -105,8 +108,9 @@ def _intersect(ours: tuple[int, int], theirs: tuple[int, int] | None) -> tuple[i
     return (low, high) if low <= high else None
 
 
-def route_of(api_key: int) -> Route:
-    if api_key in LOCAL_KEYS:
+def route_of(api_key: int, local: frozenset[int]) -> Route:
+    """`local`: local_keys() of what the server serves."""
+    if api_key in local:
         return Route.LOCAL
     if api_key in REWRITTEN_KEYS:
         return Route.REWRITTEN

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -27,6 +28,12 @@ class ServerConfig:
     # cluster of consumers reconnecting at once (a restart, a deploy); the kernel caps it at
     # net.core.somaxconn (docs/operations.md). Kafka's default (50) and asyncio's (100) overflow at once.
     listen_backlog: int = 65_535
+    # TLS on our listeners, the coordinator's and the relay's per-broker ones (coordinator/security/listeners.py);
+    # None: PLAINTEXT
+    ssl_context: ssl.SSLContext | None = None
+    # SASL_* listeners: each connection's SASL exchange passes through to the cluster, which decides
+    # (coordinator/security/sasl_passthrough.py); nothing but ApiVersions and SASL is served before it succeeded
+    sasl_passthrough: bool = False
 
     def __post_init__(self) -> None:
         if self.max_frame_bytes < 8:

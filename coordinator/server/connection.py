@@ -6,9 +6,8 @@ parked we keep reading until `max_buffered_bytes` are waiting, then stop reading
 stop while the transport's write buffer is full.
 
 With the relay (coordinator/relay), each request is routed by its header: group APIs to their handlers here,
-every other API to this connection's upstream link, byte for byte. Relayed requests do not hold the
-connection (they pipeline, as the broker behind them sees them in order); their responses come back as bytes
-and take their place in `_pending`, so every response leaves in request order.
+every other API to this connection's upstream link, byte for byte (server/relaying.py keeps the link and the
+response order that relayed and local responses share).
 
 Handlers are coroutines, but most finish without ever waiting (Heartbeat, offset fetches). Creating a Task per
 request would cost more than the heartbeat logic itself, so the first step of each handler runs right here;
@@ -24,62 +23,69 @@ peer's fault (WARNING, `reason=<error class>`); anything else is our bug (ERROR 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
 import functools
 import logging
 import struct
 from collections.abc import Coroutine
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from coordinator.relay.errors import UpstreamUnavailable
+from coordinator.relay.upstream import pause_when_anything_unsent
 from coordinator.runtime_health import release_transport_cycle
-from coordinator.server.context import ConnectionContext, java_host_string
+from coordinator.security.sasl_passthrough import Refusal, SaslPassthrough
+from coordinator.server.config import ServerConfig
+from coordinator.server.context import ConnectionContext, Directory, GroupService, Node, java_host_string
 from coordinator.server.handlers import HANDLERS, SERVED_APIS
 from coordinator.server.handlers.api_versions import unsupported_version_reply
+from coordinator.server.relaying import RelaySide
+from coordinator.timer.clock import Clock
 from protocol.apis import ApiKey
-from protocol.codec import RequestHeader, decode_request, encode_response, peek_header
+from protocol.codec import RequestHeader, decode_request, encode_response, peek_header, read_group_request
 from protocol.errors import InvalidFrameSize, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import HEARTBEAT_V4_PREFIX, pack_heartbeat_response, read_heartbeat_v4_request
 from protocol.framing import FrameReader
 
 if TYPE_CHECKING:
-    from coordinator.relay.upstream import UpstreamLink
-    from coordinator.server.listener import CoordinatorServer
+    from coordinator.relay.relay import Relay
 
 log = logging.getLogger("coordinator.server")
 _API_KEY_AND_VERSION = struct.Struct(">hh")
-_CORRELATION_ID = struct.Struct(">i")
-_SIZE = struct.Struct(">i")
-_PRODUCE = 0
 _DISCARD_BYTES = 4_096
 
 
-class _LocalResponse:
-    """A response of ours queued behind relayed responses still on their way (same shape as PendingResponse)."""
+class ConnectionHost(Protocol):
+    """What a connection needs of the listener that accepted it (server/listener.py's CoordinatorServer)."""
 
-    __slots__ = ("frame", "buffer")
+    config: ServerConfig
+    relay: Relay | None
+    directory: Directory | None
+    coordinator: GroupService
+    clock: Clock
+    node: Node
+    closing: bool
 
-    def __init__(self, frame: bytes) -> None:
-        self.frame = frame
-        self.buffer = None
+    def admit(self, connection: Connection) -> bool: ...
+    def forget(self, connection: Connection) -> None: ...
+    def parked(self, connection: Connection) -> None: ...
+    def unparked(self, connection: Connection) -> None: ...
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: CoordinatorServer, upstream_node: int | None = None) -> None:
+    def __init__(self, server: ConnectionHost, upstream_node: int | None = None) -> None:
         self._server = server
         self.upstream_node = upstream_node  # the broker this listener stands for; None: the bootstrap listener
-        self._relay = server.relay
-        self._link: UpstreamLink | None = None
-        self._pending: collections.deque[Any] = collections.deque()  # responses in request order, while relaying
-        self._held: list[bytearray] = []  # pool buffers the transport may still be sending from
+        self._relaying = None if server.relay is None else RelaySide(server.relay, upstream_node)
+        # SASL_* listener: Kafka's SASL sequence, the exchange judged by the broker over our upstream link
+        self._sasl = SaslPassthrough() if server.config.sasl_passthrough else None
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._ctx: ConnectionContext | None = None
         self._in_flight: RequestHeader | None = None
-        self._parked: tuple[Coroutine[Any, Any, Any], asyncio.Future, Any] | None = None
-        self._task: asyncio.Task | None = None
+        self._parked: tuple[Coroutine[Any, Any, Any], asyncio.Future[Any], Any] | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._open = False
         self._outgoing: list[bytes] = []  # responses of this read, sent in one write (one syscall)
         self._reading_paused = False
@@ -93,17 +99,20 @@ class Connection(asyncio.BufferedProtocol):
     # ------------------------------------------------------------------------------------------ transport events
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        stream = self._transport = cast(asyncio.Transport, transport)  # a TCP (or TLS) connection's transport
         self._open = True
         try:
             peername = transport.get_extra_info("peername") or ("?", 0)
             peer = f"{peername[0]}:{peername[1]}"
+            if self._sasl is not None:
+                self._sasl.peer = peer
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
-                                          java_host_string(peername[0]), peer, self._relay, self._server.directory)
-            if self._relay is not None:
+                                          java_host_string(peername[0]), peer, self._server.relay,
+                                          self._server.directory)
+            if self._relaying is not None:
                 # pause as soon as anything is left unsent: relayed frames are then kept (and counted) in the
                 # pool, never copied into an unbounded transport buffer
-                self._transport.set_write_buffer_limits(high=0)  # type: ignore[union-attr]
+                pause_when_anything_unsent(stream)
             if not self._server.admit(self):
                 self.abort("too_many_connections", f"max_connections={self._config.max_connections}")
         except Exception as exc:
@@ -140,7 +149,8 @@ class Connection(asyncio.BufferedProtocol):
         self._open = False
         try:
             self._server.forget(self)
-            self._drop_relay_state()
+            if self._relaying is not None:
+                self._relaying.close()
         except Exception as error:
             self._contain("connection_lost", error)
         log.debug("event=connection_lost peer=%s error=%r", self.peer, exc)
@@ -148,8 +158,8 @@ class Connection(asyncio.BufferedProtocol):
     def pause_writing(self) -> None:
         self._writing_paused = True
         try:
-            if self._link is not None:
-                self._link.pause_for_client(True)
+            if self._relaying is not None:
+                self._relaying.pause_for_client(True)
             self._apply_read_limit()
         except Exception as exc:
             self._contain("pause_writing", exc)
@@ -157,9 +167,9 @@ class Connection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self._writing_paused = False
         try:
-            self._release_held()
-            if self._link is not None:
-                self._link.pause_for_client(False)
+            if self._relaying is not None:
+                self._relaying.release_held()
+                self._relaying.pause_for_client(False)
             self._process_frames()
         except Exception as exc:
             self._contain("resume_writing", exc)
@@ -198,28 +208,50 @@ class Connection(asyncio.BufferedProtocol):
         self._apply_read_limit()
 
     def _handle_frame(self, frame: bytes) -> None:
-        if self._relay is not None:
-            if not self._route_locally(frame):
+        if self._sasl is not None and not self._sasl_admits(frame):
+            return
+        if self._relaying is not None:
+            if not self._route_locally(frame, self._relaying):
                 return
         elif not self._served(frame):
             return
         if frame[:4] == HEARTBEAT_V4_PREFIX and self._heartbeat_v4(frame):
             return
-        try:
-            request = decode_request(frame)
-        except ProtocolError as exc:
-            self._reject(frame, exc)
-            return
+        request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
+        if request is None:
+            try:
+                request = decode_request(frame)
+            except ProtocolError as exc:
+                self._reject(frame, exc)
+                return
         header = request.header
         try:
             outcome = HANDLERS[header.api_key](self._ctx, header, request.body)
-        except Exception:
-            self._fail(header)
+        except Exception as exc:
+            self._fail(header, exc)
             return
         if isinstance(outcome, CoroutineType):  # the concrete type: an ABC check costs more
             self._drive(header, outcome)
         else:
             self._respond(header, outcome)
+
+    def _sasl_admits(self, frame: bytes) -> bool:
+        """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
+        answer, where Kafka gives one)."""
+        try:
+            self._sasl.admit(frame)  # type: ignore[union-attr]
+            return True
+        except Refusal as refusal:
+            if refusal.reply is None:
+                self.abort("sasl_sequence", str(refusal))
+            else:
+                log.warning("event=connection_closed reason=sasl_sequence peer=%s detail=%s", self.peer, refusal)
+                self._write(refusal.reply)
+                self._flush()
+                self.close()
+        except (ProtocolError, ValueError, LookupError) as exc:
+            self.abort("sasl_sequence", f"unreadable SASL request: {exc!r}")
+        return False
 
     def _heartbeat_v4(self, frame: bytes) -> bool:
         """The hottest request without the general decoder and dispatch (same handler call, same answer as
@@ -229,8 +261,8 @@ class Connection(asyncio.BufferedProtocol):
             return False
         correlation_id, client_id, group_id, generation_id, member_id, group_instance_id = fields
         try:
-            error_code = self._ctx.coordinator.handle_heartbeat(  # type: ignore[union-attr]
-                group_id, generation_id, member_id, group_instance_id)
+            error_code = self._server.coordinator.handle_heartbeat(group_id, generation_id, member_id,
+                                                                   group_instance_id)
         except Exception:
             self._fail(RequestHeader(ApiKey.HEARTBEAT, 4, correlation_id, client_id))
             return True
@@ -270,8 +302,8 @@ class Connection(asyncio.BufferedProtocol):
         except StopIteration as done:
             self._respond(header, done.value)
             return
-        except Exception:
-            self._fail(header)
+        except Exception as exc:
+            self._fail(header, exc)
             return
         self._in_flight = header
         self._server.parked(self)
@@ -293,7 +325,7 @@ class Connection(asyncio.BufferedProtocol):
         except Exception as exc:
             self._contain("resume", exc)
 
-    def _on_handler_done(self, header: RequestHeader, task: asyncio.Task) -> None:
+    def _on_handler_done(self, header: RequestHeader, task: asyncio.Task[Any]) -> None:
         self._task = None
         self._in_flight = None
         try:
@@ -321,8 +353,9 @@ class Connection(asyncio.BufferedProtocol):
     def _write(self, frame: bytes) -> None:
         if self._open:
             self.activity += 1
-            if self._pending:  # relayed responses are still due before this one
-                self._pending.append(_LocalResponse(frame))
+            relaying = self._relaying
+            if relaying is not None and relaying.pending:  # relayed responses are still due before this one
+                relaying.queue_local(frame)
             else:
                 self._outgoing.append(frame)
 
@@ -330,86 +363,50 @@ class Connection(asyncio.BufferedProtocol):
         """Send what this round of processing produced; every path that writes ends in _process_frames."""
         if self._outgoing:
             outgoing, self._outgoing = self._outgoing, []
-            if self._open:
-                self._transport.write(outgoing[0] if len(outgoing) == 1 else b"".join(outgoing))  # type: ignore
-        if self._pending:
-            self._send_pending()
+            if self._open and self._transport is not None:
+                self._transport.write(outgoing[0] if len(outgoing) == 1 else b"".join(outgoing))
+        if self._relaying is not None and self._relaying.pending:
+            self._send_pending(self._relaying)
 
     # ------------------------------------------------------------------------------------------ relaying
 
-    def _route_locally(self, frame: bytes) -> bool:
+    def _route_locally(self, frame: bytes, relaying: RelaySide) -> bool:
         """True for a request handled here; a relayed one is forwarded (or the connection closed) right away."""
         if len(frame) < 8:
             self.abort("CorruptRequest", f"frame of {len(frame)} bytes is shorter than a request header")
             return False
         api_key, api_version = _API_KEY_AND_VERSION.unpack_from(frame)
         try:
-            route = self._relay.route(api_key, api_version)  # type: ignore[union-attr]
+            route = relaying.route(api_key, api_version)
         except ProtocolError as exc:
             self._reject(frame, exc)  # an ApiVersions version we do not know gets KIP-511's answer
             return False
         if route.value != "relayed":
             return True
-        self._forward(frame, api_key)
+        refused = relaying.forward(frame, api_key, self)
+        if refused is None:
+            self.activity += 1
+        else:
+            self.abort(*refused)
         return False
 
-    def _forward(self, frame: bytes, api_key: int) -> None:
-        link = self._link
-        if link is None:
-            from coordinator.relay.relay import UpstreamUnavailable
-
-            try:
-                link = self._link = self._relay.open_link(self, self.upstream_node)  # type: ignore[union-attr]
-            except UpstreamUnavailable as exc:
-                self.abort("upstream_unavailable", str(exc))
-                return
-        expects_response = True
-        if api_key == _PRODUCE:
-            from coordinator.relay.versions import produce_expects_response
-
-            try:
-                expects_response = produce_expects_response(frame, 0)
-            except (ValueError, IndexError) as exc:
-                self.abort("CorruptRequest", f"produce request: {exc}")
-                return
-        (correlation_id,) = _CORRELATION_ID.unpack_from(frame, 4)
-        self.activity += 1
-        pending = link.send(_SIZE.pack(len(frame)) + frame, correlation_id, expects_response)
-        if pending is not None:
-            self._pending.append(pending)
-
-    def _send_pending(self) -> None:
+    def _send_pending(self, relaying: RelaySide) -> None:
         """Write the responses at the head of the order that are here, until the client stops taking them."""
-        pending = self._pending
-        transport = self._transport
-        pool = self._relay.pool  # type: ignore[union-attr]
-        while pending and pending[0].frame is not None and not self._writing_paused and self._open:
-            response = pending.popleft()
-            transport.write(response.frame)  # type: ignore[union-attr]
-            self.activity += 1
-            buffer = response.buffer
-            if buffer is not None:
-                response.frame = response.buffer = None
-                if transport.get_write_buffer_size():  # type: ignore[union-attr]
-                    self._held.append(buffer)  # the transport may still be sending from it
-                else:
-                    pool.deallocate(buffer)
+        if self._transport is not None:
+            self.activity += relaying.send_ready(self._transport, self._can_send, self._sasl)
 
-    def _release_held(self) -> None:
-        if self._held:
-            held, self._held = self._held, []
-            for buffer in held:
-                self._relay.pool.deallocate(buffer)  # type: ignore[union-attr]
+    def _can_send(self) -> bool:
+        return not self._writing_paused and self._open
 
     def _relay_blocked(self) -> bool:
-        return self._link is not None and self._link.blocked
+        return self._relaying is not None and self._relaying.blocked()
 
     def relay_responses_ready(self) -> None:
         """Called by the upstream link (from its own protocol callbacks) when responses have arrived."""
         try:
-            if self._open:
-                self._send_pending()
-                if not self._pending:
+            if self._open and self._relaying is not None:
+                self._send_pending(self._relaying)
+                if not self._relaying.pending:
                     self._process_frames()  # a local response may have been waiting behind them
         except Exception as exc:
             self._contain("relay_responses_ready", exc)
@@ -422,28 +419,18 @@ class Connection(asyncio.BufferedProtocol):
             self._contain("relay_blocked_changed", exc)
 
     def relay_failed(self, reason: str, detail: str) -> None:
-        """The upstream connection failed: close the client's (clients retry, as after a broker failure)."""
+        """The upstream connection failed: close the client's (clients retry, as after a broker failure). A broker
+        that closed after answering everything (a failed SASL exchange: its error, then the close) is followed
+        gracefully, so its last answer reaches the client."""
+        if reason == "upstream_closed" and self._open and (self._relaying is None or not self._relaying.pending):
+            log.info("event=connection_closed reason=%s peer=%s detail=%s", reason, self.peer, detail)
+            self.close()
+            return
         self.abort(reason, detail)
-
-    def _drop_relay_state(self) -> None:
-        if self._link is not None:
-            # the link points back at us (its owner): let go of it, or the pair outlives the connection as a
-            # reference cycle, which the GC policy's freeze keeps forever (coordinator/runtime_health.py)
-            link, self._link = self._link, None
-            link.close()
-        if self._relay is not None:
-            pool = self._relay.pool
-            while self._pending:
-                buffer = self._pending.popleft().buffer
-                if buffer is not None:
-                    pool.deallocate(buffer)
-            held, self._held = self._held, []
-            for buffer in held:
-                pool.deallocate(buffer)
 
     def _fail(self, header: RequestHeader, exc: BaseException | None = None) -> None:
         """Our bug, not the peer's: log it with the request, close the connection."""
-        if exc is not None and type(exc).__name__ == "UpstreamUnavailable":  # the cluster's outage, not a bug
+        if isinstance(exc, UpstreamUnavailable):  # the cluster's outage, not a bug
             self.abort("upstream_unavailable", f"api_key={header.api_key} {exc}")
             return
         log.error("event=handler_failed peer=%s api_key=%d api_version=%d correlation_id=%d",
@@ -461,7 +448,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _apply_read_limit(self) -> None:
         if not (self._reading_paused or self._writing_paused or self._in_flight is not None or self._server.closing
-                or self._link is not None):
+                or (self._relaying is not None and self._relaying.link is not None)):
             return  # the common case: reading, nothing to limit
         if self._transport is None:
             return

@@ -10,6 +10,8 @@ from coordinator.group import api
 from protocol.error_codes import Errors
 
 if TYPE_CHECKING:
+    from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+    from coordinator.group.modern.service import DescribedGroup
     from coordinator.relay.relay import Relay
 
 
@@ -29,6 +31,8 @@ class GroupService(Protocol):
     async def list_groups(self, request: api.ListGroupsRequest) -> api.ListGroupsResponse: ...
     async def delete_groups(self, request: api.DeleteGroupsRequest) -> api.DeleteGroupsResponse: ...
     async def delete_offsets(self, request: api.OffsetDeleteRequest) -> api.OffsetDeleteResponse: ...
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
+    async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedGroup]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,7 +65,7 @@ class CoordinatorServer:
         listener = _listening_socket(self.config.listen_host, self.config.listen_port)
         try:
             # not serving yet: with the relay, its broker listeners open first (below)
-            self._server = await loop.create_server(lambda: Connection(self), sock=listener,
+            self._server = await loop.create_server(lambda: Connection(self), sock=listener, ssl=self.config.ssl_context,
                                                     backlog=min(_ACCEPT_BATCH, self.config.listen_backlog),
                                                     start_serving=False)
         except BaseException:
@@ -87,7 +87,8 @@ class CoordinatorServer:
         await self._server.start_serving()
         listener.listen(self.config.listen_backlog)  # after asyncio's own listen(): the kernel queue's size
         self._idle_sweeper = loop.create_task(self._sweep_idle_connections())
-        log.info("event=listening host=%s port=%d advertised=%s:%d node_id=%d listen_backlog=%d somaxconn=%s",
+        log.info("event=listening security_protocol=%s host=%s port=%d advertised=%s:%d node_id=%d "
+                 "listen_backlog=%d somaxconn=%s", "SSL" if self.config.ssl_context else "PLAINTEXT",
                  self.config.listen_host, self.port, self.node.host, self.node.port, self.node.node_id,
                  self.config.listen_backlog, _somaxconn())
 
@@ -95,7 +96,7 @@ class CoordinatorServer:
         """A listener standing for upstream broker `node_id`: its connections relay to that broker."""
         loop = asyncio.get_running_loop()
         return await loop.create_server(lambda: Connection(self, upstream_node=node_id), host, port,
-                                        reuse_address=True)
+                                        reuse_address=True, ssl=self.config.ssl_context)
 
     def _close_broker_connections(self, node_id: int) -> None:
         for connection in list(self._connections):

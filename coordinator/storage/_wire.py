@@ -8,6 +8,7 @@ at the end of every struct. Only what `__consumer_offsets` records need is here.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -66,7 +67,7 @@ class Writer:
         if self.flexible:
             self.uvarint(0)
 
-    def _length(self, length: int, compact: bool, classic=None) -> None:
+    def _length(self, length: int, compact: bool, classic: Callable[[int], None] | None = None) -> None:
         if compact:
             self.uvarint(length + 1)
         else:
@@ -87,7 +88,7 @@ class Reader:
         except struct.error as exc:
             raise RecordFormatError(f"truncated record at byte {self.pos}") from exc
         self.pos += fmt.size
-        return value
+        return int(value)
 
     def int16(self) -> int:
         return self._unpack(_I16)
@@ -112,7 +113,7 @@ class Reader:
             if shift > 28:
                 raise RecordFormatError("varint longer than 5 bytes")
 
-    def _length(self, classic) -> int:
+    def _length(self, classic: Callable[[], int]) -> int:
         return self.uvarint() - 1 if self.flexible else classic()
 
     def _take(self, length: int) -> bytes:
@@ -123,11 +124,15 @@ class Reader:
         self.pos = end
         return bytes(chunk)
 
-    def string(self, nullable: bool = False) -> str | None:
+    def string(self) -> str:
+        value = self.nullable_string()
+        if value is None:
+            raise RecordFormatError(f"null in a non-nullable string at byte {self.pos}")
+        return value
+
+    def nullable_string(self) -> str | None:
         length = self._length(self.int16)
         if length < 0:
-            if not nullable:
-                raise RecordFormatError(f"null in a non-nullable string at byte {self.pos}")
             return None
         try:
             return self._take(length).decode("utf-8")

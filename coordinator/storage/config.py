@@ -26,6 +26,7 @@ class StorageConfig:
     # Largest write sent as one record batch (librdkafka's message.max.bytes default; Kafka's max.message.bytes
     # is 1048588). A bigger write would span produce requests and could be stored in part: it is refused.
     max_write_bytes: int = 1_000_000
+    tombstone_retry_ms: int = 1_000  # a failed tombstone is sent again after this, then backing off to 10 s
     linger_ms: int = 5  # batches writes from many groups (Kafka's new coordinator: append.linger.ms 10)
     topic_configs: dict[str, str] = field(default_factory=dict)  # extra state-topic configs (tests: segment.ms)
     event_topic: str | None = DEFAULT_EVENT_TOPIC  # None: no event topic
@@ -48,6 +49,8 @@ class StorageConfig:
             raise ValueError("state topic partitions must be at least 1")
         if self.replication_factor is not None and self.replication_factor < 1:
             raise ValueError("replication factor must be at least 1")
+        if self.tombstone_retry_ms < 1:
+            raise ValueError("tombstone_retry_ms must be positive")
         if self.commit_timeout_ms < 1:
             raise ValueError("commit_timeout_ms must be positive")
         if self.event_queue_max_messages < 1:

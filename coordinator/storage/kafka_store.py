@@ -1,18 +1,24 @@
 """The Kafka-backed `GroupStore`: group records and offsets in a compacted topic, Kafka's formats (§7.3, §7.4).
 
-Lifecycle: `await start()` (create or verify the topics, start the producers), `await load(partitions)`
+Lifecycle: `await start()` (create or verify the state topic, start the producers), `await load(partitions)`
 (replay partitions of the state topic; the runtime materialises their groups before it serves them), `append`
 while serving, `await unload(partitions)` when giving partitions up, and `await close()`.
 
+`append(partition, records)` encodes the shard's typed records and queues them with the partition's producer
+before it returns (one FIFO per partition: partition_writers.py, producer.py), so a partition's records are
+stored in the order they were appended; the future it returns resolves once they are acknowledged by every
+in-sync replica (acks=all) and raises `StoreError(<raw Kafka error>)` otherwise; the runtime hands the raw
+error to the write's owner, which maps it per API (coordinator/group/errors.py). A write of tombstones only
+(deleted groups, expired or deleted offsets) is answered the same way; one that fails stays owed and is sent
+again (tombstones.py).
+
 With `StorageConfig.partition_fencing` (several instances sharing the state topic) every owned partition has a
-transactional producer of its own (`transactional.id = <transactional_id>-p<partition>`, transactions.py
+transactional producer of its own (`transactional.id = <transactional_id>-p<partition>`, partition_writers.py
 `PartitionTransactions`): `load` creates and initialises them before it takes the end offsets (reading
-meanwhile), which fences the partitions' previous owner and aborts the transaction it left open; `unload` closes them once their writes in flight are
-done; an append to a partition not loaded fails NOT_COORDINATOR, and `on_fenced(partition)` tells the owner of
-the store (on the loop, once) when a newer owner fenced a partition's producer. An append returns once acknowledged by every in-sync replica (idempotent
-producer, acks=all) and raises `StoreError(<raw Kafka error>)` otherwise; the runtime hands the raw error to
-the write's owner, which maps it per API (coordinator/group/errors.py). Tombstones (deleted groups, expired
-offsets) are awaited the same way; one that fails stays owed and is sent again (tombstones.py).
+meanwhile), which fences the partitions' previous owner and aborts the transaction it left open; `unload`
+closes them once their writes in flight are done; an append to a partition not loaded fails NOT_COORDINATOR,
+and `on_fenced(partition)` tells the owner of the store (on the loop, once) when a newer owner fenced a
+partition's producer.
 """
 
 from __future__ import annotations
@@ -20,69 +26,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any, Callable, Iterable
 
 from confluent_kafka import KafkaError
 
 from protocol.error_codes import Errors
-from coordinator.group.result import GROUP, OFFSETS, Write
+from coordinator.group.records import GroupMetadataRecord, offset_commits, tombstones
+from coordinator.group.records import Record
 from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
                                      TopicPartition)
 from coordinator.storage.config import StorageConfig
-from coordinator.telemetry.events import EventPublisher, EventTopicObserver
-from coordinator.storage.loader import LoadedState, consumer_settings, read_state
+from coordinator.security.clusters import secured
+from coordinator.storage.loader import consumer_settings, read_state
 from coordinator.group.partitioner import partition_for
-from coordinator.storage.producer import AsyncProducer, Record
-from coordinator.storage.records import (
-    GroupMetadataKey, OffsetCommitKey, encode_group_metadata_value, encode_key, encode_offset_commit_value,
-)
+from coordinator.storage.producer import AsyncProducer, KafkaRecord
+from coordinator.storage.records import encode
 from coordinator.storage.tombstones import TombstoneWriter
-from coordinator.storage.topics import ensure_event_topic, ensure_state_topic, make_admin
-from coordinator.storage.transactions import PartitionTransactions, TransactionalWriters
+from coordinator.storage.topics import ensure_state_topic, make_admin
+from coordinator.storage.append_errors import append_error
+from coordinator.storage.partition_writers import PartitionTransactions, TransactionalWriters
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
 _BATCH_OVERHEAD_BYTES = 61  # record batch header (magic v2)
 _RECORD_OVERHEAD_BYTES = 21  # a record's length, attributes, deltas, key/value lengths and headers (varints, at most)
 
-_LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the broker path would have produced
-    KafkaError._MSG_TIMED_OUT: Errors.REQUEST_TIMED_OUT,
-    KafkaError._TIMED_OUT: Errors.REQUEST_TIMED_OUT,
-    KafkaError._TIMED_OUT_QUEUE: Errors.REQUEST_TIMED_OUT,
-    KafkaError._UNKNOWN_PARTITION: Errors.UNKNOWN_TOPIC_OR_PARTITION,
-    KafkaError._UNKNOWN_TOPIC: Errors.UNKNOWN_TOPIC_OR_PARTITION,
-    KafkaError._TRANSPORT: Errors.NETWORK_EXCEPTION,
-    # fenced by a newer holder of the transactional.id (transactions.py reports every fencing error as this):
-    # another instance owns the partition now
-    KafkaError._FENCED: Errors.NOT_COORDINATOR,
-    # the producer's own state (sequence numbers, producer id, transaction state) after an outage: the write was
-    # not stored and the producer recovers (aborts with an epoch bump, or is replaced): the client retries
-    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER: Errors.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_PRODUCER_ID: Errors.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.INVALID_TXN_STATE: Errors.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.INVALID_PRODUCER_ID_MAPPING: Errors.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.CONCURRENT_TRANSACTIONS: Errors.COORDINATOR_NOT_AVAILABLE,
-}
-
-
-def append_error(error: KafkaError) -> Errors:
-    """The raw Kafka error of a failed append. Broker errors keep their code; local ones are translated; what
-    has no Kafka equivalent (queue full, fatal producer, shutdown) becomes COORDINATOR_NOT_AVAILABLE, which
-    every client retries."""
-    code = error.code()
-    if code in _LOCAL_ERRORS:
-        return _LOCAL_ERRORS[code]
-    if code > 0:
-        try:
-            return Errors(code)
-        except ValueError:
-            return Errors.UNKNOWN_SERVER_ERROR
-    return Errors.COORDINATOR_NOT_AVAILABLE
-
-
 def producer_settings(config: StorageConfig) -> dict[str, Any]:
-    return {
+    return secured({
         "bootstrap.servers": config.bootstrap,
         "client.id": f"{config.client_id}-state",
         "enable.idempotence": True,  # implies acks=all and in-order retries
@@ -95,7 +66,7 @@ def producer_settings(config: StorageConfig) -> dict[str, Any]:
         # one OffsetCommit (up to max_write_bytes) must not be split across produce requests by record count
         "batch.num.messages": 1_000_000,
         "socket.nagle.disable": True,  # small acks=all requests must not wait for delayed ACKs
-    }
+    })
 
 
 class KafkaGroupStore(GroupStore):
@@ -110,9 +81,8 @@ class KafkaGroupStore(GroupStore):
         self._fencing: PartitionTransactions | None = None  # with partition_fencing: one producer per partition
         # with partition_fencing: called on the loop, once per partition, when another instance fenced its producer
         self.on_fenced: Callable[[int], None] | None = None
-        self._events: EventPublisher | None = None
         self._stop_loading = threading.Event()
-        self._tombstones = TombstoneWriter()
+        self._tombstones = TombstoneWriter(config.tombstone_retry_ms / 1000)
         self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -121,8 +91,6 @@ class KafkaGroupStore(GroupStore):
         admin = make_admin(self.config)
         try:
             await ensure_state_topic(admin, self.config)
-            if self.config.event_topic is not None:
-                await self._start_events(admin)
         finally:
             admin.release()
         if self.config.partition_fencing:
@@ -147,24 +115,8 @@ class KafkaGroupStore(GroupStore):
                  "partition_fencing=%s", self.config.state_topic, self.config.partitions, self.config.bootstrap,
                  self.config.transactional_id, self.config.partition_fencing)
 
-    async def _start_events(self, admin: Any) -> None:
-        try:
-            await ensure_event_topic(admin, self.config)
-        except Exception as exc:  # the event topic is optional: analytics lose events, groups lose nothing
-            log.warning("event=event_topic_unavailable topic=%s error=%s", self.config.event_topic, exc)
-        self._events = EventPublisher(self.config)
-
-    def event_observer(self, wall_clock: Clock | None = None,
-                       trace_id_for: Callable[[str], str | None] | None = None) -> EventTopicObserver | None:
-        """An observer writing group events to the event topic (None when it is disabled); call after start().
-        `wall_clock` stamps `ts_ms` and must count milliseconds since the Unix epoch (default: the system's
-        calendar clock) — not the coordinator's monotonic clock, whose origin means nothing to analytics."""
-        if self._events is None:
-            return None
-        return EventTopicObserver(self._events, wall_clock, trace_id_for)
-
     async def read(self, partitions: Iterable[int] | None = None, stop: threading.Event | None = None,
-                   ends_after: threading.Event | None = None) -> LoadedState:
+                   ends_after: threading.Event | None = None) -> LoadedGroups:
         """Replay the state topic (all partitions by default) from the earliest offset to the end offset: the
         latest records as the codec decodes them. `stop` (default: the store's) ends it with LoadError; with
         `ends_after` the end offsets are taken once that event is set (loader.read_state)."""
@@ -192,9 +144,9 @@ class KafkaGroupStore(GroupStore):
         else:
             state = await self._fence_and_read(self._fencing, partitions)
         self._unloaded.difference_update(partitions)
-        return await asyncio.to_thread(loaded_groups, state)
+        return state
 
-    async def _fence_and_read(self, fencing: PartitionTransactions, partitions: Collection[int]) -> LoadedState:
+    async def _fence_and_read(self, fencing: PartitionTransactions, partitions: Collection[int]) -> LoadedGroups:
         """Fence, and read meanwhile: the end offsets are taken only once every partition is fenced (so the
         read covers all the previous owner committed and nothing it can still write), but the records below
         them are read while the producers initialise."""
@@ -224,7 +176,8 @@ class KafkaGroupStore(GroupStore):
         log.info("event=partitions_unloaded topic=%s partitions=%s", self.config.state_topic, sorted(partitions))
 
     def _partition_fenced(self, partition: int) -> None:
-        log.error("event=partition_fenced topic=%s partition=%d reason=another_instance_owns_it",
+        # INFO: the owner of the store logs the one WARNING for it, with what it does next (cluster/ownership.py)
+        log.info("event=partition_fenced topic=%s partition=%d reason=another_instance_owns_it",
                   self.config.state_topic, partition)
         self._unloaded.add(partition)
         self._tombstones.forget([partition])  # the new owner's to write now
@@ -244,79 +197,76 @@ class KafkaGroupStore(GroupStore):
     async def close(self) -> None:
         self._stop_loading.set()
         self._tombstones.stop_retrying()
-        if self._events is not None:
-            events, self._events = self._events, None
-            await asyncio.to_thread(events.close_blocking)
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.close()
         self._tombstones.report_unwritten()
 
     # -- GroupStore ----------------------------------------------------------------------------------------------
-    async def append(self, partition: int, write: Write) -> None:
-        if self._producer is None:
-            raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
-        if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
-            raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
-        records = self._records(partition, write)
-        if write.kind in (GROUP, OFFSETS):
-            await self._append(write.group_id, records)
-        else:
-            await self._append_tombstones(write.group_id, records)
+    def append(self, partition: int, records: Sequence[Record]) -> asyncio.Future[None]:
+        """Queues the records with the partition's producer before it returns (see GroupStore.append). A write
+        of tombstones only goes through the tombstone writer (kept owed and sent again if it fails)."""
+        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        try:
+            if self._producer is None:
+                raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
+            if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
+                raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
+            group_id = records[0].group_id if records else ""
+            encoded: list[KafkaRecord] = [(partition, *encode(record)) for record in records]
+            if any(value is not None for _, _, value in encoded):
+                self._append(group_id, encoded, outcome)
+            else:
+                self._append_tombstones(group_id, encoded, outcome)
+        except StoreError as exc:
+            outcome.set_exception(exc)
+        return outcome
 
+    # -- helpers for tools and tests that hold no runtime (the store places the group with Kafka's partitioner) --
     async def store_group(self, group_id: str, record: GroupRecord) -> None:
-        await self.append(self._partition(group_id), Write.group(group_id, record))
+        await self.append(self._partition(group_id), [GroupMetadataRecord(group_id, record)])
 
     async def store_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetRecord]) -> None:
-        await self.append(self._partition(group_id), Write.offset_commit(group_id, offsets))
+        await self.append(self._partition(group_id), offset_commits(group_id, offsets))
 
     async def delete_group(self, group_id: str, offsets_to_tombstone: list[TopicPartition],
                            write_group_tombstone: bool) -> None:
-        await self._tombstone_quietly(Write.tombstones(group_id, offsets_to_tombstone, write_group_tombstone))
+        """Returns after the first attempt and never raises (a failed tombstone stays owed)."""
+        await self._tombstone_quietly(group_id, tombstones(group_id, offsets_to_tombstone, write_group_tombstone))
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
-        await self._tombstone_quietly(Write.tombstones(group_id, partitions, False))
+        await self._tombstone_quietly(group_id, tombstones(group_id, partitions, False))
 
-    async def _tombstone_quietly(self, write: Write) -> None:
+    async def _tombstone_quietly(self, group_id: str, records: list[Record]) -> None:
         try:
-            await self.append(self._partition(write.group_id), write)
+            await self.append(self._partition(group_id), records)
         except StoreError as exc:  # owed: sent again until written (already logged by the tombstone writer)
-            log.debug("event=tombstones_owed group=%s error=%s", write.group_id, exc.error.name)
+            log.debug("event=tombstones_owed group=%s error=%s", group_id, exc.error.name)
 
     # -- internals -----------------------------------------------------------------------------------------------
     def _partition(self, group_id: str) -> int:
         return partition_for(group_id, self.config.partitions)
 
-    @staticmethod
-    def _records(partition: int, write: Write) -> list[Record]:
-        group_id = write.group_id
-        if write.kind == GROUP:
-            assert write.record is not None
-            return [(partition, encode_key(GroupMetadataKey(group_id)),
-                     encode_group_metadata_value(write.record))]
-        if write.kind == OFFSETS:
-            return [(partition, encode_key(OffsetCommitKey(group_id, topic, tp_partition)),
-                     encode_offset_commit_value(record))
-                    for (topic, tp_partition), record in write.offsets.items()]
-        records: list[Record] = [(partition, encode_key(OffsetCommitKey(group_id, topic, p)), None)
-                                 for topic, p in write.removed]
-        if write.group_tombstone:
-            records.append((partition, encode_key(GroupMetadataKey(group_id)), None))
-        return records
-
-    async def _append(self, group_id: str, records: list[Record]) -> None:
+    def _append(self, group_id: str, records: list[KafkaRecord], outcome: asyncio.Future[None]) -> None:
+        assert self._producer is not None
         self._check_write_size(group_id, records)
         superseded = self._tombstones.superseded(key for _, key, _ in records)
-        error = await self._producer.send(records)  # type: ignore[union-attr]
-        if error is not None:
+
+        def sent(done: asyncio.Future[KafkaError | None]) -> None:
+            error = done.result()
+            if error is None:
+                _settle(outcome, None)
+                return
             if superseded:
                 self._tombstones.restore(superseded)
             mapped = append_error(error)
             log.warning("event=state_append_failed group=%s records=%d error=%s kafka_error=%s",
                         group_id, len(records), mapped.name, error)
-            raise StoreError(mapped, str(error))
+            _settle(outcome, StoreError(mapped, str(error)))
 
-    def _check_write_size(self, group_id: str, records: list[Record]) -> None:
+        self._producer.send(records).add_done_callback(sent)
+
+    def _check_write_size(self, group_id: str, records: list[KafkaRecord]) -> None:
         """Kafka appends a write as one record batch, so it is stored whole or not at all, and a batch above
         max.message.bytes fails with MESSAGE_TOO_LARGE. librdkafka would spread a bigger write over several
         produce requests, each acknowledged on its own: refuse it before anything is sent."""
@@ -328,16 +278,33 @@ class KafkaGroupStore(GroupStore):
             raise StoreError(Errors.MESSAGE_TOO_LARGE,
                              f"write of {size} bytes exceeds max_write_bytes={self.config.max_write_bytes}")
 
-    async def _append_tombstones(self, group_id: str, records: list[Record]) -> None:
-        """Awaited like any write, but a failed tombstone is not forgotten: it is sent again until written
+    def _append_tombstones(self, group_id: str, records: list[KafkaRecord], outcome: asyncio.Future[None]) -> None:
+        """Answered like any write, but a failed tombstone is not forgotten: it is sent again until written
         (see tombstones.py), so a deleted group does not come back after a restart."""
         if not records:
+            outcome.set_result(None)
             return
         assert self._producer is not None
-        error = await self._tombstones.send(self._producer, group_id,
-                                            [(partition, key) for partition, key, _ in records], "tombstones")
-        if error is not None:
-            raise StoreError(append_error(error), str(error))
+
+        def sent(done: asyncio.Future[KafkaError | None]) -> None:
+            error = done.result()
+            _settle(outcome, None if error is None else StoreError(append_error(error), str(error)))
+
+        self._tombstones.send(self._producer, group_id, [(partition, key) for partition, key, _ in records],
+                              "tombstones").add_done_callback(sent)
+
+    def retry_owed_tombstones(self) -> None:
+        """Queue the owed tombstones again now (the retrier does it with back-off)."""
+        self._tombstones.retry_owed()
+
+
+def _settle(outcome: asyncio.Future[None], error: StoreError | None) -> None:
+    if outcome.done():
+        return
+    if error is None:
+        outcome.set_result(None)
+    else:
+        outcome.set_exception(error)
 
 
 class _EitherEvent(threading.Event):
@@ -351,13 +318,9 @@ class _EitherEvent(threading.Event):
         return super().is_set() or self._other.is_set()
 
 
-def loaded_groups(state: LoadedState) -> LoadedGroups:
-    return LoadedGroups(loaded_group_records(state), loaded_offset_records(state))
-
-
-def loaded_group_records(state: LoadedState) -> dict[str, GroupRecord]:
+def loaded_group_records(state: LoadedGroups) -> dict[str, GroupRecord]:
     return dict(state.groups)
 
 
-def loaded_offset_records(state: LoadedState) -> dict[str, dict[TopicPartition, OffsetRecord]]:
+def loaded_offset_records(state: LoadedGroups) -> dict[str, dict[TopicPartition, OffsetRecord]]:
     return {group_id: dict(offsets) for group_id, offsets in state.offsets.items()}

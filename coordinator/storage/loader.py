@@ -3,7 +3,7 @@
 `StateReplay` is the pure part: records in log order, latest wins, a tombstone removes, an unknown key version
 is skipped with a warning. `read_state` is the I/O part: it reads every partition from its earliest offset to
 its end offset with a confluent-kafka Consumer. It blocks, so the store runs it in a worker thread; decoding
-happens there too, and the loop receives one finished `LoadedState`.
+happens there too, and the loop receives one finished `LoadedGroups`.
 
 The end offset is the partition's high watermark (ListOffsets read_uncommitted, through the AdminClient), not
 the last stable offset a read_committed consumer's `get_watermark_offsets` answers: a transaction's commit
@@ -18,44 +18,34 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 
 from collections.abc import Callable
+from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, Message,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from coordinator.group.store import LoadedGroups
 from coordinator.storage.records import (
-    GroupMetadataKey, GroupRecord, OffsetCommitKey, OffsetRecord, RecordFormatError, UnknownKey,
+    GroupMetadataKey, OffsetCommitKey, OffsetRecord, RecordFormatError, UnknownKey,
     decode_group_metadata_value, decode_key, decode_offset_commit_value,
 )
+from coordinator.group.modern.records import ConsumerGroupRecord
+from coordinator.storage.consumer_records import CONSUMER_GROUP_TYPES
+from coordinator.storage.consumer_records import decode as decode_consumer_record
 from coordinator.timer.clock import Clock
 from coordinator.storage.kafka_logs import librdkafka_logger
+from coordinator.security.clusters import secured
 
 log = logging.getLogger("coordinator.storage")
 
-OffsetMap = dict[tuple[str, int], OffsetRecord]
 _BATCH_MESSAGES = 10_000
 _POLL_TIMEOUT_S = 0.05  # consume() waits this long unless its batch fills: short, so a small partition loads fast
 
 
 class LoadError(RuntimeError):
     """The state topic could not be read to its end (broker unreachable, timeout, shutdown)."""
-
-
-@dataclass
-class LoadedState:
-    """The latest group record and offsets of every group found in the state topic."""
-
-    groups: dict[str, GroupRecord] = field(default_factory=dict)
-    offsets: dict[str, OffsetMap] = field(default_factory=dict)
-    records: int = 0
-    unknown_records: int = 0
-    malformed_records: int = 0
-
-    def group_ids(self) -> set[str]:
-        """Groups with a metadata record or offsets (offset-only groups become Empty groups)."""
-        return set(self.groups) | set(self.offsets)
 
 
 class StateReplay:
@@ -68,11 +58,11 @@ class StateReplay:
     """
 
     def __init__(self) -> None:
-        self._state = LoadedState()
+        self._state = LoadedGroups()
         self._group_values: dict[str, tuple[bytes, str]] = {}  # group id -> (latest value bytes, position)
 
     @property
-    def state(self) -> LoadedState:
+    def state(self) -> LoadedGroups:
         self._decode_groups()
         return self._state
 
@@ -88,6 +78,10 @@ class StateReplay:
             elif isinstance(key, OffsetCommitKey):
                 value = None if value_bytes is None else decode_offset_commit_value(value_bytes)
                 self._apply_offset(key, value)
+            elif key.version in CONSUMER_GROUP_TYPES:  # replayed by the consumer groups, in this order
+                record = decode_consumer_record(key_bytes, value_bytes)
+                if record is not None:
+                    self._state.consumer_records.append(record)
             else:
                 self._unknown(key, where)
         except RecordFormatError as exc:
@@ -130,7 +124,7 @@ class StateReplay:
 
 
 def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict[str, object]:
-    return {
+    return secured({
         "bootstrap.servers": bootstrap,
         "client.id": f"{client_id}-loader",
         "group.id": f"{client_id}-loader",  # required by librdkafka; only assign() is used, nothing is committed
@@ -143,12 +137,12 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
         "max.partition.fetch.bytes": buffer_bytes,  # Kafka's offsets.load.buffer.size
         "fetch.max.bytes": max(buffer_bytes * 10, 52_428_800),
         "logger": librdkafka_logger("loader"),
-    }
+    })
 
 
 def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
                timeout_ms: int, stop: threading.Event | None = None,
-               ends_after: threading.Event | None = None) -> LoadedState:
+               ends_after: threading.Event | None = None) -> LoadedGroups:
     """Blocking: replay `partitions` of `topic` from their earliest offset to their high watermark.
 
     With `ends_after`, reading starts at once but the high watermarks are taken only once that event is set
@@ -216,14 +210,17 @@ def _drop_reached(box: _ConsumerBox, topic: str, pending: dict[int, int]) -> Non
                 del pending[position.partition]
 
 
-def _take(message, replay: StateReplay, pending: dict[int, int]) -> None:
+def _take(message: Message, replay: StateReplay, pending: dict[int, int]) -> None:
     error = message.error()
-    partition = message.partition()
+    partition, offset = message.partition(), message.offset()
+    if partition is None or offset is None:  # only a client-level error has neither: nothing to place
+        log.warning("event=state_read_error error=%s", error)
+        return
     if error is None:
-        replay.apply(message.key(), message.value(), f"{partition}:{message.offset()}")
-        position = message.offset() + 1
+        replay.apply(message.key(), message.value(), f"{partition}:{offset}")
+        position = offset + 1
     elif error.code() == KafkaError._PARTITION_EOF:
-        position = message.offset()
+        position = offset
     else:
         log.warning("event=state_read_error partition=%s error=%s", partition, error)
         return
@@ -237,12 +234,16 @@ def end_offsets(settings: dict[str, object], topic: str, partitions: list[int], 
     """(earliest offset, high watermark) of every partition: ListOffsets read_uncommitted, so the end is not the
     last stable offset (which can lag a committed transaction until its markers land). Retried until the
     deadline while the cluster does not answer."""
-    box = _AdminBox(AdminClient({"bootstrap.servers": settings["bootstrap.servers"],
-                                 "client.id": settings.get("client.id", "group-coordinator-loader"),
-                                 "logger": librdkafka_logger("loader-admin")}))
+    admin_settings: dict[str, Any] = {  # Any: the stubs' str | int | float leaves out the logger it takes
+        "bootstrap.servers": settings["bootstrap.servers"],
+        "client.id": settings.get("client.id", "group-coordinator-loader"), "logger": librdkafka_logger("loader-admin")}
+    box = _AdminBox(AdminClient(secured(admin_settings)))
     try:
-        earliest = _list_offsets(box, topic, partitions, OffsetSpec.earliest(), clock, deadline_ms)
-        latest = _list_offsets(box, topic, partitions, OffsetSpec.latest(), clock, deadline_ms)
+        # OffsetSpec's class methods are unannotated in confluent-kafka's stubs
+        earliest_spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        latest_spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        earliest = _list_offsets(box, topic, partitions, earliest_spec, clock, deadline_ms)
+        latest = _list_offsets(box, topic, partitions, latest_spec, clock, deadline_ms)
     finally:
         box.release()
     return {p: (earliest[p], latest[p]) for p in partitions}

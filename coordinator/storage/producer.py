@@ -16,15 +16,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Callable, Sequence
+from typing import Protocol, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
 
 log = logging.getLogger("coordinator.storage")
 
-Record = tuple[int, bytes, "bytes | None"]  # (partition, key, value or None for a tombstone)
+KafkaRecord = tuple[int, bytes, "bytes | None"]  # (partition, key, value or None for a tombstone)
 _POLL_INTERVAL_S = 0.05
+
+
+class RecordSender(Protocol):
+    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
+        """Queue the records now, after every record sent before (per partition); the future resolves with None
+        once they are acknowledged, else with the first error."""
 _SAFETY_MARGIN_MS = 2_000  # librdkafka reports a timeout itself; the sweeper only guards against a lost report
 
 
@@ -97,7 +103,7 @@ class DeliveryBatch:
 
 
 class AsyncProducer:
-    """Sends records to one topic; `send` waits for acknowledgement, `send_nowait` only logs failures."""
+    """Sends records to one topic; `send` queues them at once and returns their outcome as a future."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str) -> None:
         self.topic = topic
@@ -115,30 +121,19 @@ class AsyncProducer:
 
     @property
     def timeout_ms(self) -> int:
-        return int(self._settings.get("message.timeout.ms", 300_000))  # type: ignore[call-overload]
+        timeout = self._settings.get("message.timeout.ms", 300_000)
+        return timeout if isinstance(timeout, int) else int(str(timeout))
 
-    async def send(self, records: Sequence[Record]) -> KafkaError | None:
-        """Append `records`; None once every one is acknowledged, else the first error (never raises)."""
+    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
+        """Append `records` now, in order with every earlier send (librdkafka keeps a partition's order); the
+        future resolves with None once every one is acknowledged, else with the first error (never raises)."""
         batch = DeliveryBatch(asyncio.get_running_loop(), len(records))
         self._enqueue(records, batch)
         if not batch.future.done():
             self._watch(batch)
-        return await batch.future
+        return batch.future
 
-    def send_nowait(self, records: Sequence[Record], on_error: Callable[[KafkaError], None]) -> None:
-        """Append without waiting (Kafka's acks=0 tombstones): a failure only reaches `on_error`, on the loop."""
-        self.send_then(records, lambda error: error is not None and on_error(error))
-
-    def send_then(self, records: Sequence[Record], on_done: Callable[[KafkaError | None], object]) -> None:
-        """Append now (in order with every other write) without waiting; `on_done(None or the first error)` runs
-        on the loop once every record is acknowledged or failed."""
-        batch = DeliveryBatch(asyncio.get_running_loop(), len(records))
-        batch.future.add_done_callback(lambda done: on_done(done.result()))
-        self._enqueue(records, batch)
-        if not batch.future.done():
-            self._watch(batch)
-
-    def _enqueue(self, records: Sequence[Record], batch: DeliveryBatch) -> None:
+    def _enqueue(self, records: Sequence[KafkaRecord], batch: DeliveryBatch) -> None:
         """One produce_batch call per partition (a write is normally a single group, so a single partition)."""
         if not records:
             batch.settle(0, None)
@@ -149,6 +144,7 @@ class AsyncProducer:
             message: dict[str, object] = {"key": key} if value is None else {"key": key, "value": value}
             by_partition.setdefault(partition, []).append(message)
         for partition, messages in by_partition.items():
+            failure: object  # a KafkaError, or what produce_batch put in a refused message's `_error`
             try:
                 queued = self._producer.produce_batch(self.topic, messages, partition=partition,
                                                       on_delivery=batch.on_delivery)

@@ -2,10 +2,11 @@
 
 Key and value are each a 2-byte big-endian schema version followed by the struct of that version, as defined by
 Kafka's `GroupMetadataKey/Value` and `OffsetCommitKey/Value` JSON schemas. The key version says which record it
-is: 0 and 1 are offset commits, 2 is group metadata; anything else (Kafka 4.x writes 3+ for its new consumer
-groups) decodes to `UnknownKey`, which the loader skips with a warning. A null value is a tombstone. Values
-decode to the group core's own records (coordinator/group/store.py: GroupRecord, MemberRecord, OffsetRecord,
-the same fields as Kafka's schemas), so nothing converts between the core and the codec.
+is: 0 and 1 are offset commits, 2 is group metadata; 3-8 and 16 are the consumer groups' records
+(consumer_records.py); anything else decodes to `UnknownKey`, which the loader skips with a warning. A null value is a tombstone. Values
+decode to the group core's own records (coordinator/group/records.py: GroupRecord, MemberRecord, OffsetRecord,
+the same fields as Kafka's schemas), and `encode` takes the shard's typed records (`GroupMetadataRecord`,
+`OffsetCommitRecord`), so nothing converts between the core and the codec.
 
 Written versions are Kafka's: OffsetCommitKey v1, GroupMetadataKey v2, GroupRecord v3, OffsetRecord v3
 (v1 when an expire timestamp is present, the only version with that field). Every version 0–4 is readable;
@@ -18,7 +19,10 @@ import struct
 from dataclasses import dataclass
 from typing import Union
 
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
+from coordinator.storage import consumer_records
+from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES
+from coordinator.group.records import (GroupMetadataRecord, GroupRecord, MemberRecord, OffsetCommitRecord,
+                                      OffsetRecord, Record)
 from coordinator.storage._wire import Reader, RecordFormatError, Writer
 
 __all__ = [
@@ -27,7 +31,7 @@ __all__ = [
     "StateRecord",
     "encode_key", "decode_key", "encode_offset_commit_value", "decode_offset_commit_value",
     "encode_group_metadata_value", "decode_group_metadata_value", "offset_commit_value_version",
-    "decode_record", "encode_record",
+    "decode_record", "encode_record", "encode",
 ]
 
 OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
@@ -199,8 +203,8 @@ def decode_group_metadata_value(data: bytes) -> GroupRecord:
     reader.flexible = version >= FIRST_FLEXIBLE_VALUE_VERSION
     protocol_type = reader.string()
     generation = reader.int32()
-    protocol = reader.string(nullable=True)
-    leader = reader.string(nullable=True)
+    protocol = reader.nullable_string()
+    leader = reader.nullable_string()
     current_state_timestamp_ms = reader.int64() if version >= 2 else -1
     members = [_decode_member(reader, version) for _ in range(reader.array_length())]
     reader.skip_tagged_fields()
@@ -210,7 +214,7 @@ def decode_group_metadata_value(data: bytes) -> GroupRecord:
 
 def _decode_member(reader: Reader, version: int) -> MemberRecord:
     member_id = reader.string()
-    group_instance_id = reader.string(nullable=True) if version >= 3 else None
+    group_instance_id = reader.nullable_string() if version >= 3 else None
     client_id = reader.string()
     client_host = reader.string()
     rebalance_timeout_ms = reader.int32() if version >= 1 else None
@@ -307,6 +311,19 @@ def encode_record(key: OffsetCommitKey | GroupMetadataKey,
     if isinstance(key, GroupMetadataKey) and isinstance(value, GroupRecord):
         return encode_key(key), encode_group_metadata_value(value)
     raise TypeError(f"value {type(value).__name__} does not belong to key {type(key).__name__}")
+
+
+def encode(record: Record) -> tuple[bytes, bytes | None]:
+    """A shard's record as (key bytes, value bytes or None for a tombstone), each in its written version."""
+    if type(record) is OffsetCommitRecord:
+        key = encode_key(OffsetCommitKey(record.group_id, record.topic, record.partition))
+        return key, None if record.value is None else encode_offset_commit_value(record.value)
+    if type(record) is GroupMetadataRecord:
+        key = encode_key(GroupMetadataKey(record.group_id))
+        return key, None if record.value is None else encode_group_metadata_value(record.value)
+    if isinstance(record, CONSUMER_GROUP_RECORD_CLASSES):  # KIP-848 (coordinator/storage/consumer_records.py)
+        return consumer_records.encode_key(record), consumer_records.encode_value(record)
+    raise TypeError(f"no state-topic encoding for {type(record).__name__}")
 
 
 def decode_record(key_bytes: bytes, value_bytes: bytes | None) -> StateRecord:

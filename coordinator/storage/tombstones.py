@@ -7,6 +7,10 @@ offsets again. So a failed tombstone is kept and sent again, with back-off, unti
 write of the same key was issued meanwhile (then the tombstone must not land after it). A newer write that
 fails puts the tombstone back: the cache does not hold that value either, so "deleted" is still the truth.
 What is still unwritten when the store closes is logged.
+
+Order: a tombstone, its retries and every other write of its partition are queued with the producer at the
+moment they are issued (`RecordSender.send` queues synchronously, in order per partition), so a retry queued
+before a newer write of its key is stored before it, and a newer write queued first supersedes the retry.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError
 
-from coordinator.storage.producer import AsyncProducer, Record
+from coordinator.storage.producer import KafkaRecord, RecordSender
 
 log = logging.getLogger("coordinator.storage")
 
@@ -35,17 +39,19 @@ class _Tombstone:
 
 
 class TombstoneWriter:
-    def __init__(self) -> None:
+    def __init__(self, first_retry_s: float = _FIRST_RETRY_S) -> None:
+        self._first_retry_s = first_retry_s
+        self._max_retry_s = max(first_retry_s, _MAX_RETRY_S)
         self._unwritten: dict[bytes, _Tombstone] = {}  # key → its latest tombstone not yet acknowledged
         self._retrier: asyncio.Task[None] | None = None
-        self._producer: AsyncProducer | None = None
+        self._producer: RecordSender | None = None
         self._closed = False
 
     @property
     def unwritten(self) -> int:
         return len(self._unwritten)
 
-    def send(self, producer: AsyncProducer, group_id: str, keys: list[tuple[int, bytes]], what: str
+    def send(self, producer: RecordSender, group_id: str, keys: list[tuple[int, bytes]], what: str
              ) -> asyncio.Future[KafkaError | None]:
         """Append tombstones for `(partition, key)` now; keep sending failed ones until written or superseded.
         The future resolves with the first attempt's outcome (None: written)."""
@@ -100,16 +106,16 @@ class TombstoneWriter:
             groups = sorted({entry.group_id for entry in self._unwritten.values()})
             log.warning("event=tombstones_unwritten records=%d groups=%s", len(self._unwritten), groups)
 
-    def _send(self, producer: AsyncProducer, batch: list[tuple[bytes, _Tombstone]], what: str,
+    def _send(self, producer: RecordSender, batch: list[tuple[bytes, _Tombstone]], what: str,
               outcome: asyncio.Future[KafkaError | None] | None = None) -> None:
-        records: list[Record] = [(entry.partition, key, None) for key, entry in batch]
+        records: list[KafkaRecord] = [(entry.partition, key, None) for key, entry in batch]
 
         def done(error: KafkaError | None) -> None:
             self._on_done(batch, what, error)
             if outcome is not None and not outcome.done():
                 outcome.set_result(error)
 
-        producer.send_then(records, done)
+        producer.send(records).add_done_callback(lambda sent: done(sent.result()))
 
     def _on_done(self, batch: list[tuple[bytes, _Tombstone]], what: str, error: KafkaError | None) -> None:
         for _, entry in batch:  # also those superseded meanwhile: restored after a failed newer write, they are owed
@@ -128,14 +134,18 @@ class TombstoneWriter:
             self._retrier = asyncio.get_running_loop().create_task(self._retry(), name="tombstone-retry")
 
     async def _retry(self) -> None:
-        delay_s = _FIRST_RETRY_S
+        delay_s = self._first_retry_s
         while self._unwritten and self._producer is not None:
             await asyncio.sleep(delay_s)
-            if self._producer is not None:
-                self._send_owed(self._producer)
-            delay_s = min(delay_s * 2, _MAX_RETRY_S)
+            self.retry_owed()
+            delay_s = min(delay_s * 2, self._max_retry_s)
 
-    def _send_owed(self, producer: AsyncProducer) -> None:
+    def retry_owed(self) -> None:
+        """Queue every owed tombstone not in flight now (the retrier's step, also callable at any time)."""
+        if self._producer is not None and not self._closed:
+            self._send_owed(self._producer)
+
+    def _send_owed(self, producer: RecordSender) -> None:
         owed = [(key, entry) for key, entry in self._unwritten.items() if not entry.in_flight]
         if owed:
             for _, entry in owed:

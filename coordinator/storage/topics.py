@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from coordinator.security.clusters import secured
 from coordinator.storage.config import StorageConfig, min_insync_replicas
 from coordinator.storage.kafka_logs import librdkafka_logger
 
@@ -31,9 +33,10 @@ class Admin:
     """An AdminClient that is destroyed when released, on the releasing thread (see the module docstring)."""
 
     def __init__(self, config: StorageConfig) -> None:
-        self._client: AdminClient | None = AdminClient({
-            "bootstrap.servers": config.bootstrap, "client.id": f"{config.client_id}-admin",
-            "logger": librdkafka_logger("admin")})
+        # dict[str, Any]: confluent-kafka's stubs type config values as str | int | float, but it takes a logger
+        settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap, "client.id": f"{config.client_id}-admin",
+                                    "logger": librdkafka_logger("admin")}
+        self._client: AdminClient | None = AdminClient(secured(settings))
 
     @property
     def client(self) -> AdminClient:

@@ -29,9 +29,7 @@ a producer while a commit runs on another thread makes librdkafka refuse the abo
 commit_transaction API call is already in progress"), and many producers initialise in parallel instead of
 queueing for asyncio's small default executor. The event loop never waits on them.
 
-One producer has one transaction in flight at a time, so `TransactionalWriters` keeps a few, each owning a
-fixed share of the partitions (partition % count): transactions of different shares run in parallel, and a
-partition's writes stay in order because they always go through the same producer.
+One producer has one transaction in flight at a time; partition_writers.py routes partitions to several.
 """
 
 from __future__ import annotations
@@ -40,13 +38,13 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
-from coordinator.storage.producer import Record
+from coordinator.storage.producer import KafkaRecord
 
 log = logging.getLogger("coordinator.storage")
 _MIN_TIMEOUT_S = 0.5  # a transaction started late still gets this long
@@ -121,11 +119,11 @@ class _DeliveryErrors:
             self.first = error
 
 
-_Queued = tuple[Sequence[Record], "asyncio.Future[KafkaError | None]", float]  # records, outcome, loop deadline
+_Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float]  # records, outcome, loop deadline
 
 
 class TransactionalProducer:
-    """Same surface as AsyncProducer (send, send_then, flush, close), every write inside a transaction."""
+    """Same surface as AsyncProducer (send, flush, close), every write inside a transaction."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
                  timeout_ms: int, on_fenced: Callable[[], None] | None = None,
@@ -178,14 +176,12 @@ class TransactionalProducer:
         self._ready = True
         self._worker = loop.create_task(self._run(), name=f"{self.name}-transactions")
 
-    async def send(self, records: Sequence[Record]) -> KafkaError | None:
-        """Append `records` in the next transaction; None once it is committed, else its error (never raises)."""
-        return await self._enqueue(records)
+    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
+        """Queue `records` now for the next transaction (transactions take the queue in order); the future
+        resolves with None once it is committed, else with its error (never raises)."""
+        return self._enqueue(records)
 
-    def send_then(self, records: Sequence[Record], on_done: Callable[[KafkaError | None], object]) -> None:
-        self._enqueue(records).add_done_callback(lambda done: on_done(done.result()))
-
-    def _enqueue(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+    def _enqueue(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[KafkaError | None] = loop.create_future()
         if self._closed or self._worker is None:
@@ -308,7 +304,7 @@ class TransactionalProducer:
             self._retire_blocking()
         return error
 
-    def _transaction(self, records: list[Record], timeout_s: float) -> tuple[KafkaError | None, str | None]:
+    def _transaction(self, records: list[KafkaRecord], timeout_s: float) -> tuple[KafkaError | None, str | None]:
         """One transaction with every record, committed within `timeout_s` or not at all. Returns (error, what
         to do next: None, "abort", "retired" or "fenced")."""
         if self._fenced is not None:
@@ -358,10 +354,16 @@ class TransactionalProducer:
         return None
 
     def _failed(self, error: KafkaError, abortable: bool) -> tuple[KafkaError, str]:
-        log.warning("event=transaction_failed producer=%s error=%s fatal=%s", self.name, error, error.fatal())
-        if error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence):
-            log.error("event=state_producer_fenced producer=%s transactional_id=%s error=%s", self.name,
-                      self.transactional_id, error)
+        fenced = error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence)
+        if not fenced:
+            log.warning("event=transaction_failed producer=%s error=%s fatal=%s", self.name, error, error.fatal())
+        else:
+            # A partition's producer is fenced when the partition moves: the owner of the store says so once, with
+            # what it does next (cluster/ownership.py). Any other producer fenced means a second writer with our
+            # transactional.id, which only an operator can resolve.
+            log.log(logging.INFO if self.fatal_is_fence else logging.ERROR,
+                    "event=state_producer_fenced producer=%s transactional_id=%s error=%s", self.name,
+                    self.transactional_id, error)
             self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
             self._retire_blocking()
             return self._fenced, "fenced"
@@ -455,138 +457,3 @@ def _discard(holder: list[Producer]) -> None:
     except KafkaException:  # its fatal error (a fence), known already: nothing more to learn from it
         pass
     holder.clear()
-
-
-class _RoutedWriters:
-    """Sends each record through the transactional producer that owns its partition. A send spanning
-    partitions (tombstone retries) is split by producer and resolves with the first error."""
-
-    topic: str
-
-    def _route(self, partition: int) -> TransactionalProducer | None:
-        raise NotImplementedError
-
-    def _producers(self) -> list[TransactionalProducer]:
-        raise NotImplementedError
-
-    @property
-    def transactions(self) -> int:
-        return sum(p.transactions for p in self._producers())
-
-    async def send(self, records: Sequence[Record]) -> KafkaError | None:
-        shares: dict[TransactionalProducer | None, list[Record]] = {}
-        for record in records:
-            shares.setdefault(self._route(record[0]), []).append(record)
-        if not shares:
-            return None
-        sends = [_not_owned(share) if producer is None else producer.send(share)
-                 for producer, share in shares.items()]
-        if len(sends) == 1:
-            return await sends[0]
-        errors = await asyncio.gather(*sends)
-        return next((e for e in errors if e is not None), None)
-
-    def send_then(self, records: Sequence[Record], on_done: Callable[[KafkaError | None], object]) -> None:
-        task = asyncio.get_running_loop().create_task(self.send(records))
-        task.add_done_callback(lambda done: on_done(done.result()))
-
-    async def flush(self, timeout_ms: int) -> int:
-        remaining = await asyncio.gather(*(p.flush(timeout_ms) for p in self._producers()))
-        return sum(remaining)
-
-    async def close(self, flush_timeout_ms: int = 5_000) -> None:
-        await asyncio.gather(*(p.close(flush_timeout_ms) for p in self._producers()))
-
-
-async def _not_owned(records: Sequence[Record]) -> KafkaError:
-    partitions = sorted({partition for partition, _, _ in records})
-    return KafkaError(KafkaError.NOT_COORDINATOR, f"partitions {partitions} are not loaded here")
-
-
-class TransactionalWriters(_RoutedWriters):
-    """`count` transactional producers (ids `<transactional_id>-<k>`), partition p written by producer p % count
-    (one instance owning every partition)."""
-
-    def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
-                 timeout_ms: int, count: int) -> None:
-        self.topic = topic
-        self.name = name
-        self.timeout_ms = timeout_ms
-        self.producers = [TransactionalProducer(topic, settings, f"{name}-{k}", f"{transactional_id}-{k}",
-                                                timeout_ms) for k in range(count)]
-
-    def _route(self, partition: int) -> TransactionalProducer:
-        return self.producers[partition % len(self.producers)]
-
-    def _producers(self) -> list[TransactionalProducer]:
-        return self.producers
-
-    async def start(self, timeout_ms: int = 60_000) -> None:
-        await asyncio.gather(*(p.start(timeout_ms) for p in self.producers))
-
-
-class PartitionTransactions(_RoutedWriters):
-    """One transactional producer per owned partition, `transactional.id = <transactional_id>-p<partition>`
-    (several instances sharing one state topic). `acquire` fences the partitions' previous owner: its
-    init_transactions aborts the transaction that owner left open, and that owner's later writes fail.
-    Writes to a partition not acquired fail NOT_COORDINATOR. `on_fenced(partition)` runs on the loop once when
-    a partition's producer is fenced by a newer owner."""
-
-    def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
-                 timeout_ms: int, on_fenced: Callable[[int], None]) -> None:
-        self.topic = topic
-        self.name = name
-        self.transactional_id = transactional_id
-        self.timeout_ms = timeout_ms
-        self._settings = settings
-        self._on_fenced = on_fenced
-        self._owned: dict[int, TransactionalProducer] = {}
-
-    def _route(self, partition: int) -> TransactionalProducer | None:
-        return self._owned.get(partition)
-
-    def _producers(self) -> list[TransactionalProducer]:
-        return list(self._owned.values())
-
-    def owns(self, partition: int) -> bool:
-        producer = self._owned.get(partition)
-        return producer is not None and not producer.fenced
-
-    def transactional_id_of(self, partition: int) -> str:
-        return f"{self.transactional_id}-p{partition}"
-
-    async def acquire(self, partitions: Collection[int], timeout_ms: int) -> None:
-        """Fence the partitions (in parallel; those already held and not fenced are kept). Raises the first
-        failure (KafkaException: the cluster did not answer within `timeout_ms`) after the others finished;
-        the partitions that succeeded stay acquired."""
-        started = [self._acquire_one(p, timeout_ms) for p in sorted(set(partitions)) if not self.owns(p)]
-        outcomes = await asyncio.gather(*started, return_exceptions=True)
-        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
-        if failure is not None:
-            raise failure
-
-    async def _acquire_one(self, partition: int, timeout_ms: int) -> None:
-        old = self._owned.pop(partition, None)
-        if old is not None:  # fenced earlier: a fresh producer takes the partition back
-            await old.close(0)
-        producer = TransactionalProducer(self.topic, self._settings, f"{self.name}-p{partition}",
-                                         self.transactional_id_of(partition), self.timeout_ms,
-                                         on_fenced=lambda: self._fenced(partition, producer), fatal_is_fence=True)
-        try:
-            await producer.start(timeout_ms)
-        except BaseException:
-            await producer.close(0)
-            raise
-        self._owned[partition] = producer
-
-    def _fenced(self, partition: int, producer: TransactionalProducer) -> None:
-        if self._owned.get(partition) is producer:
-            self._on_fenced(partition)
-
-    async def release(self, partitions: Collection[int], flush_timeout_ms: int) -> None:
-        """Stop writing the partitions: their writes in flight finish (bounded), then their producers close."""
-        producers = [p for p in (self._owned.pop(partition, None) for partition in partitions) if p is not None]
-        await asyncio.gather(*(p.close(flush_timeout_ms) for p in producers))
-
-    async def close(self, flush_timeout_ms: int = 5_000) -> None:
-        await self.release(list(self._owned), flush_timeout_ms)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeGuard
 
 EVENT_SCHEMA_VERSION = 1
 
@@ -57,7 +57,9 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     "rebalance_started": (Field("generation", _I), Field("reason", _S)),
     "rebalance_completed": (Field("generation", _I), Field("member_count", _I), Field("duration_ms", _L)),
     "offsets_committed": (Field("member_id", _S), Field("partition_count", _I)),
-    "offsets_expired": (Field("partition_count", _I),),
+    "offsets_expired": (Field("partition_count", _I),),  # the retention check
+    "offsets_deleted": (Field("partition_count", _I),),  # OffsetDelete
+    "group_deleted": (Field("partition_count", _I),),  # DeleteGroups: the group and this many offsets
 }
 
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
@@ -98,7 +100,8 @@ def problem_of(event: Any) -> Problem | None:
         return Problem.NO_VERSION
     if version > EVENT_SCHEMA_VERSION:
         return Problem.FUTURE_VERSION
-    fields = EVENT_FIELDS.get(event.get("type"))  # type: ignore[arg-type]
+    type_name = event.get("type")
+    fields = EVENT_FIELDS.get(type_name) if isinstance(type_name, str) else None
     if fields is None:
         return Problem.UNKNOWN_TYPE
     for field in COMMON_FIELDS + fields:
@@ -115,7 +118,7 @@ def problem_of(event: Any) -> Problem | None:
     return None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -22,11 +22,13 @@ from typing import Any, Callable
 
 from confluent_kafka import KafkaError, Producer
 
-from coordinator.group.observer import GroupObserver
+from coordinator.group.observer import GroupObserver, RebalanceCause
+from coordinator.security.clusters import secured
 from coordinator.storage.config import EVENT_LINGER_MS, StorageConfig
 from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
+from coordinator.storage.topics import ensure_event_topic, make_admin
 
 log = logging.getLogger("coordinator.telemetry.events")
 
@@ -96,7 +98,7 @@ class EventPublisher:
         self._accepted = 0  # taken by the producer (loop thread)
         # the client's callback must not reference self: no cycle
         self._reports = _DeliveryCounts(self.topic, config.event_delivery_timeout_ms)
-        self._producer: Producer | None = Producer({
+        self._producer: Producer | None = Producer(secured({
             "bootstrap.servers": config.bootstrap,
             "client.id": f"{config.client_id}-events",
             "acks": 1,
@@ -107,7 +109,7 @@ class EventPublisher:
             "message.timeout.ms": config.event_delivery_timeout_ms,
             "on_delivery": self._reports.on_delivery,
             "logger": librdkafka_logger("events"),
-        })
+        }))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name="event-producer-poll", daemon=True)
         self._thread.start()
@@ -208,8 +210,8 @@ class EventTopicObserver(GroupObserver):
         self._emit("member_failed", group_id, member_id=member_id, group_instance_id=group_instance_id,
                    reason=reason)
 
-    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
-        self._emit("rebalance_started", group_id, generation=generation, reason=reason)
+    def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
+        self._emit("rebalance_started", group_id, generation=generation, reason=cause.text)
 
     def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
         self._emit("rebalance_completed", group_id, generation=generation, member_count=member_count,
@@ -221,3 +223,25 @@ class EventTopicObserver(GroupObserver):
 
     def on_offsets_expired(self, group_id: str, partition_count: int) -> None:
         self._emit("offsets_expired", group_id, partition_count=partition_count)
+
+    def on_offsets_deleted(self, group_id: str, partition_count: int) -> None:
+        self._emit("offsets_deleted", group_id, partition_count=partition_count)
+
+    def on_group_deleted(self, group_id: str, partition_count: int) -> None:
+        self._emit("group_deleted", group_id, partition_count=partition_count)
+
+
+async def start_event_publisher(config: StorageConfig) -> EventPublisher | None:
+    """Create or verify the event topic and start its producer (None when the event topic is off). The topic is
+    optional: if it cannot be made, the publisher still starts (events wait or are dropped, groups lose
+    nothing). Close it with `close_blocking` (in a thread) before the state store closes."""
+    if config.event_topic is None:
+        return None
+    admin = make_admin(config)
+    try:
+        await ensure_event_topic(admin, config)
+    except Exception as exc:
+        log.warning("event=event_topic_unavailable topic=%s error=%s", config.event_topic, exc)
+    finally:
+        admin.release()
+    return EventPublisher(config)

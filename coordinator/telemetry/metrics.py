@@ -10,41 +10,61 @@ heartbeat costs nothing more with metrics on. Prometheus names: dots become unde
 from __future__ import annotations
 
 import asyncio
-import time
+import concurrent.futures
+import threading
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from coordinator.group.observer import GroupObserver
-from coordinator.telemetry.tracing import reason_category
+from coordinator.group.observer import GroupObserver, RebalanceCause
+from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES
+from coordinator.group.records import GroupMetadataRecord, OffsetCommitRecord, Record
+from coordinator.group.state import GroupState
 
-GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+GROUP_STATES = tuple(state.value for state in GroupState)
 
 
 class GroupCensus:
-    """Groups by state and members, for the collector's thread. Up to `direct_limit` groups they are counted on
-    the spot (a few ms); above, a scan on the event loop in slices of `slice_size` groups, one slice per loop
-    iteration, so a scrape never holds the loop for O(groups): the figures are then the last finished scan's
-    (a scrape starts the next one)."""
+    """Groups by state and members, for the collector's thread, counted on the event loop (which owns the
+    groups: a walk from another thread could see a dict change size mid-scan). Up to `direct_limit` groups they
+    are counted in one loop callback (a few ms) the collector waits for (at most `wait_s`, else it gets the last
+    figures); above, a scan in slices of `slice_size` groups, one slice per loop iteration, so a scrape never
+    holds the loop for O(groups): the figures are then the last finished scan's (a scrape starts the next one)."""
 
-    def __init__(self, coordinator: Any, direct_limit: int = 20_000, slice_size: int = 2_000) -> None:
+    def __init__(self, coordinator: Any, direct_limit: int = 20_000, slice_size: int = 2_000,
+                 wait_s: float = 1.0) -> None:
         self.coordinator = coordinator
-        self.direct_limit, self.slice_size = direct_limit, slice_size
+        self.direct_limit, self.slice_size, self.wait_s = direct_limit, slice_size, wait_s
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._last: tuple[dict[str, int], int] = ({}, 0)
         self._scanning = False
 
     def read(self, fresh: bool = True) -> tuple[dict[str, int], int]:
         """`fresh=False`: the figures of the previous read (the second instrument of one collection)."""
-        groups = self.coordinator.groups
         if not fresh:
             return self._last
+        if threading.get_ident() == self._loop_thread:
+            return self._read_on_loop()
+        counted: concurrent.futures.Future[tuple[dict[str, int], int]] = concurrent.futures.Future()
+        try:
+            self._loop.call_soon_threadsafe(self._answer, counted)
+            return counted.result(timeout=self.wait_s)
+        except (RuntimeError, concurrent.futures.TimeoutError):  # the loop is closed or too busy to answer now
+            return self._last
+
+    def _answer(self, counted: concurrent.futures.Future[tuple[dict[str, int], int]]) -> None:
+        if counted.set_running_or_notify_cancel():
+            counted.set_result(self._read_on_loop())
+
+    def _read_on_loop(self) -> tuple[dict[str, int], int]:
+        groups = self.coordinator.groups
         if len(groups) > self.direct_limit:
             if not self._scanning:
                 self._scanning = True
-                self._loop.call_soon_threadsafe(self._start_scan)
+                self._start_scan()
             return self._last
         self._last = _count(list(groups.values()))
         return self._last
@@ -95,8 +115,13 @@ class MetricsObserver(GroupObserver):
             description="Appends to the state topic until Kafka acknowledged them")
 
     # --- group observer -------------------------------------------------------------------------------------
-    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
-        self.rebalances.add(1, {"reason": reason_category(reason)})
+    def on_append_completed(self, group_id: str, partition: int, records: Sequence[Record], duration_ms: float,
+                            error: str, by_request: bool) -> None:
+        self.append_duration.record(duration_ms, {"record": _record_kind(records),
+                                                  "outcome": "ok" if error == "NONE" else "error"})
+
+    def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
+        self.rebalances.add(1, {"reason": cause.category.value})
 
     def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
         self.rebalance_duration.record(duration_ms, {"outcome": "stable" if member_count else "empty"})
@@ -226,22 +251,13 @@ class MetricsObserver(GroupObserver):
                                       [lambda _options: [Observation(publisher.queued)]],
                                       description="Group events waiting for the event topic")
 
-    def instrument_store(self, store: Any) -> None:
-        """Time the store's appends (group records and offset commits) until acknowledged."""
-        for method, kind in (("store_group", "group"), ("store_offsets", "offsets")):
-            setattr(store, method, self._timed(getattr(store, method), kind))
 
-    def _timed(self, append: Callable[..., Any], kind: str) -> Callable[..., Any]:
-        histogram = self.append_duration
-
-        async def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            outcome = "error"
-            try:
-                result = await append(*args, **kwargs)
-                outcome = "ok"
-                return result
-            finally:
-                histogram.record((time.perf_counter() - started) * 1000, {"record": kind, "outcome": outcome})
-
-        return timed
+def _record_kind(records: Sequence[Record]) -> str:
+    """group: a group's metadata; consumer_group: a KIP-848 group's records; offsets: committed offsets;
+    tombstones: deletions only."""
+    if any(isinstance(r, CONSUMER_GROUP_RECORD_CLASSES) for r in records):
+        return "consumer_group"
+    if any(isinstance(r, GroupMetadataRecord) and r.value is not None for r in records):
+        return "group"
+    offsets = (r for r in records if isinstance(r, OffsetCommitRecord))
+    return "offsets" if any(r.value is not None for r in offsets) else "tombstones"

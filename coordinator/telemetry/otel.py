@@ -25,7 +25,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from coordinator.telemetry.tracing import PresetIdGenerator
 
 log = logging.getLogger("coordinator.telemetry")
 
@@ -42,7 +41,6 @@ class Telemetry:
     """The SDK providers in use; None where that signal is off."""
 
     tracer_provider: TracerProvider | None = None
-    id_generator: PresetIdGenerator | None = None
     meter_provider: MeterProvider | None = None
     metrics_server: Any = None  # prometheus_client's WSGI server, when --metrics-listen is given
     metrics_address: tuple[str, int] | None = None
@@ -90,9 +88,8 @@ def start_telemetry(metrics_listen: tuple[str, int] | None = None, env: Mapping[
     res = resource(env)
     exporter = trace_exporter or _trace_exporter(env, telemetry.describe)
     if exporter is not None:
-        telemetry.id_generator = PresetIdGenerator()
         # sampler: OTEL_TRACES_SAMPLER(_ARG); limits: OTEL_SPAN_*_LIMIT
-        telemetry.tracer_provider = TracerProvider(resource=res, id_generator=telemetry.id_generator)
+        telemetry.tracer_provider = TracerProvider(resource=res)
         telemetry.tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
     readers = list(metric_readers or _metric_readers(env, telemetry.describe))
     if metrics_listen is not None:

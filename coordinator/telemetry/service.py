@@ -35,8 +35,7 @@ class Instrumented:
             self._log_filter = None
 
 
-def instrument(telemetry: Telemetry, coordinator: Any, observer: ObserverMux, store: Any = None,
-               now_ns: Callable[[], int] = time.time_ns) -> Instrumented:
+def instrument(telemetry: Telemetry, coordinator: Any, observer: ObserverMux, now_ns: Callable[[], int] = time.time_ns) -> Instrumented:
     """Install what `telemetry` has on: call before any other observer is added to `observer`, so the event
     topic's records of a rebalance already see its trace id."""
     done = Instrumented()
@@ -47,7 +46,7 @@ def instrument(telemetry: Telemetry, coordinator: Any, observer: ObserverMux, st
             group = coordinator.groups.get(group_id)
             return None if group is None else group.members.get(member_id)
 
-        done.rebalances = RebalanceTracer(tracer, now_ns, member_lookup, telemetry.id_generator)
+        done.rebalances = RebalanceTracer(tracer, now_ns, member_lookup)
         observer.add(done.rebalances)
         trace_group_requests(coordinator, tracer, done.rebalances)
         done._log_filter = logs.install(done.rebalances.trace_id_for)
@@ -55,8 +54,6 @@ def instrument(telemetry: Telemetry, coordinator: Any, observer: ObserverMux, st
         done.metrics = MetricsObserver(telemetry.meter_provider.get_meter(INSTRUMENTATION_SCOPE))
         observer.add(done.metrics)
         done.metrics.watch_coordinator(coordinator)
-        if store is not None:
-            done.metrics.instrument_store(store)
     for line in telemetry.describe:
         logging.getLogger("coordinator.telemetry").info("event=telemetry %s", line)
     return done

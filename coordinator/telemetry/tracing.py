@@ -9,8 +9,10 @@
 
 The root carries events for every state transition and membership change (member failed: the exact failure
 line, client id, host, session timeout, time since the last heartbeat) and the first REBALANCE_IN_PROGRESS
-answer per member and API. What caused a rebalance (a join, a failure, a leave) happens an instant before the
-group enters PreparingRebalance; it is kept and put on the new root with its own timestamp.
+answer per member and API. What causes a rebalance (a join, a failure, a leave) happens an instant before the
+group enters PreparingRebalance: the shard announces the rebalance with its cause first
+(`on_rebalance_starting`), the root starts then, and the cause's events land on it (the event topic's records
+of them carry its trace id).
 
 Everything runs synchronously on the event loop inside group logic, so it only creates and ends spans (the
 batch processor exports them on its own thread). This observer exists only when tracing is on; the heartbeat
@@ -25,18 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import (Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer, get_current_span,
                                  set_span_in_context)
 
-from coordinator.group.observer import GroupObserver
+from coordinator.group.observer import GroupObserver, RebalanceCause
+from coordinator.group.state import GroupState
 
 log = logging.getLogger("coordinator.telemetry")
 
 PREPARING, COMPLETING, STABLE, EMPTY, DEAD = (
-    "PreparingRebalance", "CompletingRebalance", "Stable", "Empty", "Dead")
+    GroupState.PREPARING_REBALANCE.value, GroupState.COMPLETING_REBALANCE.value, GroupState.STABLE.value,
+    GroupState.EMPTY.value, GroupState.DEAD.value)
 FAILURE_LINE = "Member {member_id} in group {group_id} has failed, removing it from the group"
-_MAX_PENDING_CAUSES = 16
 
 # Attribute names: OTel messaging semantic conventions where one applies, `coordinator.*` for ours.
 GROUP = "messaging.consumer.group.name"
@@ -45,33 +47,6 @@ CLIENT_ID = "messaging.client.id"
 CLIENT_ADDRESS = "client.address"
 MEMBER_ID = "coordinator.member.id"
 INSTANCE_ID = "coordinator.member.group_instance_id"
-
-
-def reason_category(reason: str) -> str:
-    """A low-cardinality name for Kafka's free-text rebalance reason (metrics label, span attribute)."""
-    text = reason.lower()
-    for needle, category in (
-        ("heartbeat expiration", "session_timeout"), ("pending sync", "sync_timeout"),
-        ("on leavegroup", "member_left"), ("adding new member", "member_joined"),
-        ("static member", "static_member"), ("leader", "leader_rejoined"), ("updating metadata", "metadata_changed"),
-        ("joining group during", "member_rejoined"), ("storing group assignment", "assignment_store_failed"),
-        ("over capacity", "over_capacity"),
-    ):
-        if needle in text:
-            return category
-    return "other"
-
-
-class PresetIdGenerator(RandomIdGenerator):
-    """Random ids, except that the next trace id can be chosen in advance: a rebalance's cause (a failed member)
-    is written to the event topic an instant before the rebalance's root span exists, and must carry its id."""
-
-    def __init__(self) -> None:
-        self.preset_trace_id: int | None = None
-
-    def generate_trace_id(self) -> int:
-        preset, self.preset_trace_id = self.preset_trace_id, None
-        return preset if preset is not None else super().generate_trace_id()
 
 
 @dataclass
@@ -86,23 +61,20 @@ class _Rebalance:
     busy_answers: set[tuple[str, str]] = field(default_factory=set)
     busy_count: int = 0
     superseded: bool = False
+    announced: bool = True  # started by its cause, not yet in PreparingRebalance
 
 
 class RebalanceTracer(GroupObserver):
     """`member_lookup(group_id, member_id)` returns the member's metadata (client id, host) when known."""
 
     def __init__(self, tracer: Tracer, now_ns: Callable[[], int] = time.time_ns,
-                 member_lookup: Callable[[str, str], Any] | None = None,
-                 id_generator: PresetIdGenerator | None = None) -> None:
+                 member_lookup: Callable[[str, str], Any] | None = None) -> None:
         self._tracer = tracer
-        self._ids = id_generator  # the tracer provider's, when it lets us choose the next trace id
-        self._reserved: dict[str, int] = {}  # trace ids of rebalances whose cause has just been seen
         self._now_ns = now_ns
         self._member_lookup = member_lookup or (lambda _group_id, _member_id: None)
         self._active: dict[str, _Rebalance] = {}
         self._last: dict[str, SpanContext] = {}  # each group's latest rebalance: links and the event topic's id
         self._early_joins: dict[str, dict[str, int]] = {}  # JoinGroups parked just before the rebalance began
-        self._causes: dict[str, list[tuple[str, dict[str, Any], int]]] = {}
         self._expiries: dict[tuple[str, str], dict[str, Any]] = {}
         self._writes: dict[tuple[str, int], Span] = {}
 
@@ -112,22 +84,31 @@ class RebalanceTracer(GroupObserver):
         return rebalance.root.get_span_context() if rebalance is not None else self._last.get(group_id)
 
     def trace_id_for(self, group_id: str) -> str | None:
-        """The trace id of the group's rebalance: the one under way, the one just being caused, or the last."""
-        reserved = self._reserved.get(group_id)
-        if reserved is not None and group_id not in self._active:
-            return format(reserved, "032x")
+        """The trace id of the group's rebalance: the one under way (from its cause on), or the last."""
         context = self.current_context(group_id)
         return None if context is None else format(context.trace_id, "032x")
 
     # --- state ----------------------------------------------------------------------------------------------
+    def on_rebalance_starting(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
+        """The root starts here, before the events of its cause, so they are on it and carry its trace id."""
+        rebalance = self._active.get(group_id)
+        if rebalance is None or not rebalance.announced:
+            self._begin(group_id, generation, self._now_ns())
+
     def on_state_change(self, group_id: str, old_state: str, new_state: str, generation: int) -> None:
         now = self._now_ns()
         if new_state == PREPARING:
-            self._begin(group_id, old_state, generation, now)
+            rebalance = self._active.get(group_id)
+            if rebalance is None or not rebalance.announced:  # every rebalance is announced; stay safe if not
+                rebalance = self._begin(group_id, generation, now)
+            rebalance.announced = False
+            rebalance.root.set_attribute("coordinator.state.previous", old_state)
+            rebalance.root.add_event("state change", {"from": old_state, "to": PREPARING, "generation": generation},
+                                     now)
+            for member_id, started in self._early_joins.pop(group_id, {}).items():
+                self._start_join_wait(rebalance, group_id, member_id, started)
             return
         self._early_joins.pop(group_id, None)
-        self._causes.pop(group_id, None)
-        self._reserved.pop(group_id, None)
         rebalance = self._active.get(group_id)
         if rebalance is None:
             if new_state == DEAD:
@@ -147,7 +128,7 @@ class RebalanceTracer(GroupObserver):
             self._finish(rebalance, now, Status(StatusCode.ERROR, "group unloaded or deleted during the rebalance"))
             self._last.pop(group_id, None)
 
-    def _begin(self, group_id: str, old_state: str, generation: int, now: int) -> None:
+    def _begin(self, group_id: str, generation: int, now: int) -> _Rebalance:
         links = []
         previous = self._active.pop(group_id, None)
         if previous is not None:  # CompletingRebalance → PreparingRebalance: that rebalance is over, unfinished
@@ -160,28 +141,25 @@ class RebalanceTracer(GroupObserver):
         request = get_current_span().get_span_context()
         if request.is_valid:  # started inside a traced request (a LeaveGroup, a commit): it stays its own trace
             links.append(Link(request, {"coordinator.link": "request that started it"}))
-        reserved = self._reserved.pop(group_id, None)
-        if reserved is not None and self._ids is not None:
-            self._ids.preset_trace_id = reserved
         root = self._tracer.start_span("rebalance", context=Context(), kind=SpanKind.INTERNAL, links=links,
                                        start_time=now,
                                        attributes={SYSTEM: "kafka", GROUP: group_id,
-                                                   "coordinator.generation.previous": generation,
-                                                   "coordinator.state.previous": old_state})
+                                                   "coordinator.generation.previous": generation})
         rebalance = self._active[group_id] = _Rebalance(group_id, root, self._child("join phase", root, group_id, now))
-        for name, attributes, timestamp in self._causes.pop(group_id, ()):
-            root.add_event(name, attributes, timestamp)
-        root.add_event("state change", {"from": old_state, "to": PREPARING, "generation": generation}, now)
-        for member_id, started in self._early_joins.pop(group_id, {}).items():
-            self._start_join_wait(rebalance, group_id, member_id, started)
+        return rebalance
 
-    def on_rebalance_started(self, group_id: str, generation: int, reason: str) -> None:
+    def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
         rebalance = self._active.get(group_id)
         if rebalance is None:
             return
-        category = reason_category(reason)
-        rebalance.root.set_attributes({"coordinator.rebalance.reason": reason,
-                                       "coordinator.rebalance.reason_category": category})
+        category = cause.category.value
+        attributes: dict[str, Any] = {"coordinator.rebalance.reason": cause.text,
+                                      "coordinator.rebalance.reason_category": category}
+        if cause.member_id is not None:
+            attributes["coordinator.rebalance.member.id"] = cause.member_id
+        if cause.client_reason:
+            attributes["coordinator.rebalance.client_reason"] = cause.client_reason
+        rebalance.root.set_attributes(attributes)
         log.info("event=rebalance_trace_started group=%s generation=%d reason_category=%s trace_id=%s",
                  group_id, generation, category, self.trace_id_for(group_id))
 
@@ -243,7 +221,8 @@ class RebalanceTracer(GroupObserver):
         attributes.update(detail)
         self._event(group_id, "member failed", attributes)
         rebalance = self._active.get(group_id)
-        if rebalance is not None and member_id not in rebalance.join_waits and rebalance.sync_phase is None:
+        if (rebalance is not None and not rebalance.announced and member_id not in rebalance.join_waits
+                and rebalance.sync_phase is None):
             # a member the join phase waited for in vain: its wait spans the whole phase, in error
             span = self._member_span("JoinGroup wait", rebalance.join_phase, group_id, member_id,
                                      _start_ns(rebalance.join_phase))
@@ -325,16 +304,9 @@ class RebalanceTracer(GroupObserver):
         rebalance.last_joined = member_id
 
     def _event(self, group_id: str, name: str, attributes: dict[str, Any]) -> None:
-        now = self._now_ns()
         rebalance = self._active.get(group_id)
-        if rebalance is not None:
-            rebalance.root.add_event(name, attributes, now)
-            return
-        causes = self._causes.setdefault(group_id, [])  # a rebalance may be about to start because of it
-        if len(causes) < _MAX_PENDING_CAUSES:
-            causes.append((name, attributes, now))
-        if self._ids is not None and group_id not in self._reserved:
-            self._reserved[group_id] = self._ids.generate_trace_id()
+        if rebalance is not None:  # a change outside any rebalance is no trace's
+            rebalance.root.add_event(name, attributes, self._now_ns())
 
     def _end_member(self, group_id: str, member_id: str, status: Status, outcome: str | None) -> None:
         rebalance = self._active.get(group_id)

@@ -171,12 +171,13 @@ class SystemTimer:
             # A task cancelled or rescheduled since it expired is no longer PENDING_RUN; skip it.
             if self._closed:
                 break
-            if entry.list is PENDING_RUN:
-                task, entry.task, entry.list = entry.task, None, None  # idle entries do not hold their task
+            task = entry.task
+            if entry.list is PENDING_RUN and task is not None:  # a pending entry always holds its task
+                entry.task = entry.list = None  # idle entries do not hold their task
                 try:
-                    task.run()  # type: ignore[union-attr]
+                    task.run()
                 except Exception as exc:  # one failing task must not starve the rest of the batch
-                    errors.append((task, exc))  # type: ignore[arg-type]
+                    errors.append((task, exc))
         if errors:
             self._report(errors)
 

@@ -76,9 +76,10 @@ class TimerTaskEntry:
 
     def run_if_due(self) -> None:
         """What the executor calls: runs the task unless it was cancelled or rescheduled meanwhile."""
-        if self.list is PENDING_RUN:
-            task, self.task, self.list = self.task, None, None
-            task.run()  # type: ignore[union-attr]
+        task = self.task
+        if self.list is PENDING_RUN and task is not None:  # a pending entry always holds its task
+            self.task = self.list = None
+            task.run()
 
     def __repr__(self) -> str:
         return f"TimerTaskEntry({self.task!r}, expiration_ms={self.expiration_ms})"
@@ -132,6 +133,7 @@ class TimerTaskList:
         if entry.list is not self:
             return
         prev, nxt = entry.prev, entry.next
+        assert prev is not None and nxt is not None  # an entry in a list has both neighbours
         prev.next = nxt
         nxt.prev = prev
         entry.next = entry.prev = entry.list = entry.task = None
@@ -142,11 +144,11 @@ class TimerTaskList:
 
         The chain is detached first, so even a reinsert into this very bucket could not loop forever.
         """
-        entry = self.next
+        entry: TimerTaskEntry | TimerTaskList | None = self.next
         self.next = self.prev = self
         self.expiration_ms = -1
         counter = self._counter
-        while entry is not self:
+        while isinstance(entry, TimerTaskEntry):  # the ring's only other node is this list, its sentinel
             following = entry.next
             entry.next = entry.prev = entry.list = None
             counter.value -= 1
@@ -156,8 +158,8 @@ class TimerTaskList:
     def entries(self) -> list[TimerTaskEntry]:
         """A snapshot, for tests and debugging."""
         found = []
-        entry = self.next
-        while entry is not self:
+        entry: TimerTaskEntry | TimerTaskList | None = self.next
+        while isinstance(entry, TimerTaskEntry):
             found.append(entry)
             entry = entry.next
         return found

@@ -25,7 +25,8 @@ class RecordingTask(TimerTask):
 
     __slots__ = ("name", "clock", "fired")
 
-    def __init__(self, delay_ms: int, name: object, clock: ManualClock, fired: list) -> None:
+    def __init__(self, delay_ms: int, name: object, clock: ManualClock,
+                 fired: list[tuple[object, int]]) -> None:
         super().__init__(delay_ms)
         self.name = name
         self.clock = clock

@@ -128,3 +128,33 @@ def test_replicated_topic_led_by_every_broker_survives_a_broker_restart(
         consumer.close()
         for node_id in set(kafka_cluster.node_ids) - set(kafka_cluster.running_node_ids()):
             kafka_cluster.start_broker(node_id)  # leave the module's cluster whole for the next test
+
+
+async def test_the_state_topic_gets_the_replication_factor_given_by_its_kafka_name(
+    kafka_cluster: EmbeddedKafkaCluster,
+) -> None:
+    """`--config offsets.topic.replication.factor=2` on three brokers: the created state topic has two replicas
+    per partition (the default would give three), as the cluster itself describes it."""
+    from coordinator.app import _storage_config
+    from coordinator.cli import build_parser
+    from coordinator.commands.serve import _service_options
+    from coordinator.storage.topics import Admin, ensure_state_topic
+
+    topics = {}
+    for setting in ("offsets.topic.replication.factor=2", None):
+        topic = f"state-{uuid.uuid4().hex[:10]}"
+        argv = ["serve", "--bootstrap-server", kafka_cluster.bootstrap, "--state-topic", topic,
+                "--config", "offsets.topic.num.partitions=3"] + (["--config", setting] if setting else [])
+        config = _storage_config(_service_options(build_parser().parse_args(argv)), kafka_cluster.bootstrap)
+        admin = Admin(config)
+        try:
+            await ensure_state_topic(admin, config)
+        finally:
+            admin.release()
+        topics[setting] = topic
+    for setting, replicas in (("offsets.topic.replication.factor=2", 2), (None, 3)):
+        metadata = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(topics[setting],
+                                                                                              timeout=20)
+        partitions = metadata.topics[topics[setting]].partitions
+        assert len(partitions) == 3
+        assert {len(p.replicas) for p in partitions.values()} == {replicas}, (setting, partitions)

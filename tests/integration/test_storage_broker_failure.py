@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from coordinator.embedded import EmbeddedKafka
-from coordinator.group.errors import Errors, group_append_error, offset_append_error
+from coordinator.group.errors import group_append_error, offset_append_error
+from protocol.error_codes import Errors
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, StoreError
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_group_records, loaded_offset_records

@@ -13,7 +13,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.group.api import (JoinGroupRequest, OffsetCommitRequest, OffsetCommitRequestPartition,
                                    OffsetCommitRequestTopic, OffsetFetchRequest)
 from coordinator.group.runtime import GroupRuntime
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore

@@ -11,9 +11,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.storage.config import StorageConfig
-from coordinator.telemetry.events import EVENT_SCHEMA_VERSION, EventPublisher, EventTopicObserver
-from coordinator.storage.kafka_store import KafkaGroupStore
+from coordinator.telemetry.events import EVENT_SCHEMA_VERSION, EventPublisher, EventTopicObserver, start_event_publisher
 from coordinator.storage.topics import make_admin, partition_count
 from coordinator.timer.clock import ManualClock
 
@@ -40,12 +40,12 @@ async def test_observer_events_land_in_the_event_topic_as_versioned_json(kafka_b
     suffix = uuid.uuid4().hex[:8]
     config = StorageConfig(bootstrap=kafka_bootstrap, state_topic=f"__state-{suffix}", partitions=2,
                            event_topic=f"__events-{suffix}", event_partitions=3)
-    store = KafkaGroupStore(config)
-    await store.start()
-    observer = store.event_observer(wall_clock=ManualClock(1_700_000_000_000), trace_id_for=lambda g: "ab" * 16)
+    publisher = await start_event_publisher(config)
+    assert publisher is not None
+    observer = EventTopicObserver(publisher, ManualClock(1_700_000_000_000), trace_id_for=lambda g: "ab" * 16)
     try:
-        assert observer is not None
-        observer.on_rebalance_started("g1", 4, "Adding new member m-2")
+        observer.on_rebalance_started("g1", 4, RebalanceCause(RebalanceCategory.MEMBER_JOINED,
+                                                              "Adding new member m-2"))
         observer.on_member_joined("g1", "m-2", None, "client-2", "/127.0.0.1")
         observer.on_state_change("g1", "PreparingRebalance", "CompletingRebalance", 5)
         observer.on_rebalance_completed("g1", 5, 2, 3_012)
@@ -53,7 +53,7 @@ async def test_observer_events_land_in_the_event_topic_as_versioned_json(kafka_b
         observer.on_member_left("g2", "m-8", None, "the consumer is being closed")
         observer.on_offsets_committed("g2", "m-8", 3)  # not published by default (volume)
     finally:
-        await store.close()  # flushes queued events
+        await asyncio.to_thread(publisher.close_blocking)  # flushes queued events
     admin = make_admin(config)
     try:
         assert await partition_count(admin, config.event_topic) == 3
@@ -80,13 +80,13 @@ async def test_default_event_time_is_epoch_milliseconds(kafka_bootstrap: str) ->
     suffix = uuid.uuid4().hex[:8]
     config = StorageConfig(bootstrap=kafka_bootstrap, state_topic=f"__state-{suffix}", partitions=1,
                            event_topic=f"__events-{suffix}", event_partitions=1)
-    store = KafkaGroupStore(config)
-    await store.start()
+    publisher = await start_event_publisher(config)
+    assert publisher is not None
     before_ms = time.time_ns() // 1_000_000
     try:
-        store.event_observer().on_offsets_expired("g", 2)
+        EventTopicObserver(publisher).on_offsets_expired("g", 2)
     finally:
-        await store.close()
+        await asyncio.to_thread(publisher.close_blocking)
     [(key, event)] = read_all(kafka_bootstrap, config.event_topic, 1, expected=1)
     assert before_ms <= event["ts_ms"] <= time.time_ns() // 1_000_000
     assert event["type"] == "offsets_expired" and event["partition_count"] == 2 and "trace_id" not in event

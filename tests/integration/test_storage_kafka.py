@@ -10,8 +10,8 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import ConfigResource
 
-from coordinator.group.errors import Errors
-from coordinator.group.store import OffsetRecord, StoreError
+from protocol.error_codes import Errors
+from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, StoreError
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_group_records, loaded_offset_records
 from coordinator.storage.loader import LoadError

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
 from coordinator.group.store import OffsetRecord, StoreError
 from coordinator.storage.kafka_store import KafkaGroupStore

@@ -12,12 +12,12 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.store import OffsetRecord, StoreError
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
 from coordinator.storage.loader import LoadError
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
-from coordinator.storage.transactions import TransactionalWriters
+from coordinator.storage.partition_writers import TransactionalWriters
 from tests.support.kafka_store import read_back, stable_group, started_store, unique_topic
 
 pytestmark = pytest.mark.integration

@@ -34,6 +34,7 @@ from coordinator.server import ServerConfig
 from coordinator.server.connection import Connection
 from coordinator.server.context import ConnectionContext
 from coordinator.server.handlers import served_ranges
+from coordinator.server.relaying import LocalResponse, RelaySide
 from coordinator.server.listener import CoordinatorServer
 from coordinator.timer import SystemTimer
 from protocol.framing import FrameReader
@@ -45,7 +46,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 40  # of the five explicit kinds below: 200 connections
 FUZZ_FRAMES = 3_000  # ~900 connections of every kind the fuzzer makes
 FUZZ_CORPUS = "0:3-9,1:4-15,2:1-10,3:0-12,18:0-4,10:0-4,11:0-9,12:0-4,14:0-5"
-CONNECTION_TYPES = (Connection, UpstreamLink, PendingResponse, FrameReader, ConnectionContext)
+CONNECTION_TYPES = (Connection, RelaySide, UpstreamLink, PendingResponse, LocalResponse, FrameReader,
+                    ConnectionContext)
 
 
 def _frame(api_key: int, version: int, correlation_id: int, body: bytes = b"") -> bytes:

@@ -14,7 +14,7 @@ from coordinator.group.api import (HeartbeatRequest, JoinGroupProtocol, JoinGrou
                                    OffsetCommitRequestTopic, OffsetFetchRequest, OffsetFetchRequestTopic,
                                    SyncGroupRequest, SyncGroupRequestAssignment, SyncGroupResponse)
 from coordinator.group.runtime import GroupRuntime
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.observer import GroupObserver
 from coordinator.group.shard import ShardStatus
 from coordinator.group.state import GroupState
@@ -57,6 +57,18 @@ class RecordingObserver(GroupObserver):
 
     def on_rebalance_completed(self, *args):
         self.events.append(("rebalance_completed", *args))
+
+    def on_offsets_expired(self, *args):
+        self.events.append(("offsets_expired", *args))
+
+    def on_offsets_deleted(self, *args):
+        self.events.append(("offsets_deleted", *args))
+
+    def on_group_deleted(self, *args):
+        self.events.append(("group_deleted", *args))
+
+    def on_append_completed(self, *args):
+        self.events.append(("append_completed", *args))
 
     def of(self, kind: str) -> list[tuple]:
         return [e for e in self.events if e[0] == kind]

@@ -98,6 +98,7 @@ class JavaConsumer:
         group_instance_id: str | None = None,
         properties: Mapping[str, str] | None = None,
         heap_mb: int = 128,
+        group_protocol: str = "classic",
     ) -> None:
         args = [
             "--bootstrap", bootstrap, "--group", group, "--topic", topic, "--assignor", assignor,
@@ -108,6 +109,8 @@ class JavaConsumer:
             args += ["--max-records", str(max_records)]
         if group_instance_id is not None:
             args += ["--group-instance-id", group_instance_id]
+        if group_protocol == "consumer":  # KIP-848: `assignor` names the coordinator's (uniform, range)
+            args += ["--group-protocol", "consumer", "--remote-assignor", assignor]
         for name, value in (properties or {}).items():
             args += ["--property", f"{name}={value}"]
         self.command = [

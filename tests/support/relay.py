@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -87,11 +88,13 @@ class ConsumerProcess:
     """One stock consumer (tests/support/relay_consumer.py) in its own process, its JSON lines collected."""
 
     def __init__(self, kind: str, name: str, bootstrap: str, topic: str, group: str, assignor: str,
-                 session_ms: int = 6_000) -> None:
+                 session_ms: int = 6_000, *, settings: dict[str, str] | None = None, protocol: str = "classic"
+                 ) -> None:
         self.kind, self.name = kind, name
         self.command = [sys.executable, "-m", "tests.support.relay_consumer", "--kind", kind, "--name", name,
                         "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--assignor", assignor,
-                        "--session-ms", str(session_ms)]
+                        "--session-ms", str(session_ms), "--protocol", protocol,
+                        *(arg for key, value in (settings or {}).items() for arg in ("--setting", f"{key}={value}"))]
         self.assigned: list[int] = []
         self.records: list[tuple[int, int, str, bool]] = []  # (partition, offset, value, committed)
         self.closed = False
@@ -149,12 +152,14 @@ class JavaMember:
 
     kind = "java"
 
-    def __init__(self, name: str, bootstrap: str, topic: str, group: str, assignor: str, session_ms: int) -> None:
+    def __init__(self, name: str, bootstrap: str, topic: str, group: str, assignor: str, session_ms: int,
+                 protocol: str = "classic") -> None:
         from tests.support.java_consumer import JavaConsumer
 
         self.name = name
         self.consumer = JavaConsumer(bootstrap, group, topic, assignor=assignor, session_timeout_ms=session_ms,
-                                     heartbeat_interval_ms=max(session_ms // 6, 100), client_id=name)
+                                     heartbeat_interval_ms=max(session_ms // 6, 100), client_id=name,
+                                     group_protocol=protocol)
         self.stderr = b""
 
     async def start(self) -> JavaMember:
@@ -185,13 +190,15 @@ class JavaMember:
 
 
 async def start_consumers(specs: list[tuple[str, str]], bootstrap: str, topic: str, group: str,
-                          assignor: str, session_ms: int = 6_000) -> list[Any]:
+                          assignor: str, session_ms: int = 6_000, protocol: str = "classic") -> list[Any]:
     started: list[Any] = []
     for kind, name in specs:
         if kind == "java":
-            started.append(await asyncio.to_thread(JavaMember, name, bootstrap, topic, group, assignor, session_ms))
+            started.append(await asyncio.to_thread(JavaMember, name, bootstrap, topic, group, assignor, session_ms,
+                                                   protocol))
         else:
-            started.append(await ConsumerProcess(kind, name, bootstrap, topic, group, assignor, session_ms).start())
+            started.append(await ConsumerProcess(kind, name, bootstrap, topic, group, assignor, session_ms,
+                                                 protocol=protocol).start())
     return started
 
 
@@ -239,3 +246,15 @@ async def described_group(host: str, port: int, group: str) -> Any:
 def split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host, int(port)
+
+
+def check_exactly_once(consumers: list, produced: dict[int, list[str]]) -> None:
+    counts = Counter(value for consumer in consumers for _p, _o, value, _c in consumer.records)
+    duplicates = {value: n for value, n in counts.items() if n > 1}
+    assert not duplicates, f"consumed more than once: {sorted(duplicates)[:10]}"
+    expected = {value for values in produced.values() for value in values}
+    assert set(counts) == expected, f"missing: {sorted(expected - set(counts))[:10]}"
+    for consumer in consumers:
+        wrong = {p for p, _o, _v, _c in consumer.records if p not in consumer.assigned}
+        assert not wrong, f"{consumer.name} consumed partitions {wrong} it does not own ({consumer.assigned})"
+        assert all(committed for *_rest, committed in consumer.records), f"{consumer.name}: a commit failed"

@@ -1,9 +1,10 @@
 """A stock Kafka consumer in its own process, for the relay tests.
 
-`python -m tests.support.relay_consumer --kind confluent|aiokafka ...` subscribes, and after every batch it
-consumes commits synchronously and prints one JSON line: {"event": "consumed", "records": [[partition, offset,
-value], ...], "committed": bool}. Assignment changes print {"event": "assigned", "partitions": [...]}. SIGTERM
-closes the consumer cleanly (LeaveGroup) and prints {"event": "closed"}; SIGKILL is the crash the tests want.
+`python -m tests.support.relay_consumer --kind confluent|aiokafka [--protocol classic|consumer] ...` subscribes,
+and after every batch it consumes commits synchronously and prints one JSON line: {"event": "consumed",
+"records": [[partition, offset, value], ...], "committed": bool}. Assignment changes print {"event":
+"assigned", "partitions": [...]}. SIGTERM closes the consumer cleanly (LeaveGroup) and prints {"event":
+"closed"}; SIGKILL is the crash the tests want.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
     from confluent_kafka import Consumer, KafkaException
 
     owned: set[int] = set()
-    cooperative = args.assignor == "cooperative-sticky"
+    # KIP-848's protocol hands partitions out incrementally, like the cooperative classic assignor
+    cooperative = args.assignor == "cooperative-sticky" or args.protocol == "consumer"
 
     def on_assign(consumer: Any, partitions: list[Any]) -> None:
         owned.update(tp.partition for tp in partitions)
@@ -43,12 +45,17 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
             consumer.unassign()
         emit("assigned", partitions=sorted(owned))
 
-    consumer = Consumer({
+    config = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.name,
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "partition.assignment.strategy": args.assignor, "session.timeout.ms": args.session_ms,
-        "heartbeat.interval.ms": max(args.session_ms // 6, 100), "topic.metadata.refresh.interval.ms": 2_000,
-    })
+        "auto.offset.reset": "earliest", "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 2_000,
+        **dict(setting.split("=", 1) for setting in args.setting),
+    }
+    if args.protocol == "consumer":  # the coordinator decides the assignor, timeouts and heartbeat interval
+        config.update({"group.protocol": "consumer", "group.remote.assignor": args.assignor})
+    else:
+        config.update({"partition.assignment.strategy": args.assignor, "session.timeout.ms": args.session_ms,
+                       "heartbeat.interval.ms": max(args.session_ms // 6, 100)})
+    consumer = Consumer(config)
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
     try:
         while not stop.is_set():
@@ -65,6 +72,25 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
     finally:
         consumer.close()  # LeaveGroup
         emit("closed")
+
+
+def aiokafka_security(settings: dict[str, str]) -> dict[str, Any]:
+    """The --setting names (librdkafka's) that aiokafka takes, in its own terms."""
+    from aiokafka.helpers import create_ssl_context
+
+    unknown = set(settings) - {"security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
+                               "ssl.ca.location"}
+    if unknown:
+        raise SystemExit(f"aiokafka consumer: settings {sorted(unknown)} are not translated")
+    options: dict[str, Any] = {}
+    if "security.protocol" in settings:
+        options["security_protocol"] = settings["security.protocol"].upper()
+    if "sasl.mechanism" in settings:
+        options.update(sasl_mechanism=settings["sasl.mechanism"], sasl_plain_username=settings.get("sasl.username"),
+                       sasl_plain_password=settings.get("sasl.password"))
+    if "ssl.ca.location" in settings:
+        options["ssl_context"] = create_ssl_context(cafile=settings["ssl.ca.location"])
+    return options
 
 
 async def run_aiokafka(args: argparse.Namespace, stop: asyncio.Event) -> None:
@@ -87,6 +113,7 @@ async def run_aiokafka(args: argparse.Namespace, stop: asyncio.Event) -> None:
         auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=args.session_ms,
         heartbeat_interval_ms=max(args.session_ms // 6, 100), metadata_max_age_ms=2_000,
         partition_assignment_strategy=(assignors[args.assignor],),
+        **aiokafka_security(dict(setting.split("=", 1) for setting in args.setting)),
     )
     consumer.subscribe([args.topic], listener=Listener())
     await consumer.start()
@@ -116,6 +143,10 @@ def main() -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--assignor", default="range")
     parser.add_argument("--session-ms", type=int, default=6_000)
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a client setting by librdkafka's name (e.g. security.protocol=ssl); aiokafka takes "
+                             "the security ones")
+    parser.add_argument("--protocol", choices=["classic", "consumer"], default="classic")
     args = parser.parse_args()
     if args.kind == "confluent":
         stop = threading.Event()

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.observer import ObserverMux
 from coordinator.group.state import GroupState
 from coordinator.telemetry.events import EventTopicObserver
@@ -58,7 +58,7 @@ def telemetry_env(telemetry: Telemetry, base_ns: int | None = None) -> tuple[Env
     base = time.time_ns() if base_ns is None else base_ns
     mux = ObserverMux(env.observer)
     env.coordinator.observer = mux  # before any group exists: groups take the coordinator's observer
-    instrumented = instrument(telemetry, env.coordinator, mux, env.store,
+    instrumented = instrument(telemetry, env.coordinator, mux,
                               now_ns=lambda: base + (env.clock.now_ms() - START_MS) * 1_000_000)
     events = CapturedEvents()
     mux.add(EventTopicObserver(events, env.clock, instrumented.trace_id_for))  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from coordinator import cli
+from coordinator.commands.serve import _one_line
 
 
 def _sub_commands() -> dict[str, argparse.ArgumentParser]:
@@ -39,8 +40,8 @@ def test_an_unknown_flag_is_reported_with_the_sub_command_usage(capsys: pytest.C
 def test_a_kafka_client_error_names_the_cluster_and_what_to_check() -> None:
     from confluent_kafka import KafkaError, KafkaException
 
-    line = cli._one_line(KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed while waiting for controller")),
-                         "127.0.0.1:1")
+    line = _one_line(KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed while waiting for controller")),
+                     "127.0.0.1:1")
     assert line.startswith("Kafka at 127.0.0.1:1 did not answer (Failed while waiting for controller)")
     assert "--bootstrap-server" in line
-    assert cli._one_line(ValueError("a\nb")) == "ValueError: a | b"
+    assert _one_line(ValueError("a\nb")) == "ValueError: a | b"

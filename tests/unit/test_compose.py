@@ -117,7 +117,7 @@ def test_the_coordinator_reaches_kafka_and_jaeger_and_waits_for_them(compose: di
     assert args.command == "serve"
     internal = listeners(all_services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"])["PLAINTEXT"]
     assert args.bootstrap_server == internal == "kafka:9092"
-    assert args.listen == ("0.0.0.0", 9192) and "9192:9192" in coordinator["ports"]
+    assert (args.listen.host, args.listen.port) == ("0.0.0.0", 9192) and "9192:9192" in coordinator["ports"]
     # the relay's broker listener (listen port + 1 + node id, advertised with the coordinator's host) is published
     relay_port = 9192 + 1 + int(all_services["kafka"]["environment"]["KAFKA_NODE_ID"])
     assert args.relay_base_port is None and f"{relay_port}:{relay_port}" in coordinator["ports"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.telemetry import event_schema as schema
 from coordinator.telemetry.event_schema import Problem, problem_of, reason_category
 
@@ -43,10 +44,12 @@ def test_every_event_the_writer_emits_conforms_to_the_schema() -> None:
     observer.on_member_replaced("g", "m1", "m2", "instance")
     observer.on_member_left("g", "m2", "instance", "bye")
     observer.on_member_failed("g", "m3", None, "session timeout")
-    observer.on_rebalance_started("g", 0, "Adding new member m1")
+    observer.on_rebalance_started("g", 0, RebalanceCause(RebalanceCategory.MEMBER_JOINED, "Adding new member m1"))
     observer.on_rebalance_completed("g", 1, 1, 15)
     observer.on_offsets_committed("g", "m1", 3)
     observer.on_offsets_expired("g", 2)
+    observer.on_offsets_deleted("g", 1)
+    observer.on_group_deleted("g", 0)
     assert sorted(e["type"] for e in capture.events) == sorted(schema.EVENT_FIELDS)  # every type, once
     for event in capture.events:
         assert problem_of(event) is None, event

@@ -14,7 +14,7 @@ from coordinator.group.shard import ShardStatus
 from coordinator.group.api import (LeaveGroupRequest, MemberIdentity, OffsetCommitRequest,
                                    OffsetCommitRequestPartition, OffsetCommitRequestTopic, SyncGroupRequest,
                                    SyncGroupRequestAssignment, HeartbeatRequest)
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 from tests.support.group_harness import Client, Env, advance_until_joined, complete_rebalance, drain
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from coordinator.group.shard import ShardStatus
 from coordinator.group.api import OffsetDeleteRequest, OffsetDeleteRequestTopic, OffsetDeleteResponse
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 from tests.support.group_harness import Env, advance_until_joined, commit, drain, env, fetch, form_group  # noqa: F401
 

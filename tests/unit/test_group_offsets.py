@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from coordinator.group.api import ListGroupsRequest
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
 from tests.support.group_harness import (SESSION_MS, Env, advance_until_joined, commit, drain, env,  # noqa: F401

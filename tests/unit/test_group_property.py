@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
+from coordinator.group.metadata import GroupMetadata
 from coordinator.group.state import GroupState
 from tests.support.group_harness import Client, Env, drain
 from tests.support.group_invariants import check_invariants

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from coordinator.group.api import DeleteGroupsRequest, ListGroupsRequest
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
 from coordinator.group.shard import ShardStatus
 from coordinator.group.state import GroupState
@@ -66,14 +66,7 @@ async def test_unload_answers_parked_requests_and_refuses_the_partition_until_lo
 
 async def test_delete_groups_answers_only_once_the_tombstones_are_acknowledged(env: Env) -> None:
     assert errors_of(await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 1}))) == [Errors.NONE]
-    gate = asyncio.Event()
-    written = env.store.delete_group
-
-    async def slow_delete_group(*args) -> None:
-        await gate.wait()
-        await written(*args)
-
-    env.store.delete_group = slow_delete_group  # type: ignore[method-assign]
+    gate = env.store.hold_next_write()
     deleting = asyncio.ensure_future(env.coordinator.delete_groups(DeleteGroupsRequest(["s"])))
     await drain()
     assert not deleting.done() and env.group("s") is None  # gone from memory, not yet answered

@@ -5,7 +5,7 @@ import logging
 
 from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, HeartbeatRequest, LeaveGroupRequest,
                                    ListGroupsRequest, MemberIdentity)
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 from tests.support.group_harness import (REBALANCE_MS, SESSION_MS, Env, advance_until_joined,  # noqa: F401  (fixture)
                                          complete_rebalance, drain, env, form_group)

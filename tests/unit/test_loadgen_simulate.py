@@ -12,7 +12,7 @@ from coordinator.cli import build_parser
 from coordinator.embedded.broker import free_port
 from coordinator.loadgen import ScheduledFailure, SimOptions, Simulation
 from coordinator.loadgen.simulation import FAILURE_KINDS
-from coordinator.loadgen.stats import COORDINATOR_NOT_AVAILABLE
+from protocol.error_codes import Errors
 from tests.support.inprocess_instances import Instances, wait_until
 from tests.support.server import RunningServer
 
@@ -132,7 +132,7 @@ async def test_members_follow_find_coordinator_across_instances_and_survive_one_
             await cluster.stop(victim)
             await asyncio.sleep(1.0)  # the owner map still names the dead instance: connections refused
             cluster.forget_owner(moved)
-            await wait_until(lambda: sim.stats.errors[("FindCoordinator", COORDINATOR_NOT_AVAILABLE)], 30,
+            await wait_until(lambda: sim.stats.errors[("FindCoordinator", Errors.COORDINATOR_NOT_AVAILABLE)], 30,
                              "FindCoordinator answering COORDINATOR_NOT_AVAILABLE while the partitions move")
             await cluster.take_over(heir, moved, from_index=victim)
 

@@ -6,7 +6,7 @@ import pytest
 from kio.schema.produce.v3.request import ProduceRequest as ProduceV3
 from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
 
-from coordinator.relay.versions import LOCAL_KEYS, Route, advertised_ranges, produce_expects_response, route_of
+from coordinator.relay.versions import Route, advertised_ranges, local_keys, produce_expects_response, route_of
 from coordinator.server.handlers import served_ranges
 from protocol.codec import encode_request
 from protocol.messages import build
@@ -20,10 +20,13 @@ UPSTREAM = {0: (3, 12), 1: (4, 17), 2: (1, 10), 3: (0, 13), 8: (2, 10), 10: (0, 
 
 def test_group_apis_keep_our_ranges_and_rewritten_ones_are_intersected() -> None:
     table = advertised_ranges(UPSTREAM, SERVED)
-    for key in LOCAL_KEYS:
+    for key in local_keys(SERVED):
         assert table[key] == SERVED[key]
     assert table[3] == (0, 12)  # Metadata: ours stop at 12, the broker's at 13
     assert table[10] == (0, 6)
+    # KIP-848's APIs are ours because we serve them, never the cluster's (its coordinator must not see our groups)
+    local = local_keys(SERVED)
+    assert table[68] == table[69] == (0, 1) and route_of(68, local) is route_of(69, local) is Route.LOCAL
 
 
 def test_apis_whose_responses_carry_addresses_are_capped_or_left_out() -> None:
@@ -31,13 +34,20 @@ def test_apis_whose_responses_carry_addresses_are_capped_or_left_out() -> None:
     assert table[0] == (3, 9)  # Produce v10+ carries NodeEndpoints
     assert table[1] == (4, 15)  # Fetch v16+ carries NodeEndpoints
     assert table[55] == (0, 1)  # DescribeQuorum v2 carries controller endpoints
-    for absent in (28, 60, 68, 69, 76, 78, 17, 36, 999):
+    for absent in (28, 60, 76, 78, 17, 36, 999):
         assert absent not in table, absent
     assert table[2] == (1, 10) and table[22] == (0, 5)
 
 
 def test_routes() -> None:
-    assert route_of(12) is Route.LOCAL and route_of(3) is Route.REWRITTEN and route_of(1) is Route.RELAYED
+    local = local_keys(SERVED)
+    assert route_of(12, local) is Route.LOCAL and route_of(3, local) is Route.REWRITTEN
+    assert route_of(1, local) is Route.RELAYED
+
+
+def test_every_api_served_here_is_local_except_the_rewritten_ones() -> None:
+    assert local_keys(SERVED) == frozenset(SERVED) - {3, 10}
+    assert {8, 9, 11, 12, 13, 14, 15, 16, 18, 42, 47} <= local_keys(SERVED)
 
 
 @pytest.mark.parametrize("acks", [0, 1, -1])

@@ -13,7 +13,7 @@ import time
 
 from coordinator.group.api import DeleteGroupsRequest
 from coordinator.group.delayed import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver

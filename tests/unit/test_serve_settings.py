@@ -10,7 +10,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from coordinator.app import _storage_config
-from coordinator.cli import _service_options, build_parser
+from coordinator.cli import build_parser
+from coordinator.commands.serve import _service_options
 from coordinator.storage.config import DEFAULT_EVENT_DELIVERY_TIMEOUT_MS, StorageConfig
 from coordinator.telemetry.events import _DeliveryCounts
 

@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.group import api
 from coordinator.group.runtime import GroupRuntime
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from protocol.apis import ApiKey
 from protocol.errors import ConnectionClosed
 from tests.support.server import RunningServer

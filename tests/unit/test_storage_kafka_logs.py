@@ -12,15 +12,7 @@ from confluent_kafka import Producer
 
 from coordinator.storage import kafka_logs
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
-
-
-class Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
+from tests.support.log_capture import Capture
 
 
 def closed_port() -> int:
@@ -63,3 +55,38 @@ def test_other_librdkafka_lines_pass_unchanged() -> None:
                                "FATAL [rdkafka#consumer-1] idempotence error", (), None)
     assert kafka_logs.ConnectivityFilter().filter(record) is True
     assert record.levelno == logging.ERROR and record.getMessage().startswith("FATAL")
+
+
+# as librdkafka logged them when a coordinator started on a fresh broker (coordinator demo, 2026-11-26)
+GETPID = ("GETPID [group-coordinator-state#producer-3] [thrd:main]: Failed to acquire transactional PID from broker "
+          "TxnCoordinator/1: Broker: {}: retrying")
+
+
+def librdkafka_record(client: str, level: int, text: str) -> logging.LogRecord:
+    return logging.LogRecord(f"coordinator.storage.librdkafka.{client}", level, __file__, 1, text, (), None)
+
+
+def test_a_loading_transaction_coordinator_is_said_once_at_info_until_an_outage_ends() -> None:
+    kafka_reachable()
+    kafka_logs._outage.loading_said = False
+    kept = []
+    for client in ("state-producer-0", "state-producer-1"):
+        for reason in ("Not coordinator", "Not coordinator", "Coordinator load in progress"):
+            record = librdkafka_record(client, logging.WARNING, GETPID.format(reason))
+            if kafka_logs.ConnectivityFilter().filter(record):
+                kept.append(record)
+    assert len(kept) == 1 and kept[0].levelno == logging.INFO
+    assert kept[0].getMessage().startswith("event=transaction_coordinator_loading client=state-producer-0 ")
+    assert "Failed to acquire transactional PID" in kept[0].getMessage()
+    # an outage and its end: a restarted broker loads again, and that is said again
+    outage = librdkafka_record("events", logging.ERROR, "Connect to ipv4#127.0.0.1:9 failed: Connection refused")
+    assert kafka_logs.ConnectivityFilter().filter(outage)
+    kafka_reachable()
+    again = librdkafka_record("state-producer-0", logging.WARNING, GETPID.format("Not coordinator"))
+    assert kafka_logs.ConnectivityFilter().filter(again) and again.levelno == logging.INFO
+
+
+def test_a_transactional_pid_refused_for_another_reason_passes_unchanged() -> None:
+    record = librdkafka_record("state-producer-0", logging.WARNING,
+                               GETPID.format("Transactional Id authorization failed"))
+    assert kafka_logs.ConnectivityFilter().filter(record) and record.levelno == logging.WARNING

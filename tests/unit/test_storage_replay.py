@@ -9,9 +9,9 @@ from confluent_kafka import KafkaError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
-from coordinator.storage.kafka_store import append_error
+from coordinator.storage.append_errors import append_error
 from coordinator.storage.loader import StateReplay
 from coordinator.storage.records import (
     GroupMetadataKey, OffsetCommitKey, decode_group_metadata_value, decode_offset_commit_value,
@@ -55,19 +55,30 @@ def test_offsets_without_group_record_are_still_a_group() -> None:
     replay = StateReplay()
     replay.apply(*offset_bytes("simple", 0, 1))
     replay.apply(*group_bytes("classic", 1))
-    assert replay.state.group_ids() == {"simple", "classic"}
+    assert sorted(replay.state.group_ids()) == ["classic", "simple"]
+
+
+def test_consumer_group_records_are_kept_in_log_order() -> None:
+    from coordinator.group.modern.records import GroupEpochRecord, RecordType, Tombstone
+    from coordinator.storage import consumer_records
+
+    replay = StateReplay()
+    written = [GroupEpochRecord("g", 1), Tombstone(RecordType.GROUP_METADATA, "g"), GroupEpochRecord("g", 2)]
+    for record in written:
+        replay.apply(consumer_records.encode_key(record), consumer_records.encode_value(record))
+    assert replay.state.consumer_records == written and replay.state.unknown_records == 0
 
 
 def test_unknown_key_versions_and_malformed_records_are_skipped_with_a_warning(caplog) -> None:
     replay = StateReplay()
     with caplog.at_level(logging.WARNING, logger="coordinator.storage"):
-        replay.apply(b"\x00\x05\x00\x01x", b"\x00\x00")  # Kafka 4.x consumer-group record
+        replay.apply(b"\x00\x0a\x00\x01x", b"\x00\x00")  # Kafka 4.x share-group record (type 10)
         replay.apply(encode_key(GroupMetadataKey("bad")), b"\x00\x03\x00")  # truncated value
         replay.apply(None, b"")
         replay.apply(*group_bytes("ok", 3))
     assert (replay.state.unknown_records, replay.state.malformed_records, replay.state.records) == (1, 2, 4)
     assert set(replay.state.groups) == {"ok"}
-    assert "unknown_key_version version=5" in caplog.text
+    assert "unknown_key_version version=10" in caplog.text
     assert caplog.text.count("reason=malformed") == 2
 
 

@@ -5,6 +5,7 @@ trace ids. Metrics: the Prometheus endpoint's rebalance and expiry counters move
 from __future__ import annotations
 
 import asyncio
+import threading
 import logging
 import time
 import urllib.request
@@ -16,8 +17,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 
 from coordinator.telemetry.otel import start_telemetry
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
-from tests.support.telemetry_scenario import B_LATE_MS, WRITE_MS, ms_to_ns, run_failure_scenario, telemetry_env
-from coordinator.group.errors import Errors
+from tests.support.telemetry_scenario import (B_LATE_MS, WRITE_MS, ms_to_ns, run_failure_scenario, telemetry_env)
+from protocol.error_codes import Errors
 from tests.support.group_harness import SESSION_MS, advance_until_joined, complete_rebalance, form_group
 
 GROUP = "messaging.consumer.group.name"
@@ -123,7 +124,7 @@ async def test_a_failed_member_rebalance_is_one_trace(receiver: OtlpReceiver,
     by_type = {}
     for record in events.records:
         by_type.setdefault(record["type"], []).append(record)
-    assert by_type["member_failed"][0]["trace_id"] == second.trace_id  # written before the root span existed
+    assert by_type["member_failed"][0]["trace_id"] == second.trace_id  # the rebalance it causes
     assert [r["trace_id"] for r in by_type["rebalance_started"]] == [first.trace_id, second.trace_id]
     assert [r["trace_id"] for r in by_type["rebalance_completed"]] == [first.trace_id, second.trace_id]
 
@@ -181,10 +182,10 @@ async def test_prometheus_endpoint_counts_rebalances_and_expirations() -> None:
         return sum(matching)
 
     try:
-        before = scrape()
+        before = await asyncio.to_thread(scrape)  # the loop answers the census meanwhile
         assert value(before, "coordinator_groups", state="Stable") == 0
         marks = await run_failure_scenario(env, events)
-        after = scrape()
+        after = await asyncio.to_thread(scrape)
     finally:
         await env.close()
         instrumented.uninstall()
@@ -264,6 +265,17 @@ async def test_group_census_of_many_groups_runs_on_the_loop_in_slices() -> None:
     assert census.read() == ({"Stable": 25, "Empty": 25}, 0)
     small = GroupCensus(Coordinator(), direct_limit=100)
     assert small.read() == ({"Stable": 25, "Empty": 25}, 0)  # counted on the spot
+
+    # From the collector's thread: counted by the loop, never by walking the groups on that thread.
+    class Watched(dict):  # type: ignore[type-arg]
+        def values(self):  # type: ignore[no-untyped-def]
+            walkers.append(threading.get_ident())
+            return super().values()
+
+    walkers: list[int] = []
+    Coordinator.groups = Watched(Coordinator.groups)
+    from_thread = await asyncio.to_thread(small.read)
+    assert from_thread == ({"Stable": 25, "Empty": 25}, 0) and set(walkers) == {threading.get_ident()}
 
 
 async def test_a_member_removed_for_not_rejoining_is_described_in_its_failure_event(receiver: OtlpReceiver) -> None:

@@ -5,7 +5,8 @@ ApiVersions answer, the connection's check before decoding, and (with the relay)
 advertised table (coordinator/relay/versions.py declares what the relay forwards).
 
 Ranges follow Kafka 3.9 (reference §9) except OffsetCommit 2–9 and OffsetFetch 1–9 (Kafka 4.0's floor: the older
-versions are ZooKeeper-only)."""
+versions are ZooKeeper-only), and the KIP-848 APIs ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0-1
+(Kafka 4.1's)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Any
 
 from coordinator.server.handlers import (
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     describe_groups,
     find_coordinator,
@@ -46,6 +49,8 @@ _MODULES: tuple[ModuleType, ...] = (
     list_groups,
     delete_groups,
     offset_delete,
+    consumer_group_heartbeat,
+    consumer_group_describe,
 )
 
 HANDLERS: dict[int, Handler] = {int(module.API_KEY): module.handle for module in _MODULES}

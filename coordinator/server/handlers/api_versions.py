@@ -60,5 +60,5 @@ def unsupported_version_reply(correlation_id: int) -> bytes:
     range, in a v0 body behind a v0 header, so any client can read it and retry with a version we know."""
     cls = response_class(API_KEY, 0)
     entry = item_class(cls, "api_keys")(api_key=int(API_KEY), min_version=VERSIONS[0], max_version=VERSIONS[1])
-    body = cls(error_code=error(Errors.UNSUPPORTED_VERSION), api_keys=(entry,))
+    body = build(cls, error_code=error(Errors.UNSUPPORTED_VERSION), api_keys=(entry,))
     return encode_response_frame(correlation_id, 0, body)

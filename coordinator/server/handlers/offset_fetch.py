@@ -27,7 +27,9 @@ def to_requests(header: RequestHeader, body: Any) -> list[api.OffsetFetchRequest
     version = header.api_version
     require_stable = bool(getattr(body, "require_stable", False))
     if version >= 8:
-        return [api.OffsetFetchRequest(g.group_id, _topics(g.topics), require_stable, version) for g in body.groups]
+        return [api.OffsetFetchRequest(g.group_id, _topics(g.topics), require_stable, version,
+                                       getattr(g, "member_id", None), int(getattr(g, "member_epoch", -1)))
+                for g in body.groups]
     return [api.OffsetFetchRequest(body.group_id, _topics(body.topics), require_stable, version)]
 
 

@@ -1,49 +1,48 @@
-"""SyncGroup (14). Followers park until the leader's assignment is stored."""
+"""SyncGroup (14). Followers park until the leader's assignment is stored.
+
+The request arrives read by hand (protocol.group_fastpath's SyncGroupFields) or, in an unusual shape, as a kio
+payload; the response is packed by hand."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from coordinator.group import api
-from protocol.error_codes import Errors
 from coordinator.server.context import ConnectionContext
-from protocol.apis import ApiKey, response_class
+from protocol.apis import ApiKey
 from protocol.codec import RequestHeader
-from protocol.messages import ZERO_DURATION, build, error
+from protocol.error_codes import Errors
+from protocol.group_fastpath import SyncGroupFields, pack_sync_group_response, sync_group_fields
 
 API_KEY = ApiKey.SYNC_GROUP
 VERSIONS = (0, 5)
 
 
-def to_request(ctx: ConnectionContext, header: RequestHeader, body: Any) -> api.SyncGroupRequest:
+def to_request(ctx: ConnectionContext, header: RequestHeader, fields: SyncGroupFields) -> api.SyncGroupRequest:
     return api.SyncGroupRequest(
-        group_id=body.group_id,
-        generation_id=body.generation_id,
-        member_id=body.member_id,
-        group_instance_id=getattr(body, "group_instance_id", None),
-        protocol_type=getattr(body, "protocol_type", None),
-        protocol_name=getattr(body, "protocol_name", None),
-        assignments=[api.SyncGroupRequestAssignment(a.member_id, a.assignment) for a in body.assignments],
+        group_id=fields.group_id,
+        generation_id=fields.generation_id,
+        member_id=fields.member_id,
+        group_instance_id=fields.group_instance_id,
+        protocol_type=fields.protocol_type,
+        protocol_name=fields.protocol_name,
+        assignments=[api.SyncGroupRequestAssignment(member_id, assignment)
+                     for member_id, assignment in fields.assignments],
         version=header.api_version,
         client_id=header.client_id or "",
         client_host=ctx.client_host,
     )
 
 
-def to_response(version: int, response: api.SyncGroupResponse) -> Any:
-    return build(
-        response_class(API_KEY, version),
-        throttle_time=ZERO_DURATION,
-        error_code=error(response.error_code),
-        protocol_type=response.protocol_type,
-        protocol_name=response.protocol_name,
-        assignment=response.assignment,
-    )
+def to_frame(header: RequestHeader, response: api.SyncGroupResponse) -> bytes:
+    return pack_sync_group_response(header.api_version, header.correlation_id, response.error_code,
+                                    response.protocol_type, response.protocol_name, response.assignment)
 
 
-async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
+async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes:
+    fields = body if type(body) is SyncGroupFields else sync_group_fields(body)
     # KafkaApis checks this before the coordinator: v5+ must name the protocol type and name.
-    if header.api_version >= 5 and (body.protocol_type is None or body.protocol_name is None):
-        return to_response(header.api_version, api.SyncGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL))
-    response = await ctx.coordinator.sync_group(to_request(ctx, header, body))
-    return to_response(header.api_version, response)
+    if header.api_version >= 5 and (fields.protocol_type is None or fields.protocol_name is None):
+        return to_frame(header, api.SyncGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL))
+    response = await ctx.coordinator.sync_group(to_request(ctx, header, fields))
+    return to_frame(header, response)

@@ -83,6 +83,7 @@ public final class GroupConsumer {
         System.err.println(problem);
         System.err.println("usage: GroupConsumer --bootstrap HOST:PORT --group G --topic T[,T2] [--assignor "
             + String.join("|", new java.util.TreeSet<>(ASSIGNORS.keySet())) + "] [--session-timeout-ms N] [--heartbeat-interval-ms N]"
+            + " [--group-protocol classic|consumer] [--remote-assignor uniform|range]"
             + " [--max-poll-interval-ms N] [--max-records N] [--client-id ID] [--group-instance-id ID]"
             + " [--auto-offset-reset earliest|latest] [--property NAME=VALUE]...");
         System.exit(2);
@@ -91,16 +92,23 @@ public final class GroupConsumer {
     public static void main(String[] args) throws Exception {
         Map<String, String> options = parse(args);
         String assignor = options.getOrDefault("assignor", "range");
-        if (!ASSIGNORS.containsKey(assignor)) usage("unknown assignor " + assignor);
+        boolean classic = options.getOrDefault("group-protocol", "classic").equals("classic");
+        if (classic && !ASSIGNORS.containsKey(assignor)) usage("unknown assignor " + assignor);
         long maxRecords = Long.parseLong(options.getOrDefault("max-records", "-1"));
 
         Properties config = new Properties();
         config.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, options.get("bootstrap"));
         config.put(ConsumerConfig.GROUP_ID_CONFIG, options.get("group"));
         config.put(ConsumerConfig.CLIENT_ID_CONFIG, options.getOrDefault("client-id", "java-group-consumer"));
-        config.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, ASSIGNORS.get(assignor));
-        config.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, options.getOrDefault("session-timeout-ms", "10000"));
-        config.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, options.getOrDefault("heartbeat-interval-ms", "1000"));
+        if (!classic) {
+            // KIP-848: the coordinator owns the assignor, session timeout and heartbeat interval
+            config.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+            config.put(ConsumerConfig.GROUP_REMOTE_ASSIGNOR_CONFIG, options.getOrDefault("remote-assignor", "uniform"));
+        } else {
+            config.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, ASSIGNORS.get(assignor));
+            config.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, options.getOrDefault("session-timeout-ms", "10000"));
+            config.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, options.getOrDefault("heartbeat-interval-ms", "1000"));
+        }
         config.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG,
             options.getOrDefault("max-poll-interval-ms", "300000"));
         config.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, options.getOrDefault("auto-offset-reset", "earliest"));

@@ -1,0 +1,110 @@
+"""Authenticated connections per second: TLS + SCRAM-SHA-256 straight to Kafka's broker, and through a SASL_SSL
+listener of ours (the exchange passed through to the same broker over a TLS upstream link), in one run.
+
+  python -m bench.sasl_connect [--connections 300] [--concurrency 8] [--repeats 3]
+
+A secured embedded broker (coordinator/embedded/secured.py) and `coordinator serve --listen SASL_SSL://...` are
+started here. Each connection: TCP, TLS handshake, SaslHandshake + two SaslAuthenticate rounds (our client,
+coordinator/security/connections.py), close. Reported: connections/s each way (best of the repeats, alternating),
+the ratio, and the coordinator's CPU per connection (from /proc). Loopback, a shared machine: quote the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from coordinator.embedded import EmbeddedKafka
+from coordinator.embedded.secured import secure_listeners_in, write_client_properties
+from coordinator.security.client_config import load_command_config
+from coordinator.security.clusters import ClusterSecurity
+from coordinator.security.connections import connect
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _connections(host: str, port: int, security: ClusterSecurity, count: int, concurrency: int) -> float:
+    """Connections per second: `count` authenticated connections, `concurrency` at a time."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one() -> None:
+        async with semaphore:
+            client = await connect(host, port, security, client_id="bench", timeout_ms=30_000, negotiate=False)
+            await client.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(count)))
+    return count / (time.perf_counter() - started)
+
+
+async def main(args: argparse.Namespace) -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-sasl-"))
+    secure = secure_listeners_in(data_dir)
+    broker = EmbeddedKafka(data_dir / "kafka", secure=secure)
+    await broker.start()
+    coordinator = None
+    try:
+        admin_properties = write_client_properties(secure)["SASL_SSL"]
+        alice = data_dir / "alice.properties"
+        alice.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\nsasl.username=alice\n"
+                         f"sasl.password={secure.users['alice']}\nssl.ca.location={secure.certificates.ca}\n")
+        client = load_command_config(alice)
+        security = ClusterSecurity(client, client.ssl_context(), client.librdkafka_settings())
+        coordinator = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "coordinator.cli", "serve", "--listen", "SASL_SSL://127.0.0.1:0",
+            "--bootstrap-server", broker.sasl_ssl_bootstrap, "--command-config", str(admin_properties),
+            "--config", "ssl.keystore.type=PEM", "--config", f"ssl.keystore.location={secure.certificates.broker_keystore}",
+            "--config", "offsets.topic.num.partitions=1", "--state-topic", "bench-sasl-state", "--event-topic", "",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        assert coordinator.stdout is not None
+        line = (await asyncio.wait_for(coordinator.stdout.readline(), 120)).decode()
+        ours_port = int(line.split()[3].rsplit(":", 1)[1])
+        broker_host, broker_port = broker.sasl_ssl_bootstrap.rsplit(":", 1)
+        direct, through = [], []
+        cpu_per_connection = []
+        await _connections("127.0.0.1", ours_port, security, 20, args.concurrency)  # warm up both paths
+        await _connections(broker_host, int(broker_port), security, 20, args.concurrency)
+        for _ in range(args.repeats):
+            direct.append(await _connections(broker_host, int(broker_port), security, args.connections,
+                                             args.concurrency))
+            before = _cpu_s(coordinator.pid)
+            through.append(await _connections("127.0.0.1", ours_port, security, args.connections, args.concurrency))
+            cpu_per_connection.append((_cpu_s(coordinator.pid) - before) / args.connections * 1e3)
+        print(json.dumps({
+            "benchmark": "sasl_connect", "mechanism": "SCRAM-SHA-256", "connections": args.connections,
+            "concurrency": args.concurrency, "repeats": args.repeats,
+            "broker_connections_per_s": round(max(direct), 1), "ours_connections_per_s": round(max(through), 1),
+            "ratio_ours_to_broker": round(max(through) / max(direct), 3),
+            "coordinator_cpu_ms_per_connection": round(min(cpu_per_connection), 2),
+            "load_average": os.getloadavg()[0],
+        }), flush=True)
+    finally:
+        if coordinator is not None and coordinator.returncode is None:
+            coordinator.kill()
+            await coordinator.wait()
+        await broker.stop()
+        import shutil
+
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--connections", type=int, default=300)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

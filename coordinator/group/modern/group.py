@@ -1,0 +1,224 @@
+"""A consumer group of the KIP-848 protocol (Kafka's ConsumerGroup): group epoch, target assignment and its
+epoch, members, and which member holds which partition at which epoch.
+
+State changes only by `replay(record)`: heartbeats and timers compute records, the shard replays them, and a
+load replays the same records from the state topic.
+
+States (derived, never set):
+  Empty        no members.
+  Assigning    the group epoch is ahead of the assignment epoch: the next heartbeat computes the target.
+  Reconciling  some member is not STABLE at the assignment epoch.
+  Stable       every member has its target at the assignment epoch.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import uuid
+from collections import Counter
+
+from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, ConsumerGroupMember
+from coordinator.group.modern.records import (ConsumerGroupRecord, CurrentAssignmentRecord, GroupEpochRecord,
+                                              MemberMetadataRecord, Partitions, RecordType, RegexRecord,
+                                              TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class ConsumerGroup:
+    protocol_type = "consumer"
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.metadata_hash = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerGroupMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.targets: dict[str, Partitions] = {}  # member id -> target
+        self._partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        self._subscriptions: Counter[str] = Counter()  # topic name -> members subscribed to it by name
+        self._regex_subscribers: Counter[str] = Counter()  # regular expression -> members subscribed to it
+        self.resolved_regexes: dict[str, RegexRecord] = {}  # regular expression -> what it resolved to
+        self.deleted = False  # its metadata record was tombstoned
+        self.metadata_refresh_deadline_ms = 0  # when the subscribed topics are looked at again (not persisted)
+
+    def snapshot(self) -> ConsumerGroup:
+        """A copy to go back to if the records about to be replayed are not written (Kafka reverts its timeline
+        to the last committed offset). Members and partitions are immutable: shallow copies of the maps do."""
+        clone = copy.copy(self)
+        for name in ("members", "static_members", "targets", "_partition_epochs", "resolved_regexes"):
+            setattr(clone, name, dict(getattr(self, name)))
+        clone._subscriptions, clone._regex_subscribers = self._subscriptions.copy(), self._regex_subscribers.copy()
+        return clone
+
+    # --- derived state --------------------------------------------------------------------------------------
+    @property
+    def state(self) -> ConsumerGroupState:
+        if self.deleted:
+            return ConsumerGroupState.DEAD
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if any(not m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
+            return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        return self._partition_epochs.get((topic_id, partition), -1)
+
+    def target_of(self, member_id: str) -> Partitions:
+        return self.targets.get(member_id, {})
+
+    def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
+        member_id = self.static_members.get(instance_id)
+        return None if member_id is None else self.members.get(member_id)
+
+    def members_with(self, replacing: ConsumerGroupMember | None = None,
+                     removing: str | None = None) -> dict[str, ConsumerGroupMember]:
+        """The members as they will be: `replacing` in place of its old self (or added), without `removing`."""
+        members = {member_id: m for member_id, m in self.members.items() if member_id != removing}
+        if replacing is not None:
+            members[replacing.member_id] = replacing
+        return members
+
+    def subscribed_topic_names(self, replacing: ConsumerGroupMember | None = None,
+                               removing: str | None = None,
+                               resolved: dict[str, tuple[str, ...]] | None = None) -> Counter[str]:
+        """Topic name -> subscriptions to it, by name or through a resolved regular expression (see members_with;
+        `resolved` overrides resolutions). Kept up to date by replay: this costs the number of topics and regular
+        expressions, not of members."""
+        counts = self._subscriptions.copy()
+        regexes = self.subscribed_regexes(replacing, removing)
+        for member_id in {removing, replacing.member_id if replacing is not None else None} - {None}:
+            old = self.members.get(member_id)  # type: ignore[arg-type]
+            if old is not None:
+                counts.subtract(old.subscribed_topic_names)
+        if replacing is not None:
+            counts.update(replacing.subscribed_topic_names)
+        for regex, subscribers in regexes.items():
+            for topic in self._resolution(regex, resolved):
+                counts[topic] += subscribers
+        return +counts  # drops topics nobody subscribes to any more
+
+    def subscribed_regexes(self, replacing: ConsumerGroupMember | None = None,
+                           removing: str | None = None) -> Counter[str]:
+        """Regular expression -> members subscribed to it (see members_with)."""
+        counts = self._regex_subscribers.copy()
+        for member_id in {removing, replacing.member_id if replacing is not None else None} - {None}:
+            old = self.members.get(member_id)  # type: ignore[arg-type]
+            if old is not None and old.subscribed_topic_regex:
+                counts[old.subscribed_topic_regex] -= 1
+        if replacing is not None and replacing.subscribed_topic_regex:
+            counts[replacing.subscribed_topic_regex] += 1
+        return +counts
+
+    def effective_topics(self, member: ConsumerGroupMember) -> frozenset[str]:
+        """The topics a member subscribes to: by name, and through its regular expression once resolved."""
+        regex = member.subscribed_topic_regex
+        if not regex:
+            return frozenset(member.subscribed_topic_names)
+        return frozenset(member.subscribed_topic_names) | frozenset(self._resolution(regex, None))
+
+    def _resolution(self, regex: str, resolved: dict[str, tuple[str, ...]] | None) -> tuple[str, ...]:
+        if resolved is not None and regex in resolved:
+            return resolved[regex]
+        record = self.resolved_regexes.get(regex)
+        return () if record is None else record.topics
+
+    @property
+    def last_regex_refresh_ms(self) -> int | None:
+        return max((r.timestamp_ms for r in self.resolved_regexes.values()), default=None)
+
+    @property
+    def last_regex_version(self) -> int:
+        return min((r.version for r in self.resolved_regexes.values()), default=-1)
+
+    def preferred_assignor(self, replacing: ConsumerGroupMember | None = None,
+                           removing: str | None = None) -> str | None:
+        """The most common ServerAssignor among the members (see members_with; Kafka's
+        computePreferredServerAssignor); None if no member names one."""
+        members = self.members_with(replacing, removing)
+        counts = Counter(m.server_assignor for m in members.values() if m.server_assignor is not None)
+        return counts.most_common(1)[0][0] if counts else None
+
+    # --- replay -----------------------------------------------------------------------------------------------
+    def replay(self, record: ConsumerGroupRecord) -> None:
+        if isinstance(record, Tombstone):
+            self._replay_tombstone(record)
+        elif isinstance(record, GroupEpochRecord):
+            self.group_epoch, self.metadata_hash, self.deleted = record.epoch, record.metadata_hash, False
+        elif isinstance(record, MemberMetadataRecord):
+            member = self.members.get(record.member_id) or ConsumerGroupMember(record.member_id)
+            self._put_member(member.with_metadata(record))
+        elif isinstance(record, TargetAssignmentEpochRecord):
+            self.assignment_epoch = record.assignment_epoch
+        elif isinstance(record, TargetAssignmentRecord):
+            self.targets[record.member_id] = dict(record.partitions)
+        elif isinstance(record, CurrentAssignmentRecord):
+            member = self.members.get(record.member_id) or ConsumerGroupMember(record.member_id)
+            self._put_member(member.with_assignment(record))
+        elif isinstance(record, RegexRecord):
+            self.resolved_regexes[record.regex] = record
+
+    def _replay_tombstone(self, record: Tombstone) -> None:
+        member_id = record.member_id or ""
+        if record.record_type is RecordType.GROUP_METADATA:
+            self.deleted = True
+        elif record.record_type is RecordType.REGULAR_EXPRESSION:
+            self.resolved_regexes.pop(record.regex or "", None)
+        elif record.record_type is RecordType.MEMBER_METADATA:
+            old = self.members.pop(member_id, None)
+            if old is not None:
+                self._remove_partition_epochs(old)
+                self._count_subscriptions(old, -1)
+                if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+                    del self.static_members[old.instance_id]
+        elif record.record_type is RecordType.TARGET_ASSIGNMENT_MEMBER:
+            self.targets.pop(member_id, None)
+        elif record.record_type is RecordType.CURRENT_MEMBER_ASSIGNMENT:
+            old = self.members.get(member_id)
+            if old is not None:
+                self._put_member(old.replace(member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=-1,
+                                             assigned={}, pending_revocation={}))
+
+    def _put_member(self, member: ConsumerGroupMember) -> None:
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._remove_partition_epochs(old)
+            if old.instance_id is not None and old.instance_id != member.instance_id:
+                self.static_members.pop(old.instance_id, None)
+        if old is None or (old.subscribed_topic_names, old.subscribed_topic_regex) != (
+                member.subscribed_topic_names, member.subscribed_topic_regex):
+            if old is not None:
+                self._count_subscriptions(old, -1)
+            self._count_subscriptions(member, 1)
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        for partitions in (member.assigned, member.pending_revocation):
+            for topic_id, ps in partitions.items():
+                for p in ps:
+                    self._partition_epochs[(topic_id, p)] = member.member_epoch
+
+    def _count_subscriptions(self, member: ConsumerGroupMember, sign: int) -> None:
+        for name in member.subscribed_topic_names:
+            self._subscriptions[name] += sign
+        if member.subscribed_topic_regex:
+            self._regex_subscribers[member.subscribed_topic_regex] += sign
+        self._subscriptions, self._regex_subscribers = +self._subscriptions, +self._regex_subscribers
+
+    def _remove_partition_epochs(self, member: ConsumerGroupMember) -> None:
+        for partitions in (member.assigned, member.pending_revocation):
+            for topic_id, ps in partitions.items():
+                for p in ps:
+                    if self._partition_epochs.get((topic_id, p)) == member.member_epoch:
+                        del self._partition_epochs[(topic_id, p)]

@@ -1,0 +1,121 @@
+"""Regular expression subscriptions (KIP-848, Kafka 4.1's GroupMetadataManager): RE2 syntax, full match, resolved
+against every topic of the cluster, asynchronously, as Kafka's coordinator does it.
+
+A heartbeat that brings a regular expression nobody in the group subscribes to yet checks it
+(INVALID_REGULAR_EXPRESSION) and asks for a resolution; one already resolved in the group bumps the epoch at once.
+A resolution runs after the heartbeat is answered, over all the group's regular expressions, at most every 10 s
+(sooner when one is not resolved yet); when some regular expression now matches other topics, or the new matches
+change the subscribed topics' metadata, it writes the resolutions (record 16) and bumps the group epoch, and the
+next heartbeat computes the target. A member's subscription is its names plus its regular expression's topics.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import re2
+
+from coordinator.group.modern.errors import ApiError
+from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.member import ConsumerGroupMember
+from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, RecordType, RegexRecord,
+                                              Tombstone)
+from coordinator.group.modern.topics import TopicsView, metadata_hash
+from protocol.error_codes import Errors
+
+log = logging.getLogger("coordinator.group")
+
+REGEX_BATCH_REFRESH_INTERVAL_MS = 10_000
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # a client's bad pattern is its error, answered; not a line on our stderr
+
+
+@functools.lru_cache(maxsize=1024)
+def compiled(regex: str) -> Any:  # re2's compiled pattern (the binding has no type information)
+    return re2.compile(regex, options=_OPTIONS)
+
+
+def check(regex: str) -> None:
+    try:
+        compiled(regex)
+    except re2.error as exc:
+        detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ApiError(Errors.INVALID_REGULAR_EXPRESSION,
+                       f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {detail}.") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """Regular expressions to resolve after the heartbeat; unless `forced`, only if the cluster has other topics
+    than at the last resolution (Kafka learns of new topics from its metadata image; we list them first)."""
+
+    regexes: frozenset[str]
+    forced: bool
+
+
+def regexes_after(group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember,
+                  records: list[ConsumerGroupRecord], topics: TopicsView, now_wall_ms: int
+                  ) -> tuple[bool, Refresh | None]:
+    """Kafka's maybeUpdateRegularExpressions: (bump the epoch now?, what to resolve after the heartbeat). The
+    resolutions' timestamps are wall-clock ms, like Kafka's."""
+    old, new = member.subscribed_topic_regex, updated.subscribed_topic_regex
+    subscribed = group.subscribed_regexes()
+    bump = require = False
+    if old != new:
+        if old and subscribed[old] == 1:  # its last subscriber moves on: the resolution goes
+            records.append(Tombstone(RecordType.REGULAR_EXPRESSION, group.group_id, regex=old))
+        if new:
+            if subscribed[new] == 0:
+                check(new)
+                require = True
+            else:
+                bump = new in group.resolved_regexes
+    if not require and not subscribed:
+        return bump, None
+    last_refresh_ms = group.last_regex_refresh_ms
+    if last_refresh_ms is not None and now_wall_ms <= last_refresh_ms + REGEX_BATCH_REFRESH_INTERVAL_MS:
+        return bump, None
+    wanted = group.subscribed_regexes(updated)
+    require = require or len(wanted) != len(group.resolved_regexes)
+    require = require or group.last_regex_version < topics.version
+    return bump, Refresh(frozenset(wanted), require) if wanted else None
+
+
+def resolve(regexes: frozenset[str], names: list[str]) -> dict[str, tuple[str, ...]]:
+    """Each regular expression's topics (full match); one that does not compile resolves to nothing."""
+    resolved: dict[str, tuple[str, ...]] = {}
+    for regex in regexes:
+        try:
+            pattern = compiled(regex)
+        except re2.error:
+            log.error("Couldn't parse regular expression '%s'. Ignoring it.", regex)
+            resolved[regex] = ()
+            continue
+        resolved[regex] = tuple(sorted(name for name in names if pattern.fullmatch(name) is not None))
+    return resolved
+
+
+def resolution_records(group: ConsumerGroup, resolved: dict[str, tuple[str, ...]], version: int, now_wall_ms: int,
+                       topics: TopicsView) -> list[ConsumerGroupRecord]:
+    """Kafka's handleRegularExpressionsResult: the resolutions of the regular expressions still subscribed to, and
+    a group epoch bump if one now matches other topics or the subscribed topics' metadata changed."""
+    records: list[ConsumerGroupRecord] = []
+    subscribed = group.subscribed_regexes()
+    bump = False
+    kept: dict[str, tuple[str, ...]] = {}
+    for regex, matched in resolved.items():
+        if subscribed[regex] == 0:
+            continue
+        old = group.resolved_regexes.get(regex)
+        bump = bump or (old.topics if old is not None else ()) != matched
+        kept[regex] = matched
+        records.append(RegexRecord(group.group_id, regex, matched, version, now_wall_ms))
+    new_hash = metadata_hash(group.subscribed_topic_names(resolved=kept), topics)
+    if bump or new_hash != group.metadata_hash:
+        epoch = group.group_epoch + 1
+        records.append(GroupEpochRecord(group.group_id, epoch, new_hash))
+        log.info("[GroupId %s] Bumped group epoch to %d.", group.group_id, epoch)
+    return records

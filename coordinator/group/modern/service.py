@@ -1,0 +1,308 @@
+"""The consumer groups of every shard: ConsumerGroupHeartbeat and ConsumerGroupDescribe, the session and rebalance
+timers on the timing wheel, and the records each change produces.
+
+Each change is computed as records (heartbeat.py), replayed onto the group at once (so the next request sees it,
+as Kafka's runtime replays before the write completes) and written to the shard's state-topic partition as one
+`Write`: a heartbeat is answered once it is acknowledged (the runtime awaits it), a timer's fence is queued in
+order with everything else. Loading replays the same records (`load`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from coordinator.config import CoordinatorConfig
+from coordinator.group.assignor import DEFAULT_ASSIGNOR
+from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.errors import ApiError
+from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatResponse, Settings, fence, heartbeat,
+                                                validate)
+from coordinator.group.modern.member import MemberState
+from coordinator.group.modern.regex import Refresh, resolution_records, resolve
+from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
+from coordinator.group.modern.topics import StaticTopics, TopicsView
+from coordinator.group.result import Write
+from coordinator.group.shard import GroupShard, ShardStatus
+from coordinator.group.state import GroupState
+from coordinator.timer import Clock, SystemTimer, TimerTask
+from protocol.error_codes import Errors
+
+log = logging.getLogger("coordinator.group")
+
+
+_AS_NOW = object()
+_STATUS_ERRORS = {ShardStatus.UNOWNED: Errors.NOT_COORDINATOR, ShardStatus.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                  ShardStatus.STOPPED: Errors.COORDINATOR_NOT_AVAILABLE}
+
+
+class _MemberTimer(TimerTask):
+    __slots__ = ("callback",)
+
+    def __init__(self, delay_ms: int, callback: Callable[[], None]) -> None:
+        super().__init__(delay_ms)
+        self.callback = callback
+
+    def run(self) -> None:
+        self.callback()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedPartitions:
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: tuple[DescribedPartitions, ...]
+    target_assignment: tuple[DescribedPartitions, ...]
+    member_type: int = 1  # KIP-1099: 1 = consumer protocol
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error: Errors = Errors.NONE
+    message: str | None = None
+    state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[DescribedMember, ...] = field(default_factory=tuple)
+
+
+class ConsumerGroupService:
+    def __init__(self, config: CoordinatorConfig, timer: SystemTimer, shard_for: Callable[[str], GroupShard],
+                 topics: TopicsView | None = None, wall_clock: Clock | None = None) -> None:
+        self.config = config
+        self.timer = timer
+        self.shard_for = shard_for
+        self.topics: TopicsView = topics if topics is not None else StaticTopics()
+        self.wall_clock = wall_clock if wall_clock is not None else timer.clock
+        # how every topic of the cluster is learnt before regular expressions are resolved (the relay's); None:
+        # the topics `topics` has are all there is
+        self.refresh_all_topics: Callable[[], Awaitable[object]] | None = None
+        self._resolving: dict[str, asyncio.Task[None]] = {}  # group id -> its regular expressions' resolution
+        self._write_sequence: dict[str, int] = {}  # group id -> its latest write not yet acknowledged
+        self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
+                                 metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
+        self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
+
+    # --- requests ---------------------------------------------------------------------------------------------
+    def heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Write | None]:
+        """The response, and the write to await before sending it (None: nothing changed)."""
+        try:
+            validate(request, self.settings)
+            shard = self.shard_for(request.group_id)
+            status_error = _STATUS_ERRORS.get(shard.status)
+            if status_error is not None:
+                return HeartbeatResponse(status_error), None
+            classic = shard.groups.get(request.group_id)
+            if classic is not None and not (classic.is_in(GroupState.EMPTY) or classic.is_in(GroupState.DEAD)):
+                raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
+            result = heartbeat(shard.consumer_groups.get(request.group_id), request, self.topics, self.settings,
+                               self, self.timer.clock.now_ms(), self.wall_clock.now_ms())
+        except ApiError as exc:
+            return HeartbeatResponse(exc.error, exc.message), None
+        before = shard.consumer_groups.get(request.group_id)
+        snapshot = before.snapshot() if before is not None and result.records else None
+        if result.created is not None and result.records:
+            shard.consumer_groups[request.group_id] = result.created
+        write = self._apply(shard, request.group_id, result.records, snapshot)
+        if result.refresh_regexes and request.group_id not in self._resolving:
+            task = asyncio.get_running_loop().create_task(
+                self._resolve(shard, request.group_id, result.refresh_regexes))
+            self._resolving[request.group_id] = task
+            task.add_done_callback(lambda _done: self._resolving.pop(request.group_id, None))
+        return result.response, write
+
+    async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh) -> None:
+        """A group's regular expressions resolved against every topic, after the heartbeat that asked for it
+        (Kafka runs it on its executor, then writes the outcome as the group's records)."""
+        if self.refresh_all_topics is not None:
+            try:
+                await self.refresh_all_topics()
+            except Exception as exc:  # the cluster unreachable: resolve against what we know
+                log.warning("event=topic_listing_failed group=%s error=%r", group_id, exc)
+        group = shard.consumer_groups.get(group_id)
+        if group is None or shard.status is not ShardStatus.ACTIVE:
+            return
+        if not refresh.forced and self.topics.version <= group.last_regex_version:
+            return  # no topic came or went since the last resolution
+        resolved = resolve(refresh.regexes, list(self.topics.names()))
+        log.info("[GroupId %s] Scanned topics to refresh regular expressions %s.", group_id, sorted(refresh.regexes))
+        write = self._apply(shard, group_id, resolution_records(group, resolved, self.topics.version,
+                                                                self.wall_clock.now_ms(), self.topics))
+        if write is not None:
+            shard.append(write)
+
+    async def drain(self) -> None:
+        """Waits for the resolutions under way (tests, shutdown)."""
+        while self._resolving:
+            await asyncio.gather(*list(self._resolving.values()), return_exceptions=True)
+
+    def describe(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
+        return [self._describe(group_id) for group_id in group_ids]
+
+    def _describe(self, group_id: str) -> DescribedGroup:
+        if not group_id:
+            return DescribedGroup(group_id, Errors.INVALID_GROUP_ID)
+        shard = self.shard_for(group_id)
+        status_error = _STATUS_ERRORS.get(shard.status)
+        if status_error is not None:
+            return DescribedGroup(group_id, status_error)
+        group = shard.consumer_groups.get(group_id)
+        if group is None:
+            if group_id in shard.groups and not shard.groups[group_id].is_in(GroupState.DEAD):
+                return DescribedGroup(group_id, Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer "
+                                      "group.")
+            return DescribedGroup(group_id, Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+        members = tuple(
+            DescribedMember(m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+                            m.subscribed_topic_names, m.subscribed_topic_regex, self._described(m.assigned),
+                            self._described(group.target_of(m.member_id)))
+            for m in group.members.values())
+        return DescribedGroup(group_id, state=group.state.value, group_epoch=group.group_epoch,
+                              assignment_epoch=group.assignment_epoch,
+                              assignor_name=group.preferred_assignor() or DEFAULT_ASSIGNOR, members=members)
+
+    def _described(self, partitions: Partitions) -> tuple[DescribedPartitions, ...]:
+        """Topics the metadata no longer has are left out, as Kafka does."""
+        out = []
+        for topic_id, ps in partitions.items():
+            image = self.topics.by_id(topic_id)
+            if image is not None:
+                out.append(DescribedPartitions(topic_id, image.name, ps))
+        return tuple(out)
+
+    # --- records ----------------------------------------------------------------------------------------------
+    def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
+               before: ConsumerGroup | None | object = _AS_NOW) -> Write | None:
+        """Replays the records and returns them as the write for the shard's partition; if that write fails, the
+        group goes back to `before` (None: no group; default: as it is now), unless a later write changed it
+        meanwhile."""
+        if not records:
+            return None
+        if before is _AS_NOW:
+            current = shard.consumer_groups.get(group_id)
+            before = current.snapshot() if current is not None else None
+        sequence = self._write_sequence[group_id] = self._write_sequence.get(group_id, 0) + 1
+        for record in records:
+            self.replay(shard, record)
+        previous = before if isinstance(before, ConsumerGroup) else None
+        return Write(group_id, list(records),
+                     then=lambda error: self._written(shard, group_id, error, previous, sequence))
+
+    def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
+                 sequence: int) -> None:
+        if error == Errors.NONE:
+            if self._write_sequence.get(group_id) == sequence:
+                del self._write_sequence[group_id]
+            return
+        reverted = self._write_sequence.get(group_id) == sequence and shard.status is ShardStatus.ACTIVE
+        if reverted:
+            del self._write_sequence[group_id]
+            if before is None:
+                shard.consumer_groups.pop(group_id, None)
+            else:
+                shard.consumer_groups[group_id] = before
+        log.warning("event=consumer_group_write_failed group=%s error=%s reverted=%s", group_id, error.name,
+                    reverted)
+
+    def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
+        """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
+        for record in records:
+            self.replay(shard, record)
+        self.on_loaded(shard)
+        return len(shard.consumer_groups)
+
+    def replay(self, shard: GroupShard, record: ConsumerGroupRecord) -> None:
+        """One record onto its group: live changes and loading take this path. A value record creates the group;
+        a tombstone of an unknown group is nothing to do; the group goes once its metadata is tombstoned."""
+        group = shard.consumer_groups.get(record.group_id)
+        if group is None:
+            if isinstance(record, Tombstone):
+                return
+            group = shard.consumer_groups[record.group_id] = ConsumerGroup(record.group_id)
+        group.replay(record)
+        if group.deleted:
+            del shard.consumer_groups[record.group_id]
+
+    def on_loaded(self, shard: GroupShard) -> None:
+        """After a load (GroupMetadataManager.onLoaded): every member's session timer, and the rebalance timer of
+        those still revoking, start again (from now: a loaded member gets a whole session to come back)."""
+        for group_id, group in shard.consumer_groups.items():
+            log.info("Loaded consumer group %s with %d members.", group_id, len(group.members))
+            for member_id, member in group.members.items():
+                self.schedule_session(group_id, member_id)
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
+
+    # --- timers (heartbeat.MemberTimers) ----------------------------------------------------------------------
+    def schedule_session(self, group_id: str, member_id: str) -> None:
+        self._schedule(("session", group_id, member_id), self.config.group_consumer_session_timeout_ms,
+                       # Kafka's line adds a full stop to a reason ending in one: "expired.."
+                       lambda: self._fence_expired(group_id, member_id, None, "the member session expired.."))
+
+    def schedule_rebalance(self, group_id: str, member_id: str, member_epoch: int, timeout_ms: int) -> None:
+        self._schedule(("rebalance", group_id, member_id), timeout_ms,
+                       lambda: self._fence_expired(group_id, member_id, member_epoch,
+                                                   f"it failed to transition from epoch {member_epoch} within "
+                                                   f"{timeout_ms}ms."))
+
+    def cancel_rebalance(self, group_id: str, member_id: str) -> None:
+        self._cancel(("rebalance", group_id, member_id))
+
+    def cancel_all(self, group_id: str, member_id: str) -> None:
+        self._cancel(("session", group_id, member_id))
+        self._cancel(("rebalance", group_id, member_id))
+
+    def _schedule(self, key: tuple[str, str, str], delay_ms: int, callback: Callable[[], None]) -> None:
+        self._cancel(key)
+        task = self._timers[key] = _MemberTimer(delay_ms, callback)
+        self.timer.add(task)
+
+    def _cancel(self, key: tuple[str, str, str]) -> None:
+        task = self._timers.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def _fence_expired(self, group_id: str, member_id: str, at_epoch: int | None, reason: str) -> None:
+        """A timer ran out: the member is fenced (a rebalance timeout only if the member is still at the epoch it
+        had to move on from)."""
+        kind = "session" if at_epoch is None else "rebalance"
+        self._timers.pop((kind, group_id, member_id), None)
+        shard = self.shard_for(group_id)
+        group = shard.consumer_groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None or shard.status is not ShardStatus.ACTIVE:
+            return
+        if at_epoch is not None and member.member_epoch != at_epoch:
+            return
+        log.info("[GroupId %s] Member %s fenced from the group because %s", group_id, member_id, reason)
+        write = self._apply(shard, group_id, fence(group, member, self.topics, self))
+        if write is not None:
+            shard.append(write)
+
+    def unload(self, shard: GroupShard) -> None:
+        """The shard's groups leave this instance: their timers go with them."""
+        for group_id, group in shard.consumer_groups.items():
+            for member_id in group.members:
+                self.cancel_all(group_id, member_id)
+            resolving = self._resolving.pop(group_id, None)
+            if resolving is not None:
+                resolving.cancel()
+        shard.consumer_groups.clear()

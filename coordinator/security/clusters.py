@@ -1,0 +1,62 @@
+"""Which security each Kafka cluster this process talks to takes, by its bootstrap address.
+
+Set once at start (`use_for_cluster`), read wherever a client of that cluster is made: `secured(settings)` adds
+the librdkafka settings to a confluent-kafka client's, `cluster_security(bootstrap)` gives the relay what its own
+connections need. A client made for a cluster nobody secured gets its settings unchanged (PLAINTEXT)."""
+
+from __future__ import annotations
+
+import dataclasses
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from coordinator.security.client_config import ClientSecurity
+
+_Settings = TypeVar("_Settings", bound=dict[str, Any])
+
+
+@dataclass(frozen=True)
+class ClusterSecurity:
+    """A cluster's client security with its TLS context built once (reading the PEM files once)."""
+
+    client: ClientSecurity
+    ssl_context: ssl.SSLContext | None
+    librdkafka: dict[str, str]
+
+
+_CLUSTERS: dict[str, ClusterSecurity] = {}
+
+
+def use_for_cluster(bootstrap: str, security: ClientSecurity) -> Callable[[], None]:
+    """Every client of `bootstrap` made from now on uses `security`; call the returned function to forget it."""
+    entry = ClusterSecurity(security, security.ssl_context(), security.librdkafka_settings())
+    _CLUSTERS[bootstrap] = entry
+
+    def forget() -> None:
+        if _CLUSTERS.get(bootstrap) is entry:
+            del _CLUSTERS[bootstrap]
+
+    return forget
+
+
+def cluster_security(bootstrap: str) -> ClusterSecurity | None:
+    return _CLUSTERS.get(bootstrap)
+
+
+def without_sasl(security: ClusterSecurity | None) -> ClusterSecurity | None:
+    """The same cluster reached with TLS only (a connection whose client runs its own SASL exchange)."""
+    if security is None or not security.client.uses_sasl:
+        return security
+    client = dataclasses.replace(security.client, protocol="SSL" if security.client.uses_tls else "PLAINTEXT",
+                                 mechanism=None, username=None, password=None, oauthbearer=None)
+    return ClusterSecurity(client, security.ssl_context, client.librdkafka_settings())
+
+
+def secured(settings: _Settings) -> _Settings:
+    """A confluent-kafka client's settings with the security of the cluster in their bootstrap.servers."""
+    entry = _CLUSTERS.get(str(settings.get("bootstrap.servers", "")))
+    if entry is not None:
+        settings.update(entry.librdkafka)
+    return settings

@@ -1,0 +1,54 @@
+"""ConsumerGroupHeartbeat (68): the KIP-848 protocol's join, heartbeat and leave (coordinator/group/modern).
+v1 (KIP-1082) requires the client to generate its member id."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.server.context import ConnectionContext
+from protocol.apis import ApiKey, response_class
+from protocol.codec import RequestHeader
+from protocol.messages import ZERO_DURATION, build, error, item_class, ms
+
+API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
+VERSIONS = (0, 1)
+
+
+def to_request(ctx: ConnectionContext, header: RequestHeader, body: Any) -> HeartbeatRequest:
+    owned = body.topic_partitions
+    return HeartbeatRequest(
+        group_id=body.group_id,
+        member_id=body.member_id,
+        member_epoch=int(body.member_epoch),
+        instance_id=body.instance_id,
+        rack_id=body.rack_id,
+        rebalance_timeout_ms=ms(body.rebalance_timeout),
+        subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
+        subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
+        server_assignor=body.server_assignor,
+        owned=None if owned is None else [(tp.topic_id, tuple(int(p) for p in tp.partitions)) for tp in owned],
+        client_id=header.client_id or "",
+        client_host=ctx.client_host,
+        version=header.api_version,
+    )
+
+
+def to_response(version: int, response: HeartbeatResponse) -> Any:
+    cls = response_class(API_KEY, version)
+    assignment = None
+    if response.assignment is not None:
+        assignment_class = item_class(cls, "assignment")
+        partitions_class = item_class(assignment_class, "topic_partitions")
+        assignment = assignment_class(topic_partitions=tuple(
+            partitions_class(topic_id=topic_id, partitions=tuple(ps)) for topic_id, ps in response.assignment.items()))
+    return build(cls, throttle_time=ZERO_DURATION, error_code=error(response.error),
+                 error_message=response.message, member_id=response.member_id, member_epoch=response.member_epoch,
+                 heartbeat_interval=datetime.timedelta(milliseconds=response.heartbeat_interval_ms),
+                 assignment=assignment)
+
+
+async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
+    response = await ctx.coordinator.consumer_group_heartbeat(to_request(ctx, header, body))
+    return to_response(header.api_version, response)

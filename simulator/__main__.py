@@ -1,0 +1,116 @@
+"""python -m simulator: run seeds, report violations, replay one seed with its trace.
+
+    python -m simulator --seeds 1000 --start 0     seeds 0..999; progress on stderr, a summary, a JSON line
+    python -m simulator --seed 42 --trace          one seed, every event of its history (the replay of a failure)
+    python -m simulator --plant NAME --seeds 100   with a planted bug: which seed finds it (--list-plants)
+
+Exit status 1 if any seed violated an invariant. The process runs with PYTHONHASHSEED=0 (it re-executes itself
+otherwise): the iteration order of sets of strings depends on it, and a seed must replay in any process.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import TextIO
+
+from simulator.plants import PLANTS
+from simulator.run import Outcome, run_seed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulator", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run (default: %(default)s)")
+    parser.add_argument("--start", type=int, default=0, help="the first seed (default: %(default)s)")
+    parser.add_argument("--seed", type=int, help="run this one seed only")
+    parser.add_argument("--trace", action="store_true", help="print the seed's whole history (with --seed)")
+    parser.add_argument("--stop-at-first", action="store_true", help="stop at the first failing seed")
+    parser.add_argument("--plant", choices=sorted(PLANTS), help="run with this planted bug (stops at the first "
+                                                                "seed that finds it)")
+    parser.add_argument("--list-plants", action="store_true", help="list the planted bugs")
+    args = parser.parse_args(argv)
+    if args.list_plants:
+        for plant in PLANTS.values():
+            print(f"{plant.name:<28} {plant.description} (caught by: {', '.join(sorted(plant.caught_by))})")
+        return 0
+    if args.seed is not None:
+        return _one(args.seed, args.trace, args.plant)
+    return _many(args.start, args.seeds, args.stop_at_first or args.plant is not None, args.plant)
+
+
+def _one(seed: int, trace: bool, plant: str | None) -> int:
+    outcome = run_seed(seed, keep_history=trace, plant=plant)
+    if trace and outcome.history is not None:
+        print(outcome.history.trace())
+    _describe(outcome, sys.stdout)
+    return 0 if outcome.ok else 1
+
+
+def _many(start: int, count: int, stop_at_first: bool, plant: str | None) -> int:
+    started, cpu_started = time.perf_counter(), time.process_time()
+    failing: list[Outcome] = []
+    first_digest = ""
+    events = steps = run = 0
+    virtual_ms = 0
+    last_report = started
+    for seed in range(start, start + count):
+        outcome = run_seed(seed, plant=plant)
+        run += 1
+        events += outcome.events
+        steps += outcome.steps
+        virtual_ms += outcome.virtual_ms
+        if seed == start:
+            first_digest = outcome.digest
+        if not outcome.ok:
+            failing.append(outcome)
+            _describe(outcome, sys.stderr)
+            if stop_at_first:
+                break
+        now = time.perf_counter()
+        if now - last_report >= 5 or run == count:
+            last_report = now
+            print(f"seeds {run}/{count}  failing {len(failing)}  {run / (now - started):.1f} seeds/s",
+                  file=sys.stderr, flush=True)
+    wall_s = time.perf_counter() - started
+    cpu_s = time.process_time() - cpu_started
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
+    print(f"ran {run} seeds ({start}..{start + run - 1}) in {wall_s:.1f}s wall, {cpu_s:.1f}s CPU "
+          f"({run / wall_s:.1f} seeds/s, {1000 * cpu_s / max(run, 1):.0f} ms CPU per seed, load average "
+          f"{load:.1f}); {virtual_ms / 3_600_000:.1f} virtual hours, {events} events, {steps} loop callbacks; "
+          f"{len(failing)} failing", file=sys.stderr)
+    replay_plant = "" if plant is None else f" --plant {plant}"
+    for outcome in failing:
+        print(f"  seed {outcome.seed}: {outcome.violations[0].line()}", file=sys.stderr)
+        print(f"    replay: python -m simulator --seed {outcome.seed}{replay_plant} --trace", file=sys.stderr)
+    print(json.dumps({
+        "seeds": run, "start": start, "wall_s": round(wall_s, 2), "cpu_s": round(cpu_s, 2),
+        "seeds_per_s": round(run / wall_s, 2), "load_average": round(load, 2),
+        "first_seed_history_hash": first_digest,
+        "violations": [{"seed": o.seed, "invariant": o.violations[0].invariant,
+                        "message": o.violations[0].message} for o in failing],
+        "plant": None if plant is None else {"name": plant, "found": bool(failing), "seeds_run": run,
+                                             "found_by_seed": failing[0].seed if failing else None},
+    }))
+    if plant is not None:  # a planted bug that is found is the expected outcome
+        return 0 if failing else 1
+    return 1 if failing else 0
+
+
+def _describe(outcome: Outcome, out: TextIO) -> None:
+    status = "ok" if outcome.ok else f"{len(outcome.violations)} violation(s)"
+    print(f"seed {outcome.seed}: {status}; {outcome.scenario}; {outcome.events} events, history hash "
+          f"{outcome.digest}, {outcome.wall_s:.2f}s", file=out)
+    for violation in outcome.violations:
+        print(f"  {violation.line()}", file=out)
+    if not outcome.ok:
+        print(f"  replay: python -m simulator --seed {outcome.seed} --trace", file=out)
+
+
+if __name__ == "__main__":
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, "-m", "simulator", *sys.argv[1:]])
+    sys.exit(main())

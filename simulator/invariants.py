@@ -1,0 +1,288 @@
+"""The invariants, checked while a run goes on and at its end. Each check names its invariant in the violation.
+
+  durable_commit     an offset commit answered NONE is never lost or regressed, across crashes: every later
+                     stable fetch of that partition returns it or a later commit (unless a tombstone of it was
+                     issued after it: DeleteGroups, offset expiry)
+  single_owner       no two members own a partition in the same generation (and no member is told two
+                     different assignments for one generation)
+  generation_once    a generation of a group becomes Stable at most once, over every instance of the run
+  session_expiry     a member expires only once its session has passed on the virtual clock since the last
+                     request that reset it (heartbeat, SyncGroup, OffsetCommit answered without error)
+  transitions        each state change follows Kafka's table (GroupMetadata.scala, restated here, not imported)
+                     and starts from the state the group was last seen in
+  parked_answered    every request a live coordinator received is answered, within a bound (two rebalance
+                     timeouts, a sync phase, a write); none is left at the end, after a quiet period
+  answer_after_ack   a commit answered NONE was acknowledged by Kafka before the answer; so was the group
+                     record of a generation whose SyncGroup was answered NONE
+  durable_delete     a DeleteGroups or OffsetDelete answered NONE stays done across crashes: a reload shows
+                     neither the deleted group's record nor its deleted offsets (unless written again since)
+  reload_equals_acked after a (re)load, each group's offsets and record are what Kafka acknowledged (or a later
+                     write that may have landed: timed out, failed after append, in flight at the crash);
+                     before a crash, memory holds nothing Kafka did not acknowledge or is not writing
+  no_errors          no request raises, no exception is logged or reaches the loop, no client hears an error
+                     a classic consumer cannot expect (UNKNOWN_SERVER_ERROR, ...), the loop never gets stuck
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.state import GroupState
+from coordinator.storage.records import decode_group_metadata_value, decode_offset_commit_value
+from protocol.error_codes import Errors
+from simulator.history import Event, History
+from simulator.ledger import Key, Ledger
+
+if TYPE_CHECKING:
+    from simulator.instance import CoordinatorInstance, Pending
+
+# Kafka 3.9 GroupMetadata.scala, validPreviousStates: target <- allowed sources.
+KAFKA_TRANSITIONS: dict[str, frozenset[str]] = {
+    "Dead": frozenset({"Stable", "PreparingRebalance", "CompletingRebalance", "Empty", "Dead"}),
+    "CompletingRebalance": frozenset({"PreparingRebalance"}),
+    "Stable": frozenset({"CompletingRebalance"}),
+    "PreparingRebalance": frozenset({"Stable", "CompletingRebalance", "Empty"}),
+    "Empty": frozenset({"PreparingRebalance"}),
+}
+
+INVARIANTS = ("durable_commit", "durable_delete", "single_owner", "generation_once", "session_expiry",
+              "transitions", "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors")
+MAX_VIOLATIONS = 20
+# The longest a request may stay parked: two rebalance timeouts (a join phase nobody completes is given another),
+# the initial rebalance delay, a sync phase and a write's timeout. The scenarios keep rebalance.timeout.ms <= 30 s.
+PARKED_AT_MOST_MS = 2 * 30_000 + 3_000 + 30_000 + 5_000 + 10_000
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    message: str
+    t_ms: int
+    seq: int
+
+    def line(self) -> str:
+        return f"[{self.invariant}] t={self.t_ms / 1000:.3f}s event#{self.seq}: {self.message}"
+
+
+class Checkers:
+    def __init__(self, history: History, ledger: Ledger, now_ms: Any) -> None:
+        self.history = history
+        self.ledger = ledger
+        self.now_ms = now_ms
+        self.violations: list[Violation] = []
+        # (group, topic, partition) -> (offset, write id) of the last commit answered NONE
+        self._must_keep: dict[tuple[str, str, int], tuple[int, int]] = {}
+        self._owners: dict[tuple[str, int, int], dict[tuple[str, int], str]] = {}
+        self._assignments: dict[tuple[str, int, int, str], tuple[tuple[str, int], ...]] = {}
+        self._stable: set[tuple[str, int, int]] = set()
+        self._states: dict[tuple[int, str], str] = {}
+        # A deleted (Dead) group id starts a new life when used again, with generations from 0: keyed apart.
+        self._lives: dict[str, int] = {}
+        self._session_reset_ms: dict[str, int] = {}
+        self._deleted: dict[Key, int] = {}  # key -> the last write issued when its deletion was answered NONE
+        history.listeners.append(self._see)
+
+    # --- reporting --------------------------------------------------------------------------------------------
+    def violation(self, invariant: str, message: str) -> None:
+        assert invariant in INVARIANTS, invariant
+        if len(self.violations) < MAX_VIOLATIONS:
+            self.violations.append(Violation(invariant, message, self.now_ms(), self.history.count))
+            self.history.record("VIOLATION", invariant=invariant, message=message)
+
+    # --- events from the history ------------------------------------------------------------------------------
+    def _see(self, event: Event) -> None:
+        kind = event.kind
+        if kind == "state":
+            self._state_change(event.fields)
+        elif kind == "expired":
+            self._expired(event.fields)
+
+    def _state_change(self, f: dict[str, Any]) -> None:
+        group, old, new, gen = f["group"], f["old"], f["new"], f["gen"]
+        if old not in KAFKA_TRANSITIONS.get(new, ()):
+            self.violation("transitions", f"group {group}: {old} -> {new} is not in Kafka's table")
+        key = (f["inst"], group)
+        last = self._states.get(key)
+        if last is not None and last != old:
+            self.violation("transitions", f"group {group}: moved from {old} but was last seen {last}")
+        self._states[key] = new
+        life = self._lives.get(group, 0)
+        if new == "Stable":
+            if (group, life, gen) in self._stable:
+                self.violation("generation_once", f"group {group} generation {gen} became Stable twice")
+            self._stable.add((group, life, gen))
+        elif new == "Dead":
+            del self._states[key]
+            self._lives[group] = life + 1
+
+    def _expired(self, f: dict[str, Any]) -> None:
+        member, session_ms = f["member"], f["session_ms"]
+        reset_ms = self._session_reset_ms.get(member)
+        if reset_ms is not None and self.now_ms() - reset_ms < session_ms:
+            self.violation("session_expiry", f"member {member} of {f['group']} expired "
+                                             f"{self.now_ms() - reset_ms} ms after its session was reset "
+                                             f"(session.timeout.ms={session_ms})")
+
+    # --- from the instances -----------------------------------------------------------------------------------
+    def answered(self, instance: CoordinatorInstance, pending: Pending, response: Any) -> None:
+        api = pending.api
+        waited_ms = self.now_ms() - pending.arrived_ms
+        if waited_ms > PARKED_AT_MOST_MS:
+            self.violation("parked_answered", f"{api} from {pending.client} was answered after {waited_ms} ms")
+        error = getattr(response, "error_code", None)
+        resets = (api == "heartbeat" and error in (Errors.NONE, Errors.REBALANCE_IN_PROGRESS)
+                  or api == "sync_group" and error == Errors.NONE
+                  or api == "commit_offsets" and any(p.error_code == Errors.NONE
+                                                     for t in response.topics for p in t.partitions))
+        if api == "sync_group" and error == Errors.NONE and pending.generation is not None:
+            self._sync_answered(instance.name, pending.group_id, pending.generation)
+        if resets and pending.member_id:
+            # a commit resets the session when it is handled, before its write; a parked SyncGroup when answered
+            self._session_reset_ms[pending.member_id] = (self.now_ms() if api == "sync_group"
+                                                         else pending.arrived_ms)
+
+    def _sync_answered(self, instance: str, group_id: str, generation: int) -> None:
+        """The generation's group record was acknowledged — or, written by an earlier instance, may have landed
+        and was loaded from the log."""
+        if not self.ledger.group_generation_stored(group_id, generation, instance):
+            self.violation("answer_after_ack", f"SyncGroup of {group_id} generation {generation} answered NONE "
+                                               "before its group record was acknowledged")
+
+    def after_load(self, instance: CoordinatorInstance) -> None:
+        """Every key the ledger knows, against what the new instance materialised."""
+        groups = instance.runtime.groups
+        self._deletions_hold(groups)
+        for group_id in list(groups):
+            self._states[(instance.number, group_id)] = groups[group_id].state.value
+        for key in list(self.ledger.by_key):
+            group = groups.get(key[0])
+            allowed, _ = self.ledger.candidates(key)
+            if len(key) == 3:
+                value = None if group is None else group.offsets.get((key[1], key[2]))
+                shown = None if value is None else value.offset
+                offsets = [None if v is None else decode_offset_commit_value(v).offset for v in allowed]
+                if shown not in offsets:
+                    self.violation("reload_equals_acked",
+                                   f"{key} loaded as {shown}, Kafka acknowledged {offsets[-1] if offsets else None}"
+                                   f" (possible: {offsets})")
+            else:
+                shown_group = _group_view(group)
+                views = [None if v is None else _record_view(v) for v in allowed]
+                if shown_group not in views:
+                    self.violation("reload_equals_acked",
+                                   f"group {key[0]} loaded as {shown_group}, possible: {views}")
+
+    def _deletions_hold(self, groups: Any) -> None:
+        for key, written_before in self._deleted.items():
+            if self.ledger.written_after(key, written_before):
+                continue  # written again since the deletion: its value may be back
+            group = groups.get(key[0])
+            if len(key) == 3:
+                record = None if group is None else group.offsets.get((key[1], key[2]))
+                if record is not None:
+                    self.violation("durable_delete", f"{key} was deleted (answered NONE) and came back with the "
+                                                     f"reload: {record.offset}")
+            elif _group_view(group) is not None:
+                self.violation("durable_delete", f"group {key[0]} was deleted (answered NONE) and came back with "
+                                                 f"the reload: {_group_view(group)}")
+
+    def before_crash(self, instance: CoordinatorInstance) -> None:
+        """Memory claims nothing Kafka did not acknowledge and is not still writing."""
+        if not instance.loaded:
+            return
+        for group_id, group in list(instance.runtime.groups.items()):
+            for (topic, partition), record in group.offsets.items():
+                key = (group_id, topic, partition)
+                allowed, _ = self.ledger.candidates(key)
+                offsets = [None if v is None else decode_offset_commit_value(v).offset for v in allowed]
+                if record.offset not in offsets:
+                    self.violation("reload_equals_acked", f"before the crash, memory held {key}={record.offset}, "
+                                                          f"which Kafka never acknowledged (possible: {offsets})")
+            if group.is_in(GroupState.STABLE):
+                allowed, _ = self.ledger.candidates((group_id,))
+                views = [None if v is None else _record_view(v) for v in allowed]
+                if _group_view(group) not in views:
+                    self.violation("reload_equals_acked", f"before the crash, Stable group {group_id} was "
+                                                          f"{_group_view(group)}, not acknowledged: {views}")
+
+    # --- from the clients -------------------------------------------------------------------------------------
+    def committed(self, group_id: str, tp: tuple[str, int], offset: int, client: str) -> None:
+        key = (group_id, tp[0], tp[1])
+        write = self.ledger.acked_write_of_offset(key, offset)
+        if write is None:
+            self.violation("answer_after_ack", f"{client}: commit of {key}={offset} answered NONE but Kafka "
+                                               "has not acknowledged it")
+            return
+        previous = self._must_keep.get(key)
+        if previous is None or previous[1] < write.write_id:
+            self._must_keep[key] = (offset, write.write_id)
+
+    def fetched(self, group_id: str, tp: tuple[str, int], offset: int, client: str) -> None:
+        key = (group_id, tp[0], tp[1])
+        kept = self._must_keep.get(key)
+        if kept is None or self.ledger.tombstoned_after(key, kept[1]):
+            return
+        if offset < kept[0]:
+            what = "lost" if offset < 0 else f"regressed to {offset}"
+            self.violation("durable_commit", f"{client}: {key} committed {kept[0]} (acknowledged), fetched: {what}")
+
+    def assigned(self, group_id: str, generation: int, member_id: str, owned: list[tuple[str, int]]) -> None:
+        """`member_id`: the owner — a static member's group.instance.id, which keeps its assignment when the
+        member restarts under a new member id (KIP-345)."""
+        life = self._lives.get(group_id, 0)
+        previous = self._assignments.setdefault((group_id, life, generation, member_id), tuple(owned))
+        if previous != tuple(owned):
+            self.violation("single_owner", f"{member_id} of {group_id} generation {generation} was assigned "
+                                           f"{previous} and then {tuple(owned)}")
+        owners = self._owners.setdefault((group_id, life, generation), {})
+        for tp in owned:
+            owner = owners.setdefault(tp, member_id)
+            if owner != member_id:
+                self.violation("single_owner", f"{tp} of {group_id} generation {generation} is owned by "
+                                               f"{owner} and {member_id}")
+
+    def deleted(self, group_id: str, partitions: list[tuple[str, int]], group_record: bool) -> None:
+        """A DeleteGroups (group_record) or OffsetDelete was answered NONE for these partitions."""
+        last = len(self.ledger.writes) - 1
+        keys: list[Key] = [(group_id, topic, partition) for topic, partition in partitions]
+        if group_record:
+            keys.append((group_id,))
+        for key in keys:
+            self._deleted[key] = last
+
+    def unexpected_error(self, client: str, api: str, error: Errors) -> None:
+        self.violation("no_errors", f"{client} got {error.name} from {api}")
+
+    # --- the end ----------------------------------------------------------------------------------------------
+    def finish(self, instance: CoordinatorInstance | None) -> None:
+        if instance is not None and instance.alive:
+            for pending in instance.pending.values():
+                self.violation("parked_answered", f"{pending.api} from {pending.client} (member "
+                                                  f"{pending.member_id or '-'}) received at "
+                                                  f"{pending.arrived_ms / 1000:.3f}s was never answered")
+
+    def final_offsets(self, instance: CoordinatorInstance) -> None:
+        """After the last reload: every commit answered NONE is still there (or was deleted after)."""
+        for key, (offset, write_id) in self._must_keep.items():
+            if self.ledger.tombstoned_after(key, write_id):
+                continue
+            group = instance.runtime.groups.get(key[0])
+            record = None if group is None else group.offsets.get((key[1], key[2]))
+            if record is None or record.offset < offset:
+                self.violation("durable_commit", f"{key} committed {offset} (acknowledged), after the last "
+                                                 f"reload: {None if record is None else record.offset}")
+
+
+def _group_view(group: GroupMetadata | None) -> tuple[Any, ...] | None:
+    """What a group record says, as a comparable tuple (None: no record, or an offsets-only group)."""
+    if group is None or (group.generation_id == 0 and not group.members and group.protocol_type is None):
+        return None
+    members = tuple(sorted((m.member_id, m.assignment) for m in group.members.values()))
+    return (group.generation_id, group.leader_id if members else None, members)
+
+
+def _record_view(value: bytes) -> tuple[Any, ...]:
+    record = decode_group_metadata_value(value)
+    members = tuple(sorted((m.member_id, m.assignment) for m in record.members))
+    return (record.generation, record.leader if members else None, members)

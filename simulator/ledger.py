@@ -1,0 +1,132 @@
+"""What the state store was told about every write: issued (with its records), landed in the log, and how it
+ended (acked, a Kafka error, timed out, or lost with its process). The checkers judge the coordinator against
+this record of *what it was told*, not against the log: a write reported failed by Kafka may still be in the log
+(a timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND), and the coordinator cannot know that.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from coordinator.storage.records import (GroupMetadataKey, OffsetCommitKey, decode_group_metadata_value,
+                                        decode_key, decode_offset_commit_value)
+from coordinator.group.store import GroupRecord
+from simulator.history import History
+
+# Outcomes after which the write is known not to be in the log (Kafka said it failed before appending).
+REFUSED = frozenset({"NOT_ENOUGH_REPLICAS"})
+PENDING = "pending"
+ACKED = "acked"
+
+Key = tuple[str, str, int] | tuple[str]  # (group, topic, partition) for an offset, (group,) for a group record
+
+
+@dataclass(eq=False)
+class Write:
+    write_id: int
+    producer: str
+    partition: int
+    keys: list[tuple[Key, bytes | None]]  # decoded key, raw value (None: tombstone)
+    offsets: dict[Key, int] = field(default_factory=dict)  # the committed offset of each offset key written
+    status: str = PENDING
+    landed_offsets: list[int] = field(default_factory=list)
+
+    @property
+    def may_be_in_log(self) -> bool:
+        return self.status not in REFUSED
+
+
+class Ledger:
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self.writes: list[Write] = []
+        self.by_key: dict[Key, list[Write]] = {}
+
+    def issued(self, producer: str, partition: int, records: Sequence[tuple[int, bytes, bytes | None]]) -> int:
+        keys: list[tuple[Key, bytes | None]] = []
+        offsets: dict[Key, int] = {}
+        for _, key_bytes, value in records:
+            decoded = decode_key(key_bytes)
+            if isinstance(decoded, OffsetCommitKey):
+                keys.append(((decoded.group, decoded.topic, decoded.partition), value))
+                if value is not None:
+                    offsets[(decoded.group, decoded.topic, decoded.partition)] = \
+                        decode_offset_commit_value(value).offset
+            elif isinstance(decoded, GroupMetadataKey):
+                keys.append(((decoded.group,), value))
+        write = Write(len(self.writes), producer, partition, keys, offsets=offsets)
+        self.writes.append(write)
+        for key, _ in keys:
+            self.by_key.setdefault(key, []).append(write)
+        self.history.record("write", id=write.write_id, producer=producer, partition=partition,
+                            keys=tuple((k, v is None) for k, v in keys))
+        return write.write_id
+
+    def landed(self, write_id: int, offsets: list[int]) -> None:
+        self.writes[write_id].landed_offsets = offsets
+        self.history.record("landed", id=write_id, offsets=(offsets[0], offsets[-1]) if offsets else ())
+
+    def outcome(self, write_id: int, status: str) -> None:
+        write = self.writes[write_id]
+        write.status = status
+        self.history.record("write_done", id=write_id, status=status)
+
+    def value_of(self, write: Write, key: Key) -> bytes | None:
+        for k, value in write.keys:
+            if k == key:
+                return value
+        raise KeyError(key)
+
+    def candidates(self, key: Key) -> tuple[list[bytes | None], bool]:
+        """The values a read of `key` may show, given what the coordinator was told: the last acknowledged one
+        (or nothing, if none was) and every later one that may have landed. Second: whether an acknowledged one
+        exists."""
+        values: list[bytes | None] = []
+        for write in reversed(self.by_key.get(key, [])):
+            if write.status == ACKED:
+                values.append(self.value_of(write, key))
+                return values, True
+            if write.may_be_in_log:
+                values.append(self.value_of(write, key))
+        values.append(None)
+        return values, False
+
+    def acked_write_of_offset(self, key: Key, offset: int) -> Write | None:
+        """The acknowledged write that committed `offset` for `key`, if any."""
+        for write in reversed(self.by_key.get(key, [])):
+            if write.status == ACKED and write.offsets.get(key) == offset:
+                return write
+        return None
+
+    def tombstoned_after(self, key: Key, write_id: int) -> bool:
+        """Whether a tombstone of `key` was issued after write `write_id` (so its value may be gone)."""
+        for write in reversed(self.by_key.get(key, [])):
+            if write.write_id <= write_id:
+                return False
+            if self.value_of(write, key) is None:
+                return True
+        return False
+
+    def written_after(self, key: Key, write_id: int) -> bool:
+        """Whether a value (not a tombstone) of `key` was issued after write `write_id`."""
+        for write in reversed(self.by_key.get(key, [])):
+            if write.write_id <= write_id:
+                return False
+            if self.value_of(write, key) is not None:
+                return True
+        return False
+
+    def group_generation_stored(self, group_id: str, generation: int, reader: str) -> bool:
+        """Whether `reader` (a producer name) can know the group record of `generation`: it was acknowledged,
+        or another producer wrote it and it may be in the log (so a load may have found it)."""
+        for write in reversed(self.by_key.get((group_id,), [])):
+            value = self.value_of(write, (group_id,))
+            if value is None or decode_group(value).generation != generation:
+                continue
+            if write.status == ACKED or (write.producer != reader and write.may_be_in_log):
+                return True
+        return False
+
+
+def decode_group(value: bytes) -> GroupRecord:
+    return decode_group_metadata_value(value)

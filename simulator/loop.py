@@ -1,0 +1,124 @@
+"""An asyncio event loop on virtual time, driven by one seed.
+
+`VirtualLoop` is asyncio's own `BaseEventLoop` (futures, tasks, call_soon/call_at, run_until_complete are the
+standard library's) with three things replaced:
+  - `time()` is a virtual clock that only moves when nothing is ready: it jumps to the next timer, so a run of
+    ten virtual minutes takes as long as its callbacks take to execute;
+  - there is no I/O: the "selector" never waits (the simulated network and Kafka are timers and futures);
+  - `run_in_executor` (and so `asyncio.to_thread`) runs the function inline: no thread may add timing noise.
+
+What the seed perturbs: timers due at the same virtual instant run in a seeded order (asyncio promises no
+order among them; the real clock would make them differ by microseconds anyway), and everything outside the
+coordinator — network latencies, Kafka's acknowledgements, client think times, faults — is drawn from the
+seed, so two seeds interleave requests, acknowledgements and timer expirations differently. Callbacks made
+ready by `call_soon` keep their FIFO order: asyncio documents it and production code may rely on it, so
+shuffling them would manufacture interleavings no real loop can produce.
+
+A loop that has nothing ready and no timer left cannot make progress: `SimulationStuck` is raised instead of
+blocking forever.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import heapq
+import random
+from asyncio import base_events, events
+from typing import Any, Callable
+
+EPOCH_MS = 1_700_000_000_000  # the virtual wall clock starts here (stored timestamps look like real ones)
+
+
+class SimulationStuck(RuntimeError):
+    """Nothing is ready and no timer is left: whatever is awaited can never happen."""
+
+
+class _NoSelector:
+    def select(self, timeout: float | None) -> list[Any]:
+        return []
+
+
+class VirtualLoop(base_events.BaseEventLoop):
+    # BaseEventLoop's internals this loop drives (typeshed does not declare them)
+    _ready: collections.deque[events.Handle]
+    _scheduled: list[events.TimerHandle]
+    _timer_cancelled_count: int
+    _stopping: bool
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__()
+        self._rng = rng
+        self._now = 0.0
+        self._selector = _NoSelector()
+        self._clock_resolution = 1e-9
+        self.steps = 0  # callbacks run: the cost measure of a run
+
+    # --- time -------------------------------------------------------------------------------------------------
+    def time(self) -> float:
+        return self._now
+
+    def now_ms(self) -> int:
+        # + 1e-6: a float sum like 0.1 + 0.2 must not floor to the millisecond below the one it means
+        return int(self._now * 1000 + 1e-6)
+
+    # --- what a real loop does with I/O and threads -----------------------------------------------------------
+    def _process_events(self, event_list: list[Any]) -> None:
+        pass
+
+    def _write_to_self(self) -> None:
+        pass
+
+    def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
+                        *args: Any) -> asyncio.Future[Any]:
+        future = self.create_future()
+        try:
+            future.set_result(func(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine, as an executor would
+            future.set_exception(exc)
+        return future
+
+    # --- one iteration ----------------------------------------------------------------------------------------
+    def _run_once(self) -> None:
+        scheduled = self._scheduled
+        while scheduled and scheduled[0].cancelled():
+            self._timer_cancelled_count -= 1
+            heapq.heappop(scheduled)._scheduled = False  # type: ignore[attr-defined]
+        if not self._ready and not self._stopping:
+            if not scheduled:
+                raise SimulationStuck(f"nothing ready and no timer left at t={self._now:.3f}s")
+            self._now = max(self._now, scheduled[0].when())
+        due: list[events.TimerHandle] = []
+        while scheduled and scheduled[0].when() <= self._now:
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False  # type: ignore[attr-defined]
+            if handle.cancelled():
+                self._timer_cancelled_count -= 1
+            else:
+                due.append(handle)
+        if len(due) > 1:
+            due = self._seeded_order(due)
+        self._ready.extend(due)
+        for _ in range(len(self._ready)):
+            ready = self._ready.popleft()
+            if not ready.cancelled():
+                self.steps += 1
+                ready._run()
+
+    def _seeded_order(self, due: list[events.TimerHandle]) -> list[events.TimerHandle]:
+        """Earlier deadlines first; among equal deadlines, an order drawn from the seed."""
+        keyed = [(handle.when(), self._rng.random(), index) for index, handle in enumerate(due)]
+        keyed.sort()
+        return [due[index] for _, _, index in keyed]
+
+
+class VirtualClock:
+    """The coordinator's `Clock` on the loop's virtual time (monotonic ms, or epoch ms with `epoch_ms`)."""
+
+    __slots__ = ("_loop", "_offset_ms")
+
+    def __init__(self, loop: VirtualLoop, epoch_ms: int = 0) -> None:
+        self._loop = loop
+        self._offset_ms = epoch_ms
+
+    def now_ms(self) -> int:
+        return self._loop.now_ms() + self._offset_ms

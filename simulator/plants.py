@@ -1,0 +1,109 @@
+"""Planted bugs: small mutations of the production code, each of which the simulator must find within a few
+dozen seeds (tests/unit/test_simulator.py). `python -m simulator --plant NAME` runs seeds with one in place.
+
+Each plant patches the production code only inside its `with` block and names the invariants expected to catch it.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from coordinator.group import sync
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.runtime import GroupRuntime
+from coordinator.group.shard import GroupShard
+from protocol.error_codes import Errors
+
+
+@dataclass(frozen=True)
+class Plant:
+    name: str
+    description: str
+    caught_by: frozenset[str]
+    patch: Callable[[], Iterator[None]]
+
+
+def _answer_before_ack() -> Iterator[None]:
+    async def written_at_once(self: GroupRuntime, done: list[asyncio.Future[Errors]]) -> list[Errors]:
+        return [Errors.NONE] * len(done)
+
+    with _patched(GroupRuntime, "_written", written_at_once):
+        yield
+
+
+def _generation_not_bumped() -> Iterator[None]:
+    bump = GroupMetadata.init_next_generation
+
+    def init_without_bump(self: GroupMetadata, now_ms: int) -> None:
+        bump(self, now_ms)
+        if self.generation_id > 2:
+            self.generation_id -= 1
+
+    with _patched(GroupMetadata, "init_next_generation", init_without_bump):
+        yield
+
+
+def _early_session_expiry() -> Iterator[None]:
+    schedule = GroupShard.schedule_heartbeat
+
+    def two_thirds(self: GroupShard, group: Any, member: Any, timeout_ms: int) -> None:
+        schedule(self, group, member, timeout_ms * 2 // 3)
+
+    with _patched(GroupShard, "schedule_heartbeat", two_thirds):
+        yield
+
+
+def _offsets_cached_on_failure() -> Iterator[None]:
+    finish = GroupMetadata.finish_offset_commit
+
+    def always_ok(self: GroupMetadata, offsets: Any, version: int, ok: bool) -> None:
+        finish(self, offsets, version, True)
+
+    with _patched(GroupMetadata, "finish_offset_commit", always_ok):
+        yield
+
+
+def _assignment_failure_ignored() -> Iterator[None]:
+    stored = sync._on_assignment_stored
+
+    def as_if_stored(shard: Any, group: Any, generation_id: int, leader_id: str, assignment: Any,
+                     error: Errors) -> None:
+        stored(shard, group, generation_id, leader_id, assignment, Errors.NONE)
+
+    with _patched(sync, "_on_assignment_stored", as_if_stored):
+        yield
+
+
+PLANTS = {plant.name: plant for plant in (
+    Plant("answer_before_ack", "writes are reported acknowledged at once: answers go out before Kafka's ack",
+          frozenset({"answer_after_ack"}), _answer_before_ack),
+    Plant("generation_not_bumped", "a rebalance past generation 2 keeps the old generation number",
+          frozenset({"generation_once", "single_owner", "no_errors"}), _generation_not_bumped),
+    Plant("early_session_expiry", "sessions are armed for two thirds of session.timeout.ms",
+          frozenset({"session_expiry"}), _early_session_expiry),
+    Plant("offsets_cached_on_failure", "the offset cache takes a commit whose write failed",
+          frozenset({"reload_equals_acked", "durable_commit"}), _offsets_cached_on_failure),
+    Plant("assignment_failure_ignored", "a leader's assignment whose write failed is handed out anyway",
+          frozenset({"answer_after_ack", "reload_equals_acked"}), _assignment_failure_ignored),
+)}
+
+
+@contextlib.contextmanager
+def planted(name: str | None) -> Iterator[None]:
+    if name is None:
+        yield
+        return
+    with contextlib.contextmanager(PLANTS[name].patch)():
+        yield
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, attribute: str, replacement: Any) -> Iterator[None]:
+    original = getattr(owner, attribute)
+    setattr(owner, attribute, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, attribute, original)

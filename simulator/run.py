@@ -1,0 +1,401 @@
+"""One seed, one run: the scenario it draws, the world it builds, the faults it injects, the verdict.
+
+`run_seed(seed)` is pure in its seed: a fresh `VirtualLoop`, seeded random streams (one per concern, so adding
+a draw to one does not shift the others), member ids from the seed, and the history hash at the end. The run:
+  1. the scenario: state-topic partitions, coordinator settings (initial rebalance delay, retention, join
+     timeout), 1-3 groups of 1-5 consumers (some static) over 1-2 topics, Kafka's failure rates, and a list
+     of faults at seeded times — consumer crash (and a replacement or static restart later), graceful leave,
+     hang, slowness; coordinator crash and restart; Kafka outage; log compaction;
+  2. the run itself, for the scenario's duration on the virtual clock;
+  3. a quiet period: consumers gone, Kafka up, ten virtual minutes for every parked request to be answered;
+  4. a last crash and reload, checked against everything Kafka acknowledged.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Coroutine, Iterator
+
+from coordinator.config import INT32_MAX, CoordinatorConfig
+from coordinator.group import join
+from simulator.clients import MemberSpec, SimAdmin, SimConsumer
+from simulator.history import History
+from simulator.instance import CoordinatorInstance, Disconnected
+from simulator.invariants import Checkers, Violation
+from simulator.kafka import KafkaFaults, SimKafka
+from simulator.ledger import Ledger
+from simulator.loop import SimulationStuck, VirtualLoop
+from simulator.plants import planted
+
+QUIET_MS = 600_000
+FINAL_LOAD_WAIT_MS = 120_000
+FAULT_KINDS = ("member_crash", "member_leave", "member_hang", "member_slow", "member_zombie", "member_resubscribe",
+               "instance_crash", "instance_shutdown", "kafka_outage", "compaction")
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    group_id: str
+    topics: dict[str, int]
+    members: list[MemberSpec]
+
+
+@dataclass(frozen=True)
+class Fault:
+    at_ms: int
+    kind: str
+    target: int  # a member slot (member faults), unused otherwise
+    duration_ms: int
+
+
+@dataclass
+class Scenario:
+    seed: int
+    duration_ms: int
+    config: CoordinatorConfig
+    kafka: KafkaFaults
+    groups: list[GroupSpec]
+    faults: list[Fault]
+    admin_every_ms: tuple[int, int] | None  # None: no operator
+
+    def describe(self) -> str:
+        members = sum(len(g.members) for g in self.groups)
+        kinds: dict[str, int] = {}
+        for fault in self.faults:
+            kinds[fault.kind] = kinds.get(fault.kind, 0) + 1
+        admin = "no admin" if self.admin_every_ms is None else f"admin every {self.admin_every_ms} ms"
+        return (f"{len(self.groups)} groups, {members} consumers, {self.config.offsets_topic_num_partitions} "
+                f"state partitions, {self.duration_ms // 1000}s, {admin}, faults {kinds}")
+
+
+def make_scenario(seed: int) -> Scenario:
+    rng = random.Random(f"scenario:{seed}")
+    stormy = rng.random() < 0.25  # many faults, Kafka failing often, small groups allowed
+    config = CoordinatorConfig(
+        group_max_size=rng.choice([2, 3]) if stormy and rng.random() < 0.5 else INT32_MAX,
+        offsets_topic_num_partitions=rng.choice([1, 2, 3, 5]),
+        group_initial_rebalance_delay_ms=rng.choice([0, 0, 500, 3_000]),
+        offsets_retention_minutes=rng.choice([1, 10_080]),
+        offsets_retention_check_interval_ms=rng.choice([5_000, 30_000]),
+        new_member_join_timeout_ms=rng.choice([30_000, 300_000]),
+    )
+    rates = [0.05, 0.1, 0.2] if stormy else [0.0, 0.01, 0.03]
+    kafka = KafkaFaults(refuse=rng.choice(rates), after_append=rng.choice(rates), ack_lost=rng.choice(rates),
+                        land_ms=(1, rng.choice([5, 20, 200])))
+    groups = []
+    slot = 0
+    for g in range(rng.randint(1, 3)):
+        topics = {f"t{g}-{t}": rng.randint(1, 6) for t in range(rng.randint(1, 2))}
+        members = []
+        for _ in range(rng.randint(1, 5)):
+            session_ms = rng.randint(6_000, 15_000)
+            static = rng.random() < 0.3
+            members.append(MemberSpec(
+                name=f"consumer-{slot}", instance_id=f"instance-{slot}" if static else None, session_ms=session_ms,
+                rebalance_ms=rng.randint(10_000, 30_000), heartbeat_ms=session_ms // 3,
+                commit_ms=rng.randint(1_000, 5_000),
+                join_version=rng.choice([5, 9]) if static else rng.choice([4, 5, 9])))  # static: v5+
+            slot += 1
+        groups.append(GroupSpec(f"group-{g}", topics, members))
+    duration_ms = rng.randint(60_000, 180_000)
+    faults = sorted((Fault(rng.randint(5_000, duration_ms - 5_000), rng.choice(FAULT_KINDS), rng.randrange(slot),
+                           rng.choice([200, 2_000, 8_000, 20_000, 40_000]))
+                     for _ in range(rng.randint(0, 40 if stormy else 12))),
+                    key=lambda f: (f.at_ms, f.kind, f.target))
+    admin = rng.choice([None, (5_000, 30_000), (1_000, 5_000)])
+    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin)
+
+
+class MemberSlot:
+    """One consumer position of a group: the consumer in it now, replaced after a crash or leave."""
+
+    def __init__(self, sim: Simulation, group: GroupSpec, spec: MemberSpec) -> None:
+        self.sim, self.group, self.spec = sim, group, spec
+        self.incarnation = 0
+        self.consumer: SimConsumer | None = None
+        self.zombies: list[SimConsumer] = []  # replaced while hung, still running
+
+    def start(self) -> None:
+        self.incarnation += 1
+        self.consumer = SimConsumer(self.sim, self.group.group_id, self.group.topics, self.spec, self.incarnation)
+        self.sim.history.record("consumer_start", client=self.consumer.name, static=self.spec.instance_id)
+        self.consumer.start()
+
+    def stop(self) -> None:
+        for zombie in self.zombies:
+            zombie.crash()
+        self.zombies.clear()
+        if self.consumer is not None:
+            self.consumer.crash()
+            self.consumer = None
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, keep_history: bool = True) -> None:
+        seed = scenario.seed
+        self.scenario = scenario
+        self.config = scenario.config
+        self.loop = VirtualLoop(random.Random(f"loop:{seed}"))
+        self.rng_net = random.Random(f"network:{seed}")
+        self.rng_client = random.Random(f"clients:{seed}")
+        self.rng_faults = random.Random(f"faults:{seed}")
+        self.history = History(self.now_ms, keep_history)
+        self.ledger = Ledger(self.history)
+        self.checkers = Checkers(self.history, self.ledger, self.now_ms)
+        self.kafka = SimKafka(self.loop, self.now_ms, random.Random(f"kafka:{seed}"),
+                              self.config.offsets_topic_num_partitions, scenario.kafka, self.history)
+        self.coordinator: CoordinatorInstance | None = None
+        self.instances: list[CoordinatorInstance] = []  # every one ever started: a dead one is never collected
+        self.slots = [MemberSlot(self, g, spec) for g in scenario.groups for spec in g.members]
+        self._offsets: dict[tuple[str, str, int], int] = {}
+        self._outages = 0
+        self._running = True
+
+    def now_ms(self) -> int:
+        return self.loop.now_ms()
+
+    def latency_ms(self) -> int:
+        return self.rng_net.choice((0, 1, 1, 2, 3, 5, 10, 50))
+
+    async def call(self, client: str, member_id: str, api: str, request: Any, slow_factor: int = 1) -> Any:
+        """A request over the network to the coordinator, the answer back; Disconnected if there is none."""
+        await asyncio.sleep(self.latency_ms() * slow_factor / 1000)
+        instance = self.coordinator
+        if instance is None or not instance.alive:
+            await asyncio.sleep(self.rng_net.randint(50, 500) / 1000)
+            raise Disconnected("connection refused")
+        response = await instance.serve(api, request, client, member_id)
+        await asyncio.sleep(self.latency_ms() * slow_factor / 1000)
+        return response
+
+    def next_offset(self, group_id: str, tp: tuple[str, int]) -> int:
+        key = (group_id, tp[0], tp[1])
+        self._offsets[key] = offset = self._offsets.get(key, 0) + 1
+        return offset
+
+    # --- the run ----------------------------------------------------------------------------------------------
+    async def main(self) -> None:
+        self._start_instance()
+        for slot in self.slots:
+            self.loop.call_later(self.rng_client.randint(0, 3_000) / 1000, slot.start)
+        for fault in self.scenario.faults:
+            self.loop.call_at(fault.at_ms / 1000, self._inject, fault)
+        self.loop.call_later(30, self._compact_periodically)
+        admin = None
+        if self.scenario.admin_every_ms is not None:
+            operator = SimAdmin(self, {g.group_id: g.topics for g in self.scenario.groups},
+                                self.scenario.admin_every_ms)
+            admin = self.loop.create_task(operator.run())
+        await asyncio.sleep(self.scenario.duration_ms / 1000)
+        self._running = False
+        for slot in self.slots:
+            slot.stop()
+        if admin is not None:
+            admin.cancel()
+        self._outages = 0
+        self.kafka.come_up()
+        if self.coordinator is None:
+            self._start_instance()
+        self.history.record("quiet")
+        await asyncio.sleep(QUIET_MS / 1000)
+        if self.coordinator is None or not self.coordinator.alive:  # it was shutting down when the run ended
+            self._start_instance()
+        assert self.coordinator is not None
+        self.checkers.finish(self.coordinator)
+        self.coordinator.crash()
+        final = self._start_instance()
+        waited_ms = 0
+        while not final.loaded and waited_ms < FINAL_LOAD_WAIT_MS:
+            await asyncio.sleep(0.1)
+            waited_ms += 100
+        if not final.loaded:
+            self.checkers.violation("no_errors", "the final reload did not finish")
+            return
+        self.checkers.final_offsets(final)
+
+    def _start_instance(self) -> CoordinatorInstance:
+        self.coordinator = CoordinatorInstance(self, len(self.instances))
+        self.instances.append(self.coordinator)
+        return self.coordinator
+
+    def _inject(self, fault: Fault) -> None:
+        if not self._running:
+            return
+        self.history.record("fault", kind=fault.kind, target=fault.target, duration_ms=fault.duration_ms)
+        slot = self.slots[fault.target]
+        later = self.loop.call_later
+        if fault.kind == "member_crash":
+            slot.stop()
+            later(fault.duration_ms / 1000, self._restart_slot, slot)
+        elif fault.kind == "member_leave":
+            if slot.consumer is not None:
+                consumer, slot.consumer = slot.consumer, None
+                self.loop.create_task(consumer.leave())
+                later(fault.duration_ms / 1000, self._restart_slot, slot)
+        elif fault.kind == "member_hang":
+            if slot.consumer is not None:
+                slot.consumer.hang_until_ms = self.now_ms() + fault.duration_ms
+        elif fault.kind == "member_zombie":  # it hangs, is replaced meanwhile, and comes back
+            if slot.consumer is not None:
+                slot.consumer.hang_until_ms = self.now_ms() + fault.duration_ms
+                slot.zombies.append(slot.consumer)
+                slot.consumer = None
+                later(self.rng_faults.randint(0, fault.duration_ms) / 1000, self._restart_slot, slot)
+        elif fault.kind == "member_resubscribe":  # one topic fewer, or all of them again
+            if slot.consumer is not None:
+                topics = sorted(slot.group.topics)
+                narrower = len(slot.consumer.subscribed) == len(topics) and len(topics) > 1
+                slot.consumer.resubscribe(tuple(topics[:-1]) if narrower else tuple(topics))
+        elif fault.kind == "member_slow":
+            if slot.consumer is not None:
+                consumer = slot.consumer
+                consumer.slow_factor = 50
+                later(fault.duration_ms / 1000, setattr, consumer, "slow_factor", 1)
+        elif fault.kind == "instance_crash":
+            if self.coordinator is not None:
+                self.coordinator.crash()
+                self.coordinator = None
+                later(fault.duration_ms / 1000, self._restart_instance)
+        elif fault.kind == "instance_shutdown":
+            if self.coordinator is not None and not self.coordinator.closing:
+                self.loop.create_task(self._shut_down_and_restart(self.coordinator, fault.duration_ms))
+        elif fault.kind == "kafka_outage":
+            self._outages += 1
+            self.kafka.go_down()
+            later(fault.duration_ms / 1000, self._outage_over)
+        elif fault.kind == "compaction":
+            self._compact()
+
+    async def _shut_down_and_restart(self, instance: CoordinatorInstance, down_ms: int) -> None:
+        await instance.shut_down()
+        if self.coordinator is instance:
+            self.coordinator = None
+            self.loop.call_later(down_ms / 1000, self._restart_instance)
+
+    def _restart_slot(self, slot: MemberSlot) -> None:
+        if self._running and slot.consumer is None:
+            slot.start()
+
+    def _restart_instance(self) -> None:
+        if self._running and self.coordinator is None:
+            self._start_instance()
+
+    def _outage_over(self) -> None:
+        self._outages = max(self._outages - 1, 0)
+        if self._outages == 0:
+            self.kafka.come_up()
+
+    def _compact(self) -> None:
+        for partition in range(self.config.offsets_topic_num_partitions):
+            self.kafka.compact(partition, self.rng_faults.randint(0, 20))
+
+    def _compact_periodically(self) -> None:
+        if self._running:
+            self._compact()
+            self.loop.call_later(30, self._compact_periodically)
+
+
+@dataclass
+class Outcome:
+    seed: int
+    violations: list[Violation]
+    digest: str
+    events: int
+    steps: int
+    virtual_ms: int
+    wall_s: float
+    scenario: str
+    history: History | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def run_seed(seed: int, keep_history: bool = False, plant: str | None = None) -> Outcome:
+    """One run; `plant` names a planted bug (simulator/plants.py) to run with."""
+    scenario = make_scenario(seed)
+    sim = Simulation(scenario, keep_history)
+    started = time.perf_counter()
+    run_story(sim, sim.main(), plant)
+    return Outcome(seed, sim.checkers.violations, sim.history.digest, sim.history.count, sim.loop.steps,
+                   sim.now_ms(), time.perf_counter() - started, sim.scenario.describe(),
+                   sim.history if keep_history else None)
+
+
+def run_story(sim: Simulation, story: Coroutine[Any, Any, None], plant: str | None = None) -> None:
+    """Runs `story` (the scenario's `main`, or a test's own) on the simulation's loop, with member ids from the
+    seed and errors as violations, then ends what is left; the verdict is in `sim.checkers.violations`."""
+    with _seeded_member_ids(sim.scenario.seed), _errors_are_violations(sim), planted(plant):
+        try:
+            sim.loop.run_until_complete(story)
+        except SimulationStuck as exc:
+            sim.checkers.violation("no_errors", f"the loop got stuck: {exc}")
+        finally:
+            sim.history.close()  # what the dropped tasks still do as they end is not part of the run
+    _drop(sim.loop)
+
+
+@contextlib.contextmanager
+def _seeded_member_ids(seed: int) -> Iterator[None]:
+    rng = random.Random(f"member-ids:{seed}")
+
+    def suffix() -> str:
+        bits = f"{rng.getrandbits(128):032x}"
+        return f"{bits[:8]}-{bits[8:12]}-{bits[12:16]}-{bits[16:20]}-{bits[20:]}"
+
+    original, join.member_id_suffix = join.member_id_suffix, suffix
+    try:
+        yield
+    finally:
+        join.member_id_suffix = original
+
+
+class _ExceptionLog(logging.Handler):
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(logging.ERROR)
+        self.sim = sim
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.sim.checkers.violation("no_errors", f"logged: {record.getMessage()} ({record.exc_info[1]!r})")
+
+
+@contextlib.contextmanager
+def _errors_are_violations(sim: Simulation) -> Iterator[None]:
+    """Exceptions logged by the coordinator or reaching the loop are violations; the rest of the logging is
+    off during a run (it would cost more than the run)."""
+    logger = logging.getLogger("coordinator")
+    handler = _ExceptionLog(sim)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    logger.addHandler(handler)
+
+    def on_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = context.get("message", "")
+        if "was destroyed but it is pending" in message:  # a crashed process's tasks, dropped with it
+            return
+        sim.checkers.violation("no_errors", f"loop: {message} {context.get('exception')!r}")
+
+    sim.loop.set_exception_handler(on_exception)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _drop(loop: VirtualLoop) -> None:
+    """End what is left (a crashed process's tasks, parked requests, clients' timers) without running it: each
+    coroutine is closed here, with nothing recording, rather than whenever the collector gets to it (its
+    `finally` would then run in the middle of another seed's run)."""
+    for task in asyncio.all_tasks(loop):
+        task._log_destroy_pending = False  # type: ignore[attr-defined]
+        task.get_coro().close()
+    loop._ready.clear()
+    loop._scheduled.clear()
+    loop.close()

@@ -1,0 +1,64 @@
+"""The demo's log handling: every line to the file, the story's lines to the terminal as short event lines that
+fit the width (coordinator/demo_log.py), fed through the real logging module with the coordinator's own lines."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from coordinator.demo_log import DemoLog, event_lines
+
+MEMBER = "coordinator-simulate-6d1c6d78-11d5-416c-94c7-d7fecf8a0fb2"
+TRACE = "2e4e45725a61f7c761fddb031c2f4b02"
+
+
+def test_the_story_reaches_the_terminal_and_everything_the_file(tmp_path: Path) -> None:
+    demo_log = DemoLog(tmp_path / "demo.log", traced=True)
+    demo_log.open_log()
+    try:
+        shard, tracer = logging.getLogger("coordinator.group"), logging.getLogger("coordinator.telemetry")
+        shard.info("event=member_added group=demo-0000 member=%s", MEMBER)  # not a story line
+        shard.info("Member %s in group %s has failed, removing it from the group", MEMBER, "demo-0000")
+        tracer.info("event=rebalance_trace_started group=demo-0000 generation=1 reason_category=session_timeout "
+                    "trace_id=%s", TRACE)
+        shard.info("event=rebalance_complete group=demo-0000 generation=2 members=3 duration_ms=9677")  # traced
+        tracer.info("event=rebalance_trace_completed group=demo-0000 generation=2 members=3 duration_ms=9677 "
+                    "trace_id=%s", TRACE)
+        logging.getLogger("coordinator.runtime").warning("event=loop_stall lag_ms=120")
+        logging.getLogger("coordinator.storage.librdkafka.state-producer-0").warning("GETPID something")
+        logging.getLogger("coordinator.server").error("event=startup_failed error=%s", "x" * 200)
+        events = demo_log.drain()
+    finally:
+        demo_log.close_log()
+    assert [e.kind for e in events] == ["failed", "rebalance", "error"]
+    failed, rebalance, error = events
+    assert failed.text == f"Member {MEMBER} in group demo-0000 has failed, removing it from the group"
+    assert (rebalance.trace_id, rebalance.reason, rebalance.took_ms) == (TRACE, "session_timeout", 9677)
+    assert demo_log.warnings == {"loop_stall": 1, "librdkafka": 1} and demo_log.errors == 1
+    written = (tmp_path / "demo.log").read_text()
+    assert "INFO coordinator.group event=member_added" in written and "has failed" in written
+    assert demo_log not in logging.getLogger().handlers  # the terminal's handlers are back
+
+    for width in (60, 80):
+        lines = [line for event in events for line in event_lines(event, width)]
+        assert all(len(line) <= width for line in lines), lines
+    at_80 = event_lines(rebalance, 80)
+    assert len(at_80) == 1 and at_80[0].endswith("demo-0000 generation 2 in 9677 ms, session_timeout · trace 2e4e4572")
+    assert event_lines(rebalance, 120)[0].endswith(f"trace {TRACE}")  # whole when it fits
+    wrapped = event_lines(failed, 80)
+    assert len(wrapped) == 2 and " ".join(line.strip() for line in wrapped).endswith(failed.text)
+    assert len(event_lines(error, 80)) == 1  # an ERROR: one line, the file has the rest
+    assert event_lines(failed, None) == [event_lines(failed, None)[0]] and failed.text in event_lines(failed, None)[0]
+
+
+def test_without_tracing_the_coordinators_rebalance_line_is_the_event(tmp_path: Path) -> None:
+    demo_log = DemoLog(tmp_path / "demo.log", traced=False)
+    demo_log.open_log()
+    try:
+        logging.getLogger("coordinator.group").info(
+            "event=rebalance_complete group=g generation=4 members=2 duration_ms=31")
+        events = demo_log.drain()
+    finally:
+        demo_log.close_log()
+    assert [(e.kind, e.trace_id, e.took_ms) for e in events] == [("rebalance", None, 31)]
+    assert event_lines(events[0], 80)[0].endswith("↻ g generation 4 in 31 ms")

@@ -1,0 +1,212 @@
+"""The hand readers and writers of JoinGroup and SyncGroup (protocol.group_fastpath) against kio, the general
+codec: the same values from the same bytes and the same bytes from the same values, for every served version;
+and on hostile bytes (truncated, mutated, tagged) the hand readers never raise and never accept what the general
+decoder would read differently or reject."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol import apis, codec
+from protocol.apis import ApiKey
+from protocol.errors import ProtocolError
+from protocol.group_fastpath import (
+    join_group_fields,
+    pack_join_group_response,
+    pack_sync_group_request,
+    pack_sync_group_response,
+    read_join_group,
+    read_sync_group,
+    sync_group_fields,
+)
+from protocol.messages import build, error, item_class
+
+JOIN_VERSIONS = range(0, 10)
+SYNC_VERSIONS = range(0, 6)
+# strings as Kafka clients send them: any text without lone surrogates (not encodable), long enough for
+# multi-byte varint lengths
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=140)
+short_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+blob = st.binary(max_size=300)
+int32 = st.integers(-(2**31), 2**31 - 1)
+examples = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def join_request(version: int, group_id: str, session: int, rebalance: int, member_id: str,
+                 instance_id: str | None, protocol_type: str, protocols: list[tuple[str, bytes]],
+                 reason: str | None) -> object:
+    cls = apis.request_class(ApiKey.JOIN_GROUP, version)
+    entry = item_class(cls, "protocols")
+    return build(cls, group_id=group_id, session_timeout=datetime.timedelta(milliseconds=session),
+                 rebalance_timeout=datetime.timedelta(milliseconds=rebalance), member_id=member_id,
+                 group_instance_id=instance_id, protocol_type=protocol_type,
+                 protocols=tuple(entry(name=n, metadata=m) for n, m in protocols), reason=reason)
+
+
+def sync_request(version: int, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                 protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]]) -> object:
+    cls = apis.request_class(ApiKey.SYNC_GROUP, version)
+    entry = item_class(cls, "assignments")
+    return build(cls, group_id=group_id, generation_id=generation, member_id=member_id,
+                 group_instance_id=instance_id, protocol_type=protocol_type, protocol_name=protocol_name,
+                 assignments=tuple(entry(member_id=m, assignment=a) for m, a in assignments))
+
+
+join_fields_of, sync_fields_of = join_group_fields, sync_group_fields  # kio payload -> the hand reader's fields
+
+
+def agrees_with_general_decoder(frame: bytes, fast: tuple | None, fields_of) -> None:
+    """A hand reader's answer is either None (the general decoder's turn) or exactly what that decoder reads."""
+    if fast is None:
+        return
+    request = codec.decode_request(frame)  # must not raise: the hand reader accepted the frame
+    header = request.header
+    assert fast[:3] == (header.api_version, header.correlation_id, header.client_id)
+    assert fast[3] == fields_of(request.body)
+
+
+@examples
+@given(version=st.sampled_from(JOIN_VERSIONS), group_id=text, session=int32, rebalance=int32, member_id=text,
+       instance_id=st.none() | short_text, protocol_type=short_text,
+       protocols=st.lists(st.tuples(short_text, blob), max_size=4), reason=st.none() | text,
+       correlation_id=int32, client_id=st.none() | short_text)
+def test_join_group_request_reads_as_kio_does(version, group_id, session, rebalance, member_id, instance_id,
+                                              protocol_type, protocols, reason, correlation_id, client_id):
+    body = join_request(version, group_id, session, rebalance, member_id, instance_id, protocol_type, protocols,
+                        reason)
+    frame = codec.encode_request(correlation_id, client_id, body)[4:]
+    fast = read_join_group(frame)
+    assert fast is not None
+    assert fast == (version, correlation_id, client_id, join_fields_of(codec.decode_request(frame).body))
+
+
+@examples
+@given(version=st.sampled_from(SYNC_VERSIONS), group_id=text, generation=int32, member_id=text,
+       instance_id=st.none() | short_text, protocol_type=st.none() | short_text,
+       protocol_name=st.none() | short_text, assignments=st.lists(st.tuples(text, blob), max_size=5),
+       correlation_id=int32, client_id=st.none() | short_text)
+def test_sync_group_request_reads_and_packs_as_kio_does(version, group_id, generation, member_id, instance_id,
+                                                        protocol_type, protocol_name, assignments, correlation_id,
+                                                        client_id):
+    body = sync_request(version, group_id, generation, member_id, instance_id, protocol_type, protocol_name,
+                        assignments)
+    frame = codec.encode_request(correlation_id, client_id, body)
+    fields = sync_fields_of(codec.decode_request(frame[4:]).body)
+    assert read_sync_group(frame[4:]) == (version, correlation_id, client_id, fields)
+    # the client-side packer writes kio's bytes (fields the version lacks are left out)
+    assert pack_sync_group_request(version, correlation_id, client_id, *fields) == frame
+
+
+def _hostile(frame: bytes, data: st.DataObject) -> bytes:
+    """A truncation, a mutation of a few bytes, or a grown length prefix of a valid frame."""
+    kind = data.draw(st.sampled_from(["truncate", "mutate", "insert"]))
+    if kind == "truncate":
+        return frame[:data.draw(st.integers(0, len(frame)))]
+    mutated = bytearray(frame)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(mutated) - 1))
+        if kind == "mutate":
+            mutated[at] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, data.draw(st.integers(0, 255))]))
+        else:
+            mutated[at:at] = data.draw(st.binary(min_size=1, max_size=5))
+    return bytes(mutated)
+
+
+@examples
+@given(version=st.sampled_from(JOIN_VERSIONS), protocols=st.lists(st.tuples(short_text, blob), max_size=3),
+       data=st.data())
+def test_join_group_reader_on_hostile_bytes(version, protocols, data):
+    body = join_request(version, "group", 10_000, 60_000, "member-1", "instance" if version >= 5 else None,
+                        "consumer", protocols, "reason")
+    frame = _hostile(codec.encode_request(7, "client", body)[4:], data)
+    agrees_with_general_decoder(frame, read_join_group(frame), join_fields_of)
+
+
+@examples
+@given(version=st.sampled_from(SYNC_VERSIONS), assignments=st.lists(st.tuples(short_text, blob), max_size=3),
+       data=st.data())
+def test_sync_group_reader_on_hostile_bytes(version, assignments, data):
+    body = sync_request(version, "group", 3, "member-1", "instance", "consumer", "range", assignments)
+    frame = _hostile(codec.encode_request(7, "client", body)[4:], data)
+    agrees_with_general_decoder(frame, read_sync_group(frame), sync_fields_of)
+
+
+@pytest.mark.parametrize("reader,api_key", [(read_join_group, ApiKey.JOIN_GROUP),
+                                            (read_sync_group, ApiKey.SYNC_GROUP)])
+@given(data=st.binary(max_size=64))
+@examples
+def test_readers_never_raise_on_arbitrary_bytes(reader, api_key, data):
+    frame = struct.pack(">hhih", api_key, 9 if api_key == ApiKey.JOIN_GROUP else 5, 1, -1) + data
+    try:
+        fast = reader(frame)
+    except Exception as exc:  # noqa: BLE001 - the property is "never raises"
+        pytest.fail(f"hand reader raised {exc!r}")
+    if fast is not None:
+        agrees_with_general_decoder(frame, fast, join_fields_of if api_key == ApiKey.JOIN_GROUP else sync_fields_of)
+
+
+def test_lying_array_count_is_refused_without_allocation():
+    body = sync_request(5, "g", 1, "m", None, "consumer", "range", [])
+    frame = bytearray(codec.encode_request(1, "c", body)[4:])
+    frame[-2] = 0xFF  # the assignments' compact count: now a varint that continues past the frame
+    assert read_sync_group(bytes(frame)) is None
+    huge = bytes(frame[:-2]) + b"\xff\xff\xff\xff\x07\x00"  # 2**31 elements claimed in a 1-byte remainder
+    assert read_sync_group(huge) is None
+    with pytest.raises(ProtocolError):
+        codec.decode_request(huge)
+
+
+@pytest.mark.parametrize("version", [6, 9])
+def test_tagged_fields_leave_the_frame_to_the_general_decoder(version):
+    body = join_request(version, "g", 10_000, 60_000, "m", None, "consumer", [("range", b"x")], None)
+    frame = codec.encode_request(1, "c", body)[4:]
+    tagged = frame[:-1] + b"\x01\x05\x01z"  # one unknown tag in the body's tag section
+    assert read_join_group(tagged) is None
+    assert join_fields_of(codec.decode_request(tagged).body) == read_join_group(frame)[3]
+
+
+def test_other_apis_are_not_read():
+    heartbeat = struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 1, -1) + b"\x00\x02g\x00\x00\x00\x01\x02m\x00\x00"
+    assert read_join_group(heartbeat) is None and read_sync_group(heartbeat) is None
+
+
+@examples
+@given(version=st.sampled_from(JOIN_VERSIONS), error_code=st.sampled_from([0, 15, 25, 27, 79]), generation=int32,
+       protocol_type=st.none() | short_text, protocol_name=short_text, leader=text, skip=st.booleans(),
+       member_id=text, members=st.lists(st.tuples(text, st.none() | short_text, blob), max_size=5),
+       correlation_id=int32)
+def test_join_group_response_packs_as_kio_does(version, error_code, generation, protocol_type, protocol_name,
+                                               leader, skip, member_id, members, correlation_id):
+    if version < 7 and protocol_type is not None:
+        protocol_type = None  # not in these versions
+    cls = apis.response_class(ApiKey.JOIN_GROUP, version)
+    entry = item_class(cls, "members")
+    expected = codec.encode_response(
+        codec.RequestHeader(ApiKey.JOIN_GROUP, version, correlation_id, None),
+        build(cls, throttle_time=datetime.timedelta(0), error_code=error(error_code), generation_id=generation,
+              protocol_type=protocol_type, protocol_name=protocol_name, leader=leader, skip_assignment=skip,
+              member_id=member_id, members=tuple(build(entry, member_id=m, group_instance_id=i, metadata=md)
+                                                 for m, i, md in members)))
+    packed = pack_join_group_response(version, correlation_id, error_code, generation, protocol_type,
+                                      protocol_name, leader, skip, member_id, members)
+    assert packed == expected
+
+
+@examples
+@given(version=st.sampled_from(SYNC_VERSIONS), error_code=st.sampled_from([0, 16, 22, 25, 27]),
+       protocol_type=st.none() | short_text, protocol_name=st.none() | short_text, assignment=blob,
+       correlation_id=int32)
+def test_sync_group_response_packs_as_kio_does(version, error_code, protocol_type, protocol_name, assignment,
+                                               correlation_id):
+    expected = codec.encode_response(
+        codec.RequestHeader(ApiKey.SYNC_GROUP, version, correlation_id, None),
+        build(apis.response_class(ApiKey.SYNC_GROUP, version), throttle_time=datetime.timedelta(0),
+              error_code=error(error_code), protocol_type=protocol_type, protocol_name=protocol_name,
+              assignment=assignment))
+    packed = pack_sync_group_response(version, correlation_id, error_code, protocol_type, protocol_name, assignment)
+    assert packed == expected

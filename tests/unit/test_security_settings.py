@@ -1,0 +1,64 @@
+"""The security flags of `coordinator serve` reach the service's options: --command-config (or its environment
+variable), our listener's protocol and TLS from --config or --config-file, and the refusals that need no Kafka."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli import build_parser
+from coordinator.commands.serve import _service_options
+from coordinator.embedded.certificates import CertificateSet, make_test_certificates
+
+
+def options_of(*argv: str):  # type: ignore[no-untyped-def]
+    return _service_options(build_parser().parse_args(["serve", "--bootstrap-server", "k:9092", *argv]))
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> CertificateSet:
+    return make_test_certificates(tmp_path_factory.mktemp("settings"))
+
+
+def test_command_config_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\n")
+    monkeypatch.setenv("COORDINATOR_COMMAND_CONFIG", str(config))
+    security = options_of().client_security
+    assert (security.protocol, security.mechanism, security.username) == ("SASL_PLAINTEXT", "PLAIN", "u")
+    assert options_of("--command-config", str(config)).client_security == security
+
+
+def test_no_command_config_is_plaintext() -> None:
+    assert options_of().client_security is None
+
+
+def test_listener_tls_from_a_config_file_and_the_command_line_wins(certificates: CertificateSet,
+                                                                   tmp_path: Path) -> None:
+    server_properties = tmp_path / "server.properties"
+    server_properties.write_text(f"ssl.keystore.type=PEM\nssl.keystore.location={certificates.broker_keystore}\n"
+                                 f"ssl.truststore.location={certificates.ca}\nssl.client.auth=required\n"
+                                 f"group.max.size=7\n")
+    options = options_of("--listen", "SSL://127.0.0.1:0", "--config-file", str(server_properties),
+                         "--config", "ssl.client.auth=requested")
+    assert options.server.ssl_context.verify_mode == ssl.CERT_OPTIONAL
+    assert options.group.group_max_size == 7 and not options.server.sasl_passthrough
+
+
+def test_a_sasl_listener_passes_through_and_needs_the_relay_and_a_sasl_cluster(certificates: CertificateSet,
+                                                                              tmp_path: Path) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\n")
+    options = options_of("--listen", "SASL_PLAINTEXT://127.0.0.1:0", "--command-config", str(config))
+    assert options.server.sasl_passthrough and options.relay.sasl_passthrough and options.server.ssl_context is None
+    with pytest.raises(SystemExit, match="needs the relay"):
+        options_of("--listen", "SASL_PLAINTEXT://127.0.0.1:0", "--command-config", str(config), "--no-relay")
+    with pytest.raises(SystemExit, match="needs the relay and a SASL cluster"):
+        options_of("--listen", "SASL_PLAINTEXT://127.0.0.1:0")
+
+
+def test_an_ssl_listener_without_a_keystore_is_refused_naming_the_setting() -> None:
+    with pytest.raises(SystemExit, match=r"--listen SSL://127.0.0.1:0: ssl.keystore.location: needed"):
+        options_of("--listen", "SSL://127.0.0.1:0")

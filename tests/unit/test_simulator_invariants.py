@@ -1,0 +1,304 @@
+"""Each invariant checker of the simulator fails on a deliberately broken history, and stays quiet on the
+matching correct one: a checker that cannot fail is no checker."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from coordinator.group.api import HeartbeatResponse
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.observer import GroupObserver
+from coordinator.group.state import GroupState
+from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
+from coordinator.storage.records import (GroupMetadataKey, OffsetCommitKey, encode_group_metadata_value,
+                                         encode_key, encode_offset_commit_value)
+from protocol.error_codes import Errors
+from simulator.history import History
+from simulator.instance import Pending
+from simulator.invariants import Checkers
+from simulator.ledger import Ledger
+
+GROUP = "g"
+TP = ("t", 0)
+KEY = (GROUP, "t", 0)
+
+
+class World:
+    def __init__(self) -> None:
+        self.now = 0
+        self.history = History(lambda: self.now)
+        self.ledger = Ledger(self.history)
+        self.checkers = Checkers(self.history, self.ledger, lambda: self.now)
+
+    def commit_write(self, offset: int, status: str = "acked") -> int:
+        key = encode_key(OffsetCommitKey(GROUP, *TP))
+        write_id = self.ledger.issued("p", 0, [(0, key, encode_offset_commit_value(OffsetRecord(offset)))])
+        self.ledger.outcome(write_id, status)
+        return write_id
+
+    def tombstone_write(self) -> None:
+        write_id = self.ledger.issued("p", 0, [(0, encode_key(OffsetCommitKey(GROUP, *TP)), None)])
+        self.ledger.outcome(write_id, "acked")
+
+    def group_write(self, generation: int, members: dict[str, bytes], status: str = "acked") -> None:
+        record = GroupRecord("consumer", generation, "range", next(iter(members), None), 0, [
+            MemberRecord(m, None, "c", "/h", 10_000, 10_000, b"", a) for m, a in members.items()])
+        write_id = self.ledger.issued("p", 0, [(0, encode_key(GroupMetadataKey(GROUP)),
+                                                encode_group_metadata_value(record))])
+        self.ledger.outcome(write_id, status)
+
+    def state(self, old: str, new: str, gen: int, inst: int = 0) -> None:
+        self.history.record("state", inst=inst, group=GROUP, old=old, new=new, gen=gen)
+
+    def invariants(self) -> set[str]:
+        return {v.invariant for v in self.checkers.violations}
+
+
+def loaded_instance(group: GroupMetadata | None) -> SimpleNamespace:
+    groups = {} if group is None else {group.group_id: group}
+    return SimpleNamespace(number=1, loaded=True, alive=True, runtime=SimpleNamespace(groups=groups), pending={})
+
+
+def group_with_offset(offset: int | None, state: GroupState = GroupState.EMPTY) -> GroupMetadata:
+    group = GroupMetadata(GROUP, state, 0, GroupObserver())
+    if offset is not None:
+        group.offsets[TP] = OffsetRecord(offset)
+    return group
+
+
+# --- durable_commit ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fetched", [-1, 4])
+def test_durable_commit_fails_when_an_acknowledged_commit_is_lost_or_regressed(fetched: int) -> None:
+    world = World()
+    world.commit_write(4)
+    world.commit_write(5)
+    world.checkers.committed(GROUP, TP, 5, "c")
+    world.checkers.fetched(GROUP, TP, fetched, "c")
+    assert world.invariants() == {"durable_commit"}
+
+
+@pytest.mark.parametrize("fetched", [5, 6])
+def test_durable_commit_holds_for_the_commit_or_a_later_one(fetched: int) -> None:
+    world = World()
+    world.commit_write(5)
+    world.checkers.committed(GROUP, TP, 5, "c")
+    world.commit_write(6, status="_MSG_TIMED_OUT")
+    world.checkers.fetched(GROUP, TP, fetched, "c")
+    assert world.invariants() == set()
+
+
+def test_durable_commit_lets_a_later_tombstone_delete_it() -> None:
+    world = World()
+    world.commit_write(5)
+    world.checkers.committed(GROUP, TP, 5, "c")
+    world.tombstone_write()
+    world.checkers.fetched(GROUP, TP, -1, "c")
+    assert world.invariants() == set()
+
+
+def test_durable_commit_fails_after_the_last_reload_too() -> None:
+    world = World()
+    world.commit_write(5)
+    world.checkers.committed(GROUP, TP, 5, "c")
+    world.checkers.final_offsets(loaded_instance(group_with_offset(None)))
+    assert world.invariants() == {"durable_commit"}
+
+
+# --- single_owner --------------------------------------------------------------------------------------------
+def test_single_owner_fails_when_two_members_own_a_partition_in_one_generation() -> None:
+    world = World()
+    world.group_write(3, {"a": b"x", "b": b"y"})
+    world.checkers.assigned(GROUP, 3, "a", [TP])
+    world.checkers.assigned(GROUP, 3, "b", [TP])
+    assert world.invariants() == {"single_owner"}
+
+
+def test_single_owner_fails_when_a_member_is_told_two_assignments_for_one_generation() -> None:
+    world = World()
+    world.group_write(3, {"a": b"x"})
+    world.checkers.assigned(GROUP, 3, "a", [TP])
+    world.checkers.assigned(GROUP, 3, "a", [("t", 1)])
+    assert world.invariants() == {"single_owner"}
+
+
+def test_single_owner_holds_across_generations() -> None:
+    world = World()
+    world.group_write(3, {"a": b"x"})
+    world.group_write(4, {"b": b"y"})
+    world.checkers.assigned(GROUP, 3, "a", [TP])
+    world.checkers.assigned(GROUP, 4, "b", [TP])
+    assert world.invariants() == set()
+
+
+# --- generation_once and transitions -------------------------------------------------------------------------
+def test_generation_once_fails_when_a_generation_becomes_stable_twice() -> None:
+    world = World()
+    world.state("PreparingRebalance", "CompletingRebalance", 2)
+    world.state("CompletingRebalance", "Stable", 2)
+    world.state("PreparingRebalance", "CompletingRebalance", 2, inst=1)  # after a crash and a reload
+    world.state("CompletingRebalance", "Stable", 2, inst=1)
+    assert world.invariants() == {"generation_once"}
+
+
+def test_transitions_fail_outside_kafkas_table() -> None:
+    world = World()
+    world.state("Empty", "Stable", 1)
+    assert world.invariants() == {"transitions"}
+
+
+def test_transitions_fail_when_a_change_does_not_start_where_the_group_was() -> None:
+    world = World()
+    world.state("Empty", "PreparingRebalance", 0)
+    world.state("CompletingRebalance", "Stable", 1)  # it was PreparingRebalance
+    assert world.invariants() == {"transitions"}
+
+
+def test_transitions_and_generations_hold_for_a_normal_rebalance() -> None:
+    world = World()
+    for old, new, gen in [("Empty", "PreparingRebalance", 0), ("PreparingRebalance", "CompletingRebalance", 1),
+                          ("CompletingRebalance", "Stable", 1), ("Stable", "PreparingRebalance", 1),
+                          ("PreparingRebalance", "CompletingRebalance", 2), ("CompletingRebalance", "Stable", 2)]:
+        world.state(old, new, gen)
+    assert world.invariants() == set()
+
+
+# --- session_expiry ------------------------------------------------------------------------------------------
+def _heartbeat_answered(world: World, member: str, at_ms: int) -> None:
+    world.now = at_ms
+    pending = Pending(0, "heartbeat", GROUP, member, "c", at_ms, None)  # type: ignore[arg-type]
+    world.checkers.answered(None, pending, HeartbeatResponse(Errors.NONE))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("expired_at_ms, broken", [(10_999, True), (11_000, False)])
+def test_session_expiry_fails_before_the_session_passed(expired_at_ms: int, broken: bool) -> None:
+    world = World()
+    _heartbeat_answered(world, "m", 1_000)
+    world.now = expired_at_ms
+    world.history.record("expired", inst=0, group=GROUP, member="m", session_ms=10_000)
+    assert world.invariants() == ({"session_expiry"} if broken else set())
+
+
+# --- parked_answered -----------------------------------------------------------------------------------------
+def test_parked_answered_fails_for_a_request_left_parked() -> None:
+    world = World()
+    instance = loaded_instance(None)
+    instance.pending = {7: Pending(7, "join_group", GROUP, "m", "c", 0, None)}  # type: ignore[arg-type]
+    world.checkers.finish(instance)  # type: ignore[arg-type]
+    assert world.invariants() == {"parked_answered"}
+    quiet = World()
+    quiet.checkers.finish(loaded_instance(None))  # type: ignore[arg-type]
+    assert quiet.invariants() == set()
+
+
+def test_parked_answered_fails_for_a_request_answered_too_late() -> None:
+    world = World()
+    world.now = 200_000
+    pending = Pending(7, "join_group", GROUP, "m", "c", 0, None)  # type: ignore[arg-type]
+    world.checkers.answered(None, pending, SimpleNamespace(error_code=Errors.NONE))  # type: ignore[arg-type]
+    assert world.invariants() == {"parked_answered"}
+
+
+# --- answer_after_ack ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("status", ["pending", "_MSG_TIMED_OUT", "NOT_ENOUGH_REPLICAS"])
+def test_answer_after_ack_fails_for_a_commit_answered_before_its_acknowledgement(status: str) -> None:
+    world = World()
+    world.commit_write(5, status=status)
+    world.checkers.committed(GROUP, TP, 5, "c")
+    assert world.invariants() == {"answer_after_ack"}
+
+
+def _sync_answered(world: World, instance: str) -> None:
+    pending = Pending(0, "sync_group", GROUP, "a", "c", 0, None, generation=3)  # type: ignore[arg-type]
+    world.checkers.answered(SimpleNamespace(name=instance), pending,  # type: ignore[arg-type]
+                            SimpleNamespace(error_code=Errors.NONE))
+
+
+def test_answer_after_ack_fails_for_a_sync_answered_before_its_group_record() -> None:
+    world = World()
+    world.group_write(3, {"a": b"x"}, status="_MSG_TIMED_OUT")
+    _sync_answered(world, "p")  # the instance that wrote it was never told it landed
+    assert world.invariants() == {"answer_after_ack"}
+    acked = World()
+    acked.group_write(3, {"a": b"x"})
+    _sync_answered(acked, "p")
+    assert acked.invariants() == set()
+
+
+def test_answer_after_ack_lets_a_later_instance_serve_a_record_it_loaded() -> None:
+    world = World()
+    world.group_write(3, {"a": b"x"}, status="_MSG_TIMED_OUT")  # written by "p", maybe landed
+    _sync_answered(world, "q")
+    assert world.invariants() == set()
+
+
+# --- reload_equals_acked -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("loaded", [None, 4, 7])
+def test_reload_fails_when_the_loaded_offset_is_not_what_kafka_acknowledged(loaded: int | None) -> None:
+    world = World()
+    world.commit_write(4)
+    world.commit_write(5)
+    world.commit_write(7, status="NOT_ENOUGH_REPLICAS")  # refused: cannot be in the log
+    world.checkers.after_load(loaded_instance(group_with_offset(loaded)))  # type: ignore[arg-type]
+    assert world.invariants() == {"reload_equals_acked"}
+
+
+@pytest.mark.parametrize("loaded", [5, 6])
+def test_reload_may_show_the_acknowledged_offset_or_a_timed_out_later_one(loaded: int) -> None:
+    world = World()
+    world.commit_write(5)
+    world.commit_write(6, status="_MSG_TIMED_OUT")
+    world.checkers.after_load(loaded_instance(group_with_offset(loaded)))  # type: ignore[arg-type]
+    assert world.invariants() == set()
+
+
+def test_reload_fails_when_a_group_comes_back_with_another_generation() -> None:
+    world = World()
+    world.group_write(3, {"a": b"x"})
+    group = group_with_offset(None, GroupState.STABLE)
+    group.generation_id, group.protocol_type = 2, "consumer"
+    world.checkers.after_load(loaded_instance(group))  # type: ignore[arg-type]
+    assert world.invariants() == {"reload_equals_acked"}
+
+
+def test_memory_before_a_crash_fails_when_it_holds_an_unacknowledged_offset() -> None:
+    world = World()
+    world.commit_write(5)
+    world.commit_write(6, status="NOT_ENOUGH_REPLICAS")
+    world.checkers.before_crash(loaded_instance(group_with_offset(6)))  # type: ignore[arg-type]
+    assert world.invariants() == {"reload_equals_acked"}
+
+
+# --- no_errors -----------------------------------------------------------------------------------------------
+def test_no_errors_fails_for_an_error_a_consumer_cannot_expect() -> None:
+    world = World()
+    world.checkers.unexpected_error("c", "join", Errors.UNKNOWN_SERVER_ERROR)
+    assert world.invariants() == {"no_errors"}
+
+
+# --- durable_delete ------------------------------------------------------------------------------------------
+def test_durable_delete_fails_when_deleted_offsets_come_back_with_a_reload() -> None:
+    world = World()
+    world.commit_write(5)
+    world.checkers.deleted(GROUP, [TP], group_record=False)  # its tombstone failed: still owed at the crash
+    world.checkers.after_load(loaded_instance(group_with_offset(5)))  # type: ignore[arg-type]
+    assert world.invariants() == {"durable_delete"}
+
+
+def test_durable_delete_lets_a_later_commit_bring_the_partition_back() -> None:
+    world = World()
+    world.commit_write(5)
+    world.checkers.deleted(GROUP, [TP], group_record=False)
+    world.commit_write(6)
+    world.checkers.after_load(loaded_instance(group_with_offset(6)))  # type: ignore[arg-type]
+    assert world.invariants() == set()
+
+
+def test_durable_delete_fails_when_a_deleted_group_comes_back() -> None:
+    world = World()
+    world.group_write(3, {})
+    world.checkers.deleted(GROUP, [], group_record=True)
+    group = group_with_offset(None)
+    group.generation_id, group.protocol_type = 3, "consumer"
+    world.checkers.after_load(loaded_instance(group))  # type: ignore[arg-type]
+    assert "durable_delete" in world.invariants()
