@@ -11,4 +11,5 @@
 - admin, kafka_tools, static_member, event_topic: real clients and tools against the service
 - relay, relay_consumer, java_consumer (+ java/): stock consumers in their own processes for the relay tests
 - cycles: the reference-cycle scenarios; telemetry_scenario, otlp_receiver: the tracing scenario and a receiver
+- log_capture: a logging handler that keeps every record
 """
