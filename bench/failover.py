@@ -5,7 +5,7 @@ again by another instance and its member's heartbeat is accepted there, in the s
                            [--groups-per-connection 100] [--baseline] [--bootstrap-server HOST:PORT]
 
 For each size N: three `coordinator serve --instance-id` processes on a fresh state topic (the harness of
-tests/instances_support.py, black-box); N one-member groups whose state partitions the victim owns, formed
+tests/support/instances.py, black-box); N one-member groups whose state partitions the victim owns, formed
 against it (JoinGroup, SyncGroup: one state record each) and heartbeating every 10 s; then SIGKILL. Each member
 behaves like a client: its connection drops, it asks FindCoordinator (v4 batches: one request per connection of
 `--groups-per-connection` members, backing off 100 ms doubling to 1 s like librdkafka), connects to the instance
@@ -44,8 +44,8 @@ from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
-from tests.instances_support import Instance, Instances, groups_in_partitions, unique, wait_for
-from tests.unit.test_server_env import request
+from tests.support.instances import Instance, Instances, groups_in_partitions, unique, wait_for
+from tests.support.wire import request
 
 TRANSIENT = (ConnectionClosed, RequestTimedOut, ProtocolError, OSError, asyncio.TimeoutError)
 NONE, MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = 0, 79, 25, 22, 27

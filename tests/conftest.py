@@ -18,7 +18,7 @@ import pytest
 
 from coordinator.embedded import (EmbeddedKafka, EmbeddedKafkaCluster, kafka_version, process_alive,
                                   started_processes)
-from tests.interop import java_consumer
+from tests.support import java_consumer
 
 log = logging.getLogger("tests")
 

@@ -13,7 +13,7 @@ from analytics import synthetic
 from analytics.events import Source
 from analytics.job import run_follow
 from coordinator.telemetry.event_schema import new_event
-from tests.integration.test_e2e_support import unique
+from tests.support.service import unique
 
 TIMEOUT_S = 180
 

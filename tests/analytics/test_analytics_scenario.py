@@ -22,8 +22,8 @@ from analytics.render import render
 from coordinator.telemetry.event_schema import new_event
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.integration.test_e2e_support import describe, service, unique, until_loaded
-from tests.unit.test_server_env import join, join_with_member_id, nested, request, sync
+from tests.support.service import describe, service, unique, until_loaded
+from tests.support.wire import join, join_with_member_id, nested, request, sync
 
 SHORT_SESSION_MS = 1_500  # the members whose session the scenario lets expire
 LONG_SESSION_MS = 60_000

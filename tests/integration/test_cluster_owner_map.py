@@ -18,7 +18,8 @@ from coordinator.config import CoordinatorConfig
 from coordinator.group.partitioner import partition_for
 from coordinator.loadgen.simulation import ensure_topic
 from protocol.apis import ApiKey
-from tests.unit.test_server_env import RunningServer, request
+from tests.support.server import RunningServer
+from tests.support.wire import request
 
 PARTITIONS = 6
 A = InstanceEndpoint("a", 2_000_000_201, "127.0.0.1", 9201)

@@ -20,11 +20,9 @@ from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_group_records, loaded_offset_records
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.instances_support import wait_for
-from tests.integration.test_e2e_support import (
-    Service, commit, describe, fetch_offsets, service, unique, until_loaded,
-)
-from tests.unit.test_server_env import heartbeat, join, nested, request, sync
+from tests.support.instances import wait_for
+from tests.support.service import Service, commit, describe, fetch_offsets, service, unique, until_loaded
+from tests.support.wire import heartbeat, join, nested, request, sync
 
 COMMIT_TIMEOUT_MS = 2_000
 # librdkafka checks message timeouts about once a second (a write fails up to 1 s after its timeout by design);
@@ -236,9 +234,8 @@ async def test_a_static_member_restarting_during_the_outage_keeps_its_old_identi
     """Replacing a static member in Stable persists the group; when that write fails the replacement is reverted
     (the old member id stays valid) and the new JoinGroup gets the mapped error; once Kafka is back the same
     restart succeeds without a rebalance, and a restarted coordinator knows the new member id."""
-    from tests.integration.test_e2e_real_tools import (
-        FENCED_INSTANCE_ID, STATIC_GROUP, static_client, static_heartbeat, static_join, static_sync,
-    )
+    from tests.support.static_member import (FENCED_INSTANCE_ID, STATIC_GROUP, static_client, static_heartbeat,
+                                             static_join, static_sync)
 
     state_topic = unique("__state")
     settings = (f"offsets.commit.timeout.ms={COMMIT_TIMEOUT_MS}", "group.initial.rebalance.delay.ms=0")

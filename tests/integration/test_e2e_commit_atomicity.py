@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.integration.test_e2e_support import fetch_offsets, service, unique, until_loaded
-from tests.unit.test_server_env import nested, request
+from tests.support.service import fetch_offsets, service, unique, until_loaded
+from tests.support.wire import nested, request
 
 INVALID_COMMIT_OFFSET_SIZE = 28
 GROUP = "atomic-tool"

@@ -25,10 +25,8 @@ from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.codec import encode_request
 from protocol.errors import ConnectionClosed
-from tests.integration.test_e2e_support import describe, unique
-from tests.unit.test_server_env import (
-    heartbeat, join, join_with_member_id, ms, nested, request, subscription_metadata, sync,
-)
+from tests.support.service import describe, unique
+from tests.support.wire import heartbeat, join, join_with_member_id, ms, nested, request, subscription_metadata, sync
 
 GROUP = "churn-app"
 GHOST_SESSION_MS = 1_500

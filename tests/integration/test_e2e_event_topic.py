@@ -4,25 +4,22 @@ two members join and sync, one stops heartbeating and fails with a reason, the g
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import time
 from typing import Any
 
-from confluent_kafka import Consumer
-
 from coordinator.embedded import EmbeddedKafka
 from coordinator.storage.config import DEFAULT_EVENT_DELIVERY_TIMEOUT_MS
 from protocol.apis import ApiKey
-from tests.integration.test_e2e_support import service, unique, until_loaded
-from tests.unit.test_server_env import heartbeat, join, join_with_member_id, nested, request, sync
+from tests.support.event_topic import read_events
+from tests.support.service import REBALANCE_IN_PROGRESS, service, unique, until_loaded
+from tests.support.wire import heartbeat, join, join_with_member_id, nested, request, sync
 
 GROUP = "events-app"
 SHORT_SESSION_MS = 2_000
 LONG_SESSION_MS = 20_000
 INITIAL_DELAY_MS = 2_000  # both members join within it, even on a loaded machine (Kafka extends it per join)
-REBALANCE_IN_PROGRESS = 27
 ANSWERED_WITHIN_S = 10
 EXPIRY_NOTICED_WITHIN_S = 60  # past the session: only keeps a broken expiry from hanging the test (load-proof)
 READ_BACK_WITHIN_S = 120  # a fresh reader's group join and fetch on a loaded machine: waits for the event, bounded
@@ -34,27 +31,6 @@ DOCUMENTED_FIELDS = {
     "rebalance_completed": {"generation", "member_count", "duration_ms"},
 }
 COMMON_FIELDS = {"version", "type", "group_id", "ts_ms"}
-
-
-def read_events(bootstrap: str, topic: str, group_id: str, until: Any, timeout_s: float = 20) -> list[dict[str, Any]]:
-    """Every event of `group_id` from the beginning of the topic, until `until(events)` holds (or the timeout)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("e2e-reader"),
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    events: list[dict[str, Any]] = []
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not until(events):
-            message = consumer.poll(0.5)
-            if message is None or message.error() is not None:
-                continue
-            event = json.loads(message.value())
-            assert message.key() == event["group_id"].encode()  # keyed by group: one group's events stay in order
-            if event["group_id"] == group_id:
-                events.append(event)
-    finally:
-        consumer.close()
-    return events
 
 
 def story(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -6,25 +6,10 @@ tests/integration/test_relay_tools.py describes lag through the relay.)"""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 
-from coordinator.embedded import ensure_jars
-from tests.integration.test_e2e_support import commit, fetch_offsets, service, unique, until_loaded
-from tests.unit.test_server_env import join_with_member_id, sync
-
-GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
-
-
-def consumer_groups(port: int, *args: str) -> str:
-    command = ["java", "-cp", f"{ensure_jars()}/*", GROUP_COMMAND, "--bootstrap-server", f"127.0.0.1:{port}", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
-
-
-def table(text: str) -> list[list[str]]:
-    return [line.split() for line in text.splitlines() if line.strip()]
-
+from tests.support.kafka_tools import consumer_groups, table
+from tests.support.service import commit, fetch_offsets, service, unique, until_loaded
+from tests.support.wire import join_with_member_id, sync
 
 async def test_kafka_consumer_groups_command_lists_describes_and_deletes(kafka_bootstrap: str) -> None:
     settings = ("group.initial.rebalance.delay.ms=0",)

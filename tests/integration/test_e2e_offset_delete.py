@@ -10,10 +10,10 @@ import asyncio
 import subprocess
 
 from coordinator.embedded import ensure_jars
-from tests.integration.test_e2e_kafka_cli import GROUP_COMMAND, table
-from tests.integration.test_e2e_real_tools import FAST, _alter, _groups
-from tests.integration.test_e2e_support import commit, fetch_offsets, service, unique, until_loaded
-from tests.unit.test_server_env import join_with_member_id, sync
+from tests.support.admin import admin_alter_offsets, admin_list_groups
+from tests.support.kafka_tools import GROUP_COMMAND, table
+from tests.support.service import FAST, commit, fetch_offsets, service, unique, until_loaded
+from tests.support.wire import join_with_member_id, sync
 
 
 def _delete_offsets(port: int, group_id: str, topic_partitions: str) -> dict[tuple[str, int], str]:
@@ -38,8 +38,9 @@ async def test_consumer_groups_command_deletes_offsets_and_the_deletion_survives
         probe = await running.client()
         await until_loaded(probe)
         port = running.port
-        assert await run(_alter, port, simple, {0: 5, 1: 6, 2: 7}) == [(0, 5, None), (1, 6, None), (2, 7, None)]
-        assert await run(_alter, port, emptied, {0: 9}) == [(0, 9, None)]
+        assert await run(admin_alter_offsets, port, simple, {0: 5, 1: 6, 2: 7}) == [
+            (0, 5, None), (1, 6, None), (2, 7, None)]
+        assert await run(admin_alter_offsets, port, emptied, {0: 9}) == [(0, 9, None)]
         # An Empty group: the listed offsets go, the others stay.
         assert await run(_delete_offsets, port, simple, "orders:0,1") == {
             ("orders", 0): "Successful", ("orders", 1): "Successful"}
@@ -64,7 +65,7 @@ async def test_consumer_groups_command_deletes_offsets_and_the_deletion_survives
     async with service(kafka_bootstrap, state_topic, *FAST) as restarted:
         probe = await restarted.client()
         await until_loaded(probe)
-        groups = await run(_groups, restarted.port)
+        groups = await run(admin_list_groups, restarted.port)
         assert simple in groups and live in groups and emptied not in groups
         assert await fetch_offsets(probe, simple, (0, 1, 2)) == {0: -1, 1: -1, 2: 7}
         assert await fetch_offsets(probe, emptied, (0,)) == {0: -1}

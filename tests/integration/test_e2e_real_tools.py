@@ -5,57 +5,16 @@ lookup, and a static member (ApiVersions v4, JoinGroup v9) restarting against a 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from protocol.apis import ApiKey
-from protocol.client import KafkaClient
-from tests.integration.test_e2e_support import describe, fetch_offsets, service, unique, until_loaded
-from tests.unit.test_server_env import join, nested, request
-
-TIMEOUT_S = 15
-FAST = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
-
-
-def _admin(port: int) -> AdminClient:
-    return AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "client.id": "e2e-admin"})
-
-
-def _alter(port: int, group_id: str, offsets: dict[int, int]) -> list[tuple[int, int, Any]]:
-    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition("orders", p, o) for p, o in offsets.items()])
-    admin = _admin(port)  # kept referenced until the result is in: destroying it fails the request
-    altered = admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[group_id].result(TIMEOUT_S)
-    return [(tp.partition, tp.offset, tp.error) for tp in altered.topic_partitions]
-
-
-def _list_offsets(port: int, group_id: str, partitions: tuple[int, ...]) -> dict[int, int]:
-    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition("orders", p) for p in partitions])
-    admin = _admin(port)
-    result = admin.list_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[group_id].result(TIMEOUT_S)
-    return {tp.partition: tp.offset for tp in result.topic_partitions}
-
-
-def _groups(port: int) -> dict[str, str]:
-    admin = _admin(port)
-    listed = admin.list_consumer_groups(request_timeout=TIMEOUT_S).result(TIMEOUT_S)
-    return {g.group_id: g.state.name for g in listed.valid}
-
-
-def _describe(port: int, group_id: str) -> Any:
-    admin = _admin(port)
-    return admin.describe_consumer_groups([group_id], request_timeout=TIMEOUT_S)[group_id].result(TIMEOUT_S)
-
-
-def _delete(port: int, group_id: str) -> str | None:
-    try:
-        admin = _admin(port)
-        admin.delete_consumer_groups([group_id], request_timeout=TIMEOUT_S)[group_id].result(TIMEOUT_S)
-        return None
-    except KafkaException as exc:
-        return exc.args[0].name()
+from tests.support.admin import (admin_alter_offsets, admin_delete_group, admin_describe_group, admin_list_groups,
+                                 admin_list_offsets)
+from tests.support.service import FAST, describe, fetch_offsets, service, unique, until_loaded
+from tests.support.static_member import (FENCED_INSTANCE_ID, INSTANCE, STATIC_GROUP, static_client, static_heartbeat,
+                                         static_join, static_sync)
 
 
 async def test_admin_client_manages_groups_and_offsets_across_a_restart(kafka_bootstrap: str) -> None:
@@ -66,22 +25,22 @@ async def test_admin_client_manages_groups_and_offsets_across_a_restart(kafka_bo
         await until_loaded(probe)
         port = running.port
         run = asyncio.to_thread
-        assert await run(_alter, port, kept, {0: 5, 1: 6}) == [(0, 5, None), (1, 6, None)]
-        assert await run(_alter, port, deleted, {0: 7}) == [(0, 7, None)]
-        assert await run(_list_offsets, port, kept, (0, 1, 2)) == {0: 5, 1: 6, 2: -1001}
-        assert await run(_groups, port) == {kept: "EMPTY", deleted: "EMPTY"}
-        described = await run(_describe, port, kept)
+        assert await run(admin_alter_offsets, port, kept, {0: 5, 1: 6}) == [(0, 5, None), (1, 6, None)]
+        assert await run(admin_alter_offsets, port, deleted, {0: 7}) == [(0, 7, None)]
+        assert await run(admin_list_offsets, port, kept, (0, 1, 2)) == {0: 5, 1: 6, 2: -1001}
+        assert await run(admin_list_groups, port) == {kept: "EMPTY", deleted: "EMPTY"}
+        described = await run(admin_describe_group, port, kept)
         assert (described.state.name, described.members, described.coordinator.port) == ("EMPTY", [], port)
-        assert await run(_delete, port, deleted) is None
-        assert await run(_delete, port, deleted) == "GROUP_ID_NOT_FOUND"
-        assert await run(_groups, port) == {kept: "EMPTY"}
+        assert await run(admin_delete_group, port, deleted) is None
+        assert await run(admin_delete_group, port, deleted) == "GROUP_ID_NOT_FOUND"
+        assert await run(admin_list_groups, port) == {kept: "EMPTY"}
         await probe.close()
         assert await running.terminate() == 0
 
     async with service(kafka_bootstrap, state_topic, *FAST) as restarted:
         probe = await restarted.client()
         await until_loaded(probe)
-        assert await asyncio.to_thread(_groups, restarted.port) == {kept: "EMPTY"}
+        assert await asyncio.to_thread(admin_list_groups, restarted.port) == {kept: "EMPTY"}
         assert await fetch_offsets(probe, kept, (0, 1)) == {0: 5, 1: 6}
         assert await fetch_offsets(probe, deleted, (0,)) == {0: -1}
         await probe.close()
@@ -102,36 +61,6 @@ async def test_aiokafka_finds_the_coordinator(kafka_bootstrap: str) -> None:
                 await client.coordinator_lookup(CoordinationType.TRANSACTION, "aio-txn")
         finally:
             await client.close()
-
-
-STATIC_GROUP = "static-app"
-INSTANCE = "host-1"
-FENCED_INSTANCE_ID = 82
-
-
-async def static_client(port: int) -> tuple[KafkaClient, Any]:
-    """A client that speaks ApiVersions v4 (KIP-511 name and version) before anything else."""
-    client = await KafkaClient.connect("127.0.0.1", port, client_id="static-consumer", negotiate=False)
-    versions = await client.request(request(ApiKey.API_VERSIONS, 4, client_software_name="e2e-static",
-                                            client_software_version="1.0"))
-    return client, versions
-
-
-async def static_join(client: KafkaClient) -> Any:
-    return await join(client, STATIC_GROUP, version=9, group_instance_id=INSTANCE, session_timeout_ms=10_000)
-
-
-def static_heartbeat(generation: int, member_id: str) -> Any:
-    return request(ApiKey.HEARTBEAT, 4, group_id=STATIC_GROUP, generation_id=generation, member_id=member_id,
-                   group_instance_id=INSTANCE)
-
-
-async def static_sync(client: KafkaClient, generation: int, member_id: str, assignment: bytes | None) -> Any:
-    entry = nested(ApiKey.SYNC_GROUP, 5, "assignments")
-    return await client.request(request(
-        ApiKey.SYNC_GROUP, 5, group_id=STATIC_GROUP, generation_id=generation, member_id=member_id,
-        group_instance_id=INSTANCE, protocol_type="consumer", protocol_name="range",
-        assignments=() if assignment is None else (entry(member_id=member_id, assignment=assignment),)))
 
 
 async def test_a_static_member_restarts_against_a_restarting_coordinator(kafka_bootstrap: str) -> None:

@@ -9,7 +9,7 @@ import json
 import sys
 
 from coordinator.loadgen import ScheduledFailure, SimOptions, Simulation
-from tests.integration.test_e2e_support import service, unique, until_loaded
+from tests.support.service import service, unique, until_loaded
 
 SETTINGS = ("group.initial.rebalance.delay.ms=300", "group.min.session.timeout.ms=1000")
 SESSION_MS = 5_000  # long enough that no healthy member expires on a busy machine

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from tests.integration.test_e2e_support import describe, service, unique, until_loaded
+from tests.support.service import describe, service, unique, until_loaded
 
 SETTINGS = ("group.initial.rebalance.delay.ms=300", "group.min.session.timeout.ms=1000")
 

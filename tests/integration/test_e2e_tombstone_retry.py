@@ -13,7 +13,7 @@ from coordinator.embedded import EmbeddedKafka
 from coordinator.group.store import OffsetRecord, StoreError
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
-from tests.integration.test_e2e_support import unique
+from tests.support.service import unique
 
 COMMIT_TIMEOUT_MS = 1_500
 KAFKA_BACK_WITHIN_S = 180  # a restarted JVM on a loaded 2-core machine; bounded all the same

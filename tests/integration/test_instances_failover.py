@@ -22,26 +22,11 @@ from typing import Any
 
 from coordinator.loadgen.member import SimMember
 from coordinator.loadgen.simulation import SimOptions, Simulation
-from tests.instances_support import (
-    INSTANCE_SESSION_MS,
-    NONE,
-    NOT_COORDINATOR,
-    TRANSIENT,
-    Instance,
-    Instances,
-    Ownership,
-    committed_offsets,
-    connect,
-    describe_groups,
-    describe_request,
-    find_coordinator,
-    groups_in_partitions,
-    read_topic,
-    unique,
-    wait_for,
-)
-from tests.integration.test_e2e_support import commit, fetch_offsets
-from tests.unit.test_server_env import heartbeat
+from tests.support.instances import (INSTANCE_SESSION_MS, NONE, NOT_COORDINATOR, TRANSIENT, Instance, Instances,
+                                     Ownership, committed_offsets, connect, describe_groups, describe_request,
+                                     find_coordinator, groups_in_partitions, read_topic, unique, wait_for)
+from tests.support.service import commit, fetch_offsets
+from tests.support.wire import heartbeat
 
 GROUPS_PER_INSTANCE = 20
 MEMBERS = 2
@@ -470,7 +455,7 @@ class Watch:
 
 async def test_rolling_restart_of_every_instance_under_stock_consumers_through_the_relay(
         kafka_bootstrap: str) -> None:
-    from tests.interop.relay_support import create_topic, settled_assignment, start_consumers, stop_all
+    from tests.support.relay import create_topic, settled_assignment, start_consumers, stop_all
 
     topic, group, partitions = unique("rolling"), unique("rolling-group"), 6
     consumer_session_ms = 10_000

@@ -18,8 +18,8 @@ from coordinator.group.partitioner import partition_for
 from coordinator.loadgen.formation import form_stable_group
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.integration import test_e2e_support as e2e
-from tests.unit.test_server_env import request
+from tests.support import service as e2e
+from tests.support.wire import request
 
 PARTITIONS = 6
 # the instances' session in the broker's group: long enough that a move seen within it proves a LeaveGroup (a

@@ -11,7 +11,7 @@ import time
 from coordinator.app import ServiceOptions, running_service
 from coordinator.config import CoordinatorConfig
 from coordinator.server.config import ServerConfig
-from tests.integration.test_e2e_support import unique
+from tests.support.service import unique
 
 PARTITIONS = 3
 WAIT_S = 90  # joining the instances group and loading on a loaded machine: bounded, not timed

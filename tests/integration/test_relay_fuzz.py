@@ -23,9 +23,9 @@ from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from tests.fuzz.corpus import known_ranges
 from tests.fuzz.runner import ERROR_LINE, FuzzConfig, FuzzReport, run_fuzz
-from tests.integration.test_e2e_support import service, unique, until_loaded
-from tests.interop.relay_support import FAST, create_topic, split_address
-from tests.unit.test_server_env import request
+from tests.support.relay import create_topic, split_address
+from tests.support.service import FAST, service, unique, until_loaded
+from tests.support.wire import request
 
 pytestmark = pytest.mark.integration
 

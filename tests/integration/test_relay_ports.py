@@ -12,7 +12,7 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.integration.test_e2e_support import service, unique
+from tests.support.service import service, unique
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ from coordinator.relay import DEFAULT_NODE_ID
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 
-from tests.integration.test_e2e_kafka_cli import consumer_groups, table
-from tests.integration.test_e2e_support import commit, fetch_offsets, service, unique, until_loaded
-from tests.interop.relay_support import FAST, create_topic, described_group, listed_groups, produce, split_address
-from tests.unit.test_server_env import request
+from tests.support.kafka_tools import consumer_groups, table
+from tests.support.relay import create_topic, described_group, listed_groups, produce, split_address
+from tests.support.service import FAST, commit, fetch_offsets, service, unique, until_loaded
+from tests.support.wire import request
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 

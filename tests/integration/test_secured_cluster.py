@@ -25,10 +25,9 @@ from coordinator.security.clusters import ClusterSecurity
 from coordinator.security.connections import connect
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
-from tests.integration import test_e2e_support as e2e
-from tests.integration.test_e2e_support import service, unique
-from tests.interop.relay_support import (FAST, ConsumerProcess, committed_offsets, start_consumers, stop_all,
-                                         wait_until)
+from tests.support import service as e2e
+from tests.support.relay import ConsumerProcess, committed_offsets, start_consumers, stop_all, wait_until
+from tests.support.service import FAST, service, unique
 
 PARTITIONS = 3
 RECORDS = 30  # per partition
@@ -376,7 +375,7 @@ async def test_the_java_consumer_authenticates_through_our_sasl_ssl_listener(sec
     """Kafka's own client, configured with Java's names (SCRAM-SHA-512 in a JAAS config, a PEM truststore, host
     names verified): consumes and commits through the coordinator; the offsets are read back over a connection of
     ours that authenticates the same way."""
-    from tests.interop.java_consumer import JavaConsumer
+    from tests.support.java_consumer import JavaConsumer
 
     bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
     certificates = secured_kafka.certificates
@@ -413,7 +412,7 @@ async def test_the_java_consumer_authenticates_through_our_sasl_ssl_listener(sec
 async def test_kip_368_re_authentication_passes_through_our_sasl_listener(tmp_path: Path) -> None:
     """A broker with connections.max.reauth.ms: the Java consumer re-authenticates on its connections through us
     (a second SaslHandshake after completion, passed through) and keeps consuming and committing."""
-    from tests.interop.java_consumer import JavaConsumer
+    from tests.support.java_consumer import JavaConsumer
 
     certificates = make_test_certificates(tmp_path / "certificates", clients=("coordinator",))
     broker = EmbeddedKafka(secure=SecureListeners(certificates), startup_timeout_s=240,

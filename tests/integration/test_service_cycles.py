@@ -1,6 +1,6 @@
 """The whole service on real Kafka leaves nothing behind for the cyclic collector.
 
-tests/unit/test_server_connection_cycles.py runs the scenarios of tests/cycles_scenarios.py against the server
+tests/unit/test_server_connection_cycles.py runs the scenarios of tests/support/cycles.py against the server
 and the group runtime with an in-memory store; here they run against `running_service` as `coordinator
 serve --no-relay` assembles it: the Kafka state store (transactional writes, the loader when a partition is
 unloaded and loaded again, tombstones), the event topic and the rebalance tracing (exported over OTLP to a
@@ -25,16 +25,16 @@ from coordinator.config import CoordinatorConfig
 from coordinator.server.config import ServerConfig
 from coordinator.relay import RelayConfig
 from protocol.apis import ApiKey
-from tests.cycles_scenarios import (REPO_ROOT, CollectorOff, Peer, Scenarios, join_request, run_scenarios,
-                                   stable_member, summary)
-from tests.integration.test_e2e_support import unique
-from tests.unit.test_server_env import request
+from tests.support.cycles import (REPO_ROOT, CollectorOff, Peer, Scenarios, join_request, run_scenarios, stable_member,
+                                  summary)
+from tests.support.service import unique
+from tests.support.wire import request
 
 pytestmark = pytest.mark.integration
 
 GROUPS = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=100,
                            offsets_topic_num_partitions=3)
-_RECEIVER = ("from tests.otlp_receiver import OtlpReceiver; import sys; r = OtlpReceiver().start(); "
+_RECEIVER = ("from tests.support.otlp_receiver import OtlpReceiver; import sys; r = OtlpReceiver().start(); "
              "print(r.endpoint, flush=True); sys.stdin.read()")
 
 

@@ -14,8 +14,8 @@ from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
 from coordinator.loadgen.formation import FormedMember, form_stable_group
-from tests.integration import test_e2e_support as e2e
-from tests.unit.test_server_env import heartbeat, join, nested, request, sync
+from tests.support import service as e2e
+from tests.support.wire import heartbeat, join, nested, request, sync
 
 SESSION_MS = 30_000
 GROUP = "orders-app"

@@ -9,14 +9,14 @@ import uuid
 import pytest
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.group.modern.topics import StaticTopics, TopicImage
 from coordinator.group.runtime import GroupRuntime
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.timer import ManualClock, SystemTimer
-from tests.integration.test_e2e_support import unique
+from tests.support.service import unique
 
 pytestmark = pytest.mark.integration
 

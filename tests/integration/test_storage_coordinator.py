@@ -18,7 +18,7 @@ from coordinator.group.state import GroupState
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.timer import ManualClock, SystemTimer
-from tests.unit.test_group_harness import SESSION_MS, Client, advance_until_joined
+from tests.support.group_harness import SESSION_MS, Client, advance_until_joined
 
 pytestmark = pytest.mark.integration
 

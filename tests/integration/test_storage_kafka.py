@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -17,33 +16,9 @@ from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_group_records, loaded_offset_records
 from coordinator.storage.loader import LoadError
 from coordinator.storage.topics import TopicMismatchError, make_admin, partition_count
+from tests.support.kafka_store import stable_group, started_store, unique_topic
 
 pytestmark = pytest.mark.integration
-
-
-def unique_topic() -> str:
-    return f"__state-{uuid.uuid4().hex[:10]}"
-
-
-def member(i: int, instance: str | None = None) -> MemberRecord:
-    return MemberRecord(member_id=f"consumer-{i}-{uuid.uuid4()}", group_instance_id=instance,
-                        client_id=f"consumer-{i}", client_host="/127.0.0.1", rebalance_timeout_ms=300_000,
-                        session_timeout_ms=10_000, subscription=b"\x00\x01sub" + bytes([i]),
-                        assignment=b"\x00\x01asg" + bytes([i]))
-
-
-def stable_group(generation: int, size: int = 3) -> GroupRecord:
-    members = [member(i, instance=f"static-{i}" if i == 0 else None) for i in range(size)]
-    return GroupRecord(protocol_type="consumer", generation=generation, protocol="range",
-                       leader=members[0].member_id, current_state_timestamp_ms=1_700_000_000_000 + generation,
-                       members=members)
-
-
-async def started_store(bootstrap: str, topic: str, **overrides) -> KafkaGroupStore:
-    store = KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, event_topic=None,
-                                          **{"partitions": 5, **overrides}), load_timeout_ms=60_000)
-    await store.start()
-    return store
 
 
 async def test_fresh_store_loads_exactly_what_was_written(kafka_bootstrap: str) -> None:

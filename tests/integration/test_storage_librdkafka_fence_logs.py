@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.storage import kafka_logs
 from coordinator.storage.kafka_logs import librdkafka_logger
-from tests.unit.test_storage_kafka_logs import Capture
+from tests.support.log_capture import Capture
 
 pytestmark = pytest.mark.integration
 

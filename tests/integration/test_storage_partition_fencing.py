@@ -17,8 +17,7 @@ from coordinator.group.partitioner import partition_for
 from coordinator.group.store import OffsetRecord, StoreError
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
-from tests.integration.test_storage_kafka import started_store, unique_topic
-from tests.integration.test_storage_transactions import read_back
+from tests.support.kafka_store import read_back, started_store, unique_topic
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 5

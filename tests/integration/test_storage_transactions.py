@@ -18,19 +18,10 @@ from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_recor
 from coordinator.storage.loader import LoadError
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
 from coordinator.storage.partition_writers import TransactionalWriters
-from tests.integration.test_storage_kafka import stable_group, started_store, unique_topic
+from tests.support.kafka_store import read_back, stable_group, started_store, unique_topic
 
 pytestmark = pytest.mark.integration
 LOADED_MACHINE_TIMEOUT_MS = 30_000  # what is tested is atomicity and fencing, not speed: a slow broker must not fail it
-
-
-async def read_back(bootstrap: str, topic: str) -> dict[str, dict[tuple[str, int], OffsetRecord]]:
-    """Every group's offsets as a fresh store loads them."""
-    reader = await started_store(bootstrap, topic)
-    try:
-        return loaded_offset_records(await reader.read())
-    finally:
-        await reader.close()
 
 
 def offsets(value: int, partitions: int) -> dict[tuple[str, int], OffsetRecord]:

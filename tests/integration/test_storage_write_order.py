@@ -16,12 +16,12 @@ from coordinator.config import CoordinatorConfig
 from coordinator.embedded import EmbeddedKafka
 from coordinator.group.api import (OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
                                    OffsetDeleteRequest, OffsetDeleteRequestTopic)
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.runtime import GroupRuntime
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
 from coordinator.timer import ManualClock, SystemTimer
-from tests.integration.test_e2e_support import unique
+from tests.support.service import unique
 
 pytestmark = pytest.mark.integration
 

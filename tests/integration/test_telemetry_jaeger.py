@@ -19,11 +19,11 @@ from coordinator.embedded.broker import free_port
 from coordinator.embedded.jaeger import EmbeddedJaeger, built_jaeger
 from coordinator.group.state import GroupState
 from coordinator.telemetry.otel import start_telemetry
-from tests.integration.test_e2e_event_topic import REBALANCE_IN_PROGRESS, read_events
-from tests.integration.test_e2e_support import service, unique, until_loaded
-from tests.telemetry_scenario import run_failure_scenario, telemetry_env
-from tests.unit.test_group_harness import form_group
-from tests.unit.test_server_env import heartbeat, join, join_with_member_id, sync
+from tests.support.event_topic import read_events
+from tests.support.group_harness import form_group
+from tests.support.service import REBALANCE_IN_PROGRESS, service, unique, until_loaded
+from tests.support.telemetry_scenario import run_failure_scenario, telemetry_env
+from tests.support.wire import heartbeat, join, join_with_member_id, sync
 
 pytestmark = pytest.mark.integration
 

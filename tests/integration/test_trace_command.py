@@ -18,7 +18,7 @@ from coordinator.embedded.jaeger import EmbeddedJaeger, built_jaeger
 from coordinator.telemetry.otel import start_telemetry
 from coordinator.telemetry.trace_render import short_member
 from coordinator.telemetry.trace_view import JaegerQuery, TraceSourceError
-from tests.telemetry_scenario import run_failure_scenario, telemetry_env
+from tests.support.telemetry_scenario import run_failure_scenario, telemetry_env
 
 pytestmark = pytest.mark.integration
 

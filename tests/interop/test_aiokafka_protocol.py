@@ -17,7 +17,7 @@ from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, LeaveGro
 
 from coordinator.config import CoordinatorConfig
 from protocol.consumer_protocol import decode_assignment, decode_subscription
-from tests.unit.test_server_env import RunningServer
+from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.interop
 

@@ -14,9 +14,9 @@ import pytest
 from protocol.apis import ApiKey, request_class
 from protocol.client import KafkaClient
 from protocol.messages import build
-from tests.integration.test_e2e_kafka_cli import consumer_groups, table
-from tests.integration.test_e2e_support import service, unique
-from tests.interop.relay_support import (
+from tests.support.kafka_tools import consumer_groups, table
+from tests.support.service import service, unique
+from tests.support.relay import (
     RECORDS_PER_PARTITION,
     committed_offsets,
     create_topic,
@@ -27,7 +27,7 @@ from tests.interop.relay_support import (
     stop_all,
     wait_until,
 )
-from tests.interop.test_relay_consumers import check_exactly_once
+from tests.support.relay import check_exactly_once
 
 pytestmark = pytest.mark.interop
 
@@ -201,7 +201,7 @@ async def test_a_regex_subscription_picks_up_a_new_topic(kafka_bootstrap: str) -
 
 
 async def test_a_static_java_member_restarts_and_gets_its_partitions_back(kafka_bootstrap: str) -> None:
-    from tests.interop.java_consumer import JavaConsumer
+    from tests.support.java_consumer import JavaConsumer
 
     topic, group = unique("kip848-static"), unique("kip848-static-group")
     await asyncio.to_thread(create_topic, kafka_bootstrap, topic)

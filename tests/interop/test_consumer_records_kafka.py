@@ -23,7 +23,7 @@ from coordinator.storage.consumer_records import decode, encode_key, encode_valu
 
 pytestmark = pytest.mark.interop
 
-SOURCE = Path(__file__).with_name("java") / "ConsumerGroupRecordCheck.java"
+SOURCE = Path(__file__).parents[1] / "support" / "java" / "ConsumerGroupRecordCheck.java"
 T1, T2 = uuid.UUID("5f1a2c3e-0000-4000-8000-00000000000a"), uuid.UUID("5f1a2c3e-0000-4000-8000-00000000000b")
 
 RECORDS = [

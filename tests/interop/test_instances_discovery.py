@@ -18,11 +18,11 @@ from coordinator.relay import Relay, RelayConfig
 from coordinator.server import CoordinatorServer, ServerConfig
 from coordinator.server.handlers import served_ranges
 from coordinator.timer import SystemTimer
-from tests.integration.test_e2e_support import unique
-from tests.interop.relay_support import (RECORDS_PER_PARTITION, create_topic, produce, relay_ports,
-                                         settled_assignment, start_consumers, stop_all, wait_until)
-from tests.unit.instances_env import PARTITIONS, StaticDirectory
-from tests.unit.test_server_env import FAST_GROUPS
+from tests.support.inprocess_instances import PARTITIONS, StaticDirectory
+from tests.support.relay import (RECORDS_PER_PARTITION, create_topic, produce, relay_ports, settled_assignment,
+                                 start_consumers, stop_all, wait_until)
+from tests.support.server import FAST_GROUPS
+from tests.support.service import unique
 
 TIMEOUT_S = 120
 

@@ -1,4 +1,4 @@
-"""Apache Kafka's Java consumer (tests/interop/java) shares a group with librdkafka against a real broker's own
+"""Apache Kafka's Java consumer (tests/support/java) shares a group with librdkafka against a real broker's own
 group coordinator: the runner the relay tests will later point at our coordinator."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import uuid
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.interop.java_consumer import JavaConsumer
+from tests.support.java_consumer import JavaConsumer
 
 PARTITIONS = 6
 # long, so that partitions moving well within it prove the LeaveGroup, however long a loaded machine's broker

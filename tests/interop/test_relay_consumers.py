@@ -6,26 +6,14 @@ idempotent), by both clients."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from tests.integration.test_e2e_support import service, unique
-from tests.interop.relay_support import (
-    FAST,
-    RECORDS_PER_PARTITION,
-    committed_offsets,
-    create_topic,
-    described_group,
-    listed_groups,
-    produce,
-    settled_assignment,
-    split_address,
-    start_consumers,
-    stop_all,
-    wait_until,
-)
+from tests.support.relay import (RECORDS_PER_PARTITION, check_exactly_once, committed_offsets, create_topic,
+                                 described_group, listed_groups, produce, settled_assignment, split_address,
+                                 start_consumers, stop_all, wait_until)
+from tests.support.service import FAST, service, unique
 
 TIMEOUT_S = 90
 HALF = RECORDS_PER_PARTITION // 2
@@ -42,18 +30,6 @@ async def produce_with_aiokafka(bootstrap: str, topic: str, first: int, count: i
         return values
     finally:
         await producer.stop()
-
-
-def check_exactly_once(consumers: list, produced: dict[int, list[str]]) -> None:
-    counts = Counter(value for consumer in consumers for _p, _o, value, _c in consumer.records)
-    duplicates = {value: n for value, n in counts.items() if n > 1}
-    assert not duplicates, f"consumed more than once: {sorted(duplicates)[:10]}"
-    expected = {value for values in produced.values() for value in values}
-    assert set(counts) == expected, f"missing: {sorted(expected - set(counts))[:10]}"
-    for consumer in consumers:
-        wrong = {p for p, _o, _v, _c in consumer.records if p not in consumer.assigned}
-        assert not wrong, f"{consumer.name} consumed partitions {wrong} it does not own ({consumer.assigned})"
-        assert all(committed for *_rest, committed in consumer.records), f"{consumer.name}: a commit failed"
 
 
 @pytest.mark.parametrize("assignor", ["range", "roundrobin"])

@@ -9,17 +9,9 @@ import asyncio
 import re
 import time
 
-from tests.integration.test_e2e_support import service, unique
-from tests.interop.relay_support import (
-    FAST,
-    committed_offsets,
-    create_topic,
-    produce,
-    settled_assignment,
-    start_consumers,
-    stop_all,
-    wait_until,
-)
+from tests.support.relay import (committed_offsets, create_topic, produce, settled_assignment, start_consumers,
+                                 stop_all, wait_until)
+from tests.support.service import FAST, service, unique
 
 TIMEOUT_S = 90
 SESSION_MS = 6_000
@@ -113,7 +105,7 @@ async def test_cooperative_sticky_consumers_rebalance_incrementally_through_the_
             assert len(values) == len(set(values)) == len(expected)
             await wait_until(lambda: _all_committed(consumers, BATCH), TIMEOUT_S, "the commits")
             assert await committed_offsets(running.port, group, topic) == {p: BATCH for p in range(6)}
-            from tests.interop.relay_support import described_group
+            from tests.support.relay import described_group
 
             described = await described_group("127.0.0.1", running.port, group)
             assert (described.group_state, described.protocol_data) == ("Stable", "cooperative-sticky")

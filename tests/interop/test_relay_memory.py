@@ -12,9 +12,9 @@ import time
 from confluent_kafka import Consumer, Producer
 
 from protocol.codec import encode_request
-from tests.integration.test_e2e_support import service, unique
-from tests.interop.relay_support import FAST, create_topic, relay_ports, wait_until
-from tests.unit.test_server_env import nested, request
+from tests.support.relay import create_topic, relay_ports, wait_until
+from tests.support.service import FAST, service, unique
+from tests.support.wire import nested, request
 
 MIB = 1_048_576
 CAP = 16 * MIB  # above the other consumer's largest fetch response (6 partitions x 1 MiB) plus what the stalled one holds

@@ -9,18 +9,9 @@ import time
 from collections import Counter
 
 from coordinator.embedded import EmbeddedKafka
-from tests.integration.test_e2e_support import service, unique
-from tests.interop.relay_support import (
-    FAST,
-    committed_offsets,
-    create_topic,
-    produce,
-    relay_ports,
-    settled_assignment,
-    start_consumers,
-    stop_all,
-    wait_until,
-)
+from tests.support.relay import (committed_offsets, create_topic, produce, relay_ports, settled_assignment,
+                                 start_consumers, stop_all, wait_until)
+from tests.support.service import FAST, service, unique
 
 TIMEOUT_S = 120
 BATCH = 30

@@ -15,8 +15,8 @@ from coordinator.cluster.identity import InstanceEndpoint, client_id_for
 from coordinator.cluster.owner_map import Described, DescribedMember, OwnerMap
 from coordinator.cluster.ownership import GroupAssignmentReader
 from protocol.error_codes import Errors
-from tests.unit.test_cluster_ownership import STALL_MS, formed_then_owned, heartbeat, until
-from tests.unit.test_group_harness import Env
+from tests.support.group_harness import Env
+from tests.support.ownership import STALL_MS, formed_then_owned, heartbeat, until
 
 A = InstanceEndpoint("a", 2_000_000_101, "127.0.0.1", 9101)
 B = InstanceEndpoint("b", 2_000_000_102, "127.0.0.1", 9102)

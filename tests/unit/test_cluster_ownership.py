@@ -14,11 +14,9 @@ from coordinator.group.api import OffsetFetchRequest, OffsetFetchRequestTopic
 from coordinator.group.shard import ShardStatus
 from coordinator.timer import ManualClock
 from protocol.error_codes import Errors
-from tests.unit.test_group_harness import Env, drain, form_group
-from tests.unit.test_group_offsets import commit, errors_of
-
-SESSION_MS = 6_000
-STALL_MS = SESSION_MS // 3
+from tests.support.group_harness import Env, drain, form_group
+from tests.support.ownership import (SESSION_MS, STALL_MS, Confirmations, ScriptedMembership, formed_then_owned,
+                                     heartbeat, until)
 
 
 def test_guard_deadline_moves_with_ticks_and_a_late_request_finds_the_stall() -> None:
@@ -63,77 +61,11 @@ def test_a_stall_while_suspended_counts_again() -> None:
     assert guard.stalls == 2
 
 
-class ScriptedMembership:
-    """Stands in for the membership consumer's thread: the test calls the callbacks Kafka would trigger."""
-
-    def __init__(self, on_assigned, on_revoked, on_lost) -> None:  # type: ignore[no-untyped-def]
-        self.on_assigned, self.on_revoked, self.on_lost = on_assigned, on_revoked, on_lost
-        self.member_id = "member-1"
-        self.assigned: set[int] = set()
-
-    def start(self) -> None:
-        pass
-
-    async def close(self) -> None:  # librdkafka revokes everything before leaving
-        if self.assigned:
-            await self.on_revoked(set(self.assigned))
-
-    async def assign(self, partitions: set[int]) -> None:
-        self.assigned |= partitions
-        await self.on_assigned(partitions)
-
-
-class Confirmations:
-    """DescribeGroups of the instances group as the test scripts it: our partitions, or None (rebalancing)."""
-
-    def __init__(self) -> None:
-        self.answer: set[int] | None = None
-        self.calls = 0
-
-    async def __call__(self, membership: object) -> set[int] | None:
-        self.calls += 1
-        return self.answer
-
-
 @pytest.fixture
 async def cluster():  # type: ignore[no-untyped-def]
     env = Env()
     yield env
     await env.close()
-
-
-async def formed_then_owned(env: Env) -> tuple[Ownership, ScriptedMembership, Confirmations, int]:
-    """Group "g" formed and committed to, every partition given up (as a multi-instance start), then the
-    partition of "g" assigned to us and loaded back from the store."""
-    a = env.client("a")
-    await form_group(env, a)
-    assert errors_of(await env.coordinator.commit_offsets(commit("g", a.generation, a.member_id,
-                                                                 {("t", 0): 42}))) == [Errors.NONE]
-    runtime = env.coordinator
-    await runtime.unload(range(runtime.num_partitions))
-    ownership = Ownership(runtime, instance_id="i1", group_id="state.coordinators", topic="state",
-                          session_timeout_ms=SESSION_MS, clock=env.clock, gc_after_moves=False, guard_ticks=False)
-    membership = ScriptedMembership(ownership.on_assigned, ownership.on_revoked, ownership.on_lost)
-    confirmations = Confirmations()
-    await ownership.start(membership, confirmations)  # type: ignore[arg-type]
-    partition = runtime.partition_for("g")
-    await membership.assign({partition})
-    await asyncio.wait_for(ownership.settled.wait(), 5)
-    env.a = a  # type: ignore[attr-defined]
-    return ownership, membership, confirmations, partition
-
-
-def heartbeat(ownership: Ownership, env: Env) -> Errors:
-    a = env.a  # type: ignore[attr-defined]
-    return ownership.service.handle_heartbeat("g", a.generation, a.member_id)
-
-
-async def until(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout_s / 0.01)):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 async def test_assigned_partition_is_loaded_and_served_others_answer_not_coordinator(cluster: Env) -> None:

@@ -17,10 +17,9 @@ from coordinator.group.metadata import parse_subscription_topics
 from coordinator.group.state import GroupState
 from coordinator.group.records import Record
 from coordinator.group.store import GroupRecord, InMemoryGroupStore, MemberRecord, OffsetRecord
-from tests.unit.test_group_harness import (REBALANCE_MS, Env, advance_until_joined, drain, env,  # noqa: F401
-                                           form_group, subscription)
-from tests.unit.test_group_offsets import commit, errors_of, fetch
-from tests.unit.test_group_property import check_group
+from tests.support.group_harness import (REBALANCE_MS, Env, advance_until_joined, commit, drain, env,  # noqa: F401
+                                         errors_of, fetch, form_group, subscription)
+from tests.support.group_invariants import check_group
 
 STABLE, PREPARING, COMPLETING, EMPTY = (GroupState.STABLE, GroupState.PREPARING_REBALANCE,
                                         GroupState.COMPLETING_REBALANCE, GroupState.EMPTY)

@@ -16,7 +16,7 @@ from coordinator.group.api import (LeaveGroupRequest, MemberIdentity, OffsetComm
                                    SyncGroupRequestAssignment, HeartbeatRequest)
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
-from tests.unit.test_group_harness import Client, Env, advance_until_joined, complete_rebalance, drain
+from tests.support.group_harness import Client, Env, advance_until_joined, complete_rebalance, drain
 
 E = Errors
 PARKED = "parked"

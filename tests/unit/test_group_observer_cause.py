@@ -3,11 +3,10 @@ each kind of offset removal, and every append to the state topic (from a request
 from __future__ import annotations
 
 from coordinator.group.api import DeleteGroupsRequest, OffsetDeleteRequest, OffsetDeleteRequestTopic
-from coordinator.group.errors import Errors
+from protocol.error_codes import Errors
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.records import GroupMetadataRecord, OffsetCommitRecord
-from tests.unit.test_group_harness import REBALANCE_MS, SESSION_MS, Env, env, form_group  # noqa: F401
-from tests.unit.test_group_offsets import commit
+from tests.support.group_harness import REBALANCE_MS, SESSION_MS, Env, commit, env, form_group  # noqa: F401
 
 
 def causes(env: Env) -> list[RebalanceCause]:

@@ -7,8 +7,7 @@ from coordinator.group.shard import ShardStatus
 from coordinator.group.api import OffsetDeleteRequest, OffsetDeleteRequestTopic, OffsetDeleteResponse
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
-from tests.unit.test_group_harness import Env, advance_until_joined, drain, env, form_group  # noqa: F401
-from tests.unit.test_group_offsets import commit, fetch
+from tests.support.group_harness import Env, advance_until_joined, commit, drain, env, fetch, form_group  # noqa: F401
 
 
 def delete_request(group_id: str, partitions: list[tuple[str, int]]) -> OffsetDeleteRequest:

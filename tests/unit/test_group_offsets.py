@@ -1,35 +1,12 @@
 """OffsetCommit/OffsetFetch rules, offset expiry, loading and unloading (reference §3.5, §3.6, §7.3–§7.5)."""
 from __future__ import annotations
 
-from coordinator.group.api import (OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-                                   OffsetFetchRequest, OffsetFetchRequestTopic, ListGroupsRequest)
+from coordinator.group.api import ListGroupsRequest
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
-from tests.unit.test_group_harness import (SESSION_MS, Env, advance_until_joined, drain, env, form_group,  # noqa: F401
-                                           subscription)
-
-
-def commit(group_id: str, generation: int, member_id: str, offsets: dict[tuple[str, int], int],
-           metadata: str | None = None, retention_time_ms: int = -1) -> OffsetCommitRequest:
-    topics: dict[str, list[OffsetCommitRequestPartition]] = {}
-    for (topic, partition), offset in offsets.items():
-        topics.setdefault(topic, []).append(OffsetCommitRequestPartition(partition, offset,
-                                                                         committed_metadata=metadata))
-    return OffsetCommitRequest(group_id, generation, member_id,
-                               [OffsetCommitRequestTopic(t, ps) for t, ps in topics.items()],
-                               retention_time_ms=retention_time_ms)
-
-
-def errors_of(resp) -> list[Errors]:
-    return [p.error_code for t in resp.topics for p in t.partitions]
-
-
-async def fetch(env: Env, group_id: str, wanted: dict[str, list[int]] | None, require_stable: bool = False):
-    topics = None if wanted is None else [OffsetFetchRequestTopic(t, ps) for t, ps in wanted.items()]
-    resp = await env.coordinator.fetch_offsets(OffsetFetchRequest(group_id, topics, require_stable))
-    return {(t.name, p.partition_index): (p.committed_offset, p.metadata, p.error_code)
-            for t in resp.topics for p in t.partitions}
+from tests.support.group_harness import (SESSION_MS, Env, advance_until_joined, commit, drain, env,  # noqa: F401
+                                         errors_of, fetch, form_group, subscription)
 
 
 async def test_simple_consumer_commit_creates_empty_group(env: Env) -> None:

@@ -9,8 +9,7 @@ from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
 from coordinator.group.shard import ShardStatus
 from coordinator.group.state import GroupState
-from tests.unit.test_group_harness import Env, drain, env, form_group  # noqa: F401
-from tests.unit.test_group_offsets import commit, errors_of, fetch
+from tests.support.group_harness import Env, commit, drain, env, errors_of, fetch, form_group  # noqa: F401
 
 
 def other_partition_group(env: Env, group_id: str) -> str:

@@ -7,8 +7,8 @@ from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, H
                                    ListGroupsRequest, MemberIdentity)
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
-from tests.unit.test_group_harness import (REBALANCE_MS, SESSION_MS, Env, advance_until_joined, complete_rebalance,
-                                           drain, env, form_group)  # noqa: F401  (fixture)
+from tests.support.group_harness import (REBALANCE_MS, SESSION_MS, Env, advance_until_joined,  # noqa: F401  (fixture)
+                                         complete_rebalance, drain, env, form_group)
 
 STABLE, PREPARING, COMPLETING, EMPTY = (GroupState.STABLE, GroupState.PREPARING_REBALANCE,
                                         GroupState.COMPLETING_REBALANCE, GroupState.EMPTY)

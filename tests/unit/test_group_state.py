@@ -10,7 +10,7 @@ from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata, parse_subscription_topics
 from coordinator.group.observer import GroupObserver, ObserverMux
 from coordinator.group.state import VALID_PREVIOUS, GroupState, IllegalStateTransition
-from tests.unit.test_group_harness import RecordingObserver, subscription
+from tests.support.group_harness import RecordingObserver, subscription
 
 S = GroupState
 LEGAL = {

@@ -9,7 +9,8 @@ import pytest
 from coordinator.server.handlers import SERVED_APIS
 from protocol.apis import ApiKey
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
-from tests.unit.test_server_env import RunningServer, heartbeat, join, join_with_member_id, ms, nested, request
+from tests.support.server import RunningServer
+from tests.support.wire import heartbeat, join, join_with_member_id, ms, nested, request
 
 
 async def test_connect_negotiates_the_servers_ranges() -> None:

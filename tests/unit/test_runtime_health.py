@@ -22,7 +22,7 @@ from coordinator.runtime_health import LAG_BUCKETS_MS, GcMonitor, LoopLagProbe, 
 from coordinator.timer import SystemTimer, TimerTask
 from coordinator.timer.system_timer import RUN_BATCH
 from coordinator.timer.task import TimerTaskEntry
-from tests.unit.test_group_harness import SESSION_MS, Env, drain, form_group
+from tests.support.group_harness import SESSION_MS, Env, drain, form_group
 
 GROUP_TYPES = (GroupMetadata, MemberMetadata, DelayedHeartbeat, DelayedJoin, InitialDelayedJoin, DelayedSync,
                TimerTaskEntry)

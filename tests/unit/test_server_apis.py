@@ -6,8 +6,8 @@ import pytest
 
 from coordinator.server.handlers import SERVED_APIS
 from protocol.apis import ApiKey
-from tests.unit.test_server_env import (RunningServer, heartbeat, join, join_with_member_id, ms, nested, request,
-                                        sync)
+from tests.support.server import RunningServer
+from tests.support.wire import heartbeat, join, join_with_member_id, ms, nested, request, sync
 
 LOW = {key: api.min_version for key, api in SERVED_APIS.items()}
 HIGH = {key: api.max_version for key, api in SERVED_APIS.items()}

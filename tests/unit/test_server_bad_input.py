@@ -10,9 +10,11 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+import uvloop
 
 from protocol.apis import ApiKey
-from tests.unit.test_server_env import RawPeer, RunningServer, heartbeat, join_with_member_id, sync
+from tests.support.server import RawPeer, RunningServer
+from tests.support.wire import heartbeat, join_with_member_id, sync
 
 SESSION_MS = 1_000
 HEARTBEAT_INTERVAL_S = 0.05
@@ -180,3 +182,7 @@ async def test_bad_input_is_contained(name: str, caplog: pytest.LogCaptureFixtur
         assert not any("handler_failed" in line for line in server_lines)
         # nothing escaped to asyncio ("Fatal error on transport", "Exception in callback") or anywhere else
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_two_gib_frame_is_contained_on_uvloop(caplog) -> None:
+    uvloop.run(test_bad_input_is_contained("2GiB-size", caplog))

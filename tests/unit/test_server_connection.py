@@ -10,12 +10,13 @@ import struct
 import time
 
 import pytest
+import uvloop
 
 from coordinator.server.context import java_host_string
 from protocol.errors import ConnectionClosed
 from protocol.apis import ApiKey
-from tests.unit.test_server_env import (RunningServer, heartbeat, join, join_with_member_id, ms, nested, request,
-                                        subscription_metadata, sync)
+from tests.support.server import RunningServer
+from tests.support.wire import heartbeat, join, join_with_member_id, ms, nested, request, subscription_metadata, sync
 
 
 async def _stable_member(env: RunningServer, group_id: str = "g"):
@@ -287,3 +288,18 @@ async def test_a_parked_handler_resets_its_context_variables_where_it_set_them_a
         assert again.error_code in (0, 27)
         assert reset_errors == []
         assert seen_before == [None] * len(seen_before) and len(seen_before) >= 5
+
+
+# The transport-level behaviour (in-order responses, pausing reads, shutdown) also holds on uvloop, the optional
+# faster loop: the same tests, run on it.
+
+def test_pipelining_behind_a_parked_join_on_uvloop() -> None:
+    uvloop.run(test_pipelined_heartbeats_wait_behind_a_parked_join_and_come_back_in_order())
+
+
+def test_back_pressure_on_uvloop() -> None:
+    uvloop.run(test_reading_stops_once_max_buffered_bytes_wait_behind_a_parked_request())
+
+
+def test_graceful_shutdown_on_uvloop() -> None:
+    uvloop.run(test_shutdown_answers_parked_requests_then_closes_and_refuses_new_connections())

@@ -4,7 +4,7 @@ The service's GC policy (coordinator/runtime_health.py) freezes whatever survive
 reference cycle that was alive then and dies later is never freed: a leak per connection, member or group.
 tests/interop/test_relay_connection_cycles.py guards the relay's connections; this guards what a client
 reaches without the relay, with the collector off, through a real `CoordinatorServer` + `GroupRuntime`
-(in-memory store) on asyncio and on uvloop (scenarios in tests/cycles_scenarios.py):
+(in-memory store) on asyncio and on uvloop (scenarios in tests/support/cycles.py):
 
 - connections closed cleanly after every group API, closed mid-frame, closed while their JoinGroup or
   SyncGroup is parked in the purgatory (answered later to nobody);
@@ -33,8 +33,8 @@ from coordinator.group.store import InMemoryGroupStore
 from coordinator.server import CoordinatorServer, ServerConfig
 from coordinator.timer import SystemTimer
 from protocol.apis import ApiKey
-from tests.cycles_scenarios import CollectorOff, Peer, Scenarios, run_scenarios, summary
-from tests.unit.test_server_env import request
+from tests.support.cycles import CollectorOff, Peer, Scenarios, run_scenarios, summary
+from tests.support.wire import request
 
 # A short initial delay: the first join of every group goes through InitialDelayedJoin as in production.
 CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=50, group_min_session_timeout_ms=100)

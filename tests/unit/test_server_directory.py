@@ -6,7 +6,8 @@ import pytest
 
 from coordinator.server.context import Node
 from protocol.apis import ApiKey
-from tests.unit.test_server_env import RunningServer, request
+from tests.support.server import RunningServer
+from tests.support.wire import request
 
 ME = 7
 OTHER = Node(9, "coordinator-b.example", 29092, "c")

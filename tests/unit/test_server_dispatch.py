@@ -14,7 +14,8 @@ from coordinator.group.runtime import GroupRuntime
 from protocol.error_codes import Errors
 from protocol.apis import ApiKey
 from protocol.errors import ConnectionClosed
-from tests.unit.test_server_env import RunningServer, request
+from tests.support.server import RunningServer
+from tests.support.wire import request
 
 
 class YieldingCoordinator(GroupRuntime):

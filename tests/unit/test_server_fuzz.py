@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from protocol import apis, codec
 from coordinator.server.handlers import SERVED_APIS
 from protocol.apis import ApiKey
-from tests.unit.test_server_env import RunningServer
+from tests.support.server import RunningServer
 
 ALL_SERVED = [(api.key, v) for api in SERVED_APIS.values() for v in range(api.min_version, api.max_version + 1)]
 PARKING_APIS = {ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP}  # may legitimately wait for a rebalance

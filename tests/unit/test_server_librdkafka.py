@@ -10,7 +10,8 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from protocol.apis import ApiKey
-from tests.unit.test_server_env import RunningServer, join_with_member_id, nested, request, sync
+from tests.support.server import RunningServer
+from tests.support.wire import join_with_member_id, nested, request, sync
 
 TIMEOUT_S = 10
 

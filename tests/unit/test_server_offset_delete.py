@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from protocol.apis import ApiKey
-from tests.unit.test_server_env import RunningServer, join_with_member_id, ms, nested, request, sync
+from tests.support.server import RunningServer
+from tests.support.wire import join_with_member_id, ms, nested, request, sync
 
 VERSION = 0
 

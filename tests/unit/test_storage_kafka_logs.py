@@ -12,15 +12,7 @@ from confluent_kafka import Producer
 
 from coordinator.storage import kafka_logs
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
-
-
-class Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
+from tests.support.log_capture import Capture
 
 
 def closed_port() -> int:

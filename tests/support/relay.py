@@ -1,5 +1,5 @@
-"""Shared by the relay tests: stock consumers in their own processes, topics and records in the real cluster,
-and what our coordinator and the upstream cluster say about a group. (It holds no tests itself.)"""
+"""For the relay tests: stock consumers in their own processes, topics and records in the real cluster, and what
+our coordinator and the upstream cluster say about a group."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -19,10 +20,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from coordinator.embedded.broker import free_port
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.unit.test_server_env import request
+from tests.support.wire import request
 
 RECORDS_PER_PARTITION = 100
-FAST = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
 
 
 async def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
@@ -85,13 +85,13 @@ def produce(bootstrap: str, topic: str, first: int, count: int, partitions: int 
 
 
 class ConsumerProcess:
-    """One stock consumer (tests/interop/relay_consumer.py) in its own process, its JSON lines collected."""
+    """One stock consumer (tests/support/relay_consumer.py) in its own process, its JSON lines collected."""
 
     def __init__(self, kind: str, name: str, bootstrap: str, topic: str, group: str, assignor: str,
                  session_ms: int = 6_000, *, settings: dict[str, str] | None = None, protocol: str = "classic"
                  ) -> None:
         self.kind, self.name = kind, name
-        self.command = [sys.executable, "-m", "tests.interop.relay_consumer", "--kind", kind, "--name", name,
+        self.command = [sys.executable, "-m", "tests.support.relay_consumer", "--kind", kind, "--name", name,
                         "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--assignor", assignor,
                         "--session-ms", str(session_ms), "--protocol", protocol,
                         *(arg for key, value in (settings or {}).items() for arg in ("--setting", f"{key}={value}"))]
@@ -147,14 +147,14 @@ class ConsumerProcess:
 
 
 class JavaMember:
-    """Kafka's Java consumer (tests/interop/java_consumer.py) seen through the ConsumerProcess interface; records
+    """Kafka's Java consumer (tests/support/java_consumer.py) seen through the ConsumerProcess interface; records
     carry their key, which the producers here set to the value."""
 
     kind = "java"
 
     def __init__(self, name: str, bootstrap: str, topic: str, group: str, assignor: str, session_ms: int,
                  protocol: str = "classic") -> None:
-        from tests.interop.java_consumer import JavaConsumer
+        from tests.support.java_consumer import JavaConsumer
 
         self.name = name
         self.consumer = JavaConsumer(bootstrap, group, topic, assignor=assignor, session_timeout_ms=session_ms,
@@ -214,7 +214,7 @@ def settled_assignment(consumers: list[ConsumerProcess], partitions: int = 6) ->
 
 async def committed_offsets(port: int, group: str, topic: str, partitions: int = 6) -> dict[int, int]:
     """OffsetFetch from our coordinator."""
-    from tests.integration.test_e2e_support import fetch_offsets
+    from tests.support.service import fetch_offsets
 
     client = await KafkaClient.connect("127.0.0.1", port, client_id="relay-test")
     try:
@@ -234,7 +234,7 @@ async def listed_groups(host: str, port: int) -> set[str]:
 
 
 async def described_group(host: str, port: int, group: str) -> Any:
-    from tests.integration.test_e2e_support import describe
+    from tests.support.service import describe
 
     client = await KafkaClient.connect("127.0.0.1" if host == "localhost" else host, port, client_id="relay-test")
     try:
@@ -246,3 +246,15 @@ async def described_group(host: str, port: int, group: str) -> Any:
 def split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host, int(port)
+
+
+def check_exactly_once(consumers: list, produced: dict[int, list[str]]) -> None:
+    counts = Counter(value for consumer in consumers for _p, _o, value, _c in consumer.records)
+    duplicates = {value: n for value, n in counts.items() if n > 1}
+    assert not duplicates, f"consumed more than once: {sorted(duplicates)[:10]}"
+    expected = {value for values in produced.values() for value in values}
+    assert set(counts) == expected, f"missing: {sorted(expected - set(counts))[:10]}"
+    for consumer in consumers:
+        wrong = {p for p, _o, _v, _c in consumer.records if p not in consumer.assigned}
+        assert not wrong, f"{consumer.name} consumed partitions {wrong} it does not own ({consumer.assigned})"
+        assert all(committed for *_rest, committed in consumer.records), f"{consumer.name}: a commit failed"

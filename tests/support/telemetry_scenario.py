@@ -18,7 +18,7 @@ from coordinator.group.state import GroupState
 from coordinator.telemetry.events import EventTopicObserver
 from coordinator.telemetry.otel import Telemetry
 from coordinator.telemetry.service import Instrumented, instrument
-from tests.unit.test_group_harness import Client, Env, advance_until_joined, complete_rebalance, drain
+from tests.support.group_harness import Client, Env, advance_until_joined, complete_rebalance, drain
 
 START_MS = 1_000_000  # the harness clock's origin
 B_LATE_MS = 700

@@ -1,6 +1,6 @@
 """Shared by the discovery tests: several coordinator instances in-process, each a real CoordinatorServer and
 GroupRuntime (in-memory store) owning its share of the state partitions, with one directory between them that the
-test controls (what the owner map would say). (It holds no tests itself.)
+test controls (what the owner map would say).
 
 Moving partitions here stands in for what Kafka does between real instances (coordinator/cluster): the state a
 real instance would read from the state topic is copied from the old owner's in-memory store."""
@@ -15,7 +15,7 @@ from typing import Any
 from coordinator.config import CoordinatorConfig
 from coordinator.group.partitioner import partition_for
 from coordinator.server.context import Node
-from tests.unit.test_server_env import FAST_GROUPS, RunningServer
+from tests.support.server import FAST_GROUPS, RunningServer
 
 PARTITIONS = FAST_GROUPS.offsets_topic_num_partitions
 

@@ -1,5 +1,4 @@
-"""Shared by the end-to-end tests: `coordinator serve` as a subprocess against a real broker, driven by our client.
-(It holds no tests itself.)"""
+"""`coordinator serve` as a subprocess against a real broker, driven by our client: the end-to-end tests' service."""
 
 from __future__ import annotations
 
@@ -17,9 +16,12 @@ from typing import Any
 
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.unit.test_server_env import nested, request
+from tests.support.wire import nested, request
 
 LOAD_IN_PROGRESS = 14
+REBALANCE_IN_PROGRESS = 27
+# `--config` settings for tests: groups form at once, short member sessions are allowed
+FAST = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
 
 
 def unique(prefix: str) -> str:

@@ -1,4 +1,4 @@
-// A Kafka group consumer (Apache Kafka's Java client) for tests, driven and read by tests/interop/java_consumer.py.
+// A Kafka group consumer (Apache Kafka's Java client) for tests, driven and read by tests/support/java_consumer.py.
 //
 // Launched as `java -cp <kafka jars>/*:<classes> GroupConsumer --bootstrap B --group G --topic T [...]`.
 // stdout is a line protocol, one event per line, fields separated by one space:

@@ -1,6 +1,6 @@
-"""A stock Kafka consumer in its own process, for the relay tests (it holds no tests itself).
+"""A stock Kafka consumer in its own process, for the relay tests.
 
-`python -m tests.interop.relay_consumer --kind confluent|aiokafka [--protocol classic|consumer] ...` subscribes,
+`python -m tests.support.relay_consumer --kind confluent|aiokafka [--protocol classic|consumer] ...` subscribes,
 and after every batch it consumes commits synchronously and prints one JSON line: {"event": "consumed",
 "records": [[partition, offset, value], ...], "committed": bool}. Assignment changes print {"event":
 "assigned", "partitions": [...]}. SIGTERM closes the consumer cleanly (LeaveGroup) and prints {"event":

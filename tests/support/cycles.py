@@ -27,9 +27,9 @@ from coordinator.group.runtime import GroupRuntime
 from coordinator.server import CoordinatorServer
 from protocol.apis import ApiKey
 from protocol.codec import decode_response, encode_request
-from tests.unit.test_server_env import heartbeat, ms, nested, request, subscription_metadata
+from tests.support.wire import heartbeat, ms, nested, request, subscription_metadata
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Members whose client went away expire after this; members in use must outlive a worker thread that a loaded
 # machine does not schedule for a while (heartbeats are sent only between steps).
 SESSION_MS = 5_000

@@ -1,5 +1,5 @@
 """Shared by the multi-instance tests and bench/failover.py: N `coordinator serve --instance-id` processes on one
-state topic and one Kafka cluster, as an operator runs them. (It holds no tests itself.)
+state topic and one Kafka cluster, as an operator runs them.
 
 - Each instance is a subprocess with its stdout and log (stderr) in files kept for assertions; a restart appends
   to the same files. Signals: SIGKILL (crash), SIGSTOP/SIGCONT (a frozen process: the zombie), SIGTERM (a clean
@@ -34,7 +34,7 @@ from coordinator.group.partitioner import partition_for
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
-from tests.unit.test_server_env import nested, request
+from tests.support.wire import nested, request
 
 INSTANCE_SESSION_MS = 6_000  # the broker's default group.min.session.timeout.ms: the fastest detection it allows
 STATE_PARTITIONS = 12
