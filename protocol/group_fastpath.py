@@ -82,18 +82,21 @@ def _uvarint(frame: bytes, offset: int) -> tuple[int, int]:
             raise _NotUsual
 
 
-def _string(frame: bytes, offset: int, flexible: bool) -> tuple[str, int]:
-    """A non-null string (int16 length, or compact: unsigned varint length + 1)."""
+def _length(frame: bytes, offset: int, flexible: bool, fixed: struct.Struct) -> tuple[int, int]:
+    """A length prefix: compact (unsigned varint of length + 1) or `fixed` (int16/int32); -1 is null."""
     if flexible:
         size = frame[offset]
         if size < 0x80:  # a one-byte length: the usual case
-            offset += 1
-        else:
-            size, offset = _uvarint(frame, offset)
-        size -= 1
-    else:
-        (size,) = _INT16.unpack_from(frame, offset)
-        offset += 2
+            return size - 1, offset + 1
+        size, offset = _uvarint(frame, offset)
+        return size - 1, offset
+    (size,) = fixed.unpack_from(frame, offset)
+    return size, offset + fixed.size
+
+
+def _string(frame: bytes, offset: int, flexible: bool) -> tuple[str, int]:
+    """A non-null string (int16 length, or compact: unsigned varint length + 1)."""
+    size, offset = _length(frame, offset, flexible, _INT16)
     end = offset + size
     if size < 0 or end > len(frame):
         raise _NotUsual
@@ -101,16 +104,7 @@ def _string(frame: bytes, offset: int, flexible: bool) -> tuple[str, int]:
 
 
 def _nullable_string(frame: bytes, offset: int, flexible: bool) -> tuple[str | None, int]:
-    if flexible:
-        size = frame[offset]
-        if size < 0x80:  # a one-byte length: the usual case
-            offset += 1
-        else:
-            size, offset = _uvarint(frame, offset)
-        size -= 1
-    else:
-        (size,) = _INT16.unpack_from(frame, offset)
-        offset += 2
+    size, offset = _length(frame, offset, flexible, _INT16)
     if size == -1:
         return None, offset
     end = offset + size
@@ -121,16 +115,7 @@ def _nullable_string(frame: bytes, offset: int, flexible: bool) -> tuple[str | N
 
 def _bytes(frame: bytes, offset: int, flexible: bool) -> tuple[bytes, int]:
     """Non-null bytes (int32 length, or compact)."""
-    if flexible:
-        size = frame[offset]
-        if size < 0x80:  # a one-byte length: the usual case
-            offset += 1
-        else:
-            size, offset = _uvarint(frame, offset)
-        size -= 1
-    else:
-        (size,) = _INT32.unpack_from(frame, offset)
-        offset += 4
+    size, offset = _length(frame, offset, flexible, _INT32)
     end = offset + size
     if size < 0 or end > len(frame):
         raise _NotUsual
@@ -139,16 +124,7 @@ def _bytes(frame: bytes, offset: int, flexible: bool) -> tuple[bytes, int]:
 
 def _array_count(frame: bytes, offset: int, flexible: bool) -> tuple[int, int]:
     """A non-null array's element count, refusing counts the frame cannot hold (each element takes a byte)."""
-    if flexible:
-        count = frame[offset]
-        if count < 0x80:
-            offset += 1
-        else:
-            count, offset = _uvarint(frame, offset)
-        count -= 1
-    else:
-        (count,) = _INT32.unpack_from(frame, offset)
-        offset += 4
+    count, offset = _length(frame, offset, flexible, _INT32)
     if count < 0 or count > len(frame) - offset:
         raise _NotUsual
     return count, offset
