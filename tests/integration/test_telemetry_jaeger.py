@@ -10,7 +10,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,15 +25,6 @@ from tests.support.telemetry_scenario import run_failure_scenario, telemetry_env
 from tests.support.wire import heartbeat, join, join_with_member_id, sync
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def jaeger() -> Iterator[EmbeddedJaeger]:
-    binary = built_jaeger()
-    if binary is None:
-        pytest.fail("the project's Jaeger build is missing: run scripts/setup.sh (it builds it once per machine)")
-    with EmbeddedJaeger(binary) as running:
-        yield running
 
 
 def get_json(url: str) -> Any:

@@ -10,26 +10,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from coordinator.embedded.jaeger import EmbeddedJaeger, built_jaeger
+from coordinator.embedded.jaeger import EmbeddedJaeger
 from coordinator.telemetry.otel import start_telemetry
 from coordinator.telemetry.trace_render import short_member
 from coordinator.telemetry.trace_view import JaegerQuery, TraceSourceError
 from tests.support.telemetry_scenario import run_failure_scenario, telemetry_env
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def jaeger() -> Iterator[EmbeddedJaeger]:
-    binary = built_jaeger()
-    if binary is None:
-        pytest.fail("the project's Jaeger build is missing: run scripts/setup.sh (it builds it once per machine)")
-    with EmbeddedJaeger(binary) as running:
-        yield running
 
 
 def trace_command(jaeger: EmbeddedJaeger, *args: str) -> list[str]:
