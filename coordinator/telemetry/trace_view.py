@@ -153,6 +153,9 @@ def _event(log: dict[str, Any]) -> SpanEvent:
     return SpanEvent(at_us=int(log.get("timestamp", 0)), name=name, fields=fields)
 
 
+SEARCH_PAGE = 1000  # traces asked of one search; the UI's own ceiling is 1500
+
+
 class JaegerQuery:
     """Jaeger's HTTP query API (the one its UI uses), at `base_url` (e.g. http://127.0.0.1:16686)."""
 
@@ -165,7 +168,11 @@ class JaegerQuery:
                since_us: int | None = None) -> list[Rebalance]:
         """The latest `limit` rebalances (of one group if given), oldest first; `since_us` (epoch µs): only
         those that started at or after it."""
-        params: dict[str, Any] = {"service": self.service, "operation": ROOT_NAME, "limit": max(1, limit)}
+        # Jaeger's memory store answers a search with the traces it *received* last, not those that *started*
+        # last (a rebalance's spans reach it when they end, out of start order). Ask for a wide page and keep the
+        # newest by start time ourselves.
+        params: dict[str, Any] = {"service": self.service, "operation": ROOT_NAME,
+                                  "limit": max(limit, SEARCH_PAGE)}
         if since_us is not None:
             params["start"] = since_us
             params["end"] = _now_us() + 60_000_000
@@ -173,7 +180,14 @@ class JaegerQuery:
             params["lookback"] = lookback
         if group is not None:
             params["tags"] = json.dumps({GROUP_KEY: group})
-        found = rebalances_from_jaeger_json(self._get(f"/api/traces?{urllib.parse.urlencode(params)}"))
+        try:
+            body = self._get(f"/api/traces?{urllib.parse.urlencode(params)}")
+        except TraceSourceError:
+            if params["limit"] == max(1, limit):
+                raise
+            params["limit"] = max(1, limit)  # a store holding fewer traces than the page refuses the search
+            body = self._get(f"/api/traces?{urllib.parse.urlencode(params)}")
+        found = rebalances_from_jaeger_json(body)
         return found[-limit:] if limit > 0 else found
 
     def by_id(self, trace_id: str) -> Rebalance:
