@@ -16,7 +16,7 @@ from coordinator.group.api import (HeartbeatRequest, JoinGroupProtocol, JoinGrou
 from coordinator.group.runtime import GroupRuntime
 from protocol.error_codes import Errors
 from coordinator.group.observer import GroupObserver
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.group.state import GroupState
 from coordinator.group.store import GroupRecord, InMemoryGroupStore, OffsetRecord, TopicPartition
 from coordinator.timer import ManualClock, SystemTimer
