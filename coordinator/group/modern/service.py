@@ -24,7 +24,7 @@ from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatRespo
 from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.regex import Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
-from coordinator.group.modern.topics import StaticTopics, TopicsView
+from coordinator.topics import StaticTopics, TopicsView
 from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import STATUS_ERRORS as _STATUS_ERRORS, ShardStatus
