@@ -18,7 +18,7 @@ from protocol.error_codes import Errors
 from coordinator.group.observer import GroupObserver
 from coordinator.group.status import ShardStatus
 from coordinator.group.state import GroupState
-from coordinator.group.store import GroupRecord, InMemoryGroupStore, OffsetRecord, TopicPartition
+from coordinator.group.store import GroupRecord, GroupStore, InMemoryGroupStore, OffsetRecord, TopicPartition
 from coordinator.timer import ManualClock, SystemTimer
 
 SESSION_MS = 10_000
@@ -75,13 +75,14 @@ class RecordingObserver(GroupObserver):
 
 
 class Env:
-    def __init__(self, **config: int) -> None:
+    def __init__(self, *, store: GroupStore | None = None, **config: int) -> None:
+        """`store`: the in-memory store by default; a test of the Kafka store's path passes a started one."""
         defaults = dict(group_initial_rebalance_delay_ms=3_000)
         defaults.update(config)
         self.config = CoordinatorConfig(**defaults)
         self.clock = ManualClock(1_000_000)
         self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
-        self.store = InMemoryGroupStore()
+        self.store: GroupStore = store if store is not None else InMemoryGroupStore()
         self.observer = RecordingObserver()
         self.coordinator = GroupRuntime(self.config, self.timer, self.store, self.clock, self.observer)
 
