@@ -36,6 +36,7 @@ import resource
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 from bench import run_and_print
@@ -306,7 +307,7 @@ async def _measure(cluster: Instances, victim: Instance, shared: list[Shared], a
     }
 
 
-async def _loads(instances: list[Instance], since: dict[str, int], moved: set[int],
+async def _loads(instances: Iterable[Instance], since: dict[str, int], moved: set[int],
                  restart: bool) -> list[tuple[str, int, int]]:
     """(instance, groups, duration_ms) of the loads the instances logged after the kill: the moved partitions
     (event=partitions_loaded), or the restarted instance's whole state (event=state_loaded). Waits a little for
