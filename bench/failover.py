@@ -45,7 +45,8 @@ from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
-from tests.support.instances import Instance, Instances, groups_in_partitions, unique, wait_for
+from tests.support.instances import Instance, Instances, groups_in_partitions, unique
+from tests.support.polling import wait_until
 from tests.support.wire import request
 
 TRANSIENT = (ConnectionClosed, RequestTimedOut, ProtocolError, OSError, asyncio.TimeoutError)
@@ -275,7 +276,7 @@ async def _measure(cluster: Instances, victim: Instance, shared: list[Shared], a
     async def watch_detection() -> None:
         if restart:
             return
-        await wait_for(lambda: _victim_gone(cluster, victim), 120, "the victim out of the instances group", 0.1)
+        await wait_until(lambda: _victim_gone(cluster, victim), 120, "the victim out of the instances group", 0.1)
         detected.append(time.monotonic() - killed_at)
 
     watcher = asyncio.ensure_future(watch_detection())
@@ -320,8 +321,8 @@ async def _loads(instances: Iterable[Instance], since: dict[str, int], moved: se
                 for i in instances for parts, groups, ms in pattern.findall(i.log_text(since[i.instance_id]))]
 
     try:
-        await wait_for(lambda: moved <= {p for _i, parts, _g, _ms in found() for p in parts}, 30,
-                       "the load lines in the logs", 0.2)
+        await wait_until(lambda: moved <= {p for _i, parts, _g, _ms in found() for p in parts}, 30,
+                         "the load lines in the logs", 0.2)
     except AssertionError:
         log("  (not every moved partition's load line was found in the logs)")
     return [(instance, groups, ms) for instance, parts, groups, ms in found() if parts & moved]
