@@ -13,7 +13,7 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from protocol.error_codes import Errors
-from tests.support.group_harness import Client, Env, advance_until_joined, subscription
+from tests.support.group_harness import Env, form_group, subscription
 from tests.support.kafka_store import unique_topic
 
 pytestmark = pytest.mark.integration
@@ -34,22 +34,6 @@ def picture(group: GroupMetadata) -> tuple:
             group.to_record({m.member_id: m.assignment for m in group.members.values()}))
 
 
-async def formed(env: Env, *clients: Client) -> None:
-    """Join, then sync through the real store: the leader's assignment is acknowledged by Kafka."""
-    for c in clients:
-        await c.start_join()
-    await advance_until_joined(env, *clients)
-    for c in clients:
-        assert c.take_join().error_code == Errors.NONE
-    leader = next(c for c in clients if c.is_leader)
-    await leader.start_sync({c.member_id: f"assignment-{c.name}".encode() for c in clients})
-    for c in clients:
-        if c is not leader:
-            await c.start_sync()
-    synced = await asyncio.wait_for(asyncio.gather(*(c.sync_task for c in clients if c.sync_task)), ACK_WITHIN_S)
-    assert [r.error_code for r in synced] == [Errors.NONE] * len(clients)
-
-
 @pytest.mark.parametrize("failure", ["write_too_large", "partition_not_loaded"])
 async def test_a_failed_static_replacement_leaves_the_group_as_it_was(kafka_bootstrap: str, failure: str) -> None:
     store = KafkaGroupStore(StorageConfig(bootstrap=kafka_bootstrap, state_topic=unique_topic(), partitions=1,
@@ -59,7 +43,7 @@ async def test_a_failed_static_replacement_leaves_the_group_as_it_was(kafka_boot
     try:
         await env.coordinator.load()
         a, s = env.client("a"), env.client("s", instance_id="is")
-        await formed(env, a, s)
+        await form_group(env, a, s, written_within_s=ACK_WITHIN_S)
         before = picture(env.group())
         if failure == "write_too_large":  # the store refuses the record before sending it: MESSAGE_TOO_LARGE
             topics = tuple(f"topic-with-a-long-name-{i:04}" for i in range(200))
