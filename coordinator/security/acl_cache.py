@@ -2,8 +2,9 @@
 admin client with the coordinator's own credentials, and read again every `acl.refresh.interval.ms`.
 
 A cluster without an authorizer answers SECURITY_DISABLED: then nothing is enforced here either, as on that
-cluster. A cluster that refuses (CLUSTER_AUTHORIZATION_FAILED: the coordinator's principal lacks DESCRIBE on
-CLUSTER) stops the start with one line saying so. Kafka applies an ACL change at once; here it applies at the
+cluster. Kafka 4.1 answers a principal without DESCRIBE on the cluster with no ACLs rather than an error, so
+every read also asks DescribeCluster for our authorized operations: without DESCRIBE the start stops with one line
+saying so (and a refresh is refused, keeping the ACLs last read). Kafka applies an ACL change at once; here it applies at the
 next refresh (bounded staleness, docs/security.md). A refresh that fails keeps the ACLs last read and logs;
 `age_ms` says how old they are.
 """
@@ -26,6 +27,11 @@ log = logging.getLogger("coordinator.security")
 DEFAULT_REFRESH_INTERVAL_MS = 10_000
 # librdkafka names the cluster resource BROKER (its code is Kafka's CLUSTER, 4)
 _RESOURCE_TYPES = {4: ResourceType.CLUSTER}
+
+
+_NO_CLUSTER_DESCRIBE = (
+    "the cluster has an authorizer, and the coordinator's principal may not read its ACLs: grant it DESCRIBE on the "
+    "cluster (kafka-acls --add --allow-principal <principal> --operation Describe --cluster), docs/security.md")
 
 
 class AclAccessError(Exception):
@@ -68,10 +74,7 @@ class AclCache:
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if isinstance(error, KafkaError) and error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-                raise AclAccessError(
-                    "the cluster has an authorizer, and the coordinator's principal may not read its ACLs: grant it "
-                    "DESCRIBE on the cluster (kafka-acls --add --allow-principal <principal> --operation Describe "
-                    "--cluster), docs/security.md") from None
+                raise AclAccessError(_NO_CLUSTER_DESCRIBE) from None
             raise AclAccessError(f"could not read the cluster's ACLs (DescribeAcls): {exc}") from None
         self._task = asyncio.get_running_loop().create_task(self._refresh_forever(), name="acl-refresh")
 
@@ -93,12 +96,21 @@ class AclCache:
                          "SECURITY_DISABLED)")
             self.authorizer.use(None)
         else:
+            await self._check_cluster_describe()
             acls = Acls(_acl(binding) for binding in bindings)
             if not self.authorizer.enforcing or acls.count != self.authorizer.acls.count:
                 log.info("event=acls_loaded acls=%d super_users=%d allow_everyone_if_no_acl_found=%s",
                          acls.count, len(self.authorizer.super_users), self.authorizer.allow_if_no_acl)
             self.authorizer.use(acls)
         self.loaded_at = time.monotonic()
+
+    async def _check_cluster_describe(self) -> None:
+        from confluent_kafka.admin import AclOperation
+
+        cluster = await asyncio.wait_for(asyncio.wrap_future(self._admin.describe_cluster(
+            include_authorized_operations=True, request_timeout=self.timeout_s)), self.timeout_s + 5)
+        if AclOperation.DESCRIBE not in (cluster.authorized_operations or ()):
+            raise AclAccessError(_NO_CLUSTER_DESCRIBE)
 
     async def _refresh_forever(self) -> None:
         while True:
