@@ -30,7 +30,6 @@ from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
 from coordinator.security.access import AccessSettings
 from coordinator.security.acl_cache import AclCache
-from coordinator.security.authorizer import Authorizer
 from coordinator.security.client_config import ClientSecurity
 from coordinator.security.clusters import cluster_security, use_for_cluster
 from coordinator.security.connections import ClusterAccessError, check_cluster_access
@@ -98,7 +97,7 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         if options.client_security is not None:
             await _secure_cluster_access(stack, options, bootstrap, options.client_security)
         # the cluster's ACLs read before a client is served (an embedded broker has no authorizer)
-        authorizer = None if options.bootstrap is None else await _start_acl_cache(stack, options, bootstrap)
+        acl_cache = None if options.bootstrap is None else await _start_acl_cache(stack, options, bootstrap)
         clock = MonotonicClock()
         timer = SystemTimer("coordinator", clock)
         timer.start()
@@ -136,7 +135,7 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
                                                                      options.server.cluster_id)
         server = CoordinatorServer(options.server, coordinator if ownership is None else ownership.service,
                                    clock=clock, on_shutdown=coordinator.shutdown, relay=_relay(options, bootstrap),
-                                   directory=directory, authorizer=authorizer)
+                                   directory=directory, authorizer=acl_cache and acl_cache.authorizer)
         await server.start()
         stack.push_async_callback(server.close)
         if server.relay is not None:  # consumer groups (KIP-848) take topic ids and partitions from the cluster
@@ -149,6 +148,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
             instrumented.metrics.watch_runtime_health(health)
             if server.relay is not None:
                 instrumented.metrics.watch_relay(server.relay)
+            if acl_cache is not None:
+                instrumented.metrics.watch_acls(acl_cache)
 
         loaded = asyncio.Event()
         background = _BackgroundTasks()
@@ -193,13 +194,13 @@ async def _secure_cluster_access(stack: contextlib.AsyncExitStack, options: Serv
     await check_cluster_access(bootstrap, entry)
 
 
-async def _start_acl_cache(stack: contextlib.AsyncExitStack, options: ServiceOptions, bootstrap: str) -> Authorizer:
+async def _start_acl_cache(stack: contextlib.AsyncExitStack, options: ServiceOptions, bootstrap: str) -> AclCache:
     """The cluster's ACLs, enforced on the group APIs when the cluster has an authorizer (docs/security.md)."""
     access = options.server.access or AccessSettings()
     cache = AclCache(bootstrap, access.authorizer(), access.refresh_interval_ms)
     stack.push_async_callback(cache.close)
     await cache.start()
-    return cache.authorizer
+    return cache
 
 
 async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,

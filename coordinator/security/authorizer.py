@@ -176,6 +176,7 @@ class Authorizer:
         self.allow_if_no_acl = allow_everyone_if_no_acl_found
         self.enforcing = False
         self.acls = Acls()
+        self.refused = 0  # checks answered "no", for the metrics
         self._memo: dict[tuple[str, str, int, int, str], bool] = {}
 
     def use(self, acls: Acls | None) -> None:
@@ -196,6 +197,8 @@ class Authorizer:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo = {}
             self._memo[key] = allowed
+        if not allowed:
+            self.refused += 1
         return allowed
 
     def authorized_operations(self, principal: str, host: str, resource_type: ResourceType, name: str,
