@@ -1,12 +1,13 @@
-"""The cluster's ACLs, read with DescribeAcls (every binding: any resource, any pattern, any principal) through an
-admin client with the coordinator's own credentials, and read again every `acl.refresh.interval.ms`.
+"""The cluster's ACLs, read with DescribeAcls (every binding: any resource, any pattern, any principal) over a
+connection of ours authenticated with the coordinator's own credentials (--command-config), and read again every
+`acl.refresh.interval.ms`.
 
-A cluster without an authorizer answers SECURITY_DISABLED: then nothing is enforced here either, as on that
-cluster. Kafka 4.1 answers a principal without DESCRIBE on the cluster with no ACLs rather than an error, so
-every read also asks DescribeCluster for our authorized operations: without DESCRIBE the start stops with one line
-saying so (and a refresh is refused, keeping the ACLs last read). Kafka applies an ACL change at once; here it applies at the
-next refresh (bounded staleness, docs/security.md). A refresh that fails keeps the ACLs last read and logs;
-`age_ms` says how old they are.
+Kafka's own answer decides, so the request is ours, not librdkafka's (whose describe_acls gives an empty list both
+for SECURITY_DISABLED and for CLUSTER_AUTHORIZATION_FAILED): SECURITY_DISABLED means the cluster has no authorizer,
+and nothing is enforced here either, as on that cluster; CLUSTER_AUTHORIZATION_FAILED (the coordinator's principal
+lacks DESCRIBE on the cluster) stops the start with one line saying so. Kafka applies an ACL change at once; here it
+applies at the next refresh (bounded staleness, docs/security.md). A refresh that fails keeps the ACLs last read
+and logs; `age_ms` says how old they are.
 """
 
 from __future__ import annotations
@@ -16,19 +17,21 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-
 from coordinator.security.authorizer import (Acl, Acls, Authorizer, Operation, PatternType, Permission,
                                              ResourceType)
-from coordinator.security.clusters import secured
+from coordinator.security.clusters import cluster_security
+from coordinator.security.connections import connect
+from protocol import apis
+from protocol.client import KafkaClient
+from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
+from protocol.messages import build
 
 log = logging.getLogger("coordinator.security")
 
 DEFAULT_REFRESH_INTERVAL_MS = 10_000
-# librdkafka names the cluster resource BROKER (its code is Kafka's CLUSTER, 4)
-_RESOURCE_TYPES = {4: ResourceType.CLUSTER}
-
-
+_DESCRIBE_ACLS = 29
+_SECURITY_DISABLED = 54
+_CLUSTER_AUTHORIZATION_FAILED = 31
 _NO_CLUSTER_DESCRIBE = (
     "the cluster has an authorizer, and the coordinator's principal may not read its ACLs: grant it DESCRIBE on the "
     "cluster (kafka-acls --add --allow-principal <principal> --operation Describe --cluster), docs/security.md")
@@ -38,13 +41,16 @@ class AclAccessError(Exception):
     """The cluster will not tell us its ACLs: one line, naming the right that is missing."""
 
 
-def _acl(binding: Any) -> Acl:
-    resource_code = int(binding.restype.value)
-    operation_code = int(binding.operation.value)
-    return Acl(_RESOURCE_TYPES.get(resource_code) or ResourceType(resource_code), binding.name,
-               PatternType(int(binding.resource_pattern_type.value)), binding.principal, binding.host,
-               Operation(operation_code) if operation_code in Operation._value2member_map_ else Operation.UNKNOWN,
-               Permission(int(binding.permission_type.value)))
+def _acls(response: Any) -> Acls:
+    found = []
+    for resource in response.resources:
+        for acl in resource.acls:
+            operation = int(acl.operation)
+            found.append(Acl(ResourceType(int(resource.resource_type)), resource.resource_name,
+                             PatternType(int(resource.pattern_type)), acl.principal, acl.host,
+                             Operation(operation) if operation in Operation._value2member_map_ else Operation.UNKNOWN,
+                             Permission(int(acl.permission_type))))
+    return Acls(found)
 
 
 class AclCache:
@@ -55,7 +61,7 @@ class AclCache:
         self.refresh_interval_ms = refresh_interval_ms
         self.timeout_s = timeout_s
         self.loaded_at: float | None = None  # monotonic seconds of the last successful read
-        self._admin: Any = None
+        self._client: KafkaClient | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -65,52 +71,60 @@ class AclCache:
 
     async def start(self) -> None:
         """The first read, before any client is served (AclAccessError if refused), then the refreshes."""
-        from confluent_kafka.admin import AdminClient
-
-        self._admin = AdminClient(secured({"bootstrap.servers": self.bootstrap,
-                                           "client.id": "group-coordinator-acls"}))
         try:
             await self.refresh()
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-                raise AclAccessError(_NO_CLUSTER_DESCRIBE) from None
-            raise AclAccessError(f"could not read the cluster's ACLs (DescribeAcls): {exc}") from None
+        except AclAccessError:
+            raise
+        except (OSError, asyncio.TimeoutError, ConnectionClosed, RequestTimedOut, ProtocolError) as exc:
+            raise AclAccessError(f"could not read the cluster's ACLs (DescribeAcls): {exc!r}") from None
         self._task = asyncio.get_running_loop().create_task(self._refresh_forever(), name="acl-refresh")
 
     async def refresh(self) -> None:
-        from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType,
-                                           ResourceType as KafkaResourceType)
-
-        everything = AclBindingFilter(KafkaResourceType.ANY, None, ResourcePatternType.ANY,  # type: ignore[arg-type]
-                                      None, None, AclOperation.ANY, AclPermissionType.ANY)  # type: ignore[arg-type]
-        try:
-            bindings = await asyncio.wait_for(asyncio.wrap_future(
-                self._admin.describe_acls(everything, request_timeout=self.timeout_s)), self.timeout_s + 5)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if not (isinstance(error, KafkaError) and error.code() == KafkaError.SECURITY_DISABLED):
-                raise
+        response = await self._describe_acls()
+        code = int(response.error_code)
+        if code == _SECURITY_DISABLED:
             if self.authorizer.enforcing or self.loaded_at is None:
                 log.info("event=acls_not_enforced reason=the cluster has no authorizer (DescribeAcls: "
                          "SECURITY_DISABLED)")
             self.authorizer.use(None)
+        elif code == _CLUSTER_AUTHORIZATION_FAILED:
+            raise AclAccessError(_NO_CLUSTER_DESCRIBE)
+        elif code != 0:
+            raise AclAccessError(f"DescribeAcls failed with error code {code}: {response.error_message}")
         else:
-            await self._check_cluster_describe()
-            acls = Acls(_acl(binding) for binding in bindings)
+            acls = _acls(response)
             if not self.authorizer.enforcing or acls.count != self.authorizer.acls.count:
                 log.info("event=acls_loaded acls=%d super_users=%d allow_everyone_if_no_acl_found=%s",
                          acls.count, len(self.authorizer.super_users), self.authorizer.allow_if_no_acl)
             self.authorizer.use(acls)
         self.loaded_at = time.monotonic()
 
-    async def _check_cluster_describe(self) -> None:
-        from confluent_kafka.admin import AclOperation
+    async def _describe_acls(self) -> Any:
+        if self._client is None or self._client.is_closed:
+            self._client = await self._connect()
+        version = self._client.version_for(_DESCRIBE_ACLS, 3)
+        request = build(apis.request_class(_DESCRIBE_ACLS, version), resource_type_filter=1,  # ANY
+                        resource_name_filter=None, pattern_type_filter=1, principal_filter=None,  # ANY
+                        host_filter=None, operation=1, permission_type=1)  # ANY, ANY
+        try:
+            return await self._client.request(request, timeout_ms=int(self.timeout_s * 1000))
+        except BaseException:
+            await self._client.abort()
+            self._client = None
+            raise
 
-        cluster = await asyncio.wait_for(asyncio.wrap_future(self._admin.describe_cluster(
-            include_authorized_operations=True, request_timeout=self.timeout_s)), self.timeout_s + 5)
-        if AclOperation.DESCRIBE not in (cluster.authorized_operations or ()):
-            raise AclAccessError(_NO_CLUSTER_DESCRIBE)
+    async def _connect(self) -> KafkaClient:
+        """The first bootstrap broker that answers."""
+        failure: BaseException | None = None
+        for address in (part.strip() for part in self.bootstrap.split(",") if part.strip()):
+            host, _, port = address.rpartition(":")
+            try:
+                return await asyncio.wait_for(connect(host.strip("[]"), int(port), cluster_security(self.bootstrap),
+                                                      client_id="group-coordinator-acls",
+                                                      timeout_ms=int(self.timeout_s * 1000)), self.timeout_s)
+            except (OSError, asyncio.TimeoutError, ConnectionClosed, RequestTimedOut, ProtocolError) as exc:
+                failure = exc
+        raise failure or OSError(f"no bootstrap address in {self.bootstrap!r}")
 
     async def _refresh_forever(self) -> None:
         while True:
@@ -120,11 +134,13 @@ class AclCache:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the ACLs last read stay in force
-                log.warning("event=acl_refresh_failed age_ms=%.0f error=%s", self.age_ms or 0, exc)
+                log.warning("event=acl_refresh_failed age_ms=%.0f error=%r", self.age_ms or 0, exc)
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        self._admin = None  # destroyed here, on the loop's thread
+        if self._client is not None:
+            await self._client.close()
+            self._client = None

@@ -153,6 +153,7 @@ async def probe(client: KafkaClient, prefix: str) -> dict[str, Any]:
 
     seen["commit"] = {g: await commit(client, g, {t1: (0, 1), t2: (0,), t3: (0,)}) for g in (app, other)}
     seen["fetch_v7"] = await fetch_v7(client, app, {t1: (0, 1), t2: (0,)})
+    seen["fetch_v1"] = [await fetch_v7(client, g, {t1: (0,), t2: (0,)}, version=1) for g in (app, other)]
     seen["fetch_v8_all_topics"] = await fetch_v8(client, (app, denied, other))
     seen["describe"] = await describe(client, (app, denied, deleted, other, f"{prefix}-app-cg"))
     listed = await client.request(request(ApiKey.LIST_GROUPS, 4, states_filter=()))
@@ -172,11 +173,12 @@ async def commit(client: KafkaClient, group: str, topics: dict[str, tuple[int, .
     return sorted((t.name, p.partition_index, p.error_code) for t in response.topics for p in t.partitions)
 
 
-async def fetch_v7(client: KafkaClient, group: str, topics: dict[str, tuple[int, ...]]) -> Any:
-    entry = nested(ApiKey.OFFSET_FETCH, 7, "topics")
-    response = await client.request(request(ApiKey.OFFSET_FETCH, 7, group_id=group, require_stable=False, topics=tuple(
-        entry(name=t, partition_indexes=ps) for t, ps in topics.items())))
-    return response.error_code, sorted((t.name, p.partition_index, p.committed_offset, p.error_code)
+async def fetch_v7(client: KafkaClient, group: str, topics: dict[str, tuple[int, ...]], version: int = 7) -> Any:
+    entry = nested(ApiKey.OFFSET_FETCH, version, "topics")
+    response = await client.request(request(ApiKey.OFFSET_FETCH, version, group_id=group, require_stable=False,
+                                            topics=tuple(entry(name=t, partition_indexes=ps)
+                                                         for t, ps in topics.items())))
+    return getattr(response, "error_code", None), sorted((t.name, p.partition_index, p.committed_offset, p.error_code)
                                        for t in response.topics for p in t.partitions)
 
 
@@ -223,8 +225,9 @@ async def consumer_group_heartbeat(client: KafkaClient, group: str, topics: tupl
 async def consumer_group_describe(client: KafkaClient, groups: tuple[str, ...]) -> Any:
     response = await client.request(request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=groups,
                                             include_authorized_operations=True))
-    return [(g.group_id, g.error_code, g.error_message if g.error_code in (29, 30) else None,
+    rows = [(g.group_id, g.error_code, g.error_message if g.error_code in (29, 30) else None,
              g.authorized_operations) for g in response.groups]
+    return [row for row in rows if row[1] == 30] + sorted(row for row in rows if row[1] != 30)  # as describe()
 
 
 async def prepare(client: KafkaClient, prefix: str) -> None:
