@@ -31,7 +31,7 @@ from coordinator.loadgen.assignors import range_assign
 from protocol.consumer_protocol import (Subscription, decode_assignment, decode_subscription, encode_assignment,
                                         encode_subscription)
 from protocol.error_codes import Errors
-from simulator.instance import Disconnected
+from simulator.instance import Disconnected, Route
 
 if TYPE_CHECKING:
     from simulator.run import Simulation
@@ -81,6 +81,7 @@ class SimConsumer:
         self.subscription = encode_subscription(Subscription(self.subscribed))
         self.rejoin_needed = False
         self.task: asyncio.Task[None] | None = None
+        self.route = Route()
 
     # --- the consumer's life ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -281,7 +282,7 @@ class SimConsumer:
         sim = self.sim
         if self.hang_until_ms > sim.now_ms():
             await self._sleep(self.hang_until_ms - sim.now_ms())
-        return await sim.call(self.name, self.member_id, api, request, self.slow_factor)
+        return await sim.call(self.name, self.member_id, api, request, self.slow_factor, route=self.route)
 
     async def _sleep(self, ms: int) -> None:
         await asyncio.sleep(ms / 1000)

@@ -15,6 +15,8 @@ from simulator.history import History
 
 # Outcomes after which the write is known not to be in the log (Kafka said it failed before appending).
 REFUSED = frozenset({"NOT_ENOUGH_REPLICAS"})
+# A transactional write ("txn:<error>") that failed is never visible, unless its commit's outcome is unknown.
+TXN_UNKNOWN = frozenset({"txn:_TIMED_OUT", "txn:_MSG_TIMED_OUT"})
 PENDING = "pending"
 ACKED = "acked"
 
@@ -33,6 +35,8 @@ class Write:
 
     @property
     def may_be_in_log(self) -> bool:
+        if self.status.startswith("txn:"):
+            return self.status in TXN_UNKNOWN
         return self.status not in REFUSED
 
 
@@ -70,6 +74,12 @@ class Ledger:
         write = self.writes[write_id]
         write.status = status
         self.history.record("write_done", id=write_id, status=status)
+
+    def crashed(self, producer: str) -> None:
+        """The producer's process died: its writes nobody answered end unknown (they landed or not)."""
+        for write in self.writes:
+            if write.producer == producer and write.status == PENDING:
+                self.outcome(write.write_id, "crashed")
 
     def value_of(self, write: Write, key: Key) -> bytes | None:
         for k, value in write.keys:

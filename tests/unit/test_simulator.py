@@ -90,6 +90,26 @@ def test_seeds_hold_every_invariant() -> None:
                                   for o, v in failing)
 
 
+def test_several_instances_move_partitions_fence_zombies_and_clients_follow() -> None:
+    """Seeds with several instances: partitions move on pauses and crashes (a woken instance learns it lost them,
+    a previous owner's producer is fenced), clients are sent back with NOT_COORDINATOR, and nothing is lost."""
+    seen: dict[str, int] = {}
+    multi = 0
+    for seed in range(40):
+        outcome = run_seed(seed, keep_history=True)
+        assert outcome.ok, [v.line() for v in outcome.violations]
+        if "instances" not in outcome.scenario:
+            continue
+        multi += 1
+        assert outcome.history is not None
+        for event in outcome.history.events:
+            kind = "NOT_COORDINATOR" if event.fields.get("error") == "NOT_COORDINATOR" else event.kind
+            seen[kind] = seen.get(kind, 0) + 1
+    assert multi >= 8
+    for kind in ("instances_revoked", "instances_lost", "txn_fenced", "woke", "NOT_COORDINATOR"):
+        assert seen.get(kind, 0) > 0, (kind, seen)
+
+
 # --- planted bugs: the whole pipeline can fail ---------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_each_planted_bug_is_found(name: str) -> None:

@@ -302,3 +302,27 @@ def test_durable_delete_fails_when_a_deleted_group_comes_back() -> None:
     group.generation_id, group.protocol_type = 3, "consumer"
     world.checkers.after_load(loaded_instance(group))  # type: ignore[arg-type]
     assert "durable_delete" in world.invariants()
+
+
+# --- single_writer ---------------------------------------------------------------------------------------------
+def _serving_instance(name: str, serving: set[int], paused: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(name=name, alive=True, paused=paused,
+                           ownership=SimpleNamespace(serving=lambda p: p in serving),
+                           runtime=SimpleNamespace(partition_for=lambda group_id: 0))
+
+
+def _served_by_first(second_serving: set[int], second_paused: bool = False) -> set[str]:
+    world = World()
+    first = _serving_instance("a", {0})
+    second = _serving_instance("b", second_serving, second_paused)
+    world.checkers.cluster = SimpleNamespace(coordinators=[first, second])
+    pending = SimpleNamespace(api="heartbeat", group_id=GROUP, member_id="m", client="c", arrived_ms=0,
+                              generation=None)
+    world.checkers.answered(first, pending, HeartbeatResponse(Errors.NONE), "NONE")  # type: ignore[arg-type]
+    return world.invariants()
+
+
+def test_single_writer_fails_when_two_running_instances_serve_a_partition() -> None:
+    assert _served_by_first({0}) == {"single_writer"}
+    assert _served_by_first(set()) == set()
+    assert _served_by_first({0}, second_paused=True) == set()  # a paused one learns it when it wakes
