@@ -31,9 +31,11 @@ from simulator.kafka import KafkaFaults, SimKafka
 from simulator.ledger import Ledger
 from simulator.loop import SimulationStuck, VirtualLoop
 from simulator.plants import planted
+from simulator.shrink import Reduction, reduce_scenario
 from simulator.transactions import simulated_transactions
 
 QUIET_MS = 600_000
+REQUEST_TIMEOUT_MS = 30_000  # request.timeout.ms of the Java consumer
 FINAL_LOAD_WAIT_MS = 120_000
 FAULT_KINDS = ("member_crash", "member_leave", "member_hang", "member_slow", "member_zombie", "member_resubscribe",
                "instance_crash", "instance_shutdown", "kafka_outage", "compaction")
@@ -44,6 +46,16 @@ class GroupSpec:
     group_id: str
     topics: dict[str, int]
     members: list[MemberSpec]
+
+
+@dataclass(frozen=True)
+class WireFaults:
+    """Per request, between a client and the coordinator: the probability of each fault."""
+
+    reset: float = 0.0  # the connection resets mid-request: before the coordinator read it, or after
+    drop: float = 0.0  # the answer is lost: the client waits out its request timeout, then reconnects
+    delay: float = 0.0  # the answer comes 0.2-5 s late
+    duplicate: float = 0.0  # the answer comes twice: the client drops the connection (correlation id mismatch)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,7 @@ class Scenario:
     faults: list[Fault]
     admin_every_ms: tuple[int, int] | None  # None: no operator
     instances: int = 0  # 0: one instance owning every partition; else instances sharing the state topic
+    wire: WireFaults | None = None  # None: a faultless network between clients and coordinators
 
     def describe(self) -> str:
         members = sum(len(g.members) for g in self.groups)
@@ -72,6 +85,8 @@ class Scenario:
             kinds[fault.kind] = kinds.get(fault.kind, 0) + 1
         admin = "no admin" if self.admin_every_ms is None else f"admin every {self.admin_every_ms} ms"
         instances = f"{self.instances} instances, " if self.instances else ""
+        if self.wire is not None:
+            instances += f"wire faults {self.wire.reset}/{self.wire.drop}/{self.wire.delay}/{self.wire.duplicate}, "
         return (f"{instances}{len(self.groups)} groups, {members} consumers, {self.config.offsets_topic_num_partitions} "
                 f"state partitions, {self.duration_ms // 1000}s, {admin}, faults {kinds}")
 
@@ -117,7 +132,11 @@ def make_scenario(seed: int) -> Scenario:
         pauses = [Fault(rng.randint(5_000, duration_ms - 5_000), "instance_pause", rng.randrange(instances),
                         rng.choice([1_000, 4_000, 8_000, 15_000])) for _ in range(rng.randint(0, 4))]
         faults = sorted(faults + pauses, key=lambda f: (f.at_ms, f.kind, f.target))
-    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances)
+    wire = None
+    if rng.random() < 0.3:
+        rates = [0.0, 0.01, 0.03, 0.08]
+        wire = WireFaults(rng.choice(rates), rng.choice(rates), rng.choice(rates), rng.choice(rates))
+    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire)
 
 
 class MemberSlot:
@@ -203,14 +222,51 @@ class Simulation:
             await asyncio.sleep(self.rng_net.randint(50, 500) / 1000)
             raise Disconnected("connection refused")
         try:
-            response = await instance.serve(api, request, client, member_id)
+            response, connection_kept = await self._exchange(instance, client, member_id, api, request, slow_factor)
         except Disconnected:
             route.instance = None
             raise
-        await asyncio.sleep(self.latency_ms() * slow_factor / 1000)
-        if _not_coordinator(response):
+        if _not_coordinator(response) or not connection_kept:
             route.instance = None
         return response
+
+    async def _exchange(self, instance: CoordinatorInstance, client: str, member_id: str, api: str, request: Any,
+                        slow_factor: int) -> tuple[Any, bool]:
+        """One request on the connection to `instance` and its answer, through the scenario's wire faults. The
+        client gives up after its request timeout (a JoinGroup's: the rebalance timeout and 5 s more, as the
+        Java client), closes the connection and retries. Second: False when the answer came twice (the copy
+        matches no request in flight, and the Java client closes that connection: the next request finds the
+        coordinator again)."""
+        wire = self.scenario.wire
+        timeout_ms = (getattr(request, "rebalance_timeout_ms", 0) + 5_000 if api == "join_group"
+                      else REQUEST_TIMEOUT_MS)
+        sent_ms = self.now_ms()
+        if wire is not None and self.rng_net.random() < wire.reset:
+            read = self.rng_net.random() < 0.5
+            self.history.record("wire_reset", client=client, api=api, read=read)
+            if read:  # the coordinator read it and handles it; its answer goes to a closed connection
+                instance.serve(api, request, client, member_id).add_done_callback(_unheard)
+            raise Disconnected("connection reset by peer")
+        reply = instance.serve(api, request, client, member_id)
+        reply.add_done_callback(_unheard)  # an answer the client gave up waiting for
+        try:
+            response = await asyncio.wait_for(asyncio.shield(reply), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            self.history.record("wire_timeout", client=client, api=api)
+            raise Disconnected("request timed out") from None
+        await asyncio.sleep(self.latency_ms() * slow_factor / 1000)
+        if wire is not None:
+            roll = self.rng_net.random()
+            if roll < wire.drop:
+                self.history.record("wire_drop", client=client, api=api)
+                await asyncio.sleep(max(sent_ms + timeout_ms - self.now_ms(), 0) / 1000)
+                raise Disconnected("request timed out (its answer was lost)")
+            if roll < wire.drop + wire.delay:
+                await asyncio.sleep(self.rng_net.randint(200, 5_000) / 1000)
+            elif roll < wire.drop + wire.delay + wire.duplicate:
+                self.history.record("wire_duplicate", client=client, api=api)
+                return response, False
+        return response, True
 
     async def _find_coordinator(self, group_id: str) -> CoordinatorInstance | None:
         """FindCoordinator to a live instance: the owner of the group's partition as its owner map knows it."""
@@ -383,6 +439,12 @@ class Simulation:
             self.loop.call_later(30, self._compact_periodically)
 
 
+def _unheard(reply: asyncio.Future[Any]) -> None:
+    """An answer (or a dropped connection) nobody waits for any more."""
+    if not reply.cancelled():
+        reply.exception()
+
+
 def _group_of(request: Any) -> str:
     """The group a request is about (the first one for DeleteGroups and DescribeGroups)."""
     for names in ("groups_names", "groups"):
@@ -409,9 +471,13 @@ class Outcome:
         return not self.violations
 
 
-def run_seed(seed: int, keep_history: bool = False, plant: str | None = None) -> Outcome:
-    """One run; `plant` names a planted bug (simulator/plants.py) to run with."""
+def run_seed(seed: int, keep_history: bool = False, plant: str | None = None,
+             reduction: Reduction | None = None) -> Outcome:
+    """One run; `plant` names a planted bug (simulator/plants.py) to run with; `reduction` keeps only part of the
+    seed's scenario (simulator/shrink.py)."""
     scenario = make_scenario(seed)
+    if reduction is not None:
+        scenario = reduce_scenario(scenario, reduction)
     sim = Simulation(scenario, keep_history)
     started = time.perf_counter()
     run_story(sim, sim.main(), plant)

@@ -110,6 +110,16 @@ def test_several_instances_move_partitions_fence_zombies_and_clients_follow() ->
         assert seen.get(kind, 0) > 0, (kind, seen)
 
 
+def test_wire_faults_reach_clients_and_change_nothing_they_were_promised() -> None:
+    seen: set[str] = set()
+    for seed in range(60):
+        outcome = run_seed(seed, keep_history=True)
+        assert outcome.ok, [v.line() for v in outcome.violations]
+        if outcome.history is not None and "wire faults" in outcome.scenario:
+            seen |= {e.kind for e in outcome.history.events if e.kind.startswith("wire_")}
+    assert {"wire_reset", "wire_drop", "wire_duplicate"} <= seen, seen
+
+
 # --- planted bugs: the whole pipeline can fail ---------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_each_planted_bug_is_found(name: str) -> None:
