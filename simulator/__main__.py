@@ -17,7 +17,8 @@ import time
 from typing import TextIO
 
 from simulator.plants import PLANTS
-from simulator.run import Outcome, run_seed
+from simulator.run import Outcome, make_scenario, run_seed
+from simulator.shrink import Reduction, reduce_scenario, shrink
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,22 +32,62 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plant", choices=sorted(PLANTS), help="run with this planted bug (stops at the first "
                                                                 "seed that finds it)")
     parser.add_argument("--list-plants", action="store_true", help="list the planted bugs")
+    parser.add_argument("--shrink", action="store_true", help="with --seed: minimise the failing seed's scenario "
+                                                              "and print a short replayable reproduction")
+    parser.add_argument("--reduce", metavar="SPEC", help="with --seed: run only part of the seed's scenario (what "
+                                                         "--shrink prints)")
     args = parser.parse_args(argv)
     if args.list_plants:
         for plant in PLANTS.values():
             print(f"{plant.name:<28} {plant.description} (caught by: {', '.join(sorted(plant.caught_by))})")
         return 0
+    if args.seed is not None and args.shrink:
+        return _shrink(args.seed, args.plant)
     if args.seed is not None:
-        return _one(args.seed, args.trace, args.plant)
+        reduction = None if args.reduce is None else Reduction.decode(args.reduce)
+        return _one(args.seed, args.trace, args.plant, reduction)
     return _many(args.start, args.seeds, args.stop_at_first or args.plant is not None, args.plant)
 
 
-def _one(seed: int, trace: bool, plant: str | None) -> int:
-    outcome = run_seed(seed, keep_history=trace, plant=plant)
+def _one(seed: int, trace: bool, plant: str | None, reduction: Reduction | None = None) -> int:
+    outcome = run_seed(seed, keep_history=trace, plant=plant, reduction=reduction)
     if trace and outcome.history is not None:
         print(outcome.history.trace())
     _describe(outcome, sys.stdout)
     return 0 if outcome.ok else 1
+
+
+def _shrink(seed: int, plant: str | None) -> int:
+    """Minimises a failing seed (simulator/shrink.py) and prints the reduced scenario and its replay command."""
+    original = run_seed(seed, plant=plant)
+    if original.ok:
+        print(f"seed {seed} holds every invariant: nothing to shrink")
+        return 0
+    invariant = original.violations[0].invariant
+    scenario = make_scenario(seed)
+    members = sum(len(g.members) for g in scenario.groups)
+    print(f"seed {seed}: [{invariant}] {original.violations[0].message}", file=sys.stderr)
+    print(f"  shrinking {len(scenario.faults)} faults, {members} consumers ...", file=sys.stderr)
+
+    def violated(reduction: Reduction) -> set[str]:
+        return {v.invariant for v in run_seed(seed, plant=plant, reduction=reduction).violations}
+
+    started = time.perf_counter()
+    reduction, runs = shrink(seed, violated, invariant, len(scenario.faults), members,
+                             progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    reduced = run_seed(seed, plant=plant, reduction=reduction)
+    kept = reduce_scenario(scenario, reduction)
+    print(f"seed {seed} shrunk in {runs} runs ({time.perf_counter() - started:.1f}s): {kept.describe()}")
+    for fault in kept.faults:
+        print(f"  at {fault.at_ms / 1000:.3f}s {fault.kind} target={fault.target} for {fault.duration_ms} ms")
+    for violation in reduced.violations[:3]:
+        print(f"  {violation.line()}")
+    plant_arg = "" if plant is None else f" --plant {plant}"
+    print(f"  replay: python -m simulator --seed {seed}{plant_arg} --reduce \"{reduction.encode()}\" --trace")
+    print(json.dumps({"seed": seed, "invariant": invariant, "runs": runs, "reduction": reduction.encode(),
+                      "faults": len(kept.faults), "consumers": sum(len(g.members) for g in kept.groups),
+                      "events": reduced.events, "original_events": original.events}))
+    return 1
 
 
 def _many(start: int, count: int, stop_at_first: bool, plant: str | None) -> int:
