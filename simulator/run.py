@@ -465,6 +465,7 @@ class Outcome:
     wall_s: float
     scenario: str
     history: History | None = field(default=None, repr=False)
+    cpu_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -479,11 +480,11 @@ def run_seed(seed: int, keep_history: bool = False, plant: str | None = None,
     if reduction is not None:
         scenario = reduce_scenario(scenario, reduction)
     sim = Simulation(scenario, keep_history)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     run_story(sim, sim.main(), plant)
     return Outcome(seed, sim.checkers.violations, sim.history.digest, sim.history.count, sim.loop.steps,
                    sim.now_ms(), time.perf_counter() - started, sim.scenario.describe(),
-                   sim.history if keep_history else None)
+                   sim.history if keep_history else None, time.process_time() - cpu_started)
 
 
 def run_story(sim: Simulation, story: Coroutine[Any, Any, None], plant: str | None = None) -> None:

@@ -138,6 +138,13 @@ def test_a_plant_is_gone_after_its_run() -> None:
     assert run_seed(0).ok
 
 
+def test_worker_processes_give_each_seed_the_history_it_has_alone() -> None:
+    from simulator.__main__ import _outcomes
+
+    parallel = [(o.seed, o.digest) for o in _outcomes(0, 4, None, jobs=2)]
+    assert parallel == [(seed, run_seed(seed).digest) for seed in range(4)]
+
+
 # --- shrinking ------------------------------------------------------------------------------------------------
 def test_ddmin_finds_a_one_minimal_failing_subset() -> None:
     calls: list[list[int]] = []
