@@ -182,6 +182,7 @@ class SimConsumer:
         request = OffsetFetchRequest(self.group_id, [OffsetFetchRequestTopic(t, ps) for t, ps in by_topic.items()],
                                      require_stable=True)
         while True:
+            sent_ms = self.sim.now_ms()
             response = await self._request("fetch_offsets", request)
             if response is None:
                 continue
@@ -196,7 +197,7 @@ class SimConsumer:
             for topic in response.topics:
                 for p in topic.partitions:
                     self.sim.checkers.fetched(self.group_id, (topic.name, p.partition_index), p.committed_offset,
-                                              self.name)
+                                              self.name, sent_ms)
             return
 
     async def _steady(self) -> None:

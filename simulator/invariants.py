@@ -76,6 +76,8 @@ class Checkers:
         self.violations: list[Violation] = []
         # (group, topic, partition) -> (offset, write id) of the last commit answered NONE
         self._must_keep: dict[tuple[str, str, int], tuple[int, int]] = {}
+        # every such commit as (when its answer reached the client, offset, write id), in that order
+        self._kept_since: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
         self._owners: dict[tuple[str, int, int], dict[tuple[str, int], str]] = {}
         self._assignments: dict[tuple[str, int, int, str], tuple[tuple[str, int], ...]] = {}
         self._stable: set[tuple[str, int, int]] = set()
@@ -245,10 +247,17 @@ class Checkers:
         previous = self._must_keep.get(key)
         if previous is None or previous[1] < write.write_id:
             self._must_keep[key] = (offset, write.write_id)
+            self._kept_since.setdefault(key, []).append((self.now_ms(), offset, write.write_id))
 
-    def fetched(self, group_id: str, tp: tuple[str, int], offset: int, client: str) -> None:
+    def fetched(self, group_id: str, tp: tuple[str, int], offset: int, client: str,
+                sent_ms: int | None = None) -> None:
+        """A stable fetch sent at `sent_ms` must show every commit whose answer NONE reached a client before
+        (one answered while the fetch was on its way may or may not be in it: its answer can be late)."""
         key = (group_id, tp[0], tp[1])
         kept = self._must_keep.get(key)
+        if kept is not None and sent_ms is not None:
+            before = [(o, w) for at_ms, o, w in self._kept_since.get(key, []) if at_ms <= sent_ms]
+            kept = before[-1] if before else None
         if kept is None or self.ledger.tombstoned_after(key, kept[1]):
             return
         if offset < kept[0]:

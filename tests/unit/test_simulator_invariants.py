@@ -326,3 +326,17 @@ def test_single_writer_fails_when_two_running_instances_serve_a_partition() -> N
     assert _served_by_first({0}) == {"single_writer"}
     assert _served_by_first(set()) == set()
     assert _served_by_first({0}, second_paused=True) == set()  # a paused one learns it when it wakes
+
+
+def test_a_fetch_sent_before_a_commit_was_answered_may_miss_it() -> None:
+    world = World()
+    world.now = 1_000
+    world.commit_write(33)
+    world.checkers.committed(GROUP, TP, 33, "c")
+    world.now = 2_000
+    world.commit_write(34)
+    world.checkers.committed(GROUP, TP, 34, "c")
+    world.checkers.fetched(GROUP, TP, 33, "late", sent_ms=1_500)  # its answer was on the wire meanwhile
+    assert world.invariants() == set()
+    world.checkers.fetched(GROUP, TP, 33, "after", sent_ms=2_500)
+    assert world.invariants() == {"durable_commit"}
