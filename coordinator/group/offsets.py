@@ -18,10 +18,9 @@ from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from coordinator.group.modern.offsets import validate_offset_commit, validate_offset_fetch
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
-from coordinator.group.records import OffsetCommitRecord
+from coordinator.group.records import OffsetCommitRecord, OffsetRecord, TopicPartition
 from coordinator.group.result import Result, Write
 from coordinator.group.status import ShardStatus
-from coordinator.group.store import OffsetRecord, TopicPartition
 
 if TYPE_CHECKING:
     from coordinator.group.shard import GroupShard

@@ -27,14 +27,11 @@ from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES, ConsumerGroupRecord
-from coordinator.group.records import (GroupMetadataRecord, GroupRecord, MemberRecord, OffsetRecord, Record,
-                                      TopicPartition, offset_commits)
+from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition,
+                                      offset_commits)
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group.store")
-
-__all__ = ["GroupRecord", "GroupStore", "InMemoryGroupStore", "LoadedGroups", "MemberRecord", "OffsetRecord",
-           "StoreError", "TopicPartition"]
 
 
 class StoreError(Exception):

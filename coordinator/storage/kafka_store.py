@@ -31,9 +31,9 @@ from typing import Callable, Iterable
 
 from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
-from coordinator.group.records import GroupMetadataRecord, Record, offset_commits, tombstones
-from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
-                                     TopicPartition)
+from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition,
+                                       offset_commits, tombstones)
+from coordinator.group.store import GroupStore, LoadedGroups, StoreError
 from coordinator.storage.appender import RecordAppender
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.loader import consumer_settings, read_state
