@@ -14,6 +14,7 @@ from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.rebalance import Rebalancing
 from coordinator.group.records import Record
 from coordinator.group.state import DEAD, PREPARING
+from coordinator.group.txn_offsets import TransactionalOffsets
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
@@ -21,6 +22,7 @@ log = logging.getLogger("coordinator.group")
 
 class GroupResidency(Rebalancing):
     groups: dict[str, GroupMetadata]
+    transactional_offsets: TransactionalOffsets
 
     def load_group(self, group_id: str, records: Iterable[Record]) -> None:
         """Replay one loaded group's records (its latest metadata and offsets): Stable with members, else Empty."""
@@ -65,3 +67,4 @@ class GroupResidency(Rebalancing):
     def unload_all(self, error: Errors = Errors.NOT_COORDINATOR) -> None:
         for group in list(self.groups.values()):
             self.unload_group(group, error)
+        self.transactional_offsets.clear()  # the next owner rebuilds them from the log
