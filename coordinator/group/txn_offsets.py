@@ -79,13 +79,15 @@ class TransactionalOffsets:
                     del group_offsets[tp]
 
 
-def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_epoch: int, log_offset: int,
-                                 records: Sequence[OffsetCommitRecord]) -> None:
-    """One transactional batch of offset records read from the partition; `log_offset` is the batch's base
-    offset, record i sits at `log_offset + i`. A tombstone removes the current and pending offsets at once, as
-    Kafka's replay does whatever batch carries it. Groups not known yet are created as simple groups."""
+def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_epoch: int,
+                                 records: Sequence[tuple[int, OffsetCommitRecord]]) -> None:
+    """The offset commit records of one transactional batch read from the partition, each with its own log
+    offset (records of other key types left out by the reader). A tombstone removes the current and pending
+    offsets at once, as Kafka's replay does whatever batch carries it. Groups not known yet are created as
+    simple groups, as Kafka's replay does; call it after the load's groups are loaded (load_group skips a
+    group already cached)."""
     txns = shard.transactional_offsets
-    for index, replayed in enumerate(records):
+    for log_offset, replayed in records:
         tp = (replayed.topic, replayed.partition)
         group = shard.add_group(replayed.group_id) if replayed.value is not None else shard.groups.get(replayed.group_id)
         if replayed.value is None:
@@ -97,7 +99,7 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
         if txn is None:
             txn = txns.by_producer[producer_id] = OpenTransaction(producer_epoch)
         txn.producer_epoch = producer_epoch
-        record = replace(replayed.value, log_offset=log_offset + index)
+        record = replace(replayed.value, log_offset=log_offset)
         txn.offsets.setdefault(replayed.group_id, {})[tp] = PendingOffset(record, shard.next_offset_write_seq())
         txns.open_by_group.setdefault(replayed.group_id, set()).add(producer_id)
 

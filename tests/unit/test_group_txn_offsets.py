@@ -19,10 +19,12 @@ from tests.support.group_harness import Env, commit, env, errors_of, fetch, form
 PID, OTHER_PID, EPOCH = 4000, 4001, 0
 
 
-def offset_records(group_id: str, offsets: dict[tuple[str, int], int], commit_ms: int = 1_000_000
-                   ) -> list[OffsetCommitRecord]:
-    return [OffsetCommitRecord(group_id, topic, partition, OffsetRecord(offset, commit_timestamp_ms=commit_ms))
-            for (topic, partition), offset in offsets.items()]
+def offset_records(group_id: str, offsets: dict[tuple[str, int], int], base_offset: int,
+                   commit_ms: int = 1_000_000) -> list[tuple[int, OffsetCommitRecord]]:
+    """A batch's offset commit records at consecutive log offsets from `base_offset`."""
+    return [(base_offset + i, OffsetCommitRecord(group_id, topic, partition,
+                                                 OffsetRecord(offset, commit_timestamp_ms=commit_ms)))
+            for i, ((topic, partition), offset) in enumerate(offsets.items())]
 
 
 def shard_of(env: Env, group_id: str) -> GroupShard:
@@ -31,7 +33,7 @@ def shard_of(env: Env, group_id: str) -> GroupShard:
 
 async def test_pending_offsets_are_invisible_until_commit_and_unstable_for_require_stable(env: Env) -> None:
     shard = shard_of(env, "s")
-    replay_transactional_offsets(shard, PID, EPOCH, 10, offset_records("s", {("t", 0): 5, ("t", 1): 6}))
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 5, ("t", 1): 6}, 10))
     assert env.state("s") is GroupState.EMPTY  # a simple group, as Kafka's replay creates
     assert await fetch(env, "s", {"t": [0, 1, 2]}) == {
         ("t", 0): (-1, "", Errors.NONE), ("t", 1): (-1, "", Errors.NONE), ("t", 2): (-1, "", Errors.NONE)}
@@ -47,7 +49,7 @@ async def test_pending_offsets_are_invisible_until_commit_and_unstable_for_requi
 async def test_abort_drops_pending_offsets_and_keeps_the_current_one(env: Env) -> None:
     await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 3}))
     shard = shard_of(env, "s")
-    replay_transactional_offsets(shard, PID, EPOCH, 20, offset_records("s", {("t", 0): 9}))
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 9}, 20))
     assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (3, "", Errors.NONE)}
     assert replay_end_transaction(shard, PID, EPOCH, False, 21) == 0
     assert await fetch(env, "s", {"t": [0]}, require_stable=True) == {("t", 0): (3, "", Errors.NONE)}
@@ -59,7 +61,7 @@ async def test_commit_keeps_the_offset_whose_record_is_later_in_the_log(env: Env
     group = shard.add_group("s")
     group.offsets[("t", 0)] = OffsetRecord(7, log_offset=50)  # loaded: a regular commit at offset 50
     group.offsets[("t", 1)] = OffsetRecord(7, log_offset=30)
-    replay_transactional_offsets(shard, PID, EPOCH, 40, offset_records("s", {("t", 0): 4, ("t", 1): 4}))
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 4, ("t", 1): 4}, 40))
     assert replay_end_transaction(shard, PID, EPOCH, True, 60) == 1
     assert group.offsets[("t", 0)].offset == 7  # the regular commit after the transactional one wins
     assert group.offsets[("t", 1)].offset == 4
@@ -67,7 +69,7 @@ async def test_commit_keeps_the_offset_whose_record_is_later_in_the_log(env: Env
 
 async def test_a_regular_commit_made_after_the_pending_offset_wins_over_it(env: Env) -> None:
     shard = shard_of(env, "s")
-    replay_transactional_offsets(shard, PID, EPOCH, 10, offset_records("s", {("t", 0): 4}))
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 4}, 10))
     await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 8}))
     replay_end_transaction(shard, PID, EPOCH, True, 11)
     assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (8, "", Errors.NONE)}
@@ -75,22 +77,22 @@ async def test_a_regular_commit_made_after_the_pending_offset_wins_over_it(env: 
 
 async def test_producers_are_settled_independently_and_a_stray_marker_changes_nothing(env: Env) -> None:
     shard = shard_of(env, "s")
-    replay_transactional_offsets(shard, PID, EPOCH, 10, offset_records("s", {("t", 0): 1}))
-    replay_transactional_offsets(shard, OTHER_PID, EPOCH, 11, offset_records("s", {("t", 0): 2, ("t", 1): 2}))
-    replay_transactional_offsets(shard, PID, EPOCH, 12, offset_records("s", {("t", 0): 3}))  # same txn, later
-    assert replay_end_transaction(shard, 9999, EPOCH, True, 13) == 0
-    replay_end_transaction(shard, OTHER_PID, EPOCH, False, 14)
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 1}, 10))
+    replay_transactional_offsets(shard, OTHER_PID, EPOCH, offset_records("s", {("t", 0): 2, ("t", 1): 2}, 11))
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 3}, 13))  # same txn, later
+    assert replay_end_transaction(shard, 9999, EPOCH, True, 14) == 0
+    replay_end_transaction(shard, OTHER_PID, EPOCH, False, 15)
     assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
         ("t", 0): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT), ("t", 1): (-1, "", Errors.NONE)}
-    replay_end_transaction(shard, PID, EPOCH, True, 15)
+    replay_end_transaction(shard, PID, EPOCH, True, 16)
     assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
         ("t", 0): (3, "", Errors.NONE), ("t", 1): (-1, "", Errors.NONE)}
 
 
 async def test_a_tombstone_in_the_log_drops_current_and_pending_offsets(env: Env) -> None:
     shard = shard_of(env, "s")
-    replay_transactional_offsets(shard, PID, EPOCH, 10, offset_records("s", {("t", 0): 1, ("t", 1): 1}))
-    replay_transactional_offsets(shard, OTHER_PID, EPOCH, 12, [OffsetCommitRecord("s", "t", 0, None)])
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 1, ("t", 1): 1}, 10))
+    replay_transactional_offsets(shard, OTHER_PID, EPOCH, [(12, OffsetCommitRecord("s", "t", 0, None))])
     assert not shard.transactional_offsets.has_pending("s", ("t", 0))
     replay_end_transaction(shard, PID, EPOCH, True, 13)
     assert await fetch(env, "s", {"t": [0, 1]}) == {("t", 0): (-1, "", Errors.NONE), ("t", 1): (1, "", Errors.NONE)}
@@ -101,7 +103,7 @@ async def test_expiry_skips_partitions_with_pending_offsets_and_keeps_the_group(
     try:
         await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 1, ("t", 1): 1}))
         shard = shard_of(env, "s")
-        replay_transactional_offsets(shard, PID, EPOCH, 10, offset_records("s", {("t", 0): 2, ("u", 0): 2}))
+        replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 2, ("u", 0): 2}, 10))
         await env.advance(61_000, step_ms=10_000)
         assert await env.coordinator.expire_offsets() == 1  # ("t", 1) only
         assert env.group("s") is not None and list(env.group("s").offsets) == [("t", 0)]
@@ -116,7 +118,7 @@ async def test_an_open_transaction_keeps_an_empty_group_without_offsets() -> Non
     env = Env(offsets_retention_minutes=1)
     try:
         shard = shard_of(env, "s")
-        replay_transactional_offsets(shard, PID, EPOCH, 10, offset_records("s", {("t", 0): 2}))
+        replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 2}, 10))
         await env.advance(61_000, step_ms=10_000)
         assert await env.coordinator.expire_offsets() == 0
         assert env.group("s") is not None
@@ -129,7 +131,7 @@ async def test_an_open_transaction_keeps_an_empty_group_without_offsets() -> Non
 async def test_offset_delete_writes_a_tombstone_for_a_pending_only_partition_and_drops_it(env: Env) -> None:
     shard = shard_of(env, "s")
     await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 1): 1}))
-    replay_transactional_offsets(shard, PID, EPOCH, 10, offset_records("s", {("t", 0): 2}))
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 2}, 10))
     writes_before = len(env.store.writes)
     resp = await env.coordinator.delete_offsets(OffsetDeleteRequest("s", [OffsetDeleteRequestTopic("t", [0, 2])]))
     assert [p.error_code for t in resp.topics for p in t.partitions] == [Errors.NONE, Errors.NONE]
@@ -143,7 +145,7 @@ async def test_offset_delete_writes_a_tombstone_for_a_pending_only_partition_and
 async def test_delete_groups_tombstones_pending_offsets_and_a_late_commit_does_not_revive_the_group(env: Env) -> None:
     shard = shard_of(env, "s")
     await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 1}))
-    replay_transactional_offsets(shard, PID, EPOCH, 10, offset_records("s", {("t", 0): 2, ("t", 1): 2}))
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 2, ("t", 1): 2}, 10))
     writes_before = len(env.store.writes)
     resp = await env.coordinator.delete_groups(DeleteGroupsRequest(["s"]))
     assert [r.error_code for r in resp.results] == [Errors.NONE]
@@ -156,9 +158,11 @@ async def test_delete_groups_tombstones_pending_offsets_and_a_late_commit_does_n
 
 async def test_unloading_forgets_pending_offsets(env: Env) -> None:
     shard = shard_of(env, "s")
-    replay_transactional_offsets(shard, PID, EPOCH, 10, offset_records("s", {("t", 0): 2}))
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 2}, 10))
+    shard.producer_sequences.observed_batch(PID, EPOCH, 0)
     shard.unload_all()
     assert not shard.transactional_offsets.has_open_transactions("s")
+    assert shard.producer_sequences.next_sequence(PID, EPOCH) == 0
 
 
 # --- KIP-447 validation ------------------------------------------------------------------------------------
