@@ -2,8 +2,9 @@
 
 The client's producer never writes our partition, so its sequence there is ours to keep (the partition leader
 checks it: ProducerAppendInfo.checkSequence). Per producer id: the epoch and the next sequence. A new epoch (the
-first batch, a bumped or a TV2 per-transaction epoch) starts at 0; each acknowledged batch advances by one; one
-batch in flight per producer id. A batch refused by the broker does not advance the sequence; a batch whose
+first batch, a bumped or a TV2 per-transaction epoch) starts at 0; sequences count records, so an acknowledged
+batch advances by its record count (a batch's last sequence is its base + records - 1); one batch in flight per
+producer id. A batch refused by the broker does not advance the sequence; a batch whose
 outcome is unknown (a timeout, a lost connection) must be sent again as it is, with the same sequence, before
 anything else of that producer: if it landed, the broker answers the duplicate with its original offset.
 
@@ -27,6 +28,7 @@ class ProducerSequence:
     epoch: int
     next_sequence: int
     in_flight: int | None = None  # the sequence of the batch on its way
+    in_flight_records: int = 0
     resend: int | None = None  # the sequence of a batch of unknown outcome, to be sent again as it was
 
 
@@ -40,8 +42,9 @@ class ProducerSequences:
     def __init__(self) -> None:
         self._producers: dict[int, ProducerSequence] = {}
 
-    def claim(self, producer_id: int, epoch: int) -> int:
-        """The sequence for the next batch of (producer_id, epoch); Busy while one is in flight or owed again."""
+    def claim(self, producer_id: int, epoch: int, records: int) -> int:
+        """The base sequence for the next batch of (producer_id, epoch) of `records` records; Busy while one is
+        in flight or owed again."""
         state = self._producers.get(producer_id)
         if state is not None and (state.in_flight is not None or state.resend is not None):
             raise Busy(f"producer {producer_id}: batch {state.in_flight or state.resend} is unsettled")
@@ -49,7 +52,7 @@ class ProducerSequences:
             return 0  # the broker refuses a lower epoch (INVALID_PRODUCER_EPOCH): nothing recorded
         if state is None or epoch > state.epoch:
             state = self._producers[producer_id] = ProducerSequence(epoch, 0)
-        state.in_flight = state.next_sequence
+        state.in_flight, state.in_flight_records = state.next_sequence, records
         return state.next_sequence
 
     def claim_resend(self, producer_id: int) -> int | None:
@@ -66,7 +69,7 @@ class ProducerSequences:
             return  # a batch of a lower epoch (not recorded), or the log moved on meanwhile
         state.in_flight = None
         if outcome is Outcome.ACKNOWLEDGED:
-            state.next_sequence = sequence + 1
+            state.next_sequence = sequence + state.in_flight_records
         elif outcome is Outcome.UNKNOWN:
             state.resend = sequence
 
