@@ -67,6 +67,7 @@ class LoadedGroups:
 
 class GroupStore(ABC):
     partitions: int | None = None  # the state topic's partition count, when the store has one
+    topic: str | None = None  # the state topic's name, when the store has one
 
     @abstractmethod
     async def load(self, partitions: Collection[int]) -> LoadedGroups:

@@ -51,6 +51,7 @@ class KafkaGroupStore(GroupStore):
                  load_buffer_bytes: int = 5_242_880) -> None:
         self.config = config
         self.partitions = config.partitions
+        self.topic = config.state_topic
         self.clock = clock or MonotonicClock()
         self.load_timeout_ms = load_timeout_ms
         self.load_buffer_bytes = load_buffer_bytes
