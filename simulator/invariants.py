@@ -87,6 +87,8 @@ class Checkers:
         self._session_reset_ms: dict[str, int] = {}
         self._deleted: dict[Key, int] = {}  # key -> the last write issued when its deletion was answered NONE
         self.cluster: Any = None  # the Simulation, for the instances running now (single_writer)
+        # (instance, partition) -> the writes issued before its last load of the partition
+        self._loaded_before: dict[tuple[str, int], int] = {}
         history.listeners.append(self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
@@ -146,7 +148,10 @@ class Checkers:
                   or api == "commit_offsets" and any(p.error_code == Errors.NONE
                                                      for t in response.topics for p in t.partitions))
         if api == "sync_group" and error == Errors.NONE and pending.generation is not None:
-            self._sync_answered(instance.name, pending.group_id, pending.generation)
+            runtime = getattr(instance, "runtime", None)
+            partition = 0 if runtime is None else runtime.partition_for(pending.group_id)
+            self._sync_answered(instance.name, pending.group_id, pending.generation,
+                                self._loaded_before.get((instance.name, partition), 0))
         if resets and pending.member_id:
             # a commit resets the session when it is handled, before its write; a parked SyncGroup when answered
             self._session_reset_ms[pending.member_id] = (self.now_ms() if api == "sync_group"
@@ -160,10 +165,10 @@ class Checkers:
                 self.violation("single_writer", f"{instance.name} served {what} of state partition {partition} "
                                                 f"while {other.name} serves it too")
 
-    def _sync_answered(self, instance: str, group_id: str, generation: int) -> None:
-        """The generation's group record was acknowledged — or, written by an earlier instance, may have landed
-        and was loaded from the log."""
-        if not self.ledger.group_generation_stored(group_id, generation, instance):
+    def _sync_answered(self, instance: str, group_id: str, generation: int, loaded_before: int) -> None:
+        """The generation's group record was acknowledged — or, written by an earlier instance or before this
+        one last loaded the partition, may have landed and was loaded from the log."""
+        if not self.ledger.group_generation_stored(group_id, generation, instance, loaded_before):
             self.violation("answer_after_ack", f"SyncGroup of {group_id} generation {generation} answered NONE "
                                                "before its group record was acknowledged")
 
@@ -176,6 +181,8 @@ class Checkers:
             return partitions is None or runtime.partition_for(group_id) in partitions
 
         self._deletions_hold(groups, loaded)
+        for partition in (range(runtime.num_partitions) if partitions is None else partitions):
+            self._loaded_before[(instance.name, partition)] = len(self.ledger.writes)
         for group_id in list(groups):
             if loaded(group_id):
                 self._states[(instance.number, group_id)] = groups[group_id].state.value

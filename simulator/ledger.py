@@ -126,14 +126,17 @@ class Ledger:
                 return True
         return False
 
-    def group_generation_stored(self, group_id: str, generation: int, reader: str) -> bool:
+    def group_generation_stored(self, group_id: str, generation: int, reader: str,
+                                loaded_before: int = 0) -> bool:
         """Whether `reader` (a producer name) can know the group record of `generation`: it was acknowledged,
-        or another producer wrote it and it may be in the log (so a load may have found it)."""
+        or it may be in the log and was written by another producer or before the reader's last load of its
+        partition (writes with ids below `loaded_before`), so a load may have found it."""
         for write in reversed(self.by_key.get((group_id,), [])):
             value = self.value_of(write, (group_id,))
             if value is None or decode_group(value).generation != generation:
                 continue
-            if write.status == ACKED or (write.producer != reader and write.may_be_in_log):
+            if write.status == ACKED or (write.may_be_in_log and (write.producer != reader
+                                                                  or write.write_id < loaded_before)):
                 return True
         return False
 

@@ -57,7 +57,8 @@ class World:
 
 def loaded_instance(group: GroupMetadata | None) -> SimpleNamespace:
     groups = {} if group is None else {group.group_id: group}
-    return SimpleNamespace(number=1, loaded=True, alive=True, runtime=SimpleNamespace(groups=groups), pending={})
+    return SimpleNamespace(number=1, name="coordinator-1", loaded=True, alive=True, pending={},
+                           runtime=SimpleNamespace(groups=groups, num_partitions=1, partition_for=lambda g: 0))
 
 
 def group_with_offset(offset: int | None, state: GroupState = GroupState.EMPTY) -> GroupMetadata:
@@ -340,3 +341,13 @@ def test_a_fetch_sent_before_a_commit_was_answered_may_miss_it() -> None:
     assert world.invariants() == set()
     world.checkers.fetched(GROUP, TP, 33, "after", sent_ms=2_500)
     assert world.invariants() == {"durable_commit"}
+
+
+def test_answer_after_ack_lets_the_writer_serve_a_record_it_loaded_again_since() -> None:
+    world = World()
+    world.group_write(3, {"a": b"x"}, status="txn:_TIMED_OUT")  # written by "p", maybe landed
+    instance = loaded_instance(None)
+    instance.name = "p"
+    world.checkers.after_load(instance, {0})  # type: ignore[arg-type]  # p lost the partition and read it again
+    _sync_answered(world, "p")
+    assert world.invariants() == set()
