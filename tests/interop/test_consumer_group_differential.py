@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from coordinator.embedded import EmbeddedKafka
+from protocol.apis import ApiKey
 from tests.support.consumer_group_differential import Pair, Side, close, connect
 from tests.support.relay import create_topic
 from tests.support.polling import wait_until
 from tests.support.service import service, unique
+from tests.support.wire import nested
 
 pytestmark = pytest.mark.interop
 
@@ -204,3 +206,54 @@ async def test_revocation_timeout_fences_a_member_that_keeps_its_partitions(brok
             await wait_until(fenced, TIMEOUT_S, f"a fenced at its rebalance timeout on {side.name}", interval_s=0.3)
         await pair.heartbeat(group, a, a1.member_epoch, owned=a1.owned())  # both say how it is fenced now
         await pair.describe(group)
+
+
+async def test_offsets_and_deletion_of_a_consumer_group(broker: EmbeddedKafka) -> None:
+    group, a = unique("diff-delete"), member("delete-a")
+    commit_topic = nested(ApiKey.OFFSET_COMMIT, 9, "topics")
+    commit_partition = nested(ApiKey.OFFSET_COMMIT, 9, "topics", "partitions")
+    delete_topic = nested(ApiKey.OFFSET_DELETE, 0, "topics")
+    delete_partition = nested(ApiKey.OFFSET_DELETE, 0, "topics", "partitions")
+    fetch_group = nested(ApiKey.OFFSET_FETCH, 9, "groups")
+
+    async def commit(member_id: str, epoch: int, *topics: str) -> None:
+        await pair.same(ApiKey.OFFSET_COMMIT, 9, group_id=group, generation_id_or_member_epoch=epoch,
+                        member_id=member_id, group_instance_id=None, topics=tuple(
+                            commit_topic(name=t, partitions=(commit_partition(
+                                partition_index=0, committed_offset=11, committed_leader_epoch=-1,
+                                committed_metadata="m"),)) for t in topics))
+
+    async def delete_offsets(*topics: str) -> None:
+        await pair.same(ApiKey.OFFSET_DELETE, 0, group_id=group, topics=tuple(
+            delete_topic(name=t, partitions=(delete_partition(partition_index=0),
+                                             delete_partition(partition_index=1))) for t in topics))
+
+    async def fetch(member_id: str | None, epoch: int) -> None:
+        await pair.same(ApiKey.OFFSET_FETCH, 9, groups=(fetch_group(group_id=group, member_id=member_id,
+                                                                    member_epoch=epoch, topics=None),),
+                        require_stable=False)
+
+    async def delete_group() -> None:
+        await pair.same(ApiKey.DELETE_GROUPS, 2, groups_names=(group,))
+
+    async with both(broker) as pair:
+        joined = await pair.heartbeat(group, a, 0, topics=(TOPIC6,), rebalance_timeout_ms=30_000, owned={})
+        await commit(a, joined.member_epoch + 1, TOPIC6)  # stale epoch
+        await commit(member("delete-x"), joined.member_epoch, TOPIC6)  # unknown member
+        await commit(a, joined.member_epoch, TOPIC6, TOPIC3)
+        await fetch(a, joined.member_epoch)
+        await fetch(a, joined.member_epoch - 1)
+        await fetch(None, -1)
+        await delete_offsets(TOPIC6, TOPIC3)  # TOPIC6 subscribed: kept; TOPIC3 deleted
+        await fetch(None, -1)
+        await delete_group()  # a member: NON_EMPTY_GROUP
+        await pair.heartbeat(group, a, joined.member_epoch, owned=joined.owned())
+        await pair.heartbeat(group, a, -1)
+        await commit("", -1, TOPIC3)  # an empty group takes an admin's commit
+        await delete_offsets(TOPIC6)  # nobody subscribes any more
+        await fetch(None, -1)
+        await delete_group()
+        await pair.describe(group)
+        await fetch(None, -1)
+        await delete_group()  # gone: GROUP_ID_NOT_FOUND
+        await delete_offsets(TOPIC3)

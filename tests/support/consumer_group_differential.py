@@ -6,6 +6,7 @@ so topic ids are the same on both sides."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import uuid
 from collections.abc import Callable, Mapping
@@ -83,11 +84,28 @@ class Side:
         return snapshot_of((await self.client.request(body)).groups[0])
 
 
+def plain(value: Any) -> Any:
+    """A kio response as nested tuples of (field, value), throttle time left out (it is not the group's)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return tuple((f.name, plain(getattr(value, f.name))) for f in dataclasses.fields(value)
+                     if f.name != "throttle_time")
+    if isinstance(value, tuple):
+        return tuple(plain(item) for item in value)
+    return value
+
+
 class Pair:
     """Kafka's coordinator and ours, driven in lock step."""
 
     def __init__(self, kafka: Side, ours: Side) -> None:
         self.sides = (kafka, ours)
+
+    async def same(self, api_key: int, version: int, **fields: Any) -> Any:
+        """Any request, the same to both; the answers must be equal field by field. Returns Kafka's answer."""
+        body = request(api_key, version, **fields)
+        kafka, ours = [await side.client.request(body) for side in self.sides]
+        assert plain(ours) == plain(kafka), f"{api_key} v{version} {fields}: Kafka {kafka} ours {ours}"
+        return kafka
 
     async def heartbeat(self, group_id: str, member_id: str, member_epoch: int, **fields: Any) -> Answer:
         """The same heartbeat to both; they must answer the same. Returns Kafka's answer."""
