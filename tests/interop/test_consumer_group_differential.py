@@ -257,3 +257,34 @@ async def test_offsets_and_deletion_of_a_consumer_group(broker: EmbeddedKafka) -
         await fetch(None, -1)
         await delete_group()  # gone: GROUP_ID_NOT_FOUND
         await delete_offsets(TOPIC3)
+
+
+async def test_assignors_racks_missing_topics_and_other_group_apis(broker: EmbeddedKafka) -> None:
+    group, a, b, c = unique("diff-assign"), member("assign-a"), member("assign-b"), member("assign-c")
+    later = unique("diff-later")
+    async with both(broker) as pair:
+        a1 = await pair.heartbeat(group, a, 0, topics=(TOPIC6, TOPIC3), rebalance_timeout_ms=30_000, owned={},
+                                  server_assignor="range", rack_id="r1")
+        b1 = await pair.heartbeat(group, b, 0, topics=(TOPIC6, later), rebalance_timeout_ms=30_000, owned={},
+                                  server_assignor="range", rack_id="r2")
+        c1 = await pair.heartbeat(group, c, 0, topics=(TOPIC3,), rebalance_timeout_ms=30_000, owned={},
+                                  server_assignor="uniform")
+        await pair.describe(group)  # range: the most common assignor
+        a2 = await pair.heartbeat(group, a, a1.member_epoch, owned=a1.owned())
+        b2 = await pair.heartbeat(group, b, b1.member_epoch, owned=b1.owned())
+        c2 = await pair.heartbeat(group, c, c1.member_epoch, owned=c1.owned())
+        a3 = await pair.heartbeat(group, a, a2.member_epoch, owned=a2.owned())
+        await pair.describe(group)
+        await pair.heartbeat(group, b, b2.member_epoch, owned=b2.owned(), server_assignor="uniform")
+        await pair.heartbeat(group, c, c2.member_epoch, owned=c2.owned())
+        await pair.heartbeat(group, a, a3.member_epoch, owned=a3.owned())
+        await pair.describe(group)
+        await asyncio.to_thread(create_topic, broker.bootstrap, later, 2)  # b's missing topic appears
+        await pair.converge(group, lambda s: s[2] == STABLE and sum(assigned_count(s, m) for m in (a, b, c)) == 11,
+                            TIMEOUT_S, "the new topic assigned", keep_alive=(a, b, c))
+        # the classic APIs on a consumer group, and ours on a classic-free group id
+        await pair.same(ApiKey.DESCRIBE_GROUPS, 5, groups=(group,), include_authorized_operations=False)
+        await pair.heartbeat(group, a, -1)
+        await pair.heartbeat(group, b, -1)
+        await pair.heartbeat(group, c, -1)
+        await pair.describe(group)
