@@ -49,12 +49,13 @@ def broker() -> Iterator[EmbeddedKafka]:
 async def both(broker: EmbeddedKafka) -> AsyncIterator[Pair]:
     host, port = broker.bootstrap.rsplit(":", 1)
     settings = [f"{name}={value}" for name, value in SETTINGS.items()]
-    async with service(broker.bootstrap, unique("__state"), *settings, "offsets.topic.num.partitions=1",
+    state_topic = unique("__state")
+    async with service(broker.bootstrap, state_topic, *settings, "offsets.topic.num.partitions=1",
                        relay=True) as running:
         kafka = await connect(host, int(port), "probe")
         ours = await connect("127.0.0.1", running.port, "probe")
         try:
-            pair = Pair(Side("Kafka", kafka), Side("ours", ours))
+            pair = Pair(Side("Kafka", kafka), Side("ours", ours), bootstrap=broker.bootstrap, state_topic=state_topic)
             await pair.ready("probe", TIMEOUT_S)  # one partition on each side: every group is served
             yield pair
         finally:
@@ -98,6 +99,7 @@ async def test_join_reconcile_and_leave(broker: EmbeddedKafka) -> None:
         await pair.describe(group)
         await pair.heartbeat(group, b, b_now.member_epoch, owned=b_now.owned())
         await pair.describe(group)
+        assert len(await pair.same_records(group)) > 10
 
 
 async def test_epoch_and_request_validation(broker: EmbeddedKafka) -> None:
@@ -142,6 +144,7 @@ async def test_static_member_rejoins_and_gets_its_partitions_back(broker: Embedd
         await pair.describe(group)
         await pair.heartbeat(group, a2, -1, instance_id="i-a")  # leaves for good
         await pair.describe(group)
+        await pair.same_records(group)
 
 
 async def test_subscription_change(broker: EmbeddedKafka) -> None:
@@ -158,6 +161,7 @@ async def test_subscription_change(broker: EmbeddedKafka) -> None:
         await pair.describe(group)
         await pair.heartbeat(group, b, b2.member_epoch, topics=(), owned=b2.owned())  # subscribes to nothing
         await pair.describe(group)
+        await pair.same_records(group)
 
 
 async def test_regex_subscription_picks_up_a_new_topic(broker: EmbeddedKafka) -> None:
@@ -173,6 +177,7 @@ async def test_regex_subscription_picks_up_a_new_topic(broker: EmbeddedKafka) ->
         grown = await pair.converge(group, lambda s: assigned_count(s, a) == 5, TIMEOUT_S,
                                     "the new topic assigned", keep_alive=(a,))
         assert grown[2] == STABLE and joined.member_epoch == 1
+        await pair.same_records(group)
 
 
 async def test_session_expiry_fences_a_silent_member(broker: EmbeddedKafka) -> None:
@@ -186,6 +191,7 @@ async def test_session_expiry_fences_a_silent_member(broker: EmbeddedKafka) -> N
                                     "a fenced at its session timeout", keep_alive=(b,))
         assert assigned_count(after, b) == 6
         await pair.heartbeat(group, a, a1.member_epoch, owned=a1.owned())  # the fenced member hears it
+        await pair.same_records(group)
 
 
 async def test_revocation_timeout_fences_a_member_that_keeps_its_partitions(broker: EmbeddedKafka) -> None:
@@ -196,16 +202,22 @@ async def test_revocation_timeout_fences_a_member_that_keeps_its_partitions(brok
         revoke = await pair.heartbeat(group, a, a1.member_epoch, owned=a1.owned())  # told to revoke
         assert revoke.assignment is not None
 
-        # a keeps heartbeating with everything it owned (never revokes): fenced at its rebalance timeout
-        for side in pair.sides:
-            async def fenced(side: Side = side) -> bool:
-                answer = await side.heartbeat(group, a, a1.member_epoch, owned=a1.owned())
-                await side.heartbeat(group, b, b1.member_epoch, owned={})
-                return answer.error != 0
+        # a keeps heartbeating with everything it owned (never revokes): fenced at its rebalance timeout; both
+        # sides hear the same heartbeats in the same order meanwhile
+        fenced: set[str] = set()
 
-            await wait_until(fenced, TIMEOUT_S, f"a fenced at its rebalance timeout on {side.name}", interval_s=0.3)
+        async def both_fenced() -> bool:
+            for side in pair.sides:
+                if side.name not in fenced:
+                    if (await side.heartbeat(group, a, a1.member_epoch, owned=a1.owned())).error != 0:
+                        fenced.add(side.name)
+                    await side.heartbeat(group, b, b1.member_epoch, owned={})
+            return len(fenced) == len(pair.sides)
+
+        await wait_until(both_fenced, TIMEOUT_S, "a fenced at its rebalance timeout on both sides", interval_s=0.3)
         await pair.heartbeat(group, a, a1.member_epoch, owned=a1.owned())  # both say how it is fenced now
         await pair.describe(group)
+        await pair.same_records(group)
 
 
 async def test_offsets_and_deletion_of_a_consumer_group(broker: EmbeddedKafka) -> None:
@@ -257,6 +269,7 @@ async def test_offsets_and_deletion_of_a_consumer_group(broker: EmbeddedKafka) -
         await fetch(None, -1)
         await delete_group()  # gone: GROUP_ID_NOT_FOUND
         await delete_offsets(TOPIC3)
+        await pair.same_records(group)  # the deletion's tombstones in the same order
 
 
 async def test_assignors_racks_missing_topics_and_other_group_apis(broker: EmbeddedKafka) -> None:
@@ -288,3 +301,4 @@ async def test_assignors_racks_missing_topics_and_other_group_apis(broker: Embed
         await pair.heartbeat(group, b, -1)
         await pair.heartbeat(group, c, -1)
         await pair.describe(group)
+        await pair.same_records(group)

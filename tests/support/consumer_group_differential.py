@@ -13,8 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.group.modern.records import ConsumerGroupRecord, GroupEpochRecord, RegexRecord
+from coordinator.storage.consumer_records import CONSUMER_GROUP_TYPES, decode, record_type_of
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
+from tests.support.instances import read_raw
 from tests.support.polling import wait_until
 from tests.support.wire import ms, nested, request
 
@@ -94,11 +97,37 @@ def plain(value: Any) -> Any:
     return value
 
 
+def group_records(bootstrap: str, topic: str, group_id: str) -> list[ConsumerGroupRecord]:
+    """A consumer group's records in a topic of `__consumer_offsets` format, in log order, with what is ours to
+    choose set aside: the metadata hash (ours is not XXH3) and a regex resolution's metadata version and time."""
+    records = []
+    for key, value, _partition, _offset in read_raw(bootstrap, topic):
+        record = decode(key, value) if key is not None and record_type_of(key) in CONSUMER_GROUP_TYPES else None
+        if record is None or record.group_id != group_id:
+            continue
+        if isinstance(record, GroupEpochRecord):
+            record = dataclasses.replace(record, metadata_hash=0)
+        elif isinstance(record, RegexRecord):
+            record = dataclasses.replace(record, version=0, timestamp_ms=0)
+        records.append(record)
+    return records
+
+
 class Pair:
     """Kafka's coordinator and ours, driven in lock step."""
 
-    def __init__(self, kafka: Side, ours: Side) -> None:
+    def __init__(self, kafka: Side, ours: Side, *, bootstrap: str = "", state_topic: str = "") -> None:
         self.sides = (kafka, ours)
+        self.bootstrap = bootstrap  # the cluster both keep their records in
+        self.state_topics = ("__consumer_offsets", state_topic)  # Kafka's and ours
+
+    async def same_records(self, group_id: str) -> list[ConsumerGroupRecord]:
+        """The group's records (types 3-8 and 16) in Kafka's __consumer_offsets and in our state topic must be
+        the same, in the same order; returns them."""
+        kafka, ours = [await asyncio.to_thread(group_records, self.bootstrap, topic, group_id)
+                       for topic in self.state_topics]
+        assert ours == kafka, f"records of {group_id}:\nKafka {kafka}\nours  {ours}"
+        return kafka
 
     async def same(self, api_key: int, version: int, **fields: Any) -> Any:
         """Any request, the same to both; the answers must be equal field by field. Returns Kafka's answer."""
