@@ -129,10 +129,12 @@ class Pair:
         assert ours == kafka, f"records of {group_id}:\nKafka {kafka}\nours  {ours}"
         return kafka
 
-    async def same(self, api_key: int, version: int, **fields: Any) -> Any:
-        """Any request, the same to both; the answers must be equal field by field. Returns Kafka's answer."""
+    async def same(self, api_key: int, version: int, *, normalize: Callable[[Any], Any] = lambda r: r,
+                   **fields: Any) -> Any:
+        """Any request, the same to both; the answers (after `normalize`) must be equal field by field. Returns
+        Kafka's answer."""
         body = request(api_key, version, **fields)
-        kafka, ours = [await side.client.request(body) for side in self.sides]
+        kafka, ours = [normalize(await side.client.request(body)) for side in self.sides]
         assert plain(ours) == plain(kafka), f"{api_key} v{version} {fields}: Kafka {kafka} ours {ours}"
         return kafka
 
