@@ -140,7 +140,8 @@ async def probe(client: KafkaClient, prefix: str) -> dict[str, Any]:
     seen["find_coordinator_v3"] = [(old.error_code, old.error_message if old.error_code else None)
                                    for _ in (0,)]
     new = await client.request(request(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=(app, denied)))
-    seen["find_coordinator_v4"] = [(c.key, c.error_code) for c in new.coordinators]
+    seen["find_coordinator_v4"] = [(c.key, c.error_code, c.error_message if c.error_code else None)
+                                   for c in new.coordinators]
     seen["join"] = {g: (await join(client, g)).error_code for g in (app, denied, other)}
     sync_body = lambda g: request(ApiKey.SYNC_GROUP, 5, group_id=g, generation_id=1, member_id="m",  # noqa: E731
                                   group_instance_id=None, protocol_type="consumer", protocol_name="range",
