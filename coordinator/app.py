@@ -25,7 +25,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.group.modern.regex import REGEX_BATCH_REFRESH_INTERVAL_MS
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
 from coordinator.security.access import AccessSettings

@@ -21,9 +21,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from coordinator.group.observer import GroupObserver, RebalanceCause
 from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES
 from coordinator.group.records import GroupMetadataRecord, OffsetCommitRecord, Record
-from coordinator.group.state import GroupState
-
-GROUP_STATES = tuple(state.value for state in GroupState)
+from coordinator.telemetry.event_schema import GROUP_STATES
 
 
 class GroupCensus:

@@ -26,7 +26,8 @@ from coordinator.security.connections import connect
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
 from tests.support import service as e2e
-from tests.support.relay import ConsumerProcess, committed_offsets, start_consumers, stop_all, wait_until
+from tests.support.relay import ConsumerProcess, committed_offsets, start_consumers, stop_all
+from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique
 
 PARTITIONS = 3
