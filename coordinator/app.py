@@ -135,8 +135,7 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
                                                                      options.server.cluster_id)
         server = CoordinatorServer(options.server, coordinator if ownership is None else ownership.service,
                                    clock=clock, on_shutdown=coordinator.shutdown, relay=_relay(options, bootstrap),
-                                   directory=directory,
-                                   authorizer=None if acl_cache is None else acl_cache.authorizer)
+                                   directory=directory, authorizer=None if acl_cache is None else acl_cache.authorizer)
         await server.start()
         stack.push_async_callback(server.close)
         if server.relay is not None:  # consumer groups (KIP-848) take topic ids and partitions from the cluster

@@ -53,7 +53,8 @@ class SslPrincipalMapper:
 
     def __init__(self, rules: str | None = None) -> None:
         self.text = DEFAULT_RULES if rules is None else rules
-        self.rules = [parsed for rule in _split(self.text) if (parsed := _parse(rule)) is not None]
+        parsed = [_parse(rule) for rule in _split(self.text)]
+        self.rules = [rule for rule in parsed if rule is not None]
 
     def name(self, distinguished_name: str) -> str:
         for rule in self.rules:
