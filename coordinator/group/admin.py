@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from coordinator.group.api import DescribedGroup, DescribedGroupMember, ListedGroup, ListGroupsRequest
 from coordinator.group.modern.deletion import delete_error, deletion_tombstones
 from coordinator.group.modern.group import ConsumerGroup
-from coordinator.group.offsets import Removal, cleanup_groups
+from coordinator.group.offsets import GroupSelector, Removal, cleanup_groups, remove_with_pending
 from coordinator.group.records import Record
 from coordinator.group.result import Result, Write
 from protocol.error_codes import Errors
@@ -91,10 +91,15 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
             results[group_id] = Errors.NON_EMPTY_GROUP
     if not eligible:
         return Result(results, consumer_writes)
-    removed, writes = cleanup_groups(shard, eligible, lambda g: g.remove_offsets(list(g.offsets)),
-                                     Removal.GROUP_DELETED)
+    removed, writes = cleanup_groups(shard, eligible, _every_offset(shard), Removal.GROUP_DELETED)
     log.info("event=groups_deleted groups=%s offsets_removed=%d", [g.group_id for g in eligible], removed)
     return Result(results, consumer_writes + writes)
+
+
+def _every_offset(shard: GroupShard) -> GroupSelector:
+    """A deleted group's offsets: committed ones and those of transactions still open."""
+    return lambda g: remove_with_pending(shard, g, [*g.offsets,
+                                                    *shard.transactional_offsets.pending_partitions(g.group_id)])
 
 
 def _delete_consumer_group(shard: GroupShard, group_id: str, writes: list[Write]) -> Errors:
@@ -107,8 +112,7 @@ def _delete_consumer_group(shard: GroupShard, group_id: str, writes: list[Write]
     offsets_holder = shard.groups.get(group_id)
     records: list[Record] = []
     if offsets_holder is not None:
-        _, offset_writes = cleanup_groups(shard, [offsets_holder], lambda g: g.remove_offsets(list(g.offsets)),
-                                          Removal.GROUP_DELETED)
+        _, offset_writes = cleanup_groups(shard, [offsets_holder], _every_offset(shard), Removal.GROUP_DELETED)
         records = [r for w in offset_writes for r in w.records]
     else:
         shard.observer.on_group_deleted(group_id, 0)
