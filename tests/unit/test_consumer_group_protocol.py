@@ -630,3 +630,16 @@ async def test_offset_delete_keeps_the_offsets_of_topics_the_consumer_group_subs
     assert await committed() == {("bar", 0)}
     missing = await env.runtime.delete_offsets(OffsetDeleteRequest("nobody", [OffsetDeleteRequestTopic("foo", [0])]))
     assert missing.error_code is Errors.GROUP_ID_NOT_FOUND
+
+
+@pytest.mark.parametrize("regex, description", [
+    ("[unclosed", "missing closing ]"), ("(abc", "missing closing )"), ("abc)", "regexp/syntax: internal error"),
+    ("a**", "invalid nested repetition operator"), ("x{1001}", "invalid repeat count"),
+    ("\\", "trailing backslash at end of expression"), ("*a", "missing argument to repetition operator"),
+    ("(?=x)", "invalid or unsupported Perl syntax"), ("[z-a]", "invalid character class range")])
+async def test_an_invalid_regex_is_described_as_re2j_describes_it(env: Env, regex: str, description: str) -> None:
+    """Kafka 4.1.1's words (RE2/J's PatternSyntaxException description), as the differential harness saw them."""
+    bad = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex=regex)
+    assert (bad.error, bad.message) == (
+        Errors.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular expression: "
+        f"{description}.")
