@@ -313,3 +313,13 @@ async def test_assignors_racks_missing_topics_and_other_group_apis(broker: Embed
         await pair.heartbeat(group, b, -1)
         await pair.heartbeat(group, c, -1)
         await pair.describe(group)
+
+
+async def test_the_group_apis_are_advertised_with_kafkas_versions(broker: EmbeddedKafka) -> None:
+    """OffsetCommit 2-9 and OffsetFetch 1-9 on both: Kafka 4.1.1 does not serve v10 (topic ids) either."""
+    group_apis = (ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE,
+                  ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE)
+    async with both(broker) as pair:
+        kafka, ours = [await side.client.negotiate_versions() for side in pair.sides]
+        assert {k: ours.get(k) for k in group_apis} == {k: kafka.get(k) for k in group_apis}
+        assert kafka[ApiKey.OFFSET_COMMIT] == (2, 9) and kafka[ApiKey.OFFSET_FETCH] == (1, 9)
