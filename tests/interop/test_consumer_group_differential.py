@@ -100,6 +100,10 @@ async def test_join_reconcile_and_leave(broker: EmbeddedKafka) -> None:
         b_now = await pair.heartbeat(group, b, joined.member_epoch, owned=joined.owned())
         snapshot = await pair.describe(group)
         assert snapshot[2] == STABLE, snapshot
+        # the previous epoch with a subset of what the member holds (a lost response); a member reporting
+        # partitions it was never given
+        await pair.heartbeat(group, a, revoking.member_epoch, owned=done.owned())
+        await pair.heartbeat(group, b, b_now.member_epoch, owned=first.owned())
         await pair.heartbeat(group, a, done.member_epoch, owned=done.owned())
         await pair.heartbeat(group, a, -1)  # leaves
         await pair.describe(group)
