@@ -21,6 +21,9 @@ from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatResponse, Settings, fence, heartbeat,
                                                 validate)
+from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+                                   SyncGroupRequest, SyncGroupResponse)
+from coordinator.group.modern.classic import classic_heartbeat, classic_join, classic_leave, classic_sync
 from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.regex import Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
@@ -129,6 +132,31 @@ class ConsumerGroupService:
             task.add_done_callback(lambda _done: self._resolving.pop(request.group_id, None))
         return result.response, write
 
+    # --- classic members inside a consumer group (classic.py) ----------------------------------------------------
+    def classic_join(self, group: ConsumerGroup, req: JoinGroupRequest
+                     ) -> tuple[JoinGroupResponse, Write | None, Callable[[], None] | None]:
+        """The response, the write to await before sending it, and what to arm once it is written."""
+        shard = self.shard_for(req.group_id)
+        try:
+            result = classic_join(group, req, self.topics, self.settings, self, self.timer.clock.now_ms())
+        except ApiError as exc:
+            return JoinGroupResponse(exc.error, member_id=req.member_id), None, None
+        return result.response, self._apply(shard, req.group_id, result.records), result.then
+
+    def classic_sync(self, group: ConsumerGroup, req: SyncGroupRequest) -> SyncGroupResponse:
+        try:
+            return classic_sync(group, req, self.topics, self)
+        except ApiError as exc:
+            return SyncGroupResponse(exc.error)
+
+    def classic_heartbeat(self, group: ConsumerGroup, member_id: str, generation_id: int,
+                          instance_id: str | None) -> Errors:
+        return classic_heartbeat(group, member_id, generation_id, instance_id, self)
+
+    def classic_leave(self, group: ConsumerGroup, req: LeaveGroupRequest) -> tuple[LeaveGroupResponse, Write | None]:
+        records, response = classic_leave(group, req.members, self.topics, self)
+        return response, self._apply(self.shard_for(req.group_id), req.group_id, records)
+
     async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh) -> None:
         """A group's regular expressions resolved against every topic, after the heartbeat that asked for it
         (Kafka runs it on its executor, then writes the outcome as the group's records)."""
@@ -173,7 +201,8 @@ class ConsumerGroupService:
         members = tuple(
             DescribedMember(m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
                             m.subscribed_topic_names, m.subscribed_topic_regex, self._described(m.assigned),
-                            self._described(group.target_of(m.member_id)))
+                            self._described(group.target_of(m.member_id)),
+                            member_type=0 if m.uses_classic_protocol else 1)
             for m in group.members.values())
         return DescribedGroup(group_id, state=group.state.value, group_epoch=group.group_epoch,
                               assignment_epoch=group.assignment_epoch,
@@ -247,6 +276,9 @@ class ConsumerGroupService:
         for group_id, group in shard.consumer_groups.items():
             log.info("Loaded consumer group %s with %d members.", group_id, len(group.members))
             for member_id, member in group.members.items():
+                if member.classic is not None:
+                    self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
+                    continue  # a classic member has join and sync timers instead, armed by its requests
                 self.schedule_session(group_id, member_id)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
@@ -266,9 +298,29 @@ class ConsumerGroupService:
     def cancel_rebalance(self, group_id: str, member_id: str) -> None:
         self._cancel(("rebalance", group_id, member_id))
 
+    def schedule_classic_session(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        self._schedule(("session", group_id, member_id), timeout_ms,
+                       lambda: self._fence_expired(group_id, member_id, None, "the member session expired.."))
+
+    def schedule_join_timeout_if_absent(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        if ("join", group_id, member_id) not in self._timers:
+            self._schedule(("join", group_id, member_id), timeout_ms, lambda: self._fence_expired(
+                group_id, member_id, None, "the classic member failed to join within the rebalance timeout.",
+                kind="join"))
+
+    def cancel_join_timeout(self, group_id: str, member_id: str) -> None:
+        self._cancel(("join", group_id, member_id))
+
+    def schedule_sync_timeout(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        self._schedule(("sync", group_id, member_id), timeout_ms, lambda: self._fence_expired(
+            group_id, member_id, None, "the member failed to sync within timeout.", kind="sync"))
+
+    def cancel_sync_timeout(self, group_id: str, member_id: str) -> None:
+        self._cancel(("sync", group_id, member_id))
+
     def cancel_all(self, group_id: str, member_id: str) -> None:
-        self._cancel(("session", group_id, member_id))
-        self._cancel(("rebalance", group_id, member_id))
+        for kind in ("session", "rebalance", "join", "sync"):
+            self._cancel((kind, group_id, member_id))
 
     def _schedule(self, key: tuple[str, str, str], delay_ms: int, callback: Callable[[], None]) -> None:
         self._cancel(key)
@@ -280,10 +332,11 @@ class ConsumerGroupService:
         if task is not None:
             task.cancel()
 
-    def _fence_expired(self, group_id: str, member_id: str, at_epoch: int | None, reason: str) -> None:
+    def _fence_expired(self, group_id: str, member_id: str, at_epoch: int | None, reason: str,
+                       kind: str | None = None) -> None:
         """A timer ran out: the member is fenced (a rebalance timeout only if the member is still at the epoch it
         had to move on from)."""
-        kind = "session" if at_epoch is None else "rebalance"
+        kind = kind or ("session" if at_epoch is None else "rebalance")
         self._timers.pop((kind, group_id, member_id), None)
         shard = self.shard_for(group_id)
         group = shard.consumer_groups.get(group_id)

@@ -1,0 +1,260 @@
+"""Classic members (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) inside a KIP-848 consumer group, through the runtime on
+a manual clock: the subscription read from the JoinGroup metadata, the server-side target delivered in SyncGroup,
+revocation through REBALANCE_IN_PROGRESS, the classic member's session, join and sync timeouts, static
+replacement, leave, and record 5 with its ClassicMemberMetadata."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from coordinator.group.api import (JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+                                   MemberIdentity, OffsetCommitRequest, OffsetCommitRequestPartition,
+                                   OffsetCommitRequestTopic, SyncGroupRequest)
+from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.modern.member import MemberState
+from coordinator.group.modern.records import (ClassicMemberMetadata, CurrentAssignmentRecord, GroupEpochRecord,
+                                              MemberMetadataRecord, RecordType, TargetAssignmentEpochRecord,
+                                              TargetAssignmentRecord, Tombstone)
+from coordinator.group.modern.topics import StaticTopics, TopicImage
+from coordinator.group.runtime import GroupRuntime
+from coordinator.group.store import InMemoryGroupStore
+from coordinator.storage.consumer_records import decode, encode_key, encode_value
+from coordinator.timer import ManualClock, SystemTimer
+from protocol.consumer_protocol import Subscription, decode_assignment, encode_subscription
+from protocol.error_codes import Errors
+
+FOO = uuid.UUID(int=0xF00)
+GROUP = "mixed"
+CLASSIC_SESSION_MS = 10_000
+REBALANCE_MS = 30_000
+
+
+class MixedEnv:
+    """A runtime on a manual clock; consumer-protocol members heartbeat, classic ones join/sync/heartbeat."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock(1_000_000)
+        self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
+        self.store = InMemoryGroupStore()
+        self.runtime = GroupRuntime(CoordinatorConfig(), self.timer, self.store, self.clock)
+        self.runtime.consumer_groups.topics = StaticTopics([TopicImage(FOO, "foo", 6)])
+        self._seen = 0
+
+    @property
+    def records(self) -> list:
+        return self.store.consumer_records[self._seen:]
+
+    def clear_records(self) -> None:
+        self._seen = len(self.store.consumer_records)
+
+    def group(self):  # type: ignore[no-untyped-def]
+        return self.runtime.shard_for(GROUP).consumer_groups.get(GROUP)
+
+    def advance(self, ms: int) -> None:
+        self.clock.advance(ms)
+        self.timer.advance_clock()
+
+    async def heartbeat(self, member_id: str, epoch: int, owned: tuple[int, ...] | None = None,
+                        **fields: object) -> HeartbeatResponse:
+        if epoch == 0:
+            fields.setdefault("subscribed_topic_names", ("foo",))
+            fields.setdefault("rebalance_timeout_ms", REBALANCE_MS)
+            owned = ()
+        request = HeartbeatRequest(GROUP, member_id, epoch, owned=None if owned is None else [(FOO, owned)] if owned
+                                   else [],
+                                   client_id=member_id, client_host="/127.0.0.1", **fields)  # type: ignore[arg-type]
+        return await self.runtime.consumer_group_heartbeat(request)
+
+    async def join(self, member_id: str = "", owned: tuple[int, ...] = (), instance_id: str | None = None,
+                   protocols: tuple[str, ...] = ("range",), version: int = 9) -> JoinGroupResponse:
+        metadata = encode_subscription(Subscription(("foo",), owned_partitions=(("foo", owned),) if owned else ()),
+                                       version=1)
+        return await self.runtime.join_group(JoinGroupRequest(
+            GROUP, CLASSIC_SESSION_MS, REBALANCE_MS, member_id, instance_id, "consumer",
+            [JoinGroupProtocol(name, metadata) for name in protocols], version=version, client_id="classic",
+            client_host="/127.0.0.1"))
+
+    async def join_with_id(self, owned: tuple[int, ...] = ()) -> JoinGroupResponse:
+        """A v4+ dynamic member: asked for its id first, then joins with it."""
+        first = await self.join()
+        assert first.error_code == Errors.MEMBER_ID_REQUIRED
+        return await self.join(first.member_id, owned)
+
+    async def sync(self, member_id: str, generation: int) -> tuple[Errors, tuple[int, ...]]:
+        response = await self.runtime.sync_group(SyncGroupRequest(GROUP, generation, member_id,
+                                                                  protocol_type="consumer", protocol_name="range"))
+        if response.error_code != Errors.NONE:
+            return response.error_code, ()
+        _, assignment = decode_assignment(response.assignment)
+        return Errors.NONE, dict(assignment.partitions).get("foo", ())
+
+    def classic_heartbeat(self, member_id: str, generation: int) -> Errors:
+        return self.runtime.handle_heartbeat(GROUP, generation, member_id)
+
+
+@pytest.fixture
+async def env():  # type: ignore[no-untyped-def]
+    environment = MixedEnv()
+    yield environment
+    await environment.runtime.shutdown()
+    await environment.timer.close()
+
+
+async def test_classic_member_joins_a_consumer_group_and_gets_its_target_through_sync_group(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    env.clear_records()
+    joined = await env.join_with_id()
+    member_id = joined.member_id
+    # generation = member epoch; never the leader; the protocol it named
+    assert (joined.error_code, joined.generation_id, joined.leader, joined.members) == (Errors.NONE, 2, "", [])
+    assert (joined.protocol_type, joined.protocol_name) == ("consumer", "range")
+    # Kafka's order: 5 (with its classic metadata), 3, 7 per changed target, 6, 8
+    assert [type(r) for r in env.records] == [MemberMetadataRecord, GroupEpochRecord, TargetAssignmentRecord,
+                                             TargetAssignmentRecord, TargetAssignmentEpochRecord,
+                                             CurrentAssignmentRecord]
+    metadata = env.records[0]
+    assert metadata.subscribed_topic_names == ("foo",) and metadata.rebalance_timeout_ms == REBALANCE_MS
+    assert metadata.classic is not None and metadata.classic.session_timeout_ms == CLASSIC_SESSION_MS
+    assert [name for name, _ in metadata.classic.protocols] == ["range"]
+    # its partitions are still a's: SyncGroup delivers nothing yet, the heartbeat asks it to rejoin later
+    target = env.group().target_of(member_id)[FOO]
+    assert await env.sync(member_id, 2) == (Errors.NONE, ())
+    assert env.group().members[member_id].state is MemberState.UNRELEASED_PARTITIONS
+    # a revokes what the classic member is to get
+    kept = tuple(p for p in range(6) if p not in target)
+    assert (await env.heartbeat("a", 1, owned=tuple(range(6)))).assignment == {FOO: kept}
+    assert (await env.heartbeat("a", 1, owned=kept)).member_epoch == 2
+    # the partitions are free now: the classic member is told to rejoin, and then gets them
+    assert env.classic_heartbeat(member_id, 2) == Errors.REBALANCE_IN_PROGRESS
+    rejoined = await env.join(member_id)
+    assert (rejoined.error_code, rejoined.generation_id) == (Errors.NONE, 2)
+    assert await env.sync(member_id, 2) == (Errors.NONE, target)
+    assert env.classic_heartbeat(member_id, 2) == Errors.NONE
+    assert env.group().state.value == "Stable"
+    # ConsumerGroupDescribe v1 tells the two kinds apart (KIP-1099)
+    [described] = await env.runtime.consumer_group_describe([GROUP])
+    assert {m.member_id: m.member_type for m in described.members} == {"a": 1, member_id: 0}
+
+
+async def test_classic_member_holding_partitions_revokes_before_a_new_member_gets_them(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    classic = (await env.join_with_id()).member_id
+    # a gives up the classic member's share, the classic member takes it
+    target = env.group().target_of(classic)[FOO]
+    kept = tuple(p for p in range(6) if p not in target)
+    await env.heartbeat("a", 1, owned=tuple(range(6)))
+    await env.heartbeat("a", 1, owned=kept)
+    await env.join(classic)
+    assert await env.sync(classic, 2) == (Errors.NONE, target)
+    # a third member: the group epoch moves on, the classic member must rejoin and give partitions up
+    await env.heartbeat("c", 0)
+    assert env.classic_heartbeat(classic, 2) == Errors.REBALANCE_IN_PROGRESS
+    assert await env.sync(classic, 2) == (Errors.REBALANCE_IN_PROGRESS, ())
+    rejoined = await env.join(classic, owned=target)  # cooperative: still owns them when it rejoins
+    new_target = env.group().target_of(classic)[FOO]
+    assert set(new_target) < set(target)
+    member = env.group().members[classic]
+    assert member.state is MemberState.UNREVOKED_PARTITIONS and rejoined.generation_id == 2
+    # the sync at the unchanged generation gives only what it keeps; heartbeats keep asking it to rejoin
+    assert await env.sync(classic, 2) == (Errors.NONE, new_target)
+    assert env.classic_heartbeat(classic, 2) == Errors.REBALANCE_IN_PROGRESS
+    # rejoining without them completes the revocation and moves it to the group's epoch
+    done = await env.join(classic, owned=new_target)
+    assert (done.error_code, done.generation_id) == (Errors.NONE, 3)
+    assert await env.sync(classic, 3) == (Errors.NONE, new_target)
+    assert env.classic_heartbeat(classic, 3) == Errors.NONE
+
+
+async def test_request_errors_of_a_classic_member(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    classic = (await env.join_with_id()).member_id
+    assert env.classic_heartbeat(classic, 7) == Errors.ILLEGAL_GENERATION
+    assert env.classic_heartbeat("nobody", 2) == Errors.UNKNOWN_MEMBER_ID
+    # a consumer-protocol member is not a classic one
+    assert env.classic_heartbeat("a", 1) == Errors.UNKNOWN_MEMBER_ID
+    assert (await env.sync("a", 1))[0] == Errors.UNKNOWN_MEMBER_ID
+    # protocols the classic members do not all support
+    assert (await env.join(protocols=("roundrobin",))).error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
+    # a classic member commits with its generation; a wrong one is ILLEGAL_GENERATION, not STALE_MEMBER_EPOCH
+    commit = OffsetCommitRequest(GROUP, 5, classic, [OffsetCommitRequestTopic(
+        "foo", [OffsetCommitRequestPartition(0, 10)])], version=8)
+    [topic] = (await env.runtime.commit_offsets(commit)).topics
+    assert topic.partitions[0].error_code == Errors.ILLEGAL_GENERATION
+    commit.generation_id = 2
+    [topic] = (await env.runtime.commit_offsets(commit)).topics
+    assert topic.partitions[0].error_code == Errors.NONE
+
+
+async def test_classic_member_fenced_at_its_session_timeout_and_sync_timeout(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    classic = (await env.join_with_id()).member_id
+    # no SyncGroup within the rebalance timeout: fenced
+    env.advance(CLASSIC_SESSION_MS - 1)
+    assert env.classic_heartbeat(classic, 2) == Errors.NONE  # keeps its session alive
+    env.advance(REBALANCE_MS - CLASSIC_SESSION_MS + 2)
+    assert classic not in env.group().members
+    assert env.group().group_epoch == 3
+    # another one that syncs but stops heartbeating goes at its (classic) session timeout
+    await env.heartbeat("a", 1, owned=tuple(range(6)))
+    other = (await env.join_with_id()).member_id
+    generation = env.group().members[other].member_epoch
+    assert (await env.sync(other, generation))[0] == Errors.NONE
+    env.clear_records()
+    env.advance(CLASSIC_SESSION_MS + 1)
+    assert other not in env.group().members
+    for _ in range(5):  # the fence's write is queued on the loop
+        await asyncio.sleep(0)
+    assert [(type(r), getattr(r, "record_type", None)) for r in env.records][:3] == [
+        (Tombstone, RecordType.CURRENT_MEMBER_ASSIGNMENT), (Tombstone, RecordType.TARGET_ASSIGNMENT_MEMBER),
+        (Tombstone, RecordType.MEMBER_METADATA)]
+
+
+async def test_leave_group_of_a_classic_member(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    classic = (await env.join_with_id()).member_id
+    env.clear_records()
+    response = await env.runtime.leave_group(LeaveGroupRequest(GROUP, [MemberIdentity(classic),
+                                                                       MemberIdentity("a")]))
+    assert [(m.member_id, m.error_code) for m in response.members] == [(classic, Errors.NONE),
+                                                                     ("a", Errors.UNKNOWN_MEMBER_ID)]
+    assert [type(r) for r in env.records] == [Tombstone, Tombstone, Tombstone, GroupEpochRecord]
+    assert env.records[-1].epoch == 3 and set(env.group().members) == {"a"}
+
+
+async def test_static_classic_member_replaces_its_predecessor_and_keeps_its_target(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    first = await env.join(instance_id="i-1")
+    assert first.error_code == Errors.NONE  # a static member needs no member id round trip
+    target = env.group().target_of(first.member_id)
+    epoch = env.group().group_epoch
+    again = await env.join(instance_id="i-1")
+    assert again.member_id != first.member_id and first.member_id not in env.group().members
+    assert env.group().target_of(again.member_id) == target and env.group().group_epoch == epoch
+    # the old member id is fenced
+    response = await env.runtime.sync_group(SyncGroupRequest(GROUP, again.generation_id, first.member_id, "i-1"))
+    assert response.error_code == Errors.FENCED_INSTANCE_ID
+
+
+def test_record_5_with_classic_member_metadata_round_trips() -> None:
+    record = MemberMetadataRecord(GROUP, "m", None, None, "client", "/127.0.0.1", ("foo",), None, 30_000, None,
+                                  ClassicMemberMetadata(10_000, (("range", b"\x00\x01abc"), ("cooperative", b""))))
+    assert decode(encode_key(record), encode_value(record)) == record
+    consumer = MemberMetadataRecord(GROUP, "m", None, None, "client", "/127.0.0.1", ("foo",), None, 30_000, None)
+    assert encode_value(consumer) is not None and len(encode_value(consumer)) < len(encode_value(record))
+    assert decode(encode_key(consumer), encode_value(consumer)) == consumer
+
+
+async def test_a_loaded_group_keeps_its_classic_members(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    classic = (await env.join_with_id()).member_id
+    runtime = GroupRuntime(CoordinatorConfig(), env.timer, env.store, env.clock)
+    runtime.consumer_groups.topics = env.runtime.consumer_groups.topics
+    runtime.consumer_groups.load(runtime.shard_for(GROUP), list(env.store.consumer_records))
+    loaded = runtime.shard_for(GROUP).consumer_groups[GROUP].members[classic]
+    assert loaded.classic == env.group().members[classic].classic and loaded.uses_classic_protocol
+    for member_id in list(runtime.shard_for(GROUP).consumer_groups[GROUP].members):
+        runtime.consumer_groups.cancel_all(GROUP, member_id)
