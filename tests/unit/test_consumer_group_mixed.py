@@ -13,7 +13,7 @@ import pytest
 from coordinator.config import CoordinatorConfig
 from coordinator.group.api import (JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
                                    MemberIdentity, OffsetCommitRequest, OffsetCommitRequestPartition,
-                                   OffsetCommitRequestTopic, SyncGroupRequest)
+                                   OffsetCommitRequestTopic, SyncGroupRequest, SyncGroupRequestAssignment)
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
 from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.records import (ClassicMemberMetadata, CurrentAssignmentRecord, GroupEpochRecord,
@@ -24,7 +24,8 @@ from coordinator.group.runtime import GroupRuntime
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.storage.consumer_records import decode, encode_key, encode_value
 from coordinator.timer import ManualClock, SystemTimer
-from protocol.consumer_protocol import Subscription, decode_assignment, encode_subscription
+from protocol.consumer_protocol import (Assignment, Subscription, decode_assignment, encode_assignment,
+                                        encode_subscription)
 from protocol.error_codes import Errors
 
 FOO = uuid.UUID(int=0xF00)
@@ -36,11 +37,12 @@ REBALANCE_MS = 30_000
 class MixedEnv:
     """A runtime on a manual clock; consumer-protocol members heartbeat, classic ones join/sync/heartbeat."""
 
-    def __init__(self) -> None:
+    def __init__(self, **config: object) -> None:
         self.clock = ManualClock(1_000_000)
         self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
         self.store = InMemoryGroupStore()
-        self.runtime = GroupRuntime(CoordinatorConfig(), self.timer, self.store, self.clock)
+        self.config = CoordinatorConfig(**config)  # type: ignore[arg-type]
+        self.runtime = GroupRuntime(self.config, self.timer, self.store, self.clock)
         self.runtime.consumer_groups.topics = StaticTopics([TopicImage(FOO, "foo", 6)])
         self._seen = 0
 
@@ -84,9 +86,14 @@ class MixedEnv:
         assert first.error_code == Errors.MEMBER_ID_REQUIRED
         return await self.join(first.member_id, owned)
 
-    async def sync(self, member_id: str, generation: int) -> tuple[Errors, tuple[int, ...]]:
+    async def sync(self, member_id: str, generation: int, assignments: dict[str, tuple[int, ...]] | None = None
+                   ) -> tuple[Errors, tuple[int, ...]]:
+        """`assignments`: the leader's, member id -> partitions of foo."""
+        given = [SyncGroupRequestAssignment(m, encode_assignment(Assignment((("foo", ps),)), 1))
+                 for m, ps in (assignments or {}).items()]
         response = await self.runtime.sync_group(SyncGroupRequest(GROUP, generation, member_id,
-                                                                  protocol_type="consumer", protocol_name="range"))
+                                                                  protocol_type="consumer", protocol_name="range",
+                                                                  assignments=given))
         if response.error_code != Errors.NONE:
             return response.error_code, ()
         _, assignment = decode_assignment(response.assignment)
@@ -94,6 +101,25 @@ class MixedEnv:
 
     def classic_heartbeat(self, member_id: str, generation: int) -> Errors:
         return self.runtime.handle_heartbeat(GROUP, generation, member_id)
+
+
+    async def classic_group(self) -> tuple[str, str]:
+        """A Stable classic group of two members (the range assignor's split of foo); returns their ids."""
+        ids = [(await self.join()).member_id for _ in range(2)]
+        joins = [asyncio.ensure_future(self.join(member_id)) for member_id in ids]
+        for _ in range(REBALANCE_MS // self.config.group_initial_rebalance_delay_ms + 2):  # the initial delay
+            for _ in range(5):
+                await asyncio.sleep(0)
+            if all(j.done() for j in joins):
+                break
+            self.advance(self.config.group_initial_rebalance_delay_ms + 1)
+        responses = await asyncio.wait_for(asyncio.gather(*joins), 5)
+        leader = responses[0].leader
+        assert {r.generation_id for r in responses} == {1}
+        plan = {ids[0]: (0, 1, 2), ids[1]: (3, 4, 5)}
+        results = await asyncio.gather(*(self.sync(m, 1, plan if m == leader else None) for m in ids))
+        assert [r[1] for r in results] == [plan[m] for m in ids]
+        return ids[0], ids[1]
 
 
 @pytest.fixture
@@ -258,3 +284,61 @@ async def test_a_loaded_group_keeps_its_classic_members(env: MixedEnv) -> None:
     assert loaded.classic == env.group().members[classic].classic and loaded.uses_classic_protocol
     for member_id in list(runtime.shard_for(GROUP).consumer_groups[GROUP].members):
         runtime.consumer_groups.cancel_all(GROUP, member_id)
+
+
+async def test_online_upgrade_converts_a_classic_group_and_keeps_its_members(env: MixedEnv) -> None:
+    first, second = await env.classic_group()
+    joined = await env.heartbeat("c", 0)
+    assert (joined.error, joined.member_epoch) == (Errors.NONE, 2)
+    assert env.runtime.shard_for(GROUP).groups[GROUP].state.value == "Empty"  # only the offsets' holder
+    group = env.group()
+    # the classic members, STABLE at the classic generation with their assignments, now share with c
+    for member_id, partitions in ((first, (0, 1, 2)), (second, (3, 4, 5))):
+        member = group.members[member_id]
+        assert (member.member_epoch, member.state, member.assigned) == (1, MemberState.STABLE, {FOO: partitions})
+        assert member.classic is not None and member.classic.session_timeout_ms == CLASSIC_SESSION_MS
+    # one write: the classic tombstone, then 5 5 3 7 7 6 8 8 (the conversion), then the joiner's records
+    conversion = next(w for w in env.store.writes if any(getattr(r, "value", 0) is None for r in w[:1]))
+    kinds = [type(r).__name__ for r in conversion]
+    assert kinds[:9] == ["GroupMetadataRecord", "MemberMetadataRecord", "MemberMetadataRecord", "GroupEpochRecord",
+                         "TargetAssignmentRecord", "TargetAssignmentRecord", "TargetAssignmentEpochRecord",
+                         "CurrentAssignmentRecord", "CurrentAssignmentRecord"]
+    assert conversion[3].epoch == 1 and conversion[9].member_id == "c"
+    assert GROUP not in env.store.groups
+    # the classic members learn of the new epoch, revoke through a rejoin and get their share
+    for member_id, owned in ((first, (0, 1, 2)), (second, (3, 4, 5))):
+        assert env.classic_heartbeat(member_id, 1) == Errors.REBALANCE_IN_PROGRESS
+        rejoined = await env.join(member_id, owned=owned)
+        target = env.group().target_of(member_id).get(FOO, ())
+        kept = tuple(p for p in owned if p in target)
+        assert rejoined.error_code == Errors.NONE
+        assert await env.sync(member_id, rejoined.generation_id) == (Errors.NONE, kept)
+        again = await env.join(member_id, owned=kept)
+        assert (again.error_code, again.generation_id) == (Errors.NONE, 2)
+    c = await env.heartbeat("c", 2, owned=())
+    assert c.assignment == env.group().target_of("c")
+    assert {m.member_epoch for m in env.group().members.values()} == {2}
+    # a reload (another instance, or after a crash) sees the conversion whole: a consumer group, no classic one
+    other = GroupRuntime(env.config, env.timer, env.store, env.clock)
+    await other.load([env.runtime.partition_for(GROUP)])
+    shard = other.shard_for(GROUP)
+    assert set(shard.consumer_groups[GROUP].members) == {first, second, "c"}
+    assert GROUP not in shard.groups or not shard.groups[GROUP].members
+    for member_id in list(shard.consumer_groups[GROUP].members):
+        other.consumer_groups.cancel_all(GROUP, member_id)
+
+
+@pytest.mark.parametrize("policy", ["disabled", "downgrade"])
+async def test_online_upgrade_refused_by_the_migration_policy(policy: str) -> None:
+    env = MixedEnv(group_consumer_migration_policy=policy)
+    try:
+        await env.classic_group()
+        refused = await env.heartbeat("c", 0)
+        assert (refused.error, refused.message) == (Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group "
+                                                    f"{GROUP} to consumer group because online upgrade is disabled.")
+        assert env.group() is None and env.runtime.shard_for(GROUP).groups[GROUP].state.value == "Stable"
+        other = await env.heartbeat("c", 3, owned=())
+        assert (other.error, other.message) == (Errors.GROUP_ID_NOT_FOUND, f"Group {GROUP} is not a consumer group.")
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()

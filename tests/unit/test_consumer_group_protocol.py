@@ -417,8 +417,10 @@ async def test_a_classic_group_with_members_is_not_a_consumer_group(env: Env) ->
     parked = asyncio.ensure_future(env.runtime.join_group(JoinGroupRequest(
         GROUP, 10_000, 10_000, first.member_id, None, "consumer", [JoinGroupProtocol("range", b"")])))
     await asyncio.sleep(0)
-    busy = await env.heartbeat("b", 0)
-    assert (busy.error, busy.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
+    busy = await env.heartbeat("b", 0)  # its metadata is no ConsumerProtocol subscription: it cannot be upgraded
+    assert (busy.error, busy.message) == (Errors.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group g to consumer "
+                                          "group because the embedded consumer protocol is malformed.")
+    assert (await env.heartbeat("b", 1)).message == "Group g is not a consumer group."
     [described] = await env.runtime.consumer_group_describe([GROUP])
     assert (described.error, described.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
     parked.cancel()

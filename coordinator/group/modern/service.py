@@ -23,7 +23,11 @@ from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatRespo
                                                 validate)
 from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                    SyncGroupRequest, SyncGroupResponse)
+from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.classic import classic_heartbeat, classic_join, classic_leave, classic_sync
+from coordinator.group.modern.conversion import (consumer_group_records, converted, is_convertible,
+                                                 validate_online_upgrade)
+from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.regex import Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
@@ -113,13 +117,24 @@ class ConsumerGroupService:
             status_error = _STATUS_ERRORS.get(shard.status)
             if status_error is not None:
                 return HeartbeatResponse(status_error), None
+            group = shard.consumer_groups.get(request.group_id)
             classic = shard.groups.get(request.group_id)
-            if classic is not None and not (classic.is_in(GroupState.EMPTY) or classic.is_in(GroupState.DEAD)):
-                raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
-            result = heartbeat(shard.consumer_groups.get(request.group_id), request, self.topics, self.settings,
-                               self, self.timer.clock.now_ms(), self.wall_clock.now_ms())
+            conversion: list[ConsumerGroupRecord] = []
+            if is_convertible(classic):
+                assert classic is not None
+                if request.member_epoch != 0:
+                    raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
+                validate_online_upgrade(classic, self.config.group_consumer_migration_policy,
+                                        self.config.group_consumer_max_size)
+                conversion = consumer_group_records(classic, self.topics)
+                group = converted(request.group_id, conversion)
+            result = heartbeat(group, request, self.topics, self.settings, self, self.timer.clock.now_ms(),
+                               self.wall_clock.now_ms())
         except ApiError as exc:
             return HeartbeatResponse(exc.error, exc.message), None
+        if conversion:
+            assert classic is not None
+            return result.response, self._upgrade(shard, classic, conversion + result.records)
         before = shard.consumer_groups.get(request.group_id)
         snapshot = before.snapshot() if before is not None and result.records else None
         if result.created is not None and result.records:
@@ -156,6 +171,24 @@ class ConsumerGroupService:
     def classic_leave(self, group: ConsumerGroup, req: LeaveGroupRequest) -> tuple[LeaveGroupResponse, Write | None]:
         records, response = classic_leave(group, req.members, self.topics, self)
         return response, self._apply(self.shard_for(req.group_id), req.group_id, records)
+
+    def _upgrade(self, shard: GroupShard, classic: GroupMetadata, records: list[ConsumerGroupRecord]) -> Write:
+        """The classic group gives way (its parked JoinGroup/SyncGroup answered REBALANCE_IN_PROGRESS, its
+        heartbeats stopped, its offsets kept) and the consumer group its records describe takes its place. If the
+        write fails, the consumer group goes and the classic members rejoin an empty classic group."""
+        group_id = classic.group_id
+        shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
+        shard.add_group(group_id).offsets.update(classic.offsets)  # the offsets' holder, as a load makes it
+        shard.consumer_groups[group_id] = ConsumerGroup(group_id)
+        write = self._apply(shard, group_id, records, None, written_first=[GroupMetadataRecord(group_id, None)])
+        group = shard.consumer_groups[group_id]
+        for member_id in classic.members:
+            member = group.members.get(member_id)
+            if member is not None and member.classic is not None:
+                self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
+        log.info("[GroupId %s] Converted the classic group to a consumer group.", group_id)
+        assert write is not None
+        return write
 
     async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh) -> None:
         """A group's regular expressions resolved against every topic, after the heartbeat that asked for it
@@ -219,10 +252,11 @@ class ConsumerGroupService:
 
     # --- records ----------------------------------------------------------------------------------------------
     def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
-               before: ConsumerGroup | None | object = _AS_NOW) -> Write | None:
+               before: ConsumerGroup | None | object = _AS_NOW, *,
+               written_first: Sequence[GroupMetadataRecord] = ()) -> Write | None:
         """Replays the records and returns them as the write for the shard's partition; if that write fails, the
         group goes back to `before` (None: no group; default: as it is now), unless a later write changed it
-        meanwhile."""
+        meanwhile. `written_first`: the classic group's records a conversion writes ahead of them."""
         if not records:
             return None
         if before is _AS_NOW:
@@ -232,7 +266,7 @@ class ConsumerGroupService:
         for record in records:
             self.replay(shard, record)
         previous = before if isinstance(before, ConsumerGroup) else None
-        return Write(group_id, list(records),
+        return Write(group_id, [*written_first, *records],
                      then=lambda error: self._written(shard, group_id, error, previous, sequence))
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
