@@ -342,3 +342,55 @@ async def test_online_upgrade_refused_by_the_migration_policy(policy: str) -> No
     finally:
         await env.runtime.shutdown()
         await env.timer.close()
+
+
+async def test_online_downgrade_when_the_last_consumer_protocol_member_leaves(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    classic = (await env.join_with_id()).member_id
+    await env.runtime.commit_offsets(OffsetCommitRequest(GROUP, 1, "a", [OffsetCommitRequestTopic(
+        "foo", [OffsetCommitRequestPartition(0, 42)])], version=9))
+    epoch = env.group().group_epoch
+    env_target = env.group().target_of(classic)[FOO]
+    left = await env.heartbeat("a", -1)
+    assert (left.error, left.member_epoch) == (Errors.NONE, -1)
+    assert env.group() is None
+    group = env.runtime.shard_for(GROUP).groups[GROUP]
+    # a classic group at generation = group epoch, rebalancing, its member the classic one, the offsets kept
+    assert (group.generation_id, group.state.value, list(group.members)) == (epoch, "PreparingRebalance", [classic])
+    assert group.offsets[("foo", 0)].offset == 42
+    # one write: the consumer group's tombstones in Kafka's order, then the classic group's record
+    write = env.store.writes[-1]
+    kinds = [(type(r).__name__, getattr(r, "record_type", None)) for r in write]
+    assert kinds == [("Tombstone", RecordType.CURRENT_MEMBER_ASSIGNMENT)] * 2 + [
+        ("Tombstone", RecordType.TARGET_ASSIGNMENT_MEMBER)] * 2 + [
+        ("Tombstone", RecordType.TARGET_ASSIGNMENT_METADATA)] + [("Tombstone", RecordType.MEMBER_METADATA)] * 2 + [
+        ("Tombstone", RecordType.PARTITION_METADATA), ("Tombstone", RecordType.GROUP_METADATA),
+        ("GroupMetadataRecord", None)]
+    assert write[-1].value.generation == epoch and [m.member_id for m in write[-1].value.members] == [classic]
+    _, stored = decode_assignment(write[-1].value.members[0].assignment)  # its target as its assignment
+    assert dict(stored.partitions).get("foo", ()) == env_target
+    # the classic member learns of the rebalance, rejoins as the group's only member and leads it
+    assert env.classic_heartbeat(classic, epoch) == Errors.REBALANCE_IN_PROGRESS
+    rejoined = await asyncio.wait_for(env.join(classic), 5)
+    assert (rejoined.error_code, rejoined.generation_id, rejoined.leader) == (Errors.NONE, epoch + 1, classic)
+    assert await env.sync(classic, epoch + 1, {classic: tuple(range(6))}) == (Errors.NONE, tuple(range(6)))
+    # a reload sees a classic group and no consumer group
+    other = GroupRuntime(env.config, env.timer, env.store, env.clock)
+    await other.load([env.runtime.partition_for(GROUP)])
+    shard = other.shard_for(GROUP)
+    assert GROUP not in shard.consumer_groups and list(shard.groups[GROUP].members) == [classic]
+    await other.shutdown()
+
+
+async def test_no_downgrade_under_an_upgrade_only_policy() -> None:
+    env = MixedEnv(group_consumer_migration_policy="upgrade")
+    try:
+        await env.heartbeat("a", 0)
+        classic = (await env.join_with_id()).member_id
+        await env.heartbeat("a", -1)
+        assert set(env.group().members) == {classic}  # still a consumer group, with its classic member
+        assert GROUP not in env.runtime.shard_for(GROUP).groups or not env.runtime.shard_for(GROUP).groups[
+            GROUP].members
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()

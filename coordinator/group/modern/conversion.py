@@ -1,11 +1,16 @@
-"""Online conversion of a classic group into a consumer group (Kafka 4.1's validateOnlineUpgrade,
-convertToConsumerGroup and ConsumerGroup.fromClassicGroup), under `group.consumer.migration.policy`.
+"""Online conversion between a classic group and a consumer group (Kafka 4.1's validateOnlineUpgrade,
+convertToConsumerGroup, ConsumerGroup.fromClassicGroup; validateOnlineDowngradeWithFencedMember,
+convertToClassicGroup, ClassicGroup.fromConsumerGroup), under `group.consumer.migration.policy`.
 
 The first ConsumerGroupHeartbeat to a classic group with members converts it: each classic member becomes a
 consumer group member that speaks the classic protocol, STABLE at the classic generation, its target and its
 assignment what the classic leader gave it. The records are the classic group's tombstone, then 5 per member, 3,
 7 per member, 6 and 8 per member; the joiner's own records follow in the same write, so a load sees the conversion
 whole or not at all.
+
+When the last member that speaks the consumer protocol leaves or is fenced and classic members remain, the group
+goes back: the consumer group's tombstones, then the classic group's record (Stable at generation = group epoch,
+each member assigned its target), written together; a rebalance follows.
 """
 
 from __future__ import annotations
@@ -13,16 +18,20 @@ from __future__ import annotations
 import logging
 import uuid
 
+from coordinator.group.api import JoinGroupProtocol
+from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.member import ConsumerGroupMember, MemberState
 from coordinator.group.modern.records import (ClassicMemberMetadata, ConsumerGroupRecord, GroupEpochRecord,
-                                              Partitions, TargetAssignmentEpochRecord, TargetAssignmentRecord,
-                                              sorted_partitions)
+                                              Partitions, RecordType, TargetAssignmentEpochRecord,
+                                              TargetAssignmentRecord, Tombstone, sorted_partitions)
+from coordinator.group.observer import GroupObserver
 from coordinator.group.modern.topics import TopicsView, metadata_hash
 from coordinator.group.state import GroupState
-from protocol.consumer_protocol import ConsumerProtocolError, decode_assignment, decode_subscription
+from protocol.consumer_protocol import (Assignment, ConsumerProtocolError, decode_assignment, decode_subscription,
+                                        encode_assignment)
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
@@ -111,3 +120,69 @@ def converted(group_id: str, records: list[ConsumerGroupRecord]) -> ConsumerGrou
 def is_convertible(classic: GroupMetadata | None) -> bool:
     """A classic group with members: an empty one is simply replaced."""
     return classic is not None and not (classic.is_in(GroupState.EMPTY) or classic.is_in(GroupState.DEAD))
+
+
+def validate_online_downgrade(group: ConsumerGroup, fenced_member_id: str, policy: str, classic_max_size: int
+                              ) -> bool:
+    """Kafka's validateOnlineDowngradeWithFencedMember: the last consumer-protocol member goes and classic ones
+    remain, within the policy and the classic group's maximum size."""
+    fenced = group.members.get(fenced_member_id)
+    classic = sum(1 for m in group.members.values() if m.uses_classic_protocol)
+    if fenced is None or fenced.uses_classic_protocol or classic != len(group.members) - 1:
+        return False
+    if len(group.members) <= 1:
+        return False
+    if not downgrade_enabled(policy):
+        log.info("Cannot downgrade consumer group %s to classic group because the online downgrade is disabled.",
+                 group.group_id)
+        return False
+    if len(group.members) - 1 > classic_max_size:
+        log.info("Cannot downgrade consumer group %s to classic group because its group size is greater than "
+                 "classic group max size.", group.group_id)
+        return False
+    return True
+
+
+def consumer_group_tombstones(group: ConsumerGroup) -> list[ConsumerGroupRecord]:
+    """Kafka's ConsumerGroup.createGroupTombstoneRecords, in its order: 8 per member, 7 per member, 6, 5 per
+    member, 16 per resolved regular expression, 4, 3."""
+    group_id, members = group.group_id, list(group.members)
+    records: list[ConsumerGroupRecord] = [Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, group_id, m)
+                                          for m in members]
+    records += [Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, group_id, m) for m in members]
+    records.append(Tombstone(RecordType.TARGET_ASSIGNMENT_METADATA, group_id))
+    records += [Tombstone(RecordType.MEMBER_METADATA, group_id, m) for m in members]
+    records += [Tombstone(RecordType.REGULAR_EXPRESSION, group_id, regex=r) for r in group.resolved_regexes]
+    records.append(Tombstone(RecordType.PARTITION_METADATA, group_id))
+    records.append(Tombstone(RecordType.GROUP_METADATA, group_id))
+    return records
+
+
+def classic_group_from(group: ConsumerGroup, leaving_member_id: str, topics: TopicsView, now_ms: int,
+                       observer: GroupObserver) -> GroupMetadata:
+    """Kafka's ClassicGroup.fromConsumerGroup: a Stable classic group at generation = group epoch whose members
+    are the remaining (classic) ones, each assigned its target as a ConsumerProtocolAssignment."""
+    classic = GroupMetadata(group.group_id, GroupState.STABLE, now_ms, observer)
+    classic.protocol_type = CONSUMER_PROTOCOL_TYPE
+    classic.generation_id = group.group_epoch
+    for member_id, member in group.members.items():
+        if member_id == leaving_member_id or member.classic is None:
+            continue
+        protocols = [JoinGroupProtocol(name, metadata) for name, metadata in member.classic.protocols]
+        classic.add(MemberMetadata(member_id, member.instance_id, member.client_id, member.client_host,
+                                   member.rebalance_timeout_ms, member.classic.session_timeout_ms,
+                                   CONSUMER_PROTOCOL_TYPE, protocols))
+    classic.protocol_name = classic.select_protocol()
+    classic.subscribed_topics = classic._compute_subscribed_topics()  # noqa: SLF001 (as loading sets it)
+    for member_id, classic_member in classic.members.items():
+        try:
+            version = decode_subscription(classic_member.metadata(classic.protocol_name))[0]
+        except (ConsumerProtocolError, KeyError):
+            version = 0
+        named = []
+        for topic_id, ps in group.target_of(member_id).items():
+            image = topics.by_id(topic_id)
+            if image is not None:
+                named.append((image.name, tuple(ps)))
+        classic_member.assignment = encode_assignment(Assignment(tuple(named)), min(version, 3))
+    return classic

@@ -25,10 +25,12 @@ from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGro
                                    SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.classic import classic_heartbeat, classic_join, classic_leave, classic_sync
-from coordinator.group.modern.conversion import (consumer_group_records, converted, is_convertible,
-                                                 validate_online_upgrade)
+from coordinator.group.modern.conversion import (classic_group_from, consumer_group_records,
+                                                 consumer_group_tombstones, converted, is_convertible,
+                                                 validate_online_downgrade, validate_online_upgrade)
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.records import GroupMetadataRecord
-from coordinator.group.modern.member import MemberState
+from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.regex import Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
 from coordinator.group.modern.topics import StaticTopics, TopicsView
@@ -128,6 +130,10 @@ class ConsumerGroupService:
                                         self.config.group_consumer_max_size)
                 conversion = consumer_group_records(classic, self.topics)
                 group = converted(request.group_id, conversion)
+            if (group is not None and request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
+                    and self._downgrades(group, request)):
+                return (HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch),
+                        self._downgrade(shard, group, request.member_id))
             result = heartbeat(group, request, self.topics, self.settings, self, self.timer.clock.now_ms(),
                                self.wall_clock.now_ms())
         except ApiError as exc:
@@ -187,6 +193,38 @@ class ConsumerGroupService:
             if member is not None and member.classic is not None:
                 self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
         log.info("[GroupId %s] Converted the classic group to a consumer group.", group_id)
+        assert write is not None
+        return write
+
+    def _downgrades(self, group: ConsumerGroup, request: HeartbeatRequest) -> bool:
+        """Whether this leave (-1) is the last consumer-protocol member's and takes the group back to classic."""
+        member = group.members.get(request.member_id)
+        if member is None or (request.instance_id is not None and member.instance_id != request.instance_id):
+            return False  # the usual errors (heartbeat.leave)
+        return validate_online_downgrade(group, member.member_id, self.config.group_consumer_migration_policy,
+                                         self.config.group_max_size)
+
+    def _downgrade(self, shard: GroupShard, group: ConsumerGroup, leaving_member_id: str) -> Write:
+        """The consumer group's tombstones and the classic group's record, written together; the classic group
+        (holding the group's offsets) takes its place at once and rebalances."""
+        group_id = group.group_id
+        log.info("[GroupId %s] Member %s left the consumer group.", group_id, leaving_member_id)
+        classic = classic_group_from(group, leaving_member_id, self.topics, shard.now_wall_ms(), shard.observer)
+        holder = shard.groups.get(group_id)
+        if holder is not None:
+            classic.offsets.update(holder.offsets)
+        record = classic.to_record({m.member_id: m.assignment for m in classic.members.values()})
+        for member_id in group.members:
+            self.cancel_all(group_id, member_id)
+        write = self._apply(shard, group_id, consumer_group_tombstones(group),
+                            written_last=[GroupMetadataRecord(group_id, record)])
+        shard.groups[group_id] = classic
+        for member in classic.members.values():
+            shard.schedule_heartbeat(classic, member, member.session_timeout_ms)
+        shard.prepare_rebalance(classic, RebalanceCause(RebalanceCategory.MEMBER_LEFT,
+                                                        f"Downgrade group {group_id} from consumer to classic.",
+                                                        leaving_member_id))
+        log.info("[GroupId %s] Converted the consumer group to a classic group.", group_id)
         assert write is not None
         return write
 
@@ -253,10 +291,11 @@ class ConsumerGroupService:
     # --- records ----------------------------------------------------------------------------------------------
     def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
                before: ConsumerGroup | None | object = _AS_NOW, *,
-               written_first: Sequence[GroupMetadataRecord] = ()) -> Write | None:
+               written_first: Sequence[GroupMetadataRecord] = (),
+               written_last: Sequence[GroupMetadataRecord] = ()) -> Write | None:
         """Replays the records and returns them as the write for the shard's partition; if that write fails, the
         group goes back to `before` (None: no group; default: as it is now), unless a later write changed it
-        meanwhile. `written_first`: the classic group's records a conversion writes ahead of them."""
+        meanwhile. `written_first`, `written_last`: the classic group's records a conversion writes around them."""
         if not records:
             return None
         if before is _AS_NOW:
@@ -266,7 +305,7 @@ class ConsumerGroupService:
         for record in records:
             self.replay(shard, record)
         previous = before if isinstance(before, ConsumerGroup) else None
-        return Write(group_id, [*written_first, *records],
+        return Write(group_id, [*written_first, *records, *written_last],
                      then=lambda error: self._written(shard, group_id, error, previous, sequence))
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
@@ -380,6 +419,10 @@ class ConsumerGroupService:
         if at_epoch is not None and member.member_epoch != at_epoch:
             return
         log.info("[GroupId %s] Member %s fenced from the group because %s", group_id, member_id, reason)
+        if validate_online_downgrade(group, member_id, self.config.group_consumer_migration_policy,
+                                     self.config.group_max_size):
+            shard.append(self._downgrade(shard, group, member_id))
+            return
         write = self._apply(shard, group_id, fence(group, member, self.topics, self))
         if write is not None:
             shard.append(write)
