@@ -394,3 +394,16 @@ async def test_no_downgrade_under_an_upgrade_only_policy() -> None:
     finally:
         await env.runtime.shutdown()
         await env.timer.close()
+
+
+async def test_a_failed_upgrade_write_leaves_the_classic_group_as_written(env: MixedEnv) -> None:
+    first, second = await env.classic_group()
+    env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    failed = await env.heartbeat("c", 0)
+    assert failed.error == Errors.COORDINATOR_NOT_AVAILABLE  # Kafka 4's answer to that append error
+    assert env.group() is None
+    classic = env.runtime.shard_for(GROUP).groups[GROUP]
+    assert (classic.state.value, classic.generation_id, set(classic.members)) == ("Stable", 1, {first, second})
+    assert env.classic_heartbeat(first, 1) == Errors.NONE
+    # the next attempt converts it
+    assert (await env.heartbeat("c", 0)).error == Errors.NONE and set(env.group().members) == {first, second, "c"}

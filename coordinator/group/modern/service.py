@@ -23,6 +23,7 @@ from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatRespo
                                                 validate)
 from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                    SyncGroupRequest, SyncGroupResponse)
+from coordinator.group.loading import materialize_group
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.classic import classic_heartbeat, classic_join, classic_leave, classic_sync
 from coordinator.group.modern.conversion import (classic_group_from, consumer_group_records,
@@ -181,19 +182,39 @@ class ConsumerGroupService:
     def _upgrade(self, shard: GroupShard, classic: GroupMetadata, records: list[ConsumerGroupRecord]) -> Write:
         """The classic group gives way (its parked JoinGroup/SyncGroup answered REBALANCE_IN_PROGRESS, its
         heartbeats stopped, its offsets kept) and the consumer group its records describe takes its place. If the
-        write fails, the consumer group goes and the classic members rejoin an empty classic group."""
+        write fails, the consumer group goes and the classic group comes back as its last record has it (Stable;
+        one caught mid-rebalance has no such record: its members rejoin an empty group)."""
         group_id = classic.group_id
+        # what the state topic still says of the classic group, to go back to if the write fails
+        last_written = classic.to_record({m.member_id: m.assignment for m in classic.members.values()}) \
+            if classic.is_in(GroupState.STABLE) else None
         shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
-        shard.add_group(group_id).offsets.update(classic.offsets)  # the offsets' holder, as a load makes it
+        holder = shard.add_group(group_id)  # the offsets' holder, as a load makes it
+        holder.offsets.update(classic.offsets)
         shard.consumer_groups[group_id] = ConsumerGroup(group_id)
         write = self._apply(shard, group_id, records, None, written_first=[GroupMetadataRecord(group_id, None)])
+        assert write is not None and write.then is not None
+        revert_consumer_group = write.then
+
+        def written(error: Errors) -> None:
+            revert_consumer_group(error)
+            if (error != Errors.NONE and last_written is not None and group_id not in shard.consumer_groups
+                    and shard.groups.get(group_id) is holder and shard.status is ShardStatus.ACTIVE):
+                restored = materialize_group(group_id, [GroupMetadataRecord(group_id, last_written)],
+                                             shard.now_wall_ms(), shard.observer)
+                restored.offsets.update(holder.offsets)
+                shard.groups[group_id] = restored
+                for member in restored.members.values():
+                    shard.schedule_heartbeat(restored, member, member.session_timeout_ms)
+                log.warning("event=upgrade_reverted group=%s error=%s", group_id, error.name)
+
+        write.then = written
         group = shard.consumer_groups[group_id]
         for member_id in classic.members:
             member = group.members.get(member_id)
             if member is not None and member.classic is not None:
                 self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
         log.info("[GroupId %s] Converted the classic group to a consumer group.", group_id)
-        assert write is not None
         return write
 
     def _downgrades(self, group: ConsumerGroup, request: HeartbeatRequest) -> bool:
