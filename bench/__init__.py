@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import Any
 
 
-def run_and_print(main: Awaitable[Any], loop: str) -> None:
+def run_and_print(main: Coroutine[Any, Any, Any], loop: str) -> None:
     """Run a benchmark's `main` on the chosen event loop and print its figures as the final JSON line."""
+    figures: Any
     if loop == "uvloop":
         import uvloop
 

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from analytics import synthetic
 from analytics.events import Source, read_batch
@@ -42,7 +43,7 @@ def _create_topic(bootstrap: str, topic: str) -> None:
     admin.create_topics([NewTopic(topic, num_partitions=10, replication_factor=1)])[topic].result(60)
 
 
-def run(bootstrap: str, args: argparse.Namespace) -> dict[str, object]:
+def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
     topic = f"__bench_events_{os.getpid()}_{int(time.time())}"
     _create_topic(bootstrap, topic)
     print(f"writing {args.events:,} synthetic events for {args.groups} groups to {topic}", file=sys.stderr)

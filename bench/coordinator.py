@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import resource
@@ -230,7 +231,7 @@ async def drive_heartbeats(server: Server, frames: list[bytes], connections: int
     shares = [frames[i::connections] for i in range(connections)]
     protocols = []
     for share in shares:
-        _transport, protocol = await loop.create_connection(lambda s=share: LoadConnection(s, stats), "127.0.0.1",
+        _transport, protocol = await loop.create_connection(functools.partial(LoadConnection, share, stats), "127.0.0.1",
                                                             server.port)
         protocols.append(protocol)
     for protocol in protocols:

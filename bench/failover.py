@@ -36,6 +36,7 @@ import resource
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 from bench import run_and_print
@@ -44,7 +45,8 @@ from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
-from tests.support.instances import Instance, Instances, groups_in_partitions, unique, wait_for
+from tests.support.instances import Instance, Instances, groups_in_partitions, unique
+from tests.support.polling import wait_until
 from tests.support.wire import request
 
 TRANSIENT = (ConnectionClosed, RequestTimedOut, ProtocolError, OSError, asyncio.TimeoutError)
@@ -274,7 +276,7 @@ async def _measure(cluster: Instances, victim: Instance, shared: list[Shared], a
     async def watch_detection() -> None:
         if restart:
             return
-        await wait_for(lambda: _victim_gone(cluster, victim), 120, "the victim out of the instances group", 0.1)
+        await wait_until(lambda: _victim_gone(cluster, victim), 120, "the victim out of the instances group", 0.1)
         detected.append(time.monotonic() - killed_at)
 
     watcher = asyncio.ensure_future(watch_detection())
@@ -306,7 +308,7 @@ async def _measure(cluster: Instances, victim: Instance, shared: list[Shared], a
     }
 
 
-async def _loads(instances: list[Instance], since: dict[str, int], moved: set[int],
+async def _loads(instances: Iterable[Instance], since: dict[str, int], moved: set[int],
                  restart: bool) -> list[tuple[str, int, int]]:
     """(instance, groups, duration_ms) of the loads the instances logged after the kill: the moved partitions
     (event=partitions_loaded), or the restarted instance's whole state (event=state_loaded). Waits a little for
@@ -319,8 +321,8 @@ async def _loads(instances: list[Instance], since: dict[str, int], moved: set[in
                 for i in instances for parts, groups, ms in pattern.findall(i.log_text(since[i.instance_id]))]
 
     try:
-        await wait_for(lambda: moved <= {p for _i, parts, _g, _ms in found() for p in parts}, 30,
-                       "the load lines in the logs", 0.2)
+        await wait_until(lambda: moved <= {p for _i, parts, _g, _ms in found() for p in parts}, 30,
+                         "the load lines in the logs", 0.2)
     except AssertionError:
         log("  (not every moved partition's load line was found in the logs)")
     return [(instance, groups, ms) for instance, parts, groups, ms in found() if parts & moved]

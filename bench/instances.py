@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -372,7 +373,7 @@ def drive_main(plan_path: str, warmup_s: float, seconds: float, pids: str) -> No
         stats = {port: Stats() for port, _frames in plan}
         protocols = []
         for port, frames in plan:
-            _transport, protocol = await loop.create_connection(lambda f=frames, p=port: LoadConnection(f, stats[p]),
+            _transport, protocol = await loop.create_connection(functools.partial(LoadConnection, frames, stats[port]),
                                                                 "127.0.0.1", port)
             protocols.append(protocol)
         for protocol in protocols:

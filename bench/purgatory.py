@@ -31,6 +31,7 @@ import random
 import resource
 import sys
 import time
+from typing import cast
 
 from bench import run_and_print
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -63,6 +64,9 @@ class _HandleLink:
     """Stands in for a TimerTaskEntry so that TimerTask.cancel() cancels an asyncio TimerHandle instead."""
 
     __slots__ = ("handle", "list", "timer")
+    handle: asyncio.TimerHandle
+    list: _HandleLink | None
+    timer: CallLaterTimer
 
     def remove(self, link: _HandleLink) -> None:
         link.handle.cancel()
@@ -115,10 +119,14 @@ class DelayedHeartbeat(DelayedOperation):
 
 async def heartbeats(timer_kind: str, members: int, beats: int) -> float:
     """Heartbeats/s through the purgatory, Kafka style (checkAndComplete, then tryCompleteElseWatch)."""
-    timer = SystemTimer("bench-heartbeat", clock=MonotonicClock()) if timer_kind == "wheel" else CallLaterTimer()
+    timer: SystemTimer | CallLaterTimer
     if timer_kind == "wheel":
+        timer = SystemTimer("bench-heartbeat", clock=MonotonicClock())
         timer.start()
-    purgatory = DelayedOperationPurgatory("Heartbeat", timer)  # type: ignore[arg-type]
+    else:
+        timer = CallLaterTimer()
+    purgatory: DelayedOperationPurgatory[DelayedHeartbeat] = DelayedOperationPurgatory(
+        "Heartbeat", cast(SystemTimer, timer))  # a CallLaterTimer stands in with the surface the purgatory uses
     keys = [(("group", f"member-{i}"),) for i in range(members)]
     flags = [[False] for _ in range(members)]
     for i in range(members):
@@ -153,12 +161,14 @@ async def run_once(timer_kind: str, rate: float, count: int, pct50: float, pct75
     latencies_ms = latency_samples(rng, pct50, pct75, count)
     keys = [[f"fakeKey{rng.randrange(KEY_SPACE)}" for _ in range(KEYS_PER_REQUEST)] for _ in range(count)]
     clock = MonotonicClock()
+    timer: SystemTimer | CallLaterTimer
     if timer_kind == "wheel":
         timer = SystemTimer("bench-purgatory", clock=clock)
         timer.start()
     else:
         timer = CallLaterTimer()
-    purgatory = DelayedOperationPurgatory("fake purgatory", timer, purge_interval=1000)  # type: ignore[arg-type]
+    purgatory: DelayedOperationPurgatory[FakeOperation] = DelayedOperationPurgatory(
+        "fake purgatory", cast(SystemTimer, timer), purge_interval=1000)
     completed = [0]
     completions: list[tuple[float, int, FakeOperation]] = []
     peak_watched = peak_delayed = 0
@@ -223,7 +233,7 @@ async def main(args: argparse.Namespace) -> dict:
             sustained = [r["target_rate"] for r in runs if r["actual_rate"] >= 0.95 * r["target_rate"]]
             results[case][timer_kind] = {"runs": runs, "saturation_rate": max(sustained, default=0)}
             print(f"{case:12s} {timer_kind:10s} sustained up to {max(sustained, default=0):,}/s", flush=True)
-    heartbeat = {}
+    heartbeat: dict[str, float] = {}
     for timer_kind in ("wheel", "call_later"):
         heartbeat[timer_kind] = round(max([await heartbeats(timer_kind, 100_000, 300_000) for _ in range(3)]))
     heartbeat["ratio"] = round(heartbeat["wheel"] / heartbeat["call_later"], 2)

@@ -76,7 +76,7 @@ def read_all(bootstrap: str, topic: str, records: int) -> tuple[float, int]:
             for message in consumer.consume(10_000, timeout=1.0):
                 if message.error() is None:
                     seen += 1
-                    size += len(message.value())
+                    size += len(message.value() or b"")
         elapsed = time.perf_counter() - started
     finally:
         consumer.close()

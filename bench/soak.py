@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from protocol.fastpath import pack_heartbeat_request
 
@@ -124,7 +125,7 @@ class HeartbeatConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.lost = False
 
-    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+    def connection_made(self, transport) -> None:
         self.transport = transport
 
     def send(self, frame: bytes, now_ns: int) -> None:
@@ -242,12 +243,12 @@ async def run_worker(spec: dict) -> None:
                     "active": active, "cpu_s": _cpu_s()}})
 
 
-async def form(worker: Worker, activate, client_class) -> dict:  # type: ignore[no-untyped-def]
+async def form(worker: Worker, activate, client_class) -> dict:
     """Joins every group of this worker, `form_wave` members connecting at once; returns forming figures."""
     loop = asyncio.get_running_loop()
     members = [(g, i) for g in worker.groups for i in range(worker.group_size)]
     started = time.monotonic()
-    results = {"members": 0, "failed": 0, "rejoins": 0, "connect_s_max": 0.0, "join_spread_s_max": 0.0}
+    results: dict[str, Any] = {"members": 0, "failed": 0, "rejoins": 0, "connect_s_max": 0.0, "join_spread_s_max": 0.0}
     first_join: dict[str, float] = {}
     last_join: dict[str, float] = {}
 
@@ -282,7 +283,7 @@ async def form(worker: Worker, activate, client_class) -> dict:  # type: ignore[
     return results
 
 
-async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict, last_join: dict,  # type: ignore[no-untyped-def]
+async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict, last_join: dict,
                         results: dict) -> tuple[int, str]:
     from protocol.apis import ApiKey, request_class
     from protocol.consumer_protocol import Subscription, encode_subscription
@@ -377,7 +378,7 @@ async def serve_memory(initial_delay_ms: int, listen_backlog: int | None) -> Non
     timer.start()
     coordinator = GroupRuntime(CoordinatorConfig(group_initial_rebalance_delay_ms=initial_delay_ms), timer,
                                    InMemoryGroupStore())
-    options = {} if listen_backlog is None else {"listen_backlog": listen_backlog}
+    options: dict[str, Any] = {} if listen_backlog is None else {"listen_backlog": listen_backlog}
     server = CoordinatorServer(ServerConfig(listen_port=0, **options), coordinator)
     await server.start()
     logging.getLogger("coordinator.app").info("event=coordinator_ready port=%d", server.port)
@@ -552,9 +553,9 @@ def run(args: argparse.Namespace) -> dict:
         before = listen_counters()
         rss_idle = server.rss_mib()
         form_wave = max(1, args.form_wave // args.workers)
-        for w in range(args.workers):
+        for index in range(args.workers):
             workers.append(WorkerProcess({
-                "host": "127.0.0.1", "port": server.port, "groups": [w, args.workers, len(groups)],
+                "host": "127.0.0.1", "port": server.port, "groups": [index, args.workers, len(groups)],
                 "group_size": args.group_size, "interval_s": args.interval_s, "session_ms": args.session_ms,
                 "members_per_connection": args.members_per_connection, "form_wave": form_wave}, args.event_loop))
         formed = [w.take("formed", args.form_timeout_s) for w in workers]
@@ -656,7 +657,7 @@ def measure_loop(args: argparse.Namespace, server: ServerProcess, workers: list[
             "schedule_late_max_ms": late_max}
 
 
-def _run(coro, event_loop: str) -> None:  # type: ignore[no-untyped-def]
+def _run(coro, event_loop: str) -> None:
     if event_loop != "asyncio":
         try:
             import uvloop

@@ -36,7 +36,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.embedded import EmbeddedKafka
 from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic
 from coordinator.group.runtime import GroupRuntime
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from protocol.error_codes import Errors
 from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.store import GroupRecord, MemberRecord

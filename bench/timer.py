@@ -115,15 +115,15 @@ async def memory_per_timer(count: int) -> dict[str, float]:
 # -- 3. lateness ---------------------------------------------------------------------------------------------
 
 class Probe(TimerTask):
-    __slots__ = ("expiration_ms", "sink")
+    __slots__ = ("due_ms", "sink")
 
-    def __init__(self, delay_ms: int, expiration_ms: int, sink: list[float]) -> None:
+    def __init__(self, delay_ms: int, due_ms: int, sink: list[float]) -> None:
         super().__init__(delay_ms)
-        self.expiration_ms = expiration_ms
+        self.due_ms = due_ms
         self.sink = sink
 
     def run(self) -> None:
-        self.sink.append(time.monotonic_ns() / 1e6 - self.expiration_ms)
+        self.sink.append(time.monotonic_ns() / 1e6 - self.due_ms)
 
 
 async def lateness_ours(background: int, probe_delays_ms: list[int]) -> tuple[list[float], float]:

@@ -34,6 +34,7 @@ import argparse
 import array
 import asyncio
 import faulthandler
+import functools
 import json
 import logging
 import os
@@ -126,7 +127,7 @@ async def serve_coordinator(member_count: int, telemetry: bool = False, guarded:
     await asyncio.Future()
 
 
-def _server_tls(tls_dir: str | None):  # type: ignore[no-untyped-def]
+def _server_tls(tls_dir: str | None):
     if tls_dir is None:
         return None
     from coordinator.security.listeners import Listener, server_ssl_context
@@ -134,7 +135,7 @@ def _server_tls(tls_dir: str | None):  # type: ignore[no-untyped-def]
     return server_ssl_context(Listener("SSL", "127.0.0.1", 0), {"ssl.keystore.location": f"{tls_dir}/broker.pem"})
 
 
-def _client_tls(tls_dir: str | None):  # type: ignore[no-untyped-def]
+def _client_tls(tls_dir: str | None):
     if tls_dir is None:
         return None
     import ssl
@@ -154,7 +155,7 @@ def _guarded(runtime):
             guard.tick()
             await asyncio.sleep(0.5)
 
-    _guarded.ticking = asyncio.get_running_loop().create_task(ticks())  # type: ignore[attr-defined]
+    _guarded.ticking = asyncio.get_running_loop().create_task(ticks())
     return GuardedService(runtime, guard)
 
 
@@ -281,7 +282,7 @@ async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float,
     shares = [frames[i::connection_count] for i in range(connection_count)]
     connections = []
     for share in shares:
-        _transport, protocol = await loop.create_connection(lambda s=share: LoadConnection(s, stats), "127.0.0.1",
+        _transport, protocol = await loop.create_connection(functools.partial(LoadConnection, share, stats), "127.0.0.1",
                                                             port, ssl=_client_tls(tls_dir))
         connections.append(protocol)
     for connection in connections:
@@ -329,6 +330,7 @@ def run_server(kind: str, members: int, loop_name: str, tls_dir: str | None = No
     command = [sys.executable, "-m", "bench.wire", "--serve", kind, "--members", str(members), "--loop", loop_name,
                *(("--tls-dir", tls_dir) if kind == "coordinator+tls" and tls_dir else ())]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None  # stdout=PIPE
     line = process.stdout.readline()
     if not line.startswith("{"):
         process.kill()
@@ -402,14 +404,14 @@ async def main(args: argparse.Namespace) -> None:
         for result in measured:
             print(json.dumps(result), flush=True)
         results += measured
-    ours = [r for r in results if r["server"] == "coordinator"]
+    our_runs = [r for r in results if r["server"] == "coordinator"]
     summary = {"benchmark": "wire", "loop": args.loop, "seconds": args.seconds, "repeats": args.repeats,
-               "results": results, "min_ratio_to_bare": min(r["ratio_to_bare"] for r in ours),
-               "min_cpu_ratio_to_bare": min(r["cpu_ratio_to_bare"] for r in ours)}
-    traced = [r for r in results if r["server"] == "coordinator+telemetry"]
-    if traced:  # the issue-9 target: tracing and metrics on lose at most 10% against off, same run
-        summary["min_ratio_to_telemetry_off"] = min(r["ratio_to_telemetry_off"] for r in traced)
-        summary["min_cpu_ratio_to_telemetry_off"] = min(r["cpu_ratio_to_telemetry_off"] for r in traced)
+               "results": results, "min_ratio_to_bare": min(r["ratio_to_bare"] for r in our_runs),
+               "min_cpu_ratio_to_bare": min(r["cpu_ratio_to_bare"] for r in our_runs)}
+    traced_runs = [r for r in results if r["server"] == "coordinator+telemetry"]
+    if traced_runs:  # the issue-9 target: tracing and metrics on lose at most 10% against off, same run
+        summary["min_ratio_to_telemetry_off"] = min(r["ratio_to_telemetry_off"] for r in traced_runs)
+        summary["min_cpu_ratio_to_telemetry_off"] = min(r["cpu_ratio_to_telemetry_off"] for r in traced_runs)
     tls_runs = [r for r in results if r["server"] == "coordinator+tls"]
     if tls_runs:  # TLS on our listener against plaintext, same run (docs/security.md: at most 1.3x CPU)
         summary["max_cpu_ratio_to_plaintext"] = max(r["cpu_ratio_to_plaintext"] for r in tls_runs)

@@ -25,9 +25,11 @@ from coordinator.config import CoordinatorConfig
 from coordinator.group.modern.regex import REGEX_BATCH_REFRESH_INTERVAL_MS
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.relay import Relay, RelayConfig
 from coordinator.runtime_health import RuntimeHealth
+from coordinator.security.access import AccessSettings
+from coordinator.security.acl_cache import AclCache
 from coordinator.security.client_config import ClientSecurity
 from coordinator.security.clusters import cluster_security, use_for_cluster
 from coordinator.security.connections import ClusterAccessError, check_cluster_access
@@ -94,6 +96,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         bootstrap = options.bootstrap or await _start_embedded_kafka(stack, options.kafka_data_dir)
         if options.client_security is not None:
             await _secure_cluster_access(stack, options, bootstrap, options.client_security)
+        # the cluster's ACLs read before a client is served (an embedded broker has no authorizer)
+        acl_cache = None if options.bootstrap is None else await _start_acl_cache(stack, options, bootstrap)
         clock = MonotonicClock()
         timer = SystemTimer("coordinator", clock)
         timer.start()
@@ -131,7 +135,7 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
                                                                      options.server.cluster_id)
         server = CoordinatorServer(options.server, coordinator if ownership is None else ownership.service,
                                    clock=clock, on_shutdown=coordinator.shutdown, relay=_relay(options, bootstrap),
-                                   directory=directory)
+                                   directory=directory, authorizer=None if acl_cache is None else acl_cache.authorizer)
         await server.start()
         stack.push_async_callback(server.close)
         if server.relay is not None:  # consumer groups (KIP-848) take topic ids and partitions from the cluster
@@ -144,6 +148,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
             instrumented.metrics.watch_runtime_health(health)
             if server.relay is not None:
                 instrumented.metrics.watch_relay(server.relay)
+            if acl_cache is not None:
+                instrumented.metrics.watch_acls(acl_cache)
 
         loaded = asyncio.Event()
         background = _BackgroundTasks()
@@ -186,6 +192,15 @@ async def _secure_cluster_access(stack: contextlib.AsyncExitStack, options: Serv
     entry = cluster_security(bootstrap)
     assert entry is not None
     await check_cluster_access(bootstrap, entry)
+
+
+async def _start_acl_cache(stack: contextlib.AsyncExitStack, options: ServiceOptions, bootstrap: str) -> AclCache:
+    """The cluster's ACLs, enforced on the group APIs when the cluster has an authorizer (docs/security.md)."""
+    access = options.server.access or AccessSettings()
+    cache = AclCache(bootstrap, access.authorizer(), access.refresh_interval_ms)
+    stack.push_async_callback(cache.close)
+    await cache.start()
+    return cache
 
 
 async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOptions, coordinator: GroupRuntime,

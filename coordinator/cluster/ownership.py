@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from coordinator.cluster.membership import Membership
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.timer import Clock
 from protocol.error_codes import Errors
 

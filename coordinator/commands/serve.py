@@ -154,7 +154,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
     instance_id = _instance_id(args)
     node_id = args.node_id if args.node_id is not None else (
         default_node_id(instance_id) if instance_id is not None else 0 if args.no_relay else DEFAULT_NODE_ID)
-    listener_tls, group_settings = _listener_settings(args)
+    listener_tls, access, group_settings = _listener_settings(args)
     try:
         group = CoordinatorConfig.from_properties(group_settings)
     except KeyError as exc:
@@ -169,7 +169,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         server = ServerConfig(listen_host=listen_host, listen_port=listen_port, advertised_host=advertised_host,
                               advertised_port=advertised_port, node_id=node_id,
                               listen_backlog=args.listen_backlog, ssl_context=listener_tls,
-                              sasl_passthrough=args.listen.uses_sasl)
+                              sasl_passthrough=args.listen.uses_sasl, access=access)
         relay = None if args.no_relay else RelayConfig(
             base_port=args.relay_base_port, advertised_host=args.relay_advertised_host,
             buffer_memory_bytes=args.relay_buffer_memory, max_block_ms=args.relay_max_block_ms,
@@ -197,9 +197,10 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
     )
 
 
-def _listener_settings(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
-    """(TLS context of our listeners or None, the coordinator's own settings) from --config-file, then --config
-    (the command line wins): broker property names for both."""
+def _listener_settings(args: argparse.Namespace) -> tuple[Any, Any, dict[str, str]]:
+    """(TLS context of our listeners or None, who may do what on them, the coordinator's own settings) from
+    --config-file, then --config (the command line wins): broker property names for all."""
+    from coordinator.security.access import access_settings, split_access_settings
     from coordinator.security.client_config import ClientConfigError
     from coordinator.security.listeners import server_ssl_context, split_listener_settings
     from coordinator.security.properties import load_properties
@@ -212,8 +213,9 @@ def _listener_settings(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
             raise SystemExit(f"coordinator serve: --config-file {args.config_file}: {exc.strerror or exc}")
     settings.update(dict(args.config))
     tls, rest = split_listener_settings(settings)
+    access, rest = split_access_settings(rest)
     try:
-        return server_ssl_context(args.listen, tls), rest
+        return server_ssl_context(args.listen, tls), access_settings(access), rest
     except ClientConfigError as exc:
         raise SystemExit(f"coordinator serve: --listen {args.listen}: {exc}")
 

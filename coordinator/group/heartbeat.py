@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.group.state import DEAD, EMPTY, PREPARING
 from protocol.error_codes import Errors
 

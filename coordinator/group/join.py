@@ -12,7 +12,8 @@ from coordinator.group.api import UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroup
 from coordinator.group.delayed import join_key, member_key
 from protocol.error_codes import Errors
 from coordinator.group.errors import group_append_error
-from coordinator.group.member import MemberMetadata, Protocols
+from coordinator.group.member import MemberMetadata
+from coordinator.group.member_snapshot import MemberSnapshot
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.result import Result, Write
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
@@ -22,9 +23,6 @@ if TYPE_CHECKING:
     from coordinator.group.metadata import GroupMetadata
 
 log = logging.getLogger("coordinator.group")
-
-_MemberSettings = tuple[Protocols, int, int]  # protocols, rebalance and session timeouts, before an update
-
 
 def random_member_id_suffix() -> str:
     return str(uuid.uuid4())
@@ -241,6 +239,7 @@ def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata,
     assert instance_id is not None
     current_leader = group.leader_id
     old = group.get(old_member_id)
+    before = MemberSnapshot.of(old)  # what a failed write of the replacement returns the member to
     group.complete_join(old, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=old_member_id))
     group.complete_sync(old, _fenced_sync())
     member = group.replace_static_member(instance_id, old_member_id, new_member_id)
@@ -249,13 +248,11 @@ def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata,
         shard.announce_rebalance(group, _static_update_cause(new_member_id, instance_id, reason, req))
     shard.observer.on_member_replaced(group.group_id, old_member_id, new_member_id, instance_id)
     shard.schedule_heartbeat(group, member, member.session_timeout_ms)
-    previous = (member.supported_protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
     group.update_member(member, req.protocols, req.rebalance_timeout_ms,
                         req.session_timeout_ms, future)
     if group.is_in(STABLE):
         if group.protocol_name == group.select_protocol():
-            _persist_static_replacement(shard, group, member, old_member_id, previous, current_leader, req,
-                                             future)
+            _persist_static_replacement(shard, group, member, before, current_leader, req, future)
         else:
             shard.maybe_prepare_rebalance(group, RebalanceCause(
                 RebalanceCategory.STATIC_MEMBER,
@@ -278,9 +275,10 @@ def _static_update_cause(new_member_id: str, instance_id: str, reason: str, req:
 
 
 def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
-                                old_member_id: str, previous: _MemberSettings, current_leader: str | None,
-                                req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
-    """Stable and the selected protocol is unchanged: store the new member id, no rebalance."""
+                                before: MemberSnapshot, current_leader: str | None, req: JoinGroupRequest,
+                                future: asyncio.Future[JoinGroupResponse]) -> None:
+    """Stable and the selected protocol is unchanged: store the new member id, no rebalance; if that write
+    fails, the member goes back to `before`."""
     new_member_id = member.member_id
     record = group.to_record({m.member_id: m.assignment for m in group.members.values()})
 
@@ -290,11 +288,10 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
             _answer(future, JoinGroupResponse(Errors.NOT_COORDINATOR, member_id=new_member_id))
         elif group.static_members.get(member.group_instance_id or "") != new_member_id:
             # Replaced again (or removed) meanwhile: the member is no longer this request's to answer for
-            # or to revert; this request was fenced then.
+            # or to restore; this request was fenced then.
             _answer(future, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=new_member_id))
         elif error != Errors.NONE:
-            _revert_static_replacement(shard, group, member, old_member_id, previous, current_leader, error,
-                                            future)
+            _restore_static_member(shard, group, member, before, current_leader, error, future)
         elif req.supports_skip_assignment:
             is_leader = group.is_leader(new_member_id)
             members = shard.member_list(group) if is_leader else []
@@ -311,20 +308,17 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
     shard.append(Write.group(group.group_id, record, written))
 
 
-def _revert_static_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
-                               old_member_id: str, previous: _MemberSettings, current_leader: str | None,
-                               error: Errors, future: asyncio.Future[JoinGroupResponse]) -> None:
+def _restore_static_member(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
+                           before: MemberSnapshot, current_leader: str | None, error: Errors,
+                           future: asyncio.Future[JoinGroupResponse]) -> None:
     log.warning("event=static_member_persist_failed group=%s member=%s error=%s", group.group_id,
                 member.member_id, error.name)
-    protocols, rebalance_timeout_ms, session_timeout_ms = previous
-    parked = member.join_future
-    group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, None)
+    replacement_id = member.member_id
+    parked = before.restore(group, member)
     if parked is not None and parked is not future:  # never dropped silently (Kafka drops it)
         _answer(parked, JoinGroupResponse(error, member_id=UNKNOWN_MEMBER_ID))
-    instance_id, new_member_id = member.group_instance_id, member.member_id
-    assert instance_id is not None  # the caller checked the instance still maps to this member
-    group.replace_static_member(instance_id, new_member_id, old_member_id)
-    shard.observer.on_member_replaced(group.group_id, new_member_id, old_member_id, instance_id)
+    assert member.group_instance_id is not None  # the caller checked the instance still maps to this member
+    shard.observer.on_member_replaced(group.group_id, replacement_id, member.member_id, member.group_instance_id)
     shard.schedule_heartbeat(group, member, member.session_timeout_ms)
     _answer(future, JoinGroupResponse(
         error, member_id=UNKNOWN_MEMBER_ID, generation_id=group.generation_id,

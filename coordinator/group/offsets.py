@@ -20,7 +20,7 @@ from coordinator.group.observer import GroupObserver
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 from coordinator.group.records import OffsetCommitRecord
 from coordinator.group.result import Result, Write
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.group.store import OffsetRecord, TopicPartition
 
 if TYPE_CHECKING:

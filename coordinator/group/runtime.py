@@ -41,7 +41,8 @@ from coordinator.group.modern.service import DescribedGroup as DescribedConsumer
 from coordinator.group.observer import GroupObserver
 from coordinator.group.partitioner import cached_partition_for
 from coordinator.group.result import Result, Write
-from coordinator.group.shard import GroupShard, ShardStatus
+from coordinator.group.shard import GroupShard
+from coordinator.group.status import ShardStatus
 from coordinator.group.store import GroupStore, StoreError
 from coordinator.group.delayed import DelayedHeartbeat
 from coordinator.group.errors import kafka4_append_error

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from coordinator.group.modern.topics import TopicImage
+from coordinator.topics import TopicImage
 
 log = logging.getLogger("coordinator.relay")
 
@@ -41,7 +41,7 @@ class ClusterMetadata:
         return count is not None and 0 <= partition < count
 
     def by_name(self, name: str) -> TopicImage | None:
-        """The topic as the consumer group logic sees it (coordinator/group/modern/topics.TopicsView)."""
+        """The topic as the consumer group logic sees it (coordinator/topics.TopicsView)."""
         topic_id, count = self._ids.get(name), self._partitions.get(name)
         return None if topic_id is None or count is None else TopicImage(topic_id, name, count)
 

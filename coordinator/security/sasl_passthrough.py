@@ -12,7 +12,8 @@ does. SaslHandshake v0 (raw tokens outside Kafka framing) is refused and the con
 
 After completion the connection serves everything (group APIs here, the rest relayed); a new SaslHandshake
 (KIP-368 re-authentication) is passed through too. The principal, for the log, is the name in the client's own
-first message (PLAIN's authcid, SCRAM's `n=`), never its password.
+first message (PLAIN's authcid, SCRAM's `n=`, OAUTHBEARER's token's `sub` claim), never its password; it is
+the connection's principal for authorization once the broker accepted the exchange.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import enum
 import logging
 from typing import Any
 
+from coordinator.security.principals import oauthbearer_subject
 from protocol import apis
 from protocol.codec import RequestHeader, decode_request, decode_response, encode_response, peek_header
 from protocol.messages import build, error
@@ -49,9 +51,10 @@ class Refusal(Exception):
 
 
 class SaslPassthrough:
-    __slots__ = ("state", "mechanism", "principal", "_awaited", "peer")
+    __slots__ = ("state", "mechanism", "principal", "_awaited", "peer", "enabled")
 
-    def __init__(self, peer: str = "?") -> None:
+    def __init__(self, peer: str = "?", enabled: tuple[str, ...] = PASSABLE_MECHANISMS) -> None:
+        self.enabled = enabled  # sasl.enabled.mechanisms of our listener
         self.state = State.INITIAL
         self.mechanism: str | None = None
         self.principal: str | None = None
@@ -86,11 +89,11 @@ class SaslPassthrough:
             raise Refusal("SaslHandshake v0 (tokens outside Kafka's framing) is not supported: use a client that "
                           "sends SaslAuthenticate (Kafka 1.0+)")
         mechanism = decode_request(frame).body.mechanism
-        if mechanism not in PASSABLE_MECHANISMS:
+        if mechanism not in self.enabled:
             header = RequestHeader(SASL_HANDSHAKE, version, correlation_id, None)
             reply = encode_response(header, build(apis.response_class(SASL_HANDSHAKE, version),
                                                   error_code=error(_UNSUPPORTED_SASL_MECHANISM),
-                                                  mechanisms=PASSABLE_MECHANISMS))
+                                                  mechanisms=self.enabled))
             raise Refusal(f"SASL mechanism {mechanism!r} cannot be passed through (UNSUPPORTED_SASL_MECHANISM)", reply)
         self.mechanism, self.principal, self.state = mechanism, None, State.AUTHENTICATING
         self._awaited[correlation_id] = (SASL_HANDSHAKE, version)
@@ -135,6 +138,8 @@ def _principal(mechanism: str | None, token: bytes) -> str | None:
         if mechanism == "PLAIN":
             parts = token.split(b"\0")
             return parts[1].decode() if len(parts) == 3 else None
+        if mechanism == "OAUTHBEARER":
+            return oauthbearer_subject(token)
         if mechanism and mechanism.startswith("SCRAM-"):
             for part in token.decode().split(","):
                 if part.startswith("n="):

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+if TYPE_CHECKING:
+    from coordinator.security.access import AccessSettings
 
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -34,6 +38,9 @@ class ServerConfig:
     # SASL_* listeners: each connection's SASL exchange passes through to the cluster, which decides
     # (coordinator/security/sasl_passthrough.py); nothing but ApiVersions and SASL is served before it succeeded
     sasl_passthrough: bool = False
+    # principals on our listeners (ssl.principal.mapping.rules, sasl.enabled.mechanisms) and the authorizer's
+    # settings (coordinator/security/access.py); None: Kafka's defaults
+    access: AccessSettings | None = None
 
     def __post_init__(self) -> None:
         if self.max_frame_bytes < 8:

@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.upstream import pause_when_anything_unsent
 from coordinator.runtime_health import release_transport_cycle
-from coordinator.security.sasl_passthrough import Refusal, SaslPassthrough
+from coordinator.security.authorizer import Operation, ResourceType
+from coordinator.security.principals import PrincipalMappingError, SslPrincipalMapper, tls_principal
+from coordinator.security.sasl_passthrough import PASSABLE_MECHANISMS, Refusal, SaslPassthrough, State
 from coordinator.server.config import ServerConfig
 from coordinator.server.context import ConnectionContext, Directory, GroupService, Node, java_host_string
 from coordinator.server.handlers import HANDLERS, SERVED_APIS
@@ -43,12 +45,14 @@ from coordinator.server.relaying import RelaySide
 from coordinator.timer.clock import Clock
 from protocol.apis import ApiKey
 from protocol.codec import RequestHeader, decode_request, encode_response, peek_header, read_group_request
+from protocol.error_codes import Errors
 from protocol.errors import InvalidFrameSize, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import HEARTBEAT_V4_PREFIX, pack_heartbeat_response, read_heartbeat_v4_request
 from protocol.framing import FrameReader
 
 if TYPE_CHECKING:
     from coordinator.relay.relay import Relay
+    from coordinator.security.authorizer import Authorizer
 
 log = logging.getLogger("coordinator.server")
 _API_KEY_AND_VERSION = struct.Struct(">hh")
@@ -65,6 +69,7 @@ class ConnectionHost(Protocol):
     clock: Clock
     node: Node
     closing: bool
+    authorizer: Authorizer | None
 
     def admit(self, connection: Connection) -> bool: ...
     def forget(self, connection: Connection) -> None: ...
@@ -78,7 +83,9 @@ class Connection(asyncio.BufferedProtocol):
         self.upstream_node = upstream_node  # the broker this listener stands for; None: the bootstrap listener
         self._relaying = None if server.relay is None else RelaySide(server.relay, upstream_node)
         # SASL_* listener: Kafka's SASL sequence, the exchange judged by the broker over our upstream link
-        self._sasl = SaslPassthrough() if server.config.sasl_passthrough else None
+        access = server.config.access
+        self._sasl = SaslPassthrough(enabled=access.sasl_mechanisms if access else PASSABLE_MECHANISMS) \
+            if server.config.sasl_passthrough else None
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
@@ -108,7 +115,9 @@ class Connection(asyncio.BufferedProtocol):
                 self._sasl.peer = peer
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
                                           java_host_string(peername[0]), peer, self._server.relay,
-                                          self._server.directory)
+                                          self._server.directory, authorizer=self._server.authorizer)
+            if self._sasl is None and not self._take_certificate_principal(transport):
+                return
             if self._relaying is not None:
                 # pause as soon as anything is left unsent: relayed frames are then kept (and counted) in the
                 # pool, never copied into an unbounded transport buffer
@@ -207,9 +216,28 @@ class Connection(asyncio.BufferedProtocol):
         self._flush()
         self._apply_read_limit()
 
+    def _take_certificate_principal(self, transport: asyncio.BaseTransport) -> bool:
+        """An SSL listener's principal, from the client's certificate (ANONYMOUS without one); a certificate no
+        mapping rule applies to fails the connection, as Kafka fails its authentication."""
+        tls = transport.get_extra_info("ssl_object")
+        if tls is None:
+            return True
+        access = self._config.access
+        mapper = access.principal_mapper if access is not None else SslPrincipalMapper()
+        try:
+            self._ctx.principal = tls_principal(tls.getpeercert(binary_form=True), mapper)  # type: ignore[union-attr]
+        except (PrincipalMappingError, ValueError) as exc:
+            self.abort("ssl_principal_mapping", str(exc))
+            return False
+        return True
+
     def _handle_frame(self, frame: bytes) -> None:
-        if self._sasl is not None and not self._sasl_admits(frame):
-            return
+        sasl = self._sasl
+        if sasl is not None:
+            if not self._sasl_admits(frame):
+                return
+            if sasl.state is State.COMPLETE and sasl.principal is not None:
+                self._ctx.principal = "User:" + sasl.principal  # type: ignore[union-attr]
         if self._relaying is not None:
             if not self._route_locally(frame, self._relaying):
                 return
@@ -260,6 +288,11 @@ class Connection(asyncio.BufferedProtocol):
         if fields is None:
             return False
         correlation_id, client_id, group_id, generation_id, member_id, group_instance_id = fields
+        authorizer = self._server.authorizer
+        if authorizer is not None and authorizer.enforcing and not self._ctx.allows(  # type: ignore[union-attr]
+                Operation.READ, ResourceType.GROUP, group_id):
+            self._write(pack_heartbeat_response(4, correlation_id, Errors.GROUP_AUTHORIZATION_FAILED))
+            return True
         try:
             error_code = self._server.coordinator.handle_heartbeat(group_id, generation_id, member_id,
                                                                    group_instance_id)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from coordinator.group import api
+from coordinator.security.authorizer import ANONYMOUS, Authorizer, Operation, ResourceType
 from protocol.error_codes import Errors
 
 if TYPE_CHECKING:
@@ -63,6 +64,21 @@ class ConnectionContext:
     peer: str  # "127.0.0.1:53122", for log lines
     relay: Relay | None = None  # the cluster behind us (None: --no-relay, the coordinator alone)
     directory: Directory | None = None  # the other instances (None: this one coordinates every group)
+    principal: str = ANONYMOUS  # as Kafka's DefaultKafkaPrincipalBuilder names it (coordinator/security/principals)
+    authorizer: Authorizer | None = None  # the cluster's ACLs (None, or not enforcing: everything is allowed)
+
+    def allows(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """KafkaApis' authHelper.authorize for this connection's principal and address."""
+        authorizer = self.authorizer
+        return authorizer is None or authorizer.allows(self.principal, self.client_host[1:], operation,
+                                                       resource_type, name)
+
+    def group_operations(self, group_id: str) -> int:
+        """DescribeGroups' authorized operations on a group (KIP-430), as AuthHelper.authorizedOperations."""
+        if self.authorizer is None:
+            return Authorizer().authorized_operations(self.principal, "", ResourceType.GROUP, group_id)
+        return self.authorizer.authorized_operations(self.principal, self.client_host[1:], ResourceType.GROUP,
+                                                     group_id)
 
 
 def java_host_string(address: str) -> str:

@@ -20,6 +20,7 @@ from coordinator.timer.clock import Clock, MonotonicClock
 
 if TYPE_CHECKING:
     from coordinator.relay.relay import Relay
+    from coordinator.security.authorizer import Authorizer
 
 log = logging.getLogger("coordinator.server")
 
@@ -41,8 +42,10 @@ class CoordinatorServer:
         on_shutdown: ShutdownHook | None = None,
         relay: Relay | None = None,
         directory: Directory | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self.config = config
+        self.authorizer = authorizer  # the cluster's ACLs on the group APIs (None: nothing enforced)
         self.relay = relay
         self.directory = directory  # several instances: who coordinates which group (None: we do, all of them)
         self.coordinator = coordinator

@@ -5,15 +5,15 @@ Lifecycle: `await start()` (create or verify the state topic, start the producer
 while serving, `await unload(partitions)` when giving partitions up, and `await close()`.
 
 `append(partition, records)` encodes the shard's typed records and queues them with the partition's producer
-before it returns (one FIFO per partition: partition_writers.py, producer.py), so a partition's records are
+before it returns (appender.py; one FIFO per partition: partition_writers.py, producer.py), so a partition's records are
 stored in the order they were appended; the future it returns resolves once they are acknowledged by every
 in-sync replica (acks=all) and raises `StoreError(<raw Kafka error>)` otherwise; the runtime hands the raw
 error to the write's owner, which maps it per API (coordinator/group/errors.py). A write of tombstones only
 (deleted groups, expired or deleted offsets) is answered the same way; one that fails stays owed and is sent
 again (tombstones.py).
 
-With `StorageConfig.partition_fencing` (several instances sharing the state topic) every owned partition has a
-transactional producer of its own (`transactional.id = <transactional_id>-p<partition>`, partition_writers.py
+The writer is chosen by the config (state_producers.py). With `StorageConfig.partition_fencing` (several
+instances sharing the state topic) every owned partition has a transactional producer of its own (`transactional.id = <transactional_id>-p<partition>`, partition_writers.py
 `PartitionTransactions`): `load` creates and initialises them before it takes the end offsets (reading
 meanwhile), which fences the partitions' previous owner and aborts the transaction it left open; `unload`
 closes them once their writes in flight are done; an append to a partition not loaded fails NOT_COORDINATOR,
@@ -27,46 +27,23 @@ import asyncio
 import logging
 import threading
 from collections.abc import Collection, Sequence
-from typing import Any, Callable, Iterable
-
-from confluent_kafka import KafkaError
+from typing import Callable, Iterable
 
 from protocol.error_codes import Errors
-from coordinator.group.records import GroupMetadataRecord, offset_commits, tombstones
-from coordinator.group.records import Record
+from coordinator.group.partitioner import partition_for
+from coordinator.group.records import GroupMetadataRecord, Record, offset_commits, tombstones
 from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
                                      TopicPartition)
+from coordinator.storage.appender import RecordAppender
 from coordinator.storage.config import StorageConfig
-from coordinator.security.clusters import secured
 from coordinator.storage.loader import consumer_settings, read_state
-from coordinator.group.partitioner import partition_for
-from coordinator.storage.producer import AsyncProducer, KafkaRecord
-from coordinator.storage.records import encode
+from coordinator.storage.partition_writers import PartitionTransactions
+from coordinator.storage.state_producers import StateProducer, open_state_producer
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_state_topic, make_admin
-from coordinator.storage.append_errors import append_error
-from coordinator.storage.partition_writers import PartitionTransactions, TransactionalWriters
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
-_BATCH_OVERHEAD_BYTES = 61  # record batch header (magic v2)
-_RECORD_OVERHEAD_BYTES = 21  # a record's length, attributes, deltas, key/value lengths and headers (varints, at most)
-
-def producer_settings(config: StorageConfig) -> dict[str, Any]:
-    return secured({
-        "bootstrap.servers": config.bootstrap,
-        "client.id": f"{config.client_id}-state",
-        "enable.idempotence": True,  # implies acks=all and in-order retries
-        "acks": "all",
-        "linger.ms": config.linger_ms,
-        "message.timeout.ms": config.commit_timeout_ms,
-        "request.timeout.ms": config.commit_timeout_ms,
-        "compression.type": "none",  # offsets.topic.compression.codec = 0
-        "queue.buffering.max.messages": 1_000_000,
-        # one OffsetCommit (up to max_write_bytes) must not be split across produce requests by record count
-        "batch.num.messages": 1_000_000,
-        "socket.nagle.disable": True,  # small acks=all requests must not wait for delayed ACKs
-    })
 
 
 class KafkaGroupStore(GroupStore):
@@ -77,12 +54,13 @@ class KafkaGroupStore(GroupStore):
         self.clock = clock or MonotonicClock()
         self.load_timeout_ms = load_timeout_ms
         self.load_buffer_bytes = load_buffer_bytes
-        self._producer: AsyncProducer | TransactionalWriters | PartitionTransactions | None = None
+        self._producer: StateProducer | None = None
         self._fencing: PartitionTransactions | None = None  # with partition_fencing: one producer per partition
         # with partition_fencing: called on the loop, once per partition, when another instance fenced its producer
         self.on_fenced: Callable[[int], None] | None = None
         self._stop_loading = threading.Event()
         self._tombstones = TombstoneWriter(config.tombstone_retry_ms / 1000)
+        self._appender = RecordAppender(self._tombstones, config.max_write_bytes)
         self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -93,24 +71,9 @@ class KafkaGroupStore(GroupStore):
             await ensure_state_topic(admin, self.config)
         finally:
             admin.release()
-        if self.config.partition_fencing:
-            assert self.config.transactional_id is not None  # StorageConfig checks it
-            self._fencing = PartitionTransactions(self.config.state_topic, producer_settings(self.config),
-                                                     "state-producer", self.config.transactional_id,
-                                                     self.config.commit_timeout_ms, self._partition_fenced)
-            self._producer = self._fencing
-        elif self.config.transactional_id is None:
-            self._producer = AsyncProducer(self.config.state_topic, producer_settings(self.config), "state-producer")
-        else:
-            producer = TransactionalWriters(self.config.state_topic, producer_settings(self.config),
-                                            "state-producer", self.config.transactional_id,
-                                            self.config.commit_timeout_ms, self.config.transactional_producers)
-            try:
-                await producer.start(self.config.admin_timeout_ms)
-            except BaseException:
-                await producer.close()
-                raise
-            self._producer = producer
+        self._producer = await open_state_producer(self.config, self._partition_fenced)
+        if isinstance(self._producer, PartitionTransactions):
+            self._fencing = self._producer
         log.info("event=store_started topic=%s partitions=%d bootstrap=%s transactional_id=%s "
                  "partition_fencing=%s", self.config.state_topic, self.config.partitions, self.config.bootstrap,
                  self.config.transactional_id, self.config.partition_fencing)
@@ -212,12 +175,7 @@ class KafkaGroupStore(GroupStore):
                 raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
             if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
                 raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
-            group_id = records[0].group_id if records else ""
-            encoded: list[KafkaRecord] = [(partition, *encode(record)) for record in records]
-            if any(value is not None for _, _, value in encoded):
-                self._append(group_id, encoded, outcome)
-            else:
-                self._append_tombstones(group_id, encoded, outcome)
+            self._appender.append(self._producer, partition, records, outcome)
         except StoreError as exc:
             outcome.set_exception(exc)
         return outcome
@@ -247,64 +205,9 @@ class KafkaGroupStore(GroupStore):
     def _partition(self, group_id: str) -> int:
         return partition_for(group_id, self.config.partitions)
 
-    def _append(self, group_id: str, records: list[KafkaRecord], outcome: asyncio.Future[None]) -> None:
-        assert self._producer is not None
-        self._check_write_size(group_id, records)
-        superseded = self._tombstones.superseded(key for _, key, _ in records)
-
-        def sent(done: asyncio.Future[KafkaError | None]) -> None:
-            error = done.result()
-            if error is None:
-                _settle(outcome, None)
-                return
-            if superseded:
-                self._tombstones.restore(superseded)
-            mapped = append_error(error)
-            log.warning("event=state_append_failed group=%s records=%d error=%s kafka_error=%s",
-                        group_id, len(records), mapped.name, error)
-            _settle(outcome, StoreError(mapped, str(error)))
-
-        self._producer.send(records).add_done_callback(sent)
-
-    def _check_write_size(self, group_id: str, records: list[KafkaRecord]) -> None:
-        """Kafka appends a write as one record batch, so it is stored whole or not at all, and a batch above
-        max.message.bytes fails with MESSAGE_TOO_LARGE. librdkafka would spread a bigger write over several
-        produce requests, each acknowledged on its own: refuse it before anything is sent."""
-        size = _BATCH_OVERHEAD_BYTES + sum(len(key) + len(value or b"") + _RECORD_OVERHEAD_BYTES
-                                           for _, key, value in records)
-        if size > self.config.max_write_bytes:
-            log.warning("event=state_append_refused group=%s records=%d bytes=%d max_write_bytes=%d",
-                        group_id, len(records), size, self.config.max_write_bytes)
-            raise StoreError(Errors.MESSAGE_TOO_LARGE,
-                             f"write of {size} bytes exceeds max_write_bytes={self.config.max_write_bytes}")
-
-    def _append_tombstones(self, group_id: str, records: list[KafkaRecord], outcome: asyncio.Future[None]) -> None:
-        """Answered like any write, but a failed tombstone is not forgotten: it is sent again until written
-        (see tombstones.py), so a deleted group does not come back after a restart."""
-        if not records:
-            outcome.set_result(None)
-            return
-        assert self._producer is not None
-
-        def sent(done: asyncio.Future[KafkaError | None]) -> None:
-            error = done.result()
-            _settle(outcome, None if error is None else StoreError(append_error(error), str(error)))
-
-        self._tombstones.send(self._producer, group_id, [(partition, key) for partition, key, _ in records],
-                              "tombstones").add_done_callback(sent)
-
     def retry_owed_tombstones(self) -> None:
         """Queue the owed tombstones again now (the retrier does it with back-off)."""
         self._tombstones.retry_owed()
-
-
-def _settle(outcome: asyncio.Future[None], error: StoreError | None) -> None:
-    if outcome.done():
-        return
-    if error is None:
-        outcome.set_result(None)
-    else:
-        outcome.set_exception(error)
 
 
 class _EitherEvent(threading.Event):

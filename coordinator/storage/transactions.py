@@ -23,11 +23,11 @@ as it takes, independently of any write's deadline: `init_transactions` of the f
 retired one left open (or finds it committed). Writes queued meanwhile wait for it no longer than their own
 commit timeout, so every write is answered within offsets.commit.timeout.ms, outage or not.
 
-Threads: the client's calls block, so each producer runs them on one daemon thread of its own, one after the
-other (`_SerialThread`): init, transactions, aborts and the final destroy of a producer never overlap (closing
-a producer while a commit runs on another thread makes librdkafka refuse the abort: "Conflicting
-commit_transaction API call is already in progress"), and many producers initialise in parallel instead of
-queueing for asyncio's small default executor. The event loop never waits on them.
+Threads: the client's calls block (transaction_client.py), so each producer runs them on one daemon thread of
+its own, one after the other (serial_thread.py): init, transactions, aborts and the final destroy of a producer
+never overlap (closing a producer while a commit runs on another thread makes librdkafka refuse the abort:
+"Conflicting commit_transaction API call is already in progress"), and many producers initialise in parallel
+instead of queueing for asyncio's small default executor. The event loop never waits on them.
 
 One producer has one transaction in flight at a time; partition_writers.py routes partitions to several.
 """
@@ -36,88 +36,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
-import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 
-from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
+from coordinator.storage.kafka_logs import librdkafka_logger
 from coordinator.storage.producer import KafkaRecord
+from coordinator.storage.serial_thread import SerialThread
+from coordinator.storage.transaction_client import FENCED_ERRORS, TransactionClient
 
 log = logging.getLogger("coordinator.storage")
 _MIN_TIMEOUT_S = 0.5  # a transaction started late still gets this long
-_ABORT_TIMEOUT_S = 0.5  # an abort the broker does not answer this fast: the producer is retired instead
 _INIT_ATTEMPT_S = 10.0  # one init_transactions call of a background re-initialisation (then called again)
 _INIT_RETRY_S = 0.5
 _NOT_READY_POLL_S = 0.05  # how often queued writes look for a re-initialised producer
-
-# A newer producer holds our transactional.id: we must not write again.
-FENCED_ERRORS = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
-# A message that failed inside a transaction makes the commit fail with _INCONSISTENT ("n message(s) failed
-# delivery"); the message's own error (e.g. _MSG_TIMED_OUT) is what the request is answered with.
-_DELIVERY_SUMMARY = KafkaError._INCONSISTENT
-# The broker did not answer: an abort now could only be local, which leaves the producer's sequence numbers
-# behind (the next transaction fails OUT_OF_ORDER_SEQUENCE_NUMBER); a fresh producer gets a new epoch instead.
-_UNANSWERED = frozenset({KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE,
-                         KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
-
-
-class _SerialThread:
-    """Blocking calls run one after another on one daemon thread; each returns an asyncio future. The calls
-    return values (errors included), they do not raise: a traceback would hold the frames that hold a client."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    def submit(self, call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-        self._calls.put((loop, future, call, args))
-        return future
-
-    def stop(self) -> None:
-        """The thread ends after the calls already submitted."""
-        if self._thread is not None:
-            self._calls.put(None)
-
-    def _run(self) -> None:
-        while (item := self._calls.get()) is not None:
-            loop, future, call, args = item
-            try:
-                result = call(*args)
-            except Exception as exc:  # our bug: reported on the loop, the thread goes on
-                result = KafkaError(KafkaError._FAIL, f"{call.__name__} failed: {exc!r}")
-                log.exception("event=producer_call_crashed thread=%s call=%s", self._name, call.__name__)
-            try:
-                loop.call_soon_threadsafe(_settle, future, result)
-            except RuntimeError:  # the loop is closed: nobody waits any more
-                pass
-
-
-def _settle(future: asyncio.Future[Any], result: Any) -> None:
-    if not future.done():
-        future.set_result(result)
-
-
-class _DeliveryErrors:
-    """The first per-message error of a transaction (delivery reports, served while it commits)."""
-
-    __slots__ = ("first",)
-
-    def __init__(self) -> None:
-        self.first: KafkaError | None = None
-
-    def on_delivery(self, error: KafkaError | None, _message: object) -> None:
-        if error is not None and self.first is None:
-            self.first = error
-
 
 _Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float]  # records, outcome, loop deadline
 
@@ -138,13 +70,13 @@ class TransactionalProducer:
         # (PartitionTransactions). A single instance's producers re-initialise after a fatal error other than a
         # fence, as before.
         self.fatal_is_fence = fatal_is_fence
-        self._settings = {k: v for k, v in settings.items() if k not in ("enable.idempotence", "acks")}
-        self._settings.update({"transactional.id": transactional_id,
-                               "transaction.timeout.ms": max(timeout_ms * 2, 10_000)})
-        self._settings.setdefault("logger", librdkafka_logger(name))  # one line per outage, not one per retry
-        self._thread = _SerialThread(f"{name}-calls")
-        self._producer: Producer | None = None  # touched on the serial thread only
-        self._initialised = False  # its init_transactions returned (serial thread only)
+        client_settings = {k: v for k, v in settings.items() if k not in ("enable.idempotence", "acks")}
+        client_settings.update({"transactional.id": transactional_id,
+                                "transaction.timeout.ms": max(timeout_ms * 2, 10_000)})
+        client_settings.setdefault("logger", librdkafka_logger(name))  # one line per outage, not one per retry
+        self._thread = SerialThread(f"{name}-calls")
+        # touched on the serial thread only (its `fenced` also by the loop, between two of its calls)
+        self._client = TransactionClient(topic, client_settings, name, transactional_id, fatal_is_fence)
         self._ready = False  # an initialised producer is there (loop side)
         self._queue: list[_Queued] = []
         self._in_flight = 0  # writes in the transaction being committed
@@ -152,12 +84,11 @@ class TransactionalProducer:
         self._worker: asyncio.Task[None] | None = None
         self._reinit: asyncio.Task[None] | None = None
         self._closed = False
-        self._fenced: KafkaError | None = None
         self.transactions = 0  # committed or aborted, for benchmarks and tests
 
     @property
     def fenced(self) -> bool:
-        return self._fenced is not None
+        return self._client.fenced is not None
 
     async def start(self, timeout_ms: int = 60_000) -> None:
         """Create the producer and register its transactional.id (fences an older holder of the id and aborts
@@ -166,7 +97,7 @@ class TransactionalProducer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
-            error = await self._thread.submit(self._init_blocking, max(deadline - loop.time(), _MIN_TIMEOUT_S))
+            error = await self._thread.submit(self._client.init, max(deadline - loop.time(), _MIN_TIMEOUT_S))
             if error is None:
                 break
             if error.fatal() or error.code() in FENCED_ERRORS or loop.time() >= deadline or self._closed:
@@ -186,8 +117,8 @@ class TransactionalProducer:
         future: asyncio.Future[KafkaError | None] = loop.create_future()
         if self._closed or self._worker is None:
             future.set_result(KafkaError(KafkaError._DESTROY, "state producer closed"))
-        elif self._fenced is not None:
-            future.set_result(self._fenced)
+        elif self._client.fenced is not None:
+            future.set_result(self._client.fenced)
         elif not records:
             future.set_result(None)
         else:
@@ -204,8 +135,8 @@ class TransactionalProducer:
                 await self._wake.wait()
                 continue
             self._expire(loop.time())
-            if self._fenced is not None or (self._closed and not self._ready):
-                self._fail_queued(self._fenced or KafkaError(KafkaError._DESTROY, "state producer closed"))
+            if self._client.fenced is not None or (self._closed and not self._ready):
+                self._fail_queued(self._client.fenced or KafkaError(KafkaError._DESTROY, "state producer closed"))
                 continue
             if not self._queue:
                 continue
@@ -226,13 +157,13 @@ class TransactionalProducer:
         now = loop.time()
         timeout_s = max(min(deadline for _, _, deadline in batch) - now, _MIN_TIMEOUT_S)
         records = [r for records, _, _ in batch for r in records]
-        error, then = await self._thread.submit(self._transaction, records, timeout_s)
+        error, then = await self._thread.submit(self._client.transaction, records, timeout_s)
         self.transactions += 1
         for _, future, _ in batch:  # answered first: nothing of a failed transaction will ever be visible
             if not future.done():
                 future.set_result(error)
         if then == "abort":
-            then = await self._thread.submit(self._abort_blocking)
+            then = await self._thread.submit(self._client.abort)
         if then == "fenced":
             self._ready = False
             self._notify_fenced()
@@ -265,7 +196,8 @@ class TransactionalProducer:
                 log.exception("event=on_fenced_failed producer=%s", self.name)
 
     def _start_reinit(self) -> None:
-        if self._closed or self._fenced is not None or (self._reinit is not None and not self._reinit.done()):
+        reinitialising = self._reinit is not None and not self._reinit.done()
+        if self._closed or self._client.fenced is not None or reinitialising:
             return
         self._reinit = asyncio.get_running_loop().create_task(self._reinitialise(), name=f"{self.name}-reinit")
 
@@ -275,133 +207,17 @@ class TransactionalProducer:
         attempts = 0
         while not self._closed:
             attempts += 1
-            error = await self._thread.submit(self._init_blocking, _INIT_ATTEMPT_S)
+            error = await self._thread.submit(self._client.init, _INIT_ATTEMPT_S)
             if error is None:
                 self._ready = True
                 log.info("event=transactions_reinitialised producer=%s attempts=%d", self.name, attempts)
                 return
             if error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence):  # never take the id back
-                self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
+                self._client.fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
                 self._notify_fenced()
                 return
             log.info("event=transactions_init_retry producer=%s attempt=%d error=%s", self.name, attempts, error)
             await asyncio.sleep(_INIT_RETRY_S)
-
-    # -- blocking calls (the producer's serial thread) ---------------------------------------------------------
-    def _init_blocking(self, timeout_s: float) -> KafkaError | None:
-        """init_transactions on the current producer, or a new one. A timed-out call is resumed by the next
-        (librdkafka allows it); a producer that failed otherwise is retired and the next call starts afresh."""
-        if self._producer is None:
-            self._producer = Producer(self._settings)
-            self._initialised = False
-        try:
-            self._producer.init_transactions(timeout_s)
-            self._initialised = True
-            return None
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-        if error.fatal() or not error.retriable():
-            self._retire_blocking()
-        return error
-
-    def _transaction(self, records: list[KafkaRecord], timeout_s: float) -> tuple[KafkaError | None, str | None]:
-        """One transaction with every record, committed within `timeout_s` or not at all. Returns (error, what
-        to do next: None, "abort", "retired" or "fenced")."""
-        if self._fenced is not None:
-            return self._fenced, None
-        if self._producer is None:
-            return KafkaError(KafkaError._STATE, "no initialised producer"), "retired"
-        deliveries = _DeliveryErrors()
-        # no local reference to the producer: a retired one must be destroyed by its retiring thread alone
-        try:
-            self._producer.begin_transaction()
-            for partition, key, value in records:
-                self._producer.produce(self.topic, value=value, key=key, partition=partition,
-                                       on_delivery=deliveries.on_delivery)
-            self._producer.commit_transaction(timeout_s)
-            kafka_reachable()  # ends an outage's suppressed connection errors with their count
-            return None, None
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-        except BufferError:
-            error = KafkaError(KafkaError._QUEUE_FULL, "producer queue full")
-            return self._failed(error, True)
-        if error.code() == KafkaError._FATAL:  # produce() after a fatal error in the background (a fence seen
-            error = self._fatal_cause(error)   # by an earlier record's AddPartitionsToTxn): the cause is poll()'s
-        elif error.code() == _DELIVERY_SUMMARY:
-            self._poll_blocking()  # delivery reports not served yet
-            if deliveries.first is not None:
-                error = KafkaError(deliveries.first.code(), deliveries.first.str(), fatal=error.fatal(),
-                                   txn_requires_abort=error.txn_requires_abort())
-        return self._failed(error, error.txn_requires_abort())
-
-    def _fatal_cause(self, refused: KafkaError) -> KafkaError:
-        """The producer refuses calls with _FATAL (not itself flagged fatal) once it has hit a fatal error; poll()
-        raises that error: a fence (PRODUCER_FENCED / _FENCED) or another fatal one. Either way fatal."""
-        cause = self._poll_blocking()
-        if cause is not None and cause.fatal():
-            return cause
-        return KafkaError(KafkaError._FATAL, refused.str(), fatal=True)
-
-    def _poll_blocking(self) -> KafkaError | None:
-        """Serve callbacks; a fatal error of the producer is raised by poll(): returned here instead."""
-        if self._producer is None:
-            return None
-        try:
-            self._producer.poll(0)
-        except KafkaException as exc:
-            return exc.args[0] if isinstance(exc.args[0], KafkaError) else None
-        return None
-
-    def _failed(self, error: KafkaError, abortable: bool) -> tuple[KafkaError, str]:
-        fenced = error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence)
-        if not fenced:
-            log.warning("event=transaction_failed producer=%s error=%s fatal=%s", self.name, error, error.fatal())
-        else:
-            # A partition's producer is fenced when the partition moves: the owner of the store says so once, with
-            # what it does next (cluster/ownership.py). Any other producer fenced means a second writer with our
-            # transactional.id, which only an operator can resolve.
-            log.log(logging.INFO if self.fatal_is_fence else logging.ERROR,
-                    "event=state_producer_fenced producer=%s transactional_id=%s error=%s", self.name,
-                    self.transactional_id, error)
-            self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
-            self._retire_blocking()
-            return self._fenced, "fenced"
-        if abortable and not error.fatal() and error.code() not in _UNANSWERED:
-            return error, "abort"  # the broker answers: aborted (next, after the writes are told) and kept
-        # Fatal, or the outcome unknown (the broker does not answer): never wait for this producer again.
-        self._retire_blocking()
-        return error, "retired"
-
-    def _abort_blocking(self) -> str | None:
-        if self._producer is None:
-            return "retired"
-        try:
-            self._producer.abort_transaction(_ABORT_TIMEOUT_S)
-            return None
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-        log.warning("event=transaction_abort_failed producer=%s error=%s", self.name, error)
-        if error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence):
-            self._fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
-            self._retire_blocking()
-            return "fenced"
-        self._retire_blocking()  # the fresh producer's init_transactions aborts it
-        return "retired"
-
-    def _retire_blocking(self) -> None:
-        if self._producer is not None:
-            holder, self._producer = [self._producer], None
-            threading.Thread(target=_discard, args=(holder,), name=f"{self.name}-retire", daemon=True).start()
-
-    def _destroy_blocking(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is None:
-            return
-        if self._initialised:
-            _destroy(producer)
-        else:  # its init_transactions timed out (broker down): close() would try an abort that conflicts with it
-            _discard([producer])
 
     # -- flush and close -----------------------------------------------------------------------------------------
     async def flush(self, timeout_ms: int) -> int:
@@ -431,29 +247,9 @@ class TransactionalProducer:
             self._reinit.cancel()
             await asyncio.gather(self._reinit, return_exceptions=True)
         self._fail_queued(KafkaError(KafkaError._DESTROY, "state producer closed"))
-        destroyed = self._thread.submit(self._destroy_blocking)
+        destroyed = self._thread.submit(self._client.destroy)
         self._thread.stop()
         try:
             await asyncio.wait_for(destroyed, max(deadline - loop.time(), _MIN_TIMEOUT_S))
         except asyncio.TimeoutError:  # a commit the broker does not answer: it ends on its own, then the destroy
             log.warning("event=producer_close_pending producer=%s", self.name)
-
-
-def _destroy(producer: Producer) -> None:
-    """On a thread of ours, never by the cyclic GC (which may run on a librdkafka thread)."""
-    producer.flush(1.0)
-    producer.close()
-
-
-def _discard(holder: list[Producer]) -> None:
-    """A producer given up (fenced, failed, or its transaction's outcome unknown), on a thread of its own: the
-    next write must not wait for it. It fails what it still holds, then it is destroyed by dropping its last
-    reference here, not by close(): close() first aborts the open transaction, which a fenced producer cannot
-    do, a commit left unfinished refuses ("Conflicting commit_transaction API call is already in progress"
-    RuntimeWarning) and an unreachable broker makes wait. The newer holder of the id aborts it anyway."""
-    holder[0].purge()
-    try:
-        holder[0].poll(0)
-    except KafkaException:  # its fatal error (a fence), known already: nothing more to learn from it
-        pass
-    holder.clear()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeGuard
 
+from coordinator.group.state import COMPLETING, PREPARING, GroupState
+
 EVENT_SCHEMA_VERSION = 1
 
 
@@ -62,8 +64,9 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     "group_deleted": (Field("partition_count", _I),),  # DeleteGroups: the group and this many offsets
 }
 
-GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
-REBALANCING_STATES = ("PreparingRebalance", "CompletingRebalance")  # the group's members are not consuming
+# The state names events carry are the classic group's (GroupState values), defined there only.
+GROUP_STATES = tuple(state.value for state in GroupState)
+REBALANCING_STATES = (PREPARING.value, COMPLETING.value)  # the group's members are not consuming
 
 
 def all_fields() -> tuple[Field, ...]:

@@ -21,9 +21,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from coordinator.group.observer import GroupObserver, RebalanceCause
 from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES
 from coordinator.group.records import GroupMetadataRecord, OffsetCommitRecord, Record
-from coordinator.group.state import GroupState
-
-GROUP_STATES = tuple(state.value for state in GroupState)
+from coordinator.telemetry.event_schema import GROUP_STATES
 
 
 class GroupCensus:
@@ -234,6 +232,25 @@ class MetricsObserver(GroupObserver):
         meter.create_observable_gauge("coordinator.relay.buffer.waiters",
                                       [lambda _options: [Observation(pool.stats().waiters)]],
                                       description="Relay connections waiting for buffer memory")
+
+    def watch_acls(self, cache: Any) -> None:
+        """The cluster's ACLs in force here (coordinator/security/acl_cache.py): how old they are (the bound on an
+        ACL change not yet applied), how many, and the group API checks they refused."""
+        authorizer = cache.authorizer
+
+        def age(_options: CallbackOptions) -> Iterable[Observation]:
+            return [] if cache.age_ms is None else [Observation(cache.age_ms)]
+
+        meter = self.meter
+        meter.create_observable_gauge("coordinator.acls.age", [age], unit="ms",
+                                      description="Time since the cluster's ACLs were last read")
+        meter.create_observable_gauge("coordinator.acls.count",
+                                      [lambda _options: [Observation(authorizer.acls.count, {
+                                          "enforcing": authorizer.enforcing})]],
+                                      description="ACLs read from the cluster")
+        meter.create_observable_counter("coordinator.acls.refused",
+                                        [lambda _options: [Observation(authorizer.refused)]],
+                                        description="Group API authorization checks refused")
 
     def watch_events(self, publisher: Any) -> None:
         """The event topic's producer (coordinator/telemetry/events.py): events by outcome, and those waiting."""

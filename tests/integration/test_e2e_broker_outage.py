@@ -20,7 +20,7 @@ from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_group_records, loaded_offset_records
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.support.instances import wait_for
+from tests.support.polling import wait_until
 from tests.support.service import Service, commit, describe, fetch_offsets, service, unique, until_loaded
 from tests.support.wire import heartbeat, join, nested, request, sync
 
@@ -209,7 +209,7 @@ async def test_sigterm_while_the_broker_is_down_answers_everything_and_exits(res
         # both requests read by the coordinator before it is told to stop (it reads no new request after that):
         # the commit waits for its write (a require_stable fetch says so), the join is parked in the group
         observer = await running.client()
-        await wait_for(lambda: commit_pending(observer, "simple-tool", 0), 30, "the commit waiting for its write")
+        await wait_until(lambda: commit_pending(observer, "simple-tool", 0), 30, "the commit waiting for its write")
         described = await describe(observer, GROUP)
         assert described.group_state == "PreparingRebalance" and [m.member_id for m in described.members] == [
             pending.member_id], described
@@ -300,7 +300,7 @@ async def test_a_group_deleted_during_the_outage_stays_deleted_after_a_restart(r
         assert [r.error_code for r in deleted.results] == [COORDINATOR_NOT_AVAILABLE]
         # the answer came after the first attempt failed (so what is tested below is the retry); its log line may
         # reach us a moment after the answer
-        await wait_for(lambda: "event=tombstone_append_failed" in running.log_text(), 60, "the first attempt failing")
+        await wait_until(lambda: "event=tombstone_append_failed" in running.log_text(), 60, "the first attempt failing")
         await asyncio.to_thread(restartable_kafka.start_blocking)
         deadline = time.monotonic() + BROKER_BACK_WITHIN_S
         while await commit(client, "kept", -1, "", {0: 4}) != [NONE]:  # a client retries while the producer
@@ -315,7 +315,7 @@ async def test_a_group_deleted_during_the_outage_stays_deleted_after_a_restart(r
             state = await reader.read()
             return "doomed" not in loaded_offset_records(state) and "doomed" not in loaded_group_records(state)
 
-        await wait_for(doomed_gone_from_topic, BROKER_BACK_WITHIN_S, "the tombstones written", interval_s=0.5)
+        await wait_until(doomed_gone_from_topic, BROKER_BACK_WITHIN_S, "the tombstones written", interval_s=0.5)
         await client.close()
         assert await running.terminate() == 0
 

@@ -24,7 +24,8 @@ from coordinator.loadgen.member import SimMember
 from coordinator.loadgen.simulation import SimOptions, Simulation
 from tests.support.instances import (INSTANCE_SESSION_MS, NONE, NOT_COORDINATOR, TRANSIENT, Instance, Instances,
                                      Ownership, committed_offsets, connect, describe_groups, describe_request,
-                                     find_coordinator, groups_in_partitions, read_topic, unique, wait_for)
+                                     find_coordinator, groups_in_partitions, read_topic, unique)
+from tests.support.polling import wait_until
 from tests.support.service import commit, fetch_offsets
 from tests.support.wire import heartbeat
 
@@ -60,7 +61,7 @@ async def start_members(cluster: Instances, entry: Instance, groups: list[str], 
                                 request_timeout_ms=10_000))
     sim.start_members()
     try:
-        await wait_for(sim.all_stable, FORM_TIMEOUT_S, f"{len(groups)} groups of {MEMBERS} members Stable", 0.25)
+        await wait_until(sim.all_stable, FORM_TIMEOUT_S, f"{len(groups)} groups of {MEMBERS} members Stable", 0.25)
     except BaseException:
         await sim.close()
         raise
@@ -130,8 +131,8 @@ async def until_carried_on(cluster: Instances, sim: Simulation, generations: dic
                            live: list[str], timeout_s: float, what: str) -> Ownership:
     why: list[str] = []
     try:
-        return await wait_for(lambda: groups_carried_on(cluster, sim, generations, groups, live, why),
-                              timeout_s, what, 0.25)
+        return await wait_until(lambda: groups_carried_on(cluster, sim, generations, groups, live, why),
+                                timeout_s, what, 0.25)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last seen: {why[0] if why else '-'}") from None
 
@@ -217,7 +218,7 @@ async def test_sigkill_moves_an_instance_groups_and_their_members_carry_on(kafka
 
             committer = Committer(sim, moved, victim)
             committing = asyncio.create_task(committer.run())
-            await wait_for(lambda: committer.rounds >= 3 or committing.done(), 60, "two rounds of commits acked")
+            await wait_until(lambda: committer.rounds >= 3 or committing.done(), 60, "two rounds of commits acked")
             assert not committing.done(), committing.exception()
             since = {i.instance_id: i.log_offset() for i in survivors}
             killed_at_ms = time.time() * 1000
@@ -294,8 +295,8 @@ async def test_a_frozen_instance_wakes_up_fenced_and_serves_nothing_it_lost(kafk
             try:
                 await until_carried_on(cluster, sim, generations, groups, others, ONE_FAILOVER_S + 15,
                                        "the frozen instance's groups served by the others")
-                await wait_for(lambda: time.monotonic() - paused_at > member_session_ms / 1000 + 1, 60,
-                               "the freeze to outlast the members' sessions")
+                await wait_until(lambda: time.monotonic() - paused_at > member_session_ms / 1000 + 1, 60,
+                                 "the freeze to outlast the members' sessions")
                 # requests waiting in its socket: the first thing it reads when it wakes
                 for group_id in moved:
                     generation, member_id = identity[group_id]
@@ -318,7 +319,7 @@ async def test_a_frozen_instance_wakes_up_fenced_and_serves_nothing_it_lost(kafk
             async def regained() -> int | None:
                 return zombie.log_offset() if (await cluster.ownership()).of(zombie.instance_id) else None
 
-            regained_at = await wait_for(regained, ONE_FAILOVER_S + 30, "the woken instance assigned partitions")
+            regained_at = await wait_until(regained, ONE_FAILOVER_S + 30, "the woken instance assigned partitions")
             after = await until_carried_on(cluster, sim, generations, groups, list(cluster.instances),
                                            ONE_FAILOVER_S + 30, "the woken instance back, every group served")
             await heartbeats_accepted(cluster, after, sim, groups)
@@ -469,27 +470,28 @@ async def test_rolling_restart_of_every_instance_under_stock_consumers_through_t
             consumers = await start_consumers([("confluent", "rdk-rolling"), ("aiokafka", "aio-rolling")],
                                               cluster.bootstrap, topic, group, "range",
                                               session_ms=consumer_session_ms)
-            await wait_for(lambda: settled_assignment(consumers, partitions), FORM_TIMEOUT_S, "both consumers assigned")
+            await wait_until(lambda: settled_assignment(consumers, partitions), FORM_TIMEOUT_S,
+                             "both consumers assigned")
             watch = Watch(cluster, consumers, group, topic, partitions)
             watching = asyncio.create_task(watch.run())
-            await wait_for(lambda: watch.consumed() > 100, 60, "records consumed through the relay")
+            await wait_until(lambda: watch.consumed() > 100, 60, "records consumed through the relay")
             for instance in cluster:
                 assert await instance.terminate() == 0, instance.log_tail()
                 await cluster.restart(instance.instance_id)
                 await cluster.until_settled(list(cluster.instances))
                 mark, samples_mark = watch.consumed(), watch.samples
-                await wait_for(lambda: watch.consumed() > mark + 60, one_failover_s,
-                               f"consumption going on after {instance.instance_id}'s restart")
+                await wait_until(lambda: watch.consumed() > mark + 60, one_failover_s,
+                                 f"consumption going on after {instance.instance_id}'s restart")
                 # the backwards check must have seen committed offsets after each restart, not just before them
-                await wait_for(lambda: watch.samples >= samples_mark + 3, 60,
-                               f"committed offsets sampled after {instance.instance_id}'s restart")
+                await wait_until(lambda: watch.samples >= samples_mark + 3, 60,
+                                 f"committed offsets sampled after {instance.instance_id}'s restart")
             watch.counting = False
             await asyncio.to_thread(trickle.stop)
             expected = trickle.values()
-            await wait_for(lambda: expected <= {v for c in consumers for _p, _o, v, _c in c.records}, 120,
-                           "every record produced consumed")
-            await wait_for(lambda: watch.committed == {p: n for p, n in trickle.sent.items()}, 60,
-                           "every record's offset committed")
+            await wait_until(lambda: expected <= {v for c in consumers for _p, _o, v, _c in c.records}, 120,
+                             "every record produced consumed")
+            await wait_until(lambda: watch.committed == {p: n for p, n in trickle.sent.items()}, 60,
+                             "every record's offset committed")
             print(f"rolling restart: longest stall {watch.longest_stall_s:.1f} s, {watch.samples} offset samples")
             assert watch.longest_stall_s <= one_failover_s, watch.longest_stall_s
             assert watch.samples >= 3 * len(cluster.instances)

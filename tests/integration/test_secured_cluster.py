@@ -26,7 +26,8 @@ from coordinator.security.connections import connect
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
 from tests.support import service as e2e
-from tests.support.relay import ConsumerProcess, committed_offsets, start_consumers, stop_all, wait_until
+from tests.support.relay import ConsumerProcess, committed_offsets, start_consumers, stop_all
+from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique
 
 PARTITIONS = 3
@@ -526,12 +527,16 @@ async def test_the_documented_acls_are_enough_for_the_coordinators_principal(tmp
         args = ("--command-config", str(coordinator))
         code, stderr = await serve_until_it_exits(bootstrap, coordinator)  # no ACL yet: refused, not a hang
         assert code == 1 and "could not start" in stderr, stderr[-3000:]
+        assert "DESCRIBE on the cluster" in stderr, stderr[-3000:]  # the first right it needs: reading the ACLs
         admin_settings = load_command_config(secured.scram()).librdkafka_settings()
         await asyncio.to_thread(grant_documented_acls, bootstrap, admin_settings, "User:coordinator", state_topic,
                                 event_topic)
         await asyncio.to_thread(grant_write_to_everyone_on, bootstrap, admin_settings, "acl-events-")
+        # our PLAINTEXT listener's clients are User:ANONYMOUS, a super user as on the broker (mirrored)
+        mirrored = "super.users=User:admin;User:ANONYMOUS"
         for restart in (False, True):
-            async with service(bootstrap, state_topic, *FAST, event_topic=event_topic, args=args) as running:
+            async with service(bootstrap, state_topic, *FAST, mirrored, event_topic=event_topic,
+                               args=args) as running:
                 client = await running.client()
                 try:
                     await e2e.until_loaded(client, group)
@@ -550,7 +555,7 @@ async def test_the_documented_acls_are_enough_for_the_coordinators_principal(tmp
         await asyncio.to_thread(grant_documented_acls, bootstrap,
                                 load_command_config(secured.scram()).librdkafka_settings(), "User:coordinator",
                                 state_topic, event_topic, instances=True)
-        async with service(bootstrap, state_topic, *FAST, event_topic=event_topic,
+        async with service(bootstrap, state_topic, *FAST, mirrored, event_topic=event_topic,
                            args=(*args, "--instance-id", "acl-a")) as running:
             client = await running.client()
             try:

@@ -11,7 +11,7 @@ import pytest
 from coordinator.config import CoordinatorConfig
 from protocol.error_codes import Errors
 from coordinator.group.modern.heartbeat import HeartbeatRequest
-from coordinator.group.modern.topics import StaticTopics, TopicImage
+from coordinator.topics import StaticTopics, TopicImage
 from coordinator.group.runtime import GroupRuntime
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore

@@ -18,7 +18,7 @@ from coordinator.group.state import GroupState
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.timer import ManualClock, SystemTimer
-from tests.support.group_harness import SESSION_MS, Client, advance_until_joined
+from tests.support.group_harness import SESSION_MS, Client, form_group
 
 pytestmark = pytest.mark.integration
 
@@ -59,18 +59,7 @@ async def new_env(bootstrap: str, topic: str) -> KafkaEnv:
 
 
 async def form(env: KafkaEnv, clients: list[Client]) -> None:
-    for c in clients:
-        await c.start_join()
-    await advance_until_joined(env, *clients)  # type: ignore[arg-type]
-    for c in clients:
-        assert c.take_join().error_code == Errors.NONE
-    leader = next(c for c in clients if c.is_leader)
-    await leader.start_sync({c.member_id: f"assignment-{c.name}".encode() for c in clients})
-    for c in clients:
-        if c is not leader:
-            await c.start_sync()
-    results = await asyncio.wait_for(asyncio.gather(*(c.sync_task for c in clients)), 10)
-    assert all(r.error_code == Errors.NONE for r in results)
+    await form_group(env, *clients, written_within_s=10)  # type: ignore[arg-type]
 
 
 async def commit(env: KafkaEnv, client: Client, offsets: dict[int, int]) -> None:

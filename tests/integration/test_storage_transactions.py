@@ -168,10 +168,10 @@ async def test_close_never_destroys_the_producer_during_a_commit(kafka_bootstrap
                                                                        Errors.COORDINATOR_NOT_AVAILABLE))
                for o in outcomes), outcomes
     for _ in range(3000):  # the destroy runs once the commit is done
-        if producer._producer is None:
+        if producer._client.producer is None:
             break
         await asyncio.sleep(0.01)
-    assert producer._producer is None
+    assert producer._client.producer is None
     assert close_warnings(recwarn) == []
     acknowledged = {f"g{i}" for i, o in zip(range(1, 201), outcomes) if o is None}
     if close_timeout_ms > 1_000:

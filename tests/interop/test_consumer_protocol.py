@@ -23,8 +23,8 @@ from tests.support.relay import (
     settled_assignment,
     start_consumers,
     stop_all,
-    wait_until,
 )
+from tests.support.polling import wait_until
 from tests.support.relay import check_exactly_once
 
 pytestmark = pytest.mark.interop

@@ -20,7 +20,8 @@ from coordinator.server.handlers import served_ranges
 from coordinator.timer import SystemTimer
 from tests.support.inprocess_instances import PARTITIONS, StaticDirectory
 from tests.support.relay import (RECORDS_PER_PARTITION, create_topic, produce, relay_ports, settled_assignment,
-                                 start_consumers, stop_all, wait_until)
+                                 start_consumers, stop_all)
+from tests.support.polling import wait_until
 from tests.support.server import FAST_GROUPS
 from tests.support.service import unique
 

@@ -9,8 +9,9 @@ import asyncio
 import time
 
 from coordinator.relay import DEFAULT_NODE_ID
-from tests.support.relay import (brokers_seen, committed_offsets, create_topic, partition_leaders, produce, relay_ports,
-                                 settled_assignment, start_consumers, stop_all, wait_until)
+from tests.support.relay import (brokers_seen, committed_offsets, create_topic, partition_leaders, produce,
+                                 relay_ports, settled_assignment, start_consumers, stop_all)
+from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique
 
 TIMEOUT_S = 120

@@ -38,7 +38,7 @@ from coordinator.server.relaying import LocalResponse, RelaySide
 from coordinator.server.listener import CoordinatorServer
 from coordinator.timer import SystemTimer
 from protocol.framing import FrameReader
-from tests.support.relay import wait_until
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 

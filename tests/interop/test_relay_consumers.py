@@ -12,7 +12,8 @@ from aiokafka import AIOKafkaProducer
 
 from tests.support.relay import (RECORDS_PER_PARTITION, check_exactly_once, committed_offsets, create_topic,
                                  described_group, listed_groups, produce, settled_assignment, split_address,
-                                 start_consumers, stop_all, wait_until)
+                                 start_consumers, stop_all)
+from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique
 
 TIMEOUT_S = 90

@@ -9,8 +9,8 @@ import asyncio
 import re
 import time
 
-from tests.support.relay import (committed_offsets, create_topic, produce, settled_assignment, start_consumers,
-                                 stop_all, wait_until)
+from tests.support.relay import committed_offsets, create_topic, produce, settled_assignment, start_consumers, stop_all
+from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique
 
 TIMEOUT_S = 90

@@ -12,7 +12,8 @@ import time
 from confluent_kafka import Consumer, Producer
 
 from protocol.codec import encode_request
-from tests.support.relay import create_topic, relay_ports, wait_until
+from tests.support.relay import create_topic, relay_ports
+from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique
 from tests.support.wire import nested, request
 

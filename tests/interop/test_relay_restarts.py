@@ -10,7 +10,8 @@ from collections import Counter
 
 from coordinator.embedded import EmbeddedKafka
 from tests.support.relay import (committed_offsets, create_topic, produce, relay_ports, settled_assignment,
-                                 start_consumers, stop_all, wait_until)
+                                 start_consumers, stop_all)
+from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique
 
 TIMEOUT_S = 120

@@ -12,4 +12,5 @@
 - relay, relay_consumer, java_consumer (+ java/): stock consumers in their own processes for the relay tests
 - cycles: the reference-cycle scenarios; telemetry_scenario, otlp_receiver: the tracing scenario and a receiver
 - log_capture: a logging handler that keeps every record
+- polling: `wait_until`, the one bounded wait for a condition
 """

@@ -27,6 +27,7 @@ from coordinator.group.runtime import GroupRuntime
 from coordinator.server import CoordinatorServer
 from protocol.apis import ApiKey
 from protocol.codec import decode_response, encode_request
+from tests.support.polling import wait_until
 from tests.support.wire import heartbeat, ms, nested, request, subscription_metadata
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -297,13 +298,6 @@ async def _fuzz(port: int) -> None:
     assert process.returncode == 0, stderr.decode()[-2_000:]
 
 
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 async def run_scenarios(server: CoordinatorServer, runtime: GroupRuntime, round_: int, *, fuzz: bool,
                         extra: Callable[[Scenarios], None] | None = None, topic: str = "t",
                         settle: bool = True) -> None:
@@ -329,11 +323,12 @@ async def run_scenarios(server: CoordinatorServer, runtime: GroupRuntime, round_
         await asyncio.to_thread(extra, scenarios)
     if fuzz:
         await _fuzz(server.port)
-    await wait_for(lambda: server.connection_count == 0, "every connection closed")
+    await wait_until(lambda: server.connection_count == 0, WAIT_S, "every connection closed", 0.02)
     if not settle:
         return
-    await wait_for(lambda: not server._busy, "every parked request answered")
-    await wait_for(lambda: all(not group.members for group in runtime.groups.values()), "every member gone")
+    await wait_until(lambda: not server._busy, WAIT_S, "every parked request answered", 0.02)
+    await wait_until(lambda: all(not group.members for group in runtime.groups.values()), WAIT_S,
+                     "every member gone", 0.02)
     await runtime.expire_offsets()  # retires the groups left Empty without offsets
     for _ in range(20):  # lost connections and expired operations finish on the next iterations
         await asyncio.sleep(0.01)

@@ -16,9 +16,9 @@ from coordinator.group.api import (HeartbeatRequest, JoinGroupProtocol, JoinGrou
 from coordinator.group.runtime import GroupRuntime
 from protocol.error_codes import Errors
 from coordinator.group.observer import GroupObserver
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.group.state import GroupState
-from coordinator.group.store import GroupRecord, InMemoryGroupStore, OffsetRecord, TopicPartition
+from coordinator.group.store import GroupRecord, GroupStore, InMemoryGroupStore, OffsetRecord, TopicPartition
 from coordinator.timer import ManualClock, SystemTimer
 
 SESSION_MS = 10_000
@@ -75,13 +75,14 @@ class RecordingObserver(GroupObserver):
 
 
 class Env:
-    def __init__(self, **config: int) -> None:
+    def __init__(self, *, store: GroupStore | None = None, **config: int) -> None:
+        """`store`: the in-memory store by default; a test of the Kafka store's path passes a started one."""
         defaults = dict(group_initial_rebalance_delay_ms=3_000)
         defaults.update(config)
         self.config = CoordinatorConfig(**defaults)
         self.clock = ManualClock(1_000_000)
         self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
-        self.store = InMemoryGroupStore()
+        self.store: GroupStore = store if store is not None else InMemoryGroupStore()
         self.observer = RecordingObserver()
         self.coordinator = GroupRuntime(self.config, self.timer, self.store, self.clock, self.observer)
 
@@ -202,12 +203,13 @@ class Client:
         return resp.members[0].error_code if resp.members else resp.error_code
 
 
-async def form_group(env: Env, *clients: Client) -> None:
-    """All clients join, the initial delay passes, the leader assigns, everyone syncs: Stable."""
+async def form_group(env: Env, *clients: Client, written_within_s: float | None = None) -> None:
+    """All clients join, the initial delay passes, the leader assigns, everyone syncs: Stable. With a store that
+    acknowledges in its own time (Kafka's), `written_within_s` bounds the wait for the assignment's write."""
     for c in clients:
         await c.start_join()
     await advance_until_joined(env, *clients)
-    await complete_rebalance(env, *clients)
+    await complete_rebalance(env, *clients, written_within_s=written_within_s)
 
 
 async def advance_until_joined(env: Env, *clients: Client, limit_ms: int = REBALANCE_MS + 10_000) -> int:
@@ -220,7 +222,7 @@ async def advance_until_joined(env: Env, *clients: Client, limit_ms: int = REBAL
     return waited
 
 
-async def complete_rebalance(env: Env, *clients: Client) -> None:
+async def complete_rebalance(env: Env, *clients: Client, written_within_s: float | None = None) -> None:
     responses = [c.take_join() for c in clients]
     assert all(r.error_code == Errors.NONE for r in responses), responses
     leader = next(c for c in clients if c.is_leader)
@@ -230,6 +232,8 @@ async def complete_rebalance(env: Env, *clients: Client) -> None:
         if c is not leader:
             await c.start_sync()
     await drain()
+    if written_within_s is not None:
+        await asyncio.wait_for(asyncio.gather(*(c.sync_task for c in clients if c.sync_task)), written_within_s)
     for c in clients:
         assert c.sync_task is not None and c.sync_task.done(), c.name
         assert c.sync_task.result().error_code == Errors.NONE, c.sync_task.result()

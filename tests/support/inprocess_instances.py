@@ -7,11 +7,6 @@ real instance would read from the state topic is copied from the old owner's in-
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
-from typing import Any
-
 from coordinator.config import CoordinatorConfig
 from coordinator.group.partitioner import partition_for
 from coordinator.server.context import Node
@@ -92,11 +87,3 @@ class Instances:
         await self.envs[index].coordinator.load(partitions)
         self.directory.owners.update({p: self.envs[index].server.node for p in partitions})
 
-
-async def wait_until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Poll `condition` until it returns something truthy (returned), or fail saying what did not happen."""
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        await asyncio.sleep(0.05)
-    return value

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from coordinator.group.partitioner import partition_for
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
+from tests.support.polling import wait_until
 from tests.support.wire import nested, request
 
 INSTANCE_SESSION_MS = 6_000  # the broker's default group.min.session.timeout.ms: the fastest detection it allows
@@ -49,21 +50,6 @@ TRANSIENT = (OSError, ConnectionClosed, RequestTimedOut, ProtocolError, asyncio.
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-async def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
-    """Poll `condition` (a function, or a coroutine function) until it returns something truthy, and return that;
-    fail saying what did not happen within `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        await asyncio.sleep(interval_s)
 
 
 # ---------------------------------------------------------------------------------------------------- one instance
@@ -120,7 +106,7 @@ class Instance:
             text = self.out_path.read_bytes()
             return b"coordinator listening on" in text[text.rfind(marker):]
 
-        await wait_for(listening, timeout_s, f"instance {self.instance_id} to listen")
+        await wait_until(listening, timeout_s, f"instance {self.instance_id} to listen")
 
     @property
     def alive(self) -> bool:
@@ -151,7 +137,7 @@ class Instance:
     async def wait_exit(self, timeout_s: float) -> int:
         assert self.process is not None
         process = self.process
-        await wait_for(lambda: process.poll() is not None, timeout_s, f"instance {self.instance_id} to exit")
+        await wait_until(lambda: process.poll() is not None, timeout_s, f"instance {self.instance_id} to exit")
         return process.returncode
 
     def force_stop(self) -> None:
@@ -352,7 +338,7 @@ class Instances:
             return owned if owned.complete(self.partitions, wanted) else None
 
         try:
-            return await wait_for(settled, timeout_s, f"instances {wanted} to own every partition", 0.25)
+            return await wait_until(settled, timeout_s, f"instances {wanted} to own every partition", 0.25)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; last seen: {last[-1] if last else None}") from None
 

@@ -9,9 +9,7 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Producer
@@ -23,18 +21,6 @@ from protocol.client import KafkaClient
 from tests.support.wire import request
 
 RECORDS_PER_PARTITION = 100
-
-
-async def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
-    """Poll `condition` until it returns something truthy (returned), or fail saying what did not happen."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(interval_s)
 
 
 def relay_ports(brokers: int = 1) -> tuple[int, int]:

@@ -23,8 +23,9 @@ class RunningServer:
 
     def __init__(self, config: CoordinatorConfig = FAST_GROUPS, *,
                  coordinator_class: type[GroupRuntime] = GroupRuntime, directory: Any = None,
-                 **server_options: Any) -> None:
+                 authorizer: Any = None, **server_options: Any) -> None:
         self.config = config
+        self.authorizer = authorizer  # coordinator.security.authorizer.Authorizer: the ACLs enforced (None: none)
         self.coordinator_class = coordinator_class
         self.directory = directory
         self.server_config = ServerConfig(listen_host="127.0.0.1", listen_port=0, **server_options)
@@ -36,7 +37,7 @@ class RunningServer:
         self.store = InMemoryGroupStore()
         self.coordinator = self.coordinator_class(self.config, self.timer, self.store)
         self.server = CoordinatorServer(self.server_config, self.coordinator, on_shutdown=self._shutdown_groups,
-                                        directory=self.directory)
+                                        directory=self.directory, authorizer=self.authorizer)
         await self.server.start()
         return self
 

@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.cluster.ownership import Ownership, ZombieGuard
 from coordinator.group.api import OffsetFetchRequest, OffsetFetchRequestTopic
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.timer import ManualClock
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, drain, form_group

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.group.api import (LeaveGroupRequest, MemberIdentity, OffsetCommitRequest,
                                    OffsetCommitRequestPartition, OffsetCommitRequestTopic, SyncGroupRequest,
                                    SyncGroupRequestAssignment, HeartbeatRequest)

@@ -3,7 +3,7 @@ Empty groups (offsets deleted, a group left without offsets retired), non-empty 
 topics kept with GROUP_SUBSCRIBED_TO_TOPIC) and non-empty groups of other protocol types (NON_EMPTY_GROUP)."""
 from __future__ import annotations
 
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.group.api import OffsetDeleteRequest, OffsetDeleteRequestTopic, OffsetDeleteResponse
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState

@@ -7,7 +7,7 @@ import asyncio
 from coordinator.group.api import DeleteGroupsRequest, ListGroupsRequest
 from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
-from coordinator.group.shard import ShardStatus
+from coordinator.group.status import ShardStatus
 from coordinator.group.state import GroupState
 from tests.support.group_harness import Env, commit, drain, env, errors_of, fetch, form_group  # noqa: F401
 

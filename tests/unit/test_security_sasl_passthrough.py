@@ -126,3 +126,26 @@ def test_untrusted_sasl_frames_are_refused_or_admitted_never_crash(api_key: int,
         sasl.admit(frame_bytes)
     except (Refusal, ProtocolError, ValueError, LookupError):
         pass
+
+
+def test_a_mechanism_outside_sasl_enabled_mechanisms_is_refused_with_the_enabled_list() -> None:
+    sasl = SaslPassthrough(enabled=("SCRAM-SHA-512",))
+    with pytest.raises(Refusal) as refused:
+        sasl.admit(frame(17, 1, 1, mechanism="PLAIN"))
+    assert refused.value.reply is not None
+    _correlation, body = codec.decode_response(17, 1, refused.value.reply[4:])
+    assert int(body.error_code) == 33 and list(body.mechanisms) == ["SCRAM-SHA-512"]
+
+
+def test_oauthbearer_principal_is_the_tokens_sub_claim_once_the_broker_accepted() -> None:
+    import base64
+    import json
+
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    sasl = SaslPassthrough()
+    handshake(sasl, "OAUTHBEARER")
+    token = f"{part({'alg': 'none'})}.{part({'sub': 'carol'})}."
+    authenticate(sasl, 2, f"n,,\x01auth=Bearer {token}\x01\x01".encode(), b"")
+    assert sasl.state is State.COMPLETE and sasl.principal == "carol"

@@ -62,3 +62,26 @@ def test_a_sasl_listener_passes_through_and_needs_the_relay_and_a_sasl_cluster(c
 def test_an_ssl_listener_without_a_keystore_is_refused_naming_the_setting() -> None:
     with pytest.raises(SystemExit, match=r"--listen SSL://127.0.0.1:0: ssl.keystore.location: needed"):
         options_of("--listen", "SSL://127.0.0.1:0")
+
+
+def test_authorization_settings_by_their_broker_names_reach_the_listener() -> None:
+    access = options_of("--config", "super.users=User:admin; User:ops", "--config",
+                        "allow.everyone.if.no.acl.found=true", "--config", "acl.refresh.interval.ms=2500",
+                        "--config", "ssl.principal.mapping.rules=RULE:^CN=([^,]*).*$/$1/L,DEFAULT",
+                        "--config", "sasl.enabled.mechanisms=scram-sha-512").server.access
+    assert access.super_users == {"User:admin", "User:ops"} and access.allow_everyone_if_no_acl_found
+    assert access.refresh_interval_ms == 2500 and access.sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert access.principal_mapper.name("CN=Bob,O=x") == "bob"
+    authorizer = access.authorizer()
+    assert authorizer.super_users == access.super_users and authorizer.allow_if_no_acl
+
+
+@pytest.mark.parametrize("setting, named", [
+    ("sasl.enabled.mechanisms=GSSAPI", "sasl.enabled.mechanisms"),
+    ("allow.everyone.if.no.acl.found=yes", "allow.everyone.if.no.acl.found"),
+    ("acl.refresh.interval.ms=10", "acl.refresh.interval.ms"),
+    ("ssl.principal.mapping.rules=RULE:^CN=(.*$/$1/", "ssl.principal.mapping.rules"),
+])
+def test_a_bad_authorization_setting_is_refused_naming_it(setting: str, named: str) -> None:
+    with pytest.raises(SystemExit, match=named):
+        options_of("--config", setting)

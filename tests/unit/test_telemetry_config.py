@@ -3,6 +3,9 @@ service name, and clean errors for what we cannot provide."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 
 from coordinator.telemetry.otel import TelemetryConfigError, resource, start_telemetry
@@ -164,3 +167,36 @@ async def test_relay_requests_bytes_and_buffer_pool_are_exported() -> None:
     assert by_direction == {"to_upstream": len(request), "from_upstream": 14}
     assert [p.value for p in points["coordinator.relay.buffer.available"]] == [pool.available_bytes]
     assert [p.value for p in points["coordinator.relay.buffer.waiters"]] == [0]
+
+
+def test_acl_age_count_and_refusals_are_exported() -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from coordinator.security.acl_cache import AclCache
+    from coordinator.security.authorizer import Acl, Acls, Authorizer, Operation, PatternType, Permission, ResourceType
+    from coordinator.telemetry.metrics import MetricsObserver
+
+    authorizer = Authorizer()
+    cache = AclCache("127.0.0.1:1", authorizer)
+    reader = InMemoryMetricReader()
+    telemetry = start_telemetry(env={}, metric_readers=[reader])
+    try:
+        MetricsObserver(telemetry.meter_provider.get_meter("test")).watch_acls(cache)
+        before = reader.get_metrics_data()
+        authorizer.use(Acls([Acl(ResourceType.GROUP, "app", PatternType.LITERAL, "User:alice", "*", Operation.READ,
+                                 Permission.ALLOW)]))
+        cache.loaded_at = time.monotonic() - 2.0  # read two seconds ago
+        assert not authorizer.allows("User:bob", "10.0.0.1", Operation.READ, ResourceType.GROUP, "app")
+        data = reader.get_metrics_data()
+    finally:
+        telemetry.shutdown()
+
+    def points(metrics: Any) -> dict[str, Any]:
+        return {m.name: m.data.data_points for rm in metrics.resource_metrics for sm in rm.scope_metrics
+                for m in sm.metrics}
+
+    assert "coordinator.acls.age" not in points(before)  # nothing read yet: no age to report
+    now = points(data)
+    assert [p.value for p in now["coordinator.acls.age"]][0] >= 2000
+    assert [(p.value, p.attributes["enforcing"]) for p in now["coordinator.acls.count"]] == [(1, True)]
+    assert [p.value for p in now["coordinator.acls.refused"]] == [1]

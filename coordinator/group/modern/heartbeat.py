@@ -29,7 +29,8 @@ from coordinator.group.modern.regex import Refresh, regexes_after
 from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, Partitions, RecordType,
                                               TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone,
                                               sorted_partitions)
-from coordinator.group.modern.topics import TopicsView, metadata_hash
+from coordinator.group.modern.topics import metadata_hash
+from coordinator.topics import TopicsView
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")

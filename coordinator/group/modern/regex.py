@@ -23,7 +23,8 @@ from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.member import ConsumerGroupMember
 from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, RecordType, RegexRecord,
                                               Tombstone)
-from coordinator.group.modern.topics import TopicsView, metadata_hash
+from coordinator.group.modern.topics import metadata_hash
+from coordinator.topics import TopicsView
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")

@@ -34,9 +34,10 @@ from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.regex import Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
-from coordinator.group.modern.topics import StaticTopics, TopicsView
+from coordinator.topics import StaticTopics, TopicsView
 from coordinator.group.result import Write
-from coordinator.group.shard import GroupShard, ShardStatus
+from coordinator.group.shard import GroupShard
+from coordinator.group.status import STATUS_ERRORS as _STATUS_ERRORS, ShardStatus
 from coordinator.group.state import GroupState
 from coordinator.timer import Clock, SystemTimer, TimerTask
 from protocol.error_codes import Errors
@@ -45,8 +46,6 @@ log = logging.getLogger("coordinator.group")
 
 
 _AS_NOW = object()
-_STATUS_ERRORS = {ShardStatus.UNOWNED: Errors.NOT_COORDINATOR, ShardStatus.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
-                  ShardStatus.STOPPED: Errors.COORDINATOR_NOT_AVAILABLE}
 
 
 class _MemberTimer(TimerTask):

@@ -7,9 +7,11 @@ import datetime
 from typing import Any
 
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
+from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class, ms
 
 API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
@@ -50,5 +52,11 @@ def to_response(version: int, response: HeartbeatResponse) -> Any:
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
+    # KafkaApis: READ on the group, then DESCRIBE on every subscribed topic named (no message, as Kafka's)
+    if not ctx.allows(Operation.READ, ResourceType.GROUP, body.group_id):
+        return to_response(header.api_version, HeartbeatResponse(Errors.GROUP_AUTHORIZATION_FAILED))
+    if body.subscribed_topic_names and not all(
+            ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, name) for name in set(body.subscribed_topic_names)):
+        return to_response(header.api_version, HeartbeatResponse(Errors.TOPIC_AUTHORIZATION_FAILED))
     response = await ctx.coordinator.consumer_group_heartbeat(to_request(ctx, header, body))
     return to_response(header.api_version, response)

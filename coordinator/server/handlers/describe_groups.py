@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.group import api
+from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
+from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.DESCRIBE_GROUPS
@@ -48,5 +50,17 @@ def to_response(version: int, response: api.DescribeGroupsResponse) -> Any:
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
-    response = await ctx.coordinator.describe_groups(to_request(header, body))
+    request = to_request(header, body)
+    # KafkaApis: DESCRIBE on each group; the refused ones first, then the coordinator's answers
+    refused = [api.DescribedGroup(Errors.GROUP_AUTHORIZATION_FAILED, group_id) for group_id in request.groups
+               if not ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, group_id)]
+    if refused:
+        request.groups = [g for g in request.groups if ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, g)]
+    response = await ctx.coordinator.describe_groups(request) if request.groups else api.DescribeGroupsResponse([])
+    if request.include_authorized_operations and header.api_version >= 3:
+        for group in response.groups:
+            if group.error_code == Errors.NONE:
+                group.authorized_operations = ctx.group_operations(group.group_id)
+    if refused:
+        response = api.DescribeGroupsResponse([*refused, *response.groups])
     return to_response(header.api_version, response)

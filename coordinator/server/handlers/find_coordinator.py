@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext, Node
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
@@ -20,6 +21,7 @@ VERSIONS = (0, 6)
 _GROUP_KEY_TYPE = 0
 _TRANSACTION_KEY_TYPE = 1
 _MESSAGES = {
+    Errors.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
     Errors.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
     Errors.INVALID_REQUEST: "This most likely occurs because of a request being malformed by the client library or "
     "the message was sent to an incompatible broker. See the broker logs for more details.",
@@ -34,10 +36,18 @@ def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     code = _error_for(key_type)
     if header.api_version >= 4:
         entry = item_class(cls, "coordinators")
-        coordinators = tuple(_located(entry, _coordinator(ctx, key, code), code, key=key)
-                             for key in body.coordinator_keys)
+        coordinators = tuple(_located(entry, _coordinator(ctx, key, allowed), allowed, key=key)
+                             for key in body.coordinator_keys for allowed in (_authorized(ctx, key_type, key, code),))
         return build(cls, throttle_time=ZERO_DURATION, coordinators=coordinators)
+    code = _authorized(ctx, key_type, body.key, code)
     return _located(cls, _coordinator(ctx, body.key, code), code, throttle_time=ZERO_DURATION)
+
+
+def _authorized(ctx: ConnectionContext, key_type: int, key: str, code: Errors) -> Errors:
+    """KafkaApis.getCoordinator: DESCRIBE on the group before anything else about it."""
+    if key_type == _GROUP_KEY_TYPE and not ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, key):
+        return Errors.GROUP_AUTHORIZATION_FAILED
+    return code
 
 
 def _error_for(key_type: int) -> Errors:

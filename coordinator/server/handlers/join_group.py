@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.group import api
+from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey
 from protocol.codec import RequestHeader
+from protocol.error_codes import Errors
 from protocol.group_fastpath import JoinGroupFields, join_group_fields, pack_join_group_response
 
 API_KEY = ApiKey.JOIN_GROUP
@@ -52,5 +54,7 @@ def to_frame(header: RequestHeader, response: api.JoinGroupResponse) -> bytes:
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes:
     fields = body if type(body) is JoinGroupFields else join_group_fields(body)
+    if not ctx.allows(Operation.READ, ResourceType.GROUP, fields.group_id):
+        return to_frame(header, api.JoinGroupResponse(Errors.GROUP_AUTHORIZATION_FAILED))
     response = await ctx.coordinator.join_group(to_request(ctx, header, fields))
     return to_frame(header, response)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.group import api
+from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
+from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.LEAVE_GROUP
@@ -43,5 +45,7 @@ def to_response(version: int, response: api.LeaveGroupResponse) -> Any:
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
+    if not ctx.allows(Operation.READ, ResourceType.GROUP, body.group_id):
+        return to_response(header.api_version, api.LeaveGroupResponse(Errors.GROUP_AUTHORIZATION_FAILED))
     response = await ctx.coordinator.leave_group(to_request(ctx, header, body))
     return to_response(header.api_version, response)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from coordinator.group import api
+from coordinator.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
@@ -35,4 +37,8 @@ def to_response(version: int, response: api.ListGroupsResponse) -> Any:
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     response = await ctx.coordinator.list_groups(to_request(header, body))
+    # KafkaApis: DESCRIBE on the cluster lists every group; else only the groups the client may describe
+    if not ctx.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        response = dataclasses.replace(response, groups=[
+            g for g in response.groups if ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, g.group_id)])
     return to_response(header.api_version, response)

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 from coordinator.group import api
+from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
@@ -67,12 +68,31 @@ def to_response(version: int, response: api.OffsetCommitResponse) -> Any:
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     request = to_request(ctx, header, body)
+    # KafkaApis: READ on the group (else every partition refused), then READ on each topic, before existence
+    if not ctx.allows(Operation.READ, ResourceType.GROUP, request.group_id):
+        return to_response(header.api_version, api.OffsetCommitResponse(
+            topics=_answered(request.topics, Errors.GROUP_AUTHORIZATION_FAILED)))
+    denied = [t for t in request.topics if not ctx.allows(Operation.READ, ResourceType.TOPIC, t.name)]
+    if denied:
+        request = dataclasses.replace(request, topics=[t for t in request.topics if t not in denied])
+        response = await _commit_known(ctx, request) if request.topics else api.OffsetCommitResponse(topics=[])
+        return to_response(header.api_version, dataclasses.replace(response, topics=[
+            *_answered(denied, Errors.TOPIC_AUTHORIZATION_FAILED), *response.topics]))
+    return to_response(header.api_version, await _commit_known(ctx, request))
+
+
+def _answered(topics: list[api.OffsetCommitRequestTopic], code: Errors) -> list[api.OffsetCommitResponseTopic]:
+    return [api.OffsetCommitResponseTopic(t.name, [api.OffsetCommitResponsePartition(p.partition_index, code)
+                                                   for p in t.partitions]) for t in topics]
+
+
+async def _commit_known(ctx: ConnectionContext, request: api.OffsetCommitRequest) -> api.OffsetCommitResponse:
     if ctx.relay is None:
-        return to_response(header.api_version, await ctx.coordinator.commit_offsets(request))
+        return await ctx.coordinator.commit_offsets(request)
     wanted = [(topic.name, p.partition_index) for topic in request.topics for p in topic.partitions]
     missing = await ctx.relay.cluster.missing(wanted)
     if not missing:
-        return to_response(header.api_version, await ctx.coordinator.commit_offsets(request))
+        return await ctx.coordinator.commit_offsets(request)
     known_topics = [
         api.OffsetCommitRequestTopic(topic.name, kept)
         for topic in request.topics
@@ -80,10 +100,10 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> An
     ]
     refused = _refused(request, missing)
     if not known_topics:
-        return to_response(header.api_version, api.OffsetCommitResponse(topics=refused))
+        return api.OffsetCommitResponse(topics=refused)
     request = dataclasses.replace(request, topics=known_topics)
     response = await ctx.coordinator.commit_offsets(request)
-    return to_response(header.api_version, dataclasses.replace(response, topics=refused + list(response.topics)))
+    return dataclasses.replace(response, topics=refused + list(response.topics))
 
 
 def _refused(request: api.OffsetCommitRequest, missing: set[tuple[str, int]]) -> list[Any]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from coordinator.group import api
+from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
+from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.OFFSET_DELETE
@@ -32,5 +35,16 @@ def to_response(version: int, response: api.OffsetDeleteResponse) -> Any:
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
-    response = await ctx.coordinator.delete_offsets(to_request(header, body))
+    request = to_request(header, body)
+    # KafkaApis: DELETE on the group (a group-level error), then READ on each topic (its partitions refused)
+    if not ctx.allows(Operation.DELETE, ResourceType.GROUP, request.group_id):
+        return to_response(header.api_version, api.OffsetDeleteResponse(Errors.GROUP_AUTHORIZATION_FAILED))
+    denied = [t for t in request.topics if not ctx.allows(Operation.READ, ResourceType.TOPIC, t.name)]
+    if denied:
+        request = dataclasses.replace(request, topics=[t for t in request.topics if t not in denied])
+    response = await ctx.coordinator.delete_offsets(request)
+    if denied and response.error_code == Errors.NONE:  # OffsetDeleteResponse.Builder.merge: a group error wins
+        response = dataclasses.replace(response, topics=[*(api.OffsetDeleteResponseTopic(t.name, [
+            api.OffsetDeleteResponsePartition(p, Errors.TOPIC_AUTHORIZATION_FAILED) for p in t.partition_indexes])
+            for t in denied), *response.topics])
     return to_response(header.api_version, response)

@@ -4,10 +4,12 @@ every requested partition, as Kafka's OffsetFetchResponse does for old versions.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from coordinator.group import api
 from protocol.error_codes import Errors
+from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
@@ -74,5 +76,28 @@ def to_response(version: int, requests: list[api.OffsetFetchRequest],
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     requests = to_requests(header, body)
-    responses = [await ctx.coordinator.fetch_offsets(request) for request in requests]
+    responses = [await _fetch_authorized(ctx, request) for request in requests]
     return to_response(header.api_version, requests, responses)
+
+
+async def _fetch_authorized(ctx: ConnectionContext, request: api.OffsetFetchRequest) -> api.OffsetFetchResponse:
+    """KafkaApis: DESCRIBE on the group; offsets only of topics the client may describe: named ones it may not
+    are answered offset -1 and TOPIC_AUTHORIZATION_FAILED, after the others; with "all topics" they are left out."""
+    if not ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, request.group_id):
+        return api.OffsetFetchResponse(request.group_id, Errors.GROUP_AUTHORIZATION_FAILED)
+    if request.topics is None:
+        response = await ctx.coordinator.fetch_offsets(request)
+        if response.error_code == Errors.NONE:
+            response.topics = [t for t in response.topics
+                               if ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, t.name)]
+        return response
+    denied = [t for t in request.topics if not ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, t.name)]
+    if not denied:
+        return await ctx.coordinator.fetch_offsets(request)
+    allowed = dataclasses.replace(request, topics=[t for t in request.topics if t not in denied])
+    response = await ctx.coordinator.fetch_offsets(allowed)
+    if response.error_code == Errors.NONE:
+        response.topics = [*response.topics, *(
+            api.OffsetFetchResponseTopic(t.name, [api.OffsetFetchResponsePartition(
+                p, error_code=Errors.TOPIC_AUTHORIZATION_FAILED) for p in t.partition_indexes]) for t in denied)]
+    return response

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.group import api
+from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey
 from protocol.codec import RequestHeader
@@ -44,5 +45,7 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> by
     # KafkaApis checks this before the coordinator: v5+ must name the protocol type and name.
     if header.api_version >= 5 and (fields.protocol_type is None or fields.protocol_name is None):
         return to_frame(header, api.SyncGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL))
+    if not ctx.allows(Operation.READ, ResourceType.GROUP, fields.group_id):
+        return to_frame(header, api.SyncGroupResponse(Errors.GROUP_AUTHORIZATION_FAILED))
     response = await ctx.coordinator.sync_group(to_request(ctx, header, fields))
     return to_frame(header, response)

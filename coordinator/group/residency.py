@@ -1,0 +1,67 @@
+"""Groups arriving on and leaving this coordinator (§7.4, §7.5): a loaded group's records replayed into a group
+whose members' sessions start now, and the one funnel that answers every parked request of a group unloaded.
+Mixed into GroupShard."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from coordinator.group.api import JoinGroupResponse, SyncGroupResponse
+from coordinator.group.delayed import join_key, member_key
+from coordinator.group.loading import materialize_group
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
+from coordinator.group.rebalance import Rebalancing
+from coordinator.group.records import Record
+from coordinator.group.state import DEAD, PREPARING
+from protocol.error_codes import Errors
+
+log = logging.getLogger("coordinator.group")
+
+
+class GroupResidency(Rebalancing):
+    groups: dict[str, GroupMetadata]
+
+    def load_group(self, group_id: str, records: Iterable[Record]) -> None:
+        """Replay one loaded group's records (its latest metadata and offsets): Stable with members, else Empty."""
+        if group_id in self.groups:
+            log.warning("event=load_skipped group=%s reason=already_cached", group_id)
+            return
+        try:
+            group = materialize_group(group_id, records, self.now_wall_ms(), self.observer)
+        except Exception:  # a record we cannot make sense of costs that group, not the others
+            log.exception("event=load_failed group=%s", group_id)
+            return
+        self.groups[group_id] = group
+        self._on_group_loaded(group)
+
+    def _on_group_loaded(self, group: GroupMetadata) -> None:
+        log.info("event=group_loaded group=%s generation=%d state=%s members=%d",
+                 group.group_id, group.generation_id, group.state.value, group.size)
+        if group.size > self.config.group_max_size:
+            self.prepare_rebalance(group, RebalanceCause(
+                RebalanceCategory.OVER_CAPACITY,
+                f"Freshly-loaded group is over capacity ({self.config.group_max_size}). "
+                "Rebalancing in order to give a chance for consumers to commit offsets"))
+        for member in list(group.members.values()):
+            self.schedule_heartbeat(group, member, member.session_timeout_ms)
+
+    def unload_group(self, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
+        """The one funnel that answers every parked request of a group that leaves this coordinator."""
+        previous = group.state
+        group.transition_to(DEAD, self.now_wall_ms())
+        for member in list(group.members.values()):
+            group.complete_join(member, JoinGroupResponse(error, member_id=member.member_id))
+            group.complete_sync(member, SyncGroupResponse(error))
+            self.remove_heartbeat(group, member)
+        for member_id in group.pending_members:  # their expirations complete against the Dead group
+            self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
+        if previous is PREPARING:
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+        self.remove_sync_expiration(group)
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
+    def unload_all(self, error: Errors = Errors.NOT_COORDINATOR) -> None:
+        for group in list(self.groups.values()):
+            self.unload_group(group, error)

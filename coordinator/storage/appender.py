@@ -1,0 +1,97 @@
+"""The append path of the Kafka-backed store: a shard's typed records encoded in Kafka's formats and queued with
+the partition's writer at once (so a partition's records are stored in the order appended), answered once
+acknowledged. A write of tombstones only goes through the tombstone writer, which keeps a failed one owed and
+sends it again (tombstones.py); a write of values supersedes the owed tombstones of its keys, restored if the
+write fails."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaError
+
+from coordinator.group.records import Record
+from coordinator.group.store import StoreError
+from coordinator.storage.append_errors import append_error
+from coordinator.storage.producer import KafkaRecord, RecordSender
+from coordinator.storage.records import encode
+from coordinator.storage.tombstones import TombstoneWriter
+from protocol.error_codes import Errors
+
+log = logging.getLogger("coordinator.storage")
+_BATCH_OVERHEAD_BYTES = 61  # record batch header (magic v2)
+_RECORD_OVERHEAD_BYTES = 21  # a record's length, attributes, deltas, key/value lengths and headers (varints, at most)
+
+
+class RecordAppender:
+    def __init__(self, tombstones: TombstoneWriter, max_write_bytes: int) -> None:
+        self._tombstones = tombstones
+        self._max_write_bytes = max_write_bytes
+
+    def append(self, producer: RecordSender, partition: int, records: Sequence[Record],
+               outcome: asyncio.Future[None]) -> None:
+        """Queue `records` with `producer` now; `outcome` is settled with None or StoreError. Raises StoreError
+        for a write refused before anything is sent."""
+        group_id = records[0].group_id if records else ""
+        encoded: list[KafkaRecord] = [(partition, *encode(record)) for record in records]
+        if any(value is not None for _, _, value in encoded):
+            self._append(producer, group_id, encoded, outcome)
+        else:
+            self._append_tombstones(producer, group_id, encoded, outcome)
+
+    def _append(self, producer: RecordSender, group_id: str, records: list[KafkaRecord],
+                outcome: asyncio.Future[None]) -> None:
+        self._check_write_size(group_id, records)
+        superseded = self._tombstones.superseded(key for _, key, _ in records)
+
+        def sent(done: asyncio.Future[KafkaError | None]) -> None:
+            error = done.result()
+            if error is None:
+                _settle(outcome, None)
+                return
+            if superseded:
+                self._tombstones.restore(superseded)
+            mapped = append_error(error)
+            log.warning("event=state_append_failed group=%s records=%d error=%s kafka_error=%s",
+                        group_id, len(records), mapped.name, error)
+            _settle(outcome, StoreError(mapped, str(error)))
+
+        producer.send(records).add_done_callback(sent)
+
+    def _check_write_size(self, group_id: str, records: list[KafkaRecord]) -> None:
+        """Kafka appends a write as one record batch, so it is stored whole or not at all, and a batch above
+        max.message.bytes fails with MESSAGE_TOO_LARGE. librdkafka would spread a bigger write over several
+        produce requests, each acknowledged on its own: refuse it before anything is sent."""
+        size = _BATCH_OVERHEAD_BYTES + sum(len(key) + len(value or b"") + _RECORD_OVERHEAD_BYTES
+                                           for _, key, value in records)
+        if size > self._max_write_bytes:
+            log.warning("event=state_append_refused group=%s records=%d bytes=%d max_write_bytes=%d",
+                        group_id, len(records), size, self._max_write_bytes)
+            raise StoreError(Errors.MESSAGE_TOO_LARGE,
+                             f"write of {size} bytes exceeds max_write_bytes={self._max_write_bytes}")
+
+    def _append_tombstones(self, producer: RecordSender, group_id: str, records: list[KafkaRecord],
+                           outcome: asyncio.Future[None]) -> None:
+        """Answered like any write, but a failed tombstone is not forgotten: it is sent again until written
+        (see tombstones.py), so a deleted group does not come back after a restart."""
+        if not records:
+            outcome.set_result(None)
+            return
+
+        def sent(done: asyncio.Future[KafkaError | None]) -> None:
+            error = done.result()
+            _settle(outcome, None if error is None else StoreError(append_error(error), str(error)))
+
+        self._tombstones.send(producer, group_id, [(partition, key) for partition, key, _ in records],
+                              "tombstones").add_done_callback(sent)
+
+
+def _settle(outcome: asyncio.Future[None], error: StoreError | None) -> None:
+    if outcome.done():
+        return
+    if error is None:
+        outcome.set_result(None)
+    else:
+        outcome.set_exception(error)

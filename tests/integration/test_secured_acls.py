@@ -1,0 +1,400 @@
+"""The cluster's own ACLs on our group APIs, compared with Kafka's answers: a real 4.1 broker with Kafka's
+StandardAuthorizer, the same principals, the same ACLs and the same group requests sent straight to the broker's
+own group coordinator and through our listener; every answer must be the same (error codes, per-topic errors,
+authorized operations, which groups are listed). Principals from SASL (SCRAM) and from client certificates through
+`ssl.principal.mapping.rules`; an ACL removed on the cluster takes effect here within the refresh interval."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                   NewTopic, ResourcePatternType, ResourceType)
+
+from coordinator.embedded import EmbeddedKafka
+from coordinator.embedded.certificates import CertificateSet, make_test_certificates
+from coordinator.embedded.secured import SecureListeners
+from coordinator.security.client_config import client_security, load_command_config
+from coordinator.security.clusters import ClusterSecurity
+from coordinator.security.connections import connect
+from protocol.apis import ApiKey
+from protocol.client import KafkaClient
+from tests.support.service import FAST, service, unique
+from tests.support.wire import heartbeat, join, nested, request
+
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+USERS = {"admin": "admin-secret", "coordinator": "coordinator-secret", "alice": "alice-secret",
+         "bob": "bob-secret"}
+SUPER_USERS = "User:admin;User:ANONYMOUS"  # the test broker's (ANONYMOUS: its own PLAINTEXT listener)
+MAPPING_RULES = "RULE:^CN=([^,]*),OU=test,O=coordinator$/$1/L,DEFAULT"
+REFRESH_MS = 1_000
+TIMEOUT_S = 120
+
+
+class AclBroker:
+    def __init__(self, broker: EmbeddedKafka, certificates: CertificateSet, directory: Path) -> None:
+        self.broker, self.certificates, self.directory = broker, certificates, directory
+        self.prefix = unique("acl")  # every group and topic of this module
+
+    def sasl(self, user: str) -> ClusterSecurity:
+        security = client_security({
+            "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": f'{SCRAM} required username="{user}" password="{USERS[user]}";',
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.certificates.ca)})
+        return ClusterSecurity(security, security.ssl_context(), security.librdkafka_settings())
+
+    def properties(self, user: str) -> Path:
+        path = self.directory / f"{user}.properties"
+        path.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={SCRAM} "
+                        f"required username=\"{user}\" password=\"{USERS[user]}\";\nssl.truststore.type=PEM\n"
+                        f"ssl.truststore.location={self.certificates.ca}\n")
+        return path
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.broker.sasl_ssl_bootstrap,
+                            **self.sasl("admin").librdkafka})
+
+    def acls(self, *bindings: AclBinding) -> None:
+        admin = self.admin()  # kept until the answers are in (a destroyed client fails its futures)
+        for future in admin.create_acls(list(bindings)).values():
+            future.result(60)
+
+    def remove(self, binding: AclBinding) -> None:
+        matching = AclBindingFilter(binding.restype, binding.name, binding.resource_pattern_type, binding.principal,
+                                    binding.host, binding.operation, binding.permission_type)
+        admin = self.admin()
+        for future in admin.delete_acls([matching]).values():
+            assert future.result(60), f"no ACL removed for {binding}"
+
+
+def allow(kind: ResourceType, name: str, principal: str, operation: AclOperation,
+          pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+          permission: AclPermissionType = AclPermissionType.ALLOW) -> AclBinding:
+    return AclBinding(kind, name, pattern, principal, "*", operation, permission)
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclBroker]:
+    directory = tmp_path_factory.mktemp("acl-kafka")
+    certificates = make_test_certificates(directory / "certificates", clients=("coordinator", "Carol", "dave"))
+    broker = EmbeddedKafka(secure=SecureListeners(certificates, users=USERS, authorizer=True), startup_timeout_s=240,
+                           extra_properties={"ssl.principal.mapping.rules": MAPPING_RULES})
+    broker.start_blocking()
+    try:
+        setup = AclBroker(broker, certificates, directory)
+        prefix = setup.prefix
+        topics = [f"{prefix}-t1", f"{prefix}-t2"]
+        admin = setup.admin()
+        for future in admin.create_topics([NewTopic(t, 2, 1) for t in topics]).values():
+            future.result(60)
+        coordinator = "User:coordinator"
+        group, topic, cluster = ResourceType.GROUP, ResourceType.TOPIC, ResourceType.BROKER
+        prefixed, deny = ResourcePatternType.PREFIXED, AclPermissionType.DENY
+        setup.acls(
+            # the coordinator's own (docs/security.md), DescribeAcls included (Describe on the cluster)
+            allow(cluster, "kafka-cluster", coordinator, AclOperation.DESCRIBE),
+            allow(topic, f"{prefix}-state", coordinator, AclOperation.ALL, prefixed),
+            allow(ResourceType.TRANSACTIONAL_ID, "group-coordinator-", coordinator, AclOperation.ALL, prefixed),
+            allow(group, "group-coordinator-loader", coordinator, AclOperation.DESCRIBE),
+            # the relay checks that committed partitions exist (Metadata, as the coordinator)
+            allow(topic, "*", coordinator, AclOperation.DESCRIBE),
+            # alice: READ on her groups by prefix, one of them denied; READ on t1 only
+            allow(group, f"{prefix}-app-", "User:alice", AclOperation.READ, prefixed),
+            allow(group, f"{prefix}-app-denied", "User:alice", AclOperation.READ, permission=deny),
+            allow(topic, f"{prefix}-t1", "User:alice", AclOperation.READ),
+            # anyone may delete (and so describe) the -del- groups; bob may describe one consumer group
+            allow(group, f"{prefix}-del-", "User:*", AclOperation.DELETE, prefixed),
+            allow(group, f"{prefix}-app-cg", "User:bob", AclOperation.DESCRIBE),
+            # certificates: carol (CN=Carol, mapped lower case) reads her groups; dave nothing
+            allow(group, f"{prefix}-app-", "User:carol", AclOperation.READ, prefixed),
+            allow(topic, "*", "User:carol", AclOperation.DESCRIBE),
+        )
+        yield setup
+    finally:
+        broker.stop_blocking()
+        broker.remove_data()
+
+
+# ---------------------------------------------------------------------------------------------- the probes
+
+
+def ms(value: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=value)
+
+
+async def probe(client: KafkaClient, prefix: str) -> dict[str, Any]:
+    """The same group requests on one connection; their answers, reduced to what Kafka decides."""
+    app, denied, deleted, other = (f"{prefix}-app-1", f"{prefix}-app-denied", f"{prefix}-del-1",
+                                   f"{prefix}-other")
+    t1, t2, t3 = f"{prefix}-t1", f"{prefix}-t2", f"{prefix}-missing"
+    seen: dict[str, Any] = {}
+
+    old = await client.request(request(ApiKey.FIND_COORDINATOR, 3, key=app, key_type=0))
+    seen["find_coordinator_v3"] = [(old.error_code, old.error_message if old.error_code else None)
+                                   for _ in (0,)]
+    new = await client.request(request(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=(app, denied)))
+    seen["find_coordinator_v4"] = [(c.key, c.error_code) for c in new.coordinators]
+    seen["join"] = {g: (await join(client, g)).error_code for g in (app, denied, other)}
+    sync_body = lambda g: request(ApiKey.SYNC_GROUP, 5, group_id=g, generation_id=1, member_id="m",  # noqa: E731
+                                  group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                                  assignments=())
+    seen["sync"] = {g: (await client.request(sync_body(g))).error_code for g in (app, other)}
+    seen["heartbeat"] = {g: (await client.request(heartbeat(g, 1, "m"))).error_code for g in (app, denied, other)}
+    member = nested(ApiKey.LEAVE_GROUP, 5, "members")(member_id="m", group_instance_id=None, reason=None)
+    leave = await client.request(request(ApiKey.LEAVE_GROUP, 5, group_id=app, members=(member,)))
+    seen["leave"] = (leave.error_code, [(m.member_id, m.error_code) for m in leave.members])
+
+    seen["commit"] = {g: await commit(client, g, {t1: (0, 1), t2: (0,), t3: (0,)}) for g in (app, other)}
+    seen["fetch_v7"] = await fetch_v7(client, app, {t1: (0, 1), t2: (0,)})
+    seen["fetch_v1"] = [await fetch_v7(client, g, {t1: (0,), t2: (0,)}, version=1) for g in (app, other)]
+    seen["fetch_v8_all_topics"] = await fetch_v8(client, (app, denied, other))
+    seen["describe"] = await describe(client, (app, denied, deleted, other, f"{prefix}-app-cg"))
+    listed = await client.request(request(ApiKey.LIST_GROUPS, 4, states_filter=()))
+    seen["list"] = sorted(g.group_id for g in listed.groups if g.group_id.startswith(prefix))
+    seen["offset_delete"] = await offset_delete(client, deleted, {t1: (0,), t2: (0,)})
+    return seen
+
+
+async def commit(client: KafkaClient, group: str, topics: dict[str, tuple[int, ...]]) -> list[tuple[str, int, int]]:
+    entry, partition = nested(ApiKey.OFFSET_COMMIT, 8, "topics"), nested(ApiKey.OFFSET_COMMIT, 8, "topics",
+                                                                         "partitions")
+    body = request(ApiKey.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=tuple(entry(name=t, partitions=tuple(
+                       partition(partition_index=p, committed_offset=5, committed_leader_epoch=-1,
+                                 committed_metadata="") for p in ps)) for t, ps in topics.items()))
+    response = await client.request(body)
+    return sorted((t.name, p.partition_index, p.error_code) for t in response.topics for p in t.partitions)
+
+
+async def fetch_v7(client: KafkaClient, group: str, topics: dict[str, tuple[int, ...]], version: int = 7) -> Any:
+    entry = nested(ApiKey.OFFSET_FETCH, version, "topics")
+    response = await client.request(request(ApiKey.OFFSET_FETCH, version, group_id=group, require_stable=False,
+                                            topics=tuple(entry(name=t, partition_indexes=ps)
+                                                         for t, ps in topics.items())))
+    return getattr(response, "error_code", None), sorted((t.name, p.partition_index, p.committed_offset, p.error_code)
+                                       for t in response.topics for p in t.partitions)
+
+
+async def fetch_v8(client: KafkaClient, groups: tuple[str, ...]) -> Any:
+    entry = nested(ApiKey.OFFSET_FETCH, 8, "groups")
+    response = await client.request(request(ApiKey.OFFSET_FETCH, 8, require_stable=False, groups=tuple(
+        entry(group_id=g, topics=None) for g in groups)))
+    return [(g.group_id, g.error_code, sorted((t.name, p.partition_index, p.committed_offset, p.error_code)
+                                              for t in g.topics for p in t.partitions)) for g in response.groups]
+
+
+async def describe(client: KafkaClient, groups: tuple[str, ...]) -> Any:
+    response = await client.request(request(ApiKey.DESCRIBE_GROUPS, 5, groups=groups,
+                                            include_authorized_operations=True))
+    # refused groups first, as Kafka answers; the coordinator's own answers in its order (by partition)
+    refused = [(g.group_id, g.error_code, g.group_state, g.authorized_operations) for g in response.groups
+               if g.error_code == 30]
+    return refused + sorted((g.group_id, g.error_code, g.group_state, g.authorized_operations)
+                            for g in response.groups if g.error_code != 30)
+
+
+async def offset_delete(client: KafkaClient, group: str, topics: dict[str, tuple[int, ...]]) -> Any:
+    entry, partition = nested(ApiKey.OFFSET_DELETE, 0, "topics"), nested(ApiKey.OFFSET_DELETE, 0, "topics",
+                                                                         "partitions")
+    response = await client.request(request(ApiKey.OFFSET_DELETE, 0, group_id=group, topics=tuple(
+        entry(name=t, partitions=tuple(partition(partition_index=p) for p in ps)) for t, ps in topics.items())))
+    return response.error_code, sorted((t.name, p.partition_index, p.error_code)
+                                       for t in response.topics for p in t.partitions)
+
+
+async def delete_groups(client: KafkaClient, groups: tuple[str, ...]) -> Any:
+    response = await client.request(request(ApiKey.DELETE_GROUPS, 2, groups_names=groups))
+    return sorted((r.group_id, r.error_code) for r in response.results)
+
+
+async def consumer_group_heartbeat(client: KafkaClient, group: str, topics: tuple[str, ...],
+                                   member_epoch: int = 0, member_id: str = "") -> Any:
+    return await client.request(request(
+        ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, group_id=group, member_id=member_id, member_epoch=member_epoch,
+        instance_id=None, rack_id=None, rebalance_timeout=ms(30_000), subscribed_topic_names=topics,
+        server_assignor=None, topic_partitions=() if member_epoch == 0 else None))
+
+
+async def consumer_group_describe(client: KafkaClient, groups: tuple[str, ...]) -> Any:
+    response = await client.request(request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=groups,
+                                            include_authorized_operations=True))
+    rows = [(g.group_id, g.error_code, g.error_message if g.error_code in (29, 30) else None,
+             g.authorized_operations) for g in response.groups]
+    return [row for row in rows if row[1] == 30] + sorted(row for row in rows if row[1] != 30)  # as describe()
+
+
+async def prepare(client: KafkaClient, prefix: str) -> None:
+    """As the super user: offsets in the groups the probes look at, so both coordinators hold the same groups."""
+    for group in (f"{prefix}-app-1", f"{prefix}-del-1", f"{prefix}-other", f"{prefix}-app-denied"):
+        async def committed() -> bool:  # Kafka's coordinator makes __consumer_offsets on the first FindCoordinator
+            await client.request(request(ApiKey.FIND_COORDINATOR, 3, key=group, key_type=0))  # noqa: B023
+            codes = {code for *_rest, code in await commit(client, group, {  # noqa: B023
+                f"{prefix}-t1": (0, 1), f"{prefix}-t2": (0,)})}
+            assert codes <= {0, 14, 15, 16}, codes  # loading or moving: retried
+            return codes == {0}
+
+        await until(committed, TIMEOUT_S, f"offsets committed in {group}")
+
+
+async def until(condition: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        await asyncio.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------------------------- the tests
+
+
+async def test_group_apis_answer_as_kafka_does_under_the_same_acls_and_principals(acl_broker: AclBroker) -> None:
+    broker, prefix = acl_broker.broker, acl_broker.prefix
+    kafka_host, kafka_port = broker.sasl_ssl_bootstrap.rsplit(":", 1)
+    settings = ("ssl.keystore.type=PEM", f"ssl.keystore.location={acl_broker.certificates.broker_keystore}",
+                f"super.users={SUPER_USERS}", f"acl.refresh.interval.ms={REFRESH_MS}")
+    async with service(broker.sasl_ssl_bootstrap, f"{prefix}-state", *FAST, *settings, relay=True,
+                       listen="SASL_SSL://127.0.0.1:0",
+                       args=("--command-config", str(acl_broker.properties("coordinator")))) as running:
+        async def as_user(user: str, ours: bool) -> KafkaClient:
+            host, port = ("127.0.0.1", running.port) if ours else (kafka_host, int(kafka_port))
+            return await connect(host, port, acl_broker.sasl(user), client_id=f"acl-{user}", timeout_ms=30_000)
+
+        clients = {(user, ours): await as_user(user, ours) for user in ("admin", "alice", "bob")
+                   for ours in (False, True)}
+        try:
+            await until(lambda: loaded(clients["admin", True], prefix), TIMEOUT_S, "our state loaded")
+            for ours in (False, True):
+                await prepare(clients["admin", ours], prefix)
+            answers: dict[tuple[str, bool], dict[str, Any]] = {}
+            for user in ("alice", "bob"):
+                for ours in (False, True):
+                    answers[user, ours] = await probe(clients[user, ours], prefix)
+            for user in ("alice", "bob"):
+                for api_name, kafka_answer in answers[user, False].items():
+                    assert answers[user, True][api_name] == kafka_answer, (user, api_name, answers[user, True])
+            # the ACLs made a difference (the comparison is not of two all-allowing coordinators)
+            assert answers["bob", True]["heartbeat"] == {g: 30 for g in answers["bob", True]["heartbeat"]}
+            assert answers["alice", True]["describe"][1][3] == (1 << 3) | (1 << 8)  # READ, DESCRIBE
+
+            cg = f"{prefix}-app-cg"
+            kip848: dict[bool, list[Any]] = {}
+            for ours in (False, True):
+                alice, bob = clients["alice", ours], clients["bob", ours]
+                refused = await consumer_group_heartbeat(alice, cg, (f"{prefix}-t2",))
+                joined = await consumer_group_heartbeat(alice, cg, (f"{prefix}-t1",))
+                seen = [refused.error_code, joined.error_code,
+                        (await consumer_group_heartbeat(bob, cg, (f"{prefix}-t1",))).error_code]
+                await until(lambda: assigned(alice, cg), 30, "alice's target assignment")
+                seen.append(await consumer_group_describe(alice, (cg, f"{prefix}-app-denied")))
+                seen.append(await consumer_group_describe(bob, (cg,)))  # may describe the group, not topic t1
+                await consumer_group_heartbeat(alice, cg, (f"{prefix}-t1",), member_epoch=-1,
+                                               member_id=joined.member_id)
+                seen.append(await delete_groups(alice, (f"{prefix}-app-1", f"{prefix}-del-1")))
+                kip848[ours] = seen
+            assert kip848[True] == kip848[False], kip848
+            assert kip848[True][0] == 29 and kip848[True][4][0][1] == 29
+
+            # a revoked ACL: Kafka at once, ours within the refresh interval
+            binding = allow(ResourceType.GROUP, f"{prefix}-app-", "User:alice", AclOperation.READ,
+                            ResourcePatternType.PREFIXED)
+            await asyncio.to_thread(acl_broker.remove, binding)
+            revoked = time.monotonic()
+            group = f"{prefix}-app-2"
+
+            async def refused_to_alice(ours: bool) -> bool:
+                return (await join(clients["alice", ours], group)).error_code == 30
+
+            await until(lambda: refused_to_alice(False), 10, "Kafka applying the revocation")
+            await until(lambda: refused_to_alice(True), 10, "our coordinator applying the revocation")
+            took_s = time.monotonic() - revoked
+            assert took_s <= REFRESH_MS / 1000 + 3, f"revocation applied after {took_s:.1f} s"
+        finally:
+            for client in clients.values():
+                await client.close()
+        assert "event=acls_loaded" in running.log_text() and "alice-secret" not in running.log_text()
+
+
+async def loaded(client: KafkaClient, prefix: str) -> bool:
+    response = await client.request(request(ApiKey.DESCRIBE_GROUPS, 5, groups=(f"{prefix}-x",),
+                                            include_authorized_operations=False))
+    return response.groups[0].error_code != 14
+
+
+async def assigned(client: KafkaClient, group: str) -> bool:
+    response = await client.request(request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=(group,),
+                                            include_authorized_operations=False))
+    return any(m.target_assignment.topic_partitions for g in response.groups for m in g.members)
+
+
+def tls_to(certificates: CertificateSet, name: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(certificates.ca))
+    keystore = str(certificates.client_keystore(name))
+    context.load_cert_chain(keystore, keystore)
+    return context
+
+
+async def test_certificate_principals_follow_the_mapping_rules_as_on_the_broker(acl_broker: AclBroker) -> None:
+    """SSL listeners requiring a certificate, ours and the broker's, with the same `ssl.principal.mapping.rules`:
+    CN=Carol maps to User:carol (lower-cased by /L) and gets her ACLs; CN=dave to User:dave, who has none."""
+    broker, certificates, prefix = acl_broker.broker, acl_broker.certificates, acl_broker.prefix
+    kafka_host, kafka_port = broker.ssl_bootstrap.rsplit(":", 1)
+    settings = ("ssl.keystore.type=PEM", f"ssl.keystore.location={certificates.broker_keystore}",
+                f"ssl.truststore.location={certificates.ca}", "ssl.client.auth=required",
+                f"ssl.principal.mapping.rules={MAPPING_RULES}", f"super.users={SUPER_USERS}")
+    async with service(broker.sasl_ssl_bootstrap, f"{prefix}-state", *FAST, *settings, relay=True,
+                       listen="SSL://127.0.0.1:0",
+                       args=("--command-config", str(acl_broker.properties("coordinator")))) as running:
+        answers: dict[tuple[str, bool], Any] = {}
+        for name in ("Carol", "dave"):
+            for ours in (False, True):
+                host, port = ("127.0.0.1", running.port) if ours else (kafka_host, int(kafka_port))
+                client = await KafkaClient.connect(host, port, client_id="acl-tls", timeout_ms=30_000,
+                                                   ssl=tls_to(certificates, name))
+                try:
+                    group = f"{prefix}-app-tls"
+                    described: list[Any] = []
+
+                    async def settled() -> bool:  # loading, or Kafka making __consumer_offsets: retried
+                        await client.request(request(ApiKey.FIND_COORDINATOR, 3, key=group,  # noqa: B023
+                                                     key_type=0))
+                        described[:] = await describe(client, (group, f"{prefix}-other"))  # noqa: B023
+                        return not {code for _group, code, *_rest in described} & {14, 15, 16}
+
+                    await until(settled, TIMEOUT_S, "a settled DescribeGroups answer")
+                    joined = [(await join(client, group)).error_code]
+                    answers[name, ours] = (joined[-1], described,
+                                           await commit(client, group, {f"{prefix}-t1": (0,)}))
+                finally:
+                    await client.close()
+        assert answers["Carol", True] == answers["Carol", False], answers
+        assert answers["dave", True] == answers["dave", False], answers
+        assert answers["Carol", True][0] == 79 and answers["dave", True][0] == 30  # MEMBER_ID_REQUIRED: allowed
+
+
+async def test_a_coordinator_that_may_not_read_the_acls_says_so_and_exits(acl_broker: AclBroker,
+                                                                          tmp_path: Path) -> None:
+    """bob has no DESCRIBE on the cluster: DescribeAcls is refused, and the start fails naming the right."""
+    import os
+    import sys
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0", "--no-relay",
+        "--bootstrap-server", acl_broker.broker.sasl_ssl_bootstrap, "--command-config",
+        str(acl_broker.properties("bob")), "--state-topic", unique("bob-state"),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        _out, err = await asyncio.wait_for(process.communicate(), 90)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    said = [line for line in err.decode(errors="replace").splitlines() if line.startswith("coordinator serve:")]
+    assert process.returncode == 1 and len(said) == 1, err.decode(errors="replace")[-3000:]
+    assert "DESCRIBE on the cluster" in said[0], err.decode(errors="replace")[-5000:]
+
