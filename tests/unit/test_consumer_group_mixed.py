@@ -19,7 +19,7 @@ from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.records import (ClassicMemberMetadata, CurrentAssignmentRecord, GroupEpochRecord,
                                               MemberMetadataRecord, RecordType, TargetAssignmentEpochRecord,
                                               TargetAssignmentRecord, Tombstone)
-from coordinator.group.modern.topics import StaticTopics, TopicImage
+from coordinator.topics import StaticTopics, TopicImage
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.storage.consumer_records import decode, encode_key, encode_value

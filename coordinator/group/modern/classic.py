@@ -33,7 +33,8 @@ from coordinator.group.modern.member import ConsumerGroupMember, MemberState
 from coordinator.group.modern.reconciliation import FencedMemberEpoch, reconcile
 from coordinator.group.modern.records import (ClassicMemberMetadata, ConsumerGroupRecord, GroupEpochRecord,
                                               Partitions, TargetAssignmentRecord)
-from coordinator.group.modern.topics import TopicsView, metadata_hash
+from coordinator.group.modern.topics import metadata_hash
+from coordinator.topics import TopicsView
 from protocol.consumer_protocol import (Assignment, ConsumerProtocolError, Subscription, decode_subscription,
                                         encode_assignment)
 from protocol.error_codes import Errors

@@ -28,7 +28,8 @@ from coordinator.group.modern.records import (ClassicMemberMetadata, ConsumerGro
                                               Partitions, RecordType, TargetAssignmentEpochRecord,
                                               TargetAssignmentRecord, Tombstone, sorted_partitions)
 from coordinator.group.observer import GroupObserver
-from coordinator.group.modern.topics import TopicsView, metadata_hash
+from coordinator.group.modern.topics import metadata_hash
+from coordinator.topics import TopicsView
 from coordinator.group.state import GroupState
 from protocol.consumer_protocol import (Assignment, ConsumerProtocolError, decode_assignment, decode_subscription,
                                         encode_assignment)
