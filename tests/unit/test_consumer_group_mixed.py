@@ -407,3 +407,15 @@ async def test_a_failed_upgrade_write_leaves_the_classic_group_as_written(env: M
     assert env.classic_heartbeat(first, 1) == Errors.NONE
     # the next attempt converts it
     assert (await env.heartbeat("c", 0)).error == Errors.NONE and set(env.group().members) == {first, second, "c"}
+
+
+async def test_a_failed_downgrade_write_leaves_the_consumer_group(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    classic = (await env.join_with_id()).member_id
+    env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    failed = await env.heartbeat("a", -1)
+    assert failed.error == Errors.COORDINATOR_NOT_AVAILABLE
+    assert set(env.group().members) == {"a", classic}
+    holder = env.runtime.shard_for(GROUP).groups.get(GROUP)
+    assert holder is None or not holder.members
+    assert env.classic_heartbeat(classic, env.group().members[classic].member_epoch) == Errors.NONE

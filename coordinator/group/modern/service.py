@@ -238,6 +238,18 @@ class ConsumerGroupService:
             self.cancel_all(group_id, member_id)
         write = self._apply(shard, group_id, consumer_group_tombstones(group),
                             written_last=[GroupMetadataRecord(group_id, record)])
+        assert write is not None and write.then is not None
+        revert_consumer_group = write.then
+
+        def written(error: Errors) -> None:
+            revert_consumer_group(error)
+            if error != Errors.NONE and group_id in shard.consumer_groups and shard.groups.get(group_id) is classic:
+                shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
+                if holder is not None:
+                    shard.groups[group_id] = holder  # the consumer group's offsets, as before
+                log.warning("event=downgrade_reverted group=%s error=%s", group_id, error.name)
+
+        write.then = written
         shard.groups[group_id] = classic
         for member in classic.members.values():
             shard.schedule_heartbeat(classic, member, member.session_timeout_ms)
@@ -245,7 +257,6 @@ class ConsumerGroupService:
                                                         f"Downgrade group {group_id} from consumer to classic.",
                                                         leaving_member_id))
         log.info("[GroupId %s] Converted the consumer group to a classic group.", group_id)
-        assert write is not None
         return write
 
     async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh) -> None:
