@@ -137,6 +137,9 @@ class GroupRuntime:
         consumer_group = self._mixed_group(req.group_id)
         if consumer_group is None:
             return await self._serve(req.group_id, join.handle_join_group, req)
+        if not (self.config.group_min_session_timeout_ms <= req.session_timeout_ms
+                <= self.config.group_max_session_timeout_ms):  # checked first for every group, as Kafka does
+            return JoinGroupResponse(Errors.INVALID_SESSION_TIMEOUT, member_id=req.member_id)
         response, write, then = self.consumer_groups.classic_join(consumer_group, req)
         if write is not None:
             [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))

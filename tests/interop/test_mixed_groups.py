@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.support.polling import wait_until
 from tests.support.relay import (ConsumerProcess, committed_offsets, create_topic, produce, settled_assignment,
-                                 stop_all, wait_until)
+                                 stop_all)
 from tests.support.relay import consumer_group_described as describe
 from tests.support.service import service, unique
 
@@ -63,6 +64,10 @@ class Producer:
             await asyncio.wait_for(self._task, 60)
 
 
+async def all_committed(port: int, group: str, topic: str, end: int) -> bool:
+    return await committed_offsets(port, group, topic, PARTITIONS) == {p: end for p in range(PARTITIONS)}
+
+
 def consumed(consumers: list[ConsumerProcess]) -> set[str]:
     return {value for c in consumers for _p, _o, value, _c in c.records}
 
@@ -99,14 +104,14 @@ async def test_rolling_upgrade_of_a_classic_group_under_a_producer(kafka_bootstr
             await producer.stop()
             expected = producer.values
             await wait_until(lambda: consumed(everyone) >= expected, TIMEOUT_S, "every record consumed")
-            ends = {p: producer.next for p in range(PARTITIONS)}
-            deadline = asyncio.get_running_loop().time() + TIMEOUT_S
-            while (committed := await committed_offsets(port, group, topic, PARTITIONS)) != ends:
-                assert asyncio.get_running_loop().time() < deadline, (committed, ends)
-                await asyncio.sleep(0.2)
-            while (described := await describe(port, group)).group_state != "Stable":  # the last reconciliation
-                assert asyncio.get_running_loop().time() < deadline, described
-                await asyncio.sleep(0.2)
+            await wait_until(lambda: all_committed(port, group, topic, producer.next), TIMEOUT_S,
+                             "committed == end offsets")
+
+            async def stable() -> object:  # the last reconciliation may still be under way
+                described = await describe(port, group)
+                return described if described.group_state == "Stable" else None
+
+            described = await wait_until(stable, TIMEOUT_S, "a Stable group")
             assert sorted(m.client_id for m in described.members) == ["upgraded-0", "upgraded-1", "upgraded-2"]
             assert {int(m.member_type) for m in described.members} == {1}
         finally:
@@ -145,11 +150,8 @@ async def test_downgrade_when_the_last_consumer_protocol_member_leaves(kafka_boo
             assert int(after.error_code) == 69, after  # GROUP_ID_NOT_FOUND: a classic group now
             await producer.stop()
             await wait_until(lambda: consumed(everyone) >= producer.values, TIMEOUT_S, "every record consumed")
-            ends = {p: producer.next for p in range(PARTITIONS)}
-            deadline = asyncio.get_running_loop().time() + TIMEOUT_S
-            while (committed := await committed_offsets(port, group, topic, PARTITIONS)) != ends:
-                assert asyncio.get_running_loop().time() < deadline, (committed, ends)
-                await asyncio.sleep(0.2)
+            await wait_until(lambda: all_committed(port, group, topic, producer.next), TIMEOUT_S,
+                             "committed == end offsets")
         finally:
             await producer.stop()
             await stop_all(everyone)

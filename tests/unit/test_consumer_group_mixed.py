@@ -419,3 +419,10 @@ async def test_a_failed_downgrade_write_leaves_the_consumer_group(env: MixedEnv)
     holder = env.runtime.shard_for(GROUP).groups.get(GROUP)
     assert holder is None or not holder.members
     assert env.classic_heartbeat(classic, env.group().members[classic].member_epoch) == Errors.NONE
+
+
+async def test_a_classic_join_outside_the_session_timeout_bounds(env: MixedEnv) -> None:
+    await env.heartbeat("a", 0)
+    request = JoinGroupRequest(GROUP, 1_000, REBALANCE_MS, "", None, "consumer",
+                               [JoinGroupProtocol("range", encode_subscription(Subscription(("foo",))))])
+    assert (await env.runtime.join_group(request)).error_code == Errors.INVALID_SESSION_TIMEOUT
