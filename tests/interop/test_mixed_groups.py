@@ -93,6 +93,9 @@ async def test_rolling_upgrade_of_a_classic_group_under_a_producer(kafka_bootstr
             for i in range(3):  # one member at a time: a classic consumer leaves, a consumer-protocol one joins
                 await live[0].terminate()
                 assert live[0].closed, live[0].stderr[-2000:]
+                # the first step joins a classic group: after its rebalance (Kafka 4.1.1 once refused a
+                # heartbeat that came mid-rebalance with GROUP_ID_NOT_FOUND, fatal to librdkafka)
+                await wait_until(lambda: i > 0 or settled_assignment(live[1:]), TIMEOUT_S, "the classic rebalance")
                 upgraded = await consumer(f"upgraded-{i}", "consumer")
                 everyone.append(upgraded)
                 live = live[1:] + [upgraded]

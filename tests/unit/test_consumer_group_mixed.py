@@ -426,3 +426,16 @@ async def test_a_classic_join_outside_the_session_timeout_bounds(env: MixedEnv) 
     request = JoinGroupRequest(GROUP, 1_000, REBALANCE_MS, "", None, "consumer",
                                [JoinGroupProtocol("range", encode_subscription(Subscription(("foo",))))])
     assert (await env.runtime.join_group(request)).error_code == Errors.INVALID_SESSION_TIMEOUT
+
+
+async def test_upgrade_of_a_rebalancing_classic_group_answers_its_parked_joins(env: MixedEnv) -> None:
+    first, second = await env.classic_group()
+    parked = asyncio.ensure_future(env.join(first, owned=(0, 1, 2)))  # a rejoin: the classic group rebalances
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not parked.done() and env.runtime.shard_for(GROUP).groups[GROUP].state.value == "PreparingRebalance"
+    assert (await env.heartbeat("c", 0)).error == Errors.NONE
+    assert (await asyncio.wait_for(parked, 5)).error_code == Errors.REBALANCE_IN_PROGRESS
+    assert set(env.group().members) == {first, second, "c"}
+    rejoined = await env.join(first, owned=(0, 1, 2))  # now a classic member of the consumer group
+    assert rejoined.error_code == Errors.NONE and rejoined.generation_id == 1
