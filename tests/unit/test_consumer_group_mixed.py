@@ -86,10 +86,10 @@ class MixedEnv:
         assert first.error_code == Errors.MEMBER_ID_REQUIRED
         return await self.join(first.member_id, owned)
 
-    async def sync(self, member_id: str, generation: int, assignments: dict[str, tuple[int, ...]] | None = None
-                   ) -> tuple[Errors, tuple[int, ...]]:
-        """`assignments`: the leader's, member id -> partitions of foo."""
-        given = [SyncGroupRequestAssignment(m, encode_assignment(Assignment((("foo", ps),)), 1))
+    async def sync(self, member_id: str, generation: int, assignments: dict[str, tuple[int, ...]] | None = None,
+                   user_data: bytes | None = None) -> tuple[Errors, tuple[int, ...]]:
+        """`assignments`: the leader's, member id -> partitions of foo (with an assignor's `user_data`)."""
+        given = [SyncGroupRequestAssignment(m, encode_assignment(Assignment((("foo", ps),), user_data), 1))
                  for m, ps in (assignments or {}).items()]
         response = await self.runtime.sync_group(SyncGroupRequest(GROUP, generation, member_id,
                                                                   protocol_type="consumer", protocol_name="range",
@@ -103,7 +103,7 @@ class MixedEnv:
         return self.runtime.handle_heartbeat(GROUP, generation, member_id)
 
 
-    async def classic_group(self) -> tuple[str, str]:
+    async def classic_group(self, user_data: bytes | None = None) -> tuple[str, str]:
         """A Stable classic group of two members (the range assignor's split of foo); returns their ids."""
         ids = [(await self.join()).member_id for _ in range(2)]
         joins = [asyncio.ensure_future(self.join(member_id)) for member_id in ids]
@@ -117,7 +117,7 @@ class MixedEnv:
         leader = responses[0].leader
         assert {r.generation_id for r in responses} == {1}
         plan = {ids[0]: (0, 1, 2), ids[1]: (3, 4, 5)}
-        results = await asyncio.gather(*(self.sync(m, 1, plan if m == leader else None) for m in ids))
+        results = await asyncio.gather(*(self.sync(m, 1, plan if m == leader else None, user_data) for m in ids))
         assert [r[1] for r in results] == [plan[m] for m in ids]
         return ids[0], ids[1]
 
@@ -439,3 +439,13 @@ async def test_upgrade_of_a_rebalancing_classic_group_answers_its_parked_joins(e
     assert set(env.group().members) == {first, second, "c"}
     rejoined = await env.join(first, owned=(0, 1, 2))  # now a classic member of the consumer group
     assert rejoined.error_code == Errors.NONE and rejoined.generation_id == 1
+
+
+async def test_no_upgrade_when_the_classic_assignor_keeps_user_data(env: MixedEnv) -> None:
+    await env.classic_group(user_data=b"sticky")
+    refused = await env.heartbeat("c", 0)
+    assert (refused.error, refused.message) == (
+        Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {GROUP} to consumer group because an unsupported "
+        "custom assignor is in use. Please refer to the documentation or switch to a default assignor before "
+        "re-attempting the upgrade.")
+    assert env.group() is None and env.runtime.shard_for(GROUP).groups[GROUP].state.value == "Stable"

@@ -79,6 +79,8 @@ def consumer_group_records(classic: GroupMetadata, topics: TopicsView) -> list[C
             raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {group_id} to consumer group "
                            "because the embedded consumer protocol is malformed.") from exc
         if assignment is not None and assignment.user_data:
+            log.warning("Cannot upgrade classic group %s to consumer group: userData from a custom assignor would be "
+                        "lost.", group_id)
             raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {group_id} to consumer group "
                            "because an unsupported custom assignor is in use. Please refer to the documentation or "
                            "switch to a default assignor before re-attempting the upgrade.")
