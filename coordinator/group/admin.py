@@ -6,7 +6,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from coordinator.group.api import DescribedGroup, DescribedGroupMember, ListedGroup, ListGroupsRequest
-from coordinator.group.modern.deletion import delete_error, deletion_tombstones
+from coordinator.group.modern.conversion import consumer_group_tombstones
+from coordinator.group.modern.deletion import delete_error
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.offsets import GroupSelector, Removal, cleanup_groups, remove_with_pending
 from coordinator.group.records import Record
@@ -116,7 +117,7 @@ def _delete_consumer_group(shard: GroupShard, group_id: str, writes: list[Write]
         records = [r for w in offset_writes for r in w.records]
     else:
         shard.observer.on_group_deleted(group_id, 0)
-    tombstones = deletion_tombstones(group)
+    tombstones = consumer_group_tombstones(group)
     for tombstone in tombstones:
         group.replay(tombstone)
     del shard.consumer_groups[group_id]

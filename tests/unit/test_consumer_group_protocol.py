@@ -584,12 +584,12 @@ async def test_delete_groups_refuses_a_consumer_group_with_members_and_deletes_a
 
 
 async def test_delete_groups_tombstones_every_member_record_of_a_loaded_group_in_kafkas_order(env: Env) -> None:
-    from coordinator.group.modern.deletion import deletion_tombstones
+    from coordinator.group.modern.conversion import consumer_group_tombstones
 
     await env.heartbeat("a", 0)
     await env.heartbeat("b", 0, topics=None, subscribed_topic_regex="b.r")
     await env.resolved()
-    kinds = [(t.record_type, t.member_id, t.regex) for t in deletion_tombstones(env.group())]
+    kinds = [(t.record_type, t.member_id, t.regex) for t in consumer_group_tombstones(env.group())]
     assert kinds == [
         (RecordType.CURRENT_MEMBER_ASSIGNMENT, "a", None), (RecordType.CURRENT_MEMBER_ASSIGNMENT, "b", None),
         (RecordType.TARGET_ASSIGNMENT_MEMBER, "a", None), (RecordType.TARGET_ASSIGNMENT_MEMBER, "b", None),
@@ -598,7 +598,7 @@ async def test_delete_groups_tombstones_every_member_record_of_a_loaded_group_in
         (RecordType.REGULAR_EXPRESSION, None, "b.r"),
         (RecordType.PARTITION_METADATA, None, None), (RecordType.GROUP_METADATA, None, None)]
     group = env.group().snapshot()
-    for tombstone in deletion_tombstones(group):  # replaying them leaves nothing behind
+    for tombstone in consumer_group_tombstones(group):  # replaying them leaves nothing behind
         group.replay(tombstone)
     assert (group.deleted, group.members, group.targets, group.resolved_regexes) == (True, {}, {}, {})
 
