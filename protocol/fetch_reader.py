@@ -18,17 +18,17 @@ import enum
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import crc32c
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
 from kio.serial.errors import SerialError
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8, i32, i64
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 from kio.schema.types import BrokerId, TopicName
 
-from protocol import codec
+from protocol import apis, codec
 from protocol.client import KafkaClient
 from protocol.errors import ProtocolError
 from protocol.tolerant import read_entity
@@ -215,7 +215,7 @@ def _bytes(data: bytes, position: int, limit: int) -> tuple[bytes | None, int]:
 def fetch_request(topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int,
                   read_committed: bool = False) -> FetchRequest:
     return FetchRequest(
-        cluster_id=None, replica_id=BrokerId(-1), max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        cluster_id=None, replica_id=BrokerId(-1), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
         min_bytes=i32(1), max_bytes=i32(max_bytes), isolation_level=i8(1 if read_committed else 0),
         session_id=i32(0), session_epoch=i32(-1),
         topics=(FetchTopic(topic=TopicName(topic), partitions=(FetchPartition(
@@ -263,3 +263,20 @@ async def fetch(client: KafkaClient, topic: str, partition: int, offset: int, *,
     answer = await client.send_raw(frame, correlation_id, _FETCH_API_KEY, FETCH_VERSION,
                                    timeout_ms=(max_wait_ms + 30_000) if timeout_ms is None else timeout_ms)
     return parse_fetch_response(answer, topic, partition, offset)
+
+
+async def tolerant_request(client: KafkaClient, body: Any, *, timeout_ms: int | None = None) -> Any:
+    """Send a kio request; its response is decoded with protocol/tolerant.py's bounded reader, never kio's native
+    one (a broker's array lengths are as untrusted as a client's). FetchFormatError when malformed."""
+    api_key, version = int(body.__api_key__), int(body.__version__)
+    correlation_id = client.next_correlation_id()
+    frame = codec.encode_request(correlation_id, client.client_id, body)
+    answer = await client.send_raw(frame, correlation_id, api_key, version, timeout_ms=timeout_ms)
+    try:
+        offset = 4
+        if apis.response_header_version(api_key, version) >= 1:
+            offset = codec.skip_tagged_fields(answer, offset)
+        response, _size = read_entity(apis.response_class(api_key, version), answer, offset)
+    except (SerialError, ProtocolError, ValueError, IndexError, OverflowError, struct.error) as exc:
+        raise FetchFormatError(f"malformed response to api {api_key} v{version}: {exc!r}") from None
+    return response

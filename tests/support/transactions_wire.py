@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
-from kio.static.primitive import i8, i16, i32, i64
+from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
 from protocol.client import KafkaClient
 from tests.support.wire import ms, nested, request
@@ -58,7 +58,7 @@ async def init_producer(client: KafkaClient, transactional_id: str, timeout_ms: 
 
 def batch(producer: Producer, sequence: int, *records: tuple[bytes | None, bytes | None],
           epoch: int | None = None, transactional: bool = True) -> bytes:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = TZAwareMicros.parse(datetime.datetime.now(datetime.timezone.utc))
     buffer = io.BytesIO()
     write_new_batch(buffer, NewRecordBatch(
         producer_id=i64(producer.producer_id), producer_epoch=i16(producer.epoch if epoch is None else epoch),
