@@ -11,9 +11,10 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from coordinator.group.store import OffsetRecord
+from coordinator.group.store import LoadedGroups, OffsetRecord
 from coordinator.storage.loader import consumer_settings, read_state_with_transactions
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
+from coordinator.storage.uncommitted_load import UncommittedLoad
 from coordinator.storage.transaction_log import TransactionalBatch, TransactionMarker, tail_events
 from coordinator.timer.clock import MonotonicClock
 from protocol.fetch_reader import MarkerType
@@ -38,7 +39,7 @@ async def started_transaction(bootstrap: str, transactional_id: str, topic: str,
     return producer
 
 
-async def load(bootstrap: str, topic: str, prefix: str):  # type: ignore[no-untyped-def]
+async def load(bootstrap: str, topic: str, prefix: str) -> tuple[LoadedGroups, UncommittedLoad | None]:
     settings = consumer_settings(bootstrap, "test", 1 << 20)
     return await asyncio.to_thread(read_state_with_transactions, settings, topic, [0], MonotonicClock(), 20_000,
                                    own_transactional_id_prefix=prefix)
