@@ -76,14 +76,19 @@ async def _read(bootstrap: str, security: ClusterSecurity | None, topic: str, pa
                     raise UncommittedLoadError("the store's fence did not finish in time")
                 await asyncio.sleep(0.01)
         result = UncommittedLoad()
-        for partition, (start, end) in (await asyncio.to_thread(ends)).items():
+        for address in set(leaders.values()):
+            await _connect(clients, *address, security)
+
+        async def read_partition(partition: int, start: int, end: int) -> None:
             client = await _connect(clients, *leaders[partition], security)
-            try:
-                reached = await read_to(client, topic, partition, start, end, trackers[partition],
-                                        max_bytes=max_bytes, deadline=past_deadline)
-            except TimeoutError as exc:
-                raise UncommittedLoadError(f"state topic {topic!r} not read to its end in time: {exc}") from None
-            result.positions[partition] = reached
+            result.positions[partition] = await read_to(client, topic, partition, start, end, trackers[partition],
+                                                        max_bytes=max_bytes, deadline=past_deadline)
+
+        try:  # the partitions side by side: their fetches pipeline on each leader's connection
+            await asyncio.gather(*(read_partition(p, start, end)
+                                   for p, (start, end) in (await asyncio.to_thread(ends)).items()))
+        except TimeoutError as exc:
+            raise UncommittedLoadError(f"state topic {topic!r} not read to its end in time: {exc}") from None
         open_producers = set().union(*(t.open_producers() for t in trackers.values()))
         ours = await _our_producer_ids(clients, brokers, open_producers, is_ours, security) if open_producers else set()
         for partition, tracker in trackers.items():
