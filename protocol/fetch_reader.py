@@ -187,6 +187,9 @@ def _parse_records(body: bytes, count: int, base_offset: int) -> tuple[FetchedRe
 
 def _varint(data: bytes, position: int) -> tuple[int, int]:
     """A zig-zag varint (Kafka's ByteUtils.readVarlong: at most 10 bytes)."""
+    first = data[position]  # IndexError past the end: the caller's
+    if first < 0x80:  # one byte: most lengths and deltas
+        return (first >> 1) ^ -(first & 1), position + 1
     shift = 0
     raw = 0
     while True:
