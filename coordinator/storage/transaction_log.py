@@ -12,13 +12,13 @@ which `tail_events` reports).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 
 from coordinator.storage.records import (OffsetCommitKey, OffsetRecord, RecordFormatError, decode_key,
                                          decode_offset_commit_value)
 from protocol.client import KafkaClient
-from protocol.fetch_reader import FetchedBatch, FetchedRecord, MarkerType, fetch
+from protocol.fetch_reader import FetchedBatch, FetchedPartition, FetchedRecord, MarkerType, fetch
 
 log = logging.getLogger("coordinator.storage")
 
@@ -111,19 +111,21 @@ class TransactionTracker:
         return sorted(pending, key=lambda held: held.batches[0].base_offset)
 
 
-async def read_to(client: KafkaClient, topic: str, partition: int, start: int, end: int,
-                  tracker: TransactionTracker, *, max_bytes: int, deadline: Callable[[], bool]) -> int:
+FetchAt = Callable[[int], Awaitable[FetchedPartition]]  # one read_uncommitted fetch of a partition from an offset
+
+
+async def read_to(fetch_at: FetchAt, start: int, end: int, tracker: TransactionTracker) -> int:
     """Feed the partition from `start` until the position reaches `end` (read_uncommitted: no transaction
     below `end` can hold it back); the position reached."""
     position = start
     while position < end:
-        if deadline():
-            raise TimeoutError(f"{topic}-{partition} read to {position} of {end} in time")
-        answer = await fetch(client, topic, partition, position, max_bytes=max_bytes, max_wait_ms=0)
+        answer = await fetch_at(position)
         for batch in answer.batches:
             tracker.feed(batch)
         if answer.next_offset == position and answer.log_start_offset > position:
             position = answer.log_start_offset  # deleted below us meanwhile (retention, compaction)
+        elif answer.next_offset == position and answer.high_watermark <= position:
+            raise TimeoutError(f"the log ends at {answer.high_watermark}, below the end {end} it had")
         else:
             position = answer.next_offset
     return position
