@@ -115,7 +115,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._sasl.peer = peer
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
                                           java_host_string(peername[0]), peer, self._server.relay,
-                                          self._server.directory, authorizer=self._server.authorizer)
+                                          self._server.directory, authorizer=self._server.authorizer,
+                                          upstream_node=self.upstream_node)
             if self._sasl is None and not self._take_certificate_principal(transport):
                 return
             if self._relaying is not None:
