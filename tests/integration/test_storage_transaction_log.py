@@ -11,7 +11,8 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from coordinator.group.store import LoadedGroups, OffsetRecord
+from coordinator.group.records import OffsetRecord
+from coordinator.group.store import LoadedGroups
 from coordinator.storage.loader import consumer_settings, read_state_with_transactions
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
 from coordinator.storage.uncommitted_load import UncommittedLoad

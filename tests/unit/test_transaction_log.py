@@ -4,7 +4,7 @@ dropped and the clients' returned, with their offset commits decoded."""
 
 from __future__ import annotations
 
-from coordinator.group.store import OffsetRecord
+from coordinator.group.records import OffsetRecord
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
 from coordinator.storage.transaction_log import TransactionTracker
 from protocol.fetch_reader import FetchedBatch, FetchedRecord, MarkerType
