@@ -71,7 +71,9 @@ class StateReplay:
         self._decode_groups()
         return self._state
 
-    def apply(self, key_bytes: bytes | None, value_bytes: bytes | None, where: str = "") -> None:
+    def apply(self, key_bytes: bytes | None, value_bytes: bytes | None, where: str = "", *,
+              log_offset: int | None = None) -> None:
+        """`log_offset`: the record's offset in its partition, kept on an offset (`OffsetRecord.log_offset`)."""
         self._state.records += 1
         if key_bytes is None:
             self._malformed(where, "record without a key")
@@ -82,6 +84,8 @@ class StateReplay:
                 self._apply_group(key.group, value_bytes, where)
             elif isinstance(key, OffsetCommitKey):
                 value = None if value_bytes is None else decode_offset_commit_value(value_bytes)
+                if value is not None:
+                    value.log_offset = log_offset
                 self._apply_offset(key, value)
             elif key.version in CONSUMER_GROUP_TYPES:  # replayed by the consumer groups, in this order
                 record = decode_consumer_record(key_bytes, value_bytes)
@@ -180,7 +184,7 @@ def read_state_with_transactions(settings: dict[str, object], topic: str, partit
     replay = StateReplay()
 
     def apply(partition: int, record: FetchedRecord) -> None:
-        replay.apply(record.key, record.value, f"{partition}:{record.offset}")
+        replay.apply(record.key, record.value, f"{partition}:{record.offset}", log_offset=record.offset)
 
     def ours(transactional_id: str) -> bool:
         return own_transactional_id_prefix is not None and transactional_id.startswith(own_transactional_id_prefix)

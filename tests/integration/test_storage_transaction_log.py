@@ -61,6 +61,7 @@ async def test_ours_open_is_dropped_a_clients_is_pending_ours_aborted_never_load
         assert found is not None
         assert {g: {tp: r.offset for tp, r in o.items()} for g, o in state.offsets.items()} == {
             "app2": {("orders", 0): 8}}  # ours aborted (5) and open (6) never loaded, the client's open (7) pending
+        assert state.offsets["app2"][("orders", 0)].log_offset == 4  # ours 0, its marker 1, ours 2, client 3, app2 4
         [pending] = found.pending[0]
         assert [(c.key.group, c.value.offset if c.value else None) for c in pending.offset_commits] == [("app", 7)]
         assert found.aborted_batches == 1 and found.committed_batches == 1
