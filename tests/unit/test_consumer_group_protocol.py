@@ -394,8 +394,9 @@ async def test_classic_join_to_a_consumer_group(env: Env) -> None:
                                 protocols=[JoinGroupProtocol("range", b"")], version=9)
 
     await env.heartbeat("a", 0)
-    refused = await env.runtime.join_group(join())
-    assert refused.error_code is Errors.INCONSISTENT_GROUP_PROTOCOL
+    # a classic member of a non-empty consumer group (test_consumer_group_mixed.py): asked for its id first
+    asked = await env.runtime.join_group(join())
+    assert asked.error_code is Errors.MEMBER_ID_REQUIRED and set(env.group().members) == {"a"}
     await env.heartbeat("a", -1)
     accepted = await env.runtime.join_group(join())  # the empty consumer group gives way
     assert accepted.error_code is Errors.MEMBER_ID_REQUIRED and env.group() is None
@@ -403,7 +404,7 @@ async def test_classic_join_to_a_consumer_group(env: Env) -> None:
     # pending member's join then meets a non-empty consumer group
     assert (await env.heartbeat("b", 0)).error is Errors.NONE
     pending = await env.runtime.join_group(dataclasses.replace(join(), member_id=accepted.member_id))
-    assert pending.error_code is Errors.INCONSISTENT_GROUP_PROTOCOL
+    assert pending.error_code is Errors.UNKNOWN_SERVER_ERROR  # its metadata is no ConsumerProtocol subscription
 
 
 async def test_a_classic_group_with_members_is_not_a_consumer_group(env: Env) -> None:
@@ -416,8 +417,10 @@ async def test_a_classic_group_with_members_is_not_a_consumer_group(env: Env) ->
     parked = asyncio.ensure_future(env.runtime.join_group(JoinGroupRequest(
         GROUP, 10_000, 10_000, first.member_id, None, "consumer", [JoinGroupProtocol("range", b"")])))
     await asyncio.sleep(0)
-    busy = await env.heartbeat("b", 0)
-    assert (busy.error, busy.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
+    busy = await env.heartbeat("b", 0)  # its metadata is no ConsumerProtocol subscription: it cannot be upgraded
+    assert (busy.error, busy.message) == (Errors.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group g to consumer "
+                                          "group because the embedded consumer protocol is malformed.")
+    assert (await env.heartbeat("b", 1)).message == "Group g is not a consumer group."
     [described] = await env.runtime.consumer_group_describe([GROUP])
     assert (described.error, described.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
     parked.cancel()
