@@ -37,7 +37,7 @@ class ConsumerGroupMember:
     client_id: str = ""
     client_host: str = ""
     subscribed_topic_names: tuple[str, ...] = ()  # sorted
-    subscribed_topic_regex: str | None = None
+    subscribed_topic_regex: str | None = ""  # Kafka keeps "" for no regular expression, and writes it
     server_assignor: str | None = None
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)

@@ -300,9 +300,9 @@ class ConsumerGroupService:
                 return DescribedGroup(group_id, Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer "
                                       "group.")
             return DescribedGroup(group_id, Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
-        members = tuple(
+        members = tuple(  # a member without a regular expression has "" in Kafka's describe, not null
             DescribedMember(m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
-                            m.subscribed_topic_names, m.subscribed_topic_regex, self._described(m.assigned),
+                            m.subscribed_topic_names, m.subscribed_topic_regex or "", self._described(m.assigned),
                             self._described(group.target_of(m.member_id)),
                             member_type=0 if m.uses_classic_protocol else 1)
             for m in group.members.values())
