@@ -57,6 +57,7 @@ from protocol import apis, codec
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.consumer_protocol import Subscription, encode_subscription
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, RequestTimedOut
 from protocol.group_fastpath import pack_sync_group_request
 from protocol.messages import build
@@ -67,7 +68,7 @@ INITIAL_DELAY_MS = 500
 MIN_SESSION_MS = 1_000
 FORM_SESSION_MS = 120_000
 REBALANCE_MS = 60_000
-MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS = 79, 27
+MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS = Errors.MEMBER_ID_REQUIRED, Errors.REBALANCE_IN_PROGRESS
 SERVER_CPU, LOADGEN_CPU = 0, 1
 
 

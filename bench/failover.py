@@ -44,14 +44,17 @@ from coordinator.loadgen import wire
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 from tests.support.instances import Instance, Instances, groups_in_partitions, unique
 from tests.support.polling import wait_until
 from tests.support.wire import request
 
 TRANSIENT = (ConnectionClosed, RequestTimedOut, ProtocolError, OSError, asyncio.TimeoutError)
-NONE, MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = 0, 79, 25, 22, 27
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
+NONE, MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID = Errors.NONE, Errors.MEMBER_ID_REQUIRED, Errors.UNKNOWN_MEMBER_ID
+ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = Errors.ILLEGAL_GENERATION, Errors.REBALANCE_IN_PROGRESS
+COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR = Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.NOT_COORDINATOR
+COORDINATOR_NOT_AVAILABLE = Errors.COORDINATOR_NOT_AVAILABLE
 MEMBER_SESSION_MS = 120_000  # members outlive formation and failover; they heartbeat every 10 s meanwhile
 HEARTBEAT_S = 10.0
 TOPIC = "bench-failover"

@@ -31,7 +31,7 @@ from bench.storage import bench_kafka, group_record
 from coordinator.config import CoordinatorConfig
 from coordinator.group.partitioner import partition_for
 from coordinator.group.runtime import GroupRuntime
-from coordinator.group.store import OffsetRecord
+from coordinator.group.records import OffsetRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.timer import MonotonicClock, SystemTimer

@@ -63,10 +63,12 @@ from bench.wire import heartbeat_frame
 from coordinator.embedded import EmbeddedKafka, kafka_version
 from coordinator.loadgen import wire
 from protocol.client import KafkaClient
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, RequestTimedOut
 
 HEARTBEAT_SESSION_MS = 1_200_000  # members stay alive while other servers are measured (Kafka allows 30 min)
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, LOAD_IN_PROGRESS = 15, 16, 14
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR
+LOAD_IN_PROGRESS = Errors.COORDINATOR_LOAD_IN_PROGRESS
 READY_TIMEOUT_S = 180
 HBLOAD_SOURCE = Path(__file__).with_name("hbload.c")
 

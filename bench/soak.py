@@ -287,6 +287,7 @@ async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict,
                         results: dict) -> tuple[int, str]:
     from protocol.apis import ApiKey, request_class
     from protocol.consumer_protocol import Subscription, encode_subscription
+    from protocol.error_codes import Errors
     from protocol.messages import build, item_class
     import datetime
 
@@ -302,7 +303,7 @@ async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict,
             join_cls, group_id=group_id, session_timeout=datetime.timedelta(milliseconds=worker.session_ms),
             rebalance_timeout=datetime.timedelta(milliseconds=60_000), member_id=member_id, group_instance_id=None,
             protocol_type="consumer", protocols=(protocol,), reason=None))
-        if joined.error_code == 79:  # MEMBER_ID_REQUIRED
+        if joined.error_code == Errors.MEMBER_ID_REQUIRED:
             member_id = joined.member_id
             continue
         if joined.error_code:
@@ -313,7 +314,7 @@ async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict,
         synced = await client.request(build(
             sync_cls, group_id=group_id, generation_id=joined.generation_id, member_id=member_id,
             group_instance_id=None, protocol_type="consumer", protocol_name="range", assignments=assignments))
-        if synced.error_code == 27:  # REBALANCE_IN_PROGRESS: a member arrived late, join again
+        if synced.error_code == Errors.REBALANCE_IN_PROGRESS:  # a member arrived late: join again
             results["rejoins"] += 1
             continue
         if synced.error_code:

@@ -38,8 +38,7 @@ from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartit
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.status import ShardStatus
 from protocol.error_codes import Errors
-from coordinator.group.records import GroupMetadataRecord
-from coordinator.group.store import GroupRecord, MemberRecord
+from coordinator.group.records import GroupMetadataRecord, GroupRecord, MemberRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.timer import MonotonicClock, SystemTimer

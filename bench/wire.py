@@ -2,7 +2,7 @@
 echo-frame server measured in the same run with the same load generator.
 
   python -m bench.wire [--loop asyncio|uvloop] [--seconds 3] [--members 1,100,10000] [--repeats 1] [--telemetry]
-                       [--guarded]
+                       [--guarded] [--tls] [--acls]
 
 For each member count two servers run in turn, each in its own process (pinned to CPU 0 when possible):
   bare:         an asyncio BufferedProtocol that answers every length-prefixed frame with a fixed 16-byte
@@ -15,6 +15,9 @@ For each member count two servers run in turn, each in its own process (pinned t
   coordinator+tls (--tls): the same behind an SSL listener (TLS 1.3, a test CA made for the run; the load
                 generator's connections are TLS too): `cpu_ratio_to_plaintext` = our CPU per request over TLS /
                 plaintext (docs/security.md's target: at most 1.3).
+  coordinator+acls (--acls): the same with the cluster's ACLs enforced (coordinator/security/authorizer.py: 1,000
+                ACLs, each group allowed by a prefixed READ, every Heartbeat checked): `cpu_ratio_to_unenforced` =
+                our CPU per request with the checks / without.
   coordinator+guard (--guarded): the same behind the zombie guard of multi-instance mode
                 (coordinator/cluster/ownership.py: a deadline check on every request, its tick task running);
                 `ratio_to_unguarded` compares it with the plain coordinator run.
@@ -94,7 +97,7 @@ async def serve_bare() -> None:
 
 
 async def serve_coordinator(member_count: int, telemetry: bool = False, guarded: bool = False,
-                            tls_dir: str | None = None) -> None:
+                            tls_dir: str | None = None, acls: bool = False) -> None:
     from coordinator.config import CoordinatorConfig
     from coordinator.group.runtime import GroupRuntime
     from coordinator.group.observer import ObserverMux
@@ -119,12 +122,29 @@ async def serve_coordinator(member_count: int, telemetry: bool = False, guarded:
     members = [member for group in groups for member in group]
     faulthandler.cancel_dump_traceback_later()
     server = CoordinatorServer(ServerConfig(listen_port=0, ssl_context=_server_tls(tls_dir)),
-                               _guarded(coordinator) if guarded else coordinator)
+                               _guarded(coordinator) if guarded else coordinator,
+                               authorizer=_enforcing_authorizer() if acls else None)
     await server.start()
     if instrumented is not None and instrumented.metrics is not None:
         instrumented.metrics.watch_connections(lambda: server.connection_count)
     print(json.dumps({"port": server.port, "members": members}), flush=True)
     await asyncio.Future()
+
+
+def _enforcing_authorizer():
+    """1,000 ACLs as a cluster might hold them: the bench groups (bench-N) allowed to everyone by a prefixed READ,
+    among literal ACLs for other groups and topics."""
+    from coordinator.security.authorizer import Acl, Acls, Authorizer, Operation, PatternType, Permission, ResourceType
+
+    def acl(kind: ResourceType, name: str, pattern: PatternType) -> Acl:
+        return Acl(kind, name, pattern, "User:*", "*", Operation.READ, Permission.ALLOW)
+
+    noise = [acl(kind, f"other-{n}", PatternType.LITERAL) for n in range(499)
+             for kind in (ResourceType.GROUP, ResourceType.TOPIC)]
+    authorizer = Authorizer()
+    authorizer.use(Acls([*noise, acl(ResourceType.GROUP, "bench-", PatternType.PREFIXED),
+                         acl(ResourceType.TOPIC, "t", PatternType.LITERAL)]))
+    return authorizer
 
 
 def _server_tls(tls_dir: str | None):
@@ -375,12 +395,14 @@ async def main(args: argparse.Namespace) -> None:
         bare = await best_of(args.repeats, "bare", members, args)
         variants = tuple(kind for kind, wanted in (("coordinator+telemetry", args.telemetry),
                                                   ("coordinator+guard", args.guarded),
-                                                  ("coordinator+tls", args.tls)) if wanted)
+                                                  ("coordinator+tls", args.tls),
+                                                  ("coordinator+acls", args.acls)) if wanted)
         # the variants alternate with the plain run, so the machine's varying load falls on all alike
         ours, *others = await best_of_alternating(args.repeats, ("coordinator", *variants), members, args)
         traced = next((r for r in others if r["server"] == "coordinator+telemetry"), None)
         guarded = next((r for r in others if r["server"] == "coordinator+guard"), None)
         over_tls = next((r for r in others if r["server"] == "coordinator+tls"), None)
+        enforced = next((r for r in others if r["server"] == "coordinator+acls"), None)
         ratio = ours["requests_per_s"] / bare["requests_per_s"] if bare["requests_per_s"] else 0.0
         ours["ratio_to_bare"] = round(ratio, 3)
         # what fraction of the bare server's capacity we keep when the server's CPU is the limit
@@ -396,6 +418,10 @@ async def main(args: argparse.Namespace) -> None:
             over_tls["cpu_ratio_to_plaintext"] = round(
                 over_tls["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
             measured.append(over_tls)
+        if enforced is not None:
+            enforced["cpu_ratio_to_unenforced"] = round(
+                enforced["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
+            measured.append(enforced)
         if traced is not None:
             traced["ratio_to_telemetry_off"] = round(traced["requests_per_s"] / ours["requests_per_s"], 3)
             traced["cpu_ratio_to_telemetry_off"] = round(
@@ -415,6 +441,9 @@ async def main(args: argparse.Namespace) -> None:
     tls_runs = [r for r in results if r["server"] == "coordinator+tls"]
     if tls_runs:  # TLS on our listener against plaintext, same run (docs/security.md: at most 1.3x CPU)
         summary["max_cpu_ratio_to_plaintext"] = max(r["cpu_ratio_to_plaintext"] for r in tls_runs)
+    acl_runs = [r for r in results if r["server"] == "coordinator+acls"]
+    if acl_runs:  # the ACL checks on every request against none, same run
+        summary["max_cpu_ratio_to_unenforced"] = max(r["cpu_ratio_to_unenforced"] for r in acl_runs)
     guarded_runs = [r for r in results if r["server"] == "coordinator+guard"]
     if guarded_runs:  # multi-instance mode's per-request check against none, same run
         summary["min_ratio_to_unguarded"] = min(r["ratio_to_unguarded"] for r in guarded_runs)
@@ -448,8 +477,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tls", action="store_true",
                         help="also run the coordinator behind an SSL listener (CPU ratio against plaintext, same run; "
                              "needs the `cryptography` package of the test extra)")
+    parser.add_argument("--acls", action="store_true",
+                        help="also run the coordinator with the cluster's ACLs enforced (CPU ratio against none, "
+                             "same run)")
     parser.add_argument("--serve", choices=("bare", "coordinator", "coordinator+telemetry", "coordinator+guard",
-                                            "coordinator+tls"), help=argparse.SUPPRESS)
+                                            "coordinator+tls", "coordinator+acls"), help=argparse.SUPPRESS)
     parser.add_argument("--tls-dir", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -463,7 +495,8 @@ if __name__ == "__main__":
         members_to_serve = int(arguments.members)
         asyncio.run(serve_bare() if arguments.serve == "bare" else
                     serve_coordinator(members_to_serve, telemetry=arguments.serve == "coordinator+telemetry",
-                                      guarded=arguments.serve == "coordinator+guard", tls_dir=arguments.tls_dir))
+                                      guarded=arguments.serve == "coordinator+guard", tls_dir=arguments.tls_dir,
+                                      acls=arguments.serve == "coordinator+acls"))
     else:
         if arguments.tls and arguments.tls_dir is None:
             import tempfile

@@ -110,9 +110,9 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         publisher = await start_event_publisher(storage_config)
         if publisher is not None:  # closed first: flushes the queued events
             stack.push_async_callback(asyncio.to_thread, publisher.close_blocking)
-        if options.client_security is not None:  # who else may write our topics (a warning, never a condition)
-            await warn_about_other_writers(bootstrap, options.client_security.principal,
-                                           [t for t in (options.state_topic, options.event_topic) if t])
+        if options.client_security is not None and acl_cache is not None:  # who else may write our topics
+            warn_about_other_writers(acl_cache.authorizer, options.client_security.principal,
+                                     [t for t in (options.state_topic, options.event_topic) if t])
 
         observer = ObserverMux()
         coordinator = GroupRuntime(options.group, timer, store, clock, observer)

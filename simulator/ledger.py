@@ -10,7 +10,7 @@ from typing import Sequence
 
 from coordinator.storage.records import (GroupMetadataKey, OffsetCommitKey, decode_group_metadata_value,
                                         decode_key, decode_offset_commit_value)
-from coordinator.group.store import GroupRecord
+from coordinator.group.records import GroupRecord
 from simulator.history import History
 
 # Outcomes after which the write is known not to be in the log (Kafka said it failed before appending).

@@ -135,6 +135,9 @@ class GuardedService:
             self._guard.expired()
         return self._runtime
 
+    def state_partition(self, group_id: str) -> tuple[str, int] | None:
+        return self._runtime.state_partition(group_id)
+
     # each returns the runtime's coroutine (no extra frame per request)
     def join_group(self, request: api.JoinGroupRequest) -> Any:
         return self._checked().join_group(request)

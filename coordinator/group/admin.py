@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from coordinator.group.api import DescribedGroup, DescribedGroupMember, ListedGroup, ListGroupsRequest
 from coordinator.group.modern.group import ConsumerGroup
-from coordinator.group.offsets import Removal, cleanup_groups
+from coordinator.group.offsets import Removal, cleanup_groups, remove_with_pending
 from coordinator.group.result import Result
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
@@ -86,7 +86,10 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
             results[group_id] = Errors.NON_EMPTY_GROUP
     if not eligible:
         return Result(results)
-    removed, writes = cleanup_groups(shard, eligible, lambda g: g.remove_offsets(list(g.offsets)),
-                                     Removal.GROUP_DELETED)
+    removed, writes = cleanup_groups(
+        shard, eligible,
+        lambda g: remove_with_pending(shard, g, [*g.offsets, *shard.transactional_offsets.pending_partitions(
+            g.group_id)]),
+        Removal.GROUP_DELETED)
     log.info("event=groups_deleted groups=%s offsets_removed=%d", [g.group_id for g in eligible], removed)
     return Result(results, writes)

@@ -1,10 +1,10 @@
 """How failed state-topic appends are reported per API (Kafka 3.9). The error codes themselves are
-protocol.error_codes.Errors, re-exported here."""
+protocol.error_codes.Errors, imported from there only."""
 from __future__ import annotations
 
 from protocol.error_codes import Errors
 
-__all__ = ["Errors", "kafka4_append_error", "group_append_error", "offset_append_error"]
+__all__ = ["kafka4_append_error", "group_append_error", "offset_append_error"]
 
 
 # How a failed group-metadata append (SyncGroup, static replacement) is reported (3.9 `storeGroup`).

@@ -1,11 +1,12 @@
 """A member as it was before an operation changed it without a rebalance, restored as a whole if the record that
 operation wrote is not acknowledged.
 
-A classic group's state is not kept in timeline data structures (in Kafka 4 neither: only the consumer groups'
-are, and a failed append rolls them back to the last committed offset, as `ConsumerGroup.snapshot` does here).
-What a failed write of a classic group undoes is the one member that write re-identified or updated (a static
-member replaced in a Stable group): the group's other changes meanwhile (other members joining, leaving,
-heartbeating) stand, as in Kafka. The snapshot holds what the member's record carries and its protocols; what is
+A consumer group's state goes back to its snapshot when its records are not written (`ConsumerGroup.snapshot`,
+as Kafka 4 rolls its timeline back to the last committed offset). A classic group's members are not kept that
+way, in Kafka 4 either: its GroupMetadataManager undoes a failed static replacement member by member. So what a
+failed write of a classic group undoes is the one member that write re-identified or updated (a static member
+replaced in a Stable group): the group's other changes meanwhile (other members joining, leaving, heartbeating)
+stand, as in Kafka. The snapshot holds what the member's record carries and its protocols; what is
 live (parked requests, heartbeat deadlines) is not state to go back to."""
 from __future__ import annotations
 

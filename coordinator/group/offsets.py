@@ -19,10 +19,9 @@ from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from coordinator.group.modern.offsets import validate_offset_commit, validate_offset_fetch
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
-from coordinator.group.records import OffsetCommitRecord
+from coordinator.group.records import OffsetCommitRecord, OffsetRecord, TopicPartition
 from coordinator.group.result import Result, Write
 from coordinator.group.status import ShardStatus
-from coordinator.group.store import OffsetRecord, TopicPartition
 
 if TYPE_CHECKING:
     from coordinator.group.shard import GroupShard
@@ -177,16 +176,18 @@ def handle_fetch_offsets(shard: GroupShard, req: OffsetFetchRequest) -> OffsetFe
         wanted = list(dict.fromkeys((t.name, p) for t in req.topics for p in t.partition_indexes))
     by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
     for topic, partition in wanted:
-        by_topic.setdefault(topic, []).append(_fetch_one(group, (topic, partition), req.require_stable))
+        tp = (topic, partition)
+        unstable = req.require_stable and group is not None and (
+            group.has_pending_offset_commit(tp) or shard.transactional_offsets.has_pending(req.group_id, tp))
+        by_topic.setdefault(topic, []).append(_fetch_one(group, tp, unstable))
     return OffsetFetchResponse(req.group_id, Errors.NONE,
                                [OffsetFetchResponseTopic(t, parts) for t, parts in by_topic.items()])
 
 
-def _fetch_one(group: GroupMetadata | None, tp: TopicPartition, require_stable: bool
-               ) -> OffsetFetchResponsePartition:
+def _fetch_one(group: GroupMetadata | None, tp: TopicPartition, unstable: bool) -> OffsetFetchResponsePartition:
     if group is None:
         return OffsetFetchResponsePartition(tp[1])
-    if require_stable and group.has_pending_offset_commit(tp):
+    if unstable:  # require_stable and a commit (regular or transactional) of the partition not settled
         return OffsetFetchResponsePartition(tp[1], error_code=Errors.UNSTABLE_OFFSET_COMMIT)
     record = group.offsets.get(tp)
     if record is None:
@@ -206,7 +207,8 @@ def handle_delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> Result
     writes: list[Write] = []
     if eligible:
         group = shard.groups[req.group_id]
-        removed, writes = cleanup_groups(shard, [group], lambda g: g.remove_offsets(eligible), Removal.DELETED)
+        removed, writes = cleanup_groups(shard, [group], lambda g: remove_with_pending(shard, g, eligible),
+                                         Removal.DELETED)
         log.info("event=offsets_deleted group=%s partitions=%d offsets_removed=%d",
                  req.group_id, len(eligible), removed)
     by_topic: dict[str, list[OffsetDeleteResponsePartition]] = {}
@@ -264,9 +266,24 @@ def _expired_offsets(shard: GroupShard, group: GroupMetadata, now_ms: int, reten
     """A KIP-848 group's offsets expire by commit time, never those of topics its members subscribe to."""
     consumer_group = shard.consumer_groups.get(group.group_id)
     if consumer_group is None:
-        return group.expired_offsets(now_ms, retention_ms)
-    subscribed = {t for m in consumer_group.members.values() for t in consumer_group.effective_topics(m)}
-    return group.expired_unsubscribed_offsets(now_ms, retention_ms, subscribed)
+        expired = group.expired_offsets(now_ms, retention_ms)
+    else:
+        subscribed = {t for m in consumer_group.members.values() for t in consumer_group.effective_topics(m)}
+        expired = group.expired_unsubscribed_offsets(now_ms, retention_ms, subscribed)
+    pending = shard.transactional_offsets.pending_partitions(group.group_id)  # kept until their marker
+    return [tp for tp in expired if tp not in pending]
+
+
+def remove_with_pending(shard: GroupShard, group: GroupMetadata, partitions: list[TopicPartition]
+                        ) -> list[TopicPartition]:
+    """Kafka's deletion with open transactions: a partition gets a tombstone if it has a current offset or a
+    pending transactional one, and the tombstone drops both (the transactions themselves stay open)."""
+    partitions = list(dict.fromkeys(partitions))
+    pending = shard.transactional_offsets.pending_partitions(group.group_id)
+    removed = group.remove_offsets(partitions)
+    removed += [tp for tp in partitions if tp in pending and tp not in removed]
+    shard.transactional_offsets.drop_partitions(group.group_id, partitions)
+    return removed
 
 
 def cleanup_groups(shard: GroupShard, groups: list[GroupMetadata], selector: GroupSelector,
@@ -283,7 +300,9 @@ def cleanup_groups(shard: GroupShard, groups: list[GroupMetadata], selector: Gro
 def _cleanup_group(shard: GroupShard, group: GroupMetadata, selector: GroupSelector,
                    removal: Removal) -> Write | None:
     removed: list[TopicPartition] = selector(group)
-    if group.is_in(EMPTY) and not group.has_offsets:
+    # a group with open transactions stays, as Kafka's (their COMMIT would make offsets current)
+    if group.is_in(EMPTY) and not group.has_offsets and not shard.transactional_offsets.has_open_transactions(
+            group.group_id):
         group.transition_to(DEAD, shard.now_wall_ms())
     # As Kafka: the group tombstone only if this cleanup took the group out of the cache (an unloaded
     # group is someone else's) and the group ever had a generation (not a simple consumer's group).

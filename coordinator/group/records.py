@@ -45,6 +45,9 @@ class OffsetRecord:
     metadata: str = ""
     commit_timestamp_ms: int = -1
     expire_timestamp_ms: int | None = None
+    # Offset of the record in the state partition, when known (loaded or read back): a committed transaction's
+    # offset replaces the current one only if its record is later. Not part of the value, so not compared.
+    log_offset: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.rebalance import Rebalancing
 from coordinator.group.records import Record
 from coordinator.group.state import DEAD, PREPARING
+from coordinator.group.txn_offsets import TransactionalOffsets
+from coordinator.group.txn_sequences import ProducerSequences
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
@@ -21,6 +23,8 @@ log = logging.getLogger("coordinator.group")
 
 class GroupResidency(Rebalancing):
     groups: dict[str, GroupMetadata]
+    transactional_offsets: TransactionalOffsets
+    producer_sequences: ProducerSequences
 
     def load_group(self, group_id: str, records: Iterable[Record]) -> None:
         """Replay one loaded group's records (its latest metadata and offsets): Stable with members, else Empty."""
@@ -65,3 +69,5 @@ class GroupResidency(Rebalancing):
     def unload_all(self, error: Errors = Errors.NOT_COORDINATOR) -> None:
         for group in list(self.groups.values()):
             self.unload_group(group, error)
+        self.transactional_offsets.clear()  # the next owner rebuilds them (and the sequences) from the log
+        self.producer_sequences.forget()

@@ -109,6 +109,11 @@ class GroupRuntime:
     def partition_for(self, group_id: str) -> int:
         return cached_partition_for(group_id, self.num_partitions)
 
+    def state_partition(self, group_id: str) -> tuple[str, int] | None:
+        """The state-topic partition holding `group_id` (None: a store without a topic)."""
+        topic = self.store.topic
+        return None if topic is None else (topic, self.partition_for(group_id))
+
     def shard_for(self, group_id: str | None) -> GroupShard:
         """The shard of `group_id`'s partition ("" hashes to 0 as in Kafka; None goes there too and is rejected)."""
         return self.shards[0 if group_id is None else cached_partition_for(group_id, self.num_partitions)]

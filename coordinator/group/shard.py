@@ -25,6 +25,8 @@ from coordinator.group.residency import GroupResidency
 from coordinator.group.result import Write
 from coordinator.group.state import EMPTY
 from coordinator.group.status import STATUS_ERRORS, ShardStatus
+from coordinator.group.txn_offsets import TransactionalOffsets
+from coordinator.group.txn_sequences import ProducerSequences
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import Clock
 from protocol.error_codes import Errors
@@ -53,6 +55,8 @@ class GroupShard(GroupResidency):
         self.status = ShardStatus.UNOWNED
         self.groups: dict[str, GroupMetadata] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (coordinator/group/modern)
+        self.transactional_offsets = TransactionalOffsets()  # pending until their marker (txn_offsets.py)
+        self.producer_sequences = ProducerSequences()  # of client producers' batches we write (txn_sequences.py)
         # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a
         # write group logic makes on its own (a timer emptied a group) alike, queued in the order made.
         self.append: Callable[[Write], object] = append if append is not None else _no_store

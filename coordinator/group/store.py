@@ -27,14 +27,11 @@ from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES, ConsumerGroupRecord
-from coordinator.group.records import (GroupMetadataRecord, GroupRecord, MemberRecord, OffsetRecord, Record,
-                                      TopicPartition, offset_commits)
+from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition,
+                                      offset_commits)
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group.store")
-
-__all__ = ["GroupRecord", "GroupStore", "InMemoryGroupStore", "LoadedGroups", "MemberRecord", "OffsetRecord",
-           "StoreError", "TopicPartition"]
 
 
 class StoreError(Exception):
@@ -70,6 +67,7 @@ class LoadedGroups:
 
 class GroupStore(ABC):
     partitions: int | None = None  # the state topic's partition count, when the store has one
+    topic: str | None = None  # the state topic's name, when the store has one
 
     @abstractmethod
     async def load(self, partitions: Collection[int]) -> LoadedGroups:

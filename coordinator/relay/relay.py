@@ -58,6 +58,8 @@ class Relay:
         self._coordinator_node: Any = None  # coordinator.server.context.Node, set by attach()
         self._control: KafkaClient | None = None
         self._control_lock = asyncio.Lock()
+        self._node_clients: dict[int, KafkaClient] = {}  # our own connection per broker (transaction coordinators)
+        self._node_locks: dict[int, asyncio.Lock] = {}
         self._bootstrap_turn = itertools.count()
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -98,6 +100,8 @@ class Relay:
             await self.listeners.close()
         if self._control is not None:
             await self._control.close()
+        for client in list(self._node_clients.values()):
+            await client.close()
 
     # ------------------------------------------------------------------------------------------ routing
 
@@ -164,6 +168,37 @@ class Relay:
                 if attempt == 2:
                     raise UpstreamUnavailable(f"the cluster did not answer: {exc!r}") from exc
         raise AssertionError("unreachable")
+
+    async def request_to(self, node_id: int, body: Any) -> Any:
+        """One request to broker `node_id` (a transaction coordinator: its requests must reach that broker) on
+        our own connection to it; reconnects once on failure."""
+        for attempt in (1, 2):
+            client = await self._node_client(node_id)
+            try:
+                return await client.request(body, timeout_ms=self.config.upstream_timeout_ms)
+            except (ConnectionClosed, RequestTimedOut, ProtocolError) as exc:
+                log.warning("event=relay_node_request_failed attempt=%d api_key=%d node=%d error=%r",
+                            attempt, body.__api_key__, node_id, exc)
+                await client.close()
+                if attempt == 2:
+                    raise UpstreamUnavailable(f"broker {node_id} did not answer: {exc!r}") from exc
+        raise AssertionError("unreachable")
+
+    async def _node_client(self, node_id: int) -> KafkaClient:
+        async with self._node_locks.setdefault(node_id, asyncio.Lock()):
+            client = self._node_clients.get(node_id)
+            if client is not None and not client.is_closed:
+                return client
+            broker = self.brokers.get(node_id)
+            if broker is None:
+                raise UpstreamUnavailable(f"broker {node_id} is not in the cluster's metadata")
+            try:
+                client = await connect(broker.host, broker.port, self.security, client_id=_CLIENT_ID,
+                                       timeout_ms=self.config.upstream_timeout_ms)
+            except (OSError, asyncio.TimeoutError, ProtocolError, ClusterAccessError) as exc:
+                raise UpstreamUnavailable(f"broker {node_id} unreachable: {exc!r}") from exc
+            self._node_clients[node_id] = client
+            return client
 
     async def _control_client(self) -> KafkaClient:
         async with self._control_lock:

@@ -5,7 +5,9 @@ Three routes (docs/relay.md has the table with the reasons):
   rewritten ones: the group APIs and ApiVersions, at our own ranges. They never reach the upstream cluster, whose
   own group coordinator must not see our groups.
 - REWRITTEN: Metadata and FindCoordinator, answered here from an upstream answer whose broker addresses are
-  replaced by ours (so their ranges are also capped by what the upstream broker serves).
+  replaced by ours (so their ranges are also capped by what the upstream broker serves); AddOffsetsToTxn, sent
+  on to the transaction coordinator and followed by the addition of the group's state partition to the
+  transaction (server/handlers/add_offsets_to_txn.py).
 - RELAYED: every other API in `RELAYED_MAX` goes to the upstream broker byte for byte, at the intersection of
   the broker's range and our cap. A cap sits below the first version whose response carries broker addresses
   we would have to rewrite (KIP-951's NodeEndpoints in Produce v10+/Fetch v16+, DescribeQuorum v2's nodes).
@@ -33,7 +35,7 @@ class Route(enum.Enum):
     RELAYED = "relayed"
 
 
-REWRITTEN_KEYS = frozenset((int(ApiKey.METADATA), int(ApiKey.FIND_COORDINATOR)))
+REWRITTEN_KEYS = frozenset((int(ApiKey.METADATA), int(ApiKey.FIND_COORDINATOR), int(ApiKey.ADD_OFFSETS_TO_TXN)))
 
 
 def local_keys(served: Collection[int]) -> frozenset[int]:
@@ -53,7 +55,6 @@ RELAYED_MAX: dict[int, int] = {
     22: _UNCAPPED,  # InitProducerId
     23: _UNCAPPED,  # OffsetForLeaderEpoch
     24: _UNCAPPED,  # AddPartitionsToTxn
-    25: _UNCAPPED,  # AddOffsetsToTxn
     26: _UNCAPPED,  # EndTxn
     29: _UNCAPPED,  # DescribeAcls
     30: _UNCAPPED,  # CreateAcls

@@ -1,5 +1,6 @@
 """Who may do what on our listeners, with the broker's property names (`--config NAME=VALUE`):
-`ssl.principal.mapping.rules`, `sasl.enabled.mechanisms`, `super.users`, `allow.everyone.if.no.acl.found`, and
+`ssl.principal.mapping.rules`, `sasl.enabled.mechanisms`, `sasl.oauthbearer.sub.claim.name`, `super.users`,
+`allow.everyone.if.no.acl.found`, and
 ours, `acl.refresh.interval.ms` (how often the cluster's ACLs are read again). The broker's own values of these
 are not readable through any API: give ours the cluster's."""
 
@@ -14,8 +15,8 @@ from coordinator.security.client_config import ClientConfigError
 from coordinator.security.principals import DEFAULT_RULES, SslPrincipalMapper
 from coordinator.security.sasl_passthrough import PASSABLE_MECHANISMS
 
-ACCESS_NAMES = frozenset({"ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "super.users",
-                          "allow.everyone.if.no.acl.found", "acl.refresh.interval.ms"})
+ACCESS_NAMES = frozenset({"ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "sasl.oauthbearer.sub.claim.name",
+                          "super.users", "allow.everyone.if.no.acl.found", "acl.refresh.interval.ms"})
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class AccessSettings:
     super_users: frozenset[str] = frozenset()
     allow_everyone_if_no_acl_found: bool = False
     refresh_interval_ms: int = DEFAULT_REFRESH_INTERVAL_MS
+    oauthbearer_claim: str = "sub"  # the claim the brokers' OAUTHBEARER validator takes the principal from
 
     def authorizer(self) -> Authorizer:
         return Authorizer(self.super_users, self.allow_everyone_if_no_acl_found)
@@ -56,5 +58,8 @@ def access_settings(properties: Mapping[str, str]) -> AccessSettings:
     interval = properties.get("acl.refresh.interval.ms", str(DEFAULT_REFRESH_INTERVAL_MS)).strip()
     if not interval.isdigit() or int(interval) < 100:
         raise ClientConfigError("acl.refresh.interval.ms", f"{interval!r}: milliseconds, at least 100")
+    claim = properties.get("sasl.oauthbearer.sub.claim.name", "sub").strip()
+    if not claim:
+        raise ClientConfigError("sasl.oauthbearer.sub.claim.name", "empty: the claim naming the principal")
     return AccessSettings(mapper, mechanisms, parse_super_users(properties.get("super.users", "")), allow == "true",
-                          int(interval))
+                          int(interval), claim)

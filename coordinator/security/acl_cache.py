@@ -80,7 +80,10 @@ class AclCache:
         self._task = asyncio.get_running_loop().create_task(self._refresh_forever(), name="acl-refresh")
 
     async def refresh(self) -> None:
-        response = await self._describe_acls()
+        try:
+            response = await self._describe_acls()
+        except (ConnectionClosed, OSError):  # e.g. the broker ended the session (connections.max.reauth.ms)
+            response = await self._describe_acls()  # once more, on a new connection
         code = int(response.error_code)
         if code == _SECURITY_DISABLED:
             if self.authorizer.enforcing or self.loaded_at is None:

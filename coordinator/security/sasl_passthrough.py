@@ -51,10 +51,11 @@ class Refusal(Exception):
 
 
 class SaslPassthrough:
-    __slots__ = ("state", "mechanism", "principal", "_awaited", "peer", "enabled")
+    __slots__ = ("state", "mechanism", "principal", "_awaited", "peer", "enabled", "claim")
 
-    def __init__(self, peer: str = "?", enabled: tuple[str, ...] = PASSABLE_MECHANISMS) -> None:
+    def __init__(self, peer: str = "?", enabled: tuple[str, ...] = PASSABLE_MECHANISMS, claim: str = "sub") -> None:
         self.enabled = enabled  # sasl.enabled.mechanisms of our listener
+        self.claim = claim  # sasl.oauthbearer.sub.claim.name: the OAUTHBEARER token's claim naming the principal
         self.state = State.INITIAL
         self.mechanism: str | None = None
         self.principal: str | None = None
@@ -78,7 +79,7 @@ class SaslPassthrough:
             if self.state is State.INITIAL:
                 raise Refusal("SaslAuthenticate before SaslHandshake (ILLEGAL_SASL_STATE)")
             if self.principal is None and self.state is State.AUTHENTICATING:
-                self.principal = _principal(self.mechanism, decode_request(frame).body.auth_bytes)
+                self.principal = _principal(self.mechanism, decode_request(frame).body.auth_bytes, self.claim)
             self._awaited[correlation_id] = (api_key, version)
             return
         if self.state is not State.COMPLETE:
@@ -133,13 +134,13 @@ def passed_through_ranges(upstream: dict[int, tuple[int, int]]) -> dict[int, tup
     return ranges
 
 
-def _principal(mechanism: str | None, token: bytes) -> str | None:
+def _principal(mechanism: str | None, token: bytes, claim: str = "sub") -> str | None:
     try:
         if mechanism == "PLAIN":
             parts = token.split(b"\0")
             return parts[1].decode() if len(parts) == 3 else None
         if mechanism == "OAUTHBEARER":
-            return oauthbearer_subject(token)
+            return oauthbearer_subject(token, claim)
         if mechanism and mechanism.startswith("SCRAM-"):
             for part in token.decode().split(","):
                 if part.startswith("n="):

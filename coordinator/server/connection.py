@@ -84,7 +84,8 @@ class Connection(asyncio.BufferedProtocol):
         self._relaying = None if server.relay is None else RelaySide(server.relay, upstream_node)
         # SASL_* listener: Kafka's SASL sequence, the exchange judged by the broker over our upstream link
         access = server.config.access
-        self._sasl = SaslPassthrough(enabled=access.sasl_mechanisms if access else PASSABLE_MECHANISMS) \
+        self._sasl = SaslPassthrough(enabled=access.sasl_mechanisms if access else PASSABLE_MECHANISMS,
+                                     claim=access.oauthbearer_claim if access else "sub") \
             if server.config.sasl_passthrough else None
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)
@@ -115,7 +116,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._sasl.peer = peer
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
                                           java_host_string(peername[0]), peer, self._server.relay,
-                                          self._server.directory, authorizer=self._server.authorizer)
+                                          self._server.directory, authorizer=self._server.authorizer,
+                                          upstream_node=self.upstream_node)
             if self._sasl is None and not self._take_certificate_principal(transport):
                 return
             if self._relaying is not None:

@@ -34,6 +34,7 @@ class GroupService(Protocol):
     async def delete_offsets(self, request: api.OffsetDeleteRequest) -> api.OffsetDeleteResponse: ...
     async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedGroup]: ...
+    def state_partition(self, group_id: str) -> tuple[str, int] | None: ...  # (topic, partition) of the group
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class ConnectionContext:
     directory: Directory | None = None  # the other instances (None: this one coordinates every group)
     principal: str = ANONYMOUS  # as Kafka's DefaultKafkaPrincipalBuilder names it (coordinator/security/principals)
     authorizer: Authorizer | None = None  # the cluster's ACLs (None, or not enforcing: everything is allowed)
+    upstream_node: int | None = None  # the broker this connection's listener stands for (None: bootstrap)
 
     def allows(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """KafkaApis' authHelper.authorize for this connection's principal and address."""

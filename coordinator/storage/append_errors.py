@@ -23,6 +23,11 @@ _LOCAL_ERRORS = {  # librdkafka's client-side errors → the Kafka error the bro
     KafkaError.INVALID_TXN_STATE: Errors.COORDINATOR_NOT_AVAILABLE,
     KafkaError.INVALID_PRODUCER_ID_MAPPING: Errors.COORDINATOR_NOT_AVAILABLE,
     KafkaError.CONCURRENT_TRANSACTIONS: Errors.COORDINATOR_NOT_AVAILABLE,
+    # our producer's transaction refusals that no group API answers with (the client's transaction is not ours)
+    KafkaError.INVALID_PRODUCER_EPOCH: Errors.UNKNOWN_SERVER_ERROR,
+    KafkaError.PRODUCER_FENCED: Errors.UNKNOWN_SERVER_ERROR,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Errors.UNKNOWN_SERVER_ERROR,
+    KafkaError.TRANSACTION_ABORTABLE: Errors.UNKNOWN_SERVER_ERROR,
 }
 
 

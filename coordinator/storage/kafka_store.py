@@ -31,9 +31,9 @@ from typing import Callable, Iterable
 
 from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
-from coordinator.group.records import GroupMetadataRecord, Record, offset_commits, tombstones
-from coordinator.group.store import (GroupRecord, GroupStore, LoadedGroups, OffsetRecord, StoreError,
-                                     TopicPartition)
+from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition,
+                                       offset_commits, tombstones)
+from coordinator.group.store import GroupStore, LoadedGroups, StoreError
 from coordinator.storage.appender import RecordAppender
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.loader import consumer_settings, read_state
@@ -51,6 +51,7 @@ class KafkaGroupStore(GroupStore):
                  load_buffer_bytes: int = 5_242_880) -> None:
         self.config = config
         self.partitions = config.partitions
+        self.topic = config.state_topic
         self.clock = clock or MonotonicClock()
         self.load_timeout_ms = load_timeout_ms
         self.load_buffer_bytes = load_buffer_bytes

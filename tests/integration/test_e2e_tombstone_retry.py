@@ -10,7 +10,8 @@ import time
 import pytest
 
 from coordinator.embedded import EmbeddedKafka
-from coordinator.group.store import OffsetRecord, StoreError
+from coordinator.group.store import StoreError
+from coordinator.group.records import OffsetRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
 from tests.support.service import unique

@@ -26,6 +26,7 @@ from coordinator.storage.topics import ensure_event_topic, make_admin
 from coordinator.telemetry.events import EventPublisher
 from coordinator.telemetry.metrics import MetricsObserver
 from coordinator.telemetry.otel import start_telemetry
+from tests.support.polling import wait_until
 
 LOGGER = "coordinator.telemetry.events"
 TIMEOUT_MS = 3_000
@@ -33,13 +34,6 @@ QUEUE = 20  # events the producer holds
 EXTRA = 7  # published on a full queue: refused at once
 AFTER = 5
 WAIT_S = 90  # bounded waits for a loaded machine; the assertions are on counts, not on durations
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def lines(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
@@ -91,7 +85,7 @@ async def test_an_outage_past_the_delivery_timeout_loses_a_bounded_burst_logged_
     publisher = EventPublisher(config)
     try:
         publisher.publish("g", {"n": "before"})
-        await until(lambda: publisher.delivered == 1, "the first event delivered")
+        await wait_until(lambda: publisher.delivered == 1, WAIT_S, "the first event delivered")
 
         pid = restartable_kafka.pid
         assert pid is not None
@@ -105,7 +99,7 @@ async def test_an_outage_past_the_delivery_timeout_loses_a_bounded_burst_logged_
             assert exported(publisher) == {"delivered": 1, "failed": 0, "dropped": EXTRA, "queued": QUEUE}
             assert len(lines(caplog, "group_events_dropped")) == 1
 
-            await until(lambda: publisher.failed == QUEUE, "the queued events given up")
+            await wait_until(lambda: publisher.failed == QUEUE, WAIT_S, "the queued events given up")
             assert time.monotonic() - started >= TIMEOUT_MS / 1000 - 0.2  # not before their timeout
             [lost] = lines(caplog, "group_events_lost")  # one line for the burst, not one per event
             assert f"delivery_timeout_ms={TIMEOUT_MS}" in lost and config.event_topic in lost
@@ -115,7 +109,7 @@ async def test_an_outage_past_the_delivery_timeout_loses_a_bounded_burst_logged_
 
         for i in range(AFTER):
             publisher.publish("g", {"n": f"after-{i}"})
-        await until(lambda: publisher.delivered == 1 + AFTER, "the events after the outage delivered")
+        await wait_until(lambda: publisher.delivered == 1 + AFTER, WAIT_S, "the events after the outage delivered")
         [lost_ended] = lines(caplog, "group_events_lost_ended")
         assert f" lost={QUEUE} " in lost_ended and f"lost_total={QUEUE}" in lost_ended
         [dropped_ended] = lines(caplog, "group_events_dropped_ended")

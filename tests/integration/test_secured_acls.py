@@ -140,7 +140,8 @@ async def probe(client: KafkaClient, prefix: str) -> dict[str, Any]:
     seen["find_coordinator_v3"] = [(old.error_code, old.error_message if old.error_code else None)
                                    for _ in (0,)]
     new = await client.request(request(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=(app, denied)))
-    seen["find_coordinator_v4"] = [(c.key, c.error_code) for c in new.coordinators]
+    seen["find_coordinator_v4"] = [(c.key, c.error_code, c.error_message if c.error_code else None)
+                                   for c in new.coordinators]
     seen["join"] = {g: (await join(client, g)).error_code for g in (app, denied, other)}
     sync_body = lambda g: request(ApiKey.SYNC_GROUP, 5, group_id=g, generation_id=1, member_id="m",  # noqa: E731
                                   group_instance_id=None, protocol_type="consumer", protocol_name="range",
@@ -288,8 +289,9 @@ async def test_group_apis_answer_as_kafka_does_under_the_same_acls_and_principal
                 alice, bob = clients["alice", ours], clients["bob", ours]
                 refused = await consumer_group_heartbeat(alice, cg, (f"{prefix}-t2",))
                 joined = await consumer_group_heartbeat(alice, cg, (f"{prefix}-t1",))
-                seen = [refused.error_code, joined.error_code,
-                        (await consumer_group_heartbeat(bob, cg, (f"{prefix}-t1",))).error_code]
+                bobs = await consumer_group_heartbeat(bob, cg, (f"{prefix}-t1",))
+                seen = [refused.error_code, joined.error_code, bobs.error_code,
+                        (refused.error_message, bobs.error_message)]
                 await until(lambda: assigned(alice, cg), 30, "alice's target assignment")
                 seen.append(await consumer_group_describe(alice, (cg, f"{prefix}-app-denied")))
                 seen.append(await consumer_group_describe(bob, (cg,)))  # may describe the group, not topic t1
@@ -298,7 +300,7 @@ async def test_group_apis_answer_as_kafka_does_under_the_same_acls_and_principal
                 seen.append(await delete_groups(alice, (f"{prefix}-app-1", f"{prefix}-del-1")))
                 kip848[ours] = seen
             assert kip848[True] == kip848[False], kip848
-            assert kip848[True][0] == 29 and kip848[True][4][0][1] == 29
+            assert kip848[True][0] == 29 and kip848[True][5][0][1] == 29
 
             # a revoked ACL: Kafka at once, ours within the refresh interval
             binding = allow(ResourceType.GROUP, f"{prefix}-app-", "User:alice", AclOperation.READ,
@@ -314,6 +316,7 @@ async def test_group_apis_answer_as_kafka_does_under_the_same_acls_and_principal
             await until(lambda: refused_to_alice(True), 10, "our coordinator applying the revocation")
             took_s = time.monotonic() - revoked
             assert took_s <= REFRESH_MS / 1000 + 3, f"revocation applied after {took_s:.1f} s"
+            await asyncio.to_thread(acl_broker.acls, binding)  # back, for the module's other tests
         finally:
             for client in clients.values():
                 await client.close()
@@ -330,6 +333,45 @@ async def assigned(client: KafkaClient, group: str) -> bool:
     response = await client.request(request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=(group,),
                                             include_authorized_operations=False))
     return any(m.target_assignment.topic_partitions for g in response.groups for m in g.members)
+
+
+async def test_an_oauthbearer_principal_is_the_tokens_sub_claim_as_on_the_broker(acl_broker: AclBroker) -> None:
+    """An unsecured OAUTHBEARER token (the test broker's validator) naming alice: her ACLs apply through our SASL
+    listener as on the broker."""
+    broker, certificates, prefix = acl_broker.broker, acl_broker.certificates, acl_broker.prefix
+    kafka_host, kafka_port = broker.sasl_ssl_bootstrap.rsplit(":", 1)
+    token = client_security({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+        "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                            'unsecuredLoginStringClaim_sub="alice";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certificates.ca)})
+    alice = ClusterSecurity(token, token.ssl_context(), token.librdkafka_settings())
+    settings = ("ssl.keystore.type=PEM", f"ssl.keystore.location={certificates.broker_keystore}",
+                f"super.users={SUPER_USERS}")
+    async with service(broker.sasl_ssl_bootstrap, f"{prefix}-state", *FAST, *settings, relay=True,
+                       listen="SASL_SSL://127.0.0.1:0",
+                       args=("--command-config", str(acl_broker.properties("coordinator")))) as running:
+        answers = {}
+        for ours in (False, True):
+            host, port = ("127.0.0.1", running.port) if ours else (kafka_host, int(kafka_port))
+            client = await connect(host, port, alice, client_id="acl-oauth", timeout_ms=30_000)
+            try:
+                groups = (f"{prefix}-app-oauth", f"{prefix}-other")
+                seen: list[Any] = []
+
+                async def settled() -> bool:  # loading, or Kafka making __consumer_offsets: retried
+                    await client.request(request(ApiKey.FIND_COORDINATOR, 3, key=groups[0], key_type=0))  # noqa: B023
+                    seen[:] = await describe(client, groups)  # noqa: B023
+                    return not {code for _group, code, *_rest in seen} & {14, 15, 16}  # noqa: B023
+
+                await until(settled, TIMEOUT_S, "a settled DescribeGroups answer")
+                answers[ours] = (list(seen), [(await client.request(heartbeat(g, 1, "m"))).error_code
+                                              for g in groups])
+            finally:
+                await client.close()
+        assert answers[True] == answers[False], answers
+        assert answers[True][1] == [25, 30]  # alice's group past the check, the other refused
+        assert "principal=User:alice" in running.log_text()
 
 
 def tls_to(certificates: CertificateSet, name: str) -> ssl.SSLContext:

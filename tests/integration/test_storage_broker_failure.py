@@ -13,7 +13,8 @@ import pytest
 from coordinator.embedded import EmbeddedKafka
 from coordinator.group.errors import group_append_error, offset_append_error
 from protocol.error_codes import Errors
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, StoreError
+from coordinator.group.store import StoreError
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_group_records, loaded_offset_records
 

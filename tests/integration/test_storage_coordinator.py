@@ -9,7 +9,6 @@ import uuid
 
 import pytest
 
-from coordinator.config import CoordinatorConfig
 from coordinator.group.api import (JoinGroupRequest, OffsetCommitRequest, OffsetCommitRequestPartition,
                                    OffsetCommitRequestTopic, OffsetFetchRequest)
 from coordinator.group.runtime import GroupRuntime
@@ -17,52 +16,29 @@ from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
-from coordinator.timer import ManualClock, SystemTimer
-from tests.support.group_harness import SESSION_MS, Client, form_group
+from tests.support.group_harness import SESSION_MS, Client, Env, form_group
 
 pytestmark = pytest.mark.integration
 
 
-class KafkaEnv:
+async def new_env(bootstrap: str, topic: str) -> Env:
     """A coordinator on a manual clock whose store is the real Kafka-backed one."""
-
-    def __init__(self, store: KafkaGroupStore) -> None:
-        self.clock = ManualClock(1_000_000)
-        self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
-        self.store = store
-        self.coordinator = GroupRuntime(CoordinatorConfig(group_initial_rebalance_delay_ms=3_000,
-                                                          offsets_topic_num_partitions=4), self.timer,
-                                            store, self.clock)
-
-    async def advance(self, ms: int, step_ms: int = 100) -> None:
-        while ms > 0:
-            self.clock.advance(min(step_ms, ms))
-            ms -= step_ms
-            self.timer.advance_clock()
-            for _ in range(10):
-                await asyncio.sleep(0)
-
-    def client(self, name: str, group_id: str, **kw) -> Client:
-        return Client(self, name, group_id, **kw)  # type: ignore[arg-type]
-
-    async def close(self) -> None:
-        await self.coordinator.shutdown()
-        await self.timer.close()
-        await self.store.close()
-
-
-async def new_env(bootstrap: str, topic: str) -> KafkaEnv:
     store = KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, partitions=4, event_topic=None),
                             load_timeout_ms=60_000)
     await store.start()
-    return KafkaEnv(store)
+    return Env(store=store, offsets_topic_num_partitions=4)
 
 
-async def form(env: KafkaEnv, clients: list[Client]) -> None:
-    await form_group(env, *clients, written_within_s=10)  # type: ignore[arg-type]
+async def close(env: Env) -> None:
+    await env.close()
+    await env.store.close()
 
 
-async def commit(env: KafkaEnv, client: Client, offsets: dict[int, int]) -> None:
+async def form(env: Env, clients: list[Client]) -> None:
+    await form_group(env, *clients, written_within_s=10)
+
+
+async def commit(env: Env, client: Client, offsets: dict[int, int]) -> None:
     request = OffsetCommitRequest(client.group_id, client.generation, client.member_id, [OffsetCommitRequestTopic(
         "orders", [OffsetCommitRequestPartition(p, o, 3, f"meta-{p}") for p, o in offsets.items()])],
         client.instance_id)
@@ -101,7 +77,7 @@ async def test_groups_and_offsets_survive_into_a_fresh_coordinator(kafka_bootstr
         before = {g: snapshot(first.coordinator, g) for g in ("alpha", "beta")}
         offsets_before = {g: await fetched(first.coordinator, g) for g in ("alpha", "beta")}
     finally:
-        await first.close()
+        await close(first)
     assert before["beta"]["state"] is GroupState.EMPTY and before["alpha"]["state"] is GroupState.STABLE
 
     second = await new_env(kafka_bootstrap, topic)
@@ -131,10 +107,10 @@ async def test_groups_and_offsets_survive_into_a_fresh_coordinator(kafka_bootstr
         await second.advance(2_500)
         assert survivors[2].member_id not in second.coordinator.groups["alpha"].members
     finally:
-        await second.close()
+        await close(second)
 
 
-def rebind(client: Client, env: KafkaEnv) -> Client:
+def rebind(client: Client, env: Env) -> Client:
     """The same consumer (member id, generation) now talking to another coordinator."""
-    client.env = env  # type: ignore[assignment]
+    client.env = env
     return client

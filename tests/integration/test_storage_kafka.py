@@ -11,7 +11,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import ConfigResource
 
 from protocol.error_codes import Errors
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord, StoreError
+from coordinator.group.store import StoreError
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_group_records, loaded_offset_records
 from coordinator.storage.loader import LoadError

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from coordinator.embedded import ensure_jars
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 

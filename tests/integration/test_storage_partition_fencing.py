@@ -14,7 +14,8 @@ from confluent_kafka import KafkaException, Producer
 
 from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
-from coordinator.group.store import OffsetRecord, StoreError
+from coordinator.group.store import StoreError
+from coordinator.group.records import OffsetRecord
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
 from tests.support.kafka_store import read_back, started_store, unique_topic

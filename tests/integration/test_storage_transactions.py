@@ -13,7 +13,8 @@ import pytest
 from confluent_kafka import Producer
 
 from protocol.error_codes import Errors
-from coordinator.group.store import OffsetRecord, StoreError
+from coordinator.group.store import StoreError
+from coordinator.group.records import OffsetRecord
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
 from coordinator.storage.loader import LoadError
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value

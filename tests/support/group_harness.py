@@ -18,7 +18,8 @@ from protocol.error_codes import Errors
 from coordinator.group.observer import GroupObserver
 from coordinator.group.status import ShardStatus
 from coordinator.group.state import GroupState
-from coordinator.group.store import GroupRecord, GroupStore, InMemoryGroupStore, OffsetRecord, TopicPartition
+from coordinator.group.store import GroupStore, InMemoryGroupStore
+from coordinator.group.records import GroupRecord, OffsetRecord, TopicPartition
 from coordinator.timer import ManualClock, SystemTimer
 
 SESSION_MS = 10_000

@@ -33,16 +33,15 @@ from coordinator.embedded.broker import die_with_parent, free_port
 from coordinator.group.partitioner import partition_for
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
+from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 from tests.support.polling import wait_until
 from tests.support.wire import nested, request
 
 INSTANCE_SESSION_MS = 6_000  # the broker's default group.min.session.timeout.ms: the fastest detection it allows
 STATE_PARTITIONS = 12
-NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
+NONE, COORDINATOR_LOAD_IN_PROGRESS = Errors.NONE, Errors.COORDINATOR_LOAD_IN_PROGRESS
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR
 # the coordinator's own group settings for tests: groups form at once, short member sessions are allowed
 FAST_GROUPS = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
 TRANSIENT = (OSError, ConnectionClosed, RequestTimedOut, ProtocolError, asyncio.TimeoutError)

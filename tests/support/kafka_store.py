@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
 

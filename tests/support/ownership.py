@@ -70,9 +70,3 @@ def heartbeat(ownership: Ownership, env: Env) -> Errors:
     return ownership.service.handle_heartbeat("g", a.generation, a.member_id)
 
 
-async def until(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout_s / 0.01)):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")

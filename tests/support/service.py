@@ -16,10 +16,11 @@ from typing import Any
 
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
+from protocol.error_codes import Errors
 from tests.support.wire import nested, request
 
-LOAD_IN_PROGRESS = 14
-REBALANCE_IN_PROGRESS = 27
+LOAD_IN_PROGRESS = Errors.COORDINATOR_LOAD_IN_PROGRESS
+REBALANCE_IN_PROGRESS = Errors.REBALANCE_IN_PROGRESS
 # `--config` settings for tests: groups form at once, short member sessions are allowed
 FAST = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
 

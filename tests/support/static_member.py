@@ -5,11 +5,12 @@ from typing import Any
 
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
+from protocol.error_codes import Errors
 from tests.support.wire import join, nested, request
 
 STATIC_GROUP = "static-app"
 INSTANCE = "host-1"
-FENCED_INSTANCE_ID = 82
+FENCED_INSTANCE_ID = Errors.FENCED_INSTANCE_ID
 
 
 async def static_client(port: int) -> tuple[KafkaClient, Any]:

@@ -16,7 +16,8 @@ from coordinator.cluster.owner_map import Described, DescribedMember, OwnerMap
 from coordinator.cluster.ownership import GroupAssignmentReader
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env
-from tests.support.ownership import STALL_MS, formed_then_owned, heartbeat, until
+from tests.support.ownership import STALL_MS, formed_then_owned, heartbeat
+from tests.support.polling import wait_until
 
 A = InstanceEndpoint("a", 2_000_000_101, "127.0.0.1", 9101)
 B = InstanceEndpoint("b", 2_000_000_102, "127.0.0.1", 9102)
@@ -108,7 +109,7 @@ async def test_the_guard_confirms_with_a_description_taken_after_the_stall() -> 
             await asyncio.sleep(0.05)
             assert ownership.guard.suspended and kafka.calls == 1  # the confirmation waits for a new request
             kafka.release_first.set()  # the old answer ("still yours") arrives now
-            await until(lambda: not ownership.guard.suspended, WAIT_S)
+            await wait_until(lambda: not ownership.guard.suspended, WAIT_S, "not ownership.guard.suspended", 0.01)
             assert kafka.calls >= 2
             assert ownership.owned == set() and partition in env.store.unloaded
             assert heartbeat(ownership, env) == Errors.NOT_COORDINATOR
@@ -138,7 +139,7 @@ async def test_a_confirmation_kafka_does_not_answer_is_retried_and_said_once(
         with caplog.at_level(logging.DEBUG, logger="coordinator.cluster"):
             env.clock.advance(STALL_MS)
             assert heartbeat(ownership, env) == Errors.NOT_COORDINATOR
-            await until(lambda: ownership.serving(partition), WAIT_S)
+            await wait_until(lambda: ownership.serving(partition), WAIT_S, "ownership.serving(partition)", 0.01)
         failed = [r for r in caplog.records if "event=ownership_confirm_failed" in r.message]
         assert [r.levelname for r in failed] == ["WARNING", "DEBUG", "DEBUG"], [r.message for r in failed]
         assert calls == 4

@@ -16,7 +16,8 @@ from coordinator.timer import ManualClock
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, drain, form_group
 from tests.support.ownership import (SESSION_MS, STALL_MS, Confirmations, ScriptedMembership, formed_then_owned,
-                                     heartbeat, until)
+                                     heartbeat)
+from tests.support.polling import wait_until
 
 
 def test_guard_deadline_moves_with_ticks_and_a_late_request_finds_the_stall() -> None:
@@ -92,11 +93,12 @@ async def test_stall_suspends_service_until_kafka_confirms_the_assignment(cluste
     assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
     fetched = await ownership.service.fetch_offsets(OffsetFetchRequest("g", [OffsetFetchRequestTopic("t", [0])]))
     assert fetched.error_code == Errors.NOT_COORDINATOR
-    await until(lambda: confirmations.calls >= 2)  # rebalancing (None): asked again
+    # rebalancing (None): asked again
+    await wait_until(lambda: confirmations.calls >= 2, 5.0, "confirmations.calls >= 2", 0.01)
     assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
     assert cluster.group("g") is None  # dropped at once: none of its timers runs while it may be another's
     confirmations.answer = {partition}
-    await until(lambda: ownership.serving(partition))
+    await wait_until(lambda: ownership.serving(partition), 5.0, "ownership.serving(partition)", 0.01)
     assert not ownership.guard.suspended and ownership.loads == 2  # read again, then served
     assert heartbeat(ownership, cluster) == Errors.NONE  # the same group and generation, from the state topic
     assert ownership.owned == {partition}
@@ -108,7 +110,7 @@ async def test_stall_then_kafka_says_the_partition_moved_unloads_it(cluster: Env
     cluster.clock.advance(STALL_MS + 10)
     assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
     confirmations.answer = set()  # our member id holds nothing (or is gone): another instance owns it now
-    await until(lambda: partition in cluster.store.unloaded)
+    await wait_until(lambda: partition in cluster.store.unloaded, 5.0, "partition in cluster.store.unloaded", 0.01)
     assert ownership.owned == set() and cluster.group("g") is None
     assert not ownership.guard.suspended and heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
     await ownership.close()
@@ -118,11 +120,12 @@ async def test_fenced_write_stops_serving_the_partition_at_once(cluster: Env) ->
     ownership, _, confirmations, partition = await formed_then_owned(cluster)
     ownership.on_fenced(partition)
     assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR  # before the unload has even run
-    await until(lambda: partition in cluster.store.unloaded)
-    await until(lambda: confirmations.calls >= 2)  # rebalancing (None): Kafka's word awaited, not served meanwhile
+    await wait_until(lambda: partition in cluster.store.unloaded, 5.0, "partition in cluster.store.unloaded", 0.01)
+    # rebalancing (None): Kafka's word awaited, not served meanwhile
+    await wait_until(lambda: confirmations.calls >= 2, 5.0, "confirmations.calls >= 2", 0.01)
     assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR and cluster.group("g") is None
     confirmations.answer = set()  # another instance owns it now: given up
-    await until(lambda: ownership.owned == set())
+    await wait_until(lambda: ownership.owned == set(), 5.0, "ownership.owned == set()", 0.01)
     assert ownership.loads == 1 and heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
     await ownership.close()
 
@@ -135,7 +138,7 @@ async def test_fenced_partition_kafka_still_says_is_ours_is_taken_back(cluster: 
     ownership.on_fenced(partition)
     ownership.on_fenced(partition)  # a second failed write of the same fence: one confirmation, one reload
     assert heartbeat(ownership, cluster) == Errors.NOT_COORDINATOR
-    await until(lambda: ownership.serving(partition))
+    await wait_until(lambda: ownership.serving(partition), 5.0, "ownership.serving(partition)", 0.01)
     assert ownership.loads == 2 and ownership.owned == {partition}
     assert heartbeat(ownership, cluster) == Errors.NONE  # the same group and generation, from the state topic
     await ownership.close()
@@ -144,10 +147,11 @@ async def test_fenced_partition_kafka_still_says_is_ours_is_taken_back(cluster: 
 async def test_fenced_partition_revoked_while_confirming_is_not_taken_back(cluster: Env) -> None:
     ownership, membership, confirmations, partition = await formed_then_owned(cluster)
     ownership.on_fenced(partition)
-    await until(lambda: confirmations.calls >= 1)
+    await wait_until(lambda: confirmations.calls >= 1, 5.0, "confirmations.calls >= 1", 0.01)
     await membership.on_revoked({partition})
     confirmations.answer = {partition}  # a description from before the revoke would still list it
-    await until(lambda: ownership._confirming_fences is not None and ownership._confirming_fences.done())
+    await wait_until(lambda: ownership._confirming_fences is not None and ownership._confirming_fences.done(), 5.0,
+                     "ownership._confirming_fences is not None and ownership._confirming_fences.done()", 0.01)
     assert ownership.owned == set() and ownership.loads == 1 and not ownership.serving(partition)
     await ownership.close()
 
@@ -169,7 +173,8 @@ async def test_partition_lost_while_loading_is_never_served(cluster: Env) -> Non
     cluster.store.load = slow_load  # type: ignore[method-assign]
     await ownership.start(membership, Confirmations())  # type: ignore[arg-type]
     await membership.assign({0})
-    await until(lambda: runtime.shards[0].status is ShardStatus.LOADING)
+    await wait_until(lambda: runtime.shards[0].status is ShardStatus.LOADING, 5.0,
+                     "runtime.shards[0].status is ShardStatus.LOADING", 0.01)
     lost = asyncio.ensure_future(membership.on_lost({0}))  # session expired meanwhile: another owner already
     await drain()
     assert runtime.shards[0].status is ShardStatus.UNOWNED and not lost.done()
@@ -219,10 +224,12 @@ async def test_a_load_finishing_while_suspended_waits_for_the_confirmation(clust
     cluster.clock.advance(STALL_MS)
     ownership.guard.tick()  # the stall, seen by the tick
     await membership.assign({other})  # assigned meanwhile: loaded, but not served before Kafka confirms
-    await until(lambda: ownership.loads == 2 and cluster.coordinator.shards[other].status is ShardStatus.UNOWNED)
+    await wait_until(lambda: ownership.loads == 2 and cluster.coordinator.shards[other].status is ShardStatus.UNOWNED,
+                     5.0, "the second load, the partition not served", 0.01)
     assert ownership.owned == {partition, other} and not ownership.serving(other)
     confirmations.answer = {partition, other}
-    await until(lambda: ownership.serving(partition) and ownership.serving(other))
+    await wait_until(lambda: ownership.serving(partition) and ownership.serving(other), 5.0,
+                     "ownership.serving(partition) and ownership.serving(other)", 0.01)
     assert heartbeat(ownership, cluster) == Errors.NONE
     await ownership.close()
 

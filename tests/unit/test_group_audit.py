@@ -15,8 +15,8 @@ from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, J
 from protocol.error_codes import Errors
 from coordinator.group.metadata import parse_subscription_topics
 from coordinator.group.state import GroupState
-from coordinator.group.records import Record
-from coordinator.group.store import GroupRecord, InMemoryGroupStore, MemberRecord, OffsetRecord
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord, Record
+from coordinator.group.store import InMemoryGroupStore
 from tests.support.group_harness import (REBALANCE_MS, Env, advance_until_joined, commit, drain, env,  # noqa: F401
                                          errors_of, fetch, form_group, subscription)
 from tests.support.group_invariants import check_group

@@ -4,7 +4,7 @@ from __future__ import annotations
 from coordinator.group.api import ListGroupsRequest
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord
 from tests.support.group_harness import (SESSION_MS, Env, advance_until_joined, commit, drain, env,  # noqa: F401
                                          errors_of, fetch, form_group, subscription)
 

@@ -35,6 +35,7 @@ def test_served_table_is_the_one_the_issue_asks_for() -> None:
         "SYNC_GROUP": (0, 5), "HEARTBEAT": (0, 4), "LEAVE_GROUP": (0, 5), "OFFSET_COMMIT": (2, 9),
         "OFFSET_FETCH": (1, 9), "DESCRIBE_GROUPS": (0, 5), "LIST_GROUPS": (0, 5), "DELETE_GROUPS": (0, 2),
         "OFFSET_DELETE": (0, 0), "CONSUMER_GROUP_HEARTBEAT": (0, 1), "CONSUMER_GROUP_DESCRIBE": (0, 1),
+        "ADD_OFFSETS_TO_TXN": (0, 4),  # answered with the relay (the cluster's transaction coordinator)
     }
 
 

@@ -15,7 +15,7 @@ SERVED = served_ranges()
 # a Kafka 4.1 broker's ranges for some keys
 UPSTREAM = {0: (3, 12), 1: (4, 17), 2: (1, 10), 3: (0, 13), 8: (2, 10), 10: (0, 6), 11: (0, 9), 18: (0, 4),
             28: (0, 5), 55: (0, 2), 60: (0, 2), 68: (0, 1), 69: (0, 1), 76: (1, 1), 78: (1, 1), 36: (0, 2),
-            17: (0, 1), 22: (0, 5), 999: (0, 0)}
+            17: (0, 1), 22: (0, 5), 25: (0, 4), 999: (0, 0)}
 
 
 def test_group_apis_keep_our_ranges_and_rewritten_ones_are_intersected() -> None:
@@ -24,6 +24,7 @@ def test_group_apis_keep_our_ranges_and_rewritten_ones_are_intersected() -> None
         assert table[key] == SERVED[key]
     assert table[3] == (0, 12)  # Metadata: ours stop at 12, the broker's at 13
     assert table[10] == (0, 6)
+    assert table[25] == (0, 4) and route_of(25, local_keys(SERVED)) is Route.REWRITTEN  # AddOffsetsToTxn
     # KIP-848's APIs are ours because we serve them, never the cluster's (its coordinator must not see our groups)
     local = local_keys(SERVED)
     assert table[68] == table[69] == (0, 1) and route_of(68, local) is route_of(69, local) is Route.LOCAL
@@ -46,7 +47,7 @@ def test_routes() -> None:
 
 
 def test_every_api_served_here_is_local_except_the_rewritten_ones() -> None:
-    assert local_keys(SERVED) == frozenset(SERVED) - {3, 10}
+    assert local_keys(SERVED) == frozenset(SERVED) - {3, 10, 25}
     assert {8, 9, 11, 12, 13, 14, 15, 16, 18, 42, 47} <= local_keys(SERVED)
 
 

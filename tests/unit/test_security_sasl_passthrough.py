@@ -144,8 +144,9 @@ def test_oauthbearer_principal_is_the_tokens_sub_claim_once_the_broker_accepted(
     def part(value: dict[str, object]) -> str:
         return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
-    sasl = SaslPassthrough()
-    handshake(sasl, "OAUTHBEARER")
-    token = f"{part({'alg': 'none'})}.{part({'sub': 'carol'})}."
-    authenticate(sasl, 2, f"n,,\x01auth=Bearer {token}\x01\x01".encode(), b"")
-    assert sasl.state is State.COMPLETE and sasl.principal == "carol"
+    token = f"{part({'alg': 'none'})}.{part({'sub': 'carol', 'client_id': 'svc-7'})}."
+    for claim, principal in (("sub", "carol"), ("client_id", "svc-7")):  # sasl.oauthbearer.sub.claim.name
+        sasl = SaslPassthrough(claim=claim)
+        handshake(sasl, "OAUTHBEARER")
+        authenticate(sasl, 2, f"n,,\x01auth=Bearer {token}\x01\x01".encode(), b"")
+        assert sasl.state is State.COMPLETE and sasl.principal == principal

@@ -68,7 +68,9 @@ def test_authorization_settings_by_their_broker_names_reach_the_listener() -> No
     access = options_of("--config", "super.users=User:admin; User:ops", "--config",
                         "allow.everyone.if.no.acl.found=true", "--config", "acl.refresh.interval.ms=2500",
                         "--config", "ssl.principal.mapping.rules=RULE:^CN=([^,]*).*$/$1/L,DEFAULT",
-                        "--config", "sasl.enabled.mechanisms=scram-sha-512").server.access
+                        "--config", "sasl.enabled.mechanisms=scram-sha-512",
+                        "--config", "sasl.oauthbearer.sub.claim.name=client_id").server.access
+    assert access.oauthbearer_claim == "client_id"
     assert access.super_users == {"User:admin", "User:ops"} and access.allow_everyone_if_no_acl_found
     assert access.refresh_interval_ms == 2500 and access.sasl_mechanisms == ("SCRAM-SHA-512",)
     assert access.principal_mapper.name("CN=Bob,O=x") == "bob"

@@ -5,12 +5,19 @@ path and the general one; authorized operations without an authorizer; a new sna
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
+
 import pytest
 
 from coordinator.security.authorizer import (
     ANONYMOUS, Acl, Acls, Authorizer, Operation, PatternType, Permission, ResourceType,
 )
+from coordinator.embedded.certificates import make_test_certificates
+from coordinator.security.access import access_settings
+from coordinator.security.listeners import Listener, server_ssl_context
 from protocol.apis import ApiKey
+from protocol.errors import ConnectionClosed, RequestTimedOut
 from tests.support.server import RunningServer
 from tests.support.wire import heartbeat, join, request
 
@@ -84,3 +91,28 @@ async def test_a_revocation_applies_to_the_next_request() -> None:
         assert (await client.request(heartbeat("app-1", 1, "m"))).error_code == 25
         authorizer.use(Acls([]))
         assert (await client.request(heartbeat("app-1", 1, "m"))).error_code == 30
+
+
+async def test_a_certificate_no_mapping_rule_applies_to_is_refused_and_a_mapped_one_gets_its_acls(
+        tmp_path: Path) -> None:
+    certificates = make_test_certificates(tmp_path, clients=("Carol", "dave"))
+    server_tls = server_ssl_context(Listener("SSL", "127.0.0.1", 0), {
+        "ssl.keystore.location": str(certificates.broker_keystore), "ssl.truststore.location": str(certificates.ca),
+        "ssl.client.auth": "required"})
+    access = access_settings({"ssl.principal.mapping.rules": "RULE:^CN=(Carol),OU=test,O=coordinator$/$1/L"})
+    acls = enforcing(Acl(ResourceType.GROUP, "app-", PatternType.PREFIXED, "User:carol", "*", Operation.READ,
+                         Permission.ALLOW))
+
+    def tls_as(name: str) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(certificates.ca))
+        keystore = str(certificates.client_keystore(name))
+        context.load_cert_chain(keystore, keystore)
+        return context
+
+    async with RunningServer(authorizer=acls, ssl_context=server_tls, access=access) as env:
+        carol = await env.client(ssl=tls_as("Carol"))
+        assert (await carol.request(heartbeat("app-1", 1, "m"))).error_code == 25  # User:carol, past the check
+        assert (await carol.request(heartbeat("other", 1, "m"))).error_code == 30
+        with pytest.raises((ConnectionClosed, RequestTimedOut, OSError)):  # no rule applies: closed, as Kafka
+            dave = await env.client(ssl=tls_as("dave"), timeout_ms=5_000)
+            await dave.request(heartbeat("app-1", 1, "m"), timeout_ms=5_000)

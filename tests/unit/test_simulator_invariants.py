@@ -10,7 +10,7 @@ from coordinator.group.api import HeartbeatResponse
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import GroupState
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage.records import (GroupMetadataKey, OffsetCommitKey, encode_group_metadata_value,
                                          encode_key, encode_offset_commit_value)
 from protocol.error_codes import Errors

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.error_codes import Errors
-from coordinator.group.store import GroupRecord, MemberRecord, OffsetRecord
+from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage.append_errors import append_error
 from coordinator.storage.loader import StateReplay
 from coordinator.storage.records import (

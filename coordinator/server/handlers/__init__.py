@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from coordinator.server.handlers import (
+    add_offsets_to_txn,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -51,6 +52,7 @@ _MODULES: tuple[ModuleType, ...] = (
     offset_delete,
     consumer_group_heartbeat,
     consumer_group_describe,
+    add_offsets_to_txn,
 )
 
 HANDLERS: dict[int, Handler] = {int(module.API_KEY): module.handle for module in _MODULES}

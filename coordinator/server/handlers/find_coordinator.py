@@ -36,7 +36,7 @@ def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
     code = _error_for(key_type)
     if header.api_version >= 4:
         entry = item_class(cls, "coordinators")
-        coordinators = tuple(_located(entry, _coordinator(ctx, key, allowed), allowed, key=key)
+        coordinators = tuple(_located(entry, _coordinator(ctx, key, allowed), allowed, batch=True, key=key)
                              for key in body.coordinator_keys for allowed in (_authorized(ctx, key_type, key, code),))
         return build(cls, throttle_time=ZERO_DURATION, coordinators=coordinators)
     code = _authorized(ctx, key_type, body.key, code)
@@ -66,10 +66,12 @@ def _coordinator(ctx: ConnectionContext, group_id: str, code: Errors) -> Node | 
     return ctx.directory.coordinator_node(group_id)
 
 
-def _located(cls: type, node: Node | None, code: Errors, **extra: Any) -> Any:
+def _located(cls: type, node: Node | None, code: Errors, *, batch: bool = False, **extra: Any) -> Any:
     if node is None and code == Errors.NONE:
         code = Errors.COORDINATOR_NOT_AVAILABLE  # the group's owner is not known right now
     if node is None:  # Kafka's error shape: no node
-        return build(cls, error_code=error(code), error_message=_MESSAGES[code], node_id=-1, host="", port=-1, **extra)
+        # v4+ KafkaApis sets no message on a key it refuses (the field's default, "")
+        message = "" if batch and code == Errors.GROUP_AUTHORIZATION_FAILED else _MESSAGES[code]
+        return build(cls, error_code=error(code), error_message=message, node_id=-1, host="", port=-1, **extra)
     return build(cls, error_code=error(code), error_message=None, node_id=node.node_id, host=node.host,
                  port=node.port, **extra)

@@ -1,0 +1,85 @@
+"""TxnOffsetCommit (28): the KIP-447 checks (Kafka's OffsetMetadataManager.validateTransactionalOffsetCommit with
+the groups' validateOffsetCommit, isTransactional=true) and how a refused transactional append is answered per
+version. The append itself is the client's transaction's (txn_offsets.py holds what it carried until its marker)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from coordinator.group.api import UNKNOWN_MEMBER_ID
+from coordinator.group.errors import kafka4_append_error
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.modern.offsets import validate_offset_commit
+from coordinator.group.state import DEAD, EMPTY
+from protocol.error_codes import Errors
+
+if TYPE_CHECKING:
+    from coordinator.group.shard import GroupShard
+
+# The version that added TRANSACTION_ABORTABLE to TxnOffsetCommit's answers (KIP-890 part 1)
+TRANSACTION_ABORTABLE_MIN_VERSION = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitIdentity:
+    """Who commits: the transaction and the group member (v0-2 carry no member: generation -1, member "")."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    generation_id: int = -1
+    member_id: str = UNKNOWN_MEMBER_ID
+    group_instance_id: str | None = None
+    version: int = 3
+
+
+def validate_transactional_offset_commit(shard: GroupShard, req: TxnOffsetCommitIdentity
+                                         ) -> tuple[GroupMetadata | None, Errors | None]:
+    """The group the offsets go to (created as a simple group when unknown and the generation is < 0), or the
+    error every partition is answered with."""
+    error = shard.group_status_error(req.group_id)
+    if error is not None:
+        return None, error
+    consumer_group = shard.consumer_groups.get(req.group_id)
+    if consumer_group is not None:
+        error = validate_offset_commit(consumer_group, req.member_id, req.generation_id, req.version,
+                                       transactional=True)
+        if error == Errors.STALE_MEMBER_EPOCH:  # what a transactional producer understands
+            error = Errors.ILLEGAL_GENERATION
+        return (None, error) if error is not None else (shard.add_group(req.group_id), None)
+    group = shard.groups.get(req.group_id)
+    if group is None:
+        if req.generation_id >= 0:
+            return None, Errors.ILLEGAL_GENERATION
+        return shard.add_group(req.group_id), None
+    error = _validate_classic(shard, group, req)
+    return (None, error) if error is not None else (group, None)
+
+
+def _validate_classic(shard: GroupShard, group: GroupMetadata, req: TxnOffsetCommitIdentity) -> Errors | None:
+    """ClassicGroup.validateOffsetCommit with isTransactional: no member is needed (old versions have none) and
+    a rebalance in progress does not refuse the commit."""
+    if group.is_in(DEAD):
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    if req.generation_id < 0 and group.is_in(EMPTY):
+        return None
+    if req.generation_id >= 0 or req.member_id != UNKNOWN_MEMBER_ID or req.group_instance_id is not None:
+        error = shard.validate_current_member(group, req.member_id, req.group_instance_id, "txn-offset-commit")
+        if error is None and req.generation_id != group.generation_id:
+            error = Errors.ILLEGAL_GENERATION
+        return error
+    return None
+
+
+def txn_append_error(error: Errors, version: int) -> Errors:
+    """A refused transactional append as TxnOffsetCommit `version` answers it: the coordinator errors of Kafka 4
+    (GroupCoordinatorService.handleOperationException), and the verification errors older clients know
+    (AddPartitionsToTxnManager: TRANSACTION_ABORTABLE → INVALID_TXN_STATE, PRODUCER_FENCED →
+    INVALID_PRODUCER_EPOCH before v4)."""
+    if version < TRANSACTION_ABORTABLE_MIN_VERSION:
+        if error == Errors.TRANSACTION_ABORTABLE:
+            return Errors.INVALID_TXN_STATE
+        if error == Errors.PRODUCER_FENCED:
+            return Errors.INVALID_PRODUCER_EPOCH
+    return kafka4_append_error(error)
