@@ -247,9 +247,9 @@ def _offset_delete_check(shard: GroupShard, group_id: str, wanted: list[TopicPar
 def expire_offsets(shard: GroupShard, slice_size: int = EXPIRY_SLICE) -> Iterator[tuple[int, int, list[Write]]]:
     """One run of Kafka's cleanup task over this shard (every offsets.retention.check.interval.ms): removes
     expired offsets, turns Empty groups without offsets Dead; yields the groups visited, the offsets removed
-    and the tombstones of each slice of `slice_size` groups, so the caller can let the loop run between slices (a shard of
-    thousands of groups would hold it for O(groups)). One timestamp for the whole run, as Kafka's; a group
-    that left the shard, or a shard no longer active, between two slices is not touched."""
+    and the tombstones of each slice of `slice_size` groups, so the caller can let the loop run between
+    slices (a shard of thousands of groups would hold it for O(groups)). One timestamp for the whole run, as
+    Kafka's; a group that left the shard, or a shard no longer active, between two slices is not touched."""
     now_ms, retention_ms = shard.now_wall_ms(), shard.config.offsets_retention_ms
     snapshot = list(shard.groups.values())
     for first in range(0, len(snapshot), slice_size):
