@@ -43,6 +43,9 @@ class CoordinatorConfig:
     group_consumer_min_heartbeat_interval_ms: int = _kafka("group.consumer.min.heartbeat.interval.ms", 5_000)
     group_consumer_max_heartbeat_interval_ms: int = _kafka("group.consumer.max.heartbeat.interval.ms", 15_000)
     group_consumer_max_size: int = _kafka("group.consumer.max.size", INT32_MAX)
+    # bidirectional | upgrade | downgrade | disabled: which online conversions between a classic group and a
+    # consumer group are allowed (coordinator/group/modern/conversion.py)
+    group_consumer_migration_policy: str = _kafka("group.consumer.migration.policy", "bidirectional")
     # Kafka constants, not broker configs; overridable here for tests.
     new_member_join_timeout_ms: int = _kafka("NewMemberJoinTimeoutMs", 300_000)
     purgatory_purge_interval: int = _kafka("purgeInterval", 1_000)
@@ -60,6 +63,9 @@ class CoordinatorConfig:
         if self.offsets_topic_compression_codec != 0:
             raise ValueError(f"offsets.topic.compression.codec={self.offsets_topic_compression_codec} is not "
                              "supported: the state topic is written uncompressed (0)")
+        if self.group_consumer_migration_policy.lower() not in ("bidirectional", "upgrade", "downgrade", "disabled"):
+            raise ValueError("group.consumer.migration.policy must be one of bidirectional, upgrade, downgrade, "
+                             f"disabled, got {self.group_consumer_migration_policy}")
         if self.offsets_load_buffer_size < 1:
             raise ValueError("offsets.load.buffer.size must be at least 1")
         # the record's metadata is an int16-length string (OffsetCommitValue): a longer one cannot be stored
@@ -94,5 +100,7 @@ class CoordinatorConfig:
     def from_properties(cls, props: Mapping[str, str | int], base: CoordinatorConfig | None = None) -> CoordinatorConfig:
         """Apply Kafka-named properties (e.g. from a server.properties file); unknown names raise KeyError."""
         names = cls.kafka_names()
-        overrides = {names[name]: int(value) for name, value in props.items()}
+        text_fields = {f.name for f in dataclasses.fields(cls) if isinstance(f.default, str)}
+        overrides: dict[str, Any] = {names[name]: value if names[name] in text_fields else int(value)
+                                     for name, value in props.items()}
         return dataclasses.replace(base or cls(), **overrides)

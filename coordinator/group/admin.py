@@ -6,9 +6,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from coordinator.group.api import DescribedGroup, DescribedGroupMember, ListedGroup, ListGroupsRequest
+from coordinator.group.modern.conversion import consumer_group_tombstones
+from coordinator.group.modern.deletion import delete_error
 from coordinator.group.modern.group import ConsumerGroup
-from coordinator.group.offsets import Removal, cleanup_groups, remove_with_pending
-from coordinator.group.result import Result
+from coordinator.group.offsets import GroupSelector, Removal, cleanup_groups, remove_with_pending
+from coordinator.group.records import Record
+from coordinator.group.result import Result, Write
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
 
@@ -71,11 +74,14 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
     their tombstones are written. A tombstone that fails is kept owed by the store and sent again."""
     results: dict[str, Errors] = {}
     eligible: list[GroupMetadata] = []
+    consumer_writes: list[Write] = []
     for group_id in group_ids:
         error = shard.group_status_error(group_id, empty_id_ok=True)
         group = shard.groups.get(group_id)
         if error is not None:
             results[group_id] = error
+        elif group_id in shard.consumer_groups:
+            results[group_id] = _delete_consumer_group(shard, group_id, consumer_writes)
         elif group is None or group.is_in(GroupState.DEAD):
             results[group_id] = Errors.GROUP_ID_NOT_FOUND
         elif group.is_in(GroupState.EMPTY):
@@ -85,11 +91,41 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
         else:
             results[group_id] = Errors.NON_EMPTY_GROUP
     if not eligible:
-        return Result(results)
-    removed, writes = cleanup_groups(
-        shard, eligible,
-        lambda g: remove_with_pending(shard, g, [*g.offsets, *shard.transactional_offsets.pending_partitions(
-            g.group_id)]),
-        Removal.GROUP_DELETED)
+        return Result(results, consumer_writes)
+    removed, writes = cleanup_groups(shard, eligible, _every_offset(shard), Removal.GROUP_DELETED)
     log.info("event=groups_deleted groups=%s offsets_removed=%d", [g.group_id for g in eligible], removed)
-    return Result(results, writes)
+    return Result(results, consumer_writes + writes)
+
+
+def _every_offset(shard: GroupShard) -> GroupSelector:
+    """A deleted group's offsets: committed ones and those of transactions still open."""
+    return lambda g: remove_with_pending(shard, g, [*g.offsets,
+                                                    *shard.transactional_offsets.pending_partitions(g.group_id)])
+
+
+def _delete_consumer_group(shard: GroupShard, group_id: str, writes: list[Write]) -> Errors:
+    """An Empty consumer group goes with its offsets: one write of the offsets' tombstones, then the group's
+    (Kafka's GroupCoordinatorShard.deleteGroups order), replayed at once so the next request sees no group."""
+    group = shard.consumer_groups[group_id]
+    error = delete_error(group)
+    if error is not None:
+        return error
+    offsets_holder = shard.groups.get(group_id)
+    records: list[Record] = []
+    if offsets_holder is not None:
+        _, offset_writes = cleanup_groups(shard, [offsets_holder], _every_offset(shard), Removal.GROUP_DELETED)
+        records = [r for w in offset_writes for r in w.records]
+    else:
+        shard.observer.on_group_deleted(group_id, 0)
+    tombstones = consumer_group_tombstones(group)
+    for tombstone in tombstones:
+        group.replay(tombstone)
+    del shard.consumer_groups[group_id]
+    log.info("event=consumer_group_deleted group=%s offsets_removed=%d", group_id, len(records))
+
+    def written(append_error: Errors) -> None:
+        if append_error != Errors.NONE:  # the store keeps them owed and sends them again
+            log.warning("event=tombstone_write_failed group=%s error=%s", group_id, append_error.name)
+
+    writes.append(Write(group_id, [*records, *tombstones], written))
+    return Errors.NONE

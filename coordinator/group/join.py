@@ -49,9 +49,9 @@ def handle_join_group(shard: GroupShard, req: JoinGroupRequest) -> Result[JoinGr
 
 
 def _consumer_group_join_error(shard: GroupShard, group_id: str) -> Errors | None:
-    """A classic JoinGroup for a KIP-848 group: classic members inside a consumer group are not served yet, so
-    a non-empty one refuses them (two protocols handing out the same partitions would consume records twice);
-    an empty one gives way to the classic group, as Kafka converts it."""
+    """A classic JoinGroup for a KIP-848 group that reached this handler: the runtime serves a non-empty one
+    itself (coordinator/group/modern/classic.py), so a non-empty one here is refused; an empty one gives way to
+    the classic group, as Kafka converts it."""
     if shard.consumer_groups[group_id].members:
         return Errors.INCONSISTENT_GROUP_PROTOCOL
     del shard.consumer_groups[group_id]

@@ -197,16 +197,16 @@ def _fetch_one(group: GroupMetadata | None, tp: TopicPartition, unstable: bool) 
 
 # --- OffsetDelete (Kafka 3.9 handleDeleteOffsets) --------------------------------------------------------
 def handle_delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> Result[OffsetDeleteResponse]:
-    """Deletes the listed offsets of an Empty group, or of a consumer group for topics it does not
-    subscribe to; answered once the tombstones are written. A group-level error answers with no partitions."""
+    """Deletes the listed offsets of an Empty group, or of a consumer group (classic protocol type or KIP-848) for
+    topics it does not subscribe to; answered once the tombstones are written. A group-level error answers with no partitions."""
     wanted = list(dict.fromkeys((t.name, p) for t in req.topics for p in t.partition_indexes))
     error, subscribed = _offset_delete_check(shard, req.group_id, wanted)
     if error is not None:
         return Result(OffsetDeleteResponse(error))
     eligible = [tp for tp in wanted if tp not in subscribed]
     writes: list[Write] = []
-    if eligible:
-        group = shard.groups[req.group_id]
+    group = shard.groups.get(req.group_id)  # a consumer group's offsets, if it has any
+    if eligible and group is not None:
         removed, writes = cleanup_groups(shard, [group], lambda g: remove_with_pending(shard, g, eligible),
                                          Removal.DELETED)
         log.info("event=offsets_deleted group=%s partitions=%d offsets_removed=%d",
@@ -232,6 +232,10 @@ def _offset_delete_check(shard: GroupShard, group_id: str, wanted: list[TopicPar
     error = shard.group_status_error(group_id)
     if error is not None:
         return error, set()
+    consumer_group = shard.consumer_groups.get(group_id)
+    if consumer_group is not None:  # KIP-848: any state; a topic subscribed by name or a resolved regex is kept
+        subscribed_topics = consumer_group.subscribed_topic_names()
+        return None, {tp for tp in wanted if tp[0] in subscribed_topics}
     group = shard.groups.get(group_id)
     if group is None or group.is_in(DEAD):
         return Errors.GROUP_ID_NOT_FOUND, set()

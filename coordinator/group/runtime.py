@@ -33,6 +33,7 @@ from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, De
                                    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
                                    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.metadata import GroupMetadata
+from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.heartbeat import HeartbeatRequest as HeartbeatRequestV2
 from coordinator.group.modern.heartbeat import HeartbeatResponse as HeartbeatResponseV2
 from coordinator.group.modern.service import ConsumerGroupService
@@ -128,17 +129,47 @@ class GroupRuntime:
         return any(shard.status is ShardStatus.LOADING for shard in self.shards)
 
     # --- requests ---------------------------------------------------------------------------------------------
+    def _mixed_group(self, group_id: str) -> ConsumerGroup | None:
+        """The consumer group a classic request goes to: one with members (an empty one gives way to a classic
+        group, join.py) on a shard that serves it."""
+        shard = self.shard_for(group_id)
+        group = shard.consumer_groups.get(group_id)
+        if group is None or not group.members or shard.status is not ShardStatus.ACTIVE:
+            return None
+        return group
+
     async def join_group(self, req: JoinGroupRequest) -> JoinGroupResponse:
-        return await self._serve(req.group_id, join.handle_join_group, req)
+        consumer_group = self._mixed_group(req.group_id)
+        if consumer_group is None:
+            return await self._serve(req.group_id, join.handle_join_group, req)
+        if not (self.config.group_min_session_timeout_ms <= req.session_timeout_ms
+                <= self.config.group_max_session_timeout_ms):  # checked first for every group, as Kafka does
+            return JoinGroupResponse(Errors.INVALID_SESSION_TIMEOUT, member_id=req.member_id)
+        response, write, then = self.consumer_groups.classic_join(consumer_group, req)
+        if write is not None:
+            [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))
+            if error != Errors.NONE:
+                return JoinGroupResponse(kafka4_append_error(error), member_id=req.member_id)
+        if then is not None:
+            then()
+        return response
 
     async def sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse:
+        consumer_group = self._mixed_group(req.group_id)
+        if consumer_group is not None:
+            return self.consumer_groups.classic_sync(consumer_group, req)
         return await self._serve(req.group_id, sync.handle_sync_group, req)
 
     def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None = None) -> Errors:
         """The hot path, synchronous: no writes, no futures."""
-        return heartbeat.handle_heartbeat(self.shard_for(group_id), group_id, generation_id, member_id,
-                                     group_instance_id)
+        shard = self.shard_for(group_id)
+        if shard.consumer_groups and group_id in shard.consumer_groups:
+            consumer_group = self._mixed_group(group_id)
+            if consumer_group is not None:
+                return self.consumer_groups.classic_heartbeat(consumer_group, member_id, generation_id,
+                                                              group_instance_id)
+        return heartbeat.handle_heartbeat(shard, group_id, generation_id, member_id, group_instance_id)
 
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
         return HeartbeatResponse(
@@ -167,7 +198,15 @@ class GroupRuntime:
         return self.consumer_groups.describe(group_ids)
 
     async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
-        return await self._serve(req.group_id, leave.handle_leave_group, req)
+        consumer_group = self._mixed_group(req.group_id)
+        if consumer_group is None:
+            return await self._serve(req.group_id, leave.handle_leave_group, req)
+        response, write = self.consumer_groups.classic_leave(consumer_group, req)
+        if write is not None:
+            [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))
+            if error != Errors.NONE:
+                return LeaveGroupResponse(kafka4_append_error(error))
+        return response
 
     async def commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
         return await self._serve(req.group_id, offsets.handle_commit_offsets, req)

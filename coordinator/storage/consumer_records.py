@@ -4,16 +4,18 @@
 Key: int16 record type, then the key's version-0 fields, non-flexible (strings with int16 lengths).
 Value: int16 version (0), then the value's fields, flexible (compact strings and arrays, a tagged-field section
 per struct); a tombstone has no value. Written from Kafka 4.1's JSON definitions (ConsumerGroup*Key/Value.json).
-Tagged fields written: MetadataHash (tag 0 of type 3) when not 0. Read and skipped: any other tag (type 5's
-ClassicMemberMetadata, which classic members inside a consumer group carry, is not served here yet).
+Tagged fields written: MetadataHash (tag 0 of type 3) when not 0; ClassicMemberMetadata (tag 0 of type 5, a
+nullable struct: a presence varint 1, then the struct) for a member that speaks the classic protocol. Read and
+skipped: any other tag.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import uuid
 
-from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRecord, CurrentAssignmentRecord,
+from coordinator.group.modern.records import (PER_MEMBER_TYPES, ClassicMemberMetadata, ConsumerGroupRecord, CurrentAssignmentRecord,
                                               GroupEpochRecord, MemberMetadataRecord, Partitions, RecordType,
                                               RegexRecord, TargetAssignmentEpochRecord, TargetAssignmentRecord,
                                               Tombstone)
@@ -21,6 +23,7 @@ from coordinator.storage._wire import Reader, RecordFormatError, Writer
 
 CONSUMER_GROUP_TYPES = frozenset(int(t) for t in RecordType)
 _METADATA_HASH_TAG = 0
+_CLASSIC_MEMBER_METADATA_TAG = 0
 _VALUE_VERSION = 0
 
 
@@ -111,7 +114,15 @@ def encode_value(record: ConsumerGroupRecord) -> bytes | None:
         out.string(record.subscribed_topic_regex, nullable=True)
         out.int32(record.rebalance_timeout_ms)
         out.string(record.server_assignor, nullable=True)
-        out.tagged_fields()
+        if record.classic is None:
+            out.tagged_fields()
+        else:
+            struct_bytes = _classic_member_metadata(record.classic)
+            out.uvarint(1)
+            out.uvarint(_CLASSIC_MEMBER_METADATA_TAG)
+            out.uvarint(len(struct_bytes) + 1)
+            out.uvarint(1)  # present (the field is a nullable struct)
+            out.bytes_raw(struct_bytes)
     elif isinstance(record, TargetAssignmentEpochRecord):
         out.int32(record.assignment_epoch)
         out.tagged_fields()
@@ -133,6 +144,31 @@ def encode_value(record: ConsumerGroupRecord) -> bytes | None:
     else:
         raise RecordFormatError(f"not a consumer group record: {record!r}")
     return out.getvalue()
+
+
+def _classic_member_metadata(classic: ClassicMemberMetadata) -> bytes:
+    out = _Writer(flexible=True)
+    out.int32(classic.session_timeout_ms)
+    out.array_length(len(classic.protocols))
+    for name, metadata in classic.protocols:
+        out.string(name)
+        out.bytes_(metadata)
+        out.tagged_fields()
+    out.tagged_fields()
+    return out.getvalue()
+
+
+def _read_classic_member_metadata(values: _Reader) -> ClassicMemberMetadata | None:
+    if values.uvarint() == 0:
+        return None
+    session_timeout_ms = values.int32()
+    protocols = []
+    for _ in range(values.array_length()):
+        name, metadata = values.string(), values.bytes_()
+        values.skip_tagged_fields()
+        protocols.append((name, metadata))
+    values.skip_tagged_fields()
+    return ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
 
 
 def record_type_of(key: bytes) -> int:
@@ -189,7 +225,12 @@ def _decode_value(kind: RecordType, group_id: str, member_id: str, values: _Read
             client_id=values.string(), client_host=values.string(),
             subscribed_topic_names=values.strings(), subscribed_topic_regex=values.nullable_string(),
             rebalance_timeout_ms=values.int32(), server_assignor=values.nullable_string())
-        values.skip_tagged_fields()
+        for _ in range(values.uvarint()):
+            tag, size = values.uvarint(), values.uvarint()
+            if tag == _CLASSIC_MEMBER_METADATA_TAG:
+                record = dataclasses.replace(record, classic=_read_classic_member_metadata(values))
+            else:
+                values._take(size)  # noqa: SLF001 (an unknown tag is skipped, as Kafka does)
         return record
     if kind is RecordType.TARGET_ASSIGNMENT_METADATA:
         epoch_record = TargetAssignmentEpochRecord(group_id, values.int32())

@@ -11,10 +11,8 @@ import asyncio
 
 import pytest
 
-from protocol.apis import ApiKey, request_class
-from protocol.client import KafkaClient
-from protocol.messages import build
 from tests.support.kafka_tools import consumer_groups, table
+from tests.support.relay import consumer_group_described as describe
 from tests.support.service import service, unique
 from tests.support.relay import (
     RECORDS_PER_PARTITION,
@@ -34,16 +32,6 @@ pytestmark = pytest.mark.interop
 TIMEOUT_S = 90
 FAST = ("group.consumer.min.heartbeat.interval.ms=500", "group.consumer.heartbeat.interval.ms=500",
         "group.consumer.min.session.timeout.ms=10000", "group.consumer.session.timeout.ms=10000")
-
-
-async def describe(port: int, group: str):  # type: ignore[no-untyped-def]
-    client = await KafkaClient.connect("127.0.0.1", port, client_id="kip848-test")
-    try:
-        body = build(request_class(ApiKey.CONSUMER_GROUP_DESCRIBE, 1), group_ids=(group,),
-                     include_authorized_operations=False)
-        return (await client.request(body)).groups[0]
-    finally:
-        await client.close()
 
 
 @pytest.mark.parametrize("second", ["confluent", "java"])

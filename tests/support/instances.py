@@ -394,6 +394,14 @@ async def committed_offsets(client: KafkaClient, group_id: str, topic: str,
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60) -> list[dict[str, Any]]:
     """Every JSON record of `topic` from its beginning to its current end (all partitions), with the partition
     and offset added (`_partition`, `_offset`)."""
+    return [{**json.loads(value), "_partition": partition, "_offset": offset}
+            for _key, value, partition, offset in read_raw(bootstrap, topic, timeout_s) if value]
+
+
+def read_raw(bootstrap: str, topic: str, timeout_s: float = 60
+             ) -> list[tuple[bytes | None, bytes | None, int, int]]:
+    """Every record of `topic` (committed ones, tombstones included) from its beginning to its current end, as
+    (key, value, partition, offset)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("instances-reader"),
@@ -405,7 +413,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60) -> list[dict[s
         ends = {p: high for p, (_low, high) in marks.items()}
         empty = {p for p, (low, high) in marks.items() if high <= low}  # no position to reach there
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        records: list[dict[str, Any]] = []
+        records: list[tuple[bytes | None, bytes | None, int, int]] = []
         deadline = time.monotonic() + timeout_s
         while True:
             # the position, not the last offset read: transaction markers take offsets too
@@ -417,9 +425,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60) -> list[dict[s
             message = consumer.poll(0.5)
             if message is None or message.error() is not None:
                 continue
-            if message.value():
-                records.append({**json.loads(message.value()), "_partition": message.partition(),
-                                "_offset": message.offset()})
+            records.append((message.key(), message.value(), message.partition() or 0, message.offset() or 0))
         return records
     finally:
         consumer.close()

@@ -229,6 +229,16 @@ async def described_group(host: str, port: int, group: str) -> Any:
         await client.close()
 
 
+async def consumer_group_described(port: int, group: str) -> Any:
+    """ConsumerGroupDescribe v1 of one group, from whoever listens on `port`."""
+    client = await KafkaClient.connect("127.0.0.1", port, client_id="kip848-test")
+    try:
+        return (await client.request(request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=(group,),
+                                             include_authorized_operations=False))).groups[0]
+    finally:
+        await client.close()
+
+
 def split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host, int(port)

@@ -394,8 +394,9 @@ async def test_classic_join_to_a_consumer_group(env: Env) -> None:
                                 protocols=[JoinGroupProtocol("range", b"")], version=9)
 
     await env.heartbeat("a", 0)
-    refused = await env.runtime.join_group(join())
-    assert refused.error_code is Errors.INCONSISTENT_GROUP_PROTOCOL
+    # a classic member of a non-empty consumer group (test_consumer_group_mixed.py): asked for its id first
+    asked = await env.runtime.join_group(join())
+    assert asked.error_code is Errors.MEMBER_ID_REQUIRED and set(env.group().members) == {"a"}
     await env.heartbeat("a", -1)
     accepted = await env.runtime.join_group(join())  # the empty consumer group gives way
     assert accepted.error_code is Errors.MEMBER_ID_REQUIRED and env.group() is None
@@ -403,7 +404,7 @@ async def test_classic_join_to_a_consumer_group(env: Env) -> None:
     # pending member's join then meets a non-empty consumer group
     assert (await env.heartbeat("b", 0)).error is Errors.NONE
     pending = await env.runtime.join_group(dataclasses.replace(join(), member_id=accepted.member_id))
-    assert pending.error_code is Errors.INCONSISTENT_GROUP_PROTOCOL
+    assert pending.error_code is Errors.UNKNOWN_SERVER_ERROR  # its metadata is no ConsumerProtocol subscription
 
 
 async def test_a_classic_group_with_members_is_not_a_consumer_group(env: Env) -> None:
@@ -416,8 +417,10 @@ async def test_a_classic_group_with_members_is_not_a_consumer_group(env: Env) ->
     parked = asyncio.ensure_future(env.runtime.join_group(JoinGroupRequest(
         GROUP, 10_000, 10_000, first.member_id, None, "consumer", [JoinGroupProtocol("range", b"")])))
     await asyncio.sleep(0)
-    busy = await env.heartbeat("b", 0)
-    assert (busy.error, busy.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
+    busy = await env.heartbeat("b", 0)  # its metadata is no ConsumerProtocol subscription: it cannot be upgraded
+    assert (busy.error, busy.message) == (Errors.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group g to consumer "
+                                          "group because the embedded consumer protocol is malformed.")
+    assert (await env.heartbeat("b", 1)).message == "Group g is not a consumer group."
     [described] = await env.runtime.consumer_group_describe([GROUP])
     assert (described.error, described.message) == (Errors.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
     parked.cancel()
@@ -531,3 +534,115 @@ async def test_offset_fetch_checks_the_member_epoch(env: Env) -> None:
     assert await fetch("a", 1) is Errors.NONE
     assert await fetch("a", 0) is Errors.STALE_MEMBER_EPOCH
     assert await fetch("x", 1) is Errors.UNKNOWN_MEMBER_ID
+
+
+async def _commit(env: Env, member_id: str, epoch: int, topic: str, offset: int) -> Errors:
+    from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic
+
+    request = OffsetCommitRequest(GROUP, epoch, member_id, [OffsetCommitRequestTopic(
+        topic, [OffsetCommitRequestPartition(0, offset)])])
+    return (await env.runtime.commit_offsets(request)).topics[0].partitions[0].error_code
+
+
+async def test_delete_groups_refuses_a_consumer_group_with_members_and_deletes_an_empty_one(env: Env) -> None:
+    from coordinator.group.api import DeleteGroupsRequest
+    from coordinator.group.records import OffsetCommitRecord
+
+    async def delete() -> Errors:
+        [result] = (await env.runtime.delete_groups(DeleteGroupsRequest([GROUP]))).results
+        return result.error_code
+
+    await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="b.r")
+    await env.resolved()
+    assert await _commit(env, "a", env.group().members["a"].member_epoch, "foo", 7) is Errors.NONE
+    assert await delete() is Errors.NON_EMPTY_GROUP  # with or without offsets, a member keeps the group
+    await env.heartbeat("a", -1)
+    env.clear_records()
+    writes_before = len(env.store.writes)
+    assert await delete() is Errors.NONE
+    assert env.group() is None and GROUP not in env.runtime.groups
+    # the offsets' tombstones, then the group's in Kafka's order; a member's records are gone with the leave
+    assert [(r.record_type, r.member_id) for r in env.records] == [
+        (RecordType.TARGET_ASSIGNMENT_METADATA, None), (RecordType.PARTITION_METADATA, None),
+        (RecordType.GROUP_METADATA, None)]
+    [write] = env.store.writes[writes_before:]  # one write, as Kafka's one batch: the offset's tombstone first
+    assert isinstance(write[0], OffsetCommitRecord) and write[0].value is None and len(write) == 4
+    assert GROUP not in env.store.offsets
+    assert await delete() is Errors.GROUP_ID_NOT_FOUND
+    from coordinator.group.api import OffsetFetchRequest
+    assert (await env.runtime.fetch_offsets(OffsetFetchRequest(GROUP, None))).topics == []
+
+    restarted = Env()  # the same state topic read again: nothing of the group comes back
+    restarted.runtime = GroupRuntime(restarted.config, restarted.timer, env.store, restarted.clock)
+    try:
+        await restarted.runtime.load()
+        assert restarted.group() is None and GROUP not in restarted.runtime.groups
+        assert (await restarted.heartbeat("b", 0)).member_epoch == 1  # a new group, from its first epoch
+    finally:
+        await restarted.runtime.shutdown()
+        await restarted.timer.close()
+
+
+async def test_delete_groups_tombstones_every_member_record_of_a_loaded_group_in_kafkas_order(env: Env) -> None:
+    from coordinator.group.modern.conversion import consumer_group_tombstones
+
+    await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0, topics=None, subscribed_topic_regex="b.r")
+    await env.resolved()
+    kinds = [(t.record_type, t.member_id, t.regex) for t in consumer_group_tombstones(env.group())]
+    assert kinds == [
+        (RecordType.CURRENT_MEMBER_ASSIGNMENT, "a", None), (RecordType.CURRENT_MEMBER_ASSIGNMENT, "b", None),
+        (RecordType.TARGET_ASSIGNMENT_MEMBER, "a", None), (RecordType.TARGET_ASSIGNMENT_MEMBER, "b", None),
+        (RecordType.TARGET_ASSIGNMENT_METADATA, None, None),
+        (RecordType.MEMBER_METADATA, "a", None), (RecordType.MEMBER_METADATA, "b", None),
+        (RecordType.REGULAR_EXPRESSION, None, "b.r"),
+        (RecordType.PARTITION_METADATA, None, None), (RecordType.GROUP_METADATA, None, None)]
+    group = env.group().snapshot()
+    for tombstone in consumer_group_tombstones(group):  # replaying them leaves nothing behind
+        group.replay(tombstone)
+    assert (group.deleted, group.members, group.targets, group.resolved_regexes) == (True, {}, {}, {})
+
+
+async def test_offset_delete_keeps_the_offsets_of_topics_the_consumer_group_subscribes_to(env: Env) -> None:
+    from coordinator.group.api import OffsetDeleteRequest, OffsetDeleteRequestTopic, OffsetFetchRequest
+
+    async def delete(*topics: str) -> list[tuple[str, int, Errors]]:
+        response = await env.runtime.delete_offsets(OffsetDeleteRequest(
+            GROUP, [OffsetDeleteRequestTopic(t, [0, 1]) for t in topics]))
+        assert response.error_code is Errors.NONE
+        return [(t.name, p.partition_index, p.error_code) for t in response.topics for p in t.partitions]
+
+    async def committed() -> set[tuple[str, int]]:
+        fetched = await env.runtime.fetch_offsets(OffsetFetchRequest(GROUP, None))
+        return {(t.name, p.partition_index) for t in fetched.topics for p in t.partitions}
+
+    await env.heartbeat("a", 0, topics=("foo",), subscribed_topic_regex="b.r")
+    await env.resolved()
+    epoch = env.group().members["a"].member_epoch
+    for topic in ("foo", "bar", "baz"):
+        assert await _commit(env, "a", epoch, topic, 3) is Errors.NONE
+    # foo by name and bar through the resolved regex are subscribed; baz is not (no offset for partition 1: NONE)
+    assert await delete("foo", "bar", "baz") == [
+        ("foo", 0, Errors.GROUP_SUBSCRIBED_TO_TOPIC), ("foo", 1, Errors.GROUP_SUBSCRIBED_TO_TOPIC),
+        ("bar", 0, Errors.GROUP_SUBSCRIBED_TO_TOPIC), ("bar", 1, Errors.GROUP_SUBSCRIBED_TO_TOPIC),
+        ("baz", 0, Errors.NONE), ("baz", 1, Errors.NONE)]
+    assert await committed() == {("foo", 0), ("bar", 0)}
+    assert env.group() is not None and env.group().members
+    await env.heartbeat("a", -1)  # Empty: nothing is subscribed any more
+    assert await delete("foo") == [("foo", 0, Errors.NONE), ("foo", 1, Errors.NONE)]
+    assert await committed() == {("bar", 0)}
+    missing = await env.runtime.delete_offsets(OffsetDeleteRequest("nobody", [OffsetDeleteRequestTopic("foo", [0])]))
+    assert missing.error_code is Errors.GROUP_ID_NOT_FOUND
+
+
+@pytest.mark.parametrize("regex, description", [
+    ("[unclosed", "missing closing ]"), ("(abc", "missing closing )"), ("abc)", "regexp/syntax: internal error"),
+    ("a**", "invalid nested repetition operator"), ("x{1001}", "invalid repeat count"),
+    ("\\", "trailing backslash at end of expression"), ("*a", "missing argument to repetition operator"),
+    ("(?=x)", "invalid or unsupported Perl syntax"), ("[z-a]", "invalid character class range")])
+async def test_an_invalid_regex_is_described_as_re2j_describes_it(env: Env, regex: str, description: str) -> None:
+    """Kafka 4.1.1's words (RE2/J's PatternSyntaxException description), as the differential harness saw them."""
+    bad = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex=regex)
+    assert (bad.error, bad.message) == (
+        Errors.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular expression: "
+        f"{description}.")

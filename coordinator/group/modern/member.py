@@ -9,7 +9,8 @@ import enum
 import uuid
 from dataclasses import dataclass, field
 
-from coordinator.group.modern.records import CurrentAssignmentRecord, MemberMetadataRecord, Partitions
+from coordinator.group.modern.records import (ClassicMemberMetadata, CurrentAssignmentRecord, MemberMetadataRecord,
+                                              Partitions)
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
@@ -36,10 +37,15 @@ class ConsumerGroupMember:
     client_id: str = ""
     client_host: str = ""
     subscribed_topic_names: tuple[str, ...] = ()  # sorted
-    subscribed_topic_regex: str | None = None
+    subscribed_topic_regex: str | None = ""  # Kafka keeps "" for no regular expression, and writes it
     server_assignor: str | None = None
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None  # set for a member that joined with JoinGroup
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def replace(self, **changes: object) -> ConsumerGroupMember:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -62,7 +68,7 @@ class ConsumerGroupMember:
     def metadata_record(self, group_id: str) -> MemberMetadataRecord:
         return MemberMetadataRecord(group_id, self.member_id, self.instance_id, self.rack_id, self.client_id,
                                     self.client_host, self.subscribed_topic_names, self.subscribed_topic_regex,
-                                    self.rebalance_timeout_ms, self.server_assignor)
+                                    self.rebalance_timeout_ms, self.server_assignor, self.classic)
 
     def assignment_record(self, group_id: str) -> CurrentAssignmentRecord:
         return CurrentAssignmentRecord(group_id, self.member_id, self.member_epoch, self.previous_member_epoch,
@@ -72,7 +78,8 @@ class ConsumerGroupMember:
         return self.replace(instance_id=record.instance_id, rack_id=record.rack_id, client_id=record.client_id,
                             client_host=record.client_host, subscribed_topic_names=record.subscribed_topic_names,
                             subscribed_topic_regex=record.subscribed_topic_regex,
-                            rebalance_timeout_ms=record.rebalance_timeout_ms, server_assignor=record.server_assignor)
+                            rebalance_timeout_ms=record.rebalance_timeout_ms, server_assignor=record.server_assignor,
+                            classic=record.classic)
 
     def with_assignment(self, record: CurrentAssignmentRecord) -> ConsumerGroupMember:
         try:

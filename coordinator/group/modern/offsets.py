@@ -19,6 +19,8 @@ def validate_offset_commit(group: ConsumerGroup, member_id: str, member_epoch: i
     member = group.members.get(member_id)
     if member is None:
         return Errors.UNKNOWN_MEMBER_ID
+    if member.uses_classic_protocol:  # a classic member inside the group: its generation is its epoch
+        return Errors.ILLEGAL_GENERATION if member_epoch != member.member_epoch else None
     if not transactional and version < OFFSET_COMMIT_MIN_VERSION_FOR_CONSUMER_MEMBERS:
         return Errors.UNSUPPORTED_VERSION
     if member_epoch != member.member_epoch:

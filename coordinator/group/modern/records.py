@@ -35,6 +35,15 @@ class GroupEpochRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member that speaks the classic protocol (JoinGroup/SyncGroup) inside a consumer group adds to record
+    5 (tagged field 0): its session timeout and the protocols of its JoinGroup, (name, metadata) in its order."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadataRecord:
     """ConsumerGroupMemberMetadata (5): a member's subscription and identity."""
 
@@ -48,6 +57,7 @@ class MemberMetadataRecord:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None  # None: the member speaks the consumer protocol
     record_type = RecordType.MEMBER_METADATA
 
 

@@ -39,13 +39,29 @@ def compiled(regex: str) -> Any:  # re2's compiled pattern (the binding has no t
     return re2.compile(regex, options=_OPTIONS)
 
 
+# RE2's error texts as RE2/J (Kafka's binding) words them; Kafka's message carries RE2/J's description alone
+_RE2J_DESCRIPTIONS = {
+    "missing ]": "missing closing ]",
+    "missing )": "missing closing )",
+    "unexpected )": "regexp/syntax: internal error",  # RE2/J reports an unmatched ) so
+    "bad repetition operator": "invalid nested repetition operator",
+    "invalid repetition size": "invalid repeat count",
+    "trailing \\": "trailing backslash at end of expression",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "invalid named capture group": "invalid named capture",
+}
+
+
 def check(regex: str) -> None:
     try:
         compiled(regex)
     except re2.error as exc:
         detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        code = detail.split(": ", 1)[0]
+        description = _RE2J_DESCRIPTIONS.get(code, code)
         raise ApiError(Errors.INVALID_REGULAR_EXPRESSION,
-                       f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {detail}.") from exc
+                       f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {description}.") from exc
 
 
 @dataclass(frozen=True, slots=True)

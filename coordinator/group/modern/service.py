@@ -21,7 +21,17 @@ from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatResponse, Settings, fence, heartbeat,
                                                 validate)
-from coordinator.group.modern.member import MemberState
+from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+                                   SyncGroupRequest, SyncGroupResponse)
+from coordinator.group.loading import materialize_group
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.modern.classic import classic_heartbeat, classic_join, classic_leave, classic_sync
+from coordinator.group.modern.conversion import (classic_group_from, consumer_group_records,
+                                                 consumer_group_tombstones, converted, is_convertible,
+                                                 validate_online_downgrade, validate_online_upgrade)
+from coordinator.group.observer import RebalanceCategory, RebalanceCause
+from coordinator.group.records import GroupMetadataRecord
+from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.regex import Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
 from coordinator.topics import StaticTopics, TopicsView
@@ -109,13 +119,28 @@ class ConsumerGroupService:
             status_error = _STATUS_ERRORS.get(shard.status)
             if status_error is not None:
                 return HeartbeatResponse(status_error), None
+            group = shard.consumer_groups.get(request.group_id)
             classic = shard.groups.get(request.group_id)
-            if classic is not None and not (classic.is_in(GroupState.EMPTY) or classic.is_in(GroupState.DEAD)):
-                raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
-            result = heartbeat(shard.consumer_groups.get(request.group_id), request, self.topics, self.settings,
-                               self, self.timer.clock.now_ms(), self.wall_clock.now_ms())
+            conversion: list[ConsumerGroupRecord] = []
+            if is_convertible(classic):
+                assert classic is not None
+                if request.member_epoch != 0:
+                    raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
+                validate_online_upgrade(classic, self.config.group_consumer_migration_policy,
+                                        self.config.group_consumer_max_size)
+                conversion = consumer_group_records(classic, self.topics)
+                group = converted(request.group_id, conversion)
+            if (group is not None and request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
+                    and self._downgrades(group, request)):
+                return (HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch),
+                        self._downgrade(shard, group, request.member_id))
+            result = heartbeat(group, request, self.topics, self.settings, self, self.timer.clock.now_ms(),
+                               self.wall_clock.now_ms())
         except ApiError as exc:
             return HeartbeatResponse(exc.error, exc.message), None
+        if conversion:
+            assert classic is not None
+            return result.response, self._upgrade(shard, classic, conversion + result.records)
         before = shard.consumer_groups.get(request.group_id)
         snapshot = before.snapshot() if before is not None and result.records else None
         if result.created is not None and result.records:
@@ -127,6 +152,112 @@ class ConsumerGroupService:
             self._resolving[request.group_id] = task
             task.add_done_callback(lambda _done: self._resolving.pop(request.group_id, None))
         return result.response, write
+
+    # --- classic members inside a consumer group (classic.py) ----------------------------------------------------
+    def classic_join(self, group: ConsumerGroup, req: JoinGroupRequest
+                     ) -> tuple[JoinGroupResponse, Write | None, Callable[[], None] | None]:
+        """The response, the write to await before sending it, and what to arm once it is written."""
+        shard = self.shard_for(req.group_id)
+        try:
+            result = classic_join(group, req, self.topics, self.settings, self, self.timer.clock.now_ms())
+        except ApiError as exc:
+            return JoinGroupResponse(exc.error, member_id=req.member_id), None, None
+        return result.response, self._apply(shard, req.group_id, result.records), result.then
+
+    def classic_sync(self, group: ConsumerGroup, req: SyncGroupRequest) -> SyncGroupResponse:
+        try:
+            return classic_sync(group, req, self.topics, self)
+        except ApiError as exc:
+            return SyncGroupResponse(exc.error)
+
+    def classic_heartbeat(self, group: ConsumerGroup, member_id: str, generation_id: int,
+                          instance_id: str | None) -> Errors:
+        return classic_heartbeat(group, member_id, generation_id, instance_id, self)
+
+    def classic_leave(self, group: ConsumerGroup, req: LeaveGroupRequest) -> tuple[LeaveGroupResponse, Write | None]:
+        records, response = classic_leave(group, req.members, self.topics, self)
+        return response, self._apply(self.shard_for(req.group_id), req.group_id, records)
+
+    def _upgrade(self, shard: GroupShard, classic: GroupMetadata, records: list[ConsumerGroupRecord]) -> Write:
+        """The classic group gives way (its parked JoinGroup/SyncGroup answered REBALANCE_IN_PROGRESS, its
+        heartbeats stopped, its offsets kept) and the consumer group its records describe takes its place. If the
+        write fails, the consumer group goes and the classic group comes back as its last record has it (Stable;
+        one caught mid-rebalance has no such record: its members rejoin an empty group)."""
+        group_id = classic.group_id
+        # what the state topic still says of the classic group, to go back to if the write fails
+        last_written = classic.to_record({m.member_id: m.assignment for m in classic.members.values()}) \
+            if classic.is_in(GroupState.STABLE) else None
+        shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
+        holder = shard.add_group(group_id)  # the offsets' holder, as a load makes it
+        holder.offsets.update(classic.offsets)
+        shard.consumer_groups[group_id] = ConsumerGroup(group_id)
+        write = self._apply(shard, group_id, records, None, written_first=[GroupMetadataRecord(group_id, None)])
+        assert write is not None and write.then is not None
+        revert_consumer_group = write.then
+
+        def written(error: Errors) -> None:
+            revert_consumer_group(error)
+            if (error != Errors.NONE and last_written is not None and group_id not in shard.consumer_groups
+                    and shard.groups.get(group_id) is holder and shard.status is ShardStatus.ACTIVE):
+                restored = materialize_group(group_id, [GroupMetadataRecord(group_id, last_written)],
+                                             shard.now_wall_ms(), shard.observer)
+                restored.offsets.update(holder.offsets)
+                shard.groups[group_id] = restored
+                for member in restored.members.values():
+                    shard.schedule_heartbeat(restored, member, member.session_timeout_ms)
+                log.warning("event=upgrade_reverted group=%s error=%s", group_id, error.name)
+
+        write.then = written
+        group = shard.consumer_groups[group_id]
+        for member_id in classic.members:
+            member = group.members.get(member_id)
+            if member is not None and member.classic is not None:
+                self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
+        log.info("[GroupId %s] Converted the classic group to a consumer group.", group_id)
+        return write
+
+    def _downgrades(self, group: ConsumerGroup, request: HeartbeatRequest) -> bool:
+        """Whether this leave (-1) is the last consumer-protocol member's and takes the group back to classic."""
+        member = group.members.get(request.member_id)
+        if member is None or (request.instance_id is not None and member.instance_id != request.instance_id):
+            return False  # the usual errors (heartbeat.leave)
+        return validate_online_downgrade(group, member.member_id, self.config.group_consumer_migration_policy,
+                                         self.config.group_max_size)
+
+    def _downgrade(self, shard: GroupShard, group: ConsumerGroup, leaving_member_id: str) -> Write:
+        """The consumer group's tombstones and the classic group's record, written together; the classic group
+        (holding the group's offsets) takes its place at once and rebalances."""
+        group_id = group.group_id
+        log.info("[GroupId %s] Member %s left the consumer group.", group_id, leaving_member_id)
+        classic = classic_group_from(group, leaving_member_id, self.topics, shard.now_wall_ms(), shard.observer)
+        holder = shard.groups.get(group_id)
+        if holder is not None:
+            classic.offsets.update(holder.offsets)
+        record = classic.to_record({m.member_id: m.assignment for m in classic.members.values()})
+        for member_id in group.members:
+            self.cancel_all(group_id, member_id)
+        write = self._apply(shard, group_id, consumer_group_tombstones(group),
+                            written_last=[GroupMetadataRecord(group_id, record)])
+        assert write is not None and write.then is not None
+        revert_consumer_group = write.then
+
+        def written(error: Errors) -> None:
+            revert_consumer_group(error)
+            if error != Errors.NONE and group_id in shard.consumer_groups and shard.groups.get(group_id) is classic:
+                shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
+                if holder is not None:
+                    shard.groups[group_id] = holder  # the consumer group's offsets, as before
+                log.warning("event=downgrade_reverted group=%s error=%s", group_id, error.name)
+
+        write.then = written
+        shard.groups[group_id] = classic
+        for member in classic.members.values():
+            shard.schedule_heartbeat(classic, member, member.session_timeout_ms)
+        shard.prepare_rebalance(classic, RebalanceCause(RebalanceCategory.MEMBER_LEFT,
+                                                        f"Downgrade group {group_id} from consumer to classic.",
+                                                        leaving_member_id))
+        log.info("[GroupId %s] Converted the consumer group to a classic group.", group_id)
+        return write
 
     async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh) -> None:
         """A group's regular expressions resolved against every topic, after the heartbeat that asked for it
@@ -169,10 +300,11 @@ class ConsumerGroupService:
                 return DescribedGroup(group_id, Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer "
                                       "group.")
             return DescribedGroup(group_id, Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
-        members = tuple(
+        members = tuple(  # a member without a regular expression has "" in Kafka's describe, not null
             DescribedMember(m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
-                            m.subscribed_topic_names, m.subscribed_topic_regex, self._described(m.assigned),
-                            self._described(group.target_of(m.member_id)))
+                            m.subscribed_topic_names, m.subscribed_topic_regex or "", self._described(m.assigned),
+                            self._described(group.target_of(m.member_id)),
+                            member_type=0 if m.uses_classic_protocol else 1)
             for m in group.members.values())
         return DescribedGroup(group_id, state=group.state.value, group_epoch=group.group_epoch,
                               assignment_epoch=group.assignment_epoch,
@@ -189,10 +321,12 @@ class ConsumerGroupService:
 
     # --- records ----------------------------------------------------------------------------------------------
     def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
-               before: ConsumerGroup | None | object = _AS_NOW) -> Write | None:
+               before: ConsumerGroup | None | object = _AS_NOW, *,
+               written_first: Sequence[GroupMetadataRecord] = (),
+               written_last: Sequence[GroupMetadataRecord] = ()) -> Write | None:
         """Replays the records and returns them as the write for the shard's partition; if that write fails, the
         group goes back to `before` (None: no group; default: as it is now), unless a later write changed it
-        meanwhile."""
+        meanwhile. `written_first`, `written_last`: the classic group's records a conversion writes around them."""
         if not records:
             return None
         if before is _AS_NOW:
@@ -202,7 +336,7 @@ class ConsumerGroupService:
         for record in records:
             self.replay(shard, record)
         previous = before if isinstance(before, ConsumerGroup) else None
-        return Write(group_id, list(records),
+        return Write(group_id, [*written_first, *records, *written_last],
                      then=lambda error: self._written(shard, group_id, error, previous, sequence))
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
@@ -246,6 +380,9 @@ class ConsumerGroupService:
         for group_id, group in shard.consumer_groups.items():
             log.info("Loaded consumer group %s with %d members.", group_id, len(group.members))
             for member_id, member in group.members.items():
+                if member.classic is not None:
+                    self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
+                    continue  # a classic member has join and sync timers instead, armed by its requests
                 self.schedule_session(group_id, member_id)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
@@ -265,9 +402,29 @@ class ConsumerGroupService:
     def cancel_rebalance(self, group_id: str, member_id: str) -> None:
         self._cancel(("rebalance", group_id, member_id))
 
+    def schedule_classic_session(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        self._schedule(("session", group_id, member_id), timeout_ms,
+                       lambda: self._fence_expired(group_id, member_id, None, "the member session expired.."))
+
+    def schedule_join_timeout_if_absent(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        if ("join", group_id, member_id) not in self._timers:
+            self._schedule(("join", group_id, member_id), timeout_ms, lambda: self._fence_expired(
+                group_id, member_id, None, "the classic member failed to join within the rebalance timeout.",
+                kind="join"))
+
+    def cancel_join_timeout(self, group_id: str, member_id: str) -> None:
+        self._cancel(("join", group_id, member_id))
+
+    def schedule_sync_timeout(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        self._schedule(("sync", group_id, member_id), timeout_ms, lambda: self._fence_expired(
+            group_id, member_id, None, "the member failed to sync within timeout.", kind="sync"))
+
+    def cancel_sync_timeout(self, group_id: str, member_id: str) -> None:
+        self._cancel(("sync", group_id, member_id))
+
     def cancel_all(self, group_id: str, member_id: str) -> None:
-        self._cancel(("session", group_id, member_id))
-        self._cancel(("rebalance", group_id, member_id))
+        for kind in ("session", "rebalance", "join", "sync"):
+            self._cancel((kind, group_id, member_id))
 
     def _schedule(self, key: tuple[str, str, str], delay_ms: int, callback: Callable[[], None]) -> None:
         self._cancel(key)
@@ -279,10 +436,11 @@ class ConsumerGroupService:
         if task is not None:
             task.cancel()
 
-    def _fence_expired(self, group_id: str, member_id: str, at_epoch: int | None, reason: str) -> None:
+    def _fence_expired(self, group_id: str, member_id: str, at_epoch: int | None, reason: str,
+                       kind: str | None = None) -> None:
         """A timer ran out: the member is fenced (a rebalance timeout only if the member is still at the epoch it
         had to move on from)."""
-        kind = "session" if at_epoch is None else "rebalance"
+        kind = kind or ("session" if at_epoch is None else "rebalance")
         self._timers.pop((kind, group_id, member_id), None)
         shard = self.shard_for(group_id)
         group = shard.consumer_groups.get(group_id)
@@ -292,6 +450,10 @@ class ConsumerGroupService:
         if at_epoch is not None and member.member_epoch != at_epoch:
             return
         log.info("[GroupId %s] Member %s fenced from the group because %s", group_id, member_id, reason)
+        if validate_online_downgrade(group, member_id, self.config.group_consumer_migration_policy,
+                                     self.config.group_max_size):
+            shard.append(self._downgrade(shard, group, member_id))
+            return
         write = self._apply(shard, group_id, fence(group, member, self.topics, self))
         if write is not None:
             shard.append(write)

@@ -20,7 +20,7 @@ from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class, ms
 
 API_KEY = ApiKey.OFFSET_COMMIT
-VERSIONS = (2, 9)  # Kafka 4.0's floor: v0-1 are ZooKeeper-only
+VERSIONS = (2, 9)  # as Kafka 4.1.1: v0-1 are ZooKeeper-only, v10 (topic ids) is not served
 
 
 def to_request(ctx: ConnectionContext, header: RequestHeader, body: Any) -> api.OffsetCommitRequest:

@@ -16,7 +16,7 @@ from protocol.codec import RequestHeader
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.OFFSET_FETCH
-VERSIONS = (1, 9)  # Kafka 4.0's floor: v0 is ZooKeeper-only
+VERSIONS = (1, 9)  # as Kafka 4.1.1: v0 is ZooKeeper-only, v10 (topic ids) is not served
 
 
 def _topics(requested: Any) -> list[api.OffsetFetchRequestTopic] | None:
