@@ -140,8 +140,12 @@ class KafkaNode:
         startup_timeout_s: float = 120.0,
         stop_timeout_s: float = 30.0,
         secure: SecureListeners | None = None,
+        features: Mapping[str, int] | None = None,
     ) -> None:
         self._owns_data_dir = data_dir is None
+        # finalized feature levels set at format time (kafka-storage format --feature), e.g.
+        # {"transaction.version": 1} for a cluster whose clients run transactions without KIP-890 part 2
+        self.features = dict(features or {})
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="embedded-kafka-"))
         self.node_id = node_id
         self.extra_properties = dict(extra_properties or {})
@@ -356,6 +360,7 @@ class KafkaNode:
             "kafka.tools.StorageTool", "format", "-t", self.cluster_id or random_cluster_id(),
             "-c", str(self.data_dir / "server.properties"),
             *(self.secure.format_arguments() if self.secure is not None else ()),
+            *(argument for name, level in self.features.items() for argument in ("--feature", f"{name}={level}")),
         )
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:

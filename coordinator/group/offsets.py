@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from enum import Enum
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Callable
 
 from coordinator.group.api import (UNKNOWN_MEMBER_ID, OffsetCommitRequest, OffsetCommitResponse,
@@ -45,6 +46,7 @@ def _announce(observer: GroupObserver, removal: Removal, group_id: str, count: i
         observer.on_offsets_expired(group_id, count)
 
 log = logging.getLogger("coordinator.group")
+EXPIRY_SLICE = 256  # groups the offset cleanup visits per loop callback (~2 ms of CPU)
 
 
 def _commit_response(req: OffsetCommitRequest, errors: dict[TopicPartition, Errors] | Errors) -> OffsetCommitResponse:
@@ -246,15 +248,22 @@ def _offset_delete_check(shard: GroupShard, group_id: str, wanted: list[TopicPar
 
 
 # --- expiry and cleanup (§7.3) ----------------------------------------------------------------------------
-def expire_offsets(shard: GroupShard) -> tuple[int, list[Write]]:
+def expire_offsets(shard: GroupShard, slice_size: int = EXPIRY_SLICE) -> Iterator[tuple[int, int, list[Write]]]:
     """One run of Kafka's cleanup task over this shard (every offsets.retention.check.interval.ms): removes
-    expired offsets, turns Empty groups without offsets Dead; returns the offsets removed and the tombstones."""
-    if shard.status is not ShardStatus.ACTIVE:
-        return 0, []
+    expired offsets, turns Empty groups without offsets Dead; yields the groups visited, the offsets removed
+    and the tombstones of each slice of `slice_size` groups, so the caller can let the loop run between
+    slices (a shard of thousands of groups would hold it for O(groups)). One timestamp for the whole run, as
+    Kafka's; a group that left the shard, or a shard no longer active, between two slices is not touched."""
     now_ms, retention_ms = shard.now_wall_ms(), shard.config.offsets_retention_ms
-    return cleanup_groups(shard, list(shard.groups.values()),
-                          lambda g: g.remove_offsets(_expired_offsets(shard, g, now_ms, retention_ms)),
-                          Removal.EXPIRED)
+    snapshot = list(shard.groups.values())
+    for first in range(0, len(snapshot), slice_size):
+        if shard.status is not ShardStatus.ACTIVE:
+            return
+        groups = [g for g in snapshot[first:first + slice_size] if shard.groups.get(g.group_id) is g]
+        removed, writes = cleanup_groups(
+            shard, groups, lambda g: g.remove_offsets(_expired_offsets(shard, g, now_ms, retention_ms)),
+            Removal.EXPIRED)
+        yield len(groups), removed, writes
 
 
 def _expired_offsets(shard: GroupShard, group: GroupMetadata, now_ms: int, retention_ms: int) -> list[TopicPartition]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Collection, Iterator, Mapping
+from collections.abc import Awaitable, Collection, Iterator, Mapping, ValuesView
 from typing import Any, Callable, TypeVar, cast
 
 from coordinator.config import CoordinatorConfig
@@ -258,12 +258,20 @@ class GroupRuntime:
         """One run of Kafka's offset cleanup over every active shard; returns once the tombstones are written."""
         if not self.is_active:
             return 0
-        removed, pending = 0, []
+        removed, visited = 0, 0
+        pending: list[asyncio.Future[Errors]] = []
+        slices: list[Awaitable[list[Errors]]] = []  # one wait per slice: no callback gathers every write
         for shard in self.shards:
-            count, writes = offsets.expire_offsets(shard)
-            removed += count
-            pending.extend(self._start(shard, writes, by_request=False))
-        await self._written(pending)
+            for groups, count, writes in offsets.expire_offsets(shard):
+                removed += count
+                pending.extend(self._start(shard, writes, by_request=False))
+                visited += groups
+                if visited >= offsets.EXPIRY_SLICE:  # a slice's worth done: let heartbeats be answered
+                    slices.append(asyncio.ensure_future(self._written(pending)))
+                    pending, visited = [], 0
+                    await asyncio.sleep(0)
+        slices.append(self._written(pending))
+        await asyncio.gather(*slices)
         return removed
 
     # --- the write path ---------------------------------------------------------------------------------------
@@ -429,3 +437,16 @@ class _GroupsView(Mapping[str, GroupMetadata]):
 
     def __len__(self) -> int:
         return sum(len(shard.groups) for shard in self._shards)
+
+    def values(self) -> ValuesView[GroupMetadata]:
+        return _GroupValues(self)
+
+
+class _GroupValues(ValuesView[GroupMetadata]):
+    """Straight from the shards' dicts: the generic view would look each id's shard up again (hashing it)."""
+
+    _mapping: _GroupsView
+
+    def __iter__(self) -> Iterator[GroupMetadata]:
+        for shard in self._mapping._shards:
+            yield from list(shard.groups.values())

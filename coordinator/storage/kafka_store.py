@@ -88,7 +88,8 @@ class KafkaGroupStore(GroupStore):
         settings = consumer_settings(self.config.bootstrap, self.config.client_id, self.load_buffer_bytes)
         started_ms = self.clock.now_ms()
         state = await asyncio.to_thread(read_state, settings, self.config.state_topic, wanted, self.clock,
-                                        self.load_timeout_ms, stop or self._stop_loading, ends_after)
+                                        self.load_timeout_ms, stop or self._stop_loading, ends_after,
+                                        own_transactional_id_prefix=self.config.transactional_id)
         log.info("event=state_loaded topic=%s partitions=%d groups=%d offset_groups=%d records=%d unknown=%d "
                  "malformed=%d duration_ms=%d", self.config.state_topic, len(wanted), len(state.groups),
                  len(state.offsets), state.records, state.unknown_records, state.malformed_records,

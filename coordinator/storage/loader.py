@@ -6,11 +6,13 @@ its end offset with a confluent-kafka Consumer. It blocks, so the store runs it 
 happens there too, and the loop receives one finished `LoadedGroups`.
 
 The end offset is the partition's high watermark (ListOffsets read_uncommitted, through the AdminClient), not
-the last stable offset a read_committed consumer's `get_watermark_offsets` answers: a transaction's commit
-markers land after `commit_transaction` returns, so right after a commit the last stable offset can still stop
-short of it, and a load ending there would miss an acknowledged write. The records are read read_committed
-(aborted records and control markers skipped) until the consumer's position reaches the high watermark, which
-it can only pass once every transaction below it is committed or aborted (bounded by the load timeout).
+the last stable offset: a transaction's commit markers land after `commit_transaction` returns, so right after a
+commit the last stable offset can still stop short of it, and a load ending there would miss an acknowledged
+write. The records are read read_uncommitted over raw Fetch with our own transaction tracking
+(uncommitted_load.py, transaction_log.py): a client transaction open on the partition (its TxnOffsetCommit in our
+log) cannot hold the load back, committed transactions are applied at their marker, aborted ones never. Clusters
+reached with SASL, which protocol/client.py does not speak, are still read read_committed by librdkafka, which
+waits below an open transaction (bounded by the load timeout).
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ from coordinator.storage.consumer_records import CONSUMER_GROUP_TYPES
 from coordinator.storage.consumer_records import decode as decode_consumer_record
 from coordinator.timer.clock import Clock
 from coordinator.storage.kafka_logs import librdkafka_logger
-from coordinator.security.clusters import secured
+from coordinator.security.clusters import cluster_security, secured
+from coordinator.storage.uncommitted_load import UncommittedLoad, UncommittedLoadError, read_uncommitted
+from protocol.errors import ProtocolError
+from protocol.fetch_reader import FetchedRecord, FetchError, FetchFormatError
 
 log = logging.getLogger("coordinator.storage")
 
@@ -66,7 +71,9 @@ class StateReplay:
         self._decode_groups()
         return self._state
 
-    def apply(self, key_bytes: bytes | None, value_bytes: bytes | None, where: str = "") -> None:
+    def apply(self, key_bytes: bytes | None, value_bytes: bytes | None, where: str = "", *,
+              log_offset: int | None = None) -> None:
+        """`log_offset`: the record's offset in its partition, kept on an offset (`OffsetRecord.log_offset`)."""
         self._state.records += 1
         if key_bytes is None:
             self._malformed(where, "record without a key")
@@ -77,6 +84,8 @@ class StateReplay:
                 self._apply_group(key.group, value_bytes, where)
             elif isinstance(key, OffsetCommitKey):
                 value = None if value_bytes is None else decode_offset_commit_value(value_bytes)
+                if value is not None:
+                    value.log_offset = log_offset
                 self._apply_offset(key, value)
             elif key.version in CONSUMER_GROUP_TYPES:  # replayed by the consumer groups, in this order
                 record = decode_consumer_record(key_bytes, value_bytes)
@@ -142,18 +151,64 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
 
 def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
                timeout_ms: int, stop: threading.Event | None = None,
-               ends_after: threading.Event | None = None) -> LoadedGroups:
+               ends_after: threading.Event | None = None, *,
+               own_transactional_id_prefix: str | None = None) -> LoadedGroups:
     """Blocking: replay `partitions` of `topic` from their earliest offset to their high watermark.
 
     With `ends_after`, reading starts at once but the high watermarks are taken only once that event is set
     (the store fences the partitions meanwhile: the end must be measured after the fence, the reading need
-    not wait for it). `stop` ends the read with LoadError."""
+    not wait for it). `stop` ends the read with LoadError. The clients' open transactions found are logged
+    here; `read_state_with_transactions` returns them."""
+    state, load = read_state_with_transactions(settings, topic, partitions, clock, timeout_ms, stop, ends_after,
+                                               own_transactional_id_prefix=own_transactional_id_prefix)
+    if load is not None and load.pending:
+        log.info("event=state_pending_client_transactions topic=%s partitions=%s producers=%s", topic,
+                 sorted(load.pending), sorted(t.producer_id for ts in load.pending.values() for t in ts))
+    return state
+
+
+def read_state_with_transactions(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
+                                 timeout_ms: int, stop: threading.Event | None = None,
+                                 ends_after: threading.Event | None = None, *,
+                                 own_transactional_id_prefix: str | None = None,
+                                 ) -> tuple[LoadedGroups, UncommittedLoad | None]:
+    """`read_state`, with what the transaction tracking found (uncommitted_load.py): read_uncommitted over raw
+    Fetch, committed transactions applied, aborted ones dropped, the clients' open ones returned (None: a SASL
+    cluster, read read_committed by librdkafka, see `_read_committed`)."""
+    bootstrap = str(settings["bootstrap.servers"])
+    security = cluster_security(bootstrap)
+    stop = stop or threading.Event()
+    if security is not None and security.client.uses_sasl:
+        return _read_committed(settings, topic, partitions, clock, timeout_ms, stop, ends_after), None
+    deadline_ms = clock.now_ms() + timeout_ms
+    replay = StateReplay()
+
+    def apply(partition: int, record: FetchedRecord) -> None:
+        replay.apply(record.key, record.value, f"{partition}:{record.offset}", log_offset=record.offset)
+
+    def ours(transactional_id: str) -> bool:
+        return own_transactional_id_prefix is not None and transactional_id.startswith(own_transactional_id_prefix)
+
+    try:
+        load = read_uncommitted(
+            bootstrap, security, topic, partitions, apply,
+            lambda: end_offsets(settings, topic, partitions, clock, deadline_ms), is_ours=ours,
+            timeout_s=timeout_ms / 1000, stop=stop, max_bytes=int(str(settings["max.partition.fetch.bytes"])),
+            ends_after=ends_after)
+    except (UncommittedLoadError, FetchError, FetchFormatError, ProtocolError, OSError) as exc:
+        raise LoadError(f"state topic {topic!r} not read: {exc}") from exc
+    return replay.state, load
+
+
+def _read_committed(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
+                    timeout_ms: int, stop: threading.Event, ends_after: threading.Event | None) -> LoadedGroups:
+    """The librdkafka read (read_committed, so a client's open transaction holds it at the last stable offset):
+    for clusters reached with SASL, which protocol/client.py does not speak."""
     deadline_ms = clock.now_ms() + timeout_ms
     box = _ConsumerBox(Consumer(settings))
     try:
         box.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         replay = StateReplay()
-        stop = stop or threading.Event()
         if ends_after is not None:
             _read_until(box, topic, replay, {}, lambda: ends_after.is_set(), clock, deadline_ms, stop)
         ends = end_offsets(settings, topic, partitions, clock, deadline_ms)

@@ -31,7 +31,7 @@ class GroupCensus:
     figures); above, a scan in slices of `slice_size` groups, one slice per loop iteration, so a scrape never
     holds the loop for O(groups): the figures are then the last finished scan's (a scrape starts the next one)."""
 
-    def __init__(self, coordinator: Any, direct_limit: int = 20_000, slice_size: int = 2_000,
+    def __init__(self, coordinator: Any, direct_limit: int = 1_000, slice_size: int = 1_000,
                  wait_s: float = 1.0) -> None:
         self.coordinator = coordinator
         self.direct_limit, self.slice_size, self.wait_s = direct_limit, slice_size, wait_s

@@ -8,7 +8,12 @@ expired tasks. Here one event loop owns everything, so there are no locks:
   - on waking it drains *every* expired bucket (advance the wheels to the bucket's expiration, flush it by
     re-inserting each entry) before anything else can add to the wheels;
   - expired tasks are never run inside that flush loop: the drain hands them to the executor (by default the
-    loop's `call_soon`) as one batch, which runs after the drain is complete.
+    loop's `call_soon`) as one batch, which runs after the drain is complete;
+  - on the loop (no executor given), a bucket is cascaded at most CASCADE_BATCH entries per loop callback: a
+    coarse bucket can hold most of the sessions (every member armed in the same 8 s), and re-inserting them all
+    at once held the loop for O(members). The bucket leaves its wheel (a fresh one takes its slot), its rest
+    stays linked in it (cancel and reschedule stay O(1)) and is re-inserted by the callbacks that follow. An
+    entry already due when its turn comes runs at once, later only by the callbacks before it.
 """
 from __future__ import annotations
 
@@ -20,11 +25,12 @@ from typing import Callable
 
 from coordinator.timer.clock import Clock, MonotonicClock
 from coordinator.timer.delay_queue import BucketQueue
-from coordinator.timer.task import PENDING_RUN, TaskCounter, TimerTask, TimerTaskEntry
+from coordinator.timer.task import PENDING_RUN, TaskCounter, TimerTask, TimerTaskEntry, TimerTaskList
 from coordinator.timer.wheel import TimingWheel
 
 Executor = Callable[[Callable[[], None]], object]
 RUN_BATCH = 256  # expired tasks run per loop callback (see _run_expired)
+CASCADE_BATCH = 2_048  # entries re-inserted per loop callback when a bucket expires (~1 ms of CPU)
 
 
 class SystemTimer:
@@ -39,6 +45,8 @@ class SystemTimer:
         self._wheel = TimingWheel(tick_ms, wheel_size, self._now_ms(), self._queue, self._counter)
         self._executor = executor
         self._expired: list[TimerTaskEntry] = []
+        self._cascading: list[TimerTaskList] = []  # expired buckets out of the wheels, still holding entries
+        self._cascade_scheduled = False
         self._closed = False
         self._draining = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -108,14 +116,25 @@ class SystemTimer:
         expired = self._expired = []
         reinsert = self._reinsert
         wheel = self._wheel
+        incremental = self._executor is None
         self._draining = True
         try:
             while bucket is not None:
                 wheel.advance_clock(bucket.expiration_ms)
-                bucket.flush(reinsert)
+                if incremental:
+                    bucket.expiration_ms = -1
+                    bucket.flush_some(reinsert, CASCADE_BATCH)
+                    if not bucket.is_empty:
+                        wheel.detach(bucket)
+                        self._cascading.append(bucket)
+                else:
+                    bucket.flush(reinsert)
                 bucket = self._queue.poll(now_ms)
         finally:
             self._draining = False
+        if self._cascading and not self._cascade_scheduled:
+            self._cascade_scheduled = True
+            asyncio.get_running_loop().call_soon(self._continue_cascades)
         # Every bucket left expires after now_ms, so moving the clocks to now cannot strand one of them.
         wheel.advance_clock(now_ms)
         if expired:
@@ -138,14 +157,32 @@ class SystemTimer:
             reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
-        for level in self._wheel.levels():
-            for bucket in level.buckets:
-                for entry in bucket.entries():
-                    bucket.remove(entry)
-                bucket.expiration_ms = -1
+        for bucket in [*(b for level in self._wheel.levels() for b in level.buckets), *self._cascading]:
+            for entry in bucket.entries():
+                bucket.remove(entry)
+            bucket.expiration_ms = -1
+        self._cascading = []
         self._queue.clear()
 
     # -- internals -------------------------------------------------------------------------------------
+
+    def _continue_cascades(self) -> None:
+        """One loop callback's share of the buckets still cascading."""
+        self._cascade_scheduled = False
+        if self._closed or not self._cascading:
+            return
+        expired = self._expired = []
+        budget = CASCADE_BATCH
+        while self._cascading and budget > 0:
+            bucket = self._cascading[0]
+            budget -= bucket.flush_some(self._reinsert, budget)
+            if bucket.is_empty:
+                self._cascading.pop(0)
+        if expired:
+            self._submit(expired)
+        if self._cascading:
+            self._cascade_scheduled = True
+            asyncio.get_running_loop().call_soon(self._continue_cascades)
 
     def _reinsert(self, entry: TimerTaskEntry) -> None:
         if not self._wheel.add(entry):
@@ -159,15 +196,19 @@ class SystemTimer:
         else:
             asyncio.get_running_loop().call_soon(run)
 
-    def _run_expired(self, entries: list[TimerTaskEntry]) -> None:
-        if self._executor is None and len(entries) > RUN_BATCH:
+    def _run_expired(self, entries: list[TimerTaskEntry], first: int = 0) -> None:
+        if self._executor is None and len(entries) - first > RUN_BATCH:
             # Thousands of operations can expire in one drain (groups formed together finish their initial
             # join delay together; a stalled loop drains many buckets at once). Run them a batch per loop
-            # iteration, so I/O and other callbacks (heartbeat answers) are served in between.
-            entries, rest = entries[:RUN_BATCH], entries[RUN_BATCH:]
-            asyncio.get_running_loop().call_soon(self._run_expired, rest)
+            # iteration, so I/O and other callbacks (heartbeat answers) are served in between. The list is
+            # walked by index, not sliced: a fresh copy of the rest per batch would be a young container the
+            # size of the storm for every young collection to traverse.
+            asyncio.get_running_loop().call_soon(self._run_expired, entries, first + RUN_BATCH)
+            batch = entries[first:first + RUN_BATCH]
+        else:
+            batch = entries[first:] if first else entries
         errors: list[tuple[TimerTask, Exception]] = []
-        for entry in entries:
+        for entry in batch:
             # A task cancelled or rescheduled since it expired is no longer PENDING_RUN; skip it.
             if self._closed:
                 break

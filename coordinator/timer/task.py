@@ -103,12 +103,13 @@ PENDING_RUN = _PendingRun()
 class TimerTaskList:
     """A bucket: entries that expire in the same tick of one wheel; `expiration_ms` is -1 while unused."""
 
-    __slots__ = ("next", "prev", "expiration_ms", "_counter")
+    __slots__ = ("next", "prev", "expiration_ms", "tick_ms", "_counter")
 
-    def __init__(self, counter: TaskCounter) -> None:
+    def __init__(self, counter: TaskCounter, tick_ms: int = 0) -> None:
         self.next: TimerTaskEntry | TimerTaskList = self
         self.prev: TimerTaskEntry | TimerTaskList = self
         self.expiration_ms = -1
+        self.tick_ms = tick_ms  # of its wheel: the bucket is reused for a later tick once the clock passes this one
         self._counter = counter
 
     def set_expiration(self, expiration_ms: int) -> bool:
@@ -154,6 +155,29 @@ class TimerTaskList:
             counter.value -= 1
             reinsert(entry)
             entry = following
+
+    def flush_some(self, reinsert: Callable[[TimerTaskEntry], object], limit: int) -> int:
+        """Hands up to `limit` entries from the head to `reinsert`; returns how many. The ones left stay linked
+        here, so cancelling or rescheduling them meanwhile stays O(1)."""
+        counter = self._counter
+        handed = 0
+        while handed < limit:
+            entry = self.next
+            if not isinstance(entry, TimerTaskEntry):
+                break
+            following = entry.next
+            assert following is not None
+            self.next = following
+            following.prev = self
+            entry.next = entry.prev = entry.list = None
+            counter.value -= 1
+            handed += 1
+            reinsert(entry)
+        return handed
+
+    @property
+    def is_empty(self) -> bool:
+        return self.next is self
 
     def entries(self) -> list[TimerTaskEntry]:
         """A snapshot, for tests and debugging."""

@@ -88,7 +88,7 @@ class TimingWheel:
         self.wheel_size = wheel_size
         self.interval_ms = tick_ms * wheel_size
         self._counter = counter if counter is not None else TaskCounter()
-        self.buckets = [TimerTaskList(self._counter) for _ in range(wheel_size)]
+        self.buckets = [TimerTaskList(self._counter, tick_ms) for _ in range(wheel_size)]
         self.current_time_ms = start_ms - start_ms % tick_ms
         self.overflow_wheel: TimingWheel | None = None
         self._queue = queue
@@ -133,6 +133,15 @@ class TimingWheel:
             wheel.current_time_ms = time_ms - time_ms % wheel.tick_ms
             time_ms = wheel.current_time_ms
             wheel = wheel.overflow_wheel
+
+    def detach(self, bucket: TimerTaskList) -> None:
+        """Puts a fresh bucket in the slot of `bucket` (of this wheel or an overflow wheel): the old one keeps its
+        entries, still O(1) to cancel, while the slot serves later ticks."""
+        for wheel in self.levels():
+            if wheel.tick_ms == bucket.tick_ms:
+                wheel.buckets[wheel.buckets.index(bucket)] = TimerTaskList(self._counter, wheel.tick_ms)
+                return
+        raise ValueError("not a bucket of these wheels")
 
     def levels(self) -> list[TimingWheel]:
         """This wheel and its overflow wheels, finest first (for tests and debugging)."""

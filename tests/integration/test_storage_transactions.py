@@ -16,7 +16,8 @@ from protocol.error_codes import Errors
 from coordinator.group.store import StoreError
 from coordinator.group.records import OffsetRecord
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
-from coordinator.storage.loader import LoadError
+from coordinator.storage.loader import consumer_settings, read_state_with_transactions
+from coordinator.timer.clock import MonotonicClock
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
 from coordinator.storage.partition_writers import TransactionalWriters
 from tests.support.kafka_store import read_back, stable_group, started_store, unique_topic
@@ -104,9 +105,10 @@ def offset_record(group: str, partition: int, value: int) -> tuple[bytes, bytes]
             encode_offset_commit_value(OffsetRecord(value, commit_timestamp_ms=value)))
 
 
-async def test_a_load_skips_aborted_records_and_waits_for_an_open_transaction(kafka_bootstrap: str) -> None:
-    """Read read_committed to the high watermark: an aborted transaction is never loaded; a transaction still
-    open below the high watermark holds the load back (bounded by the load timeout) until it is decided."""
+async def test_a_load_skips_aborted_records_and_returns_an_open_transaction_as_pending(kafka_bootstrap: str) -> None:
+    """Read read_uncommitted to the high watermark with our own transaction tracking: an aborted transaction is
+    never loaded; a client transaction still open on the partition does not hold the load back, it comes back
+    as pending (its producer and its decoded offset commit) and is applied once committed."""
     topic = unique_topic()
     store = await started_store(kafka_bootstrap, topic)
     partition = store._partition("g")
@@ -125,15 +127,18 @@ async def test_a_load_skips_aborted_records_and_waits_for_an_open_transaction(ka
         key, value = offset_record("g", 0, 3)
         other.produce(topic, key=key, value=value, partition=partition)
         await asyncio.to_thread(other.flush, 30)  # in the log, below the high watermark, not committed
-        store.load_timeout_ms = 2_000
-        with pytest.raises(LoadError):
-            await store.read([partition])
-        store.load_timeout_ms = 60_000
-        reading = asyncio.ensure_future(store.read([partition]))
-        await asyncio.sleep(0.5)
-        assert not reading.done()  # waits for the transaction's outcome
+        store.load_timeout_ms = 10_000
+        loaded = loaded_offset_records(await store.read([partition]))  # not held back by the open transaction
+        assert loaded["g"][("orders", 0)].offset == 1
+        settings = consumer_settings(kafka_bootstrap, "test", 1 << 20)
+        _state, load = await asyncio.to_thread(read_state_with_transactions, settings, topic, [partition],
+                                               MonotonicClock(), 10_000)
+        assert load is not None
+        [pending] = load.pending[partition]
+        [commit] = pending.offset_commits
+        assert (commit.key, commit.value.offset if commit.value else None) == (OffsetCommitKey("g", "orders", 0), 3)
         await asyncio.to_thread(other.commit_transaction, 30)
-        loaded = loaded_offset_records(await reading)
+        loaded = loaded_offset_records(await store.read([partition]))
         assert loaded["g"][("orders", 0)].offset == 3
     finally:
         await asyncio.to_thread(other.close)

@@ -1,0 +1,285 @@
+"""A raw Fetch reader: one partition's record batches (v2) with every header field, control markers included.
+
+confluent-kafka cannot show what a transaction-tracking reader needs: librdkafka never hands control records to
+the application, and read_uncommitted it delivers an aborted transaction's records as ordinary ones. So this
+module sends Fetch itself over protocol/client.py and parses the record batches by hand (Kafka's
+DefaultRecordBatch / DefaultRecord layout), every length checked against the bytes that are there before it is
+used: the broker's bytes are untrusted like a client's (protocol/tolerant.py), and the Fetch response is decoded
+with tolerant.read_entity, never kio's native reader. Anything malformed raises FetchFormatError.
+
+A Fetch answer may end with a partial batch (the broker cuts at the byte limit): it is not an error, the reader
+returns the complete batches and the next fetch starts at the first offset not returned.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import crc32c
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v12.response import FetchResponse
+from kio.serial.errors import SerialError
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+from kio.schema.types import BrokerId, TopicName
+
+from protocol import apis, codec
+from protocol.client import KafkaClient
+from protocol.errors import ProtocolError
+from protocol.tolerant import read_entity
+
+FETCH_VERSION = 12  # the last version that names topics (13+ use topic ids)
+_FETCH_API_KEY = 1
+
+# batch header: base offset, batch length, leader epoch, magic, crc, then what the crc covers: attributes,
+# last offset delta, base timestamp, max timestamp, producer id, producer epoch, base sequence, record count
+_BATCH_HEAD = struct.Struct(">qiibI")
+_BATCH_BODY = struct.Struct(">hiqqqhii")
+_HEADER_SIZE = _BATCH_HEAD.size + _BATCH_BODY.size  # 61
+_LOG_OVERHEAD = 12  # base offset + batch length: batch length counts the bytes after them
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+
+_COMPRESSION_MASK = 0x07
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_GZIP = 1
+
+
+class FetchFormatError(ValueError):
+    """The Fetch answer or a record batch in it is malformed."""
+
+
+class FetchError(RuntimeError):
+    """The broker answered the Fetch with an error code for the partition (or the whole request)."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class MarkerType(enum.IntEnum):
+    """A control batch's marker (Kafka's ControlRecordType)."""
+    ABORT = 0
+    COMMIT = 1
+
+
+class FetchedRecord(NamedTuple):
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedBatch:
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    is_control: bool
+    marker: MarkerType | None  # for a control batch: ABORT or COMMIT (None for another control type)
+    records: tuple[FetchedRecord, ...]  # a data batch's records; empty for a control batch
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    batches: list[FetchedBatch]
+    next_offset: int  # where the next fetch starts: after the last complete batch, or the fetch offset
+
+
+# ------------------------------------------------------------------------------------------------ batches
+
+
+def parse_batches(data: bytes) -> list[FetchedBatch]:
+    """The complete v2 record batches in `data`; a partial batch at the end is left out."""
+    view = memoryview(data)
+    batches = []
+    position = 0
+    while len(data) - position >= _LOG_OVERHEAD:
+        base_offset, batch_length = struct.unpack_from(">qi", data, position)
+        size = _LOG_OVERHEAD + batch_length
+        if batch_length < _HEADER_SIZE - _LOG_OVERHEAD:
+            raise FetchFormatError(f"batch at offset {base_offset}: length {batch_length} below the header's")
+        if len(data) - position < size:
+            break  # cut by the fetch's byte limit
+        batches.append(_parse_batch(view[position:position + size]))
+        position += size
+    return batches
+
+
+def _parse_batch(batch: memoryview) -> FetchedBatch:
+    base_offset, _length, _leader_epoch, magic, crc = _BATCH_HEAD.unpack_from(batch, 0)
+    if magic != 2:
+        raise FetchFormatError(f"batch at offset {base_offset}: magic {magic}, only v2 is read")
+    if crc32c.crc32c(batch[_BATCH_HEAD.size:]) != crc:
+        raise FetchFormatError(f"batch at offset {base_offset}: crc mismatch")
+    (attributes, last_offset_delta, _base_ts, _max_ts, producer_id, producer_epoch, base_sequence,
+     count) = _BATCH_BODY.unpack_from(batch, _BATCH_HEAD.size)
+    if last_offset_delta < 0 or count < 0:
+        raise FetchFormatError(f"batch at offset {base_offset}: negative last offset delta or record count")
+    body = bytes(batch[_HEADER_SIZE:])
+    compression = attributes & _COMPRESSION_MASK
+    if compression == _GZIP:
+        body = _gunzip(body, base_offset)
+    elif compression != 0:
+        raise FetchFormatError(f"batch at offset {base_offset}: compression type {compression} is not read here")
+    if count > len(body):  # every record takes at least one byte
+        raise FetchFormatError(f"batch at offset {base_offset}: {count} records in {len(body)} bytes")
+    records = _parse_records(body, count, base_offset)
+    is_control = bool(attributes & _CONTROL)
+    marker = None
+    if is_control:
+        marker = _marker(records, base_offset)
+        records = ()
+    return FetchedBatch(base_offset, base_offset + last_offset_delta, producer_id, producer_epoch, base_sequence,
+                        bool(attributes & _TRANSACTIONAL), is_control, marker, records)
+
+
+def _gunzip(body: bytes, base_offset: int) -> bytes:
+    try:
+        return zlib.decompress(body, wbits=31)
+    except zlib.error as exc:
+        raise FetchFormatError(f"batch at offset {base_offset}: bad gzip data: {exc}") from None
+
+
+def _marker(records: tuple[FetchedRecord, ...], base_offset: int) -> MarkerType | None:
+    if len(records) != 1 or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
+        raise FetchFormatError(f"control batch at offset {base_offset}: not one record with a control key")
+    _version, control_type = _CONTROL_KEY.unpack_from(records[0].key)
+    return MarkerType(control_type) if control_type in (0, 1) else None
+
+
+def _parse_records(body: bytes, count: int, base_offset: int) -> tuple[FetchedRecord, ...]:
+    records = []
+    position = 0
+    end = len(body)
+    try:
+        for _ in range(count):
+            length, position = _varint(body, position)
+            record_end = position + length
+            if length < 0 or record_end > end:
+                raise FetchFormatError(f"batch at offset {base_offset}: record of {length} bytes past the batch")
+            position += 1  # attributes
+            _timestamp_delta, position = _varint(body, position)
+            offset_delta, position = _varint(body, position)
+            key, position = _bytes(body, position, record_end)
+            value, position = _bytes(body, position, record_end)
+            headers, position = _varint(body, position)
+            for _header in range(headers):
+                _header_key, position = _bytes(body, position, record_end)
+                _header_value, position = _bytes(body, position, record_end)
+            if position != record_end:
+                raise FetchFormatError(f"batch at offset {base_offset}: record length does not match its fields")
+            records.append(FetchedRecord(base_offset + offset_delta, key, value))
+    except IndexError:
+        raise FetchFormatError(f"batch at offset {base_offset}: records run past the batch") from None
+    return tuple(records)
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    """A zig-zag varint (Kafka's ByteUtils.readVarlong: at most 10 bytes)."""
+    first = data[position]  # IndexError past the end: the caller's
+    if first < 0x80:  # one byte: most lengths and deltas
+        return (first >> 1) ^ -(first & 1), position + 1
+    shift = 0
+    raw = 0
+    while True:
+        byte = data[position]  # IndexError past the end: the caller's
+        position += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), position
+        shift += 7
+        if shift > 63:
+            raise FetchFormatError("varint longer than 10 bytes")
+
+
+def _bytes(data: bytes, position: int, limit: int) -> tuple[bytes | None, int]:
+    length, position = _varint(data, position)
+    if length < 0:
+        return None, position
+    if position + length > limit:
+        raise FetchFormatError(f"field of {length} bytes past its record")
+    return data[position:position + length], position + length
+
+
+# ------------------------------------------------------------------------------------------------ Fetch
+
+
+def fetch_request(topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int,
+                  read_committed: bool = False) -> FetchRequest:
+    return FetchRequest(
+        cluster_id=None, replica_id=BrokerId(-1), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
+        min_bytes=i32(1), max_bytes=i32(max_bytes), isolation_level=i8(1 if read_committed else 0),
+        session_id=i32(0), session_epoch=i32(-1),
+        topics=(FetchTopic(topic=TopicName(topic), partitions=(FetchPartition(
+            partition=i32(partition), current_leader_epoch=i32(-1), fetch_offset=i64(offset),
+            last_fetched_epoch=i32(-1), log_start_offset=i64(-1), partition_max_bytes=i32(max_bytes)),)),),
+        forgotten_topics_data=(), rack_id="")
+
+
+def parse_fetch_response(frame: bytes, topic: str, partition: int, offset: int) -> FetchedPartition:
+    """The one partition's answer of a Fetch v12 response frame (size prefix removed)."""
+    try:
+        body_offset = codec.skip_tagged_fields(frame, 4)  # correlation id, then the v1 header's tagged fields
+        response, _size = read_entity(FetchResponse, frame, body_offset)
+    except (SerialError, ProtocolError, ValueError, IndexError, OverflowError, struct.error) as exc:
+        raise FetchFormatError(f"malformed Fetch response: {exc!r}") from None
+    if response.error_code != ErrorCode.none:
+        raise FetchError(int(response.error_code), f"Fetch failed: error {int(response.error_code)}")
+    for topic_answer in response.responses:
+        if topic_answer.topic != topic:
+            continue
+        for answer in topic_answer.partitions:
+            if answer.partition_index != partition:
+                continue
+            if answer.error_code != ErrorCode.none:
+                raise FetchError(int(answer.error_code),
+                                 f"Fetch {topic}-{partition}@{offset}: error {int(answer.error_code)}")
+            # the broker answers whole batches, so the first may start below `offset`; the caller fetches from
+            # batch boundaries, so a batch wholly below `offset` is one already read
+            batches = [b for b in parse_batches(bytes(answer.records or b"")) if b.last_offset >= offset]
+            next_offset = max([offset] + [batch.last_offset + 1 for batch in batches])
+            return FetchedPartition(int(answer.high_watermark), int(answer.last_stable_offset),
+                                    int(answer.log_start_offset), batches, next_offset)
+    raise FetchFormatError(f"Fetch response without {topic}-{partition}")
+
+
+async def fetch(client: KafkaClient, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
+                max_wait_ms: int = 0, read_committed: bool = False,
+                timeout_ms: int | None = None) -> FetchedPartition:
+    """One Fetch of `topic`-`partition` from `offset` (read_uncommitted unless asked), on the partition leader's
+    connection `client`."""
+    request = fetch_request(topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
+                            read_committed=read_committed)
+    correlation_id = client.next_correlation_id()
+    frame = codec.encode_request(correlation_id, client.client_id, request)
+    answer = await client.send_raw(frame, correlation_id, _FETCH_API_KEY, FETCH_VERSION,
+                                   timeout_ms=(max_wait_ms + 30_000) if timeout_ms is None else timeout_ms)
+    return parse_fetch_response(answer, topic, partition, offset)
+
+
+async def tolerant_request(client: KafkaClient, body: Any, *, timeout_ms: int | None = None) -> Any:
+    """Send a kio request; its response is decoded with protocol/tolerant.py's bounded reader, never kio's native
+    one (a broker's array lengths are as untrusted as a client's). FetchFormatError when malformed."""
+    api_key, version = int(body.__api_key__), int(body.__version__)
+    correlation_id = client.next_correlation_id()
+    frame = codec.encode_request(correlation_id, client.client_id, body)
+    answer = await client.send_raw(frame, correlation_id, api_key, version, timeout_ms=timeout_ms)
+    try:
+        offset = 4
+        if apis.response_header_version(api_key, version) >= 1:
+            offset = codec.skip_tagged_fields(answer, offset)
+        response, _size = read_entity(apis.response_class(api_key, version), answer, offset)
+    except (SerialError, ProtocolError, ValueError, IndexError, OverflowError, struct.error) as exc:
+        raise FetchFormatError(f"malformed response to api {api_key} v{version}: {exc!r}") from None
+    return response
