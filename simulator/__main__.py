@@ -3,6 +3,8 @@
     python -m simulator --seeds 1000 --start 0     seeds 0..999; progress on stderr, a summary, a JSON line
     python -m simulator --seed 42 --trace          one seed, every event of its history (the replay of a failure)
     python -m simulator --plant NAME --seeds 100   with a planted bug: which seed finds it (--list-plants)
+    python -m simulator --seeds 100000 --jobs 2    in worker processes; progress, seeds/min, CPU per seed
+    python -m simulator --seed 42 --shrink         a failing seed minimised to a short replayable scenario
 
 Exit status 1 if any seed violated an invariant. The process runs with PYTHONHASHSEED=0 (it re-executes itself
 otherwise): the iteration order of sets of strings depends on it, and a seed must replay in any process.
@@ -10,14 +12,17 @@ otherwise): the iteration order of sets of strings depends on it, and a seed mus
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import multiprocessing
 import os
 import sys
 import time
-from typing import TextIO
+from typing import Iterator, TextIO
 
 from simulator.plants import PLANTS
-from simulator.run import Outcome, run_seed
+from simulator.run import Outcome, make_scenario, run_seed
+from simulator.shrink import Reduction, reduce_scenario, shrink
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,38 +36,101 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plant", choices=sorted(PLANTS), help="run with this planted bug (stops at the first "
                                                                 "seed that finds it)")
     parser.add_argument("--list-plants", action="store_true", help="list the planted bugs")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes for --seeds (default: "
+                                                                "%(default)s; the seeds are reported in order)")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop after this much wall time "
+                                                                           "(the summary covers the seeds run)")
+    parser.add_argument("--shrink", action="store_true", help="with --seed: minimise the failing seed's scenario "
+                                                              "and print a short replayable reproduction")
+    parser.add_argument("--reduce", metavar="SPEC", help="with --seed: run only part of the seed's scenario (what "
+                                                         "--shrink prints)")
     args = parser.parse_args(argv)
     if args.list_plants:
         for plant in PLANTS.values():
             print(f"{plant.name:<28} {plant.description} (caught by: {', '.join(sorted(plant.caught_by))})")
         return 0
+    if args.seed is not None and args.shrink:
+        return _shrink(args.seed, args.plant)
     if args.seed is not None:
-        return _one(args.seed, args.trace, args.plant)
-    return _many(args.start, args.seeds, args.stop_at_first or args.plant is not None, args.plant)
+        reduction = None if args.reduce is None else Reduction.decode(args.reduce)
+        return _one(args.seed, args.trace, args.plant, reduction)
+    return _many(args.start, args.seeds, args.stop_at_first or args.plant is not None, args.plant, args.jobs,
+                 args.time_limit)
 
 
-def _one(seed: int, trace: bool, plant: str | None) -> int:
-    outcome = run_seed(seed, keep_history=trace, plant=plant)
+def _one(seed: int, trace: bool, plant: str | None, reduction: Reduction | None = None) -> int:
+    outcome = run_seed(seed, keep_history=trace, plant=plant, reduction=reduction)
     if trace and outcome.history is not None:
         print(outcome.history.trace())
     _describe(outcome, sys.stdout)
     return 0 if outcome.ok else 1
 
 
-def _many(start: int, count: int, stop_at_first: bool, plant: str | None) -> int:
+def _shrink(seed: int, plant: str | None) -> int:
+    """Minimises a failing seed (simulator/shrink.py) and prints the reduced scenario and its replay command."""
+    original = run_seed(seed, plant=plant)
+    if original.ok:
+        print(f"seed {seed} holds every invariant: nothing to shrink")
+        return 0
+    invariant = original.violations[0].invariant
+    scenario = make_scenario(seed)
+    members = sum(len(g.members) for g in scenario.groups)
+    print(f"seed {seed}: [{invariant}] {original.violations[0].message}", file=sys.stderr)
+    print(f"  shrinking {len(scenario.faults)} faults, {members} consumers ...", file=sys.stderr)
+
+    def violated(reduction: Reduction) -> set[str]:
+        return {v.invariant for v in run_seed(seed, plant=plant, reduction=reduction).violations}
+
+    started = time.perf_counter()
+    reduction, runs = shrink(seed, violated, invariant, len(scenario.faults), members,
+                             progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    reduced = run_seed(seed, plant=plant, reduction=reduction)
+    kept = reduce_scenario(scenario, reduction)
+    print(f"seed {seed} shrunk in {runs} runs ({time.perf_counter() - started:.1f}s): {kept.describe()}")
+    for fault in kept.faults:
+        print(f"  at {fault.at_ms / 1000:.3f}s {fault.kind} target={fault.target} for {fault.duration_ms} ms")
+    for violation in reduced.violations[:3]:
+        print(f"  {violation.line()}")
+    plant_arg = "" if plant is None else f" --plant {plant}"
+    print(f"  replay: python -m simulator --seed {seed}{plant_arg} --reduce \"{reduction.encode()}\" --trace")
+    print(json.dumps({"seed": seed, "invariant": invariant, "runs": runs, "reduction": reduction.encode(),
+                      "faults": len(kept.faults), "consumers": sum(len(g.members) for g in kept.groups),
+                      "events": reduced.events, "original_events": original.events}))
+    return 1
+
+
+def _outcomes(start: int, count: int, plant: str | None, jobs: int) -> Iterator[Outcome]:
+    """Each seed's outcome, in seed order; with `jobs` > 1 run by that many worker processes (each a fork of
+    this one, so PYTHONHASHSEED=0 holds there too)."""
+    seeds = range(start, start + count)
+    if jobs <= 1:
+        for seed in seeds:
+            yield run_seed(seed, plant=plant)
+        return
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield from pool.imap(functools.partial(_run_quietly, plant=plant), seeds, chunksize=4)
+
+
+def _run_quietly(seed: int, plant: str | None) -> Outcome:
+    return run_seed(seed, plant=plant)
+
+
+def _many(start: int, count: int, stop_at_first: bool, plant: str | None, jobs: int = 1,
+          time_limit_s: float | None = None) -> int:
     started, cpu_started = time.perf_counter(), time.process_time()
     failing: list[Outcome] = []
     first_digest = ""
     events = steps = run = 0
     virtual_ms = 0
+    seeds_cpu_s = 0.0  # CPU of the runs themselves, in whichever process ran them
     last_report = started
-    for seed in range(start, start + count):
-        outcome = run_seed(seed, plant=plant)
+    for outcome in _outcomes(start, count, plant, jobs):
         run += 1
         events += outcome.events
         steps += outcome.steps
         virtual_ms += outcome.virtual_ms
-        if seed == start:
+        seeds_cpu_s += outcome.cpu_s
+        if outcome.seed == start:
             first_digest = outcome.digest
         if not outcome.ok:
             failing.append(outcome)
@@ -70,24 +138,37 @@ def _many(start: int, count: int, stop_at_first: bool, plant: str | None) -> int
             if stop_at_first:
                 break
         now = time.perf_counter()
+        if time_limit_s is not None and now - started >= time_limit_s:
+            print(f"time limit of {time_limit_s:.0f}s reached after {run} seeds", file=sys.stderr)
+            break
         if now - last_report >= 5 or run == count:
             last_report = now
-            print(f"seeds {run}/{count}  failing {len(failing)}  {run / (now - started):.1f} seeds/s",
-                  file=sys.stderr, flush=True)
+            elapsed = now - started
+            eta = (count - run) * elapsed / run
+            print(f"seeds {run}/{count}  failing {len(failing)}  {60 * run / elapsed:.0f} seeds/min  "
+                  f"{1000 * seeds_cpu_s / run:.0f} ms CPU/seed  eta {eta:.0f}s", file=sys.stderr, flush=True)
     wall_s = time.perf_counter() - started
-    cpu_s = time.process_time() - cpu_started
+    cpu_s = max(seeds_cpu_s, time.process_time() - cpu_started)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
-    print(f"ran {run} seeds ({start}..{start + run - 1}) in {wall_s:.1f}s wall, {cpu_s:.1f}s CPU "
-          f"({run / wall_s:.1f} seeds/s, {1000 * cpu_s / max(run, 1):.0f} ms CPU per seed, load average "
+    print(f"ran {run} seeds ({start}..{start + run - 1}) with {jobs} job(s) in {wall_s:.1f}s wall, {cpu_s:.1f}s CPU "
+          f"({60 * run / wall_s:.0f} seeds/min, {1000 * cpu_s / max(run, 1):.0f} ms CPU per seed, load average "
           f"{load:.1f}); {virtual_ms / 3_600_000:.1f} virtual hours, {events} events, {steps} loop callbacks; "
           f"{len(failing)} failing", file=sys.stderr)
+    by_invariant: dict[str, int] = {}
+    for outcome in failing:
+        by_invariant[outcome.violations[0].invariant] = by_invariant.get(outcome.violations[0].invariant, 0) + 1
+    if by_invariant:
+        print("  by invariant: " + ", ".join(f"{name} {n}" for name, n in sorted(by_invariant.items())),
+              file=sys.stderr)
     replay_plant = "" if plant is None else f" --plant {plant}"
     for outcome in failing:
         print(f"  seed {outcome.seed}: {outcome.violations[0].line()}", file=sys.stderr)
-        print(f"    replay: python -m simulator --seed {outcome.seed}{replay_plant} --trace", file=sys.stderr)
+        print(f"    replay: python -m simulator --seed {outcome.seed}{replay_plant} --trace "
+              f"(or --shrink)", file=sys.stderr)
     print(json.dumps({
-        "seeds": run, "start": start, "wall_s": round(wall_s, 2), "cpu_s": round(cpu_s, 2),
-        "seeds_per_s": round(run / wall_s, 2), "load_average": round(load, 2),
+        "seeds": run, "start": start, "jobs": jobs, "wall_s": round(wall_s, 2), "cpu_s": round(cpu_s, 2),
+        "seeds_per_s": round(run / wall_s, 2), "seeds_per_min": round(60 * run / wall_s, 1),
+        "cpu_ms_per_seed": round(1000 * cpu_s / max(run, 1), 1), "load_average": round(load, 2),
         "first_seed_history_hash": first_digest,
         "violations": [{"seed": o.seed, "invariant": o.violations[0].invariant,
                         "message": o.violations[0].message} for o in failing],

@@ -31,7 +31,7 @@ from coordinator.loadgen.assignors import range_assign
 from protocol.consumer_protocol import (Subscription, decode_assignment, decode_subscription, encode_assignment,
                                         encode_subscription)
 from protocol.error_codes import Errors
-from simulator.instance import Disconnected
+from simulator.instance import Disconnected, Route
 
 if TYPE_CHECKING:
     from simulator.run import Simulation
@@ -81,6 +81,7 @@ class SimConsumer:
         self.subscription = encode_subscription(Subscription(self.subscribed))
         self.rejoin_needed = False
         self.task: asyncio.Task[None] | None = None
+        self.route = Route()
 
     # --- the consumer's life ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -181,6 +182,7 @@ class SimConsumer:
         request = OffsetFetchRequest(self.group_id, [OffsetFetchRequestTopic(t, ps) for t, ps in by_topic.items()],
                                      require_stable=True)
         while True:
+            sent_ms = self.sim.now_ms()
             response = await self._request("fetch_offsets", request)
             if response is None:
                 continue
@@ -195,7 +197,7 @@ class SimConsumer:
             for topic in response.topics:
                 for p in topic.partitions:
                     self.sim.checkers.fetched(self.group_id, (topic.name, p.partition_index), p.committed_offset,
-                                              self.name)
+                                              self.name, sent_ms)
             return
 
     async def _steady(self) -> None:
@@ -281,7 +283,7 @@ class SimConsumer:
         sim = self.sim
         if self.hang_until_ms > sim.now_ms():
             await self._sleep(self.hang_until_ms - sim.now_ms())
-        return await sim.call(self.name, self.member_id, api, request, self.slow_factor)
+        return await sim.call(self.name, self.member_id, api, request, self.slow_factor, route=self.route)
 
     async def _sleep(self, ms: int) -> None:
         await asyncio.sleep(ms / 1000)

@@ -17,10 +17,17 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from coordinator.cluster.directory import OwnerMapDirectory
+from coordinator.cluster.identity import InstanceEndpoint, client_id_for, default_node_id
+from coordinator.cluster.owner_map import OwnerMap
+from coordinator.cluster.ownership import GroupAssignmentReader, Ownership
+from coordinator.group.api import HeartbeatResponse
 from coordinator.group.observer import GroupObserver
 from coordinator.group.runtime import GroupRuntime
+from coordinator.group.status import ShardStatus
 from coordinator.timer import SystemTimer
 from protocol.error_codes import Errors
+from simulator.cluster import SimMembership, describe_fresh, guard_pulse, refresh_owner_map
 from simulator.kafka import SimProducer
 from simulator.loop import EPOCH_MS, VirtualClock
 from simulator.store import SimulatedStore
@@ -33,6 +40,19 @@ log = logging.getLogger("simulator")
 
 class Disconnected(Exception):
     """The connection to the coordinator failed or dropped."""
+
+
+@dataclass(eq=False)
+class Route:
+    """A client's cached coordinator (FindCoordinator's answer), forgotten when it stops being one."""
+
+    instance: CoordinatorInstance | None = None
+
+
+def not_coordinator(response: Any) -> bool:
+    """Whether the answer sends the client to find its coordinator again."""
+    summary = _error_summary(response)
+    return "NOT_COORDINATOR" in summary or "COORDINATOR_NOT_AVAILABLE" in summary
 
 
 @dataclass(eq=False)
@@ -79,29 +99,50 @@ class SimObserver(GroupObserver):
 
 
 class CoordinatorInstance:
-    def __init__(self, sim: Simulation, number: int) -> None:
+    """One coordinator process. `slot` is its place among the instances of a multi-instance run (its instance id,
+    node and endpoint survive restarts); None: the run's only instance, owning every partition."""
+
+    def __init__(self, sim: Simulation, number: int, slot: int | None = None) -> None:
         self.sim = sim
         self.number = number
+        self.slot = slot
         self.name = f"coordinator-{number}"
+        self.process = f"{self.name}-state"  # the client.id of its state producers
         self.alive = True
         self.closing = False  # shutting down: new requests are refused, parked ones get answered
         self.loaded = False
+        self.paused_until_ms = 0
+        self._resumed: asyncio.Future[None] | None = None
+        self._held: list[Any] = []  # timer expirations due while paused
         loop = sim.loop
         self.clock = VirtualClock(loop)
         self.timer = SystemTimer(self.name, self.clock, executor=self._execute)
         config = sim.config
         self.producer = SimProducer(sim.kafka, self.name, config.offsets_commit_timeout_ms, sim.ledger)
         self.store = SimulatedStore(sim.kafka, self.producer, config.offsets_topic_num_partitions,
-                                    config.offsets_commit_timeout_ms, self.clock)
+                                    config.offsets_commit_timeout_ms, self.clock, client_id=self.name,
+                                    fencing=slot is not None)
         self.runtime = GroupRuntime(config, self.timer, self.store, self.clock, SimObserver(self),
                                     wall_clock=VirtualClock(loop, EPOCH_MS))
-        self.runtime.begin_loading()  # before any request can arrive, as app.py does
-        self.timer.start()
         self.pending: dict[int, Pending] = {}
         self._abandoned: list[Any] = []  # a dead process's requests and tasks, kept until the run ends
         self._next_request = 0
-        self._background = loop.create_task(self._load_then_expire(), name=f"{self.name}-load")
-        sim.history.record("instance_start", inst=number)
+        self.ownership: Ownership | None = None
+        self.directory: OwnerMapDirectory | None = None
+        self.membership: SimMembership | None = None
+        self.service: Any = self.runtime
+        self._tasks: list[asyncio.Task[Any]] = []
+        sim.processes[self.process] = sim.processes[self.name] = self
+        if slot is None:
+            self.runtime.begin_loading()  # before any request can arrive, as app.py does
+            self.timer.start()
+            self._background = loop.create_task(self._load_then_expire(), name=f"{self.name}-load")
+        else:
+            for shard in self.runtime.shards:  # NOT_COORDINATOR until Kafka assigns a partition (app.py)
+                shard.status = ShardStatus.UNOWNED
+            self.timer.start()
+            self._background = loop.create_task(self._own_then_expire(slot), name=f"{self.name}-own")
+        sim.history.record("instance_start", inst=number, slot=slot)
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def _execute(self, run: Any) -> None:
@@ -109,8 +150,87 @@ class CoordinatorInstance:
         self.sim.loop.call_soon(self._run_if_alive, run)
 
     def _run_if_alive(self, run: Any) -> None:
-        if self.alive:
+        if not self.alive:
+            return
+        if self.paused:
+            self._held.append(run)
+            return
+        run()
+
+    # --- a paused process (SIGSTOP, a VM freeze) --------------------------------------------------------------
+    @property
+    def paused(self) -> bool:
+        return self._resumed is not None
+
+    def pause(self, duration_ms: int) -> None:
+        if self.paused or not self.alive:
+            return
+        self._resumed = self.sim.loop.create_future()
+        self.sim.history.record("paused", inst=self.number, ms=duration_ms)
+        self.sim.loop.call_later(duration_ms / 1000, self._wake)
+
+    def _wake(self) -> None:
+        resumed, self._resumed = self._resumed, None
+        if not self.alive or resumed is None:
+            return
+        self.sim.history.record("woke", inst=self.number)
+        if self.ownership is not None:  # the watcher thread's pulse and the loop's tick come first
+            self.ownership.guard.pulse()
+            self.ownership.guard.check()
+        held, self._held = self._held, []
+        for run in held:
             run()
+        resumed.set_result(None)
+
+    async def running(self) -> None:
+        """Returns once the process is not paused (at once if it runs)."""
+        while self._resumed is not None:
+            await asyncio.shield(self._resumed)
+
+    # --- several instances: the partitions Kafka gives this one -----------------------------------------------
+    async def _own_then_expire(self, slot: int) -> None:
+        sim = self.sim
+        instance_id = f"instance{slot}"
+        me = InstanceEndpoint(instance_id, default_node_id(instance_id), f"10.1.0.{slot + 1}", 9092)
+        self.endpoint = me
+        owner_map = OwnerMap("simulated", sim.instances_group_id, "state", self.runtime.num_partitions, me)
+        self.directory = OwnerMapDirectory(self.runtime.num_partitions, "simulated", owner_map)
+        ownership = self.ownership = Ownership(
+            self.runtime, instance_id=instance_id, group_id=sim.instances_group_id, topic="state",
+            session_timeout_ms=sim.instances_group.session_ms, clock=self.clock, gc_after_moves=False,
+            guard_ticks=False)
+        self.service = _Service(ownership.service)
+        self.store.on_fenced = ownership.on_fenced
+
+        def owned(partitions: set[int]) -> None:
+            owner_map.set_own(partitions)
+
+        ownership.on_owned = owned
+        loads = self.runtime.load
+
+        async def load_then_check(partitions: Any = None) -> int:
+            count = await loads(partitions)
+            if self.alive:
+                self.sim.checkers.after_load(self, set(partitions))
+            return count
+
+        self.runtime.load = load_then_check  # type: ignore[method-assign]
+        self.membership = SimMembership(self, ownership, client_id_for(me))
+        loop = sim.loop
+        self._tasks = [loop.create_task(guard_pulse(self, ownership)),
+                       loop.create_task(refresh_owner_map(self, owner_map))]
+        # SimMembership has Membership's surface, on the simulated instances group
+        await ownership.start(self.membership,  # type: ignore[arg-type]
+                              GroupAssignmentReader(lambda: describe_fresh(self)))
+        await ownership.settled.wait()
+        self.loaded = True
+        interval_s = sim.config.offsets_retention_check_interval_ms / 1000
+        while True:
+            await self.running()
+            expired = await self.runtime.expire_offsets()
+            if expired:
+                sim.history.record("offsets_expired", inst=self.number, count=expired)
+            await asyncio.sleep(interval_s)
 
     async def _load_then_expire(self) -> None:
         retry_s = 1.0
@@ -124,7 +244,7 @@ class CoordinatorInstance:
                 retry_s = min(retry_s * 2, 30.0)
         self.loaded = True
         self.sim.history.record("loaded", inst=self.number, groups=groups)
-        self.sim.checkers.after_load(self)
+        self.sim.checkers.after_load(self, None)
         interval_s = self.sim.config.offsets_retention_check_interval_ms / 1000
         while True:
             expired = await self.runtime.expire_offsets()
@@ -136,7 +256,12 @@ class CoordinatorInstance:
         self.sim.checkers.before_crash(self)
         self.alive = False
         self.producer.kill()
+        self.sim.ledger.crashed(self.name)
         self._background.cancel()
+        for task in self._tasks:
+            task.cancel()
+        if self.membership is not None:
+            self.membership.kill()
         self.sim.loop.create_task(self.timer.close())
         self.sim.history.record("crash", inst=self.number, pending=len(self.pending))
         for pending in list(self.pending.values()):
@@ -151,6 +276,10 @@ class CoordinatorInstance:
         self.closing = True
         self.sim.history.record("shutdown", inst=self.number, pending=len(self.pending))
         self._background.cancel()
+        if self.ownership is not None:  # revoke (unload) every partition, then leave the instances group
+            await self.ownership.close()
+            for task in self._tasks:
+                task.cancel()
         await self.runtime.shutdown()
         await asyncio.sleep(0.1)  # the answers leave
         if not self.alive:  # killed while it shut down
@@ -184,10 +313,14 @@ class CoordinatorInstance:
         self.pending[request_id] = pending
         self.sim.history.record("srv_in", inst=self.number, rid=request_id, api=api, client=client,
                                 member=member_id)
-        task = loop.create_task(getattr(self.runtime, api)(request))
+        task = loop.create_task(self._handle(api, request))
         pending.task = task
         task.add_done_callback(lambda done: self._answered(pending, done))
         return reply
+
+    async def _handle(self, api: str, request: Any) -> Any:
+        await self.running()  # a paused process reads nothing; what it held is read when it wakes
+        return await getattr(self.service, api)(request)
 
     def _answered(self, pending: Pending, task: asyncio.Task[Any]) -> None:
         if not self.alive:
@@ -201,11 +334,27 @@ class CoordinatorInstance:
                 pending.reply.set_exception(Disconnected("the coordinator closed the connection"))
             return
         response = task.result()
+        summary = _error_summary(response)
         self.sim.history.record("srv_out", inst=self.number, rid=pending.request_id, api=pending.api,
-                                client=pending.client, error=_error_summary(response))
-        self.sim.checkers.answered(self, pending, response)
+                                client=pending.client, error=summary)
+        self.sim.checkers.answered(self, pending, response, summary)
         if not pending.reply.done():
             pending.reply.set_result(response)
+
+
+class _Service:
+    """The guarded service (coordinator/cluster/ownership.py GuardedService, the server's entry points) with the
+    runtime's typed heartbeat."""
+
+    def __init__(self, service: Any) -> None:
+        self._service = service
+
+    def __getattr__(self, api: str) -> Any:
+        return getattr(self._service, api)
+
+    async def heartbeat(self, request: Any) -> HeartbeatResponse:
+        return HeartbeatResponse(self._service.handle_heartbeat(request.group_id, request.generation_id,
+                                                                request.member_id, request.group_instance_id))
 
 
 def _error_summary(response: Any) -> str:

@@ -47,7 +47,10 @@ KAFKA_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 INVARIANTS = ("durable_commit", "durable_delete", "single_owner", "generation_once", "session_expiry",
-              "transitions", "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors")
+              "transitions", "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors",
+              "single_writer")
+# Answers that say the instance does not serve the group's partition (anything else is served)
+NOT_SERVED = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
 MAX_VIOLATIONS = 20
 # The longest a request may stay parked: two rebalance timeouts (a join phase nobody completes is given another),
 # the initial rebalance delay, a sync phase and a write's timeout. The scenarios keep rebalance.timeout.ms <= 30 s.
@@ -73,6 +76,8 @@ class Checkers:
         self.violations: list[Violation] = []
         # (group, topic, partition) -> (offset, write id) of the last commit answered NONE
         self._must_keep: dict[tuple[str, str, int], tuple[int, int]] = {}
+        # every such commit as (when its answer reached the client, offset, write id), in that order
+        self._kept_since: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
         self._owners: dict[tuple[str, int, int], dict[tuple[str, int], str]] = {}
         self._assignments: dict[tuple[str, int, int, str], tuple[tuple[str, int], ...]] = {}
         self._stable: set[tuple[str, int, int]] = set()
@@ -81,6 +86,9 @@ class Checkers:
         self._lives: dict[str, int] = {}
         self._session_reset_ms: dict[str, int] = {}
         self._deleted: dict[Key, int] = {}  # key -> the last write issued when its deletion was answered NONE
+        self.cluster: Any = None  # the Simulation, for the instances running now (single_writer)
+        # (instance, partition) -> the writes issued before its last load of the partition
+        self._loaded_before: dict[tuple[str, int], int] = {}
         history.listeners.append(self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
@@ -125,8 +133,12 @@ class Checkers:
                                              f"(session.timeout.ms={session_ms})")
 
     # --- from the instances -----------------------------------------------------------------------------------
-    def answered(self, instance: CoordinatorInstance, pending: Pending, response: Any) -> None:
+    def answered(self, instance: CoordinatorInstance, pending: Pending, response: Any, error_summary: str = "NONE"
+                 ) -> None:
         api = pending.api
+        if (getattr(instance, "ownership", None) is not None and pending.group_id
+                and not set(error_summary.split(",")) & NOT_SERVED):
+            self._one_server(instance, instance.runtime.partition_for(pending.group_id), pending.api)
         waited_ms = self.now_ms() - pending.arrived_ms
         if waited_ms > PARKED_AT_MOST_MS:
             self.violation("parked_answered", f"{api} from {pending.client} was answered after {waited_ms} ms")
@@ -136,26 +148,48 @@ class Checkers:
                   or api == "commit_offsets" and any(p.error_code == Errors.NONE
                                                      for t in response.topics for p in t.partitions))
         if api == "sync_group" and error == Errors.NONE and pending.generation is not None:
-            self._sync_answered(instance.name, pending.group_id, pending.generation)
+            runtime = getattr(instance, "runtime", None)
+            partition = 0 if runtime is None else runtime.partition_for(pending.group_id)
+            self._sync_answered(instance.name, pending.group_id, pending.generation,
+                                self._loaded_before.get((instance.name, partition), 0))
         if resets and pending.member_id:
             # a commit resets the session when it is handled, before its write; a parked SyncGroup when answered
             self._session_reset_ms[pending.member_id] = (self.now_ms() if api == "sync_group"
                                                          else pending.arrived_ms)
 
-    def _sync_answered(self, instance: str, group_id: str, generation: int) -> None:
-        """The generation's group record was acknowledged — or, written by an earlier instance, may have landed
-        and was loaded from the log."""
-        if not self.ledger.group_generation_stored(group_id, generation, instance):
+    def _one_server(self, instance: CoordinatorInstance, partition: int, what: str) -> None:
+        """single_writer: no other running instance serves the partition of a group this one just served."""
+        for other in self.cluster.coordinators if self.cluster is not None else ():
+            if (other is not None and other is not instance and other.alive and not other.paused
+                    and other.ownership is not None and other.ownership.serving(partition)):
+                self.violation("single_writer", f"{instance.name} served {what} of state partition {partition} "
+                                                f"while {other.name} serves it too")
+
+    def _sync_answered(self, instance: str, group_id: str, generation: int, loaded_before: int) -> None:
+        """The generation's group record was acknowledged — or, written by an earlier instance or before this
+        one last loaded the partition, may have landed and was loaded from the log."""
+        if not self.ledger.group_generation_stored(group_id, generation, instance, loaded_before):
             self.violation("answer_after_ack", f"SyncGroup of {group_id} generation {generation} answered NONE "
                                                "before its group record was acknowledged")
 
-    def after_load(self, instance: CoordinatorInstance) -> None:
-        """Every key the ledger knows, against what the new instance materialised."""
+    def after_load(self, instance: CoordinatorInstance, partitions: set[int] | None = None) -> None:
+        """Every key the ledger knows (of the partitions loaded), against what the instance materialised."""
         groups = instance.runtime.groups
-        self._deletions_hold(groups)
+        runtime = instance.runtime
+
+        def loaded(group_id: str) -> bool:
+            return partitions is None or runtime.partition_for(group_id) in partitions
+
+        self._deletions_hold(groups, loaded)
+        for partition in (range(runtime.num_partitions) if partitions is None else partitions):
+            self._loaded_before[(instance.name, partition)] = len(self.ledger.writes)
         for group_id in list(groups):
-            self._states[(instance.number, group_id)] = groups[group_id].state.value
-        for key in list(self.ledger.by_key):
+            if loaded(group_id):
+                self._states[(instance.number, group_id)] = groups[group_id].state.value
+        if partitions is not None:
+            for partition in partitions:
+                self._one_server(instance, partition, "a load")
+        for key in [k for k in self.ledger.by_key if loaded(k[0])]:
             group = groups.get(key[0])
             allowed, _ = self.ledger.candidates(key)
             if len(key) == 3:
@@ -173,9 +207,9 @@ class Checkers:
                     self.violation("reload_equals_acked",
                                    f"group {key[0]} loaded as {shown_group}, possible: {views}")
 
-    def _deletions_hold(self, groups: Any) -> None:
+    def _deletions_hold(self, groups: Any, loaded: Any) -> None:
         for key, written_before in self._deleted.items():
-            if self.ledger.written_after(key, written_before):
+            if not loaded(key[0]) or self.ledger.written_after(key, written_before):
                 continue  # written again since the deletion: its value may be back
             group = groups.get(key[0])
             if len(key) == 3:
@@ -191,7 +225,10 @@ class Checkers:
         """Memory claims nothing Kafka did not acknowledge and is not still writing."""
         if not instance.loaded:
             return
+        ownership = getattr(instance, "ownership", None)
         for group_id, group in list(instance.runtime.groups.items()):
+            if ownership is not None and not ownership.serving(instance.runtime.partition_for(group_id)):
+                continue
             for (topic, partition), record in group.offsets.items():
                 key = (group_id, topic, partition)
                 allowed, _ = self.ledger.candidates(key)
@@ -217,10 +254,17 @@ class Checkers:
         previous = self._must_keep.get(key)
         if previous is None or previous[1] < write.write_id:
             self._must_keep[key] = (offset, write.write_id)
+            self._kept_since.setdefault(key, []).append((self.now_ms(), offset, write.write_id))
 
-    def fetched(self, group_id: str, tp: tuple[str, int], offset: int, client: str) -> None:
+    def fetched(self, group_id: str, tp: tuple[str, int], offset: int, client: str,
+                sent_ms: int | None = None) -> None:
+        """A stable fetch sent at `sent_ms` must show every commit whose answer NONE reached a client before
+        (one answered while the fetch was on its way may or may not be in it: its answer can be late)."""
         key = (group_id, tp[0], tp[1])
         kept = self._must_keep.get(key)
+        if kept is not None and sent_ms is not None:
+            before = [(o, w) for at_ms, o, w in self._kept_since.get(key, []) if at_ms <= sent_ms]
+            kept = before[-1] if before else None
         if kept is None or self.ledger.tombstoned_after(key, kept[1]):
             return
         if offset < kept[0]:

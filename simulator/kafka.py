@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from confluent_kafka import KafkaError
 
@@ -60,6 +60,7 @@ class SimKafka:
         self.history = history
         self.logs: list[list[LogRecord]] = [[] for _ in range(partitions)]
         self.next_offsets = [0] * partitions
+        self.transactions: dict[str, Any] = {}  # transactional.id -> its TxnState (simulator/transactions.py)
         self._down = False
         self._up: asyncio.Future[None] | None = None
 

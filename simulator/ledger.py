@@ -15,6 +15,8 @@ from simulator.history import History
 
 # Outcomes after which the write is known not to be in the log (Kafka said it failed before appending).
 REFUSED = frozenset({"NOT_ENOUGH_REPLICAS"})
+# A transactional write ("txn:<error>") that failed is never visible, unless its commit's outcome is unknown.
+TXN_UNKNOWN = frozenset({"txn:_TIMED_OUT", "txn:_MSG_TIMED_OUT"})
 PENDING = "pending"
 ACKED = "acked"
 
@@ -33,6 +35,8 @@ class Write:
 
     @property
     def may_be_in_log(self) -> bool:
+        if self.status.startswith("txn:"):
+            return self.status in TXN_UNKNOWN
         return self.status not in REFUSED
 
 
@@ -70,6 +74,12 @@ class Ledger:
         write = self.writes[write_id]
         write.status = status
         self.history.record("write_done", id=write_id, status=status)
+
+    def crashed(self, producer: str) -> None:
+        """The producer's process died: its writes nobody answered end unknown (they landed or not)."""
+        for write in self.writes:
+            if write.producer == producer and write.status == PENDING:
+                self.outcome(write.write_id, "crashed")
 
     def value_of(self, write: Write, key: Key) -> bytes | None:
         for k, value in write.keys:
@@ -116,14 +126,17 @@ class Ledger:
                 return True
         return False
 
-    def group_generation_stored(self, group_id: str, generation: int, reader: str) -> bool:
+    def group_generation_stored(self, group_id: str, generation: int, reader: str,
+                                loaded_before: int = 0) -> bool:
         """Whether `reader` (a producer name) can know the group record of `generation`: it was acknowledged,
-        or another producer wrote it and it may be in the log (so a load may have found it)."""
+        or it may be in the log and was written by another producer or before the reader's last load of its
+        partition (writes with ids below `loaded_before`), so a load may have found it."""
         for write in reversed(self.by_key.get((group_id,), [])):
             value = self.value_of(write, (group_id,))
             if value is None or decode_group(value).generation != generation:
                 continue
-            if write.status == ACKED or (write.producer != reader and write.may_be_in_log):
+            if write.status == ACKED or (write.may_be_in_log and (write.producer != reader
+                                                                  or write.write_id < loaded_before)):
                 return True
         return False
 

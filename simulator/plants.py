@@ -10,6 +10,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from coordinator.cluster.ownership import Ownership, ZombieGuard
 from coordinator.group import sync
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.runtime import GroupRuntime
@@ -76,6 +77,22 @@ def _assignment_failure_ignored() -> Iterator[None]:
         yield
 
 
+def _revoke_keeps_serving() -> Iterator[None]:
+    async def kept(self: Ownership, partitions: set[int]) -> None:
+        return None
+
+    with _patched(Ownership, "on_revoked", kept):
+        yield
+
+
+def _zombie_guard_off() -> Iterator[None]:
+    def never(self: ZombieGuard) -> None:
+        return None
+
+    with _patched(ZombieGuard, "expired", never):
+        yield
+
+
 PLANTS = {plant.name: plant for plant in (
     Plant("answer_before_ack", "writes are reported acknowledged at once: answers go out before Kafka's ack",
           frozenset({"answer_after_ack"}), _answer_before_ack),
@@ -87,6 +104,10 @@ PLANTS = {plant.name: plant for plant in (
           frozenset({"reload_equals_acked", "durable_commit"}), _offsets_cached_on_failure),
     Plant("assignment_failure_ignored", "a leader's assignment whose write failed is handed out anyway",
           frozenset({"answer_after_ack", "reload_equals_acked"}), _assignment_failure_ignored),
+    Plant("revoke_keeps_serving", "an instance told to give a state partition up keeps serving it",
+          frozenset({"single_writer"}), _revoke_keeps_serving),
+    Plant("zombie_guard_off", "a paused instance does not notice its pause and serves what moved meanwhile",
+          frozenset({"single_writer"}), _zombie_guard_off),
 )}
 
 

@@ -24,14 +24,18 @@ from coordinator.config import INT32_MAX, CoordinatorConfig
 from coordinator.group import join
 from simulator.clients import MemberSpec, SimAdmin, SimConsumer
 from simulator.history import History
-from simulator.instance import CoordinatorInstance, Disconnected
+from simulator.cluster import InstancesGroup
+from simulator.instance import CoordinatorInstance, Disconnected, Route, not_coordinator as _not_coordinator
 from simulator.invariants import Checkers, Violation
 from simulator.kafka import KafkaFaults, SimKafka
 from simulator.ledger import Ledger
 from simulator.loop import SimulationStuck, VirtualLoop
 from simulator.plants import planted
+from simulator.shrink import Reduction, reduce_scenario
+from simulator.transactions import simulated_transactions
 
 QUIET_MS = 600_000
+REQUEST_TIMEOUT_MS = 30_000  # request.timeout.ms of the Java consumer
 FINAL_LOAD_WAIT_MS = 120_000
 FAULT_KINDS = ("member_crash", "member_leave", "member_hang", "member_slow", "member_zombie", "member_resubscribe",
                "instance_crash", "instance_shutdown", "kafka_outage", "compaction")
@@ -42,6 +46,16 @@ class GroupSpec:
     group_id: str
     topics: dict[str, int]
     members: list[MemberSpec]
+
+
+@dataclass(frozen=True)
+class WireFaults:
+    """Per request, between a client and the coordinator: the probability of each fault."""
+
+    reset: float = 0.0  # the connection resets mid-request: before the coordinator read it, or after
+    drop: float = 0.0  # the answer is lost: the client waits out its request timeout, then reconnects
+    delay: float = 0.0  # the answer comes 0.2-5 s late
+    duplicate: float = 0.0  # the answer comes twice: the client drops the connection (correlation id mismatch)
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,8 @@ class Scenario:
     groups: list[GroupSpec]
     faults: list[Fault]
     admin_every_ms: tuple[int, int] | None  # None: no operator
+    instances: int = 0  # 0: one instance owning every partition; else instances sharing the state topic
+    wire: WireFaults | None = None  # None: a faultless network between clients and coordinators
 
     def describe(self) -> str:
         members = sum(len(g.members) for g in self.groups)
@@ -68,7 +84,10 @@ class Scenario:
         for fault in self.faults:
             kinds[fault.kind] = kinds.get(fault.kind, 0) + 1
         admin = "no admin" if self.admin_every_ms is None else f"admin every {self.admin_every_ms} ms"
-        return (f"{len(self.groups)} groups, {members} consumers, {self.config.offsets_topic_num_partitions} "
+        instances = f"{self.instances} instances, " if self.instances else ""
+        if self.wire is not None:
+            instances += f"wire faults {self.wire.reset}/{self.wire.drop}/{self.wire.delay}/{self.wire.duplicate}, "
+        return (f"{instances}{len(self.groups)} groups, {members} consumers, {self.config.offsets_topic_num_partitions} "
                 f"state partitions, {self.duration_ms // 1000}s, {admin}, faults {kinds}")
 
 
@@ -107,7 +126,17 @@ def make_scenario(seed: int) -> Scenario:
                      for _ in range(rng.randint(0, 40 if stormy else 12))),
                     key=lambda f: (f.at_ms, f.kind, f.target))
     admin = rng.choice([None, (5_000, 30_000), (1_000, 5_000)])
-    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin)
+    instances = 0
+    if rng.random() < 0.4:  # several instances: partitions move on crashes, shutdowns and pauses
+        instances = rng.randint(2, 3)
+        pauses = [Fault(rng.randint(5_000, duration_ms - 5_000), "instance_pause", rng.randrange(instances),
+                        rng.choice([1_000, 4_000, 8_000, 15_000])) for _ in range(rng.randint(0, 4))]
+        faults = sorted(faults + pauses, key=lambda f: (f.at_ms, f.kind, f.target))
+    wire = None
+    if rng.random() < 0.3:
+        rates = [0.0, 0.01, 0.03, 0.08]
+        wire = WireFaults(rng.choice(rates), rng.choice(rates), rng.choice(rates), rng.choice(rates))
+    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire)
 
 
 class MemberSlot:
@@ -148,8 +177,14 @@ class Simulation:
         self.checkers = Checkers(self.history, self.ledger, self.now_ms)
         self.kafka = SimKafka(self.loop, self.now_ms, random.Random(f"kafka:{seed}"),
                               self.config.offsets_topic_num_partitions, scenario.kafka, self.history)
-        self.coordinator: CoordinatorInstance | None = None
+        self.multi = scenario.instances > 0
+        # the instance in each place (one place without several instances); None while it is down
+        self.coordinators: list[CoordinatorInstance | None] = [None] * max(scenario.instances, 1)
         self.instances: list[CoordinatorInstance] = []  # every one ever started: a dead one is never collected
+        self.processes: dict[str, CoordinatorInstance] = {}  # by the client.id of its state producers
+        self.instances_group_id = "state.coordinators"
+        self.instances_group = InstancesGroup(self, self.config.offsets_topic_num_partitions, 6_000)
+        self.checkers.cluster = self
         self.slots = [MemberSlot(self, g, spec) for g in scenario.groups for spec in g.members]
         self._offsets: dict[tuple[str, str, int], int] = {}
         self._outages = 0
@@ -161,16 +196,93 @@ class Simulation:
     def latency_ms(self) -> int:
         return self.rng_net.choice((0, 1, 1, 2, 3, 5, 10, 50))
 
-    async def call(self, client: str, member_id: str, api: str, request: Any, slow_factor: int = 1) -> Any:
-        """A request over the network to the coordinator, the answer back; Disconnected if there is none."""
+    @property
+    def coordinator(self) -> CoordinatorInstance | None:
+        """The instance in the first place (the only one without several instances)."""
+        return self.coordinators[0]
+
+    def process_alive(self, process: str) -> bool:
+        instance = self.processes.get(process)
+        return instance is not None and instance.alive
+
+    async def call(self, client: str, member_id: str, api: str, request: Any, slow_factor: int = 1,
+                   route: Route | None = None) -> Any:
+        """A request over the network to the group's coordinator, the answer back; Disconnected if there is none.
+        With several instances the client finds the coordinator first (FindCoordinator to any instance, cached
+        in `route`) and forgets it on NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a dropped connection."""
         await asyncio.sleep(self.latency_ms() * slow_factor / 1000)
-        instance = self.coordinator
+        route = route or Route()
+        if self.multi:
+            instance = route.instance
+            if instance is None or not instance.alive:
+                instance = route.instance = await self._find_coordinator(_group_of(request))
+        else:
+            instance = self.coordinator
         if instance is None or not instance.alive:
             await asyncio.sleep(self.rng_net.randint(50, 500) / 1000)
             raise Disconnected("connection refused")
-        response = await instance.serve(api, request, client, member_id)
-        await asyncio.sleep(self.latency_ms() * slow_factor / 1000)
+        try:
+            response, connection_kept = await self._exchange(instance, client, member_id, api, request, slow_factor)
+        except Disconnected:
+            route.instance = None
+            raise
+        if _not_coordinator(response) or not connection_kept:
+            route.instance = None
         return response
+
+    async def _exchange(self, instance: CoordinatorInstance, client: str, member_id: str, api: str, request: Any,
+                        slow_factor: int) -> tuple[Any, bool]:
+        """One request on the connection to `instance` and its answer, through the scenario's wire faults. The
+        client gives up after its request timeout (a JoinGroup's: the rebalance timeout and 5 s more, as the
+        Java client), closes the connection and retries. Second: False when the answer came twice (the copy
+        matches no request in flight, and the Java client closes that connection: the next request finds the
+        coordinator again)."""
+        wire = self.scenario.wire
+        timeout_ms = (getattr(request, "rebalance_timeout_ms", 0) + 5_000 if api == "join_group"
+                      else REQUEST_TIMEOUT_MS)
+        sent_ms = self.now_ms()
+        if wire is not None and self.rng_net.random() < wire.reset:
+            read = self.rng_net.random() < 0.5
+            self.history.record("wire_reset", client=client, api=api, read=read)
+            if read:  # the coordinator read it and handles it; its answer goes to a closed connection
+                instance.serve(api, request, client, member_id).add_done_callback(_unheard)
+            raise Disconnected("connection reset by peer")
+        reply = instance.serve(api, request, client, member_id)
+        reply.add_done_callback(_unheard)  # an answer the client gave up waiting for
+        try:
+            response = await asyncio.wait_for(asyncio.shield(reply), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            self.history.record("wire_timeout", client=client, api=api)
+            raise Disconnected("request timed out") from None
+        await asyncio.sleep(self.latency_ms() * slow_factor / 1000)
+        if wire is not None:
+            roll = self.rng_net.random()
+            if roll < wire.drop:
+                self.history.record("wire_drop", client=client, api=api)
+                await asyncio.sleep(max(sent_ms + timeout_ms - self.now_ms(), 0) / 1000)
+                raise Disconnected("request timed out (its answer was lost)")
+            if roll < wire.drop + wire.delay:
+                await asyncio.sleep(self.rng_net.randint(200, 5_000) / 1000)
+            elif roll < wire.drop + wire.delay + wire.duplicate:
+                self.history.record("wire_duplicate", client=client, api=api)
+                return response, False
+        return response, True
+
+    async def _find_coordinator(self, group_id: str) -> CoordinatorInstance | None:
+        """FindCoordinator to a live instance: the owner of the group's partition as its owner map knows it."""
+        live = [i for i in self.coordinators if i is not None and i.alive and not i.closing]
+        if not live:
+            return None
+        asked = self.rng_net.choice(live)
+        await asked.running()
+        await asyncio.sleep(self.latency_ms() / 1000)
+        node = None if asked.directory is None or not asked.alive else asked.directory.coordinator_node(group_id)
+        if node is None:  # COORDINATOR_NOT_AVAILABLE: the client backs off and asks again
+            await asyncio.sleep(self.rng_net.randint(50, 500) / 1000)
+            raise Disconnected("coordinator not available")
+        return next((i for i in self.coordinators
+                     if i is not None and i.alive and i.directory is not None and i.endpoint.node_id == node.node_id),
+                    None)
 
     def next_offset(self, group_id: str, tp: tuple[str, int]) -> int:
         key = (group_id, tp[0], tp[1])
@@ -179,7 +291,8 @@ class Simulation:
 
     # --- the run ----------------------------------------------------------------------------------------------
     async def main(self) -> None:
-        self._start_instance()
+        for place in range(len(self.coordinators)):
+            self._start_instance(place)
         for slot in self.slots:
             self.loop.call_later(self.rng_client.randint(0, 3_000) / 1000, slot.start)
         for fault in self.scenario.faults:
@@ -198,35 +311,51 @@ class Simulation:
             admin.cancel()
         self._outages = 0
         self.kafka.come_up()
-        if self.coordinator is None:
-            self._start_instance()
+        for place, instance in enumerate(self.coordinators):
+            if instance is None:
+                self._start_instance(place)
         self.history.record("quiet")
         await asyncio.sleep(QUIET_MS / 1000)
-        if self.coordinator is None or not self.coordinator.alive:  # it was shutting down when the run ended
-            self._start_instance()
-        assert self.coordinator is not None
-        self.checkers.finish(self.coordinator)
-        self.coordinator.crash()
-        final = self._start_instance()
+        for place, instance in enumerate(self.coordinators):
+            if instance is None or not instance.alive:  # it was shutting down when the run ended
+                self._start_instance(place)
+        for instance in list(self.coordinators):
+            assert instance is not None
+            self.checkers.finish(instance)
+            instance.crash()
+            self.coordinators[self.coordinators.index(instance)] = None
+        final = self._start_instance(0)
         waited_ms = 0
-        while not final.loaded and waited_ms < FINAL_LOAD_WAIT_MS:
+        while not self._serves_everything(final) and waited_ms < FINAL_LOAD_WAIT_MS:
             await asyncio.sleep(0.1)
             waited_ms += 100
-        if not final.loaded:
+        if not self._serves_everything(final):
             self.checkers.violation("no_errors", "the final reload did not finish")
             return
         self.checkers.final_offsets(final)
 
-    def _start_instance(self) -> CoordinatorInstance:
-        self.coordinator = CoordinatorInstance(self, len(self.instances))
-        self.instances.append(self.coordinator)
-        return self.coordinator
+    def _start_instance(self, place: int = 0) -> CoordinatorInstance:
+        instance = CoordinatorInstance(self, len(self.instances), place if self.multi else None)
+        self.coordinators[place] = instance
+        self.instances.append(instance)
+        return instance
+
+    def _serves_everything(self, instance: CoordinatorInstance) -> bool:
+        if instance.ownership is None:
+            return instance.loaded
+        return all(instance.ownership.serving(p) for p in range(self.config.offsets_topic_num_partitions))
 
     def _inject(self, fault: Fault) -> None:
         if not self._running:
             return
         self.history.record("fault", kind=fault.kind, target=fault.target, duration_ms=fault.duration_ms)
-        slot = self.slots[fault.target]
+        if fault.kind.startswith("member_"):
+            if self.slots:
+                self._member_fault(fault, self.slots[fault.target % len(self.slots)])
+        else:
+            self._cluster_fault(fault)
+
+    def _member_fault(self, fault: Fault, slot: MemberSlot) -> None:
         later = self.loop.call_later
         if fault.kind == "member_crash":
             slot.stop()
@@ -255,14 +384,25 @@ class Simulation:
                 consumer = slot.consumer
                 consumer.slow_factor = 50
                 later(fault.duration_ms / 1000, setattr, consumer, "slow_factor", 1)
-        elif fault.kind == "instance_crash":
-            if self.coordinator is not None:
-                self.coordinator.crash()
-                self.coordinator = None
-                later(fault.duration_ms / 1000, self._restart_instance)
+
+    def _cluster_fault(self, fault: Fault) -> None:
+        later = self.loop.call_later
+        if fault.kind == "instance_crash":
+            place = fault.target % len(self.coordinators)
+            instance = self.coordinators[place]
+            if instance is not None:
+                instance.crash()
+                self.coordinators[place] = None
+                later(fault.duration_ms / 1000, self._restart_instance, place)
         elif fault.kind == "instance_shutdown":
-            if self.coordinator is not None and not self.coordinator.closing:
-                self.loop.create_task(self._shut_down_and_restart(self.coordinator, fault.duration_ms))
+            place = fault.target % len(self.coordinators)
+            instance = self.coordinators[place]
+            if instance is not None and not instance.closing:
+                self.loop.create_task(self._shut_down_and_restart(place, instance, fault.duration_ms))
+        elif fault.kind == "instance_pause":
+            instance = self.coordinators[fault.target % len(self.coordinators)]
+            if instance is not None:
+                instance.pause(fault.duration_ms)
         elif fault.kind == "kafka_outage":
             self._outages += 1
             self.kafka.go_down()
@@ -270,19 +410,19 @@ class Simulation:
         elif fault.kind == "compaction":
             self._compact()
 
-    async def _shut_down_and_restart(self, instance: CoordinatorInstance, down_ms: int) -> None:
+    async def _shut_down_and_restart(self, place: int, instance: CoordinatorInstance, down_ms: int) -> None:
         await instance.shut_down()
-        if self.coordinator is instance:
-            self.coordinator = None
-            self.loop.call_later(down_ms / 1000, self._restart_instance)
+        if self.coordinators[place] is instance:
+            self.coordinators[place] = None
+            self.loop.call_later(down_ms / 1000, self._restart_instance, place)
 
     def _restart_slot(self, slot: MemberSlot) -> None:
         if self._running and slot.consumer is None:
             slot.start()
 
-    def _restart_instance(self) -> None:
-        if self._running and self.coordinator is None:
-            self._start_instance()
+    def _restart_instance(self, place: int = 0) -> None:
+        if self._running and self.coordinators[place] is None:
+            self._start_instance(place)
 
     def _outage_over(self) -> None:
         self._outages = max(self._outages - 1, 0)
@@ -299,6 +439,21 @@ class Simulation:
             self.loop.call_later(30, self._compact_periodically)
 
 
+def _unheard(reply: asyncio.Future[Any]) -> None:
+    """An answer (or a dropped connection) nobody waits for any more."""
+    if not reply.cancelled():
+        reply.exception()
+
+
+def _group_of(request: Any) -> str:
+    """The group a request is about (the first one for DeleteGroups and DescribeGroups)."""
+    for names in ("groups_names", "groups"):
+        groups = getattr(request, names, None)
+        if groups:
+            return str(groups[0])
+    return str(getattr(request, "group_id", ""))
+
+
 @dataclass
 class Outcome:
     seed: int
@@ -310,34 +465,44 @@ class Outcome:
     wall_s: float
     scenario: str
     history: History | None = field(default=None, repr=False)
+    cpu_s: float = 0.0
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
 
-def run_seed(seed: int, keep_history: bool = False, plant: str | None = None) -> Outcome:
-    """One run; `plant` names a planted bug (simulator/plants.py) to run with."""
+def run_seed(seed: int, keep_history: bool = False, plant: str | None = None,
+             reduction: Reduction | None = None) -> Outcome:
+    """One run; `plant` names a planted bug (simulator/plants.py) to run with; `reduction` keeps only part of the
+    seed's scenario (simulator/shrink.py)."""
     scenario = make_scenario(seed)
+    if reduction is not None:
+        scenario = reduce_scenario(scenario, reduction)
     sim = Simulation(scenario, keep_history)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     run_story(sim, sim.main(), plant)
     return Outcome(seed, sim.checkers.violations, sim.history.digest, sim.history.count, sim.loop.steps,
                    sim.now_ms(), time.perf_counter() - started, sim.scenario.describe(),
-                   sim.history if keep_history else None)
+                   sim.history if keep_history else None, time.process_time() - cpu_started)
 
 
 def run_story(sim: Simulation, story: Coroutine[Any, Any, None], plant: str | None = None) -> None:
     """Runs `story` (the scenario's `main`, or a test's own) on the simulation's loop, with member ids from the
     seed and errors as violations, then ends what is left; the verdict is in `sim.checkers.violations`."""
-    with _seeded_member_ids(sim.scenario.seed), _errors_are_violations(sim), planted(plant):
+    with _seeded_member_ids(sim.scenario.seed), _errors_are_violations(sim), simulated_transactions(sim), \
+            planted(plant):
         try:
             sim.loop.run_until_complete(story)
         except SimulationStuck as exc:
             sim.checkers.violation("no_errors", f"the loop got stuck: {exc}")
         finally:
             sim.history.close()  # what the dropped tasks still do as they end is not part of the run
-    _drop(sim.loop)
+            verdict = list(sim.checkers.violations)
+            for instance in sim.instances:
+                instance.alive = False
+            _drop(sim.loop)
+            sim.checkers.violations = verdict
 
 
 @contextlib.contextmanager
@@ -390,12 +555,24 @@ def _errors_are_violations(sim: Simulation) -> Iterator[None]:
 
 
 def _drop(loop: VirtualLoop) -> None:
-    """End what is left (a crashed process's tasks, parked requests, clients' timers) without running it: each
-    coroutine is closed here, with nothing recording, rather than whenever the collector gets to it (its
-    `finally` would then run in the middle of another seed's run)."""
+    """End what is left (a crashed process's tasks, parked requests, clients' timers) before the next seed: each
+    task is cancelled and given a bounded virtual minute to unwind (production code cleans up on cancellation,
+    with nothing recording); a coroutine still not done is closed here rather than whenever the collector gets
+    to it (its `finally` would then run in the middle of another seed's run)."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        try:
+            loop.run_until_complete(asyncio.wait(tasks, timeout=60))
+        except (SimulationStuck, RuntimeError):
+            pass
     for task in asyncio.all_tasks(loop):
         task._log_destroy_pending = False  # type: ignore[attr-defined]
-        task.get_coro().close()
+        try:
+            task.get_coro().close()
+        except BaseException:  # noqa: BLE001 - a coroutine that would not end: dropped with the loop
+            pass
     loop._ready.clear()
     loop._scheduled.clear()
     loop.close()

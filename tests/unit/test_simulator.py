@@ -19,7 +19,8 @@ from protocol.error_codes import Errors
 from simulator.instance import CoordinatorInstance
 from simulator.kafka import KafkaFaults
 from simulator.plants import PLANTS
-from simulator.run import Scenario, Simulation, run_seed, run_story
+from simulator.run import Scenario, Simulation, make_scenario, run_seed, run_story
+from simulator.shrink import Reduction, ddmin, shrink
 
 CI_SEEDS = int(os.environ.get("SIMULATOR_SEEDS", "200"))
 
@@ -90,6 +91,26 @@ def test_seeds_hold_every_invariant() -> None:
                                   for o, v in failing)
 
 
+def test_partitions_move_between_instances_and_wire_faults_reach_clients() -> None:
+    """Seeds with several instances: partitions move on pauses and crashes (a woken instance learns it lost them,
+    a previous owner's producer is fenced), clients are sent back with NOT_COORDINATOR. Seeds with wire faults:
+    resets, lost and duplicated answers reach clients. Nothing they were promised is lost."""
+    seen: dict[str, int] = {}
+    multi = 0
+    for seed in range(50):
+        outcome = run_seed(seed, keep_history=True)
+        assert outcome.ok, [v.line() for v in outcome.violations]
+        assert outcome.history is not None
+        multi += "instances" in outcome.scenario
+        for event in outcome.history.events:
+            kind = "NOT_COORDINATOR" if event.fields.get("error") == "NOT_COORDINATOR" else event.kind
+            seen[kind] = seen.get(kind, 0) + 1
+    assert multi >= 8
+    for kind in ("instances_revoked", "instances_lost", "txn_fenced", "woke", "NOT_COORDINATOR", "wire_reset",
+                 "wire_drop", "wire_duplicate", "wire_timeout"):
+        assert seen.get(kind, 0) > 0, (kind, seen)
+
+
 # --- planted bugs: the whole pipeline can fail ---------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_each_planted_bug_is_found(name: str) -> None:
@@ -105,6 +126,49 @@ def test_each_planted_bug_is_found(name: str) -> None:
 def test_a_plant_is_gone_after_its_run() -> None:
     assert run_seed(0, plant="answer_before_ack").violations
     assert run_seed(0).ok
+
+
+def test_worker_processes_give_each_seed_the_history_it_has_alone() -> None:
+    from simulator.__main__ import _outcomes
+
+    parallel = [(o.seed, o.digest) for o in _outcomes(0, 4, None, jobs=2)]
+    assert parallel == [(seed, run_seed(seed).digest) for seed in range(4)]
+
+
+# --- shrinking ------------------------------------------------------------------------------------------------
+def test_ddmin_finds_a_one_minimal_failing_subset() -> None:
+    calls: list[list[int]] = []
+
+    def fails(kept: list[int]) -> bool:
+        calls.append(kept)
+        return {3, 11} <= set(kept)
+
+    assert ddmin(range(16), fails) == [3, 11]
+    assert ddmin(range(4), lambda kept: True) == []
+
+
+def test_a_reduction_round_trips_and_replays_exactly() -> None:
+    reduction = Reduction(faults=(0, 2), members=(1,), admin=False, wire=False)
+    assert Reduction.decode(reduction.encode()) == reduction
+    assert run_seed(5, reduction=reduction).digest == run_seed(5, reduction=reduction).digest
+
+
+def test_a_failing_seed_shrinks_to_fewer_faults_and_still_fails_the_same_way() -> None:
+    seed, plant = next((s, "answer_before_ack") for s in range(20)
+                       if len(make_scenario(s).faults) >= 4 and not run_seed(s, plant="answer_before_ack").ok)
+    original = run_seed(seed, plant=plant)
+    invariant = original.violations[0].invariant
+    scenario = make_scenario(seed)
+    members = sum(len(g.members) for g in scenario.groups)
+
+    def violated(reduction: Reduction) -> set[str]:
+        return {v.invariant for v in run_seed(seed, plant=plant, reduction=reduction).violations}
+
+    reduction, runs = shrink(seed, violated, invariant, len(scenario.faults), members)
+    assert reduction.faults is not None and len(reduction.faults) < len(scenario.faults)
+    assert reduction.members is not None and len(reduction.members) <= members
+    assert invariant in violated(reduction)
+    assert runs < 200
 
 
 # --- bugs the simulator found --------------------------------------------------------------------------------

@@ -57,7 +57,8 @@ class World:
 
 def loaded_instance(group: GroupMetadata | None) -> SimpleNamespace:
     groups = {} if group is None else {group.group_id: group}
-    return SimpleNamespace(number=1, loaded=True, alive=True, runtime=SimpleNamespace(groups=groups), pending={})
+    return SimpleNamespace(number=1, name="coordinator-1", loaded=True, alive=True, pending={},
+                           runtime=SimpleNamespace(groups=groups, num_partitions=1, partition_for=lambda g: 0))
 
 
 def group_with_offset(offset: int | None, state: GroupState = GroupState.EMPTY) -> GroupMetadata:
@@ -302,3 +303,51 @@ def test_durable_delete_fails_when_a_deleted_group_comes_back() -> None:
     group.generation_id, group.protocol_type = 3, "consumer"
     world.checkers.after_load(loaded_instance(group))  # type: ignore[arg-type]
     assert "durable_delete" in world.invariants()
+
+
+# --- single_writer ---------------------------------------------------------------------------------------------
+def _serving_instance(name: str, serving: set[int], paused: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(name=name, alive=True, paused=paused,
+                           ownership=SimpleNamespace(serving=lambda p: p in serving),
+                           runtime=SimpleNamespace(partition_for=lambda group_id: 0))
+
+
+def _served_by_first(second_serving: set[int], second_paused: bool = False) -> set[str]:
+    world = World()
+    first = _serving_instance("a", {0})
+    second = _serving_instance("b", second_serving, second_paused)
+    world.checkers.cluster = SimpleNamespace(coordinators=[first, second])
+    pending = SimpleNamespace(api="heartbeat", group_id=GROUP, member_id="m", client="c", arrived_ms=0,
+                              generation=None)
+    world.checkers.answered(first, pending, HeartbeatResponse(Errors.NONE), "NONE")  # type: ignore[arg-type]
+    return world.invariants()
+
+
+def test_single_writer_fails_when_two_running_instances_serve_a_partition() -> None:
+    assert _served_by_first({0}) == {"single_writer"}
+    assert _served_by_first(set()) == set()
+    assert _served_by_first({0}, second_paused=True) == set()  # a paused one learns it when it wakes
+
+
+def test_a_fetch_sent_before_a_commit_was_answered_may_miss_it() -> None:
+    world = World()
+    world.now = 1_000
+    world.commit_write(33)
+    world.checkers.committed(GROUP, TP, 33, "c")
+    world.now = 2_000
+    world.commit_write(34)
+    world.checkers.committed(GROUP, TP, 34, "c")
+    world.checkers.fetched(GROUP, TP, 33, "late", sent_ms=1_500)  # its answer was on the wire meanwhile
+    assert world.invariants() == set()
+    world.checkers.fetched(GROUP, TP, 33, "after", sent_ms=2_500)
+    assert world.invariants() == {"durable_commit"}
+
+
+def test_answer_after_ack_lets_the_writer_serve_a_record_it_loaded_again_since() -> None:
+    world = World()
+    world.group_write(3, {"a": b"x"}, status="txn:_TIMED_OUT")  # written by "p", maybe landed
+    instance = loaded_instance(None)
+    instance.name = "p"
+    world.checkers.after_load(instance, {0})  # type: ignore[arg-type]  # p lost the partition and read it again
+    _sync_answered(world, "p")
+    assert world.invariants() == set()
