@@ -12,7 +12,7 @@ from coordinator.commands.serve import _one_line, _service_options
 
 
 def add_parser(commands: Any) -> None:
-    from coordinator.demo import default_state_dir
+    from coordinator.state_dir import default_state_dir
 
     env = os.environ.get
     demo = commands.add_parser(

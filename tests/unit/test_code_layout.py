@@ -22,7 +22,6 @@ NEVER_IMPORTS = {
 
 # Circles between files that remain, at run time (a TYPE_CHECKING import is not one).
 KNOWN_CIRCLES = {
-    frozenset({"coordinator.demo", "coordinator.telemetry.trace_view"}),
     frozenset({"coordinator.cli", "coordinator.commands.demo"}),
 }
 
