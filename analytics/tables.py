@@ -37,15 +37,15 @@ class TimeRange:
         return NICE_BUCKETS_MS[-1] * -(-self.span_ms // (NICE_BUCKETS_MS[-1] * target_buckets))  # whole days
 
 
-def reason_category(reason: "Column") -> "Column":
-    """event_schema.reason_category in Spark SQL (same patterns, first match wins)."""
+def reason_category(reason: "Column", cause_category: "Column") -> "Column":
+    """event_schema.reason_category in Spark SQL: the cause_category mapped, else the same patterns (first match
+    wins) on the reason text of an event without one."""
     from pyspark.sql import functions as F
 
-    expression = None
+    causes = F.create_map(*(F.lit(part) for pair in schema.CAUSE_CATEGORIES.items() for part in pair))
+    expression = F.when(cause_category.isNotNull(), F.coalesce(causes[cause_category], F.lit(schema.OTHER_REASON)))
     for name, pattern in schema.REASON_CATEGORIES:
-        expression = (F.when(reason.rlike(pattern), name) if expression is None
-                      else expression.when(reason.rlike(pattern), name))
-    assert expression is not None
+        expression = expression.when(reason.rlike(pattern), name)
     return expression.otherwise(schema.OTHER_REASON)
 
 
@@ -76,6 +76,7 @@ def rebalances(events: "DataFrame", time_range: TimeRange) -> "DataFrame":
     starts = (rb.filter(F.col("type") == "rebalance_started").groupBy("group_id", "episode").agg(
         F.min("ts_ms").alias("started_ms"),
         F.min_by("reason", "offset").alias("reason"),
+        F.min_by("cause_category", "offset").alias("cause_category"),
         F.min_by("generation", "offset").alias("from_generation"),
         F.min_by("trace_id", "offset").alias("start_trace_id"),
         F.count(F.lit(1)).alias("triggers")))
@@ -91,7 +92,8 @@ def rebalances(events: "DataFrame", time_range: TimeRange) -> "DataFrame":
         "group_id", "episode", status.alias("status"),
         F.timestamp_millis(F.coalesce("started_ms", F.col("completed_ms") - F.col("duration_ms"))).alias("started"),
         F.timestamp_millis("completed_ms").alias("completed"),
-        duration.alias("duration_ms"), "reason", reason_category(F.col("reason")).alias("reason_category"),
+        duration.alias("duration_ms"), "reason",
+        reason_category(F.col("reason"), F.col("cause_category")).alias("reason_category"),
         F.coalesce("triggers", F.lit(0)).alias("triggers"), "from_generation", "generation", "member_count",
         F.coalesce("end_trace_id", "start_trace_id").alias("trace_id"))
 
@@ -161,8 +163,8 @@ def reasons(events: "DataFrame", time_range: TimeRange) -> "DataFrame":
     """Rebalance triggers (every rebalance_started) per group and reason category, and their rate per hour."""
     from pyspark.sql import functions as F
 
-    started = _of(events, "rebalance_started").select("group_id", reason_category(F.col("reason"))
-                                                       .alias("reason_category"))
+    started = _of(events, "rebalance_started").select("group_id", reason_category(
+        F.col("reason"), F.col("cause_category")).alias("reason_category"))
     return (_with_all(started).groupBy("group_id", "reason_category").agg(F.count(F.lit(1)).alias("rebalances"))
             .withColumn("per_hour", F.col("rebalances") / F.lit(time_range.span_ms / HOUR_MS)))
 

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown and args.command != "demo":  # said by the sub-command, whose usage lists its flags
         _sub_command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "demo":
-        args.serve_args = unknown  # the service's own flags, parsed as `coordinator serve` parses them
+        args.serve_args = _sub_command_parser(parser, "serve").parse_args(unknown)  # the service's own flags
     _configure_logging(args.log_level)
     return _run(args.run(args), args.event_loop)
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.app import ServiceOptions, running_service
 from coordinator.demo_log import DemoEvent, DemoLog, event_lines
+from coordinator.state_dir import default_state_dir
 from coordinator.telemetry.trace_view import JAEGER_URL_FILE, SAVED_TRACES_FILE, JaegerQuery, TraceSourceError
 
 if TYPE_CHECKING:
@@ -39,11 +40,6 @@ log = logging.getLogger("coordinator.demo")
 
 MEMBERS_PER_GROUP = 4
 RECORDS_EVERY_S = 30.0  # how often the real consumers' record counts get an event line
-
-
-def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "kafka-group-coordinator"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from coordinator.commands.serve import _one_line, _service_options
 
 
 def add_parser(commands: Any) -> None:
-    from coordinator.demo import default_state_dir
+    from coordinator.state_dir import default_state_dir
 
     env = os.environ.get
     demo = commands.add_parser(
@@ -31,17 +31,15 @@ def add_parser(commands: Any) -> None:
     demo.add_argument("--state-dir", default=env("COORDINATOR_STATE_DIR", str(default_state_dir())),
                       help="where the embedded Kafka keeps its data between runs (env COORDINATOR_STATE_DIR)")
     demo.add_argument("--no-jaeger", action="store_true", help="do not start Jaeger")
-    demo.set_defaults(run=_run_demo, serve_args=[])
+    demo.set_defaults(run=_run_demo, serve_args=None)  # the service's flags, parsed by `serve`: cli.main sets them
 
 
 async def _run_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from coordinator.cli import build_parser  # the service's flags as the whole command line parses them
     from coordinator.demo import DemoOptions, run_demo
 
-    serve_args = build_parser().parse_args(["serve", *args.serve_args])
-    options = DemoOptions(service=_service_options(serve_args), state_dir=Path(args.state_dir),
+    options = DemoOptions(service=_service_options(args.serve_args), state_dir=Path(args.state_dir),
                           consumers=args.consumers, failure_rate_per_min=args.failure_rate,
                           duration_s=args.duration, jaeger=not args.no_jaeger, real_consumers=args.real_consumers)
     stop = stop_on_signals()

@@ -29,7 +29,8 @@ from protocol.consumer_protocol import Assignment, encode_assignment, encode_sub
 from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 
-from coordinator.loadgen import assignors, wire
+import coordinator.loadgen.assignors as assignors  # the sibling modules, not the package that re-exports Simulation
+import coordinator.loadgen.wire as wire
 from coordinator.loadgen.options import SimOptions
 from coordinator.loadgen.stats import Failure, GroupRounds, Stats
 

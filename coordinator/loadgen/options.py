@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.loadgen import assignors
+import coordinator.loadgen.assignors as assignors
 
 FAILURE_KINDS = ("crash", "hang", "slow", "leave", "static-restart")
 

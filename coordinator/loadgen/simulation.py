@@ -40,7 +40,7 @@ from protocol.client import KafkaClient
 from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 
-from coordinator.loadgen import wire
+import coordinator.loadgen.wire as wire
 from coordinator.loadgen.events import ExpiryWatcher
 from coordinator.loadgen.member import SimMember
 from coordinator.loadgen.options import FAILURE_KINDS, ScheduledFailure, SimOptions  # the latter two re-exported

@@ -56,7 +56,8 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     # where a writer records it, absent otherwise
     "member_failed": (Field("member_id", _S), _INSTANCE_ID, Field("reason", _S),
                       Field("detection_lateness_ms", _L, nullable=True, required=False)),
-    "rebalance_started": (Field("generation", _I), Field("reason", _S)),
+    # cause_category: the coordinator's own RebalanceCategory (absent in older events: their reason text is read)
+    "rebalance_started": (Field("generation", _I), Field("reason", _S), Field("cause_category", _S, required=False)),
     "rebalance_completed": (Field("generation", _I), Field("member_count", _I), Field("duration_ms", _L)),
     "offsets_committed": (Field("member_id", _S), Field("partition_count", _I)),
     "offsets_expired": (Field("partition_count", _I),),  # the retention check
@@ -152,11 +153,27 @@ REASON_CATEGORIES: tuple[tuple[str, str], ...] = (
     ("over_capacity", r"over capacity"),
 )
 OTHER_REASON = "other"
+# The event's cause_category (a RebalanceCategory value) -> the category above, so old and new events agree.
+CAUSE_CATEGORIES: dict[str, str] = {
+    "member_joined": "member_joined",
+    "member_rejoined": "member_metadata_changed",
+    "metadata_changed": "member_metadata_changed",
+    "leader_rejoined": "leader_rejoined",
+    "static_member": "static_member_rejoined",
+    "member_left": "member_left",
+    "session_timeout": "session_timeout",
+    "sync_timeout": "sync_timeout",
+    "assignment_store_failed": "store_error",
+    "over_capacity": "over_capacity",
+}
 
 _COMPILED_REASONS = tuple((name, re.compile(pattern)) for name, pattern in REASON_CATEGORIES)
 
 
-def reason_category(reason: str | None) -> str:
+def reason_category(reason: str | None, *, cause_category: str | None = None) -> str:
+    """The category of a rebalance_started event: from its cause_category when it has one, else its reason text."""
+    if cause_category is not None:
+        return CAUSE_CATEGORIES.get(cause_category, OTHER_REASON)
     for name, pattern in _COMPILED_REASONS:
         if reason is not None and pattern.search(reason):
             return name

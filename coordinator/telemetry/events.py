@@ -211,7 +211,8 @@ class EventTopicObserver(GroupObserver):
                    reason=reason)
 
     def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
-        self._emit("rebalance_started", group_id, generation=generation, reason=cause.text)
+        self._emit("rebalance_started", group_id, generation=generation, reason=cause.text,
+                   cause_category=cause.category.value)
 
     def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
         self._emit("rebalance_completed", group_id, generation=generation, member_count=member_count,

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.state_dir import default_state_dir
+
 ROOT_NAME = "rebalance"
 GROUP_KEY = "messaging.consumer.group.name"
 MEMBER_KEY = "coordinator.member.id"
@@ -258,8 +260,6 @@ def _now_us() -> int:
 
 
 def _state_dir(env: dict[str, str]) -> Path:
-    from coordinator.demo import default_state_dir
-
     return Path(env.get("COORDINATOR_STATE_DIR") or default_state_dir())
 
 

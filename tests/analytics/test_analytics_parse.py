@@ -68,3 +68,18 @@ def test_connector_jars_match_the_pinned_pyspark() -> None:
         "spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients", "commons-pool2"}
     bundled = {re.sub(r"-[0-9][^-]*\.jar$", "", p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     assert not {re.sub(r"-[0-9][^-]*\.jar$", "", name) for name in jars} & bundled  # pyspark's own stay out
+
+
+def test_the_reason_category_comes_from_the_cause_when_the_event_has_one(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from analytics.tables import reason_category
+
+    misleading = "Removing member m-1 on LeaveGroup; client reason: Adding new member"
+    rows = [(misleading, "member_left"), ("Adding new member m-2; client reason: left on LeaveGroup", "member_joined"),
+            ("Updating metadata for member m-1 during Stable; client reason: x", "metadata_changed"),
+            ("removing member m-3 on heartbeat expiration", None),
+            ("Adding new member m-4", "a_category_from_a_newer_writer")]
+    frame = spark.createDataFrame(rows, "reason string, cause_category string")
+    found = [row[0] for row in frame.select(reason_category(F.col("reason"), F.col("cause_category"))).collect()]
+    assert found == ["member_left", "member_joined", "member_metadata_changed", "session_timeout", "other"]

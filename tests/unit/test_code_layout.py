@@ -20,14 +20,8 @@ NEVER_IMPORTS = {
     "coordinator.loadgen": ("coordinator.group",),
 }
 
-# Circles between files that remain, at run time (a TYPE_CHECKING import is not one).
-KNOWN_CIRCLES = {
-    frozenset({"coordinator.server.handlers", "coordinator.server.handlers.api_versions"}),
-    frozenset({"coordinator.loadgen", "coordinator.loadgen.member", "coordinator.loadgen.options",
-               "coordinator.loadgen.simulation"}),
-    frozenset({"coordinator.demo", "coordinator.telemetry.trace_view"}),
-    frozenset({"coordinator.cli", "coordinator.commands.demo"}),
-}
+# Circles between files that remain, at run time (a TYPE_CHECKING import is not one): none.
+KNOWN_CIRCLES: set[frozenset[str]] = set()
 
 
 def modules() -> dict[str, Path]:

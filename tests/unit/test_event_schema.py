@@ -109,3 +109,16 @@ def test_problem_of(event: Any, problem: Problem | None) -> None:
 ])
 def test_reason_categories(reason: str | None, category: str) -> None:
     assert reason_category(reason) == category
+
+
+def test_every_cause_category_has_a_report_category() -> None:
+    assert {category.value for category in RebalanceCategory} == set(schema.CAUSE_CATEGORIES)
+    assert set(schema.CAUSE_CATEGORIES.values()) <= {name for name, _ in schema.REASON_CATEGORIES}
+
+
+def test_the_cause_category_wins_over_a_misleading_client_reason() -> None:
+    text = "Adding new member m-1 with group instance id None; client reason: rejoin on LeaveGroup"
+    assert reason_category(text, cause_category=RebalanceCategory.MEMBER_JOINED.value) == "member_joined"
+    assert reason_category("Removing member m-1 on LeaveGroup; client reason: Adding new member",
+                           cause_category=RebalanceCategory.MEMBER_LEFT.value) == "member_left"
+    assert reason_category(text, cause_category="a_category_from_a_newer_writer") == "other"

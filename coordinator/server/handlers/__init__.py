@@ -11,6 +11,7 @@ versions are ZooKeeper-only), and the KIP-848 APIs ConsumerGroupHeartbeat 0-1 an
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -55,11 +56,15 @@ _MODULES: tuple[ModuleType, ...] = (
     add_offsets_to_txn,
 )
 
-HANDLERS: dict[int, Handler] = {int(module.API_KEY): module.handle for module in _MODULES}
-
 SERVED_APIS: dict[int, ServedApi] = {
     module.API_KEY: ServedApi(module.API_KEY, *module.VERSIONS) for module in sorted(_MODULES, key=lambda m: m.API_KEY)
 }
+
+HANDLERS: dict[int, Handler] = {int(module.API_KEY): module.handle for module in _MODULES}
+# ApiVersions answers with the table above: given to it here, so it need not import this package back.
+HANDLERS[int(api_versions.API_KEY)] = partial(
+    api_versions.handle,
+    served=tuple((int(api.key), (api.min_version, api.max_version)) for api in SERVED_APIS.values()))
 
 
 def served_ranges() -> dict[int, tuple[int, int]]:

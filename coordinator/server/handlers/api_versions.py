@@ -20,31 +20,20 @@ VERSIONS = (0, 4)
 _SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
-def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
+def handle(ctx: ConnectionContext, header: RequestHeader, body: Any, *,
+           served: tuple[tuple[int, tuple[int, int]], ...] = ()) -> Any:
+    """`served`: api key -> (min, max) of what this coordinator serves, bound in by the handlers' package."""
     version = header.api_version
     if version >= 3 and not _valid_software(body.client_software_name, body.client_software_version):
         return build(response_class(API_KEY, version), error_code=error(Errors.INVALID_REQUEST), api_keys=(),
                      throttle_time=ZERO_DURATION)
     if ctx.relay is not None:
         return _table_response(version, tuple(ctx.relay.advertised.items()))
-    return _supported_response(version)
+    return _table_response(version, served)
 
 
 def _valid_software(name: str, version: str) -> bool:
     return bool(_SOFTWARE_PATTERN.fullmatch(name)) and bool(_SOFTWARE_PATTERN.fullmatch(version))
-
-
-@cache
-def _supported_response(version: int) -> Any:
-    from coordinator.server.handlers import SERVED_APIS  # the package imports this module first
-
-    cls = response_class(API_KEY, version)
-    entry = item_class(cls, "api_keys")
-    api_keys = tuple(
-        entry(api_key=int(api.key), min_version=api.min_version, max_version=api.max_version)
-        for api in sorted(SERVED_APIS.values(), key=lambda api: api.key)
-    )
-    return build(cls, error_code=error(Errors.NONE), api_keys=api_keys, throttle_time=ZERO_DURATION)
 
 
 @cache
