@@ -27,7 +27,7 @@ DOCUMENTED_FIELDS = {
     "state_change": {"old_state", "new_state", "generation"},
     "member_joined": {"member_id", "group_instance_id", "client_id", "client_host"},
     "member_failed": {"member_id", "group_instance_id", "reason"},
-    "rebalance_started": {"generation", "reason"},
+    "rebalance_started": {"generation", "reason", "cause_category"},
     "rebalance_completed": {"generation", "member_count", "duration_ms"},
 }
 COMMON_FIELDS = {"version", "type", "group_id", "ts_ms"}
