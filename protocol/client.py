@@ -21,6 +21,7 @@ from protocol import codec
 from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 from protocol.framing import FrameReader
+from protocol.transports import release_transport_cycle
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,7 @@ class KafkaClient(asyncio.Protocol):
             pending.future.set_result(result)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        release_transport_cycle(self._transport)  # a client inside the service must not leave it to the collector
         self._fail_all(ConnectionClosed(f"connection lost: {exc!r}" if exc else "connection closed by peer"))
 
     # ------------------------------------------------------------------------------------------------ closing

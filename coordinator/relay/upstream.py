@@ -26,7 +26,7 @@ from typing import Protocol, cast
 from coordinator.relay.buffer_pool import BufferExhausted, BufferPool
 from coordinator.security.clusters import ClusterSecurity
 from coordinator.security.connections import ClusterAccessError, open_link
-from coordinator.runtime_health import release_transport_cycle
+from protocol.transports import release_transport_cycle
 
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")

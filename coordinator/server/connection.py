@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.upstream import pause_when_anything_unsent
-from coordinator.runtime_health import release_transport_cycle
+from protocol.transports import release_transport_cycle
 from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.security.principals import PrincipalMappingError, SslPrincipalMapper, tls_principal
 from coordinator.security.sasl_passthrough import PASSABLE_MECHANISMS, Refusal, SaslPassthrough, State

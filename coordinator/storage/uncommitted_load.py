@@ -71,16 +71,20 @@ class _Leaders:
         self.max_bytes = max_bytes
         self.past_deadline = past_deadline
         self.clients: dict[tuple[str, int], KafkaClient] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Lock] = {}
         self.leaders: dict[int, tuple[str, int]] = {}
         self.brokers: list[tuple[str, int]] = []
 
     async def connect(self, address: tuple[str, int]) -> KafkaClient:
-        client = self.clients.get(address)
-        if client is None or client.is_closed:
-            client = await KafkaClient.connect(*address, client_id="group-coordinator-loader",
-                                               ssl=self.security.ssl_context if self.security else None)
-            self.clients[address] = client
-        return client
+        # partitions read side by side ask for the same leader at once: one connection each, made once (a second
+        # one made meanwhile would replace the first in `clients`, which would then never be closed)
+        async with self._connecting.setdefault(address, asyncio.Lock()):
+            client = self.clients.get(address)
+            if client is None or client.is_closed:
+                client = await KafkaClient.connect(*address, client_id="group-coordinator-loader",
+                                                   ssl=self.security.ssl_context if self.security else None)
+                self.clients[address] = client
+            return client
 
     async def refresh(self, partitions: list[int]) -> None:
         """Ask Metadata (any broker we know) until every partition has a leader."""
