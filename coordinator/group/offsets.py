@@ -111,16 +111,26 @@ def _commit(shard: GroupShard, group: GroupMetadata, req: OffsetCommitRequest) -
 
 def _validate_offset_commit(shard: GroupShard, group: GroupMetadata, req: OffsetCommitRequest
                             ) -> Errors | None:
+    return validate_commit_member(shard, group, req.generation_id, req.member_id, req.group_instance_id,
+                                  "offset-commit", without_member=Errors.UNKNOWN_MEMBER_ID)
+
+
+def validate_commit_member(shard: GroupShard, group: GroupMetadata, generation_id: int, member_id: str,
+                           group_instance_id: str | None, operation: str, *, without_member: Errors | None
+                           ) -> Errors | None:
+    """A classic group's check of an offset commit's member and generation (ClassicGroup.validateOffsetCommit);
+    `without_member`: the answer to generation -1 without a member in a group that is not Empty (OffsetCommit
+    refuses it, TxnOffsetCommit of old versions, which carry no member, does not)."""
     if group.is_in(DEAD):
         return Errors.COORDINATOR_NOT_AVAILABLE
-    if req.generation_id < 0 and group.is_in(EMPTY):
+    if generation_id < 0 and group.is_in(EMPTY):
         return None
-    if req.generation_id >= 0 or req.member_id != UNKNOWN_MEMBER_ID or req.group_instance_id is not None:
-        error = shard.validate_current_member(group, req.member_id, req.group_instance_id, "offset-commit")
-        if error is None and req.generation_id != group.generation_id:
+    if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+        error = shard.validate_current_member(group, member_id, group_instance_id, operation)
+        if error is None and generation_id != group.generation_id:
             error = Errors.ILLEGAL_GENERATION
         return error
-    return Errors.UNKNOWN_MEMBER_ID  # generation -1 without a member: only for Empty groups
+    return without_member
 
 
 def _offset_write(shard: GroupShard, group: GroupMetadata, member_id: str,

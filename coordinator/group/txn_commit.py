@@ -10,7 +10,7 @@ from coordinator.group.api import UNKNOWN_MEMBER_ID
 from coordinator.group.errors import kafka4_append_error
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.offsets import validate_offset_commit
-from coordinator.group.state import DEAD, EMPTY
+from coordinator.group.offsets import validate_commit_member
 from protocol.error_codes import Errors
 
 if TYPE_CHECKING:
@@ -60,16 +60,8 @@ def validate_transactional_offset_commit(shard: GroupShard, req: TxnOffsetCommit
 def _validate_classic(shard: GroupShard, group: GroupMetadata, req: TxnOffsetCommitIdentity) -> Errors | None:
     """ClassicGroup.validateOffsetCommit with isTransactional: no member is needed (old versions have none) and
     a rebalance in progress does not refuse the commit."""
-    if group.is_in(DEAD):
-        return Errors.COORDINATOR_NOT_AVAILABLE
-    if req.generation_id < 0 and group.is_in(EMPTY):
-        return None
-    if req.generation_id >= 0 or req.member_id != UNKNOWN_MEMBER_ID or req.group_instance_id is not None:
-        error = shard.validate_current_member(group, req.member_id, req.group_instance_id, "txn-offset-commit")
-        if error is None and req.generation_id != group.generation_id:
-            error = Errors.ILLEGAL_GENERATION
-        return error
-    return None
+    return validate_commit_member(shard, group, req.generation_id, req.member_id, req.group_instance_id,
+                                  "txn-offset-commit", without_member=None)
 
 
 def txn_append_error(error: Errors, version: int) -> Errors:
