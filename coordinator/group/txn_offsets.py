@@ -40,6 +40,9 @@ class OpenTransaction:
 
     producer_epoch: int
     offsets: dict[str, dict[TopicPartition, PendingOffset]] = field(default_factory=dict)
+    # the highest record offset replayed: the handler (at the Produce answer) and the partition's reader both
+    # replay a batch, each in log order, so a record at or below it is one already replayed
+    replayed_to: int = -1
 
 
 class TransactionalOffsets:
@@ -48,10 +51,14 @@ class TransactionalOffsets:
     def __init__(self) -> None:
         self.by_producer: dict[int, OpenTransaction] = {}
         self.open_by_group: dict[str, set[int]] = {}
+        # where the partition's reader (the load, then the tail) has read to: a record below it was replayed by
+        # the reader already, with the marker that settled it if there was one
+        self.read_to = -1
 
     def clear(self) -> None:
         self.by_producer.clear()
         self.open_by_group.clear()
+        self.read_to = -1
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in self.by_producer[pid].offsets.get(group_id, {})
@@ -85,9 +92,13 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
     offset (records of other key types left out by the reader). A tombstone removes the current and pending
     offsets at once, as Kafka's replay does whatever batch carries it. Groups not known yet are created as
     simple groups, as Kafka's replay does; call it after the load's groups are loaded (load_group skips a
-    group already cached)."""
+    group already cached). Idempotent: a record the partition's reader has read past, or one at or below the
+    last record replayed for the producer, was replayed already and is skipped."""
     txns = shard.transactional_offsets
     for log_offset, replayed in records:
+        replayed_to = txns.by_producer[producer_id].replayed_to if producer_id in txns.by_producer else -1
+        if log_offset < txns.read_to or log_offset <= replayed_to:
+            continue
         tp = (replayed.topic, replayed.partition)
         group = shard.add_group(replayed.group_id) if replayed.value is not None else shard.groups.get(replayed.group_id)
         if replayed.value is None:
@@ -99,6 +110,7 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
         if txn is None:
             txn = txns.by_producer[producer_id] = OpenTransaction(producer_epoch)
         txn.producer_epoch = producer_epoch
+        txn.replayed_to = log_offset
         record = replace(replayed.value, log_offset=log_offset)
         txn.offsets.setdefault(replayed.group_id, {})[tp] = PendingOffset(record, shard.next_offset_write_seq())
         txns.open_by_group.setdefault(replayed.group_id, set()).add(producer_id)
@@ -148,3 +160,47 @@ def _is_later(group: GroupMetadata, tp: TopicPartition, pending: PendingOffset) 
     if current.log_offset is not None and pending.record.log_offset is not None:
         return pending.record.log_offset > current.log_offset
     return pending.learned > group.offset_versions.get(tp, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTransactionalBatch:
+    """A client producer's transactional batch read from the shard's partition (one TxnOffsetCommit): its offset
+    commit records with their log offsets (records of other key types left out)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_offset: int
+    offset_commits: tuple[tuple[int, OffsetCommitRecord], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransactionMarker:
+    """A COMMIT or ABORT marker the transaction coordinator wrote into the shard's partition at `offset`."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    offset: int
+
+
+TransactionEvent = ClientTransactionalBatch | EndTransactionMarker
+
+
+def replay_transaction_events(shard: GroupShard, events: Iterable[TransactionEvent], read_to: int | None = None
+                              ) -> None:
+    """What the partition's reader read, in log order (the load's open client transactions, then the tail's
+    batches and markers), into the shard's pending offsets and client producer sequences; `read_to`: where the
+    reader has read to (a batch the handler replays later below it is one replayed here already)."""
+    txns = shard.transactional_offsets
+    for event in events:
+        if isinstance(event, ClientTransactionalBatch):
+            replay_transactional_offsets(shard, event.producer_id, event.producer_epoch, event.offset_commits)
+            shard.producer_sequences.observed_batch(event.producer_id, event.producer_epoch, event.last_sequence)
+            txns.read_to = max(txns.read_to, event.last_offset + 1)
+        else:
+            replay_end_transaction(shard, event.producer_id, event.producer_epoch, event.commit, event.offset)
+            shard.producer_sequences.observed_marker(event.producer_id, event.producer_epoch)
+            txns.read_to = max(txns.read_to, event.offset + 1)
+    if read_to is not None:
+        txns.read_to = max(txns.read_to, read_to)

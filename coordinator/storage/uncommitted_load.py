@@ -60,7 +60,7 @@ def read_uncommitted(bootstrap: str, security: ClusterSecurity | None, topic: st
                              max_bytes, ends_after))
 
 
-class _Leaders:
+class PartitionLeaders:
     """Connections to the partitions' leaders, and fetches that survive a leadership change."""
 
     def __init__(self, bootstrap: str, security: ClusterSecurity | None, topic: str, max_bytes: int,
@@ -148,7 +148,7 @@ async def _read(bootstrap: str, security: ClusterSecurity | None, topic: str, pa
             raise UncommittedLoadError("loading stopped: the store is closing or the load was abandoned")
         return loop.time() > deadline_at
 
-    leaders = _Leaders(bootstrap, security, topic, max_bytes, past_deadline)
+    leaders = PartitionLeaders(bootstrap, security, topic, max_bytes, past_deadline)
     try:
         await leaders.refresh(partitions)
         trackers = {p: TransactionTracker(_applier(apply, p)) for p in partitions}
@@ -181,7 +181,7 @@ async def _read(bootstrap: str, security: ClusterSecurity | None, topic: str, pa
         await leaders.close()
 
 
-async def _read_until_set(leaders: _Leaders, partition: int, tracker: TransactionTracker,
+async def _read_until_set(leaders: PartitionLeaders, partition: int, tracker: TransactionTracker,
                           done: threading.Event) -> int:
     """Feed the partition from offset 0 until it is caught up or `done` is set, then wait for `done`; the
     position reached (0 when the log no longer starts at 0: the read after `done` starts at its earliest)."""
@@ -216,7 +216,7 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def _settle_decided(leaders: _Leaders, trackers: dict[int, TransactionTracker], positions: dict[int, int],
+async def _settle_decided(leaders: PartitionLeaders, trackers: dict[int, TransactionTracker], positions: dict[int, int],
                           is_ours: Callable[[str], bool]) -> set[int]:
     """The transactions still open at the end: those the transaction coordinator has decided (their markers
     are on the way: EndTxn answers before they land) are read on until their marker, as a read_committed load
@@ -225,7 +225,7 @@ async def _settle_decided(leaders: _Leaders, trackers: dict[int, TransactionTrac
     open_producers = set().union(*(t.open_producers() for t in trackers.values()))
     if not open_producers:
         return set()
-    states = await _transaction_states(leaders, open_producers)
+    states = await transaction_states(leaders, open_producers)
     ours = {pid for pid, (transactional_id, _state) in states.items() if is_ours(transactional_id)}
     awaited = {pid for pid, (_id, state) in states.items() if state in _DECIDED}
     for partition, tracker in trackers.items():
@@ -237,7 +237,7 @@ async def _settle_decided(leaders: _Leaders, trackers: dict[int, TransactionTrac
     return ours
 
 
-async def _transaction_states(leaders: _Leaders, producer_ids: set[int]) -> dict[int, tuple[str, str]]:
+async def transaction_states(leaders: PartitionLeaders, producer_ids: set[int]) -> dict[int, tuple[str, str]]:
     """producer id → (transactional id, state): ListTransactions on every broker (each lists the transactions
     its transaction coordinator partitions hold)."""
     request = build(apis.request_class(_LIST_TRANSACTIONS, 0), state_filters=(),

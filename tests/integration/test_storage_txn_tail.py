@@ -1,0 +1,141 @@
+"""Client transactions on a served state partition settled by its tail (coordinator/storage/txn_tail.py) against the
+embedded broker: a client's transactional offsets become current when the transaction coordinator's COMMIT
+marker is read, without any reload, and are dropped on ABORT; a restart between the offsets and the marker
+loads them pending (UNSTABLE_OFFSET_COMMIT with require_stable) and the marker then decides them; a regular
+commit written after the transactional one wins on commit.
+
+The client here is a confluent-kafka transactional producer writing offset commit records into our partition
+itself: the same bytes, producer fields and markers a TxnOffsetCommit leaves there, without the relay."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+from coordinator.group.api import (OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+                                   OffsetFetchRequest, OffsetFetchRequestTopic)
+from coordinator.group.partitioner import partition_for
+from coordinator.group.records import OffsetRecord
+from coordinator.storage.config import StorageConfig
+from coordinator.storage.kafka_store import KafkaGroupStore
+from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
+from protocol.error_codes import Errors
+from tests.support.group_harness import Env
+from tests.support.kafka_store import unique_topic
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+
+
+async def served(bootstrap: str, topic: str, *, transactional_id: str | None = None) -> Env:
+    store = KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, partitions=PARTITIONS,
+                                          event_topic=None, transactional_id=transactional_id),
+                            load_timeout_ms=60_000)
+    await store.start()
+    env = Env(store=store, offsets_topic_num_partitions=PARTITIONS)
+    await env.coordinator.load()
+    return env
+
+
+async def close(env: Env) -> None:
+    await env.close()
+    await env.store.close()
+
+
+async def client_transaction(bootstrap: str, topic: str, group: str, offset: int) -> Producer:
+    """A client's transaction holding one offset commit of `group` for orders-0 in the group's partition."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"app-{uuid.uuid4().hex}"})
+    await asyncio.to_thread(producer.init_transactions, 30)
+    producer.begin_transaction()
+    producer.produce(topic, key=encode_key(OffsetCommitKey(group, "orders", 0)),
+                     value=encode_offset_commit_value(OffsetRecord(offset, commit_timestamp_ms=offset)),
+                     partition=partition_for(group, PARTITIONS))
+    await asyncio.to_thread(producer.flush, 30)
+    return producer
+
+
+async def fetch(env: Env, group: str, *, require_stable: bool) -> tuple[int, Errors]:
+    response = await env.coordinator.fetch_offsets(OffsetFetchRequest(
+        group, [OffsetFetchRequestTopic("orders", [0])], require_stable=require_stable))
+    [answer] = response.topics[0].partitions
+    return answer.committed_offset, Errors(answer.error_code)
+
+
+async def until(condition: Callable[[], object], timeout_s: float = 30) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.05)
+
+
+async def fetched_is(env: Env, group: str, wanted: tuple[int, Errors], timeout_s: float = 30) -> None:
+    async with asyncio.timeout(timeout_s):
+        while (got := await fetch(env, group, require_stable=True)) != wanted:
+            await asyncio.sleep(0.05)
+    assert got == wanted
+
+
+async def commit(env: Env, group: str, offset: int) -> None:
+    response = await env.coordinator.commit_offsets(OffsetCommitRequest(group, -1, "", [OffsetCommitRequestTopic(
+        "orders", [OffsetCommitRequestPartition(0, offset, -1, "")])]))
+    assert response.topics[0].partitions[0].error_code == Errors.NONE
+
+
+async def test_commit_makes_the_offset_current_and_abort_drops_it_while_served(kafka_bootstrap: str) -> None:
+    topic = unique_topic()
+    env = await served(kafka_bootstrap, topic)
+    try:
+        committing = await client_transaction(kafka_bootstrap, topic, "committed", 40)
+        aborting = await client_transaction(kafka_bootstrap, topic, "aborted", 50)
+        await fetched_is(env, "committed", (-1, Errors.UNSTABLE_OFFSET_COMMIT))  # read by the tail: pending
+        await fetched_is(env, "aborted", (-1, Errors.UNSTABLE_OFFSET_COMMIT))
+        assert await fetch(env, "committed", require_stable=False) == (-1, Errors.NONE)
+
+        await asyncio.to_thread(committing.commit_transaction, 30)
+        await asyncio.to_thread(aborting.abort_transaction, 30)
+        await fetched_is(env, "committed", (40, Errors.NONE))
+        await fetched_is(env, "aborted", (-1, Errors.NONE))
+        shard = env.coordinator.shard_for("committed")
+        assert shard.groups["committed"].offsets[("orders", 0)].log_offset is not None
+        assert not shard.transactional_offsets.by_producer
+    finally:
+        await close(env)
+
+
+async def test_a_restart_between_the_offsets_and_the_marker_loads_them_pending(kafka_bootstrap: str) -> None:
+    topic = unique_topic()
+    env = await served(kafka_bootstrap, topic)
+    producer = await client_transaction(kafka_bootstrap, topic, "g", 7)
+    await fetched_is(env, "g", (-1, Errors.UNSTABLE_OFFSET_COMMIT))
+    await close(env)  # the coordinator goes away before the client ends its transaction
+
+    env = await served(kafka_bootstrap, topic)
+    try:
+        shard = env.coordinator.shard_for("g")
+        assert await fetch(env, "g", require_stable=True) == (-1, Errors.UNSTABLE_OFFSET_COMMIT)  # from the load
+        assert shard.transactional_offsets.read_to > 0
+        await asyncio.to_thread(producer.commit_transaction, 30)
+        await fetched_is(env, "g", (7, Errors.NONE))
+    finally:
+        await close(env)
+
+
+async def test_a_regular_commit_after_the_transactional_one_wins(kafka_bootstrap: str) -> None:
+    topic = unique_topic()
+    env = await served(kafka_bootstrap, topic, transactional_id=f"{topic}-coordinator")
+    try:
+        producer = await client_transaction(kafka_bootstrap, topic, "g", 10)
+        await fetched_is(env, "g", (-1, Errors.UNSTABLE_OFFSET_COMMIT))
+        await commit(env, "g", 20)  # written by our transactional writer, after the client's record
+        await asyncio.to_thread(producer.commit_transaction, 30)
+        shard = env.coordinator.shard_for("g")
+        await until(lambda: not shard.transactional_offsets.by_producer)
+        assert await fetch(env, "g", require_stable=True) == (20, Errors.NONE)
+        tails = env.store._tails
+        assert tails is not None and tails.owners.ours  # our writer's batch was named ours, never made pending
+    finally:
+        await close(env)
