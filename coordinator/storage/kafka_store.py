@@ -207,16 +207,19 @@ class KafkaGroupStore(GroupStore):
         self._tombstones.report_unwritten()
 
     # -- GroupStore ----------------------------------------------------------------------------------------------
-    def append(self, partition: int, records: Sequence[Record]) -> asyncio.Future[None]:
+    def append(self, partition: int, records: Sequence[Record], *, offsets: list[int] | None = None
+               ) -> asyncio.Future[None]:
         """Queues the records with the partition's producer before it returns (see GroupStore.append). A write
-        of tombstones only goes through the tombstone writer (kept owed and sent again if it fails)."""
+        of tombstones only goes through the tombstone writer (kept owed and sent again if it fails). Once
+        acknowledged, an offset commit record's value carries its record's offset (`log_offset`) and `offsets`
+        gets the records' offsets in order (from librdkafka's delivery reports)."""
         outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
             if self._producer is None:
                 raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
             if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
                 raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
-            self._appender.append(self._producer, partition, records, outcome)
+            self._appender.append(self._producer, partition, records, outcome, offsets=offsets)
         except StoreError as exc:
             outcome.set_exception(exc)
         return outcome

@@ -137,5 +137,26 @@ async def test_a_regular_commit_after_the_transactional_one_wins(kafka_bootstrap
         assert await fetch(env, "g", require_stable=True) == (20, Errors.NONE)
         tails = env.store._tails
         assert tails is not None and tails.owners.ours  # our writer's batch was named ours, never made pending
+        assert shard.groups["g"].offsets[("orders", 0)].log_offset is not None  # from the delivery report
+    finally:
+        await close(env)
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["idempotent-writer", "transactional-writer"])
+async def test_a_transactional_commit_after_a_regular_one_wins_on_commit(kafka_bootstrap: str,
+                                                                          transactional: bool) -> None:
+    """Kafka keeps the later record, not the larger offset: the client's 10, written after our 20, is current."""
+    topic = unique_topic()
+    env = await served(kafka_bootstrap, topic, transactional_id=f"{topic}-coordinator" if transactional else None)
+    try:
+        await commit(env, "g", 20)
+        shard = env.coordinator.shard_for("g")
+        regular = shard.groups["g"].offsets[("orders", 0)]
+        assert regular.log_offset is not None  # the record's offset, reported by the append
+        producer = await client_transaction(kafka_bootstrap, topic, "g", 10)
+        await fetched_is(env, "g", (-1, Errors.UNSTABLE_OFFSET_COMMIT))
+        await asyncio.to_thread(producer.commit_transaction, 30)
+        await fetched_is(env, "g", (10, Errors.NONE))
+        assert shard.groups["g"].offsets[("orders", 0)].log_offset > regular.log_offset
     finally:
         await close(env)
