@@ -19,13 +19,15 @@ from confluent_kafka import Producer
 from coordinator.group.api import (OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
                                    OffsetFetchRequest, OffsetFetchRequestTopic)
 from coordinator.group.partitioner import partition_for
-from coordinator.group.records import OffsetRecord
+from coordinator.group.records import OffsetCommitRecord, OffsetRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
-from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
+from coordinator.group.txn_offsets import replay_transactional_offsets
+from coordinator.storage.records import OffsetCommitKey, encode, encode_key, encode_offset_commit_value
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env
 from tests.support.kafka_store import unique_topic
+from tests.support.transactions_wire import add_partitions, batch, connect, end_transaction, init_producer, produce
 
 pytestmark = pytest.mark.integration
 
@@ -159,4 +161,44 @@ async def test_a_transactional_commit_after_a_regular_one_wins_on_commit(kafka_b
         await fetched_is(env, "g", (10, Errors.NONE))
         assert shard.groups["g"].offsets[("orders", 0)].log_offset > regular.log_offset
     finally:
+        await close(env)
+
+
+@pytest.mark.parametrize("cluster", ["kafka_bootstrap", "kafka_tv1"])
+async def test_a_hand_driven_transaction_appended_by_us_is_settled_by_its_markers(
+        request: pytest.FixtureRequest, cluster: str) -> None:
+    """The TxnOffsetCommit path by hand (TV1 requests, on a TV1 and the default TV2 broker): the state partition
+    added to the client's transaction, the client's batch appended with our Produce and replayed at its answer as
+    the handler does, a retry of it recognised as the duplicate it is; the tail reads it back without applying it
+    twice and settles it with the marker; the next transaction of the same producer aborts and changes nothing."""
+    bootstrap = request.getfixturevalue(cluster)
+    topic = unique_topic()
+    env = await served(bootstrap, topic)
+    app, us = await connect(bootstrap), await connect(bootstrap)
+    try:
+        partition = partition_for("g", PARTITIONS)
+        shard = env.coordinator.shard_for("g")
+        producer = await init_producer(app, f"app-{uuid.uuid4().hex}")
+        sequence = 0
+        for offset, outcome in ((40, True), (50, False)):
+            assert await add_partitions(app, producer, topic, partition) == 0  # the relay, at AddOffsetsToTxn
+            record = OffsetCommitRecord("g", "orders", 0, OffsetRecord(offset, commit_timestamp_ms=offset))
+            data = batch(producer, sequence, encode(record))
+            error, base = await produce(us, producer, topic, partition, data)
+            assert error == 0
+            replay_transactional_offsets(shard, producer.producer_id, producer.epoch, [(base, record)])
+            assert await produce(us, producer, topic, partition, data) == (0, base)  # a retry: the duplicate
+            replay_transactional_offsets(shard, producer.producer_id, producer.epoch, [(base, record)])
+            await until(lambda: shard.transactional_offsets.read_to > base)  # the tail has read it back
+            [pending] = shard.transactional_offsets.by_producer[producer.producer_id].offsets["g"].values()
+            assert pending.record.log_offset == base
+            assert shard.producer_sequences.next_sequence(producer.producer_id, producer.epoch) == sequence + 1
+            assert await fetch(env, "g", require_stable=True) == (-1, Errors.UNSTABLE_OFFSET_COMMIT)
+            assert await end_transaction(app, producer, commit=outcome, version=4) == 0
+            await until(lambda: not shard.transactional_offsets.by_producer)
+            assert await fetch(env, "g", require_stable=True) == (40, Errors.NONE)
+            sequence += 1  # TV1: the same epoch, the sequence goes on after the marker
+    finally:
+        await app.close()
+        await us.close()
         await close(env)
