@@ -22,7 +22,9 @@ from coordinator.group.partitioner import partition_for
 from coordinator.group.records import OffsetCommitRecord, OffsetRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
-from coordinator.group.txn_offsets import replay_transactional_offsets
+from coordinator.storage.txn_tail import TransactionTails
+from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, TransactionEvent,
+                                           replay_transactional_offsets)
 from coordinator.storage.records import OffsetCommitKey, encode, encode_key, encode_offset_commit_value
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env
@@ -34,13 +36,14 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 2
 
 
-async def served(bootstrap: str, topic: str, *, transactional_id: str | None = None) -> Env:
+async def served(bootstrap: str, topic: str, *, transactional_id: str | None = None, partition_fencing: bool = False,
+                 partitions: list[int] | None = None) -> Env:
     store = KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, partitions=PARTITIONS,
-                                          event_topic=None, transactional_id=transactional_id),
-                            load_timeout_ms=60_000)
+                                          event_topic=None, transactional_id=transactional_id,
+                                          partition_fencing=partition_fencing), load_timeout_ms=60_000)
     await store.start()
     env = Env(store=store, offsets_topic_num_partitions=PARTITIONS)
-    await env.coordinator.load()
+    await env.coordinator.load(partitions)
     return env
 
 
@@ -202,3 +205,49 @@ async def test_a_hand_driven_transaction_appended_by_us_is_settled_by_its_marker
         await app.close()
         await us.close()
         await close(env)
+
+
+async def test_a_partition_moved_to_another_instance_is_settled_there_and_no_longer_followed_here(
+        kafka_bootstrap: str) -> None:
+    topic = unique_topic()
+    partition = partition_for("g", PARTITIONS)
+    first = await served(kafka_bootstrap, topic, transactional_id=f"{topic}-coordinator", partition_fencing=True)
+    second: Env | None = None
+    try:
+        producer = await client_transaction(kafka_bootstrap, topic, "g", 12)
+        await fetched_is(first, "g", (-1, Errors.UNSTABLE_OFFSET_COMMIT))
+        await first.coordinator.unload([partition])  # revoked: another instance takes it
+        tails = first.store._tails
+        assert tails is not None and partition not in tails.followed
+
+        second = await served(kafka_bootstrap, topic, transactional_id=f"{topic}-coordinator",
+                              partition_fencing=True, partitions=[partition])
+        assert await fetch(second, "g", require_stable=True) == (-1, Errors.UNSTABLE_OFFSET_COMMIT)
+        await asyncio.to_thread(producer.commit_transaction, 30)
+        await fetched_is(second, "g", (12, Errors.NONE))
+        assert not first.coordinator.shard_for("g").transactional_offsets.by_producer  # nothing delivered there
+    finally:
+        await close(first)
+        if second is not None:
+            await close(second)
+
+
+async def test_a_tail_out_of_range_reads_again_from_the_log_start(kafka_bootstrap: str,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    topic = unique_topic()
+    env = await served(kafka_bootstrap, topic)  # creates the topic
+    await close(env)
+    partition = partition_for("g", PARTITIONS)
+    producer = await client_transaction(kafka_bootstrap, topic, "g", 3)
+    await asyncio.to_thread(producer.commit_transaction, 30)
+    tails = TransactionTails(kafka_bootstrap, None, topic, lambda _id: False, max_wait_ms=200)
+    seen: list[TransactionEvent] = []
+    try:
+        tails.follow(partition, 1_000_000, lambda events, _read_to: seen.extend(events))
+        await until(lambda: len(seen) == 2)
+    finally:
+        await tails.close()
+    batch, marker = seen
+    assert isinstance(batch, ClientTransactionalBatch) and isinstance(marker, EndTransactionMarker)
+    assert [r.value.offset for _, r in batch.offset_commits if r.value] == [3] and marker.commit
+    assert "event=txn_tail_restart" in caplog.text and "reason=offset_out_of_range from_offset=0" in caplog.text
