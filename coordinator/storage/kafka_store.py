@@ -92,7 +92,7 @@ class KafkaGroupStore(GroupStore):
                    ends_after: threading.Event | None = None) -> LoadedGroups:
         """Replay the state topic (all partitions by default) from the earliest offset to the end offset: the
         latest records as the codec decodes them. `stop` (default: the store's) ends it with LoadError; with
-        `ends_after` the end offsets are taken once that event is set (loader.read_state)."""
+        `ends_after` the end offsets are taken once that event is set (loader.read_state_with_transactions)."""
         wanted = sorted(range(self.config.partitions) if partitions is None else partitions)
         settings = consumer_settings(self.config.bootstrap, self.config.client_id, self.load_buffer_bytes)
         started_ms = self.clock.now_ms()

@@ -3,9 +3,9 @@
 read_committed load cannot pass; this load reads to the high watermark whatever is open, applies what is
 committed, drops what is aborted, and returns the clients' open transactions as pending.
 
-Blocking like loader.read_state (it runs its own event loop in the store's worker thread): one connection to
-each partition leader, found with Metadata and found again when a fetch meets a leadership change or a lost
-connection (retried until the load's deadline, as librdkafka does).
+Blocking like loader.read_state_with_transactions, which runs it (its own event loop in the store's worker
+thread): one connection to each partition leader, found with Metadata and found again when a fetch meets a
+leadership change or a lost connection (retried until the load's deadline, as librdkafka does).
 """
 
 from __future__ import annotations
