@@ -93,11 +93,16 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
     offsets at once, as Kafka's replay does whatever batch carries it. Groups not known yet are created as
     simple groups, as Kafka's replay does; call it after the load's groups are loaded (load_group skips a
     group already cached). Idempotent: a record the partition's reader has read past, or one at or below the
-    last record replayed for the producer, was replayed already and is skipped."""
+    last record replayed for the producer, was replayed already and is skipped; but the content of a pending
+    offset replayed again at its own log offset is taken from the later replay (the reader's read-back comes
+    after the handler's answer: the log's content has the last word)."""
     txns = shard.transactional_offsets
     for log_offset, replayed in records:
-        replayed_to = txns.by_producer[producer_id].replayed_to if producer_id in txns.by_producer else -1
-        if log_offset < txns.read_to or log_offset <= replayed_to:
+        txn = txns.by_producer.get(producer_id)
+        if log_offset < txns.read_to:
+            continue
+        if txn is not None and log_offset <= txn.replayed_to:
+            _read_again(txn, producer_id, log_offset, replayed)
             continue
         tp = (replayed.topic, replayed.partition)
         group = shard.add_group(replayed.group_id) if replayed.value is not None else shard.groups.get(replayed.group_id)
@@ -106,7 +111,6 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
                 group.remove_offsets([tp])
             txns.drop_partitions(replayed.group_id, [tp])
             continue
-        txn = txns.by_producer.get(producer_id)
         if txn is None:
             txn = txns.by_producer[producer_id] = OpenTransaction(producer_epoch)
         txn.producer_epoch = producer_epoch
@@ -114,6 +118,21 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
         record = replace(replayed.value, log_offset=log_offset)
         txn.offsets.setdefault(replayed.group_id, {})[tp] = PendingOffset(record, shard.next_offset_write_seq())
         txns.open_by_group.setdefault(replayed.group_id, set()).add(producer_id)
+
+
+def _read_again(txn: OpenTransaction, producer_id: int, log_offset: int, replayed: OffsetCommitRecord) -> None:
+    """A record replayed before: if its pending offset is still the one of that record, the log's content is
+    kept. Other content at the same offset means another writer (a former owner) used our sequence, and the
+    broker answered our batch as its duplicate."""
+    pending = txn.offsets.get(replayed.group_id, {}).get((replayed.topic, replayed.partition))
+    if pending is None or pending.record.log_offset != log_offset or replayed.value is None:
+        return
+    before, after = pending.record, replayed.value
+    if (before.offset, before.metadata, before.leader_epoch) != (after.offset, after.metadata, after.leader_epoch):
+        log.warning("event=txn_offset_replaced_by_log group=%s topic=%s partition=%d producer_id=%d "
+                    "record_offset=%d offset=%d log_offset_value=%d", replayed.group_id, replayed.topic,
+                    replayed.partition, producer_id, log_offset, before.offset, after.offset)
+    pending.record = replace(after, log_offset=log_offset)
 
 
 def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: int, commit: bool,

@@ -43,6 +43,15 @@ async def test_the_tails_read_back_of_a_batch_the_handler_replayed_changes_nothi
         ("t", 0): (5, "", Errors.NONE), ("t", 1): (6, "", Errors.NONE)}
 
 
+async def test_the_log_has_the_last_word_on_a_record_replayed_twice(env: Env) -> None:
+    """Another writer took our sequence: the broker answered our batch as the duplicate of its batch at 10."""
+    shard = env.coordinator.shard_for("s")
+    replay_transactional_offsets(shard, CLIENT, EPOCH, records_at(10, {0: 5}))  # what we sent, at the answer
+    replay_transaction_events(shard, [batch_at(10, {0: 4})], 11)  # what the log holds there
+    replay_transaction_events(shard, [EndTransactionMarker(CLIENT, EPOCH, True, 11)], 12)
+    assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (4, "", Errors.NONE)}
+
+
 async def test_a_replay_below_the_tails_position_is_one_it_settled_already(env: Env) -> None:
     shard = env.coordinator.shard_for("s")
     replay_transaction_events(shard, [batch_at(10, {0: 5}), EndTransactionMarker(CLIENT, EPOCH, False, 11)], 12)
