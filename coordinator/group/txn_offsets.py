@@ -7,10 +7,12 @@ and each COMMIT/ABORT marker to `replay_end_transaction`. Offsets are held per p
 of the record that carried them; COMMIT makes one current only if its record is later in the log than the
 current offset's record (a regular commit written after it wins), ABORT drops them.
 
-Log order of a current offset is its `OffsetRecord.log_offset`, set by whoever read it from the log. An offset
-our own write path committed while the shard serves has none (the store acknowledges without an offset); then
-the order the shard learned them in (the offset write sequence) decides, which is the log order unless our
-acknowledgement and the tail's read-back of the client's batch cross.
+Log order of a current offset is its `OffsetRecord.log_offset`: set by whoever read it from the log, and by the
+Kafka store's append on our own commits once acknowledged (librdkafka's delivery reports). Where one is missing
+(a store that reports none) the order the shard learned them in (the offset write sequence) decides.
+
+`replay_transaction_events` is the reader's entry: the load's open client transactions, then the partition
+tail's batches and markers (coordinator/storage/txn_tail.py), each with where the reader has read to.
 """
 from __future__ import annotations
 
