@@ -35,7 +35,7 @@ from coordinator.group.records import OffsetCommitRecord
 from coordinator.group.txn_offsets import ClientTransactionalBatch, EndTransactionMarker, TransactionEvent
 from coordinator.security.clusters import ClusterSecurity
 from coordinator.storage.transaction_log import decode_offset_commit
-from coordinator.storage.uncommitted_load import PartitionLeaders, transaction_states
+from coordinator.storage.uncommitted_load import RETRIABLE_FETCH_ERRORS, PartitionLeaders, transaction_states
 from protocol import apis
 from protocol.errors import ProtocolError
 from protocol.fetch_reader import FetchedBatch, FetchedPartition, FetchError, MarkerType, fetch, tolerant_request
@@ -245,8 +245,9 @@ class TransactionTails:
                 log.warning("event=txn_tail_restart topic=%s partition=%d offset=%d reason=offset_out_of_range "
                             "from_offset=%d", self.topic, partition, position, earliest)
                 return earliest
-        log.warning("event=txn_tail_restart topic=%s partition=%d offset=%d reason=%r retry_in_s=%.1f", self.topic,
-                    partition, position, exc, _RETRY_S)
+        routine = isinstance(exc, FetchError) and exc.error_code in RETRIABLE_FETCH_ERRORS  # leadership moving
+        log.log(logging.INFO if routine else logging.WARNING, "event=txn_tail_restart topic=%s partition=%d "
+                "offset=%d reason=%r retry_in_s=%.1f", self.topic, partition, position, exc, _RETRY_S)
         await asyncio.sleep(_RETRY_S)
         leaders.leaders.pop(partition, None)
         return position
