@@ -13,7 +13,8 @@ stalls the coordinator's loop. What concerns a shard (a client's batch, a marker
 (`deliver(events, read_to)` runs there) and the tail waits until it has run before fetching on, so at most one
 fetch's worth per partition is in memory. Batches of our own producers (our transactional writers) are skipped:
 their records are the shard's own writes, applied when acknowledged. A producer id is named ours or a client's
-once, by ListTransactions (its transactional id against our prefix), and remembered (bounded).
+once, by ListTransactions on every broker (its transactional id against our prefix; connections the tails
+share), and remembered (bounded).
 
 Errors never end a tail: a leadership change or a lost connection → new metadata and the same position; the
 position out of range (deleted below it, or a truncated log) → read again from the log start; anything else →
@@ -127,6 +128,7 @@ class TransactionTails:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}  # the tails' thread only
+        self._lookups: PartitionLeaders | None = None  # the tails' thread: connections for ListTransactions
         self._followed: dict[int, object] = {}  # partition → the token of its current tail (the caller's loop)
 
     @property
@@ -194,6 +196,22 @@ class TransactionTails:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._lookups is not None:
+            await self._lookups.close()
+
+    async def _name_producers(self, producer_ids: set[int]) -> None:
+        """Ask which of these producer ids are ours, on connections the tails share (one set per broker)."""
+        if self._lookups is None:
+            self._lookups = PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes,
+                                             lambda: False)
+        if not self._lookups.brokers:
+            await self._lookups.refresh([])
+        try:
+            states = await transaction_states(self._lookups, producer_ids)
+        except BaseException:
+            self._lookups.brokers = []  # a broker gone or moved: ask Metadata again next time
+            raise
+        self.owners.learn(producer_ids, states)
 
     async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
         leaders = PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes, lambda: False)
@@ -220,7 +238,7 @@ class TransactionTails:
                              min_bytes=self.min_bytes, wants_records=self._wants_records)
         unknown = self.owners.unknown(answer.batches)
         if unknown:
-            self.owners.learn(unknown, await transaction_states(leaders, unknown))
+            await self._name_producers(unknown)
         events = transaction_events(answer.batches, self.owners.is_ours)
         next_position = _next_position(answer, position)
         if events:  # handed over and waited for: one fetch's worth in memory at most
