@@ -232,6 +232,7 @@ class TransactionTails:
         """One fetch from `position`, its events delivered; the next position."""
         if partition not in leaders.leaders:
             await leaders.refresh([partition])
+            await _close_all_but(leaders, leaders.leaders[partition])  # the Metadata connection is not kept
         client = await leaders.connect(leaders.leaders[partition])
         answer = await fetch(client, self.topic, partition, position, max_bytes=self.max_bytes,
                              max_wait_ms=self.max_wait_ms, timeout_ms=self.max_wait_ms + 30_000,
@@ -288,6 +289,11 @@ class TransactionTails:
                                                                    f"{int(answered.error_code)}")
                     return int(answered.offset)
         raise ProtocolError(f"ListOffsets answer without {self.topic}-{partition}")
+
+
+async def _close_all_but(leaders: PartitionLeaders, address: tuple[str, int]) -> None:
+    for other in [a for a in leaders.clients if a != address]:
+        await leaders.clients.pop(other).close()
 
 
 def _next_position(answer: FetchedPartition, position: int) -> int:
