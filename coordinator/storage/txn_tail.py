@@ -148,7 +148,7 @@ class TransactionTails:
 
         loop = self._tails_loop()
         loop.call_soon_threadsafe(self._start, partition, start, caller, on_caller_loop)
-        log.info("event=txn_tail_started topic=%s partition=%d from_offset=%d", self.topic, partition, start)
+        log.debug("event=txn_tail_started topic=%s partition=%d from_offset=%d", self.topic, partition, start)
 
     def stop(self, partitions: Collection[int]) -> None:
         """Stop following: nothing read of them is delivered from now on."""
