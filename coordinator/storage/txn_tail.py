@@ -207,7 +207,7 @@ class TransactionTails:
         if not self._lookups.brokers:
             await self._lookups.refresh([])
         try:
-            states = await transaction_states(self._lookups, producer_ids)
+            states = await transaction_states(self._lookups, producer_ids, complete=True)  # none named by default
         except BaseException:
             self._lookups.brokers = []  # a broker gone or moved: ask Metadata again next time
             raise

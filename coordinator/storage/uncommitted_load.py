@@ -237,14 +237,18 @@ async def _settle_decided(leaders: PartitionLeaders, trackers: dict[int, Transac
     return ours
 
 
-async def transaction_states(leaders: PartitionLeaders, producer_ids: set[int]) -> dict[int, tuple[str, str]]:
+async def transaction_states(leaders: PartitionLeaders, producer_ids: set[int], *, complete: bool = False
+                             ) -> dict[int, tuple[str, str]]:
     """producer id → (transactional id, state): ListTransactions on every broker (each lists the transactions
-    its transaction coordinator partitions hold)."""
+    its transaction coordinator partitions hold). With `complete`, a broker answering an error (its
+    transaction coordinator still loading) raises FetchError rather than leaving its transactions out."""
     request = build(apis.request_class(_LIST_TRANSACTIONS, 0), state_filters=(),
                     producer_id_filters=tuple(i64(p) for p in producer_ids))
     states = {}
     for address in leaders.brokers:
         answer = await tolerant_request(await leaders.connect(address), request)
+        if complete and int(answer.error_code) != 0:
+            raise FetchError(int(answer.error_code), f"ListTransactions on {address}: error {int(answer.error_code)}")
         states.update({int(s.producer_id): (str(s.transactional_id), str(s.transaction_state))
                        for s in answer.transaction_states})
     return states
