@@ -219,9 +219,9 @@ def replay_transaction_events(shard: GroupShard, events: Iterable[TransactionEve
             replay_transactional_offsets(shard, event.producer_id, event.producer_epoch, event.offset_commits)
             shard.producer_sequences.observed_batch(event.producer_id, event.producer_epoch, event.last_sequence)
             txns.read_to = max(txns.read_to, event.last_offset + 1)
-        else:
+        elif event.offset >= txns.read_to:  # below it: read before (a reader starting again from the log start)
             replay_end_transaction(shard, event.producer_id, event.producer_epoch, event.commit, event.offset)
             shard.producer_sequences.observed_marker(event.producer_id, event.producer_epoch)
-            txns.read_to = max(txns.read_to, event.offset + 1)
+            txns.read_to = event.offset + 1
     if read_to is not None:
         txns.read_to = max(txns.read_to, read_to)

@@ -70,6 +70,17 @@ async def test_a_batch_the_tail_reads_after_the_handlers_later_one_is_not_replay
     assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (6, "", Errors.NONE)}
 
 
+async def test_a_marker_read_again_below_the_tails_position_settles_nothing(env: Env) -> None:
+    """A tail that starts again from the log start reads a producer's old markers: its open transaction stays."""
+    shard = env.coordinator.shard_for("s")
+    replay_transaction_events(shard, [batch_at(10, {0: 5}), EndTransactionMarker(CLIENT, EPOCH, True, 11),
+                                      batch_at(20, {0: 6})], 21)
+    replay_transaction_events(shard, [batch_at(10, {0: 5}), EndTransactionMarker(CLIENT, EPOCH, True, 11)], 12)
+    assert await fetch(env, "s", {"t": [0]}, require_stable=True) == {("t", 0): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT)}
+    replay_transaction_events(shard, [EndTransactionMarker(CLIENT, EPOCH, True, 21)], 22)
+    assert await fetch(env, "s", {"t": [0]}, require_stable=True) == {("t", 0): (6, "", Errors.NONE)}
+
+
 class OffsetReportingStore(InMemoryGroupStore):
     """Acknowledges with the records' log offsets, as the Kafka store's append reports them."""
 
