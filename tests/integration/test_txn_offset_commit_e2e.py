@@ -16,8 +16,12 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from protocol.apis import ApiKey
+from protocol.client import KafkaClient
+from protocol.error_codes import Errors
 from tests.support.service import FAST, service, unique, until_loaded
 from tests.support.transactions_wire import create_topic
+from tests.support.wire import nested, request
 
 pytestmark = pytest.mark.integration
 
@@ -161,3 +165,127 @@ async def test_a_consume_transform_produce_loop_through_us_matches_kafka(request
     assert ours == LoopFigures(ours.committed_output, theirs.uncommitted_output, theirs.group_offset)
     assert "event=txn_offsets_pending" in log_text and "event=txn_offsets_committed" in log_text
     assert "event=txn_offsets_aborted" in log_text
+
+
+# --- a zombie, a timeout, require_stable ------------------------------------------------------------------------
+
+async def _stable_fetch(bootstrap: str, group: str, topic: str) -> tuple[int, Errors]:
+    """OffsetFetch v7 with require_stable of partition 0, from the group's coordinator (the single broker, or
+    us): the offset and the partition's error."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    client = await KafkaClient.connect(host, int(port), client_id="eos-e2e", timeout_ms=30_000)
+    try:
+        entry = nested(ApiKey.OFFSET_FETCH, 7, "topics")(name=topic, partition_indexes=(0,))
+        response = await client.request(request(ApiKey.OFFSET_FETCH, 7, group_id=group, topics=(entry,),
+                                                require_stable=True))
+        assert response.error_code == 0, response
+        [answer] = response.topics[0].partitions
+        return int(answer.committed_offset), Errors(int(answer.error_code))
+    finally:
+        await client.close()
+
+
+async def _offsets_sent(bootstrap: str, kafka: str, group: str, source: str, offset: int,
+                        **settings: object) -> Producer:
+    """A transactional producer whose open transaction holds `offset` for `group` (and one output record)."""
+    def run() -> Producer:
+        producer = _transactional(bootstrap, settings.pop("transactional_id", unique("eos-app")),  # type: ignore[arg-type]
+                                  **settings)
+        producer.begin_transaction()
+        producer.produce(source, value=b"x", partition=0)
+        metadata = _consumer(bootstrap, group)
+        try:
+            producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)],
+                                                 metadata.consumer_group_metadata(), 60)
+        finally:
+            metadata.close()
+        return producer
+    return await asyncio.to_thread(run)
+
+
+async def zombie_fenced(bootstrap: str, kafka: str) -> tuple[Errors, int, int]:
+    """A zombie's pending offset (10) discarded when a new instance of its transactional id starts; the new one
+    commits 20. Returns what the zombie's commit raised, and the group's offset after each step."""
+    group, source, transactional_id = unique("eos-zombie"), unique("eos-src"), unique("eos-app")
+    create_topic(kafka, source)
+    zombie = await _offsets_sent(bootstrap, kafka, group, source, 10, transactional_id=transactional_id)
+    successor = await asyncio.to_thread(_transactional, bootstrap, transactional_id)  # fences the zombie
+    after_fence = await _until_stable(bootstrap, group, source)
+    try:
+        await asyncio.to_thread(zombie.commit_transaction, 30)
+        zombie_error = Errors.NONE
+    except KafkaException as exc:
+        zombie_error = Errors(exc.args[0].code()) if exc.args[0].code() > 0 else Errors.PRODUCER_FENCED
+    def next_transaction() -> None:
+        successor.begin_transaction()
+        metadata = _consumer(bootstrap, group)
+        try:
+            successor.send_offsets_to_transaction([TopicPartition(source, 0, 20)], metadata.consumer_group_metadata(),
+                                                  60)
+        finally:
+            metadata.close()
+        successor.commit_transaction(60)
+    await asyncio.to_thread(next_transaction)
+    return zombie_error, after_fence, await _until_stable(bootstrap, group, source)
+
+
+async def _until_stable(bootstrap: str, group: str, topic: str, timeout_s: float = 60) -> int:
+    deadline = time.monotonic() + timeout_s
+    while (answer := await _stable_fetch(bootstrap, group, topic))[1] == Errors.UNSTABLE_OFFSET_COMMIT:
+        assert time.monotonic() < deadline, "the offset never became stable"
+        await asyncio.sleep(0.1)
+    assert answer[1] == Errors.NONE, answer
+    return answer[0]
+
+
+async def timed_out(bootstrap: str, kafka: str) -> tuple[Errors, int]:
+    """A transaction holding offset 7 left open past transaction.timeout.ms: the broker aborts it. Returns
+    require_stable's answer while it is open and the offset once settled (none: -1)."""
+    group, source = unique("eos-timeout"), unique("eos-src")
+    create_topic(kafka, source)
+    await _offsets_sent(bootstrap, kafka, group, source, 7, **{"transaction.timeout.ms": 3_000})
+    while_open = (await _stable_fetch(bootstrap, group, source))[1]
+    return while_open, await _until_stable(bootstrap, group, source, timeout_s=90)
+
+
+async def require_stable_waits(bootstrap: str, kafka: str) -> tuple[tuple[int, Errors], int, int]:
+    """Offset 5 committed, then 9 sent in an open transaction: require_stable answers UNSTABLE_OFFSET_COMMIT; a
+    read_committed confluent-kafka consumer's committed() (which asks it) returns 9 once the transaction
+    commits. Returns the raw answer while open, committed()'s answer, and the offset after."""
+    group, source = unique("eos-stable"), unique("eos-src")
+    create_topic(kafka, source)
+    first = await _offsets_sent(bootstrap, kafka, group, source, 5)
+    await asyncio.to_thread(first.commit_transaction, 60)
+    producer = await _offsets_sent(bootstrap, kafka, group, source, 9)
+    while_open = await _stable_fetch(bootstrap, group, source)
+    reader = _consumer(bootstrap, group)
+    try:
+        asked = asyncio.ensure_future(asyncio.to_thread(reader.committed, [TopicPartition(source, 0)], 60))
+        await asyncio.sleep(0)  # asked while the transaction is open: librdkafka retries UNSTABLE_OFFSET_COMMIT
+        await asyncio.to_thread(producer.commit_transaction, 60)
+        [committed] = await asyncio.wait_for(asked, 90)
+    finally:
+        reader.close()
+    return while_open, committed.offset, await _until_stable(bootstrap, group, source)
+
+
+@pytest.mark.parametrize("cluster", ["kafka_bootstrap", "kafka_tv1"])
+async def test_zombie_timeout_and_require_stable_through_us_match_kafka(request: pytest.FixtureRequest,
+                                                                        cluster: str) -> None:
+    kafka = request.getfixturevalue(cluster)
+    async with service(kafka, unique("__state-eos"), *FAST, relay=True) as running:
+        client = await running.client()
+        try:
+            await until_loaded(client)
+        finally:
+            await client.close()
+        us = f"127.0.0.1:{running.port}"
+        ours = (await zombie_fenced(us, kafka), await timed_out(us, kafka), await require_stable_waits(us, kafka))
+    theirs = (await zombie_fenced(kafka, kafka), await timed_out(kafka, kafka),
+              await require_stable_waits(kafka, kafka))
+    zombie, timeout, stable = theirs
+    assert zombie[1:] == (-1, 20), zombie  # the zombie's 10 never visible, the successor's 20 committed
+    assert zombie[0] != Errors.NONE  # its commit fails: fenced
+    assert timeout == (Errors.UNSTABLE_OFFSET_COMMIT, -1)  # pending while open, aborted by the broker
+    assert stable == ((-1, Errors.UNSTABLE_OFFSET_COMMIT), 9, 9)
+    assert ours == theirs
