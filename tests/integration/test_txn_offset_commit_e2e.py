@@ -7,15 +7,20 @@ timed out by the broker, and OffsetFetch `require_stable` while a commit is pend
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from coordinator.embedded import ensure_jars
+from coordinator.embedded.broker import die_with_parent
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
@@ -289,3 +294,55 @@ async def test_zombie_timeout_and_require_stable_through_us_match_kafka(request:
     assert timeout == (Errors.UNSTABLE_OFFSET_COMMIT, -1)  # pending while open, aborted by the broker
     assert stable == ((-1, Errors.UNSTABLE_OFFSET_COMMIT), 9, 9)
     assert ours == theirs
+
+
+# --- the Java client (KIP-447 group metadata) ------------------------------------------------------------------
+
+JAVA_LOOP = Path(__file__).parents[1] / "support" / "java" / "TxnLoop.java"
+JAVA_LOG_CONFIG = Path(__file__).parents[1] / "support" / "java" / "log4j2.properties"
+
+
+def java_loop(bootstrap: str, kafka: str) -> dict[str, list[str]]:
+    """TxnLoop.java (Kafka's own 4.1.1 clients) over RECORDS input records; its stdout lines by their first word."""
+    group, source, sink = unique("eos-java"), unique("eos-in"), unique("eos-out")
+    create_topic(kafka, source)
+    create_topic(kafka, sink)
+    _produce_input(kafka, source)
+    command = [shutil.which("java") or "java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               f"-Dlog4j2.configurationFile={JAVA_LOG_CONFIG}", "-cp", f"{ensure_jars()}/*", str(JAVA_LOOP),
+               bootstrap, group, source, sink, str(RECORDS), unique("eos-java-app")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240,
+                          preexec_fn=die_with_parent)  # noqa: PLW1509 (the JVM must not outlive the test)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        lines.setdefault(word, []).append(rest)
+    lines["OUTPUT"] = _read_all(kafka, sink, "read_committed", RECORDS)
+    lines["GROUP_OFFSET"] = [str(_group_offset(bootstrap, group, source))]
+    return lines
+
+
+@pytest.mark.parametrize("cluster", ["kafka_bootstrap", "kafka_tv1"])
+async def test_the_java_client_sends_offsets_with_its_group_metadata(request: pytest.FixtureRequest,
+                                                                     cluster: str) -> None:
+    """sendOffsetsToTransaction(offsets, consumer.groupMetadata()) of a subscribed classic member: committed as
+    against Kafka; with a stale generation or an unknown member id the same exceptions as Kafka's."""
+    kafka = request.getfixturevalue(cluster)
+    async with service(kafka, unique("__state-eos"), *FAST, relay=True) as running:
+        client = await running.client()
+        try:
+            await until_loaded(client)
+        finally:
+            await client.close()
+        ours = await asyncio.to_thread(java_loop, f"127.0.0.1:{running.port}", kafka)
+        log_text = running.log_text()
+    theirs = await asyncio.to_thread(java_loop, kafka, kafka)
+    assert theirs["OUTPUT"] == [f"out-{i}" for i in range(RECORDS)] and theirs["GROUP_OFFSET"] == [str(RECORDS)]
+    assert theirs["STALE"] == ["CommitFailedException"], theirs
+    assert theirs["UNKNOWN_MEMBER"] == ["CommitFailedException"], theirs
+    for word in ("OUTPUT", "GROUP_OFFSET", "STALE", "UNKNOWN_MEMBER", "DONE"):
+        assert ours[word] == theirs[word], (word, ours[word], theirs[word])
+    assert ours["COMMITTED"][-1] == str(RECORDS)
+    refusals = [line for line in log_text.splitlines() if "event=txn_offset_commit_refused" in line]
+    assert [line.rsplit("error=", 1)[1] for line in refusals] == ["ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"], refusals

@@ -241,6 +241,9 @@ async def _commit_locked(ctx: ConnectionContext, shard: GroupShard, writes: _Sha
     existed = identity.group_id in shard.groups
     _, invalid = validate_transactional_offset_commit(shard, identity)
     if invalid is not None:
+        log.info("event=txn_offset_commit_refused group=%s transactional_id=%s producer_id=%d generation=%d "
+                 "member=%s version=%d error=%s", identity.group_id, identity.transactional_id, identity.producer_id,
+                 identity.generation_id, identity.member_id, identity.version, invalid.name)
         return dict.fromkeys(every, invalid)
     errors: dict[tuple[str, int], Errors] = {}
     now_ms = shard.now_wall_ms()
