@@ -35,7 +35,7 @@ from coordinator.group.records import OffsetCommitRecord
 from coordinator.group.txn_offsets import ClientTransactionalBatch, EndTransactionMarker, TransactionEvent
 from coordinator.security.clusters import ClusterSecurity
 from coordinator.storage.transaction_log import decode_offset_commit
-from coordinator.storage.uncommitted_load import PartitionLeaders, transaction_states
+from coordinator.storage.uncommitted_load import RETRIABLE_FETCH_ERRORS, PartitionLeaders, transaction_states
 from protocol import apis
 from protocol.errors import ProtocolError
 from protocol.fetch_reader import FetchedBatch, FetchedPartition, FetchError, MarkerType, fetch, tolerant_request
@@ -50,6 +50,10 @@ _EARLIEST = -2
 _OFFSET_OUT_OF_RANGE = 1
 _RETRY_S = 0.5
 _KNOWN_PRODUCERS = 10_000  # producer ids remembered as ours or a client's
+# A fetch is answered once this much is there or after the wait: under load one fetch carries many of our own
+# batches (each fetch's cost is mostly fixed), idle the wait bounds how late a marker is seen
+_MIN_BYTES = 16 * 1024
+_MAX_WAIT_MS = 250
 
 
 def transaction_events(batches: Iterable[FetchedBatch], is_ours: Callable[[int], bool]) -> list[TransactionEvent]:
@@ -111,12 +115,14 @@ class TransactionTails:
     """The tails of the partitions followed, in a thread of their own (started at the first `follow`)."""
 
     def __init__(self, bootstrap: str, security: ClusterSecurity | None, topic: str,
-                 is_ours: Callable[[str], bool], *, max_bytes: int = 1 << 20, max_wait_ms: int = 500) -> None:
+                 is_ours: Callable[[str], bool], *, max_bytes: int = 1 << 20, max_wait_ms: int = _MAX_WAIT_MS,
+                 min_bytes: int = _MIN_BYTES) -> None:
         self.bootstrap = bootstrap
         self.security = security
         self.topic = topic
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
         self.owners = ProducerOwners(is_ours)  # used on the tails' thread only
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -210,7 +216,8 @@ class TransactionTails:
             await leaders.refresh([partition])
         client = await leaders.connect(leaders.leaders[partition])
         answer = await fetch(client, self.topic, partition, position, max_bytes=self.max_bytes,
-                             max_wait_ms=self.max_wait_ms, timeout_ms=self.max_wait_ms + 30_000)
+                             max_wait_ms=self.max_wait_ms, timeout_ms=self.max_wait_ms + 30_000,
+                             min_bytes=self.min_bytes, wants_records=self._wants_records)
         unknown = self.owners.unknown(answer.batches)
         if unknown:
             self.owners.learn(unknown, await transaction_states(leaders, unknown))
@@ -219,6 +226,10 @@ class TransactionTails:
         if events:  # handed over and waited for: one fetch's worth in memory at most
             await asyncio.wrap_future(_call_on(caller, deliver, events, next_position))
         return next_position
+
+    def _wants_records(self, producer_id: int, transactional: bool) -> bool:
+        """Only a client's batches are read record by record: ours are the bulk of the partition."""
+        return transactional and not self.owners.is_ours(producer_id)
 
     async def _recover(self, leaders: PartitionLeaders, partition: int, position: int, exc: Exception) -> int:
         """Where to read on after `exc`: the log start if the position is out of range, else the same position
@@ -234,8 +245,9 @@ class TransactionTails:
                 log.warning("event=txn_tail_restart topic=%s partition=%d offset=%d reason=offset_out_of_range "
                             "from_offset=%d", self.topic, partition, position, earliest)
                 return earliest
-        log.warning("event=txn_tail_restart topic=%s partition=%d offset=%d reason=%r retry_in_s=%.1f", self.topic,
-                    partition, position, exc, _RETRY_S)
+        routine = isinstance(exc, FetchError) and exc.error_code in RETRIABLE_FETCH_ERRORS  # leadership moving
+        log.log(logging.INFO if routine else logging.WARNING, "event=txn_tail_restart topic=%s partition=%d "
+                "offset=%d reason=%r retry_in_s=%.1f", self.topic, partition, position, exc, _RETRY_S)
         await asyncio.sleep(_RETRY_S)
         leaders.leaders.pop(partition, None)
         return position

@@ -28,7 +28,7 @@ from protocol.messages import build, item_class
 _METADATA, _LIST_TRANSACTIONS = 3, 66
 _OFFSET_OUT_OF_RANGE = 1
 # leadership moving or not yet known, a replica or log dir briefly unavailable: ask again after new metadata
-_RETRIABLE = {3, 5, 6, 9, 56, 74, 75}  # UNKNOWN_TOPIC_OR_PARTITION ... UNKNOWN_LEADER_EPOCH
+RETRIABLE_FETCH_ERRORS = {3, 5, 6, 9, 56, 74, 75}  # UNKNOWN_TOPIC_OR_PARTITION ... UNKNOWN_LEADER_EPOCH
 _RETRY_S = 0.2
 # a transaction's outcome is decided in these states (Kafka's TransactionState names), its markers on their way
 _DECIDED = {"PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "PrepareEpochFence"}
@@ -124,7 +124,7 @@ class PartitionLeaders:
                 return await fetch(client, self.topic, partition, position, max_bytes=self.max_bytes,
                                    max_wait_ms=max_wait_ms, timeout_ms=30_000)
             except FetchError as exc:
-                if exc.error_code not in _RETRIABLE:
+                if exc.error_code not in RETRIABLE_FETCH_ERRORS:
                     raise
             except (ProtocolError, OSError):
                 pass  # connection lost or timed out: the leader may have moved

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
+from coordinator.embedded import EmbeddedKafka
 from coordinator.group.api import (OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
                                    OffsetFetchRequest, OffsetFetchRequestTopic)
 from coordinator.group.partitioner import partition_for
@@ -251,3 +252,20 @@ async def test_a_tail_out_of_range_reads_again_from_the_log_start(kafka_bootstra
     assert isinstance(batch, ClientTransactionalBatch) and isinstance(marker, EndTransactionMarker)
     assert [r.value.offset for _, r in batch.offset_commits if r.value] == [3] and marker.commit
     assert "event=txn_tail_restart" in caplog.text and "reason=offset_out_of_range from_offset=0" in caplog.text
+
+
+async def test_the_tail_survives_its_broker_restarting(restartable_kafka: EmbeddedKafka,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    topic = unique_topic()
+    bootstrap = restartable_kafka.bootstrap
+    env = await served(bootstrap, topic)
+    try:
+        producer = await client_transaction(bootstrap, topic, "g", 21)
+        await fetched_is(env, "g", (-1, Errors.UNSTABLE_OFFSET_COMMIT))
+        await restartable_kafka.stop()
+        await restartable_kafka.start()
+        await asyncio.to_thread(producer.commit_transaction, 60)
+        await fetched_is(env, "g", (21, Errors.NONE), timeout_s=60)
+        assert "event=txn_tail_restart" in caplog.text  # the connection was lost and made again
+    finally:
+        await close(env)
