@@ -346,3 +346,5 @@ async def test_the_java_client_sends_offsets_with_its_group_metadata(request: py
     assert ours["COMMITTED"][-1] == str(RECORDS)
     refusals = [line for line in log_text.splitlines() if "event=txn_offset_commit_refused" in line]
     assert [line.rsplit("error=", 1)[1] for line in refusals] == ["ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"], refusals
+    # our ApiVersions finalizes no transaction.version: through us the Java producer runs TV1 (TxnOffsetCommit v4)
+    assert {line.split(" version=", 1)[1].split()[0] for line in refusals} == {"4"}, refusals
