@@ -9,8 +9,18 @@ import time
 from typing import Any
 
 from coordinator.group.partitioner import partition_for
+from coordinator.relay.config import RelayConfig
+from coordinator.relay.errors import UpstreamUnavailable
+from coordinator.relay.relay import Relay
+from coordinator.server.context import ConnectionContext, Node
+from coordinator.server.handlers import served_ranges
+from coordinator.server.handlers import txn_offset_commit as txn_offset_commit_handler
+from coordinator.storage.config import StorageConfig
+from coordinator.storage.kafka_store import KafkaGroupStore
+from protocol.codec import RequestHeader
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
+from tests.support.group_harness import Env
 from tests.support.service import FAST, service, unique, until_loaded
 from tests.support.transactions_wire import (Producer, add_partitions, connect, create_topic, end_transaction,
                                              init_producer, transaction_state, wait_state)
@@ -150,3 +160,72 @@ async def test_a_huge_txn_offset_commit_is_refused_clearly(kafka_bootstrap: str)
             await us.close()
             await kafka.close()
         assert "event=txn_offset_commit_too_large" in running.log_text()
+
+
+class AnswerLosingRelay(Relay):
+    """The real relay, whose next request to a broker loses its answer: sent and answered by the broker (`after`)
+    or never sent (`before`), the handler hears only that the connection failed."""
+
+    lose: str | None = None
+
+    async def request_to(self, node_id: int, body: Any) -> Any:
+        lose, self.lose = self.lose, None
+        if lose == "before":
+            raise UpstreamUnavailable("the answer was lost (injected, not sent)")
+        answer = await super().request_to(node_id, body)
+        if lose == "after":
+            raise UpstreamUnavailable("the answer was lost (injected, after the broker answered)")
+        return answer
+
+
+@pytest.mark.parametrize("lost", ["after", "before"])
+async def test_a_retry_after_a_lost_answer_sends_the_owed_batch_first(kafka_bootstrap: str, lost: str) -> None:
+    """The append's answer is lost (the batch landed, or never left): the client is answered
+    COORDINATOR_NOT_AVAILABLE and retries; the retry sends the owed bytes again with their sequence (a duplicate
+    if they had landed) before its own, so neither it nor the next request meets OUT_OF_ORDER_SEQUENCE_NUMBER, and
+    the transaction commits the last offset."""
+    state_topic, topic = unique("__state-txn"), unique("txn-in")
+    create_topic(kafka_bootstrap, topic)
+    store = KafkaGroupStore(StorageConfig(bootstrap=kafka_bootstrap, state_topic=state_topic,
+                                          partitions=STATE_PARTITIONS, event_topic=None), load_timeout_ms=60_000)
+    await store.start()
+    env = Env(store=store, offsets_topic_num_partitions=STATE_PARTITIONS)
+    relay = AnswerLosingRelay(RelayConfig(), kafka_bootstrap, served=served_ranges(), max_frame_bytes=100 << 20)
+    kafka = await connect(kafka_bootstrap)
+    try:
+        await env.coordinator.load()
+        await relay.start()
+        ctx = ConnectionContext(node=Node(1, "127.0.0.1", 0, "test"), coordinator=env.coordinator,
+                                client_host="/127.0.0.1", peer="test", relay=relay)
+        group = unique("txn-lost")
+        producer = await init_producer(kafka, unique("app"))
+        assert await add_partitions(kafka, producer, state_topic, partition_for(group, STATE_PARTITIONS)) == 0
+
+        async def commit(offset: int) -> Errors:
+            body = request(TXN_OFFSET_COMMIT, 3, transactional_id=producer.transactional_id, group_id=group,
+                           producer_id=producer.producer_id, producer_epoch=producer.epoch, generation_id=-1,
+                           member_id="", group_instance_id=None, topics=(nested(TXN_OFFSET_COMMIT, 3, "topics")(
+                               name=topic, partitions=(nested(TXN_OFFSET_COMMIT, 3, "topics", "partitions")(
+                                   partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                                   committed_metadata=""),)),))
+            answer = await txn_offset_commit_handler.handle(ctx, RequestHeader(TXN_OFFSET_COMMIT, 3, 1, "t"), body)
+            return Errors(int(answer.topics[0].partitions[0].error_code))
+
+        relay.lose = lost
+        assert await commit(10) == Errors.COORDINATOR_NOT_AVAILABLE
+        assert await commit(10) == Errors.NONE  # the client's retry
+        assert await commit(11) == Errors.NONE
+        shard = env.coordinator.shard_for(group)
+        # sequence 0: the owed batch (landed before, a duplicate now, or landing now), 1 and 2: each request's own
+        assert shard.producer_sequences.next_sequence(producer.producer_id, producer.epoch) == 3
+        assert await end_transaction(kafka, producer, commit=True, version=4) == 0
+        deadline = time.monotonic() + 30
+        while (current := env.coordinator.groups.get(group)) is None or current.offsets.get((topic, 0)) is None:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        assert current.offsets[(topic, 0)].offset == 11
+    finally:
+        await relay.close()
+        await kafka.close()
+        await env.close()
+        await store.close()
