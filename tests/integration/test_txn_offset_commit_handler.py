@@ -21,6 +21,7 @@ from protocol.codec import RequestHeader
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env
+from tests.support.instances import Instances
 from tests.support.service import FAST, service, unique, until_loaded
 from tests.support.transactions_wire import (Producer, add_partitions, connect, create_topic, end_transaction,
                                              init_producer, transaction_state, wait_state)
@@ -229,3 +230,31 @@ async def test_a_retry_after_a_lost_answer_sends_the_owed_batch_first(kafka_boot
         await kafka.close()
         await env.close()
         await store.close()
+
+
+async def test_several_instances_only_the_owner_takes_a_groups_transactional_offsets(kafka_bootstrap: str) -> None:
+    """Two instances (relay on): TxnOffsetCommit to the instance that does not own the group's partition →
+    NOT_COORDINATOR; the owner (its runtime behind the zombie guard) appends it, and the commit settles there."""
+    topic = unique("txn-in")
+    create_topic(kafka_bootstrap, topic)
+    async with Instances(kafka_bootstrap, 2, relay=True) as cluster:
+        ownership = await cluster.ownership()
+        group = unique("txn-owned")
+        partition = cluster.partition_of(group)
+        [owner] = [i for i in cluster if partition in ownership.of(i.instance_id)]
+        [other] = [i for i in cluster if i is not owner]
+        kafka = await connect(kafka_bootstrap)
+        at_owner = await KafkaClient.connect(*owner.address, client_id="t", timeout_ms=30_000)
+        at_other = await KafkaClient.connect(*other.address, client_id="t", timeout_ms=30_000)
+        try:
+            producer = await init_producer(kafka, unique("app"))
+            assert await add_partitions(kafka, producer, cluster.state_topic, partition) == 0
+            assert await txn_offset_commit(at_other, 3, producer, group, {(topic, 0): 8}) == \
+                {(topic, 0): Errors.NOT_COORDINATOR}
+            assert await txn_offset_commit(at_owner, 3, producer, group, {(topic, 0): 8}) == {(topic, 0): Errors.NONE}
+            assert await stable_offset(at_owner, group, topic) == (-1, Errors.UNSTABLE_OFFSET_COMMIT)
+            assert await end_transaction(kafka, producer, commit=True, version=4) == 0
+            await until_offset(at_owner, group, topic, 8)
+        finally:
+            for client in (kafka, at_owner, at_other):
+                await client.close()

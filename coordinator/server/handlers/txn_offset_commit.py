@@ -38,6 +38,7 @@ from coordinator.group.api import UNKNOWN_MEMBER_ID
 from coordinator.group.offsets import _java_length as java_length
 from coordinator.group.records import OffsetCommitRecord, OffsetRecord
 from coordinator.group.shard import GroupShard
+from coordinator.group.status import ShardStatus
 from coordinator.group.txn_commit import (TxnOffsetCommitIdentity, txn_append_error,
                                           validate_transactional_offset_commit)
 from coordinator.group.txn_offsets import replay_transactional_offsets
@@ -227,8 +228,7 @@ async def _commit_to_group(ctx: ConnectionContext, version: int, body: Any, part
         generation_id=int(getattr(body, "generation_id", -1)),
         member_id=getattr(body, "member_id", UNKNOWN_MEMBER_ID),
         group_instance_id=getattr(body, "group_instance_id", None), version=version)
-    runtime: Any = ctx.coordinator
-    shard: GroupShard = runtime.shard_for(identity.group_id)
+    shard = ctx.coordinator.shard_for(identity.group_id)  # behind the zombie guard with several instances
     writes = _writes(shard)
     async with writes.one_batch_of(identity.producer_id):
         return await _commit_locked(ctx, shard, writes, identity, partitions)
@@ -322,8 +322,9 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
         if result.error == Errors.NONE:
             sequences.settle(producer_id, batch.epoch, batch.sequence, Outcome.ACKNOWLEDGED)
             writes.owed.pop(producer_id, None)
-            replay_transactional_offsets(shard, producer_id, batch.epoch,
-                                         [(result.base_offset + i, r) for i, r in enumerate(batch.records)])
+            if shard.status is ShardStatus.ACTIVE:  # else the partition moved on: its next owner loads the batch
+                replay_transactional_offsets(shard, producer_id, batch.epoch,
+                                             [(result.base_offset + i, r) for i, r in enumerate(batch.records)])
             log.info("event=txn_offsets_pending group=%s transactional_id=%s producer_id=%d epoch=%d offsets=%d "
                      "base_offset=%d", identity.group_id, identity.transactional_id, producer_id, batch.epoch,
                      len(batch.records), result.base_offset)
