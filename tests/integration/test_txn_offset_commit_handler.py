@@ -258,3 +258,41 @@ async def test_several_instances_only_the_owner_takes_a_groups_transactional_off
         finally:
             for client in (kafka, at_owner, at_other):
                 await client.close()
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_a_coordinator_killed_between_txn_offset_commit_and_end_txn_loses_and_shows_nothing(
+        kafka_bootstrap: str, commit: bool) -> None:
+    """TxnOffsetCommit through a coordinator that is then SIGKILLed; a new one loads the partition while the
+    transaction is open (pending: UNSTABLE_OFFSET_COMMIT, nothing visible early), and the transaction
+    coordinator's marker settles it there: the offset on COMMIT, none on ABORT."""
+    state_topic, topic, group = unique("__state-txn"), unique("txn-in"), unique("txn-kill")
+    create_topic(kafka_bootstrap, topic)
+    kafka = await connect(kafka_bootstrap)
+    try:
+        producer = await init_producer(kafka, unique("app"))
+        async with service(kafka_bootstrap, state_topic, *FAST, relay=True) as first:
+            us = await first.client()
+            try:
+                await until_loaded(us)
+                assert await add_partitions(kafka, producer, state_topic, partition_for(group, STATE_PARTITIONS)) == 0
+                assert await txn_offset_commit(us, 3, producer, group, {(topic, 0): 21}) == {(topic, 0): Errors.NONE}
+            finally:
+                await us.close()
+            first.process.kill()
+            await first.process.wait()
+        async with service(kafka_bootstrap, state_topic, *FAST, relay=True) as second:
+            us = await second.client()
+            try:
+                await until_loaded(us, group)
+                assert await stable_offset(us, group, topic) == (-1, Errors.UNSTABLE_OFFSET_COMMIT)
+                assert await end_transaction(kafka, producer, commit=commit, version=4) == 0
+                deadline = time.monotonic() + 30
+                while (answer := await stable_offset(us, group, topic))[1] == Errors.UNSTABLE_OFFSET_COMMIT:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+                assert answer == ((21 if commit else -1), Errors.NONE)
+            finally:
+                await us.close()
+    finally:
+        await kafka.close()
