@@ -13,7 +13,8 @@ stalls the coordinator's loop. What concerns a shard (a client's batch, a marker
 (`deliver(events, read_to)` runs there) and the tail waits until it has run before fetching on, so at most one
 fetch's worth per partition is in memory. Batches of our own producers (our transactional writers) are skipped:
 their records are the shard's own writes, applied when acknowledged. A producer id is named ours or a client's
-once, by ListTransactions (its transactional id against our prefix), and remembered (bounded).
+once, by ListTransactions on every broker (its transactional id against our prefix; connections the tails
+share), and remembered (bounded).
 
 Errors never end a tail: a leadership change or a lost connection → new metadata and the same position; the
 position out of range (deleted below it, or a truncated log) → read again from the log start; anything else →
@@ -127,6 +128,7 @@ class TransactionTails:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}  # the tails' thread only
+        self._lookups: PartitionLeaders | None = None  # the tails' thread: connections for ListTransactions
         self._followed: dict[int, object] = {}  # partition → the token of its current tail (the caller's loop)
 
     @property
@@ -146,7 +148,7 @@ class TransactionTails:
 
         loop = self._tails_loop()
         loop.call_soon_threadsafe(self._start, partition, start, caller, on_caller_loop)
-        log.info("event=txn_tail_started topic=%s partition=%d from_offset=%d", self.topic, partition, start)
+        log.debug("event=txn_tail_started topic=%s partition=%d from_offset=%d", self.topic, partition, start)
 
     def stop(self, partitions: Collection[int]) -> None:
         """Stop following: nothing read of them is delivered from now on."""
@@ -194,6 +196,22 @@ class TransactionTails:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._lookups is not None:
+            await self._lookups.close()
+
+    async def _name_producers(self, producer_ids: set[int]) -> None:
+        """Ask which of these producer ids are ours, on connections the tails share (one set per broker)."""
+        if self._lookups is None:
+            self._lookups = PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes,
+                                             lambda: False)
+        if not self._lookups.brokers:
+            await self._lookups.refresh([])
+        try:
+            states = await transaction_states(self._lookups, producer_ids)
+        except BaseException:
+            self._lookups.brokers = []  # a broker gone or moved: ask Metadata again next time
+            raise
+        self.owners.learn(producer_ids, states)
 
     async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
         leaders = PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes, lambda: False)
@@ -214,13 +232,14 @@ class TransactionTails:
         """One fetch from `position`, its events delivered; the next position."""
         if partition not in leaders.leaders:
             await leaders.refresh([partition])
+            await _close_all_but(leaders, leaders.leaders[partition])  # the Metadata connection is not kept
         client = await leaders.connect(leaders.leaders[partition])
         answer = await fetch(client, self.topic, partition, position, max_bytes=self.max_bytes,
                              max_wait_ms=self.max_wait_ms, timeout_ms=self.max_wait_ms + 30_000,
                              min_bytes=self.min_bytes, wants_records=self._wants_records)
         unknown = self.owners.unknown(answer.batches)
         if unknown:
-            self.owners.learn(unknown, await transaction_states(leaders, unknown))
+            await self._name_producers(unknown)
         events = transaction_events(answer.batches, self.owners.is_ours)
         next_position = _next_position(answer, position)
         if events:  # handed over and waited for: one fetch's worth in memory at most
@@ -270,6 +289,11 @@ class TransactionTails:
                                                                    f"{int(answered.error_code)}")
                     return int(answered.offset)
         raise ProtocolError(f"ListOffsets answer without {self.topic}-{partition}")
+
+
+async def _close_all_but(leaders: PartitionLeaders, address: tuple[str, int]) -> None:
+    for other in [a for a in leaders.clients if a != address]:
+        await leaders.clients.pop(other).close()
 
 
 def _next_position(answer: FetchedPartition, position: int) -> int:

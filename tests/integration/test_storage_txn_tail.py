@@ -1,11 +1,13 @@
 """Client transactions on a served state partition settled by its tail (coordinator/storage/txn_tail.py) against the
 embedded broker: a client's transactional offsets become current when the transaction coordinator's COMMIT
 marker is read, without any reload, and are dropped on ABORT; a restart between the offsets and the marker
-loads them pending (UNSTABLE_OFFSET_COMMIT with require_stable) and the marker then decides them; a regular
-commit written after the transactional one wins on commit.
+loads them pending (UNSTABLE_OFFSET_COMMIT with require_stable) and the marker then decides them; the later
+record wins between a regular commit and a transactional one; a partition moved to another instance is settled
+there; the tail reads again from the log start when out of range and survives its broker restarting.
 
-The client here is a confluent-kafka transactional producer writing offset commit records into our partition
-itself: the same bytes, producer fields and markers a TxnOffsetCommit leaves there, without the relay."""
+The client is mostly a confluent-kafka transactional producer writing offset commit records into our partition
+itself: the same bytes, producer fields and markers a TxnOffsetCommit leaves there, without the relay; one test
+drives the TxnOffsetCommit path by hand (our Produce of the client's batch, on a TV1 and the default broker)."""
 
 from __future__ import annotations
 
