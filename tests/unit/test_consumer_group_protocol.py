@@ -150,7 +150,7 @@ async def test_session_expiry_fences_the_member_with_kafkas_line(env: Env, caplo
     with caplog.at_level(logging.INFO, logger="coordinator.group"):
         env.advance(SESSION_MS - 3 * 14_000)
     assert "b" not in env.group().members and env.group().group_epoch == 3
-    assert "[GroupId g] Member b fenced from the group because the member session expired.." in caplog.text
+    assert "[GroupId g] Member b fenced from the group because the member session expired." in caplog.messages
 
 
 async def test_a_member_that_does_not_revoke_is_fenced_at_its_rebalance_timeout(env: Env, caplog) -> None:
