@@ -10,12 +10,11 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
 
 from coordinator.group.observer import GroupObserver, ObserverMux
 from coordinator.telemetry.consumer_tracing import MAX_MEMBER_SPANS, ConsumerRebalanceTracer
 from coordinator.topics import StaticTopics, TopicImage
-from tests.unit.test_consumer_group_protocol import FOO, GROUP, SESSION_MS, Env
+from tests.support.consumer_group_env import FOO, GROUP, SESSION_MS, Env
 
 
 class Recorder(GroupObserver):

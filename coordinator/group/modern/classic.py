@@ -28,9 +28,9 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGrou
                                    LeaveGroupResponseMember, MemberIdentity, SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group import ConsumerGroup
-from coordinator.group.modern.heartbeat import MemberTimers, Settings, _compute_targets, _member_tombstones
+from coordinator.group.modern.heartbeat import (MemberTimers, Settings, _member_tombstones, reconcile_member,
+                                                subscribe_and_target)
 from coordinator.group.modern.member import ConsumerGroupMember, MemberState
-from coordinator.group.modern.reconciliation import FencedMemberEpoch, reconcile
 from coordinator.group.modern.records import (ClassicMemberMetadata, ConsumerGroupRecord, GroupEpochRecord,
                                               Partitions, TargetAssignmentRecord)
 from coordinator.group.modern.topics import metadata_hash
@@ -105,34 +105,8 @@ def classic_join(group: ConsumerGroup, req: JoinGroupRequest, topics: TopicsView
         subscribed_topic_names=tuple(sorted(set(subscription.topics))),
         client_id=req.client_id, client_host=req.client_host,
         classic=ClassicMemberMetadata(req.session_timeout_ms, tuple((p.name, p.metadata) for p in req.protocols)))
-    bump = group.group_epoch == 0
-    if not updated.same_subscription_metadata(member):
-        records.append(updated.metadata_record(group_id))
-        bump = bump or (updated.subscribed_topic_names, updated.subscribed_topic_regex) != (
-            member.subscribed_topic_names, member.subscribed_topic_regex)
-    group_epoch = group.group_epoch
-    if bump or now_ms >= group.metadata_refresh_deadline_ms:
-        new_hash = metadata_hash(group.subscribed_topic_names(updated, replaced), topics)
-        group.metadata_refresh_deadline_ms = now_ms + settings.metadata_refresh_interval_ms
-        if bump or new_hash != group.metadata_hash:
-            group_epoch += 1
-            records.append(GroupEpochRecord(group_id, group_epoch, new_hash))
-            log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group_epoch)
-    if group_epoch > group.assignment_epoch:
-        target_epoch = group_epoch
-        target = _compute_targets(group, updated, replaced, group_epoch, topics, records).get(member_id, {})
-    else:
-        target_epoch = group.assignment_epoch
-        target = group.targets.get(member_id, group.target_of(replaced) if replaced is not None else {})
-    if not updated.is_reconciled_to(target_epoch):
-        try:
-            reconciled = reconcile(updated, target_epoch, target, group.partition_epoch,
-                                   _owned(subscription, topics))
-        except FencedMemberEpoch as exc:
-            raise ApiError(Errors.FENCED_MEMBER_EPOCH, str(exc)) from exc
-        if not reconciled.same_assignment_state(updated):
-            records.append(reconciled.assignment_record(group_id))
-        updated = reconciled
+    target = subscribe_and_target(group, member, updated, replaced, records, topics, settings, now_ms)
+    updated = reconcile_member(group, updated, target, _owned(subscription, topics), records)
     protocol_name = req.protocols[0].name
     response = JoinGroupResponse(Errors.NONE, member_id=member_id, generation_id=updated.member_epoch,
                                  protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=protocol_name)
