@@ -4,6 +4,7 @@ assignment, a fenced member with Kafka 4.1's line, a superseded bump, and the bo
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -63,9 +64,14 @@ def children(exporter: InMemorySpanExporter, root: ReadableSpan) -> list[Readabl
             and s.parent.span_id == root.context.span_id]
 
 
-async def test_a_join_then_a_second_member_revoking_first(traced) -> None:  # type: ignore[no-untyped-def]
+async def test_a_join_then_a_second_member_revoking_first(traced, caplog) -> None:  # type: ignore[no-untyped-def]
     env, recorder, tracer, exporter = traced
-    a = await env.heartbeat("a", 0)
+    with caplog.at_level(logging.INFO, "coordinator.group"):
+        a = await env.heartbeat("a", 0)
+    group = env.group()
+    assert f"[GroupId g] Bumped group epoch to 1 with metadata hash {group.metadata_hash}." in caplog.messages
+    assert any(m.startswith("[GroupId g] Computed a new target assignment for epoch 1 with 'uniform' assignor in ")
+               for m in caplog.messages)
     assert [name for name in recorder.names()] == ["rebalance_started", "member_joined", "target_assigned",
                                                    "member_reconciled", "rebalance_completed"]
     started = recorder.calls[0][1][0]

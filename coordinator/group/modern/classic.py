@@ -275,10 +275,10 @@ def classic_leave(group: ConsumerGroup, leaving: Sequence[MemberIdentity], topic
             answers.append(LeaveGroupResponseMember(member_id, instance_id, Errors.NONE))
             continue
         if instance_id is None:
-            log.info("[Group %s] Dynamic Member %s has left group through explicit `LeaveGroup` request; client "
+            log.info("[GroupId %s] Dynamic member %s has left group through explicit `LeaveGroup` request; client "
                      "reason: %s", group_id, member_id, reason)
         else:
-            log.info("[Group %s] Static Member %s with instance id %s has left group through explicit `LeaveGroup` "
+            log.info("[GroupId %s] Static member %s with instance id %s has left group through explicit `LeaveGroup` "
                      "request; client reason: %s", group_id, member_id, instance_id, reason)
         tombstones = _member_tombstones(group_id, member_id)
         for record in tombstones:

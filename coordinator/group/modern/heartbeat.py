@@ -11,6 +11,7 @@ response. The caller replays the records onto the group, writes them, then answe
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -367,11 +368,14 @@ def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, replace
     assignor_name = group.preferred_assignor(updated, replaced) or DEFAULT_ASSIGNOR
     spec = GroupSpec(specs, SubscriptionType.HOMOGENEOUS if homogeneous else SubscriptionType.HETEROGENEOUS,
                      partition_counts)
+    started = time.monotonic()
     try:
         assigned = ASSIGNORS[assignor_name].assign(spec)
     except AssignorError as exc:
         raise ApiError(Errors.UNKNOWN_SERVER_ERROR, f"Failed to compute a new target assignment for epoch "
                        f"{group_epoch}: {exc}.") from exc
+    log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor in %dms.",
+             group.group_id, group_epoch, assignor_name, (time.monotonic() - started) * 1000)
     targets: dict[str, Partitions] = {}
     for member_id in order:
         target = sorted_partitions(assigned.get(member_id, {}))
@@ -396,11 +400,11 @@ def leave(group: ConsumerGroup, request: HeartbeatRequest, topics: TopicsView, t
         return HeartbeatResult(fence(group, member, topics, timers), response)
     member = _known_static_member(group, member_id, instance_id)
     if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        log.info("[GroupId %s] Static Member %s with instance id %s temporarily left the consumer group.", group_id,
+        log.info("[GroupId %s] Static member %s with instance id %s temporarily left the consumer group.", group_id,
                  member_id, instance_id)
         leaving = member.replace(member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
         return HeartbeatResult([leaving.assignment_record(group_id)], response)
-    log.info("[GroupId %s] Static Member %s with instance id %s left the consumer group.", group_id, member_id,
+    log.info("[GroupId %s] Static member %s with instance id %s left the consumer group.", group_id, member_id,
              instance_id)
     return HeartbeatResult(fence(group, member, topics, timers), response)
 

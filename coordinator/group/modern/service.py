@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -277,8 +278,11 @@ class ConsumerGroupService:
             return
         if not refresh.forced and self.topics.version <= group.last_regex_version:
             return  # no topic came or went since the last resolution
-        resolved = resolve(refresh.regexes, list(self.topics.names()))
-        log.info("[GroupId %s] Scanned topics to refresh regular expressions %s.", group_id, sorted(refresh.regexes))
+        started = time.monotonic()
+        names = list(self.topics.names())
+        resolved = resolve(refresh.regexes, names)
+        log.info("[GroupId %s] Scanned %d topics to refresh regular expressions [%s] in %dms.", group_id, len(names),
+                 ", ".join(sorted(refresh.regexes)), (time.monotonic() - started) * 1000)
         write = self._apply(shard, group_id, resolution_records(group, resolved, self.topics.version,
                                                                 self.wall_clock.now_ms(), self.topics))
         if write is not None:
