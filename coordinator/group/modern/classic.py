@@ -28,8 +28,8 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGrou
                                    LeaveGroupResponseMember, MemberIdentity, SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group import ConsumerGroup
-from coordinator.group.modern.heartbeat import (MemberTimers, Settings, _member_tombstones, reconcile_member,
-                                                subscribe_and_target)
+from coordinator.group.modern.heartbeat import (MemberTimers, Settings, _member_tombstones, current_target,
+                                                member_target, reconcile_member, subscribe)
 from coordinator.group.modern.member import ConsumerGroupMember, MemberState
 from coordinator.group.modern.records import (ClassicMemberMetadata, ConsumerGroupRecord, GroupEpochRecord,
                                               Partitions, TargetAssignmentRecord)
@@ -62,6 +62,8 @@ class ClassicJoinResult:
     records: list[ConsumerGroupRecord] = field(default_factory=list)
     response: JoinGroupResponse = field(default_factory=lambda: JoinGroupResponse(Errors.NONE))
     then: Callable[[], None] | None = None
+    downgrade: bool = False  # the records done, the group becomes a classic group (the joiner replaced the last
+    # consumer-protocol member with another subscription)
 
 
 def supports_classic_protocols(group: ConsumerGroup, protocol_type: str, names: set[str]) -> bool:
@@ -76,8 +78,11 @@ def supports_classic_protocols(group: ConsumerGroup, protocol_type: str, names: 
 
 
 def classic_join(group: ConsumerGroup, req: JoinGroupRequest, topics: TopicsView, settings: Settings,
-                 timers: ClassicTimers, now_ms: int) -> ClassicJoinResult:
-    """Raises ApiError (the response's error code)."""
+                 timers: ClassicTimers, now_ms: int, downgrades: Callable[[str], bool] = lambda _replaced: False
+                 ) -> ClassicJoinResult:
+    """Raises ApiError (the response's error code). `downgrades(replaced member id)`: whether a static member this
+    join replaces takes the group back to classic (Kafka's validateOnlineDowngradeWithReplacedMember); it does if
+    the joiner's subscription differs, else the joiner gets its predecessor's target as it is."""
     group_id = group.group_id
     is_unknown = req.member_id == UNKNOWN_MEMBER_ID
     member_id = str(uuid.uuid4()) if is_unknown else req.member_id
@@ -105,9 +110,16 @@ def classic_join(group: ConsumerGroup, req: JoinGroupRequest, topics: TopicsView
         subscribed_topic_names=tuple(sorted(set(subscription.topics))),
         client_id=req.client_id, client_host=req.client_host,
         classic=ClassicMemberMetadata(req.session_timeout_ms, tuple((p.name, p.metadata) for p in req.protocols)))
-    target = subscribe_and_target(group, member, updated, replaced, records, topics, settings, now_ms)
-    updated = reconcile_member(group, updated, target, _owned(subscription, topics), records)
+    downgrade = replaced is not None and downgrades(replaced)
+    group_epoch, changed = subscribe(group, member, updated, replaced, records, topics, settings, now_ms)
     protocol_name = req.protocols[0].name
+    if downgrade and changed:  # answered as it is; its SyncGroup finds the classic group rebalancing
+        return ClassicJoinResult(records, JoinGroupResponse(
+            Errors.NONE, member_id=member_id, generation_id=updated.member_epoch, protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol_name=protocol_name), lambda: timers.cancel_join_timeout(group_id, member_id), downgrade=True)
+    target = (current_target(group, member_id, replaced) if downgrade
+              else member_target(group, updated, replaced, group_epoch, records, topics))
+    updated = reconcile_member(group, updated, target, _owned(subscription, topics), records)
     response = JoinGroupResponse(Errors.NONE, member_id=member_id, generation_id=updated.member_epoch,
                                  protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=protocol_name)
 

@@ -163,7 +163,8 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
         bump, result.refresh_regexes = regexes_after(group, member, updated, records, topics, now_wall_ms)
         return bump
 
-    target = subscribe_and_target(group, member, updated, replaced, records, topics, settings, now_ms, regexes)
+    group_epoch, _changed = subscribe(group, member, updated, replaced, records, topics, settings, now_ms, regexes)
+    target = member_target(group, updated, replaced, group_epoch, records, topics)
     reconciled = reconcile_member(group, updated, target, request.owned, records)
     if reconciled is not updated:
         if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
@@ -189,21 +190,20 @@ class Target:
     partitions: Partitions
 
 
-def subscribe_and_target(group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember,
-                         replaced: str | None, records: list[ConsumerGroupRecord], topics: TopicsView,
-                         settings: Settings, now_ms: int, regexes: Callable[[], bool] = lambda: False) -> Target:
+def subscribe(group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember, replaced: str | None,
+              records: list[ConsumerGroupRecord], topics: TopicsView, settings: Settings, now_ms: int,
+              regexes: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
     """The part Kafka 4.1's consumerGroupHeartbeat and classicGroupJoinToConsumerGroup share: the member's record 5
-    if its subscription metadata changed; the group epoch bumped (record 3) when a subscription changed, the group
-    is new, `regexes` says so (run between the two: the heartbeat's regular expressions; a classic member has
-    none), or the subscribed topics' metadata changed (looked at again at most once per refresh interval); then
-    the target, computed when the group epoch is ahead of the assignment epoch, else the current one (a
-    replacing static member inherits its predecessor's)."""
+    if its subscription metadata changed; the group epoch bumped (record 3) when its subscription changed, the
+    group is new, `regexes` says so (run between the two: the heartbeat's regular expressions; a classic member
+    has none), or the subscribed topics' metadata changed (looked at again at most once per refresh interval).
+    Returns the group epoch and whether the member's subscription changed."""
     group_id = group.group_id
-    bump = group.group_epoch == 0  # a new group moves away from epoch 0 whatever its first member subscribes to
+    changed = False
     if updated is not member and not updated.same_subscription_metadata(member):
         records.append(updated.metadata_record(group_id))
-        bump = bump or updated.subscribed_topic_names != member.subscribed_topic_names
-    bump = regexes() or bump
+        changed = updated.subscribed_topic_names != member.subscribed_topic_names
+    bump = regexes() or changed or group.group_epoch == 0  # a new group leaves epoch 0 whatever it subscribes to
     group_epoch = group.group_epoch
     if bump or now_ms >= group.metadata_refresh_deadline_ms:
         new_hash = metadata_hash(group.subscribed_topic_names(updated, replaced), topics)
@@ -211,11 +211,22 @@ def subscribe_and_target(group: ConsumerGroup, member: ConsumerGroupMember, upda
         if bump or new_hash != group.metadata_hash:
             group_epoch += 1
             records.append(bumped_group_epoch(group_id, group_epoch, new_hash))
+    return group_epoch, changed
+
+
+def member_target(group: ConsumerGroup, updated: ConsumerGroupMember, replaced: str | None, group_epoch: int,
+                  records: list[ConsumerGroupRecord], topics: TopicsView) -> Target:
+    """The member's target: computed for every member when the group epoch is ahead of the assignment epoch, else
+    the current one (a replacing static member inherits its predecessor's)."""
     if group_epoch > group.assignment_epoch:
         targets = _compute_targets(group, updated, replaced, group_epoch, topics, records)
         return Target(group_epoch, targets.get(updated.member_id, {}))
+    return current_target(group, updated.member_id, replaced)
+
+
+def current_target(group: ConsumerGroup, member_id: str, replaced: str | None) -> Target:
     return Target(group.assignment_epoch, group.targets.get(
-        updated.member_id, group.target_of(replaced) if replaced is not None else {}))
+        member_id, group.target_of(replaced) if replaced is not None else {}))
 
 
 def reconcile_member(group: ConsumerGroup, member: ConsumerGroupMember, target: Target, owned: OwnedPartitions,

@@ -29,7 +29,8 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.classic import classic_heartbeat, classic_join, classic_leave, classic_sync
 from coordinator.group.modern.conversion import (classic_group_from, consumer_group_records,
                                                  consumer_group_tombstones, converted, is_convertible,
-                                                 validate_online_downgrade, validate_online_upgrade)
+                                                 validate_online_downgrade, validate_online_downgrade_with_replaced,
+                                                 validate_online_upgrade)
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
@@ -137,8 +138,9 @@ class ConsumerGroupService:
                 group = converted(request.group_id, conversion)
             if (group is not None and request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
                     and self._downgrades(group, request)):
+                log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, request.member_id)
                 return (HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch),
-                        self._downgrade(shard, group, request.member_id))
+                        self._downgrade(shard, group, request.member_id, self._left(group, request.member_id)))
             result = heartbeat(group, request, self.topics, self.settings, self, self.timer.clock.now_ms(),
                                self.wall_clock.now_ms())
         except ApiError as exc:
@@ -163,10 +165,18 @@ class ConsumerGroupService:
                      ) -> tuple[JoinGroupResponse, Write | None, Callable[[], None] | None]:
         """The response, the write to await before sending it, and what to arm once it is written."""
         shard = self.shard_for(req.group_id)
+        policy, classic_max_size = self.config.group_consumer_migration_policy, self.config.group_max_size
         try:
-            result = classic_join(group, req, self.topics, self.settings, self, self.timer.clock.now_ms())
+            result = classic_join(group, req, self.topics, self.settings, self, self.timer.clock.now_ms(),
+                                  lambda replaced: validate_online_downgrade_with_replaced(group, replaced, policy,
+                                                                                           classic_max_size))
         except ApiError as exc:
             return JoinGroupResponse(exc.error, member_id=req.member_id), None, None
+        if result.downgrade:
+            reason = (f"Downgrade group {group.group_id} from consumer to classic for static member replacement with "
+                      "different subscription.")
+            return result.response, self._downgrade(shard, group, None, RebalanceCause(
+                RebalanceCategory.STATIC_MEMBER, reason, result.response.member_id), first=result.records), result.then
         return result.response, self._apply(shard, req.group_id, result.records), result.then
 
     def classic_sync(self, group: ConsumerGroup, req: SyncGroupRequest) -> SyncGroupResponse:
@@ -230,19 +240,30 @@ class ConsumerGroupService:
         return validate_online_downgrade(group, member.member_id, self.config.group_consumer_migration_policy,
                                          self.config.group_max_size)
 
-    def _downgrade(self, shard: GroupShard, group: ConsumerGroup, leaving_member_id: str) -> Write:
-        """The consumer group's tombstones and the classic group's record, written together; the classic group
-        (holding the group's offsets) takes its place at once and rebalances."""
+    @staticmethod
+    def _left(group: ConsumerGroup, member_id: str) -> RebalanceCause:
+        return RebalanceCause(RebalanceCategory.MEMBER_LEFT, f"Downgrade group {group.group_id} from consumer to "
+                              "classic for member leaving.", member_id)
+
+    def _downgrade(self, shard: GroupShard, group: ConsumerGroup, leaving_member_id: str | None,
+                   cause: RebalanceCause, first: Sequence[ConsumerGroupRecord] = ()) -> Write:
+        """The consumer group's tombstones and the classic group's record, written together (after `first`, the
+        records of the join that brings it about); the classic group (holding the group's offsets) takes its place
+        at once and rebalances for `cause`."""
         group_id = group.group_id
-        log.info("[GroupId %s] Member %s left the consumer group.", group_id, leaving_member_id)
-        classic = classic_group_from(group, leaving_member_id, self.topics, shard.now_wall_ms(), shard.observer)
+        final = group
+        if first:  # the group as those records leave it: the classic group is made of it
+            final = group.snapshot()
+            for change in first:
+                final.replay(change)
+        classic = classic_group_from(final, leaving_member_id, self.topics, shard.now_wall_ms(), shard.observer)
         holder = shard.groups.get(group_id)
         if holder is not None:
             classic.offsets.update(holder.offsets)
         record = classic.to_record({m.member_id: m.assignment for m in classic.members.values()})
-        for member_id in group.members:
+        for member_id in {*group.members, *final.members}:
             self.cancel_all(group_id, member_id)
-        write = self._apply(shard, group_id, consumer_group_tombstones(group),
+        write = self._apply(shard, group_id, [*first, *consumer_group_tombstones(final)],
                             written_last=[GroupMetadataRecord(group_id, record)])
         assert write is not None and write.then is not None
         revert_consumer_group = write.then
@@ -259,9 +280,7 @@ class ConsumerGroupService:
         shard.groups[group_id] = classic
         for member in classic.members.values():
             shard.schedule_heartbeat(classic, member, member.session_timeout_ms)
-        shard.prepare_rebalance(classic, RebalanceCause(
-            RebalanceCategory.MEMBER_LEFT, f"Downgrade group {group_id} from consumer to classic for member leaving.",
-            leaving_member_id))
+        shard.prepare_rebalance(classic, cause)
         log.info("[GroupId %s] Converted the consumer group to a classic group.", group_id)
         return write
 
@@ -469,7 +488,7 @@ class ConsumerGroupService:
         log.info("[GroupId %s] %s", group_id, reason.line(member_id))
         if validate_online_downgrade(group, member_id, self.config.group_consumer_migration_policy,
                                      self.config.group_max_size):
-            shard.append(self._downgrade(shard, group, member_id))
+            shard.append(self._downgrade(shard, group, member_id, self._left(group, member_id)))
             return
         write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=reason)
         if write is not None:
