@@ -27,7 +27,8 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 
 from coordinator.group.observer import (EPOCH_REACHED, ConsumerRebalance, GroupObserver, RebalanceCategory,
                                         Reconciliation)
-from coordinator.telemetry.tracing import CLIENT_ADDRESS, CLIENT_ID, GROUP, INSTANCE_ID, MEMBER_ID, SYSTEM
+from coordinator.telemetry.tracing import (CLIENT_ADDRESS, CLIENT_ID, GROUP, INSTANCE_ID, MEMBER_ID, SYSTEM,
+                                          instance_attributes)
 
 log = logging.getLogger("coordinator.telemetry")
 
@@ -167,7 +168,7 @@ class ConsumerRebalanceTracer(GroupObserver):
                                   client_id: str, client_host: str, protocol: str) -> None:
         self._event(group_id, "member joined", {MEMBER_ID: member_id, CLIENT_ID: client_id,
                                                 CLIENT_ADDRESS: client_host, "coordinator.member.protocol": protocol,
-                                                **_instance(group_instance_id)})
+                                                **instance_attributes(group_instance_id)})
 
     def on_consumer_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
                                     group_instance_id: str) -> None:
@@ -178,14 +179,14 @@ class ConsumerRebalanceTracer(GroupObserver):
     def on_consumer_member_left(self, group_id: str, member_id: str, group_instance_id: str | None,
                                 reason: str) -> None:
         self._event(group_id, "member left", {MEMBER_ID: member_id, "coordinator.reason": reason,
-                                              **_instance(group_instance_id)})
+                                              **instance_attributes(group_instance_id)})
         self._end_member(group_id, member_id, "left the group", Status(StatusCode.UNSET))
 
     def on_consumer_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None,
                                   reason: str, category: RebalanceCategory) -> None:
         self._event(group_id, "member failed", {"message": reason, MEMBER_ID: member_id,
                                                 "coordinator.reason": category.value,
-                                                **_instance(group_instance_id)})
+                                                **instance_attributes(group_instance_id)})
         self._end_member(group_id, member_id, "fenced", Status(StatusCode.ERROR, reason))
 
     # --- helpers ----------------------------------------------------------------------------------------------
@@ -232,6 +233,3 @@ class ConsumerRebalanceTracer(GroupObserver):
         rebalance.root.end(now)
         self._last[rebalance.group_id] = rebalance.root.get_span_context()
 
-
-def _instance(group_instance_id: str | None) -> dict[str, Any]:
-    return {} if group_instance_id is None else {INSTANCE_ID: group_instance_id}
