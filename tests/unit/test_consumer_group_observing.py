@@ -178,3 +178,31 @@ async def test_a_static_member_leaving_for_now_is_replaced(traced) -> None:  # t
     calls = recorder.take()
     assert ("member_replaced", ("a", "a2", "i-a")) in calls
     assert "rebalance_started" not in [name for name, _ in calls]  # same subscription: no new epoch
+
+
+async def test_metrics_count_consumer_group_rebalances_by_category() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from coordinator.telemetry.metrics import MetricsObserver
+
+    env = Env()
+    reader = InMemoryMetricReader()
+    env.runtime.observer = MetricsObserver(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    a = await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0)
+    for _ in range(4):  # b falls silent
+        env.advance(SESSION_MS // 4)
+        a = await env.heartbeat("a", a.member_epoch, owned=a.assignment)
+    points: dict[tuple[str, str], float] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for metric in (m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics):
+        for point in metric.data.data_points:  # type: ignore[union-attr]
+            points[(metric.name, str(point.attributes.get("reason", "")))] = getattr(point, "value", 0)
+    assert points[("coordinator.rebalances", "member_joined")] == 2
+    assert points[("coordinator.rebalances", "session_timeout")] == 1
+    assert points[("coordinator.session.expirations", "")] == 1
+    assert points[("coordinator.members.joined", "")] == 2
+    await env.runtime.shutdown()
+    await env.timer.close()
