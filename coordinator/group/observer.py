@@ -185,9 +185,14 @@ class GroupObserver:
     def on_consumer_member_reconciled(self, group_id: str, reconciliation: Reconciliation) -> None:
         """A member's current assignment moved (record 8 written for it)."""
 
+    def on_consumer_rebalance_resumed(self, group_id: str, group_epoch: int, member_count: int) -> None:
+        """A group loaded here (a restart, a failover) in the middle of a rebalance: its end is told here, its
+        start was told by the instance that had the group."""
+
     def on_consumer_rebalance_completed(self, group_id: str, group_epoch: int, member_count: int,
-                                        duration_ms: int) -> None:
-        """Every member reached the target of `group_epoch` (or none is left); duration since the bump."""
+                                        duration_ms: int | None) -> None:
+        """Every member reached the target of `group_epoch` (or none is left); duration since the bump (None for a
+        resumed rebalance: its start was another instance's)."""
 
     def on_consumer_rebalance_abandoned(self, group_id: str, group_epoch: int, reason: str) -> None:
         """The group left this instance (unloaded), was deleted or converted while a rebalance was under way."""

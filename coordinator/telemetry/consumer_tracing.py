@@ -95,6 +95,27 @@ class ConsumerRebalanceTracer(GroupObserver):
         log.info("event=rebalance_trace_started group=%s protocol=consumer group_epoch=%d reason_category=%s "
                  "trace_id=%s", group_id, rebalance.group_epoch, cause.category.value, self.trace_id_for(group_id))
 
+    def on_consumer_rebalance_resumed(self, group_id: str, group_epoch: int, member_count: int) -> None:
+        """Loaded mid-rebalance: a trace of its end, linked to nothing (the start was another instance's)."""
+        now = self._now_ns()
+        previous = self._active.pop(group_id, None)
+        if previous is not None:
+            self._finish(previous, now, "abandoned", Status(StatusCode.ERROR, "the group was loaded again"))
+        root = self._tracer.start_span("rebalance", context=Context(), kind=SpanKind.INTERNAL, start_time=now,
+                                       attributes={
+                                           SYSTEM: "kafka", GROUP: group_id, PROTOCOL: "consumer",
+                                           "coordinator.group_epoch": group_epoch,
+                                           "coordinator.member_count": member_count,
+                                           "coordinator.rebalance.resumed": True,
+                                           "coordinator.rebalance.reason": f"Loaded by this instance in the middle "
+                                           f"of the rebalance to group epoch {group_epoch}; the instance that had "
+                                           "the group traced its start.",
+                                           "coordinator.rebalance.reason_category": "resumed"})
+        self._active[group_id] = _Rebalance(group_id, group_epoch, root, None, target_at=now,
+                                            member_count=member_count)
+        log.info("event=rebalance_trace_started group=%s protocol=consumer group_epoch=%d reason_category=resumed "
+                 "trace_id=%s", group_id, group_epoch, self.trace_id_for(group_id))
+
     def on_consumer_target_assigned(self, group_id: str, assignment_epoch: int, member_count: int,
                                     changed_members: int, assignor: str) -> None:
         rebalance = self._active.get(group_id)
@@ -146,15 +167,16 @@ class ConsumerRebalanceTracer(GroupObserver):
         return reconciliation.steps != (EPOCH_REACHED,) or rebalance.member_count <= MAX_MEMBER_SPANS
 
     def on_consumer_rebalance_completed(self, group_id: str, group_epoch: int, member_count: int,
-                                        duration_ms: int) -> None:
+                                        duration_ms: int | None) -> None:
         rebalance = self._active.pop(group_id, None)
         if rebalance is None:
             return
-        rebalance.root.set_attributes({"coordinator.member_count": member_count,
-                                       "coordinator.rebalance.duration_ms": duration_ms})
+        rebalance.root.set_attribute("coordinator.member_count", member_count)
+        if duration_ms is not None:
+            rebalance.root.set_attribute("coordinator.rebalance.duration_ms", duration_ms)
         self._finish(rebalance, self._now_ns(), "stable" if member_count else "empty", Status(StatusCode.OK))
         log.info("event=rebalance_trace_completed group=%s protocol=consumer group_epoch=%d members=%d "
-                 "duration_ms=%d trace_id=%s", group_id, group_epoch, member_count, duration_ms,
+                 "duration_ms=%s trace_id=%s", group_id, group_epoch, member_count, duration_ms,
                  self.trace_id_for(group_id))
 
     def on_consumer_rebalance_abandoned(self, group_id: str, group_epoch: int, reason: str) -> None:

@@ -245,7 +245,9 @@ class EventTopicObserver(GroupObserver):
                    reason=rebalance.cause.text, cause_category=rebalance.cause.category.value)
 
     def on_consumer_rebalance_completed(self, group_id: str, group_epoch: int, member_count: int,
-                                        duration_ms: int) -> None:
+                                        duration_ms: int | None) -> None:
+        if duration_ms is None:  # resumed after a load: how long it took is not known here
+            return
         self._emit("rebalance_completed", group_id, protocol=CONSUMER, generation=group_epoch,
                    member_count=member_count, duration_ms=duration_ms)
 

@@ -142,8 +142,9 @@ class MetricsObserver(GroupObserver):
         self.rebalances.add(1, {"reason": rebalance.cause.category.value})
 
     def on_consumer_rebalance_completed(self, group_id: str, group_epoch: int, member_count: int,
-                                        duration_ms: int) -> None:
-        self.rebalance_duration.record(duration_ms, {"outcome": "stable" if member_count else "empty"})
+                                        duration_ms: int | None) -> None:
+        if duration_ms is not None:  # a resumed rebalance's duration is not known here
+            self.rebalance_duration.record(duration_ms, {"outcome": "stable" if member_count else "empty"})
 
     def on_consumer_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None,
                                   client_id: str, client_host: str, protocol: str) -> None:

@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from coordinator.group.observer import GroupObserver, ObserverMux
+from coordinator.group.runtime import GroupRuntime
 from coordinator.telemetry.consumer_tracing import MAX_MEMBER_SPANS, ConsumerRebalanceTracer
 from coordinator.topics import StaticTopics, TopicImage
 from tests.support.consumer_group_env import FOO, GROUP, SESSION_MS, Env
@@ -206,3 +207,34 @@ async def test_metrics_count_consumer_group_rebalances_by_category() -> None:
     assert points[("coordinator.members.joined", "")] == 2
     await env.runtime.shutdown()
     await env.timer.close()
+
+
+async def test_a_group_loaded_mid_rebalance_has_its_end_traced(traced) -> None:  # type: ignore[no-untyped-def]
+    """After a restart (or a failover) the new owner traces the rest of the rebalance under way; its duration is
+    not known here, so no completion event with a wrong one (the recorder sees None)."""
+    env, _recorder, _tracer, _exporter = traced
+    await env.heartbeat("a", 0)
+    await env.heartbeat("b", 0)
+    await env.heartbeat("a", 1, owned={FOO: tuple(range(6))})  # told to revoke: the rebalance to epoch 2 is on
+    restarted = Env()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    recorder = Recorder()
+    restarted.runtime = GroupRuntime(restarted.config, restarted.timer, env.store, restarted.clock,
+                                     ObserverMux(recorder, ConsumerRebalanceTracer(provider.get_tracer("test"))))
+    restarted.runtime.consumer_groups.topics = restarted.topics
+    try:
+        await restarted.runtime.load()
+        assert recorder.take() == [("rebalance_resumed", (2, 2))]
+        await restarted.heartbeat("a", 1, owned={FOO: (0, 1, 2)})  # revoked
+        await restarted.heartbeat("b", 2, owned={})  # gets its half
+        assert recorder.calls[-1] == ("rebalance_completed", (2, 2, None))
+        [root] = roots(exporter)
+        assert root.attributes["coordinator.rebalance.reason_category"] == "resumed"
+        assert root.attributes["coordinator.rebalance.outcome"] == "stable"
+        assert "coordinator.rebalance.duration_ms" not in root.attributes
+        assert {s.name for s in children(exporter, root)} == {"reconcile a", "reconcile b"}
+    finally:
+        await restarted.runtime.shutdown()
+        await restarted.timer.close()

@@ -41,7 +41,7 @@ class Fenced:
 @dataclass(slots=True)
 class _UnderWay:
     group_epoch: int
-    started_ms: int
+    started_ms: int | None  # None: resumed after a load, its start unknown here
     waiting: set[str] | None = None  # members not at the target epoch yet, once the target is computed
 
 
@@ -137,8 +137,21 @@ class ConsumerGroupWatch:
             if under_way.waiting:
                 return
         del self._under_way[group_id]
+        started = under_way.started_ms
         observer.on_consumer_rebalance_completed(group_id, under_way.group_epoch, len(members),
-                                                 max(0, self._now_ms() - under_way.started_ms))
+                                                 None if started is None else max(0, self._now_ms() - started))
+
+    def resumed(self, observer: GroupObserver, group: ConsumerGroup) -> None:
+        """A loaded group in the middle of a rebalance: its end is watched from here."""
+        if group.group_id in self._under_way or not group.members:
+            return
+        epoch = group.group_epoch
+        waiting = {member_id for member_id, m in group.members.items() if not m.is_reconciled_to(epoch)}
+        if group.assignment_epoch == epoch and not waiting:
+            return  # Stable
+        self._under_way[group.group_id] = _UnderWay(epoch, None, waiting if group.assignment_epoch == epoch
+                                                    else None)
+        observer.on_consumer_rebalance_resumed(group.group_id, epoch, len(group.members))
 
     def gone(self, observer: GroupObserver, group_id: str, reason: str) -> None:
         """The group left this instance or was deleted: its rebalance, if one is under way, ends unfinished."""

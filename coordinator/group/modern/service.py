@@ -415,6 +415,10 @@ class ConsumerGroupService:
         those still revoking, start again (from now: a loaded member gets a whole session to come back)."""
         for group_id, group in shard.consumer_groups.items():
             log.info("Loaded consumer group %s with %d members.", group_id, len(group.members))
+            try:
+                self.watch.resumed(shard.observer, group)
+            except Exception:  # telling observers never breaks a load
+                log.exception("event=consumer_group_observer_failed group=%s", group_id)
             for member_id, member in group.members.items():
                 if member.classic is not None:
                     self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
