@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import ssl
 import time
 import uuid
@@ -164,10 +165,12 @@ async def probe(client: KafkaClient, prefix: str) -> dict[str, Any]:
     return seen
 
 
-async def commit(client: KafkaClient, group: str, topics: dict[str, tuple[int, ...]]) -> list[tuple[str, int, int]]:
+async def commit(client: KafkaClient, group: str, topics: dict[str, tuple[int, ...]], generation: int = -1,
+                 member_id: str = "") -> list[tuple[str, int, int]]:
     entry, partition = nested(ApiKey.OFFSET_COMMIT, 8, "topics"), nested(ApiKey.OFFSET_COMMIT, 8, "topics",
                                                                          "partitions")
-    body = request(ApiKey.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+    body = request(ApiKey.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=generation,
+                   member_id=member_id,
                    group_instance_id=None, topics=tuple(entry(name=t, partitions=tuple(
                        partition(partition_index=p, committed_offset=5, committed_leader_epoch=-1,
                                  committed_metadata="") for p in ps)) for t, ps in topics.items()))
@@ -508,3 +511,78 @@ async def test_a_regex_subscription_gets_the_topics_its_principal_may_describe_a
                     await client.close()
     assert assignments[True] == assignments[False], assignments
     assert assignments[True] == {"alice": [visible], "bob": sorted([hidden, visible])}
+
+
+async def test_the_principal_is_on_request_spans_member_spans_and_member_events(acl_broker: AclBroker) -> None:
+    """Over our SASL_SSL listener: alice's JoinGroup, SyncGroup and OffsetCommit. Her principal and the
+    listener's security protocol are on the OffsetCommit span, on her JoinGroup/SyncGroup wait spans of the
+    rebalance trace, on its "member joined" event, and in the member_joined event on the event topic."""
+    from confluent_kafka import Consumer
+
+    from tests.support.otlp_receiver import OtlpReceiver
+    from tests.support.wire import sync
+
+    broker, prefix = acl_broker.broker, acl_broker.prefix
+    receiver = OtlpReceiver().start()
+    group, topic = f"{prefix}-app-traced", f"{prefix}-t1"
+    event_topic = f"{prefix}-state-events"  # within the coordinator's prefixed ACL (the fixture's)
+    settings = ("ssl.keystore.type=PEM", f"ssl.keystore.location={acl_broker.certificates.broker_keystore}",
+                f"super.users={SUPER_USERS}")
+    expected = {"coordinator.client.principal": "User:alice", "coordinator.client.security_protocol": "SASL_SSL"}
+    try:
+        async with service(broker.sasl_ssl_bootstrap, f"{prefix}-state", *FAST, *settings, relay=True,
+                           listen="SASL_SSL://127.0.0.1:0", event_topic=event_topic,
+                           args=("--command-config", str(acl_broker.properties("coordinator"))),
+                           extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                                      "OTEL_BSP_SCHEDULE_DELAY": "200"}) as running:
+            alice = await connect("127.0.0.1", running.port, acl_broker.sasl("alice"), client_id="traced-alice",
+                                  timeout_ms=30_000)
+            try:
+                answers: list[Any] = []
+
+                async def member_id_given() -> bool:  # the group's partition loading: asked again
+                    answers[:] = [await join(alice, group, topics=(topic,))]
+                    return answers[0].error_code != 14
+
+                await until(member_id_given, TIMEOUT_S, "the group's partition loaded")
+                joined = await join(alice, group, answers[0].member_id, topics=(topic,))
+                assert joined.error_code == 0, joined
+                synced = await sync(alice, group, joined.generation_id, joined.member_id,
+                                    {joined.member_id: b""})
+                assert synced.error_code == 0, synced
+                committed = await commit(alice, group, {topic: (0,)}, joined.generation_id, joined.member_id)
+                assert committed == [(topic, 0, 0)], committed
+            finally:
+                await alice.close()
+
+            def traced(spans: list[Any]) -> bool:
+                names = {s.name for s in spans}
+                return "OffsetCommit" in names and any(n.startswith("SyncGroup wait") for n in names)
+
+            spans = await asyncio.to_thread(receiver.wait_for, traced, 60)
+        [offset_commit] = [s for s in spans if s.name == "OffsetCommit"]
+        assert offset_commit.attributes.items() >= expected.items(), offset_commit.attributes
+        waits = [s for s in spans if s.name.startswith(("JoinGroup wait", "SyncGroup wait"))]
+        assert len(waits) == 2 and all(s.attributes.items() >= expected.items() for s in waits), waits
+        joined_events = [attributes for s in spans for name, _, attributes in s.events if name == "member joined"]
+        assert joined_events and all(e.items() >= expected.items() for e in joined_events), joined_events
+    finally:
+        receiver.stop()
+
+    consumer = Consumer({"bootstrap.servers": broker.sasl_ssl_bootstrap, **acl_broker.sasl("admin").librdkafka,
+                         "group.id": unique("traced-reader"), "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([event_topic])
+        member_joined: dict[str, Any] | None = None
+        deadline = time.monotonic() + 60
+        while member_joined is None:
+            assert time.monotonic() < deadline, "no member_joined event for the group on the event topic"
+            message = await asyncio.to_thread(consumer.poll, 1.0)
+            if message is None or message.error():
+                continue
+            event = json.loads(message.value())
+            if event["type"] == "member_joined" and event["group_id"] == group:
+                member_joined = event
+        assert (member_joined["principal"], member_joined["security_protocol"]) == ("User:alice", "SASL_SSL")
+    finally:
+        consumer.close()
