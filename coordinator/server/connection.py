@@ -35,6 +35,7 @@ from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.upstream import pause_when_anything_unsent
 from protocol.transports import release_transport_cycle
 from coordinator.security.authorizer import Operation, ResourceType
+from coordinator.security.identity import ClientIdentity, context_with, security_protocol
 from coordinator.security.principals import PrincipalMappingError, SslPrincipalMapper, tls_principal
 from coordinator.security.sasl_passthrough import PASSABLE_MECHANISMS, Refusal, SaslPassthrough, State
 from coordinator.server.config import ServerConfig
@@ -91,6 +92,7 @@ class Connection(asyncio.BufferedProtocol):
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._ctx: ConnectionContext | None = None
+        self._request_context: contextvars.Context | None = None  # the sender's identity, for its handlers
         self._in_flight: RequestHeader | None = None
         self._parked: tuple[Coroutine[Any, Any, Any], asyncio.Future[Any], Any] | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -120,6 +122,7 @@ class Connection(asyncio.BufferedProtocol):
                                           upstream_node=self.upstream_node)
             if self._sasl is None and not self._take_certificate_principal(transport):
                 return
+            self._identify()
             if self._relaying is not None:
                 # pause as soon as anything is left unsent: relayed frames are then kept (and counted) in the
                 # pool, never copied into an unbounded transport buffer
@@ -233,13 +236,22 @@ class Connection(asyncio.BufferedProtocol):
             return False
         return True
 
+    def _identify(self) -> None:
+        """The context this connection's handlers run in names its principal (coordinator/security/identity)."""
+        assert self._ctx is not None
+        protocol = security_protocol(self._config.ssl_context is not None, self._sasl is not None)
+        self._request_context = context_with(ClientIdentity(self._ctx.principal, protocol))
+
     def _handle_frame(self, frame: bytes) -> None:
         sasl = self._sasl
         if sasl is not None:
             if not self._sasl_admits(frame):
                 return
             if sasl.state is State.COMPLETE and sasl.principal is not None:
-                self._ctx.principal = "User:" + sasl.principal  # type: ignore[union-attr]
+                principal = "User:" + sasl.principal
+                if principal != self._ctx.principal:  # type: ignore[union-attr]
+                    self._ctx.principal = principal  # type: ignore[union-attr]
+                    self._identify()
         if self._relaying is not None:
             if not self._route_locally(frame, self._relaying):
                 return
@@ -331,7 +343,8 @@ class Connection(asyncio.BufferedProtocol):
         # The handler runs in a context of its own, first step and Task alike, as a Task's coroutine does: a
         # context variable it sets (OpenTelemetry's current span) is reset where it was set and never leaks into
         # the connection's later requests.
-        context = contextvars.copy_context()
+        base = self._request_context
+        context = base.copy() if base is not None else contextvars.copy_context()
         try:
             awaited = context.run(handler.send, None)
         except StopIteration as done:

@@ -52,7 +52,10 @@ _INSTANCE_ID = Field("group_instance_id", _S, nullable=True)
 
 EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     "state_change": (Field("old_state", _S), Field("new_state", _S), Field("generation", _I)),
-    "member_joined": (Field("member_id", _S), _INSTANCE_ID, Field("client_id", _S), Field("client_host", _S)),
+    # principal, security_protocol: the joining client's authenticated principal and its listener's protocol
+    # (absent in older events)
+    "member_joined": (Field("member_id", _S), _INSTANCE_ID, Field("client_id", _S), Field("client_host", _S),
+                      Field("principal", _S, required=False), Field("security_protocol", _S, required=False)),
     "member_replaced": (Field("old_member_id", _S), Field("new_member_id", _S), Field("group_instance_id", _S)),
     "member_left": (Field("member_id", _S), _INSTANCE_ID, Field("reason", _S)),
     # detection_lateness_ms (how long after the session deadline the member was removed) is reserved: read

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, Producer
 
 from coordinator.group.observer import ConsumerRebalance, GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.security.clusters import secured
+from coordinator.security.identity import current_identity
 from coordinator.storage.config import EVENT_LINGER_MS, StorageConfig
 from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
@@ -195,8 +196,11 @@ class EventTopicObserver(GroupObserver):
 
     def on_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                          client_host: str) -> None:
+        identity = current_identity()  # the joining member's own request (coordinator/security/identity)
+        sender = {} if identity is None else {"principal": identity.principal,
+                                              "security_protocol": identity.security_protocol}
         self._emit("member_joined", group_id, member_id=member_id, group_instance_id=group_instance_id,
-                   client_id=client_id, client_host=client_host)
+                   client_id=client_id, client_host=client_host, **sender)
 
     def on_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
                            group_instance_id: str) -> None:

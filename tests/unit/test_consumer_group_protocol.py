@@ -427,6 +427,52 @@ async def test_regex_subscription_is_resolved_after_the_join(env: Env) -> None:
     assert env.group().group_epoch == 4
 
 
+async def test_a_regex_resolves_to_the_topics_its_requester_may_describe(env: Env) -> None:
+    """Kafka's filterTopicDescribeAuthorizedTopics: the principal of the heartbeat that asked for the resolution,
+    the ACLs when it runs; the resolution is the group's, and an ACL change alone resolves nothing again."""
+    from coordinator.security.authorizer import (Acl, Acls, Authorizer, Operation, PatternType, Permission,
+                                                 ResourceType)
+
+    authorizer = Authorizer()
+    grants = [Acl(ResourceType.TOPIC, "foo", PatternType.LITERAL, "User:alice", "*", Operation.READ,
+                  Permission.ALLOW)]
+    authorizer.use(Acls(grants))
+
+    def rights(principal: str):  # what ConnectionContext.describable_topics answers for that principal
+        return lambda names: {name for name in names if authorizer.allows(
+            principal, "127.0.0.1", Operation.DESCRIBE, ResourceType.TOPIC, name, audited=False)}
+
+    env.topics.put(TopicImage(uuid.UUID(int=0xF01), "foo-2", 2))
+    alice = rights("User:alice")
+    a = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="foo.*", describable_topics=alice)
+    await env.resolved()
+    assert env.group().resolved_regexes["foo.*"].topics == ("foo",)  # foo-2 matches, alice may not describe it
+    assert authorizer.refused == 0  # a filter's denial is not a refusal
+    a = await env.heartbeat("a", a.member_epoch, owned={}, describable_topics=alice)
+    assert (a.error, a.assignment) == (Errors.NONE, {FOO: tuple(range(6))})
+    # bob may describe nothing, yet joins the resolution already made: it is the group's, not the member's
+    bob = await env.heartbeat("b", 0, topics=None, subscribed_topic_regex="foo.*",
+                              describable_topics=rights("User:bob"))
+    assert bob.member_epoch == 3 and env.group().resolved_regexes["foo.*"].topics == ("foo",)
+
+    async def refreshed() -> None:  # alice's heartbeat after the 10 s interval, and what it asked resolved
+        env.advance(10_001)
+        answer = await env.heartbeat("a", env.group().members["a"].member_epoch, owned=None,
+                                     describable_topics=alice)
+        assert answer.error is Errors.NONE
+        await env.resolved()
+
+    # a new ACL alone: the next refresh finds no new topic and keeps the resolution
+    grants.append(dataclasses.replace(grants[0], name="foo-", pattern=PatternType.PREFIXED))
+    authorizer.use(Acls(grants))
+    await refreshed()
+    assert env.group().resolved_regexes["foo.*"].topics == ("foo",)
+    # a new topic: resolved again, under the ACLs now
+    env.topics.put(TopicImage(uuid.UUID(int=0xF02), "foo-3", 4))
+    await refreshed()
+    assert env.group().resolved_regexes["foo.*"].topics == ("foo", "foo-2", "foo-3")
+
+
 async def test_invalid_regex_and_the_last_subscriber_leaving(env: Env) -> None:
     bad = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="(?=lookahead)")
     assert bad.error is Errors.INVALID_REGULAR_EXPRESSION

@@ -26,7 +26,7 @@ from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.member import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                                              ConsumerGroupMember, MemberState)
 from coordinator.group.modern.reconciliation import FencedMemberEpoch, OwnedPartitions, reconcile
-from coordinator.group.modern.regex import Refresh, regexes_after
+from coordinator.group.modern.regex import DescribableTopics, Refresh, regexes_after
 from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, Partitions, RecordType,
                                               TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone,
                                               sorted_partitions)
@@ -54,6 +54,7 @@ class HeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     version: int = 1
+    describable_topics: DescribableTopics | None = None  # the requester's topic rights (regex.py resolutions)
 
 
 @dataclass(slots=True)

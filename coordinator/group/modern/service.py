@@ -35,7 +35,7 @@ from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.observing import ConsumerGroupWatch, Fenced
-from coordinator.group.modern.regex import Refresh, resolution_records, resolve
+from coordinator.group.modern.regex import DescribableTopics, Refresh, resolution_records, resolve
 from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
 from coordinator.topics import StaticTopics, TopicsView
 from coordinator.group.result import Write
@@ -155,7 +155,8 @@ class ConsumerGroupService:
         write = self._apply(shard, request.group_id, result.records, snapshot)
         if result.refresh_regexes and request.group_id not in self._resolving:
             task = asyncio.get_running_loop().create_task(
-                self._resolve(shard, request.group_id, result.refresh_regexes))
+                self._resolve(shard, request.group_id, result.refresh_regexes,
+                              describable=request.describable_topics))
             self._resolving[request.group_id] = task
             task.add_done_callback(lambda _done: self._resolving.pop(request.group_id, None))
         return result.response, write
@@ -284,7 +285,8 @@ class ConsumerGroupService:
         log.info("[GroupId %s] Converted the consumer group to a classic group.", group_id)
         return write
 
-    async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh) -> None:
+    async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh, *,
+                       describable: DescribableTopics | None = None) -> None:
         """A group's regular expressions resolved against every topic, after the heartbeat that asked for it
         (Kafka runs it on its executor, then writes the outcome as the group's records)."""
         if self.refresh_all_topics is not None:
@@ -299,7 +301,7 @@ class ConsumerGroupService:
             return  # no topic came or went since the last resolution
         started = time.monotonic()
         names = list(self.topics.names())
-        resolved = resolve(refresh.regexes, names)
+        resolved = resolve(refresh.regexes, names, describable=describable)
         log.info("[GroupId %s] Scanned %d topics to refresh regular expressions [%s] in %dms.", group_id, len(names),
                  ", ".join(sorted(refresh.regexes)), (time.monotonic() - started) * 1000)
         write = self._apply(shard, group_id, resolution_records(group, resolved, self.topics.version,
