@@ -521,6 +521,27 @@ async def test_a_failed_write_reverts_the_group(env: Env) -> None:
     assert (retried.error, retried.member_epoch) == (Errors.NONE, 2)
 
 
+async def test_an_old_write_failing_late_does_not_revert_newer_writes(env: Env) -> None:
+    """The creating join's write is still in flight when a later one is acknowledged and a third is sent; the first
+    then fails. It is not the group's latest write, so nothing reverts (the deterministic simulator's history:
+    a number that came back once the group's entry went made the old failure undo the group)."""
+    service = env.runtime.consumer_groups
+
+    def join(member_id: str):  # type: ignore[no-untyped-def]
+        response, write = service.heartbeat(HeartbeatRequest(GROUP, member_id, 0, rebalance_timeout_ms=30_000,
+                                                             subscribed_topic_names=("foo",), owned=[]))
+        assert response.error is Errors.NONE and write is not None and write.then is not None
+        return write
+
+    creating, second = join("a"), join("b")
+    second.then(Errors.NONE)
+    third = join("c")
+    creating.then(Errors.REQUEST_TIMED_OUT)
+    assert set(env.group().members) == {"a", "b", "c"}
+    third.then(Errors.NOT_ENOUGH_REPLICAS)  # the latest write failing reverts to what was before it
+    assert set(env.group().members) == {"a", "b"}
+
+
 async def test_offset_fetch_checks_the_member_epoch(env: Env) -> None:
     from coordinator.group.api import OffsetFetchRequest
 

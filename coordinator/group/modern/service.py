@@ -106,6 +106,7 @@ class ConsumerGroupService:
         self.refresh_all_topics: Callable[[], Awaitable[object]] | None = None
         self._resolving: dict[str, asyncio.Task[None]] = {}  # group id -> its regular expressions' resolution
         self._write_sequence: dict[str, int] = {}  # group id -> its latest write not yet acknowledged
+        self._last_sequence = 0
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
@@ -332,7 +333,10 @@ class ConsumerGroupService:
         if before is _AS_NOW:
             current = shard.consumer_groups.get(group_id)
             before = current.snapshot() if current is not None else None
-        sequence = self._write_sequence[group_id] = self._write_sequence.get(group_id, 0) + 1
+        # numbered over the service's life, never per group: a number a group had before could come back once its
+        # entry goes (when its latest write is acknowledged) and make an older write's failure revert newer state
+        self._last_sequence += 1
+        sequence = self._write_sequence[group_id] = self._last_sequence
         for record in records:
             self.replay(shard, record)
         previous = before if isinstance(before, ConsumerGroup) else None
