@@ -42,12 +42,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                            "(the summary covers the seeds run)")
     parser.add_argument("--shrink", action="store_true", help="with --seed: minimise the failing seed's scenario "
                                                               "and print a short replayable reproduction")
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="classic",
+    parser.add_argument("--protocol", choices=PROTOCOLS,
                         help="what the groups speak: classic, consumer (KIP-848's ConsumerGroupHeartbeat) or mixed "
-                             "(each group draws one) (default: %(default)s)")
+                             "(each group draws one) (default: classic, or what --plant needs)")
     parser.add_argument("--reduce", metavar="SPEC", help="with --seed: run only part of the seed's scenario (what "
                                                          "--shrink prints)")
     args = parser.parse_args(argv)
+    if args.protocol is None:
+        args.protocol = PLANTS[args.plant].protocol if args.plant else "classic"
     if args.list_plants:
         for plant in PLANTS.values():
             print(f"{plant.name:<28} {plant.description} (caught by: {', '.join(sorted(plant.caught_by))})")

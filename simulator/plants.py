@@ -27,6 +27,7 @@ class Plant:
     description: str
     caught_by: frozenset[str]
     patch: Callable[[], Iterator[None]]
+    protocol: str = "classic"  # what the groups must speak for the bug to show (simulator/run.py make_scenario)
 
 
 def _answer_before_ack() -> Iterator[None]:
@@ -159,13 +160,13 @@ PLANTS = {plant.name: plant for plant in (
           frozenset({"single_writer"}), _zombie_guard_off),
     # the consumer protocol's (run with --protocol consumer)
     Plant("revocation_not_awaited", "a partition to revoke counts as revoked at once: it goes to its new member "
-          "before its owner acknowledged the revocation", frozenset({"consumer_owner"}), _revocation_not_awaited),
+          "before its owner acknowledged the revocation", frozenset({"consumer_owner"}), _revocation_not_awaited, "consumer"),
     Plant("pending_revocation_unheld", "a partition pending revocation is not held by its owner: it is free for "
-          "the next member", frozenset({"consumer_owner"}), _pending_revocation_unheld),
+          "the next member", frozenset({"consumer_owner"}), _pending_revocation_unheld, "consumer"),
     Plant("member_epoch_not_bumped", "a member that reconciles keeps its epoch instead of moving to the target's",
-          frozenset({"member_epoch"}), _member_epoch_not_bumped),
+          frozenset({"member_epoch"}), _member_epoch_not_bumped, "consumer"),
     Plant("consumer_session_not_rearmed", "a heartbeat does not restart the member's session: it runs out from "
-          "the join", frozenset({"session_expiry"}), _consumer_session_not_rearmed),
+          "the join", frozenset({"session_expiry"}), _consumer_session_not_rearmed, "consumer"),
 )}
 
 
