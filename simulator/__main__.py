@@ -68,7 +68,7 @@ def _one(seed: int, trace: bool, plant: str | None, reduction: Reduction | None 
     outcome = run_seed(seed, keep_history=trace, plant=plant, reduction=reduction, protocol=protocol)
     if trace and outcome.history is not None:
         print(outcome.history.trace())
-    _describe(outcome, sys.stdout)
+    _describe(outcome, sys.stdout, protocol)
     return 0 if outcome.ok else 1
 
 
@@ -145,7 +145,7 @@ def _many(start: int, count: int, stop_at_first: bool, plant: str | None, jobs: 
             first_digest = outcome.digest
         if not outcome.ok:
             failing.append(outcome)
-            _describe(outcome, sys.stderr)
+            _describe(outcome, sys.stderr, protocol)
             if stop_at_first:
                 break
         now = time.perf_counter()
@@ -191,14 +191,14 @@ def _many(start: int, count: int, stop_at_first: bool, plant: str | None, jobs: 
     return 1 if failing else 0
 
 
-def _describe(outcome: Outcome, out: TextIO) -> None:
+def _describe(outcome: Outcome, out: TextIO, protocol: str = "classic") -> None:
     status = "ok" if outcome.ok else f"{len(outcome.violations)} violation(s)"
     print(f"seed {outcome.seed}: {status}; {outcome.scenario}; {outcome.events} events, history hash "
           f"{outcome.digest}, {outcome.wall_s:.2f}s", file=out)
     for violation in outcome.violations:
         print(f"  {violation.line()}", file=out)
     if not outcome.ok:
-        print(f"  replay: python -m simulator --seed {outcome.seed} --trace", file=out)
+        print(f"  replay: python -m simulator --seed {outcome.seed}{_protocol_arg(protocol)} --trace", file=out)
 
 
 if __name__ == "__main__":
