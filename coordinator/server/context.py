@@ -12,6 +12,7 @@ from coordinator.security.authorizer import ANONYMOUS, Authorizer, Operation, Re
 from protocol.error_codes import Errors
 
 if TYPE_CHECKING:
+    from coordinator.group.shard import GroupShard
     from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
     from coordinator.group.modern.service import DescribedGroup
     from coordinator.relay.relay import Relay
@@ -36,6 +37,7 @@ class GroupService(Protocol):
     async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedGroup]: ...
     def state_partition(self, group_id: str) -> tuple[str, int] | None: ...  # (topic, partition) of the group
+    def shard_for(self, group_id: str | None) -> GroupShard: ...  # the shard of the group's partition
 
 
 @dataclass(frozen=True, slots=True)

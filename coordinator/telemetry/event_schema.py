@@ -43,6 +43,9 @@ COMMON_FIELDS: tuple[Field, ...] = (
     Field("ts_ms", _L),  # wall clock, ms since the Unix epoch
     # the rebalance's OpenTelemetry trace id (32 hex chars) when tracing is on: a row leads to its Jaeger trace
     Field("trace_id", _S, nullable=True, required=False),
+    # "consumer" for a consumer group's event (KIP-848: group epochs; its rebalance_started carries the previous
+    # group epoch as `generation`, rebalance_completed the epoch every member reached); absent: a classic group
+    Field("protocol", _S, required=False),
 )
 
 _INSTANCE_ID = Field("group_instance_id", _S, nullable=True)
@@ -154,6 +157,11 @@ REASON_CATEGORIES: tuple[tuple[str, str], ...] = (
     ("member_metadata_changed", r"^Updating metadata for member|^Member .* joining group"),
     ("store_error", r"when storing group assignment"),
     ("over_capacity", r"over capacity"),
+    # consumer groups' (Kafka 4.1's lines, which their events' cause_category makes unnecessary to parse)
+    ("rebalance_timeout", r"failed to transition from epoch|failed to join within the rebalance timeout"),
+    ("subscription_changed", r"updated its subscribed (topics|regex)"),
+    ("regex_resolved", r"^Resolved regular expressions"),
+    ("topic_metadata_changed", r"^Subscribed topic metadata changed"),
 )
 OTHER_REASON = "other"
 # The event's cause_category (a RebalanceCategory value) -> the category above, so old and new events agree.
@@ -168,6 +176,11 @@ CAUSE_CATEGORIES: dict[str, str] = {
     "sync_timeout": "sync_timeout",
     "assignment_store_failed": "store_error",
     "over_capacity": "over_capacity",
+    # consumer groups
+    "rebalance_timeout": "rebalance_timeout",
+    "subscription_changed": "subscription_changed",
+    "regex_resolved": "regex_resolved",
+    "topic_metadata_changed": "topic_metadata_changed",
 }
 
 _COMPILED_REASONS = tuple((name, re.compile(pattern)) for name, pattern in REASON_CATEGORIES)

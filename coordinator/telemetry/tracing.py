@@ -196,7 +196,7 @@ class RebalanceTracer(GroupObserver):
                          client_host: str) -> None:
         self._remember_identity(group_id, member_id)
         self._event(group_id, "member joined", {MEMBER_ID: member_id, CLIENT_ID: client_id,
-                                                CLIENT_ADDRESS: client_host, **_instance(group_instance_id),
+                                                CLIENT_ADDRESS: client_host, **instance_attributes(group_instance_id),
                                                 **self._identities.get((group_id, member_id), {})})
 
     def on_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
@@ -210,7 +210,7 @@ class RebalanceTracer(GroupObserver):
 
     def on_member_left(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
         self._event(group_id, "member left", {MEMBER_ID: member_id, "coordinator.reason": reason,
-                                              **_instance(group_instance_id)})
+                                              **instance_attributes(group_instance_id)})
         self._end_member(group_id, member_id, Status(StatusCode.UNSET), "left the group (LeaveGroup)")
         self._identities.pop((group_id, member_id), None)
 
@@ -222,7 +222,7 @@ class RebalanceTracer(GroupObserver):
 
     def on_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
         attributes = {"message": FAILURE_LINE.format(member_id=member_id, group_id=group_id), MEMBER_ID: member_id,
-                      "coordinator.reason": reason, **_instance(group_instance_id)}
+                      "coordinator.reason": reason, **instance_attributes(group_instance_id)}
         detail = self._expiries.pop((group_id, member_id), None)
         if detail is None:
             detail = self._member_attributes(group_id, member_id)
@@ -306,7 +306,7 @@ class RebalanceTracer(GroupObserver):
             return dict(self._identities.get((group_id, member_id), {}))
         attributes = {CLIENT_ID: member.client_id, CLIENT_ADDRESS: member.client_host,
                       "coordinator.session_timeout_ms": member.session_timeout_ms}
-        attributes.update(_instance(member.group_instance_id))
+        attributes.update(instance_attributes(member.group_instance_id))
         attributes.update(self._identities.get((group_id, member_id), {}))
         return attributes
 
@@ -368,7 +368,7 @@ class RebalanceTracer(GroupObserver):
         self._last[rebalance.group_id] = rebalance.root.get_span_context()
 
 
-def _instance(group_instance_id: str | None) -> dict[str, Any]:
+def instance_attributes(group_instance_id: str | None) -> dict[str, Any]:
     return {} if group_instance_id is None else {INSTANCE_ID: group_instance_id}
 
 

@@ -27,9 +27,8 @@ import re2
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.member import ConsumerGroupMember
-from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, RecordType, RegexRecord,
-                                              Tombstone)
-from coordinator.group.modern.topics import metadata_hash
+from coordinator.group.modern.records import ConsumerGroupRecord, RecordType, RegexRecord, Tombstone
+from coordinator.group.modern.topics import bumped_group_epoch, metadata_hash
 from coordinator.topics import TopicsView
 from protocol.error_codes import Errors
 
@@ -145,7 +144,5 @@ def resolution_records(group: ConsumerGroup, resolved: dict[str, tuple[str, ...]
         records.append(RegexRecord(group.group_id, regex, matched, version, now_wall_ms))
     new_hash = metadata_hash(group.subscribed_topic_names(resolved=kept), topics)
     if bump or new_hash != group.metadata_hash:
-        epoch = group.group_epoch + 1
-        records.append(GroupEpochRecord(group.group_id, epoch, new_hash))
-        log.info("[GroupId %s] Bumped group epoch to %d.", group.group_id, epoch)
+        records.append(bumped_group_epoch(group.group_id, group.group_epoch + 1, new_hash))
     return records
