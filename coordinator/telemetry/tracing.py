@@ -101,6 +101,8 @@ class RebalanceTracer(GroupObserver):
 
     def on_state_change(self, group_id: str, old_state: str, new_state: str, generation: int) -> None:
         now = self._now_ns()
+        if new_state == DEAD:  # unloaded or deleted: its members' identities go too
+            self._identities = {key: value for key, value in self._identities.items() if key[0] != group_id}
         if new_state == PREPARING:
             rebalance = self._active.get(group_id)
             if rebalance is None or not rebalance.announced:  # every rebalance is announced; stay safe if not
