@@ -251,7 +251,13 @@ async def test_several_instances_only_the_owner_takes_a_groups_transactional_off
             assert await add_partitions(kafka, producer, cluster.state_topic, partition) == 0
             assert await txn_offset_commit(at_other, 3, producer, group, {(topic, 0): 8}) == \
                 {(topic, 0): Errors.NOT_COORDINATOR}
-            assert await txn_offset_commit(at_owner, 3, producer, group, {(topic, 0): 8}) == {(topic, 0): Errors.NONE}
+            deadline = time.monotonic() + 60
+            # the owner may still be loading the partition it was just given: a client retries, so do we
+            while (answered := await txn_offset_commit(at_owner, 3, producer, group, {(topic, 0): 8})) == \
+                    {(topic, 0): Errors.COORDINATOR_LOAD_IN_PROGRESS}:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            assert answered == {(topic, 0): Errors.NONE}
             assert await stable_offset(at_owner, group, topic) == (-1, Errors.UNSTABLE_OFFSET_COMMIT)
             assert await end_transaction(kafka, producer, commit=True, version=4) == 0
             await until_offset(at_owner, group, topic, 8)
