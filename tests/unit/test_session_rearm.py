@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from coordinator.config import CoordinatorConfig
 from coordinator.group.delayed import member_key
 from coordinator.group.records import GroupRecord, MemberRecord
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.store import InMemoryGroupStore
+from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import ManualClock, SystemTimer
+from coordinator.timer.testing import manual_timer
 from protocol.error_codes import Errors
 from tests.support.group_harness import subscription
 
@@ -75,11 +79,6 @@ async def test_an_expired_session_timeout_is_re_armed_with_the_same_operation() 
 
 
 def test_rearm_refuses_an_operation_still_pending() -> None:
-    import pytest
-
-    from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
-    from coordinator.timer.testing import manual_timer
-
     class Never(DelayedOperation):
         def try_complete(self) -> bool:
             return False
