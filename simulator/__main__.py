@@ -21,7 +21,7 @@ import time
 from typing import Iterator, TextIO
 
 from simulator.plants import PLANTS
-from simulator.run import Outcome, make_scenario, run_seed
+from simulator.run import PROTOCOLS, Outcome, make_scenario, run_seed
 from simulator.shrink import Reduction, reduce_scenario, shrink
 
 
@@ -42,56 +42,62 @@ def main(argv: list[str] | None = None) -> int:
                                                                            "(the summary covers the seeds run)")
     parser.add_argument("--shrink", action="store_true", help="with --seed: minimise the failing seed's scenario "
                                                               "and print a short replayable reproduction")
+    parser.add_argument("--protocol", choices=PROTOCOLS,
+                        help="what the groups speak: classic, consumer (KIP-848's ConsumerGroupHeartbeat) or mixed "
+                             "(each group draws one) (default: classic, or what --plant needs)")
     parser.add_argument("--reduce", metavar="SPEC", help="with --seed: run only part of the seed's scenario (what "
                                                          "--shrink prints)")
     args = parser.parse_args(argv)
+    if args.protocol is None:
+        args.protocol = PLANTS[args.plant].protocol if args.plant else "classic"
     if args.list_plants:
         for plant in PLANTS.values():
             print(f"{plant.name:<28} {plant.description} (caught by: {', '.join(sorted(plant.caught_by))})")
         return 0
     if args.seed is not None and args.shrink:
-        return _shrink(args.seed, args.plant)
+        return _shrink(args.seed, args.plant, args.protocol)
     if args.seed is not None:
         reduction = None if args.reduce is None else Reduction.decode(args.reduce)
-        return _one(args.seed, args.trace, args.plant, reduction)
+        return _one(args.seed, args.trace, args.plant, reduction, args.protocol)
     return _many(args.start, args.seeds, args.stop_at_first or args.plant is not None, args.plant, args.jobs,
-                 args.time_limit)
+                 args.time_limit, protocol=args.protocol)
 
 
-def _one(seed: int, trace: bool, plant: str | None, reduction: Reduction | None = None) -> int:
-    outcome = run_seed(seed, keep_history=trace, plant=plant, reduction=reduction)
+def _one(seed: int, trace: bool, plant: str | None, reduction: Reduction | None = None,
+         protocol: str = "classic") -> int:
+    outcome = run_seed(seed, keep_history=trace, plant=plant, reduction=reduction, protocol=protocol)
     if trace and outcome.history is not None:
         print(outcome.history.trace())
-    _describe(outcome, sys.stdout)
+    _describe(outcome, sys.stdout, protocol)
     return 0 if outcome.ok else 1
 
 
-def _shrink(seed: int, plant: str | None) -> int:
+def _shrink(seed: int, plant: str | None, protocol: str = "classic") -> int:
     """Minimises a failing seed (simulator/shrink.py) and prints the reduced scenario and its replay command."""
-    original = run_seed(seed, plant=plant)
+    original = run_seed(seed, plant=plant, protocol=protocol)
     if original.ok:
         print(f"seed {seed} holds every invariant: nothing to shrink")
         return 0
     invariant = original.violations[0].invariant
-    scenario = make_scenario(seed)
+    scenario = make_scenario(seed, protocol)
     members = sum(len(g.members) for g in scenario.groups)
     print(f"seed {seed}: [{invariant}] {original.violations[0].message}", file=sys.stderr)
     print(f"  shrinking {len(scenario.faults)} faults, {members} consumers ...", file=sys.stderr)
 
     def violated(reduction: Reduction) -> set[str]:
-        return {v.invariant for v in run_seed(seed, plant=plant, reduction=reduction).violations}
+        return {v.invariant for v in run_seed(seed, plant=plant, reduction=reduction, protocol=protocol).violations}
 
     started = time.perf_counter()
     reduction, runs = shrink(seed, violated, invariant, len(scenario.faults), members,
                              progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-    reduced = run_seed(seed, plant=plant, reduction=reduction)
+    reduced = run_seed(seed, plant=plant, reduction=reduction, protocol=protocol)
     kept = reduce_scenario(scenario, reduction)
     print(f"seed {seed} shrunk in {runs} runs ({time.perf_counter() - started:.1f}s): {kept.describe()}")
     for fault in kept.faults:
         print(f"  at {fault.at_ms / 1000:.3f}s {fault.kind} target={fault.target} for {fault.duration_ms} ms")
     for violation in reduced.violations[:3]:
         print(f"  {violation.line()}")
-    plant_arg = "" if plant is None else f" --plant {plant}"
+    plant_arg = ("" if plant is None else f" --plant {plant}") + _protocol_arg(protocol)
     print(f"  replay: python -m simulator --seed {seed}{plant_arg} --reduce \"{reduction.encode()}\" --trace")
     print(json.dumps({"seed": seed, "invariant": invariant, "runs": runs, "reduction": reduction.encode(),
                       "faults": len(kept.faults), "consumers": sum(len(g.members) for g in kept.groups),
@@ -99,24 +105,29 @@ def _shrink(seed: int, plant: str | None) -> int:
     return 1
 
 
-def _outcomes(start: int, count: int, plant: str | None, jobs: int) -> Iterator[Outcome]:
+def _protocol_arg(protocol: str) -> str:
+    return "" if protocol == "classic" else f" --protocol {protocol}"
+
+
+def _outcomes(start: int, count: int, plant: str | None, jobs: int, protocol: str = "classic"
+              ) -> Iterator[Outcome]:
     """Each seed's outcome, in seed order; with `jobs` > 1 run by that many worker processes (each a fork of
     this one, so PYTHONHASHSEED=0 holds there too)."""
     seeds = range(start, start + count)
     if jobs <= 1:
         for seed in seeds:
-            yield run_seed(seed, plant=plant)
+            yield run_seed(seed, plant=plant, protocol=protocol)
         return
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        yield from pool.imap(functools.partial(_run_quietly, plant=plant), seeds, chunksize=4)
+        yield from pool.imap(functools.partial(_run_quietly, plant=plant, protocol=protocol), seeds, chunksize=4)
 
 
-def _run_quietly(seed: int, plant: str | None) -> Outcome:
-    return run_seed(seed, plant=plant)
+def _run_quietly(seed: int, plant: str | None, protocol: str = "classic") -> Outcome:
+    return run_seed(seed, plant=plant, protocol=protocol)
 
 
 def _many(start: int, count: int, stop_at_first: bool, plant: str | None, jobs: int = 1,
-          time_limit_s: float | None = None) -> int:
+          time_limit_s: float | None = None, *, protocol: str = "classic") -> int:
     started, cpu_started = time.perf_counter(), time.process_time()
     failing: list[Outcome] = []
     first_digest = ""
@@ -124,7 +135,7 @@ def _many(start: int, count: int, stop_at_first: bool, plant: str | None, jobs: 
     virtual_ms = 0
     seeds_cpu_s = 0.0  # CPU of the runs themselves, in whichever process ran them
     last_report = started
-    for outcome in _outcomes(start, count, plant, jobs):
+    for outcome in _outcomes(start, count, plant, jobs, protocol):
         run += 1
         events += outcome.events
         steps += outcome.steps
@@ -134,7 +145,7 @@ def _many(start: int, count: int, stop_at_first: bool, plant: str | None, jobs: 
             first_digest = outcome.digest
         if not outcome.ok:
             failing.append(outcome)
-            _describe(outcome, sys.stderr)
+            _describe(outcome, sys.stderr, protocol)
             if stop_at_first:
                 break
         now = time.perf_counter()
@@ -160,7 +171,7 @@ def _many(start: int, count: int, stop_at_first: bool, plant: str | None, jobs: 
     if by_invariant:
         print("  by invariant: " + ", ".join(f"{name} {n}" for name, n in sorted(by_invariant.items())),
               file=sys.stderr)
-    replay_plant = "" if plant is None else f" --plant {plant}"
+    replay_plant = ("" if plant is None else f" --plant {plant}") + _protocol_arg(protocol)
     for outcome in failing:
         print(f"  seed {outcome.seed}: {outcome.violations[0].line()}", file=sys.stderr)
         print(f"    replay: python -m simulator --seed {outcome.seed}{replay_plant} --trace "
@@ -169,7 +180,7 @@ def _many(start: int, count: int, stop_at_first: bool, plant: str | None, jobs: 
         "seeds": run, "start": start, "jobs": jobs, "wall_s": round(wall_s, 2), "cpu_s": round(cpu_s, 2),
         "seeds_per_s": round(run / wall_s, 2), "seeds_per_min": round(60 * run / wall_s, 1),
         "cpu_ms_per_seed": round(1000 * cpu_s / max(run, 1), 1), "load_average": round(load, 2),
-        "first_seed_history_hash": first_digest,
+        "first_seed_history_hash": first_digest, "protocol": protocol,
         "violations": [{"seed": o.seed, "invariant": o.violations[0].invariant,
                         "message": o.violations[0].message} for o in failing],
         "plant": None if plant is None else {"name": plant, "found": bool(failing), "seeds_run": run,
@@ -180,14 +191,14 @@ def _many(start: int, count: int, stop_at_first: bool, plant: str | None, jobs: 
     return 1 if failing else 0
 
 
-def _describe(outcome: Outcome, out: TextIO) -> None:
+def _describe(outcome: Outcome, out: TextIO, protocol: str = "classic") -> None:
     status = "ok" if outcome.ok else f"{len(outcome.violations)} violation(s)"
     print(f"seed {outcome.seed}: {status}; {outcome.scenario}; {outcome.events} events, history hash "
           f"{outcome.digest}, {outcome.wall_s:.2f}s", file=out)
     for violation in outcome.violations:
         print(f"  {violation.line()}", file=out)
     if not outcome.ok:
-        print(f"  replay: python -m simulator --seed {outcome.seed} --trace", file=out)
+        print(f"  replay: python -m simulator --seed {outcome.seed}{_protocol_arg(protocol)} --trace", file=out)
 
 
 if __name__ == "__main__":

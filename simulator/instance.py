@@ -22,6 +22,7 @@ from coordinator.cluster.identity import InstanceEndpoint, client_id_for, defaul
 from coordinator.cluster.owner_map import OwnerMap
 from coordinator.cluster.ownership import GroupAssignmentReader, Ownership
 from coordinator.group.api import HeartbeatResponse
+from coordinator.group.modern.observing import Fenced
 from coordinator.group.observer import GroupObserver
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.status import ShardStatus
@@ -124,6 +125,7 @@ class CoordinatorInstance:
                                     fencing=slot is not None)
         self.runtime = GroupRuntime(config, self.timer, self.store, self.clock, SimObserver(self),
                                     wall_clock=VirtualClock(loop, EPOCH_MS))
+        self._observe_consumer_groups()
         self.pending: dict[int, Pending] = {}
         self._abandoned: list[Any] = []  # a dead process's requests and tasks, kept until the run ends
         self._next_request = 0
@@ -143,6 +145,39 @@ class CoordinatorInstance:
             self.timer.start()
             self._background = loop.create_task(self._own_then_expire(slot), name=f"{self.name}-own")
         sim.history.record("instance_start", inst=number, slot=slot)
+
+    def _observe_consumer_groups(self) -> None:
+        """The cluster's topics for the consumer groups, and what the session checker needs: when a member's
+        session restarts (a heartbeat handled, a load) and when one runs out."""
+        service = self.runtime.consumer_groups
+        service.topics = self.sim.topics
+        checkers, config = self.sim.checkers, self.sim.config
+        heartbeat, on_loaded, fence_expired = service.heartbeat, service.on_loaded, service._fence_expired
+
+        def heartbeat_observed(request: Any) -> Any:
+            response, write = heartbeat(request)
+            if response.error == Errors.NONE and request.member_epoch >= 0 and self.alive:
+                checkers.consumer_session_restarted(self.name, request.group_id, [response.member_id])
+            return response, write
+
+        def loaded_observed(shard: Any) -> None:
+            on_loaded(shard)
+            for group_id, group in shard.consumer_groups.items():
+                checkers.consumer_session_restarted(self.name, group_id, list(group.members))
+
+        def fence_observed(group_id: str, member_id: str, at_epoch: int | None, reason: Fenced,
+                           kind: str | None = None) -> None:
+            group = service.shard_for(group_id).consumer_groups.get(group_id)
+            member = None if group is None else group.members.get(member_id)
+            if (kind is None and at_epoch is None and member is not None and member.classic is None
+                    and service.shard_for(group_id).status is ShardStatus.ACTIVE):
+                checkers.consumer_session_expired(self.name, group_id, member_id,
+                                                  config.group_consumer_session_timeout_ms)
+            fence_expired(group_id, member_id, at_epoch, reason, kind)
+
+        service.heartbeat = heartbeat_observed  # type: ignore[method-assign]
+        service.on_loaded = loaded_observed  # type: ignore[method-assign]
+        service._fence_expired = fence_observed  # type: ignore[method-assign]
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def _execute(self, run: Any) -> None:
@@ -358,7 +393,7 @@ class _Service:
 
 
 def _error_summary(response: Any) -> str:
-    error = getattr(response, "error_code", None)
+    error = getattr(response, "error_code", getattr(response, "error", None))
     if isinstance(error, Errors):
         return error.name
     topics = getattr(response, "topics", None)

@@ -19,6 +19,12 @@
   reload_equals_acked after a (re)load, each group's offsets and record are what Kafka acknowledged (or a later
                      write that may have landed: timed out, failed after append, in flight at the crash);
                      before a crash, memory holds nothing Kafka did not acknowledge or is not writing
+  consumer_owner     (consumer protocol) a partition goes to a member only once its previous owner revoked it:
+                     no consumer still owning it is a member of the group the coordinator answers for, and
+                     no two members hold it (assigned or pending revocation) in the coordinator's group
+  member_epoch       (consumer protocol) the epochs a member is told never go back, and within one epoch it
+                     never gains a partition after it lost one (a new assignment after a revocation comes with
+                     a new epoch: the epoch fences the member's older commits)
   no_errors          no request raises, no exception is logged or reaches the loop, no client hears an error
                      a classic consumer cannot expect (UNKNOWN_SERVER_ERROR, ...), the loop never gets stuck
 """
@@ -48,7 +54,7 @@ KAFKA_TRANSITIONS: dict[str, frozenset[str]] = {
 
 INVARIANTS = ("durable_commit", "durable_delete", "single_owner", "generation_once", "session_expiry",
               "transitions", "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors",
-              "single_writer")
+              "single_writer", "consumer_owner", "member_epoch")
 # Answers that say the instance does not serve the group's partition (anything else is served)
 NOT_SERVED = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
 MAX_VIOLATIONS = 20
@@ -89,6 +95,13 @@ class Checkers:
         self.cluster: Any = None  # the Simulation, for the instances running now (single_writer)
         # (instance, partition) -> the writes issued before its last load of the partition
         self._loaded_before: dict[tuple[str, int], int] = {}
+        # consumer protocol: group -> client -> (member id, the partitions it owns now)
+        self._claims: dict[str, dict[str, tuple[str, frozenset[tuple[str, int]]]]] = {}
+        # (group, its life, member) -> (the last epoch told, the assignment told in it, whether it lost one in it)
+        self._member_epochs: dict[tuple[str, int, str], tuple[int, frozenset[tuple[str, int]], bool]] = {}
+        self._consumer_group_lives: dict[str, int] = {}
+        # (instance, group, member) -> when a heartbeat or a load last restarted its session
+        self._consumer_session_ms: dict[tuple[str, str, str], int] = {}
         history.listeners.append(self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
@@ -152,10 +165,85 @@ class Checkers:
             partition = 0 if runtime is None else runtime.partition_for(pending.group_id)
             self._sync_answered(instance.name, pending.group_id, pending.generation,
                                 self._loaded_before.get((instance.name, partition), 0))
+        if api == "consumer_group_heartbeat":
+            self.consumer_heartbeat_answered(instance, pending, response)
         if resets and pending.member_id:
             # a commit resets the session when it is handled, before its write; a parked SyncGroup when answered
             self._session_reset_ms[pending.member_id] = (self.now_ms() if api == "sync_group"
                                                          else pending.arrived_ms)
+
+    # --- the consumer protocol --------------------------------------------------------------------------------
+    def claim(self, group_id: str, client: str, member_id: str, owned: frozenset[tuple[str, int]]) -> None:
+        """What a consumer owns from now on (it acts on these partitions: fetches, commits)."""
+        claims = self._claims.setdefault(group_id, {})
+        if owned:
+            claims[client] = (member_id, owned)
+        else:
+            claims.pop(client, None)
+
+    def consumer_heartbeat_answered(self, instance: CoordinatorInstance, pending: Pending, response: Any) -> None:
+        if response.error != Errors.NONE or response.member_epoch < 0:
+            return
+        runtime = instance.runtime
+        group_id, member_id = pending.group_id, response.member_id or pending.member_id
+        group = runtime.shard_for(group_id).consumer_groups.get(group_id)
+        topics = runtime.consumer_groups.topics
+        given: frozenset[tuple[str, int]] | None = None
+        if response.assignment is not None:
+            given = frozenset((image.name, p) for tid, ps in response.assignment.items()
+                              if (image := topics.by_id(tid)) is not None for p in ps)
+        self._member_epoch(group_id, member_id, response.member_epoch, given)
+        if group is None:
+            return
+        if given:
+            for client, (other, owned) in self._claims.get(group_id, {}).items():
+                taken = owned & given
+                if other != member_id and other in group.members and taken:
+                    self.violation("consumer_owner", f"{instance.name} gave {sorted(taken)} of {group_id} to "
+                                                     f"{member_id} while {client} (member {other}) still owns "
+                                                     "them and has not revoked them")
+        holders: dict[tuple[Any, int], str] = {}
+        for member in group.members.values():
+            for partitions in (member.assigned, member.pending_revocation):
+                for tid, ps in partitions.items():
+                    for p in ps:
+                        holder = holders.setdefault((tid, p), member.member_id)
+                        if holder != member.member_id:
+                            self.violation("consumer_owner", f"{instance.name}: partition {p} of topic {tid} of "
+                                                             f"{group_id} is held by {holder} and "
+                                                             f"{member.member_id}")
+
+    def _member_epoch(self, group_id: str, member_id: str, epoch: int,
+                      given: frozenset[tuple[str, int]] | None) -> None:
+        key = (group_id, self._consumer_group_lives.get(group_id, 0), member_id)
+        last = self._member_epochs.get(key)
+        if last is None or epoch > last[0]:
+            kept = given if given is not None else (last[1] if last is not None else frozenset())
+            self._member_epochs[key] = (epoch, kept, False)
+            return
+        last_epoch, last_given, lost = last
+        if epoch < last_epoch:
+            self.violation("member_epoch", f"member {member_id} of {group_id} was told epoch {epoch} after "
+                                           f"{last_epoch}")
+            return
+        if given is None or given == last_given:
+            return
+        if lost and given - last_given:
+            self.violation("member_epoch", f"member {member_id} of {group_id} gained {sorted(given - last_given)} "
+                                           f"in epoch {epoch} after it lost partitions in that epoch")
+        self._member_epochs[key] = (epoch, given, lost or bool(last_given - given))
+
+    def consumer_session_restarted(self, instance: str, group_id: str, member_ids: Any) -> None:
+        now = self.now_ms()
+        for member_id in member_ids:
+            self._consumer_session_ms[(instance, group_id, member_id)] = now
+
+    def consumer_session_expired(self, instance: str, group_id: str, member_id: str, session_ms: int) -> None:
+        restarted = self._consumer_session_ms.get((instance, group_id, member_id))
+        if restarted is not None and self.now_ms() - restarted < session_ms:
+            self.violation("session_expiry", f"{instance} fenced member {member_id} of {group_id} "
+                                             f"{self.now_ms() - restarted} ms after its last heartbeat "
+                                             f"(group.consumer.session.timeout.ms={session_ms})")
 
     def _one_server(self, instance: CoordinatorInstance, partition: int, what: str) -> None:
         """single_writer: no other running instance serves the partition of a group this one just served."""
@@ -289,6 +377,8 @@ class Checkers:
     def deleted(self, group_id: str, partitions: list[tuple[str, int]], group_record: bool) -> None:
         """A DeleteGroups (group_record) or OffsetDelete was answered NONE for these partitions."""
         last = len(self.ledger.writes) - 1
+        if group_record:  # a consumer group made again under this id starts from epoch 0
+            self._consumer_group_lives[group_id] = self._consumer_group_lives.get(group_id, 0) + 1
         keys: list[Key] = [(group_id, topic, partition) for topic, partition in partitions]
         if group_record:
             keys.append((group_id,))

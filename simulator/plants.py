@@ -13,6 +13,9 @@ from typing import Any, Callable, Iterator
 from coordinator.cluster.ownership import Ownership, ZombieGuard
 from coordinator.group import sync
 from coordinator.group.metadata import GroupMetadata
+from coordinator.group.modern import reconciliation
+from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.service import ConsumerGroupService
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.shard import GroupShard
 from protocol.error_codes import Errors
@@ -24,6 +27,7 @@ class Plant:
     description: str
     caught_by: frozenset[str]
     patch: Callable[[], Iterator[None]]
+    protocol: str = "classic"  # what the groups must speak for the bug to show (simulator/run.py make_scenario)
 
 
 def _answer_before_ack() -> Iterator[None]:
@@ -93,6 +97,52 @@ def _zombie_guard_off() -> Iterator[None]:
         yield
 
 
+def _revocation_not_awaited() -> Iterator[None]:
+    def revoked(owned: Any, revoking: Any) -> bool:
+        return False
+
+    with _patched(reconciliation, "_still_owns", revoked):
+        yield
+
+
+def _pending_revocation_unheld() -> Iterator[None]:
+    put = ConsumerGroup._put_member
+
+    def without_pending(self: ConsumerGroup, member: Any) -> None:
+        put(self, member)
+        for topic_id, partitions in member.pending_revocation.items():
+            for partition in partitions:
+                self._partition_epochs.pop((topic_id, partition), None)
+
+    with _patched(ConsumerGroup, "_put_member", without_pending):
+        yield
+
+
+def _member_epoch_not_bumped() -> Iterator[None]:
+    step = reconciliation._next
+
+    def kept_epoch(member: Any, member_epoch: int, target_epoch: int, *rest: Any) -> Any:
+        moved = step(member, member_epoch, target_epoch, *rest)
+        if member.member_epoch > 0 and moved.member_epoch > member.member_epoch:
+            return moved.replace(member_epoch=member.member_epoch,
+                                 previous_member_epoch=member.previous_member_epoch)
+        return moved
+
+    with _patched(reconciliation, "_next", kept_epoch):
+        yield
+
+
+def _consumer_session_not_rearmed() -> Iterator[None]:
+    schedule = ConsumerGroupService.schedule_session
+
+    def once(self: ConsumerGroupService, group_id: str, member_id: str) -> None:
+        if ("session", group_id, member_id) not in self._timers:
+            schedule(self, group_id, member_id)
+
+    with _patched(ConsumerGroupService, "schedule_session", once):
+        yield
+
+
 PLANTS = {plant.name: plant for plant in (
     Plant("answer_before_ack", "writes are reported acknowledged at once: answers go out before Kafka's ack",
           frozenset({"answer_after_ack"}), _answer_before_ack),
@@ -108,6 +158,15 @@ PLANTS = {plant.name: plant for plant in (
           frozenset({"single_writer"}), _revoke_keeps_serving),
     Plant("zombie_guard_off", "a paused instance does not notice its pause and serves what moved meanwhile",
           frozenset({"single_writer"}), _zombie_guard_off),
+    # the consumer protocol's (run with --protocol consumer)
+    Plant("revocation_not_awaited", "a partition to revoke counts as revoked at once: it goes to its new member "
+          "before its owner acknowledged the revocation", frozenset({"consumer_owner"}), _revocation_not_awaited, "consumer"),
+    Plant("pending_revocation_unheld", "a partition pending revocation is not held by its owner: it is free for "
+          "the next member", frozenset({"consumer_owner"}), _pending_revocation_unheld, "consumer"),
+    Plant("member_epoch_not_bumped", "a member that reconciles keeps its epoch instead of moving to the target's",
+          frozenset({"member_epoch"}), _member_epoch_not_bumped, "consumer"),
+    Plant("consumer_session_not_rearmed", "a heartbeat does not restart the member's session: it runs out from "
+          "the join", frozenset({"session_expiry"}), _consumer_session_not_rearmed, "consumer"),
 )}
 
 

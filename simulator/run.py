@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -23,6 +24,7 @@ from typing import Any, Coroutine, Iterator
 from coordinator.config import INT32_MAX, CoordinatorConfig
 from coordinator.group import join
 from simulator.clients import MemberSpec, SimAdmin, SimConsumer
+from simulator.consumer_protocol import ConsumerProtocolConsumer, cluster_topics
 from simulator.history import History
 from simulator.cluster import InstancesGroup
 from simulator.instance import CoordinatorInstance, Disconnected, Route, not_coordinator as _not_coordinator
@@ -46,6 +48,7 @@ class GroupSpec:
     group_id: str
     topics: dict[str, int]
     members: list[MemberSpec]
+    protocol: str = "classic"  # or "consumer": KIP-848's ConsumerGroupHeartbeat
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class Scenario:
 
     def describe(self) -> str:
         members = sum(len(g.members) for g in self.groups)
+        consumer = sum(1 for g in self.groups if g.protocol == "consumer")
         kinds: dict[str, int] = {}
         for fault in self.faults:
             kinds[fault.kind] = kinds.get(fault.kind, 0) + 1
@@ -87,11 +91,16 @@ class Scenario:
         instances = f"{self.instances} instances, " if self.instances else ""
         if self.wire is not None:
             instances += f"wire faults {self.wire.reset}/{self.wire.drop}/{self.wire.delay}/{self.wire.duplicate}, "
-        return (f"{instances}{len(self.groups)} groups, {members} consumers, {self.config.offsets_topic_num_partitions} "
+        protocols = f" ({consumer} on the consumer protocol)" if consumer else ""
+        return (f"{instances}{len(self.groups)} groups{protocols}, {members} consumers, {self.config.offsets_topic_num_partitions} "
                 f"state partitions, {self.duration_ms // 1000}s, {admin}, faults {kinds}")
 
 
-def make_scenario(seed: int) -> Scenario:
+PROTOCOLS = ("classic", "consumer", "mixed")
+
+
+def make_scenario(seed: int, protocol: str = "classic") -> Scenario:
+    """`protocol`: what the groups speak — classic, consumer (KIP-848) or mixed (each group draws one)."""
     rng = random.Random(f"scenario:{seed}")
     stormy = rng.random() < 0.25  # many faults, Kafka failing often, small groups allowed
     config = CoordinatorConfig(
@@ -136,7 +145,24 @@ def make_scenario(seed: int) -> Scenario:
     if rng.random() < 0.3:
         rates = [0.0, 0.01, 0.03, 0.08]
         wire = WireFaults(rng.choice(rates), rng.choice(rates), rng.choice(rates), rng.choice(rates))
+    if protocol != "classic":  # drawn apart: the classic scenarios stay what they were
+        groups, config = _consumer_protocol(random.Random(f"protocol:{seed}"), protocol, groups, config)
     return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire)
+
+
+def _consumer_protocol(rng: random.Random, protocol: str, groups: list[GroupSpec], config: CoordinatorConfig
+                       ) -> tuple[list[GroupSpec], CoordinatorConfig]:
+    """The groups that speak the consumer protocol, and the coordinator's session and heartbeat settings for it
+    (server side in KIP-848)."""
+    chosen = [GroupSpec(g.group_id, g.topics, g.members,
+                        "consumer" if protocol == "consumer" or rng.random() < 0.5 else "classic") for g in groups]
+    session_ms = rng.choice([10_000, 20_000, 45_000])
+    heartbeat_ms = rng.choice([1_000, 3_000]) if session_ms < 45_000 else rng.choice([3_000, 5_000])
+    config = dataclasses.replace(config, group_consumer_session_timeout_ms=session_ms,
+                                 group_consumer_min_session_timeout_ms=min(session_ms, 45_000),
+                                 group_consumer_heartbeat_interval_ms=heartbeat_ms,
+                                 group_consumer_min_heartbeat_interval_ms=min(heartbeat_ms, 5_000))
+    return chosen, config
 
 
 class MemberSlot:
@@ -145,12 +171,13 @@ class MemberSlot:
     def __init__(self, sim: Simulation, group: GroupSpec, spec: MemberSpec) -> None:
         self.sim, self.group, self.spec = sim, group, spec
         self.incarnation = 0
-        self.consumer: SimConsumer | None = None
-        self.zombies: list[SimConsumer] = []  # replaced while hung, still running
+        self.consumer: SimConsumer | ConsumerProtocolConsumer | None = None
+        self.zombies: list[SimConsumer | ConsumerProtocolConsumer] = []  # replaced while hung, still running
 
     def start(self) -> None:
         self.incarnation += 1
-        self.consumer = SimConsumer(self.sim, self.group.group_id, self.group.topics, self.spec, self.incarnation)
+        kind = ConsumerProtocolConsumer if self.group.protocol == "consumer" else SimConsumer
+        self.consumer = kind(self.sim, self.group.group_id, self.group.topics, self.spec, self.incarnation)
         self.sim.history.record("consumer_start", client=self.consumer.name, static=self.spec.instance_id)
         self.consumer.start()
 
@@ -173,6 +200,7 @@ class Simulation:
         self.rng_client = random.Random(f"clients:{seed}")
         self.rng_faults = random.Random(f"faults:{seed}")
         self.history = History(self.now_ms, keep_history)
+        self.topics = cluster_topics({t: n for g in scenario.groups for t, n in g.topics.items()})
         self.ledger = Ledger(self.history)
         self.checkers = Checkers(self.history, self.ledger, self.now_ms)
         self.kafka = SimKafka(self.loop, self.now_ms, random.Random(f"kafka:{seed}"),
@@ -473,10 +501,10 @@ class Outcome:
 
 
 def run_seed(seed: int, keep_history: bool = False, plant: str | None = None,
-             reduction: Reduction | None = None) -> Outcome:
+             reduction: Reduction | None = None, *, protocol: str = "classic") -> Outcome:
     """One run; `plant` names a planted bug (simulator/plants.py) to run with; `reduction` keeps only part of the
-    seed's scenario (simulator/shrink.py)."""
-    scenario = make_scenario(seed)
+    seed's scenario (simulator/shrink.py); `protocol`: the groups' (make_scenario)."""
+    scenario = make_scenario(seed, protocol)
     if reduction is not None:
         scenario = reduce_scenario(scenario, reduction)
     sim = Simulation(scenario, keep_history)

@@ -514,6 +514,64 @@ async def test_a_failed_write_reverts_the_group(env: Env) -> None:
     assert (retried.error, retried.member_epoch) == (Errors.NONE, 2)
 
 
+async def test_an_old_write_failing_late_does_not_revert_newer_writes(env: Env) -> None:
+    """The creating join's write is still in flight when a later one is acknowledged and a third is sent; the first
+    then fails. It is not the group's latest write, so nothing reverts (the deterministic simulator's history:
+    a number that came back once the group's entry went made the old failure undo the group and its members)."""
+    service = env.runtime.consumer_groups
+
+    def join(member_id: str):  # type: ignore[no-untyped-def]
+        response, write = service.heartbeat(HeartbeatRequest(GROUP, member_id, 0, rebalance_timeout_ms=30_000,
+                                                             subscribed_topic_names=("foo",), owned=[]))
+        assert response.error is Errors.NONE and write is not None and write.then is not None
+        return write
+
+    shard = env.runtime.shard_for(GROUP)
+    append = shard.append
+    shard.append = lambda write: None  # type: ignore[method-assign]  # what the failure writes again: not here
+    try:
+        creating, second = join("a"), join("b")
+        second.then(Errors.NONE)
+        third = join("c")
+        creating.then(Errors.REQUEST_TIMED_OUT)
+    finally:
+        shard.append = append  # type: ignore[method-assign]
+    assert set(env.group().members) == {"a", "b", "c"}
+    third.then(Errors.NONE)
+    assert set(env.group().members) == {"a", "b", "c"}
+
+
+async def test_a_failed_write_memory_keeps_is_written_again_as_memory_has_it(env: Env) -> None:
+    """b's join fails while c's join, computed on top of it, is in flight: memory keeps b (only the latest write
+    reverts), so the log gets memory's value of every key b's write wrote, after c's."""
+    service = env.runtime.consumer_groups
+    await env.heartbeat("a", 0)
+    appended = []
+    shard = env.runtime.shard_for(GROUP)
+    append = shard.append
+    shard.append = lambda write: appended.append(write)  # type: ignore[method-assign]
+    try:
+        def join(member_id: str):  # type: ignore[no-untyped-def]
+            response, write = service.heartbeat(HeartbeatRequest(GROUP, member_id, 0, rebalance_timeout_ms=30_000,
+                                                                 subscribed_topic_names=("foo",), owned=[]))
+            assert response.error is Errors.NONE and write is not None and write.then is not None
+            return write
+
+        failing, later = join("b"), join("c")
+        failing.then(Errors.NOT_ENOUGH_REPLICAS)
+        [rewrite] = appended
+    finally:
+        shard.append = append  # type: ignore[method-assign]
+    group = env.group()
+    assert set(group.members) == {"a", "b", "c"}
+    by_key = {(type(r).__name__, getattr(r, "member_id", None)): r for r in rewrite.records}
+    assert by_key[("MemberMetadataRecord", "b")] == group.members["b"].metadata_record(GROUP)
+    assert by_key[("CurrentAssignmentRecord", "b")] == group.members["b"].assignment_record(GROUP)
+    assert by_key[("GroupEpochRecord", None)].epoch == group.group_epoch == 3  # c's epoch, not b's 2
+    assert by_key[("TargetAssignmentRecord", "a")].partitions == group.targets["a"]
+    later.then(Errors.NONE)
+
+
 async def test_offset_fetch_checks_the_member_epoch(env: Env) -> None:
     from coordinator.group.api import OffsetFetchRequest
 

@@ -351,3 +351,80 @@ def test_answer_after_ack_lets_the_writer_serve_a_record_it_loaded_again_since()
     world.checkers.after_load(instance, {0})  # type: ignore[arg-type]  # p lost the partition and read it again
     _sync_answered(world, "p")
     assert world.invariants() == set()
+
+
+# --- the consumer protocol ------------------------------------------------------------------------------------
+def _consumer_instance(members: dict[str, dict[int, tuple[int, ...]]],
+                       pending: dict[str, dict[int, tuple[int, ...]]] | None = None) -> SimpleNamespace:
+    """An instance whose consumer group `g` has these members (member -> {partition of topic t: ...})."""
+    from coordinator.group.modern.group import ConsumerGroup
+    from coordinator.group.modern.member import ConsumerGroupMember
+    from simulator.consumer_protocol import cluster_topics, topic_id
+
+    tid = topic_id("t")
+    group = ConsumerGroup(GROUP)
+    for member_id, assigned in members.items():
+        group.members[member_id] = ConsumerGroupMember(
+            member_id, assigned={tid: ps for ps in assigned.values()},
+            pending_revocation={tid: ps for ps in (pending or {}).get(member_id, {}).values()})
+    shard = SimpleNamespace(consumer_groups={GROUP: group})
+    runtime = SimpleNamespace(shard_for=lambda _group: shard,
+                              consumer_groups=SimpleNamespace(topics=cluster_topics({"t": 4})))
+    return SimpleNamespace(name="coordinator-0", runtime=runtime)
+
+
+def _told(world: World, instance: SimpleNamespace, member_id: str, epoch: int,
+          partitions: tuple[int, ...] | None) -> None:
+    from coordinator.group.modern.heartbeat import HeartbeatResponse as ConsumerHeartbeatResponse
+    from simulator.consumer_protocol import topic_id
+
+    pending = Pending(0, "consumer_group_heartbeat", GROUP, member_id, "c", 0, None)  # type: ignore[arg-type]
+    assignment = None if partitions is None else {topic_id("t"): partitions}
+    world.checkers.consumer_heartbeat_answered(instance, pending, ConsumerHeartbeatResponse(
+        member_id=member_id, member_epoch=epoch, assignment=assignment))
+
+
+def test_consumer_owner_fails_when_a_partition_goes_to_a_member_before_its_owner_revoked_it() -> None:
+    world = World()
+    world.checkers.claim(GROUP, "consumer-a", "a", frozenset({("t", 0), ("t", 1)}))
+    # the coordinator no longer counts 1 as a's, but a still owns it: it never acknowledged the revocation
+    _told(world, _consumer_instance({"a": {0: (0,)}, "b": {0: (1,)}}), "b", 2, (1,))
+    assert world.invariants() == {"consumer_owner"}
+
+
+def test_consumer_owner_holds_once_the_owner_revoked_or_was_fenced() -> None:
+    world = World()
+    world.checkers.claim(GROUP, "consumer-a", "a", frozenset({("t", 0)}))  # revoked 1 before acknowledging
+    world.checkers.claim(GROUP, "consumer-z", "z", frozenset({("t", 2)}))  # a zombie: fenced, not a member
+    _told(world, _consumer_instance({"a": {0: (0,)}, "b": {0: (1, 2)}}), "b", 2, (1, 2))
+    assert world.invariants() == set()
+
+
+def test_consumer_owner_fails_when_two_members_hold_a_partition_in_the_coordinators_group() -> None:
+    world = World()
+    _told(world, _consumer_instance({"a": {0: (0,)}, "b": {0: (1,)}}, pending={"a": {0: (1,)}}), "a", 1, None)
+    assert world.invariants() == {"consumer_owner"}
+
+
+@pytest.mark.parametrize("told, broken", [
+    ([(3, (0, 1)), (2, (0, 1))], True),  # the epoch went back
+    ([(3, (0, 1)), (3, (0,)), (3, (0, 2))], True),  # lost 1, then gained 2, in epoch 3
+    ([(3, (0,)), (3, (0, 1)), (3, (0,)), (4, (0, 2))], False),  # released partitions come, revocations, next epoch
+    ([(3, (0, 1)), (3, None), (4, None)], False),  # unchanged assignments
+])
+def test_member_epoch_fails_when_an_epoch_goes_back_or_gains_after_a_loss(told: list, broken: bool) -> None:
+    world = World()
+    instance = _consumer_instance({"a": {}})
+    for epoch, partitions in told:
+        _told(world, instance, "a", epoch, partitions)
+    assert world.invariants() == ({"member_epoch"} if broken else set())
+
+
+@pytest.mark.parametrize("fenced_at_ms, broken", [(9_999, True), (10_000, False)])
+def test_consumer_session_expiry_fails_before_the_session_passed(fenced_at_ms: int, broken: bool) -> None:
+    world = World()
+    world.now = 5_000
+    world.checkers.consumer_session_restarted("coordinator-0", GROUP, ["a"])
+    world.now = 5_000 + fenced_at_ms
+    world.checkers.consumer_session_expired("coordinator-0", GROUP, "a", 10_000)
+    assert world.invariants() == ({"session_expiry"} if broken else set())

@@ -36,7 +36,9 @@ from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.observing import ConsumerGroupWatch, Fenced
 from coordinator.group.modern.regex import DescribableTopics, Refresh, resolution_records, resolve
-from coordinator.group.modern.records import ConsumerGroupRecord, Partitions, Tombstone
+from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRecord, GroupEpochRecord, Partitions,
+                                              RecordType, TargetAssignmentEpochRecord, TargetAssignmentRecord,
+                                              Tombstone)
 from coordinator.topics import StaticTopics, TopicsView
 from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard
@@ -51,6 +53,10 @@ log = logging.getLogger("coordinator.group")
 _AS_NOW = object()
 # Kafka 4.1's reason for a consumer group member's session expiry (its line ends "... session expired.")
 _SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
+# Kafka's answers to an append that mean its records are not in the log
+_NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLLOWER, Errors.MESSAGE_TOO_LARGE,
+                           Errors.RECORD_LIST_TOO_LARGE, Errors.CORRUPT_MESSAGE,
+                           Errors.INVALID_REQUIRED_ACKS, Errors.UNKNOWN_TOPIC_OR_PARTITION})
 
 
 class _MemberTimer(TimerTask):
@@ -111,6 +117,7 @@ class ConsumerGroupService:
         self.refresh_all_topics: Callable[[], Awaitable[object]] | None = None
         self._resolving: dict[str, asyncio.Task[None]] = {}  # group id -> its regular expressions' resolution
         self._write_sequence: dict[str, int] = {}  # group id -> its latest write not yet acknowledged
+        self._last_sequence = 0
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
@@ -365,7 +372,10 @@ class ConsumerGroupService:
         if before is _AS_NOW:
             current = shard.consumer_groups.get(group_id)
             before = current.snapshot() if current is not None else None
-        sequence = self._write_sequence[group_id] = self._write_sequence.get(group_id, 0) + 1
+        # numbered over the service's life, never per group: a number a group had before could come back once its
+        # entry goes (when its latest write is acknowledged) and make an older write's failure revert newer state
+        self._last_sequence += 1
+        sequence = self._write_sequence[group_id] = self._last_sequence
         for record in records:
             self.replay(shard, record)
         previous = before if isinstance(before, ConsumerGroup) else None
@@ -375,15 +385,16 @@ class ConsumerGroupService:
         except Exception:  # telling observers never breaks group logic
             log.exception("event=consumer_group_observer_failed group=%s", group_id)
         return Write(group_id, [*written_first, *records, *written_last],
-                     then=lambda error: self._written(shard, group_id, error, previous, sequence))
+                     then=lambda error: self._written(shard, group_id, error, previous, sequence, records))
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
-                 sequence: int) -> None:
+                 sequence: int, records: Sequence[ConsumerGroupRecord] = ()) -> None:
         if error == Errors.NONE:
             if self._write_sequence.get(group_id) == sequence:
                 del self._write_sequence[group_id]
             return
-        reverted = self._write_sequence.get(group_id) == sequence and shard.status is ShardStatus.ACTIVE
+        active = shard.status is ShardStatus.ACTIVE
+        reverted = self._write_sequence.get(group_id) == sequence and active
         if reverted:
             del self._write_sequence[group_id]
             if before is None:
@@ -392,6 +403,15 @@ class ConsumerGroupService:
                 shard.consumer_groups[group_id] = before
         log.warning("event=consumer_group_write_failed group=%s error=%s reverted=%s", group_id, error.name,
                     reverted)
+        if active and (not reverted or error not in _NOT_APPENDED):
+            # Memory and the log may disagree on the keys this write wrote: not reverted (a later write was
+            # computed on top of it and may be in the log already), or reverted while the write may have landed.
+            # The log gets memory's value of each of them, or a reload would rebuild members from records that
+            # assumed changes memory does not have.
+            group = shard.consumer_groups.get(group_id)
+            rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records))
+            if rewrite is not None:
+                shard.append(rewrite)
 
     def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
         """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
@@ -510,3 +530,57 @@ class ConsumerGroupService:
                 resolving.cancel()
             self.watch.gone(shard.observer, group_id, "the group was unloaded")
         shard.consumer_groups.clear()
+
+
+def current_records(group: ConsumerGroup, written: Sequence[ConsumerGroupRecord]) -> list[ConsumerGroupRecord]:
+    """The group's current value of every key among `written` (a record, or a tombstone of a key it no longer
+    has), in the order replay needs: members' metadata, the group epoch, targets, the target epoch, current
+    assignments, regular expressions, then tombstones (current assignment, target, metadata of each member)."""
+    group_id = group.group_id
+    member_keys: dict[str, set[RecordType]] = {}
+    group_types: set[RecordType] = set()
+    regexes: list[str] = []
+    for record in written:
+        member_id = getattr(record, "member_id", None)
+        if record.record_type in PER_MEMBER_TYPES and member_id is not None:
+            member_keys.setdefault(member_id, set()).add(record.record_type)
+        elif record.record_type is RecordType.REGULAR_EXPRESSION:
+            regex = getattr(record, "regex", None)
+            if regex is not None and regex not in regexes:
+                regexes.append(regex)
+        else:
+            group_types.add(record.record_type)
+    metadata: list[ConsumerGroupRecord] = []
+    targets: list[ConsumerGroupRecord] = []
+    current: list[ConsumerGroupRecord] = []
+    tombstones: list[ConsumerGroupRecord] = []
+    for member_id, types in member_keys.items():
+        member = group.members.get(member_id)
+        if RecordType.MEMBER_METADATA in types and member is not None:
+            metadata.append(member.metadata_record(group_id))
+        if RecordType.TARGET_ASSIGNMENT_MEMBER in types and member_id in group.targets:
+            targets.append(TargetAssignmentRecord(group_id, member_id, group.targets[member_id]))
+        if RecordType.CURRENT_MEMBER_ASSIGNMENT in types and member is not None:
+            current.append(member.assignment_record(group_id))
+        for record_type in (RecordType.CURRENT_MEMBER_ASSIGNMENT, RecordType.TARGET_ASSIGNMENT_MEMBER,
+                            RecordType.MEMBER_METADATA):
+            gone = member is None if record_type is not RecordType.TARGET_ASSIGNMENT_MEMBER \
+                else member_id not in group.targets
+            if record_type in types and gone:
+                tombstones.append(Tombstone(record_type, group_id, member_id))
+    out: list[ConsumerGroupRecord] = list(metadata)
+    gone_group = group.group_epoch == 0 and not group.members  # not in memory (any more)
+    if RecordType.GROUP_METADATA in group_types and not gone_group:
+        out.append(GroupEpochRecord(group_id, group.group_epoch, group.metadata_hash))
+    out.extend(targets)
+    if RecordType.TARGET_ASSIGNMENT_METADATA in group_types and not gone_group:
+        out.append(TargetAssignmentEpochRecord(group_id, group.assignment_epoch))
+    out.extend(current)
+    for regex in regexes:
+        resolved = group.resolved_regexes.get(regex)
+        out.append(resolved if resolved is not None else Tombstone(RecordType.REGULAR_EXPRESSION, group_id,
+                                                                    regex=regex))
+    if gone_group:  # Kafka's order: the target epoch, then the group epoch (whose tombstone ends the group)
+        tombstones += [Tombstone(t, group_id) for t in (RecordType.TARGET_ASSIGNMENT_METADATA,
+                                                        RecordType.GROUP_METADATA) if t in group_types]
+    return out + tombstones
