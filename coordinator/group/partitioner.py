@@ -54,7 +54,7 @@ class PartitionCache:
     __slots__ = ("num_partitions", "_partitions", "_seen_hash", "_seen_at", "_slot_mask", "_recurrence_s",
                  "_max_entries", "_max_id_chars")
 
-    def __init__(self, num_partitions: int, *, max_entries: int = 1 << 19, doorkeeper_slots: int = 1 << 16,
+    def __init__(self, num_partitions: int, *, max_entries: int = 1 << 17, doorkeeper_slots: int = 1 << 16,
                  recurrence_s: int = 1, max_id_chars: int = 255) -> None:
         if doorkeeper_slots & (doorkeeper_slots - 1):
             raise ValueError(f"doorkeeper_slots must be a power of two, got {doorkeeper_slots}")
