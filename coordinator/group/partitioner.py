@@ -12,6 +12,7 @@ The partition count must never change after deployment: every group would move t
 from __future__ import annotations
 
 import struct
+import time
 from array import array
 
 _INT32_MIN = -(1 << 31)
@@ -40,26 +41,29 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 
 
 class PartitionCache:
-    """`partition_for` remembered for the group ids clients keep asking about, in bounded memory.
+    """`partition_for` remembered for the group ids clients keep coming back to, in bounded memory.
 
     Every request is routed by a group id a client sent: a cache that kept every id it was asked for would keep
     whatever a client invents (a fuzzer, a typo loop, one id per connection) until it is full, i.e. grow with the
-    connections. An id is kept once it is seen a second time: a one-slot-per-hash doorkeeper of fixed size
-    remembers the hash of the last id seen in each slot (no id itself), so ids seen once cost nothing after
-    their request. Live groups' ids come back with every heartbeat and are kept; when `max_entries` are kept
-    the cache starts over (O(1); live ids come back after two requests). Ids longer than `max_id_chars` are
-    never kept."""
+    connections. An id is kept once it is asked about again at least `recurrence_s` after it was first seen: a
+    fixed-size doorkeeper remembers, per slot of the id's hash, the last id's hash and when it was first seen (no
+    id itself), so ids that come once (or in one burst, as a connection's batch of requests) cost nothing after
+    their requests. Live groups' ids come back with every heartbeat and are kept. When `max_entries` are kept
+    the cache starts over (O(1); live ids come back). Ids longer than `max_id_chars` are never kept."""
 
-    __slots__ = ("num_partitions", "_partitions", "_seen", "_slot_mask", "_max_entries", "_max_id_chars")
+    __slots__ = ("num_partitions", "_partitions", "_seen_hash", "_seen_at", "_slot_mask", "_recurrence_s",
+                 "_max_entries", "_max_id_chars")
 
     def __init__(self, num_partitions: int, *, max_entries: int = 1 << 17, doorkeeper_slots: int = 1 << 16,
-                 max_id_chars: int = 255) -> None:
+                 recurrence_s: int = 1, max_id_chars: int = 255) -> None:
         if doorkeeper_slots & (doorkeeper_slots - 1):
             raise ValueError(f"doorkeeper_slots must be a power of two, got {doorkeeper_slots}")
         self.num_partitions = num_partitions
         self._partitions: dict[str, int] = {}
-        self._seen = array("q", bytes(8 * doorkeeper_slots))  # the hash of the last id seen in each slot
+        self._seen_hash = array("q", bytes(8 * doorkeeper_slots))  # the last id seen in each slot, by hash
+        self._seen_at = array("Q", bytes(8 * doorkeeper_slots))  # when it was first seen (whole seconds)
         self._slot_mask = doorkeeper_slots - 1
+        self._recurrence_s = recurrence_s
         self._max_entries = max_entries
         self._max_id_chars = max_id_chars
 
@@ -72,15 +76,20 @@ class PartitionCache:
             return partition
         partition = partition_for(group_id, self.num_partitions)
         if len(group_id) <= self._max_id_chars:
-            id_hash = hash(group_id)
-            slot = id_hash & self._slot_mask
-            if self._seen[slot] == id_hash:
-                if len(self._partitions) >= self._max_entries:
-                    self._partitions.clear()
-                self._partitions[group_id] = partition
-            else:
-                self._seen[slot] = id_hash
+            self._count_sighting(group_id, partition)
         return partition
+
+    def _count_sighting(self, group_id: str, partition: int) -> None:
+        id_hash = hash(group_id)
+        slot = id_hash & self._slot_mask
+        now_s = int(time.monotonic())
+        if self._seen_hash[slot] != id_hash:
+            self._seen_hash[slot] = id_hash
+            self._seen_at[slot] = now_s
+        elif now_s - self._seen_at[slot] >= self._recurrence_s:
+            if len(self._partitions) >= self._max_entries:
+                self._partitions.clear()
+            self._partitions[group_id] = partition
 
 
 _CACHES: dict[int, PartitionCache] = {}  # by partition count (one in a service; tests use several)

@@ -92,14 +92,18 @@ class SessionTracking:
             member = group.members.get(op.member_id)
             if member is not None and member.heartbeat_op is op:
                 member.heartbeat_op = None
-                self._check_session(group, member)
+                self._check_session(group, member, op)
 
-    def _check_session(self, group: GroupMetadata, member: MemberMetadata) -> None:
+    def _check_session(self, group: GroupMetadata, member: MemberMetadata, expired: DelayedHeartbeat) -> None:
         if self.has_satisfied_heartbeat(member):
             return
-        remaining_ms = member.heartbeat_deadline_ms - self.clock.now_ms()
-        if remaining_ms > 0:  # heartbeats arrived since this operation was armed
-            self._arm_heartbeat(group, member, remaining_ms)
+        now_ms = self.clock.now_ms()
+        remaining_ms = member.heartbeat_deadline_ms - now_ms
+        if remaining_ms > 0:  # heartbeats arrived since this operation was armed: the same one waits again
+            expired.delay_ms = remaining_ms
+            expired.deadline_ms = now_ms + remaining_ms
+            member.heartbeat_op = expired
+            self.heartbeat_purgatory.rearm(expired, member_key(group.group_id, member.member_id))
             return
         log.info("Member %s in group %s has failed, removing it from the group", member.member_id, group.group_id)
         cause = RebalanceCause(RebalanceCategory.SESSION_TIMEOUT,

@@ -88,6 +88,25 @@ class DelayedOperationPurgatory(Generic[T]):
             self._purge()
         return False
 
+    def rearm(self, op: T, key: Hashable) -> None:
+        """Starts `op`'s timeout again (`op.delay_ms` from now) after its timer completed it, still watched under
+        `key`, its only key: the same operation and timer entry serve the next timeout, so a session re-armed
+        once per timeout allocates nothing. The caller has checked the condition (it does not hold)."""
+        if not op._completed or op._watch_keys != 1:
+            raise ValueError("only a completed operation watched under one key is re-armed")
+        op._completed = False
+        ops = self._watchers.get(key)
+        if ops is None or not any(watched is op for watched in ops):  # dropped from the list since it completed
+            if ops is None:
+                self._watchers[key] = [op]
+            else:
+                ops.append(op)
+            self._watched += 1
+            self._estimated_total += 1
+        op._delayed_in = self._delayed
+        self._delayed.value += 1
+        self.timer.add(op)
+
     def _compact(self, ops: list[T]) -> None:
         """Drops completed operations from one key's list as a new one joins it. A session's heartbeat
         operation is re-armed under the same key once per session: without this its completed predecessors
