@@ -117,6 +117,10 @@ async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None
 # ---------------------------------------------------------------------------------------------- groups
 
 
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+_COORDINATOR_NOT_READY = {14, 15, 16}
+
+
 async def form_group(clients: list[KafkaClient], prefix: str, session_ms: int,
                      spares: Iterator[str] | None = None) -> tuple[str, list[Any]]:
     """A Stable group of len(clients) members, one per client, all in one generation; returns (group, joins).
@@ -124,8 +128,10 @@ async def form_group(clients: list[KafkaClient], prefix: str, session_ms: int,
     A group that does not come together in one generation (a straggler on a busy machine) is abandoned and
     formed again under a new id (`prefix-<attempt>`, or the next of `spares`), rather than rebalanced (that would
     be measuring rebalances, not heartbeats)."""
+    errors: set[int] = set()
     for attempt in range(5):
         group_id = prefix if not attempt else next(spares) if spares is not None else f"{prefix}-{attempt}"
+        await await_coordinator(clients[0], group_id)
         joined = await asyncio.gather(*(_join_with_id(c, group_id, session_ms) for c in clients))
         leader = next((j for j in joined if j.leader == j.member_id), None)
         if (all(j.error_code == 0 for j in joined) and len({j.generation_id for j in joined}) == 1
@@ -136,11 +142,25 @@ async def form_group(clients: list[KafkaClient], prefix: str, session_ms: int,
             if all(s.error_code == 0 for s in synced):
                 return group_id, list(joined)
         await leave_all(clients[0], group_id, [j.member_id for j in joined if j.member_id])
-    raise RuntimeError(f"group {prefix} did not form in 5 attempts")
+        errors = {j.error_code for j in joined}
+        if errors & _COORDINATOR_NOT_READY:  # a broker still loading its group state: back off as a client does
+            await asyncio.sleep(0.5 * (attempt + 1))
+    raise RuntimeError(f"group {prefix} did not form in 5 attempts (last JoinGroup errors: {sorted(errors)})")
 
 
 def join(client: KafkaClient, group_id: str, member_id: str, session_ms: int, metadata: bytes = METADATA) -> Any:
     return wire.join_group(client, group_id, member_id, None, session_ms, REBALANCE_MS, "range", metadata, None)
+
+
+async def await_coordinator(client: KafkaClient, group_id: str) -> None:
+    """FindCoordinator until the server answers it for `group_id`, as a client does before joining: Kafka creates
+    its offsets topic on the first FindCoordinator and answers JoinGroup NOT_COORDINATOR until then."""
+    for _ in range(120):
+        response = await client.request(wire.find_coordinator(client, group_id))
+        if response.error_code == 0:
+            return
+        await asyncio.sleep(0.25)
+    raise RuntimeError(f"no coordinator for {group_id} after 30 s (error {response.error_code})")
 
 
 async def _join_with_id(client: KafkaClient, group_id: str, session_ms: int) -> Any:

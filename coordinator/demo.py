@@ -40,6 +40,7 @@ log = logging.getLogger("coordinator.demo")
 
 MEMBERS_PER_GROUP = 4
 RECORDS_EVERY_S = 30.0  # how often the real consumers' record counts get an event line
+CONSUMER_PROTOCOL_MEMBERS = 2  # real consumers with group.protocol=consumer (KIP-848), in group demo-kip848
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,10 @@ def closing_lines(ran_s: float, summary: dict[str, Any] | None, demo_log: DemoLo
         if real:
             read = ", ".join(f"{c['client']} {c['records']}" for c in real["consumers"])
             lines.append(f"  records read through the relay: {read} (of {real['produced']} produced)")
+        kip848 = summary.get("consumer_protocol_consumers")
+        if kip848:
+            read = ", ".join(f"{c['name']} {c['records']}" for c in kip848["consumers"])
+            lines.append(f"  records read by group.protocol=consumer ({kip848['group']}): {read}")
     noted = ", ".join(f"{kind} {n}" for kind, n in demo_log.warnings.most_common(4))
     lines.append(f"  log: {sum(demo_log.warnings.values())} warnings" + (f" ({noted})" if noted else "")
                  + f", {demo_log.errors} errors")
@@ -211,6 +216,7 @@ async def _run_consumers(options: DemoOptions, service_options: ServiceOptions, 
                          say: Callable[..., None]) -> dict[str, Any]:
     from coordinator.loadgen import SimOptions, Simulation
     from coordinator.loadgen.display import LiveStatus
+    from coordinator.loadgen.real import RealClients
 
     groups = max(1, -(-options.consumers // MEMBERS_PER_GROUP))
     real = options.real_consumers if service_options.relay is not None else 0  # they read through the relay
@@ -223,8 +229,12 @@ async def _run_consumers(options: DemoOptions, service_options: ServiceOptions, 
         event_topic=service_options.event_topic, real=real))
     say(f"  simulated consumers: {groups} groups × {min(MEMBERS_PER_GROUP, options.consumers)} members on topic "
         f"demo-orders, ~{options.failure_rate_per_min:g} failures a minute", "    ")
+    # beside them, a consumer group of Kafka 4's protocol (KIP-848): its rebalances are group epoch bumps
+    consumer_protocol = RealClients(f"{address[0]}:{address[1]}", "demo-orders", CONSUMER_PROTOCOL_MEMBERS,
+                                    "demo-kip848", records_per_s=5.0, group_protocol="consumer") if real else None
     if real:
-        say(f"  real consumers: {real} (confluent-kafka, aiokafka) in group demo-real on demo-orders, through "
+        say(f"  real consumers: {real} (confluent-kafka, aiokafka) in group demo-real on demo-orders, and "
+            f"{CONSUMER_PROTOCOL_MEMBERS} confluent-kafka with group.protocol=consumer in group demo-kip848, through "
             f"bootstrap.servers={address[0]}:{address[1]}", "    ")
     say("  Ctrl-C stops; in another terminal, `coordinator trace --follow` draws rebalances", "    ")
     live = LiveStatus(console, every_s=10, fit=True)
@@ -232,12 +242,16 @@ async def _run_consumers(options: DemoOptions, service_options: ServiceOptions, 
 
     def on_progress(progress: Progress) -> None:
         nonlocal next_records
+        if consumer_protocol is not None and not consumer_protocol.started:  # the simulation made the topic
+            consumer_protocol.start()
         for event in demo_log.drain():
             live.event("\n".join(event_lines(event, live.width)))
-        records = sum(c.records for c in sim.real.consumers) if sim.real is not None else None
+        reals = [*(sim.real.consumers if sim.real is not None else ()),
+                 *(consumer_protocol.consumers if consumer_protocol is not None else ())]
+        records = sum(c.records for c in reals) if sim.real is not None else None
         if sim.real is not None and time.monotonic() >= next_records:
             next_records = time.monotonic() + RECORDS_EVERY_S
-            read = ", ".join(f"{c.client} {c.records}" for c in sim.real.consumers)
+            read = ", ".join(f"{c.name} {c.records}" for c in reals)
             live.event("\n".join(event_lines(DemoEvent(time.time(), "records", f"≡ records read: {read}"),
                                               live.width)))
         live.update(progress, records)
@@ -253,6 +267,10 @@ async def _run_consumers(options: DemoOptions, service_options: ServiceOptions, 
             summary = sim.summary()
         else:
             summary = running.result()
+        if consumer_protocol is not None:
+            await consumer_protocol.stop()
+            summary["consumer_protocol_consumers"] = consumer_protocol.summary()
+            log.info("event=demo_consumer_protocol_group %s", consumer_protocol.status())
         for event in demo_log.drain():
             live.event("\n".join(event_lines(event, live.width)))
     log.info("event=demo_summary\n%s", _table_text(summary))  # the simulation's full table, in the log file

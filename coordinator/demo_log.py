@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-_FAILED = re.compile(r"^Member (?P<member>\S+) in group (?P<group>\S+) has failed, removing it from the group$")
+# Kafka's lines for a member the coordinator removed: a classic group's, and a consumer group's (KIP-848) fence
+_FAILED = re.compile(r"^Member (?P<member>\S+) in group (?P<group>\S+) has failed, removing it from the group$"
+                     r"|^\[GroupId \S+\] Member \S+ fenced from the group because ")
 _KEY_VALUE = re.compile(r"(\w+)=(\S+)")
 
 
@@ -98,7 +100,8 @@ class DemoLog(logging.Handler):
                 reason = self._reasons.pop(group, "")
             took = fields.get("duration_ms", "?")
             trace_id = fields.get("trace_id") if fields.get("trace_id") not in (None, "None") else None
-            line = f"↻ {group} generation {generation} in {took} ms" + (f", {reason}" if reason else "")
+            epochs = f"group epoch {fields['group_epoch']}" if "group_epoch" in fields else f"generation {generation}"
+            line = f"↻ {group} {epochs} in {took} ms" + (f", {reason}" if reason else "")
             done = DemoEvent(record.created, "rebalance", line, trace_id, reason,
                              int(took) if took.isdigit() else None)
             self.rebalances.append(done)

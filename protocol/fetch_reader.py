@@ -18,6 +18,7 @@ import enum
 import struct
 import zlib
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import crc32c
@@ -99,8 +100,13 @@ class FetchedPartition:
 # ------------------------------------------------------------------------------------------------ batches
 
 
-def parse_batches(data: bytes) -> list[FetchedBatch]:
-    """The complete v2 record batches in `data`; a partial batch at the end is left out."""
+# whether a data batch's records are wanted, from its producer id and transactional flag (else left unparsed)
+WantsRecords = Callable[[int, bool], bool]
+
+
+def parse_batches(data: bytes, *, wants_records: WantsRecords | None = None) -> list[FetchedBatch]:
+    """The complete v2 record batches in `data`; a partial batch at the end is left out. A data batch that
+    `wants_records` declines comes with its header fields only (its crc still checked)."""
     view = memoryview(data)
     batches = []
     position = 0
@@ -111,12 +117,12 @@ def parse_batches(data: bytes) -> list[FetchedBatch]:
             raise FetchFormatError(f"batch at offset {base_offset}: length {batch_length} below the header's")
         if len(data) - position < size:
             break  # cut by the fetch's byte limit
-        batches.append(_parse_batch(view[position:position + size]))
+        batches.append(_parse_batch(view[position:position + size], wants_records))
         position += size
     return batches
 
 
-def _parse_batch(batch: memoryview) -> FetchedBatch:
+def _parse_batch(batch: memoryview, wants_records: WantsRecords | None = None) -> FetchedBatch:
     base_offset, _length, _leader_epoch, magic, crc = _BATCH_HEAD.unpack_from(batch, 0)
     if magic != 2:
         raise FetchFormatError(f"batch at offset {base_offset}: magic {magic}, only v2 is read")
@@ -126,6 +132,11 @@ def _parse_batch(batch: memoryview) -> FetchedBatch:
      count) = _BATCH_BODY.unpack_from(batch, _BATCH_HEAD.size)
     if last_offset_delta < 0 or count < 0:
         raise FetchFormatError(f"batch at offset {base_offset}: negative last offset delta or record count")
+    is_control = bool(attributes & _CONTROL)
+    if not is_control and wants_records is not None and not wants_records(producer_id,
+                                                                         bool(attributes & _TRANSACTIONAL)):
+        return FetchedBatch(base_offset, base_offset + last_offset_delta, producer_id, producer_epoch,
+                            base_sequence, bool(attributes & _TRANSACTIONAL), False, None, ())
     body = bytes(batch[_HEADER_SIZE:])
     compression = attributes & _COMPRESSION_MASK
     if compression == _GZIP:
@@ -135,7 +146,6 @@ def _parse_batch(batch: memoryview) -> FetchedBatch:
     if count > len(body):  # every record takes at least one byte
         raise FetchFormatError(f"batch at offset {base_offset}: {count} records in {len(body)} bytes")
     records = _parse_records(body, count, base_offset)
-    is_control = bool(attributes & _CONTROL)
     marker = None
     if is_control:
         marker = _marker(records, base_offset)
@@ -216,10 +226,10 @@ def _bytes(data: bytes, position: int, limit: int) -> tuple[bytes | None, int]:
 
 
 def fetch_request(topic: str, partition: int, offset: int, *, max_bytes: int, max_wait_ms: int,
-                  read_committed: bool = False) -> FetchRequest:
+                  read_committed: bool = False, min_bytes: int = 1) -> FetchRequest:
     return FetchRequest(
         cluster_id=None, replica_id=BrokerId(-1), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
-        min_bytes=i32(1), max_bytes=i32(max_bytes), isolation_level=i8(1 if read_committed else 0),
+        min_bytes=i32(min_bytes), max_bytes=i32(max_bytes), isolation_level=i8(1 if read_committed else 0),
         session_id=i32(0), session_epoch=i32(-1),
         topics=(FetchTopic(topic=TopicName(topic), partitions=(FetchPartition(
             partition=i32(partition), current_leader_epoch=i32(-1), fetch_offset=i64(offset),
@@ -227,7 +237,8 @@ def fetch_request(topic: str, partition: int, offset: int, *, max_bytes: int, ma
         forgotten_topics_data=(), rack_id="")
 
 
-def parse_fetch_response(frame: bytes, topic: str, partition: int, offset: int) -> FetchedPartition:
+def parse_fetch_response(frame: bytes, topic: str, partition: int, offset: int, *,
+                         wants_records: WantsRecords | None = None) -> FetchedPartition:
     """The one partition's answer of a Fetch v12 response frame (size prefix removed)."""
     try:
         body_offset = codec.skip_tagged_fields(frame, 4)  # correlation id, then the v1 header's tagged fields
@@ -247,7 +258,8 @@ def parse_fetch_response(frame: bytes, topic: str, partition: int, offset: int) 
                                  f"Fetch {topic}-{partition}@{offset}: error {int(answer.error_code)}")
             # the broker answers whole batches, so the first may start below `offset`; the caller fetches from
             # batch boundaries, so a batch wholly below `offset` is one already read
-            batches = [b for b in parse_batches(bytes(answer.records or b"")) if b.last_offset >= offset]
+            batches = [b for b in parse_batches(bytes(answer.records or b""), wants_records=wants_records)
+                       if b.last_offset >= offset]
             next_offset = max([offset] + [batch.last_offset + 1 for batch in batches])
             return FetchedPartition(int(answer.high_watermark), int(answer.last_stable_offset),
                                     int(answer.log_start_offset), batches, next_offset)
@@ -255,17 +267,17 @@ def parse_fetch_response(frame: bytes, topic: str, partition: int, offset: int) 
 
 
 async def fetch(client: KafkaClient, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
-                max_wait_ms: int = 0, read_committed: bool = False,
-                timeout_ms: int | None = None) -> FetchedPartition:
+                max_wait_ms: int = 0, read_committed: bool = False, timeout_ms: int | None = None,
+                min_bytes: int = 1, wants_records: WantsRecords | None = None) -> FetchedPartition:
     """One Fetch of `topic`-`partition` from `offset` (read_uncommitted unless asked), on the partition leader's
-    connection `client`."""
+    connection `client`: answered once `min_bytes` are there or after `max_wait_ms`."""
     request = fetch_request(topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
-                            read_committed=read_committed)
+                            read_committed=read_committed, min_bytes=min_bytes)
     correlation_id = client.next_correlation_id()
     frame = codec.encode_request(correlation_id, client.client_id, request)
     answer = await client.send_raw(frame, correlation_id, _FETCH_API_KEY, FETCH_VERSION,
                                    timeout_ms=(max_wait_ms + 30_000) if timeout_ms is None else timeout_ms)
-    return parse_fetch_response(answer, topic, partition, offset)
+    return parse_fetch_response(answer, topic, partition, offset, wants_records=wants_records)
 
 
 async def tolerant_request(client: KafkaClient, body: Any, *, timeout_ms: int | None = None) -> Any:

@@ -157,9 +157,11 @@ class SimProducer:
         self._in_flight: dict[int, _Batch] = {}
         self._abandoned: list[_Batch] = []  # kept, so nothing of a dead process is collected (and run) mid-run
 
-    def send(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+    def send(self, records: Sequence[Record], *, offsets: list[int] | None = None
+             ) -> asyncio.Future[KafkaError | None]:
         """Queues the records now (in order with every other write to their partition); the future resolves
-        with None once they are acknowledged, else the error (coordinator/storage/producer.py RecordSender)."""
+        with None once they are acknowledged, else the error (coordinator/storage/producer.py RecordSender).
+        No record offsets are reported (`offsets` stays empty: the coordinator then orders by its own writes)."""
         return self._submit(records)
 
     async def flush(self, timeout_ms: int) -> int:

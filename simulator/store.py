@@ -50,7 +50,7 @@ class SimulatedStore(KafkaGroupStore):
         if not await self.kafka.wait_up(deadline_ms):
             raise LoadError(f"state topic not readable within {self.load_timeout_ms} ms (simulated outage)")
         stop = stop or self._stop_loading
-        while ends_after is not None and not ends_after.is_set():  # the end offsets once fenced (loader.read_state)
+        while ends_after is not None and not ends_after.is_set():  # the end offsets once fenced (the loader)
             if stop.is_set() or self.kafka.now_ms() >= deadline_ms:
                 raise LoadError("load stopped before the end offsets were taken")
             await asyncio.sleep(0.005)

@@ -226,7 +226,8 @@ class LedgeredPartitions(PartitionTransactions):
 
     process: str
 
-    def send(self, records: Sequence[tuple[int, bytes, bytes | None]]) -> asyncio.Future[KafkaError | None]:
+    def send(self, records: Sequence[tuple[int, bytes, bytes | None]], *, offsets: list[int] | None = None
+             ) -> asyncio.Future[KafkaError | None]:
         sim = _ACTIVE[-1]
         by_partition: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
         for record in records:
@@ -240,7 +241,7 @@ class LedgeredPartitions(PartitionTransactions):
                 tagged_key = TaggedKey(key)
                 tagged_key.write_id = write_id
                 tagged.append((partition, tagged_key, value))
-        outcome = super().send(tagged)
+        outcome = super().send(tagged, offsets=offsets)
 
         def settled(done: asyncio.Future[KafkaError | None]) -> None:
             error = done.result()

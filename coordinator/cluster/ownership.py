@@ -138,6 +138,9 @@ class GuardedService:
     def state_partition(self, group_id: str) -> tuple[str, int] | None:
         return self._runtime.state_partition(group_id)
 
+    def shard_for(self, group_id: str | None) -> Any:  # TxnOffsetCommit works on the shard itself
+        return self._checked().shard_for(group_id)
+
     # each returns the runtime's coroutine (no extra frame per request)
     def join_group(self, request: api.JoinGroupRequest) -> Any:
         return self._checked().join_group(request)

@@ -274,9 +274,17 @@ class GroupMetadata:
                 del self.pending_offset_commits[tp]
             else:
                 self.pending_offset_commits[tp] = pending - 1
-            if ok and version > self.offset_versions.get(tp, -1):
+            if ok and self._is_newer(tp, record, version):
                 self.offsets[tp] = record
                 self.offset_versions[tp] = version
+
+    def _is_newer(self, tp: TopicPartition, record: OffsetRecord, version: int) -> bool:
+        """Later in the log than the cached offset when both records' offsets are known (a client's committed
+        transactional offset has its record's; our writes have theirs once acknowledged), else a later write."""
+        current = self.offsets.get(tp)
+        if current is not None and current.log_offset is not None and record.log_offset is not None:
+            return record.log_offset > current.log_offset
+        return version > self.offset_versions.get(tp, -1)
 
     def remove_offsets(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Drops the offsets (and any pending commit of them); returns those that were cached."""

@@ -29,6 +29,11 @@ class RebalanceCategory(Enum):
     SYNC_TIMEOUT = "sync_timeout"  # members sent no SyncGroup within the rebalance timeout
     ASSIGNMENT_STORE_FAILED = "assignment_store_failed"  # the leader's assignment could not be written
     OVER_CAPACITY = "over_capacity"  # a loaded group has more members than group.max.size
+    # consumer groups (KIP-848): what bumped the group epoch besides a join, a leave or a session expiry
+    REBALANCE_TIMEOUT = "rebalance_timeout"  # fenced: partitions not revoked (or not rejoined) within its timeout
+    SUBSCRIPTION_CHANGED = "subscription_changed"  # a member subscribed to other topics or another regex
+    REGEX_RESOLVED = "regex_resolved"  # a regular expression now matches other topics
+    TOPIC_METADATA_CHANGED = "topic_metadata_changed"  # a subscribed topic was created, deleted or grew
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,41 @@ class RebalanceCause:
     text: str
     member_id: str | None = None
     client_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRebalance:
+    """A consumer group's group epoch bump (KIP-848): a rebalance towards a new target assignment. `text` of the
+    cause is Kafka's own log line for it."""
+
+    group_epoch: int
+    previous_epoch: int
+    cause: RebalanceCause
+    member_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    """One consumer group member's move towards its target, as one heartbeat (or JoinGroup) made it: `steps` of
+    RECONCILIATION_STEPS in order; partition counts after the move."""
+
+    member_id: str
+    steps: tuple[str, ...]
+    member_epoch: int
+    previous_epoch: int
+    target_epoch: int
+    assigned: int
+    revoking: int
+    added: int  # partitions this move delivered
+
+
+# The steps of a member's reconciliation (Kafka's CurrentAssignmentBuilder states), in the order they happen.
+REVOCATION_REQUESTED = "revocation requested"  # UNREVOKED_PARTITIONS: told to give partitions up first
+REVOKED = "partitions revoked"  # it reported them gone
+WAITING_FOR_PARTITIONS = "waiting for partitions"  # UNRELEASED_PARTITIONS: others still hold some of its target
+ASSIGNED = "assignment delivered"  # partitions added to its assignment
+EPOCH_REACHED = "epoch reached"  # STABLE at the target epoch
+RECONCILIATION_STEPS = (REVOCATION_REQUESTED, REVOKED, WAITING_FOR_PARTITIONS, ASSIGNED, EPOCH_REACHED)
 
 
 class GroupObserver:
@@ -117,6 +157,45 @@ class GroupObserver:
                             error: str, by_request: bool) -> None:
         """An append to the state topic was acknowledged (`error` "NONE") or failed (the Kafka error name), after
         `duration_ms`; `by_request`: made by a request's handler, else by group logic on its own (a timer)."""
+
+    # --- consumer groups (KIP-848): the same life, told by group epochs ---------------------------------------
+    def on_consumer_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                  client_id: str, client_host: str, protocol: str) -> None:
+        """A new member id in a consumer group; `protocol`: "consumer", or "classic" for a JoinGroup member."""
+
+    def on_consumer_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
+                                    group_instance_id: str) -> None:
+        """A static member rejoined with a new member id and took its predecessor's place."""
+
+    def on_consumer_member_left(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                reason: str) -> None:
+        """A member left on purpose (heartbeat with epoch -1, LeaveGroup); `reason` is Kafka's line."""
+
+    def on_consumer_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                  reason: str, category: RebalanceCategory) -> None:
+        """A member fenced by a timer; `reason` is Kafka's line ("Member X fenced from the group because ...")."""
+
+    def on_consumer_rebalance_started(self, group_id: str, rebalance: ConsumerRebalance) -> None:
+        """The group epoch was bumped (after the events of its cause); a rebalance still under way is superseded."""
+
+    def on_consumer_target_assigned(self, group_id: str, assignment_epoch: int, member_count: int,
+                                    changed_members: int, assignor: str) -> None:
+        """A new target assignment was computed for `assignment_epoch`; `changed_members` got another target."""
+
+    def on_consumer_member_reconciled(self, group_id: str, reconciliation: Reconciliation) -> None:
+        """A member's current assignment moved (record 8 written for it)."""
+
+    def on_consumer_rebalance_resumed(self, group_id: str, group_epoch: int, member_count: int) -> None:
+        """A group loaded here (a restart, a failover) in the middle of a rebalance: its end is told here, its
+        start was told by the instance that had the group."""
+
+    def on_consumer_rebalance_completed(self, group_id: str, group_epoch: int, member_count: int,
+                                        duration_ms: int | None) -> None:
+        """Every member reached the target of `group_epoch` (or none is left); duration since the bump (None for a
+        resumed rebalance: its start was another instance's)."""
+
+    def on_consumer_rebalance_abandoned(self, group_id: str, group_epoch: int, reason: str) -> None:
+        """The group left this instance (unloaded), was deleted or converted while a rebalance was under way."""
 
 
 _EVENTS = [name for name in vars(GroupObserver) if name.startswith("on_")]

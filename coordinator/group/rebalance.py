@@ -113,13 +113,16 @@ class Rebalancing(SyncPhase):
     def _send_join_responses(self, group: GroupMetadata) -> None:
         log.info("event=group_stabilized group=%s generation=%d members=%d protocol=%s leader=%s",
                  group.group_id, group.generation_id, group.size, group.protocol_name, group.leader_id)
-        all_members: list[JoinGroupResponseMember] | None = None
-        for member in list(group.members.values()):
-            is_leader = group.is_leader(member.member_id)
-            if is_leader and all_members is None:
-                all_members = self.member_list(group)
-            members = all_members if is_leader and all_members is not None else []
-            group.complete_join(member, self.join_response(group, member.member_id, members))
+        # The leader first: its answer starts the rest of the rebalance (its assignor, its SyncGroup and the
+        # assignment's write), which then overlaps the answers to the other members.
+        leader = group.members.get(group.leader_id or "")
+        members = list(group.members.values())
+        if leader is not None and members[0] is not leader:
+            members.remove(leader)
+            members.insert(0, leader)
+        for member in members:
+            member_list = self.member_list(group) if member is leader else []
+            group.complete_join(member, self.join_response(group, member.member_id, member_list))
             self.schedule_heartbeat(group, member, member.session_timeout_ms)
             member.is_new = False
             group.pending_sync_members.add(member.member_id)

@@ -43,7 +43,8 @@ from coordinator.group.partitioner import cached_partition_for
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import ShardStatus
-from coordinator.group.store import GroupStore, StoreError
+from coordinator.group.store import GroupStore, LoadedGroups, StoreError
+from coordinator.group.txn_offsets import TransactionEvent, replay_transaction_events
 from coordinator.group.delayed import DelayedHeartbeat
 from coordinator.group.errors import kafka4_append_error
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -385,8 +386,20 @@ class GroupRuntime:
             count += self.consumer_groups.load(shard, [r for r in loaded.consumer_records
                                                        if self.partition_for(r.group_id) == partition])
             if shard.status is ShardStatus.LOADING:  # not given up meanwhile (lost or fenced: step 2)
+                self._follow_transactions(shard, loaded)
                 shard.status = ShardStatus.ACTIVE if self.is_active else ShardStatus.STOPPED
         return count
+
+    def _follow_transactions(self, shard: GroupShard, loaded: LoadedGroups) -> None:
+        """The clients' transactions the load left open become pending offsets (after the groups are loaded:
+        replaying creates a group it does not know), and the partition's tail settles them with their markers."""
+        partition = shard.partition
+        replay_transaction_events(shard, loaded.open_transactions.get(partition, ()), loaded.read_to.get(partition))
+        start = loaded.read_to.get(partition)
+        if start is not None:
+            def deliver(events: list[TransactionEvent], read_to: int) -> None:
+                replay_transaction_events(shard, events, read_to)
+            self.store.follow_transactions(partition, start, deliver)
 
     async def unload(self, partitions: Collection[int]) -> None:
         """Give the partitions up: parked requests of their groups get NOT_COORDINATOR, their groups and

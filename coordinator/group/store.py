@@ -23,12 +23,13 @@ import asyncio
 import copy
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES, ConsumerGroupRecord
 from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition,
                                       offset_commits)
+from coordinator.group.txn_offsets import TransactionEvent
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group.store")
@@ -53,6 +54,10 @@ class LoadedGroups:
     records: int = 0
     unknown_records: int = 0
     malformed_records: int = 0
+    # stores with a log: the clients' transactions still open at the end of the read (their batches, per
+    # partition, in log order), and where each partition's read ended (its tail of markers starts there)
+    open_transactions: dict[int, list[TransactionEvent]] = field(default_factory=dict)
+    read_to: dict[int, int] = field(default_factory=dict)
 
     def records_of(self, group_id: str) -> list[Record]:
         """The group's records as loading replays them: its metadata (if any), then its offsets."""
@@ -81,6 +86,12 @@ class GroupStore(ABC):
     def append(self, partition: int, records: Sequence[Record]) -> Awaitable[None]:
         """Queue `records` (one group's) for `partition` before returning, after every record queued for it
         before; the awaitable completes once they are acknowledged, all or nothing, or raises StoreError."""
+
+    def follow_transactions(self, partition: int, start: int,
+                            deliver: Callable[[list[TransactionEvent], int], None]) -> None:
+        """Read the partition's clients' transactional batches and markers from `start` on, handing them to
+        `deliver(events, read_to)` on this loop, until the partition is unloaded. A store without a log (whose
+        writes carry no client transaction) has none to read."""
 
 
 class InMemoryGroupStore(GroupStore):

@@ -7,10 +7,12 @@ and each COMMIT/ABORT marker to `replay_end_transaction`. Offsets are held per p
 of the record that carried them; COMMIT makes one current only if its record is later in the log than the
 current offset's record (a regular commit written after it wins), ABORT drops them.
 
-Log order of a current offset is its `OffsetRecord.log_offset`, set by whoever read it from the log. An offset
-our own write path committed while the shard serves has none (the store acknowledges without an offset); then
-the order the shard learned them in (the offset write sequence) decides, which is the log order unless our
-acknowledgement and the tail's read-back of the client's batch cross.
+Log order of a current offset is its `OffsetRecord.log_offset`: set by whoever read it from the log, and by the
+Kafka store's append on our own commits once acknowledged (librdkafka's delivery reports). Where one is missing
+(a store that reports none) the order the shard learned them in (the offset write sequence) decides.
+
+`replay_transaction_events` is the reader's entry: the load's open client transactions, then the partition
+tail's batches and markers (coordinator/storage/txn_tail.py), each with where the reader has read to.
 """
 from __future__ import annotations
 
@@ -40,6 +42,9 @@ class OpenTransaction:
 
     producer_epoch: int
     offsets: dict[str, dict[TopicPartition, PendingOffset]] = field(default_factory=dict)
+    # the highest record offset replayed: the handler (at the Produce answer) and the partition's reader both
+    # replay a batch, each in log order, so a record at or below it is one already replayed
+    replayed_to: int = -1
 
 
 class TransactionalOffsets:
@@ -48,10 +53,14 @@ class TransactionalOffsets:
     def __init__(self) -> None:
         self.by_producer: dict[int, OpenTransaction] = {}
         self.open_by_group: dict[str, set[int]] = {}
+        # where the partition's reader (the load, then the tail) has read to: a record below it was replayed by
+        # the reader already, with the marker that settled it if there was one
+        self.read_to = -1
 
     def clear(self) -> None:
         self.by_producer.clear()
         self.open_by_group.clear()
+        self.read_to = -1
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in self.by_producer[pid].offsets.get(group_id, {})
@@ -85,9 +94,18 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
     offset (records of other key types left out by the reader). A tombstone removes the current and pending
     offsets at once, as Kafka's replay does whatever batch carries it. Groups not known yet are created as
     simple groups, as Kafka's replay does; call it after the load's groups are loaded (load_group skips a
-    group already cached)."""
+    group already cached). Idempotent: a record the partition's reader has read past, or one at or below the
+    last record replayed for the producer, was replayed already and is skipped; but the content of a pending
+    offset replayed again at its own log offset is taken from the later replay (the reader's read-back comes
+    after the handler's answer: the log's content has the last word)."""
     txns = shard.transactional_offsets
     for log_offset, replayed in records:
+        txn = txns.by_producer.get(producer_id)
+        if log_offset < txns.read_to:
+            continue
+        if txn is not None and log_offset <= txn.replayed_to:
+            _read_again(txn, producer_id, log_offset, replayed)
+            continue
         tp = (replayed.topic, replayed.partition)
         group = shard.add_group(replayed.group_id) if replayed.value is not None else shard.groups.get(replayed.group_id)
         if replayed.value is None:
@@ -95,13 +113,28 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
                 group.remove_offsets([tp])
             txns.drop_partitions(replayed.group_id, [tp])
             continue
-        txn = txns.by_producer.get(producer_id)
         if txn is None:
             txn = txns.by_producer[producer_id] = OpenTransaction(producer_epoch)
         txn.producer_epoch = producer_epoch
+        txn.replayed_to = log_offset
         record = replace(replayed.value, log_offset=log_offset)
         txn.offsets.setdefault(replayed.group_id, {})[tp] = PendingOffset(record, shard.next_offset_write_seq())
         txns.open_by_group.setdefault(replayed.group_id, set()).add(producer_id)
+
+
+def _read_again(txn: OpenTransaction, producer_id: int, log_offset: int, replayed: OffsetCommitRecord) -> None:
+    """A record replayed before: if its pending offset is still the one of that record, the log's content is
+    kept. Other content at the same offset means another writer (a former owner) used our sequence, and the
+    broker answered our batch as its duplicate."""
+    pending = txn.offsets.get(replayed.group_id, {}).get((replayed.topic, replayed.partition))
+    if pending is None or pending.record.log_offset != log_offset or replayed.value is None:
+        return
+    before, after = pending.record, replayed.value
+    if (before.offset, before.metadata, before.leader_epoch) != (after.offset, after.metadata, after.leader_epoch):
+        log.warning("event=txn_offset_replaced_by_log group=%s topic=%s partition=%d producer_id=%d "
+                    "record_offset=%d offset=%d log_offset_value=%d", replayed.group_id, replayed.topic,
+                    replayed.partition, producer_id, log_offset, before.offset, after.offset)
+    pending.record = replace(after, log_offset=log_offset)
 
 
 def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: int, commit: bool,
@@ -148,3 +181,47 @@ def _is_later(group: GroupMetadata, tp: TopicPartition, pending: PendingOffset) 
     if current.log_offset is not None and pending.record.log_offset is not None:
         return pending.record.log_offset > current.log_offset
     return pending.learned > group.offset_versions.get(tp, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTransactionalBatch:
+    """A client producer's transactional batch read from the shard's partition (one TxnOffsetCommit): its offset
+    commit records with their log offsets (records of other key types left out)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_offset: int
+    offset_commits: tuple[tuple[int, OffsetCommitRecord], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransactionMarker:
+    """A COMMIT or ABORT marker the transaction coordinator wrote into the shard's partition at `offset`."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    offset: int
+
+
+TransactionEvent = ClientTransactionalBatch | EndTransactionMarker
+
+
+def replay_transaction_events(shard: GroupShard, events: Iterable[TransactionEvent], read_to: int | None = None
+                              ) -> None:
+    """What the partition's reader read, in log order (the load's open client transactions, then the tail's
+    batches and markers), into the shard's pending offsets and client producer sequences; `read_to`: where the
+    reader has read to (a batch the handler replays later below it is one replayed here already)."""
+    txns = shard.transactional_offsets
+    for event in events:
+        if isinstance(event, ClientTransactionalBatch):
+            replay_transactional_offsets(shard, event.producer_id, event.producer_epoch, event.offset_commits)
+            shard.producer_sequences.observed_batch(event.producer_id, event.producer_epoch, event.last_sequence)
+            txns.read_to = max(txns.read_to, event.last_offset + 1)
+        elif event.offset >= txns.read_to:  # below it: read before (a reader starting again from the log start)
+            replay_end_transaction(shard, event.producer_id, event.producer_epoch, event.commit, event.offset)
+            shard.producer_sequences.observed_marker(event.producer_id, event.producer_epoch)
+            txns.read_to = event.offset + 1
+    if read_to is not None:
+        txns.read_to = max(txns.read_to, read_to)

@@ -31,14 +31,21 @@ class RealConsumerStats:
 
 
 class RealClients:
-    def __init__(self, bootstrap: str, topic: str, count: int, group_id: str, records_per_s: float = 20.0) -> None:
+    def __init__(self, bootstrap: str, topic: str, count: int, group_id: str, records_per_s: float = 20.0, *,
+                 group_protocol: str = "classic") -> None:
+        """`group_protocol` "consumer": KIP-848 consumers, all confluent-kafka (aiokafka speaks only classic)."""
         self.bootstrap, self.topic, self.group_id, self.records_per_s = bootstrap, topic, group_id, records_per_s
-        self.consumers = [RealConsumerStats(f"{group_id}-{i}", "confluent-kafka" if i % 2 == 0 else "aiokafka")
-                          for i in range(count)]
+        self.group_protocol = group_protocol
+        self.consumers = [RealConsumerStats(f"{group_id}-{i}", "confluent-kafka" if i % 2 == 0
+                                            or group_protocol == "consumer" else "aiokafka") for i in range(count)]
         self.produced = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def started(self) -> bool:
+        return bool(self._threads)
 
     def start(self) -> None:
         self._threads.append(threading.Thread(target=self._produce, name="real-producer", daemon=True))
@@ -101,10 +108,14 @@ class RealClients:
         def on_revoke(_consumer: Any, _partitions: list[Any]) -> None:
             stats.partitions = 0
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group_id,
-                             "client.id": stats.name, "auto.offset.reset": "earliest",
-                             "partition.assignment.strategy": "roundrobin", "session.timeout.ms": 10_000,
-                             "heartbeat.interval.ms": 1_000, "log_level": 3})
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group_id,
+                                  "client.id": stats.name, "auto.offset.reset": "earliest", "log_level": 3}
+        if self.group_protocol == "consumer":  # the coordinator decides the assignment and the timeouts
+            config["group.protocol"] = "consumer"
+        else:
+            config.update({"partition.assignment.strategy": "roundrobin", "session.timeout.ms": 10_000,
+                           "heartbeat.interval.ms": 1_000})
+        consumer = Consumer(config)
         consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke)
         try:
             while not self._stop.is_set():

@@ -2,7 +2,8 @@
 
 Three routes (docs/relay.md has the table with the reasons):
 - LOCAL: every API the server's handlers serve (coordinator/server/handlers, passed in as `served`) except the
-  rewritten ones: the group APIs and ApiVersions, at our own ranges. They never reach the upstream cluster, whose
+  rewritten ones: the group APIs (TxnOffsetCommit too: the offsets go to our state partition) and ApiVersions,
+  at our own ranges. They never reach the upstream cluster, whose
   own group coordinator must not see our groups.
 - REWRITTEN: Metadata and FindCoordinator, answered here from an upstream answer whose broker addresses are
   replaced by ours (so their ranges are also capped by what the upstream broker serves); AddOffsetsToTxn, sent
@@ -12,8 +13,7 @@ Three routes (docs/relay.md has the table with the reasons):
   the broker's range and our cap. A cap sits below the first version whose response carries broker addresses
   we would have to rewrite (KIP-951's NodeEndpoints in Produce v10+/Fetch v16+, DescribeQuorum v2's nodes).
 
-Anything else is not advertised: TxnOffsetCommit (28, transactional offsets belong with our groups; a later
-issue), the share-group APIs (76-79), DescribeCluster (60, its
+Anything else is not advertised: the share-group APIs (76-79), DescribeCluster (60, its
 broker list would need rewriting; Admin clients fall back to Metadata), SASL and delegation tokens (17, 36,
 38-41: an authenticated upstream link would not authenticate the group APIs served here; on SASL listeners the
 relay adds 17 and 36, passed through with Kafka's sequence kept, coordinator/security/sasl_passthrough.py), and APIs newer

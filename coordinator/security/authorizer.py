@@ -186,7 +186,8 @@ class Authorizer:
         self._memo = {}
 
     def allows(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
-               name: str) -> bool:
+               name: str, *, audited: bool = True) -> bool:
+        """`audited=False`: a filter's check (Kafka's logIfDenied false), not counted as a refusal."""
         if not self.enforcing:
             return True
         key = (principal, host, operation, resource_type, name)
@@ -197,7 +198,7 @@ class Authorizer:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo = {}
             self._memo[key] = allowed
-        if not allowed:
+        if not allowed and audited:
             self.refused += 1
         return allowed
 

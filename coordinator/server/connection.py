@@ -13,6 +13,8 @@ Handlers are coroutines, but most finish without ever waiting (Heartbeat, offset
 request would cost more than the heartbeat logic itself, so the first step of each handler runs right here;
 only a handler that actually parks is handed to a Task, once the future it waits on is done. (So code that runs
 before a handler's first await sees no current Task: it must not use `asyncio.timeout()` or `current_task()`.)
+JoinGroup and SyncGroup, parked by the thousand in a rebalance, are resumed without a Task at all: each step
+runs in the awaited future's done callback, so nothing on their path may ask for a current Task.
 
 No exception leaves a protocol callback or a done-callback of ours: one funnel (`_contain`) logs it and closes
 this connection. Otherwise asyncio would report "Fatal error on transport" (or "Exception in callback") and drop
@@ -35,6 +37,7 @@ from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.upstream import pause_when_anything_unsent
 from protocol.transports import release_transport_cycle
 from coordinator.security.authorizer import Operation, ResourceType
+from coordinator.security.identity import ClientIdentity, context_with, security_protocol
 from coordinator.security.principals import PrincipalMappingError, SslPrincipalMapper, tls_principal
 from coordinator.security.sasl_passthrough import PASSABLE_MECHANISMS, Refusal, SaslPassthrough, State
 from coordinator.server.config import ServerConfig
@@ -57,6 +60,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("coordinator.server")
 _API_KEY_AND_VERSION = struct.Struct(">hh")
 _DISCARD_BYTES = 4_096
+# Parked rebalance requests, resumed in the awaited future's callback instead of a Task: their handlers and the
+# runtime's path after the wait (coordinator/group/runtime.py) ask for no current Task.
+_RESUMED_HERE = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
 
 
 class ConnectionHost(Protocol):
@@ -91,6 +97,7 @@ class Connection(asyncio.BufferedProtocol):
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._ctx: ConnectionContext | None = None
+        self._request_context: contextvars.Context | None = None  # the sender's identity, for its handlers
         self._in_flight: RequestHeader | None = None
         self._parked: tuple[Coroutine[Any, Any, Any], asyncio.Future[Any], Any] | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -120,6 +127,7 @@ class Connection(asyncio.BufferedProtocol):
                                           upstream_node=self.upstream_node)
             if self._sasl is None and not self._take_certificate_principal(transport):
                 return
+            self._identify()
             if self._relaying is not None:
                 # pause as soon as anything is left unsent: relayed frames are then kept (and counted) in the
                 # pool, never copied into an unbounded transport buffer
@@ -233,13 +241,22 @@ class Connection(asyncio.BufferedProtocol):
             return False
         return True
 
+    def _identify(self) -> None:
+        """The context this connection's handlers run in names its principal (coordinator/security/identity)."""
+        assert self._ctx is not None
+        protocol = security_protocol(self._config.ssl_context is not None, self._sasl is not None)
+        self._request_context = context_with(ClientIdentity(self._ctx.principal, protocol))
+
     def _handle_frame(self, frame: bytes) -> None:
         sasl = self._sasl
         if sasl is not None:
             if not self._sasl_admits(frame):
                 return
             if sasl.state is State.COMPLETE and sasl.principal is not None:
-                self._ctx.principal = "User:" + sasl.principal  # type: ignore[union-attr]
+                principal = "User:" + sasl.principal
+                if principal != self._ctx.principal:  # type: ignore[union-attr]
+                    self._ctx.principal = principal  # type: ignore[union-attr]
+                    self._identify()
         if self._relaying is not None:
             if not self._route_locally(frame, self._relaying):
                 return
@@ -327,16 +344,21 @@ class Connection(asyncio.BufferedProtocol):
                 return
         self.abort(type(exc).__name__, str(exc))
 
-    def _drive(self, header: RequestHeader, handler: Coroutine[Any, Any, Any]) -> None:
-        # The handler runs in a context of its own, first step and Task alike, as a Task's coroutine does: a
-        # context variable it sets (OpenTelemetry's current span) is reset where it was set and never leaks into
-        # the connection's later requests.
-        context = contextvars.copy_context()
+    def _drive(self, header: RequestHeader, handler: Coroutine[Any, Any, Any],
+               context: contextvars.Context | None = None) -> None:
+        # The handler runs in a context of its own, every step alike, as a Task's coroutine does: a context
+        # variable it sets (OpenTelemetry's current span) is reset where it was set and never leaks into the
+        # connection's later requests. A new request's context starts from the sender's identity.
+        if context is None:
+            base = self._request_context
+            context = base.copy() if base is not None else contextvars.copy_context()
         try:
             awaited = context.run(handler.send, None)
         except StopIteration as done:
             self._respond(header, done.value)
             return
+        except asyncio.CancelledError:
+            return  # as a cancelled Task: no response
         except Exception as exc:
             self._fail(header, exc)
             return
@@ -352,11 +374,27 @@ class Connection(asyncio.BufferedProtocol):
 
     def _resume(self, header: RequestHeader, handler: Coroutine[Any, Any, Any], context: contextvars.Context,
                 _awaited: object) -> None:
-        # The awaited future is done, so the Task's first step returns its result into the handler.
+        # The awaited future is done, so the next step returns its result into the handler.
         self._parked = None
+        if header.api_key in _RESUMED_HERE:
+            self._resume_here(header, handler, context)
+            return
         try:
             self._task = asyncio.get_running_loop().create_task(handler, context=context)
             self._task.add_done_callback(functools.partial(self._on_handler_done, header))
+        except Exception as exc:
+            self._contain("resume", exc)
+
+    def _resume_here(self, header: RequestHeader, handler: Coroutine[Any, Any, Any],
+                     context: contextvars.Context) -> None:
+        """The parked member's next step in this callback, no Task: its answer is written in this loop turn, not
+        two turns later (a rebalance resumes every member at once)."""
+        self._in_flight = None
+        try:
+            self._server.unparked(self)
+            self._drive(header, handler, context)  # answers, or parks again
+            if self._in_flight is None:
+                self._process_frames()
         except Exception as exc:
             self._contain("resume", exc)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -11,6 +12,7 @@ from coordinator.security.authorizer import ANONYMOUS, Authorizer, Operation, Re
 from protocol.error_codes import Errors
 
 if TYPE_CHECKING:
+    from coordinator.group.shard import GroupShard
     from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
     from coordinator.group.modern.service import DescribedGroup
     from coordinator.relay.relay import Relay
@@ -35,6 +37,7 @@ class GroupService(Protocol):
     async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedGroup]: ...
     def state_partition(self, group_id: str) -> tuple[str, int] | None: ...  # (topic, partition) of the group
+    def shard_for(self, group_id: str | None) -> GroupShard: ...  # the shard of the group's partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,16 @@ class ConnectionContext:
         authorizer = self.authorizer
         return authorizer is None or authorizer.allows(self.principal, self.client_host[1:], operation,
                                                        resource_type, name)
+
+    def describable_topics(self, names: Iterable[str]) -> frozenset[str]:
+        """Of these topics, those this connection's principal may DESCRIBE now (GroupMetadataManager's
+        filterTopicDescribeAuthorizedTopics: a filter, so a denial is not counted as a refusal)."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return frozenset(names)
+        host = self.client_host[1:]
+        return frozenset(name for name in names if authorizer.allows(
+            self.principal, host, Operation.DESCRIBE, ResourceType.TOPIC, name, audited=False))
 
     def group_operations(self, group_id: str) -> int:
         """DescribeGroups' authorized operations on a group (KIP-430), as AuthHelper.authorizedOperations."""

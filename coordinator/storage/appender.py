@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError
 
-from coordinator.group.records import Record
+from coordinator.group.records import OffsetCommitRecord, Record
 from coordinator.group.store import StoreError
 from coordinator.storage.append_errors import append_error
 from coordinator.storage.producer import KafkaRecord, RecordSender
@@ -31,24 +31,28 @@ class RecordAppender:
         self._max_write_bytes = max_write_bytes
 
     def append(self, producer: RecordSender, partition: int, records: Sequence[Record],
-               outcome: asyncio.Future[None]) -> None:
+               outcome: asyncio.Future[None], *, offsets: list[int] | None = None) -> None:
         """Queue `records` with `producer` now; `outcome` is settled with None or StoreError. Raises StoreError
-        for a write refused before anything is sent."""
+        for a write refused before anything is sent. Once acknowledged, each offset commit record's value
+        carries its record's offset in `log_offset` (which orders it against a client's transactional commit),
+        and `offsets` gets every record's offset, in the records' order."""
         group_id = records[0].group_id if records else ""
         encoded: list[KafkaRecord] = [(partition, *encode(record)) for record in records]
         if any(value is not None for _, _, value in encoded):
-            self._append(producer, group_id, encoded, outcome)
+            self._append(producer, group_id, encoded, outcome, records, offsets)
         else:
             self._append_tombstones(producer, group_id, encoded, outcome)
 
     def _append(self, producer: RecordSender, group_id: str, records: list[KafkaRecord],
-                outcome: asyncio.Future[None]) -> None:
+                outcome: asyncio.Future[None], typed: Sequence[Record], offsets: list[int] | None) -> None:
         self._check_write_size(group_id, records)
         superseded = self._tombstones.superseded(key for _, key, _ in records)
+        reported: list[int] = []
 
         def sent(done: asyncio.Future[KafkaError | None]) -> None:
             error = done.result()
             if error is None:
+                _report_offsets(typed, reported, offsets)
                 _settle(outcome, None)
                 return
             if superseded:
@@ -58,7 +62,7 @@ class RecordAppender:
                         group_id, len(records), mapped.name, error)
             _settle(outcome, StoreError(mapped, str(error)))
 
-        producer.send(records).add_done_callback(sent)
+        producer.send(records, offsets=reported).add_done_callback(sent)
 
     def _check_write_size(self, group_id: str, records: list[KafkaRecord]) -> None:
         """Kafka appends a write as one record batch, so it is stored whole or not at all, and a batch above
@@ -86,6 +90,19 @@ class RecordAppender:
 
         self._tombstones.send(producer, group_id, [(partition, key) for partition, key, _ in records],
                               "tombstones").add_done_callback(sent)
+
+
+def _report_offsets(records: Sequence[Record], reported: list[int], offsets: list[int] | None) -> None:
+    """A write is one group's records on one partition, produced in order: its records' offsets are the
+    delivery reports' offsets in ascending order. Left unset if a report is missing."""
+    if len(reported) != len(records):
+        return
+    ordered = sorted(reported)
+    for record, offset in zip(records, ordered):
+        if isinstance(record, OffsetCommitRecord) and record.value is not None:
+            record.value.log_offset = offset
+    if offsets is not None:
+        offsets.extend(ordered)
 
 
 def _settle(outcome: asyncio.Future[None], error: StoreError | None) -> None:

@@ -34,13 +34,17 @@ from coordinator.group.partitioner import partition_for
 from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition,
                                        offset_commits, tombstones)
 from coordinator.group.store import GroupStore, LoadedGroups, StoreError
+from coordinator.group.txn_offsets import TransactionEvent
+from coordinator.security.clusters import cluster_security
 from coordinator.storage.appender import RecordAppender
 from coordinator.storage.config import StorageConfig
-from coordinator.storage.loader import consumer_settings, read_state
+from coordinator.storage.loader import consumer_settings, read_state_with_transactions
 from coordinator.storage.partition_writers import PartitionTransactions
 from coordinator.storage.state_producers import StateProducer, open_state_producer
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_state_topic, make_admin
+from coordinator.storage.txn_tail import TransactionTails, client_batch
+from coordinator.storage.uncommitted_load import UncommittedLoad
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
@@ -63,6 +67,7 @@ class KafkaGroupStore(GroupStore):
         self._tombstones = TombstoneWriter(config.tombstone_retry_ms / 1000)
         self._appender = RecordAppender(self._tombstones, config.max_write_bytes)
         self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
+        self._tails: TransactionTails | None = None  # the served partitions' markers (None: a SASL cluster)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -75,6 +80,10 @@ class KafkaGroupStore(GroupStore):
         self._producer = await open_state_producer(self.config, self._partition_fenced)
         if isinstance(self._producer, PartitionTransactions):
             self._fencing = self._producer
+        security = cluster_security(self.config.bootstrap)
+        if security is None or not security.client.uses_sasl:  # protocol/client.py speaks no SASL
+            self._tails = TransactionTails(self.config.bootstrap, security, self.config.state_topic, self._is_ours,
+                                           max_bytes=self.load_buffer_bytes)
         log.info("event=store_started topic=%s partitions=%d bootstrap=%s transactional_id=%s "
                  "partition_fencing=%s", self.config.state_topic, self.config.partitions, self.config.bootstrap,
                  self.config.transactional_id, self.config.partition_fencing)
@@ -83,18 +92,42 @@ class KafkaGroupStore(GroupStore):
                    ends_after: threading.Event | None = None) -> LoadedGroups:
         """Replay the state topic (all partitions by default) from the earliest offset to the end offset: the
         latest records as the codec decodes them. `stop` (default: the store's) ends it with LoadError; with
-        `ends_after` the end offsets are taken once that event is set (loader.read_state)."""
+        `ends_after` the end offsets are taken once that event is set (loader.read_state_with_transactions)."""
         wanted = sorted(range(self.config.partitions) if partitions is None else partitions)
         settings = consumer_settings(self.config.bootstrap, self.config.client_id, self.load_buffer_bytes)
         started_ms = self.clock.now_ms()
-        state = await asyncio.to_thread(read_state, settings, self.config.state_topic, wanted, self.clock,
-                                        self.load_timeout_ms, stop or self._stop_loading, ends_after,
-                                        own_transactional_id_prefix=self.config.transactional_id)
+        state, transactions = await asyncio.to_thread(
+            read_state_with_transactions, settings, self.config.state_topic, wanted, self.clock,
+            self.load_timeout_ms, stop or self._stop_loading, ends_after,
+            own_transactional_id_prefix=self.config.transactional_id)
+        self._take_transactions(state, transactions)
         log.info("event=state_loaded topic=%s partitions=%d groups=%d offset_groups=%d records=%d unknown=%d "
                  "malformed=%d duration_ms=%d", self.config.state_topic, len(wanted), len(state.groups),
                  len(state.offsets), state.records, state.unknown_records, state.malformed_records,
                  self.clock.now_ms() - started_ms)
         return state
+
+    def _take_transactions(self, state: LoadedGroups, transactions: UncommittedLoad | None) -> None:
+        """The clients' open transactions and the read's end positions, into the loaded state."""
+        if transactions is None:
+            log.info("event=state_loaded_read_committed topic=%s detail=a SASL cluster is read by librdkafka: "
+                     "client transactions are read as committed only, and none is followed while served",
+                     self.config.state_topic)
+            return
+        for partition, pending in transactions.pending.items():
+            state.open_transactions[partition] = [client_batch(batch) for txn in pending for batch in txn.batches]
+            log.info("event=state_pending_client_transactions topic=%s partition=%d producers=%s",
+                     self.config.state_topic, partition, sorted(txn.producer_id for txn in pending))
+        state.read_to.update(transactions.positions)
+
+    def _is_ours(self, transactional_id: str) -> bool:
+        prefix = self.config.transactional_id
+        return prefix is not None and transactional_id.startswith(prefix)
+
+    def follow_transactions(self, partition: int, start: int,
+                            deliver: Callable[[list[TransactionEvent], int], None]) -> None:
+        if self._tails is not None and partition not in self._unloaded:
+            self._tails.follow(partition, start, deliver)
 
     async def load(self, partitions: Collection[int]) -> LoadedGroups:
         """§7.4: read the partitions to their end (in a worker thread, decoding included, so the loop keeps
@@ -135,6 +168,8 @@ class KafkaGroupStore(GroupStore):
         dropped (their new owner has the say), and with partition fencing their producers close once the writes
         in flight are done (bounded by the commit timeout)."""
         self._unloaded.update(partitions)
+        if self._tails is not None:
+            self._tails.stop(partitions)
         self._tombstones.forget(partitions)
         if self._fencing is not None:
             await self._fencing.release(partitions, self.config.commit_timeout_ms)
@@ -145,6 +180,8 @@ class KafkaGroupStore(GroupStore):
         log.info("event=partition_fenced topic=%s partition=%d reason=another_instance_owns_it",
                   self.config.state_topic, partition)
         self._unloaded.add(partition)
+        if self._tails is not None:
+            self._tails.stop([partition])
         self._tombstones.forget([partition])  # the new owner's to write now
         if self.on_fenced is not None:
             self.on_fenced(partition)
@@ -162,22 +199,27 @@ class KafkaGroupStore(GroupStore):
     async def close(self) -> None:
         self._stop_loading.set()
         self._tombstones.stop_retrying()
+        if self._tails is not None:
+            await self._tails.close()
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.close()
         self._tombstones.report_unwritten()
 
     # -- GroupStore ----------------------------------------------------------------------------------------------
-    def append(self, partition: int, records: Sequence[Record]) -> asyncio.Future[None]:
+    def append(self, partition: int, records: Sequence[Record], *, offsets: list[int] | None = None
+               ) -> asyncio.Future[None]:
         """Queues the records with the partition's producer before it returns (see GroupStore.append). A write
-        of tombstones only goes through the tombstone writer (kept owed and sent again if it fails)."""
+        of tombstones only goes through the tombstone writer (kept owed and sent again if it fails). Once
+        acknowledged, an offset commit record's value carries its record's offset (`log_offset`) and `offsets`
+        gets the records' offsets in order (from librdkafka's delivery reports)."""
         outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
             if self._producer is None:
                 raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
             if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
                 raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
-            self._appender.append(self._producer, partition, records, outcome)
+            self._appender.append(self._producer, partition, records, outcome, offsets=offsets)
         except StoreError as exc:
             outcome.set_exception(exc)
         return outcome

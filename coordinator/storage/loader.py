@@ -1,8 +1,8 @@
 """Reading the state topic back (Kafka's `doLoadGroupsAndOffsets`, §7.4).
 
 `StateReplay` is the pure part: records in log order, latest wins, a tombstone removes, an unknown key version
-is skipped with a warning. `read_state` is the I/O part: it reads every partition from its earliest offset to
-its end offset with a confluent-kafka Consumer. It blocks, so the store runs it in a worker thread; decoding
+is skipped with a warning. `read_state_with_transactions` is the I/O part: it reads every partition from its
+earliest offset to its end offset. It blocks, so the store runs it in a worker thread; decoding
 happens there too, and the loop receives one finished `LoadedGroups`.
 
 The end offset is the partition's high watermark (ListOffsets read_uncommitted, through the AdminClient), not
@@ -149,32 +149,19 @@ def consumer_settings(bootstrap: str, client_id: str, buffer_bytes: int) -> dict
     })
 
 
-def read_state(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
-               timeout_ms: int, stop: threading.Event | None = None,
-               ends_after: threading.Event | None = None, *,
-               own_transactional_id_prefix: str | None = None) -> LoadedGroups:
-    """Blocking: replay `partitions` of `topic` from their earliest offset to their high watermark.
-
-    With `ends_after`, reading starts at once but the high watermarks are taken only once that event is set
-    (the store fences the partitions meanwhile: the end must be measured after the fence, the reading need
-    not wait for it). `stop` ends the read with LoadError. The clients' open transactions found are logged
-    here; `read_state_with_transactions` returns them."""
-    state, load = read_state_with_transactions(settings, topic, partitions, clock, timeout_ms, stop, ends_after,
-                                               own_transactional_id_prefix=own_transactional_id_prefix)
-    if load is not None and load.pending:
-        log.info("event=state_pending_client_transactions topic=%s partitions=%s producers=%s", topic,
-                 sorted(load.pending), sorted(t.producer_id for ts in load.pending.values() for t in ts))
-    return state
-
-
 def read_state_with_transactions(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
                                  timeout_ms: int, stop: threading.Event | None = None,
                                  ends_after: threading.Event | None = None, *,
                                  own_transactional_id_prefix: str | None = None,
                                  ) -> tuple[LoadedGroups, UncommittedLoad | None]:
-    """`read_state`, with what the transaction tracking found (uncommitted_load.py): read_uncommitted over raw
-    Fetch, committed transactions applied, aborted ones dropped, the clients' open ones returned (None: a SASL
-    cluster, read read_committed by librdkafka, see `_read_committed`)."""
+    """Blocking: replay `partitions` of `topic` from their earliest offset to their high watermark, and what the
+    transaction tracking found (uncommitted_load.py): read_uncommitted over raw Fetch, committed transactions
+    applied, aborted ones dropped, the clients' open ones returned with where each partition's read ended (None:
+    a SASL cluster, read read_committed by librdkafka, see `_read_committed`).
+
+    With `ends_after`, reading starts at once but the high watermarks are taken only once that event is set
+    (the store fences the partitions meanwhile: the end must be measured after the fence, the reading need
+    not wait for it). `stop` ends the read with LoadError."""
     bootstrap = str(settings["bootstrap.servers"])
     security = cluster_security(bootstrap)
     stop = stop or threading.Event()

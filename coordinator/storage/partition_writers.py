@@ -34,12 +34,14 @@ class _RoutedWriters:
     def transactions(self) -> int:
         return sum(p.transactions for p in self._producers())
 
-    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
-        """Queue each share with its producer now (a partition's records stay in the order they were sent)."""
+    def send(self, records: Sequence[KafkaRecord], *, offsets: list[int] | None = None
+             ) -> asyncio.Future[KafkaError | None]:
+        """Queue each share with its producer now (a partition's records stay in the order they were sent);
+        `offsets` gets the acknowledged records' offsets."""
         shares: dict[TransactionalProducer | None, list[KafkaRecord]] = {}
         for record in records:
             shares.setdefault(self._route(record[0]), []).append(record)
-        sends = [_not_owned(share) if producer is None else producer.send(share)
+        sends = [_not_owned(share) if producer is None else producer.send(share, offsets=offsets)
                  for producer, share in shares.items()]
         if len(sends) == 1:
             return sends[0]

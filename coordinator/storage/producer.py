@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Protocol, Sequence
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from coordinator.storage.kafka_logs import kafka_reachable, librdkafka_logger
 
 log = logging.getLogger("coordinator.storage")
@@ -28,9 +28,11 @@ _POLL_INTERVAL_S = 0.05
 
 
 class RecordSender(Protocol):
-    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
+    def send(self, records: Sequence[KafkaRecord], *, offsets: list[int] | None = None
+             ) -> asyncio.Future[KafkaError | None]:
         """Queue the records now, after every record sent before (per partition); the future resolves with None
-        once they are acknowledged, else with the first error."""
+        once they are acknowledged, else with the first error. `offsets` gets each acknowledged record's offset
+        (from its delivery report) before the future resolves."""
 _SAFETY_MARGIN_MS = 2_000  # librdkafka reports a timeout itself; the sweeper only guards against a lost report
 
 
@@ -68,19 +70,21 @@ class _FatalFlag:
 class DeliveryBatch:
     """The delivery reports of one logical write, resolved once: None on success, else the first error."""
 
-    __slots__ = ("_loop", "future", "_remaining", "_error", "_lock")
+    __slots__ = ("_loop", "future", "_remaining", "_error", "_lock", "_offsets")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, expected: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, expected: int, offsets: list[int] | None = None) -> None:
         self._loop = loop
         self.future: asyncio.Future[KafkaError | None] = loop.create_future()
         self._remaining = expected
         self._error: KafkaError | None = None
         self._lock = threading.Lock()
+        self._offsets = offsets  # the acknowledged records' offsets, when the sender wants them
 
-    def on_delivery(self, error: KafkaError | None, _message: object) -> None:
+    def on_delivery(self, error: KafkaError | None, message: Message | None) -> None:
         """Runs on the poll thread."""
         if error is None:
             kafka_reachable()
+            report_offset(self._offsets, message)
         self.settle(1, error)
 
     def settle(self, count: int, error: KafkaError | None) -> None:
@@ -100,6 +104,15 @@ class DeliveryBatch:
     def force_resolve(self) -> None:
         """Resolve now with the error recorded so far (the sweeper's last resort; loop thread)."""
         self._resolve()
+
+
+def report_offset(offsets: list[int] | None, message: Message | None) -> None:
+    """An acknowledged record's offset, for a sender that asked for them (list.append is atomic)."""
+    if offsets is None or message is None:
+        return
+    offset = message.offset()
+    if offset is not None and offset >= 0:
+        offsets.append(offset)
 
 
 class AsyncProducer:
@@ -124,10 +137,12 @@ class AsyncProducer:
         timeout = self._settings.get("message.timeout.ms", 300_000)
         return timeout if isinstance(timeout, int) else int(str(timeout))
 
-    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
+    def send(self, records: Sequence[KafkaRecord], *, offsets: list[int] | None = None
+             ) -> asyncio.Future[KafkaError | None]:
         """Append `records` now, in order with every earlier send (librdkafka keeps a partition's order); the
-        future resolves with None once every one is acknowledged, else with the first error (never raises)."""
-        batch = DeliveryBatch(asyncio.get_running_loop(), len(records))
+        future resolves with None once every one is acknowledged, else with the first error (never raises).
+        `offsets` gets the acknowledged records' offsets."""
+        batch = DeliveryBatch(asyncio.get_running_loop(), len(records), offsets)
         self._enqueue(records, batch)
         if not batch.future.done():
             self._watch(batch)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from coordinator.storage.kafka_logs import kafka_reachable
-from coordinator.storage.producer import KafkaRecord
+from coordinator.storage.producer import KafkaRecord, report_offset
 
 log = logging.getLogger("coordinator.storage")
 _ABORT_TIMEOUT_S = 0.5  # an abort the broker does not answer this fast: the producer is retired instead
@@ -37,6 +38,17 @@ class _DeliveryErrors:
     def on_delivery(self, error: KafkaError | None, _message: object) -> None:
         if error is not None and self.first is None:
             self.first = error
+
+    def reporting_to(self, offsets: list[int] | None) -> Callable[[KafkaError | None, Message | None], None]:
+        """The delivery report of a record whose offset is wanted in `offsets`."""
+        if offsets is None:
+            return self.on_delivery
+
+        def on_delivery(error: KafkaError | None, message: Message | None) -> None:
+            self.on_delivery(error, message)
+            if error is None:
+                report_offset(offsets, message)
+        return on_delivery
 
 
 class TransactionClient:
@@ -70,9 +82,11 @@ class TransactionClient:
             self.retire()
         return error
 
-    def transaction(self, records: list[KafkaRecord], timeout_s: float) -> tuple[KafkaError | None, str | None]:
+    def transaction(self, records: list[KafkaRecord], timeout_s: float,
+                    offsets: Sequence[list[int] | None] | None = None) -> tuple[KafkaError | None, str | None]:
         """One transaction with every record, committed within `timeout_s` or not at all. Returns (error, what
-        to do next: None, "abort", "retired" or "fenced")."""
+        to do next: None, "abort", "retired" or "fenced"). `offsets[i]`, if given and not None, gets record
+        i's offset from its delivery report."""
         if self.fenced is not None:
             return self.fenced, None
         if self.producer is None:
@@ -81,9 +95,10 @@ class TransactionClient:
         # no local reference to the producer: a retired one must be destroyed by its retiring thread alone
         try:
             self.producer.begin_transaction()
-            for partition, key, value in records:
+            for index, (partition, key, value) in enumerate(records):
+                sink = None if offsets is None else offsets[index]
                 self.producer.produce(self.topic, value=value, key=key, partition=partition,
-                                       on_delivery=deliveries.on_delivery)
+                                       on_delivery=deliveries.reporting_to(sink))
             self.producer.commit_transaction(timeout_s)
             kafka_reachable()  # ends an outage's suppressed connection errors with their count
             return None, None

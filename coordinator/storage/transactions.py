@@ -51,7 +51,8 @@ _INIT_ATTEMPT_S = 10.0  # one init_transactions call of a background re-initiali
 _INIT_RETRY_S = 0.5
 _NOT_READY_POLL_S = 0.05  # how often queued writes look for a re-initialised producer
 
-_Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float]  # records, outcome, loop deadline
+# records, outcome, loop deadline, where the acknowledged records' offsets go (if wanted)
+_Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
 
 
 class TransactionalProducer:
@@ -107,12 +108,15 @@ class TransactionalProducer:
         self._ready = True
         self._worker = loop.create_task(self._run(), name=f"{self.name}-transactions")
 
-    def send(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
+    def send(self, records: Sequence[KafkaRecord], *, offsets: list[int] | None = None
+             ) -> asyncio.Future[KafkaError | None]:
         """Queue `records` now for the next transaction (transactions take the queue in order); the future
-        resolves with None once it is committed, else with its error (never raises)."""
-        return self._enqueue(records)
+        resolves with None once it is committed, else with its error (never raises). `offsets` gets the
+        records' offsets from their delivery reports."""
+        return self._enqueue(records, offsets)
 
-    def _enqueue(self, records: Sequence[KafkaRecord]) -> asyncio.Future[KafkaError | None]:
+    def _enqueue(self, records: Sequence[KafkaRecord], offsets: list[int] | None = None
+                 ) -> asyncio.Future[KafkaError | None]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[KafkaError | None] = loop.create_future()
         if self._closed or self._worker is None:
@@ -122,7 +126,7 @@ class TransactionalProducer:
         elif not records:
             future.set_result(None)
         else:
-            self._queue.append((records, future, loop.time() + self.timeout_ms / 1000))
+            self._queue.append((records, future, loop.time() + self.timeout_ms / 1000, offsets))
             self._wake.set()
         return future
 
@@ -149,17 +153,18 @@ class TransactionalProducer:
                 await self._commit(batch, loop)
             finally:
                 self._in_flight = 0
-                for _, future, _ in batch:  # cancelled (close gave up waiting): the outcome is unknown
+                for _, future, _, _ in batch:  # cancelled (close gave up waiting): the outcome is unknown
                     if not future.done():
                         future.set_result(KafkaError(KafkaError._TIMED_OUT, "state producer closed mid-commit"))
 
     async def _commit(self, batch: list[_Queued], loop: asyncio.AbstractEventLoop) -> None:
         now = loop.time()
-        timeout_s = max(min(deadline for _, _, deadline in batch) - now, _MIN_TIMEOUT_S)
-        records = [r for records, _, _ in batch for r in records]
-        error, then = await self._thread.submit(self._client.transaction, records, timeout_s)
+        timeout_s = max(min(deadline for _, _, deadline, _ in batch) - now, _MIN_TIMEOUT_S)
+        records = [r for records, _, _, _ in batch for r in records]
+        sinks = [offsets for records, _, _, offsets in batch for _ in records]
+        error, then = await self._thread.submit(self._client.transaction, records, timeout_s, sinks)
         self.transactions += 1
-        for _, future, _ in batch:  # answered first: nothing of a failed transaction will ever be visible
+        for _, future, _, _ in batch:  # answered first: nothing of a failed transaction will ever be visible
             if not future.done():
                 future.set_result(error)
         if then == "abort":
@@ -177,13 +182,13 @@ class TransactionalProducer:
             return
         expired = [item for item in self._queue if item[2] <= now]
         self._queue = [item for item in self._queue if item[2] > now]
-        for _, future, _ in expired:
+        for _, future, _, _ in expired:
             if not future.done():
                 future.set_result(KafkaError(KafkaError._MSG_TIMED_OUT, "not written within the commit timeout"))
 
     def _fail_queued(self, error: KafkaError) -> None:
         queued, self._queue = self._queue, []
-        for _, future, _ in queued:
+        for _, future, _, _ in queued:
             if not future.done():
                 future.set_result(error)
 

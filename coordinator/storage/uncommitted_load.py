@@ -3,9 +3,9 @@
 read_committed load cannot pass; this load reads to the high watermark whatever is open, applies what is
 committed, drops what is aborted, and returns the clients' open transactions as pending.
 
-Blocking like loader.read_state (it runs its own event loop in the store's worker thread): one connection to
-each partition leader, found with Metadata and found again when a fetch meets a leadership change or a lost
-connection (retried until the load's deadline, as librdkafka does).
+Blocking like loader.read_state_with_transactions, which runs it (its own event loop in the store's worker
+thread): one connection to each partition leader, found with Metadata and found again when a fetch meets a
+leadership change or a lost connection (retried until the load's deadline, as librdkafka does).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from protocol.messages import build, item_class
 _METADATA, _LIST_TRANSACTIONS = 3, 66
 _OFFSET_OUT_OF_RANGE = 1
 # leadership moving or not yet known, a replica or log dir briefly unavailable: ask again after new metadata
-_RETRIABLE = {3, 5, 6, 9, 56, 74, 75}  # UNKNOWN_TOPIC_OR_PARTITION ... UNKNOWN_LEADER_EPOCH
+RETRIABLE_FETCH_ERRORS = {3, 5, 6, 9, 56, 74, 75}  # UNKNOWN_TOPIC_OR_PARTITION ... UNKNOWN_LEADER_EPOCH
 _RETRY_S = 0.2
 # a transaction's outcome is decided in these states (Kafka's TransactionState names), its markers on their way
 _DECIDED = {"PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "PrepareEpochFence"}
@@ -60,7 +60,7 @@ def read_uncommitted(bootstrap: str, security: ClusterSecurity | None, topic: st
                              max_bytes, ends_after))
 
 
-class _Leaders:
+class PartitionLeaders:
     """Connections to the partitions' leaders, and fetches that survive a leadership change."""
 
     def __init__(self, bootstrap: str, security: ClusterSecurity | None, topic: str, max_bytes: int,
@@ -124,7 +124,7 @@ class _Leaders:
                 return await fetch(client, self.topic, partition, position, max_bytes=self.max_bytes,
                                    max_wait_ms=max_wait_ms, timeout_ms=30_000)
             except FetchError as exc:
-                if exc.error_code not in _RETRIABLE:
+                if exc.error_code not in RETRIABLE_FETCH_ERRORS:
                     raise
             except (ProtocolError, OSError):
                 pass  # connection lost or timed out: the leader may have moved
@@ -148,7 +148,7 @@ async def _read(bootstrap: str, security: ClusterSecurity | None, topic: str, pa
             raise UncommittedLoadError("loading stopped: the store is closing or the load was abandoned")
         return loop.time() > deadline_at
 
-    leaders = _Leaders(bootstrap, security, topic, max_bytes, past_deadline)
+    leaders = PartitionLeaders(bootstrap, security, topic, max_bytes, past_deadline)
     try:
         await leaders.refresh(partitions)
         trackers = {p: TransactionTracker(_applier(apply, p)) for p in partitions}
@@ -181,7 +181,7 @@ async def _read(bootstrap: str, security: ClusterSecurity | None, topic: str, pa
         await leaders.close()
 
 
-async def _read_until_set(leaders: _Leaders, partition: int, tracker: TransactionTracker,
+async def _read_until_set(leaders: PartitionLeaders, partition: int, tracker: TransactionTracker,
                           done: threading.Event) -> int:
     """Feed the partition from offset 0 until it is caught up or `done` is set, then wait for `done`; the
     position reached (0 when the log no longer starts at 0: the read after `done` starts at its earliest)."""
@@ -216,7 +216,7 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def _settle_decided(leaders: _Leaders, trackers: dict[int, TransactionTracker], positions: dict[int, int],
+async def _settle_decided(leaders: PartitionLeaders, trackers: dict[int, TransactionTracker], positions: dict[int, int],
                           is_ours: Callable[[str], bool]) -> set[int]:
     """The transactions still open at the end: those the transaction coordinator has decided (their markers
     are on the way: EndTxn answers before they land) are read on until their marker, as a read_committed load
@@ -225,7 +225,7 @@ async def _settle_decided(leaders: _Leaders, trackers: dict[int, TransactionTrac
     open_producers = set().union(*(t.open_producers() for t in trackers.values()))
     if not open_producers:
         return set()
-    states = await _transaction_states(leaders, open_producers)
+    states = await transaction_states(leaders, open_producers)
     ours = {pid for pid, (transactional_id, _state) in states.items() if is_ours(transactional_id)}
     awaited = {pid for pid, (_id, state) in states.items() if state in _DECIDED}
     for partition, tracker in trackers.items():
@@ -237,14 +237,18 @@ async def _settle_decided(leaders: _Leaders, trackers: dict[int, TransactionTrac
     return ours
 
 
-async def _transaction_states(leaders: _Leaders, producer_ids: set[int]) -> dict[int, tuple[str, str]]:
+async def transaction_states(leaders: PartitionLeaders, producer_ids: set[int], *, complete: bool = False
+                             ) -> dict[int, tuple[str, str]]:
     """producer id → (transactional id, state): ListTransactions on every broker (each lists the transactions
-    its transaction coordinator partitions hold)."""
+    its transaction coordinator partitions hold). With `complete`, a broker answering an error (its
+    transaction coordinator still loading) raises FetchError rather than leaving its transactions out."""
     request = build(apis.request_class(_LIST_TRANSACTIONS, 0), state_filters=(),
                     producer_id_filters=tuple(i64(p) for p in producer_ids))
     states = {}
     for address in leaders.brokers:
         answer = await tolerant_request(await leaders.connect(address), request)
+        if complete and int(answer.error_code) != 0:
+            raise FetchError(int(answer.error_code), f"ListTransactions on {address}: error {int(answer.error_code)}")
         states.update({int(s.producer_id): (str(s.transactional_id), str(s.transaction_state))
                        for s in answer.transaction_states})
     return states

@@ -43,13 +43,19 @@ COMMON_FIELDS: tuple[Field, ...] = (
     Field("ts_ms", _L),  # wall clock, ms since the Unix epoch
     # the rebalance's OpenTelemetry trace id (32 hex chars) when tracing is on: a row leads to its Jaeger trace
     Field("trace_id", _S, nullable=True, required=False),
+    # "consumer" for a consumer group's event (KIP-848: group epochs; its rebalance_started carries the previous
+    # group epoch as `generation`, rebalance_completed the epoch every member reached); absent: a classic group
+    Field("protocol", _S, required=False),
 )
 
 _INSTANCE_ID = Field("group_instance_id", _S, nullable=True)
 
 EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     "state_change": (Field("old_state", _S), Field("new_state", _S), Field("generation", _I)),
-    "member_joined": (Field("member_id", _S), _INSTANCE_ID, Field("client_id", _S), Field("client_host", _S)),
+    # principal, security_protocol: the joining client's authenticated principal and its listener's protocol
+    # (absent in older events)
+    "member_joined": (Field("member_id", _S), _INSTANCE_ID, Field("client_id", _S), Field("client_host", _S),
+                      Field("principal", _S, required=False), Field("security_protocol", _S, required=False)),
     "member_replaced": (Field("old_member_id", _S), Field("new_member_id", _S), Field("group_instance_id", _S)),
     "member_left": (Field("member_id", _S), _INSTANCE_ID, Field("reason", _S)),
     # detection_lateness_ms (how long after the session deadline the member was removed) is reserved: read
@@ -151,6 +157,11 @@ REASON_CATEGORIES: tuple[tuple[str, str], ...] = (
     ("member_metadata_changed", r"^Updating metadata for member|^Member .* joining group"),
     ("store_error", r"when storing group assignment"),
     ("over_capacity", r"over capacity"),
+    # consumer groups' (Kafka 4.1's lines, which their events' cause_category makes unnecessary to parse)
+    ("rebalance_timeout", r"failed to transition from epoch|failed to join within the rebalance timeout"),
+    ("subscription_changed", r"updated its subscribed (topics|regex)"),
+    ("regex_resolved", r"^Resolved regular expressions"),
+    ("topic_metadata_changed", r"^Subscribed topic metadata changed"),
 )
 OTHER_REASON = "other"
 # The event's cause_category (a RebalanceCategory value) -> the category above, so old and new events agree.
@@ -165,6 +176,11 @@ CAUSE_CATEGORIES: dict[str, str] = {
     "sync_timeout": "sync_timeout",
     "assignment_store_failed": "store_error",
     "over_capacity": "over_capacity",
+    # consumer groups
+    "rebalance_timeout": "rebalance_timeout",
+    "subscription_changed": "subscription_changed",
+    "regex_resolved": "regex_resolved",
+    "topic_metadata_changed": "topic_metadata_changed",
 }
 
 _COMPILED_REASONS = tuple((name, re.compile(pattern)) for name, pattern in REASON_CATEGORIES)

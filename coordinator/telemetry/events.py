@@ -22,8 +22,9 @@ from typing import Any, Callable
 
 from confluent_kafka import KafkaError, Producer
 
-from coordinator.group.observer import GroupObserver, RebalanceCause
+from coordinator.group.observer import ConsumerRebalance, GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.security.clusters import secured
+from coordinator.security.identity import current_identity
 from coordinator.storage.config import EVENT_LINGER_MS, StorageConfig
 from coordinator.telemetry.event_schema import EVENT_SCHEMA_VERSION, new_event  # noqa: F401 (the version: re-exported)
 from coordinator.timer.clock import Clock, WallClock
@@ -33,6 +34,7 @@ from coordinator.storage.topics import ensure_event_topic, make_admin
 log = logging.getLogger("coordinator.telemetry.events")
 
 _POLL_INTERVAL_S = 0.1
+CONSUMER = "consumer"  # the `protocol` of a consumer group's events
 # A bound on the queue's memory too: events are small (~300 bytes), but their ids come from clients.
 _QUEUE_MAX_KBYTES = 65_536
 
@@ -194,8 +196,11 @@ class EventTopicObserver(GroupObserver):
 
     def on_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                          client_host: str) -> None:
+        identity = current_identity()  # the joining member's own request (coordinator/security/identity)
+        sender = {} if identity is None else {"principal": identity.principal,
+                                              "security_protocol": identity.security_protocol}
         self._emit("member_joined", group_id, member_id=member_id, group_instance_id=group_instance_id,
-                   client_id=client_id, client_host=client_host)
+                   client_id=client_id, client_host=client_host, **sender)
 
     def on_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
                            group_instance_id: str) -> None:
@@ -217,6 +222,38 @@ class EventTopicObserver(GroupObserver):
     def on_rebalance_completed(self, group_id: str, generation: int, member_count: int, duration_ms: int) -> None:
         self._emit("rebalance_completed", group_id, generation=generation, member_count=member_count,
                    duration_ms=duration_ms)
+
+    # --- consumer groups: the same event types, with protocol "consumer" ---------------------------------------
+    def on_consumer_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                  client_id: str, client_host: str, protocol: str) -> None:
+        self._emit("member_joined", group_id, protocol=CONSUMER, member_id=member_id,
+                   group_instance_id=group_instance_id, client_id=client_id, client_host=client_host)
+
+    def on_consumer_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
+                                    group_instance_id: str) -> None:
+        self._emit("member_replaced", group_id, protocol=CONSUMER, old_member_id=old_member_id,
+                   new_member_id=new_member_id, group_instance_id=group_instance_id)
+
+    def on_consumer_member_left(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                reason: str) -> None:
+        self._emit("member_left", group_id, protocol=CONSUMER, member_id=member_id,
+                   group_instance_id=group_instance_id, reason=reason)
+
+    def on_consumer_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                  reason: str, category: RebalanceCategory) -> None:
+        self._emit("member_failed", group_id, protocol=CONSUMER, member_id=member_id,
+                   group_instance_id=group_instance_id, reason=reason)
+
+    def on_consumer_rebalance_started(self, group_id: str, rebalance: ConsumerRebalance) -> None:
+        self._emit("rebalance_started", group_id, protocol=CONSUMER, generation=rebalance.previous_epoch,
+                   reason=rebalance.cause.text, cause_category=rebalance.cause.category.value)
+
+    def on_consumer_rebalance_completed(self, group_id: str, group_epoch: int, member_count: int,
+                                        duration_ms: int | None) -> None:
+        if duration_ms is None:  # resumed after a load: how long it took is not known here
+            return
+        self._emit("rebalance_completed", group_id, protocol=CONSUMER, generation=group_epoch,
+                   member_count=member_count, duration_ms=duration_ms)
 
     def on_offsets_committed(self, group_id: str, member_id: str, partition_count: int) -> None:
         if self.include_offset_commits:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from coordinator.group.observer import GroupObserver, RebalanceCause
+from coordinator.group.observer import ConsumerRebalance, GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES
 from coordinator.group.records import GroupMetadataRecord, OffsetCommitRecord, Record
 from coordinator.telemetry.event_schema import GROUP_STATES
@@ -137,6 +137,28 @@ class MetricsObserver(GroupObserver):
 
     def on_member_left(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
         self.members_left.add(1)
+
+    def on_consumer_rebalance_started(self, group_id: str, rebalance: ConsumerRebalance) -> None:
+        self.rebalances.add(1, {"reason": rebalance.cause.category.value})
+
+    def on_consumer_rebalance_completed(self, group_id: str, group_epoch: int, member_count: int,
+                                        duration_ms: int | None) -> None:
+        if duration_ms is not None:  # a resumed rebalance's duration is not known here
+            self.rebalance_duration.record(duration_ms, {"outcome": "stable" if member_count else "empty"})
+
+    def on_consumer_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                  client_id: str, client_host: str, protocol: str) -> None:
+        self.members_joined.add(1)
+
+    def on_consumer_member_left(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                reason: str) -> None:
+        self.members_left.add(1)
+
+    def on_consumer_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                  reason: str, category: RebalanceCategory) -> None:
+        self.member_failures.add(1, {"reason": category.value})  # the line carries a member id: never a label
+        if category is RebalanceCategory.SESSION_TIMEOUT:
+            self.session_expirations.add(1)
 
     def on_rebalance_in_progress(self, group_id: str, member_id: str, api: str) -> None:
         self.rebalance_in_progress.add(1, {"api": api})

@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 
+from coordinator.security.identity import identity_attributes
 from coordinator.telemetry.tracing import GROUP, MEMBER_ID, SYSTEM, RebalanceTracer
 
 _Handler = Callable[[Any], Awaitable[Any]]
@@ -39,7 +40,7 @@ class _Wrapper:
             groups = groups_of(req)
             links = [Link(context, {GROUP: group_id}) for group_id in groups
                      if (context := rebalances.current_context(group_id)) is not None]
-            attributes: dict[str, Any] = {SYSTEM: "kafka", "rpc.method": api}
+            attributes: dict[str, Any] = {SYSTEM: "kafka", "rpc.method": api, **identity_attributes()}
             if len(groups) == 1:
                 attributes[GROUP] = groups[0]
             members = [m.member_id for m in getattr(req, "members", ())] or [getattr(req, "member_id", "")]

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from coordinator.group.observer import ObserverMux
 from coordinator.telemetry import logs
+from coordinator.telemetry.consumer_tracing import ConsumerRebalanceTracer
 from coordinator.telemetry.metrics import MetricsObserver
 from coordinator.telemetry.otel import Telemetry
 from coordinator.telemetry.requests import trace_group_requests
@@ -22,12 +23,18 @@ INSTRUMENTATION_SCOPE = "coordinator"
 @dataclass
 class Instrumented:
     rebalances: RebalanceTracer | None = None
+    consumer_rebalances: ConsumerRebalanceTracer | None = None
     metrics: MetricsObserver | None = None
     _log_filter: logs.TraceIdFilter | None = field(default=None, repr=False)
 
     @property
     def trace_id_for(self) -> Callable[[str], str | None] | None:
-        return None if self.rebalances is None else self.rebalances.trace_id_for
+        """A group's rebalance trace: its consumer group's (epoch bumps) if it has one here, else its classic
+        group's."""
+        classic, consumer = self.rebalances, self.consumer_rebalances
+        if classic is None or consumer is None:
+            return None if classic is None else classic.trace_id_for
+        return lambda group_id: consumer.trace_id_for(group_id) or classic.trace_id_for(group_id)
 
     def uninstall(self) -> None:
         if self._log_filter is not None:
@@ -48,8 +55,12 @@ def instrument(telemetry: Telemetry, coordinator: Any, observer: ObserverMux, no
 
         done.rebalances = RebalanceTracer(tracer, now_ns, member_lookup)
         observer.add(done.rebalances)
+        done.consumer_rebalances = ConsumerRebalanceTracer(tracer, now_ns)
+        observer.add(done.consumer_rebalances)
         trace_group_requests(coordinator, tracer, done.rebalances)
-        done._log_filter = logs.install(done.rebalances.trace_id_for)
+        trace_id_for = done.trace_id_for
+        assert trace_id_for is not None
+        done._log_filter = logs.install(trace_id_for)
     if telemetry.meter_provider is not None:
         done.metrics = MetricsObserver(telemetry.meter_provider.get_meter(INSTRUMENTATION_SCOPE))
         observer.add(done.metrics)

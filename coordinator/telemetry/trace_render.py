@@ -11,7 +11,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from coordinator.telemetry.trace_view import CLIENT_KEY, WAIT_PREFIXES, Rebalance, SpanEvent, SpanView
+from coordinator.telemetry.trace_view import (CLIENT_KEY, PROTOCOL_KEY, RECONCILE_PREFIX, WAIT_PREFIXES, Rebalance,
+                                              SpanEvent, SpanView)
 
 MIN_BAR = 10
 _UUID_TAIL = re.compile(r"^(?P<prefix>.+)-(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
@@ -99,8 +100,7 @@ def render_rebalance(rebalance: Rebalance, width: int = 80) -> list[Line]:
 def _header(r: Rebalance, width: int) -> list[Line]:
     outcome = str(r.tag("coordinator.rebalance.outcome") or ("error" if r.root.failed else "stable"))
     style = "red" if r.root.failed else "green" if outcome == "stable" else "yellow"
-    previous, generation = r.tag("coordinator.generation.previous"), r.tag("coordinator.generation")
-    generations = f"generation {previous} → {generation}" if generation is not None else f"generation {previous} → ?"
+    generations = _epochs(r)
     title = f"rebalance of {r.group} "
     rest = f" {generations} · {duration(r.duration_us)} · "
     head = [Segment("━━ ", "dim"), Segment(title, "bold"), Segment(rest), Segment(outcome, style + " bold")]
@@ -138,6 +138,14 @@ def _header(r: Rebalance, width: int) -> list[Line]:
     if r.linked_trace_ids:
         lines.extend(_wrapped(", ".join(r.linked_trace_ids), width, "linked: ", "        ", "dim"))
     return lines
+
+
+def _epochs(r: Rebalance) -> str:
+    """A classic group's generations, or a consumer group's group epochs (KIP-848)."""
+    if r.tag(PROTOCOL_KEY) == "consumer":
+        return f"group epoch {r.tag('coordinator.group_epoch.previous')} → {r.tag('coordinator.group_epoch')}"
+    previous, generation = r.tag("coordinator.generation.previous"), r.tag("coordinator.generation")
+    return f"generation {previous} → {generation if generation is not None else '?'}"
 
 
 @dataclass(frozen=True)
@@ -189,7 +197,18 @@ def _span_label(span: SpanView) -> tuple[str, str, str]:
             if span.failed:
                 notes.append("✗")
             return prefix.split()[0], short_member(member), f" ({', '.join(notes)})" if notes else ""
+    if span.name.startswith(RECONCILE_PREFIX):  # a consumer group member's move: what it took
+        member = span.member_id or span.name[len(RECONCILE_PREFIX):]
+        steps = {event.name for event in span.events}
+        notes = [note for step, note in _RECONCILE_NOTES if step in steps]
+        if span.failed:
+            notes.append("✗")
+        return RECONCILE_PREFIX.strip(), short_member(member), f" ({', '.join(notes)})" if notes else ""
     return span.name, "", " ✗" if span.failed else ""
+
+
+_RECONCILE_NOTES = (("revocation requested", "revoked first"), ("waiting for partitions", "waited"),
+                    ("epoch reached", "reached"))
 
 
 def _bar_style(span: SpanView) -> str:
@@ -291,7 +310,8 @@ def render_list(rebalances: list[Rebalance], width: int = 80) -> list[Line]:
     lines: list[Line] = []
     for r in rebalances:
         when = time.strftime("%H:%M:%S", time.gmtime(r.start_us / 1_000_000))
-        generation = r.tag("coordinator.generation")
+        consumer = r.tag(PROTOCOL_KEY) == "consumer"
+        generation = r.tag("coordinator.group_epoch" if consumer else "coordinator.generation")
         failed = [short_member(str(e.fields.get("coordinator.member.id", "?"))) for e in r.failures()]
         why = str(r.tag("coordinator.rebalance.reason_category") or "?")
         if failed:

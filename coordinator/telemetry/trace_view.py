@@ -26,6 +26,8 @@ GROUP_KEY = "messaging.consumer.group.name"
 MEMBER_KEY = "coordinator.member.id"
 CLIENT_KEY = "messaging.client.id"
 WAIT_PREFIXES = ("JoinGroup wait ", "SyncGroup wait ")
+PROTOCOL_KEY = "coordinator.group.protocol"  # "consumer" on a consumer group's (KIP-848) rebalance
+RECONCILE_PREFIX = "reconcile "  # a consumer group member's span: the target computed → its epoch reached
 JAEGER_URL_FILE = "jaeger-url"  # in the demo's state directory while its Jaeger runs
 SAVED_TRACES_FILE = "traces.json"  # in the demo's state directory: the traces it saved when it stopped
 

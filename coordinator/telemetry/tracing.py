@@ -31,6 +31,7 @@ from opentelemetry.trace import (Link, Span, SpanContext, SpanKind, Status, Stat
                                  set_span_in_context)
 
 from coordinator.group.observer import GroupObserver, RebalanceCause
+from coordinator.security.identity import identity_attributes
 from coordinator.group.state import GroupState
 
 log = logging.getLogger("coordinator.telemetry")
@@ -77,6 +78,9 @@ class RebalanceTracer(GroupObserver):
         self._early_joins: dict[str, dict[str, int]] = {}  # JoinGroups parked just before the rebalance began
         self._expiries: dict[tuple[str, str], dict[str, Any]] = {}
         self._writes: dict[tuple[str, int], Span] = {}
+        # each member's principal and security protocol, seen on its own requests: its spans carry them, even
+        # those begun on another member's request
+        self._identities: dict[tuple[str, str], dict[str, Any]] = {}
 
     # --- for the event topic, request spans and log lines ---------------------------------------------------
     def current_context(self, group_id: str) -> SpanContext | None:
@@ -190,21 +194,25 @@ class RebalanceTracer(GroupObserver):
     # --- members --------------------------------------------------------------------------------------------
     def on_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                          client_host: str) -> None:
+        self._remember_identity(group_id, member_id)
         self._event(group_id, "member joined", {MEMBER_ID: member_id, CLIENT_ID: client_id,
-                                                CLIENT_ADDRESS: client_host, **_instance(group_instance_id)})
+                                                CLIENT_ADDRESS: client_host, **instance_attributes(group_instance_id),
+                                                **self._identities.get((group_id, member_id), {})})
 
     def on_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
                            group_instance_id: str) -> None:
         self._event(group_id, "member replaced", {MEMBER_ID: new_member_id, "coordinator.member.old_id": old_member_id,
                                                   INSTANCE_ID: group_instance_id})
+        self._identities.pop((group_id, old_member_id), None)
         rebalance = self._active.get(group_id)
         if rebalance is not None and old_member_id in rebalance.join_waits:
             rebalance.join_waits[new_member_id] = rebalance.join_waits.pop(old_member_id)
 
     def on_member_left(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
         self._event(group_id, "member left", {MEMBER_ID: member_id, "coordinator.reason": reason,
-                                              **_instance(group_instance_id)})
+                                              **instance_attributes(group_instance_id)})
         self._end_member(group_id, member_id, Status(StatusCode.UNSET), "left the group (LeaveGroup)")
+        self._identities.pop((group_id, member_id), None)
 
     def on_member_session_expired(self, group_id: str, member_id: str, client_id: str, client_host: str,
                                   session_timeout_ms: int, since_last_heartbeat_ms: int) -> None:
@@ -214,7 +222,7 @@ class RebalanceTracer(GroupObserver):
 
     def on_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str) -> None:
         attributes = {"message": FAILURE_LINE.format(member_id=member_id, group_id=group_id), MEMBER_ID: member_id,
-                      "coordinator.reason": reason, **_instance(group_instance_id)}
+                      "coordinator.reason": reason, **instance_attributes(group_instance_id)}
         detail = self._expiries.pop((group_id, member_id), None)
         if detail is None:
             detail = self._member_attributes(group_id, member_id)
@@ -229,8 +237,10 @@ class RebalanceTracer(GroupObserver):
             rebalance.join_waits[member_id] = span
             span.set_attribute("coordinator.member.never_joined", True)
         self._end_member(group_id, member_id, Status(StatusCode.ERROR, reason), None)
+        self._identities.pop((group_id, member_id), None)
 
     def on_join_waiting(self, group_id: str, member_id: str) -> None:
+        self._remember_identity(group_id, member_id)
         now = self._now_ns()
         rebalance = self._active.get(group_id)
         if rebalance is None or rebalance.sync_phase is not None:
@@ -242,6 +252,7 @@ class RebalanceTracer(GroupObserver):
             self._start_join_wait(rebalance, group_id, member_id, now)
 
     def on_sync_waiting(self, group_id: str, member_id: str) -> None:
+        self._remember_identity(group_id, member_id)
         rebalance = self._active.get(group_id)
         if rebalance is None or rebalance.sync_phase is None:
             return
@@ -292,11 +303,18 @@ class RebalanceTracer(GroupObserver):
     def _member_attributes(self, group_id: str, member_id: str) -> dict[str, Any]:
         member = self._member_lookup(group_id, member_id)
         if member is None:
-            return {}
+            return dict(self._identities.get((group_id, member_id), {}))
         attributes = {CLIENT_ID: member.client_id, CLIENT_ADDRESS: member.client_host,
                       "coordinator.session_timeout_ms": member.session_timeout_ms}
-        attributes.update(_instance(member.group_instance_id))
+        attributes.update(instance_attributes(member.group_instance_id))
+        attributes.update(self._identities.get((group_id, member_id), {}))
         return attributes
+
+    def _remember_identity(self, group_id: str, member_id: str) -> None:
+        """Called on the member's own request (the sender's identity is in its context)."""
+        identity = identity_attributes()
+        if identity:
+            self._identities[(group_id, member_id)] = identity
 
     def _start_join_wait(self, rebalance: _Rebalance, group_id: str, member_id: str, started: int) -> None:
         rebalance.join_waits[member_id] = self._member_span("JoinGroup wait", rebalance.join_phase, group_id,
@@ -350,7 +368,7 @@ class RebalanceTracer(GroupObserver):
         self._last[rebalance.group_id] = rebalance.root.get_span_context()
 
 
-def _instance(group_instance_id: str | None) -> dict[str, Any]:
+def instance_attributes(group_instance_id: str | None) -> dict[str, Any]:
     return {} if group_instance_id is None else {INSTANCE_ID: group_instance_id}
 
 

@@ -83,3 +83,37 @@ def test_the_reason_category_comes_from_the_cause_when_the_event_has_one(spark: 
     frame = spark.createDataFrame(rows, "reason string, cause_category string")
     found = [row[0] for row in frame.select(reason_category(F.col("reason"), F.col("cause_category"))).collect()]
     assert found == ["member_left", "member_joined", "member_metadata_changed", "session_timeout", "other"]
+
+
+def test_consumer_group_events_make_rebalances_as_classic_ones_do(spark: Any) -> None:
+    """A consumer group's (KIP-848) events: `protocol` parsed, a bump superseded by the next one's fence is one
+    rebalance with two triggers, its category from the first cause, its end the epoch every member reached."""
+    from analytics.tables import TimeRange, rebalances
+
+    consumer = {"protocol": "consumer"}
+    events = [
+        new_event("member_joined", "cg", 1_000, member_id="b", group_instance_id=None, client_id="c",
+                  client_host="/h", **consumer),
+        new_event("rebalance_started", "cg", 1_000, generation=1, cause_category="member_joined",
+                  reason="Member b joins the consumer group using the consumer protocol.", **consumer),
+        new_event("member_failed", "cg", 1_200, member_id="a", group_instance_id=None, **consumer,
+                  reason="Member a fenced from the group because it failed to transition from epoch 1 within 300ms."),
+        new_event("rebalance_started", "cg", 1_200, generation=2, cause_category="rebalance_timeout",
+                  reason="Member a fenced from the group because it failed to transition from epoch 1 within 300ms.",
+                  **consumer),
+        new_event("rebalance_completed", "cg", 1_500, generation=3, member_count=1, duration_ms=300, **consumer),
+        new_event("rebalance_started", "cg", 2_000, generation=3, cause_category="subscription_changed",
+                  reason="Member b updated its subscribed topics to: [t1, t2].", **consumer),
+        new_event("rebalance_completed", "cg", 2_100, generation=4, member_count=1, duration_ms=100, **consumer),
+    ]
+    assert all(problem_of(event) is None for event in events)
+    moment = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    frame = spark.createDataFrame([(json.dumps(e).encode(), 0, offset, moment) for offset, e in enumerate(events)],
+                                  "value binary, partition int, offset long, timestamp timestamp")
+    parsed = parse(frame)
+    assert {row["protocol"] for row in parsed.select("protocol").collect()} == {"consumer"}
+    rows = sorted(rebalances(parsed.filter("problem is null"), TimeRange(0, 3_000)).collect(),
+                  key=lambda row: row["episode"])
+    assert [(r["status"], r["triggers"], r["reason_category"], r["from_generation"], r["generation"],
+             r["duration_ms"]) for r in rows] == [("completed", 2, "member_joined", 1, 3, 300),
+                                                  ("completed", 1, "subscription_changed", 3, 4, 100)]

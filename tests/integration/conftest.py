@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from coordinator.embedded.broker import EmbeddedKafka
 from coordinator.embedded.jaeger import EmbeddedJaeger, built_jaeger
 
 
@@ -15,3 +16,15 @@ def jaeger() -> Iterator[EmbeddedJaeger]:
         pytest.fail("the project's Jaeger build is missing: run scripts/setup.sh (it builds it once per machine)")
     with EmbeddedJaeger(binary) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def kafka_tv1() -> Iterator[str]:
+    """A broker of its own (own data dir and ports, stopped here) formatted with transaction.version=1."""
+    broker = EmbeddedKafka(features={"transaction.version": 1}, heap_mb=384, jvm_options=("-XX:TieredStopAtLevel=1",))
+    broker.start_blocking()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop_blocking()
+        broker.remove_data()

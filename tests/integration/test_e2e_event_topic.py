@@ -25,7 +25,7 @@ EXPIRY_NOTICED_WITHIN_S = 60  # past the session: only keeps a broken expiry fro
 READ_BACK_WITHIN_S = 120  # a fresh reader's group join and fetch on a loaded machine: waits for the event, bounded
 DOCUMENTED_FIELDS = {
     "state_change": {"old_state", "new_state", "generation"},
-    "member_joined": {"member_id", "group_instance_id", "client_id", "client_host"},
+    "member_joined": {"member_id", "group_instance_id", "client_id", "client_host", "principal", "security_protocol"},
     "member_failed": {"member_id", "group_instance_id", "reason"},
     "rebalance_started": {"generation", "reason", "cause_category"},
     "rebalance_completed": {"generation", "member_count", "duration_ms"},

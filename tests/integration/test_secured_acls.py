@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import ssl
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -163,10 +165,12 @@ async def probe(client: KafkaClient, prefix: str) -> dict[str, Any]:
     return seen
 
 
-async def commit(client: KafkaClient, group: str, topics: dict[str, tuple[int, ...]]) -> list[tuple[str, int, int]]:
+async def commit(client: KafkaClient, group: str, topics: dict[str, tuple[int, ...]], generation: int = -1,
+                 member_id: str = "") -> list[tuple[str, int, int]]:
     entry, partition = nested(ApiKey.OFFSET_COMMIT, 8, "topics"), nested(ApiKey.OFFSET_COMMIT, 8, "topics",
                                                                          "partitions")
-    body = request(ApiKey.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+    body = request(ApiKey.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=generation,
+                   member_id=member_id,
                    group_instance_id=None, topics=tuple(entry(name=t, partitions=tuple(
                        partition(partition_index=p, committed_offset=5, committed_leader_epoch=-1,
                                  committed_metadata="") for p in ps)) for t, ps in topics.items()))
@@ -440,3 +444,145 @@ async def test_a_coordinator_that_may_not_read_the_acls_says_so_and_exits(acl_br
     assert process.returncode == 1 and len(said) == 1, err.decode(errors="replace")[-3000:]
     assert "DESCRIBE on the cluster" in said[0], err.decode(errors="replace")[-5000:]
 
+
+
+async def regex_assignment(client: KafkaClient, group: str, regex: str) -> list[str]:
+    """A consumer-protocol member subscribing with `regex` (v1, its own member id), heartbeating as a client does
+    until it holds an assignment; the topics of it, by name, as ConsumerGroupDescribe names them."""
+    member_id, epoch = str(uuid.uuid4()), 0
+    body = lambda: request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id=member_id,  # noqa: E731
+                           member_epoch=epoch, instance_id=None, rack_id=None, rebalance_timeout=ms(30_000),
+                           subscribed_topic_names=None, subscribed_topic_regex=regex if epoch == 0 else None,
+                           server_assignor=None, topic_partitions=() if epoch == 0 else None)
+
+    async def holds_partitions() -> bool:
+        nonlocal epoch
+        answer = await client.request(body())
+        assert answer.error_code in (0, 14, 15, 16), (answer.error_code, answer.error_message)  # loading: again
+        epoch = int(answer.member_epoch) if answer.error_code == 0 else epoch
+        return answer.error_code == 0 and answer.assignment is not None and bool(answer.assignment.topic_partitions)
+
+    await until(holds_partitions, 60, f"an assignment in {group}")
+    described = await client.request(request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=(group,),
+                                             include_authorized_operations=False))
+    [described_group] = described.groups  # a topic the member may not describe: 29 (as Kafka answers it)
+    assert described_group.error_code == 0, (group, described_group.error_code, described_group.error_message)
+    [member] = described_group.members
+    await client.request(request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id=member_id,
+                                 member_epoch=-1, instance_id=None, rack_id=None, rebalance_timeout=ms(30_000),
+                                 subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None,
+                                 topic_partitions=None))
+    return sorted(t.topic_name for t in member.assignment.topic_partitions)
+
+
+async def test_a_regex_subscription_gets_the_topics_its_principal_may_describe_as_on_the_broker(
+        acl_broker: AclBroker) -> None:
+    """The same regular expression from two principals with different topic rights: each group's assignment
+    holds only the topics its member may DESCRIBE, the same on Kafka's coordinator and on ours."""
+    broker, prefix = acl_broker.broker, acl_broker.prefix
+    kafka_host, kafka_port = broker.sasl_ssl_bootstrap.rsplit(":", 1)
+    visible, hidden = f"{prefix}-rx-visible", f"{prefix}-rx-hidden"
+    admin = acl_broker.admin()
+    for future in admin.create_topics([NewTopic(t, 2, 1) for t in (visible, hidden)]).values():
+        future.result(60)
+    group, topic, prefixed = ResourceType.GROUP, ResourceType.TOPIC, ResourcePatternType.PREFIXED
+    await asyncio.to_thread(
+        acl_broker.acls,
+        allow(topic, visible, "User:alice", AclOperation.DESCRIBE),  # alice: one of the two (her groups: app-)
+        allow(group, f"{prefix}-rx-", "User:bob", AclOperation.READ, prefixed),  # bob: both topics
+        allow(topic, f"{prefix}-rx-", "User:bob", AclOperation.DESCRIBE, prefixed))
+    settings = ("ssl.keystore.type=PEM", f"ssl.keystore.location={acl_broker.certificates.broker_keystore}",
+                f"super.users={SUPER_USERS}", f"acl.refresh.interval.ms={REFRESH_MS}")
+    regex = f"{prefix}-rx-.*"
+    async with service(broker.sasl_ssl_bootstrap, f"{prefix}-state", *FAST, *settings, relay=True,
+                       listen="SASL_SSL://127.0.0.1:0",
+                       args=("--command-config", str(acl_broker.properties("coordinator")))) as running:
+        assignments: dict[bool, dict[str, list[str]]] = {}
+        for ours in (False, True):
+            host, port = ("127.0.0.1", running.port) if ours else (kafka_host, int(kafka_port))
+            seen = assignments.setdefault(ours, {})
+            for user, member_group in (("alice", f"{prefix}-app-rx-{int(ours)}"),
+                                       ("bob", f"{prefix}-rx-{int(ours)}")):
+                client = await connect(host, port, acl_broker.sasl(user), client_id=f"rx-{user}", timeout_ms=30_000)
+                try:
+                    await until(lambda: loaded(client, prefix), TIMEOUT_S, "state loaded")  # noqa: B023
+                    seen[user] = await regex_assignment(client, member_group, regex)
+                finally:
+                    await client.close()
+    assert assignments[True] == assignments[False], assignments
+    assert assignments[True] == {"alice": [visible], "bob": sorted([hidden, visible])}
+
+
+async def test_the_principal_is_on_request_spans_member_spans_and_member_events(acl_broker: AclBroker) -> None:
+    """Over our SASL_SSL listener: alice's JoinGroup, SyncGroup and OffsetCommit. Her principal and the
+    listener's security protocol are on the OffsetCommit span, on her JoinGroup/SyncGroup wait spans of the
+    rebalance trace, on its "member joined" event, and in the member_joined event on the event topic."""
+    from confluent_kafka import Consumer
+
+    from tests.support.otlp_receiver import OtlpReceiver
+    from tests.support.wire import sync
+
+    broker, prefix = acl_broker.broker, acl_broker.prefix
+    receiver = OtlpReceiver().start()
+    group, topic = f"{prefix}-app-traced", f"{prefix}-t1"
+    event_topic = f"{prefix}-state-events"  # within the coordinator's prefixed ACL (the fixture's)
+    settings = ("ssl.keystore.type=PEM", f"ssl.keystore.location={acl_broker.certificates.broker_keystore}",
+                f"super.users={SUPER_USERS}")
+    expected = {"coordinator.client.principal": "User:alice", "coordinator.client.security_protocol": "SASL_SSL"}
+    try:
+        async with service(broker.sasl_ssl_bootstrap, f"{prefix}-state", *FAST, *settings, relay=True,
+                           listen="SASL_SSL://127.0.0.1:0", event_topic=event_topic,
+                           args=("--command-config", str(acl_broker.properties("coordinator"))),
+                           extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                                      "OTEL_BSP_SCHEDULE_DELAY": "200"}) as running:
+            alice = await connect("127.0.0.1", running.port, acl_broker.sasl("alice"), client_id="traced-alice",
+                                  timeout_ms=30_000)
+            try:
+                answers: list[Any] = []
+
+                async def member_id_given() -> bool:  # the group's partition loading: asked again
+                    answers[:] = [await join(alice, group, topics=(topic,))]
+                    return answers[0].error_code != 14
+
+                await until(member_id_given, TIMEOUT_S, "the group's partition loaded")
+                joined = await join(alice, group, answers[0].member_id, topics=(topic,))
+                assert joined.error_code == 0, joined
+                synced = await sync(alice, group, joined.generation_id, joined.member_id,
+                                    {joined.member_id: b""})
+                assert synced.error_code == 0, synced
+                committed = await commit(alice, group, {topic: (0,)}, joined.generation_id, joined.member_id)
+                assert committed == [(topic, 0, 0)], committed
+            finally:
+                await alice.close()
+
+            def traced(spans: list[Any]) -> bool:
+                names = {s.name for s in spans}
+                return "OffsetCommit" in names and any(n.startswith("SyncGroup wait") for n in names)
+
+            spans = await asyncio.to_thread(receiver.wait_for, traced, 60)
+        [offset_commit] = [s for s in spans if s.name == "OffsetCommit"]
+        assert offset_commit.attributes.items() >= expected.items(), offset_commit.attributes
+        waits = [s for s in spans if s.name.startswith(("JoinGroup wait", "SyncGroup wait"))]
+        assert len(waits) == 2 and all(s.attributes.items() >= expected.items() for s in waits), waits
+        joined_events = [attributes for s in spans for name, _, attributes in s.events if name == "member joined"]
+        assert joined_events and all(e.items() >= expected.items() for e in joined_events), joined_events
+    finally:
+        receiver.stop()
+
+    consumer = Consumer({"bootstrap.servers": broker.sasl_ssl_bootstrap, **acl_broker.sasl("admin").librdkafka,
+                         "group.id": unique("traced-reader"), "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([event_topic])
+        member_joined: dict[str, Any] | None = None
+        deadline = time.monotonic() + 60
+        while member_joined is None:
+            assert time.monotonic() < deadline, "no member_joined event for the group on the event topic"
+            message = await asyncio.to_thread(consumer.poll, 1.0)
+            if message is None or message.error():
+                continue
+            event = json.loads(message.value())
+            if event["type"] == "member_joined" and event["group_id"] == group:
+                member_joined = event
+        assert (member_joined["principal"], member_joined["security_protocol"]) == ("User:alice", "SASL_SSL")
+    finally:
+        consumer.close()

@@ -9,12 +9,11 @@ On the default embedded broker (`transaction.version` 2, KIP-890 part 2) and on 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from coordinator.embedded.broker import EmbeddedKafka
 from protocol.client import KafkaClient
 from protocol.fetch_reader import MarkerType, fetch
 from tests.support.transactions_wire import (
@@ -25,18 +24,6 @@ pytestmark = pytest.mark.integration
 
 NONE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE = 0, 45, 47, 120
 INVALID_TXN_STATE = 48
-
-
-@pytest.fixture(scope="module")
-def kafka_tv1() -> Iterator[str]:
-    """A broker of its own (own data dir and ports, stopped here) formatted with transaction.version=1."""
-    broker = EmbeddedKafka(features={"transaction.version": 1}, heap_mb=384, jvm_options=("-XX:TieredStopAtLevel=1",))
-    broker.start_blocking()
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop_blocking()
-        broker.remove_data()
 
 
 class Roles:

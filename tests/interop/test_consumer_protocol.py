@@ -100,7 +100,7 @@ async def test_a_killed_consumer_is_fenced_at_its_session_timeout(kafka_bootstra
             await victim.kill()  # no leave: only the session timeout (10 s here) can tell
             await wait_until(lambda: sorted(survivor.assigned) == list(range(6)), TIMEOUT_S,
                              "the survivor owning every partition")
-            line = f"Member {victim_id} fenced from the group because the member session expired.."
+            line = f"Member {victim_id} fenced from the group because the member session expired."
             assert line in running.log_path.read_text(errors="replace")
             produced = await asyncio.to_thread(produce, bootstrap, topic, 0, RECORDS_PER_PARTITION)
             total = sum(len(values) for values in produced.values())

@@ -161,3 +161,39 @@ async def test_downgrade_when_the_last_consumer_protocol_member_leaves(kafka_boo
             await stop_all(everyone)
             for c in everyone:
                 print(c.name, c.assigned, len(c.records), c.stderr.decode(errors="replace")[-1500:])
+
+
+@pytest.mark.parametrize("target", ["ours", "kafka"])
+async def test_downgrade_when_a_classic_static_member_replaces_the_last_consumer_protocol_member(
+        kafka_bootstrap: str, target: str) -> None:
+    """A static consumer-protocol member and a classic consumer share a topic; the static one stops (leaving for
+    now, epoch -2) and a classic consumer with its group.instance.id and another subscription takes its place: the
+    group becomes a classic group again and both classic consumers get their topics' partitions."""
+    topic, other, group = unique("mixed-static"), unique("mixed-static-other"), unique("mixed-static-group")
+    for name in (topic, other):
+        await asyncio.to_thread(create_topic, kafka_bootstrap, name, PARTITIONS)
+    async with coordinator(target, kafka_bootstrap) as port:
+        bootstrap = f"127.0.0.1:{port}"
+        static = {"group.instance.id": "replaced"}
+        modern = await ConsumerProcess("confluent", "modern", bootstrap, topic, group, "uniform", settings=static,
+                                       protocol="consumer").start()
+        everyone = [modern]
+        try:
+            await wait_until(lambda: settled_assignment([modern]), TIMEOUT_S, "the consumer-protocol member")
+            classic = await ConsumerProcess("confluent", "classic", bootstrap, topic, group, "range", 10_000).start()
+            everyone.append(classic)
+            await wait_until(lambda: settled_assignment(everyone), TIMEOUT_S, "a classic member inside")
+            await modern.terminate()
+            assert modern.closed, modern.stderr[-2000:]
+            successor = await ConsumerProcess("confluent", "successor", bootstrap, other, group, "range", 10_000,
+                                              settings=static).start()
+            everyone.append(successor)
+            await wait_until(lambda: sorted(successor.assigned) == list(range(PARTITIONS))
+                             and sorted(classic.assigned) == list(range(PARTITIONS)), TIMEOUT_S,
+                             "each classic consumer owning its topic")
+            after = await describe(port, group)
+            assert int(after.error_code) == 69, after  # GROUP_ID_NOT_FOUND: a classic group now
+        finally:
+            await stop_all(everyone)
+            for c in everyone:
+                print(c.name, c.assigned, len(c.records), c.stderr.decode(errors="replace")[-1500:])

@@ -72,8 +72,9 @@ class MixedEnv:
         return await self.runtime.consumer_group_heartbeat(request)
 
     async def join(self, member_id: str = "", owned: tuple[int, ...] = (), instance_id: str | None = None,
-                   protocols: tuple[str, ...] = ("range",), version: int = 9) -> JoinGroupResponse:
-        metadata = encode_subscription(Subscription(("foo",), owned_partitions=(("foo", owned),) if owned else ()),
+                   protocols: tuple[str, ...] = ("range",), version: int = 9, topics: tuple[str, ...] = ("foo",)
+                   ) -> JoinGroupResponse:
+        metadata = encode_subscription(Subscription(topics, owned_partitions=(("foo", owned),) if owned else ()),
                                        version=1)
         return await self.runtime.join_group(JoinGroupRequest(
             GROUP, CLASSIC_SESSION_MS, REBALANCE_MS, member_id, instance_id, "consumer",
@@ -380,6 +381,41 @@ async def test_online_downgrade_when_the_last_consumer_protocol_member_leaves(en
     shard = other.shard_for(GROUP)
     assert GROUP not in shard.consumer_groups and list(shard.groups[GROUP].members) == [classic]
     await other.shutdown()
+
+
+async def test_a_classic_static_member_replacing_the_last_consumer_protocol_member_downgrades(env: MixedEnv
+                                                                                             ) -> None:
+    """Kafka 4.1's classicGroupJoinToConsumerGroup with validateOnlineDowngradeWithReplacedMember: the same
+    subscription keeps the consumer group (the joiner inherits the target); another one converts it."""
+    await env.heartbeat("a", 0, instance_id="i-a")
+    classic = (await env.join_with_id()).member_id
+    await env.heartbeat("a", -2, instance_id="i-a")
+    same = await env.join(instance_id="i-a")  # the same subscription: still a consumer group, nothing moves
+    assert same.error_code == Errors.NONE and env.group() is not None
+    assert set(env.group().members) == {classic, same.member_id}
+    await env.heartbeat("b", 0, instance_id="i-b")  # a consumer-protocol member again, then replaced
+    epoch = env.group().group_epoch
+    await env.heartbeat("b", -2, instance_id="i-b")
+    env.clear_records()
+    joined = await env.join(instance_id="i-b", topics=("foo", "bar"))
+    assert (joined.error_code, joined.protocol_type) == (Errors.NONE, "consumer")
+    assert env.group() is None
+    group = env.runtime.shard_for(GROUP).groups[GROUP]
+    assert group.state.value == "PreparingRebalance" and group.generation_id == epoch + 1
+    assert set(group.members) == {classic, same.member_id, joined.member_id}
+    write = env.store.writes[-1]  # one write: the replacement and its bump, the tombstones, the classic group
+    kinds = [getattr(r, "record_type", None) for r in write]
+    assert kinds[:7] == [RecordType.CURRENT_MEMBER_ASSIGNMENT, RecordType.TARGET_ASSIGNMENT_MEMBER,
+                         RecordType.MEMBER_METADATA, RecordType.MEMBER_METADATA, RecordType.TARGET_ASSIGNMENT_MEMBER,
+                         RecordType.CURRENT_MEMBER_ASSIGNMENT, RecordType.MEMBER_METADATA]
+    assert kinds[7] == RecordType.GROUP_METADATA and write[7].epoch == epoch + 1
+    assert kinds[-2:] == [RecordType.GROUP_METADATA, None] and type(write[-1]).__name__ == "GroupMetadataRecord"
+    assert [m.member_id for m in write[-1].value.members] == [classic, same.member_id, joined.member_id]
+    # answered with its member epoch (0: it took its predecessor's place and was not reconciled), so its SyncGroup
+    # is of another generation than the classic group's: it joins again, as the classic members must
+    assert joined.generation_id == 0
+    assert (await env.sync(joined.member_id, joined.generation_id))[0] == Errors.ILLEGAL_GENERATION
+    assert env.classic_heartbeat(classic, group.generation_id) == Errors.REBALANCE_IN_PROGRESS
 
 
 async def test_no_downgrade_under_an_upgrade_only_policy() -> None:

@@ -11,68 +11,15 @@ import uuid
 import pytest
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.records import (CurrentAssignmentRecord, GroupEpochRecord, MemberMetadataRecord,
                                               RecordType, TargetAssignmentEpochRecord, TargetAssignmentRecord,
                                               Tombstone)
-from coordinator.topics import StaticTopics, TopicImage
 from coordinator.group.runtime import GroupRuntime
-from coordinator.group.store import InMemoryGroupStore
-from coordinator.timer import ManualClock, SystemTimer
+from coordinator.topics import TopicImage
 from protocol.error_codes import Errors
-
-FOO = uuid.UUID(int=0xF00)
-BAR = uuid.UUID(int=0xBA2)
-SESSION_MS = 45_000
-GROUP = "g"
-JOIN_TOPICS = object()
-
-
-class Env:
-    def __init__(self, **config: int) -> None:
-        self.clock = ManualClock(1_000_000)
-        self.timer = SystemTimer("test", clock=self.clock, executor=lambda fn: fn())
-        self.config = CoordinatorConfig(**config)
-        self.store = InMemoryGroupStore()
-        self.runtime = GroupRuntime(self.config, self.timer, self.store, self.clock)
-        self.topics = StaticTopics([TopicImage(FOO, "foo", 6), TopicImage(BAR, "bar", 3)])
-        self.runtime.consumer_groups.topics = self.topics
-        self._seen = 0
-
-    @property
-    def records(self) -> list:
-        """The consumer group records written to the store since the last clear_records()."""
-        return self.store.consumer_records[self._seen:]
-
-    def clear_records(self) -> None:
-        self._seen = len(self.store.consumer_records)
-
-    async def heartbeat(self, member_id: str, epoch: int, owned: dict[uuid.UUID, tuple[int, ...]] | None = None,
-                        topics: tuple[str, ...] | None | object = JOIN_TOPICS, **fields) -> HeartbeatResponse:
-        """A join (epoch 0) subscribes to foo unless `topics` says otherwise; other heartbeats send no names."""
-        if topics is JOIN_TOPICS:
-            topics = ("foo",) if epoch == 0 else None
-        if epoch == 0:
-            fields.setdefault("rebalance_timeout_ms", 30_000)
-            owned = {} if owned is None else owned
-        request = HeartbeatRequest(GROUP, member_id, epoch, subscribed_topic_names=topics,
-                                   owned=None if owned is None else list(owned.items()), client_id=member_id,
-                                   client_host="/127.0.0.1", **fields)
-        return await self.runtime.consumer_group_heartbeat(request)
-
-    async def resolved(self) -> None:
-        """Regular expression resolutions under way are done and their records written."""
-        await self.runtime.consumer_groups.drain()
-        for _ in range(5):
-            await asyncio.sleep(0)
-
-    def group(self):  # type: ignore[no-untyped-def]
-        return self.runtime.shard_for(GROUP).consumer_groups.get(GROUP)
-
-    def advance(self, ms: int) -> None:
-        self.clock.advance(ms)
-        self.timer.advance_clock()
+from tests.support.consumer_group_env import BAR, FOO, GROUP, SESSION_MS, Env
 
 
 @pytest.fixture
@@ -150,7 +97,7 @@ async def test_session_expiry_fences_the_member_with_kafkas_line(env: Env, caplo
     with caplog.at_level(logging.INFO, logger="coordinator.group"):
         env.advance(SESSION_MS - 3 * 14_000)
     assert "b" not in env.group().members and env.group().group_epoch == 3
-    assert "[GroupId g] Member b fenced from the group because the member session expired.." in caplog.text
+    assert "[GroupId g] Member b fenced from the group because the member session expired." in caplog.messages
 
 
 async def test_a_member_that_does_not_revoke_is_fenced_at_its_rebalance_timeout(env: Env, caplog) -> None:
@@ -478,6 +425,52 @@ async def test_regex_subscription_is_resolved_after_the_join(env: Env) -> None:
     await env.resolved()
     assert env.group().resolved_regexes["foo.*"].topics == ("foo", "foo-2", "foo-3")
     assert env.group().group_epoch == 4
+
+
+async def test_a_regex_resolves_to_the_topics_its_requester_may_describe(env: Env) -> None:
+    """Kafka's filterTopicDescribeAuthorizedTopics: the principal of the heartbeat that asked for the resolution,
+    the ACLs when it runs; the resolution is the group's, and an ACL change alone resolves nothing again."""
+    from coordinator.security.authorizer import (Acl, Acls, Authorizer, Operation, PatternType, Permission,
+                                                 ResourceType)
+
+    authorizer = Authorizer()
+    grants = [Acl(ResourceType.TOPIC, "foo", PatternType.LITERAL, "User:alice", "*", Operation.READ,
+                  Permission.ALLOW)]
+    authorizer.use(Acls(grants))
+
+    def rights(principal: str):  # what ConnectionContext.describable_topics answers for that principal
+        return lambda names: {name for name in names if authorizer.allows(
+            principal, "127.0.0.1", Operation.DESCRIBE, ResourceType.TOPIC, name, audited=False)}
+
+    env.topics.put(TopicImage(uuid.UUID(int=0xF01), "foo-2", 2))
+    alice = rights("User:alice")
+    a = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="foo.*", describable_topics=alice)
+    await env.resolved()
+    assert env.group().resolved_regexes["foo.*"].topics == ("foo",)  # foo-2 matches, alice may not describe it
+    assert authorizer.refused == 0  # a filter's denial is not a refusal
+    a = await env.heartbeat("a", a.member_epoch, owned={}, describable_topics=alice)
+    assert (a.error, a.assignment) == (Errors.NONE, {FOO: tuple(range(6))})
+    # bob may describe nothing, yet joins the resolution already made: it is the group's, not the member's
+    bob = await env.heartbeat("b", 0, topics=None, subscribed_topic_regex="foo.*",
+                              describable_topics=rights("User:bob"))
+    assert bob.member_epoch == 3 and env.group().resolved_regexes["foo.*"].topics == ("foo",)
+
+    async def refreshed() -> None:  # alice's heartbeat after the 10 s interval, and what it asked resolved
+        env.advance(10_001)
+        answer = await env.heartbeat("a", env.group().members["a"].member_epoch, owned=None,
+                                     describable_topics=alice)
+        assert answer.error is Errors.NONE
+        await env.resolved()
+
+    # a new ACL alone: the next refresh finds no new topic and keeps the resolution
+    grants.append(dataclasses.replace(grants[0], name="foo-", pattern=PatternType.PREFIXED))
+    authorizer.use(Acls(grants))
+    await refreshed()
+    assert env.group().resolved_regexes["foo.*"].topics == ("foo",)
+    # a new topic: resolved again, under the ACLs now
+    env.topics.put(TopicImage(uuid.UUID(int=0xF02), "foo-3", 4))
+    await refreshed()
+    assert env.group().resolved_regexes["foo.*"].topics == ("foo", "foo-2", "foo-3")
 
 
 async def test_invalid_regex_and_the_last_subscriber_leaving(env: Env) -> None:

@@ -62,3 +62,23 @@ def test_without_tracing_the_coordinators_rebalance_line_is_the_event(tmp_path: 
         demo_log.close_log()
     assert [(e.kind, e.trace_id, e.took_ms) for e in events] == [("rebalance", None, 31)]
     assert event_lines(events[0], 80)[0].endswith("↻ g generation 4 in 31 ms")
+
+
+def test_a_consumer_groups_fence_and_rebalance_reach_the_terminal(tmp_path: Path) -> None:
+    """A KIP-848 group's lines: Kafka 4.1's fence line, and its rebalance told by group epoch."""
+    demo_log = DemoLog(tmp_path / "demo.log", traced=True)
+    demo_log.open_log()
+    try:
+        shard, tracer = logging.getLogger("coordinator.group"), logging.getLogger("coordinator.telemetry")
+        shard.info("[GroupId %s] %s", "demo-kip848",
+                   "Member m-1 fenced from the group because the member session expired.")
+        tracer.info("event=rebalance_trace_started group=demo-kip848 protocol=consumer group_epoch=3 "
+                    "reason_category=session_timeout trace_id=%s", TRACE)
+        tracer.info("event=rebalance_trace_completed group=demo-kip848 protocol=consumer group_epoch=3 members=1 "
+                    "duration_ms=150 trace_id=%s", TRACE)
+        events = demo_log.drain()
+    finally:
+        demo_log.close_log()
+    assert [e.kind for e in events] == ["failed", "rebalance"]
+    assert events[0].text.endswith("Member m-1 fenced from the group because the member session expired.")
+    assert events[1].text == "↻ demo-kip848 group epoch 3 in 150 ms, session_timeout"

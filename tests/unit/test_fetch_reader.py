@@ -61,6 +61,19 @@ def test_batches_parse_back_field_by_field() -> None:
     assert (marker.base_offset, marker.is_control, marker.marker, marker.records) == (4, True, MarkerType.COMMIT, ())
 
 
+def test_batches_whose_records_are_not_wanted_come_with_their_header_only() -> None:
+    asked: list[tuple[int, bool]] = []
+
+    def wants_records(producer_id: int, transactional: bool) -> bool:
+        asked.append((producer_id, transactional))
+        return transactional
+
+    data, plain, marker = parse_batches(log_bytes(), wants_records=wants_records)
+    assert asked == [(4242, True), (4242, False)]  # a control batch is always read (its marker)
+    assert len(data.records) == 3 and marker.marker == MarkerType.COMMIT
+    assert (plain.base_offset, plain.last_offset, plain.is_transactional, plain.records) == (3, 3, False, ())
+
+
 def test_a_partial_last_batch_is_left_for_the_next_fetch() -> None:
     data = log_bytes()
     for cut in range(len(data) - 30, len(data)):

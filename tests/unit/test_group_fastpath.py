@@ -6,6 +6,7 @@ decoder would read differently or reject."""
 from __future__ import annotations
 
 import datetime
+import random
 import struct
 
 import pytest
@@ -25,6 +26,8 @@ from protocol.group_fastpath import (
     sync_group_fields,
 )
 from protocol.messages import build, error, item_class
+from tests.fuzz.corpus import request_frame
+from tests.fuzz.mutate import mutate
 
 JOIN_VERSIONS = range(0, 10)
 SYNC_VERSIONS = range(0, 6)
@@ -210,3 +213,24 @@ def test_sync_group_response_packs_as_kio_does(version, error_code, protocol_typ
               assignment=assignment))
     packed = pack_sync_group_response(version, correlation_id, error_code, protocol_type, protocol_name, assignment)
     assert packed == expected
+
+
+@pytest.mark.parametrize("api_key,version", [(ApiKey.JOIN_GROUP, v) for v in JOIN_VERSIONS]
+                         + [(ApiKey.SYNC_GROUP, v) for v in SYNC_VERSIONS])
+def test_the_fuzzers_mutations_read_as_the_general_decoder_reads_them_or_not_at_all(api_key, version):
+    """The mutation fuzzer's corpus frame (tests/fuzz) and 300 seeded mutations of it (forged and null lengths,
+    over-long varints, bad UTF-8, unknown tags, truncation, bit flips, noise): the hand reader reads the frame
+    itself, and every mutation either as the general decoder does or not at all."""
+    reader, fields_of = ((read_join_group, join_fields_of) if api_key == ApiKey.JOIN_GROUP
+                         else (read_sync_group, sync_fields_of))
+    corpus = request_frame(api_key, version)
+    assert reader(corpus.payload) is not None  # the usual shape is read by hand
+    rng = random.Random(api_key * 100 + version)
+    accepted = 0
+    for _ in range(300):
+        _name, mutated = mutate(corpus, rng)
+        payload = mutated[4:]  # the size prefix is the framing's (a lie there never reaches a reader)
+        fast = reader(payload)
+        agrees_with_general_decoder(payload, fast, fields_of)
+        accepted += fast is not None
+    assert 0 < accepted < 300  # value mutations are read by hand; malformed ones are left to the general decoder

@@ -36,6 +36,7 @@ def test_served_table_is_the_one_the_issue_asks_for() -> None:
         "OFFSET_FETCH": (1, 9), "DESCRIBE_GROUPS": (0, 5), "LIST_GROUPS": (0, 5), "DELETE_GROUPS": (0, 2),
         "OFFSET_DELETE": (0, 0), "CONSUMER_GROUP_HEARTBEAT": (0, 1), "CONSUMER_GROUP_DESCRIBE": (0, 1),
         "ADD_OFFSETS_TO_TXN": (0, 4),  # answered with the relay (the cluster's transaction coordinator)
+        "TXN_OFFSET_COMMIT": (0, 5),  # Kafka 4.1's: appended to our state partition in the client's transaction
     }
 
 
@@ -44,7 +45,7 @@ def test_served_table_is_the_one_the_issue_asks_for() -> None:
     [(ApiKey.API_VERSIONS, 3), (ApiKey.METADATA, 9), (ApiKey.FIND_COORDINATOR, 3), (ApiKey.JOIN_GROUP, 6),
      (ApiKey.SYNC_GROUP, 4), (ApiKey.HEARTBEAT, 4), (ApiKey.LEAVE_GROUP, 4), (ApiKey.OFFSET_COMMIT, 8),
      (ApiKey.OFFSET_FETCH, 6), (ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.LIST_GROUPS, 3), (ApiKey.DELETE_GROUPS, 2),
-     (ApiKey.OFFSET_DELETE, 99)],
+     (ApiKey.OFFSET_DELETE, 99), (ApiKey.TXN_OFFSET_COMMIT, 3)],
 )
 def test_header_versions_follow_first_flexible_version(api_key: ApiKey, first_flexible: int) -> None:
     api = SERVED_APIS[api_key]

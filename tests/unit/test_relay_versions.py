@@ -28,6 +28,8 @@ def test_group_apis_keep_our_ranges_and_rewritten_ones_are_intersected() -> None
     # KIP-848's APIs are ours because we serve them, never the cluster's (its coordinator must not see our groups)
     local = local_keys(SERVED)
     assert table[68] == table[69] == (0, 1) and route_of(68, local) is route_of(69, local) is Route.LOCAL
+    # TxnOffsetCommit: the offsets go to our state partition, at Kafka 4.1's versions
+    assert table[28] == (0, 5) and route_of(28, local) is Route.LOCAL
 
 
 def test_apis_whose_responses_carry_addresses_are_capped_or_left_out() -> None:
@@ -35,7 +37,7 @@ def test_apis_whose_responses_carry_addresses_are_capped_or_left_out() -> None:
     assert table[0] == (3, 9)  # Produce v10+ carries NodeEndpoints
     assert table[1] == (4, 15)  # Fetch v16+ carries NodeEndpoints
     assert table[55] == (0, 1)  # DescribeQuorum v2 carries controller endpoints
-    for absent in (28, 60, 76, 78, 17, 36, 999):
+    for absent in (60, 76, 78, 17, 36, 999):
         assert absent not in table, absent
     assert table[2] == (1, 10) and table[22] == (0, 5)
 

@@ -281,13 +281,53 @@ async def test_a_parked_handler_resets_its_context_variables_where_it_set_them_a
         env.coordinator.join_group = join_group
         leader, leader_id = await _stable_member(env)
         newcomer = await env.client()
-        parked = await _parked_join(env, newcomer)  # parks: its first step and its Task are apart
+        parked = await _parked_join(env, newcomer)  # parks: its first step and the rest are apart
         rejoined = await join(leader, "g", leader_id)
         assert rejoined.error_code == 0 and (await parked).error_code == 0
         again = await join(newcomer, "g", (await parked).member_id)  # a later request on the parked connection
         assert again.error_code in (0, 27)
         assert reset_errors == []
         assert seen_before == [None] * len(seen_before) and len(seen_before) >= 5
+
+
+async def test_parked_join_and_sync_are_answered_without_a_task_each() -> None:
+    """A rebalance resumes every parked member at once: JoinGroup and SyncGroup carry on in the awaited future's
+    callback (no Task, no extra loop turns), and the requests pipelined behind them still come back in order."""
+    async with RunningServer() as env:
+        tasks_after_wait: list[object] = []
+        for name in ("join_group", "sync_group"):
+            original = getattr(env.coordinator, name)
+
+            async def waited(req, original=original):
+                response = await original(req)
+                tasks_after_wait.append(asyncio.current_task())
+                return response
+
+            setattr(env.coordinator, name, waited)
+        leader, leader_id = await _stable_member(env)
+        newcomer = await env.client()
+        parked = await _parked_join(env, newcomer)
+        rejoined = await join(leader, "g", leader_id)
+        joined = await parked
+        assert rejoined.error_code == 0 and joined.error_code == 0
+        assert rejoined.generation_id == joined.generation_id
+        busy_before = len(env.server._busy)
+        follower_sync = newcomer.send(request(  # parks until the leader's assignment is written
+            ApiKey.SYNC_GROUP, 5, group_id="g", generation_id=joined.generation_id, member_id=joined.member_id,
+            group_instance_id=None, protocol_type="consumer", protocol_name="range", assignments=()))
+        behind = newcomer.send(heartbeat("g", joined.generation_id, joined.member_id))
+        for _ in range(200):
+            if len(env.server._busy) > busy_before:
+                break
+            await asyncio.sleep(0.005)
+        else:
+            raise AssertionError("the follower's SyncGroup did not park")
+        leader_sync = await sync(leader, "g", rejoined.generation_id, leader_id,
+                                 {leader_id: b"L", joined.member_id: b"F"})
+        synced = await follower_sync
+        assert leader_sync.error_code == 0 and synced.error_code == 0 and synced.assignment == b"F"
+        assert (await behind).error_code == 0
+        assert len(tasks_after_wait) >= 4 and tasks_after_wait == [None] * len(tasks_after_wait)
 
 
 # The transport-level behaviour (in-order responses, pausing reads, shutdown) also holds on uvloop, the optional

@@ -144,3 +144,38 @@ async def test_command_says_where_jaeger_is_missing(capsys: pytest.CaptureFixtur
 
     assert await run_trace(args(jaeger_url=f"http://127.0.0.1:{free_port()}"), io.StringIO()) == 1
     assert "no Jaeger query API at" in capsys.readouterr().err
+
+
+def consumer_group_trace() -> dict[str, object]:
+    """A consumer group's (KIP-848) rebalance as Jaeger answers it: the root, the target, two members' moves."""
+    def span(span_id: str, name: str, start_ms: int, took_ms: int, tags: dict[str, object],
+             events: tuple[str, ...] = (), parent: str | None = "r") -> dict[str, object]:
+        return {"spanID": span_id, "operationName": name, "startTime": 1_700_000_000_000_000 + start_ms * 1000,
+                "duration": took_ms * 1000, "tags": [{"key": k, "value": v} for k, v in tags.items()],
+                "logs": [{"timestamp": 1_700_000_000_000_000, "fields": [{"key": "event", "value": e}]}
+                         for e in events],
+                "references": [] if parent is None else [{"refType": "CHILD_OF", "traceID": "ab" * 16,
+                                                          "spanID": parent}]}
+
+    root = span("r", "rebalance", 0, 520, {
+        "messaging.consumer.group.name": "orders", "coordinator.group.protocol": "consumer",
+        "coordinator.group_epoch": 2, "coordinator.group_epoch.previous": 1, "coordinator.member_count": 2,
+        "coordinator.rebalance.reason": "Member b joins the consumer group using the consumer protocol.",
+        "coordinator.rebalance.reason_category": "member_joined", "coordinator.rebalance.outcome": "stable"},
+        parent=None)
+    return {"data": [{"traceID": "ab" * 16, "spans": [
+        root, span("t", "target assignment", 0, 4, {}),
+        span("a", "reconcile a", 4, 416, {"coordinator.member.id": "a"},
+             ("revocation requested", "partitions revoked", "epoch reached")),
+        span("b", "reconcile b", 4, 516, {"coordinator.member.id": "b"},
+             ("waiting for partitions", "assignment delivered", "epoch reached"))]}]}
+
+
+def test_a_consumer_group_rebalance_is_drawn_by_group_epoch_with_each_members_move() -> None:
+    [rebalance] = rebalances_from_jaeger_json(consumer_group_trace())
+    text = to_text(render_rebalance(rebalance, 100))
+    assert "rebalance of orders  group epoch 1 → 2 · 520 ms · stable" in text
+    assert "[member_joined]" in text and "target assignment" in text
+    assert "reconcile a (revoked first, reached)" in text and "reconcile b (waited, reached)" in text
+    [line] = to_text(render_list([rebalance], 120)).splitlines()
+    assert "orders g2 520 ms member_joined" in line

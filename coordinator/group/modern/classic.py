@@ -28,9 +28,9 @@ from coordinator.group.api import (UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGrou
                                    LeaveGroupResponseMember, MemberIdentity, SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group import ConsumerGroup
-from coordinator.group.modern.heartbeat import MemberTimers, Settings, _compute_targets, _member_tombstones
+from coordinator.group.modern.heartbeat import (MemberTimers, Settings, _member_tombstones, current_target,
+                                                member_target, reconcile_member, subscribe)
 from coordinator.group.modern.member import ConsumerGroupMember, MemberState
-from coordinator.group.modern.reconciliation import FencedMemberEpoch, reconcile
 from coordinator.group.modern.records import (ClassicMemberMetadata, ConsumerGroupRecord, GroupEpochRecord,
                                               Partitions, TargetAssignmentRecord)
 from coordinator.group.modern.topics import metadata_hash
@@ -62,6 +62,8 @@ class ClassicJoinResult:
     records: list[ConsumerGroupRecord] = field(default_factory=list)
     response: JoinGroupResponse = field(default_factory=lambda: JoinGroupResponse(Errors.NONE))
     then: Callable[[], None] | None = None
+    downgrade: bool = False  # the records done, the group becomes a classic group (the joiner replaced the last
+    # consumer-protocol member with another subscription)
 
 
 def supports_classic_protocols(group: ConsumerGroup, protocol_type: str, names: set[str]) -> bool:
@@ -76,8 +78,11 @@ def supports_classic_protocols(group: ConsumerGroup, protocol_type: str, names: 
 
 
 def classic_join(group: ConsumerGroup, req: JoinGroupRequest, topics: TopicsView, settings: Settings,
-                 timers: ClassicTimers, now_ms: int) -> ClassicJoinResult:
-    """Raises ApiError (the response's error code)."""
+                 timers: ClassicTimers, now_ms: int, downgrades: Callable[[str], bool] = lambda _replaced: False
+                 ) -> ClassicJoinResult:
+    """Raises ApiError (the response's error code). `downgrades(replaced member id)`: whether a static member this
+    join replaces takes the group back to classic (Kafka's validateOnlineDowngradeWithReplacedMember); it does if
+    the joiner's subscription differs, else the joiner gets its predecessor's target as it is."""
     group_id = group.group_id
     is_unknown = req.member_id == UNKNOWN_MEMBER_ID
     member_id = str(uuid.uuid4()) if is_unknown else req.member_id
@@ -105,35 +110,16 @@ def classic_join(group: ConsumerGroup, req: JoinGroupRequest, topics: TopicsView
         subscribed_topic_names=tuple(sorted(set(subscription.topics))),
         client_id=req.client_id, client_host=req.client_host,
         classic=ClassicMemberMetadata(req.session_timeout_ms, tuple((p.name, p.metadata) for p in req.protocols)))
-    bump = group.group_epoch == 0
-    if not updated.same_subscription_metadata(member):
-        records.append(updated.metadata_record(group_id))
-        bump = bump or (updated.subscribed_topic_names, updated.subscribed_topic_regex) != (
-            member.subscribed_topic_names, member.subscribed_topic_regex)
-    group_epoch = group.group_epoch
-    if bump or now_ms >= group.metadata_refresh_deadline_ms:
-        new_hash = metadata_hash(group.subscribed_topic_names(updated, replaced), topics)
-        group.metadata_refresh_deadline_ms = now_ms + settings.metadata_refresh_interval_ms
-        if bump or new_hash != group.metadata_hash:
-            group_epoch += 1
-            records.append(GroupEpochRecord(group_id, group_epoch, new_hash))
-            log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group_epoch)
-    if group_epoch > group.assignment_epoch:
-        target_epoch = group_epoch
-        target = _compute_targets(group, updated, replaced, group_epoch, topics, records).get(member_id, {})
-    else:
-        target_epoch = group.assignment_epoch
-        target = group.targets.get(member_id, group.target_of(replaced) if replaced is not None else {})
-    if not updated.is_reconciled_to(target_epoch):
-        try:
-            reconciled = reconcile(updated, target_epoch, target, group.partition_epoch,
-                                   _owned(subscription, topics))
-        except FencedMemberEpoch as exc:
-            raise ApiError(Errors.FENCED_MEMBER_EPOCH, str(exc)) from exc
-        if not reconciled.same_assignment_state(updated):
-            records.append(reconciled.assignment_record(group_id))
-        updated = reconciled
+    downgrade = replaced is not None and downgrades(replaced)
+    group_epoch, changed = subscribe(group, member, updated, replaced, records, topics, settings, now_ms)
     protocol_name = req.protocols[0].name
+    if downgrade and changed:  # answered as it is; its SyncGroup finds the classic group rebalancing
+        return ClassicJoinResult(records, JoinGroupResponse(
+            Errors.NONE, member_id=member_id, generation_id=updated.member_epoch, protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol_name=protocol_name), lambda: timers.cancel_join_timeout(group_id, member_id), downgrade=True)
+    target = (current_target(group, member_id, replaced) if downgrade
+              else member_target(group, updated, replaced, group_epoch, records, topics))
+    updated = reconcile_member(group, updated, target, _owned(subscription, topics), records)
     response = JoinGroupResponse(Errors.NONE, member_id=member_id, generation_id=updated.member_epoch,
                                  protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=protocol_name)
 
@@ -301,10 +287,10 @@ def classic_leave(group: ConsumerGroup, leaving: Sequence[MemberIdentity], topic
             answers.append(LeaveGroupResponseMember(member_id, instance_id, Errors.NONE))
             continue
         if instance_id is None:
-            log.info("[Group %s] Dynamic Member %s has left group through explicit `LeaveGroup` request; client "
+            log.info("[GroupId %s] Dynamic member %s has left group through explicit `LeaveGroup` request; client "
                      "reason: %s", group_id, member_id, reason)
         else:
-            log.info("[Group %s] Static Member %s with instance id %s has left group through explicit `LeaveGroup` "
+            log.info("[GroupId %s] Static member %s with instance id %s has left group through explicit `LeaveGroup` "
                      "request; client reason: %s", group_id, member_id, instance_id, reason)
         tombstones = _member_tombstones(group_id, member_id)
         for record in tombstones:

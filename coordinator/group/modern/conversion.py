@@ -129,17 +129,33 @@ def validate_online_downgrade(group: ConsumerGroup, fenced_member_id: str, polic
                               ) -> bool:
     """Kafka's validateOnlineDowngradeWithFencedMember: the last consumer-protocol member goes and classic ones
     remain, within the policy and the classic group's maximum size."""
-    fenced = group.members.get(fenced_member_id)
+    if not _all_classic_except(group, fenced_member_id) or len(group.members) <= 1:
+        return False
+    return _downgrade_allowed(group, len(group.members) - 1, policy, classic_max_size)
+
+
+def validate_online_downgrade_with_replaced(group: ConsumerGroup, replaced_member_id: str, policy: str,
+                                            classic_max_size: int) -> bool:
+    """Kafka's validateOnlineDowngradeWithReplacedMember: a classic static member takes the place of the last
+    consumer-protocol member (the group keeps its size), within the policy and the classic group's maximum size."""
+    if not _all_classic_except(group, replaced_member_id):
+        return False
+    return _downgrade_allowed(group, len(group.members), policy, classic_max_size)
+
+
+def _all_classic_except(group: ConsumerGroup, member_id: str) -> bool:
+    """Kafka's ConsumerGroup.allMembersUseClassicProtocolExcept."""
+    member = group.members.get(member_id)
     classic = sum(1 for m in group.members.values() if m.uses_classic_protocol)
-    if fenced is None or fenced.uses_classic_protocol or classic != len(group.members) - 1:
-        return False
-    if len(group.members) <= 1:
-        return False
+    return member is not None and not member.uses_classic_protocol and classic == len(group.members) - 1
+
+
+def _downgrade_allowed(group: ConsumerGroup, size: int, policy: str, classic_max_size: int) -> bool:
     if not downgrade_enabled(policy):
         log.info("Cannot downgrade consumer group %s to classic group because the online downgrade is disabled.",
                  group.group_id)
         return False
-    if len(group.members) - 1 > classic_max_size:
+    if size > classic_max_size:
         log.info("Cannot downgrade consumer group %s to classic group because its group size is greater than "
                  "classic group max size.", group.group_id)
         return False
@@ -161,7 +177,7 @@ def consumer_group_tombstones(group: ConsumerGroup) -> list[ConsumerGroupRecord]
     return records
 
 
-def classic_group_from(group: ConsumerGroup, leaving_member_id: str, topics: TopicsView, now_ms: int,
+def classic_group_from(group: ConsumerGroup, leaving_member_id: str | None, topics: TopicsView, now_ms: int,
                        observer: GroupObserver) -> GroupMetadata:
     """Kafka's ClassicGroup.fromConsumerGroup: a Stable classic group at generation = group epoch whose members
     are the remaining (classic) ones, each assigned its target as a ConsumerProtocolAssignment."""

@@ -11,8 +11,9 @@ response. The caller replays the records onto the group, writes them, then answe
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -25,11 +26,11 @@ from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.member import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                                              ConsumerGroupMember, MemberState)
 from coordinator.group.modern.reconciliation import FencedMemberEpoch, OwnedPartitions, reconcile
-from coordinator.group.modern.regex import Refresh, regexes_after
+from coordinator.group.modern.regex import DescribableTopics, Refresh, regexes_after
 from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, Partitions, RecordType,
                                               TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone,
                                               sorted_partitions)
-from coordinator.group.modern.topics import metadata_hash
+from coordinator.group.modern.topics import bumped_group_epoch, metadata_hash
 from coordinator.topics import TopicsView
 from protocol.error_codes import Errors
 
@@ -53,6 +54,7 @@ class HeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     version: int = 1
+    describable_topics: DescribableTopics | None = None  # the requester's topic rights (regex.py resolutions)
 
 
 @dataclass(slots=True)
@@ -157,42 +159,19 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
     else:
         member, replaced = _static_member(group, member_id, epoch, request.instance_id, request.owned, records)
     updated = _updated(member, request)
-    bump = group.group_epoch == 0  # a new group moves away from epoch 0 whatever its first member subscribes to
-    if updated is not member and not updated.same_subscription_metadata(member):
-        records.append(updated.metadata_record(group_id))
-        bump = bump or updated.subscribed_topic_names != member.subscribed_topic_names
-    regex_bump, result.refresh_regexes = regexes_after(group, member, updated, records, topics, now_wall_ms)
-    bump = bump or regex_bump
-    group_epoch = group.group_epoch
-    if bump or now_ms >= group.metadata_refresh_deadline_ms:
-        # the subscribed topics are looked at again when the subscriptions change, and at most once per
-        # refresh interval otherwise (Kafka's metadata refresh deadline)
-        new_hash = metadata_hash(group.subscribed_topic_names(updated, replaced), topics)
-        group.metadata_refresh_deadline_ms = now_ms + settings.metadata_refresh_interval_ms
-        if bump or new_hash != group.metadata_hash:
-            group_epoch += 1
-            records.append(GroupEpochRecord(group_id, group_epoch, new_hash))
-            log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group_epoch)
 
-    if group_epoch > group.assignment_epoch:
-        targets = _compute_targets(group, updated, replaced, group_epoch, topics, records)
-        target_epoch, target = group_epoch, targets.get(member_id, {})
-    else:  # a replacing static member inherits its predecessor's target (ConsumerGroup.targetAssignment)
-        target_epoch = group.assignment_epoch
-        target = group.targets.get(member_id, group.target_of(replaced) if replaced is not None else {})
+    def regexes() -> bool:
+        bump, result.refresh_regexes = regexes_after(group, member, updated, records, topics, now_wall_ms)
+        return bump
 
-    if not updated.is_reconciled_to(target_epoch):
-        try:
-            reconciled = reconcile(updated, target_epoch, target, group.partition_epoch, request.owned)
-        except FencedMemberEpoch as exc:
-            raise ApiError(Errors.FENCED_MEMBER_EPOCH, str(exc)) from exc
-        if not reconciled.same_assignment_state(updated):
-            records.append(reconciled.assignment_record(group_id))
-            if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
-                timers.schedule_rebalance(group_id, member_id, reconciled.member_epoch,
-                                          reconciled.rebalance_timeout_ms)
-            else:
-                timers.cancel_rebalance(group_id, member_id)
+    group_epoch, _changed = subscribe(group, member, updated, replaced, records, topics, settings, now_ms, regexes)
+    target = member_target(group, updated, replaced, group_epoch, records, topics)
+    reconciled = reconcile_member(group, updated, target, request.owned, records)
+    if reconciled is not updated:
+        if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
+            timers.schedule_rebalance(group_id, member_id, reconciled.member_epoch, reconciled.rebalance_timeout_ms)
+        else:
+            timers.cancel_rebalance(group_id, member_id)
         updated = reconciled
     timers.schedule_session(group_id, member_id)
 
@@ -202,6 +181,69 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
         member_id=member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=settings.heartbeat_interval_ms,
         assignment=updated.assigned if full or updated.assigned != member.assigned else None)
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a member is reconciled towards: the assignment epoch and its partitions."""
+
+    epoch: int
+    partitions: Partitions
+
+
+def subscribe(group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember, replaced: str | None,
+              records: list[ConsumerGroupRecord], topics: TopicsView, settings: Settings, now_ms: int,
+              regexes: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
+    """The part Kafka 4.1's consumerGroupHeartbeat and classicGroupJoinToConsumerGroup share: the member's record 5
+    if its subscription metadata changed; the group epoch bumped (record 3) when its subscription changed, the
+    group is new, `regexes` says so (run between the two: the heartbeat's regular expressions; a classic member
+    has none), or the subscribed topics' metadata changed (looked at again at most once per refresh interval).
+    Returns the group epoch and whether the member's subscription changed."""
+    group_id = group.group_id
+    changed = False
+    if updated is not member and not updated.same_subscription_metadata(member):
+        records.append(updated.metadata_record(group_id))
+        changed = updated.subscribed_topic_names != member.subscribed_topic_names
+    bump = regexes() or changed or group.group_epoch == 0  # a new group leaves epoch 0 whatever it subscribes to
+    group_epoch = group.group_epoch
+    if bump or now_ms >= group.metadata_refresh_deadline_ms:
+        new_hash = metadata_hash(group.subscribed_topic_names(updated, replaced), topics)
+        group.metadata_refresh_deadline_ms = now_ms + settings.metadata_refresh_interval_ms
+        if bump or new_hash != group.metadata_hash:
+            group_epoch += 1
+            records.append(bumped_group_epoch(group_id, group_epoch, new_hash))
+    return group_epoch, changed
+
+
+def member_target(group: ConsumerGroup, updated: ConsumerGroupMember, replaced: str | None, group_epoch: int,
+                  records: list[ConsumerGroupRecord], topics: TopicsView) -> Target:
+    """The member's target: computed for every member when the group epoch is ahead of the assignment epoch, else
+    the current one (a replacing static member inherits its predecessor's)."""
+    if group_epoch > group.assignment_epoch:
+        targets = _compute_targets(group, updated, replaced, group_epoch, topics, records)
+        return Target(group_epoch, targets.get(updated.member_id, {}))
+    return current_target(group, updated.member_id, replaced)
+
+
+def current_target(group: ConsumerGroup, member_id: str, replaced: str | None) -> Target:
+    return Target(group.assignment_epoch, group.targets.get(
+        member_id, group.target_of(replaced) if replaced is not None else {}))
+
+
+def reconcile_member(group: ConsumerGroup, member: ConsumerGroupMember, target: Target, owned: OwnedPartitions,
+                     records: list[ConsumerGroupRecord]) -> ConsumerGroupMember:
+    """Kafka's maybeReconcile: the member moved towards its target (record 8 if that changed anything); the member
+    itself when it is reconciled already or nothing moved."""
+    if member.is_reconciled_to(target.epoch):
+        return member
+    try:
+        reconciled = reconcile(member, target.epoch, target.partitions, group.partition_epoch, owned)
+    except FencedMemberEpoch as exc:
+        raise ApiError(Errors.FENCED_MEMBER_EPOCH, str(exc)) from exc
+    if reconciled.same_assignment_state(member):
+        return member
+    records.append(reconciled.assignment_record(group.group_id))
+    return reconciled
 
 
 def _member(group: ConsumerGroup, member_id: str, epoch: int, owned: OwnedPartitions) -> ConsumerGroupMember:
@@ -338,11 +380,14 @@ def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, replace
     assignor_name = group.preferred_assignor(updated, replaced) or DEFAULT_ASSIGNOR
     spec = GroupSpec(specs, SubscriptionType.HOMOGENEOUS if homogeneous else SubscriptionType.HETEROGENEOUS,
                      partition_counts)
+    started = time.monotonic()
     try:
         assigned = ASSIGNORS[assignor_name].assign(spec)
     except AssignorError as exc:
         raise ApiError(Errors.UNKNOWN_SERVER_ERROR, f"Failed to compute a new target assignment for epoch "
                        f"{group_epoch}: {exc}.") from exc
+    log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor in %dms.",
+             group.group_id, group_epoch, assignor_name, (time.monotonic() - started) * 1000)
     targets: dict[str, Partitions] = {}
     for member_id in order:
         target = sorted_partitions(assigned.get(member_id, {}))
@@ -367,11 +412,11 @@ def leave(group: ConsumerGroup, request: HeartbeatRequest, topics: TopicsView, t
         return HeartbeatResult(fence(group, member, topics, timers), response)
     member = _known_static_member(group, member_id, instance_id)
     if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        log.info("[GroupId %s] Static Member %s with instance id %s temporarily left the consumer group.", group_id,
+        log.info("[GroupId %s] Static member %s with instance id %s temporarily left the consumer group.", group_id,
                  member_id, instance_id)
         leaving = member.replace(member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
         return HeartbeatResult([leaving.assignment_record(group_id)], response)
-    log.info("[GroupId %s] Static Member %s with instance id %s left the consumer group.", group_id, member_id,
+    log.info("[GroupId %s] Static member %s with instance id %s left the consumer group.", group_id, member_id,
              instance_id)
     return HeartbeatResult(fence(group, member, topics, timers), response)
 

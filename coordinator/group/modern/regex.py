@@ -7,12 +7,18 @@ A resolution runs after the heartbeat is answered, over all the group's regular 
 (sooner when one is not resolved yet); when some regular expression now matches other topics, or the new matches
 change the subscribed topics' metadata, it writes the resolutions (record 16) and bumps the group epoch, and the
 next heartbeat computes the target. A member's subscription is its names plus its regular expression's topics.
+
+With an authorizer, a resolution keeps only the topics the principal of the heartbeat that asked for it may
+DESCRIBE when it runs (filterTopicDescribeAuthorizedTopics): the resolution is the group's, so every member with
+that regular expression gets those topics. An ACL change alone resolves nothing again; the next resolution (a new
+regular expression in the group, or a new topic in the cluster, after the 10 s interval) applies the ACLs then.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,15 +27,16 @@ import re2
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.member import ConsumerGroupMember
-from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, RecordType, RegexRecord,
-                                              Tombstone)
-from coordinator.group.modern.topics import metadata_hash
+from coordinator.group.modern.records import ConsumerGroupRecord, RecordType, RegexRecord, Tombstone
+from coordinator.group.modern.topics import bumped_group_epoch, metadata_hash
 from coordinator.topics import TopicsView
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
 
 REGEX_BATCH_REFRESH_INTERVAL_MS = 10_000
+# of the topics given, those the requesting principal may DESCRIBE (None: the cluster has no authorizer)
+DescribableTopics = Callable[[Iterable[str]], Collection[str]]
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a client's bad pattern is its error, answered; not a line on our stderr
 
@@ -101,8 +108,10 @@ def regexes_after(group: ConsumerGroup, member: ConsumerGroupMember, updated: Co
     return bump, Refresh(frozenset(wanted), require) if wanted else None
 
 
-def resolve(regexes: frozenset[str], names: list[str]) -> dict[str, tuple[str, ...]]:
-    """Each regular expression's topics (full match); one that does not compile resolves to nothing."""
+def resolve(regexes: frozenset[str], names: list[str], *,
+            describable: DescribableTopics | None = None) -> dict[str, tuple[str, ...]]:
+    """Each regular expression's topics (full match) the principal may describe; one that does not compile
+    resolves to nothing. A topic denied is left out of every regular expression."""
     resolved: dict[str, tuple[str, ...]] = {}
     for regex in regexes:
         try:
@@ -112,7 +121,10 @@ def resolve(regexes: frozenset[str], names: list[str]) -> dict[str, tuple[str, .
             resolved[regex] = ()
             continue
         resolved[regex] = tuple(sorted(name for name in names if pattern.fullmatch(name) is not None))
-    return resolved
+    if describable is None:
+        return resolved
+    allowed = describable({name for matched in resolved.values() for name in matched})
+    return {regex: tuple(name for name in matched if name in allowed) for regex, matched in resolved.items()}
 
 
 def resolution_records(group: ConsumerGroup, resolved: dict[str, tuple[str, ...]], version: int, now_wall_ms: int,
@@ -132,7 +144,5 @@ def resolution_records(group: ConsumerGroup, resolved: dict[str, tuple[str, ...]
         records.append(RegexRecord(group.group_id, regex, matched, version, now_wall_ms))
     new_hash = metadata_hash(group.subscribed_topic_names(resolved=kept), topics)
     if bump or new_hash != group.metadata_hash:
-        epoch = group.group_epoch + 1
-        records.append(GroupEpochRecord(group.group_id, epoch, new_hash))
-        log.info("[GroupId %s] Bumped group epoch to %d.", group.group_id, epoch)
+        records.append(bumped_group_epoch(group.group_id, group.group_epoch + 1, new_hash))
     return records

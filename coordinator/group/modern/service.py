@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.config import CoordinatorConfig
@@ -28,11 +29,13 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.classic import classic_heartbeat, classic_join, classic_leave, classic_sync
 from coordinator.group.modern.conversion import (classic_group_from, consumer_group_records,
                                                  consumer_group_tombstones, converted, is_convertible,
-                                                 validate_online_downgrade, validate_online_upgrade)
+                                                 validate_online_downgrade, validate_online_downgrade_with_replaced,
+                                                 validate_online_upgrade)
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
-from coordinator.group.modern.regex import Refresh, resolution_records, resolve
+from coordinator.group.modern.observing import ConsumerGroupWatch, Fenced
+from coordinator.group.modern.regex import DescribableTopics, Refresh, resolution_records, resolve
 from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRecord, GroupEpochRecord, Partitions,
                                               RecordType, TargetAssignmentEpochRecord, TargetAssignmentRecord,
                                               Tombstone)
@@ -52,6 +55,8 @@ _AS_NOW = object()
 _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLLOWER, Errors.MESSAGE_TOO_LARGE,
                            Errors.RECORD_LIST_TOO_LARGE, Errors.CORRUPT_MESSAGE,
                            Errors.INVALID_REQUIRED_ACKS, Errors.UNKNOWN_TOPIC_OR_PARTITION})
+# Kafka 4.1's reason for a consumer group member's session expiry (its line ends "... session expired.")
+_SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
 
 
 class _MemberTimer(TimerTask):
@@ -116,6 +121,7 @@ class ConsumerGroupService:
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
+        self.watch = ConsumerGroupWatch(self.wall_clock.now_ms)  # what each change tells the shard's observer
 
     # --- requests ---------------------------------------------------------------------------------------------
     def heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Write | None]:
@@ -139,8 +145,9 @@ class ConsumerGroupService:
                 group = converted(request.group_id, conversion)
             if (group is not None and request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
                     and self._downgrades(group, request)):
+                log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, request.member_id)
                 return (HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch),
-                        self._downgrade(shard, group, request.member_id))
+                        self._downgrade(shard, group, request.member_id, self._left(group, request.member_id)))
             result = heartbeat(group, request, self.topics, self.settings, self, self.timer.clock.now_ms(),
                                self.wall_clock.now_ms())
         except ApiError as exc:
@@ -155,7 +162,8 @@ class ConsumerGroupService:
         write = self._apply(shard, request.group_id, result.records, snapshot)
         if result.refresh_regexes and request.group_id not in self._resolving:
             task = asyncio.get_running_loop().create_task(
-                self._resolve(shard, request.group_id, result.refresh_regexes))
+                self._resolve(shard, request.group_id, result.refresh_regexes,
+                              describable=request.describable_topics))
             self._resolving[request.group_id] = task
             task.add_done_callback(lambda _done: self._resolving.pop(request.group_id, None))
         return result.response, write
@@ -165,10 +173,18 @@ class ConsumerGroupService:
                      ) -> tuple[JoinGroupResponse, Write | None, Callable[[], None] | None]:
         """The response, the write to await before sending it, and what to arm once it is written."""
         shard = self.shard_for(req.group_id)
+        policy, classic_max_size = self.config.group_consumer_migration_policy, self.config.group_max_size
         try:
-            result = classic_join(group, req, self.topics, self.settings, self, self.timer.clock.now_ms())
+            result = classic_join(group, req, self.topics, self.settings, self, self.timer.clock.now_ms(),
+                                  lambda replaced: validate_online_downgrade_with_replaced(group, replaced, policy,
+                                                                                           classic_max_size))
         except ApiError as exc:
             return JoinGroupResponse(exc.error, member_id=req.member_id), None, None
+        if result.downgrade:
+            reason = (f"Downgrade group {group.group_id} from consumer to classic for static member replacement with "
+                      "different subscription.")
+            return result.response, self._downgrade(shard, group, None, RebalanceCause(
+                RebalanceCategory.STATIC_MEMBER, reason, result.response.member_id), first=result.records), result.then
         return result.response, self._apply(shard, req.group_id, result.records), result.then
 
     def classic_sync(self, group: ConsumerGroup, req: SyncGroupRequest) -> SyncGroupResponse:
@@ -198,7 +214,8 @@ class ConsumerGroupService:
         holder = shard.add_group(group_id)  # the offsets' holder, as a load makes it
         holder.offsets.update(classic.offsets)
         shard.consumer_groups[group_id] = ConsumerGroup(group_id)
-        write = self._apply(shard, group_id, records, None, written_first=[GroupMetadataRecord(group_id, None)])
+        write = self._apply(shard, group_id, records, None, written_first=[GroupMetadataRecord(group_id, None)],
+                            already_members=classic.members.keys())
         assert write is not None and write.then is not None
         revert_consumer_group = write.then
 
@@ -231,19 +248,30 @@ class ConsumerGroupService:
         return validate_online_downgrade(group, member.member_id, self.config.group_consumer_migration_policy,
                                          self.config.group_max_size)
 
-    def _downgrade(self, shard: GroupShard, group: ConsumerGroup, leaving_member_id: str) -> Write:
-        """The consumer group's tombstones and the classic group's record, written together; the classic group
-        (holding the group's offsets) takes its place at once and rebalances."""
+    @staticmethod
+    def _left(group: ConsumerGroup, member_id: str) -> RebalanceCause:
+        return RebalanceCause(RebalanceCategory.MEMBER_LEFT, f"Downgrade group {group.group_id} from consumer to "
+                              "classic for member leaving.", member_id)
+
+    def _downgrade(self, shard: GroupShard, group: ConsumerGroup, leaving_member_id: str | None,
+                   cause: RebalanceCause, first: Sequence[ConsumerGroupRecord] = ()) -> Write:
+        """The consumer group's tombstones and the classic group's record, written together (after `first`, the
+        records of the join that brings it about); the classic group (holding the group's offsets) takes its place
+        at once and rebalances for `cause`."""
         group_id = group.group_id
-        log.info("[GroupId %s] Member %s left the consumer group.", group_id, leaving_member_id)
-        classic = classic_group_from(group, leaving_member_id, self.topics, shard.now_wall_ms(), shard.observer)
+        final = group
+        if first:  # the group as those records leave it: the classic group is made of it
+            final = group.snapshot()
+            for change in first:
+                final.replay(change)
+        classic = classic_group_from(final, leaving_member_id, self.topics, shard.now_wall_ms(), shard.observer)
         holder = shard.groups.get(group_id)
         if holder is not None:
             classic.offsets.update(holder.offsets)
         record = classic.to_record({m.member_id: m.assignment for m in classic.members.values()})
-        for member_id in group.members:
+        for member_id in {*group.members, *final.members}:
             self.cancel_all(group_id, member_id)
-        write = self._apply(shard, group_id, consumer_group_tombstones(group),
+        write = self._apply(shard, group_id, [*first, *consumer_group_tombstones(final)],
                             written_last=[GroupMetadataRecord(group_id, record)])
         assert write is not None and write.then is not None
         revert_consumer_group = write.then
@@ -260,13 +288,12 @@ class ConsumerGroupService:
         shard.groups[group_id] = classic
         for member in classic.members.values():
             shard.schedule_heartbeat(classic, member, member.session_timeout_ms)
-        shard.prepare_rebalance(classic, RebalanceCause(RebalanceCategory.MEMBER_LEFT,
-                                                        f"Downgrade group {group_id} from consumer to classic.",
-                                                        leaving_member_id))
+        shard.prepare_rebalance(classic, cause)
         log.info("[GroupId %s] Converted the consumer group to a classic group.", group_id)
         return write
 
-    async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh) -> None:
+    async def _resolve(self, shard: GroupShard, group_id: str, refresh: Refresh, *,
+                       describable: DescribableTopics | None = None) -> None:
         """A group's regular expressions resolved against every topic, after the heartbeat that asked for it
         (Kafka runs it on its executor, then writes the outcome as the group's records)."""
         if self.refresh_all_topics is not None:
@@ -279,8 +306,11 @@ class ConsumerGroupService:
             return
         if not refresh.forced and self.topics.version <= group.last_regex_version:
             return  # no topic came or went since the last resolution
-        resolved = resolve(refresh.regexes, list(self.topics.names()))
-        log.info("[GroupId %s] Scanned topics to refresh regular expressions %s.", group_id, sorted(refresh.regexes))
+        started = time.monotonic()
+        names = list(self.topics.names())
+        resolved = resolve(refresh.regexes, names, describable=describable)
+        log.info("[GroupId %s] Scanned %d topics to refresh regular expressions [%s] in %dms.", group_id, len(names),
+                 ", ".join(sorted(refresh.regexes)), (time.monotonic() - started) * 1000)
         write = self._apply(shard, group_id, resolution_records(group, resolved, self.topics.version,
                                                                 self.wall_clock.now_ms(), self.topics))
         if write is not None:
@@ -330,10 +360,13 @@ class ConsumerGroupService:
     def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
                before: ConsumerGroup | None | object = _AS_NOW, *,
                written_first: Sequence[GroupMetadataRecord] = (),
-               written_last: Sequence[GroupMetadataRecord] = ()) -> Write | None:
-        """Replays the records and returns them as the write for the shard's partition; if that write fails, the
-        group goes back to `before` (None: no group; default: as it is now), unless a later write changed it
-        meanwhile. `written_first`, `written_last`: the classic group's records a conversion writes around them."""
+               written_last: Sequence[GroupMetadataRecord] = (), fenced: Fenced | None = None,
+               already_members: Collection[str] = ()) -> Write | None:
+        """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
+        `already_members` say what the records cannot) and returns them as the write for the shard's partition;
+        if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
+        later write changed it meanwhile. `written_first`, `written_last`: the classic group's records a
+        conversion writes around them."""
         if not records:
             return None
         if before is _AS_NOW:
@@ -346,6 +379,11 @@ class ConsumerGroupService:
         for record in records:
             self.replay(shard, record)
         previous = before if isinstance(before, ConsumerGroup) else None
+        try:
+            self.watch.changed(shard.observer, group_id, previous, shard.consumer_groups.get(group_id), records,
+                               fenced=fenced, already_members=already_members)
+        except Exception:  # telling observers never breaks group logic
+            log.exception("event=consumer_group_observer_failed group=%s", group_id)
         return Write(group_id, [*written_first, *records, *written_last],
                      then=lambda error: self._written(shard, group_id, error, previous, sequence, records))
 
@@ -399,6 +437,10 @@ class ConsumerGroupService:
         those still revoking, start again (from now: a loaded member gets a whole session to come back)."""
         for group_id, group in shard.consumer_groups.items():
             log.info("Loaded consumer group %s with %d members.", group_id, len(group.members))
+            try:
+                self.watch.resumed(shard.observer, group)
+            except Exception:  # telling observers never breaks a load
+                log.exception("event=consumer_group_observer_failed group=%s", group_id)
             for member_id, member in group.members.items():
                 if member.classic is not None:
                     self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
@@ -410,34 +452,34 @@ class ConsumerGroupService:
     # --- timers (heartbeat.MemberTimers) ----------------------------------------------------------------------
     def schedule_session(self, group_id: str, member_id: str) -> None:
         self._schedule(("session", group_id, member_id), self.config.group_consumer_session_timeout_ms,
-                       # Kafka's line adds a full stop to a reason ending in one: "expired.."
-                       lambda: self._fence_expired(group_id, member_id, None, "the member session expired.."))
+                       lambda: self._fence_expired(group_id, member_id, None, _SESSION_EXPIRED))
 
     def schedule_rebalance(self, group_id: str, member_id: str, member_epoch: int, timeout_ms: int) -> None:
         self._schedule(("rebalance", group_id, member_id), timeout_ms,
-                       lambda: self._fence_expired(group_id, member_id, member_epoch,
-                                                   f"it failed to transition from epoch {member_epoch} within "
-                                                   f"{timeout_ms}ms."))
+                       lambda: self._fence_expired(group_id, member_id, member_epoch, Fenced(
+                           f"it failed to transition from epoch {member_epoch} within {timeout_ms}ms.",
+                           RebalanceCategory.REBALANCE_TIMEOUT)))
 
     def cancel_rebalance(self, group_id: str, member_id: str) -> None:
         self._cancel(("rebalance", group_id, member_id))
 
     def schedule_classic_session(self, group_id: str, member_id: str, timeout_ms: int) -> None:
         self._schedule(("session", group_id, member_id), timeout_ms,
-                       lambda: self._fence_expired(group_id, member_id, None, "the member session expired.."))
+                       lambda: self._fence_expired(group_id, member_id, None, _SESSION_EXPIRED))
 
     def schedule_join_timeout_if_absent(self, group_id: str, member_id: str, timeout_ms: int) -> None:
         if ("join", group_id, member_id) not in self._timers:
             self._schedule(("join", group_id, member_id), timeout_ms, lambda: self._fence_expired(
-                group_id, member_id, None, "the classic member failed to join within the rebalance timeout.",
-                kind="join"))
+                group_id, member_id, None, Fenced("the classic member failed to join within the rebalance timeout.",
+                                                  RebalanceCategory.REBALANCE_TIMEOUT), kind="join"))
 
     def cancel_join_timeout(self, group_id: str, member_id: str) -> None:
         self._cancel(("join", group_id, member_id))
 
     def schedule_sync_timeout(self, group_id: str, member_id: str, timeout_ms: int) -> None:
         self._schedule(("sync", group_id, member_id), timeout_ms, lambda: self._fence_expired(
-            group_id, member_id, None, "the member failed to sync within timeout.", kind="sync"))
+            group_id, member_id, None, Fenced("the member failed to sync within timeout.",
+                                              RebalanceCategory.SYNC_TIMEOUT), kind="sync"))
 
     def cancel_sync_timeout(self, group_id: str, member_id: str) -> None:
         self._cancel(("sync", group_id, member_id))
@@ -456,7 +498,7 @@ class ConsumerGroupService:
         if task is not None:
             task.cancel()
 
-    def _fence_expired(self, group_id: str, member_id: str, at_epoch: int | None, reason: str,
+    def _fence_expired(self, group_id: str, member_id: str, at_epoch: int | None, reason: Fenced,
                        kind: str | None = None) -> None:
         """A timer ran out: the member is fenced (a rebalance timeout only if the member is still at the epoch it
         had to move on from)."""
@@ -469,12 +511,12 @@ class ConsumerGroupService:
             return
         if at_epoch is not None and member.member_epoch != at_epoch:
             return
-        log.info("[GroupId %s] Member %s fenced from the group because %s", group_id, member_id, reason)
+        log.info("[GroupId %s] %s", group_id, reason.line(member_id))
         if validate_online_downgrade(group, member_id, self.config.group_consumer_migration_policy,
                                      self.config.group_max_size):
-            shard.append(self._downgrade(shard, group, member_id))
+            shard.append(self._downgrade(shard, group, member_id, self._left(group, member_id)))
             return
-        write = self._apply(shard, group_id, fence(group, member, self.topics, self))
+        write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=reason)
         if write is not None:
             shard.append(write)
 
@@ -486,6 +528,7 @@ class ConsumerGroupService:
             resolving = self._resolving.pop(group_id, None)
             if resolving is not None:
                 resolving.cancel()
+            self.watch.gone(shard.observer, group_id, "the group was unloaded")
         shard.consumer_groups.clear()
 
 

@@ -1,12 +1,17 @@
-"""The consumer group logic's digest of the topics it is subscribed to (the topics themselves: coordinator/topics.py)."""
+"""The consumer group logic's digest of the topics it is subscribed to (the topics themselves: coordinator/topics.py),
+and the group epoch bump that records it."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import struct
 from collections.abc import Iterable
 
+from coordinator.group.modern.records import GroupEpochRecord
 from coordinator.topics import TopicsView
+
+log = logging.getLogger("coordinator.group")
 
 
 def metadata_hash(names: Iterable[str], topics: TopicsView) -> int:
@@ -22,3 +27,9 @@ def metadata_hash(names: Iterable[str], topics: TopicsView) -> int:
         digest.update(image.topic_id.bytes + struct.pack(">i", len(encoded)) + encoded
                       + struct.pack(">i", image.partitions))
     return struct.unpack(">q", digest.digest())[0] or 1
+
+
+def bumped_group_epoch(group_id: str, epoch: int, new_hash: int) -> GroupEpochRecord:
+    """A bump as a member's request or a regular expression's resolution makes it, with Kafka 4.1's line."""
+    log.info("[GroupId %s] Bumped group epoch to %d with metadata hash %d.", group_id, epoch, new_hash)
+    return GroupEpochRecord(group_id, epoch, new_hash)

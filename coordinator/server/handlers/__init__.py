@@ -6,7 +6,7 @@ advertised table (coordinator/relay/versions.py declares what the relay forwards
 
 Ranges follow Kafka 3.9 (reference §9) except OffsetCommit 2–9 and OffsetFetch 1–9 (Kafka 4.0's floor: the older
 versions are ZooKeeper-only), and the KIP-848 APIs ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0-1
-(Kafka 4.1's)."""
+(Kafka 4.1's), and the transactional ones AddOffsetsToTxn 0-4 and TxnOffsetCommit 0-5 (Kafka 4.1's)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from coordinator.server.handlers import (
     offset_delete,
     offset_fetch,
     sync_group,
+    txn_offset_commit,
 )
 from protocol.apis import ServedApi
 
@@ -54,6 +55,7 @@ _MODULES: tuple[ModuleType, ...] = (
     consumer_group_heartbeat,
     consumer_group_describe,
     add_offsets_to_txn,
+    txn_offset_commit,
 )
 
 SERVED_APIS: dict[int, ServedApi] = {

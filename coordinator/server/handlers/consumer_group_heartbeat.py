@@ -34,6 +34,7 @@ def to_request(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Hear
         client_id=header.client_id or "",
         client_host=ctx.client_host,
         version=header.api_version,
+        describable_topics=ctx.describable_topics if ctx.authorizer is not None else None,
     )
 
 

@@ -1,0 +1,317 @@
+"""The live tail of the state partitions this instance serves: the clients' transactional batches and the
+COMMIT/ABORT markers the transaction coordinator writes into them, read while the partition is served.
+
+A client's TxnOffsetCommit lands in our partition as a transactional batch of its producer; the cluster's
+transaction coordinator decides the outcome and writes the marker, not through us, so the only way to learn it
+is to read the partition (Kafka's group coordinator learns it as the partition's leader). Each followed
+partition is read from where its load ended, read_uncommitted with a long poll (`max_wait_ms`) and a byte bound
+(`max_bytes`), on a connection of its own to the partition's leader (a broker answers one request per connection
+at a time: partitions sharing one would wait out each other's polls).
+
+The tails run as tasks of one thread with its own event loop: parsing what they fetch (our own writes too) never
+stalls the coordinator's loop. What concerns a shard (a client's batch, a marker) is handed to the shard's loop
+(`deliver(events, read_to)` runs there) and the tail waits until it has run before fetching on, so at most one
+fetch's worth per partition is in memory. Batches of our own producers (our transactional writers) are skipped:
+their records are the shard's own writes, applied when acknowledged. A producer id is named ours or a client's
+once, by ListTransactions on every broker (its transactional id against our prefix; connections the tails
+share), and remembered (bounded).
+
+Errors never end a tail: a leadership change or a lost connection → new metadata and the same position; the
+position out of range (deleted below it, or a truncated log) → read again from the log start; anything else →
+the same position after a pause. Each is one log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable
+
+from kio.static.primitive import i32, i64
+
+from coordinator.group.records import OffsetCommitRecord
+from coordinator.group.txn_offsets import ClientTransactionalBatch, EndTransactionMarker, TransactionEvent
+from coordinator.security.clusters import ClusterSecurity
+from coordinator.storage.transaction_log import decode_offset_commit
+from coordinator.storage.uncommitted_load import RETRIABLE_FETCH_ERRORS, PartitionLeaders, transaction_states
+from protocol import apis
+from protocol.errors import ProtocolError
+from protocol.fetch_reader import FetchedBatch, FetchedPartition, FetchError, MarkerType, fetch, tolerant_request
+from protocol.messages import build, item_class
+
+log = logging.getLogger("coordinator.storage")
+
+Deliver = Callable[[list[TransactionEvent], int], None]  # (events in log order, read to): run on the shard's loop
+
+_LIST_OFFSETS = 2
+_EARLIEST = -2
+_OFFSET_OUT_OF_RANGE = 1
+_RETRY_S = 0.5
+_KNOWN_PRODUCERS = 10_000  # producer ids remembered as ours or a client's
+# A fetch is answered once this much is there or after the wait: under load one fetch carries many of our own
+# batches (each fetch's cost is mostly fixed), idle the wait bounds how late a marker is seen
+_MIN_BYTES = 16 * 1024
+_MAX_WAIT_MS = 250
+
+
+def transaction_events(batches: Iterable[FetchedBatch], is_ours: Callable[[int], bool]) -> list[TransactionEvent]:
+    """What a shard needs of fetched batches, in log order: the clients' transactional data batches (their offset
+    commit records) and every COMMIT/ABORT marker; non-transactional batches and our producers' are left out."""
+    events: list[TransactionEvent] = []
+    for batch in batches:
+        if batch.is_control:
+            if batch.marker is not None and not is_ours(batch.producer_id):
+                events.append(EndTransactionMarker(batch.producer_id, batch.producer_epoch,
+                                                   batch.marker == MarkerType.COMMIT, batch.base_offset))
+        elif batch.is_transactional and not is_ours(batch.producer_id):
+            events.append(client_batch(batch))
+    return events
+
+
+def client_batch(batch: FetchedBatch) -> ClientTransactionalBatch:
+    commits = []
+    for record in batch.records:
+        commit = decode_offset_commit(record)
+        if commit is not None:
+            commits.append((commit.offset, OffsetCommitRecord(commit.key.group, commit.key.topic,
+                                                              commit.key.partition, commit.value)))
+    return ClientTransactionalBatch(batch.producer_id, batch.producer_epoch,
+                                    batch.base_sequence + batch.last_offset - batch.base_offset, batch.last_offset,
+                                    tuple(commits))
+
+
+class ProducerOwners:
+    """Which producer ids are ours: asked once per producer id, remembered for the last `capacity` asked."""
+
+    def __init__(self, is_ours: Callable[[str], bool], capacity: int = _KNOWN_PRODUCERS) -> None:
+        self._is_ours = is_ours
+        self._capacity = capacity
+        self._known: OrderedDict[int, bool] = OrderedDict()
+
+    def unknown(self, batches: Iterable[FetchedBatch]) -> set[int]:
+        return {b.producer_id for b in batches if b.is_transactional and b.producer_id not in self._known}
+
+    def learn(self, producer_ids: Collection[int], states: dict[int, tuple[str, str]]) -> None:
+        """`states`: ListTransactions' answer (producer id → transactional id, state). A producer id it does not
+        list is a client's: ours are current for our transactional ids while we write with them."""
+        for producer_id in producer_ids:
+            listed = states.get(producer_id)
+            self._known[producer_id] = listed is not None and self._is_ours(listed[0])
+            self._known.move_to_end(producer_id)
+        while len(self._known) > self._capacity:
+            self._known.popitem(last=False)
+
+    def is_ours(self, producer_id: int) -> bool:
+        return self._known.get(producer_id, False)
+
+    @property
+    def ours(self) -> set[int]:
+        return {producer_id for producer_id, ours in self._known.items() if ours}
+
+
+class TransactionTails:
+    """The tails of the partitions followed, in a thread of their own (started at the first `follow`)."""
+
+    def __init__(self, bootstrap: str, security: ClusterSecurity | None, topic: str,
+                 is_ours: Callable[[str], bool], *, max_bytes: int = 1 << 20, max_wait_ms: int = _MAX_WAIT_MS,
+                 min_bytes: int = _MIN_BYTES) -> None:
+        self.bootstrap = bootstrap
+        self.security = security
+        self.topic = topic
+        self.max_bytes = max_bytes
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.owners = ProducerOwners(is_ours)  # used on the tails' thread only
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: dict[int, asyncio.Task[None]] = {}  # the tails' thread only
+        self._lookups: PartitionLeaders | None = None  # the tails' thread: connections for ListTransactions
+        self._followed: dict[int, object] = {}  # partition → the token of its current tail (the caller's loop)
+
+    @property
+    def followed(self) -> set[int]:
+        return set(self._followed)
+
+    def follow(self, partition: int, start: int, deliver: Deliver) -> None:
+        """Read `partition` from `start` on, handing its events to `deliver` on the calling loop, until `stop`
+        (a tail already following it is replaced)."""
+        caller = asyncio.get_running_loop()
+        token = object()
+        self._followed[partition] = token
+
+        def on_caller_loop(events: list[TransactionEvent], read_to: int) -> None:
+            if self._followed.get(partition) is token:  # not stopped (nor replaced) since it was read
+                deliver(events, read_to)
+
+        loop = self._tails_loop()
+        loop.call_soon_threadsafe(self._start, partition, start, caller, on_caller_loop)
+        log.debug("event=txn_tail_started topic=%s partition=%d from_offset=%d", self.topic, partition, start)
+
+    def stop(self, partitions: Collection[int]) -> None:
+        """Stop following: nothing read of them is delivered from now on."""
+        stopped = [p for p in partitions if self._followed.pop(p, None) is not None]
+        if stopped and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel, stopped)
+            log.info("event=txn_tail_stopped topic=%s partitions=%s", self.topic, sorted(stopped))
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        self._followed.clear()
+        loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None or thread is None:
+            return
+        stopped = asyncio.run_coroutine_threadsafe(self._cancel_all(), loop)
+        await asyncio.wrap_future(stopped)
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.to_thread(thread.join, timeout_s)
+
+    # -- the tails' thread ---------------------------------------------------------------------------------------
+    def _tails_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=_run_forever, args=(loop,), name="txn-tails", daemon=True)
+            thread.start()
+            self._loop, self._thread = loop, thread
+        return self._loop
+
+    def _start(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
+        self._cancel([partition])
+        task = asyncio.get_running_loop().create_task(self._tail(partition, start, caller, deliver),
+                                                      name=f"txn-tail-{partition}")
+        self._tasks[partition] = task
+        task.add_done_callback(lambda done: self._tasks.pop(partition, None) if self._tasks.get(partition) is done
+                               else None)
+
+    def _cancel(self, partitions: Collection[int]) -> None:
+        for partition in partitions:
+            task = self._tasks.pop(partition, None)
+            if task is not None:
+                task.cancel()
+
+    async def _cancel_all(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._lookups is not None:
+            await self._lookups.close()
+
+    async def _name_producers(self, producer_ids: set[int]) -> None:
+        """Ask which of these producer ids are ours, on connections the tails share (one set per broker)."""
+        if self._lookups is None:
+            self._lookups = PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes,
+                                             lambda: False)
+        if not self._lookups.brokers:
+            await self._lookups.refresh([])
+        try:
+            states = await transaction_states(self._lookups, producer_ids, complete=True)  # none named by default
+        except BaseException:
+            self._lookups.brokers = []  # a broker gone or moved: ask Metadata again next time
+            raise
+        self.owners.learn(producer_ids, states)
+
+    async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
+        leaders = PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes, lambda: False)
+        position = start
+        try:
+            while True:
+                try:
+                    position = await self._step(leaders, partition, position, caller, deliver)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # a lost connection, a leader moved, a malformed answer: never the end
+                    position = await self._recover(leaders, partition, position, exc)
+        finally:
+            await leaders.close()
+
+    async def _step(self, leaders: PartitionLeaders, partition: int, position: int,
+                    caller: asyncio.AbstractEventLoop, deliver: Deliver) -> int:
+        """One fetch from `position`, its events delivered; the next position."""
+        if partition not in leaders.leaders:
+            await leaders.refresh([partition])
+            await _close_all_but(leaders, leaders.leaders[partition])  # the Metadata connection is not kept
+        client = await leaders.connect(leaders.leaders[partition])
+        answer = await fetch(client, self.topic, partition, position, max_bytes=self.max_bytes,
+                             max_wait_ms=self.max_wait_ms, timeout_ms=self.max_wait_ms + 30_000,
+                             min_bytes=self.min_bytes, wants_records=self._wants_records)
+        unknown = self.owners.unknown(answer.batches)
+        if unknown:
+            await self._name_producers(unknown)
+        events = transaction_events(answer.batches, self.owners.is_ours)
+        next_position = _next_position(answer, position)
+        if events:  # handed over and waited for: one fetch's worth in memory at most
+            await asyncio.wrap_future(_call_on(caller, deliver, events, next_position))
+        return next_position
+
+    def _wants_records(self, producer_id: int, transactional: bool) -> bool:
+        """Only a client's batches are read record by record: ours are the bulk of the partition."""
+        return transactional and not self.owners.is_ours(producer_id)
+
+    async def _recover(self, leaders: PartitionLeaders, partition: int, position: int, exc: Exception) -> int:
+        """Where to read on after `exc`: the log start if the position is out of range, else the same position
+        after a pause, with new metadata (most errors are a leadership change or a broker restarting)."""
+        if isinstance(exc, FetchError) and exc.error_code == _OFFSET_OUT_OF_RANGE:
+            try:
+                earliest = await self._log_start(leaders, partition)
+            except asyncio.CancelledError:
+                raise
+            except Exception as again:
+                exc = again
+            else:
+                log.warning("event=txn_tail_restart topic=%s partition=%d offset=%d reason=offset_out_of_range "
+                            "from_offset=%d", self.topic, partition, position, earliest)
+                return earliest
+        routine = isinstance(exc, FetchError) and exc.error_code in RETRIABLE_FETCH_ERRORS  # leadership moving
+        log.log(logging.INFO if routine else logging.WARNING, "event=txn_tail_restart topic=%s partition=%d "
+                "offset=%d reason=%r retry_in_s=%.1f", self.topic, partition, position, exc, _RETRY_S)
+        await asyncio.sleep(_RETRY_S)
+        leaders.leaders.pop(partition, None)
+        return position
+
+    async def _log_start(self, leaders: PartitionLeaders, partition: int) -> int:
+        request_class = apis.request_class(_LIST_OFFSETS, 4)
+        topic_class = item_class(request_class, "topics")
+        request = build(request_class, replica_id=i32(-1), isolation_level=0, topics=(build(
+            topic_class, name=self.topic, partitions=(build(
+                item_class(topic_class, "partitions"), partition_index=i32(partition), current_leader_epoch=i32(-1),
+                timestamp=i64(_EARLIEST)),)),))
+        if partition not in leaders.leaders:
+            await leaders.refresh([partition])
+        answer = await tolerant_request(await leaders.connect(leaders.leaders[partition]), request)
+        for topic in answer.topics:
+            for answered in topic.partitions:
+                if int(answered.partition_index) == partition:
+                    if int(answered.error_code) != 0:
+                        raise FetchError(int(answered.error_code), f"ListOffsets {self.topic}-{partition}: error "
+                                                                   f"{int(answered.error_code)}")
+                    return int(answered.offset)
+        raise ProtocolError(f"ListOffsets answer without {self.topic}-{partition}")
+
+
+async def _close_all_but(leaders: PartitionLeaders, address: tuple[str, int]) -> None:
+    for other in [a for a in leaders.clients if a != address]:
+        await leaders.clients.pop(other).close()
+
+
+def _next_position(answer: FetchedPartition, position: int) -> int:
+    if answer.next_offset == position and answer.log_start_offset > position:
+        return answer.log_start_offset  # deleted below us meanwhile (retention, compaction)
+    return answer.next_offset
+
+
+def _call_on(loop: asyncio.AbstractEventLoop, deliver: Deliver, events: list[TransactionEvent],
+             read_to: int) -> concurrent.futures.Future[None]:
+    async def run() -> None:
+        deliver(events, read_to)
+    return asyncio.run_coroutine_threadsafe(run(), loop)
+
+
+def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()

@@ -1,0 +1,65 @@
+"""The group id → partition cache keeps the ids clients keep asking about, not every id a client invents."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+from coordinator.group.partitioner import PartitionCache, cached_partition_for, partition_for
+
+
+def test_answers_are_kafkas_whether_cached_or_not() -> None:
+    cache = PartitionCache(50)
+    for group_id in ("my-group", "test-consumer-group", "polygenelubricants", "", "grüppe", "g😀") * 3:
+        assert cache.partition(group_id) == partition_for(group_id, 50)
+        assert cached_partition_for(group_id, 50) == partition_for(group_id, 50)
+
+
+def test_an_id_asked_about_once_is_not_kept() -> None:
+    cache = PartitionCache(50)
+    for index in range(10_000):
+        cache.partition(f"invented-{index}")
+    assert len(cache) < 10  # only doorkeeper slots that happened to hold the same hash (practically none)
+
+
+def test_an_id_asked_about_again_is_kept() -> None:
+    cache = PartitionCache(50, doorkeeper_slots=1 << 10)
+    cache.partition("live-group")
+    assert len(cache) == 0
+    cache.partition("live-group")
+    assert len(cache) == 1
+    for index in range(5_000):  # other ids overwriting the doorkeeper do not evict a kept id
+        cache.partition(f"other-{index}")
+    assert cache.partition("live-group") == partition_for("live-group", 50)
+    assert len(cache) == 1
+
+
+def test_full_cache_starts_over_and_long_ids_are_never_kept() -> None:
+    cache = PartitionCache(50, max_entries=100, max_id_chars=16)
+    for index in range(150):
+        cache.partition(f"g-{index}")
+        cache.partition(f"g-{index}")
+    assert len(cache) == 50  # cleared at 100, refilled with the last 50
+    cache.partition("x" * 17)
+    cache.partition("x" * 17)
+    assert len(cache) == 50
+
+
+def test_memory_does_not_grow_with_invented_ids() -> None:
+    cache = PartitionCache(50)
+    cache.partition("warm-up")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(20_000):
+            cache.partition(f"invented-group-id-{index:08d}")
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 20_000  # < 1 byte per id (an lru_cache kept ~150 bytes per id)
+
+
+def test_doorkeeper_size_must_be_a_power_of_two() -> None:
+    with pytest.raises(ValueError):
+        PartitionCache(50, doorkeeper_slots=1000)
