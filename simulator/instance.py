@@ -22,6 +22,7 @@ from coordinator.cluster.identity import InstanceEndpoint, client_id_for, defaul
 from coordinator.cluster.owner_map import OwnerMap
 from coordinator.cluster.ownership import GroupAssignmentReader, Ownership
 from coordinator.group.api import HeartbeatResponse
+from coordinator.group.modern.observing import Fenced
 from coordinator.group.observer import GroupObserver
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.status import ShardStatus
@@ -164,7 +165,7 @@ class CoordinatorInstance:
             for group_id, group in shard.consumer_groups.items():
                 checkers.consumer_session_restarted(self.name, group_id, list(group.members))
 
-        def fence_observed(group_id: str, member_id: str, at_epoch: int | None, reason: str,
+        def fence_observed(group_id: str, member_id: str, at_epoch: int | None, reason: Fenced,
                            kind: str | None = None) -> None:
             group = service.shard_for(group_id).consumer_groups.get(group_id)
             member = None if group is None else group.members.get(member_id)

@@ -51,12 +51,12 @@ log = logging.getLogger("coordinator.group")
 
 
 _AS_NOW = object()
+# Kafka 4.1's reason for a consumer group member's session expiry (its line ends "... session expired.")
+_SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
 # Kafka's answers to an append that mean its records are not in the log
 _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLLOWER, Errors.MESSAGE_TOO_LARGE,
                            Errors.RECORD_LIST_TOO_LARGE, Errors.CORRUPT_MESSAGE,
                            Errors.INVALID_REQUIRED_ACKS, Errors.UNKNOWN_TOPIC_OR_PARTITION})
-# Kafka 4.1's reason for a consumer group member's session expiry (its line ends "... session expired.")
-_SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
 
 
 class _MemberTimer(TimerTask):
