@@ -47,3 +47,33 @@ def context_with(identity: ClientIdentity) -> contextvars.Context:
     context = contextvars.copy_context()
     context.run(_CURRENT.set, identity)
     return context
+
+
+class MemberIdentities:
+    """Each group member's identity attributes, taken on its own request (a tracer's spans for a member may begin
+    on another member's request): group id -> member id -> attributes."""
+
+    __slots__ = ("_groups",)
+
+    def __init__(self) -> None:
+        self._groups: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def remember(self, group_id: str, member_id: str) -> dict[str, Any]:
+        """Call on the member's own request; the attributes remembered ({} outside a request)."""
+        attributes = identity_attributes()
+        if attributes:
+            self._groups.setdefault(group_id, {})[member_id] = attributes
+        return attributes
+
+    def of(self, group_id: str, member_id: str) -> dict[str, Any]:
+        return self._groups.get(group_id, {}).get(member_id, {})
+
+    def forget(self, group_id: str, member_id: str) -> None:
+        members = self._groups.get(group_id)
+        if members is not None:
+            members.pop(member_id, None)
+            if not members:
+                del self._groups[group_id]
+
+    def forget_group(self, group_id: str) -> None:
+        self._groups.pop(group_id, None)

@@ -44,7 +44,7 @@ from coordinator.storage.state_producers import StateProducer, open_state_produc
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_state_topic, make_admin
 from coordinator.storage.txn_tail import TransactionTails, client_batch
-from coordinator.storage.uncommitted_load import UncommittedLoad
+from coordinator.storage.uncommitted_load import UncommittedLoad, reads_raw
 from coordinator.timer.clock import Clock, MonotonicClock
 
 log = logging.getLogger("coordinator.storage")
@@ -67,7 +67,7 @@ class KafkaGroupStore(GroupStore):
         self._tombstones = TombstoneWriter(config.tombstone_retry_ms / 1000)
         self._appender = RecordAppender(self._tombstones, config.max_write_bytes)
         self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
-        self._tails: TransactionTails | None = None  # the served partitions' markers (None: a SASL cluster)
+        self._tails: TransactionTails | None = None  # the served partitions' markers (None: a cluster only librdkafka reaches)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -81,7 +81,7 @@ class KafkaGroupStore(GroupStore):
         if isinstance(self._producer, PartitionTransactions):
             self._fencing = self._producer
         security = cluster_security(self.config.bootstrap)
-        if security is None or not security.client.uses_sasl:  # protocol/client.py speaks no SASL
+        if reads_raw(security):
             self._tails = TransactionTails(self.config.bootstrap, security, self.config.state_topic, self._is_ours,
                                            max_bytes=self.load_buffer_bytes)
         log.info("event=store_started topic=%s partitions=%d bootstrap=%s transactional_id=%s "
@@ -110,8 +110,8 @@ class KafkaGroupStore(GroupStore):
     def _take_transactions(self, state: LoadedGroups, transactions: UncommittedLoad | None) -> None:
         """The clients' open transactions and the read's end positions, into the loaded state."""
         if transactions is None:
-            log.info("event=state_loaded_read_committed topic=%s detail=a SASL cluster is read by librdkafka: "
-                     "client transactions are read as committed only, and none is followed while served",
+            log.info("event=state_loaded_read_committed topic=%s detail=a SASL mechanism only librdkafka "
+                     "speaks (OAUTHBEARER through OIDC): client transactions are read as committed only, and none is followed while served",
                      self.config.state_topic)
             return
         for partition, pending in transactions.pending.items():

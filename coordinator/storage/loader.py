@@ -11,8 +11,10 @@ commit the last stable offset can still stop short of it, and a load ending ther
 write. The records are read read_uncommitted over raw Fetch with our own transaction tracking
 (uncommitted_load.py, transaction_log.py): a client transaction open on the partition (its TxnOffsetCommit in our
 log) cannot hold the load back, committed transactions are applied at their marker, aborted ones never. Clusters
-reached with SASL, which protocol/client.py does not speak, are still read read_committed by librdkafka, which
-waits below an open transaction (bounded by the load timeout).
+reached with TLS and SASL are read the same way (coordinator/security/connections.py authenticates our
+connections); only a SASL mechanism our client exchange does not speak (OAUTHBEARER through an OIDC token
+endpoint) is still read read_committed by librdkafka, which waits below an open transaction (bounded by the load
+timeout).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from coordinator.storage.consumer_records import decode as decode_consumer_recor
 from coordinator.timer.clock import Clock
 from coordinator.storage.kafka_logs import librdkafka_logger
 from coordinator.security.clusters import cluster_security, secured
-from coordinator.storage.uncommitted_load import UncommittedLoad, UncommittedLoadError, read_uncommitted
+from coordinator.storage.uncommitted_load import UncommittedLoad, UncommittedLoadError, read_uncommitted, reads_raw
 from protocol.errors import ProtocolError
 from protocol.fetch_reader import FetchedRecord, FetchError, FetchFormatError
 
@@ -157,7 +159,7 @@ def read_state_with_transactions(settings: dict[str, object], topic: str, partit
     """Blocking: replay `partitions` of `topic` from their earliest offset to their high watermark, and what the
     transaction tracking found (uncommitted_load.py): read_uncommitted over raw Fetch, committed transactions
     applied, aborted ones dropped, the clients' open ones returned with where each partition's read ended (None:
-    a SASL cluster, read read_committed by librdkafka, see `_read_committed`).
+    a cluster only librdkafka can authenticate to, read read_committed, see `_read_committed`).
 
     With `ends_after`, reading starts at once but the high watermarks are taken only once that event is set
     (the store fences the partitions meanwhile: the end must be measured after the fence, the reading need
@@ -165,7 +167,7 @@ def read_state_with_transactions(settings: dict[str, object], topic: str, partit
     bootstrap = str(settings["bootstrap.servers"])
     security = cluster_security(bootstrap)
     stop = stop or threading.Event()
-    if security is not None and security.client.uses_sasl:
+    if not reads_raw(security):
         return _read_committed(settings, topic, partitions, clock, timeout_ms, stop, ends_after), None
     deadline_ms = clock.now_ms() + timeout_ms
     replay = StateReplay()
@@ -190,7 +192,7 @@ def read_state_with_transactions(settings: dict[str, object], topic: str, partit
 def _read_committed(settings: dict[str, object], topic: str, partitions: list[int], clock: Clock,
                     timeout_ms: int, stop: threading.Event, ends_after: threading.Event | None) -> LoadedGroups:
     """The librdkafka read (read_committed, so a client's open transaction holds it at the last stable offset):
-    for clusters reached with SASL, which protocol/client.py does not speak."""
+    for clusters reached with a SASL mechanism only librdkafka speaks (uncommitted_load.reads_raw)."""
     deadline_ms = clock.now_ms() + timeout_ms
     box = _ConsumerBox(Consumer(settings))
     try:

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from kio.static.primitive import i64
 
 from coordinator.security.clusters import ClusterSecurity
+from coordinator.security.connections import connect as connect_to_cluster
+from coordinator.security.sasl_client import supports as sasl_supported
 from coordinator.storage.transaction_log import FetchAt, PendingClientTransaction, TransactionTracker, read_to
 from protocol import apis
-from protocol.client import KafkaClient
+from protocol.client import DEFAULT_TIMEOUT_MS, KafkaClient
 from protocol.errors import ProtocolError
 from protocol.fetch_reader import FetchedPartition, FetchedRecord, FetchError, fetch, tolerant_request
 from protocol.messages import build, item_class
@@ -60,6 +62,12 @@ def read_uncommitted(bootstrap: str, security: ClusterSecurity | None, topic: st
                              max_bytes, ends_after))
 
 
+def reads_raw(security: ClusterSecurity | None) -> bool:
+    """Whether our own connections (TLS, then SASL with the mechanisms sasl_client.py speaks) can read the
+    cluster; else only librdkafka can (OAUTHBEARER through an OIDC token endpoint)."""
+    return security is None or not security.client.uses_sasl or sasl_supported(security.client)
+
+
 class PartitionLeaders:
     """Connections to the partitions' leaders, and fetches that survive a leadership change."""
 
@@ -81,8 +89,8 @@ class PartitionLeaders:
         async with self._connecting.setdefault(address, asyncio.Lock()):
             client = self.clients.get(address)
             if client is None or client.is_closed:
-                client = await KafkaClient.connect(*address, client_id="group-coordinator-loader",
-                                                   ssl=self.security.ssl_context if self.security else None)
+                client = await connect_to_cluster(*address, self.security, client_id="group-coordinator-loader",
+                                                  timeout_ms=DEFAULT_TIMEOUT_MS)
                 self.clients[address] = client
             return client
 

@@ -27,6 +27,7 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 
 from coordinator.group.observer import (EPOCH_REACHED, ConsumerRebalance, GroupObserver, RebalanceCategory,
                                         Reconciliation)
+from coordinator.security.identity import MemberIdentities
 from coordinator.telemetry.tracing import (CLIENT_ADDRESS, CLIENT_ID, GROUP, INSTANCE_ID, MEMBER_ID, SYSTEM,
                                           instance_attributes)
 
@@ -59,6 +60,9 @@ class ConsumerRebalanceTracer(GroupObserver):
         self._now_ns = now_ns
         self._active: dict[str, _Rebalance] = {}
         self._last: dict[str, SpanContext] = {}
+        # each member's principal and security protocol, from the heartbeat it joined with: its reconcile span
+        # carries them even when written on another member's request (a conversion)
+        self._identities = MemberIdentities()
 
     # --- for the event topic and log lines ------------------------------------------------------------------
     def trace_id_for(self, group_id: str) -> str | None:
@@ -143,8 +147,8 @@ class ConsumerRebalanceTracer(GroupObserver):
         if span is None and self._deserves_span(rebalance, reconciliation):
             span = rebalance.members[member_id] = self._child(f"reconcile {member_id}", rebalance.root, group_id,
                                                               rebalance.target_at)
-            span.set_attributes({MEMBER_ID: member_id, "coordinator.member_epoch.previous":
-                                 reconciliation.previous_epoch})
+            span.set_attributes({MEMBER_ID: member_id, **self._identities.of(group_id, member_id),
+                                 "coordinator.member_epoch.previous": reconciliation.previous_epoch})
         elif span is None and reconciliation.steps != (EPOCH_REACHED,):
             rebalance.unsampled += 1
         if span is not None:
@@ -184,25 +188,29 @@ class ConsumerRebalanceTracer(GroupObserver):
         if rebalance is not None:
             self._finish(rebalance, self._now_ns(), "abandoned", Status(StatusCode.ERROR, reason))
         self._last.pop(group_id, None)  # the group is gone from here: no later event is this trace's
+        self._identities.forget_group(group_id)
 
     # --- members ----------------------------------------------------------------------------------------------
     def on_consumer_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None,
                                   client_id: str, client_host: str, protocol: str) -> None:
+        identity = self._identities.remember(group_id, member_id)  # on the joining member's own request
         self._event(group_id, "member joined", {MEMBER_ID: member_id, CLIENT_ID: client_id,
                                                 CLIENT_ADDRESS: client_host, "coordinator.member.protocol": protocol,
-                                                **instance_attributes(group_instance_id)})
+                                                **instance_attributes(group_instance_id), **identity})
 
     def on_consumer_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
                                     group_instance_id: str) -> None:
         self._event(group_id, "member replaced", {MEMBER_ID: new_member_id, "coordinator.member.old_id": old_member_id,
                                                   INSTANCE_ID: group_instance_id})
         self._end_member(group_id, old_member_id, "replaced by a static member", Status(StatusCode.UNSET))
+        self._identities.forget(group_id, old_member_id)
 
     def on_consumer_member_left(self, group_id: str, member_id: str, group_instance_id: str | None,
                                 reason: str) -> None:
         self._event(group_id, "member left", {MEMBER_ID: member_id, "coordinator.reason": reason,
                                               **instance_attributes(group_instance_id)})
         self._end_member(group_id, member_id, "left the group", Status(StatusCode.UNSET))
+        self._identities.forget(group_id, member_id)
 
     def on_consumer_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None,
                                   reason: str, category: RebalanceCategory) -> None:
@@ -210,6 +218,7 @@ class ConsumerRebalanceTracer(GroupObserver):
                                                 "coordinator.reason": category.value,
                                                 **instance_attributes(group_instance_id)})
         self._end_member(group_id, member_id, "fenced", Status(StatusCode.ERROR, reason))
+        self._identities.forget(group_id, member_id)
 
     # --- helpers ----------------------------------------------------------------------------------------------
     def _event(self, group_id: str, name: str, attributes: dict[str, Any]) -> None:

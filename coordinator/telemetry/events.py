@@ -183,6 +183,10 @@ class EventTopicObserver(GroupObserver):
         self.include_offset_commits = include_offset_commits
 
     def _emit(self, event_type: str, group_id: str, **fields: Any) -> None:
+        if event_type == "member_joined":  # emitted on the joining member's own request, whichever protocol
+            identity = current_identity()  # (coordinator/security/identity)
+            if identity is not None:
+                fields.update(principal=identity.principal, security_protocol=identity.security_protocol)
         event = new_event(event_type, group_id, self.clock.now_ms(), **fields)
         if self.trace_id_for is not None:
             trace_id = self.trace_id_for(group_id)
@@ -196,11 +200,8 @@ class EventTopicObserver(GroupObserver):
 
     def on_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                          client_host: str) -> None:
-        identity = current_identity()  # the joining member's own request (coordinator/security/identity)
-        sender = {} if identity is None else {"principal": identity.principal,
-                                              "security_protocol": identity.security_protocol}
         self._emit("member_joined", group_id, member_id=member_id, group_instance_id=group_instance_id,
-                   client_id=client_id, client_host=client_host, **sender)
+                   client_id=client_id, client_host=client_host)
 
     def on_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
                            group_instance_id: str) -> None:

@@ -31,7 +31,7 @@ from opentelemetry.trace import (Link, Span, SpanContext, SpanKind, Status, Stat
                                  set_span_in_context)
 
 from coordinator.group.observer import GroupObserver, RebalanceCause
-from coordinator.security.identity import identity_attributes
+from coordinator.security.identity import MemberIdentities
 from coordinator.group.state import GroupState
 
 log = logging.getLogger("coordinator.telemetry")
@@ -80,7 +80,7 @@ class RebalanceTracer(GroupObserver):
         self._writes: dict[tuple[str, int], Span] = {}
         # each member's principal and security protocol, seen on its own requests: its spans carry them, even
         # those begun on another member's request
-        self._identities: dict[tuple[str, str], dict[str, Any]] = {}
+        self._identities = MemberIdentities()
 
     # --- for the event topic, request spans and log lines ---------------------------------------------------
     def current_context(self, group_id: str) -> SpanContext | None:
@@ -101,6 +101,8 @@ class RebalanceTracer(GroupObserver):
 
     def on_state_change(self, group_id: str, old_state: str, new_state: str, generation: int) -> None:
         now = self._now_ns()
+        if new_state == DEAD:  # unloaded or deleted: its members' identities go too
+            self._identities.forget_group(group_id)
         if new_state == PREPARING:
             rebalance = self._active.get(group_id)
             if rebalance is None or not rebalance.announced:  # every rebalance is announced; stay safe if not
@@ -194,16 +196,16 @@ class RebalanceTracer(GroupObserver):
     # --- members --------------------------------------------------------------------------------------------
     def on_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                          client_host: str) -> None:
-        self._remember_identity(group_id, member_id)
+        self._identities.remember(group_id, member_id)
         self._event(group_id, "member joined", {MEMBER_ID: member_id, CLIENT_ID: client_id,
                                                 CLIENT_ADDRESS: client_host, **instance_attributes(group_instance_id),
-                                                **self._identities.get((group_id, member_id), {})})
+                                                **self._identities.of(group_id, member_id)})
 
     def on_member_replaced(self, group_id: str, old_member_id: str, new_member_id: str,
                            group_instance_id: str) -> None:
         self._event(group_id, "member replaced", {MEMBER_ID: new_member_id, "coordinator.member.old_id": old_member_id,
                                                   INSTANCE_ID: group_instance_id})
-        self._identities.pop((group_id, old_member_id), None)
+        self._identities.forget(group_id, old_member_id)
         rebalance = self._active.get(group_id)
         if rebalance is not None and old_member_id in rebalance.join_waits:
             rebalance.join_waits[new_member_id] = rebalance.join_waits.pop(old_member_id)
@@ -212,7 +214,7 @@ class RebalanceTracer(GroupObserver):
         self._event(group_id, "member left", {MEMBER_ID: member_id, "coordinator.reason": reason,
                                               **instance_attributes(group_instance_id)})
         self._end_member(group_id, member_id, Status(StatusCode.UNSET), "left the group (LeaveGroup)")
-        self._identities.pop((group_id, member_id), None)
+        self._identities.forget(group_id, member_id)
 
     def on_member_session_expired(self, group_id: str, member_id: str, client_id: str, client_host: str,
                                   session_timeout_ms: int, since_last_heartbeat_ms: int) -> None:
@@ -237,10 +239,10 @@ class RebalanceTracer(GroupObserver):
             rebalance.join_waits[member_id] = span
             span.set_attribute("coordinator.member.never_joined", True)
         self._end_member(group_id, member_id, Status(StatusCode.ERROR, reason), None)
-        self._identities.pop((group_id, member_id), None)
+        self._identities.forget(group_id, member_id)
 
     def on_join_waiting(self, group_id: str, member_id: str) -> None:
-        self._remember_identity(group_id, member_id)
+        self._identities.remember(group_id, member_id)
         now = self._now_ns()
         rebalance = self._active.get(group_id)
         if rebalance is None or rebalance.sync_phase is not None:
@@ -252,7 +254,7 @@ class RebalanceTracer(GroupObserver):
             self._start_join_wait(rebalance, group_id, member_id, now)
 
     def on_sync_waiting(self, group_id: str, member_id: str) -> None:
-        self._remember_identity(group_id, member_id)
+        self._identities.remember(group_id, member_id)
         rebalance = self._active.get(group_id)
         if rebalance is None or rebalance.sync_phase is None:
             return
@@ -303,18 +305,12 @@ class RebalanceTracer(GroupObserver):
     def _member_attributes(self, group_id: str, member_id: str) -> dict[str, Any]:
         member = self._member_lookup(group_id, member_id)
         if member is None:
-            return dict(self._identities.get((group_id, member_id), {}))
+            return dict(self._identities.of(group_id, member_id))
         attributes = {CLIENT_ID: member.client_id, CLIENT_ADDRESS: member.client_host,
                       "coordinator.session_timeout_ms": member.session_timeout_ms}
         attributes.update(instance_attributes(member.group_instance_id))
-        attributes.update(self._identities.get((group_id, member_id), {}))
+        attributes.update(self._identities.of(group_id, member_id))
         return attributes
-
-    def _remember_identity(self, group_id: str, member_id: str) -> None:
-        """Called on the member's own request (the sender's identity is in its context)."""
-        identity = identity_attributes()
-        if identity:
-            self._identities[(group_id, member_id)] = identity
 
     def _start_join_wait(self, rebalance: _Rebalance, group_id: str, member_id: str, started: int) -> None:
         rebalance.join_waits[member_id] = self._member_span("JoinGroup wait", rebalance.join_phase, group_id,

@@ -514,9 +514,10 @@ async def test_a_regex_subscription_gets_the_topics_its_principal_may_describe_a
 
 
 async def test_the_principal_is_on_request_spans_member_spans_and_member_events(acl_broker: AclBroker) -> None:
-    """Over our SASL_SSL listener: alice's JoinGroup, SyncGroup and OffsetCommit. Her principal and the
-    listener's security protocol are on the OffsetCommit span, on her JoinGroup/SyncGroup wait spans of the
-    rebalance trace, on its "member joined" event, and in the member_joined event on the event topic."""
+    """Over our SASL_SSL listener: alice's JoinGroup, SyncGroup and OffsetCommit, and her consumer-protocol member
+    of another group. Her principal and the listener's security protocol are on the OffsetCommit span, on her
+    JoinGroup/SyncGroup wait spans and her reconcile span, on both rebalances' "member joined" events, and in the
+    member_joined event on the event topic."""
     from confluent_kafka import Consumer
 
     from tests.support.otlp_receiver import OtlpReceiver
@@ -552,20 +553,40 @@ async def test_the_principal_is_on_request_spans_member_spans_and_member_events(
                 assert synced.error_code == 0, synced
                 committed = await commit(alice, group, {topic: (0,)}, joined.generation_id, joined.member_id)
                 assert committed == [(topic, 0, 0)], committed
+                # a consumer-protocol member of another group, until it holds its assignment
+                consumer_member = await consumer_group_heartbeat(alice, f"{group}-cg", (topic,))
+                assert consumer_member.error_code == 0, consumer_member
+                epoch = int(consumer_member.member_epoch)
+
+                def holds(answer: Any) -> bool:  # an assignment is sent when it changes, else null
+                    return answer.assignment is not None and bool(answer.assignment.topic_partitions)
+
+                held = holds(consumer_member)
+
+                async def reconciled() -> bool:
+                    nonlocal epoch, held
+                    answer = await consumer_group_heartbeat(alice, f"{group}-cg", (topic,), epoch,
+                                                            consumer_member.member_id)
+                    assert answer.error_code == 0, answer
+                    epoch, held = int(answer.member_epoch), held or holds(answer)
+                    return held
+
+                await until(reconciled, 60, "the consumer-protocol member's assignment")
             finally:
                 await alice.close()
 
             def traced(spans: list[Any]) -> bool:
                 names = {s.name for s in spans}
-                return "OffsetCommit" in names and any(n.startswith("SyncGroup wait") for n in names)
+                return ("OffsetCommit" in names and any(n.startswith("SyncGroup wait") for n in names)
+                        and f"reconcile {consumer_member.member_id}" in names)
 
             spans = await asyncio.to_thread(receiver.wait_for, traced, 60)
         [offset_commit] = [s for s in spans if s.name == "OffsetCommit"]
         assert offset_commit.attributes.items() >= expected.items(), offset_commit.attributes
-        waits = [s for s in spans if s.name.startswith(("JoinGroup wait", "SyncGroup wait"))]
-        assert len(waits) == 2 and all(s.attributes.items() >= expected.items() for s in waits), waits
+        waits = [s for s in spans if s.name.startswith(("JoinGroup wait", "SyncGroup wait", "reconcile"))]
+        assert len(waits) == 3 and all(s.attributes.items() >= expected.items() for s in waits), waits
         joined_events = [attributes for s in spans for name, _, attributes in s.events if name == "member joined"]
-        assert joined_events and all(e.items() >= expected.items() for e in joined_events), joined_events
+        assert len(joined_events) == 2 and all(e.items() >= expected.items() for e in joined_events), joined_events
     finally:
         receiver.stop()
 

@@ -28,7 +28,8 @@ from protocol.errors import ConnectionClosed, RequestTimedOut
 from tests.support import service as e2e
 from tests.support.relay import ConsumerProcess, committed_offsets, start_consumers, stop_all
 from tests.support.polling import wait_until
-from tests.support.service import FAST, service, unique
+from tests.integration.test_txn_offset_commit_e2e import consume_transform_produce
+from tests.support.service import FAST, service, unique, until_loaded
 
 PARTITIONS = 3
 RECORDS = 30  # per partition
@@ -577,3 +578,24 @@ async def test_the_documented_acls_are_enough_for_the_coordinators_principal(tmp
     finally:
         await asyncio.to_thread(broker.stop_blocking)
         broker.remove_data()
+
+
+async def test_an_exactly_once_loop_through_us_on_a_sasl_ssl_cluster(secured_kafka: SecuredBroker) -> None:
+    """The state partitions of a SASL_SSL cluster are read and followed by our own connections (TLS, then SCRAM):
+    a consume-transform-produce loop's transactional offsets are settled by the markers while served, as on a
+    plaintext cluster (40 records, the aborted transaction invisible, the group's offset 40)."""
+    properties = secured_kafka.scram()
+    async with service(secured_kafka.broker.sasl_ssl_bootstrap, unique("secured-eos-state"), *FAST, relay=True,
+                       args=("--command-config", str(properties))) as running:
+        client = await running.client()
+        try:
+            await until_loaded(client)
+        finally:
+            await client.close()
+        figures = await asyncio.to_thread(consume_transform_produce, f"127.0.0.1:{running.port}",
+                                          secured_kafka.broker.bootstrap, unique("secured-eos"))
+        log_text = running.log_text()
+    assert figures.committed_output == [f"out-{i}" for i in range(len(figures.committed_output))]
+    assert len(figures.committed_output) == figures.group_offset == 40
+    assert "event=txn_offsets_committed" in log_text and "event=txn_offsets_aborted" in log_text
+    assert "event=state_loaded_read_committed" not in log_text
