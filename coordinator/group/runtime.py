@@ -191,9 +191,22 @@ class GroupRuntime:
                 log.warning("event=topic_refresh_failed group=%s topics=%d error=%r", req.group_id, len(names), exc)
         response, write = self.consumer_groups.heartbeat(req)
         if write is None:
-            return response
+            return await self._after_earlier_writes(req.group_id, response)
         [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))
         return response if error == Errors.NONE else HeartbeatResponseV2(kafka4_append_error(error))
+
+    async def _after_earlier_writes(self, group_id: str, response: HeartbeatResponseV2) -> HeartbeatResponseV2:
+        """An answer read from memory goes out once the group's earlier writes are acknowledged (Kafka's runtime
+        completes such a request at the last written offset's commit); if one of them fails, what memory said
+        may never reach the log: the client is told to retry."""
+        pending, failures = self.consumer_groups.unacknowledged(group_id)
+        if pending is None or pending.done is None:
+            return response
+        [error] = await self._written([pending.done])
+        if error == Errors.NONE and self.consumer_groups.unacknowledged(group_id)[1] == failures:
+            return response
+        return HeartbeatResponseV2(kafka4_append_error(error if error != Errors.NONE
+                                                       else Errors.NOT_ENOUGH_REPLICAS))
 
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedConsumerGroup]:
         return self.consumer_groups.describe(group_ids)

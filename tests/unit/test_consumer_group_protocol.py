@@ -572,6 +572,32 @@ async def test_a_failed_write_memory_keeps_is_written_again_as_memory_has_it(env
     later.then(Errors.NONE)
 
 
+@pytest.mark.parametrize("outcome", [None, Errors.NOT_ENOUGH_REPLICAS])
+async def test_a_heartbeat_that_writes_nothing_waits_for_the_groups_earlier_write(env: Env,
+                                                                                   outcome: Errors | None) -> None:
+    """b's leave for now (-2) is written but not acknowledged yet: a's heartbeat changes nothing, and is answered
+    only once b's write is acknowledged (Kafka completes it at the last written offset's commit); if that write
+    fails, a is told to retry instead of hearing a state the log may never have."""
+    await env.heartbeat("a", 0, instance_id="i-a")
+    await env.heartbeat("b", 0, instance_id="i-b")
+    a = await env.heartbeat("a", 1, owned={FOO: tuple(range(6))}, instance_id="i-a")
+    await env.heartbeat("a", 1, owned=a.assignment, instance_id="i-a")
+    await env.heartbeat("b", 2, owned={}, instance_id="i-b")
+    gate = env.store.hold_next_write()
+    if outcome is not None:
+        env.store.fail_next_write(outcome)
+    joining = asyncio.ensure_future(env.heartbeat("b", -2, instance_id="i-b"))
+    await asyncio.sleep(0)
+    steady = asyncio.ensure_future(env.heartbeat("a", 2, instance_id="i-a"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not steady.done()
+    gate.set()
+    answer = await steady
+    await joining
+    assert answer.error is (Errors.NONE if outcome is None else Errors.COORDINATOR_NOT_AVAILABLE)
+
+
 async def test_offset_fetch_checks_the_member_epoch(env: Env) -> None:
     from coordinator.group.api import OffsetFetchRequest
 

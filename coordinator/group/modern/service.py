@@ -118,6 +118,9 @@ class ConsumerGroupService:
         self._resolving: dict[str, asyncio.Task[None]] = {}  # group id -> its regular expressions' resolution
         self._write_sequence: dict[str, int] = {}  # group id -> its latest write not yet acknowledged
         self._last_sequence = 0
+        # group id -> (its latest write not yet acknowledged, its number); and how many of its writes failed
+        self._unacknowledged: dict[str, tuple[Write, int]] = {}
+        self._failures: dict[str, int] = {}
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
@@ -384,11 +387,25 @@ class ConsumerGroupService:
                                fenced=fenced, already_members=already_members)
         except Exception:  # telling observers never breaks group logic
             log.exception("event=consumer_group_observer_failed group=%s", group_id)
-        return Write(group_id, [*written_first, *records, *written_last],
-                     then=lambda error: self._written(shard, group_id, error, previous, sequence, records))
+        write = Write(group_id, [*written_first, *records, *written_last],
+                      then=lambda error: self._written(shard, group_id, error, previous, sequence, records))
+        self._unacknowledged[group_id] = (write, sequence)
+        return write
+
+    def unacknowledged(self, group_id: str) -> tuple[Write | None, int]:
+        """The group's latest write Kafka has not acknowledged yet (None: every one was), and how many of the
+        group's writes failed so far: an answer read from memory waits for the first and checks the second, as
+        Kafka answers a request that writes nothing only once what was written before it is committed."""
+        pending = self._unacknowledged.get(group_id)
+        return (None if pending is None else pending[0]), self._failures.get(group_id, 0)
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
                  sequence: int, records: Sequence[ConsumerGroupRecord] = ()) -> None:
+        pending = self._unacknowledged.get(group_id)
+        if pending is not None and pending[1] == sequence:
+            del self._unacknowledged[group_id]
+        if error != Errors.NONE:
+            self._failures[group_id] = self._failures.get(group_id, 0) + 1
         if error == Errors.NONE:
             if self._write_sequence.get(group_id) == sequence:
                 del self._write_sequence[group_id]
