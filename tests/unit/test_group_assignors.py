@@ -116,7 +116,8 @@ def test_range_static_members_keep_their_ranges() -> None:
 @given(members=st.integers(1, 8), counts=st.lists(st.integers(0, 12), min_size=1, max_size=3),
        seed=st.randoms(use_true_random=False))
 def test_uniform_is_balanced_and_complete(members: int, counts: list[int], seed) -> None:  # type: ignore
-    topics = [uuid.UUID(int=seed.getrandbits(128)) for _ in counts]
+    # distinct ids (a shrunk random draws zeros): the low byte is the topic's index
+    topics = [uuid.UUID(int=seed.getrandbits(120) << 8 | index) for index in range(len(counts))]
     current: dict[str, dict[uuid.UUID, set[int]]] = {f"m{i}": {} for i in range(members)}
     for topic, count in zip(topics, counts):
         for partition in range(count):
@@ -159,7 +160,8 @@ def test_uniform_heterogeneous_member_removed() -> None:
        seed=st.randoms(use_true_random=False))
 def test_uniform_heterogeneous_assigns_each_partition_to_one_subscriber(members: int, counts: list[int],
                                                                         seed) -> None:  # type: ignore[no-untyped-def]
-    topics = [uuid.UUID(int=seed.getrandbits(128)) for _ in counts]
+    # distinct ids (a shrunk random draws zeros): the low byte is the topic's index
+    topics = [uuid.UUID(int=seed.getrandbits(120) << 8 | index) for index in range(len(counts))]
     subscriptions = {f"m{i}": tuple(t for t in topics if seed.random() < 0.6) for i in range(members)}
     group = GroupSpec({m: MemberSpec(subs, {}) for m, subs in subscriptions.items()}, HETEROGENEOUS,
                       dict(zip(topics, counts)))
