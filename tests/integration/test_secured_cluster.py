@@ -26,9 +26,9 @@ from coordinator.security.connections import connect
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
 from tests.support import service as e2e
+from tests.support.eos_loop import consume_transform_produce
 from tests.support.relay import ConsumerProcess, committed_offsets, start_consumers, stop_all
 from tests.support.polling import wait_until
-from tests.integration.test_txn_offset_commit_e2e import consume_transform_produce
 from tests.support.service import FAST, service, unique, until_loaded
 
 PARTITIONS = 3

@@ -10,132 +10,25 @@ import asyncio
 import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from coordinator.embedded import ensure_jars
 from coordinator.embedded.broker import die_with_parent
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
+from tests.support.eos_loop import (PER_TRANSACTION, RECORDS, LoopFigures, consume_transform_produce, group_offset,
+                                    produce_input, read_all, read_committed_consumer, transactional_producer)
 from tests.support.service import FAST, service, unique, until_loaded
 from tests.support.transactions_wire import create_topic
 from tests.support.wire import nested, request
 
 pytestmark = pytest.mark.integration
-
-RECORDS = 40
-PER_TRANSACTION = 5
-ABORTED_TRANSACTION = 3  # the fourth transaction (records 15-19) is aborted once, then done again
-
-
-@dataclass(frozen=True)
-class LoopFigures:
-    committed_output: list[str]  # the output topic read_committed, in order
-    uncommitted_output: int  # records in the output topic read_uncommitted (the aborted ones included)
-    group_offset: int  # the group's committed offset of the input partition
-
-
-def _produce_input(kafka: str, topic: str) -> None:
-    producer = Producer({"bootstrap.servers": kafka})
-    for index in range(RECORDS):
-        producer.produce(topic, value=str(index).encode(), partition=0)
-    assert producer.flush(30) == 0
-
-
-def _consumer(bootstrap: str, group: str, **settings: object) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                     "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                     "session.timeout.ms": 10_000, **settings})
-
-
-def _transactional(bootstrap: str, transactional_id: str, **settings: object) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **settings})
-    producer.init_transactions(60)
-    return producer
-
-
-def _take(consumer: Consumer, count: int, deadline_s: float = 60) -> list[object]:
-    taken: list[object] = []
-    deadline = time.monotonic() + deadline_s
-    while len(taken) < count:
-        assert time.monotonic() < deadline, f"only {len(taken)} of {count} records consumed"
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            taken.append(message)
-    return taken
-
-
-def _read_all(kafka: str, topic: str, isolation: str, expected_at_least: int) -> list[str]:
-    reader = Consumer({"bootstrap.servers": kafka, "group.id": unique("reader"), "enable.auto.commit": False,
-                       "auto.offset.reset": "earliest", "isolation.level": isolation})
-    reader.assign([TopicPartition(topic, 0, 0)])
-    values: list[str] = []
-    try:
-        deadline = time.monotonic() + 30
-        quiet_since = time.monotonic()
-        while time.monotonic() < deadline and (len(values) < expected_at_least or time.monotonic() - quiet_since < 1):
-            message = reader.poll(0.2)
-            if message is not None and message.error() is None:
-                values.append(message.value().decode())
-                quiet_since = time.monotonic()
-    finally:
-        reader.close()
-    return values
-
-
-def consume_transform_produce(bootstrap: str, kafka: str, group: str) -> LoopFigures:
-    """RECORDS input records in transactions of PER_TRANSACTION, output `out-<value>`; transaction
-    ABORTED_TRANSACTION is aborted once (its output `aborted-<value>`), the consumer rewound and the records done
-    again. `bootstrap` is where the clients go (us or Kafka), `kafka` the cluster the topics live on."""
-    source, sink = unique("eos-in"), unique("eos-out")
-    create_topic(kafka, source)
-    create_topic(kafka, sink)
-    _produce_input(kafka, source)
-    consumer = _consumer(bootstrap, group)
-    producer = _transactional(bootstrap, unique("eos-app"))
-    try:
-        consumer.assign([TopicPartition(source, 0)])
-        done, aborted_once = 0, False
-        while done < RECORDS:
-            batch = _take(consumer, PER_TRANSACTION)
-            first = batch[0].offset()  # type: ignore[attr-defined]
-            abort = done // PER_TRANSACTION == ABORTED_TRANSACTION and not aborted_once
-            producer.begin_transaction()
-            for message in batch:
-                value = message.value().decode()  # type: ignore[attr-defined]
-                producer.produce(sink, value=f"{'aborted' if abort else 'out'}-{value}".encode(), partition=0)
-            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), 60)
-            if abort:
-                producer.abort_transaction(60)
-                aborted_once = True
-                consumer.seek(TopicPartition(source, 0, first))
-                continue
-            producer.commit_transaction(60)
-            done += len(batch)
-    finally:
-        consumer.close()
-        producer.flush(10)
-    committed_output = _read_all(kafka, sink, "read_committed", RECORDS)
-    uncommitted = _read_all(kafka, sink, "read_uncommitted", RECORDS + PER_TRANSACTION)
-    return LoopFigures(committed_output, len(uncommitted), _group_offset(bootstrap, group, source))
-
-
-def _group_offset(bootstrap: str, group: str, topic: str) -> int:
-    """The group's committed offset as a read_committed consumer asks it (OffsetFetch with require_stable)."""
-    reader = _consumer(bootstrap, group)
-    try:
-        [committed] = reader.committed([TopicPartition(topic, 0)], timeout=60)
-        return committed.offset
-    finally:
-        reader.close()
 
 
 @contextmanager
@@ -194,11 +87,11 @@ async def _offsets_sent(bootstrap: str, kafka: str, group: str, source: str, off
                         **settings: object) -> Producer:
     """A transactional producer whose open transaction holds `offset` for `group` (and one output record)."""
     def run() -> Producer:
-        producer = _transactional(bootstrap, settings.pop("transactional_id", unique("eos-app")),  # type: ignore[arg-type]
+        producer = transactional_producer(bootstrap, settings.pop("transactional_id", unique("eos-app")),  # type: ignore[arg-type]
                                   **settings)
         producer.begin_transaction()
         producer.produce(source, value=b"x", partition=0)
-        metadata = _consumer(bootstrap, group)
+        metadata = read_committed_consumer(bootstrap, group)
         try:
             producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)],
                                                  metadata.consumer_group_metadata(), 60)
@@ -214,7 +107,7 @@ async def zombie_fenced(bootstrap: str, kafka: str) -> tuple[Errors, int, int]:
     group, source, transactional_id = unique("eos-zombie"), unique("eos-src"), unique("eos-app")
     create_topic(kafka, source)
     zombie = await _offsets_sent(bootstrap, kafka, group, source, 10, transactional_id=transactional_id)
-    successor = await asyncio.to_thread(_transactional, bootstrap, transactional_id)  # fences the zombie
+    successor = await asyncio.to_thread(transactional_producer, bootstrap, transactional_id)  # fences the zombie
     after_fence = await _until_stable(bootstrap, group, source)
     try:
         await asyncio.to_thread(zombie.commit_transaction, 30)
@@ -223,7 +116,7 @@ async def zombie_fenced(bootstrap: str, kafka: str) -> tuple[Errors, int, int]:
         zombie_error = Errors(exc.args[0].code()) if exc.args[0].code() > 0 else Errors.PRODUCER_FENCED
     def next_transaction() -> None:
         successor.begin_transaction()
-        metadata = _consumer(bootstrap, group)
+        metadata = read_committed_consumer(bootstrap, group)
         try:
             successor.send_offsets_to_transaction([TopicPartition(source, 0, 20)], metadata.consumer_group_metadata(),
                                                   60)
@@ -263,7 +156,7 @@ async def require_stable_waits(bootstrap: str, kafka: str) -> tuple[tuple[int, E
     await asyncio.to_thread(first.commit_transaction, 60)
     producer = await _offsets_sent(bootstrap, kafka, group, source, 9)
     while_open = await _stable_fetch(bootstrap, group, source)
-    reader = _consumer(bootstrap, group)
+    reader = read_committed_consumer(bootstrap, group)
     try:
         asked = asyncio.ensure_future(asyncio.to_thread(reader.committed, [TopicPartition(source, 0)], 60))
         await asyncio.sleep(0)  # asked while the transaction is open: librdkafka retries UNSTABLE_OFFSET_COMMIT
@@ -307,7 +200,7 @@ def java_loop(bootstrap: str, kafka: str) -> dict[str, list[str]]:
     group, source, sink = unique("eos-java"), unique("eos-in"), unique("eos-out")
     create_topic(kafka, source)
     create_topic(kafka, sink)
-    _produce_input(kafka, source)
+    produce_input(kafka, source)
     command = [shutil.which("java") or "java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                f"-Dlog4j2.configurationFile={JAVA_LOG_CONFIG}", "-cp", f"{ensure_jars()}/*", str(JAVA_LOOP),
                bootstrap, group, source, sink, str(RECORDS), unique("eos-java-app")]
@@ -318,8 +211,8 @@ def java_loop(bootstrap: str, kafka: str) -> dict[str, list[str]]:
     for line in done.stdout.splitlines():
         word, _, rest = line.partition(" ")
         lines.setdefault(word, []).append(rest)
-    lines["OUTPUT"] = _read_all(kafka, sink, "read_committed", RECORDS)
-    lines["GROUP_OFFSET"] = [str(_group_offset(bootstrap, group, source))]
+    lines["OUTPUT"] = read_all(kafka, sink, "read_committed", RECORDS)
+    lines["GROUP_OFFSET"] = [str(group_offset(bootstrap, group, source))]
     return lines
 
 
