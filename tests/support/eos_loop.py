@@ -95,6 +95,7 @@ def consume_transform_produce(bootstrap: str, kafka: str, group: str) -> LoopFig
             producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                                  consumer.consumer_group_metadata(), 60)
             if abort:
+                producer.flush(60)  # the aborted records in the log (abort_transaction purges what is unsent)
                 producer.abort_transaction(60)
                 aborted_once = True
                 consumer.seek(TopicPartition(source, 0, first))
