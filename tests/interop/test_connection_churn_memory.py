@@ -31,6 +31,7 @@ from coordinator.server.listener import CoordinatorServer
 from coordinator.timer import SystemTimer
 from protocol.codec import encode_request
 from tests.support.polling import wait_until
+from tests.support.server import read_frame_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -52,20 +53,6 @@ def _frames(run: str, index: int) -> tuple[bytes, int]:
     return data + relayed, len(requests) + 1
 
 
-def _read_frame(sock: socket.socket) -> None:
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-
-    (size,) = struct.unpack(">i", exactly(4))
-    exactly(size)
-
-
 def _churn(port: int, first: int, count: int, run: str) -> None:
     """Blocking sockets in a thread; every third connection answered in full, reset after sending, or empty."""
     for index in range(first, first + count):
@@ -78,7 +65,7 @@ def _churn(port: int, first: int, count: int, run: str) -> None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST on close
                 continue
             for _ in range(answers):
-                _read_frame(sock)
+                read_frame_blocking(sock)
 
 
 async def _settle(server: CoordinatorServer) -> None:

@@ -39,6 +39,7 @@ from coordinator.server.listener import CoordinatorServer
 from coordinator.timer import SystemTimer
 from protocol.framing import FrameReader
 from tests.support.polling import wait_until
+from tests.support.server import read_frame_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -60,20 +61,6 @@ API_VERSIONS = _frame(18, 0, 1)
 METADATA_NO_TOPICS = _frame(3, 1, 2, struct.pack(">i", 0))  # relayed (rewritten) to the broker
 
 
-def _read_frame(sock: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-
-    (size,) = struct.unpack(">i", exactly(4))
-    return exactly(size)
-
-
 def _churn(port: int) -> None:
     """Blocking sockets in a thread: nothing cyclic of the client's own in this process."""
     for _ in range(ROUNDS):
@@ -82,7 +69,7 @@ def _churn(port: int) -> None:
             with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
                 sock.sendall(send)
                 for _ in range(answers):
-                    _read_frame(sock)
+                    read_frame_blocking(sock)
 
 
 async def _fuzz(port: int) -> None:

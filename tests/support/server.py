@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 import struct
 from typing import Any
 
@@ -92,3 +93,18 @@ class RawPeer:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def read_frame_blocking(sock: socket.socket) -> bytes:
+    """One size-prefixed Kafka frame from a blocking socket (ConnectionError if it closes first)."""
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    (size,) = struct.unpack(">i", exactly(4))
+    return exactly(size)
