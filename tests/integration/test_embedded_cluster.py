@@ -153,8 +153,9 @@ async def test_the_state_topic_gets_the_replication_factor_given_by_its_kafka_na
             admin.release()
         topics[setting] = topic
     for setting, replicas in (("offsets.topic.replication.factor=2", 2), (None, 3)):
-        metadata = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(topics[setting],
-                                                                                              timeout=20)
-        partitions = metadata.topics[topics[setting]].partitions
+        admin_client = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+        # the broker asked may not have the new topic in its metadata yet (a loaded cluster): wait for it, bounded
+        partitions = _until(lambda: admin_client.list_topics(topics[setting], timeout=20).topics[topics[setting]]
+                            .partitions, 60, f"{topics[setting]} in the metadata")
         assert len(partitions) == 3
         assert {len(p.replicas) for p in partitions.values()} == {replicas}, (setting, partitions)
