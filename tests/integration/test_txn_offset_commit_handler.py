@@ -20,6 +20,7 @@ from coordinator.storage.kafka_store import KafkaGroupStore
 from protocol.codec import RequestHeader
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
+from tests.support.eos_loop import stable_offset
 from tests.support.group_harness import Env
 from tests.support.instances import Instances
 from tests.support.service import FAST, service, unique, until_loaded
@@ -31,7 +32,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-API_VERSIONS, OFFSET_FETCH, TXN_OFFSET_COMMIT = 18, 9, 28
+API_VERSIONS, TXN_OFFSET_COMMIT = 18, 28
 STATE_PARTITIONS = 3  # tests/support/service.py's offsets.topic.num.partitions
 
 
@@ -53,13 +54,6 @@ async def txn_offset_commit(client: KafkaClient, version: int, producer: Produce
         topics=tuple(topic_class(name=name, partitions=tuple(parts)) for name, parts in topics.items())),
         timeout_ms=timeout_ms)
     return {(t.name, int(p.partition_index)): Errors(int(p.error_code)) for t in answer.topics for p in t.partitions}
-
-
-async def stable_offset(client: KafkaClient, group: str, topic: str) -> tuple[int, Errors]:
-    entry = nested(OFFSET_FETCH, 7, "topics")(name=topic, partition_indexes=(0,))
-    answer = await client.request(request(OFFSET_FETCH, 7, group_id=group, topics=(entry,), require_stable=True))
-    [partition] = answer.topics[0].partitions
-    return int(partition.committed_offset), Errors(int(partition.error_code))
 
 
 async def until_offset(client: KafkaClient, group: str, topic: str, wanted: int, timeout_s: float = 30) -> None:
