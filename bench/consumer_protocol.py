@@ -4,6 +4,7 @@ the same group settings, against (a) `coordinator serve` and (b) the embedded Ap
   python -m bench.consumer_protocol [--repeats 2] [--seconds 4] [--groups 1000] [--group-size 10]
                                     [--connections 100,1000] [--reconcile-sizes 10,100,1000]
                                     [--figures consumer-heartbeat,reconcile] [--interval-ms 250]
+                                    [--profile FILE]
 
 Figures, each for both servers, with the ratio ours ÷ Kafka (throughput: higher is better; times and CPU: lower is
 better):
@@ -47,7 +48,8 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.coordinator import (LOADGEN_CPU, SERVER_CPU, LoadgenCpu, Server, _server_cpu_ns, await_coordinator,
-                               close_all, connect_many, drive_heartbeats, median_of, pin, print_table, ratios, start_ours)
+                               close_all, connect_many, drive_heartbeats, median_of, pin, print_table, ratios, start_ours,
+                               start_profiler, stop_profiler)
 from bench.wire import Stats
 from coordinator.embedded import EmbeddedKafka, kafka_version
 from protocol import apis, codec
@@ -264,8 +266,12 @@ async def heartbeat_figures(server: Server, args: argparse.Namespace) -> dict[st
         random.shuffle(frames)  # each connection cycles through members of many groups
         figures = {}
         for connections in args.connections:
-            figures[str(connections)] = await drive_heartbeats(server, frames, connections, args.seconds,
-                                                               stats=HeartbeatStats())
+            profiler = start_profiler(server, args) if connections == max(args.connections) else None
+            try:
+                figures[str(connections)] = await drive_heartbeats(server, frames, connections, args.seconds,
+                                                                   stats=HeartbeatStats())
+            finally:
+                stop_profiler(profiler)
         return figures
     finally:
         await asyncio.gather(*(m.leave() for m in members if m.epoch > 0))
@@ -338,8 +344,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     processes: list[subprocess.Popen] = []
     results: dict[str, list[dict[str, Any]]] = {}
     try:
-        topics = {heartbeat_topic(args.group_size): args.group_size}
-        topics.update({reconcile_topic(size): 2 * size for size in args.reconcile_sizes})
+        topics = {heartbeat_topic(args.group_size): args.group_size} if "consumer-heartbeat" in args.figures else {}
+        if "reconcile" in args.figures:
+            topics.update({reconcile_topic(size): 2 * size for size in args.reconcile_sizes})
         await asyncio.to_thread(create_topics, broker.bootstrap, topics)
         process, ours = await start_ours(broker.bootstrap, config=[f"{k}={v}" for k, v in settings.items()])
         processes.append(process)
@@ -395,6 +402,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--interval-ms", type=int, default=250, help="group.consumer.heartbeat.interval.ms of both")
     parser.add_argument("--figures", default="consumer-heartbeat,reconcile")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
+    parser.add_argument("--profile", help="py-spy raw output file for our server during the heartbeats over the "
+                        "most connections")
     return parser.parse_args(argv)
 
 
