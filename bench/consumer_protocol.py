@@ -348,7 +348,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         if "reconcile" in args.figures:
             topics.update({reconcile_topic(size): 2 * size for size in args.reconcile_sizes})
         await asyncio.to_thread(create_topics, broker.bootstrap, topics)
-        process, ours = await start_ours(broker.bootstrap, config=[f"{k}={v}" for k, v in settings.items()])
+        for attempt in range(3):  # the broker may be slow to answer right after making thousands of partitions
+            try:
+                process, ours = await start_ours(broker.bootstrap,
+                                                 config=[f"{k}={v}" for k, v in settings.items()])
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
         processes.append(process)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
         servers = [ours, kafka]
