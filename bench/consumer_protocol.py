@@ -105,7 +105,8 @@ class Member:
     owned: Owned = field(default_factory=dict)
     acknowledged: Owned | None = None  # the owned partitions the server last heard of
     interval_s: float = 5.0
-    changes: asyncio.Event = field(default_factory=asyncio.Event)  # set on every answer that moved this member
+    errors: int = 0  # error answers (other than fenced/unknown member: those rejoin)
+    last_error: str = ""
 
     async def beat(self) -> bool:
         """One heartbeat (a join at epoch 0); True when the answer changed the member's partitions (a client then
@@ -117,9 +118,10 @@ class Member:
         if error in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):  # rejoin with nothing, as a client does
             self.epoch, self.owned, self.acknowledged = 0, {}, None
             return True
-        if error:
-            raise RuntimeError(f"heartbeat of {self.member_id} in {self.group_id}: error {error} "
-                               f"{response.error_message}")
+        if error:  # retriable (a write not acknowledged in time, a coordinator moving): again at the interval
+            self.errors += 1
+            self.last_error = f"{error} {response.error_message}"
+            return False
         if owned is not None or self.epoch == 0:
             self.acknowledged = owned if owned is not None else {}
         self.interval_s = response.heartbeat_interval.total_seconds()
@@ -173,8 +175,10 @@ async def wait_settled(members: list[Member], partitions: int, timeout_s: float,
     while not settled(members, partitions, epoch):
         if time.perf_counter() > deadline:
             epochs = sorted({m.epoch for m in members})
+            errors = [m.last_error for m in members if m.last_error]
             raise RuntimeError(f"group {members[0].group_id} did not settle in {timeout_s} s: epochs {epochs[:5]}, "
-                               f"{sum(m.partition_count() for m in members)} of {partitions} partitions owned")
+                               f"{sum(m.partition_count() for m in members)} of {partitions} partitions owned, "
+                               f"{len(errors)} members had errors (last: {errors[-1:]})")
         await asyncio.sleep(0.002)
 
 
@@ -313,6 +317,7 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                 await asyncio.gather(task, return_exceptions=True)
                 await joiner.leave()
                 await wait_settled(group.members, partitions, 120)
+            error_answers = sum(m.errors for m in group.members)
         finally:
             await group.close()
             await close_all(clients)
@@ -320,7 +325,7 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
         figures[str(size)] = {
             "reconcile_ms_median": round(times[len(times) // 2], 2), "reconcile_ms_max": round(times[-1], 2),
             "server_cpu_ms_per_round": round(sorted(cpu_ms)[len(cpu_ms) // 2], 2),
-            "loadgen_cpu_share": round(max(own_shares), 2)}
+            "loadgen_cpu_share": round(max(own_shares), 2), "error_answers": error_answers}
     return figures
 
 
