@@ -80,15 +80,19 @@ def server_settings(interval_ms: int) -> dict[str, str]:
 
 
 def heartbeat_request(group_id: str, member_id: str, epoch: int, *, topics: tuple[str, ...] | None = None,
-                      owned: Owned | None = None) -> Any:
+                      owned: Owned | None = None, full: bool = False) -> Any:
     """ConsumerGroupHeartbeat v1 as a client sends it: a join (epoch 0) carries its subscription, rebalance timeout
-    and no partitions; later heartbeats carry only what changed (None: unchanged)."""
+    and no partitions; later heartbeats carry only what changed (None: unchanged), unless `full` (after an error
+    answer, as Kafka's client resends every field: the server then answers with the whole assignment)."""
     joining = epoch == 0
+    full = full or joining
+    if joining:
+        owned = {}
     return build(_REQUEST, group_id=group_id, member_id=member_id, member_epoch=epoch, instance_id=None,
                  rack_id=None,
-                 rebalance_timeout=datetime.timedelta(milliseconds=REBALANCE_TIMEOUT_MS if joining else -1),
-                 subscribed_topic_names=topics if joining else None, subscribed_topic_regex=None,
-                 server_assignor=None, topic_partitions=() if joining else None if owned is None else tuple(
+                 rebalance_timeout=datetime.timedelta(milliseconds=REBALANCE_TIMEOUT_MS if full else -1),
+                 subscribed_topic_names=topics if full else None, subscribed_topic_regex=None,
+                 server_assignor=None, topic_partitions=None if owned is None else tuple(
                      _TOPIC_PARTITIONS(topic_id=t, partitions=ps) for t, ps in sorted(owned.items())))
 
 
@@ -111,8 +115,10 @@ class Member:
     async def beat(self) -> bool:
         """One heartbeat (a join at epoch 0); True when the answer changed the member's partitions (a client then
         revokes or assigns and acknowledges at once; a new epoch alone waits for the next interval)."""
-        owned = None if self.acknowledged == self.owned else dict(self.owned)
-        body = heartbeat_request(self.group_id, self.member_id, self.epoch, topics=(self.topic,), owned=owned)
+        full = self.acknowledged is None
+        owned = None if self.acknowledged == self.owned and not full else dict(self.owned)
+        body = heartbeat_request(self.group_id, self.member_id, self.epoch, topics=(self.topic,), owned=owned,
+                                 full=full)
         response = await self.client.request(body, timeout_ms=REQUEST_TIMEOUT_MS)
         error = int(response.error_code)
         if error in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):  # rejoin with nothing, as a client does
@@ -121,9 +127,10 @@ class Member:
         if error:  # retriable (a write not acknowledged in time, a coordinator moving): again at the interval
             self.errors += 1
             self.last_error = f"{error} {response.error_message}"
+            self.acknowledged = None  # the next heartbeat is a full one
             return False
-        if owned is not None or self.epoch == 0:
-            self.acknowledged = owned if owned is not None else {}
+        if owned is not None:
+            self.acknowledged = owned
         self.interval_s = response.heartbeat_interval.total_seconds()
         self.epoch = int(response.member_epoch)
         if response.assignment is not None:
