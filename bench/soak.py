@@ -419,7 +419,8 @@ class ServerProcess:
 
     def __init__(self, args: argparse.Namespace) -> None:
         env = dict(os.environ, COORDINATOR_HEALTH_LOG_INTERVAL_S="5",
-                   COORDINATOR_GC_FREEZE_EVERY=str(args.gc_freeze_every))
+                   COORDINATOR_GC_FREEZE_EVERY=str(args.gc_freeze_every),
+                   COORDINATOR_TIME_CALLBACKS="1" if args.time_callbacks else "0")
         if args.server == "memory":
             command = [sys.executable, "-m", "bench.soak", "--serve-memory", "--event-loop", args.event_loop,
                        "--initial-delay-ms", str(args.initial_delay_ms)]
@@ -442,6 +443,8 @@ class ServerProcess:
         self.window_lag_max_ms = 0.0
         self.window_busy_max_ms = 0.0
         self.window_gc_max_ms = 0.0
+        self.measuring = False
+        self.callbacks: dict[str, float] = {}  # while measuring: each window's longest callback, its max (ms)
         self.failures = 0
         self.stall_lines: list[str] = []
         self.warnings: list[str] = []  # other warnings and errors of the server, the first few
@@ -464,6 +467,10 @@ class ServerProcess:
                 self.window_lag_max_ms = max(self.window_lag_max_ms, values.get("window_lag_max_ms", 0))
                 self.window_gc_max_ms = max(self.window_gc_max_ms, values.get("window_gc_pause_max_ms", 0))
                 self.window_busy_max_ms = max(self.window_busy_max_ms, values.get("window_busy_max_ms", 0))
+                callback = re.search(r"window_callback=(\S+)", line)
+                if self.measuring and callback is not None and callback.group(1) != "-":
+                    name, ms = callback.group(1), values.get("window_callback_max_ms", 0.0)
+                    self.callbacks[name] = max(self.callbacks.get(name, 0.0), ms)
                 self.health = values
             elif "event=loop_stall" in line or "event=gc_pause" in line:
                 if len(self.stall_lines) < 1000:
@@ -733,6 +740,7 @@ def run(args: argparse.Namespace) -> dict:
             w.windows()
             w.tell("measure")
         server.take_window()
+        server.measuring = True
         health_start = dict(server.health)
         measure = measure_loop(args, server, workers)
         health_end = dict(server.health)
@@ -764,6 +772,9 @@ def run(args: argparse.Namespace) -> dict:
         "server_loop_lag_max_ms": None if args.server == "kafka" else measure["lag_max_ms"],
         "server_loop_busy_max_ms": None if args.server == "kafka" else measure["busy_max_ms"],
         "server_gc_pause_max_ms": measure["gc_max_ms"],
+        # --time-callbacks: the callbacks that were the longest of a 5-s window, by their longest (ms CPU)
+        "server_longest_callbacks": dict(sorted(getattr(server, "callbacks", {}).items(),
+                                                key=lambda item: -item[1])[:8]),
         "server_collections": {f"gc{g}": int(health_end.get(f"gc{g}_collections", 0)
                                              - health_start.get(f"gc{g}_collections", 0)) for g in range(3)},
         "server_frozen": {"start": int(health_start.get("gc_frozen", 0)), "end": int(health_end.get("gc_frozen", 0))},
@@ -851,6 +862,9 @@ def main() -> int:
                         help="server's GC policy (COORDINATOR_GC_FREEZE_EVERY; 0 = interpreter default)")
     parser.add_argument("--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto",
                         help="server and generator loop; auto: uvloop when installed, as `coordinator serve` does")
+    parser.add_argument("--time-callbacks", action="store_true",
+                        help="server times every loop callback in CPU time and names the longest of each window "
+                             "(COORDINATOR_TIME_CALLBACKS; asyncio's loop only, so with --event-loop asyncio)")
     parser.add_argument("--start-timeout-s", type=float, default=180.0)
     parser.add_argument("--form-timeout-s", type=float, default=900.0)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -880,6 +894,7 @@ def main() -> int:
           f"{result['server_gc_pause_max_ms']} ms, collections {result['server_collections']}, frozen objects "
           f"{result['server_frozen']}; cpu {result['server_cpu_pct']}% "
           f"({result['server_cpu_us_per_heartbeat']} µs/heartbeat)\n"
+          f"  longest loop callbacks (ms CPU): {result['server_longest_callbacks'] or 'not timed'}\n"
           f"  rss MiB {result['rss_mib']}\n"
           f"  false expirations {result['false_expirations']} (since start {result['false_expirations_total']}), "
           f"heartbeat errors {result['heartbeat_errors']}\n"

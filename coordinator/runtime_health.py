@@ -28,6 +28,7 @@ and by a periodic `event=runtime_health` log line.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -189,6 +190,8 @@ class CallbackTimer:
 def callback_name(handle: asyncio.Handle) -> str:
     """What a loop callback runs, without spaces (a task's step names its coroutine)."""
     callback = handle._callback  # type: ignore[attr-defined]
+    while isinstance(callback, functools.partial):
+        callback = callback.func
     task = getattr(callback, "__self__", None)
     if isinstance(task, asyncio.Task):
         coro = task.get_coro()

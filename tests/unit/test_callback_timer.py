@@ -3,6 +3,7 @@ waits (a loaded machine stretches wall time, not CPU time), and the service's su
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -65,6 +66,18 @@ async def test_a_task_step_is_named_by_its_coroutine() -> None:
     finally:
         timer.uninstall()
     assert timer.longest.startswith("task:") and "slow_step" in timer.longest
+
+
+async def test_a_partial_is_named_by_its_function() -> None:
+    loop = asyncio.get_running_loop()
+    timer = CallbackTimer(log_above_ms=float("inf"))
+    assert timer.install(loop)
+    try:
+        loop.call_soon(functools.partial(functools.partial(burn_cpu)))
+        await _settle()
+    finally:
+        timer.uninstall()
+    assert timer.longest == "burn_cpu"
 
 
 def test_uvloop_is_declined() -> None:
