@@ -777,7 +777,9 @@ def run(args: argparse.Namespace) -> dict:
                                                 key=lambda item: -item[1])[:8]),
         "server_collections": {f"gc{g}": int(health_end.get(f"gc{g}_collections", 0)
                                              - health_start.get(f"gc{g}_collections", 0)) for g in range(3)},
-        "server_frozen": {"start": int(health_start.get("gc_frozen", 0)), "end": int(health_end.get("gc_frozen", 0))},
+        # objects the collector policy froze while measuring: state that became long-lived in steady state
+        "server_frozen_while_measuring": int(health_end.get("gc_frozen_total", 0)
+                                             - health_start.get("gc_frozen_total", 0)),
         "server_health": server.health,
         "server_cpu_us_per_heartbeat": round(measure["server_cpu_s"] * 1e6 / max(hist.total, 1), 1),
         "server_cpu_pct": round(100 * measure["server_cpu_s"] / measure["seconds"], 1),
@@ -891,8 +893,8 @@ def main() -> int:
           f"max {result['max_ms']} ms\n"
           f"  server loop lag max {result['server_loop_lag_max_ms']} ms (longest busy stretch "
           f"{result['server_loop_busy_max_ms']} ms CPU), gc pause max "
-          f"{result['server_gc_pause_max_ms']} ms, collections {result['server_collections']}, frozen objects "
-          f"{result['server_frozen']}; cpu {result['server_cpu_pct']}% "
+          f"{result['server_gc_pause_max_ms']} ms, collections {result['server_collections']}, objects frozen "
+          f"{result['server_frozen_while_measuring']}; cpu {result['server_cpu_pct']}% "
           f"({result['server_cpu_us_per_heartbeat']} µs/heartbeat)\n"
           f"  longest loop callbacks (ms CPU): {result['server_longest_callbacks'] or 'not timed'}\n"
           f"  rss MiB {result['rss_mib']}\n"
