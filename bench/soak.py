@@ -1,16 +1,21 @@
 """Soak: N members in groups heartbeating on a fixed schedule against one coordinator for a duration.
 
   python -m bench.soak --members 100000 [--group-size 10] [--interval-s 10] [--session-ms 30000]
-                       [--duration-s 600] [--workers 2] [--server memory|service] [--gc-freeze-every 1]
+                       [--duration-s 600] [--workers 2] [--server memory|service|kafka] [--gc-freeze-every 1]
+                       [--connect-window N] [--time-callbacks]
 
 What it does, bounded in time and count:
 1. Starts the server in its own process: `memory` runs our CoordinatorServer + GroupRuntime with the
    in-memory store (no Kafka: the heartbeat path does not touch storage); `service` runs `coordinator serve`
    (embedded Kafka, or --bootstrap-server). Either way the server runs coordinator/runtime_health.py and logs an
-   `event=runtime_health` line every 5 s, which this script reads (loop lag, collector pauses of the server).
+   `event=runtime_health` line every 5 s, which this script reads (loop lag, collector pauses of the server;
+   with --time-callbacks the longest loop callback of each window, named). `kafka` runs Kafka's own group
+   coordinator (the embedded broker) under the same generator, the anchor the other figures are ratios to.
 2. Forms the groups like consumers do after a coordinator restart: every member of a wave opens its own
-   connection at once (from several loopback source addresses, so 100k connections do not run out of ports),
-   JoinGroup (KIP-394 member id round trip), SyncGroup (the leader assigns). The kernel's ListenOverflows and
+   connection (from several loopback source addresses, so 100k connections do not run out of ports),
+   JoinGroup (KIP-394 member id round trip), SyncGroup (the leader assigns). At most --connect-window
+   connections wait to be accepted at any time (opened, first answer not yet in), so the wave follows the
+   server's accept rate instead of overflowing its listen queue. The kernel's ListenOverflows and
    ListenDrops counters (/proc/net/netstat) are read before and after: a listen-queue overflow is counted here.
    A member that synced closes its forming connection and joins the heartbeat schedule at once.
 3. Heartbeats: each member every `interval_s` at a fixed phase (evenly spread), Heartbeat v4 frames encoded once,
