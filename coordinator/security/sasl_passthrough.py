@@ -79,7 +79,7 @@ class Refusal(Exception):
 class SaslPassthrough:
     __slots__ = ("state", "mechanism", "principal", "_awaited", "peer", "enabled", "claim", "max_reauth_ms",
                  "_now_ms", "expires_at_ms", "link_lifetime_ms", "_reauth_started_ms", "_previous", "_failure",
-                 "reauth_on_fresh_link", "fresh_link_done", "close_reason")
+                 "reauth_on_fresh_link", "fresh_link_done", "close_reason", "listener")
 
     def __init__(self, peer: str = "?", enabled: tuple[str, ...] = PASSABLE_MECHANISMS, claim: str = "sub", *,
                  max_reauth_ms: int = 0, now_ms: Callable[[], int] | None = None) -> None:
@@ -92,6 +92,7 @@ class SaslPassthrough:
         self.principal: str | None = None
         self._awaited: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version) of SASL requests
         self.peer = peer
+        self.listener = "?"  # our listener's address, for the log (the coordinator's or a broker's)
         self.expires_at_ms: int | None = None  # our session's end (monotonic ms); None: it does not expire
         self.link_lifetime_ms = 0  # the broker's session lifetime on the connection's upstream link (0: none)
         self._reauth_started_ms: int | None = None  # KafkaChannel's lastReauthenticationStartNanos
@@ -169,8 +170,9 @@ class SaslPassthrough:
         self._previous = (previous, self.principal)
         self.reauth_on_fresh_link = self.link_lifetime_ms == 0
         self.fresh_link_done = False
-        log.info("event=sasl_reauthentication_started peer=%s mechanism=%s principal=User:%s upstream=%s", self.peer,
-                 mechanism, self.principal, "fresh_connection" if self.reauth_on_fresh_link else "link")
+        log.info("event=sasl_reauthentication_started peer=%s listener=%s mechanism=%s principal=User:%s upstream=%s",
+                 self.peer, self.listener, mechanism, self.principal,
+                 "fresh_connection" if self.reauth_on_fresh_link else "link")
         self._handshake(frame, version, correlation_id)
         return None
 
@@ -193,13 +195,13 @@ class SaslPassthrough:
         if awaited is None:
             return None
         api_key, version = awaited
-        _correlation, body = decode_response(api_key, version, bytes(frame[4:]))
+        answered, body = decode_response(api_key, version, bytes(frame[4:]))
         if int(body.error_code) != 0:
             log.info("event=sasl_failed peer=%s mechanism=%s principal=%s error_code=%d reauthentication=%s",
                      self.peer, self.mechanism, self.principal, int(body.error_code), self._previous is not None)
             return None  # the broker closes the connection; nothing more is admitted meanwhile
         if api_key == SASL_AUTHENTICATE and self.state is State.AUTHENTICATING and self._final(bytes(body.auth_bytes)):
-            return self._complete(version, correlation_id, body)
+            return self._complete(version, answered, body)
         return None
 
     def _complete(self, version: int, correlation_id: int, body: Any) -> bytes | None:
@@ -218,8 +220,8 @@ class SaslPassthrough:
         lifetime_ms = _session_lifetime_ms(self.max_reauth_ms, broker_lifetime_ms)
         self.expires_at_ms = self._now_ms() + lifetime_ms if lifetime_ms else None
         self.state = State.COMPLETE
-        log.info("event=sasl_authenticated peer=%s mechanism=%s principal=User:%s session_lifetime_ms=%d%s",
-                 self.peer, self.mechanism, self.principal, lifetime_ms,
+        log.info("event=sasl_authenticated peer=%s listener=%s mechanism=%s principal=User:%s session_lifetime_ms=%d%s",
+                 self.peer, self.listener, self.mechanism, self.principal, lifetime_ms,
                  " reauthentication=true" if previous is not None else "")
         if version >= 1 and lifetime_ms != broker_lifetime_ms:
             return _authenticate_reply(version, correlation_id, 0, None, lifetime_ms, bytes(body.auth_bytes))

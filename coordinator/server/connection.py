@@ -123,6 +123,8 @@ class Connection(asyncio.BufferedProtocol):
             peer = f"{peername[0]}:{peername[1]}"
             if self._sasl is not None:
                 self._sasl.peer = peer
+                local = transport.get_extra_info("sockname") or ("?", 0)
+                self._sasl.listener = f"{local[0]}:{local[1]}"
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
                                           java_host_string(peername[0]), peer, self._server.relay,
                                           self._server.directory, authorizer=self._server.authorizer,
