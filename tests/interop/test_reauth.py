@@ -14,8 +14,11 @@ session re-authenticated in place; a fresh upstream connection where the link's 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import re
 import ssl
+import time
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -29,6 +32,7 @@ from coordinator.embedded.certificates import CertificateSet, make_test_certific
 from coordinator.embedded.secured import DEFAULT_USERS, SecureListeners
 from coordinator.security.client_config import ClientSecurity, load_command_config
 from coordinator.security.sasl_client import ClusterAuthenticationError, authenticate
+from coordinator.security.sasl_passthrough import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
@@ -82,11 +86,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         broker.remove_data()
 
 
-def ours(cluster: Cluster, *config: str) -> AbstractAsyncContextManager[Service]:
-    """The coordinator with the relay, SASL_SSL listeners and connections.max.reauth.ms=REAUTH_MS."""
+def ours(cluster: Cluster, max_reauth_ms: int = REAUTH_MS) -> AbstractAsyncContextManager[Service]:
+    """The coordinator with the relay, SASL_SSL listeners and connections.max.reauth.ms=`max_reauth_ms`."""
     return service(cluster.broker.sasl_ssl_bootstrap, unique("reauth-state"), *FAST,
                    "ssl.keystore.type=PEM", f"ssl.keystore.location={cluster.certificates.broker_keystore}",
-                   f"connections.max.reauth.ms={REAUTH_MS}", *config, relay=True, listen="SASL_SSL://127.0.0.1:0",
+                   f"connections.max.reauth.ms={max_reauth_ms}", relay=True, listen="SASL_SSL://127.0.0.1:0",
                    args=("--command-config", str(cluster.command_config())))
 
 
@@ -186,6 +190,41 @@ async def test_the_wire_matches_kafkas_broker_configured_the_same(cluster: Clust
     assert "reason=sasl_session_expired" in log
     assert "reason=sasl_reauthentication_failed" in log  # another principal
     assert "alice-secret" not in log and "bob-secret" not in log
+
+
+async def oauthbearer_session(cluster: Cluster, port: int, expires_in_s: int) -> tuple[KafkaClient, int]:
+    """A connection authenticated with an unsecured OAUTHBEARER token (the broker's unsecured validator) that
+    expires in `expires_in_s`; the session lifetime given."""
+    context = ssl.create_default_context(cafile=str(cluster.certificates.ca))
+    client = await KafkaClient.connect("localhost", port, client_id="reauth-wire", ssl=context, negotiate=False)
+    handshake = await client.request(request(SASL_HANDSHAKE, 1, mechanism="OAUTHBEARER"))
+    assert int(handshake.error_code) == 0, handshake
+    now = int(time.time())
+
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    token = f"{part({'alg': 'none'})}.{part({'sub': 'alice', 'iat': now, 'exp': now + expires_in_s})}."
+    answer = await client.request(request(SASL_AUTHENTICATE, 2,
+                                          auth_bytes=f"n,,\x01auth=Bearer {token}\x01\x01".encode()))
+    assert int(answer.error_code) == 0, answer
+    return client, int(answer.session_lifetime.total_seconds() * 1000)
+
+
+async def test_an_oauthbearer_tokens_expiry_bounds_the_session_as_on_kafka(cluster: Cluster) -> None:
+    """No connections.max.reauth.ms for OAUTHBEARER on the broker, a longer one of ours: the token's remaining
+    lifetime is the session's, on both; past it, the connection is closed on both."""
+    async with ours(cluster, max_reauth_ms=60_000) as running:
+        for port in (broker_port(cluster), running.port):
+            client, lifetime_ms = await oauthbearer_session(cluster, port, expires_in_s=3)
+            try:
+                assert 1_000 < lifetime_ms <= 3_000, (port, lifetime_ms)
+                assert not await closed(client)
+                await asyncio.sleep(lifetime_ms / 1000 + 0.5)
+                assert await closed(client), port
+            finally:
+                await client.close()
+        assert "reason=sasl_session_expired" in running.log_text()
 
 
 def create_topic(cluster: Cluster, topic: str) -> None:
