@@ -55,6 +55,8 @@ _UNSUPPORTED_SASL_MECHANISM = 33
 _ILLEGAL_SASL_STATE = 34
 _SASL_AUTHENTICATION_FAILED = 58
 _MIN_REAUTH_INTERVAL_MS = 1_000  # KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS
+# SaslServerAuthenticator's answer to bad credentials (it says no more, so as not to tell which part was wrong)
+_GENERIC_FAILURE = "Authentication failed during {} due to invalid credentials with SASL mechanism {}"
 PASSABLE_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
@@ -199,10 +201,20 @@ class SaslPassthrough:
         if int(body.error_code) != 0:
             log.info("event=sasl_failed peer=%s mechanism=%s principal=%s error_code=%d reauthentication=%s",
                      self.peer, self.mechanism, self.principal, int(body.error_code), self._previous is not None)
-            return None  # the broker closes the connection; nothing more is admitted meanwhile
+            # the broker closes the connection; nothing more is admitted meanwhile
+            return self._as_reauthentication_failure(version, answered, body) if api_key == SASL_AUTHENTICATE else None
         if api_key == SASL_AUTHENTICATE and self.state is State.AUTHENTICATING and self._final(bytes(body.auth_bytes)):
             return self._complete(version, answered, body)
         return None
+
+    def _as_reauthentication_failure(self, version: int, correlation_id: int, body: Any) -> bytes | None:
+        """On a fresh upstream connection the broker saw a first authentication: its generic message then says so,
+        where Kafka's for a re-authentication says "during re-authentication"."""
+        if (self._previous is None or not self.reauth_on_fresh_link
+                or body.error_message != _GENERIC_FAILURE.format("authentication", self.mechanism)):
+            return None
+        message = _GENERIC_FAILURE.format("re-authentication", self.mechanism)
+        return _authenticate_reply(version, correlation_id, int(body.error_code), message, 0)
 
     def _complete(self, version: int, correlation_id: int, body: Any) -> bytes | None:
         broker_lifetime_ms = _lifetime_ms(body)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
+                                  UserScramCredentialUpsertion)
 
 from coordinator.embedded import EmbeddedKafka
 from coordinator.embedded.certificates import CertificateSet, make_test_certificates
@@ -45,7 +46,7 @@ REAUTH_MS = 3_000
 PARTITIONS = 3
 RECORDS = 20  # per partition, per batch
 TIMEOUT_S = 180  # a loaded 2-core machine
-USERS = {**DEFAULT_USERS, "bob": "bob-secret"}
+USERS = {**DEFAULT_USERS, "bob": "bob-secret", "carol": "carol-secret"}
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 ONE_SECOND_S = 1.0
 
@@ -54,11 +55,11 @@ class Cluster:
     def __init__(self, broker: EmbeddedKafka, certificates: CertificateSet, directory: Path) -> None:
         self.broker, self.certificates, self.directory = broker, certificates, directory
 
-    def security(self, user: str, mechanism: str) -> ClientSecurity:
+    def security(self, user: str, mechanism: str, password: str | None = None) -> ClientSecurity:
         """A client's settings by librdkafka's names, read as --command-config reads them."""
         path = self.directory / f"{user}-{mechanism}.properties"
         path.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism={mechanism}\nsasl.username={user}\n"
-                        f"sasl.password={USERS[user]}\nssl.ca.location={self.certificates.ca}\n")
+                        f"sasl.password={password or USERS[user]}\nssl.ca.location={self.certificates.ca}\n")
         return load_command_config(path)
 
     def command_config(self) -> Path:
@@ -98,12 +99,17 @@ def broker_port(cluster: Cluster) -> int:
     return int(cluster.broker.sasl_ssl_bootstrap.rsplit(":", 1)[1])
 
 
-async def session(cluster: Cluster, port: int, user: str, mechanism: str) -> tuple[KafkaClient, int]:
+async def session(cluster: Cluster, port: int, user: str, mechanism: str,
+                  password: str | None = None) -> tuple[KafkaClient, int]:
     """A connection to localhost:`port` (TLS, the host name checked) authenticated as `user`; the session lifetime
     its SaslAuthenticate answer gave."""
     context = ssl.create_default_context(cafile=str(cluster.certificates.ca))
     client = await KafkaClient.connect("localhost", port, client_id="reauth-wire", ssl=context, negotiate=False)
-    return client, await authenticate(client.request, cluster.security(user, mechanism))
+    try:
+        return client, await authenticate(client.request, cluster.security(user, mechanism, password))
+    except BaseException:
+        await client.close()
+        raise
 
 
 async def closed(client: KafkaClient) -> bool:
@@ -225,6 +231,56 @@ async def test_an_oauthbearer_tokens_expiry_bounds_the_session_as_on_kafka(clust
             finally:
                 await client.close()
         assert "reason=sasl_session_expired" in running.log_text()
+
+
+def set_password(cluster: Cluster, user: str, password: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.broker.sasl_ssl_bootstrap,
+                         **cluster.librdkafka("admin", "SCRAM-SHA-256")})
+    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):  # one per request (Kafka's rule)
+        upsertion = UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 4096), password.encode())
+        for future in admin.alter_user_scram_credentials([upsertion]).values():
+            future.result(60)
+
+
+async def accepted(cluster: Cluster, mechanism: str, password: str) -> bool:
+    """Whether the broker takes carol's `password` (a credential change reaches it shortly after the controller)."""
+    try:
+        client, _lifetime = await session(cluster, broker_port(cluster), "carol", mechanism, password)
+    except ClusterAuthenticationError:
+        return False
+    await client.close()
+    return True
+
+
+async def test_a_credential_changed_since_fails_the_re_authentication_as_on_kafka(cluster: Cluster) -> None:
+    """carol's password changes during her session: her re-authentication with the old one is refused with
+    Kafka's message, then the connection closed; on the broker and through us on both upstream paths (so a fresh
+    upstream connection is what checks the credentials again where the link's session never expires)."""
+    outcomes: dict[tuple[str, str], tuple[str, bool]] = {}
+    async with ours(cluster) as running:
+        for target, port, mechanism in (("kafka", broker_port(cluster), "SCRAM-SHA-512"),
+                                         ("ours", running.port, "SCRAM-SHA-512"),
+                                         ("ours", running.port, "SCRAM-SHA-256")):
+            old, new = unique("old"), unique("new")
+            await asyncio.to_thread(set_password, cluster, "carol", old)
+            await wait_until(lambda: accepted(cluster, mechanism, old), 60, "carol's password set", interval_s=0.2)
+            client, _lifetime = await session(cluster, port, "carol", mechanism, old)
+            try:
+                await asyncio.to_thread(set_password, cluster, "carol", new)
+                await wait_until(lambda: accepted(cluster, mechanism, new), 60, "carol's password changed",
+                                 interval_s=0.2)
+                try:
+                    await authenticate(client.request, cluster.security("carol", mechanism, old))
+                    said = "accepted"
+                except ClusterAuthenticationError as exc:
+                    said = str(exc).replace(mechanism, "<mechanism>")
+                outcomes[(target, mechanism)] = (said, await closed(client))
+            finally:
+                await client.close()
+    refused = ("Authentication failed during re-authentication due to invalid credentials with SASL mechanism "
+               "<mechanism>", True)
+    assert outcomes == {("kafka", "SCRAM-SHA-512"): refused, ("ours", "SCRAM-SHA-512"): refused,
+                        ("ours", "SCRAM-SHA-256"): refused}
 
 
 def create_topic(cluster: Cluster, topic: str) -> None:

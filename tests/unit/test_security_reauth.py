@@ -5,13 +5,17 @@ frequency) and what an expired session gets."""
 from __future__ import annotations
 
 import datetime
+import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.security.sasl_passthrough import Refusal, SaslPassthrough, State
 from coordinator.timer.clock import ManualClock
 from protocol import apis, codec
 from protocol.codec import RequestHeader
+from protocol.errors import ProtocolError
 from protocol.messages import build, error
 
 
@@ -182,3 +186,44 @@ def test_a_v0_authenticate_gets_no_lifetime_but_its_session_still_expires() -> N
     session.clock.advance(3_001)
     with pytest.raises(Refusal):
         session.request()
+
+
+def failed_authenticate(session: Session, message: str) -> str:
+    """The message the client gets when the broker refuses a PLAIN SaslAuthenticate with `message`."""
+    correlation_id = session.next_id()
+    session.sasl.admit(frame(36, 2, correlation_id, auth_bytes=b"\0alice\0old"))
+    sent = answer(36, 2, correlation_id, error_code=error(58), error_message=message, auth_bytes=b"",
+                  session_lifetime=datetime.timedelta(0))
+    replaced = session.sasl.observe(correlation_id, sent)
+    return str(codec.decode_response(36, 2, (replaced or sent)[4:])[1].error_message)
+
+
+@pytest.mark.parametrize(("broker_lifetime", "said"), [
+    (0, "Authentication failed during re-authentication due to invalid credentials with SASL mechanism PLAIN"),
+    (6_000, "Authentication failed during authentication due to invalid credentials with SASL mechanism PLAIN")])
+def test_refused_credentials_on_a_fresh_connection_get_kafkas_re_authentication_message(broker_lifetime: int,
+                                                                                       said: str) -> None:
+    """The fresh connection's broker saw a first authentication; the message the client gets is Kafka's for a
+    re-authentication. Over the link the broker's own message passes unchanged."""
+    session = Session(3_000)
+    session.handshake()
+    session.authenticate(broker_lifetime_ms=broker_lifetime)
+    session.clock.advance(2_800)
+    session.handshake()
+    generic = "Authentication failed during authentication due to invalid credentials with SASL mechanism PLAIN"
+    assert failed_authenticate(session, generic) == said
+
+
+@settings(max_examples=300, deadline=None)
+@given(api_key=st.sampled_from([17, 36, 18, 12]), version=st.integers(0, 4), body=st.binary(max_size=64),
+       elapsed_ms=st.integers(0, 10_000))
+def test_untrusted_frames_on_a_session_that_expires_are_refused_or_admitted_never_crash(
+        api_key: int, version: int, body: bytes, elapsed_ms: int) -> None:
+    session = Session(3_000)
+    session.handshake()
+    session.authenticate()
+    session.clock.advance(elapsed_ms)
+    try:
+        session.sasl.admit(struct.pack(">hhih", api_key, version, 5, 1) + b"c" + body)
+    except (Refusal, ProtocolError, ValueError, LookupError):
+        pass
