@@ -139,7 +139,13 @@ class SaslPassthrough:
             if self.state is State.INITIAL:
                 raise Refusal("SaslAuthenticate before SaslHandshake (ILLEGAL_SASL_STATE)")
             if self.principal is None and self.state is State.AUTHENTICATING:
-                self.principal = _principal(self.mechanism, decode_request(frame).body.auth_bytes, self.claim)
+                token = decode_request(frame).body.auth_bytes
+                if _delegation_token(self.mechanism, token):
+                    message = ("delegation tokens (SCRAM tokenauth=true) are not supported on this listener: the "
+                               "principal, the token's owner, is not known here")
+                    raise Refusal(message, _authenticate_reply(version, correlation_id, _SASL_AUTHENTICATION_FAILED,
+                                                               message, 0))
+                self.principal = _principal(self.mechanism, token, self.claim)
             self._awaited[correlation_id] = (api_key, version)
             return None
         if self.state is not State.COMPLETE:
@@ -286,6 +292,14 @@ def passed_through_ranges(upstream: dict[int, tuple[int, int]]) -> dict[int, tup
     if SASL_AUTHENTICATE in upstream:
         ranges[SASL_AUTHENTICATE] = (upstream[SASL_AUTHENTICATE][0], min(2, upstream[SASL_AUTHENTICATE][1]))
     return ranges
+
+
+def _delegation_token(mechanism: str | None, client_first: bytes) -> bool:
+    """A SCRAM client-first message with the `tokenauth=true` extension (a delegation token: the broker takes the
+    token's owner as the principal, and its name is not in the message)."""
+    if not (mechanism or "").startswith("SCRAM-"):
+        return False
+    return b",tokenauth=true" in client_first.split(b",r=", 1)[-1].lower()
 
 
 def _principal(mechanism: str | None, token: bytes, claim: str = "sub") -> str | None:

@@ -227,3 +227,18 @@ def test_untrusted_frames_on_a_session_that_expires_are_refused_or_admitted_neve
         session.sasl.admit(struct.pack(">hhih", api_key, version, 5, 1) + b"c" + body)
     except (Refusal, ProtocolError, ValueError, LookupError):
         pass
+
+
+def test_a_delegation_token_exchange_is_refused_with_a_message_not_mistaken_for_its_owner() -> None:
+    """SCRAM with tokenauth=true names the token, not its owner (the broker's principal): refused, with an answer,
+    rather than authorizing the token's id."""
+    sasl = SaslPassthrough()
+    sasl.admit(frame(17, 1, 1, mechanism="SCRAM-SHA-256"))
+    with pytest.raises(Refusal, match="delegation tokens") as refused:
+        sasl.admit(frame(36, 2, 2, auth_bytes=b"n,,n=T0k3nId,r=abc,tokenauth=true"))
+    assert refused.value.reply is not None
+    assert int(codec.decode_response(36, 2, refused.value.reply[4:])[1].error_code) == 58
+    sasl = SaslPassthrough()
+    sasl.admit(frame(17, 1, 1, mechanism="SCRAM-SHA-256"))
+    sasl.admit(frame(36, 2, 2, auth_bytes=b"n,,n=tokenauth=3Dtrue,r=abc"))  # a user's name is not an extension
+    assert sasl.principal == "tokenauth=true"
