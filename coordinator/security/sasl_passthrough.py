@@ -13,7 +13,9 @@ does. SaslHandshake v0 (raw tokens outside Kafka framing) is refused and the con
 After completion the connection serves everything (group APIs here, the rest relayed). The principal, for the
 log, is the name in the client's own first message (PLAIN's authcid, SCRAM's `n=`, OAUTHBEARER's token's `sub`
 claim), never its password; it is the connection's principal for authorization once the broker accepted the
-exchange.
+exchange. A delegation token's (SCRAM `tokenauth=true`) names the token, not its owner, Kafka's principal: the owner
+is asked of the cluster (DescribeDelegationToken) while the broker checks the token, and the broker's final answer
+waits for it (HOLD); an owner we may not see fails the exchange.
 
 KIP-368 session lifetime and re-authentication, as Kafka's broker (SaslServerAuthenticator, KafkaChannel,
 SocketServer): the session lasts min(our `connections.max.reauth.ms`, the broker's session lifetime), the broker's
@@ -34,11 +36,13 @@ link, whose broker session never expires and has the same principal, stays.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import enum
 import logging
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinator.security.principals import oauthbearer_subject
@@ -81,10 +85,13 @@ class Refusal(Exception):
 class SaslPassthrough:
     __slots__ = ("state", "mechanism", "principal", "_awaited", "peer", "enabled", "claim", "max_reauth_ms",
                  "_now_ms", "expires_at_ms", "link_lifetime_ms", "_reauth_started_ms", "_previous", "_failure",
-                 "reauth_on_fresh_link", "fresh_link_done", "close_reason", "listener")
+                 "reauth_on_fresh_link", "fresh_link_done", "close_reason", "listener", "_token_owner",
+                 "_owner_lookup", "_look_up_owner", "_wake", "_first_token_seen")
 
     def __init__(self, peer: str = "?", enabled: tuple[str, ...] = PASSABLE_MECHANISMS, claim: str = "sub", *,
-                 max_reauth_ms: int = 0, now_ms: Callable[[], int] | None = None) -> None:
+                 max_reauth_ms: int = 0, now_ms: Callable[[], int] | None = None,
+                 token_owner: Callable[[str], Awaitable[str | None]] | None = None,
+                 wake: Callable[[], None] | None = None) -> None:
         self.enabled = enabled  # sasl.enabled.mechanisms of our listener
         self.claim = claim  # sasl.oauthbearer.sub.claim.name: the OAUTHBEARER token's claim naming the principal
         self.max_reauth_ms = max_reauth_ms  # connections.max.reauth.ms of our listener (0: none of ours)
@@ -103,6 +110,14 @@ class SaslPassthrough:
         self.reauth_on_fresh_link = False  # this re-authentication's exchange goes to a fresh upstream connection
         self.fresh_link_done = False  # ... which has completed: the relay side closes it
         self.close_reason: str | None = None  # close the connection once the answer just observed is written
+        # Delegation tokens (SCRAM tokenauth=true): the principal is the token's owner, asked of the cluster
+        # (`token_owner`, DescribeDelegationToken) while the broker checks the token; the final answer waits for
+        # it, then `wake` (weakly held: the connection owns this object) sends it on.
+        self._look_up_owner = token_owner
+        self._wake = weakref.WeakMethod(wake) if wake is not None and hasattr(wake, "__self__") else None
+        self._owner_lookup: asyncio.Task[None] | None = None
+        self._token_owner: str | None = None  # "" once looked up and not found
+        self._first_token_seen = False
 
     @property
     def awaiting(self) -> bool:
@@ -138,14 +153,13 @@ class SaslPassthrough:
         if api_key == SASL_AUTHENTICATE:
             if self.state is State.INITIAL:
                 raise Refusal("SaslAuthenticate before SaslHandshake (ILLEGAL_SASL_STATE)")
-            if self.principal is None and self.state is State.AUTHENTICATING:
+            if not self._first_token_seen and self.state is State.AUTHENTICATING:
+                self._first_token_seen = True
                 token = decode_request(frame).body.auth_bytes
                 if _delegation_token(self.mechanism, token):
-                    message = ("delegation tokens (SCRAM tokenauth=true) are not supported on this listener: the "
-                               "principal, the token's owner, is not known here")
-                    raise Refusal(message, _authenticate_reply(version, correlation_id, _SASL_AUTHENTICATION_FAILED,
-                                                               message, 0))
-                self.principal = _principal(self.mechanism, token, self.claim)
+                    self._start_owner_lookup(_principal(self.mechanism, token, self.claim), version, correlation_id)
+                else:
+                    self.principal = _principal(self.mechanism, token, self.claim)
             self._awaited[correlation_id] = (api_key, version)
             return None
         if self.state is not State.COMPLETE:
@@ -193,17 +207,45 @@ class SaslPassthrough:
             reply = _handshake_reply(version, correlation_id, _UNSUPPORTED_SASL_MECHANISM, self.enabled)
             raise Refusal(f"SASL mechanism {mechanism!r} cannot be passed through (UNSUPPORTED_SASL_MECHANISM)", reply)
         self.mechanism, self.principal, self.state = mechanism, None, State.AUTHENTICATING
+        self._first_token_seen, self._token_owner = False, None
         self._awaited[correlation_id] = (SASL_HANDSHAKE, version)
+
+    def _start_owner_lookup(self, token_id: str | None, version: int, correlation_id: int) -> None:
+        if self._look_up_owner is None or token_id is None:
+            message = ("delegation tokens (SCRAM tokenauth=true) are not supported on this listener: the principal, "
+                       "the token's owner, cannot be asked of the cluster here")
+            raise Refusal(message, _authenticate_reply(version, correlation_id, _SASL_AUTHENTICATION_FAILED, message,
+                                                       0))
+        self._owner_lookup = asyncio.get_running_loop().create_task(self._owner_of(token_id))
+
+    async def _owner_of(self, token_id: str) -> None:
+        try:
+            owner = await self._look_up_owner(token_id)  # type: ignore[misc]
+        except Exception as exc:  # the cluster did not answer: the exchange fails below, with a log line
+            log.warning("event=delegation_token_owner_unknown peer=%s error=%r", self.peer, exc)
+            owner = None
+        self._token_owner = owner or ""
+        self._owner_lookup = None  # no cycle through the finished task
+        wake = self._wake() if self._wake is not None else None
+        if wake is not None:
+            wake()
 
     def observe(self, correlation_id: int | None, frame: Any) -> bytes | None:
         """A relayed response on its way to the client (size prefix included): the broker's SASL answers move the
         state before the client can send its next request. Returns the frame to send instead, if it changes (the
-        session lifetime, or a re-authentication under another principal failed)."""
-        awaited = self._awaited.pop(correlation_id, None) if correlation_id is not None else None
+        session lifetime, or a re-authentication under another principal failed); HOLD: not yet (a delegation
+        token's owner is still being looked up; observe it again once woken)."""
+        if correlation_id is None:
+            return None
+        awaited = self._awaited.get(correlation_id)
         if awaited is None:
             return None
         api_key, version = awaited
         answered, body = decode_response(api_key, version, bytes(frame[4:]))
+        if (api_key == SASL_AUTHENTICATE and self._owner_lookup is not None and int(body.error_code) == 0
+                and self._final(bytes(body.auth_bytes))):
+            return HOLD
+        del self._awaited[correlation_id]
         if int(body.error_code) != 0:
             log.info("event=sasl_failed peer=%s mechanism=%s principal=%s error_code=%d reauthentication=%s",
                      self.peer, self.mechanism, self.principal, int(body.error_code), self._previous is not None)
@@ -224,6 +266,14 @@ class SaslPassthrough:
 
     def _complete(self, version: int, correlation_id: int, body: Any) -> bytes | None:
         broker_lifetime_ms = _lifetime_ms(body)
+        if self._token_owner is not None:
+            if not self._token_owner:
+                message = ("the owner of this delegation token could not be described by the coordinator's "
+                           "principal (DescribeDelegationToken): it is the connection's principal")
+                self.close_reason, self.state, self._failure = message, State.REAUTH_FAILED, message
+                self._previous = None
+                return _authenticate_reply(version, correlation_id, _SASL_AUTHENTICATION_FAILED, message, 0)
+            self.principal = self._token_owner
         previous, self._previous = self._previous, None
         if previous is not None and self.reauth_on_fresh_link:
             self.fresh_link_done = True
@@ -251,6 +301,9 @@ class SaslPassthrough:
         if self.mechanism == "OAUTHBEARER":
             return not server_token
         return server_token.startswith(b"v=")  # SCRAM's server-final message
+
+
+HOLD = b"hold"  # observe(): keep the answer back for now
 
 
 def _session_lifetime_ms(max_reauth_ms: int, broker_lifetime_ms: int) -> int:

@@ -93,7 +93,9 @@ class Connection(asyncio.BufferedProtocol):
         self._sasl = SaslPassthrough(enabled=access.sasl_mechanisms if access else PASSABLE_MECHANISMS,
                                      claim=access.oauthbearer_claim if access else "sub",
                                      max_reauth_ms=access.max_reauth_ms if access else 0,
-                                     now_ms=server.clock.now_ms) \
+                                     now_ms=server.clock.now_ms,
+                                     token_owner=server.relay.token_owner if server.relay else None,
+                                     wake=self.relay_responses_ready) \
             if server.config.sasl_passthrough else None
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)

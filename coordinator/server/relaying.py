@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.upstream import LinkOwner, PendingResponse, UpstreamLink
 from coordinator.relay.versions import Route, produce_expects_response
+from coordinator.security.sasl_passthrough import HOLD
 
 if TYPE_CHECKING:
     from coordinator.relay.relay import Relay
@@ -107,12 +108,15 @@ class RelaySide:
             frame = pending[0].frame
             if frame is None:  # the next response in order has not arrived yet
                 break
-            response = pending.popleft()
             if sasl is not None and sasl.awaiting:
-                frame = sasl.observe(getattr(response, "correlation_id", None), frame) or frame
+                replaced = sasl.observe(getattr(pending[0], "correlation_id", None), frame)
+                if replaced is HOLD:  # sent once the principal is known (the connection is woken)
+                    break
+                frame = replaced or frame
                 if sasl.fresh_link_done:
                     sasl.fresh_link_done = False
                     self.close_reauth_link()
+            response = pending.popleft()
             transport.write(frame)
             sent += 1
             buffer = response.buffer

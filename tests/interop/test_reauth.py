@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import json
 import re
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -32,7 +33,8 @@ from coordinator.embedded import EmbeddedKafka
 from coordinator.embedded.certificates import CertificateSet, make_test_certificates
 from coordinator.embedded.secured import DEFAULT_USERS, SecureListeners
 from coordinator.security.client_config import ClientSecurity, load_command_config
-from coordinator.security.sasl_client import ClusterAuthenticationError, authenticate
+from coordinator.security import sasl_client
+from coordinator.security.sasl_client import ClusterAuthenticationError, authenticate, run_exchange
 from coordinator.security.sasl_passthrough import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
@@ -49,6 +51,7 @@ TIMEOUT_S = 180  # a loaded 2-core machine
 USERS = {**DEFAULT_USERS, "bob": "bob-secret", "carol": "carol-secret"}
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 ONE_SECOND_S = 1.0
+CREATE_DELEGATION_TOKEN = 38
 
 
 class Cluster:
@@ -78,7 +81,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     certificates = make_test_certificates(directory / "certificates", clients=("coordinator",))
     broker = EmbeddedKafka(secure=SecureListeners(certificates, users=USERS), startup_timeout_s=240,
                            extra_properties={"listener.name.sasl_ssl.scram-sha-512.connections.max.reauth.ms":
-                                             str(REAUTH_MS)})
+                                             str(REAUTH_MS), "delegation.token.secret.key": "reauth-test-key"})
     broker.start_blocking()
     try:
         yield Cluster(broker, certificates, directory)
@@ -281,6 +284,80 @@ async def test_a_credential_changed_since_fails_the_re_authentication_as_on_kafk
                "<mechanism>", True)
     assert outcomes == {("kafka", "SCRAM-SHA-512"): refused, ("ours", "SCRAM-SHA-512"): refused,
                         ("ours", "SCRAM-SHA-256"): refused}
+
+
+async def delegation_token(cluster: Cluster, user: str) -> tuple[str, str]:
+    """(token id, HMAC in base64) of a delegation token `user` creates for itself."""
+    client, _lifetime = await session(cluster, broker_port(cluster), user, "SCRAM-SHA-256")
+    try:
+        created = await client.request(request(CREATE_DELEGATION_TOKEN, 3, owner_principal_type=None,
+                                               owner_principal_name=None, renewers=(),
+                                               max_lifetime=datetime.timedelta(hours=1)))
+    finally:
+        await client.close()
+    assert int(created.error_code) == 0, created
+    return str(created.token_id), base64.b64encode(bytes(created.hmac)).decode()
+
+
+async def token_session(cluster: Cluster, port: int, token: tuple[str, str]) -> tuple[KafkaClient, int]:
+    context = ssl.create_default_context(cafile=str(cluster.certificates.ca))
+    client = await KafkaClient.connect("localhost", port, client_id="reauth-wire", ssl=context, negotiate=False)
+    return client, await run_exchange(client.request, "SCRAM-SHA-256", token_exchange(token))
+
+
+def token_exchange(token: tuple[str, str]) -> Generator[bytes, bytes, None]:
+    return sasl_client._scram("SCRAM-SHA-256", token[0], token[1], token=True)
+
+
+async def test_a_delegation_token_authenticates_as_its_owner_through_us(cluster: Cluster) -> None:
+    """SCRAM with tokenauth=true: the broker checks the token, and the connection's principal is the token's owner
+    (asked of the cluster), not the token's id; it re-authenticates like any session; the Java consumer
+    configured with the token consumes and commits through us."""
+    from tests.support.java_consumer import JavaConsumer
+
+    token = await delegation_token(cluster, "alice")
+
+    async def accepted_until_the_token_expires() -> bool:
+        """Kafka takes the token (once it is in the broker's metadata); the session lasts until the token expires
+        (the credential's lifetime: no connections.max.reauth.ms for SCRAM-SHA-256 on the broker)."""
+        try:
+            client, lifetime_ms = await token_session(cluster, broker_port(cluster), token)
+        except ClusterAuthenticationError:
+            return False
+        await client.close()
+        assert 3_000_000 < lifetime_ms <= 3_600_000, lifetime_ms
+        return True
+
+    await wait_until(accepted_until_the_token_expires, 60, "the token accepted by the broker", interval_s=0.5)
+    topic, group = unique("token"), unique("token-app")
+    await asyncio.to_thread(create_topic, cluster, topic)
+    await asyncio.to_thread(produce, cluster, topic, 0)
+    async with ours(cluster) as running:
+        client, lifetime_ms = await token_session(cluster, running.port, token)
+        try:
+            assert lifetime_ms == REAUTH_MS
+            await asyncio.sleep(ONE_SECOND_S)
+            assert await run_exchange(client.request, "SCRAM-SHA-256", token_exchange(token)) == REAUTH_MS
+            assert not await closed(client)
+        finally:
+            await client.close()
+        said = running.log_text()
+        assert f"principal=User:alice session_lifetime_ms={REAUTH_MS} reauthentication=true" in said
+        assert f"principal=User:{token[0]}" not in said and token[1] not in said
+
+        java = await asyncio.to_thread(
+            JavaConsumer, f"localhost:{running.port}", group, topic, session_timeout_ms=10_000,
+            properties={"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+                        "sasl.jaas.config": f'{SCRAM} required username="{token[0]}" password="{token[1]}" '
+                                            f'tokenauth="true";',
+                        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(cluster.certificates.ca)})
+        try:
+            await asyncio.to_thread(java.wait_for, lambda c: all(
+                c.committed.get((topic, p)) == RECORDS for p in range(PARTITIONS)), TIMEOUT_S,
+                "the Java consumer's commits, authenticated with alice's token")
+        finally:
+            await asyncio.to_thread(java.close, 60)
+        assert "event=delegation_token_owner_unknown" not in running.log_text()
 
 
 def create_topic(cluster: Cluster, topic: str) -> None:

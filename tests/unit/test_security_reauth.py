@@ -4,6 +4,7 @@ frequency) and what an expired session gets."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import struct
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.security.sasl_passthrough import Refusal, SaslPassthrough, State
+from coordinator.security.sasl_passthrough import HOLD, Refusal, SaslPassthrough, State
 from coordinator.timer.clock import ManualClock
 from protocol import apis, codec
 from protocol.codec import RequestHeader
@@ -242,3 +243,41 @@ def test_a_delegation_token_exchange_is_refused_with_a_message_not_mistaken_for_
     sasl.admit(frame(17, 1, 1, mechanism="SCRAM-SHA-256"))
     sasl.admit(frame(36, 2, 2, auth_bytes=b"n,,n=tokenauth=3Dtrue,r=abc"))  # a user's name is not an extension
     assert sasl.principal == "tokenauth=true"
+
+
+class Wakeable:
+    """What a connection is to its SaslPassthrough's owner lookup: something with a method to wake."""
+
+    def __init__(self) -> None:
+        self.woken = asyncio.Event()
+
+    def wake(self) -> None:
+        self.woken.set()
+
+
+@pytest.mark.parametrize(("token_id", "principal", "error_code"), [("T1", "alice", 0), ("gone", None, 58)])
+async def test_a_delegation_tokens_final_answer_waits_for_its_owner(token_id: str, principal: str | None,
+                                                                    error_code: int) -> None:
+    release = asyncio.Event()
+
+    async def look_up(token: str) -> str | None:
+        await release.wait()
+        return {"T1": "alice"}.get(token)
+
+    connection = Wakeable()
+    sasl = SaslPassthrough(token_owner=look_up, wake=connection.wake)
+    sasl.admit(frame(17, 1, 1, mechanism="SCRAM-SHA-256"))
+    sasl.observe(1, answer(17, 1, 1, error_code=error(0), mechanisms=("SCRAM-SHA-256",)))
+    sasl.admit(frame(36, 2, 2, auth_bytes=f"n,,n={token_id},r=abc,tokenauth=true".encode()))
+    fields = {"error_code": error(0), "error_message": None, "session_lifetime": datetime.timedelta(0)}
+    assert sasl.observe(2, answer(36, 2, 2, auth_bytes=b"r=abcdef,s=c2FsdA==,i=4096", **fields)) is None
+    sasl.admit(frame(36, 2, 3, auth_bytes=b"c=biws,r=abcdef,p=proof"))
+    final = answer(36, 2, 3, auth_bytes=b"v=signature", **fields)
+    assert sasl.observe(3, final) is HOLD and sasl.state is State.AUTHENTICATING and sasl.principal is None
+    release.set()
+    await asyncio.wait_for(connection.woken.wait(), 5)
+    sent = sasl.observe(3, final) or final
+    assert int(codec.decode_response(36, 2, sent[4:])[1].error_code) == error_code
+    assert sasl.principal == principal and not sasl.awaiting
+    assert (sasl.state is State.COMPLETE) is (principal is not None)
+    assert (sasl.close_reason is None) is (principal is not None)
