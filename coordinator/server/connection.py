@@ -104,7 +104,11 @@ class Connection(asyncio.BufferedProtocol):
         # SASL_* listener: Kafka's SASL sequence, the exchange judged by the broker over our upstream link
         access = server.config.access
         self._sasl = SaslPassthrough(enabled=access.sasl_mechanisms if access else PASSABLE_MECHANISMS,
-                                     claim=access.oauthbearer_claim if access else "sub") \
+                                     claim=access.oauthbearer_claim if access else "sub",
+                                     max_reauth_ms=access.max_reauth_ms if access else 0,
+                                     now_ms=server.clock.now_ms,
+                                     token_owner=server.relay.token_owner if server.relay else None,
+                                     wake=self.relay_responses_ready) \
             if server.config.sasl_passthrough else None
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)
@@ -136,6 +140,8 @@ class Connection(asyncio.BufferedProtocol):
             peer = f"{peername[0]}:{peername[1]}"
             if self._sasl is not None:
                 self._sasl.peer = peer
+                local = transport.get_extra_info("sockname") or ("?", 0)
+                self._sasl.listener = f"{local[0]}:{local[1]}"
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
                                           java_host_string(peername[0]), peer, self._server.relay,
                                           self._server.directory, authorizer=self._server.authorizer,
@@ -342,13 +348,15 @@ class Connection(asyncio.BufferedProtocol):
         """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
         answer, where Kafka gives one)."""
         try:
-            self._sasl.admit(frame)  # type: ignore[union-attr]
-            return True
+            reply = self._sasl.admit(frame)  # type: ignore[union-attr]
+            if reply is None:
+                return True
+            self._write(reply)  # answered here, as Kafka's broker answers it
         except Refusal as refusal:
             if refusal.reply is None:
-                self.abort("sasl_sequence", str(refusal))
+                self.abort(refusal.kind, str(refusal))
             else:
-                log.warning("event=connection_closed reason=sasl_sequence peer=%s detail=%s", self.peer, refusal)
+                log.warning("event=connection_closed reason=%s peer=%s detail=%s", refusal.kind, self.peer, refusal)
                 self._write(refusal.reply)
                 self._flush()
                 self.close()
@@ -512,7 +520,8 @@ class Connection(asyncio.BufferedProtocol):
             return False
         if route.value != "relayed":
             return True
-        refused = relaying.forward(frame, api_key, self)
+        sasl = self._sasl
+        refused = relaying.forward(frame, api_key, self, fresh=sasl is not None and sasl.on_fresh_link(api_key))
         if refused is None:
             self.activity += 1
         else:
@@ -523,6 +532,10 @@ class Connection(asyncio.BufferedProtocol):
         """Write the responses at the head of the order that are here, until the client stops taking them."""
         if self._transport is not None:
             self.activity += relaying.send_ready(self._transport, self._can_send, self._sasl)
+            if self._sasl is not None and self._sasl.close_reason is not None and self._open:
+                log.warning("event=connection_closed reason=sasl_reauthentication_failed peer=%s detail=%s",
+                            self.peer, self._sasl.close_reason)
+                self.close()  # after the answer just written, as Kafka closes after its failure response
 
     def _can_send(self) -> bool:
         return not self._writing_paused and self._open
