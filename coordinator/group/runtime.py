@@ -93,7 +93,9 @@ class GroupRuntime:
         # topics ConsumerGroupService.topics has are all there is
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None
         self.is_active = True
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # insertion-ordered (a dict, not a set): shutdown cancels the writes in the order they were made, not in
+        # the tasks' memory-address order, so their answers go out in a reproducible order
+        self._tasks: dict[asyncio.Task[Any], None] = {}
 
     @property
     def observer(self) -> GroupObserver:
@@ -358,9 +360,12 @@ class GroupRuntime:
             failed.set_exception(exc)
             appended = failed
         task = loop.create_task(self._append_then(partition, write, appended, by_request))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(self._forget_task)
         return write.done
+
+    def _forget_task(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.pop(task, None)
 
     async def _append_then(self, partition: int, write: Write, appended: Awaitable[None], by_request: bool) -> None:
         error = Errors.NONE
