@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Collection, Iterator, Mapping, ValuesView
+from collections.abc import Awaitable, Collection, Coroutine, Iterator, Mapping, ValuesView
 from typing import Any, Callable, TypeVar, cast
 
 from coordinator.config import CoordinatorConfig
@@ -163,6 +163,19 @@ class GroupRuntime:
             return self.consumer_groups.classic_sync(consumer_group, req)
         return await self._serve(req.group_id, sync.handle_sync_group, req)
 
+    # JoinGroup and SyncGroup without a coroutine (the connection's fast path; a rebalance serves two per member):
+    # the answer, the future group logic answers, or, when something must be awaited first, join_group's or
+    # sync_group's coroutine (decided before any group logic runs).
+    def start_join_group(self, req: JoinGroupRequest) -> JoinGroupResponse | Awaitable[JoinGroupResponse]:
+        if self._mixed_group(req.group_id) is not None:
+            return self.join_group(req)
+        return self._begin(req.group_id, join.handle_join_group, req)
+
+    def start_sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse | Awaitable[SyncGroupResponse]:
+        if self._mixed_group(req.group_id) is not None:
+            return self.sync_group(req)
+        return self._begin(req.group_id, sync.handle_sync_group, req)
+
     def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None = None) -> Errors:
         """The hot path, synchronous: no writes, no futures."""
@@ -292,6 +305,16 @@ class GroupRuntime:
 
     # --- the write path ---------------------------------------------------------------------------------------
     async def _serve(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q) -> R:
+        outcome = self._begin(group_id, handler, req)
+        if isinstance(outcome, (asyncio.Future, Coroutine)):
+            return cast(R, await outcome)
+        return outcome
+
+    def _begin(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q
+               ) -> R | asyncio.Future[R] | Coroutine[Any, Any, R]:
+        """The handler run and its writes queued: its response, the future group logic answers (a parked
+        request: on success only from its write's `then`, after the acknowledgement, but an error such as a
+        rebalance meanwhile may answer it before), or a coroutine that answers once the writes are acknowledged."""
         shard = self.shard_for(group_id)
         result = handler(shard, req)
         if not isinstance(result, Result):  # a handler that never writes returns its response itself
@@ -299,14 +322,16 @@ class GroupRuntime:
         written = self._start(shard, result.writes)
         response = result.response
         if isinstance(response, asyncio.Future):
-            # A parked request is answered by group logic: on success only from its write's `then` (after the
-            # acknowledgement), but an error (a rebalance meanwhile) may answer it before.
-            return cast(R, await response)
+            return response
         if written:
-            errors = await self._written(written)
-            if result.respond is not None:
-                return cast(R, result.respond(errors))
+            return self._respond_when_written(result, written)
         return cast(R, response)
+
+    async def _respond_when_written(self, result: Result[R], written: list[asyncio.Future[Errors]]) -> R:
+        errors = await self._written(written)
+        if result.respond is not None:
+            return result.respond(errors)
+        return cast(R, result.response)
 
     def _start(self, shard: GroupShard, writes: list[Write], by_request: bool = True
                ) -> list[asyncio.Future[Errors]]:
