@@ -298,6 +298,7 @@ class TransactionalApp:
 
     @property
     def ctc(self) -> ClientTransactions:
+        assert self.sim.client_transactions is not None  # a run with applications has one
         return self.sim.client_transactions
 
     def start(self) -> None:

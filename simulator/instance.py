@@ -29,6 +29,7 @@ from coordinator.group.status import ShardStatus
 from coordinator.server.context import ConnectionContext
 from coordinator.server.handlers import txn_offset_commit
 from coordinator.timer import SystemTimer
+from protocol.codec import RequestHeader
 from protocol.error_codes import Errors
 from simulator.cluster import SimMembership, describe_fresh, guard_pulse, refresh_owner_map
 from simulator.kafka import SimProducer
@@ -128,7 +129,7 @@ class CoordinatorInstance:
         self.store = SimulatedStore(sim.kafka, self.producer, config.offsets_topic_num_partitions,
                                     config.offsets_commit_timeout_ms, self.clock, client_id=self.name,
                                     fencing=slot is not None, tails=self.tails)
-        if self.tails is not None:
+        if self.tails is not None and self.store.topic is not None:
             self.tails.topic = self.store.topic
         self.runtime = GroupRuntime(config, self.timer, self.store, self.clock, SimObserver(self),
                                     wall_clock=VirtualClock(loop, EPOCH_MS))
@@ -370,7 +371,8 @@ class CoordinatorInstance:
     async def _handle(self, api: str, request: Any) -> Any:
         await self.running()  # a paused process reads nothing; what it held is read when it wakes
         if api == "txn_offset_commit":  # the server's handler itself: it appends through the relay
-            return await txn_offset_commit.handle(self.context, _Header(request.__version__), request)
+            header = RequestHeader(txn_offset_commit.API_KEY, request.__version__, 0, None)
+            return await txn_offset_commit.handle(self.context, header, request)
         return await getattr(self.service, api)(request)
 
     def _answered(self, pending: Pending, task: asyncio.Task[Any]) -> None:
@@ -391,11 +393,6 @@ class CoordinatorInstance:
         self.sim.checkers.answered(self, pending, response, summary)
         if not pending.reply.done():
             pending.reply.set_result(response)
-
-
-@dataclass(frozen=True)
-class _Header:
-    api_version: int
 
 
 class _Service:

@@ -455,7 +455,8 @@ class Checkers:
                 return
 
     def _txn_visible(self, key: Key, offset: int, what: str) -> None:
-        txn = self._txn_values.get((*key, offset))  # type: ignore[arg-type]
+        group_id, topic, partition = key  # type: ignore[misc]  # an offset's key
+        txn = self._txn_values.get((group_id, topic, partition, offset))
         if txn is None:
             self.violation("txn_offsets", f"{what} {key}={offset}, which no transactional batch in the log carries")
         elif txn not in self._txn_fate:
@@ -468,8 +469,9 @@ class Checkers:
         came after), nothing aborted shows, and no transaction is still pending (all ended long ago)."""
         runtime = instance.runtime
         for key, committed in self._txn_committed.items():
-            group = runtime.groups.get(key[0])
-            record = None if group is None else group.offsets.get((key[1], key[2]))
+            group_id, topic, partition = key  # type: ignore[misc]  # an offset's key
+            group = runtime.groups.get(group_id)
+            record = None if group is None else group.offsets.get((topic, partition))
             if record is None or record.offset < committed[-1][1]:
                 if not self.ledger.tombstoned_after(key, committed[-1][2]):
                     self.violation("txn_offsets", f"{key} committed {committed[-1][1]} in a transaction, after "
