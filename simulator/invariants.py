@@ -404,6 +404,10 @@ class Checkers:
         for key in keys:
             self._deleted[key] = last
 
+    def was_deleted(self, group_id: str) -> bool:
+        """Whether a DeleteGroups of the group was answered NONE during the run."""
+        return self._consumer_group_lives.get(group_id, 0) > 0
+
     def unexpected_error(self, client: str, api: str, error: Errors) -> None:
         self.violation("no_errors", f"{client} got {error.name} from {api}")
 
