@@ -2,6 +2,7 @@
 (relay on) against the same loop straight to Kafka, same run, same broker.
 
   python -m bench.transactions [--transactions 300] [--per-transaction 10] [--repeats 3] [--warmup 20]
+                               [--retry-backoff-ms N]
 
 The loop is what an exactly-once application does (tests/support/eos_loop.py, without the abort): a
 confluent-kafka read_committed consumer assigned one input partition, a transactional producer; per transaction
@@ -92,7 +93,8 @@ def loop_run(bootstrap: str, cluster: str, args: argparse.Namespace, pids: dict[
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed"})
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-txn-{uuid.uuid4().hex[:6]}",
-                         "linger.ms": 0})
+                         "linger.ms": 0, **({"retry.backoff.ms": args.retry_backoff_ms}
+                                            if args.retry_backoff_ms is not None else {})})
     try:
         producer.init_transactions(60)
         consumer.assign([TopicPartition(source, 0)])
@@ -164,6 +166,7 @@ def run(args: argparse.Namespace, cluster: str, broker_pid: int | None) -> dict[
     load = os.getloadavg()
     return {"bench": "transactions", "kafka_version": kafka_version(), "repeats": args.repeats,
             "transactions": args.transactions, "per_transaction": args.per_transaction,
+            "retry_backoff_ms": args.retry_backoff_ms,
             "load_average_1m": round(load[0], 1), "cpus": os.cpu_count(),
             "ours": medians["ours"], "kafka": medians["kafka"],
             "ratio": round(medians["ours"]["transactions_per_s"] / medians["kafka"]["transactions_per_s"], 3),
@@ -176,6 +179,9 @@ def main() -> None:
     parser.add_argument("--per-transaction", type=int, default=10, help="input records per transaction")
     parser.add_argument("--repeats", type=int, default=3, help="runs per path (alternating)")
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured transactions at the start of a run")
+    parser.add_argument("--retry-backoff-ms", type=int,
+                        help="the producer's retry.backoff.ms (librdkafka's default, 100, when not given): the pause "
+                             "after CONCURRENT_TRANSACTIONS, which sets the loop's cadence")
     args = parser.parse_args()
     given = os.environ.get("KAFKA_BOOTSTRAP")
     broker = None
