@@ -208,7 +208,7 @@ def topic_ends(kafka: str, topic: str) -> dict[int, int]:
 async def counting_app_run(bootstrap: str, kafka: str, command: list[str], state_root: Path,
                            restart_coordinator: Callable[[], Awaitable[None]] | None) -> list[tuple[str, int]]:
     """Two instances of the counting application over RECORDS input records: instance b SIGKILLed and restarted
-    at 15% of the output, `restart_coordinator` (if any) run at 60%. Returns the read_committed output's updates
+    (with its state directory) at 15% of the output, `restart_coordinator` (if any) run at 60%. Returns the read_committed output's updates
     once the group's committed offsets are at the input's end."""
     application, source, sink = unique("streams-eos"), unique("streams-in"), unique("streams-out")
     for topic in (source, sink):
@@ -238,6 +238,7 @@ async def counting_app_run(bootstrap: str, kafka: str, command: list[str], state
         instances["b"].kill()
         instances["b"] = StreamsInstance(app, state_root / "b")  # its state directory: the same process id
         await until(lambda: len(reader.updates) >= RECORDS * 35 // 100, "35% of the output")
+        await until(lambda: instances["b"].running, "the restarted instance running")
         writer.allow(RECORDS)
         await until(lambda: len(reader.updates) >= RECORDS * 60 // 100, "60% of the output")
         assert writer.written < RECORDS, "the input was all written before the coordinator's kill"
@@ -246,6 +247,7 @@ async def counting_app_run(bootstrap: str, kafka: str, command: list[str], state
         await until(lambda: writer.flushed, "the whole input written")
         ends = await asyncio.to_thread(topic_ends, kafka, source)
         assert sum(ends.values()) == RECORDS
+
         async def offsets_at_end() -> bool:
             return await asyncio.to_thread(committed_offsets, bootstrap, application, source) == ends
 
