@@ -526,6 +526,7 @@ class KafkaServer:
             "group.max.size": str(max(args.group_size, 1_000))})
         self.health: dict[str, float] = {}
         self.failures = 0
+        self.measuring = False  # set like ServerProcess's; nothing here reads it
         self.stall_lines: list[str] = []
         self.warnings: list[str] = []
         self.tail: collections.deque[str] = collections.deque(maxlen=20)
@@ -800,7 +801,8 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
-def measure_loop(args: argparse.Namespace, server: ServerProcess, workers: list[WorkerProcess]) -> dict:
+def measure_loop(args: argparse.Namespace, server: ServerProcess | KafkaServer,
+                 workers: list[WorkerProcess]) -> dict:
     started = time.monotonic()
     cpu_start = server.cpu_s()
     rss = [round(server.rss_mib())]
