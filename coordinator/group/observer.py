@@ -197,6 +197,15 @@ class GroupObserver:
     def on_consumer_rebalance_abandoned(self, group_id: str, group_epoch: int, reason: str) -> None:
         """The group left this instance (unloaded), was deleted or converted while a rebalance was under way."""
 
+    def on_txn_offsets_pending(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
+                               partition_count: int) -> None:
+        """A TxnOffsetCommit's offsets are in the state partition, pending until their transaction's marker."""
+
+    def on_txn_offsets_settled(self, producer_id: int, producer_epoch: int, committed: bool,
+                               offset_count: int) -> None:
+        """The transaction coordinator's COMMIT (`committed`) or ABORT marker settled a producer's pending offsets;
+        `offset_count` of them became current."""
+
 
 _EVENTS = [name for name in vars(GroupObserver) if name.startswith("on_")]
 

@@ -131,6 +131,7 @@ class OpenTransaction:
 
     consumer: Consumer
     producer: Producer
+    transactional_id: str
     source: str
     sink: str
     offset: int  # the offset sent to the transaction
@@ -149,7 +150,8 @@ def open_transaction(bootstrap: str, kafka: str, group: str, **producer_settings
     create_topic(kafka, sink)
     produce_input(kafka, source)
     consumer = read_committed_consumer(bootstrap, group)
-    producer = transactional_producer(bootstrap, unique("eos-app"), **producer_settings)
+    transactional_id = unique("eos-app")
+    producer = transactional_producer(bootstrap, transactional_id, **producer_settings)
     consumer.assign([TopicPartition(source, 0)])
     batch = take(consumer, PER_TRANSACTION)
     producer.begin_transaction()
@@ -158,7 +160,8 @@ def open_transaction(bootstrap: str, kafka: str, group: str, **producer_settings
     producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                          consumer.consumer_group_metadata(), 60)
     assert producer.flush(60) == 0
-    return OpenTransaction(consumer, producer, source, sink, batch[-1].offset() + 1)  # type: ignore[attr-defined]
+    return OpenTransaction(consumer, producer, transactional_id, source, sink,
+                           batch[-1].offset() + 1)  # type: ignore[attr-defined]
 
 
 async def stable_offset(client: KafkaClient, group: str, topic: str) -> tuple[int, Errors]:
