@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from kio.serial.errors import SerialError
 
+from coordinator.relay.versions import uvarint
 from protocol import apis
 from protocol.codec import encode_response_frame
 from protocol.errors import ProtocolError
@@ -89,26 +90,13 @@ def _body_and_tags(frame: memoryview, version: int) -> tuple[int, int]:
     return body_at, tags_at
 
 
-def _uvarint(frame: memoryview, position: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if position >= end or shift > 28:
-            raise ValueError("produce response: truncated")
-        byte = frame[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, position
-        shift += 7
-
-
 def _compact_length(frame: memoryview, position: int, end: int) -> tuple[int, int]:
     """A compact array's or string's length (0 for null), bounded by the bytes left."""
     if position >= end:
         raise ValueError("produce response: truncated")
     byte = frame[position]
     if byte & 0x80:
-        value, position = _uvarint(frame, position, end)
+        value, position = uvarint(frame, position)
     else:
         value, position = byte, position + 1
     length = value - 1 if value else 0
@@ -122,10 +110,10 @@ def _skip_tags(frame: memoryview, position: int, end: int) -> int:
         raise ValueError("produce response: truncated")
     if frame[position] == 0:
         return position + 1
-    count, position = _uvarint(frame, position, end)
+    count, position = uvarint(frame, position)
     for _ in range(count):
-        _tag, position = _uvarint(frame, position, end)
-        size, position = _uvarint(frame, position, end)
+        _tag, position = uvarint(frame, position)
+        size, position = uvarint(frame, position)
         position += size
         if position > end:
             raise ValueError("produce response: truncated")

@@ -18,8 +18,8 @@ from coordinator.embedded.jaeger import EmbeddedJaeger
 from coordinator.telemetry.txn_tracing import OUTCOME, SPAN_NAME, TRANSACTIONAL_ID
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
-from tests.support.eos_loop import OpenTransaction, open_transaction, stable_offset
-from tests.support.service import FAST, service, unique, until_loaded
+from tests.support.eos_loop import OpenTransaction, loaded_coordinator, open_transaction, stable_offset
+from tests.support.service import unique
 
 pytestmark = pytest.mark.integration
 
@@ -59,12 +59,7 @@ async def test_a_transactions_offsets_span_goes_pending_then_committed_or_aborte
     otel = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{jaeger.otlp_http_endpoint}/v1/traces",
             "OTEL_SERVICE_NAME": service_name, "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_METRICS_EXPORTER": "none"}
     groups = {True: unique("eos-traced"), False: unique("eos-traced")}
-    async with service(kafka_bootstrap, unique("__state-eos"), *FAST, relay=True, extra_env=otel) as running:
-        client = await running.client()
-        try:
-            await until_loaded(client)
-        finally:
-            await client.close()
+    async with loaded_coordinator(kafka_bootstrap, extra_env=otel) as running:
         bootstrap = f"127.0.0.1:{running.port}"
         ids = {}
         for commit, group in groups.items():
