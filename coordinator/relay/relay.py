@@ -39,6 +39,7 @@ log = logging.getLogger("coordinator.relay")
 _CLIENT_ID = "kafka-group-coordinator-relay"
 _SOFTWARE_VERSION = "1"
 _FEATURES_REFRESH_S = 30.0
+_DESCRIBE_DELEGATION_TOKEN = 41
 
 
 class Relay:
@@ -213,6 +214,18 @@ class Relay:
                 if attempt == 2:
                     raise UpstreamUnavailable(f"the cluster did not answer: {exc!r}") from exc
         raise AssertionError("unreachable")
+
+    async def token_owner(self, token_id: str) -> str | None:
+        """The user owning delegation token `token_id` (a client authenticating with it is that user), as the
+        coordinator's principal may describe it; None if it may not, or no such token."""
+        response = await self.request(build(apis.request_class(_DESCRIBE_DELEGATION_TOKEN, 3), owners=None))
+        if int(response.error_code) != 0:
+            log.warning("event=describe_delegation_token_failed error_code=%d", int(response.error_code))
+            return None
+        for token in response.tokens:
+            if token.token_id == token_id and token.principal_type == "User":
+                return str(token.principal_name)
+        return None
 
     async def request_to(self, node_id: int, body: Any) -> Any:
         """One request to broker `node_id` (a transaction coordinator: its requests must reach that broker) on

@@ -1,6 +1,6 @@
 """Who may do what on our listeners, with the broker's property names (`--config NAME=VALUE`):
 `ssl.principal.mapping.rules`, `sasl.enabled.mechanisms`, `sasl.oauthbearer.sub.claim.name`, `super.users`,
-`allow.everyone.if.no.acl.found`, and
+`allow.everyone.if.no.acl.found`, `connections.max.reauth.ms` (KIP-368, on SASL listeners), and
 ours, `acl.refresh.interval.ms` (how often the cluster's ACLs are read again). The broker's own values of these
 are not readable through any API: give ours the cluster's."""
 
@@ -16,7 +16,8 @@ from coordinator.security.principals import DEFAULT_RULES, SslPrincipalMapper
 from coordinator.security.sasl_passthrough import PASSABLE_MECHANISMS
 
 ACCESS_NAMES = frozenset({"ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "sasl.oauthbearer.sub.claim.name",
-                          "super.users", "allow.everyone.if.no.acl.found", "acl.refresh.interval.ms"})
+                          "super.users", "allow.everyone.if.no.acl.found", "acl.refresh.interval.ms",
+                          "connections.max.reauth.ms"})
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class AccessSettings:
     allow_everyone_if_no_acl_found: bool = False
     refresh_interval_ms: int = DEFAULT_REFRESH_INTERVAL_MS
     oauthbearer_claim: str = "sub"  # the claim the brokers' OAUTHBEARER validator takes the principal from
+    max_reauth_ms: int = 0  # connections.max.reauth.ms: longest SASL session before re-authentication (0: none)
 
     def authorizer(self) -> Authorizer:
         return Authorizer(self.super_users, self.allow_everyone_if_no_acl_found)
@@ -61,5 +63,9 @@ def access_settings(properties: Mapping[str, str]) -> AccessSettings:
     claim = properties.get("sasl.oauthbearer.sub.claim.name", "sub").strip()
     if not claim:
         raise ClientConfigError("sasl.oauthbearer.sub.claim.name", "empty: the claim naming the principal")
+    max_reauth = properties.get("connections.max.reauth.ms", "0").strip()
+    if not max_reauth.isdigit():
+        raise ClientConfigError("connections.max.reauth.ms", f"{max_reauth!r}: milliseconds, 0 for none (Kafka's "
+                                                              f"default)")
     return AccessSettings(mapper, mechanisms, parse_super_users(properties.get("super.users", "")), allow == "true",
-                          int(interval), claim)
+                          int(interval), claim, int(max_reauth))

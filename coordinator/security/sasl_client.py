@@ -47,15 +47,19 @@ async def authenticate(request: Request, security: ClientSecurity) -> int:
     """Run the exchange over `request` (one connection's request/response); the session lifetime the broker
     gives (ms, 0: none). Raises ClusterAuthenticationError when the broker says no."""
     assert security.mechanism is not None
-    handshake = await request(build(apis.request_class(_SASL_HANDSHAKE, _HANDSHAKE_VERSION),
-                                    mechanism=security.mechanism))
+    return await run_exchange(request, security.mechanism, _exchange(security))
+
+
+async def run_exchange(request: Request, mechanism: str, exchange: Generator[bytes, bytes, None]) -> int:
+    """SaslHandshake naming `mechanism`, then SaslAuthenticate carrying the tokens of `exchange` (a generator as
+    `_exchange` makes) until it ends; the session lifetime given (ms, 0: none)."""
+    handshake = await request(build(apis.request_class(_SASL_HANDSHAKE, _HANDSHAKE_VERSION), mechanism=mechanism))
     code = int(handshake.error_code)
     if code == _UNSUPPORTED_SASL_MECHANISM:
-        raise ClusterAuthenticationError(f"the broker does not enable SASL mechanism {security.mechanism} "
+        raise ClusterAuthenticationError(f"the broker does not enable SASL mechanism {mechanism} "
                                          f"(it enables {', '.join(handshake.mechanisms) or 'none'})")
     if code != 0:
         raise ClusterAuthenticationError(f"SaslHandshake failed with error code {code}")
-    exchange = _exchange(security)
     token = next(exchange)
     authenticate_class = apis.request_class(_SASL_AUTHENTICATE, _AUTHENTICATE_VERSION)
     while True:
@@ -87,11 +91,13 @@ def _plain(username: str, password: str) -> Generator[bytes, bytes, None]:
     yield b"\0" + username.encode() + b"\0" + password.encode()
 
 
-def _scram(mechanism: str, username: str, password: str, client_nonce: str | None = None) -> Generator[bytes, bytes, None]:
+def _scram(mechanism: str, username: str, password: str, client_nonce: str | None = None, *,
+           token: bool = False) -> Generator[bytes, bytes, None]:
+    """`token`: a delegation token (username: its id; password: its HMAC, base64), Kafka's `tokenauth` extension."""
     digest = hashlib.sha256 if mechanism == "SCRAM-SHA-256" else hashlib.sha512
     client_nonce = client_nonce or base64.b64encode(secrets.token_bytes(24)).decode()
     saslname = username.replace("=", "=3D").replace(",", "=2C")
-    first_bare = f"n={saslname},r={client_nonce}"
+    first_bare = f"n={saslname},r={client_nonce}" + (",tokenauth=true" if token else "")
     server_first = (yield f"n,,{first_bare}".encode()).decode()
     fields = _scram_fields(server_first)
     nonce, salt, iterations = fields.get("r", ""), fields.get("s", ""), fields.get("i", "")

@@ -29,7 +29,7 @@ import contextvars
 import functools
 import logging
 import struct
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -42,7 +42,7 @@ from coordinator.security.principals import PrincipalMappingError, SslPrincipalM
 from coordinator.security.sasl_passthrough import PASSABLE_MECHANISMS, Refusal, SaslPassthrough, State
 from coordinator.server.config import ServerConfig
 from coordinator.server.context import ConnectionContext, Directory, GroupService, Node, java_host_string
-from coordinator.server.handlers import HANDLERS, SERVED_APIS
+from coordinator.server.handlers import HANDLERS, SERVED_APIS, join_group, sync_group
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.relaying import RelaySide
 from coordinator.timer.clock import Clock
@@ -63,6 +63,19 @@ _DISCARD_BYTES = 4_096
 # Parked rebalance requests, resumed in the awaited future's callback instead of a Task: their handlers and the
 # runtime's path after the wait (coordinator/group/runtime.py) ask for no current Task.
 _RESUMED_HERE = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
+
+
+_Start = Callable[[Any, RequestHeader, Any], Any]
+_ToFrame = Callable[[RequestHeader, Any], bytes]
+# Started without a coroutine (handlers' `start`): a rebalance serves two of these per member.
+_STARTED_HERE: dict[int, tuple[_Start, _ToFrame]] = {
+    ApiKey.JOIN_GROUP: (join_group.start, join_group.to_frame),
+    ApiKey.SYNC_GROUP: (sync_group.start, sync_group.to_frame),
+}
+
+
+async def _framed(header: RequestHeader, awaitable: Awaitable[Any], to_frame: _ToFrame) -> bytes:
+    return to_frame(header, await awaitable)
 
 
 class ConnectionHost(Protocol):
@@ -91,7 +104,11 @@ class Connection(asyncio.BufferedProtocol):
         # SASL_* listener: Kafka's SASL sequence, the exchange judged by the broker over our upstream link
         access = server.config.access
         self._sasl = SaslPassthrough(enabled=access.sasl_mechanisms if access else PASSABLE_MECHANISMS,
-                                     claim=access.oauthbearer_claim if access else "sub") \
+                                     claim=access.oauthbearer_claim if access else "sub",
+                                     max_reauth_ms=access.max_reauth_ms if access else 0,
+                                     now_ms=server.clock.now_ms,
+                                     token_owner=server.relay.token_owner if server.relay else None,
+                                     wake=self.relay_responses_ready) \
             if server.config.sasl_passthrough else None
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)
@@ -99,7 +116,9 @@ class Connection(asyncio.BufferedProtocol):
         self._ctx: ConnectionContext | None = None
         self._request_context: contextvars.Context | None = None  # the sender's identity, for its handlers
         self._in_flight: RequestHeader | None = None
-        self._parked: tuple[Coroutine[Any, Any, Any], asyncio.Future[Any], Any] | None = None
+        # what a parked request waits on: (its handler's coroutine, or None when started here; the future; the
+        # done callback that carries on)
+        self._parked: tuple[Coroutine[Any, Any, Any] | None, asyncio.Future[Any], Any] | None = None
         self._task: asyncio.Task[Any] | None = None
         self._open = False
         self._outgoing: list[bytes] = []  # responses of this read, sent in one write (one syscall)
@@ -121,6 +140,8 @@ class Connection(asyncio.BufferedProtocol):
             peer = f"{peername[0]}:{peername[1]}"
             if self._sasl is not None:
                 self._sasl.peer = peer
+                local = transport.get_extra_info("sockname") or ("?", 0)
+                self._sasl.listener = f"{local[0]}:{local[1]}"
             self._ctx = ConnectionContext(self._server.node, self._server.coordinator,
                                           java_host_string(peername[0]), peer, self._server.relay,
                                           self._server.directory, authorizer=self._server.authorizer,
@@ -272,6 +293,10 @@ class Connection(asyncio.BufferedProtocol):
                 self._reject(frame, exc)
                 return
         header = request.header
+        started = _STARTED_HERE.get(header.api_key)
+        if started is not None:
+            self._start(header, request.body, *started)
+            return
         try:
             outcome = HANDLERS[header.api_key](self._ctx, header, request.body)
         except Exception as exc:
@@ -282,17 +307,56 @@ class Connection(asyncio.BufferedProtocol):
         else:
             self._respond(header, outcome)
 
+    def _start(self, header: RequestHeader, body: Any, start: _Start, to_frame: _ToFrame) -> None:
+        """JoinGroup/SyncGroup without a coroutine: answered now, or parked on the future group logic answers
+        (answered in its done callback); anything else it must wait for goes the coroutine way."""
+        base = self._request_context
+        context = base.copy() if base is not None else contextvars.copy_context()
+        try:
+            outcome = context.run(start, self._ctx, header, body)
+        except Exception as exc:
+            self._fail(header, exc)
+            return
+        if type(outcome) is bytes:
+            self._write(outcome)
+        elif isinstance(outcome, asyncio.Future):
+            self._in_flight = header
+            self._server.parked(self)
+            answer = functools.partial(self._answer_parked, header, to_frame)
+            self._parked = (None, outcome, answer)
+            outcome.add_done_callback(answer)
+        else:
+            self._drive(header, _framed(header, outcome, to_frame), context)
+
+    def _answer_parked(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
+        self._parked = None
+        self._in_flight = None
+        try:
+            self._server.unparked(self)
+            if future.cancelled():
+                return  # as a cancelled handler: no response
+            error = future.exception()
+            if error is not None:
+                self._fail(header, error)
+                return
+            self._respond(header, to_frame(header, future.result()))
+            self._process_frames()
+        except Exception as exc:
+            self._contain("resume", exc)
+
     def _sasl_admits(self, frame: bytes) -> bool:
         """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
         answer, where Kafka gives one)."""
         try:
-            self._sasl.admit(frame)  # type: ignore[union-attr]
-            return True
+            reply = self._sasl.admit(frame)  # type: ignore[union-attr]
+            if reply is None:
+                return True
+            self._write(reply)  # answered here, as Kafka's broker answers it
         except Refusal as refusal:
             if refusal.reply is None:
-                self.abort("sasl_sequence", str(refusal))
+                self.abort(refusal.kind, str(refusal))
             else:
-                log.warning("event=connection_closed reason=sasl_sequence peer=%s detail=%s", self.peer, refusal)
+                log.warning("event=connection_closed reason=%s peer=%s detail=%s", refusal.kind, self.peer, refusal)
                 self._write(refusal.reply)
                 self._flush()
                 self.close()
@@ -456,7 +520,8 @@ class Connection(asyncio.BufferedProtocol):
             return False
         if route.value != "relayed":
             return True
-        refused = relaying.forward(frame, api_key, self)
+        sasl = self._sasl
+        refused = relaying.forward(frame, api_key, self, fresh=sasl is not None and sasl.on_fresh_link(api_key))
         if refused is None:
             self.activity += 1
         else:
@@ -467,6 +532,10 @@ class Connection(asyncio.BufferedProtocol):
         """Write the responses at the head of the order that are here, until the client stops taking them."""
         if self._transport is not None:
             self.activity += relaying.send_ready(self._transport, self._can_send, self._sasl)
+            if self._sasl is not None and self._sasl.close_reason is not None and self._open:
+                log.warning("event=connection_closed reason=sasl_reauthentication_failed peer=%s detail=%s",
+                            self.peer, self._sasl.close_reason)
+                self.close()  # after the answer just written, as Kafka closes after its failure response
 
     def _can_send(self) -> bool:
         return not self._writing_paused and self._open
@@ -558,7 +627,8 @@ class Connection(asyncio.BufferedProtocol):
             handler, awaited, resume = self._parked
             self._parked = None
             awaited.remove_done_callback(resume)
-            handler.close()
+            if handler is not None:
+                handler.close()
             self._in_flight = None
             self._server.unparked(self)
         if self._task is not None:

@@ -13,6 +13,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from coordinator.security.identity import security_protocol
 from coordinator.server.config import ServerConfig
 from coordinator.server.connection import Connection
 from coordinator.server.context import Directory, GroupService, Node
@@ -91,7 +92,8 @@ class CoordinatorServer:
         listener.listen(self.config.listen_backlog)  # after asyncio's own listen(): the kernel queue's size
         self._idle_sweeper = loop.create_task(self._sweep_idle_connections())
         log.info("event=listening security_protocol=%s host=%s port=%d advertised=%s:%d node_id=%d "
-                 "listen_backlog=%d somaxconn=%s", "SSL" if self.config.ssl_context else "PLAINTEXT",
+                 "listen_backlog=%d somaxconn=%s", security_protocol(self.config.ssl_context is not None,
+                                                                     self.config.sasl_passthrough),
                  self.config.listen_host, self.port, self.node.host, self.node.port, self.node.node_id,
                  self.config.listen_backlog, _somaxconn())
 

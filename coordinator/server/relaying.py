@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.upstream import LinkOwner, PendingResponse, UpstreamLink
 from coordinator.relay.versions import Route, produce_expects_response
+from coordinator.security.sasl_passthrough import HOLD
 
 if TYPE_CHECKING:
     from coordinator.relay.relay import Relay
@@ -46,12 +47,14 @@ class RelaySide:
     Holds no reference to its connection (only the link does, until close()): the pair must not form a reference
     cycle, which the GC policy's freeze would keep forever (coordinator/runtime_health.py)."""
 
-    __slots__ = ("relay", "upstream_node", "link", "pending", "held")
+    __slots__ = ("relay", "upstream_node", "link", "reauth_link", "pending", "held")
 
     def __init__(self, relay: Relay, upstream_node: int | None) -> None:
         self.relay = relay
         self.upstream_node = upstream_node  # None: the bootstrap listener (the known brokers in turn)
         self.link: UpstreamLink | None = None
+        # a SASL re-authentication's own connection to the link's broker, while it runs (security/sasl_passthrough)
+        self.reauth_link: UpstreamLink | None = None
         self.pending: collections.deque[PendingResponse | LocalResponse] = collections.deque()
         self.held: list[bytearray] = []  # pool buffers the transport may still be sending from
 
@@ -61,17 +64,24 @@ class RelaySide:
 
     def blocked(self) -> bool:
         """The broker is not taking requests (its transport paused our writes): stop reading the client's."""
-        return self.link is not None and self.link.blocked
+        reauth_link = self.reauth_link
+        return (self.link is not None and self.link.blocked) or (reauth_link is not None and reauth_link.blocked)
 
-    def forward(self, frame: bytes, api_key: int, owner: LinkOwner) -> tuple[str, str] | None:
+    def forward(self, frame: bytes, api_key: int, owner: LinkOwner, *, fresh: bool = False) -> tuple[str, str] | None:
         """Sends a relayed request upstream, its response's place taken in the order; (reason, detail) when the
-        client connection (`owner`, told when responses arrive) must close instead."""
-        link = self.link
+        client connection (`owner`, told when responses arrive) must close instead. `fresh`: over the
+        re-authentication's own connection to the link's broker (opened by its first request)."""
+        link = self.reauth_link if fresh else self.link
         if link is None:
+            node = self.link.node_id if fresh and self.link is not None else self.upstream_node
             try:
-                link = self.link = self.relay.open_link(owner, self.upstream_node)
+                link = self.relay.open_link(owner, node)
             except UpstreamUnavailable as exc:
                 return "upstream_unavailable", str(exc)
+            if fresh:
+                self.reauth_link = link
+            else:
+                self.link = link
         expects_response = True
         rewrite = None
         if api_key == _PRODUCE:
@@ -102,9 +112,15 @@ class RelaySide:
             frame = pending[0].frame
             if frame is None:  # the next response in order has not arrived yet
                 break
-            response = pending.popleft()
             if sasl is not None and sasl.awaiting:
-                sasl.observe(getattr(response, "correlation_id", None), frame)
+                replaced = sasl.observe(getattr(pending[0], "correlation_id", None), frame)
+                if replaced is HOLD:  # sent once the principal is known (the connection is woken)
+                    break
+                frame = replaced or frame
+                if sasl.fresh_link_done:
+                    sasl.fresh_link_done = False
+                    self.close_reauth_link()
+            response = pending.popleft()
             transport.write(frame)
             sent += 1
             buffer = response.buffer
@@ -123,11 +139,18 @@ class RelaySide:
                 self.relay.pool.deallocate(buffer)
 
     def pause_for_client(self, paused: bool) -> None:
-        if self.link is not None:
-            self.link.pause_for_client(paused)
+        for link in (self.link, self.reauth_link):
+            if link is not None:
+                link.pause_for_client(paused)
+
+    def close_reauth_link(self) -> None:
+        if self.reauth_link is not None:
+            link, self.reauth_link = self.reauth_link, None
+            link.close()
 
     def close(self) -> None:
         """The client connection is gone: close the link and give every buffer back."""
+        self.close_reauth_link()
         if self.link is not None:
             # the link points back at the connection (its owner): let go of it (see the class docstring)
             link, self.link = self.link, None
