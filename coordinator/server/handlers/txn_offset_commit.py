@@ -35,7 +35,7 @@ from kio.records.writers import write_new_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
 from coordinator.group.api import UNKNOWN_MEMBER_ID
-from coordinator.group.offsets import _java_length as java_length
+from coordinator.group.offsets import java_length
 from coordinator.group.records import OffsetCommitRecord, OffsetRecord
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import ShardStatus
