@@ -86,8 +86,9 @@ def rebalances(events: "DataFrame", time_range: TimeRange) -> "DataFrame":
     joined = starts.join(completions, ["group_id", "episode"], "full_outer")
     status = (F.when(F.col("completed_ms").isNull(), "in_progress")
               .when(F.col("started_ms").isNull(), "started_before_range").otherwise("completed"))
+    # a completion without a duration (its owner loaded the group mid-rebalance): from the events' clocks
     duration = F.when(F.col("completed_ms").isNull(), F.lit(time_range.end_ms) - F.col("started_ms")).otherwise(
-        F.col("duration_ms"))
+        F.coalesce(F.col("duration_ms"), F.col("completed_ms") - F.col("started_ms")))
     return joined.select(
         "group_id", "episode", status.alias("status"),
         F.timestamp_millis(F.coalesce("started_ms", F.col("completed_ms") - F.col("duration_ms"))).alias("started"),

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,16 +89,17 @@ def pin(pid: int, cpu: int) -> None:
                    stderr=subprocess.DEVNULL, check=False)
 
 
-async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None = None
-                     ) -> tuple[subprocess.Popen, Server]:
+async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None = None, *,
+                     config: Sequence[str] = ()) -> tuple[subprocess.Popen, Server]:
     """`coordinator serve` from this checkout, or from `source_tree` (its working directory and PYTHONPATH, so
-    its packages shadow this checkout's)."""
+    its packages shadow this checkout's); `config`: more `name=value` settings."""
     env = None if source_tree is None else {**os.environ, "PYTHONPATH": source_tree}
     process = subprocess.Popen(
         [sys.executable, "-m", "coordinator.cli", "--log-level", "WARNING", "serve", "--listen", "127.0.0.1:0",
          "--bootstrap-server", bootstrap, "--state-topic", f"__bench_state_{uuid.uuid4().hex[:6]}",
          "--event-topic", "", "--config", f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}",
-         "--config", f"group.min.session.timeout.ms={MIN_SESSION_MS}"],
+         "--config", f"group.min.session.timeout.ms={MIN_SESSION_MS}",
+         *(argument for setting in config for argument in ("--config", setting))],
         stdout=subprocess.PIPE, text=True, cwd=source_tree, env=env)
     line = await asyncio.to_thread(process.stdout.readline)  # type: ignore[union-attr]
     if "listening on" not in line:
@@ -247,9 +248,11 @@ async def heartbeat_figures(server: Server, args: argparse.Namespace) -> dict[st
         await close_all(pool)
 
 
-async def drive_heartbeats(server: Server, frames: list[bytes], connections: int, seconds: float) -> dict[str, Any]:
+async def drive_heartbeats(server: Server, frames: list[bytes], connections: int, seconds: float, *,
+                           stats: Stats | None = None) -> dict[str, Any]:
+    """`stats`: what counts the answers and their errors (Heartbeat v4's by default)."""
     loop = asyncio.get_running_loop()
-    stats = Stats()
+    stats = Stats() if stats is None else stats
     shares = [frames[i::connections] for i in range(connections)]
     protocols = []
     for share in shares:

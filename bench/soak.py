@@ -1,16 +1,21 @@
 """Soak: N members in groups heartbeating on a fixed schedule against one coordinator for a duration.
 
   python -m bench.soak --members 100000 [--group-size 10] [--interval-s 10] [--session-ms 30000]
-                       [--duration-s 600] [--workers 2] [--server memory|service] [--gc-freeze-every 1]
+                       [--duration-s 600] [--workers 2] [--server memory|service|kafka] [--gc-freeze-every 1]
+                       [--connect-window N] [--time-callbacks]
 
 What it does, bounded in time and count:
 1. Starts the server in its own process: `memory` runs our CoordinatorServer + GroupRuntime with the
    in-memory store (no Kafka: the heartbeat path does not touch storage); `service` runs `coordinator serve`
    (embedded Kafka, or --bootstrap-server). Either way the server runs coordinator/runtime_health.py and logs an
-   `event=runtime_health` line every 5 s, which this script reads (loop lag, collector pauses of the server).
+   `event=runtime_health` line every 5 s, which this script reads (loop lag, collector pauses of the server;
+   with --time-callbacks the longest loop callback of each window, named). `kafka` runs Kafka's own group
+   coordinator (the embedded broker) under the same generator, the anchor the other figures are ratios to.
 2. Forms the groups like consumers do after a coordinator restart: every member of a wave opens its own
-   connection at once (from several loopback source addresses, so 100k connections do not run out of ports),
-   JoinGroup (KIP-394 member id round trip), SyncGroup (the leader assigns). The kernel's ListenOverflows and
+   connection (from several loopback source addresses, so 100k connections do not run out of ports),
+   JoinGroup (KIP-394 member id round trip), SyncGroup (the leader assigns). At most --connect-window
+   connections wait to be accepted at any time (opened, first answer not yet in), so the wave follows the
+   server's accept rate instead of overflowing its listen queue. The kernel's ListenOverflows and
    ListenDrops counters (/proc/net/netstat) are read before and after: a listen-queue overflow is counted here.
    A member that synced closes its forming connection and joins the heartbeat schedule at once.
 3. Heartbeats: each member every `interval_s` at a fixed phase (evenly spread), Heartbeat v4 frames encoded once,
@@ -34,15 +39,17 @@ import logging
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from protocol.fastpath import pack_heartbeat_request
 
@@ -52,6 +59,7 @@ REPORT_S = 10.0
 _SOURCE_ADDRESSES = [f"127.0.{i // 250}.{2 + i % 250}" for i in range(32)]  # 32 × ~28k ephemeral ports
 _RESPONSE = struct.Struct(">iiBih")  # size, correlation id, header tags, throttle, error (then body tags)
 _RESPONSE_BYTES = 16
+_COORDINATOR_MOVING = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 
 
 def raise_fd_limit() -> int:
@@ -163,6 +171,7 @@ class Worker:
     session_ms: int
     members_per_connection: int
     form_wave: int
+    connect_window: int
     measuring: bool = False
     hist: Histogram = field(default_factory=Histogram)
     window_max_us: int = 0
@@ -198,7 +207,7 @@ async def run_worker(spec: dict) -> None:
     first, step, count = spec["groups"]
     worker = Worker(spec["host"], spec["port"], [f"soak-{i}" for i in range(first, count, step)],
                     spec["group_size"], spec["interval_s"],
-                    spec["session_ms"], spec["members_per_connection"], spec["form_wave"])
+                    spec["session_ms"], spec["members_per_connection"], spec["form_wave"], spec["connect_window"])
     member_total = len(worker.groups) * worker.group_size
     pool_size = max(1, -(-member_total // worker.members_per_connection))
     pool: list[HeartbeatConnection] = []
@@ -244,15 +253,29 @@ async def run_worker(spec: dict) -> None:
 
 
 async def form(worker: Worker, activate, client_class) -> dict:
-    """Joins every group of this worker, `form_wave` members connecting at once; returns forming figures."""
+    """Joins every group of this worker, `form_wave` members at a time; returns forming figures.
+
+    At most `connect_window` of this worker's connections are opened and not yet answered: an answer proves the
+    server accepted the connection, so the window is what can wait in the server's listen queue, and the rate
+    at which members connect follows the server's accept rate instead of overflowing the queue (somaxconn)."""
     loop = asyncio.get_running_loop()
     members = [(g, i) for g in worker.groups for i in range(worker.group_size)]
     started = time.monotonic()
     results: dict[str, Any] = {"members": 0, "failed": 0, "rejoins": 0, "connect_s_max": 0.0, "join_spread_s_max": 0.0}
     first_join: dict[str, float] = {}
     last_join: dict[str, float] = {}
+    unanswered = asyncio.Semaphore(worker.connect_window or len(members) or 1)
 
     async def member(index: int, group_id: str) -> None:
+        await unanswered.acquire()
+        answered = False
+
+        def accepted() -> None:
+            nonlocal answered
+            if not answered:
+                answered = True
+                unanswered.release()
+
         t0 = time.monotonic()
         try:
             _, client = await asyncio.wait_for(loop.create_connection(
@@ -260,16 +283,19 @@ async def form(worker: Worker, activate, client_class) -> dict:
                 local_addr=(_SOURCE_ADDRESSES[index % len(_SOURCE_ADDRESSES)], 0)), 60)
         except (OSError, asyncio.TimeoutError):
             results["failed"] += 1
+            accepted()
             return
         results["connect_s_max"] = max(results["connect_s_max"], time.monotonic() - t0)
         try:
-            generation, member_id = await join_and_sync(client, group_id, worker, first_join, last_join, results)
+            generation, member_id = await join_and_sync(client, group_id, worker, first_join, last_join, results,
+                                                        accepted)
             activate(index, group_id, generation, member_id)
             results["members"] += 1
         except Exception as exc:  # noqa: BLE001 - counted and reported, the soak goes on
             results["failed"] += 1
             results.setdefault("first_error", repr(exc))
         finally:
+            accepted()
             await client.close()
 
     index = 0
@@ -284,7 +310,7 @@ async def form(worker: Worker, activate, client_class) -> dict:
 
 
 async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict, last_join: dict,
-                        results: dict) -> tuple[int, str]:
+                        results: dict, answered: Callable[[], None] = lambda: None) -> tuple[int, str]:
     from protocol.apis import ApiKey, request_class
     from protocol.consumer_protocol import Subscription, encode_subscription
     from protocol.error_codes import Errors
@@ -303,8 +329,12 @@ async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict,
             join_cls, group_id=group_id, session_timeout=datetime.timedelta(milliseconds=worker.session_ms),
             rebalance_timeout=datetime.timedelta(milliseconds=60_000), member_id=member_id, group_instance_id=None,
             protocol_type="consumer", protocols=(protocol,), reason=None))
+        answered()
         if joined.error_code == Errors.MEMBER_ID_REQUIRED:
             member_id = joined.member_id
+            continue
+        if joined.error_code in _COORDINATOR_MOVING:  # a single broker: the same node, once it has loaded
+            await asyncio.sleep(0.5)
             continue
         if joined.error_code:
             raise RuntimeError(f"JoinGroup error {int(joined.error_code)}")
@@ -394,7 +424,8 @@ class ServerProcess:
 
     def __init__(self, args: argparse.Namespace) -> None:
         env = dict(os.environ, COORDINATOR_HEALTH_LOG_INTERVAL_S="5",
-                   COORDINATOR_GC_FREEZE_EVERY=str(args.gc_freeze_every))
+                   COORDINATOR_GC_FREEZE_EVERY=str(args.gc_freeze_every),
+                   COORDINATOR_TIME_CALLBACKS="1" if args.time_callbacks else "0")
         if args.server == "memory":
             command = [sys.executable, "-m", "bench.soak", "--serve-memory", "--event-loop", args.event_loop,
                        "--initial-delay-ms", str(args.initial_delay_ms)]
@@ -417,6 +448,8 @@ class ServerProcess:
         self.window_lag_max_ms = 0.0
         self.window_busy_max_ms = 0.0
         self.window_gc_max_ms = 0.0
+        self.measuring = False
+        self.callbacks: dict[str, float] = {}  # while measuring: each window's longest callback, its max (ms)
         self.failures = 0
         self.stall_lines: list[str] = []
         self.warnings: list[str] = []  # other warnings and errors of the server, the first few
@@ -439,6 +472,10 @@ class ServerProcess:
                 self.window_lag_max_ms = max(self.window_lag_max_ms, values.get("window_lag_max_ms", 0))
                 self.window_gc_max_ms = max(self.window_gc_max_ms, values.get("window_gc_pause_max_ms", 0))
                 self.window_busy_max_ms = max(self.window_busy_max_ms, values.get("window_busy_max_ms", 0))
+                callback = re.search(r"window_callback=(\S+)", line)
+                if self.measuring and callback is not None and callback.group(1) != "-":
+                    name, ms = callback.group(1), values.get("window_callback_max_ms", 0.0)
+                    self.callbacks[name] = max(self.callbacks.get(name, 0.0), ms)
                 self.health = values
             elif "event=loop_stall" in line or "event=gc_pause" in line:
                 if len(self.stall_lines) < 1000:
@@ -453,16 +490,10 @@ class ServerProcess:
         return values
 
     def rss_mib(self) -> float:
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        return 0.0
+        return process_rss_mib(self.proc.pid)
 
     def cpu_s(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -474,10 +505,139 @@ class ServerProcess:
                 self.proc.wait()
 
 
+class KafkaServer:
+    """Kafka's own group coordinator under the same generator: the embedded broker (the release pinned in
+    coordinator/embedded/pom.xml), JVM CPU and RSS from /proc, collector pauses from its -Xlog:gc file, false
+    expirations from its log (the same "has failed, removing it from the group" line as ours). It has no loop
+    to probe: lag and busy stretches stay 0 and are reported as None."""
+
+    GC_PAUSE = re.compile(r"\] GC\(\d+\) Pause .* ([\d.]+)ms$")
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from coordinator.embedded import EmbeddedKafka
+
+        self.data_dir = tempfile.mkdtemp(prefix="soak-kafka-")
+        self.gc_log = os.path.join(self.data_dir, "gc.log")
+        self.broker = EmbeddedKafka(os.path.join(self.data_dir, "broker"), heap_mb=args.kafka_heap_mb,
+                                    jvm_options=[f"-Xlog:gc:file={self.gc_log}"], extra_properties={
+            "group.initial.rebalance.delay.ms": str(args.initial_delay_ms),
+            # ours asks the kernel for 65,535 (both capped at somaxconn); Kafka's default is 50
+            "socket.listen.backlog.size": str(args.listen_backlog or 65_535),
+            "group.max.size": str(max(args.group_size, 1_000))})
+        self.health: dict[str, float] = {}
+        self.failures = 0
+        self.measuring = False  # set like ServerProcess's; nothing here reads it
+        self.stall_lines: list[str] = []
+        self.warnings: list[str] = []
+        self.tail: collections.deque[str] = collections.deque(maxlen=20)
+        self.window_gc_max_ms = 0.0
+        self.gc_pauses = 0
+        self.ready = threading.Event()
+        self.broker.start_blocking()
+        assert self.broker._process is not None
+        self.proc = self.broker._process
+        self.port = self.broker.port
+        asyncio.run(self._until_coordinating([f"soak-{i}" for i in range(args.members // args.group_size)],
+                                             args.start_timeout_s))
+        self.ready.set()
+        threading.Thread(target=self._follow, args=(str(self.broker.log_file), self._log_line), daemon=True).start()
+        threading.Thread(target=self._follow, args=(self.gc_log, self._gc_line), daemon=True).start()
+
+    async def _until_coordinating(self, group_ids: list[str], timeout_s: float) -> None:
+        """Until the broker coordinates every group: the first FindCoordinator creates __consumer_offsets, whose
+        partitions then load (a client would rediscover its coordinator meanwhile; the generator does not)."""
+        from protocol.apis import ApiKey, request_class
+        from protocol.client import KafkaClient
+        from protocol.messages import build
+
+        find = request_class(ApiKey.FIND_COORDINATOR, 4)
+        deadline = time.monotonic() + timeout_s
+        client = await KafkaClient.connect("127.0.0.1", self.broker.port, client_id="soak", timeout_ms=30_000)
+        try:
+            waiting = group_ids
+            while waiting:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Kafka does not coordinate {len(waiting)} groups after {timeout_s:.0f} s")
+                answers = []
+                for first in range(0, len(waiting), 1_000):
+                    found = await client.request(build(find, key_type=0,
+                                                       coordinator_keys=tuple(waiting[first:first + 1_000])))
+                    answers += found.coordinators
+                waiting = [c.key for c in answers if c.error_code]
+                if waiting:
+                    await asyncio.sleep(0.5)
+        finally:
+            await client.close()
+
+    def _follow(self, path: str, handle: Callable[[str], None]) -> None:
+        while not os.path.exists(path):
+            time.sleep(0.2)
+        with open(path, errors="replace") as f:
+            while self.proc.poll() is None:
+                line = f.readline()
+                if line:
+                    handle(line.rstrip())
+                else:
+                    time.sleep(0.2)
+
+    def _log_line(self, line: str) -> None:
+        self.tail.append(line)
+        if "has failed, removing it from the group" in line:
+            self.failures += 1
+        elif (" WARN " in line or " ERROR " in line) and len(self.warnings) < 10:
+            self.warnings.append(line)
+
+    def _gc_line(self, line: str) -> None:
+        found = self.GC_PAUSE.search(line)
+        if found is not None:
+            self.gc_pauses += 1
+            self.window_gc_max_ms = max(self.window_gc_max_ms, float(found.group(1)))
+            self.health = {"gc_pauses": float(self.gc_pauses)}
+
+    def take_window(self) -> tuple[float, float, float]:
+        values = 0.0, 0.0, self.window_gc_max_ms
+        self.window_gc_max_ms = 0.0
+        return values
+
+    def rss_mib(self) -> float:
+        return process_rss_mib(self.proc.pid)
+
+    def cpu_s(self) -> float:
+        return process_cpu_s(self.proc.pid)
+
+    def stop(self) -> None:
+        self.broker.stop_blocking()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def process_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU of every thread of `pid` (a JVM's collector and network threads included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def somaxconn() -> int:
+    """The kernel's cap on every listen backlog (Linux; 4,096 since 5.4)."""
+    try:
+        with open("/proc/sys/net/core/somaxconn") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 4096
 
 
 def listen_counters() -> dict[str, int]:
@@ -543,7 +703,7 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit(f"the server would need {heartbeat_connections} heartbeat connections + {args.form_wave} "
                          f"forming ones, above the open-file limit of {limit}: raise --members-per-connection "
                          "or lower --form-wave (or ulimit -n)")
-    server = ServerProcess(args)
+    server = KafkaServer(args) if args.server == "kafka" else ServerProcess(args)
     workers: list[WorkerProcess] = []
     try:
         if not server.ready.wait(args.start_timeout_s):
@@ -554,11 +714,15 @@ def run(args: argparse.Namespace) -> dict:
         before = listen_counters()
         rss_idle = server.rss_mib()
         form_wave = max(1, args.form_wave // args.workers)
+        connect_window = args.connect_window if args.connect_window is not None else somaxconn() // 2
+        print(f"forming waves of {args.form_wave} members, at most {connect_window or 'any number of'} connections "
+              f"waiting to be accepted (somaxconn {somaxconn()})", flush=True)
         for index in range(args.workers):
             workers.append(WorkerProcess({
                 "host": "127.0.0.1", "port": server.port, "groups": [index, args.workers, len(groups)],
                 "group_size": args.group_size, "interval_s": args.interval_s, "session_ms": args.session_ms,
-                "members_per_connection": args.members_per_connection, "form_wave": form_wave}, args.event_loop))
+                "members_per_connection": args.members_per_connection, "form_wave": form_wave,
+                "connect_window": connect_window and max(1, connect_window // args.workers)}, args.event_loop))
         formed = [w.take("formed", args.form_timeout_s) for w in workers]
         after = listen_counters()
         forming = {
@@ -582,6 +746,7 @@ def run(args: argparse.Namespace) -> dict:
             w.windows()
             w.tell("measure")
         server.take_window()
+        server.measuring = True
         health_start = dict(server.health)
         measure = measure_loop(args, server, workers)
         health_end = dict(server.health)
@@ -609,11 +774,18 @@ def run(args: argparse.Namespace) -> dict:
         "p999_ms": hist.percentile_ms(0.999), "max_ms": hist.max_us / 1000,
         "heartbeat_errors": dict(errors), "false_expirations": server.failures - failures_before,
         "false_expirations_total": server.failures,  # forming and warm-up included
-        "server_loop_lag_max_ms": measure["lag_max_ms"], "server_loop_busy_max_ms": measure["busy_max_ms"],
+        # Kafka has no event loop to probe
+        "server_loop_lag_max_ms": None if args.server == "kafka" else measure["lag_max_ms"],
+        "server_loop_busy_max_ms": None if args.server == "kafka" else measure["busy_max_ms"],
         "server_gc_pause_max_ms": measure["gc_max_ms"],
+        # --time-callbacks: the callbacks that were the longest of a 5-s window, by their longest (ms CPU)
+        "server_longest_callbacks": dict(sorted(getattr(server, "callbacks", {}).items(),
+                                                key=lambda item: -item[1])[:8]),
         "server_collections": {f"gc{g}": int(health_end.get(f"gc{g}_collections", 0)
                                              - health_start.get(f"gc{g}_collections", 0)) for g in range(3)},
-        "server_frozen": {"start": int(health_start.get("gc_frozen", 0)), "end": int(health_end.get("gc_frozen", 0))},
+        # objects the collector policy froze while measuring: state that became long-lived in steady state
+        "server_frozen_while_measuring": int(health_end.get("gc_frozen_total", 0)
+                                             - health_start.get("gc_frozen_total", 0)),
         "server_health": server.health,
         "server_cpu_us_per_heartbeat": round(measure["server_cpu_s"] * 1e6 / max(hist.total, 1), 1),
         "server_cpu_pct": round(100 * measure["server_cpu_s"] / measure["seconds"], 1),
@@ -628,7 +800,8 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
-def measure_loop(args: argparse.Namespace, server: ServerProcess, workers: list[WorkerProcess]) -> dict:
+def measure_loop(args: argparse.Namespace, server: ServerProcess | KafkaServer,
+                 workers: list[WorkerProcess]) -> dict:
     started = time.monotonic()
     cpu_start = server.cpu_s()
     rss = [round(server.rss_mib())]
@@ -685,7 +858,12 @@ def main() -> int:
                         help="heartbeat connections are shared (forming uses one connection per member)")
     parser.add_argument("--form-wave", type=int, default=10_000,
                         help="members connecting and joining at once (all workers together)")
-    parser.add_argument("--server", choices=["memory", "service"], default="memory")
+    parser.add_argument("--connect-window", type=int, default=None,
+                        help="forming connections opened and not yet answered, all workers together (default: half "
+                             "of somaxconn, so the server's listen queue never overflows; 0 = a whole wave at once)")
+    parser.add_argument("--server", choices=["memory", "service", "kafka"], default="memory",
+                        help="kafka: Kafka's own group coordinator (the embedded broker), the anchor for ratios")
+    parser.add_argument("--kafka-heap-mb", type=int, default=2048, help="kafka: the broker's -Xmx")
     parser.add_argument("--bootstrap-server", default=None, help="service: Kafka to use (default: embedded)")
     parser.add_argument("--initial-delay-ms", type=int, default=3_000, help="group.initial.rebalance.delay.ms")
     parser.add_argument("--listen-backlog", type=int, default=None, help="server's listen backlog (default: its own)")
@@ -693,6 +871,9 @@ def main() -> int:
                         help="server's GC policy (COORDINATOR_GC_FREEZE_EVERY; 0 = interpreter default)")
     parser.add_argument("--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto",
                         help="server and generator loop; auto: uvloop when installed, as `coordinator serve` does")
+    parser.add_argument("--time-callbacks", action="store_true",
+                        help="server times every loop callback in CPU time and names the longest of each window "
+                             "(COORDINATOR_TIME_CALLBACKS; asyncio's loop only, so with --event-loop asyncio)")
     parser.add_argument("--start-timeout-s", type=float, default=180.0)
     parser.add_argument("--form-timeout-s", type=float, default=900.0)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -719,9 +900,10 @@ def main() -> int:
           f"max {result['max_ms']} ms\n"
           f"  server loop lag max {result['server_loop_lag_max_ms']} ms (longest busy stretch "
           f"{result['server_loop_busy_max_ms']} ms CPU), gc pause max "
-          f"{result['server_gc_pause_max_ms']} ms, collections {result['server_collections']}, frozen objects "
-          f"{result['server_frozen']}; cpu {result['server_cpu_pct']}% "
+          f"{result['server_gc_pause_max_ms']} ms, collections {result['server_collections']}, objects frozen "
+          f"{result['server_frozen_while_measuring']}; cpu {result['server_cpu_pct']}% "
           f"({result['server_cpu_us_per_heartbeat']} µs/heartbeat)\n"
+          f"  longest loop callbacks (ms CPU): {result['server_longest_callbacks'] or 'not timed'}\n"
           f"  rss MiB {result['rss_mib']}\n"
           f"  false expirations {result['false_expirations']} (since start {result['false_expirations_total']}), "
           f"heartbeat errors {result['heartbeat_errors']}\n"

@@ -28,10 +28,12 @@ and by a periodic `event=runtime_health` log line.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("coordinator.runtime")
@@ -129,6 +131,74 @@ class LoopLagProbe:
         c.buckets[-1] += 1
 
 
+class CallbackTimer:
+    """The longest loop callbacks in this thread's CPU time (which a loaded machine does not change), named.
+
+    The busy stretch of `LoopLagProbe` is a whole loop iteration: a process the machine did not schedule for a
+    while finds many connections readable and answers them all in one iteration, so that figure also grows with
+    the answers queued. Timing each callback tells one callback whose cost grows with the members, groups or
+    connections from many small ones. asyncio's own loops only (every callback runs through `Handle._run`;
+    uvloop's handles are native, so `install` returns False there); off in the service unless asked
+    (COORDINATOR_TIME_CALLBACKS=1): two clock reads per callback, ~1 µs."""
+
+    def __init__(self, log_above_ms: float = 50.0) -> None:
+        self.log_above_ms = log_above_ms
+        self.longest_s = 0.0
+        self.longest = ""
+        self.window_longest_s = 0.0  # since the last take_window_max()
+        self.window_longest = ""
+        self._original: Callable[[asyncio.Handle], None] | None = None
+
+    def install(self, loop: asyncio.AbstractEventLoop | None = None) -> bool:
+        loop = loop or asyncio.get_running_loop()
+        if self._original is not None:
+            return True
+        if not isinstance(loop, asyncio.BaseEventLoop):
+            return False
+        original = self._original = asyncio.Handle._run
+
+        def timed(handle: asyncio.Handle) -> None:
+            started = time.thread_time()
+            original(handle)
+            spent = time.thread_time() - started
+            if spent > self.window_longest_s:
+                self._record(handle, spent)
+
+        setattr(asyncio.Handle, "_run", timed)  # TimerHandle inherits it: every callback the loop runs
+        return True
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            setattr(asyncio.Handle, "_run", self._original)
+            self._original = None
+
+    def take_window_max(self) -> tuple[float, str]:
+        """(longest callback s, what it was) since the previous call."""
+        values = self.window_longest_s, self.window_longest
+        self.window_longest_s, self.window_longest = 0.0, ""
+        return values
+
+    def _record(self, handle: asyncio.Handle, spent_s: float) -> None:
+        what = callback_name(handle)
+        self.window_longest_s, self.window_longest = spent_s, what
+        if spent_s > self.longest_s:
+            self.longest_s, self.longest = spent_s, what
+        if spent_s * 1000 > self.log_above_ms:
+            log.warning("event=slow_callback cpu_ms=%.1f callback=%s", spent_s * 1000, what)
+
+
+def callback_name(handle: asyncio.Handle) -> str:
+    """What a loop callback runs, without spaces (a task's step names its coroutine)."""
+    callback = handle._callback  # type: ignore[attr-defined]
+    while isinstance(callback, functools.partial):
+        callback = callback.func
+    task = getattr(callback, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        coro = task.get_coro()
+        return f"task:{getattr(coro, '__qualname__', type(coro).__name__)}"
+    return getattr(callback, "__qualname__", type(callback).__name__).replace(" ", "_")
+
+
 @dataclass
 class GenerationCounters:
     collections: int = 0
@@ -202,10 +272,10 @@ class GcMonitor(_GcHook):
             # once more (cheap next to the collection itself, and full collections are rare).
             counters.last_walked = len(gc.get_objects(2))
         if pause_s * 1000 > self.log_above_ms:
+            # no frozen count here: gc.get_freeze_count() walks every frozen object, a second stall
             log.warning("event=gc_pause generation=%d pause_ms=%.1f cpu_ms=%.1f collected=%d uncollectable=%d "
-                        "survivors=%d frozen=%d", generation, pause_s * 1000, cpu_s * 1000, info["collected"],
-                        info["uncollectable"], counters.last_walked if generation == 2 else -1,
-                        gc.get_freeze_count())
+                        "survivors=%d", generation, pause_s * 1000, cpu_s * 1000, info["collected"],
+                        info["uncollectable"], counters.last_walked if generation == 2 else -1)
 
 
 class GcPolicy(_GcHook):
@@ -224,6 +294,7 @@ class GcPolicy(_GcHook):
         self.young_collections = 0
         self._young: asyncio.TimerHandle | None = None
         self.freezes = 0
+        self.frozen_total = 0  # objects this policy moved to the permanent generation (some died since)
         self.reclaims = 0
         self.reclaimed_objects = 0
         self._gen1_seen = 0
@@ -238,6 +309,10 @@ class GcPolicy(_GcHook):
             return
         self._gen1_seen += 1
         if self._gen1_seen % self.freeze_every == 0:
+            # Counted here, not with gc.get_freeze_count(), which walks the whole permanent generation (~80 ns
+            # an object: 77 ms of CPU at 100k members); generation 2 holds only what was promoted since the
+            # last freeze.
+            self.frozen_total += len(gc.get_objects(2))
             gc.freeze()
             self.freezes += 1
 
@@ -303,8 +378,11 @@ class RuntimeHealth:
 
     def __init__(self, *, lag_interval_ms: float = 10.0, lag_record_above_ms: float = 10.0,
                  lag_log_above_ms: float = 100.0, gc_log_above_ms: float = 50.0, freeze_every: int = 1,
-                 summary_interval_s: float = 60.0, reclaim_interval_s: float = 0.0) -> None:
+                 summary_interval_s: float = 60.0, reclaim_interval_s: float = 0.0,
+                 time_callbacks: bool = False) -> None:
         self.gc = GcMonitor(gc_log_above_ms)
+        self.callbacks = CallbackTimer(lag_log_above_ms) if time_callbacks else None
+        self._timing_callbacks = False
         self.lag = LoopLagProbe(lag_interval_ms, lag_record_above_ms, lag_log_above_ms, self.gc)
         self.policy = GcPolicy(freeze_every)
         self.summary_interval_s = summary_interval_s
@@ -315,12 +393,14 @@ class RuntimeHealth:
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> RuntimeHealth:
         """COORDINATOR_GC_FREEZE_EVERY (0 disables the policy), COORDINATOR_LOOP_STALL_LOG_MS,
-        COORDINATOR_HEALTH_LOG_INTERVAL_S, COORDINATOR_GC_RECLAIM_INTERVAL_S (0, the default: never)."""
+        COORDINATOR_HEALTH_LOG_INTERVAL_S, COORDINATOR_GC_RECLAIM_INTERVAL_S (0, the default: never),
+        COORDINATOR_TIME_CALLBACKS (1: time every loop callback, asyncio's loop only)."""
         env = os.environ if environ is None else environ
         return cls(freeze_every=int(env.get("COORDINATOR_GC_FREEZE_EVERY", "1")),
                    lag_log_above_ms=float(env.get("COORDINATOR_LOOP_STALL_LOG_MS", "100")),
                    summary_interval_s=float(env.get("COORDINATOR_HEALTH_LOG_INTERVAL_S", "60")),
-                   reclaim_interval_s=float(env.get("COORDINATOR_GC_RECLAIM_INTERVAL_S", "0")))
+                   reclaim_interval_s=float(env.get("COORDINATOR_GC_RECLAIM_INTERVAL_S", "0")),
+                   time_callbacks=env.get("COORDINATOR_TIME_CALLBACKS", "0") == "1")
 
     def start(self) -> None:
         self.gc.install()
@@ -328,6 +408,10 @@ class RuntimeHealth:
         self.policy.start_young_collections()
         self.lag.start()
         loop = asyncio.get_running_loop()
+        if self.callbacks is not None:
+            self._timing_callbacks = self.callbacks.install(loop)
+            if not self._timing_callbacks:
+                log.warning("event=callback_timing_unavailable loop=%s", type(loop).__module__)
         if self.summary_interval_s > 0:
             self._summary = loop.create_task(self._log_summaries(), name="runtime-health")
         if self.reclaim_interval_s > 0:
@@ -335,6 +419,9 @@ class RuntimeHealth:
 
     async def stop(self) -> None:
         self.lag.stop()
+        if self.callbacks is not None:
+            self.callbacks.uninstall()
+            self._timing_callbacks = False
         self.policy.stop_young_collections()
         self.policy.uninstall()
         self.gc.uninstall()
@@ -358,9 +445,12 @@ class RuntimeHealth:
             **{f"gc{g}_pause_max_ms": round(gens[g].max_pause_s * 1000, 1) for g in range(3)},
             **{f"gc{g}_cpu_max_ms": round(gens[g].max_cpu_pause_s * 1000, 1) for g in range(3)},
             "gc_pause_total_ms": round(self.gc.total_pause_s * 1000, 1),
-            "gc2_survivors": gens[2].last_walked, "gc_frozen": gc.get_freeze_count(),
+            # gc.get_freeze_count() would walk every frozen object (a stall growing with the members)
+            "gc2_survivors": gens[2].last_walked, "gc_frozen_total": self.policy.frozen_total,
             "gc_freezes": self.policy.freezes, "gc_reclaims": self.policy.reclaims,
             "gc_reclaimed_objects": self.policy.reclaimed_objects,
+            **({"callback_max_ms": round(self.callbacks.longest_s * 1000, 1)}
+               if self.callbacks is not None and self._timing_callbacks else {}),
         }
 
     async def _log_summaries(self) -> None:
@@ -368,6 +458,10 @@ class RuntimeHealth:
             await asyncio.sleep(self.summary_interval_s)
             snap = self.snapshot()
             (window_lag, window_busy), window_gc = self.lag.take_window_max(), self.gc.take_window_max()
+            callback = ""
+            if self.callbacks is not None and self._timing_callbacks:
+                callback_s, callback_what = self.callbacks.take_window_max()
+                callback = f"window_callback_max_ms={callback_s * 1000:.1f} window_callback={callback_what or '-'} "
             log.info("event=runtime_health window_lag_max_ms=%.1f window_busy_max_ms=%.1f "
-                     "window_gc_pause_max_ms=%.1f %s", window_lag, window_busy, window_gc * 1000,
+                     "window_gc_pause_max_ms=%.1f %s%s", window_lag, window_busy, window_gc * 1000, callback,
                      " ".join(f"{k}={v}" for k, v in snap.items()))

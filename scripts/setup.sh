@@ -44,8 +44,9 @@ if [ "$mode" = demo ]; then
   fi
 else
   if [ ! -e "$full" ]; then
-    # pyspark: a 450 MB sdist, built once (pip caches the wheel)
-    pip_install "$full" '.[test,speed]' '.[spark]'
+    # pyspark: a 450 MB sdist, built once (pip caches the wheel). One pip run for every extra: one resolve and one
+    # build of the project instead of one per extra.
+    pip_install "$full" '.[test,speed,spark]'
   fi
 fi
 .venv/bin/python -c "from coordinator.embedded import ensure_jars; ensure_jars()"

@@ -148,6 +148,12 @@ class GuardedService:
     def sync_group(self, request: api.SyncGroupRequest) -> Any:
         return self._checked().sync_group(request)
 
+    def start_join_group(self, request: api.JoinGroupRequest) -> Any:
+        return self._checked().start_join_group(request)
+
+    def start_sync_group(self, request: api.SyncGroupRequest) -> Any:
+        return self._checked().start_sync_group(request)
+
     def leave_group(self, request: api.LeaveGroupRequest) -> Any:
         return self._checked().leave_group(request)
 

@@ -111,7 +111,7 @@ def _do_new_member_join(shard: GroupShard, group: GroupMetadata, req: JoinGroupR
     if group.is_in(DEAD):
         _answer(future, JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=req.member_id))
         return
-    if not group.supports_protocols(req.protocol_type, {p.name for p in req.protocols}):
+    if not group.supports_protocols(req.protocol_type, req.protocols):
         _answer(future, JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id))
         return
     new_member_id = generate_member_id(req.client_id, req.group_instance_id)
@@ -139,7 +139,7 @@ def _do_current_member_join(shard: GroupShard, group: GroupMetadata, req: JoinGr
     member_id = req.member_id
     if group.is_in(DEAD):
         _answer(future, JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id))
-    elif not group.supports_protocols(req.protocol_type, {p.name for p in req.protocols}):
+    elif not group.supports_protocols(req.protocol_type, req.protocols):
         _answer(future, JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
     elif member_id in group.pending_members:
         if req.group_instance_id is not None:  # Kafka throws IllegalStateException: UNKNOWN_SERVER_ERROR

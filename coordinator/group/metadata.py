@@ -196,6 +196,9 @@ class GroupMetadata:
     def _count_protocols(self, protocols: Protocols, delta: int) -> None:
         # Counts members, not list entries: a name listed twice by one member must not look unsupported by
         # the others (Kafka counts entries, and its protocol vote then throws and wedges the group).
+        if len(protocols) == 1:  # the usual case
+            self.supported_protocols[protocols[0][0]] += delta
+            return
         for name in {name for name, _ in protocols}:
             self.supported_protocols[name] += delta
 
@@ -203,11 +206,19 @@ class GroupMetadata:
         size = len(self.members)
         return {name for name, count in self.supported_protocols.items() if count == size}
 
-    def supports_protocols(self, protocol_type: str, names: set[str]) -> bool:
+    def supports_protocols(self, protocol_type: str, protocols: Protocols) -> bool:
+        """Whether a joining member with these protocols fits: one of them supported by every member (a loop, not
+        a set and a generator: every member of a rebalance asks)."""
         if self.is_in(GroupState.EMPTY):
-            return bool(protocol_type) and bool(names)
+            return bool(protocol_type) and bool(protocols)
+        if self.protocol_type != protocol_type:
+            return False
         size = len(self.members)
-        return self.protocol_type == protocol_type and any(self.supported_protocols[n] == size for n in names)
+        counts = self.supported_protocols
+        for name, _ in protocols:
+            if counts.get(name, 0) == size:
+                return True
+        return False
 
     def select_protocol(self) -> str:
         """Each member votes for its first candidate; most votes wins (ties: the first protocol voted for)."""

@@ -195,7 +195,11 @@ class GroupObserver:
         resumed rebalance: its start was another instance's)."""
 
     def on_consumer_rebalance_abandoned(self, group_id: str, group_epoch: int, reason: str) -> None:
-        """The group left this instance (unloaded), was deleted or converted while a rebalance was under way."""
+        """The group left this instance (unloaded) or was deleted while a rebalance was under way."""
+
+    def on_consumer_rebalance_converted(self, group_id: str, group_epoch: int) -> None:
+        """The group was converted to a classic group while a rebalance was under way: not a failure, the
+        classic group's rebalance (caused by the conversion) carries it on."""
 
 
 _EVENTS = [name for name in vars(GroupObserver) if name.startswith("on_")]

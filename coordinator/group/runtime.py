@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Collection, Iterator, Mapping, ValuesView
+from collections.abc import Awaitable, Collection, Coroutine, Iterator, Mapping, ValuesView
 from typing import Any, Callable, TypeVar, cast
 
 from coordinator.config import CoordinatorConfig
@@ -93,7 +93,9 @@ class GroupRuntime:
         # topics ConsumerGroupService.topics has are all there is
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None
         self.is_active = True
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # insertion-ordered (a dict, not a set): shutdown cancels the writes in the order they were made, not in
+        # the tasks' memory-address order, so their answers go out in a reproducible order
+        self._tasks: dict[asyncio.Task[Any], None] = {}
 
     @property
     def observer(self) -> GroupObserver:
@@ -160,6 +162,19 @@ class GroupRuntime:
         if consumer_group is not None:
             return self.consumer_groups.classic_sync(consumer_group, req)
         return await self._serve(req.group_id, sync.handle_sync_group, req)
+
+    # JoinGroup and SyncGroup without a coroutine (the connection's fast path; a rebalance serves two per member):
+    # the answer, the future group logic answers, or, when something must be awaited first, join_group's or
+    # sync_group's coroutine (decided before any group logic runs).
+    def start_join_group(self, req: JoinGroupRequest) -> JoinGroupResponse | Awaitable[JoinGroupResponse]:
+        if self._mixed_group(req.group_id) is not None:
+            return self.join_group(req)
+        return self._begin(req.group_id, join.handle_join_group, req)
+
+    def start_sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse | Awaitable[SyncGroupResponse]:
+        if self._mixed_group(req.group_id) is not None:
+            return self.sync_group(req)
+        return self._begin(req.group_id, sync.handle_sync_group, req)
 
     def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None = None) -> Errors:
@@ -290,6 +305,16 @@ class GroupRuntime:
 
     # --- the write path ---------------------------------------------------------------------------------------
     async def _serve(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q) -> R:
+        outcome = self._begin(group_id, handler, req)
+        if isinstance(outcome, (asyncio.Future, Coroutine)):
+            return cast(R, await outcome)
+        return outcome
+
+    def _begin(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q
+               ) -> R | asyncio.Future[R] | Coroutine[Any, Any, R]:
+        """The handler run and its writes queued: its response, the future group logic answers (a parked
+        request: on success only from its write's `then`, after the acknowledgement, but an error such as a
+        rebalance meanwhile may answer it before), or a coroutine that answers once the writes are acknowledged."""
         shard = self.shard_for(group_id)
         result = handler(shard, req)
         if not isinstance(result, Result):  # a handler that never writes returns its response itself
@@ -297,14 +322,16 @@ class GroupRuntime:
         written = self._start(shard, result.writes)
         response = result.response
         if isinstance(response, asyncio.Future):
-            # A parked request is answered by group logic: on success only from its write's `then` (after the
-            # acknowledgement), but an error (a rebalance meanwhile) may answer it before.
-            return cast(R, await response)
+            return response
         if written:
-            errors = await self._written(written)
-            if result.respond is not None:
-                return cast(R, result.respond(errors))
+            return self._respond_when_written(result, written)
         return cast(R, response)
+
+    async def _respond_when_written(self, result: Result[R], written: list[asyncio.Future[Errors]]) -> R:
+        errors = await self._written(written)
+        if result.respond is not None:
+            return result.respond(errors)
+        return cast(R, result.response)
 
     def _start(self, shard: GroupShard, writes: list[Write], by_request: bool = True
                ) -> list[asyncio.Future[Errors]]:
@@ -333,9 +360,12 @@ class GroupRuntime:
             failed.set_exception(exc)
             appended = failed
         task = loop.create_task(self._append_then(partition, write, appended, by_request))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(self._forget_task)
         return write.done
+
+    def _forget_task(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.pop(task, None)
 
     async def _append_then(self, partition: int, write: Write, appended: Awaitable[None], by_request: bool) -> None:
         error = Errors.NONE

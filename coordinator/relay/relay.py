@@ -20,11 +20,15 @@ from coordinator.relay.config import RelayConfig
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.listeners import BrokerListeners, OpenListener, PortMapping, UpstreamBroker
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
-from coordinator.relay.upstream import LinkOwner, RelayCounters, UpstreamLink
-from coordinator.relay.versions import RELAYED_MAX, Route, advertised_ranges, local_keys, route_of
+from coordinator.relay.produce_endpoints import endpoints_rewriter
+from coordinator.relay.upstream import LinkOwner, RelayCounters, Rewrite, UpstreamLink
+from coordinator.relay.versions import (RELAYED_MAX, ClusterFeatures, Route, advertised_ranges, local_keys,
+                                        route_of)
 from coordinator.security.clusters import cluster_security, without_sasl
 from coordinator.security.connections import ClusterAccessError, connect
 from coordinator.security.sasl_passthrough import passed_through_ranges
+from kio.schema.api_versions.v4.request import ApiVersionsRequest as ApiVersionsRequestV4
+
 from protocol import apis
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion
@@ -33,6 +37,8 @@ from protocol.messages import build
 log = logging.getLogger("coordinator.relay")
 
 _CLIENT_ID = "kafka-group-coordinator-relay"
+_SOFTWARE_VERSION = "1"
+_FEATURES_REFRESH_S = 30.0
 _DESCRIBE_DELEGATION_TOKEN = 41
 
 
@@ -62,6 +68,10 @@ class Relay:
         self._node_clients: dict[int, KafkaClient] = {}  # our own connection per broker (transaction coordinators)
         self._node_locks: dict[int, asyncio.Lock] = {}
         self._bootstrap_turn = itertools.count()
+        self._produce_rewrites: dict[int, Rewrite | None] = {}
+        self.features = ClusterFeatures()  # the cluster's, passed on in our ApiVersions answers
+        self._features_learned_at = 0.0  # loop time
+        self._features_refresh: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -83,6 +93,7 @@ class Relay:
         """Learn the cluster (ApiVersions, brokers) and open a listener per broker before clients arrive."""
         client = await self._control_client()
         self.advertised = advertised_ranges(client.api_versions, self.served)
+        await self._learn_features()
         if self.config.sasl_passthrough:
             self.advertised.update(passed_through_ranges(client.api_versions))
         await self._learn_cluster()
@@ -103,6 +114,8 @@ class Relay:
             await self._control.close()
         for client in list(self._node_clients.values()):
             await client.close()
+        if self._features_refresh is not None:
+            self._features_refresh.cancel()
 
     # ------------------------------------------------------------------------------------------ routing
 
@@ -146,6 +159,38 @@ class Relay:
         """FindCoordinator for TRANSACTION keys: the cluster's answer with its broker addresses rewritten."""
         response = await self.request(body)
         return rewrite_find_coordinator(response, self._address_of)
+
+    async def _learn_features(self) -> None:
+        """The cluster's features from its ApiVersions v4 answer (v3 leaves some supported ones out)."""
+        answer = await self.request(ApiVersionsRequestV4(client_software_name=_CLIENT_ID,
+                                                         client_software_version=_SOFTWARE_VERSION))
+        features = ClusterFeatures.of(answer)
+        if features != self.features:
+            log.info("event=relay_cluster_features epoch=%d finalized=%s", features.epoch,
+                     ",".join(f"{name}={level}" for name, level, _ in features.finalized))
+        self.features = features
+        self._features_learned_at = asyncio.get_running_loop().time()
+
+    def _refresh_features_now_and_then(self) -> None:
+        """Finalized features change (kafka-features upgrade): learned again at most once a refresh interval,
+        in the background, so a client's Metadata never waits for it."""
+        loop = asyncio.get_running_loop()
+        if (self._features_refresh is not None and not self._features_refresh.done()
+                or loop.time() - self._features_learned_at < _FEATURES_REFRESH_S):
+            return
+        self._features_refresh = loop.create_task(self._refresh_features())
+
+    async def _refresh_features(self) -> None:
+        try:
+            await self._learn_features()
+        except UpstreamUnavailable as exc:
+            log.warning("event=relay_features_refresh_failed error=%s", exc)
+
+    def produce_rewrite(self, version: int) -> Rewrite | None:
+        """What a Produce response of `version` goes through on its way to the client (KIP-951 endpoints)."""
+        if version not in self._produce_rewrites:
+            self._produce_rewrites[version] = endpoints_rewriter(version, self._address_of)
+        return self._produce_rewrites[version]
 
     def _address_of(self, node_id: int) -> tuple[str, int] | None:
         """Where clients reach upstream broker `node_id` through us; None if we have no listener for it."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import struct
+from collections.abc import Callable
 from typing import Protocol, cast
 
 from coordinator.relay.buffer_pool import BufferExhausted, BufferPool
@@ -30,6 +31,8 @@ from protocol.transports import release_transport_cycle
 
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
+# a response frame (size prefix included) -> the frame the client gets instead, or None to relay it unchanged
+Rewrite = Callable[[memoryview], "bytes | None"]
 _STAGING_BYTES = 16_384
 _MIN_STAGING_FREE = 1_024
 _CLIENT_ID = "kafka-group-coordinator-relay"  # what a broker sees on the SASL exchange of a secured link
@@ -52,12 +55,14 @@ def pause_when_anything_unsent(transport: asyncio.WriteTransport) -> None:
 class PendingResponse:
     """A place in a client connection's response order: filled with a whole frame (size prefix included)."""
 
-    __slots__ = ("correlation_id", "frame", "buffer")
+    __slots__ = ("correlation_id", "frame", "buffer", "rewrite")
 
-    def __init__(self, correlation_id: int, frame: bytes | memoryview | None = None) -> None:
+    def __init__(self, correlation_id: int, frame: bytes | memoryview | None = None,
+                 rewrite: Rewrite | None = None) -> None:
         self.correlation_id = correlation_id
         self.frame = frame  # None until the response is here
         self.buffer: bytearray | None = None  # the pool buffer holding `frame`, given back once written
+        self.rewrite = rewrite  # applied to the frame on arrival: new bytes, or None to relay it as it is
 
 
 class RelayCounters:
@@ -176,14 +181,16 @@ class UpstreamLink(asyncio.BufferedProtocol):
 
     # ------------------------------------------------------------------------------------------ requests out
 
-    def send(self, frame: bytes, correlation_id: int, expects_response: bool) -> PendingResponse | None:
-        """Forward one request frame (size prefix included); its place in the response order, if answered."""
+    def send(self, frame: bytes, correlation_id: int, expects_response: bool, *,
+             rewrite: Rewrite | None = None) -> PendingResponse | None:
+        """Forward one request frame (size prefix included); its place in the response order, if answered
+        (`rewrite`: what the response goes through before the client sees it)."""
         counters = self.counters
         counters.requests += 1
         counters.bytes_to_upstream += len(frame)
         pending = None
         if expects_response:
-            pending = PendingResponse(correlation_id)
+            pending = PendingResponse(correlation_id, rewrite=rewrite)
             self._awaiting.append(pending)
         if self._transport is None:
             self._queued.append(frame)
@@ -334,6 +341,17 @@ class UpstreamLink(asyncio.BufferedProtocol):
             return False
         pending.buffer = buffer
         pending.frame = memoryview(buffer)[:size]
+        if pending.rewrite is not None:
+            try:
+                rewritten = pending.rewrite(pending.frame)
+            except ValueError as exc:
+                pending.frame = pending.buffer = None
+                self.pool.deallocate(buffer)
+                self._fail("upstream_bad_response", f"node_id={self.node_id} {exc}")
+                return False
+            if rewritten is not None:
+                pending.frame, pending.buffer = rewritten, None
+                self.pool.deallocate(buffer)
         return True
 
     def _compact(self) -> None:

@@ -11,7 +11,8 @@ Three routes (docs/relay.md has the table with the reasons):
   transaction (server/handlers/add_offsets_to_txn.py).
 - RELAYED: every other API in `RELAYED_MAX` goes to the upstream broker byte for byte, at the intersection of
   the broker's range and our cap. A cap sits below the first version whose response carries broker addresses
-  we would have to rewrite (KIP-951's NodeEndpoints in Produce v10+/Fetch v16+, DescribeQuorum v2's nodes).
+  we would have to rewrite (KIP-951's NodeEndpoints in Fetch v16+, DescribeQuorum v2's nodes); Produce v10+
+  answers are relayed through coordinator/relay/produce_endpoints.py, which rewrites theirs.
 
 Anything else is not advertised: the share-group APIs (76-79), DescribeCluster (60, its
 broker list would need rewriting; Admin clients fall back to Metadata), SASL and delegation tokens (17, 36,
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from protocol.apis import ApiKey
 
@@ -46,7 +49,7 @@ def local_keys(served: Collection[int]) -> frozenset[int]:
 _UNCAPPED = 32_767
 # api key -> highest version relayed byte for byte (the broker's own maximum applies below it)
 RELAYED_MAX: dict[int, int] = {
-    0: 9,  # Produce: v10+ responses carry NodeEndpoints (KIP-951)
+    0: _UNCAPPED,  # Produce: v10+ NodeEndpoints rewritten (produce_endpoints.py); v12 is transaction version 2
     1: 15,  # Fetch: v16+ responses carry NodeEndpoints (KIP-951)
     2: _UNCAPPED,  # ListOffsets
     19: _UNCAPPED,  # CreateTopics
@@ -162,3 +165,27 @@ def _skip_tags(frame: bytes | memoryview, position: int) -> int:
         length, position = _uvarint(frame, position)
         position += length
     return position
+
+
+@dataclass(frozen=True)
+class ClusterFeatures:
+    """The cluster's feature flags as its brokers answer ApiVersions v4 (KIP-584): clients decide on them, e.g.
+    Kafka 4's producers run transaction version 2 when `transaction.version` is finalized at 2 or more."""
+
+    supported: tuple[tuple[str, int, int], ...] = ()  # (name, min version, max version)
+    epoch: int = -1  # -1: unknown, clients ignore the finalized list
+    finalized: tuple[tuple[str, int, int], ...] = ()  # (name, max level, min level)
+
+    @classmethod
+    def of(cls, api_versions_response: Any) -> ClusterFeatures:
+        return cls(tuple((str(f.name), int(f.min_version), int(f.max_version))
+                         for f in api_versions_response.supported_features),
+                   int(api_versions_response.finalized_features_epoch),
+                   tuple((str(f.name), int(f.max_version_level), int(f.min_version_level))
+                         for f in api_versions_response.finalized_features))
+
+    def supported_for(self, api_versions_version: int) -> tuple[tuple[str, int, int], ...]:
+        """ApiVersions v3 leaves out the features whose minimum version is 0 (Kafka's answer, KAFKA-17011)."""
+        if api_versions_version >= 4:
+            return self.supported
+        return tuple(feature for feature in self.supported if feature[1] > 0)

@@ -29,7 +29,7 @@ import contextvars
 import functools
 import logging
 import struct
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -42,7 +42,7 @@ from coordinator.security.principals import PrincipalMappingError, SslPrincipalM
 from coordinator.security.sasl_passthrough import PASSABLE_MECHANISMS, Refusal, SaslPassthrough, State
 from coordinator.server.config import ServerConfig
 from coordinator.server.context import ConnectionContext, Directory, GroupService, Node, java_host_string
-from coordinator.server.handlers import HANDLERS, SERVED_APIS
+from coordinator.server.handlers import HANDLERS, SERVED_APIS, join_group, sync_group
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.relaying import RelaySide
 from coordinator.timer.clock import Clock
@@ -63,6 +63,19 @@ _DISCARD_BYTES = 4_096
 # Parked rebalance requests, resumed in the awaited future's callback instead of a Task: their handlers and the
 # runtime's path after the wait (coordinator/group/runtime.py) ask for no current Task.
 _RESUMED_HERE = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
+
+
+_Start = Callable[[Any, RequestHeader, Any], Any]
+_ToFrame = Callable[[RequestHeader, Any], bytes]
+# Started without a coroutine (handlers' `start`): a rebalance serves two of these per member.
+_STARTED_HERE: dict[int, tuple[_Start, _ToFrame]] = {
+    ApiKey.JOIN_GROUP: (join_group.start, join_group.to_frame),
+    ApiKey.SYNC_GROUP: (sync_group.start, sync_group.to_frame),
+}
+
+
+async def _framed(header: RequestHeader, awaitable: Awaitable[Any], to_frame: _ToFrame) -> bytes:
+    return to_frame(header, await awaitable)
 
 
 class ConnectionHost(Protocol):
@@ -103,7 +116,9 @@ class Connection(asyncio.BufferedProtocol):
         self._ctx: ConnectionContext | None = None
         self._request_context: contextvars.Context | None = None  # the sender's identity, for its handlers
         self._in_flight: RequestHeader | None = None
-        self._parked: tuple[Coroutine[Any, Any, Any], asyncio.Future[Any], Any] | None = None
+        # what a parked request waits on: (its handler's coroutine, or None when started here; the future; the
+        # done callback that carries on)
+        self._parked: tuple[Coroutine[Any, Any, Any] | None, asyncio.Future[Any], Any] | None = None
         self._task: asyncio.Task[Any] | None = None
         self._open = False
         self._outgoing: list[bytes] = []  # responses of this read, sent in one write (one syscall)
@@ -278,6 +293,10 @@ class Connection(asyncio.BufferedProtocol):
                 self._reject(frame, exc)
                 return
         header = request.header
+        started = _STARTED_HERE.get(header.api_key)
+        if started is not None:
+            self._start(header, request.body, *started)
+            return
         try:
             outcome = HANDLERS[header.api_key](self._ctx, header, request.body)
         except Exception as exc:
@@ -287,6 +306,43 @@ class Connection(asyncio.BufferedProtocol):
             self._drive(header, outcome)
         else:
             self._respond(header, outcome)
+
+    def _start(self, header: RequestHeader, body: Any, start: _Start, to_frame: _ToFrame) -> None:
+        """JoinGroup/SyncGroup without a coroutine: answered now, or parked on the future group logic answers
+        (answered in its done callback); anything else it must wait for goes the coroutine way."""
+        base = self._request_context
+        context = base.copy() if base is not None else contextvars.copy_context()
+        try:
+            outcome = context.run(start, self._ctx, header, body)
+        except Exception as exc:
+            self._fail(header, exc)
+            return
+        if type(outcome) is bytes:
+            self._write(outcome)
+        elif isinstance(outcome, asyncio.Future):
+            self._in_flight = header
+            self._server.parked(self)
+            answer = functools.partial(self._answer_parked, header, to_frame)
+            self._parked = (None, outcome, answer)
+            outcome.add_done_callback(answer)
+        else:
+            self._drive(header, _framed(header, outcome, to_frame), context)
+
+    def _answer_parked(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
+        self._parked = None
+        self._in_flight = None
+        try:
+            self._server.unparked(self)
+            if future.cancelled():
+                return  # as a cancelled handler: no response
+            error = future.exception()
+            if error is not None:
+                self._fail(header, error)
+                return
+            self._respond(header, to_frame(header, future.result()))
+            self._process_frames()
+        except Exception as exc:
+            self._contain("resume", exc)
 
     def _sasl_admits(self, frame: bytes) -> bool:
         """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
@@ -571,7 +627,8 @@ class Connection(asyncio.BufferedProtocol):
             handler, awaited, resume = self._parked
             self._parked = None
             awaited.remove_done_callback(resume)
-            handler.close()
+            if handler is not None:
+                handler.close()
             self._in_flight = None
             self._server.unparked(self)
         if self._task is not None:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 class GroupService(Protocol):
     """The GroupRuntime's request entry points (coordinator/group). JoinGroup and SyncGroup may park;
-    Heartbeat is synchronous."""
+    Heartbeat is synchronous. A service may also offer `start_join_group`/`start_sync_group` (GroupRuntime's),
+    which the connection then uses to serve those two without a coroutine."""
 
     async def join_group(self, request: api.JoinGroupRequest) -> api.JoinGroupResponse: ...
     async def sync_group(self, request: api.SyncGroupRequest) -> api.SyncGroupResponse: ...

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 _CORRELATION_ID = struct.Struct(">i")
 _SIZE = struct.Struct(">i")
+_VERSION = struct.Struct(">h")
 _PRODUCE = 0
 
 
@@ -82,13 +83,16 @@ class RelaySide:
             else:
                 self.link = link
         expects_response = True
+        rewrite = None
         if api_key == _PRODUCE:
             try:
                 expects_response = produce_expects_response(frame, 0)
             except (ValueError, IndexError) as exc:
                 return "CorruptRequest", f"produce request: {exc}"
+            (version,) = _VERSION.unpack_from(frame, 2)
+            rewrite = self.relay.produce_rewrite(version)
         (correlation_id,) = _CORRELATION_ID.unpack_from(frame, 4)
-        pending = link.send(_SIZE.pack(len(frame)) + frame, correlation_id, expects_response)
+        pending = link.send(_SIZE.pack(len(frame)) + frame, correlation_id, expects_response, rewrite=rewrite)
         if pending is not None:
             self.pending.append(pending)
         return None

@@ -114,8 +114,13 @@ class KafkaGroupStore(GroupStore):
                      "speaks (OAUTHBEARER through OIDC): client transactions are read as committed only, and none is followed while served",
                      self.config.state_topic)
             return
+        for partition in transactions.pending.keys() | transactions.settled.keys():
+            # the settled producers' last batches carry no offsets, only where their sequences stand
+            batches = [*transactions.settled.get(partition, ()),
+                       *(batch for txn in transactions.pending.get(partition, ()) for batch in txn.batches)]
+            state.open_transactions[partition] = [client_batch(batch)
+                                                  for batch in sorted(batches, key=lambda b: b.base_offset)]
         for partition, pending in transactions.pending.items():
-            state.open_transactions[partition] = [client_batch(batch) for txn in pending for batch in txn.batches]
             log.info("event=state_pending_client_transactions topic=%s partition=%d producers=%s",
                      self.config.state_topic, partition, sorted(txn.producer_id for txn in pending))
         state.read_to.update(transactions.positions)

@@ -30,7 +30,8 @@ __all__ = [
     "GroupRecord", "MemberRecord", "OffsetRecord",
     "StateRecord",
     "encode_key", "decode_key", "encode_offset_commit_value", "decode_offset_commit_value",
-    "encode_group_metadata_value", "decode_group_metadata_value", "offset_commit_value_version",
+    "encode_group_metadata_value", "encode_group_metadata_value_general", "decode_group_metadata_value",
+    "offset_commit_value_version",
     "decode_record", "encode_record", "encode",
 ]
 
@@ -164,6 +165,16 @@ def decode_offset_commit_value(data: bytes) -> OffsetRecord:
 def encode_group_metadata_value(value: GroupRecord,
                                 version: int = GROUP_METADATA_VALUE_WRITE_VERSION) -> bytes:
     """Encode at `version` (default: v3, Kafka's written version); fields the version lacks are dropped."""
+    if version == GROUP_METADATA_VALUE_WRITE_VERSION:  # every rebalance writes one: members from a cache
+        encoded = _group_metadata_value_v3(value)
+        if encoded is not None:
+            return encoded
+    return encode_group_metadata_value_general(value, version)
+
+
+def encode_group_metadata_value_general(value: GroupRecord, version: int) -> bytes:
+    """The schema-driven writer of every version; `encode_group_metadata_value`'s v3 path gives the same bytes
+    (the property tests compare them) and leaves to this one whatever it does not take."""
     _check_value_version(version, "GroupMetadataValue")
     out = Writer(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
     out.int16(version)
@@ -192,6 +203,77 @@ def _encode_member(out: Writer, member: MemberRecord, version: int) -> None:
     out.bytes_(member.subscription)
     out.bytes_(member.assignment)
     out.tagged_fields()
+
+
+# A member's fields before its subscription (id, instance id, client id, host, both timeouts) change only when it
+# rejoins differently, so their v3 bytes are kept from one group write to the next: a rebalance of n members then
+# encodes only the members' subscriptions and assignments. Bounded: cleared whole when full.
+MemberHeadKey = tuple[str, Union[str, None], str, str, int, int]
+_MEMBER_HEADS: dict[MemberHeadKey, bytes] = {}
+MEMBER_HEADS_MAX = 50_000
+_pack_i16 = struct.Struct(">h").pack
+_pack_i32 = struct.Struct(">i").pack
+_pack_timeouts = struct.Struct(">ii").pack
+_NULL_STRING = _pack_i16(-1)
+
+
+def _group_metadata_value_v3(value: GroupRecord) -> bytes | None:
+    """GroupMetadataValue v3 (not flexible: no tagged fields); None for anything the general writer must judge
+    (a null where the schema has none, a string over the int16 length, a number out of its type's range)."""
+    out = Writer()
+    out.int16(GROUP_METADATA_VALUE_WRITE_VERSION)
+    out.string(value.protocol_type)
+    out.int32(value.generation)
+    out.string(value.protocol, nullable=True)
+    out.string(value.leader, nullable=True)
+    out.int64(value.current_state_timestamp_ms)
+    out.array_length(len(value.members))
+    parts = [out.getvalue()]
+    append = parts.append
+    heads = _MEMBER_HEADS
+    for member in value.members:
+        key = (member.member_id, member.group_instance_id, member.client_id, member.client_host,
+               member.rebalance_timeout_ms, member.session_timeout_ms)
+        head = heads.get(key)
+        if head is None or type(key[4]) is not int or type(key[5]) is not int:  # 1.0 == 1: not a hit
+            head = _member_head_v3(*key)
+            if head is None:
+                return None
+            if len(heads) >= MEMBER_HEADS_MAX:
+                heads.clear()
+            heads[key] = head
+        subscription, assignment = member.subscription, member.assignment
+        append(head)
+        append(_pack_i32(len(subscription)))
+        append(subscription)
+        append(_pack_i32(len(assignment)))
+        append(assignment)
+    return b"".join(parts)
+
+
+def _member_head_v3(member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+                    rebalance_timeout_ms: int, session_timeout_ms: int) -> bytes | None:
+    if type(rebalance_timeout_ms) is not int or type(session_timeout_ms) is not int:
+        return None  # a float or bool: the general writer's call
+    try:
+        parts = [_short_string(member_id),
+                 _NULL_STRING if group_instance_id is None else _short_string(group_instance_id),
+                 _short_string(client_id), _short_string(client_host),
+                 _pack_timeouts(rebalance_timeout_ms, session_timeout_ms)]
+    except (struct.error, UnicodeEncodeError, AttributeError, _TooLong):
+        return None
+    return b"".join(parts)
+
+
+class _TooLong(Exception):
+    pass
+
+
+def _short_string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    if len(data) > _INT16_MAX:
+        raise _TooLong
+    return _pack_i16(len(data)) + data
 
 
 def decode_group_metadata_value(data: bytes) -> GroupRecord:

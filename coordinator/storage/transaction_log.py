@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coordinator.storage.records import (OffsetCommitKey, OffsetRecord, RecordFormatError, decode_key,
                                          decode_offset_commit_value)
@@ -74,6 +74,9 @@ class TransactionTracker:
     def __init__(self, apply: ApplyRecord) -> None:
         self._apply = apply
         self._open: dict[int, PendingClientTransaction] = {}  # producer id -> its batches since its last marker
+        # producer id -> the last data batch of its last settled transaction: its sequence, which a new owner must
+        # continue from (TV1 keeps the epoch, and so the sequence, across transactions)
+        self._settled_last: dict[int, FetchedBatch] = {}
         self.committed_batches = 0
         self.aborted_batches = 0
 
@@ -82,6 +85,7 @@ class TransactionTracker:
             held = self._open.pop(batch.producer_id, None)
             if held is None or batch.marker is None:
                 return  # a marker of a transaction with nothing here (an empty one), or an unknown control type
+            self._settled_last[batch.producer_id] = held.batches[-1]
             if batch.marker == MarkerType.COMMIT:
                 self.committed_batches += len(held.batches)
                 for committed in held.batches:
@@ -102,6 +106,12 @@ class TransactionTracker:
 
     def open_producers(self) -> set[int]:
         return set(self._open)
+
+    def settled_sequences(self, our_producer_ids: Collection[int]) -> list[FetchedBatch]:
+        """The last batch (header only) of each client producer whose transactions here are all settled, in log
+        order: where its sequence stands on the partition. Call before `finish`."""
+        return sorted((replace(batch, records=()) for pid, batch in self._settled_last.items()
+                       if pid not in our_producer_ids and pid not in self._open), key=lambda b: b.base_offset)
 
     def finish(self, our_producer_ids: Collection[int]) -> list[PendingClientTransaction]:
         """The end of a load: our open batches are dropped (the load's fence aborts them), the clients' are

@@ -24,7 +24,7 @@ from coordinator.storage.transaction_log import FetchAt, PendingClientTransactio
 from protocol import apis
 from protocol.client import DEFAULT_TIMEOUT_MS, KafkaClient
 from protocol.errors import ProtocolError
-from protocol.fetch_reader import FetchedPartition, FetchedRecord, FetchError, fetch, tolerant_request
+from protocol.fetch_reader import FetchedBatch, FetchedPartition, FetchedRecord, FetchError, fetch, tolerant_request
 from protocol.messages import build, item_class
 
 _METADATA, _LIST_TRANSACTIONS = 3, 66
@@ -45,6 +45,8 @@ class UncommittedLoad:
     """What a load found besides the replayed state: the clients' open transactions per partition, the
     positions reached (where a tail starts), and counts for the load's log line."""
     pending: dict[int, list[PendingClientTransaction]] = field(default_factory=dict)
+    # the last batch of each client producer with nothing open, per partition (TransactionTracker.settled_sequences)
+    settled: dict[int, list[FetchedBatch]] = field(default_factory=dict)
     positions: dict[int, int] = field(default_factory=dict)
     committed_batches: int = 0
     aborted_batches: int = 0
@@ -181,6 +183,7 @@ async def _read(bootstrap: str, security: ClusterSecurity | None, topic: str, pa
         for partition, tracker in trackers.items():
             result.committed_batches += tracker.committed_batches
             result.aborted_batches += tracker.aborted_batches
+            result.settled[partition] = tracker.settled_sequences(ours)
             pending = tracker.finish(ours)
             if pending:
                 result.pending[partition] = pending

@@ -190,6 +190,15 @@ class ConsumerRebalanceTracer(GroupObserver):
         self._last.pop(group_id, None)  # the group is gone from here: no later event is this trace's
         self._identities.forget_group(group_id)
 
+    def on_consumer_rebalance_converted(self, group_id: str, group_epoch: int) -> None:
+        """The classic group's rebalance, caused by the conversion, carries this one on: no error."""
+        rebalance = self._active.pop(group_id, None)
+        if rebalance is not None:
+            rebalance.root.set_attribute("coordinator.rebalance.converted_to", "classic")
+            self._finish(rebalance, self._now_ns(), "converted", Status(StatusCode.UNSET))
+        self._last.pop(group_id, None)  # the classic group's traces are the classic tracer's
+        self._identities.forget_group(group_id)
+
     # --- members ----------------------------------------------------------------------------------------------
     def on_consumer_member_joined(self, group_id: str, member_id: str, group_instance_id: str | None,
                                   client_id: str, client_host: str, protocol: str) -> None:

@@ -64,7 +64,9 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
                       Field("detection_lateness_ms", _L, nullable=True, required=False)),
     # cause_category: the coordinator's own RebalanceCategory (absent in older events: their reason text is read)
     "rebalance_started": (Field("generation", _I), Field("reason", _S), Field("cause_category", _S, required=False)),
-    "rebalance_completed": (Field("generation", _I), Field("member_count", _I), Field("duration_ms", _L)),
+    # duration_ms null: a consumer group's rebalance its owner loaded mid-way (its start was another instance's)
+    "rebalance_completed": (Field("generation", _I), Field("member_count", _I),
+                            Field("duration_ms", _L, nullable=True)),
     "offsets_committed": (Field("member_id", _S), Field("partition_count", _I)),
     "offsets_expired": (Field("partition_count", _I),),  # the retention check
     "offsets_deleted": (Field("partition_count", _I),),  # OffsetDelete

@@ -251,8 +251,8 @@ class EventTopicObserver(GroupObserver):
 
     def on_consumer_rebalance_completed(self, group_id: str, group_epoch: int, member_count: int,
                                         duration_ms: int | None) -> None:
-        if duration_ms is None:  # resumed after a load: how long it took is not known here
-            return
+        # duration_ms None: resumed after a load (a failover, a restart), its start not known here; the
+        # completion still closes the rebalance the previous owner's rebalance_started opened
         self._emit("rebalance_completed", group_id, protocol=CONSUMER, generation=group_epoch,
                    member_count=member_count, duration_ms=duration_ms)
 

@@ -16,7 +16,9 @@ async def test_kafka_consumer_groups_command_lists_describes_and_deletes(kafka_b
     async with service(kafka_bootstrap, unique("__state"), *settings) as running:
         client = await running.client()
         await until_loaded(client)
-        joined = await join_with_member_id(client, "cli-app", session_timeout_ms=30_000)
+        # the member sends no heartbeat: its session outlasts the three kafka-consumer-groups JVMs below (each
+        # takes 10-40 s to start on a loaded 2-core machine; with 30 s it expired before --describe)
+        joined = await join_with_member_id(client, "cli-app", session_timeout_ms=300_000)
         assert (await sync(client, "cli-app", joined.generation_id, joined.member_id,
                            {joined.member_id: b""})).error_code == 0
         assert await commit(client, "cli-simple", -1, "", {0: 7}) == [0]

@@ -68,7 +68,7 @@ async def _check_the_advertised_table_and_rewritten_addresses(client: KafkaClien
     """Checks ApiVersions, Metadata and FindCoordinator through the relay; returns broker 1's listener port."""
     versions = client.api_versions  # what ApiVersions through the relay advertised
     assert versions[ApiKey.JOIN_GROUP] == (0, 9) and versions[ApiKey.OFFSET_COMMIT] == (2, 9)  # ours
-    assert versions[0][1] <= 9 and versions[1][1] <= 15  # Produce/Fetch below KIP-951's NodeEndpoints
+    assert versions[0][1] >= 12 and versions[1][1] <= 15  # Produce: endpoints rewritten; Fetch below KIP-951
     assert versions[68] == (0, 1) and versions[69] == (0, 1)  # the consumer group protocol: ours
     assert versions[ApiKey.TXN_OFFSET_COMMIT] == (0, 5)  # ours, Kafka 4.1.1's range
     # group APIs we do not serve (the share and streams groups) are not advertised

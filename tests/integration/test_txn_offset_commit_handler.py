@@ -20,46 +20,20 @@ from coordinator.storage.kafka_store import KafkaGroupStore
 from protocol.codec import RequestHeader
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
+from tests.support.eos_loop import stable_offset
 from tests.support.group_harness import Env
 from tests.support.instances import Instances
 from tests.support.service import FAST, service, unique, until_loaded
 from tests.support.transactions_wire import (Producer, add_partitions, connect, create_topic, end_transaction,
-                                             init_producer, transaction_state, wait_state)
+                                             init_producer, transaction_state, txn_offset_commit, wait_state)
 from tests.support.wire import nested, request
 
 import pytest
 
 pytestmark = pytest.mark.integration
 
-API_VERSIONS, OFFSET_FETCH, TXN_OFFSET_COMMIT = 18, 9, 28
+API_VERSIONS, TXN_OFFSET_COMMIT = 18, 28
 STATE_PARTITIONS = 3  # tests/support/service.py's offsets.topic.num.partitions
-
-
-async def txn_offset_commit(client: KafkaClient, version: int, producer: Producer, group: str,
-                            offsets: dict[tuple[str, int], int], *, generation: int = -1, member: str = "",
-                            metadata: str = "", timeout_ms: int = 30_000) -> dict[tuple[str, int], Errors]:
-    topics: dict[str, list[Any]] = {}
-    partition_class = nested(TXN_OFFSET_COMMIT, version, "topics", "partitions")
-    for (topic, partition), offset in offsets.items():
-        fields = {"partition_index": partition, "committed_offset": offset, "committed_leader_epoch": -1,
-                  "committed_metadata": metadata}
-        topics.setdefault(topic, []).append(partition_class(**{
-            name: value for name, value in fields.items() if name in partition_class.__dataclass_fields__}))
-    topic_class = nested(TXN_OFFSET_COMMIT, version, "topics")
-    answer = await client.request(request(
-        TXN_OFFSET_COMMIT, version, transactional_id=producer.transactional_id, group_id=group,
-        producer_id=producer.producer_id, producer_epoch=producer.epoch, generation_id=generation,
-        member_id=member, group_instance_id=None,
-        topics=tuple(topic_class(name=name, partitions=tuple(parts)) for name, parts in topics.items())),
-        timeout_ms=timeout_ms)
-    return {(t.name, int(p.partition_index)): Errors(int(p.error_code)) for t in answer.topics for p in t.partitions}
-
-
-async def stable_offset(client: KafkaClient, group: str, topic: str) -> tuple[int, Errors]:
-    entry = nested(OFFSET_FETCH, 7, "topics")(name=topic, partition_indexes=(0,))
-    answer = await client.request(request(OFFSET_FETCH, 7, group_id=group, topics=(entry,), require_stable=True))
-    [partition] = answer.topics[0].partitions
-    return int(partition.committed_offset), Errors(int(partition.error_code))
 
 
 async def until_offset(client: KafkaClient, group: str, topic: str, wanted: int, timeout_s: float = 30) -> None:

@@ -8,8 +8,12 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from protocol.apis import ApiKey
+from protocol.client import KafkaClient
+from protocol.error_codes import Errors
 from tests.support.service import unique
 from tests.support.transactions_wire import create_topic
+from tests.support.wire import nested, request
 
 RECORDS = 40
 PER_TRANSACTION = 5
@@ -118,3 +122,52 @@ def group_offset(bootstrap: str, group: str, topic: str) -> int:
         return committed.offset
     finally:
         reader.close()
+
+
+@dataclass
+class OpenTransaction:
+    """A consume-transform-produce transaction left open after `send_offsets_to_transaction`: its output
+    produced and flushed, its offsets pending in the coordinator; `producer` ends it."""
+
+    consumer: Consumer
+    producer: Producer
+    source: str
+    sink: str
+    offset: int  # the offset sent to the transaction
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.producer.flush(10)
+
+
+def open_transaction(bootstrap: str, kafka: str, group: str, **producer_settings: object) -> OpenTransaction:
+    """PER_TRANSACTION input records consumed (an assigned read_committed consumer of `group`) and transformed in
+    one transaction of a transactional producer, both through `bootstrap`; the offsets sent, the transaction
+    open."""
+    source, sink = unique("eos-in"), unique("eos-out")
+    create_topic(kafka, source)
+    create_topic(kafka, sink)
+    produce_input(kafka, source)
+    consumer = read_committed_consumer(bootstrap, group)
+    producer = transactional_producer(bootstrap, unique("eos-app"), **producer_settings)
+    consumer.assign([TopicPartition(source, 0)])
+    batch = take(consumer, PER_TRANSACTION)
+    producer.begin_transaction()
+    for message in batch:
+        producer.produce(sink, value=f"out-{message.value().decode()}".encode(), partition=0)  # type: ignore
+    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                         consumer.consumer_group_metadata(), 60)
+    assert producer.flush(60) == 0
+    return OpenTransaction(consumer, producer, source, sink, batch[-1].offset() + 1)  # type: ignore[attr-defined]
+
+
+async def stable_offset(client: KafkaClient, group: str, topic: str) -> tuple[int, Errors]:
+    """OffsetFetch v7 with require_stable of `topic`'s partition 0: (offset, the partition's error, or the
+    request's when the group is not served there)."""
+    entry = nested(ApiKey.OFFSET_FETCH, 7, "topics")(name=topic, partition_indexes=(0,))
+    answer = await client.request(request(ApiKey.OFFSET_FETCH, 7, group_id=group, topics=(entry,),
+                                          require_stable=True))
+    if answer.error_code != Errors.NONE:  # NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS
+        return -1, Errors(int(answer.error_code))
+    [partition] = answer.topics[0].partitions
+    return int(partition.committed_offset), Errors(int(partition.error_code))

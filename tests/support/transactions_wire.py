@@ -1,6 +1,6 @@
 """A transaction driven by hand over protocol/client.py, as a transactional producer drives it: the transaction
 coordinator found, InitProducerId, AddPartitionsToTxn, Produce of record batches written with kio's batch writer,
-EndTxn, DescribeTransactions. On the single embedded broker every coordinator and leader is that broker, so one
+TxnOffsetCommit, EndTxn, DescribeTransactions. On the single embedded broker every coordinator and leader is that broker, so one
 connection per role (the application's producer, or us) is enough."""
 
 from __future__ import annotations
@@ -9,13 +9,16 @@ import asyncio
 import datetime
 import io
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
+from protocol.apis import ApiKey
 from protocol.client import KafkaClient
+from protocol.error_codes import Errors
 from tests.support.wire import ms, nested, request
 
 FIND_COORDINATOR, PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN, DESCRIBE_TXNS = 10, 0, 22, 24, 26, 65
@@ -115,3 +118,25 @@ async def wait_state(client: KafkaClient, transactional_id: str, wanted: str, ti
     while (state := (await transaction_state(client, transactional_id))[0]) != wanted:
         assert asyncio.get_running_loop().time() < deadline, f"transaction still {state}, not {wanted}"
         await asyncio.sleep(0.05)
+
+
+async def txn_offset_commit(client: KafkaClient, version: int, producer: Producer, group: str,
+                            offsets: dict[tuple[str, int], int], *, generation: int = -1, member: str = "",
+                            metadata: str = "", instance: str | None = None, timeout_ms: int = 30_000
+                            ) -> dict[tuple[str, int], Errors]:
+    """TxnOffsetCommit at `version` by hand: each partition's error."""
+    topics: dict[str, list[Any]] = {}
+    partition_class = nested(ApiKey.TXN_OFFSET_COMMIT, version, "topics", "partitions")
+    for (topic, partition), offset in offsets.items():
+        fields = {"partition_index": partition, "committed_offset": offset, "committed_leader_epoch": -1,
+                  "committed_metadata": metadata}
+        topics.setdefault(topic, []).append(partition_class(**{
+            name: value for name, value in fields.items() if name in partition_class.__dataclass_fields__}))
+    topic_class = nested(ApiKey.TXN_OFFSET_COMMIT, version, "topics")
+    answer = await client.request(request(
+        ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=producer.transactional_id, group_id=group,
+        producer_id=producer.producer_id, producer_epoch=producer.epoch, generation_id=generation,
+        member_id=member, group_instance_id=instance,
+        topics=tuple(topic_class(name=name, partitions=tuple(parts)) for name, parts in topics.items())),
+        timeout_ms=timeout_ms)
+    return {(t.name, int(p.partition_index)): Errors(int(p.error_code)) for t in answer.topics for p in t.partitions}

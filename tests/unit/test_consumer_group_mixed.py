@@ -485,3 +485,37 @@ async def test_no_upgrade_when_the_classic_assignor_keeps_user_data(env: MixedEn
         "custom assignor is in use. Please refer to the documentation or switch to a default assignor before "
         "re-attempting the upgrade.")
     assert env.group() is None and env.runtime.shard_for(GROUP).groups[GROUP].state.value == "Stable"
+
+
+async def test_a_downgrade_in_the_middle_of_a_rebalance_ends_its_trace_as_converted(env: MixedEnv) -> None:
+    """Kafka converts the group and rebalances the classic group for the conversion: the consumer group's
+    rebalance under way is carried on by it, not failed; the classic member stays (it never left)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    from coordinator.group.observer import ObserverMux
+    from coordinator.telemetry.consumer_tracing import ConsumerRebalanceTracer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = ConsumerRebalanceTracer(provider.get_tracer("test"), lambda: env.clock.now_ms() * 1_000_000)
+    env.runtime.observer = ObserverMux(tracer)
+    await env.heartbeat("a", 0)
+    await env.heartbeat("a", 1, owned=tuple(range(6)))
+    classic = (await env.join_with_id()).member_id  # group epoch 2: a is to give partitions up
+    assert env.group().state.value == "Reconciling"
+    await env.heartbeat("a", -1)  # the last consumer-protocol member leaves mid-rebalance: downgraded
+    assert env.group() is None
+    assert env.runtime.shard_for(GROUP).groups[GROUP].state.value == "PreparingRebalance"
+    [root] = [s for s in exporter.get_finished_spans() if s.name == "rebalance"
+              and s.attributes["coordinator.group_epoch"] == 2]
+    assert root.status.status_code is not StatusCode.ERROR, root.status
+    assert root.attributes["coordinator.rebalance.outcome"] == "converted"
+    assert root.attributes["coordinator.rebalance.converted_to"] == "classic"
+    left = [e.attributes["coordinator.member.id"] for e in root.events if e.name == "member left"]
+    assert left == ["a"]  # the classic member is carried over, not gone
+    spans = [s for s in exporter.get_finished_spans() if s.name.startswith("reconcile ")]
+    assert all(s.status.status_code is not StatusCode.ERROR for s in spans)

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.store import InMemoryGroupStore
-from coordinator.runtime_health import GcPolicy
+from coordinator.runtime_health import CallbackTimer, GcPolicy
 from coordinator.telemetry.metrics import GroupCensus
 from coordinator.timer import ManualClock, SystemTimer
 from protocol.error_codes import Errors
@@ -30,39 +27,6 @@ HEARTBEAT_MS = 3_000
 STEP_MS = 20
 RETENTION_CHECK_MS = 5_000
 SUBSCRIPTION = subscription("orders")
-
-
-class CallbackClock:
-    """The longest loop callback (asyncio Handle) in this thread's CPU time while installed."""
-
-    def __init__(self) -> None:
-        self.longest_s = 0.0
-        self.longest: str = ""
-
-    @contextmanager
-    def installed(self) -> Iterator[CallbackClock]:
-        original: Callable[[asyncio.Handle], None] = asyncio.events.Handle._run
-
-        def timed(handle: asyncio.Handle) -> None:
-            started = time.thread_time()
-            original(handle)
-            spent = time.thread_time() - started
-            if spent > self.longest_s:
-                self.longest_s, self.longest = spent, _what(handle)
-
-        setattr(asyncio.events.Handle, "_run", timed)  # every callback the loop runs passes here
-        try:
-            yield self
-        finally:
-            setattr(asyncio.events.Handle, "_run", original)
-
-
-def _what(handle: asyncio.Handle) -> str:
-    callback = handle._callback  # type: ignore[attr-defined]
-    task = getattr(callback, "__self__", None)  # a task's step: name its coroutine
-    if isinstance(task, asyncio.Task):
-        return f"task {task.get_coro()!r}"[:200]
-    return repr(handle)[:200]
 
 
 def _records(members: int, now_ms: int) -> InMemoryGroupStore:
@@ -113,29 +77,30 @@ async def _longest_callback(members: int, run_ms: int = 40_000) -> tuple[float, 
     policy = GcPolicy(young_interval_s=0.02)  # as the service runs it (timed young collections, then freezes)
     policy.install()
     policy.start_young_collections()
-    clock_of_callbacks = CallbackClock()
+    callbacks = CallbackTimer(log_above_ms=float("inf"))
+    assert callbacks.install(loop), "the test runs on asyncio's own loop"
     try:
-        with clock_of_callbacks.installed():
-            cursor = 0
-            for step in range(run_ms // STEP_MS):
-                clock.advance(STEP_MS)
-                loop.call_soon(timer.advance_clock)
-                loop.call_soon(beat, cursor)
-                cursor = cursor + per_step if cursor + per_step < len(ids) else 0
-                if step * STEP_MS % RETENTION_CHECK_MS == 0:
-                    loop.create_task(expire())
-                    loop.call_soon(census.read)
-                await asyncio.sleep(0)
-            for _ in range(len(ids) // 100):  # let sliced work finish
-                await asyncio.sleep(0)
+        cursor = 0
+        for step in range(run_ms // STEP_MS):
+            clock.advance(STEP_MS)
+            loop.call_soon(timer.advance_clock)
+            loop.call_soon(beat, cursor)
+            cursor = cursor + per_step if cursor + per_step < len(ids) else 0
+            if step * STEP_MS % RETENTION_CHECK_MS == 0:
+                loop.create_task(expire())
+                loop.call_soon(census.read)
+            await asyncio.sleep(0)
+        for _ in range(len(ids) // 100):  # let sliced work finish
+            await asyncio.sleep(0)
     finally:
+        callbacks.uninstall()
         policy.stop_young_collections()
         policy.uninstall()
         gc.unfreeze()
         await runtime.shutdown()
         await timer.close()
     assert not errors, errors[:5]
-    return clock_of_callbacks.longest_s, clock_of_callbacks.longest, expired
+    return callbacks.longest_s, callbacks.longest, expired
 
 
 async def test_longest_loop_callback_does_not_grow_with_the_groups() -> None:

@@ -34,7 +34,7 @@ def test_group_apis_keep_our_ranges_and_rewritten_ones_are_intersected() -> None
 
 def test_apis_whose_responses_carry_addresses_are_capped_or_left_out() -> None:
     table = advertised_ranges(UPSTREAM, SERVED)
-    assert table[0] == (3, 9)  # Produce v10+ carries NodeEndpoints
+    assert table[0] == (3, 12)  # Produce v10+ NodeEndpoints are rewritten (v12: transaction version 2)
     assert table[1] == (4, 15)  # Fetch v16+ carries NodeEndpoints
     assert table[55] == (0, 1)  # DescribeQuorum v2 carries controller endpoints
     for absent in (60, 76, 78, 17, 36, 999):

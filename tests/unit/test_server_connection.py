@@ -279,6 +279,7 @@ async def test_a_parked_handler_resets_its_context_variables_where_it_set_them_a
                     reset_errors.append(exc)
 
         env.coordinator.join_group = join_group
+        env.coordinator.start_join_group = None  # the coroutine way (a service without the synchronous start)
         leader, leader_id = await _stable_member(env)
         newcomer = await env.client()
         parked = await _parked_join(env, newcomer)  # parks: its first step and the rest are apart
@@ -304,6 +305,7 @@ async def test_parked_join_and_sync_are_answered_without_a_task_each() -> None:
                 return response
 
             setattr(env.coordinator, name, waited)
+            setattr(env.coordinator, f"start_{name}", None)  # the coroutine way
         leader, leader_id = await _stable_member(env)
         newcomer = await env.client()
         parked = await _parked_join(env, newcomer)
@@ -328,6 +330,45 @@ async def test_parked_join_and_sync_are_answered_without_a_task_each() -> None:
         assert leader_sync.error_code == 0 and synced.error_code == 0 and synced.assignment == b"F"
         assert (await behind).error_code == 0
         assert len(tasks_after_wait) >= 4 and tasks_after_wait == [None] * len(tasks_after_wait)
+
+
+async def test_join_and_sync_are_served_without_a_coroutine_and_leak_no_context_variable() -> None:
+    """The runtime's synchronous starts: a parked JoinGroup/SyncGroup is the future group logic answers, written
+    in its done callback; the requests pipelined behind it still come back in order, and a context variable
+    group logic sets stays in that request's own context."""
+    async with RunningServer() as env:
+        outcomes: list[object] = []
+        seen_before: list[str | None] = []
+        for name in ("start_join_group", "start_sync_group"):
+            original = getattr(env.coordinator, name)
+
+            def started(req, original=original):
+                seen_before.append(_REQUEST_SPAN.get())
+                _REQUEST_SPAN.set(f"{req.member_id!r}")  # never reset: must not outlive the request
+                outcome = original(req)
+                outcomes.append(outcome)
+                return outcome
+
+            setattr(env.coordinator, name, started)
+        leader, leader_id = await _stable_member(env)
+        newcomer = await env.client()
+        parked = await _parked_join(env, newcomer)
+        rejoined = await join(leader, "g", leader_id)
+        joined = await parked
+        assert rejoined.error_code == 0 and joined.error_code == 0
+        follower_sync = newcomer.send(request(
+            ApiKey.SYNC_GROUP, 5, group_id="g", generation_id=joined.generation_id, member_id=joined.member_id,
+            group_instance_id=None, protocol_type="consumer", protocol_name="range", assignments=()))
+        behind = newcomer.send(heartbeat("g", joined.generation_id, joined.member_id))
+        leader_sync = await sync(leader, "g", rejoined.generation_id, leader_id,
+                                 {leader_id: b"L", joined.member_id: b"F"})
+        synced = await follower_sync
+        assert leader_sync.error_code == 0 and synced.error_code == 0 and synced.assignment == b"F"
+        assert (await behind).error_code == 0
+        parked_ones = [o for o in outcomes if isinstance(o, asyncio.Future)]
+        assert len(parked_ones) >= 4 and all(o.done() for o in parked_ones)
+        assert not any(asyncio.iscoroutine(o) for o in outcomes)
+        assert seen_before == [None] * len(seen_before)
 
 
 # The transport-level behaviour (in-order responses, pausing reads, shutdown) also holds on uvloop, the optional

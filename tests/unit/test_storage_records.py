@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import coordinator.storage.records as records_module
 from coordinator.storage.records import (
     GroupMetadataKey, GroupRecord, MemberRecord, OffsetCommitKey, OffsetRecord,
     RecordFormatError, StateRecord, UnknownKey, decode_group_metadata_value, decode_key,
-    decode_offset_commit_value, decode_record, encode_group_metadata_value, encode_key,
+    decode_offset_commit_value, decode_record, encode_group_metadata_value, encode_group_metadata_value_general,
+    encode_key,
     encode_offset_commit_value, encode_record,
 )
 
@@ -202,3 +205,69 @@ def test_arbitrary_bytes_decode_or_raise_format_error(data: bytes) -> None:
         decode_record(b"\x00\x01" + s16("g") + s16("t") + i32(0), data)
     except RecordFormatError:
         pass
+
+
+# ---- the v3 group value's member cache against the general writer ---------------------------------------------
+
+def _outcome(encode: Callable[[], bytes]) -> bytes | type[BaseException]:
+    try:
+        return encode()
+    except Exception as exc:  # the general writer's refusal, whatever its type
+        return type(exc)
+
+
+odd_text = st.none() | st.text(max_size=4) | st.just("x" * 32768) | st.just("\ud800")  # null, too long, unencodable
+odd_int = int32 | st.integers(2**31, 2**40) | st.just(1.0) | st.just(True)
+odd_members = st.builds(MemberRecord, member_id=odd_text, client_id=odd_text, client_host=odd_text,
+                        session_timeout_ms=odd_int, rebalance_timeout_ms=odd_int,
+                        subscription=st.binary(max_size=20), assignment=st.binary(max_size=20),
+                        group_instance_id=odd_text)
+
+
+@given(groups, st.data())
+def test_v3_group_value_is_the_general_writers_bytes_when_encoded_again_and_after_changes(
+        group: GroupRecord, data: st.DataObject) -> None:
+    general = encode_group_metadata_value_general(group, 3)
+    assert encode_group_metadata_value(group) == general
+    assert encode_group_metadata_value(group) == general  # the members' heads now come from the cache
+    if group.members:
+        member = data.draw(st.sampled_from(group.members))
+        field_name = data.draw(st.sampled_from(["member_id", "client_id", "client_host", "group_instance_id",
+                                                "rebalance_timeout_ms", "session_timeout_ms", "subscription",
+                                                "assignment"]))
+        new_value = data.draw({"group_instance_id": st.none() | text, "subscription": st.binary(max_size=20),
+                               "assignment": st.binary(max_size=20), "rebalance_timeout_ms": int32,
+                               "session_timeout_ms": int32}.get(field_name, text))
+        setattr(member, field_name, new_value)
+        assert encode_group_metadata_value(group) == encode_group_metadata_value_general(group, 3)
+
+
+@given(st.lists(odd_members, max_size=3), st.booleans())
+def test_v3_group_value_refuses_what_the_general_writer_refuses(members: list[MemberRecord], warm: bool) -> None:
+    group = GroupRecord("consumer", 1, "range", None, 0, members)
+    if warm:  # values equal to these (1.0 == 1 == True) may already be cached
+        for member in members:
+            try:
+                encode_group_metadata_value(GroupRecord("consumer", 1, "range", None, 0, [member]))
+            except Exception:
+                pass
+    assert _outcome(lambda: encode_group_metadata_value(group)) == \
+        _outcome(lambda: encode_group_metadata_value_general(group, 3))
+
+
+def test_member_head_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records_module, "MEMBER_HEADS_MAX", 10)
+    monkeypatch.setattr(records_module, "_MEMBER_HEADS", {})
+    group = GroupRecord("consumer", 1, "range", None, 0,
+                        [MemberRecord(f"m{i}", None, "c", "/h", 1, 1, b"", b"") for i in range(25)])
+    assert encode_group_metadata_value(group) == encode_group_metadata_value_general(group, 3)
+    assert 0 < len(records_module._MEMBER_HEADS) <= 10
+
+
+def test_a_cached_head_is_not_taken_for_an_equal_float() -> None:
+    cached = MemberRecord("float-twin", None, "c", "/h", 1, 1, b"", b"")
+    encode_group_metadata_value(GroupRecord("consumer", 1, "range", None, 0, [cached]))
+    twin = MemberRecord("float-twin", None, "c", "/h", 1.0, 1, b"", b"")  # type: ignore[arg-type]
+    group = GroupRecord("consumer", 1, "range", None, 0, [twin])
+    assert _outcome(lambda: encode_group_metadata_value(group)) is struct.error
+    assert _outcome(lambda: encode_group_metadata_value_general(group, 3)) is struct.error

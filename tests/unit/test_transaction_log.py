@@ -42,3 +42,16 @@ def test_at_the_end_ours_are_dropped_the_clients_returned_first_opened_first() -
     assert [(c.offset, c.key, c.value.offset if c.value else None) for c in commits] == [
         (1, OffsetCommitKey("g", "orders", 0), 2), (3, OffsetCommitKey("g", "orders", 0), 4)]
     assert tracker.open_producers() == set()
+
+
+def test_a_settled_producers_last_batch_tells_where_its_sequence_stands() -> None:
+    """A TV1 producer keeps its epoch (and so its sequence on our partition) across transactions: a new owner must
+    continue after the last batch of its settled transactions, aborted ones included, without their offsets."""
+    tracker = TransactionTracker(lambda record: None)
+    for batch in (data(0, 1, 10), marker(1, 1, MarkerType.COMMIT), data(2, 1, 11), marker(3, 1, MarkerType.ABORT),
+                  data(4, 2, 20), marker(5, 2, MarkerType.COMMIT), data(6, 2, 21), data(7, 6, 60),
+                  marker(8, 6, MarkerType.COMMIT)):
+        tracker.feed(batch)
+    settled = tracker.settled_sequences(our_producer_ids={6})
+    assert [(b.producer_id, b.base_offset, b.records) for b in settled] == [(1, 2, ())]  # 2 has one open
+    assert [p.producer_id for p in tracker.finish(our_producer_ids={6})] == [2]

@@ -109,6 +109,9 @@ class ConsumerGroup:
                 counts[topic] += subscribers
         return +counts  # drops topics nobody subscribes to any more
 
+    def has_regex_subscribers(self) -> bool:
+        return bool(self._regex_subscribers)  # counts are kept positive (_count_subscriptions)
+
     def subscribed_regexes(self, replacing: ConsumerGroupMember | None = None,
                            removing: str | None = None) -> Counter[str]:
         """Regular expression -> members subscribed to it (see members_with)."""

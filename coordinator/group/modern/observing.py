@@ -88,20 +88,25 @@ class ConsumerGroupWatch:
 
     def changed(self, observer: GroupObserver, group_id: str, before: ConsumerGroup | None,
                 after: ConsumerGroup | None, records: Sequence[ConsumerGroupRecord], *,
-                fenced: Fenced | None = None, already_members: Collection[str] = ()) -> None:
+                fenced: Fenced | None = None, already_members: Collection[str] = (),
+                carried_over: Collection[str] | None = None) -> None:
         """`before`/`after`: the group around the replay of `records` (None: no such group); `fenced`: why the
-        removed members went, when a timer fenced them; `already_members`: members a conversion brings along
-        (they joined the classic group, not this one)."""
+        removed members went, when a timer fenced them; `already_members`: members an upgrade brings along
+        (they joined the classic group, not this one); `carried_over`: set when these records convert the group
+        to a classic group, the members that group keeps (they are not leaving)."""
         change = _Change.of(records)
         old = before.members if before is not None else {}
         new = after.members if after is not None else {}
-        cause, announce = _members(observer, group_id, change, old, new, fenced, already_members)
+        cause, announce = _members(observer, group_id, change, old, new, fenced, already_members,
+                                   carried_over or ())
         under_way = self._under_way.get(group_id)
         if after is None or after.deleted:
             for event in announce:
                 event()
-            if under_way is not None:
-                self.gone(observer, group_id, "the group was deleted or converted to a classic group")
+            if carried_over is not None:
+                self.converted(observer, group_id)
+            elif under_way is not None:
+                self.gone(observer, group_id, "the group was deleted")
             return
         bump = change.bump
         previous_epoch = before.group_epoch if before is not None else 0
@@ -153,6 +158,13 @@ class ConsumerGroupWatch:
                                                     else None)
         observer.on_consumer_rebalance_resumed(group.group_id, epoch, len(group.members))
 
+    def converted(self, observer: GroupObserver, group_id: str) -> None:
+        """The group became a classic group: its rebalance under way, if any, goes on as the classic group's
+        (which the conversion starts, with the conversion as its cause)."""
+        under_way = self._under_way.pop(group_id, None)
+        if under_way is not None:
+            observer.on_consumer_rebalance_converted(group_id, under_way.group_epoch)
+
     def gone(self, observer: GroupObserver, group_id: str, reason: str) -> None:
         """The group left this instance or was deleted: its rebalance, if one is under way, ends unfinished."""
         under_way = self._under_way.pop(group_id, None)
@@ -161,12 +173,13 @@ class ConsumerGroupWatch:
 
 
 def _members(observer: GroupObserver, group_id: str, change: _Change, old: dict[str, ConsumerGroupMember],
-             new: dict[str, ConsumerGroupMember], fenced: Fenced | None, already_members: Collection[str]
-             ) -> tuple[RebalanceCause | None, list[Callable[[], None]]]:
-    """The cause the membership changes make, and their events to announce (the replaced or removed first)."""
+             new: dict[str, ConsumerGroupMember], fenced: Fenced | None, already_members: Collection[str],
+             carried_over: Collection[str]) -> tuple[RebalanceCause | None, list[Callable[[], None]]]:
+    """The cause the membership changes make, and their events to announce (the replaced or removed first;
+    members `carried_over` into a classic group are removed from this one without leaving)."""
     cause: RebalanceCause | None = None
     events: list[Callable[[], None]] = []
-    removed = [old[member_id] for member_id in change.removed if member_id in old]
+    removed = [old[member_id] for member_id in change.removed if member_id in old and member_id not in carried_over]
     arrived = [member for member in (new.get(r.member_id) for r in change.written if r.member_id not in old)
                if member is not None and member.member_id not in already_members]
     successors = {m.instance_id: m for m in arrived if m.instance_id}

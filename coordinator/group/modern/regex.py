@@ -86,6 +86,8 @@ def regexes_after(group: ConsumerGroup, member: ConsumerGroupMember, updated: Co
     """Kafka's maybeUpdateRegularExpressions: (bump the epoch now?, what to resolve after the heartbeat). The
     resolutions' timestamps are wall-clock ms, like Kafka's."""
     old, new = member.subscribed_topic_regex, updated.subscribed_topic_regex
+    if old == new and not group.has_regex_subscribers():  # the usual heartbeat: nothing to count
+        return False, None
     subscribed = group.subscribed_regexes()
     bump = require = False
     if old != new:

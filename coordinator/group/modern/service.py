@@ -275,7 +275,7 @@ class ConsumerGroupService:
         for member_id in {*group.members, *final.members}:
             self.cancel_all(group_id, member_id)
         write = self._apply(shard, group_id, [*first, *consumer_group_tombstones(final)],
-                            written_last=[GroupMetadataRecord(group_id, record)])
+                            written_last=[GroupMetadataRecord(group_id, record)], carried_over=classic.members.keys())
         assert write is not None and write.then is not None
         revert_consumer_group = write.then
 
@@ -364,9 +364,10 @@ class ConsumerGroupService:
                before: ConsumerGroup | None | object = _AS_NOW, *,
                written_first: Sequence[GroupMetadataRecord] = (),
                written_last: Sequence[GroupMetadataRecord] = (), fenced: Fenced | None = None,
-               already_members: Collection[str] = ()) -> Write | None:
+               already_members: Collection[str] = (), carried_over: Collection[str] | None = None
+               ) -> Write | None:
         """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
-        `already_members` say what the records cannot) and returns them as the write for the shard's partition;
+        `already_members`, `carried_over` say what the records cannot) and returns them as the write for the shard's partition;
         if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
         later write changed it meanwhile. `written_first`, `written_last`: the classic group's records a
         conversion writes around them."""
@@ -384,7 +385,7 @@ class ConsumerGroupService:
         previous = before if isinstance(before, ConsumerGroup) else None
         try:
             self.watch.changed(shard.observer, group_id, previous, shard.consumer_groups.get(group_id), records,
-                               fenced=fenced, already_members=already_members)
+                               fenced=fenced, already_members=already_members, carried_over=carried_over)
         except Exception:  # telling observers never breaks group logic
             log.exception("event=consumer_group_observer_failed group=%s", group_id)
         write = Write(group_id, [*written_first, *records, *written_last],

@@ -65,6 +65,8 @@ async def _relayed(ctx: ConnectionContext, node_id: int, version: int, body: Any
         log.warning("event=state_partition_not_added transactional_id=%s producer_id=%d group=%s partition=%s "
                     "error=%s", body.transactional_id, body.producer_id, body.group_id, state, added.name)
         return _answer(version, added)
+    log.info("event=state_partition_added transactional_id=%s producer_id=%d group=%s partition=%s version=%d",
+             body.transactional_id, body.producer_id, body.group_id, state, version)
     return response
 
 

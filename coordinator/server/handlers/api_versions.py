@@ -4,10 +4,12 @@ KIP-511 behaviour for versions we do not serve is `unsupported_version_reply`.""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from functools import cache
 from typing import Any
 
+from coordinator.relay.versions import ClusterFeatures
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader, encode_response_frame
@@ -16,6 +18,7 @@ from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.API_VERSIONS
 VERSIONS = (0, 4)
+_FEATURES_VERSION = 3  # the features are tagged fields from v3 on (KIP-584)
 # ApiVersionsRequest v3+ ClientSoftwareName/Version must look like this (Kafka's ApiVersionsRequest.isValid).
 _SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -27,8 +30,8 @@ def handle(ctx: ConnectionContext, header: RequestHeader, body: Any, *,
     if version >= 3 and not _valid_software(body.client_software_name, body.client_software_version):
         return build(response_class(API_KEY, version), error_code=error(Errors.INVALID_REQUEST), api_keys=(),
                      throttle_time=ZERO_DURATION)
-    if ctx.relay is not None:
-        return _table_response(version, tuple(ctx.relay.advertised.items()))
+    if ctx.relay is not None:  # the cluster's features too: clients pick protocols by them (transaction.version)
+        return _table_response(version, tuple(ctx.relay.advertised.items()), ctx.relay.features)
     return _table_response(version, served)
 
 
@@ -37,11 +40,22 @@ def _valid_software(name: str, version: str) -> bool:
 
 
 @cache
-def _table_response(version: int, table: tuple[tuple[int, tuple[int, int]], ...]) -> Any:
+def _table_response(version: int, table: tuple[tuple[int, tuple[int, int]], ...],
+                    features: ClusterFeatures | None = None) -> Any:
     cls = response_class(API_KEY, version)
     entry = item_class(cls, "api_keys")
     api_keys = tuple(entry(api_key=key, min_version=low, max_version=high) for key, (low, high) in table)
-    return build(cls, error_code=error(Errors.NONE), api_keys=api_keys, throttle_time=ZERO_DURATION)
+    response = build(cls, error_code=error(Errors.NONE), api_keys=api_keys, throttle_time=ZERO_DURATION)
+    if features is None or version < _FEATURES_VERSION:
+        return response
+    supported, finalized = item_class(cls, "supported_features"), item_class(cls, "finalized_features")
+    return dataclasses.replace(
+        response,
+        supported_features=tuple(supported(name=name, min_version=low, max_version=high)
+                                 for name, low, high in features.supported_for(version)),
+        finalized_features_epoch=features.epoch,
+        finalized_features=tuple(finalized(name=name, max_version_level=high, min_version_level=low)
+                                 for name, high, low in features.finalized))
 
 
 def unsupported_version_reply(correlation_id: int) -> bytes:

@@ -6,6 +6,7 @@ member sent."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from coordinator.group import api
@@ -53,8 +54,23 @@ def to_frame(header: RequestHeader, response: api.JoinGroupResponse) -> bytes:
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes:
+    outcome = start(ctx, header, body)
+    if isinstance(outcome, bytes):
+        return outcome
+    return to_frame(header, await outcome)
+
+
+def start(ctx: ConnectionContext, header: RequestHeader, body: Any
+          ) -> bytes | Awaitable[api.JoinGroupResponse]:
+    """`handle` without a coroutine, for the connection: the answer's frame, or what to await for the response
+    (to be packed by `to_frame`)."""
     fields = body if type(body) is JoinGroupFields else join_group_fields(body)
     if not ctx.allows(Operation.READ, ResourceType.GROUP, fields.group_id):
         return to_frame(header, api.JoinGroupResponse(Errors.GROUP_AUTHORIZATION_FAILED))
-    response = await ctx.coordinator.join_group(to_request(ctx, header, fields))
-    return to_frame(header, response)
+    coordinator = ctx.coordinator
+    request = to_request(ctx, header, fields)
+    begin = getattr(coordinator, "start_join_group", None)  # a service without it serves through the coroutine
+    outcome = coordinator.join_group(request) if begin is None else begin(request)
+    if isinstance(outcome, api.JoinGroupResponse):
+        return to_frame(header, outcome)
+    return outcome

@@ -5,6 +5,7 @@ payload; the response is packed by hand."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from coordinator.group import api
@@ -41,11 +42,26 @@ def to_frame(header: RequestHeader, response: api.SyncGroupResponse) -> bytes:
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes:
+    outcome = start(ctx, header, body)
+    if isinstance(outcome, bytes):
+        return outcome
+    return to_frame(header, await outcome)
+
+
+def start(ctx: ConnectionContext, header: RequestHeader, body: Any
+          ) -> bytes | Awaitable[api.SyncGroupResponse]:
+    """`handle` without a coroutine, for the connection: the answer's frame, or what to await for the response
+    (to be packed by `to_frame`)."""
     fields = body if type(body) is SyncGroupFields else sync_group_fields(body)
     # KafkaApis checks this before the coordinator: v5+ must name the protocol type and name.
     if header.api_version >= 5 and (fields.protocol_type is None or fields.protocol_name is None):
         return to_frame(header, api.SyncGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL))
     if not ctx.allows(Operation.READ, ResourceType.GROUP, fields.group_id):
         return to_frame(header, api.SyncGroupResponse(Errors.GROUP_AUTHORIZATION_FAILED))
-    response = await ctx.coordinator.sync_group(to_request(ctx, header, fields))
-    return to_frame(header, response)
+    coordinator = ctx.coordinator
+    request = to_request(ctx, header, fields)
+    begin = getattr(coordinator, "start_sync_group", None)  # a service without it serves through the coroutine
+    outcome = coordinator.sync_group(request) if begin is None else begin(request)
+    if isinstance(outcome, api.SyncGroupResponse):
+        return to_frame(header, outcome)
+    return outcome

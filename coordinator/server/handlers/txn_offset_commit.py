@@ -326,8 +326,8 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
                 replay_transactional_offsets(shard, producer_id, batch.epoch,
                                              [(result.base_offset + i, r) for i, r in enumerate(batch.records)])
             log.info("event=txn_offsets_pending group=%s transactional_id=%s producer_id=%d epoch=%d offsets=%d "
-                     "base_offset=%d", identity.group_id, identity.transactional_id, producer_id, batch.epoch,
-                     len(batch.records), result.base_offset)
+                     "base_offset=%d version=%d", identity.group_id, identity.transactional_id, producer_id,
+                     batch.epoch, len(batch.records), result.base_offset, identity.version)
             return None
         if result.error in _OUTCOME_UNKNOWN:
             sequences.settle(producer_id, batch.epoch, batch.sequence, Outcome.UNKNOWN)
