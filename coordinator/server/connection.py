@@ -13,8 +13,10 @@ Handlers are coroutines, but most finish without ever waiting (Heartbeat, offset
 request would cost more than the heartbeat logic itself, so the first step of each handler runs right here;
 only a handler that actually parks is handed to a Task, once the future it waits on is done. (So code that runs
 before a handler's first await sees no current Task: it must not use `asyncio.timeout()` or `current_task()`.)
-JoinGroup and SyncGroup, parked by the thousand in a rebalance, are resumed without a Task at all: each step
-runs in the awaited future's done callback, so nothing on their path may ask for a current Task.
+JoinGroup and SyncGroup, parked by the thousand in a rebalance, go without a coroutine: the runtime's
+synchronous start gives the answer or the future group logic answers, whose done callback writes it. Where
+they must go the coroutine way (a service without the starts), each step still runs in the awaited future's
+done callback, no Task: nothing on their path may ask for a current Task.
 
 No exception leaves a protocol callback or a done-callback of ours: one funnel (`_contain`) logs it and closes
 this connection. Otherwise asyncio would report "Fatal error on transport" (or "Exception in callback") and drop
@@ -336,6 +338,9 @@ class Connection(asyncio.BufferedProtocol):
         if type(outcome) is bytes:
             self._write(outcome)
         elif isinstance(outcome, asyncio.Future):
+            if outcome.done():  # answered at once (an error): no loop turn
+                self._answer(header, to_frame, outcome)
+                return
             self._in_flight = header
             self._server.parked(self)
             answer = functools.partial(self._answer_parked, header, to_frame)
@@ -349,16 +354,24 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight = None
         try:
             self._server.unparked(self)
-            if future.cancelled():
-                return  # as a cancelled handler: no response
-            error = future.exception()
-            if error is not None:
-                self._fail(header, error)
-                return
-            self._respond(header, to_frame(header, future.result()))
+            self._answer(header, to_frame, future)
             self._process_frames()
         except Exception as exc:
             self._contain("resume", exc)
+
+    def _answer(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return  # as a cancelled handler: no response
+        error = future.exception()
+        if error is not None:
+            self._fail(header, error)
+            return
+        try:
+            frame = to_frame(header, future.result())
+        except Exception as exc:
+            self._fail(header, exc)
+            return
+        self._respond(header, frame)
 
     def _sasl_admits(self, frame: bytes) -> bool:
         """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
