@@ -333,6 +333,8 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
             "reconcile_ms_median": round(times[len(times) // 2], 2), "reconcile_ms_max": round(times[-1], 2),
             "server_cpu_ms_per_round": round(sorted(cpu_ms)[len(cpu_ms) // 2], 2),
             "loadgen_cpu_share": round(max(own_shares), 2), "error_answers": error_answers}
+        print(f"{server.name} reconcile {size}: {json.dumps(figures[str(size)])} "
+              f"(load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     return figures
 
 
@@ -343,6 +345,8 @@ async def run_server_figures(server: Server, args: argparse.Namespace) -> dict[s
     figures: dict[str, Any] = {}
     if "consumer-heartbeat" in args.figures:
         figures["consumer_heartbeat"] = await heartbeat_figures(server, args)
+        print(f"{server.name} consumer_heartbeat: {json.dumps(figures['consumer_heartbeat'])} "
+              f"(load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     if "reconcile" in args.figures:
         figures["reconcile"] = await reconcile_figures(server, args)
     return figures

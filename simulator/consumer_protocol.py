@@ -176,6 +176,8 @@ class ConsumerProtocolConsumer:
             return True
         if error in FATAL:
             raise Fatal(error.name)
+        if error == Errors.GROUP_ID_NOT_FOUND and self.epoch > 0 and self.sim.checkers.was_deleted(self.group_id):
+            raise Fatal(error.name)  # the operator deleted the group (Empty: this member was gone): Kafka's answer
         if error not in RETRIABLE:
             self.sim.checkers.unexpected_error(self.name, "consumer_group_heartbeat", error)
         return False

@@ -26,12 +26,15 @@ from coordinator.group.modern.observing import Fenced
 from coordinator.group.observer import GroupObserver
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.status import ShardStatus
+from coordinator.server.context import ConnectionContext
+from coordinator.server.handlers import txn_offset_commit
 from coordinator.timer import SystemTimer
+from protocol.codec import RequestHeader
 from protocol.error_codes import Errors
 from simulator.cluster import SimMembership, describe_fresh, guard_pulse, refresh_owner_map
 from simulator.kafka import SimProducer
 from simulator.loop import EPOCH_MS, VirtualClock
-from simulator.store import SimulatedStore
+from simulator.store import SimTails, SimulatedStore
 
 if TYPE_CHECKING:
     from simulator.run import Simulation
@@ -120,9 +123,14 @@ class CoordinatorInstance:
         self.timer = SystemTimer(self.name, self.clock, executor=self._execute)
         config = sim.config
         self.producer = SimProducer(sim.kafka, self.name, config.offsets_commit_timeout_ms, sim.ledger)
+        # the partitions' transaction tails, when the run has clients' transactions to follow
+        self.tails = (None if sim.relay is None
+                      else SimTails(sim.kafka, "__group_state", sim.rng_txn, self.running))
         self.store = SimulatedStore(sim.kafka, self.producer, config.offsets_topic_num_partitions,
                                     config.offsets_commit_timeout_ms, self.clock, client_id=self.name,
-                                    fencing=slot is not None)
+                                    fencing=slot is not None, tails=self.tails)
+        if self.tails is not None and self.store.topic is not None:
+            self.tails.topic = self.store.topic
         self.runtime = GroupRuntime(config, self.timer, self.store, self.clock, SimObserver(self),
                                     wall_clock=VirtualClock(loop, EPOCH_MS))
         self._observe_consumer_groups()
@@ -134,6 +142,9 @@ class CoordinatorInstance:
         self.membership: SimMembership | None = None
         self.service: Any = self.runtime
         self._tasks: list[asyncio.Task[Any]] = []
+        # what the server's TxnOffsetCommit handler gets: the service it routes through, the relay to Kafka
+        self.context = ConnectionContext(None, self.service, "/10.0.0.1", "simulated",  # type: ignore[arg-type]
+                                         relay=sim.relay)  # type: ignore[arg-type]
         sim.processes[self.process] = sim.processes[self.name] = self
         if slot is None:
             self.runtime.begin_loading()  # before any request can arrive, as app.py does
@@ -234,7 +245,7 @@ class CoordinatorInstance:
             self.runtime, instance_id=instance_id, group_id=sim.instances_group_id, topic="state",
             session_timeout_ms=sim.instances_group.session_ms, clock=self.clock, gc_after_moves=False,
             guard_ticks=False)
-        self.service = _Service(ownership.service)
+        self.service = self.context.coordinator = _Service(ownership.service)
         self.store.on_fenced = ownership.on_fenced
 
         def owned(partitions: set[int]) -> None:
@@ -291,6 +302,8 @@ class CoordinatorInstance:
         self.sim.checkers.before_crash(self)
         self.alive = False
         self.producer.kill()
+        if self.tails is not None:
+            self.tails.kill()
         self.sim.ledger.crashed(self.name)
         self._background.cancel()
         for task in self._tasks:
@@ -320,6 +333,8 @@ class CoordinatorInstance:
         if not self.alive:  # killed while it shut down
             return
         for pending in self.pending.values():
+            if pending.api == "txn_offset_commit":  # not parked: its Produce is on its way (the server drains it)
+                continue
             self.sim.checkers.violation("parked_answered", f"{pending.api} from {pending.client} was still "
                                                            f"unanswered after the runtime shut down")
         self.sim.checkers.before_crash(self)
@@ -355,6 +370,9 @@ class CoordinatorInstance:
 
     async def _handle(self, api: str, request: Any) -> Any:
         await self.running()  # a paused process reads nothing; what it held is read when it wakes
+        if api == "txn_offset_commit":  # the server's handler itself: it appends through the relay
+            header = RequestHeader(txn_offset_commit.API_KEY, request.__version__, 0, None)
+            return await txn_offset_commit.handle(self.context, header, request)
         return await getattr(self.service, api)(request)
 
     def _answered(self, pending: Pending, task: asyncio.Task[Any]) -> None:
@@ -398,7 +416,7 @@ def _error_summary(response: Any) -> str:
         return error.name
     topics = getattr(response, "topics", None)
     if topics:
-        return ",".join(sorted({p.error_code.name for t in topics for p in t.partitions}))
+        return ",".join(sorted({p.error_code.name.upper() for t in topics for p in t.partitions}))  # kio: lower
     results = getattr(response, "results", None)  # DeleteGroups
     if results:
         return ",".join(sorted({r.error_code.name for r in results}))

@@ -25,6 +25,12 @@
   member_epoch       (consumer protocol) the epochs a member is told never go back, and within one epoch it
                      never gains a partition after it lost one (a new assignment after a revocation comes with
                      a new epoch: the epoch fences the member's older commits)
+  txn_offsets        (clients' transactions) an offset a transaction committed with TxnOffsetCommit is visible
+                     (OffsetFetch) only once its COMMIT marker is in the log, never if it aborted (EndTxn abort,
+                     a timeout, a fenced producer); once committed it is never lost or regressed across crashes
+                     and failovers (unless a tombstone was issued after); a require_stable fetch is answered
+                     UNSTABLE_OFFSET_COMMIT while a TxnOffsetCommit answered NONE awaits its marker; after the
+                     last reload no transaction is still pending
   no_errors          no request raises, no exception is logged or reaches the loop, no client hears an error
                      a classic consumer cannot expect (UNKNOWN_SERVER_ERROR, ...), the loop never gets stuck
 """
@@ -54,7 +60,9 @@ KAFKA_TRANSITIONS: dict[str, frozenset[str]] = {
 
 INVARIANTS = ("durable_commit", "durable_delete", "single_owner", "generation_once", "session_expiry",
               "transitions", "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors",
-              "single_writer", "consumer_owner", "member_epoch")
+              "single_writer", "consumer_owner", "member_epoch", "txn_offsets")
+TXN_GROUP_PREFIX = "txn-group-"  # the groups of the transactional applications (checked by txn_offsets alone)
+TxnKey = tuple[str, int]  # (transactional id, the transaction's number)
 # Answers that say the instance does not serve the group's partition (anything else is served)
 NOT_SERVED = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
 MAX_VIOLATIONS = 20
@@ -102,6 +110,15 @@ class Checkers:
         self._consumer_group_lives: dict[str, int] = {}
         # (instance, group, member) -> when a heartbeat or a load last restarted its session
         self._consumer_session_ms: dict[tuple[str, str, str], int] = {}
+        # clients' transactions: (group, topic, partition, offset) -> the transaction whose batch carried it
+        self._txn_values: dict[tuple[str, str, int, int], TxnKey] = {}
+        self._txn_offsets: dict[TxnKey, list[tuple[str, str, int, int]]] = {}
+        self._txn_fate: dict[TxnKey, bool] = {}  # committed or aborted, once its markers are in the log
+        # (group, topic, partition) -> (marker time, offset, writes issued by then) of each committed transaction
+        self._txn_committed: dict[Key, list[tuple[int, int, int]]] = {}
+        # (group, topic, partition) -> (answer time, transaction, writes issued by then) of TxnOffsetCommits
+        # answered NONE
+        self._txn_answered: dict[Key, list[tuple[int, TxnKey, int]]] = {}
         history.listeners.append(self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
@@ -277,7 +294,7 @@ class Checkers:
         if partitions is not None:
             for partition in partitions:
                 self._one_server(instance, partition, "a load")
-        for key in [k for k in self.ledger.by_key if loaded(k[0])]:
+        for key in [k for k in self.ledger.by_key if loaded(k[0]) and not k[0].startswith(TXN_GROUP_PREFIX)]:
             group = groups.get(key[0])
             allowed, _ = self.ledger.candidates(key)
             if len(key) == 3:
@@ -297,7 +314,7 @@ class Checkers:
 
     def _deletions_hold(self, groups: Any, loaded: Any) -> None:
         for key, written_before in self._deleted.items():
-            if not loaded(key[0]) or self.ledger.written_after(key, written_before):
+            if not loaded(key[0]) or key[0].startswith(TXN_GROUP_PREFIX) or self.ledger.written_after(key, written_before):
                 continue  # written again since the deletion: its value may be back
             group = groups.get(key[0])
             if len(key) == 3:
@@ -316,6 +333,8 @@ class Checkers:
         ownership = getattr(instance, "ownership", None)
         for group_id, group in list(instance.runtime.groups.items()):
             if ownership is not None and not ownership.serving(instance.runtime.partition_for(group_id)):
+                continue
+            if group_id.startswith(TXN_GROUP_PREFIX):
                 continue
             for (topic, partition), record in group.offsets.items():
                 key = (group_id, topic, partition)
@@ -385,8 +404,90 @@ class Checkers:
         for key in keys:
             self._deleted[key] = last
 
+    def was_deleted(self, group_id: str) -> bool:
+        """Whether a DeleteGroups of the group was answered NONE during the run."""
+        return self._consumer_group_lives.get(group_id, 0) > 0
+
     def unexpected_error(self, client: str, api: str, error: Errors) -> None:
         self.violation("no_errors", f"{client} got {error.name} from {api}")
+
+    # --- clients' transactions ---------------------------------------------------------------------------------
+    def txn_offset_landed(self, group_id: str, tp: tuple[str, int], offset: int, txn: TxnKey) -> None:
+        """A client's transactional batch carrying this offset is in the log."""
+        key = (group_id, tp[0], tp[1], offset)
+        if key not in self._txn_values:
+            self._txn_values[key] = txn
+            self._txn_offsets.setdefault(txn, []).append(key)
+
+    def txn_ended(self, transactional_id: str, number: int, commit: bool) -> None:
+        """The transaction's markers are in the log."""
+        txn = (transactional_id, number)
+        self._txn_fate[txn] = commit
+        if commit:
+            mark = len(self.ledger.writes) - 1
+            for group_id, topic, partition, offset in self._txn_offsets.get(txn, []):
+                self._txn_committed.setdefault((group_id, topic, partition), []).append((self.now_ms(), offset, mark))
+
+    def txn_offsets_pending(self, group_id: str, offsets: dict[tuple[str, int], int], client: str) -> None:
+        """A TxnOffsetCommit of these offsets was answered NONE: its batch must be in the log."""
+        for (topic, partition), offset in offsets.items():
+            txn = self._txn_values.get((group_id, topic, partition, offset))
+            if txn is None:
+                self.violation("txn_offsets", f"{client}: TxnOffsetCommit of {(group_id, topic, partition)}="
+                                              f"{offset} answered NONE but its batch is not in the log")
+                continue
+            self._txn_answered.setdefault((group_id, topic, partition), []).append(
+                (self.now_ms(), txn, len(self.ledger.writes) - 1))
+
+    def txn_fetched(self, group_id: str, tp: tuple[str, int], offset: int, error: Errors, stable: bool,
+                    sent_ms: int, client: str) -> None:
+        key: Key = (group_id, tp[0], tp[1])
+        if error == Errors.NONE and offset >= 0:
+            self._txn_visible(key, offset, f"{client} fetched")
+        if not stable or error != Errors.NONE:
+            return
+        committed = [(at_ms, o, mark) for at_ms, o, mark in self._txn_committed.get(key, []) if at_ms <= sent_ms]
+        if committed and offset < committed[-1][1] and not self.ledger.tombstoned_after(key, committed[-1][2]):
+            what = "lost" if offset < 0 else f"regressed to {offset}"
+            self.violation("txn_offsets", f"{client}: {key} committed {committed[-1][1]} in a transaction "
+                                          f"(COMMIT marker in the log), fetched: {what}")
+        for answered_ms, txn, mark in self._txn_answered.get(key, []):
+            if answered_ms <= sent_ms and txn not in self._txn_fate and not self.ledger.tombstoned_after(key, mark):
+                self.violation("txn_offsets", f"{client}: a require_stable fetch of {key} was answered {offset} "
+                                              f"while transaction {txn} has an offset of it pending "
+                                              "(UNSTABLE_OFFSET_COMMIT expected)")
+                return
+
+    def _txn_visible(self, key: Key, offset: int, what: str) -> None:
+        group_id, topic, partition = key  # type: ignore[misc]  # an offset's key
+        txn = self._txn_values.get((group_id, topic, partition, offset))
+        if txn is None:
+            self.violation("txn_offsets", f"{what} {key}={offset}, which no transactional batch in the log carries")
+        elif txn not in self._txn_fate:
+            self.violation("txn_offsets", f"{what} {key}={offset} of transaction {txn} before its COMMIT marker")
+        elif not self._txn_fate[txn]:
+            self.violation("txn_offsets", f"{what} {key}={offset} of transaction {txn}, which was aborted")
+
+    def txn_final(self, instance: CoordinatorInstance) -> None:
+        """After the last reload: every committed transactional offset is there (or a later one, or a tombstone
+        came after), nothing aborted shows, and no transaction is still pending (all ended long ago)."""
+        runtime = instance.runtime
+        for key, committed in self._txn_committed.items():
+            group_id, topic, partition = key  # type: ignore[misc]  # an offset's key
+            group = runtime.groups.get(group_id)
+            record = None if group is None else group.offsets.get((topic, partition))
+            if record is None or record.offset < committed[-1][1]:
+                if not self.ledger.tombstoned_after(key, committed[-1][2]):
+                    self.violation("txn_offsets", f"{key} committed {committed[-1][1]} in a transaction, after "
+                                                  f"the last reload: {None if record is None else record.offset}")
+        for group_id, group in list(runtime.groups.items()):
+            if group_id.startswith(TXN_GROUP_PREFIX):
+                for (topic, partition), record in group.offsets.items():
+                    self._txn_visible((group_id, topic, partition), record.offset, "after the last reload:")
+        for shard in runtime.shards:
+            for group_id in sorted(shard.transactional_offsets.open_by_group):
+                self.violation("txn_offsets", f"after the last reload {group_id} still has pending transactional "
+                                              "offsets (every transaction ended long before)")
 
     # --- the end ----------------------------------------------------------------------------------------------
     def finish(self, instance: CoordinatorInstance | None) -> None:

@@ -24,10 +24,24 @@ from typing import Any, Callable, Sequence
 
 from confluent_kafka import KafkaError
 
+from protocol.fetch_reader import FetchedBatch, FetchedRecord, MarkerType
 from simulator.history import History
 from simulator.ledger import Ledger
 
 Record = tuple[int, bytes, bytes | None]  # (partition, key, value or None for a tombstone): the store's format
+
+
+@dataclass(frozen=True, slots=True)
+class ClientBatch:
+    """The batch a record of a client's producer came in (a TxnOffsetCommit's), or a COMMIT/ABORT marker
+    (`marker` set, no key): what a read_uncommitted Fetch shows of it."""
+
+    producer_id: int
+    producer_epoch: int
+    base_offset: int
+    last_offset: int
+    base_sequence: int = -1
+    marker: MarkerType | None = None
 
 
 @dataclass(slots=True)
@@ -36,6 +50,7 @@ class LogRecord:
     key: bytes
     value: bytes | None
     time_ms: int
+    batch: ClientBatch | None = None  # None: a record of our own writers (committed when it is in the log)
 
 
 @dataclass
@@ -61,6 +76,7 @@ class SimKafka:
         self.logs: list[list[LogRecord]] = [[] for _ in range(partitions)]
         self.next_offsets = [0] * partitions
         self.transactions: dict[str, Any] = {}  # transactional.id -> its TxnState (simulator/transactions.py)
+        self._client_waiters: dict[int, list[asyncio.Future[None]]] = {}  # partition -> tails waiting for data
         self._down = False
         self._up: asyncio.Future[None] | None = None
 
@@ -108,27 +124,157 @@ class SimKafka:
             offsets.append(offset)
         return offsets
 
+    def append_client_batch(self, partition: int, producer_id: int, producer_epoch: int, base_sequence: int,
+                            records: Sequence[tuple[bytes, bytes | None]]) -> int:
+        """A client producer's transactional batch (a TxnOffsetCommit's offsets); its base offset."""
+        base = self.next_offsets[partition]
+        batch = ClientBatch(producer_id, producer_epoch, base, base + len(records) - 1, base_sequence)
+        now_ms = self.now_ms()
+        for index, (key, value) in enumerate(records):
+            self.logs[partition].append(LogRecord(base + index, key, value, now_ms, batch))
+        self.next_offsets[partition] = base + len(records)
+        self._client_data(partition)
+        return base
+
+    def append_marker(self, partition: int, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        """The transaction coordinator's COMMIT or ABORT marker for a client's producer; its offset."""
+        offset = self.next_offsets[partition]
+        marker = MarkerType.COMMIT if commit else MarkerType.ABORT
+        self.logs[partition].append(LogRecord(offset, b"", None, self.now_ms(),
+                                              ClientBatch(producer_id, producer_epoch, offset, offset, -1, marker)))
+        self.next_offsets[partition] = offset + 1
+        self._client_data(partition)
+        return offset
+
+    def client_data(self, partition: int) -> asyncio.Future[None]:
+        """Resolves when a client's batch or a marker is next appended to the partition (a tail's long poll: what
+        only our writers append concerns no tail)."""
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        self._client_waiters.setdefault(partition, []).append(waiter)
+        return waiter
+
+    def _client_data(self, partition: int) -> None:
+        for waiter in self._client_waiters.pop(partition, []):
+            if not waiter.done():
+                waiter.set_result(None)
+
     def read(self, partition: int) -> list[LogRecord]:
         return list(self.logs[partition])
+
+    def fetch(self, partition: int, start: int, end: int | None = None) -> list[FetchedBatch]:
+        """The partition from `start` (to `end`) as a read_uncommitted Fetch parses it (protocol/fetch_reader.py):
+        each of our records a batch of its own, a client's records in their batch, markers as control batches."""
+        batches: list[FetchedBatch] = []
+        current: list[LogRecord] = []
+
+        def close() -> None:
+            if current:
+                batches.append(_fetched(current))
+                current.clear()
+
+        for record in self.logs[partition]:
+            if record.offset < start or (end is not None and record.offset >= end):
+                continue
+            if current and (record.batch is None or record.batch is not current[0].batch):
+                close()
+            current.append(record)
+        close()
+        return batches
 
     def compact(self, partition: int, active_records: int) -> int:
         """Kafka's log cleaner over everything but the active segment (the last `active_records` records): a
         record goes if a later record of its key is in the cleaned part; a tombstone goes once it is older than
         delete.retention.ms. Offsets are kept (the log has gaps). Returns the records removed."""
         log = self.logs[partition]
-        cut = max(len(log) - active_records, 0)
+        cut = min(max(len(log) - active_records, 0), _first_open(log))  # never past a client's open transaction
+        aborted = _aborted_batches(log)  # below the cut every transaction has its marker (maybe past the cut)
         latest: dict[bytes, int] = {}
-        for index in range(cut):
-            latest[log[index].key] = index
+        for index in range(cut):  # an aborted record never supersedes (the cleaner's offset map skips them)
+            batch = log[index].batch
+            if batch is None or (batch.marker is None and id(batch) not in aborted and log[index].key):
+                latest[log[index].key] = index
         now_ms = self.now_ms()
+        # markers stay (the cleaner drops one only with the last record of its transaction: keeping it is safe),
+        # and so do emptied batches' headers (key b"")
         kept = [record for index, record in enumerate(log[:cut])
-                if latest[record.key] == index
-                and not (record.value is None and now_ms - record.time_ms >= self.faults.delete_retention_ms)]
+                if (record.batch is not None and (record.batch.marker is not None or not record.key))
+                or (latest.get(record.key) == index
+                    and not (record.value is None and now_ms - record.time_ms >= self.faults.delete_retention_ms))]
+        kept = _with_last_batches(log, log[:cut], kept)
         removed = cut - len(kept)
         self.logs[partition] = kept + log[cut:]
         if removed:
             self.history.record("compacted", partition=partition, removed=removed)
         return removed
+
+
+def _fetched(records: list[LogRecord]) -> FetchedBatch:
+    batch = records[0].batch
+    if batch is None:
+        record = records[0]
+        return FetchedBatch(record.offset, record.offset, -1, -1, -1, False, False, None,
+                            (FetchedRecord(record.offset, record.key, record.value),))
+    if batch.marker is not None:
+        return FetchedBatch(batch.base_offset, batch.last_offset, batch.producer_id, batch.producer_epoch, -1,
+                            True, True, batch.marker, ())
+    return FetchedBatch(batch.base_offset, batch.last_offset, batch.producer_id, batch.producer_epoch,
+                        batch.base_sequence, True, False, None,
+                        tuple(FetchedRecord(r.offset, r.key, r.value) for r in records if r.key))
+
+
+def _with_last_batches(log: list[LogRecord], cleaned: list[LogRecord], kept: list[LogRecord]) -> list[LogRecord]:
+    """Kafka's cleaner keeps the last batch of every producer, emptied of its records if they all go, so that
+    the producer's sequence survives (LogCleaner: lastRecordsOfActiveProducers); an emptied batch is its header
+    alone here (a record without key)."""
+    last: dict[int, ClientBatch] = {}
+    for record in log:
+        if record.batch is not None and record.batch.marker is None:
+            last[record.batch.producer_id] = record.batch
+    wanted = {id(batch) for batch in last.values()} - {id(r.batch) for r in kept if r.batch is not None}
+    if not wanted:
+        return kept
+    kept_ids = {id(r) for r in kept}
+    result: list[LogRecord] = []
+    for record in cleaned:
+        if id(record) in kept_ids:
+            result.append(record)
+        elif record.batch is not None and id(record.batch) in wanted:
+            wanted.discard(id(record.batch))
+            result.append(LogRecord(record.batch.base_offset, b"", None, record.time_ms, record.batch))
+    return result
+
+
+def _first_open(log: list[LogRecord]) -> int:
+    """The index of the first record of a client transaction with no marker yet (the last stable offset), or the
+    log's length."""
+    open_at: dict[int, int] = {}
+    for index, record in enumerate(log):
+        batch = record.batch
+        if batch is None:
+            continue
+        if batch.marker is not None:
+            open_at.pop(batch.producer_id, None)
+        else:
+            open_at.setdefault(batch.producer_id, index)
+    return min(open_at.values(), default=len(log))
+
+
+def _aborted_batches(log: list[LogRecord]) -> set[int]:
+    """The ids of the client batches an ABORT marker ended (the cleaner removes their records)."""
+    held: dict[int, list[ClientBatch]] = {}
+    aborted: set[int] = set()
+    for record in log:
+        batch = record.batch
+        if batch is None:
+            continue
+        if batch.marker is None:
+            if not held.get(batch.producer_id) or held[batch.producer_id][-1] is not batch:
+                held.setdefault(batch.producer_id, []).append(batch)
+        elif batch.marker == MarkerType.ABORT:
+            aborted.update(id(b) for b in held.pop(batch.producer_id, []))
+        else:
+            held.pop(batch.producer_id, None)
+    return aborted
 
 
 @dataclass(eq=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -17,7 +18,11 @@ from coordinator.group.modern import reconciliation
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.service import ConsumerGroupService
 from coordinator.group.runtime import GroupRuntime
+from coordinator.group import txn_offsets
 from coordinator.group.shard import GroupShard
+from coordinator.server.handlers import txn_offset_commit
+from coordinator.storage.transaction_log import TransactionTracker
+from protocol.fetch_reader import MarkerType
 from protocol.error_codes import Errors
 
 
@@ -143,6 +148,44 @@ def _consumer_session_not_rearmed() -> Iterator[None]:
         yield
 
 
+def _aborted_offsets_loaded() -> Iterator[None]:
+    feed = TransactionTracker.feed
+
+    def aborts_applied(self: TransactionTracker, batch: Any) -> None:
+        if batch.is_control and batch.marker == MarkerType.ABORT:
+            batch = dataclasses.replace(batch, marker=MarkerType.COMMIT)
+        feed(self, batch)
+
+    with _patched(TransactionTracker, "feed", aborts_applied):
+        yield
+
+
+def _pending_current_before_marker() -> Iterator[None]:
+    replay = txn_offsets.replay_transactional_offsets
+
+    def current_at_once(shard: GroupShard, producer_id: int, producer_epoch: int, records: Any) -> None:
+        replay(shard, producer_id, producer_epoch, records)
+        for log_offset, record in records:
+            group = shard.groups.get(record.group_id)
+            if group is not None and record.value is not None:
+                group.offsets[(record.topic, record.partition)] = dataclasses.replace(record.value,
+                                                                                      log_offset=log_offset)
+
+    with _patched(txn_offsets, "replay_transactional_offsets", current_at_once), \
+            _patched(txn_offset_commit, "replay_transactional_offsets", current_at_once):
+        yield
+
+
+def _abort_marker_commits() -> Iterator[None]:
+    end = txn_offsets.replay_end_transaction
+
+    def always_commits(shard: GroupShard, producer_id: int, producer_epoch: int, commit: bool, log_offset: int) -> int:
+        return end(shard, producer_id, producer_epoch, True, log_offset)
+
+    with _patched(txn_offsets, "replay_end_transaction", always_commits):
+        yield
+
+
 PLANTS = {plant.name: plant for plant in (
     Plant("answer_before_ack", "writes are reported acknowledged at once: answers go out before Kafka's ack",
           frozenset({"answer_after_ack"}), _answer_before_ack),
@@ -167,6 +210,14 @@ PLANTS = {plant.name: plant for plant in (
           frozenset({"member_epoch"}), _member_epoch_not_bumped, "consumer"),
     Plant("consumer_session_not_rearmed", "a heartbeat does not restart the member's session: it runs out from "
           "the join", frozenset({"session_expiry"}), _consumer_session_not_rearmed, "consumer"),
+    # clients' transactions (TxnOffsetCommit, the markers, the loader)
+    Plant("aborted_offsets_loaded", "the loader applies the offsets of an aborted client transaction as if it "
+          "committed", frozenset({"txn_offsets"}), _aborted_offsets_loaded),
+    Plant("pending_current_before_marker", "a transactional offset becomes current when its batch is "
+          "acknowledged, before its transaction's marker", frozenset({"txn_offsets"}),
+          _pending_current_before_marker),
+    Plant("abort_marker_commits", "the partition tail settles an ABORT marker as a COMMIT",
+          frozenset({"txn_offsets"}), _abort_marker_commits),
 )}
 
 

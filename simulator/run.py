@@ -23,6 +23,8 @@ from typing import Any, Coroutine, Iterator
 
 from coordinator.config import INT32_MAX, CoordinatorConfig
 from coordinator.group import join
+from coordinator.storage.config import DEFAULT_STATE_TOPIC
+from simulator.client_txns import ClientTransactions, SimRelay, TransactionalApp
 from simulator.clients import MemberSpec, SimAdmin, SimConsumer
 from simulator.consumer_protocol import ConsumerProtocolConsumer, cluster_topics
 from simulator.history import History
@@ -69,6 +71,20 @@ class Fault:
     duration_ms: int
 
 
+@dataclass(frozen=True)
+class TxnAppSpec:
+    """An exactly-once application: its group's input partitions, the transaction protocol (TV2: TxnOffsetCommit v5
+    adds the partition; TV1: AddOffsetsToTxn first, an older TxnOffsetCommit), transaction.timeout.ms."""
+
+    topics: dict[str, int]
+    tv2: bool
+    version: int
+    timeout_ms: int
+
+
+TXN_FAULT_KINDS = ("txn_crash", "txn_zombie", "txn_hang")
+
+
 @dataclass
 class Scenario:
     seed: int
@@ -80,6 +96,7 @@ class Scenario:
     admin_every_ms: tuple[int, int] | None  # None: no operator
     instances: int = 0  # 0: one instance owning every partition; else instances sharing the state topic
     wire: WireFaults | None = None  # None: a faultless network between clients and coordinators
+    txn_apps: list[TxnAppSpec] = field(default_factory=list)  # exactly-once applications (their faults: txn_*)
 
     def describe(self) -> str:
         members = sum(len(g.members) for g in self.groups)
@@ -92,6 +109,8 @@ class Scenario:
         if self.wire is not None:
             instances += f"wire faults {self.wire.reset}/{self.wire.drop}/{self.wire.delay}/{self.wire.duplicate}, "
         protocols = f" ({consumer} on the consumer protocol)" if consumer else ""
+        if self.txn_apps:
+            instances += f"{len(self.txn_apps)} transactional apps, "
         return (f"{instances}{len(self.groups)} groups{protocols}, {members} consumers, {self.config.offsets_topic_num_partitions} "
                 f"state partitions, {self.duration_ms // 1000}s, {admin}, faults {kinds}")
 
@@ -147,7 +166,25 @@ def make_scenario(seed: int, protocol: str = "classic") -> Scenario:
         wire = WireFaults(rng.choice(rates), rng.choice(rates), rng.choice(rates), rng.choice(rates))
     if protocol != "classic":  # drawn apart: the classic scenarios stay what they were
         groups, config = _consumer_protocol(random.Random(f"protocol:{seed}"), protocol, groups, config)
-    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire)
+    txn_apps, txn_faults = _transactional_apps(random.Random(f"txn:{seed}"), duration_ms)
+    if txn_faults:
+        faults = sorted(faults + txn_faults, key=lambda f: (f.at_ms, f.kind, f.target))
+    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire, txn_apps)
+
+
+def _transactional_apps(rng: random.Random, duration_ms: int) -> tuple[list[TxnAppSpec], list[Fault]]:
+    """Half the seeds run 1-2 exactly-once applications, with their own faults (drawn apart, so the rest of
+    the scenario is what it was)."""
+    if rng.random() < 0.5:
+        return [], []
+    apps = []
+    for number in range(rng.randint(1, 2)):
+        tv2 = rng.random() < 0.5
+        apps.append(TxnAppSpec({f"txn-in-{number}": rng.randint(1, 3)}, tv2, 5 if tv2 else rng.randint(0, 4),
+                               rng.choice([10_000, 20_000, 60_000])))
+    faults = [Fault(rng.randint(5_000, duration_ms - 5_000), rng.choice(TXN_FAULT_KINDS), rng.randrange(len(apps)),
+                    rng.choice([2_000, 8_000, 20_000, 40_000])) for _ in range(rng.randint(0, 6))]
+    return apps, faults
 
 
 def _consumer_protocol(rng: random.Random, protocol: str, groups: list[GroupSpec], config: CoordinatorConfig
@@ -214,6 +251,17 @@ class Simulation:
         self.instances_group = InstancesGroup(self, self.config.offsets_topic_num_partitions, 6_000)
         self.checkers.cluster = self
         self.slots = [MemberSlot(self, g, spec) for g in scenario.groups for spec in g.members]
+        # clients' transactions: the cluster's side, the relay the TxnOffsetCommit handler appends through
+        self.rng_txn = random.Random(f"txn-run:{seed}")
+        self.client_transactions: ClientTransactions | None = None
+        self.relay: SimRelay | None = None
+        self.apps: list[TransactionalApp | None] = [None] * len(scenario.txn_apps)
+        self._app_incarnations = [0] * len(scenario.txn_apps)
+        self._zombie_apps: list[TransactionalApp] = []
+        if scenario.txn_apps:
+            self.client_transactions = ClientTransactions(self, random.Random(f"txn-kafka:{seed}"))
+            self.relay = SimRelay(self, self.client_transactions, DEFAULT_STATE_TOPIC,
+                                  self.config.offsets_topic_num_partitions)
         self._offsets: dict[tuple[str, str, int], int] = {}
         self._outages = 0
         self._running = True
@@ -323,6 +371,8 @@ class Simulation:
             self._start_instance(place)
         for slot in self.slots:
             self.loop.call_later(self.rng_client.randint(0, 3_000) / 1000, slot.start)
+        for number in range(len(self.apps)):
+            self.loop.call_later(self.rng_txn.randint(0, 3_000) / 1000, self._start_app, number)
         for fault in self.scenario.faults:
             self.loop.call_at(fault.at_ms / 1000, self._inject, fault)
         self.loop.call_later(30, self._compact_periodically)
@@ -335,6 +385,9 @@ class Simulation:
         self._running = False
         for slot in self.slots:
             slot.stop()
+        for app in [*self.apps, *self._zombie_apps]:
+            if app is not None:
+                app.crash()  # an open transaction is left to its timeout
         if admin is not None:
             admin.cancel()
         self._outages = 0
@@ -361,6 +414,7 @@ class Simulation:
             self.checkers.violation("no_errors", "the final reload did not finish")
             return
         self.checkers.final_offsets(final)
+        self.checkers.txn_final(final)
 
     def _start_instance(self, place: int = 0) -> CoordinatorInstance:
         instance = CoordinatorInstance(self, len(self.instances), place if self.multi else None)
@@ -377,7 +431,9 @@ class Simulation:
         if not self._running:
             return
         self.history.record("fault", kind=fault.kind, target=fault.target, duration_ms=fault.duration_ms)
-        if fault.kind.startswith("member_"):
+        if fault.kind.startswith("txn_"):
+            self._app_fault(fault)
+        elif fault.kind.startswith("member_"):
             if self.slots:
                 self._member_fault(fault, self.slots[fault.target % len(self.slots)])
         else:
@@ -412,6 +468,36 @@ class Simulation:
                 consumer = slot.consumer
                 consumer.slow_factor = 50
                 later(fault.duration_ms / 1000, setattr, consumer, "slow_factor", 1)
+
+    def _start_app(self, number: int) -> None:
+        if not self._running or self.apps[number] is not None:
+            return
+        spec = self.scenario.txn_apps[number]
+        self._app_incarnations[number] += 1
+        app = TransactionalApp(self, number, self._app_incarnations[number], spec.topics, spec.tv2, spec.version,
+                               spec.timeout_ms, self.rng_txn)
+        self.apps[number] = app
+        self.history.record("txn_app_start", client=app.name)
+        app.start()
+
+    def _app_fault(self, fault: Fault) -> None:
+        number = fault.target % max(len(self.apps), 1)
+        app = self.apps[number] if self.apps else None
+        if app is None:
+            return
+        later = self.loop.call_later
+        if fault.kind == "txn_crash":  # mid-transaction perhaps: the restart's init aborts what it left
+            app.crash()
+            self.apps[number] = None
+            later(fault.duration_ms / 1000, self._start_app, number)
+        elif fault.kind == "txn_hang":  # past its transaction timeout perhaps
+            app.hang_until_ms = self.now_ms() + fault.duration_ms
+        elif fault.kind == "txn_zombie":  # hangs, a new instance of its transactional id fences it meanwhile
+            app.hang_until_ms = self.now_ms() + fault.duration_ms
+            app.replaced = True
+            self._zombie_apps.append(app)
+            self.apps[number] = None
+            later(self.rng_faults.randint(0, fault.duration_ms) / 1000, self._start_app, number)
 
     def _cluster_fault(self, fault: Fault) -> None:
         later = self.loop.call_later

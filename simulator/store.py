@@ -4,28 +4,41 @@ It is the production `KafkaGroupStore` with its producer replaced by `SimProduce
 replay of the simulated log through the production `StateReplay`. So the production write path runs as is:
 record encoding (storage/records.py), the size check, the error mapping, the tombstone writer that keeps
 failed tombstones owed and drops them when a newer write of their key is issued (storage/tombstones.py).
-Only `start`, `read` and `close` — where the real store talks to a broker — are simulated here.
+Only `start`, `read` and `close` — where the real store talks to a broker — are simulated here. The read is the
+production loader's transaction tracking (storage/transaction_log.py `TransactionTracker`: committed client
+transactions applied, aborted ones dropped, open ones handed over as pending) over `SimKafka.fetch`, and the
+partitions' live tails are the production `TransactionTails` with their fetch replaced (`SimTails`): it runs
+as tasks of the instance's (virtual) loop instead of a thread of its own, and reads `SimKafka` instead of a
+broker; what it does with a fetch (`transaction_events`, the producer-id naming, the delivery to the shard's
+loop, follow/stop) is production code.
 """
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.group.store import LoadedGroups
 from coordinator.storage.loader import LoadError, StateReplay
 from coordinator.storage.state_producers import producer_settings
+from coordinator.storage.transaction_log import TransactionTracker
+from coordinator.storage.txn_tail import Deliver, TransactionTails, _call_on, transaction_events
+from coordinator.storage.uncommitted_load import UncommittedLoad
 from coordinator.timer import Clock
+from protocol.fetch_reader import FetchedRecord
 from simulator.kafka import SimKafka, SimProducer
 from simulator.transactions import LedgeredPartitions
+
+TAIL_RETRY_S = 0.5  # txn_tail's pause after a failed fetch
 
 
 class SimulatedStore(KafkaGroupStore):
     def __init__(self, kafka: SimKafka, producer: SimProducer, partitions: int, commit_timeout_ms: int,
                  clock: Clock, load_timeout_ms: int = 30_000, read_ms: int = 20, *, client_id: str = "coordinator",
-                 fencing: bool = False) -> None:
+                 fencing: bool = False, tails: SimTails | None = None) -> None:
         config = StorageConfig(bootstrap="simulated", partitions=partitions, commit_timeout_ms=commit_timeout_ms,
                                event_topic=None, client_id=client_id, partition_fencing=fencing,
                                transactional_id="group-coordinator-state" if fencing else None)
@@ -39,6 +52,7 @@ class SimulatedStore(KafkaGroupStore):
             self._producer = self._fencing = writers
         else:
             self._producer = producer  # type: ignore[assignment]
+        self._tails = tails  # None: no client transactions in the run (nothing to follow)
 
     async def start(self) -> None:
         pass
@@ -60,11 +74,69 @@ class SimulatedStore(KafkaGroupStore):
         if not self.kafka.is_up:
             raise LoadError("broker went away while the state topic was read (simulated outage)")
         replay = StateReplay()
+        load = UncommittedLoad()
         for partition in wanted:
-            for record in self.kafka.read(partition):
-                if record.offset < ends[partition]:
-                    replay.apply(record.key, record.value, f"{partition}@{record.offset}")
-        return replay.state
+            def apply(record: FetchedRecord, partition: int = partition) -> None:
+                replay.apply(record.key, record.value, f"{partition}@{record.offset}", log_offset=record.offset)
+
+            tracker = TransactionTracker(apply)
+            for batch in self.kafka.fetch(partition, 0, ends[partition]):
+                tracker.feed(batch)
+            load.settled[partition] = tracker.settled_sequences(())
+            pending = tracker.finish(())  # our writers' records land committed: every open batch is a client's
+            if pending:
+                load.pending[partition] = pending
+            load.positions[partition] = ends[partition]
+        state = replay.state
+        self._take_transactions(state, load)
+        return state
 
     async def close(self) -> None:
         await super().close()  # stops the tombstone retries, closes (flushes, then kills) the producer
+
+
+class SimTails(TransactionTails):
+    """The production partition tails on the simulation's loop, reading SimKafka (one fetch per poll: what is
+    in the log past the position, after a seeded wait; a poll that would find nothing of a client's waits for it
+    instead). `running` holds a paused process's tails."""
+
+    def __init__(self, kafka: SimKafka, topic: str, rng: random.Random,
+                 running: Callable[[], Awaitable[None]]) -> None:
+        super().__init__("simulated", None, topic, lambda transactional_id: False)
+        self.kafka = kafka
+        self.rng = rng
+        self.running = running
+
+    def _tails_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
+        position = start
+        while True:
+            await asyncio.sleep(self.rng.randint(5, self.max_wait_ms) / 1000)  # the fetch's long poll
+            await self.running()
+            if not self.kafka.is_up:  # a lost connection: the same position after a pause
+                await asyncio.sleep(TAIL_RETRY_S)
+                continue
+            batches = self.kafka.fetch(partition, position)
+            unknown = self.owners.unknown(batches)
+            if unknown:  # ListTransactions: no producer of ours writes transactional batches in the simulated log
+                self.owners.learn(unknown, {})
+            events = transaction_events(batches, self.owners.is_ours)
+            next_position = batches[-1].last_offset + 1 if batches else position
+            if events:
+                await asyncio.wrap_future(_call_on(caller, deliver, events, next_position))
+            else:  # the polls that find nothing of a client's change nothing: skipped
+                await self.kafka.client_data(partition)
+            position = next_position
+
+    def kill(self) -> None:
+        """The process died: its tails stop where they are."""
+        self._followed.clear()
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        self.kill()

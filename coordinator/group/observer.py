@@ -201,6 +201,15 @@ class GroupObserver:
         """The group was converted to a classic group while a rebalance was under way: not a failure, the
         classic group's rebalance (caused by the conversion) carries it on."""
 
+    def on_txn_offsets_pending(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
+                               partition_count: int) -> None:
+        """A TxnOffsetCommit's offsets are in the state partition, pending until their transaction's marker."""
+
+    def on_txn_offsets_settled(self, producer_id: int, producer_epoch: int, committed: bool,
+                               offset_count: int) -> None:
+        """The transaction coordinator's COMMIT (`committed`) or ABORT marker settled a producer's pending offsets;
+        `offset_count` of them became current."""
+
 
 _EVENTS = [name for name in vars(GroupObserver) if name.startswith("on_")]
 

@@ -64,7 +64,7 @@ def _commit_response(req: OffsetCommitRequest, errors: dict[TopicPartition, Erro
     ])
 
 
-def _java_length(text: str) -> int:
+def java_length(text: str) -> int:
     """Java's String.length(): UTF-16 code units, so a character outside the BMP counts twice."""
     return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
 
@@ -160,7 +160,7 @@ def _offset_records(shard: GroupShard, req: OffsetCommitRequest
     latest = {(topic.name, p.partition_index): p for topic in req.topics for p in topic.partitions}
     for tp, p in latest.items():  # a partition given twice: the last one counts, as in Kafka's map
         metadata = p.committed_metadata or ""
-        if _java_length(metadata) > shard.config.offset_metadata_max_bytes:
+        if java_length(metadata) > shard.config.offset_metadata_max_bytes:
             errors[tp] = Errors.OFFSET_METADATA_TOO_LARGE
             continue
         commit_ms = p.commit_timestamp_ms if p.commit_timestamp_ms != -1 else now_ms

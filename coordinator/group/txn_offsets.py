@@ -155,6 +155,7 @@ def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: 
     if not commit:
         log.info("event=txn_offsets_aborted producer_id=%d producer_epoch=%d marker_offset=%d groups=%d",
                  producer_id, producer_epoch, log_offset, len(txn.offsets))
+        shard.observer.on_txn_offsets_settled(producer_id, producer_epoch, False, 0)
         return 0
     made_current = 0
     for group_id, offsets in txn.offsets.items():
@@ -171,6 +172,7 @@ def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: 
                          "record_offset=%s", group_id, tp[0], tp[1], producer_id, pending.record.log_offset)
     log.info("event=txn_offsets_committed producer_id=%d producer_epoch=%d marker_offset=%d offsets=%d",
              producer_id, producer_epoch, log_offset, made_current)
+    shard.observer.on_txn_offsets_settled(producer_id, producer_epoch, True, made_current)
     return made_current
 
 

@@ -136,7 +136,7 @@ def produce_expects_response(frame: bytes | memoryview, offset: int = 4) -> bool
         position = _skip_tags(frame, position)
     if version >= 3:
         if flexible:
-            length, position = _uvarint(frame, position)
+            length, position = uvarint(frame, position)
             position += max(length - 1, 0)
         else:
             length = int.from_bytes(frame[position : position + 2], "big", signed=True)
@@ -145,7 +145,8 @@ def produce_expects_response(frame: bytes | memoryview, offset: int = 4) -> bool
     return acks != 0
 
 
-def _uvarint(frame: bytes | memoryview, position: int) -> tuple[int, int]:
+def uvarint(frame: bytes | memoryview, position: int) -> tuple[int, int]:
+    """An unsigned varint at `position`: (value, the position after it); ValueError past the frame."""
     value = shift = 0
     while True:
         if position >= len(frame) or shift > 28:
@@ -159,10 +160,10 @@ def _uvarint(frame: bytes | memoryview, position: int) -> tuple[int, int]:
 
 
 def _skip_tags(frame: bytes | memoryview, position: int) -> int:
-    count, position = _uvarint(frame, position)
+    count, position = uvarint(frame, position)
     for _ in range(count):
-        _tag, position = _uvarint(frame, position)
-        length, position = _uvarint(frame, position)
+        _tag, position = uvarint(frame, position)
+        length, position = uvarint(frame, position)
         position += length
     return position
 

@@ -13,8 +13,10 @@ Handlers are coroutines, but most finish without ever waiting (Heartbeat, offset
 request would cost more than the heartbeat logic itself, so the first step of each handler runs right here;
 only a handler that actually parks is handed to a Task, once the future it waits on is done. (So code that runs
 before a handler's first await sees no current Task: it must not use `asyncio.timeout()` or `current_task()`.)
-JoinGroup and SyncGroup, parked by the thousand in a rebalance, are resumed without a Task at all: each step
-runs in the awaited future's done callback, so nothing on their path may ask for a current Task.
+JoinGroup and SyncGroup, parked by the thousand in a rebalance, go without a coroutine: the runtime's
+synchronous start gives the answer or the future group logic answers, whose done callback writes it. Where
+they must go the coroutine way (a service without the starts), each step still runs in the awaited future's
+done callback, no Task: nothing on their path may ask for a current Task.
 
 No exception leaves a protocol callback or a done-callback of ours: one funnel (`_contain`) logs it and closes
 this connection. Otherwise asyncio would report "Fatal error on transport" (or "Exception in callback") and drop
@@ -47,10 +49,16 @@ from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.relaying import RelaySide
 from coordinator.timer.clock import Clock
 from protocol.apis import ApiKey
-from protocol.codec import RequestHeader, decode_request, encode_response, peek_header, read_group_request
+from protocol.codec import Request, RequestHeader, decode_request, encode_response, peek_header, read_group_request
 from protocol.error_codes import Errors
 from protocol.errors import InvalidFrameSize, ProtocolError, UnknownApiKey, UnsupportedVersion
-from protocol.fastpath import HEARTBEAT_V4_PREFIX, pack_heartbeat_response, read_heartbeat_v4_request
+from protocol.fastpath import (
+    CONSUMER_GROUP_HEARTBEAT_API_KEY,
+    HEARTBEAT_V4_PREFIX,
+    pack_heartbeat_response,
+    read_consumer_group_heartbeat,
+    read_heartbeat_v4_request,
+)
 from protocol.framing import FrameReader
 
 if TYPE_CHECKING:
@@ -76,6 +84,14 @@ _STARTED_HERE: dict[int, tuple[_Start, _ToFrame]] = {
 
 async def _framed(header: RequestHeader, awaitable: Awaitable[Any], to_frame: _ToFrame) -> bytes:
     return to_frame(header, await awaitable)
+
+
+def _read_consumer_group_heartbeat(frame: bytes) -> Request | None:
+    read = read_consumer_group_heartbeat(frame)
+    if read is None:
+        return None
+    api_version, correlation_id, client_id, fields = read
+    return Request(RequestHeader(ApiKey.CONSUMER_GROUP_HEARTBEAT, api_version, correlation_id, client_id), fields)
 
 
 class ConnectionHost(Protocol):
@@ -286,6 +302,8 @@ class Connection(asyncio.BufferedProtocol):
         if frame[:4] == HEARTBEAT_V4_PREFIX and self._heartbeat_v4(frame):
             return
         request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
+        if request is None and frame[:2] == CONSUMER_GROUP_HEARTBEAT_API_KEY:
+            request = _read_consumer_group_heartbeat(frame)
         if request is None:
             try:
                 request = decode_request(frame)
@@ -320,6 +338,9 @@ class Connection(asyncio.BufferedProtocol):
         if type(outcome) is bytes:
             self._write(outcome)
         elif isinstance(outcome, asyncio.Future):
+            if outcome.done():  # answered at once (an error): no loop turn
+                self._answer(header, to_frame, outcome)
+                return
             self._in_flight = header
             self._server.parked(self)
             answer = functools.partial(self._answer_parked, header, to_frame)
@@ -333,16 +354,24 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight = None
         try:
             self._server.unparked(self)
-            if future.cancelled():
-                return  # as a cancelled handler: no response
-            error = future.exception()
-            if error is not None:
-                self._fail(header, error)
-                return
-            self._respond(header, to_frame(header, future.result()))
+            self._answer(header, to_frame, future)
             self._process_frames()
         except Exception as exc:
             self._contain("resume", exc)
+
+    def _answer(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return  # as a cancelled handler: no response
+        error = future.exception()
+        if error is not None:
+            self._fail(header, error)
+            return
+        try:
+            frame = to_frame(header, future.result())
+        except Exception as exc:
+            self._fail(header, exc)
+            return
+        self._respond(header, frame)
 
     def _sasl_admits(self, frame: bytes) -> bool:
         """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's

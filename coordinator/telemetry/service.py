@@ -16,6 +16,7 @@ from coordinator.telemetry.metrics import MetricsObserver
 from coordinator.telemetry.otel import Telemetry
 from coordinator.telemetry.requests import trace_group_requests
 from coordinator.telemetry.tracing import RebalanceTracer
+from coordinator.telemetry.txn_tracing import TxnOffsetsTracer
 
 INSTRUMENTATION_SCOPE = "coordinator"
 
@@ -58,6 +59,7 @@ def instrument(telemetry: Telemetry, coordinator: Any, observer: ObserverMux, no
         done.consumer_rebalances = ConsumerRebalanceTracer(tracer, now_ns)
         observer.add(done.consumer_rebalances)
         trace_group_requests(coordinator, tracer, done.rebalances)
+        observer.add(TxnOffsetsTracer(tracer))
         trace_id_for = done.trace_id_for
         assert trace_id_for is not None
         done._log_filter = logs.install(trace_id_for)

@@ -15,8 +15,9 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
-from tests.support.eos_loop import group_offset, produce_input, read_committed_consumer, transactional_producer
-from tests.support.service import FAST, service, unique, until_loaded
+from tests.support.eos_loop import (group_offset, loaded_coordinator, produce_input, read_committed_consumer,
+                                    transactional_producer)
+from tests.support.service import unique
 from tests.support.transactions_wire import create_topic, end_transaction, init_producer, txn_offset_commit
 from tests.support.wire import request
 
@@ -101,12 +102,7 @@ def fenced_static_member(bootstrap: str, kafka: str) -> tuple[str, str, int, lis
 
 
 async def test_a_replaced_static_member_is_fenced_as_by_kafka(kafka_bootstrap: str) -> None:
-    async with service(kafka_bootstrap, unique("__state-eos"), *FAST, relay=True) as running:
-        client = await running.client()
-        try:
-            await until_loaded(client)
-        finally:
-            await client.close()
+    async with loaded_coordinator(kafka_bootstrap) as running:
         ours = await asyncio.to_thread(fenced_static_member, f"127.0.0.1:{running.port}", kafka_bootstrap)
         log_text = running.log_text()
     theirs = await asyncio.to_thread(fenced_static_member, kafka_bootstrap, kafka_bootstrap)

@@ -4,6 +4,8 @@ what it leaves: run through us or against Kafka itself, the figures compared by 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -11,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
-from tests.support.service import unique
+from tests.support.service import FAST, Service, service, unique, until_loaded
 from tests.support.transactions_wire import create_topic
 from tests.support.wire import nested, request
 
@@ -131,6 +133,7 @@ class OpenTransaction:
 
     consumer: Consumer
     producer: Producer
+    transactional_id: str
     source: str
     sink: str
     offset: int  # the offset sent to the transaction
@@ -149,7 +152,8 @@ def open_transaction(bootstrap: str, kafka: str, group: str, **producer_settings
     create_topic(kafka, sink)
     produce_input(kafka, source)
     consumer = read_committed_consumer(bootstrap, group)
-    producer = transactional_producer(bootstrap, unique("eos-app"), **producer_settings)
+    transactional_id = unique("eos-app")
+    producer = transactional_producer(bootstrap, transactional_id, **producer_settings)
     consumer.assign([TopicPartition(source, 0)])
     batch = take(consumer, PER_TRANSACTION)
     producer.begin_transaction()
@@ -158,7 +162,8 @@ def open_transaction(bootstrap: str, kafka: str, group: str, **producer_settings
     producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                          consumer.consumer_group_metadata(), 60)
     assert producer.flush(60) == 0
-    return OpenTransaction(consumer, producer, source, sink, batch[-1].offset() + 1)  # type: ignore[attr-defined]
+    return OpenTransaction(consumer, producer, transactional_id, source, sink,
+                           batch[-1].offset() + 1)  # type: ignore[attr-defined]
 
 
 async def stable_offset(client: KafkaClient, group: str, topic: str) -> tuple[int, Errors]:
@@ -171,3 +176,16 @@ async def stable_offset(client: KafkaClient, group: str, topic: str) -> tuple[in
         return -1, Errors(int(answer.error_code))
     [partition] = answer.topics[0].partitions
     return int(partition.committed_offset), Errors(int(partition.error_code))
+
+
+@asynccontextmanager
+async def loaded_coordinator(kafka: str, *, extra_env: dict[str, str] | None = None) -> AsyncIterator[Service]:
+    """`coordinator serve` with the relay on a fresh state topic (`extra_env` in its environment), once it has
+    loaded its partitions."""
+    async with service(kafka, unique("__state-eos"), *FAST, relay=True, extra_env=extra_env) as running:
+        client = await running.client()
+        try:
+            await until_loaded(client)
+        finally:
+            await client.close()
+        yield running

@@ -4,6 +4,7 @@ left byte for byte, and a frame that does not parse refused."""
 from __future__ import annotations
 
 import datetime
+import random
 import uuid
 
 import pytest
@@ -71,3 +72,18 @@ def test_a_truncated_or_padded_answer_is_refused(cut: int) -> None:
         rewrite_endpoints(memoryview(frame[:-cut]), 12, LISTENERS.get)
     with pytest.raises(ValueError):
         rewrite_endpoints(memoryview(frame + b"\x00"), 12, LISTENERS.get)
+
+
+def test_a_corrupted_answer_is_either_relayed_rewritten_or_refused_never_a_crash() -> None:
+    rng = random.Random(951)
+    for version in (10, 12, 13):
+        frame = bytearray(_response(version, moved=True, record_error=True))
+        for _ in range(2_000):
+            broken = bytearray(frame)
+            for _ in range(rng.randint(1, 4)):
+                broken[rng.randrange(8, len(broken))] = rng.randrange(256)
+            try:
+                rewritten = rewrite_endpoints(memoryview(broken), version, LISTENERS.get)
+            except ValueError:
+                continue
+            assert rewritten is None or int.from_bytes(rewritten[:4], "big") == len(rewritten) - 4

@@ -371,6 +371,23 @@ async def test_join_and_sync_are_served_without_a_coroutine_and_leak_no_context_
         assert seen_before == [None] * len(seen_before)
 
 
+async def test_a_join_or_sync_answered_at_once_does_not_park_the_connection() -> None:
+    """Group logic answers an error on the spot (a done future): written in the same turn, the connection never
+    counted as busy, the request behind it answered after it."""
+    async with RunningServer() as env:
+        client, member_id = await _stable_member(env)
+        parked_calls: list[object] = []
+        original = env.server.parked
+        env.server.parked = lambda connection: (parked_calls.append(connection), original(connection))[1]
+        stale = client.send(request(
+            ApiKey.SYNC_GROUP, 5, group_id="g", generation_id=99, member_id=member_id, group_instance_id=None,
+            protocol_type="consumer", protocol_name="range", assignments=()))
+        behind = client.send(heartbeat("g", 1, member_id))
+        assert (await stale).error_code == 22  # ILLEGAL_GENERATION
+        assert (await behind).error_code == 0
+        assert parked_calls == []
+
+
 # The transport-level behaviour (in-order responses, pausing reads, shutdown) also holds on uvloop, the optional
 # faster loop: the same tests, run on it.
 

@@ -428,3 +428,48 @@ def test_consumer_session_expiry_fails_before_the_session_passed(fenced_at_ms: i
     world.now = 5_000 + fenced_at_ms
     world.checkers.consumer_session_expired("coordinator-0", GROUP, "a", 10_000)
     assert world.invariants() == ({"session_expiry"} if broken else set())
+
+
+# --- txn_offsets ------------------------------------------------------------------------------------------------
+TXN_GROUP = "txn-group-0"
+TXN_KEY = (TXN_GROUP, "t", 0)
+
+
+def _txn_violations(steps: list[tuple[str, object]]) -> list[str]:
+    """A transactional application's history: ("landed", (offset, txn number)), ("ended", (txn number, commit)),
+    ("answered", offset) for a TxnOffsetCommit answered NONE, ("fetched", (offset, error, stable))."""
+    world = World()
+    for step, arg in steps:
+        world.now += 10
+        if step == "landed":
+            offset, number = arg  # type: ignore[misc]
+            world.checkers.txn_offset_landed(TXN_GROUP, TP, offset, ("app", number))
+        elif step == "ended":
+            number, commit = arg  # type: ignore[misc]
+            world.checkers.txn_ended("app", number, commit)
+        elif step == "answered":
+            world.checkers.txn_offsets_pending(TXN_GROUP, {TP: arg}, "app")  # type: ignore[dict-item]
+        else:
+            offset, error, stable = arg  # type: ignore[misc]
+            world.checkers.txn_fetched(TXN_GROUP, TP, offset, error, stable, world.now - 5, "app")
+    return [v.invariant for v in world.checkers.violations]
+
+
+@pytest.mark.parametrize("steps,broken", [
+    ([("landed", (1, 1)), ("answered", 1), ("ended", (1, True)), ("fetched", (1, Errors.NONE, True))], False),
+    # visible before its marker, or after an abort
+    ([("landed", (1, 1)), ("fetched", (1, Errors.NONE, False))], True),
+    ([("landed", (1, 1)), ("ended", (1, False)), ("fetched", (1, Errors.NONE, False))], True),
+    # pending: a stable fetch must be UNSTABLE_OFFSET_COMMIT
+    ([("landed", (1, 1)), ("answered", 1), ("fetched", (-1, Errors.UNSTABLE_OFFSET_COMMIT, True))], False),
+    ([("landed", (1, 1)), ("answered", 1), ("fetched", (-1, Errors.NONE, True))], True),
+    # committed, then lost or regressed
+    ([("landed", (1, 1)), ("ended", (1, True)), ("landed", (2, 2)), ("ended", (2, True)),
+      ("fetched", (1, Errors.NONE, True))], True),
+    ([("landed", (1, 1)), ("ended", (1, True)), ("fetched", (-1, Errors.NONE, True))], True),
+    # answered NONE without its batch in the log
+    ([("answered", 3)], True),
+])
+def test_txn_offsets(steps: list[tuple[str, object]], broken: bool) -> None:
+    assert bool(_txn_violations(steps)) == broken
+    assert set(_txn_violations(steps)) <= {"txn_offsets"}

@@ -35,7 +35,7 @@ from kio.records.writers import write_new_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
 from coordinator.group.api import UNKNOWN_MEMBER_ID
-from coordinator.group.offsets import _java_length as java_length
+from coordinator.group.offsets import java_length
 from coordinator.group.records import OffsetCommitRecord, OffsetRecord
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import ShardStatus
@@ -325,6 +325,8 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
             if shard.status is ShardStatus.ACTIVE:  # else the partition moved on: its next owner loads the batch
                 replay_transactional_offsets(shard, producer_id, batch.epoch,
                                              [(result.base_offset + i, r) for i, r in enumerate(batch.records)])
+                shard.observer.on_txn_offsets_pending(identity.group_id, identity.transactional_id, producer_id,
+                                                      batch.epoch, len(batch.records))
             log.info("event=txn_offsets_pending group=%s transactional_id=%s producer_id=%d epoch=%d offsets=%d "
                      "base_offset=%d version=%d", identity.group_id, identity.transactional_id, producer_id,
                      batch.epoch, len(batch.records), result.base_offset, identity.version)
