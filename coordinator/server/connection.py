@@ -49,10 +49,16 @@ from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.relaying import RelaySide
 from coordinator.timer.clock import Clock
 from protocol.apis import ApiKey
-from protocol.codec import RequestHeader, decode_request, encode_response, peek_header, read_group_request
+from protocol.codec import Request, RequestHeader, decode_request, encode_response, peek_header, read_group_request
 from protocol.error_codes import Errors
 from protocol.errors import InvalidFrameSize, ProtocolError, UnknownApiKey, UnsupportedVersion
-from protocol.fastpath import HEARTBEAT_V4_PREFIX, pack_heartbeat_response, read_heartbeat_v4_request
+from protocol.fastpath import (
+    CONSUMER_GROUP_HEARTBEAT_API_KEY,
+    HEARTBEAT_V4_PREFIX,
+    pack_heartbeat_response,
+    read_consumer_group_heartbeat,
+    read_heartbeat_v4_request,
+)
 from protocol.framing import FrameReader
 
 if TYPE_CHECKING:
@@ -78,6 +84,14 @@ _STARTED_HERE: dict[int, tuple[_Start, _ToFrame]] = {
 
 async def _framed(header: RequestHeader, awaitable: Awaitable[Any], to_frame: _ToFrame) -> bytes:
     return to_frame(header, await awaitable)
+
+
+def _read_consumer_group_heartbeat(frame: bytes) -> Request | None:
+    read = read_consumer_group_heartbeat(frame)
+    if read is None:
+        return None
+    api_version, correlation_id, client_id, fields = read
+    return Request(RequestHeader(ApiKey.CONSUMER_GROUP_HEARTBEAT, api_version, correlation_id, client_id), fields)
 
 
 class ConnectionHost(Protocol):
@@ -288,6 +302,8 @@ class Connection(asyncio.BufferedProtocol):
         if frame[:4] == HEARTBEAT_V4_PREFIX and self._heartbeat_v4(frame):
             return
         request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
+        if request is None and frame[:2] == CONSUMER_GROUP_HEARTBEAT_API_KEY:
+            request = _read_consumer_group_heartbeat(frame)
         if request is None:
             try:
                 request = decode_request(frame)

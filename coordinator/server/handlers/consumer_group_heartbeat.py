@@ -1,5 +1,6 @@
 """ConsumerGroupHeartbeat (68): the KIP-848 protocol's join, heartbeat and leave (coordinator/group/modern).
-v1 (KIP-1082) requires the client to generate its member id."""
+v1 (KIP-1082) requires the client to generate its member id. The body is kio's payload, or the hand reader's
+ConsumerGroupHeartbeatFields (protocol.fastpath: same field names) for a request in its usual shape."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader
 from protocol.error_codes import Errors
+from protocol.fastpath import pack_consumer_group_heartbeat_response
 from protocol.messages import ZERO_DURATION, build, error, item_class, ms
 
 API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
@@ -60,4 +62,8 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> An
             ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, name) for name in set(body.subscribed_topic_names)):
         return to_response(header.api_version, HeartbeatResponse(Errors.TOPIC_AUTHORIZATION_FAILED))
     response = await ctx.coordinator.consumer_group_heartbeat(to_request(ctx, header, body))
+    if response.error == Errors.NONE:  # the steady state, packed by hand; errors take kio's writer
+        return pack_consumer_group_heartbeat_response(
+            header.correlation_id, Errors.NONE, response.message, response.member_id, response.member_epoch,
+            response.heartbeat_interval_ms, response.assignment)
     return to_response(header.api_version, response)
