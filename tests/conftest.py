@@ -5,6 +5,9 @@ testcontainers' Kafka when a Docker engine answers, the embedded broker. `restar
 test's own that the test may stop and start (always embedded: a given cluster cannot be restarted from here).
 `kafka_cluster` (module scope, opt-in) is an embedded 3-broker KRaft cluster a module shares and may stop and
 start brokers of (a test that stops one restarts it).
+
+Under pytest-xdist (`-n 2`, or PYTEST_WORKERS=2 for scripts/test.sh) each worker is its own process with its own
+session broker, and is handed whole test modules (xdist_unit).
 """
 
 from __future__ import annotations
@@ -31,6 +34,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if "/interop/" in str(item.path):
             item.add_marker(pytest.mark.interop)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown (and never called) without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`-n N` (dist mode "load") hands out whole modules (xdist_unit); an explicit --dist keeps xdist's own."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
+def xdist_unit(nodeid: str) -> str:
+    """What one xdist worker runs as a whole: a test module, so its module-scoped fixtures (a cluster, Jaeger, a
+    broker asked for by name while a test runs) start once and its tests run in the order they were written;
+    tests/analytics as one, so it has one SparkSession (package scope)."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/analytics" if path.startswith("tests/analytics/") else path
 
 
 def _docker_engine_answers() -> bool:
@@ -98,19 +123,35 @@ def kafka_cluster() -> Iterator[EmbeddedKafkaCluster]:
         cluster.remove_data()
 
 
+_WORKER_LEFTOVERS: list[str] = []  # the xdist controller's: what its workers reported (pytest_testnodedown)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run if any broker or Java consumer JVM started by it is still alive (and kill it)."""
+    """Fail the run if any broker or Java consumer JVM started by it is still alive (and kill it). An xdist worker
+    hands what it found to the controller (a worker's exit status does not fail the run), which fails it."""
     # (pid, start time): on a busy machine a long run wraps pid_max, and a bare pid may name someone else's process
-    leftovers = [(pid, command_line(pid)) for pid, started in started_processes() + java_consumer.started_processes()
-                 if process_alive(pid, started)]
-    for pid, _command in leftovers:
+    alive = [pid for pid, started in started_processes() + java_consumer.started_processes()
+             if process_alive(pid, started)]
+    leftovers = [f"{pid}: {command_line(pid)[:300]}" for pid in alive]
+    for pid in alive:
         os.kill(pid, 9)
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output["leftover_jvms"] = leftovers
+        return
+    leftovers += _WORKER_LEFTOVERS
     if leftovers:
-        message = "JVMs left running by the tests (killed now): " + "; ".join(
-            f"{pid}: {command[:300]}" for pid, command in leftovers)
+        message = "JVMs left running by the tests (killed now): " + "; ".join(leftovers)
         log.error("%s", message)
         print(f"\n{message}", file=sys.stderr)  # the log may not be shown this late in the session
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown (and never called) without it
+def pytest_testnodedown(node: object, error: object) -> None:
+    """An xdist worker finished: keep the JVMs it found left running, for the controller's pytest_sessionfinish."""
+    output = getattr(node, "workeroutput", None) or {}
+    _WORKER_LEFTOVERS.extend(output.get("leftover_jvms", ()))
 
 
 def command_line(pid: int) -> str:

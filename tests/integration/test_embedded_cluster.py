@@ -12,6 +12,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from coordinator.embedded import EmbeddedKafkaCluster
 
 PARTITIONS = 6
+# a bound, not a wait: each record is committed synchronously, which a loaded machine does a few times a second
+# (225 of 300 records in 60 s at load average ~33)
+CONSUME_WITHIN_S = 180
 
 
 def _until(condition: Callable[[], object], timeout_s: float, what: str) -> object:
@@ -92,7 +95,7 @@ def test_replicated_topic_led_by_every_broker_survives_a_broker_restart(
     seen: set[str] = set()
     try:
         _produce(kafka_cluster.bootstrap, topic, range(0, 300))
-        _consume_until(consumer, seen, {f"k{i}" for i in range(300)}, 60)
+        _consume_until(consumer, seen, {f"k{i}" for i in range(300)}, CONSUME_WITHIN_S)
 
         victim = state[0][0]  # the leader of partition 0
         led_by_victim = {p for p, (leader, _) in state.items() if leader == victim}
@@ -110,7 +113,7 @@ def test_replicated_topic_led_by_every_broker_survives_a_broker_restart(
 
         # acks=all still succeeds (min.insync.replicas=2) and the same consumer goes on without a gap
         _produce(kafka_cluster.bootstrap, topic, range(300, 600))
-        _consume_until(consumer, seen, {f"k{i}" for i in range(600)}, 90)
+        _consume_until(consumer, seen, {f"k{i}" for i in range(600)}, CONSUME_WITHIN_S)
 
         kafka_cluster.start_broker(victim)
         assert victim in kafka_cluster.running_node_ids()
@@ -123,7 +126,7 @@ def test_replicated_topic_led_by_every_broker_survives_a_broker_restart(
 
         _until(rejoined, 90, f"broker {victim} back in every ISR and leading again")
         _produce(kafka_cluster.bootstrap, topic, range(600, 700))
-        _consume_until(consumer, seen, {f"k{i}" for i in range(700)}, 60)
+        _consume_until(consumer, seen, {f"k{i}" for i in range(700)}, CONSUME_WITHIN_S)
     finally:
         consumer.close()
         for node_id in set(kafka_cluster.node_ids) - set(kafka_cluster.running_node_ids()):
@@ -153,8 +156,9 @@ async def test_the_state_topic_gets_the_replication_factor_given_by_its_kafka_na
             admin.release()
         topics[setting] = topic
     for setting, replicas in (("offsets.topic.replication.factor=2", 2), (None, 3)):
-        metadata = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(topics[setting],
-                                                                                              timeout=20)
-        partitions = metadata.topics[topics[setting]].partitions
+        admin_client = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+        # the broker asked may not have the new topic in its metadata yet (a loaded cluster): wait for it, bounded
+        partitions = _until(lambda: admin_client.list_topics(topics[setting], timeout=20).topics[topics[setting]]
+                            .partitions, 60, f"{topics[setting]} in the metadata")
         assert len(partitions) == 3
         assert {len(p.replicas) for p in partitions.values()} == {replicas}, (setting, partitions)
