@@ -19,21 +19,23 @@ from tests.support.server import RunningServer
 from tests.support.wire import heartbeat, join, join_with_member_id, ms, nested, request, subscription_metadata, sync
 
 
-async def _stable_member(env: RunningServer, group_id: str = "g"):
+async def _stable_member(env: RunningServer, group_id: str = "g", *, session_timeout_ms: int = 6000):
     client = await env.client()
-    joined = await join_with_member_id(client, group_id)
+    joined = await join_with_member_id(client, group_id, session_timeout_ms=session_timeout_ms)
     synced = await sync(client, group_id, joined.generation_id, joined.member_id, {joined.member_id: b""})
     assert synced.error_code == 0
     return client, joined.member_id
 
 
-async def _parked_join(env: RunningServer, client, group_id: str = "g") -> asyncio.Future:
-    """A second member's JoinGroup, which parks until the first member rejoins (a rebalance)."""
+async def _parked_join(env: RunningServer, client, group_id: str = "g", *,
+                       rebalance_timeout_ms: int = 10_000) -> asyncio.Future:
+    """A second member's JoinGroup, which parks until the first member rejoins (a rebalance) or the rebalance
+    timeout ends the join phase."""
     first = await join(client, group_id)
     assert first.error_code == 79  # MEMBER_ID_REQUIRED
     protocol = nested(ApiKey.JOIN_GROUP, 9, "protocols")(name="range", metadata=subscription_metadata("t"))
-    body = request(ApiKey.JOIN_GROUP, 9, group_id=group_id, session_timeout=ms(6000), rebalance_timeout=ms(10000),
-                   member_id=first.member_id, group_instance_id=None, protocol_type="consumer",
+    body = request(ApiKey.JOIN_GROUP, 9, group_id=group_id, session_timeout=ms(6000),
+                   rebalance_timeout=ms(rebalance_timeout_ms), member_id=first.member_id, group_instance_id=None, protocol_type="consumer",
                    protocols=(protocol,), reason=None)
     busy_before = len(env.server._busy)
     parked = client.send(body)
@@ -101,9 +103,11 @@ async def test_idle_connections_close_but_one_with_a_parked_request_stays(caplog
 async def test_reading_stops_once_max_buffered_bytes_wait_behind_a_parked_request() -> None:
     limit = 64 * 1024
     async with RunningServer(max_buffered_bytes=limit) as env:
-        leader, leader_id = await _stable_member(env)
+        # the leader's heartbeats wait behind the parked join, so its session and the join phase must outlast
+        # however long a loaded machine takes to read 64 KB: they end the rebalance, and the reading pause with it
+        leader, leader_id = await _stable_member(env, session_timeout_ms=60_000)
         newcomer = await env.client()
-        parked = await _parked_join(env, newcomer)
+        parked = await _parked_join(env, newcomer, rebalance_timeout_ms=60_000)
         beats = [newcomer.send(heartbeat("g", 1, leader_id)) for _ in range(20_000)]  # ~1.3 MB
         (connection,) = [c for c in env.server._busy]
         deadline = time.monotonic() + 30  # however slowly a loaded machine reads: until reading stops, bounded
