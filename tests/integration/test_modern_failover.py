@@ -145,6 +145,13 @@ async def test_a_reconciliation_cut_by_an_owner_sigkill_completes_on_the_new_own
             assert told.assignment is not None and first.count() == PARTITIONS // 2  # revoke the other half
             assert first.epoch == stable_epoch  # not moved on until it acknowledges
 
+            # events leave in batches: the old owner's rebalance_started must be out before it dies, or the kill
+            # takes along what its producer had not sent yet
+            def started_out() -> bool:
+                return any(e["group_id"] == group_id and e["type"] == "rebalance_started"
+                           and e["generation"] == stable_epoch for e in read_topic(kafka_bootstrap, event_topic))
+
+            await wait_until(lambda: asyncio.to_thread(started_out), 30, "the old owner's rebalance_started", 0.5)
             await victim.kill()  # the owner dies before the acknowledgement
 
             await first.heartbeat(dict(first.owned))  # revoked: acknowledged at the new owner
