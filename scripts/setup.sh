@@ -45,8 +45,8 @@ if [ "$mode" = demo ]; then
 else
   if [ ! -e "$full" ]; then
     # pyspark: a 450 MB sdist, built once (pip caches the wheel). One pip run for every extra: one resolve and one
-    # build of the project instead of one per extra.
-    pip_install "$full" '.[test,speed,spark]'
+    # build of the project instead of one per extra; bench is py-spy, for the benchmarks' --profile.
+    pip_install "$full" '.[test,speed,spark,bench]'
   fi
 fi
 .venv/bin/python -c "from coordinator.embedded import ensure_jars; ensure_jars()"
