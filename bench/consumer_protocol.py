@@ -49,7 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.coordinator import (LOADGEN_CPU, SERVER_CPU, LoadgenCpu, Server, _server_cpu_ns, await_coordinator,
                                close_all, connect_many, drive_heartbeats, median_of, pin, print_table, ratios, start_ours,
-                               start_profiler, stop_profiler)
+                               start_profiler, stop_profiler, stop_servers)
 from bench.wire import Stats
 from coordinator.embedded import EmbeddedKafka, kafka_version
 from protocol import apis, codec
@@ -389,14 +389,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                       f"({time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.1f})",
                       file=sys.stderr, flush=True)
     finally:
-        for process in processes:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        await broker.stop()
-        broker.remove_data()
+        await stop_servers(processes, broker)
     medians = {name: median_of(runs) for name, runs in results.items()}
     ours_median, kafka_median = medians["ours"], medians[kafka.name]
     ratio = ratios(ours_median, kafka_median)

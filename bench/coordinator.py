@@ -330,6 +330,18 @@ def _server_cpu_ns(pid: int) -> int:
     return total
 
 
+async def stop_servers(processes: list[subprocess.Popen], broker: Any) -> None:
+    """The servers a race started (terminated, killed after 30 s) and the embedded broker with its data."""
+    for process in processes:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    await broker.stop()
+    broker.remove_data()
+
+
 def start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen | None:
     if not args.profile or not server.name.startswith("ours"):
         return None
@@ -525,14 +537,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"repeat {repeat + 1} {server.name}: {json.dumps(figures)} "
                       f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
     finally:
-        for process in processes:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        await broker.stop()
-        broker.remove_data()
+        await stop_servers(processes, broker)
     medians = {name: median_of(runs) for name, runs in results.items()}
     ours_median, kafka_median = medians["ours"], medians[kafka.name]
     ratio = ratios(ours_median, kafka_median)
