@@ -47,9 +47,9 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.coordinator import (LOADGEN_CPU, SERVER_CPU, LoadgenCpu, Server, _server_cpu_ns, await_coordinator,
-                               close_all, connect_many, drive_heartbeats, median_of, pin, print_table, ratios, start_ours,
-                               start_profiler, stop_profiler, stop_servers)
+from bench.coordinator import (LOADGEN_CPU, LoadgenCpu, Server, _server_cpu_ns, await_coordinator, close_all,
+                               connect_many, drive_heartbeats, median_of, print_table, ratios, run_interleaved,
+                               start_ours, start_profiler, stop_profiler, stop_servers)
 from bench.wire import Stats
 from coordinator.embedded import EmbeddedKafka, kafka_version
 from protocol import apis, codec
@@ -376,18 +376,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
         servers = [ours, kafka]
         results = {server.name: [] for server in servers}
-        for repeat in range(args.repeats):
-            for server in servers if repeat % 2 == 0 else servers[::-1]:
-                for other in servers:
-                    if other is not server:
-                        pin(other.pid, LOADGEN_CPU)
-                pin(server.pid, SERVER_CPU)
-                started = time.perf_counter()
-                figures = await run_server_figures(server, args)
-                results[server.name].append(figures)
-                print(f"repeat {repeat + 1} {server.name}: {json.dumps(figures)} "
-                      f"({time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.1f})",
-                      file=sys.stderr, flush=True)
+        await run_interleaved(servers, args, run_server_figures, results, load_average=True)
     finally:
         await stop_servers(processes, broker)
     medians = {name: median_of(runs) for name, runs in results.items()}

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -330,6 +330,25 @@ def _server_cpu_ns(pid: int) -> int:
     return total
 
 
+async def run_interleaved(servers: list[Server], args: argparse.Namespace,
+                          figures_of: Callable[[Server, argparse.Namespace], Awaitable[dict[str, Any]]],
+                          results: dict[str, list[dict[str, Any]]], *, load_average: bool = False) -> None:
+    """`args.repeats` repeats, interleaved (ours, (before,) kafka, then the reverse, ...): the server under test
+    pinned to its CPU and every other one to the load generator's; each repeat's figures appended and printed."""
+    for repeat in range(args.repeats):
+        for server in servers if repeat % 2 == 0 else servers[::-1]:
+            for other in servers:
+                if other is not server:
+                    pin(other.pid, LOADGEN_CPU)
+            pin(server.pid, SERVER_CPU)
+            started = time.perf_counter()
+            figures = await figures_of(server, args)
+            results[server.name].append(figures)
+            load = f", load average {os.getloadavg()[0]:.1f}" if load_average else ""
+            print(f"repeat {repeat + 1} {server.name}: {json.dumps(figures)} "
+                  f"({time.perf_counter() - started:.0f} s{load})", file=sys.stderr, flush=True)
+
+
 async def stop_servers(processes: list[subprocess.Popen], broker: Any) -> None:
     """The servers a race started (terminated, killed after 30 s) and the embedded broker with its data."""
     for process in processes:
@@ -524,18 +543,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, list[dict[str, Any]]] = {server.name: [] for server in servers}
         for server in servers[:-1]:
             pin(server.pid, LOADGEN_CPU)
-        for repeat in range(args.repeats):
-            # interleaved: ours, (before,) kafka, then the reverse, ...
-            for server in servers if repeat % 2 == 0 else servers[::-1]:
-                for other in servers:
-                    if other is not server:
-                        pin(other.pid, LOADGEN_CPU)
-                pin(server.pid, SERVER_CPU)
-                started = time.perf_counter()
-                figures = await run_server_figures(server, args)
-                results[server.name].append(figures)
-                print(f"repeat {repeat + 1} {server.name}: {json.dumps(figures)} "
-                      f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+        await run_interleaved(servers, args, run_server_figures, results)
     finally:
         await stop_servers(processes, broker)
     medians = {name: median_of(runs) for name, runs in results.items()}
