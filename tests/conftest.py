@@ -21,7 +21,7 @@ import pytest
 
 from coordinator.embedded import (EmbeddedKafka, EmbeddedKafkaCluster, kafka_version, process_alive,
                                   started_processes)
-from tests.support import java_consumer
+from tests.support import java_consumer, watchdog
 
 log = logging.getLogger("tests")
 
@@ -161,3 +161,25 @@ def command_line(pid: int) -> str:
     except OSError:
         return "?"
 
+
+
+def _phase_default_s() -> float:
+    return float(os.environ.get("TEST_PHASE_TIMEOUT_S", watchdog.DEFAULT_PHASE_S))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with watchdog.deadline(item, "setup", watchdog.phase_limit(item, "setup", _phase_default_s())):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with watchdog.deadline(item, "call", watchdog.phase_limit(item, "call", _phase_default_s())):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with watchdog.deadline(item, "teardown", watchdog.phase_limit(item, "teardown", _phase_default_s())):
+        yield
