@@ -13,10 +13,13 @@ from coordinator.storage.serial_thread import SerialThread
 async def test_calls_run_in_order_on_one_thread_off_the_loop() -> None:
     thread = SerialThread("test-calls")
     seen: list[tuple[int, str]] = []
+
+    def call(i: int) -> int:
+        seen.append((i, threading.current_thread().name))
+        return i
+
     try:
-        results = await asyncio.wait_for(asyncio.gather(*(
-            thread.submit(lambda i: seen.append((i, threading.current_thread().name)) or i, i) for i in range(5))),
-            10)
+        results = await asyncio.wait_for(asyncio.gather(*(thread.submit(call, i) for i in range(5))), 10)
     finally:
         thread.stop()
     assert results == [0, 1, 2, 3, 4]
@@ -39,7 +42,10 @@ async def test_then_runs_with_the_result_before_the_futures_callbacks() -> None:
 async def test_a_failing_then_still_settles_the_future() -> None:
     thread = SerialThread("test-then-fails")
     try:
-        future = thread.submit(lambda: 7, then=lambda result: 1 / 0)
+        def failing(_result: object) -> None:
+            raise ZeroDivisionError
+
+        future = thread.submit(lambda: 7, then=failing)
         assert await asyncio.wait_for(future, 10) == 7
     finally:
         thread.stop()
