@@ -7,8 +7,9 @@ read_committed), so a write is atomic whatever the batching.
 
 Group commit keeps the cost per write low: writes queue while one transaction is in flight; the next
 transaction takes every queued write (begin, produce them all, commit), so concurrent SyncGroups and
-OffsetCommits share one commit round trip instead of paying one each. A write's future resolves with the
-transaction's outcome (None: committed; else the error). A failed transaction is aborted, and every write in it
+OffsetCommits share one commit round trip instead of paying one each; a write that finds no transaction in
+flight starts one from send() itself, without waiting for a turn of a busy loop. A write's future resolves with
+the transaction's outcome (None: committed; else the error), in the loop callback that brings it. A failed transaction is aborted, and every write in it
 fails with the same error: none of them is visible, so the waiting requests are told so and retry.
 
 The transactional.id is the fence: a new producer with the same id (`init_transactions`) aborts what an older
