@@ -23,7 +23,8 @@ from protocol.error_codes import Errors
 from simulator.instance import CoordinatorInstance
 from simulator.kafka import KafkaFaults
 from simulator.plants import PLANTS
-from simulator.run import Scenario, Simulation, make_scenario, run_seed, run_story
+from simulator.client_txns import TransactionalApp, txn_offset_commit_request
+from simulator.run import Scenario, Simulation, TxnAppSpec, make_scenario, run_seed, run_story
 from simulator.shrink import Reduction, ddmin, shrink
 
 CI_SEEDS = int(os.environ.get("SIMULATOR_SEEDS", "200"))
@@ -372,6 +373,49 @@ def test_offsets_of_a_commit_in_flight_stay_deleted_after_a_reload(delete: str) 
     assert answers == [Errors.NONE, Errors.NONE]
     assert fetched == {("t", 0): -1, ("t", 1): -1}
     assert violations == []
+
+
+def test_an_offset_deleted_while_its_transaction_is_open_stays_deleted_after_the_commit_and_a_reload() -> None:
+    """A client's TxnOffsetCommit is acknowledged (pending), the operator deletes the offset, then the transaction
+    commits: Kafka's replay drops the pending offset at the tombstone, so neither memory nor a reload shows it."""
+    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None,
+                        txn_apps=[TxnAppSpec({"t": 1}, True, 5, 60_000)])
+    sim = Simulation(scenario)
+    seen: dict[str, Any] = {}
+
+    async def loaded() -> CoordinatorInstance:
+        instance = sim._start_instance()
+        while not instance.loaded:
+            await asyncio.sleep(0.1)
+        return instance
+
+    async def fetched() -> int:
+        answer = await sim.call("tool", "", "fetch_offsets", OffsetFetchRequest(
+            "txn-group-0", [OffsetFetchRequestTopic("t", [0])]))
+        return int(answer.topics[0].partitions[0].committed_offset)
+
+    async def story() -> None:
+        first = await loaded()
+        app = TransactionalApp(sim, 0, 1, {"t": 1}, True, 5, 60_000, random.Random(0))
+        await app._init()
+        request = txn_offset_commit_request(5, app.transactional_id, app.group_id, app.producer_id, app.epoch,
+                                            {("t", 0): 7})
+        answer = await app._call("txn_offset_commit", request)
+        seen["txn_offset_commit"] = answer.topics[0].partitions[0].error_code
+        deleted = await sim.call("tool", "", "delete_offsets", OffsetDeleteRequest(
+            "txn-group-0", [OffsetDeleteRequestTopic("t", [0])]))
+        seen["delete"] = deleted.error_code
+        seen["end_txn"], app.epoch = await app.ctc.end_txn(app.transactional_id, app.producer_id, app.epoch, True)
+        await asyncio.sleep(1)  # the partition's tail reads the marker
+        seen["memory"] = await fetched()
+        first.crash()
+        await loaded()
+        seen["reload"] = await fetched()
+
+    run_story(sim, story())
+    assert seen == {"txn_offset_commit": Errors.NONE, "delete": Errors.NONE, "end_txn": Errors.NONE, "memory": -1,
+                    "reload": -1}
+    assert sim.checkers.violations == []
 
 
 def test_a_delete_kafka_refused_is_not_answered_as_done() -> None:
