@@ -19,6 +19,8 @@ from coordinator.config import CoordinatorConfig
 from coordinator.group.api import (DeleteGroupsRequest, OffsetCommitRequest, OffsetCommitRequestPartition,
                                    OffsetCommitRequestTopic, OffsetDeleteRequest, OffsetDeleteRequestTopic,
                                    OffsetFetchRequest, OffsetFetchRequestTopic)
+from coordinator.group.modern.heartbeat import HeartbeatRequest
+from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH
 from protocol.error_codes import Errors
 from simulator.instance import CoordinatorInstance
 from simulator.kafka import KafkaFaults
@@ -305,12 +307,14 @@ async def _delete_offsets(sim: Simulation, partitions: Sequence[tuple[str, int]]
     return int(answer.error_code)
 
 
-def _second_commit_then_deleted(delete: Any, second: str) -> tuple[list[int], dict[tuple[str, int], int], list[str]]:
-    """A simple consumer commits ("t", 0); its next commit, of ("t", 0) and ("t", 1), is in the log but not in
-    memory when the operator deletes: `second` "failed_after_append" (answered NOT_ENOUGH_REPLICAS_AFTER_APPEND) or
-    "in_flight" (the delete comes while Kafka has not acknowledged it yet). The coordinator crashes, a new one
-    loads. Returns the second commit's and the delete's error codes, what a fetch of both partitions shows after the
-    reload, and the violations."""
+def _second_commit_then_deleted(delete: Any, second: str, *, protocol: str = "classic"
+                                ) -> tuple[list[int], dict[tuple[str, int], int], list[str]]:
+    """A simple consumer (`protocol` "classic"; "consumer": a KIP-848 member subscribed to another topic, which
+    leaves after it when the group is to be deleted, an admin committing in its place) commits ("t", 0); its next
+    commit, of ("t", 0) and ("t", 1), is in the log but not in memory when the operator deletes: `second`
+    "failed_after_append" (answered NOT_ENOUGH_REPLICAS_AFTER_APPEND) or "in_flight" (the delete comes while Kafka
+    has not acknowledged it yet). The coordinator crashes, a new one loads. Returns the second commit's and the
+    delete's error codes, what a fetch of both partitions shows after the reload, and the violations."""
     scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None)
     sim = Simulation(scenario)
     answers: list[int] = []
@@ -323,26 +327,43 @@ def _second_commit_then_deleted(delete: Any, second: str) -> tuple[list[int], di
             await asyncio.sleep(0.1)
         return instance
 
+    member = {"id": "", "epoch": -1}
+
+    async def heartbeat(epoch: int) -> None:
+        answer = await sim.call("tool", member["id"], "consumer_group_heartbeat", HeartbeatRequest(
+            "g", member["id"], epoch, rebalance_timeout_ms=30_000, subscribed_topic_names=("other",), owned=()))
+        assert answer.error == Errors.NONE, answer
+        member["epoch"] = answer.member_epoch
+
     async def commit(tps: list[tuple[str, int]]) -> int:
-        answer = await sim.call("tool", "", "commit_offsets", OffsetCommitRequest("g", -1, "", [
-            OffsetCommitRequestTopic("t", [OffsetCommitRequestPartition(p, sim.next_offset("g", ("t", p)))
-                                           for _, p in tps])]))
+        answer = await sim.call("tool", member["id"], "commit_offsets", OffsetCommitRequest(
+            "g", member["epoch"], member["id"], [OffsetCommitRequestTopic("t", [
+                OffsetCommitRequestPartition(p, sim.next_offset("g", ("t", p))) for _, p in tps])], version=9))
         return int(answer.topics[0].partitions[0].error_code)
+
+    async def deleted() -> int:
+        return int(await delete(sim, partitions))
 
     async def story() -> None:
         first = await loaded()
+        if protocol == "consumer":
+            member["id"] = "member-0"
+            await heartbeat(0)
         assert await commit(partitions[:1]) == Errors.NONE
         sim.checkers.committed("g", ("t", 0), 1, "tool")
+        if protocol == "consumer" and delete is _delete_group:  # DeleteGroups needs it Empty: an admin commits
+            await heartbeat(LEAVE_GROUP_MEMBER_EPOCH)
+            member.update(id="", epoch=-1)
         if second == "failed_after_append":
             sim.kafka.faults.after_append = 1.0
             answers.append(await commit(partitions))
             sim.kafka.faults.after_append = 0.0
-            answers.append(await delete(sim, partitions))
+            answers.append(await deleted())
         else:
             sim.kafka.faults.land_ms = (1_000, 1_000)
             in_flight = asyncio.ensure_future(commit(partitions))
             await asyncio.sleep(0.5)
-            answers.append(await delete(sim, partitions))
+            answers.append(await deleted())
             answers.insert(0, await in_flight)
         first.crash()
         await loaded()
@@ -354,22 +375,24 @@ def _second_commit_then_deleted(delete: Any, second: str) -> tuple[list[int], di
     return answers, fetched, [v.line() for v in sim.checkers.violations]
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 @pytest.mark.parametrize("delete", ["delete_offsets", "delete_groups"])
-def test_offsets_whose_commit_failed_after_append_stay_deleted_after_a_reload(delete: str) -> None:
+def test_offsets_whose_commit_failed_after_append_stay_deleted_after_a_reload(delete: str, protocol: str) -> None:
     """The failed commit may be in the log (Kafka appended it): the delete tombstones what memory never took too,
     so the reload does not bring back offsets the operator deleted (seed 33 of --protocol consumer)."""
     answers, fetched, violations = _second_commit_then_deleted(
-        _delete_offsets if delete == "delete_offsets" else _delete_group, "failed_after_append")
+        _delete_offsets if delete == "delete_offsets" else _delete_group, "failed_after_append", protocol=protocol)
     assert answers == [Errors.COORDINATOR_NOT_AVAILABLE, Errors.NONE]
     assert fetched == {("t", 0): -1, ("t", 1): -1}
     assert violations == []
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 @pytest.mark.parametrize("delete", ["delete_offsets", "delete_groups"])
-def test_offsets_of_a_commit_in_flight_stay_deleted_after_a_reload(delete: str) -> None:
+def test_offsets_of_a_commit_in_flight_stay_deleted_after_a_reload(delete: str, protocol: str) -> None:
     """The commit was queued before the tombstones, so it lands before them: they cover its partitions too."""
     answers, fetched, violations = _second_commit_then_deleted(
-        _delete_offsets if delete == "delete_offsets" else _delete_group, "in_flight")
+        _delete_offsets if delete == "delete_offsets" else _delete_group, "in_flight", protocol=protocol)
     assert answers == [Errors.NONE, Errors.NONE]
     assert fetched == {("t", 0): -1, ("t", 1): -1}
     assert violations == []
