@@ -329,8 +329,9 @@ class Connection(asyncio.BufferedProtocol):
             self._respond(header, outcome)
 
     def _start(self, header: RequestHeader, body: Any, start: _Start, to_frame: _ToFrame) -> None:
-        """JoinGroup/SyncGroup without a coroutine: answered now, or parked on the future group logic answers
-        (answered in its done callback); anything else it must wait for goes the coroutine way."""
+        """JoinGroup/SyncGroup/ConsumerGroupHeartbeat without a coroutine: answered now, or parked on the future
+        group logic answers (answered in its done callback); anything else it must wait for (a write, a topic
+        refresh) goes the coroutine way."""
         base = self._request_context
         context = base.copy() if base is not None else contextvars.copy_context()
         try:
