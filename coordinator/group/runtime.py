@@ -202,7 +202,7 @@ class GroupRuntime:
         first; one it knows but has not refreshed within the heartbeat interval is refreshed in the background,
         its news reaching the group at a later heartbeat, as Kafka's coordinator serves a heartbeat with the
         metadata image it has while a newer one is on its way."""
-        names = self._subscribed_names(req)
+        names = self._names_to_look_at(req)
         if names and self.refresh_topics is not None:
             known = self.consumer_groups.topics.by_name
             if self.stale_topics is None or any(known(name) is None for name in names):
@@ -230,6 +230,17 @@ class GroupRuntime:
             member = group.members.get(req.member_id) if group is not None else None
             names = member.subscribed_topic_names if member is not None else ()
         return names
+
+    def _names_to_look_at(self, req: HeartbeatRequestV2) -> Collection[str]:
+        """The topics a request subscribes to; for a heartbeat that does not repeat them, the member's once its
+        group looks at its topics' metadata again (heartbeat.subscribe, once per heartbeat interval), else none."""
+        if req.subscribed_topic_names is not None:
+            return req.subscribed_topic_names
+        group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
+        if group is None or self.consumer_groups.timer.clock.now_ms() < group.metadata_refresh_deadline_ms:
+            return ()
+        member = group.members.get(req.member_id)
+        return member.subscribed_topic_names if member is not None else ()
 
     def _refresh_in_background(self, names: Collection[str], stale_topics: Callable[[Collection[str]], list[str]]
                                ) -> None:
