@@ -47,7 +47,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,12 +90,16 @@ def pin(pid: int, cpu: int) -> None:
 
 
 async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None = None, *,
-                     config: Sequence[str] = ()) -> tuple[subprocess.Popen, Server]:
+                     config: Sequence[str] = (), module: str = "coordinator.cli",
+                     environment: Mapping[str, str] | None = None) -> tuple[subprocess.Popen, Server]:
     """`coordinator serve` from this checkout, or from `source_tree` (its working directory and PYTHONPATH, so
-    its packages shadow this checkout's); `config`: more `name=value` settings."""
-    env = None if source_tree is None else {**os.environ, "PYTHONPATH": source_tree}
+    its packages shadow this checkout's); `config`: more `name=value` settings; `module`: what runs the command
+    line (bench.cprofiled: the same under a switchable profiler), with `environment` added to ours."""
+    env = None if source_tree is None and not environment else {**os.environ, **(environment or {})}
+    if source_tree is not None:
+        env["PYTHONPATH"] = source_tree  # type: ignore[index]
     process = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "--log-level", "WARNING", "serve", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", module, "--log-level", "WARNING", "serve", "--listen", "127.0.0.1:0",
          "--bootstrap-server", bootstrap, "--state-topic", f"__bench_state_{uuid.uuid4().hex[:6]}",
          "--event-topic", "", "--config", f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}",
          "--config", f"group.min.session.timeout.ms={MIN_SESSION_MS}",
