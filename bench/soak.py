@@ -154,11 +154,11 @@ class HeartbeatMember:
 
 
 class HeartbeatConnection(asyncio.Protocol):
-    """Pipelined heartbeats; answers come in request order, so a FIFO of (send time, member) matches them."""
+    """Pipelined heartbeats; answers come in request order, so a FIFO of (send time, member, frame) matches them."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self.sent: collections.deque[tuple[int, HeartbeatMember]] = collections.deque()
+        self.sent: collections.deque[tuple[int, HeartbeatMember, bytes]] = collections.deque()
         self.pending = b""
         self.transport: asyncio.Transport | None = None
         self.lost = False
@@ -169,7 +169,7 @@ class HeartbeatConnection(asyncio.Protocol):
     def send(self, member: HeartbeatMember, now_ns: int) -> None:
         if self.transport is None or self.lost:
             return
-        self.sent.append((now_ns, member))
+        self.sent.append((now_ns, member, member.frame))
         self.transport.write(member.frame)
 
     def data_received(self, data: bytes) -> None:
@@ -180,8 +180,8 @@ class HeartbeatConnection(asyncio.Protocol):
         worker, sent = self.worker, self.sent
         for offset in range(0, usable, _RESPONSE_BYTES):
             error = _RESPONSE.unpack_from(data, offset)[4]
-            sent_ns, member = sent.popleft()
-            worker.answer((now_ns - sent_ns) // 1000, error, member)
+            sent_ns, member, frame = sent.popleft()
+            worker.answer((now_ns - sent_ns) // 1000, error, member, frame)
         if usable != len(data):
             self.pending = data[usable:]
 
@@ -218,8 +218,10 @@ class Worker:
     rejoin_first_error: str | None = None
     rejoin_tasks: set[asyncio.Task] = field(default_factory=set)
 
-    def answer(self, us: int, error: int, member: HeartbeatMember) -> None:
-        if error and error in _REJOIN_ON and not member.rejoining:
+    def answer(self, us: int, error: int, member: HeartbeatMember, frame: bytes) -> None:
+        # an answer to a heartbeat of an older generation (sent before a rejoin) asks for nothing, as in Kafka's
+        # consumer, which ignores it once its generation changed
+        if error and error in _REJOIN_ON and not member.rejoining and frame is member.frame:
             self.start_rejoin(member, error)
         if not self.measuring:
             return

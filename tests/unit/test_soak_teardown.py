@@ -71,7 +71,12 @@ def test_sigterm_stops_and_reaps_every_process_the_soak_started() -> None:
          "--event-loop", "asyncio"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in soak.stdout or ()], daemon=True).start()
+
+    def read() -> None:
+        for line in soak.stdout or ():
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
     started: dict[int, int] = {}
     try:
         _wait_for_line(lines, "warming up", 60)  # server up, both workers formed their groups
