@@ -583,7 +583,10 @@ def stop_process(proc: subprocess.Popen, grace_s: float) -> None:
         except subprocess.TimeoutExpired:
             pass
     _signal_group(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:  # only a process stuck in the kernel outlives SIGKILL this long
+        print(f"process {proc.pid} still there 10 s after SIGKILL", file=sys.stderr, flush=True)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
