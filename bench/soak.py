@@ -70,8 +70,8 @@ _RESPONSE = struct.Struct(">iiBih")  # size, correlation id, header tags, thrott
 _RESPONSE_BYTES = 16
 _COORDINATOR_MOVING = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 _UNKNOWN_MEMBER_ID = 25
-_REJOIN_ON = frozenset((22, 25, 27))  # heartbeat answers a consumer rejoins on: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-#                                       REBALANCE_IN_PROGRESS
+# heartbeat answers a consumer rejoins on: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
+_REJOIN_ON = frozenset((22, _UNKNOWN_MEMBER_ID, 27))
 
 
 def raise_fd_limit() -> int:
