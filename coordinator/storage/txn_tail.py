@@ -163,7 +163,11 @@ class TransactionTails:
         if loop is None or thread is None:
             return
         stopped = asyncio.run_coroutine_threadsafe(self._cancel_all(), loop)
-        await asyncio.wrap_future(stopped)
+        try:  # bounded: a connection that does not close must not hold the coordinator's shutdown
+            await asyncio.wait_for(asyncio.wrap_future(stopped), timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("event=txn_tails_close_timeout topic=%s timeout_s=%.1f (tails left to the daemon thread)",
+                        self.topic, timeout_s)
         loop.call_soon_threadsafe(loop.stop)
         await asyncio.to_thread(thread.join, timeout_s)
 
