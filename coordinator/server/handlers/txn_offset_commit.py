@@ -329,7 +329,8 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
             writes.owed.pop(producer_id, None)
             if shard.status is ShardStatus.ACTIVE:  # else the partition moved on: its next owner loads the batch
                 replay_transactional_offsets(shard, producer_id, batch.epoch,
-                                             [(result.base_offset + i, r) for i, r in enumerate(batch.records)])
+                                             [(result.base_offset + i, r) for i, r in enumerate(batch.records)],
+                                             transactional_id=identity.transactional_id)
                 shard.observer.on_txn_offsets_pending(identity.group_id, identity.transactional_id, producer_id,
                                                       batch.epoch, len(batch.records))
             log.info("event=txn_offsets_pending group=%s transactional_id=%s producer_id=%d epoch=%d offsets=%d "
