@@ -4,7 +4,7 @@ the same group settings, against (a) `coordinator serve` and (b) the embedded Ap
   python -m bench.consumer_protocol [--repeats 2] [--seconds 4] [--groups 1000] [--group-size 10]
                                     [--connections 100,1000] [--reconcile-sizes 10,100,1000]
                                     [--figures consumer-heartbeat,reconcile] [--interval-ms 250]
-                                    [--profile FILE]
+                                    [--profile FILE [--profiler py-spy|cprofile]]
 
 Figures, each for both servers, with the ratio ours ÷ Kafka (throughput: higher is better; times and CPU: lower is
 better):
@@ -51,6 +51,7 @@ from bench.coordinator import (LOADGEN_CPU, LoadgenCpu, Server, _server_cpu_ns, 
                                connect_many, drive_heartbeats, median_of, print_table, ratios, run_interleaved,
                                start_ours, start_profiler, stop_profiler, stop_servers)
 from bench.wire import Stats
+from bench.cprofiled import OUTPUT_VARIABLE, PROFILE_OFF, PROFILE_ON
 from coordinator.embedded import EmbeddedKafka, kafka_version
 from protocol import apis, codec
 from protocol.apis import ApiKey
@@ -277,12 +278,18 @@ async def heartbeat_figures(server: Server, args: argparse.Namespace) -> dict[st
         random.shuffle(frames)  # each connection cycles through members of many groups
         figures = {}
         for connections in args.connections:
-            profiler = start_profiler(server, args) if connections == max(args.connections) else None
+            profiled = connections == max(args.connections)
+            profiler = start_profiler(server, args) if profiled and args.profiler == "py-spy" else None
+            cprofiled = profiled and args.profiler == "cprofile" and args.profile and server.name == "ours"
+            if cprofiled:
+                os.kill(server.pid, PROFILE_ON)
             try:
                 figures[str(connections)] = await drive_heartbeats(server, frames, connections, args.seconds,
                                                                    stats=HeartbeatStats())
             finally:
                 stop_profiler(profiler)
+                if cprofiled:
+                    os.kill(server.pid, PROFILE_OFF)
         return figures
     finally:
         await asyncio.gather(*(m.leave() for m in members if m.epoch > 0))
@@ -364,10 +371,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         if "reconcile" in args.figures:
             topics.update({reconcile_topic(size): 2 * size for size in args.reconcile_sizes})
         await asyncio.to_thread(create_topics, broker.bootstrap, topics)
+        profiled: dict[str, Any] = {}
+        if args.profile and args.profiler == "cprofile":
+            profiled = {"module": "bench.cprofiled", "environment": {OUTPUT_VARIABLE: os.path.abspath(args.profile)}}
         for attempt in range(3):  # the broker may be slow to answer right after making thousands of partitions
             try:
                 process, ours = await start_ours(broker.bootstrap,
-                                                 config=[f"{k}={v}" for k, v in settings.items()])
+                                                 config=[f"{k}={v}" for k, v in settings.items()], **profiled)
                 break
             except RuntimeError:
                 if attempt == 2:
@@ -407,8 +417,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--interval-ms", type=int, default=250, help="group.consumer.heartbeat.interval.ms of both")
     parser.add_argument("--figures", default="consumer-heartbeat,reconcile")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
-    parser.add_argument("--profile", help="py-spy raw output file for our server during the heartbeats over the "
-                        "most connections")
+    parser.add_argument("--profile", help="profile of our server during the heartbeats over the most connections "
+                        "(every repeat's overwrites the last): py-spy's raw output, or cProfile's pstats file")
+    parser.add_argument("--profiler", choices=["py-spy", "cprofile"], default="py-spy",
+                        help="cprofile: every call on the server's main thread (bench/cprofiled.py)")
     return parser.parse_args(argv)
 
 

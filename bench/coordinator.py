@@ -47,7 +47,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,15 +90,20 @@ def pin(pid: int, cpu: int) -> None:
 
 
 async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None = None, *,
-                     config: Sequence[str] = (), write_mode: str = "transactional") -> tuple[subprocess.Popen, Server]:
+                     config: Sequence[str] = (), module: str = "coordinator.cli",
+                     environment: Mapping[str, str] | None = None, write_mode: str = "transactional"
+                     ) -> tuple[subprocess.Popen, Server]:
     """`coordinator serve` from this checkout, or from `source_tree` (its working directory and PYTHONPATH, so
-    its packages shadow this checkout's); `config`: more `name=value` settings; `write_mode`: serve's
-    --write-mode (how the state topic is written)."""
-    env = None if source_tree is None else {**os.environ, "PYTHONPATH": source_tree}
+    its packages shadow this checkout's); `config`: more `name=value` settings; `module`: what runs the command
+    line (bench.cprofiled: the same under a switchable profiler), with `environment` added to ours; `write_mode`:
+    serve's --write-mode (how the state topic is written; the default left out, for trees without the flag)."""
+    env = None if source_tree is None and not environment else {**os.environ, **(environment or {})}
+    if source_tree is not None:
+        env["PYTHONPATH"] = source_tree  # type: ignore[index]
     process = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "--log-level", "WARNING", "serve", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", module, "--log-level", "WARNING", "serve", "--listen", "127.0.0.1:0",
          "--bootstrap-server", bootstrap, "--state-topic", f"__bench_state_{uuid.uuid4().hex[:6]}",
-         "--event-topic", "", "--write-mode", write_mode,
+         "--event-topic", "", *(("--write-mode", write_mode) if write_mode != "transactional" else ()),
          "--config", f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}",
          "--config", f"group.min.session.timeout.ms={MIN_SESSION_MS}",
          *(argument for setting in config for argument in ("--config", setting))],

@@ -219,10 +219,12 @@ async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOpt
 
 def _watch_cluster_topics(coordinator: GroupRuntime, relay: Relay) -> None:
     """Consumer groups see the relay's view of the cluster's topics, refreshed for a group's subscribed topics
-    when older than the group's heartbeat interval (new partitions reach the target within a heartbeat or two)."""
+    when older than the group's heartbeat interval (new partitions reach the target within a heartbeat or two;
+    a topic not known yet is learnt before the heartbeat is answered, a known one in the background)."""
     max_age_ms = coordinator.config.group_consumer_heartbeat_interval_ms
     coordinator.consumer_groups.topics = relay.cluster
     coordinator.refresh_topics = lambda names: relay.cluster.refresh(names, max_age_ms)
+    coordinator.stale_topics = lambda names: relay.cluster.stale(names, max_age_ms)
     coordinator.consumer_groups.refresh_all_topics = lambda: relay.cluster.refresh_all(REGEX_BATCH_REFRESH_INTERVAL_MS)
 
 

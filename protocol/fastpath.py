@@ -149,6 +149,12 @@ _EPOCH_INTERVAL = struct.Struct(">ii")
 _THROTTLE_ERROR = struct.Struct(">ih")
 
 
+_NO_TIMEOUT = -1 * _ONE_MS
+# The steady heartbeat's fields after the member epoch, every one null (unchanged) per version: instance id, rack
+# id, rebalance timeout -1, topic names, (v1: regex,) assignor, owned partitions, then no tags. One comparison.
+_STEADY_TAILS = (b"\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00", b"\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00\x00")
+
+
 class OwnedTopicPartitions(NamedTuple):
     topic_id: uuid.UUID | None
     partitions: tuple[int, ...]
@@ -182,6 +188,10 @@ def read_consumer_group_heartbeat(frame: bytes) -> tuple[int, int, str | None, C
         group_id, offset = _string(frame, offset, True)
         member_id, offset = _string(frame, offset, True)
         (member_epoch,) = _INT32.unpack_from(frame, offset)
+        steady = _STEADY_TAILS[version]
+        if frame[offset + 4:offset + 4 + len(steady)] == steady:
+            return version, correlation_id, client_id, ConsumerGroupHeartbeatFields(
+                group_id, member_id, member_epoch, None, None, _NO_TIMEOUT, None, None, None, None)
         instance_id, offset = _nullable_string(frame, offset + 4, True)
         rack_id, offset = _nullable_string(frame, offset, True)
         (rebalance_timeout_ms,) = _INT32.unpack_from(frame, offset)

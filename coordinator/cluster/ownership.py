@@ -178,6 +178,9 @@ class GuardedService:
     def consumer_group_heartbeat(self, request: Any) -> Any:
         return self._checked().consumer_group_heartbeat(request)
 
+    def start_consumer_group_heartbeat(self, request: Any) -> Any:
+        return self._checked().start_consumer_group_heartbeat(request)
+
     def consumer_group_describe(self, group_ids: list[str]) -> Any:
         return self._checked().consumer_group_describe(group_ids)
 

@@ -92,6 +92,10 @@ class GroupRuntime:
         # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the
         # topics ConsumerGroupService.topics has are all there is
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None
+        # which of those topics are due for a refresh (older than the heartbeat interval); None: every heartbeat
+        # awaits `refresh_topics`
+        self.stale_topics: Callable[[Collection[str]], list[str]] | None = None
+        self._refreshing_topics: dict[str, asyncio.Task[None]] = {}  # refreshes in the background, by topic
         self.is_active = True
         # insertion-ordered (a dict, not a set): shutdown cancels the writes in the order they were made, not in
         # the tasks' memory-address order, so their answers go out in a reproducible order
@@ -191,23 +195,87 @@ class GroupRuntime:
         return HeartbeatResponse(
             self.handle_heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id))
 
+    def start_consumer_group_heartbeat(self, req: HeartbeatRequestV2
+                                       ) -> HeartbeatResponseV2 | Awaitable[HeartbeatResponseV2]:
+        """`consumer_group_heartbeat` without a coroutine when there is nothing to wait for (the steady state):
+        the answer, or what to await for it. A subscribed topic the cluster view does not know yet is learnt
+        first; one it knows but has not refreshed within the heartbeat interval is refreshed in the background,
+        its news reaching the group at a later heartbeat, as Kafka's coordinator serves a heartbeat with the
+        metadata image it has while a newer one is on its way."""
+        names = self._names_to_look_at(req)
+        if names and self.refresh_topics is not None:
+            known = self.consumer_groups.topics.by_name
+            if self.stale_topics is None or any(known(name) is None for name in names):
+                return self.consumer_group_heartbeat(req)
+            self._refresh_in_background(names, self.stale_topics)
+        return self._answer_heartbeat(req)
+
     async def consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
         """ConsumerGroupHeartbeat (KIP-848): the subscribed topics are learnt first (a topic or partition the
         cluster gained shows up in the target), then the group logic answers synchronously."""
-        names = req.subscribed_topic_names
-        if names is None:
-            group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
-            member = group.members.get(req.member_id) if group is not None else None
-            names = member.subscribed_topic_names if member is not None else ()
+        names = self._subscribed_names(req)
         if names and self.refresh_topics is not None:
             try:
                 await self.refresh_topics(list(names))
             except Exception as exc:  # the cluster unreachable: serve with what we know
                 log.warning("event=topic_refresh_failed group=%s topics=%d error=%r", req.group_id, len(names), exc)
+        answer = self._answer_heartbeat(req)
+        return answer if isinstance(answer, HeartbeatResponseV2) else await answer
+
+    def _subscribed_names(self, req: HeartbeatRequestV2) -> Collection[str]:
+        """The topics the request subscribes to, or the member's (a heartbeat that does not repeat them)."""
+        names = req.subscribed_topic_names
+        if names is None:
+            group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
+            member = group.members.get(req.member_id) if group is not None else None
+            names = member.subscribed_topic_names if member is not None else ()
+        return names
+
+    def _names_to_look_at(self, req: HeartbeatRequestV2) -> Collection[str]:
+        """The topics a request subscribes to; for a heartbeat that does not repeat them, the member's once its
+        group looks at its topics' metadata again (heartbeat.subscribe, once per heartbeat interval), else none."""
+        if req.subscribed_topic_names is not None:
+            return req.subscribed_topic_names
+        group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
+        if group is None or self.consumer_groups.timer.clock.now_ms() < group.metadata_refresh_deadline_ms:
+            return ()
+        member = group.members.get(req.member_id)
+        return member.subscribed_topic_names if member is not None else ()
+
+    def _refresh_in_background(self, names: Collection[str], stale_topics: Callable[[Collection[str]], list[str]]
+                               ) -> None:
+        """One refresh at a time per topic, for the topics not refreshed within the heartbeat interval."""
+        stale = [name for name in stale_topics(names) if name not in self._refreshing_topics]
+        if not stale:
+            return
+        assert self.refresh_topics is not None
+        task = asyncio.get_running_loop().create_task(self._refresh_topics_logged(stale))
+        for name in stale:
+            self._refreshing_topics[name] = task
+        self._tasks[task] = None  # cancelled at shutdown, as writes are
+        task.add_done_callback(self._forget_task)
+        task.add_done_callback(lambda _done: [self._refreshing_topics.pop(name, None) for name in stale])
+
+    async def _refresh_topics_logged(self, names: list[str]) -> None:
+        try:
+            await self.refresh_topics(names)  # type: ignore[misc]
+        except Exception as exc:  # the cluster unreachable: served with what we know meanwhile
+            log.warning("event=topic_refresh_failed topics=%d error=%r", len(names), exc)
+
+    def _answer_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2 | Awaitable[HeartbeatResponseV2]:
+        """The group logic's answer, at once when it wrote nothing and the group has no write in flight; else
+        once the writes are acknowledged."""
         response, write = self.consumer_groups.heartbeat(req)
         if write is None:
-            return await self._after_earlier_writes(req.group_id, response)
-        [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))
+            pending, _failures = self.consumer_groups.unacknowledged(req.group_id)
+            if pending is None or pending.done is None:
+                return response
+            return self._after_earlier_writes(req.group_id, response)
+        return self._after_write(self._start(self.shard_for(req.group_id), [write]), response)
+
+    async def _after_write(self, done: list[asyncio.Future[Errors]], response: HeartbeatResponseV2
+                           ) -> HeartbeatResponseV2:
+        [error] = await self._written(done)
         return response if error == Errors.NONE else HeartbeatResponseV2(kafka4_append_error(error))
 
     async def _after_earlier_writes(self, group_id: str, response: HeartbeatResponseV2) -> HeartbeatResponseV2:

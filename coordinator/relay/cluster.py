@@ -100,11 +100,15 @@ class ClusterMetadata:
         if old is not None:
             self._names.pop(old, None)
 
+    def stale(self, topics: Iterable[str], max_age_ms: int) -> list[str]:
+        """The topics not refreshed within `max_age_ms` (or never), sorted."""
+        now = time.monotonic()
+        return sorted({t for t in topics if now - self._refreshed_at.get(t, -1e9) >= max_age_ms / 1000})
+
     async def refresh(self, topics: Iterable[str], max_age_ms: int) -> None:
         """Ask the cluster about the topics not refreshed within `max_age_ms` (or never): a consumer group's
         subscribed topics, before its heartbeat is handled, so new topics and partitions are seen."""
-        now = time.monotonic()
-        stale = sorted({t for t in topics if now - self._refreshed_at.get(t, -1e9) >= max_age_ms / 1000})
+        stale = self.stale(topics, max_age_ms)
         if stale:
             await self._refresh_topics(stale)
 

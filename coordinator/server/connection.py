@@ -44,7 +44,7 @@ from coordinator.security.principals import PrincipalMappingError, SslPrincipalM
 from coordinator.security.sasl_passthrough import PASSABLE_MECHANISMS, Refusal, SaslPassthrough, State
 from coordinator.server.config import ServerConfig
 from coordinator.server.context import ConnectionContext, Directory, GroupService, Node, java_host_string
-from coordinator.server.handlers import HANDLERS, SERVED_APIS, join_group, sync_group
+from coordinator.server.handlers import HANDLERS, SERVED_APIS, consumer_group_heartbeat, join_group, sync_group
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.relaying import RelaySide
 from coordinator.timer.clock import Clock
@@ -75,10 +75,12 @@ _RESUMED_HERE = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
 
 _Start = Callable[[Any, RequestHeader, Any], Any]
 _ToFrame = Callable[[RequestHeader, Any], bytes]
-# Started without a coroutine (handlers' `start`): a rebalance serves two of these per member.
+# Started without a coroutine (handlers' `start`): a rebalance serves two of these per member, and a consumer
+# group's members heartbeat every few seconds.
 _STARTED_HERE: dict[int, tuple[_Start, _ToFrame]] = {
     ApiKey.JOIN_GROUP: (join_group.start, join_group.to_frame),
     ApiKey.SYNC_GROUP: (sync_group.start, sync_group.to_frame),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (consumer_group_heartbeat.start, consumer_group_heartbeat.to_frame),
 }
 
 
@@ -301,9 +303,10 @@ class Connection(asyncio.BufferedProtocol):
             return
         if frame[:4] == HEARTBEAT_V4_PREFIX and self._heartbeat_v4(frame):
             return
-        request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
-        if request is None and frame[:2] == CONSUMER_GROUP_HEARTBEAT_API_KEY:
+        if frame[:2] == CONSUMER_GROUP_HEARTBEAT_API_KEY:
             request = _read_consumer_group_heartbeat(frame)
+        else:
+            request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
         if request is None:
             try:
                 request = decode_request(frame)
@@ -326,8 +329,9 @@ class Connection(asyncio.BufferedProtocol):
             self._respond(header, outcome)
 
     def _start(self, header: RequestHeader, body: Any, start: _Start, to_frame: _ToFrame) -> None:
-        """JoinGroup/SyncGroup without a coroutine: answered now, or parked on the future group logic answers
-        (answered in its done callback); anything else it must wait for goes the coroutine way."""
+        """JoinGroup/SyncGroup/ConsumerGroupHeartbeat without a coroutine: answered now, or parked on the future
+        group logic answers (answered in its done callback); anything else it must wait for (a write, a topic
+        refresh) goes the coroutine way."""
         base = self._request_context
         context = base.copy() if base is not None else contextvars.copy_context()
         try:

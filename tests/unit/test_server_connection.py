@@ -405,3 +405,36 @@ def test_back_pressure_on_uvloop() -> None:
 
 def test_graceful_shutdown_on_uvloop() -> None:
     uvloop.run(test_shutdown_answers_parked_requests_then_closes_and_refuses_new_connections())
+
+
+async def test_a_steady_consumer_group_heartbeat_is_answered_without_a_coroutine() -> None:
+    """ConsumerGroupHeartbeat through the runtime's synchronous start: the join (records to write) is awaited,
+    the steady heartbeat behind it answered on the spot, an error answered through the general writer."""
+    async with RunningServer() as env:
+        outcomes: list[object] = []
+        original = env.coordinator.start_consumer_group_heartbeat
+
+        def started(req):  # type: ignore[no-untyped-def]
+            outcome = original(req)
+            outcomes.append(outcome)
+            return outcome
+
+        env.coordinator.start_consumer_group_heartbeat = started
+        client = await env.client()
+        base = dict(group_id="cg", member_id="m-1", instance_id=None, rack_id=None, subscribed_topic_regex=None,
+                    server_assignor=None)
+        joined = await client.request(request(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, member_epoch=0, rebalance_timeout=ms(30_000),
+            subscribed_topic_names=("t",), topic_partitions=(), **base))
+        assert (joined.error_code, joined.member_epoch) == (0, 1)
+        steady = await client.request(request(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, member_epoch=1, rebalance_timeout=ms(-1),
+            subscribed_topic_names=None, topic_partitions=None, **base))
+        assert (steady.error_code, steady.member_epoch, steady.assignment) == (0, 1, None)
+        fenced = await client.request(request(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, member_epoch=7, rebalance_timeout=ms(-1),
+            subscribed_topic_names=None, topic_partitions=None, **base))
+        assert fenced.error_code == 110  # FENCED_MEMBER_EPOCH, with Kafka's message
+        assert fenced.error_message.startswith("The consumer group member has a greater member epoch (7)")
+        assert asyncio.iscoroutine(outcomes[0]) and [type(o).__name__ for o in outcomes[1:]] == [
+            "HeartbeatResponse", "HeartbeatResponse"]

@@ -17,6 +17,7 @@ import copy
 import enum
 import uuid
 from collections import Counter
+from collections.abc import Collection
 
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, ConsumerGroupMember
 from coordinator.group.modern.records import (ConsumerGroupRecord, CurrentAssignmentRecord, GroupEpochRecord,
@@ -108,6 +109,13 @@ class ConsumerGroup:
             for topic in self._resolution(regex, resolved):
                 counts[topic] += subscribers
         return +counts  # drops topics nobody subscribes to any more
+
+    def topic_names(self) -> Collection[str]:
+        """The names `subscribed_topic_names()` counts, as the group stands; without a copy when no member
+        subscribes by regular expression (the counts are kept positive)."""
+        if not self._regex_subscribers:
+            return self._subscriptions.keys()
+        return self.subscribed_topic_names().keys()
 
     def has_regex_subscribers(self) -> bool:
         return bool(self._regex_subscribers)  # counts are kept positive (_count_subscriptions)

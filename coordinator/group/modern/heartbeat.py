@@ -207,7 +207,9 @@ def subscribe(group: ConsumerGroup, member: ConsumerGroupMember, updated: Consum
     bump = regexes() or changed or group.group_epoch == 0  # a new group leaves epoch 0 whatever it subscribes to
     group_epoch = group.group_epoch
     if bump or now_ms >= group.metadata_refresh_deadline_ms:
-        new_hash = metadata_hash(group.subscribed_topic_names(updated, replaced), topics)
+        unchanged = updated is member and replaced is None  # the steady heartbeat: the group's own names
+        new_hash = metadata_hash(group.topic_names() if unchanged else group.subscribed_topic_names(updated, replaced),
+                                 topics)
         group.metadata_refresh_deadline_ms = now_ms + settings.metadata_refresh_interval_ms
         if bump or new_hash != group.metadata_hash:
             group_epoch += 1

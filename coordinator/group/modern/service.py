@@ -469,8 +469,12 @@ class ConsumerGroupService:
 
     # --- timers (heartbeat.MemberTimers) ----------------------------------------------------------------------
     def schedule_session(self, group_id: str, member_id: str) -> None:
-        self._schedule(("session", group_id, member_id), self.config.group_consumer_session_timeout_ms,
-                       lambda: self._fence_expired(group_id, member_id, None, _SESSION_EXPIRED))
+        key, timeout_ms = ("session", group_id, member_id), self.config.group_consumer_session_timeout_ms
+        running = self._timers.get(key)
+        if running is not None and running.delay_ms == timeout_ms:  # the steady heartbeat: the same timer moved
+            self.timer.add(running)  # (adding a scheduled task again reschedules it)
+            return
+        self._schedule(key, timeout_ms, lambda: self._fence_expired(group_id, member_id, None, _SESSION_EXPIRED))
 
     def schedule_rebalance(self, group_id: str, member_id: str, member_epoch: int, timeout_ms: int) -> None:
         self._schedule(("rebalance", group_id, member_id), timeout_ms,

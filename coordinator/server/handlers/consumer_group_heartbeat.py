@@ -5,13 +5,14 @@ ConsumerGroupHeartbeatFields (protocol.fastpath: same field names) for a request
 from __future__ import annotations
 
 import datetime
+from collections.abc import Awaitable
 from typing import Any
 
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
 from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
-from protocol.codec import RequestHeader
+from protocol.codec import RequestHeader, encode_response
 from protocol.error_codes import Errors
 from protocol.fastpath import pack_consumer_group_heartbeat_response
 from protocol.messages import ZERO_DURATION, build, error, item_class, ms
@@ -54,16 +55,34 @@ def to_response(version: int, response: HeartbeatResponse) -> Any:
                  assignment=assignment)
 
 
-async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
-    # KafkaApis: READ on the group, then DESCRIBE on every subscribed topic named (no message, as Kafka's)
-    if not ctx.allows(Operation.READ, ResourceType.GROUP, body.group_id):
-        return to_response(header.api_version, HeartbeatResponse(Errors.GROUP_AUTHORIZATION_FAILED))
-    if body.subscribed_topic_names and not all(
-            ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, name) for name in set(body.subscribed_topic_names)):
-        return to_response(header.api_version, HeartbeatResponse(Errors.TOPIC_AUTHORIZATION_FAILED))
-    response = await ctx.coordinator.consumer_group_heartbeat(to_request(ctx, header, body))
+def to_frame(header: RequestHeader, response: HeartbeatResponse) -> bytes:
     if response.error == Errors.NONE:  # the steady state, packed by hand; errors take kio's writer
         return pack_consumer_group_heartbeat_response(
             header.correlation_id, Errors.NONE, response.message, response.member_id, response.member_epoch,
             response.heartbeat_interval_ms, response.assignment)
-    return to_response(header.api_version, response)
+    return encode_response(header, to_response(header.api_version, response))
+
+
+async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes:
+    outcome = start(ctx, header, body)
+    if isinstance(outcome, bytes):
+        return outcome
+    return to_frame(header, await outcome)
+
+
+def start(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes | Awaitable[HeartbeatResponse]:
+    """`handle` without a coroutine, for the connection: the answer's frame, or what to await for the response
+    (to be packed by `to_frame`)."""
+    # KafkaApis: READ on the group, then DESCRIBE on every subscribed topic named (no message, as Kafka's)
+    if not ctx.allows(Operation.READ, ResourceType.GROUP, body.group_id):
+        return to_frame(header, HeartbeatResponse(Errors.GROUP_AUTHORIZATION_FAILED))
+    if body.subscribed_topic_names and not all(
+            ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, name) for name in set(body.subscribed_topic_names)):
+        return to_frame(header, HeartbeatResponse(Errors.TOPIC_AUTHORIZATION_FAILED))
+    coordinator = ctx.coordinator
+    request = to_request(ctx, header, body)
+    begin = getattr(coordinator, "start_consumer_group_heartbeat", None)  # without it: through the coroutine
+    outcome = coordinator.consumer_group_heartbeat(request) if begin is None else begin(request)
+    if type(outcome) is HeartbeatResponse:
+        return to_frame(header, outcome)
+    return outcome

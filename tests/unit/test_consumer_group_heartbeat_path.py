@@ -1,0 +1,114 @@
+"""ConsumerGroupHeartbeat's synchronous path: the steady heartbeat answered without a coroutine, a known topic
+refreshed in the background while an unknown one is learnt before the answer, and the group's topic names read
+without copies agreeing with the counted ones."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.modern.records import MemberMetadataRecord, RegexRecord, Tombstone, RecordType
+from coordinator.relay.cluster import ClusterMetadata
+from protocol.error_codes import Errors
+from tests.support.consumer_group_env import FOO, GROUP, Env
+
+BAR_ID = uuid.UUID(int=0xBA2)
+
+
+async def test_a_steady_heartbeat_is_answered_without_a_coroutine() -> None:
+    env = Env()
+    try:
+        joined = await env.heartbeat("a", 0)
+        answer = env.runtime.start_consumer_group_heartbeat(
+            HeartbeatRequest(GROUP, "a", joined.member_epoch, client_id="a", client_host="/127.0.0.1"))
+        assert type(answer) is HeartbeatResponse
+        assert (answer.error, answer.member_epoch, answer.assignment) == (Errors.NONE, 1, None)
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()
+
+
+def _metadata(partitions: dict[str, int]) -> SimpleNamespace:
+    ids = {"foo": FOO, "bar": BAR_ID}
+    return SimpleNamespace(topics=[SimpleNamespace(name=name, error_code=0, partitions=list(range(count)),
+                                                   topic_id=ids[name]) for name, count in partitions.items()])
+
+
+async def test_a_known_topic_is_refreshed_in_the_background_and_an_unknown_one_before_the_answer() -> None:
+    env = Env()
+    cluster_partitions = {"foo": 6, "bar": 3}
+    asked: list[list[str]] = []
+    gate = asyncio.Event()
+
+    async def refresh(topics: list[str]) -> SimpleNamespace:
+        asked.append(topics)
+        await gate.wait()
+        return _metadata({t: cluster_partitions[t] for t in topics})
+
+    cluster = ClusterMetadata(refresh, min_interval_ms=0)
+    cluster.observe(_metadata({"foo": 6}), all_topics=False)  # foo known, never refreshed; bar unknown
+    env.runtime.consumer_groups.topics = cluster
+    env.runtime.refresh_topics = lambda names: cluster.refresh(names, 5_000)
+    env.runtime.stale_topics = lambda names: cluster.stale(names, 5_000)
+    try:
+        cluster_partitions["foo"] = 8  # the cluster gained partitions the view has not seen yet
+        join = HeartbeatRequest(GROUP, "a", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("foo",),
+                                owned=[], client_id="a", client_host="/127.0.0.1")
+        started = env.runtime.start_consumer_group_heartbeat(join)
+        await asyncio.sleep(0)  # the refresh's task starts
+        assert asked == [["foo"]]
+        # answered (once its records are written) with what the view has, the refresh still under way
+        answer = await asyncio.wait_for(started, 5)  # type: ignore[arg-type]
+        assert answer.assignment == {FOO: (0, 1, 2, 3, 4, 5)} and not gate.is_set()
+        steady = HeartbeatRequest(GROUP, "a", 1, client_id="a", client_host="/127.0.0.1")
+        assert type(env.runtime.start_consumer_group_heartbeat(steady)) is HeartbeatResponse
+        assert asked == [["foo"]]  # one refresh in flight per topic
+        gate.set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert cluster.partition_count("foo") == 8
+        env.advance(5_000)  # the group looks at its topics again once per heartbeat interval
+        grown = env.runtime.start_consumer_group_heartbeat(
+            HeartbeatRequest(GROUP, "a", 1, owned=[(FOO, (0, 1, 2, 3, 4, 5))], client_id="a",
+                             client_host="/127.0.0.1"))
+        assert type(grown) is not HeartbeatResponse  # the epoch bump is written before the answer
+        grown = await grown  # type: ignore[misc]
+        assert (grown.member_epoch, grown.assignment) == (2, {FOO: tuple(range(8))})
+        # a topic the view does not know is learnt before the answer, so the join's target has it
+        other = env.runtime.start_consumer_group_heartbeat(
+            HeartbeatRequest(GROUP, "b", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("bar",), owned=[],
+                             client_id="b", client_host="/127.0.0.1"))
+        assert type(other) is not HeartbeatResponse
+        assert (await other).assignment == {BAR_ID: (0, 1, 2)}  # type: ignore[misc]
+        assert asked[-1] == ["bar"]
+    finally:
+        gate.set()
+        await env.runtime.shutdown()
+        await env.timer.close()
+
+
+_NAMES = st.sampled_from(["a", "b", "c", "d"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.frozensets(_NAMES, max_size=3),
+                          st.sampled_from([None, "r1", "r2"]), st.booleans()), max_size=25))
+def test_the_group_topic_names_agree_with_the_counted_subscriptions(
+        steps: list[tuple[int, frozenset[str], str | None, bool]]) -> None:
+    group = ConsumerGroup("g")
+    group.replay(RegexRecord("g", "r1", ("c", "e"), 1, 0))
+    group.replay(RegexRecord("g", "r2", (), 1, 0))
+    for member, names, regex, leaves in steps:
+        member_id = f"m{member}"
+        if leaves:
+            group.replay(Tombstone(RecordType.MEMBER_METADATA, "g", member_id))
+        else:
+            group.replay(MemberMetadataRecord("g", member_id, None, None, "c", "h", tuple(sorted(names)), regex,
+                                              30_000, None))
+        assert set(group.topic_names()) == set(group.subscribed_topic_names())
