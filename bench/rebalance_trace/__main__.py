@@ -62,9 +62,10 @@ def _steps(steps: list[tuple[float, str, str]]) -> dict[str, float] | None:
     submit = first("submit", queued) or begin  # a build without _begin_commit: the hand-over is not split
     call, returned = first("commit_call", queued), first("commit_returned", queued)
     acked = first("acked_on_loop", queued)
-    if None in (submit, begin, call, returned, acked):
+    answered = first("writes_answered", queued) or acked  # a build without _answer: not split
+    if None in (submit, begin, call, returned, acked, answered):
         return None
-    assert submit and begin and call and returned and acked
+    assert submit and begin and call and returned and acked and answered
     ms = 1000
     return {"last JoinGroup answered": (max(joins) - start) * ms,
             "leader's SyncGroup arrives": (leader - start) * ms,
@@ -72,7 +73,8 @@ def _steps(steps: list[tuple[float, str, str]]) -> dict[str, float] | None:
             "handed -> begin_transaction": (begin - submit) * ms,
             "produce": (call - begin) * ms,
             "commit_transaction": (returned - call) * ms,
-            "commit returned -> loop callback": (acked - returned) * ms,
+            "commit returned -> its writes answered": (answered - returned) * ms,
+            "writes answered -> the group's callback": (acked - answered) * ms,
             "acknowledged -> last SyncGroup answer": (max(syncs) - acked) * ms,
             "leader's SyncGroup -> last answer": (max(syncs) - leader) * ms}
 

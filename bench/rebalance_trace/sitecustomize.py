@@ -67,6 +67,7 @@ def _install() -> None:
     _wrap(sync, "_on_assignment_stored", before="acked_on_loop")
     _wrap(transactions.TransactionalProducer, "_enqueue", before="queued")
     _wrap(transactions.TransactionalProducer, "_begin_commit", before="submit")
+    _wrap(transactions.TransactionalProducer, "_answer", before="writes_answered")
     answer_parked = connection.Connection._answer_parked
 
     def _answer_parked(self: Any, header: Any, to_frame: Any, future: Any) -> None:
