@@ -131,6 +131,9 @@ def group_summary(events: "DataFrame", episodes: "DataFrame", states: "DataFrame
         F.sum((F.col("type") == "rebalance_started").cast("long")).alias("rebalances"),
         count_of("member_joined"), count_of("member_left"), count_of("member_failed"),
         count_of("member_replaced"),
+        # clients' transactions settled (exactly-once applications): their offsets committed or aborted
+        F.sum((F.col("type") == "txn_offsets_committed").cast("long")).alias("txn_commits"),
+        F.sum((F.col("type") == "txn_offsets_aborted").cast("long")).alias("txn_aborts"),
         F.percentile_approx("detection_lateness_ms", 0.5, 10_000).alias("detection_lateness_p50_ms"),
         F.max("detection_lateness_ms").alias("detection_lateness_max_ms"),
     ).withColumn("rebalances_per_hour", F.col("rebalances") / F.lit(hours))
@@ -155,6 +158,7 @@ def group_summary(events: "DataFrame", episodes: "DataFrame", states: "DataFrame
         .alias("completed_rebalances"), "duration_p50_ms", "duration_p95_ms", "duration_max_ms",
         share("rebalancing_ms").alias("rebalancing_share"), share("empty_ms").alias("empty_share"),
         "rebalancing_ms", "empty_ms", "observed_ms", "joined", "left", "failed", "replaced",
+        "txn_commits", "txn_aborts",
         "first_generation", "last_generation", "generations",
         (F.col("generations") / F.lit(hours)).alias("generations_per_hour"),
         "detection_lateness_p50_ms", "detection_lateness_max_ms")

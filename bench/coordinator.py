@@ -91,17 +91,20 @@ def pin(pid: int, cpu: int) -> None:
 
 async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None = None, *,
                      config: Sequence[str] = (), module: str = "coordinator.cli",
-                     environment: Mapping[str, str] | None = None) -> tuple[subprocess.Popen, Server]:
+                     environment: Mapping[str, str] | None = None, write_mode: str = "transactional"
+                     ) -> tuple[subprocess.Popen, Server]:
     """`coordinator serve` from this checkout, or from `source_tree` (its working directory and PYTHONPATH, so
     its packages shadow this checkout's); `config`: more `name=value` settings; `module`: what runs the command
-    line (bench.cprofiled: the same under a switchable profiler), with `environment` added to ours."""
+    line (bench.cprofiled: the same under a switchable profiler), with `environment` added to ours; `write_mode`:
+    serve's --write-mode (how the state topic is written; the default left out, for trees without the flag)."""
     env = None if source_tree is None and not environment else {**os.environ, **(environment or {})}
     if source_tree is not None:
         env["PYTHONPATH"] = source_tree  # type: ignore[index]
     process = subprocess.Popen(
         [sys.executable, "-m", module, "--log-level", "WARNING", "serve", "--listen", "127.0.0.1:0",
          "--bootstrap-server", bootstrap, "--state-topic", f"__bench_state_{uuid.uuid4().hex[:6]}",
-         "--event-topic", "", "--config", f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}",
+         "--event-topic", "", *(("--write-mode", write_mode) if write_mode != "transactional" else ()),
+         "--config", f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}",
          "--config", f"group.min.session.timeout.ms={MIN_SESSION_MS}",
          *(argument for setting in config for argument in ("--config", setting))],
         stdout=subprocess.PIPE, text=True, cwd=source_tree, env=env)
@@ -535,11 +538,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     processes: list[subprocess.Popen] = []
     servers: list[Server] = []
     try:
-        process, ours = await start_ours(broker.bootstrap)
+        process, ours = await start_ours(broker.bootstrap, write_mode=args.write_mode)
         processes.append(process)
         servers.append(ours)
         if args.baseline_tree:
-            process, before = await start_ours(broker.bootstrap, "before", args.baseline_tree)
+            process, before = await start_ours(broker.bootstrap, "before", args.baseline_tree,
+                                               write_mode=args.baseline_write_mode or args.write_mode)
             processes.append(process)
             servers.append(before)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
@@ -593,6 +597,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="of the rebalancing members; '' keeps a 10,000-member group's record (~99 bytes a member, "
                              "member ids are client id + uuid) under both servers' 1 MB write limit")
     parser.add_argument("--baseline-tree", help="a source tree of ours to race as 'before' (see above)")
+    parser.add_argument("--write-mode", choices=["transactional", "idempotent"], default="transactional",
+                        help="our server's state writes (serve --write-mode)")
+    parser.add_argument("--baseline-write-mode", choices=["transactional", "idempotent"],
+                        help="the baseline's state writes (default: --write-mode); with --baseline-tree . this races "
+                             "one build's two write modes")
     parser.add_argument("--profile", help="py-spy raw output file for our server during the largest rebalance")
     return parser.parse_args(argv)
 

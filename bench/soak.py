@@ -21,11 +21,18 @@ What it does, bounded in time and count:
 3. Heartbeats: each member every `interval_s` at a fixed phase (evenly spread), Heartbeat v4 frames encoded once,
    sent over shared connections (`--members-per-connection`, raw asyncio protocols, responses matched in order).
    The generator runs in `--workers` processes and prints its own CPU use and how late its schedule ran: if
-   it is late or near a full core, the figures measure the generator, not the server.
+   it is late or near a full core, the figures measure the generator, not the server. A member whose heartbeat
+   is answered REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID rejoins as Kafka's consumer does
+   (JoinGroup + SyncGroup over a connection of its own, then back on its schedule); rejoins are counted, and
+   members still rejoining at the end are reported, so a rebalance does not silently shrink the load.
 4. After forming and `--warmup-s`, measures for `--duration-s`: answer latency p50/p99/max (every answer),
    server loop lag max, collector pauses, server CPU per heartbeat, RSS trend (start/middle/end of the
    measurement), heartbeat errors and false expirations (the server's "has failed, removing it" lines: every
    member is healthy, so every expiration is false). Progress every 10 s; a summary; a final JSON line.
+5. Every process it starts (server, generator workers, the broker JVM) runs in its own process group and dies
+   with the soak (PR_SET_PDEATHSIG); SIGTERM, SIGHUP or Ctrl-C stop and reap them all (bounded: SIGTERM, then
+   SIGKILL to the process group) before the soak exits (128 + the signal, or with a summary when Ctrl-C ends
+   the measurement).
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ import array
 import asyncio
 import bisect
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -49,8 +57,9 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from coordinator.embedded.broker import die_with_parent
 from protocol.fastpath import pack_heartbeat_request
 
 HEARTBEAT_VERSION = 4
@@ -60,6 +69,9 @@ _SOURCE_ADDRESSES = [f"127.0.{i // 250}.{2 + i % 250}" for i in range(32)]  # 32
 _RESPONSE = struct.Struct(">iiBih")  # size, correlation id, header tags, throttle, error (then body tags)
 _RESPONSE_BYTES = 16
 _COORDINATOR_MOVING = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+_UNKNOWN_MEMBER_ID = 25
+# heartbeat answers a consumer rejoins on: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
+_REJOIN_ON = frozenset((22, _UNKNOWN_MEMBER_ID, 27))
 
 
 def raise_fd_limit() -> int:
@@ -123,12 +135,30 @@ class Histogram:
 # ---------------------------------------------------------------------------------------------- generator
 
 
+class HeartbeatMember:
+    """One member on the heartbeat schedule: its connection and its pre-encoded Heartbeat frame, re-encoded after a
+    rejoin; while it rejoins it sends no heartbeats (its JoinGroup keeps it in the group meanwhile)."""
+
+    __slots__ = ("index", "group_id", "member_id", "generation", "conn", "frame", "rejoining")
+
+    def __init__(self, index: int, group_id: str, conn: HeartbeatConnection) -> None:
+        self.index, self.group_id, self.conn = index, group_id, conn
+        self.member_id, self.generation, self.frame = "", -1, b""
+        self.rejoining = False
+
+    def synced(self, generation: int, member_id: str) -> None:
+        self.generation, self.member_id = generation, member_id
+        self.frame = pack_heartbeat_request(HEARTBEAT_VERSION, self.index & 0x7FFFFFFF, "soak", self.group_id,
+                                            generation, member_id)
+        self.rejoining = False
+
+
 class HeartbeatConnection(asyncio.Protocol):
-    """Pipelined heartbeats; answers come in request order, so a FIFO of send times matches them."""
+    """Pipelined heartbeats; answers come in request order, so a FIFO of (send time, member, frame) matches them."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self.sent: collections.deque[int] = collections.deque()
+        self.sent: collections.deque[tuple[int, HeartbeatMember, bytes]] = collections.deque()
         self.pending = b""
         self.transport: asyncio.Transport | None = None
         self.lost = False
@@ -136,11 +166,11 @@ class HeartbeatConnection(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
 
-    def send(self, frame: bytes, now_ns: int) -> None:
+    def send(self, member: HeartbeatMember, now_ns: int) -> None:
         if self.transport is None or self.lost:
             return
-        self.sent.append(now_ns)
-        self.transport.write(frame)
+        self.sent.append((now_ns, member, member.frame))
+        self.transport.write(member.frame)
 
     def data_received(self, data: bytes) -> None:
         now_ns = time.perf_counter_ns()
@@ -150,7 +180,8 @@ class HeartbeatConnection(asyncio.Protocol):
         worker, sent = self.worker, self.sent
         for offset in range(0, usable, _RESPONSE_BYTES):
             error = _RESPONSE.unpack_from(data, offset)[4]
-            worker.answer((now_ns - sent.popleft()) // 1000, error)
+            sent_ns, member, frame = sent.popleft()
+            worker.answer((now_ns - sent_ns) // 1000, error, member, frame)
         if usable != len(data):
             self.pending = data[usable:]
 
@@ -161,7 +192,8 @@ class HeartbeatConnection(asyncio.Protocol):
 
 @dataclass
 class Worker:
-    """One generator process: forms its share of the groups, then heartbeats for them on schedule."""
+    """One generator process: forms its share of the groups, then heartbeats for them on schedule, and rejoins a
+    member as a consumer does when a heartbeat says its group rebalances or forgot it."""
 
     host: str
     port: int
@@ -180,8 +212,17 @@ class Worker:
     errors: collections.Counter = field(default_factory=collections.Counter)
     connections_lost: int = 0
     schedule_late_max_ms: float = 0.0
+    rejoins: collections.Counter = field(default_factory=collections.Counter)  # heartbeat error -> rejoins it caused
+    rejoins_measured: int = 0
+    rejoin_failures: int = 0
+    rejoin_first_error: str | None = None
+    rejoin_tasks: set[asyncio.Task] = field(default_factory=set)
 
-    def answer(self, us: int, error: int) -> None:
+    def answer(self, us: int, error: int, member: HeartbeatMember, frame: bytes) -> None:
+        # an answer to a heartbeat of an older generation (sent before a rejoin) asks for nothing, as in Kafka's
+        # consumer, which ignores it once its generation changed
+        if error and error in _REJOIN_ON and not member.rejoining and frame is member.frame:
+            self.start_rejoin(member, error)
         if not self.measuring:
             return
         if error:
@@ -193,43 +234,107 @@ class Worker:
         if us > 20_000:
             self.window_slow += 1
 
+    def start_rejoin(self, member: HeartbeatMember, error: int) -> None:
+        """As Kafka's consumer: REBALANCE_IN_PROGRESS and ILLEGAL_GENERATION rejoin with the member id,
+        UNKNOWN_MEMBER_ID rejoins as a new member (the coordinator no longer knows the id)."""
+        member.rejoining = True
+        if error == _UNKNOWN_MEMBER_ID:
+            member.member_id = ""
+        self.rejoins[error] += 1
+        self.rejoins_measured += self.measuring
+        task = asyncio.get_running_loop().create_task(self.rejoin(member))
+        self.rejoin_tasks.add(task)
+        task.add_done_callback(self.rejoin_tasks.discard)
+
+    async def rejoin(self, member: HeartbeatMember) -> None:
+        """JoinGroup + SyncGroup over a connection of the member's own until it is synced again (retried after a
+        second on failure, as a client retries: the member stays off the schedule meanwhile)."""
+        from protocol.client import KafkaClient
+
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                _, client = await asyncio.wait_for(loop.create_connection(
+                    lambda: KafkaClient("soak", 120_000), self.host, self.port,
+                    local_addr=(_SOURCE_ADDRESSES[member.index % len(_SOURCE_ADDRESSES)], 0)), 60)
+                try:
+                    generation, member_id = await join_and_sync(client, member.group_id, self, {}, {},
+                                                                collections.Counter(), member_id=member.member_id)
+                finally:
+                    await client.close()
+                member.synced(generation, member_id)
+                return
+            except Exception as exc:  # noqa: BLE001 - counted and retried, as a client retries
+                self.rejoin_failures += 1
+                self.rejoin_first_error = self.rejoin_first_error or repr(exc)
+                await asyncio.sleep(1.0)
+
+    def rejoin_figures(self) -> dict:
+        return {"rejoins": {str(error): count for error, count in self.rejoins.items()},
+                "rejoins_measured": self.rejoins_measured, "rejoin_failures": self.rejoin_failures,
+                "rejoining": len(self.rejoin_tasks), "rejoin_first_error": self.rejoin_first_error}
+
 
 def emit(message: dict) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
 
 
-async def run_worker(spec: dict) -> None:
-    from protocol.client import KafkaClient
+class Generator:
+    """A worker's heartbeat pool and schedule: `start` opens the shared connections, starts the schedule and forms
+    the groups (each member joins the schedule once synced); `stop` ends the schedule and the rejoins."""
 
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.member_total = len(worker.groups) * worker.group_size
+        self.pool: list[HeartbeatConnection] = []
+        self.slots: list[list[HeartbeatMember]] = [[] for _ in range(max(1, int(worker.interval_s / TICK_S)))]
+        self.members: list[HeartbeatMember] = []
+        self.stopping = asyncio.Event()
+        self.scheduler: asyncio.Task | None = None
+
+    async def start(self) -> dict:
+        from protocol.client import KafkaClient
+
+        loop = asyncio.get_running_loop()
+        worker = self.worker
+        pool_size = max(1, -(-self.member_total // worker.members_per_connection))
+        for i in range(pool_size):
+            _, conn = await loop.create_connection(lambda: HeartbeatConnection(worker), worker.host, worker.port,
+                                                   local_addr=(_SOURCE_ADDRESSES[i % len(_SOURCE_ADDRESSES)], 0))
+            self.pool.append(conn)
+        self.scheduler = loop.create_task(schedule(worker, self.slots, self.stopping))
+        return await form(worker, self.activate, KafkaClient)
+
+    def activate(self, index: int, group_id: str, generation: int, member_id: str) -> None:
+        member = HeartbeatMember(index, group_id, self.pool[index % len(self.pool)])
+        member.synced(generation, member_id)
+        self.members.append(member)
+        # Evenly spread phases; the first heartbeat comes one phase after the sync, as a client's would.
+        self.slots[(index * len(self.slots)) // max(self.member_total, 1)].append(member)
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        if self.scheduler is not None:
+            await self.scheduler
+        rejoins = list(self.worker.rejoin_tasks)
+        for task in rejoins:
+            task.cancel()
+        await asyncio.gather(*rejoins, return_exceptions=True)
+        for conn in self.pool:
+            if conn.transport is not None:
+                conn.transport.close()
+
+
+async def run_worker(spec: dict) -> None:
     raise_fd_limit()
     loop = asyncio.get_running_loop()
     first, step, count = spec["groups"]
     worker = Worker(spec["host"], spec["port"], [f"soak-{i}" for i in range(first, count, step)],
                     spec["group_size"], spec["interval_s"],
                     spec["session_ms"], spec["members_per_connection"], spec["form_wave"], spec["connect_window"])
-    member_total = len(worker.groups) * worker.group_size
-    pool_size = max(1, -(-member_total // worker.members_per_connection))
-    pool: list[HeartbeatConnection] = []
-    for i in range(pool_size):
-        _, conn = await loop.create_connection(lambda: HeartbeatConnection(worker), worker.host, worker.port,
-                                               local_addr=(_SOURCE_ADDRESSES[i % len(_SOURCE_ADDRESSES)], 0))
-        pool.append(conn)
-
-    slots: list[list[tuple[HeartbeatConnection, bytes]]] = [[] for _ in range(int(worker.interval_s / TICK_S))]
-    active = 0
-
-    def activate(index: int, group_id: str, generation: int, member_id: str) -> None:
-        nonlocal active
-        frame = pack_heartbeat_request(HEARTBEAT_VERSION, index & 0x7FFFFFFF, "soak", group_id, generation,
-                                       member_id)
-        # Evenly spread phases; the first heartbeat comes one phase after the sync, as a client's would.
-        slots[(index * len(slots)) // member_total].append((pool[index % pool_size], frame))
-        active += 1
-
-    stop = asyncio.Event()
-    scheduler = loop.create_task(schedule(worker, slots, stop))
-    forming = await form(worker, activate, KafkaClient)
+    generator = Generator(worker)
+    forming = await generator.start()
     emit({"formed": forming})
 
     reader = asyncio.StreamReader()
@@ -244,12 +349,12 @@ async def run_worker(spec: dict) -> None:
         elif line in ("stop", ""):
             break
     worker.measuring = False
-    stop.set()
-    await scheduler
+    rejoin_figures = worker.rejoin_figures()  # before stopping: how many were still rejoining
+    await generator.stop()
     reporter.cancel()
     emit({"final": {"hist": worker.hist.sparse(), "total": worker.hist.total, "max_us": worker.hist.max_us,
                     "errors": dict(worker.errors), "connections_lost": worker.connections_lost,
-                    "active": active, "cpu_s": _cpu_s()}})
+                    "active": len(generator.members), **rejoin_figures, "cpu_s": _cpu_s()}})
 
 
 async def form(worker: Worker, activate, client_class) -> dict:
@@ -310,7 +415,11 @@ async def form(worker: Worker, activate, client_class) -> dict:
 
 
 async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict, last_join: dict,
-                        results: dict, answered: Callable[[], None] = lambda: None) -> tuple[int, str]:
+                        results: dict, answered: Callable[[], None] = lambda: None, *,
+                        member_id: str = "") -> tuple[int, str]:
+    """JoinGroup and SyncGroup until synced, answering errors as Kafka's consumer does: MEMBER_ID_REQUIRED joins
+    again with the id given, UNKNOWN_MEMBER_ID as a new member, REBALANCE_IN_PROGRESS and ILLEGAL_GENERATION on
+    the sync join again with the id; returns (generation, member id)."""
     from protocol.apis import ApiKey, request_class
     from protocol.consumer_protocol import Subscription, encode_subscription
     from protocol.error_codes import Errors
@@ -320,7 +429,6 @@ async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict,
     join_cls, sync_cls = request_class(ApiKey.JOIN_GROUP, 7), request_class(ApiKey.SYNC_GROUP, 5)
     protocol = item_class(join_cls, "protocols")(name="range", metadata=encode_subscription(Subscription(("t",))))
     assignment_cls = item_class(sync_cls, "assignments")
-    member_id = ""
     for _attempt in range(20):
         now = time.monotonic()
         first_join.setdefault(group_id, now)
@@ -333,6 +441,9 @@ async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict,
         if joined.error_code == Errors.MEMBER_ID_REQUIRED:
             member_id = joined.member_id
             continue
+        if joined.error_code == Errors.UNKNOWN_MEMBER_ID:
+            member_id = ""
+            continue
         if joined.error_code in _COORDINATOR_MOVING:  # a single broker: the same node, once it has loaded
             await asyncio.sleep(0.5)
             continue
@@ -344,8 +455,12 @@ async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict,
         synced = await client.request(build(
             sync_cls, group_id=group_id, generation_id=joined.generation_id, member_id=member_id,
             group_instance_id=None, protocol_type="consumer", protocol_name="range", assignments=assignments))
-        if synced.error_code == Errors.REBALANCE_IN_PROGRESS:  # a member arrived late: join again
+        if synced.error_code in (Errors.REBALANCE_IN_PROGRESS, Errors.ILLEGAL_GENERATION):  # a member arrived late
             results["rejoins"] += 1
+            continue
+        if synced.error_code == Errors.UNKNOWN_MEMBER_ID:
+            results["rejoins"] += 1
+            member_id = ""
             continue
         if synced.error_code:
             raise RuntimeError(f"SyncGroup error {int(synced.error_code)}")
@@ -353,7 +468,7 @@ async def join_and_sync(client, group_id: str, worker: Worker, first_join: dict,
     raise RuntimeError("no stable generation after 20 joins")
 
 
-async def schedule(worker: Worker, slots: list, stop: asyncio.Event) -> None:
+async def schedule(worker: Worker, slots: list[list[HeartbeatMember]], stop: asyncio.Event) -> None:
     """Sends each slot's heartbeats at its time; slots missed by a stall are sent at once, late."""
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -368,19 +483,24 @@ async def schedule(worker: Worker, slots: list, stop: asyncio.Event) -> None:
         if worker.measuring and late_ms > worker.schedule_late_max_ms:
             worker.schedule_late_max_ms = late_ms
         now_ns = time.perf_counter_ns()
-        for conn, frame in slots[tick % len(slots)]:
-            conn.send(frame, now_ns)
+        for member in slots[tick % len(slots)]:
+            if not member.rejoining:
+                member.conn.send(member, now_ns)
         tick += 1
 
 
 async def report(worker: Worker) -> None:
     last_cpu, last_t = _cpu_s(), time.monotonic()
+    last_rejoins = 0
     while True:
         await asyncio.sleep(REPORT_S)
         cpu, t = _cpu_s(), time.monotonic()
         emit({"window": {"count": worker.window_count, "max_us": worker.window_max_us, "slow": worker.window_slow,
                          "errors": sum(worker.errors.values()), "cpu_pct": round(100 * (cpu - last_cpu) / (t - last_t), 1),
-                         "schedule_late_max_ms": round(worker.schedule_late_max_ms, 1)}})
+                         "schedule_late_max_ms": round(worker.schedule_late_max_ms, 1),
+                         "rejoins": sum(worker.rejoins.values()) - last_rejoins,
+                         "rejoining": len(worker.rejoin_tasks)}})
+        last_rejoins = sum(worker.rejoins.values())
         worker.window_count = worker.window_max_us = worker.window_slow = 0
         last_cpu, last_t = cpu, t
 
@@ -416,8 +536,82 @@ async def serve_memory(initial_delay_ms: int, listen_backlog: int | None) -> Non
     await asyncio.Future()
 
 
-class ServerProcess:
+class Terminated(Exception):
+    """SIGTERM or SIGHUP to the soak: it stops and reaps what it started, then exits 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by signal {signum}")
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """Teardown is not cut short by a second Ctrl-C or SIGTERM (it is bounded: every stop has a timeout)."""
+    names = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in names}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _child_setup() -> None:
+    """preexec_fn of every process the soak starts: the open-file limit raised, and SIGKILL when the soak dies
+    without its teardown (SIGKILL to it); the service's broker JVM dies with its server the same way."""
+    raise_fd_limit()
+    die_with_parent()
+
+
+def spawn(command: list[str], **options: Any) -> subprocess.Popen:
+    """A child in its own process group: a terminal's Ctrl-C reaches the soak alone, which stops its children in
+    order, and `stop_process` reaches whatever the child started in turn."""
+    return subprocess.Popen(command, process_group=0, preexec_fn=_child_setup, **options)
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM to the child's process group, SIGKILL to the group after `grace_s` (at once with 0), the child reaped;
+    what it started and left in its group is killed too."""
+    if grace_s > 0 and proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:  # only a process stuck in the kernel outlives SIGKILL this long
+        print(f"process {proc.pid} still there 10 s after SIGKILL", file=sys.stderr, flush=True)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:  # the group is gone: nothing left to stop
+        pass
+
+
+class MeasuredProcess:
+    """RSS and CPU time of the server under test, read from /proc (a JVM's every thread included)."""
+
+    proc: subprocess.Popen
+
+    def rss_mib(self) -> float:
+        return process_rss_mib(self.proc.pid)
+
+    def cpu_s(self) -> float:
+        return process_cpu_s(self.proc.pid)
+
+
+class ServerProcess(MeasuredProcess):
     """The server under test, its log read by a thread: health figures, stalls, member failures."""
+
+    STOP_GRACE_S = 45.0  # `coordinator serve` stops its embedded broker (Kafka's controlled shutdown) first
 
     HEALTH = re.compile(r"event=runtime_health (.*)")
     PAIR = re.compile(r"(\w+)=([-\d.]+)")
@@ -441,8 +635,7 @@ class ServerProcess:
                 command += ["--bootstrap-server", args.bootstrap_server]
             if args.listen_backlog is not None:
                 command += ["--listen-backlog", str(args.listen_backlog)]
-        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     preexec_fn=raise_fd_limit, text=True)
+        self.proc = spawn(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.ready = threading.Event()
         self.health: dict[str, float] = {}
         self.window_lag_max_ms = 0.0
@@ -489,23 +682,11 @@ class ServerProcess:
         self.window_lag_max_ms = self.window_busy_max_ms = self.window_gc_max_ms = 0.0
         return values
 
-    def rss_mib(self) -> float:
-        return process_rss_mib(self.proc.pid)
-
-    def cpu_s(self) -> float:
-        return process_cpu_s(self.proc.pid)
-
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, self.STOP_GRACE_S)
 
 
-class KafkaServer:
+class KafkaServer(MeasuredProcess):
     """Kafka's own group coordinator under the same generator: the embedded broker (the release pinned in
     coordinator/embedded/pom.xml), JVM CPU and RSS from /proc, collector pauses from its -Xlog:gc file, false
     expirations from its log (the same "has failed, removing it from the group" line as ours). It has no loop
@@ -533,12 +714,17 @@ class KafkaServer:
         self.window_gc_max_ms = 0.0
         self.gc_pauses = 0
         self.ready = threading.Event()
-        self.broker.start_blocking()
-        assert self.broker._process is not None
-        self.proc = self.broker._process
-        self.port = self.broker.port
-        asyncio.run(self._until_coordinating([f"soak-{i}" for i in range(args.members // args.group_size)],
-                                             args.start_timeout_s))
+        try:
+            self.broker.start_blocking()
+            assert self.broker._process is not None
+            self.proc = self.broker._process
+            self.port = self.broker.port
+            asyncio.run(self._until_coordinating([f"soak-{i}" for i in range(args.members // args.group_size)],
+                                                 args.start_timeout_s))
+        except BaseException:  # the soak never gets this object to stop: stop the broker here
+            with signals_ignored():
+                self.stop()
+            raise
         self.ready.set()
         threading.Thread(target=self._follow, args=(str(self.broker.log_file), self._log_line), daemon=True).start()
         threading.Thread(target=self._follow, args=(self.gc_log, self._gc_line), daemon=True).start()
@@ -600,14 +786,8 @@ class KafkaServer:
         self.window_gc_max_ms = 0.0
         return values
 
-    def rss_mib(self) -> float:
-        return process_rss_mib(self.proc.pid)
-
-    def cpu_s(self) -> float:
-        return process_cpu_s(self.proc.pid)
-
     def stop(self) -> None:
-        self.broker.stop_blocking()
+        self.broker.stop_blocking()  # SIGTERM, SIGKILL after its stop timeout
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
@@ -657,9 +837,8 @@ def listen_counters() -> dict[str, int]:
 
 class WorkerProcess:
     def __init__(self, spec: dict, event_loop: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.soak", "--event-loop", event_loop,
-                                      "--worker", json.dumps(spec)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = spawn([sys.executable, "-m", "bench.soak", "--event-loop", event_loop, "--worker", json.dumps(spec)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.messages: collections.deque[dict] = collections.deque()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -692,9 +871,7 @@ class WorkerProcess:
         return found
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, 0)  # it has sent its figures, or the soak is aborting: nothing to wait for
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -704,9 +881,10 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit(f"the server would need {heartbeat_connections} heartbeat connections + {args.form_wave} "
                          f"forming ones, above the open-file limit of {limit}: raise --members-per-connection "
                          "or lower --form-wave (or ulimit -n)")
-    server = KafkaServer(args) if args.server == "kafka" else ServerProcess(args)
+    server: ServerProcess | KafkaServer | None = None
     workers: list[WorkerProcess] = []
     try:
+        server = KafkaServer(args) if args.server == "kafka" else ServerProcess(args)
         if not server.ready.wait(args.start_timeout_s):
             raise RuntimeError("server not ready: " + " | ".join(server.tail))
         print(f"server pid {server.proc.pid} on port {server.port} ({args.server}); forming {args.members} members "
@@ -755,14 +933,18 @@ def run(args: argparse.Namespace) -> dict:
             w.tell("stop")
         finals = [w.take("final", 60) for w in workers]
     finally:
-        for w in workers:
-            w.stop()
-        server.stop()
+        with signals_ignored():
+            for w in workers:
+                w.stop()
+            if server is not None:
+                server.stop()
     hist = Histogram()
     errors: collections.Counter = collections.Counter()
+    rejoins: collections.Counter = collections.Counter()
     for f in finals:
         hist.merge(f["hist"], f["total"], f["max_us"])
         errors.update(f["errors"])
+        rejoins.update(f["rejoins"])
     rss = measure["rss"]
     result = {
         "members": args.members, "groups": len(groups), "interval_s": args.interval_s,
@@ -774,6 +956,13 @@ def run(args: argparse.Namespace) -> dict:
         "p50_ms": hist.percentile_ms(0.50), "p99_ms": hist.percentile_ms(0.99),
         "p999_ms": hist.percentile_ms(0.999), "max_ms": hist.max_us / 1000,
         "heartbeat_errors": dict(errors), "false_expirations": server.failures - failures_before,
+        # members that rejoined after a heartbeat answer (by its error code), as a consumer does; still rejoining
+        # at the end: members missing from the measured load
+        "rejoins": {"by_error": dict(rejoins), "while_measuring": sum(f["rejoins_measured"] for f in finals),
+                    "failed_attempts": sum(f["rejoin_failures"] for f in finals),
+                    "rejoining_at_end": sum(f["rejoining"] for f in finals),
+                    "first_error": next((f["rejoin_first_error"] for f in finals if f["rejoin_first_error"]), None)},
+        "members_heartbeating": sum(f["active"] for f in finals) - sum(f["rejoining"] for f in finals),
         "false_expirations_total": server.failures,  # forming and warm-up included
         # Kafka has no event loop to probe
         "server_loop_lag_max_ms": None if args.server == "kafka" else measure["lag_max_ms"],
@@ -820,11 +1009,13 @@ def measure_loop(args: argparse.Namespace, server: ServerProcess | KafkaServer,
         count = sum(win["count"] for win in windows)
         gen_cpu = max((win["cpu_pct"] for win in windows), default=0.0)
         late = max((win["schedule_late_max_ms"] for win in windows), default=0.0)
+        rejoined, rejoining = sum(win["rejoins"] for win in windows), sum(win["rejoining"] for win in windows)
         gen_cpu_max, late_max = max(gen_cpu_max, gen_cpu), max(late_max, late)
         print(f"{time.monotonic() - started:6.0f} s  answers {count:7d}  max "
               f"{max((win['max_us'] for win in windows), default=0) / 1000:7.1f} ms  >20ms "
               f"{sum(win['slow'] for win in windows):5d}  server lag max {lag:6.1f} ms (busy {busy:5.1f})  gc max {gc_ms:6.1f} ms  "
-              f"rss {rss[-1]} MiB  generator cpu {gen_cpu:.0f}%  late {late:.0f} ms  expirations {server.failures}", flush=True)
+              f"rss {rss[-1]} MiB  generator cpu {gen_cpu:.0f}%  late {late:.0f} ms  expirations {server.failures}  "
+              f"rejoins {rejoined} (rejoining {rejoining})", flush=True)
         if server.proc.poll() is not None:
             raise RuntimeError("server exited: " + " | ".join(server.tail))
     return {"seconds": time.monotonic() - started, "server_cpu_s": server.cpu_s() - cpu_start, "rss": rss,
@@ -893,7 +1084,16 @@ def main() -> int:
         return 0
     if args.members % args.group_size:
         parser.error("--members must be a multiple of --group-size")
-    result = run(args)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
+    try:
+        result = run(args)
+    except Terminated as stopped:
+        print(f"soak {stopped}: every process it started is stopped", file=sys.stderr, flush=True)
+        return 128 + stopped.signum
+    except KeyboardInterrupt:  # while forming or warming up (while measuring, Ctrl-C ends with a summary)
+        print("soak interrupted: every process it started is stopped", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     f = result["forming"]
     print(f"\n{result['members']} members, {result['heartbeats_per_s']} heartbeats/s for {args.duration_s:.0f} s "
           f"({args.server} server, gc freeze every {args.gc_freeze_every}):\n"
@@ -908,6 +1108,8 @@ def main() -> int:
           f"  rss MiB {result['rss_mib']}\n"
           f"  false expirations {result['false_expirations']} (since start {result['false_expirations_total']}), "
           f"heartbeat errors {result['heartbeat_errors']}\n"
+          f"  rejoins after heartbeat errors {result['rejoins']}, members heartbeating at the end "
+          f"{result['members_heartbeating']}\n"
           f"  forming: {f['members']} in {f['seconds']} s, failed {f['failed']}, rejoins {f['rejoins']}, "
           f"listen overflows {f['listen_overflows']}\n"
           f"  generator: cpu max {result['generator_cpu_pct_max']}% per process, schedule late max "

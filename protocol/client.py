@@ -12,6 +12,7 @@ import collections
 import itertools
 import logging
 import ssl as ssl_module
+import struct
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -148,7 +149,7 @@ class KafkaClient(asyncio.Protocol):
         try:
             while (frame := self._reader.next_frame()) is not None:
                 self._on_response(frame)
-        except (ProtocolError, ValueError, LookupError) as exc:
+        except (ProtocolError, ValueError, LookupError, struct.error) as exc:
             log.warning("bad response from server, closing: %r", exc)
             self._fail_all(ProtocolError(f"bad response: {exc!r}"))
 
@@ -162,7 +163,16 @@ class KafkaClient(asyncio.Protocol):
             result: Any = frame
             correlation_id = codec.response_correlation_id(frame)
         else:
-            correlation_id, result = codec.decode_response(pending.api_key, pending.version, frame)
+            try:
+                correlation_id, result = codec.decode_response(pending.api_key, pending.version, frame)
+            except Exception as exc:  # kio's reader refuses it: that request fails, the framing still holds
+                if codec.response_correlation_id(frame) != pending.correlation_id:
+                    raise ProtocolError(f"undecodable response out of order: {exc!r}") from exc
+                log.warning("undecodable response to api %d v%d, failing that request: %r", pending.api_key,
+                            pending.version, exc)
+                if not pending.future.done():
+                    pending.future.set_exception(ProtocolError(f"undecodable response: {exc!r}"))
+                return
         if correlation_id != pending.correlation_id:
             raise ProtocolError(f"correlation_id {correlation_id} where {pending.correlation_id} was expected")
         if not pending.future.done():

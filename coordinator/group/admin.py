@@ -98,8 +98,9 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
 
 
 def _every_offset(shard: GroupShard) -> GroupSelector:
-    """A deleted group's offsets: committed ones and those of transactions still open."""
-    return lambda g: remove_with_pending(shard, g, [*g.offsets,
+    """A deleted group's offsets: every one the log may hold (committed, in flight, possibly written) and those
+    of transactions still open."""
+    return lambda g: remove_with_pending(shard, g, [*g.partitions_in_log(),
                                                     *shard.transactional_offsets.pending_partitions(g.group_id)])
 
 

@@ -28,7 +28,7 @@ class GroupMetadata:
         "group_id", "state", "current_state_timestamp_ms", "observer", "protocol_type", "protocol_name",
         "generation_id", "leader_id", "members", "static_members", "pending_members", "pending_sync_members",
         "num_members_awaiting_join", "supported_protocols", "new_member_added", "subscribed_topics",
-        "rebalance_started_ms", "offsets", "offset_versions", "pending_offset_commits",
+        "rebalance_started_ms", "offsets", "offset_versions", "pending_offset_commits", "possibly_written",
     )
 
     def __init__(self, group_id: str, state: GroupState, now_ms: int, observer: GroupObserver) -> None:
@@ -52,6 +52,9 @@ class GroupMetadata:
         self.offsets: dict[TopicPartition, OffsetRecord] = {}
         self.offset_versions: dict[TopicPartition, int] = {}  # sequence of the write that set the cached offset
         self.pending_offset_commits: Counter[TopicPartition] = Counter()
+        # partitions whose latest failed commit may be in the log all the same (a failure after the append, a
+        # timeout, the producer's retries): never served, but tombstoned by any deletion; the failed write's sequence
+        self.possibly_written: dict[TopicPartition, int] = {}
 
     # --- state -----------------------------------------------------------------------------------------------
     def is_in(self, state: GroupState) -> bool:
@@ -280,12 +283,17 @@ class GroupMetadata:
         for tp, record in offsets.items():
             pending = self.pending_offset_commits.get(tp, 0)
             if pending <= 0:
-                continue  # removed meanwhile (group deleted): the write no longer counts
+                continue  # removed meanwhile (deleted): its tombstone was queued after this write
             if pending == 1:
                 del self.pending_offset_commits[tp]
             else:
                 self.pending_offset_commits[tp] = pending - 1
-            if ok and self._is_newer(tp, record, version):
+            if not ok:
+                self.possibly_written[tp] = max(version, self.possibly_written.get(tp, -1))
+                continue
+            if self.possibly_written.get(tp, version) < version:  # written after the failed one: later in the log
+                del self.possibly_written[tp]
+            if self._is_newer(tp, record, version):
                 self.offsets[tp] = record
                 self.offset_versions[tp] = version
 
@@ -298,13 +306,21 @@ class GroupMetadata:
         return version > self.offset_versions.get(tp, -1)
 
     def remove_offsets(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """Drops the offsets (and any pending commit of them); returns those that were cached."""
-        removed = [tp for tp in partitions if tp in self.offsets]
+        """Drops the offsets, any commit of them in flight and any that may have landed; returns the partitions
+        the log may hold a record of, each to be tombstoned: cached, in flight (queued before the tombstone, so
+        stored before it if at all) or possibly written."""
+        removed = [tp for tp in partitions
+                   if tp in self.offsets or tp in self.pending_offset_commits or tp in self.possibly_written]
         for tp in partitions:
             self.offsets.pop(tp, None)
             self.offset_versions.pop(tp, None)
             self.pending_offset_commits.pop(tp, None)
+            self.possibly_written.pop(tp, None)
         return removed
+
+    def partitions_in_log(self) -> list[TopicPartition]:
+        """Every partition the log may hold an offset of: cached, in flight or possibly written."""
+        return list(dict.fromkeys([*self.offsets, *self.pending_offset_commits, *self.possibly_written]))
 
     def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
         """Offsets due for expiry (Kafka 3.9 `removeExpiredOffsets`, without removing them)."""

@@ -210,6 +210,13 @@ class GroupObserver:
         """The transaction coordinator's COMMIT (`committed`) or ABORT marker settled a producer's pending offsets;
         `offset_count` of them became current."""
 
+    def on_txn_group_offsets_settled(self, group_id: str, transactional_id: str | None, producer_id: int,
+                                     producer_epoch: int, committed: bool, partition_count: int,
+                                     first_pending_ms: int | None) -> None:
+        """Per group of a settled transaction: its `partition_count` pending offsets were committed or aborted;
+        `first_pending_ms` the earliest commit time among them (from the log: known after a failover too);
+        `transactional_id` None where this instance did not serve the transaction's TxnOffsetCommit."""
+
 
 _EVENTS = [name for name in vars(GroupObserver) if name.startswith("on_")]
 

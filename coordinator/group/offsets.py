@@ -290,8 +290,9 @@ def _expired_offsets(shard: GroupShard, group: GroupMetadata, now_ms: int, reten
 
 def remove_with_pending(shard: GroupShard, group: GroupMetadata, partitions: list[TopicPartition]
                         ) -> list[TopicPartition]:
-    """Kafka's deletion with open transactions: a partition gets a tombstone if it has a current offset or a
-    pending transactional one, and the tombstone drops both (the transactions themselves stay open)."""
+    """Kafka's deletion with open transactions: a partition gets a tombstone if the log may hold an offset of it
+    (current, in flight, or of a failed write that may have landed) or a pending transactional one, and the
+    tombstone drops them all (the transactions themselves stay open)."""
     partitions = list(dict.fromkeys(partitions))
     pending = shard.transactional_offsets.pending_partitions(group.group_id)
     removed = group.remove_offsets(partitions)
@@ -323,6 +324,8 @@ def _cleanup_group(shard: GroupShard, group: GroupMetadata, selector: GroupSelec
     retired = group.is_in(DEAD) and shard.groups.get(group.group_id) is group
     if retired:
         del shard.groups[group.group_id]
+        # offsets memory never took (their write failed) may be in the log all the same: they go with the group
+        removed += group.remove_offsets(list(group.possibly_written))
         for member_id in group.pending_members:  # KIP-394 ids handed out: their expirations go too
             shard.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
     write_group_tombstone = retired and group.generation_id > 0

@@ -1,6 +1,7 @@
 """TxnOffsetCommit (28): the KIP-447 checks (Kafka's OffsetMetadataManager.validateTransactionalOffsetCommit with
 the groups' validateOffsetCommit, isTransactional=true) and how a refused transactional append is answered per
-version. The append itself is the client's transaction's (txn_offsets.py holds what it carried until its marker)."""
+version, and what the transaction coordinator's verification answers when the group refuses. The append itself is the
+client's transaction's (txn_offsets.py holds what it carried until its marker)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,6 +19,13 @@ if TYPE_CHECKING:
 
 # The version that added TRANSACTION_ABORTABLE to TxnOffsetCommit's answers (KIP-890 part 1)
 TRANSACTION_ABORTABLE_MIN_VERSION = 4
+# TxnOffsetCommit v5 (KIP-890 part 2): the group's partition is added to the transaction, not only verified
+ADDING_MIN_VERSION = 5
+# Group refusals Kafka answers before it has the transaction verified (GroupCoordinatorService's own checks, and
+# the offsets partition not led here); every other refusal comes after the verification
+ANSWERED_BEFORE_VERIFICATION = frozenset((Errors.INVALID_GROUP_ID, Errors.NOT_COORDINATOR,
+                                          Errors.COORDINATOR_NOT_AVAILABLE))
+_COMPLETING = frozenset(("PrepareCommit", "PrepareAbort"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +40,34 @@ class TxnOffsetCommitIdentity:
     member_id: str = UNKNOWN_MEMBER_ID
     group_instance_id: str | None = None
     version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedTransaction:
+    """The transaction coordinator's view of a transactional id (DescribeTransactions)."""
+
+    producer_id: int
+    producer_epoch: int
+    state: str
+    partitions: frozenset[tuple[str, int]]
+
+
+def verification_error(described: DescribedTransaction | None, req: TxnOffsetCommitIdentity,
+                       partition: tuple[str, int]) -> Errors | None:
+    """What the transaction coordinator answers the group coordinator's check of `partition` (ours: the group's
+    state partition) for this request before the group is looked at (TransactionCoordinator
+    handleVerifyPartitionsInTransaction for v0-4, handleAddPartitionsToTransaction for v5, which adds it), as
+    AddPartitionsToTxnManager hands it on (PRODUCER_FENCED → INVALID_PRODUCER_EPOCH), before the per-version
+    mapping of `txn_append_error`. `described` None: no such transactional id."""
+    if described is None or described.producer_id != req.producer_id:
+        return Errors.INVALID_PRODUCER_ID_MAPPING
+    if described.producer_epoch != req.producer_epoch:
+        return Errors.INVALID_PRODUCER_EPOCH
+    if described.state in _COMPLETING:
+        return Errors.CONCURRENT_TRANSACTIONS
+    if req.version < ADDING_MIN_VERSION and partition not in described.partitions:
+        return Errors.TRANSACTION_ABORTABLE
+    return None
 
 
 def validate_transactional_offset_commit(shard: GroupShard, req: TxnOffsetCommitIdentity

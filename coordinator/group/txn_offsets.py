@@ -42,6 +42,8 @@ class OpenTransaction:
 
     producer_epoch: int
     offsets: dict[str, dict[TopicPartition, PendingOffset]] = field(default_factory=dict)
+    # known where this instance served a TxnOffsetCommit of it (the log does not carry it)
+    transactional_id: str | None = None
     # the highest record offset replayed: the handler (at the Produce answer) and the partition's reader both
     # replay a batch, each in log order, so a record at or below it is one already replayed
     replayed_to: int = -1
@@ -89,7 +91,8 @@ class TransactionalOffsets:
 
 
 def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_epoch: int,
-                                 records: Sequence[tuple[int, OffsetCommitRecord]]) -> None:
+                                 records: Sequence[tuple[int, OffsetCommitRecord]], *,
+                                 transactional_id: str | None = None) -> None:
     """The offset commit records of one transactional batch read from the partition, each with its own log
     offset (records of other key types left out by the reader). A tombstone removes the current and pending
     offsets at once, as Kafka's replay does whatever batch carries it. Groups not known yet are created as
@@ -120,6 +123,9 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
         record = replace(replayed.value, log_offset=log_offset)
         txn.offsets.setdefault(replayed.group_id, {})[tp] = PendingOffset(record, shard.next_offset_write_seq())
         txns.open_by_group.setdefault(replayed.group_id, set()).add(producer_id)
+    named = txns.by_producer.get(producer_id) if transactional_id is not None else None
+    if named is not None:  # also when the partition's reader replayed the batch first
+        named.transactional_id = transactional_id
 
 
 def _read_again(txn: OpenTransaction, producer_id: int, log_offset: int, replayed: OffsetCommitRecord) -> None:
@@ -152,6 +158,11 @@ def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: 
             open_ids.discard(producer_id)
             if not open_ids:
                 del txns.open_by_group[group_id]
+    for group_id, offsets in txn.offsets.items():
+        first_ms = min((p.record.commit_timestamp_ms for p in offsets.values()
+                        if p.record.commit_timestamp_ms >= 0), default=None)
+        shard.observer.on_txn_group_offsets_settled(group_id, txn.transactional_id, producer_id, producer_epoch,
+                                                    commit, len(offsets), first_ms)
     if not commit:
         log.info("event=txn_offsets_aborted producer_id=%d producer_epoch=%d marker_offset=%d groups=%d",
                  producer_id, producer_epoch, log_offset, len(txn.offsets))

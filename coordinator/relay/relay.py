@@ -29,7 +29,7 @@ from coordinator.security.connections import ClusterAccessError, connect
 from coordinator.security.sasl_passthrough import passed_through_ranges
 from kio.schema.api_versions.v4.request import ApiVersionsRequest as ApiVersionsRequestV4
 
-from protocol import apis
+from protocol import apis, codec
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion
 from protocol.messages import build
@@ -227,12 +227,18 @@ class Relay:
                 return str(token.principal_name)
         return None
 
-    async def request_to(self, node_id: int, body: Any) -> Any:
+    async def request_to(self, node_id: int, body: Any, *, undecoded: bool = False) -> Any:
         """One request to broker `node_id` (a transaction coordinator: its requests must reach that broker) on
-        our own connection to it; reconnects once on failure."""
+        our own connection to it; reconnects once on failure. `undecoded`: the response frame as bytes (for an
+        answer kio cannot read, which the caller parses)."""
         for attempt in (1, 2):
             client = await self._node_client(node_id)
             try:
+                if undecoded:
+                    correlation_id = client.next_correlation_id()
+                    return await client.send_raw(
+                        codec.encode_request(correlation_id, client.client_id, body), correlation_id,
+                        int(body.__api_key__), int(body.__version__), timeout_ms=self.config.upstream_timeout_ms)
                 return await client.request(body, timeout_ms=self.config.upstream_timeout_ms)
             except (ConnectionClosed, RequestTimedOut, ProtocolError) as exc:
                 log.warning("event=relay_node_request_failed attempt=%d api_key=%d node=%d error=%r",

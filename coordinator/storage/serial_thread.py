@@ -28,13 +28,16 @@ class SerialThread:
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    def submit(self, call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    def submit(self, call: Callable[..., Any], *args: Any,
+               then: Callable[[Any], None] | None = None) -> asyncio.Future[Any]:
+        """`then(result)`, if given, runs on the loop as the result arrives, before the future's own callbacks
+        (which come a loop turn later): a waiter answered there is answered one turn sooner."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
-        self._calls.put((loop, future, call, args))
+        self._calls.put((loop, future, call, args, then))
         return future
 
     def stop(self) -> None:
@@ -44,18 +47,23 @@ class SerialThread:
 
     def _run(self) -> None:
         while (item := self._calls.get()) is not None:
-            loop, future, call, args = item
+            loop, future, call, args, then = item
             try:
                 result = call(*args)
             except Exception as exc:  # our bug: reported on the loop, the thread goes on
                 result = KafkaError(KafkaError._FAIL, f"{call.__name__} failed: {exc!r}")
                 log.exception("event=producer_call_crashed thread=%s call=%s", self._name, call.__name__)
             try:
-                loop.call_soon_threadsafe(_settle, future, result)
+                loop.call_soon_threadsafe(_settle, future, result, then)
             except RuntimeError:  # the loop is closed: nobody waits any more
                 pass
 
 
-def _settle(future: asyncio.Future[Any], result: Any) -> None:
+def _settle(future: asyncio.Future[Any], result: Any, then: Callable[[Any], None] | None) -> None:
+    if then is not None:
+        try:
+            then(result)
+        except Exception:  # our bug: the future is still settled, its waiter goes on
+            log.exception("event=producer_call_callback_failed")
     if not future.done():
         future.set_result(result)

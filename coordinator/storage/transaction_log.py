@@ -103,6 +103,20 @@ class TransactionTracker:
     def _apply_all(self, batch: FetchedBatch) -> None:
         for record in batch.records:
             self._apply(record)
+        if self._open:
+            self._drop_tombstoned(batch)
+
+    def _drop_tombstoned(self, batch: FetchedBatch) -> None:
+        """As Kafka's replay of an offset tombstone: the partition's offsets pending in open transactions before
+        it go too, so a deleted offset does not come back with the COMMIT of a transaction that carried it
+        earlier. Batch headers stay (they tell where each producer's sequence stands)."""
+        deleted = {commit.key: commit.offset for record in batch.records
+                   if record.value is None and (commit := decode_offset_commit(record)) is not None}
+        if not deleted:
+            return
+        for held in self._open.values():
+            held.batches = [replace(b, records=tuple(r for r in b.records if not _deleted_after(r, deleted)))
+                            for b in held.batches]
 
     def open_producers(self) -> set[int]:
         return set(self._open)
@@ -119,6 +133,17 @@ class TransactionTracker:
         pending = [held for pid, held in self._open.items() if pid not in our_producer_ids]
         self._open.clear()
         return sorted(pending, key=lambda held: held.batches[0].base_offset)
+
+
+def _deleted_after(record: FetchedRecord, deleted: dict[OffsetCommitKey, int]) -> bool:
+    """Whether the record is an offset commit of a partition tombstoned later in the log."""
+    if record.key is None:
+        return False
+    try:
+        key = decode_key(record.key)
+    except RecordFormatError:
+        return False  # left to the replay, which logs it
+    return isinstance(key, OffsetCommitKey) and deleted.get(key, -1) > record.offset
 
 
 FetchAt = Callable[[int], Awaitable[FetchedPartition]]  # one read_uncommitted fetch of a partition from an offset

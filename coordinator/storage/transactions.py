@@ -7,8 +7,9 @@ read_committed), so a write is atomic whatever the batching.
 
 Group commit keeps the cost per write low: writes queue while one transaction is in flight; the next
 transaction takes every queued write (begin, produce them all, commit), so concurrent SyncGroups and
-OffsetCommits share one commit round trip instead of paying one each. A write's future resolves with the
-transaction's outcome (None: committed; else the error). A failed transaction is aborted, and every write in it
+OffsetCommits share one commit round trip instead of paying one each; a write that finds no transaction in
+flight starts one from send() itself, without waiting for a turn of a busy loop. A write's future resolves with
+the transaction's outcome (None: committed; else the error), in the loop callback that brings it. A failed transaction is aborted, and every write in it
 fails with the same error: none of them is visible, so the waiting requests are told so and retry.
 
 The transactional.id is the fence: a new producer with the same id (`init_transactions`) aborts what an older
@@ -35,6 +36,7 @@ One producer has one transaction in flight at a time; partition_writers.py route
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -53,6 +55,7 @@ _NOT_READY_POLL_S = 0.05  # how often queued writes look for a re-initialised pr
 
 # records, outcome, loop deadline, where the acknowledged records' offsets go (if wanted)
 _Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
+_Outcome = tuple["KafkaError | None", "str | None"]  # a transaction's error, and what to do next
 
 
 class TransactionalProducer:
@@ -81,6 +84,7 @@ class TransactionalProducer:
         self._ready = False  # an initialised producer is there (loop side)
         self._queue: list[_Queued] = []
         self._in_flight = 0  # writes in the transaction being committed
+        self._committing: tuple[list[_Queued], asyncio.Future[_Outcome | KafkaError]] | None = None
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._reinit: asyncio.Task[None] | None = None
@@ -127,13 +131,20 @@ class TransactionalProducer:
             future.set_result(None)
         else:
             self._queue.append((records, future, loop.time() + self.timeout_ms / 1000, offsets))
+            if self._committing is None and self._ready and len(self._queue) == 1:
+                # Nothing in flight: the transaction starts now, not a loop turn later when the worker runs
+                # (a busy loop's turn is every request that arrived meanwhile, a thousand SyncGroups at once).
+                self._begin_commit(loop)
             self._wake.set()
         return future
 
     # -- the transaction loop (event loop side) ---------------------------------------------------------------
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        while not self._closed or self._queue:
+        while not self._closed or self._queue or self._committing is not None:
+            if self._committing is not None:
+                await self._finish_commit(*self._committing)
+                continue
             if not self._queue:
                 self._wake.clear()
                 await self._wake.wait()
@@ -147,34 +158,45 @@ class TransactionalProducer:
             if not self._ready:  # a fresh producer is being initialised: wait for it, within the deadlines
                 await asyncio.sleep(_NOT_READY_POLL_S)
                 continue
-            batch, self._queue = self._queue, []
-            self._in_flight = len(batch)
-            try:
-                await self._commit(batch, loop)
-            finally:
-                self._in_flight = 0
-                for _, future, _, _ in batch:  # cancelled (close gave up waiting): the outcome is unknown
-                    if not future.done():
-                        future.set_result(KafkaError(KafkaError._TIMED_OUT, "state producer closed mid-commit"))
+            self._begin_commit(loop)
 
-    async def _commit(self, batch: list[_Queued], loop: asyncio.AbstractEventLoop) -> None:
-        now = loop.time()
-        timeout_s = max(min(deadline for _, _, deadline, _ in batch) - now, _MIN_TIMEOUT_S)
+    def _begin_commit(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One transaction of every queued write, on the serial thread; the writes are answered on the loop as
+        it returns (`_answer`), the aftermath (abort, fence, a fresh producer) is the worker's (`_finish_commit`)."""
+        batch, self._queue = self._queue, []
+        self._in_flight = len(batch)
+        timeout_s = max(min(deadline for _, _, deadline, _ in batch) - loop.time(), _MIN_TIMEOUT_S)
         records = [r for records, _, _, _ in batch for r in records]
         sinks = [offsets for records, _, _, offsets in batch for _ in records]
-        error, then = await self._thread.submit(self._client.transaction, records, timeout_s, sinks)
+        done = self._thread.submit(self._client.transaction, records, timeout_s, sinks,
+                                   then=functools.partial(self._answer, batch))
+        self._committing = (batch, done)
+
+    async def _finish_commit(self, batch: list[_Queued], done: asyncio.Future[_Outcome | KafkaError]) -> None:
+        try:
+            _, then = _as_outcome(await done)
+            if then == "abort":
+                then = await self._thread.submit(self._client.abort)
+            if then == "fenced":
+                self._ready = False
+                self._notify_fenced()
+            elif then == "retired":
+                self._ready = False
+                self._start_reinit()
+        finally:
+            self._committing = None
+            self._in_flight = 0
+            for _, future, _, _ in batch:  # cancelled (close gave up waiting): the outcome is unknown
+                if not future.done():
+                    future.set_result(KafkaError(KafkaError._TIMED_OUT, "state producer closed mid-commit"))
+
+    def _answer(self, batch: list[_Queued], result: _Outcome | KafkaError) -> None:
+        """Every write of the transaction, answered first: nothing of a failed one will ever be visible."""
+        error, _ = _as_outcome(result)
         self.transactions += 1
-        for _, future, _, _ in batch:  # answered first: nothing of a failed transaction will ever be visible
+        for _, future, _, _ in batch:
             if not future.done():
                 future.set_result(error)
-        if then == "abort":
-            then = await self._thread.submit(self._client.abort)
-        if then == "fenced":
-            self._ready = False
-            self._notify_fenced()
-        elif then == "retired":
-            self._ready = False
-            self._start_reinit()
 
     def _expire(self, now: float) -> None:
         """Writes that waited out their commit timeout (behind a slow transaction, or for a fresh producer)."""
@@ -258,3 +280,9 @@ class TransactionalProducer:
             await asyncio.wait_for(destroyed, max(deadline - loop.time(), _MIN_TIMEOUT_S))
         except asyncio.TimeoutError:  # a commit the broker does not answer: it ends on its own, then the destroy
             log.warning("event=producer_close_pending producer=%s", self.name)
+
+
+
+def _as_outcome(result: _Outcome | KafkaError) -> _Outcome:
+    """A call that crashed (our bug) returns its error alone: its transaction's state is unknown, so abort."""
+    return result if isinstance(result, tuple) else (result, "abort")

@@ -49,6 +49,9 @@ COMMON_FIELDS: tuple[Field, ...] = (
 )
 
 _INSTANCE_ID = Field("group_instance_id", _S, nullable=True)
+# outcome: "pending", "committed" or "aborted" (the type's last word: one column across the three types)
+_TXN_FIELDS = (Field("transactional_id", _S, nullable=True), Field("producer_id", _L), Field("producer_epoch", _I),
+               Field("partition_count", _I), Field("outcome", _S))
 
 EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     "state_change": (Field("old_state", _S), Field("new_state", _S), Field("generation", _I)),
@@ -71,6 +74,12 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     "offsets_expired": (Field("partition_count", _I),),  # the retention check
     "offsets_deleted": (Field("partition_count", _I),),  # OffsetDelete
     "group_deleted": (Field("partition_count", _I),),  # DeleteGroups: the group and this many offsets
+    # a client transaction's offsets (TxnOffsetCommit): pending in the state partition, then settled by the
+    # transaction coordinator's marker; transactional_id null where the settling instance did not serve the
+    # request (a failover, a restart); duration_ms from the first pending offset's commit time to the marker
+    "txn_offsets_pending": _TXN_FIELDS,
+    "txn_offsets_committed": _TXN_FIELDS + (Field("duration_ms", _L, nullable=True),),
+    "txn_offsets_aborted": _TXN_FIELDS + (Field("duration_ms", _L, nullable=True),),
 }
 
 # The state names events carry are the classic group's (GroupState values), defined there only.

@@ -269,6 +269,21 @@ class EventTopicObserver(GroupObserver):
     def on_group_deleted(self, group_id: str, partition_count: int) -> None:
         self._emit("group_deleted", group_id, partition_count=partition_count)
 
+    # --- clients' transactions: their offsets pending, then committed or aborted by the marker -------------------
+    def on_txn_offsets_pending(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
+                               partition_count: int) -> None:
+        self._emit("txn_offsets_pending", group_id, transactional_id=transactional_id, producer_id=producer_id,
+                   producer_epoch=producer_epoch, partition_count=partition_count, outcome="pending")
+
+    def on_txn_group_offsets_settled(self, group_id: str, transactional_id: str | None, producer_id: int,
+                                     producer_epoch: int, committed: bool, partition_count: int,
+                                     first_pending_ms: int | None) -> None:
+        outcome = "committed" if committed else "aborted"
+        now_ms = self.clock.now_ms()
+        self._emit(f"txn_offsets_{outcome}", group_id, transactional_id=transactional_id, producer_id=producer_id,
+                   producer_epoch=producer_epoch, partition_count=partition_count, outcome=outcome,
+                   duration_ms=None if first_pending_ms is None else max(0, now_ms - first_pending_ms))
+
 
 async def start_event_publisher(config: StorageConfig) -> EventPublisher | None:
     """Create or verify the event topic and start its producer (None when the event topic is off). The topic is

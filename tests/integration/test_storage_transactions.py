@@ -7,14 +7,15 @@ aborted one."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.error_codes import Errors
 from coordinator.group.store import StoreError
-from coordinator.group.records import OffsetRecord
+from coordinator.group.records import OffsetRecord, offset_commits
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
 from coordinator.storage.loader import consumer_settings, read_state_with_transactions
 from coordinator.timer.clock import MonotonicClock
@@ -184,3 +185,28 @@ async def test_close_never_destroys_the_producer_during_a_commit(kafka_bootstrap
         assert acknowledged  # the transaction in flight was waited for
     loaded = await read_back(kafka_bootstrap, topic)
     assert acknowledged <= set(loaded)
+
+
+async def test_a_lone_write_is_committed_while_the_loop_is_busy(kafka_bootstrap: str) -> None:
+    """A write sent while no transaction is in flight starts its transaction from send(), not a loop turn later:
+    it becomes visible to a read_committed reader while the loop is still busy (here: blocked by this test, as a
+    thousand SyncGroups arriving at once keep it busy after the leader's)."""
+    topic = unique_topic()
+    store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
+                                commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
+    partition = store._partition("g")
+    reader = Consumer(consumer_settings(kafka_bootstrap, f"{topic}-reader", 1_048_576))
+    reader.assign([TopicPartition(topic, partition, 0)])
+    try:
+        written = store.append(partition, offset_commits("g", offsets(1, 1)))
+        deadline = time.monotonic() + LOADED_MACHINE_TIMEOUT_MS / 1000
+        visible = None
+        while visible is None and time.monotonic() < deadline:  # blocking: the loop does not run meanwhile
+            message = reader.poll(0.1)
+            if message is not None and message.error() is None:
+                visible = message
+        assert visible is not None, "the write waited for the loop to start its transaction"
+        await asyncio.wait_for(written, LOADED_MACHINE_TIMEOUT_MS / 1000)
+    finally:
+        reader.close()
+        await store.close()

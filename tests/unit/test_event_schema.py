@@ -50,7 +50,14 @@ def test_every_event_the_writer_emits_conforms_to_the_schema() -> None:
     observer.on_offsets_expired("g", 2)
     observer.on_offsets_deleted("g", 1)
     observer.on_group_deleted("g", 0)
+    observer.on_txn_offsets_pending("g", "app", 7, 0, 2)
+    observer.on_txn_group_offsets_settled("g", "app", 7, 0, True, 2, 1_699_999_999_250)
+    observer.on_txn_group_offsets_settled("g", None, 8, 1, False, 1, None)  # settled after a reload
     assert sorted(e["type"] for e in capture.events) == sorted(schema.EVENT_FIELDS)  # every type, once
+    txn_events = {e["type"]: e for e in capture.events if e["type"].startswith("txn_")}
+    assert [(e["outcome"], e["transactional_id"], e["producer_id"], e.get("duration_ms"))
+            for e in txn_events.values()] == [("pending", "app", 7, None), ("committed", "app", 7, 750),
+                                              ("aborted", None, 8, None)]
     for event in capture.events:
         assert problem_of(event) is None, event
         declared = {f.name for f in schema.COMMON_FIELDS + schema.EVENT_FIELDS[event["type"]]}

@@ -116,6 +116,24 @@ async def test_simple_group_offsets_expire_by_commit_time_and_explicit_retention
         await env.close()
 
 
+async def test_a_failed_commit_is_tombstoned_when_its_group_is_retired() -> None:
+    """A commit whose write failed may be in the log all the same (a failure after the append, a timeout):
+    never served, but the retirement of its Empty group tombstones it, so a reload does not bring the group back."""
+    env = Env(offsets_retention_minutes=1)
+    try:
+        await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 1}))
+        env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        resp = await env.coordinator.commit_offsets(commit("s", -1, "", {("t", 1): 5}))
+        assert errors_of(resp) == [Errors.COORDINATOR_NOT_AVAILABLE]
+        assert await fetch(env, "s", {"t": [0, 1]}) == {("t", 0): (1, "", Errors.NONE), ("t", 1): (-1, "", Errors.NONE)}
+        await env.advance(60_000)
+        assert await env.coordinator.expire_offsets() == 2  # the expired offset and the possibly written one
+        assert env.group("s") is None
+        assert [(r.topic, r.partition, r.value) for r in env.store.writes[-1]] == [("t", 0, None), ("t", 1, None)]
+    finally:
+        await env.close()
+
+
 def loaded_record(now_ms: int) -> GroupRecord:
     members = [MemberRecord(f"m{i}", None, f"c{i}", "/10.0.0.1", 30_000, SESSION_MS, subscription("t"),
                             f"as{i}".encode()) for i in range(2)]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -16,12 +17,16 @@ import pytest
 from simulator.loop import SimulationStuck, VirtualLoop
 from coordinator.config import CoordinatorConfig
 from coordinator.group.api import (DeleteGroupsRequest, OffsetCommitRequest, OffsetCommitRequestPartition,
-                                   OffsetCommitRequestTopic, OffsetDeleteRequest, OffsetDeleteRequestTopic)
+                                   OffsetCommitRequestTopic, OffsetDeleteRequest, OffsetDeleteRequestTopic,
+                                   OffsetFetchRequest, OffsetFetchRequestTopic)
+from coordinator.group.modern.heartbeat import HeartbeatRequest
+from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH
 from protocol.error_codes import Errors
 from simulator.instance import CoordinatorInstance
 from simulator.kafka import KafkaFaults
 from simulator.plants import PLANTS
-from simulator.run import Scenario, Simulation, make_scenario, run_seed, run_story
+from simulator.client_txns import TransactionalApp, txn_offset_commit_request
+from simulator.run import Scenario, Simulation, TxnAppSpec, make_scenario, run_seed, run_story
 from simulator.shrink import Reduction, ddmin, shrink
 
 CI_SEEDS = int(os.environ.get("SIMULATOR_SEEDS", "200"))
@@ -162,15 +167,9 @@ def test_client_transactions_commit_abort_time_out_and_get_fenced() -> None:
 
 
 # --- the consumer protocol (KIP-848) -------------------------------------------------------------------------
-# Seed 33 of --protocol consumer (since the clients' transactions moved its timings): an OffsetCommit failed after
-# append (in the log, not in memory), then an OffsetDelete answered NONE tombstones only what memory holds, and the
-# reload brings the deleted offsets back (durable_delete). Open in production (docs/simulation.md): the sweep
-# leaves it to the strict xfail below, which fails as soon as it holds.
-KNOWN_FAILING_CONSUMER_SEEDS = frozenset({33})
-
-
-@pytest.mark.xfail(strict=True, reason="an offset commit that failed after append comes back after an OffsetDelete")
-def test_known_failing_consumer_seed() -> None:
+def test_consumer_seed_33_deleted_offsets_stay_deleted() -> None:
+    """Seed 33: an OffsetCommit failed after append (in the log, not in memory), then an OffsetDelete answered
+    NONE; the deletion tombstones those partitions too, so the reload does not bring the deleted offsets back."""
     outcome = run_seed(33, protocol="consumer")
     assert outcome.ok, [v.line() for v in outcome.violations]
 
@@ -178,8 +177,8 @@ def test_known_failing_consumer_seed() -> None:
 def test_consumer_protocol_seeds_hold_every_invariant() -> None:
     """Among them the seeds that found the consumer groups' bugs: 5 (write numbers reused; an answer read from
     memory before the write behind it was acknowledged), 17, 25 and 26 (memory and the log diverging after a
-    failed write)."""
-    outcomes = [run_seed(seed, protocol="consumer") for seed in range(40) if seed not in KNOWN_FAILING_CONSUMER_SEEDS]
+    failed write), 33 (deleted offsets back after a reload)."""
+    outcomes = [run_seed(seed, protocol="consumer") for seed in range(40)]
     failing = [(o, v) for o in outcomes for v in o.violations]
     assert not failing, "\n".join(f"seed {o.seed}: {v.line()} (replay: python -m simulator --seed {o.seed} "
                                   "--protocol consumer --trace)" for o, v in failing)
@@ -293,19 +292,153 @@ def _deleted_then_crashed(delete: Any) -> tuple[list[int], list[str]]:
     return refused, [v.line() for v in sim.checkers.violations]
 
 
-async def _delete_group(sim: Simulation) -> int:
+async def _delete_group(sim: Simulation, partitions: Sequence[tuple[str, int]] = (("t", 0),)) -> int:
     answer = await sim.call("tool", "", "delete_groups", DeleteGroupsRequest(["g"]))
     if answer.results[0].error_code == Errors.NONE:
-        sim.checkers.deleted("g", [("t", 0)], group_record=True)
+        sim.checkers.deleted("g", list(partitions), group_record=True)
     return int(answer.results[0].error_code)
 
 
-async def _delete_offsets(sim: Simulation) -> int:
+async def _delete_offsets(sim: Simulation, partitions: Sequence[tuple[str, int]] = (("t", 0),)) -> int:
     answer = await sim.call("tool", "", "delete_offsets",
-                            OffsetDeleteRequest("g", [OffsetDeleteRequestTopic("t", [0])]))
-    if answer.error_code == Errors.NONE and answer.topics[0].partitions[0].error_code == Errors.NONE:
-        sim.checkers.deleted("g", [("t", 0)], group_record=False)
+                            OffsetDeleteRequest("g", [OffsetDeleteRequestTopic("t", [p for _, p in partitions])]))
+    if answer.error_code == Errors.NONE and all(p.error_code == Errors.NONE for p in answer.topics[0].partitions):
+        sim.checkers.deleted("g", list(partitions), group_record=False)
     return int(answer.error_code)
+
+
+def _second_commit_then_deleted(delete: Any, second: str, *, protocol: str = "classic"
+                                ) -> tuple[list[int], dict[tuple[str, int], int], list[str]]:
+    """A simple consumer (`protocol` "classic"; "consumer": a KIP-848 member subscribed to another topic, which
+    leaves after it when the group is to be deleted, an admin committing in its place) commits ("t", 0); its next
+    commit, of ("t", 0) and ("t", 1), is in the log but not in memory when the operator deletes: `second`
+    "failed_after_append" (answered NOT_ENOUGH_REPLICAS_AFTER_APPEND) or "in_flight" (the delete comes while Kafka
+    has not acknowledged it yet). The coordinator crashes, a new one loads. Returns the second commit's and the
+    delete's error codes, what a fetch of both partitions shows after the reload, and the violations."""
+    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None)
+    sim = Simulation(scenario)
+    answers: list[int] = []
+    fetched: dict[tuple[str, int], int] = {}
+    partitions = [("t", 0), ("t", 1)]
+
+    async def loaded() -> CoordinatorInstance:
+        instance = sim._start_instance()
+        while not instance.loaded:
+            await asyncio.sleep(0.1)
+        return instance
+
+    member = {"id": "", "epoch": -1}
+
+    async def heartbeat(epoch: int) -> None:
+        answer = await sim.call("tool", member["id"], "consumer_group_heartbeat", HeartbeatRequest(
+            "g", member["id"], epoch, rebalance_timeout_ms=30_000, subscribed_topic_names=("other",), owned=()))
+        assert answer.error == Errors.NONE, answer
+        member["epoch"] = answer.member_epoch
+
+    async def commit(tps: list[tuple[str, int]]) -> int:
+        answer = await sim.call("tool", member["id"], "commit_offsets", OffsetCommitRequest(
+            "g", member["epoch"], member["id"], [OffsetCommitRequestTopic("t", [
+                OffsetCommitRequestPartition(p, sim.next_offset("g", ("t", p))) for _, p in tps])], version=9))
+        return int(answer.topics[0].partitions[0].error_code)
+
+    async def deleted() -> int:
+        return int(await delete(sim, partitions))
+
+    async def story() -> None:
+        first = await loaded()
+        if protocol == "consumer":
+            member["id"] = "member-0"
+            await heartbeat(0)
+        assert await commit(partitions[:1]) == Errors.NONE
+        sim.checkers.committed("g", ("t", 0), 1, "tool")
+        if protocol == "consumer" and delete is _delete_group:  # DeleteGroups needs it Empty: an admin commits
+            await heartbeat(LEAVE_GROUP_MEMBER_EPOCH)
+            member.update(id="", epoch=-1)
+        if second == "failed_after_append":
+            sim.kafka.faults.after_append = 1.0
+            answers.append(await commit(partitions))
+            sim.kafka.faults.after_append = 0.0
+            answers.append(await deleted())
+        else:
+            sim.kafka.faults.land_ms = (1_000, 1_000)
+            in_flight = asyncio.ensure_future(commit(partitions))
+            await asyncio.sleep(0.5)
+            answers.append(await deleted())
+            answers.insert(0, await in_flight)
+        first.crash()
+        await loaded()
+        answer = await sim.call("tool", "", "fetch_offsets", OffsetFetchRequest("g", [OffsetFetchRequestTopic(
+            "t", [0, 1])]))
+        fetched.update({("t", p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions})
+
+    run_story(sim, story())
+    return answers, fetched, [v.line() for v in sim.checkers.violations]
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("delete", ["delete_offsets", "delete_groups"])
+def test_offsets_whose_commit_failed_after_append_stay_deleted_after_a_reload(delete: str, protocol: str) -> None:
+    """The failed commit may be in the log (Kafka appended it): the delete tombstones what memory never took too,
+    so the reload does not bring back offsets the operator deleted (seed 33 of --protocol consumer)."""
+    answers, fetched, violations = _second_commit_then_deleted(
+        _delete_offsets if delete == "delete_offsets" else _delete_group, "failed_after_append", protocol=protocol)
+    assert answers == [Errors.COORDINATOR_NOT_AVAILABLE, Errors.NONE]
+    assert fetched == {("t", 0): -1, ("t", 1): -1}
+    assert violations == []
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("delete", ["delete_offsets", "delete_groups"])
+def test_offsets_of_a_commit_in_flight_stay_deleted_after_a_reload(delete: str, protocol: str) -> None:
+    """The commit was queued before the tombstones, so it lands before them: they cover its partitions too."""
+    answers, fetched, violations = _second_commit_then_deleted(
+        _delete_offsets if delete == "delete_offsets" else _delete_group, "in_flight", protocol=protocol)
+    assert answers == [Errors.NONE, Errors.NONE]
+    assert fetched == {("t", 0): -1, ("t", 1): -1}
+    assert violations == []
+
+
+def test_an_offset_deleted_while_its_transaction_is_open_stays_deleted_after_the_commit_and_a_reload() -> None:
+    """A client's TxnOffsetCommit is acknowledged (pending), the operator deletes the offset, then the transaction
+    commits: Kafka's replay drops the pending offset at the tombstone, so neither memory nor a reload shows it."""
+    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None,
+                        txn_apps=[TxnAppSpec({"t": 1}, True, 5, 60_000)])
+    sim = Simulation(scenario)
+    seen: dict[str, Any] = {}
+
+    async def loaded() -> CoordinatorInstance:
+        instance = sim._start_instance()
+        while not instance.loaded:
+            await asyncio.sleep(0.1)
+        return instance
+
+    async def fetched() -> int:
+        answer = await sim.call("tool", "", "fetch_offsets", OffsetFetchRequest(
+            "txn-group-0", [OffsetFetchRequestTopic("t", [0])]))
+        return int(answer.topics[0].partitions[0].committed_offset)
+
+    async def story() -> None:
+        first = await loaded()
+        app = TransactionalApp(sim, 0, 1, {"t": 1}, True, 5, 60_000, random.Random(0))
+        await app._init()
+        request = txn_offset_commit_request(5, app.transactional_id, app.group_id, app.producer_id, app.epoch,
+                                            {("t", 0): 7})
+        answer = await app._call("txn_offset_commit", request)
+        seen["txn_offset_commit"] = answer.topics[0].partitions[0].error_code
+        deleted = await sim.call("tool", "", "delete_offsets", OffsetDeleteRequest(
+            "txn-group-0", [OffsetDeleteRequestTopic("t", [0])]))
+        seen["delete"] = deleted.error_code
+        seen["end_txn"], app.epoch = await app.ctc.end_txn(app.transactional_id, app.producer_id, app.epoch, True)
+        await asyncio.sleep(1)  # the partition's tail reads the marker
+        seen["memory"] = await fetched()
+        first.crash()
+        await loaded()
+        seen["reload"] = await fetched()
+
+    run_story(sim, story())
+    assert seen == {"txn_offset_commit": Errors.NONE, "delete": Errors.NONE, "end_txn": Errors.NONE, "memory": -1,
+                    "reload": -1}
+    assert sim.checkers.violations == []
 
 
 def test_a_delete_kafka_refused_is_not_answered_as_done() -> None:

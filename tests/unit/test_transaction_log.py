@@ -55,3 +55,33 @@ def test_a_settled_producers_last_batch_tells_where_its_sequence_stands() -> Non
     settled = tracker.settled_sequences(our_producer_ids={6})
     assert [(b.producer_id, b.base_offset, b.records) for b in settled] == [(1, 2, ())]  # 2 has one open
     assert [p.producer_id for p in tracker.finish(our_producer_ids={6})] == [2]
+
+
+def tombstone(offset: int, *, producer_id: int = -1) -> FetchedBatch:
+    record = FetchedRecord(offset, encode_key(OffsetCommitKey("g", "orders", 0)), None)
+    return FetchedBatch(offset, offset, producer_id, 3, 0, producer_id != -1, False, None, (record,))
+
+
+def test_a_tombstone_drops_the_partitions_offsets_pending_before_it() -> None:
+    """Kafka's replay of an offset tombstone removes the partition's pending transactional offsets too: an
+    OffsetDelete between a client's TxnOffsetCommit and its COMMIT is not undone by the COMMIT (nor by a load that
+    ends with the transaction still open). A commit after the tombstone stays, and so do the batch headers."""
+    applied: list[int] = []
+    tracker = TransactionTracker(lambda record: applied.append(record.offset))
+    for batch in (data(0, 1, 10), data(1, 2, 20), tombstone(2), data(3, 1, 11), marker(4, 1, MarkerType.COMMIT)):
+        tracker.feed(batch)
+    assert applied == [2, 3]  # the tombstone, then producer 1's commit made after it; its first one is gone
+    [pending] = tracker.finish(our_producer_ids=())
+    assert (pending.producer_id, [b.base_offset for b in pending.batches], pending.offset_commits) == (2, [1], [])
+    assert [b.base_offset for b in tracker.settled_sequences(())] == [3]
+
+
+def test_a_tombstone_committed_later_drops_only_what_came_before_it() -> None:
+    """Our own transactional writer's tombstone applies at its COMMIT marker, but only to pending offsets
+    written before the tombstone itself."""
+    applied: list[int] = []
+    tracker = TransactionTracker(lambda record: applied.append(record.offset))
+    for batch in (data(0, 1, 10), tombstone(1, producer_id=6), data(2, 1, 11), marker(3, 6, MarkerType.COMMIT),
+                  marker(4, 1, MarkerType.COMMIT)):
+        tracker.feed(batch)
+    assert applied == [1, 2]

@@ -10,7 +10,9 @@ transaction coordinator's COMMIT/ABORT marker that the partition's tail reads (c
 As KafkaApis: WRITE on the transactional id, then READ on the group (every partition refused otherwise), READ on
 each topic, partitions the cluster does not have → UNKNOWN_TOPIC_OR_PARTITION; then the group's checks
 (coordinator/group/txn_commit.py) and, per partition, OFFSET_METADATA_TOO_LARGE. A refused append is answered with
-every partition's error mapped per version (`txn_append_error`).
+every partition's error mapped per version (`txn_append_error`). Kafka has the transaction verified before the group's
+checks: a request the group refuses is answered with the transaction coordinator's error if it has one
+(txn_verification.py).
 
 One batch per producer id and state partition at a time: requests of the same producer wait for each other. A
 batch whose outcome is unknown (no answer, a timeout) is owed: the next request of that producer first sends those
@@ -39,13 +41,14 @@ from coordinator.group.offsets import java_length
 from coordinator.group.records import OffsetCommitRecord, OffsetRecord
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import ShardStatus
-from coordinator.group.txn_commit import (TxnOffsetCommitIdentity, txn_append_error,
+from coordinator.group.txn_commit import (ADDING_MIN_VERSION, TxnOffsetCommitIdentity, txn_append_error,
                                           validate_transactional_offset_commit)
 from coordinator.group.txn_offsets import replay_transactional_offsets
 from coordinator.group.txn_sequences import Busy, Outcome
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
+from coordinator.server.handlers.txn_verification import answer_after_verification, error_code
 from coordinator.storage.records import encode
 from protocol.apis import ApiKey, request_class, response_class
 from protocol.client import KafkaClient
@@ -55,7 +58,6 @@ from protocol.messages import ZERO_DURATION, build, error, item_class
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
 VERSIONS = (0, 5)  # Kafka 4.1.1's (its ApiVersions answer)
-ADDING_MIN_VERSION = 5  # TxnOffsetCommit v5 (KIP-890 part 2): the append adds the partition to the transaction
 
 _PRODUCE = 0
 _METADATA, _METADATA_VERSION = 3, 12
@@ -119,7 +121,7 @@ def produce_request(producer: ClientProducer, topic: str, partition: int, batch:
 
 def appended(answer: Any) -> Appended:
     result = answer.responses[0].partition_responses[0]
-    code = _code(result.error_code)
+    code = error_code(result.error_code)
     return Appended(code, int(result.base_offset) if code == Errors.NONE else -1)
 
 
@@ -240,6 +242,9 @@ async def _commit_locked(ctx: ConnectionContext, shard: GroupShard, writes: _Sha
     every = [(p.topic, p.partition) for p in partitions]
     existed = identity.group_id in shard.groups
     _, invalid = validate_transactional_offset_commit(shard, identity)
+    state = ctx.coordinator.state_partition(identity.group_id)
+    if invalid is not None and ctx.relay is not None and state is not None:
+        invalid = await answer_after_verification(ctx.relay, identity, state, invalid)
     if invalid is not None:
         log.info("event=txn_offset_commit_refused group=%s transactional_id=%s producer_id=%d generation=%d "
                  "member=%s version=%d error=%s", identity.group_id, identity.transactional_id, identity.producer_id,
@@ -324,7 +329,8 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
             writes.owed.pop(producer_id, None)
             if shard.status is ShardStatus.ACTIVE:  # else the partition moved on: its next owner loads the batch
                 replay_transactional_offsets(shard, producer_id, batch.epoch,
-                                             [(result.base_offset + i, r) for i, r in enumerate(batch.records)])
+                                             [(result.base_offset + i, r) for i, r in enumerate(batch.records)],
+                                             transactional_id=identity.transactional_id)
                 shard.observer.on_txn_offsets_pending(identity.group_id, identity.transactional_id, producer_id,
                                                       batch.epoch, len(batch.records))
             log.info("event=txn_offsets_pending group=%s transactional_id=%s producer_id=%d epoch=%d offsets=%d "
@@ -386,13 +392,6 @@ def _forget_unused_group(shard: GroupShard, group_id: str) -> None:
     if (group is not None and not group.members and not group.has_offsets
             and not shard.transactional_offsets.has_open_transactions(group_id)):
         del shard.groups[group_id]
-
-
-def _code(value: int) -> Errors:
-    try:
-        return Errors(int(value))
-    except ValueError:  # a code this table does not name: still an error
-        return Errors.UNKNOWN_SERVER_ERROR
 
 
 def _answer(version: int, wanted: list[_Partition], errors: dict[tuple[str, int], Errors], default: Errors) -> Any:

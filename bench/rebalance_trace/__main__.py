@@ -1,0 +1,105 @@
+"""Where a rebalance's wall time goes inside our server: the race (`bench.coordinator --figures rebalance`) with
+timestamps taken in `coordinator serve`, then the median of each step per group size.
+
+  python -m bench.rebalance_trace [--trace FILE] [--librdkafka-debug eos,protocol,msg] -- <bench.coordinator args>
+  python -m bench.rebalance_trace --analyse FILE
+
+The stamps (this directory's sitecustomize.py, put on the server's PYTHONPATH): the join's completion, the leader's
+SyncGroup, the write queued and handed to the producer's thread, begin/commit_transaction on that thread, the
+write's callback on the loop, every parked JoinGroup/SyncGroup answered. Each row of the table is the median (and
+range) over the rebalances of one size, in ms. Only the transactional write mode is stamped; race one build of ours
+(no --baseline-tree: every `coordinator serve` started writes into the same trace)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOIN_GROUP, SYNC_GROUP = "11", "14"
+
+
+def analyse(path: str) -> str:
+    events = sorted((float(t), event, detail.strip()) for t, _, event, *rest in
+                    (line.split(None, 3) for line in open(path)) for detail in [rest[0] if rest else ""])
+    rebalances: list[tuple[int, list[tuple[float, str, str]]]] = []
+    for t, event, detail in events:
+        if event == "join_complete_start":
+            rebalances.append((int(detail), []))
+        if rebalances:
+            rebalances[-1][1].append((t, event, detail))
+    rows: dict[int, list[dict[str, float]]] = {}
+    for size, steps in rebalances:
+        row = _steps(steps)
+        if row is not None:
+            rows.setdefault(size, []).append(row)
+    out = []
+    for size, measured in sorted(rows.items()):
+        out.append(f"{size} members: {len(measured)} rebalances, ms (median [min .. max])")
+        for name in measured[0]:
+            values = [r[name] for r in measured]
+            out.append(f"  {name:38s} {statistics.median(values):8.2f}  [{min(values):.2f} .. {max(values):.2f}]")
+    return "\n".join(out)
+
+
+def _steps(steps: list[tuple[float, str, str]]) -> dict[str, float] | None:
+    start = steps[0][0]
+
+    def first(name: str, after: float = 0.0) -> float | None:
+        return next((t for t, event, _ in steps if event == name and t >= after), None)
+
+    joins = [t for t, event, detail in steps if event == "answered" and detail == JOIN_GROUP]
+    syncs = [t for t, event, detail in steps if event == "answered" and detail == SYNC_GROUP]
+    leader = first("leader_sync")
+    queued = first("queued", leader or 0)
+    if leader is None or queued is None or not joins or not syncs:
+        return None
+    begin = first("begin", queued)
+    submit = first("submit", queued) or begin  # a build without _begin_commit: the hand-over is not split
+    call, returned = first("commit_call", queued), first("commit_returned", queued)
+    acked = first("acked_on_loop", queued)
+    answered = first("writes_answered", queued) or acked  # a build without _answer: not split
+    if None in (submit, begin, call, returned, acked, answered):
+        return None
+    assert submit and begin and call and returned and acked and answered
+    ms = 1000
+    return {"last JoinGroup answered": (max(joins) - start) * ms,
+            "leader's SyncGroup arrives": (leader - start) * ms,
+            "queued -> handed to the thread": (submit - queued) * ms,
+            "handed -> begin_transaction": (begin - submit) * ms,
+            "produce": (call - begin) * ms,
+            "commit_transaction": (returned - call) * ms,
+            "commit returned -> its writes answered": (answered - returned) * ms,
+            "writes answered -> the group's callback": (acked - answered) * ms,
+            "acknowledged -> last SyncGroup answer": (max(syncs) - acked) * ms,
+            "leader's SyncGroup -> last answer": (max(syncs) - leader) * ms}
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", default="/tmp/rebalance_trace.log")
+    parser.add_argument("--librdkafka-debug", help="librdkafka debug contexts for the state producers")
+    parser.add_argument("--analyse", help="only analyse this trace file")
+    parser.add_argument("bench_args", nargs="*", help="after --: bench.coordinator's arguments")
+    args = parser.parse_args(argv)
+    if args.analyse:
+        print(analyse(args.analyse))
+        return 0
+    if os.path.exists(args.trace):
+        os.remove(args.trace)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])),
+           "REBALANCE_TRACE": args.trace}
+    if args.librdkafka_debug:
+        env["REBALANCE_TRACE_DEBUG"] = args.librdkafka_debug
+    bench = [sys.executable, "-m", "bench.coordinator", "--figures", "rebalance", *args.bench_args]
+    code = subprocess.run(bench, env=env, check=False).returncode
+    print(analyse(args.trace))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

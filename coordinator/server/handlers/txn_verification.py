@@ -1,0 +1,157 @@
+"""The transaction check that comes before the group's (not a handler of its own: TxnOffsetCommit's).
+
+Kafka's group coordinator has the transaction verified by the transaction coordinator (v0–4: is the group's
+offsets partition in it; v5: add it) before its write operation looks at the group (CoordinatorRuntime
+`scheduleTransactionalWriteOperation`), so a transaction error wins over a group error: a v3 request without
+AddOffsetsToTxn from a fenced static member is answered INVALID_TXN_STATE, not FENCED_INSTANCE_ID. Ours is
+verified by the leader of our state partition when the batch is appended, which comes after the group's checks;
+so when the group refuses, we ask the transaction coordinator (DescribeTransactions: our principal's WRITE on the
+transactional id, which the append needs anyway, implies DESCRIBE) and answer its error first. The path that
+appends is unchanged: the leader's own verification answers there.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any
+
+from coordinator.group.txn_commit import (ANSWERED_BEFORE_VERIFICATION, DescribedTransaction,
+                                          TxnOffsetCommitIdentity, txn_append_error, verification_error)
+from coordinator.relay.errors import UpstreamUnavailable
+from protocol import codec
+from protocol.apis import ApiKey, request_class
+from protocol.error_codes import Errors
+from protocol.errors import ProtocolError
+from protocol.messages import build
+
+_FIND_COORDINATOR_VERSION, _TRANSACTION_KEY = 4, 1
+_DESCRIBE_TRANSACTIONS, _DESCRIBE_TRANSACTIONS_VERSION = 65, 0
+# the transaction coordinator is moving or loading: the client retries (Kafka's verification would wait it out)
+_RETRIABLE = frozenset((Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                        Errors.COORDINATOR_NOT_AVAILABLE))
+
+log = logging.getLogger("coordinator.server")
+
+
+class _Unverifiable(Exception):
+    def __init__(self, error: Errors) -> None:
+        super().__init__(error.name)
+        self.error = error
+
+
+async def answer_after_verification(relay: Any, identity: TxnOffsetCommitIdentity, state: tuple[str, int],
+                                    group_error: Errors) -> Errors:
+    """The answer to a request the group refused with `group_error`: the verification's error if the transaction
+    coordinator refuses it, else `group_error`."""
+    if group_error in ANSWERED_BEFORE_VERIFICATION:
+        return group_error
+    try:
+        described = await _describe(relay, identity.transactional_id)
+    except _Unverifiable as exc:
+        if exc.error in _RETRIABLE:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        log.warning("event=txn_verification_refused transactional_id=%s error=%s answered=%s",
+                    identity.transactional_id, exc.error.name, group_error.name)
+        return group_error
+    verified = verification_error(described, identity, state)
+    return group_error if verified is None else txn_append_error(verified, identity.version)
+
+
+async def _describe(relay: Any, transactional_id: str) -> DescribedTransaction | None:
+    """DescribeTransactions at the id's transaction coordinator; None if it has no such id."""
+    find = request_class(ApiKey.FIND_COORDINATOR, _FIND_COORDINATOR_VERSION)
+    describe = request_class(_DESCRIBE_TRANSACTIONS, _DESCRIBE_TRANSACTIONS_VERSION)
+    try:
+        found = (await relay.request(build(find, key_type=_TRANSACTION_KEY,
+                                           coordinator_keys=(transactional_id,)))).coordinators[0]
+        if error_code(found.error_code) != Errors.NONE:
+            raise _Unverifiable(error_code(found.error_code))
+        frame = await relay.request_to(int(found.node_id), build(describe, transactional_ids=(transactional_id,)),
+                                       undecoded=True)
+    except UpstreamUnavailable as exc:
+        log.warning("event=txn_verification_unanswered transactional_id=%s error=%s", transactional_id, exc)
+        raise _Unverifiable(Errors.COORDINATOR_NOT_AVAILABLE) from exc
+    try:
+        code, described = read_described_transaction(frame)
+    except (ValueError, IndexError, struct.error, ProtocolError) as exc:
+        log.warning("event=txn_verification_malformed transactional_id=%s error=%r", transactional_id, exc)
+        raise _Unverifiable(Errors.UNKNOWN_SERVER_ERROR) from None
+    if code == Errors.TRANSACTIONAL_ID_NOT_FOUND:
+        return None
+    if code != Errors.NONE or described is None:
+        raise _Unverifiable(code)
+    return described
+
+
+class _Frame:
+    """A bounded reader of a flexible-version response (compact strings and arrays, tagged fields skipped)."""
+
+    def __init__(self, frame: bytes, offset: int) -> None:
+        self.frame, self.offset = frame, offset
+
+    def fixed(self, fmt: str) -> int:
+        (value,) = struct.unpack_from(fmt, self.frame, self.offset)
+        self.offset += struct.calcsize(fmt)
+        return int(value)
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.frame[self.offset]
+            self.offset += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise ValueError("varint longer than five bytes")
+
+    def length(self) -> int:
+        """A compact length: -1 for null; never more than the bytes left (each element takes one at least)."""
+        length = self.uvarint() - 1
+        if length > len(self.frame) - self.offset:
+            raise ValueError(f"length {length} past the frame's end")
+        return length
+
+    def string(self) -> str:
+        length = self.length()
+        if length < 0:
+            return ""
+        self.offset += length
+        return self.frame[self.offset - length:self.offset].decode()
+
+    def tags(self) -> None:
+        self.offset = codec.skip_tagged_fields(self.frame, self.offset)
+
+
+def read_described_transaction(frame: bytes) -> tuple[Errors, DescribedTransaction | None]:
+    """The first transaction state of a DescribeTransactions v0 response frame (correlation id first), read by
+    hand: kio's reader refuses the start time -1 of a transaction that has not started."""
+    reader = _Frame(frame, 4)
+    reader.tags()  # the response header
+    reader.fixed(">i")  # throttle time
+    if reader.length() < 1:
+        raise ValueError("no transaction state in the answer")
+    code = error_code(reader.fixed(">h"))
+    reader.string()  # the transactional id
+    state = reader.string()
+    reader.fixed(">i")  # timeout
+    reader.fixed(">q")  # start time
+    producer_id, producer_epoch = reader.fixed(">q"), reader.fixed(">h")
+    partitions: set[tuple[str, int]] = set()
+    for _ in range(max(reader.length(), 0)):
+        topic = reader.string()
+        partitions.update((topic, reader.fixed(">i")) for _ in range(max(reader.length(), 0)))
+        reader.tags()
+    if code != Errors.NONE:
+        return code, None
+    return code, DescribedTransaction(producer_id, producer_epoch, state, frozenset(partitions))
+
+
+def error_code(value: int) -> Errors:
+    """An error code as Errors (one this table does not name is still an error)."""
+    try:
+        return Errors(int(value))
+    except ValueError:
+        return Errors.UNKNOWN_SERVER_ERROR
