@@ -206,14 +206,17 @@ class GroupRuntime:
         if names and self.refresh_topics is not None:
             known = self.consumer_groups.topics.by_name
             if self.stale_topics is None or any(known(name) is None for name in names):
-                return self.consumer_group_heartbeat(req)
+                return self._refreshed_then_answered(req, names)
             self._refresh_in_background(names, self.stale_topics)
         return self._answer_heartbeat(req)
 
     async def consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
         """ConsumerGroupHeartbeat (KIP-848): the subscribed topics are learnt first (a topic or partition the
         cluster gained shows up in the target), then the group logic answers synchronously."""
-        names = self._subscribed_names(req)
+        return await self._refreshed_then_answered(req, self._subscribed_names(req))
+
+    async def _refreshed_then_answered(self, req: HeartbeatRequestV2, names: Collection[str]
+                                       ) -> HeartbeatResponseV2:
         if names and self.refresh_topics is not None:
             try:
                 await self.refresh_topics(list(names))
@@ -232,15 +235,15 @@ class GroupRuntime:
         return names
 
     def _names_to_look_at(self, req: HeartbeatRequestV2) -> Collection[str]:
-        """The topics a request subscribes to; for a heartbeat that does not repeat them, the member's once its
-        group looks at its topics' metadata again (heartbeat.subscribe, once per heartbeat interval), else none."""
+        """The topics a request subscribes to; for a heartbeat that does not repeat them, every topic its group
+        subscribes to once the group looks at their metadata again (heartbeat.subscribe, once per heartbeat
+        interval, at whichever member's heartbeat comes first), else none."""
         if req.subscribed_topic_names is not None:
             return req.subscribed_topic_names
         group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
         if group is None or self.consumer_groups.timer.clock.now_ms() < group.metadata_refresh_deadline_ms:
             return ()
-        member = group.members.get(req.member_id)
-        return member.subscribed_topic_names if member is not None else ()
+        return group.topic_names()
 
     def _refresh_in_background(self, names: Collection[str], stale_topics: Callable[[Collection[str]], list[str]]
                                ) -> None:

@@ -16,7 +16,7 @@ from tests.support.relay import consumer_group_described as describe
 from tests.support.service import service, unique
 from tests.support.relay import (
     RECORDS_PER_PARTITION,
-    committed_offsets,
+    committed_reaching,
     create_topic,
     produce,
     relay_ports,
@@ -67,8 +67,8 @@ async def test_two_consumer_protocol_clients_share_a_topic_then_one_leaves(kafka
             total = sum(len(values) for values in produced.values())
             await wait_until(lambda: sum(len(c.records) for c in consumers) >= total, TIMEOUT_S, "every record")
             check_exactly_once(consumers, produced)
-            committed = await committed_offsets(running.port, group, topic)
-            assert committed == {p: RECORDS_PER_PARTITION for p in range(6)}, committed
+            await committed_reaching(running.port, group, topic, {p: RECORDS_PER_PARTITION for p in range(6)},
+                                     TIMEOUT_S)
 
             leaving, staying = consumers
             await leaving.terminate()
@@ -138,8 +138,8 @@ async def test_consumer_protocol_clients_carry_on_through_a_coordinator_sigkill(
             await wait_until(lambda: sum(len(c.records) for c in consumers) >= 6 * RECORDS_PER_PARTITION,
                              TIMEOUT_S, "every record")
             check_exactly_once(consumers, produced)
-            committed = await committed_offsets(second.port, group, topic)
-            assert committed == {p: RECORDS_PER_PARTITION for p in range(6)}, committed
+            await committed_reaching(second.port, group, topic, {p: RECORDS_PER_PARTITION for p in range(6)},
+                                     TIMEOUT_S)
     finally:
         await stop_all(consumers)
 

@@ -9,7 +9,7 @@ import asyncio
 import re
 import time
 
-from tests.support.relay import committed_offsets, create_topic, produce, settled_assignment, start_consumers, stop_all
+from tests.support.relay import committed_offsets, committed_reaching, create_topic, produce, settled_assignment, start_consumers, stop_all
 from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique
 
@@ -65,8 +65,7 @@ async def test_a_killed_consumer_fails_after_its_session_and_a_closed_one_leaves
             third = await asyncio.to_thread(produce, bootstrap, topic, 2 * BATCH, BATCH)
             expected |= {value for values in third.values() for value in values}
             await wait_until(lambda: consumed_values(consumers) >= expected, TIMEOUT_S, "every record")
-            committed = await committed_offsets(running.port, group, topic)
-            assert committed == {p: 3 * BATCH for p in range(6)}, committed
+            await committed_reaching(running.port, group, topic, {p: 3 * BATCH for p in range(6)}, TIMEOUT_S)
         finally:
             await stop_all(consumers)
 

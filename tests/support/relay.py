@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from coordinator.embedded.broker import free_port
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
+from tests.support.polling import wait_until
 from tests.support.wire import request
 
 RECORDS_PER_PARTITION = 100
@@ -207,6 +208,24 @@ async def committed_offsets(port: int, group: str, topic: str, partitions: int =
         return await fetch_offsets(client, group, tuple(range(partitions)), topic=topic)
     finally:
         await client.close()
+
+
+async def committed_reaching(port: int, group: str, topic: str, expected: dict[int, int], timeout_s: float,
+                             partitions: int = 6) -> dict[int, int]:
+    """The group's committed offsets once they equal `expected` (bounded): a consumer prints a record before it
+    commits it, so every record seen does not yet mean every offset committed."""
+    last: dict[int, int] = {}
+
+    async def reached() -> bool:
+        nonlocal last
+        last = await committed_offsets(port, group, topic, partitions)
+        return last == expected
+
+    try:
+        await wait_until(reached, timeout_s, f"committed offsets {expected}", interval_s=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last committed {last}") from None
+    return last
 
 
 async def listed_groups(host: str, port: int) -> set[str]:

@@ -1,0 +1,175 @@
+"""ConsumerGroupHeartbeat's request path in process, without sockets: the server's CPU per steady heartbeat from
+the frame to the answer, away from the kernel and the load generator (what bench.consumer_protocol measures
+around them, on a shared machine).
+
+  python -m bench.consumer_heartbeat_path [--groups 1000] [--heartbeats 50000] [--topics cluster|static]
+                                          [--profile FILE]
+
+`groups` × 10 members join one 10-partition topic and reconcile through GroupRuntime (in-memory store, heartbeat
+interval 250 ms as the race's); then steady heartbeat frames (member id and epoch, every other field null), made
+by bench.consumer_protocol's request builder, go through `Connection.buffer_updated` of 100 connections with a
+transport that only counts the answers, the loop turning every 100 frames. `cluster`: the topics are the relay's
+view (ClusterMetadata) whose refresh takes 3 ms, as a Metadata round trip to the cluster; `static`: a fixed set.
+Prints the main thread's CPU time per heartbeat (thread time, the loop's turns included) and the answers
+counted; `--profile` writes cProfile's statistics (thread CPU time) of the measured part."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import random
+import time
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+from bench.consumer_protocol import heartbeat_request
+from coordinator.config import CoordinatorConfig
+from coordinator.group.modern.heartbeat import HeartbeatRequest
+from coordinator.group.runtime import GroupRuntime
+from coordinator.group.store import InMemoryGroupStore
+from coordinator.relay.cluster import ClusterMetadata
+from coordinator.server.config import ServerConfig
+from coordinator.server.connection import Connection
+from coordinator.server.context import Node
+from coordinator.timer import SystemTimer
+from coordinator.topics import StaticTopics, TopicImage
+from protocol import codec
+
+TOPIC, TOPIC_ID, PARTITIONS, GROUP_SIZE, CONNECTIONS = "t", uuid.UUID(int=0x7), 10, 10, 100
+INTERVAL_MS = 250
+
+
+class CountingTransport:
+    """What a connection writes to: counted, dropped."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 5555) if name in ("peername", "sockname") else default
+
+    def write(self, data: bytes) -> None:
+        self.answers += 1
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def abort(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def _metadata() -> SimpleNamespace:
+    return SimpleNamespace(topics=[SimpleNamespace(name=TOPIC, error_code=0, partitions=list(range(PARTITIONS)),
+                                                   topic_id=TOPIC_ID)])
+
+
+def _runtime(topics: str, timer: SystemTimer) -> GroupRuntime:
+    config = CoordinatorConfig(group_consumer_heartbeat_interval_ms=INTERVAL_MS,
+                               group_consumer_min_heartbeat_interval_ms=INTERVAL_MS)
+    runtime = GroupRuntime(config, timer, InMemoryGroupStore())
+    if topics == "static":
+        runtime.consumer_groups.topics = StaticTopics([TopicImage(TOPIC_ID, TOPIC, PARTITIONS)])
+        return runtime
+
+    async def refresh(_names: list[str]) -> SimpleNamespace:
+        await asyncio.sleep(0.003)
+        return _metadata()
+
+    cluster = ClusterMetadata(refresh, 100)
+    cluster.observe(_metadata(), all_topics=False)
+    runtime.consumer_groups.topics = cluster
+    runtime.refresh_topics = lambda names: cluster.refresh(names, INTERVAL_MS)
+    runtime.stale_topics = lambda names: cluster.stale(names, INTERVAL_MS)
+    return runtime
+
+
+async def _form(runtime: GroupRuntime, group_id: str) -> list[tuple[str, str, int]]:
+    """A Stable group: members join, then acknowledge what they were given until nothing changes."""
+    members: dict[str, tuple[int, dict[uuid.UUID, tuple[int, ...]] | None]] = {
+        str(uuid.uuid4()): (0, None) for _ in range(GROUP_SIZE)}
+    for _ in range(30):
+        changed = False
+        for member_id, (epoch, owned) in members.items():
+            joining = epoch == 0
+            request = HeartbeatRequest(group_id, member_id, epoch, rebalance_timeout_ms=60_000 if joining else -1,
+                                       subscribed_topic_names=(TOPIC,) if joining else None,
+                                       owned=[] if joining else (None if owned is None else list(owned.items())),
+                                       client_id="bench", client_host="/127.0.0.1")
+            response = await runtime.consumer_group_heartbeat(request)
+            if response.error:
+                raise RuntimeError(f"{group_id}: error {response.error} {response.message}")
+            if response.assignment is not None and response.assignment != owned:
+                owned, changed = dict(response.assignment), True
+            changed = changed or response.member_epoch != epoch
+            members[member_id] = (response.member_epoch, owned)
+        if not changed:
+            break
+    return [(group_id, member_id, epoch) for member_id, (epoch, _owned) in members.items()]
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    timer = SystemTimer("bench")
+    timer.start()
+    runtime = _runtime(args.topics, timer)
+    try:
+        members = [m for g in range(args.groups) for m in await _form(runtime, f"g{g}")]
+        frames = [codec.encode_request(0, "bench", heartbeat_request(g, m, e)) for g, m, e in members]
+        random.shuffle(frames)
+        host = SimpleNamespace(config=ServerConfig(), relay=None, directory=None, coordinator=runtime,
+                               clock=runtime.clock, node=Node(0, "127.0.0.1", 9092, "bench"), closing=False,
+                               authorizer=None, admit=lambda _c: True, forget=lambda _c: None,
+                               parked=lambda _c: None, unparked=lambda _c: None)
+        transports = [CountingTransport() for _ in range(CONNECTIONS)]
+        connections = []
+        for transport in transports:
+            connection = Connection(host)  # type: ignore[arg-type]
+            connection.connection_made(transport)  # type: ignore[arg-type]
+            connections.append(connection)
+
+        async def drive(count: int, start: int) -> None:
+            for k in range(count):
+                frame, connection = frames[(start + k) % len(frames)], connections[k % CONNECTIONS]
+                connection.get_buffer(-1)[:len(frame)] = frame
+                connection.buffer_updated(len(frame))
+                if k % CONNECTIONS == CONNECTIONS - 1:
+                    await asyncio.sleep(0)  # the loop turns: parked requests carry on
+
+        await drive(2 * len(frames), 0)  # warm-up: every member heartbeats twice
+        answered_before = sum(t.answers for t in transports)
+        profiler = cProfile.Profile(time.thread_time) if args.profile else None
+        started = time.thread_time()
+        if profiler is not None:
+            profiler.enable()
+        await drive(args.heartbeats, 0)
+        await asyncio.sleep(0.05)
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+        cpu_s = time.thread_time() - started
+        answered = sum(t.answers for t in transports) - answered_before
+        figures = {"topics": args.topics, "members": len(members), "heartbeats": args.heartbeats,
+                   "answered": answered, "cpu_us_per_heartbeat": round(cpu_s / args.heartbeats * 1e6, 1)}
+        print(f"{args.topics}: {figures['cpu_us_per_heartbeat']} µs of main-thread CPU per heartbeat, "
+              f"{answered} of {args.heartbeats} answered in the window")
+        return figures
+    finally:
+        await runtime.shutdown()
+        await timer.close()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--groups", type=int, default=1000)
+    parser.add_argument("--heartbeats", type=int, default=50_000)
+    parser.add_argument("--topics", choices=["cluster", "static"], default="cluster")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
+    parser.add_argument("--profile", help="cProfile statistics of the measured heartbeats (pstats file)")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    from bench import run_and_print
+
+    arguments = parse_args()
+    run_and_print(main(arguments), arguments.loop)
