@@ -171,18 +171,20 @@ class SimSerialThread:
         self.name = name
         self._tail: asyncio.Future[Any] | None = None
 
-    def submit(self, call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    def submit(self, call: Callable[..., Any], *args: Any,
+               then: Callable[[Any], None] | None = None) -> asyncio.Future[Any]:
+        """As SerialThread.submit: `then(result)` runs as the result arrives, before the future's callbacks."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         previous, self._tail = self._tail, future
-        loop.create_task(self._run(previous, future, call, args))
+        loop.create_task(self._run(previous, future, call, args, then))
         return future
 
     def stop(self) -> None:
         pass
 
     async def _run(self, previous: asyncio.Future[Any] | None, future: asyncio.Future[Any],
-                   call: Callable[..., Any], args: Sequence[Any]) -> None:
+                   call: Callable[..., Any], args: Sequence[Any], then: Callable[[Any], None] | None) -> None:
         sim = _ACTIVE[-1]
         client = getattr(call, "__self__", None)
         process = str(getattr(client, "settings", {}).get("client.id", ""))
@@ -203,6 +205,8 @@ class SimSerialThread:
         if cost_s:
             await asyncio.sleep(cost_s)
         if sim.process_alive(process) and not future.done():
+            if then is not None:
+                then(result)
             future.set_result(result)
 
 
