@@ -123,7 +123,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         transports = [CountingTransport() for _ in range(CONNECTIONS)]
         connections = []
         for transport in transports:
-            connection = Connection(host)  # type: ignore[arg-type]
+            connection = Connection(host)
             connection.connection_made(transport)  # type: ignore[arg-type]
             connections.append(connection)
 

@@ -184,6 +184,14 @@ def test_consumer_seed_33_deleted_offsets_stay_deleted() -> None:
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 
+def test_consumer_seed_275_a_write_refused_not_coordinator_is_not_rewritten() -> None:
+    """Seed 275: the store refused a consumer group's write at once with NOT_COORDINATOR (the partition not served
+    here) while the shard was still active; the failed write was rewritten, refused again, forever, with no
+    virtual time passing (the run never ended). NOT_COORDINATOR ends it: the unload follows."""
+    outcome = run_seed(275, protocol="consumer")
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
 def test_consumer_protocol_seeds_hold_every_invariant() -> None:
     """Among them the seeds that found the consumer groups' bugs: 5 (write numbers reused; an answer read from
     memory before the write behind it was acknowledged), 17, 25 and 26 (memory and the log diverging after a
