@@ -13,7 +13,8 @@ OUT_OF_ORDER_SEQUENCE_NUMBER, a new epoch starts at 0), then Kafka's write fault
 
 `SimRelay` is what the production TxnOffsetCommit handler (coordinator/server/handlers/txn_offset_commit.py)
 reaches the cluster through: Metadata for the partition's leader, the Produce of the client's batch (its bytes
-parsed back with the production fetch reader).
+parsed back with the production fetch reader), and the transaction's verification when the group refuses a
+request (FindCoordinator of the transactional id, DescribeTransactions answered with the frame a broker sends).
 
 `TransactionalApp` is a consume-transform-produce loop (a Java producer with `sendOffsetsToTransaction`, a
 read_committed consumer): it fetches its group's offsets with require_stable, begins a transaction, adds the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import struct
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -34,7 +36,7 @@ from coordinator.group.api import OffsetFetchRequest, OffsetFetchRequestTopic
 from coordinator.group.partitioner import partition_for
 from coordinator.storage.records import OffsetCommitKey, decode_key, decode_offset_commit_value
 from coordinator.relay.errors import UpstreamUnavailable
-from protocol.apis import request_class
+from protocol.apis import ApiKey, request_class
 from protocol.error_codes import Errors
 from protocol.fetch_reader import parse_batches
 from protocol.messages import build, item_class
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from simulator.run import Simulation
 
 PRODUCE_TIMEOUT_MS = 5_000
+_PRODUCE, _DESCRIBE_TRANSACTIONS = 0, 65  # API keys protocol.apis.ApiKey does not name
 _DUPLICATES_KEPT = 5  # batches per producer and partition a leader recognises as duplicates (Kafka's 5)
 # what a TxnOffsetCommit may answer a transactional producer (anything else is a violation of no_errors)
 _RETRIABLE = frozenset({Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
@@ -67,6 +70,7 @@ class _Txn:
     state: str = "Empty"
     partitions: set[int] = field(default_factory=set)
     number: int = 0  # the transaction's number (the checker's key with the transactional id)
+    start_ms: int = -1  # when the transaction began (-1: none since InitProducerId)
 
 
 @dataclass
@@ -103,6 +107,7 @@ class ClientTransactions:
             await self._ended(txn, commit=False, why="fenced")
         txn.epoch += 1
         txn.timeout_ms, txn.tv2 = timeout_ms, tv2
+        txn.state, txn.start_ms = "Empty", -1  # Kafka's InitProducerId leaves the id Empty
         self._record("txn_init", tid=transactional_id, pid=txn.producer_id, epoch=txn.epoch)
         return txn.producer_id, txn.epoch
 
@@ -120,6 +125,7 @@ class ClientTransactions:
             txn.state = "Ongoing"
             txn.number += 1
             txn.partitions = set()
+            txn.start_ms = self.sim.now_ms()
             self.sim.loop.call_later(txn.timeout_ms / 1000, self._time_out, txn, txn.number)
             self._record("txn_begin", tid=txn.transactional_id, n=txn.number)
         txn.partitions.add(partition)
@@ -160,11 +166,16 @@ class ClientTransactions:
                     break
                 await self.kafka.wait_up(self.sim.now_ms() + 3_600_000)
             offset = self.kafka.append_marker(partition, txn.producer_id, txn.epoch, commit)
+            txn.partitions.discard(partition)  # DescribeTransactions lists only partitions still without a marker
             self._record("txn_marker", tid=txn.transactional_id, n=number, partition=partition, offset=offset,
                          commit=commit)
         self.sim.checkers.txn_ended(txn.transactional_id, number, commit)
         txn.state = "CompleteCommit" if commit else "CompleteAbort"
         txn.partitions = set()
+
+    def described(self, transactional_id: str) -> _Txn | None:
+        """The transaction coordinator's state of a transactional id (DescribeTransactions); None if unknown."""
+        return self._by_id.get(transactional_id)
 
     # --- the partition leader ---------------------------------------------------------------------------------
     async def produce(self, partition: int, transactional_id: str, batch: Any, adds: bool) -> tuple[Errors, int]:
@@ -224,7 +235,11 @@ class ClientTransactions:
 
 
 class SimRelay:
-    """The relay's two calls the TxnOffsetCommit handler makes (Metadata, Produce to the leader), on SimKafka."""
+    """The relay's calls the TxnOffsetCommit handler makes, on SimKafka: Metadata (the leaders of the state topic),
+    Produce of a client batch to its leader, and the transaction's verification (FindCoordinator of the
+    transactional id, DescribeTransactions at that coordinator, its frame undecoded)."""
+
+    BROKER = 1  # the one simulated broker leads every partition and is every transaction coordinator
 
     def __init__(self, sim: Simulation, transactions: ClientTransactions, topic: str, partitions: int) -> None:
         self.sim = sim
@@ -232,21 +247,48 @@ class SimRelay:
         self.topic = topic
         self.partitions = partitions
         self.cluster = self  # relay.cluster.missing(): every topic of the run exists
+        self._correlation_id = 0
 
     async def missing(self, partitions: Any) -> set[tuple[str, int]]:
         return set()
 
     async def request(self, body: Any) -> Any:
-        """Metadata of the state topic: one broker leads every partition."""
+        """Metadata of the state topic, or FindCoordinator (v4+) of transactional ids."""
         await asyncio.sleep(self.sim.latency_ms() / 1000)
         if not self.sim.kafka.is_up:
             raise UpstreamUnavailable("the cluster is down")
-        return SimpleNamespace(topics=[SimpleNamespace(name=self.topic, error_code=0, partitions=[
-            SimpleNamespace(partition_index=p, leader_id=1) for p in range(self.partitions)])])
+        api_key = int(body.__api_key__)
+        if api_key == ApiKey.METADATA:
+            return SimpleNamespace(topics=[SimpleNamespace(name=self.topic, error_code=0, partitions=[
+                SimpleNamespace(partition_index=p, leader_id=self.BROKER) for p in range(self.partitions)])])
+        if api_key == ApiKey.FIND_COORDINATOR and body.key_type == 1:
+            return SimpleNamespace(throttle_time=0, coordinators=[SimpleNamespace(
+                key=key, node_id=self.BROKER, host="sim-kafka", port=9092, error_code=0, error_message=None)
+                for key in body.coordinator_keys])
+        raise NotImplementedError(f"the simulated relay does not serve API {api_key} v{body.__version__}")
 
-    async def request_to(self, node_id: int, body: Any) -> Any:
-        """A Produce of one client batch (Produce v12 adds the partition to the transaction)."""
+    async def request_to(self, node_id: int, body: Any, *, undecoded: bool = False) -> Any:
+        """A Produce of one client batch (Produce v12 adds the partition to the transaction), or
+        DescribeTransactions (undecoded: its response frame, correlation id first, as the relay returns it)."""
         await asyncio.sleep(self.sim.latency_ms() / 1000)
+        api_key = int(body.__api_key__)
+        if api_key == _PRODUCE:
+            return await self._produce(body)
+        if api_key == _DESCRIBE_TRANSACTIONS and undecoded:
+            if not self.sim.kafka.is_up:
+                raise UpstreamUnavailable(f"broker {node_id} did not answer: the cluster is down")
+            self._correlation_id += 1
+            described = [(tid, self.transactions.described(tid), self.topic) for tid in body.transactional_ids]
+            for tid, txn, _ in described:
+                self.sim.history.record("txn_describe", tid=tid, state=None if txn is None else txn.state,
+                                        epoch=None if txn is None else txn.epoch)
+            frame = describe_transactions_frame(self._correlation_id, described)
+            await asyncio.sleep(self.sim.latency_ms() / 1000)
+            return frame
+        raise NotImplementedError(f"the simulated relay does not serve API {api_key} v{body.__version__} "
+                                  f"(undecoded={undecoded}) to a broker")
+
+    async def _produce(self, body: Any) -> Any:
         data = body.topic_data[0].partition_data[0]
         batch = parse_batches(bytes(data.records))[0]
         error, base = await self.transactions.produce(int(data.index), body.transactional_id, batch,
@@ -254,6 +296,44 @@ class SimRelay:
         await asyncio.sleep(self.sim.latency_ms() / 1000)
         return SimpleNamespace(responses=[SimpleNamespace(partition_responses=[
             SimpleNamespace(error_code=int(error), base_offset=base)])])
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _compact_string(value: str) -> bytes:
+    data = value.encode()
+    return _uvarint(len(data) + 1) + data
+
+
+def describe_transactions_frame(correlation_id: int, described: list[tuple[str, _Txn | None, str]]) -> bytes:
+    """A DescribeTransactions v0 response frame as a broker sends it, without the size: response header v1
+    (correlation id, tagged fields), throttle time, the transaction states (compact strings and arrays, tagged
+    fields). An unknown id is TRANSACTIONAL_ID_NOT_FOUND with the schema's defaults."""
+    no_tags = _uvarint(0)
+    out = bytearray(struct.pack(">i", correlation_id) + no_tags + struct.pack(">i", 0))
+    out += _uvarint(len(described) + 1)
+    for transactional_id, txn, topic in described:
+        if txn is None:
+            out += struct.pack(">h", Errors.TRANSACTIONAL_ID_NOT_FOUND) + _compact_string(transactional_id)
+            out += _compact_string("") + struct.pack(">iqqh", 0, 0, 0, 0) + _uvarint(1) + no_tags
+            continue
+        out += struct.pack(">h", Errors.NONE) + _compact_string(transactional_id) + _compact_string(txn.state)
+        out += struct.pack(">iqqh", txn.timeout_ms, txn.start_ms, txn.producer_id, txn.epoch)
+        partitions = sorted(txn.partitions)
+        if partitions:
+            out += _uvarint(2) + _compact_string(topic) + _uvarint(len(partitions) + 1)
+            out += b"".join(struct.pack(">i", p) for p in partitions) + no_tags
+        else:
+            out += _uvarint(1)
+        out += no_tags
+    return bytes(out + no_tags)
 
 
 def txn_offset_commit_request(version: int, transactional_id: str, group_id: str, producer_id: int, epoch: int,

@@ -166,6 +166,16 @@ def test_client_transactions_commit_abort_time_out_and_get_fenced() -> None:
         assert seen.get(kind, 0) > 0, (kind, seen)
 
 
+def test_classic_seed_197_refused_txn_offset_commit_is_verified() -> None:
+    """Seed 197: the group refuses a TxnOffsetCommit, so the handler verifies the transaction at its coordinator
+    (FindCoordinator, DescribeTransactions read from the frame) before it answers; the simulated relay serves
+    both from the transaction coordinator's state, and nothing raises."""
+    outcome = run_seed(197, keep_history=True)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+    assert outcome.history is not None
+    assert any(event.kind == "txn_describe" for event in outcome.history.events)
+
+
 # --- the consumer protocol (KIP-848) -------------------------------------------------------------------------
 def test_consumer_seed_33_deleted_offsets_stay_deleted() -> None:
     """Seed 33: an OffsetCommit failed after append (in the log, not in memory), then an OffsetDelete answered
