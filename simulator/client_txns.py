@@ -39,6 +39,7 @@ from coordinator.relay.errors import UpstreamUnavailable
 from protocol.apis import ApiKey, request_class
 from protocol.error_codes import Errors
 from protocol.fetch_reader import parse_batches
+from protocol.group_fastpath import uvarint
 from protocol.messages import build, item_class
 from simulator.instance import Disconnected, Route
 from simulator.invariants import TXN_GROUP_PREFIX
@@ -298,40 +299,31 @@ class SimRelay:
             SimpleNamespace(error_code=int(error), base_offset=base)])])
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _compact_string(value: str) -> bytes:
     data = value.encode()
-    return _uvarint(len(data) + 1) + data
+    return uvarint(len(data) + 1) + data
 
 
 def describe_transactions_frame(correlation_id: int, described: list[tuple[str, _Txn | None, str]]) -> bytes:
     """A DescribeTransactions v0 response frame as a broker sends it, without the size: response header v1
     (correlation id, tagged fields), throttle time, the transaction states (compact strings and arrays, tagged
     fields). An unknown id is TRANSACTIONAL_ID_NOT_FOUND with the schema's defaults."""
-    no_tags = _uvarint(0)
+    no_tags = uvarint(0)
     out = bytearray(struct.pack(">i", correlation_id) + no_tags + struct.pack(">i", 0))
-    out += _uvarint(len(described) + 1)
+    out += uvarint(len(described) + 1)
     for transactional_id, txn, topic in described:
         if txn is None:
             out += struct.pack(">h", Errors.TRANSACTIONAL_ID_NOT_FOUND) + _compact_string(transactional_id)
-            out += _compact_string("") + struct.pack(">iqqh", 0, 0, 0, 0) + _uvarint(1) + no_tags
+            out += _compact_string("") + struct.pack(">iqqh", 0, 0, 0, 0) + uvarint(1) + no_tags
             continue
         out += struct.pack(">h", Errors.NONE) + _compact_string(transactional_id) + _compact_string(txn.state)
         out += struct.pack(">iqqh", txn.timeout_ms, txn.start_ms, txn.producer_id, txn.epoch)
         partitions = sorted(txn.partitions)
         if partitions:
-            out += _uvarint(2) + _compact_string(topic) + _uvarint(len(partitions) + 1)
+            out += uvarint(2) + _compact_string(topic) + uvarint(len(partitions) + 1)
             out += b"".join(struct.pack(">i", p) for p in partitions) + no_tags
         else:
-            out += _uvarint(1)
+            out += uvarint(1)
         out += no_tags
     return bytes(out + no_tags)
 
