@@ -53,11 +53,10 @@ log = logging.getLogger("coordinator.group")
 _AS_NOW = object()
 # Kafka 4.1's reason for a consumer group member's session expiry (its line ends "... session expired.")
 _SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
-# Kafka's answers to an append that mean its records are not in the log; NOT_COORDINATOR is the store's own
-# refusal (the partition is not served here) or our producer fenced (its transaction aborted)
+# Kafka's answers to an append that mean its records are not in the log
 _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLLOWER, Errors.MESSAGE_TOO_LARGE,
                            Errors.RECORD_LIST_TOO_LARGE, Errors.CORRUPT_MESSAGE,
-                           Errors.INVALID_REQUIRED_ACKS, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_COORDINATOR})
+                           Errors.INVALID_REQUIRED_ACKS, Errors.UNKNOWN_TOPIC_OR_PARTITION})
 
 
 class _MemberTimer(TimerTask):
@@ -422,8 +421,9 @@ class ConsumerGroupService:
                 shard.consumer_groups[group_id] = before
         log.warning("event=consumer_group_write_failed group=%s error=%s reverted=%s", group_id, error.name,
                     reverted)
-        # NOT_COORDINATOR: the partition is another instance's now (its unload follows); a rewrite would be refused
-        # the same way at once, again and again
+        # NOT_COORDINATOR (the store's own refusal: the partition is not served here; or our producer fenced): the
+        # partition is another instance's now and its unload follows; a rewrite would be refused the same way at
+        # once, again and again
         if active and error != Errors.NOT_COORDINATOR and (not reverted or error not in _NOT_APPENDED):
             # Memory and the log may disagree on the keys this write wrote: not reverted (a later write was
             # computed on top of it and may be in the log already), or reverted while the write may have landed.
