@@ -49,7 +49,7 @@ from coordinator.server.context import ConnectionContext, Directory, GroupServic
 from coordinator.server.handlers import HANDLERS, SERVED_APIS, consumer_group_heartbeat, join_group, sync_group
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.relaying import RelaySide
-from coordinator.server.turns import turn_budget
+from coordinator.server.turns import HEARTBEAT_UNITS, REQUEST_UNITS, turn_budget
 from coordinator.timer.clock import Clock
 from protocol.apis import ApiKey
 from protocol.codec import Request, RequestHeader, decode_request, encode_response, peek_header, read_group_request
@@ -276,7 +276,7 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if frame is None:
                 break
-            turn.spend()
+            turn.spend(HEARTBEAT_UNITS if frame[:4] == HEARTBEAT_V4_PREFIX else REQUEST_UNITS)
             self._handle_frame(frame)
         self._flush()
         self._apply_read_limit()
