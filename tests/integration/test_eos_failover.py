@@ -122,8 +122,8 @@ async def test_the_groups_owner_killed_and_the_other_instance_takes_over(kafka_b
 # and its group-coordinator cache keeps the decommissioned handle of our node: the next send_offsets_to_transaction
 # waits for that handle to come up, which it never does (confluentinc/librdkafka#5511, open). Every broker of a
 # client of one instance is that instance, so each SIGKILL is such an outage; without re-bootstrap the learned
-# handles reconnect to the same ports and the lookup recovers. Kafka's own single broker restarted does the same
-# to the client (docs/architecture.md, "Exactly-once and coordinator restarts").
+# handles reconnect to the same ports and the lookup recovers (docs/architecture.md, "Exactly-once and coordinator
+# restarts").
 NO_REBOOTSTRAP = {"metadata.recovery.strategy": "none"}
 CALL_S = 30  # each transactional call's own timeout; a call that has not returned by then is stranded
 # transaction index -> where the coordinator is SIGKILLed and restarted: before the transaction begins, after its
