@@ -46,16 +46,33 @@ async def answer_after_verification(relay: Any, identity: TxnOffsetCommitIdentit
     coordinator refuses it, else `group_error`."""
     if group_error in ANSWERED_BEFORE_VERIFICATION:
         return group_error
+    verified = await _verified(relay, identity, state, group_error)
+    return group_error if verified is None else txn_append_error(verified, identity.version)
+
+
+async def unverified_append_error(relay: Any, identity: TxnOffsetCommitIdentity, state: tuple[str, int]
+                                  ) -> Errors:
+    """What refused an append the leader answered NOT_ENOUGH_REPLICAS: the leader's Produce path answers so for a
+    verification it could not complete (CONCURRENT_TRANSACTIONS while the transaction completes, a coordinator
+    moving), for producers to retry; Kafka's group coordinator gets the verification's own error, so ours comes
+    from the transaction coordinator too. NOT_ENOUGH_REPLICAS when it finds nothing wrong (replicas missing)."""
+    verified = await _verified(relay, identity, state, Errors.NOT_ENOUGH_REPLICAS)
+    return Errors.NOT_ENOUGH_REPLICAS if verified is None else verified
+
+
+async def _verified(relay: Any, identity: TxnOffsetCommitIdentity, state: tuple[str, int],
+                    otherwise: Errors) -> Errors | None:
+    """The transaction coordinator's error for this request (before the per-version mapping); None if it has
+    none or cannot say (logged; `otherwise` is answered then), COORDINATOR_NOT_AVAILABLE while it moves."""
     try:
         described = await _describe(relay, identity.transactional_id)
     except _Unverifiable as exc:
         if exc.error in _RETRIABLE:
             return Errors.COORDINATOR_NOT_AVAILABLE
         log.warning("event=txn_verification_refused transactional_id=%s error=%s answered=%s",
-                    identity.transactional_id, exc.error.name, group_error.name)
-        return group_error
-    verified = verification_error(described, identity, state)
-    return group_error if verified is None else txn_append_error(verified, identity.version)
+                    identity.transactional_id, exc.error.name, otherwise.name)
+        return None
+    return verification_error(described, identity, state)
 
 
 async def _describe(relay: Any, transactional_id: str) -> DescribedTransaction | None:
