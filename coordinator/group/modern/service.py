@@ -21,7 +21,7 @@ from coordinator.group.assignor import DEFAULT_ASSIGNOR
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatResponse, Settings, fence, heartbeat,
-                                                validate)
+                                                steady_heartbeat, validate)
 from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                    SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.loading import materialize_group
@@ -125,10 +125,30 @@ class ConsumerGroupService:
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
         self.watch = ConsumerGroupWatch(self.wall_clock.now_ms)  # what each change tells the shard's observer
+        self.steady_shortcut = True  # False: every heartbeat takes the full path (equivalence tests, benches)
 
     # --- requests ---------------------------------------------------------------------------------------------
+    def steady_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
+        """The answer to a heartbeat that changes nothing (heartbeat.steady_heartbeat), with none of the full path's
+        work; None when it may change something, or is answered with an error: `heartbeat` answers it."""
+        if not self.steady_shortcut:
+            return None
+        try:
+            validate(request, self.settings)
+        except ApiError:
+            return None
+        shard = self.shard_for(request.group_id)
+        group = shard.consumer_groups.get(request.group_id)
+        if group is None or shard.status is not ShardStatus.ACTIVE or is_convertible(shard.groups.get(
+                request.group_id)):
+            return None
+        return steady_heartbeat(group, request, self.topics, self.settings, self, self.timer.clock.now_ms())
+
     def heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Write | None]:
         """The response, and the write to await before sending it (None: nothing changed)."""
+        steady = self.steady_heartbeat(request)
+        if steady is not None:
+            return steady, None
         try:
             validate(request, self.settings)
             shard = self.shard_for(request.group_id)
