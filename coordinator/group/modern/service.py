@@ -272,15 +272,19 @@ class ConsumerGroupService:
                                          self.config.group_max_size)
 
     @staticmethod
-    def _left(group: ConsumerGroup, member_id: str) -> RebalanceCause:
-        return RebalanceCause(RebalanceCategory.MEMBER_LEFT, f"Downgrade group {group.group_id} from consumer to "
-                              "classic for member leaving.", member_id)
+    def _left(group: ConsumerGroup, member_id: str, fenced: Fenced | None = None) -> RebalanceCause:
+        """Kafka's reason for the classic group's rebalance when the last consumer-protocol member goes, whether it
+        left or a timer fenced it (the category says which)."""
+        return RebalanceCause(RebalanceCategory.MEMBER_LEFT if fenced is None else fenced.category,
+                              f"Downgrade group {group.group_id} from consumer to classic for member leaving.",
+                              member_id)
 
     def _downgrade(self, shard: GroupShard, group: ConsumerGroup, leaving_member_id: str | None,
-                   cause: RebalanceCause, first: Sequence[ConsumerGroupRecord] = ()) -> Write:
+                   cause: RebalanceCause, first: Sequence[ConsumerGroupRecord] = (), *,
+                   fenced: Fenced | None = None) -> Write:
         """The consumer group's tombstones and the classic group's record, written together (after `first`, the
         records of the join that brings it about); the classic group (holding the group's offsets) takes its place
-        at once and rebalances for `cause`."""
+        at once and rebalances for `cause`. `fenced`: why the leaving member went, when a timer fenced it."""
         group_id = group.group_id
         final = group
         if first:  # the group as those records leave it: the classic group is made of it
@@ -295,7 +299,8 @@ class ConsumerGroupService:
         for member_id in {*group.members, *final.members}:
             self.cancel_all(group_id, member_id)
         write = self._apply(shard, group_id, [*first, *consumer_group_tombstones(final)],
-                            written_last=[GroupMetadataRecord(group_id, record)], carried_over=classic.members.keys())
+                            written_last=[GroupMetadataRecord(group_id, record)], fenced=fenced,
+                            carried_over=classic.members.keys())
         assert write is not None and write.then is not None
         revert_consumer_group = write.then
 
@@ -559,7 +564,8 @@ class ConsumerGroupService:
         log.info("[GroupId %s] %s", group_id, reason.line(member_id))
         if validate_online_downgrade(group, member_id, self.config.group_consumer_migration_policy,
                                      self.config.group_max_size):
-            shard.append(self._downgrade(shard, group, member_id, self._left(group, member_id)))
+            shard.append(self._downgrade(shard, group, member_id, self._left(group, member_id, reason),
+                                         fenced=reason))
             return
         write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=reason)
         if write is not None:
