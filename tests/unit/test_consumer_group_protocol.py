@@ -723,3 +723,43 @@ async def test_an_invalid_regex_is_described_as_re2j_describes_it(env: Env, rege
     assert (bad.error, bad.message) == (
         Errors.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular expression: "
         f"{description}.")
+
+
+@pytest.mark.parametrize("by_regex", [False, True])
+async def test_a_topic_growing_in_the_cluster_view_recomputes_the_target(by_regex: bool) -> None:
+    """The relay's view of the cluster (ClusterMetadata) learns that a subscribed topic has more partitions: the
+    next heartbeat after the refresh interval bumps the group epoch and the target has them, by name or through a
+    regular expression. Its `version` stays: it counts topic names, which is what re-resolves regular
+    expressions (Kafka re-resolves on new topics only, lastMetadataImageWithNewTopics)."""
+    from types import SimpleNamespace
+
+    from coordinator.relay.cluster import ClusterMetadata
+
+    topic_id, count = uuid.UUID(int=5), [4]
+
+    async def metadata(*_names: object) -> SimpleNamespace:
+        return SimpleNamespace(topics=[SimpleNamespace(name="t", error_code=0, partitions=list(range(count[0])),
+                                                       topic_id=topic_id)])
+
+    env = Env()
+    try:
+        cluster = ClusterMetadata(metadata, 0, metadata)
+        cluster.observe(await metadata(), all_topics=True)
+        env.runtime.consumer_groups.topics = cluster
+        env.runtime.consumer_groups.refresh_all_topics = lambda: cluster.refresh_all(0)
+        env.runtime.refresh_topics = lambda names: cluster.refresh(names, 0)
+        joined = await (env.heartbeat("a", 0, topics=None, subscribed_topic_regex="t") if by_regex
+                        else env.heartbeat("a", 0, topics=("t",)))
+        await env.resolved()
+        steady = await env.heartbeat("a", joined.member_epoch)
+        assert env.group().members["a"].assigned == {topic_id: (0, 1, 2, 3)} and cluster.version == 1
+        epoch = env.group().group_epoch
+        count[0] = 6
+        env.advance(env.config.group_consumer_heartbeat_interval_ms)
+        grown = await env.heartbeat("a", steady.member_epoch, owned={topic_id: (0, 1, 2, 3)})
+        assert env.group().group_epoch == epoch + 1 and grown.member_epoch == epoch + 1
+        assert grown.assignment == {topic_id: tuple(range(6))}
+        assert cluster.version == 1
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()
