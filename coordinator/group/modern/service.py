@@ -36,9 +36,9 @@ from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.observing import ConsumerGroupWatch, Fenced
 from coordinator.group.modern.regex import DescribableTopics, Refresh, resolution_records, resolve
-from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRecord, GroupEpochRecord, Partitions,
-                                              RecordType, TargetAssignmentEpochRecord, TargetAssignmentRecord,
-                                              Tombstone)
+from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRecord, CurrentAssignmentRecord,
+                                              GroupEpochRecord, MemberMetadataRecord, Partitions, RecordType,
+                                              TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
 from coordinator.topics import StaticTopics, TopicsView
 from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard
@@ -53,6 +53,8 @@ log = logging.getLogger("coordinator.group")
 _AS_NOW = object()
 # Kafka 4.1's reason for a consumer group member's session expiry (its line ends "... session expired.")
 _SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
+# a member whose join was not written, fenced once a later write kept it in memory (_undo_joins)
+_JOIN_NOT_WRITTEN = Fenced("its join was not written.", RebalanceCategory.ASSIGNMENT_STORE_FAILED)
 # Kafka's answers to an append that mean its records are not in the log
 _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLLOWER, Errors.MESSAGE_TOO_LARGE,
                            Errors.RECORD_LIST_TOO_LARGE, Errors.CORRUPT_MESSAGE,
@@ -458,6 +460,38 @@ class ConsumerGroupService:
             rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records))
             if rewrite is not None:
                 shard.append(rewrite)
+        if active and not reverted and error in _NOT_APPENDED:
+            self._undo_joins(shard, group_id, before, records, error)
+
+    def _undo_joins(self, shard: GroupShard, group_id: str, before: ConsumerGroup | None,
+                    records: Sequence[ConsumerGroupRecord], error: Errors) -> None:
+        """A failed write that is not in the log (`_NOT_APPENDED`) and that a later one was computed on top of stays
+        in memory (only the latest write reverts), but the dynamic consumer-protocol members it brought in, still
+        as it left them, are fenced: their clients were
+        told the join failed (Kafka reverts it: no such member remains), as the classic path restores a failed
+        static replacement unless the member was replaced again meanwhile. One changed since (a later heartbeat
+        of its own was written) is left as it is."""
+        group = shard.consumer_groups.get(group_id)
+        if group is None:
+            return
+        assignments = {r.member_id: r for r in records if isinstance(r, CurrentAssignmentRecord)}
+        for record in records:
+            if (not isinstance(record, MemberMetadataRecord) or record.instance_id is not None
+                    or record.classic is not None or (before is not None and record.member_id in before.members)):
+                continue
+            member = group.members.get(record.member_id)
+            if member is None or member.metadata_record(group_id) != record or (
+                    record.member_id in assignments
+                    and member.assignment_record(group_id) != assignments[record.member_id]):
+                continue
+            if validate_online_downgrade(group, member.member_id, self.config.group_consumer_migration_policy,
+                                         self.config.group_max_size):
+                continue  # its fence would convert the group: left to its session timeout
+            log.warning("event=consumer_group_join_undone group=%s member=%s error=%s", group_id, member.member_id,
+                        error.name)
+            write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=_JOIN_NOT_WRITTEN)
+            if write is not None:
+                shard.append(write)
 
     def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
         """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
