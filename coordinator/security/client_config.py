@@ -144,6 +144,21 @@ class ClientSecurity:
                 settings["enable.ssl.certificate.verification"] = "false"
         return settings
 
+    def aiokafka_settings(self, context: ssl.SSLContext | None) -> dict[str, object]:
+        """aiokafka's keyword arguments to reach the cluster like this (`context`: this security's TLS context, as
+        ssl_context() makes it); ClientConfigError for what aiokafka cannot take here (OAUTHBEARER needs a token
+        provider of the application's)."""
+        settings: dict[str, object] = {"security_protocol": self.protocol}
+        if self.uses_sasl:
+            if self.mechanism == "OAUTHBEARER":
+                raise ClientConfigError("sasl.mechanism", "OAUTHBEARER: aiokafka takes a token provider of the "
+                                                          "application's, not settings")
+            settings.update(sasl_mechanism=self.mechanism, sasl_plain_username=self.username,
+                            sasl_plain_password=self.password)
+        if self.uses_tls:
+            settings["ssl_context"] = context
+        return settings
+
     def ssl_context(self) -> ssl.SSLContext | None:
         """For the connections we open ourselves (the relay's): TLS 1.2+, the truststore, our certificate;
         the broker's host name is checked against its certificate unless hostname verification is off."""
