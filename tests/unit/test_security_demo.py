@@ -20,6 +20,7 @@ from coordinator.embedded.secured_demo import SecuredDemoCluster
 from coordinator.relay import RelayConfig
 from coordinator.security.access import AccessSettings
 from coordinator.security.client_config import ClientConfigError, client_security, load_command_config
+from coordinator.security.sasl_passthrough import ReauthLimits
 from coordinator.server.config import ServerConfig
 
 
@@ -33,7 +34,7 @@ def demo_cluster(tmp_path: Path) -> SecuredDemoCluster:
 def test_the_coordinator_is_secured_on_the_demo_cluster_keeping_its_address_and_own_settings(tmp_path: Path) -> None:
     cluster = demo_cluster(tmp_path)
     options = ServiceOptions(server=ServerConfig(listen_host="127.0.0.1", listen_port=0,
-                                                 access=AccessSettings(max_reauth_ms=60_000)),
+                                                 access=AccessSettings(max_reauth_ms=ReauthLimits(60_000))),
                              relay=RelayConfig(), kafka_data_dir=str(tmp_path / "kafka"))
     secured = cluster.service_options(options)
     assert secured.bootstrap == cluster.broker.sasl_ssl_bootstrap and secured.kafka_data_dir is None
@@ -43,7 +44,7 @@ def test_the_coordinator_is_secured_on_the_demo_cluster_keeping_its_address_and_
     assert secured.relay is not None and secured.relay.sasl_passthrough
     access = secured.server.access
     assert access is not None and access.super_users == {"User:admin", "User:ANONYMOUS"}  # the broker's
-    assert not access.allow_everyone_if_no_acl_found and access.max_reauth_ms == 60_000  # yours kept
+    assert not access.allow_everyone_if_no_acl_found and access.max_reauth_ms == ReauthLimits(60_000)  # yours kept
     with pytest.raises(ValueError, match="needs the relay"):
         cluster.service_options(dataclasses.replace(options, relay=None))
     alice = cluster.client_security()
