@@ -599,3 +599,44 @@ async def test_an_exactly_once_loop_through_us_on_a_sasl_ssl_cluster(secured_kaf
     assert len(figures.committed_output) == figures.group_offset == 40
     assert "event=txn_offsets_committed" in log_text and "event=txn_offsets_aborted" in log_text
     assert "event=state_loaded_read_committed" not in log_text
+
+
+async def test_java_keystores_and_truststores_on_our_listener_and_to_the_cluster(secured_kafka: SecuredBroker,
+                                                                              tmp_path: Path) -> None:
+    """The stores a Kafka operator has (keytool's JKS, openssl's PKCS12): our SSL listener serves with a JKS
+    keystore (Kafka's default type) and requires client certificates from a PKCS12 truststore; the coordinator
+    reaches the broker's SSL listener, which requires a client certificate, with a PKCS12 keystore and a JKS
+    truststore, for librdkafka's clients and the relay's own connections alike. A consumer reads and commits."""
+    from tests.support.java_stores import PASSWORD, make_java_stores
+
+    certificates = secured_kafka.certificates
+    stores = make_java_stores(certificates, tmp_path / "stores")
+    properties = secured_kafka.properties_file("java-stores", (
+        f"security.protocol=SSL\nssl.keystore.type=PKCS12\nssl.keystore.location={stores.client_keystore_p12}\n"
+        f"ssl.keystore.password={PASSWORD}\nssl.truststore.type=JKS\n"
+        f"ssl.truststore.location={stores.truststore_jks}\nssl.truststore.password={PASSWORD}\n"))
+    bootstrap = secured_kafka.broker.ssl_bootstrap
+    topic, group = unique("java-stores"), unique("java-stores-app")
+    await asyncio.to_thread(create_topic_and_records, bootstrap,
+                            load_command_config(properties).librdkafka_settings(), topic)
+    listener = (f"ssl.keystore.location={stores.keystore_jks}", f"ssl.keystore.password={PASSWORD}",
+                f"ssl.truststore.location={stores.truststore_p12}", "ssl.truststore.type=PKCS12",
+                f"ssl.truststore.password={PASSWORD}", "ssl.client.auth=required")
+    async with service(bootstrap, unique("java-stores-state"), *FAST, *listener, relay=True,
+                       listen="SSL://127.0.0.1:0", args=("--command-config", str(properties))) as running:
+        keystore = str(certificates.client_keystore("coordinator"))
+        consumer = ConsumerProcess("confluent", f"{group}-0", f"127.0.0.1:{running.port}", topic, group, "range",
+                                   settings={"security.protocol": "ssl", "ssl.ca.location": str(certificates.ca),
+                                             "ssl.certificate.location": keystore, "ssl.key.location": keystore})
+        await consumer.start()
+        try:
+            await wait_until(lambda: len(consumer.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
+                             "every record consumed through a listener with Java's stores", interval_s=0.5)
+            assert all(committed for *_rest, committed in consumer.records), "a commit failed"
+        finally:
+            await stop_all([consumer])
+        log = running.log_text()
+        assert f"client_certificate={stores.client_keystore_p12} (PKCS12)" in log and PASSWORD not in log
+        with pytest.raises((ConnectionClosed, ssl.SSLError, OSError)):  # no client certificate: refused
+            await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False),
+                                      timeout_ms=10_000)
