@@ -234,6 +234,19 @@ def listener_tls(certificates: CertificateSet, *extra: str) -> tuple[str, ...]:
     return ("ssl.keystore.type=PEM", f"ssl.keystore.location={certificates.broker_keystore}", *extra)
 
 
+async def consume_all_over_tls(port: int, topic: str, group: str, settings: dict[str, str]) -> None:
+    """A confluent-kafka consumer reads every record through our SSL listener at `port` and commits them."""
+    consumer = ConsumerProcess("confluent", f"{group}-0", f"127.0.0.1:{port}", topic, group, "range",
+                               settings={"security.protocol": "ssl", **settings})
+    await consumer.start()
+    try:
+        await wait_until(lambda: len(consumer.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
+                         "every record consumed over TLS", interval_s=0.5)
+        assert all(committed for *_rest, committed in consumer.records), "a commit failed"
+    finally:
+        await stop_all([consumer])
+
+
 async def test_a_consumer_reaches_the_relay_over_tls_and_the_relay_the_cluster_over_sasl_ssl(
         secured_kafka: SecuredBroker) -> None:
     """TLS per hop: consumer ⇄ our SSL listeners (coordinator and broker listeners), relay ⇄ SASL_SSL cluster."""
@@ -246,15 +259,7 @@ async def test_a_consumer_reaches_the_relay_over_tls_and_the_relay_the_cluster_o
     async with service(bootstrap, unique("tls-listener-state"), *FAST, *listener_tls(certificates), relay=True,
                        listen="SSL://127.0.0.1:0", args=("--command-config", str(properties))) as running:
         assert "event=listening security_protocol=SSL" in running.log_text()
-        consumer = ConsumerProcess("confluent", f"{group}-0", f"127.0.0.1:{running.port}", topic, group, "range",
-                                   settings={"security.protocol": "ssl", "ssl.ca.location": str(certificates.ca)})
-        await consumer.start()
-        try:
-            await wait_until(lambda: len(consumer.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
-                             "every record consumed over TLS", interval_s=0.5)
-            assert all(committed for *_rest, committed in consumer.records), "a commit failed"
-        finally:
-            await stop_all([consumer])
+        await consume_all_over_tls(running.port, topic, group, {"ssl.ca.location": str(certificates.ca)})
         client = await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False))
         try:
             assert await e2e.fetch_offsets(client, group, tuple(range(PARTITIONS)), topic=topic) == {
@@ -625,16 +630,9 @@ async def test_java_keystores_and_truststores_on_our_listener_and_to_the_cluster
     async with service(bootstrap, unique("java-stores-state"), *FAST, *listener, relay=True,
                        listen="SSL://127.0.0.1:0", args=("--command-config", str(properties))) as running:
         keystore = str(certificates.client_keystore("coordinator"))
-        consumer = ConsumerProcess("confluent", f"{group}-0", f"127.0.0.1:{running.port}", topic, group, "range",
-                                   settings={"security.protocol": "ssl", "ssl.ca.location": str(certificates.ca),
-                                             "ssl.certificate.location": keystore, "ssl.key.location": keystore})
-        await consumer.start()
-        try:
-            await wait_until(lambda: len(consumer.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
-                             "every record consumed through a listener with Java's stores", interval_s=0.5)
-            assert all(committed for *_rest, committed in consumer.records), "a commit failed"
-        finally:
-            await stop_all([consumer])
+        await consume_all_over_tls(running.port, topic, group, {"ssl.ca.location": str(certificates.ca),
+                                                                "ssl.certificate.location": keystore,
+                                                                "ssl.key.location": keystore})
         log = running.log_text()
         assert f"client_certificate={stores.client_keystore_p12} (PKCS12)" in log and PASSWORD not in log
         with pytest.raises((ConnectionClosed, ssl.SSLError, OSError)):  # no client certificate: refused
