@@ -58,7 +58,6 @@ async def _run_demo(args: argparse.Namespace) -> int:
         return 1
 
 
-
 def _check_secure(serve_args: argparse.Namespace) -> None:
     """--secure brings its own secured broker and sets the coordinator's security itself."""
     given = [flag for flag, value in (("--bootstrap-server", serve_args.bootstrap_server),

@@ -40,8 +40,11 @@ class RealClients:
         `security`: TLS and SASL of every client (None: PLAINTEXT)."""
         self.bootstrap, self.topic, self.group_id, self.records_per_s = bootstrap, topic, group_id, records_per_s
         self.group_protocol = group_protocol
-        self._librdkafka = dict(security.librdkafka) if security is not None else {}
-        self._aiokafka_settings = security.client.aiokafka_settings(security.ssl_context) if security is not None else {}
+        self._librdkafka: dict[str, str] = {}
+        self._aiokafka_settings: dict[str, object] = {}
+        if security is not None:
+            self._librdkafka = dict(security.librdkafka)
+            self._aiokafka_settings = security.client.aiokafka_settings(security.ssl_context)
         self.consumers = [RealConsumerStats(f"{group_id}-{i}", "confluent-kafka" if i % 2 == 0
                                             or group_protocol == "consumer" else "aiokafka") for i in range(count)]
         self.produced = 0

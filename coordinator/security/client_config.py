@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from coordinator.security.errors import ClientConfigError
 from coordinator.security.properties import load_properties
 
 if TYPE_CHECKING:
@@ -49,14 +50,6 @@ _KNOWN = {
     "enable.sasl.oauthbearer.unsecure.jwt", "ssl.enabled.protocols", "ssl.protocol",
 }
 _SECURITY_PREFIXES = ("ssl.", "sasl.", "security.", "enable.ssl", "enable.sasl")
-
-
-class ClientConfigError(ValueError):
-    """A setting of the client properties that cannot be used; the message starts with the key."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"{key}: {problem}")
-        self.key = key
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coordinator.security.client_config import ClientConfigError
+from coordinator.security.errors import ClientConfigError
 
 STORE_TYPES = ("JKS", "PKCS12", "PEM")
 _JKS_MAGIC = b"\xfe\xed\xfe\xed"

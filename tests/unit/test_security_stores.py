@@ -99,17 +99,19 @@ async def test_command_config_with_pkcs12_keystore_and_jks_truststore(made: tupl
 def test_truststores_and_what_is_refused_naming_the_setting(made: tuple[CertificateSet, JavaStores]) -> None:
     certificates, stores = made
     ca = certificates.ca.read_text()
-    for path, kind in ((stores.truststore_jks, "JKS"), (stores.truststore_p12, "PKCS12"), (stores.truststore_p12, "JKS")):
+    for path, kind in ((stores.truststore_jks, "JKS"), (stores.truststore_p12, "PKCS12"),
+                       (stores.truststore_p12, "JKS")):
         assert read_truststore(path, kind, PASSWORD).strip() == ca.strip()
     assert read_truststore(stores.truststore_jks, "JKS", None).strip() == ca.strip()  # Java: no integrity check
+    jks, p12 = str(stores.keystore_jks), str(stores.keystore_p12)
     refusals = [
-        ({"ssl.keystore.location": str(stores.keystore_jks), "ssl.keystore.type": "JKS"}, "ssl.keystore.password: needed"),
-        ({"ssl.keystore.location": str(stores.keystore_jks), "ssl.keystore.password": "wrong"}, "ssl.keystore.password: cannot read"),
-        ({"ssl.keystore.location": str(stores.keystore_jks), "ssl.keystore.type": "PKCS12",
-          "ssl.keystore.password": PASSWORD}, "ssl.keystore.type: PKCS12, but"),
-        ({"ssl.keystore.location": str(stores.keystore_p12), "ssl.keystore.type": "PKCS12",
-          "ssl.keystore.password": "wrong"}, "ssl.keystore.password: cannot read"),
-        ({"ssl.keystore.location": str(stores.keystore_p12), "ssl.keystore.type": "BKS"}, "ssl.keystore.type: BKS: one of"),
+        ({"ssl.keystore.location": jks, "ssl.keystore.type": "JKS"}, "ssl.keystore.password: needed"),
+        ({"ssl.keystore.location": jks, "ssl.keystore.password": "wrong"}, "ssl.keystore.password: cannot read"),
+        ({"ssl.keystore.location": jks, "ssl.keystore.type": "PKCS12", "ssl.keystore.password": PASSWORD},
+         "ssl.keystore.type: PKCS12, but"),
+        ({"ssl.keystore.location": p12, "ssl.keystore.type": "PKCS12", "ssl.keystore.password": "wrong"},
+         "ssl.keystore.password: cannot read"),
+        ({"ssl.keystore.location": p12, "ssl.keystore.type": "BKS"}, "ssl.keystore.type: BKS: one of"),
         ({"ssl.truststore.location": str(stores.truststore_p12), "ssl.truststore.type": "PKCS12"},
          "ssl.truststore.password: cannot read"),
     ]
