@@ -173,7 +173,11 @@ async def test_an_instance_joins_its_instances_group_and_writes_its_partitions_o
         finally:
             await client.close()
         log = running.log_text()
-        assert "event=membership_started" in log and "event=owner_map_refresh_failed" not in log
+        assert "event=membership_started" in log
+        # the owner map's admin client reaches the secured cluster: a refresh that failed (the broker's group
+        # coordinator answering NOT_COORDINATOR while it loads a new group, under load) is followed by a good one
+        failed = log.rfind("event=owner_map_refresh_failed")
+        assert failed == -1 or log.find("event=owner_map_refreshed_again", failed) > failed, log[-5000:]
 
 
 async def serve_until_it_exits(bootstrap: str, properties: Path) -> tuple[int, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.embedded.jaeger import built_jaeger
-from tests.integration.test_e2e_demo import processes_mentioning, run_demo_watching_jaeger
+from tests.support.demo_run import processes_mentioning, run_demo_watching_jaeger
 
 
 def test_the_secured_demo_runs_end_to_end_over_sasl_ssl_with_acls_and_traces(tmp_path: Path) -> None:

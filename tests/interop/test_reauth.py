@@ -468,7 +468,7 @@ async def test_lifetimes_per_listener_and_mechanism_the_relays_own_reauthenticat
     answering clients' Metadata on the same connection; the client connection used past its session's end is
     counted in Kafka's expired-connections-killed-count, on our Prometheus endpoint."""
     from coordinator.embedded.broker import free_port
-    from tests.integration.test_telemetry_jaeger import scrape
+    from tests.support.metrics import scrape
 
     cluster.security("admin", "SCRAM-SHA-512")  # its properties file: the coordinator's own credentials
     metrics_port = free_port()
