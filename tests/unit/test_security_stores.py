@@ -5,6 +5,7 @@ between our listener's context and a client's proves the key and chain; the refu
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from coordinator.embedded.certificates import CertificateSet, make_test_certificates
 from coordinator.security.client_config import ClientConfigError, client_security
 from coordinator.security.listeners import Listener, server_ssl_context
-from coordinator.security.stores import read_keystore, read_truststore
+from coordinator.security.stores import pem_files, read_keystore, read_truststore
 from tests.support.java_stores import PASSWORD, JavaStores, make_java_stores
 
 LISTENER = Listener("SSL", "127.0.0.1", 0)
@@ -93,7 +94,9 @@ async def test_command_config_with_pkcs12_keystore_and_jks_truststore(made: tupl
     assert server is not None and context is not None
     _common_name, peer = await handshake(server, context)
     assert peer is not None and ((("commonName", "coordinator"),) in peer["subject"])  # type: ignore[operator]
-    assert not list(Path("/tmp").glob("coordinator-key-*")), "the key's transient PEM file was left behind"
+    with pem_files(security.key_material) as path:  # how the key reaches Python's ssl: a private file, then gone
+        assert os.stat(path).st_mode & 0o777 == 0o600 and os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+    assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
 
 
 def test_truststores_and_what_is_refused_naming_the_setting(made: tuple[CertificateSet, JavaStores]) -> None:
