@@ -502,3 +502,34 @@ async def test_lifetimes_per_listener_and_mechanism_the_relays_own_reauthenticat
     assert "mechanism=SCRAM-SHA-512 principal=User:admin session_lifetime_ms=3000" in log
     assert "event=relay_control_request_failed" not in log and "upstream_reauthentication_failed" not in log
     assert "admin-secret" not in log
+
+
+async def test_requests_sent_while_our_connection_re_authenticates_wait_for_it(cluster: Cluster) -> None:
+    """A connection of ours to the broker (3 s SCRAM-SHA-512 sessions) with requests always in flight: those
+    written while the exchange runs are held and sent after it (the broker would read them as SASL tokens), so
+    every one is answered across several re-authentications on the one connection."""
+    from coordinator.security.clusters import ClusterSecurity
+    from coordinator.security.connections import connect
+    from coordinator.security.reauthentication import ReauthenticatingClient
+
+    admin = cluster.security("admin", "SCRAM-SHA-512")
+    security = ClusterSecurity(admin, admin.ssl_context(), admin.librdkafka_settings())
+    host, port = cluster.broker.sasl_ssl_bootstrap.rsplit(":", 1)
+    client = await connect(host, int(port), security, client_id="reauth-held", timeout_ms=30_000,
+                           reauthenticate=True)
+    assert isinstance(client, ReauthenticatingClient)
+    metadata = request(ApiKey.METADATA, 12, topics=(), allow_auto_topic_creation=False,
+                       include_topic_authorized_operations=False)
+    answered = 0
+
+    async def keep_asking() -> None:
+        nonlocal answered
+        while client.reauthentications < 2:
+            await asyncio.gather(*(client.request(metadata) for _ in range(8)))  # 8 in flight at every moment
+            answered += 8
+
+    try:
+        await asyncio.wait_for(keep_asking(), 3 * REAUTH_MS / 1000 + 10)
+        assert not client.is_closed and answered > 16
+    finally:
+        await client.close()
