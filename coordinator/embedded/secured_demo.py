@@ -54,8 +54,7 @@ class SecuredDemoCluster:
         from coordinator.security.client_config import load_command_config
         from coordinator.security.clusters import ClusterSecurity
 
-        client = load_command_config(self.client_properties)
-        return ClusterSecurity(client, client.ssl_context(), client.librdkafka_settings())
+        return ClusterSecurity.of(load_command_config(self.client_properties))
 
     def service_options(self, options: ServiceOptions) -> ServiceOptions:
         """`options` with this cluster as the coordinator's, reached as admin, and the coordinator's listener

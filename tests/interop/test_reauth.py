@@ -512,8 +512,7 @@ async def test_requests_sent_while_our_connection_re_authenticates_wait_for_it(c
     from coordinator.security.connections import connect
     from coordinator.security.reauthentication import ReauthenticatingClient
 
-    admin = cluster.security("admin", "SCRAM-SHA-512")
-    security = ClusterSecurity(admin, admin.ssl_context(), admin.librdkafka_settings())
+    security = ClusterSecurity.of(cluster.security("admin", "SCRAM-SHA-512"))
     host, port = cluster.broker.sasl_ssl_bootstrap.rsplit(":", 1)
     client = await connect(host, int(port), security, client_id="reauth-held", timeout_ms=30_000,
                            reauthenticate=True)

@@ -86,3 +86,13 @@ def test_demo_secure_refuses_a_cluster_or_security_of_yours() -> None:
     assert result.returncode != 0
     assert "coordinator demo --secure: runs its own secured broker" in result.stderr, result.stderr
     assert "drop --bootstrap-server, --listen SSL://127.0.0.1:0" in result.stderr, result.stderr
+
+
+def test_simulate_takes_a_client_properties_file_and_refuses_a_bad_one_naming_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "client.properties"
+    bad.write_text("security.protocol=SASL_SSL\n")
+    result = subprocess.run([sys.executable, "-m", "coordinator.cli", "simulate", "--coordinator", "127.0.0.1:1",
+                             "--command-config", str(bad), "--duration", "1"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode != 0
+    assert f"coordinator simulate: --command-config {bad}: sasl.mechanism: not set" in result.stderr, result.stderr
