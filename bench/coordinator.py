@@ -69,6 +69,11 @@ INITIAL_DELAY_MS = 500
 MIN_SESSION_MS = 1_000
 FORM_SESSION_MS = 120_000
 REBALANCE_MS = 60_000
+# A forming group's rebalance timeout: a member whose JoinGroup comes after the group's join phase ended (a straggler
+# on a busy machine) starts a rebalance the others never join; it is answered after this, and the group formed again
+# under a new id, well before the client gives up (FORM_REBALANCE_MS + REQUEST_SLACK_MS)
+FORM_REBALANCE_MS = 10_000
+REQUEST_SLACK_MS = 20_000
 MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS = Errors.MEMBER_ID_REQUIRED, Errors.REBALANCE_IN_PROGRESS
 SERVER_CPU, LOADGEN_CPU = 0, 1
 
@@ -157,8 +162,9 @@ async def form_group(clients: list[KafkaClient], prefix: str, session_ms: int,
     raise RuntimeError(f"group {prefix} did not form in 5 attempts (last JoinGroup errors: {sorted(errors)})")
 
 
-def join(client: KafkaClient, group_id: str, member_id: str, session_ms: int, metadata: bytes = METADATA) -> Any:
-    return wire.join_group(client, group_id, member_id, None, session_ms, REBALANCE_MS, "range", metadata, None)
+def join(client: KafkaClient, group_id: str, member_id: str, session_ms: int, metadata: bytes = METADATA, *,
+         rebalance_ms: int = REBALANCE_MS) -> Any:
+    return wire.join_group(client, group_id, member_id, None, session_ms, rebalance_ms, "range", metadata, None)
 
 
 async def await_coordinator(client: KafkaClient, group_id: str) -> None:
@@ -173,10 +179,13 @@ async def await_coordinator(client: KafkaClient, group_id: str) -> None:
 
 
 async def _join_with_id(client: KafkaClient, group_id: str, session_ms: int) -> Any:
-    first = await client.request(join(client, group_id, "", session_ms), timeout_ms=REBALANCE_MS)
+    timeout_ms = FORM_REBALANCE_MS + REQUEST_SLACK_MS
+    first = await client.request(join(client, group_id, "", session_ms, rebalance_ms=FORM_REBALANCE_MS),
+                                 timeout_ms=timeout_ms)
     if first.error_code != MEMBER_ID_REQUIRED:
         return first
-    return await client.request(join(client, group_id, first.member_id, session_ms), timeout_ms=REBALANCE_MS)
+    return await client.request(join(client, group_id, first.member_id, session_ms, rebalance_ms=FORM_REBALANCE_MS),
+                                timeout_ms=timeout_ms)
 
 
 async def sync(client: KafkaClient, group_id: str, generation: int, member_id: str, members: Any = ()) -> Any:

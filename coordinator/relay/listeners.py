@@ -11,16 +11,26 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 log = logging.getLogger("coordinator.relay")
 
 MAX_PORT = 65_535
 
 
+class Listening(Protocol):
+    """What a broker listener is to us: asyncio's Server, or the server's own acceptor (server/accept.py)."""
+
+    @property
+    def sockets(self) -> Sequence[socket.socket]: ...
+    def close(self) -> None: ...
+
+
 # (host, port, upstream node id) -> a listener whose connections relay to that broker (the server makes it)
-OpenListener = Callable[[str, int, int], Awaitable[asyncio.base_events.Server]]
+OpenListener = Callable[[str, int, int], Awaitable[Listening]]
 
 @dataclass(frozen=True, slots=True)
 class UpstreamBroker:
@@ -50,7 +60,7 @@ class RelayPortsTaken(RuntimeError):
     """A broker listener's port is held by another process when the relay starts."""
 
 
-ListenerFactory = Callable[[int, int], "asyncio.Future[asyncio.base_events.Server]"]
+ListenerFactory = Callable[[int, int], "asyncio.Future[Listening]"]
 
 
 class BrokerListeners:
@@ -63,7 +73,7 @@ class BrokerListeners:
         self._mapping = mapping
         self._open_listener = open_listener
         self._close_connections = close_connections
-        self._servers: dict[int, asyncio.base_events.Server] = {}
+        self._servers: dict[int, Listening] = {}
         self._ports: dict[int, int] = {}
         self.taken: dict[int, int] = {}  # node id -> its port, taken by another process at the latest attempt
         self._lock = asyncio.Lock()

@@ -3,7 +3,9 @@
 Like Kafka's broker (which mutes a channel while a request from it is in flight), a request whose handler parks
 (a JoinGroup or SyncGroup waiting in a purgatory) holds the requests behind it on this connection only. While
 parked we keep reading until `max_buffered_bytes` are waiting, then stop reading (TCP back-pressure); we also
-stop while the transport's write buffer is full.
+stop while the transport's write buffer is full. Requests are handled within the loop's budget per turn
+(server/turns.py): frames beyond it stay buffered for a later turn, so callbacks scheduled meanwhile (a state
+write's acknowledgement, timers) do not wait behind a flood, and no callback's cost grows with the frames.
 
 With the relay (coordinator/relay), each request is routed by its header: group APIs to their handlers here,
 every other API to this connection's upstream link, byte for byte (server/relaying.py keeps the link and the
@@ -47,6 +49,7 @@ from coordinator.server.context import ConnectionContext, Directory, GroupServic
 from coordinator.server.handlers import HANDLERS, SERVED_APIS, consumer_group_heartbeat, join_group, sync_group
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.relaying import RelaySide
+from coordinator.server.turns import HEARTBEAT_UNITS, REQUEST_UNITS, turn_budget
 from coordinator.timer.clock import Clock
 from protocol.apis import ApiKey
 from protocol.codec import Request, RequestHeader, decode_request, encode_response, peek_header, read_group_request
@@ -130,6 +133,9 @@ class Connection(asyncio.BufferedProtocol):
             if server.config.sasl_passthrough else None
         self._config = server.config
         self._reader = FrameReader(server.config.max_frame_bytes)
+        self._turn = turn_budget()  # the loop's requests per turn, shared with every other connection on it
+        self._deferred = False  # queued with the budget: frames left for a later turn
+        self._close_when_done = False  # the peer's EOF came while frames were deferred
         self._transport: asyncio.Transport | None = None
         self._ctx: ConnectionContext | None = None
         self._request_context: contextvars.Context | None = None  # the sender's identity, for its handlers
@@ -193,6 +199,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         try:
+            if self._deferred:  # whole frames wait for their turn: answer them, then close (half-closed peer)
+                self._close_when_done = True
+                return True
             if self._reader.buffered_bytes:
                 log.info("event=connection_closed reason=truncated_frame peer=%s buffered_bytes=%d",
                          self.peer, self._reader.buffered_bytes)
@@ -253,7 +262,13 @@ class Connection(asyncio.BufferedProtocol):
         return self._open
 
     def _process_frames(self) -> None:
+        turn = self._turn
         while self._in_flight is None and not self._writing_paused and self._open and not self._relay_blocked():
+            if turn.left <= 0:  # the loop's turn has handled its share: the rest waits for the next turn
+                if self._reader.buffered_bytes and not self._deferred:
+                    self._deferred = True
+                    turn.wait(self)
+                break
             try:
                 frame = self._reader.next_frame()
             except InvalidFrameSize as exc:
@@ -261,9 +276,20 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if frame is None:
                 break
+            turn.spend(HEARTBEAT_UNITS if frame[:4] == HEARTBEAT_V4_PREFIX else REQUEST_UNITS)
             self._handle_frame(frame)
         self._flush()
         self._apply_read_limit()
+
+    def continue_frames(self) -> None:
+        """A later turn's share of the frames left in the buffer (called by the turn budget)."""
+        self._deferred = False
+        try:
+            self._process_frames()
+            if self._close_when_done and not self._deferred:
+                self.close()  # after what those frames were answered (a parked one's answer is dropped, as at EOF)
+        except Exception as exc:
+            self._contain("continue_frames", exc)
 
     def _take_certificate_principal(self, transport: asyncio.BaseTransport) -> bool:
         """An SSL listener's principal, from the client's certificate (ANONYMOUS without one); a certificate no
@@ -622,12 +648,13 @@ class Connection(asyncio.BufferedProtocol):
         self.abort("internal_error", f"{type(exc).__name__} in {callback}")
 
     def _apply_read_limit(self) -> None:
-        if not (self._reading_paused or self._writing_paused or self._in_flight is not None or self._server.closing
-                or (self._relaying is not None and self._relaying.link is not None)):
+        if not (self._reading_paused or self._writing_paused or self._in_flight is not None or self._deferred
+                or self._server.closing or (self._relaying is not None and self._relaying.link is not None)):
             return  # the common case: reading, nothing to limit
         if self._transport is None:
             return
-        waiting = self._in_flight is not None and self._reader.buffered_bytes >= self._config.max_buffered_bytes
+        waiting = ((self._in_flight is not None or self._deferred)
+                   and self._reader.buffered_bytes >= self._config.max_buffered_bytes)
         should_pause = self._writing_paused or waiting or self._server.closing or self._relay_blocked()
         if should_pause and not self._reading_paused:
             self._transport.pause_reading()

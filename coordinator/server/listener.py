@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from coordinator.security.identity import security_protocol
+from coordinator.server.accept import Acceptor
 from coordinator.server.config import ServerConfig
 from coordinator.server.connection import Connection
 from coordinator.server.context import Directory, GroupService, Node
@@ -27,9 +28,6 @@ log = logging.getLogger("coordinator.server")
 
 ShutdownHook = Callable[[], Awaitable[None]]
 _HOOK_SETTLE_S = 0.05  # lets responses completed by the shutdown hook be written before we close
-# asyncio accepts up to `backlog` connections per loop iteration; the kernel's queue is what absorbs a connect
-# storm, so the loop accepts in batches of this size (other callbacks, heartbeats, run in between).
-_ACCEPT_BATCH = 128
 _SWEEP_BATCH = 5_000  # connections checked for idleness per loop iteration
 
 
@@ -55,7 +53,7 @@ class CoordinatorServer:
                          config.advertised_port or config.listen_port, config.cluster_id)
         self.closing = False
         self._on_shutdown = on_shutdown
-        self._server: asyncio.base_events.Server | None = None
+        self._server: Acceptor | None = None
         self._connections: set[Connection] = set()
         self._busy: set[Connection] = set()
         self._idle_sweeper: asyncio.Task | None = None
@@ -67,15 +65,9 @@ class CoordinatorServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         listener = _listening_socket(self.config.listen_host, self.config.listen_port)
-        try:
-            # not serving yet: with the relay, its broker listeners open first (below)
-            self._server = await loop.create_server(lambda: Connection(self), sock=listener, ssl=self.config.ssl_context,
-                                                    backlog=min(_ACCEPT_BATCH, self.config.listen_backlog),
-                                                    start_serving=False)
-        except BaseException:
-            listener.close()
-            raise
-        self._port = self._server.sockets[0].getsockname()[1]
+        # not serving yet: with the relay, its broker listeners open first (below)
+        self._server = Acceptor(listener, lambda: Connection(self), ssl_context=self.config.ssl_context)
+        self._port = listener.getsockname()[1]
         if not self.config.listen_port or not self.config.advertised_port:
             self.node = Node(self.node.node_id, self.node.host, self.config.advertised_port or self.port,
                              self.node.cluster_id)
@@ -88,8 +80,8 @@ class CoordinatorServer:
                 self._server.close()
                 await self.relay.close()
                 raise
-        await self._server.start_serving()
-        listener.listen(self.config.listen_backlog)  # after asyncio's own listen(): the kernel queue's size
+        listener.listen(self.config.listen_backlog)  # the kernel's queue absorbs a connect storm
+        self._server.start_serving()
         self._idle_sweeper = loop.create_task(self._sweep_idle_connections())
         log.info("event=listening security_protocol=%s host=%s port=%d advertised=%s:%d node_id=%d "
                  "listen_backlog=%d somaxconn=%s", security_protocol(self.config.ssl_context is not None,
@@ -97,11 +89,18 @@ class CoordinatorServer:
                  self.config.listen_host, self.port, self.node.host, self.node.port, self.node.node_id,
                  self.config.listen_backlog, _somaxconn())
 
-    async def _open_broker_listener(self, host: str, port: int, node_id: int) -> asyncio.base_events.Server:
+    async def _open_broker_listener(self, host: str, port: int, node_id: int) -> Acceptor:
         """A listener standing for upstream broker `node_id`: its connections relay to that broker."""
-        loop = asyncio.get_running_loop()
-        return await loop.create_server(lambda: Connection(self, upstream_node=node_id), host, port,
-                                        reuse_address=True, ssl=self.config.ssl_context)
+        listener = _listening_socket(host, port)
+        acceptor = Acceptor(listener, lambda: Connection(self, upstream_node=node_id),
+                            ssl_context=self.config.ssl_context)
+        try:
+            listener.listen(self.config.listen_backlog)
+        except BaseException:
+            acceptor.close()
+            raise
+        acceptor.start_serving()
+        return acceptor
 
     def _close_broker_connections(self, node_id: int) -> None:
         for connection in list(self._connections):
@@ -188,7 +187,7 @@ class CoordinatorServer:
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
-    """A bound listening TCP socket (as loop.create_server would make it), so its backlog stays ours to set."""
+    """A bound TCP socket (as loop.create_server would make it) for an Acceptor; its backlog is ours to set."""
     family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                                          flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)

@@ -19,17 +19,11 @@ import pytest
 import uvloop
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 
-from coordinator.config import CoordinatorConfig
-from coordinator.group.runtime import GroupRuntime
-from coordinator.group.store import InMemoryGroupStore
-from coordinator.relay.config import RelayConfig
 from coordinator.relay.relay import Relay
-from coordinator.server import ServerConfig
-from coordinator.server.handlers import served_ranges
 from coordinator.server.listener import CoordinatorServer
-from coordinator.timer import SystemTimer
 from protocol.codec import encode_request
 from tests.support.polling import wait_until
+from tests.support.relayed_server import LIST_OFFSETS_NO_TOPICS, relayed_server
 from tests.support.server import read_frame_blocking
 
 pytestmark = pytest.mark.integration
@@ -37,7 +31,6 @@ pytestmark = pytest.mark.integration
 CONNECTIONS = 400  # 100 of each way to close
 PER_CONNECTION_TYPES = ("Connection", "RelaySide", "UpstreamLink", "PendingResponse", "LocalResponse",
                         "_SelectorSocketTransport", "TCPTransport", "memoryview")
-LIST_OFFSETS_NO_TOPICS = struct.pack(">hhih", 2, 1, 9, 5) + b"churn" + struct.pack(">ii", -1, 0)  # relayed
 
 
 def _frames(index: int) -> bytes:
@@ -80,31 +73,17 @@ def _books(server: CoordinatorServer, relay: Relay) -> dict[str, int]:
 
 
 async def _churn_and_compare(kafka_bootstrap: str) -> None:
-    timer = SystemTimer("books")
-    timer.start()
-    coordinator = GroupRuntime(CoordinatorConfig(group_initial_rebalance_delay_ms=0), timer, InMemoryGroupStore())
-    relay = Relay(RelayConfig(), kafka_bootstrap, served=served_ranges(),
-                  max_frame_bytes=ServerConfig().max_frame_bytes)
-    server = CoordinatorServer(ServerConfig(listen_port=0, node_id=2_000_000_000, shutdown_grace_ms=1_000),
-                               coordinator, relay=relay)
-    await server.start()
-    try:
-        assert relay.listeners is not None
-        broker_port = relay.listeners.port_of(min(relay.brokers))
-        assert broker_port is not None
-        await asyncio.to_thread(_churn, broker_port, 8)  # first use: imports, caches, the relay's metadata
+    async with relayed_server(kafka_bootstrap, "books") as env:
+        server, relay = env.server, env.relay
+        await asyncio.to_thread(_churn, env.broker_port, 8)  # first use: imports, caches, the relay's metadata
         baseline = await _settled(server, relay)
         assert baseline["listener connections"] == 0
         relayed_before = relay.counters.requests
-        await asyncio.wait_for(asyncio.to_thread(_churn, broker_port, CONNECTIONS), 120)
+        await asyncio.wait_for(asyncio.to_thread(_churn, env.broker_port, CONNECTIONS), 120)
         assert relay.counters.requests - relayed_before >= CONNECTIONS // 4  # links were opened and used
         after = await _settled(server, relay)
         kept = {name: (baseline[name], count) for name, count in after.items() if count != baseline[name]}
         assert not kept, f"kept after {CONNECTIONS} closed connections (baseline, now): {kept}"
-    finally:
-        await server.close()
-        await coordinator.shutdown()
-        await timer.close()
 
 
 async def _settled(server: CoordinatorServer, relay: Relay) -> dict[str, int]:

@@ -20,17 +20,10 @@ from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup
 
-from coordinator.config import CoordinatorConfig
-from coordinator.group.runtime import GroupRuntime
-from coordinator.group.store import InMemoryGroupStore
-from coordinator.relay.config import RelayConfig
-from coordinator.relay.relay import Relay
-from coordinator.server import ServerConfig
-from coordinator.server.handlers import served_ranges
 from coordinator.server.listener import CoordinatorServer
-from coordinator.timer import SystemTimer
 from protocol.codec import encode_request
 from tests.support.polling import wait_until
+from tests.support.relayed_server import LIST_OFFSETS_NO_TOPICS, relayed_server
 from tests.support.server import read_frame_blocking
 
 pytestmark = pytest.mark.integration
@@ -39,7 +32,6 @@ WARM_UP = 2_000  # untraced; then TRACED_WARM_UP more, traced, before the measur
 TRACED_WARM_UP = 2_000  # structures that fill once (fd-indexed maps, pool free lists) fill here
 MEASURED = 6_000
 BOUND_BYTES_PER_CONNECTION = 8  # measured 1.9; the partition cache alone kept ~70 B per invented group id
-LIST_OFFSETS_NO_TOPICS = struct.pack(">hhih", 2, 1, 9, 5) + b"churn" + struct.pack(">ii", -1, 0)  # relayed
 
 
 def _frames(run: str, index: int) -> tuple[bytes, int]:
@@ -77,18 +69,8 @@ async def _settle(server: CoordinatorServer) -> None:
 async def _held_per_connection(kafka_bootstrap: str) -> tuple[float, int]:
     """Bytes still held per measured connection, and requests relayed upstream while measuring."""
     run = os.urandom(4).hex()
-    timer = SystemTimer("churn")
-    timer.start()
-    coordinator = GroupRuntime(CoordinatorConfig(group_initial_rebalance_delay_ms=0), timer, InMemoryGroupStore())
-    relay = Relay(RelayConfig(), kafka_bootstrap, served=served_ranges(),
-                  max_frame_bytes=ServerConfig().max_frame_bytes)
-    server = CoordinatorServer(ServerConfig(listen_port=0, node_id=2_000_000_000, shutdown_grace_ms=1_000),
-                               coordinator, relay=relay)
-    await server.start()
-    try:
-        assert relay.listeners is not None
-        broker_port = relay.listeners.port_of(min(relay.brokers))
-        assert broker_port is not None
+    async with relayed_server(kafka_bootstrap, "churn") as env:
+        server, relay, broker_port = env.server, env.relay, env.broker_port
         await asyncio.to_thread(_churn, broker_port, 0, WARM_UP, run)  # caches, pools and first-use imports fill
         await _settle(server)
         relayed_before = relay.counters.requests
@@ -107,10 +89,6 @@ async def _held_per_connection(kafka_bootstrap: str) -> tuple[float, int]:
             tracemalloc.stop()
             gc.enable()
         return grown / MEASURED, relay.counters.requests - relayed_before
-    finally:
-        await server.close()
-        await coordinator.shutdown()
-        await timer.close()
 
 
 async def test_memory_held_does_not_grow_with_churned_connections(kafka_bootstrap: str) -> None:

@@ -1,0 +1,78 @@
+"""A budget of requests handled per event-loop turn, shared by every connection on the loop.
+
+asyncio and uvloop run, in one turn, every socket callback that is ready; what was scheduled meanwhile (a state
+write's acknowledgement handed over with `call_soon_threadsafe`, a due timer, a parked member's answer) runs only
+in the next turn. Without a bound, a flood of requests that arrived together (the SyncGroups of a 1,000-member
+rebalance, a client's pipelined frames) is handled to the last one first, and the turn grows with the flood.
+
+Here, once the turn's budget is spent, a connection leaves its further frames in its buffer and queues itself; the
+next turn starts with the queue (in order, again up to the budget), ahead of that turn's new reads, and the
+callbacks scheduled during the flood run in between. A side effect worth knowing: a request that arrived before a
+timer's deadline may now be handled after the timer fired (a group's initial-delay window closes without a member
+whose JoinGroup waited here), as in Kafka, where requests wait in the request queue while the purgatory expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections import deque
+from typing import Protocol
+
+# The budget is in units of a heartbeat on its fast path (~6–10 µs of the loop); any other request (a JoinGroup, a
+# SyncGroup: 30–150 µs) costs REQUEST_UNITS. A turn handles 512 heartbeats or 64 other requests: a few ms at most,
+# and heartbeats of a thousand connections are not split over turns for nothing.
+UNITS_PER_TURN = 512
+HEARTBEAT_UNITS = 1
+REQUEST_UNITS = 8
+
+
+class Resumable(Protocol):
+    def continue_frames(self) -> None: ...
+
+
+class TurnBudget:
+    def __init__(self, loop: asyncio.AbstractEventLoop, per_turn: int = UNITS_PER_TURN) -> None:
+        if per_turn < 1:
+            raise ValueError("per_turn must be positive")
+        self.per_turn = per_turn
+        self.left = per_turn  # units this turn may still spend
+        self._loop = weakref.ref(loop)  # weak: the loop is this budget's key in _BUDGETS
+        self._refill_due = False
+        self._waiting: deque[Resumable] = deque()
+
+    def spend(self, units: int) -> None:
+        """A request handled; the first of a turn schedules the next turn's refill."""
+        self.left -= units
+        if not self._refill_due:
+            self._refill_due = True
+            loop = self._loop()
+            if loop is not None:
+                loop.call_soon(self._next_turn)
+
+    def wait(self, connection: Resumable) -> None:
+        """`connection` has frames left over: it carries on in a later turn (the caller queues it once)."""
+        self._waiting.append(connection)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def _next_turn(self) -> None:
+        self._refill_due = False
+        self.left = self.per_turn
+        waiting = self._waiting
+        while waiting and self.left > 0:
+            waiting.popleft().continue_frames()  # spends from this turn's budget, or queues itself again
+
+
+_BUDGETS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TurnBudget] = weakref.WeakKeyDictionary()
+
+
+def turn_budget(loop: asyncio.AbstractEventLoop | None = None) -> TurnBudget:
+    """The budget of `loop` (the running one by default), made on first use."""
+    loop = loop or asyncio.get_running_loop()
+    budget = _BUDGETS.get(loop)
+    if budget is None:
+        budget = _BUDGETS[loop] = TurnBudget(loop)
+    return budget

@@ -1,0 +1,181 @@
+"""Requests handled per loop turn are bounded (coordinator/server/turns.py): a flood of frames that arrived together,
+on many connections or pipelined on one, is handled over several turns, and a callback scheduled during the flood (a
+state write's acknowledgement, a timer) runs before the flood's end. Every request is still answered, in order.
+The floods are Heartbeat v3 (the general path: a request's full units); v4 on its fast path costs a unit."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from typing import Any
+
+import uvloop
+
+from coordinator.group.runtime import GroupRuntime
+from coordinator.server.turns import HEARTBEAT_UNITS, REQUEST_UNITS, turn_budget
+from protocol import codec
+from protocol.error_codes import Errors
+from tests.support.server import RunningServer
+from tests.support.wire import heartbeat
+
+_V3_ANSWER_BYTES = 14  # size prefix, correlation id, throttle time, error code
+_V4_ANSWER_BYTES = 16  # the same with the flexible versions' tag bytes
+
+
+class _CountingRuntime(GroupRuntime):
+    """Counts heartbeats; the first one schedules a callback that notes how many had been handled when it ran.
+    A ticker rescheduled every turn splits the heartbeats by the turn that handled them."""
+
+    handled = 0
+    seen_by_callback: list[int]
+    per_turn: list[int]
+
+    def start_counting(self) -> None:
+        self.handled, self.seen_by_callback, self.per_turn = 0, [], [0]
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            if self.per_turn[-1]:
+                self.per_turn.append(0)
+            loop.call_soon(tick)
+
+        self._ticker = loop.call_soon(tick)
+
+    def stop_counting(self) -> None:
+        self._ticker.cancel()
+
+    def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
+                         group_instance_id: str | None = None) -> Errors:
+        if self.handled == 0:
+            asyncio.get_running_loop().call_soon(lambda: self.seen_by_callback.append(self.handled))
+        self.handled += 1
+        self.per_turn[-1] += 1
+        return super().handle_heartbeat(group_id, generation_id, member_id, group_instance_id)
+
+
+def _frames(count: int, first_correlation_id: int = 0, *, version: int = 3) -> bytes:
+    body = heartbeat("g", 1, "unknown-member", version=version)
+    return b"".join(codec.encode_request(first_correlation_id + i, "t", body) for i in range(count))
+
+
+async def _read_responses(sock: socket.socket, count: int, answer_bytes: int = _V3_ANSWER_BYTES) -> list[int]:
+    """The correlation ids of `count` Heartbeat answers, in the order they came."""
+    loop = asyncio.get_running_loop()
+    data = b""
+    while len(data) < count * answer_bytes:
+        chunk = await asyncio.wait_for(loop.sock_recv(sock, 65_536), 10)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    assert len(data) == count * answer_bytes
+    return [struct.unpack_from(">i", data, i * answer_bytes + 4)[0] for i in range(count)]
+
+
+def _requests_per_turn() -> int:
+    return turn_budget().per_turn // REQUEST_UNITS
+
+
+async def _connected(env: RunningServer, count: int) -> list[socket.socket]:
+    loop = asyncio.get_running_loop()
+    socks = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", env.port))
+        socks.append(sock)
+    for _ in range(1_000):  # until the server has made every connection (bounded)
+        if env.server.connection_count == count:
+            return socks
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{env.server.connection_count} of {count} connections made")
+
+
+async def test_a_flood_over_many_connections_is_handled_over_several_turns() -> None:
+    connections = 300
+    async with RunningServer(coordinator_class=_CountingRuntime) as env:
+        runtime: Any = env.coordinator
+        per_turn = _requests_per_turn()
+        assert connections > 2 * per_turn
+        socks = await _connected(env, connections)
+        try:
+            runtime.start_counting()
+            frame = _frames(1)
+            for sock in socks:  # in one callback: every connection is readable in the server's next turn
+                sock.send(frame)
+            answers = await asyncio.gather(*(_read_responses(sock, 1) for sock in socks))
+            runtime.stop_counting()
+        finally:
+            for sock in socks:
+                sock.close()
+        assert answers == [[0]] * connections
+        assert runtime.handled == connections
+        # the callback scheduled by the first request ran after at most this turn's and the next turn's budget
+        assert runtime.seen_by_callback[0] <= 2 * per_turn, runtime.seen_by_callback
+        assert max(runtime.per_turn) <= per_turn, runtime.per_turn
+        assert turn_budget().waiting == 0
+
+
+async def test_pipelined_frames_of_one_connection_are_handled_over_several_turns_in_order() -> None:
+    frames = 150  # 7 KB: one read
+    async with RunningServer(coordinator_class=_CountingRuntime) as env:
+        runtime: Any = env.coordinator
+        per_turn = _requests_per_turn()
+        assert frames > 2 * per_turn
+        (sock,) = await _connected(env, 1)
+        try:
+            runtime.start_counting()
+            sock.send(_frames(frames, first_correlation_id=1_000))
+            answered = await _read_responses(sock, frames)
+            runtime.stop_counting()
+        finally:
+            sock.close()
+        assert answered == list(range(1_000, 1_000 + frames))
+        assert runtime.seen_by_callback[0] <= 2 * per_turn, runtime.seen_by_callback
+        assert max(runtime.per_turn) <= per_turn, runtime.per_turn
+
+
+async def test_frames_deferred_when_the_peer_half_closes_are_answered_before_the_close() -> None:
+    frames = 150
+    async with RunningServer(coordinator_class=_CountingRuntime) as env:
+        runtime: Any = env.coordinator
+        (sock,) = await _connected(env, 1)
+        try:
+            runtime.start_counting()
+            sock.send(_frames(frames))
+            sock.shutdown(socket.SHUT_WR)
+            answered = await _read_responses(sock, frames)
+            assert await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 1), 10) == b""  # then closed
+            runtime.stop_counting()
+        finally:
+            sock.close()
+        assert answered == list(range(frames))
+        assert max(runtime.per_turn) <= _requests_per_turn()
+
+
+async def test_heartbeats_on_their_fast_path_cost_a_unit_each() -> None:
+    """Heartbeats of as many connections as a turn's units are handled in one turn; more wait for the next."""
+    per_turn = turn_budget().per_turn // HEARTBEAT_UNITS
+    connections = per_turn + per_turn // 2
+    async with RunningServer(coordinator_class=_CountingRuntime) as env:
+        runtime: Any = env.coordinator
+        socks = await _connected(env, connections)
+        try:
+            runtime.start_counting()
+            frame = _frames(1, version=4)
+            for sock in socks:
+                sock.send(frame)
+            answers = await asyncio.gather(*(_read_responses(sock, 1, _V4_ANSWER_BYTES) for sock in socks))
+            runtime.stop_counting()
+        finally:
+            for sock in socks:
+                sock.close()
+        assert answers == [[0]] * connections
+        assert max(runtime.per_turn) == per_turn, runtime.per_turn  # a full turn's worth at once, and no more
+
+
+def test_a_flood_over_many_connections_on_uvloop() -> None:
+    uvloop.run(test_a_flood_over_many_connections_is_handled_over_several_turns())
+
+
+def test_pipelined_frames_on_uvloop() -> None:
+    uvloop.run(test_pipelined_frames_of_one_connection_are_handled_over_several_turns_in_order())
