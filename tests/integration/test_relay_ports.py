@@ -5,39 +5,16 @@ that flag; the two then serve side by side (real `coordinator serve` processes, 
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from tests.support.ports import free_run
 from tests.support.service import service, unique
 
 pytestmark = pytest.mark.integration
-
-
-def free_run(length: int) -> int:
-    """A port P with P .. P+length-1 all free on loopback now."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            start = s.getsockname()[1]
-        if start + length > 65_535:
-            continue
-        try:
-            held = []
-            for port in range(start, start + length):
-                sock = socket.socket()
-                held.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return start
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-    raise AssertionError("no run of free ports")
 
 
 async def test_a_relay_port_clash_on_one_host_is_refused_with_the_flag_that_fixes_it(kafka_bootstrap: str) -> None:

@@ -16,6 +16,7 @@ from coordinator.storage.config import StorageConfig
 from coordinator.telemetry.events import EVENT_SCHEMA_VERSION, EventPublisher, EventTopicObserver, start_event_publisher
 from coordinator.storage.topics import make_admin, partition_count
 from coordinator.timer.clock import ManualClock
+from tests.support.machine import timed_span
 
 pytestmark = pytest.mark.integration
 
@@ -96,10 +97,9 @@ async def test_unreachable_event_broker_never_blocks_or_raises() -> None:
     config = StorageConfig(bootstrap="127.0.0.1:1", event_topic="__events-nowhere", event_queue_max_messages=1_000)
     publisher = EventPublisher(config)
     observer = EventTopicObserver(publisher)
-    started = time.monotonic()
-    for i in range(5_000):
-        observer.on_member_joined("g", f"m-{i}", None, "c", "/127.0.0.1")
-    elapsed_s = time.monotonic() - started
+    with timed_span() as publishing:
+        for i in range(5_000):
+            observer.on_member_joined("g", f"m-{i}", None, "c", "/127.0.0.1")
     await asyncio.to_thread(publisher.close_blocking, 100)
-    assert elapsed_s < 2.0
+    assert publishing.own_s < 2.0, publishing  # what the machine took (waiting for a CPU) aside
     assert publisher.dropped == 4_000  # the queue holds 1,000; the rest is dropped, not waited for

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from coordinator.embedded.broker import free_port
 from coordinator.embedded.jaeger import EmbeddedJaeger, built_jaeger
 from coordinator.group.state import GroupState
 from coordinator.telemetry.otel import start_telemetry
 from tests.support.event_topic import read_events
 from tests.support.group_harness import form_group
 from tests.support.metrics import scrape
+from tests.support.ports import free_port
 from tests.support.service import REBALANCE_IN_PROGRESS, service, unique, until_loaded
 from tests.support.telemetry_scenario import run_failure_scenario, telemetry_env
 from tests.support.wire import heartbeat, join, join_with_member_id, sync

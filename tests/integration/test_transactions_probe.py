@@ -62,6 +62,12 @@ async def open_transaction(roles: Roles, *, tv2: bool) -> Producer:
 
 
 @pytest.mark.parametrize("roles", ["kafka_bootstrap"], indirect=True)
+async def test_a_transaction_not_begun_is_described_empty(roles: Roles) -> None:
+    producer = await init_producer(roles.app, f"app-{uuid.uuid4().hex}")  # its start time is -1 until it begins
+    assert await transaction_state(roles.us, producer.transactional_id) == ("Empty", set())
+
+
+@pytest.mark.parametrize("roles", ["kafka_bootstrap"], indirect=True)
 async def test_a_produce_v11_to_a_partition_not_in_the_transaction_is_transaction_abortable(roles: Roles) -> None:
     producer = await open_transaction(roles, tv2=True)
     assert await produce(roles.us, producer, roles.state, 0, batch(producer, 0, (b"k", b"v"))) == (

@@ -10,21 +10,19 @@ import asyncio
 
 import pytest
 
-from coordinator.server.handlers.txn_verification import read_described_transaction
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
 from tests.support.eos_loop import loaded_coordinator
 from tests.support.service import unique
 from tests.support.transactions_wire import (Producer, connect, create_topic, end_transaction, init_producer,
-                                             txn_offset_commit)
+                                             transaction_state, txn_offset_commit)
 from tests.support.wire import join, request
 
 pytestmark = pytest.mark.integration
 
 VERSIONS = (0, 3, 4, 5)  # v1-2 are v0's as to these checks (no member), v3 brought the member
 INSTANCE_VERSIONS = range(3, 6)  # the versions carrying group.instance.id
-_DESCRIBE_TRANSACTIONS = 65
 _LONG_SESSION_MS = 120_000  # the static members' sessions outlast the test
 
 
@@ -64,12 +62,9 @@ async def _fenced_static_member(client: KafkaClient, group: str, topic: str) -> 
 
 
 async def _transaction_state(tc: KafkaClient, transactional_id: str) -> str:
-    """The transaction's state and how many partitions it holds (DescribeTransactions read by hand: kio refuses
-    the start time -1 of a transaction not begun)."""
-    frame = await tc.send(request(_DESCRIBE_TRANSACTIONS, 0, transactional_ids=(transactional_id,)), raw=True)
-    code, described = read_described_transaction(frame)
-    assert code == Errors.NONE and described is not None, code
-    return f"{described.state} with {len(described.partitions)} partition(s)"
+    """The transaction's state and how many partitions it holds."""
+    state, partitions = await transaction_state(tc, transactional_id)
+    return f"{state} with {len(partitions)} partition(s)"
 
 
 async def answers(bootstrap: str, kafka: str) -> dict[str, str]:

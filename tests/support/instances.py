@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.cluster.identity import InstanceEndpoint, parse_client_id
-from coordinator.embedded.broker import die_with_parent, free_port
+from coordinator.embedded.broker import die_with_parent
 from coordinator.group.partitioner import partition_for
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 from tests.support.polling import wait_until
+from tests.support.ports import free_port
 from tests.support.wire import nested, request
 
 INSTANCE_SESSION_MS = 6_000  # the broker's default group.min.session.timeout.ms: the fastest detection it allows
@@ -352,7 +353,7 @@ class Instances:
 
 def _relay_base_port() -> int:
     """A relay base port whose broker listener (base + broker node id 1) is free."""
-    return free_port() - 1
+    return free_port() - 1  # below the ephemeral range (tests/support/ports.py)
 
 
 # ---------------------------------------------------------------------------------------------------- requests

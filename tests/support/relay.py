@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from collections import Counter
 from typing import Any
@@ -15,10 +14,10 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from coordinator.embedded.broker import free_port
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from tests.support.polling import wait_until
+from tests.support.ports import free_port, free_run
 from tests.support.wire import request
 
 RECORDS_PER_PARTITION = 100
@@ -26,21 +25,7 @@ RECORDS_PER_PARTITION = 100
 
 def relay_ports(brokers: int = 1) -> tuple[int, int]:
     """(bootstrap port, relay base port) for brokers of node ids 1..brokers: base + id are free ports too."""
-    bootstrap = free_port()
-    for _ in range(50):
-        first = free_port()
-        if first + brokers - 1 <= 65_535 and all(_bindable(first + i) for i in range(1, brokers)):
-            return bootstrap, first - 1
-    raise AssertionError(f"no {brokers} consecutive free ports")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+    return free_port(), free_run(brokers) - 1
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 6, replication: int = 1) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from coordinator.embedded import BrokerStartError, EmbeddedKafka, EmbeddedKafkaCluster
 from coordinator.embedded.broker import _broker_ids, port_is_free
+from tests.support.ports import free_port
 
 
 def test_stored_ports_are_the_nodes_address(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -26,9 +27,9 @@ def test_an_unreadable_ports_file_is_named(tmp_path) -> None:  # type: ignore[no
 
 def test_port_is_free_sees_a_listener_only() -> None:
     listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
+    port = free_port()  # below the ephemeral range: no one else's once closed
+    listener.bind(("127.0.0.1", port))
     listener.listen()
-    port = listener.getsockname()[1]
     assert not port_is_free(port)
     listener.close()
     assert port_is_free(port)

@@ -9,12 +9,12 @@ import asyncio
 import pytest
 
 from coordinator.cli import build_parser
-from coordinator.embedded.broker import free_port
 from coordinator.loadgen import ScheduledFailure, SimOptions, Simulation
 from coordinator.loadgen.simulation import FAILURE_KINDS
 from protocol.error_codes import Errors
 from tests.support.inprocess_instances import Instances
 from tests.support.polling import wait_until
+from tests.support.ports import free_port
 from tests.support.server import RunningServer
 
 FAST = dict(session_ms=1_000, rebalance_ms=4_000, heartbeat_ms=200, downtime_ms=1_800, commit_interval_ms=500,

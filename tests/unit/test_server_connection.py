@@ -15,6 +15,7 @@ import uvloop
 from coordinator.server.context import java_host_string
 from protocol.errors import ConnectionClosed
 from protocol.apis import ApiKey
+from tests.support.polling import wait_until
 from tests.support.server import RunningServer
 from tests.support.wire import heartbeat, join, join_with_member_id, ms, nested, request, subscription_metadata, sync
 
@@ -78,22 +79,25 @@ async def test_too_many_connections_closes_the_newest(caplog: pytest.LogCaptureF
         assert "reason=too_many_connections" in caplog.text
         assert not first.is_closed and not second.is_closed
         await first.close()
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: env.server.connection_count < 2, 10, "the server to see the first close")
         third = await env.client()  # room again
         assert third.api_versions
 
 
 async def test_idle_connections_close_but_one_with_a_parked_request_stays(caplog) -> None:
     caplog.set_level(logging.INFO, logger="coordinator.server")
-    async with RunningServer(idle_timeout_ms=200) as env:
+    # the leader's heartbeats 50 ms apart keep it active; a loaded machine's stall of the test's loop (the
+    # server's too) must exceed 450 ms to make it look idle
+    async with RunningServer(idle_timeout_ms=500) as env:
         leader, leader_id = await _stable_member(env)
         idle = await env.client()
         newcomer = await env.client()
         parked = await _parked_join(env, newcomer)
-        for _ in range(8):  # the leader stays active; the others say nothing for 400 ms
+        deadline = time.monotonic() + 8  # within the parked join's rebalance timeout
+        while not idle.is_closed:  # the leader stays active; the others say nothing
+            assert time.monotonic() < deadline, "the idle connection stayed open"
             await asyncio.sleep(0.05)
             await leader.request(heartbeat("g", 1, leader_id))
-        await idle.wait_closed()
         assert "reason=idle" in caplog.text
         assert not newcomer.is_closed and not parked.done()
         await join(leader, "g", leader_id)

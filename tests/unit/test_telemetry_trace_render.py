@@ -140,7 +140,7 @@ async def test_command_says_where_jaeger_is_missing(capsys: pytest.CaptureFixtur
     monkeypatch.setenv("COORDINATOR_STATE_DIR", str(tmp_path))  # no running demo there
     assert await run_trace(args(), io.StringIO()) == 1
     assert "--jaeger-url" in capsys.readouterr().err
-    from coordinator.embedded.broker import free_port
+    from tests.support.ports import free_port
 
     assert await run_trace(args(jaeger_url=f"http://127.0.0.1:{free_port()}"), io.StringIO()) == 1
     assert "no Jaeger query API at" in capsys.readouterr().err
