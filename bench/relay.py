@@ -31,7 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.embedded import EmbeddedKafka
-from coordinator.embedded.broker import free_port
+from coordinator.embedded.ports import free_port
 
 RECORD_BYTES = 1_024
 PARTITIONS = 6

@@ -34,7 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.relay import cpu_seconds, progress, start_coordinator
 from coordinator.embedded import EmbeddedKafka, kafka_version
-from coordinator.embedded.broker import free_port
+from coordinator.embedded.ports import free_port
 
 
 def create_topics(bootstrap: str, *topics: str) -> None:

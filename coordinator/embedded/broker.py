@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any, Mapping, Self, Sequence
 
 from coordinator.embedded.jars import ensure_jars
+from coordinator.embedded.ports import free_port
 from coordinator.embedded.secured import SecureListeners
 
 log = logging.getLogger("coordinator.embedded")
@@ -73,12 +74,6 @@ def process_alive(pid: int, start_ticks: int | None = None) -> bool:
     if fields is None or fields[0] == "Z":
         return False
     return start_ticks is None or int(fields[19]) == start_ticks
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_is_free(port: int) -> bool:

@@ -24,7 +24,8 @@ from typing import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.embedded.broker import die_with_parent, free_port
+from coordinator.embedded.broker import die_with_parent
+from coordinator.embedded.ports import free_port
 from coordinator.embedded.jars import cache_root
 
 log = logging.getLogger("coordinator.embedded")

@@ -473,7 +473,7 @@ async def test_lifetimes_per_listener_and_mechanism_the_relays_own_reauthenticat
     SCRAM-SHA-512 session with the broker (3 s) is re-authenticated on the relay's control connection, which keeps
     answering clients' Metadata on the same connection; the client connection used past its session's end is
     counted in Kafka's expired-connections-killed-count, on our Prometheus endpoint."""
-    from coordinator.embedded.broker import free_port
+    from coordinator.embedded.ports import free_port
     from tests.support.metrics import scrape
 
     cluster.security("admin", "SCRAM-SHA-512")  # its properties file: the coordinator's own credentials
