@@ -31,6 +31,10 @@
                      and failovers (unless a tombstone was issued after); a require_stable fetch is answered
                      UNSTABLE_OFFSET_COMMIT while a TxnOffsetCommit answered NONE awaits its marker; after the
                      last reload no transaction is still pending
+  txn_verification   (clients' transactions) a TxnOffsetCommit the group refuses is answered with the error of
+                     the transaction's verification when the transaction coordinator refused it (restated from
+                     Kafka's TransactionCoordinator, not imported), with the group's error when it verified, and
+                     with COORDINATOR_NOT_AVAILABLE when it could not be asked; never without asking
   no_errors          no request raises, no exception is logged or reaches the loop, no client hears an error
                      a classic consumer cannot expect (UNKNOWN_SERVER_ERROR, ...), the loop never gets stuck
 """
@@ -47,6 +51,7 @@ from simulator.history import Event, History
 from simulator.ledger import Key, Ledger
 
 if TYPE_CHECKING:
+    from simulator.client_txns import Verification
     from simulator.instance import CoordinatorInstance, Pending
 
 # Kafka 3.9 GroupMetadata.scala, validPreviousStates: target <- allowed sources.
@@ -60,12 +65,17 @@ KAFKA_TRANSITIONS: dict[str, frozenset[str]] = {
 
 INVARIANTS = ("durable_commit", "durable_delete", "single_owner", "generation_once", "session_expiry",
               "transitions", "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors",
-              "single_writer", "consumer_owner", "member_epoch", "txn_offsets")
+              "single_writer", "consumer_owner", "member_epoch", "txn_offsets", "txn_verification")
 TXN_GROUP_PREFIX = "txn-group-"  # the groups of the transactional applications (checked by txn_offsets alone)
 TxnKey = tuple[str, int]  # (transactional id, the transaction's number)
 # Answers that say the instance does not serve the group's partition (anything else is served)
 NOT_SERVED = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
 MAX_VIOLATIONS = 20
+# a refused TxnOffsetCommit answered before the verification (the partition not served, loading) or when the
+# transaction coordinator could not be asked (its errors, no answer: the client retries)
+_UNVERIFIED = frozenset({Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS})
+# the group's refusals of a generation that is gone (a member it does not have; no group at all)
+_GROUP_REFUSALS = frozenset({Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION})
 # The longest a request may stay parked: two rebalance timeouts (a join phase nobody completes is given another),
 # the initial rebalance delay, a sync phase and a write's timeout. The scenarios keep rebalance.timeout.ms <= 30 s.
 PARKED_AT_MOST_MS = 2 * 30_000 + 3_000 + 30_000 + 5_000 + 10_000
@@ -458,6 +468,24 @@ class Checkers:
                                               "(UNSTABLE_OFFSET_COMMIT expected)")
                 return
 
+    def txn_refused(self, client: str, transactional_id: str, producer_id: int, epoch: int, version: int,
+                    partition: int, answers: set[Errors], outcomes: list[Verification]) -> None:
+        """A TxnOffsetCommit the group refuses was answered `answers`; `outcomes`: what the transaction
+        coordinator said of its transactional id meanwhile (simulator.client_txns.Verification)."""
+        allowed = set(_UNVERIFIED)
+        for outcome in outcomes:
+            if isinstance(outcome, Errors):
+                continue  # not verified: COORDINATOR_NOT_AVAILABLE
+            expected = verification_answer(outcome, producer_id, epoch, version, partition)
+            allowed |= _GROUP_REFUSALS if expected is None else {expected}
+        wrong = answers - allowed
+        if wrong:
+            said = "; ".join(verification_text(o) for o in outcomes) or "nothing (it was not asked)"
+            self.violation("txn_verification", f"{client}: TxnOffsetCommit v{version} of {transactional_id} "
+                                               f"(producer {producer_id}, epoch {epoch}) answered "
+                                               f"{sorted(e.name for e in wrong)}; the transaction coordinator said "
+                                               f"{said}: expected one of {sorted(e.name for e in allowed)}")
+
     def _txn_visible(self, key: Key, offset: int, what: str) -> None:
         group_id, topic, partition = key  # type: ignore[misc]  # an offset's key
         txn = self._txn_values.get((group_id, topic, partition, offset))
@@ -507,6 +535,36 @@ class Checkers:
             if record is None or record.offset < offset:
                 self.violation("durable_commit", f"{key} committed {offset} (acknowledged), after the last "
                                                  f"reload: {None if record is None else record.offset}")
+
+
+def verification_answer(described: Any, producer_id: int, epoch: int, version: int, partition: int
+                        ) -> Errors | None:
+    """What TxnOffsetCommit `version` is answered when the transaction coordinator refuses its verification, or
+    None when it verifies. Kafka 4: TransactionCoordinator.handleVerifyPartitionsInTransaction (v0-4: the
+    group's state partition must be in the transaction) or handleAddPartitionsToTransaction (v5: adds it) checks
+    the producer id (INVALID_PRODUCER_ID_MAPPING, also for an unknown transactional id), the epoch
+    (PRODUCER_FENCED, which AddPartitionsToTxnManager hands on as INVALID_PRODUCER_EPOCH) and a transaction being
+    completed (CONCURRENT_TRANSACTIONS); a partition not in it is TRANSACTION_ABORTABLE, INVALID_TXN_STATE for
+    clients older than v4. `described`: simulator.client_txns.Described, None for an unknown id."""
+    if described is None or described.producer_id != producer_id:
+        return Errors.INVALID_PRODUCER_ID_MAPPING
+    if described.epoch != epoch:
+        return Errors.INVALID_PRODUCER_EPOCH
+    if described.state in ("PrepareCommit", "PrepareAbort"):
+        return Errors.CONCURRENT_TRANSACTIONS
+    if version < 5 and partition not in described.partitions:
+        return Errors.TRANSACTION_ABORTABLE if version >= 4 else Errors.INVALID_TXN_STATE
+    return None
+
+
+def verification_text(outcome: Verification) -> str:
+    """A verification's outcome as the history and the violations say it."""
+    if isinstance(outcome, Errors):
+        return f"unverified: {outcome.name}"
+    if outcome is None:
+        return "no such transactional id"
+    return (f"{outcome.state} producer {outcome.producer_id} epoch {outcome.epoch} "
+            f"partitions {sorted(outcome.partitions)}")
 
 
 def _group_view(group: GroupMetadata | None) -> tuple[Any, ...] | None:

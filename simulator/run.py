@@ -24,7 +24,8 @@ from typing import Any, Coroutine, Iterator
 from coordinator.config import INT32_MAX, CoordinatorConfig
 from coordinator.group import join
 from coordinator.storage.config import DEFAULT_STATE_TOPIC
-from simulator.client_txns import ClientTransactions, SimRelay, TransactionalApp
+from simulator.client_txns import (ClientTransactions, ProbedApp, SimRelay, TransactionalApp, TxnProbe,
+                                   VerificationFaults)
 from simulator.clients import MemberSpec, SimAdmin, SimConsumer
 from simulator.consumer_protocol import ConsumerProtocolConsumer, cluster_topics
 from simulator.history import History
@@ -85,6 +86,15 @@ class TxnAppSpec:
 TXN_FAULT_KINDS = ("txn_crash", "txn_zombie", "txn_hang")
 
 
+@dataclass(frozen=True)
+class TxnProbeSpec:
+    """A zombie of the applications whose TxnOffsetCommits the group refuses (simulator.client_txns.TxnProbe):
+    how often it sends one, and the faults of the transaction's verification."""
+
+    every_ms: tuple[int, int]
+    faults: VerificationFaults
+
+
 @dataclass
 class Scenario:
     seed: int
@@ -97,6 +107,7 @@ class Scenario:
     instances: int = 0  # 0: one instance owning every partition; else instances sharing the state topic
     wire: WireFaults | None = None  # None: a faultless network between clients and coordinators
     txn_apps: list[TxnAppSpec] = field(default_factory=list)  # exactly-once applications (their faults: txn_*)
+    txn_probe: TxnProbeSpec | None = None  # refused TxnOffsetCommits: the transaction's verification, its faults
 
     def describe(self) -> str:
         members = sum(len(g.members) for g in self.groups)
@@ -111,6 +122,8 @@ class Scenario:
         protocols = f" ({consumer} on the consumer protocol)" if consumer else ""
         if self.txn_apps:
             instances += f"{len(self.txn_apps)} transactional apps, "
+        if self.txn_probe is not None:
+            instances += f"txn zombie every {self.txn_probe.every_ms} ms, "
         return (f"{instances}{len(self.groups)} groups{protocols}, {members} consumers, {self.config.offsets_topic_num_partitions} "
                 f"state partitions, {self.duration_ms // 1000}s, {admin}, faults {kinds}")
 
@@ -169,7 +182,18 @@ def make_scenario(seed: int, protocol: str = "classic") -> Scenario:
     txn_apps, txn_faults = _transactional_apps(random.Random(f"txn:{seed}"), duration_ms)
     if txn_faults:
         faults = sorted(faults + txn_faults, key=lambda f: (f.at_ms, f.kind, f.target))
-    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire, txn_apps)
+    probe = _txn_probe(random.Random(f"txn-probe:{seed}")) if txn_apps else None
+    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire, txn_apps, probe)
+
+
+def _txn_probe(rng: random.Random) -> TxnProbeSpec | None:
+    """Most seeds with applications also run their zombie, with the verification's faults (drawn apart)."""
+    if rng.random() < 0.3:
+        return None
+    faults = VerificationFaults(find_error=rng.choice([0.0, 0.05, 0.2]), describe_error=rng.choice([0.0, 0.05, 0.2]),
+                                timeout=rng.choice([0.0, 0.0, 0.02, 0.1]),
+                                prepare_hold_ms=rng.choice([(0, 0), (100, 2_000), (1_000, 8_000)]))
+    return TxnProbeSpec(rng.choice([(200, 1_000), (1_000, 5_000)]), faults)
 
 
 def _transactional_apps(rng: random.Random, duration_ms: int) -> tuple[list[TxnAppSpec], list[Fault]]:
@@ -260,8 +284,12 @@ class Simulation:
         self._zombie_apps: list[TransactionalApp] = []
         if scenario.txn_apps:
             self.client_transactions = ClientTransactions(self, random.Random(f"txn-kafka:{seed}"))
+            probe = scenario.txn_probe
             self.relay = SimRelay(self, self.client_transactions, DEFAULT_STATE_TOPIC,
-                                  self.config.offsets_topic_num_partitions)
+                                  self.config.offsets_topic_num_partitions, None if probe is None else probe.faults,
+                                  random.Random(f"txn-verify:{seed}"))
+            if probe is not None:
+                self.client_transactions.prepare_hold_ms = probe.faults.prepare_hold_ms
         self._offsets: dict[tuple[str, str, int], int] = {}
         self._outages = 0
         self._running = True
@@ -381,6 +409,11 @@ class Simulation:
             operator = SimAdmin(self, {g.group_id: g.topics for g in self.scenario.groups},
                                 self.scenario.admin_every_ms)
             admin = self.loop.create_task(operator.run())
+        probe = None
+        if self.scenario.txn_probe is not None and self.relay is not None:
+            apps = [ProbedApp.of(n, spec.topics, spec.tv2) for n, spec in enumerate(self.scenario.txn_apps)]
+            probe = self.loop.create_task(TxnProbe(self, self.relay, apps, self.scenario.txn_probe.every_ms,
+                                                   random.Random(f"txn-zombie:{self.scenario.seed}")).run())
         await asyncio.sleep(self.scenario.duration_ms / 1000)
         self._running = False
         for slot in self.slots:
@@ -388,8 +421,9 @@ class Simulation:
         for app in [*self.apps, *self._zombie_apps]:
             if app is not None:
                 app.crash()  # an open transaction is left to its timeout
-        if admin is not None:
-            admin.cancel()
+        for task in (admin, probe):
+            if task is not None:
+                task.cancel()
         self._outages = 0
         self.kafka.come_up()
         for place, instance in enumerate(self.coordinators):

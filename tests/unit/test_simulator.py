@@ -173,7 +173,20 @@ def test_classic_seed_197_refused_txn_offset_commit_is_verified() -> None:
     outcome = run_seed(197, keep_history=True)
     assert outcome.ok, [v.line() for v in outcome.violations]
     assert outcome.history is not None
-    assert any(event.kind == "txn_describe" for event in outcome.history.events)
+    assert any(event.kind == "txn_verification" for event in outcome.history.events)
+
+
+def test_refused_txn_offset_commits_are_verified_through_the_verifications_faults() -> None:
+    """Seed 33 runs the applications' zombie (TxnOffsetCommits of a generation that is gone, for a current,
+    fenced, foreign or unknown producer) with the verification's faults: transactions held in PrepareCommit/
+    PrepareAbort, FindCoordinator and DescribeTransactions answered with errors. Every answer is checked
+    (txn_verification) against what the transaction coordinator said; the seed holds them all."""
+    outcome = run_seed(33, keep_history=True)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+    assert outcome.history is not None
+    said = " ".join(str(e.fields["outcome"]) for e in outcome.history.events if e.kind == "txn_verification")
+    for kind in ("Prepare", "Ongoing", "no such transactional id", "unverified"):
+        assert kind in said, kind
 
 
 # --- the consumer protocol (KIP-848) -------------------------------------------------------------------------
