@@ -305,8 +305,8 @@ class SimRelay:
         then once more, as `Relay.request`/`request_to` do); UpstreamUnavailable after two."""
         if self.faults is None:
             return
-        for _ in range(2):
-            if self.rng.random() >= self.faults.timeout:
+        for rate in (self.faults.timeout, 0.5):  # a transaction coordinator that did not answer often stays silent
+            if self.rng.random() >= rate:
                 return
             await asyncio.sleep(UPSTREAM_TIMEOUT_MS / 1000)
         self._verified(transactional_id, Errors.REQUEST_TIMED_OUT)
