@@ -199,6 +199,7 @@ class ClientTransactions:
         """PrepareCommit/PrepareAbort, the markers into every partition of the transaction, Complete."""
         txn.state = "PrepareCommit" if commit else "PrepareAbort"
         number, partitions = txn.number, sorted(txn.partitions)
+        markers: dict[int, int] = {}
         self._record("txn_prepare", tid=txn.transactional_id, n=number, commit=commit, why=why)
         if self.prepare_hold_ms[1]:
             await asyncio.sleep(self.rng.randint(*self.prepare_hold_ms) / 1000)
@@ -208,11 +209,11 @@ class ClientTransactions:
                 if self.kafka.is_up:
                     break
                 await self.kafka.wait_up(self.sim.now_ms() + 3_600_000)
-            offset = self.kafka.append_marker(partition, txn.producer_id, txn.epoch, commit)
+            offset = markers[partition] = self.kafka.append_marker(partition, txn.producer_id, txn.epoch, commit)
             txn.partitions.discard(partition)  # DescribeTransactions lists only partitions still without a marker
             self._record("txn_marker", tid=txn.transactional_id, n=number, partition=partition, offset=offset,
                          commit=commit)
-        self.sim.checkers.txn_ended(txn.transactional_id, number, commit)
+        self.sim.checkers.txn_ended(txn.transactional_id, number, commit, markers)
         txn.state = "CompleteCommit" if commit else "CompleteAbort"
         txn.partitions = set()
 
@@ -261,12 +262,12 @@ class ClientTransactions:
                                          [(r.key, r.value) for r in batch.records])
         state.last_sequence = last
         state.recent = (state.recent + [(first, last, base)])[-_DUPLICATES_KEPT:]
-        for record in batch.records:
+        for index, record in enumerate(batch.records):
             key = decode_key(record.key)
             if isinstance(key, OffsetCommitKey) and record.value is not None:
                 self.sim.checkers.txn_offset_landed(key.group, (key.topic, key.partition),
                                                     decode_offset_commit_value(record.value).offset,
-                                                    (transactional_id, txn.number))
+                                                    (transactional_id, txn.number), (partition, base + index))
         self._record("txn_batch", tid=transactional_id, partition=partition, offset=base, seq=first,
                      epoch=batch.producer_epoch)
         if roll < faults.refuse + faults.after_append:

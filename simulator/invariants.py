@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.state import GroupState
-from coordinator.storage.records import decode_group_metadata_value, decode_offset_commit_value
+from coordinator.storage.records import (OffsetCommitKey, decode_group_metadata_value, decode_key,
+                                        decode_offset_commit_value)
 from protocol.error_codes import Errors
 from simulator.history import Event, History
 from simulator.ledger import Key, Ledger
@@ -128,7 +129,13 @@ class Checkers:
         self._txn_committed: dict[Key, list[tuple[int, int, int]]] = {}
         # (group, topic, partition) -> (answer time, transaction, writes issued by then) of TxnOffsetCommits
         # answered NONE
-        self._txn_answered: dict[Key, list[tuple[int, TxnKey, int]]] = {}
+        self._txn_answered: dict[Key, list[tuple[int, TxnKey, int, int]]] = {}
+        # (group, topic, partition, offset) -> (state partition, log offset) of each batch that carried it
+        self._txn_landings: dict[tuple[str, str, int, int], list[tuple[int, int]]] = {}
+        # (group, topic, partition) -> (state partition, log offset) of each of our tombstones of it in the log
+        self._txn_tombstones: dict[Key, list[tuple[int, int]]] = {}
+        # committed offsets that a tombstone between their batch and the COMMIT marker dropped (never current)
+        self._txn_dropped: set[tuple[str, str, int, int]] = set()
         history.listeners.append(self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
@@ -422,20 +429,44 @@ class Checkers:
         self.violation("no_errors", f"{client} got {error.name} from {api}")
 
     # --- clients' transactions ---------------------------------------------------------------------------------
-    def txn_offset_landed(self, group_id: str, tp: tuple[str, int], offset: int, txn: TxnKey) -> None:
-        """A client's transactional batch carrying this offset is in the log."""
+    def txn_offset_landed(self, group_id: str, tp: tuple[str, int], offset: int, txn: TxnKey,
+                          at: tuple[int, int] = (0, 0)) -> None:
+        """A client's transactional batch carrying this offset is in the log, at `at` (state partition, log
+        offset)."""
         key = (group_id, tp[0], tp[1], offset)
         if key not in self._txn_values:
             self._txn_values[key] = txn
             self._txn_offsets.setdefault(txn, []).append(key)
+        self._txn_landings.setdefault(key, []).append(at)
 
-    def txn_ended(self, transactional_id: str, number: int, commit: bool) -> None:
-        """The transaction's markers are in the log."""
+    def tombstone_landed(self, partition: int, key: bytes, log_offset: int) -> None:
+        """One of our tombstones is in the log (kept for the applications' groups)."""
+        decoded = decode_key(key)
+        if isinstance(decoded, OffsetCommitKey) and decoded.group.startswith(TXN_GROUP_PREFIX):
+            self._txn_tombstones.setdefault((decoded.group, decoded.topic, decoded.partition), []).append(
+                (partition, log_offset))
+
+    def _tombstoned_in_log(self, key: tuple[str, str, int, int], until: dict[int, int] | None = None) -> bool:
+        """Whether a tombstone of the offset's partition follows every batch that carried it in the log (before
+        the marker at `until`, per state partition): Kafka's replay drops a pending offset at a tombstone of its
+        partition, so the transaction's COMMIT does not make it current."""
+        tombstones = self._txn_tombstones.get(key[:3], [])
+        landings = self._txn_landings.get(key, [])
+        return bool(landings) and all(
+            any(p == partition and offset < t < (until or {}).get(p, 1 << 62) for p, t in tombstones)
+            for partition, offset in landings)
+
+    def txn_ended(self, transactional_id: str, number: int, commit: bool, markers: dict[int, int] | None = None
+                  ) -> None:
+        """The transaction's markers are in the log (`markers`: their offsets by state partition)."""
         txn = (transactional_id, number)
         self._txn_fate[txn] = commit
         if commit:
             mark = len(self.ledger.writes) - 1
             for group_id, topic, partition, offset in self._txn_offsets.get(txn, []):
+                if markers is not None and self._tombstoned_in_log((group_id, topic, partition, offset), markers):
+                    self._txn_dropped.add((group_id, topic, partition, offset))
+                    continue
                 self._txn_committed.setdefault((group_id, topic, partition), []).append((self.now_ms(), offset, mark))
 
     def txn_offsets_pending(self, group_id: str, offsets: dict[tuple[str, int], int], client: str) -> None:
@@ -447,7 +478,7 @@ class Checkers:
                                               f"{offset} answered NONE but its batch is not in the log")
                 continue
             self._txn_answered.setdefault((group_id, topic, partition), []).append(
-                (self.now_ms(), txn, len(self.ledger.writes) - 1))
+                (self.now_ms(), txn, len(self.ledger.writes) - 1, offset))
 
     def txn_fetched(self, group_id: str, tp: tuple[str, int], offset: int, error: Errors, stable: bool,
                     sent_ms: int, client: str) -> None:
@@ -461,8 +492,9 @@ class Checkers:
             what = "lost" if offset < 0 else f"regressed to {offset}"
             self.violation("txn_offsets", f"{client}: {key} committed {committed[-1][1]} in a transaction "
                                           f"(COMMIT marker in the log), fetched: {what}")
-        for answered_ms, txn, mark in self._txn_answered.get(key, []):
-            if answered_ms <= sent_ms and txn not in self._txn_fate and not self.ledger.tombstoned_after(key, mark):
+        for answered_ms, txn, mark, pending in self._txn_answered.get(key, []):
+            if (answered_ms <= sent_ms and txn not in self._txn_fate and not self.ledger.tombstoned_after(key, mark)
+                    and not self._tombstoned_in_log((group_id, tp[0], tp[1], pending))):
                 self.violation("txn_offsets", f"{client}: a require_stable fetch of {key} was answered {offset} "
                                               f"while transaction {txn} has an offset of it pending "
                                               "(UNSTABLE_OFFSET_COMMIT expected)")
@@ -495,6 +527,9 @@ class Checkers:
             self.violation("txn_offsets", f"{what} {key}={offset} of transaction {txn} before its COMMIT marker")
         elif not self._txn_fate[txn]:
             self.violation("txn_offsets", f"{what} {key}={offset} of transaction {txn}, which was aborted")
+        elif (group_id, topic, partition, offset) in self._txn_dropped:
+            self.violation("txn_offsets", f"{what} {key}={offset} of transaction {txn}, which a tombstone of ours "
+                                          "dropped: it follows the batch in the log, before the COMMIT marker")
 
     def txn_final(self, instance: CoordinatorInstance) -> None:
         """After the last reload: every committed transactional offset is there (or a later one, or a tombstone

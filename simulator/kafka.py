@@ -74,6 +74,8 @@ class SimKafka:
         self.faults = faults
         self.history = history
         self.logs: list[list[LogRecord]] = [[] for _ in range(partitions)]
+        # told (partition, key, offset) of each tombstone of ours that lands (the checkers follow our deletions)
+        self.tombstone_landed: Callable[[int, bytes, int], None] | None = None
         self.next_offsets = [0] * partitions
         self.transactions: dict[str, Any] = {}  # transactional.id -> its TxnState (simulator/transactions.py)
         self._client_waiters: dict[int, list[asyncio.Future[None]]] = {}  # partition -> tails waiting for data
@@ -122,6 +124,8 @@ class SimKafka:
             self.next_offsets[partition] = offset + 1
             log.append(LogRecord(offset, key, value, now_ms))
             offsets.append(offset)
+            if value is None and self.tombstone_landed is not None:
+                self.tombstone_landed(partition, key, offset)
         return offsets
 
     def append_client_batch(self, partition: int, producer_id: int, producer_epoch: int, base_sequence: int,

@@ -266,6 +266,8 @@ class Simulation:
         self.checkers = Checkers(self.history, self.ledger, self.now_ms)
         self.kafka = SimKafka(self.loop, self.now_ms, random.Random(f"kafka:{seed}"),
                               self.config.offsets_topic_num_partitions, scenario.kafka, self.history)
+        if scenario.txn_apps:
+            self.kafka.tombstone_landed = self.checkers.tombstone_landed
         self.multi = scenario.instances > 0
         # the instance in each place (one place without several instances); None while it is down
         self.coordinators: list[CoordinatorInstance | None] = [None] * max(scenario.instances, 1)
@@ -404,11 +406,16 @@ class Simulation:
         for fault in self.scenario.faults:
             self.loop.call_at(fault.at_ms / 1000, self._inject, fault)
         self.loop.call_later(30, self._compact_periodically)
-        admin = None
+        admin = txn_admin = None
         if self.scenario.admin_every_ms is not None:
             operator = SimAdmin(self, {g.group_id: g.topics for g in self.scenario.groups},
                                 self.scenario.admin_every_ms)
             admin = self.loop.create_task(operator.run())
+            if self.scenario.txn_apps:
+                txn_groups = {ProbedApp.of(n, spec.topics, spec.tv2).group_id: spec.topics
+                              for n, spec in enumerate(self.scenario.txn_apps)}
+                txn_admin = self.loop.create_task(operator.run_on_transactional_groups(
+                    txn_groups, random.Random(f"txn-admin:{self.scenario.seed}")))
         probe = None
         if self.scenario.txn_probe is not None and self.relay is not None:
             apps = [ProbedApp.of(n, spec.topics, spec.tv2) for n, spec in enumerate(self.scenario.txn_apps)]
@@ -421,7 +428,7 @@ class Simulation:
         for app in [*self.apps, *self._zombie_apps]:
             if app is not None:
                 app.crash()  # an open transaction is left to its timeout
-        for task in (admin, probe):
+        for task in (admin, txn_admin, probe):
             if task is not None:
                 task.cancel()
         self._outages = 0

@@ -189,6 +189,15 @@ def test_refused_txn_offset_commits_are_verified_through_the_verifications_fault
         assert kind in said, kind
 
 
+def test_classic_seed_50_a_verification_that_outlived_the_partition_answers_not_coordinator() -> None:
+    """Seed 50: the group refused the applications' zombie, the handler asked the transaction coordinator, whose
+    first attempt went unanswered (30 s); meanwhile the instance was paused and its partition moved. The answer
+    came from the old owner (single_writer). The group is checked once the transaction is verified, as it is
+    then: NOT_COORDINATOR."""
+    outcome = run_seed(50)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
 # --- the consumer protocol (KIP-848) -------------------------------------------------------------------------
 def test_consumer_seed_33_deleted_offsets_stay_deleted() -> None:
     """Seed 33: an OffsetCommit failed after append (in the log, not in memory), then an OffsetDelete answered
