@@ -456,6 +456,13 @@ class Checkers:
             any(p == partition and offset < t < (until or {}).get(p, 1 << 62) for p, t in tombstones)
             for partition, offset in landings)
 
+    def _deleted_since(self, key: Key, committed: tuple[int, int, int]) -> bool:
+        """Whether a tombstone of ours may have deleted a committed offset: issued after its COMMIT, or in the log
+        after its batch (before the marker it dropped the pending offset, after it deleted the current one)."""
+        group_id, topic, partition = key  # type: ignore[misc]  # an offset's key
+        return (self.ledger.tombstoned_after(key, committed[2])
+                or self._tombstoned_in_log((group_id, topic, partition, committed[1])))
+
     def txn_ended(self, transactional_id: str, number: int, commit: bool, markers: dict[int, int] | None = None
                   ) -> None:
         """The transaction's markers are in the log (`markers`: their offsets by state partition)."""
@@ -488,7 +495,7 @@ class Checkers:
         if not stable or error != Errors.NONE:
             return
         committed = [(at_ms, o, mark) for at_ms, o, mark in self._txn_committed.get(key, []) if at_ms <= sent_ms]
-        if committed and offset < committed[-1][1] and not self.ledger.tombstoned_after(key, committed[-1][2]):
+        if committed and offset < committed[-1][1] and not self._deleted_since(key, committed[-1]):
             what = "lost" if offset < 0 else f"regressed to {offset}"
             self.violation("txn_offsets", f"{client}: {key} committed {committed[-1][1]} in a transaction "
                                           f"(COMMIT marker in the log), fetched: {what}")
@@ -540,7 +547,7 @@ class Checkers:
             group = runtime.groups.get(group_id)
             record = None if group is None else group.offsets.get((topic, partition))
             if record is None or record.offset < committed[-1][1]:
-                if not self.ledger.tombstoned_after(key, committed[-1][2]):
+                if not self._deleted_since(key, committed[-1]):
                     self.violation("txn_offsets", f"{key} committed {committed[-1][1]} in a transaction, after "
                                                   f"the last reload: {None if record is None else record.offset}")
         for group_id, group in list(runtime.groups.items()):
