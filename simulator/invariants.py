@@ -125,7 +125,8 @@ class Checkers:
         self._txn_values: dict[tuple[str, str, int, int], TxnKey] = {}
         self._txn_offsets: dict[TxnKey, list[tuple[str, str, int, int]]] = {}
         self._txn_fate: dict[TxnKey, bool] = {}  # committed or aborted, once its markers are in the log
-        # (group, topic, partition) -> (marker time, offset, writes issued by then) of each committed transaction
+        # (group, topic, partition) -> (marker time, offset, writes issued when its batch landed) of each committed
+        # transaction
         self._txn_committed: dict[Key, list[tuple[int, int, int]]] = {}
         # (group, topic, partition) -> (answer time, transaction, writes issued by then) of TxnOffsetCommits
         # answered NONE
@@ -136,6 +137,8 @@ class Checkers:
         self._txn_tombstones: dict[Key, list[tuple[int, int]]] = {}
         # committed offsets that a tombstone between their batch and the COMMIT marker dropped (never current)
         self._txn_dropped: set[tuple[str, str, int, int]] = set()
+        # (group, topic, partition, offset) -> the writes issued when its latest batch landed
+        self._txn_landed_mark: dict[tuple[str, str, int, int], int] = {}
         history.listeners.append(self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
@@ -438,6 +441,7 @@ class Checkers:
             self._txn_values[key] = txn
             self._txn_offsets.setdefault(txn, []).append(key)
         self._txn_landings.setdefault(key, []).append(at)
+        self._txn_landed_mark[key] = len(self.ledger.writes) - 1
 
     def tombstone_landed(self, partition: int, key: bytes, log_offset: int) -> None:
         """One of our tombstones is in the log (kept for the applications' groups)."""
@@ -457,8 +461,8 @@ class Checkers:
             for partition, offset in landings)
 
     def _deleted_since(self, key: Key, committed: tuple[int, int, int]) -> bool:
-        """Whether a tombstone of ours may have deleted a committed offset: issued after its COMMIT, or in the log
-        after its batch (before the marker it dropped the pending offset, after it deleted the current one)."""
+        """Whether a tombstone of ours may have deleted a committed offset: issued after its batch landed, or in
+        the log after it (before the marker it dropped the pending offset, after it deleted the current one)."""
         group_id, topic, partition = key  # type: ignore[misc]  # an offset's key
         return (self.ledger.tombstoned_after(key, committed[2])
                 or self._tombstoned_in_log((group_id, topic, partition, committed[1])))
@@ -474,7 +478,9 @@ class Checkers:
                 if markers is not None and self._tombstoned_in_log((group_id, topic, partition, offset), markers):
                     self._txn_dropped.add((group_id, topic, partition, offset))
                     continue
-                self._txn_committed.setdefault((group_id, topic, partition), []).append((self.now_ms(), offset, mark))
+                # a tombstone issued once its batch landed deletes it (dropped pending, or deleted once current)
+                landed = self._txn_landed_mark.get((group_id, topic, partition, offset), mark)
+                self._txn_committed.setdefault((group_id, topic, partition), []).append((self.now_ms(), offset, landed))
 
     def txn_offsets_pending(self, group_id: str, offsets: dict[tuple[str, int], int], client: str) -> None:
         """A TxnOffsetCommit of these offsets was answered NONE: its batch must be in the log."""
