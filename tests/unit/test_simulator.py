@@ -198,6 +198,16 @@ def test_classic_seed_50_a_verification_that_outlived_the_partition_answers_not_
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 
+def test_classic_seed_262_a_marker_read_late_does_not_settle_the_next_transaction(monkeypatch: Any) -> None:
+    """Seed 262 (with deletions in the applications' groups): Kafka was down while a COMMIT marker was written,
+    so the partition's tail read it only after the application's next TxnOffsetCommit had been acknowledged and
+    replayed; the late COMMIT made that next transaction's offsets current too, and its ABORT found nothing:
+    an aborted offset was fetched. A marker settles only the offsets whose records come before it."""
+    monkeypatch.setenv("SIMULATOR_TXN_DELETES", "1")
+    outcome = run_seed(262)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
 # --- the consumer protocol (KIP-848) -------------------------------------------------------------------------
 def test_consumer_seed_33_deleted_offsets_stay_deleted() -> None:
     """Seed 33: an OffsetCommit failed after append (in the log, not in memory), then an OffsetDelete answered
