@@ -13,13 +13,13 @@ fi
 # every pytest worker and every coordinator subprocess compiles the project again, and pytest rewrites every test
 # module's asserts again (collecting the suite: ~11 s of CPU instead of ~3 s).
 unset PYTHONDONTWRITEBYTECODE
-# PYTEST_WORKERS=2: two pytest-xdist workers (CI's machine has 2 cores), each with its own session broker, each
-# handed whole test modules (tests/conftest.py, xdist_unit) in collection order (--no-loadscope-reorder: Spark's
-# tests last, as tests/analytics/conftest.py orders them). One process by default until two full runs in a row
-# have passed with two workers.
+# Two pytest-xdist workers by default (CI's machine has 2 cores; the suite is mostly waiting on brokers and clients),
+# each with its own session broker, each handed whole test modules (tests/conftest.py, xdist_unit) in collection order
+# (--no-loadscope-reorder: Spark's tests last, as tests/analytics/conftest.py orders them). PYTEST_WORKERS=N for
+# another count, 0 for one process (what a debugger or `-x` wants).
 xdist=()
-if [ "${PYTEST_WORKERS:-0}" != 0 ]; then
-  xdist=(-n "$PYTEST_WORKERS" --no-loadscope-reorder)
+if [ "${PYTEST_WORKERS:-2}" != 0 ]; then
+  xdist=(-n "${PYTEST_WORKERS:-2}" --no-loadscope-reorder)
 fi
 .venv/bin/python -m pytest "${xdist[@]}" "$@"
 status=$?

@@ -173,7 +173,18 @@ async def test_an_instance_joins_its_instances_group_and_writes_its_partitions_o
         finally:
             await client.close()
         log = running.log_text()
-        assert "event=membership_started" in log and "event=owner_map_refresh_failed" not in log
+        assert "event=membership_started" in log and not owner_map_refreshes_refused(log), log[-5000:]
+
+
+# What Kafka answers while its group coordinator loads or moves: a refresh failing with it is retried, not refused.
+_TRANSIENT_DESCRIBE_ERRORS = ("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR")
+
+
+def owner_map_refreshes_refused(log: str) -> list[str]:
+    """The owner map's failed refreshes (the instances' group described over the secured connection) for any
+    reason but the cluster's coordinator loading or moving."""
+    return [line for line in log.splitlines() if "event=owner_map_refresh_failed" in line
+            and not any(f"code={code}," in line for code in _TRANSIENT_DESCRIBE_ERRORS)]
 
 
 async def serve_until_it_exits(bootstrap: str, properties: Path) -> tuple[int, str]:
@@ -574,7 +585,7 @@ async def test_the_documented_acls_are_enough_for_the_coordinators_principal(tmp
             finally:
                 await client.close()
             log = running.log_text()
-            assert "AUTHORIZATION_FAILED" not in log and "event=owner_map_refresh_failed" not in log, log[-5000:]
+            assert "AUTHORIZATION_FAILED" not in log and not owner_map_refreshes_refused(log), log[-5000:]
     finally:
         await asyncio.to_thread(broker.stop_blocking)
         broker.remove_data()

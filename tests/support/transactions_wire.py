@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import io
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +38,22 @@ async def connect(bootstrap: str) -> KafkaClient:
     return await KafkaClient.connect(host, int(port), timeout_ms=30_000)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, timeout_s: float = 30) -> None:
+    """The topic made and every partition led: the controller answers CreateTopics before the broker has applied
+    the new metadata, and a Produce sent in between is refused with NOT_LEADER_OR_FOLLOWER (a real producer
+    retries it; these hand-made requests do not)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic is made
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    futures[topic].result(timeout=30)
+    futures[topic].result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        described = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+        if (described is not None and described.error is None and len(described.partitions) == partitions
+                and all(p.leader >= 0 and p.error is None for p in described.partitions.values())):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topic {topic} has no leader for every partition after {timeout_s} s: {described}")
+        time.sleep(0.1)
 
 
 async def init_producer(client: KafkaClient, transactional_id: str, timeout_ms: int = 60_000) -> Producer:
