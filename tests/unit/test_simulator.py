@@ -189,11 +189,13 @@ def test_refused_txn_offset_commits_are_verified_through_the_verifications_fault
         assert kind in said, kind
 
 
-def test_classic_seed_50_a_verification_that_outlived_the_partition_answers_not_coordinator() -> None:
-    """Seed 50: the group refused the applications' zombie, the handler asked the transaction coordinator, whose
+def test_classic_seed_50_a_verification_that_outlived_the_partition_answers_not_coordinator(monkeypatch: Any
+                                                                                           ) -> None:
+    """Seed 50 (with deletions in the applications' groups, which give it its timing): the group refused the applications' zombie, the handler asked the transaction coordinator, whose
     first attempt went unanswered (30 s); meanwhile the instance was paused and its partition moved. The answer
     came from the old owner (single_writer). The group is checked once the transaction is verified, as it is
     then: NOT_COORDINATOR."""
+    monkeypatch.setenv("SIMULATOR_TXN_DELETES", "1")
     outcome = run_seed(50)
     assert outcome.ok, [v.line() for v in outcome.violations]
 
