@@ -105,11 +105,12 @@ class KafkaClient(asyncio.Protocol):
         """Send one request and wait for its decoded response."""
         return await self.send(body, timeout_ms=timeout_ms)
 
-    def send(self, body: Any, *, timeout_ms: int | None = None) -> asyncio.Future[Any]:
-        """Send now, without waiting; the returned future gets the decoded response. Pipelines freely."""
+    def send(self, body: Any, *, timeout_ms: int | None = None, raw: bool = False) -> asyncio.Future[Any]:
+        """Send now, without waiting; the returned future gets the decoded response (`raw`: the response frame,
+        correlation id first, for an answer the caller reads itself). Pipelines freely."""
         correlation_id = next(self._correlation_ids)
         frame = codec.encode_request(correlation_id, self.client_id, body)
-        return self._send(frame, correlation_id, int(body.__api_key__), int(body.__version__), timeout_ms, False)
+        return self._send(frame, correlation_id, int(body.__api_key__), int(body.__version__), timeout_ms, raw)
 
     def send_raw(
         self, frame: bytes, correlation_id: int, api_key: int, version: int, *, timeout_ms: int | None = None

@@ -35,7 +35,6 @@ from protocol.errors import ProtocolError
 from protocol.tolerant import read_entity
 
 FETCH_VERSION = 12  # the last version that names topics (13+ use topic ids)
-_FETCH_API_KEY = 1
 
 # batch header: base offset, batch length, leader epoch, magic, crc, then what the crc covers: attributes,
 # last offset delta, base timestamp, max timestamp, producer id, producer epoch, base sequence, record count
@@ -273,10 +272,8 @@ async def fetch(client: KafkaClient, topic: str, partition: int, offset: int, *,
     connection `client`: answered once `min_bytes` are there or after `max_wait_ms`."""
     request = fetch_request(topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
                             read_committed=read_committed, min_bytes=min_bytes)
-    correlation_id = client.next_correlation_id()
-    frame = codec.encode_request(correlation_id, client.client_id, request)
-    answer = await client.send_raw(frame, correlation_id, _FETCH_API_KEY, FETCH_VERSION,
-                                   timeout_ms=(max_wait_ms + 30_000) if timeout_ms is None else timeout_ms)
+    answer = await client.send(request, timeout_ms=(max_wait_ms + 30_000) if timeout_ms is None else timeout_ms,
+                               raw=True)
     return parse_fetch_response(answer, topic, partition, offset, wants_records=wants_records)
 
 
@@ -284,9 +281,7 @@ async def tolerant_request(client: KafkaClient, body: Any, *, timeout_ms: int | 
     """Send a kio request; its response is decoded with protocol/tolerant.py's bounded reader, never kio's native
     one (a broker's array lengths are as untrusted as a client's). FetchFormatError when malformed."""
     api_key, version = int(body.__api_key__), int(body.__version__)
-    correlation_id = client.next_correlation_id()
-    frame = codec.encode_request(correlation_id, client.client_id, body)
-    answer = await client.send_raw(frame, correlation_id, api_key, version, timeout_ms=timeout_ms)
+    answer = await client.send(body, timeout_ms=timeout_ms, raw=True)
     try:
         offset = 4
         if apis.response_header_version(api_key, version) >= 1:

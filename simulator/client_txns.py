@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 PRODUCE_TIMEOUT_MS = 5_000
 TRANSACTIONAL_ID_PREFIX = "txn-app-"  # an application's transactional id: the prefix and its number
 _PRODUCE, _DESCRIBE_TRANSACTIONS = 0, 65  # API keys protocol.apis.ApiKey does not name
+_ADD_PARTITIONS_TO_TXN = 24
 _DUPLICATES_KEPT = 5  # batches per producer and partition a leader recognises as duplicates (Kafka's 5)
 # what a TxnOffsetCommit may answer a transactional producer (anything else is a violation of no_errors)
 _RETRIABLE = frozenset({Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
@@ -373,8 +374,25 @@ class SimRelay:
                 frame = describe_transactions_frame(self._correlation_id, described)
             await asyncio.sleep(self.sim.latency_ms() / 1000)
             return frame
+        if api_key == _ADD_PARTITIONS_TO_TXN and not undecoded:
+            return await self._add_partitions(body)
         raise NotImplementedError(f"the simulated relay does not serve API {api_key} v{body.__version__} "
                                   f"(undecoded={undecoded}) to a broker")
+
+    async def _add_partitions(self, body: Any) -> Any:
+        """AddPartitionsToTxn as a broker sends it (the handler adds the state partition to a transaction whose
+        v5 TxnOffsetCommit the group refused)."""
+        if not self.sim.kafka.is_up:
+            raise UpstreamUnavailable("the cluster is down")
+        results = []
+        for txn in body.transactions:
+            topics = [SimpleNamespace(name=topic.name, results_by_partition=[SimpleNamespace(
+                partition_index=p, partition_error_code=int(self.transactions.add_partition(
+                    txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), int(p))))
+                for p in topic.partitions]) for topic in txn.topics]
+            results.append(SimpleNamespace(transactional_id=txn.transactional_id, topic_results=topics))
+        await asyncio.sleep(self.sim.latency_ms() / 1000)
+        return SimpleNamespace(throttle_time=0, error_code=0, results_by_transaction=results)
 
     async def _produce(self, body: Any) -> Any:
         data = body.topic_data[0].partition_data[0]

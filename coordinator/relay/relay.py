@@ -29,7 +29,7 @@ from coordinator.security.connections import ClusterAccessError, connect
 from coordinator.security.sasl_passthrough import passed_through_ranges
 from kio.schema.api_versions.v4.request import ApiVersionsRequest as ApiVersionsRequestV4
 
-from protocol import apis, codec
+from protocol import apis
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut, UnknownApiKey, UnsupportedVersion
 from protocol.messages import build
@@ -234,12 +234,7 @@ class Relay:
         for attempt in (1, 2):
             client = await self._node_client(node_id)
             try:
-                if undecoded:
-                    correlation_id = client.next_correlation_id()
-                    return await client.send_raw(
-                        codec.encode_request(correlation_id, client.client_id, body), correlation_id,
-                        int(body.__api_key__), int(body.__version__), timeout_ms=self.config.upstream_timeout_ms)
-                return await client.request(body, timeout_ms=self.config.upstream_timeout_ms)
+                return await client.send(body, timeout_ms=self.config.upstream_timeout_ms, raw=undecoded)
             except (ConnectionClosed, RequestTimedOut, ProtocolError) as exc:
                 log.warning("event=relay_node_request_failed attempt=%d api_key=%d node=%d error=%r",
                             attempt, body.__api_key__, node_id, exc)

@@ -1,7 +1,8 @@
 """TxnOffsetCommit whose transaction does not hold the group's offsets partition, or whose producer is stale, sent
 by hand to the coordinator (relay on) and to Kafka 4.1.1 directly, on a TV2 and a TV1 broker: the same answers.
 Kafka's group coordinator has the transaction verified (v0-4) or its partition added (v5) by the transaction
-coordinator before it looks at the group (KIP-890), so a transaction error wins over a group error."""
+coordinator before it looks at the group (KIP-890), so a transaction error wins over a group error, and a v5
+request the group refuses leaves the offsets partition in the transaction."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 
 import pytest
 
+from coordinator.server.handlers.txn_verification import read_described_transaction
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.error_codes import Errors
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 VERSIONS = (0, 3, 4, 5)  # v1-2 are v0's as to these checks (no member), v3 brought the member
 INSTANCE_VERSIONS = range(3, 6)  # the versions carrying group.instance.id
+_DESCRIBE_TRANSACTIONS = 65
 _LONG_SESSION_MS = 120_000  # the static members' sessions outlast the test
 
 
@@ -58,6 +61,15 @@ async def _fenced_static_member(client: KafkaClient, group: str, topic: str) -> 
                            session_timeout_ms=_LONG_SESSION_MS, rebalance_timeout_ms=_LONG_SESSION_MS)
     assert int(second.error_code) == 0 and second.member_id != first.member_id, second
     return instance, str(first.member_id)
+
+
+async def _transaction_state(tc: KafkaClient, transactional_id: str) -> str:
+    """The transaction's state and how many partitions it holds (DescribeTransactions read by hand: kio refuses
+    the start time -1 of a transaction not begun)."""
+    frame = await tc.send(request(_DESCRIBE_TRANSACTIONS, 0, transactional_ids=(transactional_id,)), raw=True)
+    code, described = read_described_transaction(frame)
+    assert code == Errors.NONE and described is not None, code
+    return f"{described.state} with {len(described.partitions)} partition(s)"
 
 
 async def answers(bootstrap: str, kafka: str) -> dict[str, str]:
@@ -100,6 +112,13 @@ async def answers(bootstrap: str, kafka: str) -> dict[str, str]:
             await case("stale-epoch-generation", version, stale, group, generation=5, member="m")
             await case("stale-epoch", version, stale, group)
             await end_transaction(tc, fresh, commit=False, version=4)
+            # a request the group refuses: Kafka's v5 verification has added the offsets partition all the same
+            refused = await init_producer(tc, unique("txn-verify"))
+            await case("refused", version, refused, unique("txn-verify-gen"), generation=5, member="m")
+            found[f"refused-transaction v{version}"] = await _transaction_state(tc, refused.transactional_id)
+            for end_version in (5, 4):  # a partition added as brokers add it ends as a TV2 transaction
+                if await end_transaction(tc, refused, commit=False, version=end_version) == Errors.NONE:
+                    break
     finally:
         await tc.close()
         await client.close()
@@ -124,5 +143,7 @@ async def test_an_unverified_transaction_is_answered_as_by_kafka(cluster: str,
         assert theirs[f"stale-epoch-generation v{version}"] == "INVALID_PRODUCER_EPOCH", theirs
     assert theirs["not-added-generation v5"] == "ILLEGAL_GENERATION", theirs  # v5 adds the partition first
     assert theirs["not-added-fenced-member v5"] == "FENCED_INSTANCE_ID", theirs
+    assert [theirs[f"refused-transaction v{version}"] for version in VERSIONS] == \
+        ["Empty with 0 partition(s)"] * 3 + ["Ongoing with 1 partition(s)"], theirs
     assert ours == theirs
     assert "event=txn_verification" not in log_text  # every verification was answered

@@ -34,6 +34,21 @@ async def test_pipelined_requests_resolve_in_order_with_their_own_responses() ->
         assert client.in_flight == 0
 
 
+async def test_a_raw_send_gets_the_response_frame_in_its_place_among_decoded_ones() -> None:
+    async with RunningServer() as env:
+        client = await env.client()
+        joined = await join_with_member_id(client, "g")
+        decoded, raw = (client.send(heartbeat("g", 7, joined.member_id)),
+                        client.send(heartbeat("g", 7, joined.member_id), raw=True))
+        assert int((await decoded).error_code) == 22
+        frame = await raw
+        assert isinstance(frame, bytes)
+        correlation_id = int.from_bytes(frame[:4], "big")
+        assert correlation_id == client.next_correlation_id() - 1  # the raw request's own
+        # a v4 Heartbeat answer: correlation id, header tags, throttle time, then the error code
+        assert int.from_bytes(frame[9:11], "big", signed=True) == 22
+
+
 async def test_a_timeout_fails_everything_outstanding_and_closes() -> None:
     async with RunningServer(shutdown_grace_ms=50) as env:
         leader = await env.client()

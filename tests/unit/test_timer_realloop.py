@@ -50,20 +50,35 @@ async def _ten_thousand_random_timers() -> None:
     # every delay is at least 200 ms, so the time spent scheduling 10k tasks (long on a loaded machine, and the
     # reaper cannot run meanwhile) is not counted as lateness
     tasks = [schedule(timer, clock, rng.randint(200, 1_700), runs) for _ in range(10_000)]
+    lost: list[int] = []  # how late a plain sleep woke meanwhile: what the loop itself lost
+    probe = asyncio.get_running_loop().create_task(_record_loop_lateness(clock, lost))
     try:
         deadline_ms = max(t.expected_ms for t in tasks) + 1_000
         while len(runs) < len(tasks) and clock.now_ms() < deadline_ms:
             await asyncio.sleep(0.05)
     finally:
+        probe.cancel()
         await timer.close()
     assert len(runs) == len(tasks) and len({id(task) for task, _ in runs}) == len(tasks)
     lateness_ms = sorted(at_ms - task.expected_ms for task, at_ms in runs)
     assert lateness_ms[0] >= 0, "a timer fired early"
-    # Generous bounds, a correctness check and not a measurement (bench/timer.py measures lateness): tests
-    # share two cores with a Kafka broker and other test processes.
-    assert lateness_ms[len(lateness_ms) * 99 // 100] <= 100 and lateness_ms[-1] <= 1_000
+    # Generous bounds, a correctness check and not a measurement (bench/timer.py measures lateness): tests share
+    # two cores with Kafka brokers and other test processes, so what the loop itself lost (a plain sleep's
+    # lateness, measured alongside) is allowed on top.
+    lost = sorted(lost) or [0]
+    lost_p99, lost_max = lost[len(lost) * 99 // 100], lost[-1]
+    assert lateness_ms[len(lateness_ms) * 99 // 100] <= 100 + lost_p99 and lateness_ms[-1] <= 1_000 + lost_max, (
+        lateness_ms[len(lateness_ms) * 99 // 100], lateness_ms[-1], lost_p99, lost_max)
     # The reaper woke per bucket, not per ms of the 1.5 s span, nor per task.
     assert timer.wakeups < 1_600
+
+
+async def _record_loop_lateness(clock: MonotonicClock, lost: list[int], probe_ms: int = 5) -> None:
+    """How late a plain 5-ms sleep wakes on this loop, again and again until cancelled."""
+    while True:
+        expected = clock.now_ms() + probe_ms
+        await asyncio.sleep(probe_ms / 1000)
+        lost.append(max(0, clock.now_ms() - expected))
 
 
 async def test_reaper_sleeps_when_nothing_is_scheduled():

@@ -9,7 +9,8 @@ import struct
 import pytest
 
 from coordinator.group.txn_commit import DescribedTransaction, TxnOffsetCommitIdentity, verification_error
-from coordinator.server.handlers.txn_verification import read_described_transaction
+from coordinator.relay.errors import UpstreamUnavailable
+from coordinator.server.handlers.txn_verification import read_described_transaction, unverified_append_error
 from protocol.codec import encode_response_frame
 from protocol.error_codes import Errors
 from protocol.errors import ProtocolError
@@ -76,3 +77,36 @@ def test_the_transaction_coordinators_answer_before_the_groups() -> None:
     # v0-4 only verify that the partition is in the transaction; v5 adds it
     assert [verification_error(empty, _request(version), STATE) for version in range(6)] == \
         [Errors.TRANSACTION_ABORTABLE] * 5 + [None]
+
+
+class _Cluster:
+    """The cluster's side of a verification as the relay hands it back: FindCoordinator names broker 1, whose
+    DescribeTransactions frame is `frame` (None: the cluster does not answer)."""
+
+    def __init__(self, frame: bytes | None) -> None:
+        self.frame = frame
+
+    async def request(self, body: object) -> object:
+        cls = response_class(10, 4)
+        entry = item_class(cls, "coordinators")(key="app", node_id=1, host="b1", port=9092,
+                                                error_code=error(Errors.NONE), error_message=None)
+        return build(cls, throttle_time=datetime.timedelta(0), coordinators=(entry,))
+
+    async def request_to(self, node_id: int, body: object, *, undecoded: bool = False) -> bytes:
+        assert node_id == 1 and undecoded
+        if self.frame is None:
+            raise UpstreamUnavailable("broker 1 did not answer")
+        return self.frame
+
+
+@pytest.mark.parametrize("version", range(6))
+async def test_an_append_the_leader_could_not_verify_is_answered_with_the_verifications_error(version: int) -> None:
+    """The leader answers a Produce whose verification failed retriably NOT_ENOUGH_REPLICAS; Kafka's group
+    coordinator gets the verification's own error (CONCURRENT_TRANSACTIONS while the transaction completes)."""
+    completing = _frame(Errors.NONE, "PrepareCommit", {STATE[0]: (STATE[1],)})
+    assert await unverified_append_error(_Cluster(completing), _request(version), STATE) == \
+        Errors.CONCURRENT_TRANSACTIONS
+    ongoing = _frame(Errors.NONE, "Ongoing", {STATE[0]: (STATE[1],)})  # nothing wrong: replicas are missing
+    assert await unverified_append_error(_Cluster(ongoing), _request(version), STATE) == Errors.NOT_ENOUGH_REPLICAS
+    assert await unverified_append_error(_Cluster(None), _request(version), STATE) == \
+        Errors.COORDINATOR_NOT_AVAILABLE

@@ -12,7 +12,9 @@ each topic, partitions the cluster does not have → UNKNOWN_TOPIC_OR_PARTITION;
 (coordinator/group/txn_commit.py) and, per partition, OFFSET_METADATA_TOO_LARGE. A refused append is answered with
 every partition's error mapped per version (`txn_append_error`). Kafka has the transaction verified before the group's
 checks: a request the group refuses is answered with the transaction coordinator's error if it has one
-(txn_verification.py).
+(txn_verification.py). So is an append the leader answers NOT_ENOUGH_REPLICAS, its Produce path's answer to a
+verification that failed retriably (CONCURRENT_TRANSACTIONS while the transaction completes, which Kafka's group
+coordinator answers as it is).
 
 One batch per producer id and state partition at a time: requests of the same producer wait for each other. A
 batch whose outcome is unknown (no answer, a timeout) is owed: the next request of that producer first sends those
@@ -48,7 +50,8 @@ from coordinator.group.txn_sequences import Busy, Outcome
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
-from coordinator.server.handlers.txn_verification import answer_after_verification, error_code
+from coordinator.server.handlers.txn_verification import (answer_after_verification, error_code,
+                                                          unverified_append_error)
 from coordinator.storage.records import encode
 from protocol.apis import ApiKey, request_class, response_class
 from protocol.client import KafkaClient
@@ -274,6 +277,8 @@ async def _commit_locked(ctx: ConnectionContext, shard: GroupShard, writes: _Sha
     refused = _refusal(ctx, identity, records)
     if refused is None:
         refused = await _append(ctx, shard, writes, identity, records)
+    if refused == Errors.NOT_ENOUGH_REPLICAS and ctx.relay is not None and state is not None:
+        refused = await unverified_append_error(ctx.relay, identity, state)
     if refused is not None:
         if not existed:
             _forget_unused_group(shard, identity.group_id)

@@ -6,8 +6,10 @@ offsets partition in it; v5: add it) before its write operation looks at the gro
 AddOffsetsToTxn from a fenced static member is answered INVALID_TXN_STATE, not FENCED_INSTANCE_ID. Ours is
 verified by the leader of our state partition when the batch is appended, which comes after the group's checks;
 so when the group refuses, we ask the transaction coordinator (DescribeTransactions: our principal's WRITE on the
-transactional id, which the append needs anyway, implies DESCRIBE) and answer its error first. The path that
-appends is unchanged: the leader's own verification answers there.
+transactional id, which the append needs anyway, implies DESCRIBE) and answer its error first. A v5 request
+it does not refuse gets the state partition added, as Kafka's verification added its offsets partition before
+the group refused it (AddPartitionsToTxn as brokers send it; needs CLUSTER_ACTION where ACLs are enforced, else
+logged). The path that appends is unchanged: the leader's own verification answers there.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ import logging
 import struct
 from typing import Any
 
-from coordinator.group.txn_commit import (ANSWERED_BEFORE_VERIFICATION, DescribedTransaction,
+from coordinator.group.txn_commit import (ADDING_MIN_VERSION, ANSWERED_BEFORE_VERIFICATION, DescribedTransaction,
                                           TxnOffsetCommitIdentity, txn_append_error, verification_error)
 from coordinator.relay.errors import UpstreamUnavailable
 from protocol import codec
 from protocol.apis import ApiKey, request_class
 from protocol.error_codes import Errors
 from protocol.errors import ProtocolError
-from protocol.messages import build
+from protocol.messages import build, item_class
 
 _FIND_COORDINATOR_VERSION, _TRANSACTION_KEY = 4, 1
 _DESCRIBE_TRANSACTIONS, _DESCRIBE_TRANSACTIONS_VERSION = 65, 0
+_ADD_PARTITIONS_BROKER_VERSION = 5  # Kafka 4.1's AddPartitionsToTxnManager: above 3, a TV2 add
 # the transaction coordinator is moving or loading: the client retries (Kafka's verification would wait it out)
 _RETRIABLE = frozenset((Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                         Errors.COORDINATOR_NOT_AVAILABLE))
@@ -46,29 +49,80 @@ async def answer_after_verification(relay: Any, identity: TxnOffsetCommitIdentit
     coordinator refuses it, else `group_error`."""
     if group_error in ANSWERED_BEFORE_VERIFICATION:
         return group_error
+    verified = await _verified(relay, identity, state, group_error)
+    if verified is None and identity.version >= ADDING_MIN_VERSION:
+        await _add_state_partition(relay, identity, state)
+    return group_error if verified is None else txn_append_error(verified, identity.version)
+
+
+async def unverified_append_error(relay: Any, identity: TxnOffsetCommitIdentity, state: tuple[str, int]
+                                  ) -> Errors:
+    """What refused an append the leader answered NOT_ENOUGH_REPLICAS: the leader's Produce path answers so for a
+    verification it could not complete (CONCURRENT_TRANSACTIONS while the transaction completes, a coordinator
+    moving), for producers to retry; Kafka's group coordinator gets the verification's own error, so ours comes
+    from the transaction coordinator too. NOT_ENOUGH_REPLICAS when it finds nothing wrong (replicas missing)."""
+    verified = await _verified(relay, identity, state, Errors.NOT_ENOUGH_REPLICAS)
+    return Errors.NOT_ENOUGH_REPLICAS if verified is None else verified
+
+
+async def _verified(relay: Any, identity: TxnOffsetCommitIdentity, state: tuple[str, int],
+                    otherwise: Errors) -> Errors | None:
+    """The transaction coordinator's error for this request (before the per-version mapping); None if it has
+    none or cannot say (logged; `otherwise` is answered then), COORDINATOR_NOT_AVAILABLE while it moves."""
     try:
         described = await _describe(relay, identity.transactional_id)
     except _Unverifiable as exc:
         if exc.error in _RETRIABLE:
             return Errors.COORDINATOR_NOT_AVAILABLE
         log.warning("event=txn_verification_refused transactional_id=%s error=%s answered=%s",
-                    identity.transactional_id, exc.error.name, group_error.name)
-        return group_error
-    verified = verification_error(described, identity, state)
-    return group_error if verified is None else txn_append_error(verified, identity.version)
+                    identity.transactional_id, exc.error.name, otherwise.name)
+        return None
+    return verification_error(described, identity, state)
+
+
+async def _add_state_partition(relay: Any, identity: TxnOffsetCommitIdentity, state: tuple[str, int]) -> None:
+    """The group's state partition added to the transaction as a broker adds it (AddPartitionsToTxn v5, not
+    verify-only: Kafka's v5 verification adds the offsets partition before the group refuses the request, so the
+    transaction is Ongoing with it either way). A refusal is logged: the answer is the group's all the same."""
+    cls = request_class(ApiKey.ADD_PARTITIONS_TO_TXN, _ADD_PARTITIONS_BROKER_VERSION)
+    transaction = item_class(cls, "transactions")
+    add = build(cls, transactions=(transaction(
+        transactional_id=identity.transactional_id, producer_id=identity.producer_id,
+        producer_epoch=identity.producer_epoch, verify_only=False,
+        topics=(item_class(transaction, "topics")(name=state[0], partitions=(state[1],)),)),))
+    try:
+        answer = await relay.request_to(await _coordinator_node(relay, identity.transactional_id), add)
+    except (_Unverifiable, UpstreamUnavailable) as exc:
+        log.warning("event=txn_state_partition_not_added transactional_id=%s partition=%s error=%s",
+                    identity.transactional_id, state, exc)
+        return
+    codes = {error_code(answer.error_code)} | {
+        error_code(partition.partition_error_code) for result in answer.results_by_transaction
+        for topic in result.topic_results for partition in topic.results_by_partition}
+    if codes != {Errors.NONE}:
+        log.warning("event=txn_state_partition_not_added transactional_id=%s partition=%s error=%s",
+                    identity.transactional_id, state, ",".join(sorted(code.name for code in codes)))
+        return
+    log.info("event=txn_state_partition_added_to_refused_commit transactional_id=%s producer_id=%d group=%s "
+             "partition=%s", identity.transactional_id, identity.producer_id, identity.group_id, state)
+
+
+async def _coordinator_node(relay: Any, transactional_id: str) -> int:
+    """The node id of the id's transaction coordinator (FindCoordinator through the relay)."""
+    find = request_class(ApiKey.FIND_COORDINATOR, _FIND_COORDINATOR_VERSION)
+    found = (await relay.request(build(find, key_type=_TRANSACTION_KEY,
+                                       coordinator_keys=(transactional_id,)))).coordinators[0]
+    if error_code(found.error_code) != Errors.NONE:
+        raise _Unverifiable(error_code(found.error_code))
+    return int(found.node_id)
 
 
 async def _describe(relay: Any, transactional_id: str) -> DescribedTransaction | None:
     """DescribeTransactions at the id's transaction coordinator; None if it has no such id."""
-    find = request_class(ApiKey.FIND_COORDINATOR, _FIND_COORDINATOR_VERSION)
     describe = request_class(_DESCRIBE_TRANSACTIONS, _DESCRIBE_TRANSACTIONS_VERSION)
     try:
-        found = (await relay.request(build(find, key_type=_TRANSACTION_KEY,
-                                           coordinator_keys=(transactional_id,)))).coordinators[0]
-        if error_code(found.error_code) != Errors.NONE:
-            raise _Unverifiable(error_code(found.error_code))
-        frame = await relay.request_to(int(found.node_id), build(describe, transactional_ids=(transactional_id,)),
-                                       undecoded=True)
+        frame = await relay.request_to(await _coordinator_node(relay, transactional_id),
+                                       build(describe, transactional_ids=(transactional_id,)), undecoded=True)
     except UpstreamUnavailable as exc:
         log.warning("event=txn_verification_unanswered transactional_id=%s error=%s", transactional_id, exc)
         raise _Unverifiable(Errors.COORDINATOR_NOT_AVAILABLE) from exc
