@@ -80,6 +80,9 @@ _GROUP_REFUSALS = frozenset({Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION
 # The longest a request may stay parked: two rebalance timeouts (a join phase nobody completes is given another),
 # the initial rebalance delay, a sync phase and a write's timeout. The scenarios keep rebalance.timeout.ms <= 30 s.
 PARKED_AT_MOST_MS = 2 * 30_000 + 3_000 + 30_000 + 5_000 + 10_000
+# A TxnOffsetCommit may also wait for the transaction coordinator: FindCoordinator, DescribeTransactions,
+# AddPartitionsToTxn (and their FindCoordinator), each tried twice with the relay's 30 s upstream timeout
+TXN_OFFSET_COMMIT_AT_MOST_MS = PARKED_AT_MOST_MS + 4 * 2 * 30_000
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,7 @@ class Checkers:
                 and not set(error_summary.split(",")) & NOT_SERVED):
             self._one_server(instance, instance.runtime.partition_for(pending.group_id), pending.api)
         waited_ms = self.now_ms() - pending.arrived_ms
-        if waited_ms > PARKED_AT_MOST_MS:
+        if waited_ms > (TXN_OFFSET_COMMIT_AT_MOST_MS if api == "txn_offset_commit" else PARKED_AT_MOST_MS):
             self.violation("parked_answered", f"{api} from {pending.client} was answered after {waited_ms} ms")
         error = getattr(response, "error_code", None)
         resets = (api == "heartbeat" and error in (Errors.NONE, Errors.REBALANCE_IN_PROGRESS)
