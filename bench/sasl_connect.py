@@ -58,8 +58,7 @@ async def main(args: argparse.Namespace) -> None:
         alice = data_dir / "alice.properties"
         alice.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\nsasl.username=alice\n"
                          f"sasl.password={secure.users['alice']}\nssl.ca.location={secure.certificates.ca}\n")
-        client = load_command_config(alice)
-        security = ClusterSecurity(client, client.ssl_context(), client.librdkafka_settings())
+        security = ClusterSecurity.of(load_command_config(alice))
         coordinator = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "coordinator.cli", "serve", "--listen", "SASL_SSL://127.0.0.1:0",
             "--bootstrap-server", broker.sasl_ssl_bootstrap, "--command-config", str(admin_properties),

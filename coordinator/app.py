@@ -34,6 +34,7 @@ from coordinator.security.client_config import ClientSecurity
 from coordinator.security.clusters import cluster_security, use_for_cluster
 from coordinator.security.connections import ClusterAccessError, check_cluster_access
 from coordinator.security.sasl_client import supports as sasl_supported
+from coordinator.security.sasl_passthrough import ExpiredConnections
 from coordinator.security.topic_writers import warn_about_other_writers
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
@@ -150,6 +151,8 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
                 instrumented.metrics.watch_relay(server.relay)
             if acl_cache is not None:
                 instrumented.metrics.watch_acls(acl_cache)
+            if options.server.sasl_passthrough:
+                instrumented.metrics.watch_sasl_sessions(ExpiredConnections)
 
         loaded = asyncio.Event()
         background = _BackgroundTasks()

@@ -34,13 +34,17 @@ from coordinator.state_dir import default_state_dir
 from coordinator.telemetry.trace_view import JAEGER_URL_FILE, SAVED_TRACES_FILE, JaegerQuery, TraceSourceError
 
 if TYPE_CHECKING:
+    from coordinator.embedded.secured_demo import SecuredDemoCluster
     from coordinator.loadgen.simulation import Progress
+    from coordinator.security.clusters import ClusterSecurity
 
 log = logging.getLogger("coordinator.demo")
 
 MEMBERS_PER_GROUP = 4
 RECORDS_EVERY_S = 30.0  # how often the real consumers' record counts get an event line
 CONSUMER_PROTOCOL_MEMBERS = 2  # real consumers with group.protocol=consumer (KIP-848), in group demo-kip848
+DEMO_TOPIC = "demo-orders"
+DEMO_GROUP_PREFIX = "demo"  # every group of the demo's: demo-0000..., demo-real, demo-kip848
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class DemoOptions:
     session_ms: int = 10_000
     heartbeat_ms: int = 1_000
     real_consumers: int = 2  # real clients beside the simulated ones, through the relay (none without it)
+    # the embedded broker with SASL_SSL (SCRAM users, StandardAuthorizer, a test CA), the coordinator on it as
+    # admin and listening with SASL_SSL, every consumer through it as alice (coordinator/embedded/secured_demo.py)
+    secure: bool = False
 
 
 async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.stdout) -> int:
@@ -61,7 +68,7 @@ async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.std
 
     service_options = options.service
     if service_options.bootstrap is None and service_options.kafka_data_dir is None:
-        data_dir = options.state_dir / "kafka"
+        data_dir = options.state_dir / ("kafka-secured" if options.secure else "kafka")
         data_dir.mkdir(parents=True, exist_ok=True)
         service_options = replace(service_options, kafka_data_dir=str(data_dir))
     options.state_dir.mkdir(parents=True, exist_ok=True)
@@ -88,13 +95,25 @@ async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.std
             if jaeger_url is not None:
                 saved = options.state_dir / SAVED_TRACES_FILE
                 _remember_jaeger(stack, options.state_dir, jaeger_url, saved)  # before the service: runs after it
+            secured = None
+            if options.secure:
+                secured = await stack.enter_async_context(_secured_cluster(service_options))
+                data_dir_text = service_options.kafka_data_dir
+                service_options = secured.service_options(service_options)
             service = await stack.enter_async_context(running_service(service_options))
             node = service.server.node
             address = f"{node.host}:{node.port}"
-            say(f"coordinator demo: point your consumers at bootstrap.servers={address}")
-            say(f"  Kafka (state and events): {service.bootstrap}"
-                + (f" (embedded, data in {service_options.kafka_data_dir})" if options.service.bootstrap is None
-                   else ""), "    ")
+            say(f"coordinator demo: point your consumers at bootstrap.servers={address}"
+                + (f" with SASL_SSL as {secured.client_user}: the settings (Java's names) are in "
+                   f"{secured.client_properties}" if secured is not None else ""), "    ")
+            if secured is not None:
+                say(f"  Kafka (state and events): {service.bootstrap} (embedded, SASL_SSL with SCRAM users and "
+                    f"StandardAuthorizer, data in {data_dir_text}; the coordinator is its super user admin, the "
+                    f"consumers alice with ACLs on their groups and topic)", "    ")
+            else:
+                say(f"  Kafka (state and events): {service.bootstrap}"
+                    + (f" (embedded, data in {service_options.kafka_data_dir})" if options.service.bootstrap is None
+                       else ""), "    ")
             say(f"  Jaeger: {jaeger_line}", "    ")
             say(f"  event topic: {service_options.event_topic or 'off'}; state topic: {service_options.state_topic}",
                 "    ")
@@ -102,7 +121,8 @@ async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.std
             await _wait_loaded(service.loaded, stop)
             if options.consumers > 0 and not stop.is_set():
                 summary = await _run_consumers(options, service_options, (node.host, node.port), service.bootstrap,
-                                               stop, console, demo_log, say)
+                                               stop, console, demo_log, say,
+                                               secured.client_security() if secured is not None else None)
             elif not stop.is_set():
                 say("  no simulated consumers (--consumers 0); Ctrl-C stops")
                 await _wait(stop, options.duration_s)
@@ -112,6 +132,15 @@ async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.std
     for line in closing_lines(time.monotonic() - started, summary, demo_log, saved, options.state_dir):
         say(line, "      ")
     return 0
+
+
+def _secured_cluster(service_options: ServiceOptions) -> contextlib.AbstractAsyncContextManager[SecuredDemoCluster]:
+    """The demo's secured broker (--secure), its client user allowed what the demo's consumers do."""
+    from coordinator.embedded.secured_demo import ClientGrants, secured_demo_cluster
+
+    assert service_options.kafka_data_dir is not None
+    return secured_demo_cluster(Path(service_options.kafka_data_dir),
+                                ClientGrants(DEMO_GROUP_PREFIX, DEMO_TOPIC, service_options.event_topic))
 
 
 def fit(text: str, width: int | None, indent: str = "") -> list[str]:
@@ -213,7 +242,7 @@ async def _wait(stop: asyncio.Event, duration_s: float | None) -> None:
 
 async def _run_consumers(options: DemoOptions, service_options: ServiceOptions, address: tuple[str, int],
                          bootstrap: str, stop: asyncio.Event, console: Any, demo_log: DemoLog,
-                         say: Callable[..., None]) -> dict[str, Any]:
+                         say: Callable[..., None], security: ClusterSecurity | None = None) -> dict[str, Any]:
     from coordinator.loadgen import SimOptions, Simulation
     from coordinator.loadgen.display import LiveStatus
     from coordinator.loadgen.real import RealClients
@@ -222,16 +251,18 @@ async def _run_consumers(options: DemoOptions, service_options: ServiceOptions, 
     real = options.real_consumers if service_options.relay is not None else 0  # they read through the relay
     sim = Simulation(SimOptions(
         coordinator=address, bootstrap_server=bootstrap, groups=groups,
-        members=min(MEMBERS_PER_GROUP, options.consumers), topic="demo-orders", partitions=12,
-        group_prefix="demo", session_ms=options.session_ms, rebalance_ms=30_000, heartbeat_ms=options.heartbeat_ms,
+        members=min(MEMBERS_PER_GROUP, options.consumers), topic=DEMO_TOPIC, partitions=12,
+        group_prefix=DEMO_GROUP_PREFIX, session_ms=options.session_ms, rebalance_ms=30_000,
+        heartbeat_ms=options.heartbeat_ms,
         commit_interval_ms=5_000, duration_s=options.duration_s or 10 * 365 * 86400.0, settle_timeout_s=30,
         failure_rate_per_min=options.failure_rate_per_min, failure_kinds=("crash", "hang", "leave", "slow"),
-        event_topic=service_options.event_topic, real=real))
+        event_topic=service_options.event_topic, real=real, security=security))
     say(f"  simulated consumers: {groups} groups × {min(MEMBERS_PER_GROUP, options.consumers)} members on topic "
         f"demo-orders, ~{options.failure_rate_per_min:g} failures a minute", "    ")
     # beside them, a consumer group of Kafka 4's protocol (KIP-848): its rebalances are group epoch bumps
-    consumer_protocol = RealClients(f"{address[0]}:{address[1]}", "demo-orders", CONSUMER_PROTOCOL_MEMBERS,
-                                    "demo-kip848", records_per_s=5.0, group_protocol="consumer") if real else None
+    consumer_protocol = RealClients(f"{address[0]}:{address[1]}", DEMO_TOPIC, CONSUMER_PROTOCOL_MEMBERS,
+                                    "demo-kip848", records_per_s=5.0, group_protocol="consumer",
+                                    security=security) if real else None
     if real:
         say(f"  real consumers: {real} (confluent-kafka, aiokafka) in group demo-real on demo-orders, and "
             f"{CONSUMER_PROTOCOL_MEMBERS} confluent-kafka with group.protocol=consumer in group demo-kip848, through "

@@ -3,8 +3,9 @@
 # Re-running is cheap: pip runs again only when pyproject.toml changed, Maven only when the pom changed.
 # Also, for the tests: PySpark (the `spark` extra) with Spark's Kafka connector jars, Debian's chromium (renders the
 # analytics report) and Docker Compose (checks compose.yaml), installed only when missing.
-# `setup.sh demo` (what scripts/run.sh runs) sets up only what `coordinator demo` needs: the project with uvloop,
-# Kafka's jars and Jaeger; the test-only parts wait for the first `setup.sh` (scripts/test.sh).
+# `setup.sh demo` (what scripts/run.sh runs) sets up only what `coordinator demo` needs: the project with uvloop
+# and cryptography (--secure's test CA), Kafka's jars and Jaeger; the test-only parts wait for the first `setup.sh`
+# (scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
@@ -40,7 +41,7 @@ install_chromium() {
 
 if [ "$mode" = demo ]; then
   if [ ! -e "$full" ] && [ ! -e "$demo" ]; then
-    pip_install "$demo" '.[speed]'
+    pip_install "$demo" '.[speed,secure]'  # secure: the test CA of `run.sh --secure`
   fi
 else
   if [ ! -e "$full" ]; then

@@ -31,6 +31,10 @@ def add_parser(commands: Any) -> None:
     demo.add_argument("--state-dir", default=env("COORDINATOR_STATE_DIR", str(default_state_dir())),
                       help="where the embedded Kafka keeps its data between runs (env COORDINATOR_STATE_DIR)")
     demo.add_argument("--no-jaeger", action="store_true", help="do not start Jaeger")
+    demo.add_argument("--secure", action="store_true",
+                      help="secured end to end: the embedded broker with SASL_SSL (SCRAM users, a test CA) and "
+                           "Kafka's StandardAuthorizer, the coordinator listening with SASL_SSL, the consumers "
+                           "authenticated and allowed by ACLs (docs/security.md, \"The secured demo\")")
     demo.set_defaults(run=_run_demo, serve_args=None)  # the service's flags, parsed by `serve`: cli.main sets them
 
 
@@ -39,9 +43,12 @@ async def _run_demo(args: argparse.Namespace) -> int:
 
     from coordinator.demo import DemoOptions, run_demo
 
+    if args.secure:
+        _check_secure(args.serve_args)
     options = DemoOptions(service=_service_options(args.serve_args), state_dir=Path(args.state_dir),
                           consumers=args.consumers, failure_rate_per_min=args.failure_rate,
-                          duration_s=args.duration, jaeger=not args.no_jaeger, real_consumers=args.real_consumers)
+                          duration_s=args.duration, jaeger=not args.no_jaeger, real_consumers=args.real_consumers,
+                          secure=args.secure)
     stop = stop_on_signals()
     try:
         return await run_demo(options, stop)
@@ -50,3 +57,15 @@ async def _run_demo(args: argparse.Namespace) -> int:
               flush=True)
         return 1
 
+
+def _check_secure(serve_args: argparse.Namespace) -> None:
+    """--secure brings its own secured broker and sets the coordinator's security itself."""
+    given = [flag for flag, value in (("--bootstrap-server", serve_args.bootstrap_server),
+                                      ("--command-config", serve_args.command_config),
+                                      ("--no-relay", serve_args.no_relay)) if value]
+    if serve_args.listen.protocol != "PLAINTEXT":
+        given.append(f"--listen {serve_args.listen}")
+    if given:
+        raise SystemExit(f"coordinator demo --secure: runs its own secured broker and secures the coordinator "
+                         f"itself (SASL through the relay): drop {', '.join(given)} (for your own secured cluster: "
+                         f"--bootstrap-server with --command-config and --listen SASL_SSL://..., docs/security.md)")

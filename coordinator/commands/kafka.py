@@ -77,7 +77,7 @@ def _secure_kafka(args: argparse.Namespace) -> tuple[Any, Any]:
         return data_dir, secure_listeners_in(Path(data_dir))
     except ImportError:
         raise SystemExit("coordinator kafka --secure: its test CA is made with the `cryptography` package: "
-                         "pip install cryptography (in the project's `test` extra)")
+                         "pip install '.[secure]' (scripts/setup.sh installs it)")
 
 
 def _print_secure_kafka(kafka: Any, secure: Any) -> None:

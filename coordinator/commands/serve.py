@@ -215,7 +215,7 @@ def _listener_settings(args: argparse.Namespace) -> tuple[Any, Any, dict[str, st
     tls, rest = split_listener_settings(settings)
     access, rest = split_access_settings(rest)
     try:
-        return server_ssl_context(args.listen, tls), access_settings(access), rest
+        return server_ssl_context(args.listen, tls), access_settings(access, listener=args.listen.protocol), rest
     except ClientConfigError as exc:
         raise SystemExit(f"coordinator serve: --listen {args.listen}: {exc}")
 

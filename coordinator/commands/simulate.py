@@ -56,6 +56,10 @@ def add_parser(commands: Any) -> None:
                           help="also N real consumers (confluent-kafka and aiokafka, alternating) in group "
                                "PREFIX-real reading the topic through the coordinator's relay, and a real producer "
                                "writing a trickle of records to it")
+    simulate.add_argument("--command-config", metavar="FILE", default=None,
+                          help="TLS and SASL of every client of the simulation (members, topic admin, event reader, "
+                               "real clients), a Kafka client properties file, e.g. the one `coordinator demo "
+                               "--secure` prints (docs/security.md)")
     simulate.add_argument("--json", action="store_true", help="print the summary as one JSON line (status to stderr)")
     simulate.add_argument("--check", action="store_true",
                           help="exit 1 unless every surviving member is Stable, every crash/hang was detected "
@@ -88,7 +92,7 @@ async def _run_simulate(args: argparse.Namespace) -> int:
         duration_s=args.duration, settle_timeout_s=args.settle_timeout, schedule=schedule,
         failure_rate_per_min=args.failure_rate, failure_kinds=tuple(args.failure_kinds.split(",")),
         downtime_ms=args.downtime_ms, seed=args.seed, event_topic=args.event_topic or None,
-        leave_on_exit=not args.no_leave, real=args.real)
+        leave_on_exit=not args.no_leave, real=args.real, security=_security(args.command_config))
     console = Console(stderr=args.json)
     simulation = Simulation(options)
     stop = stop_on_signals()
@@ -108,6 +112,19 @@ async def _run_simulate(args: argparse.Namespace) -> int:
     else:
         console.print(summary_table(summary))
     return 0 if summary["ok"] or not args.check else 1
+
+
+def _security(path: str | None) -> Any:
+    """--command-config read and checked now: a wrong setting is one line naming its key."""
+    if path is None:
+        return None
+    from coordinator.security.client_config import ClientConfigError, load_command_config
+    from coordinator.security.clusters import ClusterSecurity
+
+    try:
+        return ClusterSecurity.of(load_command_config(path))
+    except ClientConfigError as exc:
+        raise SystemExit(f"coordinator simulate: --command-config {path}: {exc}")
 
 
 def _host_ports(text: str) -> list[tuple[str, int]]:

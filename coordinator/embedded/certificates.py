@@ -44,6 +44,18 @@ def make_test_certificates(directory: Path, hosts: Sequence[str] = ("localhost",
     return CertificateSet(directory, ca_path, broker)
 
 
+def expiring(certificates: CertificateSet, within: datetime.timedelta = datetime.timedelta(days=1)) -> bool:
+    """True when the CA or the broker certificate is no longer valid `within` from now (or cannot be read)."""
+    from cryptography import x509
+
+    deadline = datetime.datetime.now(datetime.timezone.utc) + within
+    try:
+        return any(x509.load_pem_x509_certificate(path.read_bytes()).not_valid_after_utc < deadline
+                   for path in (certificates.ca, certificates.broker_keystore))
+    except (OSError, ValueError):
+        return True
+
+
 def make_ca_file(path: Path, name: str = "another test CA") -> Path:
     """Only a CA certificate (a truststore that trusts nothing the test broker shows)."""
     _x509, _key, cert = _make_ca(name)

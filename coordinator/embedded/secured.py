@@ -9,13 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from coordinator.embedded.certificates import CertificateSet, make_test_certificates
+from coordinator.embedded.certificates import CertificateSet, expiring, make_test_certificates
 
 DEFAULT_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 _OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# with the authorizer: admin, and User:ANONYMOUS, the principal of the PLAINTEXT listeners (inter-broker,
+# controller, readiness probe: a test broker only)
+SUPER_USERS = "User:admin;User:ANONYMOUS"
 
 
 @dataclass(frozen=True)
@@ -24,9 +27,7 @@ class SecureListeners:
     users: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_USERS))  # name -> password, every mechanism
     host: str = "localhost"  # advertised to clients; the broker certificate names it
     ssl_client_auth: str = "required"  # of the SSL listener (SASL_SSL: none)
-    # Kafka's StandardAuthorizer with no ACL meaning no access; super users: admin, and User:ANONYMOUS, the
-    # principal of the PLAINTEXT listeners (inter-broker, controller, readiness probe: a test broker only)
-    authorizer: bool = False
+    authorizer: bool = False  # Kafka's StandardAuthorizer with no ACL meaning no access; SUPER_USERS
 
     def listeners(self, sasl_ssl_port: int, ssl_port: int) -> tuple[str, str]:
         """(listeners, advertised.listeners) entries to append."""
@@ -37,7 +38,7 @@ class SecureListeners:
         plain_users = " ".join(f'user_{name}="{password}"' for name, password in self.users.items())
         certificates = self.certificates
         authorizer = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                      "super.users": "User:admin;User:ANONYMOUS",
+                      "super.users": SUPER_USERS,
                       "allow.everyone.if.no.acl.found": "false"} if self.authorizer else {}
         return {
             **authorizer,
@@ -63,11 +64,11 @@ class SecureListeners:
 
 def secure_listeners_in(data_dir: Path) -> SecureListeners:
     """Secured listeners whose certificates live in `data_dir`/certificates: made on the first start, kept after
-    (clients keep trusting the same CA across restarts)."""
+    (clients keep trusting the same CA across restarts) until they are about to expire."""
     directory = data_dir / "certificates"
     certificates = CertificateSet(directory, directory / "ca.pem", directory / "broker.pem")
     if not (certificates.ca.exists() and certificates.broker_keystore.exists()
-            and certificates.client_keystore("client").exists()):
+            and certificates.client_keystore("client").exists()) or expiring(certificates):
         certificates = make_test_certificates(directory, clients=("client",))
     return SecureListeners(certificates)
 

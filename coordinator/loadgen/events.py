@@ -18,11 +18,13 @@ from confluent_kafka import Consumer, TopicPartition
 class ExpiryWatcher:
     """Reads the event topic from its end on a thread; collects member_failed times of the given groups."""
 
-    def __init__(self, bootstrap: str, topic: str, group_ids: set[str]) -> None:
+    def __init__(self, bootstrap: str, topic: str, group_ids: set[str], *,
+                 settings: dict[str, str] | None = None) -> None:
+        """`settings`: the consumer's security (librdkafka names)."""
         self.topic = topic
         self._group_ids = group_ids
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"simulate-{uuid.uuid4().hex[:8]}",
-                                   "enable.auto.commit": False, "log_level": 3})
+                                   "enable.auto.commit": False, "log_level": 3, **(settings or {})})
         self._expiries: dict[tuple[str, str], list[int]] = defaultdict(list)
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -65,6 +65,7 @@ class MemberHost(Protocol):
     connect_slots: asyncio.Semaphore
 
     async def find_coordinator(self, group_id: str) -> tuple[str, int]: ...
+    async def connect(self, host: str, port: int, timeout_ms: int) -> KafkaClient: ...
     def forget_coordinator(self, group_id: str, address: tuple[str, int] | None = None) -> None: ...
 
 
@@ -138,8 +139,7 @@ class SimMember:
         self.coordinator = host, port = await self.sim.find_coordinator(self.group_id)
         self.phase = "connect"
         async with self.sim.connect_slots:
-            self.client = await KafkaClient.connect(host, port, client_id=self.sim.options.client_id,
-                                                    timeout_ms=self.sim.options.request_timeout_ms)
+            self.client = await self.sim.connect(host, port, self.sim.options.request_timeout_ms)
 
     async def drop_connection(self, abort: bool = False) -> None:
         client, self.client = self.client, None

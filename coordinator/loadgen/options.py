@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import coordinator.loadgen.assignors as assignors
+
+if TYPE_CHECKING:
+    from coordinator.security.clusters import ClusterSecurity
 
 FAILURE_KINDS = ("crash", "hang", "slow", "leave", "static-restart")
 
@@ -56,6 +60,9 @@ class SimOptions:
     named_groups: tuple[str, ...] = ()  # explicit group ids instead of PREFIX-NNNN (then `groups` is ignored)
     max_connecting: int = 64  # connects in flight: more overflows a default listen backlog (SYNs dropped)
     real: int = 0  # real consumers (confluent-kafka, aiokafka) reading the topic through the coordinator's relay
+    # TLS and SASL of every client of the simulation (members, topic admin, event reader, real clients): a
+    # secured cluster and a coordinator whose SASL listener passes the exchange through to it. None: PLAINTEXT
+    security: ClusterSecurity | None = None
 
     @property
     def discovery_addresses(self) -> tuple[tuple[str, int], ...]:

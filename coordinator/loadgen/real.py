@@ -11,7 +11,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coordinator.security.clusters import ClusterSecurity
 
 log = logging.getLogger("coordinator.loadgen.real")
 
@@ -32,10 +35,16 @@ class RealConsumerStats:
 
 class RealClients:
     def __init__(self, bootstrap: str, topic: str, count: int, group_id: str, records_per_s: float = 20.0, *,
-                 group_protocol: str = "classic") -> None:
-        """`group_protocol` "consumer": KIP-848 consumers, all confluent-kafka (aiokafka speaks only classic)."""
+                 group_protocol: str = "classic", security: ClusterSecurity | None = None) -> None:
+        """`group_protocol` "consumer": KIP-848 consumers, all confluent-kafka (aiokafka speaks only classic).
+        `security`: TLS and SASL of every client (None: PLAINTEXT)."""
         self.bootstrap, self.topic, self.group_id, self.records_per_s = bootstrap, topic, group_id, records_per_s
         self.group_protocol = group_protocol
+        self._librdkafka: dict[str, str] = {}
+        self._aiokafka_settings: dict[str, object] = {}
+        if security is not None:
+            self._librdkafka = dict(security.librdkafka)
+            self._aiokafka_settings = security.client.aiokafka_settings(security.ssl_context)
         self.consumers = [RealConsumerStats(f"{group_id}-{i}", "confluent-kafka" if i % 2 == 0
                                             or group_protocol == "consumer" else "aiokafka") for i in range(count)]
         self.produced = 0
@@ -83,7 +92,8 @@ class RealClients:
     def _produce(self) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "log_level": 3})
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "log_level": 3,
+                             **self._librdkafka})
         try:
             while not self._stop.wait(1.0 / self.records_per_s):
                 producer.produce(self.topic, key=str(self.produced).encode(), value=b"real-record",
@@ -109,7 +119,8 @@ class RealClients:
             stats.partitions = 0
 
         config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group_id,
-                                  "client.id": stats.name, "auto.offset.reset": "earliest", "log_level": 3}
+                                  "client.id": stats.name, "auto.offset.reset": "earliest", "log_level": 3,
+                                  **self._librdkafka}
         if self.group_protocol == "consumer":  # the coordinator decides the assignment and the timeouts
             config["group.protocol"] = "consumer"
         else:
@@ -143,7 +154,7 @@ class RealClients:
 
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group_id, client_id=stats.name,
                                     auto_offset_reset="earliest", session_timeout_ms=10_000,
-                                    heartbeat_interval_ms=1_000)
+                                    heartbeat_interval_ms=1_000, **self._aiokafka_settings)
         consumer.subscribe([self.topic], listener=Listener())
         try:
             await consumer.start()

@@ -96,13 +96,16 @@ class Simulation:
         options = self.options
         if options.bootstrap_server:
             self.partition_counts[options.topic] = await asyncio.to_thread(
-                ensure_topic, options.bootstrap_server, options.topic, options.partitions)
+                ensure_topic, options.bootstrap_server, options.topic, options.partitions,
+                settings=self._cluster_settings)
         if options.event_topic and options.bootstrap_server:
-            self.watcher = ExpiryWatcher(options.bootstrap_server, options.event_topic, set(self.rounds))
+            self.watcher = ExpiryWatcher(options.bootstrap_server, options.event_topic, set(self.rounds),
+                                         settings=self._cluster_settings)
             await asyncio.to_thread(self.watcher.start)
         self.start_members()
         if options.real > 0:
-            self.real = RealClients(options.bootstrap_text, options.topic, options.real, f"{options.group_prefix}-real")
+            self.real = RealClients(options.bootstrap_text, options.topic, options.real, f"{options.group_prefix}-real",
+                                    security=options.security)
             self.real.start()
         injector = asyncio.create_task(self._inject_failures())
         try:
@@ -243,9 +246,22 @@ class Simulation:
                 addresses = self.options.discovery_addresses
                 host, port = addresses[self._discovery_next % len(addresses)]
                 self._discovery_next += 1  # a failed connect moves on to the next one
-                self._discovery = await KafkaClient.connect(host, port, client_id=self.options.client_id,
-                                                            timeout_ms=self._discovery_timeout_ms)
+                self._discovery = await self.connect(host, port, self._discovery_timeout_ms)
             return self._discovery
+
+    async def connect(self, host: str, port: int, timeout_ms: int) -> KafkaClient:
+        """A connection to a coordinator, authenticated when the simulation is secured."""
+        if self.options.security is None:
+            return await KafkaClient.connect(host, port, client_id=self.options.client_id, timeout_ms=timeout_ms)
+        from coordinator.security.connections import connect
+
+        return await connect(host, port, self.options.security, client_id=self.options.client_id,
+                             timeout_ms=timeout_ms)
+
+    @property
+    def _cluster_settings(self) -> dict[str, str]:
+        """The librdkafka security settings of the simulation's own Kafka clients."""
+        return dict(self.options.security.librdkafka) if self.options.security is not None else {}
 
     async def _discovery_failed(self, client: KafkaClient | None) -> None:
         if client is not None and self._discovery is client:
@@ -439,12 +455,14 @@ def _rounded(values: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in values.items()}
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30) -> int:
-    """Create `topic` if missing (replication min(3, brokers)); its partition count either way."""
+def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30, *,
+                 settings: dict[str, str] | None = None) -> int:
+    """Create `topic` if missing (replication min(3, brokers)); its partition count either way. `settings`: the
+    admin client's security (librdkafka names)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3, **(settings or {})})
     metadata = admin.list_topics(timeout=timeout_s)
     if topic not in metadata.topics or metadata.topics[topic].error is not None:
         replication = min(3, len(metadata.brokers))

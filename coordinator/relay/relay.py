@@ -253,7 +253,7 @@ class Relay:
                 raise UpstreamUnavailable(f"broker {node_id} is not in the cluster's metadata")
             try:
                 client = await connect(broker.host, broker.port, self.security, client_id=_CLIENT_ID,
-                                       timeout_ms=self.config.upstream_timeout_ms)
+                                       timeout_ms=self.config.upstream_timeout_ms, reauthenticate=True)
             except (OSError, asyncio.TimeoutError, ProtocolError, ClusterAccessError) as exc:
                 raise UpstreamUnavailable(f"broker {node_id} unreachable: {exc!r}") from exc
             self._node_clients[node_id] = client
@@ -268,7 +268,7 @@ class Relay:
             for host, port in dict.fromkeys(candidates):
                 try:
                     self._control = await connect(host, port, self.security, client_id=_CLIENT_ID,
-                                                  timeout_ms=self.config.upstream_timeout_ms)
+                                                  timeout_ms=self.config.upstream_timeout_ms, reauthenticate=True)
                     return self._control
                 except (OSError, asyncio.TimeoutError, ProtocolError, ClusterAccessError) as exc:
                     errors.append(f"{host}:{port}: {exc!r}")

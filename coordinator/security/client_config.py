@@ -19,9 +19,13 @@ import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
+from coordinator.security.errors import ClientConfigError
 from coordinator.security.properties import load_properties
+
+if TYPE_CHECKING:
+    from coordinator.security.stores import KeyMaterial
 
 log = logging.getLogger("coordinator.security")
 
@@ -48,14 +52,6 @@ _KNOWN = {
 _SECURITY_PREFIXES = ("ssl.", "sasl.", "security.", "enable.ssl", "enable.sasl")
 
 
-class ClientConfigError(ValueError):
-    """A setting of the client properties that cannot be used; the message starts with the key."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"{key}: {problem}")
-        self.key = key
-
-
 @dataclass(frozen=True)
 class OAuthBearer:
     """OAUTHBEARER credentials: an unsecured token for `principal` (test clusters, Kafka's unsecured validator),
@@ -80,10 +76,12 @@ class ClientSecurity:
     password: str | None = field(default=None, repr=False)
     oauthbearer: OAuthBearer | None = None
     ca_location: str | None = None  # PEM file of trusted certificates; None: the system's
-    ca_pem: str | None = None  # the same, given inline (ssl.truststore.certificates)
+    ca_pem: str | None = None  # the same, given inline (ssl.truststore.certificates) or read from a JKS/PKCS12 store
     certificate_location: str | None = None  # our certificate chain (mTLS), PEM
     key_location: str | None = None  # its private key, PEM (may be the same file)
     key_password: str | None = field(default=None, repr=False)
+    key_material: KeyMaterial | None = None  # our key and chain read from a JKS or PKCS12 keystore (mTLS)
+    keystore_name: str | None = None  # that keystore, for the log
     verify_certificates: bool = True
     verify_hostname: bool = True  # ssl.endpoint.identification.algorithm=https (Kafka's and librdkafka's default)
 
@@ -112,7 +110,7 @@ class ClientSecurity:
             parts.append(f"principal={who}")
         if self.uses_tls:
             parts.append(f"truststore={self.ca_location or ('inline' if self.ca_pem else 'system')}")
-            parts.append(f"client_certificate={self.certificate_location or 'none'}")
+            parts.append(f"client_certificate={self.certificate_location or self.keystore_name or 'none'}")
             parts.append(f"hostname_verification={'on' if self.verify_hostname else 'off'}")
             if not self.verify_certificates:
                 parts.append("certificate_verification=off")
@@ -137,11 +135,29 @@ class ClientSecurity:
             if self.certificate_location:
                 settings["ssl.certificate.location"] = self.certificate_location
                 settings["ssl.key.location"] = self.key_location or self.certificate_location
+            elif self.key_material is not None:
+                settings["ssl.certificate.pem"] = self.key_material.chain_pem
+                settings["ssl.key.pem"] = self.key_material.key_pem
             if self.key_password:
                 settings["ssl.key.password"] = self.key_password
             settings["ssl.endpoint.identification.algorithm"] = "https" if self.verify_hostname else "none"
             if not self.verify_certificates:
                 settings["enable.ssl.certificate.verification"] = "false"
+        return settings
+
+    def aiokafka_settings(self, context: ssl.SSLContext | None) -> dict[str, object]:
+        """aiokafka's keyword arguments to reach the cluster like this (`context`: this security's TLS context, as
+        ssl_context() makes it); ClientConfigError for what aiokafka cannot take here (OAUTHBEARER needs a token
+        provider of the application's)."""
+        settings: dict[str, object] = {"security_protocol": self.protocol}
+        if self.uses_sasl:
+            if self.mechanism == "OAUTHBEARER":
+                raise ClientConfigError("sasl.mechanism", "OAUTHBEARER: aiokafka takes a token provider of the "
+                                                          "application's, not settings")
+            settings.update(sasl_mechanism=self.mechanism, sasl_plain_username=self.username,
+                            sasl_plain_password=self.password)
+        if self.uses_tls:
+            settings["ssl_context"] = context
         return settings
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -154,6 +170,11 @@ class ClientSecurity:
         if self.certificate_location:
             context.load_cert_chain(self.certificate_location, self.key_location or self.certificate_location,
                                     password=self.key_password)
+        elif self.key_material is not None:
+            from coordinator.security.stores import pem_files
+
+            with pem_files(self.key_material) as path:
+                context.load_cert_chain(path)
         context.check_hostname = self.verify_hostname and self.verify_certificates
         if not self.verify_certificates:
             context.verify_mode = ssl.CERT_NONE
@@ -312,6 +333,12 @@ def _tls(props: Mapping[str, str], base: Path | None) -> dict[str, object]:
 def _truststore(props: Mapping[str, str], base: Path | None) -> dict[str, object]:
     if "ssl.ca.location" in props:
         return {"ca_location": _pem_file(props, "ssl.ca.location", base, "CERTIFICATE")}
+    from coordinator.security.stores import read_truststore, typed_store
+
+    store = typed_store(props, "ssl.truststore", base)
+    if store is not None:
+        path, kind = store
+        return {"ca_pem": read_truststore(path, kind, props.get("ssl.truststore.password"))}
     if "ssl.truststore.password" in props:
         raise ClientConfigError("ssl.truststore.password", "not used with a PEM truststore (Kafka refuses it too)")
     _only_pem(props, "ssl.truststore.type")
@@ -332,6 +359,13 @@ def _keystore(props: Mapping[str, str], base: Path | None) -> dict[str, object]:
                 "key_location": _pem_file(props, "ssl.key.location", base, "PRIVATE KEY")}
     if "ssl.keystore.location" not in props:
         return {}
+    from coordinator.security.stores import read_keystore, typed_store
+
+    store = typed_store(props, "ssl.keystore", base)
+    if store is not None:
+        path, kind = store
+        material = read_keystore(path, kind, props.get("ssl.keystore.password"), props.get("ssl.key.password"))
+        return {"key_material": material, "keystore_name": f"{path} ({kind})"}
     if "ssl.keystore.password" in props:
         raise ClientConfigError("ssl.keystore.password", "not used with a PEM keystore: give the key's password as "
                                                          "ssl.key.password (Kafka's rule for PEM)")
@@ -346,8 +380,7 @@ def _keystore(props: Mapping[str, str], base: Path | None) -> dict[str, object]:
 def _only_pem(props: Mapping[str, str], key: str) -> None:
     kind = props.get(key, "").upper()
     if kind and kind != "PEM":
-        raise ClientConfigError(key, f"{kind}: only PEM is supported (convert a JKS or PKCS12 store with keytool "
-                                     f"-exportcert -rfc / openssl pkcs12 -nodes)")
+        raise ClientConfigError(key, f"{kind}: a store of that type needs its location")
 
 
 def _pem_file(props: Mapping[str, str], key: str, base: Path | None, block: str) -> str:

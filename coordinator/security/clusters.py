@@ -25,13 +25,17 @@ class ClusterSecurity:
     ssl_context: ssl.SSLContext | None
     librdkafka: dict[str, str]
 
+    @classmethod
+    def of(cls, client: ClientSecurity) -> ClusterSecurity:
+        return cls(client, client.ssl_context(), client.librdkafka_settings())
+
 
 _CLUSTERS: dict[str, ClusterSecurity] = {}
 
 
 def use_for_cluster(bootstrap: str, security: ClientSecurity) -> Callable[[], None]:
     """Every client of `bootstrap` made from now on uses `security`; call the returned function to forget it."""
-    entry = ClusterSecurity(security, security.ssl_context(), security.librdkafka_settings())
+    entry = ClusterSecurity.of(security)
     _CLUSTERS[bootstrap] = entry
 
     def forget() -> None:

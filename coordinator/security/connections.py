@@ -12,6 +12,7 @@ from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 
 from coordinator.security.clusters import ClusterSecurity
+from coordinator.security.reauthentication import ReauthenticatingClient
 from coordinator.security.sasl_client import ClusterAuthenticationError, authenticate, supports
 
 
@@ -20,18 +21,23 @@ class ClusterAccessError(Exception):
 
 
 async def connect(host: str, port: int, security: ClusterSecurity | None, *, client_id: str, timeout_ms: int,
-                  negotiate: bool = True) -> KafkaClient:
+                  negotiate: bool = True, reauthenticate: bool = False) -> KafkaClient:
     """A client connection to one broker, authenticated as `security` says. TLS and SASL failures raise
-    ClusterAccessError; an unreachable broker raises OSError/TimeoutError as a plain connection would."""
+    ClusterAccessError; an unreachable broker raises OSError/TimeoutError as a plain connection would.
+    `reauthenticate`: a connection kept for long, re-authenticated before the broker's session on it ends
+    (KIP-368; reauthentication.py)."""
     context = security.ssl_context if security is not None else None
+    kind = ReauthenticatingClient if reauthenticate else KafkaClient
     try:
-        client = await KafkaClient.connect(host, port, client_id=client_id, timeout_ms=timeout_ms, negotiate=False,
-                                           ssl=context)
+        client = await kind.connect(host, port, client_id=client_id, timeout_ms=timeout_ms, negotiate=False,
+                                    ssl=context)
     except ssl.SSLError as exc:
         raise ClusterAccessError(f"TLS to {host}:{port} failed: {_ssl_reason(exc)}") from None
     try:
         if security is not None and security.client.uses_sasl and supports(security.client):
-            await authenticate(client.request, security.client)
+            lifetime_ms = await authenticate(client.request, security.client)
+            if isinstance(client, ReauthenticatingClient):
+                client.keep_authenticated(security.client, lifetime_ms)
         if negotiate:
             await client.negotiate_versions()
     except ClusterAuthenticationError as exc:

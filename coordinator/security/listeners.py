@@ -1,7 +1,8 @@
 """Our listeners (the coordinator's and the relay's per-broker ones) in Kafka's terms: `--listen` takes Kafka's
 listener syntax (`SSL://host:port`; a bare `host:port` is PLAINTEXT) and TLS is set with the broker's property
-names (`ssl.keystore.location` with `ssl.keystore.type=PEM`, `ssl.key.password`, `ssl.truststore.location`,
-`ssl.client.auth`, `ssl.enabled.protocols`), through `--config NAME=VALUE` or a properties file.
+names (`ssl.keystore.location` with `ssl.keystore.type` PEM, PKCS12 or JKS, `ssl.keystore.password`,
+`ssl.key.password`, `ssl.truststore.location`, `ssl.truststore.type`, `ssl.truststore.password`, `ssl.client.auth`,
+`ssl.enabled.protocols`), through `--config NAME=VALUE` or a properties file (stores.py reads PKCS12 and JKS).
 
 Kafka's semantics: `ssl.client.auth` none (default) / requested (a certificate is asked for, not required) /
 required (a client without a trusted certificate is refused during the handshake). A PEM keystore is the
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from coordinator.security.client_config import ClientConfigError
+from coordinator.security.stores import pem_files, read_keystore, read_truststore, typed_store
 
 log = logging.getLogger("coordinator.security")
 
@@ -99,9 +101,12 @@ def _set_versions(context: ssl.SSLContext, text: str) -> None:
 
 
 def _load_keystore(context: ssl.SSLContext, settings: Mapping[str, str], listener: Listener) -> None:
-    kind = settings.get("ssl.keystore.type", "PEM").strip().upper()
-    if kind != "PEM":
-        raise ClientConfigError("ssl.keystore.type", f"{kind}: only PEM is supported")
+    store = typed_store(settings, "ssl.keystore", None)
+    if store is not None:  # JKS or PKCS12
+        material = read_keystore(*store, settings.get("ssl.keystore.password"), settings.get("ssl.key.password"))
+        with pem_files(material) as path:
+            context.load_cert_chain(path)
+        return
     if "ssl.keystore.password" in settings:
         raise ClientConfigError("ssl.keystore.password", "not used with a PEM keystore: the key's password is "
                                                          "ssl.key.password")
@@ -121,9 +126,10 @@ def _load_keystore(context: ssl.SSLContext, settings: Mapping[str, str], listene
 
 
 def _load_truststore(context: ssl.SSLContext, settings: Mapping[str, str], client_auth: str) -> None:
-    kind = settings.get("ssl.truststore.type", "PEM").strip().upper()
-    if kind != "PEM":
-        raise ClientConfigError("ssl.truststore.type", f"{kind}: only PEM is supported")
+    store = typed_store(settings, "ssl.truststore", None)
+    if store is not None:  # JKS or PKCS12
+        context.load_verify_locations(cadata=read_truststore(*store, settings.get("ssl.truststore.password")))
+        return
     if "ssl.truststore.password" in settings:
         raise ClientConfigError("ssl.truststore.password", "not used with a PEM truststore")
     location = settings.get("ssl.truststore.location")

@@ -43,6 +43,7 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.security.principals import oauthbearer_subject
@@ -62,6 +63,28 @@ _MIN_REAUTH_INTERVAL_MS = 1_000  # KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_N
 # SaslServerAuthenticator's answer to bad credentials (it says no more, so as not to tell which part was wrong)
 _GENERIC_FAILURE = "Authentication failed during {} due to invalid credentials with SASL mechanism {}"
 PASSABLE_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+@dataclass(frozen=True)
+class ReauthLimits:
+    """`connections.max.reauth.ms` of one listener per SASL mechanism, as Kafka's SaslChannelBuilder reads it:
+    `listener.name.<listener>.<mechanism>.connections.max.reauth.ms`, else the listener's own value
+    (`listener.name.<listener>.connections.max.reauth.ms`, else `connections.max.reauth.ms`); 0: none."""
+
+    default_ms: int = 0
+    by_mechanism: tuple[tuple[str, int], ...] = ()  # (mechanism in upper case, ms)
+
+    def for_mechanism(self, mechanism: str | None) -> int:
+        wanted = (mechanism or "").upper()
+        return next((limit for name, limit in self.by_mechanism if name == wanted), self.default_ms)
+
+
+class ExpiredConnections:
+    """Connections closed because their SASL session expired and the client used them for anything but a
+    re-authentication: Kafka's `expired-connections-killed-count` (socket-server-metrics), process-wide as the
+    broker's is across its processors."""
+
+    killed = 0
 
 
 class State(enum.Enum):
@@ -89,12 +112,13 @@ class SaslPassthrough:
                  "_owner_lookup", "_look_up_owner", "_wake", "_first_token_seen")
 
     def __init__(self, peer: str = "?", enabled: tuple[str, ...] = PASSABLE_MECHANISMS, claim: str = "sub", *,
-                 max_reauth_ms: int = 0, now_ms: Callable[[], int] | None = None,
+                 max_reauth_ms: int | ReauthLimits = 0, now_ms: Callable[[], int] | None = None,
                  token_owner: Callable[[str], Awaitable[str | None]] | None = None,
                  wake: Callable[[], None] | None = None) -> None:
         self.enabled = enabled  # sasl.enabled.mechanisms of our listener
         self.claim = claim  # sasl.oauthbearer.sub.claim.name: the OAUTHBEARER token's claim naming the principal
-        self.max_reauth_ms = max_reauth_ms  # connections.max.reauth.ms of our listener (0: none of ours)
+        # connections.max.reauth.ms of our listener, by mechanism (0: none of ours)
+        self.max_reauth_ms = max_reauth_ms if isinstance(max_reauth_ms, ReauthLimits) else ReauthLimits(max_reauth_ms)
         self._now_ms = now_ms if now_ms is not None else _monotonic_ms
         self.state = State.INITIAL
         self.mechanism: str | None = None
@@ -137,6 +161,7 @@ class SaslPassthrough:
             if api_key == SASL_HANDSHAKE and self._may_reauthenticate(now):
                 return self._reauthenticate(frame, version, correlation_id, now)
             if now > self.expires_at_ms:
+                ExpiredConnections.killed += 1
                 raise Refusal(f"the SASL session expired {now - self.expires_at_ms} ms ago (connections.max."
                               f"reauth.ms or the credential's lifetime) and the client did not re-authenticate; "
                               f"api_key={api_key}", kind="sasl_session_expired")
@@ -285,7 +310,7 @@ class SaslPassthrough:
             self.close_reason = message
             self.state, self._failure = State.REAUTH_FAILED, message  # nothing more is admitted
             return _authenticate_reply(version, correlation_id, _SASL_AUTHENTICATION_FAILED, message, 0)
-        lifetime_ms = _session_lifetime_ms(self.max_reauth_ms, broker_lifetime_ms)
+        lifetime_ms = _session_lifetime_ms(self.max_reauth_ms.for_mechanism(self.mechanism), broker_lifetime_ms)
         self.expires_at_ms = self._now_ms() + lifetime_ms if lifetime_ms else None
         self.state = State.COMPLETE
         log.info("event=sasl_authenticated peer=%s listener=%s mechanism=%s principal=User:%s session_lifetime_ms=%d%s",

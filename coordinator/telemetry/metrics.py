@@ -274,6 +274,14 @@ class MetricsObserver(GroupObserver):
                                         [lambda _options: [Observation(authorizer.refused)]],
                                         description="Group API authorization checks refused")
 
+    def watch_sasl_sessions(self, expired: Any) -> None:
+        """SASL listeners: connections closed because their session expired without a re-authentication
+        (Kafka's expired-connections-killed-count; coordinator/security/sasl_passthrough.py)."""
+        self.meter.create_observable_counter(
+            "coordinator.connections.expired.killed", [lambda _options: [Observation(expired.killed)]],
+            description="Connections closed because their SASL session expired and they were used for anything "
+                        "but re-authentication (Kafka: expired-connections-killed-count)")
+
     def watch_events(self, publisher: Any) -> None:
         """The event topic's producer (coordinator/telemetry/events.py): events by outcome, and those waiting."""
 

@@ -245,6 +245,19 @@ def listener_tls(certificates: CertificateSet, *extra: str) -> tuple[str, ...]:
     return ("ssl.keystore.type=PEM", f"ssl.keystore.location={certificates.broker_keystore}", *extra)
 
 
+async def consume_all_over_tls(port: int, topic: str, group: str, settings: dict[str, str]) -> None:
+    """A confluent-kafka consumer reads every record through our SSL listener at `port` and commits them."""
+    consumer = ConsumerProcess("confluent", f"{group}-0", f"127.0.0.1:{port}", topic, group, "range",
+                               settings={"security.protocol": "ssl", **settings})
+    await consumer.start()
+    try:
+        await wait_until(lambda: len(consumer.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
+                         "every record consumed over TLS", interval_s=0.5)
+        assert all(committed for *_rest, committed in consumer.records), "a commit failed"
+    finally:
+        await stop_all([consumer])
+
+
 async def test_a_consumer_reaches_the_relay_over_tls_and_the_relay_the_cluster_over_sasl_ssl(
         secured_kafka: SecuredBroker) -> None:
     """TLS per hop: consumer ⇄ our SSL listeners (coordinator and broker listeners), relay ⇄ SASL_SSL cluster."""
@@ -257,15 +270,7 @@ async def test_a_consumer_reaches_the_relay_over_tls_and_the_relay_the_cluster_o
     async with service(bootstrap, unique("tls-listener-state"), *FAST, *listener_tls(certificates), relay=True,
                        listen="SSL://127.0.0.1:0", args=("--command-config", str(properties))) as running:
         assert "event=listening security_protocol=SSL" in running.log_text()
-        consumer = ConsumerProcess("confluent", f"{group}-0", f"127.0.0.1:{running.port}", topic, group, "range",
-                                   settings={"security.protocol": "ssl", "ssl.ca.location": str(certificates.ca)})
-        await consumer.start()
-        try:
-            await wait_until(lambda: len(consumer.records) >= PARTITIONS * RECORDS, TIMEOUT_S,
-                             "every record consumed over TLS", interval_s=0.5)
-            assert all(committed for *_rest, committed in consumer.records), "a commit failed"
-        finally:
-            await stop_all([consumer])
+        await consume_all_over_tls(running.port, topic, group, {"ssl.ca.location": str(certificates.ca)})
         client = await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False))
         try:
             assert await e2e.fetch_offsets(client, group, tuple(range(PARTITIONS)), topic=topic) == {
@@ -610,3 +615,37 @@ async def test_an_exactly_once_loop_through_us_on_a_sasl_ssl_cluster(secured_kaf
     assert len(figures.committed_output) == figures.group_offset == 40
     assert "event=txn_offsets_committed" in log_text and "event=txn_offsets_aborted" in log_text
     assert "event=state_loaded_read_committed" not in log_text
+
+
+async def test_java_keystores_and_truststores_on_our_listener_and_to_the_cluster(secured_kafka: SecuredBroker,
+                                                                              tmp_path: Path) -> None:
+    """The stores a Kafka operator has (keytool's JKS, openssl's PKCS12): our SSL listener serves with a JKS
+    keystore (Kafka's default type) and requires client certificates from a PKCS12 truststore; the coordinator
+    reaches the broker's SSL listener, which requires a client certificate, with a PKCS12 keystore and a JKS
+    truststore, for librdkafka's clients and the relay's own connections alike. A consumer reads and commits."""
+    from tests.support.java_stores import PASSWORD, make_java_stores
+
+    certificates = secured_kafka.certificates
+    stores = make_java_stores(certificates, tmp_path / "stores")
+    properties = secured_kafka.properties_file("java-stores", (
+        f"security.protocol=SSL\nssl.keystore.type=PKCS12\nssl.keystore.location={stores.client_keystore_p12}\n"
+        f"ssl.keystore.password={PASSWORD}\nssl.truststore.type=JKS\n"
+        f"ssl.truststore.location={stores.truststore_jks}\nssl.truststore.password={PASSWORD}\n"))
+    bootstrap = secured_kafka.broker.ssl_bootstrap
+    topic, group = unique("java-stores"), unique("java-stores-app")
+    await asyncio.to_thread(create_topic_and_records, bootstrap,
+                            load_command_config(properties).librdkafka_settings(), topic)
+    listener = (f"ssl.keystore.location={stores.keystore_jks}", f"ssl.keystore.password={PASSWORD}",
+                f"ssl.truststore.location={stores.truststore_p12}", "ssl.truststore.type=PKCS12",
+                f"ssl.truststore.password={PASSWORD}", "ssl.client.auth=required")
+    async with service(bootstrap, unique("java-stores-state"), *FAST, *listener, relay=True,
+                       listen="SSL://127.0.0.1:0", args=("--command-config", str(properties))) as running:
+        keystore = str(certificates.client_keystore("coordinator"))
+        await consume_all_over_tls(running.port, topic, group, {"ssl.ca.location": str(certificates.ca),
+                                                                "ssl.certificate.location": keystore,
+                                                                "ssl.key.location": keystore})
+        log = running.log_text()
+        assert f"client_certificate={stores.client_keystore_p12} (PKCS12)" in log and PASSWORD not in log
+        with pytest.raises((ConnectionClosed, ssl.SSLError, OSError)):  # no client certificate: refused
+            await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False),
+                                      timeout_ms=10_000)

@@ -20,6 +20,7 @@ from coordinator.group.state import GroupState
 from coordinator.telemetry.otel import start_telemetry
 from tests.support.event_topic import read_events
 from tests.support.group_harness import form_group
+from tests.support.metrics import scrape
 from tests.support.service import REBALANCE_IN_PROGRESS, service, unique, until_loaded
 from tests.support.telemetry_scenario import run_failure_scenario, telemetry_env
 from tests.support.wire import heartbeat, join, join_with_member_id, sync
@@ -186,20 +187,6 @@ async def test_coordinator_serve_traces_a_real_rebalance_into_jaeger(jaeger: Emb
     assert f"event=rebalance_trace_started group={group} generation=1 reason_category=session_timeout " \
            f"trace_id={trace['traceID']}" in log_text
     assert f"Member {b_id} in group {group} has failed, removing it from the group\n" in log_text
-
-
-def scrape(url: str) -> dict[tuple[str, str], float]:
-    """Prometheus samples by (name, the reason label or ""), summed over the exporter's other labels."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    samples: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            key = (s.name, s.labels.get("reason", ""))
-            samples[key] = samples.get(key, 0.0) + s.value
-    return samples
 
 
 def test_coordinator_jaeger_command_runs_and_stops_cleanly() -> None:

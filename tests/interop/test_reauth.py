@@ -458,3 +458,77 @@ async def test_aiokafka_which_does_not_reauthenticate_is_disconnected_at_expiry_
         finally:
             await stop_all([consumer])
         assert "reauthentication=true" not in running.log_text()
+
+
+async def test_lifetimes_per_listener_and_mechanism_the_relays_own_reauthentication_and_the_expired_count(
+        cluster: Cluster) -> None:
+    """Ours configured as Kafka reads it: a per-mechanism value for SCRAM-SHA-256, the listener's own over the
+    broker-wide one for the rest (each bounded by the broker's, 3 s for SCRAM-SHA-512). The coordinator's own
+    SCRAM-SHA-512 session with the broker (3 s) is re-authenticated on the relay's control connection, which keeps
+    answering clients' Metadata on the same connection; the client connection used past its session's end is
+    counted in Kafka's expired-connections-killed-count, on our Prometheus endpoint."""
+    from coordinator.embedded.broker import free_port
+    from tests.support.metrics import scrape
+
+    cluster.security("admin", "SCRAM-SHA-512")  # its properties file: the coordinator's own credentials
+    metrics_port = free_port()
+    async with service(cluster.broker.sasl_ssl_bootstrap, unique("reauth-state"), *FAST,
+                       "ssl.keystore.type=PEM", f"ssl.keystore.location={cluster.certificates.broker_keystore}",
+                       "connections.max.reauth.ms=60000", "listener.name.sasl_ssl.connections.max.reauth.ms=50000",
+                       "listener.name.sasl_ssl.scram-sha-256.connections.max.reauth.ms=2000",
+                       relay=True, listen="SASL_SSL://127.0.0.1:0",
+                       args=("--command-config", str(cluster.directory / "admin-SCRAM-SHA-512.properties"),
+                             "--metrics-listen", f"127.0.0.1:{metrics_port}")) as running:
+        clients, lifetimes = {}, {}
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"):
+            clients[mechanism], lifetimes[mechanism] = await session(cluster, running.port, "alice", mechanism)
+        try:
+            assert lifetimes == {"SCRAM-SHA-256": 2_000, "SCRAM-SHA-512": REAUTH_MS, "PLAIN": 50_000}
+            await wait_until(lambda: closed(clients["SCRAM-SHA-256"]), 10, "the 2 s session closed once expired",
+                             interval_s=0.2)
+
+            async def answered_across_two_reauthentications() -> bool:
+                assert not await closed(clients["PLAIN"])  # Metadata: answered on the relay's control connection
+                return running.log_text().count("event=upstream_reauthenticated") >= 2
+
+            await wait_until(answered_across_two_reauthentications, 30, "the control connection re-authenticated "
+                             "twice", interval_s=0.3)
+            metrics = await asyncio.to_thread(scrape, f"http://127.0.0.1:{metrics_port}/metrics")
+        finally:
+            for client in clients.values():
+                await client.close()
+        log = running.log_text()
+    assert metrics[("coordinator_connections_expired_killed_total", "")] == 1
+    assert "mechanism=SCRAM-SHA-512 principal=User:admin session_lifetime_ms=3000" in log
+    assert "event=relay_control_request_failed" not in log and "upstream_reauthentication_failed" not in log
+    assert "admin-secret" not in log
+
+
+async def test_requests_sent_while_our_connection_re_authenticates_wait_for_it(cluster: Cluster) -> None:
+    """A connection of ours to the broker (3 s SCRAM-SHA-512 sessions) with requests always in flight: those
+    written while the exchange runs are held and sent after it (the broker would read them as SASL tokens), so
+    every one is answered across several re-authentications on the one connection."""
+    from coordinator.security.clusters import ClusterSecurity
+    from coordinator.security.connections import connect
+    from coordinator.security.reauthentication import ReauthenticatingClient
+
+    security = ClusterSecurity.of(cluster.security("admin", "SCRAM-SHA-512"))
+    host, port = cluster.broker.sasl_ssl_bootstrap.rsplit(":", 1)
+    client = await connect(host, int(port), security, client_id="reauth-held", timeout_ms=30_000,
+                           reauthenticate=True)
+    assert isinstance(client, ReauthenticatingClient)
+    metadata = request(ApiKey.METADATA, 12, topics=(), allow_auto_topic_creation=False,
+                       include_topic_authorized_operations=False)
+    answered = 0
+
+    async def keep_asking() -> None:
+        nonlocal answered
+        while client.reauthentications < 2:
+            await asyncio.gather(*(client.request(metadata) for _ in range(8)))  # 8 in flight at every moment
+            answered += 8
+
+    try:
+        await asyncio.wait_for(keep_asking(), 3 * REAUTH_MS / 1000 + 10)
+        assert not client.is_closed and answered > 16
+    finally:
+        await client.close()

@@ -84,8 +84,8 @@ def test_pem_keystore_is_key_and_chain_in_one_file(ca_file: Path, tmp_path: Path
     ({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
       "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"a\";"},
      "sasl.jaas.config", "no password"),
-    ({"security.protocol": "SSL", "ssl.truststore.type": "JKS", "ssl.truststore.location": "x.jks"},
-     "ssl.truststore.type", "only PEM"),
+    ({"security.protocol": "SSL", "ssl.truststore.type": "BKS", "ssl.truststore.location": "x.bks"},
+     "ssl.truststore.type", "one of JKS, PKCS12, PEM"),
     ({"security.protocol": "SSL", "ssl.truststore.location": "/nonexistent/ca.pem"},
      "ssl.truststore.location", "cannot read"),
     ({"security.protocol": "SSL", "ssl.keystore.location": "k.pem", "ssl.keystore.password": "x"},
@@ -100,11 +100,16 @@ def test_a_bad_setting_is_refused_naming_its_key(properties: dict[str, str], key
     assert refused.value.key == key and str(refused.value).startswith(f"{key}: ") and says in str(refused.value)
 
 
-def test_a_truststore_that_is_not_pem_is_refused(tmp_path: Path) -> None:
+def test_a_truststore_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
     jks = tmp_path / "trust.jks"
     jks.write_bytes(b"\xfe\xed\xfe\xed binary")
-    with pytest.raises(ClientConfigError, match=r"^ssl.truststore.location: .* not a PEM file"):
+    with pytest.raises(ClientConfigError, match=r"^ssl.truststore.location: .* is not a readable JKS store"):
         client_security({"security.protocol": "SSL", "ssl.truststore.location": str(jks)})
+    pem_typed = tmp_path / "trust.pem"
+    pem_typed.write_bytes(b"\xfe\xed\xfe\xed binary")
+    with pytest.raises(ClientConfigError, match=r"^ssl.truststore.location: .* not a PEM file"):
+        client_security({"security.protocol": "SSL", "ssl.truststore.location": str(pem_typed),
+                         "ssl.truststore.type": "PEM"})
 
 
 def test_secrets_stay_out_of_repr_and_the_log_line() -> None:

@@ -59,7 +59,7 @@ def test_plaintext_has_no_tls() -> None:
 
 @pytest.mark.parametrize(("settings", "key"), [
     ({}, "ssl.keystore.location"),
-    ({"ssl.keystore.type": "JKS"}, "ssl.keystore.type"),
+    ({"ssl.keystore.type": "BKS"}, "ssl.keystore.type"),
     ({"ssl.client.auth": "required"}, "ssl.truststore.location"),
     ({"ssl.client.auth": "always"}, "ssl.client.auth"),
     ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols"),

@@ -11,6 +11,7 @@ import pytest
 from coordinator.cli import build_parser
 from coordinator.commands.serve import _service_options
 from coordinator.embedded.certificates import CertificateSet, make_test_certificates
+from coordinator.security.sasl_passthrough import ReauthLimits
 
 
 def options_of(*argv: str):  # type: ignore[no-untyped-def]
@@ -87,3 +88,34 @@ def test_authorization_settings_by_their_broker_names_reach_the_listener() -> No
 def test_a_bad_authorization_setting_is_refused_naming_it(setting: str, named: str) -> None:
     with pytest.raises(SystemExit, match=named):
         options_of("--config", setting)
+
+
+def test_connections_max_reauth_ms_per_listener_and_mechanism_as_kafka_looks_it_up(
+        certificates: CertificateSet, caplog: pytest.LogCaptureFixture) -> None:
+    """SaslChannelBuilder: listener.name.<l>.<mechanism>.connections.max.reauth.ms, else the listener's own
+    (listener.name.<l>.connections.max.reauth.ms), else the broker-wide value; other listeners' are not ours."""
+    def limits(*settings: str, listen: str = "SASL_SSL://127.0.0.1:0") -> ReauthLimits:
+        tls = ("ssl.keystore.type=PEM", f"ssl.keystore.location={certificates.broker_keystore}") \
+            if listen.startswith("SASL_SSL") else ()
+        access = options_of("--listen", listen, "--command-config", "/dev/null",
+                            *(arg for setting in (*tls, *settings) for arg in ("--config", setting)))
+        return access.server.access.max_reauth_ms
+
+    assert limits() == ReauthLimits(0)
+    assert limits("connections.max.reauth.ms=60000") == ReauthLimits(60_000)
+    chosen = limits("connections.max.reauth.ms=60000", "listener.name.sasl_ssl.connections.max.reauth.ms=50000",
+                    "listener.name.sasl_ssl.scram-sha-256.connections.max.reauth.ms=2000",
+                    "listener.name.sasl_plaintext.plain.connections.max.reauth.ms=1000")
+    assert [chosen.for_mechanism(m) for m in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")] == [2000, 50_000, 50_000]
+    assert "key=listener.name.sasl_plaintext.plain.connections.max.reauth.ms reason=no listener sasl_plaintext" \
+        in caplog.text
+    plaintext = limits("listener.name.sasl_plaintext.plain.connections.max.reauth.ms=1000",
+                       listen="SASL_PLAINTEXT://127.0.0.1:0")
+    assert plaintext.for_mechanism("PLAIN") == 1000 and plaintext.for_mechanism("SCRAM-SHA-512") == 0
+    with pytest.raises(SystemExit, match="listener.name.SASL_SSL.connections.max.reauth.ms: Kafka reads listener "
+                                         "and mechanism names here in lower case"):
+        limits("listener.name.SASL_SSL.connections.max.reauth.ms=1000")
+    with pytest.raises(SystemExit, match="scram-sha-256.connections.max.reauth.ms: '-1': milliseconds"):
+        limits("listener.name.sasl_ssl.scram-sha-256.connections.max.reauth.ms=-1")
+    with pytest.raises(SystemExit, match="unknown coordinator config"):  # not Kafka's either: it has no listener
+        limits("scram-sha-256.connections.max.reauth.ms=1000")
