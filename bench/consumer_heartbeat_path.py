@@ -3,7 +3,7 @@ the frame to the answer, away from the kernel and the load generator (what bench
 around them, on a shared machine).
 
   python -m bench.consumer_heartbeat_path [--groups 1000] [--heartbeats 50000] [--topics cluster|static]
-                                          [--profile FILE]
+                                          [--compare [--rounds 10]] [--profile FILE]
 
 `groups` × 10 members join one 10-partition topic and reconcile through GroupRuntime (in-memory store, heartbeat
 interval 250 ms as the race's); then steady heartbeat frames (member id and epoch, every other field null), made
@@ -11,7 +11,8 @@ by bench.consumer_protocol's request builder, go through `Connection.buffer_upda
 transport that only counts the answers, the loop turning every 100 frames. `cluster`: the topics are the relay's
 view (ClusterMetadata) whose refresh takes 3 ms, as a Metadata round trip to the cluster; `static`: a fixed set.
 Prints the main thread's CPU time per heartbeat (thread time, the loop's turns included) and the answers
-counted; `--profile` writes cProfile's statistics (thread CPU time) of the measured part."""
+counted; `--compare` alternates windows with and without the group logic's steady-state shortcut (medians of
+each and their ratio); `--profile` writes cProfile's statistics (thread CPU time) of the measured part."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import argparse
 import asyncio
 import cProfile
 import random
+import statistics
 import time
+from collections.abc import Awaitable, Callable
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -136,6 +139,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.sleep(0)  # the loop turns: parked requests carry on
 
         await drive(2 * len(frames), 0)  # warm-up: every member heartbeats twice
+        if args.compare:
+            return await _compared(runtime, drive, args)
         answered_before = sum(t.answers for t in transports)
         profiler = cProfile.Profile(time.thread_time) if args.profile else None
         started = time.thread_time()
@@ -158,12 +163,39 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await timer.close()
 
 
+async def _compared(runtime: GroupRuntime, drive: Callable[[int, int], Awaitable[None]], args: argparse.Namespace
+                    ) -> dict[str, Any]:
+    """CPU per heartbeat with the group logic's steady-state shortcut and without it (every heartbeat through the
+    full path), in alternating windows of the same process: a loaded machine's drift hits both alike."""
+    service = runtime.consumer_groups
+    window = max(args.heartbeats // args.rounds, 1)
+    cpu_us: dict[str, list[float]] = {"shortcut": [], "full": []}
+    for round_ in range(args.rounds):
+        for name in (("shortcut", "full") if round_ % 2 == 0 else ("full", "shortcut")):
+            service.steady_shortcut = name == "shortcut"
+            started = time.thread_time()
+            await drive(window, round_ * window)
+            cpu_us[name].append((time.thread_time() - started) / window * 1e6)
+    service.steady_shortcut = True
+    medians = {name: round(statistics.median(values), 1) for name, values in cpu_us.items()}
+    figures = {"topics": args.topics, "heartbeats_per_window": window, "rounds": args.rounds,
+               "cpu_us_per_heartbeat_shortcut": medians["shortcut"], "cpu_us_per_heartbeat_full": medians["full"],
+               "shortcut_over_full": round(medians["shortcut"] / medians["full"], 3),
+               "windows_us": {name: [round(v, 1) for v in values] for name, values in cpu_us.items()}}
+    print(f"{args.topics}: {medians['shortcut']} µs per heartbeat with the steady-state shortcut, {medians['full']} "
+          f"µs through the full path (medians of {args.rounds} alternating windows of {window})")
+    return figures
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=1000)
     parser.add_argument("--heartbeats", type=int, default=50_000)
     parser.add_argument("--topics", choices=["cluster", "static"], default="cluster")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
+    parser.add_argument("--compare", action="store_true",
+                        help="alternate windows with and without the group logic's steady-state shortcut")
+    parser.add_argument("--rounds", type=int, default=10, help="--compare: windows of each kind")
     parser.add_argument("--profile", help="cProfile statistics of the measured heartbeats (pstats file)")
     return parser.parse_args(argv)
 

@@ -149,8 +149,12 @@ class Member:
         while not stop.is_set():
             try:
                 changed = await self.beat()
-            except (ConnectionClosed, RequestTimedOut):
+            except ConnectionClosed:
                 return
+            except RequestTimedOut:  # retriable, as Kafka's client has it: a full heartbeat at the next interval
+                self.errors += 1
+                self.last_error = "request timed out"
+                self.acknowledged, changed = None, False
             if changed and not spread:
                 continue
             wait_s = self.interval_s * (random.random() if spread else 1.0)

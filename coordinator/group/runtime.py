@@ -217,22 +217,18 @@ class GroupRuntime:
 
     async def _refreshed_then_answered(self, req: HeartbeatRequestV2, names: Collection[str]
                                        ) -> HeartbeatResponseV2:
-        if names and self.refresh_topics is not None:
-            try:
-                await self.refresh_topics(list(names))
-            except Exception as exc:  # the cluster unreachable: serve with what we know
-                log.warning("event=topic_refresh_failed group=%s topics=%d error=%r", req.group_id, len(names), exc)
+        if names:
+            await self._refresh_topics_logged(list(names), req.group_id)
         answer = self._answer_heartbeat(req)
         return answer if isinstance(answer, HeartbeatResponseV2) else await answer
 
     def _subscribed_names(self, req: HeartbeatRequestV2) -> Collection[str]:
-        """The topics the request subscribes to, or the member's (a heartbeat that does not repeat them)."""
-        names = req.subscribed_topic_names
-        if names is None:
-            group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
-            member = group.members.get(req.member_id) if group is not None else None
-            names = member.subscribed_topic_names if member is not None else ()
-        return names
+        """The topics the request subscribes to, or its group's (by name or through a regular expression) for a
+        heartbeat that does not repeat them."""
+        if req.subscribed_topic_names is not None:
+            return req.subscribed_topic_names
+        group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
+        return group.topic_names() if group is not None else ()
 
     def _names_to_look_at(self, req: HeartbeatRequestV2) -> Collection[str]:
         """The topics a request subscribes to; for a heartbeat that does not repeat them, every topic its group
@@ -259,11 +255,15 @@ class GroupRuntime:
         task.add_done_callback(self._forget_task)
         task.add_done_callback(lambda _done: [self._refreshing_topics.pop(name, None) for name in stale])
 
-    async def _refresh_topics_logged(self, names: list[str]) -> None:
+    async def _refresh_topics_logged(self, names: list[str], group_id: str | None = None) -> None:
+        """The topics learnt from the cluster; if it is unreachable, a log line, and the group is served with what
+        is known meanwhile."""
+        if self.refresh_topics is None:
+            return
         try:
-            await self.refresh_topics(names)  # type: ignore[misc]
-        except Exception as exc:  # the cluster unreachable: served with what we know meanwhile
-            log.warning("event=topic_refresh_failed topics=%d error=%r", len(names), exc)
+            await self.refresh_topics(names)
+        except Exception as exc:
+            log.warning("event=topic_refresh_failed group=%s topics=%d error=%r", group_id, len(names), exc)
 
     def _answer_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2 | Awaitable[HeartbeatResponseV2]:
         """The group logic's answer, at once when it wrote nothing and the group has no write in flight; else

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,6 +36,8 @@ class GroupService(Protocol):
     async def delete_groups(self, request: api.DeleteGroupsRequest) -> api.DeleteGroupsResponse: ...
     async def delete_offsets(self, request: api.OffsetDeleteRequest) -> api.OffsetDeleteResponse: ...
     async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
+    def start_consumer_group_heartbeat(  # the answer at once, or what to await for it (the connection's path)
+        self, request: HeartbeatRequest) -> HeartbeatResponse | Awaitable[HeartbeatResponse]: ...
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedGroup]: ...
     def state_partition(self, group_id: str) -> tuple[str, int] | None: ...  # (topic, partition) of the group
     def shard_for(self, group_id: str | None) -> GroupShard: ...  # the shard of the group's partition

@@ -40,6 +40,10 @@ class StorageConfig:
     # idempotent producer, whose writes may be stored in part when librdkafka splits a batch.
     transactional_id: str | None = None
     transactional_producers: int = 4  # transactions in flight at once (each producer owns partition % count)
+    # How long start waits for the transactional ids' producer ids once the cluster answered (a fresh cluster
+    # creates and loads __transaction_state first: NOT_COORDINATOR meanwhile), as a Kafka client's initTransactions
+    # is retried; said every attempt (transactions.py)
+    transactions_init_timeout_ms: int = 120_000
     # Several instances share the state topic: one transactional producer per owned partition, id
     # f"{transactional_id}-p{partition}", created by load (fencing the previous owner), closed by unload.
     partition_fencing: bool = False

@@ -44,7 +44,7 @@ async def open_state_producer(config: StorageConfig, on_fenced: Callable[[int], 
                                     config.transactional_id, config.commit_timeout_ms,
                                     config.transactional_producers)
     try:
-        await producer.start(config.admin_timeout_ms)
+        await producer.start(config.transactions_init_timeout_ms)
     except BaseException:
         await producer.close()
         raise

@@ -95,19 +95,25 @@ class TransactionalProducer:
     def fenced(self) -> bool:
         return self._client.fenced is not None
 
-    async def start(self, timeout_ms: int = 60_000) -> None:
+    async def start(self, timeout_ms: int = 60_000, *, attempt_ms: int = int(_INIT_ATTEMPT_S * 1000)) -> None:
         """Create the producer and register its transactional.id (fences an older holder of the id and aborts
         its open transaction). A cluster still starting answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
-        for a while: retried until `timeout_ms`, then KafkaException."""
+        for a while (librdkafka retries within a call): calls of `attempt_ms` each, a line after every one that
+        did not get there, until `timeout_ms`, then KafkaException."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
+        started = loop.time()
+        deadline = started + timeout_ms / 1000
         while True:
-            error = await self._thread.submit(self._client.init, max(deadline - loop.time(), _MIN_TIMEOUT_S))
+            attempt_s = min(max(deadline - loop.time(), _MIN_TIMEOUT_S), attempt_ms / 1000)
+            error = await self._thread.submit(self._client.init, attempt_s)
             if error is None:
                 break
             if error.fatal() or error.code() in FENCED_ERRORS or loop.time() >= deadline or self._closed:
                 raise KafkaException(error)
-            log.info("event=transactions_init_retry producer=%s error=%s", self.name, error)
+            log.info("event=transactions_init_waiting producer=%s transactional_id=%s waited_ms=%d timeout_ms=%d "
+                     "error=%s detail=Kafka's transaction coordinator has not given the id a producer id yet "
+                     "(a fresh cluster loads __transaction_state first)", self.name, self.transactional_id,
+                     (loop.time() - started) * 1000, timeout_ms, error)
             await asyncio.sleep(_INIT_RETRY_S)
         self._ready = True
         self._worker = loop.create_task(self._run(), name=f"{self.name}-transactions")

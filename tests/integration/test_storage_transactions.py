@@ -210,3 +210,25 @@ async def test_a_lone_write_is_committed_while_the_loop_is_busy(kafka_bootstrap:
     finally:
         reader.close()
         await store.close()
+
+
+async def test_start_waits_for_the_transaction_coordinator_in_bounded_attempts_and_says_so(caplog) -> None:
+    """No producer id yet (here: no cluster at all, as a transaction coordinator still loading looks to the
+    client): start keeps asking in attempts, one line each, and gives up at its bound, not at the first attempt."""
+    from confluent_kafka import KafkaException
+
+    from coordinator.storage.transactions import TransactionalProducer
+
+    producer = TransactionalProducer(unique_topic(), {"bootstrap.servers": "127.0.0.1:1"}, "waiting",
+                                     f"waiting-{uuid.uuid4().hex[:6]}", 5_000)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        with caplog.at_level("INFO", logger="coordinator.storage"), pytest.raises(KafkaException):
+            await producer.start(3_000, attempt_ms=1_000)
+    finally:
+        await producer.close(0)
+    waited = loop.time() - started
+    lines = [m for m in caplog.messages if "event=transactions_init_waiting producer=waiting" in m]
+    assert len(lines) >= 2 and "timeout_ms=3000" in lines[0], caplog.messages
+    assert 3 <= waited < 15  # its bound, with room for a loaded machine

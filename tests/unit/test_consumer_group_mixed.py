@@ -6,6 +6,7 @@ replacement, leave, and record 5 with its ClassicMemberMetadata."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 
 import pytest
@@ -15,6 +16,7 @@ from coordinator.group.api import (JoinGroupProtocol, JoinGroupRequest, JoinGrou
                                    MemberIdentity, OffsetCommitRequest, OffsetCommitRequestPartition,
                                    OffsetCommitRequestTopic, SyncGroupRequest, SyncGroupRequestAssignment)
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.observer import GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.group.modern.member import MemberState
 from coordinator.group.modern.records import (ClassicMemberMetadata, CurrentAssignmentRecord, GroupEpochRecord,
                                               MemberMetadataRecord, RecordType, TargetAssignmentEpochRecord,
@@ -381,6 +383,47 @@ async def test_online_downgrade_when_the_last_consumer_protocol_member_leaves(en
     shard = other.shard_for(GROUP)
     assert GROUP not in shard.consumer_groups and list(shard.groups[GROUP].members) == [classic]
     await other.shutdown()
+
+
+class _MemberEvents(GroupObserver):
+    """How the observers hear of a consumer-protocol member going, and of the classic group's rebalance."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[object, ...]] = []
+
+    def on_consumer_member_left(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                reason: str) -> None:
+        self.events.append(("left", member_id, reason))
+
+    def on_consumer_member_failed(self, group_id: str, member_id: str, group_instance_id: str | None, reason: str,
+                                  category: RebalanceCategory) -> None:
+        self.events.append(("failed", member_id, reason, category))
+
+    def on_rebalance_started(self, group_id: str, generation: int, cause: RebalanceCause) -> None:
+        self.events.append(("rebalance", cause.category, cause.text))
+
+
+async def test_a_downgrade_by_session_expiry_is_told_as_the_members_fence(env: MixedEnv, caplog) -> None:  # type: ignore
+    """The last consumer-protocol member's session runs out: Kafka logs the fence ("... fenced from the group
+    because the member session expired.") and converts the group; the member is reported fenced, not left, and
+    the classic group rebalances for a session timeout (with Kafka's reason text, the same as for a leave)."""
+    events = _MemberEvents()
+    env.runtime.observer = events
+    await env.heartbeat("a", 0)
+    joined = await env.join_with_id()
+    classic, generation = joined.member_id, joined.generation_id
+    assert (await env.sync(classic, generation))[0] == Errors.NONE
+    with caplog.at_level(logging.INFO, logger="coordinator.group"):
+        for _ in range(5):  # the classic member keeps its session, a goes silent past its 45 s
+            env.advance(CLASSIC_SESSION_MS - 1_000)
+            env.classic_heartbeat(classic, generation)
+    assert env.group() is None and env.runtime.shard_for(GROUP).groups[GROUP].state.value == "PreparingRebalance"
+    assert f"[GroupId {GROUP}] Member a fenced from the group because the member session expired." in caplog.messages
+    assert [e for e in events.events if e[0] == "left"] == []
+    assert ("failed", "a", "Member a fenced from the group because the member session expired.",
+            RebalanceCategory.SESSION_TIMEOUT) in events.events
+    assert ("rebalance", RebalanceCategory.SESSION_TIMEOUT,
+            f"Downgrade group {GROUP} from consumer to classic for member leaving.") in events.events
 
 
 async def test_a_classic_static_member_replacing_the_last_consumer_protocol_member_downgrades(env: MixedEnv

@@ -542,8 +542,10 @@ async def test_an_old_write_failing_late_does_not_revert_newer_writes(env: Env) 
 
 
 async def test_a_failed_write_memory_keeps_is_written_again_as_memory_has_it(env: Env) -> None:
-    """b's join fails while c's join, computed on top of it, is in flight: memory keeps b (only the latest write
-    reverts), so the log gets memory's value of every key b's write wrote, after c's."""
+    """b's join fails while c's join, computed on top of it, is in flight: memory keeps what b's write changed
+    (only the latest write reverts), so the log gets memory's value of every key b's write wrote, after c's; then
+    b itself, still as its failed join left it, is fenced (its client was told the join failed; Kafka reverts it):
+    its records tombstoned and the epoch bumped, the next heartbeat recomputing the target without it."""
     service = env.runtime.consumer_groups
     await env.heartbeat("a", 0)
     appended = []
@@ -558,18 +560,26 @@ async def test_a_failed_write_memory_keeps_is_written_again_as_memory_has_it(env
             return write
 
         failing, later = join("b"), join("c")
+        kept = env.group().snapshot()  # memory as c's join left it
         failing.then(Errors.NOT_ENOUGH_REPLICAS)
-        [rewrite] = appended
+        rewrite, undo = appended
     finally:
         shard.append = append  # type: ignore[method-assign]
-    group = env.group()
-    assert set(group.members) == {"a", "b", "c"}
     by_key = {(type(r).__name__, getattr(r, "member_id", None)): r for r in rewrite.records}
-    assert by_key[("MemberMetadataRecord", "b")] == group.members["b"].metadata_record(GROUP)
-    assert by_key[("CurrentAssignmentRecord", "b")] == group.members["b"].assignment_record(GROUP)
-    assert by_key[("GroupEpochRecord", None)].epoch == group.group_epoch == 3  # c's epoch, not b's 2
-    assert by_key[("TargetAssignmentRecord", "a")].partitions == group.targets["a"]
+    assert by_key[("MemberMetadataRecord", "b")] == kept.members["b"].metadata_record(GROUP)
+    assert by_key[("CurrentAssignmentRecord", "b")] == kept.members["b"].assignment_record(GROUP)
+    assert by_key[("GroupEpochRecord", None)].epoch == kept.group_epoch == 3  # c's epoch, not b's 2
+    assert by_key[("TargetAssignmentRecord", "a")].partitions == kept.targets["a"]
+    group = env.group()
+    assert undo.records == [Tombstone(RecordType.CURRENT_MEMBER_ASSIGNMENT, GROUP, "b"),
+                            Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, GROUP, "b"),
+                            Tombstone(RecordType.MEMBER_METADATA, GROUP, "b"),
+                            GroupEpochRecord(GROUP, 4, group.metadata_hash)]
+    assert set(group.members) == {"a", "c"} and group.state.value == "Assigning"
     later.then(Errors.NONE)
+    undo.then(Errors.NONE)
+    a = await env.heartbeat("a", group.members["a"].member_epoch, owned=dict(group.members["a"].assigned))
+    assert a.error is Errors.NONE and set(env.group().targets) == {"a", "c"}
 
 
 @pytest.mark.parametrize("outcome", [None, Errors.NOT_ENOUGH_REPLICAS])
@@ -723,3 +733,43 @@ async def test_an_invalid_regex_is_described_as_re2j_describes_it(env: Env, rege
     assert (bad.error, bad.message) == (
         Errors.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular expression: "
         f"{description}.")
+
+
+@pytest.mark.parametrize("by_regex", [False, True])
+async def test_a_topic_growing_in_the_cluster_view_recomputes_the_target(by_regex: bool) -> None:
+    """The relay's view of the cluster (ClusterMetadata) learns that a subscribed topic has more partitions: the
+    next heartbeat after the refresh interval bumps the group epoch and the target has them, by name or through a
+    regular expression. Its `version` stays: it counts topic names, which is what re-resolves regular
+    expressions (Kafka re-resolves on new topics only, lastMetadataImageWithNewTopics)."""
+    from types import SimpleNamespace
+
+    from coordinator.relay.cluster import ClusterMetadata
+
+    topic_id, count = uuid.UUID(int=5), [4]
+
+    async def metadata(*_names: object) -> SimpleNamespace:
+        return SimpleNamespace(topics=[SimpleNamespace(name="t", error_code=0, partitions=list(range(count[0])),
+                                                       topic_id=topic_id)])
+
+    env = Env()
+    try:
+        cluster = ClusterMetadata(metadata, 0, metadata)
+        cluster.observe(await metadata(), all_topics=True)
+        env.runtime.consumer_groups.topics = cluster
+        env.runtime.consumer_groups.refresh_all_topics = lambda: cluster.refresh_all(0)
+        env.runtime.refresh_topics = lambda names: cluster.refresh(names, 0)
+        joined = await (env.heartbeat("a", 0, topics=None, subscribed_topic_regex="t") if by_regex
+                        else env.heartbeat("a", 0, topics=("t",)))
+        await env.resolved()
+        steady = await env.heartbeat("a", joined.member_epoch)
+        assert env.group().members["a"].assigned == {topic_id: (0, 1, 2, 3)} and cluster.version == 1
+        epoch = env.group().group_epoch
+        count[0] = 6
+        env.advance(env.config.group_consumer_heartbeat_interval_ms)
+        grown = await env.heartbeat("a", steady.member_epoch, owned={topic_id: (0, 1, 2, 3)})
+        assert env.group().group_epoch == epoch + 1 and grown.member_epoch == epoch + 1
+        assert grown.assignment == {topic_id: tuple(range(6))}
+        assert cluster.version == 1
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()

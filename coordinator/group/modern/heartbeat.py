@@ -183,6 +183,36 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
     return result
 
 
+def steady_heartbeat(group: ConsumerGroup, request: HeartbeatRequest, topics: TopicsView, settings: Settings,
+                     timers: MemberTimers, now_ms: int) -> HeartbeatResponse | None:
+    """The heartbeat that changes nothing, answered as `heartbeat` answers it with none of its work: a valid request
+    (see `validate`) of a known consumer-protocol member at its epoch, reconciled to the group's assignment epoch,
+    that brings no change to the member, in a group with no target to compute, no regular expression to resolve
+    and subscribed topics whose metadata did not change when it is looked at again (`subscribe`). Only the session
+    timer (and that look's deadline) move. None: anything might change (`heartbeat` decides)."""
+    member = group.members.get(request.member_id)
+    if (member is None or request.member_epoch <= 0 or request.member_epoch != member.member_epoch
+            or member.classic is not None or not member.is_reconciled_to(group.assignment_epoch)
+            or group.group_epoch == 0 or group.group_epoch > group.assignment_epoch
+            or group.has_regex_subscribers()):
+        return None
+    instance_id = request.instance_id
+    if instance_id is not None and group.static_members.get(instance_id) != member.member_id:
+        return None  # another member holds that instance id, or none does: `heartbeat` says which error
+    if _updated(member, request) is not member:
+        return None
+    if now_ms >= group.metadata_refresh_deadline_ms:
+        if metadata_hash(group.topic_names(), topics) != group.metadata_hash:
+            return None  # the epoch is bumped
+        group.metadata_refresh_deadline_ms = now_ms + settings.metadata_refresh_interval_ms
+    timers.schedule_session(group.group_id, member.member_id)
+    full = (request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None
+            and request.owned is not None)
+    return HeartbeatResponse(member_id=member.member_id, member_epoch=member.member_epoch,
+                             heartbeat_interval_ms=settings.heartbeat_interval_ms,
+                             assignment=member.assigned if full else None)
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """What a member is reconciled towards: the assignment epoch and its partitions."""

@@ -21,7 +21,7 @@ from coordinator.group.assignor import DEFAULT_ASSIGNOR
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatResponse, Settings, fence, heartbeat,
-                                                validate)
+                                                steady_heartbeat, validate)
 from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                    SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.loading import materialize_group
@@ -36,9 +36,9 @@ from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.observing import ConsumerGroupWatch, Fenced
 from coordinator.group.modern.regex import DescribableTopics, Refresh, resolution_records, resolve
-from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRecord, GroupEpochRecord, Partitions,
-                                              RecordType, TargetAssignmentEpochRecord, TargetAssignmentRecord,
-                                              Tombstone)
+from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRecord, CurrentAssignmentRecord,
+                                              GroupEpochRecord, MemberMetadataRecord, Partitions, RecordType,
+                                              TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
 from coordinator.topics import StaticTopics, TopicsView
 from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard
@@ -53,6 +53,8 @@ log = logging.getLogger("coordinator.group")
 _AS_NOW = object()
 # Kafka 4.1's reason for a consumer group member's session expiry (its line ends "... session expired.")
 _SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
+# a member whose join was not written, fenced once a later write kept it in memory (_undo_joins)
+_JOIN_NOT_WRITTEN = Fenced("its join was not written.", RebalanceCategory.ASSIGNMENT_STORE_FAILED)
 # Kafka's answers to an append that mean its records are not in the log
 _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLLOWER, Errors.MESSAGE_TOO_LARGE,
                            Errors.RECORD_LIST_TOO_LARGE, Errors.CORRUPT_MESSAGE,
@@ -125,10 +127,30 @@ class ConsumerGroupService:
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
         self.watch = ConsumerGroupWatch(self.wall_clock.now_ms)  # what each change tells the shard's observer
+        self.steady_shortcut = True  # False: every heartbeat takes the full path (equivalence tests, benches)
 
     # --- requests ---------------------------------------------------------------------------------------------
+    def steady_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
+        """The answer to a heartbeat that changes nothing (heartbeat.steady_heartbeat), with none of the full path's
+        work; None when it may change something, or is answered with an error: `heartbeat` answers it."""
+        if not self.steady_shortcut:
+            return None
+        try:
+            validate(request, self.settings)
+        except ApiError:
+            return None
+        shard = self.shard_for(request.group_id)
+        group = shard.consumer_groups.get(request.group_id)
+        if group is None or shard.status is not ShardStatus.ACTIVE or is_convertible(shard.groups.get(
+                request.group_id)):
+            return None
+        return steady_heartbeat(group, request, self.topics, self.settings, self, self.timer.clock.now_ms())
+
     def heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Write | None]:
         """The response, and the write to await before sending it (None: nothing changed)."""
+        steady = self.steady_heartbeat(request)
+        if steady is not None:
+            return steady, None
         try:
             validate(request, self.settings)
             shard = self.shard_for(request.group_id)
@@ -252,15 +274,19 @@ class ConsumerGroupService:
                                          self.config.group_max_size)
 
     @staticmethod
-    def _left(group: ConsumerGroup, member_id: str) -> RebalanceCause:
-        return RebalanceCause(RebalanceCategory.MEMBER_LEFT, f"Downgrade group {group.group_id} from consumer to "
-                              "classic for member leaving.", member_id)
+    def _left(group: ConsumerGroup, member_id: str, fenced: Fenced | None = None) -> RebalanceCause:
+        """Kafka's reason for the classic group's rebalance when the last consumer-protocol member goes, whether it
+        left or a timer fenced it (the category says which)."""
+        return RebalanceCause(RebalanceCategory.MEMBER_LEFT if fenced is None else fenced.category,
+                              f"Downgrade group {group.group_id} from consumer to classic for member leaving.",
+                              member_id)
 
     def _downgrade(self, shard: GroupShard, group: ConsumerGroup, leaving_member_id: str | None,
-                   cause: RebalanceCause, first: Sequence[ConsumerGroupRecord] = ()) -> Write:
+                   cause: RebalanceCause, first: Sequence[ConsumerGroupRecord] = (), *,
+                   fenced: Fenced | None = None) -> Write:
         """The consumer group's tombstones and the classic group's record, written together (after `first`, the
         records of the join that brings it about); the classic group (holding the group's offsets) takes its place
-        at once and rebalances for `cause`."""
+        at once and rebalances for `cause`. `fenced`: why the leaving member went, when a timer fenced it."""
         group_id = group.group_id
         final = group
         if first:  # the group as those records leave it: the classic group is made of it
@@ -275,7 +301,8 @@ class ConsumerGroupService:
         for member_id in {*group.members, *final.members}:
             self.cancel_all(group_id, member_id)
         write = self._apply(shard, group_id, [*first, *consumer_group_tombstones(final)],
-                            written_last=[GroupMetadataRecord(group_id, record)], carried_over=classic.members.keys())
+                            written_last=[GroupMetadataRecord(group_id, record)], fenced=fenced,
+                            carried_over=classic.members.keys())
         assert write is not None and write.then is not None
         revert_consumer_group = write.then
 
@@ -433,6 +460,38 @@ class ConsumerGroupService:
             rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records))
             if rewrite is not None:
                 shard.append(rewrite)
+        if active and not reverted and error in _NOT_APPENDED:
+            self._undo_joins(shard, group_id, before, records, error)
+
+    def _undo_joins(self, shard: GroupShard, group_id: str, before: ConsumerGroup | None,
+                    records: Sequence[ConsumerGroupRecord], error: Errors) -> None:
+        """A failed write that is not in the log (`_NOT_APPENDED`) and that a later one was computed on top of stays
+        in memory (only the latest write reverts), but the dynamic consumer-protocol members it brought in, still
+        as it left them, are fenced: their clients were
+        told the join failed (Kafka reverts it: no such member remains), as the classic path restores a failed
+        static replacement unless the member was replaced again meanwhile. One changed since (a later heartbeat
+        of its own was written) is left as it is."""
+        group = shard.consumer_groups.get(group_id)
+        if group is None:
+            return
+        assignments = {r.member_id: r for r in records if isinstance(r, CurrentAssignmentRecord)}
+        for record in records:
+            if (not isinstance(record, MemberMetadataRecord) or record.instance_id is not None
+                    or record.classic is not None or (before is not None and record.member_id in before.members)):
+                continue
+            member = group.members.get(record.member_id)
+            if member is None or member.metadata_record(group_id) != record or (
+                    record.member_id in assignments
+                    and member.assignment_record(group_id) != assignments[record.member_id]):
+                continue
+            if validate_online_downgrade(group, member.member_id, self.config.group_consumer_migration_policy,
+                                         self.config.group_max_size):
+                continue  # its fence would convert the group: left to its session timeout
+            log.warning("event=consumer_group_join_undone group=%s member=%s error=%s", group_id, member.member_id,
+                        error.name)
+            write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=_JOIN_NOT_WRITTEN)
+            if write is not None:
+                shard.append(write)
 
     def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
         """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
@@ -539,7 +598,8 @@ class ConsumerGroupService:
         log.info("[GroupId %s] %s", group_id, reason.line(member_id))
         if validate_online_downgrade(group, member_id, self.config.group_consumer_migration_policy,
                                      self.config.group_max_size):
-            shard.append(self._downgrade(shard, group, member_id, self._left(group, member_id)))
+            shard.append(self._downgrade(shard, group, member_id, self._left(group, member_id, reason),
+                                         fenced=reason))
             return
         write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=reason)
         if write is not None:

@@ -79,10 +79,7 @@ def start(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes | A
     if body.subscribed_topic_names and not all(
             ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, name) for name in set(body.subscribed_topic_names)):
         return to_frame(header, HeartbeatResponse(Errors.TOPIC_AUTHORIZATION_FAILED))
-    coordinator = ctx.coordinator
-    request = to_request(ctx, header, body)
-    begin = getattr(coordinator, "start_consumer_group_heartbeat", None)  # without it: through the coroutine
-    outcome = coordinator.consumer_group_heartbeat(request) if begin is None else begin(request)
-    if type(outcome) is HeartbeatResponse:
+    outcome = ctx.coordinator.start_consumer_group_heartbeat(to_request(ctx, header, body))
+    if isinstance(outcome, HeartbeatResponse):
         return to_frame(header, outcome)
     return outcome

@@ -1,0 +1,139 @@
+"""The steady-state shortcut of ConsumerGroupHeartbeat (heartbeat.steady_heartbeat) answers exactly as the full path:
+generated histories of joins, heartbeats with changed or repeated fields, acknowledgements, leaves, clock advances
+and partition count changes run against two runtimes, one with the shortcut and one without; every answer, every
+record written, the groups' state and the members' timers are the same after every step."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse, steady_heartbeat
+from coordinator.topics import StaticTopics, TopicImage
+from tests.support.consumer_group_env import FOO, GROUP, Env
+
+MEMBERS = ("m0", "m1", "m2")
+INSTANCES = {"m0": "i-m0"}  # m0 is static
+
+heartbeats = st.tuples(
+    st.just("heartbeat"),
+    st.sampled_from(MEMBERS),
+    st.sampled_from(["current"] * 8 + ["previous", "ahead", "join", "leave", "leave_static"]),
+    st.sampled_from([None] * 5 + ["same", ("foo",), ("foo", "bar")]),
+    st.sampled_from([None] * 3 + ["assigned", "assigned", "nothing"]),
+    st.sampled_from([-1] * 4 + [30_000, 20_000]),
+    st.sampled_from([None] * 4 + ["r1"]),
+    st.sampled_from(["own"] * 6 + ["other"]),
+    st.sampled_from([None] * 4 + ["uniform", "range"]),
+)
+ACTIONS = st.one_of(heartbeats,
+                    st.tuples(st.just("advance"), st.sampled_from([100, 2_000, 6_000, 46_000])),
+                    st.tuples(st.just("partitions"), st.sampled_from([1, 2])))  # more: Kafka never has fewer
+
+
+class _Timers:
+    """What steady_heartbeat asks of the timers, written down (a preview on a copy of the group)."""
+
+    def schedule_session(self, group_id: str, member_id: str) -> None: ...
+    def schedule_rebalance(self, group_id: str, member_id: str, member_epoch: int, timeout_ms: int) -> None: ...
+    def cancel_rebalance(self, group_id: str, member_id: str) -> None: ...
+    def cancel_all(self, group_id: str, member_id: str) -> None: ...
+
+
+def _request(env: Env, action: tuple[Any, ...]) -> HeartbeatRequest:
+    _kind, member_id, epoch_kind, names, owned_kind, rebalance_ms, rack, client, assignor = action
+    group = env.group()
+    member = group.members.get(member_id) if group is not None else None
+    epoch = member.member_epoch if member is not None else 0
+    epoch = {"current": epoch, "previous": member.previous_member_epoch if member is not None else 0,
+             "ahead": epoch + 1, "join": 0, "leave": -1, "leave_static": -2}[epoch_kind]
+    if names == "same":
+        names = member.subscribed_topic_names if member is not None else ("foo",)
+    owned: list[tuple[uuid.UUID, tuple[int, ...]]] | None = None
+    if owned_kind == "assigned" and member is not None:
+        owned = list(member.assigned.items())
+    elif owned_kind == "nothing":
+        owned = []
+    if epoch == 0:  # a join as a client sends it
+        names, owned, rebalance_ms = names or ("foo",), [], 30_000 if rebalance_ms == -1 else rebalance_ms
+    instance_id = INSTANCES.get(member_id)
+    return HeartbeatRequest(GROUP, member_id, epoch, instance_id=instance_id, rack_id=rack,
+                            rebalance_timeout_ms=rebalance_ms, subscribed_topic_names=names,
+                            server_assignor=assignor, owned=owned,
+                            client_id=member_id if client == "own" else "other", client_host="/127.0.0.1")
+
+
+def _state(group: ConsumerGroup | None) -> object:
+    if group is None:
+        return None
+    return (group.group_epoch, group.metadata_hash, group.assignment_epoch, group.members, group.static_members,
+            group.targets, group._partition_epochs, group.resolved_regexes, group.metadata_refresh_deadline_ms,
+            group.state)
+
+
+def _timers(env: Env) -> dict[tuple[str, str, str], int | None]:
+    service = env.runtime.consumer_groups
+    return {key: task.expiration_ms for key, task in service._timers.items() if task.is_scheduled}
+
+
+def _answer(response: HeartbeatResponse) -> tuple[object, ...]:
+    return (response.error, response.message, response.member_id, response.member_epoch,
+            response.heartbeat_interval_ms, response.assignment)
+
+
+async def _history(actions: list[tuple[Any, ...]]) -> int:
+    """Runs the actions on both runtimes; returns how many heartbeats the shortcut answered."""
+    shortcut, full = Env(), Env()
+    full.runtime.consumer_groups.steady_shortcut = False
+    steady = 0
+    try:
+        for action in actions:
+            if action[0] == "advance":
+                for env in (shortcut, full):
+                    env.advance(action[1])
+            elif action[0] == "partitions":
+                for env in (shortcut, full):
+                    foo = env.topics.by_name("foo")
+                    assert foo is not None
+                    env.topics.put(TopicImage(FOO, "foo", foo.partitions + action[1]))
+            else:
+                request = _request(shortcut, action)
+                assert request == _request(full, action)
+                group = shortcut.group()
+                if group is not None and steady_heartbeat(
+                        group.snapshot(), request, shortcut.topics, shortcut.runtime.consumer_groups.settings,
+                        _Timers(), shortcut.clock.now_ms()) is not None:
+                    steady += 1
+                answers = [await env.runtime.consumer_group_heartbeat(request) for env in (shortcut, full)]
+                assert _answer(answers[0]) == _answer(answers[1]), (action, request)
+            for _ in range(3):  # what the fences of a clock advance wrote is acknowledged
+                await asyncio.sleep(0)
+            assert _state(shortcut.group()) == _state(full.group()), action
+            assert shortcut.store.consumer_records == full.store.consumer_records, action
+            assert _timers(shortcut) == _timers(full), action
+    finally:
+        for env in (shortcut, full):
+            await env.runtime.shutdown()
+            await env.timer.close()
+    return steady
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ACTIONS, max_size=30))
+def test_the_shortcut_answers_as_the_full_path(actions: list[tuple[Any, ...]]) -> None:
+    asyncio.run(_history(actions))
+
+
+def test_a_stable_groups_heartbeats_take_the_shortcut_and_topic_news_does_not() -> None:
+    """The histories above reach the shortcut: a stable group's plain heartbeats, also after the metadata
+    refresh interval; a partition count change is not one (the full path bumps the epoch)."""
+    join = ("heartbeat", "m1", "join", None, None, -1, None, "own", None)
+    plain = ("heartbeat", "m1", "current", None, None, -1, None, "own", None)
+    repeated = ("heartbeat", "m1", "current", "same", "assigned", 30_000, None, "own", None)
+    assert asyncio.run(_history([join, plain, plain, repeated, ("advance", 6_000), plain])) == 4
+    assert asyncio.run(_history([join, plain, ("partitions", 2), ("advance", 6_000), plain])) == 1
