@@ -16,6 +16,12 @@ reaches the cluster through: Metadata for the partition's leader, the Produce of
 parsed back with the production fetch reader), and the transaction's verification when the group refuses a
 request (FindCoordinator of the transactional id, DescribeTransactions answered with the frame a broker sends).
 
+`TxnProbe` is a zombie of those applications: a producer whose consumer group metadata is of a generation long
+gone (and whose producer id or epoch may be too), so the group refuses its TxnOffsetCommit and the handler verifies
+the transaction at the transaction coordinator before answering — made common, with the verification's own faults
+(`VerificationFaults`: FindCoordinator and DescribeTransactions answered with errors or not at all, transactions held
+in PrepareCommit/PrepareAbort).
+
 `TransactionalApp` is a consume-transform-produce loop (a Java producer with `sendOffsetsToTransaction`, a
 read_committed consumer): it fetches its group's offsets with require_stable, begins a transaction, adds the
 group's state partition (AddOffsetsToTxn, TV1) or lets TxnOffsetCommit v5 add it (TV2), commits the offsets of
@@ -42,12 +48,13 @@ from protocol.fetch_reader import parse_batches
 from protocol.group_fastpath import uvarint
 from protocol.messages import build, item_class
 from simulator.instance import Disconnected, Route
-from simulator.invariants import TXN_GROUP_PREFIX
+from simulator.invariants import TXN_GROUP_PREFIX, verification_text
 
 if TYPE_CHECKING:
     from simulator.run import Simulation
 
 PRODUCE_TIMEOUT_MS = 5_000
+TRANSACTIONAL_ID_PREFIX = "txn-app-"  # an application's transactional id: the prefix and its number
 _PRODUCE, _DESCRIBE_TRANSACTIONS = 0, 65  # API keys protocol.apis.ApiKey does not name
 _ADD_PARTITIONS_TO_TXN = 24
 _DUPLICATES_KEPT = 5  # batches per producer and partition a leader recognises as duplicates (Kafka's 5)
@@ -58,6 +65,38 @@ _RETRIABLE = frozenset({Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR
 _FENCED = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED})
 _ABORTABLE = frozenset({Errors.INVALID_TXN_STATE, Errors.TRANSACTION_ABORTABLE, Errors.INVALID_PRODUCER_ID_MAPPING,
                         Errors.OUT_OF_ORDER_SEQUENCE_NUMBER})
+
+
+@dataclass(frozen=True)
+class VerificationFaults:
+    """Faults of the transaction's verification (scenarios with a `TxnProbe`): each FindCoordinator of a
+    transactional id or DescribeTransactions answered with a retriable error, each attempt of either left
+    unanswered (the relay waits its upstream timeout and tries once more), and how long the transaction
+    coordinator holds PrepareCommit/PrepareAbort before it writes the markers."""
+
+    find_error: float
+    describe_error: float
+    timeout: float
+    prepare_hold_ms: tuple[int, int]
+
+
+UPSTREAM_TIMEOUT_MS = 30_000  # the relay's timeout of its own requests to the cluster (RelayConfig.upstream_timeout_ms)
+_TC_ERRORS = (Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS)
+
+
+@dataclass(frozen=True)
+class Described:
+    """What the transaction coordinator said of a transactional id when a verification asked."""
+
+    state: str
+    producer_id: int
+    epoch: int
+    partitions: frozenset[int]
+
+
+# a verification's outcome: the state described, None (no such transactional id), or the error that left it
+# unverified (the handler answers COORDINATOR_NOT_AVAILABLE)
+Verification = Described | Errors | None
 
 
 @dataclass
@@ -92,6 +131,7 @@ class ClientTransactions:
         self._by_id: dict[str, _Txn] = {}
         self._producers: dict[tuple[int, int], _ProducerState] = {}  # (partition, producer id)
         self._next_producer_id = 1_000
+        self.prepare_hold_ms = (0, 0)  # how long PrepareCommit/PrepareAbort lasts before the markers
 
     def _record(self, kind: str, **fields: Any) -> None:
         self.sim.history.record(kind, **fields)
@@ -160,18 +200,21 @@ class ClientTransactions:
         """PrepareCommit/PrepareAbort, the markers into every partition of the transaction, Complete."""
         txn.state = "PrepareCommit" if commit else "PrepareAbort"
         number, partitions = txn.number, sorted(txn.partitions)
+        markers: dict[int, int] = {}
         self._record("txn_prepare", tid=txn.transactional_id, n=number, commit=commit, why=why)
+        if self.prepare_hold_ms[1]:
+            await asyncio.sleep(self.rng.randint(*self.prepare_hold_ms) / 1000)
         for partition in partitions:
             while True:
                 await asyncio.sleep(self.rng.randint(1, 30) / 1000)
                 if self.kafka.is_up:
                     break
                 await self.kafka.wait_up(self.sim.now_ms() + 3_600_000)
-            offset = self.kafka.append_marker(partition, txn.producer_id, txn.epoch, commit)
+            offset = markers[partition] = self.kafka.append_marker(partition, txn.producer_id, txn.epoch, commit)
             txn.partitions.discard(partition)  # DescribeTransactions lists only partitions still without a marker
             self._record("txn_marker", tid=txn.transactional_id, n=number, partition=partition, offset=offset,
                          commit=commit)
-        self.sim.checkers.txn_ended(txn.transactional_id, number, commit)
+        self.sim.checkers.txn_ended(txn.transactional_id, number, commit, markers)
         txn.state = "CompleteCommit" if commit else "CompleteAbort"
         txn.partitions = set()
 
@@ -220,12 +263,12 @@ class ClientTransactions:
                                          [(r.key, r.value) for r in batch.records])
         state.last_sequence = last
         state.recent = (state.recent + [(first, last, base)])[-_DUPLICATES_KEPT:]
-        for record in batch.records:
+        for index, record in enumerate(batch.records):
             key = decode_key(record.key)
             if isinstance(key, OffsetCommitKey) and record.value is not None:
                 self.sim.checkers.txn_offset_landed(key.group, (key.topic, key.partition),
                                                     decode_offset_commit_value(record.value).offset,
-                                                    (transactional_id, txn.number))
+                                                    (transactional_id, txn.number), (partition, base + index))
         self._record("txn_batch", tid=transactional_id, partition=partition, offset=base, seq=first,
                      epoch=batch.producer_epoch)
         if roll < faults.refuse + faults.after_append:
@@ -243,13 +286,41 @@ class SimRelay:
 
     BROKER = 1  # the one simulated broker leads every partition and is every transaction coordinator
 
-    def __init__(self, sim: Simulation, transactions: ClientTransactions, topic: str, partitions: int) -> None:
+    def __init__(self, sim: Simulation, transactions: ClientTransactions, topic: str, partitions: int,
+                 faults: VerificationFaults | None = None, rng: random.Random | None = None) -> None:
         self.sim = sim
         self.transactions = transactions
         self.topic = topic
         self.partitions = partitions
         self.cluster = self  # relay.cluster.missing(): every topic of the run exists
         self._correlation_id = 0
+        self.faults = faults
+        self.rng = rng or random.Random(0)
+        self.verifications: list[tuple[str, Verification]] = []  # (transactional id, outcome), in order
+
+    def _verified(self, transactional_id: str, outcome: Verification) -> None:
+        self.verifications.append((transactional_id, outcome))
+        self.sim.history.record("txn_verification", tid=transactional_id, outcome=verification_text(outcome))
+
+    async def _unanswered(self, transactional_id: str) -> None:
+        """The relay's attempts at a verification request: each one may go unanswered (its upstream timeout,
+        then once more, as `Relay.request`/`request_to` do); UpstreamUnavailable after two."""
+        if self.faults is None:
+            return
+        for rate in (self.faults.timeout, 0.5):  # a transaction coordinator that did not answer often stays silent
+            if self.rng.random() >= rate:
+                return
+            await asyncio.sleep(UPSTREAM_TIMEOUT_MS / 1000)
+        self._verified(transactional_id, Errors.REQUEST_TIMED_OUT)
+        raise UpstreamUnavailable("the transaction coordinator did not answer (simulated timeouts)")
+
+    def _injected(self, transactional_id: str, rate: float) -> Errors:
+        """A retriable error the verification request is answered with (NONE: none)."""
+        if self.faults is None or self.rng.random() >= rate:
+            return Errors.NONE
+        error = self.rng.choice(_TC_ERRORS)
+        self._verified(transactional_id, error)
+        return error
 
     async def missing(self, partitions: Any) -> set[tuple[str, int]]:
         return set()
@@ -257,16 +328,23 @@ class SimRelay:
     async def request(self, body: Any) -> Any:
         """Metadata of the state topic, or FindCoordinator (v4+) of transactional ids."""
         await asyncio.sleep(self.sim.latency_ms() / 1000)
-        if not self.sim.kafka.is_up:
-            raise UpstreamUnavailable("the cluster is down")
         api_key = int(body.__api_key__)
+        finding = api_key == ApiKey.FIND_COORDINATOR and body.key_type == 1
+        if finding:
+            await self._unanswered(body.coordinator_keys[0])
+        if not self.sim.kafka.is_up:
+            if finding:
+                self._verified(body.coordinator_keys[0], Errors.COORDINATOR_NOT_AVAILABLE)
+            raise UpstreamUnavailable("the cluster is down")
         if api_key == ApiKey.METADATA:
             return SimpleNamespace(topics=[SimpleNamespace(name=self.topic, error_code=0, partitions=[
                 SimpleNamespace(partition_index=p, leader_id=self.BROKER) for p in range(self.partitions)])])
-        if api_key == ApiKey.FIND_COORDINATOR and body.key_type == 1:
+        if finding:
+            errors = [self._injected(key, self.faults.find_error if self.faults else 0.0)
+                      for key in body.coordinator_keys]
             return SimpleNamespace(throttle_time=0, coordinators=[SimpleNamespace(
-                key=key, node_id=self.BROKER, host="sim-kafka", port=9092, error_code=0, error_message=None)
-                for key in body.coordinator_keys])
+                key=key, node_id=self.BROKER, host="sim-kafka", port=9092, error_code=int(error), error_message=None)
+                for key, error in zip(body.coordinator_keys, errors)])
         raise NotImplementedError(f"the simulated relay does not serve API {api_key} v{body.__version__}")
 
     async def request_to(self, node_id: int, body: Any, *, undecoded: bool = False) -> Any:
@@ -277,14 +355,23 @@ class SimRelay:
         if api_key == _PRODUCE:
             return await self._produce(body)
         if api_key == _DESCRIBE_TRANSACTIONS and undecoded:
+            transactional_id = body.transactional_ids[0]
+            await self._unanswered(transactional_id)
             if not self.sim.kafka.is_up:
+                self._verified(transactional_id, Errors.COORDINATOR_NOT_AVAILABLE)
                 raise UpstreamUnavailable(f"broker {node_id} did not answer: the cluster is down")
             self._correlation_id += 1
-            described = [(tid, self.transactions.described(tid), self.topic) for tid in body.transactional_ids]
-            for tid, txn, _ in described:
-                self.sim.history.record("txn_describe", tid=tid, state=None if txn is None else txn.state,
-                                        epoch=None if txn is None else txn.epoch)
-            frame = describe_transactions_frame(self._correlation_id, described)
+            error = self._injected(transactional_id, self.faults.describe_error if self.faults else 0.0)
+            if error != Errors.NONE:
+                frame = describe_transactions_frame(self._correlation_id, [(transactional_id, error, self.topic)])
+            else:
+                described: list[tuple[str, _Txn | Errors | None, str]] = [
+                    (tid, self.transactions.described(tid), self.topic) for tid in body.transactional_ids]
+                for tid, txn, _ in described:
+                    assert not isinstance(txn, Errors)
+                    self._verified(tid, None if txn is None else Described(
+                        txn.state, txn.producer_id, txn.epoch, frozenset(txn.partitions)))
+                frame = describe_transactions_frame(self._correlation_id, described)
             await asyncio.sleep(self.sim.latency_ms() / 1000)
             return frame
         if api_key == _ADD_PARTITIONS_TO_TXN and not undecoded:
@@ -322,16 +409,18 @@ def _compact_string(value: str) -> bytes:
     return uvarint(len(data) + 1) + data
 
 
-def describe_transactions_frame(correlation_id: int, described: list[tuple[str, _Txn | None, str]]) -> bytes:
+def describe_transactions_frame(correlation_id: int, described: list[tuple[str, _Txn | Errors | None, str]]
+                                ) -> bytes:
     """A DescribeTransactions v0 response frame as a broker sends it, without the size: response header v1
     (correlation id, tagged fields), throttle time, the transaction states (compact strings and arrays, tagged
-    fields). An unknown id is TRANSACTIONAL_ID_NOT_FOUND with the schema's defaults."""
+    fields). An unknown id is TRANSACTIONAL_ID_NOT_FOUND with the schema's defaults, an error the same way."""
     no_tags = uvarint(0)
     out = bytearray(struct.pack(">i", correlation_id) + no_tags + struct.pack(">i", 0))
     out += uvarint(len(described) + 1)
     for transactional_id, txn, topic in described:
-        if txn is None:
-            out += struct.pack(">h", Errors.TRANSACTIONAL_ID_NOT_FOUND) + _compact_string(transactional_id)
+        if txn is None or isinstance(txn, Errors):
+            error = Errors.TRANSACTIONAL_ID_NOT_FOUND if txn is None else txn
+            out += struct.pack(">h", error) + _compact_string(transactional_id)
             out += _compact_string("") + struct.pack(">iqqh", 0, 0, 0, 0) + uvarint(1) + no_tags
             continue
         out += struct.pack(">h", Errors.NONE) + _compact_string(transactional_id) + _compact_string(txn.state)
@@ -347,7 +436,8 @@ def describe_transactions_frame(correlation_id: int, described: list[tuple[str, 
 
 
 def txn_offset_commit_request(version: int, transactional_id: str, group_id: str, producer_id: int, epoch: int,
-                              offsets: dict[tuple[str, int], int]) -> Any:
+                              offsets: dict[tuple[str, int], int], *, generation_id: int = -1,
+                              member_id: str = "") -> Any:
     cls = request_class(28, version)
     topic_class = item_class(cls, "topics")
     partition_class = item_class(topic_class, "partitions")
@@ -356,7 +446,7 @@ def txn_offset_commit_request(version: int, transactional_id: str, group_id: str
         by_topic.setdefault(topic, []).append((partition, offset))
     fields: dict[str, Any] = {}
     if version >= 3:
-        fields = {"generation_id": -1, "member_id": "", "group_instance_id": None}
+        fields = {"generation_id": generation_id, "member_id": member_id, "group_instance_id": None}
     return build(cls, transactional_id=transactional_id, group_id=group_id, producer_id=producer_id,
                  producer_epoch=epoch, topics=tuple(topic_class(name=topic, partitions=tuple(
                      build(partition_class, partition_index=p, committed_offset=o, committed_metadata="")
@@ -373,7 +463,7 @@ class TransactionalApp:
     def __init__(self, sim: Simulation, number: int, incarnation: int, topics: dict[str, int], tv2: bool,
                  version: int, timeout_ms: int, rng: random.Random) -> None:
         self.sim = sim
-        self.transactional_id = f"txn-app-{number}"
+        self.transactional_id = f"{TRANSACTIONAL_ID_PREFIX}{number}"
         self.group_id = f"{TXN_GROUP_PREFIX}{number}"
         self.name = f"{self.transactional_id}#{incarnation}"
         self.partitions = [(t, p) for t, n in sorted(topics.items()) for p in range(n)]
@@ -503,3 +593,68 @@ class TransactionalApp:
                 return False
             await asyncio.sleep(self.rng.randint(100, 1_000) / 1000)
         return False
+
+
+@dataclass(frozen=True)
+class ProbedApp:
+    transactional_id: str
+    group_id: str
+    topics: dict[str, int]
+    tv2: bool
+
+    @staticmethod
+    def of(number: int, topics: dict[str, int], tv2: bool) -> ProbedApp:
+        """Application `number`'s transactional id and group."""
+        return ProbedApp(f"{TRANSACTIONAL_ID_PREFIX}{number}", f"{TXN_GROUP_PREFIX}{number}", topics, tv2)
+
+
+class TxnProbe:
+    """A zombie of the exactly-once applications, sending TxnOffsetCommit (v3+) with consumer group metadata of a
+    generation that is gone (a generation >= 0, a member id the group does not have) for an application's
+    transactional id: with the producer id and epoch its transaction coordinator has now, an older epoch, another
+    producer id, or for a transactional id nobody initialised. The group refuses it, so the handler asks the
+    transaction coordinator first; `txn_verification` checks the answer against what it was told."""
+
+    _IDENTITIES = ("current", "current", "older_epoch", "other_producer", "unknown_id")
+
+    def __init__(self, sim: Simulation, relay: SimRelay, apps: list[ProbedApp], every_ms: tuple[int, int],
+                 rng: random.Random) -> None:
+        self.sim, self.relay, self.apps, self.every_ms, self.rng = sim, relay, apps, every_ms, rng
+        self.name = "txn-zombie"
+        self.route = Route()
+        self._sent = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.rng.randint(*self.every_ms) / 1000)
+            await self._probe(self.rng.choice(self.apps))
+
+    async def _probe(self, app: ProbedApp) -> None:
+        rng, sim = self.rng, self.sim
+        transactional_id = app.transactional_id
+        txn = self.relay.transactions.described(transactional_id)
+        producer_id, epoch = (txn.producer_id, txn.epoch) if txn is not None else (1_000, 0)
+        identity = rng.choice(self._IDENTITIES)
+        if identity == "older_epoch":
+            epoch = max(epoch - rng.randint(1, 3), 0)
+        elif identity == "other_producer":
+            producer_id += 500
+        elif identity == "unknown_id":
+            transactional_id += "-never-initialised"
+        version = 5 if app.tv2 else rng.choice((3, 4))
+        topic = rng.choice(sorted(app.topics))
+        offsets = {(topic, p): sim.next_offset(app.group_id, (topic, p)) for p in range(app.topics[topic])}
+        self._sent += 1
+        request = txn_offset_commit_request(version, transactional_id, app.group_id, producer_id, epoch, offsets,
+                                            generation_id=rng.randint(1, 9), member_id=f"zombie-{self._sent}")
+        asked = len(self.relay.verifications)
+        try:
+            response = await sim.call(self.name, "", "txn_offset_commit", request, route=self.route)
+        except Disconnected:
+            await asyncio.sleep(rng.randint(100, 1_000) / 1000)
+            return
+        answers = {Errors(int(p.error_code)) for t in response.topics for p in t.partitions}
+        outcomes = [outcome for tid, outcome in self.relay.verifications[asked:] if tid == transactional_id]
+        state_partition = partition_for(app.group_id, sim.config.offsets_topic_num_partitions)
+        sim.checkers.txn_refused(self.name, transactional_id, producer_id, epoch, version, state_partition,
+                                 answers, outcomes)

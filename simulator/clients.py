@@ -18,6 +18,7 @@ factor (slowness), and cancelling its task (a crash: no LeaveGroup).
 from __future__ import annotations
 
 import asyncio
+import random
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -296,7 +297,8 @@ class SimAdmin:
 
     def __init__(self, sim: Simulation, groups: dict[str, dict[str, int]], every_ms: tuple[int, int]) -> None:
         self.sim = sim
-        self.groups = groups
+        self.groups = groups  # what run() draws from
+        self.topics = dict(groups)  # the topics of every group it operates on
         self.every_ms = every_ms
         self.name = "admin"
 
@@ -306,6 +308,19 @@ class SimAdmin:
             await asyncio.sleep(rng.randint(*self.every_ms) / 1000)
             group_id = rng.choice(sorted(self.groups))
             operation = rng.choice(("reset", "reset", "delete_offsets", "delete_group", "describe", "list"))
+            try:
+                await getattr(self, f"_{operation}")(group_id)
+            except Disconnected:
+                pass
+
+    async def run_on_transactional_groups(self, groups: dict[str, dict[str, int]], rng: random.Random) -> None:
+        """The same operator on the applications' groups, drawn apart: deletes their offsets or the group (what
+        a pending transaction holds too), describes them; no resets (their offsets come from transactions)."""
+        self.topics.update(groups)
+        while True:
+            await asyncio.sleep(rng.randint(*self.every_ms) / 1000)
+            group_id = rng.choice(sorted(groups))
+            operation = rng.choice(("delete_offsets", "delete_offsets", "delete_group", "describe"))
             try:
                 await getattr(self, f"_{operation}")(group_id)
             except Disconnected:
@@ -326,7 +341,7 @@ class SimAdmin:
 
     async def _delete_offsets(self, group_id: str) -> None:
         request = OffsetDeleteRequest(group_id, [OffsetDeleteRequestTopic(t, list(range(n)))
-                                                 for t, n in self.groups[group_id].items()])
+                                                 for t, n in self.topics[group_id].items()])
         response = await self.sim.call(self.name, "", "delete_offsets", request)
         deleted = [(t.name, p.partition_index) for t in response.topics for p in t.partitions
                    if response.error_code == Errors.NONE and p.error_code == Errors.NONE]
@@ -335,7 +350,7 @@ class SimAdmin:
     async def _delete_group(self, group_id: str) -> None:
         response = await self.sim.call(self.name, "", "delete_groups", DeleteGroupsRequest([group_id]))
         if response.results[0].error_code == Errors.NONE:
-            topics = self.groups[group_id]
+            topics = self.topics[group_id]
             self.sim.checkers.deleted(group_id, [(t, p) for t, n in topics.items() for p in range(n)],
                                       group_record=True)
 

@@ -143,8 +143,9 @@ class CoordinatorInstance:
         self.service: Any = self.runtime
         self._tasks: list[asyncio.Task[Any]] = []
         # what the server's TxnOffsetCommit handler gets: the service it routes through, the relay to Kafka
+        relay = None if sim.relay is None else PausedRelay(sim.relay, self)
         self.context = ConnectionContext(None, self.service, "/10.0.0.1", "simulated",  # type: ignore[arg-type]
-                                         relay=sim.relay)  # type: ignore[arg-type]
+                                         relay=relay)  # type: ignore[arg-type]
         sim.processes[self.process] = sim.processes[self.name] = self
         if slot is None:
             self.runtime.begin_loading()  # before any request can arrive, as app.py does
@@ -421,3 +422,27 @@ def _error_summary(response: Any) -> str:
     if results:
         return ",".join(sorted({r.error_code.name for r in results}))
     return "NONE"
+
+
+class PausedRelay:
+    """The relay as one coordinator process sees it: an answer that comes while the process is paused (SIGSTOP)
+    is read once it runs again."""
+
+    def __init__(self, relay: Any, process: CoordinatorInstance) -> None:
+        self.relay, self.process = relay, process
+        self.cluster = self
+
+    async def missing(self, partitions: Any) -> set[tuple[str, int]]:
+        return await self.relay.missing(partitions)
+
+    async def request(self, body: Any) -> Any:
+        try:
+            return await self.relay.request(body)
+        finally:
+            await self.process.running()
+
+    async def request_to(self, node_id: int, body: Any, *, undecoded: bool = False) -> Any:
+        try:
+            return await self.relay.request_to(node_id, body, undecoded=undecoded)
+        finally:
+            await self.process.running()

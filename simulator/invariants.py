@@ -31,6 +31,10 @@
                      and failovers (unless a tombstone was issued after); a require_stable fetch is answered
                      UNSTABLE_OFFSET_COMMIT while a TxnOffsetCommit answered NONE awaits its marker; after the
                      last reload no transaction is still pending
+  txn_verification   (clients' transactions) a TxnOffsetCommit the group refuses is answered with the error of
+                     the transaction's verification when the transaction coordinator refused it (restated from
+                     Kafka's TransactionCoordinator, not imported), with the group's error when it verified, and
+                     with COORDINATOR_NOT_AVAILABLE when it could not be asked; never without asking
   no_errors          no request raises, no exception is logged or reaches the loop, no client hears an error
                      a classic consumer cannot expect (UNKNOWN_SERVER_ERROR, ...), the loop never gets stuck
 """
@@ -41,12 +45,14 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.state import GroupState
-from coordinator.storage.records import decode_group_metadata_value, decode_offset_commit_value
+from coordinator.storage.records import (OffsetCommitKey, decode_group_metadata_value, decode_key,
+                                        decode_offset_commit_value)
 from protocol.error_codes import Errors
 from simulator.history import Event, History
 from simulator.ledger import Key, Ledger
 
 if TYPE_CHECKING:
+    from simulator.client_txns import Verification
     from simulator.instance import CoordinatorInstance, Pending
 
 # Kafka 3.9 GroupMetadata.scala, validPreviousStates: target <- allowed sources.
@@ -60,15 +66,23 @@ KAFKA_TRANSITIONS: dict[str, frozenset[str]] = {
 
 INVARIANTS = ("durable_commit", "durable_delete", "single_owner", "generation_once", "session_expiry",
               "transitions", "parked_answered", "answer_after_ack", "reload_equals_acked", "no_errors",
-              "single_writer", "consumer_owner", "member_epoch", "txn_offsets")
+              "single_writer", "consumer_owner", "member_epoch", "txn_offsets", "txn_verification")
 TXN_GROUP_PREFIX = "txn-group-"  # the groups of the transactional applications (checked by txn_offsets alone)
 TxnKey = tuple[str, int]  # (transactional id, the transaction's number)
 # Answers that say the instance does not serve the group's partition (anything else is served)
 NOT_SERVED = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
 MAX_VIOLATIONS = 20
+# a refused TxnOffsetCommit answered before the verification (the partition not served, loading) or when the
+# transaction coordinator could not be asked (its errors, no answer: the client retries)
+_UNVERIFIED = frozenset({Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS})
+# the group's refusals of a generation that is gone (a member it does not have; no group at all)
+_GROUP_REFUSALS = frozenset({Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION})
 # The longest a request may stay parked: two rebalance timeouts (a join phase nobody completes is given another),
 # the initial rebalance delay, a sync phase and a write's timeout. The scenarios keep rebalance.timeout.ms <= 30 s.
 PARKED_AT_MOST_MS = 2 * 30_000 + 3_000 + 30_000 + 5_000 + 10_000
+# A TxnOffsetCommit may also wait for the transaction coordinator: FindCoordinator, DescribeTransactions,
+# AddPartitionsToTxn (and their FindCoordinator), each tried twice with the relay's 30 s upstream timeout
+TXN_OFFSET_COMMIT_AT_MOST_MS = PARKED_AT_MOST_MS + 4 * 2 * 30_000
 
 
 @dataclass(frozen=True)
@@ -114,11 +128,20 @@ class Checkers:
         self._txn_values: dict[tuple[str, str, int, int], TxnKey] = {}
         self._txn_offsets: dict[TxnKey, list[tuple[str, str, int, int]]] = {}
         self._txn_fate: dict[TxnKey, bool] = {}  # committed or aborted, once its markers are in the log
-        # (group, topic, partition) -> (marker time, offset, writes issued by then) of each committed transaction
+        # (group, topic, partition) -> (marker time, offset, writes issued when its batch landed) of each committed
+        # transaction
         self._txn_committed: dict[Key, list[tuple[int, int, int]]] = {}
         # (group, topic, partition) -> (answer time, transaction, writes issued by then) of TxnOffsetCommits
         # answered NONE
-        self._txn_answered: dict[Key, list[tuple[int, TxnKey, int]]] = {}
+        self._txn_answered: dict[Key, list[tuple[int, TxnKey, int, int]]] = {}
+        # (group, topic, partition, offset) -> (state partition, log offset) of each batch that carried it
+        self._txn_landings: dict[tuple[str, str, int, int], list[tuple[int, int]]] = {}
+        # (group, topic, partition) -> (state partition, log offset) of each of our tombstones of it in the log
+        self._txn_tombstones: dict[Key, list[tuple[int, int]]] = {}
+        # committed offsets that a tombstone between their batch and the COMMIT marker dropped (never current)
+        self._txn_dropped: set[tuple[str, str, int, int]] = set()
+        # (group, topic, partition, offset) -> the writes issued when its latest batch landed
+        self._txn_landed_mark: dict[tuple[str, str, int, int], int] = {}
         history.listeners.append(self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
@@ -170,7 +193,7 @@ class Checkers:
                 and not set(error_summary.split(",")) & NOT_SERVED):
             self._one_server(instance, instance.runtime.partition_for(pending.group_id), pending.api)
         waited_ms = self.now_ms() - pending.arrived_ms
-        if waited_ms > PARKED_AT_MOST_MS:
+        if waited_ms > (TXN_OFFSET_COMMIT_AT_MOST_MS if api == "txn_offset_commit" else PARKED_AT_MOST_MS):
             self.violation("parked_answered", f"{api} from {pending.client} was answered after {waited_ms} ms")
         error = getattr(response, "error_code", None)
         resets = (api == "heartbeat" and error in (Errors.NONE, Errors.REBALANCE_IN_PROGRESS)
@@ -412,21 +435,55 @@ class Checkers:
         self.violation("no_errors", f"{client} got {error.name} from {api}")
 
     # --- clients' transactions ---------------------------------------------------------------------------------
-    def txn_offset_landed(self, group_id: str, tp: tuple[str, int], offset: int, txn: TxnKey) -> None:
-        """A client's transactional batch carrying this offset is in the log."""
+    def txn_offset_landed(self, group_id: str, tp: tuple[str, int], offset: int, txn: TxnKey,
+                          at: tuple[int, int] = (0, 0)) -> None:
+        """A client's transactional batch carrying this offset is in the log, at `at` (state partition, log
+        offset)."""
         key = (group_id, tp[0], tp[1], offset)
         if key not in self._txn_values:
             self._txn_values[key] = txn
             self._txn_offsets.setdefault(txn, []).append(key)
+        self._txn_landings.setdefault(key, []).append(at)
+        self._txn_landed_mark[key] = len(self.ledger.writes) - 1
 
-    def txn_ended(self, transactional_id: str, number: int, commit: bool) -> None:
-        """The transaction's markers are in the log."""
+    def tombstone_landed(self, partition: int, key: bytes, log_offset: int) -> None:
+        """One of our tombstones is in the log (kept for the applications' groups)."""
+        decoded = decode_key(key)
+        if isinstance(decoded, OffsetCommitKey) and decoded.group.startswith(TXN_GROUP_PREFIX):
+            self._txn_tombstones.setdefault((decoded.group, decoded.topic, decoded.partition), []).append(
+                (partition, log_offset))
+
+    def _tombstoned_in_log(self, key: tuple[str, str, int, int], until: dict[int, int] | None = None) -> bool:
+        """Whether a tombstone of the offset's partition follows every batch that carried it in the log (before
+        the marker at `until`, per state partition): Kafka's replay drops a pending offset at a tombstone of its
+        partition, so the transaction's COMMIT does not make it current."""
+        tombstones = self._txn_tombstones.get(key[:3], [])
+        landings = self._txn_landings.get(key, [])
+        return bool(landings) and all(
+            any(p == partition and offset < t < (until or {}).get(p, 1 << 62) for p, t in tombstones)
+            for partition, offset in landings)
+
+    def _deleted_since(self, key: Key, committed: tuple[int, int, int]) -> bool:
+        """Whether a tombstone of ours may have deleted a committed offset: issued after its batch landed, or in
+        the log after it (before the marker it dropped the pending offset, after it deleted the current one)."""
+        group_id, topic, partition = key  # type: ignore[misc]  # an offset's key
+        return (self.ledger.tombstoned_after(key, committed[2])
+                or self._tombstoned_in_log((group_id, topic, partition, committed[1])))
+
+    def txn_ended(self, transactional_id: str, number: int, commit: bool, markers: dict[int, int] | None = None
+                  ) -> None:
+        """The transaction's markers are in the log (`markers`: their offsets by state partition)."""
         txn = (transactional_id, number)
         self._txn_fate[txn] = commit
         if commit:
             mark = len(self.ledger.writes) - 1
             for group_id, topic, partition, offset in self._txn_offsets.get(txn, []):
-                self._txn_committed.setdefault((group_id, topic, partition), []).append((self.now_ms(), offset, mark))
+                if markers is not None and self._tombstoned_in_log((group_id, topic, partition, offset), markers):
+                    self._txn_dropped.add((group_id, topic, partition, offset))
+                    continue
+                # a tombstone issued once its batch landed deletes it (dropped pending, or deleted once current)
+                landed = self._txn_landed_mark.get((group_id, topic, partition, offset), mark)
+                self._txn_committed.setdefault((group_id, topic, partition), []).append((self.now_ms(), offset, landed))
 
     def txn_offsets_pending(self, group_id: str, offsets: dict[tuple[str, int], int], client: str) -> None:
         """A TxnOffsetCommit of these offsets was answered NONE: its batch must be in the log."""
@@ -437,7 +494,7 @@ class Checkers:
                                               f"{offset} answered NONE but its batch is not in the log")
                 continue
             self._txn_answered.setdefault((group_id, topic, partition), []).append(
-                (self.now_ms(), txn, len(self.ledger.writes) - 1))
+                (self.now_ms(), txn, len(self.ledger.writes) - 1, offset))
 
     def txn_fetched(self, group_id: str, tp: tuple[str, int], offset: int, error: Errors, stable: bool,
                     sent_ms: int, client: str) -> None:
@@ -447,16 +504,35 @@ class Checkers:
         if not stable or error != Errors.NONE:
             return
         committed = [(at_ms, o, mark) for at_ms, o, mark in self._txn_committed.get(key, []) if at_ms <= sent_ms]
-        if committed and offset < committed[-1][1] and not self.ledger.tombstoned_after(key, committed[-1][2]):
+        if committed and offset < committed[-1][1] and not self._deleted_since(key, committed[-1]):
             what = "lost" if offset < 0 else f"regressed to {offset}"
             self.violation("txn_offsets", f"{client}: {key} committed {committed[-1][1]} in a transaction "
                                           f"(COMMIT marker in the log), fetched: {what}")
-        for answered_ms, txn, mark in self._txn_answered.get(key, []):
-            if answered_ms <= sent_ms and txn not in self._txn_fate and not self.ledger.tombstoned_after(key, mark):
+        for answered_ms, txn, mark, pending in self._txn_answered.get(key, []):
+            if (answered_ms <= sent_ms and txn not in self._txn_fate and not self.ledger.tombstoned_after(key, mark)
+                    and not self._tombstoned_in_log((group_id, tp[0], tp[1], pending))):
                 self.violation("txn_offsets", f"{client}: a require_stable fetch of {key} was answered {offset} "
                                               f"while transaction {txn} has an offset of it pending "
                                               "(UNSTABLE_OFFSET_COMMIT expected)")
                 return
+
+    def txn_refused(self, client: str, transactional_id: str, producer_id: int, epoch: int, version: int,
+                    partition: int, answers: set[Errors], outcomes: list[Verification]) -> None:
+        """A TxnOffsetCommit the group refuses was answered `answers`; `outcomes`: what the transaction
+        coordinator said of its transactional id meanwhile (simulator.client_txns.Verification)."""
+        allowed = set(_UNVERIFIED)
+        for outcome in outcomes:
+            if isinstance(outcome, Errors):
+                continue  # not verified: COORDINATOR_NOT_AVAILABLE
+            expected = verification_answer(outcome, producer_id, epoch, version, partition)
+            allowed |= _GROUP_REFUSALS if expected is None else {expected}
+        wrong = answers - allowed
+        if wrong:
+            said = "; ".join(verification_text(o) for o in outcomes) or "nothing (it was not asked)"
+            self.violation("txn_verification", f"{client}: TxnOffsetCommit v{version} of {transactional_id} "
+                                               f"(producer {producer_id}, epoch {epoch}) answered "
+                                               f"{sorted(e.name for e in wrong)}; the transaction coordinator said "
+                                               f"{said}: expected one of {sorted(e.name for e in allowed)}")
 
     def _txn_visible(self, key: Key, offset: int, what: str) -> None:
         group_id, topic, partition = key  # type: ignore[misc]  # an offset's key
@@ -467,6 +543,9 @@ class Checkers:
             self.violation("txn_offsets", f"{what} {key}={offset} of transaction {txn} before its COMMIT marker")
         elif not self._txn_fate[txn]:
             self.violation("txn_offsets", f"{what} {key}={offset} of transaction {txn}, which was aborted")
+        elif (group_id, topic, partition, offset) in self._txn_dropped:
+            self.violation("txn_offsets", f"{what} {key}={offset} of transaction {txn}, which a tombstone of ours "
+                                          "dropped: it follows the batch in the log, before the COMMIT marker")
 
     def txn_final(self, instance: CoordinatorInstance) -> None:
         """After the last reload: every committed transactional offset is there (or a later one, or a tombstone
@@ -477,7 +556,7 @@ class Checkers:
             group = runtime.groups.get(group_id)
             record = None if group is None else group.offsets.get((topic, partition))
             if record is None or record.offset < committed[-1][1]:
-                if not self.ledger.tombstoned_after(key, committed[-1][2]):
+                if not self._deleted_since(key, committed[-1]):
                     self.violation("txn_offsets", f"{key} committed {committed[-1][1]} in a transaction, after "
                                                   f"the last reload: {None if record is None else record.offset}")
         for group_id, group in list(runtime.groups.items()):
@@ -507,6 +586,36 @@ class Checkers:
             if record is None or record.offset < offset:
                 self.violation("durable_commit", f"{key} committed {offset} (acknowledged), after the last "
                                                  f"reload: {None if record is None else record.offset}")
+
+
+def verification_answer(described: Any, producer_id: int, epoch: int, version: int, partition: int
+                        ) -> Errors | None:
+    """What TxnOffsetCommit `version` is answered when the transaction coordinator refuses its verification, or
+    None when it verifies. Kafka 4: TransactionCoordinator.handleVerifyPartitionsInTransaction (v0-4: the
+    group's state partition must be in the transaction) or handleAddPartitionsToTransaction (v5: adds it) checks
+    the producer id (INVALID_PRODUCER_ID_MAPPING, also for an unknown transactional id), the epoch
+    (PRODUCER_FENCED, which AddPartitionsToTxnManager hands on as INVALID_PRODUCER_EPOCH) and a transaction being
+    completed (CONCURRENT_TRANSACTIONS); a partition not in it is TRANSACTION_ABORTABLE, INVALID_TXN_STATE for
+    clients older than v4. `described`: simulator.client_txns.Described, None for an unknown id."""
+    if described is None or described.producer_id != producer_id:
+        return Errors.INVALID_PRODUCER_ID_MAPPING
+    if described.epoch != epoch:
+        return Errors.INVALID_PRODUCER_EPOCH
+    if described.state in ("PrepareCommit", "PrepareAbort"):
+        return Errors.CONCURRENT_TRANSACTIONS
+    if version < 5 and partition not in described.partitions:
+        return Errors.TRANSACTION_ABORTABLE if version >= 4 else Errors.INVALID_TXN_STATE
+    return None
+
+
+def verification_text(outcome: Verification) -> str:
+    """A verification's outcome as the history and the violations say it."""
+    if isinstance(outcome, Errors):
+        return f"unverified: {outcome.name}"
+    if outcome is None:
+        return "no such transactional id"
+    return (f"{outcome.state} producer {outcome.producer_id} epoch {outcome.epoch} "
+            f"partitions {sorted(outcome.partitions)}")
 
 
 def _group_view(group: GroupMetadata | None) -> tuple[Any, ...] | None:

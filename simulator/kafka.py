@@ -74,6 +74,8 @@ class SimKafka:
         self.faults = faults
         self.history = history
         self.logs: list[list[LogRecord]] = [[] for _ in range(partitions)]
+        # told (partition, key, offset) of each tombstone of ours that lands (the checkers follow our deletions)
+        self.tombstone_landed: Callable[[int, bytes, int], None] | None = None
         self.next_offsets = [0] * partitions
         self.transactions: dict[str, Any] = {}  # transactional.id -> its TxnState (simulator/transactions.py)
         self._client_waiters: dict[int, list[asyncio.Future[None]]] = {}  # partition -> tails waiting for data
@@ -122,6 +124,8 @@ class SimKafka:
             self.next_offsets[partition] = offset + 1
             log.append(LogRecord(offset, key, value, now_ms))
             offsets.append(offset)
+            if value is None and self.tombstone_landed is not None:
+                self.tombstone_landed(partition, key, offset)
         return offsets
 
     def append_client_batch(self, partition: int, producer_id: int, producer_epoch: int, base_sequence: int,
@@ -287,6 +291,8 @@ class _Batch:
     landed: bool = False
     settled: bool = False  # landed or known never to land
     ordered: asyncio.Future[None] | None = field(default=None)  # set once settled: the next batch may go
+    report: list[int] | None = None  # told the records' offsets when acknowledged (librdkafka's delivery reports)
+    offsets: list[int] = field(default_factory=list)  # where it landed
 
 
 class SimProducer:
@@ -307,8 +313,8 @@ class SimProducer:
              ) -> asyncio.Future[KafkaError | None]:
         """Queues the records now (in order with every other write to their partition); the future resolves
         with None once they are acknowledged, else the error (coordinator/storage/producer.py RecordSender).
-        No record offsets are reported (`offsets` stays empty: the coordinator then orders by its own writes)."""
-        return self._submit(records)
+        Once acknowledged, `offsets` gets the records' offsets, as librdkafka's delivery reports give them."""
+        return self._submit(records, offsets)
 
     async def flush(self, timeout_ms: int) -> int:
         return 0
@@ -333,7 +339,8 @@ class SimProducer:
         self._in_flight.clear()
 
     # --- internals --------------------------------------------------------------------------------------------
-    def _submit(self, records: Sequence[Record]) -> asyncio.Future[KafkaError | None]:
+    def _submit(self, records: Sequence[Record], report: list[int] | None = None
+                ) -> asyncio.Future[KafkaError | None]:
         """One batch per partition (owed tombstones of several partitions go in one send); the outcome is the
         first error, once every batch is done."""
         loop = self.kafka.loop
@@ -343,7 +350,7 @@ class SimProducer:
         by_partition: dict[int, list[Record]] = {}
         for record in records:
             by_partition.setdefault(record[0], []).append(record)
-        batches = [self._enqueue(partition, batch) for partition, batch in by_partition.items()]
+        batches = [self._enqueue(partition, batch, report) for partition, batch in by_partition.items()]
         if len(batches) == 1:
             return batches[0]
         remaining = [len(batches)]
@@ -360,11 +367,13 @@ class SimProducer:
             batch.add_done_callback(one_done)
         return outcome
 
-    def _enqueue(self, partition: int, records: list[Record]) -> asyncio.Future[KafkaError | None]:
+    def _enqueue(self, partition: int, records: list[Record], report: list[int] | None = None
+                 ) -> asyncio.Future[KafkaError | None]:
         loop = self.kafka.loop
         outcome: asyncio.Future[KafkaError | None] = loop.create_future()
         write_id = self.ledger.issued(self.name, partition, records)
-        batch = _Batch(write_id, partition, records, self.kafka.now_ms(), outcome, ordered=loop.create_future())
+        batch = _Batch(write_id, partition, records, self.kafka.now_ms(), outcome, ordered=loop.create_future(),
+                       report=report)
         previous = self._tail.get(partition)
         assert batch.ordered is not None
         self._tail[partition] = batch.ordered
@@ -416,10 +425,12 @@ class SimProducer:
             return
         self._in_flight.pop(batch.write_id, None)
         self.ledger.outcome(batch.write_id, "acked" if error is None else error.name())
+        if error is None and batch.report is not None:
+            batch.report.extend(batch.offsets)
         batch.outcome.set_result(error)
 
     def _land(self, batch: _Batch) -> None:
-        offsets = self.kafka.append(batch.partition, batch.records)
+        offsets = batch.offsets = self.kafka.append(batch.partition, batch.records)
         batch.landed = True
         self.ledger.landed(batch.write_id, offsets)
 

@@ -5,11 +5,12 @@ this record of *what it was told*, not against the log: a write reported failed 
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from coordinator.storage.records import (GroupMetadataKey, OffsetCommitKey, decode_group_metadata_value,
-                                        decode_key, decode_offset_commit_value)
+                                        decode_key)
 from coordinator.group.records import GroupRecord
 from simulator.history import History
 
@@ -18,6 +19,7 @@ REFUSED = frozenset({"NOT_ENOUGH_REPLICAS"})
 # A transactional write ("txn:<error>") that failed is never visible, unless its commit's outcome is unknown.
 TXN_UNKNOWN = frozenset({"txn:_TIMED_OUT", "txn:_MSG_TIMED_OUT"})
 PENDING = "pending"
+_OFFSET = struct.Struct(">q")
 ACKED = "acked"
 
 Key = tuple[str, str, int] | tuple[str]  # (group, topic, partition) for an offset, (group,) for a group record
@@ -45,19 +47,18 @@ class Ledger:
         self.history = history
         self.writes: list[Write] = []
         self.by_key: dict[Key, list[Write]] = {}
+        self._keys: dict[bytes, Key | None] = {}
 
     def issued(self, producer: str, partition: int, records: Sequence[tuple[int, bytes, bytes | None]]) -> int:
         keys: list[tuple[Key, bytes | None]] = []
         offsets: dict[Key, int] = {}
         for _, key_bytes, value in records:
-            decoded = decode_key(key_bytes)
-            if isinstance(decoded, OffsetCommitKey):
-                keys.append(((decoded.group, decoded.topic, decoded.partition), value))
-                if value is not None:
-                    offsets[(decoded.group, decoded.topic, decoded.partition)] = \
-                        decode_offset_commit_value(value).offset
-            elif isinstance(decoded, GroupMetadataKey):
-                keys.append(((decoded.group,), value))
+            key = self._key(key_bytes)
+            if key is None:
+                continue
+            keys.append((key, value))
+            if value is not None and len(key) == 3:
+                offsets[key] = _committed_offset(value)
         write = Write(len(self.writes), producer, partition, keys, offsets=offsets)
         self.writes.append(write)
         for key, _ in keys:
@@ -65,6 +66,21 @@ class Ledger:
         self.history.record("write", id=write.write_id, producer=producer, partition=partition,
                             keys=tuple((k, v is None) for k, v in keys))
         return write.write_id
+
+    def _key(self, key_bytes: bytes) -> Key | None:
+        """The decoded key (a run writes the same few keys over and over: decoded once each)."""
+        try:
+            return self._keys[key_bytes]
+        except KeyError:
+            pass
+        decoded = decode_key(key_bytes)
+        key: Key | None = None
+        if isinstance(decoded, OffsetCommitKey):
+            key = (decoded.group, decoded.topic, decoded.partition)
+        elif isinstance(decoded, GroupMetadataKey):
+            key = (decoded.group,)
+        self._keys[key_bytes] = key
+        return key
 
     def landed(self, write_id: int, offsets: list[int]) -> None:
         self.writes[write_id].landed_offsets = offsets
@@ -139,6 +155,13 @@ class Ledger:
                                                                   or write.write_id < loaded_before)):
                 return True
         return False
+
+
+def _committed_offset(value: bytes) -> int:
+    """The committed offset of an offset commit value: every version starts with its version (int16) and the
+    offset (int64)."""
+    offset: int = _OFFSET.unpack_from(value, 2)[0]
+    return offset
 
 
 def decode_group(value: bytes) -> GroupRecord:

@@ -186,6 +186,17 @@ def _abort_marker_commits() -> Iterator[None]:
         yield
 
 
+def _verification_ignored() -> Iterator[None]:
+    verify = txn_offset_commit.answer_after_verification
+
+    async def group_error_stands(relay: Any, identity: Any, state: tuple[str, int], group_error: Errors) -> Errors:
+        await verify(relay, identity, state, group_error)
+        return group_error
+
+    with _patched(txn_offset_commit, "answer_after_verification", group_error_stands):
+        yield
+
+
 PLANTS = {plant.name: plant for plant in (
     Plant("answer_before_ack", "writes are reported acknowledged at once: answers go out before Kafka's ack",
           frozenset({"answer_after_ack"}), _answer_before_ack),
@@ -218,6 +229,9 @@ PLANTS = {plant.name: plant for plant in (
           _pending_current_before_marker),
     Plant("abort_marker_commits", "the partition tail settles an ABORT marker as a COMMIT",
           frozenset({"txn_offsets"}), _abort_marker_commits),
+    Plant("verification_ignored", "a TxnOffsetCommit the group refuses is answered with the group's error even "
+          "when the transaction coordinator refused the transaction", frozenset({"txn_verification"}),
+          _verification_ignored),
 )}
 
 

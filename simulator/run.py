@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from typing import Any, Coroutine, Iterator
 from coordinator.config import INT32_MAX, CoordinatorConfig
 from coordinator.group import join
 from coordinator.storage.config import DEFAULT_STATE_TOPIC
-from simulator.client_txns import ClientTransactions, SimRelay, TransactionalApp
+from simulator.client_txns import (ClientTransactions, ProbedApp, SimRelay, TransactionalApp, TxnProbe,
+                                   VerificationFaults)
 from simulator.clients import MemberSpec, SimAdmin, SimConsumer
 from simulator.consumer_protocol import ConsumerProtocolConsumer, cluster_topics
 from simulator.history import History
@@ -85,6 +87,15 @@ class TxnAppSpec:
 TXN_FAULT_KINDS = ("txn_crash", "txn_zombie", "txn_hang")
 
 
+@dataclass(frozen=True)
+class TxnProbeSpec:
+    """A zombie of the applications whose TxnOffsetCommits the group refuses (simulator.client_txns.TxnProbe):
+    how often it sends one, and the faults of the transaction's verification."""
+
+    every_ms: tuple[int, int]
+    faults: VerificationFaults
+
+
 @dataclass
 class Scenario:
     seed: int
@@ -97,6 +108,8 @@ class Scenario:
     instances: int = 0  # 0: one instance owning every partition; else instances sharing the state topic
     wire: WireFaults | None = None  # None: a faultless network between clients and coordinators
     txn_apps: list[TxnAppSpec] = field(default_factory=list)  # exactly-once applications (their faults: txn_*)
+    txn_probe: TxnProbeSpec | None = None  # refused TxnOffsetCommits: the transaction's verification, its faults
+    txn_deletes: bool = False  # the operator deletes in the applications' groups too (SIMULATOR_TXN_DELETES=1)
 
     def describe(self) -> str:
         members = sum(len(g.members) for g in self.groups)
@@ -111,6 +124,8 @@ class Scenario:
         protocols = f" ({consumer} on the consumer protocol)" if consumer else ""
         if self.txn_apps:
             instances += f"{len(self.txn_apps)} transactional apps, "
+        if self.txn_probe is not None:
+            instances += f"txn zombie every {self.txn_probe.every_ms} ms, "
         return (f"{instances}{len(self.groups)} groups{protocols}, {members} consumers, {self.config.offsets_topic_num_partitions} "
                 f"state partitions, {self.duration_ms // 1000}s, {admin}, faults {kinds}")
 
@@ -169,7 +184,21 @@ def make_scenario(seed: int, protocol: str = "classic") -> Scenario:
     txn_apps, txn_faults = _transactional_apps(random.Random(f"txn:{seed}"), duration_ms)
     if txn_faults:
         faults = sorted(faults + txn_faults, key=lambda f: (f.at_ms, f.kind, f.target))
-    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire, txn_apps)
+    probe = _txn_probe(random.Random(f"txn-probe:{seed}")) if txn_apps else None
+    # off by default: the coordinator's memory and its log still disagree after some of these (docs/simulation.md)
+    txn_deletes = os.environ.get("SIMULATOR_TXN_DELETES", "") not in ("", "0")
+    return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire, txn_apps, probe,
+                    txn_deletes)
+
+
+def _txn_probe(rng: random.Random) -> TxnProbeSpec | None:
+    """Most seeds with applications also run their zombie, with the verification's faults (drawn apart)."""
+    if rng.random() < 0.3:
+        return None
+    faults = VerificationFaults(find_error=rng.choice([0.0, 0.05, 0.2]), describe_error=rng.choice([0.0, 0.05, 0.2]),
+                                timeout=rng.choice([0.0, 0.0, 0.02, 0.1]),
+                                prepare_hold_ms=rng.choice([(0, 0), (100, 2_000), (1_000, 8_000)]))
+    return TxnProbeSpec(rng.choice([(200, 1_000), (1_000, 5_000)]), faults)
 
 
 def _transactional_apps(rng: random.Random, duration_ms: int) -> tuple[list[TxnAppSpec], list[Fault]]:
@@ -242,6 +271,8 @@ class Simulation:
         self.checkers = Checkers(self.history, self.ledger, self.now_ms)
         self.kafka = SimKafka(self.loop, self.now_ms, random.Random(f"kafka:{seed}"),
                               self.config.offsets_topic_num_partitions, scenario.kafka, self.history)
+        if scenario.txn_apps:
+            self.kafka.tombstone_landed = self.checkers.tombstone_landed
         self.multi = scenario.instances > 0
         # the instance in each place (one place without several instances); None while it is down
         self.coordinators: list[CoordinatorInstance | None] = [None] * max(scenario.instances, 1)
@@ -260,8 +291,12 @@ class Simulation:
         self._zombie_apps: list[TransactionalApp] = []
         if scenario.txn_apps:
             self.client_transactions = ClientTransactions(self, random.Random(f"txn-kafka:{seed}"))
+            probe = scenario.txn_probe
             self.relay = SimRelay(self, self.client_transactions, DEFAULT_STATE_TOPIC,
-                                  self.config.offsets_topic_num_partitions)
+                                  self.config.offsets_topic_num_partitions, None if probe is None else probe.faults,
+                                  random.Random(f"txn-verify:{seed}"))
+            if probe is not None:
+                self.client_transactions.prepare_hold_ms = probe.faults.prepare_hold_ms
         self._offsets: dict[tuple[str, str, int], int] = {}
         self._outages = 0
         self._running = True
@@ -376,11 +411,21 @@ class Simulation:
         for fault in self.scenario.faults:
             self.loop.call_at(fault.at_ms / 1000, self._inject, fault)
         self.loop.call_later(30, self._compact_periodically)
-        admin = None
+        admin = txn_admin = None
         if self.scenario.admin_every_ms is not None:
             operator = SimAdmin(self, {g.group_id: g.topics for g in self.scenario.groups},
                                 self.scenario.admin_every_ms)
             admin = self.loop.create_task(operator.run())
+            if self.scenario.txn_apps and self.scenario.txn_deletes:
+                txn_groups = {ProbedApp.of(n, spec.topics, spec.tv2).group_id: spec.topics
+                              for n, spec in enumerate(self.scenario.txn_apps)}
+                txn_admin = self.loop.create_task(operator.run_on_transactional_groups(
+                    txn_groups, random.Random(f"txn-admin:{self.scenario.seed}")))
+        probe = None
+        if self.scenario.txn_probe is not None and self.relay is not None:
+            apps = [ProbedApp.of(n, spec.topics, spec.tv2) for n, spec in enumerate(self.scenario.txn_apps)]
+            probe = self.loop.create_task(TxnProbe(self, self.relay, apps, self.scenario.txn_probe.every_ms,
+                                                   random.Random(f"txn-zombie:{self.scenario.seed}")).run())
         await asyncio.sleep(self.scenario.duration_ms / 1000)
         self._running = False
         for slot in self.slots:
@@ -388,8 +433,9 @@ class Simulation:
         for app in [*self.apps, *self._zombie_apps]:
             if app is not None:
                 app.crash()  # an open transaction is left to its timeout
-        if admin is not None:
-            admin.cancel()
+        for task in (admin, txn_admin, probe):
+            if task is not None:
+                task.cancel()
         self._outages = 0
         self.kafka.come_up()
         for place, instance in enumerate(self.coordinators):

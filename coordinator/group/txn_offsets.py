@@ -34,6 +34,9 @@ log = logging.getLogger("coordinator.group")
 class PendingOffset:
     record: OffsetRecord  # its log_offset is the offset of the record that carried it
     learned: int  # the shard's offset write sequence when it was read
+    # the producer's earlier pending offset of the partition it replaced: a marker between the two (not read yet
+    # when the TxnOffsetCommit handler replays the later batch) settles the earlier one, not this one
+    earlier: PendingOffset | None = None
 
 
 @dataclass(slots=True)
@@ -121,7 +124,8 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
         txn.producer_epoch = producer_epoch
         txn.replayed_to = log_offset
         record = replace(replayed.value, log_offset=log_offset)
-        txn.offsets.setdefault(replayed.group_id, {})[tp] = PendingOffset(record, shard.next_offset_write_seq())
+        group_offsets = txn.offsets.setdefault(replayed.group_id, {})
+        group_offsets[tp] = PendingOffset(record, shard.next_offset_write_seq(), group_offsets.get(tp))
         txns.open_by_group.setdefault(replayed.group_id, set()).add(producer_id)
     named = txns.by_producer.get(producer_id) if transactional_id is not None else None
     if named is not None:  # also when the partition's reader replayed the batch first
@@ -147,14 +151,19 @@ def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: 
                            log_offset: int) -> int:
     """A COMMIT (`commit`) or ABORT marker of this producer read from the partition at `log_offset`: its
     pending offsets become current (each only if later in the log than the current one) or are dropped.
-    Returns how many offsets became current. A marker of a producer with nothing pending changes nothing."""
+    Returns how many offsets became current. A marker of a producer with nothing pending changes nothing. Offsets
+    of records after the marker stay pending: the producer's next transaction, which the TxnOffsetCommit handler
+    replays as soon as its batch is acknowledged, maybe before the partition's reader reached this marker."""
     txns = shard.transactional_offsets
     txn = txns.by_producer.pop(producer_id, None)
     if txn is None:
         return 0
+    following = _after_marker(txn, log_offset)
+    if following is not None:
+        txns.by_producer[producer_id] = following
     for group_id in txn.offsets:
         open_ids = txns.open_by_group.get(group_id)
-        if open_ids is not None:
+        if open_ids is not None and (following is None or group_id not in following.offsets):
             open_ids.discard(producer_id)
             if not open_ids:
                 del txns.open_by_group[group_id]
@@ -185,6 +194,32 @@ def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: 
              producer_id, producer_epoch, log_offset, made_current)
     shard.observer.on_txn_offsets_settled(producer_id, producer_epoch, True, made_current)
     return made_current
+
+
+def _after_marker(txn: OpenTransaction, marker_offset: int) -> OpenTransaction | None:
+    """Splits `txn` at the marker: it keeps the latest pending offset of each partition from before the marker
+    (what the marker settles); the offsets after it are returned as the producer's next transaction (None if
+    there are none)."""
+    following = OpenTransaction(txn.producer_epoch, transactional_id=txn.transactional_id,
+                                replayed_to=txn.replayed_to)
+    for group_id, offsets in txn.offsets.items():
+        for tp, pending in list(offsets.items()):
+            if not _after(pending, marker_offset):
+                continue
+            last_after = pending
+            while last_after.earlier is not None and _after(last_after.earlier, marker_offset):
+                last_after = last_after.earlier
+            settled, last_after.earlier = last_after.earlier, None
+            following.offsets.setdefault(group_id, {})[tp] = pending
+            if settled is None:
+                del offsets[tp]
+            else:
+                offsets[tp] = settled
+    return following if following.offsets else None
+
+
+def _after(pending: PendingOffset, marker_offset: int) -> bool:
+    return pending.record.log_offset is not None and pending.record.log_offset > marker_offset
 
 
 def _is_later(group: GroupMetadata, tp: TopicPartition, pending: PendingOffset) -> bool:

@@ -236,3 +236,20 @@ async def test_a_consumer_groups_stale_member_epoch_is_an_illegal_generation() -
             assert validate_transactional_offset_commit(shard, request)[1] == expected, request
     finally:
         await env.close()
+
+
+async def test_a_marker_settles_only_what_came_before_it_in_the_log(env: Env) -> None:
+    """The handler replays a producer's next transaction (its batch acknowledged) before the partition's reader
+    reached the previous transaction's COMMIT marker: the marker makes the earlier offsets current and leaves the
+    later ones pending for their own marker (an ABORT here)."""
+    shard = shard_of(env, "s")
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 11}, 50))  # transaction 1
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 12, ("t", 1): 12}, 58))
+    assert replay_end_transaction(shard, PID, EPOCH, True, 51) == 1  # transaction 1's COMMIT
+    assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (11, "", Errors.NONE)}
+    assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
+        ("t", 0): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT), ("t", 1): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT)}
+    assert replay_end_transaction(shard, PID, EPOCH, False, 60) == 0  # transaction 2's ABORT
+    assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
+        ("t", 0): (11, "", Errors.NONE), ("t", 1): (-1, "", Errors.NONE)}
+    assert not shard.transactional_offsets.has_open_transactions("s")

@@ -173,7 +173,41 @@ def test_classic_seed_197_refused_txn_offset_commit_is_verified() -> None:
     outcome = run_seed(197, keep_history=True)
     assert outcome.ok, [v.line() for v in outcome.violations]
     assert outcome.history is not None
-    assert any(event.kind == "txn_describe" for event in outcome.history.events)
+    assert any(event.kind == "txn_verification" for event in outcome.history.events)
+
+
+def test_refused_txn_offset_commits_are_verified_through_the_verifications_faults() -> None:
+    """Seed 33 runs the applications' zombie (TxnOffsetCommits of a generation that is gone, for a current,
+    fenced, foreign or unknown producer) with the verification's faults: transactions held in PrepareCommit/
+    PrepareAbort, FindCoordinator and DescribeTransactions answered with errors. Every answer is checked
+    (txn_verification) against what the transaction coordinator said; the seed holds them all."""
+    outcome = run_seed(33, keep_history=True)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+    assert outcome.history is not None
+    said = " ".join(str(e.fields["outcome"]) for e in outcome.history.events if e.kind == "txn_verification")
+    for kind in ("Prepare", "Ongoing", "no such transactional id", "unverified"):
+        assert kind in said, kind
+
+
+def test_classic_seed_50_a_verification_that_outlived_the_partition_answers_not_coordinator(monkeypatch: Any
+                                                                                           ) -> None:
+    """Seed 50 (with deletions in the applications' groups, which give it its timing): the group refused the applications' zombie, the handler asked the transaction coordinator, whose
+    first attempt went unanswered (30 s); meanwhile the instance was paused and its partition moved. The answer
+    came from the old owner (single_writer). The group is checked once the transaction is verified, as it is
+    then: NOT_COORDINATOR."""
+    monkeypatch.setenv("SIMULATOR_TXN_DELETES", "1")
+    outcome = run_seed(50)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_classic_seed_262_a_marker_read_late_does_not_settle_the_next_transaction(monkeypatch: Any) -> None:
+    """Seed 262 (with deletions in the applications' groups): Kafka was down while a COMMIT marker was written,
+    so the partition's tail read it only after the application's next TxnOffsetCommit had been acknowledged and
+    replayed; the late COMMIT made that next transaction's offsets current too, and its ABORT found nothing:
+    an aborted offset was fetched. A marker settles only the offsets whose records come before it."""
+    monkeypatch.setenv("SIMULATOR_TXN_DELETES", "1")
+    outcome = run_seed(262)
+    assert outcome.ok, [v.line() for v in outcome.violations]
 
 
 # --- the consumer protocol (KIP-848) -------------------------------------------------------------------------

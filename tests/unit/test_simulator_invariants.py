@@ -14,6 +14,7 @@ from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord
 from coordinator.storage.records import (GroupMetadataKey, OffsetCommitKey, encode_group_metadata_value,
                                          encode_key, encode_offset_commit_value)
 from protocol.error_codes import Errors
+from simulator.client_txns import Described
 from simulator.history import History
 from simulator.instance import Pending
 from simulator.invariants import Checkers
@@ -473,3 +474,34 @@ def _txn_violations(steps: list[tuple[str, object]]) -> list[str]:
 def test_txn_offsets(steps: list[tuple[str, object]], broken: bool) -> None:
     assert bool(_txn_violations(steps)) == broken
     assert set(_txn_violations(steps)) <= {"txn_offsets"}
+
+
+# --- txn_verification -------------------------------------------------------------------------------------------
+_ONGOING = Described("Ongoing", 7, 3, frozenset({0}))
+
+
+@pytest.mark.parametrize("version,outcomes,answer,broken", [
+    # the transaction coordinator refused: its error, never the group's
+    (4, [Described("Ongoing", 7, 4, frozenset({0}))], Errors.INVALID_PRODUCER_EPOCH, False),
+    (4, [Described("Ongoing", 7, 4, frozenset({0}))], Errors.UNKNOWN_MEMBER_ID, True),
+    (5, [None], Errors.INVALID_PRODUCER_ID_MAPPING, False),
+    (5, [Described("Ongoing", 8, 3, frozenset({0}))], Errors.ILLEGAL_GENERATION, True),
+    (3, [Described("PrepareAbort", 7, 3, frozenset({0}))], Errors.CONCURRENT_TRANSACTIONS, False),
+    (3, [Described("CompleteCommit", 7, 3, frozenset())], Errors.INVALID_TXN_STATE, False),
+    (4, [Described("CompleteCommit", 7, 3, frozenset())], Errors.TRANSACTION_ABORTABLE, False),
+    (4, [Described("CompleteCommit", 7, 3, frozenset())], Errors.UNKNOWN_MEMBER_ID, True),
+    # verified: the group's refusal; v5 adds the partition itself
+    (4, [_ONGOING], Errors.UNKNOWN_MEMBER_ID, False),
+    (5, [Described("CompleteAbort", 7, 3, frozenset())], Errors.ILLEGAL_GENERATION, False),
+    (4, [_ONGOING], Errors.INVALID_PRODUCER_EPOCH, True),
+    # not verified (its coordinator's errors, no answer): the client retries
+    (4, [Errors.COORDINATOR_LOAD_IN_PROGRESS], Errors.COORDINATOR_NOT_AVAILABLE, False),
+    (4, [Errors.REQUEST_TIMED_OUT], Errors.UNKNOWN_MEMBER_ID, True),
+    # refused by the group without asking
+    (4, [], Errors.UNKNOWN_MEMBER_ID, True),
+    (4, [], Errors.NOT_COORDINATOR, False),
+])
+def test_txn_verification(version: int, outcomes: list, answer: Errors, broken: bool) -> None:
+    world = World()
+    world.checkers.txn_refused("zombie", "app", 7, 3, version, 0, {answer}, outcomes)
+    assert world.invariants() == ({"txn_verification"} if broken else set())

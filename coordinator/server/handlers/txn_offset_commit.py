@@ -247,7 +247,17 @@ async def _commit_locked(ctx: ConnectionContext, shard: GroupShard, writes: _Sha
     _, invalid = validate_transactional_offset_commit(shard, identity)
     state = ctx.coordinator.state_partition(identity.group_id)
     if invalid is not None and ctx.relay is not None and state is not None:
-        invalid = await answer_after_verification(ctx.relay, identity, state, invalid)
+        verified = await answer_after_verification(ctx.relay, identity, state, invalid)
+        # As Kafka, the group is checked once the transaction is verified, as it is then: the verification may
+        # have waited out the transaction coordinator's timeouts while the partition moved or the group changed
+        shard = ctx.coordinator.shard_for(identity.group_id)
+        moved = shard.group_status_error(identity.group_id)
+        if moved is not None:
+            invalid = moved
+        elif verified == invalid:
+            _, invalid = validate_transactional_offset_commit(shard, identity)
+        else:
+            invalid = verified
     if invalid is not None:
         log.info("event=txn_offset_commit_refused group=%s transactional_id=%s producer_id=%d generation=%d "
                  "member=%s version=%d error=%s", identity.group_id, identity.transactional_id, identity.producer_id,
