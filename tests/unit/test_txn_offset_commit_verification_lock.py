@@ -9,6 +9,8 @@ import random
 from typing import Any
 
 from coordinator.config import CoordinatorConfig
+from coordinator.group.modern.heartbeat import HeartbeatRequest
+from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH
 from protocol.error_codes import Errors
 from simulator.client_txns import UPSTREAM_TIMEOUT_MS, TransactionalApp, VerificationFaults, txn_offset_commit_request
 from simulator.kafka import KafkaFaults
@@ -22,13 +24,18 @@ def _error(answer: Any) -> Errors | None:
     return None if answer is None else Errors(int(answer.topics[0].partitions[0].error_code))
 
 
+def _simulation(app_spec: TxnAppSpec, verification: VerificationFaults | None = None) -> Simulation:
+    # no probe of the scenario's own runs (the story sends); its faults are the verification's
+    probe = None if verification is None else TxnProbeSpec((_NEVER_MS, _NEVER_MS), verification)
+    return Simulation(Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [],
+                               None, txn_apps=[app_spec], txn_probe=probe))
+
+
 def test_a_refused_request_whose_verification_stalls_does_not_delay_its_producers_accepted_one() -> None:
-    # every verification's first attempt goes unanswered; no probe of the scenario's own runs (the story sends)
+    # every verification's first attempt goes unanswered
     silent = VerificationFaults(find_error=0.0, describe_error=0.0, timeout=1.0, prepare_hold_ms=(0, 0))
     app_spec = TxnAppSpec({"t": 1}, True, 5, 60_000)
-    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None,
-                        txn_apps=[app_spec], txn_probe=TxnProbeSpec((_NEVER_MS, _NEVER_MS), silent))
-    sim = Simulation(scenario)
+    sim = _simulation(app_spec, silent)
     seen: dict[str, Any] = {}
 
     async def story() -> None:
@@ -63,4 +70,50 @@ def test_a_refused_request_whose_verification_stalls_does_not_delay_its_producer
     assert seen == {"refused_pending_before": True, "accepted": Errors.NONE, "accepted_within_1s": True,
                     "refused_pending_after": True, "refused_after_the_timeout": True,
                     "refused": Errors.COORDINATOR_NOT_AVAILABLE if unverified else Errors.UNKNOWN_MEMBER_ID}, seen
+    assert sim.checkers.violations == []
+
+
+def test_a_request_the_group_refuses_only_once_it_has_the_lock_is_verified_first() -> None:
+    """The group accepted the request, which then waited behind its producer's batch in flight; meanwhile its
+    member left. As Kafka, the transaction coordinator's error answers before the group's (an older epoch:
+    INVALID_PRODUCER_EPOCH, not UNKNOWN_MEMBER_ID)."""
+    app_spec = TxnAppSpec({"t": 1}, True, 5, 60_000)
+    sim = _simulation(app_spec)
+    seen: dict[str, Any] = {}
+
+    async def story() -> None:
+        instance = sim._start_instance()
+        while not instance.loaded:
+            await asyncio.sleep(0.1)
+        app = TransactionalApp(sim, 0, 1, app_spec.topics, app_spec.tv2, app_spec.version, app_spec.timeout_ms,
+                               random.Random(0))
+        joined = await sim.call("member", "m-1", "consumer_group_heartbeat", HeartbeatRequest(
+            app.group_id, "m-1", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("other",), owned=()))
+        assert joined.error == Errors.NONE, joined
+        await app._init()
+        old_epoch = app.epoch
+        await app._init()  # a new epoch of the same producer id
+        sim.kafka.faults.land_ms = (2_000, 2_000)  # the producer's batch in flight for 2 s holds its lock
+        in_flight = instance.serve("txn_offset_commit", txn_offset_commit_request(
+            5, app.transactional_id, app.group_id, app.producer_id, app.epoch, {("t", 0): 7},
+            generation_id=int(joined.member_epoch), member_id="m-1"), app.name, "")
+        await asyncio.sleep(0.5)  # virtual: its Produce is on its way
+        sim.kafka.faults.land_ms = KafkaFaults().land_ms
+        assert sim.relay is not None
+        asked = len(sim.relay.verifications)
+        late = instance.serve("txn_offset_commit", txn_offset_commit_request(
+            3, app.transactional_id, app.group_id, app.producer_id, old_epoch, {("t", 0): 5},
+            generation_id=int(joined.member_epoch), member_id="m-1"), "zombie", "")
+        await asyncio.sleep(0.1)
+        seen["waiting_for_the_lock"] = not late.done() and not in_flight.done()
+        left = await sim.call("member", "m-1", "consumer_group_heartbeat", HeartbeatRequest(
+            app.group_id, "m-1", LEAVE_GROUP_MEMBER_EPOCH))
+        seen["left"] = left.error
+        seen["in_flight"] = _error(await asyncio.wait_for(in_flight, 10))
+        seen["late"] = _error(await asyncio.wait_for(late, 10))
+        seen["verified_late"] = len(sim.relay.verifications) - asked
+
+    run_story(sim, story())
+    assert seen == {"waiting_for_the_lock": True, "left": Errors.NONE, "in_flight": Errors.NONE,
+                    "late": Errors.INVALID_PRODUCER_EPOCH, "verified_late": 1}, seen
     assert sim.checkers.violations == []
