@@ -13,6 +13,7 @@ from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH
 from protocol.error_codes import Errors
 from simulator.client_txns import UPSTREAM_TIMEOUT_MS, TransactionalApp, VerificationFaults, txn_offset_commit_request
+from simulator.instance import CoordinatorInstance
 from simulator.kafka import KafkaFaults
 from simulator.run import Scenario, Simulation, TxnAppSpec, TxnProbeSpec, run_story
 
@@ -31,6 +32,15 @@ def _simulation(app_spec: TxnAppSpec, verification: VerificationFaults | None = 
                                None, txn_apps=[app_spec], txn_probe=probe))
 
 
+async def _loaded(sim: Simulation, app_spec: TxnAppSpec) -> tuple[CoordinatorInstance, TransactionalApp]:
+    """A coordinator instance once it has loaded its partitions, and the application (not yet initialised)."""
+    instance = sim._start_instance()
+    while not instance.loaded:
+        await asyncio.sleep(0.1)
+    return instance, TransactionalApp(sim, 0, 1, app_spec.topics, app_spec.tv2, app_spec.version,
+                                      app_spec.timeout_ms, random.Random(0))
+
+
 def test_a_refused_request_whose_verification_stalls_does_not_delay_its_producers_accepted_one() -> None:
     # every verification's first attempt goes unanswered
     silent = VerificationFaults(find_error=0.0, describe_error=0.0, timeout=1.0, prepare_hold_ms=(0, 0))
@@ -39,11 +49,7 @@ def test_a_refused_request_whose_verification_stalls_does_not_delay_its_producer
     seen: dict[str, Any] = {}
 
     async def story() -> None:
-        instance = sim._start_instance()
-        while not instance.loaded:
-            await asyncio.sleep(0.1)
-        app = TransactionalApp(sim, 0, 1, app_spec.topics, app_spec.tv2, app_spec.version, app_spec.timeout_ms,
-                               random.Random(0))
+        instance, app = await _loaded(sim, app_spec)
         await app._init()
         # the same producer with a generation its group never had: refused, so the handler verifies first
         stale = txn_offset_commit_request(5, app.transactional_id, app.group_id, app.producer_id, app.epoch,
@@ -82,11 +88,7 @@ def test_a_request_the_group_refuses_only_once_it_has_the_lock_is_verified_first
     seen: dict[str, Any] = {}
 
     async def story() -> None:
-        instance = sim._start_instance()
-        while not instance.loaded:
-            await asyncio.sleep(0.1)
-        app = TransactionalApp(sim, 0, 1, app_spec.topics, app_spec.tv2, app_spec.version, app_spec.timeout_ms,
-                               random.Random(0))
+        instance, app = await _loaded(sim, app_spec)
         joined = await sim.call("member", "m-1", "consumer_group_heartbeat", HeartbeatRequest(
             app.group_id, "m-1", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("other",), owned=()))
         assert joined.error == Errors.NONE, joined
