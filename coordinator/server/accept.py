@@ -1,11 +1,12 @@
-"""Our own accept path: at most `ACCEPTS_PER_TURN` connections accepted per loop turn, on asyncio and uvloop alike.
+"""Our own accept path: at most `ACCEPTS_PER_TURN` connections accepted per socket and loop turn, on asyncio and uvloop.
 
 `loop.create_server` accepts as the loop likes: asyncio up to `backlog` connections a turn, uvloop (libuv) until
 the kernel's queue is empty, so a connect storm of thousands is accepted, and its transports made, in one callback
 while heartbeats and timers wait. Here the listening socket is watched with `add_reader` (level-triggered on both
 loops): a turn accepts a bounded batch and the rest stay in the kernel's queue, whose size (`listen_backlog`, up to
 somaxconn) is what absorbs the storm, for the next turn. Each accepted socket becomes a transport through
-`loop.connect_accepted_socket` (with TLS where the listener has it), as create_server would make it.
+`loop.connect_accepted_socket` (with TLS where the listener has it), as create_server would make it. One Acceptor
+serves every socket of a listener (a host name's addresses, e.g. 127.0.0.1 and ::1), each bounded alike.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 log = logging.getLogger("coordinator.server")
 
@@ -26,13 +27,14 @@ _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.
 
 
 class Acceptor:
-    """A listening socket served by bounded accepts. `sockets`, `close()` and `wait_closed()` as asyncio's Server."""
+    """Listening sockets served by bounded accepts. `sockets`, `close()` and `wait_closed()` as asyncio's Server."""
 
-    def __init__(self, sock: socket.socket, protocol_factory: Callable[[], asyncio.BaseProtocol], *,
+    def __init__(self, sockets: Sequence[socket.socket], protocol_factory: Callable[[], asyncio.BaseProtocol], *,
                  ssl_context: ssl.SSLContext | None = None, per_turn: int = ACCEPTS_PER_TURN) -> None:
+        if not sockets:
+            raise ValueError("an Acceptor needs a listening socket")
         self._loop = asyncio.get_running_loop()
-        self._sock: socket.socket | None = sock
-        self.sockets: tuple[socket.socket, ...] = (sock,)
+        self.sockets: tuple[socket.socket, ...] = tuple(sockets)
         self._protocol_factory = protocol_factory
         self._ssl = ssl_context
         self._per_turn = per_turn
@@ -41,19 +43,20 @@ class Acceptor:
         self._making: set[asyncio.Task[object]] = set()  # accepted sockets whose transport is being made
 
     def start_serving(self) -> None:
-        if self._sock is not None and not self._watching:
-            self._loop.add_reader(self._sock.fileno(), self._accept_ready)
+        if self.sockets and not self._watching:
+            for listening in self.sockets:
+                self._loop.add_reader(listening.fileno(), self._accept_ready, listening)
             self._watching = True
 
     def _stop_watching(self) -> None:
-        if self._watching and self._sock is not None:
-            self._loop.remove_reader(self._sock.fileno())
+        if self._watching:
+            for listening in self.sockets:
+                self._loop.remove_reader(listening.fileno())
         self._watching = False
 
-    def _accept_ready(self) -> None:
-        listening = self._sock
+    def _accept_ready(self, listening: socket.socket) -> None:
         for _ in range(self._per_turn):
-            if listening is None or not self._watching:
+            if not self._watching:
                 return
             try:
                 conn, _address = listening.accept()
@@ -104,9 +107,8 @@ class Acceptor:
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        for listening in self.sockets:
+            listening.close()
         self.sockets = ()
 
     async def wait_closed(self) -> None:

@@ -135,7 +135,7 @@ class Connection(asyncio.BufferedProtocol):
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._turn = turn_budget()  # the loop's requests per turn, shared with every other connection on it
         self._deferred = False  # queued with the budget: frames left for a later turn
-        self._close_when_done = False  # the peer's EOF came while frames were deferred
+        self._last_turn = False  # the peer's EOF: what it sent is handled now, the budget aside
         self._transport: asyncio.Transport | None = None
         self._ctx: ConnectionContext | None = None
         self._request_context: contextvars.Context | None = None  # the sender's identity, for its handlers
@@ -199,10 +199,12 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         try:
-            if self._deferred:  # whole frames wait for their turn: answer them, then close (half-closed peer)
-                self._close_when_done = True
-                return True
-            if self._reader.buffered_bytes:
+            # Frames waiting for their turn are handled now, before the close: on TLS the transport closes
+            # whatever this returns, and Kafka handles every request it read (answered while the socket takes it).
+            self._last_turn = True
+            if self._deferred:
+                self._process_frames()
+            if self._reader.buffered_bytes and self._in_flight is None:
                 log.info("event=connection_closed reason=truncated_frame peer=%s buffered_bytes=%d",
                          self.peer, self._reader.buffered_bytes)
         except Exception as exc:
@@ -263,8 +265,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def _process_frames(self) -> None:
         turn = self._turn
-        while self._in_flight is None and not self._writing_paused and self._open and not self._relay_blocked():
-            if turn.left <= 0:  # the loop's turn has handled its share: the rest waits for the next turn
+        while (self._in_flight is None and (not self._writing_paused or self._last_turn) and self._open
+               and not self._relay_blocked()):
+            # the loop's turn has handled its share: the rest waits for the next turn (after EOF there is none)
+            if turn.left <= 0 and not self._last_turn:
                 if self._reader.buffered_bytes and not self._deferred:
                     self._deferred = True
                     turn.wait(self)
@@ -286,8 +290,6 @@ class Connection(asyncio.BufferedProtocol):
         self._deferred = False
         try:
             self._process_frames()
-            if self._close_when_done and not self._deferred:
-                self.close()  # after what those frames were answered (a parked one's answer is dropped, as at EOF)
         except Exception as exc:
             self._contain("continue_frames", exc)
 

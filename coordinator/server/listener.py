@@ -8,10 +8,11 @@ answers what is still parked); close every connection after flushing what was wr
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from coordinator.security.identity import security_protocol
 from coordinator.server.accept import Acceptor
@@ -29,6 +30,7 @@ log = logging.getLogger("coordinator.server")
 ShutdownHook = Callable[[], Awaitable[None]]
 _HOOK_SETTLE_S = 0.05  # lets responses completed by the shutdown hook be written before we close
 _SWEEP_BATCH = 5_000  # connections checked for idleness per loop iteration
+_SAME_PORT_ATTEMPTS = 5  # port 0 on several addresses: binds tried until one port is free on all of them
 
 
 class CoordinatorServer:
@@ -64,10 +66,10 @@ class CoordinatorServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        listener = _listening_socket(self.config.listen_host, self.config.listen_port)
+        listeners = _listening_sockets(self.config.listen_host, self.config.listen_port)
         # not serving yet: with the relay, its broker listeners open first (below)
-        self._server = Acceptor(listener, lambda: Connection(self), ssl_context=self.config.ssl_context)
-        self._port = listener.getsockname()[1]
+        self._server = Acceptor(listeners, lambda: Connection(self), ssl_context=self.config.ssl_context)
+        self._port = listeners[0].getsockname()[1]
         if not self.config.listen_port or not self.config.advertised_port:
             self.node = Node(self.node.node_id, self.node.host, self.config.advertised_port or self.port,
                              self.node.cluster_id)
@@ -80,7 +82,8 @@ class CoordinatorServer:
                 self._server.close()
                 await self.relay.close()
                 raise
-        listener.listen(self.config.listen_backlog)  # the kernel's queue absorbs a connect storm
+        for listener in listeners:
+            listener.listen(self.config.listen_backlog)  # the kernel's queue absorbs a connect storm
         self._server.start_serving()
         self._idle_sweeper = loop.create_task(self._sweep_idle_connections())
         log.info("event=listening security_protocol=%s host=%s port=%d advertised=%s:%d node_id=%d "
@@ -91,11 +94,12 @@ class CoordinatorServer:
 
     async def _open_broker_listener(self, host: str, port: int, node_id: int) -> Acceptor:
         """A listener standing for upstream broker `node_id`: its connections relay to that broker."""
-        listener = _listening_socket(host, port)
-        acceptor = Acceptor(listener, lambda: Connection(self, upstream_node=node_id),
+        listeners = _listening_sockets(host, port)
+        acceptor = Acceptor(listeners, lambda: Connection(self, upstream_node=node_id),
                             ssl_context=self.config.ssl_context)
         try:
-            listener.listen(self.config.listen_backlog)
+            for listener in listeners:
+                listener.listen(self.config.listen_backlog)
         except BaseException:
             acceptor.close()
             raise
@@ -186,16 +190,60 @@ class CoordinatorServer:
                     connection.abort("idle", f"idle_ms={idle_ms}")
 
 
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """A bound TCP socket (as loop.create_server would make it) for an Acceptor; its backlog is ours to set."""
-    family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                                         flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
+def _listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Bound TCP sockets for an Acceptor, one per address `host` resolves to, as loop.create_server binds them
+    (`localhost`: 127.0.0.1 and ::1; no host: every interface); their backlog is ours to set. With port 0 every
+    address gets the port the first was given, so the listener has one port to advertise (tried again where
+    another address has that port taken)."""
+    addresses = list(dict.fromkeys(
+        (family, kind, proto, address) for family, kind, proto, _, address in
+        socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)))
+    attempts = 1 if port else _SAME_PORT_ATTEMPTS
+    while True:
+        attempts -= 1
+        try:
+            return _bind_all(host, addresses, port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or not attempts:
+                raise
+
+
+def _bind_all(host: str, addresses: Sequence[tuple[int, int, int, Any]], port: int) -> list[socket.socket]:
+    bound: list[socket.socket] = []
+    try:
+        for family, kind, proto, address in addresses:
+            if bound and not port:
+                address = (address[0], bound[0].getsockname()[1], *address[2:])
+            sock = _bound_socket(family, kind, proto, address)
+            if sock is not None:
+                bound.append(sock)
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    if not bound:
+        raise OSError(errno.EADDRNOTAVAIL, f"no address of {host!r} can be bound on this machine")
+    return bound
+
+
+def _bound_socket(family: int, kind: int, proto: int, address: Any) -> socket.socket | None:
+    """A non-blocking socket bound to `address`; None when the machine lacks that address or its family (IPv6
+    disabled), which asyncio's create_server skips too."""
+    try:
+        sock = socket.socket(family, kind, proto)
+    except OSError:
+        return None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(address)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise
+            sock.close()
+            return None
         sock.setblocking(False)
     except BaseException:
         sock.close()

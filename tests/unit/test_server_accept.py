@@ -4,9 +4,11 @@ in full batches of a bounded size, one per loop turn, on asyncio and uvloop, and
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import socket
 import struct
+import warnings
 
 from typing import Any
 
@@ -99,9 +101,68 @@ async def test_closing_the_listener_refuses_new_connections_and_keeps_the_made_o
         assert (await client.request(request(ApiKey.API_VERSIONS, 0))).error_code == 0
 
 
+def _ipv6_loopback() -> bool:
+    """Whether this machine has ::1 (IPv6 enabled on the loopback interface)."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+async def _api_versions_answered(family: socket.AddressFamily, host: str, port: int) -> bool:
+    loop = asyncio.get_running_loop()
+    with socket.socket(family) as sock:
+        sock.setblocking(False)
+        await asyncio.wait_for(loop.sock_connect(sock, (host, port)), 5)
+        await loop.sock_sendall(sock, codec.encode_request(9, "t", request(ApiKey.API_VERSIONS, 0)))
+        answer = await asyncio.wait_for(loop.sock_recv(sock, 65_536), 10)
+        return answer[4:8] == (9).to_bytes(4, "big")
+
+
+async def _serving(listen_host: str) -> RunningServer:
+    env = RunningServer()
+    env.server_config = dataclasses.replace(env.server_config, listen_host=listen_host, advertised_host="localhost")
+    return await env.__aenter__()
+
+
+async def test_a_listener_on_a_host_name_accepts_on_every_address_it_resolves_to() -> None:
+    """As loop.create_server: `localhost` is 127.0.0.1 and ::1 where the resolver says both (127.0.0.1 alone where
+    /etc/hosts has no ::1 line: then the next test is the one that sees two families)."""
+    resolved = {(family, address[0]) for family, _, _, _, address in
+                socket.getaddrinfo("localhost", 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)}
+    env = await _serving("localhost")
+    try:
+        assert env.server._server is not None
+        bound = {(sock.family, sock.getsockname()[0]) for sock in env.server._server.sockets}
+        assert bound == resolved
+        assert {sock.getsockname()[1] for sock in env.server._server.sockets} == {env.port}  # one port for all
+        for family, host in sorted(resolved):
+            assert await _api_versions_answered(family, host, env.port), host
+    finally:
+        await env.__aexit__(None, None, None)
+
+
+async def test_a_listener_on_every_interface_accepts_on_ipv4_and_ipv6_loopback() -> None:
+    env = await _serving("")
+    try:
+        assert await _api_versions_answered(socket.AF_INET, "127.0.0.1", env.port)
+        if _ipv6_loopback():
+            assert await _api_versions_answered(socket.AF_INET6, "::1", env.port), "::1 not served on its port"
+        else:  # only the IPv6 check is skipped, and said so in the run's warnings
+            warnings.warn("no IPv6 loopback on this machine: the listener's ::1 check is skipped", stacklevel=1)
+    finally:
+        await env.__aexit__(None, None, None)
+
+
 def test_a_connect_storm_on_uvloop() -> None:
     uvloop.run(test_a_connect_storm_is_accepted_in_bounded_batches_and_every_connection_served())
 
 
 def test_closing_the_listener_on_uvloop() -> None:
     uvloop.run(test_closing_the_listener_refuses_new_connections_and_keeps_the_made_ones())
+
+
+def test_every_address_on_uvloop() -> None:
+    uvloop.run(test_a_listener_on_every_interface_accepts_on_ipv4_and_ipv6_loopback())
