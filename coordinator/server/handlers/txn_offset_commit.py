@@ -16,8 +16,10 @@ checks: a request the group refuses is answered with the transaction coordinator
 verification that failed retriably (CONCURRENT_TRANSACTIONS while the transaction completes, which Kafka's group
 coordinator answers as it is).
 
-One batch per producer id and state partition at a time: requests of the same producer wait for each other. A
-batch whose outcome is unknown (no answer, a timeout) is owed: the next request of that producer first sends those
+One batch per producer id and state partition at a time: requests of the same producer wait for each other
+while their group is checked and their batch appended; a refused request's verification, which may wait out the
+transaction coordinator's timeouts, is not held under that lock (Kafka does not serialise a producer's requests;
+the group is checked again once it is verified). A batch whose outcome is unknown (no answer, a timeout) is owed: the next request of that producer first sends those
 same bytes again with the same sequence (the leader answers a duplicate with its first offset), so a client's
 retry never meets OUT_OF_ORDER_SEQUENCE_NUMBER.
 """
@@ -234,30 +236,63 @@ async def _commit_to_group(ctx: ConnectionContext, version: int, body: Any, part
         member_id=getattr(body, "member_id", UNKNOWN_MEMBER_ID),
         group_instance_id=getattr(body, "group_instance_id", None), version=version)
     shard = ctx.coordinator.shard_for(identity.group_id)  # behind the zombie guard with several instances
-    writes = _writes(shard)
-    async with writes.one_batch_of(identity.producer_id):
-        return await _commit_locked(ctx, shard, writes, identity, partitions)
+    existed = identity.group_id in shard.groups
+    # The transaction coordinator may take its timeouts to answer a verification: it is asked outside the
+    # producer's batch lock, so the producer's other requests (Kafka does not serialise them) do not wait for it
+    verified = await _verification(ctx, identity, validate_transactional_offset_commit(shard, identity)[1])
+    while True:
+        shard = ctx.coordinator.shard_for(identity.group_id)
+        writes = _writes(shard)
+        async with writes.one_batch_of(identity.producer_id):
+            refused = _group_refusal(shard, identity, verified)
+            if refused is None or verified is not None or _verifiable(ctx, identity) is None:
+                return await _commit_locked(ctx, shard, writes, identity, partitions, existed, refused)
+        # the group refused it only once this request had the lock: verified like any request it refuses
+        verified = await _verification(ctx, identity, refused)
+
+
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    group_error: Errors  # what the group refused the request with before the verification
+    answer: Errors  # the verification's answer (`group_error` when the transaction coordinator found nothing)
+
+
+def _verifiable(ctx: ConnectionContext, identity: TxnOffsetCommitIdentity) -> tuple[Any, tuple[str, int]] | None:
+    """The relay and the group's state partition to verify a transaction with; None without a cluster."""
+    state = ctx.coordinator.state_partition(identity.group_id)
+    return None if ctx.relay is None or state is None else (ctx.relay, state)
+
+
+async def _verification(ctx: ConnectionContext, identity: TxnOffsetCommitIdentity, group_error: Errors | None
+                        ) -> _Verified | None:
+    """The transaction coordinator's answer to a request the group refused; None if accepted or unverifiable."""
+    cluster = _verifiable(ctx, identity)
+    if group_error is None or cluster is None:
+        return None
+    relay, state = cluster
+    return _Verified(group_error, await answer_after_verification(relay, identity, state, group_error))
+
+
+def _group_refusal(shard: GroupShard, identity: TxnOffsetCommitIdentity, verified: _Verified | None
+                   ) -> Errors | None:
+    """The group checked under the producer's lock. As Kafka, after a verification the group is checked as it is
+    then: the verification may have waited out the transaction coordinator's timeouts while the partition moved
+    or the group changed; a verification error answers unless the partition moved."""
+    if verified is None:
+        return validate_transactional_offset_commit(shard, identity)[1]
+    moved = shard.group_status_error(identity.group_id)
+    if moved is not None:
+        return moved
+    if verified.answer == verified.group_error:
+        return validate_transactional_offset_commit(shard, identity)[1]
+    return verified.answer
 
 
 async def _commit_locked(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrites,
-                         identity: TxnOffsetCommitIdentity, partitions: list[_Partition]
-                         ) -> dict[tuple[str, int], Errors]:
+                         identity: TxnOffsetCommitIdentity, partitions: list[_Partition], existed: bool,
+                         invalid: Errors | None) -> dict[tuple[str, int], Errors]:
     every = [(p.topic, p.partition) for p in partitions]
-    existed = identity.group_id in shard.groups
-    _, invalid = validate_transactional_offset_commit(shard, identity)
     state = ctx.coordinator.state_partition(identity.group_id)
-    if invalid is not None and ctx.relay is not None and state is not None:
-        verified = await answer_after_verification(ctx.relay, identity, state, invalid)
-        # As Kafka, the group is checked once the transaction is verified, as it is then: the verification may
-        # have waited out the transaction coordinator's timeouts while the partition moved or the group changed
-        shard = ctx.coordinator.shard_for(identity.group_id)
-        moved = shard.group_status_error(identity.group_id)
-        if moved is not None:
-            invalid = moved
-        elif verified == invalid:
-            _, invalid = validate_transactional_offset_commit(shard, identity)
-        else:
-            invalid = verified
     if invalid is not None:
         log.info("event=txn_offset_commit_refused group=%s transactional_id=%s producer_id=%d generation=%d "
                  "member=%s version=%d error=%s", identity.group_id, identity.transactional_id, identity.producer_id,
