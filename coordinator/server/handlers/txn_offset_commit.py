@@ -16,12 +16,12 @@ checks: a request the group refuses is answered with the transaction coordinator
 verification that failed retriably (CONCURRENT_TRANSACTIONS while the transaction completes, which Kafka's group
 coordinator answers as it is).
 
-One batch per producer id and state partition at a time: requests of the same producer wait for each other
-while their group is checked and their batch appended; a refused request's verification, which may wait out the
-transaction coordinator's timeouts, is not held under that lock (Kafka does not serialise a producer's requests;
-the group is checked again once it is verified). A batch whose outcome is unknown (no answer, a timeout) is owed: the next request of that producer first sends those
-same bytes again with the same sequence (the leader answers a duplicate with its first offset), so a client's
-retry never meets OUT_OF_ORDER_SEQUENCE_NUMBER.
+One batch per producer id and state partition at a time: requests of the same producer wait for each other while
+their group is checked and their batch appended; a refused request's verification, which may wait out the
+transaction coordinator's timeouts, is not held under that lock (Kafka does not serialise a producer's requests; the
+group is checked again once it is verified). A batch whose outcome is unknown (no answer, a timeout) is owed: the
+next request of that producer first sends those same bytes again with the same sequence (the leader answers a
+duplicate with its first offset), so a client's retry never meets OUT_OF_ORDER_SEQUENCE_NUMBER.
 """
 
 from __future__ import annotations
