@@ -72,6 +72,8 @@ class ConsumerProcess:
         self.closed = False
         self.process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task | None = None
+        self._stderr_reader: asyncio.Task | None = None
+        self._stderr = bytearray()
         self.stderr = b""
 
     async def start(self) -> ConsumerProcess:
@@ -79,7 +81,15 @@ class ConsumerProcess:
             *self.command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._reader = asyncio.get_running_loop().create_task(self._read())
+        # drained as it comes: librdkafka's log lines during a broker restart fill a pipe's 64 KiB, and a
+        # consumer blocked writing its stderr stops consuming (and does not stop on SIGTERM)
+        self._stderr_reader = asyncio.get_running_loop().create_task(self._drain_stderr())
         return self
+
+    async def _drain_stderr(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        while chunk := await self.process.stderr.read(65_536):
+            self._stderr += chunk
 
     async def _read(self) -> None:
         assert self.process is not None and self.process.stdout is not None
@@ -114,8 +124,12 @@ class ConsumerProcess:
             await self.terminate(20)
         except (asyncio.TimeoutError, ProcessLookupError):
             await self.kill()
-        if self.process is not None and self.process.stderr is not None:
-            self.stderr = await self.process.stderr.read()
+        if self._stderr_reader is not None:
+            try:  # the process is gone: its stderr ends (bounded all the same)
+                await asyncio.wait_for(self._stderr_reader, 20)
+            except asyncio.TimeoutError:
+                pass
+        self.stderr = bytes(self._stderr)
 
 
 class JavaMember:
