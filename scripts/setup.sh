@@ -28,14 +28,14 @@ pip_install() {  # stamp, pip install arguments...
   touch "$stamp"
 }
 
-install_chromium() {
-  # The analytics report is rendered in headless Chromium by its tests (the service itself never needs it, so a
-  # user who cannot install it still gets a working setup, and those tests say what is missing).
+debian_install() {  # what it is for, Debian packages...
+  local purpose=$1
+  shift
   if [ "$(id -u)" -eq 0 ]; then as_root=(); elif command -v sudo >/dev/null 2>&1; then as_root=(sudo -n); else
     as_root=(false); fi
   if ! { "${as_root[@]}" apt-get update -q &&
-         "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; then
-    echo "setup: could not install Debian's chromium (needs root or password-less sudo): apt-get install chromium" >&2
+         "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"; }; then
+    echo "setup: could not install Debian's $* ($purpose; needs root or password-less sudo): apt-get install $*" >&2
   fi
 }
 
@@ -45,6 +45,10 @@ if [ "$mode" = demo ]; then
   fi
 else
   if [ ! -e "$full" ]; then
+    if ! command -v cc >/dev/null 2>&1; then
+      # pyjks (JKS stores, in the test extra) depends on twofish, which PyPI has only as source
+      debian_install "a C compiler: the test extra builds twofish from source" gcc libc6-dev
+    fi
     # pyspark: a 450 MB sdist, built once (pip caches the wheel). One pip run for every extra: one resolve and one
     # build of the project instead of one per extra; bench is py-spy, for the benchmarks' --profile.
     pip_install "$full" '.[test,speed,spark,bench]'
@@ -56,7 +60,9 @@ fi
 if [ "$mode" != demo ]; then
   .venv/bin/python -c "from coordinator.embedded import ensure_spark_kafka_jars; ensure_spark_kafka_jars()"
   if ! command -v chromium >/dev/null 2>&1; then
-    install_chromium
+    # the analytics report is rendered in headless Chromium by its tests (the service itself never needs it, so a
+    # user who cannot install it still gets a working setup, and those tests say what is missing)
+    debian_install "the analytics report's tests render in it" chromium
   fi
   bash scripts/compose-tool.sh
 fi
