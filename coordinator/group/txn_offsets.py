@@ -13,11 +13,18 @@ Kafka store's append on our own commits once acknowledged (librdkafka's delivery
 
 `replay_transaction_events` is the reader's entry: the load's open client transactions, then the partition
 tail's batches and markers (coordinator/storage/txn_tail.py), each with where the reader has read to.
+
+Our own offset tombstones (OffsetDelete, DeleteGroups, expiry) drop the pending offsets memory holds when they are
+issued, but a client's batch can land before one of them in the log and still be learned after it (the handler
+hears its acknowledgement later, the reader reads it later). Kafka's replay drops a pending offset at any
+tombstone of its key after it in the log, so the shard learns where our tombstones landed (`tombstone_landed`,
+from the store's delivery reports, retries included) and keeps each until the reader has passed it: a batch
+below one is dropped when it is replayed, and a pending or current offset below one when it is learned.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -26,6 +33,7 @@ from coordinator.group.records import OffsetCommitRecord, OffsetRecord, TopicPar
 if TYPE_CHECKING:
     from coordinator.group.metadata import GroupMetadata
     from coordinator.group.shard import GroupShard
+    from coordinator.group.store import GroupStore
 
 log = logging.getLogger("coordinator.group")
 
@@ -61,11 +69,18 @@ class TransactionalOffsets:
         # where the partition's reader (the load, then the tail) has read to: a record below it was replayed by
         # the reader already, with the marker that settled it if there was one
         self.read_to = -1
+        # the log offsets of our offset tombstones at or past `read_to`, per (group, partition)
+        self.tombstones: dict[tuple[str, TopicPartition], list[int]] = {}
+        # the store's: a client's batch of these offsets is about to be appended, so their owed tombstones are not
+        # sent again; returns what owes them again if the batch is not appended
+        self.supersede_owed: Callable[[str, list[TopicPartition]], Callable[[], None]] = _nothing_owed
 
     def clear(self) -> None:
         self.by_producer.clear()
         self.open_by_group.clear()
         self.read_to = -1
+        self.tombstones.clear()
+        self.supersede_owed = _nothing_owed
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in self.by_producer[pid].offsets.get(group_id, {})
@@ -91,6 +106,70 @@ class TransactionalOffsets:
             if group_offsets is not None:
                 for tp in wanted & group_offsets.keys():
                     del group_offsets[tp]
+
+    def tombstoned_after(self, group_id: str, tp: TopicPartition, log_offset: int) -> bool:
+        """Whether one of our tombstones of the partition lies after `log_offset` in the log."""
+        return any(t > log_offset for t in self.tombstones.get((group_id, tp), ()))
+
+    def forget_passed_tombstones(self) -> None:
+        """The reader has read past them: a batch below one is not replayed again."""
+        for key, offsets in list(self.tombstones.items()):
+            kept = [t for t in offsets if t >= self.read_to]
+            if kept:
+                self.tombstones[key] = kept
+            else:
+                del self.tombstones[key]
+
+
+def _nothing_owed(group_id: str, partitions: list[TopicPartition]) -> Callable[[], None]:
+    return nothing_to_restore
+
+
+def nothing_to_restore() -> None:
+    """What a supersession that found no owed tombstone restores."""
+
+
+def follow_own_tombstones(shard: GroupShard, store: GroupStore) -> None:
+    """The store tells the shard where its offset tombstones land, and a client's batch supersedes the owed ones."""
+    partition, txns = shard.partition, shard.transactional_offsets
+    store.follow_tombstones(partition, lambda group_id, tp, log_offset: tombstone_landed(shard, group_id, tp,
+                                                                                          log_offset))
+    txns.supersede_owed = lambda group_id, tps: store.supersede_tombstones(partition, group_id, tps)
+
+
+def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_offset: int) -> None:
+    """One of our tombstones of `tp` is in the partition at `log_offset`: as Kafka's replay, it drops every
+    pending offset of it carried by a record before it, and the current offset if that record is before it
+    (a COMMIT marker read before this report made it current). Kept while the reader has not passed it."""
+    txns = shard.transactional_offsets
+    for producer_id in txns.open_by_group.get(group_id, ()):
+        group_offsets = txns.by_producer[producer_id].offsets.get(group_id, {})
+        pending = group_offsets.get(tp)
+        if pending is not None:
+            kept = _after_tombstone(pending, log_offset)
+            if kept is None:
+                del group_offsets[tp]
+            else:
+                group_offsets[tp] = kept
+    group = shard.groups.get(group_id)
+    current = None if group is None else group.offsets.get(tp)
+    if group is not None and current is not None and current.log_offset is not None \
+            and current.log_offset < log_offset:
+        log.info("event=txn_offset_tombstoned group=%s topic=%s partition=%d record_offset=%d tombstone_offset=%d",
+                 group_id, tp[0], tp[1], current.log_offset, log_offset)
+        del group.offsets[tp]
+        group.offset_versions.pop(tp, None)
+    if log_offset >= txns.read_to:
+        txns.tombstones.setdefault((group_id, tp), []).append(log_offset)
+
+
+def _after_tombstone(pending: PendingOffset, tombstone_offset: int) -> PendingOffset | None:
+    """The pending offset with the offsets of records before the tombstone left out of its chain (None: all)."""
+    if pending.record.log_offset is not None and pending.record.log_offset < tombstone_offset:
+        return None
+    if pending.earlier is not None:
+        pending.earlier = _after_tombstone(pending.earlier, tombstone_offset)
+    return pending
 
 
 def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_epoch: int,
@@ -123,10 +202,14 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
             txn = txns.by_producer[producer_id] = OpenTransaction(producer_epoch)
         txn.producer_epoch = producer_epoch
         txn.replayed_to = log_offset
-        record = replace(replayed.value, log_offset=log_offset)
         group_offsets = txn.offsets.setdefault(replayed.group_id, {})
-        group_offsets[tp] = PendingOffset(record, shard.next_offset_write_seq(), group_offsets.get(tp))
         txns.open_by_group.setdefault(replayed.group_id, set()).add(producer_id)
+        if txns.tombstoned_after(replayed.group_id, tp, log_offset):  # dropped by it in the log: never pending
+            log.info("event=txn_offset_tombstoned group=%s topic=%s partition=%d producer_id=%d record_offset=%d",
+                     replayed.group_id, tp[0], tp[1], producer_id, log_offset)
+            continue
+        record = replace(replayed.value, log_offset=log_offset)
+        group_offsets[tp] = PendingOffset(record, shard.next_offset_write_seq(), group_offsets.get(tp))
     named = txns.by_producer.get(producer_id) if transactional_id is not None else None
     if named is not None:  # also when the partition's reader replayed the batch first
         named.transactional_id = transactional_id
@@ -273,3 +356,4 @@ def replay_transaction_events(shard: GroupShard, events: Iterable[TransactionEve
             txns.read_to = event.offset + 1
     if read_to is not None:
         txns.read_to = max(txns.read_to, read_to)
+    txns.forget_passed_tombstones()

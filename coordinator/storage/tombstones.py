@@ -6,7 +6,9 @@ a tombstone lost while Kafka is unreachable would let a restarted coordinator lo
 offsets again. So a failed tombstone is kept and sent again, with back-off, until it is written — unless a newer
 write of the same key was issued meanwhile (then the tombstone must not land after it). A newer write that
 fails puts the tombstone back: the cache does not hold that value either, so "deleted" is still the truth.
-What is still unwritten when the store closes is logged.
+What is still unwritten when the store closes is logged. Where each one landed (its delivery report's offset,
+retries included) goes to `on_landed(partition, [(key, offset)])`: a client's transactional batch is ordered
+against our tombstones by log offset (coordinator/group/txn_offsets.py).
 
 Order: a tombstone, its retries and every other write of its partition are queued with the producer at the
 moment they are issued (`RecordSender.send` queues synchronously, in order per partition), so a retry queued
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError
 
@@ -27,6 +29,8 @@ log = logging.getLogger("coordinator.storage")
 
 _FIRST_RETRY_S = 1.0
 _MAX_RETRY_S = 10.0
+
+Landed = Callable[[int, list[tuple[bytes, int]]], None]  # (partition, [(key, log offset)]), on the loop
 
 
 class _Tombstone:
@@ -39,8 +43,9 @@ class _Tombstone:
 
 
 class TombstoneWriter:
-    def __init__(self, first_retry_s: float = _FIRST_RETRY_S) -> None:
+    def __init__(self, first_retry_s: float = _FIRST_RETRY_S, *, on_landed: Landed | None = None) -> None:
         self._first_retry_s = first_retry_s
+        self._on_landed = on_landed
         self._max_retry_s = max(first_retry_s, _MAX_RETRY_S)
         self._unwritten: dict[bytes, _Tombstone] = {}  # key → its latest tombstone not yet acknowledged
         self._retrier: asyncio.Task[None] | None = None
@@ -108,14 +113,19 @@ class TombstoneWriter:
 
     def _send(self, producer: RecordSender, batch: list[tuple[bytes, _Tombstone]], what: str,
               outcome: asyncio.Future[KafkaError | None] | None = None) -> None:
+        """One partition's tombstones, in order (so the delivery reports' offsets, sorted, are theirs)."""
         records: list[KafkaRecord] = [(entry.partition, key, None) for key, entry in batch]
+        reported: list[int] = []
 
         def done(error: KafkaError | None) -> None:
             self._on_done(batch, what, error)
+            if error is None and self._on_landed is not None and batch and len(reported) == len(batch):
+                self._on_landed(batch[0][1].partition, [(key, offset) for (key, _), offset
+                                                        in zip(batch, sorted(reported))])
             if outcome is not None and not outcome.done():
                 outcome.set_result(error)
 
-        producer.send(records).add_done_callback(lambda sent: done(sent.result()))
+        producer.send(records, offsets=reported).add_done_callback(lambda sent: done(sent.result()))
 
     def _on_done(self, batch: list[tuple[bytes, _Tombstone]], what: str, error: KafkaError | None) -> None:
         for _, entry in batch:  # also those superseded meanwhile: restored after a failed newer write, they are owed
@@ -146,8 +156,10 @@ class TombstoneWriter:
             self._send_owed(self._producer)
 
     def _send_owed(self, producer: RecordSender) -> None:
-        owed = [(key, entry) for key, entry in self._unwritten.items() if not entry.in_flight]
-        if owed:
-            for _, entry in owed:
+        by_partition: dict[int, list[tuple[bytes, _Tombstone]]] = {}
+        for key, entry in self._unwritten.items():
+            if not entry.in_flight:
                 entry.in_flight = True
+                by_partition.setdefault(entry.partition, []).append((key, entry))
+        for owed in by_partition.values():
             self._send(producer, owed, "retry")

@@ -12,7 +12,8 @@ from coordinator.group.shard import GroupShard
 from coordinator.group.state import GroupState
 from coordinator.group.status import ShardStatus
 from coordinator.group.txn_commit import TxnOffsetCommitIdentity, txn_append_error, validate_transactional_offset_commit
-from coordinator.group.txn_offsets import replay_end_transaction, replay_transactional_offsets
+from coordinator.group.txn_offsets import (replay_end_transaction, replay_transaction_events, replay_transactional_offsets,
+                                            tombstone_landed)
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, commit, env, errors_of, fetch, form_group  # noqa: F401
 
@@ -253,3 +254,42 @@ async def test_a_marker_settles_only_what_came_before_it_in_the_log(env: Env) ->
     assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
         ("t", 0): (11, "", Errors.NONE), ("t", 1): (-1, "", Errors.NONE)}
     assert not shard.transactional_offsets.has_open_transactions("s")
+
+
+async def test_a_batch_below_our_tombstone_replayed_after_it_is_never_pending(env: Env) -> None:
+    """The handler hears the batch's acknowledgement after the tombstone of its partition landed after it: Kafka's
+    replay dropped it at the tombstone, so it is neither pending nor made current by its COMMIT."""
+    shard = shard_of(env, "s")
+    shard.transactional_offsets.read_to = 10
+    tombstone_landed(shard, "s", ("t", 0), 12)
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 7, ("t", 1): 7}, 10))
+    assert shard.transactional_offsets.pending_partitions("s") == {("t", 1)}
+    assert replay_end_transaction(shard, PID, EPOCH, True, 13) == 1
+    assert await fetch(env, "s", {"t": [0, 1]}) == {("t", 0): (-1, "", Errors.NONE), ("t", 1): (7, "", Errors.NONE)}
+
+
+async def test_a_tombstone_reported_after_the_commit_deletes_what_came_before_it_only(env: Env) -> None:
+    """The tail read the COMMIT before the tombstone's delivery report came: the offset current by it is deleted
+    (its record is before the tombstone); a pending offset after the tombstone and a regular commit after it stay."""
+    shard = shard_of(env, "s")
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 7}, 10))
+    replay_transactional_offsets(shard, OTHER_PID, EPOCH, offset_records("s", {("t", 0): 8, ("t", 1): 8}, 20))
+    replay_end_transaction(shard, PID, EPOCH, True, 11)
+    tombstone_landed(shard, "s", ("t", 0), 15)
+    tombstone_landed(shard, "s", ("t", 1), 15)
+    assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (-1, "", Errors.NONE)}
+    assert replay_end_transaction(shard, OTHER_PID, EPOCH, True, 22) == 2
+    assert await fetch(env, "s", {"t": [0, 1]}) == {("t", 0): (8, "", Errors.NONE), ("t", 1): (8, "", Errors.NONE)}
+
+
+async def test_our_tombstones_are_kept_until_the_reader_passes_them(env: Env) -> None:
+    shard = shard_of(env, "s")
+    txns = shard.transactional_offsets
+    replay_transaction_events(shard, [], 10)
+    tombstone_landed(shard, "s", ("t", 0), 12)
+    tombstone_landed(shard, "s", ("t", 0), 5)  # already passed: nothing below it is replayed again
+    assert txns.tombstones == {("s", ("t", 0)): [12]}
+    replay_transaction_events(shard, [], 12)
+    assert txns.tombstones == {("s", ("t", 0)): [12]}
+    replay_transaction_events(shard, [], 13)
+    assert txns.tombstones == {}

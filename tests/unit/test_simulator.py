@@ -494,6 +494,98 @@ def test_an_offset_deleted_while_its_transaction_is_open_stays_deleted_after_the
     assert sim.checkers.violations == []
 
 
+def _transaction_then_deleted(delete_refused: bool) -> tuple[dict[str, Any], list[str]]:
+    """An application's transaction commits offset 5 of ("t", 0) of its group; the operator deletes that offset
+    while the application's next TxnOffsetCommit (7) comes, its transaction commits; the coordinator crashes and
+    a new one loads. `delete_refused`: Kafka refuses the tombstone (owed), then the TxnOffsetCommit comes; else
+    the TxnOffsetCommit's batch lands first and the delete is handled before the handler hears its
+    acknowledgement (the simulated leader holds its answer until the delete is answered). Returns the answers,
+    what memory and the reload show, and the violations."""
+    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None,
+                        txn_apps=[TxnAppSpec({"t": 1}, True, 5, 60_000)])
+    sim = Simulation(scenario)
+    seen: dict[str, Any] = {}
+
+    async def loaded() -> CoordinatorInstance:
+        instance = sim._start_instance()
+        while not instance.loaded:
+            await asyncio.sleep(0.1)
+        return instance
+
+    async def fetched() -> int:
+        answer = await sim.call("tool", "", "fetch_offsets", OffsetFetchRequest(
+            "txn-group-0", [OffsetFetchRequestTopic("t", [0])]))
+        return int(answer.topics[0].partitions[0].committed_offset)
+
+    async def story() -> None:
+        first = await loaded()
+        app = TransactionalApp(sim, 0, 1, {"t": 1}, True, 5, 60_000, random.Random(0))
+        await app._init()
+
+        async def committed(offset: int) -> tuple[int, Errors]:
+            answer = await app._call("txn_offset_commit", txn_offset_commit_request(
+                5, app.transactional_id, app.group_id, app.producer_id, app.epoch, {("t", 0): offset}))
+            end, app.epoch = await app.ctc.end_txn(app.transactional_id, app.producer_id, app.epoch, True)
+            return int(answer.topics[0].partitions[0].error_code), end
+
+        async def delete() -> int:
+            answer = await sim.call("tool", "", "delete_offsets", OffsetDeleteRequest(
+                "txn-group-0", [OffsetDeleteRequestTopic("t", [0])]))
+            return int(answer.error_code)
+
+        seen["first"] = await committed(5)
+        await asyncio.sleep(1)  # the partition's tail reads the marker: 5 is current
+        if delete_refused:
+            sim.kafka.faults.refuse = 1.0
+            seen["delete"] = await delete()
+            sim.kafka.faults.refuse = 0.0
+            seen["second"] = await committed(7)
+        else:
+            landed, answered = asyncio.Event(), asyncio.Event()
+            produce = app.ctc.produce
+
+            async def produce_held(*args: Any, **kwargs: Any) -> Any:
+                result = await produce(*args, **kwargs)
+                landed.set()
+                await answered.wait()
+                return result
+
+            app.ctc.produce = produce_held  # type: ignore[method-assign]
+            second = asyncio.ensure_future(committed(7))
+            await landed.wait()
+            seen["delete"] = await delete()
+            answered.set()
+            seen["second"] = await second
+        await asyncio.sleep(5)  # the marker read, owed tombstones sent again if they are
+        seen["memory"] = await fetched()
+        first.crash()
+        await loaded()
+        seen["reload"] = await fetched()
+
+    run_story(sim, story())
+    return seen, [v.line() for v in sim.checkers.violations]
+
+
+def test_a_transactional_batch_that_landed_before_our_tombstone_is_dropped_by_it_in_memory_too() -> None:
+    """Seeds 225 and 354: the batch is in the log before the tombstone, but the handler replays it after the
+    delete (it hears the acknowledgement later), so memory had made it current at the COMMIT while Kafka's replay
+    (a reload) drops it at the tombstone. The store tells the shard where its tombstone landed."""
+    seen, violations = _transaction_then_deleted(delete_refused=False)
+    assert seen == {"first": (Errors.NONE, Errors.NONE), "delete": Errors.NONE, "second": (Errors.NONE, Errors.NONE),
+                    "memory": -1, "reload": -1}
+    assert violations == []
+
+
+def test_a_transactional_commit_after_a_refused_delete_supersedes_the_owed_tombstone() -> None:
+    """Seeds 215, 339 and 368: a refused tombstone is owed and sent again; a client's batch of its offset after
+    it must not be deleted by it (as our own later commit is not): the batch supersedes it, so the acknowledged
+    commit stays, in memory and after a reload."""
+    seen, violations = _transaction_then_deleted(delete_refused=True)
+    assert seen == {"first": (Errors.NONE, Errors.NONE), "delete": Errors.COORDINATOR_NOT_AVAILABLE,
+                    "second": (Errors.NONE, Errors.NONE), "memory": 7, "reload": 7}
+    assert violations == []
+
+
 def test_a_delete_kafka_refused_is_not_answered_as_done() -> None:
     # NOT_ENOUGH_REPLICAS from Kafka: COORDINATOR_NOT_AVAILABLE (Kafka 4), and nothing comes back that was promised
     assert _deleted_then_crashed(_delete_group) == ([Errors.COORDINATOR_NOT_AVAILABLE], [])
