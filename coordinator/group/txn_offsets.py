@@ -282,7 +282,7 @@ def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: 
 def _after_marker(txn: OpenTransaction, marker_offset: int) -> OpenTransaction | None:
     """Splits `txn` at the marker: it keeps the latest pending offset of each partition from before the marker
     (what the marker settles); the offsets after it are returned as the producer's next transaction (None if
-    there are none)."""
+    nothing after it was replayed)."""
     following = OpenTransaction(txn.producer_epoch, transactional_id=txn.transactional_id,
                                 replayed_to=txn.replayed_to)
     for group_id, offsets in txn.offsets.items():
@@ -298,7 +298,8 @@ def _after_marker(txn: OpenTransaction, marker_offset: int) -> OpenTransaction |
                 del offsets[tp]
             else:
                 offsets[tp] = settled
-    return following if following.offsets else None
+    # records after the marker replayed already, their offsets deleted since: still replayed (not again)
+    return following if following.offsets or txn.replayed_to > marker_offset else None
 
 
 def _after(pending: PendingOffset, marker_offset: int) -> bool:
