@@ -12,8 +12,8 @@ from coordinator.group.shard import GroupShard
 from coordinator.group.state import GroupState
 from coordinator.group.status import ShardStatus
 from coordinator.group.txn_commit import TxnOffsetCommitIdentity, txn_append_error, validate_transactional_offset_commit
-from coordinator.group.txn_offsets import (replay_end_transaction, replay_transaction_events, replay_transactional_offsets,
-                                            tombstone_landed)
+from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, replay_end_transaction,
+                                            replay_transaction_events, replay_transactional_offsets, tombstone_landed)
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, commit, env, errors_of, fetch, form_group  # noqa: F401
 
@@ -293,3 +293,19 @@ async def test_our_tombstones_are_kept_until_the_reader_passes_them(env: Env) ->
     assert txns.tombstones == {("s", ("t", 0)): [12]}
     replay_transaction_events(shard, [], 13)
     assert txns.tombstones == {}
+
+
+async def test_a_batch_deleted_after_the_handler_replayed_it_stays_deleted_when_the_reader_reads_it(env: Env) -> None:
+    """Seed 18: the handler replays a producer's next batch (82) before the reader reached the previous
+    transaction's ABORT (81); a delete drops it; the ABORT settles nothing else, and the reader then reads the
+    batch: replayed once already, it is not pending again, and its COMMIT makes nothing current."""
+    shard = shard_of(env, "s")
+    replay_transaction_events(shard, [], 80)
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 68}, 82))
+    await env.coordinator.delete_offsets(OffsetDeleteRequest("s", [OffsetDeleteRequestTopic("t", [0])]))
+    replay_transaction_events(shard, [EndTransactionMarker(PID, EPOCH, False, 81),
+                                      ClientTransactionalBatch(PID, EPOCH, 0, 82, tuple(offset_records(
+                                          "s", {("t", 0): 68}, 82)))], 83)
+    assert not shard.transactional_offsets.has_pending("s", ("t", 0))
+    replay_transaction_events(shard, [EndTransactionMarker(PID, EPOCH, True, 90)], 91)
+    assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (-1, "", Errors.NONE)}
