@@ -69,8 +69,10 @@ class TransactionalOffsets:
         # where the partition's reader (the load, then the tail) has read to: a record below it was replayed by
         # the reader already, with the marker that settled it if there was one
         self.read_to = -1
-        # the log offsets of our offset tombstones at or past `read_to`, per (group, partition)
-        self.tombstones: dict[tuple[str, TopicPartition], list[int]] = {}
+        # groups a client's transactional batch was sent or replayed for: only their tombstones are kept
+        self.transactional_groups: set[str] = set()
+        # the latest of our offset tombstones of each partition of those groups, while at or past `read_to`
+        self.tombstones: dict[tuple[str, TopicPartition], int] = {}
         # the store's: a client's batch of these offsets is about to be appended, so their owed tombstones are not
         # sent again; returns what owes them again if the batch is not appended
         self.supersede_owed: Callable[[str, list[TopicPartition]], Callable[[], None]] = _nothing_owed
@@ -79,6 +81,7 @@ class TransactionalOffsets:
         self.by_producer.clear()
         self.open_by_group.clear()
         self.read_to = -1
+        self.transactional_groups.clear()
         self.tombstones.clear()
         self.supersede_owed = _nothing_owed
 
@@ -107,18 +110,21 @@ class TransactionalOffsets:
                 for tp in wanted & group_offsets.keys():
                     del group_offsets[tp]
 
+    def sending(self, group_id: str, partitions: list[TopicPartition]) -> Callable[[], None]:
+        """A client's batch of these offsets is about to be appended: our tombstones of the group that land
+        meanwhile are kept (the batch may land before them), and the owed ones are superseded; returns what owes
+        them again if the batch is not appended."""
+        self.transactional_groups.add(group_id)
+        return self.supersede_owed(group_id, partitions)
+
     def tombstoned_after(self, group_id: str, tp: TopicPartition, log_offset: int) -> bool:
         """Whether one of our tombstones of the partition lies after `log_offset` in the log."""
-        return any(t > log_offset for t in self.tombstones.get((group_id, tp), ()))
+        return self.tombstones.get((group_id, tp), -1) > log_offset
 
     def forget_passed_tombstones(self) -> None:
         """The reader has read past them: a batch below one is not replayed again."""
-        for key, offsets in list(self.tombstones.items()):
-            kept = [t for t in offsets if t >= self.read_to]
-            if kept:
-                self.tombstones[key] = kept
-            else:
-                del self.tombstones[key]
+        if self.tombstones:
+            self.tombstones = {key: t for key, t in self.tombstones.items() if t >= self.read_to}
 
 
 def _nothing_owed(group_id: str, partitions: list[TopicPartition]) -> Callable[[], None]:
@@ -140,7 +146,9 @@ def follow_own_tombstones(shard: GroupShard, store: GroupStore) -> None:
 def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_offset: int) -> None:
     """One of our tombstones of `tp` is in the partition at `log_offset`: as Kafka's replay, it drops every
     pending offset of it carried by a record before it, and the current offset if that record is before it
-    (a COMMIT marker read before this report made it current). Kept while the reader has not passed it."""
+    (a COMMIT marker read before this report made it current). Kept while the reader has not passed it, for a
+    group with clients' transactions (another group's tombstones would pile up: its partition's reader hands
+    over nothing and so does not move)."""
     txns = shard.transactional_offsets
     for producer_id in txns.open_by_group.get(group_id, ()):
         group_offsets = txns.by_producer[producer_id].offsets.get(group_id, {})
@@ -159,8 +167,8 @@ def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_o
                  group_id, tp[0], tp[1], current.log_offset, log_offset)
         del group.offsets[tp]
         group.offset_versions.pop(tp, None)
-    if log_offset >= txns.read_to:
-        txns.tombstones.setdefault((group_id, tp), []).append(log_offset)
+    if log_offset >= txns.read_to and group_id in txns.transactional_groups:
+        txns.tombstones[(group_id, tp)] = max(txns.tombstones.get((group_id, tp), -1), log_offset)
 
 
 def _after_tombstone(pending: PendingOffset, tombstone_offset: int) -> PendingOffset | None:
@@ -204,6 +212,7 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
         txn.replayed_to = log_offset
         group_offsets = txn.offsets.setdefault(replayed.group_id, {})
         txns.open_by_group.setdefault(replayed.group_id, set()).add(producer_id)
+        txns.transactional_groups.add(replayed.group_id)
         if txns.tombstoned_after(replayed.group_id, tp, log_offset):  # dropped by it in the log: never pending
             log.info("event=txn_offset_tombstoned group=%s topic=%s partition=%d producer_id=%d record_offset=%d",
                      replayed.group_id, tp[0], tp[1], producer_id, log_offset)

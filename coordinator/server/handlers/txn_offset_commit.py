@@ -359,9 +359,9 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
             log.warning("event=txn_offset_append_no_leader partition=%s error=%s", state, exc)
             sequences.settle(producer_id, batch.epoch, batch.sequence, Outcome.REFUSED)
             return Errors.COORDINATOR_NOT_AVAILABLE
-        # a later commit of these offsets than an owed tombstone of ours: the tombstone is not sent again
-        restore_owed = shard.transactional_offsets.supersede_owed(
-            identity.group_id, [(r.topic, r.partition) for r in batch.records])
+        # ordered against our tombstones of these offsets by log offset; an owed one is not sent again
+        restore_owed = shard.transactional_offsets.sending(identity.group_id,
+                                                           [(r.topic, r.partition) for r in batch.records])
         try:
             result = appended(await relay.request_to(leader, produce_request(
                 producer, state[0], state[1], batch.batch, produce_version=batch.produce_version,
