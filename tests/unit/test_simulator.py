@@ -458,47 +458,66 @@ def test_offsets_of_a_commit_in_flight_stay_deleted_after_a_reload(delete: str, 
     assert violations == []
 
 
-def test_an_offset_deleted_while_its_transaction_is_open_stays_deleted_after_the_commit_and_a_reload() -> None:
-    """A client's TxnOffsetCommit is acknowledged (pending), the operator deletes the offset, then the transaction
-    commits: Kafka's replay drops the pending offset at the tombstone, so neither memory nor a reload shows it."""
-    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None,
-                        txn_apps=[TxnAppSpec({"t": 1}, True, 5, 60_000)])
-    sim = Simulation(scenario)
-    seen: dict[str, Any] = {}
+class _TxnStory:
+    """One instance and one application (TV2, TxnOffsetCommit v5) committing ("t", 0) of txn-group-0."""
 
-    async def loaded() -> CoordinatorInstance:
-        instance = sim._start_instance()
+    def __init__(self) -> None:
+        self.sim = Simulation(Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [],
+                                       [], None, txn_apps=[TxnAppSpec({"t": 1}, True, 5, 60_000)]))
+
+    async def loaded(self) -> CoordinatorInstance:
+        instance = self.sim._start_instance()
         while not instance.loaded:
             await asyncio.sleep(0.1)
         return instance
 
-    async def fetched() -> int:
-        answer = await sim.call("tool", "", "fetch_offsets", OffsetFetchRequest(
+    async def app(self) -> TransactionalApp:
+        app = TransactionalApp(self.sim, 0, 1, {"t": 1}, True, 5, 60_000, random.Random(0))
+        await app._init()
+        return app
+
+    async def txn_offset_commit(self, app: TransactionalApp, offset: int) -> int:
+        answer = await app._call("txn_offset_commit", txn_offset_commit_request(
+            5, app.transactional_id, app.group_id, app.producer_id, app.epoch, {("t", 0): offset}))
+        return int(answer.topics[0].partitions[0].error_code)
+
+    async def end_txn(self, app: TransactionalApp) -> Errors:
+        error, app.epoch = await app.ctc.end_txn(app.transactional_id, app.producer_id, app.epoch, True)
+        return error
+
+    async def delete(self) -> int:
+        answer = await self.sim.call("tool", "", "delete_offsets", OffsetDeleteRequest(
+            "txn-group-0", [OffsetDeleteRequestTopic("t", [0])]))
+        return int(answer.error_code)
+
+    async def fetched(self) -> int:
+        answer = await self.sim.call("tool", "", "fetch_offsets", OffsetFetchRequest(
             "txn-group-0", [OffsetFetchRequestTopic("t", [0])]))
         return int(answer.topics[0].partitions[0].committed_offset)
 
-    async def story() -> None:
-        first = await loaded()
-        app = TransactionalApp(sim, 0, 1, {"t": 1}, True, 5, 60_000, random.Random(0))
-        await app._init()
-        request = txn_offset_commit_request(5, app.transactional_id, app.group_id, app.producer_id, app.epoch,
-                                            {("t", 0): 7})
-        answer = await app._call("txn_offset_commit", request)
-        seen["txn_offset_commit"] = answer.topics[0].partitions[0].error_code
-        deleted = await sim.call("tool", "", "delete_offsets", OffsetDeleteRequest(
-            "txn-group-0", [OffsetDeleteRequestTopic("t", [0])]))
-        seen["delete"] = deleted.error_code
-        seen["end_txn"], app.epoch = await app.ctc.end_txn(app.transactional_id, app.producer_id, app.epoch, True)
-        await asyncio.sleep(1)  # the partition's tail reads the marker
-        seen["memory"] = await fetched()
-        first.crash()
-        await loaded()
-        seen["reload"] = await fetched()
 
-    run_story(sim, story())
+def test_an_offset_deleted_while_its_transaction_is_open_stays_deleted_after_the_commit_and_a_reload() -> None:
+    """A client's TxnOffsetCommit is acknowledged (pending), the operator deletes the offset, then the transaction
+    commits: Kafka's replay drops the pending offset at the tombstone, so neither memory nor a reload shows it."""
+    story = _TxnStory()
+    seen: dict[str, Any] = {}
+
+    async def run() -> None:
+        first = await story.loaded()
+        app = await story.app()
+        seen["txn_offset_commit"] = await story.txn_offset_commit(app, 7)
+        seen["delete"] = await story.delete()
+        seen["end_txn"] = await story.end_txn(app)
+        await asyncio.sleep(1)  # the partition's tail reads the marker
+        seen["memory"] = await story.fetched()
+        first.crash()
+        await story.loaded()
+        seen["reload"] = await story.fetched()
+
+    run_story(story.sim, run())
     assert seen == {"txn_offset_commit": Errors.NONE, "delete": Errors.NONE, "end_txn": Errors.NONE, "memory": -1,
                     "reload": -1}
-    assert sim.checkers.violations == []
+    assert story.sim.checkers.violations == []
 
 
 def _transaction_then_deleted(delete_refused: bool) -> tuple[dict[str, Any], list[str]]:
@@ -508,43 +527,22 @@ def _transaction_then_deleted(delete_refused: bool) -> tuple[dict[str, Any], lis
     the TxnOffsetCommit's batch lands first and the delete is handled before the handler hears its
     acknowledgement (the simulated leader holds its answer until the delete is answered). Returns the answers,
     what memory and the reload show, and the violations."""
-    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None,
-                        txn_apps=[TxnAppSpec({"t": 1}, True, 5, 60_000)])
-    sim = Simulation(scenario)
+    story = _TxnStory()
+    sim = story.sim
     seen: dict[str, Any] = {}
 
-    async def loaded() -> CoordinatorInstance:
-        instance = sim._start_instance()
-        while not instance.loaded:
-            await asyncio.sleep(0.1)
-        return instance
-
-    async def fetched() -> int:
-        answer = await sim.call("tool", "", "fetch_offsets", OffsetFetchRequest(
-            "txn-group-0", [OffsetFetchRequestTopic("t", [0])]))
-        return int(answer.topics[0].partitions[0].committed_offset)
-
-    async def story() -> None:
-        first = await loaded()
-        app = TransactionalApp(sim, 0, 1, {"t": 1}, True, 5, 60_000, random.Random(0))
-        await app._init()
+    async def run() -> None:
+        first = await story.loaded()
+        app = await story.app()
 
         async def committed(offset: int) -> tuple[int, Errors]:
-            answer = await app._call("txn_offset_commit", txn_offset_commit_request(
-                5, app.transactional_id, app.group_id, app.producer_id, app.epoch, {("t", 0): offset}))
-            end, app.epoch = await app.ctc.end_txn(app.transactional_id, app.producer_id, app.epoch, True)
-            return int(answer.topics[0].partitions[0].error_code), end
-
-        async def delete() -> int:
-            answer = await sim.call("tool", "", "delete_offsets", OffsetDeleteRequest(
-                "txn-group-0", [OffsetDeleteRequestTopic("t", [0])]))
-            return int(answer.error_code)
+            return await story.txn_offset_commit(app, offset), await story.end_txn(app)
 
         seen["first"] = await committed(5)
         await asyncio.sleep(1)  # the partition's tail reads the marker: 5 is current
         if delete_refused:
             sim.kafka.faults.refuse = 1.0
-            seen["delete"] = await delete()
+            seen["delete"] = await story.delete()
             sim.kafka.faults.refuse = 0.0
             seen["second"] = await committed(7)
         else:
@@ -560,16 +558,16 @@ def _transaction_then_deleted(delete_refused: bool) -> tuple[dict[str, Any], lis
             app.ctc.produce = produce_held  # type: ignore[method-assign]
             second = asyncio.ensure_future(committed(7))
             await landed.wait()
-            seen["delete"] = await delete()
+            seen["delete"] = await story.delete()
             answered.set()
             seen["second"] = await second
         await asyncio.sleep(5)  # the marker read, owed tombstones sent again if they are
-        seen["memory"] = await fetched()
+        seen["memory"] = await story.fetched()
         first.crash()
-        await loaded()
-        seen["reload"] = await fetched()
+        await story.loaded()
+        seen["reload"] = await story.fetched()
 
-    run_story(sim, story())
+    run_story(sim, run())
     return seen, [v.line() for v in sim.checkers.violations]
 
 
