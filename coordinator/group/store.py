@@ -93,10 +93,14 @@ class GroupStore(ABC):
         `deliver(events, read_to)` on this loop, until the partition is unloaded. A store without a log (whose
         writes carry no client transaction) has none to read."""
 
-    def follow_tombstones(self, partition: int, landed: Callable[[str, TopicPartition, int], None]) -> None:
-        """Call `landed(group_id, tp, log_offset)` on this loop for each offset tombstone of ours the partition
-        acknowledges from now on (retries of owed ones too), until it is unloaded. A store without a log has no
-        offsets to tell."""
+    def follow_tombstones(self, partition: int, landed: Callable[[str, TopicPartition, int | None], None]) -> None:
+        """Call `landed(group_id, tp, log_offset)` on this loop for each attempt of an offset tombstone of ours
+        to the partition (retries of owed ones too) once answered, with its offset (None: that attempt failed),
+        until it is unloaded. A store without a log has no offsets to tell."""
+
+    def tombstone_in_flight(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an offset tombstone of ours of `tp` was sent and is not answered yet."""
+        return False
 
     def supersede_tombstones(self, partition: int, group_id: str, partitions: Collection[TopicPartition]
                              ) -> Callable[[], None]:

@@ -76,6 +76,11 @@ class TransactionalOffsets:
         # the store's: a client's batch of these offsets is about to be appended, so their owed tombstones are not
         # sent again; returns what owes them again if the batch is not appended
         self.supersede_owed: Callable[[str, list[TopicPartition]], Callable[[], None]] = _nothing_owed
+        # the store's: whether a tombstone of ours of the partition was sent and not answered yet
+        self.tombstone_in_flight: Callable[[str, TopicPartition], bool] = _none_in_flight
+        # offsets a COMMIT settled while a tombstone of their partition was in flight: current or dropped once
+        # it is answered (where it landed decides), pending meanwhile
+        self.held: dict[tuple[str, TopicPartition], list[PendingOffset]] = {}
 
     def clear(self) -> None:
         self.by_producer.clear()
@@ -84,17 +89,20 @@ class TransactionalOffsets:
         self.transactional_groups.clear()
         self.tombstones.clear()
         self.supersede_owed = _nothing_owed
+        self.tombstone_in_flight = _none_in_flight
+        self.held.clear()
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
-        return any(tp in self.by_producer[pid].offsets.get(group_id, {})
-                   for pid in self.open_by_group.get(group_id, ()))
+        return (group_id, tp) in self.held or any(tp in self.by_producer[pid].offsets.get(group_id, {})
+                                                  for pid in self.open_by_group.get(group_id, ()))
 
     def has_open_transactions(self, group_id: str) -> bool:
         return group_id in self.open_by_group
 
     def pending_partitions(self, group_id: str) -> set[TopicPartition]:
-        return {tp for pid in self.open_by_group.get(group_id, ())
-                for tp in self.by_producer[pid].offsets.get(group_id, {})}
+        held = {tp for held_group, tp in self.held if held_group == group_id} if self.held else set()
+        return held | {tp for pid in self.open_by_group.get(group_id, ())
+                       for tp in self.by_producer[pid].offsets.get(group_id, {})}
 
     def pending_offset(self, producer_id: int, group_id: str, tp: TopicPartition) -> OffsetRecord | None:
         txn = self.by_producer.get(producer_id)
@@ -104,6 +112,8 @@ class TransactionalOffsets:
     def drop_partitions(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
         """A tombstone of these partitions removes their pending offsets too (the transactions stay open)."""
         wanted = set(partitions)
+        for tp in wanted:
+            self.held.pop((group_id, tp), None)
         for pid in self.open_by_group.get(group_id, ()):
             group_offsets = self.by_producer[pid].offsets.get(group_id)
             if group_offsets is not None:
@@ -135,20 +145,40 @@ def nothing_to_restore() -> None:
     """What a supersession that found no owed tombstone restores."""
 
 
+def _none_in_flight(group_id: str, tp: TopicPartition) -> bool:
+    return False
+
+
 def follow_own_tombstones(shard: GroupShard, store: GroupStore) -> None:
     """The store tells the shard where its offset tombstones land, and a client's batch supersedes the owed ones."""
     partition, txns = shard.partition, shard.transactional_offsets
     store.follow_tombstones(partition, lambda group_id, tp, log_offset: tombstone_landed(shard, group_id, tp,
                                                                                           log_offset))
     txns.supersede_owed = lambda group_id, tps: store.supersede_tombstones(partition, group_id, tps)
+    txns.tombstone_in_flight = store.tombstone_in_flight
 
 
-def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_offset: int) -> None:
-    """One of our tombstones of `tp` is in the partition at `log_offset`: as Kafka's replay, it drops every
-    pending offset of it carried by a record before it, and the current offset if that record is before it
-    (a COMMIT marker read before this report made it current). Kept while the reader has not passed it, for a
-    group with clients' transactions (another group's tombstones would pile up: its partition's reader hands
-    over nothing and so does not move)."""
+def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_offset: int | None) -> None:
+    """One of our tombstones of `tp` is in the partition at `log_offset` (None: that attempt failed): as Kafka's
+    replay, it drops every pending offset of it carried by a record before it, and the current offset if that
+    record is before it (a COMMIT marker read before this report made it current). Kept while the reader has not
+    passed it, for a group with clients' transactions (another group's tombstones would pile up: its partition's
+    reader hands over nothing and so does not move). Offsets a COMMIT settled meanwhile are current once no
+    tombstone of the partition is in flight, unless one dropped them."""
+    txns = shard.transactional_offsets
+    held = txns.held.pop((group_id, tp), [])
+    if log_offset is not None:
+        held = [pending for pending in held if not _before(pending, log_offset)]
+        _tombstone_at(shard, group_id, tp, log_offset)
+    if held and txns.tombstone_in_flight(group_id, tp):
+        txns.held[(group_id, tp)] = held
+    elif held:
+        group = shard.add_group(group_id)
+        for pending in held:
+            _make_current(group, tp, pending, -1)
+
+
+def _tombstone_at(shard: GroupShard, group_id: str, tp: TopicPartition, log_offset: int) -> None:
     txns = shard.transactional_offsets
     for producer_id in txns.open_by_group.get(group_id, ()):
         group_offsets = txns.by_producer[producer_id].offsets.get(group_id, {})
@@ -171,9 +201,13 @@ def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_o
         txns.tombstones[(group_id, tp)] = max(txns.tombstones.get((group_id, tp), -1), log_offset)
 
 
+def _before(pending: PendingOffset, tombstone_offset: int) -> bool:
+    return pending.record.log_offset is not None and pending.record.log_offset < tombstone_offset
+
+
 def _after_tombstone(pending: PendingOffset, tombstone_offset: int) -> PendingOffset | None:
     """The pending offset with the offsets of records before the tombstone left out of its chain (None: all)."""
-    if pending.record.log_offset is not None and pending.record.log_offset < tombstone_offset:
+    if _before(pending, tombstone_offset):
         return None
     if pending.earlier is not None:
         pending.earlier = _after_tombstone(pending.earlier, tombstone_offset)
@@ -275,13 +309,10 @@ def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: 
             continue
         group = shard.add_group(group_id)
         for tp, pending in offsets.items():
-            if _is_later(group, tp, pending):
-                group.offsets[tp] = pending.record
-                group.offset_versions[tp] = pending.learned
-                made_current += 1
+            if txns.tombstone_in_flight(group_id, tp):  # where it lands decides (tombstone_landed)
+                txns.held.setdefault((group_id, tp), []).append(pending)
             else:
-                log.info("event=txn_offset_superseded group=%s topic=%s partition=%d producer_id=%d "
-                         "record_offset=%s", group_id, tp[0], tp[1], producer_id, pending.record.log_offset)
+                made_current += _make_current(group, tp, pending, producer_id)
     log.info("event=txn_offsets_committed producer_id=%d producer_epoch=%d marker_offset=%d offsets=%d",
              producer_id, producer_epoch, log_offset, made_current)
     shard.observer.on_txn_offsets_settled(producer_id, producer_epoch, True, made_current)
@@ -309,6 +340,17 @@ def _after_marker(txn: OpenTransaction, marker_offset: int) -> OpenTransaction |
                 offsets[tp] = settled
     # records after the marker replayed already, their offsets deleted since: still replayed (not again)
     return following if following.offsets or txn.replayed_to > marker_offset else None
+
+
+def _make_current(group: GroupMetadata, tp: TopicPartition, pending: PendingOffset, producer_id: int) -> int:
+    """A committed offset becomes current if its record is later than the current one's; 1 if it did."""
+    if _is_later(group, tp, pending):
+        group.offsets[tp] = pending.record
+        group.offset_versions[tp] = pending.learned
+        return 1
+    log.info("event=txn_offset_superseded group=%s topic=%s partition=%d producer_id=%d record_offset=%s",
+             group.group_id, tp[0], tp[1], producer_id, pending.record.log_offset)
+    return 0
 
 
 def _after(pending: PendingOffset, marker_offset: int) -> bool:

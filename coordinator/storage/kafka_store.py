@@ -67,7 +67,7 @@ class KafkaGroupStore(GroupStore):
         self._stop_loading = threading.Event()
         self._tombstones = TombstoneWriter(config.tombstone_retry_ms / 1000, on_landed=self._tombstones_landed)
         # partition → who is told where our offset tombstones landed in it (follow_tombstones)
-        self._tombstone_followers: dict[int, Callable[[str, TopicPartition, int], None]] = {}
+        self._tombstone_followers: dict[int, Callable[[str, TopicPartition, int | None], None]] = {}
         self._appender = RecordAppender(self._tombstones, config.max_write_bytes)
         self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
         self._tails: TransactionTails | None = None  # the served partitions' markers (None: a cluster only librdkafka reaches)
@@ -137,11 +137,14 @@ class KafkaGroupStore(GroupStore):
         if self._tails is not None and partition not in self._unloaded:
             self._tails.follow(partition, start, deliver)
 
-    def follow_tombstones(self, partition: int, landed: Callable[[str, TopicPartition, int], None]) -> None:
+    def follow_tombstones(self, partition: int, landed: Callable[[str, TopicPartition, int | None], None]) -> None:
         if partition not in self._unloaded:
             self._tombstone_followers[partition] = landed
 
-    def _tombstones_landed(self, partition: int, landed: list[tuple[bytes, int]]) -> None:
+    def tombstone_in_flight(self, group_id: str, tp: TopicPartition) -> bool:
+        return self._tombstones.in_flight(_offset_key(group_id, tp))
+
+    def _tombstones_landed(self, partition: int, landed: list[tuple[bytes, int | None]]) -> None:
         follower = self._tombstone_followers.get(partition)
         if follower is None:
             return
@@ -155,8 +158,7 @@ class KafkaGroupStore(GroupStore):
         """A client's batch supersedes the owed tombstones of its offsets as our own later commit would: Kafka
         does not send a failed tombstone again (its timeline reverts the deletion), so a commit after the failed
         deletion stays. Restored only while the partition is still ours."""
-        superseded = self._tombstones.superseded(encode(OffsetCommitRecord(group_id, topic, index, None))[0]
-                                                 for topic, index in partitions)
+        superseded = self._tombstones.superseded(_offset_key(group_id, tp) for tp in partitions)
         if not superseded:
             return nothing_to_restore
 
@@ -292,6 +294,10 @@ class KafkaGroupStore(GroupStore):
     def retry_owed_tombstones(self) -> None:
         """Queue the owed tombstones again now (the retrier does it with back-off)."""
         self._tombstones.retry_owed()
+
+
+def _offset_key(group_id: str, tp: TopicPartition) -> bytes:
+    return encode(OffsetCommitRecord(group_id, tp[0], tp[1], None))[0]
 
 
 class _EitherEvent(threading.Event):

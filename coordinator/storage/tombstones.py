@@ -7,8 +7,9 @@ offsets again. So a failed tombstone is kept and sent again, with back-off, unti
 write of the same key was issued meanwhile (then the tombstone must not land after it). A newer write that
 fails puts the tombstone back: the cache does not hold that value either, so "deleted" is still the truth.
 What is still unwritten when the store closes is logged. Where each one landed (its delivery report's offset,
-retries included) goes to `on_landed(partition, [(key, offset)])`: a client's transactional batch is ordered
-against our tombstones by log offset (coordinator/group/txn_offsets.py).
+retries included; None for an attempt that failed) goes to `on_landed(partition, [(key, offset)])`, and
+`in_flight(key)` says whether one is still unanswered: a client's transactional batch is ordered against our
+tombstones by log offset (coordinator/group/txn_offsets.py).
 
 Order: a tombstone, its retries and every other write of its partition are queued with the producer at the
 moment they are issued (`RecordSender.send` queues synchronously, in order per partition), so a retry queued
@@ -30,7 +31,8 @@ log = logging.getLogger("coordinator.storage")
 _FIRST_RETRY_S = 1.0
 _MAX_RETRY_S = 10.0
 
-Landed = Callable[[int, list[tuple[bytes, int]]], None]  # (partition, [(key, log offset)]), on the loop
+# (partition, [(key, log offset, or None: this attempt failed)]), on the loop
+Landed = Callable[[int, list[tuple[bytes, int | None]]], None]
 
 
 class _Tombstone:
@@ -48,6 +50,7 @@ class TombstoneWriter:
         self._on_landed = on_landed
         self._max_retry_s = max(first_retry_s, _MAX_RETRY_S)
         self._unwritten: dict[bytes, _Tombstone] = {}  # key → its latest tombstone not yet acknowledged
+        self._sending: dict[bytes, int] = {}  # key → attempts not answered yet (superseded ones too)
         self._retrier: asyncio.Task[None] | None = None
         self._producer: RecordSender | None = None
         self._closed = False
@@ -55,6 +58,10 @@ class TombstoneWriter:
     @property
     def unwritten(self) -> int:
         return len(self._unwritten)
+
+    def in_flight(self, key: bytes) -> bool:
+        """Whether a tombstone of `key` was sent and not answered yet (where it lands is not known)."""
+        return key in self._sending
 
     def send(self, producer: RecordSender, group_id: str, keys: list[tuple[int, bytes]], what: str
              ) -> asyncio.Future[KafkaError | None]:
@@ -116,12 +123,19 @@ class TombstoneWriter:
         """One partition's tombstones, in order (so the delivery reports' offsets, sorted, are theirs)."""
         records: list[KafkaRecord] = [(entry.partition, key, None) for key, entry in batch]
         reported: list[int] = []
+        for key, _ in batch:
+            self._sending[key] = self._sending.get(key, 0) + 1
 
         def done(error: KafkaError | None) -> None:
+            for key, _ in batch:
+                left = self._sending.pop(key) - 1
+                if left:
+                    self._sending[key] = left
             self._on_done(batch, what, error)
-            if error is None and self._on_landed is not None and batch and len(reported) == len(batch):
-                self._on_landed(batch[0][1].partition, [(key, offset) for (key, _), offset
-                                                        in zip(batch, sorted(reported))])
+            if self._on_landed is not None and batch:
+                offsets: list[int | None] = list(sorted(reported)) if error is None and len(reported) == len(batch) \
+                    else [None] * len(batch)
+                self._on_landed(batch[0][1].partition, [(key, offset) for (key, _), offset in zip(batch, offsets)])
             if outcome is not None and not outcome.done():
                 outcome.set_result(error)
 

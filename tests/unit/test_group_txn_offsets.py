@@ -313,3 +313,22 @@ async def test_a_batch_deleted_after_the_handler_replayed_it_stays_deleted_when_
     assert not shard.transactional_offsets.has_pending("s", ("t", 0))
     replay_transaction_events(shard, [EndTransactionMarker(PID, EPOCH, True, 90)], 91)
     assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (-1, "", Errors.NONE)}
+
+
+async def test_a_commit_read_while_our_tombstone_is_in_flight_waits_for_where_it_landed(env: Env) -> None:
+    """Seed 362: the tail read the COMMIT (11) that follows our tombstone (10) before the tombstone's
+    acknowledgement came; the offset the COMMIT settles (9) stays pending until the tombstone is answered, then
+    is dropped by it (before it in the log) or made current (after it, or the attempt failed)."""
+    shard = shard_of(env, "s")
+    txns = shard.transactional_offsets
+    in_flight = {("s", ("t", 0)), ("s", ("t", 1))}
+    txns.tombstone_in_flight = lambda group_id, tp: (group_id, tp) in in_flight
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 4, ("t", 1): 4}, 8))
+    assert replay_end_transaction(shard, PID, EPOCH, True, 11) == 0
+    assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
+        ("t", 0): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT), ("t", 1): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT)}
+    in_flight.clear()
+    tombstone_landed(shard, "s", ("t", 0), 10)  # after its record (8): dropped
+    tombstone_landed(shard, "s", ("t", 1), None)  # that attempt failed: the offset stands
+    assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
+        ("t", 0): (-1, "", Errors.NONE), ("t", 1): (4, "", Errors.NONE)}
