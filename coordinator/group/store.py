@@ -95,11 +95,11 @@ class GroupStore(ABC):
 
     def follow_tombstones(self, partition: int, landed: Callable[[str, TopicPartition, int | None], None]) -> None:
         """Call `landed(group_id, tp, log_offset)` on this loop for each attempt of an offset tombstone of ours
-        to the partition (retries of owed ones too) once answered, with its offset (None: that attempt failed),
-        until it is unloaded. A store without a log has no offsets to tell."""
+        to the partition (retries of owed ones too) once answered, with its offset (None: that attempt failed, or
+        an owed one was superseded), until it is unloaded. A store without a log has no offsets to tell."""
 
     def tombstone_in_flight(self, group_id: str, tp: TopicPartition) -> bool:
-        """Whether an offset tombstone of ours of `tp` was sent and is not answered yet."""
+        """Whether an offset tombstone of ours of `tp` was sent and is not answered yet, or is owed."""
         return False
 
     def supersede_tombstones(self, partition: int, group_id: str, partitions: Collection[TopicPartition]

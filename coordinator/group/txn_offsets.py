@@ -76,7 +76,7 @@ class TransactionalOffsets:
         # the store's: a client's batch of these offsets is about to be appended, so their owed tombstones are not
         # sent again; returns what owes them again if the batch is not appended
         self.supersede_owed: Callable[[str, list[TopicPartition]], Callable[[], None]] = _nothing_owed
-        # the store's: whether a tombstone of ours of the partition was sent and not answered yet
+        # the store's: whether a tombstone of ours of the partition was sent and not answered yet, or is owed
         self.tombstone_in_flight: Callable[[str, TopicPartition], bool] = _none_in_flight
         # offsets a COMMIT settled while a tombstone of their partition was in flight: current or dropped once
         # it is answered (where it landed decides), pending meanwhile
@@ -164,7 +164,8 @@ def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_o
     record is before it (a COMMIT marker read before this report made it current). Kept while the reader has not
     passed it, for a group with clients' transactions (another group's tombstones would pile up: its partition's
     reader hands over nothing and so does not move). Offsets a COMMIT settled meanwhile are current once no
-    tombstone of the partition is in flight, unless one dropped them."""
+    tombstone of the partition is in flight or owed, unless one dropped them (a failed attempt may have landed
+    all the same: its retry, later in the log, decides)."""
     txns = shard.transactional_offsets
     held = txns.held.pop((group_id, tp), [])
     if log_offset is not None:

@@ -7,8 +7,8 @@ offsets again. So a failed tombstone is kept and sent again, with back-off, unti
 write of the same key was issued meanwhile (then the tombstone must not land after it). A newer write that
 fails puts the tombstone back: the cache does not hold that value either, so "deleted" is still the truth.
 What is still unwritten when the store closes is logged. Where each one landed (its delivery report's offset,
-retries included; None for an attempt that failed) goes to `on_landed(partition, [(key, offset)])`, and
-`in_flight(key)` says whether one is still unanswered: a client's transactional batch is ordered against our
+retries included; None for an attempt that failed, or an owed one superseded) goes to
+`on_landed(partition, [(key, offset)])`, and `in_flight(key)` says whether one is unanswered or owed: a client's transactional batch is ordered against our
 tombstones by log offset (coordinator/group/txn_offsets.py).
 
 Order: a tombstone, its retries and every other write of its partition are queued with the producer at the
@@ -60,8 +60,9 @@ class TombstoneWriter:
         return len(self._unwritten)
 
     def in_flight(self, key: bytes) -> bool:
-        """Whether a tombstone of `key` was sent and not answered yet (where it lands is not known)."""
-        return key in self._sending
+        """Whether a tombstone of `key` was sent and not answered yet, or is owed (its retry lands later): where
+        the latest lands is not known yet."""
+        return key in self._sending or key in self._unwritten
 
     def send(self, producer: RecordSender, group_id: str, keys: list[tuple[int, bytes]], what: str
              ) -> asyncio.Future[KafkaError | None]:
@@ -82,7 +83,11 @@ class TombstoneWriter:
         `restore` needs if that write fails."""
         if not self._unwritten:
             return {}
-        return {key: entry for key in keys if (entry := self._unwritten.pop(key, None)) is not None}
+        superseded = {key: entry for key in keys if (entry := self._unwritten.pop(key, None)) is not None}
+        if superseded and self._on_landed is not None:  # not sent again: where it lands is known no better
+            for key, popped in superseded.items():
+                self._on_landed(popped.partition, [(key, None)])
+        return dict(superseded)
 
     def restore(self, superseded: dict[bytes, object]) -> None:
         """The newer write failed: the tombstones it superseded are owed again (unless newer ones exist)."""
