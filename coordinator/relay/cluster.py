@@ -1,5 +1,5 @@
-"""What the coordinator knows of the cluster's topics: partition counts, learned from every Metadata answer that
-passes through the relay and refreshed on a miss. OffsetCommit checks it the way Kafka's KafkaApis checks its
+"""What the coordinator knows of the cluster's topics: ids, partition counts and their replicas' racks, learned from
+every Metadata answer that passes through the relay and refreshed on a miss. OffsetCommit checks it the way Kafka's KafkaApis checks its
 metadata cache before the group coordinator sees the request (UNKNOWN_TOPIC_OR_PARTITION otherwise)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from coordinator.topics import TopicImage
 log = logging.getLogger("coordinator.relay")
 
 Refresh = Callable[[list[str]], Awaitable[Any]]
+_UNKNOWN = object()
 _PRUNE_ABOVE = 1_024  # refresh times kept before the stale ones are dropped (names come from clients)
 
 
@@ -30,6 +31,10 @@ class ClusterMetadata:
         self._partitions: dict[str, int] = {}  # topic -> partition count
         self._ids: dict[str, uuid.UUID] = {}  # topic -> topic id (Metadata v10+)
         self._names: dict[uuid.UUID, str] = {}
+        self._replicas: dict[str, tuple[tuple[int, ...], ...]] = {}  # topic -> each partition's replica broker ids
+        # broker -> rack, kept while a broker is absent from answers (Kafka's image keeps a fenced broker's)
+        self._racks: dict[int, str | None] = {}
+        self._images: dict[str, TopicImage] = {}  # one object per topic state: the group hash caches by identity
         self._inflight: dict[str, asyncio.Future[None]] = {}
         self._refreshed_at: dict[str, float] = {}
 
@@ -42,8 +47,19 @@ class ClusterMetadata:
 
     def by_name(self, name: str) -> TopicImage | None:
         """The topic as the consumer group logic sees it (coordinator/topics.TopicsView)."""
+        image = self._images.get(name)
+        if image is not None:
+            return image
         topic_id, count = self._ids.get(name), self._partitions.get(name)
-        return None if topic_id is None or count is None else TopicImage(topic_id, name, count)
+        if topic_id is None or count is None:
+            return None
+        image = self._images[name] = TopicImage(topic_id, name, count, self._partition_racks(name))
+        return image
+
+    def _partition_racks(self, name: str) -> tuple[tuple[str, ...], ...]:
+        racks = tuple(tuple(rack for rack in map(self._racks.get, replicas) if rack is not None)
+                      for replicas in self._replicas.get(name, ()))
+        return racks if any(racks) else ()
 
     def by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         name = self._names.get(topic_id)
@@ -68,6 +84,7 @@ class ClusterMetadata:
             self.version += 1
 
     def _observe(self, metadata: Any, all_topics: bool) -> None:
+        self._learn_racks(metadata)
         seen = {}
         for topic in metadata.topics or ():
             if topic.name is None:
@@ -75,6 +92,7 @@ class ClusterMetadata:
             if int(topic.error_code) == 0:
                 seen[topic.name] = len(topic.partitions)
                 self._learn_id(topic.name, getattr(topic, "topic_id", None))
+                self._learn_replicas(topic.name, topic.partitions)
             elif int(topic.error_code) == 3:  # UNKNOWN_TOPIC_OR_PARTITION
                 self._partitions.pop(topic.name, None)
                 self._forget_id(topic.name)
@@ -84,6 +102,28 @@ class ClusterMetadata:
             self._partitions = seen
         else:
             self._partitions.update(seen)
+        for name, count in seen.items():
+            image = self._images.get(name)
+            if image is not None and image.partitions != count:
+                del self._images[name]
+
+    def _learn_racks(self, metadata: Any) -> None:
+        """Brokers' racks (Metadata v1+; a v0 answer has none to tell)."""
+        changed = False
+        for broker in getattr(metadata, "brokers", None) or ():
+            if hasattr(broker, "rack") and self._racks.get(int(broker.node_id), _UNKNOWN) != broker.rack:
+                self._racks[int(broker.node_id)] = broker.rack
+                changed = True
+        if changed:
+            self._images.clear()
+
+    def _learn_replicas(self, name: str, partitions: Any) -> None:
+        by_index = {int(getattr(p, "partition_index", i)): tuple(map(int, getattr(p, "replica_nodes", ())))
+                    for i, p in enumerate(partitions)}
+        replicas = tuple(by_index.get(i, ()) for i in range(len(by_index)))
+        if self._replicas.get(name) != replicas:
+            self._replicas[name] = replicas
+            self._images.pop(name, None)
 
     def _learn_id(self, name: str, topic_id: uuid.UUID | None) -> None:
         if topic_id is None or topic_id.int == 0:
@@ -94,11 +134,14 @@ class ClusterMetadata:
                 self._names.pop(old, None)  # deleted and re-created under the same name
             self._ids[name] = topic_id
             self._names[topic_id] = name
+            self._images.pop(name, None)
 
     def _forget_id(self, name: str) -> None:
         old = self._ids.pop(name, None)
         if old is not None:
             self._names.pop(old, None)
+        self._replicas.pop(name, None)
+        self._images.pop(name, None)
 
     def stale(self, topics: Iterable[str], max_age_ms: int) -> list[str]:
         """The topics not refreshed within `max_age_ms` (or never), sorted."""
