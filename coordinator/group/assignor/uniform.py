@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 
 from coordinator.group.assignor.java_order import topic_set_order
-from coordinator.group.assignor.spec import Assignment, AssignorError, GroupSpec, SubscriptionType
+from coordinator.group.assignor.spec import Assignment, AssignorError, GroupSpec, SubscriptionType, existing
 from coordinator.group.assignor.uniform_heterogeneous import HeterogeneousBuilder
 
 
@@ -56,7 +56,9 @@ def _assign_homogeneous(spec: GroupSpec) -> dict[str, Assignment]:
         for topic_id in member.assignment:
             if topic_id not in subscribed:
                 continue  # the whole topic is revoked
-            partitions = member.assignment[topic_id]
+            partitions = existing(member.assignment[topic_id], spec.partition_count(topic_id))
+            if not partitions:
+                continue
             if len(partitions) <= quota:
                 quota -= len(partitions)
                 kept[topic_id] = set(partitions)
