@@ -2,7 +2,7 @@
 UniformHomogeneousAssignmentBuilderTest as of Kafka 4.1, where a member that cannot fill an extra partition's quota
 from what it holds leaves the extra to a later member, and RangeAssignorTest: same members, topic ids, partition
 counts and current targets; the expected targets are theirs). Generated groups against Kafka 4.1.1's own
-assignor: tests/interop/test_uniform_assignor_kafka.py."""
+assignor: tests/interop/test_assignors_kafka.py."""
 
 from __future__ import annotations
 

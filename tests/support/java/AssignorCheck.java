@@ -14,8 +14,10 @@ import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.metadata.PartitionRecord;
 import org.apache.kafka.common.metadata.TopicRecord;
 import org.apache.kafka.coordinator.group.api.assignor.GroupAssignment;
+import org.apache.kafka.coordinator.group.api.assignor.ConsumerGroupPartitionAssignor;
 import org.apache.kafka.coordinator.group.api.assignor.MemberAssignment;
 import org.apache.kafka.coordinator.group.api.assignor.SubscriptionType;
+import org.apache.kafka.coordinator.group.assignor.RangeAssignor;
 import org.apache.kafka.coordinator.group.assignor.UniformAssignor;
 import org.apache.kafka.coordinator.group.modern.Assignment;
 import org.apache.kafka.coordinator.group.modern.GroupSpecImpl;
@@ -26,7 +28,7 @@ import org.apache.kafka.image.MetadataImage;
 import org.apache.kafka.image.MetadataProvenance;
 
 /**
- * Kafka 4.1's UniformAssignor on groups read from stdin, held as Kafka's TargetAssignmentBuilder holds them (HashMap
+ * Kafka 4.1's UniformAssignor (or RangeAssignor: argument "range") on groups read from stdin, held as Kafka's TargetAssignmentBuilder holds them (HashMap
  * of members, each current target a HashMap of topic id to HashSet of partitions). One case per blank-line-separated
  * block of tab-separated lines:
  *   topic UUID PARTITIONS
@@ -34,8 +36,11 @@ import org.apache.kafka.image.MetadataProvenance;
  * Prints one line per case: "MEMBER=TOPIC:P,P;TOPIC:P|MEMBER=..." (members, topics and partitions sorted), or
  * "ERROR<TAB>message".
  */
-public class UniformAssignorCheck {
+public class AssignorCheck {
+    private static ConsumerGroupPartitionAssignor assignor;
+
     public static void main(String[] args) throws Exception {
+        assignor = args.length > 0 && args[0].equals("range") ? new RangeAssignor() : new UniformAssignor();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         List<String[]> block = new ArrayList<>();
         String line;
@@ -97,7 +102,7 @@ public class UniformAssignorCheck {
         SubscriptionType type = subscriptions.size() <= 1 ? SubscriptionType.HOMOGENEOUS
             : SubscriptionType.HETEROGENEOUS;
         try {
-            GroupAssignment assignment = new UniformAssignor().assign(new GroupSpecImpl(members, type, owners),
+            GroupAssignment assignment = assignor.assign(new GroupSpecImpl(members, type, owners),
                 new SubscribedTopicDescriberImpl(image));
             StringBuilder out = new StringBuilder();
             for (Map.Entry<String, MemberAssignment> member : new TreeMap<>(assignment.members()).entrySet()) {

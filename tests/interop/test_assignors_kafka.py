@@ -1,6 +1,6 @@
-"""The uniform assignor gives Kafka 4.1's assignments: generated groups (homogeneous and heterogeneous
+"""The server-side assignors give Kafka 4.1's assignments: generated groups (homogeneous and heterogeneous
 subscriptions, current targets to keep, revoke and rebalance, including topics no longer subscribed) are handed to
-Kafka 4.1.1's own UniformAssignor (tests/support/java/UniformAssignorCheck.java, groups held as Kafka's
+Kafka 4.1.1's own UniformAssignor and RangeAssignor (tests/support/java/AssignorCheck.java, groups held as Kafka's
 TargetAssignmentBuilder holds them) and to ours (members and targets in the Java orders the group logic gives it);
 every target must be the same."""
 
@@ -19,13 +19,14 @@ import pytest
 
 from coordinator.embedded import ensure_jars
 from coordinator.embedded.jars import cache_root
-from coordinator.group.assignor import AssignorError, GroupSpec, MemberSpec, SubscriptionType, UniformAssignor
+from coordinator.group.assignor import (AssignorError, GroupSpec, MemberSpec, RangeAssignor, SubscriptionType,
+                                        UniformAssignor)
 from coordinator.group.assignor.java_order import member_order
 from coordinator.group.assignor.spec import ordered
 
 pytestmark = pytest.mark.interop
 
-SOURCE = Path(__file__).parents[1] / "support" / "java" / "UniformAssignorCheck.java"
+SOURCE = Path(__file__).parents[1] / "support" / "java" / "AssignorCheck.java"
 CASES = 400
 
 Group = tuple[dict[uuid.UUID, int], dict[str, tuple[list[uuid.UUID], dict[uuid.UUID, list[int]]]]]
@@ -34,11 +35,11 @@ Group = tuple[dict[uuid.UUID, int], dict[str, tuple[list[uuid.UUID], dict[uuid.U
 def compiled() -> Path:
     jars = ensure_jars()
     digest = hashlib.sha256(SOURCE.read_bytes() + str(jars).encode()).hexdigest()[:12]
-    target = cache_root() / f"uniform-assignor-check-{digest}"
-    if not (target / "UniformAssignorCheck.class").exists():
+    target = cache_root() / f"assignor-check-{digest}"
+    if not (target / "AssignorCheck.class").exists():
         javac = shutil.which("javac")
         assert javac is not None, "a JDK 17+ is needed"
-        staging = Path(tempfile.mkdtemp(prefix="uniform-assignor-check-", dir=cache_root()))
+        staging = Path(tempfile.mkdtemp(prefix="assignor-check-", dir=cache_root()))
         subprocess.run([javac, "-nowarn", "-cp", f"{jars}/*", "-d", str(staging), str(SOURCE)], check=True,
                        capture_output=True, timeout=300)
         shutil.rmtree(target, ignore_errors=True)
@@ -79,13 +80,16 @@ def kafka_lines(group: Group) -> str:
     return "\n".join(lines)
 
 
-def ours(group: Group) -> str:
+ASSIGNORS = {"uniform": UniformAssignor(), "range": RangeAssignor()}
+
+
+def ours(assignor: str, group: Group) -> str:
     topics, members = group
     kind = (SubscriptionType.HOMOGENEOUS if len({frozenset(s) for s, _ in members.values()}) <= 1
             else SubscriptionType.HETEROGENEOUS)
     specs = {m: MemberSpec(tuple(members[m][0]), ordered(members[m][1])) for m in member_order(members)}
     try:
-        assigned = UniformAssignor().assign(GroupSpec(specs, kind, topics))
+        assigned = ASSIGNORS[assignor].assign(GroupSpec(specs, kind, topics))
     except AssignorError as exc:
         return f"ERROR\t{exc}"
     return "|".join(
@@ -94,16 +98,17 @@ def ours(group: Group) -> str:
         for m in sorted(members))
 
 
-def test_our_uniform_assignor_assigns_as_kafkas() -> None:
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_our_assignor_assigns_as_kafkas(assignor: str) -> None:
     rng = random.Random(848)
     groups = [generated(rng) for _ in range(CASES)]
     java = shutil.which("java")
     assert java is not None
-    result = subprocess.run([java, "-cp", f"{ensure_jars()}/*:{compiled()}", "UniformAssignorCheck"],
+    result = subprocess.run([java, "-cp", f"{ensure_jars()}/*:{compiled()}", "AssignorCheck", assignor],
                             input="\n\n".join(map(kafka_lines, groups)) + "\n", capture_output=True, text=True,
                             timeout=120)
     kafka = result.stdout.splitlines()
     assert len(kafka) == len(groups), result.stderr[-3000:]
-    different = [(kafka_lines(g), k, o) for g, k, o in zip(groups, kafka, map(ours, groups)) if k != o]
+    different = [(kafka_lines(g), k, o) for g, k, o in zip(groups, kafka, (ours(assignor, g) for g in groups)) if k != o]
     assert not different, f"{len(different)} of {len(groups)} differ, first:\n{different[0]}"
     assert sum(line.startswith("ERROR") for line in kafka) == 0
