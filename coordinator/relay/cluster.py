@@ -1,6 +1,7 @@
-"""What the coordinator knows of the cluster's topics: ids, partition counts and their replicas' racks, learned from
-every Metadata answer that passes through the relay and refreshed on a miss. OffsetCommit checks it the way Kafka's KafkaApis checks its
-metadata cache before the group coordinator sees the request (UNKNOWN_TOPIC_OR_PARTITION otherwise)."""
+"""What the coordinator knows of the cluster's topics: ids, partition counts and their replicas' racks, learned
+from every Metadata answer that passes through the relay and refreshed on a miss. OffsetCommit checks it the way
+Kafka's KafkaApis checks its metadata cache before the group coordinator sees the request
+(UNKNOWN_TOPIC_OR_PARTITION otherwise)."""
 
 from __future__ import annotations
 

@@ -7,44 +7,22 @@ every target must be the same."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import random
-import shutil
-import subprocess
-import tempfile
 import uuid
-from pathlib import Path
 
 import pytest
 
-from coordinator.embedded import ensure_jars
-from coordinator.embedded.jars import cache_root
 from coordinator.group.assignor import (AssignorError, GroupSpec, MemberSpec, RangeAssignor, SubscriptionType,
                                         UniformAssignor)
 from coordinator.group.assignor.java_order import member_order
 from coordinator.group.assignor.spec import ordered
+from tests.support import kafka_java
 
 pytestmark = pytest.mark.interop
 
-SOURCE = Path(__file__).parents[1] / "support" / "java" / "AssignorCheck.java"
 CASES = 400
 
 Group = tuple[dict[uuid.UUID, int], dict[str, tuple[list[uuid.UUID], dict[uuid.UUID, list[int]]]]]
-
-
-def compiled() -> Path:
-    jars = ensure_jars()
-    digest = hashlib.sha256(SOURCE.read_bytes() + str(jars).encode()).hexdigest()[:12]
-    target = cache_root() / f"assignor-check-{digest}"
-    if not (target / "AssignorCheck.class").exists():
-        javac = shutil.which("javac")
-        assert javac is not None, "a JDK 17+ is needed"
-        staging = Path(tempfile.mkdtemp(prefix="assignor-check-", dir=cache_root()))
-        subprocess.run([javac, "-nowarn", "-cp", f"{jars}/*", "-d", str(staging), str(SOURCE)], check=True,
-                       capture_output=True, timeout=300)
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-    return target
 
 
 def kafka_id(topic_id: uuid.UUID) -> str:
@@ -80,7 +58,7 @@ def kafka_lines(group: Group) -> str:
     return "\n".join(lines)
 
 
-ASSIGNORS = {"uniform": UniformAssignor(), "range": RangeAssignor()}
+ASSIGNORS: dict[str, UniformAssignor | RangeAssignor] = {"uniform": UniformAssignor(), "range": RangeAssignor()}
 
 
 def ours(assignor: str, group: Group) -> str:
@@ -102,13 +80,9 @@ def ours(assignor: str, group: Group) -> str:
 def test_our_assignor_assigns_as_kafkas(assignor: str) -> None:
     rng = random.Random(848)
     groups = [generated(rng) for _ in range(CASES)]
-    java = shutil.which("java")
-    assert java is not None
-    result = subprocess.run([java, "-cp", f"{ensure_jars()}/*:{compiled()}", "AssignorCheck", assignor],
-                            input="\n\n".join(map(kafka_lines, groups)) + "\n", capture_output=True, text=True,
-                            timeout=120)
-    kafka = result.stdout.splitlines()
-    assert len(kafka) == len(groups), result.stderr[-3000:]
-    different = [(kafka_lines(g), k, o) for g, k, o in zip(groups, kafka, (ours(assignor, g) for g in groups)) if k != o]
+    kafka = kafka_java.run("AssignorCheck", "\n\n".join(map(kafka_lines, groups)) + "\n", assignor)
+    assert len(kafka) == len(groups)
+    answers = zip(groups, kafka, (ours(assignor, g) for g in groups))
+    different = [(kafka_lines(g), k, o) for g, k, o in answers if k != o]
     assert not different, f"{len(different)} of {len(groups)} differ, first:\n{different[0]}"
     assert sum(line.startswith("ERROR") for line in kafka) == 0

@@ -7,19 +7,13 @@ images too (several brokers and racks per partition, racks to sort, brokers unkn
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import shutil
-import subprocess
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import pytest
 
-from coordinator.embedded import EmbeddedKafka, ensure_jars
-from coordinator.embedded.jars import cache_root
+from coordinator.embedded import EmbeddedKafka
 from coordinator.group.modern.records import GroupEpochRecord
 from coordinator.group.modern.topics import metadata_hash
 from coordinator.relay.cluster import ClusterMetadata
@@ -27,6 +21,7 @@ from coordinator.storage.consumer_records import CONSUMER_GROUP_TYPES, decode, r
 from coordinator.topics import StaticTopics, TopicImage
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
+from tests.support import kafka_java
 from tests.support.consumer_group_differential import Answer, Side, close, connect
 from tests.support.instances import read_raw
 from tests.support.polling import wait_until
@@ -36,7 +31,6 @@ from tests.support.wire import request
 
 pytestmark = pytest.mark.interop
 
-SOURCE = Path(__file__).parents[1] / "support" / "java" / "MetadataHashCheck.java"
 RACK = "r\u00e4ck-\U0001d538"  # ä, and 𝔸 (two UTF-16 code units)
 RACK_PROPERTY = "r\\u00e4ck-\\ud835\\udd38"  # server.properties is read as ISO-8859-1: the same rack, escaped
 TIMEOUT_S = 60
@@ -133,30 +127,12 @@ async def test_kafka_and_we_write_the_same_metadata_hash_with_a_rack(racked_brok
     await same_hash_on_both(racked_broker.bootstrap, RACK)
 
 
-def compiled() -> Path:
-    jars = ensure_jars()
-    digest = hashlib.sha256(SOURCE.read_bytes() + str(jars).encode()).hexdigest()[:12]
-    target = cache_root() / f"metadata-hash-check-{digest}"
-    if not (target / "MetadataHashCheck.class").exists():
-        javac = shutil.which("javac")
-        assert javac is not None, "a JDK 17+ is needed"
-        staging = Path(tempfile.mkdtemp(prefix="metadata-hash-check-", dir=cache_root()))
-        subprocess.run([javac, "-nowarn", "-cp", f"{jars}/*", "-d", str(staging), str(SOURCE)], check=True,
-                       capture_output=True, timeout=300)
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-    return target
-
-
 def kafka_hashes(cases: list[list[str]]) -> list[int]:
     """Kafka's ModernGroup.computeMetadataHash for each case (MetadataHashCheck's input lines)."""
-    java = shutil.which("java")
-    assert java is not None
     text = "\n\n".join("\n".join(lines) for lines in cases) + "\n"
-    result = subprocess.run([java, "-cp", f"{ensure_jars()}/*:{compiled()}", "MetadataHashCheck"], input=text,
-                            capture_output=True, text=True, encoding="utf-8", timeout=120)
-    values = [int(line.split("\t")[1]) for line in result.stdout.splitlines()]
-    assert len(values) == len(cases), result.stderr[-3000:]
+    lines = kafka_java.run("MetadataHashCheck", text)
+    values = [int(line.split("\t")[1]) for line in lines]
+    assert len(values) == len(cases)
     return values
 
 
