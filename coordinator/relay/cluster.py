@@ -32,10 +32,14 @@ class ClusterMetadata:
         self._partitions: dict[str, int] = {}  # topic -> partition count
         self._ids: dict[str, uuid.UUID] = {}  # topic -> topic id (Metadata v10+)
         self._names: dict[uuid.UUID, str] = {}
-        self._replicas: dict[str, tuple[tuple[int, ...], ...]] = {}  # topic -> each partition's replica broker ids
+        self._partition_answers: dict[str, Any] = {}  # topic -> its partitions in the latest answer, as they came
         # broker -> rack, kept while a broker is absent from answers (Kafka's image keeps a fenced broker's)
         self._racks: dict[int, str | None] = {}
-        self._images: dict[str, TopicImage] = {}  # one object per topic state: the group hash caches by identity
+        self._racks_version = 0
+        # topic -> (partitions answer, racks version, image) it was built from: the same image object while the
+        # topic does not change (the group hash caches topic hashes by identity); racks are read only when a
+        # group looks at the topic, not for every topic of every Metadata answer
+        self._images: dict[str, tuple[Any, int, TopicImage]] = {}
         self._inflight: dict[str, asyncio.Future[None]] = {}
         self._refreshed_at: dict[str, float] = {}
 
@@ -48,18 +52,25 @@ class ClusterMetadata:
 
     def by_name(self, name: str) -> TopicImage | None:
         """The topic as the consumer group logic sees it (coordinator/topics.TopicsView)."""
-        image = self._images.get(name)
-        if image is not None:
-            return image
         topic_id, count = self._ids.get(name), self._partitions.get(name)
         if topic_id is None or count is None:
             return None
-        image = self._images[name] = TopicImage(topic_id, name, count, self._partition_racks(name))
+        answer = self._partition_answers.get(name, ())
+        cached = self._images.get(name)
+        if cached is not None and cached[0] is answer and cached[1] == self._racks_version:
+            return cached[2]
+        image = TopicImage(topic_id, name, count, self._partition_racks(answer))
+        if cached is not None and cached[2] == image:
+            image = cached[2]
+        self._images[name] = (answer, self._racks_version, image)
         return image
 
-    def _partition_racks(self, name: str) -> tuple[tuple[str, ...], ...]:
-        racks = tuple(tuple(rack for rack in map(self._racks.get, replicas) if rack is not None)
-                      for replicas in self._replicas.get(name, ()))
+    def _partition_racks(self, partitions: Any) -> tuple[tuple[str, ...], ...]:
+        """Per partition (by index), the racks of its replicas' brokers; () when none has one."""
+        replicas = {int(getattr(p, "partition_index", i)): getattr(p, "replica_nodes", ())
+                    for i, p in enumerate(partitions)}
+        racks = tuple(tuple(rack for rack in (self._racks.get(int(r)) for r in replicas.get(i, ())) if rack is not None)
+                      for i in range(len(replicas)))
         return racks if any(racks) else ()
 
     def by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
@@ -93,7 +104,7 @@ class ClusterMetadata:
             if int(topic.error_code) == 0:
                 seen[topic.name] = len(topic.partitions)
                 self._learn_id(topic.name, getattr(topic, "topic_id", None))
-                self._learn_replicas(topic.name, topic.partitions)
+                self._partition_answers[topic.name] = topic.partitions
             elif int(topic.error_code) == 3:  # UNKNOWN_TOPIC_OR_PARTITION
                 self._partitions.pop(topic.name, None)
                 self._forget_id(topic.name)
@@ -103,10 +114,6 @@ class ClusterMetadata:
             self._partitions = seen
         else:
             self._partitions.update(seen)
-        for name, count in seen.items():
-            image = self._images.get(name)
-            if image is not None and image.partitions != count:
-                del self._images[name]
 
     def _learn_racks(self, metadata: Any) -> None:
         """Brokers' racks (Metadata v1+; a v0 answer has none to tell)."""
@@ -116,15 +123,7 @@ class ClusterMetadata:
                 self._racks[int(broker.node_id)] = broker.rack
                 changed = True
         if changed:
-            self._images.clear()
-
-    def _learn_replicas(self, name: str, partitions: Any) -> None:
-        by_index = {int(getattr(p, "partition_index", i)): tuple(map(int, getattr(p, "replica_nodes", ())))
-                    for i, p in enumerate(partitions)}
-        replicas = tuple(by_index.get(i, ()) for i in range(len(by_index)))
-        if self._replicas.get(name) != replicas:
-            self._replicas[name] = replicas
-            self._images.pop(name, None)
+            self._racks_version += 1
 
     def _learn_id(self, name: str, topic_id: uuid.UUID | None) -> None:
         if topic_id is None or topic_id.int == 0:
@@ -135,13 +134,12 @@ class ClusterMetadata:
                 self._names.pop(old, None)  # deleted and re-created under the same name
             self._ids[name] = topic_id
             self._names[topic_id] = name
-            self._images.pop(name, None)
 
     def _forget_id(self, name: str) -> None:
         old = self._ids.pop(name, None)
         if old is not None:
             self._names.pop(old, None)
-        self._replicas.pop(name, None)
+        self._partition_answers.pop(name, None)
         self._images.pop(name, None)
 
     def stale(self, topics: Iterable[str], max_age_ms: int) -> list[str]:
