@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
@@ -62,17 +62,17 @@ async def kafka_and_ours(bootstrap: str) -> AsyncIterator[tuple[Side, Side, str]
             await close(kafka, ours)
 
 
-def last_hash(bootstrap: str, topic: str, group_id: str) -> int:
-    """The MetadataHash of the group's last record 3 in a topic of `__consumer_offsets` format."""
-    hashes = []
+def last_hashes(bootstrap: str, topic: str, group_ids: Collection[str]) -> dict[str, int]:
+    """The MetadataHash of each group's last record 3 in a topic of `__consumer_offsets` format."""
+    hashes = {}
     for key, value, _partition, _offset in read_raw(bootstrap, topic):
         if key is None or value is None or record_type_of(key) not in CONSUMER_GROUP_TYPES:
             continue
         record = decode(key, value)
-        if isinstance(record, GroupEpochRecord) and record.group_id == group_id:
-            hashes.append(record.metadata_hash)
-    assert hashes, f"no record 3 of {group_id} in {topic}"
-    return hashes[-1]
+        if isinstance(record, GroupEpochRecord) and record.group_id in group_ids:
+            hashes[record.group_id] = record.metadata_hash
+    assert hashes.keys() == set(group_ids), f"record 3 of {group_ids} in {topic}: {hashes}"
+    return hashes
 
 
 async def cluster_view(client: KafkaClient, topics: tuple[str, ...]) -> ClusterMetadata:
@@ -107,16 +107,18 @@ async def same_hash_on_both(bootstrap: str, rack: str | None) -> None:
         view = await cluster_view(kafka.client, (six, three))
         image = view.by_name(six)
         assert image is not None and image.racks == (((rack,),) * 6 if rack is not None else ())
-        for subscribed in ((six,), (six, three)):
-            group, member_id = unique("hash-group"), str(uuid.uuid4())
+        groups = {unique("hash-group"): (six,), unique("hash-group"): (six, three)}
+        for group, subscribed in groups.items():
+            member_id = str(uuid.uuid4())
             for side in (kafka, ours):
                 joined = await join(side, group, member_id, subscribed)
                 assert joined.error == 0 and joined.member_epoch == 1, (side.name, joined)
                 assert sum(len(ps) for _, ps in joined.assignment or ()) == (6 if len(subscribed) == 1 else 9)
-            kafka_hash, our_hash = [await asyncio.to_thread(last_hash, bootstrap, topic, group)
+        kafka_hashes, our_hashes = [await asyncio.to_thread(last_hashes, bootstrap, topic, groups)
                                     for topic in ("__consumer_offsets", state_topic)]
-            assert our_hash == kafka_hash != 0, (subscribed, our_hash, kafka_hash)
-            assert metadata_hash(subscribed, view) == kafka_hash
+        assert our_hashes == kafka_hashes  # through our coordinator and its relay
+        assert {g: metadata_hash(subscribed, view) for g, subscribed in groups.items()} == kafka_hashes
+        assert len(set(kafka_hashes.values()) - {0}) == 2
 
 
 async def test_kafka_and_we_write_the_same_metadata_hash(kafka_bootstrap: str) -> None:
