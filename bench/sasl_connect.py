@@ -5,14 +5,17 @@ listener of ours (the exchange passed through to the same broker over a TLS upst
 
 A secured embedded broker (coordinator/embedded/secured.py) and `coordinator serve --listen SASL_SSL://...` are
 started here. Each connection: TCP, TLS handshake, SaslHandshake + two SaslAuthenticate rounds (our client,
-coordinator/security/connections.py), close. Reported: connections/s each way (best of the repeats, alternating),
-the ratio, and the coordinator's CPU per connection (from /proc). Loopback, a shared machine: quote the load average.
+coordinator/security/connections.py, a full TLS handshake every time, as librdkafka makes them), close; the
+coordinator's upstream links resume TLS sessions (coordinator/security/tls_sessions.py). Reported: connections/s
+each way (best of the repeats, alternating), the ratio, and the coordinator's CPU per connection (from /proc).
+Loopback, a shared machine: quote the load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -58,7 +61,7 @@ async def main(args: argparse.Namespace) -> None:
         alice = data_dir / "alice.properties"
         alice.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\nsasl.username=alice\n"
                          f"sasl.password={secure.users['alice']}\nssl.ca.location={secure.certificates.ca}\n")
-        security = ClusterSecurity.of(load_command_config(alice))
+        security = dataclasses.replace(ClusterSecurity.of(load_command_config(alice)), tls_sessions=None)
         coordinator = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "coordinator.cli", "serve", "--listen", "SASL_SSL://127.0.0.1:0",
             "--bootstrap-server", broker.sasl_ssl_bootstrap, "--command-config", str(admin_properties),

@@ -26,7 +26,7 @@ async def connect(host: str, port: int, security: ClusterSecurity | None, *, cli
     ClusterAccessError; an unreachable broker raises OSError/TimeoutError as a plain connection would.
     `reauthenticate`: a connection kept for long, re-authenticated before the broker's session on it ends
     (KIP-368; reauthentication.py)."""
-    context = security.ssl_context if security is not None else None
+    context = security.ssl_for(host, port) if security is not None else None
     kind = ReauthenticatingClient if reauthenticate else KafkaClient
     try:
         client = await kind.connect(host, port, client_id=client_id, timeout_ms=timeout_ms, negotiate=False,

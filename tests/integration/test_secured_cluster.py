@@ -389,6 +389,23 @@ async def test_coordinator_kafka_secure_prints_client_settings_that_work(tmp_pat
             await process.wait()
 
 
+async def test_our_connections_resume_tls_sessions_with_the_brokers_network_threads(
+        secured_kafka: SecuredBroker) -> None:
+    """Kafka's broker keeps ticket keys per network thread and takes connections in turn: after the few refusals
+    that find the turn, our SASL_SSL connections (SCRAM, as the relay's control connection makes them) resume a
+    session issued by the thread that takes them."""
+    host, port = secured_kafka.broker.sasl_ssl_bootstrap.rsplit(":", 1)
+    security = ClusterSecurity.of(load_command_config(secured_kafka.scram()))
+    resumed = []
+    for _ in range(16):
+        client = await connect(host, int(port), security, client_id="resumption", timeout_ms=30_000,
+                               negotiate=False)
+        transport = client.detach()
+        resumed.append(transport.get_extra_info("ssl_object").session_reused)
+        transport.close()
+    assert resumed[0] is False and sum(resumed[-8:]) >= 6, resumed
+
+
 async def test_the_java_consumer_authenticates_through_our_sasl_ssl_listener(secured_kafka: SecuredBroker) -> None:
     """Kafka's own client, configured with Java's names (SCRAM-SHA-512 in a JAAS config, a PEM truststore, host
     names verified): consumes and commits through the coordinator; the offsets are read back over a connection of

@@ -1,0 +1,125 @@
+"""TLS session resumption on the connections we open to a cluster's brokers (the relay's links, its control
+connection, the start-up check): a later connection to the same broker offers a session ticket an earlier one
+received, and a broker that accepts it skips the certificate exchange, its signature and our verification of the
+chain.
+
+Which ticket to offer: Kafka's broker gives every network thread (`num.network.threads`, default 3) its own TLS
+context, hence its own ticket keys, and hands accepted connections to those threads in turn. A ticket therefore
+resumes only on the thread that issued it: the one that took the connection `lag` accepts earlier, lag being the
+number of threads when nobody else connects meanwhile. We offer the newest ticket from a connection a multiple of
+`lag` connections back. A lag not yet proven moves on at the first ticket turned down; one that resumed a session
+moves on only after _MISSES_TO_MOVE refusals in a row (another client's connection in between shifts the turn
+once). A server with one context, as a TLS proxy usually has, keeps lag 1. Under many other clients' connections
+the thread is a matter of chance; a ticket turned down costs nothing but its bytes in the ClientHello (a full
+handshake follows, no extra round trip).
+
+asyncio's and uvloop's TLS transports make their `ssl.SSLObject` with `context.wrap_bio(...)` and pass no session:
+the context given to them is a per-connection stand-in whose wrap_bio adds it. A ticket arrives after the
+handshake (TLS 1.3's NewSessionTicket, read with the first response), so a connection's session is taken lazily,
+when a later connection to the same broker starts. Tickets only: TLS 1.2 session ids are not offered.
+"""
+
+from __future__ import annotations
+
+import collections
+import ssl
+from typing import Any, cast
+
+_RECENT = 32  # connections remembered per broker: tickets up to lag * (_RECENT / lag) connections back
+_MAX_LAG = 8  # network threads per broker listener we look for
+_MISSES_TO_MOVE = 3
+
+
+class _Handshake:
+    __slots__ = ("sequence", "ssl_object", "session", "offered")
+
+    def __init__(self, sequence: int, ssl_object: ssl.SSLObject, offered: bool) -> None:
+        self.sequence = sequence
+        self.ssl_object: ssl.SSLObject | None = ssl_object  # until its ticket is here
+        self.session: ssl.SSLSession | None = None
+        self.offered = offered
+
+
+class _Broker:
+    __slots__ = ("next_sequence", "lag", "proven", "misses", "recent")
+
+    def __init__(self) -> None:
+        self.next_sequence = 0
+        self.lag = 1
+        self.proven = False  # a ticket offered at this lag was taken
+        self.misses = 0  # tickets turned down in a row
+        self.recent: collections.deque[_Handshake] = collections.deque(maxlen=_RECENT)
+
+
+class TlsSessions:
+    """Session tickets of one TLS context's connections, per broker address. Used on the event loop only."""
+
+    def __init__(self) -> None:
+        self._brokers: dict[tuple[str, int], _Broker] = {}
+        self.offered = 0  # connections that offered a ticket (judged once their own ticket came)
+        self.resumed = 0  # of those, resumed by the broker
+
+    def context_for(self, context: ssl.SSLContext, host: str, port: int) -> ssl.SSLContext:
+        """What to give create_connection(ssl=...) for one connection to host:port."""
+        return cast(ssl.SSLContext, _ResumingContext(context, self, (host, port)))
+
+    def wrap(self, context: ssl.SSLContext, address: tuple[str, int], incoming: ssl.MemoryBIO,
+             outgoing: ssl.MemoryBIO, server_hostname: str | None) -> ssl.SSLObject:
+        broker = self._brokers.get(address)
+        if broker is None:
+            broker = self._brokers[address] = _Broker()
+        self._collect(broker)
+        sequence = broker.next_sequence
+        broker.next_sequence += 1
+        session = _pick(broker, sequence)
+        ssl_object = context.wrap_bio(incoming, outgoing, server_side=False, server_hostname=server_hostname,
+                                      session=session)
+        broker.recent.append(_Handshake(sequence, ssl_object, offered=session is not None))
+        return ssl_object
+
+    def _collect(self, broker: _Broker) -> None:
+        """Take the tickets that arrived since; learn from each offered ticket whether it was taken."""
+        for handshake in broker.recent:
+            ssl_object = handshake.ssl_object
+            if ssl_object is None or ssl_object.version() is None:  # taken already, or still in its handshake
+                continue
+            session = ssl_object.session
+            if session is None or not session.has_ticket:
+                continue
+            handshake.session, handshake.ssl_object = session, None
+            if handshake.offered:
+                self.offered += 1
+                if ssl_object.session_reused:
+                    self.resumed += 1
+                    broker.proven, broker.misses = True, 0
+                else:
+                    broker.misses += 1
+                    if not broker.proven or broker.misses >= _MISSES_TO_MOVE:
+                        broker.lag = broker.lag % _MAX_LAG + 1
+                        broker.proven, broker.misses = False, 0
+
+
+def _pick(broker: _Broker, sequence: int) -> ssl.SSLSession | None:
+    lag = broker.lag
+    for handshake in reversed(broker.recent):
+        if handshake.session is not None and (sequence - handshake.sequence) % lag == 0:
+            return handshake.session
+    return None
+
+
+class _ResumingContext:
+    """An SSLContext for one connection: everything the shared context's, wrap_bio with a session to resume."""
+
+    def __init__(self, context: ssl.SSLContext, sessions: TlsSessions, address: tuple[str, int]) -> None:
+        self._context = context
+        self._sessions = sessions
+        self._address = address
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    def wrap_bio(self, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, server_side: bool = False,
+                 server_hostname: str | None = None) -> ssl.SSLObject:
+        if server_side:
+            return self._context.wrap_bio(incoming, outgoing, server_side=True, server_hostname=server_hostname)
+        return self._sessions.wrap(self._context, self._address, incoming, outgoing, server_hostname)
