@@ -33,6 +33,8 @@ async def connect(host: str, port: int, security: ClusterSecurity | None, *, cli
                                     ssl=context)
     except ssl.SSLError as exc:
         raise ClusterAccessError(f"TLS to {host}:{port} failed: {_ssl_reason(exc)}") from None
+    if security is not None and security.tls_sessions is not None:
+        security.tls_sessions.completed(context)
     try:
         if security is not None and security.client.uses_sasl and supports(security.client):
             lifetime_ms = await authenticate(client.request, security.client)

@@ -17,6 +17,7 @@ asyncio's and uvloop's TLS transports make their `ssl.SSLObject` with `context.w
 the context given to them is a per-connection stand-in whose wrap_bio adds it. A ticket arrives after the
 handshake (TLS 1.3's NewSessionTicket, read with the first response), so a connection's session is taken lazily,
 when a later connection to the same broker starts. Tickets only: TLS 1.2 session ids are not offered.
+`completed(context)`, once the handshake is done, counts it and learns from it.
 """
 
 from __future__ import annotations
@@ -31,13 +32,12 @@ _MISSES_TO_MOVE = 3
 
 
 class _Handshake:
-    __slots__ = ("sequence", "ssl_object", "session", "offered")
+    __slots__ = ("sequence", "ssl_object", "session")
 
-    def __init__(self, sequence: int, ssl_object: ssl.SSLObject, offered: bool) -> None:
+    def __init__(self, sequence: int, ssl_object: ssl.SSLObject) -> None:
         self.sequence = sequence
         self.ssl_object: ssl.SSLObject | None = ssl_object  # until its ticket is here
         self.session: ssl.SSLSession | None = None
-        self.offered = offered
 
 
 class _Broker:
@@ -56,47 +56,57 @@ class TlsSessions:
 
     def __init__(self) -> None:
         self._brokers: dict[tuple[str, int], _Broker] = {}
-        self.offered = 0  # connections that offered a ticket (judged once their own ticket came)
-        self.resumed = 0  # of those, resumed by the broker
+        self.handshakes = 0  # completed, ours
+        self.resumed = 0  # of those, resuming a session
 
     def context_for(self, context: ssl.SSLContext, host: str, port: int) -> ssl.SSLContext:
         """What to give create_connection(ssl=...) for one connection to host:port."""
         return cast(ssl.SSLContext, _ResumingContext(context, self, (host, port)))
 
-    def wrap(self, context: ssl.SSLContext, address: tuple[str, int], incoming: ssl.MemoryBIO,
-             outgoing: ssl.MemoryBIO, server_hostname: str | None) -> ssl.SSLObject:
-        broker = self._brokers.get(address)
+    def completed(self, context: ssl.SSLContext | None) -> bool | None:
+        """After the TLS handshake of a connection made with context_for's context: whether it resumed a session
+        (None: not such a connection). A ticket turned down moves the broker's lag on (above)."""
+        if not isinstance(context, _ResumingContext) or context.ssl_object is None:
+            return None
+        resumed = context.ssl_object.session_reused
+        self.handshakes += 1
+        self.resumed += resumed
+        if context.offered:
+            broker = self._brokers[context.address]
+            if resumed:
+                broker.proven, broker.misses = True, 0
+            else:
+                broker.misses += 1
+                if not broker.proven or broker.misses >= _MISSES_TO_MOVE:
+                    broker.lag = broker.lag % _MAX_LAG + 1
+                    broker.proven, broker.misses = False, 0
+        return resumed
+
+    def wrap(self, wrapper: _ResumingContext, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO,
+             server_hostname: str | None) -> ssl.SSLObject:
+        broker = self._brokers.get(wrapper.address)
         if broker is None:
-            broker = self._brokers[address] = _Broker()
-        self._collect(broker)
+            broker = self._brokers[wrapper.address] = _Broker()
+        _take_tickets(broker)
         sequence = broker.next_sequence
         broker.next_sequence += 1
         session = _pick(broker, sequence)
-        ssl_object = context.wrap_bio(incoming, outgoing, server_side=False, server_hostname=server_hostname,
-                                      session=session)
-        broker.recent.append(_Handshake(sequence, ssl_object, offered=session is not None))
+        ssl_object = wrapper.context.wrap_bio(incoming, outgoing, server_side=False,
+                                              server_hostname=server_hostname, session=session)
+        broker.recent.append(_Handshake(sequence, ssl_object))
+        wrapper.ssl_object, wrapper.offered = ssl_object, session is not None
         return ssl_object
 
-    def _collect(self, broker: _Broker) -> None:
-        """Take the tickets that arrived since; learn from each offered ticket whether it was taken."""
-        for handshake in broker.recent:
-            ssl_object = handshake.ssl_object
-            if ssl_object is None or ssl_object.version() is None:  # taken already, or still in its handshake
-                continue
-            session = ssl_object.session
-            if session is None or not session.has_ticket:
-                continue
+
+def _take_tickets(broker: _Broker) -> None:
+    """The sessions of earlier connections whose ticket has arrived since."""
+    for handshake in broker.recent:
+        ssl_object = handshake.ssl_object
+        if ssl_object is None or ssl_object.version() is None:  # taken already, or still in its handshake
+            continue
+        session = ssl_object.session
+        if session is not None and session.has_ticket:
             handshake.session, handshake.ssl_object = session, None
-            if handshake.offered:
-                self.offered += 1
-                if ssl_object.session_reused:
-                    self.resumed += 1
-                    broker.proven, broker.misses = True, 0
-                else:
-                    broker.misses += 1
-                    if not broker.proven or broker.misses >= _MISSES_TO_MOVE:
-                        broker.lag = broker.lag % _MAX_LAG + 1
-                        broker.proven, broker.misses = False, 0
 
 
 def _pick(broker: _Broker, sequence: int) -> ssl.SSLSession | None:
@@ -111,15 +121,17 @@ class _ResumingContext:
     """An SSLContext for one connection: everything the shared context's, wrap_bio with a session to resume."""
 
     def __init__(self, context: ssl.SSLContext, sessions: TlsSessions, address: tuple[str, int]) -> None:
-        self._context = context
+        self.context = context
+        self.address = address
+        self.ssl_object: ssl.SSLObject | None = None  # this connection's, once wrap_bio made it
+        self.offered = False  # a session to resume
         self._sessions = sessions
-        self._address = address
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
+        return getattr(self.context, name)
 
     def wrap_bio(self, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, server_side: bool = False,
                  server_hostname: str | None = None) -> ssl.SSLObject:
         if server_side:
-            return self._context.wrap_bio(incoming, outgoing, server_side=True, server_hostname=server_hostname)
-        return self._sessions.wrap(self._context, self._address, incoming, outgoing, server_hostname)
+            return self.context.wrap_bio(incoming, outgoing, server_side=True, server_hostname=server_hostname)
+        return self._sessions.wrap(self, incoming, outgoing, server_hostname)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
-from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from coordinator.embedded.certificates import CertificateSet, make_test_certificates
+from coordinator.relay.buffer_pool import BufferPool
+from coordinator.relay.upstream import RelayCounters
 from coordinator.security.client_config import client_security
 from coordinator.security.clusters import ClusterSecurity
 from coordinator.security.connections import connect
@@ -96,7 +98,8 @@ async def test_a_broker_with_a_context_per_network_thread_resumes_once_the_lag_i
                          what="the server's handshakes")
     # a ticket offered to another context's thread is turned down: lag 1, 2, then 3, which every later one hits
     assert server.resumed[-6:] == [True] * 6, server.resumed
-    assert security.tls_sessions is not None and security.tls_sessions.resumed >= 6
+    sessions = security.tls_sessions
+    assert sessions is not None and (sessions.handshakes, sessions.resumed) == (14, sum(server.resumed))
 
 
 async def test_no_session_is_offered_without_a_cache(certificates: CertificateSet) -> None:
@@ -122,3 +125,26 @@ async def test_a_session_is_kept_per_broker_address(certificates: CertificateSet
         await wait_until(lambda: len(first.resumed) == 2 and len(second.resumed) == 1, timeout_s=10,
                          what="the server's handshakes")
     assert first.resumed == [False, True] and second.resumed == [False]
+
+
+async def test_the_relays_handshakes_are_exported_new_and_resumed(certificates: CertificateSet) -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from coordinator.telemetry.metrics import MetricsObserver
+    from coordinator.telemetry.otel import start_telemetry
+
+    security = cluster_security(certificates.ca)
+    async with TlsServer(server_contexts(certificates, 1)) as server:
+        for _ in range(3):
+            await connect_and_close(server, security)
+    relay = SimpleNamespace(counters=RelayCounters(), pool=BufferPool(1 << 20, 16_384, 1_000), link_security=security)
+    reader = InMemoryMetricReader()
+    telemetry = start_telemetry(env={}, metric_readers=[reader])
+    try:
+        MetricsObserver(telemetry.meter_provider.get_meter("test")).watch_relay(relay)
+        data = reader.get_metrics_data()
+    finally:
+        telemetry.shutdown()
+    [handshakes] = [m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+                    if m.name == "coordinator.relay.tls.handshakes"]
+    assert {p.attributes["session"]: p.value for p in handshakes.data.data_points} == {"new": 1, "resumed": 2}
