@@ -7,7 +7,8 @@ A secured embedded broker (coordinator/embedded/secured.py) and `coordinator ser
 started here. Each connection: TCP, TLS handshake, SaslHandshake + two SaslAuthenticate rounds (our client,
 coordinator/security/connections.py, a full TLS handshake every time, as librdkafka makes them), close; the
 coordinator's upstream links resume TLS sessions (coordinator/security/tls_sessions.py). Reported: connections/s
-each way (best of the repeats, alternating), the ratio, and the coordinator's CPU per connection (from /proc).
+each way (best of the repeats, alternating), the ratio, the coordinator's CPU per connection (from /proc), and how
+many of its upstream TLS handshakes resumed a session (its `coordinator.relay.tls.handshakes` metric, scraped).
 Loopback, a shared machine: quote the load average.
 """
 
@@ -18,9 +19,12 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
+import socket
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from coordinator.embedded import EmbeddedKafka
@@ -50,6 +54,20 @@ async def _connections(host: str, port: int, security: ClusterSecurity, count: i
     return count / (time.perf_counter() - started)
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _upstream_handshakes(metrics_port: int) -> dict[str, float]:
+    """The coordinator's upstream TLS handshakes so far, by session (new, resumed)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {match[1]: float(match[2]) for match in
+            re.finditer(r'^coordinator_relay_tls_handshakes_total\{[^}]*session="(\w+)"[^}]*\} (\S+)$', text, re.M)}
+
+
 async def main(args: argparse.Namespace) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="bench-sasl-"))
     secure = secure_listeners_in(data_dir)
@@ -62,11 +80,13 @@ async def main(args: argparse.Namespace) -> None:
         alice.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\nsasl.username=alice\n"
                          f"sasl.password={secure.users['alice']}\nssl.ca.location={secure.certificates.ca}\n")
         security = dataclasses.replace(ClusterSecurity.of(load_command_config(alice)), tls_sessions=None)
+        metrics_port = _free_port()
         coordinator = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "coordinator.cli", "serve", "--listen", "SASL_SSL://127.0.0.1:0",
             "--bootstrap-server", broker.sasl_ssl_bootstrap, "--command-config", str(admin_properties),
             "--config", "ssl.keystore.type=PEM", "--config", f"ssl.keystore.location={secure.certificates.broker_keystore}",
             "--config", "offsets.topic.num.partitions=1", "--state-topic", "bench-sasl-state", "--event-topic", "",
+            "--metrics-listen", f"127.0.0.1:{metrics_port}",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
         assert coordinator.stdout is not None
         line = (await asyncio.wait_for(coordinator.stdout.readline(), 120)).decode()
@@ -74,20 +94,25 @@ async def main(args: argparse.Namespace) -> None:
         broker_host, broker_port = broker.sasl_ssl_bootstrap.rsplit(":", 1)
         direct, through = [], []
         cpu_per_connection = []
+        handshakes = {"new": 0.0, "resumed": 0.0}  # upstream, during the measured connections through us
         await _connections("127.0.0.1", ours_port, security, 20, args.concurrency)  # warm up both paths
         await _connections(broker_host, int(broker_port), security, 20, args.concurrency)
         for _ in range(args.repeats):
             direct.append(await _connections(broker_host, int(broker_port), security, args.connections,
                                              args.concurrency))
+            counted = await asyncio.to_thread(_upstream_handshakes, metrics_port)
             before = _cpu_s(coordinator.pid)
             through.append(await _connections("127.0.0.1", ours_port, security, args.connections, args.concurrency))
             cpu_per_connection.append((_cpu_s(coordinator.pid) - before) / args.connections * 1e3)
+            for session, total in (await asyncio.to_thread(_upstream_handshakes, metrics_port)).items():
+                handshakes[session] = handshakes.get(session, 0.0) + total - counted.get(session, 0.0)
         print(json.dumps({
             "benchmark": "sasl_connect", "mechanism": "SCRAM-SHA-256", "connections": args.connections,
             "concurrency": args.concurrency, "repeats": args.repeats,
             "broker_connections_per_s": round(max(direct), 1), "ours_connections_per_s": round(max(through), 1),
             "ratio_ours_to_broker": round(max(through) / max(direct), 3),
             "coordinator_cpu_ms_per_connection": round(min(cpu_per_connection), 2),
+            "upstream_tls_handshakes": {session: int(count) for session, count in handshakes.items()},
             "load_average": os.getloadavg()[0],
         }), flush=True)
     finally:
