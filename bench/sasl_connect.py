@@ -8,7 +8,9 @@ started here. Each connection: TCP, TLS handshake, SaslHandshake + two SaslAuthe
 coordinator/security/connections.py, a full TLS handshake every time, as librdkafka makes them), close; the
 coordinator's upstream links resume TLS sessions (coordinator/security/tls_sessions.py). Reported: connections/s
 each way (best of the repeats, alternating), the ratio, the coordinator's CPU per connection (from /proc), and how
-many of its upstream TLS handshakes resumed a session (its `coordinator.relay.tls.handshakes` metric, scraped).
+many of its upstream TLS handshakes resumed a session (its `coordinator.relay.tls.handshakes` metric, scraped);
+then, from this process, the CPU of opening an upstream link as the relay does (TLS only, an ApiVersions round
+trip) with a full handshake each time and resuming sessions, alternating.
 Loopback, a shared machine: quote the load average.
 """
 
@@ -30,8 +32,9 @@ from pathlib import Path
 from coordinator.embedded import EmbeddedKafka
 from coordinator.embedded.secured import secure_listeners_in, write_client_properties
 from coordinator.security.client_config import load_command_config
-from coordinator.security.clusters import ClusterSecurity
+from coordinator.security.clusters import ClusterSecurity, without_sasl
 from coordinator.security.connections import connect
+from coordinator.security.tls_sessions import TlsSessions
 
 
 def _cpu_s(pid: int) -> float:
@@ -52,6 +55,16 @@ async def _connections(host: str, port: int, security: ClusterSecurity, count: i
     started = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(count)))
     return count / (time.perf_counter() - started)
+
+
+async def _upstream_handshake_cpu_ms(host: str, port: int, security: ClusterSecurity, count: int) -> float:
+    """This process's CPU per connection opened as the relay opens a client's upstream link (TLS only, the SASL
+    being the client's), one at a time, each with an ApiVersions round trip (so a session ticket has arrived)."""
+    started = time.process_time()
+    for _ in range(count):
+        client = await connect(host, port, security, client_id="bench", timeout_ms=30_000, negotiate=True)
+        await client.close()
+    return (time.process_time() - started) / count * 1e3
 
 
 def _free_port() -> int:
@@ -106,6 +119,17 @@ async def main(args: argparse.Namespace) -> None:
             cpu_per_connection.append((_cpu_s(coordinator.pid) - before) / args.connections * 1e3)
             for session, total in (await asyncio.to_thread(_upstream_handshakes, metrics_port)).items():
                 handshakes[session] = handshakes.get(session, 0.0) + total - counted.get(session, 0.0)
+        # our half of the upstream handshake, alone: full handshakes against resumed ones, alternating
+        tls_only = without_sasl(security)
+        assert tls_only is not None
+        full_cpu, resumed_cpu = [], []
+        resuming = dataclasses.replace(tls_only, tls_sessions=TlsSessions())
+        for _ in range(args.repeats):
+            full_cpu.append(await _upstream_handshake_cpu_ms(broker_host, int(broker_port), tls_only,
+                                                             args.connections // 2))
+            resumed_cpu.append(await _upstream_handshake_cpu_ms(broker_host, int(broker_port), resuming,
+                                                                args.connections // 2))
+        assert resuming.tls_sessions is not None
         print(json.dumps({
             "benchmark": "sasl_connect", "mechanism": "SCRAM-SHA-256", "connections": args.connections,
             "concurrency": args.concurrency, "repeats": args.repeats,
@@ -113,6 +137,9 @@ async def main(args: argparse.Namespace) -> None:
             "ratio_ours_to_broker": round(max(through) / max(direct), 3),
             "coordinator_cpu_ms_per_connection": round(min(cpu_per_connection), 2),
             "upstream_tls_handshakes": {session: int(count) for session, count in handshakes.items()},
+            "upstream_link_cpu_ms_full_handshake": round(min(full_cpu), 3),
+            "upstream_link_cpu_ms_resuming": round(min(resumed_cpu), 3),
+            "upstream_link_resumed": f"{resuming.tls_sessions.resumed}/{resuming.tls_sessions.handshakes}",
             "load_average": os.getloadavg()[0],
         }), flush=True)
     finally:
