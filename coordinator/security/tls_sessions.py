@@ -16,8 +16,8 @@ handshake follows, no extra round trip).
 asyncio's and uvloop's TLS transports make their `ssl.SSLObject` with `context.wrap_bio(...)` and pass no session:
 the context given to them is a per-connection stand-in whose wrap_bio adds it. A ticket arrives after the
 handshake (TLS 1.3's NewSessionTicket, read with the first response), so a connection's session is taken lazily,
-when a later connection to the same broker starts. Tickets only: TLS 1.2 session ids are not offered.
-`completed(context)`, once the handshake is done, counts it and learns from it.
+when a later connection to the same broker starts. Tickets only (TLS 1.3's, TLS 1.2's RFC 5077 ones): TLS 1.2
+session ids are not offered. `completed(context)`, once the handshake is done, counts it and learns from it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import collections
 import ssl
 from typing import Any, cast
 
-_RECENT = 32  # connections remembered per broker: tickets up to lag * (_RECENT / lag) connections back
+_RECENT = 32  # connections remembered per broker: a ticket is offered from at most this many connections back
 _MAX_LAG = 8  # network threads per broker listener we look for
 _MISSES_TO_MOVE = 3
 
