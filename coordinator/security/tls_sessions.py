@@ -16,28 +16,34 @@ handshake follows, no extra round trip).
 asyncio's and uvloop's TLS transports make their `ssl.SSLObject` with `context.wrap_bio(...)` and pass no session:
 the context given to them is a per-connection stand-in whose wrap_bio adds it. A ticket arrives after the
 handshake (TLS 1.3's NewSessionTicket, read with the first response), so a connection's session is taken lazily,
-when a later connection to the same broker starts. Tickets only (TLS 1.3's, TLS 1.2's RFC 5077 ones): TLS 1.2
-session ids are not offered. `completed(context)`, once the handshake is done, counts it and learns from it.
+when a later connection to the same broker needs one. Taking it is not cheap (Python copies the session, the
+broker's certificate included: 0.2–0.5 ms, as much as resuming saves), so a session taken is offered again, to
+the connections of its thread's turn, for _REUSE_S, and dropped once turned down (Kafka's stateless tickets may be
+used more than once). Tickets only (TLS 1.3's, TLS 1.2's RFC 5077 ones): TLS 1.2 session ids are not offered.
+`completed(context)`, once the handshake is done, counts it and learns from it.
 """
 
 from __future__ import annotations
 
 import collections
 import ssl
+import time
 from typing import Any, cast
 
 _RECENT = 32  # connections remembered per broker: a ticket is offered from at most this many connections back
 _MAX_LAG = 8  # network threads per broker listener we look for
 _MISSES_TO_MOVE = 3
+_REUSE_S = 600.0
 
 
 class _Handshake:
-    __slots__ = ("sequence", "ssl_object", "session")
+    __slots__ = ("sequence", "ssl_object", "session", "taken_at")
 
     def __init__(self, sequence: int, ssl_object: ssl.SSLObject) -> None:
         self.sequence = sequence
-        self.ssl_object: ssl.SSLObject | None = ssl_object  # until its ticket is here
+        self.ssl_object: ssl.SSLObject | None = ssl_object  # until its session is taken (or found without ticket)
         self.session: ssl.SSLSession | None = None
+        self.taken_at = 0.0
 
 
 class _Broker:
@@ -71,11 +77,13 @@ class TlsSessions:
         resumed = context.ssl_object.session_reused
         self.handshakes += 1
         self.resumed += resumed
-        if context.offered:
+        offered = context.offered
+        if offered is not None:
             broker = self._brokers[context.address]
             if resumed:
                 broker.proven, broker.misses = True, 0
             else:
+                offered.session = None  # not offered again
                 broker.misses += 1
                 if not broker.proven or broker.misses >= _MISSES_TO_MOVE:
                     broker.lag = broker.lag % _MAX_LAG + 1
@@ -87,33 +95,34 @@ class TlsSessions:
         broker = self._brokers.get(wrapper.address)
         if broker is None:
             broker = self._brokers[wrapper.address] = _Broker()
-        _take_tickets(broker)
         sequence = broker.next_sequence
         broker.next_sequence += 1
-        session = _pick(broker, sequence)
+        offered = _pick(broker, sequence, time.monotonic())
         ssl_object = wrapper.context.wrap_bio(incoming, outgoing, server_side=False,
-                                              server_hostname=server_hostname, session=session)
+                                              server_hostname=server_hostname,
+                                              session=offered.session if offered is not None else None)
         broker.recent.append(_Handshake(sequence, ssl_object))
-        wrapper.ssl_object, wrapper.offered = ssl_object, session is not None
+        wrapper.ssl_object, wrapper.offered = ssl_object, offered
         return ssl_object
 
 
-def _take_tickets(broker: _Broker) -> None:
-    """The sessions of earlier connections whose ticket has arrived since."""
-    for handshake in broker.recent:
+def _pick(broker: _Broker, sequence: int, now: float) -> _Handshake | None:
+    """The earlier connection of this one's turn (a multiple of lag back) whose session to offer: one taken
+    already, else the newest whose ticket has come (taken now)."""
+    lag = broker.lag
+    turn = [handshake for handshake in reversed(broker.recent) if (sequence - handshake.sequence) % lag == 0]
+    for handshake in turn:
+        if handshake.session is not None and now - handshake.taken_at < _REUSE_S:
+            return handshake
+    for handshake in turn:
         ssl_object = handshake.ssl_object
-        if ssl_object is None or ssl_object.version() is None:  # taken already, or still in its handshake
+        if ssl_object is None or ssl_object.version() is None:  # looked at already, or still in its handshake
             continue
+        handshake.ssl_object = None  # looked at once: taking a session copies it
         session = ssl_object.session
         if session is not None and session.has_ticket:
-            handshake.session, handshake.ssl_object = session, None
-
-
-def _pick(broker: _Broker, sequence: int) -> ssl.SSLSession | None:
-    lag = broker.lag
-    for handshake in reversed(broker.recent):
-        if handshake.session is not None and (sequence - handshake.sequence) % lag == 0:
-            return handshake.session
+            handshake.session, handshake.taken_at = session, now
+            return handshake
     return None
 
 
@@ -124,7 +133,7 @@ class _ResumingContext:
         self.context = context
         self.address = address
         self.ssl_object: ssl.SSLObject | None = None  # this connection's, once wrap_bio made it
-        self.offered = False  # a session to resume
+        self.offered: _Handshake | None = None  # the earlier connection whose session it offered
         self._sessions = sessions
 
     def __getattr__(self, name: str) -> Any:

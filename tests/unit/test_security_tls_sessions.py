@@ -31,10 +31,14 @@ class TlsServer:
     """Accepts TCP, then runs TLS with its contexts in turn; records whether each handshake resumed a session."""
 
     def __init__(self, contexts: list[ssl.SSLContext]) -> None:
-        self._contexts = itertools.cycle(contexts)
+        self.use(contexts)
         self.resumed: list[bool] = []
         self.port = 0
         self._server: asyncio.Server | None = None
+
+    def use(self, contexts: list[ssl.SSLContext]) -> None:
+        """From the next connection on, these contexts in turn (new ones: new ticket keys, as after a restart)."""
+        self._contexts = itertools.cycle(contexts)
 
     async def __aenter__(self) -> TlsServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -100,6 +104,20 @@ async def test_a_broker_with_a_context_per_network_thread_resumes_once_the_lag_i
     assert server.resumed[-6:] == [True] * 6, server.resumed
     sessions = security.tls_sessions
     assert sessions is not None and (sessions.handshakes, sessions.resumed) == (14, sum(server.resumed))
+
+
+async def test_a_session_turned_down_is_not_offered_again(certificates: CertificateSet) -> None:
+    """The broker restarted (new ticket keys): the session offered is turned down once, and the next connection
+    offers the session of the one that was turned down, which the broker issued."""
+    security = cluster_security(certificates.ca)
+    async with TlsServer(server_contexts(certificates, 1)) as server:
+        for _ in range(3):
+            await connect_and_close(server, security)
+        server.use(server_contexts(certificates, 1))
+        for _ in range(3):
+            await connect_and_close(server, security)
+        await wait_until(lambda: len(server.resumed) == 6, timeout_s=10, what="the server's handshakes")
+    assert server.resumed == [False, True, True, False, True, True]
 
 
 async def test_no_session_is_offered_without_a_cache(certificates: CertificateSet) -> None:
