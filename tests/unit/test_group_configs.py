@@ -272,6 +272,9 @@ async def test_a_change_reaches_each_member_at_its_next_heartbeat_on_either_path
         await settle()
         assert _session_timer_ms(env, "a") == 4_000  # the running session is not shortened
         service = env.runtime.consumer_groups
+        service.schedule_session(GROUP, "a")  # armed again from anywhere: the group's new value
+        assert _session_timer_ms(env, "a") == 3_000
+        service.schedule_session(GROUP, "a")
         for shortcut in (True, False):
             service.steady_shortcut = shortcut
             steady = await env.heartbeat("a", joined.member_epoch)

@@ -100,11 +100,11 @@ def _int(overrides: Mapping[str, str], name: str, default: int) -> int:
 
 
 class _Entry:
-    __slots__ = ("config", "read_at_ms", "overrides")
+    __slots__ = ("config", "stale_at_ms", "overrides")
 
-    def __init__(self, config: GroupConfig, read_at_ms: int, overrides: Mapping[str, str] | None) -> None:
+    def __init__(self, config: GroupConfig, stale_at_ms: int, overrides: Mapping[str, str] | None) -> None:
         self.config = config
-        self.read_at_ms = read_at_ms
+        self.stale_at_ms = stale_at_ms  # read again when asked for from then on
         self.overrides = overrides  # as last read (None: never read successfully)
 
 
@@ -133,16 +133,15 @@ class GroupConfigs:
         self._refusals_logged: set[int] = set()  # error codes the cluster answered for a group, logged once each
 
     # --- the heartbeat's side (no waiting) ------------------------------------------------------------------
-    def get(self, group_id: str) -> GroupConfig:
-        """The group's values now; a group not read yet, or read too long ago, is read in the background."""
+    def get(self, group_id: str, now_ms: int | None = None) -> GroupConfig:
+        """The group's values at `now_ms` (default: the clock's); a group not read yet, or read too long ago, is
+        read in the background. On every heartbeat: one lookup when the entry is fresh."""
         entry = self._entries.get(group_id)
-        if entry is None:
-            if self.describe is not None:
-                self._read_soon(group_id)
-            return self.defaults
-        if self.describe is not None and self.clock.now_ms() - entry.read_at_ms >= self._refresh_ms:
+        if entry is not None and (now_ms if now_ms is not None else self.clock.now_ms()) < entry.stale_at_ms:
+            return entry.config
+        if self.describe is not None:
             self._read_soon(group_id)
-        return entry.config
+        return entry.config if entry is not None else self.defaults
 
     def known(self, group_id: str) -> bool:
         """The group has been read (or there is nothing to read): its heartbeat need not wait."""
@@ -259,7 +258,7 @@ class GroupConfigs:
     def _store(self, group_id: str, config: GroupConfig, now_ms: int, overrides: Mapping[str, str] | None) -> None:
         entry = self._entries.pop(group_id, None)
         before = entry.config if entry is not None else None
-        self._entries[group_id] = _Entry(config, now_ms, overrides)
+        self._entries[group_id] = _Entry(config, now_ms + self._refresh_ms, overrides)
         while len(self._entries) > self._max_groups:
             self._entries.popitem(last=False)
         if config != before and self.on_change is not None:

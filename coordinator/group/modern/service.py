@@ -136,8 +136,13 @@ class ConsumerGroupService:
         self.group_configs = GroupConfigs(config, timer.clock)
         self.group_configs.on_change = self._group_config_changed
         self._armed_unconfigured: set[str] = set()  # groups loaded before their configuration was read
+        # the configuration the heartbeat being answered looked up, for its session timer (one lookup per
+        # heartbeat); forgotten when that group's configuration changes
+        self._heartbeat_group: str | None = None
+        self._heartbeat_config = self.group_configs.defaults
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
-        self.watch = ConsumerGroupWatch(self.wall_clock.now_ms)  # what each change tells the shard's observer
+        # what each change tells the shard's observer
+        self.watch = ConsumerGroupWatch(self.wall_clock.now_ms, default_assignor=self.settings.default_assignor)
         self.steady_shortcut = True  # False: every heartbeat takes the full path (equivalence tests, benches)
 
     # --- requests ---------------------------------------------------------------------------------------------
@@ -155,8 +160,9 @@ class ConsumerGroupService:
         if group is None or shard.status is not ShardStatus.ACTIVE or is_convertible(shard.groups.get(
                 request.group_id)):
             return None
-        return steady_heartbeat(group, request, self.topics, self._settings_of(request.group_id), self,
-                                self.timer.clock.now_ms())
+        now_ms = self.timer.clock.now_ms()
+        return steady_heartbeat(group, request, self.topics, self._settings_of(request.group_id, now_ms), self,
+                                now_ms)
 
     def heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Write | None]:
         """The response, and the write to await before sending it (None: nothing changed)."""
@@ -185,8 +191,9 @@ class ConsumerGroupService:
                 log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, request.member_id)
                 return (HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch),
                         self._downgrade(shard, group, request.member_id, self._left(group, request.member_id)))
-            result = heartbeat(group, request, self.topics, self._settings_of(request.group_id), self,
-                               self.timer.clock.now_ms(), self.wall_clock.now_ms())
+            now_ms = self.timer.clock.now_ms()
+            result = heartbeat(group, request, self.topics, self._settings_of(request.group_id, now_ms), self,
+                               now_ms, self.wall_clock.now_ms())
         except ApiError as exc:
             return HeartbeatResponse(exc.error, exc.message), None
         if conversion:
@@ -548,6 +555,8 @@ class ConsumerGroupService:
         """A group's configuration read for the first time, or changed. Kafka arms a loaded member's session timer
         with its group's timeout: members loaded before it was read get it now. Any other change applies at each
         member's next heartbeat, as in Kafka."""
+        if group_id == self._heartbeat_group:
+            self._heartbeat_group = None
         if group_id not in self._armed_unconfigured:
             return
         self._armed_unconfigured.discard(group_id)
@@ -559,9 +568,11 @@ class ConsumerGroupService:
             if member.classic is None and running is not None and running.delay_ms != after.session_timeout_ms:
                 self.schedule_session(group_id, member_id)
 
-    def _settings_of(self, group_id: str) -> Settings:
+    def _settings_of(self, group_id: str, now_ms: int) -> Settings:
         """The heartbeat settings with the group's heartbeat interval (one Settings per interval in use)."""
-        interval_ms = self.group_configs.get(group_id).heartbeat_interval_ms
+        config = self._heartbeat_config = self.group_configs.get(group_id, now_ms)
+        self._heartbeat_group = group_id
+        interval_ms = config.heartbeat_interval_ms
         settings = self._settings_by_interval.get(interval_ms)
         if settings is None:
             settings = self._settings_by_interval[interval_ms] = dataclasses.replace(
@@ -570,7 +581,8 @@ class ConsumerGroupService:
 
     # --- timers (heartbeat.MemberTimers) ----------------------------------------------------------------------
     def schedule_session(self, group_id: str, member_id: str) -> None:
-        key, timeout_ms = ("session", group_id, member_id), self.group_configs.get(group_id).session_timeout_ms
+        config = self._heartbeat_config if group_id == self._heartbeat_group else self.group_configs.get(group_id)
+        key, timeout_ms = ("session", group_id, member_id), config.session_timeout_ms
         running = self._timers.get(key)
         if running is not None and running.delay_ms == timeout_ms:  # the steady heartbeat: the same timer moved
             self.timer.add(running)  # (adding a scheduled task again reschedules it)
