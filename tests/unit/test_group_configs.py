@@ -17,6 +17,7 @@ import pytest
 from coordinator.config import CoordinatorConfig
 from coordinator.group.modern.group_configs import (HEARTBEAT_INTERVAL, SESSION_TIMEOUT, Described, GroupConfig,
                                                     GroupConfigError, GroupConfigs, effective_config)
+from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.relay.group_configs import alteration_observer, altered_groups
 from coordinator.timer import ManualClock
 from kio.schema.errors import ErrorCode
@@ -274,7 +275,6 @@ async def test_a_change_reaches_each_member_at_its_next_heartbeat_on_either_path
         service = env.runtime.consumer_groups
         service.schedule_session(GROUP, "a")  # armed again from anywhere: the group's new value
         assert _session_timer_ms(env, "a") == 3_000
-        service.schedule_session(GROUP, "a")
         for shortcut in (True, False):
             service.steady_shortcut = shortcut
             steady = await env.heartbeat("a", joined.member_epoch)
@@ -304,6 +304,22 @@ async def test_members_loaded_before_their_group_was_read_get_its_session_timeou
         finally:
             await fresh.runtime.shutdown()
             await fresh.timer.close()
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()
+
+
+async def test_only_groups_that_exist_or_are_joined_are_read() -> None:
+    cluster = Cluster()
+    env = _env(cluster)
+    try:
+        for group_id, epoch in (("elsewhere", 3), ("elsewhere", -1), ("", 0), ("  ", 1)):
+            refused = await env.runtime.consumer_group_heartbeat(HeartbeatRequest(group_id, "m", epoch))
+            assert refused.error in (Errors.GROUP_ID_NOT_FOUND, Errors.INVALID_REQUEST)
+        await settle()
+        assert cluster.reads == []
+        await env.heartbeat("a", 0)
+        assert cluster.reads == [[GROUP]]
     finally:
         await env.runtime.shutdown()
         await env.timer.close()

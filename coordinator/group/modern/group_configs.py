@@ -124,6 +124,7 @@ class GroupConfigs:
         self._max_groups = config.group_config_max_groups
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # oldest read first
         self._due: dict[str, None] = {}  # groups to read, in the order asked
+        self._reading: set[str] = set()  # groups whose read is on its way
         self._first_reads: dict[str, asyncio.Future[None]] = {}  # groups never read, awaited by their heartbeat
         self._reader: asyncio.Task[None] | None = None
         self._rechecks: dict[int, asyncio.TimerHandle] = {}  # the second read after an alteration, by number
@@ -145,7 +146,7 @@ class GroupConfigs:
 
     def known(self, group_id: str) -> bool:
         """The group has been read (or there is nothing to read): its heartbeat need not wait."""
-        return self.describe is None or self._closed or group_id in self._entries
+        return group_id in self._entries or self.describe is None or self._closed or not group_id.strip()
 
     async def first_read(self, group_id: str) -> None:
         """Returns once the group has been read (or its read failed), at most FIRST_READ_WAIT_S later."""
@@ -170,7 +171,7 @@ class GroupConfigs:
         if not known:
             return
         for group_id in known:
-            self._read_soon(group_id)
+            self._read_soon(group_id, again=True)
         number = next(self._recheck_numbers)
         self._rechecks[number] = asyncio.get_running_loop().call_later(RECHECK_AFTER_ALTER_S, self._recheck, number,
                                                                        known)
@@ -179,14 +180,15 @@ class GroupConfigs:
         del self._rechecks[number]
         for group_id in group_ids:
             if group_id in self._entries:
-                self._read_soon(group_id)
+                self._read_soon(group_id, again=True)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     # --- reading ------------------------------------------------------------------------------------------
-    def _read_soon(self, group_id: str) -> None:
-        if self._closed:
+    def _read_soon(self, group_id: str, *, again: bool = False) -> None:
+        """`again`: even if a read of the group is on its way (it may have been answered before an alteration)."""
+        if self._closed or (group_id in self._reading and not again) or not group_id.strip():
             return
         self._due[group_id] = None
         if self._reader is None or self._reader.done():
@@ -201,6 +203,7 @@ class GroupConfigs:
             batch = list(itertools.islice(self._due, READ_BATCH))
             for group_id in batch:
                 del self._due[group_id]
+            self._reading.update(batch)
             try:
                 assert self.describe is not None
                 described = await self.describe(batch)
@@ -265,6 +268,7 @@ class GroupConfigs:
             self.on_change(group_id, before, config)
 
     def _release(self, batch: Collection[str]) -> None:
+        self._reading.difference_update(batch)
         for group_id in batch:
             waiter = self._first_reads.pop(group_id, None)
             if waiter is not None and not waiter.done():

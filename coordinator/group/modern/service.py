@@ -192,8 +192,10 @@ class ConsumerGroupService:
                 return (HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch),
                         self._downgrade(shard, group, request.member_id, self._left(group, request.member_id)))
             now_ms = self.timer.clock.now_ms()
-            result = heartbeat(group, request, self.topics, self._settings_of(request.group_id, now_ms), self,
-                               now_ms, self.wall_clock.now_ms())
+            # a heartbeat of a group not here is refused: its configuration is not worth reading
+            settings = self.settings if group is None and request.member_epoch != 0 else self._settings_of(
+                request.group_id, now_ms)
+            result = heartbeat(group, request, self.topics, settings, self, now_ms, self.wall_clock.now_ms())
         except ApiError as exc:
             return HeartbeatResponse(exc.error, exc.message), None
         if conversion:
