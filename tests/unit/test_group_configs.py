@@ -146,6 +146,24 @@ async def test_an_alteration_reads_the_group_again_at_once_and_a_moment_later(mo
     await cache.close()
 
 
+async def test_a_group_altered_while_its_read_is_on_its_way_is_read_again(monkeypatch: pytest.MonkeyPatch
+                                                                          ) -> None:
+    monkeypatch.setattr("coordinator.group.modern.group_configs.RECHECK_AFTER_ALTER_S", 0.05)
+    cluster, clock = Cluster(), ManualClock(0)
+    cache = configs(cluster, clock)
+    cluster.gate = asyncio.Event()
+    first = asyncio.create_task(cache.first_read("g"))
+    await settle()
+    cache.get("g")  # asked for again meanwhile: one read is enough
+    cache.invalidate(["g"])  # the read on its way may hold the values from before
+    cluster.overrides["g"] = {HEARTBEAT_INTERVAL: "700"}
+    cluster.gate.set()
+    await asyncio.wait_for(first, 5)
+    await asyncio.wait_for(_until(lambda: len(cluster.reads) == 3), 5)
+    assert cluster.reads == [["g"], ["g"], ["g"]] and cache.get("g").heartbeat_interval_ms == 700
+    await cache.close()
+
+
 async def _until(condition) -> None:  # type: ignore[no-untyped-def]
     while not condition():
         await asyncio.sleep(0.05)

@@ -164,10 +164,11 @@ class GroupConfigs:
 
     def invalidate(self, group_ids: Iterable[str]) -> None:
         """The groups' configurations were altered (through the relay): read again now, and once more a moment
-        later, since the broker answering may take a moment to learn the change from the controller."""
+        later, since the broker answering may take a moment to learn the change from the controller. A group
+        neither kept nor being read is read when it is next asked for."""
         if self.describe is None:
             return
-        known = [group_id for group_id in group_ids if group_id in self._entries]
+        known = [group_id for group_id in group_ids if group_id in self._entries or group_id in self._reading]
         if not known:
             return
         for group_id in known:
@@ -179,7 +180,7 @@ class GroupConfigs:
     def _recheck(self, number: int, group_ids: list[str]) -> None:
         del self._rechecks[number]
         for group_id in group_ids:
-            if group_id in self._entries:
+            if group_id in self._entries or group_id in self._reading:
                 self._read_soon(group_id, again=True)
 
     def __len__(self) -> int:
