@@ -234,13 +234,19 @@ async def test_a_first_read_that_takes_too_long_lets_the_heartbeat_go_on(monkeyp
     cache = configs(cluster, clock)
     cluster.gate = asyncio.Event()
     monkeypatch.setattr("coordinator.group.modern.group_configs.FIRST_READ_WAIT_S", 0.05)
+    cluster.overrides["g"] = {HEARTBEAT_INTERVAL: "700"}
     await asyncio.wait_for(cache.first_read("g"), 5)
-    assert not cache.known("g") and cache.get("g") == GroupConfig(4_000, 1_000)
-    waiting = asyncio.create_task(cache.first_read("g"))
+    # the defaults meanwhile; the group's next heartbeats do not wait again, and the read goes on
+    assert cache.known("g") and cache.get("g") == GroupConfig(4_000, 1_000)
+    cluster.gate.set()
+    await asyncio.wait_for(_until(lambda: cache.get("g").heartbeat_interval_ms == 700), 5)
+    cluster.gate = asyncio.Event()
+    waiting = asyncio.create_task(cache.first_read("h"))
+    await settle()
     await cache.close()  # a waiter is never left behind
     await asyncio.wait_for(waiting, 5)
-    await asyncio.wait_for(cache.first_read("h"), 5)  # closed: nothing is read any more
-    assert cluster.reads == [["g"]]
+    await asyncio.wait_for(cache.first_read("i"), 5)  # closed: nothing is read any more
+    assert cluster.reads == [["g"], ["h"]]
 
 
 async def test_without_a_cluster_every_group_has_the_defaults_at_once() -> None:

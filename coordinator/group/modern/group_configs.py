@@ -161,6 +161,9 @@ class GroupConfigs:
         except TimeoutError:
             log.warning("event=group_config_read_slow group=%s detail=answered with the defaults while the read "
                         "goes on", group_id)
+            if group_id not in self._entries:  # the group's next heartbeats do not wait again meanwhile
+                self._entries[group_id] = _Entry(self.defaults, self.clock.now_ms(), None)
+                self._evict()
 
     def invalidate(self, group_ids: Iterable[str]) -> None:
         """The groups' configurations were altered (through the relay): read again now, and once more a moment
@@ -263,10 +266,13 @@ class GroupConfigs:
         entry = self._entries.pop(group_id, None)
         before = entry.config if entry is not None else None
         self._entries[group_id] = _Entry(config, now_ms + self._refresh_ms, overrides)
-        while len(self._entries) > self._max_groups:
-            self._entries.popitem(last=False)
+        self._evict()
         if config != before and self.on_change is not None:
             self.on_change(group_id, before, config)
+
+    def _evict(self) -> None:
+        while len(self._entries) > self._max_groups:
+            self._entries.popitem(last=False)
 
     def _release(self, batch: Collection[str]) -> None:
         self._reading.difference_update(batch)
