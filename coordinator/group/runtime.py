@@ -54,6 +54,7 @@ from protocol.error_codes import Errors
 log = logging.getLogger("coordinator.group")
 
 _LOAD_SLICE = 2_000
+_NAMES_LOGGED = 10  # of a list of topics in one log line
 Q = TypeVar("Q")  # a request
 R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
 
@@ -201,7 +202,24 @@ class GroupRuntime:
         the answer, or what to await for it. A subscribed topic the cluster view does not know yet is learnt
         first; one it knows but has not refreshed within the heartbeat interval is refreshed in the background,
         its news reaching the group at a later heartbeat, as Kafka's coordinator serves a heartbeat with the
-        metadata image it has while a newer one is on its way."""
+        metadata image it has while a newer one is on its way. A group whose configuration (its session timeout and
+        heartbeat interval) has not been read from the cluster yet is read first."""
+        if self._group_config_unread(req):
+            return self._configured_then_answered(req)
+        return self._start_heartbeat(req)
+
+    def _group_config_unread(self, req: HeartbeatRequestV2) -> bool:
+        """A join, or a heartbeat of a group here, whose group's configuration has not been read yet (a leave needs
+        none, and a heartbeat of a group not here is refused whatever it is)."""
+        return (req.member_epoch >= 0 and not self.consumer_groups.group_configs.known(req.group_id)
+                and (req.member_epoch == 0 or req.group_id in self.shard_for(req.group_id).consumer_groups))
+
+    async def _configured_then_answered(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
+        await self.consumer_groups.group_configs.first_read(req.group_id)
+        answer = self._start_heartbeat(req)
+        return answer if isinstance(answer, HeartbeatResponseV2) else await answer
+
+    def _start_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2 | Awaitable[HeartbeatResponseV2]:
         names = self._names_to_look_at(req)
         if names and self.refresh_topics is not None:
             known = self.consumer_groups.topics.by_name
@@ -213,6 +231,8 @@ class GroupRuntime:
     async def consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
         """ConsumerGroupHeartbeat (KIP-848): the subscribed topics are learnt first (a topic or partition the
         cluster gained shows up in the target), then the group logic answers synchronously."""
+        if self._group_config_unread(req):
+            await self.consumer_groups.group_configs.first_read(req.group_id)
         return await self._refreshed_then_answered(req, self._subscribed_names(req))
 
     async def _refreshed_then_answered(self, req: HeartbeatRequestV2, names: Collection[str]
@@ -257,13 +277,16 @@ class GroupRuntime:
 
     async def _refresh_topics_logged(self, names: list[str], group_id: str | None = None) -> None:
         """The topics learnt from the cluster; if it is unreachable, a log line, and the group is served with what
-        is known meanwhile."""
+        is known meanwhile. `group_id`: the group whose heartbeat waits for this refresh; none for a background
+        refresh, which serves every group subscribed to these topics."""
         if self.refresh_topics is None:
             return
         try:
             await self.refresh_topics(names)
         except Exception as exc:
-            log.warning("event=topic_refresh_failed group=%s topics=%d error=%r", group_id, len(names), exc)
+            waiting = f"group={group_id}" if group_id is not None else "background=true"
+            log.warning("event=topic_refresh_failed %s topics=%d names=%s error=%r", waiting, len(names),
+                        _some_names(names), exc)
 
     def _answer_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2 | Awaitable[HeartbeatResponseV2]:
         """The group logic's answer, at once when it wrote nothing and the group has no write in flight; else
@@ -545,6 +568,7 @@ class GroupRuntime:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.consumer_groups.group_configs.close()
         await self.heartbeat_purgatory.shutdown()
         await self.rebalance_purgatory.shutdown()
 
@@ -579,3 +603,9 @@ class _GroupValues(ValuesView[GroupMetadata]):
     def __iter__(self) -> Iterator[GroupMetadata]:
         for shard in self._mapping._shards:
             yield from list(shard.groups.values())
+
+
+def _some_names(names: list[str]) -> str:
+    """Up to _NAMES_LOGGED names for a log line, then how many more."""
+    shown = ",".join(names[:_NAMES_LOGGED])
+    return shown if len(names) <= _NAMES_LOGGED else f"{shown},...(+{len(names) - _NAMES_LOGGED})"
