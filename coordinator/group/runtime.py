@@ -210,6 +210,28 @@ class GroupRuntime:
             self._refresh_in_background(names, self.stale_topics)
         return self._answer_heartbeat(req)
 
+    def steady_consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2 | None:
+        """`start_consumer_group_heartbeat` of a heartbeat whose every field after the epoch is null, when the group
+        logic's steady shortcut answers it and nothing is to be waited for: no write of the group unacknowledged,
+        no subscribed topic unknown to the cluster view when the group looks at their metadata again (known ones
+        are refreshed in the background, as there). None: `start_consumer_group_heartbeat` serves it; a
+        background refresh started here is not started twice."""
+        group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
+        if group is None:
+            return None
+        service = self.consumer_groups
+        pending = service.unacknowledged(req.group_id)[0]
+        if pending is not None and pending.done is not None:
+            return None
+        if service.timer.clock.now_ms() >= group.metadata_refresh_deadline_ms and self.refresh_topics is not None:
+            names = group.topic_names()
+            if names:
+                known = service.topics.by_name
+                if self.stale_topics is None or any(known(name) is None for name in names):
+                    return None
+                self._refresh_in_background(names, self.stale_topics)
+        return service.steady_heartbeat(req)
+
     async def consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
         """ConsumerGroupHeartbeat (KIP-848): the subscribed topics are learnt first (a topic or partition the
         cluster gained shows up in the target), then the group logic answers synchronously."""
