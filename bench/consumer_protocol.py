@@ -4,7 +4,7 @@ the same group settings, against (a) `coordinator serve` and (b) the embedded Ap
   python -m bench.consumer_protocol [--repeats 2] [--seconds 4] [--groups 1000] [--group-size 10]
                                     [--connections 100,1000] [--reconcile-sizes 10,100,1000]
                                     [--figures consumer-heartbeat,reconcile] [--interval-ms 250]
-                                    [--profile FILE [--profiler py-spy|cprofile]]
+                                    [--profile FILE [--profiler py-spy|cprofile]] [--baseline-tree DIR]
 
 Figures, each for both servers, with the ratio ours ÷ Kafka (throughput: higher is better; times and CPU: lower is
 better):
@@ -49,8 +49,8 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.coordinator import (LOADGEN_CPU, LoadgenCpu, Server, _server_cpu_ns, await_coordinator, close_all,
-                               connect_many, drive_heartbeats, median_of, print_table, ratios, run_interleaved,
-                               start_ours, start_profiler, stop_profiler, stop_servers)
+                               before_and_after, connect_many, drive_heartbeats, median_of, print_table, ratios,
+                               run_interleaved, start_ours, start_profiler, stop_profiler, stop_servers)
 from bench.wire import Stats
 from bench.cprofiled import OUTPUT_VARIABLE, PROFILE_OFF, PROFILE_ON
 from coordinator.embedded import EmbeddedKafka, kafka_version
@@ -420,8 +420,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 if attempt == 2:
                     raise
         processes.append(process)
+        servers = [ours]
+        if args.baseline_tree:
+            process, before = await start_ours(broker.bootstrap, "before", args.baseline_tree,
+                                               config=[f"{k}={v}" for k, v in settings.items()])
+            processes.append(process)
+            servers.append(before)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
-        servers = [ours, kafka]
+        servers.append(kafka)
         results = {server.name: [] for server in servers}
         await run_interleaved(servers, args, run_server_figures, results, load_average=True)
     finally:
@@ -433,9 +439,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     print(f"\nmedians of {args.repeats} interleaved repeats; ratio = ours / Kafka {kafka_version()} "
           f"(load average at the end {load[0]:.1f}, {os.cpu_count()} CPUs; heartbeat interval {args.interval_ms} ms):")
     print_table(ours_median, kafka_median, ratio)
-    return {"bench": "consumer_protocol", "kafka_version": kafka_version(), "repeats": args.repeats,
-            "interval_ms": args.interval_ms, "load_average_1m": round(load[0], 1), "ours": ours_median,
-            "kafka": kafka_median, "ratio": ratio, "runs": results}
+    summary = {"bench": "consumer_protocol", "kafka_version": kafka_version(), "repeats": args.repeats,
+               "interval_ms": args.interval_ms, "load_average_1m": round(load[0], 1), "ours": ours_median,
+               "kafka": kafka_median, "ratio": ratio}
+    if "before" in medians:
+        summary.update(before_and_after(medians["before"], ours_median, kafka_median, args.baseline_tree))
+    summary["runs"] = results
+    return summary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -454,6 +464,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--interval-ms", type=int, default=250, help="group.consumer.heartbeat.interval.ms of both")
     parser.add_argument("--figures", default="consumer-heartbeat,reconcile")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
+    parser.add_argument("--baseline-tree", help="a source tree of ours to race as 'before' (bench.coordinator's)")
     parser.add_argument("--profile", help="profile of our server during the heartbeats over the most connections "
                         "(every repeat's overwrites the last): py-spy's raw output, or cProfile's pstats file")
     parser.add_argument("--profiler", choices=["py-spy", "cprofile"], default="py-spy",
