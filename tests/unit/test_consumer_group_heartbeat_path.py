@@ -165,3 +165,28 @@ async def test_the_steady_path_answers_on_the_wire_as_the_general_one() -> None:
         assert answers[0] == answers[1]
         assert (answers[0].error_code, answers[0].member_id, answers[0].member_epoch, answers[0].assignment) == (
             0, "m-1", joined.member_epoch, None)
+
+
+async def test_a_written_heartbeats_answer_is_ready_as_its_write_is_acknowledged() -> None:
+    """The answer of a heartbeat that wrote resolves in the write's own callback: no loop turns between the
+    store's acknowledgement and the answer (a reconciliation waits for one per member)."""
+    env = Env()
+    try:
+        gate = env.store.hold_next_write()
+        joining = env.runtime.start_consumer_group_heartbeat(HeartbeatRequest(
+            GROUP, "a", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("foo",), owned=[], client_id="a",
+            client_host="/127.0.0.1"))
+        assert isinstance(joining, asyncio.Future)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not joining.done()
+        gate.set()
+        turns = 0
+        while not joining.done():
+            await asyncio.sleep(0)
+            turns += 1
+        assert turns <= 2, turns  # the store's own: its held append resumes, then its Task ends
+        assert joining.result().member_epoch == 1
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()

@@ -412,7 +412,7 @@ def test_graceful_shutdown_on_uvloop() -> None:
 
 
 async def test_a_steady_consumer_group_heartbeat_is_answered_without_a_coroutine() -> None:
-    """ConsumerGroupHeartbeat through the runtime's synchronous start: the join (records to write) is awaited,
+    """ConsumerGroupHeartbeat through the runtime's synchronous start: the join (records to write) is parked on,
     the steady heartbeat behind it answered on the spot from its frame (the runtime's steady path), an error
     answered through the general writer."""
     async with RunningServer() as env:
@@ -448,6 +448,6 @@ async def test_a_steady_consumer_group_heartbeat_is_answered_without_a_coroutine
             subscribed_topic_names=None, topic_partitions=None, **base))
         assert fenced.error_code == 110  # FENCED_MEMBER_EPOCH, with Kafka's message
         assert fenced.error_message.startswith("The consumer group member has a greater member epoch (7)")
-        assert asyncio.iscoroutine(outcomes[0])
+        assert isinstance(outcomes[0], asyncio.Future)  # the join's answer, once its records are written
         assert [o if isinstance(o, tuple) else type(o).__name__ for o in outcomes[1:]] == [
             ("steady", "HeartbeatResponse"), ("steady", "NoneType"), "HeartbeatResponse"]
