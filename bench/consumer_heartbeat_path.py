@@ -205,13 +205,14 @@ async def _compared_steady_frame(drive: Callable[[int, int], Awaitable[None]], a
     try:
         for round_ in range(args.rounds):
             for name in (("steady_frame", "general") if round_ % 2 == 0 else ("general", "steady_frame")):
-                Connection._steady_consumer_group_heartbeat = (  # type: ignore[method-assign]
+                chosen: Callable[[Connection, bytes], bool] = (
                     steady_path if name == "steady_frame" else lambda _self, _frame: False)
+                setattr(Connection, "_steady_consumer_group_heartbeat", chosen)
                 started = time.thread_time()
                 await drive(window, round_ * window)
                 cpu_us[name].append((time.thread_time() - started) / window * 1e6)
     finally:
-        Connection._steady_consumer_group_heartbeat = steady_path  # type: ignore[method-assign]
+        setattr(Connection, "_steady_consumer_group_heartbeat", steady_path)
     medians = {name: round(statistics.median(values), 1) for name, values in cpu_us.items()}
     figures = {"topics": args.topics, "heartbeats_per_window": window, "rounds": args.rounds,
                "cpu_us_per_heartbeat_steady_frame": medians["steady_frame"],
