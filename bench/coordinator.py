@@ -305,19 +305,24 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
         clients = await connect_many(server.port, size, args.client_id)
         group_id, joined = await form_group(clients, f"rb-{uuid.uuid4().hex[:6]}-{size}", FORM_SESSION_MS)
         member_ids = [j.member_id for j in joined]
-        times, sync_ms, cpu_ms, own_cpu_ms, own_shares = [], [], [], [], []
+        times, sync_ms, cpu_ms, main_cpu_ms, system_shares, own_cpu_ms, own_shares = [], [], [], [], [], [], []
         profiler = None
         try:
             for round_number in range(args.rebalance_warmup):  # unmeasured: a server's first rounds are cold
                 await one_rebalance(clients, group_id, member_ids, args.rebalance_rounds + round_number)
             profiler = start_profiler(server, args) if size == max(args.rebalance_sizes) else None
             for round_number in range(args.rebalance_rounds):
-                cpu_before = _server_cpu_ns(server.pid)
+                cpu_before, main_before = _server_cpu_ns(server.pid), _thread_cpu_ns(server.pid, server.pid)
+                user_before, system_before = _user_system_ticks(server.pid)
                 with LoadgenCpu() as own:
                     total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number)
                 times.append(total)
                 sync_ms.append(sync_phase)
                 cpu_ms.append((_server_cpu_ns(server.pid) - cpu_before) / 1e6)
+                main_cpu_ms.append((_thread_cpu_ns(server.pid, server.pid) - main_before) / 1e6)
+                user_after, system_after = _user_system_ticks(server.pid)
+                system_shares.append((system_after - system_before,
+                                      user_after - user_before + system_after - system_before))
                 own_cpu_ms.append(own.cpu_used * 1000)
                 own_shares.append(own.share)
         finally:
@@ -327,6 +332,10 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
         figures[str(size)] = {"rebalance_ms": round(statistics.median(times), 2),
                               "sync_phase_ms": round(statistics.median(sync_ms), 2),
                               "server_cpu_ms_per_rebalance": round(statistics.median(cpu_ms), 2),
+                              # the process's first thread (for ours: the event loop's; for Kafka's JVM: main, idle)
+                              "server_main_thread_cpu_ms_per_rebalance": round(statistics.median(main_cpu_ms), 2),
+                              # the kernel's part of the server's CPU over every round (10 ms ticks, summed)
+                              "server_system_cpu_share": _share(system_shares),
                               "loadgen_cpu_ms_per_rebalance": round(statistics.median(own_cpu_ms), 2),
                               "rounds_ms": [round(t, 2) for t in times],
                               "loadgen_cpu_share": round(max(own_shares), 2)}
@@ -344,6 +353,28 @@ def _server_cpu_ns(pid: int) -> int:
         except (FileNotFoundError, ProcessLookupError):
             continue
     return total
+
+
+def _thread_cpu_ns(pid: int, tid: int) -> int:
+    """CPU time of one thread of `pid` so far, in ns (schedstat); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def _user_system_ticks(pid: int) -> tuple[int, int]:
+    """(user, system) CPU of every thread of `pid` so far, in clock ticks (/proc/<pid>/stat's utime, stime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])
+
+
+def _share(parts: list[tuple[int, int]]) -> float | None:
+    """sum of the first ÷ sum of the second; None when nothing was counted."""
+    whole = sum(total for _, total in parts)
+    return round(sum(part for part, _ in parts) / whole, 3) if whole else None
 
 
 async def run_interleaved(servers: list[Server], args: argparse.Namespace,
