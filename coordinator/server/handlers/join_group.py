@@ -53,6 +53,11 @@ def to_frame(header: RequestHeader, response: api.JoinGroupResponse) -> bytes:
         [(m.member_id, m.group_instance_id, m.metadata) for m in response.members])
 
 
+def answered_as_leader(response: api.JoinGroupResponse) -> bool:
+    """The member this answer goes to leads the group: its SyncGroup will carry the assignment."""
+    return response.error_code == Errors.NONE and response.leader == response.member_id
+
+
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes:
     outcome = start(ctx, header, body)
     if isinstance(outcome, bytes):
