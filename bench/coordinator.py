@@ -315,7 +315,8 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
                 cpu_before, main_before = _server_cpu_ns(server.pid), _thread_cpu_ns(server.pid, server.pid)
                 user_before, system_before = _user_system_ticks(server.pid)
                 with LoadgenCpu() as own:
-                    total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number)
+                    total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number,
+                                                            leader_sync_last=args.leader_sync_last)
                 times.append(total)
                 sync_ms.append(sync_phase)
                 cpu_ms.append((_server_cpu_ns(server.pid) - cpu_before) / 1e6)
@@ -430,8 +431,8 @@ def stop_profiler(profiler: subprocess.Popen | None) -> None:
         profiler.kill()
 
 
-async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int
-                        ) -> tuple[float, float]:
+async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int, *,
+                        leader_sync_last: bool = False) -> tuple[float, float]:
     """Every member rejoins with new metadata at once; ms from the first JoinGroup sent to the last SyncGroup
     answered, and of that the sync phase: from the first SyncGroup sent (after every JoinGroup answer) to the
     last answered, which holds the leader's assignment write. JoinGroup requests are encoded before the clock
@@ -455,8 +456,11 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
     # hand-packed (kio's writer would take milliseconds of the load generator over the leader's request)
     sync_version = clients[0].version_for(ApiKey.SYNC_GROUP, wire.HIGHEST[ApiKey.SYNC_GROUP])
     sends = []
+    pairs = list(zip(clients, joined))
+    if leader_sync_last:  # as a real leader, which runs its assignor before its SyncGroup
+        pairs.sort(key=lambda pair: pair[1] is leader)
     sync_started = time.perf_counter()
-    for client, j in zip(clients, joined):
+    for client, j in pairs:
         correlation_id = client.next_correlation_id()
         assignments = [(m.member_id, b"\x00") for m in leader.members] if j is leader else []
         frame = pack_sync_group_request(sync_version, correlation_id, client.client_id, group_id, generation,
@@ -643,6 +647,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the baseline's state writes (default: --write-mode); with --baseline-tree . this races "
                              "one build's two write modes")
     parser.add_argument("--profile", help="py-spy raw output file for our server during the largest rebalance")
+    parser.add_argument("--leader-sync-last", action="store_true",
+                        help="the leader's SyncGroup sent after every follower's (a real leader runs its assignor "
+                             "first); by default in member order")
     return parser.parse_args(argv)
 
 

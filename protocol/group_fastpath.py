@@ -401,10 +401,33 @@ def pack_join_group_response(version: int, correlation_id: int, error_code: int,
     return _frame(parts, correlation_id, flexible)
 
 
+_NAMES: dict[tuple[str | None, str | None], bytes] = {}
+_NAMES_BOUND = 1_024  # distinct (protocol type, protocol name) pairs kept packed; cleared whole when full
+
+
+def _compact_names(protocol_type: str | None, protocol_name: str | None) -> bytes:
+    """Two compact nullable strings, packed once per pair (a group's SyncGroup answers all carry the same)."""
+    key = (protocol_type, protocol_name)
+    packed = _NAMES.get(key)
+    if packed is None:
+        parts: list[bytes] = []
+        _put_string(parts, protocol_type, True)
+        _put_string(parts, protocol_name, True)
+        packed = b"".join(parts)
+        if len(_NAMES) >= _NAMES_BOUND:
+            _NAMES.clear()
+        _NAMES[key] = packed
+    return packed
+
+
 def pack_sync_group_response(version: int, correlation_id: int, error_code: int, protocol_type: str | None,
                              protocol_name: str | None, assignment: bytes) -> bytes:
     """A SyncGroup response frame (throttle time 0 from v1; protocol_type and protocol_name from v5)."""
     flexible = version >= _SYNC_FLEXIBLE_FROM
+    if version >= 5:  # the usual case, every member of a rebalance: the protocol's names packed once
+        body = b"".join((_THROTTLE_ERROR.pack(0, error_code), _compact_names(protocol_type, protocol_name),
+                         uvarint(len(assignment) + 1), assignment, b"\x00"))
+        return _SIZE_CORRELATION.pack(len(body) + 5, correlation_id) + b"\x00" + body
     parts: list[bytes] = []
     parts.append(_THROTTLE_ERROR.pack(0, error_code) if version >= 1 else _INT16.pack(error_code))
     if version >= 5:
