@@ -30,7 +30,8 @@ Group formation uses a fresh group id for any group that did not form in one gen
 Before/after in one run: `--baseline-tree DIR` races a second build of ours (a source tree, e.g. from
 `git archive <commit> | tar -x -C DIR`, run with DIR as its working directory) as "before", interleaved with the
 others, and adds the ratios after ÷ before. `--profile FILE` records our server with py-spy (`--format raw`,
-200 Hz; `pip install -e '.[bench]'`) during the rounds of the largest rebalance size.
+200 Hz; `pip install -e '.[bench]'`; the baseline's to FILE.before, so both pay py-spy alike) during the rounds of
+the largest rebalance size. `--leader-sync-last`: the leader's SyncGroup after the followers', as a real leader's.
 """
 
 from __future__ import annotations
@@ -410,7 +411,7 @@ async def stop_servers(processes: list[subprocess.Popen], broker: Any) -> None:
 
 
 def start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen | None:
-    if not args.profile or not server.name.startswith("ours"):
+    if not args.profile or server.name.startswith("kafka"):  # ours and the baseline alike (py-spy costs CPU)
         return None
     output = args.profile if server.name == "ours" else f"{args.profile}.{server.name}"
     beside_python = os.path.join(os.path.dirname(sys.executable), "py-spy")
@@ -646,7 +647,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline-write-mode", choices=["transactional", "idempotent"],
                         help="the baseline's state writes (default: --write-mode); with --baseline-tree . this races "
                              "one build's two write modes")
-    parser.add_argument("--profile", help="py-spy raw output file for our server during the largest rebalance")
+    parser.add_argument("--profile", help="py-spy raw output file for our server (the baseline's: FILE.before) "
+                        "during the largest rebalance")
     parser.add_argument("--leader-sync-last", action="store_true",
                         help="the leader's SyncGroup sent after every follower's (a real leader runs its assignor "
                              "first); by default in member order")
