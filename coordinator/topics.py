@@ -1,4 +1,5 @@
-"""What the coordinator knows of the cluster's topics: ids, names and partition counts (Kafka's metadata image).
+"""What the coordinator knows of the cluster's topics: ids, names, partition counts and the racks of each partition's
+replicas (what Kafka's metadata image gives its group coordinator).
 The consumer group logic reads them through `TopicsView`; the relay's view of the cluster (relay/cluster.py),
 refreshed from Metadata answers, is the one the service gives it."""
 
@@ -15,6 +16,12 @@ class TopicImage:
     topic_id: uuid.UUID
     name: str
     partitions: int
+    # per partition, the racks of its replicas' brokers in replica order (a broker without a rack adds none);
+    # partitions past the end have none, so () is a cluster without racks
+    racks: tuple[tuple[str, ...], ...] = ()
+
+    def partition_racks(self, partition: int) -> tuple[str, ...]:
+        return self.racks[partition] if partition < len(self.racks) else ()
 
 
 class TopicsView(Protocol):

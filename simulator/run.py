@@ -109,7 +109,7 @@ class Scenario:
     wire: WireFaults | None = None  # None: a faultless network between clients and coordinators
     txn_apps: list[TxnAppSpec] = field(default_factory=list)  # exactly-once applications (their faults: txn_*)
     txn_probe: TxnProbeSpec | None = None  # refused TxnOffsetCommits: the transaction's verification, its faults
-    txn_deletes: bool = False  # the operator deletes in the applications' groups too (SIMULATOR_TXN_DELETES=1)
+    txn_deletes: bool = True  # the operator deletes in the applications' groups too (SIMULATOR_TXN_DELETES=0: not)
 
     def describe(self) -> str:
         members = sum(len(g.members) for g in self.groups)
@@ -185,8 +185,7 @@ def make_scenario(seed: int, protocol: str = "classic") -> Scenario:
     if txn_faults:
         faults = sorted(faults + txn_faults, key=lambda f: (f.at_ms, f.kind, f.target))
     probe = _txn_probe(random.Random(f"txn-probe:{seed}")) if txn_apps else None
-    # off by default: the coordinator's memory and its log still disagree after some of these (docs/simulation.md)
-    txn_deletes = os.environ.get("SIMULATOR_TXN_DELETES", "") not in ("", "0")
+    txn_deletes = os.environ.get("SIMULATOR_TXN_DELETES", "1") != "0"
     return Scenario(seed, duration_ms, config, kafka, groups, faults, admin, instances, wire, txn_apps, probe,
                     txn_deletes)
 

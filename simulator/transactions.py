@@ -131,8 +131,10 @@ class SimTxnProducer:
 
     def _land(self, records: list[tuple[int, bytes, bytes | None, Any]]) -> None:
         by_write: dict[int, list[int]] = {}
-        for partition, key, value, _ in records:
+        for partition, key, value, on_delivery in records:
             [offset] = self.sim.kafka.append(partition, [(partition, bytes(key), value)])
+            if on_delivery is not None:  # librdkafka's delivery report, served while the commit flushes
+                on_delivery(None, _Delivered(offset))
             write_id = getattr(key, "write_id", None)
             if write_id is not None:
                 by_write.setdefault(write_id, []).append(offset)
@@ -222,6 +224,16 @@ class _InlineThread:
 
 class _Threading:
     Thread = _InlineThread
+
+
+class _Delivered:
+    """The acknowledged message as a delivery report hands it over (its offset is what the store reads)."""
+
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
 
 
 class LedgeredPartitions(PartitionTransactions):

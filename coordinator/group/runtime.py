@@ -44,7 +44,7 @@ from coordinator.group.result import Result, Write
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import ShardStatus
 from coordinator.group.store import GroupStore, LoadedGroups, StoreError
-from coordinator.group.txn_offsets import TransactionEvent, replay_transaction_events
+from coordinator.group.txn_offsets import TransactionEvent, follow_own_tombstones, replay_transaction_events
 from coordinator.group.delayed import DelayedHeartbeat
 from coordinator.group.errors import kafka4_append_error
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -506,7 +506,8 @@ class GroupRuntime:
 
     def _follow_transactions(self, shard: GroupShard, loaded: LoadedGroups) -> None:
         """The clients' transactions the load left open become pending offsets (after the groups are loaded:
-        replaying creates a group it does not know), and the partition's tail settles them with their markers."""
+        replaying creates a group it does not know), and the partition's tail settles them with their markers;
+        the store tells the shard where our tombstones land (a client's batch before one is dropped)."""
         partition = shard.partition
         replay_transaction_events(shard, loaded.open_transactions.get(partition, ()), loaded.read_to.get(partition))
         start = loaded.read_to.get(partition)
@@ -514,6 +515,7 @@ class GroupRuntime:
             def deliver(events: list[TransactionEvent], read_to: int) -> None:
                 replay_transaction_events(shard, events, read_to)
             self.store.follow_transactions(partition, start, deliver)
+            follow_own_tombstones(shard, self.store)
 
     async def unload(self, partitions: Collection[int]) -> None:
         """Give the partitions up: parked requests of their groups get NOT_COORDINATOR, their groups and

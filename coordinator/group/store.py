@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from coordinator.group.modern.records import CONSUMER_GROUP_RECORD_CLASSES, ConsumerGroupRecord
 from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition,
                                       offset_commits)
-from coordinator.group.txn_offsets import TransactionEvent
+from coordinator.group.txn_offsets import TransactionEvent, nothing_to_restore
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group.store")
@@ -92,6 +92,22 @@ class GroupStore(ABC):
         """Read the partition's clients' transactional batches and markers from `start` on, handing them to
         `deliver(events, read_to)` on this loop, until the partition is unloaded. A store without a log (whose
         writes carry no client transaction) has none to read."""
+
+    def follow_tombstones(self, partition: int, landed: Callable[[str, TopicPartition, int | None], None]) -> None:
+        """Call `landed(group_id, tp, log_offset)` on this loop for each attempt of an offset tombstone of ours
+        to the partition (retries of owed ones too) once answered, with its offset (None: that attempt failed, or
+        an owed one was superseded), until it is unloaded. A store without a log has no offsets to tell."""
+
+    def tombstone_in_flight(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an offset tombstone of ours of `tp` was sent and is not answered yet, or is owed."""
+        return False
+
+    def supersede_tombstones(self, partition: int, group_id: str, partitions: Collection[TopicPartition]
+                             ) -> Callable[[], None]:
+        """A client's transactional batch of these offsets is about to be appended to the partition: their owed
+        tombstones are not sent again, as when a newer write of ours supersedes them. Returns what owes them
+        again if the batch is not appended."""
+        return nothing_to_restore
 
 
 class InMemoryGroupStore(GroupStore):

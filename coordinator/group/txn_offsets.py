@@ -13,11 +13,18 @@ Kafka store's append on our own commits once acknowledged (librdkafka's delivery
 
 `replay_transaction_events` is the reader's entry: the load's open client transactions, then the partition
 tail's batches and markers (coordinator/storage/txn_tail.py), each with where the reader has read to.
+
+Our own offset tombstones (OffsetDelete, DeleteGroups, expiry) drop the pending offsets memory holds when they are
+issued, but a client's batch can land before one of them in the log and still be learned after it (the handler
+hears its acknowledgement later, the reader reads it later). Kafka's replay drops a pending offset at any
+tombstone of its key after it in the log, so the shard learns where our tombstones landed (`tombstone_landed`,
+from the store's delivery reports, retries included) and keeps each until the reader has passed it: a batch
+below one is dropped when it is replayed, and a pending or current offset below one when it is learned.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -26,6 +33,7 @@ from coordinator.group.records import OffsetCommitRecord, OffsetRecord, TopicPar
 if TYPE_CHECKING:
     from coordinator.group.metadata import GroupMetadata
     from coordinator.group.shard import GroupShard
+    from coordinator.group.store import GroupStore
 
 log = logging.getLogger("coordinator.group")
 
@@ -61,22 +69,40 @@ class TransactionalOffsets:
         # where the partition's reader (the load, then the tail) has read to: a record below it was replayed by
         # the reader already, with the marker that settled it if there was one
         self.read_to = -1
+        # groups a client's transactional batch was sent or replayed for: only their tombstones are kept
+        self.transactional_groups: set[str] = set()
+        # the latest of our offset tombstones of each partition of those groups, while at or past `read_to`
+        self.tombstones: dict[tuple[str, TopicPartition], int] = {}
+        # the store's: a client's batch of these offsets is about to be appended, so their owed tombstones are not
+        # sent again; returns what owes them again if the batch is not appended
+        self.supersede_owed: Callable[[str, list[TopicPartition]], Callable[[], None]] = _nothing_owed
+        # the store's: whether a tombstone of ours of the partition was sent and not answered yet, or is owed
+        self.tombstone_in_flight: Callable[[str, TopicPartition], bool] = _none_in_flight
+        # offsets a COMMIT settled while a tombstone of their partition was in flight: current or dropped once
+        # it is answered (where it landed decides), pending meanwhile
+        self.held: dict[tuple[str, TopicPartition], list[PendingOffset]] = {}
 
     def clear(self) -> None:
         self.by_producer.clear()
         self.open_by_group.clear()
         self.read_to = -1
+        self.transactional_groups.clear()
+        self.tombstones.clear()
+        self.supersede_owed = _nothing_owed
+        self.tombstone_in_flight = _none_in_flight
+        self.held.clear()
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
-        return any(tp in self.by_producer[pid].offsets.get(group_id, {})
-                   for pid in self.open_by_group.get(group_id, ()))
+        return (group_id, tp) in self.held or any(tp in self.by_producer[pid].offsets.get(group_id, {})
+                                                  for pid in self.open_by_group.get(group_id, ()))
 
     def has_open_transactions(self, group_id: str) -> bool:
         return group_id in self.open_by_group
 
     def pending_partitions(self, group_id: str) -> set[TopicPartition]:
-        return {tp for pid in self.open_by_group.get(group_id, ())
-                for tp in self.by_producer[pid].offsets.get(group_id, {})}
+        held = {tp for held_group, tp in self.held if held_group == group_id} if self.held else set()
+        return held | {tp for pid in self.open_by_group.get(group_id, ())
+                       for tp in self.by_producer[pid].offsets.get(group_id, {})}
 
     def pending_offset(self, producer_id: int, group_id: str, tp: TopicPartition) -> OffsetRecord | None:
         txn = self.by_producer.get(producer_id)
@@ -86,11 +112,107 @@ class TransactionalOffsets:
     def drop_partitions(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
         """A tombstone of these partitions removes their pending offsets too (the transactions stay open)."""
         wanted = set(partitions)
+        for tp in wanted:
+            self.held.pop((group_id, tp), None)
         for pid in self.open_by_group.get(group_id, ()):
             group_offsets = self.by_producer[pid].offsets.get(group_id)
             if group_offsets is not None:
                 for tp in wanted & group_offsets.keys():
                     del group_offsets[tp]
+
+    def sending(self, group_id: str, partitions: list[TopicPartition]) -> Callable[[], None]:
+        """A client's batch of these offsets is about to be appended: our tombstones of the group that land
+        meanwhile are kept (the batch may land before them), and the owed ones are superseded; returns what owes
+        them again if the batch is not appended."""
+        self.transactional_groups.add(group_id)
+        return self.supersede_owed(group_id, partitions)
+
+    def tombstoned_after(self, group_id: str, tp: TopicPartition, log_offset: int) -> bool:
+        """Whether one of our tombstones of the partition lies after `log_offset` in the log."""
+        return self.tombstones.get((group_id, tp), -1) > log_offset
+
+    def forget_passed_tombstones(self) -> None:
+        """The reader has read past them: a batch below one is not replayed again."""
+        if self.tombstones:
+            self.tombstones = {key: t for key, t in self.tombstones.items() if t >= self.read_to}
+
+
+def _nothing_owed(group_id: str, partitions: list[TopicPartition]) -> Callable[[], None]:
+    return nothing_to_restore
+
+
+def nothing_to_restore() -> None:
+    """What a supersession that found no owed tombstone restores."""
+
+
+def _none_in_flight(group_id: str, tp: TopicPartition) -> bool:
+    return False
+
+
+def follow_own_tombstones(shard: GroupShard, store: GroupStore) -> None:
+    """The store tells the shard where its offset tombstones land, and a client's batch supersedes the owed ones."""
+    partition, txns = shard.partition, shard.transactional_offsets
+    store.follow_tombstones(partition, lambda group_id, tp, log_offset: tombstone_landed(shard, group_id, tp,
+                                                                                          log_offset))
+    txns.supersede_owed = lambda group_id, tps: store.supersede_tombstones(partition, group_id, tps)
+    txns.tombstone_in_flight = store.tombstone_in_flight
+
+
+def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_offset: int | None) -> None:
+    """One of our tombstones of `tp` is in the partition at `log_offset` (None: that attempt failed): as Kafka's
+    replay, it drops every pending offset of it carried by a record before it, and the current offset if that
+    record is before it (a COMMIT marker read before this report made it current). Kept while the reader has not
+    passed it, for a group with clients' transactions (another group's tombstones would pile up: its partition's
+    reader hands over nothing and so does not move). Offsets a COMMIT settled meanwhile are current once no
+    tombstone of the partition is in flight or owed, unless one dropped them (a failed attempt may have landed
+    all the same: its retry, later in the log, decides)."""
+    txns = shard.transactional_offsets
+    held = txns.held.pop((group_id, tp), [])
+    if log_offset is not None:
+        held = [pending for pending in held if not _before(pending, log_offset)]
+        _tombstone_at(shard, group_id, tp, log_offset)
+    if held and txns.tombstone_in_flight(group_id, tp):
+        txns.held[(group_id, tp)] = held
+    elif held:
+        group = shard.add_group(group_id)
+        for pending in held:
+            _make_current(group, tp, pending, -1)
+
+
+def _tombstone_at(shard: GroupShard, group_id: str, tp: TopicPartition, log_offset: int) -> None:
+    txns = shard.transactional_offsets
+    for producer_id in txns.open_by_group.get(group_id, ()):
+        group_offsets = txns.by_producer[producer_id].offsets.get(group_id, {})
+        pending = group_offsets.get(tp)
+        if pending is not None:
+            kept = _after_tombstone(pending, log_offset)
+            if kept is None:
+                del group_offsets[tp]
+            else:
+                group_offsets[tp] = kept
+    group = shard.groups.get(group_id)
+    current = None if group is None else group.offsets.get(tp)
+    if group is not None and current is not None and current.log_offset is not None \
+            and current.log_offset < log_offset:
+        log.info("event=txn_offset_tombstoned group=%s topic=%s partition=%d record_offset=%d tombstone_offset=%d",
+                 group_id, tp[0], tp[1], current.log_offset, log_offset)
+        del group.offsets[tp]
+        group.offset_versions.pop(tp, None)
+    if log_offset >= txns.read_to and group_id in txns.transactional_groups:
+        txns.tombstones[(group_id, tp)] = max(txns.tombstones.get((group_id, tp), -1), log_offset)
+
+
+def _before(pending: PendingOffset, tombstone_offset: int) -> bool:
+    return pending.record.log_offset is not None and pending.record.log_offset < tombstone_offset
+
+
+def _after_tombstone(pending: PendingOffset, tombstone_offset: int) -> PendingOffset | None:
+    """The pending offset with the offsets of records before the tombstone left out of its chain (None: all)."""
+    if _before(pending, tombstone_offset):
+        return None
+    if pending.earlier is not None:
+        pending.earlier = _after_tombstone(pending.earlier, tombstone_offset)
+    return pending
 
 
 def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_epoch: int,
@@ -123,10 +245,15 @@ def replay_transactional_offsets(shard: GroupShard, producer_id: int, producer_e
             txn = txns.by_producer[producer_id] = OpenTransaction(producer_epoch)
         txn.producer_epoch = producer_epoch
         txn.replayed_to = log_offset
-        record = replace(replayed.value, log_offset=log_offset)
         group_offsets = txn.offsets.setdefault(replayed.group_id, {})
-        group_offsets[tp] = PendingOffset(record, shard.next_offset_write_seq(), group_offsets.get(tp))
         txns.open_by_group.setdefault(replayed.group_id, set()).add(producer_id)
+        txns.transactional_groups.add(replayed.group_id)
+        if txns.tombstoned_after(replayed.group_id, tp, log_offset):  # dropped by it in the log: never pending
+            log.info("event=txn_offset_tombstoned group=%s topic=%s partition=%d producer_id=%d record_offset=%d",
+                     replayed.group_id, tp[0], tp[1], producer_id, log_offset)
+            continue
+        record = replace(replayed.value, log_offset=log_offset)
+        group_offsets[tp] = PendingOffset(record, shard.next_offset_write_seq(), group_offsets.get(tp))
     named = txns.by_producer.get(producer_id) if transactional_id is not None else None
     if named is not None:  # also when the partition's reader replayed the batch first
         named.transactional_id = transactional_id
@@ -183,13 +310,10 @@ def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: 
             continue
         group = shard.add_group(group_id)
         for tp, pending in offsets.items():
-            if _is_later(group, tp, pending):
-                group.offsets[tp] = pending.record
-                group.offset_versions[tp] = pending.learned
-                made_current += 1
+            if txns.tombstone_in_flight(group_id, tp):  # where it lands decides (tombstone_landed)
+                txns.held.setdefault((group_id, tp), []).append(pending)
             else:
-                log.info("event=txn_offset_superseded group=%s topic=%s partition=%d producer_id=%d "
-                         "record_offset=%s", group_id, tp[0], tp[1], producer_id, pending.record.log_offset)
+                made_current += _make_current(group, tp, pending, producer_id)
     log.info("event=txn_offsets_committed producer_id=%d producer_epoch=%d marker_offset=%d offsets=%d",
              producer_id, producer_epoch, log_offset, made_current)
     shard.observer.on_txn_offsets_settled(producer_id, producer_epoch, True, made_current)
@@ -199,7 +323,7 @@ def replay_end_transaction(shard: GroupShard, producer_id: int, producer_epoch: 
 def _after_marker(txn: OpenTransaction, marker_offset: int) -> OpenTransaction | None:
     """Splits `txn` at the marker: it keeps the latest pending offset of each partition from before the marker
     (what the marker settles); the offsets after it are returned as the producer's next transaction (None if
-    there are none)."""
+    nothing after it was replayed)."""
     following = OpenTransaction(txn.producer_epoch, transactional_id=txn.transactional_id,
                                 replayed_to=txn.replayed_to)
     for group_id, offsets in txn.offsets.items():
@@ -215,7 +339,19 @@ def _after_marker(txn: OpenTransaction, marker_offset: int) -> OpenTransaction |
                 del offsets[tp]
             else:
                 offsets[tp] = settled
-    return following if following.offsets else None
+    # records after the marker replayed already, their offsets deleted since: still replayed (not again)
+    return following if following.offsets or txn.replayed_to > marker_offset else None
+
+
+def _make_current(group: GroupMetadata, tp: TopicPartition, pending: PendingOffset, producer_id: int) -> int:
+    """A committed offset becomes current if its record is later than the current one's; 1 if it did."""
+    if _is_later(group, tp, pending):
+        group.offsets[tp] = pending.record
+        group.offset_versions[tp] = pending.learned
+        return 1
+    log.info("event=txn_offset_superseded group=%s topic=%s partition=%d producer_id=%d record_offset=%s",
+             group.group_id, tp[0], tp[1], producer_id, pending.record.log_offset)
+    return 0
 
 
 def _after(pending: PendingOffset, marker_offset: int) -> bool:
@@ -273,3 +409,4 @@ def replay_transaction_events(shard: GroupShard, events: Iterable[TransactionEve
             txns.read_to = event.offset + 1
     if read_to is not None:
         txns.read_to = max(txns.read_to, read_to)
+    txns.forget_passed_tombstones()

@@ -1,6 +1,7 @@
-"""What the coordinator knows of the cluster's topics: partition counts, learned from every Metadata answer that
-passes through the relay and refreshed on a miss. OffsetCommit checks it the way Kafka's KafkaApis checks its
-metadata cache before the group coordinator sees the request (UNKNOWN_TOPIC_OR_PARTITION otherwise)."""
+"""What the coordinator knows of the cluster's topics: ids, partition counts and their replicas' racks, learned
+from every Metadata answer that passes through the relay and refreshed on a miss. OffsetCommit checks it the way
+Kafka's KafkaApis checks its metadata cache before the group coordinator sees the request
+(UNKNOWN_TOPIC_OR_PARTITION otherwise)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from coordinator.topics import TopicImage
 log = logging.getLogger("coordinator.relay")
 
 Refresh = Callable[[list[str]], Awaitable[Any]]
+_UNKNOWN = object()
 _PRUNE_ABOVE = 1_024  # refresh times kept before the stale ones are dropped (names come from clients)
 
 
@@ -30,6 +32,14 @@ class ClusterMetadata:
         self._partitions: dict[str, int] = {}  # topic -> partition count
         self._ids: dict[str, uuid.UUID] = {}  # topic -> topic id (Metadata v10+)
         self._names: dict[uuid.UUID, str] = {}
+        self._partition_answers: dict[str, Any] = {}  # topic -> its partitions in the latest answer, as they came
+        # broker -> rack, kept while a broker is absent from answers (Kafka's image keeps a fenced broker's)
+        self._racks: dict[int, str | None] = {}
+        self._racks_version = 0
+        # topic -> (partitions answer, racks version, image) it was built from: the same image object while the
+        # topic does not change (the group hash caches topic hashes by identity); racks are read only when a
+        # group looks at the topic, not for every topic of every Metadata answer
+        self._images: dict[str, tuple[Any, int, TopicImage]] = {}
         self._inflight: dict[str, asyncio.Future[None]] = {}
         self._refreshed_at: dict[str, float] = {}
 
@@ -43,7 +53,25 @@ class ClusterMetadata:
     def by_name(self, name: str) -> TopicImage | None:
         """The topic as the consumer group logic sees it (coordinator/topics.TopicsView)."""
         topic_id, count = self._ids.get(name), self._partitions.get(name)
-        return None if topic_id is None or count is None else TopicImage(topic_id, name, count)
+        if topic_id is None or count is None:
+            return None
+        answer = self._partition_answers.get(name, ())
+        cached = self._images.get(name)
+        if cached is not None and cached[0] is answer and cached[1] == self._racks_version:
+            return cached[2]
+        image = TopicImage(topic_id, name, count, self._partition_racks(answer))
+        if cached is not None and cached[2] == image:
+            image = cached[2]
+        self._images[name] = (answer, self._racks_version, image)
+        return image
+
+    def _partition_racks(self, partitions: Any) -> tuple[tuple[str, ...], ...]:
+        """Per partition (by index), the racks of its replicas' brokers; () when none has one."""
+        replicas = {int(getattr(p, "partition_index", i)): getattr(p, "replica_nodes", ())
+                    for i, p in enumerate(partitions)}
+        racks = tuple(tuple(rack for rack in (self._racks.get(int(r)) for r in replicas.get(i, ())) if rack is not None)
+                      for i in range(len(replicas)))
+        return racks if any(racks) else ()
 
     def by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         name = self._names.get(topic_id)
@@ -68,6 +96,7 @@ class ClusterMetadata:
             self.version += 1
 
     def _observe(self, metadata: Any, all_topics: bool) -> None:
+        self._learn_racks(metadata)
         seen = {}
         for topic in metadata.topics or ():
             if topic.name is None:
@@ -75,6 +104,7 @@ class ClusterMetadata:
             if int(topic.error_code) == 0:
                 seen[topic.name] = len(topic.partitions)
                 self._learn_id(topic.name, getattr(topic, "topic_id", None))
+                self._partition_answers[topic.name] = topic.partitions
             elif int(topic.error_code) == 3:  # UNKNOWN_TOPIC_OR_PARTITION
                 self._partitions.pop(topic.name, None)
                 self._forget_id(topic.name)
@@ -84,6 +114,16 @@ class ClusterMetadata:
             self._partitions = seen
         else:
             self._partitions.update(seen)
+
+    def _learn_racks(self, metadata: Any) -> None:
+        """Brokers' racks (Metadata v1+; a v0 answer has none to tell)."""
+        changed = False
+        for broker in getattr(metadata, "brokers", None) or ():
+            if hasattr(broker, "rack") and self._racks.get(int(broker.node_id), _UNKNOWN) != broker.rack:
+                self._racks[int(broker.node_id)] = broker.rack
+                changed = True
+        if changed:
+            self._racks_version += 1
 
     def _learn_id(self, name: str, topic_id: uuid.UUID | None) -> None:
         if topic_id is None or topic_id.int == 0:
@@ -99,6 +139,8 @@ class ClusterMetadata:
         old = self._ids.pop(name, None)
         if old is not None:
             self._names.pop(old, None)
+        self._partition_answers.pop(name, None)
+        self._images.pop(name, None)
 
     def stale(self, topics: Iterable[str], max_age_ms: int) -> list[str]:
         """The topics not refreshed within `max_age_ms` (or never), sorted."""

@@ -31,15 +31,16 @@ from typing import Callable, Iterable
 
 from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
-from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetRecord, Record, TopicPartition,
-                                       offset_commits, tombstones)
+from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetCommitRecord, OffsetRecord, Record,
+                                       TopicPartition, offset_commits, tombstones)
 from coordinator.group.store import GroupStore, LoadedGroups, StoreError
-from coordinator.group.txn_offsets import TransactionEvent
+from coordinator.group.txn_offsets import TransactionEvent, nothing_to_restore
 from coordinator.security.clusters import cluster_security
 from coordinator.storage.appender import RecordAppender
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.loader import consumer_settings, read_state_with_transactions
 from coordinator.storage.partition_writers import PartitionTransactions
+from coordinator.storage.records import OffsetCommitKey, decode_key, encode
 from coordinator.storage.state_producers import StateProducer, open_state_producer
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_state_topic, make_admin
@@ -64,7 +65,9 @@ class KafkaGroupStore(GroupStore):
         # with partition_fencing: called on the loop, once per partition, when another instance fenced its producer
         self.on_fenced: Callable[[int], None] | None = None
         self._stop_loading = threading.Event()
-        self._tombstones = TombstoneWriter(config.tombstone_retry_ms / 1000)
+        self._tombstones = TombstoneWriter(config.tombstone_retry_ms / 1000, on_landed=self._tombstones_landed)
+        # partition → who is told where our offset tombstones landed in it (follow_tombstones)
+        self._tombstone_followers: dict[int, Callable[[str, TopicPartition, int | None], None]] = {}
         self._appender = RecordAppender(self._tombstones, config.max_write_bytes)
         self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
         self._tails: TransactionTails | None = None  # the served partitions' markers (None: a cluster only librdkafka reaches)
@@ -134,6 +137,37 @@ class KafkaGroupStore(GroupStore):
         if self._tails is not None and partition not in self._unloaded:
             self._tails.follow(partition, start, deliver)
 
+    def follow_tombstones(self, partition: int, landed: Callable[[str, TopicPartition, int | None], None]) -> None:
+        if partition not in self._unloaded:
+            self._tombstone_followers[partition] = landed
+
+    def tombstone_in_flight(self, group_id: str, tp: TopicPartition) -> bool:
+        return self._tombstones.in_flight(_offset_key(group_id, tp))
+
+    def _tombstones_landed(self, partition: int, landed: list[tuple[bytes, int | None]]) -> None:
+        follower = self._tombstone_followers.get(partition)
+        if follower is None:
+            return
+        for key, log_offset in landed:
+            decoded = decode_key(key)
+            if isinstance(decoded, OffsetCommitKey):
+                follower(decoded.group, (decoded.topic, decoded.partition), log_offset)
+
+    def supersede_tombstones(self, partition: int, group_id: str, partitions: Collection[TopicPartition]
+                             ) -> Callable[[], None]:
+        """A client's batch supersedes the owed tombstones of its offsets as our own later commit would: Kafka
+        does not send a failed tombstone again (its timeline reverts the deletion), so a commit after the failed
+        deletion stays. Restored only while the partition is still ours."""
+        superseded = self._tombstones.superseded(_offset_key(group_id, tp) for tp in partitions)
+        if not superseded:
+            return nothing_to_restore
+
+        def restore() -> None:
+            if partition not in self._unloaded:
+                self._tombstones.restore(superseded)
+
+        return restore
+
     async def load(self, partitions: Collection[int]) -> LoadedGroups:
         """§7.4: read the partitions to their end (in a worker thread, decoding included, so the loop keeps
         serving the other partitions) and take them back for writing. With partition fencing, fence them too
@@ -176,6 +210,8 @@ class KafkaGroupStore(GroupStore):
         if self._tails is not None:
             self._tails.stop(partitions)
         self._tombstones.forget(partitions)
+        for partition in partitions:
+            self._tombstone_followers.pop(partition, None)
         if self._fencing is not None:
             await self._fencing.release(partitions, self.config.commit_timeout_ms)
         log.info("event=partitions_unloaded topic=%s partitions=%s", self.config.state_topic, sorted(partitions))
@@ -188,6 +224,7 @@ class KafkaGroupStore(GroupStore):
         if self._tails is not None:
             self._tails.stop([partition])
         self._tombstones.forget([partition])  # the new owner's to write now
+        self._tombstone_followers.pop(partition, None)
         if self.on_fenced is not None:
             self.on_fenced(partition)
 
@@ -257,6 +294,10 @@ class KafkaGroupStore(GroupStore):
     def retry_owed_tombstones(self) -> None:
         """Queue the owed tombstones again now (the retrier does it with back-off)."""
         self._tombstones.retry_owed()
+
+
+def _offset_key(group_id: str, tp: TopicPartition) -> bytes:
+    return encode(OffsetCommitRecord(group_id, tp[0], tp[1], None))[0]
 
 
 class _EitherEvent(threading.Event):

@@ -6,7 +6,10 @@ a tombstone lost while Kafka is unreachable would let a restarted coordinator lo
 offsets again. So a failed tombstone is kept and sent again, with back-off, until it is written — unless a newer
 write of the same key was issued meanwhile (then the tombstone must not land after it). A newer write that
 fails puts the tombstone back: the cache does not hold that value either, so "deleted" is still the truth.
-What is still unwritten when the store closes is logged.
+What is still unwritten when the store closes is logged. Where each one landed (its delivery report's offset,
+retries included; None for an attempt that failed, or an owed one superseded) goes to
+`on_landed(partition, [(key, offset)])`, and `in_flight(key)` says whether one is unanswered or owed: a client's transactional batch is ordered against our
+tombstones by log offset (coordinator/group/txn_offsets.py).
 
 Order: a tombstone, its retries and every other write of its partition are queued with the producer at the
 moment they are issued (`RecordSender.send` queues synchronously, in order per partition), so a retry queued
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError
 
@@ -27,6 +30,9 @@ log = logging.getLogger("coordinator.storage")
 
 _FIRST_RETRY_S = 1.0
 _MAX_RETRY_S = 10.0
+
+# (partition, [(key, log offset, or None: this attempt failed)]), on the loop
+Landed = Callable[[int, list[tuple[bytes, int | None]]], None]
 
 
 class _Tombstone:
@@ -39,10 +45,12 @@ class _Tombstone:
 
 
 class TombstoneWriter:
-    def __init__(self, first_retry_s: float = _FIRST_RETRY_S) -> None:
+    def __init__(self, first_retry_s: float = _FIRST_RETRY_S, *, on_landed: Landed | None = None) -> None:
         self._first_retry_s = first_retry_s
+        self._on_landed = on_landed
         self._max_retry_s = max(first_retry_s, _MAX_RETRY_S)
         self._unwritten: dict[bytes, _Tombstone] = {}  # key → its latest tombstone not yet acknowledged
+        self._sending: dict[bytes, int] = {}  # key → attempts not answered yet (superseded ones too)
         self._retrier: asyncio.Task[None] | None = None
         self._producer: RecordSender | None = None
         self._closed = False
@@ -50,6 +58,11 @@ class TombstoneWriter:
     @property
     def unwritten(self) -> int:
         return len(self._unwritten)
+
+    def in_flight(self, key: bytes) -> bool:
+        """Whether a tombstone of `key` was sent and not answered yet, or is owed (its retry lands later): where
+        the latest lands is not known yet."""
+        return key in self._sending or key in self._unwritten
 
     def send(self, producer: RecordSender, group_id: str, keys: list[tuple[int, bytes]], what: str
              ) -> asyncio.Future[KafkaError | None]:
@@ -70,7 +83,11 @@ class TombstoneWriter:
         `restore` needs if that write fails."""
         if not self._unwritten:
             return {}
-        return {key: entry for key in keys if (entry := self._unwritten.pop(key, None)) is not None}
+        superseded = {key: entry for key in keys if (entry := self._unwritten.pop(key, None)) is not None}
+        if superseded and self._on_landed is not None:  # not sent again: where it lands is known no better
+            for key, popped in superseded.items():
+                self._on_landed(popped.partition, [(key, None)])
+        return dict(superseded)
 
     def restore(self, superseded: dict[bytes, object]) -> None:
         """The newer write failed: the tombstones it superseded are owed again (unless newer ones exist)."""
@@ -108,14 +125,26 @@ class TombstoneWriter:
 
     def _send(self, producer: RecordSender, batch: list[tuple[bytes, _Tombstone]], what: str,
               outcome: asyncio.Future[KafkaError | None] | None = None) -> None:
+        """One partition's tombstones, in order (so the delivery reports' offsets, sorted, are theirs)."""
         records: list[KafkaRecord] = [(entry.partition, key, None) for key, entry in batch]
+        reported: list[int] = []
+        for key, _ in batch:
+            self._sending[key] = self._sending.get(key, 0) + 1
 
         def done(error: KafkaError | None) -> None:
+            for key, _ in batch:
+                left = self._sending.pop(key) - 1
+                if left:
+                    self._sending[key] = left
             self._on_done(batch, what, error)
+            if self._on_landed is not None and batch:
+                offsets: list[int | None] = list(sorted(reported)) if error is None and len(reported) == len(batch) \
+                    else [None] * len(batch)
+                self._on_landed(batch[0][1].partition, [(key, offset) for (key, _), offset in zip(batch, offsets)])
             if outcome is not None and not outcome.done():
                 outcome.set_result(error)
 
-        producer.send(records).add_done_callback(lambda sent: done(sent.result()))
+        producer.send(records, offsets=reported).add_done_callback(lambda sent: done(sent.result()))
 
     def _on_done(self, batch: list[tuple[bytes, _Tombstone]], what: str, error: KafkaError | None) -> None:
         for _, entry in batch:  # also those superseded meanwhile: restored after a failed newer write, they are owed
@@ -146,8 +175,10 @@ class TombstoneWriter:
             self._send_owed(self._producer)
 
     def _send_owed(self, producer: RecordSender) -> None:
-        owed = [(key, entry) for key, entry in self._unwritten.items() if not entry.in_flight]
-        if owed:
-            for _, entry in owed:
+        by_partition: dict[int, list[tuple[bytes, _Tombstone]]] = {}
+        for key, entry in self._unwritten.items():
+            if not entry.in_flight:
                 entry.in_flight = True
+                by_partition.setdefault(entry.partition, []).append((key, entry))
+        for owed in by_partition.values():
             self._send(producer, owed, "retry")

@@ -11,6 +11,7 @@ import asyncio
 import time
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from coordinator.config import CoordinatorConfig
 from coordinator.embedded import EmbeddedKafka
@@ -20,6 +21,8 @@ from protocol.error_codes import Errors
 from coordinator.group.runtime import GroupRuntime
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
+from coordinator.storage.loader import consumer_settings
+from coordinator.storage.records import OffsetCommitKey, decode_key
 from coordinator.timer import ManualClock, SystemTimer
 from tests.support.service import unique
 
@@ -123,3 +126,37 @@ async def test_a_tombstone_retry_never_lands_after_a_newer_commit(
     finally:
         await coordinator.close()
     assert (await stored_offsets(config))["g"] == 7
+
+
+async def test_the_store_tells_where_an_offset_tombstone_landed_before_the_delete_is_answered(
+        kafka_bootstrap: str) -> None:
+    """A client's transactional batch is ordered against our tombstones by log offset: the tombstone writer's
+    delivery report gives the shard the tombstone's offset, after the commit it deletes, before the answer."""
+    config = storage_config(kafka_bootstrap, unique("__order"))
+    coordinator = await start(config)
+    partition = coordinator.runtime.partition_for("g")
+    landed: list[tuple[str, tuple[str, int], int]] = []
+    coordinator.store.follow_tombstones(partition, lambda group_id, tp, offset: landed.append((group_id, tp, offset)))
+    try:
+        assert await coordinator.commit("g", 5) == Errors.NONE
+        committed_at = coordinator.runtime.groups["g"].offsets[("orders", 0)].log_offset
+        assert committed_at is not None
+        assert await coordinator.delete("g") == Errors.NONE
+        assert [(group_id, tp) for group_id, tp, _ in landed] == [("g", ("orders", 0))]
+        tombstone_at = landed[0][2]
+        assert tombstone_at > committed_at
+    finally:
+        await coordinator.close()
+    reader = Consumer(consumer_settings(kafka_bootstrap, unique("reader"), 1_048_576))
+    reader.assign([TopicPartition(config.state_topic, partition, tombstone_at)])
+    try:
+        deadline = time.monotonic() + 30
+        message = None
+        while message is None and time.monotonic() < deadline:
+            polled = reader.poll(0.2)
+            if polled is not None and polled.error() is None:
+                message = polled
+        assert message is not None and message.offset() == tombstone_at
+        assert message.value() is None and decode_key(message.key()) == OffsetCommitKey("g", "orders", 0)
+    finally:
+        reader.close()

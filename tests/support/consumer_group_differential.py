@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.group.modern.records import ConsumerGroupRecord, GroupEpochRecord, RegexRecord
+from coordinator.group.modern.records import ConsumerGroupRecord, RegexRecord
 from coordinator.storage.consumer_records import CONSUMER_GROUP_TYPES, decode, record_type_of
 from protocol.apis import ApiKey
 from protocol.client import KafkaClient
@@ -99,15 +99,13 @@ def plain(value: Any) -> Any:
 
 def group_records(bootstrap: str, topic: str, group_id: str) -> list[ConsumerGroupRecord]:
     """A consumer group's records in a topic of `__consumer_offsets` format, in log order, with what is ours to
-    choose set aside: the metadata hash (ours is not XXH3) and a regex resolution's metadata version and time."""
+    choose set aside: a regex resolution's metadata version and time."""
     records = []
     for key, value, _partition, _offset in read_raw(bootstrap, topic):
         record = decode(key, value) if key is not None and record_type_of(key) in CONSUMER_GROUP_TYPES else None
         if record is None or record.group_id != group_id:
             continue
-        if isinstance(record, GroupEpochRecord):
-            record = dataclasses.replace(record, metadata_hash=0)
-        elif isinstance(record, RegexRecord):
+        if isinstance(record, RegexRecord):
             record = dataclasses.replace(record, version=0, timestamp_ms=0)
         records.append(record)
     return records

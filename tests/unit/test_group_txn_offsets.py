@@ -12,7 +12,8 @@ from coordinator.group.shard import GroupShard
 from coordinator.group.state import GroupState
 from coordinator.group.status import ShardStatus
 from coordinator.group.txn_commit import TxnOffsetCommitIdentity, txn_append_error, validate_transactional_offset_commit
-from coordinator.group.txn_offsets import replay_end_transaction, replay_transactional_offsets
+from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, replay_end_transaction,
+                                            replay_transaction_events, replay_transactional_offsets, tombstone_landed)
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, commit, env, errors_of, fetch, form_group  # noqa: F401
 
@@ -253,3 +254,81 @@ async def test_a_marker_settles_only_what_came_before_it_in_the_log(env: Env) ->
     assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
         ("t", 0): (11, "", Errors.NONE), ("t", 1): (-1, "", Errors.NONE)}
     assert not shard.transactional_offsets.has_open_transactions("s")
+
+
+async def test_a_batch_below_our_tombstone_replayed_after_it_is_never_pending(env: Env) -> None:
+    """The handler hears the batch's acknowledgement after the tombstone of its partition landed after it: Kafka's
+    replay dropped it at the tombstone, so it is neither pending nor made current by its COMMIT."""
+    shard = shard_of(env, "s")
+    shard.transactional_offsets.read_to = 10
+    shard.transactional_offsets.sending("s", [("t", 0)])  # the TxnOffsetCommit's Produce goes
+    tombstone_landed(shard, "s", ("t", 0), 12)
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 7, ("t", 1): 7}, 10))
+    assert shard.transactional_offsets.pending_partitions("s") == {("t", 1)}
+    assert replay_end_transaction(shard, PID, EPOCH, True, 13) == 1
+    assert await fetch(env, "s", {"t": [0, 1]}) == {("t", 0): (-1, "", Errors.NONE), ("t", 1): (7, "", Errors.NONE)}
+
+
+async def test_a_tombstone_reported_after_the_commit_deletes_what_came_before_it_only(env: Env) -> None:
+    """The tail read the COMMIT before the tombstone's delivery report came: the offset current by it is deleted
+    (its record is before the tombstone); a pending offset after the tombstone and a regular commit after it stay."""
+    shard = shard_of(env, "s")
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 7}, 10))
+    replay_transactional_offsets(shard, OTHER_PID, EPOCH, offset_records("s", {("t", 0): 8, ("t", 1): 8}, 20))
+    replay_end_transaction(shard, PID, EPOCH, True, 11)
+    tombstone_landed(shard, "s", ("t", 0), 15)
+    tombstone_landed(shard, "s", ("t", 1), 15)
+    assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (-1, "", Errors.NONE)}
+    assert replay_end_transaction(shard, OTHER_PID, EPOCH, True, 22) == 2
+    assert await fetch(env, "s", {"t": [0, 1]}) == {("t", 0): (8, "", Errors.NONE), ("t", 1): (8, "", Errors.NONE)}
+
+
+async def test_our_tombstones_are_kept_until_the_reader_passes_them(env: Env) -> None:
+    """Only for groups with clients' transactions: a partition without them has no reader that moves on."""
+    shard = shard_of(env, "s")
+    txns = shard.transactional_offsets
+    replay_transaction_events(shard, [], 10)
+    tombstone_landed(shard, "plain", ("t", 0), 11)
+    txns.sending("s", [("t", 0)])
+    tombstone_landed(shard, "s", ("t", 0), 12)
+    tombstone_landed(shard, "s", ("t", 0), 5)  # already passed: nothing below it is replayed again
+    assert txns.tombstones == {("s", ("t", 0)): 12}
+    replay_transaction_events(shard, [], 12)
+    assert txns.tombstones == {("s", ("t", 0)): 12}
+    replay_transaction_events(shard, [], 13)
+    assert txns.tombstones == {}
+
+
+async def test_a_batch_deleted_after_the_handler_replayed_it_stays_deleted_when_the_reader_reads_it(env: Env) -> None:
+    """Seed 18: the handler replays a producer's next batch (82) before the reader reached the previous
+    transaction's ABORT (81); a delete drops it; the ABORT settles nothing else, and the reader then reads the
+    batch: replayed once already, it is not pending again, and its COMMIT makes nothing current."""
+    shard = shard_of(env, "s")
+    replay_transaction_events(shard, [], 80)
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 68}, 82))
+    await env.coordinator.delete_offsets(OffsetDeleteRequest("s", [OffsetDeleteRequestTopic("t", [0])]))
+    replay_transaction_events(shard, [EndTransactionMarker(PID, EPOCH, False, 81),
+                                      ClientTransactionalBatch(PID, EPOCH, 0, 82, tuple(offset_records(
+                                          "s", {("t", 0): 68}, 82)))], 83)
+    assert not shard.transactional_offsets.has_pending("s", ("t", 0))
+    replay_transaction_events(shard, [EndTransactionMarker(PID, EPOCH, True, 90)], 91)
+    assert await fetch(env, "s", {"t": [0]}) == {("t", 0): (-1, "", Errors.NONE)}
+
+
+async def test_a_commit_read_while_our_tombstone_is_in_flight_waits_for_where_it_landed(env: Env) -> None:
+    """Seed 362: the tail read the COMMIT (11) that follows our tombstone (10) before the tombstone's
+    acknowledgement came; the offset the COMMIT settles (9) stays pending until the tombstone is answered, then
+    is dropped by it (before it in the log) or made current (after it, or the attempt failed)."""
+    shard = shard_of(env, "s")
+    txns = shard.transactional_offsets
+    in_flight = {("s", ("t", 0)), ("s", ("t", 1))}
+    txns.tombstone_in_flight = lambda group_id, tp: (group_id, tp) in in_flight
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 4, ("t", 1): 4}, 8))
+    assert replay_end_transaction(shard, PID, EPOCH, True, 11) == 0
+    assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
+        ("t", 0): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT), ("t", 1): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT)}
+    in_flight.clear()
+    tombstone_landed(shard, "s", ("t", 0), 10)  # after its record (8): dropped
+    tombstone_landed(shard, "s", ("t", 1), None)  # that attempt failed: the offset stands
+    assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
+        ("t", 0): (-1, "", Errors.NONE), ("t", 1): (4, "", Errors.NONE)}

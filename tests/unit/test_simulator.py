@@ -190,24 +190,32 @@ def test_refused_txn_offset_commits_are_verified_through_the_verifications_fault
         assert kind in said, kind
 
 
-def test_classic_seed_50_a_verification_that_outlived_the_partition_answers_not_coordinator(monkeypatch: Any
-                                                                                           ) -> None:
+def test_classic_seed_50_a_verification_that_outlived_the_partition_answers_not_coordinator() -> None:
     """Seed 50 (with deletions in the applications' groups, which give it its timing): the group refused the applications' zombie, the handler asked the transaction coordinator, whose
     first attempt went unanswered (30 s); meanwhile the instance was paused and its partition moved. The answer
     came from the old owner (single_writer). The group is checked once the transaction is verified, as it is
     then: NOT_COORDINATOR."""
-    monkeypatch.setenv("SIMULATOR_TXN_DELETES", "1")
     outcome = run_seed(50)
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 
-def test_classic_seed_262_a_marker_read_late_does_not_settle_the_next_transaction(monkeypatch: Any) -> None:
+def test_classic_seed_262_a_marker_read_late_does_not_settle_the_next_transaction() -> None:
     """Seed 262 (with deletions in the applications' groups): Kafka was down while a COMMIT marker was written,
     so the partition's tail read it only after the application's next TxnOffsetCommit had been acknowledged and
     replayed; the late COMMIT made that next transaction's offsets current too, and its ABORT found nothing:
     an aborted offset was fetched. A marker settles only the offsets whose records come before it."""
-    monkeypatch.setenv("SIMULATOR_TXN_DELETES", "1")
     outcome = run_seed(262)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [215, 225, 339, 354, 362, 368, 1463])
+def test_classic_seeds_where_a_transactional_batch_and_our_tombstone_interleaved(seed: int) -> None:
+    """A client's batch and one of our offset tombstones of the same partition landed in one order and were
+    learned in the other: 225, 354 and 1463 (offset expiry) replayed the batch after the tombstone landed after
+    it, and memory made it current at the COMMIT; in 215, 339 and 368 an owed tombstone was sent again after the
+    batch; in 362 the tail read the COMMIT behind our tombstone before the tombstone's acknowledgement came.
+    Memory must be what Kafka's replay of the log builds."""
+    outcome = run_seed(seed)
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 
@@ -451,47 +459,137 @@ def test_offsets_of_a_commit_in_flight_stay_deleted_after_a_reload(delete: str, 
     assert violations == []
 
 
-def test_an_offset_deleted_while_its_transaction_is_open_stays_deleted_after_the_commit_and_a_reload() -> None:
-    """A client's TxnOffsetCommit is acknowledged (pending), the operator deletes the offset, then the transaction
-    commits: Kafka's replay drops the pending offset at the tombstone, so neither memory nor a reload shows it."""
-    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None,
-                        txn_apps=[TxnAppSpec({"t": 1}, True, 5, 60_000)])
-    sim = Simulation(scenario)
-    seen: dict[str, Any] = {}
+class _TxnStory:
+    """One instance and one application (TV2, TxnOffsetCommit v5) committing ("t", 0) of txn-group-0."""
 
-    async def loaded() -> CoordinatorInstance:
-        instance = sim._start_instance()
+    def __init__(self) -> None:
+        self.sim = Simulation(Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [],
+                                       [], None, txn_apps=[TxnAppSpec({"t": 1}, True, 5, 60_000)]))
+
+    async def loaded(self) -> CoordinatorInstance:
+        instance = self.sim._start_instance()
         while not instance.loaded:
             await asyncio.sleep(0.1)
         return instance
 
-    async def fetched() -> int:
-        answer = await sim.call("tool", "", "fetch_offsets", OffsetFetchRequest(
+    async def app(self) -> TransactionalApp:
+        app = TransactionalApp(self.sim, 0, 1, {"t": 1}, True, 5, 60_000, random.Random(0))
+        await app._init()
+        return app
+
+    async def txn_offset_commit(self, app: TransactionalApp, offset: int) -> int:
+        answer = await app._call("txn_offset_commit", txn_offset_commit_request(
+            5, app.transactional_id, app.group_id, app.producer_id, app.epoch, {("t", 0): offset}))
+        return int(answer.topics[0].partitions[0].error_code)
+
+    async def end_txn(self, app: TransactionalApp) -> Errors:
+        error, app.epoch = await app.ctc.end_txn(app.transactional_id, app.producer_id, app.epoch, True)
+        return error
+
+    async def delete(self) -> int:
+        answer = await self.sim.call("tool", "", "delete_offsets", OffsetDeleteRequest(
+            "txn-group-0", [OffsetDeleteRequestTopic("t", [0])]))
+        return int(answer.error_code)
+
+    async def fetched(self) -> int:
+        answer = await self.sim.call("tool", "", "fetch_offsets", OffsetFetchRequest(
             "txn-group-0", [OffsetFetchRequestTopic("t", [0])]))
         return int(answer.topics[0].partitions[0].committed_offset)
 
-    async def story() -> None:
-        first = await loaded()
-        app = TransactionalApp(sim, 0, 1, {"t": 1}, True, 5, 60_000, random.Random(0))
-        await app._init()
-        request = txn_offset_commit_request(5, app.transactional_id, app.group_id, app.producer_id, app.epoch,
-                                            {("t", 0): 7})
-        answer = await app._call("txn_offset_commit", request)
-        seen["txn_offset_commit"] = answer.topics[0].partitions[0].error_code
-        deleted = await sim.call("tool", "", "delete_offsets", OffsetDeleteRequest(
-            "txn-group-0", [OffsetDeleteRequestTopic("t", [0])]))
-        seen["delete"] = deleted.error_code
-        seen["end_txn"], app.epoch = await app.ctc.end_txn(app.transactional_id, app.producer_id, app.epoch, True)
-        await asyncio.sleep(1)  # the partition's tail reads the marker
-        seen["memory"] = await fetched()
-        first.crash()
-        await loaded()
-        seen["reload"] = await fetched()
 
-    run_story(sim, story())
+def test_an_offset_deleted_while_its_transaction_is_open_stays_deleted_after_the_commit_and_a_reload() -> None:
+    """A client's TxnOffsetCommit is acknowledged (pending), the operator deletes the offset, then the transaction
+    commits: Kafka's replay drops the pending offset at the tombstone, so neither memory nor a reload shows it."""
+    story = _TxnStory()
+    seen: dict[str, Any] = {}
+
+    async def run() -> None:
+        first = await story.loaded()
+        app = await story.app()
+        seen["txn_offset_commit"] = await story.txn_offset_commit(app, 7)
+        seen["delete"] = await story.delete()
+        seen["end_txn"] = await story.end_txn(app)
+        await asyncio.sleep(1)  # the partition's tail reads the marker
+        seen["memory"] = await story.fetched()
+        first.crash()
+        await story.loaded()
+        seen["reload"] = await story.fetched()
+
+    run_story(story.sim, run())
     assert seen == {"txn_offset_commit": Errors.NONE, "delete": Errors.NONE, "end_txn": Errors.NONE, "memory": -1,
                     "reload": -1}
-    assert sim.checkers.violations == []
+    assert story.sim.checkers.violations == []
+
+
+def _transaction_then_deleted(delete_refused: bool) -> tuple[dict[str, Any], list[str]]:
+    """An application's transaction commits offset 5 of ("t", 0) of its group; the operator deletes that offset
+    while the application's next TxnOffsetCommit (7) comes, its transaction commits; the coordinator crashes and
+    a new one loads. `delete_refused`: Kafka refuses the tombstone (owed), then the TxnOffsetCommit comes; else
+    the TxnOffsetCommit's batch lands first and the delete is handled before the handler hears its
+    acknowledgement (the simulated leader holds its answer until the delete is answered). Returns the answers,
+    what memory and the reload show, and the violations."""
+    story = _TxnStory()
+    sim = story.sim
+    seen: dict[str, Any] = {}
+
+    async def run() -> None:
+        first = await story.loaded()
+        app = await story.app()
+
+        async def committed(offset: int) -> tuple[int, Errors]:
+            return await story.txn_offset_commit(app, offset), await story.end_txn(app)
+
+        seen["first"] = await committed(5)
+        await asyncio.sleep(1)  # the partition's tail reads the marker: 5 is current
+        if delete_refused:
+            sim.kafka.faults.refuse = 1.0
+            seen["delete"] = await story.delete()
+            sim.kafka.faults.refuse = 0.0
+            seen["second"] = await committed(7)
+        else:
+            landed, answered = asyncio.Event(), asyncio.Event()
+            produce = app.ctc.produce
+
+            async def produce_held(*args: Any, **kwargs: Any) -> Any:
+                result = await produce(*args, **kwargs)
+                landed.set()
+                await answered.wait()
+                return result
+
+            app.ctc.produce = produce_held  # type: ignore[method-assign]
+            second = asyncio.ensure_future(committed(7))
+            await landed.wait()
+            seen["delete"] = await story.delete()
+            answered.set()
+            seen["second"] = await second
+        await asyncio.sleep(5)  # the marker read, owed tombstones sent again if they are
+        seen["memory"] = await story.fetched()
+        first.crash()
+        await story.loaded()
+        seen["reload"] = await story.fetched()
+
+    run_story(sim, run())
+    return seen, [v.line() for v in sim.checkers.violations]
+
+
+def test_a_transactional_batch_that_landed_before_our_tombstone_is_dropped_by_it_in_memory_too() -> None:
+    """Seeds 225 and 354: the batch is in the log before the tombstone, but the handler replays it after the
+    delete (it hears the acknowledgement later), so memory had made it current at the COMMIT while Kafka's replay
+    (a reload) drops it at the tombstone. The store tells the shard where its tombstone landed."""
+    seen, violations = _transaction_then_deleted(delete_refused=False)
+    assert seen == {"first": (Errors.NONE, Errors.NONE), "delete": Errors.NONE, "second": (Errors.NONE, Errors.NONE),
+                    "memory": -1, "reload": -1}
+    assert violations == []
+
+
+def test_a_transactional_commit_after_a_refused_delete_supersedes_the_owed_tombstone() -> None:
+    """Seeds 215, 339 and 368: a refused tombstone is owed and sent again; a client's batch of its offset after
+    it must not be deleted by it (as our own later commit is not): the batch supersedes it, so the acknowledged
+    commit stays, in memory and after a reload."""
+    seen, violations = _transaction_then_deleted(delete_refused=True)
+    assert seen == {"first": (Errors.NONE, Errors.NONE), "delete": Errors.COORDINATOR_NOT_AVAILABLE,
+                    "second": (Errors.NONE, Errors.NONE), "memory": 7, "reload": 7}
+    assert violations == []
 
 
 def test_a_delete_kafka_refused_is_not_answered_as_done() -> None:

@@ -40,6 +40,13 @@ def ordered(assignment: Mapping[uuid.UUID, Collection[int]]) -> OrderedAssignmen
     return {topic_id: tuple(partition_order(assignment[topic_id])) for topic_id in topic_map_order(assignment)}
 
 
+def existing(partitions: tuple[int, ...], count: int) -> tuple[int, ...]:
+    """The partitions of a current target that the topic still has. Kafka's metadata image never shrinks a topic id,
+    so its builders take a current target as it is; a stale Metadata answer can show fewer partitions here, and a
+    partition that is not there is neither kept nor handed out (revoked like a topic no longer subscribed)."""
+    return partitions if all(p < count for p in partitions) else tuple(p for p in partitions if p < count)
+
+
 @dataclass(slots=True)
 class GroupSpec:
     members: dict[str, MemberSpec]  # member id -> spec, in Kafka's iteration order

@@ -2,10 +2,11 @@
 then stickiness (a member keeps what it has up to its quota).
 
 Heterogeneous groups: uniform_heterogeneous.py. Homogeneous groups (every member subscribes to the same topics)
-follow UniformHomogeneousAssignmentBuilder step for step, in Kafka's iteration order: each member, in turn, gets
-a quota (the minimum, plus one for the first `total % members` members); it keeps its current partitions up to
-that quota and gives back the rest; the freed and never-assigned partitions then fill the members below quota,
-in order.
+follow Kafka 4.1's UniformHomogeneousAssignmentBuilder step for step, in Kafka's iteration order: each member, in
+turn, gets a quota (the minimum, plus one while `total % members` extra partitions are left); it keeps its current
+partitions up to that quota and gives back the rest; a member below its quota gives its extra partition up when
+more members are left than extras (a later member may already hold one more); the freed and never-assigned
+partitions then fill the members below quota, in order.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import uuid
 
 from coordinator.group.assignor.java_order import topic_set_order
-from coordinator.group.assignor.spec import Assignment, AssignorError, GroupSpec, SubscriptionType
+from coordinator.group.assignor.spec import Assignment, AssignorError, GroupSpec, SubscriptionType, existing
 from coordinator.group.assignor.uniform_heterogeneous import HeterogeneousBuilder
 
 
@@ -47,16 +48,19 @@ def _assign_homogeneous(spec: GroupSpec) -> dict[str, Assignment]:
     subscribed = set(topic_ids)
     target: dict[str, dict[uuid.UUID, set[int]]] = {}
     unfilled: list[tuple[str, int]] = []
+    members_left = len(spec.members)
     for member_id, member in spec.members.items():
         quota = minimum_quota
-        if extra > 0:
+        takes_extra = extra > 0
+        if takes_extra:
             quota += 1
-            extra -= 1
         kept: dict[uuid.UUID, set[int]] = {}
         for topic_id in member.assignment:
             if topic_id not in subscribed:
                 continue  # the whole topic is revoked
-            partitions = member.assignment[topic_id]
+            partitions = existing(member.assignment[topic_id], spec.partition_count(topic_id))
+            if not partitions:
+                continue
             if len(partitions) <= quota:
                 quota -= len(partitions)
                 kept[topic_id] = set(partitions)
@@ -67,8 +71,14 @@ def _assign_homogeneous(spec: GroupSpec) -> dict[str, Assignment]:
                     kept.setdefault(topic_id, set()).add(partition)
                 else:
                     unassigned.append((topic_id, partition))
+        if quota > 0 and takes_extra and members_left > extra:
+            quota -= 1  # an extra partition is not handed out to this member: a later one may already hold it
+            takes_extra = False
         if quota > 0:
             unfilled.append((member_id, quota))
+        if takes_extra:
+            extra -= 1
+        members_left -= 1
         target[member_id] = kept
 
     next_index = 0

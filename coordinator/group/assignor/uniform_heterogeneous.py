@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from functools import cmp_to_key
 
-from coordinator.group.assignor.spec import Assignment, AssignorError, GroupSpec
+from coordinator.group.assignor.spec import Assignment, AssignorError, GroupSpec, existing
 
 _MAX_ITERATION_COUNT = 16
 
@@ -127,6 +127,7 @@ class HeterogeneousBuilder:
             for topic_id, partitions in member.assignment.items():
                 if topic_id not in subscribed:
                     continue
+                partitions = existing(partitions, len(self.owners[topic_id]))
                 self.target[index][topic_id] = set(partitions)
                 self.sizes[index] += len(partitions)
                 for partition in partitions:

@@ -359,6 +359,9 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
             log.warning("event=txn_offset_append_no_leader partition=%s error=%s", state, exc)
             sequences.settle(producer_id, batch.epoch, batch.sequence, Outcome.REFUSED)
             return Errors.COORDINATOR_NOT_AVAILABLE
+        # ordered against our tombstones of these offsets by log offset; an owed one is not sent again
+        restore_owed = shard.transactional_offsets.sending(identity.group_id,
+                                                           [(r.topic, r.partition) for r in batch.records])
         try:
             result = appended(await relay.request_to(leader, produce_request(
                 producer, state[0], state[1], batch.batch, produce_version=batch.produce_version,
@@ -369,9 +372,12 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
             writes.leader = None
             result = Appended(Errors.REQUEST_TIMED_OUT, -1)
         except BaseException:  # cancelled: whether it landed is unknown
+            restore_owed()
             sequences.settle(producer_id, batch.epoch, batch.sequence, Outcome.UNKNOWN)
             writes.owed[producer_id] = batch
             raise
+        if result.error != Errors.NONE:
+            restore_owed()
         if result.error in _LEADER_MOVED or result.error in _OUTCOME_UNKNOWN:
             writes.leader = None
         if result.error == Errors.NONE:
