@@ -27,6 +27,7 @@ from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
 from coordinator.group.status import ShardStatus
 from coordinator.relay import Relay, RelayConfig
+from coordinator.relay.group_configs import describe_group_configs
 from coordinator.runtime_health import RuntimeHealth
 from coordinator.security.access import AccessSettings
 from coordinator.security.acl_cache import AclCache
@@ -141,6 +142,7 @@ async def running_service(options: ServiceOptions) -> AsyncIterator[RunningServi
         stack.push_async_callback(server.close)
         if server.relay is not None:  # consumer groups (KIP-848) take topic ids and partitions from the cluster
             _watch_cluster_topics(coordinator, server.relay)
+            _read_group_configs(coordinator, server.relay)
         if ownership is not None:  # after the listener: our endpoint (its port) goes into the membership client.id
             assert directory is not None
             await _start_ownership(stack, ownership, options, bootstrap, server, directory)
@@ -229,6 +231,14 @@ def _watch_cluster_topics(coordinator: GroupRuntime, relay: Relay) -> None:
     coordinator.refresh_topics = lambda names: relay.cluster.refresh(names, max_age_ms)
     coordinator.stale_topics = lambda names: relay.cluster.stale(names, max_age_ms)
     coordinator.consumer_groups.refresh_all_topics = lambda: relay.cluster.refresh_all(REGEX_BATCH_REFRESH_INTERVAL_MS)
+
+
+def _read_group_configs(coordinator: GroupRuntime, relay: Relay) -> None:
+    """Consumer groups take their group-level configuration from the cluster (DescribeConfigs), read again at
+    once when the relay forwards an alteration of it (coordinator/group/modern/group_configs.py)."""
+    configs = coordinator.consumer_groups.group_configs
+    configs.describe = lambda group_ids: describe_group_configs(relay, group_ids)
+    relay.on_group_configs_altered = configs.invalidate
 
 
 def _relay(options: ServiceOptions, bootstrap: str) -> Relay | None:

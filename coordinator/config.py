@@ -12,6 +12,10 @@ from typing import Any, Mapping
 
 INT32_MAX = 2_147_483_647
 INT16_MAX = 32_767
+# Kafka 4.1's built-in consumer group assignors: each may be named by its name or by its Java class name
+BUILTIN_ASSIGNORS = {"uniform": "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+                     "range": "org.apache.kafka.coordinator.group.assignor.RangeAssignor"}
+_ASSIGNOR_BY_CLASS = {class_name: name for name, class_name in BUILTIN_ASSIGNORS.items()}
 
 
 def _kafka(name: str, default: Any) -> Any:
@@ -46,6 +50,14 @@ class CoordinatorConfig:
     # bidirectional | upgrade | downgrade | disabled: which online conversions between a classic group and a
     # consumer group are allowed (coordinator/group/modern/conversion.py)
     group_consumer_migration_policy: str = _kafka("group.consumer.migration.policy", "bidirectional")
+    # the server-side assignors ConsumerGroupHeartbeat may name, the first being the default (a Kafka LIST: names
+    # separated by commas); Kafka's built-in ones only, by name or class name (a custom Java class cannot run here)
+    group_consumer_assignors: tuple[str, ...] = _kafka("group.consumer.assignors", ("uniform", "range"))
+    # The coordinator's own (not Kafka's): how old a group's configuration (`kafka-configs --entity-type groups`,
+    # read from the cluster with DescribeConfigs) may get before a heartbeat has it read again, and how many
+    # groups' configurations are kept (the least recently read go first)
+    group_config_refresh_interval_ms: int = _kafka("group.config.refresh.interval.ms", 10_000)
+    group_config_max_groups: int = _kafka("group.config.max.groups", 100_000)
     # Kafka constants, not broker configs; overridable here for tests.
     new_member_join_timeout_ms: int = _kafka("NewMemberJoinTimeoutMs", 300_000)
     purgatory_purge_interval: int = _kafka("purgeInterval", 1_000)
@@ -66,6 +78,11 @@ class CoordinatorConfig:
         if self.group_consumer_migration_policy.lower() not in ("bidirectional", "upgrade", "downgrade", "disabled"):
             raise ValueError("group.consumer.migration.policy must be one of bidirectional, upgrade, downgrade, "
                              f"disabled, got {self.group_consumer_migration_policy}")
+        self._check_consumer_group_assignors()
+        if self.group_config_refresh_interval_ms < 1:
+            raise ValueError("group.config.refresh.interval.ms must be at least 1")
+        if self.group_config_max_groups < 1:
+            raise ValueError("group.config.max.groups must be at least 1")
         if self.offsets_load_buffer_size < 1:
             raise ValueError("offsets.load.buffer.size must be at least 1")
         # the record's metadata is an int16-length string (OffsetCommitValue): a longer one cannot be stored
@@ -87,6 +104,29 @@ class CoordinatorConfig:
             raise ValueError("group.consumer.heartbeat.interval.ms must be less than "
                              "group.consumer.session.timeout.ms")
 
+    def _check_consumer_group_assignors(self) -> None:
+        """Kafka builds one assignor per entry and maps them by name (a name given twice stops its start);
+        the first is the default, so there must be one."""
+        names = self.consumer_group_assignor_names
+        if not names:
+            raise ValueError("group.consumer.assignors must name at least one assignor")
+        if len(set(names)) != len(names):
+            raise ValueError("group.consumer.assignors names an assignor twice: "
+                             + ", ".join(self.group_consumer_assignors))
+
+    @property
+    def consumer_group_assignor_names(self) -> tuple[str, ...]:
+        """`group.consumer.assignors` as assignor names, in the order given (the first is the default)."""
+        names = []
+        for entry in self.group_consumer_assignors:
+            name = entry if entry in BUILTIN_ASSIGNORS else _ASSIGNOR_BY_CLASS.get(entry)
+            if name is None:
+                raise ValueError(f"group.consumer.assignors: {entry!r} is not one of Kafka's built-in assignors "
+                                 f"({', '.join(f'{n} ({c})' for n, c in BUILTIN_ASSIGNORS.items())}); a custom "
+                                 "assignor class cannot run in this coordinator")
+            names.append(name)
+        return tuple(names)
+
     @property
     def offsets_retention_ms(self) -> int:
         return self.offsets_retention_minutes * 60_000
@@ -100,7 +140,20 @@ class CoordinatorConfig:
     def from_properties(cls, props: Mapping[str, str | int], base: CoordinatorConfig | None = None) -> CoordinatorConfig:
         """Apply Kafka-named properties (e.g. from a server.properties file); unknown names raise KeyError."""
         names = cls.kafka_names()
-        text_fields = {f.name for f in dataclasses.fields(cls) if isinstance(f.default, str)}
-        overrides: dict[str, Any] = {names[name]: value if names[name] in text_fields else int(value)
-                                     for name, value in props.items()}
+        fields = dataclasses.fields(cls)
+        text_fields = {f.name for f in fields if isinstance(f.default, str)}
+        list_fields = {f.name for f in fields if isinstance(f.default, tuple)}
+        overrides: dict[str, Any] = {}
+        for name, value in props.items():
+            field_name = names[name]
+            overrides[field_name] = (value if field_name in text_fields
+                                     else _kafka_list(value) if field_name in list_fields else int(value))
         return dataclasses.replace(base or cls(), **overrides)
+
+
+def _kafka_list(value: str | int | tuple[str, ...]) -> tuple[str, ...]:
+    """A Kafka LIST value: entries separated by commas, the whitespace around them dropped; "" is no entry."""
+    if isinstance(value, tuple):
+        return value
+    text = str(value).strip()
+    return tuple(entry.strip() for entry in text.split(",")) if text else ()

@@ -97,7 +97,8 @@ class TransactionalOffsets:
                                                   for pid in self.open_by_group.get(group_id, ()))
 
     def has_open_transactions(self, group_id: str) -> bool:
-        return group_id in self.open_by_group
+        """Open, or committed and held (the group stays until they are settled)."""
+        return group_id in self.open_by_group or any(held_group == group_id for held_group, _ in self.held)
 
     def pending_partitions(self, group_id: str) -> set[TopicPartition]:
         held = {tp for held_group, tp in self.held if held_group == group_id} if self.held else set()

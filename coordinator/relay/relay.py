@@ -18,6 +18,7 @@ from coordinator.relay.buffer_pool import BufferPool
 from coordinator.relay.cluster import ClusterMetadata
 from coordinator.relay.config import RelayConfig
 from coordinator.relay.errors import UpstreamUnavailable
+from coordinator.relay.group_configs import alteration_observer
 from coordinator.relay.listeners import BrokerListeners, OpenListener, PortMapping, UpstreamBroker
 from coordinator.relay.rewrite import rewrite_find_coordinator, rewrite_metadata, upstream_brokers
 from coordinator.relay.produce_endpoints import endpoints_rewriter
@@ -72,6 +73,8 @@ class Relay:
         self.features = ClusterFeatures()  # the cluster's, passed on in our ApiVersions answers
         self._features_learned_at = 0.0  # loop time
         self._features_refresh: asyncio.Task[None] | None = None
+        # told which groups' configurations an (Incremental)AlterConfigs relayed for a client altered
+        self.on_group_configs_altered: Callable[[list[str]], None] | None = None
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -191,6 +194,12 @@ class Relay:
         if version not in self._produce_rewrites:
             self._produce_rewrites[version] = endpoints_rewriter(version, self._address_of)
         return self._produce_rewrites[version]
+
+    def config_alteration(self, api_key: int, version: int) -> Rewrite | None:
+        """What an (Incremental)AlterConfigs answer goes through: read for the groups it altered (none when no one
+        listens), relayed unchanged."""
+        altered = self.on_group_configs_altered
+        return None if altered is None else alteration_observer(api_key, version, altered)
 
     def _address_of(self, node_id: int) -> tuple[str, int] | None:
         """Where clients reach upstream broker `node_id` through us; None if we have no listener for it."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator.relay.errors import UpstreamUnavailable
+from coordinator.relay.group_configs import ALTERING_CONFIGS
 from coordinator.relay.upstream import LinkOwner, PendingResponse, UpstreamLink
 from coordinator.relay.versions import Route, produce_expects_response
 from coordinator.security.sasl_passthrough import HOLD
@@ -91,6 +92,9 @@ class RelaySide:
                 return "CorruptRequest", f"produce request: {exc}"
             (version,) = _VERSION.unpack_from(frame, 2)
             rewrite = self.relay.produce_rewrite(version)
+        elif api_key in ALTERING_CONFIGS:  # the groups whose configurations it alters are read again
+            (version,) = _VERSION.unpack_from(frame, 2)
+            rewrite = self.relay.config_alteration(api_key, version)
         (correlation_id,) = _CORRELATION_ID.unpack_from(frame, 4)
         pending = link.send(_SIZE.pack(len(frame)) + frame, correlation_id, expects_response, rewrite=rewrite)
         if pending is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ import pytest
 
 from coordinator.embedded import EmbeddedKafka
 from protocol.apis import ApiKey
+from tests.support.admin import alter_group_configs
 from tests.support.consumer_group_differential import Pair, Side, close, connect
 from tests.support.relay import create_topic
 from tests.support.polling import wait_until
@@ -56,7 +58,8 @@ async def both(broker: EmbeddedKafka) -> AsyncIterator[Pair]:
         kafka = await connect(host, int(port), "probe")
         ours = await connect("127.0.0.1", running.port, "probe")
         try:
-            pair = Pair(Side("Kafka", kafka), Side("ours", ours), bootstrap=broker.bootstrap, state_topic=state_topic)
+            pair = Pair(Side("Kafka", kafka), Side("ours", ours), bootstrap=broker.bootstrap, state_topic=state_topic,
+                        ours_bootstrap=f"127.0.0.1:{running.port}")
             await pair.ready("probe", TIMEOUT_S)  # one partition on each side: every group is served
             yield pair
         finally:
@@ -327,3 +330,40 @@ async def test_the_group_apis_are_advertised_with_kafkas_versions(broker: Embedd
         kafka, ours = [await side.client.negotiate_versions() for side in pair.sides]
         assert {k: ours.get(k) for k in group_apis} == {k: kafka.get(k) for k in group_apis}
         assert kafka[ApiKey.OFFSET_COMMIT] == (2, 9) and kafka[ApiKey.OFFSET_FETCH] == (1, 9)
+
+
+async def test_group_configs_set_on_the_cluster(broker: EmbeddedKafka) -> None:
+    """consumer.session.timeout.ms / consumer.heartbeat.interval.ms set on one group (Kafka's
+    IncrementalAlterConfigs, as kafka-configs --entity-type groups sends it): both coordinators give its members the
+    group's interval and fence them at the group's session timeout (2 s, the coordinators' own being 4 s); an
+    alteration through our relay reaches our members' next heartbeats at once (not at the 10 s refresh)."""
+    group, a, b = unique("diff-config"), member("config-a"), member("config-b")
+    await asyncio.to_thread(alter_group_configs, broker.bootstrap, group,
+                            {"consumer.session.timeout.ms": "2000", "consumer.heartbeat.interval.ms": "600"})
+    async with both(broker) as pair:
+        a1 = await pair.heartbeat(group, a, 0, topics=(TOPIC6,), rebalance_timeout_ms=30_000, owned={})
+        assert a1.heartbeat_interval_ms == 600
+        await pair.heartbeat(group, b, 0, topics=(TOPIC6,), rebalance_timeout_ms=30_000, owned={})
+        a2 = await pair.heartbeat(group, a, a1.member_epoch, owned=a1.owned())
+        silent_since = time.monotonic()  # a goes silent; b keeps heartbeating
+        after = await pair.converge(group, lambda s: a not in members_of(s) and s[2] == STABLE, TIMEOUT_S,
+                                    "a fenced at its group's session timeout", keep_alive=(b,))
+        fenced_after_s = time.monotonic() - silent_since
+        assert fenced_after_s < 3.9, f"a was fenced {fenced_after_s:.1f} s after its last heartbeat"
+        assert assigned_count(after, b) == 6
+        await pair.heartbeat(group, a, a2.member_epoch, owned=a2.owned())  # fenced on both sides
+
+        await asyncio.to_thread(alter_group_configs, pair.ours_bootstrap, group,
+                                {"consumer.heartbeat.interval.ms": "800"}, delete=("consumer.session.timeout.ms",))
+        altered_at = time.monotonic()
+        snapshot = members_of(after)[b]
+        owned = {t: tuple(sorted(ps)) for t, ps in snapshot[8]}
+
+        async def both_give_the_new_interval() -> bool:
+            answers = [await side.heartbeat(group, b, snapshot[3], owned=owned) for side in pair.sides]
+            return all(answer.heartbeat_interval_ms == 800 for answer in answers)
+
+        await wait_until(both_give_the_new_interval, TIMEOUT_S, "the altered interval on both sides", interval_s=0.1)
+        assert time.monotonic() - altered_at < 5, "the alteration reached our members only at the refresh"
+        assert (await pair.heartbeat(group, b, snapshot[3], owned=owned)).heartbeat_interval_ms == 800
+        await pair.same_records(group)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 TIMEOUT_S = 15
 
@@ -46,3 +46,15 @@ def admin_delete_group(port: int, group_id: str) -> str | None:
         return None
     except KafkaException as exc:
         return exc.args[0].name()
+
+
+def alter_group_configs(bootstrap: str, group_id: str, values: dict[str, str], *, delete: tuple[str, ...] = ()
+                        ) -> None:
+    """Kafka's IncrementalAlterConfigs on a GROUP resource (what `kafka-configs --entity-type groups --alter` sends):
+    `values` set, `delete` removed."""
+    entries = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET) for name, value in values.items()]
+    entries += [ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE) for name in delete]
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "e2e-admin"})
+    resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S).values():
+        future.result(TIMEOUT_S)

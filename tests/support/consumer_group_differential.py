@@ -114,9 +114,11 @@ def group_records(bootstrap: str, topic: str, group_id: str) -> list[ConsumerGro
 class Pair:
     """Kafka's coordinator and ours, driven in lock step."""
 
-    def __init__(self, kafka: Side, ours: Side, *, bootstrap: str = "", state_topic: str = "") -> None:
+    def __init__(self, kafka: Side, ours: Side, *, bootstrap: str = "", state_topic: str = "",
+                 ours_bootstrap: str = "") -> None:
         self.sides = (kafka, ours)
         self.bootstrap = bootstrap  # the cluster both keep their records in
+        self.ours_bootstrap = ours_bootstrap  # our listener, where a client reaches the cluster through the relay
         self.state_topics = ("__consumer_offsets", state_topic)  # Kafka's and ours
 
     async def same_records(self, group_id: str) -> list[ConsumerGroupRecord]:

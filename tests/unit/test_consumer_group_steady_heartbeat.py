@@ -1,7 +1,8 @@
 """The steady-state shortcut of ConsumerGroupHeartbeat (heartbeat.steady_heartbeat) answers exactly as the full path:
-generated histories of joins, heartbeats with changed or repeated fields, acknowledgements, leaves, clock advances
-and partition count changes run against two runtimes, one with the shortcut and one without; every answer, every
-record written, the groups' state and the members' timers are the same after every step."""
+generated histories of joins, heartbeats with changed or repeated fields, acknowledgements, leaves, clock advances,
+partition count changes and changes of the group's own configuration run against two runtimes, one with the shortcut
+and one without; every answer, every record written, the groups' state and the members' timers are the same after
+every step."""
 
 from __future__ import annotations
 
@@ -33,7 +34,10 @@ heartbeats = st.tuples(
 )
 ACTIONS = st.one_of(heartbeats,
                     st.tuples(st.just("advance"), st.sampled_from([100, 2_000, 6_000, 46_000])),
-                    st.tuples(st.just("partitions"), st.sampled_from([1, 2])))  # more: Kafka never has fewer
+                    st.tuples(st.just("partitions"), st.sampled_from([1, 2])),  # more: Kafka never has fewer
+                    # the group's own session timeout and heartbeat interval, set on the cluster (group_configs.py)
+                    st.tuples(st.just("config"), st.sampled_from([{}, {"consumer.heartbeat.interval.ms": "7000"},
+                                                                  {"consumer.session.timeout.ms": "50000"}])))
 
 
 class _Timers:
@@ -90,10 +94,24 @@ async def _history(actions: list[tuple[Any, ...]]) -> int:
     """Runs the actions on both runtimes; returns how many heartbeats the shortcut answered."""
     shortcut, full = Env(), Env()
     full.runtime.consumer_groups.steady_shortcut = False
+    group_config: dict[str, str] = {}
+
+    async def describe(group_ids: list[str]) -> dict[str, dict[str, str]]:
+        return {group_id: dict(group_config) for group_id in group_ids}
+
+    for env in (shortcut, full):
+        env.runtime.consumer_groups.group_configs.describe = describe
     steady = 0
     try:
         for action in actions:
-            if action[0] == "advance":
+            if action[0] == "config":
+                group_config.clear()
+                group_config.update(action[1])
+                for env in (shortcut, full):
+                    env.runtime.consumer_groups.group_configs.invalidate([GROUP])
+                for _ in range(5):  # the reads are done
+                    await asyncio.sleep(0)
+            elif action[0] == "advance":
                 for env in (shortcut, full):
                     env.advance(action[1])
             elif action[0] == "partitions":
@@ -137,3 +155,13 @@ def test_a_stable_groups_heartbeats_take_the_shortcut_and_topic_news_does_not() 
     repeated = ("heartbeat", "m1", "current", "same", "assigned", 30_000, None, "own", None)
     assert asyncio.run(_history([join, plain, plain, repeated, ("advance", 6_000), plain])) == 4
     assert asyncio.run(_history([join, plain, ("partitions", 2), ("advance", 6_000), plain])) == 1
+
+
+def test_the_groups_own_configuration_reaches_the_shortcut_as_the_full_path() -> None:
+    """A group's own heartbeat interval and session timeout (set on the cluster) answered and armed alike: the
+    member outlives the coordinator's 45 s session under the group's 50 s."""
+    join = ("heartbeat", "m1", "join", None, None, -1, None, "own", None)
+    plain = ("heartbeat", "m1", "current", None, None, -1, None, "own", None)
+    interval = ("config", {"consumer.heartbeat.interval.ms": "7000"})
+    session = ("config", {"consumer.session.timeout.ms": "50000"})
+    assert asyncio.run(_history([interval, join, plain, plain, session, plain, ("advance", 46_000), plain])) == 4

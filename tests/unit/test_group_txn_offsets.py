@@ -325,6 +325,7 @@ async def test_a_commit_read_while_our_tombstone_is_in_flight_waits_for_where_it
     txns.tombstone_in_flight = lambda group_id, tp: (group_id, tp) in in_flight
     replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 4, ("t", 1): 4}, 8))
     assert replay_end_transaction(shard, PID, EPOCH, True, 11) == 0
+    assert txns.has_open_transactions("s")  # the group is not retired meanwhile (seed 1818)
     assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
         ("t", 0): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT), ("t", 1): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT)}
     in_flight.clear()

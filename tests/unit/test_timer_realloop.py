@@ -63,9 +63,11 @@ async def _ten_thousand_random_timers() -> None:
     assert lateness_ms[0] >= 0, "a timer fired early"
     # Generous bounds, a correctness check and not a measurement (bench/timer.py measures lateness): tests share
     # two cores with Kafka brokers and other test processes, so what the loop itself lost (a plain sleep's
-    # lateness, measured alongside) is allowed on top.
+    # lateness, measured alongside) is allowed on top. One stall of the loop makes late every timer due during it
+    # (a sixth of them for a 260-ms stall in this 1.5-s span) but only one of the plain sleep's samples, so the
+    # timers' p99 is allowed the longest stall, not the samples' p99.
     p99_ms = lateness_ms[len(lateness_ms) * 99 // 100]
-    assert p99_ms <= 100 + lost.percentile_ms(99) and lateness_ms[-1] <= 1_000 + lost.max_ms, (
+    assert p99_ms <= 100 + lost.max_ms and lateness_ms[-1] <= 1_000 + lost.max_ms, (
         p99_ms, lateness_ms[-1], lost)
     # The reaper woke per bucket, not per ms of the 1.5 s span, nor per task.
     assert timer.wakeups < 1_600

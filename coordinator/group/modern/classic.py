@@ -118,7 +118,8 @@ def classic_join(group: ConsumerGroup, req: JoinGroupRequest, topics: TopicsView
             Errors.NONE, member_id=member_id, generation_id=updated.member_epoch, protocol_type=CONSUMER_PROTOCOL_TYPE,
             protocol_name=protocol_name), lambda: timers.cancel_join_timeout(group_id, member_id), downgrade=True)
     target = (current_target(group, member_id, replaced) if downgrade
-              else member_target(group, updated, replaced, group_epoch, records, topics))
+              else member_target(group, updated, replaced, group_epoch, records, topics,
+                                 default_assignor=settings.default_assignor))
     updated = reconcile_member(group, updated, target, _owned(subscription, topics), records)
     response = JoinGroupResponse(Errors.NONE, member_id=member_id, generation_id=updated.member_epoch,
                                  protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=protocol_name)

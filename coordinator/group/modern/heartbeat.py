@@ -88,7 +88,8 @@ class MemberTimers(Protocol):
 class Settings:
     heartbeat_interval_ms: int
     max_size: int
-    assignors: tuple[str, ...] = tuple(ASSIGNORS)
+    assignors: tuple[str, ...] = tuple(ASSIGNORS)  # the ones a request may name, in the order Kafka lists them
+    default_assignor: str = DEFAULT_ASSIGNOR  # for a group whose members name none
     metadata_refresh_interval_ms: int = 5_000  # how often a group looks at its subscribed topics again
 
 
@@ -165,7 +166,8 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
         return bump
 
     group_epoch, _changed = subscribe(group, member, updated, replaced, records, topics, settings, now_ms, regexes)
-    target = member_target(group, updated, replaced, group_epoch, records, topics)
+    target = member_target(group, updated, replaced, group_epoch, records, topics,
+                           default_assignor=settings.default_assignor)
     reconciled = reconcile_member(group, updated, target, request.owned, records)
     if reconciled is not updated:
         if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
@@ -248,11 +250,12 @@ def subscribe(group: ConsumerGroup, member: ConsumerGroupMember, updated: Consum
 
 
 def member_target(group: ConsumerGroup, updated: ConsumerGroupMember, replaced: str | None, group_epoch: int,
-                  records: list[ConsumerGroupRecord], topics: TopicsView) -> Target:
+                  records: list[ConsumerGroupRecord], topics: TopicsView, *,
+                  default_assignor: str = DEFAULT_ASSIGNOR) -> Target:
     """The member's target: computed for every member when the group epoch is ahead of the assignment epoch, else
     the current one (a replacing static member inherits its predecessor's)."""
     if group_epoch > group.assignment_epoch:
-        targets = _compute_targets(group, updated, replaced, group_epoch, topics, records)
+        targets = _compute_targets(group, updated, replaced, group_epoch, topics, records, default_assignor)
         return Target(group_epoch, targets.get(updated.member_id, {}))
     return current_target(group, updated.member_id, replaced)
 
@@ -387,7 +390,8 @@ def _updated(member: ConsumerGroupMember, request: HeartbeatRequest) -> Consumer
 
 
 def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, replaced: str | None, group_epoch: int,
-                     topics: TopicsView, records: list[ConsumerGroupRecord]) -> Mapping[str, Partitions]:
+                     topics: TopicsView, records: list[ConsumerGroupRecord],
+                     default_assignor: str = DEFAULT_ASSIGNOR) -> Mapping[str, Partitions]:
     """Kafka's TargetAssignmentBuilder: every member's new target; records 7 for the members whose target changed,
     then 6. A replacing static member starts from its predecessor's target."""
     members = group.members_with(updated, replaced)
@@ -409,7 +413,7 @@ def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, replace
                 partition_counts[image.topic_id] = image.partitions
         specs[member_id] = MemberSpec(tuple(topic_ids), ordered(current[member_id]), member.rack_id,
                                       member.instance_id)
-    assignor_name = group.preferred_assignor(updated, replaced) or DEFAULT_ASSIGNOR
+    assignor_name = group.preferred_assignor(updated, replaced) or default_assignor
     spec = GroupSpec(specs, SubscriptionType.HOMOGENEOUS if homogeneous else SubscriptionType.HETEROGENEOUS,
                      partition_counts)
     started = time.monotonic()

@@ -82,8 +82,9 @@ class _Change:
 class ConsumerGroupWatch:
     """Each consumer group's rebalance under way (its start, whom it waits for), on the event loop."""
 
-    def __init__(self, now_ms: Callable[[], int]) -> None:
+    def __init__(self, now_ms: Callable[[], int], *, default_assignor: str = "uniform") -> None:
         self._now_ms = now_ms
+        self._default_assignor = default_assignor  # the assignor of a group whose members name none
         self._under_way: dict[str, _UnderWay] = {}
 
     def changed(self, observer: GroupObserver, group_id: str, before: ConsumerGroup | None,
@@ -119,7 +120,7 @@ class ConsumerGroupWatch:
             event()
         if change.target_epoch is not None:
             observer.on_consumer_target_assigned(group_id, change.target_epoch, len(new), change.changed_targets,
-                                                 after.preferred_assignor() or "uniform")
+                                                 after.preferred_assignor() or self._default_assignor)
             if under_way is not None and under_way.group_epoch == change.target_epoch:
                 under_way.waiting = {member_id for member_id, m in new.items()
                                      if not m.is_reconciled_to(change.target_epoch)}

@@ -10,6 +10,7 @@ order with everything else. Loading replays the same records (`load`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -17,9 +18,10 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.assignor import DEFAULT_ASSIGNOR
+from coordinator.group.assignor.java_order import hash_order, string_hash
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.errors import ApiError
+from coordinator.group.modern.group_configs import GroupConfig, GroupConfigs
 from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatResponse, Settings, fence, heartbeat,
                                                 steady_heartbeat, validate)
 from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
@@ -123,10 +125,24 @@ class ConsumerGroupService:
         # group id -> (its latest write not yet acknowledged, its number); and how many of its writes failed
         self._unacknowledged: dict[str, tuple[Write, int]] = {}
         self._failures: dict[str, int] = {}
+        assignors = config.consumer_group_assignor_names
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
+                                 # GroupCoordinatorService lists them from a HashSet of their names
+                                 assignors=tuple(hash_order(assignors, string_hash)), default_assignor=assignors[0],
                                  metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
+        self._settings_by_interval = {config.group_consumer_heartbeat_interval_ms: self.settings}
+        # each group's consumer.session.timeout.ms / consumer.heartbeat.interval.ms (group_configs.py); read from
+        # the cluster once `group_configs.describe` is set
+        self.group_configs = GroupConfigs(config, timer.clock)
+        self.group_configs.on_change = self._group_config_changed
+        self._armed_unconfigured: set[str] = set()  # groups loaded before their configuration was read
+        # the configuration the heartbeat being answered looked up, for its session timer (one lookup per
+        # heartbeat); forgotten when that group's configuration changes
+        self._heartbeat_group: str | None = None
+        self._heartbeat_config = self.group_configs.defaults
         self._timers: dict[tuple[str, str, str], _MemberTimer] = {}
-        self.watch = ConsumerGroupWatch(self.wall_clock.now_ms)  # what each change tells the shard's observer
+        # what each change tells the shard's observer
+        self.watch = ConsumerGroupWatch(self.wall_clock.now_ms, default_assignor=self.settings.default_assignor)
         self.steady_shortcut = True  # False: every heartbeat takes the full path (equivalence tests, benches)
 
     # --- requests ---------------------------------------------------------------------------------------------
@@ -144,7 +160,9 @@ class ConsumerGroupService:
         if group is None or shard.status is not ShardStatus.ACTIVE or is_convertible(shard.groups.get(
                 request.group_id)):
             return None
-        return steady_heartbeat(group, request, self.topics, self.settings, self, self.timer.clock.now_ms())
+        now_ms = self.timer.clock.now_ms()
+        return steady_heartbeat(group, request, self.topics, self._settings_of(request.group_id, now_ms), self,
+                                now_ms)
 
     def heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Write | None]:
         """The response, and the write to await before sending it (None: nothing changed)."""
@@ -173,8 +191,11 @@ class ConsumerGroupService:
                 log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, request.member_id)
                 return (HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch),
                         self._downgrade(shard, group, request.member_id, self._left(group, request.member_id)))
-            result = heartbeat(group, request, self.topics, self.settings, self, self.timer.clock.now_ms(),
-                               self.wall_clock.now_ms())
+            now_ms = self.timer.clock.now_ms()
+            # a heartbeat of a group not here is refused: its configuration is not worth reading
+            settings = self.settings if group is None and request.member_epoch != 0 else self._settings_of(
+                request.group_id, now_ms)
+            result = heartbeat(group, request, self.topics, settings, self, now_ms, self.wall_clock.now_ms())
         except ApiError as exc:
             return HeartbeatResponse(exc.error, exc.message), None
         if conversion:
@@ -375,7 +396,8 @@ class ConsumerGroupService:
             for m in group.members.values())
         return DescribedGroup(group_id, state=group.state.value, group_epoch=group.group_epoch,
                               assignment_epoch=group.assignment_epoch,
-                              assignor_name=group.preferred_assignor() or DEFAULT_ASSIGNOR, members=members)
+                              assignor_name=group.preferred_assignor() or self.settings.default_assignor,
+                              members=members)
 
     def _described(self, partitions: Partitions) -> tuple[DescribedPartitions, ...]:
         """Topics the metadata no longer has are left out, as Kafka does."""
@@ -521,6 +543,8 @@ class ConsumerGroupService:
                 self.watch.resumed(shard.observer, group)
             except Exception:  # telling observers never breaks a load
                 log.exception("event=consumer_group_observer_failed group=%s", group_id)
+            if not self.group_configs.known(group_id):  # armed with the defaults until it is read
+                self._armed_unconfigured.add(group_id)
             for member_id, member in group.members.items():
                 if member.classic is not None:
                     self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
@@ -529,9 +553,38 @@ class ConsumerGroupService:
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
 
+    def _group_config_changed(self, group_id: str, before: GroupConfig | None, after: GroupConfig) -> None:
+        """A group's configuration read for the first time, or changed. Kafka arms a loaded member's session timer
+        with its group's timeout: members loaded before it was read get it now. Any other change applies at each
+        member's next heartbeat, as in Kafka."""
+        if group_id == self._heartbeat_group:
+            self._heartbeat_group = None
+        if group_id not in self._armed_unconfigured:
+            return
+        self._armed_unconfigured.discard(group_id)
+        group = self.shard_for(group_id).consumer_groups.get(group_id)
+        if group is None or after.session_timeout_ms == self.group_configs.defaults.session_timeout_ms:
+            return
+        for member_id, member in group.members.items():
+            running = self._timers.get(("session", group_id, member_id))
+            if member.classic is None and running is not None and running.delay_ms != after.session_timeout_ms:
+                self.schedule_session(group_id, member_id)
+
+    def _settings_of(self, group_id: str, now_ms: int) -> Settings:
+        """The heartbeat settings with the group's heartbeat interval (one Settings per interval in use)."""
+        config = self._heartbeat_config = self.group_configs.get(group_id, now_ms)
+        self._heartbeat_group = group_id
+        interval_ms = config.heartbeat_interval_ms
+        settings = self._settings_by_interval.get(interval_ms)
+        if settings is None:
+            settings = self._settings_by_interval[interval_ms] = dataclasses.replace(
+                self.settings, heartbeat_interval_ms=interval_ms)
+        return settings
+
     # --- timers (heartbeat.MemberTimers) ----------------------------------------------------------------------
     def schedule_session(self, group_id: str, member_id: str) -> None:
-        key, timeout_ms = ("session", group_id, member_id), self.config.group_consumer_session_timeout_ms
+        config = self._heartbeat_config if group_id == self._heartbeat_group else self.group_configs.get(group_id)
+        key, timeout_ms = ("session", group_id, member_id), config.session_timeout_ms
         running = self._timers.get(key)
         if running is not None and running.delay_ms == timeout_ms:  # the steady heartbeat: the same timer moved
             self.timer.add(running)  # (adding a scheduled task again reschedules it)
@@ -608,6 +661,7 @@ class ConsumerGroupService:
     def unload(self, shard: GroupShard) -> None:
         """The shard's groups leave this instance: their timers go with them."""
         for group_id, group in shard.consumer_groups.items():
+            self._armed_unconfigured.discard(group_id)
             for member_id in group.members:
                 self.cancel_all(group_id, member_id)
             resolving = self._resolving.pop(group_id, None)
