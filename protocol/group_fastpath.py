@@ -365,10 +365,14 @@ def pack_join_group_response(version: int, correlation_id: int, error_code: int,
         parts.append(_THROTTLE_ERROR_GENERATION.pack(0, error_code, generation_id))
     else:
         parts.append(_ERROR_GENERATION.pack(error_code, generation_id))
-    if version >= 7:
-        _put_string(parts, protocol_type, flexible)
-    _put_string(parts, protocol_name, flexible)
-    _put_string(parts, leader, flexible)
+    if flexible:  # the fields every member's answer of a generation shares, packed once
+        parts.append(_compact_strings((protocol_type, protocol_name, leader) if version >= 7
+                                      else (protocol_name, leader)))
+    else:
+        if version >= 7:
+            _put_string(parts, protocol_type, flexible)
+        _put_string(parts, protocol_name, flexible)
+        _put_string(parts, leader, flexible)
     if version >= 9:
         parts.append(b"\x01" if skip_assignment else b"\x00")
     _put_string(parts, member_id, flexible)
@@ -401,22 +405,22 @@ def pack_join_group_response(version: int, correlation_id: int, error_code: int,
     return _frame(parts, correlation_id, flexible)
 
 
-_NAMES: dict[tuple[str | None, str | None], bytes] = {}
-_NAMES_BOUND = 1_024  # distinct (protocol type, protocol name) pairs kept packed; cleared whole when full
+_PACKED: dict[tuple[str | None, ...], bytes] = {}
+_PACKED_BOUND = 1_024  # distinct tuples kept packed; cleared whole when full
 
 
-def _compact_names(protocol_type: str | None, protocol_name: str | None) -> bytes:
-    """Two compact nullable strings, packed once per pair (a group's SyncGroup answers all carry the same)."""
-    key = (protocol_type, protocol_name)
-    packed = _NAMES.get(key)
+def _compact_strings(values: tuple[str | None, ...]) -> bytes:
+    """Compact nullable strings one after another, packed once per tuple: a generation's answers share their
+    protocol's names and leader (JoinGroup) or names (SyncGroup)."""
+    packed = _PACKED.get(values)
     if packed is None:
         parts: list[bytes] = []
-        _put_string(parts, protocol_type, True)
-        _put_string(parts, protocol_name, True)
+        for value in values:
+            _put_string(parts, value, True)
         packed = b"".join(parts)
-        if len(_NAMES) >= _NAMES_BOUND:
-            _NAMES.clear()
-        _NAMES[key] = packed
+        if len(_PACKED) >= _PACKED_BOUND:
+            _PACKED.clear()
+        _PACKED[values] = packed
     return packed
 
 
@@ -425,7 +429,7 @@ def pack_sync_group_response(version: int, correlation_id: int, error_code: int,
     """A SyncGroup response frame (throttle time 0 from v1; protocol_type and protocol_name from v5)."""
     flexible = version >= _SYNC_FLEXIBLE_FROM
     if version >= 5:  # the usual case, every member of a rebalance: the protocol's names packed once
-        body = b"".join((_THROTTLE_ERROR.pack(0, error_code), _compact_names(protocol_type, protocol_name),
+        body = b"".join((_THROTTLE_ERROR.pack(0, error_code), _compact_strings((protocol_type, protocol_name)),
                          uvarint(len(assignment) + 1), assignment, b"\x00"))
         return _SIZE_CORRELATION.pack(len(body) + 5, correlation_id) + b"\x00" + body
     parts: list[bytes] = []
