@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import random
 import struct
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -242,8 +243,6 @@ def test_the_fuzzers_mutations_read_as_the_general_decoder_reads_them_or_not_at_
 @pytest.mark.parametrize("rebalance_timeout_ms", [None, 45_000])
 def test_the_handlers_build_the_requests_field_for_field(rebalance_timeout_ms: int | None) -> None:
     """The handlers build the group API's requests positionally: the same values as by keyword."""
-    from types import SimpleNamespace
-
     from coordinator.group import api
     from coordinator.server.handlers import join_group, sync_group
     from protocol.codec import RequestHeader
@@ -263,3 +262,19 @@ def test_the_handlers_build_the_requests_field_for_field(rebalance_timeout_ms: i
             group_id="g", generation_id=7, member_id="m-1", group_instance_id="i-1", protocol_type="consumer",
             protocol_name="range", assignments=[api.SyncGroupRequestAssignment(m, a) for m, a in assignments],
             version=5, client_id="", client_host="/10.0.0.1")
+
+
+def test_the_join_answer_is_built_field_for_field() -> None:
+    """Group logic builds its JoinGroup answers positionally: the same values as by keyword."""
+    from coordinator.group import api
+    from coordinator.group.rebalance import Rebalancing
+    from protocol.error_codes import Errors
+
+    group: Any = SimpleNamespace(generation_id=4, protocol_type="consumer", protocol_name="range", leader_id="m-1")
+    members = [api.JoinGroupResponseMember("m-1", None, b"\x00")]
+    assert Rebalancing.join_response(group, "m-2", members, leader="m-0", skip_assignment=True) == \
+        api.JoinGroupResponse(Errors.NONE, member_id="m-2", generation_id=4, protocol_type="consumer",
+                              protocol_name="range", leader="m-0", skip_assignment=True, members=members)
+    assert Rebalancing.join_response(group, "m-1", []) == api.JoinGroupResponse(
+        Errors.NONE, member_id="m-1", generation_id=4, protocol_type="consumer", protocol_name="range",
+        leader="m-1", skip_assignment=False, members=[])
