@@ -54,6 +54,7 @@ from protocol.error_codes import Errors
 log = logging.getLogger("coordinator.group")
 
 _LOAD_SLICE = 2_000
+_NAMES_LOGGED = 10  # of a list of topics in one log line
 Q = TypeVar("Q")  # a request
 R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
 
@@ -276,13 +277,16 @@ class GroupRuntime:
 
     async def _refresh_topics_logged(self, names: list[str], group_id: str | None = None) -> None:
         """The topics learnt from the cluster; if it is unreachable, a log line, and the group is served with what
-        is known meanwhile."""
+        is known meanwhile. `group_id`: the group whose heartbeat waits for this refresh; none for a background
+        refresh, which serves every group subscribed to these topics."""
         if self.refresh_topics is None:
             return
         try:
             await self.refresh_topics(names)
         except Exception as exc:
-            log.warning("event=topic_refresh_failed group=%s topics=%d error=%r", group_id, len(names), exc)
+            waiting = f"group={group_id}" if group_id is not None else "background=true"
+            log.warning("event=topic_refresh_failed %s topics=%d names=%s error=%r", waiting, len(names),
+                        _some_names(names), exc)
 
     def _answer_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2 | Awaitable[HeartbeatResponseV2]:
         """The group logic's answer, at once when it wrote nothing and the group has no write in flight; else
@@ -599,3 +603,9 @@ class _GroupValues(ValuesView[GroupMetadata]):
     def __iter__(self) -> Iterator[GroupMetadata]:
         for shard in self._mapping._shards:
             yield from list(shard.groups.values())
+
+
+def _some_names(names: list[str]) -> str:
+    """Up to _NAMES_LOGGED names for a log line, then how many more."""
+    shown = ",".join(names[:_NAMES_LOGGED])
+    return shown if len(names) <= _NAMES_LOGGED else f"{shown},...(+{len(names) - _NAMES_LOGGED})"

@@ -9,21 +9,30 @@ from __future__ import annotations
 import dataclasses
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from coordinator.security.client_config import ClientSecurity
+from coordinator.security.tls_sessions import TlsSessions
 
 _Settings = TypeVar("_Settings", bound=dict[str, Any])
 
 
 @dataclass(frozen=True)
 class ClusterSecurity:
-    """A cluster's client security with its TLS context built once (reading the PEM files once)."""
+    """A cluster's client security with its TLS context built once (reading the PEM files once), and the TLS
+    sessions our own connections to its brokers resume (None: a full handshake every time)."""
 
     client: ClientSecurity
     ssl_context: ssl.SSLContext | None
     librdkafka: dict[str, str]
+    tls_sessions: TlsSessions | None = field(default_factory=TlsSessions, compare=False)
+
+    def ssl_for(self, host: str, port: int) -> ssl.SSLContext | None:
+        """The TLS context of one connection to host:port (None: plaintext)."""
+        if self.ssl_context is None or self.tls_sessions is None:
+            return self.ssl_context
+        return self.tls_sessions.context_for(self.ssl_context, host, port)
 
     @classmethod
     def of(cls, client: ClientSecurity) -> ClusterSecurity:
@@ -55,7 +64,7 @@ def without_sasl(security: ClusterSecurity | None) -> ClusterSecurity | None:
         return security
     client = dataclasses.replace(security.client, protocol="SSL" if security.client.uses_tls else "PLAINTEXT",
                                  mechanism=None, username=None, password=None, oauthbearer=None)
-    return ClusterSecurity(client, security.ssl_context, client.librdkafka_settings())
+    return ClusterSecurity(client, security.ssl_context, client.librdkafka_settings(), security.tls_sessions)
 
 
 def secured(settings: _Settings) -> _Settings:

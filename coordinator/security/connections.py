@@ -26,13 +26,15 @@ async def connect(host: str, port: int, security: ClusterSecurity | None, *, cli
     ClusterAccessError; an unreachable broker raises OSError/TimeoutError as a plain connection would.
     `reauthenticate`: a connection kept for long, re-authenticated before the broker's session on it ends
     (KIP-368; reauthentication.py)."""
-    context = security.ssl_context if security is not None else None
+    context = security.ssl_for(host, port) if security is not None else None
     kind = ReauthenticatingClient if reauthenticate else KafkaClient
     try:
         client = await kind.connect(host, port, client_id=client_id, timeout_ms=timeout_ms, negotiate=False,
                                     ssl=context)
     except ssl.SSLError as exc:
         raise ClusterAccessError(f"TLS to {host}:{port} failed: {_ssl_reason(exc)}") from None
+    if security is not None and security.tls_sessions is not None:
+        security.tls_sessions.completed(context)
     try:
         if security is not None and security.client.uses_sasl and supports(security.client):
             lifetime_ms = await authenticate(client.request, security.client)

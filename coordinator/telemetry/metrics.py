@@ -254,6 +254,13 @@ class MetricsObserver(GroupObserver):
         meter.create_observable_gauge("coordinator.relay.buffer.waiters",
                                       [lambda _options: [Observation(pool.stats().waiters)]],
                                       description="Relay connections waiting for buffer memory")
+        sessions = getattr(getattr(relay, "link_security", None), "tls_sessions", None)
+        if sessions is not None:  # TLS to the cluster (coordinator/security/tls_sessions.py)
+            meter.create_observable_counter(
+                "coordinator.relay.tls.handshakes",
+                [lambda _options: [Observation(sessions.handshakes - sessions.resumed, {"session": "new"}),
+                                   Observation(sessions.resumed, {"session": "resumed"})]],
+                description="TLS handshakes of the relay's connections to brokers: new sessions, resumed ones")
 
     def watch_acls(self, cache: Any) -> None:
         """The cluster's ACLs in force here (coordinator/security/acl_cache.py): how old they are (the bound on an

@@ -459,6 +459,8 @@ async def regex_assignment(client: KafkaClient, group: str, regex: str) -> list[
         nonlocal epoch
         answer = await client.request(body())
         assert answer.error_code in (0, 14, 15, 16), (answer.error_code, answer.error_message)  # loading: again
+        if answer.error_code in (15, 16):  # rediscover, as a client does (on Kafka this creates __consumer_offsets)
+            await client.request(request(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=(group,)))
         epoch = int(answer.member_epoch) if answer.error_code == 0 else epoch
         return answer.error_code == 0 and answer.assignment is not None and bool(answer.assignment.topic_partitions)
 

@@ -27,6 +27,7 @@ from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
 from tests.support import service as e2e
 from tests.support.eos_loop import consume_transform_produce
+from tests.support.pipes import DrainedPipe
 from tests.support.relay import ConsumerProcess, committed_offsets, start_consumers, stop_all
 from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique, until_loaded
@@ -365,10 +366,13 @@ async def test_coordinator_kafka_secure_prints_client_settings_that_work(tmp_pat
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "coordinator.cli", "kafka", "--secure", "--data-dir", str(tmp_path / "kafka"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    stderr = DrainedPipe(process.stderr)  # the broker's start and run: never left to fill the pipe
+    stdout = None
     try:
         assert process.stdout is not None
         lines = [(await asyncio.wait_for(process.stdout.readline(), 240)).decode() for _ in range(4)]
-        assert lines[2].startswith("secured listeners: SASL_SSL localhost:"), lines
+        stdout = DrainedPipe(process.stdout)  # whatever it prints after the settings
+        assert lines[2].startswith("secured listeners: SASL_SSL localhost:"), (lines, stderr.text()[-3000:])
         assert lines[3].startswith("client settings: "), lines
         sasl_file, ssl_file = (Path(word.rstrip(",")) for word in lines[3].split()[2:5:2])
         sasl_bootstrap = lines[2].split()[3]
@@ -382,11 +386,31 @@ async def test_coordinator_kafka_secure_prints_client_settings_that_work(tmp_pat
         assert await asyncio.to_thread(brokers, sasl_bootstrap, sasl_file) == [1]
         assert await asyncio.to_thread(brokers, ssl_bootstrap, ssl_file) == [1]
         process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 60) == 0
+        assert await asyncio.wait_for(process.wait(), 60) == 0, stderr.text()[-3000:]
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
+        await stderr.ended()
+        if stdout is not None:
+            await stdout.ended()
+
+
+async def test_our_connections_resume_tls_sessions_with_the_brokers_network_threads(
+        secured_kafka: SecuredBroker) -> None:
+    """Kafka's broker keeps ticket keys per network thread and takes connections in turn: after the few refusals
+    that find the turn, our SASL_SSL connections (SCRAM, as the relay's control connection makes them) resume a
+    session issued by the thread that takes them."""
+    host, port = secured_kafka.broker.sasl_ssl_bootstrap.rsplit(":", 1)
+    security = ClusterSecurity.of(load_command_config(secured_kafka.scram()))
+    resumed = []
+    for _ in range(16):
+        client = await connect(host, int(port), security, client_id="resumption", timeout_ms=30_000,
+                               negotiate=False)
+        transport = client.detach()
+        resumed.append(transport.get_extra_info("ssl_object").session_reused)
+        transport.close()
+    assert resumed[0] is False and sum(resumed[-8:]) >= 6, resumed
 
 
 async def test_the_java_consumer_authenticates_through_our_sasl_ssl_listener(secured_kafka: SecuredBroker) -> None:

@@ -198,6 +198,7 @@ def test_coordinator_jaeger_command_runs_and_stops_cleanly() -> None:
     import sys
 
     from coordinator.embedded.broker import process_alive
+    from tests.support.pipes import DrainedFile
 
     if built_jaeger() is None:
         pytest.fail("the project's Jaeger build is missing: run scripts/setup.sh")
@@ -205,13 +206,16 @@ def test_coordinator_jaeger_command_runs_and_stops_cleanly() -> None:
                            if not os.path.exists(os.path.join(p, "jaeger")))
     process = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "jaeger"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PATH": path})
+    stderr = DrainedFile(process.stderr)  # Jaeger's own log while it runs: never left to fill the pipe
+    stdout = None
     try:
         lines = []
         assert process.stdout is not None
         while not lines or not lines[-1].startswith("  export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="):
             line = process.stdout.readline()
-            assert line, f"coordinator jaeger ended early: {lines} {process.stderr.read() if process.stderr else ''}"
+            assert line, f"coordinator jaeger ended early: {lines} {stderr.ended(10)}"
             lines.append(line.rstrip("\n"))
+        stdout = DrainedFile(process.stdout)  # whatever it prints after the settings
         assert lines[0].startswith("jaeger: module build v2.13.0")
         assert "placeholder instead of the web UI" in lines[1]
         pid = int(next(line for line in lines if line.startswith("Jaeger running")).split("pid ")[1].split(")")[0])
@@ -220,9 +224,12 @@ def test_coordinator_jaeger_command_runs_and_stops_cleanly() -> None:
         endpoint = lines[-1].split("=", 1)[1]
         assert endpoint.startswith("http://127.0.0.1:") and endpoint.endswith("/v1/traces")
         process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0
+        assert process.wait(30) == 0, stderr.text()[-3000:]
         assert not process_alive(pid)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+        stderr.ended(10)
+        if stdout is not None:
+            stdout.ended(10)

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -17,6 +16,7 @@ from coordinator.embedded.jaeger import EmbeddedJaeger
 from coordinator.telemetry.otel import start_telemetry
 from coordinator.telemetry.trace_render import short_member
 from coordinator.telemetry.trace_view import JaegerQuery, TraceSourceError
+from tests.support.pipes import DrainedFile
 from tests.support.telemetry_scenario import run_failure_scenario, telemetry_env
 
 pytestmark = pytest.mark.integration
@@ -96,24 +96,20 @@ async def test_trace_follow_draws_rebalances_as_they_reach_jaeger(jaeger: Embedd
     service = "coordinator-trace-follow"
     process = subprocess.Popen(trace_command(jaeger, "--service", service, "--follow"), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
-    reader.start()
+    stdout, stderr = DrainedFile(process.stdout), DrainedFile(process.stderr)
     try:
         deadline = time.monotonic() + 30
-        while not any("no rebalance traces" in line for line in lines):  # it has looked once: nothing yet
-            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read() \
-                if process.stderr else ""
+        while "no rebalance traces" not in stdout.text():  # it has looked once: nothing yet
+            assert process.poll() is None and time.monotonic() < deadline, stderr.text()
             time.sleep(0.1)
         marks, trace_id = await export_failure_scenario(jaeger, service)
         deadline = time.monotonic() + 60
-        while not any(f"trace {trace_id}" in line for line in lines):
+        while f"trace {trace_id}" not in stdout.text():
             assert process.poll() is None and time.monotonic() < deadline, "--follow never drew the new rebalance"
             time.sleep(0.2)
         process.send_signal(signal.SIGINT)
-        assert process.wait(30) == 0
-        reader.join(10)
-        text = "".join(lines)
+        assert process.wait(30) == 0, stderr.text()
+        text = stdout.ended(10)
         b = marks.b.member_id  # type: ignore[attr-defined]
         assert f"Member {b} in group g has failed, removing it from the group" in text
         assert text.count("━━ rebalance of g") == 2  # each drawn once, though it polled many times
@@ -121,3 +117,4 @@ async def test_trace_follow_draws_rebalances_as_they_reach_jaeger(jaeger: Embedd
         if process.poll() is None:
             process.kill()
             process.wait()
+        stderr.ended(10)

@@ -5,18 +5,22 @@ without copies agreeing with the counted ones."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.runtime import _some_names
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
 from coordinator.group.modern.records import MemberMetadataRecord, RegexRecord, Tombstone, RecordType
 from coordinator.relay.cluster import ClusterMetadata
 from protocol.error_codes import Errors
 from tests.support.consumer_group_env import FOO, GROUP, Env
+from tests.support.polling import wait_until
 
 BAR_ID = uuid.UUID(int=0xBA2)
 
@@ -91,6 +95,45 @@ async def test_a_known_topic_is_refreshed_in_the_background_and_an_unknown_one_b
         gate.set()
         await env.runtime.shutdown()
         await env.timer.close()
+
+
+async def test_a_failed_refresh_logs_its_topics_and_the_group_only_when_one_waits_for_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    env = Env()
+
+    async def unreachable(topics: list[str]) -> SimpleNamespace:
+        raise ConnectionError("cluster unreachable")
+
+    cluster = ClusterMetadata(unreachable, min_interval_ms=0)
+    cluster.observe(_metadata({"foo": 6}), all_topics=False)  # foo known, never refreshed; bar unknown
+    env.runtime.consumer_groups.topics = cluster
+    env.runtime.refresh_topics = lambda names: cluster.refresh(names, 5_000)
+    env.runtime.stale_topics = lambda names: cluster.stale(names, 5_000)
+    caplog.set_level(logging.WARNING, logger="coordinator.group")
+    try:
+        started = env.runtime.start_consumer_group_heartbeat(
+            HeartbeatRequest(GROUP, "a", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("foo",), owned=[],
+                             client_id="a", client_host="/127.0.0.1"))
+        await asyncio.wait_for(started, 5)  # type: ignore[arg-type]
+        await wait_until(lambda: "topic_refresh_failed" in caplog.text, 5, "the background refresh's log line")
+        [background] = [r.getMessage() for r in caplog.records if "topic_refresh_failed" in r.getMessage()]
+        assert "background=true topics=1 names=foo " in background and "group=" not in background
+        caplog.clear()
+        waiting = env.runtime.start_consumer_group_heartbeat(
+            HeartbeatRequest(GROUP, "b", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("bar", "foo"),
+                             owned=[], client_id="b", client_host="/127.0.0.1"))
+        await asyncio.wait_for(waiting, 5)  # type: ignore[arg-type]
+        [foreground] = [r.getMessage() for r in caplog.records if "topic_refresh_failed" in r.getMessage()]
+        assert f"group={GROUP} topics=2 names=bar,foo " in foreground and "background" not in foreground
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()
+
+
+def test_a_long_topic_list_is_cut_in_the_log_line() -> None:
+    names = [f"t{n}" for n in range(25)]
+    assert _some_names(names) == ",".join(names[:10]) + ",...(+15)"
+    assert _some_names(names[:10]) == ",".join(names[:10])
 
 
 _NAMES = st.sampled_from(["a", "b", "c", "d"])
