@@ -3,7 +3,8 @@ the frame to the answer, away from the kernel and the load generator (what bench
 around them, on a shared machine).
 
   python -m bench.consumer_heartbeat_path [--groups 1000] [--heartbeats 50000] [--topics cluster|static]
-                                          [--compare [--rounds 10]] [--profile FILE]
+                                          [--compare | --compare-steady-frame [--rounds 10]]
+                                          [--profile FILE]
 
 `groups` × 10 members join one 10-partition topic and reconcile through GroupRuntime (in-memory store, heartbeat
 interval 250 ms as the race's); then steady heartbeat frames (member id and epoch, every other field null), made
@@ -36,6 +37,7 @@ from coordinator.relay.cluster import ClusterMetadata
 from coordinator.server.config import ServerConfig
 from coordinator.server.connection import Connection
 from coordinator.server.context import Node
+from coordinator.server.turns import turn_budget
 from coordinator.timer import SystemTimer
 from coordinator.topics import StaticTopics, TopicImage
 from protocol import codec
@@ -130,6 +132,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             connection.connection_made(transport)  # type: ignore[arg-type]
             connections.append(connection)
 
+        budget = turn_budget()
+
         async def drive(count: int, start: int) -> None:
             for k in range(count):
                 frame, connection = frames[(start + k) % len(frames)], connections[k % CONNECTIONS]
@@ -137,10 +141,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 connection.buffer_updated(len(frame))
                 if k % CONNECTIONS == CONNECTIONS - 1:
                     await asyncio.sleep(0)  # the loop turns: parked requests carry on
+                    while budget.waiting:  # frames left over for later turns (the requests-per-turn budget)
+                        await asyncio.sleep(0)
 
         await drive(2 * len(frames), 0)  # warm-up: every member heartbeats twice
         if args.compare:
             return await _compared(runtime, drive, args)
+        if args.compare_steady_frame:
+            return await _compared_steady_frame(drive, args)
         answered_before = sum(t.answers for t in transports)
         profiler = cProfile.Profile(time.thread_time) if args.profile else None
         started = time.thread_time()
@@ -187,6 +195,34 @@ async def _compared(runtime: GroupRuntime, drive: Callable[[int, int], Awaitable
     return figures
 
 
+async def _compared_steady_frame(drive: Callable[[int, int], Awaitable[None]], args: argparse.Namespace
+                                 ) -> dict[str, Any]:
+    """CPU per heartbeat with the steady heartbeat answered from its frame (the connection's steady path) and
+    without it (the hand reader, the handler's start and the runtime's), alternating windows as `_compared`."""
+    steady_path = Connection._steady_consumer_group_heartbeat
+    window = max(args.heartbeats // args.rounds, 1)
+    cpu_us: dict[str, list[float]] = {"steady_frame": [], "general": []}
+    try:
+        for round_ in range(args.rounds):
+            for name in (("steady_frame", "general") if round_ % 2 == 0 else ("general", "steady_frame")):
+                chosen: Callable[[Connection, bytes], bool] = (
+                    steady_path if name == "steady_frame" else lambda _self, _frame: False)
+                setattr(Connection, "_steady_consumer_group_heartbeat", chosen)
+                started = time.thread_time()
+                await drive(window, round_ * window)
+                cpu_us[name].append((time.thread_time() - started) / window * 1e6)
+    finally:
+        setattr(Connection, "_steady_consumer_group_heartbeat", steady_path)
+    medians = {name: round(statistics.median(values), 1) for name, values in cpu_us.items()}
+    figures = {"topics": args.topics, "heartbeats_per_window": window, "rounds": args.rounds,
+               "cpu_us_per_heartbeat_steady_frame": medians["steady_frame"],
+               "cpu_us_per_heartbeat_general": medians["general"],
+               "steady_frame_over_general": round(medians["steady_frame"] / medians["general"], 3)}
+    print(f"{args.topics}: {medians['steady_frame']} µs per heartbeat answered from its frame, {medians['general']} "
+          f"µs through the general path (medians of {args.rounds} alternating windows of {window})")
+    return figures
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=1000)
@@ -195,7 +231,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
     parser.add_argument("--compare", action="store_true",
                         help="alternate windows with and without the group logic's steady-state shortcut")
-    parser.add_argument("--rounds", type=int, default=10, help="--compare: windows of each kind")
+    parser.add_argument("--compare-steady-frame", action="store_true",
+                        help="alternate windows with and without the connection's steady path (answered from the "
+                        "frame)")
+    parser.add_argument("--rounds", type=int, default=10, help="--compare*: windows of each kind")
     parser.add_argument("--profile", help="cProfile statistics of the measured heartbeats (pstats file)")
     return parser.parse_args(argv)
 

@@ -4,7 +4,7 @@ the same group settings, against (a) `coordinator serve` and (b) the embedded Ap
   python -m bench.consumer_protocol [--repeats 2] [--seconds 4] [--groups 1000] [--group-size 10]
                                     [--connections 100,1000] [--reconcile-sizes 10,100,1000]
                                     [--figures consumer-heartbeat,reconcile] [--interval-ms 250]
-                                    [--profile FILE [--profiler py-spy|cprofile]]
+                                    [--profile FILE [--profiler py-spy|cprofile]] [--baseline-tree DIR]
 
 Figures, each for both servers, with the ratio ours ÷ Kafka (throughput: higher is better; times and CPU: lower is
 better):
@@ -38,6 +38,7 @@ import datetime
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -48,8 +49,8 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.coordinator import (LOADGEN_CPU, LoadgenCpu, Server, _server_cpu_ns, await_coordinator, close_all,
-                               connect_many, drive_heartbeats, median_of, print_table, ratios, run_interleaved,
-                               start_ours, start_profiler, stop_profiler, stop_servers)
+                               before_and_after, connect_many, drive_heartbeats, median_of, print_table, ratios,
+                               run_interleaved, start_ours, start_profiler, stop_profiler, stop_servers)
 from bench.wire import Stats
 from bench.cprofiled import OUTPUT_VARIABLE, PROFILE_OFF, PROFILE_ON
 from coordinator.embedded import EmbeddedKafka, kafka_version
@@ -112,6 +113,9 @@ class Member:
     interval_s: float = 5.0
     errors: int = 0  # error answers (other than fenced/unknown member: those rejoin)
     last_error: str = ""
+    latencies_ms: list[float] | None = None  # while a round is watched: each heartbeat's round trip
+    reached_s: float | None = None  # while a round is watched: when an answer first gave `watched_epoch`
+    watched_epoch: int = -1
 
     async def beat(self) -> bool:
         """One heartbeat (a join at epoch 0); True when the answer changed the member's partitions (a client then
@@ -120,7 +124,10 @@ class Member:
         owned = None if self.acknowledged == self.owned and not full else dict(self.owned)
         body = heartbeat_request(self.group_id, self.member_id, self.epoch, topics=(self.topic,), owned=owned,
                                  full=full)
+        sent = time.perf_counter()
         response = await self.client.request(body, timeout_ms=REQUEST_TIMEOUT_MS)
+        if self.latencies_ms is not None:
+            self.latencies_ms.append((time.perf_counter() - sent) * 1000)
         error = int(response.error_code)
         if error in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):  # rejoin with nothing, as a client does
             self.epoch, self.owned, self.acknowledged = 0, {}, None
@@ -134,6 +141,8 @@ class Member:
             self.acknowledged = owned
         self.interval_s = response.heartbeat_interval.total_seconds()
         self.epoch = int(response.member_epoch)
+        if self.epoch == self.watched_epoch and self.reached_s is None:
+            self.reached_s = time.perf_counter()
         if response.assignment is not None:
             assigned = {t.topic_id: tuple(sorted(t.partitions)) for t in response.assignment.topic_partitions
                         if t.partitions}
@@ -308,17 +317,21 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
         group_id = f"rc-{uuid.uuid4().hex[:6]}-{size}"
         await await_served(clients[0], group_id, topic)
         group = RunningGroup([Member(clients[i % len(clients)], group_id, topic) for i in range(size)])
-        times, cpu_ms, own_shares = [], [], []
+        times, cpu_ms, own_shares, watched = [], [], [], []
         try:
             await wait_settled(group.members, partitions, 300)
             for round_number in range(args.reconcile_warmup + args.reconcile_rounds):
                 joiner = Member(clients[size % len(clients)], group_id, topic)
                 await asyncio.sleep(args.interval_ms / 1000)  # the settled group heartbeats a while first
+                for member in (*group.members, joiner):
+                    member.latencies_ms, member.reached_s, member.watched_epoch = [], None, -1
                 cpu_before = _server_cpu_ns(server.pid)
                 with LoadgenCpu() as own:
                     started = time.perf_counter()
                     await joiner.beat()
                     target_epoch = joiner.epoch
+                    for member in group.members:
+                        member.watched_epoch = target_epoch
                     group.add(joiner)
                     await wait_settled(group.members, partitions, 120, target_epoch)
                     elapsed_ms = (time.perf_counter() - started) * 1000
@@ -327,6 +340,9 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                     times.append(elapsed_ms)
                     cpu_ms.append(cpu_used_ms)
                     own_shares.append(own.share)
+                    watched.append(_round_detail(group.members, joiner, started))
+                for member in group.members:
+                    member.latencies_ms, member.watched_epoch = None, -1
                 # the joiner leaves again; the group settles before the next round (unmeasured)
                 index = group.members.index(joiner)
                 group.members.pop(index)
@@ -343,10 +359,27 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
         figures[str(size)] = {
             "reconcile_ms_median": round(times[len(times) // 2], 2), "reconcile_ms_max": round(times[-1], 2),
             "server_cpu_ms_per_round": round(sorted(cpu_ms)[len(cpu_ms) // 2], 2),
-            "loadgen_cpu_share": round(max(own_shares), 2), "error_answers": error_answers}
+            "loadgen_cpu_share": round(max(own_shares), 2), "error_answers": error_answers,
+            **{key: round(statistics.median(r[key] for r in watched), 1) for key in watched[0]}, "rounds": watched}
         print(f"{server.name} reconcile {size}: {json.dumps(figures[str(size)])} "
               f"(load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     return figures
+
+
+def _round_detail(members: list[Member], joiner: Member, started: float) -> dict[str, Any]:
+    """What the members of a measured round waited for: when each first heard the new epoch (ms after the join
+    was sent; the joiner's own answer counts as the join's), and the round trips of every heartbeat meanwhile."""
+    reached = sorted(((m.reached_s if m.reached_s is not None else time.perf_counter()) - started) * 1000
+                     for m in members if m is not joiner)
+    latencies = sorted(latency for m in members for latency in (m.latencies_ms or ()))
+
+    def at(values: list[float], share: float) -> float:
+        return round(values[min(int(share * len(values)), len(values) - 1)], 1) if values else 0.0
+
+    return {"epoch_heard_ms_p50": at(reached, 0.5), "epoch_heard_ms_p90": at(reached, 0.9),
+            "epoch_heard_ms_max": at(reached, 1.0), "heartbeats": len(latencies),
+            "heartbeat_ms_p50": at(latencies, 0.5), "heartbeat_ms_p90": at(latencies, 0.9),
+            "heartbeat_ms_p99": at(latencies, 0.99), "heartbeat_ms_max": at(latencies, 1.0)}
 
 
 # ---------------------------------------------------------------------------------------------- orchestration
@@ -387,8 +420,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 if attempt == 2:
                     raise
         processes.append(process)
+        servers = [ours]
+        if args.baseline_tree:
+            process, before = await start_ours(broker.bootstrap, "before", args.baseline_tree,
+                                               config=[f"{k}={v}" for k, v in settings.items()])
+            processes.append(process)
+            servers.append(before)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
-        servers = [ours, kafka]
+        servers.append(kafka)
         results = {server.name: [] for server in servers}
         await run_interleaved(servers, args, run_server_figures, results, load_average=True)
     finally:
@@ -400,9 +439,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     print(f"\nmedians of {args.repeats} interleaved repeats; ratio = ours / Kafka {kafka_version()} "
           f"(load average at the end {load[0]:.1f}, {os.cpu_count()} CPUs; heartbeat interval {args.interval_ms} ms):")
     print_table(ours_median, kafka_median, ratio)
-    return {"bench": "consumer_protocol", "kafka_version": kafka_version(), "repeats": args.repeats,
-            "interval_ms": args.interval_ms, "load_average_1m": round(load[0], 1), "ours": ours_median,
-            "kafka": kafka_median, "ratio": ratio, "runs": results}
+    summary = {"bench": "consumer_protocol", "kafka_version": kafka_version(), "repeats": args.repeats,
+               "interval_ms": args.interval_ms, "load_average_1m": round(load[0], 1), "ours": ours_median,
+               "kafka": kafka_median, "ratio": ratio}
+    if "before" in medians:
+        summary.update(before_and_after(medians["before"], ours_median, kafka_median, args.baseline_tree))
+    summary["runs"] = results
+    return summary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -421,6 +464,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--interval-ms", type=int, default=250, help="group.consumer.heartbeat.interval.ms of both")
     parser.add_argument("--figures", default="consumer-heartbeat,reconcile")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
+    parser.add_argument("--baseline-tree", help="a source tree of ours to race as 'before' (bench.coordinator's)")
     parser.add_argument("--profile", help="profile of our server during the heartbeats over the most connections "
                         "(every repeat's overwrites the last): py-spy's raw output, or cProfile's pstats file")
     parser.add_argument("--profiler", choices=["py-spy", "cprofile"], default="py-spy",

@@ -574,6 +574,18 @@ def print_table(ours: dict[str, Any], kafka: dict[str, Any], ratio: dict[str, An
                   f"ratio {ratio.get(key, '')}")
 
 
+def before_and_after(before: dict[str, Any], ours: dict[str, Any], kafka: dict[str, Any], tree: str
+                     ) -> dict[str, Any]:
+    """The baseline build's figures against Kafka's and ours against the baseline's, printed; the summary's keys."""
+    before_ratio = ratios(before, kafka)
+    print(f"\nbefore (the build in {tree}) / Kafka:")
+    print_table(before, kafka, before_ratio, labels=("before", "kafka"))
+    print("\nafter (ours) / before:")
+    after_before = ratios(ours, before)
+    print_table(ours, before, after_before, labels=("after", "before"))
+    return {"before": before, "ratio_before_to_kafka": before_ratio, "ratio_after_to_before": after_before}
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     os.sched_setaffinity(0, {LOADGEN_CPU})
     broker = EmbeddedKafka(extra_properties={
@@ -610,14 +622,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "bench": "coordinator", "kafka_version": kafka_version(), "repeats": args.repeats,
         "load_average_1m": round(load[0], 1), "ours": ours_median, "kafka": kafka_median, "ratio": ratio}
     if "before" in medians:
-        before_ratio = ratios(medians["before"], kafka_median)
-        print(f"\nbefore (the build in {args.baseline_tree}) / Kafka:")
-        print_table(medians["before"], kafka_median, before_ratio, labels=("before", "kafka"))
-        print("\nafter (ours) / before:")
-        after_before = ratios(ours_median, medians["before"])
-        print_table(ours_median, medians["before"], after_before, labels=("after", "before"))
-        summary.update({"before": medians["before"], "ratio_before_to_kafka": before_ratio,
-                        "ratio_after_to_before": after_before})
+        summary.update(before_and_after(medians["before"], ours_median, kafka_median, args.baseline_tree))
     summary["runs"] = results
     return summary
 

@@ -22,6 +22,7 @@ from coordinator.cluster.membership import Membership, instances_group_for
 from coordinator.cluster.owner_map import OwnerMap
 from coordinator.cluster.ownership import GroupAssignmentReader, Ownership
 from coordinator.config import CoordinatorConfig
+from coordinator.group.modern.group_configs import NAMES as GROUP_CONFIG_NAMES
 from coordinator.group.modern.regex import REGEX_BATCH_REFRESH_INTERVAL_MS
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.observer import ObserverMux
@@ -237,7 +238,7 @@ def _read_group_configs(coordinator: GroupRuntime, relay: Relay) -> None:
     """Consumer groups take their group-level configuration from the cluster (DescribeConfigs), read again at
     once when the relay forwards an alteration of it (coordinator/group/modern/group_configs.py)."""
     configs = coordinator.consumer_groups.group_configs
-    configs.describe = lambda group_ids: describe_group_configs(relay, group_ids)
+    configs.describe = lambda group_ids: describe_group_configs(relay, group_ids, GROUP_CONFIG_NAMES)
     relay.on_group_configs_altered = configs.invalidate
 
 

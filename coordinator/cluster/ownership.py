@@ -181,6 +181,9 @@ class GuardedService:
     def start_consumer_group_heartbeat(self, request: Any) -> Any:
         return self._checked().start_consumer_group_heartbeat(request)
 
+    def steady_consumer_group_heartbeat(self, request: Any) -> Any:
+        return self._checked().steady_consumer_group_heartbeat(request)
+
     def consumer_group_describe(self, group_ids: list[str]) -> Any:
         return self._checked().consumer_group_describe(group_ids)
 

@@ -228,6 +228,28 @@ class GroupRuntime:
             self._refresh_in_background(names, self.stale_topics)
         return self._answer_heartbeat(req)
 
+    def steady_consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2 | None:
+        """`start_consumer_group_heartbeat` of a heartbeat whose every field after the epoch is null, when the group
+        logic's steady shortcut answers it and nothing is to be waited for: the group's configuration read, no
+        write of the group unacknowledged, no subscribed topic unknown to the cluster view when the group looks at
+        their metadata again (known ones are refreshed in the background, as there). None:
+        `start_consumer_group_heartbeat` serves it; a background refresh started here is not started twice."""
+        group = self.shard_for(req.group_id).consumer_groups.get(req.group_id)
+        service = self.consumer_groups
+        if group is None or not service.group_configs.known(req.group_id):
+            return None
+        pending = service.unacknowledged(req.group_id)[0]
+        if pending is not None and pending.done is not None:
+            return None
+        if service.timer.clock.now_ms() >= group.metadata_refresh_deadline_ms and self.refresh_topics is not None:
+            names = group.topic_names()
+            if names:
+                known = service.topics.by_name
+                if self.stale_topics is None or any(known(name) is None for name in names):
+                    return None
+                self._refresh_in_background(names, self.stale_topics)
+        return service.steady_heartbeat(req)
+
     async def consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
         """ConsumerGroupHeartbeat (KIP-848): the subscribed topics are learnt first (a topic or partition the
         cluster gained shows up in the target), then the group logic answers synchronously."""
@@ -293,29 +315,52 @@ class GroupRuntime:
         once the writes are acknowledged."""
         response, write = self.consumer_groups.heartbeat(req)
         if write is None:
-            pending, _failures = self.consumer_groups.unacknowledged(req.group_id)
+            pending, failures = self.consumer_groups.unacknowledged(req.group_id)
             if pending is None or pending.done is None:
                 return response
-            return self._after_earlier_writes(req.group_id, response)
-        return self._after_write(self._start(self.shard_for(req.group_id), [write]), response)
+            return self._after_earlier_writes(req.group_id, response, pending.done, failures)
+        return self._after_write(write, response)
 
-    async def _after_write(self, done: list[asyncio.Future[Errors]], response: HeartbeatResponseV2
-                           ) -> HeartbeatResponseV2:
-        [error] = await self._written(done)
-        return response if error == Errors.NONE else HeartbeatResponseV2(kafka4_append_error(error))
+    def _after_write(self, write: Write, response: HeartbeatResponseV2) -> asyncio.Future[HeartbeatResponseV2]:
+        """The write queued; the answer resolved in the write's own callback, right after the group logic's, once
+        Kafka acknowledged or refused it: no loop turn between the write's outcome and the answer (a
+        reconciliation waits for one such answer per member, and a connection's next request behind it)."""
+        answer: asyncio.Future[HeartbeatResponseV2] = asyncio.get_running_loop().create_future()
+        then = write.then
 
-    async def _after_earlier_writes(self, group_id: str, response: HeartbeatResponseV2) -> HeartbeatResponseV2:
+        def answered(error: Errors) -> None:
+            try:
+                if then is not None:
+                    then(error)
+            finally:
+                if not answer.done():
+                    answer.set_result(response if error == Errors.NONE
+                                      else HeartbeatResponseV2(kafka4_append_error(error)))
+
+        write.then = answered
+        self._start(self.shard_for(write.group_id), [write])
+        return answer
+
+    def _after_earlier_writes(self, group_id: str, response: HeartbeatResponseV2, done: asyncio.Future[Errors],
+                              failures: int) -> asyncio.Future[HeartbeatResponseV2]:
         """An answer read from memory goes out once the group's earlier writes are acknowledged (Kafka's runtime
         completes such a request at the last written offset's commit); if one of them fails, what memory said
-        may never reach the log: the client is told to retry."""
-        pending, failures = self.consumer_groups.unacknowledged(group_id)
-        if pending is None or pending.done is None:
-            return response
-        [error] = await self._written([pending.done])
-        if error == Errors.NONE and self.consumer_groups.unacknowledged(group_id)[1] == failures:
-            return response
-        return HeartbeatResponseV2(kafka4_append_error(error if error != Errors.NONE
-                                                       else Errors.NOT_ENOUGH_REPLICAS))
+        may never reach the log: the client is told to retry. `done`: the group's latest write's outcome,
+        `failures`: the group's failed writes so far."""
+        answer: asyncio.Future[HeartbeatResponseV2] = asyncio.get_running_loop().create_future()
+
+        def answered(written: asyncio.Future[Errors]) -> None:
+            if answer.done():
+                return
+            error = Errors.COORDINATOR_NOT_AVAILABLE if written.cancelled() else written.result()
+            if error == Errors.NONE and self.consumer_groups.unacknowledged(group_id)[1] == failures:
+                answer.set_result(response)
+            else:
+                answer.set_result(HeartbeatResponseV2(kafka4_append_error(
+                    error if error != Errors.NONE else Errors.NOT_ENOUGH_REPLICAS)))
+
+        done.add_done_callback(answered)
+        return answer
 
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedConsumerGroup]:
         return self.consumer_groups.describe(group_ids)

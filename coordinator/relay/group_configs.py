@@ -11,10 +11,9 @@ gets GROUP_AUTHORIZATION_FAILED for it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from coordinator.group.modern.group_configs import NAMES, Described
 from protocol import apis
 from protocol.codec import skip_tagged_fields
 from protocol.messages import build, item_class
@@ -31,19 +30,23 @@ DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 INCREMENTAL_ALTER_CONFIGS = 44
 ALTERING_CONFIGS = frozenset({ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS})
+
+# What the cluster says of each group asked: the values set on it (name -> value), or the error code refusing it
+Described = Mapping[str, str] | int
 _HIGHEST_DESCRIBE = 4
 _FIRST_WITH_SOURCES = 1  # v0 has IsDefault instead of ConfigSource (and Kafka 4 no longer serves it)
 _SIZE_AND_CORRELATION = 8
 
 
-async def describe_group_configs(relay: Relay, group_ids: list[str]) -> dict[str, Described]:
+async def describe_group_configs(relay: Relay, group_ids: list[str], names: tuple[str, ...]
+                                 ) -> dict[str, Described]:
     """Each group's values set on it (name -> value), or the error code the cluster answered for it."""
     low, high = relay.advertised.get(DESCRIBE_CONFIGS, (_FIRST_WITH_SOURCES, _HIGHEST_DESCRIBE))
     version = max(min(high, _HIGHEST_DESCRIBE), _FIRST_WITH_SOURCES, low)
     request_class = apis.request_class(DESCRIBE_CONFIGS, version)
     resource_class = item_class(request_class, "resources")
     body = build(request_class, resources=tuple(
-        resource_class(resource_type=GROUP_RESOURCE, resource_name=group_id, configuration_keys=NAMES)
+        resource_class(resource_type=GROUP_RESOURCE, resource_name=group_id, configuration_keys=names)
         for group_id in group_ids), include_synonyms=False, include_documentation=False)
     response = await relay.request(body)
     described: dict[str, Described] = {}

@@ -337,6 +337,8 @@ class Connection(asyncio.BufferedProtocol):
         if frame[:4] == HEARTBEAT_V4_PREFIX and self._heartbeat_v4(frame):
             return
         if frame[:2] == CONSUMER_GROUP_HEARTBEAT_API_KEY:
+            if self._steady_consumer_group_heartbeat(frame):
+                return
             request = _read_consumer_group_heartbeat(frame)
         else:
             request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
@@ -451,6 +453,20 @@ class Connection(asyncio.BufferedProtocol):
             self._fail(RequestHeader(ApiKey.HEARTBEAT, 4, correlation_id, client_id))
             return True
         self._write(pack_heartbeat_response(4, correlation_id, error_code))
+        return True
+
+    def _steady_consumer_group_heartbeat(self, frame: bytes) -> bool:
+        """The steady ConsumerGroupHeartbeat answered from its frame (handlers/consumer_group_heartbeat.py's
+        steady_frame: the same answer as its general path); False: the general path takes the frame."""
+        try:
+            answer = consumer_group_heartbeat.steady_frame(self._ctx, frame)  # type: ignore[arg-type]
+        except Exception as exc:  # the frame was read (a header is there): our bug, as a handler's
+            _api_key, version, correlation_id = peek_header(frame)
+            self._fail(RequestHeader(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, correlation_id, None), exc)
+            return True
+        if answer is None:
+            return False
+        self._write(answer)
         return True
 
     def _served(self, frame: bytes) -> bool:

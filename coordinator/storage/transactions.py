@@ -8,7 +8,8 @@ read_committed), so a write is atomic whatever the batching.
 Group commit keeps the cost per write low: writes queue while one transaction is in flight; the next
 transaction takes every queued write (begin, produce them all, commit), so concurrent SyncGroups and
 OffsetCommits share one commit round trip instead of paying one each; a write that finds no transaction in
-flight starts one from send() itself, without waiting for a turn of a busy loop. A write's future resolves with
+flight starts one from send() itself, and the writes queued behind a commit start theirs in the callback that
+brings its result, neither waiting for a turn of a busy loop. A write's future resolves with
 the transaction's outcome (None: committed; else the error), in the loop callback that brings it. A failed transaction is aborted, and every write in it
 fails with the same error: none of them is visible, so the waiting requests are told so and retry.
 
@@ -190,19 +191,28 @@ class TransactionalProducer:
                 self._ready = False
                 self._start_reinit()
         finally:
-            self._committing = None
-            self._in_flight = 0
+            if self._committing is not None and self._committing[0] is batch:  # not a next one `_answer` began
+                self._committing = None
+                self._in_flight = 0
             for _, future, _, _ in batch:  # cancelled (close gave up waiting): the outcome is unknown
                 if not future.done():
                     future.set_result(KafkaError(KafkaError._TIMED_OUT, "state producer closed mid-commit"))
 
     def _answer(self, batch: list[_Queued], result: _Outcome | KafkaError) -> None:
-        """Every write of the transaction, answered first: nothing of a failed one will ever be visible."""
-        error, _ = _as_outcome(result)
+        """Every write of the transaction, answered first: nothing of a failed one will ever be visible. After a
+        commit, the writes queued meanwhile start the next transaction here, not a loop turn later in the worker
+        (which then only finishes the committed one's bookkeeping); anything else is the worker's."""
+        error, then = _as_outcome(result)
         self.transactions += 1
         for _, future, _, _ in batch:
             if not future.done():
                 future.set_result(error)
+        if error is None and then is None and self._queue and not self._closed and self._ready \
+                and self._client.fenced is None:
+            loop = asyncio.get_running_loop()
+            self._expire(loop.time())
+            if self._queue:
+                self._begin_commit(loop)
 
     def _expire(self, now: float) -> None:
         """Writes that waited out their commit timeout (behind a slow transaction, or for a fresh producer)."""

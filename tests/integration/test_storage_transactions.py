@@ -57,6 +57,30 @@ async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bo
     assert state.groups["g0"].generation == 3
 
 
+async def test_writes_queued_behind_a_commit_start_theirs_as_its_result_arrives(kafka_bootstrap: str) -> None:
+    """A write queued while a transaction is in flight is in the next transaction by the time the first write's
+    waiters run (its result's own callback began it), not a loop turn later; both are committed."""
+    topic = unique_topic()
+    store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
+                                commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
+    try:
+        writers = store._producer
+        assert isinstance(writers, TransactionalWriters)
+        producer = writers.producers[0]
+        record = [(0, b"k1", b"v1")]
+        first = producer.send(record)  # starts a transaction at once
+        second = producer.send([(0, b"k2", b"v2")])  # queued behind it
+        seen: list[bool] = []
+        first.add_done_callback(lambda _done: seen.append(
+            producer._committing is not None and any(q[1] is second for q in producer._committing[0])))
+        assert await asyncio.wait_for(first, 60) is None
+        assert seen == [True]
+        assert await asyncio.wait_for(second, 60) is None
+        assert producer._committing is None or all(q[1] is not second for q in producer._committing[0])
+    finally:
+        await store.close()
+
+
 async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_bootstrap: str,
                                                                      recwarn: pytest.WarningsRecorder) -> None:
     topic = unique_topic()

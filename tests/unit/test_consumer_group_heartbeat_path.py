@@ -19,8 +19,11 @@ from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatRespon
 from coordinator.group.modern.records import MemberMetadataRecord, RegexRecord, Tombstone, RecordType
 from coordinator.relay.cluster import ClusterMetadata
 from protocol.error_codes import Errors
+from protocol.apis import ApiKey
 from tests.support.consumer_group_env import FOO, GROUP, Env
 from tests.support.polling import wait_until
+from tests.support.server import RunningServer
+from tests.support.wire import ms, request
 
 BAR_ID = uuid.UUID(int=0xBA2)
 
@@ -155,3 +158,78 @@ def test_the_group_topic_names_agree_with_the_counted_subscriptions(
             group.replay(MemberMetadataRecord("g", member_id, None, None, "c", "h", tuple(sorted(names)), regex,
                                               30_000, None))
         assert set(group.topic_names()) == set(group.subscribed_topic_names())
+
+
+async def test_the_steady_path_leaves_to_the_general_one_what_must_wait() -> None:
+    """GroupRuntime.steady_consumer_group_heartbeat answers a plain heartbeat at once, but not while its group has
+    a write not yet acknowledged (the answer goes out after it), nor for a member that is not steady."""
+    env = Env()
+    try:
+        a = await env.heartbeat("a", 0)
+        await env.heartbeat("a", a.member_epoch, owned=dict(a.assignment or {}))
+        plain = HeartbeatRequest(GROUP, "a", a.member_epoch, client_id="a", client_host="/127.0.0.1")
+        answer = env.runtime.steady_consumer_group_heartbeat(plain)
+        assert answer is not None and (answer.error, answer.member_epoch, answer.assignment) == (Errors.NONE, 1, None)
+        gate = env.store.hold_next_write()
+        racked = env.runtime.start_consumer_group_heartbeat(HeartbeatRequest(
+            GROUP, "a", a.member_epoch, rack_id="r1", client_id="a", client_host="/127.0.0.1"))
+        assert type(racked) is not HeartbeatResponse  # the member's new rack is being written
+        assert env.runtime.steady_consumer_group_heartbeat(plain) is None
+        waiting = env.runtime.start_consumer_group_heartbeat(plain)
+        assert type(waiting) is not HeartbeatResponse  # answered once the rack's write is acknowledged
+        gate.set()
+        await racked  # type: ignore[misc]
+        assert (await waiting).member_epoch == 1  # type: ignore[misc]
+        assert env.runtime.steady_consumer_group_heartbeat(plain) is not None
+        other_client = HeartbeatRequest(GROUP, "a", a.member_epoch, client_id="b", client_host="/127.0.0.1")
+        assert env.runtime.steady_consumer_group_heartbeat(other_client) is None  # its client id is written
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()
+
+
+async def test_the_steady_path_answers_on_the_wire_as_the_general_one() -> None:
+    """A steady heartbeat's answer from its frame (the connection's steady path) and from the general path (the
+    runtime's steady path switched off) are the same response."""
+    async with RunningServer() as env:
+        client = await env.client()
+        base = dict(group_id="cg", member_id="m-1", instance_id=None, rack_id=None, subscribed_topic_regex=None,
+                    server_assignor=None)
+        joined = await client.request(request(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, member_epoch=0, rebalance_timeout=ms(30_000),
+            subscribed_topic_names=("t",), topic_partitions=(), **base))
+        steady = request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, member_epoch=joined.member_epoch,
+                         rebalance_timeout=ms(-1), subscribed_topic_names=None, topic_partitions=None, **base)
+        answers = [await client.request(steady)]
+        taken = env.coordinator.steady_consumer_group_heartbeat
+        env.coordinator.steady_consumer_group_heartbeat = lambda _req: None  # type: ignore[method-assign]
+        answers.append(await client.request(steady))
+        env.coordinator.steady_consumer_group_heartbeat = taken  # type: ignore[method-assign]
+        assert answers[0] == answers[1]
+        assert (answers[0].error_code, answers[0].member_id, answers[0].member_epoch, answers[0].assignment) == (
+            0, "m-1", joined.member_epoch, None)
+
+
+async def test_a_written_heartbeats_answer_is_ready_as_its_write_is_acknowledged() -> None:
+    """The answer of a heartbeat that wrote resolves in the write's own callback: no loop turns between the
+    store's acknowledgement and the answer (a reconciliation waits for one per member)."""
+    env = Env()
+    try:
+        gate = env.store.hold_next_write()
+        joining = env.runtime.start_consumer_group_heartbeat(HeartbeatRequest(
+            GROUP, "a", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("foo",), owned=[], client_id="a",
+            client_host="/127.0.0.1"))
+        assert isinstance(joining, asyncio.Future)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not joining.done()
+        gate.set()
+        turns = 0
+        while not joining.done():
+            await asyncio.sleep(0)
+            turns += 1
+        assert turns <= 2, turns  # the store's own: its held append resumes, then its Task ends
+        assert joining.result().member_epoch == 1
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()

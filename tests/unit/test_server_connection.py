@@ -412,18 +412,26 @@ def test_graceful_shutdown_on_uvloop() -> None:
 
 
 async def test_a_steady_consumer_group_heartbeat_is_answered_without_a_coroutine() -> None:
-    """ConsumerGroupHeartbeat through the runtime's synchronous start: the join (records to write) is awaited,
-    the steady heartbeat behind it answered on the spot, an error answered through the general writer."""
+    """ConsumerGroupHeartbeat through the runtime's synchronous start: the join (records to write) is parked on,
+    the steady heartbeat behind it answered on the spot from its frame (the runtime's steady path), an error
+    answered through the general writer."""
     async with RunningServer() as env:
         outcomes: list[object] = []
         original = env.coordinator.start_consumer_group_heartbeat
+        original_steady = env.coordinator.steady_consumer_group_heartbeat
 
         def started(req):  # type: ignore[no-untyped-def]
             outcome = original(req)
             outcomes.append(outcome)
             return outcome
 
+        def steady(req):  # type: ignore[no-untyped-def]
+            outcome = original_steady(req)
+            outcomes.append(("steady", type(outcome).__name__))
+            return outcome
+
         env.coordinator.start_consumer_group_heartbeat = started
+        env.coordinator.steady_consumer_group_heartbeat = steady
         client = await env.client()
         base = dict(group_id="cg", member_id="m-1", instance_id=None, rack_id=None, subscribed_topic_regex=None,
                     server_assignor=None)
@@ -440,5 +448,6 @@ async def test_a_steady_consumer_group_heartbeat_is_answered_without_a_coroutine
             subscribed_topic_names=None, topic_partitions=None, **base))
         assert fenced.error_code == 110  # FENCED_MEMBER_EPOCH, with Kafka's message
         assert fenced.error_message.startswith("The consumer group member has a greater member epoch (7)")
-        assert asyncio.iscoroutine(outcomes[0]) and [type(o).__name__ for o in outcomes[1:]] == [
-            "HeartbeatResponse", "HeartbeatResponse"]
+        assert isinstance(outcomes[0], asyncio.Future)  # the join's answer, once its records are written
+        assert [o if isinstance(o, tuple) else type(o).__name__ for o in outcomes[1:]] == [
+            ("steady", "HeartbeatResponse"), ("steady", "NoneType"), "HeartbeatResponse"]

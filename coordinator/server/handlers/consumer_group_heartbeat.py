@@ -1,6 +1,8 @@
 """ConsumerGroupHeartbeat (68): the KIP-848 protocol's join, heartbeat and leave (coordinator/group/modern).
 v1 (KIP-1082) requires the client to generate its member id. The body is kio's payload, or the hand reader's
-ConsumerGroupHeartbeatFields (protocol.fastpath: same field names) for a request in its usual shape."""
+ConsumerGroupHeartbeatFields (protocol.fastpath: same field names) for a request in its usual shape; the steady
+heartbeat (every field after the epoch null) is answered from its frame by `steady_frame` when nothing else is
+due."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
 from protocol.apis import ApiKey, response_class
 from protocol.codec import RequestHeader, encode_response
+from protocol.consumer_group_heartbeat import pack_steady_answer, read_steady_heartbeat
 from protocol.error_codes import Errors
 from protocol.fastpath import pack_consumer_group_heartbeat_response
 from protocol.messages import ZERO_DURATION, build, error, item_class, ms
@@ -83,3 +86,28 @@ def start(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes | A
     if isinstance(outcome, HeartbeatResponse):
         return to_frame(header, outcome)
     return outcome
+
+
+def steady_frame(ctx: ConnectionContext, frame: bytes) -> bytes | None:
+    """The answer's frame to a steady heartbeat (protocol.consumer_group_heartbeat's shape) that the group logic's
+    steady shortcut answers with nothing to wait for or look at (GroupRuntime.steady_consumer_group_heartbeat);
+    None: the general path serves the frame (nothing was changed)."""
+    read = read_steady_heartbeat(frame)
+    if read is None:
+        return None
+    version, correlation_id, client_id, group_id, member_id, member_epoch = read
+    if ctx.authorizer is not None and not ctx.allows(Operation.READ, ResourceType.GROUP, group_id):
+        return None  # the general path answers the refusal
+    steady = getattr(ctx.coordinator, "steady_consumer_group_heartbeat", None)
+    if steady is None:
+        return None
+    response = steady(HeartbeatRequest(group_id, member_id, member_epoch, client_id=client_id or "",
+                                       client_host=ctx.client_host, version=version,
+                                       describable_topics=ctx.describable_topics if ctx.authorizer is not None
+                                       else None))
+    if response is None:
+        return None
+    if response.error != Errors.NONE or response.message is not None or response.assignment is not None:
+        return to_frame(RequestHeader(API_KEY, version, correlation_id, client_id), response)
+    return pack_steady_answer(correlation_id, response.member_id or "", response.member_epoch,
+                              response.heartbeat_interval_ms)
