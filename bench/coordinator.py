@@ -30,7 +30,8 @@ Group formation uses a fresh group id for any group that did not form in one gen
 Before/after in one run: `--baseline-tree DIR` races a second build of ours (a source tree, e.g. from
 `git archive <commit> | tar -x -C DIR`, run with DIR as its working directory) as "before", interleaved with the
 others, and adds the ratios after ÷ before. `--profile FILE` records our server with py-spy (`--format raw`,
-200 Hz; `pip install -e '.[bench]'`) during the rounds of the largest rebalance size.
+200 Hz; `pip install -e '.[bench]'`; the baseline's to FILE.before, so both pay py-spy alike) during the rounds of
+the largest rebalance size. `--leader-sync-last`: the leader's SyncGroup after the followers', as a real leader's.
 """
 
 from __future__ import annotations
@@ -305,19 +306,25 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
         clients = await connect_many(server.port, size, args.client_id)
         group_id, joined = await form_group(clients, f"rb-{uuid.uuid4().hex[:6]}-{size}", FORM_SESSION_MS)
         member_ids = [j.member_id for j in joined]
-        times, sync_ms, cpu_ms, own_cpu_ms, own_shares = [], [], [], [], []
+        times, sync_ms, cpu_ms, main_cpu_ms, system_shares, own_cpu_ms, own_shares = [], [], [], [], [], [], []
         profiler = None
         try:
             for round_number in range(args.rebalance_warmup):  # unmeasured: a server's first rounds are cold
                 await one_rebalance(clients, group_id, member_ids, args.rebalance_rounds + round_number)
             profiler = start_profiler(server, args) if size == max(args.rebalance_sizes) else None
             for round_number in range(args.rebalance_rounds):
-                cpu_before = _server_cpu_ns(server.pid)
+                cpu_before, main_before = _server_cpu_ns(server.pid), _thread_cpu_ns(server.pid, server.pid)
+                user_before, system_before = _user_system_ticks(server.pid)
                 with LoadgenCpu() as own:
-                    total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number)
+                    total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number,
+                                                            leader_sync_last=args.leader_sync_last)
                 times.append(total)
                 sync_ms.append(sync_phase)
                 cpu_ms.append((_server_cpu_ns(server.pid) - cpu_before) / 1e6)
+                main_cpu_ms.append((_thread_cpu_ns(server.pid, server.pid) - main_before) / 1e6)
+                user_after, system_after = _user_system_ticks(server.pid)
+                system_shares.append((system_after - system_before,
+                                      user_after - user_before + system_after - system_before))
                 own_cpu_ms.append(own.cpu_used * 1000)
                 own_shares.append(own.share)
         finally:
@@ -327,6 +334,10 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
         figures[str(size)] = {"rebalance_ms": round(statistics.median(times), 2),
                               "sync_phase_ms": round(statistics.median(sync_ms), 2),
                               "server_cpu_ms_per_rebalance": round(statistics.median(cpu_ms), 2),
+                              # the process's first thread (for ours: the event loop's; for Kafka's JVM: main, idle)
+                              "server_main_thread_cpu_ms_per_rebalance": round(statistics.median(main_cpu_ms), 2),
+                              # the kernel's part of the server's CPU over every round (10 ms ticks, summed)
+                              "server_system_cpu_share": _share(system_shares),
                               "loadgen_cpu_ms_per_rebalance": round(statistics.median(own_cpu_ms), 2),
                               "rounds_ms": [round(t, 2) for t in times],
                               "loadgen_cpu_share": round(max(own_shares), 2)}
@@ -344,6 +355,28 @@ def _server_cpu_ns(pid: int) -> int:
         except (FileNotFoundError, ProcessLookupError):
             continue
     return total
+
+
+def _thread_cpu_ns(pid: int, tid: int) -> int:
+    """CPU time of one thread of `pid` so far, in ns (schedstat); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def _user_system_ticks(pid: int) -> tuple[int, int]:
+    """(user, system) CPU of every thread of `pid` so far, in clock ticks (/proc/<pid>/stat's utime, stime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])
+
+
+def _share(parts: list[tuple[int, int]]) -> float | None:
+    """sum of the first ÷ sum of the second; None when nothing was counted."""
+    whole = sum(total for _, total in parts)
+    return round(sum(part for part, _ in parts) / whole, 3) if whole else None
 
 
 async def run_interleaved(servers: list[Server], args: argparse.Namespace,
@@ -378,7 +411,7 @@ async def stop_servers(processes: list[subprocess.Popen], broker: Any) -> None:
 
 
 def start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen | None:
-    if not args.profile or not server.name.startswith("ours"):
+    if not args.profile or server.name.startswith("kafka"):  # ours and the baseline alike (py-spy costs CPU)
         return None
     output = args.profile if server.name == "ours" else f"{args.profile}.{server.name}"
     beside_python = os.path.join(os.path.dirname(sys.executable), "py-spy")
@@ -399,8 +432,8 @@ def stop_profiler(profiler: subprocess.Popen | None) -> None:
         profiler.kill()
 
 
-async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int
-                        ) -> tuple[float, float]:
+async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int, *,
+                        leader_sync_last: bool = False) -> tuple[float, float]:
     """Every member rejoins with new metadata at once; ms from the first JoinGroup sent to the last SyncGroup
     answered, and of that the sync phase: from the first SyncGroup sent (after every JoinGroup answer) to the
     last answered, which holds the leader's assignment write. JoinGroup requests are encoded before the clock
@@ -424,8 +457,11 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
     # hand-packed (kio's writer would take milliseconds of the load generator over the leader's request)
     sync_version = clients[0].version_for(ApiKey.SYNC_GROUP, wire.HIGHEST[ApiKey.SYNC_GROUP])
     sends = []
+    pairs = list(zip(clients, joined))
+    if leader_sync_last:  # as a real leader, which runs its assignor before its SyncGroup
+        pairs.sort(key=lambda pair: pair[1] is leader)
     sync_started = time.perf_counter()
-    for client, j in zip(clients, joined):
+    for client, j in pairs:
         correlation_id = client.next_correlation_id()
         assignments = [(m.member_id, b"\x00") for m in leader.members] if j is leader else []
         frame = pack_sync_group_request(sync_version, correlation_id, client.client_id, group_id, generation,
@@ -616,7 +652,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline-write-mode", choices=["transactional", "idempotent"],
                         help="the baseline's state writes (default: --write-mode); with --baseline-tree . this races "
                              "one build's two write modes")
-    parser.add_argument("--profile", help="py-spy raw output file for our server during the largest rebalance")
+    parser.add_argument("--profile", help="py-spy raw output file for our server (the baseline's: FILE.before) "
+                        "during the largest rebalance")
+    parser.add_argument("--leader-sync-last", action="store_true",
+                        help="the leader's SyncGroup sent after every follower's (a real leader runs its assignor "
+                             "first); by default in member order")
     return parser.parse_args(argv)
 
 

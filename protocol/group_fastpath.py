@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import datetime
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import NamedTuple
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_TWO_INT32 = struct.Struct(">ii")
 _HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 _SIZE_CORRELATION = struct.Struct(">ii")
 _THROTTLE_ERROR = struct.Struct(">ih")
@@ -171,6 +172,87 @@ def _header(frame: bytes, api_key: int, flexible_from: int) -> tuple[int, int, s
     return version, correlation_id, client_id, flexible, offset
 
 
+def _compact_string(frame: bytes, offset: int) -> tuple[str | None, int]:
+    """A compact (nullable) string of a flexible version: unsigned varint length + 1 (0: null), the bytes.
+    One call a field on the hot path; the caller refuses a null where the schema has none."""
+    size = frame[offset]
+    if size < 0x80:  # a one-byte length: the usual case
+        offset += 1
+    else:
+        size, offset = _uvarint(frame, offset)
+    if not size:
+        return None, offset
+    end = offset + size - 1
+    if end > len(frame):
+        raise _NotUsual
+    return frame[offset:end].decode(), end
+
+
+def _compact_pairs(frame: bytes, offset: int) -> tuple[list[tuple[str, bytes]], int]:
+    """`_pairs` of a flexible version, its fields read inline: JoinGroup's protocols, SyncGroup's assignments."""
+    count = frame[offset]
+    if count < 0x80:
+        offset += 1
+    else:
+        count, offset = _uvarint(frame, offset)
+    count -= 1
+    frame_size = len(frame)
+    if count < 0 or count > frame_size - offset:
+        raise _NotUsual
+    pairs = []
+    for _ in range(count):
+        name, offset = _compact_string(frame, offset)
+        size = frame[offset]
+        if size < 0x80:
+            offset += 1
+        else:
+            size, offset = _uvarint(frame, offset)
+        end = offset + size - 1
+        if name is None or not size or end >= frame_size or frame[end]:  # null, past the frame, or tagged fields
+            raise _NotUsual
+        pairs.append((name, frame[offset:end]))
+        offset = end + 1
+    return pairs, offset
+
+
+def _read_join_group_flexible(frame: bytes, version: int, offset: int) -> JoinGroupFields:
+    """The body of a JoinGroup v6–v9 (each field's length read inline: a rebalance reads one per member)."""
+    group_id, offset = _compact_string(frame, offset)
+    session_timeout_ms, rebalance_timeout_ms = _TWO_INT32.unpack_from(frame, offset)
+    member_id, offset = _compact_string(frame, offset + 8)
+    group_instance_id, offset = _compact_string(frame, offset)
+    protocol_type, offset = _compact_string(frame, offset)
+    if group_id is None or member_id is None or protocol_type is None:
+        raise _NotUsual
+    protocols, offset = _compact_pairs(frame, offset)
+    reason = None
+    if version >= 8:
+        reason, offset = _compact_string(frame, offset)
+    if frame[offset]:
+        raise _NotUsual
+    return JoinGroupFields(group_id, session_timeout_ms, rebalance_timeout_ms, member_id, group_instance_id,
+                           protocol_type, protocols, reason)
+
+
+def _read_sync_group_flexible(frame: bytes, version: int, offset: int) -> SyncGroupFields:
+    """The body of a SyncGroup v4–v5."""
+    group_id, offset = _compact_string(frame, offset)
+    (generation_id,) = _INT32.unpack_from(frame, offset)
+    member_id, offset = _compact_string(frame, offset + 4)
+    group_instance_id, offset = _compact_string(frame, offset)
+    protocol_type = protocol_name = None
+    if version >= 5:
+        protocol_type, offset = _compact_string(frame, offset)
+        protocol_name, offset = _compact_string(frame, offset)
+    if group_id is None or member_id is None:
+        raise _NotUsual
+    assignments, offset = _compact_pairs(frame, offset)
+    if frame[offset]:
+        raise _NotUsual
+    return SyncGroupFields(group_id, generation_id, member_id, group_instance_id, protocol_type, protocol_name,
+                           assignments)
+
+
 def read_join_group(frame: bytes) -> tuple[int, int, str | None, JoinGroupFields] | None:
     """(api_version, correlation_id, client_id, fields) of a JoinGroup request v0–v9 in its usual shape, else
     None (the general decoder reads it then)."""
@@ -178,6 +260,8 @@ def read_join_group(frame: bytes) -> tuple[int, int, str | None, JoinGroupFields
         version, correlation_id, client_id, flexible, offset = _header(frame, _JOIN_GROUP, _JOIN_FLEXIBLE_FROM)
         if not 0 <= version <= 9:
             return None
+        if flexible:
+            return version, correlation_id, client_id, _read_join_group_flexible(frame, version, offset)
         group_id, offset = _string(frame, offset, flexible)
         (session_timeout_ms,) = _INT32.unpack_from(frame, offset)
         offset += 4
@@ -210,6 +294,8 @@ def read_sync_group(frame: bytes) -> tuple[int, int, str | None, SyncGroupFields
         version, correlation_id, client_id, flexible, offset = _header(frame, _SYNC_GROUP, _SYNC_FLEXIBLE_FROM)
         if not 0 <= version <= 5:
             return None
+        if flexible:
+            return version, correlation_id, client_id, _read_sync_group_flexible(frame, version, offset)
         group_id, offset = _string(frame, offset, flexible)
         (generation_id,) = _INT32.unpack_from(frame, offset)
         member_id, offset = _string(frame, offset + 4, flexible)
@@ -279,14 +365,18 @@ def pack_join_group_response(version: int, correlation_id: int, error_code: int,
         parts.append(_THROTTLE_ERROR_GENERATION.pack(0, error_code, generation_id))
     else:
         parts.append(_ERROR_GENERATION.pack(error_code, generation_id))
-    if version >= 7:
-        _put_string(parts, protocol_type, flexible)
-    _put_string(parts, protocol_name, flexible)
-    _put_string(parts, leader, flexible)
+    if flexible:  # the fields every member's answer of a generation shares, packed once
+        parts.append(_compact_strings((protocol_type, protocol_name, leader) if version >= 7
+                                      else (protocol_name, leader)))
+    else:
+        if version >= 7:
+            _put_string(parts, protocol_type, flexible)
+        _put_string(parts, protocol_name, flexible)
+        _put_string(parts, leader, flexible)
     if version >= 9:
         parts.append(b"\x01" if skip_assignment else b"\x00")
     _put_string(parts, member_id, flexible)
-    if not isinstance(members, Sequence):
+    if type(members) is not list:  # not isinstance(..., Sequence): an ABC check per response
         members = list(members)
     parts.append(uvarint(len(members) + 1) if flexible else _INT32.pack(len(members)))
     with_instance_id = version >= 5
@@ -315,10 +405,33 @@ def pack_join_group_response(version: int, correlation_id: int, error_code: int,
     return _frame(parts, correlation_id, flexible)
 
 
+_PACKED: dict[tuple[str | None, ...], bytes] = {}
+_PACKED_BOUND = 1_024  # distinct tuples kept packed; cleared whole when full
+
+
+def _compact_strings(values: tuple[str | None, ...]) -> bytes:
+    """Compact nullable strings one after another, packed once per tuple: a generation's answers share their
+    protocol's names and leader (JoinGroup) or names (SyncGroup)."""
+    packed = _PACKED.get(values)
+    if packed is None:
+        parts: list[bytes] = []
+        for value in values:
+            _put_string(parts, value, True)
+        packed = b"".join(parts)
+        if len(_PACKED) >= _PACKED_BOUND:
+            _PACKED.clear()
+        _PACKED[values] = packed
+    return packed
+
+
 def pack_sync_group_response(version: int, correlation_id: int, error_code: int, protocol_type: str | None,
                              protocol_name: str | None, assignment: bytes) -> bytes:
     """A SyncGroup response frame (throttle time 0 from v1; protocol_type and protocol_name from v5)."""
     flexible = version >= _SYNC_FLEXIBLE_FROM
+    if version >= 5:  # the usual case, every member of a rebalance: the protocol's names packed once
+        body = b"".join((_THROTTLE_ERROR.pack(0, error_code), _compact_strings((protocol_type, protocol_name)),
+                         uvarint(len(assignment) + 1), assignment, b"\x00"))
+        return _SIZE_CORRELATION.pack(len(body) + 5, correlation_id) + b"\x00" + body
     parts: list[bytes] = []
     parts.append(_THROTTLE_ERROR.pack(0, error_code) if version >= 1 else _INT16.pack(error_code))
     if version >= 5:

@@ -82,7 +82,7 @@ def _join(shard: GroupShard, req: JoinGroupRequest, future: asyncio.Future[JoinG
         _do_new_member_join(shard, group, req, future)
     else:
         _do_current_member_join(shard, group, req, future)
-    if group.is_in(PREPARING):
+    if group.is_in(PREPARING) and group.has_all_members_joined:  # short of that, no DelayedJoin completes
         shard.rebalance_purgatory.check_and_complete(join_key(group.group_id))
 
 
@@ -160,10 +160,8 @@ def _do_existing_member_join(shard: GroupShard, group: GroupMetadata, member: Me
                              req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
     protocols = req.protocols
     reason = req.reason or "not provided"
-    if group.is_in(PREPARING):
-        _update_member_and_rebalance(shard, 
-            group, member, req, future, RebalanceCategory.MEMBER_REJOINED,
-            f"Member {member.member_id} joining group during {group.state.value}; client reason: {reason}")
+    if group.is_in(PREPARING):  # every member of a rebalance: no rebalance to start, so no cause to describe
+        _update_member(group, member, req, future)
     elif group.is_in(COMPLETING):
         if member.matches(protocols):
             # Probably a lost JoinGroup response: answer again for the current generation.
@@ -224,12 +222,17 @@ def _add_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member_id
 def _update_member_and_rebalance(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
                                  req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse],
                                  category: RebalanceCategory, text: str) -> None:
+    _update_member(group, member, req, future)
+    shard.maybe_prepare_rebalance(group, RebalanceCause(category, text, member.member_id, req.reason))
+
+
+def _update_member(group: GroupMetadata, member: MemberMetadata, req: JoinGroupRequest,
+                   future: asyncio.Future[JoinGroupResponse]) -> None:
     superseded = group.update_member(member, req.protocols,
                                      req.rebalance_timeout_ms, req.session_timeout_ms, future)
     if superseded is not None and not superseded.done():
         # Kafka drops the older parked request silently; answer it so it does not hang.
         superseded.set_result(JoinGroupResponse(Errors.REBALANCE_IN_PROGRESS, member_id=member.member_id))
-    shard.maybe_prepare_rebalance(group, RebalanceCause(category, text, member.member_id, req.reason))
 
 
 def _update_static_member_and_rebalance(shard: GroupShard, group: GroupMetadata, old_member_id: str,

@@ -161,8 +161,8 @@ class Rebalancing(SyncPhase):
     @staticmethod
     def join_response(group: GroupMetadata, member_id: str, members: list[JoinGroupResponseMember], leader: str | None = None,
                       skip_assignment: bool = False) -> JoinGroupResponse:
+        # positional (a third of the keywords' cost: one per member and rebalance), in JoinGroupResponse's field
+        # order (tests/unit/test_group_fastpath.py checks it against the keywords)
         return JoinGroupResponse(
-            Errors.NONE, member_id=member_id, generation_id=group.generation_id,
-            protocol_type=group.protocol_type, protocol_name=group.protocol_name,
-            leader=(group.leader_id if leader is None else leader) or "", skip_assignment=skip_assignment,
-            members=members)
+            Errors.NONE, member_id, group.generation_id, group.protocol_type, group.protocol_name,
+            (group.leader_id if leader is None else leader) or "", skip_assignment, members)

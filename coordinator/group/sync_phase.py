@@ -11,11 +11,12 @@ from coordinator.group.delayed import sync_key
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.sessions import SessionTracking
-from coordinator.group.state import DEAD, EMPTY, PREPARING
+from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
+_SYNC_OWED_IN = frozenset({COMPLETING, STABLE})
 
 
 class SyncPhase(SessionTracking):
@@ -29,8 +30,13 @@ class SyncPhase(SessionTracking):
         self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
 
     def remove_pending_sync_member(self, group: GroupMetadata, member_id: str) -> None:
-        group.pending_sync_members.discard(member_id)
-        self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+        pending = group.pending_sync_members
+        pending.discard(member_id)
+        # In CompletingRebalance and Stable the one DelayedSync watched is this generation's (prepare_rebalance
+        # completed the one before): it completes once nobody owes a SyncGroup, so a rebalance's SyncGroups ask
+        # the purgatory once, not once each.
+        if not pending or group.state not in _SYNC_OWED_IN:
+            self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
 
     def try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
                                   force_complete: Callable[[], bool]) -> bool:

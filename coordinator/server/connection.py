@@ -135,6 +135,9 @@ class Connection(asyncio.BufferedProtocol):
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._turn = turn_budget()  # the loop's requests per turn, shared with every other connection on it
         self._deferred = False  # queued with the budget: frames left for a later turn
+        # answered as a group's leader: its next request (the SyncGroup with the assignment every parked member
+        # waits for) goes ahead of the queue when the turn's budget is spent
+        self._leads = False
         self._last_turn = False  # the peer's EOF: what it sent is handled now, the budget aside
         self._transport: asyncio.Transport | None = None
         self._ctx: ConnectionContext | None = None
@@ -271,7 +274,7 @@ class Connection(asyncio.BufferedProtocol):
             if turn.left <= 0 and not self._last_turn:
                 if self._reader.buffered_bytes and not self._deferred:
                     self._deferred = True
-                    turn.wait(self)
+                    turn.wait(self, first=self._leads)
                 break
             try:
                 frame = self._reader.next_frame()
@@ -281,6 +284,8 @@ class Connection(asyncio.BufferedProtocol):
             if frame is None:
                 break
             turn.spend(HEARTBEAT_UNITS if frame[:4] == HEARTBEAT_V4_PREFIX else REQUEST_UNITS)
+            if self._leads:
+                self._leads = False
             self._handle_frame(frame)
         self._flush()
         self._apply_read_limit()
@@ -389,6 +394,8 @@ class Connection(asyncio.BufferedProtocol):
         try:
             self._server.unparked(self)
             self._answer(header, to_frame, future)
+            if header.api_key == ApiKey.JOIN_GROUP and not future.cancelled() and future.exception() is None:
+                self._leads = join_group.answered_as_leader(future.result())
             self._process_frames()
         except Exception as exc:
             self._contain("resume", exc)

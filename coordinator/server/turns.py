@@ -50,9 +50,14 @@ class TurnBudget:
             if loop is not None:
                 loop.call_soon(self._next_turn)
 
-    def wait(self, connection: Resumable) -> None:
-        """`connection` has frames left over: it carries on in a later turn (the caller queues it once)."""
-        self._waiting.append(connection)
+    def wait(self, connection: Resumable, *, first: bool = False) -> None:
+        """`connection` has frames left over: it carries on in a later turn (the caller queues it once). `first`:
+        ahead of the connections already waiting (a group leader's SyncGroup, which the others' answers wait for:
+        requests of different connections have no order to keep, a connection's own frames keep theirs)."""
+        if first:
+            self._waiting.appendleft(connection)
+        else:
+            self._waiting.append(connection)
 
     @property
     def waiting(self) -> int:

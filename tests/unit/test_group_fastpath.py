@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime
 import random
 import struct
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +19,8 @@ from protocol import apis, codec
 from protocol.apis import ApiKey
 from protocol.errors import ProtocolError
 from protocol.group_fastpath import (
+    JoinGroupFields,
+    SyncGroupFields,
     join_group_fields,
     pack_join_group_response,
     pack_sync_group_request,
@@ -234,3 +238,43 @@ def test_the_fuzzers_mutations_read_as_the_general_decoder_reads_them_or_not_at_
         agrees_with_general_decoder(payload, fast, fields_of)
         accepted += fast is not None
     assert 0 < accepted < 300  # value mutations are read by hand; malformed ones are left to the general decoder
+
+
+@pytest.mark.parametrize("rebalance_timeout_ms", [None, 45_000])
+def test_the_handlers_build_the_requests_field_for_field(rebalance_timeout_ms: int | None) -> None:
+    """The handlers build the group API's requests positionally: the same values as by keyword."""
+    from coordinator.group import api
+    from coordinator.server.handlers import join_group, sync_group
+    from protocol.codec import RequestHeader
+
+    ctx: Any = SimpleNamespace(client_host="/10.0.0.1")
+    join_fields = JoinGroupFields("g", 30_000, rebalance_timeout_ms, "m-1", "i-1", "consumer",
+                                  [("range", b"\x00\x01"), ("sticky", b"")], "why")
+    assert join_group.to_request(ctx, RequestHeader(11, 9, 1, "client"), join_fields) == api.JoinGroupRequest(
+        group_id="g", session_timeout_ms=30_000,
+        rebalance_timeout_ms=30_000 if rebalance_timeout_ms is None else rebalance_timeout_ms, member_id="m-1",
+        group_instance_id="i-1", protocol_type="consumer",
+        protocols=[api.JoinGroupProtocol("range", b"\x00\x01"), api.JoinGroupProtocol("sticky", b"")],
+        reason="why", version=9, client_id="client", client_host="/10.0.0.1")
+    for assignments in ([], [("m-1", b"a"), ("m-2", b"")]):
+        sync_fields = SyncGroupFields("g", 7, "m-1", "i-1", "consumer", "range", assignments)
+        assert sync_group.to_request(ctx, RequestHeader(14, 5, 2, None), sync_fields) == api.SyncGroupRequest(
+            group_id="g", generation_id=7, member_id="m-1", group_instance_id="i-1", protocol_type="consumer",
+            protocol_name="range", assignments=[api.SyncGroupRequestAssignment(m, a) for m, a in assignments],
+            version=5, client_id="", client_host="/10.0.0.1")
+
+
+def test_the_join_answer_is_built_field_for_field() -> None:
+    """Group logic builds its JoinGroup answers positionally: the same values as by keyword."""
+    from coordinator.group import api
+    from coordinator.group.rebalance import Rebalancing
+    from protocol.error_codes import Errors
+
+    group: Any = SimpleNamespace(generation_id=4, protocol_type="consumer", protocol_name="range", leader_id="m-1")
+    members = [api.JoinGroupResponseMember("m-1", None, b"\x00")]
+    assert Rebalancing.join_response(group, "m-2", members, leader="m-0", skip_assignment=True) == \
+        api.JoinGroupResponse(Errors.NONE, member_id="m-2", generation_id=4, protocol_type="consumer",
+                              protocol_name="range", leader="m-0", skip_assignment=True, members=members)
+    assert Rebalancing.join_response(group, "m-1", []) == api.JoinGroupResponse(
+        Errors.NONE, member_id="m-1", generation_id=4, protocol_type="consumer", protocol_name="range",
+        leader="m-1", skip_assignment=False, members=[])

@@ -24,19 +24,14 @@ VERSIONS = (0, 9)
 def to_request(ctx: ConnectionContext, header: RequestHeader, fields: JoinGroupFields) -> api.JoinGroupRequest:
     # v0 has no rebalance timeout: Kafka uses the session timeout (JoinGroupRequest.maybeOverrideRebalanceTimeout).
     rebalance_timeout_ms = fields.rebalance_timeout_ms
+    # positional (a third of the keywords' cost, once per member and rebalance), in JoinGroupRequest's field order
+    # (tests/unit/test_group_fastpath.py checks it against the keywords)
     return api.JoinGroupRequest(
-        group_id=fields.group_id,
-        session_timeout_ms=fields.session_timeout_ms,
-        rebalance_timeout_ms=fields.session_timeout_ms if rebalance_timeout_ms is None else rebalance_timeout_ms,
-        member_id=fields.member_id,
-        group_instance_id=fields.group_instance_id,
-        protocol_type=fields.protocol_type,
-        protocols=[api.JoinGroupProtocol(name, metadata) for name, metadata in fields.protocols],
-        reason=fields.reason,
-        version=header.api_version,
-        client_id=header.client_id or "",
-        client_host=ctx.client_host,
-    )
+        fields.group_id, fields.session_timeout_ms,
+        fields.session_timeout_ms if rebalance_timeout_ms is None else rebalance_timeout_ms,
+        fields.member_id, fields.group_instance_id, fields.protocol_type,
+        [api.JoinGroupProtocol(name, metadata) for name, metadata in fields.protocols],
+        fields.reason, header.api_version, header.client_id or "", ctx.client_host)
 
 
 def to_frame(header: RequestHeader, response: api.JoinGroupResponse) -> bytes:
@@ -51,6 +46,11 @@ def to_frame(header: RequestHeader, response: api.JoinGroupResponse) -> bytes:
         version, header.correlation_id, response.error_code, response.generation_id, response.protocol_type,
         protocol_name, response.leader, response.skip_assignment, response.member_id,
         [(m.member_id, m.group_instance_id, m.metadata) for m in response.members])
+
+
+def answered_as_leader(response: api.JoinGroupResponse) -> bool:
+    """The member this answer goes to leads the group: its SyncGroup will carry the assignment."""
+    return response.error_code == Errors.NONE and response.leader == response.member_id
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> bytes:
