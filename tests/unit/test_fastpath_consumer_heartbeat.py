@@ -22,6 +22,7 @@ from protocol.fastpath import (
     read_consumer_group_heartbeat,
 )
 from protocol.messages import build, error, item_class
+from tests.support.hostile_bytes import hostile
 
 VERSIONS = (0, 1)
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=140)  # long enough for 2-byte varints
@@ -111,17 +112,7 @@ def test_steady_heartbeat_reads_as_kio_does(version, group_id, member_id, epoch,
 def test_reader_on_hostile_bytes(version, owned, steady, data):
     body = (request(version, "group", "member-1", 4, None, None, -1, None, None, None, None) if steady else
             request(version, "group", "member-1", 4, "instance", "rack", 45_000, ["a", "b"], "r.*", "uniform", owned))
-    frame = bytearray(codec.encode_request(7, "client", body)[4:])
-    kind = data.draw(st.sampled_from(["truncate", "mutate", "insert"]))
-    if kind == "truncate":
-        frame = frame[:data.draw(st.integers(0, len(frame)))]
-    else:
-        for _ in range(data.draw(st.integers(1, 4))):
-            at = data.draw(st.integers(0, len(frame) - 1))
-            if kind == "mutate":
-                frame[at] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, data.draw(st.integers(0, 255))]))
-            else:
-                frame[at:at] = data.draw(st.binary(min_size=1, max_size=5))
+    frame = hostile(bytes(codec.encode_request(7, "client", body)[4:]), data)
     agrees_with_general_decoder(bytes(frame), read_consumer_group_heartbeat(bytes(frame)))
 
 

@@ -32,6 +32,7 @@ from protocol.group_fastpath import (
 from protocol.messages import build, error, item_class
 from tests.fuzz.corpus import request_frame
 from tests.fuzz.mutate import mutate
+from tests.support.hostile_bytes import hostile
 
 JOIN_VERSIONS = range(0, 10)
 SYNC_VERSIONS = range(0, 6)
@@ -109,28 +110,13 @@ def test_sync_group_request_reads_and_packs_as_kio_does(version, group_id, gener
     assert pack_sync_group_request(version, correlation_id, client_id, *fields) == frame
 
 
-def _hostile(frame: bytes, data: st.DataObject) -> bytes:
-    """A truncation, a mutation of a few bytes, or a grown length prefix of a valid frame."""
-    kind = data.draw(st.sampled_from(["truncate", "mutate", "insert"]))
-    if kind == "truncate":
-        return frame[:data.draw(st.integers(0, len(frame)))]
-    mutated = bytearray(frame)
-    for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(0, len(mutated) - 1))
-        if kind == "mutate":
-            mutated[at] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, data.draw(st.integers(0, 255))]))
-        else:
-            mutated[at:at] = data.draw(st.binary(min_size=1, max_size=5))
-    return bytes(mutated)
-
-
 @examples
 @given(version=st.sampled_from(JOIN_VERSIONS), protocols=st.lists(st.tuples(short_text, blob), max_size=3),
        data=st.data())
 def test_join_group_reader_on_hostile_bytes(version, protocols, data):
     body = join_request(version, "group", 10_000, 60_000, "member-1", "instance" if version >= 5 else None,
                         "consumer", protocols, "reason")
-    frame = _hostile(codec.encode_request(7, "client", body)[4:], data)
+    frame = hostile(codec.encode_request(7, "client", body)[4:], data)
     agrees_with_general_decoder(frame, read_join_group(frame), join_fields_of)
 
 
@@ -139,7 +125,7 @@ def test_join_group_reader_on_hostile_bytes(version, protocols, data):
        data=st.data())
 def test_sync_group_reader_on_hostile_bytes(version, assignments, data):
     body = sync_request(version, "group", 3, "member-1", "instance", "consumer", "range", assignments)
-    frame = _hostile(codec.encode_request(7, "client", body)[4:], data)
+    frame = hostile(codec.encode_request(7, "client", body)[4:], data)
     agrees_with_general_decoder(frame, read_sync_group(frame), sync_fields_of)
 
 
