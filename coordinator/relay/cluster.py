@@ -102,8 +102,13 @@ class ClusterMetadata:
             if topic.name is None:
                 continue
             if int(topic.error_code) == 0:
+                topic_id = getattr(topic, "topic_id", None)
+                known = self._partitions.get(topic.name)
+                if known is not None and len(topic.partitions) < known and self._is_known_id(topic.name, topic_id):
+                    seen[topic.name] = known  # a lagging broker's answer: a topic never loses partitions in Kafka
+                    continue
                 seen[topic.name] = len(topic.partitions)
-                self._learn_id(topic.name, getattr(topic, "topic_id", None))
+                self._learn_id(topic.name, topic_id)
                 self._partition_answers[topic.name] = topic.partitions
             elif int(topic.error_code) == 3:  # UNKNOWN_TOPIC_OR_PARTITION
                 self._partitions.pop(topic.name, None)
@@ -134,6 +139,10 @@ class ClusterMetadata:
                 self._names.pop(old, None)  # deleted and re-created under the same name
             self._ids[name] = topic_id
             self._names[topic_id] = name
+
+    def _is_known_id(self, name: str, topic_id: uuid.UUID | None) -> bool:
+        """The answer names the topic we know by `name` (not one deleted and created again under it)."""
+        return topic_id is not None and topic_id.int != 0 and self._ids.get(name) == topic_id
 
     def _forget_id(self, name: str) -> None:
         old = self._ids.pop(name, None)

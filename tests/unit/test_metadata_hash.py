@@ -91,9 +91,25 @@ def test_the_cluster_view_gives_each_partition_its_replicas_racks() -> None:
     assert view.by_name("foo").racks == (("rack-b", "rack-a"), ("rack-a", "rack-c"), ("rack-c",))  # type: ignore
     view.observe(_answer([], {"foo": [[0], [1], [2], [0]]}), all_topics=True)  # a partition added, replicas moved
     assert view.by_name("foo").racks == (("rack-b",), ("rack-a",), ("rack-c",), ("rack-b",))  # type: ignore
-    view.observe(_answer([SimpleNamespace(node_id=n, rack=None) for n in range(3)], {"foo": [[0], [1]]}),
+    view.observe(_answer([SimpleNamespace(node_id=n, rack=None) for n in range(3)], {"foo": [[0], [1], [2], [0]]}),
                  all_topics=True)
-    assert view.by_name("foo") == TopicImage(uuid.uuid5(uuid.NAMESPACE_OID, "foo"), "foo", 2, ())
+    assert view.by_name("foo") == TopicImage(uuid.uuid5(uuid.NAMESPACE_OID, "foo"), "foo", 4, ())  # no rack known
+
+
+def test_the_cluster_view_never_takes_partitions_from_a_topic_it_knows() -> None:
+    """A lagging broker's answer showing fewer partitions under the same topic id is not believed (Kafka's metadata
+    never shrinks a topic: its groups would bump their epoch down and up again); the same name under a new id (the
+    topic deleted and created again) is a new topic."""
+    view = ClusterMetadata(_never, 0)
+    view.observe(_answer([], {"foo": [[0], [0], [0]]}), all_topics=True)
+    foo = view.by_name("foo")
+    for all_topics in (True, False):
+        view.observe(_answer([], {"foo": [[0], [0]]}), all_topics=all_topics)
+        assert view.partition_count("foo") == 3 and view.by_name("foo") is foo
+    recreated = _answer([], {"foo": [[0]]})
+    recreated.topics[0].topic_id = uuid.uuid4()
+    view.observe(recreated, all_topics=True)
+    assert view.partition_count("foo") == 1 and view.by_name("foo").topic_id == recreated.topics[0].topic_id  # type: ignore
 
 
 def _earlier_release_hash(images: list[TopicImage]) -> int:
