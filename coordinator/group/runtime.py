@@ -221,12 +221,20 @@ class GroupRuntime:
 
     def _start_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2 | Awaitable[HeartbeatResponseV2]:
         names = self._names_to_look_at(req)
-        if names and self.refresh_topics is not None:
-            known = self.consumer_groups.topics.by_name
-            if self.stale_topics is None or any(known(name) is None for name in names):
-                return self._refreshed_then_answered(req, names)
-            self._refresh_in_background(names, self.stale_topics)
+        if not self._known_or_refreshing(names):
+            return self._refreshed_then_answered(req, names)
         return self._answer_heartbeat(req)
+
+    def _known_or_refreshing(self, names: Collection[str]) -> bool:
+        """False: a topic the cluster view does not know yet (the heartbeat waits for it to be learnt); True: every
+        one is known, and those not refreshed within the heartbeat interval are refreshed in the background."""
+        if not names or self.refresh_topics is None:
+            return True
+        known = self.consumer_groups.topics.by_name
+        if self.stale_topics is None or any(known(name) is None for name in names):
+            return False
+        self._refresh_in_background(names, self.stale_topics)
+        return True
 
     def steady_consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2 | None:
         """`start_consumer_group_heartbeat` of a heartbeat whose every field after the epoch is null, when the group
@@ -241,13 +249,9 @@ class GroupRuntime:
         pending = service.unacknowledged(req.group_id)[0]
         if pending is not None and pending.done is not None:
             return None
-        if service.timer.clock.now_ms() >= group.metadata_refresh_deadline_ms and self.refresh_topics is not None:
-            names = group.topic_names()
-            if names:
-                known = service.topics.by_name
-                if self.stale_topics is None or any(known(name) is None for name in names):
-                    return None
-                self._refresh_in_background(names, self.stale_topics)
+        if (service.timer.clock.now_ms() >= group.metadata_refresh_deadline_ms
+                and not self._known_or_refreshing(group.topic_names())):
+            return None
         return service.steady_heartbeat(req)
 
     async def consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
