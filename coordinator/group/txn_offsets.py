@@ -100,10 +100,11 @@ class TransactionalOffsets:
         """Open, or committed and held (the group stays until they are settled)."""
         return group_id in self.open_by_group or any(held_group == group_id for held_group, _ in self.held)
 
-    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+    def pending_partitions(self, group_id: str) -> list[TopicPartition]:
+        """Sorted: the tombstones written for them come in this order (a set of strings' order is the process's)."""
         held = {tp for held_group, tp in self.held if held_group == group_id} if self.held else set()
-        return held | {tp for pid in self.open_by_group.get(group_id, ())
-                       for tp in self.by_producer[pid].offsets.get(group_id, {})}
+        return sorted(held | {tp for pid in self.open_by_group.get(group_id, ())
+                              for tp in self.by_producer[pid].offsets.get(group_id, {})})
 
     def pending_offset(self, producer_id: int, group_id: str, tp: TopicPartition) -> OffsetRecord | None:
         txn = self.by_producer.get(producer_id)

@@ -264,7 +264,7 @@ async def test_a_batch_below_our_tombstone_replayed_after_it_is_never_pending(en
     shard.transactional_offsets.sending("s", [("t", 0)])  # the TxnOffsetCommit's Produce goes
     tombstone_landed(shard, "s", ("t", 0), 12)
     replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 7, ("t", 1): 7}, 10))
-    assert shard.transactional_offsets.pending_partitions("s") == {("t", 1)}
+    assert shard.transactional_offsets.pending_partitions("s") == [("t", 1)]
     assert replay_end_transaction(shard, PID, EPOCH, True, 13) == 1
     assert await fetch(env, "s", {"t": [0, 1]}) == {("t", 0): (-1, "", Errors.NONE), ("t", 1): (7, "", Errors.NONE)}
 
