@@ -391,7 +391,18 @@ class EndTransactionMarker:
     offset: int
 
 
-TransactionEvent = ClientTransactionalBatch | EndTransactionMarker
+@dataclass(frozen=True, slots=True)
+class OwnOffsetTombstone:
+    """One of our offset tombstones read from the shard's partition: its record at `offset`, in effect from
+    `settled_at` on (its own offset; a transactional writer's: its COMMIT marker's)."""
+
+    group_id: str
+    tp: TopicPartition
+    offset: int
+    settled_at: int
+
+
+TransactionEvent = ClientTransactionalBatch | EndTransactionMarker | OwnOffsetTombstone
 
 
 def replay_transaction_events(shard: GroupShard, events: Iterable[TransactionEvent], read_to: int | None = None
@@ -405,6 +416,10 @@ def replay_transaction_events(shard: GroupShard, events: Iterable[TransactionEve
             replay_transactional_offsets(shard, event.producer_id, event.producer_epoch, event.offset_commits)
             shard.producer_sequences.observed_batch(event.producer_id, event.producer_epoch, event.last_sequence)
             txns.read_to = max(txns.read_to, event.last_offset + 1)
+        elif isinstance(event, OwnOffsetTombstone):
+            if event.settled_at >= txns.read_to and event.group_id in txns.transactional_groups:
+                tombstone_landed(shard, event.group_id, event.tp, event.offset)
+            txns.read_to = max(txns.read_to, event.settled_at + 1)
         elif event.offset >= txns.read_to:  # below it: read before (a reader starting again from the log start)
             replay_end_transaction(shard, event.producer_id, event.producer_epoch, event.commit, event.offset)
             shard.producer_sequences.observed_marker(event.producer_id, event.producer_epoch)
