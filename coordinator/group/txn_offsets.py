@@ -24,7 +24,7 @@ below one is dropped when it is replayed, and a pending or current offset below 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -78,6 +78,9 @@ class TransactionalOffsets:
         self.supersede_owed: Callable[[str, list[TopicPartition]], Callable[[], None]] = _nothing_owed
         # the store's: whether a tombstone of ours of the partition was sent and not answered yet, or is owed
         self.tombstone_in_flight: Callable[[str, TopicPartition], bool] = _none_in_flight
+        # the store's: None if no tombstone of ours of these partitions is sent and unanswered, else what completes
+        # once none is
+        self.tombstones_answered: Callable[[str, list[TopicPartition]], Awaitable[None] | None] = _none_unanswered
         # offsets a COMMIT settled while a tombstone of their partition was in flight: current or dropped once
         # it is answered (where it landed decides), pending meanwhile
         self.held: dict[tuple[str, TopicPartition], list[PendingOffset]] = {}
@@ -90,6 +93,7 @@ class TransactionalOffsets:
         self.tombstones.clear()
         self.supersede_owed = _nothing_owed
         self.tombstone_in_flight = _none_in_flight
+        self.tombstones_answered = _none_unanswered
         self.held.clear()
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
@@ -129,6 +133,16 @@ class TransactionalOffsets:
         self.transactional_groups.add(group_id)
         return self.supersede_owed(group_id, partitions)
 
+    async def sending_after_our_tombstones(self, group_id: str, partitions: list[TopicPartition]
+                                           ) -> Callable[[], None]:
+        """`sending`, once no tombstone of ours of these offsets is unanswered: the client's batch goes out on
+        another connection than our writes, and Kafka appends in the order it handles requests and never sends a
+        failed tombstone again, so one sent before the batch must land before it or be superseded by it. Bounded
+        by our producer's delivery timeout per attempt."""
+        while (unanswered := self.tombstones_answered(group_id, partitions)) is not None:
+            await unanswered
+        return self.sending(group_id, partitions)
+
     def tombstoned_after(self, group_id: str, tp: TopicPartition, log_offset: int) -> bool:
         """Whether one of our tombstones of the partition lies after `log_offset` in the log."""
         return self.tombstones.get((group_id, tp), -1) > log_offset
@@ -151,6 +165,10 @@ def _none_in_flight(group_id: str, tp: TopicPartition) -> bool:
     return False
 
 
+def _none_unanswered(group_id: str, partitions: list[TopicPartition]) -> Awaitable[None] | None:
+    return None
+
+
 def follow_own_tombstones(shard: GroupShard, store: GroupStore) -> None:
     """The store tells the shard where its offset tombstones land, and a client's batch supersedes the owed ones."""
     partition, txns = shard.partition, shard.transactional_offsets
@@ -158,6 +176,7 @@ def follow_own_tombstones(shard: GroupShard, store: GroupStore) -> None:
                                                                                           log_offset))
     txns.supersede_owed = lambda group_id, tps: store.supersede_tombstones(partition, group_id, tps)
     txns.tombstone_in_flight = store.tombstone_in_flight
+    txns.tombstones_answered = store.tombstones_answered
 
 
 def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_offset: int | None) -> None:

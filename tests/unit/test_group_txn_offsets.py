@@ -2,7 +2,9 @@
 KIP-447 checks, on a real runtime with a manual clock."""
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Callable
 
 from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.topics import StaticTopics, TopicImage
@@ -14,7 +16,7 @@ from coordinator.group.status import ShardStatus
 from coordinator.group.txn_commit import TxnOffsetCommitIdentity, txn_append_error, validate_transactional_offset_commit
 from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, OwnOffsetTombstone,
                                             replay_end_transaction, replay_transaction_events,
-                                            replay_transactional_offsets, tombstone_landed)
+                                            nothing_to_restore, replay_transactional_offsets, tombstone_landed)
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, commit, env, errors_of, fetch, form_group  # noqa: F401
 
@@ -368,3 +370,30 @@ async def test_our_tombstone_read_by_the_tail_drops_what_came_before_it_whatever
     replay_transaction_events(shard, [OwnOffsetTombstone("s", ("t", 0), 40, 40)], 66)  # read before: ignored
     assert not txns.tombstones and not txns.held
 
+
+async def test_a_clients_batch_goes_out_only_once_our_tombstones_of_its_offsets_are_answered(env: Env) -> None:
+    """Kafka appends in the order it handles requests and never sends a failed tombstone again: a tombstone of
+    ours already sent lands before the client's batch (or fails and is superseded by it), never after it."""
+    shard = shard_of(env, "s")
+    txns = shard.transactional_offsets
+    answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    asked: list[list[tuple[str, int]]] = []
+
+    def unanswered(group_id: str, partitions: list[tuple[str, int]]) -> asyncio.Future[None] | None:
+        asked.append(partitions)
+        return None if answered.done() else answered
+
+    txns.tombstones_answered = unanswered
+    superseded: list[list[tuple[str, int]]] = []
+
+    def supersede(group_id: str, partitions: list[tuple[str, int]]) -> Callable[[], None]:
+        superseded.append(partitions)
+        return nothing_to_restore
+
+    txns.supersede_owed = supersede
+    sending = asyncio.ensure_future(txns.sending_after_our_tombstones("s", [("t", 0)]))
+    await asyncio.sleep(0)
+    assert not sending.done() and not superseded
+    answered.set_result(None)
+    await asyncio.wait_for(sending, 5)
+    assert superseded == [[("t", 0)]] and asked == [[("t", 0)], [("t", 0)]]
