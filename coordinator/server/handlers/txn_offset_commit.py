@@ -314,8 +314,8 @@ async def _commit_locked(ctx: ConnectionContext, shard: GroupShard, writes: _Sha
         refused = await _append(ctx, shard, writes, identity, records)
     if refused == Errors.NOT_ENOUGH_REPLICAS and ctx.relay is not None and state is not None:
         refused = await unverified_append_error(ctx.relay, identity, state)
-    if refused is not None and shard.status is not ShardStatus.ACTIVE:
-        refused = Errors.NOT_COORDINATOR  # the partition moved meanwhile: its new owner answers the retry
+    if shard.status is not ShardStatus.ACTIVE:  # moved meanwhile, appended or not: its new owner answers the retry
+        refused = Errors.NOT_COORDINATOR  # (Kafka fails every write still pending at an unload so)
     if refused is not None:
         if not existed:
             _forget_unused_group(shard, identity.group_id)
