@@ -42,10 +42,13 @@ class ClusterMetadata:
         self._said_unlisted = False
         self._min_interval_s = min_interval_ms / 1000
         self._all_refreshed_at = -1e9
-        self.version = 0  # grows whenever the set of topic names changes (new topics for regular expressions)
+        # grows whenever a topic is created (a new name, or a known name under a new id): regular expressions are
+        # resolved again then, as Kafka's coordinator does for an image with created topics (not deleted ones)
+        self.version = 0
         self._partitions: dict[str, int] = {}  # topic -> partition count
         self._ids: dict[str, uuid.UUID] = {}  # topic -> topic id (Metadata v10+)
         self._names: dict[uuid.UUID, str] = {}
+        self._recreated = 0  # topics seen deleted and created again under their name
         self._partition_answers: dict[str, Any] = {}  # topic -> its partitions in the latest answer, as they came
         # broker -> rack, kept while a broker is absent from answers (Kafka's image keeps a fenced broker's)
         self._racks: dict[int, str | None] = {}
@@ -104,9 +107,9 @@ class ClusterMetadata:
 
     def observe(self, metadata: Any, *, all_topics: bool) -> None:
         """Learn from a Metadata answer (an answer for all topics also forgets deleted ones)."""
-        before = set(self._partitions)
+        before, recreated = set(self._partitions), self._recreated
         self._observe(metadata, all_topics)
-        if set(self._partitions) != before:
+        if self._partitions.keys() - before or self._recreated != recreated:
             self.version += 1
 
     def _observe(self, metadata: Any, all_topics: bool) -> None:
@@ -208,6 +211,7 @@ class ClusterMetadata:
         if old != topic_id:
             if old is not None:
                 self._names.pop(old, None)  # deleted and re-created under the same name
+                self._recreated += 1
             self._ids[name] = topic_id
             self._names[topic_id] = name
 

@@ -132,3 +132,23 @@ async def test_a_failed_listing_leaves_the_topics_served_and_is_asked_again() ->
     await view.refresh(["foo"], 0)
     assert view.by_name("foo").racks == (("rack-1", "rack-2"),)  # type: ignore[union-attr]
 
+
+def test_the_version_grows_when_a_topic_is_created_not_when_one_is_deleted() -> None:
+    """Kafka's coordinator resolves regular expressions again for an image with created topics
+    (lastMetadataImageWithNewTopics), not for deleted ones; a name created again under a new id is a created topic."""
+    view = ClusterMetadata(_never_asked, 0)
+    view.observe(_metadata({}, {"foo": [[1]], "bar": [[1]]}), all_topics=True)
+    assert view.version == 1
+    view.observe(_metadata({}, {"foo": [[1]]}), all_topics=True)  # bar deleted
+    assert view.version == 1 and view.partition_count("bar") is None
+    recreated = _metadata({}, {"foo": [[1]]})
+    recreated.topics[0].topic_id = uuid.uuid4()
+    view.observe(recreated, all_topics=True)
+    view.observe(recreated, all_topics=False)
+    assert view.version == 2
+    view.observe(_metadata({}, {"bar": [[1]]}), all_topics=False)  # bar created again
+    assert view.version == 3
+
+
+async def _never_asked(_topics: list[str]) -> None:
+    raise AssertionError("not asked")
