@@ -158,14 +158,12 @@ class ClusterMetadata:
             return await asyncio.shield(self._brokers_listing)
         listing = self._brokers_listing = asyncio.get_running_loop().create_future()
         try:
-            self.observe_registered_brokers(await self._registered_brokers())
-            listing.set_result(None)
-        except Exception as exc:
-            listing.set_exception(exc)
-            listing.exception()  # marks it retrieved: other waiters get it, or nobody
-            raise
+            await _settling(listing, self._list_registered_brokers(self._registered_brokers))
         finally:
             self._brokers_listing = None
+
+    async def _list_registered_brokers(self, registered_brokers: RegisteredBrokers) -> None:
+        self.observe_registered_brokers(await registered_brokers())
 
     def observe_registered_brokers(self, answer: Any) -> None:
         """Learn from a DescribeCluster answer that includes fenced brokers (None: the cluster cannot give one)."""
@@ -259,14 +257,7 @@ class ClusterMetadata:
             for topic in fresh:
                 self._inflight[topic] = future
             try:
-                response = await self._refresh(fresh)
-                self.observe(response, all_topics=False)
-                await self._learn_brokers_of(fresh)
-                future.set_result(None)
-            except Exception as exc:
-                future.set_exception(exc)
-                future.exception()  # marks it retrieved: other waiters get it, or nobody
-                raise
+                await _settling(future, self._learn_topics(fresh))
             finally:
                 for topic in fresh:
                     self._inflight.pop(topic, None)
@@ -275,6 +266,10 @@ class ClusterMetadata:
         for wait in waits:
             await asyncio.shield(wait)
 
+    async def _learn_topics(self, topics: list[str]) -> None:
+        self.observe(await self._refresh(topics), all_topics=False)
+        await self._learn_brokers_of(topics)
+
     def _prune_refresh_times(self) -> None:
         """Forget refresh times older than the min interval: they no longer hold a refresh back, and every topic
         name a client ever committed to (a typo, a fuzzer, a deleted topic) would otherwise stay for good."""
@@ -282,3 +277,15 @@ class ClusterMetadata:
             now = time.monotonic()
             self._refreshed_at = {topic: at for topic, at in self._refreshed_at.items()
                                   if now - at < self._min_interval_s}
+
+
+async def _settling(future: asyncio.Future[None], work: Awaitable[None]) -> None:
+    """`work` done, and `future` (what concurrent callers wait on) settled as it ended: done, or its exception,
+    raised here too."""
+    try:
+        await work
+        future.set_result(None)
+    except Exception as exc:
+        future.set_exception(exc)
+        future.exception()  # marks it retrieved: other waiters get it, or nobody
+        raise
