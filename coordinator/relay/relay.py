@@ -2,8 +2,9 @@
 
 It owns the per-broker listeners, the buffer pool shared by every upstream link, one control connection to
 the cluster (for the answers we rewrite: Metadata, FindCoordinator for transactions, and the topic lookups of
-OffsetCommit), the advertised API table, and the cluster metadata cache. Client connections
-(coordinator/server/connection.py) ask it to route each request and to open their upstream link.
+OffsetCommit; and the registered brokers' racks, fenced ones too), the advertised API table, and the cluster
+metadata cache. Client connections (coordinator/server/connection.py) ask it to route each request and to open
+their upstream link.
 """
 
 from __future__ import annotations
