@@ -218,6 +218,10 @@ class Worker:
     rejoin_failures: int = 0
     rejoin_first_error: str | None = None
     rejoin_tasks: set[asyncio.Task] = field(default_factory=set)
+    # A rejoin storm (a server too slow to answer heartbeats) must not open a connection per member: the process
+    # would reach its open-file limit and stop forming. The members beyond the window wait, off the schedule.
+    rejoin_window: int = 1024
+    rejoin_connections: asyncio.Semaphore | None = None
 
     def answer(self, us: int, error: int, member: HeartbeatMember, frame: bytes) -> None:
         # an answer to a heartbeat of an older generation (sent before a rejoin) asks for nothing, as in Kafka's
@@ -253,16 +257,19 @@ class Worker:
         from protocol.client import KafkaClient
 
         loop = asyncio.get_running_loop()
+        if self.rejoin_connections is None:
+            self.rejoin_connections = asyncio.Semaphore(self.rejoin_window)
         while True:
             try:
-                _, client = await asyncio.wait_for(loop.create_connection(
-                    lambda: KafkaClient("soak", 120_000), self.host, self.port,
-                    local_addr=(_SOURCE_ADDRESSES[member.index % len(_SOURCE_ADDRESSES)], 0)), 60)
-                try:
-                    generation, member_id = await join_and_sync(client, member.group_id, self, {}, {},
-                                                                collections.Counter(), member_id=member.member_id)
-                finally:
-                    await client.close()
+                async with self.rejoin_connections:
+                    _, client = await asyncio.wait_for(loop.create_connection(
+                        lambda: KafkaClient("soak", 120_000), self.host, self.port,
+                        local_addr=(_SOURCE_ADDRESSES[member.index % len(_SOURCE_ADDRESSES)], 0)), 60)
+                    try:
+                        generation, member_id = await join_and_sync(client, member.group_id, self, {}, {},
+                                                                    collections.Counter(), member_id=member.member_id)
+                    finally:
+                        await client.close()
                 member.synced(generation, member_id)
                 return
             except Exception as exc:  # noqa: BLE001 - counted and retried, as a client retries
@@ -920,10 +927,11 @@ def wait_formed(workers: list[WorkerProcess], timeout_s: float, every_s: float =
 def run(args: argparse.Namespace) -> dict:
     limit = raise_fd_limit()
     heartbeat_connections = -(-args.members // args.members_per_connection)
-    if heartbeat_connections + args.form_wave + 100 > limit:
+    rejoining = args.workers * Worker.rejoin_window
+    if heartbeat_connections + args.form_wave + rejoining + 100 > limit:
         raise SystemExit(f"the server would need {heartbeat_connections} heartbeat connections + {args.form_wave} "
-                         f"forming ones, above the open-file limit of {limit}: raise --members-per-connection "
-                         "or lower --form-wave (or ulimit -n)")
+                         f"forming ones + up to {rejoining} of rejoining members, above the open-file limit of "
+                         f"{limit}: raise --members-per-connection or lower --form-wave (or ulimit -n)")
     server: ServerProcess | KafkaServer | None = None
     workers: list[WorkerProcess] = []
     try:
