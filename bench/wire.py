@@ -15,6 +15,8 @@ For each member count two servers run in turn, each in its own process (pinned t
   coordinator+tls (--tls): the same behind an SSL listener (TLS 1.3, a test CA made for the run; the load
                 generator's connections are TLS too): `cpu_ratio_to_plaintext` = our CPU per request over TLS /
                 plaintext (docs/security.md's target: at most 1.3).
+  coordinator+tls-loop (--tls): the same with the event loop's own TLS layer instead of ours
+                (COORDINATOR_TLS_TRANSPORT=loop, coordinator/security/tls_transport.py), in the same run.
   coordinator+acls (--acls): the same with the cluster's ACLs enforced (coordinator/security/authorizer.py: 1,000
                 ACLs, each group allowed by a prefixed READ, every Heartbeat checked): `cpu_ratio_to_unenforced` =
                 our CPU per request with the checks / without.
@@ -346,10 +348,14 @@ def _pin(cpu: int) -> None:
         pass
 
 
+_TLS_KINDS = ("coordinator+tls", "coordinator+tls-loop")
+
+
 def run_server(kind: str, members: int, loop_name: str, tls_dir: str | None = None) -> tuple[subprocess.Popen, dict]:
     command = [sys.executable, "-m", "bench.wire", "--serve", kind, "--members", str(members), "--loop", loop_name,
-               *(("--tls-dir", tls_dir) if kind == "coordinator+tls" and tls_dir else ())]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+               *(("--tls-dir", tls_dir) if kind in _TLS_KINDS and tls_dir else ())]
+    environment = {**os.environ, "COORDINATOR_TLS_TRANSPORT": "loop" if kind == "coordinator+tls-loop" else "ours"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=environment)
     assert process.stdout is not None  # stdout=PIPE
     line = process.stdout.readline()
     if not line.startswith("{"):
@@ -359,7 +365,7 @@ def run_server(kind: str, members: int, loop_name: str, tls_dir: str | None = No
 
 
 async def measure(kind: str, members: int, args: argparse.Namespace) -> dict:
-    tls_dir = args.tls_dir if kind == "coordinator+tls" else None
+    tls_dir = args.tls_dir if kind in _TLS_KINDS else None
     process, info = run_server(kind, members, args.loop, tls_dir)
     try:
         if kind == "bare":
@@ -396,12 +402,13 @@ async def main(args: argparse.Namespace) -> None:
         variants = tuple(kind for kind, wanted in (("coordinator+telemetry", args.telemetry),
                                                   ("coordinator+guard", args.guarded),
                                                   ("coordinator+tls", args.tls),
+                                                  ("coordinator+tls-loop", args.tls),
                                                   ("coordinator+acls", args.acls)) if wanted)
         # the variants alternate with the plain run, so the machine's varying load falls on all alike
         ours, *others = await best_of_alternating(args.repeats, ("coordinator", *variants), members, args)
         traced = next((r for r in others if r["server"] == "coordinator+telemetry"), None)
         guarded = next((r for r in others if r["server"] == "coordinator+guard"), None)
-        over_tls = next((r for r in others if r["server"] == "coordinator+tls"), None)
+        over_tls = [r for r in others if r["server"] in _TLS_KINDS]
         enforced = next((r for r in others if r["server"] == "coordinator+acls"), None)
         ratio = ours["requests_per_s"] / bare["requests_per_s"] if bare["requests_per_s"] else 0.0
         ours["ratio_to_bare"] = round(ratio, 3)
@@ -413,11 +420,11 @@ async def main(args: argparse.Namespace) -> None:
             guarded["cpu_ratio_to_unguarded"] = round(
                 ours["server_cpu_us_per_request"] / guarded["server_cpu_us_per_request"], 3)
             measured.append(guarded)
-        if over_tls is not None:
-            over_tls["ratio_to_plaintext"] = round(over_tls["requests_per_s"] / ours["requests_per_s"], 3)
-            over_tls["cpu_ratio_to_plaintext"] = round(
-                over_tls["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
-            measured.append(over_tls)
+        for over_tls_run in over_tls:
+            over_tls_run["ratio_to_plaintext"] = round(over_tls_run["requests_per_s"] / ours["requests_per_s"], 3)
+            over_tls_run["cpu_ratio_to_plaintext"] = round(
+                over_tls_run["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
+            measured.append(over_tls_run)
         if enforced is not None:
             enforced["cpu_ratio_to_unenforced"] = round(
                 enforced["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
@@ -441,6 +448,8 @@ async def main(args: argparse.Namespace) -> None:
     tls_runs = [r for r in results if r["server"] == "coordinator+tls"]
     if tls_runs:  # TLS on our listener against plaintext, same run (docs/security.md: at most 1.3x CPU)
         summary["max_cpu_ratio_to_plaintext"] = max(r["cpu_ratio_to_plaintext"] for r in tls_runs)
+        summary["max_cpu_ratio_to_plaintext_loop_tls"] = max(
+            r["cpu_ratio_to_plaintext"] for r in results if r["server"] == "coordinator+tls-loop")
     acl_runs = [r for r in results if r["server"] == "coordinator+acls"]
     if acl_runs:  # the ACL checks on every request against none, same run
         summary["max_cpu_ratio_to_unenforced"] = max(r["cpu_ratio_to_unenforced"] for r in acl_runs)
@@ -475,13 +484,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also run the coordinator behind multi-instance mode's zombie guard (ratio against "
                              "unguarded, same run)")
     parser.add_argument("--tls", action="store_true",
-                        help="also run the coordinator behind an SSL listener (CPU ratio against plaintext, same run; "
-                             "needs the `cryptography` package of the test extra)")
+                        help="also run the coordinator behind an SSL listener, with our TLS layer and with the loop's "
+                             "(CPU ratio against plaintext, same run; needs the `cryptography` package of the test "
+                             "extra)")
     parser.add_argument("--acls", action="store_true",
                         help="also run the coordinator with the cluster's ACLs enforced (CPU ratio against none, "
                              "same run)")
     parser.add_argument("--serve", choices=("bare", "coordinator", "coordinator+telemetry", "coordinator+guard",
-                                            "coordinator+tls", "coordinator+acls"), help=argparse.SUPPRESS)
+                                            *_TLS_KINDS, "coordinator+acls"), help=argparse.SUPPRESS)
     parser.add_argument("--tls-dir", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
