@@ -2,7 +2,7 @@
 echo-frame server measured in the same run with the same load generator.
 
   python -m bench.wire [--loop asyncio|uvloop] [--seconds 3] [--members 1,100,10000] [--repeats 1] [--telemetry]
-                       [--guarded] [--tls] [--acls]
+                       [--guarded] [--tls] [--acls] [--rate REQUESTS_PER_S]
 
 For each member count two servers run in turn, each in its own process (pinned to CPU 0 when possible):
   bare:         an asyncio BufferedProtocol that answers every length-prefixed frame with a fixed 16-byte
@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import collections
 import faulthandler
 import functools
 import json
@@ -272,7 +273,33 @@ class LoadConnection(asyncio.Protocol):
         response, self.pending = self.pending[: 4 + size], self.pending[4 + size :]
         self.stats.record(time.perf_counter_ns() - self.sent_ns, response)
         if self.stats.running:
-            self.send_next()
+            if self.stats.pacer is not None:
+                self.stats.pacer.waiting.append(self)
+            else:
+                self.send_next()
+
+
+class Pacer:
+    """--rate: the connections' next requests leave at most `rate` a second in all (released every millisecond),
+    so servers whose clients cost more (TLS) and less (plaintext) are measured at the same request rate."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.waiting: collections.deque[LoadConnection] = collections.deque()
+        self.credit = 0.0
+        self.last = time.perf_counter()
+        self.running = True
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        self.credit = min(self.credit + (now - self.last) * self.rate, self.rate * 0.01)  # at most 10 ms' worth
+        self.last = now
+        waiting = self.waiting
+        while waiting and self.credit >= 1:
+            self.credit -= 1
+            waiting.popleft().send_next()
+        if self.running:
+            asyncio.get_running_loop().call_later(0.001, self.tick)
 
 
 @dataclass
@@ -282,6 +309,7 @@ class Stats:
     count: int = 0
     errors: int = 0
     correlation_id: int = 0
+    pacer: Pacer | None = None
 
     def __post_init__(self) -> None:
         self.latencies_ns = array.array("q")
@@ -297,9 +325,9 @@ class Stats:
 
 
 async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float, server_pid: int,
-                tls_dir: str | None = None) -> dict:
+                tls_dir: str | None = None, rate: float = 0.0) -> dict:
     loop = asyncio.get_running_loop()
-    stats = Stats()
+    stats = Stats(pacer=Pacer(rate) if rate else None)
     connection_count = min(len(frames), MAX_CONNECTIONS)
     shares = [frames[i::connection_count] for i in range(connection_count)]
     connections = []
@@ -307,8 +335,12 @@ async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float,
         _transport, protocol = await loop.create_connection(functools.partial(LoadConnection, share, stats), "127.0.0.1",
                                                             port, ssl=_client_tls(tls_dir))
         connections.append(protocol)
-    for connection in connections:
-        connection.send_next()
+    if stats.pacer is not None:
+        stats.pacer.waiting.extend(connections)
+        stats.pacer.tick()
+    else:
+        for connection in connections:
+            connection.send_next()
     await asyncio.sleep(warmup_s)
     cpu_before = _process_cpu_s(server_pid)
     started = time.perf_counter()
@@ -318,6 +350,8 @@ async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float,
     elapsed = time.perf_counter() - started
     cpu_used = _process_cpu_s(server_pid) - cpu_before
     stats.running = False
+    if stats.pacer is not None:
+        stats.pacer.running = False
     await asyncio.sleep(0.2)
     for connection in connections:
         connection.transport.close()
@@ -372,7 +406,7 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict:
             frames = [heartbeat_frame("bench-0", 1, f"member-{i}") for i in range(members)]
         else:
             frames = [heartbeat_frame(g, gen, m) for g, gen, m in info["members"]]
-        result = await drive(info["port"], frames, args.seconds, args.warmup, process.pid, tls_dir)
+        result = await drive(info["port"], frames, args.seconds, args.warmup, process.pid, tls_dir, args.rate)
     finally:
         process.kill()
         process.wait()
@@ -439,6 +473,7 @@ async def main(args: argparse.Namespace) -> None:
         results += measured
     our_runs = [r for r in results if r["server"] == "coordinator"]
     summary = {"benchmark": "wire", "loop": args.loop, "seconds": args.seconds, "repeats": args.repeats,
+               "rate": args.rate or "free-running",
                "results": results, "min_ratio_to_bare": min(r["ratio_to_bare"] for r in our_runs),
                "min_cpu_ratio_to_bare": min(r["cpu_ratio_to_bare"] for r in our_runs)}
     traced_runs = [r for r in results if r["server"] == "coordinator+telemetry"]
@@ -487,6 +522,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also run the coordinator behind an SSL listener, with our TLS layer and with the loop's "
                              "(CPU ratio against plaintext, same run; needs the `cryptography` package of the test "
                              "extra)")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="requests/s in all, the same for every server (0: each as fast as the load generator "
+                             "goes); below the slowest server's free-running rate, CPU per request is compared at "
+                             "one request rate")
     parser.add_argument("--acls", action="store_true",
                         help="also run the coordinator with the cluster's ACLs enforced (CPU ratio against none, "
                              "same run)")

@@ -305,7 +305,7 @@ class TlsServerConnection(asyncio.BufferedProtocol, asyncio.Transport):
         if data and self._tcp is not None and not self._lost:
             self._tcp.write(data)
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:  # type: ignore[override]
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         if not self._open or not data:
             return  # closed: as the loop's layers, a write after close is dropped
         try:
@@ -327,7 +327,7 @@ class TlsServerConnection(asyncio.BufferedProtocol, asyncio.Transport):
         return self._tcp.get_write_buffer_size() if self._tcp is not None else 0
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._tcp.get_write_buffer_limits() if self._tcp is not None else (0, 0)  # type: ignore[attr-defined]
+        return self._tcp.get_write_buffer_limits() if self._tcp is not None else (0, 0)
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         if self._tcp is not None:
@@ -373,7 +373,7 @@ class TlsServerConnection(asyncio.BufferedProtocol, asyncio.Transport):
         return not self._open
 
     def get_protocol(self) -> asyncio.BaseProtocol:
-        return self._app  # type: ignore[no-any-return]
+        return self._app
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         self._app = protocol
