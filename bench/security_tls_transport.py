@@ -6,6 +6,7 @@ listeners' own TLS layer (`tls-ours`: coordinator/security/tls_transport.py over
 
   python -m bench.security_tls_transport [--connections 1,100] [--seconds 3] [--repeats 3] [--loop uvloop]
   python -m bench.security_tls_transport --floor [--repeats 3]
+  python -m bench.security_tls_transport --connects 400 [--repeats 3]
 
 Each server runs in its own process; it answers every length-prefixed frame with a fixed 12-byte frame (a
 Heartbeat v4 response's size) after the request's ~40 bytes (a Heartbeat v4 request's). The load generator (this
@@ -265,6 +266,33 @@ async def load(port: int, connections: int, seconds: float, warmup: float, ca: s
     return counted, window, cpu
 
 
+async def connect_cost(mode: str, count: int, certificates: Path, loop_name: str) -> float:
+    """The server's CPU ms per connection: TCP, TLS handshake, one request answered, close; 8 at a time."""
+    process = subprocess.Popen([sys.executable, "-m", "bench.security_tls_transport", "--serve", mode,
+                                "--certificate", str(certificates / "broker.pem"), "--loop", loop_name],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        context = ssl.create_default_context(cafile=str(certificates / "ca.pem"))
+
+        async def one() -> None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+            writer.write(REQUEST)
+            await reader.readexactly(len(RESPONSE))
+            writer.close()
+            await writer.wait_closed()
+
+        await one()  # warm
+        cpu_before = _cpu_s(process.pid)
+        for _ in range(count // 8):
+            await asyncio.wait_for(asyncio.gather(*(one() for _ in range(8))), 30)
+        return (_cpu_s(process.pid) - cpu_before) / (count // 8 * 8) * 1e3
+    finally:
+        process.kill()
+        process.wait(10)
+
+
 async def measure(mode: str, connections: int, args: argparse.Namespace, certificates: Path) -> dict[str, float]:
     keystore = str(certificates / "broker.pem")
     process = subprocess.Popen([sys.executable, "-m", "bench.security_tls_transport", "--serve", mode,
@@ -287,6 +315,16 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-tls-") as directory:
         certificates = Path(directory)
         make_test_certificates(certificates, hosts=("localhost", "127.0.0.1"), clients=())
+        if args.connects:
+            costs: dict[str, list[float]] = {"tls-loop": [], "tls-ours": []}
+            for _ in range(args.repeats):  # alternating
+                for mode in costs:
+                    costs[mode].append(await connect_cost(mode, args.connects, certificates, args.loop))
+            print(json.dumps({"benchmark": "security_tls_transport", "connects": args.connects,
+                              "server_cpu_ms_per_connection_best": {m: round(min(c), 3) for m, c in costs.items()},
+                              "all": {m: [round(x, 3) for x in c] for m, c in costs.items()},
+                              "load_average": os.getloadavg()[0]}), flush=True)
+            return
         if args.floor:
             for _ in range(args.repeats):
                 print(json.dumps({"benchmark": "security_tls_transport", "floor": record_floor(
@@ -314,6 +352,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
+    parser.add_argument("--connects", type=int, default=0,
+                        help="only the server's CPU per TLS connection (handshake, one request, close), N connections "
+                             "per run, the loop's TLS layer and ours alternating")
     parser.add_argument("--floor", action="store_true",
                         help="only OpenSSL's own cost per heartbeat record, server side, memory BIOs (no sockets)")
     parser.add_argument("--serve", choices=MODES, help=argparse.SUPPRESS)
