@@ -231,10 +231,10 @@ def test_classic_seed_1626_a_txn_offset_commit_refused_after_its_partition_moved
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 
-@pytest.mark.parametrize("seed", [2474, 4158, 4311])
+@pytest.mark.parametrize("seed", [2474, 4158, 4311, 4435])
 def test_classic_seeds_where_a_txn_offset_commit_appended_before_its_partition_moved_answers_not_coordinator(
         seed: int) -> None:
-    """Seed 2474 (4158, 4311 likewise): an instance paused for 15 s with a TxnOffsetCommit's Produce in flight;
+    """Seed 2474 (4158, 4311, 4435 likewise): an instance paused for 15 s with a TxnOffsetCommit's Produce in flight;
     the batch landed, the partition moved, and the woken instance answered NONE for a partition another instance
     serves. Kafka fails every write still pending at an unload with NOT_COORDINATOR; the client's retry reaches the
     new owner (which loaded the batch pending)."""
