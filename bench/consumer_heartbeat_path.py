@@ -125,8 +125,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.classic:  # Heartbeat v4 of classic groups' members: the turn budget's unit
             classic = await asyncio.gather(*(_stable_group(runtime, f"c{g}", GROUP_SIZE) for g in range(args.groups)))
-            members = [m for group in classic for m in group]
-            frames = [heartbeat_frame(g, generation, m) for g, generation, m in members]
+            classic_members = [m for group in classic for m in group]
+            frames = [heartbeat_frame(g, generation, m) for g, generation, m in classic_members]
         else:
             members = [m for g in range(args.groups) for m in await _form(runtime, f"g{g}")]
             frames = [codec.encode_request(0, "bench", heartbeat_request(g, m, e)) for g, m, e in members]
@@ -173,7 +173,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         cpu_s = time.thread_time() - started
         answered = sum(t.answers for t in transports) - answered_before
         figures = {"requests": "Heartbeat v4" if args.classic else "ConsumerGroupHeartbeat",
-                   "connections": args.connections, "topics": args.topics, "members": len(members), "heartbeats": args.heartbeats,
+                   "connections": args.connections, "topics": args.topics, "members": len(frames), "heartbeats": args.heartbeats,
                    "answered": answered, "cpu_us_per_heartbeat": round(cpu_s / args.heartbeats * 1e6, 1)}
         print(f"{args.topics}: {figures['cpu_us_per_heartbeat']} µs of main-thread CPU per heartbeat, "
               f"{answered} of {args.heartbeats} answered in the window")
