@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from confluent_kafka import KafkaError
 
+from coordinator.storage.records import OffsetCommitKey, decode_key
 from protocol.fetch_reader import FetchedBatch, FetchedRecord, MarkerType
 from simulator.history import History
 from simulator.ledger import Ledger
@@ -126,6 +127,8 @@ class SimKafka:
             offsets.append(offset)
             if value is None and self.tombstone_landed is not None:
                 self.tombstone_landed(partition, key, offset)
+        if any(value is None and _is_offset_key(key) for _, key, value in records):
+            self._client_data(partition)  # the tails read our offset tombstones too (txn_tail.TailReader)
         return offsets
 
     def append_client_batch(self, partition: int, producer_id: int, producer_epoch: int, base_sequence: int,
@@ -151,8 +154,8 @@ class SimKafka:
         return offset
 
     def client_data(self, partition: int) -> asyncio.Future[None]:
-        """Resolves when a client's batch or a marker is next appended to the partition (a tail's long poll: what
-        only our writers append concerns no tail)."""
+        """Resolves when a client's batch, a marker or an offset tombstone of ours is next appended to the
+        partition (a tail's long poll: nothing else our writers append concerns a tail)."""
         waiter: asyncio.Future[None] = self.loop.create_future()
         self._client_waiters.setdefault(partition, []).append(waiter)
         return waiter
@@ -210,6 +213,10 @@ class SimKafka:
         if removed:
             self.history.record("compacted", partition=partition, removed=removed)
         return removed
+
+
+def _is_offset_key(key: bytes) -> bool:
+    return isinstance(decode_key(key), OffsetCommitKey)
 
 
 def _fetched(records: list[LogRecord]) -> FetchedBatch:

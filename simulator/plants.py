@@ -163,8 +163,9 @@ def _aborted_offsets_loaded() -> Iterator[None]:
 def _pending_current_before_marker() -> Iterator[None]:
     replay = txn_offsets.replay_transactional_offsets
 
-    def current_at_once(shard: GroupShard, producer_id: int, producer_epoch: int, records: Any) -> None:
-        replay(shard, producer_id, producer_epoch, records)
+    def current_at_once(shard: GroupShard, producer_id: int, producer_epoch: int, records: Any, *,
+                        transactional_id: str | None = None) -> None:
+        replay(shard, producer_id, producer_epoch, records, transactional_id=transactional_id)
         for log_offset, record in records:
             group = shard.groups.get(record.group_id)
             if group is not None and record.value is not None:

@@ -9,7 +9,7 @@ production loader's transaction tracking (storage/transaction_log.py `Transactio
 transactions applied, aborted ones dropped, open ones handed over as pending) over `SimKafka.fetch`, and the
 partitions' live tails are the production `TransactionTails` with their fetch replaced (`SimTails`): it runs
 as tasks of the instance's (virtual) loop instead of a thread of its own, and reads `SimKafka` instead of a
-broker; what it does with a fetch (`transaction_events`, the producer-id naming, the delivery to the shard's
+broker; what it does with a fetch (`TailReader`, the producer-id naming, the delivery to the shard's
 loop, follow/stop) is production code.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from coordinator.group.store import LoadedGroups
 from coordinator.storage.loader import LoadError, StateReplay
 from coordinator.storage.state_producers import producer_settings
 from coordinator.storage.transaction_log import TransactionTracker
-from coordinator.storage.txn_tail import Deliver, TransactionTails, _call_on, transaction_events
+from coordinator.storage.txn_tail import Deliver, TailReader, TransactionTails, _call_on
 from coordinator.storage.uncommitted_load import UncommittedLoad
 from coordinator.timer import Clock
 from protocol.fetch_reader import FetchedRecord
@@ -98,7 +98,7 @@ class SimulatedStore(KafkaGroupStore):
 class SimTails(TransactionTails):
     """The production partition tails on the simulation's loop, reading SimKafka (one fetch per poll: what is
     in the log past the position, after a seeded wait; a poll that would find nothing of a client's waits for it
-    instead). `running` holds a paused process's tails."""
+    instead, or for one of our offset tombstones). `running` holds a paused process's tails."""
 
     def __init__(self, kafka: SimKafka, topic: str, rng: random.Random,
                  running: Callable[[], Awaitable[None]]) -> None:
@@ -113,6 +113,7 @@ class SimTails(TransactionTails):
 
     async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
         position = start
+        reader = TailReader()
         while True:
             await asyncio.sleep(self.rng.randint(5, self.max_wait_ms) / 1000)  # the fetch's long poll
             await self.running()
@@ -123,7 +124,7 @@ class SimTails(TransactionTails):
             unknown = self.owners.unknown(batches)
             if unknown:  # ListTransactions: no producer of ours writes transactional batches in the simulated log
                 self.owners.learn(unknown, {})
-            events = transaction_events(batches, self.owners.is_ours)
+            events = reader.events(batches, self.owners.is_ours)
             next_position = batches[-1].last_offset + 1 if batches else position
             if events:
                 await asyncio.wrap_future(_call_on(caller, deliver, events, next_position))

@@ -102,6 +102,12 @@ class GroupStore(ABC):
         """Whether an offset tombstone of ours of `tp` was sent and is not answered yet, or is owed."""
         return False
 
+    def tombstones_answered(self, group_id: str, partitions: Collection[TopicPartition]
+                            ) -> Awaitable[None] | None:
+        """None if no offset tombstone of ours of these partitions was sent and is unanswered, else an awaitable
+        that completes once none is."""
+        return None
+
     def supersede_tombstones(self, partition: int, group_id: str, partitions: Collection[TopicPartition]
                              ) -> Callable[[], None]:
         """A client's transactional batch of these offsets is about to be appended to the partition: their owed

@@ -24,7 +24,7 @@ below one is dropped when it is replayed, and a pending or current offset below 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -78,6 +78,9 @@ class TransactionalOffsets:
         self.supersede_owed: Callable[[str, list[TopicPartition]], Callable[[], None]] = _nothing_owed
         # the store's: whether a tombstone of ours of the partition was sent and not answered yet, or is owed
         self.tombstone_in_flight: Callable[[str, TopicPartition], bool] = _none_in_flight
+        # the store's: None if no tombstone of ours of these partitions is sent and unanswered, else what completes
+        # once none is
+        self.tombstones_answered: Callable[[str, list[TopicPartition]], Awaitable[None] | None] = _none_unanswered
         # offsets a COMMIT settled while a tombstone of their partition was in flight: current or dropped once
         # it is answered (where it landed decides), pending meanwhile
         self.held: dict[tuple[str, TopicPartition], list[PendingOffset]] = {}
@@ -90,6 +93,7 @@ class TransactionalOffsets:
         self.tombstones.clear()
         self.supersede_owed = _nothing_owed
         self.tombstone_in_flight = _none_in_flight
+        self.tombstones_answered = _none_unanswered
         self.held.clear()
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
@@ -100,10 +104,11 @@ class TransactionalOffsets:
         """Open, or committed and held (the group stays until they are settled)."""
         return group_id in self.open_by_group or any(held_group == group_id for held_group, _ in self.held)
 
-    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+    def pending_partitions(self, group_id: str) -> list[TopicPartition]:
+        """Sorted: the tombstones written for them come in this order (a set of strings' order is the process's)."""
         held = {tp for held_group, tp in self.held if held_group == group_id} if self.held else set()
-        return held | {tp for pid in self.open_by_group.get(group_id, ())
-                       for tp in self.by_producer[pid].offsets.get(group_id, {})}
+        return sorted(held | {tp for pid in self.open_by_group.get(group_id, ())
+                              for tp in self.by_producer[pid].offsets.get(group_id, {})})
 
     def pending_offset(self, producer_id: int, group_id: str, tp: TopicPartition) -> OffsetRecord | None:
         txn = self.by_producer.get(producer_id)
@@ -128,6 +133,16 @@ class TransactionalOffsets:
         self.transactional_groups.add(group_id)
         return self.supersede_owed(group_id, partitions)
 
+    async def sending_after_our_tombstones(self, group_id: str, partitions: list[TopicPartition]
+                                           ) -> Callable[[], None]:
+        """`sending`, once no tombstone of ours of these offsets is unanswered: the client's batch goes out on
+        another connection than our writes, and Kafka appends in the order it handles requests and never sends a
+        failed tombstone again, so one sent before the batch must land before it or be superseded by it. Bounded
+        by our producer's delivery timeout per attempt."""
+        while (unanswered := self.tombstones_answered(group_id, partitions)) is not None:
+            await unanswered
+        return self.sending(group_id, partitions)
+
     def tombstoned_after(self, group_id: str, tp: TopicPartition, log_offset: int) -> bool:
         """Whether one of our tombstones of the partition lies after `log_offset` in the log."""
         return self.tombstones.get((group_id, tp), -1) > log_offset
@@ -150,6 +165,10 @@ def _none_in_flight(group_id: str, tp: TopicPartition) -> bool:
     return False
 
 
+def _none_unanswered(group_id: str, partitions: list[TopicPartition]) -> Awaitable[None] | None:
+    return None
+
+
 def follow_own_tombstones(shard: GroupShard, store: GroupStore) -> None:
     """The store tells the shard where its offset tombstones land, and a client's batch supersedes the owed ones."""
     partition, txns = shard.partition, shard.transactional_offsets
@@ -157,6 +176,7 @@ def follow_own_tombstones(shard: GroupShard, store: GroupStore) -> None:
                                                                                           log_offset))
     txns.supersede_owed = lambda group_id, tps: store.supersede_tombstones(partition, group_id, tps)
     txns.tombstone_in_flight = store.tombstone_in_flight
+    txns.tombstones_answered = store.tombstones_answered
 
 
 def tombstone_landed(shard: GroupShard, group_id: str, tp: TopicPartition, log_offset: int | None) -> None:
@@ -390,7 +410,18 @@ class EndTransactionMarker:
     offset: int
 
 
-TransactionEvent = ClientTransactionalBatch | EndTransactionMarker
+@dataclass(frozen=True, slots=True)
+class OwnOffsetTombstone:
+    """One of our offset tombstones read from the shard's partition: its record at `offset`, in effect from
+    `settled_at` on (its own offset; a transactional writer's: its COMMIT marker's)."""
+
+    group_id: str
+    tp: TopicPartition
+    offset: int
+    settled_at: int
+
+
+TransactionEvent = ClientTransactionalBatch | EndTransactionMarker | OwnOffsetTombstone
 
 
 def replay_transaction_events(shard: GroupShard, events: Iterable[TransactionEvent], read_to: int | None = None
@@ -404,6 +435,10 @@ def replay_transaction_events(shard: GroupShard, events: Iterable[TransactionEve
             replay_transactional_offsets(shard, event.producer_id, event.producer_epoch, event.offset_commits)
             shard.producer_sequences.observed_batch(event.producer_id, event.producer_epoch, event.last_sequence)
             txns.read_to = max(txns.read_to, event.last_offset + 1)
+        elif isinstance(event, OwnOffsetTombstone):
+            if event.settled_at >= txns.read_to and event.group_id in txns.transactional_groups:
+                tombstone_landed(shard, event.group_id, event.tp, event.offset)
+            txns.read_to = max(txns.read_to, event.settled_at + 1)
         elif event.offset >= txns.read_to:  # below it: read before (a reader starting again from the log start)
             replay_end_transaction(shard, event.producer_id, event.producer_epoch, event.commit, event.offset)
             shard.producer_sequences.observed_marker(event.producer_id, event.producer_epoch)

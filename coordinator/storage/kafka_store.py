@@ -144,6 +144,10 @@ class KafkaGroupStore(GroupStore):
     def tombstone_in_flight(self, group_id: str, tp: TopicPartition) -> bool:
         return self._tombstones.in_flight(_offset_key(group_id, tp))
 
+    def tombstones_answered(self, group_id: str, partitions: Collection[TopicPartition]
+                            ) -> asyncio.Future[None] | None:
+        return self._tombstones.answered(_offset_key(group_id, tp) for tp in partitions)
+
     def _tombstones_landed(self, partition: int, landed: list[tuple[bytes, int | None]]) -> None:
         follower = self._tombstone_followers.get(partition)
         if follower is None:

@@ -9,7 +9,9 @@ fails puts the tombstone back: the cache does not hold that value either, so "de
 What is still unwritten when the store closes is logged. Where each one landed (its delivery report's offset,
 retries included; None for an attempt that failed, or an owed one superseded) goes to
 `on_landed(partition, [(key, offset)])`, and `in_flight(key)` says whether one is unanswered or owed: a client's transactional batch is ordered against our
-tombstones by log offset (coordinator/group/txn_offsets.py).
+tombstones by log offset (coordinator/group/txn_offsets.py). A client's batch goes out through another connection,
+so it waits until no attempt of its keys is unanswered (`answered`), then supersedes the owed ones: as in Kafka,
+a tombstone handled before the batch lands before it, and one that failed never lands after it.
 
 Order: a tombstone, its retries and every other write of its partition are queued with the producer at the
 moment they are issued (`RecordSender.send` queues synchronously, in order per partition), so a retry queued
@@ -51,6 +53,7 @@ class TombstoneWriter:
         self._max_retry_s = max(first_retry_s, _MAX_RETRY_S)
         self._unwritten: dict[bytes, _Tombstone] = {}  # key → its latest tombstone not yet acknowledged
         self._sending: dict[bytes, int] = {}  # key → attempts not answered yet (superseded ones too)
+        self._answer_waiters: list[tuple[set[bytes], asyncio.Future[None]]] = []  # (keys, resolved once none sent)
         self._retrier: asyncio.Task[None] | None = None
         self._producer: RecordSender | None = None
         self._closed = False
@@ -63,6 +66,15 @@ class TombstoneWriter:
         """Whether a tombstone of `key` was sent and not answered yet, or is owed (its retry lands later): where
         the latest lands is not known yet."""
         return key in self._sending or key in self._unwritten
+
+    def answered(self, keys: Iterable[bytes]) -> asyncio.Future[None] | None:
+        """None if no attempt of a tombstone of these keys is unanswered, else a future resolved once none is."""
+        sent = {key for key in keys if key in self._sending}
+        if not sent:
+            return None
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._answer_waiters.append((sent, waiter))
+        return waiter
 
     def send(self, producer: RecordSender, group_id: str, keys: list[tuple[int, bytes]], what: str
              ) -> asyncio.Future[KafkaError | None]:
@@ -137,6 +149,8 @@ class TombstoneWriter:
                 if left:
                     self._sending[key] = left
             self._on_done(batch, what, error)
+            if self._answer_waiters:
+                self._wake_answer_waiters()
             if self._on_landed is not None and batch:
                 offsets: list[int | None] = list(sorted(reported)) if error is None and len(reported) == len(batch) \
                     else [None] * len(batch)
@@ -145,6 +159,17 @@ class TombstoneWriter:
                 outcome.set_result(error)
 
         producer.send(records, offsets=reported).add_done_callback(lambda sent: done(sent.result()))
+
+    def _wake_answer_waiters(self) -> None:
+        waiting = []
+        for keys, waiter in self._answer_waiters:
+            if waiter.done():
+                continue
+            if keys.isdisjoint(self._sending):
+                waiter.set_result(None)
+            else:
+                waiting.append((keys, waiter))
+        self._answer_waiters = waiting
 
     def _on_done(self, batch: list[tuple[bytes, _Tombstone]], what: str, error: KafkaError | None) -> None:
         for _, entry in batch:  # also those superseded meanwhile: restored after a failed newer write, they are owed

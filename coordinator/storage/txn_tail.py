@@ -11,8 +11,10 @@ at a time: partitions sharing one would wait out each other's polls).
 The tails run as tasks of one thread with its own event loop: parsing what they fetch (our own writes too) never
 stalls the coordinator's loop. What concerns a shard (a client's batch, a marker) is handed to the shard's loop
 (`deliver(events, read_to)` runs there) and the tail waits until it has run before fetching on, so at most one
-fetch's worth per partition is in memory. Batches of our own producers (our transactional writers) are skipped:
-their records are the shard's own writes, applied when acknowledged. A producer id is named ours or a client's
+fetch's worth per partition is in memory. Of our own producers' batches (the shard's own writes, applied when
+acknowledged) only our offset tombstones are handed over, once the partition has a client's batch (`TailReader`):
+where one landed orders it against the clients' batches, and its acknowledgement can be lost. A producer id is
+named ours or a client's
 once, by ListTransactions on every broker (its transactional id against our prefix; connections the tails
 share), and remembered (bounded).
 
@@ -29,17 +31,20 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import replace
 
 from kio.static.primitive import i32, i64
 
 from coordinator.group.records import OffsetCommitRecord
-from coordinator.group.txn_offsets import ClientTransactionalBatch, EndTransactionMarker, TransactionEvent
+from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, OwnOffsetTombstone,
+                                           TransactionEvent)
 from coordinator.security.clusters import ClusterSecurity
 from coordinator.storage.transaction_log import decode_offset_commit
 from coordinator.storage.uncommitted_load import RETRIABLE_FETCH_ERRORS, PartitionLeaders, transaction_states
 from protocol import apis
 from protocol.errors import ProtocolError
-from protocol.fetch_reader import FetchedBatch, FetchedPartition, FetchError, MarkerType, fetch, tolerant_request
+from protocol.fetch_reader import (FetchedBatch, FetchedPartition, FetchError, MarkerType, WantsRecords, fetch,
+                                  tolerant_request)
 from protocol.messages import build, item_class
 
 log = logging.getLogger("coordinator.storage")
@@ -58,17 +63,64 @@ _MAX_WAIT_MS = 250
 
 
 def transaction_events(batches: Iterable[FetchedBatch], is_ours: Callable[[int], bool]) -> list[TransactionEvent]:
-    """What a shard needs of fetched batches, in log order: the clients' transactional data batches (their offset
-    commit records) and every COMMIT/ABORT marker; non-transactional batches and our producers' are left out."""
-    events: list[TransactionEvent] = []
-    for batch in batches:
-        if batch.is_control:
-            if batch.marker is not None and not is_ours(batch.producer_id):
-                events.append(EndTransactionMarker(batch.producer_id, batch.producer_epoch,
-                                                   batch.marker == MarkerType.COMMIT, batch.base_offset))
-        elif batch.is_transactional and not is_ours(batch.producer_id):
-            events.append(client_batch(batch))
-    return events
+    """What a shard needs of these batches read from a tail's start (`TailReader.events`)."""
+    return TailReader().events(batches, is_ours)
+
+
+class TailReader:
+    """What one tail hands its shard of the batches it fetches, in log order: the clients' transactional data
+    batches (their offset commit records), every COMMIT/ABORT marker of a client's, and, once a client's batch was
+    read, our own offset tombstones. Kafka's replay drops a pending offset at a tombstone of its key later in the
+    log, and memory cannot learn where ours landed from acknowledgements alone (one can be lost while the
+    tombstone is in the log). A tombstone in a transactional batch of ours takes effect at our COMMIT marker and
+    not at all after our ABORT, as the loader applies it. Our batches are read record by record only then: they
+    are the bulk of the partition, and before any client's batch no pending offset can lie below a tombstone."""
+
+    def __init__(self) -> None:
+        self.reads_ours = False
+        self._open_ours: dict[int, list[OwnOffsetTombstone]] = {}  # our producer id → tombstones before its marker
+
+    def wants_records(self, is_ours: Callable[[int], bool]) -> WantsRecords:
+        """The parse's choice for one fetch (called in log order): a client's batch always; ours once a client's
+        batch was read, in this fetch too (a producer not named yet counts as a client's)."""
+        client_read = self.reads_ours
+
+        def wants(producer_id: int, transactional: bool) -> bool:
+            nonlocal client_read
+            if transactional and not is_ours(producer_id):
+                client_read = True
+            return client_read
+        return wants
+
+    def events(self, batches: Iterable[FetchedBatch], is_ours: Callable[[int], bool]) -> list[TransactionEvent]:
+        events: list[TransactionEvent] = []
+        for batch in batches:
+            if batch.is_control:
+                if batch.marker is None:
+                    continue
+                if not is_ours(batch.producer_id):
+                    events.append(EndTransactionMarker(batch.producer_id, batch.producer_epoch,
+                                                       batch.marker == MarkerType.COMMIT, batch.base_offset))
+                elif (held := self._open_ours.pop(batch.producer_id, None)) and batch.marker == MarkerType.COMMIT:
+                    events.extend(replace(tombstone, settled_at=batch.base_offset) for tombstone in held)
+            elif batch.is_transactional and not is_ours(batch.producer_id):
+                events.append(client_batch(batch))
+                self.reads_ours = True
+            elif self.reads_ours and (tombstones := own_offset_tombstones(batch)):
+                if batch.is_transactional:
+                    self._open_ours.setdefault(batch.producer_id, []).extend(tombstones)
+                else:
+                    events.extend(tombstones)
+        return events
+
+
+def own_offset_tombstones(batch: FetchedBatch) -> list[OwnOffsetTombstone]:
+    found = []
+    for record in batch.records:
+        if record.value is None and (commit := decode_offset_commit(record)) is not None:
+            key = commit.key
+            found.append(OwnOffsetTombstone(key.group, (key.topic, key.partition), record.offset, record.offset))
+    return found
 
 
 def client_batch(batch: FetchedBatch) -> ClientTransactionalBatch:
@@ -219,11 +271,12 @@ class TransactionTails:
 
     async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
         leaders = PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes, lambda: False)
+        reader = TailReader()
         position = start
         try:
             while True:
                 try:
-                    position = await self._step(leaders, partition, position, caller, deliver)
+                    position = await self._step(leaders, reader, partition, position, caller, deliver)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # a lost connection, a leader moved, a malformed answer: never the end
@@ -231,7 +284,7 @@ class TransactionTails:
         finally:
             await leaders.close()
 
-    async def _step(self, leaders: PartitionLeaders, partition: int, position: int,
+    async def _step(self, leaders: PartitionLeaders, reader: TailReader, partition: int, position: int,
                     caller: asyncio.AbstractEventLoop, deliver: Deliver) -> int:
         """One fetch from `position`, its events delivered; the next position."""
         if partition not in leaders.leaders:
@@ -240,19 +293,15 @@ class TransactionTails:
         client = await leaders.connect(leaders.leaders[partition])
         answer = await fetch(client, self.topic, partition, position, max_bytes=self.max_bytes,
                              max_wait_ms=self.max_wait_ms, timeout_ms=self.max_wait_ms + 30_000,
-                             min_bytes=self.min_bytes, wants_records=self._wants_records)
+                             min_bytes=self.min_bytes, wants_records=reader.wants_records(self.owners.is_ours))
         unknown = self.owners.unknown(answer.batches)
         if unknown:
             await self._name_producers(unknown)
-        events = transaction_events(answer.batches, self.owners.is_ours)
+        events = reader.events(answer.batches, self.owners.is_ours)
         next_position = _next_position(answer, position)
         if events:  # handed over and waited for: one fetch's worth in memory at most
             await asyncio.wrap_future(_call_on(caller, deliver, events, next_position))
         return next_position
-
-    def _wants_records(self, producer_id: int, transactional: bool) -> bool:
-        """Only a client's batches are read record by record: ours are the bulk of the partition."""
-        return transactional and not self.owners.is_ours(producer_id)
 
     async def _recover(self, leaders: PartitionLeaders, partition: int, position: int, exc: Exception) -> int:
         """Where to read on after `exc`: the log start if the position is out of range, else the same position

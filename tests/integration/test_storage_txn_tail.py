@@ -20,14 +20,15 @@ from confluent_kafka import Producer
 
 from coordinator.embedded import EmbeddedKafka
 from coordinator.group.api import (OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-                                   OffsetFetchRequest, OffsetFetchRequestTopic)
+                                   OffsetDeleteRequest, OffsetDeleteRequestTopic, OffsetFetchRequest,
+                                   OffsetFetchRequestTopic)
 from coordinator.group.partitioner import partition_for
 from coordinator.group.records import OffsetCommitRecord, OffsetRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.storage.txn_tail import TransactionTails
-from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, TransactionEvent,
-                                           replay_transactional_offsets)
+from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, OwnOffsetTombstone,
+                                           TransactionEvent, replay_transactional_offsets)
 from coordinator.storage.records import OffsetCommitKey, encode, encode_key, encode_offset_commit_value
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env
@@ -168,6 +169,42 @@ async def test_a_transactional_commit_after_a_regular_one_wins_on_commit(kafka_b
         assert shard.groups["g"].offsets[("orders", 0)].log_offset > regular.log_offset
     finally:
         await close(env)
+
+
+@pytest.mark.parametrize("fencing", [False, True], ids=["idempotent", "transactional"])
+async def test_the_tail_reads_our_offset_tombstones_after_a_clients_batch_in_log_order(kafka_bootstrap: str,
+                                                                                      fencing: bool) -> None:
+    """Our OffsetDelete's tombstone lands between a client's batch and its COMMIT: a tail reading the partition
+    from its start hands over the batch, our tombstone where it is (a transactional writer's at our COMMIT
+    marker: it takes effect there) and the COMMIT, in log order, whatever the tombstone's acknowledgement said;
+    the served shard makes nothing current."""
+    topic = unique_topic()
+    prefix = f"coordinator-{uuid.uuid4().hex}"
+    env = await served(kafka_bootstrap, topic, transactional_id=prefix if fencing else None,
+                       partition_fencing=fencing)
+    partition = partition_for("g", PARTITIONS)
+    tails = TransactionTails(kafka_bootstrap, None, topic, lambda transactional_id: transactional_id.startswith(
+        prefix), max_wait_ms=200)
+    seen: list[TransactionEvent] = []
+    try:
+        producer = await client_transaction(kafka_bootstrap, topic, "g", 30)
+        await fetched_is(env, "g", (-1, Errors.UNSTABLE_OFFSET_COMMIT))  # the served tail has read the batch
+        response = await env.coordinator.delete_offsets(OffsetDeleteRequest("g", [OffsetDeleteRequestTopic(
+            "orders", [0])]))
+        assert response.error_code == Errors.NONE
+        await asyncio.to_thread(producer.commit_transaction, 30)
+        tails.follow(partition, 0, lambda events, _read_to: seen.extend(events))
+        await until(lambda: any(isinstance(event, EndTransactionMarker) for event in seen))
+        await fetched_is(env, "g", (-1, Errors.NONE))
+    finally:
+        await tails.close()
+        await close(env)
+    client, tombstone, marker = seen
+    assert isinstance(client, ClientTransactionalBatch) and isinstance(marker, EndTransactionMarker) and marker.commit
+    assert isinstance(tombstone, OwnOffsetTombstone)
+    assert (tombstone.group_id, tombstone.tp) == ("g", ("orders", 0)) and client.last_offset < tombstone.offset
+    assert tombstone.settled_at > tombstone.offset if fencing else tombstone.settled_at == tombstone.offset
+    assert tombstone.settled_at < marker.offset
 
 
 @pytest.mark.parametrize("cluster", ["kafka_bootstrap", "kafka_tv1"])

@@ -2,7 +2,9 @@
 KIP-447 checks, on a real runtime with a manual clock."""
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Callable
 
 from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.topics import StaticTopics, TopicImage
@@ -12,8 +14,9 @@ from coordinator.group.shard import GroupShard
 from coordinator.group.state import GroupState
 from coordinator.group.status import ShardStatus
 from coordinator.group.txn_commit import TxnOffsetCommitIdentity, txn_append_error, validate_transactional_offset_commit
-from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, replay_end_transaction,
-                                            replay_transaction_events, replay_transactional_offsets, tombstone_landed)
+from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, OwnOffsetTombstone,
+                                            replay_end_transaction, replay_transaction_events,
+                                            nothing_to_restore, replay_transactional_offsets, tombstone_landed)
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, commit, env, errors_of, fetch, form_group  # noqa: F401
 
@@ -264,7 +267,7 @@ async def test_a_batch_below_our_tombstone_replayed_after_it_is_never_pending(en
     shard.transactional_offsets.sending("s", [("t", 0)])  # the TxnOffsetCommit's Produce goes
     tombstone_landed(shard, "s", ("t", 0), 12)
     replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 7, ("t", 1): 7}, 10))
-    assert shard.transactional_offsets.pending_partitions("s") == {("t", 1)}
+    assert shard.transactional_offsets.pending_partitions("s") == [("t", 1)]
     assert replay_end_transaction(shard, PID, EPOCH, True, 13) == 1
     assert await fetch(env, "s", {"t": [0, 1]}) == {("t", 0): (-1, "", Errors.NONE), ("t", 1): (7, "", Errors.NONE)}
 
@@ -333,3 +336,64 @@ async def test_a_commit_read_while_our_tombstone_is_in_flight_waits_for_where_it
     tombstone_landed(shard, "s", ("t", 1), None)  # that attempt failed: the offset stands
     assert await fetch(env, "s", {"t": [0, 1]}, require_stable=True) == {
         ("t", 0): (-1, "", Errors.NONE), ("t", 1): (4, "", Errors.NONE)}
+
+
+async def test_our_tombstone_read_by_the_tail_drops_what_came_before_it_whatever_its_acknowledgement_said(
+        env: Env) -> None:
+    """Seed 442: our tombstone (58) landed after the client's batch (57) but its acknowledgement was lost, and the
+    application's next TxnOffsetCommit superseded its retry: memory heard only "failed". The tail reads it in log
+    order, so the COMMIT (59) makes nothing current; on a partition whose COMMIT was read first and held for a
+    tombstone in flight (then superseded), the tail's read of the tombstone after it deletes the offset."""
+    shard = shard_of(env, "s")
+    txns = shard.transactional_offsets
+    in_flight = {("s", ("t", 0)), ("s", ("t", 1))}
+    txns.tombstone_in_flight = lambda group_id, tp: (group_id, tp) in in_flight
+    replay_transaction_events(shard, [], 50)
+    txns.sending("s", [("t", 0), ("t", 1)])
+    replay_transactional_offsets(shard, PID, EPOCH, offset_records("s", {("t", 0): 11}, 57))  # the handler's
+    replay_transaction_events(shard, [
+        ClientTransactionalBatch(PID, EPOCH, 0, 57, tuple(offset_records("s", {("t", 0): 11}, 57))),
+        OwnOffsetTombstone("s", ("t", 0), 58, 58), EndTransactionMarker(PID, EPOCH, True, 59)], 60)
+    in_flight.discard(("s", ("t", 0)))
+    tombstone_landed(shard, "s", ("t", 0), None)  # the lost acknowledgement, then the retry superseded
+    assert await fetch(env, "s", {"t": [0]}, require_stable=True) == {("t", 0): (-1, "", Errors.NONE)}
+
+    replay_transaction_events(shard, [
+        ClientTransactionalBatch(OTHER_PID, EPOCH, 0, 61, tuple(offset_records("s", {("t", 1): 12}, 61))),
+        EndTransactionMarker(OTHER_PID, EPOCH, True, 62)], 63)
+    assert await fetch(env, "s", {"t": [1]}, require_stable=True) == {
+        ("t", 1): (-1, "", Errors.UNSTABLE_OFFSET_COMMIT)}  # held: our tombstone of it is in flight
+    in_flight.clear()
+    replay_transaction_events(shard, [OwnOffsetTombstone("s", ("t", 1), 64, 64)], 65)
+    tombstone_landed(shard, "s", ("t", 1), None)
+    assert await fetch(env, "s", {"t": [1]}, require_stable=True) == {("t", 1): (-1, "", Errors.NONE)}
+    replay_transaction_events(shard, [OwnOffsetTombstone("s", ("t", 0), 40, 40)], 66)  # read before: ignored
+    assert not txns.tombstones and not txns.held
+
+
+async def test_a_clients_batch_goes_out_only_once_our_tombstones_of_its_offsets_are_answered(env: Env) -> None:
+    """Kafka appends in the order it handles requests and never sends a failed tombstone again: a tombstone of
+    ours already sent lands before the client's batch (or fails and is superseded by it), never after it."""
+    shard = shard_of(env, "s")
+    txns = shard.transactional_offsets
+    answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    asked: list[list[tuple[str, int]]] = []
+
+    def unanswered(group_id: str, partitions: list[tuple[str, int]]) -> asyncio.Future[None] | None:
+        asked.append(partitions)
+        return None if answered.done() else answered
+
+    txns.tombstones_answered = unanswered
+    superseded: list[list[tuple[str, int]]] = []
+
+    def supersede(group_id: str, partitions: list[tuple[str, int]]) -> Callable[[], None]:
+        superseded.append(partitions)
+        return nothing_to_restore
+
+    txns.supersede_owed = supersede
+    sending = asyncio.ensure_future(txns.sending_after_our_tombstones("s", [("t", 0)]))
+    await asyncio.sleep(0)
+    assert not sending.done() and not superseded
+    answered.set_result(None)
+    await asyncio.wait_for(sending, 5)
+    assert superseded == [[("t", 0)]] and asked == [[("t", 0)], [("t", 0)]]

@@ -8,10 +8,10 @@ import asyncio
 
 from coordinator.group.records import OffsetCommitRecord, OffsetRecord, Record
 from coordinator.group.store import InMemoryGroupStore
-from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker,
+from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, OwnOffsetTombstone,
                                            replay_transaction_events, replay_transactional_offsets)
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
-from coordinator.storage.txn_tail import ProducerOwners, transaction_events
+from coordinator.storage.txn_tail import ProducerOwners, TailReader, transaction_events
 from protocol.error_codes import Errors
 from protocol.fetch_reader import FetchedBatch, FetchedRecord, MarkerType
 from tests.support.group_harness import Env, commit, drain, env, fetch  # noqa: F401
@@ -161,3 +161,22 @@ def test_producer_owners_are_asked_once_and_remembered_within_bounds() -> None:
     assert owners.unknown(batches) == set() and owners.ours == {OURS} and not owners.is_ours(CLIENT)
     owners.learn({99}, {})  # not listed: a client's (ours are current for our ids while we write)
     assert not owners.is_ours(99) and len(owners.unknown(batches)) == 1  # the oldest one forgotten
+
+
+def test_our_offset_tombstones_are_read_in_log_order_once_a_clients_batch_was() -> None:
+    """Before any client's batch our tombstones concern nothing (ours are read by header only); after one, a plain
+    batch's tombstone counts where it is, a transactional one of ours at our COMMIT, not at all after our ABORT."""
+    reader = TailReader()
+    ours = lambda pid: pid == OURS  # noqa: E731
+    wants = reader.wants_records(ours)
+    assert not wants(-1, False) and not wants(OURS, True)
+    assert reader.events([fetched_batch(0, -1, transactional=False)], ours) == []
+    wants = reader.wants_records(ours)
+    assert not wants(OURS, True) and wants(CLIENT, True) and wants(OURS, True) and wants(-1, False)
+    events = reader.events([
+        fetched_batch(3, CLIENT), fetched_batch(5, -1, transactional=False), fetched_batch(7, OURS),
+        fetched_batch(9, CLIENT, control=MarkerType.COMMIT), fetched_batch(10, OURS, control=MarkerType.COMMIT),
+        fetched_batch(11, OURS), fetched_batch(13, OURS, control=MarkerType.ABORT)], ours)
+    assert events[1:] == [OwnOffsetTombstone("s", ("t", 1), 6, 6), EndTransactionMarker(CLIENT, EPOCH, True, 9),
+                          OwnOffsetTombstone("s", ("t", 1), 8, 10)]
+    assert reader.wants_records(ours)(OURS, True)  # from now on in every fetch

@@ -209,14 +209,15 @@ def test_classic_seed_262_a_marker_read_late_does_not_settle_the_next_transactio
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 
-@pytest.mark.parametrize("seed", [215, 225, 339, 354, 362, 368, 1463, 1818])
+@pytest.mark.parametrize("seed", [215, 225, 339, 354, 362, 368, 442, 1463, 1818])
 def test_classic_seeds_where_a_transactional_batch_and_our_tombstone_interleaved(seed: int) -> None:
     """A client's batch and one of our offset tombstones of the same partition landed in one order and were
     learned in the other: 225, 354 and 1463 (offset expiry) replayed the batch after the tombstone landed after
     it, and memory made it current at the COMMIT; in 215, 339 and 368 an owed tombstone was sent again after the
     batch; in 362 the tail read the COMMIT behind our tombstone before the tombstone's acknowledgement came (in
-    1818 the group was retired while that offset was held). Memory must be what Kafka's replay of the log
-    builds."""
+    1818 the group was retired while that offset was held); in 442 the tombstone landed between the batch and
+    its COMMIT but its acknowledgement was lost, and the application's next batch superseded its retry (the tail
+    reads our tombstones in log order). Memory must be what Kafka's replay of the log builds."""
     outcome = run_seed(seed)
     assert outcome.ok, [v.line() for v in outcome.violations]
 
@@ -227,6 +228,17 @@ def test_classic_seed_1626_a_txn_offset_commit_refused_after_its_partition_moved
     leader refused the append (the producer fenced meanwhile) and that refusal was answered by the old owner.
     A refusal heard after the partition moved is answered NOT_COORDINATOR: the new owner answers the retry."""
     outcome = run_seed(1626)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [2474, 4158, 4311, 4435])
+def test_classic_seeds_where_a_txn_offset_commit_appended_before_its_partition_moved_answers_not_coordinator(
+        seed: int) -> None:
+    """Seed 2474 (4158, 4311, 4435 likewise): an instance paused for 15 s with a TxnOffsetCommit's Produce in flight;
+    the batch landed, the partition moved, and the woken instance answered NONE for a partition another instance
+    serves. Kafka fails every write still pending at an unload with NOT_COORDINATOR; the client's retry reaches the
+    new owner (which loaded the batch pending)."""
+    outcome = run_seed(seed)
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 

@@ -314,8 +314,8 @@ async def _commit_locked(ctx: ConnectionContext, shard: GroupShard, writes: _Sha
         refused = await _append(ctx, shard, writes, identity, records)
     if refused == Errors.NOT_ENOUGH_REPLICAS and ctx.relay is not None and state is not None:
         refused = await unverified_append_error(ctx.relay, identity, state)
-    if refused is not None and shard.status is not ShardStatus.ACTIVE:
-        refused = Errors.NOT_COORDINATOR  # the partition moved meanwhile: its new owner answers the retry
+    if shard.status is not ShardStatus.ACTIVE:  # moved meanwhile, appended or not: its new owner answers the retry
+        refused = Errors.NOT_COORDINATOR  # (Kafka fails every write still pending at an unload so)
     if refused is not None:
         if not existed:
             _forget_unused_group(shard, identity.group_id)
@@ -361,9 +361,15 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
             log.warning("event=txn_offset_append_no_leader partition=%s error=%s", state, exc)
             sequences.settle(producer_id, batch.epoch, batch.sequence, Outcome.REFUSED)
             return Errors.COORDINATOR_NOT_AVAILABLE
-        # ordered against our tombstones of these offsets by log offset; an owed one is not sent again
-        restore_owed = shard.transactional_offsets.sending(identity.group_id,
-                                                           [(r.topic, r.partition) for r in batch.records])
+        # ordered against our tombstones of these offsets by log offset; one sent before lands before it, an owed
+        # one is not sent again
+        try:
+            restore_owed = await shard.transactional_offsets.sending_after_our_tombstones(
+                identity.group_id, [(r.topic, r.partition) for r in batch.records])
+        except BaseException:  # cancelled before it was sent: owed as one of unknown outcome is (same sequence)
+            sequences.settle(producer_id, batch.epoch, batch.sequence, Outcome.UNKNOWN)
+            writes.owed[producer_id] = batch
+            raise
         try:
             result = appended(await relay.request_to(leader, produce_request(
                 producer, state[0], state[1], batch.batch, produce_version=batch.produce_version,
