@@ -68,6 +68,7 @@ def _install() -> None:
     _wrap(transactions.TransactionalProducer, "_enqueue", before="queued")
     _wrap(transactions.TransactionalProducer, "_begin_commit", before="submit")
     _wrap(transactions.TransactionalProducer, "_answer", before="writes_answered")
+    _wrap(transaction_client.TransactionClient, "open_ahead", before="open_ahead_call", after="open_ahead_done")
     answer_parked = connection.Connection._answer_parked
 
     def _answer_parked(self: Any, header: Any, to_frame: Any, future: Any) -> None:

@@ -24,6 +24,8 @@ log = logging.getLogger("coordinator.group")
 class Rebalancing(SyncPhase):
     config: CoordinatorConfig
     append: Callable[[Write], object]
+    # the runtime's: the store is told this shard's partition will be written soon (GroupStore.expect_append)
+    expect_write: Callable[[], object] | None = None
 
     def now_ms(self) -> int:
         raise NotImplementedError  # the shard's clocks
@@ -113,6 +115,8 @@ class Rebalancing(SyncPhase):
     def _send_join_responses(self, group: GroupMetadata) -> None:
         log.info("event=group_stabilized group=%s generation=%d members=%d protocol=%s leader=%s",
                  group.group_id, group.generation_id, group.size, group.protocol_name, group.leader_id)
+        if self.expect_write is not None:  # the leader's assignment: its write's transaction opens meanwhile
+            self.expect_write()
         # The leader first: its answer starts the rest of the rebalance (its assignor, its SyncGroup and the
         # assignment's write), which then overlaps the answers to the other members.
         leader = group.members.get(group.leader_id or "")

@@ -19,6 +19,7 @@ append (`shard.append`), queued at once: a partition's writes reach the store in
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Collection, Coroutine, Iterator, Mapping, ValuesView
@@ -88,6 +89,7 @@ class GroupRuntime:
                        for p in range(self.num_partitions)]
         for shard in self.shards:  # one instance owns every partition until told otherwise (step 2)
             shard.status = ShardStatus.ACTIVE
+            shard.expect_write = functools.partial(store.expect_append, shard.partition)
         self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
         self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for, wall_clock=self.wall_clock)
         # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the

@@ -87,6 +87,10 @@ class GroupStore(ABC):
         """Queue `records` (one group's) for `partition` before returning, after every record queued for it
         before; the awaitable completes once they are acknowledged, all or nothing, or raises StoreError."""
 
+    def expect_append(self, partition: int) -> None:
+        """A write to `partition` is expected soon (a group whose join completed writes its assignment once the
+        leader sends it): a store may get ready for it now. Changes nothing a reader sees; a hint only."""
+
     def follow_transactions(self, partition: int, start: int,
                             deliver: Callable[[list[TransactionEvent], int], None]) -> None:
         """Read the partition's clients' transactional batches and markers from `start` on, handing them to

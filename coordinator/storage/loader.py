@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordinator.group.store import LoadedGroups
 from coordinator.storage.records import (
-    GroupMetadataKey, OffsetCommitKey, OffsetRecord, RecordFormatError, UnknownKey,
+    OPEN_AHEAD_KEY_VERSION, GroupMetadataKey, OffsetCommitKey, OffsetRecord, RecordFormatError, UnknownKey,
     decode_group_metadata_value, decode_key, decode_offset_commit_value,
 )
 from coordinator.group.modern.records import ConsumerGroupRecord
@@ -93,7 +93,7 @@ class StateReplay:
                 record = decode_consumer_record(key_bytes, value_bytes)
                 if record is not None:
                     self._state.consumer_records.append(record)
-            else:
+            elif key.version != OPEN_AHEAD_KEY_VERSION:  # that one only opened a transaction of ours
                 self._unknown(key, where)
         except RecordFormatError as exc:
             self._malformed(where, str(exc))

@@ -54,6 +54,12 @@ class _RoutedWriters:
             lambda done: outcome.set_result(next((e for e in done.result() if e is not None), None)))
         return outcome
 
+    def open_ahead(self, partition: int, marker: KafkaRecord) -> None:
+        """A write to `partition` is expected soon: its producer's transaction may begin now (transactions.py)."""
+        producer = self._route(partition)
+        if producer is not None:
+            producer.open_ahead(partition, marker)
+
     async def flush(self, timeout_ms: int) -> int:
         remaining = await asyncio.gather(*(p.flush(timeout_ms) for p in self._producers()))
         return sum(remaining)

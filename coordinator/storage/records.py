@@ -3,7 +3,8 @@
 Key and value are each a 2-byte big-endian schema version followed by the struct of that version, as defined by
 Kafka's `GroupMetadataKey/Value` and `OffsetCommitKey/Value` JSON schemas. The key version says which record it
 is: 0 and 1 are offset commits, 2 is group metadata; 3-8 and 16 are the consumer groups' records
-(consumer_records.py); anything else decodes to `UnknownKey`, which the loader skips with a warning. A null value is a tombstone. Values
+(consumer_records.py); -2 is ours alone, a tombstone that opens a write's transaction ahead of it
+(`OPEN_AHEAD_KEY`, skipped quietly); anything else decodes to `UnknownKey`, which the loader skips with a warning. A null value is a tombstone. Values
 decode to the group core's own records (coordinator/group/records.py: GroupRecord, MemberRecord, OffsetRecord,
 the same fields as Kafka's schemas), and `encode` takes the shard's typed records (`GroupMetadataRecord`,
 `OffsetCommitRecord`), so nothing converts between the core and the codec.
@@ -28,7 +29,7 @@ from coordinator.storage._wire import Reader, RecordFormatError, Writer
 __all__ = [
     "RecordFormatError", "OffsetCommitKey", "GroupMetadataKey", "UnknownKey", "RecordKey",
     "GroupRecord", "MemberRecord", "OffsetRecord",
-    "StateRecord",
+    "StateRecord", "OPEN_AHEAD_KEY", "OPEN_AHEAD_KEY_VERSION",
     "encode_key", "decode_key", "encode_offset_commit_value", "decode_offset_commit_value",
     "encode_group_metadata_value", "encode_group_metadata_value_general", "decode_group_metadata_value",
     "offset_commit_value_version",
@@ -43,6 +44,11 @@ FIRST_FLEXIBLE_VALUE_VERSION = 4
 GROUP_METADATA_VALUE_WRITE_VERSION = 3
 OFFSET_COMMIT_VALUE_WRITE_VERSION = 3
 OFFSET_COMMIT_VALUE_EXPIRE_VERSION = 1  # the only version that carries expireTimestamp
+# Not a Kafka record type (those are non-negative): a tombstone produced into a partition to register it with a
+# transaction before the write it is opened for (transactions.py, `open_ahead`). Readers skip it; compaction
+# removes it. Key only: the version.
+OPEN_AHEAD_KEY_VERSION = -2
+OPEN_AHEAD_KEY = struct.pack(">h", OPEN_AHEAD_KEY_VERSION)
 _INT16_MAX = 0x7FFF
 _pack = struct.pack
 

@@ -65,6 +65,8 @@ class TransactionClient:
         self.initialised = False  # its init_transactions returned
         # set once a newer holder of the id fenced this one (here, or by the loop side's re-initialisation)
         self.fenced: KafkaError | None = None
+        # a transaction begun ahead of its writes (`open_ahead`), their next `transaction` commits it
+        self._open: _DeliveryErrors | None = None
 
     def init(self, timeout_s: float) -> KafkaError | None:
         """init_transactions on the current producer, or a new one. A timed-out call is resumed by the next
@@ -72,6 +74,7 @@ class TransactionClient:
         if self.producer is None:
             self.producer = Producer(self.settings)
             self.initialised = False
+            self._open = None
         try:
             self.producer.init_transactions(timeout_s)
             self.initialised = True
@@ -91,10 +94,12 @@ class TransactionClient:
             return self.fenced, None
         if self.producer is None:
             return KafkaError(KafkaError._STATE, "no initialised producer"), "retired"
-        deliveries = _DeliveryErrors()
+        deliveries, self._open = self._open, None
         # no local reference to the producer: a retired one must be destroyed by its retiring thread alone
         try:
-            self.producer.begin_transaction()
+            if deliveries is None:
+                deliveries = _DeliveryErrors()
+                self.producer.begin_transaction()
             for index, (partition, key, value) in enumerate(records):
                 sink = None if offsets is None else offsets[index]
                 self.producer.produce(self.topic, value=value, key=key, partition=partition,
@@ -115,6 +120,23 @@ class TransactionClient:
                 error = KafkaError(deliveries.first.code(), deliveries.first.str(), fatal=error.fatal(),
                                    txn_requires_abort=error.txn_requires_abort())
         return self._failed(error, error.txn_requires_abort())
+
+    def open_ahead(self, records: list[KafkaRecord]) -> None:
+        """Begin a transaction now (if none is open) with `records`, markers that register their partitions with
+        the transaction (librdkafka sends AddPartitionsToTxn for a partition once a record is produced to it), so
+        the next `transaction`'s commit has two round trips left (Produce, EndTxn) instead of three. A failure
+        here is left to that commit (a marker that did not make it changes nothing: its write registers it)."""
+        if self.fenced is not None or self.producer is None:
+            return
+        try:
+            if self._open is None:
+                self.producer.begin_transaction()
+                self._open = _DeliveryErrors()
+            for partition, key, value in records:
+                self.producer.produce(self.topic, value=value, key=key, partition=partition,
+                                      on_delivery=self._open.on_delivery)
+        except (KafkaException, BufferError) as exc:
+            log.debug("event=transaction_open_ahead_failed producer=%s error=%s", self.name, exc)
 
     def _fatal_cause(self, refused: KafkaError) -> KafkaError:
         """The producer refuses calls with _FATAL (not itself flagged fatal) once it has hit a fatal error; poll()
@@ -155,6 +177,7 @@ class TransactionClient:
         return error, "retired"
 
     def abort(self) -> str | None:
+        self._open = None
         if self.producer is None:
             return "retired"
         try:
@@ -171,6 +194,7 @@ class TransactionClient:
         return "retired"
 
     def retire(self) -> None:
+        self._open = None
         if self.producer is not None:
             holder, self.producer = [self.producer], None
             threading.Thread(target=_discard, args=(holder,), name=f"{self.name}-retire", daemon=True).start()

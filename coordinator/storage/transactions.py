@@ -13,6 +13,13 @@ brings its result, neither waiting for a turn of a busy loop. A write's future r
 the transaction's outcome (None: committed; else the error), in the loop callback that brings it. A failed transaction is aborted, and every write in it
 fails with the same error: none of them is visible, so the waiting requests are told so and retry.
 
+Opened ahead: librdkafka (transactions v1) registers a partition with the transaction (AddPartitionsToTxn, a round
+trip to Kafka's transaction coordinator) only once a record is produced to it, so a write pays that round trip
+before its Produce and EndTxn. When a write is expected (a group's join completed: its leader's assignment comes
+next) and the producer is idle, `open_ahead` begins the transaction with a marker record in the partition (a
+tombstone of a key every reader skips), and the write's commit has two round trips left. The write is still
+answered only once EndTxn is (committed); the marker is committed with it, or alone after OPEN_AHEAD_HOLD_S.
+
 The transactional.id is the fence: a new producer with the same id (`init_transactions`) aborts what an older
 one left open and fences it, which is how several instances take a partition over (`PartitionTransactions`:
 one id per partition). A fenced producer stays fenced: every later write fails (the store reports
@@ -53,6 +60,9 @@ _MIN_TIMEOUT_S = 0.5  # a transaction started late still gets this long
 _INIT_ATTEMPT_S = 10.0  # one init_transactions call of a background re-initialisation (then called again)
 _INIT_RETRY_S = 0.5
 _NOT_READY_POLL_S = 0.05  # how often queued writes look for a re-initialised producer
+# A transaction opened ahead of a write that is expected (`open_ahead`) is committed on its own after this if no
+# write came: meanwhile it holds back its partitions' last stable offset (read_committed readers wait).
+OPEN_AHEAD_HOLD_S = 1.0
 
 # records, outcome, loop deadline, where the acknowledged records' offsets go (if wanted)
 _Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
@@ -86,6 +96,8 @@ class TransactionalProducer:
         self._queue: list[_Queued] = []
         self._in_flight = 0  # writes in the transaction being committed
         self._committing: tuple[list[_Queued], asyncio.Future[_Outcome | KafkaError]] | None = None
+        self._opened_for: set[int] = set()  # partitions of a transaction opened ahead, not committed yet
+        self._open_ahead_expiry: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._reinit: asyncio.Task[None] | None = None
@@ -125,6 +137,27 @@ class TransactionalProducer:
         resolves with None once it is committed, else with its error (never raises). `offsets` gets the
         records' offsets from their delivery reports."""
         return self._enqueue(records, offsets)
+
+    def open_ahead(self, partition: int, marker: KafkaRecord) -> None:
+        """A write to `partition` is expected soon (a group's assignment, once its leader sends it): while the
+        producer is idle, its transaction begins now with `marker` (a record every reader skips) in the
+        partition, so registering the partition with the transaction (a round trip to Kafka's transaction
+        coordinator) happens before the write, not during it. The next write of any partition commits it; with
+        none within OPEN_AHEAD_HOLD_S, it is committed alone. A busy producer is left alone (its next transaction
+        takes the write as usual)."""
+        if partition in self._opened_for or self._committing is not None or self._queue or not self._ready \
+                or self._closed or self._client.fenced is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._opened_for.add(partition)
+        self._thread.submit(self._client.open_ahead, [marker])
+        if self._open_ahead_expiry is None:
+            self._open_ahead_expiry = loop.call_later(OPEN_AHEAD_HOLD_S, self._commit_opened_alone)
+
+    def _commit_opened_alone(self) -> None:
+        self._open_ahead_expiry = None
+        if self._opened_for and self._committing is None and not self._queue:
+            self._begin_commit(asyncio.get_running_loop())
 
     def _enqueue(self, records: Sequence[KafkaRecord], offsets: list[int] | None = None
                  ) -> asyncio.Future[KafkaError | None]:
@@ -172,7 +205,12 @@ class TransactionalProducer:
         it returns (`_answer`), the aftermath (abort, fence, a fresh producer) is the worker's (`_finish_commit`)."""
         batch, self._queue = self._queue, []
         self._in_flight = len(batch)
-        timeout_s = max(min(deadline for _, _, deadline, _ in batch) - loop.time(), _MIN_TIMEOUT_S)
+        self._opened_for.clear()  # this transaction commits what was opened ahead
+        if self._open_ahead_expiry is not None:
+            self._open_ahead_expiry.cancel()
+            self._open_ahead_expiry = None
+        first_deadline = min((deadline for _, _, deadline, _ in batch), default=loop.time() + self.timeout_ms / 1000)
+        timeout_s = max(first_deadline - loop.time(), _MIN_TIMEOUT_S)
         records = [r for records, _, _, _ in batch for r in records]
         sinks = [offsets for records, _, _, offsets in batch for _ in records]
         done = self._thread.submit(self._client.transaction, records, timeout_s, sinks,
@@ -279,6 +317,11 @@ class TransactionalProducer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + flush_timeout_ms / 1000
         self._closed = True
+        if self._opened_for and self._committing is None and not self._queue and self._ready:
+            self._begin_commit(loop)  # the markers opened ahead, committed (the worker waits for it below)
+        if self._open_ahead_expiry is not None:
+            self._open_ahead_expiry.cancel()
+            self._open_ahead_expiry = None
         self._wake.set()
         if self._worker is not None:
             try:
