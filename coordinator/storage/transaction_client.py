@@ -94,11 +94,11 @@ class TransactionClient:
             return self.fenced, None
         if self.producer is None:
             return KafkaError(KafkaError._STATE, "no initialised producer"), "retired"
-        deliveries, self._open = self._open, None
+        opened_ahead, self._open = self._open, None
+        deliveries = opened_ahead if opened_ahead is not None else _DeliveryErrors()
         # no local reference to the producer: a retired one must be destroyed by its retiring thread alone
         try:
-            if deliveries is None:
-                deliveries = _DeliveryErrors()
+            if opened_ahead is None:
                 self.producer.begin_transaction()
             for index, (partition, key, value) in enumerate(records):
                 sink = None if offsets is None else offsets[index]
