@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.assignor.java_order import hash_order, string_hash
-from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.group import ConsumerGroup, GroupUndo
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group_configs import GroupConfig, GroupConfigs
 from coordinator.group.errors import kafka4_append_error
@@ -115,7 +115,7 @@ class _TargetBatch:
     records replayed and kept here, their answers waiting for the target they share (`_settle_batch`)."""
 
     shard: GroupShard
-    before: ConsumerGroup | None  # the group as the batch's first heartbeat found it (None: no group)
+    before: GroupUndo | None  # the group as the batch's first heartbeat found it (None: no group)
     records: list[ConsumerGroupRecord] = field(default_factory=list)
     waiting: list[tuple[PendingTarget, asyncio.Future[HeartbeatResponse]]] = field(default_factory=list)
 
@@ -230,7 +230,7 @@ class ConsumerGroupService:
             answer = self._batched(shard, request.group_id, result.records, result.created, result.pending)
         else:
             before = shard.consumer_groups.get(request.group_id)
-            snapshot = before.snapshot() if before is not None and result.records else None
+            snapshot = before.undo_point() if before is not None and result.records else None
             if result.created is not None and result.records:
                 shard.consumer_groups[request.group_id] = result.created
             write = self._apply(shard, request.group_id, result.records, snapshot)
@@ -252,10 +252,13 @@ class ConsumerGroupService:
         batch = self._batches.get(group_id)
         if batch is None:
             current = shard.consumer_groups.get(group_id)
-            batch = self._batches[group_id] = _TargetBatch(shard, current.snapshot() if current is not None else None)
+            batch = self._batches[group_id] = _TargetBatch(shard, current.undo_point() if current is not None
+                                                           else None)
             loop.call_soon(self._settle_batch, group_id)
         if created is not None and group_id not in shard.consumer_groups and records:
             shard.consumer_groups[group_id] = created
+        if batch.before is not None:
+            batch.before.capture(records)
         for record in records:
             self.replay(shard, record)
         batch.records.extend(records)
@@ -275,6 +278,10 @@ class ConsumerGroupService:
         try:
             if status_error is not None or group is None:  # unloaded meanwhile: nothing of it is written
                 raise ApiError(status_error or Errors.NOT_COORDINATOR)
+            if batch.before is not None:  # what answer_pending replays: the targets, the waiting members
+                batch.before.capture_targets()
+                for pending, _ in waiting:
+                    batch.before.capture_member(pending.member_id)
             responses = answer_pending(group, [pending for pending, _ in waiting], self.topics, self, batch.records,
                                        default_assignor=self.settings.default_assignor)
         except ApiError as exc:
@@ -313,11 +320,12 @@ class ConsumerGroupService:
                 answer.set_result(response if error == Errors.NONE else HeartbeatResponse(kafka4_append_error(error)))
 
     @staticmethod
-    def _restore(shard: GroupShard, group_id: str, before: ConsumerGroup | None) -> None:
+    def _restore(shard: GroupShard, group_id: str, before: GroupUndo | None) -> None:
+        """The group back as `before` had it (None: no group)."""
         if before is None:
             shard.consumer_groups.pop(group_id, None)
         else:
-            shard.consumer_groups[group_id] = before
+            shard.consumer_groups[group_id] = before.restore()
 
     # --- classic members inside a consumer group (classic.py) ----------------------------------------------------
     def classic_join(self, group: ConsumerGroup, req: JoinGroupRequest
@@ -518,7 +526,7 @@ class ConsumerGroupService:
 
     # --- records ----------------------------------------------------------------------------------------------
     def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
-               before: ConsumerGroup | None | object = _AS_NOW, *,
+               before: GroupUndo | None | object = _AS_NOW, *,
                written_first: Sequence[GroupMetadataRecord] = (),
                written_last: Sequence[GroupMetadataRecord] = (), fenced: Fenced | None = None,
                already_members: Collection[str] = (), carried_over: Collection[str] | None = None,
@@ -534,15 +542,17 @@ class ConsumerGroupService:
             self._settle_batch(group_id)
         if before is _AS_NOW:
             current = shard.consumer_groups.get(group_id)
-            before = current.snapshot() if current is not None else None
+            before = current.undo_point() if current is not None else None
         # numbered over the service's life, never per group: a number a group had before could come back once its
         # entry goes (when its latest write is acknowledged) and make an older write's failure revert newer state
         self._last_sequence += 1
         sequence = self._write_sequence[group_id] = self._last_sequence
+        previous = before if isinstance(before, GroupUndo) else None
         if not replayed:
+            if previous is not None:
+                previous.capture(records)
             for record in records:
                 self.replay(shard, record)
-        previous = before if isinstance(before, ConsumerGroup) else None
         try:
             self.watch.changed(shard.observer, group_id, previous, shard.consumer_groups.get(group_id), records,
                                fenced=fenced, already_members=already_members, carried_over=carried_over)
@@ -560,7 +570,7 @@ class ConsumerGroupService:
         pending = self._unacknowledged.get(group_id)
         return (None if pending is None else pending[0]), self._failures.get(group_id, 0)
 
-    def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
+    def _written(self, shard: GroupShard, group_id: str, error: Errors, before: GroupUndo | None,
                  sequence: int, records: Sequence[ConsumerGroupRecord] = ()) -> None:
         if error != Errors.NONE:  # the group's batch becomes its latest change before this one is looked at
             self._settle_batch(group_id)
@@ -577,10 +587,7 @@ class ConsumerGroupService:
         reverted = self._write_sequence.get(group_id) == sequence and active
         if reverted:
             del self._write_sequence[group_id]
-            if before is None:
-                shard.consumer_groups.pop(group_id, None)
-            else:
-                shard.consumer_groups[group_id] = before
+            self._restore(shard, group_id, before)
         log.warning("event=consumer_group_write_failed group=%s error=%s reverted=%s", group_id, error.name,
                     reverted)
         # NOT_COORDINATOR (the store's own refusal: the partition is not served here; or our producer fenced): the
@@ -598,7 +605,7 @@ class ConsumerGroupService:
         if active and not reverted and error in _NOT_APPENDED:
             self._undo_joins(shard, group_id, before, records, error)
 
-    def _undo_joins(self, shard: GroupShard, group_id: str, before: ConsumerGroup | None,
+    def _undo_joins(self, shard: GroupShard, group_id: str, before: GroupUndo | None,
                     records: Sequence[ConsumerGroupRecord], error: Errors) -> None:
         """A failed write that is not in the log (`_NOT_APPENDED`) and that a later one was computed on top of stays
         in memory (only the latest write reverts), but the dynamic consumer-protocol members it brought in, still
@@ -610,9 +617,10 @@ class ConsumerGroupService:
         if group is None:
             return
         assignments = {r.member_id: r for r in records if isinstance(r, CurrentAssignmentRecord)}
+        earlier = before.members if before is not None else {}
         for record in records:
             if (not isinstance(record, MemberMetadataRecord) or record.instance_id is not None
-                    or record.classic is not None or (before is not None and record.member_id in before.members)):
+                    or record.classic is not None or record.member_id in earlier):
                 continue
             member = group.members.get(record.member_id)
             if member is None or member.metadata_record(group_id) != record or (
