@@ -160,7 +160,6 @@ class ConsumerGroupService:
         # share one computation and are answered after it (`heartbeat` then answers them with a future)
         self.batch_targets = False
         self._batches: dict[str, _TargetBatch] = {}  # group id -> its heartbeats waiting for the shared target
-        self._settling: str | None = None  # the group whose batch is being written
 
     # --- requests ---------------------------------------------------------------------------------------------
     def steady_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
@@ -291,11 +290,7 @@ class ConsumerGroupService:
                 if not answer.done():
                     answer.set_result(HeartbeatResponse(exc.error, exc.message))
             return
-        self._settling = group_id
-        try:
-            write = self._apply(shard, group_id, batch.records, batch.before, replayed=True)
-        finally:
-            self._settling = None
+        write = self._apply(shard, group_id, batch.records, batch.before, replayed=True)
         if write is None:
             self._answer(waiting, responses, Errors.NONE)
             return
@@ -535,11 +530,10 @@ class ConsumerGroupService:
         `already_members`, `carried_over` say what the records cannot) and returns them as the write for the shard's partition;
         if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
         later write changed it meanwhile. `written_first`, `written_last`: the classic group's records a
-        conversion writes around them."""
+        conversion writes around them. `replayed`: the records are on the group already (a batch's)."""
         if not records:
             return None
-        if group_id != self._settling:  # written after what the group's batch replayed already
-            self._settle_batch(group_id)
+        self._settle_batch(group_id)  # written after what the group's batch (if any) replayed already
         if before is _AS_NOW:
             current = shard.consumer_groups.get(group_id)
             before = current.undo_point() if current is not None else None
