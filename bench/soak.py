@@ -204,6 +204,7 @@ class Worker:
     members_per_connection: int
     form_wave: int
     connect_window: int
+    reports_progress: bool = False
     measuring: bool = False
     hist: Histogram = field(default_factory=Histogram)
     window_max_us: int = 0
@@ -217,6 +218,10 @@ class Worker:
     rejoin_failures: int = 0
     rejoin_first_error: str | None = None
     rejoin_tasks: set[asyncio.Task] = field(default_factory=set)
+    # A rejoin storm (a server too slow to answer heartbeats) must not open a connection per member: the process
+    # would reach its open-file limit and stop forming. The members beyond the window wait, off the schedule.
+    rejoin_window: int = 1024
+    rejoin_connections: asyncio.Semaphore | None = None
 
     def answer(self, us: int, error: int, member: HeartbeatMember, frame: bytes) -> None:
         # an answer to a heartbeat of an older generation (sent before a rejoin) asks for nothing, as in Kafka's
@@ -252,16 +257,19 @@ class Worker:
         from protocol.client import KafkaClient
 
         loop = asyncio.get_running_loop()
+        if self.rejoin_connections is None:
+            self.rejoin_connections = asyncio.Semaphore(self.rejoin_window)
         while True:
             try:
-                _, client = await asyncio.wait_for(loop.create_connection(
-                    lambda: KafkaClient("soak", 120_000), self.host, self.port,
-                    local_addr=(_SOURCE_ADDRESSES[member.index % len(_SOURCE_ADDRESSES)], 0)), 60)
-                try:
-                    generation, member_id = await join_and_sync(client, member.group_id, self, {}, {},
-                                                                collections.Counter(), member_id=member.member_id)
-                finally:
-                    await client.close()
+                async with self.rejoin_connections:
+                    _, client = await asyncio.wait_for(loop.create_connection(
+                        lambda: KafkaClient("soak", 120_000), self.host, self.port,
+                        local_addr=(_SOURCE_ADDRESSES[member.index % len(_SOURCE_ADDRESSES)], 0)), 60)
+                    try:
+                        generation, member_id = await join_and_sync(client, member.group_id, self, {}, {},
+                                                                    collections.Counter(), member_id=member.member_id)
+                    finally:
+                        await client.close()
                 member.synced(generation, member_id)
                 return
             except Exception as exc:  # noqa: BLE001 - counted and retried, as a client retries
@@ -332,7 +340,8 @@ async def run_worker(spec: dict) -> None:
     first, step, count = spec["groups"]
     worker = Worker(spec["host"], spec["port"], [f"soak-{i}" for i in range(first, count, step)],
                     spec["group_size"], spec["interval_s"],
-                    spec["session_ms"], spec["members_per_connection"], spec["form_wave"], spec["connect_window"])
+                    spec["session_ms"], spec["members_per_connection"], spec["form_wave"], spec["connect_window"],
+                    reports_progress=True)
     generator = Generator(worker)
     forming = await generator.start()
     emit({"formed": forming})
@@ -408,6 +417,9 @@ async def form(worker: Worker, activate, client_class) -> dict:
         wave = members[first:first + worker.form_wave]
         await asyncio.gather(*(member(index + i, g) for i, (g, _) in enumerate(wave)))
         index += len(wave)
+        if worker.reports_progress:  # a generator process: the soak prints forming progress from these
+            emit({"forming_progress": {"members": results["members"], "failed": results["failed"],
+                                       "of": len(members)}})
     results["join_spread_s_max"] = round(max((last_join[g] - first_join[g] for g in first_join), default=0), 3)
     results["connect_s_max"] = round(results["connect_s_max"], 3)
     results["seconds"] = round(time.monotonic() - started, 1)
@@ -854,15 +866,24 @@ class WorkerProcess:
 
     def take(self, kind: str, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while True:  # looked at once even with no time left
             for message in list(self.messages):
                 if kind in message:
                     self.messages.remove(message)
                     return message[kind]
             if self.proc.poll() is not None:
                 raise RuntimeError(f"generator worker exited with {self.proc.returncode}")
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.1)
         raise TimeoutError(f"no {kind!r} from a generator worker within {timeout_s:.0f} s")
+
+    def drain(self, kind: str) -> list[dict]:
+        """Every message of `kind` received so far, oldest first, removed."""
+        found = [m for m in list(self.messages) if kind in m]
+        for m in found:
+            self.messages.remove(m)
+        return [m[kind] for m in found]
 
     def windows(self) -> list[dict]:
         found = [m["window"] for m in list(self.messages) if "window" in m]
@@ -874,13 +895,43 @@ class WorkerProcess:
         stop_process(self.proc, 0)  # it has sent its figures, or the soak is aborting: nothing to wait for
 
 
+def wait_formed(workers: list[WorkerProcess], timeout_s: float, every_s: float = 10.0) -> list[dict]:
+    """Every worker's forming figures; meanwhile a progress line every `every_s` (forming 300k members takes
+    minutes)."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    latest: dict[int, dict] = {}
+    formed: dict[int, dict] = {}
+    next_line = started + every_s
+    while len(formed) < len(workers):
+        for index, worker in enumerate(workers):
+            for figures in worker.drain("forming_progress"):
+                latest[index] = figures
+            if index not in formed:
+                with contextlib.suppress(TimeoutError):
+                    formed[index] = worker.take("formed", 0.0)
+        now = time.monotonic()
+        if now >= deadline:
+            raise TimeoutError(f"the members were not formed within {timeout_s:.0f} s")
+        if now >= next_line and len(formed) < len(workers):
+            done = sum(f["members"] for f in latest.values())
+            failed = sum(f["failed"] for f in latest.values())
+            total = sum(f["of"] for f in latest.values()) or 1
+            print(f"  forming: {done} members synced of {total} ({100 * done / total:.0f}%), {failed} failed, "
+                  f"{done / (now - started):.0f}/s, {now - started:.0f} s", flush=True)
+            next_line = now + every_s
+        time.sleep(0.2)
+    return [formed[index] for index in range(len(workers))]
+
+
 def run(args: argparse.Namespace) -> dict:
     limit = raise_fd_limit()
     heartbeat_connections = -(-args.members // args.members_per_connection)
-    if heartbeat_connections + args.form_wave + 100 > limit:
+    rejoining = args.workers * Worker.rejoin_window
+    if heartbeat_connections + args.form_wave + rejoining + 100 > limit:
         raise SystemExit(f"the server would need {heartbeat_connections} heartbeat connections + {args.form_wave} "
-                         f"forming ones, above the open-file limit of {limit}: raise --members-per-connection "
-                         "or lower --form-wave (or ulimit -n)")
+                         f"forming ones + up to {rejoining} of rejoining members, above the open-file limit of "
+                         f"{limit}: raise --members-per-connection or lower --form-wave (or ulimit -n)")
     server: ServerProcess | KafkaServer | None = None
     workers: list[WorkerProcess] = []
     try:
@@ -902,7 +953,7 @@ def run(args: argparse.Namespace) -> dict:
                 "group_size": args.group_size, "interval_s": args.interval_s, "session_ms": args.session_ms,
                 "members_per_connection": args.members_per_connection, "form_wave": form_wave,
                 "connect_window": connect_window and max(1, connect_window // args.workers)}, args.event_loop))
-        formed = [w.take("formed", args.form_timeout_s) for w in workers]
+        formed = wait_formed(workers, args.form_timeout_s)
         after = listen_counters()
         forming = {
             "members": sum(f["members"] for f in formed), "failed": sum(f["failed"] for f in formed),
