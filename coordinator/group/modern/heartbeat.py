@@ -478,17 +478,17 @@ def _assign(group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember], cu
     subscriptions = {member_id: group.effective_topics(m) for member_id, m in members.items()}
     homogeneous = len(set(subscriptions.values())) <= 1
     partition_counts: dict[uuid.UUID, int] = {}
+    ids_of: dict[frozenset[str], tuple[uuid.UUID, ...]] = {}  # each subscription's topic ids, looked up once
     specs: dict[str, MemberSpec] = {}
     for member_id in order:
         member = members[member_id]
-        topic_ids = []
-        for name in sorted(subscriptions[member_id]):
-            image = topics.by_name(name)
-            if image is not None:
-                topic_ids.append(image.topic_id)
-                partition_counts[image.topic_id] = image.partitions
-        specs[member_id] = MemberSpec(tuple(topic_ids), ordered(current[member_id]), member.rack_id,
-                                      member.instance_id)
+        subscription = subscriptions[member_id]
+        topic_ids = ids_of.get(subscription)
+        if topic_ids is None:
+            found = [image for image in map(topics.by_name, sorted(subscription)) if image is not None]
+            partition_counts.update((image.topic_id, image.partitions) for image in found)
+            topic_ids = ids_of[subscription] = tuple(image.topic_id for image in found)
+        specs[member_id] = MemberSpec(topic_ids, ordered(current[member_id]), member.rack_id, member.instance_id)
     spec = GroupSpec(specs, SubscriptionType.HOMOGENEOUS if homogeneous else SubscriptionType.HETEROGENEOUS,
                      partition_counts)
     started = time.monotonic()
