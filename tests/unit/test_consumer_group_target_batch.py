@@ -147,3 +147,12 @@ async def test_a_session_expiry_before_the_batch_settles_writes_after_it(env: En
         await asyncio.sleep(0)
     assert "a" not in env.group().members and env.group().group_epoch == 4
     assert_log_matches_memory(env)
+
+
+async def test_a_describe_in_the_joins_turn_sees_them_reconciled(env: Env) -> None:
+    joins = [asyncio.ensure_future(env.heartbeat(f"m{i}", 0)) for i in range(2)]
+    await asyncio.sleep(0)  # the joins are read; their batch is not settled yet
+    [described] = env.runtime.consumer_groups.describe([GROUP])
+    assert (described.state, described.group_epoch, described.assignment_epoch) == ("Stable", 2, 2)
+    assert sorted(m.member_epoch for m in described.members) == [2, 2]
+    assert [a.member_epoch for a in await asyncio.gather(*joins)] == [2, 2]

@@ -489,6 +489,7 @@ class ConsumerGroupService:
     def _describe(self, group_id: str) -> DescribedGroup:
         if not group_id:
             return DescribedGroup(group_id, Errors.INVALID_GROUP_ID)
+        self._settle_batch(group_id)  # its members as their heartbeats leave them, not half-way
         shard = self.shard_for(group_id)
         status_error = _STATUS_ERRORS.get(shard.status)
         if status_error is not None:
