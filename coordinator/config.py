@@ -53,6 +53,9 @@ class CoordinatorConfig:
     # the server-side assignors ConsumerGroupHeartbeat may name, the first being the default (a Kafka LIST: names
     # separated by commas); Kafka's built-in ones only, by name or class name (a custom Java class cannot run here)
     group_consumer_assignors: tuple[str, ...] = _kafka("group.consumer.assignors", ("uniform", "range"))
+    # how often a group's regular expressions are resolved again even when no topic was created (an internal
+    # Kafka config, at least 10 s)
+    group_consumer_regex_refresh_interval_ms: int = _kafka("group.consumer.regex.refresh.interval.ms", 600_000)
     # The coordinator's own (not Kafka's): how old a group's configuration (`kafka-configs --entity-type groups`,
     # read from the cluster with DescribeConfigs) may get before a heartbeat has it read again, and how many
     # groups' configurations are kept (the least recently read go first)
@@ -79,6 +82,8 @@ class CoordinatorConfig:
             raise ValueError("group.consumer.migration.policy must be one of bidirectional, upgrade, downgrade, "
                              f"disabled, got {self.group_consumer_migration_policy}")
         self._check_consumer_group_assignors()
+        if self.group_consumer_regex_refresh_interval_ms < 10_000:
+            raise ValueError("group.consumer.regex.refresh.interval.ms must be at least 10000")
         if self.group_config_refresh_interval_ms < 1:
             raise ValueError("group.config.refresh.interval.ms must be at least 1")
         if self.group_config_max_groups < 1:

@@ -29,7 +29,7 @@ class TopicsView(Protocol):
     def by_id(self, topic_id: uuid.UUID) -> TopicImage | None: ...
     def names(self) -> Iterable[str]: ...  # every topic known (regular expressions are resolved against them)
     @property
-    def version(self) -> int: ...  # grows whenever the set of topic names changes
+    def version(self) -> int: ...  # grows whenever a topic is created (regular expressions are resolved again)
 
 
 class StaticTopics:

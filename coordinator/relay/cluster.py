@@ -1,7 +1,12 @@
 """What the coordinator knows of the cluster's topics: ids, partition counts and their replicas' racks, learned
 from every Metadata answer that passes through the relay and refreshed on a miss. OffsetCommit checks it the way
 Kafka's KafkaApis checks its metadata cache before the group coordinator sees the request
-(UNKNOWN_TOPIC_OR_PARTITION otherwise)."""
+(UNKNOWN_TOPIC_OR_PARTITION otherwise).
+
+Racks are the brokers' as Kafka's metadata image has them: every registered broker's, fenced ones too (a consumer
+group's metadata hash counts the rack of every replica's broker). Metadata answers list only unfenced brokers, so a
+broker down since before this instance started is learnt from DescribeCluster v2 with IncludeFencedBrokers (Kafka
+4.0+, KIP-1073): at the start, and again when a refreshed topic has a replica on a broker no answer has named."""
 
 from __future__ import annotations
 
@@ -17,21 +22,33 @@ from coordinator.topics import TopicImage
 log = logging.getLogger("coordinator.relay")
 
 Refresh = Callable[[list[str]], Awaitable[Any]]
+# a DescribeCluster answer listing every registered broker, fenced ones too; None: the cluster cannot (before 4.0)
+RegisteredBrokers = Callable[[], Awaitable[Any]]
 _UNKNOWN = object()
 _PRUNE_ABOVE = 1_024  # refresh times kept before the stale ones are dropped (names come from clients)
 
 
 class ClusterMetadata:
     def __init__(self, refresh: Refresh, min_interval_ms: int,
-                 refresh_all: Callable[[], Awaitable[Any]] | None = None) -> None:
+                 refresh_all: Callable[[], Awaitable[Any]] | None = None, *,
+                 registered_brokers: RegisteredBrokers | None = None) -> None:
         self._refresh = refresh
         self._refresh_all = refresh_all
+        self._registered_brokers = registered_brokers
+        self._brokers_listing: asyncio.Future[None] | None = None
+        # replicas' brokers the cluster's list of registered brokers lacked when asked (unregistered): not asked again
+        # until the next list
+        self._unregistered: set[int] = set()
+        self._said_unlisted = False
         self._min_interval_s = min_interval_ms / 1000
         self._all_refreshed_at = -1e9
-        self.version = 0  # grows whenever the set of topic names changes (new topics for regular expressions)
+        # grows whenever a topic is created (a new name, or a known name under a new id): regular expressions are
+        # resolved again then, as Kafka's coordinator does for an image with created topics (not deleted ones)
+        self.version = 0
         self._partitions: dict[str, int] = {}  # topic -> partition count
         self._ids: dict[str, uuid.UUID] = {}  # topic -> topic id (Metadata v10+)
         self._names: dict[uuid.UUID, str] = {}
+        self._recreated = 0  # topics seen deleted and created again under their name
         self._partition_answers: dict[str, Any] = {}  # topic -> its partitions in the latest answer, as they came
         # broker -> rack, kept while a broker is absent from answers (Kafka's image keeps a fenced broker's)
         self._racks: dict[int, str | None] = {}
@@ -90,9 +107,9 @@ class ClusterMetadata:
 
     def observe(self, metadata: Any, *, all_topics: bool) -> None:
         """Learn from a Metadata answer (an answer for all topics also forgets deleted ones)."""
-        before = set(self._partitions)
+        before, recreated = set(self._partitions), self._recreated
         self._observe(metadata, all_topics)
-        if set(self._partitions) != before:
+        if self._partitions.keys() - before or self._recreated != recreated:
             self.version += 1
 
     def _observe(self, metadata: Any, all_topics: bool) -> None:
@@ -126,9 +143,64 @@ class ClusterMetadata:
         for broker in getattr(metadata, "brokers", None) or ():
             if hasattr(broker, "rack") and self._racks.get(int(broker.node_id), _UNKNOWN) != broker.rack:
                 self._racks[int(broker.node_id)] = broker.rack
+                self._unregistered.discard(int(broker.node_id))
                 changed = True
         if changed:
             self._racks_version += 1
+
+    async def learn_registered_brokers(self) -> None:
+        """Every registered broker's rack, fenced or not, from the cluster's list of them (the racks become exactly
+        that list's: an unregistered broker's goes, as it leaves Kafka's image). A cluster that cannot list fenced
+        brokers, or an answer with an error, changes nothing; concurrent callers share one request."""
+        if self._registered_brokers is None:
+            return
+        if self._brokers_listing is not None:
+            return await asyncio.shield(self._brokers_listing)
+        listing = self._brokers_listing = asyncio.get_running_loop().create_future()
+        try:
+            await _settling(listing, self._list_registered_brokers(self._registered_brokers))
+        finally:
+            self._brokers_listing = None
+
+    async def _list_registered_brokers(self, registered_brokers: RegisteredBrokers) -> None:
+        self.observe_registered_brokers(await registered_brokers())
+
+    def observe_registered_brokers(self, answer: Any) -> None:
+        """Learn from a DescribeCluster answer that includes fenced brokers (None: the cluster cannot give one)."""
+        if answer is None:
+            if not self._said_unlisted:
+                self._said_unlisted = True
+                log.info("event=registered_brokers_unlisted detail=the cluster cannot list fenced brokers (before "
+                         "Kafka 4.0): a broker down since our start adds no rack to consumer groups' metadata hash")
+            return
+        if int(answer.error_code) != 0:
+            log.warning("event=registered_brokers_unread error_code=%d message=%s", int(answer.error_code),
+                        answer.error_message)
+            return
+        racks = {int(broker.broker_id): broker.rack for broker in answer.brokers}
+        self._unregistered.clear()
+        if racks != self._racks:
+            self._racks = racks
+            self._racks_version += 1
+
+    async def _learn_brokers_of(self, topics: Iterable[str]) -> None:
+        """The registered brokers listed again if a replica of `topics` is on a broker no answer has named (one
+        down since before we started, or one registered since the last list and fenced since)."""
+        if self._registered_brokers is None:
+            return
+        replicas: set[int] = set()
+        for topic in topics:
+            for partition in self._partition_answers.get(topic, ()):
+                replicas.update(getattr(partition, "replica_nodes", ()))
+        unseen = replicas - self._racks.keys() - self._unregistered
+        if not unseen:
+            return
+        try:
+            await self.learn_registered_brokers()
+        except Exception as exc:  # the topics are served with the racks known; the next refresh asks again
+            log.warning("event=registered_brokers_unread error=%r brokers=%s", exc, sorted(unseen))
+            return
+        self._unregistered.update(replicas - self._racks.keys())
 
     def _learn_id(self, name: str, topic_id: uuid.UUID | None) -> None:
         if topic_id is None or topic_id.int == 0:
@@ -137,6 +209,7 @@ class ClusterMetadata:
         if old != topic_id:
             if old is not None:
                 self._names.pop(old, None)  # deleted and re-created under the same name
+                self._recreated += 1
             self._ids[name] = topic_id
             self._names[topic_id] = name
 
@@ -184,13 +257,7 @@ class ClusterMetadata:
             for topic in fresh:
                 self._inflight[topic] = future
             try:
-                response = await self._refresh(fresh)
-                self.observe(response, all_topics=False)
-                future.set_result(None)
-            except Exception as exc:
-                future.set_exception(exc)
-                future.exception()  # marks it retrieved: other waiters get it, or nobody
-                raise
+                await _settling(future, self._learn_topics(fresh))
             finally:
                 for topic in fresh:
                     self._inflight.pop(topic, None)
@@ -199,6 +266,10 @@ class ClusterMetadata:
         for wait in waits:
             await asyncio.shield(wait)
 
+    async def _learn_topics(self, topics: list[str]) -> None:
+        self.observe(await self._refresh(topics), all_topics=False)
+        await self._learn_brokers_of(topics)
+
     def _prune_refresh_times(self) -> None:
         """Forget refresh times older than the min interval: they no longer hold a refresh back, and every topic
         name a client ever committed to (a typo, a fuzzer, a deleted topic) would otherwise stay for good."""
@@ -206,3 +277,15 @@ class ClusterMetadata:
             now = time.monotonic()
             self._refreshed_at = {topic: at for topic, at in self._refreshed_at.items()
                                   if now - at < self._min_interval_s}
+
+
+async def _settling(future: asyncio.Future[None], work: Awaitable[None]) -> None:
+    """`work` done, and `future` (what concurrent callers wait on) settled as it ended: done, or its exception,
+    raised here too."""
+    try:
+        await work
+        future.set_result(None)
+    except Exception as exc:
+        future.set_exception(exc)
+        future.exception()  # marks it retrieved: other waiters get it, or nobody
+        raise

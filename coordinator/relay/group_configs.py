@@ -11,9 +11,10 @@ gets GROUP_AUTHORIZATION_FAILED for it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from coordinator.group_configs import Described
 from protocol import apis
 from protocol.codec import skip_tagged_fields
 from protocol.messages import build, item_class
@@ -31,8 +32,6 @@ ALTER_CONFIGS = 33
 INCREMENTAL_ALTER_CONFIGS = 44
 ALTERING_CONFIGS = frozenset({ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS})
 
-# What the cluster says of each group asked: the values set on it (name -> value), or the error code refusing it
-Described = Mapping[str, str] | int
 _HIGHEST_DESCRIBE = 4
 _FIRST_WITH_SOURCES = 1  # v0 has IsDefault instead of ConfigSource (and Kafka 4 no longer serves it)
 _SIZE_AND_CORRELATION = 8

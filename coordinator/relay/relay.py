@@ -2,8 +2,9 @@
 
 It owns the per-broker listeners, the buffer pool shared by every upstream link, one control connection to
 the cluster (for the answers we rewrite: Metadata, FindCoordinator for transactions, and the topic lookups of
-OffsetCommit), the advertised API table, and the cluster metadata cache. Client connections
-(coordinator/server/connection.py) ask it to route each request and to open their upstream link.
+OffsetCommit; and the registered brokers' racks, fenced ones too), the advertised API table, and the cluster
+metadata cache. Client connections (coordinator/server/connection.py) ask it to route each request and to open
+their upstream link.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ _CLIENT_ID = "kafka-group-coordinator-relay"
 _SOFTWARE_VERSION = "1"
 _FEATURES_REFRESH_S = 30.0
 _DESCRIBE_DELEGATION_TOKEN = 41
+_DESCRIBE_CLUSTER, _INCLUDES_FENCED, _BROKERS = 60, 2, 1  # API key, first version with IncludeFencedBrokers, type
 
 
 class Relay:
@@ -57,7 +59,7 @@ class Relay:
         self.pool = BufferPool(config.buffer_memory_bytes, config.poolable_bytes, config.max_block_ms)
         self.counters = RelayCounters()  # every link's requests and bytes, for the metrics
         self.cluster = ClusterMetadata(self._refresh_topics, config.metadata_refresh_min_interval_ms,
-                                       refresh_all=self._all_topics)
+                                       refresh_all=self._all_topics, registered_brokers=self._registered_brokers)
         self.brokers: dict[int, UpstreamBroker] = {}
         self.cluster_id: str | None = None
         self.advertised: dict[int, tuple[int, int]] = {}
@@ -100,6 +102,7 @@ class Relay:
         if self.config.sasl_passthrough:
             self.advertised.update(passed_through_ranges(client.api_versions))
         await self._learn_cluster()
+        await self._learn_registered_brokers()
         if self.listeners is not None:
             self.listeners.refuse_clash(self.config.base_port is not None)
         log.info("event=relay_started upstream=%s brokers=%s advertised_apis=%d buffer_memory=%d poolable=%d",
@@ -292,6 +295,21 @@ class Relay:
         response = await self.request(body)
         await self._observe_brokers(response)
         return response
+
+    async def _learn_registered_brokers(self) -> None:
+        try:
+            await self.cluster.learn_registered_brokers()
+        except UpstreamUnavailable as exc:  # asked again when a topic's replica is on a broker not seen
+            log.warning("event=registered_brokers_unread error=%s", exc)
+
+    async def _registered_brokers(self) -> Any:
+        """DescribeCluster v2 listing fenced brokers too (KIP-1073, Kafka 4.0+); None from an older cluster."""
+        client = await self._control_client()
+        if client.api_versions.get(_DESCRIBE_CLUSTER, (0, -1))[1] < _INCLUDES_FENCED:
+            return None
+        return await self.request(build(apis.request_class(_DESCRIBE_CLUSTER, _INCLUDES_FENCED),
+                                        include_cluster_authorized_operations=False, endpoint_type=_BROKERS,
+                                        include_fenced_brokers=True))
 
     async def _all_topics(self) -> Any:
         return await self._learn_cluster(None)

@@ -1,19 +1,23 @@
 """The consumer group metadata hash (record 3's MetadataHash) is Kafka 4.1's: a group formed on Kafka 4.1.1's own
 coordinator and the same group formed on ours (relaying to the same broker: the same topic ids, partitions and
 racks) write the same hash, for one topic and for two (ordered by name), on a broker without a rack and on one
-with a rack that is not ASCII (UTF-16 surrogates). Kafka's own Utils/ModernGroup compute the hash of made-up
-images too (several brokers and racks per partition, racks to sort, brokers unknown), compared with ours."""
+with a rack that is not ASCII (UTF-16 surrogates), and on a two-broker cluster whose second broker is down (fenced)
+when our coordinator starts: its rack is still in Kafka's image, and learnt by ours from DescribeCluster v2. Kafka's
+own Utils/ModernGroup compute the hash of made-up images too (several brokers and racks per partition, racks to
+sort, brokers unknown), compared with ours."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
 
-from coordinator.embedded import EmbeddedKafka
+from coordinator.embedded import EmbeddedKafka, KafkaNode
+from coordinator.embedded.broker import random_cluster_id
 from coordinator.group.modern.records import GroupEpochRecord
 from coordinator.group.modern.topics import metadata_hash
 from coordinator.relay.cluster import ClusterMetadata
@@ -46,6 +50,32 @@ def racked_broker() -> Iterator[EmbeddedKafka]:
     finally:
         kafka.stop_blocking()
         kafka.remove_data()
+
+
+@pytest.fixture(scope="module")
+def two_racks() -> Iterator[tuple[KafkaNode, KafkaNode]]:
+    """Broker 1 (the controller too, rack-1) and broker 2 (a broker only, rack-2): stopping broker 2 keeps the
+    cluster, with broker 2 registered and fenced."""
+    small = {"heap_mb": 384, "jvm_options": ("-XX:TieredStopAtLevel=1",)}
+    settings = {"offsets.topic.num.partitions": "1", "offsets.topic.replication.factor": "2"}
+    controller = KafkaNode(node_id=1, extra_properties={**settings, "broker.rack": "rack-1"}, **small)
+    broker = KafkaNode(node_id=2, extra_properties={**settings, "broker.rack": "rack-2", "process.roles": "broker"},
+                       **small)
+    broker.extra_properties["listeners"] = f"PLAINTEXT://127.0.0.1:{broker.port}"
+    cluster_id = random_cluster_id()
+    for node in (controller, broker):
+        node.controller_quorum, node.cluster_id = f"1@127.0.0.1:{controller.controller_port}", cluster_id
+        node.expected_node_ids = {1, 2}
+    try:
+        for node in (controller, broker):
+            node.launch()
+        for node in (controller, broker):
+            node.wait_ready()
+        yield controller, broker
+    finally:
+        for node in (broker, controller):
+            node.stop_blocking()
+            node.remove_data()
 
 
 @asynccontextmanager
@@ -167,3 +197,34 @@ def test_our_hash_is_kafkas_for_made_up_images() -> None:
     ours = [value for _lines, value in cases]
     assert kafka_hashes([lines for lines, _value in cases]) == ours
     assert ours[4] == 0 and len(set(ours)) == len(ours)
+
+
+async def test_a_broker_down_since_before_our_start_still_adds_its_rack(two_racks: tuple[KafkaNode, KafkaNode]
+                                                                         ) -> None:
+    """Broker 2 holds a replica of every partition and is stopped (fenced, still registered) before our coordinator
+    starts, so no Metadata answer ours sees names it: its rack is in the hash Kafka writes and in ours."""
+    controller, broker = two_racks
+    bootstrap = controller.bootstrap
+    topic = unique("hash-fenced")
+    await asyncio.to_thread(create_topic, bootstrap, topic, 3, 2)
+    host, port = bootstrap.rsplit(":", 1)
+    # FindCoordinator creates __consumer_offsets on both brokers while both run (its leader then moves to broker 1)
+    await close(await connect(host, int(port), "probe"))
+    await asyncio.to_thread(broker.stop_blocking)
+
+    async def fenced() -> bool:
+        return await asyncio.to_thread(controller.probe_node_ids) == {1}
+
+    await wait_until(fenced, TIMEOUT_S, "broker 2 fenced", interval_s=0.2)
+    group, member_id = unique("hash-group"), str(uuid.uuid4())
+    async with kafka_and_ours(bootstrap) as (kafka, ours, state_topic):
+        for side in (kafka, ours):
+            joined = await join(side, group, member_id, (topic,))
+            assert joined.error == 0 and joined.member_epoch == 1, (side.name, joined)
+        kafka_hash, our_hash = [(await asyncio.to_thread(last_hashes, bootstrap, t, {group}))[group]
+                                for t in ("__consumer_offsets", state_topic)]
+        metadata_only = await cluster_view(kafka.client, (topic,))
+    image = metadata_only.by_name(topic)
+    assert image is not None and image.racks == (("rack-1",),) * 3  # Metadata names broker 1 alone
+    with_fenced = StaticTopics([dataclasses.replace(image, racks=(("rack-1", "rack-2"),) * 3)])
+    assert our_hash == kafka_hash == metadata_hash([topic], with_fenced) != metadata_hash([topic], metadata_only)

@@ -473,6 +473,35 @@ async def test_a_regex_resolves_to_the_topics_its_requester_may_describe(env: En
     assert env.group().resolved_regexes["foo.*"].topics == ("foo", "foo-2", "foo-3")
 
 
+async def test_regexes_are_resolved_again_after_the_refresh_interval_and_written_unchanged() -> None:
+    """Kafka 4.1's group.consumer.regex.refresh.interval.ms: with no topic created, a group's regular expressions
+    are resolved again once the last resolution is older than it, and each resolution is written (record 16, a new
+    timestamp) though its topics did not change (handleRegularExpressionsResult); the group epoch stays."""
+    from coordinator.group.modern.records import RegexRecord
+
+    env = Env(group_consumer_regex_refresh_interval_ms=20_000)
+    try:
+        await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="foo.*")
+        await env.resolved()
+        first, epoch = env.group().resolved_regexes["foo.*"], env.group().group_epoch
+        env.clear_records()
+
+        async def heartbeat_after(ms: int) -> list[RegexRecord]:
+            env.advance(ms)
+            answer = await env.heartbeat("a", env.group().members["a"].member_epoch, owned=None)
+            assert answer.error is Errors.NONE
+            await env.resolved()
+            return [r for r in env.records if isinstance(r, RegexRecord)]
+
+        assert await heartbeat_after(10_001) == []  # past the 10 s batch interval, no topic created
+        [again] = await heartbeat_after(10_000)
+        assert again.topics == first.topics and again.timestamp_ms == first.timestamp_ms + 20_001
+        assert env.group().group_epoch == epoch and not [r for r in env.records if isinstance(r, GroupEpochRecord)]
+    finally:
+        await env.runtime.shutdown()
+        await env.timer.close()
+
+
 async def test_invalid_regex_and_the_last_subscriber_leaving(env: Env) -> None:
     bad = await env.heartbeat("a", 0, topics=None, subscribed_topic_regex="(?=lookahead)")
     assert bad.error is Errors.INVALID_REGULAR_EXPRESSION

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 import pytest
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.modern.group_configs import (HEARTBEAT_INTERVAL, SESSION_TIMEOUT, Described, GroupConfig,
-                                                    GroupConfigError, GroupConfigs, effective_config)
+from coordinator.group.modern.group_configs import (HEARTBEAT_INTERVAL, SESSION_TIMEOUT, GroupConfig, GroupConfigError,
+                                                    GroupConfigs, effective_config)
+from coordinator.group_configs import Described
 from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.relay.group_configs import alteration_observer, altered_groups
 from coordinator.timer import ManualClock

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from coordinator.config import CoordinatorConfig
+from coordinator.group_configs import Described
 from coordinator.timer import Clock
 
 log = logging.getLogger("coordinator.group")
@@ -45,8 +46,6 @@ READ_BATCH = 100  # groups per DescribeConfigs
 FIRST_READ_WAIT_S = 5.0  # how long a group's first heartbeat waits for its configuration (then: our defaults)
 RECHECK_AFTER_ALTER_S = 1.0
 
-# What the cluster says of each group asked: the values set on it (name -> value), or the error code refusing it
-Described = Mapping[str, str] | int
 Describe = Callable[[list[str]], Awaitable[Mapping[str, Described]]]
 
 

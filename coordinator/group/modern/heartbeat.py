@@ -26,7 +26,7 @@ from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.member import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                                              ConsumerGroupMember, MemberState)
 from coordinator.group.modern.reconciliation import FencedMemberEpoch, OwnedPartitions, reconcile
-from coordinator.group.modern.regex import DescribableTopics, Refresh, regexes_after
+from coordinator.group.modern.regex import REGEX_REFRESH_INTERVAL_MS, DescribableTopics, Refresh, regexes_after
 from coordinator.group.modern.records import (ConsumerGroupRecord, GroupEpochRecord, Partitions, RecordType,
                                               TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone,
                                               sorted_partitions)
@@ -104,6 +104,7 @@ class Settings:
     assignors: tuple[str, ...] = tuple(ASSIGNORS)  # the ones a request may name, in the order Kafka lists them
     default_assignor: str = DEFAULT_ASSIGNOR  # for a group whose members name none
     metadata_refresh_interval_ms: int = 5_000  # how often a group looks at its subscribed topics again
+    regex_refresh_interval_ms: int = REGEX_REFRESH_INTERVAL_MS  # how often its regular expressions are resolved again
 
 
 def validate(request: HeartbeatRequest, settings: Settings) -> None:
@@ -179,7 +180,8 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
     updated = _updated(member, request)
 
     def regexes() -> bool:
-        bump, result.refresh_regexes = regexes_after(group, member, updated, records, topics, now_wall_ms)
+        bump, result.refresh_regexes = regexes_after(group, member, updated, records, topics, now_wall_ms,
+                                                     refresh_interval_ms=settings.regex_refresh_interval_ms)
         return bump
 
     group_epoch, _changed = subscribe(group, member, updated, replaced, records, topics, settings, now_ms, regexes)

@@ -3,15 +3,18 @@ against every topic of the cluster, asynchronously, as Kafka's coordinator does 
 
 A heartbeat that brings a regular expression nobody in the group subscribes to yet checks it
 (INVALID_REGULAR_EXPRESSION) and asks for a resolution; one already resolved in the group bumps the epoch at once.
-A resolution runs after the heartbeat is answered, over all the group's regular expressions, at most every 10 s
-(sooner when one is not resolved yet); when some regular expression now matches other topics, or the new matches
-change the subscribed topics' metadata, it writes the resolutions (record 16) and bumps the group epoch, and the
-next heartbeat computes the target. A member's subscription is its names plus its regular expression's topics.
+A resolution runs after the heartbeat is answered, over all the group's regular expressions, at most every 10 s,
+when one is not resolved yet, a topic was created in the cluster, or the last one is older than
+`group.consumer.regex.refresh.interval.ms` (10 min). Like Kafka, it writes every resolution (record 16, with the
+new timestamp) whether or not its topics changed; when some regular expression now matches other topics, or the
+new matches change the subscribed topics' metadata, it also bumps the group epoch, and the next heartbeat computes
+the target. A member's subscription is its names plus its regular expression's topics.
 
 With an authorizer, a resolution keeps only the topics the principal of the heartbeat that asked for it may
 DESCRIBE when it runs (filterTopicDescribeAuthorizedTopics): the resolution is the group's, so every member with
 that regular expression gets those topics. An ACL change alone resolves nothing again; the next resolution (a new
-regular expression in the group, or a new topic in the cluster, after the 10 s interval) applies the ACLs then.
+regular expression in the group, a topic created in the cluster, or the refresh interval passed) applies the ACLs
+then.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from protocol.error_codes import Errors
 log = logging.getLogger("coordinator.group")
 
 REGEX_BATCH_REFRESH_INTERVAL_MS = 10_000
+REGEX_REFRESH_INTERVAL_MS = 600_000  # group.consumer.regex.refresh.interval.ms's default
 # of the topics given, those the requesting principal may DESCRIBE (None: the cluster has no authorizer)
 DescribableTopics = Callable[[Iterable[str]], Collection[str]]
 _OPTIONS = re2.Options()
@@ -73,16 +77,16 @@ def check(regex: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Refresh:
-    """Regular expressions to resolve after the heartbeat; unless `forced`, only if the cluster has other topics
-    than at the last resolution (Kafka learns of new topics from its metadata image; we list them first)."""
+    """Regular expressions to resolve after the heartbeat; unless `forced`, only if a topic was created since the
+    last resolution (Kafka learns of created topics from its metadata image; we list the topics first)."""
 
     regexes: frozenset[str]
     forced: bool
 
 
 def regexes_after(group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember,
-                  records: list[ConsumerGroupRecord], topics: TopicsView, now_wall_ms: int
-                  ) -> tuple[bool, Refresh | None]:
+                  records: list[ConsumerGroupRecord], topics: TopicsView, now_wall_ms: int, *,
+                  refresh_interval_ms: int = REGEX_REFRESH_INTERVAL_MS) -> tuple[bool, Refresh | None]:
     """Kafka's maybeUpdateRegularExpressions: (bump the epoch now?, what to resolve after the heartbeat). The
     resolutions' timestamps are wall-clock ms, like Kafka's."""
     old, new = member.subscribed_topic_regex, updated.subscribed_topic_regex
@@ -107,6 +111,7 @@ def regexes_after(group: ConsumerGroup, member: ConsumerGroupMember, updated: Co
     wanted = group.subscribed_regexes(updated)
     require = require or len(wanted) != len(group.resolved_regexes)
     require = require or group.last_regex_version < topics.version
+    require = require or (last_refresh_ms is not None and now_wall_ms > last_refresh_ms + refresh_interval_ms)
     return bump, Refresh(frozenset(wanted), require) if wanted else None
 
 

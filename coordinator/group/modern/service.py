@@ -141,7 +141,8 @@ class ConsumerGroupService:
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  # GroupCoordinatorService lists them from a HashSet of their names
                                  assignors=tuple(hash_order(assignors, string_hash)), default_assignor=assignors[0],
-                                 metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms)
+                                 metadata_refresh_interval_ms=config.group_consumer_heartbeat_interval_ms,
+                                 regex_refresh_interval_ms=config.group_consumer_regex_refresh_interval_ms)
         self._settings_by_interval = {config.group_consumer_heartbeat_interval_ms: self.settings}
         # each group's consumer.session.timeout.ms / consumer.heartbeat.interval.ms (group_configs.py); read from
         # the cluster once `group_configs.describe` is set
