@@ -3,13 +3,16 @@ the frame to the answer, away from the kernel and the load generator (what bench
 around them, on a shared machine).
 
   python -m bench.consumer_heartbeat_path [--groups 1000] [--heartbeats 50000] [--topics cluster|static]
+                                          [--connections 100] [--classic]
                                           [--compare | --compare-steady-frame [--rounds 10]]
                                           [--profile FILE]
 
 `groups` × 10 members join one 10-partition topic and reconcile through GroupRuntime (in-memory store, heartbeat
 interval 250 ms as the race's); then steady heartbeat frames (member id and epoch, every other field null), made
-by bench.consumer_protocol's request builder, go through `Connection.buffer_updated` of 100 connections with a
-transport that only counts the answers, the loop turning every 100 frames. `cluster`: the topics are the relay's
+by bench.consumer_protocol's request builder, go through `Connection.buffer_updated` of `connections` connections
+with a transport that only counts the answers, the loop turning every `connections` frames (and until the turn
+budget's deferred frames are handled). `--classic`: classic groups of 10 and their Heartbeat v4 frames instead (the
+connection's fast path, the turn budget's unit: server/turns.py charges the steady ConsumerGroupHeartbeat the ratio). `cluster`: the topics are the relay's
 view (ClusterMetadata) whose refresh takes 3 ms, as a Metadata round trip to the cluster; `static`: a fixed set.
 Prints the main thread's CPU time per heartbeat (thread time, the loop's turns included) and the answers
 counted; `--compare` alternates windows with and without the group logic's steady-state shortcut (medians of
@@ -29,6 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from bench.consumer_protocol import heartbeat_request
+from bench.wire import _stable_group, heartbeat_frame
 from coordinator.config import CoordinatorConfig
 from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.group.runtime import GroupRuntime
@@ -42,7 +46,7 @@ from coordinator.timer import SystemTimer
 from coordinator.topics import StaticTopics, TopicImage
 from protocol import codec
 
-TOPIC, TOPIC_ID, PARTITIONS, GROUP_SIZE, CONNECTIONS = "t", uuid.UUID(int=0x7), 10, 10, 100
+TOPIC, TOPIC_ID, PARTITIONS, GROUP_SIZE = "t", uuid.UUID(int=0x7), 10, 10
 INTERVAL_MS = 250
 
 
@@ -71,7 +75,8 @@ def _metadata() -> SimpleNamespace:
 
 def _runtime(topics: str, timer: SystemTimer) -> GroupRuntime:
     config = CoordinatorConfig(group_consumer_heartbeat_interval_ms=INTERVAL_MS,
-                               group_consumer_min_heartbeat_interval_ms=INTERVAL_MS)
+                               group_consumer_min_heartbeat_interval_ms=INTERVAL_MS,
+                               group_initial_rebalance_delay_ms=200)  # --classic: groups form at once
     runtime = GroupRuntime(config, timer, InMemoryGroupStore())
     if topics == "static":
         runtime.consumer_groups.topics = StaticTopics([TopicImage(TOPIC_ID, TOPIC, PARTITIONS)])
@@ -118,14 +123,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     timer.start()
     runtime = _runtime(args.topics, timer)
     try:
-        members = [m for g in range(args.groups) for m in await _form(runtime, f"g{g}")]
-        frames = [codec.encode_request(0, "bench", heartbeat_request(g, m, e)) for g, m, e in members]
+        if args.classic:  # Heartbeat v4 of classic groups' members: the turn budget's unit
+            classic = await asyncio.gather(*(_stable_group(runtime, f"c{g}", GROUP_SIZE) for g in range(args.groups)))
+            classic_members = [m for group in classic for m in group]
+            frames = [heartbeat_frame(g, generation, m) for g, generation, m in classic_members]
+        else:
+            members = [m for g in range(args.groups) for m in await _form(runtime, f"g{g}")]
+            frames = [codec.encode_request(0, "bench", heartbeat_request(g, m, e)) for g, m, e in members]
         random.shuffle(frames)
         host = SimpleNamespace(config=ServerConfig(), relay=None, directory=None, coordinator=runtime,
                                clock=runtime.clock, node=Node(0, "127.0.0.1", 9092, "bench"), closing=False,
                                authorizer=None, admit=lambda _c: True, forget=lambda _c: None,
                                parked=lambda _c: None, unparked=lambda _c: None)
-        transports = [CountingTransport() for _ in range(CONNECTIONS)]
+        connections_count = args.connections
+        transports = [CountingTransport() for _ in range(connections_count)]
         connections = []
         for transport in transports:
             connection = Connection(host)
@@ -136,10 +147,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         async def drive(count: int, start: int) -> None:
             for k in range(count):
-                frame, connection = frames[(start + k) % len(frames)], connections[k % CONNECTIONS]
+                frame, connection = frames[(start + k) % len(frames)], connections[k % connections_count]
                 connection.get_buffer(-1)[:len(frame)] = frame
                 connection.buffer_updated(len(frame))
-                if k % CONNECTIONS == CONNECTIONS - 1:
+                if k % connections_count == connections_count - 1:
                     await asyncio.sleep(0)  # the loop turns: parked requests carry on
                     while budget.waiting:  # frames left over for later turns (the requests-per-turn budget)
                         await asyncio.sleep(0)
@@ -161,7 +172,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             profiler.dump_stats(args.profile)
         cpu_s = time.thread_time() - started
         answered = sum(t.answers for t in transports) - answered_before
-        figures = {"topics": args.topics, "members": len(members), "heartbeats": args.heartbeats,
+        figures = {"requests": "Heartbeat v4" if args.classic else "ConsumerGroupHeartbeat",
+                   "connections": args.connections, "topics": args.topics, "members": len(frames), "heartbeats": args.heartbeats,
                    "answered": answered, "cpu_us_per_heartbeat": round(cpu_s / args.heartbeats * 1e6, 1)}
         print(f"{args.topics}: {figures['cpu_us_per_heartbeat']} µs of main-thread CPU per heartbeat, "
               f"{answered} of {args.heartbeats} answered in the window")
@@ -227,6 +239,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=1000)
     parser.add_argument("--heartbeats", type=int, default=50_000)
+    parser.add_argument("--connections", type=int, default=100,
+                        help="connections the frames go through, one frame each per loop turn")
     parser.add_argument("--topics", choices=["cluster", "static"], default="cluster")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
     parser.add_argument("--compare", action="store_true",
@@ -234,6 +248,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compare-steady-frame", action="store_true",
                         help="alternate windows with and without the connection's steady path (answered from the "
                         "frame)")
+    parser.add_argument("--classic", action="store_true",
+                        help="classic groups' Heartbeat v4 instead (the connection's fast path: the turn budget's unit)")
     parser.add_argument("--rounds", type=int, default=10, help="--compare*: windows of each kind")
     parser.add_argument("--profile", help="cProfile statistics of the measured heartbeats (pstats file)")
     return parser.parse_args(argv)

@@ -2,7 +2,7 @@
 echo-frame server measured in the same run with the same load generator.
 
   python -m bench.wire [--loop asyncio|uvloop] [--seconds 3] [--members 1,100,10000] [--repeats 1] [--telemetry]
-                       [--guarded] [--tls] [--acls]
+                       [--guarded] [--tls] [--acls] [--rate REQUESTS_PER_S]
 
 For each member count two servers run in turn, each in its own process (pinned to CPU 0 when possible):
   bare:         an asyncio BufferedProtocol that answers every length-prefixed frame with a fixed 16-byte
@@ -15,6 +15,8 @@ For each member count two servers run in turn, each in its own process (pinned t
   coordinator+tls (--tls): the same behind an SSL listener (TLS 1.3, a test CA made for the run; the load
                 generator's connections are TLS too): `cpu_ratio_to_plaintext` = our CPU per request over TLS /
                 plaintext (docs/security.md's target: at most 1.3).
+  coordinator+tls-loop (--tls): the same with the event loop's own TLS layer instead of ours
+                (COORDINATOR_TLS_TRANSPORT=loop, coordinator/security/tls_transport.py), in the same run.
   coordinator+acls (--acls): the same with the cluster's ACLs enforced (coordinator/security/authorizer.py: 1,000
                 ACLs, each group allowed by a prefixed READ, every Heartbeat checked): `cpu_ratio_to_unenforced` =
                 our CPU per request with the checks / without.
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import collections
 import faulthandler
 import functools
 import json
@@ -270,7 +273,33 @@ class LoadConnection(asyncio.Protocol):
         response, self.pending = self.pending[: 4 + size], self.pending[4 + size :]
         self.stats.record(time.perf_counter_ns() - self.sent_ns, response)
         if self.stats.running:
-            self.send_next()
+            if self.stats.pacer is not None:
+                self.stats.pacer.waiting.append(self)
+            else:
+                self.send_next()
+
+
+class Pacer:
+    """--rate: the connections' next requests leave at most `rate` a second in all (released every millisecond),
+    so servers whose clients cost more (TLS) and less (plaintext) are measured at the same request rate."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.waiting: collections.deque[LoadConnection] = collections.deque()
+        self.credit = 0.0
+        self.last = time.perf_counter()
+        self.running = True
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        self.credit = min(self.credit + (now - self.last) * self.rate, self.rate * 0.01)  # at most 10 ms' worth
+        self.last = now
+        waiting = self.waiting
+        while waiting and self.credit >= 1:
+            self.credit -= 1
+            waiting.popleft().send_next()
+        if self.running:
+            asyncio.get_running_loop().call_later(0.001, self.tick)
 
 
 @dataclass
@@ -280,6 +309,7 @@ class Stats:
     count: int = 0
     errors: int = 0
     correlation_id: int = 0
+    pacer: Pacer | None = None
 
     def __post_init__(self) -> None:
         self.latencies_ns = array.array("q")
@@ -295,9 +325,9 @@ class Stats:
 
 
 async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float, server_pid: int,
-                tls_dir: str | None = None) -> dict:
+                tls_dir: str | None = None, rate: float = 0.0) -> dict:
     loop = asyncio.get_running_loop()
-    stats = Stats()
+    stats = Stats(pacer=Pacer(rate) if rate else None)
     connection_count = min(len(frames), MAX_CONNECTIONS)
     shares = [frames[i::connection_count] for i in range(connection_count)]
     connections = []
@@ -305,8 +335,12 @@ async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float,
         _transport, protocol = await loop.create_connection(functools.partial(LoadConnection, share, stats), "127.0.0.1",
                                                             port, ssl=_client_tls(tls_dir))
         connections.append(protocol)
-    for connection in connections:
-        connection.send_next()
+    if stats.pacer is not None:
+        stats.pacer.waiting.extend(connections)
+        stats.pacer.tick()
+    else:
+        for connection in connections:
+            connection.send_next()
     await asyncio.sleep(warmup_s)
     cpu_before = _process_cpu_s(server_pid)
     started = time.perf_counter()
@@ -316,6 +350,8 @@ async def drive(port: int, frames: list[bytes], seconds: float, warmup_s: float,
     elapsed = time.perf_counter() - started
     cpu_used = _process_cpu_s(server_pid) - cpu_before
     stats.running = False
+    if stats.pacer is not None:
+        stats.pacer.running = False
     await asyncio.sleep(0.2)
     for connection in connections:
         connection.transport.close()
@@ -346,10 +382,14 @@ def _pin(cpu: int) -> None:
         pass
 
 
+_TLS_KINDS = ("coordinator+tls", "coordinator+tls-loop")
+
+
 def run_server(kind: str, members: int, loop_name: str, tls_dir: str | None = None) -> tuple[subprocess.Popen, dict]:
     command = [sys.executable, "-m", "bench.wire", "--serve", kind, "--members", str(members), "--loop", loop_name,
-               *(("--tls-dir", tls_dir) if kind == "coordinator+tls" and tls_dir else ())]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+               *(("--tls-dir", tls_dir) if kind in _TLS_KINDS and tls_dir else ())]
+    environment = {**os.environ, "COORDINATOR_TLS_TRANSPORT": "loop" if kind == "coordinator+tls-loop" else "ours"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=environment)
     assert process.stdout is not None  # stdout=PIPE
     line = process.stdout.readline()
     if not line.startswith("{"):
@@ -359,14 +399,14 @@ def run_server(kind: str, members: int, loop_name: str, tls_dir: str | None = No
 
 
 async def measure(kind: str, members: int, args: argparse.Namespace) -> dict:
-    tls_dir = args.tls_dir if kind == "coordinator+tls" else None
+    tls_dir = args.tls_dir if kind in _TLS_KINDS else None
     process, info = run_server(kind, members, args.loop, tls_dir)
     try:
         if kind == "bare":
             frames = [heartbeat_frame("bench-0", 1, f"member-{i}") for i in range(members)]
         else:
             frames = [heartbeat_frame(g, gen, m) for g, gen, m in info["members"]]
-        result = await drive(info["port"], frames, args.seconds, args.warmup, process.pid, tls_dir)
+        result = await drive(info["port"], frames, args.seconds, args.warmup, process.pid, tls_dir, args.rate)
     finally:
         process.kill()
         process.wait()
@@ -396,12 +436,13 @@ async def main(args: argparse.Namespace) -> None:
         variants = tuple(kind for kind, wanted in (("coordinator+telemetry", args.telemetry),
                                                   ("coordinator+guard", args.guarded),
                                                   ("coordinator+tls", args.tls),
+                                                  ("coordinator+tls-loop", args.tls),
                                                   ("coordinator+acls", args.acls)) if wanted)
         # the variants alternate with the plain run, so the machine's varying load falls on all alike
         ours, *others = await best_of_alternating(args.repeats, ("coordinator", *variants), members, args)
         traced = next((r for r in others if r["server"] == "coordinator+telemetry"), None)
         guarded = next((r for r in others if r["server"] == "coordinator+guard"), None)
-        over_tls = next((r for r in others if r["server"] == "coordinator+tls"), None)
+        over_tls = [r for r in others if r["server"] in _TLS_KINDS]
         enforced = next((r for r in others if r["server"] == "coordinator+acls"), None)
         ratio = ours["requests_per_s"] / bare["requests_per_s"] if bare["requests_per_s"] else 0.0
         ours["ratio_to_bare"] = round(ratio, 3)
@@ -413,11 +454,11 @@ async def main(args: argparse.Namespace) -> None:
             guarded["cpu_ratio_to_unguarded"] = round(
                 ours["server_cpu_us_per_request"] / guarded["server_cpu_us_per_request"], 3)
             measured.append(guarded)
-        if over_tls is not None:
-            over_tls["ratio_to_plaintext"] = round(over_tls["requests_per_s"] / ours["requests_per_s"], 3)
-            over_tls["cpu_ratio_to_plaintext"] = round(
-                over_tls["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
-            measured.append(over_tls)
+        for over_tls_run in over_tls:
+            over_tls_run["ratio_to_plaintext"] = round(over_tls_run["requests_per_s"] / ours["requests_per_s"], 3)
+            over_tls_run["cpu_ratio_to_plaintext"] = round(
+                over_tls_run["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
+            measured.append(over_tls_run)
         if enforced is not None:
             enforced["cpu_ratio_to_unenforced"] = round(
                 enforced["server_cpu_us_per_request"] / ours["server_cpu_us_per_request"], 3)
@@ -432,6 +473,7 @@ async def main(args: argparse.Namespace) -> None:
         results += measured
     our_runs = [r for r in results if r["server"] == "coordinator"]
     summary = {"benchmark": "wire", "loop": args.loop, "seconds": args.seconds, "repeats": args.repeats,
+               "rate": args.rate or "free-running",
                "results": results, "min_ratio_to_bare": min(r["ratio_to_bare"] for r in our_runs),
                "min_cpu_ratio_to_bare": min(r["cpu_ratio_to_bare"] for r in our_runs)}
     traced_runs = [r for r in results if r["server"] == "coordinator+telemetry"]
@@ -441,6 +483,8 @@ async def main(args: argparse.Namespace) -> None:
     tls_runs = [r for r in results if r["server"] == "coordinator+tls"]
     if tls_runs:  # TLS on our listener against plaintext, same run (docs/security.md: at most 1.3x CPU)
         summary["max_cpu_ratio_to_plaintext"] = max(r["cpu_ratio_to_plaintext"] for r in tls_runs)
+        summary["max_cpu_ratio_to_plaintext_loop_tls"] = max(
+            r["cpu_ratio_to_plaintext"] for r in results if r["server"] == "coordinator+tls-loop")
     acl_runs = [r for r in results if r["server"] == "coordinator+acls"]
     if acl_runs:  # the ACL checks on every request against none, same run
         summary["max_cpu_ratio_to_unenforced"] = max(r["cpu_ratio_to_unenforced"] for r in acl_runs)
@@ -475,13 +519,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also run the coordinator behind multi-instance mode's zombie guard (ratio against "
                              "unguarded, same run)")
     parser.add_argument("--tls", action="store_true",
-                        help="also run the coordinator behind an SSL listener (CPU ratio against plaintext, same run; "
-                             "needs the `cryptography` package of the test extra)")
+                        help="also run the coordinator behind an SSL listener, with our TLS layer and with the loop's "
+                             "(CPU ratio against plaintext, same run; needs the `cryptography` package of the test "
+                             "extra)")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="requests/s in all, the same for every server (0: each as fast as the load generator "
+                             "goes); below the slowest server's free-running rate, CPU per request is compared at "
+                             "one request rate")
     parser.add_argument("--acls", action="store_true",
                         help="also run the coordinator with the cluster's ACLs enforced (CPU ratio against none, "
                              "same run)")
     parser.add_argument("--serve", choices=("bare", "coordinator", "coordinator+telemetry", "coordinator+guard",
-                                            "coordinator+tls", "coordinator+acls"), help=argparse.SUPPRESS)
+                                            *_TLS_KINDS, "coordinator+acls"), help=argparse.SUPPRESS)
     parser.add_argument("--tls-dir", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 

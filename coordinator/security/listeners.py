@@ -80,6 +80,7 @@ def server_ssl_context(listener: Listener, settings: Mapping[str, str]) -> ssl.S
             log.warning("event=listener_setting_ignored key=%s reason=listener %s has no TLS", name, listener)
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.options |= ssl.OP_NO_RENEGOTIATION  # a client's TLS 1.2 renegotiation is refused (as Kafka's broker)
     _set_versions(context, settings.get("ssl.enabled.protocols", "TLSv1.2,TLSv1.3"))
     _load_keystore(context, settings, listener)
     client_auth = settings.get("ssl.client.auth", "none").strip().lower()

@@ -5,8 +5,9 @@ the kernel's queue is empty, so a connect storm of thousands is accepted, and it
 while heartbeats and timers wait. Here the listening socket is watched with `add_reader` (level-triggered on both
 loops): a turn accepts a bounded batch and the rest stay in the kernel's queue, whose size (`listen_backlog`, up to
 somaxconn) is what absorbs the storm, for the next turn. Each accepted socket becomes a transport through
-`loop.connect_accepted_socket` (with TLS where the listener has it), as create_server would make it. One Acceptor
-serves every socket of a listener (a host name's addresses, e.g. 127.0.0.1 and ::1), each bounded alike.
+`loop.connect_accepted_socket`, as create_server would make it (TLS, where the listener has it, by our own layer:
+security/tls_transport.py). One Acceptor serves every socket of a listener (a host name's addresses, e.g.
+127.0.0.1 and ::1), each bounded alike.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable, Sequence
+
+from coordinator.security.tls_transport import accept_tls
 
 log = logging.getLogger("coordinator.server")
 
@@ -83,7 +86,8 @@ class Acceptor:
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as create_server's transports
             making = self._loop.create_task(
-                self._loop.connect_accepted_socket(self._protocol_factory, conn, ssl=self._ssl))
+                self._loop.connect_accepted_socket(self._protocol_factory, conn) if self._ssl is None
+                else accept_tls(self._loop, self._protocol_factory, conn, self._ssl))
         except Exception:
             conn.close()
             raise

@@ -49,7 +49,8 @@ from coordinator.server.context import ConnectionContext, Directory, GroupServic
 from coordinator.server.handlers import HANDLERS, SERVED_APIS, consumer_group_heartbeat, join_group, sync_group
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.relaying import RelaySide
-from coordinator.server.turns import HEARTBEAT_UNITS, REQUEST_UNITS, turn_budget
+from coordinator.server.turns import (HEARTBEAT_UNITS, REQUEST_UNITS, STEADY_CONSUMER_GROUP_HEARTBEAT_UNITS,
+                                      turn_budget)
 from coordinator.timer.clock import Clock
 from protocol.apis import ApiKey
 from protocol.codec import Request, RequestHeader, decode_request, encode_response, peek_header, read_group_request
@@ -283,10 +284,9 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if frame is None:
                 break
-            turn.spend(HEARTBEAT_UNITS if frame[:4] == HEARTBEAT_V4_PREFIX else REQUEST_UNITS)
             if self._leads:
                 self._leads = False
-            self._handle_frame(frame)
+            turn.spend(self._handle_frame(frame))
         self._flush()
         self._apply_read_limit()
 
@@ -319,11 +319,13 @@ class Connection(asyncio.BufferedProtocol):
         protocol = security_protocol(self._config.ssl_context is not None, self._sasl is not None)
         self._request_context = context_with(ClientIdentity(self._ctx.principal, protocol))
 
-    def _handle_frame(self, frame: bytes) -> None:
+    def _handle_frame(self, frame: bytes) -> int:
+        """Handles one request; returns what it cost of the turn's budget (server/turns.py): the heartbeats on
+        their fast paths their measured units, anything else REQUEST_UNITS."""
         sasl = self._sasl
         if sasl is not None:
             if not self._sasl_admits(frame):
-                return
+                return REQUEST_UNITS
             if sasl.state is State.COMPLETE and sasl.principal is not None:
                 principal = "User:" + sasl.principal
                 if principal != self._ctx.principal:  # type: ignore[union-attr]
@@ -331,14 +333,14 @@ class Connection(asyncio.BufferedProtocol):
                     self._identify()
         if self._relaying is not None:
             if not self._route_locally(frame, self._relaying):
-                return
+                return REQUEST_UNITS
         elif not self._served(frame):
-            return
+            return REQUEST_UNITS
         if frame[:4] == HEARTBEAT_V4_PREFIX and self._heartbeat_v4(frame):
-            return
+            return HEARTBEAT_UNITS
         if frame[:2] == CONSUMER_GROUP_HEARTBEAT_API_KEY:
             if self._steady_consumer_group_heartbeat(frame):
-                return
+                return STEADY_CONSUMER_GROUP_HEARTBEAT_UNITS
             request = _read_consumer_group_heartbeat(frame)
         else:
             request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
@@ -347,7 +349,11 @@ class Connection(asyncio.BufferedProtocol):
                 request = decode_request(frame)
             except ProtocolError as exc:
                 self._reject(frame, exc)
-                return
+                return REQUEST_UNITS
+        self._dispatch(request)
+        return REQUEST_UNITS
+
+    def _dispatch(self, request: Request) -> None:
         header = request.header
         started = _STARTED_HERE.get(header.api_key)
         if started is not None:

@@ -17,11 +17,13 @@ import uvloop
 from coordinator.embedded.certificates import CertificateSet, make_test_certificates
 from coordinator.group.runtime import GroupRuntime
 from coordinator.security.listeners import Listener, server_ssl_context
-from coordinator.server.turns import HEARTBEAT_UNITS, REQUEST_UNITS, turn_budget
+from coordinator.server.turns import (HEARTBEAT_UNITS, REQUEST_UNITS, STEADY_CONSUMER_GROUP_HEARTBEAT_UNITS,
+                                      turn_budget)
 from protocol import codec
+from protocol.apis import ApiKey
 from protocol.error_codes import Errors
 from tests.support.server import RunningServer
-from tests.support.wire import heartbeat
+from tests.support.wire import heartbeat, ms, request
 
 _V3_ANSWER_BYTES = 14  # size prefix, correlation id, throttle time, error code
 _V4_ANSWER_BYTES = 16  # the same with the flexible versions' tag bytes
@@ -264,6 +266,81 @@ async def test_heartbeats_on_their_fast_path_cost_a_unit_each() -> None:
             for sock in socks:
                 sock.close()
         assert answers == [[0]] * connections
+        assert max(runtime.per_turn) == per_turn, runtime.per_turn  # a full turn's worth at once, and no more
+
+
+class _CountingConsumerRuntime(_CountingRuntime):
+    """Counts ConsumerGroupHeartbeats: those answered from their frame (the steady path) and those the general
+    path starts, once counting has started (the member's join is not counted)."""
+
+    counting = False
+
+    def start_counting(self) -> None:
+        super().start_counting()
+        self.counting = True
+
+    def _count(self) -> None:
+        if self.counting:
+            self.handled += 1
+            self.per_turn[-1] += 1
+
+    def steady_consumer_group_heartbeat(self, req: Any) -> Any:
+        answer = super().steady_consumer_group_heartbeat(req)
+        if answer is not None:
+            self._count()
+        return answer
+
+    def start_consumer_group_heartbeat(self, req: Any) -> Any:
+        self._count()
+        return super().start_consumer_group_heartbeat(req)
+
+
+def _consumer_heartbeat(member_id: str, epoch: int, **fields: Any) -> Any:
+    plain = dict(rebalance_timeout=ms(-1), subscribed_topic_names=None, topic_partitions=None)
+    return request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id="cg", member_id=member_id, member_epoch=epoch,
+                   instance_id=None, rack_id=None, subscribed_topic_regex=None, server_assignor=None,
+                   **{**plain, **fields})
+
+
+async def _error_code(sock: socket.socket) -> int:
+    """The error code of the ConsumerGroupHeartbeat answer `sock` receives."""
+    loop = asyncio.get_running_loop()
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+        chunk = await asyncio.wait_for(loop.sock_recv(sock, 65_536), 10)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    # size, correlation id, header tags, throttle time, then the error code
+    return struct.unpack_from(">h", data, 13)[0]
+
+
+@pytest.mark.parametrize("steady", [True, False], ids=["answered-from-the-frame", "general-path"])
+async def test_a_consumer_group_heartbeat_costs_the_units_of_the_path_that_served_it(steady: bool) -> None:
+    """Steady ConsumerGroupHeartbeats of as many connections as a turn's budget holds at their units are handled
+    in one turn; one the general path serves (here: of a member the group does not know) costs a request's."""
+    units = STEADY_CONSUMER_GROUP_HEARTBEAT_UNITS if steady else REQUEST_UNITS
+    per_turn = turn_budget().per_turn // units
+    connections = per_turn + per_turn // 2
+    async with RunningServer(coordinator_class=_CountingConsumerRuntime) as env:
+        runtime: Any = env.coordinator
+        client = await env.client()
+        joined = await client.request(_consumer_heartbeat("m-1", 0, rebalance_timeout=ms(30_000),
+                                                          subscribed_topic_names=("t",), topic_partitions=()))
+        assert joined.error_code == 0
+        member_id = "m-1" if steady else "m-unknown"
+        frame = codec.encode_request(0, "t", _consumer_heartbeat(member_id, joined.member_epoch))
+        socks = await _connected(env, connections + 1)  # the client's connection is one of them
+        try:
+            runtime.start_counting()
+            for sock in socks[:connections]:
+                sock.send(frame)
+            answers = await asyncio.gather(*(_error_code(sock) for sock in socks[:connections]))
+            runtime.stop_counting()
+        finally:
+            for sock in socks:
+                sock.close()
+        assert answers == [0 if steady else Errors.UNKNOWN_MEMBER_ID] * connections
+        assert runtime.handled == connections
         assert max(runtime.per_turn) == per_turn, runtime.per_turn  # a full turn's worth at once, and no more
 
 
