@@ -23,6 +23,11 @@ better):
   (the same on both servers) and all the reconciliation's work. The time is bounded below by about two heartbeat
   intervals (revokers hear of the change at their next heartbeat, the joiner of the released partitions at its
   next one) whatever the server; the CPU per round is the figure that tells the servers apart.
+- forming (with each of the two above): the time from the first join of the figure's groups (every member joining
+  within one heartbeat interval, as clients started together do) until they are settled, and the server's CPU
+  for it: the join storm. For our servers, every figure also counts the loop stalls the server logged meanwhile
+  (runtime_health's `event=loop_stall` lines, from its log, kept in a temporary file per server) and the longest
+  one's CPU time.
 
 Setup as bench.coordinator's (its `start_ours`, pinning and interleaving): one embedded Kafka broker serves as
 (b) and holds (a)'s state topic; both servers get the same group.consumer.* settings; our event topic is off
@@ -41,6 +46,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -270,6 +276,37 @@ async def await_served(client: KafkaClient, group_id: str, topic: str) -> None:
 # ---------------------------------------------------------------------------------------------- figures
 
 
+class StallLog:
+    """A server's log in a file; the loop stalls it reported since a mark (runtime_health's lines)."""
+
+    def __init__(self, name: str) -> None:
+        self.path = os.path.join(tempfile.gettempdir(), f"bench-consumer-protocol-{name}-{os.getpid()}.log")
+        self.file = open(self.path, "w+")  # noqa: SIM115 (the server writes it until it stops)
+
+    def mark(self) -> int:
+        return os.path.getsize(self.path)
+
+    def since(self, mark: int) -> dict[str, float]:
+        with open(self.path, errors="replace") as log:
+            log.seek(mark)
+            stalls = [float(field.split("=", 1)[1]) for line in log if "event=loop_stall" in line
+                      for field in line.split() if field.startswith("cpu_ms=")]
+        return {"loop_stalls": len(stalls), "longest_stall_cpu_ms": round(max(stalls, default=0.0), 1)}
+
+
+STALL_LOGS: dict[str, StallLog] = {}  # server name -> its log (ours and the baseline tree's)
+
+
+def stalls_since(server: Server, mark: int | None) -> dict[str, float]:
+    log = STALL_LOGS.get(server.name)
+    return {} if log is None or mark is None else log.since(mark)
+
+
+def stall_mark(server: Server) -> int | None:
+    log = STALL_LOGS.get(server.name)
+    return None if log is None else log.mark()
+
+
 async def heartbeat_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     size, topic = args.group_size, heartbeat_topic(args.group_size)
     pool = await connect_many(server.port, min(max(args.connections), args.groups * size))
@@ -278,10 +315,15 @@ async def heartbeat_figures(server: Server, args: argparse.Namespace) -> dict[st
     groups = [[Member(pool[(g * size + i) % len(pool)], f"cgh-{prefix}-{g}", topic) for i in range(size)]
               for g in range(args.groups)]
     members = [m for group in groups for m in group]
+    figures: dict[str, Any] = {}
     try:
+        mark, cpu_before, started = stall_mark(server), _server_cpu_ns(server.pid), time.perf_counter()
         running = [RunningGroup(group) for group in groups]  # formed at the server's interval, as clients do
         try:
             await asyncio.gather(*(wait_settled(g, size, 300) for g in groups))
+            figures["forming"] = {"form_ms": round((time.perf_counter() - started) * 1000, 1),
+                                  "server_cpu_ms": round((_server_cpu_ns(server.pid) - cpu_before) / 1e6, 1),
+                                  **stalls_since(server, mark)}
         finally:
             for group in running:
                 group.stop.set()
@@ -289,7 +331,6 @@ async def heartbeat_figures(server: Server, args: argparse.Namespace) -> dict[st
         frames = [codec.encode_request(0, "bench", heartbeat_request(m.group_id, m.member_id, m.epoch))
                   for m in members]
         random.shuffle(frames)  # each connection cycles through members of many groups
-        figures = {}
         for connections in args.connections:
             profiled = connections == max(args.connections)
             profiler = start_profiler(server, args) if profiled and args.profiler == "py-spy" else None
@@ -297,8 +338,10 @@ async def heartbeat_figures(server: Server, args: argparse.Namespace) -> dict[st
             if cprofiled:
                 os.kill(server.pid, PROFILE_ON)
             try:
+                mark = stall_mark(server)
                 figures[str(connections)] = await drive_heartbeats(server, frames, connections, args.seconds,
                                                                    stats=HeartbeatStats())
+                figures[str(connections)].update(stalls_since(server, mark))
             finally:
                 stop_profiler(profiler)
                 if cprofiled:
@@ -316,10 +359,15 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
         clients = await connect_many(server.port, min(size + 1, args.reconcile_connections))
         group_id = f"rc-{uuid.uuid4().hex[:6]}-{size}"
         await await_served(clients[0], group_id, topic)
+        mark, cpu_before, started = stall_mark(server), _server_cpu_ns(server.pid), time.perf_counter()
         group = RunningGroup([Member(clients[i % len(clients)], group_id, topic) for i in range(size)])
         times, cpu_ms, own_shares, watched = [], [], [], []
         try:
             await wait_settled(group.members, partitions, 300)
+            forming = {"form_ms": round((time.perf_counter() - started) * 1000, 1),
+                       "form_server_cpu_ms": round((_server_cpu_ns(server.pid) - cpu_before) / 1e6, 1),
+                       **{f"form_{key}": value for key, value in stalls_since(server, mark).items()}}
+            mark = stall_mark(server)
             for round_number in range(args.reconcile_warmup + args.reconcile_rounds):
                 joiner = Member(clients[size % len(clients)], group_id, topic)
                 await asyncio.sleep(args.interval_ms / 1000)  # the settled group heartbeats a while first
@@ -352,6 +400,7 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                 await joiner.leave()
                 await wait_settled(group.members, partitions, 120)
             error_answers = sum(m.errors for m in group.members)
+            rounds_stalls = stalls_since(server, mark)
         finally:
             await group.close()
             await close_all(clients)
@@ -359,7 +408,8 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
         figures[str(size)] = {
             "reconcile_ms_median": round(times[len(times) // 2], 2), "reconcile_ms_max": round(times[-1], 2),
             "server_cpu_ms_per_round": round(sorted(cpu_ms)[len(cpu_ms) // 2], 2),
-            "loadgen_cpu_share": round(max(own_shares), 2), "error_answers": error_answers,
+            "loadgen_cpu_share": round(max(own_shares), 2), "error_answers": error_answers, **forming,
+            **{f"rounds_{key}": value for key, value in rounds_stalls.items()},
             **{key: round(statistics.median(r[key] for r in watched), 1) for key in watched[0]}, "rounds": watched}
         print(f"{server.name} reconcile {size}: {json.dumps(figures[str(size)])} "
               f"(load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
@@ -413,8 +463,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             profiled = {"module": "bench.cprofiled", "environment": {OUTPUT_VARIABLE: os.path.abspath(args.profile)}}
         for attempt in range(3):  # the broker may be slow to answer right after making thousands of partitions
             try:
+                STALL_LOGS["ours"] = StallLog("ours")
                 process, ours = await start_ours(broker.bootstrap,
-                                                 config=[f"{k}={v}" for k, v in settings.items()], **profiled)
+                                                 config=[f"{k}={v}" for k, v in settings.items()],
+                                                 stderr=STALL_LOGS["ours"].file, **profiled)
                 break
             except RuntimeError:
                 if attempt == 2:
@@ -422,8 +474,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         processes.append(process)
         servers = [ours]
         if args.baseline_tree:
+            STALL_LOGS["before"] = StallLog("before")
             process, before = await start_ours(broker.bootstrap, "before", args.baseline_tree,
-                                               config=[f"{k}={v}" for k, v in settings.items()])
+                                               config=[f"{k}={v}" for k, v in settings.items()],
+                                               stderr=STALL_LOGS["before"].file)
             processes.append(process)
             servers.append(before)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
@@ -444,6 +498,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                "kafka": kafka_median, "ratio": ratio}
     if "before" in medians:
         summary.update(before_and_after(medians["before"], ours_median, kafka_median, args.baseline_tree))
+    summary["server_logs"] = {name: log.path for name, log in STALL_LOGS.items()}
     summary["runs"] = results
     return summary
 

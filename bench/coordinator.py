@@ -97,12 +97,13 @@ def pin(pid: int, cpu: int) -> None:
 
 async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None = None, *,
                      config: Sequence[str] = (), module: str = "coordinator.cli",
-                     environment: Mapping[str, str] | None = None, write_mode: str = "transactional"
-                     ) -> tuple[subprocess.Popen, Server]:
+                     environment: Mapping[str, str] | None = None, write_mode: str = "transactional",
+                     stderr: Any = None) -> tuple[subprocess.Popen, Server]:
     """`coordinator serve` from this checkout, or from `source_tree` (its working directory and PYTHONPATH, so
     its packages shadow this checkout's); `config`: more `name=value` settings; `module`: what runs the command
     line (bench.cprofiled: the same under a switchable profiler), with `environment` added to ours; `write_mode`:
-    serve's --write-mode (how the state topic is written; the default left out, for trees without the flag)."""
+    serve's --write-mode (how the state topic is written; the default left out, for trees without the flag);
+    `stderr`: where its log goes (default: this process's)."""
     env = None if source_tree is None and not environment else {**os.environ, **(environment or {})}
     if source_tree is not None:
         env["PYTHONPATH"] = source_tree  # type: ignore[index]
@@ -113,7 +114,7 @@ async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None
          "--config", f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}",
          "--config", f"group.min.session.timeout.ms={MIN_SESSION_MS}",
          *(argument for setting in config for argument in ("--config", setting))],
-        stdout=subprocess.PIPE, text=True, cwd=source_tree, env=env)
+        stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=source_tree, env=env)
     line = await asyncio.to_thread(process.stdout.readline)  # type: ignore[union-attr]
     if "listening on" not in line:
         process.kill()

@@ -168,6 +168,10 @@ class CoordinatorInstance:
 
         def heartbeat_observed(request: Any) -> Any:
             response, write = heartbeat(request)
+            if isinstance(response, asyncio.Future):  # answered with its batch's target; its session restarted now
+                if request.member_id and self.alive:
+                    checkers.consumer_session_restarted(self.name, request.group_id, [request.member_id])
+                return response, write
             if response.error == Errors.NONE and request.member_epoch >= 0 and self.alive:
                 checkers.consumer_session_restarted(self.name, request.group_id, [response.member_id])
             return response, write

@@ -92,6 +92,7 @@ class GroupRuntime:
             shard.expect_write = functools.partial(store.expect_append, shard.partition)
         self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
         self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for, wall_clock=self.wall_clock)
+        self.consumer_groups.batch_targets = True
         # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the
         # topics ConsumerGroupService.topics has are all there is
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None
@@ -320,6 +321,8 @@ class GroupRuntime:
         """The group logic's answer, at once when it wrote nothing and the group has no write in flight; else
         once the writes are acknowledged."""
         response, write = self.consumer_groups.heartbeat(req)
+        if isinstance(response, asyncio.Future):  # answered with its batch's shared target (service._batched)
+            return response
         if write is None:
             pending, failures = self.consumer_groups.unacknowledged(req.group_id)
             if pending is None or pending.done is None:

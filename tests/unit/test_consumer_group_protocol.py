@@ -548,6 +548,7 @@ async def test_an_old_write_failing_late_does_not_revert_newer_writes(env: Env) 
     then fails. It is not the group's latest write, so nothing reverts (the deterministic simulator's history:
     a number that came back once the group's entry went made the old failure undo the group and its members)."""
     service = env.runtime.consumer_groups
+    service.batch_targets = False  # each join its own write, answered with it (not its turn's batch)
 
     def join(member_id: str):  # type: ignore[no-untyped-def]
         response, write = service.heartbeat(HeartbeatRequest(GROUP, member_id, 0, rebalance_timeout_ms=30_000,
@@ -576,6 +577,7 @@ async def test_a_failed_write_memory_keeps_is_written_again_as_memory_has_it(env
     b itself, still as its failed join left it, is fenced (its client was told the join failed; Kafka reverts it):
     its records tombstoned and the epoch bumped, the next heartbeat recomputing the target without it."""
     service = env.runtime.consumer_groups
+    service.batch_targets = False  # each join its own write, answered with it (not its turn's batch)
     await env.heartbeat("a", 0)
     appended = []
     shard = env.runtime.shard_for(GROUP)

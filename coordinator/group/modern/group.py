@@ -60,6 +60,11 @@ class ConsumerGroup:
         clone._subscriptions, clone._regex_subscribers = self._subscriptions.copy(), self._regex_subscribers.copy()
         return clone
 
+    def undo_point(self) -> GroupUndo:
+        """What to go back to if the records about to be replayed are not written, costing what they touch
+        (`GroupUndo.capture` before each replay) rather than the group's size, as `snapshot` does."""
+        return GroupUndo(self)
+
     # --- derived state --------------------------------------------------------------------------------------
     @property
     def state(self) -> ConsumerGroupState:
@@ -220,6 +225,23 @@ class ConsumerGroup:
                 for p in ps:
                     self._partition_epochs[(topic_id, p)] = member.member_epoch
 
+    def _restore_members(self, earlier: dict[str, ConsumerGroupMember | None]) -> None:
+        """These members back as they were (None: absent). Every one's partitions are released first: a partition
+        one of them released may be another's now."""
+        current = [(member_id, self.members.get(member_id)) for member_id in earlier]
+        for _, member in current:
+            if member is not None:
+                self._remove_partition_epochs(member)
+        for member_id, member in current:
+            if member is not None:
+                del self.members[member_id]
+                self._count_subscriptions(member, -1)
+                if member.instance_id is not None and self.static_members.get(member.instance_id) == member_id:
+                    del self.static_members[member.instance_id]
+        for member in earlier.values():
+            if member is not None:
+                self._put_member(member)
+
     def _count_subscriptions(self, member: ConsumerGroupMember, sign: int) -> None:
         for name in member.subscribed_topic_names:
             self._subscriptions[name] += sign
@@ -233,3 +255,66 @@ class ConsumerGroup:
                 for p in ps:
                     if self._partition_epochs.get((topic_id, p)) == member.member_epoch:
                         del self._partition_epochs[(topic_id, p)]
+
+
+class GroupUndo:
+    """A consumer group's state before some records were replayed onto it: its epochs and metadata hash, and the
+    earlier value of each member, target and resolved regular expression those records touch (captured before
+    they are replayed). `restore` puts them back; `members` is what observers read of the group before (the
+    touched members that existed)."""
+
+    __slots__ = ("group", "group_epoch", "metadata_hash", "assignment_epoch", "deleted", "_members", "_targets",
+                 "_regexes")
+
+    def __init__(self, group: ConsumerGroup) -> None:
+        self.group = group
+        self.group_epoch, self.metadata_hash = group.group_epoch, group.metadata_hash
+        self.assignment_epoch, self.deleted = group.assignment_epoch, group.deleted
+        self._members: dict[str, ConsumerGroupMember | None] = {}
+        self._targets: dict[str, Partitions | None] = {}
+        self._regexes: dict[str, RegexRecord | None] = {}
+
+    def capture(self, records: Collection[ConsumerGroupRecord]) -> None:
+        """The earlier values of what `records` overwrite (only the first capture of a key counts)."""
+        group = self.group
+        for record in records:
+            member_id = getattr(record, "member_id", None)
+            if member_id is not None:
+                self.capture_member(member_id)
+            regex = getattr(record, "regex", None)
+            if regex is not None and regex not in self._regexes:
+                self._regexes[regex] = group.resolved_regexes.get(regex)
+
+    def capture_member(self, member_id: str) -> None:
+        """The member's earlier value and target."""
+        if member_id not in self._members:
+            self._members[member_id] = self.group.members.get(member_id)
+        if member_id not in self._targets:
+            self._targets[member_id] = self.group.targets.get(member_id)
+
+    def capture_targets(self) -> None:
+        """Every member's target (before a target computation)."""
+        for member_id, target in self.group.targets.items():
+            self._targets.setdefault(member_id, target)
+
+    @property
+    def members(self) -> dict[str, ConsumerGroupMember]:
+        return {member_id: m for member_id, m in self._members.items() if m is not None}
+
+    def restore(self) -> ConsumerGroup:
+        """The group as it was at the undo point (provided nothing replayed since was captured); returns it."""
+        group = self.group
+        group.group_epoch, group.metadata_hash = self.group_epoch, self.metadata_hash
+        group.assignment_epoch, group.deleted = self.assignment_epoch, self.deleted
+        for member_id, target in self._targets.items():
+            if target is None:
+                group.targets.pop(member_id, None)
+            else:
+                group.targets[member_id] = target
+        for regex, resolved in self._regexes.items():
+            if resolved is None:
+                group.resolved_regexes.pop(regex, None)
+            else:
+                group.resolved_regexes[regex] = resolved
+        group._restore_members(self._members)
+        return group

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -67,12 +67,25 @@ class HeartbeatResponse:
     assignment: Partitions | None = None  # None: not sent (unchanged)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingTarget:
+    """A heartbeat that found its group's epoch ahead of the assignment epoch and, its records replayed, waits for
+    the target that the group's heartbeats of one batch share (`answer_pending`): what its answer needs."""
+
+    member_id: str
+    owned: OwnedPartitions
+    assigned_before: Partitions  # the member's assignment before this heartbeat
+    full: bool  # the request repeats every field: the assignment is sent even when unchanged
+    heartbeat_interval_ms: int
+
+
 @dataclass(slots=True)
 class HeartbeatResult:
     records: list[ConsumerGroupRecord] = field(default_factory=list)
     response: HeartbeatResponse = field(default_factory=HeartbeatResponse)
     created: ConsumerGroup | None = None  # the group this join created: the records are replayed onto it
     refresh_regexes: Refresh | None = None  # to resolve after the answer (regex.py)
+    pending: PendingTarget | None = None  # set instead of `response` when the target is left to the batch
 
 
 class MemberTimers(Protocol):
@@ -128,20 +141,24 @@ def _not_blank(value: str | None, message: str) -> None:
 
 
 def heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, topics: TopicsView, settings: Settings,
-              timers: MemberTimers, now_ms: int, now_wall_ms: int | None = None) -> HeartbeatResult:
+              timers: MemberTimers, now_ms: int, now_wall_ms: int | None = None, *,
+              defer_target: bool = False) -> HeartbeatResult:
     """Records and response of a valid request (see `validate`); raises ApiError. `group` is None if no consumer
     group of that id exists. `now_ms` is the monotonic clock's (deadlines), `now_wall_ms` the wall clock's (stored
-    timestamps; the same clock when not given)."""
+    timestamps; the same clock when not given). `defer_target`: a heartbeat that finds the group epoch ahead of the
+    assignment epoch stops before the target (its records so far, `pending` instead of a response): the caller
+    replays them and answers it with the other heartbeats of its batch (`answer_pending`)."""
     if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
         if group is None:
             raise ApiError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {request.group_id} not found.")
         return leave(group, request, topics, timers)
     return _join_or_heartbeat(group, request, topics, settings, timers, now_ms,
-                              now_ms if now_wall_ms is None else now_wall_ms)
+                              now_ms if now_wall_ms is None else now_wall_ms, defer_target)
 
 
 def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, topics: TopicsView,
-                       settings: Settings, timers: MemberTimers, now_ms: int, now_wall_ms: int) -> HeartbeatResult:
+                       settings: Settings, timers: MemberTimers, now_ms: int, now_wall_ms: int,
+                       defer_target: bool = False) -> HeartbeatResult:
     group_id, epoch = request.group_id, request.member_epoch
     result = HeartbeatResult()
     if group is None:
@@ -168,6 +185,13 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
         return bump
 
     group_epoch, _changed = subscribe(group, member, updated, replaced, records, topics, settings, now_ms, regexes)
+    full = epoch == 0 or (request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None
+                          and request.owned is not None)
+    if defer_target and group_epoch > group.assignment_epoch:
+        timers.schedule_session(group_id, member_id)
+        result.pending = PendingTarget(member_id, request.owned, member.assigned, full,
+                                       settings.heartbeat_interval_ms)
+        return result
     target = member_target(group, updated, replaced, group_epoch, records, topics,
                            default_assignor=settings.default_assignor)
     reconciled = reconcile_member(group, updated, target, request.owned, records)
@@ -178,9 +202,6 @@ def _join_or_heartbeat(group: ConsumerGroup | None, request: HeartbeatRequest, t
             timers.cancel_rebalance(group_id, member_id)
         updated = reconciled
     timers.schedule_session(group_id, member_id)
-
-    full = epoch == 0 or (request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None
-                          and request.owned is not None)
     result.response = HeartbeatResponse(
         member_id=member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=settings.heartbeat_interval_ms,
         assignment=updated.assigned if full or updated.assigned != member.assigned else None)
@@ -260,6 +281,53 @@ def member_target(group: ConsumerGroup, updated: ConsumerGroupMember, replaced: 
         targets = _compute_targets(group, updated, replaced, group_epoch, topics, records, default_assignor)
         return Target(group_epoch, targets.get(updated.member_id, {}))
     return current_target(group, updated.member_id, replaced)
+
+
+def answer_pending(group: ConsumerGroup, pending: Sequence[PendingTarget], topics: TopicsView,
+                   timers: MemberTimers, records: list[ConsumerGroupRecord], *,
+                   default_assignor: str = DEFAULT_ASSIGNOR) -> list[HeartbeatResponse]:
+    """The answers of a batch's heartbeats (`heartbeat(defer_target=True)`), in arrival order; their records are
+    appended to `records` and replayed onto the group as they are made. The target is computed once for all of
+    them when the group epoch is ahead of the assignment epoch (7 per changed target, then 6), then each member is
+    reconciled towards it (8 if that changed anything) as Kafka's heartbeat does after computing its target.
+    Raises ApiError when the assignor fails (nothing of the batch can be written)."""
+    made: list[ConsumerGroupRecord] = []
+    if group.group_epoch > group.assignment_epoch:
+        members = group.members
+        _assign(group, members, {member_id: group.target_of(member_id) for member_id in members},
+                group.preferred_assignor() or default_assignor, group.group_epoch, topics, made)
+    responses: list[HeartbeatResponse] = []
+    for waiting in pending:
+        for record in made:
+            group.replay(record)
+        records.extend(made)
+        made = []
+        member = group.members.get(waiting.member_id)
+        if member is None:  # fenced or replaced since its heartbeat (the batch is answered after that change)
+            responses.append(HeartbeatResponse(Errors.UNKNOWN_MEMBER_ID, f"Member {waiting.member_id} is not a "
+                                               f"member of group {group.group_id}."))
+            continue
+        try:
+            reconciled = reconcile_member(group, member, current_target(group, member.member_id, None),
+                                          waiting.owned, made)
+        except ApiError as exc:
+            responses.append(HeartbeatResponse(exc.error, exc.message))
+            continue
+        if reconciled is not member:
+            if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
+                timers.schedule_rebalance(group.group_id, member.member_id, reconciled.member_epoch,
+                                          reconciled.rebalance_timeout_ms)
+            else:
+                timers.cancel_rebalance(group.group_id, member.member_id)
+        responses.append(HeartbeatResponse(
+            member_id=member.member_id, member_epoch=reconciled.member_epoch,
+            heartbeat_interval_ms=waiting.heartbeat_interval_ms,
+            assignment=reconciled.assigned if waiting.full or reconciled.assigned != waiting.assigned_before
+            else None))
+    for record in made:
+        group.replay(record)
+    records.extend(made)
+    return responses
 
 
 def current_target(group: ConsumerGroup, member_id: str, replaced: str | None) -> Target:
@@ -400,22 +468,29 @@ def _compute_targets(group: ConsumerGroup, updated: ConsumerGroupMember, replace
     current = {member_id: group.target_of(member_id) for member_id in members}
     if replaced is not None:
         current[updated.member_id] = group.target_of(replaced)
+    assignor_name = group.preferred_assignor(updated, replaced) or default_assignor
+    return _assign(group, members, current, assignor_name, group_epoch, topics, records)
+
+
+def _assign(group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember], current: Mapping[str, Partitions],
+            assignor_name: str, group_epoch: int, topics: TopicsView, records: list[ConsumerGroupRecord]
+            ) -> Mapping[str, Partitions]:
+    """The assignor's run over `members` starting from their `current` targets, and its records (7, then 6)."""
     order = member_order(members)
     subscriptions = {member_id: group.effective_topics(m) for member_id, m in members.items()}
     homogeneous = len(set(subscriptions.values())) <= 1
     partition_counts: dict[uuid.UUID, int] = {}
+    ids_of: dict[frozenset[str], tuple[uuid.UUID, ...]] = {}  # each subscription's topic ids, looked up once
     specs: dict[str, MemberSpec] = {}
     for member_id in order:
         member = members[member_id]
-        topic_ids = []
-        for name in sorted(subscriptions[member_id]):
-            image = topics.by_name(name)
-            if image is not None:
-                topic_ids.append(image.topic_id)
-                partition_counts[image.topic_id] = image.partitions
-        specs[member_id] = MemberSpec(tuple(topic_ids), ordered(current[member_id]), member.rack_id,
-                                      member.instance_id)
-    assignor_name = group.preferred_assignor(updated, replaced) or default_assignor
+        subscription = subscriptions[member_id]
+        topic_ids = ids_of.get(subscription)
+        if topic_ids is None:
+            found = [image for image in map(topics.by_name, sorted(subscription)) if image is not None]
+            partition_counts.update((image.topic_id, image.partitions) for image in found)
+            topic_ids = ids_of[subscription] = tuple(image.topic_id for image in found)
+        specs[member_id] = MemberSpec(topic_ids, ordered(current[member_id]), member.rack_id, member.instance_id)
     spec = GroupSpec(specs, SubscriptionType.HOMOGENEOUS if homogeneous else SubscriptionType.HETEROGENEOUS,
                      partition_counts)
     started = time.monotonic()

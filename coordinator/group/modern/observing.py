@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.group import ConsumerGroup, GroupUndo
 from coordinator.group.modern.member import LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerGroupMember, MemberState
 from coordinator.group.modern.records import (ConsumerGroupRecord, CurrentAssignmentRecord, GroupEpochRecord,
                                               MemberMetadataRecord, RecordType, RegexRecord,
@@ -87,7 +87,7 @@ class ConsumerGroupWatch:
         self._default_assignor = default_assignor  # the assignor of a group whose members name none
         self._under_way: dict[str, _UnderWay] = {}
 
-    def changed(self, observer: GroupObserver, group_id: str, before: ConsumerGroup | None,
+    def changed(self, observer: GroupObserver, group_id: str, before: GroupUndo | None,
                 after: ConsumerGroup | None, records: Sequence[ConsumerGroupRecord], *,
                 fenced: Fenced | None = None, already_members: Collection[str] = (),
                 carried_over: Collection[str] | None = None) -> None:
@@ -238,7 +238,7 @@ def _left_line(member: ConsumerGroupMember) -> str:
 
 
 def _metadata_cause(change: _Change, old: dict[str, ConsumerGroupMember], new: dict[str, ConsumerGroupMember],
-                    before: ConsumerGroup | None, bump: GroupEpochRecord) -> RebalanceCause:
+                    before: GroupUndo | None, bump: GroupEpochRecord) -> RebalanceCause:
     """A bump no member joined, left or was fenced for: a subscription, a regular expression or the topics."""
     for record in change.written:
         was, member = old.get(record.member_id), new.get(record.member_id)

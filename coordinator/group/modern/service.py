@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.assignor.java_order import hash_order, string_hash
-from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.group import ConsumerGroup, GroupUndo
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group_configs import GroupConfig, GroupConfigs
-from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatResponse, Settings, fence, heartbeat,
-                                                steady_heartbeat, validate)
+from coordinator.group.errors import kafka4_append_error
+from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatResponse, PendingTarget, Settings,
+                                                answer_pending, fence, heartbeat, steady_heartbeat, validate)
 from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                    SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.loading import materialize_group
@@ -108,6 +109,17 @@ class DescribedGroup:
     members: tuple[DescribedMember, ...] = field(default_factory=tuple)
 
 
+@dataclass(slots=True)
+class _TargetBatch:
+    """The heartbeats of one group that found its epoch ahead of the assignment epoch within one loop turn: their
+    records replayed and kept here, their answers waiting for the target they share (`_settle_batch`)."""
+
+    shard: GroupShard
+    before: GroupUndo | None  # the group as the batch's first heartbeat found it (None: no group)
+    records: list[ConsumerGroupRecord] = field(default_factory=list)
+    waiting: list[tuple[PendingTarget, asyncio.Future[HeartbeatResponse]]] = field(default_factory=list)
+
+
 class ConsumerGroupService:
     def __init__(self, config: CoordinatorConfig, timer: SystemTimer, shard_for: Callable[[str], GroupShard],
                  topics: TopicsView | None = None, wall_clock: Clock | None = None) -> None:
@@ -145,6 +157,10 @@ class ConsumerGroupService:
         # what each change tells the shard's observer
         self.watch = ConsumerGroupWatch(self.wall_clock.now_ms, default_assignor=self.settings.default_assignor)
         self.steady_shortcut = True  # False: every heartbeat takes the full path (equivalence tests, benches)
+        # True (the runtime's): the heartbeats of a group that find its target to compute within one loop turn
+        # share one computation and are answered after it (`heartbeat` then answers them with a future)
+        self.batch_targets = False
+        self._batches: dict[str, _TargetBatch] = {}  # group id -> its heartbeats waiting for the shared target
 
     # --- requests ---------------------------------------------------------------------------------------------
     def steady_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
@@ -165,11 +181,16 @@ class ConsumerGroupService:
         return steady_heartbeat(group, request, self.topics, self._settings_of(request.group_id, now_ms), self,
                                 now_ms)
 
-    def heartbeat(self, request: HeartbeatRequest) -> tuple[HeartbeatResponse, Write | None]:
-        """The response, and the write to await before sending it (None: nothing changed)."""
+    def heartbeat(self, request: HeartbeatRequest
+                  ) -> tuple[HeartbeatResponse | asyncio.Future[HeartbeatResponse], Write | None]:
+        """The response, and the write to await before sending it (None: nothing changed); with `batch_targets`,
+        a heartbeat whose group has a target to compute is answered by a future instead, resolved once the target
+        its batch shares is computed and written (`_settle_batch`)."""
         steady = self.steady_heartbeat(request)
         if steady is not None:
             return steady, None
+        if request.member_epoch < 0:  # a leave is written after the changes the group's batch holds
+            self._settle_batch(request.group_id)
         try:
             validate(request, self.settings)
             shard = self.shard_for(request.group_id)
@@ -196,29 +217,117 @@ class ConsumerGroupService:
             # a heartbeat of a group not here is refused: its configuration is not worth reading
             settings = self.settings if group is None and request.member_epoch != 0 else self._settings_of(
                 request.group_id, now_ms)
-            result = heartbeat(group, request, self.topics, settings, self, now_ms, self.wall_clock.now_ms())
+            result = heartbeat(group, request, self.topics, settings, self, now_ms, self.wall_clock.now_ms(),
+                               defer_target=self.batch_targets and not conversion)
         except ApiError as exc:
             return HeartbeatResponse(exc.error, exc.message), None
         if conversion:
             assert classic is not None
             return result.response, self._upgrade(shard, classic, conversion + result.records)
-        before = shard.consumer_groups.get(request.group_id)
-        snapshot = before.snapshot() if before is not None and result.records else None
-        if result.created is not None and result.records:
-            shard.consumer_groups[request.group_id] = result.created
-        write = self._apply(shard, request.group_id, result.records, snapshot)
+        answer: HeartbeatResponse | asyncio.Future[HeartbeatResponse] = result.response
+        write = None
+        if result.pending is not None:
+            answer = self._batched(shard, request.group_id, result.records, result.created, result.pending)
+        else:
+            before = shard.consumer_groups.get(request.group_id)
+            snapshot = before.undo_point() if before is not None and result.records else None
+            if result.created is not None and result.records:
+                shard.consumer_groups[request.group_id] = result.created
+            write = self._apply(shard, request.group_id, result.records, snapshot)
         if result.refresh_regexes and request.group_id not in self._resolving:
             task = asyncio.get_running_loop().create_task(
                 self._resolve(shard, request.group_id, result.refresh_regexes,
                               describable=request.describable_topics))
             self._resolving[request.group_id] = task
             task.add_done_callback(lambda _done: self._resolving.pop(request.group_id, None))
-        return result.response, write
+        return answer, write
+
+    # --- one target per group per loop turn -------------------------------------------------------------------
+    def _batched(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
+                 created: ConsumerGroup | None, pending: PendingTarget) -> asyncio.Future[HeartbeatResponse]:
+        """A heartbeat that stopped before its group's target: its records replayed now (the group's next request
+        sees them) and kept for the batch's write, its answer the batch's. The batch is settled at the start of
+        the next loop turn, after every request this turn read, or earlier by any other change of the group."""
+        loop = asyncio.get_running_loop()
+        batch = self._batches.get(group_id)
+        if batch is None:
+            current = shard.consumer_groups.get(group_id)
+            batch = self._batches[group_id] = _TargetBatch(shard, current.undo_point() if current is not None
+                                                           else None)
+            loop.call_soon(self._settle_batch, group_id)
+        if created is not None and group_id not in shard.consumer_groups and records:
+            shard.consumer_groups[group_id] = created
+        if batch.before is not None:
+            batch.before.capture(records)
+        for record in records:
+            self.replay(shard, record)
+        batch.records.extend(records)
+        answer: asyncio.Future[HeartbeatResponse] = loop.create_future()
+        batch.waiting.append((pending, answer))
+        return answer
+
+    def _settle_batch(self, group_id: str) -> None:
+        """The group's batch, if any: its target computed once and every waiting member reconciled towards it
+        (heartbeat.answer_pending), the whole batch one write; each member answered once it is acknowledged."""
+        batch = self._batches.pop(group_id, None)
+        if batch is None:
+            return
+        shard, waiting = batch.shard, batch.waiting
+        group = shard.consumer_groups.get(group_id)
+        status_error = _STATUS_ERRORS.get(shard.status)
+        try:
+            if status_error is not None or group is None:  # unloaded meanwhile: nothing of it is written
+                raise ApiError(status_error or Errors.NOT_COORDINATOR)
+            if batch.before is not None:  # what answer_pending replays: the targets, the waiting members
+                batch.before.capture_targets()
+                for pending, _ in waiting:
+                    batch.before.capture_member(pending.member_id)
+            responses = answer_pending(group, [pending for pending, _ in waiting], self.topics, self, batch.records,
+                                       default_assignor=self.settings.default_assignor)
+        except ApiError as exc:
+            if shard.status is ShardStatus.ACTIVE:
+                self._restore(shard, group_id, batch.before)
+            for _, answer in waiting:
+                if not answer.done():
+                    answer.set_result(HeartbeatResponse(exc.error, exc.message))
+            return
+        write = self._apply(shard, group_id, batch.records, batch.before, replayed=True)
+        if write is None:
+            self._answer(waiting, responses, Errors.NONE)
+            return
+        then = write.then
+
+        def answered(error: Errors) -> None:
+            try:
+                if then is not None:
+                    then(error)
+            finally:
+                self._answer(waiting, responses, error)
+
+        write.then = answered
+        shard.append(write)
+
+    @staticmethod
+    def _answer(waiting: Sequence[tuple[PendingTarget, asyncio.Future[HeartbeatResponse]]],
+                responses: Sequence[HeartbeatResponse], error: Errors) -> None:
+        for index, (_, answer) in enumerate(waiting):
+            if not answer.done():
+                response = responses[index] if index < len(responses) else HeartbeatResponse(error)
+                answer.set_result(response if error == Errors.NONE else HeartbeatResponse(kafka4_append_error(error)))
+
+    @staticmethod
+    def _restore(shard: GroupShard, group_id: str, before: GroupUndo | None) -> None:
+        """The group back as `before` had it (None: no group)."""
+        if before is None:
+            shard.consumer_groups.pop(group_id, None)
+        else:
+            shard.consumer_groups[group_id] = before.restore()
 
     # --- classic members inside a consumer group (classic.py) ----------------------------------------------------
     def classic_join(self, group: ConsumerGroup, req: JoinGroupRequest
                      ) -> tuple[JoinGroupResponse, Write | None, Callable[[], None] | None]:
         """The response, the write to await before sending it, and what to arm once it is written."""
+        self._settle_batch(req.group_id)
         shard = self.shard_for(req.group_id)
         policy, classic_max_size = self.config.group_consumer_migration_policy, self.config.group_max_size
         try:
@@ -245,6 +354,7 @@ class ConsumerGroupService:
         return classic_heartbeat(group, member_id, generation_id, instance_id, self)
 
     def classic_leave(self, group: ConsumerGroup, req: LeaveGroupRequest) -> tuple[LeaveGroupResponse, Write | None]:
+        self._settle_batch(req.group_id)
         records, response = classic_leave(group, req.members, self.topics, self)
         return response, self._apply(self.shard_for(req.group_id), req.group_id, records)
 
@@ -353,6 +463,7 @@ class ConsumerGroupService:
                 await self.refresh_all_topics()
             except Exception as exc:  # the cluster unreachable: resolve against what we know
                 log.warning("event=topic_listing_failed group=%s error=%r", group_id, exc)
+        self._settle_batch(group_id)
         group = shard.consumer_groups.get(group_id)
         if group is None or shard.status is not ShardStatus.ACTIVE:
             return
@@ -379,6 +490,7 @@ class ConsumerGroupService:
     def _describe(self, group_id: str) -> DescribedGroup:
         if not group_id:
             return DescribedGroup(group_id, Errors.INVALID_GROUP_ID)
+        self._settle_batch(group_id)  # its members as their heartbeats leave them, not half-way
         shard = self.shard_for(group_id)
         status_error = _STATUS_ERRORS.get(shard.status)
         if status_error is not None:
@@ -411,28 +523,32 @@ class ConsumerGroupService:
 
     # --- records ----------------------------------------------------------------------------------------------
     def _apply(self, shard: GroupShard, group_id: str, records: list[ConsumerGroupRecord],
-               before: ConsumerGroup | None | object = _AS_NOW, *,
+               before: GroupUndo | None | object = _AS_NOW, *,
                written_first: Sequence[GroupMetadataRecord] = (),
                written_last: Sequence[GroupMetadataRecord] = (), fenced: Fenced | None = None,
-               already_members: Collection[str] = (), carried_over: Collection[str] | None = None
-               ) -> Write | None:
+               already_members: Collection[str] = (), carried_over: Collection[str] | None = None,
+               replayed: bool = False) -> Write | None:
         """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
         `already_members`, `carried_over` say what the records cannot) and returns them as the write for the shard's partition;
         if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
         later write changed it meanwhile. `written_first`, `written_last`: the classic group's records a
-        conversion writes around them."""
+        conversion writes around them. `replayed`: the records are on the group already (a batch's)."""
         if not records:
             return None
+        self._settle_batch(group_id)  # written after what the group's batch (if any) replayed already
         if before is _AS_NOW:
             current = shard.consumer_groups.get(group_id)
-            before = current.snapshot() if current is not None else None
+            before = current.undo_point() if current is not None else None
         # numbered over the service's life, never per group: a number a group had before could come back once its
         # entry goes (when its latest write is acknowledged) and make an older write's failure revert newer state
         self._last_sequence += 1
         sequence = self._write_sequence[group_id] = self._last_sequence
-        for record in records:
-            self.replay(shard, record)
-        previous = before if isinstance(before, ConsumerGroup) else None
+        previous = before if isinstance(before, GroupUndo) else None
+        if not replayed:
+            if previous is not None:
+                previous.capture(records)
+            for record in records:
+                self.replay(shard, record)
         try:
             self.watch.changed(shard.observer, group_id, previous, shard.consumer_groups.get(group_id), records,
                                fenced=fenced, already_members=already_members, carried_over=carried_over)
@@ -450,8 +566,10 @@ class ConsumerGroupService:
         pending = self._unacknowledged.get(group_id)
         return (None if pending is None else pending[0]), self._failures.get(group_id, 0)
 
-    def _written(self, shard: GroupShard, group_id: str, error: Errors, before: ConsumerGroup | None,
+    def _written(self, shard: GroupShard, group_id: str, error: Errors, before: GroupUndo | None,
                  sequence: int, records: Sequence[ConsumerGroupRecord] = ()) -> None:
+        if error != Errors.NONE:  # the group's batch becomes its latest change before this one is looked at
+            self._settle_batch(group_id)
         pending = self._unacknowledged.get(group_id)
         if pending is not None and pending[1] == sequence:
             del self._unacknowledged[group_id]
@@ -465,10 +583,7 @@ class ConsumerGroupService:
         reverted = self._write_sequence.get(group_id) == sequence and active
         if reverted:
             del self._write_sequence[group_id]
-            if before is None:
-                shard.consumer_groups.pop(group_id, None)
-            else:
-                shard.consumer_groups[group_id] = before
+            self._restore(shard, group_id, before)
         log.warning("event=consumer_group_write_failed group=%s error=%s reverted=%s", group_id, error.name,
                     reverted)
         # NOT_COORDINATOR (the store's own refusal: the partition is not served here; or our producer fenced): the
@@ -486,7 +601,7 @@ class ConsumerGroupService:
         if active and not reverted and error in _NOT_APPENDED:
             self._undo_joins(shard, group_id, before, records, error)
 
-    def _undo_joins(self, shard: GroupShard, group_id: str, before: ConsumerGroup | None,
+    def _undo_joins(self, shard: GroupShard, group_id: str, before: GroupUndo | None,
                     records: Sequence[ConsumerGroupRecord], error: Errors) -> None:
         """A failed write that is not in the log (`_NOT_APPENDED`) and that a later one was computed on top of stays
         in memory (only the latest write reverts), but the dynamic consumer-protocol members it brought in, still
@@ -498,9 +613,10 @@ class ConsumerGroupService:
         if group is None:
             return
         assignments = {r.member_id: r for r in records if isinstance(r, CurrentAssignmentRecord)}
+        earlier = before.members if before is not None else {}
         for record in records:
             if (not isinstance(record, MemberMetadataRecord) or record.instance_id is not None
-                    or record.classic is not None or (before is not None and record.member_id in before.members)):
+                    or record.classic is not None or record.member_id in earlier):
                 continue
             member = group.members.get(record.member_id)
             if member is None or member.metadata_record(group_id) != record or (
@@ -642,6 +758,7 @@ class ConsumerGroupService:
         had to move on from)."""
         kind = kind or ("session" if at_epoch is None else "rebalance")
         self._timers.pop((kind, group_id, member_id), None)
+        self._settle_batch(group_id)
         shard = self.shard_for(group_id)
         group = shard.consumer_groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
@@ -661,6 +778,8 @@ class ConsumerGroupService:
 
     def unload(self, shard: GroupShard) -> None:
         """The shard's groups leave this instance: their timers go with them."""
+        for group_id in [g for g, batch in self._batches.items() if batch.shard is shard]:
+            self._answer(self._batches.pop(group_id).waiting, (), Errors.NOT_COORDINATOR)  # nothing of it written
         for group_id, group in shard.consumer_groups.items():
             self._armed_unconfigured.discard(group_id)
             for member_id in group.members:
