@@ -216,6 +216,9 @@ def java_loop(bootstrap: str, kafka: str) -> dict[str, list[str]]:
     return lines
 
 
+_RETRIED = {"CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"}
+
+
 @pytest.mark.parametrize("cluster", ["kafka_bootstrap", "kafka_tv1"])
 async def test_the_java_client_sends_offsets_with_its_group_metadata(request: pytest.FixtureRequest,
                                                                      cluster: str) -> None:
@@ -238,7 +241,10 @@ async def test_the_java_client_sends_offsets_with_its_group_metadata(request: py
         assert ours[word] == theirs[word], (word, ours[word], theirs[word])
     assert ours["COMMITTED"][-1] == str(RECORDS)
     refusals = [line for line in log_text.splitlines() if "event=txn_offset_commit_refused" in line]
-    assert [line.rsplit("error=", 1)[1] for line in refusals] == ["ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"], refusals
+    # a loaded machine adds retriable refusals the client retries (the previous EndTxn's markers still being
+    # written): the final ones are what the application saw
+    final = [error for error in (line.rsplit("error=", 1)[1] for line in refusals) if error not in _RETRIED]
+    assert final == ["ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"], refusals
     # our ApiVersions carries the cluster's finalized transaction.version: on a TV2 cluster the Java producer
     # sends no AddOffsetsToTxn and TxnOffsetCommit v5 (our Produce v12 adds the state partition), on TV1 v4
     tv2 = cluster == "kafka_bootstrap"
