@@ -31,6 +31,20 @@ class Write:
     then: Callable[[Errors], object] | None = None
     done: asyncio.Future[Errors] | None = None  # set by the runtime when it queues the append
 
+    def then_also(self, after: Callable[[Errors], object]) -> None:
+        """`after(error)` runs once the write's own `then` has, even if that raised (an answer owed to a client
+        must go out whatever the bookkeeping did)."""
+        then = self.then
+
+        def both(error: Errors) -> None:
+            try:
+                if then is not None:
+                    then(error)
+            finally:
+                after(error)
+
+        self.then = both
+
     @classmethod
     def group(cls, group_id: str, record: GroupRecord, then: Callable[[Errors], object] | None = None) -> Write:
         return cls(group_id, [GroupMetadataRecord(group_id, record)], then)

@@ -335,18 +335,12 @@ class GroupRuntime:
         Kafka acknowledged or refused it: no loop turn between the write's outcome and the answer (a
         reconciliation waits for one such answer per member, and a connection's next request behind it)."""
         answer: asyncio.Future[HeartbeatResponseV2] = asyncio.get_running_loop().create_future()
-        then = write.then
 
         def answered(error: Errors) -> None:
-            try:
-                if then is not None:
-                    then(error)
-            finally:
-                if not answer.done():
-                    answer.set_result(response if error == Errors.NONE
-                                      else HeartbeatResponseV2(kafka4_append_error(error)))
+            if not answer.done():
+                answer.set_result(response if error == Errors.NONE else HeartbeatResponseV2(kafka4_append_error(error)))
 
-        write.then = answered
+        write.then_also(answered)
         self._start(self.shard_for(write.group_id), [write])
         return answer
 

@@ -31,6 +31,10 @@ class Env:
         self.runtime.consumer_groups.topics = self.topics
         self._seen = 0
 
+    async def close(self) -> None:
+        await self.runtime.shutdown()
+        await self.timer.close()
+
     @property
     def records(self) -> list:
         """The consumer group records written to the store since the last clear_records()."""

@@ -26,8 +26,7 @@ from tests.support.consumer_group_env import BAR, FOO, GROUP, SESSION_MS, Env
 async def env():  # type: ignore[no-untyped-def]
     environment = Env()
     yield environment
-    await environment.runtime.shutdown()
-    await environment.timer.close()
+    await environment.close()
 
 
 async def test_first_member_gets_every_partition_at_epoch_1(env: Env) -> None:

@@ -23,8 +23,7 @@ from tests.support.consumer_group_env import FOO, GROUP, Env
 async def env():  # type: ignore[no-untyped-def]
     environment = Env()
     yield environment
-    await environment.runtime.shutdown()
-    await environment.timer.close()
+    await environment.close()
 
 
 @pytest.fixture

@@ -19,8 +19,7 @@ from tests.support.consumer_group_env import Env
 async def env():  # type: ignore[no-untyped-def]
     environment = Env()
     yield environment
-    await environment.runtime.shutdown()
-    await environment.timer.close()
+    await environment.close()
 
 
 def state(group: ConsumerGroup) -> dict[str, Any]:

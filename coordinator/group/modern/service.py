@@ -295,16 +295,7 @@ class ConsumerGroupService:
         if write is None:
             self._answer(waiting, responses, Errors.NONE)
             return
-        then = write.then
-
-        def answered(error: Errors) -> None:
-            try:
-                if then is not None:
-                    then(error)
-            finally:
-                self._answer(waiting, responses, error)
-
-        write.then = answered
+        write.then_also(lambda error: self._answer(waiting, responses, error))
         shard.append(write)
 
     @staticmethod
@@ -529,8 +520,8 @@ class ConsumerGroupService:
                already_members: Collection[str] = (), carried_over: Collection[str] | None = None,
                replayed: bool = False) -> Write | None:
         """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
-        `already_members`, `carried_over` say what the records cannot) and returns them as the write for the shard's partition;
-        if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
+        `already_members`, `carried_over` say what the records cannot) and returns them as the write for the
+        shard's partition; if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
         later write changed it meanwhile. `written_first`, `written_last`: the classic group's records a
         conversion writes around them. `replayed`: the records are on the group already (a batch's)."""
         if not records:
