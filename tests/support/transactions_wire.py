@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
@@ -40,9 +41,10 @@ async def connect(bootstrap: str) -> KafkaClient:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, timeout_s: float = 30) -> None:
-    """The topic made and every partition led: the controller answers CreateTopics before the broker has applied
-    the new metadata, and a Produce sent in between is refused with NOT_LEADER_OR_FOLLOWER (a real producer
-    retries it; these hand-made requests do not)."""
+    """The topic made and every partition led. The controller answers CreateTopics before the broker has applied
+    the new metadata, and the broker names a partition's leader in Metadata before its replica manager has made the
+    partition: a Produce sent in either window is refused with NOT_LEADER_OR_FOLLOWER (a real producer retries it;
+    these hand-made requests do not). A ListOffsets answered by every partition's leader closes both windows."""
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic is made
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     futures[topic].result(timeout=timeout_s)
@@ -50,11 +52,22 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, timeout_s: flo
     while True:
         described = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
         if (described is not None and described.error is None and len(described.partitions) == partitions
-                and all(p.leader >= 0 and p.error is None for p in described.partitions.values())):
+                and all(p.leader >= 0 and p.error is None for p in described.partitions.values())
+                and _every_partition_answers(admin, topic, partitions, timeout_s)):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"topic {topic} has no leader for every partition after {timeout_s} s: {described}")
         time.sleep(0.1)
+
+
+def _every_partition_answers(admin: AdminClient, topic: str, partitions: int, timeout_s: float) -> bool:
+    asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    try:
+        for future in admin.list_offsets(asked, request_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return True
 
 
 async def init_producer(client: KafkaClient, transactional_id: str, timeout_ms: int = 60_000) -> Producer:
