@@ -175,14 +175,16 @@ class GroupRuntime:
     # the answer, the future group logic answers, or, when something must be awaited first, join_group's or
     # sync_group's coroutine (decided before any group logic runs).
     def start_join_group(self, req: JoinGroupRequest) -> JoinGroupResponse | Awaitable[JoinGroupResponse]:
-        if self._mixed_group(req.group_id) is not None:
+        shard = self.shard_for(req.group_id)
+        if shard.consumer_groups and self._mixed_group(req.group_id) is not None:
             return self.join_group(req)
-        return self._begin(req.group_id, join.handle_join_group, req)
+        return self._begin_on(shard, join.handle_join_group, req)
 
     def start_sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse | Awaitable[SyncGroupResponse]:
-        if self._mixed_group(req.group_id) is not None:
+        shard = self.shard_for(req.group_id)
+        if shard.consumer_groups and self._mixed_group(req.group_id) is not None:
             return self.sync_group(req)
-        return self._begin(req.group_id, sync.handle_sync_group, req)
+        return self._begin_on(shard, sync.handle_sync_group, req)
 
     def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None = None) -> Errors:
@@ -457,11 +459,15 @@ class GroupRuntime:
         """The handler run and its writes queued: its response, the future group logic answers (a parked
         request: on success only from its write's `then`, after the acknowledgement, but an error such as a
         rebalance meanwhile may answer it before), or a coroutine that answers once the writes are acknowledged."""
-        shard = self.shard_for(group_id)
+        return self._begin_on(self.shard_for(group_id), handler, req)
+
+    def _begin_on(self, shard: GroupShard, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q
+                  ) -> R | asyncio.Future[R] | Coroutine[Any, Any, R]:
         result = handler(shard, req)
         if not isinstance(result, Result):  # a handler that never writes returns its response itself
             return result
-        written = self._start(shard, result.writes)
+        writes = result.writes
+        written = self._start(shard, writes) if writes else None
         response = result.response
         if isinstance(response, asyncio.Future):
             return response
