@@ -58,6 +58,8 @@ _LOAD_SLICE = 2_000
 _NAMES_LOGGED = 10  # of a list of topics in one log line
 Q = TypeVar("Q")  # a request
 R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
+# A request's handler: its Result (writes, response or future), or, writing nothing, its response or future alone.
+_Handler = Callable[[GroupShard, Q], "Result[R] | asyncio.Future[R] | R"]
 
 
 class GroupRuntime:
@@ -448,23 +450,23 @@ class GroupRuntime:
         return removed
 
     # --- the write path ---------------------------------------------------------------------------------------
-    async def _serve(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q) -> R:
+    async def _serve(self, group_id: str | None, handler: _Handler[Q, R], req: Q) -> R:
         outcome = self._begin(group_id, handler, req)
         if isinstance(outcome, (asyncio.Future, Coroutine)):
             return cast(R, await outcome)
         return outcome
 
-    def _begin(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q
+    def _begin(self, group_id: str | None, handler: _Handler[Q, R], req: Q
                ) -> R | asyncio.Future[R] | Coroutine[Any, Any, R]:
         """The handler run and its writes queued: its response, the future group logic answers (a parked
         request: on success only from its write's `then`, after the acknowledgement, but an error such as a
         rebalance meanwhile may answer it before), or a coroutine that answers once the writes are acknowledged."""
         return self._begin_on(self.shard_for(group_id), handler, req)
 
-    def _begin_on(self, shard: GroupShard, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q
+    def _begin_on(self, shard: GroupShard, handler: _Handler[Q, R], req: Q
                   ) -> R | asyncio.Future[R] | Coroutine[Any, Any, R]:
         result = handler(shard, req)
-        if not isinstance(result, Result):  # a handler that never writes returns its response itself
+        if not isinstance(result, Result):  # a handler that never writes returns its response (or future) itself
             return result
         writes = result.writes
         written = self._start(shard, writes) if writes else None

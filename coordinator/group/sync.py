@@ -20,10 +20,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("coordinator.group")
 _NONE = Errors.NONE  # a global: an Enum class attribute costs ten times as much (a late SyncGroup reads it)
 
-def handle_sync_group(shard: GroupShard, req: SyncGroupRequest) -> Result[SyncGroupResponse]:
+def handle_sync_group(shard: GroupShard, req: SyncGroupRequest
+                      ) -> Result[SyncGroupResponse] | asyncio.Future[SyncGroupResponse]:
+    """The leader's assignment to write, with the future; anyone else's SyncGroup: the future alone."""
     future: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
     writes = _sync(shard, req, future)
-    return Result(future, writes)
+    return Result(future, writes) if writes else future
 
 
 def _sync(shard: GroupShard, req: SyncGroupRequest, future: asyncio.Future[SyncGroupResponse]) -> list[Write]:
