@@ -27,9 +27,13 @@ def analyse(path: str) -> str:
     events = sorted((float(t), event, detail.strip()) for t, _, event, *rest in
                     (line.split(None, 3) for line in open(path)) for detail in [rest[0] if rest else ""])
     rebalances: list[tuple[int, list[tuple[float, str, str]]]] = []
+    prepared: tuple[float, str, str] | None = None
     for t, event, detail in events:
+        if event == "prepare":
+            prepared = (t, event, detail)
         if event == "join_complete_start":
-            rebalances.append((int(detail), []))
+            rebalances.append((int(detail), [] if prepared is None else [prepared]))
+            prepared = None
         if rebalances:
             rebalances[-1][1].append((t, event, detail))
     rows: dict[int, list[dict[str, float]]] = {}
@@ -47,6 +51,7 @@ def analyse(path: str) -> str:
 
 
 def _steps(steps: list[tuple[float, str, str]]) -> dict[str, float] | None:
+    prepared = steps.pop(0)[0] if steps[0][1] == "prepare" else None
     start = steps[0][0]
 
     def first(name: str, after: float = 0.0) -> float | None:
@@ -69,7 +74,8 @@ def _steps(steps: list[tuple[float, str, str]]) -> dict[str, float] | None:
         return None
     assert submit and begin and call and returned and acked and answered
     ms = 1000
-    row = {"last JoinGroup answered": (max(joins) - start) * ms,
+    row = {"first JoinGroup -> the join's completion": (start - prepared) * ms if prepared is not None else -1.0,
+           "last JoinGroup answered": (max(joins) - start) * ms,
            "leader's SyncGroup arrives": (leader - start) * ms,
            "queued -> handed to the thread": (submit - queued) * ms,
            "handed -> begin_transaction": (begin - submit) * ms,

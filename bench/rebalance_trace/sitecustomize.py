@@ -63,6 +63,12 @@ def _install() -> None:
         stamp("join_complete_start", group.size)
         complete_join(self, group)
     setattr(shard_class, "on_complete_join", on_complete_join)
+    prepare_rebalance = shard_class.prepare_rebalance
+
+    def prepare(self: Any, group: Any, cause: Any) -> None:  # the round's first JoinGroup
+        stamp("prepare", group.size)
+        prepare_rebalance(self, group, cause)
+    setattr(shard_class, "prepare_rebalance", prepare)
     _wrap(sync, "_store_leader_assignment", before="leader_sync")
     _wrap(sync, "_on_assignment_stored", before="acked_on_loop")
     _wrap(transactions.TransactionalProducer, "_enqueue", before="queued")

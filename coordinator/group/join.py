@@ -15,7 +15,7 @@ from coordinator.group.errors import group_append_error
 from coordinator.group.member import MemberMetadata
 from coordinator.group.member_snapshot import MemberSnapshot
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
-from coordinator.group.result import Result, Write
+from coordinator.group.result import Write
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 
 if TYPE_CHECKING:
@@ -41,11 +41,12 @@ def _answer(future: asyncio.Future[JoinGroupResponse], response: JoinGroupRespon
         future.set_result(response)
 
 
-def handle_join_group(shard: GroupShard, req: JoinGroupRequest) -> Result[JoinGroupResponse]:
-    """The response future is answered now, or parked in the member until the join phase completes."""
+def handle_join_group(shard: GroupShard, req: JoinGroupRequest) -> asyncio.Future[JoinGroupResponse]:
+    """The response future is answered now, or parked in the member until the join phase completes (no write
+    of the request's own: a static replacement's is made by group logic, `shard.append`)."""
     future: asyncio.Future[JoinGroupResponse] = asyncio.get_running_loop().create_future()
     _join(shard, req, future)
-    return Result(future)
+    return future
 
 
 def _consumer_group_join_error(shard: GroupShard, group_id: str) -> Errors | None:

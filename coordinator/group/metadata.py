@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from coordinator.group.api import JoinGroupResponseMember
 from coordinator.group.member import MemberMetadata, Protocols
-from coordinator.group.state import GroupState, IllegalStateTransition, VALID_PREVIOUS
+from coordinator.group.state import EMPTY, GroupState, IllegalStateTransition, VALID_PREVIOUS
 from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord, TopicPartition
 
 if TYPE_CHECKING:
@@ -122,8 +122,10 @@ class GroupMetadata:
                       session_timeout_ms: int, join_future: asyncio.Future[JoinGroupResponse] | None
                       ) -> asyncio.Future[JoinGroupResponse] | None:
         """Returns the join future this one supersedes (to be answered by the caller), if any."""
-        self._count_protocols(member.supported_protocols, -1)
-        self._count_protocols(protocols, +1)
+        old = member.supported_protocols
+        if not (len(old) == 1 and len(protocols) == 1 and old[0][0] == protocols[0][0]):  # else: the same counts
+            self._count_protocols(old, -1)
+            self._count_protocols(protocols, +1)
         member.supported_protocols = protocols
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
@@ -212,7 +214,7 @@ class GroupMetadata:
     def supports_protocols(self, protocol_type: str, protocols: Protocols) -> bool:
         """Whether a joining member with these protocols fits: one of them supported by every member (a loop, not
         a set and a generator: every member of a rebalance asks)."""
-        if self.is_in(GroupState.EMPTY):
+        if self.state is EMPTY:  # the module's name: an Enum class attribute costs ten times a global's
             return bool(protocol_type) and bool(protocols)
         if self.protocol_type != protocol_type:
             return False
@@ -228,14 +230,17 @@ class GroupMetadata:
         if not self.members:
             raise RuntimeError(f"Cannot select protocol for empty group {self.group_id}")
         candidates = self.candidate_protocols()
+        if len(candidates) == 1:  # every member supports it (that makes it a candidate), so every vote is for it
+            return next(iter(candidates))
         votes = Counter(member.vote(candidates) for member in self.members.values())
         return votes.most_common(1)[0][0]
 
     def current_member_metadata(self) -> list[JoinGroupResponseMember]:
         """The leader's JoinGroup member list: every member with its metadata for the selected protocol."""
-        if self.protocol_name is None:
+        protocol = self.protocol_name
+        if protocol is None:
             raise RuntimeError(f"No protocol selected for group {self.group_id}")
-        return [JoinGroupResponseMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+        return [JoinGroupResponseMember(m.member_id, m.group_instance_id, _metadata(m, protocol))
                 for m in self.members.values()]
 
     def init_next_generation(self, now_ms: int) -> None:
@@ -260,8 +265,15 @@ class GroupMetadata:
         if self.protocol_name is None:  # members but no protocol (an odd record): unknown, as in Kafka
             return None
         topics: set[str] = set()
+        protocol = self.protocol_name
+        seen: set[bytes] = set()  # members with the same subscription bytes (often all of them) parsed once
         for member in self.members.values():
-            parsed = parse_subscription_topics(member.metadata(self.protocol_name))
+            metadata = _metadata(member, protocol)
+            if type(metadata) is bytes:
+                if metadata in seen:
+                    continue
+                seen.add(metadata)
+            parsed = parse_subscription_topics(metadata)
             if parsed is None:
                 return None
             topics.update(parsed)
@@ -358,14 +370,11 @@ class GroupMetadata:
     def to_record(self, assignment: dict[str, bytes]) -> GroupRecord:
         """GroupMetadataValue v3 for the current generation with the given assignment."""
         protocol = self.protocol_name
+        # positional, in MemberRecord's field order (a keyword call costs twice as much: one per member and write)
         members = [
-            MemberRecord(
-                member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
-                client_host=m.client_host, rebalance_timeout_ms=m.rebalance_timeout_ms,
-                session_timeout_ms=m.session_timeout_ms,
-                subscription=m.metadata(protocol) if protocol is not None else b"",
-                assignment=assignment.get(m.member_id, b""),
-            )
+            MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                         m.session_timeout_ms, _metadata(m, protocol) if protocol is not None else b"",
+                         assignment.get(m.member_id, b""))
             for m in self.members.values()
         ]
         return GroupRecord(
@@ -378,6 +387,14 @@ class GroupMetadata:
     def __repr__(self) -> str:
         return (f"GroupMetadata(group_id={self.group_id}, state={self.state.value}, "
                 f"generation={self.generation_id}, members={list(self.members)})")
+
+
+def _metadata(member: MemberMetadata, protocol: str) -> bytes:
+    """`member.metadata(protocol)`, without the call for a member of one protocol (the usual member)."""
+    protocols = member.supported_protocols
+    if len(protocols) == 1 and protocols[0][0] == protocol:
+        return protocols[0][1]
+    return member.metadata(protocol)
 
 
 def parse_subscription_topics(metadata: bytes) -> list[str] | None:

@@ -58,6 +58,8 @@ _LOAD_SLICE = 2_000
 _NAMES_LOGGED = 10  # of a list of topics in one log line
 Q = TypeVar("Q")  # a request
 R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
+# A request's handler: its Result (writes, response or future), or, writing nothing, its response or future alone.
+_Handler = Callable[[GroupShard, Q], "Result[R] | asyncio.Future[R] | R"]
 
 
 class GroupRuntime:
@@ -175,14 +177,16 @@ class GroupRuntime:
     # the answer, the future group logic answers, or, when something must be awaited first, join_group's or
     # sync_group's coroutine (decided before any group logic runs).
     def start_join_group(self, req: JoinGroupRequest) -> JoinGroupResponse | Awaitable[JoinGroupResponse]:
-        if self._mixed_group(req.group_id) is not None:
+        shard = self.shard_for(req.group_id)
+        if shard.consumer_groups and self._mixed_group(req.group_id) is not None:
             return self.join_group(req)
-        return self._begin(req.group_id, join.handle_join_group, req)
+        return self._begin_on(shard, join.handle_join_group, req)
 
     def start_sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse | Awaitable[SyncGroupResponse]:
-        if self._mixed_group(req.group_id) is not None:
+        shard = self.shard_for(req.group_id)
+        if shard.consumer_groups and self._mixed_group(req.group_id) is not None:
             return self.sync_group(req)
-        return self._begin(req.group_id, sync.handle_sync_group, req)
+        return self._begin_on(shard, sync.handle_sync_group, req)
 
     def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None = None) -> Errors:
@@ -446,22 +450,26 @@ class GroupRuntime:
         return removed
 
     # --- the write path ---------------------------------------------------------------------------------------
-    async def _serve(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q) -> R:
+    async def _serve(self, group_id: str | None, handler: _Handler[Q, R], req: Q) -> R:
         outcome = self._begin(group_id, handler, req)
         if isinstance(outcome, (asyncio.Future, Coroutine)):
             return cast(R, await outcome)
         return outcome
 
-    def _begin(self, group_id: str | None, handler: Callable[[GroupShard, Q], Result[R] | R], req: Q
+    def _begin(self, group_id: str | None, handler: _Handler[Q, R], req: Q
                ) -> R | asyncio.Future[R] | Coroutine[Any, Any, R]:
         """The handler run and its writes queued: its response, the future group logic answers (a parked
         request: on success only from its write's `then`, after the acknowledgement, but an error such as a
         rebalance meanwhile may answer it before), or a coroutine that answers once the writes are acknowledged."""
-        shard = self.shard_for(group_id)
+        return self._begin_on(self.shard_for(group_id), handler, req)
+
+    def _begin_on(self, shard: GroupShard, handler: _Handler[Q, R], req: Q
+                  ) -> R | asyncio.Future[R] | Coroutine[Any, Any, R]:
         result = handler(shard, req)
-        if not isinstance(result, Result):  # a handler that never writes returns its response itself
+        if not isinstance(result, Result):  # a handler that never writes returns its response (or future) itself
             return result
-        written = self._start(shard, result.writes)
+        writes = result.writes
+        written = self._start(shard, writes) if writes else None
         response = result.response
         if isinstance(response, asyncio.Future):
             return response

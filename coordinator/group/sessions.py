@@ -39,11 +39,13 @@ class SessionTracking:
         """A member parked in JoinGroup/SyncGroup is alive, unless it is new (§4.8)."""
         return not member.is_new and (member.join_future is not None or member.sync_future is not None)
 
-    def schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int) -> None:
+    def schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int,
+                           now_ms: int | None = None) -> None:
         """Kafka's completeAndScheduleNextExpiration. The hot path: a heartbeat only moves the deadline; the
         DelayedHeartbeat already in the timer re-checks the deadline when it fires and re-arms for the rest,
-        so the timer sees one operation per session timeout instead of one per heartbeat."""
-        deadline_ms = self.clock.now_ms() + timeout_ms
+        so the timer sees one operation per session timeout instead of one per heartbeat. `now_ms`: the clock
+        read once for a whole group answered in one pass."""
+        deadline_ms = (self.clock.now_ms() if now_ms is None else now_ms) + timeout_ms
         member.heartbeat_deadline_ms = deadline_ms
         op = member.heartbeat_op
         if op is not None and not op.is_completed:

@@ -32,6 +32,7 @@ from coordinator.timer import Clock
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
+_ACTIVE = ShardStatus.ACTIVE
 
 
 def _no_store(write: Write) -> None:
@@ -77,7 +78,9 @@ class GroupShard(GroupResidency):
     def group_status_error(self, group_id: str | None, empty_id_ok: bool = False) -> Errors | None:
         if group_id is None or (not group_id and not empty_id_ok):
             return Errors.INVALID_GROUP_ID
-        return STATUS_ERRORS.get(self.status)
+        status = self.status
+        # identity first: looking an Enum up in a dict calls its Python __hash__ (every group request asks)
+        return None if status is _ACTIVE else STATUS_ERRORS.get(status)
 
     def validate_current_member(self, group: GroupMetadata, member_id: str, group_instance_id: str | None,
                                 operation: str) -> Errors | None:

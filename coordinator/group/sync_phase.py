@@ -16,7 +16,6 @@ from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
-_SYNC_OWED_IN = frozenset({COMPLETING, STABLE})
 
 
 class SyncPhase(SessionTracking):
@@ -34,8 +33,9 @@ class SyncPhase(SessionTracking):
         pending.discard(member_id)
         # In CompletingRebalance and Stable the one DelayedSync watched is this generation's (prepare_rebalance
         # completed the one before): it completes once nobody owes a SyncGroup, so a rebalance's SyncGroups ask
-        # the purgatory once, not once each.
-        if not pending or group.state not in _SYNC_OWED_IN:
+        # the purgatory once, not once each. (Identity, not `in` a set: an Enum's hash is a Python call.)
+        state = group.state
+        if not pending or (state is not COMPLETING and state is not STABLE):
             self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
 
     def try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
@@ -74,7 +74,8 @@ class SyncPhase(SessionTracking):
     def propagate_assignment(self, group: GroupMetadata, error: Errors) -> None:
         ok = error == Errors.NONE
         protocol_type, protocol_name = (group.protocol_type, group.protocol_name) if ok else (None, None)
+        now_ms = self.clock.now_ms()  # once for the group: the same millisecond for every member
         for member in list(group.members.values()):
             response = SyncGroupResponse(error, protocol_type, protocol_name, member.assignment)
             if group.complete_sync(member, response):
-                self.schedule_heartbeat(group, member, member.session_timeout_ms)
+                self.schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)

@@ -112,13 +112,16 @@ def _intersect(ours: tuple[int, int], theirs: tuple[int, int] | None) -> tuple[i
     return (low, high) if low <= high else None
 
 
+_LOCAL, _REWRITTEN, _RELAYED = Route.LOCAL, Route.REWRITTEN, Route.RELAYED  # globals: every request asks
+
+
 def route_of(api_key: int, local: frozenset[int]) -> Route:
     """`local`: local_keys() of what the server serves."""
     if api_key in local:
-        return Route.LOCAL
+        return _LOCAL
     if api_key in REWRITTEN_KEYS:
-        return Route.REWRITTEN
-    return Route.RELAYED
+        return _REWRITTEN
+    return _RELAYED
 
 
 def produce_expects_response(frame: bytes | memoryview, offset: int = 4) -> bool:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.upstream import pause_when_anything_unsent
+from coordinator.relay.versions import Route
 from protocol.transports import release_transport_cycle
 from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.security.identity import ClientIdentity, context_with, security_protocol
@@ -75,6 +76,9 @@ _DISCARD_BYTES = 4_096
 # Parked rebalance requests, resumed in the awaited future's callback instead of a Task: their handlers and the
 # runtime's path after the wait (coordinator/group/runtime.py) ask for no current Task.
 _RESUMED_HERE = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
+# Enum members read per request, as module names: an Enum's class attribute (or a member's .value) costs ten times.
+_JOIN_GROUP = int(ApiKey.JOIN_GROUP)
+_RELAYED = Route.RELAYED
 
 
 _Start = Callable[[Any, RequestHeader, Any], Any]
@@ -400,7 +404,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             self._server.unparked(self)
             self._answer(header, to_frame, future)
-            if header.api_key == ApiKey.JOIN_GROUP and not future.cancelled() and future.exception() is None:
+            if header.api_key == _JOIN_GROUP and not future.cancelled() and future.exception() is None:
                 self._leads = join_group.answered_as_leader(future.result())
             self._process_frames()
         except Exception as exc:
@@ -608,7 +612,7 @@ class Connection(asyncio.BufferedProtocol):
         except ProtocolError as exc:
             self._reject(frame, exc)  # an ApiVersions version we do not know gets KIP-511's answer
             return False
-        if route.value != "relayed":
+        if route is not _RELAYED:
             return True
         sasl = self._sasl
         refused = relaying.forward(frame, api_key, self, fresh=sasl is not None and sasl.on_fresh_link(api_key))
