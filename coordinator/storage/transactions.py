@@ -150,9 +150,18 @@ class TransactionalProducer:
             return
         loop = asyncio.get_running_loop()
         self._opened_for.add(partition)
-        self._thread.submit(self._client.open_ahead, [marker])
+        self._thread.submit(self._client.open_ahead, [marker],
+                            then=functools.partial(self._opened_ahead, partition))
         if self._open_ahead_expiry is None:
             self._open_ahead_expiry = loop.call_later(OPEN_AHEAD_HOLD_S, self._commit_opened_alone)
+
+    def _opened_ahead(self, partition: int, produced: bool | KafkaError) -> None:
+        """The marker's outcome (on the loop, before any later call's): one not produced opened nothing, so no
+        transaction is committed for it alone (a write's commit since then has cleared it already)."""
+        if produced is not True:
+            self._opened_for.discard(partition)
+            if not self._opened_for:
+                self._cancel_open_ahead_expiry()
 
     def _cancel_open_ahead_expiry(self) -> None:
         if self._open_ahead_expiry is not None:

@@ -1,8 +1,9 @@
 """A write's transaction opened ahead of it (`KafkaGroupStore.expect_append`, transactions.py `open_ahead`), on a
 real broker: the marker that registers the partition is committed in the same transaction as the write that
 follows, and a load skips it quietly; with no write, the transaction is committed alone (the partition's last
-stable offset is not held back); a store closed meanwhile commits it; a store without transactions ignores it;
-a partition's new owner fences an old owner's transaction opened ahead as any other."""
+stable offset is not held back); a store closed meanwhile commits it; a marker the client refuses opens
+nothing; a store without transactions ignores it; a partition's new owner fences an old owner's transaction
+opened ahead as any other."""
 
 from __future__ import annotations
 
@@ -102,6 +103,19 @@ async def test_a_transaction_opened_ahead_with_no_write_is_committed_alone(
         OPEN_AHEAD_KEY]
     await store.store_group("g", stable_group(generation=2))  # the next write: a transaction of its own
     assert writers.transactions == 2
+
+
+async def test_a_marker_the_client_refuses_leaves_nothing_opened_ahead(transactional: Transactional) -> None:
+    """A marker librdkafka refuses at produce() (here larger than message.max.bytes) opened nothing: its
+    partition is not held as opened ahead, so no transaction is committed for it alone after OPEN_AHEAD_HOLD_S,
+    and the next write is one transaction."""
+    partition, writers = transactional.partition, transactional.writers
+    producer = writers._route(partition)
+    producer.open_ahead(partition, (partition, OPEN_AHEAD_KEY, b"x" * 2_000_000))
+    await producer._thread.submit(lambda: None)  # after the marker's call: its outcome has reached the loop
+    assert not producer._opened_for and producer._open_ahead_expiry is None
+    await transactional.store.store_group("g", stable_group(generation=1))
+    assert writers.transactions == 1
 
 
 async def test_a_store_closed_with_a_transaction_opened_ahead_commits_it(kafka_bootstrap: str,
