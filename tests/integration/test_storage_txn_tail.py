@@ -30,10 +30,12 @@ from coordinator.storage.txn_tail import TransactionTails
 from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, OwnOffsetTombstone,
                                            TransactionEvent, replay_transactional_offsets)
 from coordinator.storage.records import OffsetCommitKey, encode, encode_key, encode_offset_commit_value
+from protocol.client import KafkaClient
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env
 from tests.support.kafka_store import unique_topic
-from tests.support.transactions_wire import add_partitions, batch, connect, end_transaction, init_producer, produce
+from tests.support.transactions_wire import (Producer as TxnProducer, add_partitions, batch, connect, end_transaction,
+                                             init_producer, produce)
 
 pytestmark = pytest.mark.integration
 
@@ -251,7 +253,7 @@ async def test_a_hand_driven_transaction_appended_by_us_is_settled_by_its_marker
         producer = await init_producer(app, f"app-{uuid.uuid4().hex}")
         sequence = 0
         for offset, outcome in ((40, True), (50, False)):
-            assert await add_partitions(app, producer, topic, partition) == 0  # the relay, at AddOffsetsToTxn
+            assert await added(app, producer, topic, partition) == 0  # the relay, at AddOffsetsToTxn
             record = OffsetCommitRecord("g", "orders", 0, OffsetRecord(offset, commit_timestamp_ms=offset))
             data = batch(producer, sequence, encode(record))
             error, base = await produce(us, producer, topic, partition, data)
@@ -272,6 +274,16 @@ async def test_a_hand_driven_transaction_appended_by_us_is_settled_by_its_marker
         await app.close()
         await us.close()
         await close(env)
+
+
+async def added(app: KafkaClient, producer: TxnProducer, topic: str, partition: int) -> int:
+    """AddPartitionsToTxn retried while the producer's last transaction completes, as clients retry it: the
+    marker in our partition (which the tail reads at once) comes before the transaction coordinator is done,
+    CONCURRENT_TRANSACTIONS meanwhile."""
+    async with asyncio.timeout(30):
+        while (error := await add_partitions(app, producer, topic, partition)) == Errors.CONCURRENT_TRANSACTIONS:
+            await asyncio.sleep(0.02)
+    return error
 
 
 async def test_a_partition_moved_to_another_instance_is_settled_there_and_no_longer_followed_here(
