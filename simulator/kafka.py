@@ -323,6 +323,9 @@ class SimProducer:
         Once acknowledged, `offsets` gets the records' offsets, as librdkafka's delivery reports give them."""
         return self._submit(records, offsets)
 
+    def open_ahead(self, partition: int, marker: Record) -> None:
+        """Nothing to prepare: AsyncProducer's (no transaction to open ahead of a write)."""
+
     async def flush(self, timeout_ms: int) -> int:
         return 0
 

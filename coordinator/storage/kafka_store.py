@@ -39,7 +39,7 @@ from coordinator.security.clusters import cluster_security
 from coordinator.storage.appender import RecordAppender
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.loader import consumer_settings, read_state_with_transactions
-from coordinator.storage.partition_writers import PartitionTransactions, TransactionalWriters
+from coordinator.storage.partition_writers import PartitionTransactions
 from coordinator.storage.records import OPEN_AHEAD_KEY, OffsetCommitKey, decode_key, encode
 from coordinator.storage.state_producers import StateProducer, open_state_producer
 from coordinator.storage.tombstones import TombstoneWriter
@@ -271,10 +271,10 @@ class KafkaGroupStore(GroupStore):
         return outcome
 
     def expect_append(self, partition: int) -> None:
-        """With a transactional writer, the partition's transaction opens now (transactions.py, `open_ahead`): the
-        write then waits for two round trips to Kafka, not three."""
-        if isinstance(self._producer, (TransactionalWriters, PartitionTransactions)) \
-                and partition not in self._unloaded:
+        """The partition's writer prepares for a write that comes soon (`open_ahead`): a transactional one opens
+        the partition's transaction now (transactions.py), so the write waits for two round trips to Kafka, not
+        three; the idempotent one has nothing to prepare."""
+        if self._producer is not None and partition not in self._unloaded:
             self._producer.open_ahead(partition, (partition, OPEN_AHEAD_KEY, None))
 
     # -- helpers for tools and tests that hold no runtime (the store places the group with Kafka's partitioner) --

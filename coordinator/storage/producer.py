@@ -148,6 +148,10 @@ class AsyncProducer:
             self._watch(batch)
         return batch.future
 
+    def open_ahead(self, partition: int, marker: KafkaRecord) -> None:
+        """A write to `partition` is expected soon: nothing to prepare, records are appended as they come (a
+        transactional writer begins its transaction here: transactions.py)."""
+
     def _enqueue(self, records: Sequence[KafkaRecord], batch: DeliveryBatch) -> None:
         """One produce_batch call per partition (a write is normally a single group, so a single partition)."""
         if not records:

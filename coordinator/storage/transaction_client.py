@@ -121,13 +121,14 @@ class TransactionClient:
                                    txn_requires_abort=error.txn_requires_abort())
         return self._failed(error, error.txn_requires_abort())
 
-    def open_ahead(self, records: list[KafkaRecord]) -> None:
+    def open_ahead(self, records: list[KafkaRecord]) -> bool:
         """Begin a transaction now (if none is open) with `records`, markers that register their partitions with
         the transaction (librdkafka sends AddPartitionsToTxn for a partition once a record is produced to it), so
-        the next `transaction`'s commit has two round trips left (Produce, EndTxn) instead of three. A failure
-        here is left to that commit (a marker that did not make it changes nothing: its write registers it)."""
+        the next `transaction`'s commit has two round trips left (Produce, EndTxn) instead of three. Whether
+        every marker was produced; a failure is otherwise left to that commit (a marker that did not make it
+        changes nothing: its write registers it)."""
         if self.fenced is not None or self.producer is None:
-            return
+            return False
         try:
             if self._open is None:
                 self.producer.begin_transaction()
@@ -137,6 +138,8 @@ class TransactionClient:
                                       on_delivery=self._open.on_delivery)
         except (KafkaException, BufferError) as exc:
             log.debug("event=transaction_open_ahead_failed producer=%s error=%s", self.name, exc)
+            return False
+        return True
 
     def _fatal_cause(self, refused: KafkaError) -> KafkaError:
         """The producer refuses calls with _FATAL (not itself flagged fatal) once it has hit a fatal error; poll()

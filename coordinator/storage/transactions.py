@@ -150,9 +150,23 @@ class TransactionalProducer:
             return
         loop = asyncio.get_running_loop()
         self._opened_for.add(partition)
-        self._thread.submit(self._client.open_ahead, [marker])
+        self._thread.submit(self._client.open_ahead, [marker],
+                            then=functools.partial(self._opened_ahead, partition))
         if self._open_ahead_expiry is None:
             self._open_ahead_expiry = loop.call_later(OPEN_AHEAD_HOLD_S, self._commit_opened_alone)
+
+    def _opened_ahead(self, partition: int, produced: bool | KafkaError) -> None:
+        """The marker's outcome (on the loop, before any later call's): one not produced opened nothing, so no
+        transaction is committed for it alone (a write's commit since then has cleared it already)."""
+        if produced is not True:
+            self._opened_for.discard(partition)
+            if not self._opened_for:
+                self._cancel_open_ahead_expiry()
+
+    def _cancel_open_ahead_expiry(self) -> None:
+        if self._open_ahead_expiry is not None:
+            self._open_ahead_expiry.cancel()
+            self._open_ahead_expiry = None
 
     def _commit_opened_alone(self) -> None:
         self._open_ahead_expiry = None
@@ -206,9 +220,7 @@ class TransactionalProducer:
         batch, self._queue = self._queue, []
         self._in_flight = len(batch)
         self._opened_for.clear()  # this transaction commits what was opened ahead
-        if self._open_ahead_expiry is not None:
-            self._open_ahead_expiry.cancel()
-            self._open_ahead_expiry = None
+        self._cancel_open_ahead_expiry()
         first_deadline = min((deadline for _, _, deadline, _ in batch), default=loop.time() + self.timeout_ms / 1000)
         timeout_s = max(first_deadline - loop.time(), _MIN_TIMEOUT_S)
         records = [r for records, _, _, _ in batch for r in records]
@@ -319,9 +331,7 @@ class TransactionalProducer:
         self._closed = True
         if self._opened_for and self._committing is None and not self._queue and self._ready:
             self._begin_commit(loop)  # the markers opened ahead, committed (the worker waits for it below)
-        if self._open_ahead_expiry is not None:
-            self._open_ahead_expiry.cancel()
-            self._open_ahead_expiry = None
+        self._cancel_open_ahead_expiry()
         self._wake.set()
         if self._worker is not None:
             try:

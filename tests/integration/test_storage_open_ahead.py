@@ -1,19 +1,23 @@
 """A write's transaction opened ahead of it (`KafkaGroupStore.expect_append`, transactions.py `open_ahead`), on a
 real broker: the marker that registers the partition is committed in the same transaction as the write that
 follows, and a load skips it quietly; with no write, the transaction is committed alone (the partition's last
-stable offset is not held back); a store closed meanwhile commits it; a store without transactions ignores it;
-a partition's new owner fences an old owner's transaction opened ahead as any other."""
+stable offset is not held back); a store closed meanwhile commits it; a marker the client refuses opens
+nothing; a store without transactions ignores it; a partition's new owner fences an old owner's transaction
+opened ahead as any other."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from coordinator.group.store import StoreError
+from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.storage import transactions
 from coordinator.storage.loader import consumer_settings
 from coordinator.storage.partition_writers import TransactionalWriters
@@ -41,21 +45,37 @@ def committed_messages(bootstrap: str, topic: str, partition: int, count: int) -
     return seen
 
 
-async def test_a_write_commits_the_transaction_opened_ahead_of_it_and_a_load_skips_the_marker(
-        kafka_bootstrap: str, caplog: pytest.LogCaptureFixture) -> None:
+@dataclass(frozen=True)
+class Transactional:
+    """A started store writing with transactions (`TransactionalWriters`), and group "g"'s partition."""
+
+    store: KafkaGroupStore
+    topic: str
+    partition: int
+    writers: TransactionalWriters
+
+
+@pytest.fixture
+async def transactional(kafka_bootstrap: str) -> AsyncIterator[Transactional]:
     topic = unique_topic()
     store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
                                 commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
-    partition = store._partition("g")
     try:
         writers = store._producer
         assert isinstance(writers, TransactionalWriters)
-        store.expect_append(partition)
-        store.expect_append(partition)  # already open for it: nothing more
-        await store.store_group("g", stable_group(generation=4))
-        assert writers.transactions == 1  # the marker and the write, one transaction
+        yield Transactional(store, topic, store._partition("g"), writers)
     finally:
-        await store.close()
+        await store.close()  # again after a test's own close: a no-op
+
+
+async def test_a_write_commits_the_transaction_opened_ahead_of_it_and_a_load_skips_the_marker(
+        kafka_bootstrap: str, transactional: Transactional, caplog: pytest.LogCaptureFixture) -> None:
+    store, topic, partition = transactional.store, transactional.topic, transactional.partition
+    store.expect_append(partition)
+    store.expect_append(partition)  # already open for it: nothing more
+    await store.store_group("g", stable_group(generation=4))
+    assert transactional.writers.transactions == 1  # the marker and the write, one transaction
+    await store.close()
     messages = committed_messages(kafka_bootstrap, topic, partition, 2)
     assert [m.key() for m in messages] == [OPEN_AHEAD_KEY, encode_key(GroupMetadataKey("g"))]
     assert messages[0].value() is None  # a tombstone: compaction removes it
@@ -71,36 +91,41 @@ async def test_a_write_commits_the_transaction_opened_ahead_of_it_and_a_load_ski
 
 
 async def test_a_transaction_opened_ahead_with_no_write_is_committed_alone(
-        kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        kafka_bootstrap: str, transactional: Transactional, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transactions, "OPEN_AHEAD_HOLD_S", 0.2)
-    topic = unique_topic()
-    store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
-                                commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
-    partition = store._partition("g")
-    try:
-        writers = store._producer
-        assert isinstance(writers, TransactionalWriters)
-        store.expect_append(partition)
-        deadline = time.monotonic() + LOADED_MACHINE_TIMEOUT_MS / 1000
-        while writers.transactions == 0 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert writers.transactions == 1
-        assert [m.key() for m in committed_messages(kafka_bootstrap, topic, partition, 1)] == [OPEN_AHEAD_KEY]
-        await store.store_group("g", stable_group(generation=2))  # the next write: a transaction of its own
-        assert writers.transactions == 2
-    finally:
-        await store.close()
+    store, writers, partition = transactional.store, transactional.writers, transactional.partition
+    store.expect_append(partition)
+    deadline = time.monotonic() + LOADED_MACHINE_TIMEOUT_MS / 1000
+    while writers.transactions == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert writers.transactions == 1
+    assert [m.key() for m in committed_messages(kafka_bootstrap, transactional.topic, partition, 1)] == [
+        OPEN_AHEAD_KEY]
+    await store.store_group("g", stable_group(generation=2))  # the next write: a transaction of its own
+    assert writers.transactions == 2
+
+
+async def test_a_marker_the_client_refuses_leaves_nothing_opened_ahead(transactional: Transactional) -> None:
+    """A marker librdkafka refuses at produce() (here larger than message.max.bytes) opened nothing: its
+    partition is not held as opened ahead, so no transaction is committed for it alone after OPEN_AHEAD_HOLD_S,
+    and the next write is one transaction."""
+    partition, writers = transactional.partition, transactional.writers
+    producer = writers._route(partition)
+    producer.open_ahead(partition, (partition, OPEN_AHEAD_KEY, b"x" * 2_000_000))
+    await producer._thread.submit(lambda: None)  # after the marker's call: its outcome has reached the loop
+    assert not producer._opened_for and producer._open_ahead_expiry is None
+    await transactional.store.store_group("g", stable_group(generation=1))
+    assert writers.transactions == 1
 
 
 async def test_a_store_closed_with_a_transaction_opened_ahead_commits_it(kafka_bootstrap: str,
+                                                                        transactional: Transactional,
                                                                         recwarn: pytest.WarningsRecorder) -> None:
-    topic = unique_topic()
-    store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
-                                commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
-    partition = store._partition("g")
-    store.expect_append(partition)
-    await store.close()
-    assert [m.key() for m in committed_messages(kafka_bootstrap, topic, partition, 1)] == [OPEN_AHEAD_KEY]
+    transactional.store.expect_append(transactional.partition)
+    await transactional.store.close()
+    assert [m.key() for m in committed_messages(kafka_bootstrap, transactional.topic, transactional.partition,
+                                                1)] == [OPEN_AHEAD_KEY]
+    assert [str(w.message) for w in recwarn if "during close" in str(w.message)] == []
     assert [str(w.message) for w in recwarn if "during close" in str(w.message)] == []
 
 

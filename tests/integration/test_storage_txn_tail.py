@@ -30,10 +30,12 @@ from coordinator.storage.txn_tail import TransactionTails
 from coordinator.group.txn_offsets import (ClientTransactionalBatch, EndTransactionMarker, OwnOffsetTombstone,
                                            TransactionEvent, replay_transactional_offsets)
 from coordinator.storage.records import OffsetCommitKey, encode, encode_key, encode_offset_commit_value
+from protocol.client import KafkaClient
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env
 from tests.support.kafka_store import unique_topic
-from tests.support.transactions_wire import add_partitions, batch, connect, end_transaction, init_producer, produce
+from tests.support.transactions_wire import (Producer as TxnProducer, add_partitions, batch, connect, end_transaction,
+                                             init_producer, produce)
 
 pytestmark = pytest.mark.integration
 
@@ -171,6 +173,33 @@ async def test_a_transactional_commit_after_a_regular_one_wins_on_commit(kafka_b
         await close(env)
 
 
+async def test_an_idle_tail_sends_no_fetch_while_nothing_is_written_and_still_reads_a_transaction_at_once(
+        kafka_bootstrap: str) -> None:
+    """Served partitions with nothing written: once each tail's catch-up fetch found nothing, its tail waits in
+    one long poll, so no Fetch at all is sent over a window of seconds (the short polls sent 4 a second per
+    partition); a client's batch and its COMMIT marker written meanwhile are read at once, well within the idle
+    wait, without anyone telling the tail."""
+    topic = unique_topic()
+    env = await served(kafka_bootstrap, topic)
+    tails = env.store._tails
+    assert tails is not None and tails.idle_wait_ms >= 30_000
+    try:
+        await until(lambda: tails.fetches >= 2 * PARTITIONS)  # each: the catch-up fetch, then its long poll
+        before = tails.fetches
+        await asyncio.sleep(_IDLE_WINDOW_S)  # the window the requests are counted over
+        assert tails.fetches == before
+
+        producer = await client_transaction(kafka_bootstrap, topic, "g", 8)
+        await fetched_is(env, "g", (-1, Errors.UNSTABLE_OFFSET_COMMIT), timeout_s=10)
+        await asyncio.to_thread(producer.commit_transaction, 30)
+        await fetched_is(env, "g", (8, Errors.NONE), timeout_s=10)
+    finally:
+        await close(env)
+
+
+_IDLE_WINDOW_S = 3
+
+
 @pytest.mark.parametrize("fencing", [False, True], ids=["idempotent", "transactional"])
 async def test_the_tail_reads_our_offset_tombstones_after_a_clients_batch_in_log_order(kafka_bootstrap: str,
                                                                                       fencing: bool) -> None:
@@ -224,7 +253,7 @@ async def test_a_hand_driven_transaction_appended_by_us_is_settled_by_its_marker
         producer = await init_producer(app, f"app-{uuid.uuid4().hex}")
         sequence = 0
         for offset, outcome in ((40, True), (50, False)):
-            assert await add_partitions(app, producer, topic, partition) == 0  # the relay, at AddOffsetsToTxn
+            assert await added(app, producer, topic, partition) == 0  # the relay, at AddOffsetsToTxn
             record = OffsetCommitRecord("g", "orders", 0, OffsetRecord(offset, commit_timestamp_ms=offset))
             data = batch(producer, sequence, encode(record))
             error, base = await produce(us, producer, topic, partition, data)
@@ -245,6 +274,16 @@ async def test_a_hand_driven_transaction_appended_by_us_is_settled_by_its_marker
         await app.close()
         await us.close()
         await close(env)
+
+
+async def added(app: KafkaClient, producer: TxnProducer, topic: str, partition: int) -> int:
+    """AddPartitionsToTxn retried while the producer's last transaction completes, as clients retry it: the
+    marker in our partition (which the tail reads at once) comes before the transaction coordinator is done,
+    CONCURRENT_TRANSACTIONS meanwhile."""
+    async with asyncio.timeout(30):
+        while (error := await add_partitions(app, producer, topic, partition)) == Errors.CONCURRENT_TRANSACTIONS:
+            await asyncio.sleep(0.02)
+    return error
 
 
 async def test_a_partition_moved_to_another_instance_is_settled_there_and_no_longer_followed_here(
