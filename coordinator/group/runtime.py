@@ -107,6 +107,7 @@ class GroupRuntime:
         self._tasks: dict[asyncio.Task[Any], None] = {}
         # partition -> its writes waiting for the end of this loop turn, to go to the store as one (append_in_turn)
         self._in_turn: dict[int, list[Write]] = {}
+        self._appending: dict[int, int] = {}  # partition -> its store appends not answered yet
 
     @property
     def observer(self) -> GroupObserver:
@@ -513,11 +514,16 @@ class GroupRuntime:
         return write.done
 
     def append_in_turn(self, partition: int, write: Write) -> asyncio.Future[Errors]:
-        """Queues the write for the end of this loop turn, when every write of the partition queued so in the turn
-        goes to the store as one append (`store.append_together`: one transaction), as Kafka's runtime appends
-        the records of one loop of its coordinator as one batch and answers each request once the batch is
-        written. Until then the group logic may add more records of the same group to it (`Write.sealed`). A
-        write queued directly meanwhile (`_append`) sends these first: the partition's order is kept."""
+        """A write whose answer may wait: while an append of the partition is in flight (its transaction being
+        committed, which a new one would wait for anyway), queued for the end of this loop turn, when every write
+        of the partition queued so in the turn goes to the store as one append (`store.append_together`: one
+        transaction), as Kafka's runtime appends the records of one loop of its coordinator as one batch and
+        answers each request once the batch is written; until then the group logic may add more records of the
+        same group to it (`Write.sealed`). With nothing in flight it goes at once (waiting for the end of a busy
+        turn would only delay it). A write queued directly meanwhile (`_append`) sends the turn's first: the
+        partition's order is kept."""
+        if partition not in self._in_turn and not self._appending.get(partition):
+            return self._append(partition, write, True)
         loop = asyncio.get_running_loop()
         write.done = loop.create_future()
         waiting = self._in_turn.get(partition)
@@ -547,6 +553,7 @@ class GroupRuntime:
 
     def _await_appended(self, partition: int, writes: list[Write], appended: Awaitable[None],
                         by_request: bool) -> None:
+        self._appending[partition] = self._appending.get(partition, 0) + 1
         task = asyncio.get_running_loop().create_task(self._append_then(partition, writes, appended, by_request))
         self._tasks[task] = None
         task.add_done_callback(self._forget_task)
@@ -571,6 +578,7 @@ class GroupRuntime:
                           partition, sum(len(write.records) for write in writes), len(writes))
             error = Errors.UNKNOWN_SERVER_ERROR
         finally:
+            self._appending[partition] -= 1
             elapsed_ms = (time.perf_counter() - started) * 1000
             for write in writes:
                 try:

@@ -1,8 +1,9 @@
-"""The written ConsumerGroupHeartbeats of one state partition that arrive in one loop turn share one store append
-(one transaction), of one group or of several, as Kafka's runtime appends the records of one loop as one batch:
-each is answered only once that append is acknowledged; a failed one answers each of them with Kafka's error and
-takes every group it touched back to before its first record; writes made directly meanwhile keep the
-partition's order. Through the runtime on a manual clock and the in-memory store."""
+"""The written ConsumerGroupHeartbeats of one state partition that arrive in one loop turn while an append of the
+partition is in flight share one store append (one transaction), of one group or of several, as Kafka's runtime
+appends the records of one loop as one batch: each is answered only once that append is acknowledged; a failed one
+answers each of them with Kafka's error and takes every group it touched back to before its first record; writes
+made directly meanwhile keep the partition's order. With nothing in flight the first goes at once. Through the
+runtime on a manual clock and the in-memory store."""
 
 from __future__ import annotations
 
@@ -63,6 +64,19 @@ async def revoking(env: Env, group_id: str) -> list[str]:
     return ["a", "b", "c"]
 
 
+async def in_flight(env: Env) -> asyncio.Event:
+    """An append of the partition in flight (another group's, held until the returned gate is set): the written
+    heartbeats that come meanwhile wait for the end of their turn."""
+    gate = env.store.hold_next_write()
+    write = Write("elsewhere", [GroupEpochRecord("elsewhere", 1, 0)])
+    env.runtime.shard_for(GROUP).append(write)
+    for _ in range(100):  # until the store holds it (bounded)
+        if env.store.writes and env.store.writes[-1] == write.records:
+            return gate
+        await asyncio.sleep(0)
+    raise AssertionError("the write in flight did not reach the store")
+
+
 def replayed(env: Env, group_id: str) -> ConsumerGroup:
     group = ConsumerGroup(group_id)
     for record in env.store.consumer_records:
@@ -73,10 +87,12 @@ def replayed(env: Env, group_id: str) -> ConsumerGroup:
 
 async def test_written_heartbeats_of_one_turn_share_one_store_write(env: Env) -> None:
     members = await revoking(env, GROUP)
+    gate = await in_flight(env)
     writes = len(env.store.writes)
     answers = await asyncio.gather(*(beat(env, GROUP, m) for m in members))
     assert len(env.store.writes) == writes + 1  # one append, one acknowledgement for the three
     [write] = env.store.writes[writes:]
+    gate.set()
     assert [(type(r), r.member_id) for r in write] == [(CurrentAssignmentRecord, m) for m in members]
     group = env.group()
     for member_id, answer in zip(members, answers):  # each told to keep only its target, at its epoch
@@ -85,10 +101,21 @@ async def test_written_heartbeats_of_one_turn_share_one_store_write(env: Env) ->
     assert state(replayed(env, GROUP)) == state(group)
 
 
+async def test_with_nothing_in_flight_the_first_written_heartbeat_goes_at_once_and_its_turns_others_after_it(
+        env: Env) -> None:
+    members = await revoking(env, GROUP)
+    writes = len(env.store.writes)
+    answers = await asyncio.gather(*(beat(env, GROUP, m) for m in members))
+    assert [a.error for a in answers] == [Errors.NONE] * 3
+    assert [[r.member_id for r in write] for write in env.store.writes[writes:]] == [["a"], ["b", "c"]]
+    assert state(replayed(env, GROUP)) == state(env.group())
+
+
 async def test_written_heartbeats_of_two_groups_in_one_turn_share_one_store_write(env: Env) -> None:
     assert env.runtime.shard_for(GROUP) is env.runtime.shard_for(OTHER)
     await revoking(env, GROUP)
     await revoking(env, OTHER)
+    gate = await in_flight(env)
     writes = len(env.store.writes)
     answers = await asyncio.gather(beat(env, GROUP, "a"), beat(env, OTHER, "a"), beat(env, GROUP, "b"),
                                    beat(env, OTHER, "b"))
@@ -97,6 +124,7 @@ async def test_written_heartbeats_of_two_groups_in_one_turn_share_one_store_writ
     # one group's heartbeats of the turn are one write (its records in the order they came), the groups' writes in
     # the order each group first wrote
     assert [(r.group_id, r.member_id) for r in write] == [(GROUP, "a"), (GROUP, "b"), (OTHER, "a"), (OTHER, "b")]
+    gate.set()
     for group_id in (GROUP, OTHER):
         assert state(replayed(env, group_id)) == state(env.runtime.shard_for(group_id).consumer_groups[group_id])
 
@@ -106,11 +134,13 @@ async def test_a_failed_shared_write_answers_each_heartbeat_and_undoes_every_mem
     await revoking(env, GROUP)
     await revoking(env, OTHER)
     before = {g: state(env.runtime.shard_for(g).consumer_groups[g].snapshot()) for g in (GROUP, OTHER)}
+    gate = await in_flight(env)
     writes = len(env.store.writes)
-    env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)  # the turn's append (the one in flight is held)
     answers = await asyncio.gather(*(beat(env, g, m) for m in "abc" for g in (GROUP, OTHER)))
     assert len(env.store.writes) == writes + 1
     assert [a.error for a in answers] == [kafka4_append_error(Errors.NOT_ENOUGH_REPLICAS)] * 6
+    gate.set()
     for group_id in (GROUP, OTHER):  # every member back as before the turn, not only the last one written
         assert state(env.runtime.shard_for(group_id).consumer_groups[group_id]) == before[group_id]
     # retried, the members revoke as if the failed turn had not been
@@ -123,13 +153,18 @@ async def test_a_failed_shared_write_answers_each_heartbeat_and_undoes_every_mem
 
 
 async def test_joins_of_two_groups_in_one_turn_are_written_together_and_answered_after_it(env: Env) -> None:
-    gate = env.store.hold_next_write()
+    first = await in_flight(env)
+    gate = env.store.hold_next_write()  # the joins' append
     joins = [asyncio.ensure_future(heartbeat(env, g, "m", 0)) for g in (GROUP, OTHER)]
     for _ in range(5):
         await asyncio.sleep(0)
-    assert len(env.store.writes) == 1 and not any(j.done() for j in joins)  # one append, not acknowledged yet
-    assert {type(r) for r in env.store.writes[0]} >= {MemberMetadataRecord, GroupEpochRecord}
-    assert {r.group_id for r in env.store.writes[0]} == {GROUP, OTHER}
+    assert len(env.store.writes) == 2 and not any(j.done() for j in joins)  # one append, not acknowledged yet
+    assert {type(r) for r in env.store.writes[1]} >= {MemberMetadataRecord, GroupEpochRecord}
+    assert {r.group_id for r in env.store.writes[1]} == {GROUP, OTHER}
+    first.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not any(j.done() for j in joins)
     gate.set()
     answers: list[HeartbeatResponse] = await asyncio.gather(*joins)
     assert [(a.error, a.member_epoch) for a in answers] == [(Errors.NONE, 1), (Errors.NONE, 1)]
@@ -137,10 +172,12 @@ async def test_joins_of_two_groups_in_one_turn_are_written_together_and_answered
 
 async def test_a_write_made_directly_in_the_same_turn_goes_after_the_turns_writes(env: Env) -> None:
     shard = env.runtime.shard_for(GROUP)
+    gate = await in_flight(env)
     first, second, direct = (Write(GROUP, [GroupEpochRecord(GROUP, epoch, 0)]) for epoch in (1, 2, 3))
     done = [shard.append_in_turn(first), shard.append_in_turn(second)]
-    assert env.store.writes == []  # waiting for the end of the turn
+    assert not first.sealed and not second.sealed  # waiting for the end of the turn
     done.append(shard.append(direct))
     assert first.sealed and second.sealed
+    gate.set()
     assert await asyncio.gather(*done) == [Errors.NONE] * 3  # type: ignore[arg-type]
-    assert env.store.writes == [first.records + second.records, direct.records]
+    assert env.store.writes[1:] == [first.records + second.records, direct.records]
