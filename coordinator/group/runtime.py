@@ -108,6 +108,8 @@ class GroupRuntime:
         # partition -> its writes waiting for the end of this loop turn, to go to the store as one (append_in_turn)
         self._in_turn: dict[int, list[Write]] = {}
         self._appending: dict[int, int] = {}  # partition -> its store appends not answered yet
+        # False: every write goes to the store at once, each its own append (A/B benches; see append_in_turn)
+        self.write_turns = True
 
     @property
     def observer(self) -> GroupObserver:
@@ -522,7 +524,7 @@ class GroupRuntime:
         same group to it (`Write.sealed`). With nothing in flight it goes at once (waiting for the end of a busy
         turn would only delay it). A write queued directly meanwhile (`_append`) sends the turn's first: the
         partition's order is kept."""
-        if partition not in self._in_turn and not self._appending.get(partition):
+        if not self.write_turns or (partition not in self._in_turn and not self._appending.get(partition)):
             return self._append(partition, write, True)
         loop = asyncio.get_running_loop()
         write.done = loop.create_future()

@@ -181,3 +181,14 @@ async def test_a_write_made_directly_in_the_same_turn_goes_after_the_turns_write
     gate.set()
     assert await asyncio.gather(*done) == [Errors.NONE] * 3  # type: ignore[arg-type]
     assert env.store.writes[1:] == [first.records + second.records, direct.records]
+
+
+async def test_without_write_turns_each_written_heartbeat_is_its_own_append(env: Env) -> None:
+    env.runtime.write_turns = False
+    members = await revoking(env, GROUP)
+    gate = await in_flight(env)
+    writes = len(env.store.writes)
+    answers = asyncio.gather(*(beat(env, GROUP, m) for m in members))
+    gate.set()
+    assert [a.error for a in await answers] == [Errors.NONE] * 3
+    assert [[r.member_id for r in write] for write in env.store.writes[writes:]] == [["a"], ["b"], ["c"]]
