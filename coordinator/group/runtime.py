@@ -337,8 +337,9 @@ class GroupRuntime:
         return self._after_write(write, response)
 
     def _after_write(self, write: Write, response: HeartbeatResponseV2) -> asyncio.Future[HeartbeatResponseV2]:
-        """The write queued for the end of this loop turn, with the partition's other writes of the turn (one
-        transaction for all the members revoking or acknowledging meanwhile, `append_in_turn`); the answer
+        """The write queued (`append_in_turn`: at once with nothing of its partition in flight, else at the end of
+        this loop turn with the partition's other writes of the turn, one transaction for all the members revoking
+        or acknowledging meanwhile); the answer
         resolved in the write's own callback, right after the group logic's, once Kafka acknowledged or refused
         it: no loop turn between the write's outcome and the answer (a reconciliation waits for one such answer
         per member, and a connection's next request behind it)."""
