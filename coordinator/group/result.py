@@ -30,6 +30,9 @@ class Write:
     records: list[Record]
     then: Callable[[Errors], object] | None = None
     done: asyncio.Future[Errors] | None = None  # set by the runtime when it queues the append
+    # set by the runtime once the records went to the store: until then (a write waiting for the end of its loop
+    # turn, GroupRuntime.append_in_turn) its owner may still add records of the same group to it
+    sealed: bool = False
 
     def then_also(self, after: Callable[[Errors], object]) -> None:
         """`after(error)` runs once the write's own `then` has, even if that raised (an answer owed to a client

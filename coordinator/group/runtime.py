@@ -87,7 +87,8 @@ class GroupRuntime:
             raise ValueError(f"the store's state topic has {store.partitions} partitions, the runtime routes groups "
                              f"over offsets.topic.num.partitions={self.num_partitions}")
         self.shards = [GroupShard(p, config, self.clock, self.wall_clock, self._observer, self.heartbeat_purgatory,
-                                  self.rebalance_purgatory, self._appender(p))
+                                  self.rebalance_purgatory, self._appender(p),
+                                  functools.partial(self.append_in_turn, p))
                        for p in range(self.num_partitions)]
         for shard in self.shards:  # one instance owns every partition until told otherwise (step 2)
             shard.status = ShardStatus.ACTIVE
@@ -106,6 +107,11 @@ class GroupRuntime:
         # insertion-ordered (a dict, not a set): shutdown cancels the writes in the order they were made, not in
         # the tasks' memory-address order, so their answers go out in a reproducible order
         self._tasks: dict[asyncio.Task[Any], None] = {}
+        # partition -> its writes waiting for the end of this loop turn, to go to the store as one (append_in_turn)
+        self._in_turn: dict[int, list[Write]] = {}
+        self._appending: dict[int, int] = {}  # partition -> its store appends not answered yet
+        # False: every write goes to the store at once, each its own append (A/B benches; see append_in_turn)
+        self.write_turns = True
 
     @property
     def observer(self) -> GroupObserver:
@@ -335,9 +341,12 @@ class GroupRuntime:
         return self._after_write(write, response)
 
     def _after_write(self, write: Write, response: HeartbeatResponseV2) -> asyncio.Future[HeartbeatResponseV2]:
-        """The write queued; the answer resolved in the write's own callback, right after the group logic's, once
-        Kafka acknowledged or refused it: no loop turn between the write's outcome and the answer (a
-        reconciliation waits for one such answer per member, and a connection's next request behind it)."""
+        """The write queued (`append_in_turn`: at once with nothing of its partition in flight, else at the end of
+        this loop turn with the partition's other writes of the turn, one transaction for all the members revoking
+        or acknowledging meanwhile); the answer
+        resolved in the write's own callback, right after the group logic's, once Kafka acknowledged or refused
+        it: no loop turn between the write's outcome and the answer (a reconciliation waits for one such answer
+        per member, and a connection's next request behind it)."""
         answer: asyncio.Future[HeartbeatResponseV2] = asyncio.get_running_loop().create_future()
 
         def answered(error: Errors) -> None:
@@ -345,7 +354,8 @@ class GroupRuntime:
                 answer.set_result(response if error == Errors.NONE else HeartbeatResponseV2(kafka4_append_error(error)))
 
         write.then_also(answered)
-        self._start(self.shard_for(write.group_id), [write])
+        if write.done is None:  # else the group logic added its records to a write of this turn already queued
+            self.append_in_turn(self.shard_for(write.group_id).partition, write)
         return answer
 
     def _after_earlier_writes(self, group_id: str, response: HeartbeatResponseV2, done: asyncio.Future[Errors],
@@ -499,25 +509,72 @@ class GroupRuntime:
         return lambda write: self._append(partition, write, False)
 
     def _append(self, partition: int, write: Write, by_request: bool) -> asyncio.Future[Errors]:
-        """Queues the write with the store now (so a partition's writes reach Kafka in the order the shard made
-        them); its outcome is awaited by a task of the runtime's."""
+        """Queues the write with the store now, after the partition's writes waiting for the end of this loop turn
+        (so a partition's writes reach Kafka in the order the shard made them); its outcome is awaited by a task
+        of the runtime's."""
+        if partition in self._in_turn:
+            self._send_turn(partition)
         loop = asyncio.get_running_loop()
         write.done = loop.create_future()
+        write.sealed = True
         try:
             appended: Awaitable[None] = self.store.append(partition, write.records)
         except Exception as exc:  # a store bug: answered like any failed append
-            failed: asyncio.Future[None] = loop.create_future()
-            failed.set_exception(exc)
-            appended = failed
-        task = loop.create_task(self._append_then(partition, write, appended, by_request))
+            appended = _failed(exc)
+        self._await_appended(partition, [write], appended, by_request)
+        return write.done
+
+    def append_in_turn(self, partition: int, write: Write) -> asyncio.Future[Errors]:
+        """A write whose answer may wait: while an append of the partition is in flight (its transaction being
+        committed, which a new one would wait for anyway), queued for the end of this loop turn, when every write
+        of the partition queued so in the turn goes to the store as one append (`store.append_together`: one
+        transaction), as Kafka's runtime appends the records of one loop of its coordinator as one batch and
+        answers each request once the batch is written; until then the group logic may add more records of the
+        same group to it (`Write.sealed`). With nothing in flight it goes at once (waiting for the end of a busy
+        turn would only delay it). A write queued directly meanwhile (`_append`) sends the turn's first: the
+        partition's order is kept."""
+        if not self.write_turns or (partition not in self._in_turn and not self._appending.get(partition)):
+            return self._append(partition, write, True)
+        loop = asyncio.get_running_loop()
+        write.done = loop.create_future()
+        waiting = self._in_turn.get(partition)
+        if waiting is None:
+            waiting = self._in_turn[partition] = []
+            loop.call_soon(self._send_turn, partition)
+        waiting.append(write)
+        return write.done
+
+    def _send_turn(self, partition: int) -> None:
+        """The partition's writes of this turn, to the store together; writes that share an append (the same
+        awaitable) are settled together, in the order they were made."""
+        writes = self._in_turn.pop(partition, None)
+        if not writes:
+            return
+        for write in writes:
+            write.sealed = True
+        try:
+            appended = list(self.store.append_together(partition, [write.records for write in writes]))
+        except Exception as exc:  # a store bug: answered like any failed append
+            appended = [_failed(exc)] * len(writes)
+        start = 0
+        for end in range(1, len(writes) + 1):
+            if end == len(writes) or appended[end] is not appended[start]:
+                self._await_appended(partition, writes[start:end], appended[start], True)
+                start = end
+
+    def _await_appended(self, partition: int, writes: list[Write], appended: Awaitable[None],
+                        by_request: bool) -> None:
+        self._appending[partition] = self._appending.get(partition, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._append_then(partition, writes, appended, by_request))
         self._tasks[task] = None
         task.add_done_callback(self._forget_task)
-        return write.done
 
     def _forget_task(self, task: asyncio.Task[Any]) -> None:
         self._tasks.pop(task, None)
 
-    async def _append_then(self, partition: int, write: Write, appended: Awaitable[None], by_request: bool) -> None:
+    async def _append_then(self, partition: int, writes: list[Write], appended: Awaitable[None],
+                           by_request: bool) -> None:
+        """The writes of one store append settled in order with its outcome: all acknowledged, or all failed."""
         error = Errors.NONE
         started = time.perf_counter()
         try:
@@ -528,13 +585,18 @@ class GroupRuntime:
             error = Errors.COORDINATOR_NOT_AVAILABLE
             raise
         except Exception:
-            log.exception("event=store_failed group=%s partition=%d records=%d", write.group_id, partition,
-                          len(write.records))
+            log.exception("event=store_failed group=%s partition=%d records=%d writes=%d", writes[0].group_id,
+                          partition, sum(len(write.records) for write in writes), len(writes))
             error = Errors.UNKNOWN_SERVER_ERROR
         finally:
-            self._observer.on_append_completed(write.group_id, partition, write.records,
-                                               (time.perf_counter() - started) * 1000, error.name, by_request)
-            self._settle(write, error)
+            self._appending[partition] -= 1
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            for write in writes:
+                try:
+                    self._observer.on_append_completed(write.group_id, partition, write.records, elapsed_ms,
+                                                       error.name, by_request)
+                finally:
+                    self._settle(write, error)
 
     @staticmethod
     def _settle(write: Write, error: Errors) -> None:
@@ -620,6 +682,8 @@ class GroupRuntime:
             shard.status = ShardStatus.STOPPED
             shard.unload_all(Errors.NOT_COORDINATOR)
             self.consumer_groups.unload(shard)
+        for partition in list(self._in_turn):  # sent now: their tasks are cancelled with the others below
+            self._send_turn(partition)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -627,6 +691,12 @@ class GroupRuntime:
         await self.consumer_groups.group_configs.close()
         await self.heartbeat_purgatory.shutdown()
         await self.rebalance_purgatory.shutdown()
+
+
+def _failed(exc: Exception) -> asyncio.Future[None]:
+    failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    failed.set_exception(exc)
+    return failed
 
 
 class _GroupsView(Mapping[str, GroupMetadata]):

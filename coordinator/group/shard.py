@@ -43,7 +43,8 @@ class GroupShard(GroupResidency):
     def __init__(self, partition: int, config: CoordinatorConfig, clock: Clock, wall_clock: Clock,
                  observer: GroupObserver, heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat],
                  rebalance_purgatory: DelayedOperationPurgatory[DelayedOperation],
-                 append: Callable[[Write], object] | None = None) -> None:
+                 append: Callable[[Write], object] | None = None,
+                 append_in_turn: Callable[[Write], object] | None = None) -> None:
         self.partition = partition
         self.config = config
         # Stored timestamps (commit and state-change times) are epoch ms, like Kafka's; deadlines and durations
@@ -61,6 +62,9 @@ class GroupShard(GroupResidency):
         # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a
         # write group logic makes on its own (a timer emptied a group) alike, queued in the order made.
         self.append: Callable[[Write], object] = append if append is not None else _no_store
+        # The same append at the end of this loop turn, together with the partition's other writes of the turn (one
+        # transaction; GroupRuntime.append_in_turn): for writes whose answers can wait for it (heartbeats).
+        self.append_in_turn: Callable[[Write], object] = append_in_turn if append_in_turn is not None else self.append
         self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
 

@@ -8,7 +8,8 @@ Contract for implementations:
 - `load(partitions)` reads those state-topic partitions to their end and returns the latest group record and
   offsets of every group in them; `unload(partitions)` stops writing to them (appends fail NOT_COORDINATOR
   until they are loaded again: the seam for fencing when several instances share the topic).
-- `append(partition, records)` is the only write. It queues the records for that partition before it returns:
+- `append(partition, records)` is the only write (`append_together`: several at once, possibly as one). It
+  queues the records for that partition before it returns:
   a partition's records are stored in the order they were queued (one ordered path per partition, tombstones
   and their retries included). The awaitable it returns completes once they are acknowledged (acks=all), all
   or nothing, and raises `StoreError(<raw Kafka append error>)` on failure, including `REQUEST_TIMED_OUT` after
@@ -87,6 +88,12 @@ class GroupStore(ABC):
         """Queue `records` (one group's) for `partition` before returning, after every record queued for it
         before; the awaitable completes once they are acknowledged, all or nothing, or raises StoreError."""
 
+    def append_together(self, partition: int, writes: Sequence[Sequence[Record]]) -> Sequence[Awaitable[None]]:
+        """Several writes (of any groups) queued for `partition` in order, as `append` would one after another, one
+        awaitable per write. A store may append them as one (one transaction, one produce): writes that share an
+        append share its outcome, all or nothing, and their awaitables may be the same object."""
+        return [self.append(partition, records) for records in writes]
+
     def expect_append(self, partition: int) -> None:
         """A write to `partition` is expected soon (a group whose join completed writes its assignment once the
         leader sends it): a store may get ready for it now. Changes nothing a reader sees; a hint only."""
@@ -150,6 +157,11 @@ class InMemoryGroupStore(GroupStore):
 
     def append(self, partition: int, records: Sequence[Record]) -> Awaitable[None]:
         return asyncio.ensure_future(self._append(partition, list(records)))
+
+    def append_together(self, partition: int, writes: Sequence[Sequence[Record]]) -> Sequence[Awaitable[None]]:
+        """One append of every write's records (one entry in `writes`, one acknowledgement or failure)."""
+        together = self.append(partition, [record for records in writes for record in records])
+        return [together] * len(writes)
 
     async def _append(self, partition: int, records: list[Record]) -> None:
         if partition in self.unloaded:

@@ -64,12 +64,57 @@ class RecordAppender:
 
         producer.send(records, offsets=reported).add_done_callback(sent)
 
+    def append_together(self, producer: RecordSender, partition: int, writes: Sequence[Sequence[Record]]
+                        ) -> list[asyncio.Future[None]]:
+        """Several writes queued in order, consecutive ones sent as one (one transaction of the producer's, one
+        outcome) up to max_write_bytes together; a write of tombstones only goes through the tombstone writer on
+        its own, as `append` sends it, and a write too large alone is refused alone. One future per write (the
+        same one for writes sent together)."""
+        loop = asyncio.get_running_loop()
+        outcomes: list[asyncio.Future[None]] = []
+        typed: list[Record] = []
+        encoded: list[KafkaRecord] = []
+        shared: asyncio.Future[None] | None = None
+        size = _BATCH_OVERHEAD_BYTES
+
+        def send_shared() -> None:
+            nonlocal typed, encoded, shared, size
+            if shared is not None:
+                self._append(producer, typed[0].group_id, encoded, shared, typed, None)
+            typed, encoded, shared, size = [], [], None, _BATCH_OVERHEAD_BYTES
+
+        for records in writes:
+            group_id = records[0].group_id if records else ""
+            one: list[KafkaRecord] = [(partition, *encode(record)) for record in records]
+            one_size = _records_size(one)
+            outcome: asyncio.Future[None] = loop.create_future()
+            if not any(value is not None for _, _, value in one):
+                send_shared()
+                self._append_tombstones(producer, group_id, one, outcome)
+            elif one_size + _BATCH_OVERHEAD_BYTES > self._max_write_bytes:
+                send_shared()
+                try:
+                    self._check_write_size(group_id, one)
+                except StoreError as exc:
+                    outcome.set_exception(exc)
+            else:
+                if size + one_size > self._max_write_bytes:
+                    send_shared()
+                if shared is None:
+                    shared = loop.create_future()
+                outcome = shared
+                typed.extend(records)
+                encoded.extend(one)
+                size += one_size
+            outcomes.append(outcome)
+        send_shared()
+        return outcomes
+
     def _check_write_size(self, group_id: str, records: list[KafkaRecord]) -> None:
         """Kafka appends a write as one record batch, so it is stored whole or not at all, and a batch above
         max.message.bytes fails with MESSAGE_TOO_LARGE. librdkafka would spread a bigger write over several
         produce requests, each acknowledged on its own: refuse it before anything is sent."""
-        size = _BATCH_OVERHEAD_BYTES + sum(len(key) + len(value or b"") + _RECORD_OVERHEAD_BYTES
-                                           for _, key, value in records)
+        size = _BATCH_OVERHEAD_BYTES + _records_size(records)
         if size > self._max_write_bytes:
             log.warning("event=state_append_refused group=%s records=%d bytes=%d max_write_bytes=%d",
                         group_id, len(records), size, self._max_write_bytes)
@@ -92,9 +137,14 @@ class RecordAppender:
                               "tombstones").add_done_callback(sent)
 
 
+def _records_size(records: Sequence[KafkaRecord]) -> int:
+    return sum(len(key) + len(value or b"") + _RECORD_OVERHEAD_BYTES for _, key, value in records)
+
+
 def _report_offsets(records: Sequence[Record], reported: list[int], offsets: list[int] | None) -> None:
-    """A write is one group's records on one partition, produced in order: its records' offsets are the
-    delivery reports' offsets in ascending order. Left unset if a report is missing."""
+    """A write is records of one partition (one group's, or several writes sent together), produced in order:
+    its records' offsets are the delivery reports' offsets in ascending order. Left unset if a report is
+    missing."""
     if len(reported) != len(records):
         return
     ordered = sorted(reported)

@@ -270,6 +270,22 @@ class KafkaGroupStore(GroupStore):
             outcome.set_exception(exc)
         return outcome
 
+    def append_together(self, partition: int, writes: Sequence[Sequence[Record]]
+                        ) -> Sequence[asyncio.Future[None]]:
+        """Several writes queued in order before it returns, consecutive ones sent as one (appender.py: one
+        transaction, one outcome, up to max_write_bytes together); see GroupStore.append_together."""
+        try:
+            if self._producer is None:
+                raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")
+            if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
+                raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
+        except StoreError as exc:
+            refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            refused.set_exception(exc)
+            refused.exception()  # retrieved here: each write's owner hears of it through its own awaitable
+            return [refused] * len(writes)
+        return self._appender.append_together(self._producer, partition, writes)
+
     def expect_append(self, partition: int) -> None:
         """The partition's writer prepares for a write that comes soon (`open_ahead`): a transactional one opens
         the partition's transaction now (transactions.py), so the write waits for two round trips to Kafka, not

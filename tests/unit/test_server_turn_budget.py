@@ -331,6 +331,10 @@ async def test_a_consumer_group_heartbeat_costs_the_units_of_the_path_that_serve
         frame = codec.encode_request(0, "t", _consumer_heartbeat(member_id, joined.member_epoch))
         socks = await _connected(env, connections + 1)  # the client's connection is one of them
         try:
+            # the frames' client id differs from the join's: that change is written (and the heartbeats of its turn
+            # wait for the write) before the counted ones come
+            socks[connections].send(frame)
+            await _error_code(socks[connections])
             runtime.start_counting()
             for sock in socks[:connections]:
                 sock.send(frame)

@@ -137,6 +137,9 @@ class ConsumerGroupService:
         # group id -> (its latest write not yet acknowledged, its number); and how many of its writes failed
         self._unacknowledged: dict[str, tuple[Write, int]] = {}
         self._failures: dict[str, int] = {}
+        # group id -> its latest write, the undo point of that write and its records, while records of the same loop
+        # turn may still join it (`_apply`'s join_open; the runtime sends it at the end of the turn)
+        self._open: dict[str, tuple[Write, GroupUndo | None, list[ConsumerGroupRecord]]] = {}
         assignors = config.consumer_group_assignor_names
         self.settings = Settings(config.group_consumer_heartbeat_interval_ms, config.group_consumer_max_size,
                                  # GroupCoordinatorService lists them from a HashSet of their names
@@ -233,7 +236,7 @@ class ConsumerGroupService:
             snapshot = before.undo_point() if before is not None and result.records else None
             if result.created is not None and result.records:
                 shard.consumer_groups[request.group_id] = result.created
-            write = self._apply(shard, request.group_id, result.records, snapshot)
+            write = self._apply(shard, request.group_id, result.records, snapshot, join_open=True)
         if result.refresh_regexes and request.group_id not in self._resolving:
             task = asyncio.get_running_loop().create_task(
                 self._resolve(shard, request.group_id, result.refresh_regexes,
@@ -296,7 +299,7 @@ class ConsumerGroupService:
             self._answer(waiting, responses, Errors.NONE)
             return
         write.then_also(lambda error: self._answer(waiting, responses, error))
-        shard.append(write)
+        shard.append_in_turn(write)
 
     @staticmethod
     def _answer(waiting: Sequence[tuple[PendingTarget, asyncio.Future[HeartbeatResponse]]],
@@ -518,26 +521,31 @@ class ConsumerGroupService:
                written_first: Sequence[GroupMetadataRecord] = (),
                written_last: Sequence[GroupMetadataRecord] = (), fenced: Fenced | None = None,
                already_members: Collection[str] = (), carried_over: Collection[str] | None = None,
-               replayed: bool = False) -> Write | None:
+               replayed: bool = False, join_open: bool = False) -> Write | None:
         """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
         `already_members`, `carried_over` say what the records cannot) and returns them as the write for the
         shard's partition; if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
         later write changed it meanwhile. `written_first`, `written_last`: the classic group's records a
-        conversion writes around them. `replayed`: the records are on the group already (a batch's)."""
+        conversion writes around them. `replayed`: the records are on the group already (a batch's).
+        `join_open`: if the group's latest write still waits for the end of its loop turn (`Write.sealed` not
+        set), the records join it and it is returned again: one write, one outcome, and a failure takes the
+        group back to before its first records (every member it touched)."""
         if not records:
             return None
         self._settle_batch(group_id)  # written after what the group's batch (if any) replayed already
         if before is _AS_NOW:
             current = shard.consumer_groups.get(group_id)
             before = current.undo_point() if current is not None else None
-        # numbered over the service's life, never per group: a number a group had before could come back once its
-        # entry goes (when its latest write is acknowledged) and make an older write's failure revert newer state
-        self._last_sequence += 1
-        sequence = self._write_sequence[group_id] = self._last_sequence
         previous = before if isinstance(before, GroupUndo) else None
+        open_write = self._open.get(group_id) if join_open else None
+        if open_write is not None and (open_write[0].done is None or open_write[0].sealed
+                                       or self._unacknowledged.get(group_id, (None,))[0] is not open_write[0]):
+            open_write = None  # not queued for the end of this turn (or sent already), or not the latest
         if not replayed:
             if previous is not None:
                 previous.capture(records)
+            if open_write is not None and open_write[1] is not None:
+                open_write[1].capture(records)
             for record in records:
                 self.replay(shard, record)
         try:
@@ -545,9 +553,23 @@ class ConsumerGroupService:
                                fenced=fenced, already_members=already_members, carried_over=carried_over)
         except Exception:  # telling observers never breaks group logic
             log.exception("event=consumer_group_observer_failed group=%s", group_id)
-        write = Write(group_id, [*written_first, *records, *written_last],
-                      then=lambda error: self._written(shard, group_id, error, previous, sequence, records))
+        if open_write is not None:
+            write, _, written = open_write
+            write.records.extend(records)
+            written.extend(records)
+            return write
+        # numbered over the service's life, never per group: a number a group had before could come back once its
+        # entry goes (when its latest write is acknowledged) and make an older write's failure revert newer state
+        self._last_sequence += 1
+        sequence = self._write_sequence[group_id] = self._last_sequence
+        written = list(records)
+        write = Write(group_id, [*written_first, *written, *written_last],
+                      then=lambda error: self._written(shard, group_id, error, previous, sequence, written))
         self._unacknowledged[group_id] = (write, sequence)
+        if written_first or written_last or already_members or carried_over is not None:
+            self._open.pop(group_id, None)
+        else:  # records of later heartbeats of this turn may join it (`join_open`)
+            self._open[group_id] = (write, previous, written)
         return write
 
     def unacknowledged(self, group_id: str) -> tuple[Write | None, int]:
@@ -564,6 +586,7 @@ class ConsumerGroupService:
         pending = self._unacknowledged.get(group_id)
         if pending is not None and pending[1] == sequence:
             del self._unacknowledged[group_id]
+            self._open.pop(group_id, None)
         if error != Errors.NONE:
             self._failures[group_id] = self._failures.get(group_id, 0) + 1
         if error == Errors.NONE:
