@@ -22,6 +22,7 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.observer import GroupObserver
 from coordinator.group.residency import GroupResidency
+from coordinator.group.records import TopicPartition
 from coordinator.group.result import Write
 from coordinator.group.state import EMPTY
 from coordinator.group.status import STATUS_ERRORS, ShardStatus
@@ -36,6 +37,10 @@ log = logging.getLogger("coordinator.group")
 
 def _no_store(write: Write) -> None:
     raise RuntimeError(f"no store to append {len(write.records)} records of group {write.group_id} to")
+
+
+def _none_unwritten(group_id: str) -> set[TopicPartition]:
+    return set()
 
 
 class GroupShard(GroupResidency):
@@ -60,6 +65,9 @@ class GroupShard(GroupResidency):
         # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a
         # write group logic makes on its own (a timer emptied a group) alike, queued in the order made.
         self.append: Callable[[Write], object] = append if append is not None else _no_store
+        # The store's: the group's offsets whose tombstone of ours is not acknowledged yet (a deletion asked again
+        # writes them again: offsets.remove_with_pending)
+        self.unwritten_tombstones: Callable[[str], set[TopicPartition]] = _none_unwritten
         self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
 
