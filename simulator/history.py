@@ -29,6 +29,7 @@ class History:
         self.events: list[Event] = []
         self.count = 0
         self._hash = hashlib.blake2b(digest_size=16)
+        self._unhashed: list[str] = []  # lines not hashed yet: hashed together (the same digest, fewer calls)
         self.listeners: list[Callable[[Event], None]] = []
         self._closed = False
 
@@ -42,14 +43,22 @@ class History:
             return
         event = Event(self.count, self._now_ms(), kind, fields)
         self.count += 1
-        self._hash.update(f"{event.t_ms}|{kind}|{fields!r}\n".encode())
+        unhashed = self._unhashed
+        unhashed.append(f"{event.t_ms}|{kind}|{fields!r}\n")
+        if len(unhashed) >= 256:
+            self._hash_lines()
         if self._keep:
             self.events.append(event)
         for listener in self.listeners:
             listener(event)
 
+    def _hash_lines(self) -> None:
+        self._hash.update("".join(self._unhashed).encode())
+        self._unhashed.clear()
+
     @property
     def digest(self) -> str:
+        self._hash_lines()
         return self._hash.hexdigest()
 
     def trace(self, last: int | None = None) -> str:
