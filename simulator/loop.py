@@ -50,6 +50,7 @@ class VirtualLoop(base_events.BaseEventLoop):
         super().__init__()
         self._rng = rng
         self._now = 0.0
+        self._now_ms = 0  # _now in whole ms, kept with it (read far more often than the clock moves)
         self._selector = _NoSelector()
         self._clock_resolution = 1e-9
         self.steps = 0  # callbacks run: the cost measure of a run
@@ -59,8 +60,7 @@ class VirtualLoop(base_events.BaseEventLoop):
         return self._now
 
     def now_ms(self) -> int:
-        # + 1e-6: a float sum like 0.1 + 0.2 must not floor to the millisecond below the one it means
-        return int(self._now * 1000 + 1e-6)
+        return self._now_ms
 
     # --- what a real loop does with I/O and threads -----------------------------------------------------------
     def _process_events(self, event_list: list[Any]) -> None:
@@ -77,6 +77,15 @@ class VirtualLoop(base_events.BaseEventLoop):
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine, as an executor would
             future.set_exception(exc)
         return future
+
+    # --- callbacks --------------------------------------------------------------------------------------------
+    def call_soon(self, callback: Callable[..., object], *args: Any,  # type: ignore[override]
+                  context: Any = None) -> events.Handle:
+        """asyncio's call_soon without its debug-mode checks (the loop never runs in debug mode)."""
+        self._check_closed()
+        handle = events.Handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
 
     # --- timers -----------------------------------------------------------------------------------------------
     def call_at(self, when: float, callback: Callable[..., object], *args: Any,  # type: ignore[override]
@@ -104,7 +113,11 @@ class VirtualLoop(base_events.BaseEventLoop):
         if not ready and not self._stopping:
             if not scheduled:
                 raise SimulationStuck(f"nothing ready and no timer left at t={self._now:.3f}s")
-            self._now = max(self._now, scheduled[0][0])
+            now = scheduled[0][0]
+            if now > self._now:
+                self._now = now
+                # + 1e-6: a float sum like 0.1 + 0.2 must not floor to the millisecond below the one it means
+                self._now_ms = int(now * 1000 + 1e-6)
         now = self._now
         due: list[events.TimerHandle] = []
         while scheduled and scheduled[0][0] <= now:
