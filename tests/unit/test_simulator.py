@@ -671,7 +671,7 @@ def _deleted_twice(second: Any, recovered: bool) -> tuple[list[int], list[str], 
 def test_a_deletion_asked_again_while_the_first_ones_tombstone_is_owed_writes_it_again(second: str,
                                                                                       recovered: bool) -> None:
     """Seed 3439: an OffsetDelete's tombstone timed out in a broker outage (answered COORDINATOR_NOT_AVAILABLE,
-    owed); memory had forgotten the offsets, so the next OffsetDelete wrote nothing and was answered NONE at once;
+    owed); memory had forgotten the offsets, so a later OffsetDelete wrote nothing and was answered NONE at once;
     the owed tombstone never landed (the instance crashed) and the reload brought the offsets back. A deletion
     asked again writes the tombstone of an offset whose earlier tombstone is not acknowledged, and is answered by
     that write (Kafka's memory reverts a failed deletion, so its next request writes tombstones again)."""
@@ -689,8 +689,8 @@ def test_a_deletion_asked_again_while_the_first_ones_tombstone_is_owed_writes_it
 
 
 def test_classic_seed_3439_a_deletion_asked_again_during_an_outage_stays_done() -> None:
-    """Seed 3439 (the sweep of seeds 2000-4999): the second and third OffsetDeletes of a broker outage were
-    answered NONE with nothing written (see the test above); the reload after the instance crashed showed the
-    offsets."""
+    """Seed 3439 (the sweep of seeds 2000-4999): in a broker outage an OffsetDelete's tombstone timed out (owed);
+    a later OffsetDelete of the same partitions, the broker still down, was answered NONE with nothing written
+    (see the test above); the reload after the instance crashed showed the offsets."""
     outcome = run_seed(3439)
     assert outcome.ok, [v.line() for v in outcome.violations]
