@@ -256,12 +256,17 @@ async def guard_pulse(instance: CoordinatorInstance, ownership: Ownership) -> No
 
 
 async def refresh_owner_map(instance: CoordinatorInstance, owner_map: Any, refresh_ms: int = 1_000) -> None:
-    """OwnerMap's refresh thread: a description of the instances group every second (none while Kafka is down)."""
+    """OwnerMap's refresh thread: a description of the instances group every second (none while Kafka is down).
+    A description equal to the one the map holds is not applied again: merging it again gives the same map (the
+    assignments it remembers are those of that description already), and it costs the most of the simulator's
+    own work in a run with several instances."""
     while True:
         await asyncio.sleep(refresh_ms / 1000)
         await instance.running()
         if instance.sim.kafka.is_up:
-            owner_map._apply(instance.sim.instances_group.describe())
+            described = instance.sim.instances_group.describe()
+            if described != owner_map._described:
+                owner_map._apply(described)
 
 
 async def describe_fresh(instance: CoordinatorInstance) -> Described:

@@ -29,27 +29,45 @@ class History:
         self.events: list[Event] = []
         self.count = 0
         self._hash = hashlib.blake2b(digest_size=16)
-        self.listeners: list[Callable[[Event], None]] = []
+        self._unhashed: list[str] = []  # lines not hashed yet: hashed together (the same digest, fewer calls)
+        self._listeners: dict[str, list[Callable[[Event], None]]] = {}  # by the kind of event they are told
         self._closed = False
+
+    def listen(self, kinds: tuple[str, ...], listener: Callable[[Event], None]) -> None:
+        """`listener` is told each event of these kinds as it is recorded."""
+        for kind in kinds:
+            self._listeners.setdefault(kind, []).append(listener)
 
     def close(self) -> None:
         """The run is over: nothing more is recorded (nor hashed, nor checked)."""
         self._closed = True
-        self.listeners = []
+        self._listeners = {}
 
     def record(self, kind: str, /, **fields: Any) -> None:
         if self._closed:
             return
-        event = Event(self.count, self._now_ms(), kind, fields)
-        self.count += 1
-        self._hash.update(f"{event.t_ms}|{kind}|{fields!r}\n".encode())
-        if self._keep:
-            self.events.append(event)
-        for listener in self.listeners:
-            listener(event)
+        t_ms = self._now_ms()
+        seq = self.count
+        self.count = seq + 1
+        unhashed = self._unhashed
+        unhashed.append(f"{t_ms}|{kind}|{fields!r}\n")
+        if len(unhashed) >= 256:
+            self._hash_lines()
+        listeners = self._listeners.get(kind)
+        if self._keep or listeners:  # the Event only for whom it is for
+            event = Event(seq, t_ms, kind, fields)
+            if self._keep:
+                self.events.append(event)
+            for listener in listeners or ():
+                listener(event)
+
+    def _hash_lines(self) -> None:
+        self._hash.update("".join(self._unhashed).encode())
+        self._unhashed.clear()
 
     @property
     def digest(self) -> str:
+        self._hash_lines()
         return self._hash.hexdigest()
 
     def trace(self, last: int | None = None) -> str:

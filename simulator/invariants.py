@@ -142,7 +142,7 @@ class Checkers:
         self._txn_dropped: set[tuple[str, str, int, int]] = set()
         # (group, topic, partition, offset) -> the writes issued when its latest batch landed
         self._txn_landed_mark: dict[tuple[str, str, int, int], int] = {}
-        history.listeners.append(self._see)
+        history.listen(("state", "expired"), self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
     def violation(self, invariant: str, message: str) -> None:

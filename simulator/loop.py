@@ -41,14 +41,16 @@ class _NoSelector:
 class VirtualLoop(base_events.BaseEventLoop):
     # BaseEventLoop's internals this loop drives (typeshed does not declare them)
     _ready: collections.deque[events.Handle]
-    _scheduled: list[events.TimerHandle]
+    _scheduled: list[tuple[float, float, events.TimerHandle]]  # (when, a NaN of its own, the handle): call_at
     _timer_cancelled_count: int
     _stopping: bool
+    _check_closed: Callable[[], None]
 
     def __init__(self, rng: random.Random) -> None:
         super().__init__()
         self._rng = rng
         self._now = 0.0
+        self._now_ms = 0  # _now in whole ms, kept with it (read far more often than the clock moves)
         self._selector = _NoSelector()
         self._clock_resolution = 1e-9
         self.steps = 0  # callbacks run: the cost measure of a run
@@ -58,8 +60,7 @@ class VirtualLoop(base_events.BaseEventLoop):
         return self._now
 
     def now_ms(self) -> int:
-        # + 1e-6: a float sum like 0.1 + 0.2 must not floor to the millisecond below the one it means
-        return int(self._now * 1000 + 1e-6)
+        return self._now_ms
 
     # --- what a real loop does with I/O and threads -----------------------------------------------------------
     def _process_events(self, event_list: list[Any]) -> None:
@@ -77,36 +78,73 @@ class VirtualLoop(base_events.BaseEventLoop):
             future.set_exception(exc)
         return future
 
+    # --- callbacks --------------------------------------------------------------------------------------------
+    def call_soon(self, callback: Callable[..., object], *args: Any,  # type: ignore[override]
+                  context: Any = None) -> events.Handle:
+        """asyncio's call_soon without its debug-mode checks (the loop never runs in debug mode)."""
+        self._check_closed()
+        handle = events.Handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    # --- timers -----------------------------------------------------------------------------------------------
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any,  # type: ignore[override]
+                context: Any = None) -> events.TimerHandle:
+        """asyncio's call_at (without its debug-mode checks: the loop never runs in debug mode), with the timer
+        heap holding (when, a NaN of its own, handle) instead of the handle: heapq then compares floats in C
+        instead of calling TimerHandle.__lt__ in Python, with the same outcome for every comparison. Two entries
+        due at the same instant compare as their handles do, neither before the other: the NaNs are distinct
+        objects, neither equal nor less. So the heap, the order timers leave it and the seed's history are those
+        of asyncio's own heap."""
+        self._check_closed()
+        timer = events.TimerHandle(when, callback, args, self, context)
+        heapq.heappush(self._scheduled, (when, float("nan"), timer))
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
+
     # --- one iteration ----------------------------------------------------------------------------------------
     def _run_once(self) -> None:
         scheduled = self._scheduled
-        while scheduled and scheduled[0].cancelled():
+        heappop = heapq.heappop
+        while scheduled and scheduled[0][2]._cancelled:
             self._timer_cancelled_count -= 1
-            heapq.heappop(scheduled)._scheduled = False  # type: ignore[attr-defined]
-        if not self._ready and not self._stopping:
+            heappop(scheduled)[2]._scheduled = False  # type: ignore[attr-defined]
+        ready = self._ready
+        if not ready and not self._stopping:
             if not scheduled:
                 raise SimulationStuck(f"nothing ready and no timer left at t={self._now:.3f}s")
-            self._now = max(self._now, scheduled[0].when())
+            now = scheduled[0][0]
+            if now > self._now:
+                self._now = now
+                # + 1e-6: a float sum like 0.1 + 0.2 must not floor to the millisecond below the one it means
+                self._now_ms = int(now * 1000 + 1e-6)
+        now = self._now
         due: list[events.TimerHandle] = []
-        while scheduled and scheduled[0].when() <= self._now:
-            handle = heapq.heappop(scheduled)
+        while scheduled and scheduled[0][0] <= now:
+            handle = heappop(scheduled)[2]
             handle._scheduled = False  # type: ignore[attr-defined]
-            if handle.cancelled():
+            if handle._cancelled:
                 self._timer_cancelled_count -= 1
             else:
                 due.append(handle)
         if len(due) > 1:
             due = self._seeded_order(due)
-        self._ready.extend(due)
-        for _ in range(len(self._ready)):
-            ready = self._ready.popleft()
-            if not ready.cancelled():
-                self.steps += 1
-                ready._run()
+        ready.extend(due)
+        popleft = ready.popleft
+        ran = 0
+        try:
+            for _ in range(len(ready)):
+                callback = popleft()
+                if not callback._cancelled:
+                    ran += 1
+                    callback._run()
+        finally:
+            self.steps += ran
 
     def _seeded_order(self, due: list[events.TimerHandle]) -> list[events.TimerHandle]:
         """Earlier deadlines first; among equal deadlines, an order drawn from the seed."""
-        keyed = [(handle.when(), self._rng.random(), index) for index, handle in enumerate(due)]
+        draw = self._rng.random
+        keyed = [(handle._when, draw(), index) for index, handle in enumerate(due)]  # type: ignore[attr-defined]
         keyed.sort()
         return [due[index] for _, _, index in keyed]
 

@@ -264,11 +264,11 @@ class Simulation:
         self.rng_net = random.Random(f"network:{seed}")
         self.rng_client = random.Random(f"clients:{seed}")
         self.rng_faults = random.Random(f"faults:{seed}")
-        self.history = History(self.now_ms, keep_history)
+        self.history = History(self.loop.now_ms, keep_history)
         self.topics = cluster_topics({t: n for g in scenario.groups for t, n in g.topics.items()})
         self.ledger = Ledger(self.history)
-        self.checkers = Checkers(self.history, self.ledger, self.now_ms)
-        self.kafka = SimKafka(self.loop, self.now_ms, random.Random(f"kafka:{seed}"),
+        self.checkers = Checkers(self.history, self.ledger, self.loop.now_ms)
+        self.kafka = SimKafka(self.loop, self.loop.now_ms, random.Random(f"kafka:{seed}"),
                               self.config.offsets_topic_num_partitions, scenario.kafka, self.history)
         if scenario.txn_apps:
             self.kafka.tombstone_landed = self.checkers.tombstone_landed

@@ -9,7 +9,8 @@ from coordinator.group.api import DescribedGroup, DescribedGroupMember, ListedGr
 from coordinator.group.modern.conversion import consumer_group_tombstones
 from coordinator.group.modern.deletion import delete_error
 from coordinator.group.modern.group import ConsumerGroup
-from coordinator.group.offsets import GroupSelector, Removal, cleanup_groups, remove_with_pending
+from coordinator.group.offsets import (GroupSelector, Removal, cleanup_groups, remove_with_pending,
+                                       unwritten_tombstones)
 from coordinator.group.records import Record
 from coordinator.group.result import Result, Write
 from protocol.error_codes import Errors
@@ -101,7 +102,8 @@ def _every_offset(shard: GroupShard) -> GroupSelector:
     """A deleted group's offsets: every one the log may hold (committed, in flight, possibly written) and those
     of transactions still open."""
     return lambda g: remove_with_pending(shard, g, [*g.partitions_in_log(),
-                                                    *shard.transactional_offsets.pending_partitions(g.group_id)])
+                                                    *shard.transactional_offsets.pending_partitions(g.group_id),
+                                                    *sorted(shard.unwritten_tombstones(g.group_id))])
 
 
 def _delete_consumer_group(shard: GroupShard, group_id: str, writes: list[Write]) -> Errors:
@@ -116,7 +118,8 @@ def _delete_consumer_group(shard: GroupShard, group_id: str, writes: list[Write]
     if offsets_holder is not None:
         _, offset_writes = cleanup_groups(shard, [offsets_holder], _every_offset(shard), Removal.GROUP_DELETED)
         records = [r for w in offset_writes for r in w.records]
-    else:
+    else:  # offsets deleted before whose tombstones are not acknowledged yet go again with the group's
+        records = [r for w in unwritten_tombstones(shard, group_id) for r in w.records]
         shard.observer.on_group_deleted(group_id, 0)
     tombstones = consumer_group_tombstones(group)
     for tombstone in tombstones:

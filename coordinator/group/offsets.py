@@ -221,6 +221,8 @@ def handle_delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> Result
                                          Removal.DELETED)
         log.info("event=offsets_deleted group=%s partitions=%d offsets_removed=%d",
                  req.group_id, len(eligible), removed)
+    elif eligible:  # a consumer group with no offsets in memory: those whose tombstone is not acknowledged yet
+        writes = unwritten_tombstones(shard, req.group_id, eligible)
     by_topic: dict[str, list[OffsetDeleteResponsePartition]] = {}
     for topic, partition in wanted:
         error_code = Errors.GROUP_SUBSCRIBED_TO_TOPIC if (topic, partition) in subscribed else Errors.NONE
@@ -292,13 +294,30 @@ def remove_with_pending(shard: GroupShard, group: GroupMetadata, partitions: lis
                         ) -> list[TopicPartition]:
     """Kafka's deletion with open transactions: a partition gets a tombstone if the log may hold an offset of it
     (current, in flight, or of a failed write that may have landed) or a pending transactional one, and the
-    tombstone drops them all (the transactions themselves stay open)."""
+    tombstone drops them all (the transactions themselves stay open).
+
+    A partition whose earlier tombstone of ours is not acknowledged yet (sent and unanswered, or failed and owed a
+    retry) gets one again: memory forgot its offset, the log may still hold it, and a deletion answered without a
+    write of its own would be answered before anything made it durable. Kafka's memory reverts a failed deletion
+    (the next request finds the offsets and writes tombstones again), and a request that writes nothing is answered
+    only once the writes still pending are (CoordinatorRuntime: waitForPendingWrites); this one's own tombstone
+    is answered after those, in order."""
     partitions = list(dict.fromkeys(partitions))
     pending = shard.transactional_offsets.pending_partitions(group.group_id)
+    unwritten = shard.unwritten_tombstones(group.group_id)
     removed = group.remove_offsets(partitions)
-    removed += [tp for tp in partitions if tp in pending and tp not in removed]
+    removed += [tp for tp in partitions if (tp in pending or tp in unwritten) and tp not in removed]
     shard.transactional_offsets.drop_partitions(group.group_id, partitions)
     return removed
+
+
+def unwritten_tombstones(shard: GroupShard, group_id: str, partitions: list[TopicPartition] | None = None
+                         ) -> list[Write]:
+    """A write of the tombstones of the group's offsets (of `partitions`, else all) whose earlier tombstone is not
+    acknowledged yet, for a group that holds no offsets in memory (remove_with_pending says why), or none."""
+    unwritten = shard.unwritten_tombstones(group_id)
+    again = sorted(unwritten if partitions is None else (tp for tp in partitions if tp in unwritten))
+    return [Write.tombstones(group_id, again, False)] if again else []
 
 
 def cleanup_groups(shard: GroupShard, groups: list[GroupMetadata], selector: GroupSelector,

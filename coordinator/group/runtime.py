@@ -93,6 +93,7 @@ class GroupRuntime:
         for shard in self.shards:  # one instance owns every partition until told otherwise (step 2)
             shard.status = ShardStatus.ACTIVE
             shard.expect_write = functools.partial(store.expect_append, shard.partition)
+            shard.unwritten_tombstones = store.unwritten_tombstones_of
         self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
         self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for, wall_clock=self.wall_clock)
         self.consumer_groups.batch_targets = True

@@ -22,6 +22,7 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.observer import GroupObserver
 from coordinator.group.residency import GroupResidency
+from coordinator.group.records import TopicPartition
 from coordinator.group.result import Write
 from coordinator.group.state import EMPTY
 from coordinator.group.status import STATUS_ERRORS, ShardStatus
@@ -37,6 +38,10 @@ _ACTIVE = ShardStatus.ACTIVE
 
 def _no_store(write: Write) -> None:
     raise RuntimeError(f"no store to append {len(write.records)} records of group {write.group_id} to")
+
+
+def _none_unwritten(group_id: str) -> set[TopicPartition]:
+    return set()
 
 
 class GroupShard(GroupResidency):
@@ -65,6 +70,9 @@ class GroupShard(GroupResidency):
         # The same append at the end of this loop turn, together with the partition's other writes of the turn (one
         # transaction; GroupRuntime.append_in_turn): for writes whose answers can wait for it (heartbeats).
         self.append_in_turn: Callable[[Write], object] = append_in_turn if append_in_turn is not None else self.append
+        # The store's: the group's offsets whose tombstone of ours is not acknowledged yet (a deletion asked again
+        # writes them again: offsets.remove_with_pending)
+        self.unwritten_tombstones: Callable[[str], set[TopicPartition]] = _none_unwritten
         self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
 

@@ -119,6 +119,11 @@ class GroupStore(ABC):
         that completes once none is."""
         return None
 
+    def unwritten_tombstones_of(self, group_id: str) -> set[TopicPartition]:
+        """The group's offsets whose latest tombstone of ours is not acknowledged yet (sent and unanswered, or
+        owed a retry) and not superseded by a newer write: gone from memory, perhaps still in the log."""
+        return set()
+
     def supersede_tombstones(self, partition: int, group_id: str, partitions: Collection[TopicPartition]
                              ) -> Callable[[], None]:
         """A client's transactional batch of these offsets is about to be appended to the partition: their owed

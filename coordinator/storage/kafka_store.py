@@ -148,6 +148,10 @@ class KafkaGroupStore(GroupStore):
                             ) -> asyncio.Future[None] | None:
         return self._tombstones.answered(_offset_key(group_id, tp) for tp in partitions)
 
+    def unwritten_tombstones_of(self, group_id: str) -> set[TopicPartition]:
+        return {(key.topic, key.partition) for raw in self._tombstones.unwritten_of(group_id)
+                if isinstance(key := decode_key(raw), OffsetCommitKey)}
+
     def _tombstones_landed(self, partition: int, landed: list[tuple[bytes, int | None]]) -> None:
         follower = self._tombstone_followers.get(partition)
         if follower is None:

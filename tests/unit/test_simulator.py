@@ -3,6 +3,7 @@ exactly, a bounded number of seeds holds every invariant, and every planted bug 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import subprocess
@@ -622,3 +623,74 @@ def test_a_delete_kafka_refused_is_not_answered_as_done() -> None:
 
 def test_an_offset_delete_kafka_refused_is_not_answered_as_done() -> None:
     assert _deleted_then_crashed(_delete_offsets) == ([Errors.COORDINATOR_NOT_AVAILABLE], [])
+
+
+def _deleted_twice(second: Any, recovered: bool) -> tuple[list[int], list[str], int]:
+    """A simple consumer's commit of ("t", 0) and ("t", 1) makes an Empty group with two offsets; Kafka refuses
+    every write; the operator deletes ("t", 0) (`first`): gone from memory, its tombstone owed (the group stays,
+    with ("t", 1)). Then (Kafka `recovered` or not) the operator deletes again (`second`: ("t", 0), or the
+    group); the coordinator crashes and a new one loads with Kafka refusing nothing. Returns both deletes' error
+    codes, the violations and what a fetch of ("t", 0) shows."""
+    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None)
+    sim = Simulation(scenario)
+    answers: list[int] = []
+    fetched: list[int] = []
+
+    async def loaded() -> CoordinatorInstance:
+        instance = sim._start_instance()
+        while not instance.loaded:
+            await asyncio.sleep(0.1)
+        return instance
+
+    async def story() -> None:
+        first_instance = await loaded()
+        commit = OffsetCommitRequest("g", -1, "", [OffsetCommitRequestTopic("t", [
+            OffsetCommitRequestPartition(p, sim.next_offset("g", ("t", p))) for p in (0, 1)])])
+        answer = await sim.call("tool", "", "commit_offsets", commit)
+        assert [p.error_code for p in answer.topics[0].partitions] == [Errors.NONE, Errors.NONE]
+        for p in (0, 1):
+            sim.checkers.committed("g", ("t", p), 1, "tool")
+        sim.kafka.faults.refuse = 1.0
+        answers.append(await _delete_offsets(sim))
+        if recovered:
+            sim.kafka.faults.refuse = 0.0
+        answers.append(await second(sim))
+        first_instance.crash()
+        sim.kafka.faults.refuse = 0.0
+        await loaded()
+        answer = await sim.call("tool", "", "fetch_offsets", OffsetFetchRequest("g", [OffsetFetchRequestTopic(
+            "t", [0])]))
+        fetched.append(answer.topics[0].partitions[0].committed_offset)
+
+    run_story(sim, story())
+    return answers, [v.line() for v in sim.checkers.violations], fetched[0] if fetched else -2
+
+
+@pytest.mark.parametrize("second", ["delete_offsets", "delete_groups"])
+@pytest.mark.parametrize("recovered", [False, True])
+def test_a_deletion_asked_again_while_the_first_ones_tombstone_is_owed_writes_it_again(second: str,
+                                                                                      recovered: bool) -> None:
+    """Seed 3439: an OffsetDelete's tombstone timed out in a broker outage (answered COORDINATOR_NOT_AVAILABLE,
+    owed); memory had forgotten the offsets, so a later OffsetDelete wrote nothing and was answered NONE at once;
+    the owed tombstone never landed (the instance crashed) and the reload brought the offsets back. A deletion
+    asked again writes the tombstone of an offset whose earlier tombstone is not acknowledged, and is answered by
+    that write (Kafka's memory reverts a failed deletion, so its next request writes tombstones again)."""
+    answers, violations, fetched = _deleted_twice(
+        _delete_offsets if second == "delete_offsets" else functools.partial(_delete_group, partitions=[("t", 0),
+                                                                                                      ("t", 1)]),
+        recovered)
+    assert violations == []
+    if recovered:  # written now: done, and still done after the reload
+        assert answers == [Errors.COORDINATOR_NOT_AVAILABLE, Errors.NONE]
+        assert fetched == -1
+    else:  # refused again: not reported done (the offset is back after the reload, as nothing was written)
+        assert answers == [Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_NOT_AVAILABLE]
+        assert fetched == 1
+
+
+def test_classic_seed_3439_a_deletion_asked_again_during_an_outage_stays_done() -> None:
+    """Seed 3439 (the sweep of seeds 2000-4999): in a broker outage an OffsetDelete's tombstone timed out (owed);
+    a later OffsetDelete of the same partitions, the broker still down, was answered NONE with nothing written
+    (see the test above); the reload after the instance crashed showed the offsets."""
+    outcome = run_seed(3439)
+    assert outcome.ok, [v.line() for v in outcome.violations]
