@@ -204,11 +204,14 @@ async def test_not_taken_while_a_write_of_the_group_is_not_acknowledged(env: Env
     assert served.steady(frame) is not None and served.hits == 1
 
 
-async def test_not_taken_after_the_groups_configuration_changed(env: Env) -> None:
+async def test_not_taken_after_the_groups_configuration_changed_and_read_again_as_the_shortcut_does(env: Env) -> None:
     served = Served(env)
     overrides: dict[str, str] = {}
 
+    asked: list[list[str]] = []
+
     async def describe(group_ids: list[str]) -> dict[str, dict[str, str]]:
+        asked.append(group_ids)
         return {group_id: dict(overrides) for group_id in group_ids}
 
     configs = env.runtime.consumer_groups.group_configs
@@ -229,6 +232,16 @@ async def test_not_taken_after_the_groups_configuration_changed(env: Env) -> Non
     _correlation_id, body = codec.decode_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, answer[4:])
     assert body.heartbeat_interval == datetime.timedelta(milliseconds=7_000)
     assert served.steady(frame) == answer and served.hits == 2
+    configs.invalidate([GROUP])  # read again, the same values: still answered again
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert served.steady(frame) == answer and served.hits == 3
+    reads = len(asked)
+    env.advance(env.config.group_config_refresh_interval_ms)  # due to be read again: read from this path too
+    assert served.steady(frame) == answer and served.hits == 4
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert len(asked) == reads + 1
 
 
 async def test_the_subscribed_topics_are_looked_at_again_as_the_shortcut_looks(env: Env) -> None:

@@ -143,14 +143,6 @@ class GroupConfigs:
             self._read_soon(group_id)
         return entry.config if entry is not None else self.defaults
 
-    def fresh(self, group_id: str, now_ms: int) -> GroupConfig | None:
-        """What `get` returns when it has nothing else to do (the entry is fresh, or there is no cluster to ask and
-        the group has our defaults); None when `get` would read the group (again) or `known` is False."""
-        entry = self._entries.get(group_id)
-        if entry is not None:
-            return entry.config if now_ms < entry.stale_at_ms else None
-        return self.defaults if self.describe is None and group_id.strip() else None
-
     def known(self, group_id: str) -> bool:
         """The group has been read (or there is nothing to read): its heartbeat need not wait."""
         return group_id in self._entries or self.describe is None or self._closed or not group_id.strip()

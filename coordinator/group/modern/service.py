@@ -220,7 +220,7 @@ class ConsumerGroupService:
                       topics_ready: Callable[[Collection[str]], bool] = lambda _names: True) -> SteadyMember | None:
         """What a steady heartbeat the shortcut has just answered was answered from (steady.py), to answer the
         member's next ones while none of it changes; None when there is nothing to keep (not a consumer-protocol
-        member in the steady state, the group's configuration not fresh). `topics_ready`: whether the subscribed
+        member in the steady state, the group's configuration not read). `topics_ready`: whether the subscribed
         topics may be looked at again (the runtime's: each known to the cluster view)."""
         shard = self.shard_for(group_id)
         group = shard.consumer_groups.get(group_id)
@@ -228,9 +228,11 @@ class ConsumerGroupService:
         if (group is None or member is None or member.classic is not None or not self.steady_shortcut
                 or not member.is_reconciled_to(group.assignment_epoch) or group.group_epoch > group.assignment_epoch):
             return None
-        config = self.group_configs.fresh(group_id, self.timer.clock.now_ms())
+        if not self.group_configs.known(group_id):
+            return None
+        config = self.group_configs.get(group_id, self.timer.clock.now_ms())
         session = self._timers.get(("session", group_id, member_id))
-        if (config is None or type(session) is not SessionTimer or not session.live
+        if (type(session) is not SessionTimer or not session.live
                 or session.timeout_ms != config.session_timeout_ms):
             return None
         return SteadyMember(self, shard, group, member, config, session, topics_ready)

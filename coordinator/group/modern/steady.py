@@ -10,8 +10,9 @@ once any of these changed:
     or it left or was fenced (its session timer is not live any more);
   - the group: its epoch or its assignment epoch (a target to compute), a member subscribed by regular expression,
     the group replaced or unloaded, the shard not active, a classic group of that id to convert;
-  - a write of the group is not acknowledged yet, the group's configuration is stale or changed (its session timeout
-    and interval), or the shortcut is switched off;
+  - a write of the group is not acknowledged yet, the group's configuration changed (its session timeout or
+    interval; read again with the same values, it still holds) or is not known any more, or the shortcut is
+    switched off;
   - the subscribed topics, looked at again once the group's metadata refresh deadline is reached (as the shortcut
     looks: the runtime's check that each is known, stale ones refreshed in the background, then their metadata
     hash), changed or are not all known.
@@ -73,12 +74,19 @@ class SteadyMember:
                 or group.members.get(self.member_id) is not self.member or not self.session.live
                 or group.group_epoch != self.group_epoch or group.assignment_epoch != self.assignment_epoch
                 or group.has_regex_subscribers() or not service.steady_shortcut
-                or service.unacknowledged(group_id)[0] is not None
-                or service.group_configs.fresh(group_id, now_ms) is not self.config):
+                or service.unacknowledged(group_id)[0] is not None):
             return False
         classic = shard.groups.get(group_id)
         if classic is not None and is_convertible(classic):
             return False
+        config = service.group_configs.get(group_id, now_ms)  # as the shortcut: read again in the background if due
+        if config is not self.config:
+            kept = self.config
+            if (config.session_timeout_ms != kept.session_timeout_ms
+                    or config.heartbeat_interval_ms != kept.heartbeat_interval_ms
+                    or not service.group_configs.known(group_id)):
+                return False
+            self.config = config  # read again, the same values
         if now_ms >= group.metadata_refresh_deadline_ms and not (
                 self._topics_ready(group.topic_names())
                 and topics_unchanged(group, service.topics, service.settings.metadata_refresh_interval_ms, now_ms)):
