@@ -184,6 +184,12 @@ class GuardedService:
     def steady_consumer_group_heartbeat(self, request: Any) -> Any:
         return self._checked().steady_consumer_group_heartbeat(request)
 
+    def steady_member(self, group_id: str, member_id: str) -> Any:
+        return self._checked().steady_member(group_id, member_id)
+
+    def steady_again(self, steady: Any) -> bool:
+        return self._checked().steady_again(steady)
+
     def consumer_group_describe(self, group_ids: list[str]) -> Any:
         return self._checked().consumer_group_describe(group_ids)
 

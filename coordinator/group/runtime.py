@@ -39,6 +39,7 @@ from coordinator.group.modern.heartbeat import HeartbeatRequest as HeartbeatRequ
 from coordinator.group.modern.heartbeat import HeartbeatResponse as HeartbeatResponseV2
 from coordinator.group.modern.service import ConsumerGroupService
 from coordinator.group.modern.service import DescribedGroup as DescribedConsumerGroup
+from coordinator.group.modern.steady import SteadyMember
 from coordinator.group.observer import GroupObserver
 from coordinator.group.partitioner import cached_partition_for
 from coordinator.group.result import Result, Write
@@ -267,6 +268,16 @@ class GroupRuntime:
                 and not self._known_or_refreshing(group.topic_names())):
             return None
         return service.steady_heartbeat(req)
+
+    def steady_member(self, group_id: str, member_id: str) -> SteadyMember | None:
+        """After `steady_consumer_group_heartbeat` answered the member: what that answer came from, to answer its
+        next steady heartbeats with `steady_again` (modern/steady.py); None: nothing to keep."""
+        return self.consumer_groups.steady_member(group_id, member_id, self._known_or_refreshing)
+
+    def steady_again(self, steady: SteadyMember) -> bool:
+        """The member's steady heartbeat answered as `steady` was (its session deadline moved), if nothing it came
+        from changed; False: nothing was done, `steady_consumer_group_heartbeat` or the general path serves it."""
+        return steady.service is self.consumer_groups and steady.renew()
 
     async def consumer_group_heartbeat(self, req: HeartbeatRequestV2) -> HeartbeatResponseV2:
         """ConsumerGroupHeartbeat (KIP-848): the subscribed topics are learnt first (a topic or partition the

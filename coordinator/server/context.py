@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from coordinator.group.shard import GroupShard
     from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
     from coordinator.group.modern.service import DescribedGroup
+    from coordinator.group.modern.steady import SteadyMember
+    from coordinator.server.handlers.consumer_group_heartbeat import SteadyAnswers
     from coordinator.relay.relay import Relay
 
 
@@ -40,6 +42,9 @@ class GroupService(Protocol):
         self, request: HeartbeatRequest) -> HeartbeatResponse | Awaitable[HeartbeatResponse]: ...
     def steady_consumer_group_heartbeat(  # a steady heartbeat's answer, or None: start_... serves it
         self, request: HeartbeatRequest) -> HeartbeatResponse | None: ...
+    def steady_member(  # what the steady answer just given came from, to answer the member again (or None)
+        self, group_id: str, member_id: str) -> SteadyMember | None: ...
+    def steady_again(self, steady: SteadyMember) -> bool: ...  # answered as before (session moved), or False
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedGroup]: ...
     def state_partition(self, group_id: str) -> tuple[str, int] | None: ...  # (topic, partition) of the group
     def shard_for(self, group_id: str | None) -> GroupShard: ...  # the shard of the group's partition
@@ -76,6 +81,8 @@ class ConnectionContext:
     principal: str = ANONYMOUS  # as Kafka's DefaultKafkaPrincipalBuilder names it (coordinator/security/principals)
     authorizer: Authorizer | None = None  # the cluster's ACLs (None, or not enforcing: everything is allowed)
     upstream_node: int | None = None  # the broker this connection's listener stands for (None: bootstrap)
+    # the steady ConsumerGroupHeartbeats answered on this connection, to answer again (set at the first one)
+    steady_answers: SteadyAnswers | None = None
 
     def allows(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """KafkaApis' authHelper.authorize for this connection's principal and address."""

@@ -3,11 +3,14 @@ generated histories of joins, heartbeats with changed or repeated fields, acknow
 partition count changes and changes of the group's own configuration run against two runtimes, one with the shortcut
 and one without; every answer, every record written, the groups' state and the members' timers are the same after
 every step. On the shortcut's side a heartbeat in the steady wire shape (every field after the epoch null) is
-offered first to the connection's steady path (GroupRuntime.steady_consumer_group_heartbeat), as the server does."""
+offered first to the connection's steady path (handlers/consumer_group_heartbeat.py's steady_frame: a member's
+answer kept and given again, or GroupRuntime.steady_consumer_group_heartbeat), as the server does; its answer is the
+full path's answer byte for byte."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import uuid
 from typing import Any
 
@@ -16,7 +19,13 @@ from hypothesis import strategies as st
 
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse, steady_heartbeat
+from coordinator.server.context import ConnectionContext, Node
+from coordinator.server.handlers import consumer_group_heartbeat
 from coordinator.topics import StaticTopics, TopicImage
+from protocol import apis, codec
+from protocol.apis import ApiKey
+from protocol.codec import RequestHeader
+from protocol.messages import build
 from tests.support.consumer_group_env import FOO, GROUP, Env
 
 MEMBERS = ("m0", "m1", "m2")
@@ -83,7 +92,8 @@ def _state(group: ConsumerGroup | None) -> object:
 
 def _timers(env: Env) -> dict[tuple[str, str, str], int | None]:
     service = env.runtime.consumer_groups
-    return {key: task.expiration_ms for key, task in service._timers.items() if task.is_scheduled}
+    return {key: getattr(task, "deadline_ms", task.expiration_ms) for key, task in service._timers.items()
+            if task.is_scheduled}
 
 
 def _answer(response: HeartbeatResponse) -> tuple[object, ...]:
@@ -95,6 +105,15 @@ def _wire_steady(request: HeartbeatRequest) -> bool:
     """The request as protocol.consumer_group_heartbeat reads it: every field after the epoch null."""
     return (request.instance_id, request.rack_id, request.subscribed_topic_names, request.subscribed_topic_regex,
             request.server_assignor, request.owned) == (None,) * 6 and request.rebalance_timeout_ms == -1
+
+
+def _frame(request: HeartbeatRequest) -> bytes:
+    """The request in the steady wire shape, as a v1 client sends it (without its size)."""
+    body = build(apis.request_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1), group_id=request.group_id,
+                 member_id=request.member_id, member_epoch=request.member_epoch, instance_id=None, rack_id=None,
+                 rebalance_timeout=datetime.timedelta(milliseconds=-1), subscribed_topic_names=None,
+                 subscribed_topic_regex=None, server_assignor=None, topic_partitions=None)
+    return codec.encode_request(7, request.client_id, body)[4:]
 
 
 async def _history(actions: list[tuple[Any, ...]]) -> int:
@@ -110,6 +129,7 @@ async def _history(actions: list[tuple[Any, ...]]) -> int:
     for env in (shortcut, full):
         env.runtime.consumer_groups.group_configs.describe = describe
     steady = wire_steady = 0
+    ctx = ConnectionContext(Node(0, "127.0.0.1", 9092, "test"), shortcut.runtime, "/127.0.0.1", "test")
     try:
         for action in actions:
             if action[0] == "config":
@@ -135,12 +155,19 @@ async def _history(actions: list[tuple[Any, ...]]) -> int:
                         group.snapshot(), request, shortcut.topics, shortcut.runtime.consumer_groups.settings,
                         _Timers(), shortcut.clock.now_ms()) is not None:
                     steady += 1
-                answered = shortcut.runtime.steady_consumer_group_heartbeat(request) if _wire_steady(request) else None
-                if answered is not None:
+                hits = ctx.steady_answers.hits if ctx.steady_answers is not None else 0
+                answered = consumer_group_heartbeat.steady_frame(ctx, _frame(request)) if _wire_steady(
+                    request) else None
+                if answered is not None:  # the connection's steady path: the full path's bytes
                     wire_steady += 1
-                answers = [answered or await shortcut.runtime.consumer_group_heartbeat(request),
-                           await full.runtime.consumer_group_heartbeat(request)]
-                assert _answer(answers[0]) == _answer(answers[1]), (action, request)
+                    header = RequestHeader(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, 7, request.client_id)
+                    assert answered == consumer_group_heartbeat.to_frame(
+                        header, await full.runtime.consumer_group_heartbeat(request)), (action, request)
+                else:
+                    assert ctx.steady_answers is None or ctx.steady_answers.hits == hits
+                    answers = [await shortcut.runtime.consumer_group_heartbeat(request),
+                               await full.runtime.consumer_group_heartbeat(request)]
+                    assert _answer(answers[0]) == _answer(answers[1]), (action, request)
             for _ in range(3):  # what the fences of a clock advance wrote is acknowledged
                 await asyncio.sleep(0)
             assert _state(shortcut.group()) == _state(full.group()), action
@@ -151,6 +178,7 @@ async def _history(actions: list[tuple[Any, ...]]) -> int:
             await env.runtime.shutdown()
             await env.timer.close()
     _history.wire_steady = wire_steady  # type: ignore[attr-defined]
+    _history.answered_again = ctx.steady_answers.hits if ctx.steady_answers is not None else 0  # type: ignore
     return steady
 
 
@@ -168,6 +196,8 @@ def test_a_stable_groups_heartbeats_take_the_shortcut_and_topic_news_does_not() 
     repeated = ("heartbeat", "m1", "current", "same", "assigned", 30_000, None, "own", None)
     assert asyncio.run(_history([join, plain, plain, repeated, ("advance", 6_000), plain])) == 4
     assert _history.wire_steady == 3  # type: ignore[attr-defined]  # the plain ones, also after the interval
+    # the second (the first's answer again) and the one after the interval (the topics looked at again there)
+    assert _history.answered_again == 2  # type: ignore[attr-defined]
     assert asyncio.run(_history([join, plain, ("partitions", 2), ("advance", 6_000), plain])) == 1
 
 

@@ -265,7 +265,7 @@ def _env(cluster: Cluster, **config: int) -> Env:
 
 
 def _session_timer_ms(env: Env, member_id: str) -> int:
-    return env.runtime.consumer_groups._timers[("session", GROUP, member_id)].delay_ms
+    return env.runtime.consumer_groups._timers[("session", GROUP, member_id)].timeout_ms
 
 
 async def test_the_first_heartbeat_of_a_group_has_its_values() -> None:

@@ -226,16 +226,25 @@ def steady_heartbeat(group: ConsumerGroup, request: HeartbeatRequest, topics: To
         return None  # another member holds that instance id, or none does: `heartbeat` says which error
     if _updated(member, request) is not member:
         return None
-    if now_ms >= group.metadata_refresh_deadline_ms:
-        if metadata_hash(group.topic_names(), topics) != group.metadata_hash:
-            return None  # the epoch is bumped
-        group.metadata_refresh_deadline_ms = now_ms + settings.metadata_refresh_interval_ms
+    if not topics_unchanged(group, topics, settings.metadata_refresh_interval_ms, now_ms):
+        return None  # the epoch is bumped
     timers.schedule_session(group.group_id, member.member_id)
     full = (request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None
             and request.owned is not None)
     return HeartbeatResponse(member_id=member.member_id, member_epoch=member.member_epoch,
                              heartbeat_interval_ms=settings.heartbeat_interval_ms,
                              assignment=member.assigned if full else None)
+
+
+def topics_unchanged(group: ConsumerGroup, topics: TopicsView, refresh_interval_ms: int, now_ms: int) -> bool:
+    """A steady heartbeat's look at the group's subscribed topics (`subscribe`'s, for a member that changes
+    nothing): once the refresh deadline is reached, their metadata hash is computed again; the same, the next look
+    is a refresh interval away. False: it changed (the full path bumps the group epoch); nothing was moved."""
+    if now_ms >= group.metadata_refresh_deadline_ms:
+        if metadata_hash(group.topic_names(), topics) != group.metadata_hash:
+            return False
+        group.metadata_refresh_deadline_ms = now_ms + refresh_interval_ms
+    return True
 
 
 @dataclass(frozen=True, slots=True)

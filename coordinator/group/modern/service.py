@@ -38,6 +38,7 @@ from coordinator.group.observer import RebalanceCategory, RebalanceCause
 from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.observing import ConsumerGroupWatch, Fenced
+from coordinator.group.modern.steady import SteadyMember
 from coordinator.group.modern.regex import DescribableTopics, Refresh, resolution_records, resolve
 from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRecord, CurrentAssignmentRecord,
                                               GroupEpochRecord, MemberMetadataRecord, Partitions, RecordType,
@@ -65,14 +66,48 @@ _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLL
 
 
 class _MemberTimer(TimerTask):
-    __slots__ = ("callback",)
+    __slots__ = ("callback", "timeout_ms")
 
     def __init__(self, delay_ms: int, callback: Callable[[], None]) -> None:
         super().__init__(delay_ms)
         self.callback = callback
+        self.timeout_ms = delay_ms  # as armed (a session timer waiting again has a shorter delay_ms)
 
     def run(self) -> None:
         self.callback()
+
+
+class SessionTimer(_MemberTimer):
+    """A consumer-protocol member's session: in the timer once per session timeout, its deadline moved by each
+    heartbeat with one write (`deadline_ms`), as the classic DelayedHeartbeat's (group/sessions.py). Fired before
+    the deadline, it waits again for the rest; at the deadline the member is fenced, as if every heartbeat had
+    rescheduled it. `live` is False once it fired or was cancelled (the steady path's check)."""
+
+    __slots__ = ("deadline_ms", "_armed_ms", "_timer", "live")
+
+    def __init__(self, timer: SystemTimer, timeout_ms: int, callback: Callable[[], None]) -> None:
+        super().__init__(timeout_ms, callback)
+        self._timer = timer
+        self.deadline_ms = self._armed_ms = timer.clock.now_ms() + timeout_ms
+        self.live = True
+
+    def move(self, now_ms: int) -> None:
+        """A heartbeat at `now_ms`: the session ends a timeout later."""
+        self.deadline_ms = now_ms + self.timeout_ms
+
+    def run(self) -> None:
+        if self.deadline_ms > self._armed_ms:  # heartbeats came since it was armed: it waits for the rest
+            now_ms = self._timer.clock.now_ms()
+            self.delay_ms = max(self.deadline_ms - now_ms, 0)
+            self._armed_ms = self.deadline_ms
+            self._timer.add(self)
+            return
+        self.live = False
+        self.callback()
+
+    def cancel(self) -> None:
+        self.live = False
+        super().cancel()
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +218,27 @@ class ConsumerGroupService:
         now_ms = self.timer.clock.now_ms()
         return steady_heartbeat(group, request, self.topics, self._settings_of(request.group_id, now_ms), self,
                                 now_ms)
+
+    def steady_member(self, group_id: str, member_id: str,
+                      topics_ready: Callable[[Collection[str]], bool] = lambda _names: True) -> SteadyMember | None:
+        """What a steady heartbeat the shortcut has just answered was answered from (steady.py), to answer the
+        member's next ones while none of it changes; None when there is nothing to keep (not a consumer-protocol
+        member in the steady state, the group's configuration not read). `topics_ready`: whether the subscribed
+        topics may be looked at again (the runtime's: each known to the cluster view)."""
+        shard = self.shard_for(group_id)
+        group = shard.consumer_groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if (group is None or member is None or member.classic is not None or not self.steady_shortcut
+                or not member.is_reconciled_to(group.assignment_epoch) or group.group_epoch > group.assignment_epoch):
+            return None
+        if not self.group_configs.known(group_id):
+            return None
+        config = self.group_configs.get(group_id, self.timer.clock.now_ms())
+        session = self._timers.get(("session", group_id, member_id))
+        if (type(session) is not SessionTimer or not session.live
+                or session.timeout_ms != config.session_timeout_ms):
+            return None
+        return SteadyMember(self, shard, group, member, config, session, topics_ready)
 
     def heartbeat(self, request: HeartbeatRequest
                   ) -> tuple[HeartbeatResponse | asyncio.Future[HeartbeatResponse], Write | None]:
@@ -698,7 +754,7 @@ class ConsumerGroupService:
             return
         for member_id, member in group.members.items():
             running = self._timers.get(("session", group_id, member_id))
-            if member.classic is None and running is not None and running.delay_ms != after.session_timeout_ms:
+            if member.classic is None and running is not None and running.timeout_ms != after.session_timeout_ms:
                 self.schedule_session(group_id, member_id)
 
     def _settings_of(self, group_id: str, now_ms: int) -> Settings:
@@ -717,10 +773,13 @@ class ConsumerGroupService:
         config = self._heartbeat_config if group_id == self._heartbeat_group else self.group_configs.get(group_id)
         key, timeout_ms = ("session", group_id, member_id), config.session_timeout_ms
         running = self._timers.get(key)
-        if running is not None and running.delay_ms == timeout_ms:  # the steady heartbeat: the same timer moved
-            self.timer.add(running)  # (adding a scheduled task again reschedules it)
+        if type(running) is SessionTimer and running.timeout_ms == timeout_ms and running.live:
+            running.move(self.timer.clock.now_ms())  # the steady heartbeat: the same timer's deadline moved
             return
-        self._schedule(key, timeout_ms, lambda: self._fence_expired(group_id, member_id, None, _SESSION_EXPIRED))
+        self._cancel(key)
+        task = self._timers[key] = SessionTimer(self.timer, timeout_ms, lambda: self._fence_expired(
+            group_id, member_id, None, _SESSION_EXPIRED))
+        self.timer.add(task)
 
     def schedule_rebalance(self, group_id: str, member_id: str, member_epoch: int, timeout_ms: int) -> None:
         self._schedule(("rebalance", group_id, member_id), timeout_ms,
