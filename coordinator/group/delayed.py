@@ -26,6 +26,8 @@ class HeartbeatTimers(Protocol):
 
     def on_expire_heartbeat(self, op: DelayedHeartbeat) -> None: ...
 
+    def postponed_heartbeat_ms(self, op: DelayedHeartbeat, expiration_ms: int) -> int: ...
+
 
 class SyncTimers(Protocol):
     """What a DelayedSync delegates to (the shard)."""
@@ -121,6 +123,11 @@ class DelayedHeartbeat(DelayedOperation):
 
     def on_expiration(self) -> None:
         self.shard.on_expire_heartbeat(self)
+
+    postponable = True  # heartbeats move the session deadline without touching the timer
+
+    def postponed_ms(self, expiration_ms: int) -> int:
+        return self.shard.postponed_heartbeat_ms(self, expiration_ms)
 
 
 class DelayedSync(DelayedOperation):

@@ -96,6 +96,26 @@ class SessionTracking:
                 member.heartbeat_op = None
                 self._check_session(group, member, op)
 
+    def postponed_heartbeat_ms(self, op: DelayedHeartbeat, expiration_ms: int) -> int:
+        """Asked by the timer as it moves `op` toward its expiration: the member's session deadline when heartbeats
+        moved it past that expiration, so the operation waits for the deadline in the coarse wheels. The same
+        expiry as letting it run: `_check_session` would find the deadline ahead and re-arm the same operation for
+        it (a session timeout of 30 s with a heartbeat every 10 s: once per heartbeat or two, each re-arm
+        cascading through every wheel again); only the member it would re-arm is postponed (its current operation,
+        not waiting in a rebalance, its group alive); anything else runs at the expiration it has."""
+        if op.is_pending:
+            return expiration_ms
+        group = op.group
+        member = group.members.get(op.member_id)
+        if (member is None or member.heartbeat_op is not op or group.state is DEAD
+                or self.has_satisfied_heartbeat(member)):
+            return expiration_ms
+        deadline_ms = member.heartbeat_deadline_ms
+        if deadline_ms <= expiration_ms:
+            return expiration_ms
+        op.deadline_ms = deadline_ms
+        return deadline_ms
+
     def _check_session(self, group: GroupMetadata, member: MemberMetadata, expired: DelayedHeartbeat) -> None:
         if self.has_satisfied_heartbeat(member):
             return

@@ -592,10 +592,14 @@ class Connection(asyncio.BufferedProtocol):
 
     def _flush(self) -> None:
         """Send what this round of processing produced; every path that writes ends in _process_frames."""
-        if self._outgoing:
-            outgoing, self._outgoing = self._outgoing, []
+        outgoing = self._outgoing
+        if outgoing:
+            # emptied in place, not replaced: a fresh list per read would live until the connection's next
+            # request (a heartbeat every few seconds), long enough for the collector to promote and freeze it
+            data = outgoing[0] if len(outgoing) == 1 else b"".join(outgoing)
+            outgoing.clear()
             if self._open and self._transport is not None:
-                self._transport.write(outgoing[0] if len(outgoing) == 1 else b"".join(outgoing))
+                self._transport.write(data)
         if self._relaying is not None and self._relaying.pending:
             self._send_pending(self._relaying)
 

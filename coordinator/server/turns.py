@@ -42,16 +42,23 @@ class TurnBudget:
         self.left = per_turn  # units this turn may still spend
         self._loop = weakref.ref(loop)  # weak: the loop is this budget's key in _BUDGETS
         self._refill_due = False
+        self._refill_below = per_turn // 2  # spent down to this: the next turn refills
         self._waiting: deque[Resumable] = deque()
 
     def spend(self, units: int) -> None:
-        """A request handled; the first of a turn schedules the next turn's refill."""
+        """A request handled; once half the budget is spent, the next turn refills it. Not every turn: a
+        callback per turn would cost a loop callback (and an extra poll of the loop) per request when requests
+        arrive one per turn, as heartbeats of many connections do; every turn still starts with more than half
+        the budget and never more than all of it."""
         self.left -= units
-        if not self._refill_due:
-            self._refill_due = True
-            loop = self._loop()
-            if loop is not None:
-                loop.call_soon(self._next_turn)
+        if self.left <= self._refill_below and not self._refill_due:
+            self._schedule_refill()
+
+    def _schedule_refill(self) -> None:
+        self._refill_due = True
+        loop = self._loop()
+        if loop is not None:
+            loop.call_soon(self._next_turn)
 
     def wait(self, connection: Resumable, *, first: bool = False) -> None:
         """`connection` has frames left over: it carries on in a later turn (the caller queues it once). `first`:
@@ -61,6 +68,8 @@ class TurnBudget:
             self._waiting.appendleft(connection)
         else:
             self._waiting.append(connection)
+        if not self._refill_due:  # (spent already: a connection waits only once the budget is gone)
+            self._schedule_refill()
 
     @property
     def waiting(self) -> int:

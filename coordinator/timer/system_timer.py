@@ -185,6 +185,12 @@ class SystemTimer:
             asyncio.get_running_loop().call_soon(self._continue_cascades)
 
     def _reinsert(self, entry: TimerTaskEntry) -> None:
+        task = entry.task
+        if task is not None and task.postponable:
+            # moved later since it was scheduled: it waits for its new expiration from here (TimerTask.postponable)
+            expiration_ms = task.postponed_ms(entry.expiration_ms)
+            if expiration_ms > entry.expiration_ms:
+                entry.expiration_ms = expiration_ms
         if not self._wheel.add(entry):
             entry.list = PENDING_RUN
             self._expired.append(entry)

@@ -37,12 +37,23 @@ class TimerTask:
 
     __slots__ = ("delay_ms", "_entry")
 
+    # A task whose due time can move later without the timer being told (a session deadline that every heartbeat
+    # pushes back) sets this and answers `postponed_ms`: the timer asks it each time it moves the task's entry to
+    # a finer wheel, so the entry follows the moved deadline in the coarse wheels instead of cascading down to
+    # its first expiration, running, and being added again for the rest.
+    postponable = False
+
     def __init__(self, delay_ms: int) -> None:
         self.delay_ms = delay_ms
         self._entry: TimerTaskEntry | None = None
 
     def run(self) -> None:
         raise NotImplementedError
+
+    def postponed_ms(self, expiration_ms: int) -> int:
+        """A `postponable` task's expiration as of now, given the one it was scheduled for; an earlier value is
+        ignored (a task never runs before its scheduled expiration)."""
+        return expiration_ms
 
     def cancel(self) -> None:
         """Stop the task from running; O(1). Harmless if it is not scheduled."""

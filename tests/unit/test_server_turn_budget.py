@@ -18,7 +18,7 @@ from coordinator.embedded.certificates import CertificateSet, make_test_certific
 from coordinator.group.runtime import GroupRuntime
 from coordinator.security.listeners import Listener, server_ssl_context
 from coordinator.server.turns import (HEARTBEAT_UNITS, REQUEST_UNITS, STEADY_CONSUMER_GROUP_HEARTBEAT_UNITS,
-                                      turn_budget)
+                                      TurnBudget, turn_budget)
 from protocol import codec
 from protocol.apis import ApiKey
 from protocol.error_codes import Errors
@@ -75,6 +75,15 @@ async def _read_responses(sock: socket.socket, count: int, answer_bytes: int = _
         data += chunk
     assert len(data) == count * answer_bytes
     return [struct.unpack_from(">i", data, i * answer_bytes + 4)[0] for i in range(count)]
+
+
+async def _full_budget() -> None:
+    """The next turns start with the whole budget: the budget is refilled only once half of it is spent, so what
+    the connections' setup spent may still be missing from it."""
+    budget = turn_budget()
+    budget.spend(budget.left)
+    await asyncio.sleep(0)  # the refill, scheduled first, runs before this task goes on
+    assert budget.left == budget.per_turn
 
 
 def _requests_per_turn() -> int:
@@ -256,6 +265,7 @@ async def test_heartbeats_on_their_fast_path_cost_a_unit_each() -> None:
         runtime: Any = env.coordinator
         socks = await _connected(env, connections)
         try:
+            await _full_budget()
             runtime.start_counting()
             frame = _frames(1, version=4)
             for sock in socks:
@@ -335,6 +345,7 @@ async def test_a_consumer_group_heartbeat_costs_the_units_of_the_path_that_serve
             # wait for the write) before the counted ones come
             socks[connections].send(frame)
             await _error_code(socks[connections])
+            await _full_budget()
             runtime.start_counting()
             for sock in socks[:connections]:
                 sock.send(frame)
@@ -358,3 +369,17 @@ def test_pipelined_frames_on_uvloop() -> None:
 
 def test_frames_deferred_when_a_tls_peer_half_closes_on_uvloop(certificates: CertificateSet) -> None:
     uvloop.run(test_frames_deferred_when_a_tls_peer_half_closes_are_handled_and_answered(certificates))
+
+
+async def test_the_budget_is_refilled_once_half_of_it_is_spent_not_every_turn() -> None:
+    """A request alone in its turn (a heartbeat of one of many connections) schedules no loop callback: the refill
+    comes in the turn after half the budget is spent, so every turn starts with more than half of it."""
+    budget = TurnBudget(asyncio.get_running_loop(), per_turn=8)
+    for _ in range(3):
+        budget.spend(1)
+        await asyncio.sleep(0)  # a later turn
+    assert budget.left == 5  # three turns, no refill
+    budget.spend(1)
+    assert budget.left == 4
+    await asyncio.sleep(0)
+    assert budget.left == 8

@@ -8,9 +8,10 @@ import asyncio
 import pytest
 
 from coordinator.config import CoordinatorConfig
-from coordinator.group.delayed import member_key
+from coordinator.group.delayed import DelayedHeartbeat, member_key
 from coordinator.group.records import GroupRecord, MemberRecord
 from coordinator.group.runtime import GroupRuntime
+from coordinator.group.sessions import SessionTracking
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
 from coordinator.timer import ManualClock, SystemTimer
@@ -95,3 +96,46 @@ def test_rearm_refuses_an_operation_still_pending() -> None:
     purgatory.try_complete_else_watch(op, ["key"])
     with pytest.raises(ValueError):
         purgatory.rearm(op, "key")
+
+
+async def test_a_heartbeating_members_session_operation_waits_for_its_moved_deadline_without_running(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timer moves a session operation to the member's latest deadline as it cascades it (TimerTask.postponable):
+    while heartbeats keep coming it never runs, and a member that stops still expires at its deadline."""
+    runs: list[str] = []
+    original = SessionTracking.on_expire_heartbeat
+
+    def counted(self: SessionTracking, op: DelayedHeartbeat) -> None:
+        runs.append(op.member_id)
+        original(self, op)
+
+    monkeypatch.setattr(SessionTracking, "on_expire_heartbeat", counted)
+    clock = ManualClock(1_700_000_000_000)
+    timer = SystemTimer("postpone", clock=clock)
+    runtime = GroupRuntime(CoordinatorConfig(), timer, _store(clock.now_ms()), clock)
+    await runtime.load()
+    try:
+        group = runtime.groups[GROUP]
+        steady_op = group.members["steady"].heartbeat_op
+        stops_last_ms = 0
+        removed_ms = None
+        for step in range(1, 601):  # 60 s in 100 ms steps
+            await _advance(clock, timer, 100)
+            if step % 30 == 0:  # every 3 s
+                runtime.handle_heartbeat(GROUP, group.generation_id, "steady")
+                if step <= 150:
+                    runtime.handle_heartbeat(GROUP, group.generation_id, "stops")
+                    stops_last_ms = clock.now_ms()
+            if removed_ms is None and "stops" not in group.members:
+                removed_ms = clock.now_ms()
+        assert "steady" not in runs  # followed its deadline: never ran, never re-armed
+        assert group.members["steady"].heartbeat_op is steady_op and steady_op.is_scheduled
+        assert steady_op.expiration_ms is not None
+        assert steady_op.expiration_ms <= group.members["steady"].heartbeat_deadline_ms
+        # expired one session after its last heartbeat, within the 100 ms step
+        assert removed_ms is not None and 0 <= removed_ms - (stops_last_ms + SESSION_MS) < 100, \
+            (removed_ms, stops_last_ms)
+        assert "silent" not in group.members
+    finally:
+        await runtime.shutdown()
+        await timer.close()

@@ -286,15 +286,20 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
 
 
 # --- planted bugs: the whole pipeline can fail ---------------------------------------------------------------
+# zombie_guard_off shows first at seed 67 since session timeouts follow their moved deadlines in the timer (fewer
+# timer runs, other histories for the same seeds); the plant is still caught by single_writer
+SEEDS_PER_PLANT = 100
+
+
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_each_planted_bug_is_found(name: str) -> None:
-    for seed in range(50):
+    for seed in range(SEEDS_PER_PLANT):
         outcome = run_seed(seed, plant=name, protocol=PLANTS[name].protocol)
         if not outcome.ok:
             found = {v.invariant for v in outcome.violations}
             assert found & PLANTS[name].caught_by, (seed, found)
             return
-    pytest.fail(f"planted bug {name} was not found in 50 seeds")
+    pytest.fail(f"planted bug {name} was not found in {SEEDS_PER_PLANT} seeds")
 
 
 def test_a_plant_is_gone_after_its_run() -> None:
