@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from bench.coordinator import _server_cpu_ns, start_ours
+from bench.coordinator import _server_cpu_ns, start_ours, stop_servers
 from coordinator.embedded import EmbeddedKafka
 
 
@@ -42,14 +42,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         elapsed = time.perf_counter() - began
         used = {name: _server_cpu_ns(server.pid) - started[name] for name, (_, server) in servers.items()}
     finally:
-        for process in processes:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        await broker.stop()
-        broker.remove_data()
+        await stop_servers(processes, broker)
     figures: dict[str, Any] = {f"{name}_cpu_ms_per_s": round(ns / 1e6 / elapsed, 2) for name, ns in used.items()}
     if "before" in used and used["before"]:
         figures["after_to_before"] = round(used["after"] / used["before"], 3)

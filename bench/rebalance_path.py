@@ -41,6 +41,7 @@ from coordinator.server.turns import turn_budget
 from coordinator.storage.records import encode
 from coordinator.timer import SystemTimer
 from protocol.consumer_protocol import Subscription, encode_subscription
+from protocol.fastpath import _compact_string, _legacy_string, unsigned_varint
 from protocol.group_fastpath import pack_sync_group_request
 
 GROUP = "rb"
@@ -80,34 +81,13 @@ class EncodingStore(InMemoryGroupStore):
         return done
 
 
-def _string(text: str) -> bytes:
-    raw = text.encode()
-    return struct.pack(">h", len(raw)) + raw
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _compact(text: str | None) -> bytes:
-    if text is None:
-        return b"\x00"
-    raw = text.encode()
-    return _uvarint(len(raw) + 1) + raw
-
-
 def join_frame(correlation_id: int, member_id: str, metadata: bytes) -> bytes:
     """A JoinGroup v9 request frame (flexible: header v2), as librdkafka and bench.coordinator send it."""
     body = b"".join([
-        struct.pack(">hhi", 11, 9, correlation_id), _string("bench"), b"\x00",
-        _compact(GROUP), struct.pack(">ii", SESSION_MS, REBALANCE_MS), _compact(member_id), _compact(None),
-        _compact("consumer"), _uvarint(2), _compact("range"), _uvarint(len(metadata) + 1), metadata, b"\x00",
-        _compact(None), b"\x00"])
+        struct.pack(">hhi", 11, 9, correlation_id), _legacy_string("bench"), b"\x00",
+        _compact_string(GROUP), struct.pack(">ii", SESSION_MS, REBALANCE_MS), _compact_string(member_id),
+        _compact_string(None), _compact_string("consumer"), unsigned_varint(2), _compact_string("range"),
+        unsigned_varint(len(metadata) + 1), metadata, b"\x00", _compact_string(None), b"\x00"])
     return struct.pack(">i", len(body)) + body
 
 
