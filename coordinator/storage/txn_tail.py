@@ -16,7 +16,12 @@ acknowledged) only our offset tombstones are handed over, once the partition has
 where one landed orders it against the clients' batches, and its acknowledgement can be lost. A producer id is
 named ours or a client's
 once, by ListTransactions on every broker (its transactional id against our prefix; connections the tails
-share), and remembered (bounded).
+share), and remembered (bounded). A producer id no broker lists is not named yet: a broker shutting down has
+already dropped the transactions of the partitions it resigned and still answers NONE, and one starting lists
+nothing for partitions it has not begun to load. The tail asks again from the same position, and only a producer
+id unlisted for `unlisted_grace_s` is taken as a client's (a client's batch read late, its transactional id
+expired since; taking ours for a client's leaves its offsets pending until its marker, taking a client's for ours
+would lose its commits).
 
 Errors never end a tail: a leadership change or a lost connection → new metadata and the same position; the
 position out of range (deleted below it, or a truncated log) → read again from the log start; anything else →
@@ -29,6 +34,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
@@ -56,6 +62,9 @@ _EARLIEST = -2
 _OFFSET_OUT_OF_RANGE = 1
 _RETRY_S = 0.5
 _KNOWN_PRODUCERS = 10_000  # producer ids remembered as ours or a client's
+# how long a producer id no broker lists is asked about again before it is taken as a client's: longer than a
+# broker's restart or a transaction coordinator partition's move
+_UNLISTED_GRACE_S = 120.0
 # A fetch is answered once this much is there or after the wait: under load one fetch carries many of our own
 # batches (each fetch's cost is mostly fixed), idle the wait bounds how late a marker is seen
 _MIN_BYTES = 16 * 1024
@@ -136,25 +145,44 @@ def client_batch(batch: FetchedBatch) -> ClientTransactionalBatch:
 
 
 class ProducerOwners:
-    """Which producer ids are ours: asked once per producer id, remembered for the last `capacity` asked."""
+    """Which producer ids are ours: asked until some broker lists them (at most `unlisted_grace_s`), remembered
+    for the last `capacity` named."""
 
-    def __init__(self, is_ours: Callable[[str], bool], capacity: int = _KNOWN_PRODUCERS) -> None:
+    def __init__(self, is_ours: Callable[[str], bool], capacity: int = _KNOWN_PRODUCERS,
+                 unlisted_grace_s: float = _UNLISTED_GRACE_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._is_ours = is_ours
         self._capacity = capacity
+        self._grace_s = unlisted_grace_s
+        self._clock = clock
         self._known: OrderedDict[int, bool] = OrderedDict()
+        self._unlisted: OrderedDict[int, float] = OrderedDict()  # producer id → when no broker first listed it
 
     def unknown(self, batches: Iterable[FetchedBatch]) -> set[int]:
         return {b.producer_id for b in batches if b.is_transactional and b.producer_id not in self._known}
 
     def learn(self, producer_ids: Collection[int], states: dict[int, tuple[str, str]]) -> None:
-        """`states`: ListTransactions' answer (producer id → transactional id, state). A producer id it does not
-        list is a client's: ours are current for our transactional ids while we write with them."""
+        """`states`: ListTransactions' answer (producer id → transactional id, state), every broker asked. A
+        producer id it does not list stays unknown until its grace has passed, then is a client's."""
+        now = self._clock()
         for producer_id in producer_ids:
             listed = states.get(producer_id)
+            if listed is None:
+                first = self._unlisted.get(producer_id)
+                if first is None:
+                    first = self._unlisted[producer_id] = now
+                    log.info("event=txn_producer_unlisted producer_id=%d grace_s=%.0f (no broker lists it: asked "
+                             "again until it is listed, a broker restarting or a transaction coordinator "
+                             "partition moving)", producer_id, self._grace_s)
+                if now - first < self._grace_s:
+                    continue
+                log.warning("event=txn_producer_taken_as_client producer_id=%d unlisted_s=%.0f", producer_id,
+                            now - first)
+            self._unlisted.pop(producer_id, None)
             self._known[producer_id] = listed is not None and self._is_ours(listed[0])
             self._known.move_to_end(producer_id)
-        while len(self._known) > self._capacity:
-            self._known.popitem(last=False)
+        for remembered in (self._known, self._unlisted):
+            while len(remembered) > self._capacity:
+                remembered.popitem(last=False)
 
     def is_ours(self, producer_id: int) -> bool:
         return self._known.get(producer_id, False)
@@ -162,6 +190,10 @@ class ProducerOwners:
     @property
     def ours(self) -> set[int]:
         return {producer_id for producer_id, ours in self._known.items() if ours}
+
+
+class ProducersUnlisted(Exception):
+    """A fetch's batches have producers no broker lists yet: read them again after a pause."""
 
 
 class TransactionTails:
@@ -297,6 +329,8 @@ class TransactionTails:
         unknown = self.owners.unknown(answer.batches)
         if unknown:
             await self._name_producers(unknown)
+            if unnamed := self.owners.unknown(answer.batches):
+                raise ProducersUnlisted(sorted(unnamed))
         events = reader.events(answer.batches, self.owners.is_ours)
         next_position = _next_position(answer, position)
         if events:  # handed over and waited for: one fetch's worth in memory at most
@@ -306,6 +340,9 @@ class TransactionTails:
     async def _recover(self, leaders: PartitionLeaders, partition: int, position: int, exc: Exception) -> int:
         """Where to read on after `exc`: the log start if the position is out of range, else the same position
         after a pause, with new metadata (most errors are a leadership change or a broker restarting)."""
+        if isinstance(exc, ProducersUnlisted):  # logged once per producer id by ProducerOwners
+            await asyncio.sleep(_RETRY_S)
+            return position
         if isinstance(exc, FetchError) and exc.error_code == _OFFSET_OUT_OF_RANGE:
             try:
                 earliest = await self._log_start(leaders, partition)
