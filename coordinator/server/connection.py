@@ -431,6 +431,7 @@ class Connection(asyncio.BufferedProtocol):
             self._contain("resume", exc)
 
     def _answer(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
+        """A request started here answered at once (its future done): the frame `to_frame` packs, written."""
         if future.cancelled():
             return  # as a cancelled handler: no response
         error = future.exception()
@@ -442,7 +443,7 @@ class Connection(asyncio.BufferedProtocol):
         except Exception as exc:
             self._fail(header, exc)
             return
-        self._respond(header, frame)
+        self._write(frame)  # packed already (no encoding step); nothing once closed, as `_respond`
 
     def _sasl_admits(self, frame: bytes) -> bool:
         """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
