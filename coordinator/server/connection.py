@@ -151,6 +151,7 @@ class Connection(asyncio.BufferedProtocol):
         # what a parked request waits on: (its handler's coroutine, or None when started here; the future; the
         # done callback that carries on)
         self._parked: tuple[Coroutine[Any, Any, Any] | None, asyncio.Future[Any], Any] | None = None
+        self._to_frame: _ToFrame = join_group.to_frame  # packs the answer of the request parked by `_start`
         self._task: asyncio.Task[Any] | None = None
         self._open = False
         self._outgoing: list[bytes] = []  # responses of this read, sent in one write (one syscall)
@@ -390,27 +391,47 @@ class Connection(asyncio.BufferedProtocol):
             if outcome.done():  # answered at once (an error): no loop turn
                 self._answer(header, to_frame, outcome)
                 return
+            # What the answer needs is kept on the connection (one request in flight), the callback a bound
+            # method: no partial per parked request (a rebalance parks two per member).
             self._in_flight = header
+            self._to_frame = to_frame
             self._server.parked(self)
-            answer = functools.partial(self._answer_parked, header, to_frame)
+            answer = self._answer_parked
             self._parked = (None, outcome, answer)
             outcome.add_done_callback(answer)
         else:
             self._drive(header, _framed(header, outcome, to_frame), context)
 
-    def _answer_parked(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
+    def _answer_parked(self, future: asyncio.Future[Any]) -> None:
+        """The parked request's answer, in the future's done callback: `_answer` and `_respond` in one pass (the
+        frame is packed here, so no encoding step), then what waited behind it on this connection."""
+        parked, header = self._parked, self._in_flight
+        if parked is None or parked[1] is not future or header is None:
+            return  # given up on (cancel_in_flight) after its answer was scheduled: not this request's any more
         self._parked = None
         self._in_flight = None
         try:
             self._server.unparked(self)
-            self._answer(header, to_frame, future)
-            if header.api_key == _JOIN_GROUP and not future.cancelled() and future.exception() is None:
-                self._leads = join_group.answered_as_leader(future.result())
+            if not future.cancelled():  # a cancelled one gets no response, as a cancelled handler
+                error = future.exception()
+                if error is not None:
+                    self._fail(header, error)
+                else:
+                    response = future.result()
+                    try:
+                        frame = self._to_frame(header, response)
+                    except Exception as exc:
+                        self._fail(header, exc)
+                    else:
+                        self._write(frame)  # nothing once closed: the client went away, Kafka drops it too
+                        if header.api_key == _JOIN_GROUP:
+                            self._leads = join_group.answered_as_leader(response)
             self._process_frames()
         except Exception as exc:
             self._contain("resume", exc)
 
     def _answer(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
+        """A request started here answered at once (its future done): the frame `to_frame` packs, written."""
         if future.cancelled():
             return  # as a cancelled handler: no response
         error = future.exception()
@@ -422,7 +443,7 @@ class Connection(asyncio.BufferedProtocol):
         except Exception as exc:
             self._fail(header, exc)
             return
-        self._respond(header, frame)
+        self._write(frame)  # packed already (no encoding step); nothing once closed, as `_respond`
 
     def _sasl_admits(self, frame: bytes) -> bool:
         """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
