@@ -403,8 +403,8 @@ class Connection(asyncio.BufferedProtocol):
             self._drive(header, _framed(header, outcome, to_frame), context)
 
     def _answer_parked(self, future: asyncio.Future[Any]) -> None:
-        """The parked request's answer, in the future's done callback: `_answer` and `_respond` in one pass (the
-        frame is packed here, so no encoding step), then what waited behind it on this connection."""
+        """The parked request's answer, in the future's done callback, then what waited behind it on this
+        connection."""
         parked, header = self._parked, self._in_flight
         if parked is None or parked[1] is not future or header is None:
             return  # given up on (cancel_in_flight) after its answer was scheduled: not this request's any more
@@ -412,38 +412,30 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight = None
         try:
             self._server.unparked(self)
-            if not future.cancelled():  # a cancelled one gets no response, as a cancelled handler
-                error = future.exception()
-                if error is not None:
-                    self._fail(header, error)
-                else:
-                    response = future.result()
-                    try:
-                        frame = self._to_frame(header, response)
-                    except Exception as exc:
-                        self._fail(header, exc)
-                    else:
-                        self._write(frame)  # nothing once closed: the client went away, Kafka drops it too
-                        if header.api_key == _JOIN_GROUP:
-                            self._leads = join_group.answered_as_leader(response)
+            response = self._answer(header, self._to_frame, future)
+            if response is not None and header.api_key == _JOIN_GROUP:
+                self._leads = join_group.answered_as_leader(response)
             self._process_frames()
         except Exception as exc:
             self._contain("resume", exc)
 
-    def _answer(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
-        """A request started here answered at once (its future done): the frame `to_frame` packs, written."""
+    def _answer(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> Any:
+        """A request started here, its future done: the frame `to_frame` packs, written (no encoding step;
+        nothing once closed: the client went away, Kafka drops it too). The response if one was written."""
         if future.cancelled():
-            return  # as a cancelled handler: no response
+            return None  # as a cancelled handler: no response
         error = future.exception()
         if error is not None:
             self._fail(header, error)
-            return
+            return None
+        response = future.result()
         try:
-            frame = to_frame(header, future.result())
+            frame = to_frame(header, response)
         except Exception as exc:
             self._fail(header, exc)
-            return
-        self._write(frame)  # packed already (no encoding step); nothing once closed, as `_respond`
+            return None
+        self._write(frame)
+        return response
 
     def _sasl_admits(self, frame: bytes) -> bool:
         """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
