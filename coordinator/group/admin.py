@@ -11,7 +11,7 @@ from coordinator.group.modern.deletion import delete_error
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.offsets import (GroupSelector, Removal, cleanup_groups, remove_with_pending,
                                        unwritten_tombstones)
-from coordinator.group.records import Record
+from coordinator.group.records import GroupMetadataRecord, Record
 from coordinator.group.result import Result, Write
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
@@ -72,9 +72,17 @@ def list_groups(shard: GroupShard, req: ListGroupsRequest) -> list[ListedGroup]:
 
 def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict[str, Errors]]:
     """Deletes the Empty groups among `group_ids` (all of this shard): the error per group, answered once
-    their tombstones are written. A tombstone that fails is kept owed by the store and sent again."""
+    their tombstones are written. A tombstone that fails is kept owed by the store and sent again.
+
+    A group already deleted whose tombstones (its metadata's, or its offsets') are not acknowledged yet is deleted
+    again: they are written again and the group is answered by that write. Kafka's memory reverts a failed
+    deletion (CoordinatorRuntime.failCurrentBatch: revertLastWrittenOffset), so there the group is still Empty
+    and the next DeleteGroups writes its tombstones again (GroupCoordinatorShard.deleteGroups); ours forgot the
+    group at the first attempt, and answering GROUP_ID_NOT_FOUND would report deleted a group that a restart
+    before the owed retry lands brings back."""
     results: dict[str, Errors] = {}
     eligible: list[GroupMetadata] = []
+    again: list[Write] = []
     consumer_writes: list[Write] = []
     for group_id in group_ids:
         error = shard.group_status_error(group_id, empty_id_ok=True)
@@ -84,7 +92,7 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
         elif group_id in shard.consumer_groups:
             results[group_id] = _delete_consumer_group(shard, group_id, consumer_writes)
         elif group is None or group.is_in(GroupState.DEAD):
-            results[group_id] = Errors.GROUP_ID_NOT_FOUND
+            results[group_id] = _delete_again(shard, group_id, again)
         elif group.is_in(GroupState.EMPTY):
             group.transition_to(GroupState.DEAD, shard.now_wall_ms())
             eligible.append(group)
@@ -92,10 +100,44 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
         else:
             results[group_id] = Errors.NON_EMPTY_GROUP
     if not eligible:
-        return Result(results, consumer_writes)
+        return Result(results, consumer_writes + again)
     removed, writes = cleanup_groups(shard, eligible, _every_offset(shard), Removal.GROUP_DELETED)
+    _with_owed_group_tombstones(shard, eligible, writes)
     log.info("event=groups_deleted groups=%s offsets_removed=%d", [g.group_id for g in eligible], removed)
-    return Result(results, consumer_writes + writes)
+    return Result(results, consumer_writes + again + writes)
+
+
+def _delete_again(shard: GroupShard, group_id: str, writes: list[Write]) -> Errors:
+    """A group not in memory: GROUP_ID_NOT_FOUND, unless an earlier deletion's tombstones of it are not
+    acknowledged yet; then they go again (NONE, or the write's error once it fails)."""
+    offsets = sorted(shard.unwritten_tombstones(group_id))
+    group_tombstone = shard.unwritten_group_tombstone(group_id)
+    if not offsets and not group_tombstone:
+        return Errors.GROUP_ID_NOT_FOUND
+    log.info("event=group_deleted_again group=%s offsets=%d group_tombstone=%s", group_id, len(offsets),
+             group_tombstone)
+
+    def written(error: Errors) -> None:
+        if error != Errors.NONE:  # still owed: the store sends them again
+            log.warning("event=tombstone_write_failed group=%s offsets=%d error=%s", group_id, len(offsets),
+                        error.name)
+
+    writes.append(Write.tombstones(group_id, offsets, group_tombstone, written))
+    return Errors.NONE
+
+
+def _with_owed_group_tombstones(shard: GroupShard, deleted: list[GroupMetadata], writes: list[Write]) -> None:
+    """A deleted group whose earlier metadata tombstone is still owed (a simple consumer's commit made the group
+    again, and it has no generation of its own to write a tombstone for) writes that tombstone again too."""
+    by_group = {write.group_id: write for write in writes}
+    for group in deleted:
+        if not shard.unwritten_group_tombstone(group.group_id):
+            continue
+        write = by_group.get(group.group_id)
+        if write is None:
+            writes.append(Write.tombstones(group.group_id, [], True))
+        elif not any(isinstance(r, GroupMetadataRecord) for r in write.records):
+            write.records.append(GroupMetadataRecord(group.group_id, None))
 
 
 def _every_offset(shard: GroupShard) -> GroupSelector:

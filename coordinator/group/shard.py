@@ -44,6 +44,10 @@ def _none_unwritten(group_id: str) -> set[TopicPartition]:
     return set()
 
 
+def _no_unwritten_group_tombstone(group_id: str) -> bool:
+    return False
+
+
 class GroupShard(GroupResidency):
     def __init__(self, partition: int, config: CoordinatorConfig, clock: Clock, wall_clock: Clock,
                  observer: GroupObserver, heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat],
@@ -73,6 +77,9 @@ class GroupShard(GroupResidency):
         # The store's: the group's offsets whose tombstone of ours is not acknowledged yet (a deletion asked again
         # writes them again: offsets.remove_with_pending)
         self.unwritten_tombstones: Callable[[str], set[TopicPartition]] = _none_unwritten
+        # The store's: whether the group's metadata tombstone of ours is not acknowledged yet (a DeleteGroups asked
+        # again writes it again: admin.handle_delete_groups)
+        self.unwritten_group_tombstone: Callable[[str], bool] = _no_unwritten_group_tombstone
         self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
 

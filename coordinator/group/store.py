@@ -124,6 +124,12 @@ class GroupStore(ABC):
         owed a retry) and not superseded by a newer write: gone from memory, perhaps still in the log."""
         return set()
 
+    def unwritten_group_tombstone(self, group_id: str) -> bool:
+        """Whether the latest tombstone of ours of the group's metadata is not acknowledged yet (sent and
+        unanswered, or owed a retry) and not superseded by a newer write: gone from memory, perhaps still in the
+        log."""
+        return False
+
     def supersede_tombstones(self, partition: int, group_id: str, partitions: Collection[TopicPartition]
                              ) -> Callable[[], None]:
         """A client's transactional batch of these offsets is about to be appended to the partition: their owed

@@ -40,7 +40,8 @@ from coordinator.storage.appender import RecordAppender
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.loader import consumer_settings, read_state_with_transactions
 from coordinator.storage.partition_writers import PartitionTransactions
-from coordinator.storage.records import OPEN_AHEAD_KEY, OffsetCommitKey, decode_key, encode
+from coordinator.storage.records import (OPEN_AHEAD_KEY, GroupMetadataKey, OffsetCommitKey, decode_key, encode,
+                                         encode_key)
 from coordinator.storage.state_producers import StateProducer, open_state_producer
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_state_topic, make_admin
@@ -151,6 +152,9 @@ class KafkaGroupStore(GroupStore):
     def unwritten_tombstones_of(self, group_id: str) -> set[TopicPartition]:
         return {(key.topic, key.partition) for raw in self._tombstones.unwritten_of(group_id)
                 if isinstance(key := decode_key(raw), OffsetCommitKey)}
+
+    def unwritten_group_tombstone(self, group_id: str) -> bool:
+        return self._tombstones.is_unwritten(encode_key(GroupMetadataKey(group_id)))
 
     def _tombstones_landed(self, partition: int, landed: list[tuple[bytes, int | None]]) -> None:
         follower = self._tombstone_followers.get(partition)
