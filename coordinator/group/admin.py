@@ -11,7 +11,7 @@ from coordinator.group.modern.deletion import delete_error
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.offsets import (GroupSelector, Removal, cleanup_groups, remove_with_pending,
                                        unwritten_tombstones)
-from coordinator.group.records import GroupMetadataRecord, Record
+from coordinator.group.records import Record
 from coordinator.group.result import Result, Write
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
@@ -108,36 +108,37 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
 
 
 def _delete_again(shard: GroupShard, group_id: str, writes: list[Write]) -> Errors:
-    """A group not in memory: GROUP_ID_NOT_FOUND, unless an earlier deletion's tombstones of it are not
-    acknowledged yet; then they go again (NONE, or the write's error once it fails)."""
-    offsets = sorted(shard.unwritten_tombstones(group_id))
-    group_tombstone = shard.unwritten_group_tombstone(group_id)
-    if not offsets and not group_tombstone:
+    """A group not in memory: GROUP_ID_NOT_FOUND, unless an earlier deletion's tombstones of it (its offsets', its
+    own records') are not acknowledged yet; then they go again, the offsets' first as Kafka orders a deletion (NONE,
+    or the write's error once it fails)."""
+    offsets = [r for w in unwritten_tombstones(shard, group_id) for r in w.records]
+    own = shard.unwritten_group_tombstones(group_id)
+    if not offsets and not own:
         return Errors.GROUP_ID_NOT_FOUND
-    log.info("event=group_deleted_again group=%s offsets=%d group_tombstone=%s", group_id, len(offsets),
-             group_tombstone)
+    log.info("event=group_deleted_again group=%s offsets=%d group_records=%d", group_id, len(offsets), len(own))
 
     def written(error: Errors) -> None:
         if error != Errors.NONE:  # still owed: the store sends them again
-            log.warning("event=tombstone_write_failed group=%s offsets=%d error=%s", group_id, len(offsets),
-                        error.name)
+            log.warning("event=tombstone_write_failed group=%s offsets=%d group_records=%d error=%s", group_id,
+                        len(offsets), len(own), error.name)
 
-    writes.append(Write.tombstones(group_id, offsets, group_tombstone, written))
+    writes.append(Write(group_id, [*offsets, *own], written))
     return Errors.NONE
 
 
 def _with_owed_group_tombstones(shard: GroupShard, deleted: list[GroupMetadata], writes: list[Write]) -> None:
-    """A deleted group whose earlier metadata tombstone is still owed (a simple consumer's commit made the group
-    again, and it has no generation of its own to write a tombstone for) writes that tombstone again too."""
+    """A deleted group whose own records' earlier tombstones are still owed (a simple consumer's commit made the
+    group again, with no generation of its own to write a metadata tombstone for) writes them again too."""
     by_group = {write.group_id: write for write in writes}
     for group in deleted:
-        if not shard.unwritten_group_tombstone(group.group_id):
+        owed = shard.unwritten_group_tombstones(group.group_id)
+        if not owed:
             continue
         write = by_group.get(group.group_id)
         if write is None:
-            writes.append(Write.tombstones(group.group_id, [], True))
-        elif not any(isinstance(r, GroupMetadataRecord) for r in write.records):
-            write.records.append(GroupMetadataRecord(group.group_id, None))
+            writes.append(Write(group.group_id, owed))
+        else:
+            write.records.extend(r for r in owed if r not in write.records)
 
 
 def _every_offset(shard: GroupShard) -> GroupSelector:

@@ -72,11 +72,6 @@ class TombstoneWriter:
         not superseded by a newer write: deleted in memory, maybe not in the log."""
         return [key for key, entry in self._unwritten.items() if entry.group_id == group_id]
 
-    def is_unwritten(self, key: bytes) -> bool:
-        """Whether the latest tombstone of `key` is not acknowledged yet (sent and unanswered, or owed) and not
-        superseded by a newer write."""
-        return key in self._unwritten
-
     def answered(self, keys: Iterable[bytes]) -> asyncio.Future[None] | None:
         """None if no attempt of a tombstone of these keys is unanswered, else a future resolved once none is."""
         sent = {key for key in keys if key in self._sending}

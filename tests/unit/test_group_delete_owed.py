@@ -34,6 +34,8 @@ from coordinator.group.api import (DeleteGroupsRequest, DescribeGroupsRequest, J
                                    LeaveGroupRequest, ListGroupsRequest, MemberIdentity, OffsetCommitRequest,
                                    OffsetCommitRequestPartition, OffsetCommitRequestTopic, OffsetFetchRequest,
                                    OffsetFetchRequestTopic, SyncGroupRequest, SyncGroupRequestAssignment)
+from coordinator.group.modern.heartbeat import HeartbeatRequest
+from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH
 from protocol.consumer_protocol import Subscription, encode_subscription
 from protocol.error_codes import Errors
 from simulator.instance import CoordinatorInstance
@@ -75,6 +77,17 @@ class _Story:
         answer = await self.call("leave_group", LeaveGroupRequest(GROUP, [MemberIdentity(member_id)]), member_id)
         assert answer.error_code == Errors.NONE, answer
 
+    async def consumer_member_joined_and_left(self) -> None:
+        """A KIP-848 member joins (group epoch 1) and leaves: an Empty consumer group whose records are in the
+        log."""
+        answer = await self.call("consumer_group_heartbeat", HeartbeatRequest(
+            GROUP, "member-0", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("other",), owned=()),
+            "member-0")
+        assert answer.error == Errors.NONE, answer
+        answer = await self.call("consumer_group_heartbeat", HeartbeatRequest(
+            GROUP, "member-0", LEAVE_GROUP_MEMBER_EPOCH), "member-0")
+        assert answer.error == Errors.NONE, answer
+
     async def commit(self) -> None:
         request = OffsetCommitRequest(GROUP, -1, "", [OffsetCommitRequestTopic("t", [
             OffsetCommitRequestPartition(p, self.sim.next_offset(GROUP, ("t", p))) for _, p in PARTITIONS])])
@@ -100,9 +113,11 @@ class _Story:
                 "offsets": [p.committed_offset for p in fetched.topics[0].partitions]}
 
 
-def _deleted_again(generation: bool, fault: str, then: str) -> tuple[list[Errors], dict[str, Any], list[str]]:
+def _deleted_again(generation: bool | str, fault: str, then: str, offsets: bool = True
+                   ) -> tuple[list[Errors], dict[str, Any], list[str]]:
     """An Empty group with two committed offsets (`generation`: a classic member made generation 1, so its metadata
-    is in the log and a DeleteGroups writes its tombstone; else a simple consumer's group, offsets only). Kafka
+    is in the log and a DeleteGroups writes its tombstone; "consumer": a KIP-848 member made a consumer group and
+    left, so its records are; False: a simple consumer's group, offsets only; without `offsets`, none). Kafka
     `fault` ("refused": NOT_ENOUGH_REPLICAS; "unreachable": an outage, the write times out) while the operator
     deletes the group; then (`then`) Kafka recovers ("recovered") or not ("down"), or recovers and the store's
     retry is acknowledged first ("retry_written"); the operator deletes the group again; the instance crashes and
@@ -125,9 +140,12 @@ def _deleted_again(generation: bool, fault: str, then: str) -> tuple[list[Errors
 
     async def run() -> None:
         first = await story.loaded()
-        if generation:
+        if generation == "consumer":
+            await story.consumer_member_joined_and_left()
+        elif generation:
             await story.member_joined_and_left()
-        await story.commit()
+        if offsets:
+            await story.commit()
         break_kafka()
         answers.append(await story.delete())
         if then != "down":
@@ -216,3 +234,15 @@ def test_a_group_made_again_by_a_commit_while_its_tombstone_is_owed_is_deleted_w
     assert answers == [Errors.COORDINATOR_NOT_AVAILABLE, Errors.NONE]
     assert seen == GONE
     assert [v.line() for v in sim.checkers.violations] == []
+
+
+@pytest.mark.parametrize("offsets", [True, False], ids=["with_offsets", "without_offsets"])
+def test_a_consumer_group_deleted_again_while_its_tombstones_are_owed_is_answered_by_writing_them_again(
+        offsets: bool) -> None:
+    """The same for a KIP-848 consumer group: its records' tombstones (group epoch, target assignment epoch,
+    partition metadata) and its offsets' are written again; the reload shows no consumer group. Kafka 4.1 answers
+    alike (ConsumerGroup.createGroupTombstoneRecords after deleteAllOffsets, reverted on a failed write)."""
+    answers, seen, violations = _deleted_again("consumer", "refused", "recovered", offsets)
+    assert answers == [Errors.COORDINATOR_NOT_AVAILABLE, Errors.NONE]
+    assert seen == GONE
+    assert violations == []
