@@ -10,17 +10,19 @@ What Kafka 4.1 answers (group-coordinator, read from its source):
 - A failed append reverts memory: `CoordinatorRuntime.failCurrentBatch` → `revertLastWrittenOffset` →
   `SnapshotRegistry.revertToSnapshot`. The group is still there, Empty, with its offsets; so a second DeleteGroups
   validates it again, writes the tombstones again and is answered by that write: NONE once it is committed, else
-  the failure as `GroupCoordinatorService.handleOperationException` maps it (NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
-  REQUEST_TIMED_OUT → COORDINATOR_NOT_AVAILABLE; NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR → NOT_COORDINATOR),
-  for every group of that partition in the request.
+  the failure as `CoordinatorOperationExceptionHelper.handleOperationException` maps it (UNKNOWN_TOPIC_OR_PARTITION,
+  NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT → COORDINATOR_NOT_AVAILABLE; NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR →
+  NOT_COORDINATOR), for every group of that partition in the request (`GroupCoordinatorService.deleteGroups`).
 - A group whose deletion Kafka did write is gone: the next DeleteGroups answers GROUP_ID_NOT_FOUND.
 
 Ours forgets the group at the first attempt and keeps its failed tombstones owed (storage/tombstones.py); a second
-DeleteGroups writes the owed ones again (the group's metadata tombstone and its offsets') and is answered by that
-write, so NONE means written, and an error means not (the retry may still land, a restart before it brings the
-group back). Once the retry is acknowledged the group is gone and GROUP_ID_NOT_FOUND is Kafka's answer too.
-One difference is left: a second DeleteGroups while the first one's write is still unanswered (not failed yet)
-writes again and answers NONE once written; Kafka answers GROUP_ID_NOT_FOUND once the first write is committed.
+DeleteGroups writes the owed ones again (its offsets', then its own records': a classic group's metadata, a
+consumer group's records) and is answered by that write: NONE means written, an error means not (the store's retry
+may still land; a restart before it brings the group back, as Kafka would still have it). Once the retry is
+acknowledged the group is gone and GROUP_ID_NOT_FOUND is Kafka's answer too. One difference is left: a second
+DeleteGroups while the first one's write is unanswered (not failed yet) writes again and answers NONE once
+written; Kafka answers GROUP_ID_NOT_FOUND once the first write is committed (CoordinatorRuntime answers a write
+that produced no records after the pending ones).
 """
 from __future__ import annotations
 
