@@ -74,7 +74,7 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
     """Deletes the Empty groups among `group_ids` (all of this shard): the error per group, answered once
     their tombstones are written. A tombstone that fails is kept owed by the store and sent again.
 
-    A group already deleted whose tombstones (its metadata's, or its offsets') are not acknowledged yet is deleted
+    A group already deleted whose tombstones (its offsets', its own records') are not acknowledged yet is deleted
     again: they are written again and the group is answered by that write. Kafka's memory reverts a failed
     deletion (CoordinatorRuntime.failCurrentBatch: revertLastWrittenOffset), so there the group is still Empty
     and the next DeleteGroups writes its tombstones again (GroupCoordinatorShard.deleteGroups); ours forgot the
