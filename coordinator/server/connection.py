@@ -652,7 +652,14 @@ class Connection(asyncio.BufferedProtocol):
         return not self._writing_paused and self._open
 
     def _relay_blocked(self) -> bool:
-        return self._relaying is not None and self._relaying.blocked()
+        """The broker is not taking requests, or a SaslAuthenticate awaits its verdict: Kafka's broker reads a
+        client's next request only once the authenticate is answered (SaslServerAuthenticator, one receive per
+        step), so what the client sent behind it is read after the verdict reached it."""
+        relaying = self._relaying
+        if relaying is None:
+            return False
+        sasl = self._sasl
+        return relaying.blocked() or (sasl is not None and sasl.awaiting)
 
     def relay_responses_ready(self) -> None:
         """Called by the upstream link (from its own protocol callbacks) when responses have arrived."""

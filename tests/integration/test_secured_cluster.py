@@ -386,12 +386,22 @@ async def test_sasl_on_our_listener_passes_through_to_the_cluster(secured_kafka:
         finally:
             await alice_client.close()
         # Kafka's broker reads the next request only once the SaslAuthenticate is answered (SaslServerAuthenticator
-        # handles one receive per authenticate() call), so it answers SASL_AUTHENTICATION_FAILED, then closes; ours
-        # closes at the JoinGroup that came while the broker's verdict was awaited, before relaying the verdict
-        # (coordinator/server/connection.py). Neither handles the group requests.
-        assert wrong_password in ({"authenticate": 58, "join": "closed", "commit": "closed"},
-                                  {"authenticate": "closed", "join": "closed", "commit": "closed"}), wrong_password
+        # handles one receive per authenticate() call), so it answers SASL_AUTHENTICATION_FAILED, then closes; so
+        # do we (the requests behind it are read after the verdict). Neither handles the group requests.
+        assert wrong_password == {"authenticate": 58, "join": "closed", "commit": "closed"}, wrong_password
         assert no_sasl == {"join": "closed", "commit": "closed"}, no_sasl
+        # and with the right password what came behind the SaslAuthenticate is served, as Kafka serves it
+        pipelined = await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False))
+        try:
+            handshake = await pipelined.request(request(SASL_HANDSHAKE, 1, mechanism="PLAIN"))
+            assert handshake.error_code == 0, handshake
+            authenticated = pipelined.send(request(SASL_AUTHENTICATE, 2, auth_bytes=b"\0alice\0alice-secret"))
+            listed_behind = pipelined.send(request(ApiKey.LIST_GROUPS, 4, states_filter=()))
+            assert int((await asyncio.wait_for(authenticated, TIMEOUT_S)).error_code) == 0
+            listed = await asyncio.wait_for(listed_behind, TIMEOUT_S)
+            assert listed.error_code == 0 and group in {g.group_id for g in listed.groups}, listed
+        finally:
+            await pipelined.close()
 
 
 async def sasl_plain(client: KafkaClient, user: str, password: str) -> int:
