@@ -174,3 +174,63 @@ async def test_a_transaction_opened_ahead_does_not_survive_the_partitions_new_ow
     finally:
         await reader.close()
     assert state.groups[group].generation == 3
+
+
+async def writes_faster_than_transactions(transactional: Transactional) -> transactions.TransactionalProducer:
+    """Two writes of the partition, the second queued behind the first's transaction: its transaction begins
+    behind the first, so its commit, finding no write queued, keeps the next transaction open."""
+    partition = transactional.partition
+    producer = transactional.writers._route(partition)
+    assert producer is not None
+    first = producer.send([(partition, b"k1", b"v1")])  # a transaction at once
+    second = producer.send([(partition, b"k2", b"v2")])  # queued behind it
+    assert await asyncio.wait_for(first, 60) is None
+    assert await asyncio.wait_for(second, 60) is None
+    return producer
+
+
+async def test_a_commit_of_writes_faster_than_transactions_keeps_the_next_one_open_for_the_next_write(
+        kafka_bootstrap: str, transactional: Transactional, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactions, "OPEN_AHEAD_HOLD_S", 60.0)  # the next write comes first, however slow
+    producer = await writes_faster_than_transactions(transactional)
+    partition, writers = transactional.partition, transactional.writers
+    assert producer._opened_for == {partition} and producer._open_ahead_expiry is not None
+    assert await asyncio.wait_for(producer.send([(partition, b"k3", b"v3")]), 60) is None
+    assert writers.transactions == 3  # the marker went with the third write: no transaction of its own
+    # the third write came alone (nothing queued behind a transaction): its commit keeps nothing open
+    assert not producer._opened_for and producer._open_ahead_expiry is None
+    await transactional.store.close()
+    assert [m.key() for m in committed_messages(kafka_bootstrap, transactional.topic, partition, 4)] == [
+        b"k1", b"k2", OPEN_AHEAD_KEY, b"k3"]
+
+
+async def test_a_transaction_kept_open_with_no_write_is_committed_alone_and_opens_nothing_more(
+        kafka_bootstrap: str, transactional: Transactional, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactions, "OPEN_AHEAD_HOLD_S", 0.2)
+    producer = await writes_faster_than_transactions(transactional)
+    writers = transactional.writers
+    deadline = time.monotonic() + LOADED_MACHINE_TIMEOUT_MS / 1000
+    while writers.transactions < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert writers.transactions == 3  # the markers alone
+    assert not producer._opened_for and producer._open_ahead_expiry is None  # nothing kept open after it
+    assert [m.key() for m in committed_messages(kafka_bootstrap, transactional.topic, transactional.partition,
+                                                3)] == [b"k1", b"k2", OPEN_AHEAD_KEY]
+
+
+async def test_a_store_closed_as_a_transaction_is_kept_open_commits_it(kafka_bootstrap: str,
+                                                                      transactional: Transactional,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactions, "OPEN_AHEAD_HOLD_S", 60.0)
+    await writes_faster_than_transactions(transactional)
+    await transactional.store.close()
+    assert [m.key() for m in committed_messages(kafka_bootstrap, transactional.topic, transactional.partition,
+                                                3)] == [b"k1", b"k2", OPEN_AHEAD_KEY]
+
+
+async def test_without_keep_open_a_commit_opens_nothing(transactional: Transactional) -> None:
+    producer = transactional.writers._route(transactional.partition)
+    assert producer is not None
+    producer.keep_open = False
+    await writes_faster_than_transactions(transactional)
+    assert not producer._opened_for and producer._open_ahead_expiry is None
