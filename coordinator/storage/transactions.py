@@ -20,14 +20,6 @@ next) and the producer is idle, `open_ahead` begins the transaction with a marke
 tombstone of a key every reader skips), and the write's commit has two round trips left. The write is still
 answered only once EndTxn is (committed); the marker is committed with it, or alone after OPEN_AHEAD_HOLD_S.
 
-Kept open: while writes come faster than transactions (a transaction's writes had waited for the one before it,
-or it carried several), a commit that finds no write queued opens the next transaction at once with a marker in
-each partition it wrote (at most KEEP_OPEN_PARTITIONS), so the next write's commit has two round trips left
-instead of three; with none within OPEN_AHEAD_HOLD_S the markers are committed alone, and a transaction of
-markers alone opens nothing. The register round trip after a commit is also the one Kafka's transaction
-coordinator most often answers CONCURRENT_TRANSACTIONS (it is still writing the commit markers), which librdkafka
-retries after 20 ms: made while no write waits, it costs no write that time.
-
 The transactional.id is the fence: a new producer with the same id (`init_transactions`) aborts what an older
 one left open and fences it, which is how several instances take a partition over (`PartitionTransactions`:
 one id per partition). A fenced producer stays fenced: every later write fails (the store reports
@@ -60,7 +52,6 @@ from confluent_kafka import KafkaError, KafkaException
 
 from coordinator.storage.kafka_logs import librdkafka_logger
 from coordinator.storage.producer import KafkaRecord
-from coordinator.storage.records import OPEN_AHEAD_KEY
 from coordinator.storage.serial_thread import SerialThread
 from coordinator.storage.transaction_client import FENCED_ERRORS, TransactionClient
 
@@ -72,8 +63,6 @@ _NOT_READY_POLL_S = 0.05  # how often queued writes look for a re-initialised pr
 # A transaction opened ahead of a write that is expected (`open_ahead`) is committed on its own after this if no
 # write came: meanwhile it holds back its partitions' last stable offset (read_committed readers wait).
 OPEN_AHEAD_HOLD_S = 1.0
-# The most partitions a commit keeps a transaction open for (each gets a marker and is in the next transaction).
-KEEP_OPEN_PARTITIONS = 4
 
 # records, outcome, loop deadline, where the acknowledged records' offsets go (if wanted)
 _Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
@@ -109,10 +98,6 @@ class TransactionalProducer:
         self._committing: tuple[list[_Queued], asyncio.Future[_Outcome | KafkaError]] | None = None
         self._opened_for: set[int] = set()  # partitions of a transaction opened ahead, not committed yet
         self._open_ahead_expiry: asyncio.TimerHandle | None = None
-        # whether the transaction in flight began with writes that had waited for the one before it (writes come
-        # faster than transactions): its commit keeps the next one open if no write is queued (`_keep_open`)
-        self._began_behind = False
-        self.keep_open = True  # False: a commit never opens the next transaction ahead (A/B benches)
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._reinit: asyncio.Task[None] | None = None
@@ -170,27 +155,13 @@ class TransactionalProducer:
         if self._open_ahead_expiry is None:
             self._open_ahead_expiry = loop.call_later(OPEN_AHEAD_HOLD_S, self._commit_opened_alone)
 
-    def _opened_ahead(self, partitions: int | Sequence[int], produced: bool | KafkaError) -> None:
-        """The markers' outcome (on the loop, before any later call's): markers not produced opened nothing, so
-        no transaction is committed for them alone (a write's commit since then has cleared them already)."""
+    def _opened_ahead(self, partition: int, produced: bool | KafkaError) -> None:
+        """The marker's outcome (on the loop, before any later call's): one not produced opened nothing, so no
+        transaction is committed for it alone (a write's commit since then has cleared it already)."""
         if produced is not True:
-            self._opened_for.difference_update([partitions] if isinstance(partitions, int) else partitions)
+            self._opened_for.discard(partition)
             if not self._opened_for:
                 self._cancel_open_ahead_expiry()
-
-    def _keep_open(self, batch: list[_Queued]) -> None:
-        """After a commit of writes that came faster than transactions, with none queued now: the next
-        transaction begins with a marker in each partition the committed one wrote (see the module's "Kept
-        open"), committed by the next write or alone after OPEN_AHEAD_HOLD_S."""
-        partitions = sorted({record[0] for records, _, _, _ in batch for record in records})
-        if not partitions or len(partitions) > KEEP_OPEN_PARTITIONS or self._opened_for:
-            return
-        self._opened_for.update(partitions)
-        self._thread.submit(self._client.open_ahead, [(p, OPEN_AHEAD_KEY, None) for p in partitions],
-                            then=functools.partial(self._opened_ahead, partitions))
-        if self._open_ahead_expiry is None:
-            self._open_ahead_expiry = asyncio.get_running_loop().call_later(OPEN_AHEAD_HOLD_S,
-                                                                            self._commit_opened_alone)
 
     def _cancel_open_ahead_expiry(self) -> None:
         if self._open_ahead_expiry is not None:
@@ -224,12 +195,9 @@ class TransactionalProducer:
     # -- the transaction loop (event loop side) ---------------------------------------------------------------
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        while not self._closed or self._queue or self._committing is not None or self._closing_opened():
+        while not self._closed or self._queue or self._committing is not None:
             if self._committing is not None:
                 await self._finish_commit(*self._committing)
-                continue
-            if self._closing_opened():  # a transaction kept open as the last commit returned, then closed
-                self._begin_commit(loop)
                 continue
             if not self._queue:
                 self._wake.clear()
@@ -246,16 +214,10 @@ class TransactionalProducer:
                 continue
             self._begin_commit(loop)
 
-    def _closing_opened(self) -> bool:
-        return self._closed and bool(self._opened_for) and self._ready and not self._queue \
-            and self._committing is None and self._client.fenced is None
-
-    def _begin_commit(self, loop: asyncio.AbstractEventLoop, behind: bool = False) -> None:
+    def _begin_commit(self, loop: asyncio.AbstractEventLoop) -> None:
         """One transaction of every queued write, on the serial thread; the writes are answered on the loop as
-        it returns (`_answer`), the aftermath (abort, fence, a fresh producer) is the worker's (`_finish_commit`).
-        `behind`: its writes were queued behind the transaction that just committed."""
+        it returns (`_answer`), the aftermath (abort, fence, a fresh producer) is the worker's (`_finish_commit`)."""
         batch, self._queue = self._queue, []
-        self._began_behind = behind or len(batch) > 1
         self._in_flight = len(batch)
         self._opened_for.clear()  # this transaction commits what was opened ahead
         self._cancel_open_ahead_expiry()
@@ -295,14 +257,12 @@ class TransactionalProducer:
         for _, future, _, _ in batch:
             if not future.done():
                 future.set_result(error)
-        if error is None and then is None and not self._closed and self._ready and self._client.fenced is None:
+        if error is None and then is None and self._queue and not self._closed and self._ready \
+                and self._client.fenced is None:
             loop = asyncio.get_running_loop()
+            self._expire(loop.time())
             if self._queue:
-                self._expire(loop.time())
-            if self._queue:
-                self._begin_commit(loop, behind=True)
-            elif self._began_behind and self.keep_open:
-                self._keep_open(batch)
+                self._begin_commit(loop)
 
     def _expire(self, now: float) -> None:
         """Writes that waited out their commit timeout (behind a slow transaction, or for a fresh producer)."""
