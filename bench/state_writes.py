@@ -2,7 +2,7 @@
 connections each with one request parked on its write), appending to one partition of a transactional
 KafkaGroupStore (the server's default writer: group commit, one transaction in flight per producer).
 
-  python -m bench.state_writes [--writers 1,10,100] [--seconds 4] [--repeats 2] [--linger-ms 5,0] [--settle-ms 3,0]
+  python -m bench.state_writes [--writers 1,10,100] [--seconds 4] [--repeats 2] [--linger-ms 5,0]
 
 Per run: writes and transactions in the window, ms per transaction, writes per transaction, a write's latency
 (queued → acknowledged) p50/p90, the process's CPU per transaction, and how many AddPartitionsToTxn requests
@@ -48,8 +48,7 @@ class _Counts(logging.Handler):
             self.registering += 1
 
 
-async def one_run(bootstrap: str, writers: int, seconds: float, linger_ms: int, settle_ms: float | None = None
-                  ) -> dict[str, Any]:
+async def one_run(bootstrap: str, writers: int, seconds: float, linger_ms: int) -> dict[str, Any]:
     counts = _Counts()
     logger = logging.getLogger(f"bench.state_writes.librdkafka.{time.monotonic_ns()}")
     logger.setLevel(logging.DEBUG)
@@ -78,9 +77,6 @@ async def one_run(bootstrap: str, writers: int, seconds: float, linger_ms: int, 
     try:
         producer = store._producer
         assert isinstance(producer, TransactionalWriters)
-        if settle_ms is not None:
-            for one in producer.producers:
-                one.settle_s = settle_ms / 1000
         await asyncio.gather(*(writer(i, time.perf_counter() + 1.0) for i in range(writers)))  # warm-up
         latencies.clear()
         counts.concurrent = counts.registering = 0
@@ -92,7 +88,7 @@ async def one_run(bootstrap: str, writers: int, seconds: float, linger_ms: int, 
         await store.close()
     latencies.sort()
     done = max(transactions, 1)
-    return {"writers": writers, "linger_ms": linger_ms, "settle_ms": settle_ms, "writes": len(latencies), "transactions": transactions,
+    return {"writers": writers, "linger_ms": linger_ms, "writes": len(latencies), "transactions": transactions,
             "ms_per_transaction": round(elapsed * 1000 / done, 2),
             "writes_per_transaction": round(len(latencies) / done, 1),
             "write_ms_p50": round(latencies[len(latencies) // 2], 2),
@@ -115,10 +111,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for writers in args.writers:
             for _ in range(args.repeats):
                 for linger_ms in args.linger_ms:
-                    for settle_ms in args.settle_ms or [None]:
-                        run = await one_run(bootstrap, writers, args.seconds, linger_ms, settle_ms)
-                        print(json.dumps(run), file=sys.stderr, flush=True)
-                        runs.append(run)
+                    run = await one_run(bootstrap, writers, args.seconds, linger_ms)
+                    print(json.dumps(run), file=sys.stderr, flush=True)
+                    runs.append(run)
     finally:
         if broker is not None:
             await broker.stop()
@@ -133,8 +128,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--linger-ms", type=numbers, default=[5])
-    parser.add_argument("--settle-ms", type=lambda s: [float(x) for x in s.split(",")], default=None,
-                        help="COMMIT_SETTLE_S of the producers in ms, runs alternating (default: the module's)")
     return parser.parse_args(argv)
 
 

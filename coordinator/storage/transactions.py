@@ -20,14 +20,6 @@ next) and the producer is idle, `open_ahead` begins the transaction with a marke
 tombstone of a key every reader skips), and the write's commit has two round trips left. The write is still
 answered only once EndTxn is (committed); the marker is committed with it, or alone after OPEN_AHEAD_HOLD_S.
 
-Settling after a commit: Kafka's transaction coordinator answers EndTxn once the commit is decided, then writes
-the commit markers, and answers an AddPartitionsToTxn of the same transactional.id meanwhile with
-CONCURRENT_TRANSACTIONS, which librdkafka retries only after a fixed 20 ms. A write that finds the producer idle
-within COMMIT_SETTLE_S (3 ms) of the last commit's result (typically a request answered by that commit, followed
-by the next one on its connection) begins its transaction COMMIT_SETTLE_S after that result instead of at once;
-writes coming meanwhile join it. Writes queued behind a commit still begin theirs at its result: they have waited
-already, and pausing them measured worse (docs/performance.md).
-
 The transactional.id is the fence: a new producer with the same id (`init_transactions`) aborts what an older
 one left open and fences it, which is how several instances take a partition over (`PartitionTransactions`:
 one id per partition). A fenced producer stays fenced: every later write fails (the store reports
@@ -71,10 +63,6 @@ _NOT_READY_POLL_S = 0.05  # how often queued writes look for a re-initialised pr
 # A transaction opened ahead of a write that is expected (`open_ahead`) is committed on its own after this if no
 # write came: meanwhile it holds back its partitions' last stable offset (read_committed readers wait).
 OPEN_AHEAD_HOLD_S = 1.0
-# A transaction that would begin on an idle producer sooner than this after the previous commit's result waits
-# until then: Kafka's transaction coordinator answers EndTxn before its commit markers are written and refuses
-# the next AddPartitionsToTxn meanwhile (CONCURRENT_TRANSACTIONS), which librdkafka retries only after 20 ms.
-COMMIT_SETTLE_S = 0.003
 
 # records, outcome, loop deadline, where the acknowledged records' offsets go (if wanted)
 _Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
@@ -114,9 +102,6 @@ class TransactionalProducer:
         self._worker: asyncio.Task[None] | None = None
         self._reinit: asyncio.Task[None] | None = None
         self._closed = False
-        self._committed_at = float("-inf")  # loop time of the last transaction's result
-        self._settling: asyncio.TimerHandle | None = None  # a begin put off until COMMIT_SETTLE_S after it
-        self.settle_s = COMMIT_SETTLE_S
         self.transactions = 0  # committed or aborted, for benchmarks and tests
 
     @property
@@ -200,25 +185,12 @@ class TransactionalProducer:
             future.set_result(None)
         else:
             self._queue.append((records, future, loop.time() + self.timeout_ms / 1000, offsets))
-            if self._committing is None and self._ready and len(self._queue) == 1 and self._settling is None:
+            if self._committing is None and self._ready and len(self._queue) == 1:
                 # Nothing in flight: the transaction starts now, not a loop turn later when the worker runs
-                # (a busy loop's turn is every request that arrived meanwhile, a thousand SyncGroups at once),
-                # unless the last commit's result came less than COMMIT_SETTLE_S ago.
-                settle = self._committed_at + self.settle_s - loop.time()
-                if settle > 0:
-                    self._settling = loop.call_later(settle, self._settled)
-                else:
-                    self._begin_commit(loop)
+                # (a busy loop's turn is every request that arrived meanwhile, a thousand SyncGroups at once).
+                self._begin_commit(loop)
             self._wake.set()
         return future
-
-    def _settled(self) -> None:
-        """COMMIT_SETTLE_S after the last commit: the queued writes' transaction begins (or the worker decides)."""
-        self._settling = None
-        if self._committing is None and self._queue and self._ready and not self._closed \
-                and self._client.fenced is None:
-            self._begin_commit(asyncio.get_running_loop())
-        self._wake.set()
 
     # -- the transaction loop (event loop side) ---------------------------------------------------------------
     async def _run(self) -> None:
@@ -227,7 +199,7 @@ class TransactionalProducer:
             if self._committing is not None:
                 await self._finish_commit(*self._committing)
                 continue
-            if not self._queue or (self._settling is not None and not self._closed):
+            if not self._queue:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -282,7 +254,6 @@ class TransactionalProducer:
         (which then only finishes the committed one's bookkeeping); anything else is the worker's."""
         error, then = _as_outcome(result)
         self.transactions += 1
-        self._committed_at = asyncio.get_running_loop().time()
         for _, future, _, _ in batch:
             if not future.done():
                 future.set_result(error)
@@ -358,9 +329,6 @@ class TransactionalProducer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + flush_timeout_ms / 1000
         self._closed = True
-        if self._settling is not None:  # the worker begins the queued writes' transaction now
-            self._settling.cancel()
-            self._settling = None
         if self._opened_for and self._committing is None and not self._queue and self._ready:
             self._begin_commit(loop)  # the markers opened ahead, committed (the worker waits for it below)
         self._cancel_open_ahead_expiry()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -257,68 +256,3 @@ async def test_start_waits_for_the_transaction_coordinator_in_bounded_attempts_a
     lines = [m for m in caplog.messages if "event=transactions_init_waiting producer=waiting" in m]
     assert len(lines) >= 2 and "timeout_ms=3000" in lines[0], caplog.messages
     assert 3 <= waited < 15  # its bound, with room for a loaded machine
-
-
-async def _idle_producer(kafka_bootstrap: str) -> tuple[KafkaGroupStore, Any]:
-    topic = unique_topic()
-    store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
-                                commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
-    writers = store._producer
-    assert isinstance(writers, TransactionalWriters)
-    return store, writers.producers[0]
-
-
-async def test_a_write_soon_after_a_commit_begins_its_transaction_once_the_commit_has_settled(
-        kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kafka's transaction coordinator refuses the next AddPartitionsToTxn while it writes the commit markers
-    (librdkafka retries 20 ms later): a write finding the producer idle sooner than `settle_s` after the last
-    commit's result begins its transaction only then, and a write meanwhile joins it."""
-    store, producer = await _idle_producer(kafka_bootstrap)
-    loop = asyncio.get_running_loop()
-    began: list[float] = []
-    begin = producer._begin_commit
-
-    def counted_begin(*args: Any, **kwargs: Any) -> None:
-        began.append(loop.time())
-        begin(*args, **kwargs)
-
-    monkeypatch.setattr(producer, "_begin_commit", counted_begin)
-    try:
-        producer.settle_s = 0.5  # long enough that a loaded machine still sends the next write within it
-        assert await asyncio.wait_for(producer.send([(0, b"k1", b"v1")]), 60) is None
-        committed_at = producer._committed_at
-        second = producer.send([(0, b"k2", b"v2")])
-        third = producer.send([(0, b"k3", b"v3")])
-        assert producer._settling is not None and producer._committing is None  # not begun yet
-        assert await asyncio.wait_for(second, 60) is None and await asyncio.wait_for(third, 60) is None
-        assert len(began) == 2 and began[1] >= committed_at + 0.5 - 0.002  # one transaction, once settled
-        assert producer.transactions == 2
-    finally:
-        await store.close()
-
-
-async def test_a_write_long_after_a_commit_begins_its_transaction_at_once(kafka_bootstrap: str) -> None:
-    store, producer = await _idle_producer(kafka_bootstrap)
-    loop = asyncio.get_running_loop()
-    try:
-        producer.settle_s = 0.05
-        assert await asyncio.wait_for(producer.send([(0, b"k1", b"v1")]), 60) is None
-        deadline = loop.time() + 30
-        while loop.time() < producer._committed_at + 0.05 and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        second = producer.send([(0, b"k2", b"v2")])
-        assert producer._settling is None and producer._committing is not None  # begun from send() itself
-        assert await asyncio.wait_for(second, 60) is None
-    finally:
-        await store.close()
-
-
-async def test_a_store_closed_while_a_write_settles_commits_it(kafka_bootstrap: str) -> None:
-    store, producer = await _idle_producer(kafka_bootstrap)
-    producer.settle_s = 60.0  # the close comes first
-    assert await asyncio.wait_for(producer.send([(0, b"k1", b"v1")]), 60) is None
-    second = producer.send([(0, b"k2", b"v2")])
-    assert producer._settling is not None
-    await store.close()
-    assert second.done() and second.result() is None
-    assert producer._settling is None
