@@ -74,6 +74,7 @@ class KafkaGroupStore(GroupStore):
         self._tombstone_followers: dict[int, Callable[[str, TopicPartition, int | None], None]] = {}
         self._appender = RecordAppender(self._tombstones, config.max_write_bytes)
         self._unloaded: set[int] = set()  # partitions given up: appends to them fail NOT_COORDINATOR
+        self._load_pending: dict[int, set[int]] = {}  # partition → producer ids its last load left pending
         self._tails: TransactionTails | None = None  # the served partitions' markers (None: a cluster only librdkafka reaches)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -127,6 +128,8 @@ class KafkaGroupStore(GroupStore):
                        *(batch for txn in transactions.pending.get(partition, ()) for batch in txn.batches)]
             state.open_transactions[partition] = [client_batch(batch)
                                                   for batch in sorted(batches, key=lambda b: b.base_offset)]
+        for partition in transactions.positions:
+            self._load_pending[partition] = {txn.producer_id for txn in transactions.pending.get(partition, ())}
         for partition, pending in transactions.pending.items():
             log.info("event=state_pending_client_transactions topic=%s partition=%d producers=%s",
                      self.config.state_topic, partition, sorted(txn.producer_id for txn in pending))
@@ -139,7 +142,7 @@ class KafkaGroupStore(GroupStore):
     def follow_transactions(self, partition: int, start: int,
                             deliver: Callable[[list[TransactionEvent], int], None]) -> None:
         if self._tails is not None and partition not in self._unloaded:
-            self._tails.follow(partition, start, deliver)
+            self._tails.follow(partition, start, deliver, self._load_pending.pop(partition, ()))
 
     def follow_tombstones(self, partition: int, landed: Callable[[str, TopicPartition, int | None], None]) -> None:
         if partition not in self._unloaded:

@@ -92,16 +92,28 @@ class TailReader:
     log, and memory cannot learn where ours landed from acknowledgements alone (one can be lost while the
     tombstone is in the log). A tombstone in a transactional batch of ours takes effect at our COMMIT marker and
     not at all after our ABORT, as the loader applies it. Our batches are read record by record only then: they
-    are the bulk of the partition, and before any client's batch no pending offset can lie below a tombstone."""
+    are the bulk of the partition, and before any client's batch no pending offset can lie below a tombstone.
 
-    def __init__(self) -> None:
+    `settling`: the producer ids whose open transactions the load left pending. Their batches and their marker are
+    handed over as a client's whatever the tail names them: the load named a producer no broker listed a client's
+    (it cannot wait), and one the tail names ours would otherwise leave those offsets pending for good."""
+
+    def __init__(self, settling: Collection[int] = ()) -> None:
         self.reads_ours = False
         self._open_ours: dict[int, list[OwnOffsetTombstone]] = {}  # our producer id → tombstones before its marker
+        self.settling = set(settling)
+
+    def _named(self, is_ours: Callable[[int], bool]) -> Callable[[int], bool]:
+        settling = self.settling
+        if not settling:
+            return is_ours
+        return lambda producer_id: producer_id not in settling and is_ours(producer_id)
 
     def wants_records(self, is_ours: Callable[[int], bool]) -> WantsRecords:
         """The parse's choice for one fetch (called in log order): a client's batch always; ours once a client's
         batch was read, in this fetch too (a producer not named yet counts as a client's)."""
         client_read = self.reads_ours
+        is_ours = self._named(is_ours)
 
         def wants(producer_id: int, transactional: bool) -> bool:
             nonlocal client_read
@@ -112,6 +124,7 @@ class TailReader:
 
     def events(self, batches: Iterable[FetchedBatch], is_ours: Callable[[int], bool]) -> list[TransactionEvent]:
         events: list[TransactionEvent] = []
+        is_ours = self._named(is_ours)
         for batch in batches:
             if batch.is_control:
                 if batch.marker is None:
@@ -119,6 +132,7 @@ class TailReader:
                 if not is_ours(batch.producer_id):
                     events.append(EndTransactionMarker(batch.producer_id, batch.producer_epoch,
                                                        batch.marker == MarkerType.COMMIT, batch.base_offset))
+                    self.settling.discard(batch.producer_id)  # settled: from now on named as the tail names it
                 elif (held := self._open_ours.pop(batch.producer_id, None)) and batch.marker == MarkerType.COMMIT:
                     events.extend(replace(tombstone, settled_at=batch.base_offset) for tombstone in held)
             elif batch.is_transactional and not is_ours(batch.producer_id):
@@ -230,9 +244,10 @@ class TransactionTails:
     def followed(self) -> set[int]:
         return set(self._followed)
 
-    def follow(self, partition: int, start: int, deliver: Deliver) -> None:
+    def follow(self, partition: int, start: int, deliver: Deliver, settling: Collection[int] = ()) -> None:
         """Read `partition` from `start` on, handing its events to `deliver` on the calling loop, until `stop`
-        (a tail already following it is replaced)."""
+        (a tail already following it is replaced). `settling`: the producer ids the load left pending
+        (`TailReader`)."""
         caller = asyncio.get_running_loop()
         token = object()
         self._followed[partition] = token
@@ -242,7 +257,7 @@ class TransactionTails:
                 deliver(events, read_to)
 
         loop = self._tails_loop()
-        loop.call_soon_threadsafe(self._start, partition, start, caller, on_caller_loop)
+        loop.call_soon_threadsafe(self._start, partition, start, caller, on_caller_loop, tuple(settling))
         log.debug("event=txn_tail_started topic=%s partition=%d from_offset=%d", self.topic, partition, start)
 
     def stop(self, partitions: Collection[int]) -> None:
@@ -275,9 +290,10 @@ class TransactionTails:
             self._loop, self._thread = loop, thread
         return self._loop
 
-    def _start(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
+    def _start(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver,
+               settling: tuple[int, ...]) -> None:
         self._cancel([partition])
-        task = asyncio.get_running_loop().create_task(self._tail(partition, start, caller, deliver),
+        task = asyncio.get_running_loop().create_task(self._tail(partition, start, caller, deliver, settling),
                                                       name=f"txn-tail-{partition}")
         self._tasks[partition] = task
         task.add_done_callback(lambda done: self._tasks.pop(partition, None) if self._tasks.get(partition) is done
@@ -312,9 +328,10 @@ class TransactionTails:
             raise
         self.owners.learn(producer_ids, states)
 
-    async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
+    async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver,
+                    settling: tuple[int, ...]) -> None:
         tail = _Tail(partition, PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes,
-                                                 lambda: False), start)
+                                                 lambda: False), start, TailReader(settling))
         try:
             while True:
                 try:

@@ -153,6 +153,29 @@ def test_fetched_batches_become_a_clients_batches_and_markers_ours_and_plain_one
         EndTransactionMarker(CLIENT, EPOCH, False, 7)]
 
 
+def test_a_producer_the_load_left_pending_is_settled_by_its_marker_even_if_the_tail_names_it_ours(env: Env) -> None:
+    """The load cannot wait for a producer no broker lists and leaves its open transaction pending as a client's;
+    if the tail then names it ours (listed again), its marker must still settle those offsets, or they stay
+    pending (UNSTABLE_OFFSET_COMMIT) for good. Its later transactions are ours again."""
+    ours = lambda pid: pid == OURS  # noqa: E731
+    reader = TailReader(settling=[OURS])
+    assert reader.wants_records(ours)(OURS, True)  # read as a client's until its marker
+    events = reader.events([fetched_batch(10, OURS), fetched_batch(12, OURS, control=MarkerType.ABORT),
+                            fetched_batch(13, OURS), fetched_batch(15, OURS, control=MarkerType.COMMIT)], ours)
+    # after the marker the producer's batch is ours: only its offset tombstone, at its own COMMIT
+    assert [type(e) for e in events] == [ClientTransactionalBatch, EndTransactionMarker, OwnOffsetTombstone]
+    assert events[1] == EndTransactionMarker(OURS, EPOCH, False, 12) and not reader.settling
+    assert events[2] == OwnOffsetTombstone("s", ("t", 1), 14, 15)
+    shard = env.coordinator.shard_for("s")
+    replay_transaction_events(shard, [batch_at(8, {0: 3})], 9)  # what the load left pending
+    producer = shard.transactional_offsets.by_producer
+    assert ("t", 0) in producer[CLIENT].offsets["s"]
+    settled = TailReader(settling=[CLIENT]).events([fetched_batch(20, CLIENT, control=MarkerType.COMMIT)],
+                                                   lambda pid: True)  # the tail names every producer ours
+    replay_transaction_events(shard, settled, 21)
+    assert CLIENT not in producer and not shard.transactional_offsets.has_pending("s", ("t", 0))
+
+
 def test_producer_owners_are_asked_once_and_remembered_within_bounds() -> None:
     owners = ProducerOwners(lambda transactional_id: transactional_id.startswith("coordinator-"), capacity=2)
     batches = [fetched_batch(0, OURS), fetched_batch(2, CLIENT), fetched_batch(4, -1, transactional=False)]
