@@ -38,12 +38,27 @@ class FrameReader:
 
     def get_buffer(self) -> memoryview:
         """Free space to receive into; the caller must report how much it wrote with `buffer_updated`."""
+        if not self._end:  # empty (the usual read: a peer's next request): the whole buffer, no new view
+            return self._view
         if self._end - self._start >= SIZE_PREFIX_BYTES or len(self._buf) - self._end < _MIN_FREE_BYTES:
             self._make_room(self._wanted_bytes())
         return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         self._end += nbytes
+
+    def sole_frame(self, nbytes: int) -> bytes | None:
+        """`buffer_updated(nbytes)` for a connection that hands out one frame at a time: when these bytes are
+        exactly one whole frame received into an empty buffer (a client's next request, the usual read), that
+        frame's payload, and the buffer stays empty; otherwise None, the bytes kept as `buffer_updated` keeps them
+        (`next_frame` hands them out and reports a bad size prefix). The size prefix passes the same bounds."""
+        if not self._end and nbytes > SIZE_PREFIX_BYTES:
+            size: int
+            (size,) = _SIZE.unpack_from(self._buf)
+            if size == nbytes - SIZE_PREFIX_BYTES and size <= self.max_frame_bytes:
+                return bytes(self._view[SIZE_PREFIX_BYTES:nbytes])
+        self._end += nbytes
+        return None
 
     def feed(self, data: bytes) -> None:
         """Copy `data` in (for callers that receive bytes rather than lend a buffer)."""

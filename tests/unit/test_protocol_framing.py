@@ -117,3 +117,73 @@ def test_partial_frame_is_held_until_complete() -> None:
     assert reader.buffered_bytes == 7
     reader.feed(frame[7:])
     assert reader.next_frame() == b"abcdef"
+
+
+# ---------------------------------------------------------------------------------------------- sole_frame
+
+
+def _lend(reader: FrameReader, data: bytes) -> int:
+    """`data` written into the lent buffer as a transport does; how many bytes."""
+    buffer = reader.get_buffer()
+    buffer[: len(data)] = data
+    del buffer
+    return len(data)
+
+
+def test_a_read_of_exactly_one_frame_into_an_empty_buffer_is_handed_out_and_leaves_nothing() -> None:
+    reader = FrameReader()
+    frame = reader.sole_frame(_lend(reader, encode_frame(b"heartbeat")))
+    assert frame == b"heartbeat" and type(frame) is bytes
+    assert reader.buffered_bytes == 0 and reader.next_frame() is None
+    assert reader.sole_frame(_lend(reader, encode_frame(b"next"))) == b"next"  # and again on the next read
+
+
+@pytest.mark.parametrize("stream", [encode_frame(b"one") + encode_frame(b"two"), encode_frame(b"partial")[:-1],
+                                    encode_frame(b"")], ids=["two-frames", "part-of-one", "empty-frame"])
+def test_any_other_read_is_kept_for_next_frame(stream: bytes) -> None:
+    reader = FrameReader()
+    assert reader.sole_frame(_lend(reader, stream)) is None
+    assert reader.buffered_bytes == len(stream)
+    expected = FrameReader()
+    expected.feed(stream)
+    assert _drain(reader) == _drain(expected)
+
+
+def test_a_read_after_a_partial_frame_is_not_a_sole_frame_even_when_it_completes_one() -> None:
+    reader = FrameReader()
+    stream = encode_frame(b"split")
+    assert reader.sole_frame(_lend(reader, stream[:3])) is None
+    assert reader.sole_frame(_lend(reader, stream[3:])) is None  # the buffer was not empty
+    assert _drain(reader) == [b"split"]
+
+
+@pytest.mark.parametrize("prefix", [struct.pack(">i", 11), struct.pack(">i", -1)], ids=["over-the-limit", "negative"])
+def test_a_bad_size_prefix_is_never_a_sole_frame_and_next_frame_refuses_it(prefix: bytes) -> None:
+    reader = FrameReader(max_frame_bytes=10)
+    assert reader.sole_frame(_lend(reader, prefix + b"x" * 11)) is None
+    with pytest.raises(InvalidFrameSize):
+        reader.next_frame()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=20),
+    cuts=st.lists(st.integers(min_value=0, max_value=7000), max_size=30),
+)
+def test_sole_frame_then_next_frame_give_the_same_frames_for_any_split(payloads: list[bytes], cuts: list[int]) -> None:
+    """What a connection does per read (sole_frame, then next_frame for whatever it kept) hands out every frame
+    once, in order, however the bytes arrive."""
+    stream = b"".join(encode_frame(p) for p in payloads)
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    reader = FrameReader()
+    received = []
+    for begin, end in zip(bounds, bounds[1:]):
+        chunk = stream[begin:end]
+        while chunk:
+            n = min(len(reader.get_buffer()), len(chunk))
+            frame = reader.sole_frame(_lend(reader, chunk[:n]))
+            if frame is not None:
+                received.append(frame)
+            received += _drain(reader)
+            chunk = chunk[n:]
+    assert received == payloads
