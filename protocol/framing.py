@@ -47,17 +47,19 @@ class FrameReader:
     def buffer_updated(self, nbytes: int) -> None:
         self._end += nbytes
 
-    def sole_frame(self, nbytes: int) -> bytes | None:
-        """`buffer_updated(nbytes)` for a connection that hands out one frame at a time: when these bytes are
-        exactly one whole frame received into an empty buffer (a client's next request, the usual read), that
-        frame's payload, and the buffer stays empty; otherwise None, the bytes kept as `buffer_updated` keeps them
-        (`next_frame` hands them out and reports a bad size prefix). The size prefix passes the same bounds."""
-        if not self._end and nbytes > SIZE_PREFIX_BYTES:
+    def only_frame(self) -> bytes | None:
+        """The buffered bytes as a frame's payload when they are exactly one whole frame (a client's next request,
+        the usual read), the buffer then empty; otherwise None and nothing taken (`next_frame` hands out what is
+        there and reports a bad size prefix). For a connection that answers such a frame straight away."""
+        start = self._start
+        available = self._end - start
+        if available > SIZE_PREFIX_BYTES:
             size: int
-            (size,) = _SIZE.unpack_from(self._buf)
-            if size == nbytes - SIZE_PREFIX_BYTES and size <= self.max_frame_bytes:
-                return bytes(self._view[SIZE_PREFIX_BYTES:nbytes])
-        self._end += nbytes
+            (size,) = _SIZE.unpack_from(self._buf, start)
+            if size == available - SIZE_PREFIX_BYTES and size <= self.max_frame_bytes:
+                frame = bytes(self._view[start + SIZE_PREFIX_BYTES:self._end])
+                self._emptied()
+                return frame
         return None
 
     def feed(self, data: bytes) -> None:
@@ -81,10 +83,13 @@ class FrameReader:
         self._start = begin + size
         frame = self._view[begin : self._start].tobytes()
         if self._start == self._end:
-            self._start = self._end = 0
-            if len(self._buf) > _SHRINK_ABOVE_BYTES:  # give back the room a big frame needed
-                self._replace(bytearray(_INITIAL_CAPACITY))
+            self._emptied()
         return frame
+
+    def _emptied(self) -> None:
+        self._start = self._end = 0
+        if len(self._buf) > _SHRINK_ABOVE_BYTES:  # give back the room a big frame needed
+            self._replace(bytearray(_INITIAL_CAPACITY))
 
     def _checked_size(self) -> int:
         size: int

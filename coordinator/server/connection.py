@@ -206,24 +206,40 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         try:
+            reader = self._reader
+            reader.buffer_updated(nbytes)
             self.activity += 1
-            if (self._direct and self._in_flight is None and not self._writing_paused and not self._reading_paused
-                    and self._turn.left > 0 and self._open and not self._server.closing):
-                frame = self._reader.sole_frame(nbytes)
-                if frame is not None:
-                    self._sole_frame(frame)
+            if self._plain_now():
+                if self._turn.left > 0:
+                    frame = reader.only_frame()
+                    if frame is not None:
+                        self._sole_frame(frame)
+                        return
+                elif not self._last_turn:  # the turn's budget is spent: what came waits for a later turn
+                    self._wait_for_turn()
                     return
-            else:
-                self._reader.buffer_updated(nbytes)
             self._process_frames()
         except Exception as exc:
             self._contain("buffer_updated", exc)
 
+    def _plain_now(self) -> bool:
+        """Nothing between the wire and the handlers (no SASL, no relay), and nothing parked, paused or closing:
+        a request read now is handled as _process_frames would handle it, without its loop."""
+        return (self._direct and self._in_flight is None and not self._writing_paused and not self._reading_paused
+                and self._open and not self._server.closing)
+
+    def _wait_for_turn(self) -> None:
+        """What _process_frames does with frames when the turn's budget is spent (nothing to flush here)."""
+        if self._reader.buffered_bytes and not self._deferred:
+            self._deferred = True
+            self._turn.wait(self, first=self._leads)
+        self._apply_read_limit()
+
     def _sole_frame(self, frame: bytes) -> None:
-        """A read that was exactly one request, on a connection with nothing waiting, parked or paused and budget
-        left this turn (what _process_frames would find): a Heartbeat v4 in its usual shape is answered with one
-        write, without the frame loop; anything else goes the general way (`_handle_frame`, then the loop for
-        the flush and the read limit). Kafka's order holds: nothing of this connection is waiting before it."""
+        """The one request this connection has (it read exactly one whole frame), nothing parked or paused and
+        budget left this turn: a Heartbeat v4 in its usual shape is answered with one write, without the frame
+        loop; anything else goes the general way (`_handle_frame`, then the loop for the flush and the read
+        limit). Kafka's order holds: nothing of this connection is waiting before it."""
         self._leads = False
         if frame[:4] == HEARTBEAT_V4_PREFIX and _HEARTBEAT_V4_SERVED:
             answer = self._heartbeat_v4_answer(frame)
@@ -329,6 +345,11 @@ class Connection(asyncio.BufferedProtocol):
         """A later turn's share of the frames left in the buffer (called by the turn budget)."""
         self._deferred = False
         try:
+            if self._plain_now() and self._turn.left > 0:  # a heartbeat that waited for this turn: answered directly
+                frame = self._reader.only_frame()
+                if frame is not None:
+                    self._sole_frame(frame)
+                    return
             self._process_frames()
         except Exception as exc:
             self._contain("continue_frames", exc)

@@ -1,7 +1,8 @@
-"""A read that is exactly one Heartbeat v4 request, on a connection with nothing waiting, parked or paused, is
-answered from `buffer_updated` with one write (Connection._sole_frame): the same answer as the frame loop's, the
-member's session moved, and every other read (pipelined frames, a split frame, an unusual shape, a spent turn
-budget, a failing handler) goes the general way with its usual outcome."""
+"""A connection whose buffer holds exactly one whole Heartbeat v4 request, nothing parked or paused, answers it
+from `buffer_updated` (or, when the turn's budget was spent, from `continue_frames` in a later turn) with one write
+(Connection._sole_frame): the same answer as the frame loop's, the member's session moved; everything else
+(pipelined frames, part of a frame, an unusual shape, a failing handler) goes the general way with its usual
+outcome."""
 
 from __future__ import annotations
 
@@ -124,18 +125,19 @@ async def test_errors_are_answered_on_the_direct_path_as_on_the_general_one(runt
     assert connection.loop_rounds == 1  # the pipelined pair only
 
 
-async def test_pipelined_and_split_reads_take_the_frame_loop_and_keep_the_order(runtime: Any) -> None:
+async def test_pipelined_frames_take_the_frame_loop_and_a_split_one_is_answered_once_whole(runtime: Any) -> None:
     connection, wire = _connected(runtime)
     frames = _heartbeat(1) + _heartbeat(2, MEMBERS[1])
     _receive(connection, frames)
     assert wire.writes == [_answer(1) + _answer(2)]  # one write for the read's answers
+    assert connection.loop_rounds == 1
     split = _heartbeat(3)
     _receive(connection, split[:5])
-    assert wire.writes[1:] == []
-    _receive(connection, split[5:])
-    assert wire.writes[1:] == [_answer(3)]
-    _receive(connection, _heartbeat(4))  # the buffer is empty again: the direct path
-    assert wire.writes[2:] == [_answer(4)] and connection.loop_rounds == 3
+    assert wire.writes[1:] == [] and connection.loop_rounds == 2  # the loop finds no whole frame
+    _receive(connection, split[5:])  # now the one whole frame buffered: the direct path
+    assert wire.writes[1:] == [_answer(3)] and connection.loop_rounds == 2
+    _receive(connection, _heartbeat(4))
+    assert wire.writes[2:] == [_answer(4)] and connection.loop_rounds == 2
 
 
 async def test_a_heartbeat_in_an_unusual_shape_is_answered_by_the_general_path(runtime: Any) -> None:
@@ -160,6 +162,7 @@ async def test_with_the_turn_budget_spent_the_heartbeat_waits_for_the_next_turn(
         if wire.writes:
             break
     assert wire.writes == [_answer(21)]
+    assert connection.loop_rounds == 0  # waited without the frame loop, answered directly in the later turn
 
 
 async def test_a_failing_handler_closes_the_connection_with_one_log_line_and_no_answer(
