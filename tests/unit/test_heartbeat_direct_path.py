@@ -36,6 +36,7 @@ class _Wire:
     def __init__(self) -> None:
         self.writes: list[bytes] = []
         self.aborted = False
+        self.reading = True
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 5555) if name in ("peername", "sockname") else default
@@ -43,8 +44,12 @@ class _Wire:
     def write(self, data: bytes) -> None:
         self.writes.append(bytes(data))
 
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
     def close(self) -> None: ...
 
     def abort(self) -> None:
@@ -76,8 +81,8 @@ async def runtime() -> Any:
     await timer.close()
 
 
-def _connected(runtime: GroupRuntime) -> tuple[_CountingConnection, _Wire]:
-    host = SimpleNamespace(config=ServerConfig(), relay=None, directory=None, coordinator=runtime,
+def _connected(runtime: GroupRuntime, config: ServerConfig = ServerConfig()) -> tuple[_CountingConnection, _Wire]:
+    host = SimpleNamespace(config=config, relay=None, directory=None, coordinator=runtime,
                            clock=runtime.clock, node=Node(0, "127.0.0.1", 9092, "test"), closing=False,
                            authorizer=None, admit=lambda _c: True, forget=lambda _c: None,
                            parked=lambda _c: None, unparked=lambda _c: None)
@@ -163,6 +168,22 @@ async def test_with_the_turn_budget_spent_the_heartbeat_waits_for_the_next_turn(
             break
     assert wire.writes == [_answer(21)]
     assert connection.loop_rounds == 0  # waited without the frame loop, answered directly in the later turn
+
+
+async def test_reads_waiting_for_the_next_turn_stop_at_max_buffered_bytes_and_resume_once_handled(
+        runtime: Any) -> None:
+    connection, wire = _connected(runtime, ServerConfig(max_buffered_bytes=3 * len(_heartbeat(0))))
+    budget = turn_budget()
+    budget.spend(budget.left)
+    for correlation_id in range(3):  # each read waits for the next turn, the third reaches the bound
+        assert wire.reading
+        _receive(connection, _heartbeat(correlation_id))
+    assert not wire.reading and wire.writes == []
+    for _ in range(10):  # the refill runs in a later turn (bounded)
+        await asyncio.sleep(0)
+        if wire.writes:
+            break
+    assert wire.writes == [_answer(0) + _answer(1) + _answer(2)] and wire.reading
 
 
 async def test_a_failing_handler_closes_the_connection_with_one_log_line_and_no_answer(
