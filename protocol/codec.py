@@ -28,7 +28,7 @@ from protocol import apis
 from protocol.apis import ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
-from protocol.group_fastpath import JoinGroupFields, SyncGroupFields, read_join_group, read_sync_group
+from protocol.group_fastpath import JoinGroupFields, SyncGroupFields, new_tuple, read_join_group, read_sync_group
 from protocol.tolerant import has_arrays, read_entity
 
 _HEADER_PREFIX = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
@@ -117,7 +117,8 @@ def read_group_request(frame: bytes) -> Request | None:
     if read is None:
         return None
     api_version, correlation_id, client_id, fields = read
-    return Request(RequestHeader(frame[1], api_version, correlation_id, client_id), fields)
+    # the NamedTuples built in C (group_fastpath.new_tuple): two per request of a rebalance
+    return new_tuple(Request, (new_tuple(RequestHeader, (frame[1], api_version, correlation_id, client_id)), fields))
 
 
 def _corruption(frame: bytes, exc: Exception) -> str:

@@ -77,9 +77,11 @@ def _install() -> None:
     _wrap(transaction_client.TransactionClient, "open_ahead", before="open_ahead_call", after="open_ahead_done")
     answer_parked = connection.Connection._answer_parked
 
-    def _answer_parked(self: Any, header: Any, to_frame: Any, future: Any) -> None:
-        answer_parked(self, header, to_frame, future)
-        stamp("answered", int(header.api_key))
+    def _answer_parked(self: Any, future: Any) -> None:
+        header = self._in_flight  # the parked request's (cleared by the answer)
+        answer_parked(self, future)
+        if header is not None:
+            stamp("answered", int(header.api_key))
     setattr(connection.Connection, "_answer_parked", _answer_parked)
 
     class StampedProducer(Producer):  # the client TransactionClient creates

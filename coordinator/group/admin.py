@@ -72,9 +72,17 @@ def list_groups(shard: GroupShard, req: ListGroupsRequest) -> list[ListedGroup]:
 
 def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict[str, Errors]]:
     """Deletes the Empty groups among `group_ids` (all of this shard): the error per group, answered once
-    their tombstones are written. A tombstone that fails is kept owed by the store and sent again."""
+    their tombstones are written. A tombstone that fails is kept owed by the store and sent again.
+
+    A group already deleted whose tombstones (its offsets', its own records') are not acknowledged yet is deleted
+    again: they are written again and the group is answered by that write. Kafka's memory reverts a failed
+    deletion (CoordinatorRuntime.failCurrentBatch: revertLastWrittenOffset), so there the group is still Empty
+    and the next DeleteGroups writes its tombstones again (GroupCoordinatorShard.deleteGroups); ours forgot the
+    group at the first attempt, and answering GROUP_ID_NOT_FOUND would report deleted a group that a restart
+    before the owed retry lands brings back."""
     results: dict[str, Errors] = {}
     eligible: list[GroupMetadata] = []
+    again: list[Write] = []
     consumer_writes: list[Write] = []
     for group_id in group_ids:
         error = shard.group_status_error(group_id, empty_id_ok=True)
@@ -84,7 +92,7 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
         elif group_id in shard.consumer_groups:
             results[group_id] = _delete_consumer_group(shard, group_id, consumer_writes)
         elif group is None or group.is_in(GroupState.DEAD):
-            results[group_id] = Errors.GROUP_ID_NOT_FOUND
+            results[group_id] = _delete_again(shard, group_id, again)
         elif group.is_in(GroupState.EMPTY):
             group.transition_to(GroupState.DEAD, shard.now_wall_ms())
             eligible.append(group)
@@ -92,10 +100,45 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
         else:
             results[group_id] = Errors.NON_EMPTY_GROUP
     if not eligible:
-        return Result(results, consumer_writes)
+        return Result(results, consumer_writes + again)
     removed, writes = cleanup_groups(shard, eligible, _every_offset(shard), Removal.GROUP_DELETED)
+    _with_owed_group_tombstones(shard, eligible, writes)
     log.info("event=groups_deleted groups=%s offsets_removed=%d", [g.group_id for g in eligible], removed)
-    return Result(results, consumer_writes + writes)
+    return Result(results, consumer_writes + again + writes)
+
+
+def _delete_again(shard: GroupShard, group_id: str, writes: list[Write]) -> Errors:
+    """A group not in memory: GROUP_ID_NOT_FOUND, unless an earlier deletion's tombstones of it (its offsets', its
+    own records') are not acknowledged yet; then they go again, the offsets' first as Kafka orders a deletion (NONE,
+    or the write's error once it fails)."""
+    offsets = [r for w in unwritten_tombstones(shard, group_id) for r in w.records]
+    own = shard.unwritten_group_tombstones(group_id)
+    if not offsets and not own:
+        return Errors.GROUP_ID_NOT_FOUND
+    log.info("event=group_deleted_again group=%s offsets=%d group_records=%d", group_id, len(offsets), len(own))
+
+    def written(error: Errors) -> None:
+        if error != Errors.NONE:  # still owed: the store sends them again
+            log.warning("event=tombstone_write_failed group=%s offsets=%d group_records=%d error=%s", group_id,
+                        len(offsets), len(own), error.name)
+
+    writes.append(Write(group_id, [*offsets, *own], written))
+    return Errors.NONE
+
+
+def _with_owed_group_tombstones(shard: GroupShard, deleted: list[GroupMetadata], writes: list[Write]) -> None:
+    """A deleted group whose own records' earlier tombstones are still owed (a simple consumer's commit made the
+    group again, with no generation of its own to write a metadata tombstone for) writes them again too."""
+    by_group = {write.group_id: write for write in writes}
+    for group in deleted:
+        owed = shard.unwritten_group_tombstones(group.group_id)
+        if not owed:
+            continue
+        write = by_group.get(group.group_id)
+        if write is None:
+            writes.append(Write(group.group_id, owed))
+        else:
+            write.records.extend(r for r in owed if r not in write.records)
 
 
 def _every_offset(shard: GroupShard) -> GroupSelector:

@@ -83,15 +83,17 @@ def _join(shard: GroupShard, req: JoinGroupRequest, future: asyncio.Future[JoinG
         _do_new_member_join(shard, group, req, future)
     else:
         _do_current_member_join(shard, group, req, future)
-    if group.is_in(PREPARING) and group.has_all_members_joined:  # short of that, no DelayedJoin completes
+    # (the state read as an attribute on this path, not with is_in: a call per check, every member of a rebalance)
+    if group.state is PREPARING and group.has_all_members_joined:  # short of that, no DelayedJoin completes
         shard.rebalance_purgatory.check_and_complete(join_key(group.group_id))
 
 
 def _accept_joining_member(shard: GroupShard, group: GroupMetadata, member_id: str) -> bool:
     max_size = shard.config.group_max_size
-    if group.state in (EMPTY, DEAD):
+    state = group.state
+    if state is EMPTY or state is DEAD:
         return True
-    if group.is_in(PREPARING):
+    if state is PREPARING:
         member = group.members.get(member_id)
         return (member is not None and member.is_awaiting_join) or group.num_members_awaiting_join < max_size
     return member_id in group.members or group.size < max_size
@@ -138,7 +140,7 @@ def _do_new_member_join(shard: GroupShard, group: GroupMetadata, req: JoinGroupR
 def _do_current_member_join(shard: GroupShard, group: GroupMetadata, req: JoinGroupRequest,
                             future: asyncio.Future[JoinGroupResponse]) -> None:
     member_id = req.member_id
-    if group.is_in(DEAD):
+    if group.state is DEAD:
         _answer(future, JoinGroupResponse(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id))
     elif not group.supports_protocols(req.protocol_type, req.protocols):
         _answer(future, JoinGroupResponse(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
@@ -161,7 +163,7 @@ def _do_existing_member_join(shard: GroupShard, group: GroupMetadata, member: Me
                              req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]) -> None:
     protocols = req.protocols
     reason = req.reason or "not provided"
-    if group.is_in(PREPARING):  # every member of a rebalance: no rebalance to start, so no cause to describe
+    if group.state is PREPARING:  # every member of a rebalance: no rebalance to start, so no cause to describe
         _update_member(group, member, req, future)
     elif group.is_in(COMPLETING):
         if member.matches(protocols):

@@ -95,6 +95,7 @@ class GroupRuntime:
             shard.status = ShardStatus.ACTIVE
             shard.expect_write = functools.partial(store.expect_append, shard.partition)
             shard.unwritten_tombstones = store.unwritten_tombstones_of
+            shard.unwritten_group_tombstones = store.unwritten_group_tombstones_of
         self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
         self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for, wall_clock=self.wall_clock)
         self.consumer_groups.batch_targets = True

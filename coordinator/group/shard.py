@@ -22,7 +22,7 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.observer import GroupObserver
 from coordinator.group.residency import GroupResidency
-from coordinator.group.records import TopicPartition
+from coordinator.group.records import Record, TopicPartition
 from coordinator.group.result import Write
 from coordinator.group.state import EMPTY
 from coordinator.group.status import STATUS_ERRORS, ShardStatus
@@ -42,6 +42,10 @@ def _no_store(write: Write) -> None:
 
 def _none_unwritten(group_id: str) -> set[TopicPartition]:
     return set()
+
+
+def _no_unwritten_group_tombstones(group_id: str) -> list[Record]:
+    return []
 
 
 class GroupShard(GroupResidency):
@@ -73,6 +77,9 @@ class GroupShard(GroupResidency):
         # The store's: the group's offsets whose tombstone of ours is not acknowledged yet (a deletion asked again
         # writes them again: offsets.remove_with_pending)
         self.unwritten_tombstones: Callable[[str], set[TopicPartition]] = _none_unwritten
+        # The store's: the tombstones of the group's own records (not its offsets) whose tombstone of ours is not
+        # acknowledged yet (a DeleteGroups asked again writes them again: admin.handle_delete_groups)
+        self.unwritten_group_tombstones: Callable[[str], list[Record]] = _no_unwritten_group_tombstones
         self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
 

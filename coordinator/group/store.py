@@ -124,6 +124,12 @@ class GroupStore(ABC):
         owed a retry) and not superseded by a newer write: gone from memory, perhaps still in the log."""
         return set()
 
+    def unwritten_group_tombstones_of(self, group_id: str) -> list[Record]:
+        """The tombstones of the group's own records (a classic group's metadata, a consumer group's records: not
+        its offsets) whose latest tombstone of ours is not acknowledged yet (sent and unanswered, or owed a retry)
+        and not superseded by a newer write, as records to write again: gone from memory, perhaps still in the log."""
+        return []
+
     def supersede_tombstones(self, partition: int, group_id: str, partitions: Collection[TopicPartition]
                              ) -> Callable[[], None]:
         """A client's transactional batch of these offsets is about to be appended to the partition: their owed

@@ -35,14 +35,15 @@ def _sync(shard: GroupShard, req: SyncGroupRequest, future: asyncio.Future[SyncG
     group = shard.groups.get(req.group_id)
     if error is None:
         error = Errors.UNKNOWN_MEMBER_ID if group is None else _validate_sync_group(shard, group, req)
+    # (the state read as an attribute here, not with is_in: a call per check, every member of a rebalance)
     if error is not None or group is None:
         future.set_result(SyncGroupResponse(error or Errors.UNKNOWN_SERVER_ERROR))
-    elif group.is_in(EMPTY):
+    elif (state := group.state) is EMPTY:
         future.set_result(SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID))
-    elif group.is_in(PREPARING):
+    elif state is PREPARING:
         shard.observer.on_rebalance_in_progress(group.group_id, req.member_id, "SyncGroup")
         future.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
-    elif group.is_in(COMPLETING):
+    elif state is COMPLETING:
         return _park_sync(shard, group, req, future)
     else:  # Stable
         shard.remove_pending_sync_member(group, req.member_id)
@@ -54,7 +55,7 @@ def _sync(shard: GroupShard, req: SyncGroupRequest, future: asyncio.Future[SyncG
 
 
 def _validate_sync_group(shard: GroupShard, group: GroupMetadata, req: SyncGroupRequest) -> Errors | None:
-    if group.is_in(DEAD):
+    if group.state is DEAD:
         return Errors.COORDINATOR_NOT_AVAILABLE
     error = shard.validate_current_member(group, req.member_id, req.group_instance_id, "sync-group")
     if error is not None:

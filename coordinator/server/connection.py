@@ -158,6 +158,7 @@ class Connection(asyncio.BufferedProtocol):
         # what a parked request waits on: (its handler's coroutine, or None when started here; the future; the
         # done callback that carries on)
         self._parked: tuple[Coroutine[Any, Any, Any] | None, asyncio.Future[Any], Any] | None = None
+        self._to_frame: _ToFrame = join_group.to_frame  # packs the answer of the request parked by `_start`
         self._task: asyncio.Task[Any] | None = None
         self._open = False
         self._outgoing: list[bytes] = []  # responses of this read, sent in one write (one syscall)
@@ -442,39 +443,51 @@ class Connection(asyncio.BufferedProtocol):
             if outcome.done():  # answered at once (an error): no loop turn
                 self._answer(header, to_frame, outcome)
                 return
+            # What the answer needs is kept on the connection (one request in flight), the callback a bound
+            # method: no partial per parked request (a rebalance parks two per member).
             self._in_flight = header
+            self._to_frame = to_frame
             self._server.parked(self)
-            answer = functools.partial(self._answer_parked, header, to_frame)
+            answer = self._answer_parked
             self._parked = (None, outcome, answer)
             outcome.add_done_callback(answer)
         else:
             self._drive(header, _framed(header, outcome, to_frame), context)
 
-    def _answer_parked(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
+    def _answer_parked(self, future: asyncio.Future[Any]) -> None:
+        """The parked request's answer, in the future's done callback, then what waited behind it on this
+        connection."""
+        parked, header = self._parked, self._in_flight
+        if parked is None or parked[1] is not future or header is None:
+            return  # given up on (cancel_in_flight) after its answer was scheduled: not this request's any more
         self._parked = None
         self._in_flight = None
         try:
             self._server.unparked(self)
-            self._answer(header, to_frame, future)
-            if header.api_key == _JOIN_GROUP and not future.cancelled() and future.exception() is None:
-                self._leads = join_group.answered_as_leader(future.result())
+            response = self._answer(header, self._to_frame, future)
+            if response is not None and header.api_key == _JOIN_GROUP:
+                self._leads = join_group.answered_as_leader(response)
             self._process_frames()
         except Exception as exc:
             self._contain("resume", exc)
 
-    def _answer(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> None:
+    def _answer(self, header: RequestHeader, to_frame: _ToFrame, future: asyncio.Future[Any]) -> Any:
+        """A request started here, its future done: the frame `to_frame` packs, written (no encoding step;
+        nothing once closed: the client went away, Kafka drops it too). The response if one was written."""
         if future.cancelled():
-            return  # as a cancelled handler: no response
+            return None  # as a cancelled handler: no response
         error = future.exception()
         if error is not None:
             self._fail(header, error)
-            return
+            return None
+        response = future.result()
         try:
-            frame = to_frame(header, future.result())
+            frame = to_frame(header, response)
         except Exception as exc:
             self._fail(header, exc)
-            return
-        self._respond(header, frame)
+            return None
+        self._write(frame)
+        return response
 
     def _sasl_admits(self, frame: bytes) -> bool:
         """Kafka's SASL sequence on a SASL listener: a request out of it closes the connection (after Kafka's
@@ -699,7 +712,14 @@ class Connection(asyncio.BufferedProtocol):
         return not self._writing_paused and self._open
 
     def _relay_blocked(self) -> bool:
-        return self._relaying is not None and self._relaying.blocked()
+        """The broker is not taking requests, or a SaslAuthenticate awaits its verdict: Kafka's broker reads a
+        client's next request only once the authenticate is answered (SaslServerAuthenticator, one receive per
+        step), so what the client sent behind it is read after the verdict reached it."""
+        relaying = self._relaying
+        if relaying is None:
+            return False
+        sasl = self._sasl
+        return relaying.blocked() or (sasl is not None and sasl.awaiting)
 
     def relay_responses_ready(self) -> None:
         """Called by the upstream link (from its own protocol callbacks) when responses have arrived."""

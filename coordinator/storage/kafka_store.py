@@ -33,6 +33,7 @@ from protocol.error_codes import Errors
 from coordinator.group.partitioner import partition_for
 from coordinator.group.records import (GroupMetadataRecord, GroupRecord, OffsetCommitRecord, OffsetRecord, Record,
                                        TopicPartition, offset_commits, tombstones)
+from coordinator.group.modern.records import RecordType, Tombstone
 from coordinator.group.store import GroupStore, LoadedGroups, StoreError
 from coordinator.group.txn_offsets import TransactionEvent, nothing_to_restore
 from coordinator.security.clusters import cluster_security
@@ -40,7 +41,10 @@ from coordinator.storage.appender import RecordAppender
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.loader import consumer_settings, read_state_with_transactions
 from coordinator.storage.partition_writers import PartitionTransactions
-from coordinator.storage.records import OPEN_AHEAD_KEY, OffsetCommitKey, decode_key, encode
+from coordinator.storage.consumer_records import CONSUMER_GROUP_TYPES
+from coordinator.storage.consumer_records import decode as decode_consumer_record
+from coordinator.storage.records import (OPEN_AHEAD_KEY, GroupMetadataKey, OffsetCommitKey, UnknownKey, decode_key,
+                                         encode)
 from coordinator.storage.state_producers import StateProducer, open_state_producer
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_state_topic, make_admin
@@ -151,6 +155,10 @@ class KafkaGroupStore(GroupStore):
     def unwritten_tombstones_of(self, group_id: str) -> set[TopicPartition]:
         return {(key.topic, key.partition) for raw in self._tombstones.unwritten_of(group_id)
                 if isinstance(key := decode_key(raw), OffsetCommitKey)}
+
+    def unwritten_group_tombstones_of(self, group_id: str) -> list[Record]:
+        records = (_group_tombstone(group_id, raw) for raw in self._tombstones.unwritten_of(group_id))
+        return [record for record in records if record is not None]
 
     def _tombstones_landed(self, partition: int, landed: list[tuple[bytes, int | None]]) -> None:
         follower = self._tombstone_followers.get(partition)
@@ -329,6 +337,19 @@ class KafkaGroupStore(GroupStore):
 
 def _offset_key(group_id: str, tp: TopicPartition) -> bytes:
     return encode(OffsetCommitRecord(group_id, tp[0], tp[1], None))[0]
+
+
+def _group_tombstone(group_id: str, raw: bytes) -> Record | None:
+    """The typed tombstone of one of the group's keys if it is a group-level one (a classic group's metadata, a
+    consumer group's records); None for an offset's."""
+    key = decode_key(raw)
+    if isinstance(key, GroupMetadataKey):
+        return GroupMetadataRecord(key.group, None)
+    if not isinstance(key, UnknownKey) or key.version not in CONSUMER_GROUP_TYPES:
+        return None
+    if key.version == RecordType.PARTITION_METADATA:  # Kafka 4.0's, which decode() does not hand back
+        return Tombstone(RecordType.PARTITION_METADATA, group_id)
+    return decode_consumer_record(raw, None)
 
 
 class _EitherEvent(threading.Event):

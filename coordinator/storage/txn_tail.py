@@ -4,9 +4,14 @@ COMMIT/ABORT markers the transaction coordinator writes into them, read while th
 A client's TxnOffsetCommit lands in our partition as a transactional batch of its producer; the cluster's
 transaction coordinator decides the outcome and writes the marker, not through us, so the only way to learn it
 is to read the partition (Kafka's group coordinator learns it as the partition's leader). Each followed
-partition is read from where its load ended, read_uncommitted with a long poll (`max_wait_ms`) and a byte bound
-(`max_bytes`), on a connection of its own to the partition's leader (a broker answers one request per connection
-at a time: partitions sharing one would wait out each other's polls).
+partition is read from where its load ended, read_uncommitted with a byte bound (`max_bytes`), on a connection of
+its own to the partition's leader (a broker answers one request per connection at a time: partitions sharing one
+would wait out each other's polls). How long a fetch waits depends on what the last one found: after data, until
+16 KiB are there or 250 ms passed (under load one fetch then carries many of our own batches: a fetch's cost is
+mostly fixed); after nothing, until the first byte arrives or `idle_wait_ms` (30 s) passed. So an idle partition
+costs one fetch per 30 s instead of four a second, and a marker or a client's batch written to it is answered at
+once, whoever wrote it (the relay, a former owner's late append): the tail needs no word of what may come. The
+request frame is encoded once per tail and patched per fetch (`FetchFrame`).
 
 The tails run as tasks of one thread with its own event loop: parsing what they fetch (our own writes too) never
 stalls the coordinator's loop. What concerns a shard (a client's batch, a marker) is handed to the shard's loop
@@ -16,7 +21,12 @@ acknowledged) only our offset tombstones are handed over, once the partition has
 where one landed orders it against the clients' batches, and its acknowledgement can be lost. A producer id is
 named ours or a client's
 once, by ListTransactions on every broker (its transactional id against our prefix; connections the tails
-share), and remembered (bounded).
+share), and remembered (bounded). A producer id no broker lists is not named yet: a broker shutting down has
+already dropped the transactions of the partitions it resigned and still answers NONE, and one starting lists
+nothing for partitions it has not begun to load. The tail asks again from the same position, and only a producer
+id unlisted for `unlisted_grace_s` is taken as a client's (a client's batch read late, its transactional id
+expired since; taking ours for a client's leaves its offsets pending until its marker, taking a client's for ours
+would lose its commits).
 
 Errors never end a tail: a leadership change or a lost connection → new metadata and the same position; the
 position out of range (deleted below it, or a truncated log) → read again from the log start; anything else →
@@ -29,9 +39,10 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field as dataclass_field, replace
 
 from kio.static.primitive import i32, i64
 
@@ -43,7 +54,7 @@ from coordinator.storage.transaction_log import decode_offset_commit
 from coordinator.storage.uncommitted_load import RETRIABLE_FETCH_ERRORS, PartitionLeaders, transaction_states
 from protocol import apis
 from protocol.errors import ProtocolError
-from protocol.fetch_reader import (FetchedBatch, FetchedPartition, FetchError, MarkerType, WantsRecords, fetch,
+from protocol.fetch_reader import (FetchedBatch, FetchedPartition, FetchError, FetchFrame, MarkerType, WantsRecords,
                                   tolerant_request)
 from protocol.messages import build, item_class
 
@@ -56,10 +67,17 @@ _EARLIEST = -2
 _OFFSET_OUT_OF_RANGE = 1
 _RETRY_S = 0.5
 _KNOWN_PRODUCERS = 10_000  # producer ids remembered as ours or a client's
-# A fetch is answered once this much is there or after the wait: under load one fetch carries many of our own
-# batches (each fetch's cost is mostly fixed), idle the wait bounds how late a marker is seen
+# how long a producer id no broker lists is asked about again before it is taken as a client's: longer than a
+# broker's restart or a transaction coordinator partition's move
+_UNLISTED_GRACE_S = 120.0
+# After a fetch that found data, the next is answered once this much is there or after the wait: under load one
+# fetch carries many of our own batches (each fetch's cost is mostly fixed)
 _MIN_BYTES = 16 * 1024
 _MAX_WAIT_MS = 250
+# After a fetch that found nothing, the next is answered at the first byte or after this wait: an idle partition
+# costs one fetch per wait, and what is written to it is seen at once. Below the broker's idle-connection limit
+# (connections.max.idle.ms, 10 min); a connection lost without a word is noticed after it plus 30 s.
+_IDLE_WAIT_MS = 30_000
 
 
 def transaction_events(batches: Iterable[FetchedBatch], is_ours: Callable[[int], bool]) -> list[TransactionEvent]:
@@ -136,25 +154,44 @@ def client_batch(batch: FetchedBatch) -> ClientTransactionalBatch:
 
 
 class ProducerOwners:
-    """Which producer ids are ours: asked once per producer id, remembered for the last `capacity` asked."""
+    """Which producer ids are ours: asked until some broker lists them (at most `unlisted_grace_s`), remembered
+    for the last `capacity` named."""
 
-    def __init__(self, is_ours: Callable[[str], bool], capacity: int = _KNOWN_PRODUCERS) -> None:
+    def __init__(self, is_ours: Callable[[str], bool], capacity: int = _KNOWN_PRODUCERS,
+                 unlisted_grace_s: float = _UNLISTED_GRACE_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._is_ours = is_ours
         self._capacity = capacity
+        self._grace_s = unlisted_grace_s
+        self._clock = clock
         self._known: OrderedDict[int, bool] = OrderedDict()
+        self._unlisted: OrderedDict[int, float] = OrderedDict()  # producer id → when no broker first listed it
 
     def unknown(self, batches: Iterable[FetchedBatch]) -> set[int]:
         return {b.producer_id for b in batches if b.is_transactional and b.producer_id not in self._known}
 
     def learn(self, producer_ids: Collection[int], states: dict[int, tuple[str, str]]) -> None:
-        """`states`: ListTransactions' answer (producer id → transactional id, state). A producer id it does not
-        list is a client's: ours are current for our transactional ids while we write with them."""
+        """`states`: ListTransactions' answer (producer id → transactional id, state), every broker asked. A
+        producer id it does not list stays unknown until its grace has passed, then is a client's."""
+        now = self._clock()
         for producer_id in producer_ids:
             listed = states.get(producer_id)
+            if listed is None:
+                first = self._unlisted.get(producer_id)
+                if first is None:
+                    first = self._unlisted[producer_id] = now
+                    log.info("event=txn_producer_unlisted producer_id=%d grace_s=%.0f (no broker lists it: asked "
+                             "again until it is listed, a broker restarting or a transaction coordinator "
+                             "partition moving)", producer_id, self._grace_s)
+                if now - first < self._grace_s:
+                    continue
+                log.warning("event=txn_producer_taken_as_client producer_id=%d unlisted_s=%.0f", producer_id,
+                            now - first)
+            self._unlisted.pop(producer_id, None)
             self._known[producer_id] = listed is not None and self._is_ours(listed[0])
             self._known.move_to_end(producer_id)
-        while len(self._known) > self._capacity:
-            self._known.popitem(last=False)
+        for remembered in (self._known, self._unlisted):
+            while len(remembered) > self._capacity:
+                remembered.popitem(last=False)
 
     def is_ours(self, producer_id: int) -> bool:
         return self._known.get(producer_id, False)
@@ -164,18 +201,24 @@ class ProducerOwners:
         return {producer_id for producer_id, ours in self._known.items() if ours}
 
 
+class ProducersUnlisted(Exception):
+    """A fetch's batches have producers no broker lists yet: read them again after a pause."""
+
+
 class TransactionTails:
     """The tails of the partitions followed, in a thread of their own (started at the first `follow`)."""
 
     def __init__(self, bootstrap: str, security: ClusterSecurity | None, topic: str,
                  is_ours: Callable[[str], bool], *, max_bytes: int = 1 << 20, max_wait_ms: int = _MAX_WAIT_MS,
-                 min_bytes: int = _MIN_BYTES) -> None:
+                 min_bytes: int = _MIN_BYTES, idle_wait_ms: int = _IDLE_WAIT_MS) -> None:
         self.bootstrap = bootstrap
         self.security = security
         self.topic = topic
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
+        self.idle_wait_ms = idle_wait_ms
+        self.fetches = 0  # Fetch requests sent by every tail so far (written on the tails' thread)
         self.owners = ProducerOwners(is_ours)  # used on the tails' thread only
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -270,42 +313,52 @@ class TransactionTails:
         self.owners.learn(producer_ids, states)
 
     async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
-        leaders = PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes, lambda: False)
-        reader = TailReader()
-        position = start
+        tail = _Tail(partition, PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes,
+                                                 lambda: False), start)
         try:
             while True:
                 try:
-                    position = await self._step(leaders, reader, partition, position, caller, deliver)
+                    await self._step(tail, caller, deliver)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # a lost connection, a leader moved, a malformed answer: never the end
-                    position = await self._recover(leaders, partition, position, exc)
+                    tail.position = await self._recover(tail.leaders, partition, tail.position, exc)
+                    tail.found_data = True  # read on promptly from where it stands
         finally:
-            await leaders.close()
+            await tail.leaders.close()
 
-    async def _step(self, leaders: PartitionLeaders, reader: TailReader, partition: int, position: int,
-                    caller: asyncio.AbstractEventLoop, deliver: Deliver) -> int:
-        """One fetch from `position`, its events delivered; the next position."""
+    async def _step(self, tail: _Tail, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
+        """One fetch from the tail's position (waiting as its last fetch's finding says), its events delivered."""
+        leaders, partition = tail.leaders, tail.partition
         if partition not in leaders.leaders:
             await leaders.refresh([partition])
             await _close_all_but(leaders, leaders.leaders[partition])  # the Metadata connection is not kept
         client = await leaders.connect(leaders.leaders[partition])
-        answer = await fetch(client, self.topic, partition, position, max_bytes=self.max_bytes,
-                             max_wait_ms=self.max_wait_ms, timeout_ms=self.max_wait_ms + 30_000,
-                             min_bytes=self.min_bytes, wants_records=reader.wants_records(self.owners.is_ours))
+        if tail.frame is None:
+            tail.frame = FetchFrame(client.client_id, self.topic, partition, max_bytes=self.max_bytes)
+        wait_ms, min_bytes = (self.max_wait_ms, self.min_bytes) if tail.found_data else (self.idle_wait_ms, 1)
+        self.fetches += 1
+        answer = await tail.frame.fetch(client, self.topic, partition, tail.position, max_wait_ms=wait_ms,
+                                        min_bytes=min_bytes, timeout_ms=wait_ms + 30_000,
+                                        wants_records=tail.reader.wants_records(self.owners.is_ours))
         unknown = self.owners.unknown(answer.batches)
         if unknown:
             await self._name_producers(unknown)
-        events = reader.events(answer.batches, self.owners.is_ours)
-        next_position = _next_position(answer, position)
+            if unnamed := self.owners.unknown(answer.batches):
+                raise ProducersUnlisted(sorted(unnamed))
+        events = tail.reader.events(answer.batches, self.owners.is_ours)
+        next_position = _next_position(answer, tail.position)
+        tail.found_data = bool(answer.batches)
         if events:  # handed over and waited for: one fetch's worth in memory at most
             await asyncio.wrap_future(_call_on(caller, deliver, events, next_position))
-        return next_position
+        tail.position = next_position
 
     async def _recover(self, leaders: PartitionLeaders, partition: int, position: int, exc: Exception) -> int:
         """Where to read on after `exc`: the log start if the position is out of range, else the same position
         after a pause, with new metadata (most errors are a leadership change or a broker restarting)."""
+        if isinstance(exc, ProducersUnlisted):  # logged once per producer id by ProducerOwners
+            await asyncio.sleep(_RETRY_S)
+            return position
         if isinstance(exc, FetchError) and exc.error_code == _OFFSET_OUT_OF_RANGE:
             try:
                 earliest = await self._log_start(leaders, partition)
@@ -342,6 +395,18 @@ class TransactionTails:
                                                                    f"{int(answered.error_code)}")
                     return int(answered.offset)
         raise ProtocolError(f"ListOffsets answer without {self.topic}-{partition}")
+
+
+@dataclass(slots=True)
+class _Tail:
+    """One followed partition's reading state (the tails' thread only)."""
+
+    partition: int
+    leaders: PartitionLeaders
+    position: int
+    reader: TailReader = dataclass_field(default_factory=TailReader)
+    found_data: bool = True  # the last fetch found batches (at the start: catch up from the load's end)
+    frame: FetchFrame | None = None
 
 
 async def _close_all_but(leaders: PartitionLeaders, address: tuple[str, int]) -> None:

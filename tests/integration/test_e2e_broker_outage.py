@@ -23,7 +23,7 @@ from protocol.client import KafkaClient
 from tests.support.machine import LoopLateness
 from tests.support.polling import wait_until
 from tests.support.service import Service, commit, describe, fetch_offsets, service, unique, until_loaded
-from tests.support.wire import heartbeat, join, nested, request, sync
+from tests.support.wire import heartbeat, join, join_with_member_id, nested, request, sync
 
 COMMIT_TIMEOUT_MS = 2_000
 # librdkafka checks message timeouts about once a second (a write fails up to 1 s after its timeout by design);
@@ -32,6 +32,7 @@ SLACK_MS = 2_500
 SESSION_MS = 10_000
 REBALANCE_MS = 8_000
 NONE, REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE, REBALANCE_IN_PROGRESS, UNSTABLE_OFFSET_COMMIT = 0, 7, 15, 27, 88
+GROUP_ID_NOT_FOUND = 69
 GROUP = "outage-app"
 HEARTBEAT_INTERVAL_S = 1.0
 BROKER_BACK_WITHIN_S = 180  # a JVM restarting on a loaded 2-core machine; bounded all the same
@@ -329,4 +330,53 @@ async def test_a_group_deleted_during_the_outage_stays_deleted_after_a_restart(r
         assert await fetch_offsets(client, "kept", (0,)) == {0: 4}
         assert await fetch_offsets(client, "doomed", (0, 1)) == {0: -1, 1: -1}
         assert (await describe(client, "doomed")).group_state == "Dead"
+        await client.close()
+
+
+async def test_a_group_deleted_again_while_its_tombstones_are_owed_is_answered_by_writing_them_again(
+        restartable_kafka: EmbeddedKafka) -> None:
+    """A DeleteGroups asked again while the first one's tombstones are owed (Kafka unreachable at the first
+    attempt, the store's retry not acknowledged yet). Kafka 4.1 reverts a failed write in memory
+    (CoordinatorRuntime.failCurrentBatch → revertLastWrittenOffset), so its next DeleteGroups finds the group still
+    Empty, writes the tombstones again and is answered by that write. Ours writes the owed tombstones (the group's
+    metadata, its generation being in the log, and its offsets') again: still down, COORDINATOR_NOT_AVAILABLE (it was
+    GROUP_ID_NOT_FOUND at once); back, NONE once written (GROUP_ID_NOT_FOUND only if the store's own retry was
+    acknowledged first). A coordinator killed right after (no closing attempt at what is owed) does not bring the
+    group back."""
+    state_topic = unique("__state")
+    settings = (f"offsets.commit.timeout.ms={COMMIT_TIMEOUT_MS}", "group.initial.rebalance.delay.ms=0")
+    async with service(restartable_kafka.bootstrap, state_topic, *settings) as running:
+        client = await running.client()
+        await until_loaded(client, "doomed")
+        joined = await join_with_member_id(client, "doomed")
+        assert joined.error_code == NONE and joined.generation_id == 1, joined
+        assert (await sync(client, "doomed", 1, joined.member_id, {joined.member_id: b""})).error_code == NONE
+        member = nested(ApiKey.LEAVE_GROUP, 5, "members")(member_id=joined.member_id, group_instance_id=None,
+                                                          reason=None)
+        left = await client.request(request(ApiKey.LEAVE_GROUP, 5, group_id="doomed", members=(member,)))
+        assert left.error_code == NONE, left
+        assert await commit(client, "doomed", -1, "", {0: 1, 1: 2}) == [NONE, NONE]
+        assert (await describe(client, "doomed")).group_state == "Empty"
+
+        async def delete() -> int:
+            deleted = await client.request(request(ApiKey.DELETE_GROUPS, 2, groups_names=("doomed",)))
+            return int(deleted.results[0].error_code)
+
+        await asyncio.to_thread(restartable_kafka.stop_blocking)
+        assert await delete() == COORDINATOR_NOT_AVAILABLE
+        assert await delete() == COORDINATOR_NOT_AVAILABLE  # written again, failed again: not "not found"
+        await asyncio.to_thread(restartable_kafka.start_blocking)
+        deadline = time.monotonic() + BROKER_BACK_WITHIN_S
+        while (again := await delete()) == COORDINATOR_NOT_AVAILABLE:  # the producer reconnects (backing off)
+            assert time.monotonic() < deadline, "Kafka never took writes again"
+        assert again in (NONE, GROUP_ID_NOT_FOUND), again
+        running.process.kill()
+        await running.process.wait()
+        await client.close()
+
+    async with service(restartable_kafka.bootstrap, state_topic, *settings) as restarted:
+        client = await restarted.client()
+        await until_loaded(client, "doomed")
+        assert (await describe(client, "doomed")).group_state == "Dead"
+        assert await fetch_offsets(client, "doomed", (0, 1)) == {0: -1, 1: -1}
         await client.close()

@@ -12,6 +12,7 @@ import ssl
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -23,6 +24,8 @@ from coordinator.embedded.secured import SecureListeners
 from coordinator.security.client_config import load_command_config
 from coordinator.security.clusters import ClusterSecurity
 from coordinator.security.connections import connect
+from coordinator.security.sasl_passthrough import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from protocol.apis import ApiKey
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, RequestTimedOut
 from tests.support import service as e2e
@@ -31,6 +34,7 @@ from tests.support.pipes import DrainedPipe
 from tests.support.relay import ConsumerProcess, committed_offsets, start_consumers, stop_all
 from tests.support.polling import wait_until
 from tests.support.service import FAST, service, unique, until_loaded
+from tests.support.wire import ms, nested, request, subscription_metadata
 
 PARTITIONS = 3
 RECORDS = 30  # per partition
@@ -310,7 +314,8 @@ async def test_required_client_auth_refuses_a_client_without_a_certificate(secur
 async def test_sasl_on_our_listener_passes_through_to_the_cluster(secured_kafka: SecuredBroker) -> None:
     """--listen SASL_SSL://: consumers' own SCRAM exchanges (librdkafka's and aiokafka's) are judged by the broker
     (over each connection's upstream link, opened with TLS only); the group APIs here and the relayed ones are
-    served only after that."""
+    served only after that. A client refused (wrong password, or no SASL) touches no group state, even with its
+    group requests sent right behind the SaslAuthenticate."""
     bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
     properties = secured_kafka.scram()
     certificates = secured_kafka.certificates
@@ -360,6 +365,88 @@ async def test_sasl_on_our_listener_passes_through_to_the_cluster(secured_kafka:
         with pytest.raises((ConnectionClosed, RequestTimedOut)):  # a group request before it closes the connection
             await e2e.describe(unauthenticated, group)
         await unauthenticated.close()
+
+        # #20: a refused client touches no group state. Its JoinGroup and OffsetCommit go right behind its
+        # SaslAuthenticate with a wrong password (and, on another connection, with no SASL at all), so a coordinator
+        # that handled a request before the broker's verdict would make the group and its offset.
+        rejected_group = unique("passthrough-rejected")
+        wrong_password = await rejected_group_requests(running.port, certificates, rejected_group, topic,
+                                                       password="not-alices-password")
+        no_sasl = await rejected_group_requests(running.port, certificates, rejected_group, topic, password=None)
+        alice_client = await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False))
+        try:
+            assert await sasl_plain(alice_client, "alice", "alice-secret") == 0
+            listed = await alice_client.request(request(ApiKey.LIST_GROUPS, 4, states_filter=()))
+            assert listed.error_code == 0, listed
+            listed_ids = {g.group_id for g in listed.groups}
+            assert group in listed_ids and rejected_group not in listed_ids, listed_ids  # the app's group is seen
+            assert (await e2e.describe(alice_client, rejected_group)).group_state == "Dead"
+            assert await e2e.fetch_offsets(alice_client, rejected_group, (0,), topic=topic) == {0: -1}
+            assert await e2e.fetch_offsets(alice_client, group, (0,), topic=topic) == {0: RECORDS}
+        finally:
+            await alice_client.close()
+        # Kafka's broker reads the next request only once the SaslAuthenticate is answered (SaslServerAuthenticator
+        # handles one receive per authenticate() call), so it answers SASL_AUTHENTICATION_FAILED, then closes; so
+        # do we (the requests behind it are read after the verdict). Neither handles the group requests.
+        assert wrong_password == {"authenticate": 58, "join": "closed", "commit": "closed"}, wrong_password
+        assert no_sasl == {"join": "closed", "commit": "closed"}, no_sasl
+        # and with the right password what came behind the SaslAuthenticate is served, as Kafka serves it
+        pipelined = await KafkaClient.connect("127.0.0.1", running.port, ssl=tls_to_us(certificates, False))
+        try:
+            handshake = await pipelined.request(request(SASL_HANDSHAKE, 1, mechanism="PLAIN"))
+            assert handshake.error_code == 0, handshake
+            authenticated = pipelined.send(request(SASL_AUTHENTICATE, 2, auth_bytes=b"\0alice\0alice-secret"))
+            listed_behind = pipelined.send(request(ApiKey.LIST_GROUPS, 4, states_filter=()))
+            assert int((await asyncio.wait_for(authenticated, TIMEOUT_S)).error_code) == 0
+            listed = await asyncio.wait_for(listed_behind, TIMEOUT_S)
+            assert listed.error_code == 0 and group in {g.group_id for g in listed.groups}, listed
+        finally:
+            await pipelined.close()
+
+
+async def sasl_plain(client: KafkaClient, user: str, password: str) -> int:
+    """PLAIN on an open connection: SaslHandshake, then SaslAuthenticate; the latter's error code."""
+    handshake = await client.request(request(SASL_HANDSHAKE, 1, mechanism="PLAIN"))
+    assert handshake.error_code == 0, handshake
+    answer = await client.request(request(SASL_AUTHENTICATE, 2, auth_bytes=f"\0{user}\0{password}".encode()))
+    return int(answer.error_code)
+
+
+async def rejected_group_requests(port: int, certificates: CertificateSet, group_id: str, topic: str,
+                                  password: str | None) -> dict[str, int | str]:
+    """A client that is refused: a SaslAuthenticate as alice with `password` (None: no SASL at all) and, without
+    waiting for its answer, a JoinGroup and an OffsetCommit of `group_id`. Returns each request's error code, or
+    "closed" when the connection was closed before its answer."""
+    client = await KafkaClient.connect("127.0.0.1", port, ssl=tls_to_us(certificates, False))
+    try:
+        sent: dict[str, asyncio.Future[Any]] = {}
+        if password is not None:
+            handshake = await client.request(request(SASL_HANDSHAKE, 1, mechanism="PLAIN"))
+            assert handshake.error_code == 0, handshake
+            sent["authenticate"] = client.send(request(SASL_AUTHENTICATE, 2,
+                                                       auth_bytes=f"\0alice\0{password}".encode()))
+        protocol = nested(ApiKey.JOIN_GROUP, 9, "protocols")(name="range", metadata=subscription_metadata(topic))
+        sent["join"] = client.send(request(ApiKey.JOIN_GROUP, 9, group_id=group_id, session_timeout=ms(10_000),
+                                           rebalance_timeout=ms(10_000), member_id="", group_instance_id=None,
+                                           protocol_type="consumer", protocols=(protocol,), reason=None))
+        partition = nested(ApiKey.OFFSET_COMMIT, 8, "topics", "partitions")(
+            partition_index=0, committed_offset=7, committed_leader_epoch=-1, committed_metadata="")
+        offsets = nested(ApiKey.OFFSET_COMMIT, 8, "topics")(name=topic, partitions=(partition,))
+        sent["commit"] = client.send(request(ApiKey.OFFSET_COMMIT, 8, group_id=group_id,
+                                             generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                                             topics=(offsets,)))
+        answers: dict[str, int | str] = {}
+        for name, future in sent.items():
+            try:
+                answer = await future
+            except ConnectionClosed:
+                answers[name] = "closed"
+            else:  # OffsetCommit v8 has no top-level error code: its partition's
+                answers[name] = int(answer.topics[0].partitions[0].error_code if name == "commit"
+                                    else answer.error_code)
+        return answers
+    finally:
+        await client.close()
 
 
 async def test_coordinator_kafka_secure_prints_client_settings_that_work(tmp_path: Path) -> None:

@@ -173,6 +173,33 @@ async def test_a_transactional_commit_after_a_regular_one_wins_on_commit(kafka_b
         await close(env)
 
 
+async def test_an_idle_tail_sends_no_fetch_while_nothing_is_written_and_still_reads_a_transaction_at_once(
+        kafka_bootstrap: str) -> None:
+    """Served partitions with nothing written: once each tail's catch-up fetch found nothing, its tail waits in
+    one long poll, so no Fetch at all is sent over a window of seconds (the short polls sent 4 a second per
+    partition); a client's batch and its COMMIT marker written meanwhile are read at once, well within the idle
+    wait, without anyone telling the tail."""
+    topic = unique_topic()
+    env = await served(kafka_bootstrap, topic)
+    tails = env.store._tails
+    assert tails is not None and tails.idle_wait_ms >= 30_000
+    try:
+        await until(lambda: tails.fetches >= 2 * PARTITIONS)  # each: the catch-up fetch, then its long poll
+        before = tails.fetches
+        await asyncio.sleep(_IDLE_WINDOW_S)  # the window the requests are counted over
+        assert tails.fetches == before
+
+        producer = await client_transaction(kafka_bootstrap, topic, "g", 8)
+        await fetched_is(env, "g", (-1, Errors.UNSTABLE_OFFSET_COMMIT), timeout_s=10)
+        await asyncio.to_thread(producer.commit_transaction, 30)
+        await fetched_is(env, "g", (8, Errors.NONE), timeout_s=10)
+    finally:
+        await close(env)
+
+
+_IDLE_WINDOW_S = 3
+
+
 @pytest.mark.parametrize("fencing", [False, True], ids=["idempotent", "transactional"])
 async def test_the_tail_reads_our_offset_tombstones_after_a_clients_batch_in_log_order(kafka_bootstrap: str,
                                                                                       fencing: bool) -> None:

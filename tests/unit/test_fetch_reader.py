@@ -17,7 +17,8 @@ from kio.static.primitive import i32, i64
 
 from protocol import codec
 from protocol.messages import build
-from protocol.fetch_reader import FetchError, FetchFormatError, MarkerType, parse_batches, parse_fetch_response
+from protocol.fetch_reader import (FetchError, FetchFormatError, FetchFrame, MarkerType, fetch_request, parse_batches,
+                                   parse_fetch_response)
 from tests.support.transactions_wire import Producer, batch
 
 PRODUCER = Producer("app", 4242, 3)
@@ -141,3 +142,13 @@ def test_hostile_bytes_give_a_clean_error(fix_crc: bool) -> None:
             for parsed in answer.batches:
                 assert parsed.last_offset >= parsed.base_offset
     assert outcomes["refused"] > 100 and outcomes["parsed"] > 0, outcomes
+
+
+@pytest.mark.parametrize("topic", ["t", "__coordinator_state", "z" * 249])
+def test_a_fetch_frame_patched_per_fetch_equals_the_request_encoded_afresh(topic: str) -> None:
+    frame = FetchFrame("group-coordinator-loader", topic, 7, max_bytes=5_242_880)
+    for correlation_id, offset, wait_ms, min_bytes in ((1, 0, 250, 16_384), (2**31 - 1, 2**62 + 5, 30_000, 1),
+                                                       (17, 123_456, 0, 1)):
+        fresh = codec.encode_request(correlation_id, "group-coordinator-loader", fetch_request(
+            topic, 7, offset, max_bytes=5_242_880, max_wait_ms=wait_ms, min_bytes=min_bytes))
+        assert frame.frame(correlation_id, offset, max_wait_ms=wait_ms, min_bytes=min_bytes) == fresh

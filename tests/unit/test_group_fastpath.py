@@ -264,3 +264,32 @@ def test_the_join_answer_is_built_field_for_field() -> None:
     assert Rebalancing.join_response(group, "m-1", []) == api.JoinGroupResponse(
         Errors.NONE, member_id="m-1", generation_id=4, protocol_type="consumer", protocol_name="range",
         leader="m-1", skip_assignment=False, members=[])
+
+
+def test_the_hot_paths_tuples_are_their_named_types_field_for_field() -> None:
+    """The reader, codec.read_group_request and the JoinGroup handler build their NamedTuples with tuple.__new__
+    (group_fastpath.new_tuple, in C): the classes themselves, every field where its name says."""
+    from coordinator.group import api
+    from coordinator.server.handlers import join_group
+
+    join = codec.encode_request(7, "client", join_request(9, "g", 30_000, 45_000, "m-1", "i-1", "consumer",
+                                                          [("range", b"\x00\x01"), ("sticky", b"")], "why"))
+    request = codec.read_group_request(join[4:])
+    assert request is not None
+    assert type(request) is codec.Request and type(request.header) is codec.RequestHeader
+    assert request.header._asdict() == {"api_key": 11, "api_version": 9, "correlation_id": 7, "client_id": "client"}
+    assert type(request.body) is JoinGroupFields
+    assert request.body._asdict() == {
+        "group_id": "g", "session_timeout_ms": 30_000, "rebalance_timeout_ms": 45_000, "member_id": "m-1",
+        "group_instance_id": "i-1", "protocol_type": "consumer",
+        "protocols": [("range", b"\x00\x01"), ("sticky", b"")], "reason": "why"}
+    ctx: Any = SimpleNamespace(client_host="/h")
+    protocols = join_group.to_request(ctx, request.header, request.body).protocols
+    assert [type(p) for p in protocols] == [api.JoinGroupProtocol] * 2
+    assert [(p.name, p.metadata) for p in protocols] == [("range", b"\x00\x01"), ("sticky", b"")]
+    sync = pack_sync_group_request(5, 8, None, "g", 3, "m-1", None, "consumer", "range", [("m-1", b"a")])
+    read = codec.read_group_request(sync[4:])
+    assert read is not None and type(read.body) is SyncGroupFields
+    assert read.body._asdict() == {"group_id": "g", "generation_id": 3, "member_id": "m-1", "group_instance_id": None,
+                                   "protocol_type": "consumer", "protocol_name": "range",
+                                   "assignments": [("m-1", b"a")]}

@@ -159,8 +159,29 @@ def test_producer_owners_are_asked_once_and_remembered_within_bounds() -> None:
     assert owners.unknown(batches) == {OURS, CLIENT}
     owners.learn({OURS, CLIENT}, {OURS: ("coordinator-p0", "Ongoing"), CLIENT: ("app", "Ongoing")})
     assert owners.unknown(batches) == set() and owners.ours == {OURS} and not owners.is_ours(CLIENT)
-    owners.learn({99}, {})  # not listed: a client's (ours are current for our ids while we write)
+    owners.learn({99}, {99: ("app-2", "Empty")})
     assert not owners.is_ours(99) and len(owners.unknown(batches)) == 1  # the oldest one forgotten
+
+
+def test_a_producer_no_broker_lists_stays_unknown_until_its_grace_has_passed() -> None:
+    """A broker shutting down answers ListTransactions with NONE and without the transactions of the partitions
+    it resigned (seen: our own producer named a client's just before the broker stopped, so our commits stayed
+    pending and OffsetFetch answered UNSTABLE_OFFSET_COMMIT after the restart). Unlisted is not named."""
+    now = [100.0]
+    owners = ProducerOwners(lambda transactional_id: transactional_id.startswith("coordinator-"),
+                            unlisted_grace_s=120, clock=lambda: now[0])
+    batches = [fetched_batch(0, OURS), fetched_batch(2, CLIENT)]
+    owners.learn({OURS, CLIENT}, {})
+    assert owners.unknown(batches) == {OURS, CLIENT}  # asked again, neither taken for a client's
+    now[0] += 60
+    owners.learn({OURS, CLIENT}, {OURS: ("coordinator-0", "CompleteCommit")})  # the broker is back
+    assert owners.unknown(batches) == {CLIENT} and owners.ours == {OURS}
+    now[0] += 59.9
+    owners.learn({CLIENT}, {})
+    assert owners.unknown(batches) == {CLIENT}
+    now[0] += 0.1  # unlisted for the whole grace: a client's whose transactional id expired
+    owners.learn({CLIENT}, {})
+    assert owners.unknown(batches) == set() and not owners.is_ours(CLIENT)
 
 
 def test_our_offset_tombstones_are_read_in_log_order_once_a_clients_batch_was() -> None:

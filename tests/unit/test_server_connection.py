@@ -451,3 +451,76 @@ async def test_a_steady_consumer_group_heartbeat_is_answered_without_a_coroutine
         assert isinstance(outcomes[0], asyncio.Future)  # the join's answer, once its records are written
         assert [o if isinstance(o, tuple) else type(o).__name__ for o in outcomes[1:]] == [
             ("steady", "HeartbeatResponse"), ("steady", "NoneType"), "HeartbeatResponse"]
+
+
+class _KeptTransport:
+    """What a Connection writes to, without a socket: every write kept."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 5555) if name in ("peername", "sockname") else default
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def abort(self) -> None: ...
+    def close(self) -> None: ...
+
+
+async def test_an_answer_given_up_on_at_shutdown_leaves_the_next_parked_request_alone() -> None:
+    """cancel_in_flight after the parked JoinGroup's future was answered but before its done callback ran (the
+    answer already scheduled on the loop): that callback neither writes the answer given up on nor clears the
+    request parked after it, which is answered by its own future, once."""
+    from types import SimpleNamespace
+
+    from coordinator.group.api import JoinGroupResponse
+    from coordinator.server.config import ServerConfig
+    from coordinator.server.connection import Connection
+    from coordinator.server.context import Node
+    from protocol import codec
+    from protocol.error_codes import Errors
+
+    futures: list[asyncio.Future] = []
+
+    def start_join_group(_request: object) -> asyncio.Future:
+        futures.append(asyncio.get_running_loop().create_future())
+        return futures[-1]
+
+    host = SimpleNamespace(config=ServerConfig(), relay=None, directory=None,
+                           coordinator=SimpleNamespace(start_join_group=start_join_group),
+                           clock=SimpleNamespace(now_ms=lambda: 0), node=Node(0, "127.0.0.1", 9092, "test"),
+                           closing=False, authorizer=None, admit=lambda _c: True, forget=lambda _c: None,
+                           parked=lambda _c: None, unparked=lambda _c: None)
+    transport = _KeptTransport()
+    connection = Connection(host)  # type: ignore[arg-type]
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    protocol = nested(ApiKey.JOIN_GROUP, 9, "protocols")(name="range", metadata=subscription_metadata("t"))
+
+    def send_join(correlation_id: int) -> None:
+        frame = codec.encode_request(correlation_id, "c", request(
+            ApiKey.JOIN_GROUP, 9, group_id="g", session_timeout=ms(6000), rebalance_timeout=ms(10_000),
+            member_id="m-1", group_instance_id=None, protocol_type="consumer", protocols=(protocol,), reason=None))
+        buffer = connection.get_buffer(len(frame))
+        buffer[:len(frame)] = frame
+        connection.buffer_updated(len(frame))
+
+    def answer(member_id: str) -> JoinGroupResponse:
+        return JoinGroupResponse(Errors.NONE, member_id, 1, "consumer", "range", "m-0", False, [])
+
+    send_join(1)
+    assert connection.is_busy and len(futures) == 1
+    futures[0].set_result(answer("first"))  # its done callback is now scheduled, not run
+    connection.cancel_in_flight()
+    send_join(2)
+    assert connection.is_busy and len(futures) == 2
+    await asyncio.sleep(0)  # the first future's callback runs
+    await asyncio.sleep(0)
+    assert transport.written == [] and connection.is_busy  # nothing answered, the second still in flight
+    futures[1].set_result(answer("second"))
+    await wait_until(lambda: transport.written, 5, "the second answer written")
+    assert [struct.unpack_from(">i", frame, 4)[0] for frame in transport.written] == [2]  # correlation ids
+    assert not connection.is_busy
