@@ -38,6 +38,7 @@ _HEADER = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _CORRELATION_AND_CLIENT_ID_LENGTH = struct.Struct(">ih")
+_V4_SIZE = _V4.size - 4
 HEARTBEAT_V4_PREFIX = b"\x00\x0c\x00\x04"  # api_key 12, api_version 4
 
 
@@ -47,6 +48,11 @@ def pack_heartbeat_response(version: int, correlation_id: int, error_code: int, 
     if version >= 1:
         return _V1_TO_V3.pack(_V1_TO_V3.size - 4, correlation_id, throttle_time_ms, error_code)
     return _V0.pack(_V0.size - 4, correlation_id, error_code)
+
+
+def pack_heartbeat_v4_response(correlation_id: int, error_code: int) -> bytes:
+    """`pack_heartbeat_response(4, correlation_id, error_code)` without the version branches (the server's fast path)."""
+    return _V4.pack(_V4_SIZE, correlation_id, 0, 0, error_code, 0)
 
 
 def _legacy_string(value: str | None) -> bytes:
@@ -100,13 +106,15 @@ def read_heartbeat_v4_request(frame: bytes) -> tuple[int, str | None, str, int, 
     Worth it because the general path builds a kio object, a header and a request tuple per heartbeat: this
     costs about 1.3 µs less of the ~5 µs our server spends in Python per heartbeat. Reads only within `frame`
     (slices and unpack_from are bounded; a short frame raises and gives None). Bytes after the body are
-    ignored, as the general decoder does."""
+    ignored, as the general decoder does. The group and member ids are read inline (what `_short_compact_string`
+    does): a function call each is a tenth of this reader's time."""
     try:
         correlation_id, length = _CORRELATION_AND_CLIENT_ID_LENGTH.unpack_from(frame, 4)
         offset = 10
+        frame_length = len(frame)
         if length >= 0:
             offset += length
-            if offset > len(frame):
+            if offset > frame_length:
                 return None
             client_id: str | None = frame[10:offset].decode()
         elif length == -1:
@@ -115,13 +123,22 @@ def read_heartbeat_v4_request(frame: bytes) -> tuple[int, str | None, str, int, 
             return None
         if frame[offset]:  # header tagged fields
             return None
-        group_id, offset = _short_compact_string(frame, offset + 1)
-        (generation_id,) = _INT32.unpack_from(frame, offset)
-        member_id, offset = _short_compact_string(frame, offset + 4)
-        if frame[offset] == 0:  # null group_instance_id
-            group_instance_id, offset = None, offset + 1
+        size = frame[offset + 1]  # group_id: a compact string, its length + 1 in one byte
+        end = offset + 1 + size
+        if size == 0 or size >= 0x80 or end > frame_length:
+            return None
+        group_id = frame[offset + 2:end].decode()
+        (generation_id,) = _INT32.unpack_from(frame, end)
+        offset = end + 4
+        size = frame[offset]  # member_id, the same way
+        end = offset + size
+        if size == 0 or size >= 0x80 or end > frame_length:
+            return None
+        member_id = frame[offset + 1:end].decode()
+        if frame[end] == 0:  # null group_instance_id
+            group_instance_id, offset = None, end + 1
         else:
-            group_instance_id, offset = _short_compact_string(frame, offset)
+            group_instance_id, offset = _short_compact_string(frame, end)
         if frame[offset]:  # body tagged fields
             return None
     except (IndexError, struct.error, UnicodeDecodeError, _NotUsual):

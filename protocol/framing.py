@@ -38,12 +38,29 @@ class FrameReader:
 
     def get_buffer(self) -> memoryview:
         """Free space to receive into; the caller must report how much it wrote with `buffer_updated`."""
+        if not self._end:  # empty (the usual read: a peer's next request): the whole buffer, no new view
+            return self._view
         if self._end - self._start >= SIZE_PREFIX_BYTES or len(self._buf) - self._end < _MIN_FREE_BYTES:
             self._make_room(self._wanted_bytes())
         return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         self._end += nbytes
+
+    def only_frame(self) -> bytes | None:
+        """The buffered bytes as a frame's payload when they are exactly one whole frame (a client's next request,
+        the usual read), the buffer then empty; otherwise None and nothing taken (`next_frame` hands out what is
+        there and reports a bad size prefix). For a connection that answers such a frame straight away."""
+        start = self._start
+        available = self._end - start
+        if available > SIZE_PREFIX_BYTES:
+            size: int
+            (size,) = _SIZE.unpack_from(self._buf, start)
+            if size == available - SIZE_PREFIX_BYTES and size <= self.max_frame_bytes:
+                frame = bytes(self._view[start + SIZE_PREFIX_BYTES:self._end])
+                self._emptied()
+                return frame
+        return None
 
     def feed(self, data: bytes) -> None:
         """Copy `data` in (for callers that receive bytes rather than lend a buffer)."""
@@ -66,10 +83,13 @@ class FrameReader:
         self._start = begin + size
         frame = self._view[begin : self._start].tobytes()
         if self._start == self._end:
-            self._start = self._end = 0
-            if len(self._buf) > _SHRINK_ABOVE_BYTES:  # give back the room a big frame needed
-                self._replace(bytearray(_INITIAL_CAPACITY))
+            self._emptied()
         return frame
+
+    def _emptied(self) -> None:
+        self._start = self._end = 0
+        if len(self._buf) > _SHRINK_ABOVE_BYTES:  # give back the room a big frame needed
+            self._replace(bytearray(_INITIAL_CAPACITY))
 
     def _checked_size(self) -> int:
         size: int

@@ -70,6 +70,13 @@ class SessionTracking:
         member.heartbeat_op = None
         self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member.member_id))
 
+    @staticmethod
+    def _member_timed_by(op: DelayedHeartbeat) -> MemberMetadata | None:
+        """The member whose current session operation is `op`; None when it left the group or a newer operation
+        times it (what every decision about a member's operation starts from)."""
+        member = op.group.members.get(op.member_id)
+        return member if member is not None and member.heartbeat_op is op else None
+
     def try_complete_heartbeat(self, op: DelayedHeartbeat) -> bool:
         group = op.group
         if group.is_in(DEAD):
@@ -77,8 +84,8 @@ class SessionTracking:
         if op.is_pending:
             gone = op.member_id in group.members or op.member_id not in group.pending_members
             return op.force_complete() if gone else False
-        member = group.members.get(op.member_id)
-        if member is None or member.heartbeat_op is not op or self.has_satisfied_heartbeat(member):
+        member = self._member_timed_by(op)
+        if member is None or self.has_satisfied_heartbeat(member):
             return op.force_complete()
         return False
 
@@ -91,8 +98,8 @@ class SessionTracking:
                 log.info("event=pending_member_expired group=%s member=%s", group.group_id, op.member_id)
                 self.remove_pending_member_and_update_group(group, op.member_id)
         else:
-            member = group.members.get(op.member_id)
-            if member is not None and member.heartbeat_op is op:
+            member = self._member_timed_by(op)
+            if member is not None:
                 member.heartbeat_op = None
                 self._check_session(group, member, op)
 
@@ -105,10 +112,8 @@ class SessionTracking:
         not waiting in a rebalance, its group alive); anything else runs at the expiration it has."""
         if op.is_pending:
             return expiration_ms
-        group = op.group
-        member = group.members.get(op.member_id)
-        if (member is None or member.heartbeat_op is not op or group.state is DEAD
-                or self.has_satisfied_heartbeat(member)):
+        member = self._member_timed_by(op)
+        if member is None or op.group.state is DEAD or self.has_satisfied_heartbeat(member):
             return expiration_ms
         deadline_ms = member.heartbeat_deadline_ms
         if deadline_ms <= expiration_ms:

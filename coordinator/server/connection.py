@@ -60,7 +60,7 @@ from protocol.errors import InvalidFrameSize, ProtocolError, UnknownApiKey, Unsu
 from protocol.fastpath import (
     CONSUMER_GROUP_HEARTBEAT_API_KEY,
     HEARTBEAT_V4_PREFIX,
-    pack_heartbeat_response,
+    pack_heartbeat_v4_response,
     read_consumer_group_heartbeat,
     read_heartbeat_v4_request,
 )
@@ -79,6 +79,10 @@ _RESUMED_HERE = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
 # Enum members read per request, as module names: an Enum's class attribute (or a member's .value) costs ten times.
 _JOIN_GROUP = int(ApiKey.JOIN_GROUP)
 _RELAYED = Route.RELAYED
+_GROUP_AUTHORIZATION_FAILED = int(Errors.GROUP_AUTHORIZATION_FAILED)
+_NO_ANSWER = b""  # the request was handled and answers nothing (its connection was closed)
+_HEARTBEAT = SERVED_APIS.get(int(ApiKey.HEARTBEAT))
+_HEARTBEAT_V4_SERVED = _HEARTBEAT is not None and _HEARTBEAT.min_version <= 4 <= _HEARTBEAT.max_version
 
 
 _Start = Callable[[Any, RequestHeader, Any], Any]
@@ -137,6 +141,9 @@ class Connection(asyncio.BufferedProtocol):
                                      wake=self.relay_responses_ready) \
             if server.config.sasl_passthrough else None
         self._config = server.config
+        # nothing between the wire and the handlers (no SASL sequence, no relay): a read that is one Heartbeat v4
+        # may take the direct path in buffer_updated
+        self._direct = self._sasl is None and self._relaying is None
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._turn = turn_budget()  # the loop's requests per turn, shared with every other connection on it
         self._deferred = False  # queued with the budget: frames left for a later turn
@@ -200,11 +207,51 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         try:
-            self._reader.buffer_updated(nbytes)
+            reader = self._reader
+            reader.buffer_updated(nbytes)
             self.activity += 1
+            if self._plain_now():
+                if self._turn.left > 0:
+                    frame = reader.only_frame()
+                    if frame is not None:
+                        self._sole_frame(frame)
+                        return
+                elif not self._last_turn:  # the turn's budget is spent: what came waits for a later turn
+                    self._wait_for_turn()
+                    return
             self._process_frames()
         except Exception as exc:
             self._contain("buffer_updated", exc)
+
+    def _plain_now(self) -> bool:
+        """Nothing between the wire and the handlers (no SASL, no relay), and nothing parked, paused or closing:
+        a request read now is handled as _process_frames would handle it, without its loop."""
+        return (self._direct and self._in_flight is None and not self._writing_paused and not self._reading_paused
+                and self._open and not self._server.closing)
+
+    def _wait_for_turn(self) -> None:
+        """What _process_frames does with frames when the turn's budget is spent (nothing to flush here)."""
+        if self._reader.buffered_bytes and not self._deferred:
+            self._deferred = True
+            self._turn.wait(self, first=self._leads)
+        self._apply_read_limit()
+
+    def _sole_frame(self, frame: bytes) -> None:
+        """The one request this connection has (it read exactly one whole frame), nothing parked or paused and
+        budget left this turn: a Heartbeat v4 in its usual shape is answered with one write, without the frame
+        loop; anything else goes the general way (`_handle_frame`, then the loop for the flush and the read
+        limit). Kafka's order holds: nothing of this connection is waiting before it."""
+        self._leads = False
+        if frame[:4] == HEARTBEAT_V4_PREFIX and _HEARTBEAT_V4_SERVED:
+            answer = self._heartbeat_v4_answer(frame)
+            if answer is not None:
+                self._turn.spend(HEARTBEAT_UNITS)
+                if answer and self._open:
+                    self.activity += 1
+                    self._transport.write(answer)  # type: ignore[union-attr]
+                return
+        self._turn.spend(self._handle_frame(frame))
+        self._process_frames()  # the flush and the read limit, as after any request
 
     def eof_received(self) -> bool:
         try:
@@ -299,6 +346,11 @@ class Connection(asyncio.BufferedProtocol):
         """A later turn's share of the frames left in the buffer (called by the turn budget)."""
         self._deferred = False
         try:
+            if self._plain_now() and self._turn.left > 0:  # a heartbeat that waited for this turn: answered directly
+                frame = self._reader.only_frame()
+                if frame is not None:
+                    self._sole_frame(frame)
+                    return
             self._process_frames()
         except Exception as exc:
             self._contain("continue_frames", exc)
@@ -460,23 +512,31 @@ class Connection(asyncio.BufferedProtocol):
     def _heartbeat_v4(self, frame: bytes) -> bool:
         """The hottest request without the general decoder and dispatch (same handler call, same answer as
         handlers/heartbeat.py); False when the frame is not in the usual shape (the general path takes it)."""
+        answer = self._heartbeat_v4_answer(frame)
+        if answer is None:
+            return False
+        if answer:
+            self._write(answer)
+        return True
+
+    def _heartbeat_v4_answer(self, frame: bytes) -> bytes | None:
+        """The answer to a Heartbeat v4 frame in its usual shape (`_NO_ANSWER` when the handler failed and the
+        connection is closed); None when the frame is not in the usual shape."""
         fields = read_heartbeat_v4_request(frame)
         if fields is None:
-            return False
+            return None
         correlation_id, client_id, group_id, generation_id, member_id, group_instance_id = fields
         authorizer = self._server.authorizer
         if authorizer is not None and authorizer.enforcing and not self._ctx.allows(  # type: ignore[union-attr]
                 Operation.READ, ResourceType.GROUP, group_id):
-            self._write(pack_heartbeat_response(4, correlation_id, Errors.GROUP_AUTHORIZATION_FAILED))
-            return True
+            return pack_heartbeat_v4_response(correlation_id, _GROUP_AUTHORIZATION_FAILED)
         try:
             error_code = self._server.coordinator.handle_heartbeat(group_id, generation_id, member_id,
                                                                    group_instance_id)
         except Exception:
             self._fail(RequestHeader(ApiKey.HEARTBEAT, 4, correlation_id, client_id))
-            return True
-        self._write(pack_heartbeat_response(4, correlation_id, error_code))
-        return True
+            return _NO_ANSWER
+        return pack_heartbeat_v4_response(correlation_id, error_code)
 
     def _steady_consumer_group_heartbeat(self, frame: bytes) -> bool:
         """The steady ConsumerGroupHeartbeat answered from its frame (handlers/consumer_group_heartbeat.py's

@@ -22,7 +22,7 @@ from coordinator.server.handlers import SERVED_APIS
 from protocol.apis import ApiKey
 from protocol.errors import CorruptRequest, ProtocolError, UnknownApiKey, UnsupportedVersion
 from protocol.fastpath import (HEARTBEAT_V4_PREFIX, pack_heartbeat_request, pack_heartbeat_response,
-                               read_heartbeat_v4_request)
+                               pack_heartbeat_v4_response, read_heartbeat_v4_request)
 from tests.fuzz.corpus import ARRAY, LENGTH_KINDS, STRING, CorpusFrame, Site, request_frame
 
 ALL_SERVED = [(api.key, v) for api in SERVED_APIS.values() for v in range(api.min_version, api.max_version + 1)]
@@ -97,6 +97,11 @@ def test_hand_packed_heartbeat_response_equals_kio_byte_for_byte(version: int, e
     assert pack_heartbeat_response(version, 99, error_code, packed_throttle) == expected
     header_obj = codec.RequestHeader(ApiKey.HEARTBEAT, version, 99, "c")
     assert codec.encode_response(header_obj, cls(**fields)) == expected
+
+
+@given(correlation_id=st.integers(-(2**31), 2**31 - 1), error_code=st.integers(-(2**15), 2**15 - 1))
+def test_the_v4_packer_packs_what_the_general_packer_packs(correlation_id: int, error_code: int) -> None:
+    assert pack_heartbeat_v4_response(correlation_id, error_code) == pack_heartbeat_response(4, correlation_id, error_code)
 
 
 def test_api_versions_response_header_is_v0_even_when_flexible() -> None:

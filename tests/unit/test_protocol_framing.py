@@ -117,3 +117,94 @@ def test_partial_frame_is_held_until_complete() -> None:
     assert reader.buffered_bytes == 7
     reader.feed(frame[7:])
     assert reader.next_frame() == b"abcdef"
+
+
+# ---------------------------------------------------------------------------------------------- only_frame
+
+
+def _lend(reader: FrameReader, data: bytes) -> None:
+    """`data` written into the lent buffer and reported, as a transport does."""
+    buffer = reader.get_buffer()
+    buffer[: len(data)] = data
+    del buffer
+    reader.buffer_updated(len(data))
+
+
+def test_exactly_one_whole_frame_is_handed_out_and_leaves_nothing() -> None:
+    reader = FrameReader()
+    _lend(reader, encode_frame(b"heartbeat"))
+    frame = reader.only_frame()
+    assert frame == b"heartbeat" and type(frame) is bytes
+    assert reader.buffered_bytes == 0 and reader.next_frame() is None and reader.only_frame() is None
+    _lend(reader, encode_frame(b"next"))
+    assert reader.only_frame() == b"next"  # and again on the next read
+
+
+@pytest.mark.parametrize("stream", [encode_frame(b"one") + encode_frame(b"two"), encode_frame(b"partial")[:-1],
+                                    encode_frame(b""), encode_frame(b"x")[:4]],
+                         ids=["two-frames", "part-of-one", "empty-frame", "size-prefix-only"])
+def test_anything_else_is_left_for_next_frame(stream: bytes) -> None:
+    reader = FrameReader()
+    _lend(reader, stream)
+    assert reader.only_frame() is None
+    assert reader.buffered_bytes == len(stream)
+    expected = FrameReader()
+    expected.feed(stream)
+    assert _drain(reader) == _drain(expected)
+
+
+def test_a_frame_completed_by_a_later_read_is_the_only_frame_then() -> None:
+    reader = FrameReader()
+    stream = encode_frame(b"split") + encode_frame(b"second")
+    _lend(reader, stream[:3])
+    assert reader.only_frame() is None
+    _lend(reader, stream[3:9])
+    assert reader.only_frame() == b"split"
+    _lend(reader, stream[9:])
+    assert reader.only_frame() == b"second" and reader.buffered_bytes == 0
+
+
+@pytest.mark.parametrize("prefix", [struct.pack(">i", 11), struct.pack(">i", -1)], ids=["over-the-limit", "negative"])
+def test_a_bad_size_prefix_is_never_handed_out_and_next_frame_refuses_it(prefix: bytes) -> None:
+    reader = FrameReader(max_frame_bytes=10)
+    _lend(reader, prefix + b"x" * 11)
+    assert reader.only_frame() is None
+    with pytest.raises(InvalidFrameSize):
+        reader.next_frame()
+
+
+def test_the_room_a_big_only_frame_needed_is_given_back() -> None:
+    reader = FrameReader()
+    payload = b"b" * 200_000
+    stream = encode_frame(payload)
+    while stream:
+        n = min(len(reader.get_buffer()), len(stream))
+        _lend(reader, stream[:n])
+        stream = stream[n:]
+    assert reader.only_frame() == payload
+    assert len(reader.get_buffer()) <= 8_192
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=20),
+    cuts=st.lists(st.integers(min_value=0, max_value=7000), max_size=30),
+)
+def test_only_frame_then_next_frame_give_the_same_frames_for_any_split(payloads: list[bytes], cuts: list[int]) -> None:
+    """What a connection does per read (only_frame, else next_frame for whatever is there) hands out every frame
+    once, in order, however the bytes arrive."""
+    stream = b"".join(encode_frame(p) for p in payloads)
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    reader = FrameReader()
+    received = []
+    for begin, end in zip(bounds, bounds[1:]):
+        chunk = stream[begin:end]
+        while chunk:
+            n = min(len(reader.get_buffer()), len(chunk))
+            _lend(reader, chunk[:n])
+            frame = reader.only_frame()
+            if frame is not None:
+                received.append(frame)
+            received += _drain(reader)
+            chunk = chunk[n:]
+    assert received == payloads
