@@ -111,9 +111,10 @@ class SimTails(TransactionTails):
         self._loop = asyncio.get_running_loop()
         return self._loop
 
-    async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver) -> None:
+    async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver,
+                    settling: tuple[int, ...]) -> None:
         position = start
-        reader = TailReader()
+        reader = TailReader(settling)
         while True:
             await asyncio.sleep(self.rng.randint(5, self.max_wait_ms) / 1000)  # the fetch's long poll
             await self.running()
@@ -123,7 +124,7 @@ class SimTails(TransactionTails):
             batches = self.kafka.fetch(partition, position)
             unknown = self.owners.unknown(batches)
             if unknown:  # ListTransactions: no producer of ours writes transactional batches in the simulated log
-                self.owners.learn(unknown, {})
+                self.owners.learn(unknown, {producer_id: ("application", "Ongoing") for producer_id in unknown})
             events = reader.events(batches, self.owners.is_ours)
             next_position = batches[-1].last_offset + 1 if batches else position
             if events:
