@@ -4,6 +4,7 @@ allocation, and big frames do not leave a big buffer behind."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -38,20 +39,12 @@ def test_one_byte_at_a_time_yields_each_frame_once_complete() -> None:
     cuts=st.lists(st.integers(min_value=0, max_value=7000), max_size=30),
 )
 def test_any_split_through_the_lent_buffer_gives_the_same_frames(payloads: list[bytes], cuts: list[int]) -> None:
-    stream = b"".join(encode_frame(p) for p in payloads)
-    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
     reader = FrameReader()
     received = []
-    for begin, end in zip(bounds, bounds[1:]):
-        chunk = stream[begin:end]
-        while chunk:  # the transport writes at most what the lent buffer holds
-            buffer = reader.get_buffer()
-            n = min(len(buffer), len(chunk))
-            buffer[:n] = chunk[:n]
-            del buffer
-            reader.buffer_updated(n)
-            chunk = chunk[n:]
-        received += _drain(reader)
+    for read, last_of_cut in _reads(reader, payloads, cuts):
+        _lend(reader, read)
+        if last_of_cut:
+            received += _drain(reader)
     assert received == payloads
 
 
@@ -120,6 +113,20 @@ def test_partial_frame_is_held_until_complete() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- only_frame
+
+
+def _reads(reader: FrameReader, payloads: list[bytes], cuts: list[int]) -> Iterator[tuple[bytes, bool]]:
+    """The framed payloads' bytes as a transport lends them to `reader`: cut at `cuts`, each cut in reads of at
+    most what the lent buffer holds (the caller lends each before the next is cut); with each, whether it is its
+    cut's last."""
+    stream = b"".join(encode_frame(p) for p in payloads)
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    for begin, end in zip(bounds, bounds[1:]):
+        chunk = stream[begin:end]
+        while chunk:
+            n = min(len(reader.get_buffer()), len(chunk))
+            yield chunk[:n], n == len(chunk)
+            chunk = chunk[n:]
 
 
 def _lend(reader: FrameReader, data: bytes) -> None:
@@ -193,18 +200,12 @@ def test_the_room_a_big_only_frame_needed_is_given_back() -> None:
 def test_only_frame_then_next_frame_give_the_same_frames_for_any_split(payloads: list[bytes], cuts: list[int]) -> None:
     """What a connection does per read (only_frame, else next_frame for whatever is there) hands out every frame
     once, in order, however the bytes arrive."""
-    stream = b"".join(encode_frame(p) for p in payloads)
-    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
     reader = FrameReader()
     received = []
-    for begin, end in zip(bounds, bounds[1:]):
-        chunk = stream[begin:end]
-        while chunk:
-            n = min(len(reader.get_buffer()), len(chunk))
-            _lend(reader, chunk[:n])
-            frame = reader.only_frame()
-            if frame is not None:
-                received.append(frame)
-            received += _drain(reader)
-            chunk = chunk[n:]
+    for read, _ in _reads(reader, payloads, cuts):
+        _lend(reader, read)
+        frame = reader.only_frame()
+        if frame is not None:
+            received.append(frame)
+        received += _drain(reader)
     assert received == payloads
