@@ -211,7 +211,7 @@ class Connection(asyncio.BufferedProtocol):
             reader.buffer_updated(nbytes)
             self.activity += 1
             if self._plain_now():
-                if self._turn.left > 0:  # inline, as in continue_frames: a helper would cost a call per heartbeat
+                if self._turn.left > 0:
                     frame = reader.only_frame()
                     if frame is not None:
                         self._sole_frame(frame)
@@ -231,14 +231,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def _wait_for_turn(self) -> None:
         """What _process_frames does with frames when the turn's budget is spent (nothing to flush here)."""
-        self._defer_to_next_turn()
-        self._apply_read_limit()
-
-    def _defer_to_next_turn(self) -> None:
-        """The frames left in the buffer wait for a later turn (queued once with the turn budget)."""
         if self._reader.buffered_bytes and not self._deferred:
             self._deferred = True
             self._turn.wait(self, first=self._leads)
+        self._apply_read_limit()
 
     def _sole_frame(self, frame: bytes) -> None:
         """The one request this connection has (it read exactly one whole frame), nothing parked or paused and
@@ -329,7 +325,9 @@ class Connection(asyncio.BufferedProtocol):
                and not self._relay_blocked()):
             # the loop's turn has handled its share: the rest waits for the next turn (after EOF there is none)
             if turn.left <= 0 and not self._last_turn:
-                self._defer_to_next_turn()
+                if self._reader.buffered_bytes and not self._deferred:
+                    self._deferred = True
+                    turn.wait(self, first=self._leads)
                 break
             try:
                 frame = self._reader.next_frame()

@@ -183,12 +183,10 @@ class ProducerOwners:
     def unknown(self, batches: Iterable[FetchedBatch]) -> set[int]:
         return {b.producer_id for b in batches if b.is_transactional and b.producer_id not in self._known}
 
-    def learn(self, producer_ids: Collection[int], states: dict[int, tuple[str, str]]) -> set[int]:
+    def learn(self, producer_ids: Collection[int], states: dict[int, tuple[str, str]]) -> None:
         """`states`: ListTransactions' answer (producer id → transactional id, state), every broker asked. A
-        producer id it does not list stays unknown until its grace has passed, then is a client's. Returns the
-        producer ids still unknown."""
+        producer id it does not list stays unknown until its grace has passed, then is a client's."""
         now = self._clock()
-        unnamed = set()
         for producer_id in producer_ids:
             listed = states.get(producer_id)
             if listed is None:
@@ -199,7 +197,6 @@ class ProducerOwners:
                              "again until it is listed, a broker restarting or a transaction coordinator "
                              "partition moving)", producer_id, self._grace_s)
                 if now - first < self._grace_s:
-                    unnamed.add(producer_id)
                     continue
                 log.warning("event=txn_producer_taken_as_client producer_id=%d unlisted_s=%.0f", producer_id,
                             now - first)
@@ -209,7 +206,6 @@ class ProducerOwners:
         for remembered in (self._known, self._unlisted):
             while len(remembered) > self._capacity:
                 remembered.popitem(last=False)
-        return unnamed
 
     def is_ours(self, producer_id: int) -> bool:
         return self._known.get(producer_id, False)
@@ -318,9 +314,8 @@ class TransactionTails:
         if self._lookups is not None:
             await self._lookups.close()
 
-    async def _name_producers(self, producer_ids: set[int]) -> set[int]:
-        """Ask which of these producer ids are ours, on connections the tails share (one set per broker); those
-        still unknown (no broker lists them yet)."""
+    async def _name_producers(self, producer_ids: set[int]) -> None:
+        """Ask which of these producer ids are ours, on connections the tails share (one set per broker)."""
         if self._lookups is None:
             self._lookups = PartitionLeaders(self.bootstrap, self.security, self.topic, self.max_bytes,
                                              lambda: False)
@@ -331,7 +326,7 @@ class TransactionTails:
         except BaseException:
             self._lookups.brokers = []  # a broker gone or moved: ask Metadata again next time
             raise
-        return self.owners.learn(producer_ids, states)
+        self.owners.learn(producer_ids, states)
 
     async def _tail(self, partition: int, start: int, caller: asyncio.AbstractEventLoop, deliver: Deliver,
                     settling: tuple[int, ...]) -> None:
@@ -365,7 +360,8 @@ class TransactionTails:
                                         wants_records=tail.reader.wants_records(self.owners.is_ours))
         unknown = self.owners.unknown(answer.batches)
         if unknown:
-            if unnamed := await self._name_producers(unknown):
+            await self._name_producers(unknown)
+            if unnamed := self.owners.unknown(answer.batches):
                 raise ProducersUnlisted(sorted(unnamed))
         events = tail.reader.events(answer.batches, self.owners.is_ours)
         next_position = _next_position(answer, tail.position)
