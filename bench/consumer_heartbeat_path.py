@@ -3,7 +3,7 @@ the frame to the answer, away from the kernel and the load generator (what bench
 around them, on a shared machine).
 
   python -m bench.consumer_heartbeat_path [--groups 1000] [--heartbeats 50000] [--topics cluster|static]
-                                          [--connections 100] [--classic]
+                                          [--connections 100] [--classic] [--relay]
                                           [--compare | --compare-steady-frame [--rounds 10]]
                                           [--profile FILE]
 
@@ -11,7 +11,9 @@ around them, on a shared machine).
 interval 250 ms as the race's); then steady heartbeat frames (member id and epoch, every other field null), made
 by bench.consumer_protocol's request builder, go through `Connection.buffer_updated` of `connections` connections
 with a transport that only counts the answers, the loop turning every `connections` frames (and until the turn
-budget's deferred frames are handled). `--classic`: classic groups of 10 and their Heartbeat v4 frames instead (the
+budget's deferred frames are handled). `--relay`: each connection with the relay's side, as `coordinator serve`
+runs them (its default; the route table is the served ranges, nothing goes upstream).
+`--classic`: classic groups of 10 and their Heartbeat v4 frames instead (the
 connection's fast path, the turn budget's unit: server/turns.py charges the steady ConsumerGroupHeartbeat the ratio). `cluster`: the topics are the relay's
 view (ClusterMetadata) whose refresh takes 3 ms, as a Metadata round trip to the cluster; `static`: a fixed set.
 Prints the main thread's CPU time per heartbeat (thread time, the loop's turns included) and the answers
@@ -38,9 +40,13 @@ from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.relay.cluster import ClusterMetadata
+from coordinator.relay.config import RelayConfig
+from coordinator.relay.relay import Relay
+from coordinator.relay.versions import advertised_ranges
 from coordinator.server.config import ServerConfig
 from coordinator.server.connection import Connection
 from coordinator.server.context import Node
+from coordinator.server.handlers import served_ranges
 from coordinator.server.turns import turn_budget
 from coordinator.timer import SystemTimer
 from coordinator.topics import StaticTopics, TopicImage
@@ -61,6 +67,8 @@ class CountingTransport:
 
     def write(self, data: bytes) -> None:
         self.answers += 1
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None: ...
 
     def pause_reading(self) -> None: ...
     def resume_reading(self) -> None: ...
@@ -118,6 +126,14 @@ async def _form(runtime: GroupRuntime, group_id: str) -> list[tuple[str, str, in
     return [(group_id, member_id, epoch) for member_id, (epoch, _owned) in members.items()]
 
 
+def _local_relay() -> Relay:
+    """A relay as `coordinator serve` has one (its connections get a RelaySide), its route table the served
+    ranges: the group APIs are answered here, so no upstream broker is needed (nothing is ever relayed)."""
+    relay = Relay(RelayConfig(), "127.0.0.1:9", served=served_ranges(), max_frame_bytes=ServerConfig().max_frame_bytes)
+    relay.advertised = advertised_ranges({}, relay.served)
+    return relay
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     timer = SystemTimer("bench")
     timer.start()
@@ -131,7 +147,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             members = [m for g in range(args.groups) for m in await _form(runtime, f"g{g}")]
             frames = [codec.encode_request(0, "bench", heartbeat_request(g, m, e)) for g, m, e in members]
         random.shuffle(frames)
-        host = SimpleNamespace(config=ServerConfig(), relay=None, directory=None, coordinator=runtime,
+        host = SimpleNamespace(config=ServerConfig(), relay=_local_relay() if args.relay else None, directory=None,
+                               coordinator=runtime,
                                clock=runtime.clock, node=Node(0, "127.0.0.1", 9092, "bench"), closing=False,
                                authorizer=None, admit=lambda _c: True, forget=lambda _c: None,
                                parked=lambda _c: None, unparked=lambda _c: None)
@@ -173,6 +190,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         cpu_s = time.thread_time() - started
         answered = sum(t.answers for t in transports) - answered_before
         figures = {"requests": "Heartbeat v4" if args.classic else "ConsumerGroupHeartbeat",
+                   "relay": args.relay,
                    "connections": args.connections, "topics": args.topics, "members": len(frames), "heartbeats": args.heartbeats,
                    "answered": answered, "cpu_us_per_heartbeat": round(cpu_s / args.heartbeats * 1e6, 1)}
         print(f"{args.topics}: {figures['cpu_us_per_heartbeat']} µs of main-thread CPU per heartbeat, "
@@ -250,6 +268,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "frame)")
     parser.add_argument("--classic", action="store_true",
                         help="classic groups' Heartbeat v4 instead (the connection's fast path: the turn budget's unit)")
+    parser.add_argument("--relay", action="store_true",
+                        help="connections with the relay's side, as `coordinator serve` runs them (its default)")
     parser.add_argument("--rounds", type=int, default=10, help="--compare*: windows of each kind")
     parser.add_argument("--profile", help="cProfile statistics of the measured heartbeats (pstats file)")
     return parser.parse_args(argv)

@@ -49,9 +49,12 @@ class PartitionCache:
     fixed-size doorkeeper remembers, per slot of the id's hash, the last id's hash and when it was first seen (no
     id itself), so ids that come once (or in one burst, as a connection's batch of requests) cost nothing after
     their requests. Live groups' ids come back with every heartbeat and are kept. When `max_entries` are kept
-    the cache starts over (O(1); live ids come back). Ids longer than `max_id_chars` are never kept."""
+    the cache starts over (O(1); live ids come back). Ids longer than `max_id_chars` are never kept.
 
-    __slots__ = ("num_partitions", "_partitions", "_seen_hash", "_seen_at", "_slot_mask", "_recurrence_s",
+    `kept` (group id -> partition) is the cache itself, emptied in place and never replaced: a caller on the
+    hottest path (the runtime's heartbeat) reads it directly and asks `partition` only for an id not in it."""
+
+    __slots__ = ("num_partitions", "kept", "_seen_hash", "_seen_at", "_slot_mask", "_recurrence_s",
                  "_max_entries", "_max_id_chars")
 
     def __init__(self, num_partitions: int, *, max_entries: int = 1 << 17, doorkeeper_slots: int = 1 << 16,
@@ -59,7 +62,7 @@ class PartitionCache:
         if doorkeeper_slots & (doorkeeper_slots - 1):
             raise ValueError(f"doorkeeper_slots must be a power of two, got {doorkeeper_slots}")
         self.num_partitions = num_partitions
-        self._partitions: dict[str, int] = {}
+        self.kept: dict[str, int] = {}
         self._seen_hash = array("q", bytes(8 * doorkeeper_slots))  # the last id seen in each slot, by hash
         self._seen_at = array("Q", bytes(8 * doorkeeper_slots))  # when it was first seen (whole seconds)
         self._slot_mask = doorkeeper_slots - 1
@@ -68,10 +71,10 @@ class PartitionCache:
         self._max_id_chars = max_id_chars
 
     def __len__(self) -> int:
-        return len(self._partitions)
+        return len(self.kept)
 
     def partition(self, group_id: str) -> int:
-        partition = self._partitions.get(group_id)
+        partition = self.kept.get(group_id)
         if partition is not None:
             return partition
         partition = partition_for(group_id, self.num_partitions)
@@ -87,20 +90,26 @@ class PartitionCache:
             self._seen_hash[slot] = id_hash
             self._seen_at[slot] = now_s
         elif now_s - self._seen_at[slot] >= self._recurrence_s:
-            if len(self._partitions) >= self._max_entries:
-                self._partitions.clear()
-            self._partitions[group_id] = partition
+            kept = self.kept
+            if len(kept) >= self._max_entries:
+                kept.clear()  # in place: readers of `kept` hold this dict
+            kept[group_id] = partition
 
 
 _CACHES: dict[int, PartitionCache] = {}  # by partition count (one in a service; tests use several)
 
 
-def cached_partition_for(group_id: str, num_partitions: int) -> int:
-    """`partition_for` behind a bounded cache (PartitionCache): the runtime asks on every request (Heartbeat
-    included), and the Java hash costs a Python loop over the id's characters."""
+def partition_cache(num_partitions: int) -> PartitionCache:
+    """The process's PartitionCache for `num_partitions` (the runtime holds it: one lookup per request)."""
     cache = _CACHES.get(num_partitions)
     if cache is None:
         if num_partitions <= 0:
             raise ValueError(f"num_partitions must be positive, got {num_partitions}")
         cache = _CACHES[num_partitions] = PartitionCache(num_partitions)
-    return cache.partition(group_id)
+    return cache
+
+
+def cached_partition_for(group_id: str, num_partitions: int) -> int:
+    """`partition_for` behind a bounded cache (PartitionCache): the runtime asks on every request (Heartbeat
+    included), and the Java hash costs a Python loop over the id's characters."""
+    return partition_cache(num_partitions).partition(group_id)

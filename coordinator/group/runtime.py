@@ -41,7 +41,7 @@ from coordinator.group.modern.service import ConsumerGroupService
 from coordinator.group.modern.service import DescribedGroup as DescribedConsumerGroup
 from coordinator.group.modern.steady import SteadyMember
 from coordinator.group.observer import GroupObserver
-from coordinator.group.partitioner import cached_partition_for
+from coordinator.group.partitioner import cached_partition_for, partition_cache
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import ShardStatus
@@ -87,6 +87,10 @@ class GroupRuntime:
         if store.partitions is not None and store.partitions != self.num_partitions:
             raise ValueError(f"the store's state topic has {store.partitions} partitions, the runtime routes groups "
                              f"over offsets.topic.num.partitions={self.num_partitions}")
+        self._partition_cache = partition_cache(self.num_partitions)
+        # group id -> partition for the ids clients keep asking about (the cache's own dict, emptied in place):
+        # a heartbeat finds its shard with one lookup here, no call
+        self._kept_partitions = self._partition_cache.kept
         self.shards = [GroupShard(p, config, self.clock, self.wall_clock, self._observer, self.heartbeat_purgatory,
                                   self.rebalance_purgatory, self._appender(p),
                                   functools.partial(self.append_in_turn, p))
@@ -139,7 +143,10 @@ class GroupRuntime:
 
     def shard_for(self, group_id: str | None) -> GroupShard:
         """The shard of `group_id`'s partition ("" hashes to 0 as in Kafka; None goes there too and is rejected)."""
-        return self.shards[0 if group_id is None else cached_partition_for(group_id, self.num_partitions)]
+        if group_id is None:
+            return self.shards[0]
+        partition = self._kept_partitions.get(group_id)
+        return self.shards[self._partition_cache.partition(group_id) if partition is None else partition]
 
     @property
     def heartbeat_count(self) -> int:
@@ -200,7 +207,8 @@ class GroupRuntime:
     def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None = None) -> Errors:
         """The hot path, synchronous: no writes, no futures."""
-        shard = self.shard_for(group_id)
+        partition = self._kept_partitions.get(group_id)  # shard_for's lookup, inline: a call less per heartbeat
+        shard = self.shard_for(group_id) if partition is None else self.shards[partition]
         if shard.consumer_groups and group_id in shard.consumer_groups:
             consumer_group = self._mixed_group(group_id)
             if consumer_group is not None:

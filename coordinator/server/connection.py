@@ -83,6 +83,7 @@ _GROUP_AUTHORIZATION_FAILED = int(Errors.GROUP_AUTHORIZATION_FAILED)
 _NO_ANSWER = b""  # the request was handled and answers nothing (its connection was closed)
 _HEARTBEAT = SERVED_APIS.get(int(ApiKey.HEARTBEAT))
 _HEARTBEAT_V4_SERVED = _HEARTBEAT is not None and _HEARTBEAT.min_version <= 4 <= _HEARTBEAT.max_version
+_HEARTBEAT_KEY = int(ApiKey.HEARTBEAT)
 
 
 _Start = Callable[[Any, RequestHeader, Any], Any]
@@ -141,9 +142,10 @@ class Connection(asyncio.BufferedProtocol):
                                      wake=self.relay_responses_ready) \
             if server.config.sasl_passthrough else None
         self._config = server.config
-        # nothing between the wire and the handlers (no SASL sequence, no relay): a read that is one Heartbeat v4
-        # may take the direct path in buffer_updated
-        self._direct = self._sasl is None and self._relaying is None
+        # nothing between the wire and the handlers but, maybe, the relay (no SASL sequence), and Heartbeat v4
+        # handled here: a read that is one Heartbeat v4 may take the direct path in buffer_updated (on a relay
+        # connection only while no relayed answer is due: _plain_now)
+        self._direct = self._sasl is None and (self._relaying is None or self._relaying.local(_HEARTBEAT_KEY, 4))
         self._reader = FrameReader(server.config.max_frame_bytes)
         self._turn = turn_budget()  # the loop's requests per turn, shared with every other connection on it
         self._deferred = False  # queued with the budget: frames left for a later turn
@@ -224,10 +226,13 @@ class Connection(asyncio.BufferedProtocol):
             self._contain("buffer_updated", exc)
 
     def _plain_now(self) -> bool:
-        """Nothing between the wire and the handlers (no SASL, no relay), and nothing parked, paused or closing:
-        a request read now is handled as _process_frames would handle it, without its loop."""
+        """Nothing between the wire and the handlers (no SASL), nothing parked, paused or closing, and on a relay
+        connection no relayed answer due and the broker taking requests (RelaySide.settled): a request read now
+        is handled as _process_frames would handle it, without its loop, and an answer written now leaves in
+        request order (Kafka answers a connection's requests in the order sent)."""
+        relaying = self._relaying
         return (self._direct and self._in_flight is None and not self._writing_paused and not self._reading_paused
-                and self._open and not self._server.closing)
+                and self._open and not self._server.closing and (relaying is None or relaying.settled()))
 
     def _wait_for_turn(self) -> None:
         """What _process_frames does with frames when the turn's budget is spent (nothing to flush here)."""

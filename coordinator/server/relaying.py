@@ -21,6 +21,7 @@ from coordinator.relay.group_configs import ALTERING_CONFIGS
 from coordinator.relay.upstream import LinkOwner, PendingResponse, UpstreamLink
 from coordinator.relay.versions import Route, produce_expects_response
 from coordinator.security.sasl_passthrough import HOLD
+from protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
     from coordinator.relay.relay import Relay
@@ -62,6 +63,19 @@ class RelaySide:
     def route(self, api_key: int, api_version: int) -> Route:
         """Raises UnknownApiKey/UnsupportedVersion for what the relay does not advertise."""
         return self.relay.route(api_key, api_version)
+
+    def local(self, api_key: int, api_version: int) -> bool:
+        """Whether the relay has this request handled here (Route.LOCAL), not sent upstream or refused."""
+        try:
+            return self.relay.route(api_key, api_version) is Route.LOCAL
+        except ProtocolError:
+            return False
+
+    def settled(self) -> bool:
+        """No answer of this connection is due (every relayed response written to the client: none waiting for
+        the broker, none arrived and unsent, no local answer queued behind them) and the broker takes requests:
+        an answer of ours written now leaves in request order, and the frame loop would read a request now."""
+        return not self.pending and not self.blocked()
 
     def blocked(self) -> bool:
         """The broker is not taking requests (its transport paused our writes): stop reading the client's."""

@@ -6,7 +6,7 @@ import asyncio
 
 from coordinator.group.api import DeleteGroupsRequest, ListGroupsRequest
 from protocol.error_codes import Errors
-from coordinator.group.partitioner import partition_for
+from coordinator.group.partitioner import partition_cache, partition_for
 from coordinator.group.status import ShardStatus
 from coordinator.group.state import GroupState
 from tests.support.group_harness import Env, commit, drain, env, errors_of, fetch, form_group  # noqa: F401
@@ -28,6 +28,28 @@ async def test_groups_live_in_the_shard_of_their_kafka_partition(env: Env) -> No
     assert [p for p, shard in enumerate(runtime.shards) if shard.groups] == [partition]
     await drain()
     assert env.store.partition_of["g"] == partition  # the group record went to that partition
+
+
+async def test_a_heartbeat_finds_its_shard_whether_the_partition_cache_keeps_its_group_or_not(env: Env) -> None:
+    """The heartbeat reads the cache's kept ids itself (no call); kept or not, or the cache started over, it
+    reaches the group's own shard (a wrong shard would answer UNKNOWN_MEMBER_ID and count nothing)."""
+    a = env.client("a")
+    await form_group(env, a)
+    runtime = env.coordinator
+    partition = partition_for("g", env.config.offsets_topic_num_partitions)
+    shard = runtime.shards[partition]
+    kept = partition_cache(env.config.offsets_topic_num_partitions).kept
+    other = other_partition_group(env, "g")
+    for keeps in (False, True, False):
+        kept.pop("g", None)
+        kept[other] = partition_for(other, env.config.offsets_topic_num_partitions)
+        if keeps:  # as the cache keeps an id clients come back to
+            kept["g"] = partition
+        counted = shard.heartbeat_count
+        assert await a.heartbeat() == Errors.NONE
+        assert shard.heartbeat_count == counted + 1
+        assert runtime.shard_for("g") is shard and runtime.shard_for(other) is not shard
+    kept.clear()  # the cache starting over, in place
 
 
 async def test_a_loading_partition_does_not_stop_the_others(env: Env) -> None:

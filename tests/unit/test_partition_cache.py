@@ -41,10 +41,12 @@ def test_an_id_asked_about_again_later_is_kept_not_one_asked_about_in_a_burst() 
 
 def test_full_cache_starts_over_and_long_ids_are_never_kept() -> None:
     cache = PartitionCache(50, max_entries=100, max_id_chars=16, recurrence_s=0)
+    kept = cache.kept
     for index in range(150):
         cache.partition(f"g-{index}")
         cache.partition(f"g-{index}")
     assert len(cache) == 50  # cleared at 100, refilled with the last 50
+    assert cache.kept is kept  # emptied in place: the runtime holds this dict
     cache.partition("x" * 17)
     cache.partition("x" * 17)
     assert len(cache) == 50
