@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import functools
 import heapq
 import random
 import sys
@@ -102,6 +103,8 @@ class VirtualLoop(base_events.BaseEventLoop):
         self._selector = _NoSelector()
         self._clock_resolution = 1e-9
         self.steps = 0  # callbacks run: the cost measure of a run
+        # asyncio's create_future (Future(loop=self)) as a C call instead of a Python method calling it
+        self.create_future = functools.partial(asyncio.Future, loop=self)  # type: ignore[method-assign]
 
     # --- time -------------------------------------------------------------------------------------------------
     def time(self) -> float:
@@ -125,6 +128,13 @@ class VirtualLoop(base_events.BaseEventLoop):
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine, as an executor would
             future.set_exception(exc)
         return future
+
+    def create_task(self, coro: Any, *, name: str | None = None,  # type: ignore[override]
+                    context: Any = None) -> asyncio.Task[Any]:
+        """asyncio's create_task (no task factory is ever set here) without its debug-mode bookkeeping."""
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        return asyncio.Task(coro, loop=self, name=name, context=context)
 
     # --- callbacks --------------------------------------------------------------------------------------------
     def call_soon(self, callback: Callable[..., object], *args: Any,  # type: ignore[override]
