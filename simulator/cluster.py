@@ -54,6 +54,9 @@ class InstancesGroup:
         self._rebalancing: asyncio.Task[None] | None = None
         self._was_down = False
         self._expiring: asyncio.Task[None] | None = None
+        # describe()'s answer until the members, their partitions or the stability change (every instance's owner
+        # map asks every second; an unchanged group gives an equal description, built once)
+        self._described: Described | None = None
 
     # --- what a member does -----------------------------------------------------------------------------------
     def join(self, membership: SimMembership) -> str:
@@ -62,6 +65,7 @@ class InstancesGroup:
         member_id = f"{membership.client_id.split('|')[1]}-{self._next_member}"
         self._next_member += 1
         self.members[member_id] = _Member(member_id, membership, self.sim.now_ms())
+        self._described = None
         self.sim.history.record("instances_join", member=member_id)
         self._rebalance_soon()
         return member_id
@@ -77,6 +81,7 @@ class InstancesGroup:
 
     def leave(self, member_id: str) -> None:
         if self.members.pop(member_id, None) is not None:
+            self._described = None
             self.sim.history.record("instances_leave", member=member_id)
             self._rebalance_soon()
 
@@ -88,10 +93,12 @@ class InstancesGroup:
         return None
 
     def describe(self) -> Described:
-        members = tuple(DescribedMember(m.member_id, m.membership.client_id,
-                                        tuple(sorted(m.owned)) if self.stable else None)
-                        for m in self.members.values())
-        return Described(members, self.stable)
+        if self._described is None:
+            members = tuple(DescribedMember(m.member_id, m.membership.client_id,
+                                            tuple(sorted(m.owned)) if self.stable else None)
+                            for m in self.members.values())
+            self._described = Described(members, self.stable)
+        return self._described
 
     # --- the group coordinator --------------------------------------------------------------------------------
     async def _expire_sessions(self) -> None:
@@ -108,6 +115,7 @@ class InstancesGroup:
             expired = [m for m in self.members.values() if now - m.last_heartbeat_ms > self.session_ms]
             for member in expired:
                 del self.members[member.member_id]
+                self._described = None
                 self.sim.history.record("instances_expired", member=member.member_id)
             if expired:
                 self._rebalance_soon()
@@ -115,6 +123,7 @@ class InstancesGroup:
     def _rebalance_soon(self) -> None:
         self._dirty = True
         self.stable = False
+        self._described = None
         if self._rebalancing is None or self._rebalancing.done():
             self._rebalancing = self.sim.loop.create_task(self._rebalance())
 
@@ -122,6 +131,7 @@ class InstancesGroup:
         while self._dirty:
             self._dirty = False
             self.stable = False
+            self._described = None
             # every member must join the rebalance: a paused one cannot, and is removed when its session ends
             while not self.sim.kafka.is_up or any(m.membership.instance.paused for m in self.members.values()):
                 await asyncio.sleep(REBALANCE_STEP_MS / 1000)
@@ -134,6 +144,7 @@ class InstancesGroup:
                 await asyncio.sleep(REBALANCE_STEP_MS / 1000)
             for m, parts in revoking.items():
                 m.owned -= parts
+            self._described = None
             if self._dirty or any(m.membership.instance.paused for m in self.members.values()):
                 self._dirty = True  # membership changed while revoking, or someone cannot join: start over
                 continue
@@ -141,11 +152,13 @@ class InstancesGroup:
             for member in list(self.members.values()):
                 new = target[member.member_id] - member.owned
                 member.owned = set(target[member.member_id])
+                self._described = None
                 member.membership.assign(new)
             self.sim.history.record("instances_assigned", gen=self.generation,
                                     owners=tuple((m.member_id, tuple(sorted(m.owned)))
                                                  for m in self.members.values()))
         self.stable = True
+        self._described = None
 
     def _sticky(self) -> dict[str, set[int]]:
         """Cooperative-sticky: each member keeps what it owns as far as balance allows; the rest spreads."""

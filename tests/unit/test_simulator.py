@@ -314,6 +314,29 @@ def test_worker_processes_give_each_seed_the_history_it_has_alone() -> None:
     assert parallel == [(seed, run_seed(seed).digest) for seed in range(4)]
 
 
+def test_a_run_in_chunks_stitches_to_the_run_in_one_go(tmp_path: Any, capsys: Any) -> None:
+    """`--start S --seeds N` chunks, each with its final JSON line and its hashes file, stitch (simulator.stitch)
+    to the seeds of one run: the same per-seed history hashes, no gap; a missing chunk is a gap."""
+    from simulator.__main__ import main
+    from simulator.stitch import last_json_line, stitch
+
+    def run(start: int, seeds: int, name: str) -> dict[str, Any]:
+        assert main(["--start", str(start), "--seeds", str(seeds), "--hashes", str(tmp_path / f"{name}.txt")]) == 0
+        (tmp_path / f"{name}.json").write_text(capsys.readouterr().out)
+        return last_json_line(str(tmp_path / f"{name}.json"))
+
+    whole = run(0, 4, "whole")
+    chunks = [run(0, 1, "a"), run(1, 3, "b")]
+    lines = (tmp_path / "whole.txt").read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["0", "1", "2", "3"]
+    assert lines == (tmp_path / "a.txt").read_text().splitlines() + (tmp_path / "b.txt").read_text().splitlines()
+    assert lines[0].split()[1] == whole["first_seed_history_hash"] == chunks[0]["first_seed_history_hash"]
+    assert whole["history_hashes_digest"] != chunks[1]["history_hashes_digest"]
+    stitched = stitch(chunks)
+    assert (stitched["seeds"], stitched["covered"], stitched["gaps"], stitched["violations"]) == (4, [[0, 3]], [], [])
+    assert stitch([chunks[0], {**chunks[1], "start": 2, "seeds": 2}])["gaps"] == [[1, 1]]
+
+
 # --- shrinking ------------------------------------------------------------------------------------------------
 def test_ddmin_finds_a_one_minimal_failing_subset() -> None:
     calls: list[list[int]] = []
