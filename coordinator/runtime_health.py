@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("coordinator.runtime")
 
-LAG_BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1_000, 5_000)
-YOUNG_THRESHOLD = 5_000  # GcPolicy's generation-0 threshold (the interpreter's: 700)  # upper bounds; one more bucket counts the rest
+LAG_BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1_000, 5_000)  # upper bounds; one more bucket counts the rest
+YOUNG_THRESHOLD = 5_000  # GcPolicy's generation-0 threshold (the interpreter's: 700)
 
 
 @dataclass
