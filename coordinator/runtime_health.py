@@ -293,8 +293,9 @@ class GcPolicy(_GcHook):
     requests, futures and answers): ~15–35 per 1,000-member rebalance, each with the monitor's and this policy's
     callbacks. What a collection walks is what is alive then, so fewer, larger young collections walk about as
     much in all: at 5,000, 1.6 young collections per 1,000-member rebalance instead of 15, 37.6–38.3 against
-    39.7–39.9 ms of the loop's CPU (bench.rebalance_path, quiet), the longest young pause 1.1–1.7 ms of CPU
-    instead of 0.35 ms (docs/performance.md, 2026-11-28).
+    39.7–39.9 ms of the loop's CPU (bench.rebalance_path, quiet); the price is a longer young pause: 1.1–1.7 ms
+    of CPU instead of 0.35 ms in a rebalance, 5–11 ms instead of ~2 ms while 10,000 members form
+    (docs/performance.md, 2026-11-28).
     """
 
     def __init__(self, freeze_every: int = 1, young_interval_s: float = 0.05,
