@@ -198,6 +198,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await harness.rebalance(member_ids, encode_subscription(Subscription((f"w{round_number:04d}",))))
         profiler = cProfile.Profile(time.thread_time) if args.profile else None
         joins, syncs = [], []
+        gc_before = _gc_figures(health)
         for round_number in range(args.rounds):
             metadata = encode_subscription(Subscription((f"b{round_number:04d}",)))
             if profiler is not None:
@@ -210,18 +211,30 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         if profiler is not None:
             profiler.dump_stats(args.profile)
         totals = [j + s for j, s in zip(joins, syncs)]
+        gc_after = _gc_figures(health)
         figures = {"members": args.members, "rounds": args.rounds,
                    "cpu_ms_per_rebalance": round(statistics.median(totals), 2),
                    "min_cpu_ms_per_rebalance": round(min(totals), 2),
                    "join_phase_cpu_ms": round(statistics.median(joins), 2),
                    "sync_phase_cpu_ms": round(statistics.median(syncs), 2),
-                   "us_per_member": round(statistics.median(totals) / args.members * 1000, 1)}
+                   "us_per_member": round(statistics.median(totals) / args.members * 1000, 1),
+                   # the collector's work in the measured rounds (GcMonitor), per rebalance
+                   **{name: round((gc_after[name] - gc_before[name]) / args.rounds, 2) for name in gc_after},
+                   "gc0_cpu_max_ms": round(health.gc.generations[0].max_cpu_pause_s * 1000, 2),
+                   "gc1_cpu_max_ms": round(health.gc.generations[1].max_cpu_pause_s * 1000, 2)}
         print(json.dumps(figures))
         return figures
     finally:
         await runtime.shutdown()
         await timer.close()
         await health.stop()
+
+
+def _gc_figures(health: RuntimeHealth) -> dict[str, float]:
+    generations = health.gc.generations
+    return {"gc0_per_rebalance": generations[0].collections, "gc1_per_rebalance": generations[1].collections,
+            "gc2_per_rebalance": generations[2].collections,
+            "gc_pause_ms_per_rebalance": health.gc.total_pause_s * 1000}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

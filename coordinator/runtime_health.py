@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 log = logging.getLogger("coordinator.runtime")
 
 LAG_BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1_000, 5_000)  # upper bounds; one more bucket counts the rest
+YOUNG_THRESHOLD = 5_000  # GcPolicy's generation-0 threshold (the interpreter's: 700)
 
 
 @dataclass
@@ -286,10 +287,22 @@ class GcPolicy(_GcHook):
     collections still free young cycles. n > 10: full collections run between freezes and walk only what was
     promoted since the last one, reclaiming cycles that die within ~n young collections. 0: the interpreter's
     default, which walks every long-lived object on each full collection (100k members: ~0.6 s of CPU).
+
+    `young_threshold`: the interpreter's generation-0 threshold while installed (restored after; 0 leaves it).
+    The default 700 starts a young collection every ~700 tracked objects a rebalance leaves alive (its parked
+    requests, futures and answers): ~15–35 per 1,000-member rebalance, each with the monitor's and this policy's
+    callbacks. What a collection walks is what is alive then, so fewer, larger young collections walk about as
+    much in all: at 5,000, 1.6 young collections per 1,000-member rebalance instead of 15, 37.6–38.3 against
+    39.7–39.9 ms of the loop's CPU (bench.rebalance_path, quiet); the price is a longer young pause: 1.1–1.7 ms
+    of CPU instead of 0.35 ms in a rebalance, 5–11 ms instead of ~2 ms while 10,000 members form
+    (docs/performance.md, 2026-11-28).
     """
 
-    def __init__(self, freeze_every: int = 1, young_interval_s: float = 0.05) -> None:
+    def __init__(self, freeze_every: int = 1, young_interval_s: float = 0.05,
+                 young_threshold: int = YOUNG_THRESHOLD) -> None:
         self.freeze_every = freeze_every
+        self.young_threshold = young_threshold
+        self._threshold_before: tuple[int, ...] | None = None
         self.young_interval_s = young_interval_s  # 0: only the interpreter's own young collections
         self.young_collections = 0
         self._young: asyncio.TimerHandle | None = None
@@ -301,6 +314,18 @@ class GcPolicy(_GcHook):
 
     def _wanted(self) -> bool:
         return self.freeze_every > 0
+
+    def install(self) -> None:
+        if self._wanted() and self.young_threshold > 0 and self._threshold_before is None:
+            self._threshold_before = gc.get_threshold()
+            gc.set_threshold(self.young_threshold, *self._threshold_before[1:])
+        super().install()
+
+    def uninstall(self) -> None:
+        super().uninstall()
+        if self._threshold_before is not None:
+            gc.set_threshold(*self._threshold_before)
+            self._threshold_before = None
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         # After a collection of generation 1 the young generations are empty and everything older than two
@@ -379,12 +404,12 @@ class RuntimeHealth:
     def __init__(self, *, lag_interval_ms: float = 10.0, lag_record_above_ms: float = 10.0,
                  lag_log_above_ms: float = 100.0, gc_log_above_ms: float = 50.0, freeze_every: int = 1,
                  summary_interval_s: float = 60.0, reclaim_interval_s: float = 0.0,
-                 time_callbacks: bool = False) -> None:
+                 time_callbacks: bool = False, young_threshold: int = YOUNG_THRESHOLD) -> None:
         self.gc = GcMonitor(gc_log_above_ms)
         self.callbacks = CallbackTimer(lag_log_above_ms) if time_callbacks else None
         self._timing_callbacks = False
         self.lag = LoopLagProbe(lag_interval_ms, lag_record_above_ms, lag_log_above_ms, self.gc)
-        self.policy = GcPolicy(freeze_every)
+        self.policy = GcPolicy(freeze_every, young_threshold=young_threshold)
         self.summary_interval_s = summary_interval_s
         self.reclaim_interval_s = reclaim_interval_s  # 0: never (the default; docs/operations.md says why)
         self._summary: asyncio.Task[None] | None = None
@@ -394,12 +419,14 @@ class RuntimeHealth:
     def from_env(cls, environ: dict[str, str] | None = None) -> RuntimeHealth:
         """COORDINATOR_GC_FREEZE_EVERY (0 disables the policy), COORDINATOR_LOOP_STALL_LOG_MS,
         COORDINATOR_HEALTH_LOG_INTERVAL_S, COORDINATOR_GC_RECLAIM_INTERVAL_S (0, the default: never),
-        COORDINATOR_TIME_CALLBACKS (1: time every loop callback, asyncio's loop only)."""
+        COORDINATOR_TIME_CALLBACKS (1: time every loop callback, asyncio's loop only),
+        COORDINATOR_GC_YOUNG_THRESHOLD (the generation-0 threshold while the policy runs; 0: the interpreter's)."""
         env = os.environ if environ is None else environ
         return cls(freeze_every=int(env.get("COORDINATOR_GC_FREEZE_EVERY", "1")),
                    lag_log_above_ms=float(env.get("COORDINATOR_LOOP_STALL_LOG_MS", "100")),
                    summary_interval_s=float(env.get("COORDINATOR_HEALTH_LOG_INTERVAL_S", "60")),
                    reclaim_interval_s=float(env.get("COORDINATOR_GC_RECLAIM_INTERVAL_S", "0")),
+                   young_threshold=int(env.get("COORDINATOR_GC_YOUNG_THRESHOLD", str(YOUNG_THRESHOLD))),
                    time_callbacks=env.get("COORDINATOR_TIME_CALLBACKS", "0") == "1")
 
     def start(self) -> None:

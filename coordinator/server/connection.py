@@ -327,7 +327,7 @@ class Connection(asyncio.BufferedProtocol):
     def _process_frames(self) -> None:
         turn = self._turn
         while (self._in_flight is None and (not self._writing_paused or self._last_turn) and self._open
-               and not self._relay_blocked()):
+               and (self._relaying is None or not self._relay_blocked())):
             # the loop's turn has handled its share: the rest waits for the next turn (after EOF there is none)
             if turn.left <= 0 and not self._last_turn:
                 if self._reader.buffered_bytes and not self._deferred:
@@ -406,6 +406,11 @@ class Connection(asyncio.BufferedProtocol):
             request = _read_consumer_group_heartbeat(frame)
         else:
             request = read_group_request(frame)  # JoinGroup/SyncGroup in their usual shape, read by hand
+            if request is not None:  # both started here (_STARTED_HERE): _dispatch's steps without its lookups
+                header = request.header
+                start, to_frame = _STARTED_HERE[header.api_key]
+                self._start(header, request.body, start, to_frame)
+                return REQUEST_UNITS
         if request is None:
             try:
                 request = decode_request(frame)
@@ -772,9 +777,16 @@ class Connection(asyncio.BufferedProtocol):
         self.abort("internal_error", f"{type(exc).__name__} in {callback}")
 
     def _apply_read_limit(self) -> None:
-        if not (self._reading_paused or self._writing_paused or self._in_flight is not None or self._deferred
-                or self._server.closing or (self._relaying is not None and self._relaying.link is not None)):
-            return  # the common case: reading, nothing to limit
+        if not (self._reading_paused or self._writing_paused or self._server.closing):
+            relaying = self._relaying
+            if relaying is None:
+                # no relay: only the bytes waiting behind a parked or deferred request could pause reading (what
+                # follows would decide the same, with more steps: it runs each time a rebalance parks a request)
+                if not ((self._in_flight is not None or self._deferred)
+                        and self._reader.buffered_bytes >= self._config.max_buffered_bytes):
+                    return
+            elif relaying.link is None and self._in_flight is None and not self._deferred:
+                return  # the common case: reading, nothing to limit
         if self._transport is None:
             return
         waiting = ((self._in_flight is not None or self._deferred)

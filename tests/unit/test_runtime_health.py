@@ -18,7 +18,7 @@ from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import GroupState
-from coordinator.runtime_health import LAG_BUCKETS_MS, GcMonitor, LoopLagProbe, RuntimeHealth
+from coordinator.runtime_health import LAG_BUCKETS_MS, YOUNG_THRESHOLD, GcMonitor, GcPolicy, LoopLagProbe, RuntimeHealth
 from coordinator.timer import SystemTimer, TimerTask
 from coordinator.timer.system_timer import RUN_BATCH
 from coordinator.timer.task import TimerTaskEntry
@@ -221,3 +221,24 @@ def test_the_policy_counts_what_it_freezes_and_the_snapshot_does_not_walk_it() -
     # a walk of the 300k frozen objects takes ≥ 3 ms of CPU even when they sit in memory in order (~10 ns each)
     assert per_snapshot_s < 0.001, per_snapshot_s
     del kept
+
+
+def test_the_policy_raises_the_young_threshold_while_installed_and_gives_it_back() -> None:
+    """A young collection every 700 surviving objects is ~15 per 1,000-member rebalance; the policy runs with
+    YOUNG_THRESHOLD and restores the interpreter's own when uninstalled; 0 or a disabled policy leave it."""
+    before = gc.get_threshold()
+    policy = GcPolicy()
+    policy.install()
+    try:
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+    finally:
+        policy.uninstall()
+    assert gc.get_threshold() == before
+    for unchanged in (GcPolicy(young_threshold=0), GcPolicy(freeze_every=0)):
+        unchanged.install()
+        try:
+            assert gc.get_threshold() == before
+        finally:
+            unchanged.uninstall()
+    assert RuntimeHealth.from_env({"COORDINATOR_GC_YOUNG_THRESHOLD": "0"}).policy.young_threshold == 0
+    assert RuntimeHealth.from_env({}).policy.young_threshold == YOUNG_THRESHOLD
