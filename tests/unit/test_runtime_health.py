@@ -224,13 +224,14 @@ def test_the_policy_counts_what_it_freezes_and_the_snapshot_does_not_walk_it() -
 
 
 def test_the_policy_raises_the_young_threshold_while_installed_and_gives_it_back() -> None:
-    """A young collection every 700 surviving objects is ~15 per 1,000-member rebalance; the policy runs with
-    YOUNG_THRESHOLD and restores the interpreter's own when uninstalled; 0 or a disabled policy leave it."""
+    """A young collection every 700 surviving objects is ~15 per 1,000-member rebalance; the policy runs with the
+    threshold asked for and restores the interpreter's own when uninstalled; 0 (the default) or a disabled policy
+    leave it."""
     before = gc.get_threshold()
-    policy = GcPolicy()
+    policy = GcPolicy(young_threshold=5_000)
     policy.install()
     try:
-        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+        assert gc.get_threshold() == (5_000, *before[1:])
     finally:
         policy.uninstall()
     assert gc.get_threshold() == before
@@ -241,4 +242,5 @@ def test_the_policy_raises_the_young_threshold_while_installed_and_gives_it_back
         finally:
             unchanged.uninstall()
     assert RuntimeHealth.from_env({"COORDINATOR_GC_YOUNG_THRESHOLD": "0"}).policy.young_threshold == 0
-    assert RuntimeHealth.from_env({}).policy.young_threshold == YOUNG_THRESHOLD
+    assert RuntimeHealth.from_env({"COORDINATOR_GC_YOUNG_THRESHOLD": "5000"}).policy.young_threshold == 5_000
+    assert RuntimeHealth.from_env({}).policy.young_threshold == YOUNG_THRESHOLD == 0
