@@ -133,11 +133,12 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[Dele
 
 def _unanswered_until_answered(shard: GroupShard, write: Write) -> None:
     """The group's deletion write is the one a DeleteGroups of it waits for until it is answered."""
-    group_id = write.group_id
+    group_id, records = write.group_id, write.records  # not the write itself: no cycle through its `then`
     shard.deletions_unanswered[group_id] = write
 
     def answered(_: Errors) -> None:
-        if shard.deletions_unanswered.get(group_id) is write:
+        unanswered = shard.deletions_unanswered.get(group_id)
+        if unanswered is not None and unanswered.records is records:
             del shard.deletions_unanswered[group_id]
 
     write.then_also(answered)
