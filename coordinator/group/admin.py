@@ -3,6 +3,7 @@ over the shards of its groups and puts the answers back in request order)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from coordinator.group.api import DescribedGroup, DescribedGroupMember, ListedGroup, ListGroupsRequest
@@ -70,7 +71,16 @@ def list_groups(shard: GroupShard, req: ListGroupsRequest) -> list[ListedGroup]:
     return listed
 
 
-def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict[str, Errors]]:
+@dataclass(slots=True)
+class Deletions:
+    """A shard's DeleteGroups answer: the error per group, and the groups whose answer waits for an earlier
+    deletion's write not answered yet (GROUP_ID_NOT_FOUND once it is written, else its error)."""
+
+    results: dict[str, Errors]
+    waiting: dict[str, Write]
+
+
+def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[Deletions]:
     """Deletes the Empty groups among `group_ids` (all of this shard): the error per group, answered once
     their tombstones are written. A tombstone that fails is kept owed by the store and sent again.
 
@@ -79,8 +89,14 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
     deletion (CoordinatorRuntime.failCurrentBatch: revertLastWrittenOffset), so there the group is still Empty
     and the next DeleteGroups writes its tombstones again (GroupCoordinatorShard.deleteGroups); ours forgot the
     group at the first attempt, and answering GROUP_ID_NOT_FOUND would report deleted a group that a restart
-    before the owed retry lands brings back."""
+    before the owed retry lands brings back.
+
+    A group whose deletion's write is still unanswered (sent, neither acknowledged nor failed) is not written again:
+    its answer waits for that write (`Deletions.waiting`). Kafka validates against its latest, uncommitted state
+    (the group is gone: GROUP_ID_NOT_FOUND) and a write with no records waits for the pending one
+    (CoordinatorRuntime: deferred until the last written offset is committed, failed with that write's error)."""
     results: dict[str, Errors] = {}
+    waiting: dict[str, Write] = {}
     eligible: list[GroupMetadata] = []
     again: list[Write] = []
     consumer_writes: list[Write] = []
@@ -92,19 +108,40 @@ def handle_delete_groups(shard: GroupShard, group_ids: list[str]) -> Result[dict
         elif group_id in shard.consumer_groups:
             results[group_id] = _delete_consumer_group(shard, group_id, consumer_writes)
         elif group is None or group.is_in(GroupState.DEAD):
-            results[group_id] = _delete_again(shard, group_id, again)
+            unanswered = shard.deletions_unanswered.get(group_id)
+            if unanswered is not None:
+                results[group_id] = Errors.GROUP_ID_NOT_FOUND
+                waiting[group_id] = unanswered
+            else:
+                results[group_id] = _delete_again(shard, group_id, again)
         elif group.is_in(GroupState.EMPTY):
             group.transition_to(GroupState.DEAD, shard.now_wall_ms())
             eligible.append(group)
             results[group_id] = Errors.NONE
         else:
             results[group_id] = Errors.NON_EMPTY_GROUP
-    if not eligible:
-        return Result(results, consumer_writes + again)
-    removed, writes = cleanup_groups(shard, eligible, _every_offset(shard), Removal.GROUP_DELETED)
-    _with_owed_group_tombstones(shard, eligible, writes)
-    log.info("event=groups_deleted groups=%s offsets_removed=%d", [g.group_id for g in eligible], removed)
-    return Result(results, consumer_writes + again + writes)
+    writes: list[Write] = []
+    if eligible:
+        removed, writes = cleanup_groups(shard, eligible, _every_offset(shard), Removal.GROUP_DELETED)
+        _with_owed_group_tombstones(shard, eligible, writes)
+        log.info("event=groups_deleted groups=%s offsets_removed=%d", [g.group_id for g in eligible], removed)
+    deletions = consumer_writes + again + writes
+    for write in deletions:
+        _unanswered_until_answered(shard, write)
+    return Result(Deletions(results, waiting), deletions)
+
+
+def _unanswered_until_answered(shard: GroupShard, write: Write) -> None:
+    """The group's deletion write is the one a DeleteGroups of it waits for until it is answered."""
+    group_id, records = write.group_id, write.records  # not the write itself: no cycle through its `then`
+    shard.deletions_unanswered[group_id] = write
+
+    def answered(_: Errors) -> None:
+        unanswered = shard.deletions_unanswered.get(group_id)
+        if unanswered is not None and unanswered.records is records:
+            del shard.deletions_unanswered[group_id]
+
+    write.then_also(answered)
 
 
 def _delete_again(shard: GroupShard, group_id: str, writes: list[Write]) -> Errors:

@@ -444,20 +444,23 @@ class GroupRuntime:
         for group_id in names:
             by_shard.setdefault(self.shard_for(group_id).partition, []).append(group_id)
         results: dict[str, Errors] = {}
-        writes: list[Write] = []
-        pending = []
+        outcomes: list[tuple[list[str], list[asyncio.Future[Errors]]]] = []
         for partition, group_ids in by_shard.items():
             shard = self.shards[partition]
             result = admin.handle_delete_groups(shard, group_ids)
-            assert isinstance(result.response, dict)
-            results.update(result.response)
-            writes.extend(result.writes)
-            pending.extend(self._start(shard, result.writes))
-        # A group whose tombstones Kafka refused is not reported deleted (they stay owed and are sent again, but a
-        # crash before that would bring the group back), as Kafka 4 answers a failed write.
-        for write, error in zip(writes, await self._written(pending)):
-            if error != Errors.NONE and results.get(write.group_id) == Errors.NONE:
-                results[write.group_id] = kafka4_append_error(error)
+            assert isinstance(result.response, admin.Deletions)
+            results.update(result.response.results)
+            pending = self._start(shard, result.writes)
+            # a group whose earlier deletion is unanswered waits for that write (shield: it is not ours to cancel)
+            pending.extend(asyncio.shield(w.done) for w in result.response.waiting.values() if w.done is not None)
+            outcomes.append((group_ids, pending))
+        # A failed write of a partition is every one of its groups' answer (GroupCoordinatorService.deleteGroups:
+        # the shard's write fails, its whole result is the error), not reported deleted: the tombstones stay owed
+        # and are sent again, but a crash before that would bring the group back.
+        for group_ids, pending in outcomes:
+            error = next((e for e in await self._written(pending) if e != Errors.NONE), Errors.NONE)
+            if error != Errors.NONE:
+                results.update(dict.fromkeys(group_ids, kafka4_append_error(error)))
         return DeleteGroupsResponse([DeletableGroupResult(g, results[g]) for g in names])
 
     async def expire_offsets(self) -> int:

@@ -78,8 +78,12 @@ class GroupShard(GroupResidency):
         # writes them again: offsets.remove_with_pending)
         self.unwritten_tombstones: Callable[[str], set[TopicPartition]] = _none_unwritten
         # The store's: the tombstones of the group's own records (not its offsets) whose tombstone of ours is not
-        # acknowledged yet (a DeleteGroups asked again writes them again: admin.handle_delete_groups)
+        # acknowledged yet (a DeleteGroups asked again once that write failed writes them again:
+        # admin.handle_delete_groups)
         self.unwritten_group_tombstones: Callable[[str], list[Record]] = _no_unwritten_group_tombstones
+        # DeleteGroups' deletion writes not answered yet, by group: a DeleteGroups of the group meanwhile waits for
+        # that write (admin.handle_delete_groups), as Kafka defers it until the pending write is committed
+        self.deletions_unanswered: dict[str, Write] = {}
         self.heartbeat_count = 0  # heartbeats are counted, never traced (metrics read the runtime's sum)
         self._offset_write_seq = 0
 

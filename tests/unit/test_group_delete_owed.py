@@ -19,10 +19,10 @@ Ours forgets the group at the first attempt and keeps its failed tombstones owed
 DeleteGroups writes the owed ones again (its offsets', then its own records': a classic group's metadata, a
 consumer group's records) and is answered by that write: NONE means written, an error means not (the store's retry
 may still land; a restart before it brings the group back, as Kafka would still have it). Once the retry is
-acknowledged the group is gone and GROUP_ID_NOT_FOUND is Kafka's answer too. One difference is left: a second
-DeleteGroups while the first one's write is unanswered (not failed yet) writes again and answers NONE once
-written; Kafka answers GROUP_ID_NOT_FOUND once the first write is committed (CoordinatorRuntime answers a write
-that produced no records after the pending ones).
+acknowledged the group is gone and GROUP_ID_NOT_FOUND is Kafka's answer too. A second DeleteGroups while the
+first one's write is unanswered (not failed yet) writes nothing and waits for that write: GROUP_ID_NOT_FOUND once it
+is acknowledged, its error if it fails, as Kafka answers (CoordinatorRuntime defers a write that produced no records
+until the pending one is committed, and fails it with that write's error).
 """
 from __future__ import annotations
 
@@ -248,3 +248,72 @@ def test_a_consumer_group_deleted_again_while_its_tombstones_are_owed_is_answere
     assert answers == [Errors.COORDINATOR_NOT_AVAILABLE, Errors.NONE]
     assert seen == GONE
     assert violations == []
+
+
+def _tombstone_writes(sim: Simulation) -> int:
+    """Writes of tombstones only (a deletion's) the store issued so far."""
+    return sum(1 for w in sim.ledger.writes if w.keys and all(value is None for _, value in w.keys))
+
+
+@pytest.mark.parametrize("outcome", ["acknowledged", "refused"])
+def test_a_group_deleted_again_while_its_deletion_is_unanswered_waits_for_that_write(outcome: str) -> None:
+    """Kafka down while the operator deletes the group (its tombstones sent, unanswered) and deletes it again:
+    the second DeleteGroups writes nothing and waits for the first write, as Kafka's does (validated against the
+    uncommitted state: the group is gone, a write of no records deferred until the pending one is committed).
+    Kafka comes back: the first write acknowledged, the second answer is GROUP_ID_NOT_FOUND; refused, it is the
+    first write's error (NOT_ENOUGH_REPLICAS → COORDINATOR_NOT_AVAILABLE). (Before: the tombstones were written
+    again and the second answered NONE, or with its own write's error.)"""
+    story = _Story()
+    sim = story.sim
+    answers: list[Errors] = []
+    writes: list[int] = []
+
+    async def run() -> None:
+        await story.loaded()
+        await story.member_joined_and_left()
+        await story.commit()
+        before = _tombstone_writes(sim)
+        sim.kafka.go_down()
+        first = asyncio.ensure_future(story.delete())
+        for _ in range(100):  # the first deletion's tombstones sent, not answered
+            if _tombstone_writes(sim) > before:
+                break
+            await asyncio.sleep(0.01)
+        assert _tombstone_writes(sim) == before + 1 and not first.done()
+        second = asyncio.ensure_future(story.call("delete_groups", DeleteGroupsRequest([GROUP])))
+        await asyncio.sleep(0.5)
+        assert not second.done()
+        if outcome == "refused":
+            sim.kafka.faults.refuse = 1.0
+        sim.kafka.come_up()
+        answers.append(await first)
+        answers.append(Errors((await second).results[0].error_code))
+        writes.append(_tombstone_writes(sim) - before)
+
+    run_story(sim, run())
+    if outcome == "acknowledged":
+        assert answers == [Errors.NONE, Errors.GROUP_ID_NOT_FOUND]
+    else:
+        assert answers == [Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_NOT_AVAILABLE]
+    assert writes == [1]  # the second DeleteGroups wrote nothing (the store's retry comes later)
+    assert [v.line() for v in sim.checkers.violations] == []
+
+
+def test_a_failed_write_is_the_answer_of_every_group_of_its_partition() -> None:
+    """DeleteGroups of a deletable group and of an unknown one of the same partition while Kafka refuses writes:
+    the partition's write fails and both are answered with its error, as GroupCoordinatorService.deleteGroups
+    answers a failed shard write for every group of that partition in the request. (Before: the unknown group was
+    answered GROUP_ID_NOT_FOUND.)"""
+    story = _Story()
+    sim = story.sim
+    answers: list[tuple[str, Errors]] = []
+
+    async def run() -> None:
+        await story.loaded()
+        await story.member_joined_and_left()
+        sim.kafka.faults.refuse = 1.0
+        answer = await story.call("delete_groups", DeleteGroupsRequest([GROUP, "unknown"]))
+        answers.extend((r.group_id, Errors(r.error_code)) for r in answer.results)
+
+    run_story(sim, run())
+    assert answers == [(GROUP, Errors.COORDINATOR_NOT_AVAILABLE), ("unknown", Errors.COORDINATOR_NOT_AVAILABLE)]
