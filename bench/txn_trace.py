@@ -1,7 +1,7 @@
 """Where a transaction's time goes: the exactly-once loop of bench/transactions.py, once through us and once straight
 to Kafka, with librdkafka's `debug=eos,protocol` log of the producer parsed into round trips per API.
 
-  python -m bench.txn_trace [--transactions 60] [--retry-backoff-ms 5] 2>/dev/null
+  python -m bench.txn_trace [--transactions 60] [--retry-backoff-ms 5] [--baseline-tree DIR] 2>/dev/null
 
 Per path: the median wall time of each phase of a transaction (take, produce, send_offsets_to_transaction,
 commit_transaction), and per request type the requests per transaction and their median round trip as the
@@ -27,14 +27,14 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.relay import progress, start_coordinator
-from bench.transactions import create_topics, fill, take, until_group_coordinator
+from bench.transactions import create_topics, fill, start_tree, take, until_group_coordinator
 from coordinator.embedded import EmbeddedKafka
 from coordinator.embedded.ports import free_port
 
 _RECEIVED = re.compile(r"Received (\w+)Response \(v\d+, \d+ bytes, CorrId \d+, rtt ([\d.]+)ms\)")
 
 
-def loop(bootstrap: str, cluster: str, args: argparse.Namespace, debug_log: Path) -> dict[str, Any]:
+def loop(bootstrap: str, cluster: str, args: argparse.Namespace) -> dict[str, Any]:
     source, sink = f"trace-in-{uuid.uuid4().hex[:6]}", f"trace-out-{uuid.uuid4().hex[:6]}"
     create_topics(cluster, source, sink)
     fill(cluster, source, (args.warmup + args.transactions) * args.per_transaction)
@@ -42,11 +42,6 @@ def loop(bootstrap: str, cluster: str, args: argparse.Namespace, debug_log: Path
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
     phases: dict[str, list[float]] = defaultdict(list)
-    lines: list[str] = []
-
-    def keep(_level: int, _fac: str, _name: str, message: str) -> None:
-        pass
-
     # librdkafka's own stderr log (timestamps to the ms): this process's stderr is the file
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"trace-{uuid.uuid4().hex[:6]}",
                          "linger.ms": 0, "retry.backoff.ms": args.retry_backoff_ms, "debug": "eos,protocol"})
@@ -90,6 +85,9 @@ def parse(log: Path, transactions: int) -> dict[str, Any]:
             measuring = False
         elif measuring and (match := _RECEIVED.search(line)):
             rtts[match.group(1)].append(float(match.group(2)))
+        elif measuring and "AddOffsetsToTxn response from" in line and rtts["AddOffsetsToTxn"]:
+            # the answered one apart: a retried one (CONCURRENT_TRANSACTIONS) only forwards
+            rtts["AddOffsetsToTxn." + ("ok" if "NO_ERROR" in line else "retried")].append(rtts["AddOffsetsToTxn"][-1])
     return {api: {"per_transaction": round(len(values) / transactions, 2),
                   "median_rtt_ms": round(statistics.median(values), 2),
                   "total_ms_per_transaction": round(sum(values) / transactions, 2)}
@@ -102,24 +100,34 @@ def main() -> None:
     parser.add_argument("--per-transaction", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--retry-backoff-ms", type=int, default=5)
-    parser.add_argument("--path", choices=("ours", "kafka"), help="(internal) run one path with stderr as its log")
+    parser.add_argument("--baseline-tree", help="a source tree of ours traced as 'before' too")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--path", choices=("ours", "before", "kafka"), help="(internal) run one path with stderr as its log")
     parser.add_argument("--cluster", help="(internal)")
     parser.add_argument("--bootstrap", help="(internal)")
     args = parser.parse_args()
     if args.path is not None:
-        print(json.dumps(loop(args.bootstrap, args.cluster, args, Path("-"))))
+        print(json.dumps(loop(args.bootstrap, args.cluster, args)))
         return
     broker = EmbeddedKafka()
     broker.start_blocking()
     port = free_port()
     coordinator_log = Path(tempfile.mkstemp(prefix="txn-trace-coordinator-", suffix=".log")[1])
     coordinator = start_coordinator(broker.bootstrap, port, coordinator_log)
+    servers = [coordinator]
     result: dict[str, Any] = {"load_average_1m": round(os.getloadavg()[0], 2)}
     try:
-        ours = f"127.0.0.1:{port}"
+        paths = {"ours": f"127.0.0.1:{port}"}
+        if args.baseline_tree:
+            before_port = free_port()
+            servers.append(start_tree(broker.bootstrap, before_port, coordinator_log.with_suffix(".before.log"),
+                                      args.baseline_tree))
+            paths["before"] = f"127.0.0.1:{before_port}"
+        paths["kafka"] = broker.bootstrap
         until_group_coordinator(broker.bootstrap)
-        until_group_coordinator(ours)
-        for path, bootstrap in (("ours", ours), ("kafka", broker.bootstrap), ("ours", ours), ("kafka", broker.bootstrap)):
+        for address in paths.values():
+            until_group_coordinator(address)
+        for path, bootstrap in list(paths.items()) * args.repeats:
             log = Path(tempfile.mkstemp(prefix=f"txn-trace-{path}-", suffix=".log")[1])
             with log.open("w") as stderr:
                 done = subprocess.run([sys.executable, "-m", "bench.txn_trace", "--path", path, "--cluster",
@@ -133,11 +141,23 @@ def main() -> None:
             result.setdefault(path, []).append(figures)
             progress(f"{path}: {json.dumps(figures)}")
     finally:
-        coordinator.terminate()
-        coordinator.wait(30)
+        for server in servers:
+            server.terminate()
+            server.wait(30)
         broker.stop_blocking()
         broker.remove_data()
     result["load_average_1m_end"] = round(os.getloadavg()[0], 2)
+    for path in paths:
+        runs = result[path]
+        apis = sorted({api for run in runs for api in run["round_trips"]})
+        summary = {"phases_ms": {name: round(statistics.median(run["phases_ms"][name] for run in runs), 2)
+                                 for name in runs[0]["phases_ms"]},
+                   "round_trips": {api: {key: round(statistics.median(run["round_trips"].get(api, {}).get(key, 0.0)
+                                                                      for run in runs), 2)
+                                         for key in ("per_transaction", "median_rtt_ms", "total_ms_per_transaction")}
+                                   for api in apis}}
+        result[f"{path}_median"] = summary
+        print(f"{path}: {json.dumps(summary)}")
     print(json.dumps(result))
 
 
