@@ -2,7 +2,7 @@
 (relay on) against the same loop straight to Kafka, same run, same broker.
 
   python -m bench.transactions [--transactions 300] [--per-transaction 10] [--repeats 3] [--warmup 20]
-                               [--retry-backoff-ms N] [--baseline-tree DIR]
+                               [--retry-backoff-ms N] [--baseline-tree DIR] [--warm-runs 1]
 
 The loop is what an exactly-once application does (tests/support/eos_loop.py, without the abort): a
 confluent-kafka read_committed consumer assigned one input partition, a transactional producer; per transaction
@@ -173,6 +173,13 @@ def run(args: argparse.Namespace, cluster: str, broker_pid: int | None) -> dict[
         for _, address in servers.values():
             until_group_coordinator(address)
         order = list(servers) + ["kafka"]
+        # the broker's JIT warms up over the first thousand transactions: the first runs of a fresh broker are up
+        # to 4x slower whichever path they take, so one unmeasured run per path comes first
+        for warm in range(args.warm_runs):
+            for path in order:
+                figures = loop_run(servers[path][1] if path in servers else cluster, cluster, args,
+                                   {"coordinator": servers[path if path in servers else "ours"][0].pid})
+                progress(f"warm-up run {warm + 1} {path} (not counted): {json.dumps(figures)}")
         for repeat in range(args.repeats):
             turn = order[repeat % len(order):] + order[:repeat % len(order)]
             for path in turn:
@@ -194,7 +201,7 @@ def run(args: argparse.Namespace, cluster: str, broker_pid: int | None) -> dict[
     load = os.getloadavg()
     return {"bench": "transactions", "kafka_version": kafka_version(), "repeats": args.repeats,
             "transactions": args.transactions, "per_transaction": args.per_transaction,
-            "retry_backoff_ms": args.retry_backoff_ms,
+            "retry_backoff_ms": args.retry_backoff_ms, "warm_runs": args.warm_runs,
             "load_average_1m": round(load[0], 1), "cpus": os.cpu_count(),
             "ours": medians["ours"], "kafka": medians["kafka"],
             "ratio": round(medians["ours"]["transactions_per_s"] / medians["kafka"]["transactions_per_s"], 3),
@@ -216,6 +223,8 @@ def main() -> None:
     parser.add_argument("--retry-backoff-ms", type=int,
                         help="the producer's retry.backoff.ms (librdkafka's default, 100, when not given): the pause "
                              "after CONCURRENT_TRANSACTIONS, which sets the loop's cadence")
+    parser.add_argument("--warm-runs", type=int, default=1,
+                        help="unmeasured runs per path before the measured ones (the broker's JIT warm-up)")
     parser.add_argument("--baseline-tree", help="a source tree of ours to race as 'before' (see above)")
     args = parser.parse_args()
     given = os.environ.get("KAFKA_BOOTSTRAP")
