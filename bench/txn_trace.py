@@ -127,7 +127,14 @@ def main() -> None:
         until_group_coordinator(broker.bootstrap)
         for address in paths.values():
             until_group_coordinator(address)
-        for path, bootstrap in list(paths.items()) * args.repeats:
+        # one unmeasured run per path first (a fresh broker's JIT: its first runs are the slowest, whichever path),
+        # then the paths rotate, so no path is always the one after the broker's idle moment
+        order = list(paths.items())
+        plan = [(path, bootstrap, False) for path, bootstrap in order]
+        for repeat in range(args.repeats):
+            turn = order[repeat % len(order):] + order[:repeat % len(order)]
+            plan += [(path, bootstrap, True) for path, bootstrap in turn]
+        for path, bootstrap, measured in plan:
             log = Path(tempfile.mkstemp(prefix=f"txn-trace-{path}-", suffix=".log")[1])
             with log.open("w") as stderr:
                 done = subprocess.run([sys.executable, "-m", "bench.txn_trace", "--path", path, "--cluster",
@@ -138,8 +145,9 @@ def main() -> None:
                                       stdout=subprocess.PIPE, stderr=stderr, text=True, check=True)
             figures = {"phases_ms": json.loads(done.stdout.strip().splitlines()[-1]),
                        "round_trips": parse(log, args.transactions), "log": str(log)}
-            result.setdefault(path, []).append(figures)
-            progress(f"{path}: {json.dumps(figures)}")
+            if measured:
+                result.setdefault(path, []).append(figures)
+            progress(f"{path}{'' if measured else ' (warm-up, not counted)'}: {json.dumps(figures)}")
     finally:
         for server in servers:
             server.terminate()
