@@ -8,8 +8,9 @@ transactional id, producer id and epoch) to the transaction coordinator this con
 broker the client found with FindCoordinator), on our own connection to it, and its partition's error is the
 client's answer. The coordinator's COMMIT/ABORT markers then settle the offsets TxnOffsetCommit appends there.
 Kafka's `__consumer_offsets` partition is not in the transaction: nothing of the transaction is written there.
-(Until 2026-11-28 the request was forwarded first and our partition added after it: two transaction-log appends in
-series and one more marker per transaction, ~1.5 ms of a 10 ms transaction; docs/performance.md.)
+(Until 2026-11-28 the request was forwarded first and our partition added after it: two transaction-coordinator
+round trips in series and one more marker per transaction; docs/performance.md, "Exactly-once: where a
+transaction's time goes".)
 
 The client's authorization is checked here, as KafkaApis does it (WRITE on the transactional id, then READ on the
 group): our connection to the cluster is authorized as us, not as the client. Without the relay there is no
