@@ -2,7 +2,7 @@
 (relay on) against the same loop straight to Kafka, same run, same broker.
 
   python -m bench.transactions [--transactions 300] [--per-transaction 10] [--repeats 3] [--warmup 20]
-                               [--retry-backoff-ms N]
+                               [--retry-backoff-ms N] [--baseline-tree DIR] [--warm-runs 1]
 
 The loop is what an exactly-once application does (tests/support/eos_loop.py, without the abort): a
 confluent-kafka read_committed consumer assigned one input partition, a transactional producer; per transaction
@@ -12,6 +12,9 @@ transactional id; its first --warmup transactions (coordinator discovery, the fi
 measured. Runs alternate (ours, Kafka, Kafka, ours, ...); the medians and their ratio are reported (target: ours
 >= 0.8x Kafka's), with the CPU time per transaction of our server and of the broker (from /proc, all threads;
 through us the broker still does the transaction coordinator's and the partitions' work).
+`--baseline-tree DIR` races a second build of ours (a source tree, e.g. /work/main, run with PYTHONPATH=DIR) as
+'before' in the same runs, on the same broker, the three paths rotating (ours, before, Kafka; before, Kafka, ours;
+...), and reports ours ÷ before as well.
 Everything shares the machine: quote the ratio and the CPU per transaction, with the load average (printed).
 Progress goes to stderr; the last line of output is one JSON object with every figure.
 """
@@ -141,36 +144,74 @@ def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
     return {name: round(statistics.median(run[name] for run in runs), 3) for name in runs[0]}
 
 
+def start_tree(cluster: str, port: int, log: Path, tree: str) -> subprocess.Popen:
+    """`coordinator serve` of the source tree `tree` (its package first on the path), as start_coordinator's."""
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(Path(tree).resolve())
+    try:
+        return start_coordinator(cluster, port, log)
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 def run(args: argparse.Namespace, cluster: str, broker_pid: int | None) -> dict[str, Any]:
-    port = free_port()
-    log = Path(tempfile.mkstemp(prefix="bench-transactions-", suffix=".log")[1])
-    coordinator = start_coordinator(cluster, port, log)
-    ours = f"127.0.0.1:{port}"
-    pids = {"coordinator": coordinator.pid, **({"broker": broker_pid} if broker_pid else {})}
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
+    logs: dict[str, str] = {}
     runs: dict[str, list[dict[str, float]]] = {"ours": [], "kafka": []}
     try:
+        for name in ("ours", "before") if args.baseline_tree else ("ours",):
+            port = free_port()
+            log = Path(tempfile.mkstemp(prefix=f"bench-transactions-{name}-", suffix=".log")[1])
+            process = (start_coordinator(cluster, port, log) if name == "ours"
+                       else start_tree(cluster, port, log, args.baseline_tree))
+            servers[name], logs[name] = (process, f"127.0.0.1:{port}"), str(log)
+            runs[name] = []
         until_group_coordinator(cluster)
-        until_group_coordinator(ours)
+        for _, address in servers.values():
+            until_group_coordinator(address)
+        order = list(servers) + ["kafka"]
+        # the broker's JIT warms up over the first thousand transactions: the first runs of a fresh broker are up
+        # to 4x slower whichever path they take, so one unmeasured run per path comes first
+        for warm in range(args.warm_runs):
+            for path in order:
+                figures = loop_run(servers[path][1] if path in servers else cluster, cluster, args,
+                                   {"coordinator": servers[path if path in servers else "ours"][0].pid})
+                progress(f"warm-up run {warm + 1} {path} (not counted): {json.dumps(figures)}")
         for repeat in range(args.repeats):
-            for path in ("ours", "kafka") if repeat % 2 == 0 else ("kafka", "ours"):
-                figures = loop_run(ours if path == "ours" else cluster, cluster, args, pids)
+            turn = order[repeat % len(order):] + order[:repeat % len(order)]
+            for path in turn:
+                # CPU of the coordinator serving this run (the other one idles), and of the broker
+                pids = {**({"coordinator": servers[path][0].pid} if path in servers
+                           else {"coordinator": servers["ours"][0].pid}),
+                        **({"broker": broker_pid} if broker_pid else {})}
+                figures = loop_run(servers[path][1] if path in servers else cluster, cluster, args, pids)
                 runs[path].append(figures)
                 progress(f"repeat {repeat + 1} {path}: {json.dumps(figures)}")
     finally:
-        coordinator.terminate()
-        try:
-            coordinator.wait(30)
-        except subprocess.TimeoutExpired:
-            coordinator.kill()
+        for process, _ in servers.values():
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
     medians = {path: median_of(figures) for path, figures in runs.items()}
     load = os.getloadavg()
     return {"bench": "transactions", "kafka_version": kafka_version(), "repeats": args.repeats,
             "transactions": args.transactions, "per_transaction": args.per_transaction,
-            "retry_backoff_ms": args.retry_backoff_ms,
+            "retry_backoff_ms": args.retry_backoff_ms, "warm_runs": args.warm_runs,
             "load_average_1m": round(load[0], 1), "cpus": os.cpu_count(),
             "ours": medians["ours"], "kafka": medians["kafka"],
             "ratio": round(medians["ours"]["transactions_per_s"] / medians["kafka"]["transactions_per_s"], 3),
-            "coordinator_log": str(log), "runs": runs}
+            **({"before": medians["before"], "baseline_tree": args.baseline_tree,
+                "before_ratio": round(medians["before"]["transactions_per_s"]
+                                      / medians["kafka"]["transactions_per_s"], 3),
+                "ours_over_before": round(medians["ours"]["transactions_per_s"]
+                                          / medians["before"]["transactions_per_s"], 3)}
+               if "before" in medians else {}),
+            "coordinator_logs": logs, "runs": runs}
 
 
 def main() -> None:
@@ -182,6 +223,9 @@ def main() -> None:
     parser.add_argument("--retry-backoff-ms", type=int,
                         help="the producer's retry.backoff.ms (librdkafka's default, 100, when not given): the pause "
                              "after CONCURRENT_TRANSACTIONS, which sets the loop's cadence")
+    parser.add_argument("--warm-runs", type=int, default=1,
+                        help="unmeasured runs per path before the measured ones (the broker's JIT warm-up)")
+    parser.add_argument("--baseline-tree", help="a source tree of ours to race as 'before' (see above)")
     args = parser.parse_args()
     given = os.environ.get("KAFKA_BOOTSTRAP")
     broker = None
@@ -200,6 +244,10 @@ def main() -> None:
           f"{kafka['transactions_per_s']}, ratio {result['ratio']} (target >= 0.8); our CPU "
           f"{ours['coordinator_cpu_ms_per_transaction']} ms per transaction; load average "
           f"{result['load_average_1m']} on {result['cpus']} CPUs")
+    if "before" in result:
+        print(f"before ({args.baseline_tree}): {result['before']['transactions_per_s']}/s, ratio "
+              f"{result['before_ratio']}; ours / before {result['ours_over_before']}; its CPU "
+              f"{result['before']['coordinator_cpu_ms_per_transaction']} ms per transaction")
     print(json.dumps(result))
 
 

@@ -6,9 +6,9 @@ Three routes (docs/relay.md has the table with the reasons):
   at our own ranges. They never reach the upstream cluster, whose
   own group coordinator must not see our groups.
 - REWRITTEN: Metadata and FindCoordinator, answered here from an upstream answer whose broker addresses are
-  replaced by ours (so their ranges are also capped by what the upstream broker serves); AddOffsetsToTxn, sent
-  on to the transaction coordinator and followed by the addition of the group's state partition to the
-  transaction (server/handlers/add_offsets_to_txn.py).
+  replaced by ours (so their ranges are also capped by what the upstream broker serves); AddOffsetsToTxn, served as the
+  transaction coordinator serves it, an AddPartitionsToTxn of the partition holding the group's offsets: ours,
+  the group's state partition, sent to the transaction coordinator (server/handlers/add_offsets_to_txn.py).
 - RELAYED: every other API in `RELAYED_MAX` goes to the upstream broker byte for byte, at the intersection of
   the broker's range and our cap. A cap sits below the first version whose response carries broker addresses
   we would have to rewrite (KIP-951's NodeEndpoints in Fetch v16+, DescribeQuorum v2's nodes); Produce v10+

@@ -1,11 +1,16 @@
 """AddOffsetsToTxn (25), v0–4: the transaction's group offsets will be ours, so our state partition joins it.
 
-With the relay, the request goes to the transaction coordinator this connection's listener stands for (the broker
-the client found with FindCoordinator), on our own connection to it; once that succeeded, the group's state-topic
-partition is added to the same transaction (AddPartitionsToTxn v3, the client form: same transactional id,
-producer id and epoch), so the coordinator's COMMIT/ABORT markers settle the offsets TxnOffsetCommit appends there.
-The client gets the coordinator's answer, or our add's error in place of a NONE. Kafka's own `__consumer_offsets`
-partition stays in the transaction and only gets an empty marker.
+Kafka's transaction coordinator serves AddOffsetsToTxn as an AddPartitionsToTxn of one partition, the group's
+`__consumer_offsets` partition (KafkaApis `handleAddOffsetsToTxnRequest`: `handleAddPartitionsToTransaction` with
+that partition, PRODUCER_FENCED answered INVALID_PRODUCER_EPOCH below v2). With the relay the group's offsets live in
+our state partition instead, so that is the partition we add: one AddPartitionsToTxn v3 (the client form: same
+transactional id, producer id and epoch) to the transaction coordinator this connection's listener stands for (the
+broker the client found with FindCoordinator), on our own connection to it, and its partition's error is the
+client's answer. The coordinator's COMMIT/ABORT markers then settle the offsets TxnOffsetCommit appends there.
+Kafka's `__consumer_offsets` partition is not in the transaction: nothing of the transaction is written there.
+(Until 2026-11-28 the request was forwarded first and our partition added after it: two transaction-coordinator
+round trips in series and one more marker per transaction; docs/performance.md, "Exactly-once: where a
+transaction's time goes".)
 
 The client's authorization is checked here, as KafkaApis does it (WRITE on the transactional id, then READ on the
 group): our connection to the cluster is authorized as us, not as the client. Without the relay there is no
@@ -48,26 +53,23 @@ def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
 
 async def _relayed(ctx: ConnectionContext, node_id: int, version: int, body: Any) -> Any:
     assert ctx.relay is not None
-    try:
-        response = await ctx.relay.request_to(node_id, body)
-    except UpstreamUnavailable as exc:
-        log.warning("event=add_offsets_to_txn_unanswered transactional_id=%s node=%d error=%s",
-                    body.transactional_id, node_id, exc)
-        return _answer(version, Errors.COORDINATOR_NOT_AVAILABLE)
-    if _code(response.error_code) != Errors.NONE:
-        return response
     state = ctx.coordinator.state_partition(body.group_id)
-    if state is None:  # a store without a state topic (tests): nothing of ours to add
-        return response
+    if state is None:  # a store without a state topic (tests): nothing of ours to add, Kafka's partition is
+        try:
+            return await ctx.relay.request_to(node_id, body)
+        except UpstreamUnavailable as exc:
+            log.warning("event=add_offsets_to_txn_unanswered transactional_id=%s node=%d error=%s",
+                        body.transactional_id, node_id, exc)
+            return _answer(version, Errors.COORDINATOR_NOT_AVAILABLE)
     added = await add_state_partition(ctx, node_id, body.transactional_id, body.producer_id, body.producer_epoch,
                                       state)
     if added != Errors.NONE:
-        log.warning("event=state_partition_not_added transactional_id=%s producer_id=%d group=%s partition=%s "
-                    "error=%s", body.transactional_id, body.producer_id, body.group_id, state, added.name)
+        log.info("event=state_partition_not_added transactional_id=%s producer_id=%d group=%s partition=%s "
+                 "error=%s", body.transactional_id, body.producer_id, body.group_id, state, added.name)
         return _answer(version, added)
     log.info("event=state_partition_added transactional_id=%s producer_id=%d group=%s partition=%s version=%d",
              body.transactional_id, body.producer_id, body.group_id, state, version)
-    return response
+    return _answer(version, Errors.NONE)
 
 
 async def add_state_partition(ctx: ConnectionContext, node_id: int, transactional_id: str, producer_id: int,
