@@ -722,3 +722,12 @@ def test_classic_seed_3439_a_deletion_asked_again_during_an_outage_stays_done() 
     (see the test above); the reload after the instance crashed showed the offsets."""
     outcome = run_seed(3439)
     assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_refused_txn_offset_commit_is_verified_once_its_partition_is_loaded_again() -> None:
+    """Seed 2851 (found by the 100,000-seed run): a zombie's TxnOffsetCommit arrived while its state partition
+    moved (refused NOT_COORDINATOR, answered before any verification), waited for the producer's batch lock while
+    the partition was loaded here again, and was then answered the group's UNKNOWN_MEMBER_ID without the
+    transaction coordinator being asked; Kafka verifies before the group's own checks."""
+    outcome = run_seed(2851)
+    assert outcome.ok, [v.line() for v in outcome.violations]

@@ -45,8 +45,8 @@ from coordinator.group.offsets import java_length
 from coordinator.group.records import OffsetCommitRecord, OffsetRecord
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import ShardStatus
-from coordinator.group.txn_commit import (ADDING_MIN_VERSION, TxnOffsetCommitIdentity, txn_append_error,
-                                          validate_transactional_offset_commit)
+from coordinator.group.txn_commit import (ADDING_MIN_VERSION, ANSWERED_BEFORE_VERIFICATION, TxnOffsetCommitIdentity,
+                                          txn_append_error, validate_transactional_offset_commit)
 from coordinator.group.txn_offsets import replay_transactional_offsets
 from coordinator.group.txn_sequences import Busy, Outcome
 from coordinator.relay.errors import UpstreamUnavailable
@@ -245,7 +245,8 @@ async def _commit_to_group(ctx: ConnectionContext, version: int, body: Any, part
         writes = _writes(shard)
         async with writes.one_batch_of(identity.producer_id):
             refused = _group_refusal(shard, identity, verified)
-            if refused is None or verified is not None or _verifiable(ctx, identity) is None:
+            if (refused is None or refused in ANSWERED_BEFORE_VERIFICATION or verified is not None
+                    or _verifiable(ctx, identity) is None):
                 return await _commit_locked(ctx, shard, writes, identity, partitions, existed, refused)
         # the group refused it only once this request had the lock: verified like any request it refuses
         verified = await _verification(ctx, identity, refused)
@@ -265,9 +266,12 @@ def _verifiable(ctx: ConnectionContext, identity: TxnOffsetCommitIdentity) -> tu
 
 async def _verification(ctx: ConnectionContext, identity: TxnOffsetCommitIdentity, group_error: Errors | None
                         ) -> _Verified | None:
-    """The transaction coordinator's answer to a request the group refused; None if accepted or unverifiable."""
+    """The transaction coordinator's answer to a request the group refused; None if accepted, unverifiable, or
+    refused before any verification (the partition not led here, moving: Kafka answers those first). Such a request
+    is not verified yet: if the group refuses it otherwise once it has the lock (the partition loaded meanwhile), it
+    is verified then, as Kafka verifies before the group's own checks."""
     cluster = _verifiable(ctx, identity)
-    if group_error is None or cluster is None:
+    if group_error is None or group_error in ANSWERED_BEFORE_VERIFICATION or cluster is None:
         return None
     relay, state = cluster
     return _Verified(group_error, await answer_after_verification(relay, identity, state, group_error))
