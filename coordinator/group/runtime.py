@@ -134,7 +134,7 @@ class GroupRuntime:
 
     # --- routing ----------------------------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
-        return cached_partition_for(group_id, self.num_partitions)
+        return self._partition_cache.partition(group_id)
 
     def state_partition(self, group_id: str) -> tuple[str, int] | None:
         """The state-topic partition holding `group_id` (None: a store without a topic)."""
