@@ -29,7 +29,8 @@
                      (OffsetFetch) only once its COMMIT marker is in the log, never if it aborted (EndTxn abort,
                      a timeout, a fenced producer); once committed it is never lost or regressed across crashes
                      and failovers (unless a tombstone was issued after); a require_stable fetch is answered
-                     UNSTABLE_OFFSET_COMMIT while a TxnOffsetCommit answered NONE awaits its marker; after the
+                     UNSTABLE_OFFSET_COMMIT while a TxnOffsetCommit answered NONE awaits its marker (unless a
+                     tombstone of its partition was issued once its batch landed: that drops it); after the
                      last reload no transaction is still pending
   txn_verification   (clients' transactions) a TxnOffsetCommit the group refuses is answered with the error of
                      the transaction's verification when the transaction coordinator refused it (restated from
@@ -131,8 +132,8 @@ class Checkers:
         # (group, topic, partition) -> (marker time, offset, writes issued when its batch landed) of each committed
         # transaction
         self._txn_committed: dict[Key, list[tuple[int, int, int]]] = {}
-        # (group, topic, partition) -> (answer time, transaction, writes issued by then) of TxnOffsetCommits
-        # answered NONE
+        # (group, topic, partition) -> (answer time, transaction, writes issued when its batch landed, offset) of
+        # TxnOffsetCommits answered NONE
         self._txn_answered: dict[Key, list[tuple[int, TxnKey, int, int]]] = {}
         # (group, topic, partition, offset) -> (state partition, log offset) of each batch that carried it
         self._txn_landings: dict[tuple[str, str, int, int], list[tuple[int, int]]] = {}
@@ -493,8 +494,13 @@ class Checkers:
                 self.violation("txn_offsets", f"{client}: TxnOffsetCommit of {(group_id, topic, partition)}="
                                               f"{offset} answered NONE but its batch is not in the log")
                 continue
+            # A tombstone of ours issued once the batch landed drops the pending offset (Kafka's replay of an offset
+            # tombstone removes the partition's pending transactional offsets), even one issued before the answer
+            # reached the client: a DeleteGroups handled between the coordinator's answer and the client hearing
+            # it (seed 11837). So the mark is where the batch landed, as for a committed offset (`txn_ended`).
+            landed = self._txn_landed_mark.get((group_id, topic, partition, offset), len(self.ledger.writes) - 1)
             self._txn_answered.setdefault((group_id, topic, partition), []).append(
-                (self.now_ms(), txn, len(self.ledger.writes) - 1, offset))
+                (self.now_ms(), txn, landed, offset))
 
     def txn_fetched(self, group_id: str, tp: tuple[str, int], offset: int, error: Errors, stable: bool,
                     sent_ms: int, client: str) -> None:

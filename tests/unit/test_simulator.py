@@ -731,3 +731,13 @@ def test_a_refused_txn_offset_commit_is_verified_once_its_partition_is_loaded_ag
     transaction coordinator being asked; Kafka verifies before the group's own checks."""
     outcome = run_seed(2851)
     assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_pending_txn_offset_dropped_by_a_delete_groups_before_the_client_heard_its_answer() -> None:
+    """Seed 11837 (found by the 100,000-seed run): a TxnOffsetCommit was answered NONE, and before the answer
+    reached the client an admin's DeleteGroups of the (Empty) group tombstoned the partition, which drops its
+    pending transactional offset as Kafka's replay of an offset tombstone does; a require_stable fetch then
+    answered -1. The checker took a tombstone into account only when issued after the client heard the answer;
+    one issued once the batch landed counts (as for a committed transactional offset)."""
+    outcome = run_seed(11837)
+    assert outcome.ok, [v.line() for v in outcome.violations]
