@@ -731,3 +731,23 @@ def test_a_refused_txn_offset_commit_is_verified_once_its_partition_is_loaded_ag
     transaction coordinator being asked; Kafka verifies before the group's own checks."""
     outcome = run_seed(2851)
     assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [4754, 5538, 7370, 8181, 14479, 17028])
+def test_a_zombies_load_of_a_partition_it_lost_meanwhile_is_not_served(seed: int) -> None:
+    """Seeds of the 100,000-seed run: an instance paused while it loaded a state partition (its fence queued, sent
+    when it woke) lost the partition on waking; its load then ended with the shard left UNOWNED (runtime.load marks
+    ACTIVE only a partition still LOADING), so nothing was answered from it. single_writer counted the load's end
+    as serving; it counts now only what the loader serves once the load is done."""
+    outcome = run_seed(seed)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_write_taken_in_by_the_only_owner_may_time_out_after_the_partition_moved() -> None:
+    """Seed 23851: an OffsetCommit taken in while its instance alone served the partition, its write in flight when
+    the process paused past its session; after the pause the write timed out and was answered REQUEST_TIMED_OUT
+    (Kafka 3.9's answer; 4's is COORDINATOR_NOT_AVAILABLE, already counted as not served) while the partition's
+    new owner served it. The answer says only that the outcome is unknown (the fence decides it); single_writer
+    judges such an answer by when the write was taken in."""
+    outcome = run_seed(23851)
+    assert outcome.ok, [v.line() for v in outcome.violations]
