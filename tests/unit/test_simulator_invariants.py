@@ -344,8 +344,8 @@ def _loaded_by_first(first_serving: set[int], suspended: bool = False) -> set[st
 
 def test_single_writer_counts_a_load_for_what_the_loader_serves_once_it_is_done() -> None:
     assert _loaded_by_first({0}) == {"single_writer"}
-    # lost while it loaded (a zombie's load, its fence sent when it woke: seeds 4754, 5538, 7370, 8181, 14479,
-    # 17028): the shard stays UNOWNED, nothing is answered from it
+    # lost while it loaded (a zombie's load, its fence sent when it woke: seed 7370): the shard stays UNOWNED,
+    # nothing is answered from it
     assert _loaded_by_first(set()) == set()
     # loaded while the zombie guard is suspended: unloaded before any request could be answered from it
     assert _loaded_by_first({0}, suspended=True) == set()
