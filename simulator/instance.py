@@ -70,6 +70,7 @@ class Pending:
     reply: asyncio.Future[Any]
     generation: int | None = None
     task: asyncio.Task[Any] | None = None
+    taken_in_alone: bool = False  # read while this instance alone served the group's partition (single_writer)
 
 
 class SimObserver(GroupObserver):
@@ -368,13 +369,14 @@ class CoordinatorInstance:
         self.pending[request_id] = pending
         self.sim.history.record("srv_in", inst=self.number, rid=request_id, api=api, client=client,
                                 member=member_id)
-        task = loop.create_task(self._handle(api, request))
+        task = loop.create_task(self._handle(api, request, pending))
         pending.task = task
         task.add_done_callback(lambda done: self._answered(pending, done))
         return reply
 
-    async def _handle(self, api: str, request: Any) -> Any:
+    async def _handle(self, api: str, request: Any, pending: Pending) -> Any:
         await self.running()  # a paused process reads nothing; what it held is read when it wakes
+        self.sim.checkers.taken_in(self, pending)
         if api == "txn_offset_commit":  # the server's handler itself: it appends through the relay
             header = RequestHeader(txn_offset_commit.API_KEY, request.__version__, 0, None)
             return await txn_offset_commit.handle(self.context, header, request)

@@ -191,7 +191,8 @@ class Checkers:
                  ) -> None:
         api = pending.api
         if (getattr(instance, "ownership", None) is not None and pending.group_id
-                and not set(error_summary.split(",")) & NOT_SERVED):
+                and not set(error_summary.split(",")) & NOT_SERVED
+                and not (error_summary == "REQUEST_TIMED_OUT" and pending.taken_in_alone)):
             self._one_server(instance, instance.runtime.partition_for(pending.group_id), pending.api)
         waited_ms = self.now_ms() - pending.arrived_ms
         if waited_ms > (TXN_OFFSET_COMMIT_AT_MOST_MS if api == "txn_offset_commit" else PARKED_AT_MOST_MS):
@@ -288,11 +289,29 @@ class Checkers:
 
     def _one_server(self, instance: CoordinatorInstance, partition: int, what: str) -> None:
         """single_writer: no other running instance serves the partition of a group this one just served."""
+        other = self._other_server(instance, partition)
+        if other is not None:
+            self.violation("single_writer", f"{instance.name} served {what} of state partition {partition} "
+                                            f"while {other.name} serves it too")
+
+    def _other_server(self, instance: CoordinatorInstance, partition: int) -> CoordinatorInstance | None:
         for other in self.cluster.coordinators if self.cluster is not None else ():
             if (other is not None and other is not instance and other.alive and not other.paused
                     and other.ownership is not None and other.ownership.serving(partition)):
-                self.violation("single_writer", f"{instance.name} served {what} of state partition {partition} "
-                                                f"while {other.name} serves it too")
+                return other
+        return None
+
+    def taken_in(self, instance: CoordinatorInstance, pending: Pending) -> None:
+        """A request the instance reads now (a paused one reads it when it wakes): whether it serves the group's
+        partition alone at this moment. A write it takes in then was checked by the group as its owner's; the
+        write's timeout, answered later (REQUEST_TIMED_OUT), tells only that its outcome is unknown — whoever
+        serves the partition by then (the transactional fence decides whether the write sticks)."""
+        ownership = getattr(instance, "ownership", None)
+        if ownership is None or not pending.group_id:
+            return
+        partition = instance.runtime.partition_for(pending.group_id)
+        pending.taken_in_alone = (ownership.serving(partition) and not ownership.guard.suspended
+                                  and self._other_server(instance, partition) is None)
 
     def _sync_answered(self, instance: str, group_id: str, generation: int, loaded_before: int) -> None:
         """The generation's group record was acknowledged — or, written by an earlier instance or before this
@@ -315,9 +334,14 @@ class Checkers:
         for group_id in list(groups):
             if loaded(group_id):
                 self._states[(instance.number, group_id)] = groups[group_id].state.value
-        if partitions is not None:
+        ownership = getattr(instance, "ownership", None)
+        if partitions is not None and ownership is not None:
+            # A load serves only what the instance still holds once it is done: a partition given up meanwhile
+            # (lost, revoked, fenced) stays out of service, and one loaded while the zombie guard is suspended is
+            # unloaded before anything can be answered from it (Ownership._load; requests meanwhile meet the guard)
             for partition in partitions:
-                self._one_server(instance, partition, "a load")
+                if ownership.serving(partition) and not ownership.guard.suspended:
+                    self._one_server(instance, partition, "a load")
         for key in [k for k in self.ledger.by_key if loaded(k[0]) and not k[0].startswith(TXN_GROUP_PREFIX)]:
             group = groups.get(key[0])
             allowed, _ = self.ledger.candidates(key)

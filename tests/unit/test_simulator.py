@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -740,4 +741,68 @@ def test_a_pending_txn_offset_dropped_by_a_delete_groups_before_the_client_heard
     answered -1. The checker took a tombstone into account only when issued after the client heard the answer;
     one issued once the batch landed counts (as for a committed transactional offset)."""
     outcome = run_seed(11837)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [4754, 5538, 8181, 14479, 17028])
+def test_a_paused_instance_reads_its_confirmation_only_when_it_wakes(seed: int) -> None:
+    """Seeds of the 100,000-seed run: the zombie guard's confirmation (DescribeGroups of the instances group) was
+    answered to an instance paused since it asked, and the paused process acted on it: resumed, queued the load,
+    and on waking sent the load's fence (fencing the partition's new owner) and finished the load. A SIGSTOPped
+    process reads nothing; it reads the answer once it runs, after its guard found the pause, and asks again.
+    (The load's end was also counted as serving by single_writer: see the next test.)"""
+    outcome = run_seed(seed)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_paused_instance_reads_a_description_only_once_it_runs() -> None:
+    """describe_fresh (the guard's confirmation): the description is the one Kafka gave when it answered, and a
+    paused process gets it (or the failure) only once it runs again."""
+    from simulator.cluster import describe_fresh
+
+    async def story() -> None:
+        resumed = asyncio.get_running_loop().create_future()
+        described = {"taken": 0}
+
+        def describe() -> str:
+            described["taken"] += 1
+            return "the description"
+
+        sim = SimpleNamespace(rng_net=random.Random(1), kafka=SimpleNamespace(is_up=True),
+                              instances_group=SimpleNamespace(describe=describe))
+        instance = SimpleNamespace(sim=sim, running=lambda: asyncio.shield(resumed))
+        asking = asyncio.ensure_future(describe_fresh(instance))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # Kafka answered: the description is taken, the paused process holds it unread
+        assert described["taken"] == 1 and not asking.done()
+        resumed.set_result(None)
+        assert await asking == "the description"
+
+        sim.kafka.is_up = False
+        resumed = asyncio.get_running_loop().create_future()
+        asking = asyncio.ensure_future(describe_fresh(instance))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert not asking.done()  # the failure too is read on waking
+        resumed.set_result(None)
+        with pytest.raises(ConnectionError):
+            await asking
+
+    asyncio.run(story())
+
+
+def test_a_zombies_load_of_a_partition_it_lost_meanwhile_is_not_served() -> None:
+    """Seed 7370: an instance confirmed its partition, paused with the load of it queued, and on waking sent the
+    load's fence and lost the partition; the load then ended with the shard left UNOWNED (runtime.load marks ACTIVE
+    only a partition still LOADING), so nothing was answered from it. single_writer counted the load's end as
+    serving; it counts now only what the loader serves once the load is done."""
+    outcome = run_seed(7370)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_write_taken_in_by_the_only_owner_may_time_out_after_the_partition_moved() -> None:
+    """Seed 23851: an OffsetCommit taken in while its instance alone served the partition, its write in flight when
+    the process paused past its session; after the pause the write timed out and was answered REQUEST_TIMED_OUT
+    (Kafka 3.9's answer; 4's is COORDINATOR_NOT_AVAILABLE, already counted as not served) while the partition's
+    new owner served it. The answer says only that the outcome is unknown (the fence decides it); single_writer
+    judges such an answer by when the write was taken in."""
+    outcome = run_seed(23851)
     assert outcome.ok, [v.line() for v in outcome.violations]

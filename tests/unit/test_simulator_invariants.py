@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from coordinator.group.api import HeartbeatResponse
+from coordinator.group.api import (HeartbeatResponse, OffsetCommitResponse, OffsetCommitResponsePartition,
+                                   OffsetCommitResponseTopic)
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import GroupState
@@ -307,10 +308,12 @@ def test_durable_delete_fails_when_a_deleted_group_comes_back() -> None:
 
 
 # --- single_writer ---------------------------------------------------------------------------------------------
-def _serving_instance(name: str, serving: set[int], paused: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(name=name, alive=True, paused=paused,
-                           ownership=SimpleNamespace(serving=lambda p: p in serving),
-                           runtime=SimpleNamespace(partition_for=lambda group_id: 0))
+def _serving_instance(name: str, serving: set[int], paused: bool = False, suspended: bool = False
+                      ) -> SimpleNamespace:
+    return SimpleNamespace(name=name, number=1, alive=True, paused=paused, pending={},
+                           ownership=SimpleNamespace(serving=lambda p: p in serving,
+                                                     guard=SimpleNamespace(suspended=suspended)),
+                           runtime=SimpleNamespace(partition_for=lambda group_id: 0, groups={}, num_partitions=1))
 
 
 def _served_by_first(second_serving: set[int], second_paused: bool = False) -> set[str]:
@@ -328,6 +331,52 @@ def test_single_writer_fails_when_two_running_instances_serve_a_partition() -> N
     assert _served_by_first({0}) == {"single_writer"}
     assert _served_by_first(set()) == set()
     assert _served_by_first({0}, second_paused=True) == set()  # a paused one learns it when it wakes
+
+
+def _loaded_by_first(first_serving: set[int], suspended: bool = False) -> set[str]:
+    """The first instance's load of partition 0 ends while the second serves it."""
+    world = World()
+    first = _serving_instance("a", first_serving, suspended=suspended)
+    world.checkers.cluster = SimpleNamespace(coordinators=[first, _serving_instance("b", {0})])
+    world.checkers.after_load(first, {0})  # type: ignore[arg-type]
+    return world.invariants()
+
+
+def test_single_writer_counts_a_load_for_what_the_loader_serves_once_it_is_done() -> None:
+    assert _loaded_by_first({0}) == {"single_writer"}
+    # lost while it loaded (a zombie's load, its fence sent when it woke: seed 7370): the shard stays UNOWNED,
+    # nothing is answered from it
+    assert _loaded_by_first(set()) == set()
+    # loaded while the zombie guard is suspended: unloaded before any request could be answered from it
+    assert _loaded_by_first({0}, suspended=True) == set()
+
+
+def _timed_out_write(first_serving_then: set[int], second_serving_then: set[int], error: Errors) -> set[str]:
+    """The first instance takes a commit in, then (after a pause) answers it while the second serves the
+    partition."""
+    world = World()
+    first = _serving_instance("a", first_serving_then)
+    second = _serving_instance("b", second_serving_then)
+    world.checkers.cluster = SimpleNamespace(coordinators=[first, second])
+    pending = Pending(0, "commit_offsets", GROUP, "m", "c", 0, None)  # type: ignore[arg-type]
+    world.checkers.taken_in(first, pending)  # type: ignore[arg-type]
+    first.ownership.serving = lambda p: False  # the guard took it out of service when it woke
+    second.ownership.serving = lambda p: p == 0  # Kafka gave it to the second meanwhile
+    answer = OffsetCommitResponse([OffsetCommitResponseTopic("t", [OffsetCommitResponsePartition(0, error)])])
+    world.checkers.answered(first, pending, answer, error.name)  # type: ignore[arg-type]
+    return world.invariants()
+
+
+def test_single_writer_judges_a_timed_out_write_by_when_it_was_taken_in() -> None:
+    # taken in as the partition's only server, its write timed out across a pause (seed 23851): the answer tells
+    # only that the outcome is unknown (the fence decides it), nothing of the group
+    assert _timed_out_write({0}, set(), Errors.REQUEST_TIMED_OUT) == set()
+    # taken in while another instance served the partition: a zombie that took a write in
+    assert _timed_out_write({0}, {0}, Errors.REQUEST_TIMED_OUT) == {"single_writer"}
+    assert _timed_out_write(set(), set(), Errors.REQUEST_TIMED_OUT) == {"single_writer"}
+    # any other answer is judged when it is given
+    assert _timed_out_write({0}, set(), Errors.NONE) == {"single_writer"}
+    assert _timed_out_write({0}, set(), Errors.ILLEGAL_GENERATION) == {"single_writer"}
 
 
 def test_a_fetch_sent_before_a_commit_was_answered_may_miss_it() -> None:
