@@ -103,12 +103,17 @@ class Ledger:
                 return value
         raise KeyError(key)
 
-    def candidates(self, key: Key) -> tuple[list[bytes | None], bool]:
+    def candidates(self, key: Key, reader: str | None = None, loaded_before: int = 0
+                   ) -> tuple[list[bytes | None], bool]:
         """The values a read of `key` may show, given what the coordinator was told: the last acknowledged one
         (or nothing, if none was) and every later one that may have landed. Second: whether an acknowledged one
-        exists."""
+        exists. With `reader` (a producer name): what that process's memory may hold — the writes of other
+        producers issued after its last load of the partition (ids from `loaded_before`) are not ones it can
+        know (another instance took the partition over while it was paused: a zombie's memory is as of then)."""
         values: list[bytes | None] = []
         for write in reversed(self.by_key.get(key, [])):
+            if reader is not None and write.producer != reader and write.write_id >= loaded_before:
+                continue
             if write.status == ACKED:
                 values.append(self.value_of(write, key))
                 return values, True
