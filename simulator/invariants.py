@@ -420,8 +420,10 @@ class Checkers:
                 self.violation("single_owner", f"{tp} of {group_id} generation {generation} is owned by "
                                                f"{owner} and {member_id}")
 
-    def deleted(self, group_id: str, partitions: list[tuple[str, int]], group_record: bool) -> None:
-        """A DeleteGroups (group_record) or OffsetDelete was answered NONE for these partitions."""
+    def deleted(self, group_id: str, partitions: list[tuple[str, int]], group_record: bool,
+                sent_at: int | None = None) -> None:
+        """A DeleteGroups (group_record) or OffsetDelete was answered NONE for these partitions; `sent_at`: the
+        writes issued when it was sent (the ledger's length then)."""
         last = len(self.ledger.writes) - 1
         if group_record:  # a consumer group made again under this id starts from epoch 0
             self._consumer_group_lives[group_id] = self._consumer_group_lives.get(group_id, 0) + 1
@@ -429,7 +431,12 @@ class Checkers:
         if group_record:
             keys.append((group_id,))
         for key in keys:
-            self._deleted[key] = last
+            # A deletion takes effect when it is handled (its tombstone issued), not when its answer arrives: the
+            # group may start a new life meanwhile (a JoinGroup while the tombstone awaits its acknowledgement),
+            # written after the tombstone, so after it in the log. Judged from the deletion's tombstone, the
+            # latest one issued while the request was on its way; from the answer if it wrote none of the key
+            # (nothing was stored for it).
+            self._deleted[key] = last if sent_at is None else self.ledger.last_tombstone(key, sent_at, last)
 
     def was_deleted(self, group_id: str) -> bool:
         """Whether a DeleteGroups of the group was answered NONE during the run."""

@@ -138,6 +138,15 @@ class Ledger:
                 return True
         return False
 
+    def last_tombstone(self, key: Key, since: int, until: int) -> int:
+        """The id of the latest tombstone of `key` among the writes `since` to `until`, else `until`."""
+        for write in reversed(self.by_key.get(key, [])):
+            if write.write_id < since:
+                break
+            if write.write_id <= until and self.value_of(write, key) is None:
+                return write.write_id
+        return until
+
     def written_after(self, key: Key, write_id: int) -> bool:
         """Whether a value (not a tombstone) of `key` was issued after write `write_id`."""
         for write in reversed(self.by_key.get(key, [])):
