@@ -380,19 +380,23 @@ class Checkers:
             return
         ownership = getattr(instance, "ownership", None)
         for group_id, group in list(instance.runtime.groups.items()):
-            if ownership is not None and not ownership.serving(instance.runtime.partition_for(group_id)):
+            state_partition = instance.runtime.partition_for(group_id)
+            if ownership is not None and not ownership.serving(state_partition):
                 continue
             if group_id.startswith(TXN_GROUP_PREFIX):
                 continue
+            # Memory is what this process loaded and wrote itself: another instance's writes after its load (the
+            # partition moved while this one was paused, a zombie that has not noticed yet) are not in it.
+            reader = instance.name, self._loaded_before.get((instance.name, state_partition), 0)
             for (topic, partition), record in group.offsets.items():
                 key = (group_id, topic, partition)
-                allowed, _ = self.ledger.candidates(key)
+                allowed, _ = self.ledger.candidates(key, *reader)
                 offsets = [None if v is None else decode_offset_commit_value(v).offset for v in allowed]
                 if record.offset not in offsets:
                     self.violation("reload_equals_acked", f"before the crash, memory held {key}={record.offset}, "
                                                           f"which Kafka never acknowledged (possible: {offsets})")
             if group.is_in(GroupState.STABLE):
-                allowed, _ = self.ledger.candidates((group_id,))
+                allowed, _ = self.ledger.candidates((group_id,), *reader)
                 views = [None if v is None else _record_view(v) for v in allowed]
                 if _group_view(group) not in views:
                     self.violation("reload_equals_acked", f"before the crash, Stable group {group_id} was "
@@ -441,8 +445,10 @@ class Checkers:
                 self.violation("single_owner", f"{tp} of {group_id} generation {generation} is owned by "
                                                f"{owner} and {member_id}")
 
-    def deleted(self, group_id: str, partitions: list[tuple[str, int]], group_record: bool) -> None:
-        """A DeleteGroups (group_record) or OffsetDelete was answered NONE for these partitions."""
+    def deleted(self, group_id: str, partitions: list[tuple[str, int]], group_record: bool,
+                sent_at: int | None = None) -> None:
+        """A DeleteGroups (group_record) or OffsetDelete was answered NONE for these partitions; `sent_at`: the
+        writes issued when it was sent (the ledger's length then)."""
         last = len(self.ledger.writes) - 1
         if group_record:  # a consumer group made again under this id starts from epoch 0
             self._consumer_group_lives[group_id] = self._consumer_group_lives.get(group_id, 0) + 1
@@ -450,7 +456,12 @@ class Checkers:
         if group_record:
             keys.append((group_id,))
         for key in keys:
-            self._deleted[key] = last
+            # A deletion takes effect when it is handled (its tombstone issued), not when its answer arrives: the
+            # group may start a new life meanwhile (a JoinGroup while the tombstone awaits its acknowledgement),
+            # written after the tombstone, so after it in the log. Judged from the deletion's tombstone, the
+            # latest one issued while the request was on its way; from the answer if it wrote none of the key
+            # (nothing was stored for it).
+            self._deleted[key] = last if sent_at is None else self.ledger.last_tombstone(key, sent_at, last)
 
     def was_deleted(self, group_id: str) -> bool:
         """Whether a DeleteGroups of the group was answered NONE during the run."""

@@ -750,7 +750,16 @@ def test_a_paused_instance_reads_its_confirmation_only_when_it_wakes(seed: int) 
     answered to an instance paused since it asked, and the paused process acted on it: resumed, queued the load,
     and on waking sent the load's fence (fencing the partition's new owner) and finished the load. A SIGSTOPped
     process reads nothing; it reads the answer once it runs, after its guard found the pause, and asks again.
-    (The load's end was also counted as serving by single_writer: see the next test.)"""
+    (The load's end was also counted as serving by single_writer: see the test of seed 7370.)"""
+    outcome = run_seed(seed)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [14879, 16364])
+def test_a_paused_instance_crashing_before_it_notices_its_partition_moved(seed: int) -> None:
+    """Seeds 14879, 16364 (the 100,000-seed run): a paused instance lost its state partition to another, which
+    wrote the group again; it crashed while still paused. Its memory is what it loaded and wrote itself (all
+    acknowledged): reload_equals_acked judged it against the other instance's later write."""
     outcome = run_seed(seed)
     assert outcome.ok, [v.line() for v in outcome.violations]
 
@@ -805,4 +814,30 @@ def test_a_write_taken_in_by_the_only_owner_may_time_out_after_the_partition_mov
     new owner served it. The answer says only that the outcome is unknown (the fence decides it); single_writer
     judges such an answer by when the write was taken in."""
     outcome = run_seed(23851)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_static_replacement_failing_after_a_completed_rebalance_is_not_reverted() -> None:
+    """Seed 17830 (the 100,000-seed run): a static member's replacement write (Stable, no rebalance) lost its
+    acknowledgement; meanwhile a rebalance completed with the member under its new id and that generation's record
+    was acknowledged. The replacement's timeout then reverted the member to the gone process's id: memory held a
+    generation no record holds, and the live member was fenced."""
+    outcome = run_seed(17830)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_an_owed_tombstone_is_not_restored_by_an_older_write_while_a_newer_one_is_in_flight() -> None:
+    """Seed 18194 (the 100,000-seed run): a deleted group's tombstone failed (owed); the group's new life wrote
+    generation 1, 2, 3, each superseding it; generation 2's write failed after generation 3's was issued, restored
+    the tombstone, and its retry landed after generation 3's acknowledged record: the group was gone in the log,
+    Stable in memory."""
+    outcome = run_seed(18194)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_group_recreated_while_its_deletion_awaits_its_acknowledgement() -> None:
+    """Seed 18938 (the 100,000-seed run): a JoinGroup recreated a group right after its DeleteGroups was handled,
+    before the deletion's tombstone was acknowledged and answered; durable_delete dated the deletion from its
+    answer, so the new life's record (written after the tombstone) counted as the deleted group coming back."""
+    outcome = run_seed(18938)
     assert outcome.ok, [v.line() for v in outcome.violations]

@@ -43,12 +43,17 @@ class World:
         write_id = self.ledger.issued("p", 0, [(0, encode_key(OffsetCommitKey(GROUP, *TP)), None)])
         self.ledger.outcome(write_id, "acked")
 
-    def group_write(self, generation: int, members: dict[str, bytes], status: str = "acked") -> None:
+    def group_write(self, generation: int, members: dict[str, bytes], status: str = "acked",
+                    producer: str = "p") -> None:
         record = GroupRecord("consumer", generation, "range", next(iter(members), None), 0, [
             MemberRecord(m, None, "c", "/h", 10_000, 10_000, b"", a) for m, a in members.items()])
-        write_id = self.ledger.issued("p", 0, [(0, encode_key(GroupMetadataKey(GROUP)),
-                                                encode_group_metadata_value(record))])
+        write_id = self.ledger.issued(producer, 0, [(0, encode_key(GroupMetadataKey(GROUP)),
+                                                     encode_group_metadata_value(record))])
         self.ledger.outcome(write_id, status)
+
+    def group_tombstone(self) -> None:
+        write_id = self.ledger.issued("p", 0, [(0, encode_key(GroupMetadataKey(GROUP)), None)])
+        self.ledger.outcome(write_id, "acked")
 
     def state(self, old: str, new: str, gen: int, inst: int = 0) -> None:
         self.history.record("state", inst=inst, group=GROUP, old=old, new=new, gen=gen)
@@ -272,6 +277,24 @@ def test_memory_before_a_crash_fails_when_it_holds_an_unacknowledged_offset() ->
     assert world.invariants() == {"reload_equals_acked"}
 
 
+@pytest.mark.parametrize("own_status, broken", [("acked", False), ("NOT_ENOUGH_REPLICAS", True)])
+def test_memory_before_a_crash_is_judged_against_what_the_process_loaded_and_wrote(own_status: str,
+                                                                                  broken: bool) -> None:
+    # Seeds 14879, 16364: a paused instance's partition moved, the new owner wrote the group again; the zombie
+    # crashed before it noticed. Its memory is what it loaded and wrote itself: the other's later write is not in
+    # it — but a write of its own that Kafka refused still must not be.
+    world = World()
+    group = group_with_offset(None, GroupState.STABLE)
+    group.generation_id, group.protocol_type = 3, "consumer"
+    instance = loaded_instance(None)
+    world.checkers.after_load(instance)  # type: ignore[arg-type]  # the partition loaded (nothing in it yet)
+    world.group_write(3, {}, status=own_status, producer=instance.name)
+    instance.runtime.groups[GROUP] = group
+    world.group_write(4, {}, producer="coordinator-2")  # the next owner, after this one's load
+    world.checkers.before_crash(instance)  # type: ignore[arg-type]
+    assert world.invariants() == ({"reload_equals_acked"} if broken else set())
+
+
 # --- no_errors -----------------------------------------------------------------------------------------------
 def test_no_errors_fails_for_an_error_a_consumer_cannot_expect() -> None:
     world = World()
@@ -305,6 +328,26 @@ def test_durable_delete_fails_when_a_deleted_group_comes_back() -> None:
     group.generation_id, group.protocol_type = 3, "consumer"
     world.checkers.after_load(loaded_instance(group))  # type: ignore[arg-type]
     assert "durable_delete" in world.invariants()
+
+
+@pytest.mark.parametrize("written_after_the_tombstone", [True, False])
+def test_durable_delete_dates_a_deletion_from_its_tombstone(written_after_the_tombstone: bool) -> None:
+    # Seed 18938: the group started a new life (JoinGroup, SyncGroup's record) while the deletion's tombstone
+    # awaited its acknowledgement: written after the tombstone, it is legitimately back. A record written before
+    # the tombstone (before the deletion was handled) is deleted by it: back after a reload, it is a violation.
+    world = World()
+    world.group_write(3, {})
+    sent_at = len(world.ledger.writes)  # the DeleteGroups is sent
+    if not written_after_the_tombstone:
+        world.group_write(4, {})
+    world.group_tombstone()  # the deletion is handled
+    if written_after_the_tombstone:
+        world.group_write(1, {})
+    world.checkers.deleted(GROUP, [], group_record=True, sent_at=sent_at)  # then answered NONE
+    group = group_with_offset(None)
+    group.generation_id, group.protocol_type = (1 if written_after_the_tombstone else 4), "consumer"
+    world.checkers.after_load(loaded_instance(group))  # type: ignore[arg-type]
+    assert ("durable_delete" in world.invariants()) is not written_after_the_tombstone
 
 
 # --- single_writer ---------------------------------------------------------------------------------------------
