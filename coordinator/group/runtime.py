@@ -61,6 +61,7 @@ Q = TypeVar("Q")  # a request
 R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
 # A request's handler: its Result (writes, response or future), or, writing nothing, its response or future alone.
 _Handler = Callable[[GroupShard, Q], "Result[R] | asyncio.Future[R] | R"]
+_Append = tuple[int, list[Write], Awaitable[None], bool]  # partition, writes, the store's outcome, by_request
 
 
 class GroupRuntime:
@@ -113,8 +114,9 @@ class GroupRuntime:
         self.is_active = True
         # insertion-ordered (a dict, not a set): shutdown cancels the writes in the order they were made, not in
         # the tasks' memory-address order, so their answers go out in a reproducible order
-        # the runtime's tasks, cancelled at shutdown; a write's: with what settles its writes if it never started
-        self._tasks: dict[asyncio.Task[Any], Callable[[], None] | None] = {}
+        # the runtime's tasks, cancelled at shutdown; a write's task with its append (settled by shutdown if the
+        # task never started: `_settle_if_never_started`)
+        self._tasks: dict[asyncio.Task[Any], _Append | None] = {}
         # partition -> its writes waiting for the end of this loop turn, to go to the store as one (append_in_turn)
         self._in_turn: dict[int, list[Write]] = {}
         self._appending: dict[int, int] = {}  # partition -> its store appends not answered yet
@@ -591,8 +593,7 @@ class GroupRuntime:
                         by_request: bool) -> None:
         self._appending[partition] = self._appending.get(partition, 0) + 1
         task = asyncio.get_running_loop().create_task(self._append_then(partition, writes, appended, by_request))
-        # what settles the writes if shutdown cancels the task before it starts
-        self._tasks[task] = functools.partial(self._settle_if_never_started, partition, writes, appended, by_request)
+        self._tasks[task] = (partition, writes, appended, by_request)  # a tuple: cheaper than a partial
         task.add_done_callback(self._forget_task)
 
     def _forget_task(self, task: asyncio.Task[Any]) -> None:
@@ -731,9 +732,9 @@ class GroupRuntime:
         for task, _ in tasks:
             task.cancel()
         await asyncio.gather(*(task for task, _ in tasks), return_exceptions=True)
-        for task, settle_unstarted in tasks:
-            if settle_unstarted is not None and task.cancelled():
-                settle_unstarted()
+        for task, append in tasks:
+            if append is not None and task.cancelled():
+                self._settle_if_never_started(*append)
         await self.consumer_groups.group_configs.close()
         await self.heartbeat_purgatory.shutdown()
         await self.rebalance_purgatory.shutdown()
