@@ -326,9 +326,16 @@ class CoordinatorInstance:
 
     async def shut_down(self) -> None:
         """A clean stop (SIGTERM): the runtime answers what is parked (NOT_COORDINATOR), its writes in flight end,
-        the store flushes; then the process exits and its connections close."""
+        the store flushes; then the process exits and its connections close.
+
+        A paused process (SIGSTOP, a frozen VM) runs no code: the signal stays pending until it runs again, and only
+        then does it shut down — after reading what reached it while it was stopped (those requests were queued on
+        its wake before the signal), so they are read, and parked ones answered, like any other."""
         self.closing = True
         self.sim.history.record("shutdown", inst=self.number, pending=len(self.pending))
+        await self.running()
+        if not self.alive:  # crashed while stopped
+            return
         self._background.cancel()
         if self.ownership is not None:  # revoke (unload) every partition, then leave the instances group
             await self.ownership.close()

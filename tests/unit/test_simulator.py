@@ -841,3 +841,47 @@ def test_a_group_recreated_while_its_deletion_awaits_its_acknowledgement() -> No
     answer, so the new life's record (written after the tombstone) counted as the deleted group coming back."""
     outcome = run_seed(18938)
     assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [12526, 13380, 15486])
+def test_classic_seeds_where_a_paused_instance_was_shut_down(seed: int) -> None:
+    """Seeds 12526, 13380 and 15486 (the 100,000-seed run): an instance was paused (SIGSTOP), a commit, a
+    heartbeat, a DescribeGroups or an OffsetFetch reached it meanwhile, and a graceful shutdown came while it was
+    still paused. The simulator ran the shutdown inside the stopped process — it left the instances group and
+    shut its runtime down before reading the requests it held — and the parked_answered check found them
+    unanswered. A stopped process runs nothing: it acts on SIGTERM once it runs again."""
+    outcome = run_seed(seed)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_paused_instance_shuts_down_only_once_it_runs_again_and_answers_what_it_held() -> None:
+    """A commit reaches a paused coordinator, then a SIGTERM does: nothing happens until the pause ends; then the
+    process reads the commit, answers it, and exits."""
+    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None)
+    sim = Simulation(scenario, keep_history=True)
+    answers: list[Any] = []
+
+    async def story() -> None:
+        instance = sim._start_instance()
+        while not instance.loaded:
+            await asyncio.sleep(0.1)
+        instance.pause(5_000)
+        commit = OffsetCommitRequest("g", -1, "", [OffsetCommitRequestTopic("t", [
+            OffsetCommitRequestPartition(0, sim.next_offset("g", ("t", 0)))])])
+        committing = asyncio.ensure_future(sim.call("tool", "", "commit_offsets", commit))
+        while not instance.pending:
+            await asyncio.sleep(0.01)
+        stopping = asyncio.ensure_future(instance.shut_down())
+        await asyncio.sleep(1)
+        assert instance.paused and instance.alive and not stopping.done() and not committing.done()
+        answers.append(await committing)
+        await stopping
+        assert not instance.alive
+
+    run_story(sim, story())
+    assert [v.line() for v in sim.checkers.violations] == []
+    # read on waking, its write sent, then cancelled by the shutdown before Kafka answered: told to rediscover
+    assert answers[0].topics[0].partitions[0].error_code == Errors.COORDINATOR_NOT_AVAILABLE
+    assert sim.history is not None
+    kinds = [e.kind for e in sim.history.events if e.kind in ("shutdown", "woke", "srv_out", "exited")]
+    assert kinds == ["shutdown", "woke", "srv_out", "exited"], kinds
