@@ -90,19 +90,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.events = 20_000
-    given = os.environ.get("KAFKA_BOOTSTRAP")
-    if given:
-        figures = run(given, args)
-    else:
-        from coordinator.embedded import EmbeddedKafka
+    from bench.kafka import bench_kafka_blocking
 
-        broker = EmbeddedKafka()
-        broker.start_blocking()
-        try:
-            figures = run(broker.bootstrap, args)
-        finally:
-            broker.stop_blocking()
-            broker.remove_data()
+    with bench_kafka_blocking() as bootstrap:
+        figures = run(bootstrap, args)
     print(f"job: {figures['events']:,} events in {figures['job_s']}s = {figures['job_events_per_s']:,} events/s; "
           f"{figures['job_over_scan']}x the bare scan ({figures['scan_s']}s); Spark start-up {figures['startup_s']}s "
           f"= {100 * figures['startup_share']:.0f}% of a cold run; {figures['jvm_cpu_us_per_event']} µs JVM CPU/event")

@@ -27,7 +27,8 @@ import sys
 import time
 import uuid
 
-from bench.storage import bench_kafka, group_record
+from bench.kafka import bench_kafka
+from bench.storage import group_record
 from coordinator.config import CoordinatorConfig
 from coordinator.group.partitioner import partition_for
 from coordinator.group.runtime import GroupRuntime

@@ -30,7 +30,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from coordinator.embedded import EmbeddedKafka
+from bench.kafka import bench_kafka_blocking
 from coordinator.embedded.ports import free_port
 
 RECORD_BYTES = 1_024
@@ -193,18 +193,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.megabytes, args.repeats, args.round_trips = 50, 2, 600
-    given = os.environ.get("KAFKA_BOOTSTRAP")
-    broker = None
-    if given is None:
-        progress("starting the embedded Apache Kafka broker ...")
-        broker = EmbeddedKafka()
-        broker.start_blocking()
-    try:
-        result = run(args, given or broker.bootstrap)  # type: ignore[union-attr]
-    finally:
-        if broker is not None:
-            broker.stop_blocking()
-            broker.remove_data()
+    with bench_kafka_blocking() as bootstrap:
+        result = run(args, bootstrap)
     print(f"fetch: direct {result['fetch_direct']['mb_s']} MB/s, relay {result['fetch_relay']['mb_s']} MB/s, "
           f"ratio {result['fetch_ratio']} (target >= 0.8); relay CPU {result['relay_cpu_ms_per_mb']} ms/MB")
     print(f"produce p99: direct {result['produce_p99_ms']['direct']} ms, relay {result['produce_p99_ms']['relay']} "

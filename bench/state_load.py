@@ -21,7 +21,7 @@ import uuid
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.storage import bench_kafka
+from bench.kafka import bench_kafka
 from coordinator.group.records import OffsetRecord
 from coordinator.storage.loader import _read_committed, consumer_settings, read_state_with_transactions
 from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value

@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from coordinator.embedded import EmbeddedKafka
+from bench.kafka import bench_kafka
 from coordinator.group.records import GroupMetadataRecord
 from coordinator.storage import state_producers
 from coordinator.storage.partition_writers import TransactionalWriters
@@ -100,24 +100,14 @@ async def one_run(bootstrap: str, writers: int, seconds: float, linger_ms: int) 
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    broker = None
-    if not bootstrap:
-        broker = EmbeddedKafka()
-        await broker.start()
-        bootstrap = broker.bootstrap
     runs = []
-    try:
+    async with bench_kafka() as bootstrap:
         for writers in args.writers:
             for _ in range(args.repeats):
                 for linger_ms in args.linger_ms:
                     run = await one_run(bootstrap, writers, args.seconds, linger_ms)
                     print(json.dumps(run), file=sys.stderr, flush=True)
                     runs.append(run)
-    finally:
-        if broker is not None:
-            await broker.stop()
-            broker.remove_data()
     return {"bench": "state_writes", "runs": runs}
 
 

@@ -29,11 +29,9 @@ import struct
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
+from bench.kafka import bench_kafka
 from coordinator.config import CoordinatorConfig
-from coordinator.embedded import EmbeddedKafka
 from coordinator.group.api import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.status import ShardStatus
@@ -169,24 +167,8 @@ async def bench_commits(bootstrap: str, groups: int, seconds: float, partitions:
     return result
 
 
-@asynccontextmanager
-async def bench_kafka() -> AsyncIterator[str]:
-    """KAFKA_BOOTSTRAP if set, else an embedded broker for the duration (removed afterwards)."""
-    given = os.environ.get("KAFKA_BOOTSTRAP")
-    if given:
-        yield given
-        return
-    broker = EmbeddedKafka(heap_mb=1024)
-    await broker.start()
-    try:
-        yield broker.bootstrap
-    finally:
-        await broker.stop()
-        broker.remove_data()
-
-
 async def main(args: argparse.Namespace) -> dict:
-    async with bench_kafka() as bootstrap:
+    async with bench_kafka(heap_mb=1024) as bootstrap:
         load = commits = None
         if not args.transactions_only:
             load = await bench_load(bootstrap, args.groups, args.members)

@@ -41,7 +41,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from bench.state_writes import _Counts
-from coordinator.embedded import EmbeddedKafka
+from bench.kafka import bench_kafka
 from coordinator.group.records import GroupMetadataRecord
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
@@ -258,23 +258,13 @@ async def one_run(bootstrap: str, mode: str, seconds: float, records: int) -> di
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    broker = None
-    if not bootstrap:
-        broker = EmbeddedKafka()
-        await broker.start()
-        bootstrap = broker.bootstrap
     runs = []
-    try:
+    async with bench_kafka() as bootstrap:
         for _ in range(args.repeats):
             for mode in args.modes:
                 run = await one_run(bootstrap, mode, args.seconds, args.records)
                 print(json.dumps(run), file=sys.stderr, flush=True)
                 runs.append(run)
-    finally:
-        if broker is not None:
-            await broker.stop()
-            broker.remove_data()
     return {"bench": "txn_pair", "runs": runs}
 
 

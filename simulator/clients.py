@@ -342,17 +342,19 @@ class SimAdmin:
     async def _delete_offsets(self, group_id: str) -> None:
         request = OffsetDeleteRequest(group_id, [OffsetDeleteRequestTopic(t, list(range(n)))
                                                  for t, n in self.topics[group_id].items()])
+        sent_at = len(self.sim.ledger.writes)
         response = await self.sim.call(self.name, "", "delete_offsets", request)
         deleted = [(t.name, p.partition_index) for t in response.topics for p in t.partitions
                    if response.error_code == Errors.NONE and p.error_code == Errors.NONE]
-        self.sim.checkers.deleted(group_id, deleted, group_record=False)
+        self.sim.checkers.deleted(group_id, deleted, group_record=False, sent_at=sent_at)
 
     async def _delete_group(self, group_id: str) -> None:
+        sent_at = len(self.sim.ledger.writes)
         response = await self.sim.call(self.name, "", "delete_groups", DeleteGroupsRequest([group_id]))
         if response.results[0].error_code == Errors.NONE:
             topics = self.topics[group_id]
             self.sim.checkers.deleted(group_id, [(t, p) for t, n in topics.items() for p in range(n)],
-                                      group_record=True)
+                                      group_record=True, sent_at=sent_at)
 
     async def _describe(self, group_id: str) -> None:
         await self.sim.call(self.name, "", "describe_groups", DescribeGroupsRequest([group_id]))

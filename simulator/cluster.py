@@ -286,6 +286,10 @@ async def describe_fresh(instance: CoordinatorInstance) -> Described:
     """OwnerMap.describe_fresh: a description taken after the call (a round trip; fails while Kafka is down)."""
     sim = instance.sim
     await asyncio.sleep(sim.rng_net.randint(1, 10) / 1000)
-    if not sim.kafka.is_up:
+    described = sim.instances_group.describe() if sim.kafka.is_up else None
+    # A paused process (SIGSTOP) reads the answer when it wakes, after its guard found the pause: a confirmation
+    # must not be acted on during the pause it does not cover (seed 5538 resumed, loaded and fenced in one)
+    await instance.running()
+    if described is None:
         raise ConnectionError("the instances group's coordinator is unreachable (simulated outage)")
-    return sim.instances_group.describe()
+    return described

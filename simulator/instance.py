@@ -70,6 +70,7 @@ class Pending:
     reply: asyncio.Future[Any]
     generation: int | None = None
     task: asyncio.Task[Any] | None = None
+    taken_in_alone: bool = False  # read while this instance alone served the group's partition (single_writer)
 
 
 class SimObserver(GroupObserver):
@@ -325,9 +326,16 @@ class CoordinatorInstance:
 
     async def shut_down(self) -> None:
         """A clean stop (SIGTERM): the runtime answers what is parked (NOT_COORDINATOR), its writes in flight end,
-        the store flushes; then the process exits and its connections close."""
+        the store flushes; then the process exits and its connections close.
+
+        A paused process (SIGSTOP, a frozen VM) runs no code: the signal stays pending until it runs again, and only
+        then does it shut down — after reading what reached it while it was stopped (those requests were queued on
+        its wake before the signal), so they are read, and parked ones answered, like any other."""
         self.closing = True
         self.sim.history.record("shutdown", inst=self.number, pending=len(self.pending))
+        await self.running()
+        if not self.alive:  # crashed while stopped
+            return
         self._background.cancel()
         if self.ownership is not None:  # revoke (unload) every partition, then leave the instances group
             await self.ownership.close()
@@ -368,13 +376,14 @@ class CoordinatorInstance:
         self.pending[request_id] = pending
         self.sim.history.record("srv_in", inst=self.number, rid=request_id, api=api, client=client,
                                 member=member_id)
-        task = loop.create_task(self._handle(api, request))
+        task = loop.create_task(self._handle(api, request, pending))
         pending.task = task
         task.add_done_callback(lambda done: self._answered(pending, done))
         return reply
 
-    async def _handle(self, api: str, request: Any) -> Any:
+    async def _handle(self, api: str, request: Any, pending: Pending) -> Any:
         await self.running()  # a paused process reads nothing; what it held is read when it wakes
+        self.sim.checkers.taken_in(self, pending)
         if api == "txn_offset_commit":  # the server's handler itself: it appends through the relay
             header = RequestHeader(txn_offset_commit.API_KEY, request.__version__, 0, None)
             return await txn_offset_commit.handle(self.context, header, request)

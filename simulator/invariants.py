@@ -29,7 +29,8 @@
                      (OffsetFetch) only once its COMMIT marker is in the log, never if it aborted (EndTxn abort,
                      a timeout, a fenced producer); once committed it is never lost or regressed across crashes
                      and failovers (unless a tombstone was issued after); a require_stable fetch is answered
-                     UNSTABLE_OFFSET_COMMIT while a TxnOffsetCommit answered NONE awaits its marker; after the
+                     UNSTABLE_OFFSET_COMMIT while a TxnOffsetCommit answered NONE awaits its marker (unless a
+                     tombstone of its partition was issued once its batch landed: that drops it); after the
                      last reload no transaction is still pending
   txn_verification   (clients' transactions) a TxnOffsetCommit the group refuses is answered with the error of
                      the transaction's verification when the transaction coordinator refused it (restated from
@@ -131,8 +132,8 @@ class Checkers:
         # (group, topic, partition) -> (marker time, offset, writes issued when its batch landed) of each committed
         # transaction
         self._txn_committed: dict[Key, list[tuple[int, int, int]]] = {}
-        # (group, topic, partition) -> (answer time, transaction, writes issued by then) of TxnOffsetCommits
-        # answered NONE
+        # (group, topic, partition) -> (answer time, transaction, writes issued when its batch landed, offset) of
+        # TxnOffsetCommits answered NONE
         self._txn_answered: dict[Key, list[tuple[int, TxnKey, int, int]]] = {}
         # (group, topic, partition, offset) -> (state partition, log offset) of each batch that carried it
         self._txn_landings: dict[tuple[str, str, int, int], list[tuple[int, int]]] = {}
@@ -190,7 +191,8 @@ class Checkers:
                  ) -> None:
         api = pending.api
         if (getattr(instance, "ownership", None) is not None and pending.group_id
-                and not set(error_summary.split(",")) & NOT_SERVED):
+                and not set(error_summary.split(",")) & NOT_SERVED
+                and not (error_summary == "REQUEST_TIMED_OUT" and pending.taken_in_alone)):
             self._one_server(instance, instance.runtime.partition_for(pending.group_id), pending.api)
         waited_ms = self.now_ms() - pending.arrived_ms
         if waited_ms > (TXN_OFFSET_COMMIT_AT_MOST_MS if api == "txn_offset_commit" else PARKED_AT_MOST_MS):
@@ -287,11 +289,29 @@ class Checkers:
 
     def _one_server(self, instance: CoordinatorInstance, partition: int, what: str) -> None:
         """single_writer: no other running instance serves the partition of a group this one just served."""
+        other = self._other_server(instance, partition)
+        if other is not None:
+            self.violation("single_writer", f"{instance.name} served {what} of state partition {partition} "
+                                            f"while {other.name} serves it too")
+
+    def _other_server(self, instance: CoordinatorInstance, partition: int) -> CoordinatorInstance | None:
         for other in self.cluster.coordinators if self.cluster is not None else ():
             if (other is not None and other is not instance and other.alive and not other.paused
                     and other.ownership is not None and other.ownership.serving(partition)):
-                self.violation("single_writer", f"{instance.name} served {what} of state partition {partition} "
-                                                f"while {other.name} serves it too")
+                return other
+        return None
+
+    def taken_in(self, instance: CoordinatorInstance, pending: Pending) -> None:
+        """A request the instance reads now (a paused one reads it when it wakes): whether it serves the group's
+        partition alone at this moment. A write it takes in then was checked by the group as its owner's; the
+        write's timeout, answered later (REQUEST_TIMED_OUT), tells only that its outcome is unknown — whoever
+        serves the partition by then (the transactional fence decides whether the write sticks)."""
+        ownership = getattr(instance, "ownership", None)
+        if ownership is None or not pending.group_id:
+            return
+        partition = instance.runtime.partition_for(pending.group_id)
+        pending.taken_in_alone = (ownership.serving(partition) and not ownership.guard.suspended
+                                  and self._other_server(instance, partition) is None)
 
     def _sync_answered(self, instance: str, group_id: str, generation: int, loaded_before: int) -> None:
         """The generation's group record was acknowledged — or, written by an earlier instance or before this
@@ -314,9 +334,14 @@ class Checkers:
         for group_id in list(groups):
             if loaded(group_id):
                 self._states[(instance.number, group_id)] = groups[group_id].state.value
-        if partitions is not None:
+        ownership = getattr(instance, "ownership", None)
+        if partitions is not None and ownership is not None:
+            # A load serves only what the instance still holds once it is done: a partition given up meanwhile
+            # (lost, revoked, fenced) stays out of service, and one loaded while the zombie guard is suspended is
+            # unloaded before anything can be answered from it (Ownership._load; requests meanwhile meet the guard)
             for partition in partitions:
-                self._one_server(instance, partition, "a load")
+                if ownership.serving(partition) and not ownership.guard.suspended:
+                    self._one_server(instance, partition, "a load")
         for key in [k for k in self.ledger.by_key if loaded(k[0]) and not k[0].startswith(TXN_GROUP_PREFIX)]:
             group = groups.get(key[0])
             allowed, _ = self.ledger.candidates(key)
@@ -355,19 +380,23 @@ class Checkers:
             return
         ownership = getattr(instance, "ownership", None)
         for group_id, group in list(instance.runtime.groups.items()):
-            if ownership is not None and not ownership.serving(instance.runtime.partition_for(group_id)):
+            state_partition = instance.runtime.partition_for(group_id)
+            if ownership is not None and not ownership.serving(state_partition):
                 continue
             if group_id.startswith(TXN_GROUP_PREFIX):
                 continue
+            # Memory is what this process loaded and wrote itself: another instance's writes after its load (the
+            # partition moved while this one was paused, a zombie that has not noticed yet) are not in it.
+            reader = instance.name, self._loaded_before.get((instance.name, state_partition), 0)
             for (topic, partition), record in group.offsets.items():
                 key = (group_id, topic, partition)
-                allowed, _ = self.ledger.candidates(key)
+                allowed, _ = self.ledger.candidates(key, *reader)
                 offsets = [None if v is None else decode_offset_commit_value(v).offset for v in allowed]
                 if record.offset not in offsets:
                     self.violation("reload_equals_acked", f"before the crash, memory held {key}={record.offset}, "
                                                           f"which Kafka never acknowledged (possible: {offsets})")
             if group.is_in(GroupState.STABLE):
-                allowed, _ = self.ledger.candidates((group_id,))
+                allowed, _ = self.ledger.candidates((group_id,), *reader)
                 views = [None if v is None else _record_view(v) for v in allowed]
                 if _group_view(group) not in views:
                     self.violation("reload_equals_acked", f"before the crash, Stable group {group_id} was "
@@ -416,8 +445,10 @@ class Checkers:
                 self.violation("single_owner", f"{tp} of {group_id} generation {generation} is owned by "
                                                f"{owner} and {member_id}")
 
-    def deleted(self, group_id: str, partitions: list[tuple[str, int]], group_record: bool) -> None:
-        """A DeleteGroups (group_record) or OffsetDelete was answered NONE for these partitions."""
+    def deleted(self, group_id: str, partitions: list[tuple[str, int]], group_record: bool,
+                sent_at: int | None = None) -> None:
+        """A DeleteGroups (group_record) or OffsetDelete was answered NONE for these partitions; `sent_at`: the
+        writes issued when it was sent (the ledger's length then)."""
         last = len(self.ledger.writes) - 1
         if group_record:  # a consumer group made again under this id starts from epoch 0
             self._consumer_group_lives[group_id] = self._consumer_group_lives.get(group_id, 0) + 1
@@ -425,7 +456,12 @@ class Checkers:
         if group_record:
             keys.append((group_id,))
         for key in keys:
-            self._deleted[key] = last
+            # A deletion takes effect when it is handled (its tombstone issued), not when its answer arrives: the
+            # group may start a new life meanwhile (a JoinGroup while the tombstone awaits its acknowledgement),
+            # written after the tombstone, so after it in the log. Judged from the deletion's tombstone, the
+            # latest one issued while the request was on its way; from the answer if it wrote none of the key
+            # (nothing was stored for it).
+            self._deleted[key] = last if sent_at is None else self.ledger.last_tombstone(key, sent_at, last)
 
     def was_deleted(self, group_id: str) -> bool:
         """Whether a DeleteGroups of the group was answered NONE during the run."""
@@ -493,8 +529,13 @@ class Checkers:
                 self.violation("txn_offsets", f"{client}: TxnOffsetCommit of {(group_id, topic, partition)}="
                                               f"{offset} answered NONE but its batch is not in the log")
                 continue
+            # A tombstone of ours issued once the batch landed drops the pending offset (Kafka's replay of an offset
+            # tombstone removes the partition's pending transactional offsets), even one issued before the answer
+            # reached the client: a DeleteGroups handled between the coordinator's answer and the client hearing
+            # it (seed 11837). So the mark is where the batch landed, as for a committed offset (`txn_ended`).
+            landed = self._txn_landed_mark.get((group_id, topic, partition, offset), len(self.ledger.writes) - 1)
             self._txn_answered.setdefault((group_id, topic, partition), []).append(
-                (self.now_ms(), txn, len(self.ledger.writes) - 1, offset))
+                (self.now_ms(), txn, landed, offset))
 
     def txn_fetched(self, group_id: str, tp: tuple[str, int], offset: int, error: Errors, stable: bool,
                     sent_ms: int, client: str) -> None:

@@ -103,12 +103,17 @@ class Ledger:
                 return value
         raise KeyError(key)
 
-    def candidates(self, key: Key) -> tuple[list[bytes | None], bool]:
+    def candidates(self, key: Key, reader: str | None = None, loaded_before: int = 0
+                   ) -> tuple[list[bytes | None], bool]:
         """The values a read of `key` may show, given what the coordinator was told: the last acknowledged one
         (or nothing, if none was) and every later one that may have landed. Second: whether an acknowledged one
-        exists."""
+        exists. With `reader` (a producer name): what that process's memory may hold — the writes of other
+        producers issued after its last load of the partition (ids from `loaded_before`) are not ones it can
+        know (another instance took the partition over while it was paused: a zombie's memory is as of then)."""
         values: list[bytes | None] = []
         for write in reversed(self.by_key.get(key, [])):
+            if reader is not None and write.producer != reader and write.write_id >= loaded_before:
+                continue
             if write.status == ACKED:
                 values.append(self.value_of(write, key))
                 return values, True
@@ -132,6 +137,15 @@ class Ledger:
             if self.value_of(write, key) is None:
                 return True
         return False
+
+    def last_tombstone(self, key: Key, since: int, until: int) -> int:
+        """The id of the latest tombstone of `key` among the writes `since` to `until`, else `until`."""
+        for write in reversed(self.by_key.get(key, [])):
+            if write.write_id < since:
+                break
+            if write.write_id <= until and self.value_of(write, key) is None:
+                return write.write_id
+        return until
 
     def written_after(self, key: Key, write_id: int) -> bool:
         """Whether a value (not a tombstone) of `key` was issued after write `write_id`."""

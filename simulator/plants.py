@@ -198,6 +198,14 @@ def _verification_ignored() -> Iterator[None]:
         yield
 
 
+def _pending_offsets_unreported() -> Iterator[None]:
+    def nothing_pending(self: txn_offsets.TransactionalOffsets, group_id: str, tp: Any) -> bool:
+        return False
+
+    with _patched(txn_offsets.TransactionalOffsets, "has_pending", nothing_pending):
+        yield
+
+
 PLANTS = {plant.name: plant for plant in (
     Plant("answer_before_ack", "writes are reported acknowledged at once: answers go out before Kafka's ack",
           frozenset({"answer_after_ack"}), _answer_before_ack),
@@ -228,6 +236,9 @@ PLANTS = {plant.name: plant for plant in (
     Plant("pending_current_before_marker", "a transactional offset becomes current when its batch is "
           "acknowledged, before its transaction's marker", frozenset({"txn_offsets"}),
           _pending_current_before_marker),
+    Plant("pending_offsets_unreported", "a require_stable OffsetFetch does not see a transaction's pending offset: "
+          "answered as if stable instead of UNSTABLE_OFFSET_COMMIT", frozenset({"txn_offsets"}),
+          _pending_offsets_unreported),
     Plant("abort_marker_commits", "the partition tail settles an ABORT marker as a COMMIT",
           frozenset({"txn_offsets"}), _abort_marker_commits),
     Plant("verification_ignored", "a TxnOffsetCommit the group refuses is answered with the group's error even "

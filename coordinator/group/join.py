@@ -284,8 +284,12 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
                                 before: MemberSnapshot, current_leader: str | None, req: JoinGroupRequest,
                                 future: asyncio.Future[JoinGroupResponse]) -> None:
     """Stable and the selected protocol is unchanged: store the new member id, no rebalance; if that write
-    fails, the member goes back to `before`."""
+    fails, the member goes back to `before` — unless a rebalance completed meanwhile: the member took part in
+    the new generation under its new id (its JoinGroup answered with it), and that generation's own record
+    carries the id, so there is nothing to undo (going back would fence the live member with a gone one's id,
+    in a generation whose acknowledged record names the new one)."""
     new_member_id = member.member_id
+    generation = group.generation_id
     record = group.to_record({m.member_id: m.assignment for m in group.members.values()})
 
     def written(append_error: Errors) -> None:
@@ -296,6 +300,11 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
             # Replaced again (or removed) meanwhile: the member is no longer this request's to answer for
             # or to restore; this request was fenced then.
             _answer(future, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=new_member_id))
+        elif error != Errors.NONE and group.generation_id != generation:
+            log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=false "
+                        "reason=generation_completed generation=%d", group.group_id, new_member_id, error.name,
+                        group.generation_id)
+            _answer(future, JoinGroupResponse(Errors.REBALANCE_IN_PROGRESS, member_id=new_member_id))
         elif error != Errors.NONE:
             _restore_static_member(shard, group, member, before, current_leader, error, future)
         elif req.supports_skip_assignment:

@@ -61,6 +61,7 @@ Q = TypeVar("Q")  # a request
 R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
 # A request's handler: its Result (writes, response or future), or, writing nothing, its response or future alone.
 _Handler = Callable[[GroupShard, Q], "Result[R] | asyncio.Future[R] | R"]
+_Append = tuple[int, list[Write], Awaitable[None], bool]  # partition, writes, the store's outcome, by_request
 
 
 class GroupRuntime:
@@ -113,7 +114,9 @@ class GroupRuntime:
         self.is_active = True
         # insertion-ordered (a dict, not a set): shutdown cancels the writes in the order they were made, not in
         # the tasks' memory-address order, so their answers go out in a reproducible order
-        self._tasks: dict[asyncio.Task[Any], None] = {}
+        # the runtime's tasks, cancelled at shutdown; a write's task with its append (settled by shutdown if the
+        # task never started: `_settle_if_never_started`)
+        self._tasks: dict[asyncio.Task[Any], _Append | None] = {}
         # partition -> its writes waiting for the end of this loop turn, to go to the store as one (append_in_turn)
         self._in_turn: dict[int, list[Write]] = {}
         self._appending: dict[int, int] = {}  # partition -> its store appends not answered yet
@@ -134,7 +137,7 @@ class GroupRuntime:
 
     # --- routing ----------------------------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
-        return cached_partition_for(group_id, self.num_partitions)
+        return self._partition_cache.partition(group_id)
 
     def state_partition(self, group_id: str) -> tuple[str, int] | None:
         """The state-topic partition holding `group_id` (None: a store without a topic)."""
@@ -590,7 +593,7 @@ class GroupRuntime:
                         by_request: bool) -> None:
         self._appending[partition] = self._appending.get(partition, 0) + 1
         task = asyncio.get_running_loop().create_task(self._append_then(partition, writes, appended, by_request))
-        self._tasks[task] = None
+        self._tasks[task] = (partition, writes, appended, by_request)  # a tuple: cheaper than a partial
         task.add_done_callback(self._forget_task)
 
     def _forget_task(self, task: asyncio.Task[Any]) -> None:
@@ -613,14 +616,31 @@ class GroupRuntime:
                           partition, sum(len(write.records) for write in writes), len(writes))
             error = Errors.UNKNOWN_SERVER_ERROR
         finally:
-            self._appending[partition] -= 1
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            for write in writes:
-                try:
-                    self._observer.on_append_completed(write.group_id, partition, write.records, elapsed_ms,
-                                                       error.name, by_request)
-                finally:
-                    self._settle(write, error)
+            self._settle_all(partition, writes, error, by_request, (time.perf_counter() - started) * 1000)
+
+    def _settle_if_never_started(self, partition: int, writes: list[Write], appended: Awaitable[None],
+                                 by_request: bool) -> None:
+        """A task cancelled before its first step (shutdown cancels the tasks of writes sent in that very loop
+        turn: the turn's writes, a request read just before) never runs its body, so its `finally` does not settle
+        the writes: settled here as a cancelled append is, or their requests would never be answered (Kafka's
+        runtime fails every write it has not completed when it closes a partition). The append's outcome is
+        given up as a cancelled await gives it up."""
+        if writes[-1].done is None or writes[-1].done.done():  # settled by the task itself
+            return
+        if isinstance(appended, asyncio.Future):
+            if not appended.cancel() and not appended.cancelled():
+                appended.exception()  # done already: a failure nobody awaits is not reported as never retrieved
+        self._settle_all(partition, writes, Errors.COORDINATOR_NOT_AVAILABLE, by_request, 0.0)
+
+    def _settle_all(self, partition: int, writes: list[Write], error: Errors, by_request: bool,
+                    elapsed_ms: float) -> None:
+        self._appending[partition] -= 1
+        for write in writes:
+            try:
+                self._observer.on_append_completed(write.group_id, partition, write.records, elapsed_ms,
+                                                   error.name, by_request)
+            finally:
+                self._settle(write, error)
 
     @staticmethod
     def _settle(write: Write, error: Errors) -> None:
@@ -708,10 +728,13 @@ class GroupRuntime:
             self.consumer_groups.unload(shard)
         for partition in list(self._in_turn):  # sent now: their tasks are cancelled with the others below
             self._send_turn(partition)
-        tasks = list(self._tasks)
-        for task in tasks:
+        tasks = list(self._tasks.items())
+        for task, _ in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(task for task, _ in tasks), return_exceptions=True)
+        for task, append in tasks:
+            if append is not None and task.cancelled():
+                self._settle_if_never_started(*append)
         await self.consumer_groups.group_configs.close()
         await self.heartbeat_purgatory.shutdown()
         await self.rebalance_purgatory.shutdown()

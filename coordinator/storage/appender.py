@@ -1,8 +1,8 @@
 """The append path of the Kafka-backed store: a shard's typed records encoded in Kafka's formats and queued with
 the partition's writer at once (so a partition's records are stored in the order appended), answered once
 acknowledged. A write of tombstones only goes through the tombstone writer, which keeps a failed one owed and
-sends it again (tombstones.py); a write of values supersedes the owed tombstones of its keys, restored if the
-write fails."""
+sends it again (tombstones.py); a write of values supersedes the owed tombstones of its keys, restored if it
+and every later write of those keys issued meanwhile fail."""
 
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ class RecordAppender:
         def sent(done: asyncio.Future[KafkaError | None]) -> None:
             error = done.result()
             if error is None:
+                if superseded:
+                    self._tombstones.written(superseded)
                 _report_offsets(typed, reported, offsets)
                 _settle(outcome, None)
                 return

@@ -13,6 +13,12 @@ tombstones by log offset (coordinator/group/txn_offsets.py). A client's batch go
 so it waits until no attempt of its keys is unanswered (`answered`), then supersedes the owed ones: as in Kafka,
 a tombstone handled before the batch lands before it, and one that failed never lands after it.
 
+A tombstone a newer write superseded is held by it, and by every later write of its key issued while it is held:
+it is owed again only when all of them failed (then none of their values is in the log, as far as we know, and
+the deletion is still the truth). One of them acknowledged, it is gone: a later write's failure must not bring it
+back, nor may an older write's failure while a newer one is in flight (the tombstone would land after that newer
+value and delete what memory and the acknowledged log hold).
+
 Order: a tombstone, its retries and every other write of its partition are queued with the producer at the
 moment they are issued (`RecordSender.send` queues synchronously, in order per partition), so a retry queued
 before a newer write of its key is stored before it, and a newer write queued first supersedes the retry.
@@ -46,6 +52,17 @@ class _Tombstone:
         self.in_flight = True
 
 
+class _Hold:
+    """A tombstone superseded by writes of its key: `pending` of them unanswered, `written` once one is acked."""
+
+    __slots__ = ("entry", "pending", "written")
+
+    def __init__(self, entry: _Tombstone) -> None:
+        self.entry = entry
+        self.pending = 1
+        self.written = False
+
+
 class TombstoneWriter:
     def __init__(self, first_retry_s: float = _FIRST_RETRY_S, *, on_landed: Landed | None = None) -> None:
         self._first_retry_s = first_retry_s
@@ -53,6 +70,7 @@ class TombstoneWriter:
         self._max_retry_s = max(first_retry_s, _MAX_RETRY_S)
         self._unwritten: dict[bytes, _Tombstone] = {}  # key → its latest tombstone not yet acknowledged
         self._sending: dict[bytes, int] = {}  # key → attempts not answered yet (superseded ones too)
+        self._holds: dict[bytes, _Hold] = {}  # key → its tombstone superseded by writes not all answered
         self._answer_waiters: list[tuple[set[bytes], asyncio.Future[None]]] = []  # (keys, resolved once none sent)
         self._retrier: asyncio.Task[None] | None = None
         self._producer: RecordSender | None = None
@@ -90,28 +108,51 @@ class TombstoneWriter:
         batch = []
         for partition, key in keys:
             entry = self._unwritten[key] = _Tombstone(partition, group_id)
+            self._holds.pop(key, None)  # a newer deletion: what older writes superseded is never owed again
             batch.append((key, entry))
         first: asyncio.Future[KafkaError | None] = asyncio.get_running_loop().create_future()
         self._send(producer, batch, what, first)
         return first
 
     def superseded(self, keys: Iterable[bytes]) -> dict[bytes, object]:
-        """A newer write of these keys is being issued: their tombstones must not be sent again. Returns what
-        `restore` needs if that write fails."""
-        if not self._unwritten:
+        """A newer write of these keys is being issued: their tombstones must not be sent again (owed ones, and
+        those an earlier write in flight holds: this one holds them too). Returns what `restore` needs if that
+        write fails, `written` if it is acknowledged."""
+        if not self._unwritten and not self._holds:
             return {}
-        superseded = {key: entry for key in keys if (entry := self._unwritten.pop(key, None)) is not None}
-        if superseded and self._on_landed is not None:  # not sent again: where it lands is known no better
-            for key, popped in superseded.items():
-                self._on_landed(popped.partition, [(key, None)])
-        return dict(superseded)
+        superseded: dict[bytes, object] = {}
+        for key in keys:
+            entry = self._unwritten.pop(key, None)
+            if entry is not None:
+                superseded[key] = self._holds[key] = _Hold(entry)
+                if self._on_landed is not None:  # not sent again: where it lands is known no better
+                    self._on_landed(entry.partition, [(key, None)])
+            elif (hold := self._holds.get(key)) is not None:
+                hold.pending += 1
+                superseded[key] = hold
+        return superseded
 
     def restore(self, superseded: dict[bytes, object]) -> None:
-        """The newer write failed: the tombstones it superseded are owed again (unless newer ones exist)."""
-        for key, entry in superseded.items():
-            if key not in self._unwritten:
-                self._unwritten[key] = entry  # type: ignore[assignment]
+        """The newer write failed: the tombstones it superseded are owed again once every write holding them
+        failed (unless newer tombstones exist)."""
+        for key, hold in superseded.items():
+            assert isinstance(hold, _Hold)
+            hold.pending -= 1
+            if hold.pending == 0 and self._holds.get(key) is hold:
+                del self._holds[key]
+                if not hold.written and key not in self._unwritten:
+                    self._unwritten[key] = hold.entry
         self._ensure_retrier()
+
+    def written(self, superseded: dict[bytes, object]) -> None:
+        """The newer write was acknowledged: its value follows the deletion in the log, the tombstones it
+        superseded are never owed again."""
+        for key, hold in superseded.items():
+            assert isinstance(hold, _Hold)
+            hold.pending -= 1
+            hold.written = True
+            if hold.pending == 0 and self._holds.get(key) is hold:
+                del self._holds[key]
 
     def stop_retrying(self) -> None:
         """At close, before the producer is flushed: one last attempt for what is owed, then no more retries
@@ -130,6 +171,8 @@ class TombstoneWriter:
         dropped = {key: entry for key, entry in self._unwritten.items() if entry.partition in gone}
         for key in dropped:
             del self._unwritten[key]
+        for key in [key for key, hold in self._holds.items() if hold.entry.partition in gone]:
+            del self._holds[key]
         if dropped:
             log.warning("event=tombstones_dropped reason=partition_unloaded records=%d groups=%s", len(dropped),
                         sorted({entry.group_id for entry in dropped.values()}))

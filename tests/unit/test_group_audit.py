@@ -271,6 +271,34 @@ async def test_failed_static_replacement_write_does_not_undo_a_later_replacement
     assert env.state() is STABLE and await second.heartbeat() == Errors.NONE
 
 
+async def test_failed_static_replacement_write_after_a_completed_rebalance_keeps_the_new_member(env: Env) -> None:
+    # Seed 17830: the replacement's write times out only after a rebalance completed with the member under its new
+    # id (its JoinGroup answered by that rebalance) and the new generation's record, naming the new id, was
+    # acknowledged. Going back would leave memory with a generation no record holds and fence the live member with
+    # the gone process's id; the newer generation's record already stores the new id: nothing to undo.
+    a, s = env.client("a"), env.client("s", instance_id="is")
+    await form_group(env, a, s)
+    generation = s.generation
+    gate = env.store.hold_next_write()
+    restarted = env.client("s", instance_id="is")
+    await restarted.start_join()  # Stable, same protocol: the replacement is written, no rebalance
+    assert restarted.join_task is not None and not restarted.join_task.done()
+    assert await a.leave() == Errors.NONE  # a rebalance while the replacement's write is in flight
+    await advance_until_joined(env, restarted)
+    joined = restarted.take_join()
+    assert joined.error_code == Errors.NONE and joined.generation_id == generation + 1
+    await restarted.start_sync({restarted.member_id: b"assignment"})
+    await drain()
+    assert restarted.sync_task is not None and restarted.sync_task.result().error_code == Errors.NONE
+    assert env.state() is STABLE
+    env.store.fail_next_write(Errors.REQUEST_TIMED_OUT)
+    gate.set()  # the replacement's write fails now
+    await drain()
+    assert env.group().static_members["is"] == restarted.member_id
+    assert [m.member_id for m in env.store.groups[env.group().group_id].members] == [restarted.member_id]
+    assert env.state() is STABLE and await restarted.heartbeat() == Errors.NONE
+
+
 async def test_earlier_static_replacement_write_does_not_answer_the_later_join(env: Env) -> None:
     # Same double restart, both writes succeed: the first write's completion must not hand its (fenced)
     # member id to the second JoinGroup, which is now the member's parked request (Kafka answers the

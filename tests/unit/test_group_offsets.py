@@ -1,6 +1,8 @@
 """OffsetCommit/OffsetFetch rules, offset expiry, loading and unloading (reference §3.5, §3.6, §7.3–§7.5)."""
 from __future__ import annotations
 
+import asyncio
+
 from coordinator.group.api import ListGroupsRequest
 from protocol.error_codes import Errors
 from coordinator.group.state import GroupState
@@ -176,3 +178,33 @@ async def test_unload_answers_parked_requests_with_not_coordinator(env: Env) -> 
     assert leader.join_task.result().error_code == Errors.NOT_COORDINATOR
     assert env.coordinator.groups == {}
     assert await follower.heartbeat() == Errors.COORDINATOR_NOT_AVAILABLE
+
+
+async def test_shutdown_answers_a_commit_whose_write_it_cancels_before_the_write_started(env: Env) -> None:
+    """The commit is handled and its write sent in the loop turn the runtime shuts down in: the task awaiting the
+    write is cancelled before its first step, so its body (which settles the write) never ran and the commit was
+    never answered (seeds 12526, 13380 and 15486 of the simulator, once a paused instance read its requests before
+    shutting down)."""
+    committing = asyncio.ensure_future(env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 1})))
+    await asyncio.sleep(0)  # the commit runs up to its write's outcome; the write's task has not started
+    assert not committing.done() and env.store.writes == []
+    await env.coordinator.shutdown()
+    await drain()
+    assert committing.done() and errors_of(committing.result()) == [Errors.COORDINATOR_NOT_AVAILABLE]
+
+
+async def test_shutdown_answers_the_writes_of_its_loop_turn(env: Env) -> None:
+    """A commit whose partition has a write in flight waits for the end of the loop turn to go with the turn's
+    other writes; shutdown sends the turn and cancels its task before it starts: answered too."""
+    held = env.store.hold_next_write()
+    first = asyncio.ensure_future(env.coordinator.commit_offsets(commit("s", -1, "", {("t", 0): 1})))
+    await drain()
+    assert not first.done() and len(env.store.writes) == 1  # in flight, held
+    second = asyncio.ensure_future(env.coordinator.commit_offsets(commit("s", -1, "", {("t", 1): 1})))
+    await asyncio.sleep(0)  # queued for the end of this turn
+    assert not second.done() and len(env.store.writes) == 1
+    await env.coordinator.shutdown()
+    held.set()
+    await drain()
+    assert errors_of(first.result()) == [Errors.COORDINATOR_NOT_AVAILABLE]
+    assert second.done() and errors_of(second.result()) == [Errors.COORDINATOR_NOT_AVAILABLE]

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -731,3 +732,156 @@ def test_a_refused_txn_offset_commit_is_verified_once_its_partition_is_loaded_ag
     transaction coordinator being asked; Kafka verifies before the group's own checks."""
     outcome = run_seed(2851)
     assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_pending_txn_offset_dropped_by_a_delete_groups_before_the_client_heard_its_answer() -> None:
+    """Seed 11837 (found by the 100,000-seed run): a TxnOffsetCommit was answered NONE, and before the answer
+    reached the client an admin's DeleteGroups of the (Empty) group tombstoned the partition, which drops its
+    pending transactional offset as Kafka's replay of an offset tombstone does; a require_stable fetch then
+    answered -1. The checker took a tombstone into account only when issued after the client heard the answer;
+    one issued once the batch landed counts (as for a committed transactional offset)."""
+    outcome = run_seed(11837)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [4754, 5538, 8181, 14479, 17028])
+def test_a_paused_instance_reads_its_confirmation_only_when_it_wakes(seed: int) -> None:
+    """Seeds of the 100,000-seed run: the zombie guard's confirmation (DescribeGroups of the instances group) was
+    answered to an instance paused since it asked, and the paused process acted on it: resumed, queued the load,
+    and on waking sent the load's fence (fencing the partition's new owner) and finished the load. A SIGSTOPped
+    process reads nothing; it reads the answer once it runs, after its guard found the pause, and asks again.
+    (The load's end was also counted as serving by single_writer: see the test of seed 7370.)"""
+    outcome = run_seed(seed)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [14879, 16364])
+def test_a_paused_instance_crashing_before_it_notices_its_partition_moved(seed: int) -> None:
+    """Seeds 14879, 16364 (the 100,000-seed run): a paused instance lost its state partition to another, which
+    wrote the group again; it crashed while still paused. Its memory is what it loaded and wrote itself (all
+    acknowledged): reload_equals_acked judged it against the other instance's later write."""
+    outcome = run_seed(seed)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_paused_instance_reads_a_description_only_once_it_runs() -> None:
+    """describe_fresh (the guard's confirmation): the description is the one Kafka gave when it answered, and a
+    paused process gets it (or the failure) only once it runs again."""
+    from simulator.cluster import describe_fresh
+
+    async def story() -> None:
+        resumed = asyncio.get_running_loop().create_future()
+        described = {"taken": 0}
+
+        def describe() -> str:
+            described["taken"] += 1
+            return "the description"
+
+        sim = SimpleNamespace(rng_net=random.Random(1), kafka=SimpleNamespace(is_up=True),
+                              instances_group=SimpleNamespace(describe=describe))
+        instance = SimpleNamespace(sim=sim, running=lambda: asyncio.shield(resumed))
+        asking = asyncio.ensure_future(describe_fresh(instance))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # Kafka answered: the description is taken, the paused process holds it unread
+        assert described["taken"] == 1 and not asking.done()
+        resumed.set_result(None)
+        assert await asking == "the description"
+
+        sim.kafka.is_up = False
+        resumed = asyncio.get_running_loop().create_future()
+        asking = asyncio.ensure_future(describe_fresh(instance))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert not asking.done()  # the failure too is read on waking
+        resumed.set_result(None)
+        with pytest.raises(ConnectionError):
+            await asking
+
+    asyncio.run(story())
+
+
+def test_a_zombies_load_of_a_partition_it_lost_meanwhile_is_not_served() -> None:
+    """Seed 7370: an instance confirmed its partition, paused with the load of it queued, and on waking sent the
+    load's fence and lost the partition; the load then ended with the shard left UNOWNED (runtime.load marks ACTIVE
+    only a partition still LOADING), so nothing was answered from it. single_writer counted the load's end as
+    serving; it counts now only what the loader serves once the load is done."""
+    outcome = run_seed(7370)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_write_taken_in_by_the_only_owner_may_time_out_after_the_partition_moved() -> None:
+    """Seed 23851: an OffsetCommit taken in while its instance alone served the partition, its write in flight when
+    the process paused past its session; after the pause the write timed out and was answered REQUEST_TIMED_OUT
+    (Kafka 3.9's answer; 4's is COORDINATOR_NOT_AVAILABLE, already counted as not served) while the partition's
+    new owner served it. The answer says only that the outcome is unknown (the fence decides it); single_writer
+    judges such an answer by when the write was taken in."""
+    outcome = run_seed(23851)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_static_replacement_failing_after_a_completed_rebalance_is_not_reverted() -> None:
+    """Seed 17830 (the 100,000-seed run): a static member's replacement write (Stable, no rebalance) lost its
+    acknowledgement; meanwhile a rebalance completed with the member under its new id and that generation's record
+    was acknowledged. The replacement's timeout then reverted the member to the gone process's id: memory held a
+    generation no record holds, and the live member was fenced."""
+    outcome = run_seed(17830)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_an_owed_tombstone_is_not_restored_by_an_older_write_while_a_newer_one_is_in_flight() -> None:
+    """Seed 18194 (the 100,000-seed run): a deleted group's tombstone failed (owed); the group's new life wrote
+    generation 1, 2, 3, each superseding it; generation 2's write failed after generation 3's was issued, restored
+    the tombstone, and its retry landed after generation 3's acknowledged record: the group was gone in the log,
+    Stable in memory."""
+    outcome = run_seed(18194)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_group_recreated_while_its_deletion_awaits_its_acknowledgement() -> None:
+    """Seed 18938 (the 100,000-seed run): a JoinGroup recreated a group right after its DeleteGroups was handled,
+    before the deletion's tombstone was acknowledged and answered; durable_delete dated the deletion from its
+    answer, so the new life's record (written after the tombstone) counted as the deleted group coming back."""
+    outcome = run_seed(18938)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [12526, 13380, 15486])
+def test_classic_seeds_where_a_paused_instance_was_shut_down(seed: int) -> None:
+    """Seeds 12526, 13380 and 15486 (the 100,000-seed run): an instance was paused (SIGSTOP), a commit, a
+    heartbeat, a DescribeGroups or an OffsetFetch reached it meanwhile, and a graceful shutdown came while it was
+    still paused. The simulator ran the shutdown inside the stopped process — it left the instances group and
+    shut its runtime down before reading the requests it held — and the parked_answered check found them
+    unanswered. A stopped process runs nothing: it acts on SIGTERM once it runs again."""
+    outcome = run_seed(seed)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_paused_instance_shuts_down_only_once_it_runs_again_and_answers_what_it_held() -> None:
+    """A commit reaches a paused coordinator, then a SIGTERM does: nothing happens until the pause ends; then the
+    process reads the commit, answers it, and exits."""
+    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None)
+    sim = Simulation(scenario, keep_history=True)
+    answers: list[Any] = []
+
+    async def story() -> None:
+        instance = sim._start_instance()
+        while not instance.loaded:
+            await asyncio.sleep(0.1)
+        instance.pause(5_000)
+        commit = OffsetCommitRequest("g", -1, "", [OffsetCommitRequestTopic("t", [
+            OffsetCommitRequestPartition(0, sim.next_offset("g", ("t", 0)))])])
+        committing = asyncio.ensure_future(sim.call("tool", "", "commit_offsets", commit))
+        while not instance.pending:
+            await asyncio.sleep(0.01)
+        stopping = asyncio.ensure_future(instance.shut_down())
+        await asyncio.sleep(1)
+        assert instance.paused and instance.alive and not stopping.done() and not committing.done()
+        answers.append(await committing)
+        await stopping
+        assert not instance.alive
+
+    run_story(sim, story())
+    assert [v.line() for v in sim.checkers.violations] == []
+    # read on waking, its write sent, then cancelled by the shutdown before Kafka answered: told to rediscover
+    assert answers[0].topics[0].partitions[0].error_code == Errors.COORDINATOR_NOT_AVAILABLE
+    assert sim.history is not None
+    kinds = [e.kind for e in sim.history.events if e.kind in ("shutdown", "woke", "srv_out", "exited")]
+    assert kinds == ["shutdown", "woke", "srv_out", "exited"], kinds

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from coordinator.group.api import HeartbeatResponse
+from coordinator.group.api import (HeartbeatResponse, OffsetCommitResponse, OffsetCommitResponsePartition,
+                                   OffsetCommitResponseTopic)
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import GroupState
@@ -42,12 +43,17 @@ class World:
         write_id = self.ledger.issued("p", 0, [(0, encode_key(OffsetCommitKey(GROUP, *TP)), None)])
         self.ledger.outcome(write_id, "acked")
 
-    def group_write(self, generation: int, members: dict[str, bytes], status: str = "acked") -> None:
+    def group_write(self, generation: int, members: dict[str, bytes], status: str = "acked",
+                    producer: str = "p") -> None:
         record = GroupRecord("consumer", generation, "range", next(iter(members), None), 0, [
             MemberRecord(m, None, "c", "/h", 10_000, 10_000, b"", a) for m, a in members.items()])
-        write_id = self.ledger.issued("p", 0, [(0, encode_key(GroupMetadataKey(GROUP)),
-                                                encode_group_metadata_value(record))])
+        write_id = self.ledger.issued(producer, 0, [(0, encode_key(GroupMetadataKey(GROUP)),
+                                                     encode_group_metadata_value(record))])
         self.ledger.outcome(write_id, status)
+
+    def group_tombstone(self) -> None:
+        write_id = self.ledger.issued("p", 0, [(0, encode_key(GroupMetadataKey(GROUP)), None)])
+        self.ledger.outcome(write_id, "acked")
 
     def state(self, old: str, new: str, gen: int, inst: int = 0) -> None:
         self.history.record("state", inst=inst, group=GROUP, old=old, new=new, gen=gen)
@@ -271,6 +277,24 @@ def test_memory_before_a_crash_fails_when_it_holds_an_unacknowledged_offset() ->
     assert world.invariants() == {"reload_equals_acked"}
 
 
+@pytest.mark.parametrize("own_status, broken", [("acked", False), ("NOT_ENOUGH_REPLICAS", True)])
+def test_memory_before_a_crash_is_judged_against_what_the_process_loaded_and_wrote(own_status: str,
+                                                                                  broken: bool) -> None:
+    # Seeds 14879, 16364: a paused instance's partition moved, the new owner wrote the group again; the zombie
+    # crashed before it noticed. Its memory is what it loaded and wrote itself: the other's later write is not in
+    # it — but a write of its own that Kafka refused still must not be.
+    world = World()
+    group = group_with_offset(None, GroupState.STABLE)
+    group.generation_id, group.protocol_type = 3, "consumer"
+    instance = loaded_instance(None)
+    world.checkers.after_load(instance)  # type: ignore[arg-type]  # the partition loaded (nothing in it yet)
+    world.group_write(3, {}, status=own_status, producer=instance.name)
+    instance.runtime.groups[GROUP] = group
+    world.group_write(4, {}, producer="coordinator-2")  # the next owner, after this one's load
+    world.checkers.before_crash(instance)  # type: ignore[arg-type]
+    assert world.invariants() == ({"reload_equals_acked"} if broken else set())
+
+
 # --- no_errors -----------------------------------------------------------------------------------------------
 def test_no_errors_fails_for_an_error_a_consumer_cannot_expect() -> None:
     world = World()
@@ -306,11 +330,33 @@ def test_durable_delete_fails_when_a_deleted_group_comes_back() -> None:
     assert "durable_delete" in world.invariants()
 
 
+@pytest.mark.parametrize("written_after_the_tombstone", [True, False])
+def test_durable_delete_dates_a_deletion_from_its_tombstone(written_after_the_tombstone: bool) -> None:
+    # Seed 18938: the group started a new life (JoinGroup, SyncGroup's record) while the deletion's tombstone
+    # awaited its acknowledgement: written after the tombstone, it is legitimately back. A record written before
+    # the tombstone (before the deletion was handled) is deleted by it: back after a reload, it is a violation.
+    world = World()
+    world.group_write(3, {})
+    sent_at = len(world.ledger.writes)  # the DeleteGroups is sent
+    if not written_after_the_tombstone:
+        world.group_write(4, {})
+    world.group_tombstone()  # the deletion is handled
+    if written_after_the_tombstone:
+        world.group_write(1, {})
+    world.checkers.deleted(GROUP, [], group_record=True, sent_at=sent_at)  # then answered NONE
+    group = group_with_offset(None)
+    group.generation_id, group.protocol_type = (1 if written_after_the_tombstone else 4), "consumer"
+    world.checkers.after_load(loaded_instance(group))  # type: ignore[arg-type]
+    assert ("durable_delete" in world.invariants()) is not written_after_the_tombstone
+
+
 # --- single_writer ---------------------------------------------------------------------------------------------
-def _serving_instance(name: str, serving: set[int], paused: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(name=name, alive=True, paused=paused,
-                           ownership=SimpleNamespace(serving=lambda p: p in serving),
-                           runtime=SimpleNamespace(partition_for=lambda group_id: 0))
+def _serving_instance(name: str, serving: set[int], paused: bool = False, suspended: bool = False
+                      ) -> SimpleNamespace:
+    return SimpleNamespace(name=name, number=1, alive=True, paused=paused, pending={},
+                           ownership=SimpleNamespace(serving=lambda p: p in serving,
+                                                     guard=SimpleNamespace(suspended=suspended)),
+                           runtime=SimpleNamespace(partition_for=lambda group_id: 0, groups={}, num_partitions=1))
 
 
 def _served_by_first(second_serving: set[int], second_paused: bool = False) -> set[str]:
@@ -328,6 +374,52 @@ def test_single_writer_fails_when_two_running_instances_serve_a_partition() -> N
     assert _served_by_first({0}) == {"single_writer"}
     assert _served_by_first(set()) == set()
     assert _served_by_first({0}, second_paused=True) == set()  # a paused one learns it when it wakes
+
+
+def _loaded_by_first(first_serving: set[int], suspended: bool = False) -> set[str]:
+    """The first instance's load of partition 0 ends while the second serves it."""
+    world = World()
+    first = _serving_instance("a", first_serving, suspended=suspended)
+    world.checkers.cluster = SimpleNamespace(coordinators=[first, _serving_instance("b", {0})])
+    world.checkers.after_load(first, {0})  # type: ignore[arg-type]
+    return world.invariants()
+
+
+def test_single_writer_counts_a_load_for_what_the_loader_serves_once_it_is_done() -> None:
+    assert _loaded_by_first({0}) == {"single_writer"}
+    # lost while it loaded (a zombie's load, its fence sent when it woke: seed 7370): the shard stays UNOWNED,
+    # nothing is answered from it
+    assert _loaded_by_first(set()) == set()
+    # loaded while the zombie guard is suspended: unloaded before any request could be answered from it
+    assert _loaded_by_first({0}, suspended=True) == set()
+
+
+def _timed_out_write(first_serving_then: set[int], second_serving_then: set[int], error: Errors) -> set[str]:
+    """The first instance takes a commit in, then (after a pause) answers it while the second serves the
+    partition."""
+    world = World()
+    first = _serving_instance("a", first_serving_then)
+    second = _serving_instance("b", second_serving_then)
+    world.checkers.cluster = SimpleNamespace(coordinators=[first, second])
+    pending = Pending(0, "commit_offsets", GROUP, "m", "c", 0, None)  # type: ignore[arg-type]
+    world.checkers.taken_in(first, pending)  # type: ignore[arg-type]
+    first.ownership.serving = lambda p: False  # the guard took it out of service when it woke
+    second.ownership.serving = lambda p: p == 0  # Kafka gave it to the second meanwhile
+    answer = OffsetCommitResponse([OffsetCommitResponseTopic("t", [OffsetCommitResponsePartition(0, error)])])
+    world.checkers.answered(first, pending, answer, error.name)  # type: ignore[arg-type]
+    return world.invariants()
+
+
+def test_single_writer_judges_a_timed_out_write_by_when_it_was_taken_in() -> None:
+    # taken in as the partition's only server, its write timed out across a pause (seed 23851): the answer tells
+    # only that the outcome is unknown (the fence decides it), nothing of the group
+    assert _timed_out_write({0}, set(), Errors.REQUEST_TIMED_OUT) == set()
+    # taken in while another instance served the partition: a zombie that took a write in
+    assert _timed_out_write({0}, {0}, Errors.REQUEST_TIMED_OUT) == {"single_writer"}
+    assert _timed_out_write(set(), set(), Errors.REQUEST_TIMED_OUT) == {"single_writer"}
+    # any other answer is judged when it is given
+    assert _timed_out_write({0}, set(), Errors.NONE) == {"single_writer"}
+    assert _timed_out_write({0}, set(), Errors.ILLEGAL_GENERATION) == {"single_writer"}
 
 
 def test_a_fetch_sent_before_a_commit_was_answered_may_miss_it() -> None:
@@ -438,7 +530,8 @@ TXN_KEY = (TXN_GROUP, "t", 0)
 
 def _txn_violations(steps: list[tuple[str, object]]) -> list[str]:
     """A transactional application's history: ("landed", (offset, txn number)), ("ended", (txn number, commit)),
-    ("answered", offset) for a TxnOffsetCommit answered NONE, ("fetched", (offset, error, stable))."""
+    ("answered", offset) for a TxnOffsetCommit answered NONE, ("tombstone", None) for one of our tombstones of
+    the partition issued (a DeleteGroups, say), ("fetched", (offset, error, stable))."""
     world = World()
     for step, arg in steps:
         world.now += 10
@@ -450,6 +543,8 @@ def _txn_violations(steps: list[tuple[str, object]]) -> list[str]:
             world.checkers.txn_ended("app", number, commit)
         elif step == "answered":
             world.checkers.txn_offsets_pending(TXN_GROUP, {TP: arg}, "app")  # type: ignore[dict-item]
+        elif step == "tombstone":
+            world.ledger.issued("p", 0, [(0, encode_key(OffsetCommitKey(TXN_GROUP, *TP)), None)])
         else:
             offset, error, stable = arg  # type: ignore[misc]
             world.checkers.txn_fetched(TXN_GROUP, TP, offset, error, stable, world.now - 5, "app")
@@ -464,6 +559,11 @@ def _txn_violations(steps: list[tuple[str, object]]) -> list[str]:
     # pending: a stable fetch must be UNSTABLE_OFFSET_COMMIT
     ([("landed", (1, 1)), ("answered", 1), ("fetched", (-1, Errors.UNSTABLE_OFFSET_COMMIT, True))], False),
     ([("landed", (1, 1)), ("answered", 1), ("fetched", (-1, Errors.NONE, True))], True),
+    # a tombstone of ours issued once the batch landed drops the pending offset, also one issued before the answer
+    # reached the client (seed 11837: a DeleteGroups handled meanwhile); one issued before the batch landed does not
+    ([("landed", (1, 1)), ("answered", 1), ("tombstone", None), ("fetched", (-1, Errors.NONE, True))], False),
+    ([("landed", (1, 1)), ("tombstone", None), ("answered", 1), ("fetched", (-1, Errors.NONE, True))], False),
+    ([("tombstone", None), ("landed", (1, 1)), ("answered", 1), ("fetched", (-1, Errors.NONE, True))], True),
     # committed, then lost or regressed
     ([("landed", (1, 1)), ("ended", (1, True)), ("landed", (2, 2)), ("ended", (2, True)),
       ("fetched", (1, Errors.NONE, True))], True),
