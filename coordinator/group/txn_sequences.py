@@ -41,6 +41,7 @@ class ProducerSequences:
 
     def __init__(self) -> None:
         self._producers: dict[int, ProducerSequence] = {}
+        self.forgotten = 0  # how many times the partition left (`forget`): a claim across one is from another life
 
     def claim(self, producer_id: int, epoch: int, records: int) -> int:
         """The base sequence for the next batch of (producer_id, epoch) of `records` records; Busy while one is
@@ -69,7 +70,8 @@ class ProducerSequences:
             return  # a batch of a lower epoch (not recorded), or the log moved on meanwhile
         state.in_flight = None
         if outcome is Outcome.ACKNOWLEDGED:
-            state.next_sequence = sequence + state.in_flight_records
+            # never behind what the log showed meanwhile (a load or the tail read a later batch of the producer)
+            state.next_sequence = max(state.next_sequence, sequence + state.in_flight_records)
         elif outcome is Outcome.UNKNOWN:
             state.resend = sequence
 
@@ -96,3 +98,4 @@ class ProducerSequences:
     def forget(self) -> None:
         """The partition left this coordinator: the next owner reads the log."""
         self._producers.clear()
+        self.forgotten += 1

@@ -66,3 +66,21 @@ def test_a_lower_epoch_is_left_to_the_broker_and_changes_nothing() -> None:
     assert sequences.claim(PID, 4, 1) == 0
     sequences.settle(PID, 4, 0, Outcome.ACKNOWLEDGED)
     assert sequences.next_sequence(PID, 5) == 1 and sequences.claim(PID, 5, 1) == 1
+
+
+def test_an_acknowledgement_never_takes_the_sequence_behind_what_the_log_showed_meanwhile() -> None:
+    """Seed 55234: a batch claimed on a table the load had not filled yet (sequence 0), the load then reporting the
+    producer's batch up to sequence 4, and the claimed batch acknowledged (as a duplicate): the next batch is 5,
+    not 1 (1-4 would each be answered as duplicates of batches already in the log, nothing appended)."""
+    sequences = ProducerSequences()
+    assert sequences.claim(7, 8, 1) == 0
+    sequences.observed_batch(7, 8, 4)
+    sequences.settle(7, 8, 0, Outcome.ACKNOWLEDGED)
+    assert sequences.next_sequence(7, 8) == 5
+
+
+def test_forgetting_the_partition_counts_its_lives() -> None:
+    sequences = ProducerSequences()
+    life = sequences.forgotten
+    sequences.forget()
+    assert sequences.forgotten == life + 1

@@ -885,3 +885,13 @@ def test_a_paused_instance_shuts_down_only_once_it_runs_again_and_answers_what_i
     assert sim.history is not None
     kinds = [e.kind for e in sim.history.events if e.kind in ("shutdown", "woke", "srv_out", "exited")]
     assert kinds == ["shutdown", "woke", "srv_out", "exited"], kinds
+
+
+def test_a_txn_offset_commit_whose_owed_batch_outlived_the_partition_claims_no_sequence_of_an_empty_table() -> None:
+    """Seed 55234 (the 100,000-seed run): a TxnOffsetCommit's batch timed out (owed, to be sent again with its
+    sequence 4); the client's retry resent it while the instance paused and its partition was unloaded and loaded
+    again; the handler then claimed the retry's own sequence from the emptied table: 0, which the leader answered as
+    a duplicate of the producer's first batch — NONE, nothing appended — and the acknowledgement set the next
+    sequence to 1 behind the load's 5, so four more transactions' offsets were answered NONE and never written."""
+    outcome = run_seed(55234)
+    assert outcome.ok, [v.line() for v in outcome.violations]

@@ -354,6 +354,7 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
     relay = ctx.relay
     producer_id = identity.producer_id
     sequences = shard.producer_sequences
+    life = sequences.forgotten
 
     async def send(batch: _Owed) -> Errors | None:
         producer = ClientProducer(identity.transactional_id, producer_id, batch.epoch)
@@ -429,6 +430,11 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
             del writes.owed[producer_id]
         elif (failed := await send(owed)) is not None and producer_id in writes.owed:
             return failed  # still of unknown outcome: nothing else of this producer before it
+        if sequences.forgotten != life or shard.status is not ShardStatus.ACTIVE:
+            # the partition left (and maybe came back) while the owed batch was resent: a sequence claimed now
+            # would start from an empty table (0, a duplicate of an early batch: answered NONE, nothing appended)
+            # or from a load still reading the log; its new owner answers the client's retry
+            return Errors.NOT_COORDINATOR
     try:
         sequence = sequences.claim(producer_id, identity.producer_epoch, len(records))
     except Busy:
