@@ -29,13 +29,8 @@ async def bench_kafka(**broker_options: Any) -> AsyncIterator[str]:
         yield given
         return
     _progress()
-    broker = EmbeddedKafka(**broker_options)
-    await broker.start()
-    try:
+    async with EmbeddedKafka(**broker_options) as broker:
         yield broker.bootstrap
-    finally:
-        await broker.stop()
-        broker.remove_data()
 
 
 @contextmanager
@@ -46,10 +41,5 @@ def bench_kafka_blocking(**broker_options: Any) -> Iterator[str]:
         yield given
         return
     _progress()
-    broker = EmbeddedKafka(**broker_options)
-    broker.start_blocking()
-    try:
+    with EmbeddedKafka(**broker_options) as broker:
         yield broker.bootstrap
-    finally:
-        broker.stop_blocking()
-        broker.remove_data()

@@ -82,13 +82,8 @@ def kafka_bootstrap() -> Iterator[str]:
             finally:
                 container.stop()
             return
-    broker = EmbeddedKafka()
-    broker.start_blocking()
-    try:
+    with EmbeddedKafka() as broker:
         yield broker.bootstrap
-    finally:
-        broker.stop_blocking()
-        broker.remove_data()
 
 
 def _start_container():  # type: ignore[no-untyped-def]

@@ -191,6 +191,16 @@ class KafkaNode:
         return self.data_dir / "ports.json"
 
     # -- blocking API (sync fixtures, CLI, atexit) ------------------------------------------------------
+    def __enter__(self) -> Self:
+        """`with`: start_blocking() on entry; stop_blocking() and remove_data() (a temporary data dir only) on exit,
+        as `async with` does for the async API."""
+        self.start_blocking()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop_blocking()
+        self.remove_data()
+
     def start_blocking(self) -> None:
         self.launch()
         self.wait_ready()

@@ -21,10 +21,6 @@ def jaeger() -> Iterator[EmbeddedJaeger]:
 @pytest.fixture(scope="module")
 def kafka_tv1() -> Iterator[str]:
     """A broker of its own (own data dir and ports, stopped here) formatted with transaction.version=1."""
-    broker = EmbeddedKafka(features={"transaction.version": 1}, heap_mb=384, jvm_options=("-XX:TieredStopAtLevel=1",))
-    broker.start_blocking()
-    try:
+    with EmbeddedKafka(features={"transaction.version": 1}, heap_mb=384,
+                       jvm_options=("-XX:TieredStopAtLevel=1",)) as broker:
         yield broker.bootstrap
-    finally:
-        broker.stop_blocking()
-        broker.remove_data()
