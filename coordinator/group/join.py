@@ -15,6 +15,7 @@ from coordinator.group.errors import group_append_error
 from coordinator.group.member import MemberMetadata
 from coordinator.group.member_snapshot import MemberSnapshot
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
+from coordinator.group.replacement_hold import close_hold, held_by, open_hold
 from coordinator.group.result import Write
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 
@@ -287,13 +288,17 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
     fails, the member goes back to `before` — unless a rebalance completed meanwhile: the member took part in
     the new generation under its new id (its JoinGroup answered with it), and that generation's own record
     carries the id, so there is nothing to undo (going back would fence the live member with a gone one's id,
-    in a generation whose acknowledged record names the new one)."""
+    in a generation whose acknowledged record names the new one); nor while a later write of the group that
+    carries the new id (another static member's replacement) is unanswered: the revert waits for those, and one
+    of them acknowledged stores the id (coordinator/group/replacement_hold.py)."""
     new_member_id = member.member_id
     generation = group.generation_id
     record = group.to_record({m.member_id: m.assignment for m in group.members.values()})
+    write = Write.group(group.group_id, record, lambda append_error: decide(group_append_error(append_error)))
+    held_by(group, record, write)  # this write carries the ids of earlier replacements still undecided
+    hold = open_hold(group, new_member_id)
 
-    def written(append_error: Errors) -> None:
-        error = group_append_error(append_error)
+    def decide(error: Errors) -> None:
         if group.is_in(DEAD):  # unloaded meanwhile: its parked requests were answered then
             _answer(future, JoinGroupResponse(Errors.NOT_COORDINATOR, member_id=new_member_id))
         elif group.static_members.get(member.group_instance_id or "") != new_member_id:
@@ -305,22 +310,39 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
                         "reason=generation_completed generation=%d", group.group_id, new_member_id, error.name,
                         group.generation_id)
             _answer(future, JoinGroupResponse(Errors.REBALANCE_IN_PROGRESS, member_id=new_member_id))
-        elif error != Errors.NONE:
+        elif error != Errors.NONE and hold.undecided:
+            log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=held "
+                        "later_writes=%d", group.group_id, new_member_id, error.name, hold.pending)
+            hold.on_settled = lambda: decide(error)  # decided again once those writes are answered
+            return
+        elif error != Errors.NONE and not hold.written:
             _restore_static_member(shard, group, member, before, current_leader, error, future)
-        elif req.supports_skip_assignment:
-            is_leader = group.is_leader(new_member_id)
-            members = shard.member_list(group) if is_leader else []
-            _complete_own_join(group, member, future, shard.join_response(
-                group, new_member_id, members, skip_assignment=is_leader))
         else:
-            # Before v9 the rejoined member is told the old leader id, so a replaced leader does not run
-            # the assignor for a Stable group that would ignore the result.
-            _complete_own_join(group, member, future,
-                               shard.join_response(group, new_member_id, [], leader=current_leader))
+            if error != Errors.NONE:
+                log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=false "
+                            "reason=stored_by_later_write", group.group_id, new_member_id, error.name)
+            _answer_stored_replacement(shard, group, member, current_leader, req, future)
+        close_hold(group, hold)
 
     log.info("event=static_member_replaced_without_rebalance group=%s member=%s", group.group_id,
              new_member_id)
-    shard.append(Write.group(group.group_id, record, written))
+    shard.append(write)
+
+
+def _answer_stored_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
+                               current_leader: str | None, req: JoinGroupRequest,
+                               future: asyncio.Future[JoinGroupResponse]) -> None:
+    new_member_id = member.member_id
+    if req.supports_skip_assignment:
+        is_leader = group.is_leader(new_member_id)
+        members = shard.member_list(group) if is_leader else []
+        _complete_own_join(group, member, future, shard.join_response(
+            group, new_member_id, members, skip_assignment=is_leader))
+    else:
+        # Before v9 the rejoined member is told the old leader id, so a replaced leader does not run
+        # the assignor for a Stable group that would ignore the result.
+        _complete_own_join(group, member, future,
+                           shard.join_response(group, new_member_id, [], leader=current_leader))
 
 
 def _restore_static_member(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,

@@ -16,6 +16,7 @@ from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord, T
 if TYPE_CHECKING:
     from coordinator.group.api import JoinGroupResponse, SyncGroupResponse
     from coordinator.group.observer import GroupObserver
+    from coordinator.group.replacement_hold import ReplacementHold
 
 log = logging.getLogger("coordinator.group")
 
@@ -29,6 +30,7 @@ class GroupMetadata:
         "generation_id", "leader_id", "members", "static_members", "pending_members", "pending_sync_members",
         "num_members_awaiting_join", "supported_protocols", "new_member_added", "subscribed_topics",
         "rebalance_started_ms", "offsets", "offset_versions", "pending_offset_commits", "possibly_written",
+        "replacement_holds",
     )
 
     def __init__(self, group_id: str, state: GroupState, now_ms: int, observer: GroupObserver) -> None:
@@ -55,6 +57,8 @@ class GroupMetadata:
         # partitions whose latest failed commit may be in the log all the same (a failure after the append, a
         # timeout, the producer's retries): never served, but tombstoned by any deletion; the failed write's sequence
         self.possibly_written: dict[TopicPartition, int] = {}
+        # static replacements whose write is not decided yet, while any is (coordinator/group/replacement_hold.py)
+        self.replacement_holds: list[ReplacementHold] | None = None
 
     # --- state -----------------------------------------------------------------------------------------------
     def is_in(self, state: GroupState) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +18,8 @@ from coordinator.group.metadata import parse_subscription_topics
 from coordinator.group.state import GroupState
 from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord, Record
 from coordinator.group.store import InMemoryGroupStore
-from tests.support.group_harness import (REBALANCE_MS, Env, advance_until_joined, commit, drain, env,  # noqa: F401
-                                         errors_of, fetch, form_group, subscription)
+from tests.support.group_harness import (REBALANCE_MS, Client, Env, advance_until_joined, commit, drain,  # noqa: F401
+                                         env, errors_of, fetch, form_group, subscription)
 from tests.support.group_invariants import check_group
 
 STABLE, PREPARING, COMPLETING, EMPTY = (GroupState.STABLE, GroupState.PREPARING_REBALANCE,
@@ -297,6 +298,69 @@ async def test_failed_static_replacement_write_after_a_completed_rebalance_keeps
     assert env.group().static_members["is"] == restarted.member_id
     assert [m.member_id for m in env.store.groups[env.group().group_id].members] == [restarted.member_id]
     assert env.state() is STABLE and await restarted.heartbeat() == Errors.NONE
+
+
+async def _two_replacements_in_flight(env: Env) -> tuple[Client, Client, Client, Client, asyncio.Event,
+                                                               asyncio.Event]:
+    """Static members x and y Stable; both restart: x's replacement write A, then y's B (whose record carries
+    x's new id), both in flight."""
+    x, y = env.client("x", instance_id="ix"), env.client("y", instance_id="iy")
+    await form_group(env, x, y)
+    gate_a, gate_b = env.store.hold_next_write(), env.store.hold_next_write()
+    x2, y2 = env.client("x", instance_id="ix"), env.client("y", instance_id="iy")
+    await x2.start_join()
+    await y2.start_join()
+    assert x2.join_task is not None and not x2.join_task.done()
+    assert y2.join_task is not None and not y2.join_task.done()
+    return x, y, x2, y2, gate_a, gate_b
+
+
+def _stored_member_ids(env: Env) -> set[str]:
+    return {m.member_id for m in env.store.groups[env.group().group_id].members}
+
+
+@pytest.mark.parametrize("later", ["acked_first", "acked_after", "failed_after"])
+async def test_failed_static_replacement_write_is_held_by_a_later_write_carrying_its_id(env: Env,
+                                                                                        later: str) -> None:
+    # Seed 36710: x's replacement write A times out while y's replacement write B, whose record names x's new id,
+    # is in flight. Reverting x at once left memory (x's old id, y's new id), a state no record holds, and B, if
+    # acknowledged, stores x's new id all the same. The revert waits for B: B acknowledged (before or after A's
+    # failure), x's new id is stored and x2 is answered with it; B failed too, both go back.
+    x, y, x2, y2, gate_a, gate_b = await _two_replacements_in_flight(env)
+    group = env.group()
+    new_x, new_y = group.static_members["ix"], group.static_members["iy"]
+    assert {new_x, new_y} & {x.member_id, y.member_id} == set()
+    if later == "acked_first":
+        gate_b.set()
+        await drain()
+        assert y2.take_join().error_code == Errors.NONE and _stored_member_ids(env) == {new_x, new_y}
+    env.store.fail_next_write(Errors.REQUEST_TIMED_OUT)
+    gate_a.set()  # A fails (its outcome unknown)
+    await drain()
+    if later != "acked_first":
+        # held: memory is B's record, still in flight; x2 waits for B's outcome
+        assert (group.static_members["ix"], group.static_members["iy"]) == (new_x, new_y)
+        assert x2.join_task is not None and not x2.join_task.done()
+        if later == "failed_after":
+            env.store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+        gate_b.set()
+        await drain()
+    if later == "failed_after":
+        assert x2.take_join().error_code == Errors.REBALANCE_IN_PROGRESS  # A's own error (3.9's mapping)
+        assert y2.take_join().error_code == Errors.COORDINATOR_NOT_AVAILABLE
+        assert (group.static_members["ix"], group.static_members["iy"]) == (x.member_id, y.member_id)
+        assert _stored_member_ids(env) == {x.member_id, y.member_id}
+        assert await x.heartbeat() == Errors.NONE and await y.heartbeat() == Errors.NONE
+    else:
+        if later == "acked_after":
+            assert y2.take_join().error_code == Errors.NONE
+        joined = x2.take_join()
+        assert joined.error_code == Errors.NONE and joined.member_id == new_x
+        assert (group.static_members["ix"], group.static_members["iy"]) == (new_x, new_y)
+        assert _stored_member_ids(env) == {new_x, new_y}
+        assert await x2.heartbeat() == Errors.NONE and await x.heartbeat() == Errors.FENCED_INSTANCE_ID
+    assert env.state() is STABLE and group.replacement_holds is None
+    check_group(group)
 
 
 async def test_earlier_static_replacement_write_does_not_answer_the_later_join(env: Env) -> None:

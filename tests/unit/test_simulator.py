@@ -826,6 +826,16 @@ def test_a_static_replacement_failing_after_a_completed_rebalance_is_not_reverte
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 
+def test_a_static_replacement_failing_while_a_later_write_carrying_its_id_is_in_flight_is_held() -> None:
+    """Seed 36710 (the 100,000-seed run): instance-8's replacement write (Stable, no rebalance) was in flight when
+    instance-9's replacement write was issued, its record naming instance-8's new id; the first then timed out and
+    instance-8 was reverted at once: memory (instance-8's old id, instance-9's new one) was a state no record holds,
+    and the later record, if acknowledged, stored the new id all the same. The revert now waits for the later
+    writes that carry the id (coordinator/group/replacement_hold.py)."""
+    outcome = run_seed(36710)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
 def test_an_owed_tombstone_is_not_restored_by_an_older_write_while_a_newer_one_is_in_flight() -> None:
     """Seed 18194 (the 100,000-seed run): a deleted group's tombstone failed (owed); the group's new life wrote
     generation 1, 2, 3, each superseding it; generation 2's write failed after generation 3's was issued, restored

@@ -1,0 +1,84 @@
+"""A static replacement's revert held by the later writes of its group that carry its new member id (§4.7).
+
+Kafka reverts a static replacement whose group record failed as soon as the append fails (3.9
+`updateStaticMemberAndRebalance`, 4.x GroupMetadataManager's append future). Its appends are to the local log:
+one refused fails with its batch (`failCurrentBatch`) before any later write of the partition is made, so no later
+record carries the id being reverted. Ours go over the network and fail out of order: when the replacement's write
+fails (or times out, landed or not), a later write of the group made meanwhile — another static member's
+replacement — may carry the new id and still be acknowledged. Reverting then leaves memory in a state no record
+holds (the old id beside the later write's changes), and the acknowledged later record puts the new id in the log
+all the same. (Kafka has the same gap for a timed-out append: its `OperationTimeout` fails the write, the revert
+runs, and a later append of the partition may still commit with the id.)
+
+So the revert is held by every later write of the group whose record carries the new id, as a superseded
+tombstone is held by the later writes of its key (coordinator/storage/tombstones.py): one of them acknowledged,
+the id is stored and the replacement stands; all of them failed, none of their records is known to be in the log
+and the replacement is reverted then, as Kafka reverts it. Memory meanwhile is what the latest of them carries.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from protocol.error_codes import Errors
+
+if TYPE_CHECKING:
+    from coordinator.group.metadata import GroupMetadata
+    from coordinator.group.records import GroupRecord
+    from coordinator.group.result import Write
+
+
+class ReplacementHold:
+    """The replacement of one static member to `member_id`, its write not decided yet: `pending` later writes
+    carrying the id are unanswered, `written` once one of them was acknowledged; `on_settled` (set once the
+    replacement's own write failed) decides it when that is known."""
+
+    __slots__ = ("member_id", "pending", "written", "on_settled")
+
+    def __init__(self, member_id: str) -> None:
+        self.member_id = member_id
+        self.pending = 0
+        self.written = False
+        self.on_settled: Callable[[], None] | None = None
+
+    @property
+    def undecided(self) -> bool:
+        """The replacement's outcome still waits for later writes: none acknowledged, some unanswered."""
+        return not self.written and self.pending > 0
+
+    def settle(self, error: Errors) -> None:
+        """One later write carrying the id was answered (`error`: Kafka's, NONE if acknowledged)."""
+        self.pending -= 1
+        if error == Errors.NONE:
+            self.written = True
+        if self.on_settled is not None and not self.undecided:
+            decide, self.on_settled = self.on_settled, None
+            decide()
+
+
+def open_hold(group: GroupMetadata, member_id: str) -> ReplacementHold:
+    hold = ReplacementHold(member_id)
+    if group.replacement_holds is None:
+        group.replacement_holds = [hold]
+    else:
+        group.replacement_holds.append(hold)
+    return hold
+
+
+def close_hold(group: GroupMetadata, hold: ReplacementHold) -> None:
+    holds = group.replacement_holds
+    if holds is not None and hold in holds:
+        holds.remove(hold)
+        if not holds:
+            group.replacement_holds = None
+
+
+def held_by(group: GroupMetadata, record: GroupRecord, write: Write) -> None:
+    """`write` (of `record`) holds every open replacement whose new id the record carries."""
+    holds = group.replacement_holds
+    if not holds:
+        return
+    carried = {member.member_id for member in record.members}
+    for hold in holds:
+        if hold.member_id in carried:
+            hold.pending += 1
+            write.then_also(hold.settle)
