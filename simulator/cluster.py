@@ -195,6 +195,7 @@ class SimMembership:
         self._task: asyncio.Task[None] | None = None
         self._callbacks: asyncio.Lock = asyncio.Lock()  # one rebalance callback at a time, as on its thread
         self._closed = False
+        self._unsubscribed = False  # the consumer's close() has begun: no heartbeats, no rebalance callbacks
 
     @property
     def member_id(self) -> str | None:
@@ -204,12 +205,19 @@ class SimMembership:
         self._task = self.instance.sim.loop.create_task(self._heartbeats())
 
     async def close(self) -> None:
-        """librdkafka's close(): revoke everything (unloaded first), then LeaveGroup."""
+        """Membership.close(): its thread sees the close only once the rebalance callback it is in has returned (a
+        revoke waiting for a load to end, say), and librdkafka heartbeats meanwhile (a member whose application
+        has not returned from its rebalance callback is in join state WAIT_UNASSIGN_CALL or WAIT_ASSIGN_CALL, which
+        heartbeat while subscribed: rdkafka_cgrp.c, rd_kafka_cgrp_join_state_serve). Then the consumer's close():
+        it unsubscribes (no heartbeat after that, and no rebalance callback but its own), revokes everything
+        (unloaded first), then LeaveGroup."""
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-        if self.assigned:
-            await self._callback("revoked", set(self.assigned))
+        async with self._callbacks:  # the callback under way (and those queued before) first, heartbeating
+            self._unsubscribed = True
+            if self._task is not None:
+                self._task.cancel()
+            if self.assigned:
+                await self._deliver("revoked", set(self.assigned))
         if self._member_id is not None:
             self.group.leave(self._member_id)
             self._member_id = None
@@ -242,19 +250,23 @@ class SimMembership:
 
     async def _callback(self, kind: str, partitions: set[int]) -> None:
         async with self._callbacks:
-            await self.instance.running()
-            if not self.instance.alive:
-                return
-            if kind == "assigned":
-                self.assigned |= partitions
-                await self.ownership.on_assigned(partitions)
-            elif partitions & self.assigned:
-                given = partitions & self.assigned
-                self.instance.sim.history.record(f"instances_{kind}", inst=self.instance.number,
-                                                 partitions=tuple(sorted(given)))
-                callback = self.ownership.on_revoked if kind == "revoked" else self.ownership.on_lost
-                await callback(given)
-                self.assigned -= given
+            if not self._unsubscribed:
+                await self._deliver(kind, partitions)
+
+    async def _deliver(self, kind: str, partitions: set[int]) -> None:
+        await self.instance.running()
+        if not self.instance.alive:
+            return
+        if kind == "assigned":
+            self.assigned |= partitions
+            await self.ownership.on_assigned(partitions)
+        elif partitions & self.assigned:
+            given = partitions & self.assigned
+            self.instance.sim.history.record(f"instances_{kind}", inst=self.instance.number,
+                                             partitions=tuple(sorted(given)))
+            callback = self.ownership.on_revoked if kind == "revoked" else self.ownership.on_lost
+            await callback(given)
+            self.assigned -= given
 
 
 async def guard_pulse(instance: CoordinatorInstance, ownership: Ownership) -> None:

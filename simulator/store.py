@@ -33,6 +33,7 @@ from simulator.kafka import SimKafka, SimProducer
 from simulator.transactions import LedgeredPartitions
 
 TAIL_RETRY_S = 0.5  # txn_tail's pause after a failed fetch
+STOP_POLL_MS = 50  # how often a read waiting for the broker looks at its stop event (loader.py polls every 50 ms)
 
 
 class SimulatedStore(KafkaGroupStore):
@@ -61,9 +62,13 @@ class SimulatedStore(KafkaGroupStore):
                    ends_after: threading.Event | None = None) -> LoadedGroups:
         wanted = sorted(range(self.config.partitions) if partitions is None else partitions)
         deadline_ms = self.kafka.now_ms() + self.load_timeout_ms
-        if not await self.kafka.wait_up(deadline_ms):
-            raise LoadError(f"state topic not readable within {self.load_timeout_ms} ms (simulated outage)")
         stop = stop or self._stop_loading
+        # the loader's polls: it ends as soon as it is stopped (a load abandoned, the store closing), up or down
+        while not await self.kafka.wait_up(min(deadline_ms, self.kafka.now_ms() + STOP_POLL_MS)):
+            if stop.is_set():
+                raise LoadError("loading stopped: the store is closing or the load was abandoned")
+            if self.kafka.now_ms() >= deadline_ms:
+                raise LoadError(f"state topic not readable within {self.load_timeout_ms} ms (simulated outage)")
         while ends_after is not None and not ends_after.is_set():  # the end offsets once fenced (the loader)
             if stop.is_set() or self.kafka.now_ms() >= deadline_ms:
                 raise LoadError("load stopped before the end offsets were taken")

@@ -9,8 +9,14 @@ Driven by the membership consumer (membership.py), everything here runs on the e
     fenced    → (the store found another owner writing) unloaded at once, before the consumer even learns it;
                 then DescribeGroups decides: still ours → fenced again by us, read again and served; else given up
 
-Transitions run one at a time, in the order Kafka sent them, so a partition revoked while it loads is unloaded
-after its load; a lost or fenced partition stops being served at once, without waiting its turn.
+Transitions run one at a time, in the order Kafka sent them; a lost or fenced partition stops being served at once,
+without waiting its turn. A load whose partitions are all given up (revoked or lost) while it runs is stopped, as
+is the one running when the instance shuts down (`close`), and a shutting-down instance starts no load: an
+unfinished load would go on initialising its partitions' producers (bumping their epochs) and then serve them,
+though Kafka may already have handed them on (a lost partition; or one of a shutting-down instance, whose
+membership consumer stops heartbeating once its close() begins, so a long unload can outlast its session) — the
+new owner's producers fenced by a former owner. Kafka stops its loads the same way (GroupMetadataManager's load
+loop ends when the coordinator shuts down; TransactionStateManager's also when the partition emigrates).
 
 The zombie guard. A process paused past its session (SIGSTOP, a VM freeze, a long collection) has lost its
 partitions without knowing it: Kafka moved them, and the first requests it reads after waking up were maybe
@@ -232,6 +238,8 @@ class Ownership:
         self._pulse_thread: threading.Thread | None = None
         self._tick_s = self.guard.stall_ms / 4000 if guard_ticks else None  # None: tests call guard.tick()
         self.settled = asyncio.Event()  # the first assignment (maybe empty) is loaded
+        self.closing = False  # close() has begun: nothing more is loaded
+        self._loading: tuple[set[int], asyncio.Task[None]] | None = None  # the load running now, and its partitions
 
     def serving(self, partition: int) -> bool:
         return partition in self.owned and self.runtime.shards[partition].status is _ACTIVE
@@ -251,7 +259,13 @@ class Ownership:
         membership.start()
 
     async def close(self) -> None:
-        """Revoke and leave (every partition unloaded before Kafka hands it on), then stop."""
+        """Revoke and leave (every partition unloaded before Kafka hands it on), then stop. From the first line on
+        nothing more is loaded: the load running now is stopped (its partitions are given back unloaded, as the
+        others) and none starts, so a shutting-down instance neither initialises a partition's producer again nor
+        serves it (its membership's heartbeats stop as the consumer's close() begins: a slow unload may outlast its
+        session, and the partitions go to another instance before it has left)."""
+        self.closing = True
+        self._stop_load("shutting_down")
         if self.membership is not None:
             await self.membership.close()
         if self._tick_handle is not None:
@@ -267,6 +281,9 @@ class Ownership:
 
     # -- from the membership thread (run on the loop) -----------------------------------------------------------
     async def on_assigned(self, partitions: set[int]) -> None:
+        if self.closing:  # revoked again by the close under way: neither taken nor announced in the owner map
+            log.info("event=assignment_ignored partitions=%s reason=shutting_down", sorted(partitions))
+            return
         self.owned |= partitions
         self._owned_changed()
         self._queue.put_nowait(("load", partitions, asyncio.get_running_loop().create_future()))
@@ -328,6 +345,8 @@ class Ownership:
         self._suspended -= partitions
         self._fenced -= partitions
         self._owned_changed()
+        if self._loading is not None and not self._loading[0] & self.owned:
+            self._stop_load(reason)  # nothing of it is ours any more: its unload need not wait for it
         done = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((reason, partitions, done))
         await done  # the membership thread returns to librdkafka only now
@@ -361,6 +380,34 @@ class Ownership:
                     done.set_result(None)
 
     async def _load(self, partitions: set[int]) -> None:
+        """The load as a task of its own, so that `_stop_load` can stop it (the transitions go on)."""
+        if self.closing:
+            return
+        loading = asyncio.get_running_loop().create_task(self._load_until_done(partitions), name="ownership-load")
+        self._loading = (partitions, loading)
+        try:
+            await asyncio.wait((loading,))
+        except asyncio.CancelledError:  # the transitions themselves stop (close): the load with them
+            loading.cancel()
+            raise
+        finally:
+            self._loading = None
+        if loading.cancelled():
+            self._stop_serving(partitions)  # none of it is ours to serve (given up, or shutting down)
+            return
+        loading.result()  # its failure, if any, is the transition's
+
+    def _stop_load(self, reason: str) -> None:
+        """Stop the load running now: its producers' initialisation and its read end where they are (an
+        init_transactions already on its way to Kafka's transaction coordinator still lands: if that fences the
+        partition's new owner, its next write is refused and it takes the partition back, `on_fenced`)."""
+        if self._loading is None or self._loading[1].done():
+            return
+        partitions, loading = self._loading
+        loading.cancel()
+        log.info("event=partition_load_stopped partitions=%s reason=%s", sorted(partitions), reason)
+
+    async def _load_until_done(self, partitions: set[int]) -> None:
         retry_s = 0.5
         while True:
             wanted = partitions & self.owned  # some may have been given up while queued or retrying

@@ -219,7 +219,11 @@ class KafkaGroupStore(GroupStore):
         log.info("event=partitions_fenced topic=%s partitions=%d duration_ms=%d", self.config.state_topic,
                  len(partitions), self.clock.now_ms() - started_ms)
         fenced.set()
-        return await reading
+        try:
+            return await reading
+        except BaseException:  # cancelled (the load was stopped): the reading thread ends too
+            stop.set()
+            raise
 
     async def unload(self, partitions: Collection[int]) -> None:
         """Stop writing the partitions: new appends fail NOT_COORDINATOR at once, owed tombstones of them are

@@ -175,12 +175,83 @@ async def test_partition_lost_while_loading_is_never_served(cluster: Env) -> Non
     await membership.assign({0})
     await wait_until(lambda: runtime.shards[0].status is ShardStatus.LOADING, 5.0,
                      "runtime.shards[0].status is ShardStatus.LOADING", 0.01)
-    lost = asyncio.ensure_future(membership.on_lost({0}))  # session expired meanwhile: another owner already
-    await drain()
-    assert runtime.shards[0].status is ShardStatus.UNOWNED and not lost.done()
-    gate.set()
-    await asyncio.wait_for(lost, 5)  # the loss is processed after the load, which must not re-activate it
+    # session expired meanwhile: another owner already; the load is stopped (its producer would fence that owner),
+    # so the loss is processed at once
+    await asyncio.wait_for(membership.on_lost({0}), 5)
     assert runtime.shards[0].status is ShardStatus.UNOWNED and ownership.owned == set()
+    gate.set()
+    await drain()
+    assert runtime.shards[0].status is ShardStatus.UNOWNED and ownership.loads == 0
+    await ownership.close()
+
+
+class _StuckLoads:
+    """The store's load held until `gate` is set (Kafka's transaction coordinator not answering the fence):
+    which loads started, which were stopped (cancelled) while held."""
+
+    def __init__(self, env: Env) -> None:
+        self.gate = asyncio.Event()
+        self.started: list[set[int]] = []
+        self.stopped: list[set[int]] = []
+        self._load = env.store.load
+        env.store.load = self  # type: ignore[method-assign]
+
+    async def __call__(self, partitions):  # type: ignore[no-untyped-def]
+        self.started.append(set(partitions))
+        try:
+            await self.gate.wait()
+        except asyncio.CancelledError:
+            self.stopped.append(set(partitions))
+            raise
+        return await self._load(partitions)
+
+
+async def _owned_nothing_yet(env: Env) -> tuple[Ownership, ScriptedMembership]:
+    runtime = env.coordinator
+    await runtime.unload(range(runtime.num_partitions))
+    ownership = Ownership(runtime, instance_id="i1", group_id="g.coordinators", topic="state",
+                          session_timeout_ms=SESSION_MS, clock=env.clock, gc_after_moves=False, guard_ticks=False)
+    membership = ScriptedMembership(ownership.on_assigned, ownership.on_revoked, ownership.on_lost)
+    await ownership.start(membership, Confirmations())  # type: ignore[arg-type]
+    return ownership, membership
+
+
+async def test_close_stops_the_load_under_way_and_loads_nothing_more(cluster: Env) -> None:
+    """A SIGTERM while a load waits for its producers' initialisation: the close does not wait for it (the
+    membership consumer stops heartbeating as its close begins, so a long unload could outlast the session and
+    the partitions move before we leave; the load's producers would then fence their new owner's)."""
+    runtime = cluster.coordinator
+    loads = _StuckLoads(cluster)
+    ownership, membership = await _owned_nothing_yet(cluster)
+    await membership.assign({0})
+    await membership.assign({1})  # queued behind the first
+    await wait_until(lambda: loads.started == [{0}], 5.0, "loads.started == [{0}]", 0.01)
+    await asyncio.wait_for(ownership.close(), 5)  # the load is never let through
+    assert loads.stopped == [{0}] and loads.started == [{0}]  # stopped, and the queued one never started
+    assert ownership.owned == set() and ownership.loads == 0
+    assert all(shard.status is ShardStatus.UNOWNED for shard in runtime.shards)
+    await ownership.on_assigned({2})  # an assignment that reaches a closing instance is not taken
+    assert ownership.owned == set() and loads.started == [{0}]
+
+
+async def test_a_load_whose_partitions_are_all_revoked_is_stopped(cluster: Env) -> None:
+    """The revoke returns without waiting for a load of nothing still ours; a load of which something is still
+    ours goes on, and the revoked part is unloaded after it."""
+    runtime = cluster.coordinator
+    loads = _StuckLoads(cluster)
+    ownership, membership = await _owned_nothing_yet(cluster)
+    await membership.assign({0})
+    await wait_until(lambda: loads.started == [{0}], 5.0, "loads.started == [{0}]", 0.01)
+    await asyncio.wait_for(membership.on_revoked({0}), 5)
+    assert loads.stopped == [{0}] and ownership.loads == 0 and runtime.shards[0].status is ShardStatus.UNOWNED
+    await membership.assign({1, 2})
+    await wait_until(lambda: loads.started == [{0}, {1, 2}], 5.0, "loads.started == [{0}, {1, 2}]", 0.01)
+    revoking = asyncio.ensure_future(membership.on_revoked({1}))
+    await drain()
+    assert not revoking.done() and loads.stopped == [{0}]  # 2 is still ours: its load goes on
+    loads.gate.set()
+    await asyncio.wait_for(revoking, 5)
+    assert ownership.serving(2) and not ownership.serving(1) and ownership.loads == 1
     await ownership.close()
 
 

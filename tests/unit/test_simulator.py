@@ -23,6 +23,7 @@ from coordinator.group.api import (DeleteGroupsRequest, OffsetCommitRequest, Off
                                    OffsetFetchRequest, OffsetFetchRequestTopic)
 from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH
+from coordinator.group.status import ShardStatus
 from protocol.error_codes import Errors
 from simulator.instance import CoordinatorInstance
 from simulator.kafka import KafkaFaults
@@ -905,3 +906,66 @@ def test_a_txn_offset_commit_whose_owed_batch_outlived_the_partition_claims_no_s
     sequence to 1 behind the load's 5, so four more transactions' offsets were answered NONE and never written."""
     outcome = run_seed(55234)
     assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_classic_seed_85249_a_shutting_down_instance_fences_no_partition_and_serves_no_load() -> None:
+    """Seed 85249 (the 100,000-seed run): an instance's load of a partition waited 21 s for its producer's
+    initialisation (Kafka outages); the partition was revoked meanwhile (the revoke waited for the load) and the
+    instance was then shut down. The simulated close stopped the instance's heartbeats at once, though librdkafka
+    heartbeats while its application is still in a rebalance callback, so its session ran out; every partition went
+    to another instance, and the shutting-down one went on: it initialised the three partitions' producers (fencing
+    the new owner's) and finished a load of two. Now the revoke stops a load none of whose partitions is still ours,
+    a shutting-down instance stops its load and starts none, and the simulated close heartbeats until the callback
+    under way returns (its own revoke comes after the unsubscribe: no heartbeat then, as librdkafka)."""
+    outcome = run_seed(85249)
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_a_sigterm_during_a_load_stops_it_and_never_fences_the_next_owner() -> None:
+    """An instance is assigned its partition just as Kafka goes away: its producer's initialisation takes a whole
+    attempt (10 s). A SIGTERM comes meanwhile: the close unsubscribes (no heartbeat after that) and revokes; had the
+    revoke waited for the load, the instance's session would run out before it left, the partition would go to the
+    other instance, and the load's next attempt would initialise the producer again, over the new owner's epoch.
+    The shutting-down instance stops its load at once, gives the partition back and leaves: the other instance
+    takes it and its producer is the last one initialised."""
+    scenario = Scenario(0, 0, CoordinatorConfig(offsets_topic_num_partitions=1), KafkaFaults(), [], [], None,
+                        instances=2)
+    sim = Simulation(scenario, keep_history=True)
+    took_ms: list[int] = []
+
+    async def story() -> None:
+        first = sim._start_instance(0)
+        assert first.ownership is None  # made by its own task, once the loop runs
+        await asyncio.sleep(0)
+        assert first.ownership is not None
+        assigned = first.ownership.on_assigned
+
+        async def assigned_as_kafka_goes_away(partitions: set[int]) -> None:
+            await assigned(partitions)  # the load is queued, not started: it finds Kafka gone
+            sim.kafka.go_down()
+            sim.loop.call_later(2, sim.kafka.come_up)
+
+        first.ownership.on_assigned = assigned_as_kafka_goes_away  # type: ignore[method-assign]
+        while sim.kafka.is_up:
+            await asyncio.sleep(0.01)
+        assert first.runtime.shards[0].status is ShardStatus.LOADING
+        await asyncio.sleep(1)
+        stopping = asyncio.ensure_future(first.shut_down())
+        sigterm_ms = sim.now_ms()
+        await asyncio.sleep(0.5)
+        second = sim._start_instance(1)
+        await asyncio.wait_for(stopping, 60)
+        took_ms.append(sim.now_ms() - sigterm_ms)
+        for _ in range(300):
+            if second.ownership is not None and second.ownership.serving(0):
+                break
+            await asyncio.sleep(0.1)
+        assert second.ownership is not None and second.ownership.serving(0)
+        await asyncio.sleep(15)  # past the first's initialisation attempt, had it gone on
+
+    run_story(sim, story())
+    assert [v.line() for v in sim.checkers.violations] == []
+    assert sim.history is not None
+    inits = [e.fields["process"] for e in sim.history.events if e.kind == "txn_init"]
+    assert inits and inits[-1] == "coordinator-1-state" and "coordinator-0-state" not in inits, inits
+    assert took_ms and took_ms[0] < 1_000, took_ms  # left at once, not after the load's attempt
