@@ -313,7 +313,7 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
         elif error != Errors.NONE and hold.undecided:
             log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=held "
                         "later_writes=%d", group.group_id, new_member_id, error.name, hold.pending)
-            hold.on_settled = lambda: decide(error)  # decided again once those writes are answered
+            hold.failed_with = error  # decided again once those writes are answered (hold.on_settled)
             return
         elif error != Errors.NONE and not hold.written:
             _restore_static_member(shard, group, member, before, current_leader, error, future)
@@ -324,6 +324,8 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
             _answer_stored_replacement(shard, group, member, current_leader, req, future)
         close_hold(group, hold)
 
+    # Not set inside `decide`: a function naming itself in its own body is a reference cycle (its closure cell).
+    hold.on_settled = lambda: decide(hold.failed_with or Errors.UNKNOWN_SERVER_ERROR)
     log.info("event=static_member_replaced_without_rebalance group=%s member=%s", group.group_id,
              new_member_id)
     shard.append(write)

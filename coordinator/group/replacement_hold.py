@@ -29,15 +29,16 @@ if TYPE_CHECKING:
 
 class ReplacementHold:
     """The replacement of one static member to `member_id`, its write not decided yet: `pending` later writes
-    carrying the id are unanswered, `written` once one of them was acknowledged; `on_settled` (set once the
-    replacement's own write failed) decides it when that is known."""
+    carrying the id are unanswered, `written` once one of them was acknowledged; `failed_with` once the
+    replacement's own write failed while some were unanswered, and `on_settled` decides it when they are."""
 
-    __slots__ = ("member_id", "pending", "written", "on_settled")
+    __slots__ = ("member_id", "pending", "written", "failed_with", "on_settled")
 
     def __init__(self, member_id: str) -> None:
         self.member_id = member_id
         self.pending = 0
         self.written = False
+        self.failed_with: Errors | None = None
         self.on_settled: Callable[[], None] | None = None
 
     @property
@@ -50,7 +51,7 @@ class ReplacementHold:
         self.pending -= 1
         if error == Errors.NONE:
             self.written = True
-        if self.on_settled is not None and not self.undecided:
+        if self.failed_with is not None and self.on_settled is not None and not self.undecided:
             decide, self.on_settled = self.on_settled, None
             decide()
 
@@ -70,6 +71,7 @@ def close_hold(group: GroupMetadata, hold: ReplacementHold) -> None:
         holds.remove(hold)
         if not holds:
             group.replacement_holds = None
+    hold.on_settled = None  # it refers to the join's decision, which refers to the hold: no cycle left behind
 
 
 def held_by(group: GroupMetadata, record: GroupRecord, write: Write) -> None:

@@ -328,6 +328,8 @@ async def test_failed_static_replacement_write_is_held_by_a_later_write_carrying
     # failure), x's new id is stored and x2 is answered with it; B failed too, both go back.
     x, y, x2, y2, gate_a, gate_b = await _two_replacements_in_flight(env)
     group = env.group()
+    holds = list(group.replacement_holds or ())
+    assert len(holds) == 2
     new_x, new_y = group.static_members["ix"], group.static_members["iy"]
     assert {new_x, new_y} & {x.member_id, y.member_id} == set()
     if later == "acked_first":
@@ -360,6 +362,8 @@ async def test_failed_static_replacement_write_is_held_by_a_later_write_carrying
         assert _stored_member_ids(env) == {new_x, new_y}
         assert await x2.heartbeat() == Errors.NONE and await x.heartbeat() == Errors.FENCED_INSTANCE_ID
     assert env.state() is STABLE and group.replacement_holds is None
+    # a decided hold lets go of the join's decision, which refers to it: no cycle for the collector to find
+    assert all(hold.on_settled is None for hold in holds)
     check_group(group)
 
 
