@@ -154,6 +154,57 @@ async def _conversion_scenario(env: Env, replacement: str, conversion: str, firs
     assert _our_cycles() == []
 
 
+@pytest.mark.parametrize("conversion", ["failed", "acked"])
+async def test_conversion_while_two_static_replacement_writes_are_in_flight(env: Env, conversion: str) -> None:
+    """x's replacement write A, then y's B (carrying x's new id), then the conversion C (carrying both), all
+    unanswered; A and B fail, A first: x's revert is held by B and C, y's by C. C failed, the classic group put
+    back is the one the log holds, both replacements reverted; C acknowledged, both new ids are stored."""
+    gc.collect()
+    gc.disable()
+    try:
+        x, y = await _stable_static_group(env)
+        store = env.store
+        assert isinstance(store, InMemoryGroupStore)
+        gates = [store.hold_next_write() for _ in range(3)]
+        x2, y2 = env.client("x", instance_id="ix"), env.client("y", instance_id="iy")
+        await x2.start_join()
+        await y2.start_join()
+        classic = env.group()
+        new_x, new_y = classic.static_members["ix"], classic.static_members["iy"]
+        holds = list(classic.replacement_holds or ())
+        assert len(holds) == 2
+        upgrade = _upgrade(env)
+        await drain()
+        assert [c.take_join().error_code for c in (x2, y2)] == [Errors.REBALANCE_IN_PROGRESS] * 2
+        for gate, error in zip(gates, (Errors.REQUEST_TIMED_OUT, Errors.NOT_ENOUGH_REPLICAS,
+                                       Errors.NOT_ENOUGH_REPLICAS if conversion == "failed" else None)):
+            if error is not None:
+                store.fail_next_write(error)
+            gate.set()
+            await drain()
+        if conversion == "acked":
+            assert upgrade.result().error == Errors.NONE
+            group = _consumer_groups(env)["g"]
+            assert set(group.members) == {new_x, new_y, "c"}
+            for member_id in list(group.members):
+                env.coordinator.consumer_groups.cancel_all("g", member_id)
+        else:
+            assert upgrade.result().error == Errors.COORDINATOR_NOT_AVAILABLE
+            restored = env.group()
+            assert restored is not None and restored is not classic
+            assert dict(restored.static_members) == _stored_static_members(env) == {"ix": x.member_id,
+                                                                                     "iy": y.member_id}
+            check_group(restored)
+            assert await x.heartbeat() == Errors.NONE and await y.heartbeat() == Errors.NONE
+            assert restored.replacement_holds is None
+        assert classic.replacement_holds is None
+        assert all(hold.on_settled is None and not hold.undecided for hold in holds)
+        del classic, holds
+        assert _our_cycles() == []
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("replacement", ["failed", "acked"])
 @pytest.mark.parametrize("converting", [False, True])
 async def test_unload_while_a_static_replacement_write_is_in_flight(env: Env, replacement: str,
