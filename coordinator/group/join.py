@@ -15,7 +15,7 @@ from coordinator.group.errors import group_append_error
 from coordinator.group.member import MemberMetadata
 from coordinator.group.member_snapshot import MemberSnapshot
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
-from coordinator.group.replacement_hold import close_hold, held_by, open_hold
+from coordinator.group.replacement_hold import close_hold, held_by, holding_group, open_hold
 from coordinator.group.result import Write
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 
@@ -290,8 +290,12 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
     carries the id, so there is nothing to undo (going back would fence the live member with a gone one's id,
     in a generation whose acknowledged record names the new one); nor while a later write of the group that
     carries the new id (another static member's replacement) is unanswered: the revert waits for those, and one
-    of them acknowledged stores the id (coordinator/group/replacement_hold.py)."""
+    of them acknowledged stores the id (coordinator/group/replacement_hold.py). A conversion to a consumer group
+    is such a write too: while it is unanswered the replaced group is Dead, and if it fails, the classic group it
+    puts back is the one the replacement is decided against (`holding_group`), as Kafka's append future reverts
+    the classic group object its failed conversion leaves in place."""
     new_member_id = member.member_id
+    instance_id = member.group_instance_id or ""
     generation = group.generation_id
     record = group.to_record({m.member_id: m.assignment for m in group.members.values()})
     write = Write.group(group.group_id, record, lambda append_error: decide(group_append_error(append_error)))
@@ -299,16 +303,24 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
     hold = open_hold(group, new_member_id)
 
     def decide(error: Errors) -> None:
-        if group.is_in(DEAD):  # unloaded meanwhile: its parked requests were answered then
+        current = holding_group(shard.groups, group, hold)
+        if current.is_in(DEAD) and error != Errors.NONE and hold.undecided:
+            # converted meanwhile, the conversion's write (carrying the id) unanswered: if it fails, a classic
+            # group comes back with the id, to be reverted then
+            log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=held "
+                        "later_writes=%d", group.group_id, new_member_id, error.name, hold.pending)
+            hold.failed_with = error
+            return
+        if current.is_in(DEAD):  # unloaded (or converted) meanwhile: its parked requests were answered then
             _answer(future, JoinGroupResponse(Errors.NOT_COORDINATOR, member_id=new_member_id))
-        elif group.static_members.get(member.group_instance_id or "") != new_member_id:
+        elif current.static_members.get(instance_id) != new_member_id:
             # Replaced again (or removed) meanwhile: the member is no longer this request's to answer for
             # or to restore; this request was fenced then.
             _answer(future, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=new_member_id))
-        elif error != Errors.NONE and group.generation_id != generation:
+        elif error != Errors.NONE and current.generation_id != generation:
             log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=false "
                         "reason=generation_completed generation=%d", group.group_id, new_member_id, error.name,
-                        group.generation_id)
+                        current.generation_id)
             _answer(future, JoinGroupResponse(Errors.REBALANCE_IN_PROGRESS, member_id=new_member_id))
         elif error != Errors.NONE and hold.undecided:
             log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=held "
@@ -316,13 +328,14 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
             hold.failed_with = error  # decided again once those writes are answered (hold.on_settled)
             return
         elif error != Errors.NONE and not hold.written:
-            _restore_static_member(shard, group, member, before, current_leader, error, future)
+            _restore_static_member(shard, current, current.get(new_member_id), before, current_leader, error,
+                                   future)
         else:
             if error != Errors.NONE:
                 log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=false "
                             "reason=stored_by_later_write", group.group_id, new_member_id, error.name)
-            _answer_stored_replacement(shard, group, member, current_leader, req, future)
-        close_hold(group, hold)
+            _answer_stored_replacement(shard, current, current.get(new_member_id), current_leader, req, future)
+        close_hold(current, hold)
 
     # Not set inside `decide`: a function naming itself in its own body is a reference cycle (its closure cell).
     hold.on_settled = lambda: decide(hold.failed_with or Errors.UNKNOWN_SERVER_ERROR)

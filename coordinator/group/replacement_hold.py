@@ -14,9 +14,16 @@ So the revert is held by every later write of the group whose record carries the
 tombstone is held by the later writes of its key (coordinator/storage/tombstones.py): one of them acknowledged,
 the id is stored and the replacement stands; all of them failed, none of their records is known to be in the log
 and the replacement is reverted then, as Kafka reverts it. Memory meanwhile is what the latest of them carries.
+
+The group's conversion to a consumer group (KIP-848 online upgrade, modern/service.py `_upgrade`) is such a later
+write: its records carry every member's id. Kafka's conversion leaves the classic group object in place if its
+write fails, and the replacement's append future reverts that very object; ours puts a new classic group back,
+made of the record the conversion replaced, so the undecided holds move to it (`move_holds`) and the replacement
+is decided against the group that holds it now (`holding_group`).
 """
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Callable
 
 from protocol.error_codes import Errors
@@ -76,11 +83,32 @@ def close_hold(group: GroupMetadata, hold: ReplacementHold) -> None:
 
 def held_by(group: GroupMetadata, record: GroupRecord, write: Write) -> None:
     """`write` (of `record`) holds every open replacement whose new id the record carries."""
-    holds = group.replacement_holds
-    if not holds:
-        return
-    carried = {member.member_id for member in record.members}
-    for hold in holds:
+    if group.replacement_holds:
+        held_by_members(group, {member.member_id for member in record.members}, write)
+
+
+def held_by_members(group: GroupMetadata, carried: Collection[str], write: Write) -> None:
+    """`write`, whose records carry the member ids `carried`, holds every open replacement to one of them (call it
+    once the write's own `then` is set: its settling runs after that)."""
+    for hold in group.replacement_holds or ():
         if hold.member_id in carried:
             hold.pending += 1
             write.then_also(hold.settle)
+
+
+def move_holds(old: GroupMetadata, new: GroupMetadata) -> None:
+    """`new` takes `old`'s place in its shard (a failed conversion put it back): the replacements still open are
+    decided against it."""
+    if old.replacement_holds:
+        new.replacement_holds = [*(new.replacement_holds or ()), *old.replacement_holds]
+    old.replacement_holds = None
+
+
+def holding_group(groups: Mapping[str, GroupMetadata], group: GroupMetadata, hold: ReplacementHold
+                  ) -> GroupMetadata:
+    """The group `hold` is decided against: the shard's group of that id if its holds were moved there, else
+    `group`, the one the replacement was made in."""
+    current = groups.get(group.group_id)
+    if current is not None and current is not group and hold in (current.replacement_holds or ()):
+        return current
+    return group

@@ -28,6 +28,7 @@ from coordinator.group.modern.heartbeat import (HeartbeatRequest, HeartbeatRespo
 from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                    SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.loading import materialize_group
+from coordinator.group.replacement_hold import held_by_members, move_holds
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.classic import classic_heartbeat, classic_join, classic_leave, classic_sync
 from coordinator.group.modern.conversion import (classic_group_from, consumer_group_records,
@@ -412,7 +413,8 @@ class ConsumerGroupService:
         """The classic group gives way (its parked JoinGroup/SyncGroup answered REBALANCE_IN_PROGRESS, its
         heartbeats stopped, its offsets kept) and the consumer group its records describe takes its place. If the
         write fails, the consumer group goes and the classic group comes back as its last record has it (Stable;
-        one caught mid-rebalance has no such record: its members rejoin an empty group)."""
+        one caught mid-rebalance has no such record: its members rejoin an empty group), a static replacement
+        whose own write is undecided included: that write's outcome decides it there (replacement_hold.py)."""
         group_id = classic.group_id
         # what the state topic still says of the classic group, to go back to if the write fails
         last_written = classic.to_record({m.member_id: m.assignment for m in classic.members.values()}) \
@@ -436,9 +438,13 @@ class ConsumerGroupService:
                 shard.groups[group_id] = restored
                 for member in restored.members.values():
                     shard.schedule_heartbeat(restored, member, member.session_timeout_ms)
+                move_holds(classic, restored)  # a static replacement still undecided is decided against it
                 log.warning("event=upgrade_reverted group=%s error=%s", group_id, error.name)
 
         write.then = written
+        # The conversion's records carry every member's id: they hold the revert of a static replacement whose write
+        # is undecided (its new id acknowledged here, the replacement stands; failed, it is reverted on `restored`).
+        held_by_members(classic, classic.members.keys(), write)
         group = shard.consumer_groups[group_id]
         for member_id in classic.members:
             member = group.members.get(member_id)
