@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support.graphs import circles as graph_circles
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("protocol", "coordinator", "simulator")
 
@@ -62,45 +64,8 @@ def within(module: str, package: str) -> bool:
 
 
 def circles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
-    """The strongly connected components of more than one module (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: set[frozenset[str]] = set()
-    for start in graph:
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, edges = work[-1]
-            for nxt in edges:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = set()
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.add(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.add(frozenset(component))
-    return found
+    """The strongly connected components of more than one module (a module never imports itself here)."""
+    return set(graph_circles({name: sorted(imported) for name, imported in graph.items()}))
 
 
 def test_no_room_imports_what_it_must_not() -> None:

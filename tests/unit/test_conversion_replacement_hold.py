@@ -22,13 +22,15 @@ from coordinator.topics import StaticTopics, TopicImage
 from protocol.consumer_protocol import Assignment, encode_assignment
 from protocol.error_codes import Errors
 from tests.support.group_harness import Client, Env, advance_until_joined, drain, env  # noqa: F401
+from tests.support.graphs import circles
 from tests.support.group_invariants import check_group
 
 T = uuid.UUID(int=0x7)
 
 
-async def _stable_static_group(env: Env) -> tuple[Client, Client]:
-    """Static members x and y (the consumer protocol's subscription and assignments, so the group converts)."""
+async def _stable_static_group(env: Env) -> tuple[Client, Client, InMemoryGroupStore]:
+    """Static members x and y (the consumer protocol's subscription and assignments, so the group converts), and
+    the store whose writes the test holds and fails."""
     env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
     x, y = env.client("x", instance_id="ix"), env.client("y", instance_id="iy")
     for client in (x, y):
@@ -44,7 +46,8 @@ async def _stable_static_group(env: Env) -> tuple[Client, Client]:
         assert client.sync_task is not None and client.sync_task.done()
         assert client.sync_task.result().error_code == Errors.NONE
     assert env.state() is GroupState.STABLE
-    return x, y
+    assert isinstance(env.store, InMemoryGroupStore)
+    return x, y, env.store
 
 
 def _upgrade(env: Env) -> asyncio.Task[HeartbeatResponse]:
@@ -89,9 +92,7 @@ async def test_conversion_while_a_static_replacement_write_is_in_flight(env: Env
 
 
 async def _conversion_scenario(env: Env, replacement: str, conversion: str, first: str) -> None:
-    x, y = await _stable_static_group(env)
-    store = env.store
-    assert isinstance(store, InMemoryGroupStore)
+    x, y, store = await _stable_static_group(env)
     gate_replacement, gate_conversion = store.hold_next_write(), store.hold_next_write()
     x2 = env.client("x", instance_id="ix")
     await x2.start_join()  # Stable, same protocol: the new id is written, no rebalance
@@ -162,9 +163,7 @@ async def test_conversion_while_two_static_replacement_writes_are_in_flight(env:
     gc.collect()
     gc.disable()
     try:
-        x, y = await _stable_static_group(env)
-        store = env.store
-        assert isinstance(store, InMemoryGroupStore)
+        x, y, store = await _stable_static_group(env)
         gates = [store.hold_next_write() for _ in range(3)]
         x2, y2 = env.client("x", instance_id="ix"), env.client("y", instance_id="iy")
         await x2.start_join()
@@ -214,9 +213,7 @@ async def test_unload_while_a_static_replacement_write_is_in_flight(env: Env, re
     gc.collect()
     gc.disable()
     try:
-        x, y = await _stable_static_group(env)
-        store = env.store
-        assert isinstance(store, InMemoryGroupStore)
+        x, y, store = await _stable_static_group(env)
         gate_replacement, gate_conversion = store.hold_next_write(), store.hold_next_write()
         x2 = env.client("x", instance_id="ix")
         await x2.start_join()
@@ -256,43 +253,7 @@ def _our_cycles() -> list[list[str]]:
         gc.set_debug(0)
     index = {id(o): n for n, o in enumerate(garbage)}
     edges = [[index[id(r)] for r in gc.get_referents(o) if id(r) in index] for o in garbage]
-    # Tarjan's strongly connected components, iteratively
-    order: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack: list[int] = []
-    on_stack: set[int] = set()
-    components: list[list[int]] = []
-    for root in range(len(garbage)):
-        if root in order:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, child = work.pop()
-            if child == 0:
-                order[node] = low[node] = len(order)
-                stack.append(node)
-                on_stack.add(node)
-            if child < len(edges[node]):
-                work.append((node, child + 1))
-                nxt = edges[node][child]
-                if nxt not in order:
-                    work.append((nxt, 0))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], order[nxt])
-                continue
-            if low[node] == order[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1 or node in edges[node]:
-                    components.append(component)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
+    components = circles(dict(enumerate(edges)))
     cycles = [[garbage[n] for n in c] for c in components]
     return [sorted({_name(o) for o in c}) for c in cycles
             if not any(isinstance(o, BaseException) for o in c) and any(_ours(o) for o in c)]
