@@ -5,6 +5,7 @@ markers will reach it. A hand-driven transaction over protocol/client.py, as a T
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
@@ -158,3 +159,35 @@ async def test_offsets_appended_to_the_state_partition_in_a_transaction_count_on
                 await client.close()
     finally:
         await leader.close()
+
+
+async def test_add_offsets_to_txn_right_after_a_commit_waits_out_its_markers_instead_of_refusing(
+        kafka_bootstrap: str) -> None:
+    """A tight loop as an exactly-once application runs it: AddOffsetsToTxn the moment the last EndTxn is answered,
+    while the transaction coordinator still writes that commit's markers. Kafka answers CONCURRENT_TRANSACTIONS
+    then (the client backs off retry.backoff.ms, 100 ms in librdkafka); we retry it after 1 ms and answer NONE
+    once the markers are written. Runs until the service's log shows such a retry (the markers' timing decides
+    how soon), every answer NONE."""
+    state_topic, group = unique("__state-txn"), unique("txn-group")
+    transactional_id = unique("tx")
+    async with service(kafka_bootstrap, state_topic, *FAST, relay=True) as running:
+        client = await running.client()
+        await until_loaded(client)
+        tc_host, tc_port = await _transaction_coordinator(client, transactional_id)
+        tc = await KafkaClient.connect(tc_host, tc_port, client_id="txn-test", timeout_ms=30_000)
+        try:
+            producer_id, epoch = await _init_producer(tc, transactional_id)
+            answers: list[Errors] = []
+            retried = 0
+            while retried == 0 and len(answers) < 300:
+                answers.append(await _add_offsets(tc, 3, transactional_id, producer_id, epoch, group))
+                assert answers[-1] == Errors.NONE, answers
+                ended = await tc.request(request(END_TXN, 3, transactional_id=transactional_id,
+                                                 producer_id=producer_id, producer_epoch=epoch, committed=True))
+                assert ended.error_code == 0, ended
+                retried = sum(int(count) for count in re.findall(r"event=state_partition_added .*"
+                                                                 r"concurrent_retries=(\d+)", running.log_text()))
+            assert retried > 0, f"no AddOffsetsToTxn met a completing transaction in {len(answers)} transactions"
+        finally:
+            await tc.close()
+            await client.close()

@@ -12,6 +12,13 @@ Kafka's `__consumer_offsets` partition is not in the transaction: nothing of the
 round trips in series and one more marker per transaction; docs/performance.md, "Exactly-once: where a
 transaction's time goes".)
 
+CONCURRENT_TRANSACTIONS (the transaction coordinator still completing the client's previous transaction: its
+markers take a millisecond or two, and a tight consume-transform-produce loop asks again the moment EndTxn is
+answered) is retried here, after 1 ms and doubling to 20 ms, for at most CONCURRENT_RETRY_BUDGET_S, and answered
+only if it outlasts that. Kafka's coordinator answers it at once and the client backs off `retry.backoff.ms`
+(librdkafka: 100 ms by default, exponential), far longer than the markers take; Kafka's brokers retry their own
+server-side adds the same way (`add.partitions.to.txn.retry.backoff.ms`, 20 ms, for at most 100 ms).
+
 The client's authorization is checked here, as KafkaApis does it (WRITE on the transactional id, then READ on the
 group): our connection to the cluster is authorized as us, not as the client. Without the relay there is no
 transaction coordinator: COORDINATOR_NOT_AVAILABLE, as FindCoordinator answers for transactions.
@@ -19,6 +26,7 @@ transaction coordinator: COORDINATOR_NOT_AVAILABLE, as FindCoordinator answers f
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -34,6 +42,10 @@ API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
 VERSIONS = (0, 4)  # Kafka 4.1's
 _ADD_PARTITIONS_CLIENT_VERSION = 3  # the last version a client sends (v4+ are broker-to-broker, batched)
 _PRODUCER_FENCED_MIN_VERSION = 2  # older clients know INVALID_PRODUCER_EPOCH only
+CONCURRENT_RETRY_FIRST_S, CONCURRENT_RETRY_MAX_S = 0.001, 0.020
+# Long enough for markers on a loaded cluster, short beside a client's request timeout (30 s and more); a transaction
+# stuck completing (a partition offline) costs the coordinator ~20 requests a second per waiting client.
+CONCURRENT_RETRY_BUDGET_S = 1.0
 
 log = logging.getLogger("coordinator.server")
 
@@ -61,29 +73,46 @@ async def _relayed(ctx: ConnectionContext, node_id: int, version: int, body: Any
             log.warning("event=add_offsets_to_txn_unanswered transactional_id=%s node=%d error=%s",
                         body.transactional_id, node_id, exc)
             return _answer(version, Errors.COORDINATOR_NOT_AVAILABLE)
-    added = await add_state_partition(ctx, node_id, body.transactional_id, body.producer_id, body.producer_epoch,
-                                      state)
+    added, retries = await add_state_partition(ctx, node_id, body.transactional_id, body.producer_id,
+                                               body.producer_epoch, state)
     if added != Errors.NONE:
         log.info("event=state_partition_not_added transactional_id=%s producer_id=%d group=%s partition=%s "
-                 "error=%s", body.transactional_id, body.producer_id, body.group_id, state, added.name)
+                 "error=%s concurrent_retries=%d", body.transactional_id, body.producer_id, body.group_id, state,
+                 added.name, retries)
         return _answer(version, added)
-    log.info("event=state_partition_added transactional_id=%s producer_id=%d group=%s partition=%s version=%d",
-             body.transactional_id, body.producer_id, body.group_id, state, version)
+    log.info("event=state_partition_added transactional_id=%s producer_id=%d group=%s partition=%s version=%d "
+             "concurrent_retries=%d", body.transactional_id, body.producer_id, body.group_id, state, version,
+             retries)
     return _answer(version, Errors.NONE)
 
 
 async def add_state_partition(ctx: ConnectionContext, node_id: int, transactional_id: str, producer_id: int,
-                              producer_epoch: int, state: tuple[str, int]) -> Errors:
-    """AddPartitionsToTxn v3 of the group's state partition to the client's transaction; the partition's error."""
+                              producer_epoch: int, state: tuple[str, int]) -> tuple[Errors, int]:
+    """AddPartitionsToTxn v3 of the group's state partition to the client's transaction: the partition's error,
+    and how many times CONCURRENT_TRANSACTIONS was retried (the module's docstring; answered only once the budget
+    is spent)."""
     assert ctx.relay is not None
     cls = request_class(ApiKey.ADD_PARTITIONS_TO_TXN, _ADD_PARTITIONS_CLIENT_VERSION)
     topic = item_class(cls, "v3_and_below_topics")(name=state[0], partitions=(state[1],))
     request = build(cls, v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=producer_id,
                     v3_and_below_producer_epoch=producer_epoch, v3_and_below_topics=(topic,))
-    try:
-        response = await ctx.relay.request_to(node_id, request)
-    except UpstreamUnavailable:
-        return Errors.COORDINATOR_NOT_AVAILABLE
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CONCURRENT_RETRY_BUDGET_S
+    backoff, retries = CONCURRENT_RETRY_FIRST_S, 0
+    while True:
+        try:
+            response = await ctx.relay.request_to(node_id, request)
+        except UpstreamUnavailable:
+            return Errors.COORDINATOR_NOT_AVAILABLE, retries
+        added = _partition_error(response)
+        if added != Errors.CONCURRENT_TRANSACTIONS or loop.time() + backoff > deadline:
+            return added, retries
+        retries += 1
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, CONCURRENT_RETRY_MAX_S)
+
+
+def _partition_error(response: Any) -> Errors:
     for result in response.results_by_topic_v3_and_below:
         for partition in result.results_by_partition:
             if _code(partition.partition_error_code) != Errors.NONE:
