@@ -104,16 +104,24 @@ def loop_run(bootstrap: str, cluster: str, args: argparse.Namespace, pids: dict[
         metadata = consumer.consumer_group_metadata()
         started = loop_cpu_before = 0.0
         cpu_before: dict[str, float] = {}
+        phases: dict[str, list[float]] = {"take_produce": [], "send_offsets": [], "commit": []}
         for transaction in range(args.warmup + args.transactions):
             if transaction == args.warmup:
                 cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
                 started, loop_cpu_before = time.perf_counter(), time.process_time()
+            t0 = time.perf_counter()
             batch = take(consumer, args.per_transaction)
             producer.begin_transaction()
             for message in batch:
                 producer.produce(sink, value=b"out-" + message.value(), partition=0)
+            t1 = time.perf_counter()
             producer.send_offsets_to_transaction(consumer.position(consumer.assignment()), metadata, 60)
+            t2 = time.perf_counter()
             producer.commit_transaction(60)
+            if transaction >= args.warmup:
+                phases["take_produce"].append(t1 - t0)
+                phases["send_offsets"].append(t2 - t1)
+                phases["commit"].append(time.perf_counter() - t2)
         elapsed = time.perf_counter() - started
         loop_cpu = time.process_time() - loop_cpu_before
         cpu_used = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
@@ -128,6 +136,12 @@ def loop_run(bootstrap: str, cluster: str, args: argparse.Namespace, pids: dict[
                "loop_cpu_share": round(loop_cpu / elapsed, 2)}
     for name, used in cpu_used.items():
         figures[f"{name}_cpu_ms_per_transaction"] = round(used / args.transactions * 1000, 3)
+    for phase, times in phases.items():  # where a slow run's time goes: a phase's tail, or all of it
+        times.sort()
+        figures[f"{phase}_ms_p50"] = round(times[len(times) // 2] * 1000, 2)
+        figures[f"{phase}_ms_p90"] = round(times[int(len(times) * 0.9)] * 1000, 2)
+        figures[f"{phase}_ms_max"] = round(times[-1] * 1000, 2)
+        figures[f"{phase}_ms_mean"] = round(sum(times) / len(times) * 1000, 2)
     return figures
 
 

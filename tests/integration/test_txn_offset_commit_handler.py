@@ -5,6 +5,7 @@ mapped per version), a retried request, v5's append that adds our partition to t
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -24,8 +25,8 @@ from tests.support.eos_loop import stable_offset
 from tests.support.group_harness import Env
 from tests.support.instances import Instances
 from tests.support.service import FAST, service, unique, until_loaded
-from tests.support.transactions_wire import (Producer, add_partitions, connect, create_topic, end_transaction,
-                                             init_producer, transaction_state, txn_offset_commit, wait_state)
+from tests.support.transactions_wire import (Producer, add_partitions, batch, connect, create_topic, end_transaction,
+                                             init_producer, produce, transaction_state, txn_offset_commit, wait_state)
 from tests.support.wire import nested, request
 
 import pytest
@@ -280,3 +281,80 @@ async def test_a_coordinator_killed_between_txn_offset_commit_and_end_txn_loses_
                 await us.close()
     finally:
         await kafka.close()
+
+
+async def _added(client: KafkaClient, producer: Producer, topic: str, partition: int) -> None:
+    """AddPartitionsToTxn, retried while the last transaction's markers are written (bounded)."""
+    deadline = time.monotonic() + 30
+    while (error := await add_partitions(client, producer, topic, partition)) == Errors.CONCURRENT_TRANSACTIONS:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.001)
+    assert error == 0, error
+
+
+async def test_an_append_verified_beside_the_clients_own_produce_is_sent_again_not_refused(
+        kafka_bootstrap: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The client's own Produce and our append of its offsets reach the same broker at once: its
+    AddPartitionsToTxnManager verifies one transactional id twice and answers the older NETWORK_EXCEPTION, which
+    the Produce path reports as NOT_ENOUGH_REPLICAS. Answered to the client, that costs librdkafka a fixed 500 ms
+    before it sends TxnOffsetCommit again; we send the batch again (same sequence) and answer NONE. Transactions
+    run until the log shows such a retry, every TxnOffsetCommit answered NONE, the last offset committed."""
+    caplog.set_level(logging.INFO, logger="coordinator.server")
+    state_topic, topic, output = unique("__state-txn"), unique("txn-in"), unique("txn-out")
+    create_topic(kafka_bootstrap, topic)
+    create_topic(kafka_bootstrap, output)
+    store = KafkaGroupStore(StorageConfig(bootstrap=kafka_bootstrap, state_topic=state_topic,
+                                          partitions=STATE_PARTITIONS, event_topic=None), load_timeout_ms=60_000)
+    await store.start()
+    env = Env(store=store, offsets_topic_num_partitions=STATE_PARTITIONS)
+    relay = Relay(RelayConfig(), kafka_bootstrap, served=served_ranges(), max_frame_bytes=100 << 20)
+    kafka, own_produce = await connect(kafka_bootstrap), await connect(kafka_bootstrap)
+    try:
+        await env.coordinator.load()
+        await relay.start()
+        ctx = ConnectionContext(node=Node(1, "127.0.0.1", 0, "test"), coordinator=env.coordinator,
+                                client_host="/127.0.0.1", peer="test", relay=relay)
+        group = unique("txn-busy")
+        producer = await init_producer(kafka, unique("app"))
+
+        async def commit(offset: int) -> Errors:
+            body = request(TXN_OFFSET_COMMIT, 3, transactional_id=producer.transactional_id, group_id=group,
+                           producer_id=producer.producer_id, producer_epoch=producer.epoch, generation_id=-1,
+                           member_id="", group_instance_id=None, topics=(nested(TXN_OFFSET_COMMIT, 3, "topics")(
+                               name=topic, partitions=(nested(TXN_OFFSET_COMMIT, 3, "topics", "partitions")(
+                                   partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                                   committed_metadata=""),)),))
+            answer = await txn_offset_commit_handler.handle(ctx, RequestHeader(TXN_OFFSET_COMMIT, 3, 1, "t"), body)
+            return Errors(int(answer.topics[0].partitions[0].error_code))
+
+        def retried() -> int:
+            return sum(int(record.getMessage().rsplit("busy_retries=", 1)[1]) for record in caplog.records if "busy_retries=" in record.getMessage()
+                       if "event=txn_offsets_pending" in record.getMessage())
+
+        transactions = 0
+        while retried() == 0:
+            assert transactions < 200, "no append met the client's own Produce's verification in 200 transactions"
+            await _added(kafka, producer, state_topic, partition_for(group, STATE_PARTITIONS))
+            await _added(kafka, producer, output, 0)
+            # TV1 keeps the epoch: the output partition's sequence counts its records across transactions
+            committed, produced = await asyncio.gather(
+                commit(transactions + 1),
+                produce(own_produce, producer, output, 0, batch(producer, transactions, (None, b"out"))))
+            assert committed == Errors.NONE, (transactions, committed)
+            assert produced[0] in (0, Errors.NOT_ENOUGH_REPLICAS), produced  # the client's own to retry
+            if produced[0] != 0:
+                assert (await produce(own_produce, producer, output, 0,
+                                      batch(producer, transactions, (None, b"out"))))[0] == 0
+            assert await end_transaction(kafka, producer, commit=True, version=4) == 0
+            transactions += 1
+        deadline = time.monotonic() + 30
+        while (current := env.coordinator.groups.get(group)) is None \
+                or (offset := current.offsets.get((topic, 0))) is None or offset.offset != transactions:
+            assert time.monotonic() < deadline, current
+            await asyncio.sleep(0.05)
+    finally:
+        await relay.close()
+        await kafka.close()
+        await own_produce.close()
+        await env.close()
+        await store.close()

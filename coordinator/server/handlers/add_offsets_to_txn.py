@@ -14,8 +14,8 @@ transaction's time goes".)
 
 CONCURRENT_TRANSACTIONS (the transaction coordinator still completing the client's previous transaction: its
 markers take a millisecond or two, and a tight consume-transform-produce loop asks again the moment EndTxn is
-answered) is retried here, after 1 ms and doubling to 20 ms, for at most CONCURRENT_RETRY_BUDGET_S, and answered
-only if it outlasts that. Kafka's coordinator answers it at once and the client backs off `retry.backoff.ms`
+answered) is retried here (txn_verification.py `busy_retry_pauses`: from 1 ms, for at most 1 s) and answered only
+if it outlasts that. Kafka's coordinator answers it at once and the client backs off `retry.backoff.ms`
 (librdkafka: 100 ms by default, exponential), far longer than the markers take; Kafka's brokers retry their own
 server-side adds the same way (`add.partitions.to.txn.retry.backoff.ms`, 20 ms, for at most 100 ms).
 
@@ -33,6 +33,7 @@ from typing import Any
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
+from coordinator.server.handlers.txn_verification import busy_retry_pauses
 from protocol.apis import ApiKey, request_class, response_class
 from protocol.codec import RequestHeader
 from protocol.error_codes import Errors
@@ -42,10 +43,6 @@ API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
 VERSIONS = (0, 4)  # Kafka 4.1's
 _ADD_PARTITIONS_CLIENT_VERSION = 3  # the last version a client sends (v4+ are broker-to-broker, batched)
 _PRODUCER_FENCED_MIN_VERSION = 2  # older clients know INVALID_PRODUCER_EPOCH only
-CONCURRENT_RETRY_FIRST_S, CONCURRENT_RETRY_MAX_S = 0.001, 0.020
-# Long enough for markers on a loaded cluster, short beside a client's request timeout (30 s and more); a transaction
-# stuck completing (a partition offline) costs the coordinator ~20 requests a second per waiting client.
-CONCURRENT_RETRY_BUDGET_S = 1.0
 
 log = logging.getLogger("coordinator.server")
 
@@ -96,20 +93,18 @@ async def add_state_partition(ctx: ConnectionContext, node_id: int, transactiona
     topic = item_class(cls, "v3_and_below_topics")(name=state[0], partitions=(state[1],))
     request = build(cls, v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=producer_id,
                     v3_and_below_producer_epoch=producer_epoch, v3_and_below_topics=(topic,))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + CONCURRENT_RETRY_BUDGET_S
-    backoff, retries = CONCURRENT_RETRY_FIRST_S, 0
+    pauses, retries = busy_retry_pauses(), 0
     while True:
         try:
             response = await ctx.relay.request_to(node_id, request)
         except UpstreamUnavailable:
             return Errors.COORDINATOR_NOT_AVAILABLE, retries
         added = _partition_error(response)
-        if added != Errors.CONCURRENT_TRANSACTIONS or loop.time() + backoff > deadline:
+        pause = next(pauses, None) if added == Errors.CONCURRENT_TRANSACTIONS else None
+        if pause is None:
             return added, retries
         retries += 1
-        await asyncio.sleep(backoff)
-        backoff = min(backoff * 2, CONCURRENT_RETRY_MAX_S)
+        await asyncio.sleep(pause)
 
 
 def _partition_error(response: Any) -> Errors:

@@ -14,7 +14,10 @@ every partition's error mapped per version (`txn_append_error`). Kafka has the t
 checks: a request the group refuses is answered with the transaction coordinator's error if it has one
 (txn_verification.py). So is an append the leader answers NOT_ENOUGH_REPLICAS, its Produce path's answer to a
 verification that failed retriably (CONCURRENT_TRANSACTIONS while the transaction completes, which Kafka's group
-coordinator answers as it is).
+coordinator answers as it is), once sending it again for a moment did not help: the usual cause is the client's own
+Produce verified at the same time by the same broker (AddPartitionsToTxnManager answers the older of two
+verifications of one transactional id NETWORK_EXCEPTION), and answered, it would cost the client a fixed 500 ms
+(librdkafka's retry of TxnOffsetCommit).
 
 One batch per producer id and state partition at a time: requests of the same producer wait for each other while
 their group is checked and their batch appended; a refused request's verification, which may wait out the
@@ -52,7 +55,7 @@ from coordinator.group.txn_sequences import Busy, Outcome
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.security.authorizer import Operation, ResourceType
 from coordinator.server.context import ConnectionContext
-from coordinator.server.handlers.txn_verification import (answer_after_verification, error_code,
+from coordinator.server.handlers.txn_verification import (answer_after_verification, busy_retry_pauses, error_code,
                                                           unverified_append_error)
 from coordinator.storage.records import encode
 from protocol.apis import ApiKey, request_class, response_class
@@ -376,9 +379,16 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
             writes.owed[producer_id] = batch
             raise
         try:
-            result = appended(await relay.request_to(leader, produce_request(
-                producer, state[0], state[1], batch.batch, produce_version=batch.produce_version,
-                timeout_ms=COMMIT_TIMEOUT_MS)))
+            request = produce_request(producer, state[0], state[1], batch.batch,
+                                      produce_version=batch.produce_version, timeout_ms=COMMIT_TIMEOUT_MS)
+            result = appended(await relay.request_to(leader, request))
+            pauses, retries = busy_retry_pauses(), 0
+            # NOT_ENOUGH_REPLICAS: nothing appended, the leader could not verify the transaction (busy for a moment:
+            # txn_verification.py) or the partition lacks replicas; the same batch, same sequence, again
+            while result.error == Errors.NOT_ENOUGH_REPLICAS and (pause := next(pauses, None)) is not None:
+                await asyncio.sleep(pause)
+                retries += 1
+                result = appended(await relay.request_to(leader, request))
         except UpstreamUnavailable as exc:
             log.warning("event=txn_offset_append_unanswered producer_id=%d sequence=%d error=%s",
                         producer_id, batch.sequence, exc)
@@ -403,8 +413,8 @@ async def _append(ctx: ConnectionContext, shard: GroupShard, writes: _ShardWrite
                 shard.observer.on_txn_offsets_pending(identity.group_id, identity.transactional_id, producer_id,
                                                       batch.epoch, len(batch.records))
             log.info("event=txn_offsets_pending group=%s transactional_id=%s producer_id=%d epoch=%d offsets=%d "
-                     "base_offset=%d version=%d", identity.group_id, identity.transactional_id, producer_id,
-                     batch.epoch, len(batch.records), result.base_offset, identity.version)
+                     "base_offset=%d version=%d busy_retries=%d", identity.group_id, identity.transactional_id,
+                     producer_id, batch.epoch, len(batch.records), result.base_offset, identity.version, retries)
             return None
         if result.error in _OUTCOME_UNKNOWN:
             sequences.settle(producer_id, batch.epoch, batch.sequence, Outcome.UNKNOWN)

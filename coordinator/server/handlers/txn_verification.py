@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from coordinator.group.txn_commit import (ADDING_MIN_VERSION, ANSWERED_BEFORE_VERIFICATION, DescribedTransaction,
@@ -34,7 +35,24 @@ _ADD_PARTITIONS_BROKER_VERSION = 5  # Kafka 4.1's AddPartitionsToTxnManager: abo
 _RETRIABLE = frozenset((Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                         Errors.COORDINATOR_NOT_AVAILABLE))
 
+# A request refused only because the client's transaction is busy for a moment (its last transaction's markers
+# still being written; two verifications of one transactional id meeting in a broker's AddPartitionsToTxnManager,
+# the older answered NETWORK_EXCEPTION, which a Produce reports as NOT_ENOUGH_REPLICAS) is sent again after 1 ms,
+# doubling to 20 ms, for at most 1 s, as Kafka's brokers retry their own server-side adds
+# (add.partitions.to.txn.retry.backoff.ms): answered to the client instead, it costs a tight exactly-once loop the
+# client's backoff (librdkafka: 100 ms on AddOffsetsToTxn, a fixed 500 ms on TxnOffsetCommit).
+BUSY_RETRY_FIRST_S, BUSY_RETRY_MAX_S, BUSY_RETRY_BUDGET_S = 0.001, 0.020, 1.0
+
 log = logging.getLogger("coordinator.server")
+
+
+def busy_retry_pauses() -> Iterator[float]:
+    """The pauses before each retry of a request refused as busy (above), until the budget is spent."""
+    pause, waited = BUSY_RETRY_FIRST_S, 0.0
+    while waited + pause <= BUSY_RETRY_BUDGET_S:
+        yield pause
+        waited += pause
+        pause = min(pause * 2, BUSY_RETRY_MAX_S)
 
 
 class _Unverifiable(Exception):
