@@ -608,6 +608,9 @@ class GroupRuntime:
             await appended
         except StoreError as exc:
             error = exc.error
+            # its traceback names this frame, which names `appended`, which holds it: a cycle per failed append,
+            # kept until a full collection (rare under the collector's freeze policy); an expected error needs none
+            exc.__traceback__ = None
         except asyncio.CancelledError:
             error = Errors.COORDINATOR_NOT_AVAILABLE
             raise
@@ -742,7 +745,7 @@ class GroupRuntime:
 
 def _failed(exc: Exception) -> asyncio.Future[None]:
     failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    failed.set_exception(exc)
+    failed.set_exception(exc.with_traceback(None))  # a raised one's frames may hold this future: no cycle
     return failed
 
 

@@ -97,8 +97,8 @@ class RecordAppender:
                 send_shared()
                 try:
                     self._check_write_size(group_id, one)
-                except StoreError as exc:
-                    outcome.set_exception(exc)
+                except StoreError as exc:  # without the traceback: it names this frame, which holds `outcome`
+                    outcome.set_exception(exc.with_traceback(None))
             else:
                 if size + one_size > self._max_write_bytes:
                     send_shared()

@@ -285,8 +285,8 @@ class KafkaGroupStore(GroupStore):
             if partition in self._unloaded or (self._fencing is not None and not self._fencing.owns(partition)):
                 raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
             self._appender.append(self._producer, partition, records, outcome, offsets=offsets)
-        except StoreError as exc:
-            outcome.set_exception(exc)
+        except StoreError as exc:  # without the traceback: it names this frame, which holds `outcome`
+            outcome.set_exception(exc.with_traceback(None))
         return outcome
 
     def append_together(self, partition: int, writes: Sequence[Sequence[Record]]
@@ -300,7 +300,7 @@ class KafkaGroupStore(GroupStore):
                 raise StoreError(Errors.NOT_COORDINATOR, f"partition {partition} is not loaded here")
         except StoreError as exc:
             refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            refused.set_exception(exc)
+            refused.set_exception(exc.with_traceback(None))  # its traceback would name this frame: a cycle
             refused.exception()  # retrieved here: each write's owner hears of it through its own awaitable
             return [refused] * len(writes)
         return self._appender.append_together(self._producer, partition, writes)
@@ -332,6 +332,7 @@ class KafkaGroupStore(GroupStore):
             await self.append(self._partition(group_id), records)
         except StoreError as exc:  # owed: sent again until written (already logged by the tombstone writer)
             log.debug("event=tombstones_owed group=%s error=%s", group_id, exc.error.name)
+            exc.__traceback__ = None  # it names this frame, whose awaited future holds it
 
     # -- internals -----------------------------------------------------------------------------------------------
     def _partition(self, group_id: str) -> int:
