@@ -1,7 +1,7 @@
 """Soak: N members in groups heartbeating on a fixed schedule against one coordinator for a duration.
 
   python -m bench.soak --members 100000 [--group-size 10] [--interval-s 10] [--session-ms 30000]
-                       [--duration-s 600] [--workers 2] [--server memory|service|kafka] [--gc-freeze-every 1]
+                       [--duration-s 600] [--workers 2] [--server memory|service|serve|kafka] [--gc-freeze-every 1]
                        [--connect-window N] [--time-callbacks]
 
 What it does, bounded in time and count:
@@ -641,8 +641,9 @@ class ServerProcess(MeasuredProcess):
         else:
             self.port = _free_port()
             command = [sys.executable, "-m", "coordinator.cli", "--event-loop", args.event_loop, "serve", "--listen", f"127.0.0.1:{self.port}",
-                       "--no-relay",  # simulated members commit to topics the cluster does not have
                        "--config", f"group.initial.rebalance.delay.ms={args.initial_delay_ms}"]
+            if args.server == "service":  # the members only join, sync and heartbeat: no topic of the cluster's
+                command.append("--no-relay")  # is needed; `serve` keeps the relay on, as the service runs by default
             if args.bootstrap_server:
                 command += ["--bootstrap-server", args.bootstrap_server]
             if args.listen_backlog is not None:
@@ -1104,8 +1105,10 @@ def main() -> int:
     parser.add_argument("--connect-window", type=int, default=None,
                         help="forming connections opened and not yet answered, all workers together (default: half "
                              "of somaxconn, so the server's listen queue never overflows; 0 = a whole wave at once)")
-    parser.add_argument("--server", choices=["memory", "service", "kafka"], default="memory",
-                        help="kafka: Kafka's own group coordinator (the embedded broker), the anchor for ratios")
+    parser.add_argument("--server", choices=["memory", "service", "serve", "kafka"], default="memory",
+                        help="memory: our runtime alone, in-memory store; service: `coordinator serve --no-relay` "
+                             "(our Kafka-backed store); serve: `coordinator serve` as deployed (relay on); kafka: "
+                             "Kafka's own group coordinator (the embedded broker), the anchor for ratios")
     parser.add_argument("--kafka-heap-mb", type=int, default=2048, help="kafka: the broker's -Xmx")
     parser.add_argument("--bootstrap-server", default=None, help="service: Kafka to use (default: embedded)")
     parser.add_argument("--initial-delay-ms", type=int, default=3_000, help="group.initial.rebalance.delay.ms")
