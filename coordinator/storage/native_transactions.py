@@ -39,7 +39,7 @@ from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
 from coordinator.security.clusters import cluster_security
 from coordinator.storage.producer import KafkaRecord
-from coordinator.storage.transactions import OPEN_AHEAD_HOLD_S
+from coordinator.storage import transactions
 from coordinator.storage.uncommitted_load import PartitionLeaders
 from protocol import apis
 from protocol.client import KafkaClient
@@ -217,7 +217,7 @@ class NativeTransactionalProducer:
         loop = asyncio.get_running_loop()
         self._opening = loop.create_task(self._open_ahead(partition), name=f"{self.name}-open-ahead")
         if self._open_ahead_expiry is None:
-            self._open_ahead_expiry = loop.call_later(OPEN_AHEAD_HOLD_S, self._commit_opened_alone)
+            self._open_ahead_expiry = loop.call_later(transactions.OPEN_AHEAD_HOLD_S, self._commit_opened_alone)
 
     async def _open_ahead(self, partition: int) -> None:
         try:
@@ -589,6 +589,11 @@ class NativeTransactionalProducer:
         if self._closed:
             return
         loop = asyncio.get_running_loop()
+        if self._opening is not None:  # a partition being added ahead: its transaction is committed below
+            try:
+                await asyncio.wait_for(asyncio.shield(self._opening), flush_timeout_ms / 1000)
+            except (asyncio.TimeoutError, Exception):
+                pass  # left to the cancellation below (the next holder of the id aborts what is open)
         if self._added and self._committing is None and not self._queue and self._ready:
             self._begin_commit(loop)
         self._closed = True
