@@ -160,6 +160,7 @@ class NativeTransactionalProducer:
         self._closed = False
         self.transactions = 0
         self.concurrent_transactions_retries = 0  # CONCURRENT_TRANSACTIONS absorbed, for benchmarks and tests
+        self.add_partitions_sent = 0  # AddPartitionsToTxn requests (retries included), for benchmarks
 
     @property
     def fenced(self) -> bool:
@@ -415,6 +416,7 @@ class NativeTransactionalProducer:
 
     async def _add_partitions(self, partitions: set[int], deadline: float) -> None:
         def request(_client: KafkaClient) -> Any:
+            self.add_partitions_sent += 1
             cls = apis.request_class(_ADD_PARTITIONS, 3)
             topic = item_class(cls, "v3_and_below_topics")
             return build(cls, v3_and_below_transactional_id=self.transactional_id,
