@@ -44,7 +44,7 @@ from coordinator.storage.uncommitted_load import PartitionLeaders
 from protocol import apis
 from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
-from protocol.fetch_reader import tolerant_request
+from protocol.fetch_reader import tolerant_response
 from protocol.messages import build, item_class
 
 log = logging.getLogger("coordinator.storage")
@@ -232,8 +232,11 @@ class NativeTransactionalProducer:
             self._opening = None
 
     def _commit_opened_alone(self) -> None:
+        """Also while the partition is still being added (a slow AddPartitionsToTxn): a transaction left open with
+        no timer would be aborted by Kafka at its timeout with an epoch bump, which fences us."""
         self._open_ahead_expiry = None
-        if self._added and self._committing is None and not self._queue and self._ready and not self._closed:
+        if (self._added or self._opening is not None) and self._committing is None and not self._queue \
+                and self._ready and not self._closed:
             self._begin_commit(asyncio.get_running_loop())
 
     def _cancel_open_ahead_expiry(self) -> None:
@@ -322,27 +325,38 @@ class NativeTransactionalProducer:
             await self._add_partitions(missing, deadline)
         if per_partition:
             await self._produce(per_partition, deadline)
-        await self._end_txn(deadline)
+        if self._added:  # else nothing was opened (a partition added ahead that failed): no transaction to end
+            await self._end_txn(deadline)
 
     # -- requests --------------------------------------------------------------------------------------------------
     async def _request(self, client: KafkaClient, body: Any, deadline: float, where: str) -> Any:
+        """Sent now, on the caller's loop turn (not a turn later as a coroutine wrapped by wait_for would be: on a
+        loop busy with a thousand SyncGroups a turn is milliseconds); its answer read as tolerant_request does."""
         left = deadline - asyncio.get_running_loop().time()
         if left <= 0:
             raise _unknown_outcome(where)
         try:
-            return await asyncio.wait_for(tolerant_request(client, body, timeout_ms=_REQUEST_TIMEOUT_MS), left)
+            answer = client.send(body, timeout_ms=_REQUEST_TIMEOUT_MS, raw=True)
+            frame = await asyncio.wait_for(answer, left)
+            return tolerant_response(int(body.__api_key__), int(body.__version__), frame)
+        except _UNANSWERED as exc:
+            raise _unknown_outcome(where, exc) from None
+
+    async def _connection(self, address: tuple[str, int], deadline: float, where: str) -> KafkaClient:
+        """The open connection to `address` at once (no loop turn), else a new one within the deadline."""
+        client = self._leaders.clients.get(address)
+        if client is not None and not client.is_closed:
+            return client
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(self._leaders.connect(address), max(deadline - loop.time(), 0.001))
         except _UNANSWERED as exc:
             raise _unknown_outcome(where, exc) from None
 
     async def _coordinator_client(self, deadline: float) -> KafkaClient:
         """The transaction coordinator's connection (found with FindCoordinator first if not known)."""
-        loop = asyncio.get_running_loop()
         while self._coordinator is None:
-            try:
-                client = await asyncio.wait_for(self._leaders.connect(self._leaders.bootstrap),
-                                                max(deadline - loop.time(), 0.001))
-            except _UNANSWERED as exc:
-                raise _unknown_outcome("FindCoordinator", exc) from None
+            client = await self._connection(self._leaders.bootstrap, deadline, "FindCoordinator")
             request = build(apis.request_class(_FIND_COORDINATOR, 4), key_type=i8(_TRANSACTION_KEY),
                             coordinator_keys=(self.transactional_id,))
             found = (await self._request(client, request, deadline, "FindCoordinator")).coordinators[0]
@@ -353,11 +367,10 @@ class NativeTransactionalProducer:
             self._raise_if_refused(code, "FindCoordinator", retriable=_COORDINATOR_MOVED)
             await self._sleep(_COORDINATOR_RETRY_S, deadline, "FindCoordinator", code)
         try:
-            return await asyncio.wait_for(self._leaders.connect(self._coordinator),
-                                          max(deadline - loop.time(), 0.001))
-        except _UNANSWERED as exc:
+            return await self._connection(self._coordinator, deadline, "transaction coordinator connection")
+        except _Failed:
             self._coordinator = None
-            raise _unknown_outcome("transaction coordinator connection", exc) from None
+            raise
 
     async def _sleep(self, delay: float, deadline: float, where: str, code: int) -> None:
         if asyncio.get_running_loop().time() + delay >= deadline:
@@ -459,8 +472,10 @@ class NativeTransactionalProducer:
             by_leader: dict[tuple[str, int], list[int]] = {}
             for p in sorted(pending):
                 by_leader.setdefault(self._leaders.leaders[p], []).append(p)
-            answers = await asyncio.gather(*(self._produce_to(leader, {p: batches[p] for p in partitions}, deadline)
-                                             for leader, partitions in by_leader.items()))
+            sends = [self._produce_to(leader, {p: batches[p] for p in partitions}, deadline)
+                     for leader, partitions in by_leader.items()]
+            # one leader (one partition's write, the usual case): awaited here, not a task a loop turn later
+            answers = [await sends[0]] if len(sends) == 1 else await asyncio.gather(*sends)
             again: set[int] = set()
             for answered in answers:
                 for partition, (code, base_offset) in answered.items():
@@ -501,10 +516,7 @@ class NativeTransactionalProducer:
                           ) -> dict[int, tuple[int, int]]:
         """partition → (error code, base offset). No answer: the outcome is unknown (_Failed)."""
         loop = asyncio.get_running_loop()
-        try:
-            client = await asyncio.wait_for(self._leaders.connect(leader), max(deadline - loop.time(), 0.001))
-        except _UNANSWERED as exc:
-            raise _unknown_outcome("Produce", exc) from None
+        client = await self._connection(leader, deadline, "Produce")
         cls = apis.request_class(_PRODUCE, client.version_for(_PRODUCE, 11))
         topic_data = item_class(cls, "topic_data")
         partition_data = item_class(topic_data, "partition_data")
