@@ -140,7 +140,8 @@ class NativeTransactionalProducer:
         self.transaction_timeout_ms = max(timeout_ms * 2, 10_000)
         bootstrap = str(settings["bootstrap.servers"])
         self._leaders = PartitionLeaders(bootstrap, cluster_security(bootstrap), topic, _MAX_BATCH_BYTES,
-                                         self._past_deadline)
+                                         self._past_deadline, client_id=str(settings.get("client.id", name)),
+                                         reauthenticate=True)
         self._deadline = 0.0  # of the operation running (the leaders' lookups stop there)
         self._coordinator: tuple[str, int] | None = None
         self.producer_id = -1
