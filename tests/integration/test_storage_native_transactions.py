@@ -150,3 +150,41 @@ async def test_a_partition_added_ahead_is_committed_with_the_write_or_alone(kafk
     finally:
         await store.close()
     assert [m.key() for m in committed(kafka_bootstrap, topic, 2, b"w")] == [b"w"]
+
+
+async def test_a_native_owners_open_transaction_is_ours_to_the_next_owners_load(kafka_bootstrap: str) -> None:
+    """Several instances, both native: the previous owner of a partition has records in the log in a transaction
+    it has not ended (its Produce done, no EndTxn: it stalled). The new owner's load names the transaction ours by
+    its id (`<prefix>-p<partition>`, as the librdkafka writer's), aborts it with its fence, loads none of it, and
+    the previous owner's next write is refused."""
+    from coordinator.group.partitioner import partition_for
+    from coordinator.group.records import OffsetRecord
+    from coordinator.storage.records import OffsetCommitKey, encode_key, encode_offset_commit_value
+
+    topic = unique_topic()
+    prefix = f"{topic}-coordinator"
+    new = await started_store(kafka_bootstrap, topic, transactional_id=prefix, partition_fencing=True,
+                              commit_timeout_ms=TIMEOUT_MS, state_writer="native")
+    settings = producer_settings(new.config)
+    old = NativeTransactionalProducer(topic, settings, "old-p3", f"{prefix}-p3", TIMEOUT_MS, fatal_is_fence=True)
+    group = next(f"g-{i}" for i in range(10_000) if partition_for(f"g-{i}", 5) == 3)  # started_store: 5 partitions
+    try:
+        await old.start(TIMEOUT_MS)
+        deadline = asyncio.get_running_loop().time() + TIMEOUT_MS / 1000
+        await old._add_partitions({3}, deadline)
+        key = encode_key(OffsetCommitKey(group, "orders", 0))
+        value = encode_offset_commit_value(OffsetRecord(99, commit_timestamp_ms=99))
+        await old._produce({3: [(key, value, None)]}, deadline)  # in the log, its transaction open
+
+        loaded = await asyncio.wait_for(new.load([3]), 60)  # fences `old`, not held back by its transaction
+        assert group not in loaded.offsets
+        # ours, so dropped (a client's open transaction would be left pending for the partition's tail)
+        assert old.producer_id not in new._load_pending.get(3, set())
+        refused = await old.send([(3, key, value)])
+        assert isinstance(refused, KafkaError) and refused.code() == KafkaError._FENCED, refused
+        await new.store_offsets(group, {("orders", 0): OffsetRecord(7, commit_timestamp_ms=7)})
+        reloaded = await new.load([3])
+        assert {p: r.offset for (_, p), r in reloaded.offsets[group].items()} == {0: 7}
+    finally:
+        await old.close()
+        await new.close()
