@@ -84,6 +84,24 @@ _REQUEST_TIMEOUT_MS = 30_000
 _Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
 
 
+_PerPartition = dict[int, list[tuple[bytes, "bytes | None", "list[int] | None"]]]  # partition → (key, value, sink)
+# a transaction's batches, and its Produce requests sent already per leader (request, raw answer)
+_Sent = tuple[dict[int, bytes], dict[tuple[str, int], tuple[Any, "asyncio.Future[Any]"]]]
+
+
+def _per_partition(batch: list[_Queued]) -> _PerPartition:
+    per_partition: _PerPartition = {}
+    for records, _, _, sink in batch:
+        for partition, key, value in records:
+            per_partition.setdefault(partition, []).append((key, value, sink))
+    return per_partition
+
+
+def _partition_answers(answer: Any) -> dict[int, tuple[int, int]]:
+    return {int(p.index): (int(p.error_code), int(p.base_offset)) for t in answer.responses
+            for p in t.partition_responses}
+
+
 class Backoff:
     """CONCURRENT_TRANSACTIONS retries: 1 ms, doubling, at most 20 ms each, never past `deadline`."""
 
@@ -162,6 +180,7 @@ class NativeTransactionalProducer:
         self.transactions = 0
         self.concurrent_transactions_retries = 0  # CONCURRENT_TRANSACTIONS absorbed, for benchmarks and tests
         self.add_partitions_sent = 0  # AddPartitionsToTxn requests (retries included), for benchmarks
+        self.produced_early = 0  # transactions whose Produce went out from send()'s own turn, for tests
 
     @property
     def fenced(self) -> bool:
@@ -270,22 +289,34 @@ class NativeTransactionalProducer:
             self._begin_commit(loop)
 
     def _begin_commit(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The next transaction, of every queued write. Its partitions added ahead (`open_ahead`) and their
+        leaders' connections open: its Produce is sent here, on this loop turn (a task's first step runs a turn
+        later, behind whatever else the turn holds: a rebalance's thousand SyncGroups)."""
         batch, self._queue = self._queue, []
         self._in_flight = len(batch)
         self._cancel_open_ahead_expiry()
-        self._committing = loop.create_task(self._transaction(batch), name=f"{self.name}-commit")
+        deadline = min((d for _, _, d, _ in batch), default=loop.time() + self.timeout_ms / 1000)
+        deadline = max(deadline, loop.time() + _MIN_TIMEOUT_S)
+        per_partition = _per_partition(batch)
+        early = None
+        if self._opening is None and self._fenced is None and per_partition and set(per_partition) <= self._added:
+            try:
+                early = self._produce_now(per_partition, deadline)
+            except Exception:  # our bug: never in send()'s caller; the task produces as usual
+                log.exception("event=transaction_early_produce_failed producer=%s", self.name)
+        self._committing = loop.create_task(self._transaction(batch, deadline, per_partition, early),
+                                            name=f"{self.name}-commit")
 
-    async def _transaction(self, batch: list[_Queued]) -> None:
+    async def _transaction(self, batch: list[_Queued], deadline: float, per_partition: _PerPartition,
+                           early: _Sent | None) -> None:
         loop = asyncio.get_running_loop()
         error: KafkaError | None = None
         then: str | None = None
         try:
             if self._opening is not None:
                 await asyncio.gather(self._opening, return_exceptions=True)
-            deadline = min((d for _, _, d, _ in batch), default=loop.time() + self.timeout_ms / 1000)
-            deadline = max(deadline, loop.time() + _MIN_TIMEOUT_S)
             self._deadline = time.monotonic() + (deadline - loop.time())
-            await self._commit(batch, deadline)
+            await self._commit(per_partition, deadline, early)
         except _Failed as failed:
             error, then = failed.error, failed.then
         except asyncio.CancelledError:
@@ -313,19 +344,16 @@ class NativeTransactionalProducer:
                 self._begin_commit(loop)
         self._wake.set()
 
-    async def _commit(self, batch: list[_Queued], deadline: float) -> None:
-        """Add the partitions not added yet, produce a batch per partition, EndTxn commit; raises _Failed."""
+    async def _commit(self, per_partition: _PerPartition, deadline: float, early: _Sent | None) -> None:
+        """Add the partitions not added yet, produce a batch per partition (sent already: `early`), EndTxn
+        commit; raises _Failed."""
         if self._fenced is not None:
             raise _Failed(self._fenced, "fenced")
-        per_partition: dict[int, list[tuple[bytes, bytes | None, list[int] | None]]] = {}
-        for records, _, _, sink in batch:
-            for partition, key, value in records:
-                per_partition.setdefault(partition, []).append((key, value, sink))
         missing = set(per_partition) - self._added
         if missing:
             await self._add_partitions(missing, deadline)
         if per_partition:
-            await self._produce(per_partition, deadline)
+            await self._produce(per_partition, deadline, early)
         if self._added:  # else nothing was opened (a partition added ahead that failed): no transaction to end
             await self._end_txn(deadline)
 
@@ -333,12 +361,14 @@ class NativeTransactionalProducer:
     async def _request(self, client: KafkaClient, body: Any, deadline: float, where: str) -> Any:
         """Sent now, on the caller's loop turn (not a turn later as a coroutine wrapped by wait_for would be: on a
         loop busy with a thousand SyncGroups a turn is milliseconds); its answer read as tolerant_request does."""
-        left = deadline - asyncio.get_running_loop().time()
-        if left <= 0:
+        if deadline - asyncio.get_running_loop().time() <= 0:
             raise _unknown_outcome(where)
+        return await self._answer(body, client.send(body, timeout_ms=_REQUEST_TIMEOUT_MS, raw=True), deadline, where)
+
+    async def _answer(self, body: Any, answer: asyncio.Future[Any], deadline: float, where: str) -> Any:
+        """The answer to `body` (sent: its raw future), read as tolerant_request does, by the deadline."""
         try:
-            answer = client.send(body, timeout_ms=_REQUEST_TIMEOUT_MS, raw=True)
-            frame = await asyncio.wait_for(answer, left)
+            frame = await asyncio.wait_for(answer, max(deadline - asyncio.get_running_loop().time(), 0.0001))
             return tolerant_response(int(body.__api_key__), int(body.__version__), frame)
         except _UNANSWERED as exc:
             raise _unknown_outcome(where, exc) from None
@@ -458,15 +488,39 @@ class NativeTransactionalProducer:
 
         await self._coordinator_call(request, "EndTxn", deadline, lambda a: int(a.error_code))
 
-    async def _produce(self, per_partition: dict[int, list[tuple[bytes, bytes | None, list[int] | None]]],
-                       deadline: float) -> None:
-        """One transactional batch per partition, to each leader (in parallel), again while the leader moves;
-        the records' offsets into their writes' sinks; the sequences advanced."""
+    def _produce_now(self, per_partition: _PerPartition, deadline: float) -> _Sent | None:
+        """The Produce requests of `per_partition` sent now, if every leader is known and connected; else None."""
+        by_leader: dict[tuple[str, int], list[int]] = {}
+        for partition in sorted(per_partition):
+            leader = self._leaders.leaders.get(partition)
+            client = self._leaders.clients.get(leader) if leader is not None else None
+            if leader is None or client is None or client.is_closed:
+                return None
+            by_leader.setdefault(leader, []).append(partition)
+        batches = self._batches(per_partition)
+        sent: dict[tuple[str, int], tuple[Any, asyncio.Future[Any]]] = {}
+        for leader, partitions in by_leader.items():
+            client = self._leaders.clients[leader]
+            body = self._produce_body(client, {p: batches[p] for p in partitions}, deadline)
+            sent[leader] = (body, client.send(body, timeout_ms=_REQUEST_TIMEOUT_MS, raw=True))
+        self.produced_early += 1
+        return batches, sent
+
+    def _batches(self, per_partition: _PerPartition) -> dict[int, bytes]:
         timestamp = TZAwareMicros.parse(datetime.datetime.now(datetime.timezone.utc))
-        batches = {p: self._batch(p, [(k, v) for k, v, _ in records], timestamp)
-                   for p, records in per_partition.items()}
+        return {p: self._batch(p, [(k, v) for k, v, _ in records], timestamp) for p, records in per_partition.items()}
+
+    async def _produce(self, per_partition: _PerPartition, deadline: float, early: _Sent | None = None) -> None:
+        """One transactional batch per partition, to each leader (in parallel), again while the leader moves;
+        the records' offsets into their writes' sinks; the sequences advanced. `early`: the batches, and the
+        first round's requests, sent already (`_produce_now`)."""
+        batches = early[0] if early is not None else self._batches(per_partition)
         base_offsets: dict[int, int] = {}
         pending = set(batches)
+        if early is not None:
+            pending = self._produced(await self._answers(early[1], deadline), base_offsets)
+            if pending:
+                await self._sleep(_COORDINATOR_RETRY_S, deadline, "Produce", _NOT_LEADER)
         while pending:
             if not all(p in self._leaders.leaders for p in pending):
                 await self._refresh(pending, deadline)
@@ -477,17 +531,7 @@ class NativeTransactionalProducer:
                      for leader, partitions in by_leader.items()]
             # one leader (one partition's write, the usual case): awaited here, not a task a loop turn later
             answers = [await sends[0]] if len(sends) == 1 else await asyncio.gather(*sends)
-            again: set[int] = set()
-            for answered in answers:
-                for partition, (code, base_offset) in answered.items():
-                    if code == _NONE:
-                        base_offsets[partition] = base_offset
-                    elif code in _PRODUCE_AGAIN:
-                        again.add(partition)
-                        self._leaders.leaders.pop(partition, None)
-                    else:
-                        self._raise_if_refused(code, "Produce", retriable=frozenset())
-            pending = again
+            pending = self._produced(answers, base_offsets)
             if pending:
                 await self._sleep(_COORDINATOR_RETRY_S, deadline, "Produce", _NOT_LEADER)
         for partition, records in per_partition.items():
@@ -495,6 +539,28 @@ class NativeTransactionalProducer:
             for index, (_, _, sink) in enumerate(records):
                 if sink is not None:
                     sink.append(base_offsets[partition] + index)
+
+    def _produced(self, answers: list[dict[int, tuple[int, int]]], base_offsets: dict[int, int]) -> set[int]:
+        """The partitions to produce again (their leader moved, or the outcome is unknown); raises a refusal."""
+        again: set[int] = set()
+        for answered in answers:
+            for partition, (code, base_offset) in answered.items():
+                if code == _NONE:
+                    base_offsets[partition] = base_offset
+                elif code in _PRODUCE_AGAIN:
+                    again.add(partition)
+                    self._leaders.leaders.pop(partition, None)
+                else:
+                    self._raise_if_refused(code, "Produce", retriable=frozenset())
+        return again
+
+    async def _answers(self, sent: dict[tuple[str, int], tuple[Any, asyncio.Future[Any]]], deadline: float
+                       ) -> list[dict[int, tuple[int, int]]]:
+        answers = []
+        for body, answer in sent.values():
+            read = await self._answer(body, answer, deadline, "Produce")
+            answers.append(_partition_answers(read))
+        return answers
 
     async def _refresh(self, partitions: set[int], deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -516,19 +582,19 @@ class NativeTransactionalProducer:
     async def _produce_to(self, leader: tuple[str, int], batches: dict[int, bytes], deadline: float
                           ) -> dict[int, tuple[int, int]]:
         """partition → (error code, base offset). No answer: the outcome is unknown (_Failed)."""
-        loop = asyncio.get_running_loop()
         client = await self._connection(leader, deadline, "Produce")
+        request = self._produce_body(client, batches, deadline)
+        return _partition_answers(await self._request(client, request, deadline, "Produce"))
+
+    def _produce_body(self, client: KafkaClient, batches: dict[int, bytes], deadline: float) -> Any:
         cls = apis.request_class(_PRODUCE, client.version_for(_PRODUCE, 11))
         topic_data = item_class(cls, "topic_data")
         partition_data = item_class(topic_data, "partition_data")
-        timeout_ms = max(int((deadline - loop.time()) * 1000), 1)
-        request = build(cls, transactional_id=self.transactional_id, acks=i16(-1),
-                        timeout=datetime.timedelta(milliseconds=timeout_ms),
-                        topic_data=(topic_data(name=self.topic, partition_data=tuple(
-                            partition_data(index=i32(p), records=b) for p, b in batches.items())),))
-        answer = await self._request(client, request, deadline, "Produce")
-        return {int(p.index): (int(p.error_code), int(p.base_offset))
-                for t in answer.responses for p in t.partition_responses}
+        timeout_ms = max(int((deadline - asyncio.get_running_loop().time()) * 1000), 1)
+        return build(cls, transactional_id=self.transactional_id, acks=i16(-1),
+                     timeout=datetime.timedelta(milliseconds=timeout_ms),
+                     topic_data=(topic_data(name=self.topic, partition_data=tuple(
+                         partition_data(index=i32(p), records=b) for p, b in batches.items())),))
 
     # -- failure aftermath -------------------------------------------------------------------------------------------
     def _become_fenced(self, error: KafkaError | None) -> None:

@@ -147,9 +147,19 @@ async def test_a_partition_added_ahead_is_committed_with_the_write_or_alone(kafk
             await asyncio.sleep(0.05)
         assert producer.transactions == before + 2 and not producer._added
         assert await producer.send([(1, b"x", b"v")]) is None
+        # added ahead, its leader known and connected: the write's Produce leaves from send() itself, not from
+        # the transaction's task a loop turn later
+        producer.open_ahead(2)
+        assert producer._opening is not None
+        await producer._opening
+        early = producer.produced_early
+        offsets: list[int] = []
+        written = producer.send([(2, b"w2", b"v")], offsets=offsets)
+        assert producer.produced_early == early + 1
+        assert await written is None and len(offsets) == 1
     finally:
         await store.close()
-    assert [m.key() for m in committed(kafka_bootstrap, topic, 2, b"w")] == [b"w"]
+    assert [m.key() for m in committed(kafka_bootstrap, topic, 2, b"w2")] == [b"w", b"w2"]
 
 
 async def test_a_native_owners_open_transaction_is_ours_to_the_next_owners_load(kafka_bootstrap: str) -> None:
