@@ -98,12 +98,13 @@ def pin(pid: int, cpu: int) -> None:
 async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None = None, *,
                      config: Sequence[str] = (), module: str = "coordinator.cli",
                      environment: Mapping[str, str] | None = None, write_mode: str = "transactional",
-                     stderr: Any = None) -> tuple[subprocess.Popen, Server]:
+                     stderr: Any = None, serve_args: Sequence[str] = ()) -> tuple[subprocess.Popen, Server]:
     """`coordinator serve` from this checkout, or from `source_tree` (its working directory and PYTHONPATH, so
     its packages shadow this checkout's); `config`: more `name=value` settings; `module`: what runs the command
     line (bench.cprofiled: the same under a switchable profiler), with `environment` added to ours; `write_mode`:
     serve's --write-mode (how the state topic is written; the default left out, for trees without the flag);
-    `stderr`: where its log goes (default: this process's)."""
+    `stderr`: where its log goes (default: this process's); `serve_args`: more arguments of serve (e.g.
+    --state-writer native)."""
     env = None if source_tree is None and not environment else {**os.environ, **(environment or {})}
     if source_tree is not None:
         env["PYTHONPATH"] = source_tree  # type: ignore[index]
@@ -113,7 +114,7 @@ async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None
          "--event-topic", "", *(("--write-mode", write_mode) if write_mode != "transactional" else ()),
          "--config", f"group.initial.rebalance.delay.ms={INITIAL_DELAY_MS}",
          "--config", f"group.min.session.timeout.ms={MIN_SESSION_MS}",
-         *(argument for setting in config for argument in ("--config", setting))],
+         *(argument for setting in config for argument in ("--config", setting)), *serve_args],
         stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=source_tree, env=env)
     line = await asyncio.to_thread(process.stdout.readline)  # type: ignore[union-attr]
     if "listening on" not in line:
@@ -596,12 +597,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     processes: list[subprocess.Popen] = []
     servers: list[Server] = []
     try:
-        process, ours = await start_ours(broker.bootstrap, write_mode=args.write_mode)
+        process, ours = await start_ours(broker.bootstrap, write_mode=args.write_mode,
+                                         serve_args=_split_args(args.serve_arg))
         processes.append(process)
         servers.append(ours)
         if args.baseline_tree:
             process, before = await start_ours(broker.bootstrap, "before", args.baseline_tree,
-                                               write_mode=args.baseline_write_mode or args.write_mode)
+                                               write_mode=args.baseline_write_mode or args.write_mode,
+                                               serve_args=_split_args(args.baseline_serve_arg))
             processes.append(process)
             servers.append(before)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
@@ -626,6 +629,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         summary.update(before_and_after(medians["before"], ours_median, kafka_median, args.baseline_tree))
     summary["runs"] = results
     return summary
+
+
+def _split_args(values: Sequence[str] | None) -> list[str]:
+    """--serve-arg values, each one or more whitespace-separated serve arguments."""
+    return [part for value in values or () for part in value.split()]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -653,6 +661,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline-write-mode", choices=["transactional", "idempotent"],
                         help="the baseline's state writes (default: --write-mode); with --baseline-tree . this races "
                              "one build's two write modes")
+    parser.add_argument("--serve-arg", action="append", metavar="ARGS",
+                        help="more arguments of our server's serve, e.g. --serve-arg='--state-writer native' "
+                             "(repeatable)")
+    parser.add_argument("--baseline-serve-arg", action="append", metavar="ARGS",
+                        help="more arguments of the baseline's serve (repeatable); with --baseline-tree . and "
+                             "--serve-arg this races one build's two settings")
     parser.add_argument("--profile", help="py-spy raw output file for our server (the baseline's: FILE.before) "
                         "during the largest rebalance")
     parser.add_argument("--leader-sync-last", action="store_true",

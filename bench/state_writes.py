@@ -3,12 +3,16 @@ connections each with one request parked on its write), appending to one partiti
 KafkaGroupStore (the server's default writer: group commit, one transaction in flight per producer).
 
   python -m bench.state_writes [--writers 1,10,100] [--seconds 4] [--repeats 2] [--linger-ms 5,0]
+                               [--state-writer librdkafka,native]
 
 Per run: writes and transactions in the window, ms per transaction, writes per transaction, a write's latency
 (queued → acknowledged) p50/p90, the process's CPU per transaction, and how many AddPartitionsToTxn requests
 Kafka's transaction coordinator answered CONCURRENT_TRANSACTIONS (it answers so while it still writes the commit
 markers of the transaction before; librdkafka retries 20 ms later), counted from librdkafka's `eos` debug lines.
-With several --linger-ms values the runs alternate between them (linger.ms of the state producer).
+With several --linger-ms values the runs alternate between them (linger.ms of the state producer), and so they do
+with several --state-writer values (StorageConfig.state_writer: librdkafka's transactional producer, or our own,
+coordinator/storage/native_transactions.py, whose refusals are its own counts of CONCURRENT_TRANSACTIONS retried;
+linger.ms does not apply to it).
 The broker is the embedded one unless KAFKA_BOOTSTRAP is set. The last line is one JSON object.
 """
 
@@ -26,6 +30,7 @@ from typing import Any
 from bench.kafka import bench_kafka
 from coordinator.group.records import GroupMetadataRecord
 from coordinator.storage import state_producers
+from coordinator.storage.native_transactions import NativeTransactionalProducer
 from coordinator.storage.partition_writers import TransactionalWriters
 from tests.support.kafka_store import stable_group, started_store, unique_topic
 
@@ -48,7 +53,14 @@ class _Counts(logging.Handler):
             self.registering += 1
 
 
-async def one_run(bootstrap: str, writers: int, seconds: float, linger_ms: int) -> dict[str, Any]:
+def _native_counts(producer: TransactionalWriters) -> tuple[int, int]:
+    """Our own writer's CONCURRENT_TRANSACTIONS retries and AddPartitionsToTxn requests so far."""
+    natives = [p for p in producer.producers if isinstance(p, NativeTransactionalProducer)]
+    return (sum(p.concurrent_transactions_retries for p in natives), sum(p.add_partitions_sent for p in natives))
+
+
+async def one_run(bootstrap: str, writers: int, seconds: float, linger_ms: int,
+                  state_writer: str = "librdkafka") -> dict[str, Any]:
     counts = _Counts()
     logger = logging.getLogger(f"bench.state_writes.librdkafka.{time.monotonic_ns()}")
     logger.setLevel(logging.DEBUG)
@@ -62,7 +74,7 @@ async def one_run(bootstrap: str, writers: int, seconds: float, linger_ms: int) 
     topic = unique_topic()
     try:
         store = await started_store(bootstrap, topic, partitions=1, transactional_id=f"{topic}-writer",
-                                    commit_timeout_ms=30_000)
+                                    commit_timeout_ms=30_000, state_writer=state_writer)
     finally:
         state_producers.producer_settings = _settings_of
     latencies: list[float] = []
@@ -80,15 +92,19 @@ async def one_run(bootstrap: str, writers: int, seconds: float, linger_ms: int) 
         await asyncio.gather(*(writer(i, time.perf_counter() + 1.0) for i in range(writers)))  # warm-up
         latencies.clear()
         counts.concurrent = counts.registering = 0
+        native_before = _native_counts(producer)
         transactions, cpu, started = producer.transactions, time.process_time(), time.perf_counter()
         await asyncio.gather(*(writer(i, started + seconds) for i in range(writers)))
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         transactions = producer.transactions - transactions
+        native_after = _native_counts(producer)
+        counts.concurrent += native_after[0] - native_before[0]
+        counts.registering += native_after[1] - native_before[1]
     finally:
         await store.close()
     latencies.sort()
     done = max(transactions, 1)
-    return {"writers": writers, "linger_ms": linger_ms, "writes": len(latencies), "transactions": transactions,
+    return {"state_writer": state_writer, "writers": writers, "linger_ms": linger_ms, "writes": len(latencies), "transactions": transactions,
             "ms_per_transaction": round(elapsed * 1000 / done, 2),
             "writes_per_transaction": round(len(latencies) / done, 1),
             "write_ms_p50": round(latencies[len(latencies) // 2], 2),
@@ -105,9 +121,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for writers in args.writers:
             for _ in range(args.repeats):
                 for linger_ms in args.linger_ms:
-                    run = await one_run(bootstrap, writers, args.seconds, linger_ms)
-                    print(json.dumps(run), file=sys.stderr, flush=True)
-                    runs.append(run)
+                    for state_writer in args.state_writer:
+                        run = await one_run(bootstrap, writers, args.seconds, linger_ms, state_writer)
+                        print(json.dumps(run), file=sys.stderr, flush=True)
+                        runs.append(run)
     return {"bench": "state_writes", "runs": runs}
 
 
@@ -118,6 +135,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--linger-ms", type=numbers, default=[5])
+    parser.add_argument("--state-writer", type=lambda s: s.split(","), default=["librdkafka"],
+                        help="comma-separated writers to alternate: librdkafka, native")
     return parser.parse_args(argv)
 
 

@@ -67,6 +67,7 @@ class ServiceOptions:
     # State writes inside transactions (all or nothing, and fenced; docs/state-topic.md), or through the
     # idempotent producer (faster under many concurrent commits, but a write may be stored in part).
     transactional_writes: bool = True
+    state_writer: str = "librdkafka"  # the transactions' client: librdkafka or native (StorageConfig.state_writer)
     metrics_listen: tuple[str, int] | None = None  # Prometheus scrape endpoint (None: none)
     relay: RelayConfig | None = None  # front the cluster (coordinator/relay); `coordinator serve` turns it on
     # Several instances on one state topic (docs/architecture.md, "Several instances"): None = this instance owns
@@ -302,6 +303,7 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
         event_queue_max_messages=options.event_queue_max_messages,
         # One id per state topic: a restarted coordinator fences whatever an older process left open.
         transactional_id=f"group-coordinator-{options.state_topic}" if options.transactional_writes else None,
+        state_writer=options.state_writer,
     )
     settings.update(_fencing(options))
     return StorageConfig(**settings)

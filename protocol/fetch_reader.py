@@ -325,6 +325,11 @@ async def tolerant_request(client: KafkaClient, body: Any, *, timeout_ms: int | 
     one (a broker's array lengths are as untrusted as a client's). FetchFormatError when malformed."""
     api_key, version = int(body.__api_key__), int(body.__version__)
     answer = await client.send(body, timeout_ms=timeout_ms, raw=True)
+    return tolerant_response(api_key, version, answer)
+
+
+def tolerant_response(api_key: int, version: int, answer: bytes) -> Any:
+    """A raw response frame (correlation id first) read as tolerant_request does. FetchFormatError when malformed."""
     try:
         offset = 4
         if apis.response_header_version(api_key, version) >= 1:

@@ -72,6 +72,14 @@ def add_parser(commands: Any) -> None:
                        help="transactional (default): every state write all or nothing, and fenced by a newer "
                             "process on the same state topic; idempotent: faster under many concurrent commits, "
                             "but librdkafka may store a write in part (env COORDINATOR_WRITE_MODE)")
+    serve.add_argument("--state-writer", choices=["librdkafka", "native"],
+                       default=env("COORDINATOR_STATE_WRITER", "librdkafka"),
+                       help="the client that runs the state writes' transactions: librdkafka (default; "
+                            "confluent-kafka's transactional producer, on threads of its own) or native (our own "
+                            "asyncio Kafka client on the coordinator's loop: retries Kafka's CONCURRENT_TRANSACTIONS "
+                            "after 1 ms instead of librdkafka's fixed 20 ms, adds a partition ahead of a write "
+                            "without a marker record). Same transactional ids either way (env "
+                            "COORDINATOR_STATE_WRITER)")
     serve.add_argument("--no-relay", action="store_true", default=env("COORDINATOR_NO_RELAY", "") == "1",
                        help="serve the group APIs only (no relay): clients must bootstrap to the cluster itself "
                             "(env COORDINATOR_NO_RELAY=1)")
@@ -188,6 +196,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         event_delivery_timeout_ms=args.event_delivery_timeout_ms,
         event_queue_max_messages=args.event_queue_max_messages,
         transactional_writes=args.write_mode == "transactional",
+        state_writer=args.state_writer,
         metrics_listen=args.metrics_listen,
         relay=relay,
         instance_id=instance_id,

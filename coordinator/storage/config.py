@@ -14,6 +14,9 @@ DEFAULT_EVENT_QUEUE_MAX_MESSAGES = 100_000
 EVENT_LINGER_MS = 50  # the event producer batches this long; a delivery timeout must exceed it (librdkafka)
 
 
+STATE_WRITERS = ("librdkafka", "native")
+
+
 @dataclass(frozen=True)
 class StorageConfig:
     bootstrap: str
@@ -47,6 +50,9 @@ class StorageConfig:
     # Several instances share the state topic: one transactional producer per owned partition, id
     # f"{transactional_id}-p{partition}", created by load (fencing the previous owner), closed by unload.
     partition_fencing: bool = False
+    # Which client runs the transactions: "librdkafka" (transactions.py, confluent-kafka) or "native" (our own
+    # asyncio client, native_transactions.py: CONCURRENT_TRANSACTIONS retried after 1 ms, not librdkafka's 20 ms)
+    state_writer: str = "librdkafka"
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
@@ -62,6 +68,8 @@ class StorageConfig:
         if self.event_delivery_timeout_ms < 0 or 0 < self.event_delivery_timeout_ms <= EVENT_LINGER_MS:
             raise ValueError(f"the event delivery timeout must be 0 (none) or more than the event producer's "
                              f"linger of {EVENT_LINGER_MS} ms, got {self.event_delivery_timeout_ms}")
+        if self.state_writer not in STATE_WRITERS:
+            raise ValueError(f"state_writer must be one of {', '.join(STATE_WRITERS)}, got {self.state_writer!r}")
         if self.partition_fencing and self.transactional_id is None:
             raise ValueError("partition_fencing needs a transactional_id (the prefix of the partitions' ids)")
 

@@ -10,12 +10,37 @@ partition's previous owner.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Collection, Sequence
 
 from confluent_kafka import KafkaError
 
+from coordinator.security.clusters import cluster_security
+from coordinator.storage.native_transactions import NativeTransactionalProducer
 from coordinator.storage.producer import KafkaRecord
-from coordinator.storage.transactions import TransactionalProducer
+from coordinator.storage.transactions import TransactionalProducer as LibrdkafkaTransactionalProducer
+from coordinator.storage.uncommitted_load import reads_raw
+
+log = logging.getLogger("coordinator.storage")
+
+# Either writer (StorageConfig.state_writer): the same surface, the same transactional ids.
+TransactionalProducer = LibrdkafkaTransactionalProducer | NativeTransactionalProducer
+
+
+def transactional_producer(state_writer: str, topic: str, settings: dict[str, object], name: str,
+                           transactional_id: str, timeout_ms: int, on_fenced: Callable[[], None] | None = None,
+                           fatal_is_fence: bool = False) -> TransactionalProducer:
+    """The transactional producer of `state_writer`: "librdkafka" (transactions.py) or "native"
+    (native_transactions.py). The native one connects as the txn tails do (TLS, SASL as sasl_client.py speaks
+    it); a cluster only librdkafka can reach (OAUTHBEARER through an OIDC token endpoint) keeps librdkafka's."""
+    native = state_writer == "native"
+    if native and not reads_raw(cluster_security(str(settings.get("bootstrap.servers", "")))):
+        log.warning("event=state_writer_fallback producer=%s detail=the cluster's SASL mechanism is one only "
+                    "librdkafka speaks: the librdkafka writer is used", name)
+        native = False
+    kind = NativeTransactionalProducer if native else LibrdkafkaTransactionalProducer
+    return kind(topic, settings, name, transactional_id, timeout_ms, on_fenced=on_fenced,
+                fatal_is_fence=fatal_is_fence)
 
 
 class _RoutedWriters:
@@ -80,12 +105,12 @@ class TransactionalWriters(_RoutedWriters):
     (one instance owning every partition)."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
-                 timeout_ms: int, count: int) -> None:
+                 timeout_ms: int, count: int, state_writer: str = "librdkafka") -> None:
         self.topic = topic
         self.name = name
         self.timeout_ms = timeout_ms
-        self.producers = [TransactionalProducer(topic, settings, f"{name}-{k}", f"{transactional_id}-{k}",
-                                                timeout_ms) for k in range(count)]
+        self.producers = [transactional_producer(state_writer, topic, settings, f"{name}-{k}",
+                                                 f"{transactional_id}-{k}", timeout_ms) for k in range(count)]
 
     def _route(self, partition: int) -> TransactionalProducer:
         return self.producers[partition % len(self.producers)]
@@ -105,8 +130,9 @@ class PartitionTransactions(_RoutedWriters):
     a partition's producer is fenced by a newer owner."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
-                 timeout_ms: int, on_fenced: Callable[[int], None]) -> None:
+                 timeout_ms: int, on_fenced: Callable[[int], None], state_writer: str = "librdkafka") -> None:
         self.topic = topic
+        self.state_writer = state_writer
         self.name = name
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
@@ -141,9 +167,10 @@ class PartitionTransactions(_RoutedWriters):
         old = self._owned.pop(partition, None)
         if old is not None:  # fenced earlier: a fresh producer takes the partition back
             await old.close(0)
-        producer = TransactionalProducer(self.topic, self._settings, f"{self.name}-p{partition}",
-                                         self.transactional_id_of(partition), self.timeout_ms,
-                                         on_fenced=lambda: self._fenced(partition, producer), fatal_is_fence=True)
+        producer = transactional_producer(self.state_writer, self.topic, self._settings,
+                                          f"{self.name}-p{partition}", self.transactional_id_of(partition),
+                                          self.timeout_ms, on_fenced=lambda: self._fenced(partition, producer),
+                                          fatal_is_fence=True)
         try:
             await producer.start(timeout_ms)
         except BaseException:

@@ -37,12 +37,13 @@ async def open_state_producer(config: StorageConfig, on_fenced: Callable[[int], 
     if config.partition_fencing:
         assert config.transactional_id is not None  # StorageConfig checks it
         return PartitionTransactions(config.state_topic, producer_settings(config), "state-producer",
-                                     config.transactional_id, config.commit_timeout_ms, on_fenced)
+                                     config.transactional_id, config.commit_timeout_ms, on_fenced,
+                                     state_writer=config.state_writer)
     if config.transactional_id is None:
         return AsyncProducer(config.state_topic, producer_settings(config), "state-producer")
     producer = TransactionalWriters(config.state_topic, producer_settings(config), "state-producer",
                                     config.transactional_id, config.commit_timeout_ms,
-                                    config.transactional_producers)
+                                    config.transactional_producers, state_writer=config.state_writer)
     try:
         await producer.start(config.transactions_init_timeout_ms)
     except BaseException:

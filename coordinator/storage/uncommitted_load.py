@@ -74,8 +74,13 @@ class PartitionLeaders:
     """Connections to the partitions' leaders, and fetches that survive a leadership change."""
 
     def __init__(self, bootstrap: str, security: ClusterSecurity | None, topic: str, max_bytes: int,
-                 past_deadline: Callable[[], bool]) -> None:
+                 past_deadline: Callable[[], bool], *, client_id: str = "group-coordinator-loader",
+                 reauthenticate: bool = False) -> None:
         self.bootstrap = _host_port(bootstrap)
+        self.client_id = client_id
+        # connections kept for long and written on (the native state writer): re-authenticated before the broker's
+        # SASL session on them ends (KIP-368), else the broker closes one under a request
+        self.reauthenticate = reauthenticate
         self.security = security
         self.topic = topic
         self.max_bytes = max_bytes
@@ -91,8 +96,8 @@ class PartitionLeaders:
         async with self._connecting.setdefault(address, asyncio.Lock()):
             client = self.clients.get(address)
             if client is None or client.is_closed:
-                client = await connect_to_cluster(*address, self.security, client_id="group-coordinator-loader",
-                                                  timeout_ms=DEFAULT_TIMEOUT_MS)
+                client = await connect_to_cluster(*address, self.security, client_id=self.client_id,
+                                                  timeout_ms=DEFAULT_TIMEOUT_MS, reauthenticate=self.reauthenticate)
                 self.clients[address] = client
             return client
 

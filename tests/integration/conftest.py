@@ -7,6 +7,7 @@ import pytest
 
 from coordinator.embedded.broker import EmbeddedKafka
 from coordinator.embedded.jaeger import EmbeddedJaeger, built_jaeger
+from tests.support import kafka_store
 
 
 @pytest.fixture(scope="module")
@@ -24,3 +25,10 @@ def kafka_tv1() -> Iterator[str]:
     with EmbeddedKafka(features={"transaction.version": 1}, heap_mb=384,
                        jvm_options=("-XX:TieredStopAtLevel=1",)) as broker:
         yield broker.bootstrap
+
+
+@pytest.fixture(params=kafka_store.STATE_WRITERS)
+def state_writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test once per transactional writer (librdkafka's, our own): the stores it starts write with it."""
+    monkeypatch.setattr(kafka_store, "STATE_WRITER", request.param)
+    return str(request.param)

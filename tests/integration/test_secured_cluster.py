@@ -98,14 +98,15 @@ async def consume_everything(port: int, topic: str, group: str, members: int) ->
         assert b"Traceback" not in consumer.stderr, consumer.stderr.decode(errors="replace")[-3000:]
 
 
+@pytest.mark.parametrize("writer", ["librdkafka", "native"])  # the state writer's own connections: SASL_SSL too
 async def test_a_group_through_the_relay_on_a_sasl_ssl_cluster_keeps_its_offsets_across_a_restart(
-        secured_kafka: SecuredBroker) -> None:
+        secured_kafka: SecuredBroker, writer: str) -> None:
     bootstrap = secured_kafka.broker.sasl_ssl_bootstrap
     properties = secured_kafka.scram()
     topic, group, state_topic = unique("secured"), unique("secured-app"), unique("secured-state")
     await asyncio.to_thread(create_topic_and_records, bootstrap,
                             load_command_config(properties).librdkafka_settings(), topic)
-    args = ("--command-config", str(properties))
+    args = ("--command-config", str(properties), "--state-writer", writer)
     async with service(bootstrap, state_topic, *FAST, relay=True, event_topic=unique("secured-events"),
                        args=args) as first:
         await consume_everything(first.port, topic, group, members=2)

@@ -43,13 +43,16 @@ async def timed(coroutine) -> tuple[float, BaseException | None]:
     return loop.time() - started, None
 
 
-@pytest.mark.parametrize("transactional", [False, True], ids=["idempotent", "transactional"])
+@pytest.mark.parametrize("transactional,state_writer", [(False, "librdkafka"), (True, "librdkafka"),
+                                                     (True, "native")],
+                         ids=["idempotent", "transactional", "native-transactional"])
 async def test_writes_fail_in_time_while_the_broker_is_down_and_recover_after(
-        restartable_kafka: EmbeddedKafka, transactional: bool, caplog: pytest.LogCaptureFixture) -> None:
+        restartable_kafka: EmbeddedKafka, transactional: bool, state_writer: str,
+        caplog: pytest.LogCaptureFixture) -> None:
     topic = f"__state-{uuid.uuid4().hex[:8]}"
     config = StorageConfig(bootstrap=restartable_kafka.bootstrap, state_topic=topic, partitions=3,
                            event_topic=None, commit_timeout_ms=COMMIT_TIMEOUT_MS,
-                           transactional_id=f"{topic}-writer" if transactional else None)
+                           transactional_id=f"{topic}-writer" if transactional else None, state_writer=state_writer)
     store = KafkaGroupStore(config, load_timeout_ms=60_000)
     await store.start()
     try:

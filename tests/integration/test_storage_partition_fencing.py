@@ -25,6 +25,12 @@ PARTITIONS = 5
 LOADED_MACHINE_TIMEOUT_MS = 30_000  # fencing and ownership are tested, not speed
 
 
+@pytest.fixture(autouse=True)
+def writer(state_writer: str) -> str:
+    """Every test here once per transactional writer (the partitions' producers are librdkafka's or ours)."""
+    return state_writer
+
+
 def group_in(partition: int, name: str = "g") -> str:
     """A group id of `partition` (Kafka's partitioner)."""
     return next(f"{name}-{i}" for i in range(10_000) if partition_for(f"{name}-{i}", PARTITIONS) == partition)

@@ -31,7 +31,7 @@ def offsets(value: int, partitions: int) -> dict[tuple[str, int], OffsetRecord]:
     return {("orders", p): OffsetRecord(value, commit_timestamp_ms=value) for p in range(partitions)}
 
 
-async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bootstrap: str) -> None:
+async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bootstrap: str, state_writer: str) -> None:
     topic = unique_topic()
     store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
                                 commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
@@ -81,7 +81,7 @@ async def test_writes_queued_behind_a_commit_start_theirs_as_its_result_arrives(
         await store.close()
 
 
-async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_bootstrap: str,
+async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_bootstrap: str, state_writer: str,
                                                                      recwarn: pytest.WarningsRecorder) -> None:
     topic = unique_topic()
     first = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-p0",
@@ -106,7 +106,7 @@ async def test_a_newer_holder_of_the_transactional_id_fences_the_older(kafka_boo
     assert close_warnings(recwarn) == []  # the fenced producer is discarded, not closed (close would abort)
 
 
-async def test_a_load_right_after_a_commit_sees_it(kafka_bootstrap: str) -> None:
+async def test_a_load_right_after_a_commit_sees_it(kafka_bootstrap: str, state_writer: str) -> None:
     """Every write is read back by a load started the moment it is acknowledged. With the last stable offset
     as the end (what a read_committed consumer's watermarks answer) a load could stop before the commit marker
     and miss the acknowledged write."""
@@ -214,7 +214,9 @@ async def test_close_never_destroys_the_producer_during_a_commit(kafka_bootstrap
 async def test_a_lone_write_is_committed_while_the_loop_is_busy(kafka_bootstrap: str) -> None:
     """A write sent while no transaction is in flight starts its transaction from send(), not a loop turn later:
     it becomes visible to a read_committed reader while the loop is still busy (here: blocked by this test, as a
-    thousand SyncGroups arriving at once keep it busy after the leader's)."""
+    thousand SyncGroups arriving at once keep it busy after the leader's). The librdkafka writer's
+    alone: the native writer's requests are sent from the loop (its `send` starts the transaction task, which
+    runs at the loop's next turn; tests/integration/test_storage_native_transactions.py covers its group commit)."""
     topic = unique_topic()
     store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
                                 commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
@@ -236,15 +238,17 @@ async def test_a_lone_write_is_committed_while_the_loop_is_busy(kafka_bootstrap:
         await store.close()
 
 
-async def test_start_waits_for_the_transaction_coordinator_in_bounded_attempts_and_says_so(caplog) -> None:
+@pytest.mark.parametrize("writer", ["librdkafka", "native"])
+async def test_start_waits_for_the_transaction_coordinator_in_bounded_attempts_and_says_so(caplog, writer: str
+                                                                                           ) -> None:
     """No producer id yet (here: no cluster at all, as a transaction coordinator still loading looks to the
     client): start keeps asking in attempts, one line each, and gives up at its bound, not at the first attempt."""
     from confluent_kafka import KafkaException
 
-    from coordinator.storage.transactions import TransactionalProducer
+    from coordinator.storage.partition_writers import transactional_producer
 
-    producer = TransactionalProducer(unique_topic(), {"bootstrap.servers": "127.0.0.1:1"}, "waiting",
-                                     f"waiting-{uuid.uuid4().hex[:6]}", 5_000)
+    producer = transactional_producer(writer, unique_topic(), {"bootstrap.servers": "127.0.0.1:1"}, "waiting",
+                                      f"waiting-{uuid.uuid4().hex[:6]}", 5_000)
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:

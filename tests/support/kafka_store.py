@@ -9,6 +9,12 @@ from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore, loaded_offset_records
 
 
+# The transactional writer a started store gets unless a test says otherwise (StorageConfig.state_writer); the
+# `state_writer` fixture below runs a test once per writer.
+STATE_WRITER = "librdkafka"
+STATE_WRITERS = ("librdkafka", "native")
+
+
 def unique_topic() -> str:
     return f"__state-{uuid.uuid4().hex[:10]}"
 
@@ -29,7 +35,8 @@ def stable_group(generation: int, size: int = 3) -> GroupRecord:
 
 async def started_store(bootstrap: str, topic: str, **overrides) -> KafkaGroupStore:
     store = KafkaGroupStore(StorageConfig(bootstrap=bootstrap, state_topic=topic, event_topic=None,
-                                          **{"partitions": 5, **overrides}), load_timeout_ms=60_000)
+                                          **{"partitions": 5, "state_writer": STATE_WRITER, **overrides}),
+                           load_timeout_ms=60_000)
     await store.start()
     return store
 
