@@ -176,8 +176,12 @@ class ConsumerProtocolConsumer:
             return True
         if error in FATAL:
             raise Fatal(error.name)
-        if error == Errors.GROUP_ID_NOT_FOUND and self.epoch > 0 and self.sim.checkers.was_deleted(self.group_id):
-            raise Fatal(error.name)  # the operator deleted the group (Empty: this member was gone): Kafka's answer
+        if error == Errors.GROUP_ID_NOT_FOUND:
+            # the operator deleted the group (Empty: this member was gone), it went back to classic while this
+            # member was away (fenced, its group downgraded), or joining, its classic group cannot be converted
+            # (in its first rebalance): fatal in the Java consumer. The checkers judge the answer
+            # (Checkers._not_a_consumer_group).
+            raise Fatal(error.name)
         if error not in RETRIABLE:
             self.sim.checkers.unexpected_error(self.name, "consumer_group_heartbeat", error)
         return False

@@ -419,6 +419,7 @@ class ConsumerGroupService:
         # what the state topic still says of the classic group, to go back to if the write fails
         last_written = classic.to_record({m.member_id: m.assignment for m in classic.members.values()}) \
             if classic.is_in(GroupState.STABLE) else None
+        shard.observer.on_group_converted(group_id, "consumer", classic.generation_id, classic.state.value)
         shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
         holder = shard.add_group(group_id)  # the offsets' holder, as a load makes it
         holder.offsets.update(classic.offsets)
@@ -436,6 +437,7 @@ class ConsumerGroupService:
                                              shard.now_wall_ms(), shard.observer)
                 restored.offsets.update(holder.offsets)
                 shard.groups[group_id] = restored
+                shard.observer.on_group_converted(group_id, "classic", restored.generation_id, restored.state.value)
                 for member in restored.members.values():
                     shard.schedule_heartbeat(restored, member, member.session_timeout_ms)
                 move_holds(classic, restored)  # a static replacement still undecided is decided against it
@@ -497,6 +499,7 @@ class ConsumerGroupService:
         def written(error: Errors) -> None:
             revert_consumer_group(error)
             if error != Errors.NONE and group_id in shard.consumer_groups and shard.groups.get(group_id) is classic:
+                shard.observer.on_group_converted(group_id, "consumer", classic.generation_id, classic.state.value)
                 shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
                 if holder is not None:
                     shard.groups[group_id] = holder  # the consumer group's offsets, as before
@@ -504,6 +507,7 @@ class ConsumerGroupService:
 
         write.then = written
         shard.groups[group_id] = classic
+        shard.observer.on_group_converted(group_id, "classic", classic.generation_id, classic.state.value)
         for member in classic.members.values():
             shard.schedule_heartbeat(classic, member, member.session_timeout_ms)
         shard.prepare_rebalance(classic, cause)
