@@ -422,7 +422,7 @@ class ConsumerGroupService:
         shard.observer.on_group_converted(group_id, "consumer", classic.generation_id, classic.state.value)
         shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
         holder = shard.add_group(group_id)  # the offsets' holder, as a load makes it
-        holder.offsets.update(classic.offsets)
+        classic.hand_offsets_to(holder)
         shard.consumer_groups[group_id] = ConsumerGroup(group_id)
         write = self._apply(shard, group_id, records, None, written_first=[GroupMetadataRecord(group_id, None)],
                             already_members=classic.members.keys())
@@ -435,7 +435,7 @@ class ConsumerGroupService:
                     and shard.groups.get(group_id) is holder and shard.status is ShardStatus.ACTIVE):
                 restored = materialize_group(group_id, [GroupMetadataRecord(group_id, last_written)],
                                              shard.now_wall_ms(), shard.observer)
-                restored.offsets.update(holder.offsets)
+                holder.hand_offsets_to(restored)
                 shard.groups[group_id] = restored
                 shard.observer.on_group_converted(group_id, "classic", restored.generation_id, restored.state.value)
                 for member in restored.members.values():
@@ -486,7 +486,7 @@ class ConsumerGroupService:
         classic = classic_group_from(final, leaving_member_id, self.topics, shard.now_wall_ms(), shard.observer)
         holder = shard.groups.get(group_id)
         if holder is not None:
-            classic.offsets.update(holder.offsets)
+            holder.hand_offsets_to(classic)
         record = classic.to_record({m.member_id: m.assignment for m in classic.members.values()})
         for member_id in {*group.members, *final.members}:
             self.cancel_all(group_id, member_id)
@@ -502,6 +502,7 @@ class ConsumerGroupService:
                 shard.observer.on_group_converted(group_id, "consumer", classic.generation_id, classic.state.value)
                 shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
                 if holder is not None:
+                    classic.hand_offsets_to(holder)  # with the commits answered meanwhile
                     shard.groups[group_id] = holder  # the consumer group's offsets, as before
                 log.warning("event=downgrade_reverted group=%s error=%s", group_id, error.name)
 

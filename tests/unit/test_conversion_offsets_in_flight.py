@@ -1,0 +1,96 @@
+"""An offset commit whose write is in flight when its group changes type (KIP-848's online upgrade and downgrade)
+lands in the group's offsets whatever type the group has by then, as Kafka's do: its offsets live apart from the
+group (OffsetMetadataManager, keyed by group id), so a conversion never touches them. Here a group's offsets are
+held by its GroupMetadata, and a conversion hands them to another object (the consumer group's offsets holder, the
+downgraded classic group, the classic group a failed upgrade restores): a commit acknowledged after that must reach
+the new holder. Found by the simulator (seed 51 of --protocol upgrade: a classic member's commit acknowledged just
+after the upgrade, its offsets then fetched one commit older). Manual clock, in-memory store
+(tests/support/group_harness.py)."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.state import GroupState
+from coordinator.group.store import InMemoryGroupStore
+from coordinator.topics import StaticTopics, TopicImage
+from protocol.consumer_protocol import Assignment, encode_assignment
+from protocol.error_codes import Errors
+from tests.support.group_harness import (Client, Env, advance_until_joined, commit, drain, env,  # noqa: F401
+                                         errors_of, fetch)
+
+T = uuid.UUID(int=0x7)
+
+
+async def _stable_group(env: Env) -> tuple[Client, Client, InMemoryGroupStore]:
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    x, y = env.client("x"), env.client("y")
+    for client in (x, y):
+        await client.start_join()
+    await advance_until_joined(env, x, y)
+    for client in (x, y):
+        assert client.take_join().error_code == Errors.NONE
+    leader = x if x.is_leader else y
+    await leader.start_sync({c.member_id: encode_assignment(Assignment((("t", (i,)),)), 0)
+                             for i, c in enumerate((x, y))})
+    await (y if leader is x else x).start_sync()
+    assert env.state() is GroupState.STABLE
+    assert isinstance(env.store, InMemoryGroupStore)
+    return x, y, env.store
+
+
+def _consumer_join(env: Env, member_id: str = "c", epoch: int = 0) -> asyncio.Task[HeartbeatResponse]:
+    return asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", member_id, epoch, rebalance_timeout_ms=30_000 if epoch == 0 else -1,
+        subscribed_topic_names=("t",) if epoch == 0 else None, owned=[] if epoch == 0 else None, client_id=member_id,
+        client_host="/127.0.0.1")))
+
+
+@pytest.mark.parametrize("conversion", ["acked", "failed"])
+async def test_a_commit_in_flight_during_an_upgrade_is_in_the_groups_offsets(env: Env, conversion: str) -> None:
+    x, _, store = await _stable_group(env)
+    assert errors_of(await env.coordinator.commit_offsets(
+        commit("g", x.generation, x.member_id, {("t", 0): 5}))) == [Errors.NONE]
+    gate_commit, gate_conversion = store.hold_next_write(), store.hold_next_write()
+    committing = asyncio.ensure_future(env.coordinator.commit_offsets(
+        commit("g", x.generation, x.member_id, {("t", 0): 6})))
+    await drain()
+    upgrade = _consumer_join(env)
+    await drain()
+    assert "g" in env.coordinator.shard_for("g").consumer_groups and not upgrade.done()
+    gate_commit.set()  # acknowledged after the conversion, before its own write is answered
+    await drain()
+    assert errors_of(await committing) == [Errors.NONE]
+    assert (await fetch(env, "g", {"t": [0]}, require_stable=True))[("t", 0)][0] == 6
+    if conversion == "failed":
+        store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    gate_conversion.set()
+    await drain()
+    assert (await upgrade).error == (Errors.NONE if conversion == "acked" else Errors.COORDINATOR_NOT_AVAILABLE)
+    if conversion == "failed":  # the classic group is back (its last record: Stable), with the offsets
+        assert env.state() is GroupState.STABLE and "g" not in env.coordinator.shard_for("g").consumer_groups
+    assert (await fetch(env, "g", {"t": [0]}, require_stable=True))[("t", 0)][0] == 6
+
+
+async def test_a_commit_in_flight_when_the_group_is_upgraded_then_reverted_lands_in_the_restored_group(env: Env
+                                                                                                        ) -> None:
+    """The commit is acknowledged only once the failed upgrade put the classic group back."""
+    x, _, store = await _stable_group(env)
+    gate_commit, gate_conversion = store.hold_next_write(), store.hold_next_write()
+    committing = asyncio.ensure_future(env.coordinator.commit_offsets(
+        commit("g", x.generation, x.member_id, {("t", 1): 9})))
+    await drain()
+    upgrade = _consumer_join(env)
+    await drain()
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    gate_conversion.set()
+    await drain()
+    assert (await upgrade).error == Errors.COORDINATOR_NOT_AVAILABLE
+    assert env.state() is GroupState.STABLE and not committing.done()
+    gate_commit.set()
+    await drain()
+    assert errors_of(await committing) == [Errors.NONE]
+    assert (await fetch(env, "g", {"t": [1]}, require_stable=True))[("t", 1)][0] == 9
