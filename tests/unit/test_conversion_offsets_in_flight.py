@@ -94,3 +94,28 @@ async def test_a_commit_in_flight_when_the_group_is_upgraded_then_reverted_lands
     await drain()
     assert errors_of(await committing) == [Errors.NONE]
     assert (await fetch(env, "g", {"t": [1]}, require_stable=True))[("t", 1)][0] == 9
+
+
+async def test_an_upgrade_whose_write_failed_under_a_later_write_tombstones_the_classic_record_again(env: Env
+                                                                                                   ) -> None:
+    """The upgrade's write (the classic group's tombstone and the consumer group's records) fails while a later
+    write of the consumer group, computed on top of it, is acknowledged: memory keeps the consumer group (only the
+    latest write reverts) and the consumer group's records are written again, and so must the classic group's
+    tombstone be: a log with the classic record and the consumer group's records reloads as the classic group,
+    which the next join converts again from its old generation (the members' epochs go back). Seed 25 of
+    --protocol upgrade (the conversion's write timed out in a Kafka outage; member_epoch after the reload)."""
+    _, _, store = await _stable_group(env)
+    assert "g" in store.groups
+    gate_conversion = store.hold_next_write()
+    upgrade = _consumer_join(env, "c")
+    await drain()
+    second = _consumer_join(env, "d")  # written on top of the unanswered conversion, acknowledged at once
+    await drain()
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # the conversion's write, released now
+    gate_conversion.set()
+    await drain()
+    assert (await upgrade).error == Errors.COORDINATOR_NOT_AVAILABLE
+    await second
+    consumer_group = env.coordinator.shard_for("g").consumer_groups.get("g")
+    assert consumer_group is not None and "d" in consumer_group.members  # not reverted: a later write stands
+    assert "g" not in store.groups  # the classic record is tombstoned again

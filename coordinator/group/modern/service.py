@@ -431,6 +431,12 @@ class ConsumerGroupService:
 
         def written(error: Errors) -> None:
             revert_consumer_group(error)
+            if error != Errors.NONE and group_id in shard.consumer_groups:
+                # Not reverted: a later write of the consumer group was computed on top of this one and may be in
+                # the log (`_written` rewrites its records). The classic group's record must go again too, or a
+                # reload finds a classic group beside the consumer group (the classic one wins the next join).
+                self._tombstone_classic(shard, group_id, error)
+                return
             if (error != Errors.NONE and last_written is not None and group_id not in shard.consumer_groups
                     and shard.groups.get(group_id) is holder and shard.status is ShardStatus.ACTIVE):
                 restored = materialize_group(group_id, [GroupMetadataRecord(group_id, last_written)],
@@ -454,6 +460,19 @@ class ConsumerGroupService:
                 self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
         log.info("[GroupId %s] Converted the classic group to a consumer group.", group_id)
         return write
+
+    def _tombstone_classic(self, shard: GroupShard, group_id: str, error: Errors) -> None:
+        """The classic group's tombstone of an upgrade whose write failed while the consumer group stayed, written
+        again (and again if that fails) as long as the group id is a consumer group here."""
+        if shard.status is not ShardStatus.ACTIVE or error == Errors.NOT_COORDINATOR:
+            return  # the partition is another instance's now: its load decides
+
+        def written(again: Errors) -> None:
+            if again != Errors.NONE and group_id in shard.consumer_groups:
+                self._tombstone_classic(shard, group_id, again)
+
+        log.warning("event=upgrade_tombstone_rewritten group=%s error=%s", group_id, error.name)
+        shard.append(Write(group_id, [GroupMetadataRecord(group_id, None)], then=written))
 
     def _downgrades(self, group: ConsumerGroup, request: HeartbeatRequest) -> bool:
         """Whether this leave (-1) is the last consumer-protocol member's and takes the group back to classic."""
