@@ -30,6 +30,7 @@ from coordinator.server.context import ConnectionContext
 from coordinator.server.handlers import txn_offset_commit
 from coordinator.timer import SystemTimer
 from protocol.codec import RequestHeader
+from protocol.consumer_protocol import decode_assignment
 from protocol.error_codes import Errors
 from simulator.cluster import SimMembership, describe_fresh, guard_pulse, refresh_owner_map
 from simulator.kafka import SimProducer
@@ -90,6 +91,15 @@ class SimObserver(GroupObserver):
 
     def on_group_converted(self, group_id: str, protocol: str, generation: int, state: str) -> None:
         self._record("converted", group=group_id, to=protocol, gen=generation, state=state)
+        runtime = self.instance.runtime if self.instance.alive else None
+        classic = None if runtime is None else runtime.shard_for(group_id).groups.get(group_id)
+        if protocol == "classic" and classic is not None:
+            self.instance.sim.checkers.made_classic(group_id, {
+                member_id: decode_assignment(member.assignment)[1].partitions if member.assignment else ()
+                for member_id, member in classic.members.items()})
+
+    def on_group_replaced(self, group_id: str, protocol: str) -> None:
+        self._record("replaced", group=group_id, to=protocol)
 
     def on_member_session_expired(self, group_id: str, member_id: str, client_id: str, client_host: str,
                                   session_timeout_ms: int, since_last_heartbeat_ms: int) -> None:

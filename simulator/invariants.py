@@ -148,7 +148,7 @@ class Checkers:
         self._txn_landed_mark: dict[tuple[str, str, int, int], int] = {}
         # (instance, group) whose classic group goes Dead next because the group turns consumer (not a new life)
         self._converting: set[tuple[int, str]] = set()
-        history.listen(("state", "expired", "converted"), self._see)
+        history.listen(("state", "expired", "converted", "replaced"), self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
     def violation(self, invariant: str, message: str) -> None:
@@ -166,6 +166,18 @@ class Checkers:
             self._expired(event.fields)
         elif kind == "converted":
             self._converted(event.fields)
+        elif kind == "replaced":
+            self._replaced(event.fields)
+
+    def _replaced(self, f: dict[str, Any]) -> None:
+        """An Empty group gave way to a new one of the other type: its generations (epochs) start again, a new
+        life of the group id (as after a deletion). A new classic group starts Empty."""
+        group = f["group"]
+        self._lives[group] = self._lives.get(group, 0) + 1
+        if f["to"] == "classic":
+            self._states[(f["inst"], group)] = "Empty"
+        else:
+            self._consumer_group_lives[group] = self._consumer_group_lives.get(group, 0) + 1
 
     def _converted(self, f: dict[str, Any]) -> None:
         """The group id changed type on an instance. To consumer: its classic group goes Dead next (unloaded, not
@@ -286,6 +298,22 @@ class Checkers:
             return
         self.violation("no_errors", f"{instance.name} answered GROUP_ID_NOT_FOUND to {pending.client} (epoch "
                                     f"{pending.generation}) of {pending.group_id}, but {why}")
+
+    def made_classic(self, group_id: str, assignments: dict[str, Any]) -> None:
+        """A consumer group became a classic group (a downgrade, or a failed upgrade's classic group restored): each
+        classic member is assigned what the classic group says — Kafka's ClassicGroup.fromConsumerGroup writes
+        each member's target, not the partitions it has still to revoke. From then on classic-protocol rules hold
+        for them (eager: everything is revoked at the rejoin the rebalance asks for; a later upgrade takes these
+        assignments as what each member owns): so what a member's client still owns beyond it is not protected by
+        consumer_owner any more, until the client is assigned again."""
+        claims = self._claims.get(group_id, {})
+        for client, (member_id, owned) in list(claims.items()):
+            if member_id in assignments:
+                kept = owned & frozenset((topic, p) for topic, ps in assignments[member_id] for p in ps)
+                if kept:
+                    claims[client] = (member_id, kept)
+                else:
+                    del claims[client]
 
     def consumer_heartbeat_answered(self, instance: CoordinatorInstance, pending: Pending, response: Any) -> None:
         if response.error != Errors.NONE or response.member_epoch < 0:

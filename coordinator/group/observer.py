@@ -207,6 +207,11 @@ class GroupObserver:
         classic group restored), the classic group then in `state` at `generation` (no state change is reported
         for it: it is made in that state). Its generations go on from the other type's epochs: not a new group."""
 
+    def on_group_replaced(self, group_id: str, protocol: str) -> None:
+        """An Empty group of the other type gave way to a new group of type `protocol` ("classic": a JoinGroup;
+        "consumer": a ConsumerGroupHeartbeat), as Kafka replaces an empty group: its generations (epochs) start
+        again from the beginning."""
+
     def on_txn_offsets_pending(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
                                partition_count: int) -> None:
         """A TxnOffsetCommit's offsets are in the state partition, pending until their transaction's marker."""

@@ -284,6 +284,8 @@ class ConsumerGroupService:
         if conversion:
             assert classic is not None
             return result.response, self._upgrade(shard, classic, conversion + result.records)
+        if result.created is not None and classic is not None and classic.protocol_type is not None:
+            shard.observer.on_group_replaced(request.group_id, "consumer")  # an Empty classic group gives way
         answer: HeartbeatResponse | asyncio.Future[HeartbeatResponse] = result.response
         write = None
         if result.pending is not None:
