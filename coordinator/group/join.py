@@ -57,6 +57,7 @@ def _consumer_group_join_error(shard: GroupShard, group_id: str) -> Errors | Non
     if shard.consumer_groups[group_id].members:
         return Errors.INCONSISTENT_GROUP_PROTOCOL
     del shard.consumer_groups[group_id]
+    shard.consumer_group_replaced(group_id)
     shard.observer.on_group_replaced(group_id, "classic")
     return None
 

@@ -104,6 +104,8 @@ class GroupRuntime:
         self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
         self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for, wall_clock=self.wall_clock)
         self.consumer_groups.batch_targets = True
+        for shard in self.shards:
+            shard.consumer_group_replaced = self.consumer_groups.replaced_by_classic
         # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the
         # topics ConsumerGroupService.topics has are all there is
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None

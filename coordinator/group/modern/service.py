@@ -660,6 +660,14 @@ class ConsumerGroupService:
             self._open[group_id] = (write, previous, written)
         return write
 
+    def replaced_by_classic(self, group_id: str) -> None:
+        """An Empty consumer group gave way to a classic group (join.py). A write of it still unanswered is no
+        longer the group's latest: if it fails, it must not bring the consumer group back beside the classic one
+        (Kafka's revert would undo the replacement with it; here the classic group stands, computed on top), and
+        its keys are written again as memory has them: gone (`_written`)."""
+        self._write_sequence.pop(group_id, None)
+        self._open.pop(group_id, None)
+
     def unacknowledged(self, group_id: str) -> tuple[Write | None, int]:
         """The group's latest write Kafka has not acknowledged yet (None: every one was), and how many of the
         group's writes failed so far: an answer read from memory waits for the first and checks the second, as

@@ -1,4 +1,7 @@
-"""An offset commit whose write is in flight when its group changes type (KIP-848's online upgrade and downgrade)
+"""Writes in flight when a group id changes type (KIP-848's online upgrade and downgrade, an Empty group replaced
+by one of the other type), found by the simulator's --protocol upgrade.
+
+An offset commit whose write is in flight when its group changes type (KIP-848's online upgrade and downgrade)
 lands in the group's offsets whatever type the group has by then, as Kafka's do: its offsets live apart from the
 group (OffsetMetadataManager, keyed by group id), so a conversion never touches them. Here a group's offsets are
 held by its GroupMetadata, and a conversion hands them to another object (the consumer group's offsets holder, the
@@ -119,3 +122,36 @@ async def test_an_upgrade_whose_write_failed_under_a_later_write_tombstones_the_
     consumer_group = env.coordinator.shard_for("g").consumer_groups.get("g")
     assert consumer_group is not None and "d" in consumer_group.members  # not reverted: a later write stands
     assert "g" not in store.groups  # the classic record is tombstoned again
+
+
+async def test_a_failed_write_of_a_consumer_group_replaced_by_a_classic_group_does_not_bring_it_back(env: Env
+                                                                                                    ) -> None:
+    """The last member of a consumer group leaves (its write unanswered), a classic JoinGroup finds the group Empty
+    and a classic group takes its place (Kafka replaces an empty group); then the leave's write fails. Only the
+    group's latest write reverts it, and that write is no longer the latest: the consumer group must not come back
+    beside the classic group (seed 73 of --protocol upgrade: it did, and the classic member's SyncGroup was answered
+    with a consumer group there too)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    joined = await _consumer_join(env, "c")
+    assert joined.error == Errors.NONE
+    gate_leave = store.hold_next_write()
+    leaving = asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", "c", -1, client_id="c", client_host="/127.0.0.1")))
+    await drain()
+    consumer_groups = env.coordinator.shard_for("g").consumer_groups
+    assert "g" in consumer_groups and not consumer_groups["g"].members and not leaving.done()
+    x = env.client("x")
+    await x.start_join()
+    await advance_until_joined(env, x)
+    assert x.take_join().error_code == Errors.NONE
+    assert "g" not in consumer_groups and env.group() is not None
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    gate_leave.set()
+    await drain()
+    await leaving
+    assert "g" not in consumer_groups  # the classic group stands alone
+    await x.start_sync({x.member_id: encode_assignment(Assignment((("t", (0, 1)),)), 0)})
+    assert x.sync_task is not None and x.sync_task.done() and x.sync_task.result().error_code == Errors.NONE
+    assert env.state() is GroupState.STABLE
