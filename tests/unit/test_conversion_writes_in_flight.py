@@ -20,6 +20,7 @@ from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatRespon
 from coordinator.group.state import GroupState
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.topics import StaticTopics, TopicImage
+from coordinator.group.api import SyncGroupRequest
 from protocol.consumer_protocol import Assignment, encode_assignment
 from protocol.error_codes import Errors
 from tests.support.group_harness import (Client, Env, advance_until_joined, commit, drain, env,  # noqa: F401
@@ -155,3 +156,38 @@ async def test_a_failed_write_of_a_consumer_group_replaced_by_a_classic_group_do
     await x.start_sync({x.member_id: encode_assignment(Assignment((("t", (0, 1)),)), 0)})
     assert x.sync_task is not None and x.sync_task.done() and x.sync_task.result().error_code == Errors.NONE
     assert env.state() is GroupState.STABLE
+
+
+@pytest.mark.parametrize("outcome", ["acked", "failed"])
+async def test_a_classic_members_sync_in_a_consumer_group_waits_for_the_groups_earlier_write(env: Env,
+                                                                                            outcome: str) -> None:
+    """A classic member's SyncGroup (or JoinGroup that writes nothing) in a consumer group is answered from memory:
+    only once the group's earlier writes are acknowledged, as Kafka's runtime answers a write operation without
+    records at the last written offset's commit; if one fails, the member is told to retry — memory may say an
+    epoch the log never gets (seed 119 of --protocol upgrade: a classic member told epoch 10 by one instance, 9 by
+    the next after a failover)."""
+    x, y, store = await _stable_group(env)
+    assert (await _consumer_join(env, "c")).error == Errors.NONE  # the group is converted
+    assert (await env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", "d", 0, instance_id="id", rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), owned=[],
+        client_id="d", client_host="/127.0.0.1"))).error == Errors.NONE  # a static member
+    consumer_groups = env.coordinator.shard_for("g").consumer_groups
+    await x.start_join()  # the classic member rejoins (the group's target changed): its own write, acknowledged
+    assert x.join_task is not None
+    joined = await x.join_task
+    assert joined.error_code == Errors.NONE
+    gate = store.hold_next_write()
+    leaving = asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", "d", -2, instance_id="id", client_id="d", client_host="/127.0.0.1")))  # held; the target stays
+    await drain()
+    assert not leaving.done() and consumer_groups["g"].members["d"].member_epoch == -2
+    sync = asyncio.ensure_future(env.coordinator.sync_group(SyncGroupRequest(
+        "g", joined.generation_id, x.member_id, None, "consumer", "range", [])))
+    await drain()
+    assert not sync.done(), sync.result()  # waits for the leave's write
+    if outcome == "failed":
+        store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    gate.set()
+    await drain()
+    assert (await sync).error_code == (Errors.NONE if outcome == "acked" else Errors.COORDINATOR_NOT_AVAILABLE)
+    await leaving
