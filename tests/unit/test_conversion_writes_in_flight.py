@@ -191,3 +191,25 @@ async def test_a_classic_members_sync_in_a_consumer_group_waits_for_the_groups_e
     await drain()
     assert (await sync).error_code == (Errors.NONE if outcome == "acked" else Errors.COORDINATOR_NOT_AVAILABLE)
     await leaving
+
+
+async def test_a_failed_upgrade_of_a_group_mid_rebalance_keeps_its_generations_going(env: Env) -> None:
+    """A classic group in PreparingRebalance (no record to go back to) is upgraded and the write is refused: its
+    members rejoin the Empty group left, whose next generation follows the classic group's, as Kafka's reverted
+    classic group's does — not generation 1 again (seed 207 of --protocol upgrade: generation 1 Stable twice)."""
+    x, y, store = await _stable_group(env)
+    generation = env.group().generation_id
+    z = env.client("z")
+    await z.start_join()  # the group rebalances
+    assert env.state() is GroupState.PREPARING_REBALANCE
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    assert (await _consumer_join(env, "c")).error == Errors.COORDINATOR_NOT_AVAILABLE
+    assert "g" not in env.coordinator.shard_for("g").consumer_groups
+    x.member_id = ""
+    x.generation = -1
+    await x.start_join()
+    if x.join_task is not None and x.join_task.done() and x.take_join().error_code == Errors.MEMBER_ID_REQUIRED:
+        await x.start_join()
+    await advance_until_joined(env, x)
+    joined = x.take_join()
+    assert joined.error_code == Errors.NONE and joined.generation_id > generation

@@ -450,6 +450,15 @@ class ConsumerGroupService:
                     shard.schedule_heartbeat(restored, member, member.session_timeout_ms)
                 move_holds(classic, restored)  # a static replacement still undecided is decided against it
                 log.warning("event=upgrade_reverted group=%s error=%s", group_id, error.name)
+            elif (error != Errors.NONE and group_id not in shard.consumer_groups
+                    and shard.groups.get(group_id) is holder and shard.status is ShardStatus.ACTIVE
+                    and holder.is_in(GroupState.EMPTY) and not holder.members):
+                # Caught mid-rebalance (no record to go back to): its members rejoin the Empty holder, whose
+                # generations go on from the classic group's, as Kafka's reverted classic group's do (a generation
+                # is never Stable twice: seed 207 of --protocol upgrade)
+                holder.generation_id = max(holder.generation_id, classic.generation_id)
+                shard.observer.on_group_converted(group_id, "classic", holder.generation_id, holder.state.value)
+                log.warning("event=upgrade_reverted group=%s error=%s", group_id, error.name)
 
         write.then = written
         # The conversion's records carry every member's id: they hold the revert of a static replacement whose write
