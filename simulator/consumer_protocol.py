@@ -64,6 +64,7 @@ class ConsumerProtocolConsumer:
         self.spec = spec
         self.name = f"{spec.name}#{incarnation}"
         self.member_id = str(uuid.UUID(int=sim.rng_client.getrandbits(128), version=4))
+        sim.checkers.consumer_protocol_members.add(self.member_id)
         self.epoch = 0
         self.owned: Owned = frozenset()
         self.interval_ms = 5_000
@@ -234,6 +235,8 @@ class ConsumerProtocolConsumer:
                 tp = (topic.name, p.partition_index)
                 if p.error_code == Errors.NONE:
                     self.sim.checkers.committed(self.group_id, tp, offsets[tp], self.name)
+                elif p.error_code == Errors.ILLEGAL_GENERATION:
+                    pass  # a classic group's refusal (the group went classic meanwhile): judged by the checkers
                 elif p.error_code not in RETRIABLE | COMMIT_REFUSED:
                     self.sim.checkers.unexpected_error(self.name, "commit_offsets", p.error_code)
 

@@ -124,6 +124,8 @@ class Checkers:
         # (group, its life, member) -> (the last epoch told, the assignment told in it, whether it lost one in it)
         self._member_epochs: dict[tuple[str, int, str], tuple[int, frozenset[tuple[str, int]], bool]] = {}
         self._consumer_group_lives: dict[str, int] = {}
+        # the member ids of consumer-protocol clients (they make them up)
+        self.consumer_protocol_members: set[str] = set()
         # SyncGroup answers a consumer group gave to a classic member, until the client hears them (by id)
         self._in_consumer_group: dict[int, Any] = {}
         # (instance, group, member) -> when a heartbeat or a load last restarted its session
@@ -245,6 +247,14 @@ class Checkers:
             else:
                 self._sync_answered(instance.name, pending.group_id, pending.generation,
                                     self._loaded_before.get((instance.name, partition), 0))
+        if (api == "commit_offsets" and pending.member_id in self.consumer_protocol_members
+                and "ILLEGAL_GENERATION" in error_summary.split(",")):
+            # a classic group's answer (the group went classic while the member was away); a consumer group
+            # answers a consumer-protocol member's commit with STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, ...
+            runtime = getattr(instance, "runtime", None)
+            if runtime is not None and runtime.shard_for(pending.group_id).consumer_groups.get(pending.group_id):
+                self.violation("no_errors", f"{instance.name} answered ILLEGAL_GENERATION to {pending.client}'s "
+                                            f"commit while {pending.group_id} is a consumer group")
         if api == "consumer_group_heartbeat":
             self.consumer_heartbeat_answered(instance, pending, response)
             if error == Errors.GROUP_ID_NOT_FOUND:
