@@ -213,3 +213,18 @@ async def test_a_failed_upgrade_of_a_group_mid_rebalance_keeps_its_generations_g
     await advance_until_joined(env, x)
     joined = x.take_join()
     assert joined.error_code == Errors.NONE and joined.generation_id > generation
+
+
+async def test_a_consumer_group_made_over_an_empty_classic_group_tombstones_its_record(env: Env) -> None:
+    """An Empty classic group with a record in the log gives way to a consumer group: its record is tombstoned
+    (Kafka's maybeDeleteEmptyClassicGroup), or a reload makes the classic group again beside the consumer group
+    (seed 361 of --protocol upgrade: the Empty group a failed upgrade left, mid-rebalance, still had its record;
+    after a reload the stale classic group was converted over the consumer group's members)."""
+    x, y, store = await _stable_group(env)
+    for client in (x, y):
+        assert await client.leave() == Errors.NONE
+    await drain()
+    assert env.state() is GroupState.EMPTY and "g" in store.groups
+    assert (await _consumer_join(env, "c")).error == Errors.NONE
+    await drain()
+    assert "g" in env.coordinator.shard_for("g").consumer_groups and "g" not in store.groups
