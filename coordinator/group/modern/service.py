@@ -543,6 +543,11 @@ class ConsumerGroupService:
                     classic.hand_offsets_to(holder)  # with the commits answered meanwhile
                     shard.groups[group_id] = holder  # the consumer group's offsets, as before
                 log.warning("event=downgrade_reverted group=%s error=%s", group_id, error.name)
+                if error not in _NOT_APPENDED:
+                    # the write may have landed, its classic record with it: tombstoned, or a reload makes the
+                    # classic group (the consumer group's records are written again by `_written`; seed 745 of
+                    # --protocol upgrade)
+                    self._tombstone_classic(shard, group_id, error)
 
         write.then = written
         shard.groups[group_id] = classic
