@@ -480,18 +480,15 @@ class ConsumerGroupService:
 
     def _tombstone_classic(self, shard: GroupShard, group_id: str, error: Errors | None) -> None:
         """The classic group's tombstone, for a consumer group made over an Empty classic group (`error` None) or
-        again for an upgrade whose write failed while the consumer group stayed, written again (and again if that
-        fails) as long as the group id is a consumer group here."""
+        again for an upgrade whose write failed while the consumer group stayed. Not retried here: the Kafka
+        store keeps a failed tombstone owed and sends it again, with a backoff, until a newer write of its key
+        (storage/tombstones.py); a retry per failure from here would be a write storm when the cluster refuses
+        fast (authorization)."""
         if shard.status is not ShardStatus.ACTIVE or error == Errors.NOT_COORDINATOR:
             return  # the partition is another instance's now: its load decides
-
-        def written(again: Errors) -> None:
-            if again != Errors.NONE and group_id in shard.consumer_groups:
-                self._tombstone_classic(shard, group_id, again)
-
         if error is not None:
             log.warning("event=upgrade_tombstone_rewritten group=%s error=%s", group_id, error.name)
-        shard.append(Write(group_id, [GroupMetadataRecord(group_id, None)], then=written))
+        shard.append(Write(group_id, [GroupMetadataRecord(group_id, None)]))
 
     def _downgrades(self, group: ConsumerGroup, request: HeartbeatRequest) -> bool:
         """Whether this leave (-1) is the last consumer-protocol member's and takes the group back to classic."""
