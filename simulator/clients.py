@@ -91,6 +91,13 @@ class SimConsumer:
     def crash(self) -> None:
         if self.task is not None:
             self.task.cancel()
+        self._own([])
+
+    def _own(self, owned: list[tuple[str, int]]) -> None:
+        """What the consumer owns from now on, for the checkers of a group that may be a consumer group (an
+        online upgrade): eager, it gives up everything before it rejoins or leaves."""
+        self.owned = owned
+        self.sim.checkers.claim(self.group_id, self.name, self.member_id, frozenset(owned))
 
     def resubscribe(self, topics: tuple[str, ...]) -> None:
         """subscribe() with another topic list: the next poll rejoins with the new metadata."""
@@ -102,6 +109,7 @@ class SimConsumer:
         """Close the consumer: a dynamic member leaves the group (a static one just goes, as Java's does)."""
         if self.task is not None:
             self.task.cancel()
+        self._own([])
         if self.spec.instance_id is None and self.member_id:
             request = LeaveGroupRequest(self.group_id, [MemberIdentity(self.member_id, None, "closing")],
                                         client_id=self.name)
@@ -124,6 +132,7 @@ class SimConsumer:
 
     # --- join and sync ----------------------------------------------------------------------------------------
     async def _join_and_sync(self) -> None:
+        self._own([])  # onPartitionsRevoked before it rejoins (eager)
         while True:
             response = await self._join()
             assignments: list[SyncGroupRequestAssignment] = []
@@ -140,13 +149,13 @@ class SimConsumer:
             error = sync.error_code
             if error == Errors.NONE:
                 _, assignment = decode_assignment(sync.assignment) if sync.assignment else (0, None)
-                self.owned = ([(topic, p) for topic, partitions in assignment.partitions for p in partitions]
-                              if assignment is not None else [])
+                self._own([(topic, p) for topic, partitions in assignment.partitions for p in partitions]
+                          if assignment is not None else [])
                 self.sim.history.record("assigned", client=self.name, group=self.group_id, member=self.member_id,
                                         gen=self.generation, partitions=tuple(self.owned))
                 # a static member's restart takes over its assignment under a new member id: the owner is the instance
                 owner = self.spec.instance_id or self.member_id
-                self.sim.checkers.assigned(self.group_id, self.generation, owner, self.owned)
+                self.sim.checkers.assigned(self.group_id, self.generation, owner, self.owned, sync)
                 return
             self._on_error(error, "sync")
 
@@ -262,7 +271,8 @@ class SimConsumer:
         if error in FATAL:
             raise Fenced(error.name)
         if error in RESET:
-            self.member_id, self.generation, self.owned = "", -1, []
+            self._own([])
+            self.member_id, self.generation = "", -1
             raise Rejoin()
         if error in RETRIABLE and api in ("heartbeat", "commit", "fetch"):
             return

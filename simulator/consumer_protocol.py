@@ -64,6 +64,7 @@ class ConsumerProtocolConsumer:
         self.spec = spec
         self.name = f"{spec.name}#{incarnation}"
         self.member_id = str(uuid.UUID(int=sim.rng_client.getrandbits(128), version=4))
+        sim.checkers.consumer_protocol_members.add(self.member_id)
         self.epoch = 0
         self.owned: Owned = frozenset()
         self.interval_ms = 5_000
@@ -176,8 +177,12 @@ class ConsumerProtocolConsumer:
             return True
         if error in FATAL:
             raise Fatal(error.name)
-        if error == Errors.GROUP_ID_NOT_FOUND and self.epoch > 0 and self.sim.checkers.was_deleted(self.group_id):
-            raise Fatal(error.name)  # the operator deleted the group (Empty: this member was gone): Kafka's answer
+        if error == Errors.GROUP_ID_NOT_FOUND:
+            # the operator deleted the group (Empty: this member was gone), it went back to classic while this
+            # member was away (fenced, its group downgraded), or joining, its classic group cannot be converted
+            # (in its first rebalance): fatal in the Java consumer. The checkers judge the answer
+            # (Checkers._not_a_consumer_group).
+            raise Fatal(error.name)
         if error not in RETRIABLE:
             self.sim.checkers.unexpected_error(self.name, "consumer_group_heartbeat", error)
         return False
@@ -230,6 +235,8 @@ class ConsumerProtocolConsumer:
                 tp = (topic.name, p.partition_index)
                 if p.error_code == Errors.NONE:
                     self.sim.checkers.committed(self.group_id, tp, offsets[tp], self.name)
+                elif p.error_code == Errors.ILLEGAL_GENERATION:
+                    pass  # a classic group's refusal (the group went classic meanwhile): judged by the checkers
                 elif p.error_code not in RETRIABLE | COMMIT_REFUSED:
                     self.sim.checkers.unexpected_error(self.name, "commit_offsets", p.error_code)
 

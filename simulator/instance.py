@@ -30,6 +30,7 @@ from coordinator.server.context import ConnectionContext
 from coordinator.server.handlers import txn_offset_commit
 from coordinator.timer import SystemTimer
 from protocol.codec import RequestHeader
+from protocol.consumer_protocol import decode_assignment
 from protocol.error_codes import Errors
 from simulator.cluster import SimMembership, describe_fresh, guard_pulse, refresh_owner_map
 from simulator.kafka import SimProducer
@@ -68,7 +69,7 @@ class Pending:
     client: str
     arrived_ms: int
     reply: asyncio.Future[Any]
-    generation: int | None = None
+    generation: int | None = None  # a ConsumerGroupHeartbeat's: its member epoch
     task: asyncio.Task[Any] | None = None
     taken_in_alone: bool = False  # read while this instance alone served the group's partition (single_writer)
 
@@ -87,6 +88,18 @@ class SimObserver(GroupObserver):
     def on_state_change(self, group_id: str, old_state: str, new_state: str, generation: int) -> None:
         self._record("state", group=group_id, old=old_state, new=new_state,
                             gen=generation)
+
+    def on_group_converted(self, group_id: str, protocol: str, generation: int, state: str) -> None:
+        self._record("converted", group=group_id, to=protocol, gen=generation, state=state)
+        runtime = self.instance.runtime if self.instance.alive else None
+        classic = None if runtime is None else runtime.shard_for(group_id).groups.get(group_id)
+        if protocol == "classic" and classic is not None:
+            self.instance.sim.checkers.made_classic(group_id, {
+                member_id: decode_assignment(member.assignment)[1].partitions if member.assignment else ()
+                for member_id, member in classic.members.items()})
+
+    def on_group_replaced(self, group_id: str, protocol: str) -> None:
+        self._record("replaced", group=group_id, to=protocol)
 
     def on_member_session_expired(self, group_id: str, member_id: str, client_id: str, client_host: str,
                                   session_timeout_ms: int, since_last_heartbeat_ms: int) -> None:
@@ -372,7 +385,7 @@ class CoordinatorInstance:
         self._next_request += 1
         group_id = getattr(request, "group_id", "")
         pending = Pending(request_id, api, group_id, member_id, client, self.sim.now_ms(), reply,
-                          getattr(request, "generation_id", None))
+                          getattr(request, "generation_id", getattr(request, "member_epoch", None)))
         self.pending[request_id] = pending
         self.sim.history.record("srv_in", inst=self.number, rid=request_id, api=api, client=client,
                                 member=member_id)

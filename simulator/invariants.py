@@ -48,6 +48,7 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.state import GroupState
 from coordinator.storage.records import (OffsetCommitKey, decode_group_metadata_value, decode_key,
                                         decode_offset_commit_value)
+from protocol.consumer_protocol import decode_assignment
 from protocol.error_codes import Errors
 from simulator.history import Event, History
 from simulator.ledger import Key, Ledger
@@ -123,6 +124,10 @@ class Checkers:
         # (group, its life, member) -> (the last epoch told, the assignment told in it, whether it lost one in it)
         self._member_epochs: dict[tuple[str, int, str], tuple[int, frozenset[tuple[str, int]], bool]] = {}
         self._consumer_group_lives: dict[str, int] = {}
+        # the member ids of consumer-protocol clients (they make them up)
+        self.consumer_protocol_members: set[str] = set()
+        # SyncGroup answers a consumer group gave to a classic member, until the client hears them (by id)
+        self._in_consumer_group: dict[int, Any] = {}
         # (instance, group, member) -> when a heartbeat or a load last restarted its session
         self._consumer_session_ms: dict[tuple[str, str, str], int] = {}
         # clients' transactions: (group, topic, partition, offset) -> the transaction whose batch carried it
@@ -143,7 +148,9 @@ class Checkers:
         self._txn_dropped: set[tuple[str, str, int, int]] = set()
         # (group, topic, partition, offset) -> the writes issued when its latest batch landed
         self._txn_landed_mark: dict[tuple[str, str, int, int], int] = {}
-        history.listen(("state", "expired"), self._see)
+        # (instance, group) whose classic group goes Dead next because the group turns consumer (not a new life)
+        self._converting: set[tuple[int, str]] = set()
+        history.listen(("state", "expired", "converted", "replaced"), self._see)
 
     # --- reporting --------------------------------------------------------------------------------------------
     def violation(self, invariant: str, message: str) -> None:
@@ -159,6 +166,31 @@ class Checkers:
             self._state_change(event.fields)
         elif kind == "expired":
             self._expired(event.fields)
+        elif kind == "converted":
+            self._converted(event.fields)
+        elif kind == "replaced":
+            self._replaced(event.fields)
+
+    def _replaced(self, f: dict[str, Any]) -> None:
+        """An Empty group gave way to a new one of the other type: its generations (epochs) start again, a new
+        life of the group id (as after a deletion). A new classic group starts Empty."""
+        group = f["group"]
+        self._lives[group] = self._lives.get(group, 0) + 1
+        if f["to"] == "classic":
+            self._states[(f["inst"], group)] = "Empty"
+        else:
+            self._consumer_group_lives[group] = self._consumer_group_lives.get(group, 0) + 1
+
+    def _converted(self, f: dict[str, Any]) -> None:
+        """The group id changed type on an instance. To consumer: its classic group goes Dead next (unloaded, not
+        deleted: the consumer group's epochs go on from its generation, so it starts no new life). To classic: the
+        classic group is made in the state (Stable) the event names, at the consumer group's epoch."""
+        key = (f["inst"], f["group"])
+        if f["to"] == "consumer":
+            self._converting.add(key)
+        else:
+            self._converting.discard(key)
+            self._states[key] = f["state"]
 
     def _state_change(self, f: dict[str, Any]) -> None:
         group, old, new, gen = f["group"], f["old"], f["new"], f["gen"]
@@ -176,7 +208,10 @@ class Checkers:
             self._stable.add((group, life, gen))
         elif new == "Dead":
             del self._states[key]
-            self._lives[group] = life + 1
+            if key in self._converting:
+                self._converting.discard(key)
+            else:
+                self._lives[group] = life + 1
 
     def _expired(self, f: dict[str, Any]) -> None:
         member, session_ms = f["member"], f["session_ms"]
@@ -205,10 +240,25 @@ class Checkers:
         if api == "sync_group" and error == Errors.NONE and pending.generation is not None:
             runtime = getattr(instance, "runtime", None)
             partition = 0 if runtime is None else runtime.partition_for(pending.group_id)
-            self._sync_answered(instance.name, pending.group_id, pending.generation,
-                                self._loaded_before.get((instance.name, partition), 0))
+            consumer_group = None if runtime is None else runtime.shard_for(pending.group_id).consumer_groups.get(
+                pending.group_id)
+            if consumer_group is not None:  # a classic member of a consumer group (an online upgrade)
+                self._classic_member_synced(instance, consumer_group, pending, response)
+            else:
+                self._sync_answered(instance.name, pending.group_id, pending.generation,
+                                    self._loaded_before.get((instance.name, partition), 0))
+        if (api == "commit_offsets" and pending.member_id in self.consumer_protocol_members
+                and "ILLEGAL_GENERATION" in error_summary.split(",")):
+            # a classic group's answer (the group went classic while the member was away); a consumer group
+            # answers a consumer-protocol member's commit with STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, ...
+            runtime = getattr(instance, "runtime", None)
+            if runtime is not None and runtime.shard_for(pending.group_id).consumer_groups.get(pending.group_id):
+                self.violation("no_errors", f"{instance.name} answered ILLEGAL_GENERATION to {pending.client}'s "
+                                            f"commit while {pending.group_id} is a consumer group")
         if api == "consumer_group_heartbeat":
             self.consumer_heartbeat_answered(instance, pending, response)
+            if error == Errors.GROUP_ID_NOT_FOUND:
+                self._not_a_consumer_group(instance, pending)
         if resets and pending.member_id:
             # a commit resets the session when it is handled, before its write; a parked SyncGroup when answered
             self._session_reset_ms[pending.member_id] = (self.now_ms() if api == "sync_group"
@@ -222,6 +272,58 @@ class Checkers:
             claims[client] = (member_id, owned)
         else:
             claims.pop(client, None)
+
+    def _classic_member_synced(self, instance: CoordinatorInstance, group: Any, pending: Pending,
+                               response: Any) -> None:
+        """A SyncGroup of a classic member inside a consumer group, answered NONE. Its generation is its member
+        epoch (Kafka's classicGroupSyncToConsumerGroup), which it shares with nobody: judged as a consumer-protocol
+        member's assignment (member_epoch: within an epoch it only shrinks while partitions are revoked;
+        consumer_owner: nobody still owning them), not by single_owner, which `assigned` then skips. Its record
+        is the consumer group's, written by its JoinGroup (not a classic group record: answer_after_ack's)."""
+        assert pending.generation is not None
+        given: frozenset[tuple[str, int]] = frozenset()
+        if response.assignment:
+            _, assignment = decode_assignment(response.assignment)
+            given = frozenset((topic, p) for topic, partitions in assignment.partitions for p in partitions)
+        self._in_consumer_group[id(response)] = response
+        self._member_epoch(pending.group_id, pending.member_id, pending.generation, given)
+        self._given(instance, group, pending.group_id, pending.member_id, given)
+
+    def _not_a_consumer_group(self, instance: CoordinatorInstance, pending: Pending) -> None:
+        """GROUP_ID_NOT_FOUND to a ConsumerGroupHeartbeat (the client gives up, as Java's does) only when the group
+        is not a consumer group: with an epoch, a classic group (downgraded while the member was away) or none
+        (deleted); joining (epoch 0), a classic group that cannot be converted — in these scenarios only one in
+        its first rebalance, no protocol chosen yet (Kafka's ConsumerGroup.fromClassicGroup reads the members'
+        metadata of the group's protocol: it has none)."""
+        runtime = getattr(instance, "runtime", None)
+        if runtime is None:
+            return
+        shard = runtime.shard_for(pending.group_id)
+        classic = shard.groups.get(pending.group_id)
+        if shard.consumer_groups.get(pending.group_id) is not None:
+            why = "it is a consumer group"
+        elif pending.generation == 0 and (classic is None or not classic.members or classic.protocol_name is not None):
+            why = "its classic group can be converted" if classic is not None and classic.members else "it has no group"
+        else:
+            return
+        self.violation("no_errors", f"{instance.name} answered GROUP_ID_NOT_FOUND to {pending.client} (epoch "
+                                    f"{pending.generation}) of {pending.group_id}, but {why}")
+
+    def made_classic(self, group_id: str, assignments: dict[str, Any]) -> None:
+        """A consumer group became a classic group (a downgrade, or a failed upgrade's classic group restored): each
+        classic member is assigned what the classic group says — Kafka's ClassicGroup.fromConsumerGroup writes
+        each member's target, not the partitions it has still to revoke. From then on classic-protocol rules hold
+        for them (eager: everything is revoked at the rejoin the rebalance asks for; a later upgrade takes these
+        assignments as what each member owns): so what a member's client still owns beyond it is not protected by
+        consumer_owner any more, until the client is assigned again."""
+        claims = self._claims.get(group_id, {})
+        for client, (member_id, owned) in list(claims.items()):
+            if member_id in assignments:
+                kept = owned & frozenset((topic, p) for topic, ps in assignments[member_id] for p in ps)
+                if kept:
+                    claims[client] = (member_id, kept)
+                else:
+                    del claims[client]
 
     def consumer_heartbeat_answered(self, instance: CoordinatorInstance, pending: Pending, response: Any) -> None:
         if response.error != Errors.NONE or response.member_epoch < 0:
@@ -237,6 +339,12 @@ class Checkers:
         self._member_epoch(group_id, member_id, response.member_epoch, given)
         if group is None:
             return
+        self._given(instance, group, group_id, member_id, given)
+
+    def _given(self, instance: CoordinatorInstance, group: Any, group_id: str, member_id: str,
+               given: frozenset[tuple[str, int]] | None) -> None:
+        """consumer_owner: what the coordinator's consumer group just gave a member (of either protocol), against
+        what the other members' clients still own, and the group's holders."""
         if given:
             for client, (other, owned) in self._claims.get(group_id, {}).items():
                 taken = owned & given
@@ -430,9 +538,13 @@ class Checkers:
             what = "lost" if offset < 0 else f"regressed to {offset}"
             self.violation("durable_commit", f"{client}: {key} committed {kept[0]} (acknowledged), fetched: {what}")
 
-    def assigned(self, group_id: str, generation: int, member_id: str, owned: list[tuple[str, int]]) -> None:
+    def assigned(self, group_id: str, generation: int, member_id: str, owned: list[tuple[str, int]],
+                 response: Any = None) -> None:
         """`member_id`: the owner — a static member's group.instance.id, which keeps its assignment when the
-        member restarts under a new member id (KIP-345)."""
+        member restarts under a new member id (KIP-345). `response`: the SyncGroup's answer — one a consumer group
+        gave (a classic member of a converted group) was judged when it was answered (_classic_member_synced)."""
+        if response is not None and self._in_consumer_group.pop(id(response), None) is response:
+            return
         life = self._lives.get(group_id, 0)
         previous = self._assignments.setdefault((group_id, life, generation, member_id), tuple(owned))
         if previous != tuple(owned):

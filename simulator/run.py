@@ -130,11 +130,17 @@ class Scenario:
                 f"state partitions, {self.duration_ms // 1000}s, {admin}, faults {kinds}")
 
 
-PROTOCOLS = ("classic", "consumer", "mixed")
+PROTOCOLS = ("classic", "consumer", "mixed", "upgrade")
+# A member's place handed to a client of the other protocol (an online upgrade, then perhaps a downgrade): the old
+# client leaves (LeaveGroup; a consumer-protocol one commits, revokes, heartbeats -1 or -2) or is closed (a static
+# classic member's close: no LeaveGroup), and its replacement of the other protocol starts `duration_ms` later.
+CONVERSION_KINDS = ("upgrade_leave", "upgrade_close", "downgrade_leave", "downgrade_close")
 
 
 def make_scenario(seed: int, protocol: str = "classic") -> Scenario:
-    """`protocol`: what the groups speak — classic, consumer (KIP-848) or mixed (each group draws one)."""
+    """`protocol`: what the groups speak — classic, consumer (KIP-848), mixed (each group draws one) or upgrade
+    (groups start classic, their members are replaced one by one by consumer-protocol ones, and in some groups
+    back again)."""
     rng = random.Random(f"scenario:{seed}")
     stormy = rng.random() < 0.25  # many faults, Kafka failing often, small groups allowed
     config = CoordinatorConfig(
@@ -179,7 +185,11 @@ def make_scenario(seed: int, protocol: str = "classic") -> Scenario:
     if rng.random() < 0.3:
         rates = [0.0, 0.01, 0.03, 0.08]
         wire = WireFaults(rng.choice(rates), rng.choice(rates), rng.choice(rates), rng.choice(rates))
-    if protocol != "classic":  # drawn apart: the classic scenarios stay what they were
+    if protocol == "upgrade":  # drawn apart too, on a stream of its own
+        upgrades = random.Random(f"upgrade:{seed}")
+        _, config = _consumer_protocol(upgrades, "consumer", groups, config)
+        faults = sorted(faults + _conversions(upgrades, groups, duration_ms), key=lambda f: (f.at_ms, f.kind, f.target))
+    elif protocol != "classic":  # drawn apart: the classic scenarios stay what they were
         groups, config = _consumer_protocol(random.Random(f"protocol:{seed}"), protocol, groups, config)
     txn_apps, txn_faults = _transactional_apps(random.Random(f"txn:{seed}"), duration_ms)
     if txn_faults:
@@ -230,18 +240,44 @@ def _consumer_protocol(rng: random.Random, protocol: str, groups: list[GroupSpec
     return chosen, config
 
 
+def _conversions(rng: random.Random, groups: list[GroupSpec], duration_ms: int) -> list[Fault]:
+    """The rolling upgrades (every group starts classic): from a drawn time on, its members' places, in a drawn
+    order, one every 1-15 s, go to consumer-protocol clients; in 40% of the groups the same rolling replacement
+    back to classic clients follows 5-30 s after the last upgrade (a downgrade: the group turns classic when its
+    last consumer-protocol member goes). Whatever does not fit in the run is left out: some groups end mixed."""
+    faults = []
+    first = 0
+    for group in groups:
+        places = list(range(first, first + len(group.members)))
+        first += len(group.members)
+        at_ms = rng.randint(8_000, max(duration_ms // 2, 8_001))  # mostly after the first rebalance
+        for kind in ("upgrade", "downgrade"):
+            if kind == "downgrade":
+                if rng.random() >= 0.4:
+                    break
+                at_ms += rng.randint(5_000, 30_000)
+            rng.shuffle(places)
+            for place in places:
+                if at_ms < duration_ms - 2_000:
+                    how = "close" if rng.random() < 0.3 else "leave"
+                    faults.append(Fault(at_ms, f"{kind}_{how}", place, rng.choice([0, 200, 1_000, 3_000])))
+                at_ms += rng.randint(1_000, 15_000)
+    return faults
+
+
 class MemberSlot:
     """One consumer position of a group: the consumer in it now, replaced after a crash or leave."""
 
     def __init__(self, sim: Simulation, group: GroupSpec, spec: MemberSpec) -> None:
         self.sim, self.group, self.spec = sim, group, spec
         self.incarnation = 0
+        self.protocol = group.protocol  # the next client's: changed by the upgrade and downgrade (_convert)
         self.consumer: SimConsumer | ConsumerProtocolConsumer | None = None
         self.zombies: list[SimConsumer | ConsumerProtocolConsumer] = []  # replaced while hung, still running
 
     def start(self) -> None:
         self.incarnation += 1
-        kind = ConsumerProtocolConsumer if self.group.protocol == "consumer" else SimConsumer
+        kind = ConsumerProtocolConsumer if self.protocol == "consumer" else SimConsumer
         self.consumer = kind(self.sim, self.group.group_id, self.group.topics, self.spec, self.incarnation)
         self.sim.history.record("consumer_start", client=self.consumer.name, static=self.spec.instance_id)
         self.consumer.start()
@@ -481,6 +517,9 @@ class Simulation:
         elif fault.kind.startswith("member_"):
             if self.slots:
                 self._member_fault(fault, self.slots[fault.target % len(self.slots)])
+        elif fault.kind in CONVERSION_KINDS:
+            if self.slots:
+                self._convert(fault, self.slots[fault.target % len(self.slots)])
         else:
             self._cluster_fault(fault)
 
@@ -513,6 +552,21 @@ class Simulation:
                 consumer = slot.consumer
                 consumer.slow_factor = 50
                 later(fault.duration_ms / 1000, setattr, consumer, "slow_factor", 1)
+
+    def _convert(self, fault: Fault, slot: MemberSlot) -> None:
+        """The place's client replaced by one of the other protocol (same client.id, same group.instance.id): the
+        old one leaves or is closed, the new one starts `duration_ms` later. A place with no client now (crashed,
+        left) gets the new protocol at its restart."""
+        kind, _, how = fault.kind.partition("_")
+        slot.protocol = "consumer" if kind == "upgrade" else "classic"
+        consumer, slot.consumer = slot.consumer, None
+        if consumer is None:
+            return
+        if how == "leave":
+            self.loop.create_task(consumer.leave())
+        else:
+            consumer.crash()
+        self.loop.call_later(fault.duration_ms / 1000, self._restart_slot, slot)
 
     def _start_app(self, number: int) -> None:
         if not self._running or self.apps[number] is not None:

@@ -57,6 +57,11 @@ def _consumer_group_join_error(shard: GroupShard, group_id: str) -> Errors | Non
     if shard.consumer_groups[group_id].members:
         return Errors.INCONSISTENT_GROUP_PROTOCOL
     del shard.consumer_groups[group_id]
+    shard.consumer_group_replaced(group_id)
+    existing = shard.groups.get(group_id)
+    if existing is None or (existing.protocol_type is None and not existing.members):
+        # a new classic group from generation 0 (the offsets' holder is one); not one loaded beside it
+        shard.observer.on_group_replaced(group_id, "classic")
     return None
 
 

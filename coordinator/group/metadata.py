@@ -30,7 +30,7 @@ class GroupMetadata:
         "generation_id", "leader_id", "members", "static_members", "pending_members", "pending_sync_members",
         "num_members_awaiting_join", "supported_protocols", "new_member_added", "subscribed_topics",
         "rebalance_started_ms", "offsets", "offset_versions", "pending_offset_commits", "possibly_written",
-        "replacement_holds",
+        "replacement_holds", "offsets_moved_to",
     )
 
     def __init__(self, group_id: str, state: GroupState, now_ms: int, observer: GroupObserver) -> None:
@@ -59,6 +59,9 @@ class GroupMetadata:
         self.possibly_written: dict[TopicPartition, int] = {}
         # static replacements whose write is not decided yet, while any is (coordinator/group/replacement_hold.py)
         self.replacement_holds: list[ReplacementHold] | None = None
+        # the object that holds this group's offsets since the group id changed type (an online upgrade or
+        # downgrade): commits in flight then are finished there (hand_offsets_to)
+        self.offsets_moved_to: GroupMetadata | None = None
 
     # --- state -----------------------------------------------------------------------------------------------
     def is_in(self, state: GroupState) -> bool:
@@ -294,6 +297,24 @@ class GroupMetadata:
     def prepare_offset_commit(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.pending_offset_commits[tp] += 1
+
+    def hand_offsets_to(self, other: GroupMetadata) -> None:
+        """The group id changed type and `other` holds its offsets from now on: the cached offsets, the commits in
+        flight and those that may have landed, as Kafka's stay where they are (its offsets live apart from the
+        group, keyed by group id). A commit in flight finishes on `other` (offsets_holder)."""
+        other.offsets = dict(self.offsets)
+        other.offset_versions = dict(self.offset_versions)
+        other.pending_offset_commits = Counter(self.pending_offset_commits)
+        other.possibly_written = dict(self.possibly_written)
+        other.offsets_moved_to = None
+        self.offsets_moved_to = other
+
+    def offsets_holder(self) -> GroupMetadata:
+        """This group's offsets' holder now: itself, or the object a conversion handed them to."""
+        holder = self
+        while holder.offsets_moved_to is not None:
+            holder = holder.offsets_moved_to
+        return holder
 
     def finish_offset_commit(self, offsets: dict[TopicPartition, OffsetRecord], version: int, ok: bool) -> None:
         for tp, record in offsets.items():

@@ -201,6 +201,17 @@ class GroupObserver:
         """The group was converted to a classic group while a rebalance was under way: not a failure, the
         classic group's rebalance (caused by the conversion) carries it on."""
 
+    def on_group_converted(self, group_id: str, protocol: str, generation: int, state: str) -> None:
+        """The group id changes type: `protocol` "consumer" (an online upgrade; the classic group goes Dead next,
+        unloaded; or a failed downgrade's classic group undone) or "classic" (a downgrade, or a failed upgrade's
+        classic group restored), the classic group then in `state` at `generation` (no state change is reported
+        for it: it is made in that state). Its generations go on from the other type's epochs: not a new group."""
+
+    def on_group_replaced(self, group_id: str, protocol: str) -> None:
+        """An Empty group of the other type gave way to a new group of type `protocol` ("classic": a JoinGroup;
+        "consumer": a ConsumerGroupHeartbeat), as Kafka replaces an empty group: its generations (epochs) start
+        again from the beginning."""
+
     def on_txn_offsets_pending(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
                                partition_count: int) -> None:
         """A TxnOffsetCommit's offsets are in the state partition, pending until their transaction's marker."""

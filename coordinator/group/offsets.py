@@ -141,7 +141,8 @@ def _offset_write(shard: GroupShard, group: GroupMetadata, member_id: str,
     group.prepare_offset_commit(list(offsets))
 
     def written(append_error: Errors) -> None:
-        group.finish_offset_commit(offsets, version, ok=append_error == Errors.NONE and not group.is_in(DEAD))
+        holder = group.offsets_holder()  # the group id may have changed type meanwhile (an online upgrade)
+        holder.finish_offset_commit(offsets, version, ok=append_error == Errors.NONE and not holder.is_in(DEAD))
         if append_error == Errors.NONE:
             shard.observer.on_offsets_committed(group.group_id, member_id, len(offsets))
         else:

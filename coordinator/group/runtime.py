@@ -104,6 +104,8 @@ class GroupRuntime:
         self.groups: Mapping[str, GroupMetadata] = _GroupsView(self.shards)
         self.consumer_groups = ConsumerGroupService(config, timer, self.shard_for, wall_clock=self.wall_clock)
         self.consumer_groups.batch_targets = True
+        for shard in self.shards:
+            shard.consumer_group_replaced = self.consumer_groups.replaced_by_classic
         # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the
         # topics ConsumerGroupService.topics has are all there is
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None
@@ -180,8 +182,10 @@ class GroupRuntime:
         response, write, then = self.consumer_groups.classic_join(consumer_group, req)
         if write is not None:
             [error] = await self._written(self._start(self.shard_for(req.group_id), [write]))
-            if error != Errors.NONE:
-                return JoinGroupResponse(kafka4_append_error(error), member_id=req.member_id)
+        else:  # what it says (the member's epoch) may come from a write not acknowledged yet
+            error = await self._earlier_writes(req.group_id) if response.error_code == Errors.NONE else Errors.NONE
+        if error != Errors.NONE:
+            return JoinGroupResponse(kafka4_append_error(error), member_id=req.member_id)
         if then is not None:
             then()
         return response
@@ -189,8 +193,25 @@ class GroupRuntime:
     async def sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse:
         consumer_group = self._mixed_group(req.group_id)
         if consumer_group is not None:
-            return self.consumer_groups.classic_sync(consumer_group, req)
+            response = self.consumer_groups.classic_sync(consumer_group, req)
+            error = await self._earlier_writes(req.group_id) if response.error_code == Errors.NONE else Errors.NONE
+            return response if error == Errors.NONE else SyncGroupResponse(kafka4_append_error(error))
         return await self._serve(req.group_id, sync.handle_sync_group, req)
+
+    async def _earlier_writes(self, group_id: str) -> Errors:
+        """A classic member's answer read from a consumer group's memory (its epoch, its assignment) goes out once
+        the group's earlier writes are acknowledged, as Kafka's runtime completes a write operation that wrote
+        nothing at the last written offset's commit; if one of them failed meanwhile, what memory said may never
+        reach the log (a reload would tell the member an older epoch): the error, and the client retries."""
+        pending, failures = self.consumer_groups.unacknowledged(group_id)
+        if pending is None or pending.done is None:
+            return Errors.NONE
+        done = pending.done
+        await asyncio.wait([done])
+        error = Errors.COORDINATOR_NOT_AVAILABLE if done.cancelled() else done.result()
+        if error == Errors.NONE and self.consumer_groups.unacknowledged(group_id)[1] != failures:
+            error = Errors.NOT_ENOUGH_REPLICAS
+        return error
 
     # JoinGroup and SyncGroup without a coroutine (the connection's fast path; a rebalance serves two per member):
     # the answer, the future group logic answers, or, when something must be awaited first, join_group's or

@@ -66,6 +66,8 @@ class GroupShard(GroupResidency):
         self.status = ShardStatus.UNOWNED
         self.groups: dict[str, GroupMetadata] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (coordinator/group/modern)
+        # told when an Empty consumer group gives way to a classic group (join.py; the runtime sets it)
+        self.consumer_group_replaced: Callable[[str], None] = _nothing
         self.transactional_offsets = TransactionalOffsets()  # pending until their marker (txn_offsets.py)
         self.producer_sequences = ProducerSequences()  # of client producers' batches we write (txn_sequences.py)
         # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a
@@ -124,3 +126,7 @@ class GroupShard(GroupResidency):
         if group is None:
             group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_wall_ms(), self.observer)
         return group
+
+
+def _nothing(group_id: str) -> None:
+    pass

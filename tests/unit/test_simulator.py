@@ -287,6 +287,51 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
         assert seen.get(kind, 0) > 0, (kind, seen)
 
 
+# --- online upgrades and downgrades (--protocol upgrade) ------------------------------------------------------
+@pytest.mark.parametrize("seed", [25, 45, 51, 73, 99, 119, 169, 207, 231, 257, 361, 745])
+def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
+    """Seed 51: a classic member's commit acknowledged just after its group was upgraded finished on the classic
+    group's object, and a fetch then showed the commit before it (durable_commit). Seeds 25 and 45: the upgrade's
+    write timed out under a later write of the consumer group; the classic group's record stayed in the log beside
+    the consumer group's records, a reload made both, and the next join converted the old classic group again
+    (member_epoch: the epochs went back). Seed 73: a failed write of an Empty consumer group a classic group had
+    replaced brought it back (consumer_owner). Seed 119: a classic member of a consumer group told an epoch from a
+    write never acknowledged (member_epoch after a failover). Seeds 207, 257: a failed upgrade mid-rebalance
+    restarted the generations (generation_once). Seed 361: a consumer group made over an Empty classic group left
+    its record in the log (consumer_owner after a reload). Seed 745: a downgrade whose write timed out (it may have
+    landed) was reverted without tombstoning its classic record (member_epoch after a reload). Seeds 99, 169, 231:
+    the checkers' (a classic group's
+    ILLEGAL_GENERATION to a consumer-protocol commit; replaced groups)."""
+    outcome = run_seed(seed, protocol="upgrade")
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_upgrade_seed_46_a_downgrade_assigns_each_classic_member_its_target() -> None:
+    """Seed 46: a classic member of an upgraded group had partitions to revoke when the group was downgraded; the
+    classic group gives each member its target (Kafka's ClassicGroup.fromConsumerGroup), the group was reloaded
+    and upgraded again, and the new consumer-protocol member got those partitions while the classic client (its
+    heartbeat's answer lost) still owned them. Kafka's own outcome: from the downgrade on, classic-protocol rules
+    hold for that client, and consumer_owner judges its claim by its classic assignment."""
+    outcome = run_seed(46, protocol="upgrade")
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+def test_upgrade_seeds_convert_groups_both_ways_and_hold_every_invariant() -> None:
+    """Groups start classic; members are replaced one by one by consumer-protocol ones (the group converts at the
+    first), and in some groups back (it converts again when the last consumer-protocol member goes)."""
+    seen: dict[str, int] = {}
+    failing = []
+    for seed in range(12):
+        outcome = run_seed(seed, keep_history=True, protocol="upgrade")
+        failing += [(outcome.seed, v.line()) for v in outcome.violations]
+        assert outcome.history is not None
+        for event in outcome.history.events:
+            if event.kind == "converted":
+                seen[event.fields["to"]] = seen.get(event.fields["to"], 0) + 1
+    assert not failing, failing
+    assert seen.get("consumer", 0) > 0 and seen.get("classic", 0) > 0, seen
+
+
 # --- planted bugs: the whole pipeline can fail ---------------------------------------------------------------
 # zombie_guard_off shows first at seed 67 since session timeouts follow their moved deadlines in the timer (fewer
 # timer runs, other histories for the same seeds); the plant is still caught by single_writer

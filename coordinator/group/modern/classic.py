@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from coordinator.group import join
 from coordinator.group.api import (UNKNOWN_MEMBER_ID, JoinGroupRequest, JoinGroupResponse, LeaveGroupResponse,
                                    LeaveGroupResponseMember, MemberIdentity, SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.modern.errors import ApiError
@@ -85,7 +86,8 @@ def classic_join(group: ConsumerGroup, req: JoinGroupRequest, topics: TopicsView
     the joiner's subscription differs, else the joiner gets its predecessor's target as it is."""
     group_id = group.group_id
     is_unknown = req.member_id == UNKNOWN_MEMBER_ID
-    member_id = str(uuid.uuid4()) if is_unknown else req.member_id
+    # Kafka's Uuid.randomUuid(); join.member_id_suffix is a random uuid too (the simulator seeds it)
+    member_id = join.member_id_suffix() if is_unknown else req.member_id
     if len(group.members) >= settings.max_size and (not member_id or member_id not in group.members):
         raise ApiError(Errors.GROUP_MAX_SIZE_REACHED)
     if not supports_classic_protocols(group, req.protocol_type, {p.name for p in req.protocols}):

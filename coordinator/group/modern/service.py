@@ -284,6 +284,14 @@ class ConsumerGroupService:
         if conversion:
             assert classic is not None
             return result.response, self._upgrade(shard, classic, conversion + result.records)
+        if result.created is not None and classic is not None and (classic.protocol_type is not None
+                                                                   or classic.generation_id > 0):
+            # An Empty classic group gives way (Kafka's maybeDeleteEmptyClassicGroup; not a mere offsets' holder,
+            # which has no record): its record goes, or a reload
+            # makes it again beside the consumer group (a failed upgrade's group, mid-rebalance, still has one:
+            # seed 361 of --protocol upgrade)
+            shard.observer.on_group_replaced(request.group_id, "consumer")
+            self._tombstone_classic(shard, request.group_id, None)
         answer: HeartbeatResponse | asyncio.Future[HeartbeatResponse] = result.response
         write = None
         if result.pending is not None:
@@ -419,9 +427,10 @@ class ConsumerGroupService:
         # what the state topic still says of the classic group, to go back to if the write fails
         last_written = classic.to_record({m.member_id: m.assignment for m in classic.members.values()}) \
             if classic.is_in(GroupState.STABLE) else None
+        shard.observer.on_group_converted(group_id, "consumer", classic.generation_id, classic.state.value)
         shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
         holder = shard.add_group(group_id)  # the offsets' holder, as a load makes it
-        holder.offsets.update(classic.offsets)
+        classic.hand_offsets_to(holder)
         shard.consumer_groups[group_id] = ConsumerGroup(group_id)
         write = self._apply(shard, group_id, records, None, written_first=[GroupMetadataRecord(group_id, None)],
                             already_members=classic.members.keys())
@@ -430,15 +439,31 @@ class ConsumerGroupService:
 
         def written(error: Errors) -> None:
             revert_consumer_group(error)
+            if error != Errors.NONE and group_id in shard.consumer_groups:
+                # Not reverted: a later write of the consumer group was computed on top of this one and may be in
+                # the log (`_written` rewrites its records). The classic group's record must go again too, or a
+                # reload finds a classic group beside the consumer group (the classic one wins the next join).
+                self._tombstone_classic(shard, group_id, error)
+                return
             if (error != Errors.NONE and last_written is not None and group_id not in shard.consumer_groups
                     and shard.groups.get(group_id) is holder and shard.status is ShardStatus.ACTIVE):
                 restored = materialize_group(group_id, [GroupMetadataRecord(group_id, last_written)],
                                              shard.now_wall_ms(), shard.observer)
-                restored.offsets.update(holder.offsets)
+                holder.hand_offsets_to(restored)
                 shard.groups[group_id] = restored
+                shard.observer.on_group_converted(group_id, "classic", restored.generation_id, restored.state.value)
                 for member in restored.members.values():
                     shard.schedule_heartbeat(restored, member, member.session_timeout_ms)
                 move_holds(classic, restored)  # a static replacement still undecided is decided against it
+                log.warning("event=upgrade_reverted group=%s error=%s", group_id, error.name)
+            elif (error != Errors.NONE and group_id not in shard.consumer_groups
+                    and shard.groups.get(group_id) is holder and shard.status is ShardStatus.ACTIVE
+                    and holder.is_in(GroupState.EMPTY) and not holder.members):
+                # Caught mid-rebalance (no record to go back to): its members rejoin the Empty holder, whose
+                # generations go on from the classic group's, as Kafka's reverted classic group's do (a generation
+                # is never Stable twice: seed 207 of --protocol upgrade)
+                holder.generation_id = max(holder.generation_id, classic.generation_id)
+                shard.observer.on_group_converted(group_id, "classic", holder.generation_id, holder.state.value)
                 log.warning("event=upgrade_reverted group=%s error=%s", group_id, error.name)
 
         write.then = written
@@ -452,6 +477,18 @@ class ConsumerGroupService:
                 self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
         log.info("[GroupId %s] Converted the classic group to a consumer group.", group_id)
         return write
+
+    def _tombstone_classic(self, shard: GroupShard, group_id: str, error: Errors | None) -> None:
+        """The classic group's tombstone, for a consumer group made over an Empty classic group (`error` None) or
+        again for an upgrade whose write failed while the consumer group stayed. Not retried here: the Kafka
+        store keeps a failed tombstone owed and sends it again, with a backoff, until a newer write of its key
+        (storage/tombstones.py); a retry per failure from here would be a write storm when the cluster refuses
+        fast (authorization)."""
+        if shard.status is not ShardStatus.ACTIVE or error == Errors.NOT_COORDINATOR:
+            return  # the partition is another instance's now: its load decides
+        if error is not None:
+            log.warning("event=upgrade_tombstone_rewritten group=%s error=%s", group_id, error.name)
+        shard.append(Write(group_id, [GroupMetadataRecord(group_id, None)]))
 
     def _downgrades(self, group: ConsumerGroup, request: HeartbeatRequest) -> bool:
         """Whether this leave (-1) is the last consumer-protocol member's and takes the group back to classic."""
@@ -484,7 +521,7 @@ class ConsumerGroupService:
         classic = classic_group_from(final, leaving_member_id, self.topics, shard.now_wall_ms(), shard.observer)
         holder = shard.groups.get(group_id)
         if holder is not None:
-            classic.offsets.update(holder.offsets)
+            holder.hand_offsets_to(classic)
         record = classic.to_record({m.member_id: m.assignment for m in classic.members.values()})
         for member_id in {*group.members, *final.members}:
             self.cancel_all(group_id, member_id)
@@ -497,13 +534,21 @@ class ConsumerGroupService:
         def written(error: Errors) -> None:
             revert_consumer_group(error)
             if error != Errors.NONE and group_id in shard.consumer_groups and shard.groups.get(group_id) is classic:
+                shard.observer.on_group_converted(group_id, "consumer", classic.generation_id, classic.state.value)
                 shard.unload_group(classic, Errors.REBALANCE_IN_PROGRESS)
                 if holder is not None:
+                    classic.hand_offsets_to(holder)  # with the commits answered meanwhile
                     shard.groups[group_id] = holder  # the consumer group's offsets, as before
                 log.warning("event=downgrade_reverted group=%s error=%s", group_id, error.name)
+                if error not in _NOT_APPENDED:
+                    # the write may have landed, its classic record with it: tombstoned, or a reload makes the
+                    # classic group (the consumer group's records are written again by `_written`; seed 745 of
+                    # --protocol upgrade)
+                    self._tombstone_classic(shard, group_id, error)
 
         write.then = written
         shard.groups[group_id] = classic
+        shard.observer.on_group_converted(group_id, "classic", classic.generation_id, classic.state.value)
         for member in classic.members.values():
             shard.schedule_heartbeat(classic, member, member.session_timeout_ms)
         shard.prepare_rebalance(classic, cause)
@@ -633,6 +678,14 @@ class ConsumerGroupService:
         else:  # records of later heartbeats of this turn may join it (`join_open`)
             self._open[group_id] = (write, previous, written)
         return write
+
+    def replaced_by_classic(self, group_id: str) -> None:
+        """An Empty consumer group gave way to a classic group (join.py). A write of it still unanswered is no
+        longer the group's latest: if it fails, it must not bring the consumer group back beside the classic one
+        (Kafka's revert would undo the replacement with it; here the classic group stands, computed on top), and
+        its keys are written again as memory has them: gone (`_written`)."""
+        self._write_sequence.pop(group_id, None)
+        self._open.pop(group_id, None)
 
     def unacknowledged(self, group_id: str) -> tuple[Write | None, int]:
         """The group's latest write Kafka has not acknowledged yet (None: every one was), and how many of the

@@ -1,0 +1,230 @@
+"""Writes in flight when a group id changes type (KIP-848's online upgrade and downgrade, an Empty group replaced
+by one of the other type), found by the simulator's --protocol upgrade.
+
+An offset commit whose write is in flight when its group changes type (KIP-848's online upgrade and downgrade)
+lands in the group's offsets whatever type the group has by then, as Kafka's do: its offsets live apart from the
+group (OffsetMetadataManager, keyed by group id), so a conversion never touches them. Here a group's offsets are
+held by its GroupMetadata, and a conversion hands them to another object (the consumer group's offsets holder, the
+downgraded classic group, the classic group a failed upgrade restores): a commit acknowledged after that must reach
+the new holder. Found by the simulator (seed 51 of --protocol upgrade: a classic member's commit acknowledged just
+after the upgrade, its offsets then fetched one commit older). Manual clock, in-memory store
+(tests/support/group_harness.py)."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.state import GroupState
+from coordinator.group.store import InMemoryGroupStore
+from coordinator.topics import StaticTopics, TopicImage
+from coordinator.group.api import SyncGroupRequest
+from protocol.consumer_protocol import Assignment, encode_assignment
+from protocol.error_codes import Errors
+from tests.support.group_harness import (Client, Env, advance_until_joined, commit, drain, env,  # noqa: F401
+                                         errors_of, fetch)
+
+T = uuid.UUID(int=0x7)
+
+
+async def _stable_group(env: Env) -> tuple[Client, Client, InMemoryGroupStore]:
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    x, y = env.client("x"), env.client("y")
+    for client in (x, y):
+        await client.start_join()
+    await advance_until_joined(env, x, y)
+    for client in (x, y):
+        assert client.take_join().error_code == Errors.NONE
+    leader = x if x.is_leader else y
+    await leader.start_sync({c.member_id: encode_assignment(Assignment((("t", (i,)),)), 0)
+                             for i, c in enumerate((x, y))})
+    await (y if leader is x else x).start_sync()
+    assert env.state() is GroupState.STABLE
+    assert isinstance(env.store, InMemoryGroupStore)
+    return x, y, env.store
+
+
+def _consumer_join(env: Env, member_id: str = "c", epoch: int = 0) -> asyncio.Task[HeartbeatResponse]:
+    return asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", member_id, epoch, rebalance_timeout_ms=30_000 if epoch == 0 else -1,
+        subscribed_topic_names=("t",) if epoch == 0 else None, owned=[] if epoch == 0 else None, client_id=member_id,
+        client_host="/127.0.0.1")))
+
+
+@pytest.mark.parametrize("conversion", ["acked", "failed"])
+async def test_a_commit_in_flight_during_an_upgrade_is_in_the_groups_offsets(env: Env, conversion: str) -> None:
+    x, _, store = await _stable_group(env)
+    assert errors_of(await env.coordinator.commit_offsets(
+        commit("g", x.generation, x.member_id, {("t", 0): 5}))) == [Errors.NONE]
+    gate_commit, gate_conversion = store.hold_next_write(), store.hold_next_write()
+    committing = asyncio.ensure_future(env.coordinator.commit_offsets(
+        commit("g", x.generation, x.member_id, {("t", 0): 6})))
+    await drain()
+    upgrade = _consumer_join(env)
+    await drain()
+    assert "g" in env.coordinator.shard_for("g").consumer_groups and not upgrade.done()
+    gate_commit.set()  # acknowledged after the conversion, before its own write is answered
+    await drain()
+    assert errors_of(await committing) == [Errors.NONE]
+    assert (await fetch(env, "g", {"t": [0]}, require_stable=True))[("t", 0)][0] == 6
+    if conversion == "failed":
+        store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    gate_conversion.set()
+    await drain()
+    assert (await upgrade).error == (Errors.NONE if conversion == "acked" else Errors.COORDINATOR_NOT_AVAILABLE)
+    if conversion == "failed":  # the classic group is back (its last record: Stable), with the offsets
+        assert env.state() is GroupState.STABLE and "g" not in env.coordinator.shard_for("g").consumer_groups
+    assert (await fetch(env, "g", {"t": [0]}, require_stable=True))[("t", 0)][0] == 6
+
+
+async def test_a_commit_in_flight_when_the_group_is_upgraded_then_reverted_lands_in_the_restored_group(env: Env
+                                                                                                        ) -> None:
+    """The commit is acknowledged only once the failed upgrade put the classic group back."""
+    x, _, store = await _stable_group(env)
+    gate_commit, gate_conversion = store.hold_next_write(), store.hold_next_write()
+    committing = asyncio.ensure_future(env.coordinator.commit_offsets(
+        commit("g", x.generation, x.member_id, {("t", 1): 9})))
+    await drain()
+    upgrade = _consumer_join(env)
+    await drain()
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    gate_conversion.set()
+    await drain()
+    assert (await upgrade).error == Errors.COORDINATOR_NOT_AVAILABLE
+    assert env.state() is GroupState.STABLE and not committing.done()
+    gate_commit.set()
+    await drain()
+    assert errors_of(await committing) == [Errors.NONE]
+    assert (await fetch(env, "g", {"t": [1]}, require_stable=True))[("t", 1)][0] == 9
+
+
+async def test_an_upgrade_whose_write_failed_under_a_later_write_tombstones_the_classic_record_again(env: Env
+                                                                                                   ) -> None:
+    """The upgrade's write (the classic group's tombstone and the consumer group's records) fails while a later
+    write of the consumer group, computed on top of it, is acknowledged: memory keeps the consumer group (only the
+    latest write reverts) and the consumer group's records are written again, and so must the classic group's
+    tombstone be: a log with the classic record and the consumer group's records reloads as the classic group,
+    which the next join converts again from its old generation (the members' epochs go back). Seed 25 of
+    --protocol upgrade (the conversion's write timed out in a Kafka outage; member_epoch after the reload)."""
+    _, _, store = await _stable_group(env)
+    assert "g" in store.groups
+    gate_conversion = store.hold_next_write()
+    upgrade = _consumer_join(env, "c")
+    await drain()
+    second = _consumer_join(env, "d")  # written on top of the unanswered conversion, acknowledged at once
+    await drain()
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # the conversion's write, released now
+    gate_conversion.set()
+    await drain()
+    assert (await upgrade).error == Errors.COORDINATOR_NOT_AVAILABLE
+    await second
+    consumer_group = env.coordinator.shard_for("g").consumer_groups.get("g")
+    assert consumer_group is not None and "d" in consumer_group.members  # not reverted: a later write stands
+    assert "g" not in store.groups  # the classic record is tombstoned again
+
+
+async def test_a_failed_write_of_a_consumer_group_replaced_by_a_classic_group_does_not_bring_it_back(env: Env
+                                                                                                    ) -> None:
+    """The last member of a consumer group leaves (its write unanswered), a classic JoinGroup finds the group Empty
+    and a classic group takes its place (Kafka replaces an empty group); then the leave's write fails. Only the
+    group's latest write reverts it, and that write is no longer the latest: the consumer group must not come back
+    beside the classic group (seed 73 of --protocol upgrade: it did, and the classic member's SyncGroup was answered
+    with a consumer group there too)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    joined = await _consumer_join(env, "c")
+    assert joined.error == Errors.NONE
+    gate_leave = store.hold_next_write()
+    leaving = asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", "c", -1, client_id="c", client_host="/127.0.0.1")))
+    await drain()
+    consumer_groups = env.coordinator.shard_for("g").consumer_groups
+    assert "g" in consumer_groups and not consumer_groups["g"].members and not leaving.done()
+    x = env.client("x")
+    await x.start_join()
+    await advance_until_joined(env, x)
+    assert x.take_join().error_code == Errors.NONE
+    assert "g" not in consumer_groups and env.group() is not None
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    gate_leave.set()
+    await drain()
+    await leaving
+    assert "g" not in consumer_groups  # the classic group stands alone
+    await x.start_sync({x.member_id: encode_assignment(Assignment((("t", (0, 1)),)), 0)})
+    assert x.sync_task is not None and x.sync_task.done() and x.sync_task.result().error_code == Errors.NONE
+    assert env.state() is GroupState.STABLE
+
+
+@pytest.mark.parametrize("outcome", ["acked", "failed"])
+async def test_a_classic_members_sync_in_a_consumer_group_waits_for_the_groups_earlier_write(env: Env,
+                                                                                            outcome: str) -> None:
+    """A classic member's SyncGroup (or JoinGroup that writes nothing) in a consumer group is answered from memory:
+    only once the group's earlier writes are acknowledged, as Kafka's runtime answers a write operation without
+    records at the last written offset's commit; if one fails, the member is told to retry — memory may say an
+    epoch the log never gets (seed 119 of --protocol upgrade: a classic member told epoch 10 by one instance, 9 by
+    the next after a failover)."""
+    x, y, store = await _stable_group(env)
+    assert (await _consumer_join(env, "c")).error == Errors.NONE  # the group is converted
+    assert (await env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", "d", 0, instance_id="id", rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), owned=[],
+        client_id="d", client_host="/127.0.0.1"))).error == Errors.NONE  # a static member
+    consumer_groups = env.coordinator.shard_for("g").consumer_groups
+    await x.start_join()  # the classic member rejoins (the group's target changed): its own write, acknowledged
+    assert x.join_task is not None
+    joined = await x.join_task
+    assert joined.error_code == Errors.NONE
+    gate = store.hold_next_write()
+    leaving = asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", "d", -2, instance_id="id", client_id="d", client_host="/127.0.0.1")))  # held; the target stays
+    await drain()
+    assert not leaving.done() and consumer_groups["g"].members["d"].member_epoch == -2
+    sync = asyncio.ensure_future(env.coordinator.sync_group(SyncGroupRequest(
+        "g", joined.generation_id, x.member_id, None, "consumer", "range", [])))
+    await drain()
+    assert not sync.done(), sync.result()  # waits for the leave's write
+    if outcome == "failed":
+        store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    gate.set()
+    await drain()
+    assert (await sync).error_code == (Errors.NONE if outcome == "acked" else Errors.COORDINATOR_NOT_AVAILABLE)
+    await leaving
+
+
+async def test_a_failed_upgrade_of_a_group_mid_rebalance_keeps_its_generations_going(env: Env) -> None:
+    """A classic group in PreparingRebalance (no record to go back to) is upgraded and the write is refused: its
+    members rejoin the Empty group left, whose next generation follows the classic group's, as Kafka's reverted
+    classic group's does — not generation 1 again (seed 207 of --protocol upgrade: generation 1 Stable twice)."""
+    x, y, store = await _stable_group(env)
+    generation = env.group().generation_id
+    z = env.client("z")
+    await z.start_join()  # the group rebalances
+    assert env.state() is GroupState.PREPARING_REBALANCE
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)
+    assert (await _consumer_join(env, "c")).error == Errors.COORDINATOR_NOT_AVAILABLE
+    assert "g" not in env.coordinator.shard_for("g").consumer_groups
+    x.member_id = ""
+    x.generation = -1
+    await x.start_join()
+    if x.join_task is not None and x.join_task.done() and x.take_join().error_code == Errors.MEMBER_ID_REQUIRED:
+        await x.start_join()
+    await advance_until_joined(env, x)
+    joined = x.take_join()
+    assert joined.error_code == Errors.NONE and joined.generation_id > generation
+
+
+async def test_a_consumer_group_made_over_an_empty_classic_group_tombstones_its_record(env: Env) -> None:
+    """An Empty classic group with a record in the log gives way to a consumer group: its record is tombstoned
+    (Kafka's maybeDeleteEmptyClassicGroup), or a reload makes the classic group again beside the consumer group
+    (seed 361 of --protocol upgrade: the Empty group a failed upgrade left, mid-rebalance, still had its record;
+    after a reload the stale classic group was converted over the consumer group's members)."""
+    x, y, store = await _stable_group(env)
+    for client in (x, y):
+        assert await client.leave() == Errors.NONE
+    await drain()
+    assert env.state() is GroupState.EMPTY and "g" in store.groups
+    assert (await _consumer_join(env, "c")).error == Errors.NONE
+    await drain()
+    assert "g" in env.coordinator.shard_for("g").consumer_groups and "g" not in store.groups
