@@ -182,14 +182,7 @@ async def test_a_retry_after_a_lost_answer_sends_the_owed_batch_first(kafka_boot
         assert await add_partitions(kafka, producer, state_topic, partition_for(group, STATE_PARTITIONS)) == 0
 
         async def commit(offset: int) -> Errors:
-            body = request(TXN_OFFSET_COMMIT, 3, transactional_id=producer.transactional_id, group_id=group,
-                           producer_id=producer.producer_id, producer_epoch=producer.epoch, generation_id=-1,
-                           member_id="", group_instance_id=None, topics=(nested(TXN_OFFSET_COMMIT, 3, "topics")(
-                               name=topic, partitions=(nested(TXN_OFFSET_COMMIT, 3, "topics", "partitions")(
-                                   partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
-                                   committed_metadata=""),)),))
-            answer = await txn_offset_commit_handler.handle(ctx, RequestHeader(TXN_OFFSET_COMMIT, 3, 1, "t"), body)
-            return Errors(int(answer.topics[0].partitions[0].error_code))
+            return await _commit_by_hand(ctx, producer, group, topic, offset)
 
         relay.lose = lost
         assert await commit(10) == Errors.COORDINATOR_NOT_AVAILABLE
@@ -318,17 +311,10 @@ async def test_an_append_verified_beside_the_clients_own_produce_is_sent_again_n
         producer = await init_producer(kafka, unique("app"))
 
         async def commit(offset: int) -> Errors:
-            body = request(TXN_OFFSET_COMMIT, 3, transactional_id=producer.transactional_id, group_id=group,
-                           producer_id=producer.producer_id, producer_epoch=producer.epoch, generation_id=-1,
-                           member_id="", group_instance_id=None, topics=(nested(TXN_OFFSET_COMMIT, 3, "topics")(
-                               name=topic, partitions=(nested(TXN_OFFSET_COMMIT, 3, "topics", "partitions")(
-                                   partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
-                                   committed_metadata=""),)),))
-            answer = await txn_offset_commit_handler.handle(ctx, RequestHeader(TXN_OFFSET_COMMIT, 3, 1, "t"), body)
-            return Errors(int(answer.topics[0].partitions[0].error_code))
+            return await _commit_by_hand(ctx, producer, group, topic, offset)
 
         def retried() -> int:
-            return sum(int(record.getMessage().rsplit("busy_retries=", 1)[1]) for record in caplog.records if "busy_retries=" in record.getMessage()
+            return sum(int(record.getMessage().rsplit("busy_retries=", 1)[1]) for record in caplog.records
                        if "event=txn_offsets_pending" in record.getMessage())
 
         transactions = 0
@@ -358,3 +344,15 @@ async def test_an_append_verified_beside_the_clients_own_produce_is_sent_again_n
         await own_produce.close()
         await env.close()
         await store.close()
+
+
+async def _commit_by_hand(ctx: ConnectionContext, producer: Producer, group: str, topic: str, offset: int) -> Errors:
+    """TxnOffsetCommit v3 of partition 0 as a generation-less producer sends it, through the handler."""
+    body = request(TXN_OFFSET_COMMIT, 3, transactional_id=producer.transactional_id, group_id=group,
+                   producer_id=producer.producer_id, producer_epoch=producer.epoch, generation_id=-1,
+                   member_id="", group_instance_id=None, topics=(nested(TXN_OFFSET_COMMIT, 3, "topics")(
+                       name=topic, partitions=(nested(TXN_OFFSET_COMMIT, 3, "topics", "partitions")(
+                           partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                           committed_metadata=""),)),))
+    answer = await txn_offset_commit_handler.handle(ctx, RequestHeader(TXN_OFFSET_COMMIT, 3, 1, "t"), body)
+    return Errors(int(answer.topics[0].partitions[0].error_code))

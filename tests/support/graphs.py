@@ -1,7 +1,10 @@
 """Graph helpers for tests that look for circles: module imports (test_code_layout.py) and reference cycles
-among the objects a collection found unreachable (test_conversion_replacement_hold.py)."""
+among the objects a collection found unreachable (`unreachable_cycles`: test_conversion_replacement_hold.py,
+test_failed_append_cycles.py)."""
 
 from __future__ import annotations
+
+import gc
 
 from collections.abc import Hashable, Iterable, Mapping
 from typing import TypeVar
@@ -50,3 +53,18 @@ def circles(graph: Mapping[Node, Iterable[Node]]) -> list[frozenset[Node]]:
                 parent = work[-1][0]
                 low[parent] = min(low[parent], low[node])
     return found
+
+
+def unreachable_cycles() -> list[list[object]]:
+    """The reference cycles a full collection would free now, each as its objects (the collector's debug mode
+    keeps them in gc.garbage for the look, then lets them go)."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        garbage = list(gc.garbage)
+        gc.garbage.clear()
+    finally:
+        gc.set_debug(0)
+    index = {id(o): n for n, o in enumerate(garbage)}
+    edges = [[index[id(r)] for r in gc.get_referents(o) if id(r) in index] for o in garbage]
+    return [[garbage[n] for n in c] for c in circles(dict(enumerate(edges)))]

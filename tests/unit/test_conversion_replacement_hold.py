@@ -22,7 +22,7 @@ from coordinator.topics import StaticTopics, TopicImage
 from protocol.consumer_protocol import Assignment, encode_assignment
 from protocol.error_codes import Errors
 from tests.support.group_harness import Client, Env, advance_until_joined, drain, env  # noqa: F401
-from tests.support.graphs import circles
+from tests.support.graphs import unreachable_cycles
 from tests.support.group_invariants import check_group
 
 T = uuid.UUID(int=0x7)
@@ -244,18 +244,7 @@ async def test_unload_while_a_static_replacement_write_is_in_flight(env: Env, re
 def _our_cycles() -> list[list[str]]:
     """The reference cycles the collector finds now that hold an object of the coordinator's, but for those through
     an exception (a failed append's error and the frames of its traceback: the runtime's, not this path's)."""
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        gc.collect()
-        garbage = list(gc.garbage)
-        gc.garbage.clear()
-    finally:
-        gc.set_debug(0)
-    index = {id(o): n for n, o in enumerate(garbage)}
-    edges = [[index[id(r)] for r in gc.get_referents(o) if id(r) in index] for o in garbage]
-    components = circles(dict(enumerate(edges)))
-    cycles = [[garbage[n] for n in c] for c in components]
-    return [sorted({_name(o) for o in c}) for c in cycles
+    return [sorted({_name(o) for o in c}) for c in unreachable_cycles()
             if not any(isinstance(o, BaseException) for o in c) and any(_ours(o) for o in c)]
 
 

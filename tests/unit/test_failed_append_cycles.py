@@ -12,24 +12,14 @@ from coordinator.group.store import InMemoryGroupStore, StoreError
 from coordinator.storage.config import StorageConfig
 from coordinator.storage.kafka_store import KafkaGroupStore
 from protocol.error_codes import Errors
-from tests.support.graphs import circles
+from tests.support.graphs import unreachable_cycles
 from tests.support.group_harness import Env, advance_until_joined, drain, env  # noqa: F401
 
 
 def _cycles_through_store_errors() -> list[list[str]]:
     """The reference cycles the collector would free now that hold a StoreError."""
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        gc.collect()
-        garbage = list(gc.garbage)
-        gc.garbage.clear()
-    finally:
-        gc.set_debug(0)
-    index = {id(o): n for n, o in enumerate(garbage)}
-    edges = [[index[id(r)] for r in gc.get_referents(o) if id(r) in index] for o in garbage]
-    cycles = [[garbage[n] for n in c] for c in circles(dict(enumerate(edges)))]
-    return [sorted({type(o).__qualname__ for o in c}) for c in cycles
-            if any(isinstance(o, StoreError) for o in c)]
+    return [sorted({type(o).__qualname__ for o in cycle}) for cycle in unreachable_cycles()
+            if any(isinstance(o, StoreError) for o in cycle)]
 
 
 async def test_a_failed_sync_write_leaves_no_cycle(env: Env) -> None:
