@@ -46,6 +46,7 @@ from protocol.client import KafkaClient
 from protocol.errors import ConnectionClosed, ProtocolError, RequestTimedOut
 from protocol.fetch_reader import tolerant_response
 from protocol.messages import build, item_class
+from protocol.retry import doubling_pauses
 
 log = logging.getLogger("coordinator.storage")
 
@@ -103,14 +104,14 @@ def _partition_answers(answer: Any) -> dict[int, tuple[int, int]]:
 
 
 class Backoff:
-    """CONCURRENT_TRANSACTIONS retries: 1 ms, doubling, at most 20 ms each, never past `deadline`."""
+    """CONCURRENT_TRANSACTIONS retries: 1 ms, doubling, at most 20 ms each (protocol/retry.py), never past
+    `deadline`."""
 
     def __init__(self, deadline: float, clock: Callable[[], float], first_s: float = _FIRST_BACKOFF_S,
                  max_s: float = _MAX_BACKOFF_S) -> None:
         self.deadline = deadline
         self.clock = clock
-        self.next_s = first_s
-        self.max_s = max_s
+        self._pauses = doubling_pauses(first_s, max_s)
         self.retries = 0
 
     def delay(self) -> float | None:
@@ -118,10 +119,8 @@ class Backoff:
         left = self.deadline - self.clock()
         if left <= 0:
             return None
-        delay = min(self.next_s, left)
-        self.next_s = min(self.next_s * 2, self.max_s)
         self.retries += 1
-        return delay
+        return min(next(self._pauses), left)
 
 
 class _Failed(Exception):

@@ -27,6 +27,7 @@ from protocol.apis import ApiKey, request_class
 from protocol.error_codes import Errors
 from protocol.errors import ProtocolError
 from protocol.messages import build, item_class
+from protocol.retry import doubling_pauses
 
 _FIND_COORDINATOR_VERSION, _TRANSACTION_KEY = 4, 1
 _DESCRIBE_TRANSACTIONS, _DESCRIBE_TRANSACTIONS_VERSION = 65, 0
@@ -48,11 +49,7 @@ log = logging.getLogger("coordinator.server")
 
 def busy_retry_pauses() -> Iterator[float]:
     """The pauses before each retry of a request refused as busy (above), until the budget is spent."""
-    pause, waited = BUSY_RETRY_FIRST_S, 0.0
-    while waited + pause <= BUSY_RETRY_BUDGET_S:
-        yield pause
-        waited += pause
-        pause = min(pause * 2, BUSY_RETRY_MAX_S)
+    return doubling_pauses(BUSY_RETRY_FIRST_S, BUSY_RETRY_MAX_S, budget_s=BUSY_RETRY_BUDGET_S)
 
 
 class _Unverifiable(Exception):
