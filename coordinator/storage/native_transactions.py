@@ -29,7 +29,7 @@ import datetime
 import io
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -40,6 +40,7 @@ from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 from coordinator.security.clusters import cluster_security
 from coordinator.storage.producer import KafkaRecord
 from coordinator.storage import transactions
+from coordinator.storage.transaction_queue import Queued, TransactionQueue
 from coordinator.storage.uncommitted_load import PartitionLeaders
 from protocol import apis
 from protocol.client import KafkaClient
@@ -79,18 +80,14 @@ _FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.001, 0.020  # CONCURRENT_TRANSACTIONS
 _COORDINATOR_RETRY_S = 0.05  # a coordinator being found, loaded or moved
 _INIT_ATTEMPT_S = 10.0
 _INIT_RETRY_S = 0.5
-_NOT_READY_POLL_S = 0.05
 _REQUEST_TIMEOUT_MS = 30_000
-
-_Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
-
 
 _PerPartition = dict[int, list[tuple[bytes, "bytes | None", "list[int] | None"]]]  # partition → (key, value, sink)
 # a transaction's batches, and its Produce requests sent already per leader (request, raw answer)
 _Sent = tuple[dict[int, bytes], dict[tuple[str, int], tuple[Any, "asyncio.Future[Any]"]]]
 
 
-def _per_partition(batch: list[_Queued]) -> _PerPartition:
+def _per_partition(batch: list[Queued]) -> _PerPartition:
     per_partition: _PerPartition = {}
     for records, _, _, sink in batch:
         for partition, key, value in records:
@@ -141,19 +138,14 @@ def _unknown_outcome(where: str, exc: BaseException | None = None) -> _Failed:
     return _Failed(KafkaError(KafkaError._MSG_TIMED_OUT, detail), "reinit")
 
 
-class NativeTransactionalProducer:
+class NativeTransactionalProducer(TransactionQueue["asyncio.Task[None]"]):
     """Same surface as transactions.py's TransactionalProducer: send, open_ahead, flush, close, fenced,
     on_fenced, fatal_is_fence, transactions."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
                  timeout_ms: int, on_fenced: Callable[[], None] | None = None,
                  fatal_is_fence: bool = False) -> None:
-        self.topic = topic
-        self.name = name
-        self.transactional_id = transactional_id
-        self.timeout_ms = timeout_ms
-        self.on_fenced = on_fenced
-        self.fatal_is_fence = fatal_is_fence
+        super().__init__(topic, name, transactional_id, timeout_ms, on_fenced, fatal_is_fence)
         self.transaction_timeout_ms = max(timeout_ms * 2, 10_000)
         bootstrap = str(settings["bootstrap.servers"])
         self._leaders = PartitionLeaders(bootstrap, cluster_security(bootstrap), topic, _MAX_BATCH_BYTES,
@@ -165,25 +157,14 @@ class NativeTransactionalProducer:
         self.epoch = -1
         self._sequences: dict[int, int] = {}
         self._added: set[int] = set()  # partitions in the open transaction
-        self._ready = False
         self._fenced: KafkaError | None = None
-        self._queue: list[_Queued] = []
-        self._in_flight = 0
-        self._committing: asyncio.Task[None] | None = None
         self._opening: asyncio.Task[None] | None = None
-        self._open_ahead_expiry: asyncio.TimerHandle | None = None
-        self._wake = asyncio.Event()
-        self._worker: asyncio.Task[None] | None = None
-        self._reinit: asyncio.Task[None] | None = None
-        self._closed = False
-        self.transactions = 0
         self.concurrent_transactions_retries = 0  # CONCURRENT_TRANSACTIONS absorbed, for benchmarks and tests
         self.add_partitions_sent = 0  # AddPartitionsToTxn requests (retries included), for benchmarks
         self.produced_early = 0  # transactions whose Produce went out from send()'s own turn, for tests
 
-    @property
-    def fenced(self) -> bool:
-        return self._fenced is not None
+    def _fence(self) -> KafkaError | None:
+        return self._fenced
 
     def _past_deadline(self) -> bool:
         return time.monotonic() > self._deadline or self._closed
@@ -209,24 +190,7 @@ class NativeTransactionalProducer:
         self._ready = True
         self._worker = loop.create_task(self._run(), name=f"{self.name}-transactions")
 
-    # -- the surface -----------------------------------------------------------------------------------------------
-    def send(self, records: Sequence[KafkaRecord], *, offsets: list[int] | None = None
-             ) -> asyncio.Future[KafkaError | None]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[KafkaError | None] = loop.create_future()
-        if self._closed or self._worker is None:
-            future.set_result(KafkaError(KafkaError._DESTROY, "state producer closed"))
-        elif self._fenced is not None:
-            future.set_result(self._fenced)
-        elif not records:
-            future.set_result(None)
-        else:
-            self._queue.append((records, future, loop.time() + self.timeout_ms / 1000, offsets))
-            if self._committing is None and self._ready and len(self._queue) == 1:
-                self._begin_commit(loop)
-            self._wake.set()
-        return future
-
+    # -- opened ahead -----------------------------------------------------------------------------------------------
     def open_ahead(self, partition: int, marker: KafkaRecord | None = None) -> None:
         """A write to `partition` is expected soon: while the producer is idle, the partition is added to the
         transaction now (no marker record: `marker` is ignored). The next write commits it; with none within
@@ -258,34 +222,10 @@ class NativeTransactionalProducer:
                 and self._ready and not self._closed:
             self._begin_commit(asyncio.get_running_loop())
 
-    def _cancel_open_ahead_expiry(self) -> None:
-        if self._open_ahead_expiry is not None:
-            self._open_ahead_expiry.cancel()
-            self._open_ahead_expiry = None
-
     # -- transactions (loop side) -----------------------------------------------------------------------------------
-    async def _run(self) -> None:
-        """Writes queued while no producer is ready (a re-initialisation): failed at their deadline, or started
-        once it is ready; a fenced producer fails them."""
-        loop = asyncio.get_running_loop()
-        while not self._closed or self._queue or self._committing is not None:
-            if self._committing is not None:
-                await asyncio.gather(self._committing, return_exceptions=True)
-                continue
-            if not self._queue:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            self._expire(loop.time())
-            if self._fenced is not None or (self._closed and not self._ready):
-                self._fail_queued(self._fenced or KafkaError(KafkaError._DESTROY, "state producer closed"))
-                continue
-            if not self._queue:
-                continue
-            if not self._ready:
-                await asyncio.sleep(_NOT_READY_POLL_S)
-                continue
-            self._begin_commit(loop)
+    async def _await_commit(self) -> None:
+        assert self._committing is not None
+        await asyncio.gather(self._committing, return_exceptions=True)  # the task does its own aftermath
 
     def _begin_commit(self, loop: asyncio.AbstractEventLoop) -> None:
         """The next transaction, of every queued write. Its partitions added ahead (`open_ahead`) and their
@@ -306,7 +246,7 @@ class NativeTransactionalProducer:
         self._committing = loop.create_task(self._transaction(batch, deadline, per_partition, early),
                                             name=f"{self.name}-commit")
 
-    async def _transaction(self, batch: list[_Queued], deadline: float, per_partition: _PerPartition,
+    async def _transaction(self, batch: list[Queued], deadline: float, per_partition: _PerPartition,
                            early: _Sent | None) -> None:
         loop = asyncio.get_running_loop()
         error: KafkaError | None = None
@@ -605,18 +545,7 @@ class NativeTransactionalProducer:
                     "event=state_producer_fenced producer=%s transactional_id=%s error=%s writer=native",
                     self.name, self.transactional_id, self._fenced)
         self._fail_queued(self._fenced)
-        if self.on_fenced is not None:
-            callback, self.on_fenced = self.on_fenced, None  # once
-            try:
-                callback()
-            except Exception:
-                log.exception("event=on_fenced_failed producer=%s", self.name)
-
-    def _start_reinit(self) -> None:
-        running = self._reinit is not None and not self._reinit.done()
-        if self._closed or self._fenced is not None or running:
-            return
-        self._reinit = asyncio.get_running_loop().create_task(self._reinitialise(), name=f"{self.name}-reinit")
+        self._notify_fenced()
 
     async def _reinitialise(self) -> None:
         """InitProducerId with our producer id and epoch, retried for as long as it takes (independently of the
@@ -640,29 +569,7 @@ class NativeTransactionalProducer:
             self._wake.set()
             return
 
-    def _expire(self, now: float) -> None:
-        if not self._queue or self._queue[0][2] > now:
-            return
-        expired = [item for item in self._queue if item[2] <= now]
-        self._queue = [item for item in self._queue if item[2] > now]
-        for _, future, _, _ in expired:
-            if not future.done():
-                future.set_result(KafkaError(KafkaError._MSG_TIMED_OUT, "not written within the commit timeout"))
-
-    def _fail_queued(self, error: KafkaError) -> None:
-        queued, self._queue = self._queue, []
-        for _, future, _, _ in queued:
-            if not future.done():
-                future.set_result(error)
-
-    # -- flush and close -----------------------------------------------------------------------------------------
-    async def flush(self, timeout_ms: int) -> int:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while (self._queue or self._in_flight) and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        return len(self._queue) + self._in_flight
-
+    # -- close -----------------------------------------------------------------------------------------------------
     async def close(self, flush_timeout_ms: int = 5_000) -> None:
         """Finish the queued writes (bounded by `flush_timeout_ms`), then close the connections. A transaction
         left open (opened ahead) is committed first; one cut short is aborted by the next holder of the id."""

@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -54,37 +54,30 @@ from coordinator.storage.kafka_logs import librdkafka_logger
 from coordinator.storage.producer import KafkaRecord
 from coordinator.storage.serial_thread import SerialThread
 from coordinator.storage.transaction_client import FENCED_ERRORS, TransactionClient
+from coordinator.storage.transaction_queue import Queued, TransactionQueue
 
 log = logging.getLogger("coordinator.storage")
 _MIN_TIMEOUT_S = 0.5  # a transaction started late still gets this long
 _INIT_ATTEMPT_S = 10.0  # one init_transactions call of a background re-initialisation (then called again)
 _INIT_RETRY_S = 0.5
-_NOT_READY_POLL_S = 0.05  # how often queued writes look for a re-initialised producer
 # A transaction opened ahead of a write that is expected (`open_ahead`) is committed on its own after this if no
 # write came: meanwhile it holds back its partitions' last stable offset (read_committed readers wait).
 OPEN_AHEAD_HOLD_S = 1.0
 
-# records, outcome, loop deadline, where the acknowledged records' offsets go (if wanted)
-_Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
 _Outcome = tuple["KafkaError | None", "str | None"]  # a transaction's error, and what to do next
 
 
-class TransactionalProducer:
+class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future[_Outcome | KafkaError]"]]):
     """Same surface as AsyncProducer (send, flush, close), every write inside a transaction."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
                  timeout_ms: int, on_fenced: Callable[[], None] | None = None,
                  fatal_is_fence: bool = False) -> None:
-        self.topic = topic
-        self.name = name
-        self.transactional_id = transactional_id
-        self.timeout_ms = timeout_ms
-        self.on_fenced = on_fenced  # called on the loop, once, when a newer holder of the id fences this one
+        super().__init__(topic, name, transactional_id, timeout_ms, on_fenced, fatal_is_fence)
         # Any fatal error counts as a fence, not only PRODUCER_FENCED: a partition's producer must never take its
         # id back on its own (a fresh init_transactions would fence the partition's new owner); the owner decides
         # (PartitionTransactions). A single instance's producers re-initialise after a fatal error other than a
         # fence, as before.
-        self.fatal_is_fence = fatal_is_fence
         client_settings = {k: v for k, v in settings.items() if k not in ("enable.idempotence", "acks")}
         client_settings.update({"transactional.id": transactional_id,
                                 "transaction.timeout.ms": max(timeout_ms * 2, 10_000)})
@@ -92,21 +85,10 @@ class TransactionalProducer:
         self._thread = SerialThread(f"{name}-calls")
         # touched on the serial thread only (its `fenced` also by the loop, between two of its calls)
         self._client = TransactionClient(topic, client_settings, name, transactional_id, fatal_is_fence)
-        self._ready = False  # an initialised producer is there (loop side)
-        self._queue: list[_Queued] = []
-        self._in_flight = 0  # writes in the transaction being committed
-        self._committing: tuple[list[_Queued], asyncio.Future[_Outcome | KafkaError]] | None = None
         self._opened_for: set[int] = set()  # partitions of a transaction opened ahead, not committed yet
-        self._open_ahead_expiry: asyncio.TimerHandle | None = None
-        self._wake = asyncio.Event()
-        self._worker: asyncio.Task[None] | None = None
-        self._reinit: asyncio.Task[None] | None = None
-        self._closed = False
-        self.transactions = 0  # committed or aborted, for benchmarks and tests
 
-    @property
-    def fenced(self) -> bool:
-        return self._client.fenced is not None
+    def _fence(self) -> KafkaError | None:
+        return self._client.fenced
 
     async def start(self, timeout_ms: int = 60_000, *, attempt_ms: int = int(_INIT_ATTEMPT_S * 1000)) -> None:
         """Create the producer and register its transactional.id (fences an older holder of the id and aborts
@@ -130,13 +112,6 @@ class TransactionalProducer:
             await asyncio.sleep(_INIT_RETRY_S)
         self._ready = True
         self._worker = loop.create_task(self._run(), name=f"{self.name}-transactions")
-
-    def send(self, records: Sequence[KafkaRecord], *, offsets: list[int] | None = None
-             ) -> asyncio.Future[KafkaError | None]:
-        """Queue `records` now for the next transaction (transactions take the queue in order); the future
-        resolves with None once it is committed, else with its error (never raises). `offsets` gets the
-        records' offsets from their delivery reports."""
-        return self._enqueue(records, offsets)
 
     def open_ahead(self, partition: int, marker: KafkaRecord) -> None:
         """A write to `partition` is expected soon (a group's assignment, once its leader sends it): while the
@@ -163,56 +138,10 @@ class TransactionalProducer:
             if not self._opened_for:
                 self._cancel_open_ahead_expiry()
 
-    def _cancel_open_ahead_expiry(self) -> None:
-        if self._open_ahead_expiry is not None:
-            self._open_ahead_expiry.cancel()
-            self._open_ahead_expiry = None
-
     def _commit_opened_alone(self) -> None:
         self._open_ahead_expiry = None
         if self._opened_for and self._committing is None and not self._queue:
             self._begin_commit(asyncio.get_running_loop())
-
-    def _enqueue(self, records: Sequence[KafkaRecord], offsets: list[int] | None = None
-                 ) -> asyncio.Future[KafkaError | None]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[KafkaError | None] = loop.create_future()
-        if self._closed or self._worker is None:
-            future.set_result(KafkaError(KafkaError._DESTROY, "state producer closed"))
-        elif self._client.fenced is not None:
-            future.set_result(self._client.fenced)
-        elif not records:
-            future.set_result(None)
-        else:
-            self._queue.append((records, future, loop.time() + self.timeout_ms / 1000, offsets))
-            if self._committing is None and self._ready and len(self._queue) == 1:
-                # Nothing in flight: the transaction starts now, not a loop turn later when the worker runs
-                # (a busy loop's turn is every request that arrived meanwhile, a thousand SyncGroups at once).
-                self._begin_commit(loop)
-            self._wake.set()
-        return future
-
-    # -- the transaction loop (event loop side) ---------------------------------------------------------------
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while not self._closed or self._queue or self._committing is not None:
-            if self._committing is not None:
-                await self._finish_commit(*self._committing)
-                continue
-            if not self._queue:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            self._expire(loop.time())
-            if self._client.fenced is not None or (self._closed and not self._ready):
-                self._fail_queued(self._client.fenced or KafkaError(KafkaError._DESTROY, "state producer closed"))
-                continue
-            if not self._queue:
-                continue
-            if not self._ready:  # a fresh producer is being initialised: wait for it, within the deadlines
-                await asyncio.sleep(_NOT_READY_POLL_S)
-                continue
-            self._begin_commit(loop)
 
     def _begin_commit(self, loop: asyncio.AbstractEventLoop) -> None:
         """One transaction of every queued write, on the serial thread; the writes are answered on the loop as
@@ -229,7 +158,11 @@ class TransactionalProducer:
                                    then=functools.partial(self._answer, batch))
         self._committing = (batch, done)
 
-    async def _finish_commit(self, batch: list[_Queued], done: asyncio.Future[_Outcome | KafkaError]) -> None:
+    async def _await_commit(self) -> None:
+        assert self._committing is not None
+        await self._finish_commit(*self._committing)
+
+    async def _finish_commit(self, batch: list[Queued], done: asyncio.Future[_Outcome | KafkaError]) -> None:
         try:
             _, then = _as_outcome(await done)
             if then == "abort":
@@ -248,7 +181,7 @@ class TransactionalProducer:
                 if not future.done():
                     future.set_result(KafkaError(KafkaError._TIMED_OUT, "state producer closed mid-commit"))
 
-    def _answer(self, batch: list[_Queued], result: _Outcome | KafkaError) -> None:
+    def _answer(self, batch: list[Queued], result: _Outcome | KafkaError) -> None:
         """Every write of the transaction, answered first: nothing of a failed one will ever be visible. After a
         commit, the writes queued meanwhile start the next transaction here, not a loop turn later in the worker
         (which then only finishes the committed one's bookkeeping); anything else is the worker's."""
@@ -263,36 +196,6 @@ class TransactionalProducer:
             self._expire(loop.time())
             if self._queue:
                 self._begin_commit(loop)
-
-    def _expire(self, now: float) -> None:
-        """Writes that waited out their commit timeout (behind a slow transaction, or for a fresh producer)."""
-        if self._queue[0][2] > now:  # oldest first: the same timeout for every write
-            return
-        expired = [item for item in self._queue if item[2] <= now]
-        self._queue = [item for item in self._queue if item[2] > now]
-        for _, future, _, _ in expired:
-            if not future.done():
-                future.set_result(KafkaError(KafkaError._MSG_TIMED_OUT, "not written within the commit timeout"))
-
-    def _fail_queued(self, error: KafkaError) -> None:
-        queued, self._queue = self._queue, []
-        for _, future, _, _ in queued:
-            if not future.done():
-                future.set_result(error)
-
-    def _notify_fenced(self) -> None:
-        if self.on_fenced is not None:
-            callback, self.on_fenced = self.on_fenced, None  # once
-            try:
-                callback()
-            except Exception:
-                log.exception("event=on_fenced_failed producer=%s", self.name)
-
-    def _start_reinit(self) -> None:
-        reinitialising = self._reinit is not None and not self._reinit.done()
-        if self._closed or self._client.fenced is not None or reinitialising:
-            return
-        self._reinit = asyncio.get_running_loop().create_task(self._reinitialise(), name=f"{self.name}-reinit")
 
     async def _reinitialise(self) -> None:
         """A fresh producer, retried for as long as it takes (the broker may be down for minutes); writes
@@ -312,15 +215,7 @@ class TransactionalProducer:
             log.info("event=transactions_init_retry producer=%s attempt=%d error=%s", self.name, attempts, error)
             await asyncio.sleep(_INIT_RETRY_S)
 
-    # -- flush and close -----------------------------------------------------------------------------------------
-    async def flush(self, timeout_ms: int) -> int:
-        """Wait until every queued write is committed or failed; returns how many are still waiting."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while (self._queue or self._in_flight) and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        return len(self._queue) + self._in_flight
-
+    # -- close -----------------------------------------------------------------------------------------------------
     async def close(self, flush_timeout_ms: int = 5_000) -> None:
         """Finish the queued writes (bounded by `flush_timeout_ms`), then destroy the producer on its own thread,
         after any transaction still running there: never concurrently with a commit."""

@@ -1,0 +1,164 @@
+"""What both state writers share (transactions.py's on librdkafka, native_transactions.py's on our own client): the
+writes queued for the next transaction (group commit), each with its deadline, and the worker that starts a
+transaction of every queued write once a producer is ready, fails them at their deadline or when fenced, and the
+fence's callback, the background re-initialisation's start, flush.
+
+How a transaction is committed, how a producer is (re-)initialised and how it closes are the writers' own
+(`_begin_commit`, `_await_commit`, `_reinitialise`, `close`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from confluent_kafka import KafkaError
+
+from coordinator.storage.producer import KafkaRecord
+
+log = logging.getLogger("coordinator.storage")
+
+NOT_READY_POLL_S = 0.05  # how often queued writes look for a re-initialised producer
+
+# records, outcome, loop deadline, where the acknowledged records' offsets go (if wanted)
+Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
+
+Commit = TypeVar("Commit")  # what a writer keeps of the transaction being committed
+
+
+class TransactionQueue(Generic[Commit]):
+    """Writes queued for the next transaction; one transaction in flight at a time (`_committing`)."""
+
+    def __init__(self, topic: str, name: str, transactional_id: str, timeout_ms: int,
+                 on_fenced: Callable[[], None] | None, fatal_is_fence: bool) -> None:
+        self.topic = topic
+        self.name = name
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
+        self.on_fenced = on_fenced  # called on the loop, once, when a newer holder of the id fences this one
+        self.fatal_is_fence = fatal_is_fence
+        self._ready = False  # an initialised producer is there
+        self._queue: list[Queued] = []
+        self._in_flight = 0  # writes in the transaction being committed
+        self._committing: Commit | None = None
+        self._open_ahead_expiry: asyncio.TimerHandle | None = None
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._reinit: asyncio.Task[None] | None = None
+        self._closed = False
+        self.transactions = 0  # committed or aborted, for benchmarks and tests
+
+    # -- the writer's own ------------------------------------------------------------------------------------------
+    def _fence(self) -> KafkaError | None:
+        """The error every write gets once a newer holder of the id fenced this producer; None while not."""
+        raise NotImplementedError
+
+    def _begin_commit(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One transaction of every queued write (sets `_committing`)."""
+        raise NotImplementedError
+
+    async def _await_commit(self) -> None:
+        """Until the transaction in `_committing` and its aftermath are done (then `_committing` is None or the
+        next one)."""
+        raise NotImplementedError
+
+    async def _reinitialise(self) -> None:
+        """A fresh producer in the background (sets `_ready`), or fenced for good."""
+        raise NotImplementedError
+
+    # -- shared ----------------------------------------------------------------------------------------------------
+    @property
+    def fenced(self) -> bool:
+        return self._fence() is not None
+
+    def send(self, records: Sequence[KafkaRecord], *, offsets: list[int] | None = None
+             ) -> asyncio.Future[KafkaError | None]:
+        """Queue `records` now for the next transaction (transactions take the queue in order); the future
+        resolves with None once it is committed, else with its error (never raises). `offsets` gets the
+        records' offsets as the partitions' leaders acknowledged them."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[KafkaError | None] = loop.create_future()
+        fence = self._fence()
+        if self._closed or self._worker is None:
+            future.set_result(KafkaError(KafkaError._DESTROY, "state producer closed"))
+        elif fence is not None:
+            future.set_result(fence)
+        elif not records:
+            future.set_result(None)
+        else:
+            self._queue.append((records, future, loop.time() + self.timeout_ms / 1000, offsets))
+            if self._committing is None and self._ready and len(self._queue) == 1:
+                # Nothing in flight: the transaction starts now, not a loop turn later when the worker runs
+                # (a busy loop's turn is every request that arrived meanwhile, a thousand SyncGroups at once).
+                self._begin_commit(loop)
+            self._wake.set()
+        return future
+
+    async def _run(self) -> None:
+        """The worker: waits out each transaction's aftermath; writes queued while no producer is ready (a
+        re-initialisation) fail at their deadline or start once it is ready; a fenced producer fails them."""
+        loop = asyncio.get_running_loop()
+        while not self._closed or self._queue or self._committing is not None:
+            if self._committing is not None:
+                await self._await_commit()
+                continue
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._expire(loop.time())
+            fence = self._fence()
+            if fence is not None or (self._closed and not self._ready):
+                self._fail_queued(fence or KafkaError(KafkaError._DESTROY, "state producer closed"))
+                continue
+            if not self._queue:
+                continue
+            if not self._ready:  # a fresh producer is being initialised: wait for it, within the deadlines
+                await asyncio.sleep(NOT_READY_POLL_S)
+                continue
+            self._begin_commit(loop)
+
+    def _expire(self, now: float) -> None:
+        """Writes that waited out their commit timeout (behind a slow transaction, or for a fresh producer)."""
+        if not self._queue or self._queue[0][2] > now:  # oldest first: the same timeout for every write
+            return
+        expired = [item for item in self._queue if item[2] <= now]
+        self._queue = [item for item in self._queue if item[2] > now]
+        for _, future, _, _ in expired:
+            if not future.done():
+                future.set_result(KafkaError(KafkaError._MSG_TIMED_OUT, "not written within the commit timeout"))
+
+    def _fail_queued(self, error: KafkaError) -> None:
+        queued, self._queue = self._queue, []
+        for _, future, _, _ in queued:
+            if not future.done():
+                future.set_result(error)
+
+    def _notify_fenced(self) -> None:
+        if self.on_fenced is not None:
+            callback, self.on_fenced = self.on_fenced, None  # once
+            try:
+                callback()
+            except Exception:
+                log.exception("event=on_fenced_failed producer=%s", self.name)
+
+    def _start_reinit(self) -> None:
+        running = self._reinit is not None and not self._reinit.done()
+        if self._closed or self._fence() is not None or running:
+            return
+        self._reinit = asyncio.get_running_loop().create_task(self._reinitialise(), name=f"{self.name}-reinit")
+
+    def _cancel_open_ahead_expiry(self) -> None:
+        if self._open_ahead_expiry is not None:
+            self._open_ahead_expiry.cancel()
+            self._open_ahead_expiry = None
+
+    async def flush(self, timeout_ms: int) -> int:
+        """Wait until every queued write is committed or failed; returns how many are still waiting."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while (self._queue or self._in_flight) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        return len(self._queue) + self._in_flight
