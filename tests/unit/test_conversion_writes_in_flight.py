@@ -254,3 +254,34 @@ async def test_an_empty_consumer_group_replaced_by_a_classic_group_is_tombstoned
             reloaded.replay(record)
     assert reloaded.deleted  # its group epoch record tombstoned: a load does not make it
     assert env.group() is not None  # the classic group stands
+
+
+async def test_a_failed_write_of_a_deleted_consumer_group_does_not_bring_it_back(env: Env) -> None:
+    """The last member leaves (its write unanswered), DeleteGroups deletes the Empty group (acknowledged), then the
+    leave's write times out. It is no longer the group's latest write: the group stays deleted, and the keys the
+    failed write wrote (it may have landed, or not) are written again as memory has them, gone. Before, the failure
+    reverted to the group as it was before the leave (the member back, in memory), and its rewrite put the member
+    back in the log after the deletion (seed 98 of --protocol consumer, found by the record-by-record check)."""
+    from coordinator.group.api import DeleteGroupsRequest
+
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    assert (await _consumer_join(env, "c")).error == Errors.NONE
+    gate_leave = store.hold_next_write()
+    leaving = asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", "c", -1, client_id="c", client_host="/127.0.0.1")))
+    await drain()
+    [deleted] = (await env.coordinator.delete_groups(DeleteGroupsRequest(["g"]))).results
+    assert deleted.error_code == Errors.NONE
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # the leave's write, released now
+    gate_leave.set()
+    await drain()
+    await leaving
+    await drain()
+    assert "g" not in env.coordinator.shard_for("g").consumer_groups  # still deleted
+    reloaded = ConsumerGroup("g")
+    for record in store.consumer_records:
+        if record.group_id == "g":
+            reloaded.replay(record)
+    assert not reloaded.members  # a reload makes no member (nor, with the epoch's tombstone, a group)
