@@ -18,7 +18,9 @@
                      neither the deleted group's record nor its deleted offsets (unless written again since)
   reload_equals_acked after a (re)load, each group's offsets and record are what Kafka acknowledged (or a later
                      write that may have landed: timed out, failed after append, in flight at the crash);
-                     before a crash, memory holds nothing Kafka did not acknowledge or is not writing
+                     before a crash, memory holds nothing Kafka did not acknowledge or is not writing;
+                     for a consumer group, record by record (types 3, 5-8, 16: its epochs, each member's
+                     subscription, target and current assignment, its resolved regular expressions)
   consumer_owner     (consumer protocol) a partition goes to a member only once its previous owner revoked it:
                      no consumer still owning it is a member of the group the coordinator answers for, and
                      no two members hold it (assigned or pending revocation) in the coordinator's group
@@ -45,13 +47,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator.group.metadata import GroupMetadata
+from coordinator.group.modern.group import ConsumerGroup
+from coordinator.group.modern.records import (CurrentAssignmentRecord, GroupEpochRecord, MemberMetadataRecord,
+                                              PER_MEMBER_TYPES, Partitions, RecordType, RegexRecord,
+                                              TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
+from coordinator.storage import consumer_records
 from coordinator.group.state import GroupState
+from coordinator.group.status import ShardStatus
 from coordinator.storage.records import (OffsetCommitKey, decode_group_metadata_value, decode_key,
                                         decode_offset_commit_value)
 from protocol.consumer_protocol import decode_assignment
 from protocol.error_codes import Errors
 from simulator.history import Event, History
-from simulator.ledger import Key, Ledger
+from simulator.ledger import CONSUMER, Key, Ledger
 
 if TYPE_CHECKING:
     from simulator.client_txns import Verification
@@ -450,7 +458,9 @@ class Checkers:
             for partition in partitions:
                 if ownership.serving(partition) and not ownership.guard.suspended:
                     self._one_server(instance, partition, "a load")
-        for key in [k for k in self.ledger.by_key if loaded(k[0]) and not k[0].startswith(TXN_GROUP_PREFIX)]:
+        self._consumer_groups_hold(instance, loaded, "loaded")
+        for key in [k for k in self.ledger.by_key if loaded(k[0]) and not k[0].startswith(TXN_GROUP_PREFIX)
+                    and len(k) != 4]:
             group = groups.get(key[0])
             allowed, _ = self.ledger.candidates(key)
             if len(key) == 3:
@@ -467,6 +477,29 @@ class Checkers:
                 if shown_group not in views:
                     self.violation("reload_equals_acked",
                                    f"group {key[0]} loaded as {shown_group}, possible: {views}")
+
+    def _consumer_groups_hold(self, instance: CoordinatorInstance, in_scope: Any, when: str,
+                              reader: Any = None) -> None:
+        """Each record key of the consumer groups in scope, as memory has it, against what the log may hold: the
+        keys the ledger knows and those of what memory holds (a key never written may only be absent).
+        `reader(group_id)`: (producer, first write id it cannot know) for memory before a crash, as `candidates`."""
+        runtime = instance.runtime
+        keys: set[Key] = {k for k in self.ledger.by_key if len(k) == 4 and in_scope(k[0])}
+        for shard in runtime.shards:
+            for group_id, group in shard.consumer_groups.items():
+                if in_scope(group_id):
+                    keys.update(_consumer_keys(group))
+        for key in sorted(keys, key=repr):
+            group_id, _, record_type, part = key  # type: ignore[misc]
+            shown = _consumer_view(runtime.shard_for(group_id).consumer_groups.get(group_id), record_type, part)
+            allowed, _ = self.ledger.candidates(key, *reader(group_id)) if reader is not None else \
+                self.ledger.candidates(key)
+            views = [None if v is None else _consumer_record_view(key, v) for v in allowed]
+            if shown not in views:
+                what = RecordType(record_type).name.lower()
+                self.violation("reload_equals_acked",
+                               f"{when}: consumer group {group_id}'s {what} record{' of ' + part if part else ''} "
+                               f"is {shown} in memory; the log may hold only {views}")
 
     def _deletions_hold(self, groups: Any, loaded: Any) -> None:
         for key, written_before in self._deleted.items():
@@ -509,6 +542,18 @@ class Checkers:
                 if _group_view(group) not in views:
                     self.violation("reload_equals_acked", f"before the crash, Stable group {group_id} was "
                                                           f"{_group_view(group)}, not acknowledged: {views}")
+
+        def serving(group_id: str) -> bool:  # memory of a shard shut down or given up is gone, not wrong
+            partition = instance.runtime.partition_for(group_id)
+            return instance.runtime.shard_for(group_id).status is ShardStatus.ACTIVE and (
+                ownership is None or ownership.serving(partition))
+
+        def known_to(group_id: str) -> tuple[str, int]:
+            partition = instance.runtime.partition_for(group_id)
+            return instance.name, self._loaded_before.get((instance.name, partition), 0)
+
+        self._consumer_groups_hold(instance, serving, "before the crash", known_to)
+
 
     # --- from the clients -------------------------------------------------------------------------------------
     def committed(self, group_id: str, tp: tuple[str, int], offset: int, client: str) -> None:
@@ -783,3 +828,73 @@ def _record_view(value: bytes) -> tuple[Any, ...]:
     record = decode_group_metadata_value(value)
     members = tuple(sorted((m.member_id, m.assignment) for m in record.members))
     return (record.generation, record.leader if members else None, members)
+
+
+# --- consumer groups, record by record ---------------------------------------------------------------------------
+def _partitions(partitions: Partitions) -> tuple[Any, ...]:
+    return tuple(sorted((str(topic), tuple(sorted(ps))) for topic, ps in partitions.items() if ps))
+
+
+def _consumer_keys(group: ConsumerGroup) -> list[Key]:
+    group_id = group.group_id
+    keys: list[Key] = [(group_id, CONSUMER, int(RecordType.GROUP_METADATA), ""),
+                       (group_id, CONSUMER, int(RecordType.TARGET_ASSIGNMENT_METADATA), "")]
+    for member_id in {*group.members, *group.targets}:
+        keys += [(group_id, CONSUMER, int(kind), member_id) for kind in (
+            RecordType.MEMBER_METADATA, RecordType.TARGET_ASSIGNMENT_MEMBER, RecordType.CURRENT_MEMBER_ASSIGNMENT)]
+    keys += [(group_id, CONSUMER, int(RecordType.REGULAR_EXPRESSION), regex) for regex in group.resolved_regexes]
+    return keys
+
+
+def _consumer_view(group: ConsumerGroup | None, record_type: int, part: str) -> tuple[Any, ...] | None:
+    """What memory says of one record key (None: the key absent, i.e. never written or tombstoned)."""
+    if group is None or group.deleted:
+        return None
+    kind = RecordType(record_type)
+    if kind is RecordType.GROUP_METADATA:
+        return (group.group_epoch,)
+    if kind is RecordType.TARGET_ASSIGNMENT_METADATA:
+        return None if group.assignment_epoch == 0 else (group.assignment_epoch,)
+    if kind is RecordType.REGULAR_EXPRESSION:
+        resolved = group.resolved_regexes.get(part)
+        return None if resolved is None else (tuple(resolved.topics), resolved.version)
+    if kind is RecordType.TARGET_ASSIGNMENT_MEMBER:
+        target = group.targets.get(part)
+        return None if target is None else _partitions(target)
+    member = group.members.get(part)
+    if member is None:
+        return None
+    if kind is RecordType.MEMBER_METADATA:
+        return (member.instance_id, tuple(member.subscribed_topic_names), member.subscribed_topic_regex or None,
+                member.server_assignor, member.classic is not None)
+    if member.member_epoch <= 0 and not member.assigned and not member.pending_revocation:
+        return None  # no current assignment written yet (or tombstoned: the member is leaving)
+    return (member.member_epoch, member.previous_member_epoch, int(member.state), _partitions(member.assigned),
+            _partitions(member.pending_revocation))
+
+
+def _consumer_record_view(key: Key, value: bytes) -> tuple[Any, ...] | None:
+    """The same view of a record the log may hold."""
+    group_id, _, record_type, part = key  # type: ignore[misc]
+    kind = RecordType(record_type)
+    key_bytes = consumer_records.encode_key(Tombstone(
+        kind, group_id, member_id=part if kind in PER_MEMBER_TYPES else None,
+        regex=part if kind is RecordType.REGULAR_EXPRESSION else None))
+    record = consumer_records.decode(key_bytes, value)
+    if isinstance(record, GroupEpochRecord):
+        return (record.epoch,)
+    if isinstance(record, TargetAssignmentEpochRecord):
+        return None if record.assignment_epoch == 0 else (record.assignment_epoch,)
+    if isinstance(record, RegexRecord):
+        return (tuple(record.topics), record.version)
+    if isinstance(record, TargetAssignmentRecord):
+        return _partitions(record.partitions)
+    if isinstance(record, MemberMetadataRecord):
+        return (record.instance_id, tuple(record.subscribed_topic_names), record.subscribed_topic_regex or None,
+                record.server_assignor, record.classic is not None)
+    if isinstance(record, CurrentAssignmentRecord):
+        if record.member_epoch <= 0 and not record.assigned and not record.pending_revocation:
+            return None
+        return (record.member_epoch, record.previous_member_epoch, record.state, _partitions(record.assigned),
+                _partitions(record.pending_revocation))
+    return None

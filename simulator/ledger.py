@@ -11,7 +11,9 @@ from typing import Sequence
 
 from coordinator.storage.records import (GroupMetadataKey, OffsetCommitKey, decode_group_metadata_value,
                                         decode_key)
+from coordinator.group.modern.records import Tombstone
 from coordinator.group.records import GroupRecord
+from coordinator.storage import consumer_records
 from simulator.history import History
 
 # Outcomes after which the write is known not to be in the log (Kafka said it failed before appending).
@@ -22,7 +24,10 @@ PENDING = "pending"
 _OFFSET = struct.Struct(">q")
 ACKED = "acked"
 
-Key = tuple[str, str, int] | tuple[str]  # (group, topic, partition) for an offset, (group,) for a group record
+# (group, topic, partition) for an offset, (group,) for a classic group record, (group, CONSUMER, record type,
+# member id or regular expression or "") for a consumer group's record (types 3-8 and 16)
+Key = tuple[str, str, int] | tuple[str] | tuple[str, str, int, str]
+CONSUMER = "consumer"
 
 
 @dataclass(eq=False)
@@ -79,6 +84,10 @@ class Ledger:
             key = (decoded.group, decoded.topic, decoded.partition)
         elif isinstance(decoded, GroupMetadataKey):
             key = (decoded.group,)
+        elif decoded.version in consumer_records.CONSUMER_GROUP_TYPES:
+            record = consumer_records.decode(key_bytes, None)  # its tombstone: the key's parts
+            if isinstance(record, Tombstone):
+                key = (record.group_id, CONSUMER, int(record.record_type), record.member_id or record.regex or "")
         self._keys[key_bytes] = key
         return key
 
@@ -98,7 +107,9 @@ class Ledger:
                 self.outcome(write.write_id, "crashed")
 
     def value_of(self, write: Write, key: Key) -> bytes | None:
-        for k, value in write.keys:
+        """The key's value the write leaves in the log: its last record of the key (a conversion writes a consumer
+        group's epoch record twice, the group's then the joining member's)."""
+        for k, value in reversed(write.keys):
             if k == key:
                 return value
         raise KeyError(key)

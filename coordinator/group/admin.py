@@ -205,6 +205,7 @@ def _delete_consumer_group(shard: GroupShard, group_id: str, writes: list[Write]
     for tombstone in tombstones:
         group.replay(tombstone)
     del shard.consumer_groups[group_id]
+    shard.consumer_group_deleted(group_id)  # a write of it still unanswered must not bring it back if it fails
     log.info("event=consumer_group_deleted group=%s offsets_removed=%d", group_id, len(records))
 
     def written(append_error: Errors) -> None:

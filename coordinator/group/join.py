@@ -54,10 +54,11 @@ def _consumer_group_join_error(shard: GroupShard, group_id: str) -> Errors | Non
     """A classic JoinGroup for a KIP-848 group that reached this handler: the runtime serves a non-empty one
     itself (coordinator/group/modern/classic.py), so a non-empty one here is refused; an empty one gives way to
     the classic group, as Kafka converts it."""
-    if shard.consumer_groups[group_id].members:
+    replaced = shard.consumer_groups[group_id]
+    if replaced.members:
         return Errors.INCONSISTENT_GROUP_PROTOCOL
     del shard.consumer_groups[group_id]
-    shard.consumer_group_replaced(group_id)
+    shard.consumer_group_replaced(shard, replaced)
     existing = shard.groups.get(group_id)
     if existing is None or (existing.protocol_type is None and not existing.members):
         # a new classic group from generation 0 (the offsets' holder is one); not one loaded beside it

@@ -67,7 +67,9 @@ class GroupShard(GroupResidency):
         self.groups: dict[str, GroupMetadata] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (coordinator/group/modern)
         # told when an Empty consumer group gives way to a classic group (join.py; the runtime sets it)
-        self.consumer_group_replaced: Callable[[str], None] = _nothing
+        self.consumer_group_replaced: Callable[[GroupShard, ConsumerGroup], None] = _nothing
+        # told when DeleteGroups removed an Empty consumer group (admin.py; the runtime sets it)
+        self.consumer_group_deleted: Callable[[str], None] = _nothing_deleted
         self.transactional_offsets = TransactionalOffsets()  # pending until their marker (txn_offsets.py)
         self.producer_sequences = ProducerSequences()  # of client producers' batches we write (txn_sequences.py)
         # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a
@@ -128,5 +130,9 @@ class GroupShard(GroupResidency):
         return group
 
 
-def _nothing(group_id: str) -> None:
+def _nothing(shard: GroupShard, group: ConsumerGroup) -> None:
+    pass
+
+
+def _nothing_deleted(group_id: str) -> None:
     pass

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
 from coordinator.group.state import GroupState
 from coordinator.group.store import InMemoryGroupStore
@@ -228,3 +229,59 @@ async def test_a_consumer_group_made_over_an_empty_classic_group_tombstones_its_
     assert (await _consumer_join(env, "c")).error == Errors.NONE
     await drain()
     assert "g" in env.coordinator.shard_for("g").consumer_groups and "g" not in store.groups
+
+
+async def test_an_empty_consumer_group_replaced_by_a_classic_group_is_tombstoned(env: Env) -> None:
+    """A classic JoinGroup finds the consumer group Empty and a classic group takes its place: the consumer group's
+    tombstones are written (Kafka's maybeDeleteEmptyConsumerGroup, with the join). Before, only memory dropped it:
+    the log kept its records and a reload made the Empty consumer group again beside the classic group (found by
+    the simulator's record-by-record reload check of consumer groups, seed 1 of --protocol upgrade)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    assert (await _consumer_join(env, "c")).error == Errors.NONE
+    left = await env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", "c", -1, client_id="c", client_host="/127.0.0.1"))
+    assert left.error == Errors.NONE
+    x = env.client("x")
+    await x.start_join()
+    await advance_until_joined(env, x)
+    assert x.take_join().error_code == Errors.NONE
+    await drain()
+    reloaded = ConsumerGroup("g")
+    for record in store.consumer_records:
+        if record.group_id == "g":
+            reloaded.replay(record)
+    assert reloaded.deleted  # its group epoch record tombstoned: a load does not make it
+    assert env.group() is not None  # the classic group stands
+
+
+async def test_a_failed_write_of_a_deleted_consumer_group_does_not_bring_it_back(env: Env) -> None:
+    """The last member leaves (its write unanswered), DeleteGroups deletes the Empty group (acknowledged), then the
+    leave's write times out. It is no longer the group's latest write: the group stays deleted, and the keys the
+    failed write wrote (it may have landed, or not) are written again as memory has them, gone. Before, the failure
+    reverted to the group as it was before the leave (the member back, in memory), and its rewrite put the member
+    back in the log after the deletion (seed 98 of --protocol consumer, found by the record-by-record check)."""
+    from coordinator.group.api import DeleteGroupsRequest
+
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    assert (await _consumer_join(env, "c")).error == Errors.NONE
+    gate_leave = store.hold_next_write()
+    leaving = asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", "c", -1, client_id="c", client_host="/127.0.0.1")))
+    await drain()
+    [deleted] = (await env.coordinator.delete_groups(DeleteGroupsRequest(["g"]))).results
+    assert deleted.error_code == Errors.NONE
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # the leave's write, released now
+    gate_leave.set()
+    await drain()
+    await leaving
+    await drain()
+    assert "g" not in env.coordinator.shard_for("g").consumer_groups  # still deleted
+    reloaded = ConsumerGroup("g")
+    for record in store.consumer_records:
+        if record.group_id == "g":
+            reloaded.replay(record)
+    assert not reloaded.members  # a reload makes no member (nor, with the epoch's tombstone, a group)

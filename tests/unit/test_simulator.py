@@ -271,6 +271,15 @@ def test_consumer_protocol_seeds_hold_every_invariant() -> None:
                                   "--protocol consumer --trace)" for o, v in failing)
 
 
+@pytest.mark.parametrize("seed", [98])
+def test_consumer_seeds_the_record_by_record_reload_check_found(seed: int) -> None:
+    """Seed 98: DeleteGroups deleted an Empty consumer group while the last member's leave was still being written;
+    the leave's write then timed out, reverted the group to before it (the member back in memory) and wrote it
+    again after the deletion (reload_equals_acked's record-by-record check of consumer groups)."""
+    outcome = run_seed(seed, protocol="consumer")
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
 def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
     """The consumer-protocol clients go through the protocol's steps: joins at epoch 0, reconciliations (revoke,
     then assign), fencing and rejoining; and commits with the member epoch that Kafka acknowledged."""

@@ -36,7 +36,7 @@ from coordinator.group.modern.conversion import (classic_group_from, consumer_gr
                                                  validate_online_downgrade, validate_online_downgrade_with_replaced,
                                                  validate_online_upgrade)
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
-from coordinator.group.records import GroupMetadataRecord
+from coordinator.group.records import GroupMetadataRecord, Record
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.observing import ConsumerGroupWatch, Fenced
 from coordinator.group.modern.steady import SteadyMember
@@ -679,11 +679,24 @@ class ConsumerGroupService:
             self._open[group_id] = (write, previous, written)
         return write
 
-    def replaced_by_classic(self, group_id: str) -> None:
-        """An Empty consumer group gave way to a classic group (join.py). A write of it still unanswered is no
-        longer the group's latest: if it fails, it must not bring the consumer group back beside the classic one
-        (Kafka's revert would undo the replacement with it; here the classic group stands, computed on top), and
-        its keys are written again as memory has them: gone (`_written`)."""
+    def replaced_by_classic(self, shard: GroupShard, group: ConsumerGroup) -> None:
+        """An Empty consumer group gave way to a classic group (join.py): its tombstones are written, as Kafka's
+        maybeDeleteEmptyConsumerGroup writes them with the join, so a reload does not make it again beside the
+        classic group. A write of it still unanswered is no longer the group's latest: if it fails, it must not
+        bring the consumer group back beside the classic one (Kafka's revert would undo the replacement with it;
+        here the classic group stands, computed on top), and its keys are written again as memory has them: gone
+        (`_written`). The tombstones are not retried from here: a failed tombstone stays owed in the Kafka store,
+        sent again with a backoff until a newer write of its key (storage/tombstones.py)."""
+        self.deleted(group.group_id)
+        if shard.status is ShardStatus.ACTIVE:
+            tombstones: list[Record] = [*consumer_group_tombstones(group)]
+            shard.append(Write(group.group_id, tombstones))
+
+    def deleted(self, group_id: str) -> None:
+        """The group is gone from memory with its tombstones written (DeleteGroups, admin.py; or a classic group
+        took its place): a write of it still unanswered is no longer its latest. If it fails, the group does not
+        come back (only the latest write reverts) and the keys it wrote are written again as memory has them:
+        gone (`_written`); the log may hold them (a timeout)."""
         self._write_sequence.pop(group_id, None)
         self._open.pop(group_id, None)
 
