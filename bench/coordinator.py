@@ -33,8 +33,9 @@ others, and adds the ratios after ÷ before. `--profile FILE` records our server
 200 Hz; `pip install -e '.[bench]'`; the baseline's to FILE.before, so both pay py-spy alike) during the rounds of
 the largest rebalance size (environment: BENCH_PYSPY_RATE, BENCH_PYSPY_ARGS such as "--native", BENCH_PERF=1 for
 `perf record -g` of the server beside py-spy, to FILE.perf, and BENCH_STRACE=1 for `strace -c` of its main thread,
-the system calls counted, to FILE.strace; py-spy pauses the process per sample, so the CPU
-figures of a profiled run are inflated: take them from a run without). `--leader-sync-last`: the leader's SyncGroup after the followers', as a real leader's.
+the system calls counted, to FILE.strace; py-spy pauses the process per sample, so the CPU figures of a profiled
+run are inflated: take them from a run without). `--leader-sync-last`: the leader's SyncGroup after the
+followers', as a real leader's.
 """
 
 from __future__ import annotations
