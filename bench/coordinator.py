@@ -31,7 +31,11 @@ Before/after in one run: `--baseline-tree DIR` races a second build of ours (a s
 `git archive <commit> | tar -x -C DIR`, run with DIR as its working directory) as "before", interleaved with the
 others, and adds the ratios after ÷ before. `--profile FILE` records our server with py-spy (`--format raw`,
 200 Hz; `pip install -e '.[bench]'`; the baseline's to FILE.before, so both pay py-spy alike) during the rounds of
-the largest rebalance size. `--leader-sync-last`: the leader's SyncGroup after the followers', as a real leader's.
+the largest rebalance size (environment: BENCH_PYSPY_RATE, BENCH_PYSPY_ARGS such as "--native", BENCH_PERF=1 for
+`perf record -g` of the server beside py-spy, to FILE.perf, and BENCH_STRACE=1 for `strace -c` of its main thread,
+the system calls counted, to FILE.strace; py-spy pauses the process per sample, so the CPU figures of a profiled
+run are inflated: take them from a run without). `--leader-sync-last`: the leader's SyncGroup after the
+followers', as a real leader's.
 """
 
 from __future__ import annotations
@@ -418,15 +422,37 @@ def start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen
     output = args.profile if server.name == "ours" else f"{args.profile}.{server.name}"
     beside_python = os.path.join(os.path.dirname(sys.executable), "py-spy")
     executable = beside_python if os.path.exists(beside_python) else "py-spy"
-    profiler = subprocess.Popen([executable, "record", "--pid", str(server.pid), "--rate", "200", "--format", "raw",
+    # BENCH_PYSPY_RATE (Hz, 200 by default) and BENCH_PYSPY_ARGS (more py-spy arguments, e.g. "--native");
+    # BENCH_PERF=1: `perf record -g` of the same process beside it (to FILE.perf): the kernel's part (the
+    # syscalls), the C extensions' and the interpreter's, and the other threads' (librdkafka's); BENCH_STRACE=1:
+    # `strace -c` of the main thread (the event loop's system calls counted, to FILE.strace)
+    extra = os.environ.get("BENCH_PYSPY_ARGS", "").split()
+    profiler = subprocess.Popen([executable, "record", "--pid", str(server.pid),
+                                 "--rate", os.environ.get("BENCH_PYSPY_RATE", "200"), "--format", "raw", *extra,
                                  "--output", output], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if os.environ.get("BENCH_STRACE"):
+        _PERF.append(subprocess.Popen(["strace", "-c", "-p", str(server.pid), "-o", f"{output}.strace"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    if os.environ.get("BENCH_PERF"):
+        _PERF.append(subprocess.Popen(["perf", "record", "-g", "-F", "997", "-p", str(server.pid), "-o",
+                                       f"{output}.perf"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1.0)  # attached before the first round
     return profiler
+
+
+_PERF: list[subprocess.Popen] = []  # perf beside py-spy (BENCH_PERF), stopped with it
 
 
 def stop_profiler(profiler: subprocess.Popen | None) -> None:
     if profiler is None:
         return
+    while _PERF:
+        perf = _PERF.pop()
+        perf.send_signal(signal.SIGINT)
+        try:
+            perf.wait(30)
+        except subprocess.TimeoutExpired:
+            perf.kill()
     profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
     try:
         profiler.wait(30)

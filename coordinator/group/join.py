@@ -45,7 +45,7 @@ def _answer(future: asyncio.Future[JoinGroupResponse], response: JoinGroupRespon
 def handle_join_group(shard: GroupShard, req: JoinGroupRequest) -> asyncio.Future[JoinGroupResponse]:
     """The response future is answered now, or parked in the member until the join phase completes (no write
     of the request's own: a static replacement's is made by group logic, `shard.append`)."""
-    future: asyncio.Future[JoinGroupResponse] = asyncio.get_running_loop().create_future()
+    future: asyncio.Future[JoinGroupResponse] = shard.new_future()
     _join(shard, req, future)
     return future
 

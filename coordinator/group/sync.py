@@ -23,7 +23,7 @@ _NONE = Errors.NONE  # a global: an Enum class attribute costs ten times as much
 def handle_sync_group(shard: GroupShard, req: SyncGroupRequest
                       ) -> Result[SyncGroupResponse] | asyncio.Future[SyncGroupResponse]:
     """The leader's assignment to write, with the future; anyone else's SyncGroup: the future alone."""
-    future: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
+    future: asyncio.Future[SyncGroupResponse] = shard.new_future()
     writes = _sync(shard, req, future)
     return Result(future, writes) if writes else future
 

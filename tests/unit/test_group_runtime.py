@@ -96,3 +96,34 @@ async def test_delete_groups_answers_only_once_the_tombstones_are_acknowledged(e
     response = await deleting
     assert [(r.group_id, r.error_code) for r in response.results] == [("s", Errors.NONE)]
     assert "s" not in env.store.offsets
+
+
+def test_a_shards_futures_belong_to_the_running_loop_each_time() -> None:
+    """GroupShard.new_future keeps the loop it found (no getpid() per JoinGroup/SyncGroup): still a future of the
+    loop running now, after the first loop stopped and another one runs, and no future without a running loop."""
+    from coordinator.config import CoordinatorConfig
+    from coordinator.group.runtime import GroupRuntime
+    from coordinator.group.store import InMemoryGroupStore
+    from coordinator.timer import SystemTimer
+
+    runtime = GroupRuntime(CoordinatorConfig(), SystemTimer(), InMemoryGroupStore())
+    shard = runtime.shards[0]
+
+    async def made_on_this_loop() -> bool:
+        first, second = shard.new_future(), shard.new_future()
+        loop = asyncio.get_running_loop()
+        return first.get_loop() is loop and second.get_loop() is loop
+
+    loops = [asyncio.new_event_loop() for _ in range(2)]
+    try:
+        for loop in loops:
+            assert loop.run_until_complete(made_on_this_loop())
+    finally:
+        for loop in loops:
+            loop.close()
+    try:
+        shard.new_future()
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("a future made with no loop running")
