@@ -628,7 +628,7 @@ class ConsumerGroupService:
                written_first: Sequence[GroupMetadataRecord] = (),
                written_last: Sequence[GroupMetadataRecord] = (), fenced: Fenced | None = None,
                already_members: Collection[str] = (), carried_over: Collection[str] | None = None,
-               replayed: bool = False, join_open: bool = False) -> Write | None:
+               replayed: bool = False, join_open: bool = False, repair: bool = False) -> Write | None:
         """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
         `already_members`, `carried_over` say what the records cannot) and returns them as the write for the
         shard's partition; if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
@@ -636,7 +636,9 @@ class ConsumerGroupService:
         conversion writes around them. `replayed`: the records are on the group already (a batch's).
         `join_open`: if the group's latest write still waits for the end of its loop turn (`Write.sealed` not
         set), the records join it and it is returned again: one write, one outcome, and a failure takes the
-        group back to before its first records (every member it touched)."""
+        group back to before its first records (every member it touched). `repair`: the records are memory's
+        value of keys a failed write may have left otherwise in the log (`_written`); they are written again
+        whatever their own write's error, until one is acknowledged."""
         if not records:
             return None
         self._settle_batch(group_id)  # written after what the group's batch (if any) replayed already
@@ -671,7 +673,7 @@ class ConsumerGroupService:
         sequence = self._write_sequence[group_id] = self._last_sequence
         written = list(records)
         write = Write(group_id, [*written_first, *written, *written_last],
-                      then=lambda error: self._written(shard, group_id, error, previous, sequence, written))
+                      then=lambda error: self._written(shard, group_id, error, previous, sequence, written, repair))
         self._unacknowledged[group_id] = (write, sequence)
         if written_first or written_last or already_members or carried_over is not None:
             self._open.pop(group_id, None)
@@ -695,7 +697,7 @@ class ConsumerGroupService:
         return (None if pending is None else pending[0]), self._failures.get(group_id, 0)
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: GroupUndo | None,
-                 sequence: int, records: Sequence[ConsumerGroupRecord] = ()) -> None:
+                 sequence: int, records: Sequence[ConsumerGroupRecord] = (), repair: bool = False) -> None:
         if error != Errors.NONE:  # the group's batch becomes its latest change before this one is looked at
             self._settle_batch(group_id)
         pending = self._unacknowledged.get(group_id)
@@ -718,13 +720,18 @@ class ConsumerGroupService:
         # NOT_COORDINATOR (the store's own refusal: the partition is not served here; or our producer fenced): the
         # partition is another instance's now and its unload follows; a rewrite would be refused the same way at
         # once, again and again
-        if active and error != Errors.NOT_COORDINATOR and (not reverted or error not in _NOT_APPENDED):
+        # A repair (below) refused before the append is written again too: its revert changes nothing in memory,
+        # and the log still holds what it was to overwrite (seed 652: a static classic member's join landed under
+        # NOT_ENOUGH_REPLICAS_AFTER_APPEND, its tombstones were refused with NOT_ENOUGH_REPLICAS, and a reload
+        # made the member beside its successor with the same instance id).
+        if active and error != Errors.NOT_COORDINATOR and (not reverted or error not in _NOT_APPENDED or repair):
             # Memory and the log may disagree on the keys this write wrote: not reverted (a later write was
             # computed on top of it and may be in the log already), or reverted while the write may have landed.
             # The log gets memory's value of each of them, or a reload would rebuild members from records that
             # assumed changes memory does not have.
             group = shard.consumer_groups.get(group_id)
-            rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records))
+            rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records),
+                                  repair=True)
             if rewrite is not None:
                 shard.append(rewrite)
         if active and not reverted and error in _NOT_APPENDED:
