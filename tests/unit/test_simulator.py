@@ -288,7 +288,7 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
 
 
 # --- online upgrades and downgrades (--protocol upgrade) ------------------------------------------------------
-@pytest.mark.parametrize("seed", [25, 45, 51, 73, 99, 119, 169, 207, 231, 257, 361, 652, 745])
+@pytest.mark.parametrize("seed", [25, 45, 51, 73, 99, 119, 169, 207, 231, 257, 361, 589, 652, 745])
 def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     """Seed 51: a classic member's commit acknowledged just after its group was upgraded finished on the classic
     group's object, and a fetch then showed the commit before it (durable_commit). Seeds 25 and 45: the upgrade's
@@ -302,7 +302,8 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     landed) was reverted without tombstoning its classic record (member_epoch after a reload). Seed 652: a static
     classic member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, the tombstones that repair it were refused
     (NOT_ENOUGH_REPLICAS) and not written again; a reload made two members with one instance id and a downgrade
-    raised (no_errors). Seeds 99, 169, 231:
+    raised (no_errors). Seed 589 (consumer_owner), the same: a refused repair of a member's records in group-2.
+    Seeds 99, 169, 231:
     the checkers' (a classic group's
     ILLEGAL_GENERATION to a consumer-protocol commit; replaced groups)."""
     outcome = run_seed(seed, protocol="upgrade")
