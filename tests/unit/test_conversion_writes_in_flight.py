@@ -228,3 +228,25 @@ async def test_a_consumer_group_made_over_an_empty_classic_group_tombstones_its_
     assert (await _consumer_join(env, "c")).error == Errors.NONE
     await drain()
     assert "g" in env.coordinator.shard_for("g").consumer_groups and "g" not in store.groups
+
+
+async def test_a_repair_write_refused_before_the_append_is_written_again(env: Env) -> None:
+    """A write that may have landed (timed out) is reverted and its keys are written again as memory has them (the
+    new member's tombstones). If that repair is refused before the append (NOT_ENOUGH_REPLICAS), its own revert
+    changes nothing in memory and the log may still hold the member: the repair is written again. Seed 652 of
+    --protocol upgrade (a static member's join landed, its repair was refused, and a reload made it beside its
+    successor with the same instance id: the downgrade raised)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    assert (await _consumer_join(env, "c")).error == Errors.NONE
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # d's join: may have landed
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)  # its repair: refused before the append
+    joining = _consumer_join(env, "d")
+    await drain()
+    assert (await joining).error != Errors.NONE
+    await drain()
+    group = env.coordinator.shard_for("g").consumer_groups.get("g")
+    assert group is not None and "d" not in group.members and "c" in group.members
+    assert any(getattr(r, "member_id", None) == "d" and type(r).__name__ == "Tombstone"
+               for r in store.consumer_records), "d's tombstones were never written"
