@@ -16,9 +16,13 @@ import uuid
 
 import pytest
 
+from coordinator.group.api import DeleteGroupsRequest
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.modern.records import Tombstone
+from coordinator.group.records import Record
 from coordinator.group.state import GroupState
-from coordinator.group.store import InMemoryGroupStore
+from coordinator.group.store import InMemoryGroupStore, StoreError
+from coordinator.rewrite_backoff import FIRST_RETRY_MS
 from coordinator.topics import StaticTopics, TopicImage
 from coordinator.group.api import SyncGroupRequest
 from protocol.consumer_protocol import Assignment, encode_assignment
@@ -246,7 +250,92 @@ async def test_a_repair_write_refused_before_the_append_is_written_again(env: En
     await drain()
     assert (await joining).error != Errors.NONE
     await drain()
+    assert not _tombstones_of(store, "d")  # the refused repair waits for its backoff (rewrite_backoff.py)
+    await env.advance(FIRST_RETRY_MS)
     group = env.coordinator.shard_for("g").consumer_groups.get("g")
     assert group is not None and "d" not in group.members and "c" in group.members
-    assert any(getattr(r, "member_id", None) == "d" and type(r).__name__ == "Tombstone"
-               for r in store.consumer_records), "d's tombstones were never written"
+    assert _tombstones_of(store, "d"), "d's tombstones were never written"
+
+
+def _tombstones_of(store: InMemoryGroupStore, member_id: str) -> list[Tombstone]:
+    return [r for r in store.consumer_records if isinstance(r, Tombstone) and r.member_id == member_id]
+
+
+class _RefusingStore(InMemoryGroupStore):
+    """Refuses every append before it (NOT_ENOUGH_REPLICAS: an ISR shortage) while `refusing`; `writes` still
+    lists each attempt."""
+
+    refusing = False
+
+    async def acknowledge(self, records: list[Record]) -> None:
+        await super().acknowledge(records)
+        if self.refusing:
+            raise StoreError(Errors.NOT_ENOUGH_REPLICAS)
+
+
+def _repairs_of(store: InMemoryGroupStore, member_id: str) -> int:
+    """Attempts to write `member_id`'s tombstones (its repair: the member is not in memory)."""
+    return sum(1 for write in store.writes
+               if any(isinstance(r, Tombstone) and r.member_id == member_id for r in write))
+
+
+async def _join_landed_then_refused() -> tuple[Env, _RefusingStore]:
+    """c is a member; d's join times out (it may have landed: memory reverts, its tombstones are the repair) while
+    the cluster refuses every write from then on."""
+    store = _RefusingStore()
+    env = Env(store=store)
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    assert (await _consumer_join(env, "c")).error == Errors.NONE
+    store.refusing = True
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # d's join
+    assert (await _consumer_join(env, "d")).error != Errors.NONE
+    await drain()
+    assert _repairs_of(store, "d") == 1  # the repair at once, refused
+    return env, store
+
+
+async def test_a_refused_repair_is_sent_again_with_a_backoff_until_it_is_written() -> None:
+    """A cluster that refuses fast gets the repair once per backoff step (1, 2, 4, 8 s, ... capped at 10 s:
+    rewrite_backoff.py, the tombstone writer's schedule), not once per round trip; once the cluster takes it the
+    resends stop and no timer is left."""
+    env, store = await _join_landed_then_refused()
+    try:
+        timers = env.timer.size
+        await env.advance(30_000, step_ms=100)  # within c's session: only the repair writes
+        # resent at 1, 3, 7, 15 and 25 s
+        assert _repairs_of(store, "d") == 1 + 5 and len(store.writes) == 2 + 1 + 5
+        assert not _tombstones_of(store, "d")
+        store.refusing = False
+        await env.advance(10_000, step_ms=100)  # the next resend, at 35 s
+        assert _repairs_of(store, "d") == 7 and _tombstones_of(store, "d")
+        assert env.timer.size == timers - 1  # the repair's timer is gone (c's session's is left)
+        await env.advance(20_000, step_ms=100)  # (c's session ends meanwhile: its fence is written)
+        assert _repairs_of(store, "d") == 7
+    finally:
+        await env.close()
+
+
+@pytest.mark.parametrize("end", ["unload", "shutdown", "group_deleted"])
+async def test_a_refused_repair_stops_when_its_partition_goes_or_its_group_is_deleted(end: str) -> None:
+    """No resend (and no timer) outlives the partition given up, the coordinator's shutdown, or the group: a
+    deletion's tombstone of the group epoch, written after the records the repair owed, ends them at a reload."""
+    env, store = await _join_landed_then_refused()
+    try:
+        partition = env.coordinator.shard_for("g").partition
+        if end == "unload":
+            await env.coordinator.unload([partition])
+        elif end == "shutdown":
+            await env.coordinator.shutdown()
+        else:
+            store.refusing = False
+            assert (await _consumer_join(env, "c", epoch=-1)).error == Errors.NONE
+            deleted = await env.coordinator.delete_groups(DeleteGroupsRequest(["g"]))
+            assert deleted.results[0].error_code == Errors.NONE
+            assert "g" not in env.coordinator.shard_for("g").consumer_groups
+        if end != "group_deleted":
+            assert env.timer.size == 0
+        attempts = len(store.writes)
+        await env.advance(30_000, step_ms=500)
+        assert len(store.writes) == attempts and env.timer.size == 0
+    finally:
+        await env.close()

@@ -47,6 +47,7 @@ from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRec
 from coordinator.topics import StaticTopics, TopicsView
 from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard
+from coordinator.rewrite_backoff import FIRST_RETRY_MS, next_retry_ms
 from coordinator.group.status import STATUS_ERRORS as _STATUS_ERRORS, ShardStatus
 from coordinator.group.state import GroupState
 from coordinator.timer import Clock, SystemTimer, TimerTask
@@ -109,6 +110,20 @@ class SessionTimer(_MemberTimer):
     def cancel(self) -> None:
         self.live = False
         super().cancel()
+
+
+@dataclass(slots=True)
+class _Repair:
+    """A group's repair write that Kafka refused (`ConsumerGroupService._written`), owed until one is acknowledged:
+    the keys to write again as memory has them (`records`), sent when `timer` fires (None: a resend is in flight),
+    each next wait twice the last (rewrite_backoff.py). `existed`: the group was in memory when the repair was
+    first owed (if it is gone later, a tombstone of its group epoch ended it after the failed records)."""
+
+    shard: GroupShard
+    records: list[ConsumerGroupRecord]
+    existed: bool
+    delay_ms: int = FIRST_RETRY_MS
+    timer: _MemberTimer | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +215,7 @@ class ConsumerGroupService:
         # share one computation and are answered after it (`heartbeat` then answers them with a future)
         self.batch_targets = False
         self._batches: dict[str, _TargetBatch] = {}  # group id -> its heartbeats waiting for the shared target
+        self._repairs: dict[str, _Repair] = {}  # group id -> its refused repair write, sent again with a backoff
 
     # --- requests ---------------------------------------------------------------------------------------------
     def steady_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
@@ -374,13 +390,19 @@ class ConsumerGroupService:
                 response = responses[index] if index < len(responses) else HeartbeatResponse(error)
                 answer.set_result(response if error == Errors.NONE else HeartbeatResponse(kafka4_append_error(error)))
 
-    @staticmethod
-    def _restore(shard: GroupShard, group_id: str, before: GroupUndo | None) -> None:
-        """The group back as `before` had it (None: no group)."""
+    def _restore(self, shard: GroupShard, group_id: str, before: GroupUndo | None) -> None:
+        """The group back as `before` had it (None: no group); the timers of members it no longer has go (a
+        reverted join's session: fired, it would find nothing, but an unload only cancels the members' it has)."""
+        current = shard.consumer_groups.get(group_id)
+        members = list(current.members) if current is not None else []  # (the undo restores the group in place)
         if before is None:
             shard.consumer_groups.pop(group_id, None)
         else:
             shard.consumer_groups[group_id] = before.restore()
+        restored = shard.consumer_groups.get(group_id)
+        for member_id in members:
+            if restored is None or member_id not in restored.members:
+                self.cancel_all(group_id, member_id)
 
     # --- classic members inside a consumer group (classic.py) ----------------------------------------------------
     def classic_join(self, group: ConsumerGroup, req: JoinGroupRequest
@@ -688,6 +710,9 @@ class ConsumerGroupService:
         its keys are written again as memory has them: gone (`_written`)."""
         self._write_sequence.pop(group_id, None)
         self._open.pop(group_id, None)
+        owed = self._repairs.get(group_id)
+        if owed is not None:  # no tombstone of its group epoch ends it: what the repair owes is still owed
+            owed.existed = False
 
     def unacknowledged(self, group_id: str) -> tuple[Write | None, int]:
         """The group's latest write Kafka has not acknowledged yet (None: every one was), and how many of the
@@ -709,6 +734,8 @@ class ConsumerGroupService:
         if error == Errors.NONE:
             if self._write_sequence.get(group_id) == sequence:
                 del self._write_sequence[group_id]
+            if repair:
+                self._repaired(group_id)
             return
         active = shard.status is ShardStatus.ACTIVE
         reverted = self._write_sequence.get(group_id) == sequence and active
@@ -720,22 +747,77 @@ class ConsumerGroupService:
         # NOT_COORDINATOR (the store's own refusal: the partition is not served here; or our producer fenced): the
         # partition is another instance's now and its unload follows; a rewrite would be refused the same way at
         # once, again and again
-        # A repair (below) refused before the append is written again too: its revert changes nothing in memory,
-        # and the log still holds what it was to overwrite (seed 652: a static classic member's join landed under
-        # NOT_ENOUGH_REPLICAS_AFTER_APPEND, its tombstones were refused with NOT_ENOUGH_REPLICAS, and a reload
-        # made the member beside its successor with the same instance id).
-        if active and error != Errors.NOT_COORDINATOR and (not reverted or error not in _NOT_APPENDED or repair):
+        # A repair (below) that failed, refused before the append included, is written again too: its revert
+        # changes nothing in memory, and the log still holds what it was to overwrite (seed 652: a static classic
+        # member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, its tombstones were refused with
+        # NOT_ENOUGH_REPLICAS, and a reload made the member beside its successor with the same instance id). Not
+        # at once: a cluster that refuses fast would get one write per round trip; it waits (`_repair_later`).
+        if active and error != Errors.NOT_COORDINATOR and repair:
+            self._repair_later(shard, group_id, records)
+        elif active and error != Errors.NOT_COORDINATOR and (not reverted or error not in _NOT_APPENDED):
             # Memory and the log may disagree on the keys this write wrote: not reverted (a later write was
             # computed on top of it and may be in the log already), or reverted while the write may have landed.
             # The log gets memory's value of each of them, or a reload would rebuild members from records that
             # assumed changes memory does not have.
-            group = shard.consumer_groups.get(group_id)
-            rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records),
-                                  repair=True)
-            if rewrite is not None:
-                shard.append(rewrite)
+            self._repair(shard, group_id, records)
         if active and not reverted and error in _NOT_APPENDED:
             self._undo_joins(shard, group_id, before, records, error)
+
+    def _repair(self, shard: GroupShard, group_id: str, records: Sequence[ConsumerGroupRecord]) -> bool:
+        """Memory's value of every key among `records` (tombstones of those it no longer has), written now;
+        False if there is none."""
+        group = shard.consumer_groups.get(group_id)
+        rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records),
+                              repair=True)
+        if rewrite is not None:
+            shard.append(rewrite)
+        return rewrite is not None
+
+    def _repair_later(self, shard: GroupShard, group_id: str, records: Sequence[ConsumerGroupRecord]) -> None:
+        """A repair write failed: its keys are written again once the backoff passes (with those of any other
+        repair of the group owed meanwhile), the wait doubling with each resend that fails."""
+        owed = self._repairs.get(group_id)
+        if owed is None:
+            owed = self._repairs[group_id] = _Repair(shard, [], group_id in shard.consumer_groups)
+        elif owed.timer is None:  # the resend failed too
+            owed.delay_ms = next_retry_ms(owed.delay_ms)
+        owed.records.extend(records)
+        if owed.timer is None:
+            owed.timer = _MemberTimer(owed.delay_ms, lambda: self._repair_due(group_id))
+            self.timer.add(owed.timer)
+            log.warning("event=consumer_group_repair_owed group=%s retry_ms=%d", group_id, owed.delay_ms)
+
+    def _repair_due(self, group_id: str) -> None:
+        owed = self._repairs.get(group_id)
+        if owed is None or owed.timer is None:
+            return
+        owed.timer = None
+        shard = owed.shard
+        if shard.status is not ShardStatus.ACTIVE:  # given up (its unload cancels the timer; this is a backstop)
+            del self._repairs[group_id]
+            return
+        self._settle_batch(group_id)
+        if owed.existed and group_id not in shard.consumer_groups:
+            # Gone since (deleted, downgraded): the tombstone of its group epoch, written after the failed records,
+            # ends the group at a reload with every record of it before; an undone end brings it back in memory.
+            del self._repairs[group_id]
+            return
+        records, owed.records = owed.records, []
+        if not self._repair(shard, group_id, records):
+            del self._repairs[group_id]
+
+    def _repaired(self, group_id: str) -> None:
+        """A repair write was acknowledged: the group's next refused one starts the backoff again, unless one is
+        owed still (its timer armed)."""
+        owed = self._repairs.get(group_id)
+        if owed is not None and owed.timer is None:
+            del self._repairs[group_id]
+
+    def _cancel_repairs(self, shard: GroupShard) -> None:
+        for group_id in [g for g, owed in self._repairs.items() if owed.shard is shard]:
+            owed = self._repairs.pop(group_id)
+            if owed.timer is not None:
+                owed.timer.cancel()
 
     def _undo_joins(self, shard: GroupShard, group_id: str, before: GroupUndo | None,
                     records: Sequence[ConsumerGroupRecord], error: Errors) -> None:
@@ -916,7 +998,9 @@ class ConsumerGroupService:
             shard.append(write)
 
     def unload(self, shard: GroupShard) -> None:
-        """The shard's groups leave this instance: their timers go with them."""
+        """The shard's groups leave this instance: their timers go with them, and the repairs they owe (the
+        partition's next owner loads what the log has)."""
+        self._cancel_repairs(shard)
         for group_id in [g for g, batch in self._batches.items() if batch.shard is shard]:
             self._answer(self._batches.pop(group_id).waiting, (), Errors.NOT_COORDINATOR)  # nothing of it written
         for group_id, group in shard.consumer_groups.items():
