@@ -116,12 +116,10 @@ class SessionTimer(_MemberTimer):
 class _Repair:
     """A group's repair write that Kafka refused (`ConsumerGroupService._written`), owed until one is acknowledged:
     the keys to write again as memory has them (`records`), sent when `timer` fires (None: a resend is in flight),
-    each next wait twice the last (rewrite_backoff.py). `existed`: the group was in memory when the repair was
-    first owed (if it is gone later, a tombstone of its group epoch ended it after the failed records)."""
+    each next wait twice the last (rewrite_backoff.py)."""
 
     shard: GroupShard
     records: list[ConsumerGroupRecord]
-    existed: bool
     delay_ms: int = FIRST_RETRY_MS
     timer: _MemberTimer | None = None
 
@@ -710,9 +708,6 @@ class ConsumerGroupService:
         its keys are written again as memory has them: gone (`_written`)."""
         self._write_sequence.pop(group_id, None)
         self._open.pop(group_id, None)
-        owed = self._repairs.get(group_id)
-        if owed is not None:  # no tombstone of its group epoch ends it: what the repair owes is still owed
-            owed.existed = False
 
     def unacknowledged(self, group_id: str) -> tuple[Write | None, int]:
         """The group's latest write Kafka has not acknowledged yet (None: every one was), and how many of the
@@ -778,7 +773,7 @@ class ConsumerGroupService:
         repair of the group owed meanwhile), the wait doubling with each resend that fails."""
         owed = self._repairs.get(group_id)
         if owed is None:
-            owed = self._repairs[group_id] = _Repair(shard, [], group_id in shard.consumer_groups)
+            owed = self._repairs[group_id] = _Repair(shard, [])
         elif owed.timer is None:  # the resend failed too
             owed.delay_ms = next_retry_ms(owed.delay_ms)
         owed.records.extend(records)
@@ -796,12 +791,9 @@ class ConsumerGroupService:
         if shard.status is not ShardStatus.ACTIVE:  # given up (its unload cancels the timer; this is a backstop)
             del self._repairs[group_id]
             return
-        self._settle_batch(group_id)
-        if owed.existed and group_id not in shard.consumer_groups:
-            # Gone since (deleted, downgraded): the tombstone of its group epoch, written after the failed records,
-            # ends the group at a reload with every record of it before; an undone end brings it back in memory.
-            del self._repairs[group_id]
-            return
+        # A group gone from memory since (deleted, downgraded, replaced) still gets it: memory's value is then a
+        # tombstone of each key, and the write that ended it may have failed too (seed 86 of --protocol upgrade:
+        # a downgrade's write timed out under a later upgrade's, and the member it fenced came back at a reload).
         records, owed.records = owed.records, []
         if not self._repair(shard, group_id, records):
             del self._repairs[group_id]
