@@ -352,3 +352,54 @@ async def test_a_refused_repair_of_a_group_deleted_since_is_written_once_then_st
         assert _repairs_of(store, "d") == 2
     finally:
         await env.close()
+
+
+def _heartbeat(env: Env, member_id: str, epoch: int = 0, instance_id: str | None = None
+               ) -> asyncio.Task[HeartbeatResponse]:
+    joining = epoch == 0
+    return asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", member_id, epoch, instance_id=instance_id, rebalance_timeout_ms=30_000 if joining else -1,
+        subscribed_topic_names=("t",) if joining else None, owned=[] if joining else None, client_id=member_id,
+        client_host="/127.0.0.1")))
+
+
+async def test_a_static_members_leave_lost_under_its_successors_join_is_applied_at_the_load(env: Env) -> None:
+    """The log can hold a later write without an earlier one: a write that times out in the producer's queue is
+    not appended while the ones queued after it are (librdkafka's idempotent producer leaves that gap). Here a's
+    leave (static member of instance X) is lost while b's join with X, computed once a was gone, lands, and the
+    partition is given up before the leave's failure is known, so nothing repairs it. The load finds two
+    members of X; the one whose record came first is the one a lost write removed: it goes at the load, with its
+    tombstones (seed 513 of --protocol upgrade: a lost session fence, the successor's join landed, a shutdown;
+    the next owner loaded both, and the uniform assignor raised over their overlapping targets)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 4)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    a = await _heartbeat(env, "a", instance_id="X")
+    assert a.error == Errors.NONE and (await _heartbeat(env, "c")).error == Errors.NONE
+    gate = store.hold_next_write()  # a's leave: waits in the producer's queue
+    leaving = _heartbeat(env, "a", epoch=-1, instance_id="X")
+    await drain()
+    assert (await _heartbeat(env, "b", instance_id="X")).error == Errors.NONE  # lands
+    partition = env.coordinator.shard_for("g").partition
+    await env.coordinator.unload([partition])
+    store.unloaded.discard(partition)
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # not appended
+    gate.set()
+    await drain()
+    assert (await leaving).error != Errors.NONE
+    await env.coordinator.load([partition])
+    group = env.coordinator.shard_for("g").consumer_groups["g"]
+    assert set(group.members) == {"b", "c"} and group.static_members == {"X": "b"}
+    await drain()
+    assert _tombstones_of(store, "a")
+    # a new member's target is computed over b and c only
+    assert (await _heartbeat(env, "d")).error == Errors.NONE
+    await drain()
+    reloaded = InMemoryGroupStore()
+    reloaded.consumer_records = list(store.consumer_records)
+    later = Env(store=reloaded)
+    try:
+        await later.coordinator.load()
+        assert "a" not in later.coordinator.shard_for("g").consumer_groups["g"].members
+    finally:
+        await later.close()

@@ -218,7 +218,10 @@ class ConsumerGroup:
                 self._count_subscriptions(old, -1)
             self._count_subscriptions(member, 1)
         self.members[member.member_id] = member
-        if member.instance_id is not None:
+        if member.instance_id is not None and (old is None or old.instance_id != member.instance_id):
+            # a member's instance id goes to it when it comes or takes that id, not with each of its records: a
+            # loaded member that a later member of its id replaced (a write lost in between) does not take it back
+            # (ConsumerGroupService._fence_replaced_holders fences it)
             self.static_members[member.instance_id] = member.member_id
         for partitions in (member.assigned, member.pending_revocation):
             for topic_id, ps in partitions.items():

@@ -61,6 +61,9 @@ _AS_NOW = object()
 _SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
 # a member whose join was not written, fenced once a later write kept it in memory (_undo_joins)
 _JOIN_NOT_WRITTEN = Fenced("its join was not written.", RebalanceCategory.ASSIGNMENT_STORE_FAILED)
+# a loaded member whose instance id a member written after it holds: a write that removed it was lost (on_loaded)
+_INSTANCE_TAKEN = Fenced("its instance id is held by a member the log wrote after it.",
+                         RebalanceCategory.STATIC_MEMBER)
 # Kafka's answers to an append that mean its records are not in the log
 _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLLOWER, Errors.MESSAGE_TOO_LARGE,
                            Errors.RECORD_LIST_TOO_LARGE, Errors.CORRUPT_MESSAGE,
@@ -864,12 +867,13 @@ class ConsumerGroupService:
     def on_loaded(self, shard: GroupShard) -> None:
         """After a load (GroupMetadataManager.onLoaded): every member's session timer, and the rebalance timer of
         those still revoking, start again (from now: a loaded member gets a whole session to come back)."""
-        for group_id, group in shard.consumer_groups.items():
+        for group_id, group in list(shard.consumer_groups.items()):  # (a fence below writes)
             log.info("Loaded consumer group %s with %d members.", group_id, len(group.members))
             try:
                 self.watch.resumed(shard.observer, group)
             except Exception:  # telling observers never breaks a load
                 log.exception("event=consumer_group_observer_failed group=%s", group_id)
+            self._fence_replaced_holders(shard, group)
             if not self.group_configs.known(group_id):  # armed with the defaults until it is read
                 self._armed_unconfigured.add(group_id)
             for member_id, member in group.members.items():
@@ -879,6 +883,26 @@ class ConsumerGroupService:
                 self.schedule_session(group_id, member_id)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
+
+    def _fence_replaced_holders(self, shard: GroupShard, group: ConsumerGroup) -> None:
+        """Members the log has beside a later member of their instance id are fenced as they are loaded. Every
+        write that gives an instance id to a member removes its holder in memory first (a static replacement
+        tombstones it in the same write; a fence or leave in an earlier one), but a write can be lost while later
+        ones land: one that times out in the producer's queue is not appended, those queued after it are
+        (librdkafka's idempotent producer leaves that gap), and a writer stopped or crashed before the outcome
+        repairs nothing (`_written`). The member whose record came first is the one that write removed (replay
+        gives the instance id to the later: `static_members`); left in, its target overlaps the targets computed
+        without it (seed 513 of --protocol upgrade: the uniform assignor raised, UNKNOWN_SERVER_ERROR)."""
+        stale = [member for member_id, member in group.members.items()
+                 if member.instance_id is not None and group.static_members.get(member.instance_id) != member_id]
+        for member in stale:
+            log.warning("event=consumer_group_member_replaced_in_log group=%s member=%s instance=%s holder=%s",
+                        group.group_id, member.member_id, member.instance_id,
+                        group.static_members.get(member.instance_id or ""))
+            write = self._apply(shard, group.group_id, fence(group, member, self.topics, self),
+                                fenced=_INSTANCE_TAKEN)
+            if write is not None:
+                shard.append(write)
 
     def _group_config_changed(self, group_id: str, before: GroupConfig | None, after: GroupConfig) -> None:
         """A group's configuration read for the first time, or changed. Kafka arms a loaded member's session timer
