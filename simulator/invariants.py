@@ -173,13 +173,16 @@ class Checkers:
 
     def _replaced(self, f: dict[str, Any]) -> None:
         """An Empty group gave way to a new one of the other type: its generations (epochs) start again, a new
-        life of the group id (as after a deletion). A new classic group starts Empty."""
+        life of the group id (as after a deletion), in both directions: a consumer group replaced by a classic
+        group is deleted (Kafka's maybeDeleteEmptyConsumerGroup), and a consumer group made later of that classic
+        group starts its epochs from the classic group's generation (ConsumerGroup.fromClassicGroup), so a member
+        id of the old one may be told a lower epoch (seeds 967, 1086 of --protocol upgrade). A new classic group
+        starts Empty."""
         group = f["group"]
         self._lives[group] = self._lives.get(group, 0) + 1
+        self._consumer_group_lives[group] = self._consumer_group_lives.get(group, 0) + 1
         if f["to"] == "classic":
             self._states[(f["inst"], group)] = "Empty"
-        else:
-            self._consumer_group_lives[group] = self._consumer_group_lives.get(group, 0) + 1
 
     def _converted(self, f: dict[str, Any]) -> None:
         """The group id changed type on an instance. To consumer: its classic group goes Dead next (unloaded, not
