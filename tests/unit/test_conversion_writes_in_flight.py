@@ -315,6 +315,27 @@ async def test_a_refused_repair_is_sent_again_with_a_backoff_until_it_is_written
         await env.close()
 
 
+@pytest.mark.parametrize("written", [True, False])
+async def test_an_answer_read_from_memory_waits_for_a_repair_owed(written: bool) -> None:
+    """While a repair waits for its backoff, memory holds what the log may not and no write is in flight: an
+    answer read from memory (c's heartbeat, which writes nothing) waits for the resend, as it waits for a write in
+    flight; refused again, the client is told to retry (seed 1354 of --protocol upgrade: a revocation told from
+    memory during an outage never reached the log, and after a failover the member was given the partition back
+    in the same epoch)."""
+    env, store = await _join_landed_then_refused()
+    try:
+        group = env.coordinator.shard_for("g").consumer_groups["g"]
+        answer = _heartbeat(env, "c", epoch=group.members["c"].member_epoch)
+        await drain()
+        assert not answer.done()
+        store.refusing = not written
+        await env.advance(FIRST_RETRY_MS)
+        assert answer.done() and _repairs_of(store, "d") == 2
+        assert (answer.result().error == Errors.NONE) is written
+    finally:
+        await env.close()
+
+
 @pytest.mark.parametrize("end", ["unload", "shutdown"])
 async def test_a_refused_repair_stops_when_its_partition_is_given_up(end: str) -> None:
     """No resend (and no timer) outlives the partition given up or the coordinator's shutdown: the partition's

@@ -119,10 +119,13 @@ class SessionTimer(_MemberTimer):
 class _Repair:
     """A group's repair write that Kafka refused (`ConsumerGroupService._written`), owed until one is acknowledged:
     the keys to write again as memory has them (`records`), sent when `timer` fires (None: a resend is in flight),
-    each next wait twice the last (rewrite_backoff.py)."""
+    each next wait twice the last (rewrite_backoff.py). `standing_in`: while it waits, memory holds what the log
+    may not and nothing is in flight to put it there; an answer read from memory waits for this (its `done`
+    resolves with the resend's outcome: `unacknowledged`), as it waits for a write in flight."""
 
     shard: GroupShard
     records: list[ConsumerGroupRecord]
+    standing_in: Write
     delay_ms: int = FIRST_RETRY_MS
     timer: _MemberTimer | None = None
 
@@ -717,6 +720,8 @@ class ConsumerGroupService:
         group's writes failed so far: an answer read from memory waits for the first and checks the second, as
         Kafka answers a request that writes nothing only once what was written before it is committed."""
         pending = self._unacknowledged.get(group_id)
+        if pending is None and (owed := self._repairs.get(group_id)) is not None and owed.timer is not None:
+            return owed.standing_in, self._failures.get(group_id, 0)  # a repair waiting for its resend
         return (None if pending is None else pending[0]), self._failures.get(group_id, 0)
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: GroupUndo | None,
@@ -761,29 +766,33 @@ class ConsumerGroupService:
         if active and not reverted and error in _NOT_APPENDED:
             self._undo_joins(shard, group_id, before, records, error)
 
-    def _repair(self, shard: GroupShard, group_id: str, records: Sequence[ConsumerGroupRecord]) -> bool:
-        """Memory's value of every key among `records` (tombstones of those it no longer has), written now;
-        False if there is none."""
+    def _repair(self, shard: GroupShard, group_id: str, records: Sequence[ConsumerGroupRecord]) -> Write | None:
+        """Memory's value of every key among `records` (tombstones of those it no longer has), written now."""
         group = shard.consumer_groups.get(group_id)
         rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records),
                               repair=True)
         if rewrite is not None:
             shard.append(rewrite)
-        return rewrite is not None
+        return rewrite
 
     def _repair_later(self, shard: GroupShard, group_id: str, records: Sequence[ConsumerGroupRecord]) -> None:
         """A repair write failed: its keys are written again once the backoff passes (with those of any other
         repair of the group owed meanwhile), the wait doubling with each resend that fails."""
         owed = self._repairs.get(group_id)
         if owed is None:
-            owed = self._repairs[group_id] = _Repair(shard, [])
+            owed = self._repairs[group_id] = _Repair(shard, [], self._standing_in(group_id))
         elif owed.timer is None:  # the resend failed too
             owed.delay_ms = next_retry_ms(owed.delay_ms)
+            owed.standing_in = self._standing_in(group_id)
         owed.records.extend(records)
         if owed.timer is None:
             owed.timer = _MemberTimer(owed.delay_ms, lambda: self._repair_due(group_id))
             self.timer.add(owed.timer)
             log.warning("event=consumer_group_repair_owed group=%s retry_ms=%d", group_id, owed.delay_ms)
+
+    @staticmethod
+    def _standing_in(group_id: str) -> Write:
+        return Write(group_id, [], done=asyncio.get_running_loop().create_future())
 
     def _repair_due(self, group_id: str) -> None:
         owed = self._repairs.get(group_id)
@@ -792,27 +801,42 @@ class ConsumerGroupService:
         owed.timer = None
         shard = owed.shard
         if shard.status is not ShardStatus.ACTIVE:  # given up (its unload cancels the timer; this is a backstop)
-            del self._repairs[group_id]
+            self._drop_repair(group_id, Errors.NOT_COORDINATOR)
             return
         # A group gone from memory since (deleted, downgraded, replaced) still gets it: memory's value is then a
         # tombstone of each key, and the write that ended it may have failed too (seed 86 of --protocol upgrade:
         # a downgrade's write timed out under a later upgrade's, and the member it fenced came back at a reload).
         records, owed.records = owed.records, []
-        if not self._repair(shard, group_id, records):
-            del self._repairs[group_id]
+        rewrite = self._repair(shard, group_id, records)
+        if rewrite is None:
+            self._drop_repair(group_id, Errors.NONE)
+            return
+        done = owed.standing_in.done
+        assert done is not None
+        rewrite.then_also(lambda error: done.set_result(error) if not done.done() else None)
+
+    def _drop_repair(self, group_id: str, error: Errors) -> None:
+        """Nothing owed any more (`error` NONE), or not ours to write (NOT_COORDINATOR): answers waiting for the
+        repair get that."""
+        owed = self._repairs.pop(group_id, None)
+        if owed is None:
+            return
+        if owed.timer is not None:
+            owed.timer.cancel()
+        done = owed.standing_in.done
+        if done is not None and not done.done():
+            done.set_result(error)
 
     def _repaired(self, group_id: str) -> None:
         """A repair write was acknowledged: the group's next refused one starts the backoff again, unless one is
         owed still (its timer armed)."""
         owed = self._repairs.get(group_id)
         if owed is not None and owed.timer is None:
-            del self._repairs[group_id]
+            self._drop_repair(group_id, Errors.NONE)
 
     def _cancel_repairs(self, shard: GroupShard) -> None:
         for group_id in [g for g, owed in self._repairs.items() if owed.shard is shard]:
-            owed = self._repairs.pop(group_id)
-            if owed.timer is not None:
-                owed.timer.cancel()
+            self._drop_repair(group_id, Errors.NOT_COORDINATOR)
 
     def _undo_joins(self, shard: GroupShard, group_id: str, before: GroupUndo | None,
                     records: Sequence[ConsumerGroupRecord], error: Errors) -> None:
