@@ -289,7 +289,7 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
 
 # --- online upgrades and downgrades (--protocol upgrade) ------------------------------------------------------
 @pytest.mark.parametrize("seed", [25, 45, 51, 73, 86, 99, 119, 169, 207, 231, 257, 361, 513, 589, 652, 745, 967,
-                                  1086])
+                                  1086, 1354])
 def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     """Seed 51: a classic member's commit acknowledged just after its group was upgraded finished on the classic
     group's object, and a fetch then showed the commit before it (durable_commit). Seeds 25 and 45: the upgrade's
@@ -304,8 +304,10 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     classic member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, the tombstones that repair it were refused
     (NOT_ENOUGH_REPLICAS) and not written again; a reload made two members with one instance id and a downgrade
     raised (no_errors). Seed 589 (consumer_owner), the same: a refused repair of a member's records in group-2.
-    Seed 86 pins the repair's backoff: a repair owed is still written once its group left memory (the downgrade
-    that took it away timed out; dropped, a fenced member's records came back at a reload: consumer_owner). Seed
+    Seeds 86 and 1354 pin the repair's backoff: a repair owed is still written once its group left memory (the
+    downgrade that took it away timed out; dropped, a fenced member's records came back at a reload:
+    consumer_owner); an answer read from memory waits for a repair owed (1354: a revocation told during an
+    outage never reached the log, and the member got the partition back in that epoch: member_epoch). Seed
     513: a classic member's session fence timed out in the producer's queue during an outage while the join of
     the consumer-protocol member of its instance id, queued after it, landed; the instance shut down before the
     fence's failure was known; the next owner loaded two members of instance-3 with overlapping targets and the
