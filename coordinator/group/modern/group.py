@@ -252,6 +252,15 @@ class ConsumerGroup:
             self._regex_subscribers[member.subscribed_topic_regex] += sign
         self._subscriptions, self._regex_subscribers = +self._subscriptions, +self._regex_subscribers
 
+    def index_partition_epochs(self) -> None:
+        """Every member's partitions (assigned or revoking) with its epoch again, from scratch."""
+        self._partition_epochs.clear()
+        for member in self.members.values():
+            for partitions in (member.assigned, member.pending_revocation):
+                for topic_id, ps in partitions.items():
+                    for p in ps:
+                        self._partition_epochs[(topic_id, p)] = member.member_epoch
+
     def _remove_partition_epochs(self, member: ConsumerGroupMember) -> None:
         for partitions in (member.assigned, member.pending_revocation):
             for topic_id, ps in partitions.items():

@@ -61,9 +61,9 @@ _AS_NOW = object()
 _SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
 # a member whose join was not written, fenced once a later write kept it in memory (_undo_joins)
 _JOIN_NOT_WRITTEN = Fenced("its join was not written.", RebalanceCategory.ASSIGNMENT_STORE_FAILED)
-# a loaded member whose instance id a member written after it holds: a write that removed it was lost (on_loaded)
-_INSTANCE_TAKEN = Fenced("its instance id is held by a member the log wrote after it.",
-                         RebalanceCategory.STATIC_MEMBER)
+# a loaded member that records written after it assumed gone or changed: a write in between was lost (load)
+_WRITTEN_OVER = Fenced("the log holds later records that assumed it gone or changed (a write was lost).",
+                       RebalanceCategory.ASSIGNMENT_STORE_FAILED)
 # Kafka's answers to an append that mean its records are not in the log
 _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLLOWER, Errors.MESSAGE_TOO_LARGE,
                            Errors.RECORD_LIST_TOO_LARGE, Errors.CORRUPT_MESSAGE,
@@ -871,9 +871,15 @@ class ConsumerGroupService:
 
     def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
         """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
-        for record in records:
+        written_at: dict[tuple[str, str, RecordType], int] = {}  # (group, member, type) -> its latest record's index
+        for index, record in enumerate(records):
             self.replay(shard, record)
+            member_id = getattr(record, "member_id", None)
+            if member_id is not None:
+                written_at[(record.group_id, member_id, record.record_type)] = index
         self.on_loaded(shard)
+        for group in list(shard.consumer_groups.values()):
+            self._fence_written_over(shard, group, written_at)
         return len(shard.consumer_groups)
 
     def replay(self, shard: GroupShard, record: ConsumerGroupRecord) -> None:
@@ -891,13 +897,12 @@ class ConsumerGroupService:
     def on_loaded(self, shard: GroupShard) -> None:
         """After a load (GroupMetadataManager.onLoaded): every member's session timer, and the rebalance timer of
         those still revoking, start again (from now: a loaded member gets a whole session to come back)."""
-        for group_id, group in list(shard.consumer_groups.items()):  # (a fence below writes)
+        for group_id, group in shard.consumer_groups.items():
             log.info("Loaded consumer group %s with %d members.", group_id, len(group.members))
             try:
                 self.watch.resumed(shard.observer, group)
             except Exception:  # telling observers never breaks a load
                 log.exception("event=consumer_group_observer_failed group=%s", group_id)
-            self._fence_replaced_holders(shard, group)
             if not self.group_configs.known(group_id):  # armed with the defaults until it is read
                 self._armed_unconfigured.add(group_id)
             for member_id, member in group.members.items():
@@ -908,25 +913,52 @@ class ConsumerGroupService:
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
 
-    def _fence_replaced_holders(self, shard: GroupShard, group: ConsumerGroup) -> None:
-        """Members the log has beside a later member of their instance id are fenced as they are loaded. Every
-        write that gives an instance id to a member removes its holder in memory first (a static replacement
-        tombstones it in the same write; a fence or leave in an earlier one), but a write can be lost while later
-        ones land: one that times out in the producer's queue is not appended, those queued after it are
-        (librdkafka's idempotent producer leaves that gap), and a writer stopped or crashed before the outcome
-        repairs nothing (`_written`). The member whose record came first is the one that write removed (replay
-        gives the instance id to the later: `static_members`); left in, its target overlaps the targets computed
-        without it (seed 513 of --protocol upgrade: the uniform assignor raised, UNKNOWN_SERVER_ERROR)."""
-        stale = [member for member_id, member in group.members.items()
-                 if member.instance_id is not None and group.static_members.get(member.instance_id) != member_id]
-        for member in stale:
-            log.warning("event=consumer_group_member_replaced_in_log group=%s member=%s instance=%s holder=%s",
-                        group.group_id, member.member_id, member.instance_id,
-                        group.static_members.get(member.instance_id or ""))
-            write = self._apply(shard, group.group_id, fence(group, member, self.topics, self),
-                                fenced=_INSTANCE_TAKEN)
+    def _fence_written_over(self, shard: GroupShard, group: ConsumerGroup,
+                            written_at: dict[tuple[str, str, RecordType], int]) -> None:
+        """Members a loaded log holds beside later records that assumed them gone or changed are fenced as they are
+        loaded: one of our writes can be lost while later ones land (a write that times out in the producer's queue
+        is not appended, those queued after it are: librdkafka's idempotent producer leaves that gap), and a writer
+        paused, stopped or crashed before the outcome repairs nothing (`_written`). In a log without such a gap,
+        no two members hold one instance id (a write that gives it to a member removes its holder first), nor one
+        partition in their targets (each target computation covers every member) or in their current assignments
+        (a partition goes to a member once its owner's revocation is written). Where two do, the member whose
+        records came first is the one the lost write removed or changed (replay gives an instance id to the later:
+        `static_members`). Left in, its target overlaps the others' and the assignor fails (seed 513 of --protocol
+        upgrade: two members of instance-3, 'Partitions were left unassigned', UNKNOWN_SERVER_ERROR; seed 184: a
+        member whose fence was owed when its writer was paused, its target under a later one's)."""
+        group_id = group.group_id
+        stale = {member_id for member_id, member in group.members.items()
+                 if member.instance_id is not None and group.static_members.get(member.instance_id) != member_id}
+        targets = ((member_id, group.targets.get(member_id, {})) for member_id in group.members)
+        currents = ((member_id, [member.assigned, member.pending_revocation])
+                    for member_id, member in group.members.items())
+        for record_type, held in ((RecordType.TARGET_ASSIGNMENT_MEMBER, ((m, [t]) for m, t in targets)),
+                                  (RecordType.CURRENT_MEMBER_ASSIGNMENT, currents)):
+            holders: dict[tuple[uuid.UUID, int], str] = {}
+            for member_id, assignments in held:
+                at = written_at.get((group_id, member_id, record_type), -1)
+                for assignment in assignments:
+                    for topic_id, partitions in assignment.items():
+                        for partition in partitions:
+                            other = holders.setdefault((topic_id, partition), member_id)
+                            if other == member_id:
+                                continue
+                            if at > written_at.get((group_id, other, record_type), -1):
+                                stale.add(other)
+                                holders[(topic_id, partition)] = member_id
+                            else:
+                                stale.add(member_id)
+        for member_id in stale:
+            member = group.members.get(member_id)
+            if member is None:
+                continue
+            log.warning("event=consumer_group_member_written_over group=%s member=%s instance=%s", group_id,
+                        member_id, member.instance_id)
+            write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=_WRITTEN_OVER)
             if write is not None:
                 shard.append(write)
+        if stale:
+            group.index_partition_epochs()  # a fenced member's release may have dropped another's entry
 
     def _group_config_changed(self, group_id: str, before: GroupConfig | None, after: GroupConfig) -> None:
         """A group's configuration read for the first time, or changed. Kafka arms a loaded member's session timer
