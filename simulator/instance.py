@@ -179,6 +179,12 @@ class CoordinatorInstance:
         service.topics = self.sim.topics
         checkers, config = self.sim.checkers, self.sim.config
         heartbeat, on_loaded, fence_expired = service.heartbeat, service.on_loaded, service._fence_expired
+        classic_sync = service.classic_sync
+
+        def classic_sync_observed(group: Any, request: Any) -> Any:
+            response = classic_sync(group, request)
+            checkers.synced_in_consumer_group(response, group)  # judged as its answer, whenever that goes out
+            return response
 
         def heartbeat_observed(request: Any) -> Any:
             response, write = heartbeat(request)
@@ -208,6 +214,7 @@ class CoordinatorInstance:
         service.heartbeat = heartbeat_observed  # type: ignore[method-assign]
         service.on_loaded = loaded_observed  # type: ignore[method-assign]
         service._fence_expired = fence_observed  # type: ignore[method-assign]
+        service.classic_sync = classic_sync_observed  # type: ignore[method-assign,assignment]
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def _execute(self, run: Any) -> None:
