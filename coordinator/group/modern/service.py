@@ -948,10 +948,8 @@ class ConsumerGroupService:
                                 holders[(topic_id, partition)] = member_id
                             else:
                                 stale.add(member_id)
-        for member_id in stale:
-            member = group.members.get(member_id)
-            if member is None:
-                continue
+        for member_id in [m for m in group.members if m in stale]:  # in the group's order: replays alike
+            member = group.members[member_id]
             log.warning("event=consumer_group_member_written_over group=%s member=%s instance=%s", group_id,
                         member_id, member.instance_id)
             write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=_WRITTEN_OVER)
