@@ -101,6 +101,9 @@ class SimObserver(GroupObserver):
     def on_group_replaced(self, group_id: str, protocol: str) -> None:
         self._record("replaced", group=group_id, to=protocol)
 
+    def on_group_deleted(self, group_id: str, partition_count: int) -> None:
+        self.instance.sim.checkers.group_deleted(group_id)  # (no event: the histories stay as they were)
+
     def on_member_session_expired(self, group_id: str, member_id: str, client_id: str, client_host: str,
                                   session_timeout_ms: int, since_last_heartbeat_ms: int) -> None:
         self._record("expired", group=group_id, member=member_id,

@@ -187,6 +187,13 @@ class Checkers:
         if f["to"] == "classic":
             self._states[(f["inst"], group)] = "Empty"
 
+    def group_deleted(self, group_id: str) -> None:
+        """The group id was deleted (DeleteGroups, or an Empty group retired with its offsets). A consumer group
+        made of it later starts a new life for member_epoch: its epochs start again from 1, and a member id of
+        the old group (fenced meanwhile, rejoining with epoch 0) may be told a lower epoch, as in Kafka (seed 760
+        of --protocol upgrade). A classic group's deletion is its Dead (`_state_change`)."""
+        self._consumer_group_lives[group_id] = self._consumer_group_lives.get(group_id, 0) + 1
+
     def _converted(self, f: dict[str, Any]) -> None:
         """The group id changed type on an instance. To consumer: its classic group goes Dead next (unloaded, not
         deleted: the consumer group's epochs go on from its generation, so it starts no new life). To classic: the

@@ -517,15 +517,19 @@ def test_member_epoch_fails_when_an_epoch_goes_back_or_gains_after_a_loss(told: 
     (None, True),
     ("classic", False),  # the Empty consumer group was deleted for a classic group, later upgraded (seeds 967, 1086)
     ("consumer", False),  # an Empty classic group gave way to a new consumer group
+    ("deleted", False),  # the group was deleted (DeleteGroups, retired with its offsets) and made again (seed 760)
 ])
-def test_member_epoch_starts_again_when_the_consumer_group_is_replaced(between: str | None, broken: bool) -> None:
+def test_member_epoch_starts_again_when_the_consumer_group_is_replaced_or_deleted(between: str | None,
+                                                                                  broken: bool) -> None:
     """A consumer group replaced by a classic group is deleted (Kafka's maybeDeleteEmptyConsumerGroup); the
     consumer group an upgrade makes of that classic group later takes its epochs from the classic generation
     (ConsumerGroup.fromClassicGroup): the same member id may then be told a lower epoch, in a new life."""
     world = World()
     instance = _consumer_instance({"a": {}})
     _told(world, instance, "a", 6, (0,))
-    if between is not None:
+    if between == "deleted":
+        world.checkers.group_deleted(GROUP)
+    elif between is not None:
         world.history.record("replaced", inst=0, group=GROUP, to=between)
     _told(world, instance, "a", 2, (0,))
     assert world.invariants() == ({"member_epoch"} if broken else set())
