@@ -101,6 +101,9 @@ class SimObserver(GroupObserver):
     def on_group_replaced(self, group_id: str, protocol: str) -> None:
         self._record("replaced", group=group_id, to=protocol)
 
+    def on_group_deleted(self, group_id: str, partition_count: int) -> None:
+        self.instance.sim.checkers.group_deleted(group_id)  # (no event: the histories stay as they were)
+
     def on_member_session_expired(self, group_id: str, member_id: str, client_id: str, client_host: str,
                                   session_timeout_ms: int, since_last_heartbeat_ms: int) -> None:
         self._record("expired", group=group_id, member=member_id,
@@ -179,6 +182,12 @@ class CoordinatorInstance:
         service.topics = self.sim.topics
         checkers, config = self.sim.checkers, self.sim.config
         heartbeat, on_loaded, fence_expired = service.heartbeat, service.on_loaded, service._fence_expired
+        classic_sync = service.classic_sync
+
+        def classic_sync_observed(group: Any, request: Any) -> Any:
+            response = classic_sync(group, request)
+            checkers.synced_in_consumer_group(response, group)  # judged as its answer, whenever that goes out
+            return response
 
         def heartbeat_observed(request: Any) -> Any:
             response, write = heartbeat(request)
@@ -208,6 +217,7 @@ class CoordinatorInstance:
         service.heartbeat = heartbeat_observed  # type: ignore[method-assign]
         service.on_loaded = loaded_observed  # type: ignore[method-assign]
         service._fence_expired = fence_observed  # type: ignore[method-assign]
+        service.classic_sync = classic_sync_observed  # type: ignore[method-assign,assignment]
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def _execute(self, run: Any) -> None:

@@ -136,6 +136,9 @@ class Checkers:
         self.consumer_protocol_members: set[str] = set()
         # SyncGroup answers a consumer group gave to a classic member, until the client hears them (by id)
         self._in_consumer_group: dict[int, Any] = {}
+        # SyncGroup answers a consumer group made for a classic member, until they go out (by id): (answer, group,
+        # when it was made)
+        self._made_in_consumer_group: dict[int, tuple[Any, Any, int]] = {}
         # (instance, group, member) -> when a heartbeat or a load last restarted its session
         self._consumer_session_ms: dict[tuple[str, str, str], int] = {}
         # clients' transactions: (group, topic, partition, offset) -> the transaction whose batch carried it
@@ -181,13 +184,23 @@ class Checkers:
 
     def _replaced(self, f: dict[str, Any]) -> None:
         """An Empty group gave way to a new one of the other type: its generations (epochs) start again, a new
-        life of the group id (as after a deletion). A new classic group starts Empty."""
+        life of the group id (as after a deletion), in both directions: a consumer group replaced by a classic
+        group is deleted (Kafka's maybeDeleteEmptyConsumerGroup), and a consumer group made later of that classic
+        group starts its epochs from the classic group's generation (ConsumerGroup.fromClassicGroup), so a member
+        id of the old one may be told a lower epoch (seeds 967, 1086 of --protocol upgrade). A new classic group
+        starts Empty."""
         group = f["group"]
         self._lives[group] = self._lives.get(group, 0) + 1
+        self._consumer_group_lives[group] = self._consumer_group_lives.get(group, 0) + 1
         if f["to"] == "classic":
             self._states[(f["inst"], group)] = "Empty"
-        else:
-            self._consumer_group_lives[group] = self._consumer_group_lives.get(group, 0) + 1
+
+    def group_deleted(self, group_id: str) -> None:
+        """The group id was deleted (DeleteGroups, or an Empty group retired with its offsets). A consumer group
+        made of it later starts a new life for member_epoch: its epochs start again from 1, and a member id of
+        the old group (fenced meanwhile, rejoining with epoch 0) may be told a lower epoch, as in Kafka (seed 760
+        of --protocol upgrade). A classic group's deletion is its Dead (`_state_change`)."""
+        self._consumer_group_lives[group_id] = self._consumer_group_lives.get(group_id, 0) + 1
 
     def _converted(self, f: dict[str, Any]) -> None:
         """The group id changed type on an instance. To consumer: its classic group goes Dead next (unloaded, not
@@ -245,13 +258,12 @@ class Checkers:
                   or api == "sync_group" and error == Errors.NONE
                   or api == "commit_offsets" and any(p.error_code == Errors.NONE
                                                      for t in response.topics for p in t.partitions))
+        made = self._made_in_consumer_group.pop(id(response), None) if api == "sync_group" else None
         if api == "sync_group" and error == Errors.NONE and pending.generation is not None:
             runtime = getattr(instance, "runtime", None)
             partition = 0 if runtime is None else runtime.partition_for(pending.group_id)
-            consumer_group = None if runtime is None else runtime.shard_for(pending.group_id).consumer_groups.get(
-                pending.group_id)
-            if consumer_group is not None:  # a classic member of a consumer group (an online upgrade)
-                self._classic_member_synced(instance, consumer_group, pending, response)
+            if made is not None and made[0] is response:  # a classic member of a consumer group (an online upgrade)
+                self._classic_member_synced(instance, made[1], pending, response)
             else:
                 self._sync_answered(instance.name, pending.group_id, pending.generation,
                                     self._loaded_before.get((instance.name, partition), 0))
@@ -268,9 +280,11 @@ class Checkers:
             if error == Errors.GROUP_ID_NOT_FOUND:
                 self._not_a_consumer_group(instance, pending)
         if resets and pending.member_id:
-            # a commit resets the session when it is handled, before its write; a parked SyncGroup when answered
-            self._session_reset_ms[pending.member_id] = (self.now_ms() if api == "sync_group"
-                                                         else pending.arrived_ms)
+            # a commit resets the session when it is handled, before its write; a parked SyncGroup when answered;
+            # one a consumer group answers when it is made
+            self._session_reset_ms[pending.member_id] = (
+                made[2] if made is not None and made[0] is response
+                else self.now_ms() if api == "sync_group" else pending.arrived_ms)
 
     # --- the consumer protocol --------------------------------------------------------------------------------
     def claim(self, group_id: str, client: str, member_id: str, owned: frozenset[tuple[str, int]]) -> None:
@@ -280,6 +294,14 @@ class Checkers:
             claims[client] = (member_id, owned)
         else:
             claims.pop(client, None)
+
+    def synced_in_consumer_group(self, response: Any, group: Any) -> None:
+        """A consumer group made this SyncGroup answer for a classic member (classicGroupSyncToConsumerGroup). It
+        goes out once the group's earlier writes are acknowledged, and the group may have turned classic by then
+        (seed 1394 of --protocol upgrade: a downgrade while it waited): it is judged as the consumer group's answer
+        all the same, as Kafka's runtime sends it, and the member's session was reset when it was made (the
+        consumer group's classic session timer; a downgrade meanwhile arms the classic group's from then)."""
+        self._made_in_consumer_group[id(response)] = (response, group, self.now_ms())
 
     def _classic_member_synced(self, instance: CoordinatorInstance, group: Any, pending: Pending,
                                response: Any) -> None:

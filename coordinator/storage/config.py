@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from coordinator.rewrite_backoff import FIRST_RETRY_MS
+
 DEFAULT_STATE_TOPIC = "__coordinator_state"
 DEFAULT_EVENT_TOPIC = "__coordinator_events"
 # How long an event may wait for the event topic (queued, or sent and not yet acknowledged) before it is dropped
@@ -29,7 +31,7 @@ class StorageConfig:
     # Largest write sent as one record batch (librdkafka's message.max.bytes default; Kafka's max.message.bytes
     # is 1048588). A bigger write would span produce requests and could be stored in part: it is refused.
     max_write_bytes: int = 1_000_000
-    tombstone_retry_ms: int = 1_000  # a failed tombstone is sent again after this, then backing off to 10 s
+    tombstone_retry_ms: int = FIRST_RETRY_MS  # a failed tombstone is sent again after this, then backing off
     linger_ms: int = 5  # batches writes from many groups (Kafka's new coordinator: append.linger.ms 10)
     topic_configs: dict[str, str] = field(default_factory=dict)  # extra state-topic configs (tests: segment.ms)
     event_topic: str | None = DEFAULT_EVENT_TOPIC  # None: no event topic

@@ -32,12 +32,10 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError
 
+from coordinator.rewrite_backoff import FIRST_RETRY_MS, MAX_RETRY_MS, next_retry_ms
 from coordinator.storage.producer import KafkaRecord, RecordSender
 
 log = logging.getLogger("coordinator.storage")
-
-_FIRST_RETRY_S = 1.0
-_MAX_RETRY_S = 10.0
 
 # (partition, [(key, log offset, or None: this attempt failed)]), on the loop
 Landed = Callable[[int, list[tuple[bytes, int | None]]], None]
@@ -64,10 +62,9 @@ class _Hold:
 
 
 class TombstoneWriter:
-    def __init__(self, first_retry_s: float = _FIRST_RETRY_S, *, on_landed: Landed | None = None) -> None:
-        self._first_retry_s = first_retry_s
+    def __init__(self, first_retry_s: float = FIRST_RETRY_MS / 1000, *, on_landed: Landed | None = None) -> None:
+        self._first_retry_ms = max(round(first_retry_s * 1000), 1)
         self._on_landed = on_landed
-        self._max_retry_s = max(first_retry_s, _MAX_RETRY_S)
         self._unwritten: dict[bytes, _Tombstone] = {}  # key → its latest tombstone not yet acknowledged
         self._sending: dict[bytes, int] = {}  # key → attempts not answered yet (superseded ones too)
         self._holds: dict[bytes, _Hold] = {}  # key → its tombstone superseded by writes not all answered
@@ -236,11 +233,11 @@ class TombstoneWriter:
             self._retrier = asyncio.get_running_loop().create_task(self._retry(), name="tombstone-retry")
 
     async def _retry(self) -> None:
-        delay_s = self._first_retry_s
+        delay_ms = self._first_retry_ms  # rewrite_backoff.py: the consumer groups' repair writes wait the same
         while self._unwritten and self._producer is not None:
-            await asyncio.sleep(delay_s)
+            await asyncio.sleep(delay_ms / 1000)
             self.retry_owed()
-            delay_s = min(delay_s * 2, self._max_retry_s)
+            delay_ms = next_retry_ms(delay_ms, MAX_RETRY_MS)
 
     def retry_owed(self) -> None:
         """Queue every owed tombstone not in flight now (the retrier's step, also callable at any time)."""

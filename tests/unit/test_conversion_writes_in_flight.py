@@ -16,10 +16,14 @@ import uuid
 
 import pytest
 
+from coordinator.group.api import DeleteGroupsRequest
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.modern.records import Tombstone
+from coordinator.group.records import Record
 from coordinator.group.state import GroupState
-from coordinator.group.store import InMemoryGroupStore
+from coordinator.group.store import InMemoryGroupStore, StoreError
+from coordinator.rewrite_backoff import FIRST_RETRY_MS
 from coordinator.topics import StaticTopics, TopicImage
 from coordinator.group.api import SyncGroupRequest
 from protocol.consumer_protocol import Assignment, encode_assignment
@@ -262,8 +266,6 @@ async def test_a_failed_write_of_a_deleted_consumer_group_does_not_bring_it_back
     failed write wrote (it may have landed, or not) are written again as memory has them, gone. Before, the failure
     reverted to the group as it was before the leave (the member back, in memory), and its rewrite put the member
     back in the log after the deletion (seed 98 of --protocol consumer, found by the record-by-record check)."""
-    from coordinator.group.api import DeleteGroupsRequest
-
     env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
     store = env.store
     assert isinstance(store, InMemoryGroupStore)
@@ -285,3 +287,201 @@ async def test_a_failed_write_of_a_deleted_consumer_group_does_not_bring_it_back
         if record.group_id == "g":
             reloaded.replay(record)
     assert not reloaded.members  # a reload makes no member (nor, with the epoch's tombstone, a group)
+
+
+async def test_a_repair_write_refused_before_the_append_is_written_again(env: Env) -> None:
+    """A write that may have landed (timed out) is reverted and its keys are written again as memory has them (the
+    new member's tombstones). If that repair is refused before the append (NOT_ENOUGH_REPLICAS), its own revert
+    changes nothing in memory and the log may still hold the member: the repair is written again. Seed 652 of
+    --protocol upgrade (a static member's join landed, its repair was refused, and a reload made it beside its
+    successor with the same instance id: the downgrade raised)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    assert (await _consumer_join(env, "c")).error == Errors.NONE
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # d's join: may have landed
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)  # its repair: refused before the append
+    joining = _consumer_join(env, "d")
+    await drain()
+    assert (await joining).error != Errors.NONE
+    await drain()
+    assert not _tombstones_of(store, "d")  # the refused repair waits for its backoff (rewrite_backoff.py)
+    await env.advance(FIRST_RETRY_MS)
+    group = env.coordinator.shard_for("g").consumer_groups.get("g")
+    assert group is not None and "d" not in group.members and "c" in group.members
+    assert _tombstones_of(store, "d"), "d's tombstones were never written"
+
+
+def _tombstones_of(store: InMemoryGroupStore, member_id: str) -> list[Tombstone]:
+    return [r for r in store.consumer_records if isinstance(r, Tombstone) and r.member_id == member_id]
+
+
+class _RefusingStore(InMemoryGroupStore):
+    """Refuses every append before it (NOT_ENOUGH_REPLICAS: an ISR shortage) while `refusing`; `writes` still
+    lists each attempt."""
+
+    refusing = False
+
+    async def acknowledge(self, records: list[Record]) -> None:
+        await super().acknowledge(records)
+        if self.refusing:
+            raise StoreError(Errors.NOT_ENOUGH_REPLICAS)
+
+
+def _repairs_of(store: InMemoryGroupStore, member_id: str) -> int:
+    """Attempts to write `member_id`'s tombstones (its repair: the member is not in memory)."""
+    return sum(1 for write in store.writes
+               if any(isinstance(r, Tombstone) and r.member_id == member_id for r in write))
+
+
+async def _join_landed_then_refused() -> tuple[Env, _RefusingStore]:
+    """c is a member; d's join times out (it may have landed: memory reverts, its tombstones are the repair) while
+    the cluster refuses every write from then on."""
+    store = _RefusingStore()
+    env = Env(store=store)
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    assert (await _consumer_join(env, "c")).error == Errors.NONE
+    store.refusing = True
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # d's join
+    assert (await _consumer_join(env, "d")).error != Errors.NONE
+    await drain()
+    assert _repairs_of(store, "d") == 1  # the repair at once, refused
+    return env, store
+
+
+async def test_a_refused_repair_is_sent_again_with_a_backoff_until_it_is_written() -> None:
+    """A cluster that refuses fast gets the repair once per backoff step (1, 2, 4, 8 s, ... capped at 10 s:
+    rewrite_backoff.py, the tombstone writer's schedule), not once per round trip; once the cluster takes it the
+    resends stop and no timer is left."""
+    env, store = await _join_landed_then_refused()
+    try:
+        timers = env.timer.size
+        await env.advance(30_000, step_ms=100)  # within c's session: only the repair writes
+        # resent at 1, 3, 7, 15 and 25 s
+        assert _repairs_of(store, "d") == 1 + 5 and len(store.writes) == 2 + 1 + 5
+        assert not _tombstones_of(store, "d")
+        store.refusing = False
+        await env.advance(10_000, step_ms=100)  # the next resend, at 35 s
+        assert _repairs_of(store, "d") == 7 and _tombstones_of(store, "d")
+        assert env.timer.size == timers - 1  # the repair's timer is gone (c's session's is left)
+        await env.advance(20_000, step_ms=100)  # (c's session ends meanwhile: its fence is written)
+        assert _repairs_of(store, "d") == 7
+    finally:
+        await env.close()
+
+
+@pytest.mark.parametrize("written", [True, False])
+async def test_an_answer_read_from_memory_waits_for_a_repair_owed(written: bool) -> None:
+    """While a repair waits for its backoff, memory holds what the log may not and no write is in flight: an
+    answer read from memory (c's heartbeat, which writes nothing) waits for the resend, as it waits for a write in
+    flight; refused again, the client is told to retry (seed 1354 of --protocol upgrade: a revocation told from
+    memory during an outage never reached the log, and after a failover the member was given the partition back
+    in the same epoch)."""
+    env, store = await _join_landed_then_refused()
+    try:
+        group = env.coordinator.shard_for("g").consumer_groups["g"]
+        answer = _heartbeat(env, "c", epoch=group.members["c"].member_epoch)
+        await drain()
+        assert not answer.done()
+        store.refusing = not written
+        await env.advance(FIRST_RETRY_MS)
+        assert answer.done() and _repairs_of(store, "d") == 2
+        assert (answer.result().error == Errors.NONE) is written
+    finally:
+        await env.close()
+
+
+@pytest.mark.parametrize("end", ["unload", "shutdown"])
+async def test_a_refused_repair_stops_when_its_partition_is_given_up(end: str) -> None:
+    """No resend (and no timer) outlives the partition given up or the coordinator's shutdown: the partition's
+    next owner loads what the log has."""
+    env, store = await _join_landed_then_refused()
+    try:
+        partition = env.coordinator.shard_for("g").partition
+        if end == "unload":
+            await env.coordinator.unload([partition])
+        else:
+            await env.coordinator.shutdown()
+        assert env.timer.size == 0
+        attempts = len(store.writes)
+        await env.advance(30_000, step_ms=500)
+        assert len(store.writes) == attempts and env.timer.size == 0
+    finally:
+        await env.close()
+
+
+async def test_a_refused_repair_of_a_group_deleted_since_is_written_once_then_stops() -> None:
+    """The group gone from memory (deleted here) does not end the repair: memory's value of its keys is then a
+    tombstone, and the write that ended the group may fail too (seed 86 of --protocol upgrade: a repair dropped when
+    its group was downgraded, whose write then timed out, left a fenced member's records to a reload). It is
+    written once, acknowledged, and nothing is left behind."""
+    env, store = await _join_landed_then_refused()
+    try:
+        store.refusing = False
+        assert (await _consumer_join(env, "c", epoch=-1)).error == Errors.NONE
+        deleted = await env.coordinator.delete_groups(DeleteGroupsRequest(["g"]))
+        assert deleted.results[0].error_code == Errors.NONE
+        assert "g" not in env.coordinator.shard_for("g").consumer_groups
+        await env.advance(FIRST_RETRY_MS)
+        assert _repairs_of(store, "d") == 2 and _tombstones_of(store, "d") and env.timer.size == 0
+        await env.advance(30_000, step_ms=500)
+        assert _repairs_of(store, "d") == 2
+    finally:
+        await env.close()
+
+
+def _heartbeat(env: Env, member_id: str, epoch: int = 0, instance_id: str | None = None
+               ) -> asyncio.Task[HeartbeatResponse]:
+    joining = epoch == 0
+    return asyncio.ensure_future(env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        "g", member_id, epoch, instance_id=instance_id, rebalance_timeout_ms=30_000 if joining else -1,
+        subscribed_topic_names=("t",) if joining else None, owned=[] if joining else None, client_id=member_id,
+        client_host="/127.0.0.1")))
+
+
+@pytest.mark.parametrize("instance_id", ["X", None])
+async def test_a_members_leave_lost_under_a_later_join_is_applied_at_the_load(env: Env, instance_id: str | None
+                                                                              ) -> None:
+    """The log can hold a later write without an earlier one: a write that times out in the producer's queue is
+    not appended while the ones queued after it are (librdkafka's idempotent producer leaves that gap). Here a's
+    leave is lost while b's join (with a's instance id X, or dynamic), computed once a was gone, lands, and the
+    partition is given up before the leave's failure is known, so nothing repairs it. The load finds a beside
+    records that assumed it gone (two members of X; b's target over a's partitions): a goes at the load, with
+    its tombstones (seed 513 of --protocol upgrade: a lost session fence, the successor's join landed, a
+    shutdown; the next owner loaded both, and the uniform assignor raised over their overlapping targets; seed
+    184: a member's fence owed while its writer was paused)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 4)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    a = await _heartbeat(env, "a", instance_id=instance_id)
+    assert a.error == Errors.NONE and (await _heartbeat(env, "c")).error == Errors.NONE
+    await drain()
+    group = env.coordinator.shard_for("g").consumer_groups["g"]
+    assert group.targets["a"] and group.targets["c"]
+    gate = store.hold_next_write()  # a's leave: waits in the producer's queue
+    leaving = _heartbeat(env, "a", epoch=-1, instance_id=instance_id)
+    await drain()
+    assert (await _heartbeat(env, "b", instance_id=instance_id)).error == Errors.NONE  # lands
+    partition = env.coordinator.shard_for("g").partition
+    await env.coordinator.unload([partition])
+    store.unloaded.discard(partition)
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # not appended
+    gate.set()
+    await drain()
+    assert (await leaving).error != Errors.NONE
+    await env.coordinator.load([partition])
+    group = env.coordinator.shard_for("g").consumer_groups["g"]
+    assert set(group.members) == {"b", "c"} and group.static_members == ({"X": "b"} if instance_id else {})
+    await drain()
+    assert _tombstones_of(store, "a")
+    # a new member's target is computed over b and c only
+    assert (await _heartbeat(env, "d")).error == Errors.NONE
+    await drain()
+    reloaded = InMemoryGroupStore()
+    reloaded.consumer_records = list(store.consumer_records)
+    later = Env(store=reloaded)
+    try:
+        await later.coordinator.load()
+        assert "a" not in later.coordinator.shard_for("g").consumer_groups["g"].members
+    finally:
+        await later.close()

@@ -297,7 +297,8 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
 
 
 # --- online upgrades and downgrades (--protocol upgrade) ------------------------------------------------------
-@pytest.mark.parametrize("seed", [25, 45, 51, 73, 99, 119, 169, 207, 231, 257, 361, 745])
+@pytest.mark.parametrize("seed", [25, 45, 51, 73, 86, 99, 119, 169, 184, 207, 231, 257, 361, 513, 589, 652, 745,
+                                  760, 967, 1086, 1354, 1394, 1403])
 def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     """Seed 51: a classic member's commit acknowledged just after its group was upgraded finished on the classic
     group's object, and a fetch then showed the commit before it (durable_commit). Seeds 25 and 45: the upgrade's
@@ -308,9 +309,25 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     write never acknowledged (member_epoch after a failover). Seeds 207, 257: a failed upgrade mid-rebalance
     restarted the generations (generation_once). Seed 361: a consumer group made over an Empty classic group left
     its record in the log (consumer_owner after a reload). Seed 745: a downgrade whose write timed out (it may have
-    landed) was reverted without tombstoning its classic record (member_epoch after a reload). Seeds 99, 169, 231:
-    the checkers' (a classic group's
-    ILLEGAL_GENERATION to a consumer-protocol commit; replaced groups)."""
+    landed) was reverted without tombstoning its classic record (member_epoch after a reload). Seed 652: a static
+    classic member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, the tombstones that repair it were refused
+    (NOT_ENOUGH_REPLICAS) and not written again; a reload made two members with one instance id and a downgrade
+    raised (no_errors). Seed 589 (consumer_owner), the same: a refused repair of a member's records in group-2.
+    Seeds 86 and 1354 pin the repair's backoff: a repair owed is still written once its group left memory (the
+    downgrade that took it away timed out; dropped, a fenced member's records came back at a reload:
+    consumer_owner); an answer read from memory waits for a repair owed (1354: a revocation told during an
+    outage never reached the log, and the member got the partition back in that epoch: member_epoch). Seed
+    513: a classic member's session fence timed out in the producer's queue during an outage while the join of
+    the consumer-protocol member of its instance id, queued after it, landed; the instance shut down before the
+    fence's failure was known; the next owner loaded two members of instance-3 with overlapping targets and the
+    uniform assignor raised (no_errors): the load fences the member the log replaced. Seed 1403 (and 184 with the
+    repair's backoff, a fence owed while its writer was paused): the same with overlapping targets, no shared
+    instance id: the load fences the member whose records came first. Seeds 99, 169, 231, 967,
+    1086: the checkers' (a classic group's ILLEGAL_GENERATION to a consumer-protocol commit; replaced groups; 967
+    and 1086: an Empty consumer group replaced by a classic group and that one upgraded again gives a member id of
+    the old group a lower epoch, as Kafka does: a new life for member_epoch; 1394: a classic member's SyncGroup
+    made by the consumer group and sent after a downgrade, judged as the consumer group's answer; 760: a consumer
+    group deleted with its offsets and made again, a member id of the old one told a lower epoch)."""
     outcome = run_seed(seed, protocol="upgrade")
     assert outcome.ok, [v.line() for v in outcome.violations]
 

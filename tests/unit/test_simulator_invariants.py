@@ -593,6 +593,53 @@ def test_member_epoch_fails_when_an_epoch_goes_back_or_gains_after_a_loss(told: 
     assert world.invariants() == ({"member_epoch"} if broken else set())
 
 
+@pytest.mark.parametrize("between, broken", [
+    (None, True),
+    ("classic", False),  # the Empty consumer group was deleted for a classic group, later upgraded (seeds 967, 1086)
+    ("consumer", False),  # an Empty classic group gave way to a new consumer group
+    ("deleted", False),  # the group was deleted (DeleteGroups, retired with its offsets) and made again (seed 760)
+])
+def test_member_epoch_starts_again_when_the_consumer_group_is_replaced_or_deleted(between: str | None,
+                                                                                  broken: bool) -> None:
+    """A consumer group replaced by a classic group is deleted (Kafka's maybeDeleteEmptyConsumerGroup); the
+    consumer group an upgrade makes of that classic group later takes its epochs from the classic generation
+    (ConsumerGroup.fromClassicGroup): the same member id may then be told a lower epoch, in a new life."""
+    world = World()
+    instance = _consumer_instance({"a": {}})
+    _told(world, instance, "a", 6, (0,))
+    if between == "deleted":
+        world.checkers.group_deleted(GROUP)
+    elif between is not None:
+        world.history.record("replaced", inst=0, group=GROUP, to=between)
+    _told(world, instance, "a", 2, (0,))
+    assert world.invariants() == ({"member_epoch"} if broken else set())
+
+
+@pytest.mark.parametrize("made_in_consumer_group", [True, False])
+def test_a_sync_a_consumer_group_made_is_judged_as_its_answer_after_a_downgrade(made_in_consumer_group: bool
+                                                                               ) -> None:
+    """A classic member's SyncGroup made by a consumer group at 1 s goes out at 5 s, once the group's earlier
+    writes are acknowledged; the group turned classic meanwhile (seed 1394 of --protocol upgrade). It is the
+    consumer group's answer: no classic group record to wait for (answer_after_ack), and the session was reset
+    when it was made, so the classic group's session armed at the downgrade may end 10 s after 1 s
+    (session_expiry). Judged by the group's type when answered instead, both fail."""
+    world = World()
+    instance = _consumer_instance({"a": {}})
+    instance.runtime.partition_for = lambda _group: 0
+    groups = instance.runtime.shard_for(GROUP).consumer_groups
+    response = SimpleNamespace(error_code=Errors.NONE, assignment=None)
+    world.now = 1_000
+    if made_in_consumer_group:
+        world.checkers.synced_in_consumer_group(response, groups[GROUP])
+    groups.clear()  # downgraded while the answer waited
+    world.now = 5_000
+    pending = Pending(0, "sync_group", GROUP, "a", "c", 1_000, None, generation=3)  # type: ignore[arg-type]
+    world.checkers.answered(instance, pending, response)  # type: ignore[arg-type]
+    world.now = 11_000
+    world.history.record("expired", inst=0, group=GROUP, member="a", session_ms=10_000)
+    assert world.invariants() == (set() if made_in_consumer_group else {"answer_after_ack", "session_expiry"})
+
+
 @pytest.mark.parametrize("fenced_at_ms, broken", [(9_999, True), (10_000, False)])
 def test_consumer_session_expiry_fails_before_the_session_passed(fenced_at_ms: int, broken: bool) -> None:
     world = World()

@@ -218,7 +218,10 @@ class ConsumerGroup:
                 self._count_subscriptions(old, -1)
             self._count_subscriptions(member, 1)
         self.members[member.member_id] = member
-        if member.instance_id is not None:
+        if member.instance_id is not None and (old is None or old.instance_id != member.instance_id):
+            # a member's instance id goes to it when it comes or takes that id, not with each of its records: a
+            # loaded member that a later member of its id replaced (a write lost in between) does not take it back
+            # (ConsumerGroupService._fence_replaced_holders fences it)
             self.static_members[member.instance_id] = member.member_id
         for partitions in (member.assigned, member.pending_revocation):
             for topic_id, ps in partitions.items():
@@ -248,6 +251,15 @@ class ConsumerGroup:
         if member.subscribed_topic_regex:
             self._regex_subscribers[member.subscribed_topic_regex] += sign
         self._subscriptions, self._regex_subscribers = +self._subscriptions, +self._regex_subscribers
+
+    def index_partition_epochs(self) -> None:
+        """Every member's partitions (assigned or revoking) with its epoch again, from scratch."""
+        self._partition_epochs.clear()
+        for member in self.members.values():
+            for partitions in (member.assigned, member.pending_revocation):
+                for topic_id, ps in partitions.items():
+                    for p in ps:
+                        self._partition_epochs[(topic_id, p)] = member.member_epoch
 
     def _remove_partition_epochs(self, member: ConsumerGroupMember) -> None:
         for partitions in (member.assigned, member.pending_revocation):

@@ -47,6 +47,7 @@ from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRec
 from coordinator.topics import StaticTopics, TopicsView
 from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard
+from coordinator.rewrite_backoff import FIRST_RETRY_MS, next_retry_ms
 from coordinator.group.status import STATUS_ERRORS as _STATUS_ERRORS, ShardStatus
 from coordinator.group.state import GroupState
 from coordinator.timer import Clock, SystemTimer, TimerTask
@@ -60,6 +61,9 @@ _AS_NOW = object()
 _SESSION_EXPIRED = Fenced("the member session expired.", RebalanceCategory.SESSION_TIMEOUT)
 # a member whose join was not written, fenced once a later write kept it in memory (_undo_joins)
 _JOIN_NOT_WRITTEN = Fenced("its join was not written.", RebalanceCategory.ASSIGNMENT_STORE_FAILED)
+# a loaded member that records written after it assumed gone or changed: a write in between was lost (load)
+_WRITTEN_OVER = Fenced("the log holds later records that assumed it gone or changed (a write was lost).",
+                       RebalanceCategory.ASSIGNMENT_STORE_FAILED)
 # Kafka's answers to an append that mean its records are not in the log
 _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLLOWER, Errors.MESSAGE_TOO_LARGE,
                            Errors.RECORD_LIST_TOO_LARGE, Errors.CORRUPT_MESSAGE,
@@ -109,6 +113,21 @@ class SessionTimer(_MemberTimer):
     def cancel(self) -> None:
         self.live = False
         super().cancel()
+
+
+@dataclass(slots=True)
+class _Repair:
+    """A group's repair write that Kafka refused (`ConsumerGroupService._written`), owed until one is acknowledged:
+    the keys to write again as memory has them (`records`), sent when `timer` fires (None: a resend is in flight),
+    each next wait twice the last (rewrite_backoff.py). `standing_in`: while it waits, memory holds what the log
+    may not and nothing is in flight to put it there; an answer read from memory waits for this (its `done`
+    resolves with the resend's outcome: `unacknowledged`), as it waits for a write in flight."""
+
+    shard: GroupShard
+    records: list[ConsumerGroupRecord]
+    standing_in: Write
+    delay_ms: int = FIRST_RETRY_MS
+    timer: _MemberTimer | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +219,7 @@ class ConsumerGroupService:
         # share one computation and are answered after it (`heartbeat` then answers them with a future)
         self.batch_targets = False
         self._batches: dict[str, _TargetBatch] = {}  # group id -> its heartbeats waiting for the shared target
+        self._repairs: dict[str, _Repair] = {}  # group id -> its refused repair write, sent again with a backoff
 
     # --- requests ---------------------------------------------------------------------------------------------
     def steady_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
@@ -374,13 +394,19 @@ class ConsumerGroupService:
                 response = responses[index] if index < len(responses) else HeartbeatResponse(error)
                 answer.set_result(response if error == Errors.NONE else HeartbeatResponse(kafka4_append_error(error)))
 
-    @staticmethod
-    def _restore(shard: GroupShard, group_id: str, before: GroupUndo | None) -> None:
-        """The group back as `before` had it (None: no group)."""
+    def _restore(self, shard: GroupShard, group_id: str, before: GroupUndo | None) -> None:
+        """The group back as `before` had it (None: no group); the timers of members it no longer has go (a
+        reverted join's session: fired, it would find nothing, but an unload only cancels the members' it has)."""
+        current = shard.consumer_groups.get(group_id)
+        members = list(current.members) if current is not None else []  # (the undo restores the group in place)
         if before is None:
             shard.consumer_groups.pop(group_id, None)
         else:
             shard.consumer_groups[group_id] = before.restore()
+        restored = shard.consumer_groups.get(group_id)
+        for member_id in members:
+            if restored is None or member_id not in restored.members:
+                self.cancel_all(group_id, member_id)
 
     # --- classic members inside a consumer group (classic.py) ----------------------------------------------------
     def classic_join(self, group: ConsumerGroup, req: JoinGroupRequest
@@ -628,7 +654,7 @@ class ConsumerGroupService:
                written_first: Sequence[GroupMetadataRecord] = (),
                written_last: Sequence[GroupMetadataRecord] = (), fenced: Fenced | None = None,
                already_members: Collection[str] = (), carried_over: Collection[str] | None = None,
-               replayed: bool = False, join_open: bool = False) -> Write | None:
+               replayed: bool = False, join_open: bool = False, repair: bool = False) -> Write | None:
         """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
         `already_members`, `carried_over` say what the records cannot) and returns them as the write for the
         shard's partition; if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
@@ -636,7 +662,9 @@ class ConsumerGroupService:
         conversion writes around them. `replayed`: the records are on the group already (a batch's).
         `join_open`: if the group's latest write still waits for the end of its loop turn (`Write.sealed` not
         set), the records join it and it is returned again: one write, one outcome, and a failure takes the
-        group back to before its first records (every member it touched)."""
+        group back to before its first records (every member it touched). `repair`: the records are memory's
+        value of keys a failed write may have left otherwise in the log (`_written`); they are written again
+        whatever their own write's error, until one is acknowledged."""
         if not records:
             return None
         self._settle_batch(group_id)  # written after what the group's batch (if any) replayed already
@@ -671,7 +699,7 @@ class ConsumerGroupService:
         sequence = self._write_sequence[group_id] = self._last_sequence
         written = list(records)
         write = Write(group_id, [*written_first, *written, *written_last],
-                      then=lambda error: self._written(shard, group_id, error, previous, sequence, written))
+                      then=lambda error: self._written(shard, group_id, error, previous, sequence, written, repair))
         self._unacknowledged[group_id] = (write, sequence)
         if written_first or written_last or already_members or carried_over is not None:
             self._open.pop(group_id, None)
@@ -705,10 +733,12 @@ class ConsumerGroupService:
         group's writes failed so far: an answer read from memory waits for the first and checks the second, as
         Kafka answers a request that writes nothing only once what was written before it is committed."""
         pending = self._unacknowledged.get(group_id)
+        if pending is None and (owed := self._repairs.get(group_id)) is not None and owed.timer is not None:
+            return owed.standing_in, self._failures.get(group_id, 0)  # a repair waiting for its resend
         return (None if pending is None else pending[0]), self._failures.get(group_id, 0)
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: GroupUndo | None,
-                 sequence: int, records: Sequence[ConsumerGroupRecord] = ()) -> None:
+                 sequence: int, records: Sequence[ConsumerGroupRecord] = (), repair: bool = False) -> None:
         if error != Errors.NONE:  # the group's batch becomes its latest change before this one is looked at
             self._settle_batch(group_id)
         pending = self._unacknowledged.get(group_id)
@@ -720,6 +750,8 @@ class ConsumerGroupService:
         if error == Errors.NONE:
             if self._write_sequence.get(group_id) == sequence:
                 del self._write_sequence[group_id]
+            if repair:
+                self._repaired(group_id)
             return
         active = shard.status is ShardStatus.ACTIVE
         reverted = self._write_sequence.get(group_id) == sequence and active
@@ -731,17 +763,93 @@ class ConsumerGroupService:
         # NOT_COORDINATOR (the store's own refusal: the partition is not served here; or our producer fenced): the
         # partition is another instance's now and its unload follows; a rewrite would be refused the same way at
         # once, again and again
-        if active and error != Errors.NOT_COORDINATOR and (not reverted or error not in _NOT_APPENDED):
+        # A repair (below) that failed, refused before the append included, is written again too: its revert
+        # changes nothing in memory, and the log still holds what it was to overwrite (seed 652: a static classic
+        # member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, its tombstones were refused with
+        # NOT_ENOUGH_REPLICAS, and a reload made the member beside its successor with the same instance id). Not
+        # at once: a cluster that refuses fast would get one write per round trip; it waits (`_repair_later`).
+        if active and error != Errors.NOT_COORDINATOR and repair:
+            self._repair_later(shard, group_id, records)
+        elif active and error != Errors.NOT_COORDINATOR and (not reverted or error not in _NOT_APPENDED):
             # Memory and the log may disagree on the keys this write wrote: not reverted (a later write was
             # computed on top of it and may be in the log already), or reverted while the write may have landed.
             # The log gets memory's value of each of them, or a reload would rebuild members from records that
             # assumed changes memory does not have.
-            group = shard.consumer_groups.get(group_id)
-            rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records))
-            if rewrite is not None:
-                shard.append(rewrite)
+            self._repair(shard, group_id, records)
         if active and not reverted and error in _NOT_APPENDED:
             self._undo_joins(shard, group_id, before, records, error)
+
+    def _repair(self, shard: GroupShard, group_id: str, records: Sequence[ConsumerGroupRecord]) -> Write | None:
+        """Memory's value of every key among `records` (tombstones of those it no longer has), written now."""
+        group = shard.consumer_groups.get(group_id)
+        rewrite = self._apply(shard, group_id, current_records(group or ConsumerGroup(group_id), records),
+                              repair=True)
+        if rewrite is not None:
+            shard.append(rewrite)
+        return rewrite
+
+    def _repair_later(self, shard: GroupShard, group_id: str, records: Sequence[ConsumerGroupRecord]) -> None:
+        """A repair write failed: its keys are written again once the backoff passes (with those of any other
+        repair of the group owed meanwhile), the wait doubling with each resend that fails."""
+        owed = self._repairs.get(group_id)
+        if owed is None:
+            owed = self._repairs[group_id] = _Repair(shard, [], self._standing_in(group_id))
+        elif owed.timer is None:  # the resend failed too
+            owed.delay_ms = next_retry_ms(owed.delay_ms)
+            owed.standing_in = self._standing_in(group_id)
+        owed.records.extend(records)
+        if owed.timer is None:
+            owed.timer = _MemberTimer(owed.delay_ms, lambda: self._repair_due(group_id))
+            self.timer.add(owed.timer)
+            log.warning("event=consumer_group_repair_owed group=%s retry_ms=%d", group_id, owed.delay_ms)
+
+    @staticmethod
+    def _standing_in(group_id: str) -> Write:
+        return Write(group_id, [], done=asyncio.get_running_loop().create_future())
+
+    def _repair_due(self, group_id: str) -> None:
+        owed = self._repairs.get(group_id)
+        if owed is None or owed.timer is None:
+            return
+        owed.timer = None
+        shard = owed.shard
+        if shard.status is not ShardStatus.ACTIVE:  # given up (its unload cancels the timer; this is a backstop)
+            self._drop_repair(group_id, Errors.NOT_COORDINATOR)
+            return
+        # A group gone from memory since (deleted, downgraded, replaced) still gets it: memory's value is then a
+        # tombstone of each key, and the write that ended it may have failed too (seed 86 of --protocol upgrade:
+        # a downgrade's write timed out under a later upgrade's, and the member it fenced came back at a reload).
+        records, owed.records = owed.records, []
+        rewrite = self._repair(shard, group_id, records)
+        if rewrite is None:
+            self._drop_repair(group_id, Errors.NONE)
+            return
+        done = owed.standing_in.done
+        assert done is not None
+        rewrite.then_also(lambda error: done.set_result(error) if not done.done() else None)
+
+    def _drop_repair(self, group_id: str, error: Errors) -> None:
+        """Nothing owed any more (`error` NONE), or not ours to write (NOT_COORDINATOR): answers waiting for the
+        repair get that."""
+        owed = self._repairs.pop(group_id, None)
+        if owed is None:
+            return
+        if owed.timer is not None:
+            owed.timer.cancel()
+        done = owed.standing_in.done
+        if done is not None and not done.done():
+            done.set_result(error)
+
+    def _repaired(self, group_id: str) -> None:
+        """A repair write was acknowledged: the group's next refused one starts the backoff again, unless one is
+        owed still (its timer armed)."""
+        owed = self._repairs.get(group_id)
+        if owed is not None and owed.timer is None:
+            self._drop_repair(group_id, Errors.NONE)
+
+    def _cancel_repairs(self, shard: GroupShard) -> None:
+        for group_id in [g for g, owed in self._repairs.items() if owed.shard is shard]:
+            self._drop_repair(group_id, Errors.NOT_COORDINATOR)
 
     def _undo_joins(self, shard: GroupShard, group_id: str, before: GroupUndo | None,
                     records: Sequence[ConsumerGroupRecord], error: Errors) -> None:
@@ -776,9 +884,15 @@ class ConsumerGroupService:
 
     def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
         """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
-        for record in records:
+        written_at: dict[tuple[str, str, RecordType], int] = {}  # (group, member, type) -> its latest record's index
+        for index, record in enumerate(records):
             self.replay(shard, record)
+            member_id = getattr(record, "member_id", None)
+            if member_id is not None:
+                written_at[(record.group_id, member_id, record.record_type)] = index
         self.on_loaded(shard)
+        for group in list(shard.consumer_groups.values()):
+            self._fence_written_over(shard, group, written_at)
         return len(shard.consumer_groups)
 
     def replay(self, shard: GroupShard, record: ConsumerGroupRecord) -> None:
@@ -811,6 +925,51 @@ class ConsumerGroupService:
                 self.schedule_session(group_id, member_id)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
+
+    def _fence_written_over(self, shard: GroupShard, group: ConsumerGroup,
+                            written_at: dict[tuple[str, str, RecordType], int]) -> None:
+        """Members a loaded log holds beside later records that assumed them gone or changed are fenced as they are
+        loaded: one of our writes can be lost while later ones land (a write that times out in the producer's queue
+        is not appended, those queued after it are: librdkafka's idempotent producer leaves that gap), and a writer
+        paused, stopped or crashed before the outcome repairs nothing (`_written`). In a log without such a gap,
+        no two members hold one instance id (a write that gives it to a member removes its holder first), nor one
+        partition in their targets (each target computation covers every member) or in their current assignments
+        (a partition goes to a member once its owner's revocation is written). Where two do, the member whose
+        records came first is the one the lost write removed or changed (replay gives an instance id to the later:
+        `static_members`). Left in, its target overlaps the others' and the assignor fails (seed 513 of --protocol
+        upgrade: two members of instance-3, 'Partitions were left unassigned', UNKNOWN_SERVER_ERROR; seed 184: a
+        member whose fence was owed when its writer was paused, its target under a later one's)."""
+        group_id = group.group_id
+        stale = {member_id for member_id, member in group.members.items()
+                 if member.instance_id is not None and group.static_members.get(member.instance_id) != member_id}
+        targets = ((member_id, group.targets.get(member_id, {})) for member_id in group.members)
+        currents = ((member_id, [member.assigned, member.pending_revocation])
+                    for member_id, member in group.members.items())
+        for record_type, held in ((RecordType.TARGET_ASSIGNMENT_MEMBER, ((m, [t]) for m, t in targets)),
+                                  (RecordType.CURRENT_MEMBER_ASSIGNMENT, currents)):
+            holders: dict[tuple[uuid.UUID, int], str] = {}
+            for member_id, assignments in held:
+                at = written_at.get((group_id, member_id, record_type), -1)
+                for assignment in assignments:
+                    for topic_id, partitions in assignment.items():
+                        for partition in partitions:
+                            other = holders.setdefault((topic_id, partition), member_id)
+                            if other == member_id:
+                                continue
+                            if at > written_at.get((group_id, other, record_type), -1):
+                                stale.add(other)
+                                holders[(topic_id, partition)] = member_id
+                            else:
+                                stale.add(member_id)
+        for member_id in [m for m in group.members if m in stale]:  # in the group's order: replays alike
+            member = group.members[member_id]
+            log.warning("event=consumer_group_member_written_over group=%s member=%s instance=%s", group_id,
+                        member_id, member.instance_id)
+            write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=_WRITTEN_OVER)
+            if write is not None:
+                shard.append(write)
+        if stale:
+            group.index_partition_epochs()  # a fenced member's release may have dropped another's entry
 
     def _group_config_changed(self, group_id: str, before: GroupConfig | None, after: GroupConfig) -> None:
         """A group's configuration read for the first time, or changed. Kafka arms a loaded member's session timer
@@ -922,7 +1081,9 @@ class ConsumerGroupService:
             shard.append(write)
 
     def unload(self, shard: GroupShard) -> None:
-        """The shard's groups leave this instance: their timers go with them."""
+        """The shard's groups leave this instance: their timers go with them, and the repairs they owe (the
+        partition's next owner loads what the log has)."""
+        self._cancel_repairs(shard)
         for group_id in [g for g, batch in self._batches.items() if batch.shard is shard]:
             self._answer(self._batches.pop(group_id).waiting, (), Errors.NOT_COORDINATOR)  # nothing of it written
         for group_id, group in shard.consumer_groups.items():
