@@ -28,3 +28,14 @@ def test_a_busy_request_is_retried_from_one_millisecond_for_at_most_its_budget()
     assert max(pauses) == BUSY_RETRY_MAX_S
     assert sum(pauses) == pytest.approx(BUSY_RETRY_BUDGET_S, abs=BUSY_RETRY_MAX_S)
     assert sum(pauses) <= BUSY_RETRY_BUDGET_S
+
+
+def test_the_resends_of_refused_writes_double_from_one_second_to_ten() -> None:
+    from coordinator.rewrite_backoff import FIRST_RETRY_MS, MAX_RETRY_MS, next_retry_ms
+
+    waits = [FIRST_RETRY_MS]
+    for _ in range(6):
+        waits.append(next_retry_ms(waits[-1]))
+    assert waits == [1_000, 2_000, 4_000, 8_000, 10_000, 10_000, 10_000]
+    assert next_retry_ms(20_000) == 20_000  # a first wait above the cap is kept, not cut
+    assert MAX_RETRY_MS == 10_000
