@@ -5,6 +5,7 @@ the same group settings, against (a) `coordinator serve` and (b) the embedded Ap
                                     [--connections 100,1000] [--reconcile-sizes 10,100,1000]
                                     [--figures consumer-heartbeat,reconcile] [--interval-ms 250]
                                     [--profile FILE [--profiler py-spy|cprofile]] [--baseline-tree DIR]
+                                    [--serve-arg ARGS] [--baseline-serve-arg ARGS]
 
 Figures, each for both servers, with the ratio ours ÷ Kafka (throughput: higher is better; times and CPU: lower is
 better):
@@ -33,6 +34,10 @@ Setup as bench.coordinator's (its `start_ours`, pinning and interleaving): one e
 (b) and holds (a)'s state topic; both servers get the same group.consumer.* settings; our event topic is off
 (Kafka has none). The server under test is pinned to CPU 0, the load generator (this process) to CPU 1.
 Repeats are interleaved (ours, Kafka, Kafka, ours, ...) and the median is reported.
+
+Two settings of one build side by side (as bench.coordinator's): `--serve-arg` gives our server more serve
+arguments, `--baseline-serve-arg` the baseline's; `--serve-arg='--state-writer native' --baseline-tree .
+--baseline-serve-arg='--state-writer librdkafka'` races the two state writers in one run, with Kafka.
 """
 
 from __future__ import annotations
@@ -54,8 +59,8 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.coordinator import (LOADGEN_CPU, LoadgenCpu, Server, _server_cpu_ns, await_coordinator, close_all,
-                               before_and_after, connect_many, drive_heartbeats, median_of, print_table, ratios,
+from bench.coordinator import (LOADGEN_CPU, LoadgenCpu, Server, _server_cpu_ns, _split_args, await_coordinator,
+                               before_and_after, close_all, connect_many, drive_heartbeats, median_of, print_table, ratios,
                                run_interleaved, start_ours, start_profiler, stop_profiler, stop_servers)
 from bench.wire import Stats
 from bench.cprofiled import OUTPUT_VARIABLE, PROFILE_OFF, PROFILE_ON
@@ -466,7 +471,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 STALL_LOGS["ours"] = StallLog("ours")
                 process, ours = await start_ours(broker.bootstrap,
                                                  config=[f"{k}={v}" for k, v in settings.items()],
-                                                 stderr=STALL_LOGS["ours"].file, **profiled)
+                                                 stderr=STALL_LOGS["ours"].file, serve_args=_split_args(args.serve_arg),
+                                                 **profiled)
                 break
             except RuntimeError:
                 if attempt == 2:
@@ -477,7 +483,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             STALL_LOGS["before"] = StallLog("before")
             process, before = await start_ours(broker.bootstrap, "before", args.baseline_tree,
                                                config=[f"{k}={v}" for k, v in settings.items()],
-                                               stderr=STALL_LOGS["before"].file)
+                                               stderr=STALL_LOGS["before"].file,
+                                               serve_args=_split_args(args.baseline_serve_arg))
             processes.append(process)
             servers.append(before)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
@@ -520,6 +527,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--figures", default="consumer-heartbeat,reconcile")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
     parser.add_argument("--baseline-tree", help="a source tree of ours to race as 'before' (bench.coordinator's)")
+    parser.add_argument("--serve-arg", action="append", metavar="ARGS",
+                        help="more arguments of our server's serve, e.g. --serve-arg='--state-writer native' "
+                             "(repeatable; each value split on whitespace)")
+    parser.add_argument("--baseline-serve-arg", action="append", metavar="ARGS",
+                        help="more arguments of the baseline's serve (repeatable); with --baseline-tree . and "
+                             "--serve-arg this races one build's two settings, e.g. the state writers")
     parser.add_argument("--profile", help="profile of our server during the heartbeats over the most connections "
                         "(every repeat's overwrites the last): py-spy's raw output, or cProfile's pstats file")
     parser.add_argument("--profiler", choices=["py-spy", "cprofile"], default="py-spy",
