@@ -887,7 +887,7 @@ def _consumer_view(group: ConsumerGroup | None, record_type: int, part: str) -> 
     if member is None:
         return None
     if kind is RecordType.MEMBER_METADATA:
-        if not member.client_id and not member.client_host:
+        if member.rebalance_timeout_ms < 0:  # every metadata record has one (a join must give it)
             # made by a current-assignment record alone: its metadata record is not in the log (a write of it
             # lost while a later one landed: the open gap of docs/simulation.md), so memory has none either
             return None
