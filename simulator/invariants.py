@@ -565,8 +565,13 @@ class Checkers:
                     self.violation("reload_equals_acked", f"before the crash, Stable group {group_id} was "
                                                           f"{_group_view(group)}, not acknowledged: {views}")
 
+        consumer_groups = getattr(instance.runtime, "consumer_groups", None)
+
         def serving(group_id: str) -> bool:  # memory of a shard shut down or given up is gone, not wrong
             partition = instance.runtime.partition_for(group_id)
+            if consumer_groups is not None and consumer_groups.repair_owed(group_id):
+                return False  # memory ahead of the log while a refused repair waits to be sent again; what is
+                # answered from it waits for the repair (answer_after_ack, member_epoch judge the answers)
             return instance.runtime.shard_for(group_id).status is ShardStatus.ACTIVE and (
                 ownership is None or ownership.serving(partition))
 

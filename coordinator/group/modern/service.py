@@ -720,6 +720,11 @@ class ConsumerGroupService:
             tombstones: list[Record] = [*consumer_group_tombstones(group)]
             shard.append(Write(group.group_id, tombstones))
 
+    def repair_owed(self, group_id: str) -> bool:
+        """Whether a repair write of the group waits for its resend (memory holds what the log may not; answers
+        read from memory wait for it)."""
+        return group_id in self._repairs
+
     def deleted(self, group_id: str) -> None:
         """The group is gone from memory with its tombstones written (DeleteGroups, admin.py; or a classic group
         took its place): a write of it still unanswered is no longer its latest. If it fails, the group does not
