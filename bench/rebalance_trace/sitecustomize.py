@@ -71,7 +71,7 @@ def _install() -> None:
     setattr(shard_class, "prepare_rebalance", prepare)
     _wrap(sync, "_store_leader_assignment", before="leader_sync")
     _wrap(sync, "_on_assignment_stored", before="acked_on_loop")
-    _wrap(transactions.TransactionalProducer, "_enqueue", before="queued")
+    _wrap(transactions.TransactionalProducer, "send", before="queued")  # TransactionQueue.send
     _wrap(transactions.TransactionalProducer, "_begin_commit", before="submit")
     _wrap(transactions.TransactionalProducer, "_answer", before="writes_answered")
     _wrap(transaction_client.TransactionClient, "open_ahead", before="open_ahead_call", after="open_ahead_done")
