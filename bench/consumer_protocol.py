@@ -59,9 +59,10 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.coordinator import (LOADGEN_CPU, LoadgenCpu, Server, _server_cpu_ns, _split_args, await_coordinator,
-                               before_and_after, close_all, connect_many, drive_heartbeats, median_of, print_table, ratios,
-                               run_interleaved, start_ours, start_profiler, stop_profiler, stop_servers)
+from bench.coordinator import (LOADGEN_CPU, LoadgenCpu, Server, _server_cpu_ns, _split_args, add_serve_arg_options,
+                               await_coordinator, before_and_after, close_all, connect_many, drive_heartbeats,
+                               median_of, print_table, ratios, run_interleaved, start_ours, start_profiler,
+                               stop_profiler, stop_servers)
 from bench.wire import Stats
 from bench.cprofiled import OUTPUT_VARIABLE, PROFILE_OFF, PROFILE_ON
 from coordinator.embedded import EmbeddedKafka, kafka_version
@@ -527,12 +528,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--figures", default="consumer-heartbeat,reconcile")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
     parser.add_argument("--baseline-tree", help="a source tree of ours to race as 'before' (bench.coordinator's)")
-    parser.add_argument("--serve-arg", action="append", metavar="ARGS",
-                        help="more arguments of our server's serve, e.g. --serve-arg='--state-writer native' "
-                             "(repeatable; each value split on whitespace)")
-    parser.add_argument("--baseline-serve-arg", action="append", metavar="ARGS",
-                        help="more arguments of the baseline's serve (repeatable); with --baseline-tree . and "
-                             "--serve-arg this races one build's two settings, e.g. the state writers")
+    add_serve_arg_options(parser)
     parser.add_argument("--profile", help="profile of our server during the heartbeats over the most connections "
                         "(every repeat's overwrites the last): py-spy's raw output, or cProfile's pstats file")
     parser.add_argument("--profiler", choices=["py-spy", "cprofile"], default="py-spy",

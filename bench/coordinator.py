@@ -657,6 +657,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def add_serve_arg_options(parser: argparse.ArgumentParser) -> None:
+    """--serve-arg / --baseline-serve-arg (this bench's and bench.consumer_protocol's): split with `_split_args`."""
+    parser.add_argument("--serve-arg", action="append", metavar="ARGS",
+                        help="more arguments of our server's serve, e.g. --serve-arg='--state-writer native' "
+                             "(repeatable; each value split on whitespace)")
+    parser.add_argument("--baseline-serve-arg", action="append", metavar="ARGS",
+                        help="more arguments of the baseline's serve (repeatable); with --baseline-tree . and "
+                             "--serve-arg this races one build's two settings, e.g. the state writers")
+
+
 def _split_args(values: Sequence[str] | None) -> list[str]:
     """--serve-arg values, each one or more whitespace-separated serve arguments."""
     return [part for value in values or () for part in value.split()]
@@ -687,12 +697,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline-write-mode", choices=["transactional", "idempotent"],
                         help="the baseline's state writes (default: --write-mode); with --baseline-tree . this races "
                              "one build's two write modes")
-    parser.add_argument("--serve-arg", action="append", metavar="ARGS",
-                        help="more arguments of our server's serve, e.g. --serve-arg='--state-writer native' "
-                             "(repeatable)")
-    parser.add_argument("--baseline-serve-arg", action="append", metavar="ARGS",
-                        help="more arguments of the baseline's serve (repeatable); with --baseline-tree . and "
-                             "--serve-arg this races one build's two settings")
+    add_serve_arg_options(parser)
     parser.add_argument("--profile", help="py-spy raw output file for our server (the baseline's: FILE.before) "
                         "during the largest rebalance")
     parser.add_argument("--leader-sync-last", action="store_true",
