@@ -221,12 +221,9 @@ class ConsumerGroup:
         if member.instance_id is not None and (old is None or old.instance_id != member.instance_id):
             # a member's instance id goes to it when it comes or takes that id, not with each of its records: a
             # loaded member that a later member of its id replaced (a write lost in between) does not take it back
-            # (ConsumerGroupService._fence_replaced_holders fences it)
+            # (ConsumerGroupService._fence_written_over fences it)
             self.static_members[member.instance_id] = member.member_id
-        for partitions in (member.assigned, member.pending_revocation):
-            for topic_id, ps in partitions.items():
-                for p in ps:
-                    self._partition_epochs[(topic_id, p)] = member.member_epoch
+        self._add_partition_epochs(member)
 
     def _restore_members(self, earlier: dict[str, ConsumerGroupMember | None]) -> None:
         """These members back as they were (None: absent). Every one's partitions are released first: a partition
@@ -256,10 +253,13 @@ class ConsumerGroup:
         """Every member's partitions (assigned or revoking) with its epoch again, from scratch."""
         self._partition_epochs.clear()
         for member in self.members.values():
-            for partitions in (member.assigned, member.pending_revocation):
-                for topic_id, ps in partitions.items():
-                    for p in ps:
-                        self._partition_epochs[(topic_id, p)] = member.member_epoch
+            self._add_partition_epochs(member)
+
+    def _add_partition_epochs(self, member: ConsumerGroupMember) -> None:
+        for partitions in (member.assigned, member.pending_revocation):
+            for topic_id, ps in partitions.items():
+                for p in ps:
+                    self._partition_epochs[(topic_id, p)] = member.member_epoch
 
     def _remove_partition_epochs(self, member: ConsumerGroupMember) -> None:
         for partitions in (member.assigned, member.pending_revocation):
