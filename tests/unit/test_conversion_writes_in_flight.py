@@ -485,3 +485,44 @@ async def test_a_members_leave_lost_under_a_later_join_is_applied_at_the_load(en
         assert "a" not in later.coordinator.shard_for("g").consumer_groups["g"].members
     finally:
         await later.close()
+
+
+class _LandsThenTimesOutStore(InMemoryGroupStore):
+    """The next write flagged by `land_then_time_out` lands (applied) and is answered REQUEST_TIMED_OUT: a write
+    whose acknowledgement was lost."""
+
+    landing = False
+
+    async def acknowledge(self, records: list[Record]) -> None:
+        if self.landing:
+            self.landing = False
+            self.apply(records)
+            raise StoreError(Errors.REQUEST_TIMED_OUT)
+        await super().acknowledge(records)
+
+
+@pytest.mark.parametrize("classic_state", ["stable", "rebalancing"])
+async def test_a_failed_upgrade_whose_write_landed_writes_the_restored_classic_group_again(classic_state: str
+                                                                                           ) -> None:
+    """The upgrade's write (the classic group's tombstone first) lands but its answer is lost: memory reverts to
+    the classic group, and the log, holding the tombstone, would reload no classic group — its generations back to
+    1 while its members hold the old ones' partitions (seed 1828 of --protocol upgrade: generation 1 Stable twice).
+    The classic group is written again as memory has it: its last Stable record, or, caught mid-rebalance, the
+    Empty group its members rejoin, at the generation reached."""
+    store = _LandsThenTimesOutStore()
+    env = Env(store=store)
+    try:
+        _, _, _ = await _stable_group(env)
+        generation = env.group().generation_id
+        if classic_state == "rebalancing":
+            await env.client("z").start_join()
+            assert env.state() is GroupState.PREPARING_REBALANCE
+        store.landing = True
+        assert (await _consumer_join(env, "c")).error == Errors.COORDINATOR_NOT_AVAILABLE
+        await drain()
+        assert "g" not in env.coordinator.shard_for("g").consumer_groups
+        assert "g" in store.groups, "the classic group's tombstone is the log's last word on it"
+        assert store.groups["g"].generation == generation
+        assert bool(store.groups["g"].members) == (classic_state == "stable")
+    finally:
+        await env.close()

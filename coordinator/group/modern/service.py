@@ -36,7 +36,7 @@ from coordinator.group.modern.conversion import (classic_group_from, consumer_gr
                                                  validate_online_downgrade, validate_online_downgrade_with_replaced,
                                                  validate_online_upgrade)
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
-from coordinator.group.records import GroupMetadataRecord, Record
+from coordinator.group.records import GroupMetadataRecord, GroupRecord, Record
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, MemberState
 from coordinator.group.modern.observing import ConsumerGroupWatch, Fenced
 from coordinator.group.modern.steady import SteadyMember
@@ -482,6 +482,7 @@ class ConsumerGroupService:
                     shard.schedule_heartbeat(restored, member, member.session_timeout_ms)
                 move_holds(classic, restored)  # a static replacement still undecided is decided against it
                 log.warning("event=upgrade_reverted group=%s error=%s", group_id, error.name)
+                self._rewrite_classic(shard, group_id, last_written, error)
             elif (error != Errors.NONE and group_id not in shard.consumer_groups
                     and shard.groups.get(group_id) is holder and shard.status is ShardStatus.ACTIVE
                     and holder.is_in(GroupState.EMPTY) and not holder.members):
@@ -489,8 +490,10 @@ class ConsumerGroupService:
                 # generations go on from the classic group's, as Kafka's reverted classic group's do (a generation
                 # is never Stable twice: seed 207 of --protocol upgrade)
                 holder.generation_id = max(holder.generation_id, classic.generation_id)
+                holder.protocol_type = holder.protocol_type or classic.protocol_type
                 shard.observer.on_group_converted(group_id, "classic", holder.generation_id, holder.state.value)
                 log.warning("event=upgrade_reverted group=%s error=%s", group_id, error.name)
+                self._rewrite_classic(shard, group_id, holder.to_record({}), error)
 
         write.then = written
         # The conversion's records carry every member's id: they hold the revert of a static replacement whose write
@@ -503,6 +506,17 @@ class ConsumerGroupService:
                 self.schedule_classic_session(group_id, member_id, member.classic.session_timeout_ms)
         log.info("[GroupId %s] Converted the classic group to a consumer group.", group_id)
         return write
+
+    def _rewrite_classic(self, shard: GroupShard, group_id: str, record: GroupRecord, error: Errors) -> None:
+        """The classic group a failed upgrade put back, written again when the upgrade's write may have landed
+        (timed out, not refused before the append): that write began with the classic group's tombstone, and a
+        reload of a log holding it makes no classic group, so its generations would start again at 1 while its
+        members still hold the old ones' partitions (seed 1828 of --protocol upgrade: generation 1 Stable twice,
+        one partition owned by two members). Kafka's failed append leaves the classic record in its log."""
+        if error in _NOT_APPENDED or shard.status is not ShardStatus.ACTIVE or error == Errors.NOT_COORDINATOR:
+            return
+        log.warning("event=upgrade_classic_rewritten group=%s error=%s", group_id, error.name)
+        shard.append(Write(group_id, [GroupMetadataRecord(group_id, record)]))
 
     def _tombstone_classic(self, shard: GroupShard, group_id: str, error: Errors | None) -> None:
         """The classic group's tombstone, for a consumer group made over an Empty classic group (`error` None) or
