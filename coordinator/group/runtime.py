@@ -42,6 +42,7 @@ from coordinator.group.modern.service import DescribedGroup as DescribedConsumer
 from coordinator.group.modern.steady import SteadyMember
 from coordinator.group.observer import GroupObserver
 from coordinator.group.partitioner import cached_partition_for, partition_cache
+from coordinator.group.records import GroupMetadataRecord
 from coordinator.group.result import Result, Write
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import ShardStatus
@@ -709,10 +710,39 @@ class GroupRuntime:
                     await asyncio.sleep(0)  # the shards already served keep answering meanwhile
             count += self.consumer_groups.load(shard, [r for r in loaded.consumer_records
                                                        if self.partition_for(r.group_id) == partition])
+            count -= self._one_type_per_group(shard, loaded)
             if shard.status is ShardStatus.LOADING:  # not given up meanwhile (lost or fenced: step 2)
                 self._follow_transactions(shard, loaded)
                 shard.status = ShardStatus.ACTIVE if self.is_active else ShardStatus.STOPPED
         return count
+
+    def _one_type_per_group(self, shard: GroupShard, loaded: LoadedGroups) -> int:
+        """A group id the load made of both types keeps the one whose records were written last; the other's
+        records are tombstoned. Kafka's log never holds both (a conversion is one append, a failed one is not in
+        the log); ours can: the write that tombstoned one type timed out, was lost or was owed when its instance
+        stopped, while later writes of the other type landed (seeds 1623 and 2137 of --protocol upgrade: a classic
+        record older than the consumer group's records reloaded as the classic group, which the next heartbeat
+        converted again over the consumer group's members). Returns how many groups went."""
+        both = [g for g in shard.consumer_groups if g in loaded.groups and g in loaded.classic_read_at]
+        if not both:
+            return 0
+        last_read: dict[str, int] = {}
+        for index, record in enumerate(loaded.consumer_records):
+            if record.group_id in shard.consumer_groups:
+                last_read[record.group_id] = index
+        for group_id in both:
+            consumer_group = shard.consumer_groups[group_id]
+            classic = shard.groups.get(group_id)
+            if last_read.get(group_id, -1) >= loaded.classic_read_at[group_id]:
+                if classic is not None:  # the consumer group stands: the classic group gives way, offsets kept
+                    shard.unload_group(classic, Errors.NOT_COORDINATOR)
+                    classic.hand_offsets_to(shard.add_group(group_id))
+                log.warning("event=load_superseded group=%s type=classic", group_id)
+                shard.append(Write(group_id, [GroupMetadataRecord(group_id, None)]))
+            else:
+                log.warning("event=load_superseded group=%s type=consumer", group_id)
+                self.consumer_groups.superseded_at_load(shard, consumer_group)
+        return len(both)
 
     def _follow_transactions(self, shard: GroupShard, loaded: LoadedGroups) -> None:
         """The clients' transactions the load left open become pending offsets (after the groups are loaded:

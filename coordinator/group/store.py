@@ -52,6 +52,9 @@ class LoadedGroups:
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetRecord]] = field(default_factory=dict)
     consumer_records: list[ConsumerGroupRecord] = field(default_factory=list)  # KIP-848 groups', to replay
+    # stores with a log: where each classic group's record was read among `consumer_records` (how many came
+    # before it), so a load that finds a group id of both types keeps the one written last
+    classic_read_at: dict[str, int] = field(default_factory=dict)
     records: int = 0
     unknown_records: int = 0
     malformed_records: int = 0
@@ -154,14 +157,18 @@ class InMemoryGroupStore(GroupStore):
         self._holds: list[asyncio.Event] = []
         self.partition_of: dict[str, int] = {}  # where the runtime put each group
         self.unloaded: set[int] = set()
+        self.classic_read_at: dict[str, int] = {}  # as a log read would place each classic record (LoadedGroups)
 
     async def load(self, partitions: Collection[int]) -> LoadedGroups:
         wanted = set(partitions)
         self.unloaded -= wanted
         mine = [g for g in dict.fromkeys([*self.groups, *self.offsets]) if self.partition_of.get(g, 0) in wanted]
+        consumer_records = [r for r in self.consumer_records if self.partition_of.get(r.group_id, 0) in wanted]
+        read_at = {g: sum(1 for r in self.consumer_records[:at] if self.partition_of.get(r.group_id, 0) in wanted)
+                   for g, at in self.classic_read_at.items() if g in mine and g in self.groups}
         return LoadedGroups({g: copy.deepcopy(self.groups[g]) for g in mine if g in self.groups},
                             {g: copy.deepcopy(self.offsets[g]) for g in mine if g in self.offsets},
-                            [r for r in self.consumer_records if self.partition_of.get(r.group_id, 0) in wanted])
+                            consumer_records, classic_read_at=read_at)
 
     async def unload(self, partitions: Collection[int]) -> None:
         self.unloaded.update(partitions)
@@ -205,8 +212,10 @@ class InMemoryGroupStore(GroupStore):
             elif isinstance(record, GroupMetadataRecord):
                 if record.value is None:
                     self.groups.pop(record.group_id, None)
+                    self.classic_read_at.pop(record.group_id, None)
                 else:
                     self.groups[record.group_id] = copy.deepcopy(record.value)
+                    self.classic_read_at[record.group_id] = len(self.consumer_records)
             elif record.value is None:
                 stored = self.offsets.get(record.group_id, {})
                 stored.pop((record.topic, record.partition), None)

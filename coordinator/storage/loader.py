@@ -102,8 +102,10 @@ class StateReplay:
         if value_bytes is None:
             self._group_values.pop(group_id, None)
             self._state.groups.pop(group_id, None)
+            self._state.classic_read_at.pop(group_id, None)
         else:
             self._group_values[group_id] = (value_bytes, where)
+            self._state.classic_read_at[group_id] = len(self._state.consumer_records)
 
     def _decode_groups(self) -> None:
         for group_id, (value_bytes, where) in self._group_values.items():

@@ -526,3 +526,43 @@ async def test_a_failed_upgrade_whose_write_landed_writes_the_restored_classic_g
         assert bool(store.groups["g"].members) == (classic_state == "stable")
     finally:
         await env.close()
+
+
+@pytest.mark.parametrize("written_last", ["consumer", "classic"])
+async def test_a_load_that_finds_both_types_of_one_group_keeps_the_one_written_last(written_last: str) -> None:
+    """Kafka's log never holds a group id as both types; ours can, when the write that tombstoned one type was lost
+    or owed while later writes of the other landed. The load keeps the type written last and tombstones the other
+    (seeds 1623 and 2137 of --protocol upgrade: a classic record older than the consumer group's records reloaded as
+    the classic group, and the next heartbeat converted it again over the consumer group's members)."""
+    classic_env = Env()
+    consumer_env = Env()
+    try:
+        await _stable_group(classic_env)
+        classic_record = classic_env.store.groups["g"]
+        consumer_env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+        assert (await _consumer_join(consumer_env, "c")).error == Errors.NONE
+        assert isinstance(consumer_env.store, InMemoryGroupStore)
+        records = list(consumer_env.store.consumer_records)
+    finally:
+        await classic_env.close()
+        await consumer_env.close()
+    store = InMemoryGroupStore()
+    store.consumer_records = records
+    store.groups["g"] = classic_record
+    store.classic_read_at["g"] = len(records) if written_last == "classic" else 0
+    env = Env(store=store)
+    try:
+        env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+        await env.coordinator.load()
+        await drain()
+        consumer_group = env.coordinator.shard_for("g").consumer_groups.get("g")
+        if written_last == "consumer":
+            assert consumer_group is not None and "c" in consumer_group.members
+            assert not env.group().members  # the offsets' holder only
+            assert "g" not in store.groups, "the classic record is tombstoned"
+        else:
+            assert consumer_group is None
+            assert env.state() is GroupState.STABLE and len(env.group().members) == 2
+            assert _tombstones_of(store, "c"), "the consumer group's records are tombstoned"
+    finally:
+        await env.close()

@@ -298,7 +298,7 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
 
 # --- online upgrades and downgrades (--protocol upgrade) ------------------------------------------------------
 @pytest.mark.parametrize("seed", [25, 45, 51, 73, 86, 99, 119, 169, 184, 207, 231, 257, 361, 513, 589, 652, 745,
-                                  760, 967, 1086, 1354, 1394, 1403, 1828])
+                                  760, 967, 1086, 1354, 1394, 1403, 1623, 1828, 2137])
 def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     """Seed 51: a classic member's commit acknowledged just after its group was upgraded finished on the classic
     group's object, and a fetch then showed the commit before it (durable_commit). Seeds 25 and 45: the upgrade's
@@ -308,7 +308,10 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     replaced brought it back (consumer_owner). Seed 119: a classic member of a consumer group told an epoch from a
     write never acknowledged (member_epoch after a failover). Seeds 207, 257: a failed upgrade mid-rebalance
     restarted the generations (generation_once); seed 1828 the same from a Stable group whose upgrade's write
-    landed unanswered (its classic tombstone in the log, the classic group back in memory only). Seed 361: a consumer group made over an Empty classic group left
+    landed unanswered (its classic tombstone in the log, the classic group back in memory only). Seeds 1623 and
+    2137: a classic record older than the consumer group's records (its tombstone lost or owed when its instance
+    stopped) reloaded as the classic group, converted again over the consumer group's members: the load keeps the
+    type written last. Seed 361: a consumer group made over an Empty classic group left
     its record in the log (consumer_owner after a reload). Seed 745: a downgrade whose write timed out (it may have
     landed) was reverted without tombstoning its classic record (member_epoch after a reload). Seed 652: a static
     classic member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, the tombstones that repair it were refused

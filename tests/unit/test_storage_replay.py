@@ -69,6 +69,22 @@ def test_consumer_group_records_are_kept_in_log_order() -> None:
     assert replay.state.consumer_records == written and replay.state.unknown_records == 0
 
 
+def test_a_classic_record_is_placed_among_the_consumer_group_records_read_before_it() -> None:
+    """Where the latest classic record of a group id was read (how many consumer group records came before it):
+    a load that finds both types keeps the one written last (runtime `_one_type_per_group`)."""
+    from coordinator.group.modern.records import GroupEpochRecord
+    from coordinator.storage import consumer_records
+
+    replay = StateReplay()
+    epoch = GroupEpochRecord("g", 1)
+    replay.apply(*group_bytes("g", 1))
+    replay.apply(consumer_records.encode_key(epoch), consumer_records.encode_value(epoch))
+    replay.apply(*group_bytes("g", 2))
+    replay.apply(*group_bytes("gone", 1))
+    replay.apply(encode_key(GroupMetadataKey("gone")), None)
+    assert replay.state.classic_read_at == {"g": 1}
+
+
 def test_unknown_key_versions_and_malformed_records_are_skipped_with_a_warning(caplog) -> None:
     replay = StateReplay()
     with caplog.at_level(logging.WARNING, logger="coordinator.storage"):

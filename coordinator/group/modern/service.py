@@ -734,6 +734,16 @@ class ConsumerGroupService:
             tombstones: list[Record] = [*consumer_group_tombstones(group)]
             shard.append(Write(group.group_id, tombstones))
 
+    def superseded_at_load(self, shard: GroupShard, group: ConsumerGroup) -> None:
+        """A loaded consumer group whose group id has a classic record written after its records
+        (runtime `_one_type_per_group`): it goes, its timers stopped and its tombstones written."""
+        group_id = group.group_id
+        for member_id in group.members:
+            self.cancel_all(group_id, member_id)
+        self.deleted(group_id)
+        del shard.consumer_groups[group_id]
+        shard.append(Write(group_id, [*consumer_group_tombstones(group)]))
+
     def repair_owed(self, group_id: str) -> bool:
         """Whether a repair write of the group waits for its resend (memory holds what the log may not; answers
         read from memory wait for it)."""
