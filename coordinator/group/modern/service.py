@@ -697,9 +697,13 @@ class ConsumerGroupService:
         # entry goes (when its latest write is acknowledged) and make an older write's failure revert newer state
         self._last_sequence += 1
         sequence = self._write_sequence[group_id] = self._last_sequence
-        written = list(records)
+        owed = self._carry_repair(shard, group_id)
+        written = [*owed, *records]
+        repair = repair or bool(owed)
         write = Write(group_id, [*written_first, *written, *written_last],
                       then=lambda error: self._written(shard, group_id, error, previous, sequence, written, repair))
+        if owed:
+            self._stand_in_for(group_id, write)
         self._unacknowledged[group_id] = (write, sequence)
         if written_first or written_last or already_members or carried_over is not None:
             self._open.pop(group_id, None)
@@ -832,6 +836,33 @@ class ConsumerGroupService:
         done = owed.standing_in.done
         assert done is not None
         rewrite.then_also(lambda error: done.set_result(error) if not done.done() else None)
+
+    def _carry_repair(self, shard: GroupShard, group_id: str) -> list[ConsumerGroupRecord]:
+        """A repair of the group waiting for its backoff goes out now with the group's next write, ahead of its
+        records: memory's value of the repair's keys (as the write's own records leave them). Answers read from
+        memory while it waited wait for its `standing_in`, which this write now resolves; had they waited for the
+        timer's resend instead, that resend would be queued after this write and any later one, and an answer
+        computed before them would reach its client after the answers to those later writes (seed 365 of
+        --protocol consumer: a member's heartbeat, read from memory while a repair waited, was answered after its
+        own leave was written and its partition given to another member). Kafka's runtime completes such an
+        answer at the commit of the last offset written before it: writes and answers of a partition in one
+        order. Empty when nothing waits for its backoff."""
+        owed = self._repairs.get(group_id)
+        if owed is None or owed.timer is None or owed.shard is not shard:
+            return []
+        owed.timer.cancel()
+        owed.timer = None  # a resend is in flight: this write
+        records, owed.records = owed.records, []
+        return current_records(shard.consumer_groups.get(group_id) or ConsumerGroup(group_id), records)
+
+    def _stand_in_for(self, group_id: str, write: Write) -> None:
+        """The answers waiting for the group's owed repair get `write`'s outcome (it carries the repair)."""
+        owed = self._repairs.get(group_id)
+        if owed is None:
+            return
+        done = owed.standing_in.done
+        assert done is not None
+        write.then_also(lambda error: done.set_result(error) if not done.done() else None)
 
     def _drop_repair(self, group_id: str, error: Errors) -> None:
         """Nothing owed any more (`error` NONE), or not ours to write (NOT_COORDINATOR): answers waiting for the
