@@ -516,3 +516,39 @@ async def test_a_members_leave_lost_under_a_later_join_is_applied_at_the_load(en
         assert "a" not in later.coordinator.shard_for("g").consumer_groups["g"].members
     finally:
         await later.close()
+
+
+async def test_a_refused_fence_of_a_member_written_over_is_kept_and_written_again(env: Env) -> None:
+    """The load's fence of a member written over (`_fence_written_over`) is refused: memory keeps it (its state
+    before the fence, two members over one partition, is one no log without a gap holds, and is never served),
+    and its tombstones are written again as a repair, after the backoff. On the code before, the refused fence
+    was the group's latest write and reverted: a was back beside b, both holding a's partitions in the
+    coordinator's group (upgrade seed 10 with a retriable error for heartbeats waiting on a repair: consumer_owner
+    after a failover whose load fenced a classic member and whose fence Kafka refused)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 4)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    assert (await _heartbeat(env, "a")).error == Errors.NONE and (await _heartbeat(env, "c")).error == Errors.NONE
+    await drain()
+    gate = store.hold_next_write()  # a's leave: waits in the producer's queue
+    leaving = _heartbeat(env, "a", epoch=-1)
+    await drain()
+    assert (await _heartbeat(env, "b")).error == Errors.NONE  # lands
+    partition = env.coordinator.shard_for("g").partition
+    await env.coordinator.unload([partition])
+    store.unloaded.discard(partition)
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # not appended
+    gate.set()
+    await drain()
+    assert (await leaving).error != Errors.NONE
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)  # the load's fence of a
+    await env.coordinator.load([partition])
+    await drain()
+    group = env.coordinator.shard_for("g").consumer_groups["g"]
+    assert set(group.members) == {"b", "c"}
+    assert not _tombstones_of(store, "a")
+    assert env.coordinator.consumer_groups.repair_owed("g")
+    await env.advance(FIRST_RETRY_MS)
+    await drain()
+    assert _tombstones_of(store, "a") and not env.coordinator.consumer_groups.repair_owed("g")
+    assert set(env.coordinator.shard_for("g").consumer_groups["g"].members) == {"b", "c"}

@@ -654,7 +654,8 @@ class ConsumerGroupService:
                written_first: Sequence[GroupMetadataRecord] = (),
                written_last: Sequence[GroupMetadataRecord] = (), fenced: Fenced | None = None,
                already_members: Collection[str] = (), carried_over: Collection[str] | None = None,
-               replayed: bool = False, join_open: bool = False, repair: bool = False) -> Write | None:
+               replayed: bool = False, join_open: bool = False, repair: bool = False,
+               kept: bool = False) -> Write | None:
         """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
         `already_members`, `carried_over` say what the records cannot) and returns them as the write for the
         shard's partition; if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
@@ -664,7 +665,9 @@ class ConsumerGroupService:
         set), the records join it and it is returned again: one write, one outcome, and a failure takes the
         group back to before its first records (every member it touched). `repair`: the records are memory's
         value of keys a failed write may have left otherwise in the log (`_written`); they are written again
-        whatever their own write's error, until one is acknowledged."""
+        whatever their own write's error, until one is acknowledged. `kept`: memory keeps the records whatever
+        the write's outcome (the state before them is never to be served: `_fence_written_over`); a failure makes
+        them a repair."""
         if not records:
             return None
         self._settle_batch(group_id)  # written after what the group's batch (if any) replayed already
@@ -699,9 +702,10 @@ class ConsumerGroupService:
         sequence = self._write_sequence[group_id] = self._last_sequence
         owed = self._carry_repair(shard, group_id)
         written = [*owed, *records]
-        repair = repair or bool(owed)
+        repair = repair or kept or bool(owed)
         write = Write(group_id, [*written_first, *written, *written_last],
-                      then=lambda error: self._written(shard, group_id, error, previous, sequence, written, repair))
+                      then=lambda error: self._written(shard, group_id, error, previous, sequence, written, repair,
+                                                       revert=not kept))
         if owed:
             self._stand_in_for(group_id, write)
         self._unacknowledged[group_id] = (write, sequence)
@@ -747,7 +751,8 @@ class ConsumerGroupService:
         return (None if pending is None else pending[0]), self._failures.get(group_id, 0)
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: GroupUndo | None,
-                 sequence: int, records: Sequence[ConsumerGroupRecord] = (), repair: bool = False) -> None:
+                 sequence: int, records: Sequence[ConsumerGroupRecord] = (), repair: bool = False,
+                 revert: bool = True) -> None:
         if error != Errors.NONE:  # the group's batch becomes its latest change before this one is looked at
             self._settle_batch(group_id)
         pending = self._unacknowledged.get(group_id)
@@ -763,9 +768,11 @@ class ConsumerGroupService:
                 self._repaired(group_id)
             return
         active = shard.status is ShardStatus.ACTIVE
-        reverted = self._write_sequence.get(group_id) == sequence and active
-        if reverted:
+        latest = self._write_sequence.get(group_id) == sequence
+        reverted = latest and active and revert
+        if latest and active:
             del self._write_sequence[group_id]
+        if reverted:
             self._restore(shard, group_id, before)
         log.warning("event=consumer_group_write_failed group=%s error=%s reverted=%s", group_id, error.name,
                     reverted)
@@ -1001,7 +1008,9 @@ class ConsumerGroupService:
             member = group.members[member_id]
             log.warning("event=consumer_group_member_written_over group=%s member=%s instance=%s", group_id,
                         member_id, member.instance_id)
-            write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=_WRITTEN_OVER)
+            # kept if Kafka refuses it: reverted, the group would be back to two holders (a repair instead)
+            write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=_WRITTEN_OVER,
+                                kept=True)
             if write is not None:
                 shard.append(write)
         if stale:
