@@ -840,9 +840,7 @@ class ConsumerGroupService:
         if rewrite is None:
             self._drop_repair(group_id, Errors.NONE)
             return
-        done = owed.standing_in.done
-        assert done is not None
-        rewrite.then_also(lambda error: done.set_result(error) if not done.done() else None)
+        self._stand_in_for(group_id, rewrite)
 
     def _carry_repair(self, shard: GroupShard, group_id: str) -> list[ConsumerGroupRecord]:
         """A repair of the group waiting for its backoff goes out now with the group's next write, ahead of its
@@ -863,7 +861,8 @@ class ConsumerGroupService:
         return current_records(shard.consumer_groups.get(group_id) or ConsumerGroup(group_id), records)
 
     def _stand_in_for(self, group_id: str, write: Write) -> None:
-        """The answers waiting for the group's owed repair get `write`'s outcome (it carries the repair)."""
+        """The answers waiting for the group's owed repair get `write`'s outcome (it carries the repair: the
+        timer's resend, or the group's next write)."""
         owed = self._repairs.get(group_id)
         if owed is None:
             return
