@@ -118,8 +118,9 @@ class SessionTimer(_MemberTimer):
 @dataclass(slots=True)
 class _Repair:
     """A group's repair write that Kafka refused (`ConsumerGroupService._written`), owed until one is acknowledged:
-    the keys to write again as memory has them (`records`), sent when `timer` fires (None: a resend is in flight),
-    each next wait twice the last (rewrite_backoff.py). `standing_in`: while it waits, memory holds what the log
+    the keys to write again as memory has them (`records`), sent when `timer` fires or with the group's next write
+    if that comes first (`_carry_repair`; `timer` None: a resend is in flight), each next wait twice the last
+    (rewrite_backoff.py). `standing_in`: while it waits, memory holds what the log
     may not and nothing is in flight to put it there; an answer read from memory waits for this (its `done`
     resolves with the resend's outcome: `unacknowledged`), as it waits for a write in flight."""
 
