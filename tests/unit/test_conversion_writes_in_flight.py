@@ -391,6 +391,37 @@ async def test_an_answer_read_from_memory_waits_for_a_repair_owed(written: bool)
         await env.close()
 
 
+async def test_an_answer_waiting_for_a_repair_owed_is_not_overtaken_by_a_later_write() -> None:
+    """Writes and the answers that wait for them go in one order per partition, as Kafka's runtime completes a
+    request that wrote nothing at the commit of the last offset written before it. c's heartbeat, read from memory
+    while d's repair waits for its backoff, waits for the repair; e's join, made after it, carries the repair (d's
+    tombstones, ahead of e's records) and answers c with its own outcome. On the code before, c waited for the
+    timer's resend, queued after e's join: e (and any member given c's partitions by a later write) was answered
+    first, and c was told its older assignment after them (seed 365 of --protocol consumer: a member told its
+    partition after its own leave was written and the partition given to another member)."""
+    env, store = await _join_landed_then_refused()
+    try:
+        group = env.coordinator.shard_for("g").consumer_groups["g"]
+        c_answer = _heartbeat(env, "c", epoch=group.members["c"].member_epoch)
+        await drain()
+        assert not c_answer.done()
+        store.refusing = False
+        e_answer = _consumer_join(env, "e")
+        while not e_answer.done():
+            await asyncio.sleep(0)
+        assert e_answer.result().error == Errors.NONE
+        await drain()  # loop turns only: the clock stays where it is, short of the repair's backoff
+        assert c_answer.done() and c_answer.result().error == Errors.NONE
+        carried = store.writes[-1]  # d's tombstones went with e's join, ahead of its records
+        first_of_e = next(i for i, r in enumerate(carried) if getattr(r, "member_id", None) == "e")
+        assert any(isinstance(r, Tombstone) and r.member_id == "d" for r in carried[:first_of_e])
+        assert _repairs_of(store, "d") == 2 and _tombstones_of(store, "d")
+        await env.advance(30_000, step_ms=500)
+        assert _repairs_of(store, "d") == 2  # written: nothing owed, no resend left
+    finally:
+        await env.close()
+
+
 @pytest.mark.parametrize("end", ["unload", "shutdown"])
 async def test_a_refused_repair_stops_when_its_partition_is_given_up(end: str) -> None:
     """No resend (and no timer) outlives the partition given up or the coordinator's shutdown: the partition's
@@ -566,3 +597,39 @@ async def test_a_load_that_finds_both_types_of_one_group_keeps_the_one_written_l
             assert _tombstones_of(store, "c"), "the consumer group's records are tombstoned"
     finally:
         await env.close()
+
+
+async def test_a_refused_fence_of_a_member_written_over_is_kept_and_written_again(env: Env) -> None:
+    """The load's fence of a member written over (`_fence_written_over`) is refused: memory keeps it (its state
+    before the fence, two members over one partition, is one no log without a gap holds, and is never served),
+    and its tombstones are written again as a repair, after the backoff. On the code before, the refused fence
+    was the group's latest write and reverted: a was back beside b, both holding a's partitions in the
+    coordinator's group (upgrade seed 10 with a retriable error for heartbeats waiting on a repair: consumer_owner
+    after a failover whose load fenced a classic member and whose fence Kafka refused)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 4)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    assert (await _heartbeat(env, "a")).error == Errors.NONE and (await _heartbeat(env, "c")).error == Errors.NONE
+    await drain()
+    gate = store.hold_next_write()  # a's leave: waits in the producer's queue
+    leaving = _heartbeat(env, "a", epoch=-1)
+    await drain()
+    assert (await _heartbeat(env, "b")).error == Errors.NONE  # lands
+    partition = env.coordinator.shard_for("g").partition
+    await env.coordinator.unload([partition])
+    store.unloaded.discard(partition)
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # not appended
+    gate.set()
+    await drain()
+    assert (await leaving).error != Errors.NONE
+    store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)  # the load's fence of a
+    await env.coordinator.load([partition])
+    await drain()
+    group = env.coordinator.shard_for("g").consumer_groups["g"]
+    assert set(group.members) == {"b", "c"}
+    assert not _tombstones_of(store, "a")
+    assert env.coordinator.consumer_groups.repair_owed("g")
+    await env.advance(FIRST_RETRY_MS)
+    await drain()
+    assert _tombstones_of(store, "a") and not env.coordinator.consumer_groups.repair_owed("g")
+    assert set(env.coordinator.shard_for("g").consumer_groups["g"].members) == {"b", "c"}

@@ -118,8 +118,9 @@ class SessionTimer(_MemberTimer):
 @dataclass(slots=True)
 class _Repair:
     """A group's repair write that Kafka refused (`ConsumerGroupService._written`), owed until one is acknowledged:
-    the keys to write again as memory has them (`records`), sent when `timer` fires (None: a resend is in flight),
-    each next wait twice the last (rewrite_backoff.py). `standing_in`: while it waits, memory holds what the log
+    the keys to write again as memory has them (`records`), sent when `timer` fires or with the group's next write
+    if that comes first (`_carry_repair`; `timer` None: a resend is in flight), each next wait twice the last
+    (rewrite_backoff.py). `standing_in`: while it waits, memory holds what the log
     may not and nothing is in flight to put it there; an answer read from memory waits for this (its `done`
     resolves with the resend's outcome: `unacknowledged`), as it waits for a write in flight."""
 
@@ -668,7 +669,8 @@ class ConsumerGroupService:
                written_first: Sequence[GroupMetadataRecord] = (),
                written_last: Sequence[GroupMetadataRecord] = (), fenced: Fenced | None = None,
                already_members: Collection[str] = (), carried_over: Collection[str] | None = None,
-               replayed: bool = False, join_open: bool = False, repair: bool = False) -> Write | None:
+               replayed: bool = False, join_open: bool = False, repair: bool = False,
+               kept: bool = False) -> Write | None:
         """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
         `already_members`, `carried_over` say what the records cannot) and returns them as the write for the
         shard's partition; if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
@@ -678,7 +680,9 @@ class ConsumerGroupService:
         set), the records join it and it is returned again: one write, one outcome, and a failure takes the
         group back to before its first records (every member it touched). `repair`: the records are memory's
         value of keys a failed write may have left otherwise in the log (`_written`); they are written again
-        whatever their own write's error, until one is acknowledged."""
+        whatever their own write's error, until one is acknowledged. `kept`: memory keeps the records whatever
+        the write's outcome (the state before them is never to be served: `_fence_written_over`); a failure makes
+        them a repair."""
         if not records:
             return None
         self._settle_batch(group_id)  # written after what the group's batch (if any) replayed already
@@ -711,9 +715,14 @@ class ConsumerGroupService:
         # entry goes (when its latest write is acknowledged) and make an older write's failure revert newer state
         self._last_sequence += 1
         sequence = self._write_sequence[group_id] = self._last_sequence
-        written = list(records)
+        owed = self._carry_repair(shard, group_id)
+        written = [*owed, *records]
+        repair = repair or kept or bool(owed)
         write = Write(group_id, [*written_first, *written, *written_last],
-                      then=lambda error: self._written(shard, group_id, error, previous, sequence, written, repair))
+                      then=lambda error: self._written(shard, group_id, error, previous, sequence, written, repair,
+                                                       revert=not kept))
+        if owed:
+            self._stand_in_for(group_id, write)
         self._unacknowledged[group_id] = (write, sequence)
         if written_first or written_last or already_members or carried_over is not None:
             self._open.pop(group_id, None)
@@ -767,7 +776,8 @@ class ConsumerGroupService:
         return (None if pending is None else pending[0]), self._failures.get(group_id, 0)
 
     def _written(self, shard: GroupShard, group_id: str, error: Errors, before: GroupUndo | None,
-                 sequence: int, records: Sequence[ConsumerGroupRecord] = (), repair: bool = False) -> None:
+                 sequence: int, records: Sequence[ConsumerGroupRecord] = (), repair: bool = False,
+                 revert: bool = True) -> None:
         if error != Errors.NONE:  # the group's batch becomes its latest change before this one is looked at
             self._settle_batch(group_id)
         pending = self._unacknowledged.get(group_id)
@@ -783,9 +793,11 @@ class ConsumerGroupService:
                 self._repaired(group_id)
             return
         active = shard.status is ShardStatus.ACTIVE
-        reverted = self._write_sequence.get(group_id) == sequence and active
-        if reverted:
+        latest = self._write_sequence.get(group_id) == sequence
+        reverted = latest and active and revert
+        if latest and active:
             del self._write_sequence[group_id]
+        if reverted:
             self._restore(shard, group_id, before)
         log.warning("event=consumer_group_write_failed group=%s error=%s reverted=%s", group_id, error.name,
                     reverted)
@@ -853,9 +865,35 @@ class ConsumerGroupService:
         if rewrite is None:
             self._drop_repair(group_id, Errors.NONE)
             return
+        self._stand_in_for(group_id, rewrite)
+
+    def _carry_repair(self, shard: GroupShard, group_id: str) -> list[ConsumerGroupRecord]:
+        """A repair of the group waiting for its backoff goes out now with the group's next write, ahead of its
+        records: memory's value of the repair's keys (as the write's own records leave them). Answers read from
+        memory while it waited wait for its `standing_in`, which this write now resolves; had they waited for the
+        timer's resend instead, that resend would be queued after this write and any later one, and an answer
+        computed before them would reach its client after the answers to those later writes (seed 365 of
+        --protocol consumer: a member's heartbeat, read from memory while a repair waited, was answered after its
+        own leave was written and its partition given to another member). Kafka's runtime completes such an
+        answer at the commit of the last offset written before it: writes and answers of a partition in one
+        order. Empty when nothing waits for its backoff."""
+        owed = self._repairs.get(group_id)
+        if owed is None or owed.timer is None or owed.shard is not shard:
+            return []
+        owed.timer.cancel()
+        owed.timer = None  # a resend is in flight: this write
+        records, owed.records = owed.records, []
+        return current_records(shard.consumer_groups.get(group_id) or ConsumerGroup(group_id), records)
+
+    def _stand_in_for(self, group_id: str, write: Write) -> None:
+        """The answers waiting for the group's owed repair get `write`'s outcome (it carries the repair: the
+        timer's resend, or the group's next write)."""
+        owed = self._repairs.get(group_id)
+        if owed is None:
+            return
         done = owed.standing_in.done
         assert done is not None
-        rewrite.then_also(lambda error: done.set_result(error) if not done.done() else None)
+        write.then_also(lambda error: done.set_result(error) if not done.done() else None)
 
     def _drop_repair(self, group_id: str, error: Errors) -> None:
         """Nothing owed any more (`error` NONE), or not ours to write (NOT_COORDINATOR): answers waiting for the
@@ -994,7 +1032,9 @@ class ConsumerGroupService:
             member = group.members[member_id]
             log.warning("event=consumer_group_member_written_over group=%s member=%s instance=%s", group_id,
                         member_id, member.instance_id)
-            write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=_WRITTEN_OVER)
+            # kept if Kafka refuses it: reverted, the group would be back to two holders (a repair instead)
+            write = self._apply(shard, group_id, fence(group, member, self.topics, self), fenced=_WRITTEN_OVER,
+                                kept=True)
             if write is not None:
                 shard.append(write)
         if stale:
