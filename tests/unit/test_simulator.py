@@ -271,7 +271,7 @@ def test_consumer_protocol_seeds_hold_every_invariant() -> None:
                                   "--protocol consumer --trace)" for o, v in failing)
 
 
-@pytest.mark.parametrize("seed", [98, 365])
+@pytest.mark.parametrize("seed", [98, 365, 1405, 1532])
 def test_consumer_seeds_the_record_by_record_reload_check_found(seed: int) -> None:
     """Seed 98: DeleteGroups deleted an Empty consumer group while the last member's leave was still being written;
     the leave's write then timed out, reverted the group to before it (the member back in memory) and wrote it
@@ -280,7 +280,9 @@ def test_consumer_seeds_the_record_by_record_reload_check_found(seed: int) -> No
     timer's resend, queued after the member's own leave and the write giving its partition to another member, and
     was answered after them; a repair waiting now goes out with the group's next write (the history differs from
     its first write on; the direct test is test_an_answer_waiting_for_a_repair_owed_is_not_overtaken_by_a_later_write
-    in test_conversion_writes_in_flight.py)."""
+    in test_conversion_writes_in_flight.py). Seeds 1405 and 1532 (consumer_owner, and UNKNOWN_SERVER_ERROR from
+    the assignor in 1405), found by the wide runs of 2026-11-28 and fixed by the same change: the load's fence of a
+    member written over was refused and reverted, two members holding one partition again.)"""
     outcome = run_seed(seed, protocol="consumer")
     assert outcome.ok, [v.line() for v in outcome.violations]
 
@@ -303,7 +305,8 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
 
 # --- online upgrades and downgrades (--protocol upgrade) ------------------------------------------------------
 @pytest.mark.parametrize("seed", [25, 45, 51, 73, 86, 99, 119, 169, 184, 207, 231, 257, 361, 513, 589, 652, 745,
-                                  760, 967, 1086, 1354, 1394, 1403, 1623, 1828, 2137])
+                                  760, 967, 1086, 1354, 1394, 1403, 1623, 1828, 2137,
+                                  996, 1271, 1877, 2085])
 def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     """Seed 51: a classic member's commit acknowledged just after its group was upgraded finished on the classic
     group's object, and a fetch then showed the commit before it (durable_commit). Seeds 25 and 45: the upgrade's
@@ -316,7 +319,9 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     landed unanswered (its classic tombstone in the log, the classic group back in memory only). Seeds 1623 and
     2137: a classic record older than the consumer group's records (its tombstone lost or owed when its instance
     stopped) reloaded as the classic group, converted again over the consumer group's members: the load keeps the
-    type written last. Seed 361: a consumer group made over an Empty classic group left
+    type written last. Seeds 996, 1271, 1877, 2085 (reload_equals_acked, member_epoch): the refused-repair class
+    the failure-rule change closed (a repair owed goes with the group's next write; a refused load fence is
+    kept). Seed 361: a consumer group made over an Empty classic group left
     its record in the log (consumer_owner after a reload). Seed 745: a downgrade whose write timed out (it may have
     landed) was reverted without tombstoning its classic record (member_epoch after a reload). Seed 652: a static
     classic member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, the tombstones that repair it were refused
