@@ -470,6 +470,23 @@ def _heartbeat(env: Env, member_id: str, epoch: int = 0, instance_id: str | None
         client_host="/127.0.0.1")))
 
 
+async def _lose_as_leave_under_bs_join(env: Env, store: InMemoryGroupStore, instance_id: str | None) -> int:
+    """a's leave waits in the producer's queue while b's join lands; the partition is given up, then the leave
+    fails unappended (a timeout in the queue): the log holds b's join without a's leave. Returns the partition."""
+    gate = store.hold_next_write()  # a's leave: waits in the producer's queue
+    leaving = _heartbeat(env, "a", epoch=-1, instance_id=instance_id)
+    await drain()
+    assert (await _heartbeat(env, "b", instance_id=instance_id)).error == Errors.NONE  # lands
+    partition = env.coordinator.shard_for("g").partition
+    await env.coordinator.unload([partition])
+    store.unloaded.discard(partition)
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # not appended
+    gate.set()
+    await drain()
+    assert (await leaving).error != Errors.NONE
+    return partition
+
+
 @pytest.mark.parametrize("instance_id", ["X", None])
 async def test_a_members_leave_lost_under_a_later_join_is_applied_at_the_load(env: Env, instance_id: str | None
                                                                               ) -> None:
@@ -489,17 +506,7 @@ async def test_a_members_leave_lost_under_a_later_join_is_applied_at_the_load(en
     await drain()
     group = env.coordinator.shard_for("g").consumer_groups["g"]
     assert group.targets["a"] and group.targets["c"]
-    gate = store.hold_next_write()  # a's leave: waits in the producer's queue
-    leaving = _heartbeat(env, "a", epoch=-1, instance_id=instance_id)
-    await drain()
-    assert (await _heartbeat(env, "b", instance_id=instance_id)).error == Errors.NONE  # lands
-    partition = env.coordinator.shard_for("g").partition
-    await env.coordinator.unload([partition])
-    store.unloaded.discard(partition)
-    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # not appended
-    gate.set()
-    await drain()
-    assert (await leaving).error != Errors.NONE
+    partition = await _lose_as_leave_under_bs_join(env, store, instance_id)
     await env.coordinator.load([partition])
     group = env.coordinator.shard_for("g").consumer_groups["g"]
     assert set(group.members) == {"b", "c"} and group.static_members == ({"X": "b"} if instance_id else {})
@@ -568,8 +575,8 @@ async def test_a_load_that_finds_both_types_of_one_group_keeps_the_one_written_l
     classic_env = Env()
     consumer_env = Env()
     try:
-        await _stable_group(classic_env)
-        classic_record = classic_env.store.groups["g"]
+        _, _, classic_store = await _stable_group(classic_env)
+        classic_record = classic_store.groups["g"]
         consumer_env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
         assert (await _consumer_join(consumer_env, "c")).error == Errors.NONE
         assert isinstance(consumer_env.store, InMemoryGroupStore)
@@ -611,17 +618,7 @@ async def test_a_refused_fence_of_a_member_written_over_is_kept_and_written_agai
     assert isinstance(store, InMemoryGroupStore)
     assert (await _heartbeat(env, "a")).error == Errors.NONE and (await _heartbeat(env, "c")).error == Errors.NONE
     await drain()
-    gate = store.hold_next_write()  # a's leave: waits in the producer's queue
-    leaving = _heartbeat(env, "a", epoch=-1)
-    await drain()
-    assert (await _heartbeat(env, "b")).error == Errors.NONE  # lands
-    partition = env.coordinator.shard_for("g").partition
-    await env.coordinator.unload([partition])
-    store.unloaded.discard(partition)
-    store.fail_next_write(Errors.REQUEST_TIMED_OUT)  # not appended
-    gate.set()
-    await drain()
-    assert (await leaving).error != Errors.NONE
+    partition = await _lose_as_leave_under_bs_join(env, store, None)
     store.fail_next_write(Errors.NOT_ENOUGH_REPLICAS)  # the load's fence of a
     await env.coordinator.load([partition])
     await drain()
