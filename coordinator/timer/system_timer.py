@@ -9,11 +9,12 @@ expired tasks. Here one event loop owns everything, so there are no locks:
     re-inserting each entry) before anything else can add to the wheels;
   - expired tasks are never run inside that flush loop: the drain hands them to the executor (by default the
     loop's `call_soon`) as one batch, which runs after the drain is complete;
-  - on the loop (no executor given), a bucket is cascaded at most CASCADE_BATCH entries per loop callback: a
-    coarse bucket can hold most of the sessions (every member armed in the same 8 s), and re-inserting them all
-    at once held the loop for O(members). The bucket leaves its wheel (a fresh one takes its slot), its rest
-    stays linked in it (cancel and reschedule stay O(1)) and is re-inserted by the callbacks that follow. An
-    entry already due when its turn comes runs at once, later only by the callbacks before it.
+  - on the loop (no executor given), at most CASCADE_BATCH entries are re-inserted per loop callback, the drain
+    and every expired bucket in it together: a coarse bucket can hold most of the sessions (every member armed
+    in the same 8 s), and several buckets fall due together after a stall, so re-inserting them all at once held
+    the loop for O(members). A bucket not (wholly) flushed leaves its wheel (a fresh one takes its slot), its
+    rest stays linked in it (cancel and reschedule stay O(1)) and is re-inserted by the callbacks that follow.
+    An entry already due when its turn comes runs at once, later only by the callbacks before it.
 """
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ from coordinator.timer.wheel import TimingWheel
 
 Executor = Callable[[Callable[[], None]], object]
 RUN_BATCH = 256  # expired tasks run per loop callback (see _run_expired)
-CASCADE_BATCH = 2_048  # entries re-inserted per loop callback when a bucket expires (~1 ms of CPU)
+# Entries re-inserted per loop callback when buckets expire. A session's entry costs ~2.7 µs to re-insert at 100k
+# members (the deadline check of TimerTask.postponable, then the wheel; cache misses): 512 ≈ 1.4 ms of CPU. At
+# 2,048, two such callbacks in one loop iteration were 11 ms of a 20-ms busy stretch (docs/performance.md).
+CASCADE_BATCH = 512
 
 
 class SystemTimer:
@@ -117,13 +121,15 @@ class SystemTimer:
         reinsert = self._reinsert
         wheel = self._wheel
         incremental = self._executor is None
+        budget = CASCADE_BATCH  # for the whole drain: a bucket polled once it is spent waits in _cascading whole
         self._draining = True
         try:
             while bucket is not None:
                 wheel.advance_clock(bucket.expiration_ms)
                 if incremental:
                     bucket.expiration_ms = -1
-                    bucket.flush_some(reinsert, CASCADE_BATCH)
+                    if budget > 0:
+                        budget -= bucket.flush_some(reinsert, budget)
                     if not bucket.is_empty:
                         wheel.detach(bucket)
                         self._cascading.append(bucket)

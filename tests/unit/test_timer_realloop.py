@@ -6,6 +6,7 @@ import gc
 import random
 
 from coordinator.timer import MonotonicClock, SystemTimer, TimerTask
+from coordinator.timer.task import TimerTaskEntry
 from tests.support.machine import LoopLateness
 
 
@@ -171,3 +172,43 @@ async def test_a_failing_task_is_reported_to_the_loop_and_the_rest_still_run():
     assert [task for task, _ in runs] == [after]
     assert len(reported) == 1 and isinstance(reported[0]["exception"], RuntimeError)
     assert "timer errors" in reported[0]["message"]
+
+
+async def test_a_drain_over_many_expired_buckets_reinserts_one_batch_per_loop_callback():
+    """Buckets falling due together (a loop that stalled past several coarse buckets) share one re-insert budget:
+    the drain and each callback after it re-insert at most CASCADE_BATCH entries, and every task still runs once."""
+    from coordinator.timer import ManualClock
+    from coordinator.timer.system_timer import CASCADE_BATCH
+    from coordinator.timer.testing import RecordingTask
+
+    clock = ManualClock(0)
+    timer = SystemTimer("drain", clock=clock)  # no executor: the loop's incremental cascades
+    fired: list[tuple[object, int]] = []
+    buckets = 4
+    for b in range(buckets):  # one 20-ms bucket of the second wheel each, CASCADE_BATCH entries in it
+        for j in range(CASCADE_BATCH):
+            timer.add(RecordingTask(100 + 40 * b + j % 20, (b, j), clock, fired))
+    reinserted: list[int] = []  # re-inserts per loop callback
+    reinsert, continue_cascades = timer._reinsert, timer._continue_cascades
+
+    def counting_reinsert(entry: TimerTaskEntry) -> None:
+        reinserted[-1] += 1
+        reinsert(entry)
+
+    def counted_callback() -> None:
+        reinserted.append(0)
+        continue_cascades()
+
+    timer._reinsert = counting_reinsert
+    timer._continue_cascades = counted_callback
+    clock.advance(300)  # every bucket is due
+    reinserted.append(0)
+    assert timer.advance_clock(0)
+    for _ in range(100):
+        if len(fired) == buckets * CASCADE_BATCH:
+            break
+        await asyncio.sleep(0)
+    assert sorted(name for name, _ in fired) == [(b, j) for b in range(buckets) for j in range(CASCADE_BATCH)]
+    assert sum(reinserted) >= buckets * CASCADE_BATCH  # some twice: down the second wheel, then the first
+    assert max(reinserted) <= CASCADE_BATCH, reinserted
+    assert timer.size == 0
