@@ -174,41 +174,58 @@ async def test_a_failing_task_is_reported_to_the_loop_and_the_rest_still_run():
     assert "timer errors" in reported[0]["message"]
 
 
-async def test_a_drain_over_many_expired_buckets_reinserts_one_batch_per_loop_callback():
-    """Buckets falling due together (a loop that stalled past several coarse buckets) share one re-insert budget:
-    the drain and each callback after it re-insert at most CASCADE_BATCH entries, and every task still runs once."""
+
+async def test_tasks_of_coarse_buckets_run_once_in_the_order_they_expired_a_batch_per_callback():
+    """Coarse buckets larger than a cascade batch, all due at once (a loop that stalled past them): the rest of each
+    is re-inserted CASCADE_BATCH entries per later callback, the expired tasks run RUN_BATCH per callback, in the
+    order the timer expired them (a drain's batch is finished before a later cascade's tasks run), each once."""
     from coordinator.timer import ManualClock
-    from coordinator.timer.system_timer import CASCADE_BATCH
+    from coordinator.timer.system_timer import CASCADE_BATCH, RUN_BATCH
     from coordinator.timer.testing import RecordingTask
 
     clock = ManualClock(0)
     timer = SystemTimer("drain", clock=clock)  # no executor: the loop's incremental cascades
     fired: list[tuple[object, int]] = []
-    buckets = 4
-    for b in range(buckets):  # one 20-ms bucket of the second wheel each, CASCADE_BATCH entries in it
-        for j in range(CASCADE_BATCH):
+    buckets, per_bucket = 4, 2 * CASCADE_BATCH
+    for b in range(buckets):  # one 20-ms bucket of the second wheel each
+        for j in range(per_bucket):
             timer.add(RecordingTask(100 + 40 * b + j % 20, (b, j), clock, fired))
-    reinserted: list[int] = []  # re-inserts per loop callback
+    expired_order: list[object] = []
+    runs_per_callback: list[int] = []
+    reinserted: list[int] = []  # per cascade callback
+    submit, run_pending = timer._submit, timer._run_pending
     reinsert, continue_cascades = timer._reinsert, timer._continue_cascades
 
+    def recording_submit(entries: list[TimerTaskEntry]) -> None:
+        expired_order.extend(entry.task.name for entry in entries)  # type: ignore[union-attr]
+        submit(entries)
+
+    def counted_run() -> None:
+        before = len(fired)
+        run_pending()
+        runs_per_callback.append(len(fired) - before)
+
     def counting_reinsert(entry: TimerTaskEntry) -> None:
-        reinserted[-1] += 1
+        if reinserted:
+            reinserted[-1] += 1
         reinsert(entry)
 
-    def counted_callback() -> None:
+    def counted_cascade() -> None:
         reinserted.append(0)
         continue_cascades()
 
+    timer._submit = recording_submit
+    timer._run_pending = counted_run
     timer._reinsert = counting_reinsert
-    timer._continue_cascades = counted_callback
+    timer._continue_cascades = counted_cascade
     clock.advance(300)  # every bucket is due
-    reinserted.append(0)
     assert timer.advance_clock(0)
-    for _ in range(100):
-        if len(fired) == buckets * CASCADE_BATCH:
+    for _ in range(200):
+        if len(fired) == buckets * per_bucket:
             break
         await asyncio.sleep(0)
-    assert sorted(name for name, _ in fired) == [(b, j) for b in range(buckets) for j in range(CASCADE_BATCH)]
-    assert sum(reinserted) >= buckets * CASCADE_BATCH  # some twice: down the second wheel, then the first
-    assert max(reinserted) <= CASCADE_BATCH, reinserted
+    assert sorted(name for name, _ in fired) == [(b, j) for b in range(buckets) for j in range(per_bucket)]
+    assert [name for name, _ in fired] == expired_order
+    assert max(runs_per_callback) <= RUN_BATCH, runs_per_callback
+    assert reinserted and max(reinserted) <= CASCADE_BATCH, reinserted
     assert timer.size == 0
