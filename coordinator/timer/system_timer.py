@@ -223,26 +223,30 @@ class SystemTimer:
         expired (a batch per drain, each continued by its own callback, let a later cascade's tasks run before
         the rest of an earlier drain's). Lists are walked by index, not sliced: a fresh copy of the rest per batch
         would be a young container the size of the storm for every young collection to traverse."""
-        self._run_scheduled = False
         runs = self._runs
         if self._closed:
             runs.clear()
+            self._run_scheduled = False
             return
+        # _run_scheduled stays set while the batch runs: what a task's run submits joins the queue, no second runner
         budget = RUN_BATCH
         errors: list[tuple[TimerTask, Exception]] = []
-        while runs and budget > 0:
-            entries, first = runs[0], self._run_from
-            last = min(len(entries), first + budget)
-            self._run_entries(entries, first, last, errors)
-            budget -= last - first
-            if last == len(entries):
-                runs.popleft()
-                self._run_from = 0
+        try:
+            while runs and budget > 0:
+                entries, first = runs[0], self._run_from
+                last = min(len(entries), first + budget)
+                self._run_entries(entries, first, last, errors)
+                budget -= last - first
+                if last == len(entries):
+                    runs.popleft()
+                    self._run_from = 0
+                else:
+                    self._run_from = last
+        finally:
+            if runs and not self._closed:
+                asyncio.get_running_loop().call_soon(self._run_pending)
             else:
-                self._run_from = last
-        if runs:
-            self._run_scheduled = True
-            asyncio.get_running_loop().call_soon(self._run_pending)
+                self._run_scheduled = False
         if errors:
             self._report(errors)
 

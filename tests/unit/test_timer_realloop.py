@@ -229,3 +229,52 @@ async def test_tasks_of_coarse_buckets_run_once_in_the_order_they_expired_a_batc
     assert max(runs_per_callback) <= RUN_BATCH, runs_per_callback
     assert reinserted and max(reinserted) <= CASCADE_BATCH, reinserted
     assert timer.size == 0
+
+
+async def test_tasks_a_running_task_adds_due_at_once_join_the_queue_without_a_second_runner():
+    """A task whose run adds a task already due (delay 0) puts it in the queue being run: every one runs once, and
+    no loop callback runs more than RUN_BATCH of them (one runner, however many are added while it runs)."""
+    from coordinator.timer.system_timer import RUN_BATCH
+
+    timer = SystemTimer("chain")
+    runs_per_callback: list[int] = []
+    ran: list[int] = []
+
+    class Chain(TimerTask):
+        def __init__(self, n: int) -> None:
+            super().__init__(0)
+            self.n = n
+
+        def run(self) -> None:
+            ran.append(self.n)
+            if self.n < 3 * RUN_BATCH:
+                timer.add(Chain(self.n + 1))
+                timer.add(Chain(10_000 + self.n))  # a second one each time: the queue grows while it runs
+
+    run_pending = timer._run_pending
+    loop = asyncio.get_running_loop()
+    iteration = [0]
+    runner_iterations: list[int] = []
+
+    def tick() -> None:  # once per loop iteration
+        iteration[0] += 1
+        if len(ran) < 1 + 2 * 3 * RUN_BATCH:
+            loop.call_soon(tick)
+
+    def counted_run() -> None:
+        before = len(ran)
+        runner_iterations.append(iteration[0])
+        run_pending()
+        runs_per_callback.append(len(ran) - before)
+
+    timer._run_pending = counted_run
+    loop.call_soon(tick)
+    timer.add(Chain(0))
+    for _ in range(100):
+        if len(ran) == 1 + 2 * 3 * RUN_BATCH:
+            break
+        await asyncio.sleep(0)
+    assert sorted(ran) == sorted([*range(3 * RUN_BATCH + 1), *(10_000 + n for n in range(3 * RUN_BATCH))])
+    assert max(runs_per_callback) <= RUN_BATCH, runs_per_callback
+    assert len(set(runner_iterations)) == len(runner_iterations), runner_iterations  # one runner per iteration
+    await timer.close()
