@@ -980,6 +980,7 @@ def run(args: argparse.Namespace) -> dict:
         server.measuring = True
         health_start = dict(server.health)
         measure = measure_loop(args, server, workers)
+        server.measuring = False  # the generator's teardown and the server's stop are not steady state
         health_end = dict(server.health)
         for w in workers:
             w.tell("stop")

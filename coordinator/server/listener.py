@@ -29,7 +29,7 @@ log = logging.getLogger("coordinator.server")
 
 ShutdownHook = Callable[[], Awaitable[None]]
 _HOOK_SETTLE_S = 0.05  # lets responses completed by the shutdown hook be written before we close
-_SWEEP_BATCH = 5_000  # connections checked for idleness per loop iteration
+_SWEEP_BATCH = 1_000  # connections checked for idleness per loop iteration (~1.1 µs each at 100k members)
 _SAME_PORT_ATTEMPTS = 5  # port 0 on several addresses: binds tried until one port is free on all of them
 
 

@@ -19,12 +19,18 @@ import weakref
 from collections import deque
 from typing import Protocol
 
-# The budget is in units of a heartbeat on its fast path (~6–10 µs of the loop); any other request (a JoinGroup, a
-# SyncGroup: 30–150 µs) costs REQUEST_UNITS. A turn handles 512 heartbeats or 64 other requests: a few ms at most,
-# and heartbeats of a thousand connections are not split over turns for nothing. A steady ConsumerGroupHeartbeat
-# answered from its frame costs 2.8–4.3 times a Heartbeat's fast path (bench.consumer_heartbeat_path, with and
-# without --classic): 4 units; one the general path serves costs REQUEST_UNITS.
-UNITS_PER_TURN = 512
+# The budget is in units of a heartbeat on its fast path; any other request (a JoinGroup, a SyncGroup: 30–150 µs)
+# costs REQUEST_UNITS. A heartbeat's fast path is ~6–10 µs of Python, but what the loop spends per heartbeat with its
+# read, its write and the loop's own dispatch is ~25 µs (the soak at 100k members on uvloop; more on asyncio): a turn of
+# 256 heartbeats or 32 other requests is ~7 ms. The loop probe's busy stretch spans about two turns when the loop
+# is saturated (its tick runs after the I/O callbacks of a turn): with 512, stretches of 20–38 ms in the 100k-member
+# soak on uvloop, with 256 10–15 ms at the same CPU per heartbeat (docs/performance.md, 2026-11-28); heartbeats of
+# a few hundred connections are still not split over turns for nothing. The budget bounds the answers, not the
+# reads: a loop that was not scheduled for 100 ms still reads every readable connection in one turn. A steady
+# ConsumerGroupHeartbeat answered from its frame costs 2.8–4.3 times a Heartbeat's fast path
+# (bench.consumer_heartbeat_path, with and without --classic): 4 units; one the general path serves costs
+# REQUEST_UNITS.
+UNITS_PER_TURN = 256
 HEARTBEAT_UNITS = 1
 STEADY_CONSUMER_GROUP_HEARTBEAT_UNITS = 4
 REQUEST_UNITS = 8

@@ -13,7 +13,10 @@ expired tasks. Here one event loop owns everything, so there are no locks:
     coarse bucket can hold most of the sessions (every member armed in the same 8 s), and re-inserting them all
     at once held the loop for O(members). The bucket leaves its wheel (a fresh one takes its slot), its rest
     stays linked in it (cancel and reschedule stay O(1)) and is re-inserted by the callbacks that follow. An
-    entry already due when its turn comes runs at once, later only by the callbacks before it.
+    entry already due when its turn comes runs at once, later only by the callbacks before it. (The finer
+    buckets a drain polls after it are still flushed in that drain, as Kafka's reaper does, so tasks keep
+    running in the order they expired; a drain-wide budget would leave them behind the coarse bucket's rest.)
+  - expired tasks wait in one queue and run RUN_BATCH per loop callback, in the order they expired.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from collections import deque
 from typing import Callable
 
 from coordinator.timer.clock import Clock, MonotonicClock
@@ -29,8 +33,11 @@ from coordinator.timer.task import PENDING_RUN, TaskCounter, TimerTask, TimerTas
 from coordinator.timer.wheel import TimingWheel
 
 Executor = Callable[[Callable[[], None]], object]
-RUN_BATCH = 256  # expired tasks run per loop callback (see _run_expired)
-CASCADE_BATCH = 2_048  # entries re-inserted per loop callback when a bucket expires (~1 ms of CPU)
+RUN_BATCH = 256  # expired tasks run per loop callback (see _run_pending)
+# Entries re-inserted per loop callback when buckets expire. A session's entry costs ~2.7 µs to re-insert at 100k
+# members (the deadline check of TimerTask.postponable, then the wheel; cache misses): 512 ≈ 1.4 ms of CPU. At
+# 2,048, two such callbacks in one loop iteration were 11 ms of a busy stretch (docs/performance.md).
+CASCADE_BATCH = 512
 
 
 class SystemTimer:
@@ -47,6 +54,9 @@ class SystemTimer:
         self._expired: list[TimerTaskEntry] = []
         self._cascading: list[TimerTaskList] = []  # expired buckets out of the wheels, still holding entries
         self._cascade_scheduled = False
+        self._runs: deque[list[TimerTaskEntry]] = deque()  # expired on the loop, not run yet (_run_pending)
+        self._run_from = 0  # where the first of _runs continues
+        self._run_scheduled = False
         self._closed = False
         self._draining = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -196,28 +206,64 @@ class SystemTimer:
             self._expired.append(entry)
 
     def _submit(self, entries: list[TimerTaskEntry]) -> None:
-        run = functools.partial(self._run_expired, entries)
         if self._executor is not None:
-            self._executor(run)
-        else:
-            asyncio.get_running_loop().call_soon(run)
+            self._executor(functools.partial(self._run_expired, entries))
+            return
+        # On the loop: one queue of expired batches, run in the order they expired by one callback at a time
+        self._runs.append(entries)
+        if not self._run_scheduled:
+            self._run_scheduled = True
+            asyncio.get_running_loop().call_soon(self._run_pending)
 
-    def _run_expired(self, entries: list[TimerTaskEntry], first: int = 0) -> None:
-        if self._executor is None and len(entries) - first > RUN_BATCH:
-            # Thousands of operations can expire in one drain (groups formed together finish their initial
-            # join delay together; a stalled loop drains many buckets at once). Run them a batch per loop
-            # iteration, so I/O and other callbacks (heartbeat answers) are served in between. The list is
-            # walked by index, not sliced: a fresh copy of the rest per batch would be a young container the
-            # size of the storm for every young collection to traverse.
-            asyncio.get_running_loop().call_soon(self._run_expired, entries, first + RUN_BATCH)
-            batch = entries[first:first + RUN_BATCH]
-        else:
-            batch = entries[first:] if first else entries
+    def _run_pending(self) -> None:
+        """One loop callback's share (RUN_BATCH) of the expired tasks, oldest first. Thousands of operations can
+        expire in one drain (groups formed together finish their initial join delay together; a stalled loop
+        drains many buckets at once): a batch per loop iteration, so I/O and other callbacks (heartbeat answers)
+        are served in between. One queue for every drain and cascade callback keeps the order in which tasks
+        expired (a batch per drain, each continued by its own callback, let a later cascade's tasks run before
+        the rest of an earlier drain's). Lists are walked by index, not sliced: a fresh copy of the rest per batch
+        would be a young container the size of the storm for every young collection to traverse."""
+        runs = self._runs
+        if self._closed:
+            runs.clear()
+            self._run_scheduled = False
+            return
+        # _run_scheduled stays set while the batch runs: what a task's run submits joins the queue, no second runner
+        budget = RUN_BATCH
         errors: list[tuple[TimerTask, Exception]] = []
-        for entry in batch:
+        try:
+            while runs and budget > 0:
+                entries, first = runs[0], self._run_from
+                last = min(len(entries), first + budget)
+                self._run_entries(entries, first, last, errors)
+                budget -= last - first
+                if last == len(entries):
+                    runs.popleft()
+                    self._run_from = 0
+                else:
+                    self._run_from = last
+        finally:
+            if runs and not self._closed:
+                asyncio.get_running_loop().call_soon(self._run_pending)
+            else:
+                self._run_scheduled = False
+        if errors:
+            self._report(errors)
+
+    def _run_expired(self, entries: list[TimerTaskEntry]) -> None:
+        """Every task of `entries` (the executor's way: it decides where and when)."""
+        errors: list[tuple[TimerTask, Exception]] = []
+        self._run_entries(entries, 0, len(entries), errors)
+        if errors:
+            self._report(errors)
+
+    def _run_entries(self, entries: list[TimerTaskEntry], first: int, last: int,
+                     errors: list[tuple[TimerTask, Exception]]) -> None:
+        for index in range(first, last):
             # A task cancelled or rescheduled since it expired is no longer PENDING_RUN; skip it.
             if self._closed:
                 break
+            entry = entries[index]
             task = entry.task
             if entry.list is PENDING_RUN and task is not None:  # a pending entry always holds its task
                 entry.task = entry.list = None  # idle entries do not hold their task
@@ -225,8 +271,6 @@ class SystemTimer:
                     task.run()
                 except Exception as exc:  # one failing task must not starve the rest of the batch
                     errors.append((task, exc))
-        if errors:
-            self._report(errors)
 
     def _report(self, errors: list[tuple[TimerTask, Exception]]) -> None:
         try:

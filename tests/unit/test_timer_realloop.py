@@ -6,6 +6,7 @@ import gc
 import random
 
 from coordinator.timer import MonotonicClock, SystemTimer, TimerTask
+from coordinator.timer.task import TimerTaskEntry
 from tests.support.machine import LoopLateness
 
 
@@ -171,3 +172,109 @@ async def test_a_failing_task_is_reported_to_the_loop_and_the_rest_still_run():
     assert [task for task, _ in runs] == [after]
     assert len(reported) == 1 and isinstance(reported[0]["exception"], RuntimeError)
     assert "timer errors" in reported[0]["message"]
+
+
+
+async def test_tasks_of_coarse_buckets_run_once_in_the_order_they_expired_a_batch_per_callback():
+    """Coarse buckets larger than a cascade batch, all due at once (a loop that stalled past them): the rest of each
+    is re-inserted CASCADE_BATCH entries per later callback, the expired tasks run RUN_BATCH per callback, in the
+    order the timer expired them (a drain's batch is finished before a later cascade's tasks run), each once."""
+    from coordinator.timer import ManualClock
+    from coordinator.timer.system_timer import CASCADE_BATCH, RUN_BATCH
+    from coordinator.timer.testing import RecordingTask
+
+    clock = ManualClock(0)
+    timer = SystemTimer("drain", clock=clock)  # no executor: the loop's incremental cascades
+    fired: list[tuple[object, int]] = []
+    buckets, per_bucket = 4, 2 * CASCADE_BATCH
+    for b in range(buckets):  # one 20-ms bucket of the second wheel each
+        for j in range(per_bucket):
+            timer.add(RecordingTask(100 + 40 * b + j % 20, (b, j), clock, fired))
+    expired_order: list[object] = []
+    runs_per_callback: list[int] = []
+    reinserted: list[int] = []  # per cascade callback
+    submit, run_pending = timer._submit, timer._run_pending
+    reinsert, continue_cascades = timer._reinsert, timer._continue_cascades
+
+    def recording_submit(entries: list[TimerTaskEntry]) -> None:
+        expired_order.extend(entry.task.name for entry in entries)  # type: ignore[union-attr]
+        submit(entries)
+
+    def counted_run() -> None:
+        before = len(fired)
+        run_pending()
+        runs_per_callback.append(len(fired) - before)
+
+    def counting_reinsert(entry: TimerTaskEntry) -> None:
+        if reinserted:
+            reinserted[-1] += 1
+        reinsert(entry)
+
+    def counted_cascade() -> None:
+        reinserted.append(0)
+        continue_cascades()
+
+    timer._submit = recording_submit
+    timer._run_pending = counted_run
+    timer._reinsert = counting_reinsert
+    timer._continue_cascades = counted_cascade
+    clock.advance(300)  # every bucket is due
+    assert timer.advance_clock(0)
+    for _ in range(200):
+        if len(fired) == buckets * per_bucket:
+            break
+        await asyncio.sleep(0)
+    assert sorted(name for name, _ in fired) == [(b, j) for b in range(buckets) for j in range(per_bucket)]
+    assert [name for name, _ in fired] == expired_order
+    assert max(runs_per_callback) <= RUN_BATCH, runs_per_callback
+    assert reinserted and max(reinserted) <= CASCADE_BATCH, reinserted
+    assert timer.size == 0
+
+
+async def test_tasks_a_running_task_adds_due_at_once_join_the_queue_without_a_second_runner():
+    """A task whose run adds a task already due (delay 0) puts it in the queue being run: every one runs once, and
+    no loop callback runs more than RUN_BATCH of them (one runner, however many are added while it runs)."""
+    from coordinator.timer.system_timer import RUN_BATCH
+
+    timer = SystemTimer("chain")
+    runs_per_callback: list[int] = []
+    ran: list[int] = []
+
+    class Chain(TimerTask):
+        def __init__(self, n: int) -> None:
+            super().__init__(0)
+            self.n = n
+
+        def run(self) -> None:
+            ran.append(self.n)
+            if self.n < 3 * RUN_BATCH:
+                timer.add(Chain(self.n + 1))
+                timer.add(Chain(10_000 + self.n))  # a second one each time: the queue grows while it runs
+
+    run_pending = timer._run_pending
+    loop = asyncio.get_running_loop()
+    iteration = [0]
+    runner_iterations: list[int] = []
+
+    def tick() -> None:  # once per loop iteration
+        iteration[0] += 1
+        if len(ran) < 1 + 2 * 3 * RUN_BATCH:
+            loop.call_soon(tick)
+
+    def counted_run() -> None:
+        before = len(ran)
+        runner_iterations.append(iteration[0])
+        run_pending()
+        runs_per_callback.append(len(ran) - before)
+
+    timer._run_pending = counted_run
+    loop.call_soon(tick)
+    timer.add(Chain(0))
+    for _ in range(100):
+        if len(ran) == 1 + 2 * 3 * RUN_BATCH:
+            break
+        await asyncio.sleep(0)
+    assert sorted(ran) == sorted([*range(3 * RUN_BATCH + 1), *(10_000 + n for n in range(3 * RUN_BATCH))])
+    assert max(runs_per_callback) <= RUN_BATCH, runs_per_callback
+    assert len(set(runner_iterations)) == len(runner_iterations), runner_iterations  # one runner per iteration
+    await timer.close()
