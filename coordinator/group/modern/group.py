@@ -44,7 +44,8 @@ class ConsumerGroup:
         self.members: dict[str, ConsumerGroupMember] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.targets: dict[str, Partitions] = {}  # member id -> target
-        self._partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        # partition -> (epoch, member id) of the member holding it (assigned or revoking)
+        self._partition_epochs: dict[tuple[uuid.UUID, int], tuple[int, str]] = {}
         self._subscriptions: Counter[str] = Counter()  # topic name -> members subscribed to it by name
         self._regex_subscribers: Counter[str] = Counter()  # regular expression -> members subscribed to it
         self.resolved_regexes: dict[str, RegexRecord] = {}  # regular expression -> what it resolved to
@@ -79,7 +80,8 @@ class ConsumerGroup:
         return ConsumerGroupState.STABLE
 
     def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
-        return self._partition_epochs.get((topic_id, partition), -1)
+        held = self._partition_epochs.get((topic_id, partition))
+        return -1 if held is None else held[0]
 
     def target_of(self, member_id: str) -> Partitions:
         return self.targets.get(member_id, {})
@@ -259,13 +261,15 @@ class ConsumerGroup:
         for partitions in (member.assigned, member.pending_revocation):
             for topic_id, ps in partitions.items():
                 for p in ps:
-                    self._partition_epochs[(topic_id, p)] = member.member_epoch
+                    self._partition_epochs[(topic_id, p)] = (member.member_epoch, member.member_id)
 
     def _remove_partition_epochs(self, member: ConsumerGroupMember) -> None:
         for partitions in (member.assigned, member.pending_revocation):
             for topic_id, ps in partitions.items():
                 for p in ps:
-                    if self._partition_epochs.get((topic_id, p)) == member.member_epoch:
+                    # only its own entry: another member of the same epoch may hold the partition now (a load
+                    # replays a member's records after another's that held it; seed 2250 of --protocol upgrade)
+                    if self._partition_epochs.get((topic_id, p)) == (member.member_epoch, member.member_id):
                         del self._partition_epochs[(topic_id, p)]
 
 
