@@ -370,6 +370,15 @@ async def test_a_refused_repair_is_sent_again_with_a_backoff_until_it_is_written
         await env.close()
 
 
+
+async def _cs_heartbeat_waiting_for_the_repair(env: Env) -> asyncio.Task[HeartbeatResponse]:
+    """c's steady heartbeat, read from memory while d's refused repair waits for its backoff: it waits too."""
+    group = env.coordinator.shard_for("g").consumer_groups["g"]
+    answer = _heartbeat(env, "c", epoch=group.members["c"].member_epoch)
+    await drain()
+    assert not answer.done()
+    return answer
+
 @pytest.mark.parametrize("written", [True, False])
 async def test_an_answer_read_from_memory_waits_for_a_repair_owed(written: bool) -> None:
     """While a repair waits for its backoff, memory holds what the log may not and no write is in flight: an
@@ -379,10 +388,7 @@ async def test_an_answer_read_from_memory_waits_for_a_repair_owed(written: bool)
     in the same epoch)."""
     env, store = await _join_landed_then_refused()
     try:
-        group = env.coordinator.shard_for("g").consumer_groups["g"]
-        answer = _heartbeat(env, "c", epoch=group.members["c"].member_epoch)
-        await drain()
-        assert not answer.done()
+        answer = await _cs_heartbeat_waiting_for_the_repair(env)
         store.refusing = not written
         await env.advance(FIRST_RETRY_MS)
         assert answer.done() and _repairs_of(store, "d") == 2
@@ -401,10 +407,7 @@ async def test_an_answer_waiting_for_a_repair_owed_is_not_overtaken_by_a_later_w
     partition after its own leave was written and the partition given to another member)."""
     env, store = await _join_landed_then_refused()
     try:
-        group = env.coordinator.shard_for("g").consumer_groups["g"]
-        c_answer = _heartbeat(env, "c", epoch=group.members["c"].member_epoch)
-        await drain()
-        assert not c_answer.done()
+        c_answer = await _cs_heartbeat_waiting_for_the_repair(env)
         store.refusing = False
         e_answer = _consumer_join(env, "e")
         while not e_answer.done():
