@@ -15,7 +15,9 @@ expired tasks. Here one event loop owns everything, so there are no locks:
     stays linked in it (cancel and reschedule stay O(1)) and is re-inserted by the callbacks that follow. An
     entry already due when its turn comes runs at once, later only by the callbacks before it. (The finer
     buckets a drain polls after it are still flushed in that drain, as Kafka's reaper does, so tasks keep
-    running in the order they expired; a drain-wide budget would leave them behind the coarse bucket's rest.)
+    running in the order they expired; a drain-wide budget would leave them behind the coarse bucket's rest.
+    A bucket whose window starts where every still-cascading bucket's has ended waits behind them instead:
+    all their entries expired before its own.)
   - expired tasks wait in one queue and run RUN_BATCH per loop callback, in the order they expired.
 """
 from __future__ import annotations
@@ -53,6 +55,7 @@ class SystemTimer:
         self._executor = executor
         self._expired: list[TimerTaskEntry] = []
         self._cascading: list[TimerTaskList] = []  # expired buckets out of the wheels, still holding entries
+        self._cascading_until = 0  # end of the latest window among them: a bucket due from then on waits behind
         self._cascade_scheduled = False
         self._runs: deque[list[TimerTaskEntry]] = deque()  # expired on the loop, not run yet (_run_pending)
         self._run_from = 0  # where the first of _runs continues
@@ -130,13 +133,18 @@ class SystemTimer:
         self._draining = True
         try:
             while bucket is not None:
-                wheel.advance_clock(bucket.expiration_ms)
+                start_ms = bucket.expiration_ms
+                wheel.advance_clock(start_ms)
                 if incremental:
                     bucket.expiration_ms = -1
-                    bucket.flush_some(reinsert, CASCADE_BATCH)
+                    # A bucket whose window starts after every entry of a bucket still cascading would run its
+                    # tasks before those earlier ones: it waits behind them instead.
+                    behind = bool(self._cascading) and start_ms >= self._cascading_until
+                    bucket.flush_some(reinsert, 0 if behind else CASCADE_BATCH)
                     if not bucket.is_empty:
                         wheel.detach(bucket)
                         self._cascading.append(bucket)
+                        self._cascading_until = max(self._cascading_until, start_ms + bucket.tick_ms)
                 else:
                     bucket.flush(reinsert)
                 bucket = self._queue.poll(now_ms)
@@ -172,6 +180,7 @@ class SystemTimer:
                 bucket.remove(entry)
             bucket.expiration_ms = -1
         self._cascading = []
+        self._cascading_until = 0
         self._queue.clear()
 
     # -- internals -------------------------------------------------------------------------------------
@@ -188,6 +197,8 @@ class SystemTimer:
             budget -= bucket.flush_some(self._reinsert, budget)
             if bucket.is_empty:
                 self._cascading.pop(0)
+        if not self._cascading:
+            self._cascading_until = 0
         if expired:
             self._submit(expired)
         if self._cascading:

@@ -226,6 +226,8 @@ async def test_tasks_of_coarse_buckets_run_once_in_the_order_they_expired_a_batc
         await asyncio.sleep(0)
     assert sorted(name for name, _ in fired) == [(b, j) for b in range(buckets) for j in range(per_bucket)]
     assert [name for name, _ in fired] == expired_order
+    # each bucket's window ends before the next one's starts: its rest, still cascading, runs before the next bucket
+    assert [b for (b, _), _ in fired] == sorted(b for (b, _), _ in fired)
     assert max(runs_per_callback) <= RUN_BATCH, runs_per_callback
     assert reinserted and max(reinserted) <= CASCADE_BATCH, reinserted
     assert timer.size == 0
