@@ -186,13 +186,18 @@ def closing_lines(ran_s: float, summary: dict[str, Any] | None, demo_log: DemoLo
         lines.append(f"  failures injected: {injected}; crashes and hangs detected once: "
                      f"{failures['detected_once']} of {failures['to_detect']}")
         real = summary.get("real_consumers")
+        kip848 = summary.get("consumer_protocol_consumers")
+        # Both sets of real clients produce to the one topic and each group reads all of it: the count to read
+        # against is what both produced (one producer's count alone looked like records read twice)
+        produced = sum(clients["produced"] for clients in (real, kip848) if clients)
         if real:
             read = ", ".join(f"{c['client']} {c['records']}" for c in real["consumers"])
-            lines.append(f"  records read through the relay: {read} (of {real['produced']} produced)")
-        kip848 = summary.get("consumer_protocol_consumers")
+            lines.append(f"  records read through the relay ({real['group']}): {read} "
+                         f"(of {produced} produced to {DEMO_TOPIC})")
         if kip848:
             read = ", ".join(f"{c['name']} {c['records']}" for c in kip848["consumers"])
-            lines.append(f"  records read by group.protocol=consumer ({kip848['group']}): {read}")
+            lines.append(f"  records read by group.protocol=consumer ({kip848['group']}): {read} "
+                         f"(of {produced} produced to {DEMO_TOPIC})")
     noted = ", ".join(f"{kind} {n}" for kind, n in demo_log.warnings.most_common(4))
     lines.append(f"  log: {sum(demo_log.warnings.values())} warnings" + (f" ({noted})" if noted else "")
                  + f", {demo_log.errors} errors")

@@ -82,3 +82,27 @@ def test_a_consumer_groups_fence_and_rebalance_reach_the_terminal(tmp_path: Path
     assert [e.kind for e in events] == ["failed", "rebalance"]
     assert events[0].text.endswith("Member m-1 fenced from the group because the member session expired.")
     assert events[1].text == "↻ demo-kip848 group epoch 3 in 150 ms, session_timeout"
+
+
+def test_the_closing_summary_counts_what_both_sets_of_real_clients_produced(tmp_path: Path) -> None:
+    """The relay's consumers and the KIP-848 consumers each have a producer on the one demo topic, and each group
+    reads all of it: read counts are judged against both producers' records, not one's (which made every group look
+    as if it read records twice)."""
+    from coordinator.demo import closing_lines
+    from coordinator.loadgen.real import RealClients
+
+    relay = RealClients("127.0.0.1:1", "demo-orders", 2, "demo-real")
+    kip848 = RealClients("127.0.0.1:1", "demo-orders", 2, "demo-kip848", group_protocol="consumer")
+    relay.produced, kip848.produced = 1165, 292
+    for clients, read in ((relay, (725, 732)), (kip848, (716, 741))):
+        for stats, records in zip(clients.consumers, read):
+            stats.records = records
+    summary = {"rebalances": {"by_reason": {}, "count": 0, "duration_ms": {}},
+               "failures": {"injected": {}, "detected_once": 0, "to_detect": 0},
+               "real_consumers": relay.summary(), "consumer_protocol_consumers": kip848.summary()}
+    lines = closing_lines(65, summary, DemoLog(tmp_path / "demo.log", traced=False), None, tmp_path)
+    read = [line for line in lines if "records read" in line]
+    assert read == ["  records read through the relay (demo-real): confluent-kafka 725, aiokafka 732 "
+                    "(of 1457 produced to demo-orders)",
+                    "  records read by group.protocol=consumer (demo-kip848): demo-kip848-0 716, demo-kip848-1 741 "
+                    "(of 1457 produced to demo-orders)"]
