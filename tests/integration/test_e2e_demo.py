@@ -45,9 +45,10 @@ def test_demo_short_mode_runs_end_to_end_and_leaves_nothing_running(tmp_path: Pa
     assert "coordinator simulate: 1 groups × 4 members" in result.stderr  # the full table, in the log file
     assert "real consumers: 2 (confluent-kafka, aiokafka) in group demo-real" in output
     assert "2 confluent-kafka with group.protocol=consumer in group demo-kip848" in output
-    assert re.search(r"records read through the relay: confluent-kafka \d+, aiokafka \d+", output)  # the summary
+    assert re.search(r"records read through the relay \(demo-real\): confluent-kafka \d+, aiokafka \d+ "
+                     r"\(of \d+ produced to demo-orders\)", output)  # the summary
     assert re.search(r"records read by group.protocol=consumer \(demo-kip848\): demo-kip848-0 \d+, "
-                     r"demo-kip848-1 \d+", output)
+                     r"demo-kip848-1 \d+ \(of \d+ produced to demo-orders\)", output)
     assert "coordinator demo: stopping" in output
     assert not processes_mentioning(str(state_dir)), "the embedded broker outlived the demo"
     assert list((state_dir / "kafka").rglob("meta.properties")), "the Kafka data was not kept for the next run"

@@ -36,7 +36,8 @@ def test_the_secured_demo_runs_end_to_end_over_sasl_ssl_with_acls_and_traces(tmp
     assert principals == {"User:alice"}, principals
     assert "AUTHORIZATION_FAILED" not in output + log and "event=sasl_failed" not in log
     # the consumers did their work through it: simulated members, the relay's readers, KIP-848 consumers
-    assert re.search(r"records read through the relay: confluent-kafka [1-9]\d*, aiokafka [1-9]\d*", output), output
+    assert re.search(r"records read through the relay \(demo-real\): confluent-kafka [1-9]\d*, aiokafka [1-9]\d*",
+                     output), output
     assert re.search(r"demo-kip848-0 [1-9]\d*, demo-kip848-1 [1-9]\d*", output), output
     # traced as usual, the members named by their principal
     assert trace is not None, "no rebalance trace reached the demo's Jaeger:\n" + log[-3000:]
