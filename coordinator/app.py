@@ -49,6 +49,7 @@ from coordinator.timer import Clock, MonotonicClock, SystemTimer
 
 if TYPE_CHECKING:
     from coordinator.telemetry.service import Instrumented
+    from coordinator.telemetry.otel import Telemetry
 
 log = logging.getLogger("coordinator.app")
 
@@ -214,14 +215,22 @@ async def _start_telemetry(stack: contextlib.AsyncExitStack, options: ServiceOpt
                            observer: ObserverMux) -> "Instrumented":
     """OpenTelemetry from the OTEL_* variables (coordinator/telemetry/otel.py), flushed after everything else
     has stopped so the last rebalance's spans are exported."""
-    from coordinator.telemetry.otel import start_telemetry
+    # The SDK's and its exporters' imports and set-up take ~85 ms of CPU: on a thread, so the loop (the relay
+    # and the load already running) is not held that long (the lag probe reported it as a loop_stall)
+    telemetry = await asyncio.to_thread(_build_telemetry, options.metrics_listen)
     from coordinator.telemetry.service import instrument
 
-    telemetry = start_telemetry(options.metrics_listen)
     stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
     instrumented = instrument(telemetry, coordinator, observer)
     stack.callback(instrumented.uninstall)
     return instrumented
+
+
+def _build_telemetry(metrics_listen: tuple[str, int] | None) -> "Telemetry":
+    from coordinator.telemetry.otel import start_telemetry
+    import coordinator.telemetry.service  # noqa: F401 -- imported here, off the loop
+
+    return start_telemetry(metrics_listen)
 
 
 def _watch_cluster_topics(coordinator: GroupRuntime, relay: Relay) -> None:
