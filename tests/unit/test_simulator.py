@@ -348,6 +348,19 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 
+@pytest.mark.parametrize("seed", [2137])
+def test_mixed_seeds_that_found_the_consumer_groups_bugs(seed: int) -> None:
+    """Seed 2137 (member_epoch: told epoch 4 after 6): a static join's group epoch 6 and the repairs carrying it
+    timed out, a member's current assignment at epoch 6 landed and was answered, and the owed repair went with
+    the partition (a pause, the partition lost); the load made the group at epoch 3 with that member at 6, and
+    the next target, at epoch 4, took the member back to it. The load now writes a group epoch past every epoch
+    its log holds (`ConsumerGroupService._raise_epoch_behind_members`; the direct test is
+    test_a_member_whose_epoch_the_loaded_group_does_not_reach_is_never_told_a_lower_one in
+    test_consumer_group_lost_writes.py)."""
+    outcome = run_seed(seed, protocol="mixed")
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
 def test_upgrade_seed_46_a_downgrade_assigns_each_classic_member_its_target() -> None:
     """Seed 46: a classic member of an upgraded group had partitions to revoke when the group was downgraded; the
     classic group gives each member its target (Kafka's ClassicGroup.fromConsumerGroup), the group was reloaded

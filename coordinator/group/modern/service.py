@@ -959,6 +959,7 @@ class ConsumerGroupService:
                 written_at[(record.group_id, member_id, record.record_type)] = index
         self.on_loaded(shard)
         for group in list(shard.consumer_groups.values()):
+            self._raise_epoch_behind_members(shard, group)
             self._fence_written_over(shard, group, written_at)
         return len(shard.consumer_groups)
 
@@ -992,6 +993,28 @@ class ConsumerGroupService:
                 self.schedule_session(group_id, member_id)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
+
+    def _raise_epoch_behind_members(self, shard: GroupShard, group: ConsumerGroup) -> None:
+        """A loaded group whose epochs are out of Kafka's order (every member's epoch <= the target's epoch <= the
+        group epoch: a member reaches an epoch only once the target of that epoch is written, after the group
+        epoch's bump) lost the write that bumped them while a later write of a member landed: its current
+        assignment at an epoch the log's group and target do not reach. Left so, the next target is computed at
+        a lower epoch and the member reconciles back to it, told an epoch below one it was told (seed 2137 of
+        --protocol mixed: a static join's group epoch 6 and its repairs timed out, a member's assignment at
+        epoch 6 landed and was answered, the owed repair went with the partition; the load had group epoch 3).
+        The group epoch is written past every epoch the log holds, so the next target comes at a new epoch,
+        above any a member was told; kept whatever Kafka answers (a failure makes it a repair)."""
+        top = max([group.assignment_epoch, *(member.member_epoch for member in group.members.values())])
+        if top <= group.group_epoch and all(member.member_epoch <= group.assignment_epoch
+                                            for member in group.members.values()):
+            return
+        epoch = max(top, group.group_epoch) + 1
+        log.warning("event=consumer_group_epoch_raised group=%s group_epoch=%d assignment_epoch=%d "
+                    "member_epoch=%d epoch=%d", group.group_id, group.group_epoch, group.assignment_epoch, top, epoch)
+        write = self._apply(shard, group.group_id, [GroupEpochRecord(group.group_id, epoch, group.metadata_hash)],
+                            kept=True)
+        if write is not None:
+            shard.append(write)
 
     def _fence_written_over(self, shard: GroupShard, group: ConsumerGroup,
                             written_at: dict[tuple[str, str, RecordType], int]) -> None:
