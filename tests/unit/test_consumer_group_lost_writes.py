@@ -9,9 +9,12 @@ import asyncio
 import uuid
 
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
-from coordinator.group.modern.records import GroupEpochRecord
+from coordinator.group.modern.records import GroupEpochRecord, Tombstone
+from coordinator.group.runtime import GroupRuntime
+from coordinator.group.state import GroupState
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.topics import StaticTopics, TopicImage
+from protocol.consumer_protocol import Assignment, encode_assignment
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, drain, env  # noqa: F401
 
@@ -71,3 +74,47 @@ async def test_a_member_whose_epoch_the_loaded_group_does_not_reach_is_never_tol
     assert told.member_epoch == group.group_epoch == group.assignment_epoch
     raised = [r.epoch for r in store.consumer_records if isinstance(r, GroupEpochRecord)]
     assert raised[-1] == group.group_epoch, "the raised epoch is in the log"
+
+
+async def test_a_downgrade_whose_write_fails_after_the_classic_groups_record_was_written_stands(env: Env) -> None:
+    """a, the last consumer-protocol member, leaves: the group goes back to classic, its write (the consumer
+    group's tombstones, the classic record) waiting in the producer's queue. The classic group rebalances
+    meanwhile: x rejoins, leads, and its generation's record is written and x told its assignment. Then the
+    downgrade's write times out. Kafka never reverts under a later write (a batch commits only after the ones
+    before it), and the log holds the classic record last: the classic group stays, and the consumer group's
+    tombstones are written again. On the code before, the downgrade was reverted as the group's latest write:
+    the consumer group came back with x at its old epoch and target while x's client held what the classic
+    generation gave it (seed 1064 of --protocol upgrade: a rejoining member was then given a partition another
+    member's client still owned)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    assert (await _heartbeat(env, "a")).error == Errors.NONE
+    x = env.client("x")
+    await x.start_join()
+    assert x.take_join().error_code == Errors.NONE  # a classic member of the consumer group
+    gate = store.hold_next_write()  # the downgrade's write: waits in the producer's queue
+    leaving = _heartbeat(env, "a", -1)
+    await drain()
+    classic = env.group()
+    assert "g" not in env.coordinator.shard_for("g").consumer_groups and classic.members.keys() == {x.member_id}
+    await x.start_join()
+    assert x.take_join().error_code == Errors.NONE and x.is_leader
+    synced = await x.start_sync({x.member_id: encode_assignment(Assignment((("t", (0, 1)),)), 0)})
+    assert (await synced).error_code == Errors.NONE and env.state() is GroupState.STABLE
+    store.fail_next_write(Errors.REQUEST_TIMED_OUT)
+    gate.set()
+    await drain()
+    assert (await leaving).error != Errors.NONE
+    await drain()
+    assert "g" not in env.coordinator.shard_for("g").consumer_groups, "the downgrade was reverted"
+    assert env.group() is classic and env.state() is GroupState.STABLE
+    assert await x.heartbeat() == Errors.NONE
+    assert any(isinstance(r, Tombstone) and r.member_id == "a" for r in store.consumer_records)
+    reloaded = GroupRuntime(env.config, env.timer, store, env.clock)
+    try:
+        await reloaded.load([env.coordinator.shard_for("g").partition])
+        shard = reloaded.shard_for("g")
+        assert "g" not in shard.consumer_groups and shard.groups["g"].generation_id == x.generation
+    finally:
+        await reloaded.shutdown()

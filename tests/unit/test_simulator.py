@@ -306,7 +306,7 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
 # --- online upgrades and downgrades (--protocol upgrade) ------------------------------------------------------
 @pytest.mark.parametrize("seed", [25, 45, 51, 73, 86, 99, 119, 169, 184, 207, 231, 257, 361, 513, 589, 652, 745,
                                   760, 967, 1086, 1354, 1394, 1403, 1623, 1828, 2137,
-                                  996, 1271, 1877, 2085, 2250])
+                                  996, 1271, 1877, 2085, 2250, 1064])
 def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     """Seed 51: a classic member's commit acknowledged just after its group was upgraded finished on the classic
     group's object, and a fetch then showed the commit before it (durable_commit). Seeds 25 and 45: the upgrade's
@@ -323,7 +323,12 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     the failure-rule change closed (a repair owed goes with the group's next write; a refused load fence is
     kept). Seed 2250 (consumer_owner after a reload): a member's tombstones, a repair resent after a newer member
     of the same epoch took its partitions, dropped the newer member's entries from the partition index (matched by
-    epoch alone), and a newcomer was given them. Seed 361: a consumer group made over an Empty classic group left
+    epoch alone), and a newcomer was given them. Seed 1064 (consumer_owner): a downgrade's write, landed, timed out after
+    the classic group had written its next generation and assigned its members; reverted as the group's latest write,
+    the consumer group came back under it and a rejoining member was given a partition another member's client still
+    owned: a classic group's record written makes the downgrade's write no longer the latest
+    (`ConsumerGroupService.classic_record_written`; the direct test is
+    test_a_downgrade_whose_write_fails_after_the_classic_groups_record_was_written_stands). Seed 361: a consumer group made over an Empty classic group left
     its record in the log (consumer_owner after a reload). Seed 745: a downgrade whose write timed out (it may have
     landed) was reverted without tombstoning its classic record (member_epoch after a reload). Seed 652: a static
     classic member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, the tombstones that repair it were refused

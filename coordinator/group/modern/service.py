@@ -766,6 +766,20 @@ class ConsumerGroupService:
         self._write_sequence.pop(group_id, None)
         self._open.pop(group_id, None)
 
+    def classic_record_written(self, group_id: str) -> None:
+        """A classic group that took a consumer group's place writes its record (its first generation's assignment,
+        its Empty record, a static replacement): a write of the consumer group still unanswered (the downgrade's)
+        is no longer the group's latest. The classic record is computed on top of it, and its clients are told
+        what it says; if the downgrade's write then fails, it is not reverted (a reload keeps the classic record,
+        written last: runtime `_one_type_per_group`), and the consumer group's keys are written again as memory
+        has them, gone (`_written`). Kafka never reverts under a later write: a batch commits only after the ones
+        before it (seed 1064 of --protocol upgrade: a downgrade's write, landed, timed out after the classic
+        group's generation 8 was written and its members assigned; reverted, the consumer group came back with
+        one member holding what generation 8 gave another, and a rejoining member was given a partition that
+        member's client still owned)."""
+        if group_id not in self.shard_for(group_id).consumer_groups:
+            self.deleted(group_id)
+
     def unacknowledged(self, group_id: str) -> tuple[Write | None, int]:
         """The group's latest write Kafka has not acknowledged yet (None: every one was), and how many of the
         group's writes failed so far: an answer read from memory waits for the first and checks the second, as
