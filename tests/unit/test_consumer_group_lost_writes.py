@@ -9,7 +9,7 @@ import asyncio
 import uuid
 
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
-from coordinator.group.modern.records import GroupEpochRecord, Tombstone
+from coordinator.group.modern.records import ConsumerGroupRecord, GroupEpochRecord, RecordType, Tombstone
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.state import GroupState
 from coordinator.group.store import InMemoryGroupStore
@@ -118,3 +118,70 @@ async def test_a_downgrade_whose_write_fails_after_the_classic_groups_record_was
         assert "g" not in shard.consumer_groups and shard.groups["g"].generation_id == x.generation
     finally:
         await reloaded.shutdown()
+
+
+def _compacted(records: list[ConsumerGroupRecord]) -> list[ConsumerGroupRecord]:
+    """The log once the cleaner has run and delete.retention.ms passed: each key's latest record, in log order,
+    tombstones gone."""
+    latest: dict[tuple[object, ...], int] = {}
+    for index, record in enumerate(records):
+        latest[(record.group_id, record.record_type, getattr(record, "member_id", None),
+                getattr(record, "regex", None))] = index
+    return [records[i] for i in sorted(latest.values()) if not isinstance(records[i], Tombstone)]
+
+
+async def _loaded(records: list[ConsumerGroupRecord]) -> tuple[Env, InMemoryGroupStore]:
+    store = InMemoryGroupStore()
+    store.consumer_records = list(records)
+    env = Env(store=store)
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 4)])
+    await env.coordinator.load()
+    await drain()
+    return env, store
+
+
+async def test_a_members_records_left_after_its_metadatas_tombstone_are_tombstoned_at_the_load(env: Env) -> None:
+    """a's metadata tombstone is in the log without the tombstones of its current assignment and target, which
+    Kafka writes with it, before it (the tombstone writer's owed tombstones sent at a graceful shutdown while a
+    write of a's assignment was in flight: seed 2013 of --protocol upgrade). The load drops a, and tombstones what
+    the log still holds of it; so once the cleaner has removed the metadata's tombstone, a later load does not make
+    a again from its current assignment alone, holding partitions b has now. On the code before, nothing of it
+    was tombstoned and the second load made a again beside b."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 4)])
+    assert isinstance(env.store, InMemoryGroupStore)
+    assert (await _heartbeat(env, "a")).error == Errors.NONE
+    assert (await _heartbeat(env, "b")).error == Errors.NONE
+    await drain()
+    log = [*env.store.consumer_records, Tombstone(RecordType.MEMBER_METADATA, "g", "a")]
+    first, store = await _loaded(log)
+    try:
+        group = first.coordinator.shard_for("g").consumer_groups["g"]
+        assert set(group.members) == {"b"}
+        after = list(store.consumer_records)
+    finally:
+        await first.close()
+    second, _ = await _loaded(_compacted(after))
+    try:
+        assert set(second.coordinator.shard_for("g").consumer_groups["g"].members) == {"b"}, "a made again"
+    finally:
+        await second.close()
+    gone = {r.record_type for r in after[len(log):] if isinstance(r, Tombstone) and r.member_id == "a"}
+    assert gone == {RecordType.CURRENT_MEMBER_ASSIGNMENT, RecordType.TARGET_ASSIGNMENT_MEMBER}
+
+
+async def test_a_group_made_by_leftover_records_alone_is_dropped_and_tombstoned_at_the_load(env: Env) -> None:
+    """The same with every member's metadata tombstoned and no group epoch record left: the load made a group at
+    epoch 0 with no member, which no log Kafka writes holds. It is dropped, and its leftover records tombstoned."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 4)])
+    assert isinstance(env.store, InMemoryGroupStore)
+    assert (await _heartbeat(env, "a")).error == Errors.NONE
+    await drain()
+    log = [r for r in env.store.consumer_records if r.record_type in (RecordType.CURRENT_MEMBER_ASSIGNMENT,
+                                                                       RecordType.TARGET_ASSIGNMENT_MEMBER)]
+    log.append(Tombstone(RecordType.MEMBER_METADATA, "g", "a"))
+    first, store = await _loaded(log)
+    try:
+        assert "g" not in first.coordinator.shard_for("g").consumer_groups
+        assert not _compacted(store.consumer_records)
+    finally:
+        await first.close()

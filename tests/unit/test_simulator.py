@@ -306,7 +306,7 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
 # --- online upgrades and downgrades (--protocol upgrade) ------------------------------------------------------
 @pytest.mark.parametrize("seed", [25, 45, 51, 73, 86, 99, 119, 169, 184, 207, 231, 257, 361, 513, 589, 652, 745,
                                   760, 967, 1086, 1354, 1394, 1403, 1623, 1828, 2137,
-                                  996, 1271, 1877, 2085, 2250, 1064])
+                                  996, 1271, 1877, 2085, 2250, 1064, 2013])
 def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     """Seed 51: a classic member's commit acknowledged just after its group was upgraded finished on the classic
     group's object, and a fetch then showed the commit before it (durable_commit). Seeds 25 and 45: the upgrade's
@@ -328,7 +328,14 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     the consumer group came back under it and a rejoining member was given a partition another member's client still
     owned: a classic group's record written makes the downgrade's write no longer the latest
     (`ConsumerGroupService.classic_record_written`; the direct test is
-    test_a_downgrade_whose_write_fails_after_the_classic_groups_record_was_written_stands). Seed 361: a consumer group made over an Empty classic group left
+    test_a_downgrade_whose_write_fails_after_the_classic_groups_record_was_written_stands). Seed 2013
+    (reload_equals_acked, loaded side): a graceful shutdown sent the tombstone writer's owed tombstones of members'
+    metadata while writes of their current assignments were in flight; the log held those assignments after (or
+    without) the metadata's tombstone, which Kafka writes last in one batch, and the load dropped the members but
+    left their records (and a group at epoch 0 made of them alone): the load tombstones such leftovers
+    (`ConsumerGroupService._tombstone_leftovers`; the direct tests are
+    test_a_members_records_left_after_its_metadatas_tombstone_are_tombstoned_at_the_load and
+    test_a_group_made_by_leftover_records_alone_is_dropped_and_tombstoned_at_the_load). Seed 361: a consumer group made over an Empty classic group left
     its record in the log (consumer_owner after a reload). Seed 745: a downgrade whose write timed out (it may have
     landed) was reverted without tombstoning its classic record (member_epoch after a reload). Seed 652: a static
     classic member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, the tombstones that repair it were refused

@@ -966,11 +966,14 @@ class ConsumerGroupService:
     def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
         """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
         written_at: dict[tuple[str, str, RecordType], int] = {}  # (group, member, type) -> its latest record's index
+        latest: dict[tuple[str, RecordType, str], ConsumerGroupRecord] = {}  # each key's last record in the log
         for index, record in enumerate(records):
             self.replay(shard, record)
             member_id = getattr(record, "member_id", None)
             if member_id is not None:
                 written_at[(record.group_id, member_id, record.record_type)] = index
+            latest[(record.group_id, record.record_type, member_id or getattr(record, "regex", None) or "")] = record
+        self._tombstone_leftovers(shard, latest)
         self.on_loaded(shard)
         for group in list(shard.consumer_groups.values()):
             self._raise_epoch_behind_members(shard, group)
@@ -1007,6 +1010,38 @@ class ConsumerGroupService:
                 self.schedule_session(group_id, member_id)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
+
+    def _tombstone_leftovers(self, shard: GroupShard,
+                             latest: dict[tuple[str, RecordType, str], ConsumerGroupRecord]) -> None:
+        """Records the log still holds that the loaded groups do not: a member's current assignment or target after
+        its metadata's tombstone (memory drops the target of a member it does not have), a group made by such
+        records alone (no group epoch record). Kafka writes a
+        member's tombstones in one batch, its current assignment and target first, and its replay refuses a
+        metadata tombstone before them; ours can land apart (the tombstone writer's owed tombstones sent at a
+        shutdown while a write of the member's assignment was in flight: seed 2013 of --protocol upgrade). The
+        load drops such a member (and a group left with nothing) from memory: their keys are tombstoned, so the
+        log says what memory says, and no later load (a compaction having removed the metadata's tombstone) makes
+        the member again."""
+        alive: dict[str, list[ConsumerGroupRecord]] = {}
+        for record in latest.values():
+            if not isinstance(record, Tombstone):
+                alive.setdefault(record.group_id, []).append(record)
+        for group_id, records in alive.items():
+            group = shard.consumer_groups.get(group_id)
+            if group is not None and (group.members or (group_id, RecordType.GROUP_METADATA, "") in latest):
+                records = [r for r in records if r.record_type in PER_MEMBER_TYPES]  # the group's own keys stand
+                for member_id in [m for m in group.targets if m not in group.members]:  # a gone member's target
+                    group.replay(Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, group_id, member_id))
+            elif group is not None:  # no group epoch record, no member: nothing Kafka would have made
+                del shard.consumer_groups[group_id]
+                self.deleted(group_id)
+                group = None
+            tombstones: list[Record] = [r for r in current_records(group or ConsumerGroup(group_id), records)
+                                        if isinstance(r, Tombstone)]
+            if tombstones:
+                log.warning("event=consumer_group_leftovers_tombstoned group=%s records=%d", group_id,
+                            len(tombstones))
+                shard.append(Write(group_id, tombstones))
 
     def _raise_epoch_behind_members(self, shard: GroupShard, group: ConsumerGroup) -> None:
         """A loaded group whose epochs are out of Kafka's order (every member's epoch <= the target's epoch <= the
