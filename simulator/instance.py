@@ -101,6 +101,25 @@ class SimObserver(GroupObserver):
     def on_group_replaced(self, group_id: str, protocol: str) -> None:
         self._record("replaced", group=group_id, to=protocol)
 
+    def on_offsets_expired(self, group_id: str, partition_count: int) -> None:
+        self._maybe_retired(group_id)
+
+    def on_offsets_deleted(self, group_id: str, partition_count: int) -> None:
+        self._maybe_retired(group_id)
+
+    def _maybe_retired(self, group_id: str) -> None:
+        """Offsets removed (expiry, OffsetDelete) took an Empty classic group's last ones and it was retired (Dead,
+        its tombstone written: offsets.py `_cleanup_group`, Kafka's cleanupGroupMetadata): the group id is deleted,
+        as by DeleteGroups, and a consumer group made of it later starts a new life for member_epoch (upgrade seed
+        2743: a member of a downgraded group, told epoch 4, rejoined the consumer group made after the classic
+        group's retirement and was told epoch 2)."""
+        runtime = self.instance.runtime if self.instance.alive else None
+        if runtime is None:
+            return
+        shard = runtime.shard_for(group_id)
+        if group_id not in shard.groups and group_id not in shard.consumer_groups:
+            self.instance.sim.checkers.group_deleted(group_id)
+
     def on_group_deleted(self, group_id: str, partition_count: int) -> None:
         self.instance.sim.checkers.group_deleted(group_id)  # (no event: the histories stay as they were)
 

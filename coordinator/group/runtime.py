@@ -108,6 +108,7 @@ class GroupRuntime:
         for shard in self.shards:
             shard.consumer_group_replaced = self.consumer_groups.replaced_by_classic
             shard.consumer_group_deleted = self.consumer_groups.deleted
+            shard.classic_record_written = self.consumer_groups.classic_record_written
         # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the
         # topics ConsumerGroupService.topics has are all there is
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None

@@ -306,7 +306,7 @@ def test_consumer_protocol_members_join_reconcile_and_get_fenced() -> None:
 # --- online upgrades and downgrades (--protocol upgrade) ------------------------------------------------------
 @pytest.mark.parametrize("seed", [25, 45, 51, 73, 86, 99, 119, 169, 184, 207, 231, 257, 361, 513, 589, 652, 745,
                                   760, 967, 1086, 1354, 1394, 1403, 1623, 1828, 2137,
-                                  996, 1271, 1877, 2085, 2250])
+                                  996, 1271, 1877, 2085, 2250, 1064, 2013, 2743])
 def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     """Seed 51: a classic member's commit acknowledged just after its group was upgraded finished on the classic
     group's object, and a fetch then showed the commit before it (durable_commit). Seeds 25 and 45: the upgrade's
@@ -323,7 +323,19 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     the failure-rule change closed (a repair owed goes with the group's next write; a refused load fence is
     kept). Seed 2250 (consumer_owner after a reload): a member's tombstones, a repair resent after a newer member
     of the same epoch took its partitions, dropped the newer member's entries from the partition index (matched by
-    epoch alone), and a newcomer was given them. Seed 361: a consumer group made over an Empty classic group left
+    epoch alone), and a newcomer was given them. Seed 1064 (consumer_owner): a downgrade's write, landed, timed out after
+    the classic group had written its next generation and assigned its members; reverted as the group's latest write,
+    the consumer group came back under it and a rejoining member was given a partition another member's client still
+    owned: a classic group's record written makes the downgrade's write no longer the latest
+    (`ConsumerGroupService.classic_record_written`; the direct test is
+    test_a_downgrade_whose_write_fails_after_the_classic_groups_record_was_written_stands). Seed 2013
+    (reload_equals_acked, loaded side): a graceful shutdown sent the tombstone writer's owed tombstones of members'
+    metadata while writes of their current assignments were in flight; the log held those assignments after (or
+    without) the metadata's tombstone, which Kafka writes last in one batch, and the load dropped the members but
+    left their records (and a group at epoch 0 made of them alone): the load tombstones such leftovers
+    (`ConsumerGroupService._tombstone_leftovers`; the direct tests are
+    test_a_members_records_left_after_its_metadatas_tombstone_are_tombstoned_at_the_load and
+    test_a_group_made_by_leftover_records_alone_is_dropped_and_tombstoned_at_the_load). Seed 361: a consumer group made over an Empty classic group left
     its record in the log (consumer_owner after a reload). Seed 745: a downgrade whose write timed out (it may have
     landed) was reverted without tombstoning its classic record (member_epoch after a reload). Seed 652: a static
     classic member's join landed under NOT_ENOUGH_REPLICAS_AFTER_APPEND, the tombstones that repair it were refused
@@ -343,8 +355,23 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     and 1086: an Empty consumer group replaced by a classic group and that one upgraded again gives a member id of
     the old group a lower epoch, as Kafka does: a new life for member_epoch; 1394: a classic member's SyncGroup
     made by the consumer group and sent after a downgrade, judged as the consumer group's answer; 760: a consumer
-    group deleted with its offsets and made again, a member id of the old one told a lower epoch)."""
+    group deleted with its offsets and made again, a member id of the old one told a lower epoch; 2743: the same
+    after a downgraded group, Empty, was retired by an OffsetDelete of its last offsets, which the checker did not
+    hear as a deletion: simulator/instance.py `_maybe_retired`)."""
     outcome = run_seed(seed, protocol="upgrade")
+    assert outcome.ok, [v.line() for v in outcome.violations]
+
+
+@pytest.mark.parametrize("seed", [2137])
+def test_mixed_seeds_that_found_the_consumer_groups_bugs(seed: int) -> None:
+    """Seed 2137 (member_epoch: told epoch 4 after 6): a static join's group epoch 6 and the repairs carrying it
+    timed out, a member's current assignment at epoch 6 landed and was answered, and the owed repair went with
+    the partition (a pause, the partition lost); the load made the group at epoch 3 with that member at 6, and
+    the next target, at epoch 4, took the member back to it. The load now writes a group epoch past every epoch
+    its log holds (`ConsumerGroupService._raise_epoch_behind_members`; the direct test is
+    test_a_member_whose_epoch_the_loaded_group_does_not_reach_is_never_told_a_lower_one in
+    test_consumer_group_lost_writes.py)."""
+    outcome = run_seed(seed, protocol="mixed")
     assert outcome.ok, [v.line() for v in outcome.violations]
 
 

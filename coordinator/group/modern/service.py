@@ -766,6 +766,20 @@ class ConsumerGroupService:
         self._write_sequence.pop(group_id, None)
         self._open.pop(group_id, None)
 
+    def classic_record_written(self, group_id: str) -> None:
+        """A classic group that took a consumer group's place writes its record (its first generation's assignment,
+        its Empty record, a static replacement): a write of the consumer group still unanswered (the downgrade's)
+        is no longer the group's latest. The classic record is computed on top of it, and its clients are told
+        what it says; if the downgrade's write then fails, it is not reverted (a reload keeps the classic record,
+        written last: runtime `_one_type_per_group`), and the consumer group's keys are written again as memory
+        has them, gone (`_written`). Kafka never reverts under a later write: a batch commits only after the ones
+        before it (seed 1064 of --protocol upgrade: a downgrade's write, landed, timed out after the classic
+        group's generation 8 was written and its members assigned; reverted, the consumer group came back with
+        one member holding what generation 8 gave another, and a rejoining member was given a partition that
+        member's client still owned)."""
+        if group_id not in self.shard_for(group_id).consumer_groups:
+            self.deleted(group_id)
+
     def unacknowledged(self, group_id: str) -> tuple[Write | None, int]:
         """The group's latest write Kafka has not acknowledged yet (None: every one was), and how many of the
         group's writes failed so far: an answer read from memory waits for the first and checks the second, as
@@ -952,13 +966,17 @@ class ConsumerGroupService:
     def load(self, shard: GroupShard, records: list[ConsumerGroupRecord]) -> int:
         """A loaded partition's consumer group records, in log order; returns the groups it now serves."""
         written_at: dict[tuple[str, str, RecordType], int] = {}  # (group, member, type) -> its latest record's index
+        latest: dict[tuple[str, RecordType, str], ConsumerGroupRecord] = {}  # each key's last record in the log
         for index, record in enumerate(records):
             self.replay(shard, record)
             member_id = getattr(record, "member_id", None)
             if member_id is not None:
                 written_at[(record.group_id, member_id, record.record_type)] = index
+            latest[(record.group_id, record.record_type, member_id or getattr(record, "regex", None) or "")] = record
+        self._tombstone_leftovers(shard, latest)
         self.on_loaded(shard)
         for group in list(shard.consumer_groups.values()):
+            self._raise_epoch_behind_members(shard, group)
             self._fence_written_over(shard, group, written_at)
         return len(shard.consumer_groups)
 
@@ -992,6 +1010,60 @@ class ConsumerGroupService:
                 self.schedule_session(group_id, member_id)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
+
+    def _tombstone_leftovers(self, shard: GroupShard,
+                             latest: dict[tuple[str, RecordType, str], ConsumerGroupRecord]) -> None:
+        """Records the log still holds that the loaded groups do not: a member's current assignment or target after
+        its metadata's tombstone (memory drops the target of a member it does not have), a group made by such
+        records alone (no group epoch record). Kafka writes a
+        member's tombstones in one batch, its current assignment and target first, and its replay refuses a
+        metadata tombstone before them; ours can land apart (the tombstone writer's owed tombstones sent at a
+        shutdown while a write of the member's assignment was in flight: seed 2013 of --protocol upgrade). The
+        load drops such a member (and a group left with nothing) from memory: their keys are tombstoned, so the
+        log says what memory says, and no later load (a compaction having removed the metadata's tombstone) makes
+        the member again."""
+        alive: dict[str, list[ConsumerGroupRecord]] = {}
+        for record in latest.values():
+            if not isinstance(record, Tombstone):
+                alive.setdefault(record.group_id, []).append(record)
+        for group_id, records in alive.items():
+            group = shard.consumer_groups.get(group_id)
+            if group is not None and (group.members or (group_id, RecordType.GROUP_METADATA, "") in latest):
+                records = [r for r in records if r.record_type in PER_MEMBER_TYPES]  # the group's own keys stand
+                for member_id in [m for m in group.targets if m not in group.members]:  # a gone member's target
+                    group.replay(Tombstone(RecordType.TARGET_ASSIGNMENT_MEMBER, group_id, member_id))
+            elif group is not None:  # no group epoch record, no member: nothing Kafka would have made
+                del shard.consumer_groups[group_id]
+                self.deleted(group_id)
+                group = None
+            tombstones: list[Record] = [r for r in current_records(group or ConsumerGroup(group_id), records)
+                                        if isinstance(r, Tombstone)]
+            if tombstones:
+                log.warning("event=consumer_group_leftovers_tombstoned group=%s records=%d", group_id,
+                            len(tombstones))
+                shard.append(Write(group_id, tombstones))
+
+    def _raise_epoch_behind_members(self, shard: GroupShard, group: ConsumerGroup) -> None:
+        """A loaded group whose epochs are out of Kafka's order (every member's epoch <= the target's epoch <= the
+        group epoch: a member reaches an epoch only once the target of that epoch is written, after the group
+        epoch's bump) lost the write that bumped them while a later write of a member landed: its current
+        assignment at an epoch the log's group and target do not reach. Left so, the next target is computed at
+        a lower epoch and the member reconciles back to it, told an epoch below one it was told (seed 2137 of
+        --protocol mixed: a static join's group epoch 6 and its repairs timed out, a member's assignment at
+        epoch 6 landed and was answered, the owed repair went with the partition; the load had group epoch 3).
+        The group epoch is written past every epoch the log holds, so the next target comes at a new epoch,
+        above any a member was told; kept whatever Kafka answers (a failure makes it a repair)."""
+        top = max([group.assignment_epoch, *(member.member_epoch for member in group.members.values())])
+        if top <= group.group_epoch and all(member.member_epoch <= group.assignment_epoch
+                                            for member in group.members.values()):
+            return
+        epoch = max(top, group.group_epoch) + 1
+        log.warning("event=consumer_group_epoch_raised group=%s group_epoch=%d assignment_epoch=%d "
+                    "member_epoch=%d epoch=%d", group.group_id, group.group_epoch, group.assignment_epoch, top, epoch)
+        write = self._apply(shard, group.group_id, [GroupEpochRecord(group.group_id, epoch, group.metadata_hash)],
+                            kept=True)
+        if write is not None:
+            shard.append(write)
 
     def _fence_written_over(self, shard: GroupShard, group: ConsumerGroup,
                             written_at: dict[tuple[str, str, RecordType], int]) -> None:
