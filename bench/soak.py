@@ -1076,7 +1076,9 @@ def measure_loop(args: argparse.Namespace, server: ServerProcess | KafkaServer,
             "schedule_late_max_ms": late_max}
 
 
-def _run(coro, event_loop: str) -> None:
+def _run(coro, event_loop: str, *, server: bool = False) -> None:
+    """`server`: on asyncio, the service's loop (a bounded number of ready connections a turn, as `coordinator
+    serve` runs it: coordinator/server/event_loop.py); the generator's workers keep asyncio's own."""
     if event_loop != "asyncio":
         try:
             import uvloop
@@ -1086,6 +1088,11 @@ def _run(coro, event_loop: str) -> None:
         else:
             uvloop.run(coro)
             return
+    if server:
+        from coordinator.server.event_loop import run as service_run
+
+        service_run(coro)
+        return
     asyncio.run(coro)
 
 
@@ -1135,7 +1142,7 @@ def main() -> int:
         for handler in logging.getLogger().handlers:  # forming logs ~5 lines per member: keep what we read
             handler.addFilter(lambda r: r.name != "coordinator.group" or r.levelno > logging.INFO
                               or "has failed" in r.msg)
-        _run(serve_memory(args.initial_delay_ms, args.listen_backlog), args.event_loop)
+        _run(serve_memory(args.initial_delay_ms, args.listen_backlog), args.event_loop, server=True)
         return 0
     if args.members % args.group_size:
         parser.error("--members must be a multiple of --group-size")
