@@ -660,11 +660,15 @@ class ServerProcess(MeasuredProcess):
         self.stall_lines: list[str] = []
         self.warnings: list[str] = []  # other warnings and errors of the server, the first few
         self.tail: collections.deque[str] = collections.deque(maxlen=20)
+        self.log = open(args.server_log, "w") if args.server_log else None
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
+            if self.log is not None:
+                self.log.write(line)
+                self.log.flush()
             self.tail.append(line.rstrip())
             if "has failed, removing it from the group" in line:
                 self.failures += 1
@@ -1128,6 +1132,8 @@ def main() -> int:
     parser.add_argument("--time-callbacks", action="store_true",
                         help="server times every loop callback in CPU time and names the longest of each window "
                              "(COORDINATOR_TIME_CALLBACKS; asyncio's loop only, so with --event-loop asyncio)")
+    parser.add_argument("--server-log", metavar="PATH",
+                        help="our server's log, every line, kept in PATH (its stops and slow callbacks included)")
     parser.add_argument("--start-timeout-s", type=float, default=180.0)
     parser.add_argument("--form-timeout-s", type=float, default=900.0)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
