@@ -660,11 +660,15 @@ class ServerProcess(MeasuredProcess):
         self.stall_lines: list[str] = []
         self.warnings: list[str] = []  # other warnings and errors of the server, the first few
         self.tail: collections.deque[str] = collections.deque(maxlen=20)
+        self.log = open(args.server_log, "w") if args.server_log else None
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
+            if self.log is not None:
+                self.log.write(line)
+                self.log.flush()
             self.tail.append(line.rstrip())
             if "has failed, removing it from the group" in line:
                 self.failures += 1
@@ -1076,7 +1080,9 @@ def measure_loop(args: argparse.Namespace, server: ServerProcess | KafkaServer,
             "schedule_late_max_ms": late_max}
 
 
-def _run(coro, event_loop: str) -> None:
+def _run(coro, event_loop: str, *, server: bool = False) -> None:
+    """`server`: on asyncio, the service's loop (a bounded number of ready connections a turn, as `coordinator
+    serve` runs it: coordinator/server/event_loop.py); the generator's workers keep asyncio's own."""
     if event_loop != "asyncio":
         try:
             import uvloop
@@ -1086,6 +1092,11 @@ def _run(coro, event_loop: str) -> None:
         else:
             uvloop.run(coro)
             return
+    if server:
+        from coordinator.server.event_loop import run as service_run
+
+        service_run(coro)
+        return
     asyncio.run(coro)
 
 
@@ -1121,6 +1132,8 @@ def main() -> int:
     parser.add_argument("--time-callbacks", action="store_true",
                         help="server times every loop callback in CPU time and names the longest of each window "
                              "(COORDINATOR_TIME_CALLBACKS; asyncio's loop only, so with --event-loop asyncio)")
+    parser.add_argument("--server-log", metavar="PATH",
+                        help="our server's log, every line, kept in PATH (its stops and slow callbacks included)")
     parser.add_argument("--start-timeout-s", type=float, default=180.0)
     parser.add_argument("--form-timeout-s", type=float, default=900.0)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -1135,7 +1148,7 @@ def main() -> int:
         for handler in logging.getLogger().handlers:  # forming logs ~5 lines per member: keep what we read
             handler.addFilter(lambda r: r.name != "coordinator.group" or r.levelno > logging.INFO
                               or "has failed" in r.msg)
-        _run(serve_memory(args.initial_delay_ms, args.listen_backlog), args.event_loop)
+        _run(serve_memory(args.initial_delay_ms, args.listen_backlog), args.event_loop, server=True)
         return 0
     if args.members % args.group_size:
         parser.error("--members must be a multiple of --group-size")

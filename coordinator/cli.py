@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
 from typing import Any
 
 from coordinator.commands import demo, jaeger, kafka, serve, simulate
+from coordinator.server.event_loop import run as event_loop_run
 
 
 def _configure_logging(level: str) -> None:
@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(coro: Any, event_loop: str) -> int:
-    """uvloop when asked for or, with "auto", when installed (the `speed` extra): ~20% more requests per core."""
+    """uvloop when asked for or, with "auto", when installed (the `speed` extra): ~20% more requests per core.
+    asyncio's loop takes a bounded number of ready connections a turn (coordinator/server/event_loop.py)."""
     if event_loop != "asyncio":
         try:
             import uvloop
@@ -64,7 +65,7 @@ def _run(coro: Any, event_loop: str) -> int:
                 raise SystemExit("--event-loop uvloop: uvloop is not installed (pip install '.[speed]')")
         else:
             return uvloop.run(coro)
-    return asyncio.run(coro)
+    return event_loop_run(coro)
 
 
 def _sub_command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:

@@ -30,6 +30,10 @@ log = logging.getLogger("coordinator.server")
 ShutdownHook = Callable[[], Awaitable[None]]
 _HOOK_SETTLE_S = 0.05  # lets responses completed by the shutdown hook be written before we close
 _SWEEP_BATCH = 1_000  # connections checked for idleness per loop iteration (~1.1 µs each at 100k members)
+# connections paused, then closed, per loop turn at shutdown: ~1.3 / 4.7 µs to pause one, ~2 / 7 µs to close one
+# (uvloop / asyncio; its connection_lost follows in a later callback), so a batch is ≤ ~6 ms; 8,000 connections all
+# at once were a busy stretch of 45 ms on asyncio, 18 ms on uvloop (13.6 / 9.3 ms in batches)
+_CLOSE_BATCH = 500
 _SAME_PORT_ATTEMPTS = 5  # port 0 on several addresses: binds tried until one port is free on all of them
 
 
@@ -128,15 +132,12 @@ class CoordinatorServer:
             self._server.close()
         if self.relay is not None:
             self.relay.stop_accepting()
-        for connection in list(self._connections):
-            connection.stop_reading()
+        await _in_batches(list(self._connections), Connection.stop_reading)
         await self._wait_in_flight(self.config.shutdown_grace_ms)
         if self._on_shutdown is not None:
             await self._on_shutdown()
             await asyncio.sleep(_HOOK_SETTLE_S)
-        for connection in list(self._connections | self._busy):
-            connection.cancel_in_flight()
-            connection.close()
+        await _in_batches(list(self._connections | self._busy), _close_at_shutdown)
         if self.relay is not None:
             await self.relay.close()
         if self._idle_sweeper is not None:
@@ -188,6 +189,21 @@ class CoordinatorServer:
                 idle_ms = now_ms - connection.quiet_since_ms
                 if idle_ms >= self.config.idle_timeout_ms:
                     connection.abort("idle", f"idle_ms={idle_ms}")
+
+
+async def _in_batches(connections: list[Connection], step: Callable[[Connection], None]) -> None:
+    """`step` on every connection, `_CLOSE_BATCH` a loop turn: stopping with thousands of connections is not one
+    long callback (the heartbeats of the connections still open, timers and the state writer's callbacks run in
+    between). A connection that closed meanwhile takes the step as a no-op."""
+    for index, connection in enumerate(connections):
+        if index and not index % _CLOSE_BATCH:
+            await asyncio.sleep(0)
+        step(connection)
+
+
+def _close_at_shutdown(connection: Connection) -> None:
+    connection.cancel_in_flight()
+    connection.close()  # after what was written: the transport flushes it first
 
 
 def _listening_sockets(host: str, port: int) -> list[socket.socket]:

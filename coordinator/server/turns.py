@@ -26,7 +26,8 @@ from typing import Protocol
 # is saturated (its tick runs after the I/O callbacks of a turn): with 512, stretches of 20–38 ms in the 100k-member
 # soak on uvloop, with 256 10–15 ms at the same CPU per heartbeat (docs/performance.md, 2026-11-28); heartbeats of
 # a few hundred connections are still not split over turns for nothing. The budget bounds the answers, not the
-# reads: a loop that was not scheduled for 100 ms still reads every readable connection in one turn. A steady
+# reads: on asyncio the service's loop takes at most EVENTS_PER_POLL ready connections a turn (server/event_loop.py);
+# uvloop takes up to 1,024 a poll. A steady
 # ConsumerGroupHeartbeat answered from its frame costs 2.8–4.3 times a Heartbeat's fast path
 # (bench.consumer_heartbeat_path, with and without --classic): 4 units; one the general path serves costs
 # REQUEST_UNITS.
