@@ -108,3 +108,20 @@ def read_frame_blocking(sock: socket.socket) -> bytes:
 
     (size,) = struct.unpack(">i", exactly(4))
     return exactly(size)
+
+
+async def connected_sockets(env: RunningServer, count: int) -> list[socket.socket]:
+    """`count` non-blocking sockets connected to `env`, returned once the server has made every connection
+    (bounded: 10 s)."""
+    loop = asyncio.get_running_loop()
+    socks = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", env.port))
+        socks.append(sock)
+    for _ in range(2_000):
+        if env.server.connection_count == count:
+            return socks
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{env.server.connection_count} of {count} connections made")

@@ -19,25 +19,10 @@ from coordinator import cli
 from coordinator.server import event_loop
 from coordinator.server.connection import Connection
 from protocol import codec
-from tests.support.server import RunningServer
+from tests.support.server import RunningServer, connected_sockets
 from tests.support.wire import heartbeat
 
 _V4_ANSWER_BYTES = 16  # size prefix, correlation id, throttle time, error code, tag bytes
-
-
-async def _connected(env: RunningServer, count: int) -> list[socket.socket]:
-    loop = asyncio.get_running_loop()
-    socks = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.setblocking(False)
-        await loop.sock_connect(sock, ("127.0.0.1", env.port))
-        socks.append(sock)
-    for _ in range(2_000):  # until the server has made every connection (bounded)
-        if env.server.connection_count == count:
-            return socks
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{env.server.connection_count} of {count} connections made")
 
 
 async def _answered(sock: socket.socket) -> bytes:
@@ -60,7 +45,7 @@ async def _server_reads_per_turn(connections: int) -> list[int]:
         read(self, nbytes)
 
     async with RunningServer() as env:
-        socks = await _connected(env, connections)
+        socks = await connected_sockets(env, connections)
         loop = asyncio.get_running_loop()
 
         def tick() -> None:

@@ -16,24 +16,9 @@ import uvloop
 
 from coordinator.server import listener
 from coordinator.server.connection import Connection
-from tests.support.server import RunningServer
+from tests.support.server import RunningServer, connected_sockets
 
 _BATCH = 40
-
-
-async def _connected(env: RunningServer, count: int) -> list[socket.socket]:
-    loop = asyncio.get_running_loop()
-    socks = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.setblocking(False)
-        await loop.sock_connect(sock, ("127.0.0.1", env.port))
-        socks.append(sock)
-    for _ in range(2_000):  # until the server has made every connection (bounded)
-        if env.server.connection_count == count:
-            return socks
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{env.server.connection_count} of {count} connections made")
 
 
 async def _eof(sock: socket.socket) -> bytes:
@@ -61,7 +46,7 @@ async def test_connections_are_paused_and_closed_a_batch_per_turn_and_all_of_the
     hook_ran = asyncio.Event()
     env = RunningServer()
     async with env:
-        socks = await _connected(env, connections)
+        socks = await connected_sockets(env, connections)
         shutdown = env.server._on_shutdown
         assert shutdown is not None
 

@@ -22,7 +22,7 @@ from coordinator.server.turns import (HEARTBEAT_UNITS, REQUEST_UNITS, STEADY_CON
 from protocol import codec
 from protocol.apis import ApiKey
 from protocol.error_codes import Errors
-from tests.support.server import RunningServer
+from tests.support.server import RunningServer, connected_sockets
 from tests.support.wire import heartbeat, ms, request
 
 _V3_ANSWER_BYTES = 14  # size prefix, correlation id, throttle time, error code
@@ -90,28 +90,13 @@ def _requests_per_turn() -> int:
     return turn_budget().per_turn // REQUEST_UNITS
 
 
-async def _connected(env: RunningServer, count: int) -> list[socket.socket]:
-    loop = asyncio.get_running_loop()
-    socks = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.setblocking(False)
-        await loop.sock_connect(sock, ("127.0.0.1", env.port))
-        socks.append(sock)
-    for _ in range(1_000):  # until the server has made every connection (bounded)
-        if env.server.connection_count == count:
-            return socks
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{env.server.connection_count} of {count} connections made")
-
-
 async def test_a_flood_over_many_connections_is_handled_over_several_turns() -> None:
     connections = 300
     async with RunningServer(coordinator_class=_CountingRuntime) as env:
         runtime: Any = env.coordinator
         per_turn = _requests_per_turn()
         assert connections > 2 * per_turn
-        socks = await _connected(env, connections)
+        socks = await connected_sockets(env, connections)
         try:
             runtime.start_counting()
             frame = _frames(1)
@@ -136,7 +121,7 @@ async def test_pipelined_frames_of_one_connection_are_handled_over_several_turns
         runtime: Any = env.coordinator
         per_turn = _requests_per_turn()
         assert frames > 2 * per_turn
-        (sock,) = await _connected(env, 1)
+        (sock,) = await connected_sockets(env, 1)
         try:
             runtime.start_counting()
             sock.send(_frames(frames, first_correlation_id=1_000))
@@ -153,7 +138,7 @@ async def test_frames_deferred_when_the_peer_half_closes_are_answered_before_the
     frames = 150
     async with RunningServer(coordinator_class=_CountingRuntime) as env:
         runtime: Any = env.coordinator
-        (sock,) = await _connected(env, 1)
+        (sock,) = await connected_sockets(env, 1)
         try:
             runtime.start_counting()
             sock.send(_frames(frames))
@@ -263,7 +248,7 @@ async def test_heartbeats_on_their_fast_path_cost_a_unit_each() -> None:
     connections = per_turn + per_turn // 2
     async with RunningServer(coordinator_class=_CountingRuntime) as env:
         runtime: Any = env.coordinator
-        socks = await _connected(env, connections)
+        socks = await connected_sockets(env, connections)
         try:
             await _full_budget()
             runtime.start_counting()
@@ -339,7 +324,7 @@ async def test_a_consumer_group_heartbeat_costs_the_units_of_the_path_that_serve
         assert joined.error_code == 0
         member_id = "m-1" if steady else "m-unknown"
         frame = codec.encode_request(0, "t", _consumer_heartbeat(member_id, joined.member_epoch))
-        socks = await _connected(env, connections + 1)  # the client's connection is one of them
+        socks = await connected_sockets(env, connections + 1)  # the client's connection is one of them
         try:
             # the frames' client id differs from the join's: that change is written (and the heartbeats of its turn
             # wait for the write) before the counted ones come
