@@ -11,7 +11,8 @@ connection (a transport that keeps the answers), and once every JoinGroup is ans
 leader's first, carrying one byte for every member). The loop turns between the frames of each batch of 64 (the
 turn budget's share of other requests) and until every answer is written. Prints the main thread's CPU time of
 each phase (thread time: the loop's turns included, medians over the rounds); `--profile` writes cProfile's
-statistics (thread CPU time) of the measured rounds."""
+statistics (thread CPU time) of the measured rounds. `compiled_modules` counts the project's modules loaded from
+an extension module (a tree built by scripts/mypyc_tree.py): 0 for a pure tree."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import json
 import logging
 import statistics
 import struct
+import sys
 import time
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -221,13 +223,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                    # the collector's work in the measured rounds (GcMonitor), per rebalance
                    **{name: round((gc_after[name] - gc_before[name]) / args.rounds, 2) for name in gc_after},
                    "gc0_cpu_max_ms": round(health.gc.generations[0].max_cpu_pause_s * 1000, 2),
-                   "gc1_cpu_max_ms": round(health.gc.generations[1].max_cpu_pause_s * 1000, 2)}
+                   "gc1_cpu_max_ms": round(health.gc.generations[1].max_cpu_pause_s * 1000, 2),
+                   "compiled_modules": compiled_modules()}
         print(json.dumps(figures))
         return figures
     finally:
         await runtime.shutdown()
         await timer.close()
         await health.stop()
+
+
+def compiled_modules() -> int:
+    """How many of the project's modules imported here are extension modules (scripts/mypyc_tree.py's build)."""
+    return sum(1 for name, module in list(sys.modules.items())
+               if name.split(".", 1)[0] in ("coordinator", "protocol")
+               and (getattr(module, "__file__", None) or "").endswith(".so"))
 
 
 def _gc_figures(health: RuntimeHealth) -> dict[str, float]:

@@ -16,7 +16,7 @@ from protocol.codec import RequestHeader, encode_response_frame
 from protocol.error_codes import Errors
 from protocol.messages import ZERO_DURATION, build, error, item_class
 
-API_KEY = ApiKey.API_VERSIONS
+API_KEY: ApiKey = ApiKey.API_VERSIONS
 VERSIONS = (0, 4)
 _FEATURES_VERSION = 3  # the features are tagged fields from v3 on (KIP-584)
 # ApiVersionsRequest v3+ ClientSoftwareName/Version must look like this (Kafka's ApiVersionsRequest.isValid).
