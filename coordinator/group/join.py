@@ -305,7 +305,6 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
     generation = group.generation_id
     record = group.to_record({m.member_id: m.assignment for m in group.members.values()})
     write = Write.group(group.group_id, record, lambda append_error: decide(group_append_error(append_error)))
-    shard.classic_record_written(group.group_id)
     held_by(group, record, write)  # this write carries the ids of earlier replacements still undecided
     hold = open_hold(group, new_member_id)
 

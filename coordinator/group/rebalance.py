@@ -25,7 +25,6 @@ _NONE = Errors.NONE  # a global: an Enum class attribute costs ten times as much
 class Rebalancing(SyncPhase):
     config: CoordinatorConfig
     append: Callable[[Write], object]
-    classic_record_written: Callable[[str], None]  # the shard's (GroupShard.classic_record_written)
     # the runtime's: the store is told this shard's partition will be written soon (GroupStore.expect_append)
     expect_write: Callable[[], object] | None = None
 
@@ -112,7 +111,6 @@ class Rebalancing(SyncPhase):
             if error != Errors.NONE:  # only a warning in Kafka: the old generation times out if reloaded
                 log.warning("event=store_empty_group_failed group=%s error=%s", group.group_id, error.name)
 
-        self.classic_record_written(group.group_id)
         self.append(Write.group(group.group_id, group.to_record({}), written))
 
     def _send_join_responses(self, group: GroupMetadata) -> None:

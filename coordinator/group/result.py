@@ -33,6 +33,9 @@ class Write:
     # set by the runtime once the records went to the store: until then (a write waiting for the end of its loop
     # turn, GroupRuntime.append_in_turn) its owner may still add records of the same group to it
     sealed: bool = False
+    # a classic group's record (`Write.group`): the runtime tells the consumer groups as it appends it
+    # (ConsumerGroupService.classic_record_written)
+    classic_group_record: bool = False
 
     def then_also(self, after: Callable[[Errors], object]) -> None:
         """`after(error)` runs once the write's own `then` has, even if that raised (an answer owed to a client
@@ -50,7 +53,7 @@ class Write:
 
     @classmethod
     def group(cls, group_id: str, record: GroupRecord, then: Callable[[Errors], object] | None = None) -> Write:
-        return cls(group_id, [GroupMetadataRecord(group_id, record)], then)
+        return cls(group_id, [GroupMetadataRecord(group_id, record)], then, classic_group_record=True)
 
     @classmethod
     def offset_commit(cls, group_id: str, offsets: dict[TopicPartition, OffsetRecord],

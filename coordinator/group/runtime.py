@@ -108,7 +108,6 @@ class GroupRuntime:
         for shard in self.shards:
             shard.consumer_group_replaced = self.consumer_groups.replaced_by_classic
             shard.consumer_group_deleted = self.consumer_groups.deleted
-            shard.classic_record_written = self.consumer_groups.classic_record_written
         # how subscribed topics are learnt before a ConsumerGroupHeartbeat (the relay's cluster view); None: the
         # topics ConsumerGroupService.topics has are all there is
         self.refresh_topics: Callable[[list[str]], Awaitable[object]] | None = None
@@ -565,6 +564,8 @@ class GroupRuntime:
         of the runtime's."""
         if partition in self._in_turn:
             self._send_turn(partition)
+        if write.classic_group_record:  # a write of the consumer group it replaced is no longer the group's latest
+            self.consumer_groups.classic_record_written(write.group_id)
         loop = asyncio.get_running_loop()
         write.done = loop.create_future()
         write.sealed = True

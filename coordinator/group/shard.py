@@ -71,10 +71,6 @@ class GroupShard(GroupResidency):
         self.consumer_group_replaced: Callable[[GroupShard, ConsumerGroup], None] = _nothing
         # told when DeleteGroups removed an Empty consumer group (admin.py; the runtime sets it)
         self.consumer_group_deleted: Callable[[str], None] = _nothing_deleted
-        # told when a classic group writes its record (an assignment, its Empty record, a static replacement: sync.py,
-        # rebalance.py, join.py): a write of the consumer group it replaced, still unanswered, is no longer the
-        # group's latest (the runtime sets it: ConsumerGroupService.classic_record_written)
-        self.classic_record_written: Callable[[str], None] = _nothing_deleted
         self.transactional_offsets = TransactionalOffsets()  # pending until their marker (txn_offsets.py)
         self.producer_sequences = ProducerSequences()  # of client producers' batches we write (txn_sequences.py)
         # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a

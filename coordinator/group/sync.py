@@ -109,7 +109,6 @@ def _store_leader_assignment(shard: GroupShard, group: GroupMetadata, req: SyncG
         shard.observer.on_assignment_write_completed(group.group_id, generation_id, error.name)
         _on_assignment_stored(shard, group, generation_id, req.member_id, assignment, error)
 
-    shard.classic_record_written(group.group_id)
     return Write.group(group.group_id, record, written)
 
 

@@ -1053,10 +1053,10 @@ class ConsumerGroupService:
         epoch 6 landed and was answered, the owed repair went with the partition; the load had group epoch 3).
         The group epoch is written past every epoch the log holds, so the next target comes at a new epoch,
         above any a member was told; kept whatever Kafka answers (a failure makes it a repair)."""
-        top = max([group.assignment_epoch, *(member.member_epoch for member in group.members.values())])
-        if top <= group.group_epoch and all(member.member_epoch <= group.assignment_epoch
-                                            for member in group.members.values()):
+        members_top = max((member.member_epoch for member in group.members.values()), default=group.assignment_epoch)
+        if members_top <= group.assignment_epoch <= group.group_epoch:
             return
+        top = max(group.assignment_epoch, members_top)
         epoch = max(top, group.group_epoch) + 1
         log.warning("event=consumer_group_epoch_raised group=%s group_epoch=%d assignment_epoch=%d "
                     "member_epoch=%d epoch=%d", group.group_id, group.group_epoch, group.assignment_epoch, top, epoch)
