@@ -1,6 +1,7 @@
 """Purgatory unit tests under a manual clock: completion by key or by timeout, watch keys, purging."""
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 import pytest
@@ -250,3 +251,54 @@ def test_re_arming_under_the_same_key_drops_the_completed_predecessor_without_a_
             purgatory.try_complete_else_watch(ops[i], [("member", i)])
         assert purgatory.watched == 100 and purgatory.delayed == 100
     assert purgatory.sweeps == 0
+
+
+async def test_a_sweep_on_the_loop_goes_a_batch_of_keys_per_callback():
+    """A sweep over every key in one callback held the 300k-member soak's loop ~120 ms: on a running loop it goes
+    PURGE_BATCH keys a callback, every completed entry gone at the end, requests served in between."""
+    from coordinator.purgatory import purgatory as purgatory_module
+
+    batch = purgatory_module.PURGE_BATCH
+    keys = 5 * batch + 7
+    purgatory, _, _ = make_purgatory(purge_interval=10)
+    for i in range(keys):  # one pending operation per member key, for the whole test
+        purgatory.try_complete_else_watch(Gate(60_000), [("member", i)])
+    # one operation per member watched under the member's key and one of its own, completed elsewhere: garbage
+    # in both lists until a sweep; the estimate crosses the pending count with the extra ones
+    for key in [*(("member", i) for i in range(keys)), *(("extra", j) for j in range(3))]:
+        op = Gate(60_000)
+        purgatory.try_complete_else_watch(op, [key, ("own", key)])
+        op.force_complete()
+    assert purgatory.watched == keys + 2 * (keys + 3), "the sweep is not done within the call that asked for it"
+
+    def swept() -> bool:
+        return (all(purgatory.watched_under(("member", i)) == 1 for i in range(keys))
+                and not any(purgatory.watched_under(("own", ("member", i))) for i in range(keys)))
+
+    turns, largest_step = 0, 0
+    while not swept():
+        before = purgatory.watched
+        await asyncio.sleep(0)
+        turns += 1
+        largest_step = max(largest_step, before - purgatory.watched)
+        assert turns < 100, "the sweep must end"
+    assert turns >= (2 * keys) // batch  # the member keys and their own keys, a batch a turn
+    assert largest_step <= batch  # each key of a batch holds one garbage entry here
+    assert purgatory.delayed == keys
+
+
+async def test_shutdown_stops_a_sweep_in_progress():
+    from coordinator.purgatory import purgatory as purgatory_module
+
+    purgatory, _, _ = make_purgatory(purge_interval=10)
+    keys = 2 * purgatory_module.PURGE_BATCH + 1
+    for i in range(keys):
+        purgatory.try_complete_else_watch(Gate(60_000), [("member", i)])
+    for i in range(keys + 11):
+        op = Gate(60_000)
+        purgatory.try_complete_else_watch(op, [("member", i % keys), ("own", i)])
+        op.force_complete()
+    await purgatory.shutdown()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert purgatory.watched == 0 and purgatory.delayed == 0
