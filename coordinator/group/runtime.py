@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Collection, Coroutine, Iterator, Mapping, ValuesView
@@ -800,12 +801,13 @@ class GroupRuntime:
         try:
             for partition in partitions:
                 shard = self.shards[partition]
-                for unloaded in shard.unload_stepwise(Errors.NOT_COORDINATOR):
+                steps = itertools.chain(shard.unload_stepwise(Errors.NOT_COORDINATOR),
+                                        self.consumer_groups.unload_stepwise(shard))
+                for unloaded in steps:
                     budget -= unloaded
                     if budget <= 0:
                         budget = UNLOAD_SLICE
                         await asyncio.sleep(0)
-                self.consumer_groups.unload(shard)
         finally:
             for partition in partitions:
                 for writes, outcome, by_request, elapsed_ms in self._held.pop(partition, ()):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -20,10 +21,12 @@ import uvloop
 
 from coordinator.group import runtime
 from coordinator.group.metadata import GroupMetadata
+from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.group.records import GroupRecord, MemberRecord
 from coordinator.group.shard import GroupShard
 from coordinator.group.status import ShardStatus
 from coordinator.runtime_health import CallbackTimer
+from coordinator.topics import StaticTopics, TopicImage
 from protocol.error_codes import Errors
 from tests.support.group_harness import Client, Env, commit, errors_of, subscription
 
@@ -173,6 +176,43 @@ async def test_a_revoked_partition_is_unloaded_a_slice_per_turn_given_up_first(
     assert join.result().error_code == Errors.NOT_COORDINATOR
     assert 0 in env.store.unloaded and not shard.groups
     await env.close()
+
+
+async def test_consumer_protocol_groups_are_unloaded_a_slice_per_turn_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KIP-848 groups (coordinator/group/modern) go the same way, after the shard's classic groups: a slice per
+    turn, every one gone with its members' timers."""
+    monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)
+    groups = 150
+    env = Env(offsets_topic_num_partitions=1)
+    service = env.coordinator.consumer_groups
+    service.topics = StaticTopics([TopicImage(uuid.UUID(int=0xF00), "orders", 8)])
+    for g in range(groups):
+        for m in range(GROUP_SIZE):
+            answer = await env.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+                f"consumer-{g}", f"consumer-{g}-member-{m}", 0, rebalance_timeout_ms=30_000,
+                subscribed_topic_names=("orders",), owned=[], client_id="client", client_host="/127.0.0.1"))
+            assert answer.error == Errors.NONE
+    shard = env.coordinator.shards[0]
+    assert len(shard.consumer_groups) == groups
+    left: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def tick() -> None:
+        left.append(len(shard.consumer_groups))
+        ticker[0] = loop.call_soon(tick)
+
+    ticker = [loop.call_soon(tick)]
+    try:
+        await env.coordinator.shutdown()
+        await asyncio.sleep(0)
+    finally:
+        ticker[0].cancel()
+        await env.timer.close()
+    counts = [groups, *left]  # before the shutdown, then at each turn after the one it started in
+    taken = [before - after for before, after in zip(counts, counts[1:]) if before != after]
+    assert sum(taken) == groups and not shard.consumer_groups, left
+    assert max(taken) <= MOST_GROUPS_A_TURN and len(taken) >= 3, taken  # before: every one in one turn
+    assert not service._timers  # every member's timers cancelled
 
 
 async def _longest_shutdown_callback(groups: int) -> float:
