@@ -3,11 +3,11 @@ whose members' sessions start now, and the one funnel that answers every parked 
 Mixed into GroupShard.
 
 A shard given up (UNOWNED, or STOPPED at shutdown) unloads its groups a group at a time (`unload_stepwise`), the
-runtime yielding to the loop between slices:
-its status is set first, so no request reaches a group meanwhile (every handler checks it), and the timers of its
-groups do nothing (the three timer hooks below): a group not reached yet stays as the unload found it, and its
-parked requests are answered as if every group had been unloaded at once. The runtime holds the outcomes of the
-partition's writes until the unload is done (GroupRuntime.unload, shutdown)."""
+runtime yielding to the loop between slices. Its status is set first, so no request reaches a group meanwhile
+(every handler checks it), and the timers of its groups do nothing (the three timer hooks below): a group not
+reached yet stays as the unload found it, and its parked requests are answered as if every group had been
+unloaded at once. The runtime holds the outcomes of the partition's writes until the unload is done
+(GroupRuntime.unload, shutdown)."""
 from __future__ import annotations
 
 import logging

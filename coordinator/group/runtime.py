@@ -10,9 +10,8 @@ One shard per partition (`offsets.topic.num.partitions`), each with its own stat
 LOADING (COORDINATOR_LOAD_IN_PROGRESS), ACTIVE, STOPPED (COORDINATOR_NOT_AVAILABLE). `load(partitions)` reads
 partitions through the store and materialises their groups partition by partition, yielding to the loop
 between slices, so the shards already served keep answering; `unload(partitions)` answers the parked requests
-of their groups NOT_COORDINATOR and stops the store writing to them, unloading a slice of groups per loop turn
-as `shutdown` does. Several instances (issue 10, step 2) will
-call these two as partitions move between them.
+of their groups NOT_COORDINATOR and stops the store writing to them (a slice of groups per loop turn, as
+`shutdown` unloads). Several instances (issue 10, step 2) will call these two as partitions move between them.
 
 A write that group logic makes on its own (an emptied group's record, from a timer) goes through the same
 append (`shard.append`), queued at once: a partition's writes reach the store in the order the shard made them.
@@ -794,10 +793,12 @@ class GroupRuntime:
         nothing (residency.py); the outcomes of their partitions' writes that come meanwhile are held
         (`_append_then`), so no write's callback runs on a half-unloaded shard: as with an unload in one loop
         callback, every parked request is answered by the unload, and those writes are settled after it, in the
-        order their outcomes came, with their outcome or `held_error`."""
+        order their outcomes came, with their outcome or `held_error`. Cancelled meanwhile, it finishes the unload
+        in that callback before it raises: no shard is left half unloaded."""
         for partition in partitions:
             self._held.setdefault(partition, [])
         budget = UNLOAD_SLICE
+        cancelled: asyncio.CancelledError | None = None
         try:
             for partition in partitions:
                 shard = self.shards[partition]
@@ -805,14 +806,19 @@ class GroupRuntime:
                                         self.consumer_groups.unload_stepwise(shard))
                 for unloaded in steps:
                     budget -= unloaded
-                    if budget <= 0:
+                    if budget <= 0 and cancelled is None:
                         budget = UNLOAD_SLICE
-                        await asyncio.sleep(0)
+                        try:
+                            await asyncio.sleep(0)
+                        except asyncio.CancelledError as exc:
+                            cancelled = exc
         finally:
             for partition in partitions:
                 for writes, outcome, by_request, elapsed_ms in self._held.pop(partition, ()):
                     error = outcome if held_error is None else held_error
                     self._settle_all(partition, writes, error, by_request, elapsed_ms)
+        if cancelled is not None:
+            raise cancelled
 
     async def shutdown(self) -> None:
         """Stop serving: parked requests get NOT_COORDINATOR (clients rediscover), pending writes finish or are

@@ -178,6 +178,32 @@ async def test_a_revoked_partition_is_unloaded_a_slice_per_turn_given_up_first(
     await env.close()
 
 
+async def test_an_unload_cancelled_between_slices_finishes_before_it_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task unloading is cancelled after its first slice (an instance closing): no shard is left half
+    unloaded; the parked request is answered, the held write settled."""
+    monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)
+    groups = 300
+    env = Env(offsets_topic_num_partitions=1)
+    await env.load(_group_records(groups, env.clock.now_ms()))
+    [join] = await _parked_joins(env, [f"group-{groups - 1}"])
+    gate = env.store.hold_next_write()
+    committed = asyncio.ensure_future(env.coordinator.commit_offsets(
+        commit("group-200", 1, "group-200-member-0", {("orders", 0): 5})))
+    await asyncio.sleep(0)
+    unloading = asyncio.ensure_future(env.coordinator.unload([0]))
+    while len(env.coordinator.shards[0].groups) == groups:
+        await asyncio.sleep(0)
+    gate.set()
+    await asyncio.sleep(0)
+    unloading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await unloading
+    assert not env.coordinator.shards[0].groups
+    assert join.result().error_code == Errors.NOT_COORDINATOR
+    assert errors_of(await asyncio.wait_for(committed, 10)) == [Errors.NONE]
+    await env.close()
+
+
 async def test_consumer_protocol_groups_are_unloaded_a_slice_per_turn_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """KIP-848 groups (coordinator/group/modern) go the same way, after the shard's classic groups: a slice per
     turn, every one gone with its members' timers."""
