@@ -58,10 +58,11 @@ from protocol.error_codes import Errors
 log = logging.getLogger("coordinator.group")
 
 _LOAD_SLICE = 2_000
-# Groups and their members unloaded between two yields to the loop: ~1.5-2 µs a member in process, ~5 in `coordinator
-# serve` with its telemetry (docs/performance.md, "Shutdown's unload a slice per loop turn"), so a slice is ~2-5 ms
-# of the loop. A group is never split: one of more members than this is a slice of its own.
-UNLOAD_SLICE = 1_000
+# Groups and their members unloaded between two yields to the loop. A member costs ~2 µs (classic) and ~4.5 µs
+# (consumer protocol) in process (bench/shutdown_unload.py), a classic one ~5 µs in `coordinator serve` with its
+# telemetry (docs/performance.md, "Shutdown's unload a slice per loop turn"): a slice is ~1-2.5 ms of the loop, a
+# few ms in the service. A group is never split: one of more members than this is a slice of its own.
+UNLOAD_SLICE = 500
 _NAMES_LOGGED = 10  # of a list of topics in one log line
 Q = TypeVar("Q")  # a request
 R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
