@@ -32,7 +32,6 @@ _UNOWNED, _STOPPED = ShardStatus.UNOWNED, ShardStatus.STOPPED
 
 
 class GroupResidency(Rebalancing):
-    partition: int
     status: ShardStatus
     groups: dict[str, GroupMetadata]
     transactional_offsets: TransactionalOffsets
@@ -86,9 +85,9 @@ class GroupResidency(Rebalancing):
 
     def unload_stepwise(self, error: Errors = Errors.NOT_COORDINATOR) -> Iterator[int]:
         """`unload_all` a group at a time, for a caller that yields to the loop between slices (the runtime): after
-        each group, how many groups and members it unloaded. The shard must be given up first (UNOWNED or
-        STOPPED). A group that left meanwhile is skipped, one that arrived meanwhile is unloaded too."""
-        assert self.given_up, f"partition {self.partition} is {self.status.value}: give it up before unloading it"
+        each group, how many groups and members it unloaded. The shard is given up first (UNOWNED or STOPPED), or
+        what is not reached yet may still be served and its timers act. A group that left meanwhile is skipped, one
+        that arrived meanwhile is unloaded too."""
         while self.groups:
             for group in list(self.groups.values()):
                 if self.groups.get(group.group_id) is group:
