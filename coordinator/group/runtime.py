@@ -10,8 +10,8 @@ One shard per partition (`offsets.topic.num.partitions`), each with its own stat
 LOADING (COORDINATOR_LOAD_IN_PROGRESS), ACTIVE, STOPPED (COORDINATOR_NOT_AVAILABLE). `load(partitions)` reads
 partitions through the store and materialises their groups partition by partition, yielding to the loop
 between slices, so the shards already served keep answering; `unload(partitions)` answers the parked requests
-of their groups NOT_COORDINATOR and stops the store writing to them. Several instances (issue 10, step 2) will
-call these two as partitions move between them.
+of their groups NOT_COORDINATOR and stops the store writing to them (a slice of groups per loop turn, as
+`shutdown` unloads). Several instances (issue 10, step 2) will call these two as partitions move between them.
 
 A write that group logic makes on its own (an emptied group's record, from a timer) goes through the same
 append (`shard.append`), queued at once: a partition's writes reach the store in the order the shard made them.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Collection, Coroutine, Iterator, Mapping, ValuesView
@@ -57,6 +58,11 @@ from protocol.error_codes import Errors
 log = logging.getLogger("coordinator.group")
 
 _LOAD_SLICE = 2_000
+# Groups and their members unloaded between two yields to the loop. A member costs ~2 µs (classic) and ~4.5 µs
+# (consumer protocol) in process (bench/shutdown_unload.py), a classic one ~5 µs in `coordinator serve` with its
+# telemetry (docs/performance.md, "Shutdown's unload a slice per loop turn"): a slice is ~1-2.5 ms of the loop, a
+# few ms in the service. A group is never split: one of more members than this is a slice of its own.
+UNLOAD_SLICE = 500
 _NAMES_LOGGED = 10  # of a list of topics in one log line
 Q = TypeVar("Q")  # a request
 R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
@@ -124,6 +130,9 @@ class GroupRuntime:
         # partition -> its writes waiting for the end of this loop turn, to go to the store as one (append_in_turn)
         self._in_turn: dict[int, list[Write]] = {}
         self._appending: dict[int, int] = {}  # partition -> its store appends not answered yet
+        # partition -> the outcomes of its appends that came while its groups are unloaded, settled after them
+        # (writes, outcome, by_request, elapsed ms)
+        self._held: dict[int, list[tuple[list[Write], Errors, bool, float]]] = {}
         # False: every write goes to the store at once, each its own append (A/B benches; see append_in_turn)
         self.write_turns = True
 
@@ -644,7 +653,12 @@ class GroupRuntime:
                           partition, sum(len(write.records) for write in writes), len(writes))
             error = Errors.UNKNOWN_SERVER_ERROR
         finally:
-            self._settle_all(partition, writes, error, by_request, (time.perf_counter() - started) * 1000)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            held = self._held.get(partition) if self._held else None
+            if held is None:
+                self._settle_all(partition, writes, error, by_request, elapsed_ms)
+            else:  # its partition's groups are being unloaded: settled after them (_unload_shards)
+                held.append((writes, error, by_request, elapsed_ms))
 
     def _settle_if_never_started(self, partition: int, writes: list[Write], appended: Awaitable[None],
                                  by_request: bool) -> None:
@@ -761,13 +775,13 @@ class GroupRuntime:
 
     async def unload(self, partitions: Collection[int]) -> None:
         """Give the partitions up: parked requests of their groups get NOT_COORDINATOR, their groups and
-        delayed operations go, requests for them get NOT_COORDINATOR, the store stops writing to them."""
-        for partition in partitions:
-            shard = self.shards[partition]
-            shard.status = ShardStatus.UNOWNED
-            shard.unload_all(Errors.NOT_COORDINATOR)
-            self.consumer_groups.unload(shard)
-        await self.store.unload(partitions)
+        delayed operations go, requests for them get NOT_COORDINATOR, the store stops writing to them. The groups
+        go a slice per loop turn (`_unload_shards`); their writes' outcomes are settled once they are gone."""
+        wanted = list(partitions)
+        for partition in wanted:
+            self.shards[partition].status = ShardStatus.UNOWNED
+        await self._unload_shards(wanted)
+        await self.store.unload(wanted)
 
     def unload_group(self, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
         self.shard_for(group.group_id).unload_group(group, error)
@@ -775,14 +789,49 @@ class GroupRuntime:
     def _partitions(self, partitions: Collection[int] | None) -> list[int]:
         return list(range(self.num_partitions)) if partitions is None else list(partitions)
 
+    async def _unload_shards(self, partitions: list[int], held_error: Errors | None = None) -> None:
+        """The groups of shards already given up (UNOWNED, STOPPED) unloaded a slice per loop turn, classic groups
+        then consumer groups, shard by shard. No request reaches them meanwhile (the status) and their timers do
+        nothing (residency.py); the outcomes of their partitions' writes that come meanwhile are held
+        (`_append_then`), so no write's callback runs on a half-unloaded shard: as with an unload in one loop
+        callback, every parked request is answered by the unload, and those writes are settled after it, in the
+        order their outcomes came, with their outcome or `held_error`. Cancelled meanwhile, it finishes the unload
+        in that callback before it raises: no shard is left half unloaded."""
+        for partition in partitions:
+            self._held.setdefault(partition, [])
+        budget = UNLOAD_SLICE
+        cancelled: asyncio.CancelledError | None = None
+        try:
+            for partition in partitions:
+                shard = self.shards[partition]
+                steps = itertools.chain(shard.unload_stepwise(Errors.NOT_COORDINATOR),
+                                        self.consumer_groups.unload_stepwise(shard))
+                for unloaded in steps:
+                    budget -= unloaded
+                    if budget <= 0 and cancelled is None:
+                        budget = UNLOAD_SLICE
+                        try:
+                            await asyncio.sleep(0)
+                        except asyncio.CancelledError as exc:
+                            cancelled = exc
+        finally:
+            for partition in partitions:
+                for writes, outcome, by_request, elapsed_ms in self._held.pop(partition, ()):
+                    error = outcome if held_error is None else held_error
+                    self._settle_all(partition, writes, error, by_request, elapsed_ms)
+        if cancelled is not None:
+            raise cancelled
+
     async def shutdown(self) -> None:
         """Stop serving: parked requests get NOT_COORDINATOR (clients rediscover), pending writes finish or are
         cancelled, delayed operations are dropped. The timer belongs to the caller."""
         self.is_active = False
-        for shard in self.shards:
+        every = list(range(self.num_partitions))
+        for shard in self.shards:  # first: no request reaches a group while the unload spans loop turns
             shard.status = ShardStatus.STOPPED
-            shard.unload_all(Errors.NOT_COORDINATOR)
-            self.consumer_groups.unload(shard)
+        # a write whose outcome comes during the unload is settled as the cancel below settles the others (an
+        # unload in one loop callback would have cancelled it with them)
+        await self._unload_shards(every, held_error=Errors.COORDINATOR_NOT_AVAILABLE)
         for partition in list(self._in_turn):  # sent now: their tasks are cancelled with the others below
             self._send_turn(partition)
         tasks = list(self._tasks.items())

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.config import CoordinatorConfig
@@ -1224,18 +1224,30 @@ class ConsumerGroupService:
     def unload(self, shard: GroupShard) -> None:
         """The shard's groups leave this instance: their timers go with them, and the repairs they owe (the
         partition's next owner loads what the log has)."""
+        for _ in self.unload_stepwise(shard):
+            pass
+
+    def unload_stepwise(self, shard: GroupShard) -> Iterator[int]:
+        """`unload` a group at a time, for a caller that yields to the loop between slices (the runtime, the shard
+        given up first: nothing of a group not reached yet acts meanwhile): after each group, how many groups and
+        members it took."""
         self._cancel_repairs(shard)
         for group_id in [g for g, batch in self._batches.items() if batch.shard is shard]:
             self._answer(self._batches.pop(group_id).waiting, (), Errors.NOT_COORDINATOR)  # nothing of it written
-        for group_id, group in shard.consumer_groups.items():
-            self._armed_unconfigured.discard(group_id)
-            for member_id in group.members:
-                self.cancel_all(group_id, member_id)
-            resolving = self._resolving.pop(group_id, None)
-            if resolving is not None:
-                resolving.cancel()
-            self.watch.gone(shard.observer, group_id, "the group was unloaded")
-        shard.consumer_groups.clear()
+        groups = shard.consumer_groups
+        while groups:
+            for group_id, group in list(groups.items()):
+                if groups.get(group_id) is not group:
+                    continue
+                self._armed_unconfigured.discard(group_id)
+                for member_id in group.members:
+                    self.cancel_all(group_id, member_id)
+                resolving = self._resolving.pop(group_id, None)
+                if resolving is not None:
+                    resolving.cancel()
+                self.watch.gone(shard.observer, group_id, "the group was unloaded")
+                del groups[group_id]
+                yield 1 + len(group.members)
 
 
 def current_records(group: ConsumerGroup, written: Sequence[ConsumerGroupRecord]) -> list[ConsumerGroupRecord]:
