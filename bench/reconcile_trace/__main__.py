@@ -72,6 +72,7 @@ def _size_report(size: int, rounds: int, events: list[tuple[float, str, list[str
     transactions: list[dict[str, Any]] = []
     open_txn: dict[str, dict[str, Any]] = {}  # producer name -> its transaction in flight
     refused = 0
+    found: dict[str, Any] | None
     for t, event, detail in events:
         if event == "made":
             if detail[0] in current:
@@ -87,28 +88,28 @@ def _size_report(size: int, rounds: int, events: list[tuple[float, str, list[str
         elif event == "begin_commit":
             name, fids = detail[0], [f for f in (detail[1].split(",") if len(detail) > 1 else []) if f]
             records = [r for f in fids for r in by_future.get(f, ())]
-            txn = {"begin": t, "writes": len(records), "records": records, "name": name, "steps": {}}
+            txn: dict[str, Any] = {"begin": t, "writes": len(records), "records": records, "name": name, "steps": {}}
             open_txn[name] = txn
             transactions.append(txn)
             for record in records:
                 record.setdefault("begin", t)
         elif event in ("answered", "commit_end"):
-            txn = open_txn.get(detail[0])
-            if txn is not None and "answered" not in txn:
-                txn["answered"] = t
-                if event == "commit_end" and "retries_at_start" in txn:
-                    txn["refused"] = int(detail[1]) - txn["retries_at_start"]
-                for record in txn["records"]:
+            found = open_txn.get(detail[0])
+            if found is not None and "answered" not in found:
+                found["answered"] = t
+                if event == "commit_end" and "retries_at_start" in found:
+                    found["refused"] = int(detail[1]) - found["retries_at_start"]
+                for record in found["records"]:
                     record.setdefault("answered", t)
         elif event == "commit_start":
-            txn = open_txn.get(detail[0])
-            if txn is not None:
-                txn["retries_at_start"] = int(detail[1])
+            found = open_txn.get(detail[0])
+            if found is not None:
+                found["retries_at_start"] = int(detail[1])
         elif event.endswith("_start") or event.endswith("_end") or event in ("thread_begin", "commit_call",
                                                                               "commit_returned"):
-            txn = open_txn.get(detail[0].removesuffix("-calls"))
-            if txn is not None:
-                txn["steps"].setdefault(event, t)
+            found = open_txn.get(detail[0].removesuffix("-calls"))
+            if found is not None:
+                found["steps"].setdefault(event, t)
         elif event == "refused":
             refused += 1
         elif event == "outcome_callback":
