@@ -30,8 +30,8 @@ _WRITE_STEPS = [
     ("made", "to_store", "made -> handed to the store (end of the turn)"),
     ("to_store", "begin", "handed -> its transaction begins (the one in flight)"),
     ("begin", "answered", "transaction begun -> outcome on the loop"),
-    ("answered", "outcome_callback", "outcome -> the producer future's callbacks"),
-    ("outcome_callback", "settled", "-> the runtime settles the write"),
+    ("answered", "outcome_callback", "outcome -> the producer future's done callbacks"),
+    ("answered", "settled", "outcome -> the runtime settles the write"),
     ("settled", "responded", "settled -> the heartbeat's answer written"),
     ("made", "responded", "made -> answer written (total)"),
 ]
