@@ -380,6 +380,9 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                 for member in (*group.members, joiner):
                     member.latencies_ms, member.reached_s, member.watched_epoch = [], None, -1
                 cpu_before = _server_cpu_ns(server.pid)
+                measured = round_number >= args.reconcile_warmup
+                if measured:
+                    _trace_mark(server, "round_start", size)
                 with LoadgenCpu() as own:
                     started = time.perf_counter()
                     await joiner.beat()
@@ -390,7 +393,8 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                     await wait_settled(group.members, partitions, 120, target_epoch)
                     elapsed_ms = (time.perf_counter() - started) * 1000
                 cpu_used_ms = (_server_cpu_ns(server.pid) - cpu_before) / 1e6
-                if round_number >= args.reconcile_warmup:
+                if measured:
+                    _trace_mark(server, "round_end", size)
                     times.append(elapsed_ms)
                     cpu_ms.append(cpu_used_ms)
                     own_shares.append(own.share)
@@ -420,6 +424,15 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
         print(f"{server.name} reconcile {size}: {json.dumps(figures[str(size)])} "
               f"(load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     return figures
+
+
+def _trace_mark(server: Server, event: str, size: int) -> None:
+    """A measured round's start or end in bench.reconcile_trace's file (RECONCILE_TRACE), on its clock; our
+    server only (the one the trace's sitecustomize stamps)."""
+    path = os.environ.get("RECONCILE_TRACE")
+    if path and server.name == "ours":
+        with open(path, "a") as trace:
+            trace.write(f"{time.monotonic():.6f} {event} {size}\n")
 
 
 def _round_detail(members: list[Member], joiner: Member, started: float) -> dict[str, Any]:

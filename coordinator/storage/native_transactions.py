@@ -129,6 +129,13 @@ class _Failed(Exception):
         self.then = then
 
 
+def _give_up_answer(answer: asyncio.Future[Any], where: str) -> None:
+    """A request's answer not there by its transaction's deadline: given up as unanswered (a later answer is
+    dropped by the client, which settles only futures not done)."""
+    if not answer.done():
+        answer.set_exception(asyncio.TimeoutError(f"{where}: no answer by the commit deadline"))
+
+
 def _broker_error(code: int, where: str) -> KafkaError:
     return KafkaError(code, f"{where}: Kafka error {code}")
 
@@ -305,12 +312,20 @@ class NativeTransactionalProducer(TransactionQueue["asyncio.Task[None]"]):
         return await self._answer(body, client.send(body, timeout_ms=_REQUEST_TIMEOUT_MS, raw=True), deadline, where)
 
     async def _answer(self, body: Any, answer: asyncio.Future[Any], deadline: float, where: str) -> Any:
-        """The answer to `body` (sent: its raw future), read as tolerant_request does, by the deadline."""
+        """The answer to `body` (sent: its raw future), read as tolerant_request does, by the deadline. The answer
+        awaited directly, its deadline a timer that fails it (`_give_up_answer`): `asyncio.wait_for` would put two
+        loop turns between the answer and this coroutine (its waiter's callback, then the task's wake-up) where
+        awaiting it puts one, and each of a transaction's three round trips pays them on a loop that a thousand
+        members' heartbeats keep busy."""
+        loop = asyncio.get_running_loop()
+        late = loop.call_later(max(deadline - loop.time(), 0.0001), _give_up_answer, answer, where)
         try:
-            frame = await asyncio.wait_for(answer, max(deadline - asyncio.get_running_loop().time(), 0.0001))
+            frame = await answer
             return tolerant_response(int(body.__api_key__), int(body.__version__), frame)
         except _UNANSWERED as exc:
             raise _unknown_outcome(where, exc) from None
+        finally:
+            late.cancel()
 
     async def _connection(self, address: tuple[str, int], deadline: float, where: str) -> KafkaClient:
         """The open connection to `address` at once (no loop turn), else a new one within the deadline."""
