@@ -656,7 +656,7 @@ class GroupRuntime:
         else:
             exc = appended.exception()
             error = Errors.NONE if exc is None else self._append_failure(partition, writes, exc)
-        self._settle_all(partition, writes, error, by_request, (time.perf_counter() - started) * 1000)
+        self._settle_or_hold(partition, writes, error, by_request, (time.perf_counter() - started) * 1000)
 
     @staticmethod
     def _append_failure(partition: int, writes: list[Write], exc: BaseException) -> Errors:
@@ -687,12 +687,15 @@ class GroupRuntime:
                           partition, sum(len(write.records) for write in writes), len(writes))
             error = Errors.UNKNOWN_SERVER_ERROR
         finally:
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            held = self._held.get(partition) if self._held else None
-            if held is None:
-                self._settle_all(partition, writes, error, by_request, elapsed_ms)
-            else:  # its partition's groups are being unloaded: settled after them (_unload_shards)
-                held.append((writes, error, by_request, elapsed_ms))
+            self._settle_or_hold(partition, writes, error, by_request, (time.perf_counter() - started) * 1000)
+
+    def _settle_or_hold(self, partition: int, writes: list[Write], error: Errors, by_request: bool,
+                        elapsed_ms: float) -> None:
+        held = self._held.get(partition) if self._held else None
+        if held is None:
+            self._settle_all(partition, writes, error, by_request, elapsed_ms)
+        else:  # its partition's groups are being unloaded: settled after them (_unload_shards)
+            held.append((writes, error, by_request, elapsed_ms))
 
     def _settle_if_never_started(self, partition: int, writes: list[Write], appended: Awaitable[None],
                                  by_request: bool) -> None:
