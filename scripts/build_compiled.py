@@ -144,6 +144,7 @@ def main() -> int:
         parser.error("--out must not be the source tree or hold it")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    origin = built_from(root)  # before the copy: what the copied sources came from
     files = source_files(root, {out, work})
     digests = {}
     for relative in files:  # the copy is what gets compiled and hashed: edits made during the build do not count
@@ -184,7 +185,7 @@ def main() -> int:
     for built in [*(work / e["file"] for e in entries.values()), *(work / lib for lib in libraries)]:
         built.unlink()  # the check below must load OUT's extensions, not these beside their sources
     used = sorted({p for entry in entries.values() for p in entry["inputs"]})
-    manifest = {"format": FORMAT, "built_from": built_from(root), "built_at": dt.datetime.now(dt.UTC).isoformat(
+    manifest = {"format": FORMAT, "built_from": origin, "built_at": dt.datetime.now(dt.UTC).isoformat(
         timespec="seconds"), "source_root": str(root), "python": sys.version.split()[0], "extension_suffix": suffix,
         "mypy": _mypy_version(), "opt_level": args.opt_level,
         "library": {"name": libraries[0].removesuffix(suffix), "file": libraries[0]} if libraries else None,
