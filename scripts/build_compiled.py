@@ -31,6 +31,7 @@ import sysconfig
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mypyc_tree import build_refusing, mypy_ini, read_modules  # noqa: E402
@@ -109,18 +110,48 @@ def built_from(root: Path) -> str:
         return "unknown (not a git tree)"
 
 
-def verify(out: Path, work: Path, names: list[str]) -> dict[str, object]:
+VERIFY = """
+import importlib, json, pkgutil, sys
+from pathlib import Path
+from coordinator import compiled
+decision = compiled.install(Path(sys.argv[1]))
+names = sys.argv[2:]
+files = {n: importlib.import_module(n).__file__ for n in names}
+failed_imports = {}
+for top in sorted({n.split(".")[0] for n in names}):  # every module of the packages: their classes too
+    package = importlib.import_module(top)
+    for info in pkgutil.walk_packages(getattr(package, "__path__", []), top + "."):
+        if not info.name.endswith("__main__"):
+            try:
+                importlib.import_module(info.name)
+            except BaseException as error:
+                failed_imports[info.name] = repr(error)[:200]
+suffix = compiled.extension_suffix()
+def is_compiled(module):
+    return (getattr(sys.modules.get(module), "__file__", None) or "").endswith(suffix)
+subclassed = []
+for name in names:
+    for cls in [c for c in vars(sys.modules[name]).values() if isinstance(c, type) and c.__module__ == name]:
+        todo = list(type.__subclasses__(cls))
+        while todo:
+            sub = todo.pop()
+            todo.extend(type.__subclasses__(sub))
+            if not is_compiled(sub.__module__):
+                subclassed.append(f"{sub.__module__}.{sub.__qualname__} subclasses compiled {name}.{cls.__qualname__}")
+print(json.dumps({"summary": decision.summary(), "files": files, "failed_imports": failed_imports,
+                  "interpreted_subclasses": sorted(set(subclassed))}))
+"""
+
+
+def verify(out: Path, work: Path, names: list[str]) -> dict[str, Any]:
     """A fresh interpreter run from the copy of the sources (identical to the build's), with the loader of this
-    tree: install OUT, import every module, report each module's `__file__`."""
-    code = ("import importlib, json, sys\nfrom pathlib import Path\nfrom coordinator import compiled\n"
-            f"decision = compiled.install(Path({str(out)!r}))\n"
-            f"files = {{n: importlib.import_module(n).__file__ for n in {names!r}}}\n"
-            "print(json.dumps({'summary': decision.summary(), 'files': files}))")
-    process = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(work), str(ROOT)])})
+    tree: install OUT, import every listed module, then every module of their packages, and list each interpreted
+    class that subclasses a compiled one (mypyc refuses to make one of its instances, not to define it)."""
+    process = subprocess.run([sys.executable, "-c", VERIFY, str(out), *names], cwd=work, capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(work), str(ROOT)])})
     if process.returncode != 0:
         return {"error": process.stderr[-3000:]}
-    result: dict[str, object] = json.loads(process.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(process.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -195,13 +226,14 @@ def main() -> int:
     shutil.copy(work / "mypyc-build.log", out / "build.log")
     checked = verify(out, work, list(names.values()))
     files_loaded = checked.get("files", {})
-    assert isinstance(files_loaded, dict)
     not_compiled = sorted(n for n in names.values() if not str(files_loaded.get(n) or "").endswith(suffix))
     report = {"out": str(out), "built_from": manifest["built_from"], "compiled": len(names) - len(not_compiled),
-              "of": len(names), "not_loaded_compiled": not_compiled, "refused": {p: r[:3] for p, r in refused.items()},
+              "of": len(names), "not_loaded_compiled": not_compiled,
+              "interpreted_subclasses": checked.get("interpreted_subclasses"),
+              "imports_failed_while_checking": checked.get("failed_imports"), "refused": {p: r[:3] for p, r in refused.items()},
               "seconds": round(time.monotonic() - started, 1)}
     print(json.dumps(report, indent=1))
-    if "error" in checked or not_compiled:
+    if "error" in checked or not_compiled or checked.get("interpreted_subclasses"):
         print(checked.get("error") or checked.get("summary"), file=sys.stderr)
         (out / "manifest.json").rename(out / "manifest.rejected.json")
         print("build_compiled: the build does not load as built; manifest set aside", file=sys.stderr)
