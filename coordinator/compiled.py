@@ -9,7 +9,7 @@ to another compiled module is a direct C call into that module's compiled code, 
 copied into the caller. So a compiled module runs only when every one of those sources, as found where the running
 `coordinator` and `protocol` packages are, still has the hash it had at the build; and only when every compiled
 module it imports runs compiled too (its C calls need that module's compiled state initialised, not the pure
-module's). Every other listed module is loaded from its `.py` explicitly (never a stale `.so` left beside it).
+module's; and mypyc's library makes a compiled module's compiled imports itself, past this finder). Every other listed module is loaded from its `.py` explicitly (never a stale `.so` left beside it).
 Decided once, before the modules are imported; a module imported before that stays pure, and so do its dependents.
 """
 
