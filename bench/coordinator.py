@@ -50,6 +50,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -132,7 +133,29 @@ async def start_ours(bootstrap: str, name: str = "ours", source_tree: str | None
             if response.groups[0].error_code != 14:
                 break
             await asyncio.sleep(0.1)
+    extensions = compiled_extensions(process.pid)
+    libraries = [e for e in extensions if "__mypyc" in os.path.basename(e)]
+    print(f"{name}: {len(libraries)} mypyc librar{'y' if len(libraries) == 1 else 'ies'} of ours mapped, and "
+          f"{len(extensions) - len(libraries)} module shims" + (f" (from {os.path.commonpath(extensions)})"
+                                                                if extensions else ""), flush=True)
     return process, Server(name, port, process.pid)
+
+
+def compiled_extensions(pid: int) -> list[str]:
+    """The extension files a process has mapped outside the interpreter's own directories (the standard library,
+    site-packages): ours, compiled by mypyc (`serve --compiled`, or a tree built by scripts/mypyc_tree.py): mypyc's
+    library of the group, which holds every compiled module's code, and the shims of the modules the import system
+    loaded (a compiled module's compiled imports are made by the library itself, without their shim). Read from
+    /proc/PID/maps, so it says what the server loaded, whatever it was asked."""
+    suffix = str(sysconfig.get_config_var("EXT_SUFFIX"))
+    interpreter = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            fields = [line.split(maxsplit=5) for line in maps]
+    except OSError:
+        return []
+    paths = {parts[5].strip() for parts in fields if len(parts) == 6}
+    return sorted(p for p in paths if p.endswith(suffix) and not os.path.realpath(p).startswith(interpreter))
 
 
 # ---------------------------------------------------------------------------------------------- groups

@@ -9,7 +9,6 @@ import sys
 from typing import Any
 
 from coordinator.commands import demo, jaeger, kafka, serve, simulate
-from coordinator.server.event_loop import run as event_loop_run
 
 
 def _configure_logging(level: str) -> None:
@@ -65,6 +64,8 @@ def _run(coro: Any, event_loop: str) -> int:
                 raise SystemExit("--event-loop uvloop: uvloop is not installed (pip install '.[speed]')")
         else:
             return uvloop.run(coro)
+    from coordinator.server.event_loop import run as event_loop_run  # the server's modules: after --compiled
+
     return event_loop_run(coro)
 
 
@@ -73,7 +74,20 @@ def _sub_command_parser(parser: argparse.ArgumentParser, command: str) -> argpar
     return commands.choices[command]
 
 
+def _install_compiled(argv: list[str] | None) -> Any:
+    """`serve --compiled [DIR]` / env COORDINATOR_COMPILED, read before anything imports the service's modules:
+    the compiled modules whose sources still match (coordinator/compiled.py). None when not asked."""
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early.add_argument("--compiled", nargs="?", const="default", default=os.environ.get("COORDINATOR_COMPILED"))
+    value = early.parse_known_args(sys.argv[1:] if argv is None else argv)[0].compiled
+    from coordinator import compiled
+
+    directory = compiled.directory_asked(value)
+    return None if directory is None else compiled.install(directory)
+
+
 def main(argv: list[str] | None = None) -> int:
+    decision = _install_compiled(argv)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command != "demo":  # said by the sub-command, whose usage lists its flags
@@ -81,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         args.serve_args = _sub_command_parser(parser, "serve").parse_args(unknown)  # the service's own flags
     _configure_logging(args.log_level)
+    if decision is not None:
+        logging.getLogger("coordinator.compiled").log(logging.WARNING if decision.fell_back else logging.INFO,
+                                                      decision.summary())
     return _run(args.run(args), args.event_loop)
 
 

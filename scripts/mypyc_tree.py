@@ -71,6 +71,32 @@ def build(out: Path, modules: list[str], opt_level: str) -> tuple[int, str]:
     return process.returncode, process.stdout + process.stderr
 
 
+def build_refusing(out: Path, modules: list[str], opt_level: str,
+                   retry: int) -> tuple[list[str], dict[str, list[str]], str | None]:
+    """Build; a module mypyc refuses (an error line in it) is left out and the build tried again, up to `retry`
+    builds. Returns the modules built, the refused ones with mypyc's reasons, and why the build failed (None: it
+    did not); mypyc's output of the last build is in OUT/mypyc-build.log."""
+    refused: dict[str, list[str]] = {}
+    for _ in range(retry):
+        status, output = build(out, modules, opt_level)
+        (out / "mypyc-build.log").write_text(output)
+        if status == 0:
+            return modules, refused, None
+        errors: dict[str, list[str]] = {}
+        for line in output.splitlines():
+            match = ERROR.match(line)
+            if match:
+                errors.setdefault(match["path"], []).append(f"{match['line']}: {match['message']}")
+        outside = [path for path in errors if path not in modules]
+        if not errors or outside:
+            print(output[-4000:], file=sys.stderr)
+            why = "errors outside the compiled modules: " + ", ".join(outside) if outside else "no error line"
+            return modules, refused, f"build failed ({why}), log in {out / 'mypyc-build.log'}"
+        refused.update(errors)
+        modules = [m for m in modules if m not in errors]
+    return modules, refused, f"still failing after {retry} builds, log in {out / 'mypyc-build.log'}"
+
+
 def check_imports(out: Path, modules: list[str]) -> dict[str, str]:
     """Each module's `__file__`, imported by a fresh interpreter with OUT as its working directory and PYTHONPATH."""
     names = [m.removesuffix(".py").replace("/", ".") for m in modules]
@@ -98,27 +124,9 @@ def main() -> int:
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
     (out / "mypyc.ini").write_text(mypy_ini(out / "pyproject.toml", str(out / ".mypyc_cache")))
     modules = read_modules(args.modules)
-    refused: dict[str, list[str]] = {}
-    for _ in range(args.retry):
-        status, output = build(out, modules, args.opt_level)
-        (out / "mypyc-build.log").write_text(output)
-        if status == 0:
-            break
-        errors: dict[str, list[str]] = {}
-        for line in output.splitlines():
-            match = ERROR.match(line)
-            if match:
-                errors.setdefault(match["path"], []).append(f"{match['line']}: {match['message']}")
-        outside = [path for path in errors if path not in modules]
-        if not errors or outside:
-            print(output[-4000:], file=sys.stderr)
-            print(f"mypyc_tree: build failed ({'errors outside the compiled modules: ' + ', '.join(outside) if outside else 'no error line'}),"
-                  f" log in {out / 'mypyc-build.log'}", file=sys.stderr)
-            return 1
-        refused.update(errors)
-        modules = [m for m in modules if m not in errors]
-    else:
-        print(f"mypyc_tree: still failing after {args.retry} builds, log in {out / 'mypyc-build.log'}", file=sys.stderr)
+    modules, refused, failure = build_refusing(out, modules, args.opt_level, args.retry)
+    if failure:
+        print(f"mypyc_tree: {failure}", file=sys.stderr)
         return 1
     (out / "mypyc-refused.txt").write_text("".join(f"{path}\n" + "".join(f"  {e}\n" for e in reasons)
                                                    for path, reasons in refused.items()))

@@ -104,6 +104,12 @@ def add_parser(commands: Any) -> None:
     serve.add_argument("--metrics-listen", type=host_port, default=env("COORDINATOR_METRICS_LISTEN"),
                        help="HOST:PORT of a Prometheus scrape endpoint (/metrics; env COORDINATOR_METRICS_LISTEN). "
                             "Traces and OTLP metrics follow the OTEL_* variables: see docs/tracing.md")
+    serve.add_argument("--compiled", nargs="?", const="default", metavar="DIR", default=env("COORDINATOR_COMPILED"),
+                       help="run the modules mypyc compiled into DIR (default build/compiled of this source tree; "
+                            "python scripts/build_compiled.py makes it; needs a C compiler), each only while the "
+                            "sources it was compiled against are unchanged, else its pure source: one log line at "
+                            "start says which run compiled and why others fell back (env COORDINATOR_COMPILED: 1 "
+                            "or DIR). Read before the service's modules are imported (coordinator/cli.py)")
     instances = serve.add_argument_group(
         "several instances",
         "Run N `coordinator serve --instance-id ID` processes on one Kafka cluster and state topic (distinct ids and "

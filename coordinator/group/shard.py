@@ -73,6 +73,9 @@ class GroupShard(GroupResidency):
         self.consumer_group_deleted: Callable[[str], None] = _nothing_deleted
         self.transactional_offsets = TransactionalOffsets()  # pending until their marker (txn_offsets.py)
         self.producer_sequences = ProducerSequences()  # of client producers' batches we write (txn_sequences.py)
+        # what a server handler keeps per shard, gone with it (txn_offset_commit's locks): an attribute, not a weak
+        # reference to the shard, which a build compiled by mypyc does not take (scripts/build_compiled.py)
+        self.handler_state: dict[str, object] = {}
         # The runtime's append to this shard's partition: the one write path, for a handler's Result and for a
         # write group logic makes on its own (a timer emptied a group) alike, queued in the order made.
         self.append: Callable[[Write], object] = append if append is not None else _no_store

@@ -33,11 +33,10 @@ import asyncio
 import datetime
 import io
 import logging
-import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kio.records.schema import NewRecordBatch, Record as BatchRecord
 from kio.records.writers import write_new_batch
@@ -187,14 +186,12 @@ class _ShardWrites:
                 self.locks[producer_id] = (lock, users - 1)
 
 
-_WRITES: weakref.WeakKeyDictionary[GroupShard, _ShardWrites] = weakref.WeakKeyDictionary()
-
-
 def _writes(shard: GroupShard) -> _ShardWrites:
-    writes = _WRITES.get(shard)
+    """This shard's locks, kept on the shard (dropped with it)."""
+    writes = shard.handler_state.get("txn_offset_commit")
     if writes is None:
-        writes = _WRITES[shard] = _ShardWrites()
-    return writes
+        writes = shard.handler_state["txn_offset_commit"] = _ShardWrites()
+    return cast(_ShardWrites, writes)
 
 
 def handle(ctx: ConnectionContext, header: RequestHeader, body: Any) -> Any:
