@@ -15,7 +15,6 @@ from confluent_kafka import KafkaError
 from coordinator.group.records import OffsetCommitRecord, Record
 from coordinator.group.store import StoreError
 from coordinator.storage.append_errors import append_error
-from coordinator.storage.outcome import Outcome, when_settled
 from coordinator.storage.producer import KafkaRecord, RecordSender
 from coordinator.storage.records import encode
 from coordinator.storage.tombstones import TombstoneWriter
@@ -33,8 +32,7 @@ class RecordAppender:
 
     def append(self, producer: RecordSender, partition: int, records: Sequence[Record],
                outcome: asyncio.Future[None], *, offsets: list[int] | None = None) -> None:
-        """Queue `records` with `producer` now; `outcome` is settled with None or StoreError (in the call that
-        settles the producer's future, if that is an Outcome: no loop turn between the two). Raises StoreError
+        """Queue `records` with `producer` now; `outcome` is settled with None or StoreError. Raises StoreError
         for a write refused before anything is sent. Once acknowledged, each offset commit record's value
         carries its record's offset in `log_offset` (which orders it against a client's transactional commit),
         and `offsets` gets every record's offset, in the records' order."""
@@ -66,7 +64,7 @@ class RecordAppender:
                         group_id, len(records), mapped.name, error)
             _settle(outcome, StoreError(mapped, str(error)))
 
-        when_settled(producer.send(records, offsets=reported), sent)  # the outcome in the producer's settling call
+        producer.send(records, offsets=reported).add_done_callback(sent)
 
     def append_together(self, producer: RecordSender, partition: int, writes: Sequence[Sequence[Record]]
                         ) -> list[asyncio.Future[None]]:
@@ -91,7 +89,7 @@ class RecordAppender:
             group_id = records[0].group_id if records else ""
             one: list[KafkaRecord] = [(partition, *encode(record)) for record in records]
             one_size = _records_size(one)
-            outcome: asyncio.Future[None] = Outcome(loop=loop)
+            outcome: asyncio.Future[None] = loop.create_future()
             if not any(value is not None for _, _, value in one):
                 send_shared()
                 self._append_tombstones(producer, group_id, one, outcome)
@@ -105,7 +103,7 @@ class RecordAppender:
                 if size + one_size > self._max_write_bytes:
                     send_shared()
                 if shared is None:
-                    shared = Outcome(loop=loop)
+                    shared = loop.create_future()
                 outcome = shared
                 typed.extend(records)
                 encoded.extend(one)
