@@ -172,10 +172,19 @@ class DelayedOperationPurgatory(Generic[T]):
 
     def purge_completed(self) -> int:
         """Drops completed operations from every watcher list; returns how many entries were dropped."""
+        dropped = self._drop_completed(list(self._watchers))
+        self._estimated_total = self._delayed.value
+        return dropped
+
+    def _drop_completed(self, keys: list[Hashable]) -> int:
+        """Completed operations dropped from these keys' lists (a key gone meanwhile is skipped: its operations
+        all completed through it, check_and_complete); returns how many entries were dropped."""
         dropped = 0
         watchers = self._watchers
-        for key in list(watchers):
-            ops = watchers[key]
+        for key in keys:
+            ops = watchers.get(key)
+            if ops is None:
+                continue
             live = [op for op in ops if not op.is_completed]
             if len(live) != len(ops):
                 dropped += len(ops) - len(live)
@@ -184,7 +193,6 @@ class DelayedOperationPurgatory(Generic[T]):
                 else:
                     del watchers[key]
         self._watched -= dropped
-        self._estimated_total = self._delayed.value
         return dropped
 
     async def shutdown(self) -> None:
@@ -216,24 +224,10 @@ class DelayedOperationPurgatory(Generic[T]):
 
     def _sweep_some(self, dropped: int) -> None:
         """One batch of a sweep: completed operations dropped from the next PURGE_BATCH keys' lists."""
-        watchers = self._watchers
         keys = self._sweep
         batch = keys[-PURGE_BATCH:]
         del keys[-PURGE_BATCH:]
-        dropped_now = 0
-        for key in batch:
-            ops = watchers.get(key)
-            if ops is None:  # its operations all completed through it meanwhile (check_and_complete)
-                continue
-            live = [op for op in ops if not op.is_completed]
-            if len(live) != len(ops):
-                dropped_now += len(ops) - len(live)
-                if live:
-                    watchers[key] = live
-                else:
-                    del watchers[key]
-        self._watched -= dropped_now
-        dropped += dropped_now
+        dropped += self._drop_completed(batch)
         if keys:
             self._sweep_handle = asyncio.get_running_loop().call_soon(self._sweep_some, dropped)
             return
