@@ -79,9 +79,8 @@ class GroupResidency(Rebalancing):
 
     def unload_all(self, error: Errors = Errors.NOT_COORDINATOR) -> None:
         """Every group at once, in one loop callback (for a caller that cannot await)."""
-        for group in list(self.groups.values()):
-            self.unload_group(group, error)
-        self._forget_transactions()
+        for _ in self.unload_stepwise(error):
+            pass
 
     def unload_stepwise(self, error: Errors = Errors.NOT_COORDINATOR) -> Iterator[int]:
         """`unload_all` a group at a time, for a caller that yields to the loop between slices (the runtime): after
@@ -93,9 +92,6 @@ class GroupResidency(Rebalancing):
                 if self.groups.get(group.group_id) is group:
                     self.unload_group(group, error)
                     yield 1 + len(group.members) + len(group.pending_members)
-        self._forget_transactions()
-
-    def _forget_transactions(self) -> None:
         self.transactional_offsets.clear()  # the next owner rebuilds them (and the sequences) from the log
         self.producer_sequences.forget()
 

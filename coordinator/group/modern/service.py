@@ -1221,16 +1221,11 @@ class ConsumerGroupService:
         if write is not None:
             shard.append(write)
 
-    def unload(self, shard: GroupShard) -> None:
-        """The shard's groups leave this instance: their timers go with them, and the repairs they owe (the
-        partition's next owner loads what the log has)."""
-        for _ in self.unload_stepwise(shard):
-            pass
-
     def unload_stepwise(self, shard: GroupShard) -> Iterator[int]:
-        """`unload` a group at a time, for a caller that yields to the loop between slices (the runtime, the shard
-        given up first: nothing of a group not reached yet acts meanwhile): after each group, how many groups and
-        members it took."""
+        """The shard's groups leave this instance: their timers go with them, and the repairs they owe (the
+        partition's next owner loads what the log has). A group at a time, for a caller that yields to the loop
+        between slices (the runtime, the shard given up first: nothing of a group not reached yet acts meanwhile):
+        after each group, how many groups and members it took."""
         self._cancel_repairs(shard)
         for group_id in [g for g, batch in self._batches.items() if batch.shard is shard]:
             self._answer(self._batches.pop(group_id).waiting, (), Errors.NOT_COORDINATOR)  # nothing of it written
