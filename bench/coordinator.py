@@ -341,12 +341,16 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
             for round_number in range(args.rebalance_warmup):  # unmeasured: a server's first rounds are cold
                 await one_rebalance(clients, group_id, member_ids, args.rebalance_rounds + round_number)
             profiler = start_profiler(server, args) if size == max(args.rebalance_sizes) else None
+            stamps_path = os.environ.get("BENCH_REBALANCE_STAMPS")
             for round_number in range(args.rebalance_rounds):
                 cpu_before, main_before = _server_cpu_ns(server.pid), _thread_cpu_ns(server.pid, server.pid)
                 user_before, system_before = _user_system_ticks(server.pid)
+                stamps = RoundStamps() if stamps_path else None
                 with LoadgenCpu() as own:
                     total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number,
-                                                            leader_sync_last=args.leader_sync_last)
+                                                            leader_sync_last=args.leader_sync_last, stamps=stamps)
+                if stamps is not None and stamps_path:
+                    stamps.write(stamps_path, server.name, size, round_number)
                 times.append(total)
                 sync_ms.append(sync_phase)
                 cpu_ms.append((_server_cpu_ns(server.pid) - cpu_before) / 1e6)
@@ -483,12 +487,54 @@ def stop_profiler(profiler: subprocess.Popen | None) -> None:
         profiler.kill()
 
 
+class RoundStamps:
+    """One measured rebalance's steps as the load generator sees them, for bench.rebalance_trace's timeline: each
+    mark is (CLOCK_MONOTONIC, the clock `perf record -k mono` stamps its samples with; this thread's CPU time), and
+    of each watched batch of answers the first and the last to arrive (their futures' done callbacks, which run a
+    loop turn after the read that answered them). Appended per round to BENCH_REBALANCE_STAMPS as one line:
+    `round <server> <size> <round> <time.time() - time.monotonic()> <event>=<monotonic>:<cpu> ...`."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float, float]] = []
+
+    def mark(self, event: str) -> None:
+        self.marks.append((event, time.monotonic(), time.thread_time()))
+
+    def watch(self, answers: Sequence[asyncio.Future[Any]], event: str) -> None:
+        seen: list[float] = []
+
+        def arrived(_: asyncio.Future[Any]) -> None:
+            now = time.monotonic()
+            if not seen:
+                self.marks.append((f"{event}_first", now, time.thread_time()))
+            seen.append(now)
+            if len(seen) == len(answers):
+                self.marks.append((f"{event}_last", now, time.thread_time()))
+
+        for answer in answers:
+            answer.add_done_callback(arrived)
+
+    def write(self, path: str, server: str, size: int, round_number: int) -> None:
+        fields = " ".join(f"{event}={at:.6f}:{cpu:.6f}" for event, at, cpu in self.marks)
+        with open(path, "a") as out:
+            out.write(f"round {server} {size} {round_number} {time.time() - time.monotonic():.6f} {fields}\n")
+
+
+def note_stamped_process(role: str, pid: int) -> None:
+    """A process of the race, named in BENCH_REBALANCE_STAMPS (the timeline attributes perf's samples by pid)."""
+    path = os.environ.get("BENCH_REBALANCE_STAMPS")
+    if path:
+        with open(path, "a") as out:
+            out.write(f"process {role} {pid}\n")
+
+
 async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int, *,
-                        leader_sync_last: bool = False) -> tuple[float, float]:
+                        leader_sync_last: bool = False, stamps: RoundStamps | None = None) -> tuple[float, float]:
     """Every member rejoins with new metadata at once; ms from the first JoinGroup sent to the last SyncGroup
     answered, and of that the sync phase: from the first SyncGroup sent (after every JoinGroup answer) to the
     last answered, which holds the leader's assignment write. JoinGroup requests are encoded before the clock
-    starts; SyncGroup requests need the generation, so they are packed by hand after the joins."""
+    starts; SyncGroup requests need the generation, so they are packed by hand after the joins. `stamps`: the
+    round's steps as this process sees them (BENCH_REBALANCE_STAMPS, for bench.rebalance_trace's timeline)."""
     # new metadata each round, as long as the formation's (a 10,000-member group's record must stay under 1 MB)
     metadata = encode_subscription(Subscription((f"b{round_number % 10_000:04d}",)))
     bodies = [join(c, group_id, m, FORM_SESSION_MS, metadata) for c, m in zip(clients, member_ids)]
@@ -497,9 +543,17 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
         correlation_id = client.next_correlation_id()
         frames.append((correlation_id, codec.encode_request(correlation_id, client.client_id, body)))
     started = time.perf_counter()
+    if stamps is not None:
+        stamps.mark("joins_sending")
     version = int(bodies[0].__version__)
-    responses = await asyncio.gather(*(c.send_raw(frame, cid, ApiKey.JOIN_GROUP, version, timeout_ms=REBALANCE_MS)
-                                       for c, (cid, frame) in zip(clients, frames)))
+    answers = [c.send_raw(frame, cid, ApiKey.JOIN_GROUP, version, timeout_ms=REBALANCE_MS)
+               for c, (cid, frame) in zip(clients, frames)]
+    if stamps is not None:
+        stamps.mark("joins_sent")
+        stamps.watch(answers, "join_answer")
+    responses = await asyncio.gather(*answers)
+    if stamps is not None:
+        stamps.mark("join_answers_in")
     joined = [codec.decode_response(ApiKey.JOIN_GROUP, version, r)[1] for r in responses]
     if {j.error_code for j in joined} != {0} or len({j.generation_id for j in joined}) != 1:
         raise RuntimeError(f"rebalance round {round_number} of {group_id}: {[j.error_code for j in joined][:5]}")
@@ -512,6 +566,8 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
     if leader_sync_last:  # as a real leader, which runs its assignor before its SyncGroup
         pairs.sort(key=lambda pair: pair[1] is leader)
     sync_started = time.perf_counter()
+    if stamps is not None:
+        stamps.mark("syncs_sending")
     for client, j in pairs:
         correlation_id = client.next_correlation_id()
         assignments = [(m.member_id, b"\x00") for m in leader.members] if j is leader else []
@@ -519,8 +575,18 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
                                         j.member_id, None, "consumer", "range", assignments)
         sends.append(client.send_raw(frame, correlation_id, ApiKey.SYNC_GROUP, sync_version,
                                      timeout_ms=REBALANCE_MS))
-    synced = [codec.decode_response(ApiKey.SYNC_GROUP, sync_version, r)[1] for r in await asyncio.gather(*sends)]
+        if stamps is not None and j is leader:
+            stamps.mark("leader_sync_sent")
+    if stamps is not None:
+        stamps.mark("syncs_sent")
+        stamps.watch(sends, "sync_answer")
+    raw_synced = await asyncio.gather(*sends)
+    if stamps is not None:
+        stamps.mark("sync_answers_in")
+    synced = [codec.decode_response(ApiKey.SYNC_GROUP, sync_version, r)[1] for r in raw_synced]
     ended = time.perf_counter()
+    if stamps is not None:
+        stamps.mark("sync_answers_decoded")
     if {s.error_code for s in synced} != {0}:
         raise RuntimeError(f"sync of {group_id} round {round_number}: {[s.error_code for s in synced][:5]}")
     return (ended - started) * 1000, (ended - sync_started) * 1000
@@ -658,6 +724,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             servers.append(before)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
         servers.append(kafka)
+        note_stamped_process("generator", os.getpid())
+        for server in servers:
+            note_stamped_process(server.name, server.pid)
         results: dict[str, list[dict[str, Any]]] = {server.name: [] for server in servers}
         for server in servers[:-1]:
             pin(server.pid, LOADGEN_CPU)
