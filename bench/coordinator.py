@@ -35,7 +35,9 @@ the largest rebalance size (environment: BENCH_PYSPY_RATE, BENCH_PYSPY_ARGS such
 `perf record -g` of the server beside py-spy, to FILE.perf, and BENCH_STRACE=1 for `strace -c` of its main thread,
 the system calls counted, to FILE.strace; py-spy pauses the process per sample, so the CPU figures of a profiled
 run are inflated: take them from a run without). `--leader-sync-last`: the leader's SyncGroup after the
-followers', as a real leader's.
+followers', as a real leader's. `--broker-with-server`: the broker on our server's CPU while ours is measured.
+BENCH_REBALANCE_STAMPS=FILE: each measured rebalance's steps as this process sees them (RoundStamps), for
+`bench.rebalance_trace --timeline`.
 """
 
 from __future__ import annotations
@@ -416,13 +418,19 @@ async def run_interleaved(servers: list[Server], args: argparse.Namespace,
                           figures_of: Callable[[Server, argparse.Namespace], Awaitable[dict[str, Any]]],
                           results: dict[str, list[dict[str, Any]]], *, load_average: bool = False) -> None:
     """`args.repeats` repeats, interleaved (ours, (before,) kafka, then the reverse, ...): the server under test
-    pinned to its CPU and every other one to the load generator's; each repeat's figures appended and printed."""
+    pinned to its CPU and every other one to the load generator's (the broker, the last server, too, unless
+    `args.broker_with_server`: then, while "ours" is measured, it shares that server's CPU; the baseline's
+    placement stays the default, so `--baseline-tree .` races the two placements); each repeat's figures appended
+    and printed."""
+    broker = servers[-1]
     for repeat in range(args.repeats):
         for server in servers if repeat % 2 == 0 else servers[::-1]:
             for other in servers:
                 if other is not server:
                     pin(other.pid, LOADGEN_CPU)
             pin(server.pid, SERVER_CPU)
+            if getattr(args, "broker_with_server", False) and server.name == "ours":
+                pin(broker.pid, SERVER_CPU)
             started = time.perf_counter()
             figures = await figures_of(server, args)
             results[server.name].append(figures)
@@ -792,6 +800,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_serve_arg_options(parser)
     parser.add_argument("--profile", help="py-spy raw output file for our server (the baseline's: FILE.before) "
                         "during the largest rebalance")
+    parser.add_argument("--broker-with-server", action="store_true",
+                        help="while ours is measured, the broker holding its state on the server's CPU (its state "
+                             "write's CPU counted on the server's side, as Kafka's own log append is), not on the load "
+                             "generator's (the default, and always the baseline's: with --baseline-tree . this races "
+                             "the two placements)")
     parser.add_argument("--leader-sync-last", action="store_true",
                         help="the leader's SyncGroup sent after every follower's (a real leader runs its assignor "
                              "first); by default in member order")

@@ -67,17 +67,17 @@ def read_stamps(path: str) -> tuple[list[Round], dict[str, int]]:
 
 def attach_server_events(rounds: list[Round], trace_path: str) -> None:
     """Our server's stamps (wall clock) onto the rounds whose window holds them (converted to monotonic)."""
-    events = []
+    events: list[tuple[float, str, str]] = []
     for line in open(trace_path):
-        t, _thread, event, *rest = line.split(None, 3)
-        events.append((float(t), event, rest[0].strip() if rest else ""))
+        stamped, _thread, name, *rest = line.split(None, 3)
+        events.append((float(stamped), name, rest[0].strip() if rest else ""))
     events.sort()
     times = [e[0] for e in events]
     for r in rounds:
         start = r.marks["joins_sending"][0] + r.offset
         end = r.marks["sync_answers_decoded"][0] + r.offset
-        for t, event, detail in events[bisect.bisect_left(times, start):bisect.bisect_right(times, end)]:
-            r.server_events.append((t - r.offset, event, detail))
+        for at, event, detail in events[bisect.bisect_left(times, start):bisect.bisect_right(times, end)]:
+            r.server_events.append((at - r.offset, event, detail))
 
 
 @dataclass
