@@ -45,9 +45,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -337,20 +339,31 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
         clients = await connect_many(server.port, size, args.client_id)
         group_id, joined = await form_group(clients, f"rb-{uuid.uuid4().hex[:6]}-{size}", FORM_SESSION_MS)
         member_ids = [j.member_id for j in joined]
+        leader_id = next(j.member_id for j in joined if j.leader == j.member_id)
         times, sync_ms, cpu_ms, main_cpu_ms, system_shares, own_cpu_ms, own_shares = [], [], [], [], [], [], []
         profiler = None
+        in_c = args.rebalance_client == "c"
         try:
             for round_number in range(args.rebalance_warmup):  # unmeasured: a server's first rounds are cold
-                await one_rebalance(clients, group_id, member_ids, args.rebalance_rounds + round_number)
+                if in_c:
+                    await one_rebalance_c(clients, group_id, member_ids, leader_id,
+                                          args.rebalance_rounds + round_number)
+                else:
+                    await one_rebalance(clients, group_id, member_ids, args.rebalance_rounds + round_number)
             profiler = start_profiler(server, args) if size == max(args.rebalance_sizes) else None
             stamps_path = os.environ.get("BENCH_REBALANCE_STAMPS")
             for round_number in range(args.rebalance_rounds):
                 cpu_before, main_before = _server_cpu_ns(server.pid), _thread_cpu_ns(server.pid, server.pid)
                 user_before, system_before = _user_system_ticks(server.pid)
-                stamps = RoundStamps() if stamps_path else None
+                stamps = RoundStamps() if stamps_path and not in_c else None
                 with LoadgenCpu() as own:
-                    total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number,
-                                                            leader_sync_last=args.leader_sync_last, stamps=stamps)
+                    if in_c:
+                        total, sync_phase, c_cpu_ms = await one_rebalance_c(
+                            clients, group_id, member_ids, leader_id, round_number,
+                            leader_sync_last=args.leader_sync_last)
+                    else:
+                        total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number,
+                                                                leader_sync_last=args.leader_sync_last, stamps=stamps)
                 if stamps is not None and stamps_path:
                     stamps.write(stamps_path, server.name, size, round_number)
                 times.append(total)
@@ -360,8 +373,8 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
                 user_after, system_after = _user_system_ticks(server.pid)
                 system_shares.append((system_after - system_before,
                                       user_after - user_before + system_after - system_before))
-                own_cpu_ms.append(own.cpu_used * 1000)
-                own_shares.append(own.share)
+                own_cpu_ms.append(c_cpu_ms if in_c else own.cpu_used * 1000)
+                own_shares.append(c_cpu_ms / total if in_c else own.share)
         finally:
             stop_profiler(profiler)
             await leave_all(clients[0], group_id, member_ids)
@@ -600,6 +613,76 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
     return (ended - started) * 1000, (ended - sync_started) * 1000
 
 
+async def one_rebalance_c(clients: list[KafkaClient], group_id: str, member_ids: list[str], leader_id: str,
+                          round_number: int, *, leader_sync_last: bool = False) -> tuple[float, float, float]:
+    """one_rebalance's round run by bench/rbload.c over the same connections (their reading paused meanwhile):
+    the same requests (new metadata each round; the leader assigns every member one byte), timed by the C client:
+    ms of the round, of its sync phase, and the C client's own CPU. Every frame is built before it starts; the
+    generation, known from the JoinGroup answers only, is written into the SyncGroups by the C client."""
+    metadata = encode_subscription(Subscription((f"b{round_number % 10_000:04d}",)))
+    bodies = [join(c, group_id, m, FORM_SESSION_MS, metadata) for c, m in zip(clients, member_ids)]
+    version = int(bodies[0].__version__)
+    sync_version = clients[0].version_for(ApiKey.SYNC_GROUP, wire.HIGHEST[ApiKey.SYNC_GROUP])
+    if version < 6 or sync_version < 4:
+        raise SystemExit("--rebalance-client c reads flexible answers: JoinGroup v6+ and SyncGroup v4+")
+    order = sorted(range(len(clients)), key=lambda i: member_ids[i] == leader_id) if leader_sync_last \
+        else list(range(len(clients)))
+    assignments = [(m, b"\x00") for m in member_ids]
+
+    def sync_frame(i: int, correlation_id: int, generation: int) -> bytes:
+        return pack_sync_group_request(sync_version, correlation_id, clients[i].client_id, group_id, generation,
+                                       member_ids[i], None, "consumer", "range",
+                                       assignments if member_ids[i] == leader_id else [])
+    probe = (sync_frame(0, 0, 0), sync_frame(0, 0, 0x7F7F7F7F))
+    offset = next(k for k, (a, b) in enumerate(zip(*probe)) if a != b)
+    lines = [f"{len(clients)} {offset}\n"]
+    fds = []
+    for i in order:
+        client = clients[i]
+        join_id = client.next_correlation_id()
+        join_frame = codec.encode_request(join_id, client.client_id, bodies[i])
+        transport: Any = getattr(client, "_transport")
+        fds.append(transport.get_extra_info("socket").fileno())
+        lines.append(f"{fds[-1]} {join_frame.hex()} {sync_frame(i, client.next_correlation_id(), 0).hex()}\n")
+    plan = f"/tmp/rbload-{os.getpid()}.plan"
+    with open(plan, "w") as out:
+        out.writelines(lines)
+    paused = [getattr(c, "_transport") for c in clients]
+    for transport in paused:
+        transport.pause_reading()
+    try:
+        done = await asyncio.to_thread(subprocess.run, [str(rbload_binary()), plan], pass_fds=fds,
+                                       capture_output=True, text=True, check=False)
+    finally:
+        for transport in paused:
+            transport.resume_reading()
+        os.remove(plan)
+    if done.returncode != 0:
+        raise RuntimeError(f"rbload failed: {done.stderr.strip()}")
+    result = json.loads(done.stdout)
+    if result["join_errors"] or result["sync_errors"]:
+        raise RuntimeError(f"rebalance round {round_number} of {group_id}: {result}")
+    return result["rebalance_ms"], result["sync_phase_ms"], result["cpu_ms"]
+
+
+def rbload_binary() -> str:
+    """bench/rbload.c compiled once per source version into the user's cache (as bench.instances' hbload)."""
+    source_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rbload.c")
+    with open(source_path, "rb") as source:
+        digest = hashlib.sha256(source.read()).hexdigest()[:12]
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "coordinator-bench")
+    binary = os.path.join(cache, f"rbload-{digest}")
+    if not os.path.exists(binary):
+        compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+        if compiler is None:
+            raise SystemExit("--rebalance-client c needs a C compiler (apt-get install gcc)")
+        os.makedirs(cache, exist_ok=True)
+        partial = f"{binary}.tmp"
+        subprocess.run([compiler, "-O2", "-o", partial, source_path], check=True)
+        os.rename(partial, binary)
+    return binary
+
+
 async def detection_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     pairs, session_ms = args.expiry_pairs, args.session_ms
     clients = await connect_many(server.port, 2 * pairs)
@@ -805,6 +888,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "write's CPU counted on the server's side, as Kafka's own log append is), not on the load "
                              "generator's (the default, and always the baseline's: with --baseline-tree . this races "
                              "the two placements)")
+    parser.add_argument("--rebalance-client", choices=["python", "c"], default="python",
+                        help="what sends a rebalance's requests: this process (default), or bench/rbload.c over the "
+                             "same connections (its CPU per rebalance a fraction of this process's)")
     parser.add_argument("--leader-sync-last", action="store_true",
                         help="the leader's SyncGroup sent after every follower's (a real leader runs its assignor "
                              "first); by default in member order")
