@@ -36,6 +36,8 @@ the largest rebalance size (environment: BENCH_PYSPY_RATE, BENCH_PYSPY_ARGS such
 the system calls counted, to FILE.strace; py-spy pauses the process per sample, so the CPU figures of a profiled
 run are inflated: take them from a run without). `--leader-sync-last`: the leader's SyncGroup after the
 followers', as a real leader's. `--broker-with-server`: the broker on our server's CPU while ours is measured.
+`--rebalance-client c`: each rebalance's requests sent and read by bench/rbload.c over the same connections (this
+process's Python costs 50-65 ms of CPU per 1,000-member rebalance, as much as a server, and set the pace).
 BENCH_REBALANCE_STAMPS=FILE: each measured rebalance's steps as this process sees them (RoundStamps), for
 `bench.rebalance_trace --timeline`.
 """
