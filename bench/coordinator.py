@@ -357,12 +357,12 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
             for round_number in range(args.rebalance_rounds):
                 cpu_before, main_before = _server_cpu_ns(server.pid), _thread_cpu_ns(server.pid, server.pid)
                 user_before, system_before = _user_system_ticks(server.pid)
-                stamps = RoundStamps() if stamps_path and not in_c else None
+                stamps = RoundStamps() if stamps_path else None
                 with LoadgenCpu() as own:
                     if in_c:
                         total, sync_phase, c_cpu_ms = await one_rebalance_c(
                             clients, group_id, member_ids, leader_id, round_number,
-                            leader_sync_last=args.leader_sync_last)
+                            leader_sync_last=args.leader_sync_last, stamps=stamps)
                     else:
                         total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number,
                                                                 leader_sync_last=args.leader_sync_last, stamps=stamps)
@@ -616,11 +616,13 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
 
 
 async def one_rebalance_c(clients: list[KafkaClient], group_id: str, member_ids: list[str], leader_id: str,
-                          round_number: int, *, leader_sync_last: bool = False) -> tuple[float, float, float]:
+                          round_number: int, *, leader_sync_last: bool = False,
+                          stamps: RoundStamps | None = None) -> tuple[float, float, float]:
     """one_rebalance's round run by bench/rbload.c over the same connections (their reading paused meanwhile):
     the same requests (new metadata each round; the leader assigns every member one byte), timed by the C client:
     ms of the round, of its sync phase, and the C client's own CPU. Every frame is built before it starts; the
-    generation, known from the JoinGroup answers only, is written into the SyncGroups by the C client."""
+    generation, known from the JoinGroup answers only, is written into the SyncGroups by the C client. `stamps`:
+    its steps' marks (its own clock and CPU), as one_rebalance's."""
     metadata = encode_subscription(Subscription((f"b{round_number % 10_000:04d}",)))
     bodies = [join(c, group_id, m, FORM_SESSION_MS, metadata) for c, m in zip(clients, member_ids)]
     version = int(bodies[0].__version__)
@@ -664,6 +666,8 @@ async def one_rebalance_c(clients: list[KafkaClient], group_id: str, member_ids:
     result = json.loads(done.stdout)
     if result["join_errors"] or result["sync_errors"]:
         raise RuntimeError(f"rebalance round {round_number} of {group_id}: {result}")
+    if stamps is not None:
+        stamps.marks.extend((event, at, cpu) for event, (at, cpu) in result["marks"].items())
     return result["rebalance_ms"], result["sync_phase_ms"], result["cpu_ms"]
 
 

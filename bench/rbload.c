@@ -11,7 +11,9 @@
    JoinGroup answers. Answers are checked by their error code (int16 after the size, the correlation id, the
    flexible header's empty tags and the throttle time: byte 13, for JoinGroup v6+ and SyncGroup v4+). Prints one line
    of JSON: rebalance_ms (first JoinGroup written -> last SyncGroup answer read), sync_phase_ms (first SyncGroup
-   written -> last answer read), cpu_ms (its own), the errors counted and the generation.
+   written -> last answer read), cpu_ms (its own), the errors counted, the generation, and the marks of its steps
+   (CLOCK_MONOTONIC and its own CPU, in seconds, named as bench.coordinator's RoundStamps names them; it has no
+   decoding step: an answer's end is where its step ends).
 
    Why C: the Python load generator costs 50-65 ms of CPU per 1,000-member rebalance on its core, about what the
    servers under test cost on theirs, so it sets the rebalance's pace for both; this one costs mostly the kernel's
@@ -165,10 +167,13 @@ int main(int argc, char **argv) {
     fclose(plan);
     double cpu_before = own_cpu_ms();
     double started = now_ms();
+    double marks[5][2]; /* (CLOCK_MONOTONIC ms, own CPU ms): for bench.rebalance_trace's timeline */
     for (int i = 0; i < count; i++) write_all(members[i].fd, members[i].join, members[i].join_len);
+    marks[0][0] = now_ms(), marks[0][1] = own_cpu_ms();
     int32_t generation = -1;
     int join_errors = read_answers(epoll_fd, members, count, &generation);
     double sync_started = now_ms();
+    marks[1][0] = sync_started, marks[1][1] = own_cpu_ms();
     for (int i = 0; i < count; i++) {
         struct member *m = &members[i];
         m->sync[generation_offset] = (unsigned char)(generation >> 24);
@@ -177,10 +182,18 @@ int main(int argc, char **argv) {
         m->sync[generation_offset + 3] = (unsigned char)generation;
         write_all(m->fd, m->sync, m->sync_len);
     }
+    marks[2][0] = now_ms(), marks[2][1] = own_cpu_ms();
     int sync_errors = read_answers(epoll_fd, members, count, NULL);
     double ended = now_ms();
+    double cpu_after = own_cpu_ms();
     printf("{\"rebalance_ms\": %.3f, \"sync_phase_ms\": %.3f, \"cpu_ms\": %.3f, \"join_errors\": %d, "
-           "\"sync_errors\": %d, \"generation\": %d}\n",
-           ended - started, ended - sync_started, own_cpu_ms() - cpu_before, join_errors, sync_errors, generation);
+           "\"sync_errors\": %d, \"generation\": %d, \"marks\": {\"joins_sending\": [%.6f, %.6f], "
+           "\"joins_sent\": [%.6f, %.6f], \"join_answer_last\": [%.6f, %.6f], \"syncs_sending\": [%.6f, %.6f], "
+           "\"syncs_sent\": [%.6f, %.6f], \"sync_answer_last\": [%.6f, %.6f], "
+           "\"sync_answers_decoded\": [%.6f, %.6f]}}\n",
+           ended - started, ended - sync_started, cpu_after - cpu_before, join_errors, sync_errors, generation,
+           started / 1e3, cpu_before / 1e3, marks[0][0] / 1e3, marks[0][1] / 1e3, marks[1][0] / 1e3,
+           marks[1][1] / 1e3, marks[1][0] / 1e3, marks[1][1] / 1e3, marks[2][0] / 1e3, marks[2][1] / 1e3,
+           ended / 1e3, cpu_after / 1e3, ended / 1e3, cpu_after / 1e3);
     return 0;
 }

@@ -8,10 +8,10 @@ kernel by its pid and address.
 Steps, as the generator sees them (both servers):
   joins sent          first JoinGroup written → last written (the generator's loop of 1,000 writes)
   → last join answer  last JoinGroup written → last JoinGroup answer arrived
-  joins decoded       → the answers decoded (kio), the SyncGroups about to be packed
+  joins decoded       → the answers decoded (kio), the SyncGroups about to be packed (none with the C client)
   syncs sent          → every SyncGroup written (the leader's first, unless --leader-sync-last)
   → last sync answer  → the last SyncGroup answer arrived
-  syncs decoded       → the answers decoded (the round's clock stops here)
+  syncs decoded       → the answers decoded (the round's clock stops here; none with the C client)
 and inside our server (its stamps, when it ran with them): the last JoinGroup handled (the join completes), the
 first and last JoinGroup answer written, the leader's SyncGroup handled, its write queued, committed and
 acknowledged on the loop, the last SyncGroup handled, the first and last SyncGroup answer written."""
@@ -88,23 +88,23 @@ class Samples:
 
 def read_perf(path: str, pids: dict[str, int], ours: str) -> Samples:
     """`perf script` of the record: each sample's time, and whose it was."""
-    text = subprocess.run(["perf", "script", "-i", path, "-F", "pid,tid,time,ip"], capture_output=True, text=True,
-                          check=True).stdout
+    text = subprocess.run(["perf", "script", "-i", path, "-F", "comm,pid,tid,time,ip"], capture_output=True,
+                          text=True, check=True).stdout
     generator, server = pids.get("generator"), pids.get(ours)
     broker = next((pid for name, pid in pids.items() if name.startswith("kafka")), None)
     rows = []
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) < 3:
+        if len(parts) < 4:
             continue
-        pid_tid, at, ip = parts[0], parts[1].rstrip(":"), parts[-1]
+        pid_tid, at, ip = parts[-3], parts[-2].rstrip(":"), parts[-1]
         pid, _, tid = pid_tid.partition("/")
         p = int(pid)
         if p == 0:
             role = "idle"  # the CPU's idle task (swapper)
         elif p == server:
             role = "server loop" if int(tid) == p else "server threads"
-        elif p == generator:
+        elif p == generator or parts[0].startswith("rbload"):  # --rebalance-client c: the C client's processes
             role = "generator"
         elif p == broker:
             role = "broker"
