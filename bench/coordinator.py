@@ -35,7 +35,11 @@ the largest rebalance size (environment: BENCH_PYSPY_RATE, BENCH_PYSPY_ARGS such
 `perf record -g` of the server beside py-spy, to FILE.perf, and BENCH_STRACE=1 for `strace -c` of its main thread,
 the system calls counted, to FILE.strace; py-spy pauses the process per sample, so the CPU figures of a profiled
 run are inflated: take them from a run without). `--leader-sync-last`: the leader's SyncGroup after the
-followers', as a real leader's.
+followers', as a real leader's. `--broker-with-server`: the broker on our server's CPU while ours is measured.
+`--rebalance-client c`: each rebalance's requests sent and read by bench/rbload.c over the same connections (this
+process's Python costs 50-65 ms of CPU per 1,000-member rebalance, as much as a server, and set the pace).
+BENCH_REBALANCE_STAMPS=FILE: each measured rebalance's steps as this process sees them (RoundStamps), for
+`bench.rebalance_trace --timeline`.
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -335,18 +341,33 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
         clients = await connect_many(server.port, size, args.client_id)
         group_id, joined = await form_group(clients, f"rb-{uuid.uuid4().hex[:6]}-{size}", FORM_SESSION_MS)
         member_ids = [j.member_id for j in joined]
+        leader_id = next(j.member_id for j in joined if j.leader == j.member_id)
         times, sync_ms, cpu_ms, main_cpu_ms, system_shares, own_cpu_ms, own_shares = [], [], [], [], [], [], []
         profiler = None
+        in_c = args.rebalance_client == "c"
         try:
             for round_number in range(args.rebalance_warmup):  # unmeasured: a server's first rounds are cold
-                await one_rebalance(clients, group_id, member_ids, args.rebalance_rounds + round_number)
+                if in_c:
+                    await one_rebalance_c(clients, group_id, member_ids, leader_id,
+                                          args.rebalance_rounds + round_number)
+                else:
+                    await one_rebalance(clients, group_id, member_ids, args.rebalance_rounds + round_number)
             profiler = start_profiler(server, args) if size == max(args.rebalance_sizes) else None
+            stamps_path = os.environ.get("BENCH_REBALANCE_STAMPS")
             for round_number in range(args.rebalance_rounds):
                 cpu_before, main_before = _server_cpu_ns(server.pid), _thread_cpu_ns(server.pid, server.pid)
                 user_before, system_before = _user_system_ticks(server.pid)
+                stamps = RoundStamps() if stamps_path else None
                 with LoadgenCpu() as own:
-                    total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number,
-                                                            leader_sync_last=args.leader_sync_last)
+                    if in_c:
+                        total, sync_phase, c_cpu_ms = await one_rebalance_c(
+                            clients, group_id, member_ids, leader_id, round_number,
+                            leader_sync_last=args.leader_sync_last, stamps=stamps)
+                    else:
+                        total, sync_phase = await one_rebalance(clients, group_id, member_ids, round_number,
+                                                                leader_sync_last=args.leader_sync_last, stamps=stamps)
+                if stamps is not None and stamps_path:
+                    stamps.write(stamps_path, server.name, size, round_number)
                 times.append(total)
                 sync_ms.append(sync_phase)
                 cpu_ms.append((_server_cpu_ns(server.pid) - cpu_before) / 1e6)
@@ -354,8 +375,8 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
                 user_after, system_after = _user_system_ticks(server.pid)
                 system_shares.append((system_after - system_before,
                                       user_after - user_before + system_after - system_before))
-                own_cpu_ms.append(own.cpu_used * 1000)
-                own_shares.append(own.share)
+                own_cpu_ms.append(c_cpu_ms if in_c else own.cpu_used * 1000)
+                own_shares.append(c_cpu_ms / total if in_c else own.share)
         finally:
             stop_profiler(profiler)
             await leave_all(clients[0], group_id, member_ids)
@@ -412,13 +433,19 @@ async def run_interleaved(servers: list[Server], args: argparse.Namespace,
                           figures_of: Callable[[Server, argparse.Namespace], Awaitable[dict[str, Any]]],
                           results: dict[str, list[dict[str, Any]]], *, load_average: bool = False) -> None:
     """`args.repeats` repeats, interleaved (ours, (before,) kafka, then the reverse, ...): the server under test
-    pinned to its CPU and every other one to the load generator's; each repeat's figures appended and printed."""
+    pinned to its CPU and every other one to the load generator's (the broker, the last server, too, unless
+    `args.broker_with_server`: then, while "ours" is measured, it shares that server's CPU; the baseline's
+    placement stays the default, so `--baseline-tree .` races the two placements); each repeat's figures appended
+    and printed."""
+    broker = servers[-1]
     for repeat in range(args.repeats):
         for server in servers if repeat % 2 == 0 else servers[::-1]:
             for other in servers:
                 if other is not server:
                     pin(other.pid, LOADGEN_CPU)
             pin(server.pid, SERVER_CPU)
+            if getattr(args, "broker_with_server", False) and server.name == "ours":
+                pin(broker.pid, SERVER_CPU)
             started = time.perf_counter()
             figures = await figures_of(server, args)
             results[server.name].append(figures)
@@ -483,12 +510,54 @@ def stop_profiler(profiler: subprocess.Popen | None) -> None:
         profiler.kill()
 
 
+class RoundStamps:
+    """One measured rebalance's steps as the load generator sees them, for bench.rebalance_trace's timeline: each
+    mark is (CLOCK_MONOTONIC, the clock `perf record -k mono` stamps its samples with; this thread's CPU time), and
+    of each watched batch of answers the first and the last to arrive (their futures' done callbacks, which run a
+    loop turn after the read that answered them). Appended per round to BENCH_REBALANCE_STAMPS as one line:
+    `round <server> <size> <round> <time.time() - time.monotonic()> <event>=<monotonic>:<cpu> ...`."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float, float]] = []
+
+    def mark(self, event: str) -> None:
+        self.marks.append((event, time.monotonic(), time.thread_time()))
+
+    def watch(self, answers: Sequence[asyncio.Future[Any]], event: str) -> None:
+        seen: list[float] = []
+
+        def arrived(_: asyncio.Future[Any]) -> None:
+            now = time.monotonic()
+            if not seen:
+                self.marks.append((f"{event}_first", now, time.thread_time()))
+            seen.append(now)
+            if len(seen) == len(answers):
+                self.marks.append((f"{event}_last", now, time.thread_time()))
+
+        for answer in answers:
+            answer.add_done_callback(arrived)
+
+    def write(self, path: str, server: str, size: int, round_number: int) -> None:
+        fields = " ".join(f"{event}={at:.6f}:{cpu:.6f}" for event, at, cpu in self.marks)
+        with open(path, "a") as out:
+            out.write(f"round {server} {size} {round_number} {time.time() - time.monotonic():.6f} {fields}\n")
+
+
+def note_stamped_process(role: str, pid: int) -> None:
+    """A process of the race, named in BENCH_REBALANCE_STAMPS (the timeline attributes perf's samples by pid)."""
+    path = os.environ.get("BENCH_REBALANCE_STAMPS")
+    if path:
+        with open(path, "a") as out:
+            out.write(f"process {role} {pid}\n")
+
+
 async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: list[str], round_number: int, *,
-                        leader_sync_last: bool = False) -> tuple[float, float]:
+                        leader_sync_last: bool = False, stamps: RoundStamps | None = None) -> tuple[float, float]:
     """Every member rejoins with new metadata at once; ms from the first JoinGroup sent to the last SyncGroup
     answered, and of that the sync phase: from the first SyncGroup sent (after every JoinGroup answer) to the
     last answered, which holds the leader's assignment write. JoinGroup requests are encoded before the clock
-    starts; SyncGroup requests need the generation, so they are packed by hand after the joins."""
+    starts; SyncGroup requests need the generation, so they are packed by hand after the joins. `stamps`: the
+    round's steps as this process sees them (BENCH_REBALANCE_STAMPS, for bench.rebalance_trace's timeline)."""
     # new metadata each round, as long as the formation's (a 10,000-member group's record must stay under 1 MB)
     metadata = encode_subscription(Subscription((f"b{round_number % 10_000:04d}",)))
     bodies = [join(c, group_id, m, FORM_SESSION_MS, metadata) for c, m in zip(clients, member_ids)]
@@ -497,9 +566,17 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
         correlation_id = client.next_correlation_id()
         frames.append((correlation_id, codec.encode_request(correlation_id, client.client_id, body)))
     started = time.perf_counter()
+    if stamps is not None:
+        stamps.mark("joins_sending")
     version = int(bodies[0].__version__)
-    responses = await asyncio.gather(*(c.send_raw(frame, cid, ApiKey.JOIN_GROUP, version, timeout_ms=REBALANCE_MS)
-                                       for c, (cid, frame) in zip(clients, frames)))
+    answers = [c.send_raw(frame, cid, ApiKey.JOIN_GROUP, version, timeout_ms=REBALANCE_MS)
+               for c, (cid, frame) in zip(clients, frames)]
+    if stamps is not None:
+        stamps.mark("joins_sent")
+        stamps.watch(answers, "join_answer")
+    responses = await asyncio.gather(*answers)
+    if stamps is not None:
+        stamps.mark("join_answers_in")
     joined = [codec.decode_response(ApiKey.JOIN_GROUP, version, r)[1] for r in responses]
     if {j.error_code for j in joined} != {0} or len({j.generation_id for j in joined}) != 1:
         raise RuntimeError(f"rebalance round {round_number} of {group_id}: {[j.error_code for j in joined][:5]}")
@@ -512,6 +589,8 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
     if leader_sync_last:  # as a real leader, which runs its assignor before its SyncGroup
         pairs.sort(key=lambda pair: pair[1] is leader)
     sync_started = time.perf_counter()
+    if stamps is not None:
+        stamps.mark("syncs_sending")
     for client, j in pairs:
         correlation_id = client.next_correlation_id()
         assignments = [(m.member_id, b"\x00") for m in leader.members] if j is leader else []
@@ -519,11 +598,95 @@ async def one_rebalance(clients: list[KafkaClient], group_id: str, member_ids: l
                                         j.member_id, None, "consumer", "range", assignments)
         sends.append(client.send_raw(frame, correlation_id, ApiKey.SYNC_GROUP, sync_version,
                                      timeout_ms=REBALANCE_MS))
-    synced = [codec.decode_response(ApiKey.SYNC_GROUP, sync_version, r)[1] for r in await asyncio.gather(*sends)]
+        if stamps is not None and j is leader:
+            stamps.mark("leader_sync_sent")
+    if stamps is not None:
+        stamps.mark("syncs_sent")
+        stamps.watch(sends, "sync_answer")
+    raw_synced = await asyncio.gather(*sends)
+    if stamps is not None:
+        stamps.mark("sync_answers_in")
+    synced = [codec.decode_response(ApiKey.SYNC_GROUP, sync_version, r)[1] for r in raw_synced]
     ended = time.perf_counter()
+    if stamps is not None:
+        stamps.mark("sync_answers_decoded")
     if {s.error_code for s in synced} != {0}:
         raise RuntimeError(f"sync of {group_id} round {round_number}: {[s.error_code for s in synced][:5]}")
     return (ended - started) * 1000, (ended - sync_started) * 1000
+
+
+async def one_rebalance_c(clients: list[KafkaClient], group_id: str, member_ids: list[str], leader_id: str,
+                          round_number: int, *, leader_sync_last: bool = False,
+                          stamps: RoundStamps | None = None) -> tuple[float, float, float]:
+    """one_rebalance's round run by bench/rbload.c over the same connections (their reading paused meanwhile):
+    the same requests (new metadata each round; the leader assigns every member one byte), timed by the C client:
+    ms of the round, of its sync phase, and the C client's own CPU. Every frame is built before it starts; the
+    generation, known from the JoinGroup answers only, is written into the SyncGroups by the C client. `stamps`:
+    its steps' marks (its own clock and CPU), as one_rebalance's."""
+    metadata = encode_subscription(Subscription((f"b{round_number % 10_000:04d}",)))
+    bodies = [join(c, group_id, m, FORM_SESSION_MS, metadata) for c, m in zip(clients, member_ids)]
+    version = int(bodies[0].__version__)
+    sync_version = clients[0].version_for(ApiKey.SYNC_GROUP, wire.HIGHEST[ApiKey.SYNC_GROUP])
+    if version < 6 or sync_version < 4:
+        raise SystemExit("--rebalance-client c reads flexible answers: JoinGroup v6+ and SyncGroup v4+")
+    order = sorted(range(len(clients)), key=lambda i: member_ids[i] == leader_id) if leader_sync_last \
+        else list(range(len(clients)))
+    assignments = [(m, b"\x00") for m in member_ids]
+
+    def sync_frame(i: int, correlation_id: int, generation: int) -> bytes:
+        return pack_sync_group_request(sync_version, correlation_id, clients[i].client_id, group_id, generation,
+                                       member_ids[i], None, "consumer", "range",
+                                       assignments if member_ids[i] == leader_id else [])
+    probe = (sync_frame(0, 0, 0), sync_frame(0, 0, 0x7F7F7F7F))
+    offset = next(k for k, (a, b) in enumerate(zip(*probe)) if a != b)
+    lines = [f"{len(clients)} {offset}\n"]
+    fds = []
+    for i in order:
+        client = clients[i]
+        join_id = client.next_correlation_id()
+        join_frame = codec.encode_request(join_id, client.client_id, bodies[i])
+        transport: Any = getattr(client, "_transport")
+        fds.append(transport.get_extra_info("socket").fileno())
+        lines.append(f"{fds[-1]} {join_frame.hex()} {sync_frame(i, client.next_correlation_id(), 0).hex()}\n")
+    plan = f"/tmp/rbload-{os.getpid()}.plan"
+    with open(plan, "w") as out:
+        out.writelines(lines)
+    paused = [getattr(c, "_transport") for c in clients]
+    for transport in paused:
+        transport.pause_reading()
+    try:
+        done = await asyncio.to_thread(subprocess.run, [str(rbload_binary()), plan], pass_fds=fds,
+                                       capture_output=True, text=True, check=False)
+    finally:
+        for transport in paused:
+            transport.resume_reading()
+        os.remove(plan)
+    if done.returncode != 0:
+        raise RuntimeError(f"rbload failed: {done.stderr.strip()}")
+    result = json.loads(done.stdout)
+    if result["join_errors"] or result["sync_errors"]:
+        raise RuntimeError(f"rebalance round {round_number} of {group_id}: {result}")
+    if stamps is not None:
+        stamps.marks.extend((event, at, cpu) for event, (at, cpu) in result["marks"].items())
+    return result["rebalance_ms"], result["sync_phase_ms"], result["cpu_ms"]
+
+
+def rbload_binary() -> str:
+    """bench/rbload.c compiled once per source version into the user's cache (as bench.instances' hbload)."""
+    source_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rbload.c")
+    with open(source_path, "rb") as source:
+        digest = hashlib.sha256(source.read()).hexdigest()[:12]
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "coordinator-bench")
+    binary = os.path.join(cache, f"rbload-{digest}")
+    if not os.path.exists(binary):
+        compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+        if compiler is None:
+            raise SystemExit("--rebalance-client c needs a C compiler (apt-get install gcc)")
+        os.makedirs(cache, exist_ok=True)
+        partial = f"{binary}.tmp"
+        subprocess.run([compiler, "-O2", "-o", partial, source_path], check=True)
+        os.rename(partial, binary)
+    return binary
 
 
 async def detection_figures(server: Server, args: argparse.Namespace) -> dict[str, Any]:
@@ -658,6 +821,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             servers.append(before)
         kafka = Server(f"kafka-{kafka_version()}", int(broker.bootstrap.rsplit(":", 1)[1]), broker.pid or 0)
         servers.append(kafka)
+        note_stamped_process("generator", os.getpid())
+        for server in servers:
+            note_stamped_process(server.name, server.pid)
         results: dict[str, list[dict[str, Any]]] = {server.name: [] for server in servers}
         for server in servers[:-1]:
             pin(server.pid, LOADGEN_CPU)
@@ -723,6 +889,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_serve_arg_options(parser)
     parser.add_argument("--profile", help="py-spy raw output file for our server (the baseline's: FILE.before) "
                         "during the largest rebalance")
+    parser.add_argument("--broker-with-server", action="store_true",
+                        help="while ours is measured, the broker holding its state on the server's CPU (its state "
+                             "write's CPU counted on the server's side, as Kafka's own log append is), not on the load "
+                             "generator's (the default, and always the baseline's: with --baseline-tree . this races "
+                             "the two placements)")
+    parser.add_argument("--rebalance-client", choices=["python", "c"], default="python",
+                        help="what sends a rebalance's requests: this process (default), or bench/rbload.c over the "
+                             "same connections (its CPU per rebalance a fraction of this process's)")
     parser.add_argument("--leader-sync-last", action="store_true",
                         help="the leader's SyncGroup sent after every follower's (a real leader runs its assignor "
                              "first); by default in member order")

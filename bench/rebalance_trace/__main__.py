@@ -2,22 +2,27 @@
 timestamps taken in `coordinator serve`, then the median of each step per group size.
 
   python -m bench.rebalance_trace [--trace FILE] [--librdkafka-debug eos,protocol,msg] -- <bench.coordinator args>
-  python -m bench.rebalance_trace --analyse FILE
+  python -m bench.rebalance_trace --analyse FILE [--timeline STAMPS [--perf PERF]]
+  python -m bench.rebalance_trace --timeline STAMPS --perf PERF -- <bench.coordinator args>   (ours and Kafka)
 
 The stamps (this directory's sitecustomize.py, put on the server's PYTHONPATH): the join's completion, the leader's
 SyncGroup, the write queued and handed to the producer's thread, begin/commit_transaction on that thread, the
 write's callback on the loop, every parked JoinGroup/SyncGroup answered. Each row of the table is the median (and
 range) over the rebalances of one size, in ms. Only the transactional write mode is stamped; race one build of ours
-(no --baseline-tree: every `coordinator serve` started writes into the same trace)."""
+(no --baseline-tree: every `coordinator serve` started writes into the same trace). `--timeline`: a round's steps
+as the load generator sees them, for ours and Kafka, with (`--perf`) each step's CPU by process (timeline.py)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
+
+from bench.rebalance_trace.timeline import perf_command, timeline
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOIN_GROUP, SYNC_GROUP = "11", "14"
@@ -95,20 +100,38 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--trace", default="/tmp/rebalance_trace.log")
     parser.add_argument("--librdkafka-debug", help="librdkafka debug contexts for the state producers")
     parser.add_argument("--analyse", help="only analyse this trace file")
+    parser.add_argument("--timeline", metavar="STAMPS",
+                        help="also the load generator's stamps of every round (ours and Kafka's) to STAMPS, and the "
+                             "timeline of a round from them (timeline.py); with --perf, each step's CPU by process")
+    parser.add_argument("--perf", metavar="FILE", help="perf record -a of the whole race to FILE (with --timeline)")
     parser.add_argument("bench_args", nargs="*", help="after --: bench.coordinator's arguments")
     args = parser.parse_args(argv)
     if args.analyse:
         print(analyse(args.analyse))
+        if args.timeline:
+            print(timeline(args.timeline, args.analyse, args.perf))
         return 0
-    if os.path.exists(args.trace):
-        os.remove(args.trace)
+    for path in (args.trace, args.timeline):
+        if path and os.path.exists(path):
+            os.remove(path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])),
            "REBALANCE_TRACE": args.trace}
+    if args.timeline:
+        env["BENCH_REBALANCE_STAMPS"] = args.timeline
     if args.librdkafka_debug:
         env["REBALANCE_TRACE_DEBUG"] = args.librdkafka_debug
     bench = [sys.executable, "-m", "bench.coordinator", "--figures", "rebalance", *args.bench_args]
-    code = subprocess.run(bench, env=env, check=False).returncode
+    perf = subprocess.Popen(perf_command(args.perf), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) \
+        if args.perf and args.timeline else None
+    try:
+        code = subprocess.run(bench, env=env, check=False).returncode
+    finally:
+        if perf is not None:
+            perf.send_signal(signal.SIGINT)
+            perf.wait(60)
     print(analyse(args.trace))
+    if args.timeline:
+        print(timeline(args.timeline, args.trace, args.perf if perf is not None else None))
     return code
 
 

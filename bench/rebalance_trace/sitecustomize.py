@@ -51,7 +51,7 @@ def _wrap(owner: Any, name: str, before: str | None = None, after: str | None = 
 def _install() -> None:
     from confluent_kafka import Producer
 
-    from coordinator.group import rebalance, sync
+    from coordinator.group import join, rebalance, sync
     from coordinator.server import connection
     from coordinator.storage import transaction_client, transactions
 
@@ -70,6 +70,8 @@ def _install() -> None:
         prepare_rebalance(self, group, cause)
     setattr(shard_class, "prepare_rebalance", prepare)
     _wrap(sync, "_store_leader_assignment", before="leader_sync")
+    _wrap(join, "handle_join_group", before="join_in")  # every request, read and handed to group logic
+    _wrap(sync, "handle_sync_group", before="sync_in")
     _wrap(sync, "_on_assignment_stored", before="acked_on_loop")
     _wrap(transactions.TransactionalProducer, "send", before="queued")  # TransactionQueue.send
     _wrap(transactions.TransactionalProducer, "_begin_commit", before="submit")
@@ -83,6 +85,13 @@ def _install() -> None:
         if header is not None:
             stamp("answered", int(header.api_key))
     setattr(connection.Connection, "_answer_parked", _answer_parked)
+    answer = connection.Connection._answer
+
+    def _answer(self: Any, header: Any, to_frame: Any, future: Any) -> Any:  # parked or answered at once
+        response = answer(self, header, to_frame, future)
+        stamp("answer_built", int(header.api_key))
+        return response
+    setattr(connection.Connection, "_answer", _answer)
 
     class StampedProducer(Producer):  # the client TransactionClient creates
         def begin_transaction(self, *args: Any) -> Any:
