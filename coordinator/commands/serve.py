@@ -321,10 +321,16 @@ async def _run_serve(args: argparse.Namespace) -> int:
             reason = (f"address already in use: {' or '.join(ours)} ({reason}); another coordinator's relay on "
                       f"this host may hold it (its broker listeners take its listen port + 1 + node id unless "
                       f"--relay-base-port says otherwise)")
-        logging.getLogger("coordinator").error("event=startup_failed error=%s", reason)
+        # a fault of ours, not of the surroundings: the log keeps where it came from (one line on stderr still)
+        traceback = exc if isinstance(exc, _FAULTS) else None
+        logging.getLogger("coordinator").error("event=startup_failed error=%s", reason, exc_info=traceback)
         print(f"coordinator serve: could not start: {reason}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+# Exceptions that say the code is wrong, not the cluster, the port or the configuration
+_FAULTS = (SystemError, AssertionError, TypeError, AttributeError, NameError, LookupError, ZeroDivisionError)
 
 
 def _one_line(exc: BaseException, bootstrap: str | None = None) -> str:
