@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 
 from confluent_kafka import KafkaError
 
+from coordinator.storage.outcome import Outcome
 from coordinator.storage.producer import KafkaRecord
 
 log = logging.getLogger("coordinator.storage")
@@ -76,10 +77,11 @@ class TransactionQueue(Generic[Commit]):
     def send(self, records: Sequence[KafkaRecord], *, offsets: list[int] | None = None
              ) -> asyncio.Future[KafkaError | None]:
         """Queue `records` now for the next transaction (transactions take the queue in order); the future
-        resolves with None once it is committed, else with its error (never raises). `offsets` gets the
-        records' offsets as the partitions' leaders acknowledged them."""
+        resolves with None once it is committed, else with its error (never raises); its `on_settled` listeners
+        run in the call that brings the transaction's outcome (outcome.py). `offsets` gets the records' offsets
+        as the partitions' leaders acknowledged them."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[KafkaError | None] = loop.create_future()
+        future: asyncio.Future[KafkaError | None] = Outcome(loop=loop)
         fence = self._fence()
         if self._closed or self._worker is None:
             future.set_result(KafkaError(KafkaError._DESTROY, "state producer closed"))
