@@ -58,7 +58,7 @@ from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
 
-_LOAD_SLICE = 2_000
+_LOAD_SLICE = 2_000  # groups materialised between two yields to the event loop
 # Groups and their members unloaded between two yields to the loop. A member costs ~2 µs (classic) and ~4.5 µs
 # (consumer protocol) in process (bench/shutdown_unload.py), a classic one ~5 µs in `coordinator serve` with its
 # telemetry (docs/performance.md, "Shutdown's unload a slice per loop turn"): a slice is ~1-2.5 ms of the loop, a
@@ -66,10 +66,13 @@ _LOAD_SLICE = 2_000
 UNLOAD_SLICE = 500
 _NAMES_LOGGED = 10  # of a list of topics in one log line
 Q = TypeVar("Q")  # a request
-R = TypeVar("R")  # its response  # groups materialised between two yields to the event loop
+R = TypeVar("R")  # its response
 # A request's handler: its Result (writes, response or future), or, writing nothing, its response or future alone.
 _Handler = Callable[[GroupShard, Q], "Result[R] | asyncio.Future[R] | R"]
 _Append = tuple[int, list[Write], Awaitable[None], bool]  # partition, writes, the store's outcome, by_request
+# What telemetry puts around a request that is not part of a rebalance: (its API's name, the request, how it is
+# served) -> the answer (coordinator/telemetry/requests.py)
+RequestSpans = Callable[[str, Any, Callable[[Any], Awaitable[Any]]], Awaitable[Any]]
 
 
 class GroupRuntime:
@@ -122,6 +125,9 @@ class GroupRuntime:
         # awaits `refresh_topics`
         self.stale_topics: Callable[[Collection[str]], list[str]] | None = None
         self._refreshing_topics: dict[str, asyncio.Task[None]] = {}  # refreshes in the background, by topic
+        # what telemetry puts around LeaveGroup, OffsetCommit, DescribeGroups and DeleteGroups (a span each,
+        # coordinator/telemetry/requests.py); None: served as they are
+        self.request_spans: RequestSpans | None = None
         self.is_active = True
         # insertion-ordered (a dict, not a set): shutdown cancels the writes in the order they were made, not in
         # the tasks' memory-address order, so their answers go out in a reproducible order
@@ -441,6 +447,10 @@ class GroupRuntime:
         return self.consumer_groups.describe(group_ids)
 
     async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
+        spans = self.request_spans
+        return await (self._leave_group(req) if spans is None else spans("LeaveGroup", req, self._leave_group))
+
+    async def _leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
         consumer_group = self._mixed_group(req.group_id)
         if consumer_group is None:
             return await self._serve(req.group_id, leave.handle_leave_group, req)
@@ -452,6 +462,11 @@ class GroupRuntime:
         return response
 
     async def commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+        spans = self.request_spans
+        return await (self._commit_offsets(req) if spans is None
+                      else spans("OffsetCommit", req, self._commit_offsets))
+
+    async def _commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
         return await self._serve(req.group_id, offsets.handle_commit_offsets, req)
 
     async def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
@@ -461,6 +476,11 @@ class GroupRuntime:
         return await self._serve(req.group_id, offsets.handle_delete_offsets, req)
 
     async def describe_groups(self, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        spans = self.request_spans
+        return await (self._describe_groups(req) if spans is None
+                      else spans("DescribeGroups", req, self._describe_groups))
+
+    async def _describe_groups(self, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
         return DescribeGroupsResponse([admin.describe_group(self.shard_for(group_id), group_id, req.version)
                                        for group_id in req.groups])
 
@@ -475,6 +495,10 @@ class GroupRuntime:
         return ListGroupsResponse(error, [g for shard in served for g in admin.list_groups(shard, req)])
 
     async def delete_groups(self, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        spans = self.request_spans
+        return await (self._delete_groups(req) if spans is None else spans("DeleteGroups", req, self._delete_groups))
+
+    async def _delete_groups(self, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
         """Each shard deletes its groups; answered once every tombstone is written (KafkaApis de-duplicates)."""
         by_shard: dict[int, list[str]] = {}
         names = list(dict.fromkeys(req.groups_names))

@@ -214,9 +214,7 @@ class DelayedOperationPurgatory(Generic[T]):
         except RuntimeError:
             loop = None
         if loop is None or len(self._watchers) <= PURGE_BATCH:
-            dropped = self.purge_completed()
-            log.debug("purgatory=%s purged=%d watched=%d delayed=%d", self.name, dropped, self._watched,
-                      self._delayed.value)
+            self._log_purged(self.purge_completed())
             return
         self._estimated_total = self._delayed.value
         self._sweep = list(self._watchers)
@@ -232,6 +230,9 @@ class DelayedOperationPurgatory(Generic[T]):
             self._sweep_handle = asyncio.get_running_loop().call_soon(self._sweep_some, dropped)
             return
         self._sweep_handle = None
+        self._log_purged(dropped)
+
+    def _log_purged(self, dropped: int) -> None:
         log.debug("purgatory=%s purged=%d watched=%d delayed=%d", self.name, dropped, self._watched,
                   self._delayed.value)
 

@@ -14,7 +14,7 @@ from coordinator.telemetry import logs
 from coordinator.telemetry.consumer_tracing import ConsumerRebalanceTracer
 from coordinator.telemetry.metrics import MetricsObserver
 from coordinator.telemetry.otel import Telemetry
-from coordinator.telemetry.requests import trace_group_requests
+from coordinator.telemetry.requests import RequestSpans
 from coordinator.telemetry.tracing import RebalanceTracer
 from coordinator.telemetry.txn_tracing import TxnOffsetsTracer
 
@@ -58,7 +58,7 @@ def instrument(telemetry: Telemetry, coordinator: Any, observer: ObserverMux, no
         observer.add(done.rebalances)
         done.consumer_rebalances = ConsumerRebalanceTracer(tracer, now_ns)
         observer.add(done.consumer_rebalances)
-        trace_group_requests(coordinator, tracer, done.rebalances)
+        coordinator.request_spans = RequestSpans(tracer, done.rebalances)
         observer.add(TxnOffsetsTracer(tracer))
         trace_id_for = done.trace_id_for
         assert trace_id_for is not None

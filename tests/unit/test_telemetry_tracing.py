@@ -211,6 +211,10 @@ async def test_other_group_requests_are_spans_linked_to_the_rebalance(receiver: 
 
     telemetry = start_telemetry(env={}, trace_exporter=OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces"))
     env, instrumented, _events = telemetry_env(telemetry)
+    # through the runtime's declared hook, none of its methods replaced on the instance (a compiled runtime's
+    # methods are read-only)
+    assert env.coordinator.request_spans is not None
+    assert not {"leave_group", "commit_offsets", "describe_groups", "delete_groups"} & set(vars(env.coordinator))
     try:
         a, b = env.client("a"), env.client("b")
         await form_group(env, a, b)
