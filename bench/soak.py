@@ -15,7 +15,8 @@ What it does, bounded in time and count:
    connection (from several loopback source addresses, so 100k connections do not run out of ports),
    JoinGroup (KIP-394 member id round trip), SyncGroup (the leader assigns). At most --connect-window
    connections wait to be accepted at any time (opened, first answer not yet in), so the wave follows the
-   server's accept rate instead of overflowing its listen queue. The kernel's ListenOverflows and
+   server's accept rate instead of overflowing its listen queue; the shared heartbeat connections, opened
+   before forming, are paced by the same window. The kernel's ListenOverflows and
    ListenDrops counters (/proc/net/netstat) are read before and after: a listen-queue overflow is counted here.
    A member that synced closes its forming connection and joins the heartbeat schedule at once.
 3. Heartbeats: each member every `interval_s` at a fixed phase (evenly spread), Heartbeat v4 frames encoded once,
@@ -166,6 +167,17 @@ class HeartbeatConnection(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
 
+    async def accepted(self) -> None:
+        """Until the server answers a heartbeat sent now over this connection, of a member no group has (its error
+        asks for nothing): the server has accepted this connection, and, accepting in order, every one opened
+        before it."""
+        probe = HeartbeatMember(0, "soak-accept-probe", self)
+        probe.synced(-1, "soak-accept-probe")
+        probe.rejoining = True  # an answer's error does not start a rejoin
+        self.send(probe, time.perf_counter_ns())
+        while self.sent and not self.lost:
+            await asyncio.sleep(0.002)
+
     def send(self, member: HeartbeatMember, now_ns: int) -> None:
         if self.transport is None or self.lost:
             return
@@ -307,10 +319,16 @@ class Generator:
         loop = asyncio.get_running_loop()
         worker = self.worker
         pool_size = max(1, -(-self.member_total // worker.members_per_connection))
+        # Opened one after another as fast as the kernel completes handshakes, they would wait in the server's
+        # listen queue faster than it accepts them (10,000 at 300k members: the queue full, SYNs dropped): at most
+        # `connect_window` of them are opened before the server has answered on the last one, as forming paces.
+        window = worker.connect_window or pool_size
         for i in range(pool_size):
             _, conn = await loop.create_connection(lambda: HeartbeatConnection(worker), worker.host, worker.port,
                                                    local_addr=(_SOURCE_ADDRESSES[i % len(_SOURCE_ADDRESSES)], 0))
             self.pool.append(conn)
+            if (i + 1) % window == 0:
+                await conn.accepted()
         self.scheduler = loop.create_task(schedule(worker, self.slots, self.stopping))
         return await form(worker, self.activate, KafkaClient)
 

@@ -6,17 +6,18 @@ Driven by the membership consumer (membership.py), everything here runs on the e
                 init_transactions aborts and fences the previous owner), reads it to its end, then it is served
     revoked   → runtime.unload(partitions): parked requests get NOT_COORDINATOR, groups dropped, the store stops
     lost        writing; the membership thread waits for this before Kafka may give the partitions to another
-    fenced    → (the store found another owner writing) unloaded at once, before the consumer even learns it;
-                then DescribeGroups decides: still ours → fenced again by us, read again and served; else given up
+    fenced    → (the store found another owner writing) out of service at once, before the consumer even learns
+                it; then DescribeGroups decides: still ours → fenced again by us, read again and served; else given up
 
 Transitions run one at a time, in the order Kafka sent them; a lost or fenced partition stops being served at once,
-without waiting its turn. A load whose partitions are all given up (revoked or lost) while it runs is stopped, as
-is the one running when the instance shuts down (`close`), and a shutting-down instance starts no load: an
-unfinished load would go on initialising its partitions' producers (bumping their epochs) and then serve them,
-though Kafka may already have handed them on (a lost partition; or one of a shutting-down instance, whose
-membership consumer stops heartbeating once its close() begins, so a long unload can outlast its session) — the
-new owner's producers fenced by a former owner. Kafka stops its loads the same way (GroupMetadataManager's load
-loop ends when the coordinator shuts down; TransactionStateManager's also when the partition emigrates).
+without waiting its turn (its groups then go a slice per loop turn: `_stop_serving`). A load whose partitions are
+all given up (revoked or lost) while it runs is stopped, as is the one running when the instance shuts down
+(`close`), and a shutting-down instance starts no load: an unfinished load would go on initialising its partitions'
+producers (bumping their epochs) and then serve them, though Kafka may already have handed them on (a lost
+partition; or one of a shutting-down instance, whose membership consumer stops heartbeating once its close() begins,
+so a long unload can outlast its session) — the new owner's producers fenced by a former owner. Kafka stops its
+loads the same way (GroupMetadataManager's load loop ends when the coordinator shuts down; TransactionStateManager's
+also when the partition emigrates).
 
 The zombie guard. A process paused past its session (SIGSTOP, a VM freeze, a long collection) has lost its
 partitions without knowing it: Kafka moved them, and the first requests it reads after waking up were maybe
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordinator.cluster")
 
-_ACTIVE, _UNOWNED, _LOADING = ShardStatus.ACTIVE, ShardStatus.UNOWNED, ShardStatus.LOADING
+_ACTIVE = ShardStatus.ACTIVE
 _CONFIRM_RETRY_MS = 200
 _LOAD_RETRY_MAX_S = 30.0
 
@@ -278,6 +279,7 @@ class Ownership:
         for task in [*self._tasks, *confirming]:
             task.cancel()
         await asyncio.gather(*self._tasks, *confirming, return_exceptions=True)
+        await self.runtime.wait_unloaded()  # the groups of what `_stop_serving` gave up, gone too
 
     # -- from the membership thread (run on the loop) -----------------------------------------------------------
     async def on_assigned(self, partitions: set[int]) -> None:
@@ -356,10 +358,10 @@ class Ownership:
             self.on_owned(set(self.owned))
 
     def _stop_serving(self, partitions: Collection[int]) -> None:
-        for partition in partitions:
-            shard = self.runtime.shards[partition]
-            shard.status = _UNOWNED
-            shard.unload_all(Errors.NOT_COORDINATOR)
+        """Out of service now: NOT_COORDINATOR, and none of their groups' timers acts any more; the groups go a
+        slice per loop turn in the runtime's task (GroupRuntime.give_up), every parked request answered as it
+        goes. The transition queued behind (its `runtime.unload`) and a later load of the partition wait for it."""
+        self.runtime.give_up(partitions)
 
     # -- transitions, one at a time -------------------------------------------------------------------------------
     async def _transitions(self) -> None:
@@ -464,10 +466,10 @@ class Ownership:
             self.guard.pulse()
 
     def _on_stall(self, stalled_ms: int) -> None:
-        """Out of service: every served partition answers NOT_COORDINATOR until Kafka confirms it is ours. Its
-        groups are dropped at once, so none of their timers (sessions, rebalance timeouts) acts on a state that
-        may belong to another instance by now; the partitions Kafka confirms are read again from the state topic
-        (the truth, whoever wrote it last) and served."""
+        """Out of service: every served partition answers NOT_COORDINATOR until Kafka confirms it is ours. None
+        of its groups' timers (sessions, rebalance timeouts) acts from now on, on a state that may belong to another
+        instance by now, and the groups are dropped, a slice per loop turn (`_stop_serving`); the partitions Kafka
+        confirms are read again from the state topic (the truth, whoever wrote it last) and served."""
         newly = {p for p in self.owned if self.runtime.shards[p].status is _ACTIVE}
         if newly:
             self._stop_serving(newly)

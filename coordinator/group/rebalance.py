@@ -76,6 +76,8 @@ class Rebalancing(SyncPhase):
         if group.is_in(DEAD):  # unloaded: Kafka drops the non-rejoined members unseen; nobody failed
             log.info("event=join_complete_skipped group=%s reason=dead", group.group_id)
             return
+        if self.given_up:  # being unloaded: its parked JoinGroups are answered by the unload
+            return
         self._remove_dynamic_members_not_rejoined(group)
         if not group.maybe_elect_new_joined_leader() and group.members:
             # Nobody re-joined: wait another rebalance timeout for session expiry to clear the members.

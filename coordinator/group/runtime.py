@@ -11,7 +11,9 @@ LOADING (COORDINATOR_LOAD_IN_PROGRESS), ACTIVE, STOPPED (COORDINATOR_NOT_AVAILAB
 partitions through the store and materialises their groups partition by partition, yielding to the loop
 between slices, so the shards already served keep answering; `unload(partitions)` answers the parked requests
 of their groups NOT_COORDINATOR and stops the store writing to them (a slice of groups per loop turn, as
-`shutdown` unloads). Several instances (issue 10, step 2) will call these two as partitions move between them.
+`shutdown` unloads). Several instances (cluster/ownership.py) call these two as partitions move between them, and
+`give_up(partitions)` where a partition must stop being served at once, in the callback that learns it (lost,
+fenced): its groups then go a slice per loop turn in a task, which `unload` and `load` of the partition wait for.
 
 A write that group logic makes on its own (an emptied group's record, from a timer) goes through the same
 append (`shard.append`), queued at once: a partition's writes reach the store in the order the shard made them.
@@ -141,6 +143,9 @@ class GroupRuntime:
         # partition -> the outcomes of its appends that came while its groups are unloaded, settled after them
         # (writes, outcome, by_request, elapsed ms)
         self._held: dict[int, list[tuple[list[Write], Errors, bool, float]]] = {}
+        # partition -> the unload of its groups under way (`give_up`'s task, or a future standing for `unload`'s or
+        # `shutdown`'s own): another unload or a load of the partition waits for it; `give_up` leaves it the work
+        self._unloading: dict[int, asyncio.Future[Any]] = {}
         # False: every write goes to the store at once, each its own append (A/B benches; see append_in_turn)
         self.write_turns = True
 
@@ -768,6 +773,7 @@ class GroupRuntime:
         every few thousand groups. If the store fails the partitions stay LOADING and the error propagates
         (serving an empty state would look like every group was lost). Returns the groups loaded."""
         wanted = self._partitions(partitions)
+        await self.wait_unloaded(wanted)  # a partition given up and taken back: its old groups gone first
         self.begin_loading(wanted)
         loaded = await self.store.load(wanted)
         by_partition: dict[int, list[str]] = {p: [] for p in wanted}
@@ -841,8 +847,55 @@ class GroupRuntime:
         wanted = list(partitions)
         for partition in wanted:
             self.shards[partition].status = ShardStatus.UNOWNED
-        await self._unload_shards(wanted)
+        await self._unload_alone(wanted)
         await self.store.unload(wanted)
+
+    def give_up(self, partitions: Collection[int]) -> None:
+        """Stop serving the partitions now, from a callback that cannot wait (a partition lost or fenced, the
+        instance stalled, a load stopped: cluster/ownership.py): from here on their groups' requests get
+        NOT_COORDINATOR, their timers do nothing (the shard's `given_up`) and their writes' outcomes are held; the
+        groups themselves are unloaded by a task, a slice per loop turn, each parked request answered
+        NOT_COORDINATOR as the task reaches its group. `unload` and `load` of these partitions wait for that task;
+        the store keeps writing them until `unload`."""
+        fresh = []
+        for partition in partitions:
+            self.shards[partition].status = ShardStatus.UNOWNED
+            unloading = self._unloading.get(partition)
+            if unloading is None or unloading.done():  # else the unload under way takes what the shard has
+                self._held.setdefault(partition, [])  # held from now on, not from the task's first step
+                fresh.append(partition)
+        if not fresh:
+            return
+        task = asyncio.get_running_loop().create_task(self._unload_shards(fresh), name="unload-given-up")
+        for partition in fresh:
+            self._unloading[partition] = task
+        task.add_done_callback(functools.partial(self._unloaded, fresh))
+
+    def _unloaded(self, partitions: list[int], unloading: asyncio.Future[Any]) -> None:
+        for partition in partitions:
+            if self._unloading.get(partition) is unloading:
+                del self._unloading[partition]
+        if not unloading.cancelled() and unloading.exception() is not None:
+            log.error("event=unload_failed partitions=%s", partitions, exc_info=unloading.exception())
+
+    async def wait_unloaded(self, partitions: Collection[int] | None = None) -> None:
+        """Until no unload of the partitions' groups is under way (`give_up`'s; None: any partition's)."""
+        wanted = self._partitions(partitions)
+        while running := {u for p in wanted if (u := self._unloading.get(p)) is not None and not u.done()}:
+            await asyncio.wait(running)
+
+    async def _unload_alone(self, partitions: list[int], held_error: Errors | None = None) -> None:
+        """`_unload_shards` once no other unload of the partitions is under way, marked as under way itself
+        meanwhile (a `give_up` then leaves the partitions to it)."""
+        await self.wait_unloaded(partitions)
+        marker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for partition in partitions:
+            self._unloading[partition] = marker
+        try:
+            await self._unload_shards(partitions, held_error)
+        finally:
+            marker.set_result(None)
+            self._unloaded(partitions, marker)
 
     def unload_group(self, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
         self.shard_for(group.group_id).unload_group(group, error)
@@ -853,7 +906,7 @@ class GroupRuntime:
     async def _unload_shards(self, partitions: list[int], held_error: Errors | None = None) -> None:
         """The groups of shards already given up (UNOWNED, STOPPED) unloaded a slice per loop turn, classic groups
         then consumer groups, shard by shard. No request reaches them meanwhile (the status) and their timers do
-        nothing (residency.py); the outcomes of their partitions' writes that come meanwhile are held
+        nothing (`given_up`); the outcomes of their partitions' writes that come meanwhile are held
         (`_append_then`), so no write's callback runs on a half-unloaded shard: as with an unload in one loop
         callback, every parked request is answered by the unload, and those writes are settled after it, in the
         order their outcomes came, with their outcome or `held_error`. Cancelled meanwhile, it finishes the unload
@@ -892,7 +945,7 @@ class GroupRuntime:
             shard.status = ShardStatus.STOPPED
         # a write whose outcome comes during the unload is settled as the cancel below settles the others (an
         # unload in one loop callback would have cancelled it with them)
-        await self._unload_shards(every, held_error=Errors.COORDINATOR_NOT_AVAILABLE)
+        await self._unload_alone(every, held_error=Errors.COORDINATOR_NOT_AVAILABLE)
         for partition in list(self._in_turn):  # sent now: their tasks are cancelled with the others below
             self._send_turn(partition)
         tasks = list(self._tasks.items())

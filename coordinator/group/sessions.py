@@ -10,16 +10,28 @@ from coordinator.group.member import MemberMetadata
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver, RebalanceCategory, RebalanceCause
 from coordinator.group.state import DEAD
+from coordinator.group.status import ShardStatus
 from coordinator.purgatory import DelayedOperationPurgatory
 from coordinator.timer import Clock
 
 log = logging.getLogger("coordinator.group")
+
+_UNOWNED, _STOPPED = ShardStatus.UNOWNED, ShardStatus.STOPPED
 
 
 class SessionTracking:
     clock: Clock
     observer: GroupObserver
     heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat]
+    status: ShardStatus
+
+    @property
+    def given_up(self) -> bool:
+        """Leaving this instance (revoked, lost, fenced, or the service stopping): its groups are being unloaded, a
+        slice per loop turn (residency.py), not served; the timers of a group the unload has not reached yet do
+        nothing (the unload answers for it)."""
+        status = self.status
+        return status is _UNOWNED or status is _STOPPED
 
     def remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata,
                                        cause: RebalanceCause) -> None:
@@ -90,6 +102,8 @@ class SessionTracking:
         return False
 
     def on_expire_heartbeat(self, op: DelayedHeartbeat) -> None:
+        if self.given_up:
+            return
         group = op.group
         if group.is_in(DEAD):
             log.info("event=heartbeat_expired_after_unload group=%s member=%s", group.group_id, op.member_id)

@@ -45,6 +45,8 @@ class SyncPhase(SessionTracking):
         return force_complete() if not group.pending_sync_members else False
 
     def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None:
+        if self.given_up:  # being unloaded: its parked SyncGroups are answered by the unload
+            return
         if generation_id != group.generation_id or group.state in (DEAD, EMPTY, PREPARING):
             log.error("event=unexpected_sync_expiration group=%s generation=%d current_generation=%d state=%s",
                       group.group_id, generation_id, group.generation_id, group.state.value)

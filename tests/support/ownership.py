@@ -70,3 +70,22 @@ def heartbeat(ownership: Ownership, env: Env) -> Errors:
     return ownership.service.handle_heartbeat("g", a.generation, a.member_id)
 
 
+class StuckLoads:
+    """The store's load held until `gate` is set (Kafka's transaction coordinator not answering the fence):
+    which loads started, which were stopped (cancelled) while held."""
+
+    def __init__(self, env: Env) -> None:
+        self.gate = asyncio.Event()
+        self.started: list[set[int]] = []
+        self.stopped: list[set[int]] = []
+        self._load = env.store.load
+        env.store.load = self  # type: ignore[method-assign]
+
+    async def __call__(self, partitions):  # type: ignore[no-untyped-def]
+        self.started.append(set(partitions))
+        try:
+            await self.gate.wait()
+        except asyncio.CancelledError:
+            self.stopped.append(set(partitions))
+            raise
+        return await self._load(partitions)

@@ -15,8 +15,8 @@ from coordinator.group.status import ShardStatus
 from coordinator.timer import ManualClock
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, drain, form_group
-from tests.support.ownership import (SESSION_MS, STALL_MS, Confirmations, ScriptedMembership, formed_then_owned,
-                                     heartbeat)
+from tests.support.ownership import (SESSION_MS, STALL_MS, Confirmations, ScriptedMembership, StuckLoads,
+                                     formed_then_owned, heartbeat)
 from tests.support.polling import wait_until
 
 
@@ -185,27 +185,6 @@ async def test_partition_lost_while_loading_is_never_served(cluster: Env) -> Non
     await ownership.close()
 
 
-class _StuckLoads:
-    """The store's load held until `gate` is set (Kafka's transaction coordinator not answering the fence):
-    which loads started, which were stopped (cancelled) while held."""
-
-    def __init__(self, env: Env) -> None:
-        self.gate = asyncio.Event()
-        self.started: list[set[int]] = []
-        self.stopped: list[set[int]] = []
-        self._load = env.store.load
-        env.store.load = self  # type: ignore[method-assign]
-
-    async def __call__(self, partitions):  # type: ignore[no-untyped-def]
-        self.started.append(set(partitions))
-        try:
-            await self.gate.wait()
-        except asyncio.CancelledError:
-            self.stopped.append(set(partitions))
-            raise
-        return await self._load(partitions)
-
-
 async def _owned_nothing_yet(env: Env) -> tuple[Ownership, ScriptedMembership]:
     runtime = env.coordinator
     await runtime.unload(range(runtime.num_partitions))
@@ -221,7 +200,7 @@ async def test_close_stops_the_load_under_way_and_loads_nothing_more(cluster: En
     membership consumer stops heartbeating as its close begins, so a long unload could outlast the session and
     the partitions move before we leave; the load's producers would then fence their new owner's)."""
     runtime = cluster.coordinator
-    loads = _StuckLoads(cluster)
+    loads = StuckLoads(cluster)
     ownership, membership = await _owned_nothing_yet(cluster)
     await membership.assign({0})
     await membership.assign({1})  # queued behind the first
@@ -238,7 +217,7 @@ async def test_a_load_whose_partitions_are_all_revoked_is_stopped(cluster: Env) 
     """The revoke returns without waiting for a load of nothing still ours; a load of which something is still
     ours goes on, and the revoked part is unloaded after it."""
     runtime = cluster.coordinator
-    loads = _StuckLoads(cluster)
+    loads = StuckLoads(cluster)
     ownership, membership = await _owned_nothing_yet(cluster)
     await membership.assign({0})
     await wait_until(lambda: loads.started == [{0}], 5.0, "loads.started == [{0}]", 0.01)

@@ -13,85 +13,36 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import pytest
 import uvloop
 
 from coordinator.group import runtime
-from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.heartbeat import HeartbeatRequest
-from coordinator.group.records import GroupRecord, MemberRecord, Record
-from coordinator.group.shard import GroupShard
+from coordinator.group.records import Record
 from coordinator.group.status import ShardStatus
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.runtime_health import CallbackTimer
 from coordinator.storage.outcome import Outcome
 from coordinator.topics import StaticTopics, TopicImage
 from protocol.error_codes import Errors
-from tests.support.group_harness import Client, Env, commit, errors_of, subscription
+from tests.support.group_harness import Env, commit, errors_of
+from tests.support.unload_turns import Turns, group_records, parked_joins
 
 GROUP_SIZE = 3
-SESSION_MS = 10_000
 SLICE = 200  # groups and members unloaded between two turns in these tests (the service's: UNLOAD_SLICE)
 MOST_GROUPS_A_TURN = SLICE // (1 + GROUP_SIZE) + 1
-
-
-def _group_records(groups: int, now_ms: int, size: int = GROUP_SIZE) -> dict[str, GroupRecord]:
-    records = {}
-    for g in range(groups):
-        group_id = f"group-{g}"
-        members = [MemberRecord(f"{group_id}-member-{m}", None, "client", "/127.0.0.1", 30_000, SESSION_MS,
-                                subscription("orders"), b"assignment") for m in range(size)]
-        records[group_id] = GroupRecord("consumer", 1, "range", members[0].member_id, now_ms, members)
-    return records
-
-
-class _Turns:
-    """The groups unloaded in each loop turn (`GroupShard.unload_group` counted; a ticker rescheduled every turn
-    closes each turn and runs `each_turn` first)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, each_turn: Callable[[int], None]) -> None:
-        self.unloaded: list[int] = [0]
-        self._each_turn = each_turn
-        unload_group = GroupShard.unload_group
-
-        def counted(shard: GroupShard, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
-            self.unloaded[-1] += 1
-            unload_group(shard, group, error)
-
-        monkeypatch.setattr(GroupShard, "unload_group", counted)
-        self._loop = asyncio.get_running_loop()
-        self._ticker = self._loop.call_soon(self._tick)
-
-    def _tick(self) -> None:
-        if self.unloaded[-1]:
-            self._each_turn(len(self.unloaded))
-            self.unloaded.append(0)
-        self._ticker = self._loop.call_soon(self._tick)
-
-    def stop(self) -> None:
-        self._ticker.cancel()
-
-
-async def _parked_joins(env: Env, group_ids: list[str]) -> list[asyncio.Task[Any]]:
-    """A new member joins each group: the group prepares a rebalance and its JoinGroup is parked until the loaded
-    members rejoin (or their rebalance timeout runs out)."""
-    joins = []
-    for group_id in group_ids:
-        joins.append(await Client(env, f"new-{group_id}", group_id, session_timeout_ms=SESSION_MS).start_join())
-    assert not any(join.done() for join in joins)
-    return joins
 
 
 async def _shutdown_in_turns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)  # (raising: the test runs on the old code)
     groups = 1_500
     env = Env()
-    await env.load(_group_records(groups, env.clock.now_ms()))
+    await env.load(group_records(groups, env.clock.now_ms()))
     late = [f"group-{g}" for g in (3, 700, groups - 2)]
-    joins = await _parked_joins(env, late)
+    joins = await parked_joins(env, late)
     expired: list[tuple[Any, ...]] = []
     env.observer.on_member_session_expired = lambda *args: expired.append(args)  # type: ignore[method-assign]
     # an offset commit whose write is acknowledged while the unload is under way
@@ -109,7 +60,7 @@ async def _shutdown_in_turns(monkeypatch: pytest.MonkeyPatch) -> None:
         if turn == 2:
             gate.set()
 
-    turns = _Turns(monkeypatch, each_turn)
+    turns = Turns(monkeypatch, each_turn)
     try:
         await env.coordinator.shutdown()
     finally:
@@ -166,8 +117,8 @@ async def test_a_revoked_partition_is_unloaded_a_slice_per_turn_given_up_first(
     monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)
     groups = 600
     env = Env(offsets_topic_num_partitions=1, store=_OutcomeStore() if store == "outcome" else None)
-    await env.load(_group_records(groups, env.clock.now_ms()))
-    [join] = await _parked_joins(env, [f"group-{groups - 1}"])
+    await env.load(group_records(groups, env.clock.now_ms()))
+    [join] = await parked_joins(env, [f"group-{groups - 1}"])
     gate = env.store.hold_next_write()
     committed = asyncio.ensure_future(env.coordinator.commit_offsets(
         commit("group-500", 1, "group-500-member-0", {("orders", 0): 5})))
@@ -185,7 +136,7 @@ async def test_a_revoked_partition_is_unloaded_a_slice_per_turn_given_up_first(
             gate.set()
 
     committed.add_done_callback(lambda done: commit_answer.append((errors_of(done.result())[0], len(shard.groups))))
-    turns = _Turns(monkeypatch, each_turn)
+    turns = Turns(monkeypatch, each_turn)
     try:
         await env.coordinator.unload([0])
         await asyncio.wait_for(committed, 10)
@@ -207,8 +158,8 @@ async def test_an_unload_cancelled_between_slices_finishes_before_it_raises(monk
     monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)
     groups = 300
     env = Env(offsets_topic_num_partitions=1)
-    await env.load(_group_records(groups, env.clock.now_ms()))
-    [join] = await _parked_joins(env, [f"group-{groups - 1}"])
+    await env.load(group_records(groups, env.clock.now_ms()))
+    [join] = await parked_joins(env, [f"group-{groups - 1}"])
     gate = env.store.hold_next_write()
     committed = asyncio.ensure_future(env.coordinator.commit_offsets(
         commit("group-200", 1, "group-200-member-0", {("orders", 0): 5})))
@@ -266,7 +217,7 @@ async def test_consumer_protocol_groups_are_unloaded_a_slice_per_turn_too(monkey
 
 async def _longest_shutdown_callback(groups: int) -> float:
     env = Env()
-    await env.load(_group_records(groups, env.clock.now_ms(), size=10))
+    await env.load(group_records(groups, env.clock.now_ms(), size=10))
     callbacks = CallbackTimer(log_above_ms=float("inf"))
     assert callbacks.install(asyncio.get_running_loop()), "asyncio's own loop"
     try:

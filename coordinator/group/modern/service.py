@@ -1231,7 +1231,10 @@ class ConsumerGroupService:
             self._answer(self._batches.pop(group_id).waiting, (), Errors.NOT_COORDINATOR)  # nothing of it written
         groups = shard.consumer_groups
         while groups:
-            for group_id, group in list(groups.items()):
+            waiting = list(groups.items())  # taken off as they go: each group freed in its own slice
+            waiting.reverse()
+            while waiting:
+                group_id, group = waiting.pop()
                 if groups.get(group_id) is not group:
                     continue
                 self._armed_unconfigured.discard(group_id)
