@@ -21,6 +21,7 @@ append (`shard.append`), queued at once: a partition's writes reach the store in
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import itertools
 import logging
@@ -134,7 +135,8 @@ class GroupRuntime:
         # the tasks' memory-address order, so their answers go out in a reproducible order
         # the runtime's tasks, cancelled at shutdown; a write's task with its append (settled by shutdown if the
         # task never started: `_settle_if_never_started`)
-        self._tasks: dict[asyncio.Task[Any], _Append | None] = {}
+        # (or, for an append whose outcome settles its listeners itself, that outcome: `_await_appended`)
+        self._tasks: dict[asyncio.Future[Any], _Append | None] = {}
         # partition -> its writes waiting for the end of this loop turn, to go to the store as one (append_in_turn)
         self._in_turn: dict[int, list[Write]] = {}
         self._appending: dict[int, int] = {}  # partition -> its store appends not answered yet
@@ -654,13 +656,45 @@ class GroupRuntime:
 
     def _await_appended(self, partition: int, writes: list[Write], appended: Awaitable[None],
                         by_request: bool) -> None:
+        """The writes settled with the append's outcome: in the very call that settles it when the store's
+        awaitable takes listeners (coordinator/storage/outcome.py: the Kafka store's, settled as the transaction's
+        result reaches the loop), so the requests waiting are answered with no loop turn in between; else by a
+        task that awaits it. Either is in `_tasks` until then (shutdown cancels it: the writes are settled as a
+        cancelled append)."""
         self._appending[partition] = self._appending.get(partition, 0) + 1
+        on_settled = getattr(appended, "on_settled", None)
+        if on_settled is not None and isinstance(appended, asyncio.Future) and not appended.done():
+            self._tasks[appended] = (partition, writes, appended, by_request)
+            # in the appending request's context, as the task's step would run (a listener runs in the settler's)
+            context, started = contextvars.copy_context(), time.perf_counter()
+            on_settled(lambda outcome: context.run(self._appended, partition, writes, by_request, started, outcome))
+            return
         task = asyncio.get_running_loop().create_task(self._append_then(partition, writes, appended, by_request))
         self._tasks[task] = (partition, writes, appended, by_request)  # a tuple: cheaper than a partial
         task.add_done_callback(self._forget_task)
 
-    def _forget_task(self, task: asyncio.Task[Any]) -> None:
+    def _forget_task(self, task: asyncio.Future[Any]) -> None:
         self._tasks.pop(task, None)
+
+    def _appended(self, partition: int, writes: list[Write], by_request: bool, started: float,
+                  appended: asyncio.Future[None]) -> None:
+        """`_append_then`'s settling, as the outcome's listener."""
+        self._tasks.pop(appended, None)
+        if appended.cancelled():
+            error = Errors.COORDINATOR_NOT_AVAILABLE
+        else:
+            exc = appended.exception()
+            error = Errors.NONE if exc is None else self._append_failure(partition, writes, exc)
+        self._settle_or_hold(partition, writes, error, by_request, (time.perf_counter() - started) * 1000)
+
+    @staticmethod
+    def _append_failure(partition: int, writes: list[Write], exc: BaseException) -> Errors:
+        if isinstance(exc, StoreError):
+            exc.__traceback__ = None  # see _append_then
+            return exc.error
+        log.error("event=store_failed group=%s partition=%d records=%d writes=%d", writes[0].group_id, partition,
+                  sum(len(write.records) for write in writes), len(writes), exc_info=exc)
+        return Errors.UNKNOWN_SERVER_ERROR
 
     async def _append_then(self, partition: int, writes: list[Write], appended: Awaitable[None],
                            by_request: bool) -> None:

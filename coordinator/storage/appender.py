@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError
 from coordinator.group.records import OffsetCommitRecord, Record
 from coordinator.group.store import StoreError
 from coordinator.storage.append_errors import append_error
+from coordinator.storage.outcome import Outcome, when_settled
 from coordinator.storage.producer import KafkaRecord, RecordSender
 from coordinator.storage.records import encode
 from coordinator.storage.tombstones import TombstoneWriter
@@ -32,7 +33,8 @@ class RecordAppender:
 
     def append(self, producer: RecordSender, partition: int, records: Sequence[Record],
                outcome: asyncio.Future[None], *, offsets: list[int] | None = None) -> None:
-        """Queue `records` with `producer` now; `outcome` is settled with None or StoreError. Raises StoreError
+        """Queue `records` with `producer` now; `outcome` is settled with None or StoreError (in the call that
+        settles the producer's future, if that is an Outcome: no loop turn between the two). Raises StoreError
         for a write refused before anything is sent. Once acknowledged, each offset commit record's value
         carries its record's offset in `log_offset` (which orders it against a client's transactional commit),
         and `offsets` gets every record's offset, in the records' order."""
@@ -64,7 +66,7 @@ class RecordAppender:
                         group_id, len(records), mapped.name, error)
             _settle(outcome, StoreError(mapped, str(error)))
 
-        producer.send(records, offsets=reported).add_done_callback(sent)
+        when_settled(producer.send(records, offsets=reported), sent)  # the outcome in the producer's settling call
 
     def append_together(self, producer: RecordSender, partition: int, writes: Sequence[Sequence[Record]]
                         ) -> list[asyncio.Future[None]]:
@@ -89,7 +91,7 @@ class RecordAppender:
             group_id = records[0].group_id if records else ""
             one: list[KafkaRecord] = [(partition, *encode(record)) for record in records]
             one_size = _records_size(one)
-            outcome: asyncio.Future[None] = loop.create_future()
+            outcome: asyncio.Future[None] = Outcome(loop=loop)
             if not any(value is not None for _, _, value in one):
                 send_shared()
                 self._append_tombstones(producer, group_id, one, outcome)
@@ -103,7 +105,7 @@ class RecordAppender:
                 if size + one_size > self._max_write_bytes:
                     send_shared()
                 if shared is None:
-                    shared = loop.create_future()
+                    shared = Outcome(loop=loop)
                 outcome = shared
                 typed.extend(records)
                 encoded.extend(one)

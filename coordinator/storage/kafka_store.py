@@ -46,6 +46,7 @@ from coordinator.storage.consumer_records import decode as decode_consumer_recor
 from coordinator.storage.records import (OPEN_AHEAD_KEY, GroupMetadataKey, OffsetCommitKey, UnknownKey, decode_key,
                                          encode)
 from coordinator.storage.state_producers import StateProducer, open_state_producer
+from coordinator.storage.outcome import Outcome
 from coordinator.storage.tombstones import TombstoneWriter
 from coordinator.storage.topics import ensure_state_topic, make_admin
 from coordinator.storage.txn_tail import TransactionTails, client_batch
@@ -278,7 +279,7 @@ class KafkaGroupStore(GroupStore):
         of tombstones only goes through the tombstone writer (kept owed and sent again if it fails). Once
         acknowledged, an offset commit record's value carries its record's offset (`log_offset`) and `offsets`
         gets the records' offsets in order (from librdkafka's delivery reports)."""
-        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        outcome: asyncio.Future[None] = Outcome(loop=asyncio.get_running_loop())
         try:
             if self._producer is None:
                 raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, "store not started or closed")

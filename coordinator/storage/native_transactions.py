@@ -29,7 +29,7 @@ import datetime
 import io
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -164,14 +164,10 @@ class NativeTransactionalProducer(TransactionQueue["asyncio.Task[None]"]):
         self.epoch = -1
         self._sequences: dict[int, int] = {}
         self._added: set[int] = set()  # partitions in the open transaction
-        self._fenced: KafkaError | None = None
         self._opening: asyncio.Task[None] | None = None
         self.concurrent_transactions_retries = 0  # CONCURRENT_TRANSACTIONS absorbed, for benchmarks and tests
         self.add_partitions_sent = 0  # AddPartitionsToTxn requests (retries included), for benchmarks
         self.produced_early = 0  # transactions whose Produce went out from send()'s own turn, for tests
-
-    def _fence(self) -> KafkaError | None:
-        return self._fenced
 
     def _past_deadline(self) -> bool:
         return time.monotonic() > self._deadline or self._closed
@@ -270,16 +266,11 @@ class NativeTransactionalProducer(TransactionQueue["asyncio.Task[None]"]):
         except Exception as exc:  # our bug: the transaction's state is unknown
             log.exception("event=transaction_failed producer=%s", self.name)
             error, then = KafkaError(KafkaError._FAIL, f"transaction failed: {exc!r}"), "reinit"
-        self.transactions += 1
         self._added.clear()
-        for _, future, _, _ in batch:
-            if not future.done():
-                future.set_result(error)
+        self._settle_transaction(batch, error, then == "fenced")  # a fence told before its writes are settled
         self._committing = None
         self._in_flight = 0
-        if then == "fenced":
-            self._become_fenced(error)
-        elif then == "reinit":
+        if then == "reinit":
             if error is not None and error.code() not in FENCED_CODES:
                 log.warning("event=transaction_failed producer=%s error=%s writer=native", self.name, error)
             self._ready = False
@@ -551,16 +542,12 @@ class NativeTransactionalProducer(TransactionQueue["asyncio.Task[None]"]):
                          partition_data(index=i32(p), records=b) for p, b in batches.items())),))
 
     # -- failure aftermath -------------------------------------------------------------------------------------------
-    def _become_fenced(self, error: KafkaError | None) -> None:
-        self._ready = False
+    def _become_fenced(self, error: KafkaError | None, fenced_writes: Sequence[Queued] = ()) -> None:
         if self._fenced is None:
-            self._fenced = error if error is not None and error.code() == KafkaError._FENCED else \
-                KafkaError(KafkaError._FENCED, f"fenced: {error.str() if error is not None else '?'}")
             log.log(logging.INFO if self.fatal_is_fence else logging.ERROR,
                     "event=state_producer_fenced producer=%s transactional_id=%s error=%s writer=native",
-                    self.name, self.transactional_id, self._fenced)
-        self._fail_queued(self._fenced)
-        self._notify_fenced()
+                    self.name, self.transactional_id, error)
+        super()._become_fenced(error, fenced_writes)
 
     async def _reinitialise(self) -> None:
         """InitProducerId with our producer id and epoch, retried for as long as it takes (independently of the

@@ -91,7 +91,7 @@ class TransactionClient:
         to do next: None, "abort", "retired" or "fenced"). `offsets[i]`, if given and not None, gets record
         i's offset from its delivery report."""
         if self.fenced is not None:
-            return self.fenced, None
+            return self.fenced, "fenced"
         if self.producer is None:
             return KafkaError(KafkaError._STATE, "no initialised producer"), "retired"
         opened_ahead, self._open = self._open, None

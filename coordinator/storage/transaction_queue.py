@@ -1,7 +1,13 @@
 """What both state writers share (transactions.py's on librdkafka, native_transactions.py's on our own client): the
 writes queued for the next transaction (group commit), each with its deadline, and the worker that starts a
 transaction of every queued write once a producer is ready, fails them at their deadline or when fenced, and the
-fence's callback, the background re-initialisation's start, flush.
+fence, the background re-initialisation's start, flush.
+
+The fence comes first. A write's outcome is an Outcome (outcome.py): whoever waits for it hears in the very call that
+settles it. So once a newer holder of the id fenced this producer, the owner is told (`on_fenced`: the ownership
+stops serving the partition) before any write fails with the fence, the failed transaction's writes and the ones
+queued behind it alike (`_settle_transaction`, `_become_fenced`); and the fence the loop sees (`fenced`, `send`'s
+refusal, the partition's `owns`) is set in the same call that tells it.
 
 How a transaction is committed, how a producer is (re-)initialised and how it closes are the writers' own
 (`_begin_commit`, `_await_commit`, `_reinitialise`, `close`).
@@ -16,6 +22,7 @@ from typing import Generic, TypeVar
 
 from confluent_kafka import KafkaError
 
+from coordinator.storage.outcome import Outcome
 from coordinator.storage.producer import KafkaRecord
 
 log = logging.getLogger("coordinator.storage")
@@ -48,13 +55,12 @@ class TransactionQueue(Generic[Commit]):
         self._worker: asyncio.Task[None] | None = None
         self._reinit: asyncio.Task[None] | None = None
         self._closed = False
+        # the error every write gets once a newer holder of the id fenced this producer, set as the owner is told
+        # (`_become_fenced`); None while not
+        self._fenced: KafkaError | None = None
         self.transactions = 0  # committed or aborted, for benchmarks and tests
 
     # -- the writer's own ------------------------------------------------------------------------------------------
-    def _fence(self) -> KafkaError | None:
-        """The error every write gets once a newer holder of the id fenced this producer; None while not."""
-        raise NotImplementedError
-
     def _begin_commit(self, loop: asyncio.AbstractEventLoop) -> None:
         """One transaction of every queued write (sets `_committing`)."""
         raise NotImplementedError
@@ -71,16 +77,17 @@ class TransactionQueue(Generic[Commit]):
     # -- shared ----------------------------------------------------------------------------------------------------
     @property
     def fenced(self) -> bool:
-        return self._fence() is not None
+        return self._fenced is not None
 
     def send(self, records: Sequence[KafkaRecord], *, offsets: list[int] | None = None
              ) -> asyncio.Future[KafkaError | None]:
         """Queue `records` now for the next transaction (transactions take the queue in order); the future
-        resolves with None once it is committed, else with its error (never raises). `offsets` gets the
-        records' offsets as the partitions' leaders acknowledged them."""
+        resolves with None once it is committed, else with its error (never raises); its `on_settled` listeners
+        run in the call that brings the transaction's outcome (outcome.py). `offsets` gets the records' offsets
+        as the partitions' leaders acknowledged them."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[KafkaError | None] = loop.create_future()
-        fence = self._fence()
+        future: asyncio.Future[KafkaError | None] = Outcome(loop=loop)
+        fence = self._fenced
         if self._closed or self._worker is None:
             future.set_result(KafkaError(KafkaError._DESTROY, "state producer closed"))
         elif fence is not None:
@@ -109,7 +116,7 @@ class TransactionQueue(Generic[Commit]):
                 await self._wake.wait()
                 continue
             self._expire(loop.time())
-            fence = self._fence()
+            fence = self._fenced
             if fence is not None or (self._closed and not self._ready):
                 self._fail_queued(fence or KafkaError(KafkaError._DESTROY, "state producer closed"))
                 continue
@@ -136,6 +143,30 @@ class TransactionQueue(Generic[Commit]):
             if not future.done():
                 future.set_result(error)
 
+    def _settle_transaction(self, batch: list[Queued], error: KafkaError | None, fenced: bool) -> None:
+        """Every write of a finished transaction settled with its outcome (None: committed); a fenced one's with
+        the fence, once it is told."""
+        self.transactions += 1
+        if fenced:
+            self._become_fenced(error, batch)
+            return
+        for _, future, _, _ in batch:
+            if not future.done():
+                future.set_result(error)
+
+    def _become_fenced(self, error: KafkaError | None, fenced_writes: Sequence[Queued] = ()) -> None:
+        """A newer holder of the id fenced this producer, for good: the owner is told first (once), then the
+        fenced transaction's writes and the ones queued behind them fail with the fence, in the order sent."""
+        self._ready = False
+        if self._fenced is None:
+            self._fenced = error if error is not None and error.code() == KafkaError._FENCED else \
+                KafkaError(KafkaError._FENCED, f"fenced: {error.str() if error is not None else '?'}")
+        self._notify_fenced()
+        for _, future, _, _ in fenced_writes:
+            if not future.done():
+                future.set_result(self._fenced)
+        self._fail_queued(self._fenced)
+
     def _notify_fenced(self) -> None:
         if self.on_fenced is not None:
             callback, self.on_fenced = self.on_fenced, None  # once
@@ -146,7 +177,7 @@ class TransactionQueue(Generic[Commit]):
 
     def _start_reinit(self) -> None:
         running = self._reinit is not None and not self._reinit.done()
-        if self._closed or self._fence() is not None or running:
+        if self._closed or self._fenced is not None or running:
             return
         self._reinit = asyncio.get_running_loop().create_task(self._reinitialise(), name=f"{self.name}-reinit")
 

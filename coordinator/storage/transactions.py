@@ -23,7 +23,8 @@ answered only once EndTxn is (committed); the marker is committed with it, or al
 The transactional.id is the fence: a new producer with the same id (`init_transactions`) aborts what an older
 one left open and fences it, which is how several instances take a partition over (`PartitionTransactions`:
 one id per partition). A fenced producer stays fenced: every later write fails (the store reports
-NOT_COORDINATOR), it never takes the id back, and `on_fenced` tells its owner once.
+NOT_COORDINATOR), it never takes the id back, and `on_fenced` tells its owner once, before any write fails with the
+fence (transaction_queue.py).
 
 Broker outages. A transaction whose commit times out (the broker does not answer) has an unknown outcome and
 the producer cannot go on with it; aborting it needs the broker too. So the producer is retired at once (its
@@ -87,9 +88,6 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         self._client = TransactionClient(topic, client_settings, name, transactional_id, fatal_is_fence)
         self._opened_for: set[int] = set()  # partitions of a transaction opened ahead, not committed yet
 
-    def _fence(self) -> KafkaError | None:
-        return self._client.fenced
-
     async def start(self, timeout_ms: int = 60_000, *, attempt_ms: int = int(_INIT_ATTEMPT_S * 1000)) -> None:
         """Create the producer and register its transactional.id (fences an older holder of the id and aborts
         its open transaction). A cluster still starting answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
@@ -121,7 +119,7 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         none within OPEN_AHEAD_HOLD_S, it is committed alone. A busy producer is left alone (its next transaction
         takes the write as usual)."""
         if partition in self._opened_for or self._committing is not None or self._queue or not self._ready \
-                or self._closed or self._client.fenced is not None:
+                or self._closed or self._fenced is not None:
             return
         loop = asyncio.get_running_loop()
         self._opened_for.add(partition)
@@ -167,9 +165,8 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
             _, then = _as_outcome(await done)
             if then == "abort":
                 then = await self._thread.submit(self._client.abort)
-            if then == "fenced":
-                self._ready = False
-                self._notify_fenced()
+            if then == "fenced":  # told already if the transaction was (`_answer`); else its abort found the fence
+                self._become_fenced(self._client.fenced)
             elif then == "retired":
                 self._ready = False
                 self._start_reinit()
@@ -182,16 +179,15 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
                     future.set_result(KafkaError(KafkaError._TIMED_OUT, "state producer closed mid-commit"))
 
     def _answer(self, batch: list[Queued], result: _Outcome | KafkaError) -> None:
-        """Every write of the transaction, answered first: nothing of a failed one will ever be visible. After a
-        commit, the writes queued meanwhile start the next transaction here, not a loop turn later in the worker
-        (which then only finishes the committed one's bookkeeping); anything else is the worker's."""
+        """Every write of the transaction, answered first: nothing of a failed one will ever be visible (an
+        abortable failure's abort comes after; a fenced one's fence is told before its writes are settled:
+        transaction_queue.py). After a commit, the writes queued meanwhile start the next transaction here, not a
+        loop turn later in the worker (which then only finishes the committed one's bookkeeping); anything else is
+        the worker's."""
         error, then = _as_outcome(result)
-        self.transactions += 1
-        for _, future, _, _ in batch:
-            if not future.done():
-                future.set_result(error)
+        self._settle_transaction(batch, error, then == "fenced")
         if error is None and then is None and self._queue and not self._closed and self._ready \
-                and self._client.fenced is None:
+                and self._fenced is None:
             loop = asyncio.get_running_loop()
             self._expire(loop.time())
             if self._queue:
@@ -210,7 +206,7 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
                 return
             if error.code() in FENCED_ERRORS or (error.fatal() and self.fatal_is_fence):  # never take the id back
                 self._client.fenced = KafkaError(KafkaError._FENCED, f"fenced: {error.str()}")
-                self._notify_fenced()
+                self._become_fenced(self._client.fenced)
                 return
             log.info("event=transactions_init_retry producer=%s attempt=%d error=%s", self.name, attempts, error)
             await asyncio.sleep(_INIT_RETRY_S)

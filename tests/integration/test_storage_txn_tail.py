@@ -206,26 +206,38 @@ async def test_the_tail_reads_our_offset_tombstones_after_a_clients_batch_in_log
     """Our OffsetDelete's tombstone lands between a client's batch and its COMMIT: a tail reading the partition
     from its start hands over the batch, our tombstone where it is (a transactional writer's at our COMMIT
     marker: it takes effect there) and the COMMIT, in log order, whatever the tombstone's acknowledgement said;
-    the served shard makes nothing current."""
+    the served shard makes nothing current.
+
+    A transactional writer's OffsetDelete is answered once EndTxn is, and Kafka's transaction coordinator answers
+    EndTxn before it writes the markers: a client's COMMIT sent after that answer can still land before our COMMIT
+    marker (seen under load: client batch, client COMMIT, our COMMIT). So the client commits only once a tail has
+    read our tombstone's COMMIT marker (`landed`)."""
     topic = unique_topic()
     prefix = f"coordinator-{uuid.uuid4().hex}"
     env = await served(kafka_bootstrap, topic, transactional_id=prefix if fencing else None,
                        partition_fencing=fencing)
     partition = partition_for("g", PARTITIONS)
-    tails = TransactionTails(kafka_bootstrap, None, topic, lambda transactional_id: transactional_id.startswith(
-        prefix), max_wait_ms=200)
+
+    def ours(transactional_id: str) -> bool:
+        return transactional_id.startswith(prefix)
+    tails = TransactionTails(kafka_bootstrap, None, topic, ours, max_wait_ms=200)
+    landing = TransactionTails(kafka_bootstrap, None, topic, ours, max_wait_ms=50)
     seen: list[TransactionEvent] = []
+    landed: list[TransactionEvent] = []
     try:
         producer = await client_transaction(kafka_bootstrap, topic, "g", 30)
         await fetched_is(env, "g", (-1, Errors.UNSTABLE_OFFSET_COMMIT))  # the served tail has read the batch
+        landing.follow(partition, 0, lambda events, _read_to: landed.extend(events))
         response = await env.coordinator.delete_offsets(OffsetDeleteRequest("g", [OffsetDeleteRequestTopic(
             "orders", [0])]))
         assert response.error_code == Errors.NONE
+        await until(lambda: any(isinstance(event, OwnOffsetTombstone) for event in landed))
         await asyncio.to_thread(producer.commit_transaction, 30)
         tails.follow(partition, 0, lambda events, _read_to: seen.extend(events))
         await until(lambda: any(isinstance(event, EndTransactionMarker) for event in seen))
         await fetched_is(env, "g", (-1, Errors.NONE))
     finally:
+        await landing.close()
         await tails.close()
         await close(env)
     client, tombstone, marker = seen

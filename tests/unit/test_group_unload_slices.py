@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import pytest
@@ -20,8 +21,11 @@ import uvloop
 
 from coordinator.group import runtime
 from coordinator.group.modern.heartbeat import HeartbeatRequest
+from coordinator.group.records import Record
 from coordinator.group.status import ShardStatus
+from coordinator.group.store import InMemoryGroupStore
 from coordinator.runtime_health import CallbackTimer
+from coordinator.storage.outcome import Outcome
 from coordinator.topics import StaticTopics, TopicImage
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, commit, errors_of
@@ -84,14 +88,35 @@ def test_shutdown_unloads_a_slice_of_groups_per_turn_on_uvloop(monkeypatch: pyte
     uvloop.run(_shutdown_in_turns(monkeypatch))
 
 
+class _OutcomeStore(InMemoryGroupStore):
+    """The in-memory store answering as the Kafka store does: an Outcome whose listeners run in the call that
+    settles it (coordinator/storage/outcome.py), so the runtime settles the writes without a task of its own."""
+
+    def append(self, partition: int, records: Sequence[Record]) -> Awaitable[None]:
+        outcome: Outcome[None] = Outcome(loop=asyncio.get_running_loop())
+        appended = asyncio.ensure_future(self._append(partition, list(records)))
+
+        def settle(done: asyncio.Future[None]) -> None:
+            if done.cancelled():
+                outcome.cancel()
+            elif done.exception() is not None:
+                outcome.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                outcome.set_result(None)
+
+        appended.add_done_callback(settle)
+        return outcome
+
+
+@pytest.mark.parametrize("store", ["task", "outcome"])
 async def test_a_revoked_partition_is_unloaded_a_slice_per_turn_given_up_first(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, store: str) -> None:
     """GroupRuntime.unload (a partition revoked, lost or fenced): every request meets NOT_COORDINATOR from the
     first slice on, a write acknowledged meanwhile is settled with its outcome once the groups are gone, and the
-    store stops writing to the partition only then."""
+    store stops writing to the partition only then; with a store whose outcomes settle the writes themselves too."""
     monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)
     groups = 600
-    env = Env(offsets_topic_num_partitions=1)
+    env = Env(offsets_topic_num_partitions=1, store=_OutcomeStore() if store == "outcome" else None)
     await env.load(group_records(groups, env.clock.now_ms()))
     [join] = await parked_joins(env, [f"group-{groups - 1}"])
     gate = env.store.hold_next_write()
