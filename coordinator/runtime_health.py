@@ -213,6 +213,19 @@ class GenerationCounters:
     last_walked: int = 0  # objects in the collected generation (full collections only, see GcMonitor)
 
 
+def generation_size(generation: int) -> int:
+    """How many objects the collector's `generation` holds, counted in C from start to end.
+
+    `len(gc.get_objects(generation))` holds a list of every one of them while the interpreter may hand the GIL to
+    another thread (it checks for a switch after the call returns): an object of that generation then has one
+    reference more than its owner knows of. A tuple being built by `tuple(iterable)` in that thread, promoted by
+    the collection that ran this callback, fails its next resize ("SystemError: Objects/tupleobject.c:927: bad
+    argument to internal function": a restarted `coordinator serve` could not start, telemetry importing on a
+    thread while the relay decoded its first answers). Here the list is made, measured and freed inside C calls
+    (`sum` pulling from two `map`s), with no bytecode in between, so no other thread runs while it exists."""
+    return sum(map(len, map(gc.get_objects, (generation,))))
+
+
 class _GcHook:
     """One callback in gc.callbacks (called before and after every collection), registered once while wanted."""
 
@@ -273,7 +286,7 @@ class GcMonitor(_GcHook):
         if generation == 2:
             # After a full collection every survivor sits in generation 2; counting them walks the list
             # once more (cheap next to the collection itself, and full collections are rare).
-            counters.last_walked = len(gc.get_objects(2))
+            counters.last_walked = generation_size(2)
         if pause_s * 1000 > self.log_above_ms:
             # no frozen count here: gc.get_freeze_count() walks every frozen object, a second stall
             log.warning("event=gc_pause generation=%d pause_ms=%.1f cpu_ms=%.1f collected=%d uncollectable=%d "
@@ -339,7 +352,7 @@ class GcPolicy(_GcHook):
             # Counted here, not with gc.get_freeze_count(), which walks the whole permanent generation (~80 ns
             # an object: 77 ms of CPU at 100k members); generation 2 holds only what was promoted since the
             # last freeze.
-            self.frozen_total += len(gc.get_objects(2))
+            self.frozen_total += generation_size(2)
             gc.freeze()
             self.freezes += 1
 

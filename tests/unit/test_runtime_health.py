@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
+import threading
 import time
+from collections.abc import Iterator
 
 from coordinator.group.api import DeleteGroupsRequest
 from coordinator.group.delayed import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
@@ -244,3 +247,46 @@ def test_the_policy_raises_the_young_threshold_while_installed_and_gives_it_back
     assert RuntimeHealth.from_env({"COORDINATOR_GC_YOUNG_THRESHOLD": "0"}).policy.young_threshold == 0
     assert RuntimeHealth.from_env({"COORDINATOR_GC_YOUNG_THRESHOLD": "5000"}).policy.young_threshold == 5_000
     assert RuntimeHealth.from_env({}).policy.young_threshold == YOUNG_THRESHOLD == 0
+
+
+def test_the_policy_counting_what_it_freezes_does_not_break_tuples_built_on_other_threads() -> None:
+    """The policy's callback counts generation 2 after a generation-1 collection. Counted with
+    `len(gc.get_objects(2))`, the list of every such object could outlive a switch to another thread, where a
+    tuple being built from an iterator (promoted by that collection, so in the list) then failed its resize with
+    "SystemError: Objects/tupleobject.c:927" (a `coordinator serve` restart failed so). Threads build tuples
+    while collections keep running, the interpreter switching threads as often as it can."""
+    policy = GcPolicy(young_threshold=50)
+    errors: list[BaseException] = []
+    stop_at = time.monotonic() + 1.5
+
+    def items() -> Iterator[list[int]]:  # no length hint: the tuple grows by resizing; each item a tracked object
+        for i in range(200):
+            yield [i]
+
+    def build() -> None:
+        while time.monotonic() < stop_at:
+            try:
+                tuple(items())
+            except SystemError as exc:
+                errors.append(exc)
+
+    def churn() -> None:
+        while time.monotonic() < stop_at:
+            [[] for _ in range(100)]
+
+    switch_interval = sys.getswitchinterval()
+    gc.collect()
+    policy.install()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=build), threading.Thread(target=build), threading.Thread(target=churn)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch_interval)
+        policy.uninstall()
+        gc.unfreeze()
+    assert policy.freezes > 0  # the callback ran, counting each time
+    assert errors == [], f"{len(errors)} tuples failed to build, the first: {errors[0]!r}"
