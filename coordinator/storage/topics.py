@@ -24,6 +24,8 @@ from coordinator.storage.kafka_logs import librdkafka_logger
 
 log = logging.getLogger("coordinator.storage")
 
+_METADATA_RETRY_S = 0.1  # a topic created by another client, not in this broker's metadata yet: asked again after
+
 
 class TopicMismatchError(RuntimeError):
     """The state topic exists but cannot be used as it is (e.g. another partition count)."""
@@ -107,7 +109,7 @@ async def ensure_state_topic(admin: Admin, config: StorageConfig) -> None:
                                      state_topic_configs(config, replication_factor), timeout_ms)
         if created:
             return
-        existing = await partition_count(admin, config.state_topic, timeout_ms)
+        existing = await _created_elsewhere(admin, config.state_topic, timeout_ms)
     await _warn_unless_compacted(admin, config.state_topic, timeout_ms)
     if existing != config.partitions:
         raise TopicMismatchError(
@@ -117,11 +119,29 @@ async def ensure_state_topic(admin: Admin, config: StorageConfig) -> None:
             f"or use another state topic.")
 
 
+async def _created_elsewhere(admin: Admin, topic: str, timeout_ms: int) -> int | None:
+    """The partitions of a topic another client created as we tried to (TOPIC_ALREADY_EXISTS): the broker that
+    answered our metadata request may not know of it yet, so asked again until it does, within `timeout_ms`."""
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+    while (existing := await partition_count(admin, topic, timeout_ms)) is None:
+        if asyncio.get_running_loop().time() > deadline:
+            return None
+        await asyncio.sleep(_METADATA_RETRY_S)
+    return existing
+
+
 async def _warn_unless_compacted(admin: Admin, topic: str, timeout_ms: int) -> None:
-    """An existing state topic that is not compacted still works, but grows forever and loads ever slower."""
+    """An existing state topic that is not compacted still works, but grows forever and loads ever slower. Only a
+    warning: a topic just created by another instance may not be described yet (UNKNOWN_TOPIC_OR_PART), which
+    must not stop this one from starting."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     futures = admin.client.describe_configs([resource], request_timeout=timeout_ms / 1000)
-    policy = (await asyncio.wrap_future(futures[resource]))["cleanup.policy"].value
+    try:
+        policy = (await asyncio.wrap_future(futures[resource]))["cleanup.policy"].value
+    except KafkaException as exc:
+        log.info("event=state_topic_config_unknown topic=%s error=%s detail=cleanup.policy not checked",
+                 topic, exc.args[0])
+        return
     if "compact" not in policy:
         log.warning("event=state_topic_not_compacted topic=%s cleanup.policy=%s", topic, policy)
 
