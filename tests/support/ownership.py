@@ -44,6 +44,19 @@ class Confirmations:
         return self.answer
 
 
+async def started_ownership(env: Env) -> tuple[Ownership, ScriptedMembership, Confirmations]:
+    """Every partition given up (an instance among several, before Kafka assigns it anything), then the
+    instance's ownership started on a scripted membership."""
+    runtime = env.coordinator
+    await runtime.unload(range(runtime.num_partitions))
+    ownership = Ownership(runtime, instance_id="i1", group_id="state.coordinators", topic="state",
+                          session_timeout_ms=SESSION_MS, clock=env.clock, gc_after_moves=False, guard_ticks=False)
+    membership = ScriptedMembership(ownership.on_assigned, ownership.on_revoked, ownership.on_lost)
+    confirmations = Confirmations()
+    await ownership.start(membership, confirmations)  # type: ignore[arg-type]
+    return ownership, membership, confirmations
+
+
 async def formed_then_owned(env: Env) -> tuple[Ownership, ScriptedMembership, Confirmations, int]:
     """Group "g" formed and committed to, every partition given up (as a multi-instance start), then the
     partition of "g" assigned to us and loaded back from the store."""
@@ -52,12 +65,7 @@ async def formed_then_owned(env: Env) -> tuple[Ownership, ScriptedMembership, Co
     assert errors_of(await env.coordinator.commit_offsets(commit("g", a.generation, a.member_id,
                                                                  {("t", 0): 42}))) == [Errors.NONE]
     runtime = env.coordinator
-    await runtime.unload(range(runtime.num_partitions))
-    ownership = Ownership(runtime, instance_id="i1", group_id="state.coordinators", topic="state",
-                          session_timeout_ms=SESSION_MS, clock=env.clock, gc_after_moves=False, guard_ticks=False)
-    membership = ScriptedMembership(ownership.on_assigned, ownership.on_revoked, ownership.on_lost)
-    confirmations = Confirmations()
-    await ownership.start(membership, confirmations)  # type: ignore[arg-type]
+    ownership, membership, confirmations = await started_ownership(env)
     partition = runtime.partition_for("g")
     await membership.assign({partition})
     await asyncio.wait_for(ownership.settled.wait(), 5)

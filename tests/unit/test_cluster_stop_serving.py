@@ -27,7 +27,7 @@ from coordinator.runtime_health import CallbackTimer
 from coordinator.topics import StaticTopics, TopicImage
 from protocol.error_codes import Errors
 from tests.support.group_harness import Env, commit, errors_of
-from tests.support.ownership import SESSION_MS, STALL_MS, Confirmations, ScriptedMembership, StuckLoads
+from tests.support.ownership import STALL_MS, Confirmations, ScriptedMembership, StuckLoads, started_ownership
 from tests.support.polling import wait_until
 from tests.support.unload_turns import Turns, group_records, parked_joins
 
@@ -56,13 +56,7 @@ async def _instance(env: Env, classic: dict[str, GroupRecord]) -> tuple[Ownershi
     for group_id, record in classic.items():
         store.groups[group_id] = record
         store.partition_of[group_id] = runtime.partition_for(group_id)
-    await runtime.unload(range(runtime.num_partitions))
-    ownership = Ownership(runtime, instance_id="i1", group_id="state.coordinators", topic="state",
-                          session_timeout_ms=SESSION_MS, clock=env.clock, gc_after_moves=False, guard_ticks=False)
-    membership = ScriptedMembership(ownership.on_assigned, ownership.on_revoked, ownership.on_lost)
-    confirmations = Confirmations()
-    await ownership.start(membership, confirmations)  # type: ignore[arg-type]
-    return ownership, membership, confirmations
+    return await started_ownership(env)
 
 
 async def _served(env: Env, classic: dict[str, GroupRecord],
