@@ -15,7 +15,7 @@ from coordinator.group.errors import group_append_error
 from coordinator.group.member import MemberMetadata
 from coordinator.group.member_snapshot import MemberSnapshot
 from coordinator.group.observer import RebalanceCategory, RebalanceCause
-from coordinator.group.replacement_hold import close_hold, held_by, holding_group, open_hold
+from coordinator.group.replacement_hold import ReplacementHold, close_hold, held_by, holding_group, open_hold
 from coordinator.group.result import Write
 from coordinator.group.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 
@@ -300,16 +300,50 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
     is such a write too: while it is unanswered the replaced group is Dead, and if it fails, the classic group it
     puts back is the one the replacement is decided against (`holding_group`), as Kafka's append future reverts
     the classic group object its failed conversion leaves in place."""
-    new_member_id = member.member_id
-    instance_id = member.group_instance_id or ""
-    generation = group.generation_id
     record = group.to_record({m.member_id: m.assignment for m in group.members.values()})
-    write = Write.group(group.group_id, record, lambda append_error: decide(group_append_error(append_error)))
+    replacement = _StaticReplacement(shard, group, member, before, current_leader, req, future)
+    write = Write.group(group.group_id, record, replacement.on_append)
     held_by(group, record, write)  # this write carries the ids of earlier replacements still undecided
-    hold = open_hold(group, new_member_id)
+    hold = replacement.hold = open_hold(group, member.member_id)  # opened after: its own write does not hold it
+    hold.on_settled = replacement.on_settled  # the decision refers to the hold: close_hold drops this
+    log.info("event=static_member_replaced_without_rebalance group=%s member=%s", group.group_id,
+             member.member_id)
+    shard.append(write)
 
-    def decide(error: Errors) -> None:
-        current = holding_group(shard.groups, group, hold)
+
+class _StaticReplacement:
+    """`_persist_static_replacement`'s decision once its write is answered, as an object, not a nested function:
+    compiled by mypyc, a nested function and its enclosing function's locals share one environment object that
+    the nested function holds, a reference cycle per replacement left to the cyclic collector (never freed once
+    the server has frozen it, coordinator/runtime_health.py). Its bound methods are the write's callback and the
+    hold's `on_settled`; the hold's reference is dropped by `close_hold`."""
+
+    __slots__ = ("shard", "group", "before", "current_leader", "req", "future", "hold", "new_member_id",
+                 "instance_id", "generation")
+    hold: ReplacementHold  # set once the write is made (`_persist_static_replacement`)
+
+    def __init__(self, shard: GroupShard, group: GroupMetadata, member: MemberMetadata, before: MemberSnapshot,
+                 current_leader: str | None, req: JoinGroupRequest, future: asyncio.Future[JoinGroupResponse]
+                 ) -> None:
+        self.shard = shard
+        self.group = group
+        self.before = before
+        self.current_leader = current_leader
+        self.req = req
+        self.future = future
+        self.new_member_id = member.member_id
+        self.instance_id = member.group_instance_id or ""
+        self.generation = group.generation_id
+
+    def on_append(self, append_error: Errors) -> None:
+        self.decide(group_append_error(append_error))
+
+    def on_settled(self) -> None:
+        self.decide(self.hold.failed_with or Errors.UNKNOWN_SERVER_ERROR)
+
+    def decide(self, error: Errors) -> None:
+        group, hold, future, new_member_id = self.group, self.hold, self.future, self.new_member_id
+        current = holding_group(self.shard.groups, group, hold)
         if current.is_in(DEAD) and error != Errors.NONE and hold.undecided:
             # converted meanwhile, the conversion's write (carrying the id) unanswered: if it fails, a classic
             # group comes back with the id, to be reverted then
@@ -319,11 +353,11 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
             return
         if current.is_in(DEAD):  # unloaded (or converted) meanwhile: its parked requests were answered then
             _answer(future, JoinGroupResponse(Errors.NOT_COORDINATOR, member_id=new_member_id))
-        elif current.static_members.get(instance_id) != new_member_id:
+        elif current.static_members.get(self.instance_id) != new_member_id:
             # Replaced again (or removed) meanwhile: the member is no longer this request's to answer for
             # or to restore; this request was fenced then.
             _answer(future, JoinGroupResponse(Errors.FENCED_INSTANCE_ID, member_id=new_member_id))
-        elif error != Errors.NONE and current.generation_id != generation:
+        elif error != Errors.NONE and current.generation_id != self.generation:
             log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=false "
                         "reason=generation_completed generation=%d", group.group_id, new_member_id, error.name,
                         current.generation_id)
@@ -334,20 +368,15 @@ def _persist_static_replacement(shard: GroupShard, group: GroupMetadata, member:
             hold.failed_with = error  # decided again once those writes are answered (hold.on_settled)
             return
         elif error != Errors.NONE and not hold.written:
-            _restore_static_member(shard, current, current.get(new_member_id), before, current_leader, error,
-                                   future)
+            _restore_static_member(self.shard, current, current.get(new_member_id), self.before,
+                                   self.current_leader, error, future)
         else:
             if error != Errors.NONE:
                 log.warning("event=static_member_persist_failed group=%s member=%s error=%s reverted=false "
                             "reason=stored_by_later_write", group.group_id, new_member_id, error.name)
-            _answer_stored_replacement(shard, current, current.get(new_member_id), current_leader, req, future)
+            _answer_stored_replacement(self.shard, current, current.get(new_member_id), self.current_leader,
+                                       self.req, future)
         close_hold(current, hold)
-
-    # Not set inside `decide`: a function naming itself in its own body is a reference cycle (its closure cell).
-    hold.on_settled = lambda: decide(hold.failed_with or Errors.UNKNOWN_SERVER_ERROR)
-    log.info("event=static_member_replaced_without_rebalance group=%s member=%s", group.group_id,
-             new_member_id)
-    shard.append(write)
 
 
 def _answer_stored_replacement(shard: GroupShard, group: GroupMetadata, member: MemberMetadata,
