@@ -274,8 +274,10 @@ def test_the_policy_counting_what_it_freezes_does_not_break_tuples_built_on_othe
         while time.monotonic() < stop_at:
             [[] for _ in range(100)]
 
-    switch_interval = sys.getswitchinterval()
+    switch_interval, thresholds, enabled = sys.getswitchinterval(), gc.get_threshold(), gc.isenabled()
     gc.collect()
+    gc.enable()  # whatever this process's earlier tests left: automatic collections, a generation-1 one often
+    gc.set_threshold(thresholds[0], 2, thresholds[2])
     policy.install()
     sys.setswitchinterval(1e-6)
     try:
@@ -287,6 +289,9 @@ def test_the_policy_counting_what_it_freezes_does_not_break_tuples_built_on_othe
     finally:
         sys.setswitchinterval(switch_interval)
         policy.uninstall()
+        gc.set_threshold(*thresholds)
+        if not enabled:
+            gc.disable()
         gc.unfreeze()
     assert policy.freezes > 0  # the callback ran, counting each time
     assert errors == [], f"{len(errors)} tuples failed to build, the first: {errors[0]!r}"
