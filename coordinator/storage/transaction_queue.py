@@ -32,6 +32,13 @@ NOT_READY_POLL_S = 0.05  # how often queued writes look for a re-initialised pro
 # records, outcome, loop deadline, where the acknowledged records' offsets go (if wanted)
 Queued = tuple[Sequence[KafkaRecord], "asyncio.Future[KafkaError | None]", float, "list[int] | None"]
 
+
+def settle_writes(writes: Sequence[Queued], error: KafkaError | None) -> None:
+    """Each of these writes not settled yet gets `error` (None: committed)."""
+    for _, future, _, _ in writes:
+        if not future.done():
+            future.set_result(error)
+
 Commit = TypeVar("Commit")  # what a writer keeps of the transaction being committed
 
 
@@ -133,15 +140,11 @@ class TransactionQueue(Generic[Commit]):
             return
         expired = [item for item in self._queue if item[2] <= now]
         self._queue = [item for item in self._queue if item[2] > now]
-        for _, future, _, _ in expired:
-            if not future.done():
-                future.set_result(KafkaError(KafkaError._MSG_TIMED_OUT, "not written within the commit timeout"))
+        settle_writes(expired, KafkaError(KafkaError._MSG_TIMED_OUT, "not written within the commit timeout"))
 
     def _fail_queued(self, error: KafkaError) -> None:
         queued, self._queue = self._queue, []
-        for _, future, _, _ in queued:
-            if not future.done():
-                future.set_result(error)
+        settle_writes(queued, error)
 
     def _settle_transaction(self, batch: list[Queued], error: KafkaError | None, fenced: bool) -> None:
         """Every write of a finished transaction settled with its outcome (None: committed); a fenced one's with
@@ -150,9 +153,7 @@ class TransactionQueue(Generic[Commit]):
         if fenced:
             self._become_fenced(error, batch)
             return
-        for _, future, _, _ in batch:
-            if not future.done():
-                future.set_result(error)
+        settle_writes(batch, error)
 
     def _become_fenced(self, error: KafkaError | None, fenced_writes: Sequence[Queued] = ()) -> None:
         """A newer holder of the id fenced this producer, for good: the owner is told first (once), then the
@@ -162,9 +163,7 @@ class TransactionQueue(Generic[Commit]):
             self._fenced = error if error is not None and error.code() == KafkaError._FENCED else \
                 KafkaError(KafkaError._FENCED, f"fenced: {error.str() if error is not None else '?'}")
         self._notify_fenced()
-        for _, future, _, _ in fenced_writes:
-            if not future.done():
-                future.set_result(self._fenced)
+        settle_writes(fenced_writes, self._fenced)
         self._fail_queued(self._fenced)
 
     def _notify_fenced(self) -> None:

@@ -55,7 +55,7 @@ from coordinator.storage.kafka_logs import librdkafka_logger
 from coordinator.storage.producer import KafkaRecord
 from coordinator.storage.serial_thread import SerialThread
 from coordinator.storage.transaction_client import FENCED_ERRORS, TransactionClient
-from coordinator.storage.transaction_queue import Queued, TransactionQueue
+from coordinator.storage.transaction_queue import Queued, TransactionQueue, settle_writes
 
 log = logging.getLogger("coordinator.storage")
 _MIN_TIMEOUT_S = 0.5  # a transaction started late still gets this long
@@ -174,9 +174,8 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
             if self._committing is not None and self._committing[0] is batch:  # not a next one `_answer` began
                 self._committing = None
                 self._in_flight = 0
-            for _, future, _, _ in batch:  # cancelled (close gave up waiting): the outcome is unknown
-                if not future.done():
-                    future.set_result(KafkaError(KafkaError._TIMED_OUT, "state producer closed mid-commit"))
+            # cancelled (close gave up waiting): the outcome is unknown
+            settle_writes(batch, KafkaError(KafkaError._TIMED_OUT, "state producer closed mid-commit"))
 
     def _answer(self, batch: list[Queued], result: _Outcome | KafkaError) -> None:
         """Every write of the transaction, answered first: nothing of a failed one will ever be visible (an
