@@ -452,8 +452,12 @@ class GroupRuntime:
         return self.consumer_groups.describe(group_ids)
 
     async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
+        return await self._spanned("LeaveGroup", self._leave_group, req)
+
+    def _spanned(self, api: str, serve: Callable[[Q], Awaitable[R]], req: Q) -> Awaitable[R]:
+        """`serve(req)`, inside telemetry's span when tracing is on (`request_spans`)."""
         spans = self.request_spans
-        return await (self._leave_group(req) if spans is None else spans("LeaveGroup", req, self._leave_group))
+        return serve(req) if spans is None else spans(api, req, serve)
 
     async def _leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
         consumer_group = self._mixed_group(req.group_id)
@@ -467,9 +471,7 @@ class GroupRuntime:
         return response
 
     async def commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
-        spans = self.request_spans
-        return await (self._commit_offsets(req) if spans is None
-                      else spans("OffsetCommit", req, self._commit_offsets))
+        return await self._spanned("OffsetCommit", self._commit_offsets, req)
 
     async def _commit_offsets(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
         return await self._serve(req.group_id, offsets.handle_commit_offsets, req)
@@ -481,9 +483,7 @@ class GroupRuntime:
         return await self._serve(req.group_id, offsets.handle_delete_offsets, req)
 
     async def describe_groups(self, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
-        spans = self.request_spans
-        return await (self._describe_groups(req) if spans is None
-                      else spans("DescribeGroups", req, self._describe_groups))
+        return await self._spanned("DescribeGroups", self._describe_groups, req)
 
     async def _describe_groups(self, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
         return DescribeGroupsResponse([admin.describe_group(self.shard_for(group_id), group_id, req.version)
@@ -500,8 +500,7 @@ class GroupRuntime:
         return ListGroupsResponse(error, [g for shard in served for g in admin.list_groups(shard, req)])
 
     async def delete_groups(self, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
-        spans = self.request_spans
-        return await (self._delete_groups(req) if spans is None else spans("DeleteGroups", req, self._delete_groups))
+        return await self._spanned("DeleteGroups", self._delete_groups, req)
 
     async def _delete_groups(self, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
         """Each shard deletes its groups; answered once every tombstone is written (KafkaApis de-duplicates)."""
