@@ -75,14 +75,9 @@ class GroupResidency(Rebalancing):
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
 
-    def unload_all(self, error: Errors = Errors.NOT_COORDINATOR) -> None:
-        """Every group at once, in one loop callback (no caller of the service's: a loop callback whose cost grows
-        with the groups; the runtime unloads with `unload_stepwise`)."""
-        for _ in self.unload_stepwise(error):
-            pass
-
     def unload_stepwise(self, error: Errors = Errors.NOT_COORDINATOR) -> Iterator[int]:
-        """`unload_all` a group at a time, for a caller that yields to the loop between slices (the runtime): after
+        """Every group unloaded, and the shard's transactional state forgotten, a group at a time, for a caller
+        that yields to the loop between slices (the runtime): after
         each group, how many groups and members it unloaded. The shard is given up first (UNOWNED or STOPPED), or
         what is not reached yet may still be served and its timers act. A group that left meanwhile is skipped, one
         that arrived meanwhile is unloaded too."""

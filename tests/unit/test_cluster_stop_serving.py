@@ -5,7 +5,7 @@ writes' outcomes are held; the groups, classic and consumer-protocol, are unload
 each parked request answered NOT_COORDINATOR as the task reaches its group. The transition queued behind (its
 `runtime.unload`) and a later load of the partition wait for that task.
 
-Before, the callback unloaded every classic group of the partitions in one go (`shard.unload_all`) and left the
+Before, the callback unloaded every classic group of the partitions in one loop callback and left the
 consumer-protocol groups to the transition queued behind, which runs only after the transitions ahead of it (a load
 of other partitions can take minutes)."""
 from __future__ import annotations
