@@ -672,16 +672,22 @@ async def one_rebalance_c(clients: list[KafkaClient], group_id: str, member_ids:
 
 
 def rbload_binary() -> str:
-    """bench/rbload.c compiled once per source version into the user's cache (as bench.instances' hbload)."""
-    source_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rbload.c")
+    """bench/rbload.c, compiled once per source version."""
+    return compiled_c_tool("rbload.c", "--rebalance-client c needs a C compiler (apt-get install gcc)")
+
+
+def compiled_c_tool(source_name: str, no_compiler: str) -> str:
+    """A load generator of bench/ written in C (`source_name`), compiled once per source version into the user's
+    cache; its binary's path. `no_compiler`: the message to exit with when there is no C compiler."""
+    source_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), source_name)
     with open(source_path, "rb") as source:
         digest = hashlib.sha256(source.read()).hexdigest()[:12]
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "coordinator-bench")
-    binary = os.path.join(cache, f"rbload-{digest}")
+    binary = os.path.join(cache, f"{os.path.splitext(source_name)[0]}-{digest}")
     if not os.path.exists(binary):
         compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
         if compiler is None:
-            raise SystemExit("--rebalance-client c needs a C compiler (apt-get install gcc)")
+            raise SystemExit(no_compiler)
         os.makedirs(cache, exist_ok=True)
         partial = f"{binary}.tmp"
         subprocess.run([compiler, "-O2", "-o", partial, source_path], check=True)

@@ -41,10 +41,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import hashlib
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -57,8 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.coordinator import (INITIAL_DELAY_MS, MIN_SESSION_MS, close_all, connect_many, form_group, leave_all,
-                               median_of)
+from bench.coordinator import (INITIAL_DELAY_MS, MIN_SESSION_MS, close_all, compiled_c_tool, connect_many, form_group,
+                               leave_all, median_of)
 from bench.wire import heartbeat_frame
 from coordinator.embedded import EmbeddedKafka, kafka_version
 from coordinator.loadgen import wire
@@ -271,20 +269,9 @@ def plan_connections(frames: dict[int, list[bytes]], connections: int) -> list[t
 
 
 def hbload_binary() -> Path:
-    """bench/hbload.c compiled once per source version into the user's cache."""
-    source = HBLOAD_SOURCE.read_bytes()
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "coordinator-bench"
-    binary = cache / f"hbload-{hashlib.sha256(source).hexdigest()[:12]}"
-    if not binary.exists():
-        compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-        if compiler is None:
-            raise SystemExit("bench.instances needs a C compiler for its load generator (apt-get install gcc), "
-                             "or --client python")
-        cache.mkdir(parents=True, exist_ok=True)
-        partial = binary.with_suffix(".tmp")
-        subprocess.run([compiler, "-O2", "-o", str(partial), str(HBLOAD_SOURCE)], check=True)
-        partial.rename(binary)
-    return binary
+    """bench/hbload.c, compiled once per source version."""
+    return Path(compiled_c_tool(HBLOAD_SOURCE.name, "bench.instances needs a C compiler for its load generator "
+                                                    "(apt-get install gcc), or --client python"))
 
 
 async def run_load(plan: list[tuple[int, list[bytes]]], pids: list[int], args: argparse.Namespace) -> dict[str, Any]:
