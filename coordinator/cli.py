@@ -115,11 +115,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         args.serve_args = _sub_command_parser(parser, "serve").parse_args(unknown)  # the service's own flags
     _configure_logging(args.log_level)
+    startup_log: list[tuple[int, str]] = []
     if decision is not None:
-        logging.getLogger("coordinator.compiled").log(logging.WARNING if decision.fell_back else logging.INFO,
-                                                      decision.summary())
+        startup_log.append((logging.WARNING if decision.fell_back else logging.INFO, decision.summary()))
     elif no_build is not None:
-        logging.getLogger("coordinator.compiled").info(no_build)
+        startup_log.append((logging.INFO, no_build))
+    if args.command == "demo":
+        args.startup_log = startup_log  # into the demo's log file: its terminal shows the story, 80 columns wide
+    else:
+        for level, line in startup_log:
+            logging.getLogger("coordinator.compiled").log(level, line)
     return _run(args.run(args), args.event_loop)
 
 

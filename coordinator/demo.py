@@ -61,6 +61,8 @@ class DemoOptions:
     # the embedded broker with SASL_SSL (SCRAM users, StandardAuthorizer, a test CA), the coordinator on it as
     # admin and listening with SASL_SSL, every consumer through it as alice (coordinator/embedded/secured_demo.py)
     secure: bool = False
+    # lines logged before the demo's log file was open (the compiled build's), logged into it once it is
+    startup_log: tuple[tuple[int, str], ...] = ()
 
 
 async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.stdout) -> int:
@@ -81,6 +83,8 @@ async def run_demo(options: DemoOptions, stop: asyncio.Event, out: Any = sys.std
 
     demo_log = DemoLog(options.state_dir / "demo.log", traced=False)
     demo_log.open_log()  # from here on log lines go to the file; the terminal gets the events
+    for level, line in options.startup_log:
+        logging.getLogger("coordinator.compiled").log(level, line)
     started = time.monotonic()
     summary: dict[str, Any] | None = None
     saved: Path | None = None

@@ -48,7 +48,7 @@ async def _run_demo(args: argparse.Namespace) -> int:
     options = DemoOptions(service=_service_options(args.serve_args), state_dir=Path(args.state_dir),
                           consumers=args.consumers, failure_rate_per_min=args.failure_rate,
                           duration_s=args.duration, jaeger=not args.no_jaeger, real_consumers=args.real_consumers,
-                          secure=args.secure)
+                          secure=args.secure, startup_log=tuple(getattr(args, "startup_log", ())))
     stop = stop_on_signals()
     try:
         return await run_demo(options, stop)
