@@ -1,5 +1,6 @@
-"""Modules compiled by mypyc (scripts/build_compiled.py), run in place of their sources only when asked
-(`coordinator serve --compiled [DIR]`, env COORDINATOR_COMPILED) and only where they cannot run stale code.
+"""Modules compiled by mypyc (scripts/build_compiled.py), run in place of their sources where they cannot run stale
+code: by `coordinator serve` and `demo` from this tree's build/compiled when it exists (scripts/setup.sh makes it),
+from another build with `--compiled DIR`, never with `--pure` (env COORDINATOR_COMPILED: 1, DIR or 0).
 
 A build directory holds one extension per compiled module, mypyc's shared library for the group, and
 manifest.json: each module's source path and the SHA-256 of every project source it was compiled against (its own
@@ -196,13 +197,20 @@ def install(directory: Path | None = None) -> Decision:
 
 
 def directory_asked(value: str | None) -> Path | None:
-    """The build directory a `--compiled` value or COORDINATOR_COMPILED names: None or '' (unset) is no; '1',
-    'true', 'yes' or the bare flag (the constant "default") is this tree's build/compiled; anything else a path."""
-    if value is None or value.strip().lower() in ("", "0", "false", "no"):
+    """The build directory a `--compiled` value or COORDINATOR_COMPILED names: None or '' (unset), '0', 'false',
+    'no' or 'pure' is none; '1', 'true', 'yes' or the bare flag (the constant "default") is this tree's
+    build/compiled; anything else a path."""
+    if value is None or value.strip().lower() in ("", "0", "false", "no", "pure"):
         return None
     if value.strip().lower() in ("1", "true", "yes", "default"):
         return DEFAULT_DIRECTORY
     return Path(value)
+
+
+def default_directory() -> Path | None:
+    """What `serve` and `demo` run when told neither --compiled nor --pure: this tree's build when it has one (a
+    manifest; its modules still checked one by one), else None: every module its source."""
+    return DEFAULT_DIRECTORY if (DEFAULT_DIRECTORY / MANIFEST).is_file() else None
 
 
 def running_compiled(names: Sequence[str]) -> dict[str, bool]:

@@ -1,4 +1,5 @@
-"""Compile the listed modules with mypyc into a separate directory, for `coordinator serve --compiled` (opt-in).
+"""Compile the listed modules with mypyc into a separate directory, for `coordinator serve` and `demo`, which
+run this tree's build by default (`--pure`: the sources).
 
   python scripts/build_compiled.py [--out build/compiled] [--modules scripts/mypyc_modules.txt] [--opt-level 3]
 
@@ -13,7 +14,8 @@ beside a `.py` (which would win the import and run stale code after an edit).
 Last, a fresh interpreter installs the build as `--compiled` would and imports every module; a module that does
 not load from its extension fails the build (exit 1, the manifest set aside as manifest.rejected.json).
 Needs a C compiler, Python's headers and mypy (the test extra); takes 5-7 minutes for the default list on 2 cores.
-Nothing here is part of the default setup, the tests' default run or CI.
+scripts/setup.sh runs it when the build is missing or a committed tree no longer matches it (so CI's clean clone
+runs its integration tests' `coordinator serve` compiled); the unit tests import the sources.
 """
 
 from __future__ import annotations

@@ -105,11 +105,14 @@ def add_parser(commands: Any) -> None:
                        help="HOST:PORT of a Prometheus scrape endpoint (/metrics; env COORDINATOR_METRICS_LISTEN). "
                             "Traces and OTLP metrics follow the OTEL_* variables: see docs/tracing.md")
     serve.add_argument("--compiled", nargs="?", const="default", metavar="DIR", default=env("COORDINATOR_COMPILED"),
-                       help="run the modules mypyc compiled into DIR (default build/compiled of this source tree; "
-                            "python scripts/build_compiled.py makes it; needs a C compiler), each only while the "
-                            "sources it was compiled against are unchanged, else its pure source: one log line at "
-                            "start says which run compiled and why others fell back (env COORDINATOR_COMPILED: 1 "
-                            "or DIR). Read before the service's modules are imported (coordinator/cli.py)")
+                       help="run the modules mypyc compiled into DIR (without --compiled or --pure: this source "
+                            "tree's build/compiled when it exists; scripts/setup.sh makes it, or python "
+                            "scripts/build_compiled.py), each only while the sources it was compiled against are "
+                            "unchanged, else its pure source: one log line at start says which run compiled and why "
+                            "others fell back (env COORDINATOR_COMPILED: 1, DIR, or 0 for --pure). Read before the "
+                            "service's modules are imported (coordinator/cli.py)")
+    serve.add_argument("--pure", action="store_true",
+                       help="run every module from its source, even where a compiled build has it")
     instances = serve.add_argument_group(
         "several instances",
         "Run N `coordinator serve --instance-id ID` processes on one Kafka cluster and state topic (distinct ids and "

@@ -41,6 +41,7 @@ import datetime
 import enum
 import logging
 import time
+import types
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -63,6 +64,22 @@ _MIN_REAUTH_INTERVAL_MS = 1_000  # KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_N
 # SaslServerAuthenticator's answer to bad credentials (it says no more, so as not to tell which part was wrong)
 _GENERIC_FAILURE = "Authentication failed during {} due to invalid credentials with SASL mechanism {}"
 PASSABLE_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+def weak_method(method: Callable[[], None]) -> Callable[[], Callable[[], None] | None]:
+    """A weak reference to a bound method: called, the method, or None once its object is gone. A compiled class's
+    method (mypyc, coordinator/compiled.py) is bound as a builtin with `__self__`, which `weakref.WeakMethod`
+    refuses: its object is referenced weakly and the method looked up again by name."""
+    if isinstance(method, types.MethodType):
+        return weakref.WeakMethod(method)
+    owner = weakref.ref(method.__self__)  # type: ignore[attr-defined]
+    name = method.__name__
+
+    def bound() -> Callable[[], None] | None:
+        target = owner()
+        return None if target is None else getattr(target, name)
+
+    return bound
 
 
 @dataclass(frozen=True)
@@ -138,7 +155,7 @@ class SaslPassthrough:
         # (`token_owner`, DescribeDelegationToken) while the broker checks the token; the final answer waits for
         # it, then `wake` (weakly held: the connection owns this object) sends it on.
         self._look_up_owner = token_owner
-        self._wake = weakref.WeakMethod(wake) if wake is not None and hasattr(wake, "__self__") else None
+        self._wake = weak_method(wake) if wake is not None and hasattr(wake, "__self__") else None
         self._owner_lookup: asyncio.Task[None] | None = None
         self._token_owner: str | None = None  # "" once looked up and not found
         self._first_token_seen = False

@@ -127,15 +127,44 @@ def test_a_module_imported_before_the_install_stays_pure_and_so_do_its_importers
 def test_a_missing_build_falls_back_whole_and_no_option_installs_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(compiled.ENVIRONMENT, raising=False)
+    monkeypatch.setattr(compiled, "DEFAULT_DIRECTORY", tmp_path / "no-build")
     finders = list(sys.meta_path)
-    assert cli._install_compiled(["serve", "--listen", "127.0.0.1:0"]) is None
+    decision, no_build = cli._install_compiled(["serve", "--listen", "127.0.0.1:0"])
+    assert decision is None and no_build is not None and "no build" in no_build
     assert sys.meta_path == finders
     try:
-        decision = cli._install_compiled(["serve", "--compiled", str(tmp_path / "none")])
+        decision, _ = cli._install_compiled(["serve", "--compiled", str(tmp_path / "none")])
         assert decision.compiled == {}
         assert "no usable build" in decision.fell_back["*"]
         monkeypatch.setenv(compiled.ENVIRONMENT, str(tmp_path / "other"))
-        assert cli._install_compiled(["serve"]).directory == tmp_path / "other"
+        assert cli._install_compiled(["serve"])[0].directory == tmp_path / "other"
         assert compiled.directory_asked("1") == compiled.directory_asked("default") == compiled.DEFAULT_DIRECTORY
+    finally:
+        sys.meta_path[:] = finders
+
+
+def test_serve_and_demo_run_this_trees_build_by_default_and_pure_when_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --compiled or --pure, the commands that run the service install this tree's build when it has one;
+    the other commands never do, nor --pure or COORDINATOR_COMPILED=0."""
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / compiled.MANIFEST).write_text(json.dumps({"format": compiled.FORMAT, "built_from": "test",
+                                                        "extension_suffix": compiled.extension_suffix(),
+                                                        "modules": {}, "sources": {}}))
+    monkeypatch.setattr(compiled, "DEFAULT_DIRECTORY", build)
+    monkeypatch.delenv(compiled.ENVIRONMENT, raising=False)
+    finders = list(sys.meta_path)
+    try:
+        for argv in (["serve"], ["--log-level", "DEBUG", "serve", "--listen", "127.0.0.1:0"],
+                     ["--event-loop=asyncio", "demo", "--state-dir", "x"]):
+            decision, no_build = cli._install_compiled(argv)
+            assert decision is not None and decision.directory == build.resolve() and no_build is None, argv
+            sys.meta_path[:] = finders
+        for argv in (["serve", "--pure"], ["demo", "--pure"], ["simulate"], ["kafka"], ["--log-level", "INFO"]):
+            assert cli._install_compiled(argv) == (None, None), argv
+        monkeypatch.setenv(compiled.ENVIRONMENT, "0")
+        assert cli._install_compiled(["serve"]) == (None, None)
+        assert sys.meta_path == finders
     finally:
         sys.meta_path[:] = finders

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.security.sasl_passthrough import Refusal, SaslPassthrough, State
+from coordinator.security.sasl_passthrough import Refusal, SaslPassthrough, State, weak_method
 from protocol import apis, codec
 from protocol.errors import ProtocolError
 from protocol.codec import RequestHeader
@@ -150,3 +150,32 @@ def test_oauthbearer_principal_is_the_tokens_sub_claim_once_the_broker_accepted(
         handshake(sasl, "OAUTHBEARER")
         authenticate(sasl, 2, f"n,,\x01auth=Bearer {token}\x01\x01".encode(), b"")
         assert sasl.state is State.COMPLETE and sasl.principal == principal
+
+
+def test_the_wake_is_held_weakly_for_a_python_and_for_a_compiled_method() -> None:
+    """A compiled connection's method (mypyc) is a builtin bound method, which weakref.WeakMethod refuses: with it,
+    every connection to a compiled server's SASL listener failed at accept. OrderedDict's `clear` is such a method."""
+    import collections
+    import gc
+
+    class Python:
+        def __init__(self) -> None:
+            self.woken = 0
+
+        def wake(self) -> None:
+            self.woken += 1
+
+    python, builtin = Python(), collections.OrderedDict(a=1)
+    assert type(builtin.clear).__name__ == "builtin_function_or_method"
+    for owner, method in ((python, python.wake), (builtin, builtin.clear)):
+        held = weak_method(method)
+        woken = held()
+        assert woken is not None
+        woken()
+        del woken, method
+        del owner
+    assert python.woken == 1 and builtin == {}
+    held_python, held_builtin = weak_method(python.wake), weak_method(builtin.clear)
+    del python, builtin
+    gc.collect()
+    assert held_python() is None and held_builtin() is None
