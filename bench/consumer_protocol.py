@@ -126,12 +126,26 @@ class Member:
     errors: int = 0  # error answers (other than fenced/unknown member: those rejoin)
     last_error: str = ""
     latencies_ms: list[float] | None = None  # while a round is watched: each heartbeat's round trip
-    reached_s: float | None = None  # while a round is watched: when an answer first gave `watched_epoch`
-    watched_epoch: int = -1
+    # while a round is watched: (sent, answered, epoch after, partitions owned after) of each heartbeat answered,
+    # after one entry for the member as the round found it (`watch`)
+    beats: list[tuple[float, float, int, int]] | None = None
+
+    def watch(self, now_s: float) -> None:
+        self.latencies_ms, self.beats = [], [(now_s, now_s, self.epoch, self.partition_count())]
+
+    def unwatch(self) -> None:
+        self.latencies_ms, self.beats = None, None
 
     async def beat(self) -> bool:
         """One heartbeat (a join at epoch 0); True when the answer changed the member's partitions (a client then
         revokes or assigns and acknowledges at once; a new epoch alone waits for the next interval)."""
+        sent = time.perf_counter()
+        changed = await self._beat()
+        if self.beats is not None:
+            self.beats.append((sent, time.perf_counter(), self.epoch, self.partition_count()))
+        return changed
+
+    async def _beat(self) -> bool:
         full = self.acknowledged is None
         owned = None if self.acknowledged == self.owned and not full else dict(self.owned)
         body = heartbeat_request(self.group_id, self.member_id, self.epoch, topics=(self.topic,), owned=owned,
@@ -153,8 +167,6 @@ class Member:
             self.acknowledged = owned
         self.interval_s = response.heartbeat_interval.total_seconds()
         self.epoch = int(response.member_epoch)
-        if self.epoch == self.watched_epoch and self.reached_s is None:
-            self.reached_s = time.perf_counter()
         if response.assignment is not None:
             assigned = {t.topic_id: tuple(sorted(t.partitions)) for t in response.assignment.topic_partitions
                         if t.partitions}
@@ -378,7 +390,7 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                 joiner = Member(clients[size % len(clients)], group_id, topic)
                 await asyncio.sleep(args.interval_ms / 1000)  # the settled group heartbeats a while first
                 for member in (*group.members, joiner):
-                    member.latencies_ms, member.reached_s, member.watched_epoch = [], None, -1
+                    member.watch(time.perf_counter())
                 cpu_before = _server_cpu_ns(server.pid)
                 measured = round_number >= args.reconcile_warmup
                 if measured:
@@ -387,8 +399,6 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                     started = time.perf_counter()
                     await joiner.beat()
                     target_epoch = joiner.epoch
-                    for member in group.members:
-                        member.watched_epoch = target_epoch
                     group.add(joiner)
                     await wait_settled(group.members, partitions, 120, target_epoch)
                     elapsed_ms = (time.perf_counter() - started) * 1000
@@ -398,9 +408,10 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                     times.append(elapsed_ms)
                     cpu_ms.append(cpu_used_ms)
                     own_shares.append(own.share)
-                    watched.append(_round_detail(group.members, joiner, started))
+                    watched.append(_round_detail(group.members, joiner, started, target_epoch,
+                                                 started + elapsed_ms / 1000))
                 for member in group.members:
-                    member.latencies_ms, member.watched_epoch = None, -1
+                    member.unwatch()
                 # the joiner leaves again; the group settles before the next round (unmeasured)
                 index = group.members.index(joiner)
                 group.members.pop(index)
@@ -435,10 +446,12 @@ def _trace_mark(server: Server, event: str, size: int) -> None:
             trace.write(f"{time.monotonic():.6f} {event} {size}\n")
 
 
-def _round_detail(members: list[Member], joiner: Member, started: float) -> dict[str, Any]:
+def _round_detail(members: list[Member], joiner: Member, started: float, target_epoch: int,
+                  ended: float) -> dict[str, Any]:
     """What the members of a measured round waited for: when each first heard the new epoch (ms after the join
-    was sent; the joiner's own answer counts as the join's), and the round trips of every heartbeat meanwhile."""
-    reached = sorted(((m.reached_s if m.reached_s is not None else time.perf_counter()) - started) * 1000
+    was sent: its first answer at `target_epoch`; none by the round's end counts as the end), the round trips of
+    every heartbeat meanwhile, and the chain the round's end waited for (`_critical_path`)."""
+    reached = sorted((_first_answer(m, lambda b: b[2] == target_epoch, ended) - started) * 1000
                      for m in members if m is not joiner)
     latencies = sorted(latency for m in members for latency in (m.latencies_ms or ()))
 
@@ -448,7 +461,47 @@ def _round_detail(members: list[Member], joiner: Member, started: float) -> dict
     return {"epoch_heard_ms_p50": at(reached, 0.5), "epoch_heard_ms_p90": at(reached, 0.9),
             "epoch_heard_ms_max": at(reached, 1.0), "heartbeats": len(latencies),
             "heartbeat_ms_p50": at(latencies, 0.5), "heartbeat_ms_p90": at(latencies, 0.9),
-            "heartbeat_ms_p99": at(latencies, 0.99), "heartbeat_ms_max": at(latencies, 1.0)}
+            "heartbeat_ms_p99": at(latencies, 0.99), "heartbeat_ms_max": at(latencies, 1.0),
+            **_critical_path(members, joiner, started, target_epoch, ended, reached)}
+
+
+def _first_answer(member: Member, test: Any, otherwise: float) -> float:
+    """When the member's first heartbeat of the round whose (sent, answered, epoch, partitions) passes `test`
+    was answered; `otherwise` if none did."""
+    return next((b[1] for b in (member.beats or [])[1:] if test(b)), otherwise)
+
+
+def _critical_path(members: list[Member], joiner: Member, started: float, target_epoch: int, ended: float,
+                   reached_ms: list[float]) -> dict[str, float]:
+    """The chain a round's end waits for, in ms after the join was sent: the joiner's join (`join_ms`), its
+    acknowledgement right after (`joiner_ack_ms`, a heartbeat that changes nothing), the wait of one interval, then
+    the heartbeat that gave it the partitions the revokers released (`joiner_done_ms` when answered,
+    `joiner_done_rtt_ms` its round trip, `joiner_waited_ms` the wait before it was sent); the revokers' side (when
+    the last one was told to revoke and when its acknowledgement was answered); and the last member to hear the
+    new epoch. `joiner_bound` 1: the round ended with the joiner's partitions (else with a member hearing the
+    epoch)."""
+    ms = lambda t: round((t - started) * 1000, 1)  # noqa: E731
+    rtt = lambda b: round((b[1] - b[0]) * 1000, 1)  # noqa: E731
+    beats = (joiner.beats or [])[1:]
+    final = joiner.partition_count()
+    done_index = next((i for i, b in enumerate(beats) if b[3] == final and b[2] == target_epoch), len(beats) - 1)
+    done = beats[done_index] if beats else (ended, ended, 0, 0)
+    told, acked, revokers = started, started, 0
+    for member in members:
+        seen = member.beats or []
+        drop = next((i for i in range(1, len(seen)) if seen[i][3] < seen[i - 1][3]), None)
+        if member is joiner or drop is None:
+            continue
+        revokers += 1
+        told = max(told, seen[drop][1])
+        if drop + 1 < len(seen):
+            acked = max(acked, seen[drop + 1][1])
+    last_heard = max(reached_ms, default=0.0)
+    return {"join_ms": rtt(beats[0]) if beats else 0.0, "joiner_ack_ms": rtt(beats[1]) if len(beats) > 1 else 0.0,
+            "joiner_waited_ms": round((done[0] - beats[done_index - 1][1]) * 1000, 1) if done_index > 0 else 0.0,
+            "joiner_done_rtt_ms": rtt(done), "joiner_done_ms": ms(done[1]), "joiner_beats": len(beats),
+            "revokers": revokers, "revoke_told_ms": ms(told), "revoke_acked_ms": ms(acked),
+            "last_heard_ms": round(last_heard, 1), "joiner_bound": 1.0 if ms(done[1]) >= last_heard else 0.0}
 
 
 # ---------------------------------------------------------------------------------------------- orchestration

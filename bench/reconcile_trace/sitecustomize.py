@@ -82,6 +82,15 @@ def _install() -> None:
     from coordinator.storage import native_transactions, transaction_client, transaction_queue, transactions
 
     runtime_class = runtime.GroupRuntime
+    from coordinator.group.modern import service
+    # a join read by the group logic, and each target batch's settling (the target computed, the batch's write made),
+    # with the loop thread's CPU time: wall time beyond it is the thread waiting for a CPU (or the GIL)
+    _around(service.ConsumerGroupService, "heartbeat",
+            before=lambda self, request: stamp("join_read") if request.member_epoch == 0 else None)
+    _around(service.ConsumerGroupService, "_settle_batch",
+            before=lambda self, group_id: stamp("batch_start", len(self._batches[group_id].waiting),
+                                                f"{time.thread_time():.6f}") if group_id in self._batches else None,
+            after=lambda self, result, group_id: stamp("batch_end", f"{time.thread_time():.6f}"))
 
     def capture_start(self: Any, *_: Any) -> None:
         _capturing.append([])

@@ -9,6 +9,7 @@ keeping the relative order). The index is `(h ^ (h >>> 16)) & (capacity - 1)` fo
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -24,6 +25,12 @@ def _int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+# Kept for the member ids of the groups being served: a target computation orders every member of its group by it
+# (`member_order`), ~4 µs of Python per id, a third of a 1,000-member computation, for ids that rarely change.
+_STRING_HASHES_KEPT = 1 << 16
+
+
+@functools.lru_cache(maxsize=_STRING_HASHES_KEPT)
 def string_hash(text: str) -> int:
     """java.lang.String.hashCode over UTF-16 code units."""
     h = 0

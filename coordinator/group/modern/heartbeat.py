@@ -20,7 +20,6 @@ from typing import Protocol
 from coordinator.group.assignor import ASSIGNORS, DEFAULT_ASSIGNOR, AssignorError, GroupSpec, MemberSpec
 from coordinator.group.assignor import SubscriptionType
 from coordinator.group.assignor.java_order import member_order
-from coordinator.group.assignor.spec import ordered
 from coordinator.group.modern.errors import ApiError
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.member import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -499,7 +498,8 @@ def _assign(group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember], cu
             found = [image for image in map(topics.by_name, sorted(subscription)) if image is not None]
             partition_counts.update((image.topic_id, image.partitions) for image in found)
             topic_ids = ids_of[subscription] = tuple(image.topic_id for image in found)
-        specs[member_id] = MemberSpec(topic_ids, ordered(current[member_id]), member.rack_id, member.instance_id)
+        specs[member_id] = MemberSpec(topic_ids, group.ordered_target(member_id, current[member_id]), member.rack_id,
+                                      member.instance_id)
     spec = GroupSpec(specs, SubscriptionType.HOMOGENEOUS if homogeneous else SubscriptionType.HETEROGENEOUS,
                      partition_counts)
     started = time.monotonic()
