@@ -239,10 +239,14 @@ class Connection(asyncio.BufferedProtocol):
 
     def _wait_for_turn(self) -> None:
         """What _process_frames does with frames when the turn's budget is spent (nothing to flush here)."""
-        if self._reader.buffered_bytes and not self._deferred:
+        buffered = self._reader.buffered_bytes
+        if buffered and not self._deferred:
             self._deferred = True
             self._turn.wait(self, first=self._leads)
-        self._apply_read_limit()
+        # (called when _plain_now: nothing paused, closing or blocked, so only the bytes waiting could pause
+        # reading; most requests of a rebalance's flood wait here once)
+        if buffered >= self._config.max_buffered_bytes:
+            self._apply_read_limit()
 
     def _sole_frame(self, frame: bytes) -> None:
         """The one request this connection has (it read exactly one whole frame), nothing parked or paused and
@@ -259,6 +263,10 @@ class Connection(asyncio.BufferedProtocol):
                     self._transport.write(answer)  # type: ignore[union-attr]
                 return
         self._turn.spend(self._handle_frame(frame))
+        if self._in_flight is not None and not self._outgoing:
+            # parked (a JoinGroup or SyncGroup of a rebalance): nothing to send, and nothing behind it to read or
+            # to limit (its frame was the buffer's only one)
+            return
         self._process_frames()  # the flush and the read limit, as after any request
 
     def eof_received(self) -> bool:

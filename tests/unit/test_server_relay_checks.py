@@ -3,7 +3,9 @@ request it reads: whether an upstream link blocks it, whether relayed answers ar
 routed. Without a link (a group member's connection that never relayed anything) those are attribute reads and
 one table lookup, not calls; these tests pin that the outcome is the relay's own in each case: reading paused
 behind a parked request, a blocked link still holding requests back, a request the relay does not advertise still
-refused as the relay refuses it, and an authorizer that does not enforce still allowing everything."""
+refused as the relay refuses it, and an authorizer that does not enforce still allowing everything. Two shortcuts
+of the read path beside them: a request parked from a read of its frame alone leaves without the frame loop (nothing
+to flush or limit), and a read that waits for a later turn checks only its bytes against the read limit."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from coordinator.server.context import ConnectionContext, Node
 from coordinator.server.handlers import served_ranges
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.listener import CoordinatorServer
+from coordinator.server.turns import turn_budget
 from coordinator.timer import ManualClock, SystemTimer
 from protocol import codec
 from protocol.apis import ApiKey
@@ -175,6 +178,43 @@ async def test_what_the_relay_does_not_advertise_is_refused_as_the_relay_refuses
     joining, joining_wire = _connected(server)
     _receive(joining, _join(1, MEMBERS[1]))  # no longer advertised: closed (UnknownApiKey)
     assert joining_wire.aborted and joining_wire.writes == []
+
+
+class _CountingConnection(Connection):
+    """Counts the frame loop's rounds."""
+
+    loop_rounds = 0
+
+    def _process_frames(self) -> None:
+        self.loop_rounds += 1
+        super()._process_frames()
+
+
+async def test_a_join_read_alone_parks_without_the_frame_loop_and_one_answered_at_once_is_written(
+        runtime: Any) -> None:
+    server = CoordinatorServer(ServerConfig(), runtime, relay=_relay())
+    leader, stranger = _CountingConnection(server), _CountingConnection(server)
+    leader_wire, stranger_wire = _Wire(), _Wire()
+    leader.connection_made(leader_wire)  # type: ignore[arg-type]
+    stranger.connection_made(stranger_wire)  # type: ignore[arg-type]
+    _receive(leader, _join(1, MEMBERS[0]))
+    assert leader.is_busy and leader_wire.writes == [] and leader.loop_rounds == 0
+    _receive(stranger, _join(7, "stranger"))  # UNKNOWN_MEMBER_ID at once: written in the same read
+    (answer,) = stranger_wire.writes
+    assert struct.unpack_from(">ih", answer, 9) == (0, Errors.UNKNOWN_MEMBER_ID)  # throttle, error (v9)
+    assert not stranger.is_busy and stranger.loop_rounds == 1
+
+
+async def test_a_read_past_the_limit_waiting_for_the_next_turn_pauses_reading_until_handled(runtime: Any) -> None:
+    server = CoordinatorServer(ServerConfig(max_buffered_bytes=2_048), runtime, relay=_relay())
+    connection, wire = _connected(server)
+    budget = turn_budget()
+    budget.spend(budget.left)  # this turn's budget spent: what is read now waits for a later turn
+    beats = b"".join(_heartbeat(i) for i in range(100))  # 3.3 KB
+    _receive(connection, beats)
+    assert not wire.reading and wire.writes == [] and connection.buffered_bytes == len(beats)
+    await _turns(lambda: connection.buffered_bytes == 0 and wire.reading)
+    assert b"".join(wire.writes) == b"".join(pack_heartbeat_response(4, i, Errors.NONE) for i in range(100))
 
 
 def test_an_authorizer_that_does_not_enforce_allows_everything_and_counts_no_refusal() -> None:
