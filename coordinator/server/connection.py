@@ -493,7 +493,13 @@ class Connection(asyncio.BufferedProtocol):
             response = self._answer(header, self._to_frame, future)
             if response is not None and header.api_key == _JOIN_GROUP:
                 self._leads = join_group.answered_as_leader(response)
-            self._process_frames()
+            relaying = self._relaying
+            if (self._reader.buffered_bytes or self._reading_paused or self._writing_paused
+                    or (relaying is not None and (relaying.link is not None or relaying.reauth_link is not None
+                                                  or self._sasl is not None))):
+                self._process_frames()
+            else:  # nothing waited behind it, nothing paused, nothing upstream: its answer sent, as the loop would
+                self._flush()
         except Exception as exc:
             self._contain("resume", exc)
 

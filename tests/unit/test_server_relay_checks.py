@@ -5,7 +5,8 @@ one table lookup, not calls; these tests pin that the outcome is the relay's own
 behind a parked request, a blocked link still holding requests back, a request the relay does not advertise still
 refused as the relay refuses it, and an authorizer that does not enforce still allowing everything. Two shortcuts
 of the read path beside them: a request parked from a read of its frame alone leaves without the frame loop (nothing
-to flush or limit), and a read that waits for a later turn checks only its bytes against the read limit."""
+to flush or limit) and is answered without it when nothing waited behind it; a read that waits for a later turn
+checks only its bytes against the read limit."""
 
 from __future__ import annotations
 
@@ -190,7 +191,7 @@ class _CountingConnection(Connection):
         super()._process_frames()
 
 
-async def test_a_join_read_alone_parks_without_the_frame_loop_and_one_answered_at_once_is_written(
+async def test_a_join_read_alone_parks_and_is_answered_without_the_frame_loop_and_one_answered_at_once_is_written(
         runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(), runtime, relay=_relay())
     leader, stranger = _CountingConnection(server), _CountingConnection(server)
@@ -203,6 +204,12 @@ async def test_a_join_read_alone_parks_without_the_frame_loop_and_one_answered_a
     (answer,) = stranger_wire.writes
     assert struct.unpack_from(">ih", answer, 9) == (0, Errors.UNKNOWN_MEMBER_ID)  # throttle, error (v9)
     assert not stranger.is_busy and stranger.loop_rounds == 1
+    follower, _ = _connected(server)
+    _receive(follower, _join(2, MEMBERS[1]))  # the join completes: the leader's answer, nothing behind it
+    await _turns(lambda: bool(leader_wire.writes))
+    (joined,) = leader_wire.writes
+    assert struct.unpack_from(">ihi", joined, 9) == (0, Errors.NONE, 2)  # throttle, error, generation
+    assert not leader.is_busy and leader.loop_rounds == 0  # written without the frame loop
 
 
 async def test_a_read_past_the_limit_waiting_for_the_next_turn_pauses_reading_until_handled(runtime: Any) -> None:
