@@ -251,8 +251,9 @@ class Connection(asyncio.BufferedProtocol):
     def _sole_frame(self, frame: bytes) -> None:
         """The one request this connection has (it read exactly one whole frame), nothing parked or paused and
         budget left this turn: a Heartbeat v4 in its usual shape is answered with one write, without the frame
-        loop; anything else goes the general way (`_handle_frame`, then the loop for the flush and the read
-        limit). Kafka's order holds: nothing of this connection is waiting before it."""
+        loop; anything else goes the general way (`_handle_frame`, then its answer flushed, or, with an upstream
+        link, the loop for the flush and the read limit). Kafka's order holds: nothing of this connection is
+        waiting before it."""
         self._leads = False
         if frame[:4] == HEARTBEAT_V4_PREFIX and _HEARTBEAT_V4_SERVED:
             answer = self._heartbeat_v4_answer(frame)
@@ -263,9 +264,13 @@ class Connection(asyncio.BufferedProtocol):
                     self._transport.write(answer)  # type: ignore[union-attr]
                 return
         self._turn.spend(self._handle_frame(frame))
-        if self._in_flight is not None and not self._outgoing:
-            # parked (a JoinGroup or SyncGroup of a rebalance): nothing to send, and nothing behind it to read or
-            # to limit (its frame was the buffer's only one)
+        relaying = self._relaying
+        if relaying is None or (relaying.link is None and relaying.reauth_link is None):
+            # Its frame was the buffer's only one, nothing was paused (_plain_now, no SASL) and no upstream link
+            # can block this connection: the loop would find no frame and limit nothing; what is left is its
+            # answer, if it has one yet (a parked JoinGroup or SyncGroup of a rebalance has none).
+            if self._outgoing:
+                self._flush()
             return
         self._process_frames()  # the flush and the read limit, as after any request
 
