@@ -6,7 +6,8 @@ behind a parked request, a blocked link still holding requests back, a request t
 refused as the relay refuses it, and an authorizer that does not enforce still allowing everything. Shortcuts of
 the read path beside them: a request read alone leaves without the frame loop (a parked one with nothing to flush or
 limit, one answered at once with its answer flushed), a parked one is answered without it when nothing waited
-behind it, and a read that waits for a later turn checks only its bytes against the read limit."""
+behind it, and a read that waits for a later turn checks only its bytes against the read limit; the listener's
+all-idle event (what shutdown waits for) cleared once by the first parked request, not by each."""
 
 from __future__ import annotations
 
@@ -222,6 +223,21 @@ async def test_a_read_past_the_limit_waiting_for_the_next_turn_pauses_reading_un
     assert not wire.reading and wire.writes == [] and connection.buffered_bytes == len(beats)
     await _turns(lambda: connection.buffered_bytes == 0 and wire.reading)
     assert b"".join(wire.writes) == b"".join(pack_heartbeat_response(4, i, Errors.NONE) for i in range(100))
+
+
+async def test_the_listener_is_all_idle_exactly_while_no_connection_has_a_request_parked(runtime: Any) -> None:
+    server = CoordinatorServer(ServerConfig(), runtime)
+    first, second = object(), object()
+    assert server._all_idle.is_set()
+    server.parked(first)  # type: ignore[arg-type]
+    server.parked(second)  # type: ignore[arg-type]
+    assert not server._all_idle.is_set()
+    server.unparked(first)  # type: ignore[arg-type]
+    assert not server._all_idle.is_set()
+    server.unparked(second)  # type: ignore[arg-type]
+    assert server._all_idle.is_set()
+    server.parked(second)  # type: ignore[arg-type]
+    assert not server._all_idle.is_set()
 
 
 def test_an_authorizer_that_does_not_enforce_allows_everything_and_counts_no_refusal() -> None:
