@@ -33,7 +33,8 @@ others, and adds the ratios after ÷ before. `--profile FILE` records our server
 200 Hz; `pip install -e '.[bench]'`; the baseline's to FILE.before, so both pay py-spy alike) during the rounds of
 the largest rebalance size (environment: BENCH_PYSPY_RATE, BENCH_PYSPY_ARGS such as "--native", BENCH_PERF=1 for
 `perf record -g` of the server beside py-spy, to FILE.perf, and BENCH_STRACE=1 for `strace -c` of its main thread,
-the system calls counted, to FILE.strace; py-spy pauses the process per sample, so the CPU figures of a profiled
+the system calls counted, to FILE.strace; BENCH_CPROFILE=1 for cProfile of our server's main thread instead,
+bench.cprofiled's, to FILE.cprofile: every call counted; py-spy pauses the process per sample, so the CPU figures of a profiled
 run are inflated: take them from a run without). `--leader-sync-last`: the leader's SyncGroup after the
 followers', as a real leader's. `--broker-with-server`: the broker on our server's CPU while ours is measured.
 `--rebalance-client c`: each rebalance's requests sent and read by bench/rbload.c over the same connections (this
@@ -63,6 +64,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bench.cprofiled import OUTPUT_VARIABLE, PROFILE_OFF, PROFILE_ON
 from bench.wire import LoadConnection, Stats, _process_cpu_s, heartbeat_frame
 from coordinator.embedded import EmbeddedKafka, kafka_version
 from coordinator.loadgen import wire
@@ -343,6 +345,7 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
         member_ids = [j.member_id for j in joined]
         leader_id = next(j.member_id for j in joined if j.leader == j.member_id)
         times, sync_ms, cpu_ms, main_cpu_ms, system_shares, own_cpu_ms, own_shares = [], [], [], [], [], [], []
+        thread_split = dict.fromkeys(_THREAD_SPLIT, 0)
         profiler = None
         in_c = args.rebalance_client == "c"
         try:
@@ -356,6 +359,7 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
             stamps_path = os.environ.get("BENCH_REBALANCE_STAMPS")
             for round_number in range(args.rebalance_rounds):
                 cpu_before, main_before = _server_cpu_ns(server.pid), _thread_cpu_ns(server.pid, server.pid)
+                threads_before = _threads_cpu(server.pid)
                 user_before, system_before = _user_system_ticks(server.pid)
                 stamps = RoundStamps() if stamps_path else None
                 with LoadgenCpu() as own:
@@ -373,6 +377,7 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
                 cpu_ms.append((_server_cpu_ns(server.pid) - cpu_before) / 1e6)
                 main_cpu_ms.append((_thread_cpu_ns(server.pid, server.pid) - main_before) / 1e6)
                 user_after, system_after = _user_system_ticks(server.pid)
+                _add_thread_split(thread_split, threads_before, _threads_cpu(server.pid), server.pid)
                 system_shares.append((system_after - system_before,
                                       user_after - user_before + system_after - system_before))
                 own_cpu_ms.append(c_cpu_ms if in_c else own.cpu_used * 1000)
@@ -388,6 +393,7 @@ async def rebalance_figures(server: Server, args: argparse.Namespace) -> dict[st
                               "server_main_thread_cpu_ms_per_rebalance": round(statistics.median(main_cpu_ms), 2),
                               # the kernel's part of the server's CPU over every round (10 ms ticks, summed)
                               "server_system_cpu_share": _share(system_shares),
+                              **_thread_split_figures(thread_split, args.rebalance_rounds),
                               "loadgen_cpu_ms_per_rebalance": round(statistics.median(own_cpu_ms), 2),
                               "rounds_ms": [round(t, 2) for t in times],
                               "loadgen_cpu_share": round(max(own_shares), 2)}
@@ -414,6 +420,53 @@ def _thread_cpu_ns(pid: int, tid: int) -> int:
             return int(f.read().split()[0])
     except (FileNotFoundError, ProcessLookupError):
         return 0
+
+
+# the server's threads over a size's rounds: its first thread (ours: the event loop's) in user space and in the
+# kernel (its schedstat time split by its stat ticks), librdkafka's threads ("rdk:*": the state write), the rest
+_THREAD_SPLIT = ("loop_ns", "loop_user_ticks", "loop_system_ticks", "librdkafka_ns", "other_ns")
+
+
+def _threads_cpu(pid: int) -> dict[int, tuple[str, int, int, int]]:
+    """Every thread of `pid`: tid -> (its name, CPU ns so far (schedstat), user and system ticks (stat))."""
+    threads = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                name, rest = f.read().split(" (", 1)[1].rsplit(") ", 1)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        fields = rest.split()
+        threads[int(task)] = (name, ns, int(fields[11]), int(fields[12]))
+    return threads
+
+
+def _add_thread_split(split: dict[str, int], before: dict[int, tuple[str, int, int, int]],
+                      after: dict[int, tuple[str, int, int, int]], pid: int) -> None:
+    """One round's CPU of each thread (a thread born in the round counts from zero) added to `split`."""
+    for tid, (name, ns, user, system) in after.items():
+        _, ns0, user0, system0 = before.get(tid, (name, 0, 0, 0))
+        if tid == pid:
+            split["loop_ns"] += ns - ns0
+            split["loop_user_ticks"] += user - user0
+            split["loop_system_ticks"] += system - system0
+        elif name.startswith("rdk:"):
+            split["librdkafka_ns"] += ns - ns0
+        else:
+            split["other_ns"] += ns - ns0
+
+
+def _thread_split_figures(split: dict[str, int], rounds: int) -> dict[str, float]:
+    """Means per rebalance: the first thread's user and kernel CPU, librdkafka's threads', the other threads'."""
+    ticks = split["loop_user_ticks"] + split["loop_system_ticks"]
+    user_share = split["loop_user_ticks"] / ticks if ticks else 0.0  # (Kafka's first thread: idle)
+    loop_ms = split["loop_ns"] / 1e6 / max(rounds, 1)
+    return {"server_loop_user_cpu_ms_per_rebalance": round(loop_ms * user_share, 2),
+            "server_loop_system_cpu_ms_per_rebalance": round(loop_ms * (1 - user_share), 2) if ticks else 0.0,
+            "server_librdkafka_cpu_ms_per_rebalance": round(split["librdkafka_ns"] / 1e6 / max(rounds, 1), 2),
+            "server_other_threads_cpu_ms_per_rebalance": round(split["other_ns"] / 1e6 / max(rounds, 1), 2)}
 
 
 def _user_system_ticks(pid: int) -> tuple[int, int]:
@@ -466,9 +519,24 @@ async def stop_servers(processes: list[subprocess.Popen], broker: Any) -> None:
     broker.remove_data()
 
 
+def _cprofiled(args: argparse.Namespace) -> dict[str, Any]:
+    """BENCH_CPROFILE=1 with --profile FILE: our server (not the baseline) under bench.cprofiled, its main thread's
+    calls during the largest size's rounds to FILE.cprofile (pstats), instead of py-spy and perf."""
+    if not (args.profile and os.environ.get("BENCH_CPROFILE")):
+        return {}
+    return {"module": "bench.cprofiled", "environment": {OUTPUT_VARIABLE: os.path.abspath(f"{args.profile}.cprofile")}}
+
+
 def start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen | None:
     if not args.profile or server.name.startswith("kafka"):  # ours and the baseline alike (py-spy costs CPU)
         return None
+    if os.environ.get("BENCH_CPROFILE"):
+        if server.name != "ours":
+            return None
+        os.kill(server.pid, PROFILE_ON)
+        switched = subprocess.Popen(["sleep", "infinity"])  # what stop_profiler stops, with our server's profile
+        _CPROFILED[switched.pid] = server.pid
+        return switched
     output = args.profile if server.name == "ours" else f"{args.profile}.{server.name}"
     beside_python = os.path.join(os.path.dirname(sys.executable), "py-spy")
     executable = beside_python if os.path.exists(beside_python) else "py-spy"
@@ -491,11 +559,15 @@ def start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen
 
 
 _PERF: list[subprocess.Popen] = []  # perf beside py-spy (BENCH_PERF), stopped with it
+_CPROFILED: dict[int, int] = {}  # BENCH_CPROFILE: the stand-in's pid -> our server's, switched off with it
 
 
 def stop_profiler(profiler: subprocess.Popen | None) -> None:
     if profiler is None:
         return
+    profiled = _CPROFILED.pop(profiler.pid, None)
+    if profiled is not None:
+        os.kill(profiled, PROFILE_OFF)  # the statistics written by the server (bench/cprofiled.py)
     while _PERF:
         perf = _PERF.pop()
         perf.send_signal(signal.SIGINT)
@@ -816,7 +888,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     servers: list[Server] = []
     try:
         process, ours = await start_ours(broker.bootstrap, write_mode=args.write_mode,
-                                         serve_args=_split_args(args.serve_arg))
+                                         serve_args=_split_args(args.serve_arg), **_cprofiled(args))
         processes.append(process)
         servers.append(ours)
         if args.baseline_tree:

@@ -8,7 +8,8 @@ A group of `members` forms through GroupRuntime (a store that encodes each recor
 as the Kafka store does on the loop, and acknowledges it in the next loop turn); then each round every member sends
 a JoinGroup v9 with new metadata (as bench.coordinator's rounds) through `Connection.buffer_updated` of its own
 connection (a transport that keeps the answers), and once every JoinGroup is answered, a SyncGroup v5 (the
-leader's first, carrying one byte for every member). The loop turns between the frames of each batch of 64 (the
+leader's first, carrying one byte for every member); `--as-served`: the connections' host as the race's `serve`
+has it (the listener's bookkeeping, the relay without a link, the cluster's authorizer not enforcing). The loop turns between the frames of each batch of 64 (the
 turn budget's share of other requests) and until every answer is written. Prints the main thread's CPU time of
 each phase (thread time: the loop's turns included, medians over the rounds); `--profile` writes cProfile's
 statistics (thread CPU time) of the measured rounds. `compiled_modules` counts the project's modules loaded from
@@ -36,9 +37,14 @@ from coordinator.group.runtime import GroupRuntime
 from coordinator.group.state import STABLE
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.runtime_health import RuntimeHealth
+from coordinator.relay.config import RelayConfig
+from coordinator.relay.relay import Relay
+from coordinator.security.authorizer import Authorizer
 from coordinator.server.config import ServerConfig
 from coordinator.server.connection import Connection
 from coordinator.server.context import Node
+from coordinator.server.handlers import served_ranges
+from coordinator.server.listener import CoordinatorServer
 from coordinator.server.turns import turn_budget
 from coordinator.storage.records import encode
 from coordinator.timer import SystemTimer
@@ -68,6 +74,7 @@ class CapturingTransport:
 
     def pause_reading(self) -> None: ...
     def resume_reading(self) -> None: ...
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None: ...
     def abort(self) -> None: ...
     def close(self) -> None: ...
 
@@ -98,12 +105,22 @@ def _error_code(frame: bytes) -> int:
     return struct.unpack_from(">h", frame, 13)[0]
 
 
+def served_host(runtime: GroupRuntime) -> CoordinatorServer:
+    """The connections' host as the race's `serve` has it: the listener itself (its parked/unparked
+    bookkeeping), the relay (every API it serves advertised at its own range, no link opened: the group APIs
+    stay local) and the cluster's authorizer, not enforcing (the embedded broker has none); not started."""
+    config = ServerConfig()
+    relay = Relay(RelayConfig(), "127.0.0.1:9", served=served_ranges(), max_frame_bytes=config.max_frame_bytes)
+    relay.advertised = served_ranges()
+    return CoordinatorServer(config, runtime, clock=runtime.clock, relay=relay, authorizer=Authorizer())
+
+
 class Harness:
-    def __init__(self, runtime: GroupRuntime, members: int) -> None:
-        host = SimpleNamespace(config=ServerConfig(), relay=None, directory=None, coordinator=runtime,
-                               clock=runtime.clock, node=Node(0, "127.0.0.1", 9092, "bench"), closing=False,
-                               authorizer=None, admit=lambda _c: True, forget=lambda _c: None,
-                               parked=lambda _c: None, unparked=lambda _c: None)
+    def __init__(self, runtime: GroupRuntime, members: int, as_served: bool = False) -> None:
+        host: Any = served_host(runtime) if as_served else SimpleNamespace(
+            config=ServerConfig(), relay=None, directory=None, coordinator=runtime, clock=runtime.clock,
+            node=Node(0, "127.0.0.1", 9092, "bench"), closing=False, authorizer=None, admit=lambda _c: True,
+            forget=lambda _c: None, parked=lambda _c: None, unparked=lambda _c: None)
         self.runtime = runtime
         self.transports = [CapturingTransport() for _ in range(members)]
         self.connections = []
@@ -192,7 +209,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     config = CoordinatorConfig(group_initial_rebalance_delay_ms=100, group_max_size=100_000)
     runtime = GroupRuntime(config, timer, EncodingStore(), observer=ObserverMux())  # as `serve` has it
     try:
-        harness = Harness(runtime, args.members)
+        harness = Harness(runtime, args.members, args.as_served)
         member_ids = await harness.form(args.members)
         while not runtime.groups[GROUP].is_in(STABLE):
             await asyncio.sleep(0.01)
@@ -214,7 +231,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             profiler.dump_stats(args.profile)
         totals = [j + s for j, s in zip(joins, syncs)]
         gc_after = _gc_figures(health)
-        figures = {"members": args.members, "rounds": args.rounds,
+        figures = {"members": args.members, "rounds": args.rounds, "as_served": args.as_served,
                    "cpu_ms_per_rebalance": round(statistics.median(totals), 2),
                    "min_cpu_ms_per_rebalance": round(min(totals), 2),
                    "join_phase_cpu_ms": round(statistics.median(joins), 2),
@@ -254,6 +271,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
     parser.add_argument("--profile", help="cProfile statistics of the measured rounds (thread CPU time)")
+    parser.add_argument("--as-served", action="store_true",
+                        help="the connections' host as the race's serve has it: the listener, the relay (no link "
+                             "opened), the cluster's authorizer not enforcing (served_host)")
     return parser.parse_args(argv)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from protocol.messages import build
 log = logging.getLogger("coordinator.relay")
 
 _CLIENT_ID = "kafka-group-coordinator-relay"
+_API_KEY_AND_VERSION = struct.Struct(">hh")
 _SOFTWARE_VERSION = "1"
 _FEATURES_REFRESH_S = 30.0
 _DESCRIBE_DELEGATION_TOKEN = 41
@@ -62,7 +64,7 @@ class Relay:
                                        refresh_all=self._all_topics, registered_brokers=self._registered_brokers)
         self.brokers: dict[int, UpstreamBroker] = {}
         self.cluster_id: str | None = None
-        self.advertised: dict[int, tuple[int, int]] = {}
+        self.advertised = {}  # (the property below; with its route table)
         self.listeners: BrokerListeners | None = None
         self._advertised_host = config.advertised_host
         self._coordinator_node: Any = None  # coordinator.server.context.Node, set by attach()
@@ -100,7 +102,7 @@ class Relay:
         self.advertised = advertised_ranges(client.api_versions, self.served)
         await self._learn_features()
         if self.config.sasl_passthrough:
-            self.advertised.update(passed_through_ranges(client.api_versions))
+            self.advertised = {**self.advertised, **passed_through_ranges(client.api_versions)}
         await self._learn_cluster()
         await self._learn_registered_brokers()
         if self.listeners is not None:
@@ -124,6 +126,21 @@ class Relay:
             self._features_refresh.cancel()
 
     # ------------------------------------------------------------------------------------------ routing
+
+    @property
+    def advertised(self) -> dict[int, tuple[int, int]]:
+        """api key -> (min, max) version of what we advertise (our ApiVersions answer). Set as a whole (never
+        changed in place): the route table is made from it."""
+        return self._advertised
+
+    @advertised.setter
+    def advertised(self, table: dict[int, tuple[int, int]]) -> None:
+        self._advertised = table
+        # every advertised (api key, version), keyed by a request's first four bytes as they come (big-endian
+        # int16 api key, int16 version): `route` in one lookup on the path of every request a connection reads
+        self.routes: dict[bytes, Route] = {
+            _API_KEY_AND_VERSION.pack(key, version): route_of(key, self._local_keys)
+            for key, (low, high) in table.items() for version in range(low, high + 1)}
 
     def route(self, api_key: int, api_version: int) -> Route:
         """How to handle a request; raises UnknownApiKey/UnsupportedVersion for what we do not advertise."""

@@ -232,20 +232,28 @@ class Connection(asyncio.BufferedProtocol):
         request order (Kafka answers a connection's requests in the order sent)."""
         relaying = self._relaying
         return (self._direct and self._in_flight is None and not self._writing_paused and not self._reading_paused
-                and self._open and not self._server.closing and (relaying is None or relaying.settled()))
+                and self._open and not self._server.closing
+                # (no link opened, nothing due: settled without its two calls, as in _process_frames)
+                and (relaying is None or (relaying.link is None and relaying.reauth_link is None
+                                          and not relaying.pending) or relaying.settled()))
 
     def _wait_for_turn(self) -> None:
         """What _process_frames does with frames when the turn's budget is spent (nothing to flush here)."""
-        if self._reader.buffered_bytes and not self._deferred:
+        buffered = self._reader.buffered_bytes
+        if buffered and not self._deferred:
             self._deferred = True
             self._turn.wait(self, first=self._leads)
-        self._apply_read_limit()
+        # (called when _plain_now: nothing paused, closing or blocked, so only the bytes waiting could pause
+        # reading; most requests of a rebalance's flood wait here once)
+        if buffered >= self._config.max_buffered_bytes:
+            self._apply_read_limit()
 
     def _sole_frame(self, frame: bytes) -> None:
         """The one request this connection has (it read exactly one whole frame), nothing parked or paused and
         budget left this turn: a Heartbeat v4 in its usual shape is answered with one write, without the frame
-        loop; anything else goes the general way (`_handle_frame`, then the loop for the flush and the read
-        limit). Kafka's order holds: nothing of this connection is waiting before it."""
+        loop; anything else goes the general way (`_handle_frame`, then its answer flushed, or, with an upstream
+        link, the loop for the flush and the read limit). Kafka's order holds: nothing of this connection is
+        waiting before it."""
         self._leads = False
         if frame[:4] == HEARTBEAT_V4_PREFIX and _HEARTBEAT_V4_SERVED:
             answer = self._heartbeat_v4_answer(frame)
@@ -256,6 +264,14 @@ class Connection(asyncio.BufferedProtocol):
                     self._transport.write(answer)  # type: ignore[union-attr]
                 return
         self._turn.spend(self._handle_frame(frame))
+        relaying = self._relaying
+        if relaying is None or (relaying.link is None and relaying.reauth_link is None):
+            # Its frame was the buffer's only one, nothing was paused (_plain_now, no SASL) and no upstream link
+            # can block this connection: the loop would find no frame and limit nothing; what is left is its
+            # answer, if it has one yet (a parked JoinGroup or SyncGroup of a rebalance has none).
+            if self._outgoing:
+                self._flush()
+            return
         self._process_frames()  # the flush and the read limit, as after any request
 
     def eof_received(self) -> bool:
@@ -326,8 +342,13 @@ class Connection(asyncio.BufferedProtocol):
 
     def _process_frames(self) -> None:
         turn = self._turn
+        relaying = self._relaying
+        # Not blocked: no relay, or no upstream link opened (nor a re-authentication's) and no SASL exchange
+        # (RelaySide.blocked would be False; an attribute read, not two calls: it is read for every request of a
+        # rebalance, and a group member's connection rarely relays anything), or _relay_blocked says so.
         while (self._in_flight is None and (not self._writing_paused or self._last_turn) and self._open
-               and (self._relaying is None or not self._relay_blocked())):
+               and (relaying is None or (relaying.link is None and relaying.reauth_link is None and self._sasl is None)
+                    or not self._relay_blocked())):
             # the loop's turn has handled its share: the rest waits for the next turn (after EOF there is none)
             if turn.left <= 0 and not self._last_turn:
                 if self._reader.buffered_bytes and not self._deferred:
@@ -477,7 +498,13 @@ class Connection(asyncio.BufferedProtocol):
             response = self._answer(header, self._to_frame, future)
             if response is not None and header.api_key == _JOIN_GROUP:
                 self._leads = join_group.answered_as_leader(response)
-            self._process_frames()
+            relaying = self._relaying
+            if (self._reader.buffered_bytes or self._reading_paused or self._writing_paused
+                    or (relaying is not None and (relaying.link is not None or relaying.reauth_link is not None
+                                                  or self._sasl is not None))):
+                self._process_frames()
+            else:  # nothing waited behind it, nothing paused, nothing upstream: its answer sent, as the loop would
+                self._flush()
         except Exception as exc:
             self._contain("resume", exc)
 
@@ -693,12 +720,15 @@ class Connection(asyncio.BufferedProtocol):
         if len(frame) < 8:
             self.abort("CorruptRequest", f"frame of {len(frame)} bytes is shorter than a request header")
             return False
-        api_key, api_version = _API_KEY_AND_VERSION.unpack_from(frame)
-        try:
-            route = relaying.route(api_key, api_version)
-        except ProtocolError as exc:
-            self._reject(frame, exc)  # an ApiVersions version we do not know gets KIP-511's answer
-            return False
+        route = relaying.relay.routes.get(frame[:4])  # (api key, version) advertised: its route in one lookup
+        if route is None or route is _RELAYED:
+            api_key, api_version = _API_KEY_AND_VERSION.unpack_from(frame)
+            if route is None:  # not advertised: the relay's route says why
+                try:
+                    route = relaying.route(api_key, api_version)
+                except ProtocolError as exc:
+                    self._reject(frame, exc)  # an ApiVersions version we do not know gets KIP-511's answer
+                    return False
         if route is not _RELAYED:
             return True
         sasl = self._sasl
@@ -779,9 +809,10 @@ class Connection(asyncio.BufferedProtocol):
     def _apply_read_limit(self) -> None:
         if not (self._reading_paused or self._writing_paused or self._server.closing):
             relaying = self._relaying
-            if relaying is None:
-                # no relay: only the bytes waiting behind a parked or deferred request could pause reading (what
-                # follows would decide the same, with more steps: it runs each time a rebalance parks a request)
+            if relaying is None or (relaying.link is None and relaying.reauth_link is None and self._sasl is None):
+                # no relay, or no upstream link to block it and no SASL exchange (as in _process_frames): only
+                # the bytes waiting behind a parked or deferred request could pause reading (what follows would
+                # decide the same, with more steps: it runs each time a rebalance parks a request)
                 if not ((self._in_flight is not None or self._deferred)
                         and self._reader.buffered_bytes >= self._config.max_buffered_bytes):
                     return

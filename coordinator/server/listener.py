@@ -164,8 +164,10 @@ class CoordinatorServer:
         self._connections.discard(connection)
 
     def parked(self, connection: Connection) -> None:
-        self._busy.add(connection)
-        self._all_idle.clear()
+        busy = self._busy
+        if not busy:  # the first: no longer all idle (cleared once, not per parked request: a rebalance parks
+            self._all_idle.clear()  # every member's JoinGroup and most SyncGroups)
+        busy.add(connection)
 
     def unparked(self, connection: Connection) -> None:
         self._busy.discard(connection)
