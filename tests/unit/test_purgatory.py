@@ -217,15 +217,9 @@ def test_purge_stays_amortised_with_many_pending_operations():
     """Kafka's rule alone would sweep all 20k x 3 pending entries every 1000 completions (≈ 60 entries
     visited per completion); requiring completed > pending keeps it to a few entries per completion."""
 
-    class CountingPurgatory(DelayedOperationPurgatory):
-        visited = 0
-
-        def purge_completed(self) -> int:
-            self.visited += self.watched
-            return super().purge_completed()
-
     timer, _ = manual_timer()
-    purgatory = CountingPurgatory("test", timer, purge_interval=1000)
+    purgatory: DelayedOperationPurgatory[CallbackOperation] = DelayedOperationPurgatory(
+        "test", timer, purge_interval=1000)
     keys = [f"key-{i}" for i in range(100)]
     for i in range(20_000):  # pending for the whole test
         purgatory.try_complete_else_watch(Gate(60_000).op, (keys[i % 100], keys[(i + 1) % 100], keys[(i + 2) % 100]))
@@ -234,8 +228,8 @@ def test_purge_stays_amortised_with_many_pending_operations():
         op = Gate(60_000)
         purgatory.try_complete_else_watch(op.op, (keys[i % 100], keys[(i + 3) % 100], keys[(i + 5) % 100]))
         op.force_complete()
-    assert purgatory.visited > 0, "completed operations must be purged at some point"
-    assert purgatory.visited <= 3 * 3 * completions
+    assert purgatory.swept_entries > 0, "completed operations must be purged at some point"
+    assert purgatory.swept_entries <= 3 * 3 * completions
     assert purgatory.watched <= 3 * (20_000 + max(1000, 20_000) + 1)
 
 
@@ -243,15 +237,9 @@ def test_re_arming_under_the_same_key_drops_the_completed_predecessor_without_a_
     """A session's heartbeat operation is re-armed under its member key once per session: the completed one
     leaves as the new one joins, so no sweep over every key (which holds the loop at 300k members) is due."""
 
-    class CountingPurgatory(DelayedOperationPurgatory):
-        sweeps = 0
-
-        def purge_completed(self) -> int:
-            self.sweeps += 1
-            return super().purge_completed()
-
     timer, _ = manual_timer()
-    purgatory = CountingPurgatory("test", timer, purge_interval=10)
+    purgatory: DelayedOperationPurgatory[CallbackOperation] = DelayedOperationPurgatory(
+        "test", timer, purge_interval=10)
     ops = [Gate(60_000) for _ in range(100)]
     for i, op in enumerate(ops):
         purgatory.try_complete_else_watch(op.op, [("member", i)])
