@@ -110,11 +110,11 @@ class SteadyAnswers:
     MAX_ENTRIES = 4_096
     __slots__ = ("by_request", "_by_member", "hits", "max_entries")
 
-    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(self) -> None:
         self.by_request: dict[bytes, _Answered] = {}
         self._by_member: dict[tuple[str, str], bytes] = {}
         self.hits = 0  # heartbeats answered again
-        self.max_entries = max_entries  # (a test sets a smaller bound)
+        self.max_entries = self.MAX_ENTRIES  # (a test sets a smaller bound)
 
     def keep(self, key: bytes, answered: _Answered) -> None:
         member = (answered.group_id, answered.member_id)
