@@ -26,7 +26,7 @@ from coordinator.group.modern.observing import Fenced
 from coordinator.group.observer import GroupObserver
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.status import ShardStatus
-from coordinator.server.context import ConnectionContext
+from coordinator.server.context import ConnectionContext, Node
 from coordinator.server.handlers import txn_offset_commit
 from coordinator.timer import SystemTimer
 from protocol.codec import RequestHeader
@@ -180,8 +180,9 @@ class CoordinatorInstance:
         self._tasks: list[asyncio.Task[Any]] = []
         # what the server's TxnOffsetCommit handler gets: the service it routes through, the relay to Kafka
         relay = None if sim.relay is None else PausedRelay(sim.relay, self)
-        self.context = ConnectionContext(None, self.service, "/10.0.0.1", "simulated",  # type: ignore[arg-type]
-                                         relay=relay)  # type: ignore[arg-type]
+        # (a Node of its own: a compiled ConnectionContext checks the type; the handler does not read it)
+        self.context = ConnectionContext(Node(number, "simulated", 9092, "simulated"), self.service, "/10.0.0.1",
+                                         "simulated", relay=relay)  # type: ignore[arg-type]
         sim.processes[self.process] = sim.processes[self.name] = self
         if slot is None:
             self.runtime.begin_loading()  # before any request can arrive, as app.py does
