@@ -6,6 +6,7 @@
     python -m simulator --seeds 100000 --jobs 2    in worker processes; progress, seeds/min, CPU per seed
     python -m simulator --seed 42 --shrink         a failing seed minimised to a short replayable scenario
     python -m simulator --start 0 --seeds 200 --hashes h.txt   every seed's history hash, one "seed hash" line each
+    COORDINATOR_COMPILED=DIR python -m simulator ...   the coordinator's modules from a compiled build (mypyc)
     python -m simulator.stitch chunk-*.json        the final JSON lines of chunked runs, added up (gaps named)
 
 Exit status 1 if any seed violated an invariant. The process runs with PYTHONHASHSEED=0 (it re-executes itself
@@ -24,9 +25,17 @@ import sys
 import time
 from typing import Iterator, TextIO
 
-from simulator.plants import PLANTS
-from simulator.run import PROTOCOLS, Outcome, make_scenario, run_seed
-from simulator.shrink import Reduction, reduce_scenario, shrink
+from coordinator import compiled
+
+# COORDINATOR_COMPILED=DIR (or 1: build/compiled, scripts/build_compiled.py): the coordinator's listed modules run
+# from that build, as `coordinator serve --compiled` runs them, each only while its sources match (installed here,
+# before the simulator imports any of them; forked workers inherit it)
+_COMPILED = compiled.directory_asked(os.environ.get(compiled.ENVIRONMENT))
+_DECISION = None if _COMPILED is None else compiled.install(_COMPILED)
+
+from simulator.plants import PLANTS  # noqa: E402
+from simulator.run import PROTOCOLS, Outcome, make_scenario, run_seed  # noqa: E402
+from simulator.shrink import Reduction, reduce_scenario, shrink  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,8 +230,19 @@ def _describe(outcome: Outcome, out: TextIO, protocol: str = "classic") -> None:
         print(f"  replay: python -m simulator --seed {outcome.seed}{_protocol_arg(protocol)} --trace", file=out)
 
 
+def _say_compiled() -> None:
+    """With a compiled build: how many of its modules this process ran compiled (their `__file__`), on stderr."""
+    if _DECISION is None:
+        return
+    running = compiled.running_compiled([*_DECISION.compiled, *(n for n in _DECISION.fell_back if n != "*")])
+    print(f"{_DECISION.summary().split(' compiled=[')[0]}; running compiled: {sum(running.values())} of "
+          f"{len(running)} imported", file=sys.stderr)
+
+
 if __name__ == "__main__":
     if os.environ.get("PYTHONHASHSEED") != "0":
         os.environ["PYTHONHASHSEED"] = "0"
         os.execv(sys.executable, [sys.executable, "-m", "simulator", *sys.argv[1:]])
-    sys.exit(main())
+    status = main()
+    _say_compiled()
+    sys.exit(status)

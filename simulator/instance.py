@@ -26,7 +26,7 @@ from coordinator.group.modern.observing import Fenced
 from coordinator.group.observer import GroupObserver
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.status import ShardStatus
-from coordinator.server.context import ConnectionContext
+from coordinator.server.context import ConnectionContext, Node
 from coordinator.server.handlers import txn_offset_commit
 from coordinator.timer import SystemTimer
 from protocol.codec import RequestHeader
@@ -180,8 +180,9 @@ class CoordinatorInstance:
         self._tasks: list[asyncio.Task[Any]] = []
         # what the server's TxnOffsetCommit handler gets: the service it routes through, the relay to Kafka
         relay = None if sim.relay is None else PausedRelay(sim.relay, self)
-        self.context = ConnectionContext(None, self.service, "/10.0.0.1", "simulated",  # type: ignore[arg-type]
-                                         relay=relay)  # type: ignore[arg-type]
+        # (a Node of its own: a compiled ConnectionContext checks the type; the handler does not read it)
+        self.context = ConnectionContext(Node(number, "simulated", 9092, "simulated"), self.service, "/10.0.0.1",
+                                         "simulated", relay=relay)  # type: ignore[arg-type]
         sim.processes[self.process] = sim.processes[self.name] = self
         if slot is None:
             self.runtime.begin_loading()  # before any request can arrive, as app.py does
@@ -195,48 +196,10 @@ class CoordinatorInstance:
         sim.history.record("instance_start", inst=number, slot=slot)
 
     def _observe_consumer_groups(self) -> None:
-        """The cluster's topics for the consumer groups, and what the session checker needs: when a member's
-        session restarts (a heartbeat handled, a load) and when one runs out."""
+        """The cluster's topics for the consumer groups, and what the session checker needs (`ServiceChecks`)."""
         service = self.runtime.consumer_groups
         service.topics = self.sim.topics
-        checkers, config = self.sim.checkers, self.sim.config
-        heartbeat, on_loaded, fence_expired = service.heartbeat, service.on_loaded, service._fence_expired
-        classic_sync = service.classic_sync
-
-        def classic_sync_observed(group: Any, request: Any) -> Any:
-            response = classic_sync(group, request)
-            checkers.synced_in_consumer_group(response, group)  # judged as its answer, whenever that goes out
-            return response
-
-        def heartbeat_observed(request: Any) -> Any:
-            response, write = heartbeat(request)
-            if isinstance(response, asyncio.Future):  # answered with its batch's target; its session restarted now
-                if request.member_id and self.alive:
-                    checkers.consumer_session_restarted(self.name, request.group_id, [request.member_id])
-                return response, write
-            if response.error == Errors.NONE and request.member_epoch >= 0 and self.alive:
-                checkers.consumer_session_restarted(self.name, request.group_id, [response.member_id])
-            return response, write
-
-        def loaded_observed(shard: Any) -> None:
-            on_loaded(shard)
-            for group_id, group in shard.consumer_groups.items():
-                checkers.consumer_session_restarted(self.name, group_id, list(group.members))
-
-        def fence_observed(group_id: str, member_id: str, at_epoch: int | None, reason: Fenced,
-                           kind: str | None = None) -> None:
-            group = service.shard_for(group_id).consumer_groups.get(group_id)
-            member = None if group is None else group.members.get(member_id)
-            if (kind is None and at_epoch is None and member is not None and member.classic is None
-                    and service.shard_for(group_id).status is ShardStatus.ACTIVE):
-                checkers.consumer_session_expired(self.name, group_id, member_id,
-                                                  config.group_consumer_session_timeout_ms)
-            fence_expired(group_id, member_id, at_epoch, reason, kind)
-
-        service.heartbeat = heartbeat_observed  # type: ignore[method-assign]
-        service.on_loaded = loaded_observed  # type: ignore[method-assign]
-        service._fence_expired = fence_observed  # type: ignore[method-assign]
-        service.classic_sync = classic_sync_observed  # type: ignore[method-assign,assignment]
+        service.checks = _SessionChecks(self)
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def _execute(self, run: Any) -> None:
@@ -290,7 +253,8 @@ class CoordinatorInstance:
         owner_map = OwnerMap("simulated", sim.instances_group_id, "state", self.runtime.num_partitions, me)
         self.directory = OwnerMapDirectory(self.runtime.num_partitions, "simulated", owner_map)
         ownership = self.ownership = Ownership(
-            self.runtime, instance_id=instance_id, group_id=sim.instances_group_id, topic="state",
+            _Loads(self), instance_id=instance_id, group_id=sim.instances_group_id,  # type: ignore[arg-type]
+            topic="state",
             session_timeout_ms=sim.instances_group.session_ms, clock=self.clock, gc_after_moves=False,
             guard_ticks=False)
         self.service = self.context.coordinator = _Service(ownership.service)
@@ -300,15 +264,6 @@ class CoordinatorInstance:
             owner_map.set_own(partitions)
 
         ownership.on_owned = owned
-        loads = self.runtime.load
-
-        async def load_then_check(partitions: Any = None) -> int:
-            count = await loads(partitions)
-            if self.alive:
-                self.sim.checkers.after_load(self, set(partitions))
-            return count
-
-        self.runtime.load = load_then_check  # type: ignore[method-assign]
         self.membership = SimMembership(self, ownership, client_id_for(me))
         loop = sim.loop
         self._tasks = [loop.create_task(guard_pulse(self, ownership)),
@@ -449,6 +404,59 @@ class CoordinatorInstance:
         self.sim.checkers.answered(self, pending, response, summary)
         if not pending.reply.done():
             pending.reply.set_result(response)
+
+
+class _SessionChecks:
+    """What the checkers need from the consumer groups' service (coordinator/group/modern/service.py
+    `ServiceChecks`): when a member's session restarts (a heartbeat handled, a load) and when one runs out."""
+
+    def __init__(self, instance: CoordinatorInstance) -> None:
+        self.instance = instance
+        self.checkers = instance.sim.checkers
+        self.session_timeout_ms = instance.sim.config.group_consumer_session_timeout_ms
+
+    def heartbeat_answered(self, request: Any, answer: Any) -> None:
+        instance = self.instance
+        if isinstance(answer, asyncio.Future):  # answered with its batch's target; its session restarted now
+            if request.member_id and instance.alive:
+                self.checkers.consumer_session_restarted(instance.name, request.group_id, [request.member_id])
+        elif answer.error == Errors.NONE and request.member_epoch >= 0 and instance.alive:
+            self.checkers.consumer_session_restarted(instance.name, request.group_id, [answer.member_id])
+
+    def loaded(self, shard: Any) -> None:
+        for group_id, group in shard.consumer_groups.items():
+            self.checkers.consumer_session_restarted(self.instance.name, group_id, list(group.members))
+
+    def fencing(self, group_id: str, member_id: str, at_epoch: int | None, reason: Fenced,
+                kind: str | None) -> None:
+        service = self.instance.runtime.consumer_groups
+        shard = service.shard_for(group_id)
+        group = shard.consumer_groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if (kind is None and at_epoch is None and member is not None and member.classic is None
+                and shard.status is ShardStatus.ACTIVE):
+            self.checkers.consumer_session_expired(self.instance.name, group_id, member_id, self.session_timeout_ms)
+
+    def classic_synced(self, group: Any, response: Any) -> None:
+        self.checkers.synced_in_consumer_group(response, group)  # judged as its answer, whenever that goes out
+
+
+class _Loads:
+    """The runtime as the instance's Ownership sees it (coordinator/cluster/ownership.py): each load it makes is
+    followed by the checkers' look at what was loaded, as soon as the load returns."""
+
+    def __init__(self, instance: CoordinatorInstance) -> None:
+        self._instance = instance
+        self._runtime = instance.runtime
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runtime, name)
+
+    async def load(self, partitions: Any = None) -> int:
+        count = await self._runtime.load(partitions)
+        if self._instance.alive:
+            self._instance.sim.checkers.after_load(self._instance, set(partitions))
+        return count
 
 
 class _Service:

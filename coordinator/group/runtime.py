@@ -148,6 +148,10 @@ class GroupRuntime:
         self._unloading: dict[int, asyncio.Future[Any]] = {}
         # False: every write goes to the store at once, each its own append (A/B benches; see append_in_turn)
         self.write_turns = True
+        # groups materialised by a load, and groups and members unloaded, between two yields to the loop (a test
+        # sets smaller slices to see them)
+        self.load_slice = _LOAD_SLICE
+        self.unload_slice = UNLOAD_SLICE
 
     @property
     def observer(self) -> GroupObserver:
@@ -788,7 +792,7 @@ class GroupRuntime:
             for group_id in group_ids:
                 shard.load_group(group_id, loaded.records_of(group_id))
                 count += 1
-                if count % _LOAD_SLICE == 0:
+                if count % self.load_slice == 0:
                     await asyncio.sleep(0)  # the shards already served keep answering meanwhile
             count += self.consumer_groups.load(shard, [r for r in loaded.consumer_records
                                                        if self.partition_for(r.group_id) == partition])
@@ -912,7 +916,7 @@ class GroupRuntime:
         in that callback before it raises: no shard is left half unloaded."""
         for partition in partitions:
             self._held.setdefault(partition, [])
-        budget = UNLOAD_SLICE
+        budget = self.unload_slice
         cancelled: asyncio.CancelledError | None = None
         try:
             for partition in partitions:
@@ -922,7 +926,7 @@ class GroupRuntime:
                 for unloaded in steps:
                     budget -= unloaded
                     if budget <= 0 and cancelled is None:
-                        budget = UNLOAD_SLICE
+                        budget = self.unload_slice
                         try:
                             await asyncio.sleep(0)
                         except asyncio.CancelledError as exc:

@@ -1,5 +1,5 @@
 """Delayed operations and the purgatory that watches them (Kafka's DelayedOperation/Purgatory)."""
-from coordinator.purgatory.operation import DelayedOperation
+from coordinator.purgatory.operation import CallbackOperation, DelayedOperation
 from coordinator.purgatory.purgatory import DelayedOperationPurgatory
 
-__all__ = ["DelayedOperation", "DelayedOperationPurgatory"]
+__all__ = ["CallbackOperation", "DelayedOperation", "DelayedOperationPurgatory"]

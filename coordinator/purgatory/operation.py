@@ -1,6 +1,8 @@
 """DelayedOperation: an operation that completes when its condition holds, or when its timeout expires."""
 from __future__ import annotations
 
+from typing import Callable
+
 from coordinator.timer.task import TimerTask
 
 
@@ -73,3 +75,28 @@ class DelayedOperation(TimerTask):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(delay_ms={self.delay_ms}, completed={self._completed})"
+
+
+class CallbackOperation(DelayedOperation):
+    """A DelayedOperation whose three parts are callables, each given the operation: for code that cannot subclass
+    DelayedOperation (a class of interpreted code cannot subclass a compiled one: the tests against the compiled
+    build). `try_complete` checks the condition and calls `force_complete()` if it holds, as the method does."""
+
+    __slots__ = ("_try_complete", "_on_complete", "_on_expiration")
+
+    def __init__(self, delay_ms: int, try_complete: Callable[[CallbackOperation], bool],
+                 on_complete: Callable[[CallbackOperation], None],
+                 on_expiration: Callable[[CallbackOperation], None]) -> None:
+        super().__init__(delay_ms)
+        self._try_complete = try_complete
+        self._on_complete = on_complete
+        self._on_expiration = on_expiration
+
+    def try_complete(self) -> bool:
+        return self._try_complete(self)
+
+    def on_complete(self) -> None:
+        self._on_complete(self)
+
+    def on_expiration(self) -> None:
+        self._on_expiration(self)

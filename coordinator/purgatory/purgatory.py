@@ -48,6 +48,10 @@ class DelayedOperationPurgatory(Generic[T]):
         self._delayed = DelayedCount()  # this purgatory's operations in the timer (they count themselves out)
         self._sweep: list[Hashable] = []  # the keys a sweep on the loop has still to visit (`_purge`)
         self._sweep_handle: asyncio.Handle | None = None
+        # sweeps over every key started (`purge_completed`, or one a batch of keys per loop callback) and the
+        # watcher-list entries there were when each started: what the purge costs (tests)
+        self.sweeps = 0
+        self.swept_entries = 0
 
     @property
     def watched(self) -> int:
@@ -172,9 +176,14 @@ class DelayedOperationPurgatory(Generic[T]):
 
     def purge_completed(self) -> int:
         """Drops completed operations from every watcher list; returns how many entries were dropped."""
+        self._count_sweep()
         dropped = self._drop_completed(list(self._watchers))
         self._estimated_total = self._delayed.value
         return dropped
+
+    def _count_sweep(self) -> None:
+        self.sweeps += 1
+        self.swept_entries += self._watched
 
     def _drop_completed(self, keys: list[Hashable]) -> int:
         """Completed operations dropped from these keys' lists (a key gone meanwhile is skipped: its operations
@@ -216,6 +225,7 @@ class DelayedOperationPurgatory(Generic[T]):
         if loop is None or len(self._watchers) <= PURGE_BATCH:
             self._log_purged(self.purge_completed())
             return
+        self._count_sweep()
         self._estimated_total = self._delayed.value
         self._sweep = list(self._watchers)
         self._sweep_handle = loop.call_soon(self._sweep_some, 0)

@@ -2,10 +2,10 @@
 from coordinator.timer.clock import Clock, ManualClock, MonotonicClock, WallClock
 from coordinator.timer.delay_queue import BucketQueue
 from coordinator.timer.system_timer import SystemTimer
-from coordinator.timer.task import PENDING_RUN, TimerTask, TimerTaskEntry, TimerTaskList
+from coordinator.timer.task import PENDING_RUN, CallbackTask, TimerTask, TimerTaskEntry, TimerTaskList
 from coordinator.timer.wheel import TimingWheel
 
 __all__ = [
-    "BucketQueue", "Clock", "ManualClock", "MonotonicClock", "PENDING_RUN", "SystemTimer", "TimerTask",
-    "TimerTaskEntry", "TimerTaskList", "TimingWheel", "WallClock",
+    "BucketQueue", "CallbackTask", "Clock", "ManualClock", "MonotonicClock", "PENDING_RUN", "SystemTimer",
+    "TimerTask", "TimerTaskEntry", "TimerTaskList", "TimingWheel", "WallClock",
 ]

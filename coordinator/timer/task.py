@@ -73,6 +73,20 @@ class TimerTask:
         return None if entry is None or entry.list is None else entry.expiration_ms
 
 
+class CallbackTask(TimerTask):
+    """A task that runs `callback()`: for code that cannot subclass TimerTask (a class of interpreted code cannot
+    subclass a compiled one: the tests and their helpers against the compiled build, coordinator/timer/testing.py)."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, delay_ms: int, callback: Callable[[], None]) -> None:
+        super().__init__(delay_ms)
+        self.callback = callback
+
+    def run(self) -> None:
+        self.callback()
+
+
 class TimerTaskEntry:
     """Links a task into a bucket; `expiration_ms` is absolute on the timer's clock."""
 

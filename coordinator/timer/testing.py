@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from coordinator.timer.clock import ManualClock
 from coordinator.timer.system_timer import SystemTimer
-from coordinator.timer.task import TimerTask
+from coordinator.timer.task import CallbackTask, TimerTask
 
 
 def manual_timer(start_ms: int = 0, tick_ms: int = 1, wheel_size: int = 20,
@@ -20,20 +20,9 @@ def advance(timer: SystemTimer, clock: ManualClock, ms: int) -> bool:
     return timer.advance_clock()
 
 
-class RecordingTask(TimerTask):
-    """Appends (name, clock time) to `fired` when it runs."""
-
-    __slots__ = ("name", "clock", "fired")
-
-    def __init__(self, delay_ms: int, name: object, clock: ManualClock,
-                 fired: list[tuple[object, int]]) -> None:
-        super().__init__(delay_ms)
-        self.name = name
-        self.clock = clock
-        self.fired = fired
-
-    def run(self) -> None:
-        self.fired.append((self.name, self.clock.now_ms()))
+def recording_task(delay_ms: int, name: object, clock: ManualClock, fired: list[tuple[object, int]]) -> TimerTask:
+    """A task that appends (name, clock time) to `fired` when it runs."""
+    return CallbackTask(delay_ms, lambda: fired.append((name, clock.now_ms())))
 
 
 def location(timer: SystemTimer, task: TimerTask) -> tuple[int, int]:

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import socket
 import struct
-from typing import Any
+from typing import Any, Callable
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.runtime import GroupRuntime
@@ -23,11 +23,13 @@ class RunningServer:
     """`async with RunningServer() as env:` a coordinator and server on 127.0.0.1 and a free port."""
 
     def __init__(self, config: CoordinatorConfig = FAST_GROUPS, *,
-                 coordinator_class: type[GroupRuntime] = GroupRuntime, directory: Any = None,
+                 front: Callable[[GroupRuntime], Any] | None = None, directory: Any = None,
                  authorizer: Any = None, **server_options: Any) -> None:
+        """`front`: what the server is given in front of the runtime (tests/support/service_front.py), made of it;
+        None: the runtime itself."""
         self.config = config
         self.authorizer = authorizer  # coordinator.security.authorizer.Authorizer: the ACLs enforced (None: none)
-        self.coordinator_class = coordinator_class
+        self.front = front
         self.directory = directory
         self.server_config = ServerConfig(listen_host="127.0.0.1", listen_port=0, **server_options)
         self.clients: list[KafkaClient] = []
@@ -36,8 +38,9 @@ class RunningServer:
         self.timer = SystemTimer("test")
         self.timer.start()
         self.store = InMemoryGroupStore()
-        self.coordinator = self.coordinator_class(self.config, self.timer, self.store)
-        self.server = CoordinatorServer(self.server_config, self.coordinator, on_shutdown=self._shutdown_groups,
+        self.coordinator = GroupRuntime(self.config, self.timer, self.store)
+        self.service: Any = self.coordinator if self.front is None else self.front(self.coordinator)
+        self.server = CoordinatorServer(self.server_config, self.service, on_shutdown=self._shutdown_groups,
                                         directory=self.directory, authorizer=self.authorizer)
         await self.server.start()
         return self

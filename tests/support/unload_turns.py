@@ -5,13 +5,9 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import pytest
-
-from coordinator.group.metadata import GroupMetadata
 from coordinator.group.records import GroupRecord, MemberRecord
-from coordinator.group.shard import GroupShard
-from protocol.error_codes import Errors
-from tests.support.group_harness import Client, Env, subscription
+from coordinator.group.state import DEAD
+from tests.support.group_harness import Client, Env, RecordingObserver, subscription
 
 SESSION_MS = 10_000
 
@@ -29,23 +25,25 @@ def group_records(groups: int | Iterable[str], now_ms: int, size: int = 3) -> di
 
 
 class Turns:
-    """The groups unloaded in each loop turn (`GroupShard.unload_group` counted; a ticker rescheduled every turn
-    closes each turn and runs `each_turn` first)."""
+    """The groups unloaded in each loop turn: each goes Dead in the unload funnel (`GroupShard.unload_group`), which
+    the observer hears as its state change (nothing else makes a group Dead in these tests); a ticker rescheduled
+    every turn closes each turn and runs `each_turn` first."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, each_turn: Callable[[int], None]) -> None:
+    def __init__(self, observer: RecordingObserver, each_turn: Callable[[int], None]) -> None:
         self.unloaded: list[int] = [0]
         self._each_turn = each_turn
-        unload_group = GroupShard.unload_group
-
-        def counted(shard: GroupShard, group: GroupMetadata, error: Errors = Errors.NOT_COORDINATOR) -> None:
-            self.unloaded[-1] += 1
-            unload_group(shard, group, error)
-
-        monkeypatch.setattr(GroupShard, "unload_group", counted)
+        self._events = observer.events
+        self._seen = len(self._events)
         self._loop = asyncio.get_running_loop()
         self._ticker = self._loop.call_soon(self._tick)
 
+    def _count(self) -> None:
+        events, seen = self._events, self._seen
+        self.unloaded[-1] += sum(1 for event in events[seen:] if event[0] == "state" and event[3] == DEAD.value)
+        self._seen = len(events)
+
     def _tick(self) -> None:
+        self._count()
         if self.unloaded[-1]:
             self._each_turn(len(self.unloaded))
             self.unloaded.append(0)
@@ -53,6 +51,7 @@ class Turns:
 
     def stop(self) -> None:
         self._ticker.cancel()
+        self._count()
 
 
 async def parked_joins(env: Env, group_ids: list[str]) -> list[asyncio.Task[Any]]:

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from coordinator.cluster.ownership import Ownership
-from coordinator.group import runtime as runtime_module
 from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.group.records import GroupRecord
 from coordinator.group.state import DEAD
@@ -93,14 +92,13 @@ def _stop_serving(how: str, env: Env, ownership: Ownership, membership: Scripted
 
 
 @pytest.mark.parametrize("how", ["lost", "fenced", "stalled"])
-async def test_stopping_serving_unloads_a_slice_per_turn_and_answers_as_if_at_once(
-        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+async def test_stopping_serving_unloads_a_slice_per_turn_and_answers_as_if_at_once(how: str) -> None:
     """From the callback on nothing is served; between slices every session and rebalance timeout runs out and no
     group acts on it; the parked JoinGroup is answered NOT_COORDINATOR, a commit acknowledged mid-unload once every
     group is gone, and the consumer-protocol groups go too."""
-    monkeypatch.setattr(runtime_module, "UNLOAD_SLICE", SLICE)
     groups = 600
     env = Env(offsets_topic_num_partitions=1)
+    env.coordinator.unload_slice = SLICE
     ownership, membership, _ = await _served(env, group_records(groups, env.clock.now_ms(), GROUP_SIZE), {0})
     await _consumer_groups(env, [f"consumer-{i}" for i in range(20)])
     shard = env.coordinator.shards[0]
@@ -125,7 +123,7 @@ async def test_stopping_serving_unloads_a_slice_per_turn_and_answers_as_if_at_on
         if turn == 1:
             gate.set()  # the commit's write acknowledged after the first slice
 
-    turns = Turns(monkeypatch, each_turn)
+    turns = Turns(env.observer, each_turn)
     try:
         stopping = _stop_serving(how, env, ownership, membership)
         if stopping is not None:
@@ -175,11 +173,11 @@ async def test_a_lost_partition_is_unloaded_while_a_load_holds_the_transitions()
     await env.close()
 
 
-async def test_a_stopped_load_leaves_no_group_of_either_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stopped_load_leaves_no_group_of_either_kind() -> None:
     """A load stopped (its partitions all revoked) after it made partition 0's consumer-protocol groups and while it
     makes partition 1's classic groups: none of either kind stays in the shards, which serve nothing."""
-    monkeypatch.setattr(runtime_module, "_LOAD_SLICE", 10)  # the load yields every 10 classic groups
     env = Env(offsets_topic_num_partitions=2)
+    env.coordinator.load_slice = 10  # the load yields every 10 classic groups
     consumer = _ids_on(env, 0, "consumer", 10)
     await _consumer_groups(env, consumer)  # in the store, partition 0
     ownership, membership, _ = await _instance(env, group_records(_ids_on(env, 1, "group", 100), env.clock.now_ms()))
@@ -199,13 +197,12 @@ async def test_a_stopped_load_leaves_no_group_of_either_kind(monkeypatch: pytest
     await env.close()
 
 
-async def test_a_partition_taken_back_is_read_again_only_once_its_old_groups_are_gone(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_partition_taken_back_is_read_again_only_once_its_old_groups_are_gone() -> None:
     """A fence that Kafka's assignment undoes: the partition is read again and served, the load starting only once
     the unload of the fenced groups, a slice per turn, is over."""
-    monkeypatch.setattr(runtime_module, "UNLOAD_SLICE", SLICE)
     groups = 600
     env = Env(offsets_topic_num_partitions=1)
+    env.coordinator.unload_slice = SLICE
     ownership, _, confirmations = await _served(env, group_records(groups, env.clock.now_ms(), GROUP_SIZE), {0})
     shard = env.coordinator.shards[0]
     before = list(shard.groups.values())
@@ -226,11 +223,10 @@ async def test_a_partition_taken_back_is_read_again_only_once_its_old_groups_are
     await env.close()
 
 
-async def test_the_runtime_loads_a_partition_given_up_only_once_its_groups_are_gone(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime_module, "UNLOAD_SLICE", SLICE)
+async def test_the_runtime_loads_a_partition_given_up_only_once_its_groups_are_gone() -> None:
     groups = 600
     env = Env(offsets_topic_num_partitions=1)
+    env.coordinator.unload_slice = SLICE
     await env.load(group_records(groups, env.clock.now_ms(), GROUP_SIZE))
     runtime = env.coordinator
     before = list(runtime.shards[0].groups.values())

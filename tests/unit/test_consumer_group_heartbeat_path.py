@@ -23,6 +23,7 @@ from protocol.apis import ApiKey
 from tests.support.consumer_group_env import FOO, GROUP, Env
 from tests.support.polling import wait_until
 from tests.support.server import RunningServer
+from tests.support.service_front import ServiceFront
 from tests.support.wire import ms, request
 
 BAR_ID = uuid.UUID(int=0xBA2)
@@ -191,7 +192,7 @@ async def test_the_steady_path_leaves_to_the_general_one_what_must_wait() -> Non
 async def test_the_steady_path_answers_on_the_wire_as_the_general_one() -> None:
     """A steady heartbeat's answer from its frame (the connection's steady path) and from the general path (the
     runtime's steady path switched off) are the same response."""
-    async with RunningServer() as env:
+    async with RunningServer(front=ServiceFront) as env:
         client = await env.client()
         base = dict(group_id="cg", member_id="m-1", instance_id=None, rack_id=None, subscribed_topic_regex=None,
                     server_assignor=None)
@@ -201,10 +202,9 @@ async def test_the_steady_path_answers_on_the_wire_as_the_general_one() -> None:
         steady = request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, member_epoch=joined.member_epoch,
                          rebalance_timeout=ms(-1), subscribed_topic_names=None, topic_partitions=None, **base)
         answers = [await client.request(steady)]
-        taken = env.coordinator.steady_consumer_group_heartbeat
-        env.coordinator.steady_consumer_group_heartbeat = lambda _req: None  # type: ignore[method-assign]
+        env.service.steady_consumer_group_heartbeat = lambda _req: None  # the front's: the general path serves it
         answers.append(await client.request(steady))
-        env.coordinator.steady_consumer_group_heartbeat = taken  # type: ignore[method-assign]
+        del env.service.steady_consumer_group_heartbeat  # the runtime's again
         assert answers[0] == answers[1]
         assert (answers[0].error_code, answers[0].member_id, answers[0].member_epoch, answers[0].assignment) == (
             0, "m-1", joined.member_epoch, None)

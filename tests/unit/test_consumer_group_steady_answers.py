@@ -16,7 +16,6 @@ import pytest
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
 from coordinator.server.context import ConnectionContext, Node
 from coordinator.server.handlers import consumer_group_heartbeat
-from coordinator.server.handlers.consumer_group_heartbeat import SteadyAnswers
 from protocol import apis, codec
 from protocol.apis import ApiKey
 from protocol.error_codes import Errors
@@ -264,7 +263,7 @@ async def test_the_subscribed_topics_are_looked_at_again_as_the_shortcut_looks(e
     assert error_of(answer) == (Errors.NONE, epoch + 1)
 
 
-async def test_one_entry_per_member_and_a_bounded_count(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_one_entry_per_member_and_a_bounded_count(env: Env) -> None:
     served = Served(env)
     epochs = await _stable(env, "a", "b", "c")
     for member_id in ("a", "b"):
@@ -275,7 +274,7 @@ async def test_one_entry_per_member_and_a_bounded_count(env: Env, monkeypatch: p
     assert served.steady(renamed) is not None  # a's latest request replaces its earlier one
     answers = served.ctx.steady_answers
     assert answers is not None and len(answers.by_request) == 2
-    monkeypatch.setattr(SteadyAnswers, "MAX_ENTRIES", 2)
+    answers.max_entries = 2
     served.steady(steady_request("c", epochs["c"]))  # a third member: the full entries are forgotten first
     assert len(answers.by_request) == 1
     assert served.steady(steady_request("c", epochs["c"])) is not None and answers.hits == 1

@@ -67,7 +67,7 @@ class _Story:
     async def member_joined_and_left(self) -> None:
         """A classic member joins (generation 1), syncs and leaves: an Empty group whose metadata is in the log."""
         join = JoinGroupRequest(GROUP, 10_000, 10_000, "", None, "consumer",
-                                [JoinGroupProtocol("range", encode_subscription(Subscription(["t"])))])
+                                [JoinGroupProtocol("range", encode_subscription(Subscription(("t",))))])
         answer = await self.call("join_group", join)
         assert answer.error_code == Errors.MEMBER_ID_REQUIRED, answer
         join.member_id = member_id = answer.member_id

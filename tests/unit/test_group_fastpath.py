@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import random
 import struct
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -226,6 +225,13 @@ def test_the_fuzzers_mutations_read_as_the_general_decoder_reads_them_or_not_at_
     assert 0 < accepted < 300  # value mutations are read by hand; malformed ones are left to the general decoder
 
 
+def _context(client_host: str) -> Any:
+    """A connection's context as the handlers read it (a real one: compiled handlers check its type)."""
+    from coordinator.server.context import ConnectionContext, Node
+
+    return ConnectionContext(Node(0, "127.0.0.1", 9092, "test"), None, client_host, "peer")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("rebalance_timeout_ms", [None, 45_000])
 def test_the_handlers_build_the_requests_field_for_field(rebalance_timeout_ms: int | None) -> None:
     """The handlers build the group API's requests positionally: the same values as by keyword."""
@@ -233,7 +239,7 @@ def test_the_handlers_build_the_requests_field_for_field(rebalance_timeout_ms: i
     from coordinator.server.handlers import join_group, sync_group
     from protocol.codec import RequestHeader
 
-    ctx: Any = SimpleNamespace(client_host="/10.0.0.1")
+    ctx = _context("/10.0.0.1")
     join_fields = JoinGroupFields("g", 30_000, rebalance_timeout_ms, "m-1", "i-1", "consumer",
                                   [("range", b"\x00\x01"), ("sticky", b"")], "why")
     assert join_group.to_request(ctx, RequestHeader(11, 9, 1, "client"), join_fields) == api.JoinGroupRequest(
@@ -256,7 +262,12 @@ def test_the_join_answer_is_built_field_for_field() -> None:
     from coordinator.group.rebalance import Rebalancing
     from protocol.error_codes import Errors
 
-    group: Any = SimpleNamespace(generation_id=4, protocol_type="consumer", protocol_name="range", leader_id="m-1")
+    from coordinator.group.metadata import GroupMetadata
+    from coordinator.group.observer import GroupObserver
+    from coordinator.group.state import STABLE
+
+    group = GroupMetadata("g", STABLE, 0, GroupObserver())
+    group.generation_id, group.protocol_type, group.protocol_name, group.leader_id = 4, "consumer", "range", "m-1"
     members = [api.JoinGroupResponseMember("m-1", None, b"\x00")]
     assert Rebalancing.join_response(group, "m-2", members, leader="m-0", skip_assignment=True) == \
         api.JoinGroupResponse(Errors.NONE, member_id="m-2", generation_id=4, protocol_type="consumer",
@@ -283,7 +294,7 @@ def test_the_hot_paths_tuples_are_their_named_types_field_for_field() -> None:
         "group_id": "g", "session_timeout_ms": 30_000, "rebalance_timeout_ms": 45_000, "member_id": "m-1",
         "group_instance_id": "i-1", "protocol_type": "consumer",
         "protocols": [("range", b"\x00\x01"), ("sticky", b"")], "reason": "why"}
-    ctx: Any = SimpleNamespace(client_host="/h")
+    ctx = _context("/h")
     protocols = join_group.to_request(ctx, request.header, request.body).protocols
     assert [type(p) for p in protocols] == [api.JoinGroupProtocol] * 2
     assert [(p.name, p.metadata) for p in protocols] == [("range", b"\x00\x01"), ("sticky", b"")]

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import uvloop
 
-from coordinator.group import runtime
 from coordinator.group.modern.heartbeat import HeartbeatRequest
 from coordinator.group.records import Record
 from coordinator.group.status import ShardStatus
@@ -36,10 +35,10 @@ SLICE = 200  # groups and members unloaded between two turns in these tests (the
 MOST_GROUPS_A_TURN = SLICE // (1 + GROUP_SIZE) + 1
 
 
-async def _shutdown_in_turns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)  # (raising: the test runs on the old code)
+async def _shutdown_in_turns() -> None:
     groups = 1_500
     env = Env()
+    env.coordinator.unload_slice = SLICE
     await env.load(group_records(groups, env.clock.now_ms()))
     late = [f"group-{g}" for g in (3, 700, groups - 2)]
     joins = await parked_joins(env, late)
@@ -60,7 +59,7 @@ async def _shutdown_in_turns(monkeypatch: pytest.MonkeyPatch) -> None:
         if turn == 2:
             gate.set()
 
-    turns = Turns(monkeypatch, each_turn)
+    turns = Turns(env.observer, each_turn)
     try:
         await env.coordinator.shutdown()
     finally:
@@ -79,13 +78,12 @@ async def _shutdown_in_turns(monkeypatch: pytest.MonkeyPatch) -> None:
     assert errors_of(await asyncio.wait_for(committed, 10)) == [Errors.COORDINATOR_NOT_AVAILABLE]
 
 
-async def test_shutdown_unloads_a_slice_of_groups_per_turn_and_answers_as_in_one(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    await _shutdown_in_turns(monkeypatch)
+async def test_shutdown_unloads_a_slice_of_groups_per_turn_and_answers_as_in_one() -> None:
+    await _shutdown_in_turns()
 
 
-def test_shutdown_unloads_a_slice_of_groups_per_turn_on_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
-    uvloop.run(_shutdown_in_turns(monkeypatch))
+def test_shutdown_unloads_a_slice_of_groups_per_turn_on_uvloop() -> None:
+    uvloop.run(_shutdown_in_turns())
 
 
 class _OutcomeStore(InMemoryGroupStore):
@@ -109,14 +107,13 @@ class _OutcomeStore(InMemoryGroupStore):
 
 
 @pytest.mark.parametrize("store", ["task", "outcome"])
-async def test_a_revoked_partition_is_unloaded_a_slice_per_turn_given_up_first(
-        monkeypatch: pytest.MonkeyPatch, store: str) -> None:
+async def test_a_revoked_partition_is_unloaded_a_slice_per_turn_given_up_first(store: str) -> None:
     """GroupRuntime.unload (a partition revoked, lost or fenced): every request meets NOT_COORDINATOR from the
     first slice on, a write acknowledged meanwhile is settled with its outcome once the groups are gone, and the
     store stops writing to the partition only then; with a store whose outcomes settle the writes themselves too."""
-    monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)
     groups = 600
     env = Env(offsets_topic_num_partitions=1, store=_OutcomeStore() if store == "outcome" else None)
+    env.coordinator.unload_slice = SLICE
     await env.load(group_records(groups, env.clock.now_ms()))
     [join] = await parked_joins(env, [f"group-{groups - 1}"])
     gate = env.store.hold_next_write()
@@ -136,7 +133,7 @@ async def test_a_revoked_partition_is_unloaded_a_slice_per_turn_given_up_first(
             gate.set()
 
     committed.add_done_callback(lambda done: commit_answer.append((errors_of(done.result())[0], len(shard.groups))))
-    turns = Turns(monkeypatch, each_turn)
+    turns = Turns(env.observer, each_turn)
     try:
         await env.coordinator.unload([0])
         await asyncio.wait_for(committed, 10)
@@ -152,12 +149,12 @@ async def test_a_revoked_partition_is_unloaded_a_slice_per_turn_given_up_first(
     await env.close()
 
 
-async def test_an_unload_cancelled_between_slices_finishes_before_it_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_unload_cancelled_between_slices_finishes_before_it_raises() -> None:
     """The task unloading is cancelled after its first slice (an instance closing): no shard is left half
     unloaded; the parked request is answered, the held write settled."""
-    monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)
     groups = 300
     env = Env(offsets_topic_num_partitions=1)
+    env.coordinator.unload_slice = SLICE
     await env.load(group_records(groups, env.clock.now_ms()))
     [join] = await parked_joins(env, [f"group-{groups - 1}"])
     gate = env.store.hold_next_write()
@@ -178,12 +175,12 @@ async def test_an_unload_cancelled_between_slices_finishes_before_it_raises(monk
     await env.close()
 
 
-async def test_consumer_protocol_groups_are_unloaded_a_slice_per_turn_too(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_consumer_protocol_groups_are_unloaded_a_slice_per_turn_too() -> None:
     """KIP-848 groups (coordinator/group/modern) go the same way, after the shard's classic groups: a slice per
     turn, every one gone with its members' timers."""
-    monkeypatch.setattr(runtime, "UNLOAD_SLICE", SLICE, raising=False)
     groups = 150
     env = Env(offsets_topic_num_partitions=1)
+    env.coordinator.unload_slice = SLICE
     service = env.coordinator.consumer_groups
     service.topics = StaticTopics([TopicImage(uuid.UUID(int=0xF00), "orders", 8)])
     for g in range(groups):

@@ -6,26 +6,27 @@ from collections import deque
 
 import pytest
 
-from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
+from coordinator.purgatory import CallbackOperation, DelayedOperationPurgatory
 from coordinator.timer import ManualClock, SystemTimer
 
 from coordinator.timer.testing import manual_timer
 
 
-class Gate(DelayedOperation):
-    """Completes when `ready` is set; records its callbacks in order."""
-
-    __slots__ = ("ready", "events", "tries")
+class Gate:
+    """A delayed operation of the tests: `op`, the CallbackOperation the purgatory watches, completes when `ready`
+    is set; its callbacks are recorded in order. (A class of the tests cannot subclass the compiled
+    DelayedOperation: its parts are this object's methods, which a test's subclass overrides.)"""
 
     def __init__(self, delay_ms: int, ready: bool = False) -> None:
-        super().__init__(delay_ms)
         self.ready = ready
         self.events: list[str] = []
         self.tries = 0
+        self.op = CallbackOperation(delay_ms, lambda _op: self.try_complete(), lambda _op: self.on_complete(),
+                                    lambda _op: self.on_expiration())
 
     def try_complete(self) -> bool:
         self.tries += 1
-        return self.force_complete() if self.ready else False
+        return self.op.force_complete() if self.ready else False
 
     def on_complete(self) -> None:
         self.events.append("complete")
@@ -33,8 +34,18 @@ class Gate(DelayedOperation):
     def on_expiration(self) -> None:
         self.events.append("expire")
 
+    @property
+    def is_completed(self) -> bool:
+        return self.op.is_completed
 
-def make_purgatory(purge_interval: int = 1000) -> tuple[DelayedOperationPurgatory[Gate], SystemTimer, ManualClock]:
+    def force_complete(self) -> bool:
+        return self.op.force_complete()
+
+    def run(self) -> None:
+        self.op.run()
+
+
+def make_purgatory(purge_interval: int = 1000) -> tuple[DelayedOperationPurgatory[CallbackOperation], SystemTimer, ManualClock]:
     timer, clock = manual_timer()
     return DelayedOperationPurgatory("test", timer, purge_interval), timer, clock
 
@@ -42,7 +53,7 @@ def make_purgatory(purge_interval: int = 1000) -> tuple[DelayedOperationPurgator
 def test_completes_at_once_without_watching_or_timing():
     purgatory, timer, _ = make_purgatory()
     op = Gate(100, ready=True)
-    assert purgatory.try_complete_else_watch(op, ["k"]) is True
+    assert purgatory.try_complete_else_watch(op.op, ["k"]) is True
     assert op.events == ["complete"] and purgatory.watched == 0 and timer.size == 0 and purgatory.delayed == 0
 
 
@@ -55,14 +66,14 @@ def test_second_try_after_watching_can_complete():
             return super().try_complete()
 
     op = BecomesReady(100)
-    assert purgatory.try_complete_else_watch(op, ["k"]) is True
+    assert purgatory.try_complete_else_watch(op.op, ["k"]) is True
     assert op.tries == 2 and op.events == ["complete"] and timer.size == 0 and purgatory.delayed == 0
 
 
 def test_completion_by_key():
     purgatory, timer, clock = make_purgatory()
     op = Gate(100)
-    assert purgatory.try_complete_else_watch(op, ["member"]) is False
+    assert purgatory.try_complete_else_watch(op.op, ["member"]) is False
     assert purgatory.watched == 1 and purgatory.delayed == 1 and timer.size == 1
     assert purgatory.check_and_complete("member") == 0
     op.ready = True
@@ -78,7 +89,7 @@ def test_completion_by_key():
 def test_completion_by_timeout_runs_on_complete_then_on_expiration():
     purgatory, timer, clock = make_purgatory()
     op = Gate(100)
-    purgatory.try_complete_else_watch(op, ["member"])
+    purgatory.try_complete_else_watch(op.op, ["member"])
     clock.advance(99)
     timer.advance_clock()
     assert op.events == []
@@ -101,7 +112,7 @@ def test_force_complete_runs_on_complete_exactly_once():
 def test_many_keys_op_completed_by_one_key_lingers_in_the_others_until_purged():
     purgatory, _, _ = make_purgatory()
     op = Gate(100)
-    purgatory.try_complete_else_watch(op, ["a", "b", "c"])
+    purgatory.try_complete_else_watch(op.op, ["a", "b", "c"])
     assert purgatory.watched == 3
     op.ready = True
     assert purgatory.check_and_complete("a") == 1
@@ -116,7 +127,7 @@ def test_purge_runs_by_itself_once_enough_operations_completed():
     purgatory, _, _ = make_purgatory(purge_interval=10)
     for i in range(12):
         op = Gate(100)
-        purgatory.try_complete_else_watch(op, [f"own-{i}", "shared"])
+        purgatory.try_complete_else_watch(op.op, [f"own-{i}", "shared"])
         op.force_complete()  # completed elsewhere: both of its watcher entries are now garbage
     # The 12th watch saw 11 completed (> 10 and > 0 pending) and purged everything completed so far.
     assert purgatory.watched == 2
@@ -130,7 +141,7 @@ def test_no_unbounded_growth_over_a_million_completed_operations():
     peak_watched = 0
     for i in range(1_000_000):
         op = Gate(30_000)
-        purgatory.try_complete_else_watch(op, (keys[i % 100], keys[(i * 7 + 1) % 100], keys[(i * 13 + 2) % 100]))
+        purgatory.try_complete_else_watch(op.op, (keys[i % 100], keys[(i * 7 + 1) % 100], keys[(i * 13 + 2) % 100]))
         live.append(op)
         if len(live) > 500:                 # keep ~500 pending; complete the oldest outside the purgatory
             live.popleft().force_complete()
@@ -144,8 +155,8 @@ def test_cancel_for_key_cancels_without_completing():
     purgatory, timer, clock = make_purgatory()
     ops = [Gate(100) for _ in range(3)]
     for op in ops:
-        purgatory.try_complete_else_watch(op, ["group"])
-    assert purgatory.cancel_for_key("group") == ops
+        purgatory.try_complete_else_watch(op.op, ["group"])
+    assert purgatory.cancel_for_key("group") == [op.op for op in ops]
     assert purgatory.cancel_for_key("group") == []
     assert timer.size == 0 and purgatory.delayed == 0 and purgatory.watched == 0
     clock.advance(1000)
@@ -160,10 +171,10 @@ def test_callbacks_may_watch_new_operations_under_the_key_being_checked():
     class Chaining(Gate):
         def on_complete(self) -> None:
             super().on_complete()
-            purgatory.try_complete_else_watch(successor, ["member"])
+            purgatory.try_complete_else_watch(successor.op, ["member"])
 
     first = Chaining(100, ready=False)
-    purgatory.try_complete_else_watch(first, ["member"])
+    purgatory.try_complete_else_watch(first.op, ["member"])
     first.ready = True
     assert purgatory.check_and_complete("member") == 1
     assert purgatory.watched_under("member") == 1 and purgatory.watched == 1
@@ -175,9 +186,9 @@ def test_two_purgatories_sharing_one_timer_count_their_own_operations():
     timer, clock = manual_timer()
     heartbeat = DelayedOperationPurgatory("Heartbeat", timer, owns_timer=False)
     rebalance = DelayedOperationPurgatory("Rebalance", timer, owns_timer=False)
-    heartbeat.try_complete_else_watch(Gate(10), ["m1"])
-    heartbeat.try_complete_else_watch(Gate(10), ["m2"])
-    rebalance.try_complete_else_watch(Gate(500), ["join-g"])
+    heartbeat.try_complete_else_watch(Gate(10).op, ["m1"])
+    heartbeat.try_complete_else_watch(Gate(10).op, ["m2"])
+    rebalance.try_complete_else_watch(Gate(500).op, ["join-g"])
     assert (heartbeat.delayed, rebalance.delayed, timer.size) == (2, 1, 3)
     clock.advance(10)
     timer.advance_clock()
@@ -187,14 +198,14 @@ def test_two_purgatories_sharing_one_timer_count_their_own_operations():
 def test_empty_keys_are_rejected():
     purgatory, _, _ = make_purgatory()
     with pytest.raises(ValueError):
-        purgatory.try_complete_else_watch(Gate(10), [])
+        purgatory.try_complete_else_watch(Gate(10).op, [])
 
 
 async def test_shutdown_cancels_everything_and_closes_the_timer():
     purgatory, timer, clock = make_purgatory()
     ops = [Gate(100) for _ in range(3)]
     for i, op in enumerate(ops):
-        purgatory.try_complete_else_watch(op, [f"k{i}"])
+        purgatory.try_complete_else_watch(op.op, [f"k{i}"])
     await purgatory.shutdown()
     assert purgatory.watched == 0 and purgatory.delayed == 0 and timer.size == 0
     clock.advance(1000)
@@ -206,25 +217,19 @@ def test_purge_stays_amortised_with_many_pending_operations():
     """Kafka's rule alone would sweep all 20k x 3 pending entries every 1000 completions (≈ 60 entries
     visited per completion); requiring completed > pending keeps it to a few entries per completion."""
 
-    class CountingPurgatory(DelayedOperationPurgatory):
-        visited = 0
-
-        def purge_completed(self) -> int:
-            self.visited += self.watched
-            return super().purge_completed()
-
     timer, _ = manual_timer()
-    purgatory = CountingPurgatory("test", timer, purge_interval=1000)
+    purgatory: DelayedOperationPurgatory[CallbackOperation] = DelayedOperationPurgatory(
+        "test", timer, purge_interval=1000)
     keys = [f"key-{i}" for i in range(100)]
     for i in range(20_000):  # pending for the whole test
-        purgatory.try_complete_else_watch(Gate(60_000), (keys[i % 100], keys[(i + 1) % 100], keys[(i + 2) % 100]))
+        purgatory.try_complete_else_watch(Gate(60_000).op, (keys[i % 100], keys[(i + 1) % 100], keys[(i + 2) % 100]))
     completions = 100_000
     for i in range(completions):
         op = Gate(60_000)
-        purgatory.try_complete_else_watch(op, (keys[i % 100], keys[(i + 3) % 100], keys[(i + 5) % 100]))
+        purgatory.try_complete_else_watch(op.op, (keys[i % 100], keys[(i + 3) % 100], keys[(i + 5) % 100]))
         op.force_complete()
-    assert purgatory.visited > 0, "completed operations must be purged at some point"
-    assert purgatory.visited <= 3 * 3 * completions
+    assert purgatory.swept_entries > 0, "completed operations must be purged at some point"
+    assert purgatory.swept_entries <= 3 * 3 * completions
     assert purgatory.watched <= 3 * (20_000 + max(1000, 20_000) + 1)
 
 
@@ -232,23 +237,17 @@ def test_re_arming_under_the_same_key_drops_the_completed_predecessor_without_a_
     """A session's heartbeat operation is re-armed under its member key once per session: the completed one
     leaves as the new one joins, so no sweep over every key (which holds the loop at 300k members) is due."""
 
-    class CountingPurgatory(DelayedOperationPurgatory):
-        sweeps = 0
-
-        def purge_completed(self) -> int:
-            self.sweeps += 1
-            return super().purge_completed()
-
     timer, _ = manual_timer()
-    purgatory = CountingPurgatory("test", timer, purge_interval=10)
+    purgatory: DelayedOperationPurgatory[CallbackOperation] = DelayedOperationPurgatory(
+        "test", timer, purge_interval=10)
     ops = [Gate(60_000) for _ in range(100)]
     for i, op in enumerate(ops):
-        purgatory.try_complete_else_watch(op, [("member", i)])
+        purgatory.try_complete_else_watch(op.op, [("member", i)])
     for _session in range(5):
         for i, op in enumerate(ops):  # as GroupRuntime._check_session: the expired one re-arms at once
             op.force_complete()
             ops[i] = Gate(60_000)
-            purgatory.try_complete_else_watch(ops[i], [("member", i)])
+            purgatory.try_complete_else_watch(ops[i].op, [("member", i)])
         assert purgatory.watched == 100 and purgatory.delayed == 100
     assert purgatory.sweeps == 0
 
@@ -262,12 +261,12 @@ async def test_a_sweep_on_the_loop_goes_a_batch_of_keys_per_callback():
     keys = 5 * batch + 7
     purgatory, _, _ = make_purgatory(purge_interval=10)
     for i in range(keys):  # one pending operation per member key, for the whole test
-        purgatory.try_complete_else_watch(Gate(60_000), [("member", i)])
+        purgatory.try_complete_else_watch(Gate(60_000).op, [("member", i)])
     # one operation per member watched under the member's key and one of its own, completed elsewhere: garbage
     # in both lists until a sweep; the estimate crosses the pending count with the extra ones
     for key in [*(("member", i) for i in range(keys)), *(("extra", j) for j in range(3))]:
         op = Gate(60_000)
-        purgatory.try_complete_else_watch(op, [key, ("own", key)])
+        purgatory.try_complete_else_watch(op.op, [key, ("own", key)])
         op.force_complete()
     assert purgatory.watched == keys + 2 * (keys + 3), "the sweep is not done within the call that asked for it"
 
@@ -293,10 +292,10 @@ async def test_shutdown_stops_a_sweep_in_progress():
     purgatory, _, _ = make_purgatory(purge_interval=10)
     keys = 2 * purgatory_module.PURGE_BATCH + 1
     for i in range(keys):
-        purgatory.try_complete_else_watch(Gate(60_000), [("member", i)])
+        purgatory.try_complete_else_watch(Gate(60_000).op, [("member", i)])
     for i in range(keys + 11):
         op = Gate(60_000)
-        purgatory.try_complete_else_watch(op, [("member", i % keys), ("own", i)])
+        purgatory.try_complete_else_watch(op.op, [("member", i % keys), ("own", i)])
         op.force_complete()
     await purgatory.shutdown()
     await asyncio.sleep(0)

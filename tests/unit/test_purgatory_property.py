@@ -11,31 +11,43 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
+from coordinator.purgatory import CallbackOperation, DelayedOperationPurgatory
 from coordinator.timer.testing import manual_timer
 
 KEYS = ["a", "b", "c", "d", "e"]
 
 
-class Op(DelayedOperation):
-    __slots__ = ("ready", "events", "deadline_ms", "clock")
+class Op:
+    """A test's delayed operation: `op`, the CallbackOperation the purgatory watches (a class of the tests cannot
+    subclass the compiled DelayedOperation), completes when `ready` is set; its callbacks are recorded."""
 
     def __init__(self, delay_ms: int, clock) -> None:
-        super().__init__(delay_ms)
         self.ready = False
         self.events: list[str] = []
         self.clock = clock
         self.deadline_ms = clock.now_ms() + delay_ms
+        self.op = CallbackOperation(delay_ms, self._try_complete, self._on_complete, self._on_expiration)
 
-    def try_complete(self) -> bool:
-        return self.force_complete() if self.ready else False
+    def _try_complete(self, op: CallbackOperation) -> bool:
+        return op.force_complete() if self.ready else False
 
-    def on_complete(self) -> None:
+    def _on_complete(self, _op: CallbackOperation) -> None:
         self.events.append("complete")
 
-    def on_expiration(self) -> None:
+    def _on_expiration(self, _op: CallbackOperation) -> None:
         assert self.clock.now_ms() >= self.deadline_ms
         self.events.append("expire")
+
+    @property
+    def is_completed(self) -> bool:
+        return self.op.is_completed
+
+    @property
+    def is_scheduled(self) -> bool:
+        return self.op.is_scheduled
+
+    def force_complete(self) -> bool:
+        return self.op.force_complete()
 
 
 steps = st.lists(st.one_of(
@@ -62,7 +74,7 @@ def test_random_histories_keep_the_books(steps, purge_interval):
             op = Op(step[1], clock)
             op.ready = step[3]
             ops.append(op)
-            assert purgatory.try_complete_else_watch(op, sorted(step[2])) is op.ready
+            assert purgatory.try_complete_else_watch(op.op, sorted(step[2])) is op.ready
         elif kind == "ready" and ops:
             ops[step[1] % len(ops)].ready = True
         elif kind == "check":
@@ -78,11 +90,11 @@ def test_random_histories_keep_the_books(steps, purge_interval):
         for op in ops:
             assert op.events in ([], ["complete"], ["complete", "expire"])
             assert op.is_completed == (op.events != [])
-            if id(op) in cancelled:
+            if id(op.op) in cancelled:
                 assert "expire" not in op.events  # out of the timer for good
         waiting = [op for op in ops if op.is_scheduled]
         assert purgatory.delayed == timer.size == len(waiting)
-        assert all(not op.is_completed and id(op) not in cancelled for op in waiting)
+        assert all(not op.is_completed and id(op.op) not in cancelled for op in waiting)
         assert purgatory.watched == sum(len(v) for v in purgatory._watchers.values())
         assert all(purgatory._watchers.values())  # no empty lists left behind
         # Nothing waiting in the timer is overdue: the timer fired everything whose deadline passed.

@@ -22,7 +22,7 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.observer import GroupObserver
 from coordinator.group.state import GroupState
 from coordinator.runtime_health import LAG_BUCKETS_MS, YOUNG_THRESHOLD, GcMonitor, GcPolicy, LoopLagProbe, RuntimeHealth
-from coordinator.timer import SystemTimer, TimerTask
+from coordinator.timer import CallbackTask, SystemTimer
 from coordinator.timer.system_timer import RUN_BATCH
 from coordinator.timer.task import TimerTaskEntry
 from tests.support.group_harness import SESSION_MS, Env, drain, form_group
@@ -168,17 +168,14 @@ async def test_loop_lag_stays_bounded_while_groups_keep_arriving() -> None:
     assert health.lag.counters.max_busy_ms < 2 * batch_s * 1000 + 50, (health.lag.counters, batch_s)
 
 
-class _Mark(TimerTask):
-    __slots__ = ("log", "index")
+def _mark(log: list, index: int) -> CallbackTask:
+    """A task due in 20 ms that logs its index; the first also schedules another loop callback that logs."""
+    def run() -> None:
+        if index == 0:
+            asyncio.get_running_loop().call_soon(log.append, "other callback")
+        log.append(index)
 
-    def __init__(self, log: list, index: int) -> None:
-        super().__init__(20)
-        self.log, self.index = log, index
-
-    def run(self) -> None:
-        if self.index == 0:
-            asyncio.get_running_loop().call_soon(self.log.append, "other callback")
-        self.log.append(self.index)
+    return CallbackTask(20, run)
 
 
 async def test_many_tasks_expiring_together_let_other_callbacks_run_in_between() -> None:
@@ -189,7 +186,7 @@ async def test_many_tasks_expiring_together_let_other_callbacks_run_in_between()
     log: list = []
     try:
         for i in range(4 * RUN_BATCH):
-            timer.add(_Mark(log, i))
+            timer.add(_mark(log, i))
         time.sleep(0.1)  # hold the loop until every one of them is due: one drain expires them all
         while len(log) < 4 * RUN_BATCH + 1:
             await asyncio.sleep(0.01)

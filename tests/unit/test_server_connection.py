@@ -17,6 +17,7 @@ from protocol.errors import ConnectionClosed
 from protocol.apis import ApiKey
 from tests.support.polling import wait_until
 from tests.support.server import RunningServer
+from tests.support.service_front import ServiceFront
 from tests.support.wire import heartbeat, join, join_with_member_id, ms, nested, request, subscription_metadata, sync
 
 
@@ -270,8 +271,8 @@ async def test_a_parked_handler_resets_its_context_variables_where_it_set_them_a
     """As OpenTelemetry's `start_as_current_span` does around a request: set a context variable, park, reset it.
     The first step and the rest must run in one context of the handler's own (else the reset raises and the
     value stays current for the connection's later requests)."""
-    async with RunningServer() as env:
-        original = env.coordinator.join_group
+    async with RunningServer(front=ServiceFront) as env:
+        original = env.service.join_group
         seen_before: list[str | None] = []
         reset_errors: list[BaseException] = []
 
@@ -286,8 +287,8 @@ async def test_a_parked_handler_resets_its_context_variables_where_it_set_them_a
                 except ValueError as exc:
                     reset_errors.append(exc)
 
-        env.coordinator.join_group = join_group
-        env.coordinator.start_join_group = None  # the coroutine way (a service without the synchronous start)
+        env.service.join_group = join_group
+        env.service.start_join_group = None  # the coroutine way (a service without the synchronous start)
         leader, leader_id = await _stable_member(env)
         newcomer = await env.client()
         parked = await _parked_join(env, newcomer)  # parks: its first step and the rest are apart
@@ -302,18 +303,18 @@ async def test_a_parked_handler_resets_its_context_variables_where_it_set_them_a
 async def test_parked_join_and_sync_are_answered_without_a_task_each() -> None:
     """A rebalance resumes every parked member at once: JoinGroup and SyncGroup carry on in the awaited future's
     callback (no Task, no extra loop turns), and the requests pipelined behind them still come back in order."""
-    async with RunningServer() as env:
+    async with RunningServer(front=ServiceFront) as env:
         tasks_after_wait: list[object] = []
         for name in ("join_group", "sync_group"):
-            original = getattr(env.coordinator, name)
+            original = getattr(env.service, name)
 
             async def waited(req, original=original):
                 response = await original(req)
                 tasks_after_wait.append(asyncio.current_task())
                 return response
 
-            setattr(env.coordinator, name, waited)
-            setattr(env.coordinator, f"start_{name}", None)  # the coroutine way
+            setattr(env.service, name, waited)
+            setattr(env.service, f"start_{name}", None)  # the coroutine way
         leader, leader_id = await _stable_member(env)
         newcomer = await env.client()
         parked = await _parked_join(env, newcomer)
@@ -344,11 +345,11 @@ async def test_join_and_sync_are_served_without_a_coroutine_and_leak_no_context_
     """The runtime's synchronous starts: a parked JoinGroup/SyncGroup is the future group logic answers, written
     in its done callback; the requests pipelined behind it still come back in order, and a context variable
     group logic sets stays in that request's own context."""
-    async with RunningServer() as env:
+    async with RunningServer(front=ServiceFront) as env:
         outcomes: list[object] = []
         seen_before: list[str | None] = []
         for name in ("start_join_group", "start_sync_group"):
-            original = getattr(env.coordinator, name)
+            original = getattr(env.service, name)
 
             def started(req, original=original):
                 seen_before.append(_REQUEST_SPAN.get())
@@ -357,7 +358,7 @@ async def test_join_and_sync_are_served_without_a_coroutine_and_leak_no_context_
                 outcomes.append(outcome)
                 return outcome
 
-            setattr(env.coordinator, name, started)
+            setattr(env.service, name, started)
         leader, leader_id = await _stable_member(env)
         newcomer = await env.client()
         parked = await _parked_join(env, newcomer)
@@ -415,10 +416,10 @@ async def test_a_steady_consumer_group_heartbeat_is_answered_without_a_coroutine
     """ConsumerGroupHeartbeat through the runtime's synchronous start: the join (records to write) is parked on,
     the steady heartbeat behind it answered on the spot from its frame (the runtime's steady path), an error
     answered through the general writer."""
-    async with RunningServer() as env:
+    async with RunningServer(front=ServiceFront) as env:
         outcomes: list[object] = []
-        original = env.coordinator.start_consumer_group_heartbeat
-        original_steady = env.coordinator.steady_consumer_group_heartbeat
+        original = env.service.start_consumer_group_heartbeat
+        original_steady = env.service.steady_consumer_group_heartbeat
 
         def started(req):  # type: ignore[no-untyped-def]
             outcome = original(req)
@@ -430,8 +431,8 @@ async def test_a_steady_consumer_group_heartbeat_is_answered_without_a_coroutine
             outcomes.append(("steady", type(outcome).__name__))
             return outcome
 
-        env.coordinator.start_consumer_group_heartbeat = started
-        env.coordinator.steady_consumer_group_heartbeat = steady
+        env.service.start_consumer_group_heartbeat = started
+        env.service.steady_consumer_group_heartbeat = steady
         client = await env.client()
         base = dict(group_id="cg", member_id="m-1", instance_id=None, rack_id=None, subscribed_topic_regex=None,
                     server_assignor=None)

@@ -34,14 +34,15 @@ from coordinator.server import CoordinatorServer, ServerConfig
 from coordinator.timer import SystemTimer
 from protocol.apis import ApiKey
 from tests.support.cycles import CollectorOff, Peer, Scenarios, run_scenarios, summary
+from tests.support.service_front import ServiceFront
 from tests.support.wire import request
 
 # A short initial delay: the first join of every group goes through InitialDelayedJoin as in production.
 CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=50, group_min_session_timeout_ms=100)
 
 
-class _Buggy(GroupRuntime):
-    """OffsetDelete fails as a bug of ours would: at once, or after the handler parked."""
+class _Buggy(ServiceFront):
+    """The runtime, but OffsetDelete fails as a bug of ours would: at once, or after the handler parked."""
 
     async def delete_offsets(self, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
         if req.group_id == "parks-first":
@@ -61,8 +62,9 @@ async def _left_for_the_collector() -> tuple[list[object], str]:
     """What only the cyclic collector could free after the scenarios, and the service's log meanwhile."""
     timer = SystemTimer("cycles")
     timer.start()
-    runtime = _Buggy(CONFIG, timer, InMemoryGroupStore())
-    server = CoordinatorServer(ServerConfig(listen_host="127.0.0.1", listen_port=0, shutdown_grace_ms=1_000), runtime)
+    runtime = GroupRuntime(CONFIG, timer, InMemoryGroupStore())
+    server = CoordinatorServer(ServerConfig(listen_host="127.0.0.1", listen_port=0, shutdown_grace_ms=1_000),
+                               _Buggy(runtime))
     await server.start()
     try:
         await run_scenarios(server, runtime, 0, fuzz=False, extra=_our_bugs, settle=False)  # warm-up

@@ -1,6 +1,7 @@
 """How handlers are driven: inline first step, a Task only when a handler really waits (also after a bare
 `sleep(0)`), and a handler that raises (our bug) closes only its own connection with an ERROR log line.
-The coordinator is the real one with one entry point overridden per test."""
+The coordinator is the real one with one entry point overridden per test (in a front, tests/support/service_front.py:
+a compiled GroupRuntime cannot be subclassed here)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,22 @@ import logging
 import pytest
 
 from coordinator.group import api
-from coordinator.group.runtime import GroupRuntime
 from protocol.error_codes import Errors
 from protocol.apis import ApiKey
 from protocol.errors import ConnectionClosed
 from tests.support.server import RunningServer
+from tests.support.service_front import ServiceFront
 from tests.support.wire import request
 
 
-class YieldingCoordinator(GroupRuntime):
+class YieldingCoordinator(ServiceFront):
     async def list_groups(self, req: api.ListGroupsRequest) -> api.ListGroupsResponse:
         await asyncio.sleep(0)  # a bare yield, not a future
         await asyncio.sleep(0.01)  # then a real wait
         return api.ListGroupsResponse(Errors.NONE, [api.ListedGroup("slow", "consumer", "Empty")])
 
 
-class BrokenCoordinator(GroupRuntime):
+class BrokenCoordinator(ServiceFront):
     async def list_groups(self, req: api.ListGroupsRequest) -> api.ListGroupsResponse:
         raise RuntimeError("a bug in the group layer")
 
@@ -35,7 +36,7 @@ class BrokenCoordinator(GroupRuntime):
 
 
 async def test_a_handler_that_yields_bare_and_then_waits_is_answered_in_order() -> None:
-    async with RunningServer(coordinator_class=YieldingCoordinator) as env:
+    async with RunningServer(front=YieldingCoordinator) as env:
         client = await env.client()
         first = client.send(request(ApiKey.LIST_GROUPS, 5, states_filter=(), types_filter=()))
         second = client.send(request(ApiKey.API_VERSIONS, 3, client_software_name="t", client_software_version="1"))
@@ -47,7 +48,7 @@ async def test_a_handler_that_yields_bare_and_then_waits_is_answered_in_order() 
 @pytest.mark.parametrize("api_key", [ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS], ids=["at-once", "after-parking"])
 async def test_a_failing_handler_closes_its_connection_with_an_error_line(api_key: int, caplog) -> None:
     caplog.set_level(logging.INFO, logger="coordinator.server")
-    async with RunningServer(coordinator_class=BrokenCoordinator) as env:
+    async with RunningServer(front=BrokenCoordinator) as env:
         bystander = await env.client()
         victim = await env.client()
         body = (request(ApiKey.LIST_GROUPS, 5, states_filter=(), types_filter=()) if api_key == ApiKey.LIST_GROUPS

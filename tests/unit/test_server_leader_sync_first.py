@@ -11,7 +11,6 @@ import uvloop
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.api import JoinGroupResponse, SyncGroupRequest
-from coordinator.group.runtime import GroupRuntime
 from coordinator.server.handlers.join_group import answered_as_leader
 from coordinator.server.turns import REQUEST_UNITS, turn_budget
 from protocol import codec
@@ -20,6 +19,7 @@ from protocol.client import KafkaClient
 from protocol.error_codes import Errors
 from protocol.group_fastpath import pack_sync_group_request
 from tests.support.server import RunningServer
+from tests.support.service_front import ServiceFront
 from tests.support.wire import join, join_with_member_id, sync
 
 # every member joins the first generation within the initial delay
@@ -27,7 +27,7 @@ _CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=300, group_min_sess
 _MEMBERS = 300
 
 
-class _SyncOrder(GroupRuntime):
+class _SyncOrder(ServiceFront):
     """Notes the member of every SyncGroup in the order group logic is given them, and how many connections were
     waiting for a later turn when the one carrying assignments came."""
 
@@ -40,7 +40,7 @@ class _SyncOrder(GroupRuntime):
         self.synced.append(req.member_id)
         if req.assignments:
             self.waiting_at_assignment = turn_budget().waiting
-        return super().start_sync_group(req)
+        return self.runtime.start_sync_group(req)
 
 
 async def _stable_group(clients: list[KafkaClient]) -> list[str]:
@@ -54,8 +54,8 @@ async def _stable_group(clients: list[KafkaClient]) -> list[str]:
 
 
 async def test_the_leaders_sync_group_is_handled_ahead_of_the_followers_left_for_later_turns() -> None:
-    async with RunningServer(_CONFIG, coordinator_class=_SyncOrder) as env:
-        runtime: Any = env.coordinator
+    async with RunningServer(_CONFIG, front=_SyncOrder) as env:
+        runtime: Any = env.service
         per_turn = turn_budget().per_turn // REQUEST_UNITS
         assert _MEMBERS > 2 * per_turn
         clients = [await env.client() for _ in range(_MEMBERS)]

@@ -15,7 +15,6 @@ import pytest
 import uvloop
 
 from coordinator.embedded.certificates import CertificateSet, make_test_certificates
-from coordinator.group.runtime import GroupRuntime
 from coordinator.security.listeners import Listener, server_ssl_context
 from coordinator.server.turns import (HEARTBEAT_UNITS, REQUEST_UNITS, STEADY_CONSUMER_GROUP_HEARTBEAT_UNITS,
                                       TurnBudget, turn_budget)
@@ -23,13 +22,14 @@ from protocol import codec
 from protocol.apis import ApiKey
 from protocol.error_codes import Errors
 from tests.support.server import RunningServer, connected_sockets
+from tests.support.service_front import ServiceFront
 from tests.support.wire import heartbeat, ms, request
 
 _V3_ANSWER_BYTES = 14  # size prefix, correlation id, throttle time, error code
 _V4_ANSWER_BYTES = 16  # the same with the flexible versions' tag bytes
 
 
-class _CountingRuntime(GroupRuntime):
+class _CountingRuntime(ServiceFront):
     """Counts heartbeats; the first one schedules a callback that notes how many had been handled when it ran.
     A ticker rescheduled every turn splits the heartbeats by the turn that handled them."""
 
@@ -57,7 +57,7 @@ class _CountingRuntime(GroupRuntime):
             asyncio.get_running_loop().call_soon(lambda: self.seen_by_callback.append(self.handled))
         self.handled += 1
         self.per_turn[-1] += 1
-        return super().handle_heartbeat(group_id, generation_id, member_id, group_instance_id)
+        return self.runtime.handle_heartbeat(group_id, generation_id, member_id, group_instance_id)
 
 
 def _frames(count: int, first_correlation_id: int = 0, *, version: int = 3) -> bytes:
@@ -92,8 +92,8 @@ def _requests_per_turn() -> int:
 
 async def test_a_flood_over_many_connections_is_handled_over_several_turns() -> None:
     connections = 300
-    async with RunningServer(coordinator_class=_CountingRuntime) as env:
-        runtime: Any = env.coordinator
+    async with RunningServer(front=_CountingRuntime) as env:
+        runtime: Any = env.service
         per_turn = _requests_per_turn()
         assert connections > 2 * per_turn
         socks = await connected_sockets(env, connections)
@@ -117,8 +117,8 @@ async def test_a_flood_over_many_connections_is_handled_over_several_turns() -> 
 
 async def test_pipelined_frames_of_one_connection_are_handled_over_several_turns_in_order() -> None:
     frames = 150  # 7 KB: one read
-    async with RunningServer(coordinator_class=_CountingRuntime) as env:
-        runtime: Any = env.coordinator
+    async with RunningServer(front=_CountingRuntime) as env:
+        runtime: Any = env.service
         per_turn = _requests_per_turn()
         assert frames > 2 * per_turn
         (sock,) = await connected_sockets(env, 1)
@@ -136,8 +136,8 @@ async def test_pipelined_frames_of_one_connection_are_handled_over_several_turns
 
 async def test_frames_deferred_when_the_peer_half_closes_are_answered_before_the_close() -> None:
     frames = 150
-    async with RunningServer(coordinator_class=_CountingRuntime) as env:
-        runtime: Any = env.coordinator
+    async with RunningServer(front=_CountingRuntime) as env:
+        runtime: Any = env.service
         (sock,) = await connected_sockets(env, 1)
         try:
             runtime.start_counting()
@@ -220,8 +220,8 @@ async def test_frames_deferred_when_a_tls_peer_half_closes_are_handled_and_answe
     server_tls = server_ssl_context(Listener("SSL", "127.0.0.1", 0), {
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(certificates.broker_keystore)})
     client_tls = ssl.create_default_context(cafile=str(certificates.ca))
-    async with RunningServer(coordinator_class=_CountingRuntime, ssl_context=server_tls) as env:
-        runtime: Any = env.coordinator
+    async with RunningServer(front=_CountingRuntime, ssl_context=server_tls) as env:
+        runtime: Any = env.service
         assert frames > 2 * _requests_per_turn()
         sock = socket.socket()
         sock.setblocking(False)
@@ -246,8 +246,8 @@ async def test_heartbeats_on_their_fast_path_cost_a_unit_each() -> None:
     """Heartbeats of as many connections as a turn's units are handled in one turn; more wait for the next."""
     per_turn = turn_budget().per_turn // HEARTBEAT_UNITS
     connections = per_turn + per_turn // 2
-    async with RunningServer(coordinator_class=_CountingRuntime) as env:
-        runtime: Any = env.coordinator
+    async with RunningServer(front=_CountingRuntime) as env:
+        runtime: Any = env.service
         socks = await connected_sockets(env, connections)
         try:
             await _full_budget()
@@ -280,14 +280,14 @@ class _CountingConsumerRuntime(_CountingRuntime):
             self.per_turn[-1] += 1
 
     def steady_consumer_group_heartbeat(self, req: Any) -> Any:
-        answer = super().steady_consumer_group_heartbeat(req)
+        answer = self.runtime.steady_consumer_group_heartbeat(req)
         if answer is not None:
             self._count()
         return answer
 
     def start_consumer_group_heartbeat(self, req: Any) -> Any:
         self._count()
-        return super().start_consumer_group_heartbeat(req)
+        return self.runtime.start_consumer_group_heartbeat(req)
 
 
 def _consumer_heartbeat(member_id: str, epoch: int, **fields: Any) -> Any:
@@ -316,8 +316,8 @@ async def test_a_consumer_group_heartbeat_costs_the_units_of_the_path_that_serve
     units = STEADY_CONSUMER_GROUP_HEARTBEAT_UNITS if steady else REQUEST_UNITS
     per_turn = turn_budget().per_turn // units
     connections = per_turn + per_turn // 2
-    async with RunningServer(coordinator_class=_CountingConsumerRuntime) as env:
-        runtime: Any = env.coordinator
+    async with RunningServer(front=_CountingConsumerRuntime) as env:
+        runtime: Any = env.service
         client = await env.client()
         joined = await client.request(_consumer_heartbeat("m-1", 0, rebalance_timeout=ms(30_000),
                                                           subscribed_topic_names=("t",), topic_partitions=()))

@@ -13,7 +13,7 @@ from coordinator.group.records import GroupRecord, MemberRecord
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.sessions import SessionTracking
 from coordinator.group.store import InMemoryGroupStore
-from coordinator.purgatory import DelayedOperation, DelayedOperationPurgatory
+from coordinator.purgatory import CallbackOperation, DelayedOperationPurgatory
 from coordinator.timer import ManualClock, SystemTimer
 from coordinator.timer.testing import manual_timer
 from protocol.error_codes import Errors
@@ -80,19 +80,9 @@ async def test_an_expired_session_timeout_is_re_armed_with_the_same_operation() 
 
 
 def test_rearm_refuses_an_operation_still_pending() -> None:
-    class Never(DelayedOperation):
-        def try_complete(self) -> bool:
-            return False
-
-        def on_complete(self) -> None:
-            pass
-
-        def on_expiration(self) -> None:
-            pass
-
     timer, _ = manual_timer()
-    purgatory: DelayedOperationPurgatory[Never] = DelayedOperationPurgatory("test", timer)
-    op = Never(1_000)
+    purgatory: DelayedOperationPurgatory[CallbackOperation] = DelayedOperationPurgatory("test", timer)
+    op = CallbackOperation(1_000, lambda _op: False, lambda _op: None, lambda _op: None)  # never completes
     purgatory.try_complete_else_watch(op, ["key"])
     with pytest.raises(ValueError):
         purgatory.rearm(op, "key")

@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 
 from coordinator.timer import (
-    PENDING_RUN, BucketQueue, ManualClock, MonotonicClock, SystemTimer, TimerTask, TimerTaskEntry,
+    PENDING_RUN, BucketQueue, CallbackTask, ManualClock, MonotonicClock, SystemTimer, TimerTask, TimerTaskEntry,
     TimerTaskList, TimingWheel,
 )
 from coordinator.timer.task import TaskCounter
 
-from coordinator.timer.testing import RecordingTask, location, manual_timer
+from coordinator.timer.testing import location, manual_timer, recording_task
 
 
 def advance_to(timer: SystemTimer, clock: ManualClock, time_ms: int) -> None:
@@ -142,7 +142,7 @@ def test_wheel_advance_rounds_down_and_cascades_to_overflow():
 def test_task_fires_exactly_at_its_expiration_and_size_tracks_it():
     timer, clock = manual_timer()
     fired = []
-    timer.add(RecordingTask(5, "a", clock, fired))
+    timer.add(recording_task(5, "a", clock, fired))
     assert timer.size == 1
     advance_to(timer, clock, 4)
     assert fired == [] and timer.size == 1
@@ -155,8 +155,8 @@ def test_zero_and_negative_delays_run_at_once_but_through_the_executor():
     clock = ManualClock(100)
     timer = SystemTimer(clock=clock, executor=submitted.append)
     fired = []
-    timer.add(RecordingTask(0, "zero", clock, fired))
-    timer.add(RecordingTask(-5, "negative", clock, fired))
+    timer.add(recording_task(0, "zero", clock, fired))
+    timer.add(recording_task(-5, "negative", clock, fired))
     assert fired == [] and len(submitted) == 2 and timer.size == 0
     for run in submitted:
         run()
@@ -166,7 +166,7 @@ def test_zero_and_negative_delays_run_at_once_but_through_the_executor():
 def test_cancel_prevents_run_and_frees_the_slot():
     timer, clock = manual_timer()
     fired = []
-    task = RecordingTask(10, "a", clock, fired)
+    task = recording_task(10, "a", clock, fired)
     timer.add(task)
     task.cancel()
     task.cancel()
@@ -178,7 +178,7 @@ def test_cancel_prevents_run_and_frees_the_slot():
 def test_readding_a_task_reschedules_it():
     timer, clock = manual_timer()
     fired = []
-    task = RecordingTask(10, "a", clock, fired)
+    task = recording_task(10, "a", clock, fired)
     timer.add(task)
     advance_to(timer, clock, 8)
     timer.add(task)  # heartbeat: push the deadline out again
@@ -195,7 +195,7 @@ def test_expired_tasks_run_only_after_the_whole_drain():
     timer = SystemTimer(clock=clock, executor=submitted.append)
     fired = []
     for delay_ms in (3, 7, 450, 9_000):
-        timer.add(RecordingTask(delay_ms, delay_ms, clock, fired))
+        timer.add(recording_task(delay_ms, delay_ms, clock, fired))
     clock.advance(10_000)
     assert timer.advance_clock() is True
     assert fired == [] and timer.size == 0 and len(submitted) == 1  # one batch for the whole drain
@@ -208,7 +208,7 @@ def test_cancel_between_expiry_and_run_wins():
     clock = ManualClock(0)
     timer = SystemTimer(clock=clock, executor=submitted.append)
     fired = []
-    task = RecordingTask(5, "a", clock, fired)
+    task = recording_task(5, "a", clock, fired)
     timer.add(task)
     clock.advance(5)
     timer.advance_clock()
@@ -221,7 +221,7 @@ def test_cancel_between_expiry_and_run_wins():
 def test_advance_clock_reports_whether_a_bucket_was_processed():
     timer, clock = manual_timer()
     assert timer.advance_clock() is False
-    timer.add(RecordingTask(3, "a", clock, []))
+    timer.add(recording_task(3, "a", clock, []))
     clock.advance(2)
     assert timer.advance_clock() is False
     clock.advance(1)
@@ -233,12 +233,11 @@ def test_a_failing_task_does_not_starve_its_batch():
     timer = SystemTimer(clock=clock, executor=lambda fn: fn())
     fired = []
 
-    class Failing(TimerTask):
-        def run(self) -> None:
-            raise RuntimeError("boom")
+    def boom() -> None:
+        raise RuntimeError("boom")
 
-    timer.add(Failing(1))
-    timer.add(RecordingTask(1, "after", clock, fired))
+    timer.add(CallbackTask(1, boom))
+    timer.add(recording_task(1, "after", clock, fired))
     clock.advance(1)
     with pytest.raises(RuntimeError, match="boom"):
         timer.advance_clock()
@@ -249,10 +248,10 @@ async def test_close_drops_pending_tasks_and_ignores_later_adds():
     timer, clock = manual_timer()
     fired = []
     for delay_ms in (5, 500, 50_000):
-        timer.add(RecordingTask(delay_ms, delay_ms, clock, fired))
+        timer.add(recording_task(delay_ms, delay_ms, clock, fired))
     await timer.close()
     assert timer.size == 0
-    timer.add(RecordingTask(1, "late", clock, fired))
+    timer.add(recording_task(1, "late", clock, fired))
     clock.advance(100_000)
     assert timer.advance_clock() is False and fired == []
 
@@ -261,7 +260,7 @@ async def test_close_drops_pending_tasks_and_ignores_later_adds():
 
 def test_worked_example_tick_1_wheel_20_level_one():
     timer, clock = manual_timer()
-    tasks = {d: RecordingTask(d, d, clock, []) for d in (2, 8, 19)}
+    tasks = {d: recording_task(d, d, clock, []) for d in (2, 8, 19)}
     for task in tasks.values():
         timer.add(task)
     assert {d: location(timer, t) for d, t in tasks.items()} == {2: (1, 2), 8: (1, 8), 19: (1, 19)}
@@ -271,7 +270,7 @@ def test_worked_example_tick_1_wheel_20_level_one():
 def test_worked_example_350_and_450_cascade_down_the_levels():
     timer, clock = manual_timer()
     fired = []
-    t350, t450 = RecordingTask(350, 350, clock, fired), RecordingTask(450, 450, clock, fired)
+    t350, t450 = recording_task(350, 350, clock, fired), recording_task(450, 450, clock, fired)
     timer.add(t350)
     timer.add(t450)
     assert location(timer, t350) == (2, 340)   # level 2 bucket [340, 360)
@@ -295,7 +294,8 @@ def test_worked_example_350_and_450_cascade_down_the_levels():
 def test_worked_example_tick_1_wheel_3_buckets_per_level():
     c = 18  # a multiple of 9, as in the table
     timer, clock = manual_timer(start_ms=c, wheel_size=3)
-    tasks = {offset: RecordingTask(offset, offset, clock, []) for offset in range(1, 27)}
+    fired: dict[int, list[tuple[object, int]]] = {offset: [] for offset in range(1, 27)}
+    tasks = {offset: recording_task(offset, offset, clock, fired[offset]) for offset in range(1, 27)}
     for task in tasks.values():
         timer.add(task)
     levels = {offset: location(timer, task) for offset, task in tasks.items()}
@@ -314,13 +314,13 @@ def test_worked_example_tick_1_wheel_3_buckets_per_level():
     advance_to(timer, clock, c + 3)
     assert clocks() == [c + 3, c + 3, c]
     # The freed slots now stand for [c+5,c+5] (level 1) and [c+9,c+11] (level 2).
-    late = RecordingTask(2, "c+5", clock, [])
+    late = recording_task(2, "c+5", clock, [])
     timer.add(late)
     assert location(timer, late) == (1, c + 5)
     assert all(location(timer, tasks[o]) == (3, c + 9) for o in range(9, 18))
     advance_to(timer, clock, c + 9)
     # Level 3's [c+9,c+17] expired: c+9 ran, the rest moved down to levels 1 and 2.
-    assert tasks[9].fired == [(9, c + 9)]
+    assert fired[9] == [(9, c + 9)]
     assert [location(timer, tasks[o]) for o in (10, 11, 12, 15, 17)] == [
         (1, c + 10), (1, c + 11), (2, c + 12), (2, c + 15), (2, c + 15)]
 

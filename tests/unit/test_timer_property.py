@@ -9,7 +9,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.timer.testing import RecordingTask, manual_timer
+from coordinator.timer import TimerTask
+from coordinator.timer.testing import manual_timer, recording_task
 
 delays = st.one_of(st.integers(0, 30), st.integers(0, 1_000), st.integers(0, 250_000))
 moves = st.one_of(st.integers(0, 3), st.integers(0, 100), st.integers(0, 300_000))
@@ -28,7 +29,7 @@ steps = st.lists(
 def check_against_model(steps, start_ms: int, tick_ms: int, wheel_size: int) -> None:
     timer, clock = manual_timer(start_ms=start_ms, tick_ms=tick_ms, wheel_size=wheel_size)
     fired: list[tuple[int, int]] = []
-    tasks: list[RecordingTask] = []
+    tasks: list[TimerTask] = []
     pending: dict[int, int] = {}  # model: task index -> expiration_ms
 
     def is_due(expiration_ms: int) -> bool:
@@ -38,20 +39,21 @@ def check_against_model(steps, start_ms: int, tick_ms: int, wheel_size: int) -> 
     for step in steps:
         fired.clear()
         kind = step[0]
-        if kind == "add":
-            task = RecordingTask(step[1], len(tasks), clock, fired)
+        if kind == "add":  # a task's name is its index in `tasks`
+            task = recording_task(step[1], len(tasks), clock, fired)
+            pending[len(tasks)] = clock.now_ms() + step[1]
             tasks.append(task)
             timer.add(task)
-            pending[task.name] = clock.now_ms() + step[1]
         elif kind == "reschedule" and tasks:
-            task = tasks[step[1] % len(tasks)]
+            index = step[1] % len(tasks)
+            task = tasks[index]
             task.delay_ms = step[2]
             timer.add(task)
-            pending[task.name] = clock.now_ms() + step[2]
+            pending[index] = clock.now_ms() + step[2]
         elif kind == "cancel" and tasks:
-            task = tasks[step[1] % len(tasks)]
-            task.cancel()
-            pending.pop(task.name, None)
+            index = step[1] % len(tasks)
+            tasks[index].cancel()
+            pending.pop(index, None)
         elif kind == "advance":
             clock.advance(step[1])
             timer.advance_clock()
@@ -82,7 +84,7 @@ def test_every_task_fires_once_no_earlier_than_expiration_no_later_than_one_step
     timer, clock = manual_timer()
     fired: list[tuple[int, int]] = []
     for i, delay_ms in enumerate(delays_ms):
-        timer.add(RecordingTask(delay_ms, i, clock, fired))
+        timer.add(recording_task(delay_ms, i, clock, fired))
     while timer.size:
         clock.advance(step_ms)
         timer.advance_clock()

@@ -5,31 +5,27 @@ import asyncio
 import gc
 import random
 
-from coordinator.timer import MonotonicClock, SystemTimer, TimerTask
+from coordinator.timer import CallbackTask, MonotonicClock, SystemTimer, TimerTask
 from coordinator.timer.task import TimerTaskEntry
 from tests.support.machine import LoopLateness
 
 
-class Stamp(TimerTask):
-    """Records (expected expiration, actual time) when it runs."""
-
-    __slots__ = ("clock", "expected_ms", "runs")
+class Stamp:
+    """A task and its expected expiration: records (itself, actual time) when it runs."""
 
     def __init__(self, delay_ms: int, clock: MonotonicClock, runs: list) -> None:
-        super().__init__(delay_ms)
-        self.clock = clock
-        self.runs = runs
         self.expected_ms = 0
+        self.task = CallbackTask(delay_ms, lambda: runs.append((self, clock.now_ms())))
 
-    def run(self) -> None:
-        self.runs.append((self, self.clock.now_ms()))
+    def cancel(self) -> None:
+        self.task.cancel()
 
 
 def schedule(timer: SystemTimer, clock: MonotonicClock, delay_ms: int, runs: list) -> Stamp:
-    task = Stamp(delay_ms, clock, runs)
-    task.expected_ms = clock.now_ms() + delay_ms
-    timer.add(task)
-    return task
+    stamp = Stamp(delay_ms, clock, runs)
+    stamp.expected_ms = clock.now_ms() + delay_ms
+    timer.add(stamp.task)
+    return stamp
 
 
 async def test_ten_thousand_random_timers_fire_once_within_tolerance():
@@ -136,12 +132,8 @@ async def test_tasks_run_as_loop_callbacks_not_inside_the_drain():
     timer = SystemTimer("callbacks", clock=clock)
     seen_inside_drain = []
 
-    class Probe(TimerTask):
-        def run(self) -> None:
-            seen_inside_drain.append(timer._draining)
-
     timer.start()
-    timer.add(Probe(5))
+    timer.add(CallbackTask(5, lambda: seen_inside_drain.append(timer._draining)))
     try:
         await asyncio.sleep(0.1)
     finally:
@@ -157,12 +149,11 @@ async def test_a_failing_task_is_reported_to_the_loop_and_the_rest_still_run():
     timer = SystemTimer("errors", clock=clock)
     runs: list = []
 
-    class Failing(TimerTask):
-        def run(self) -> None:
-            raise RuntimeError("boom")
+    def boom() -> None:
+        raise RuntimeError("boom")
 
     timer.start()
-    timer.add(Failing(5))
+    timer.add(CallbackTask(5, boom))
     after = schedule(timer, clock, 5, runs)
     try:
         await asyncio.sleep(0.1)
@@ -181,15 +172,18 @@ async def test_tasks_of_coarse_buckets_run_once_in_the_order_they_expired_a_batc
     order the timer expired them (a drain's batch is finished before a later cascade's tasks run), each once."""
     from coordinator.timer import ManualClock
     from coordinator.timer.system_timer import CASCADE_BATCH, RUN_BATCH
-    from coordinator.timer.testing import RecordingTask
+    from coordinator.timer.testing import recording_task
 
     clock = ManualClock(0)
     timer = SystemTimer("drain", clock=clock)  # no executor: the loop's incremental cascades
     fired: list[tuple[object, int]] = []
     buckets, per_bucket = 4, 2 * CASCADE_BATCH
+    names: dict[int, tuple[int, int]] = {}  # id of a task -> its name
     for b in range(buckets):  # one 20-ms bucket of the second wheel each
         for j in range(per_bucket):
-            timer.add(RecordingTask(100 + 40 * b + j % 20, (b, j), clock, fired))
+            task = recording_task(100 + 40 * b + j % 20, (b, j), clock, fired)
+            names[id(task)] = (b, j)
+            timer.add(task)
     expired_order: list[object] = []
     runs_per_callback: list[int] = []
     reinserted: list[int] = []  # per cascade callback
@@ -197,7 +191,7 @@ async def test_tasks_of_coarse_buckets_run_once_in_the_order_they_expired_a_batc
     reinsert, continue_cascades = timer._reinsert, timer._continue_cascades
 
     def recording_submit(entries: list[TimerTaskEntry]) -> None:
-        expired_order.extend(entry.task.name for entry in entries)  # type: ignore[union-attr]
+        expired_order.extend(names[id(entry.task)] for entry in entries)
         submit(entries)
 
     def counted_run() -> None:

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.assignor.java_order import hash_order, string_hash
@@ -176,6 +177,24 @@ class _TargetBatch:
     waiting: list[tuple[PendingTarget, asyncio.Future[HeartbeatResponse]]] = field(default_factory=list)
 
 
+class ServiceChecks(Protocol):
+    """What a checker of the service's promises (the simulator's invariants, simulator/instance.py) is told besides
+    the observer's events, each where the promise is kept or judged: a heartbeat's answer (whether it restarted the
+    member's session), a load's end (every loaded member's session starts again), a timer about to fence a member
+    (whether its session really ran out), a classic member's SyncGroup answered by the consumer group.
+    `ConsumerGroupService.checks`, None by default: then each place costs a None check."""
+
+    def heartbeat_answered(self, request: HeartbeatRequest,
+                           answer: HeartbeatResponse | asyncio.Future[HeartbeatResponse]) -> None: ...
+
+    def loaded(self, shard: GroupShard) -> None: ...
+
+    def fencing(self, group_id: str, member_id: str, at_epoch: int | None, reason: Fenced,
+                kind: str | None) -> None: ...  # before anything is changed; `_fence_expired`'s arguments
+
+    def classic_synced(self, group: ConsumerGroup, response: SyncGroupResponse) -> None: ...
+
+
 class ConsumerGroupService:
     def __init__(self, config: CoordinatorConfig, timer: SystemTimer, shard_for: Callable[[str], GroupShard],
                  topics: TopicsView | None = None, wall_clock: Clock | None = None) -> None:
@@ -221,6 +240,7 @@ class ConsumerGroupService:
         self.batch_targets = False
         self._batches: dict[str, _TargetBatch] = {}  # group id -> its heartbeats waiting for the shared target
         self._repairs: dict[str, _Repair] = {}  # group id -> its refused repair write, sent again with a backoff
+        self.checks: ServiceChecks | None = None  # told what a checker judges (the simulator's); None: nobody
 
     # --- requests ---------------------------------------------------------------------------------------------
     def steady_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
@@ -269,7 +289,17 @@ class ConsumerGroupService:
         its batch shares is computed and written (`_settle_batch`)."""
         steady = self.steady_heartbeat(request)
         if steady is not None:
+            if self.checks is not None:
+                self.checks.heartbeat_answered(request, steady)
             return steady, None
+        answer, write = self._heartbeat(request)
+        if self.checks is not None:
+            self.checks.heartbeat_answered(request, answer)
+        return answer, write
+
+    def _heartbeat(self, request: HeartbeatRequest
+                   ) -> tuple[HeartbeatResponse | asyncio.Future[HeartbeatResponse], Write | None]:
+        """`heartbeat` of one the steady shortcut does not answer."""
         if request.member_epoch < 0:  # a leave is written after the changes the group's batch holds
             self._settle_batch(request.group_id)
         try:
@@ -431,9 +461,12 @@ class ConsumerGroupService:
 
     def classic_sync(self, group: ConsumerGroup, req: SyncGroupRequest) -> SyncGroupResponse:
         try:
-            return classic_sync(group, req, self.topics, self)
+            response = classic_sync(group, req, self.topics, self)
         except ApiError as exc:
-            return SyncGroupResponse(exc.error)
+            response = SyncGroupResponse(exc.error)
+        if self.checks is not None:
+            self.checks.classic_synced(group, response)
+        return response
 
     def classic_heartbeat(self, group: ConsumerGroup, member_id: str, generation_id: int,
                           instance_id: str | None) -> Errors:
@@ -1010,6 +1043,8 @@ class ConsumerGroupService:
                 self.schedule_session(group_id, member_id)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.schedule_rebalance(group_id, member_id, member.member_epoch, member.rebalance_timeout_ms)
+        if self.checks is not None:
+            self.checks.loaded(shard)
 
     def _tombstone_leftovers(self, shard: GroupShard,
                              latest: dict[tuple[str, RecordType, str], ConsumerGroupRecord]) -> None:
@@ -1201,6 +1236,8 @@ class ConsumerGroupService:
                        kind: str | None = None) -> None:
         """A timer ran out: the member is fenced (a rebalance timeout only if the member is still at the epoch it
         had to move on from)."""
+        if self.checks is not None:
+            self.checks.fencing(group_id, member_id, at_epoch, reason, kind)
         kind = kind or ("session" if at_epoch is None else "rebalance")
         self._timers.pop((kind, group_id, member_id), None)
         self._settle_batch(group_id)
