@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -26,18 +27,23 @@ async def env():  # type: ignore[no-untyped-def]
     await environment.close()
 
 
+class CountedAssignor:
+    """The uniform assignor, each run's member count kept: put in ASSIGNORS in its place (a compiled assignor's
+    methods cannot be replaced on the instance)."""
+
+    def __init__(self, inner: Any, runs: list[int]) -> None:
+        self.name, self._inner, self._runs = inner.name, inner, runs
+
+    def assign(self, spec: GroupSpec) -> Any:
+        self._runs.append(len(spec.members))
+        return self._inner.assign(spec)
+
+
 @pytest.fixture
 def assignor_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """The number of members of every run of the uniform assignor."""
     runs: list[int] = []
-    uniform = ASSIGNORS["uniform"]
-    original = uniform.assign
-
-    def counted(spec: GroupSpec):  # type: ignore[no-untyped-def]
-        runs.append(len(spec.members))
-        return original(spec)
-
-    monkeypatch.setattr(uniform, "assign", counted)
+    monkeypatch.setitem(ASSIGNORS, "uniform", CountedAssignor(ASSIGNORS["uniform"], runs))
     yield runs
 
 

@@ -5,6 +5,7 @@ id first, by instance id, then the others by member id) each take the next conti
 from __future__ import annotations
 
 import uuid
+from typing import ClassVar
 from dataclasses import dataclass
 
 from coordinator.group.assignor.spec import Assignment, AssignorError, GroupSpec, SubscriptionType
@@ -32,7 +33,7 @@ class _Topic:
 
 
 class RangeAssignor:
-    name = "range"
+    name: ClassVar[str] = "range"  # read on the class too (DEFAULT_ASSIGNOR)
 
     def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
         if not spec.members:

@@ -12,6 +12,7 @@ partitions then fill the members below quota, in order.
 from __future__ import annotations
 
 import uuid
+from typing import ClassVar
 
 from coordinator.group.assignor.java_order import topic_set_order
 from coordinator.group.assignor.spec import Assignment, AssignorError, GroupSpec, SubscriptionType, existing
@@ -19,7 +20,7 @@ from coordinator.group.assignor.uniform_heterogeneous import HeterogeneousBuilde
 
 
 class UniformAssignor:
-    name = "uniform"
+    name: ClassVar[str] = "uniform"  # read on the class too (DEFAULT_ASSIGNOR)
 
     def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
         if not spec.members:

@@ -13,11 +13,11 @@ States (derived, never set):
 
 from __future__ import annotations
 
-import copy
 import enum
 import uuid
 from collections import Counter
 from collections.abc import Collection
+from typing import ClassVar
 
 from coordinator.group.assignor.spec import OrderedAssignment, ordered
 from coordinator.group.modern.member import LEAVE_GROUP_MEMBER_EPOCH, ConsumerGroupMember
@@ -35,7 +35,7 @@ class ConsumerGroupState(enum.Enum):
 
 
 class ConsumerGroup:
-    protocol_type = "consumer"
+    protocol_type: ClassVar[str] = "consumer"  # read on the class too (admin.py's ListGroups)
 
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
@@ -58,10 +58,15 @@ class ConsumerGroup:
     def snapshot(self) -> ConsumerGroup:
         """A copy to go back to if the records about to be replayed are not written (Kafka reverts its timeline
         to the last committed offset). Members and partitions are immutable: shallow copies of the maps do."""
-        clone = copy.copy(self)
-        for name in ("members", "static_members", "targets", "_ordered_targets", "_partition_epochs",
-                     "resolved_regexes"):
-            setattr(clone, name, dict(getattr(self, name)))
+        # made, not copied with copy.copy: a compiled class's copy calls its __init__ without arguments
+        clone = ConsumerGroup(self.group_id)
+        clone.group_epoch, clone.metadata_hash, clone.assignment_epoch = (self.group_epoch, self.metadata_hash,
+                                                                          self.assignment_epoch)
+        clone.deleted, clone.metadata_refresh_deadline_ms = self.deleted, self.metadata_refresh_deadline_ms
+        clone.members, clone.static_members, clone.targets = (dict(self.members), dict(self.static_members),
+                                                              dict(self.targets))
+        clone._ordered_targets, clone._partition_epochs = dict(self._ordered_targets), dict(self._partition_epochs)
+        clone.resolved_regexes = dict(self.resolved_regexes)
         clone._subscriptions, clone._regex_subscribers = self._subscriptions.copy(), self._regex_subscribers.copy()
         return clone
 
