@@ -13,47 +13,17 @@ from typing import Any
 
 import pytest
 
-from coordinator.config import CoordinatorConfig
-from coordinator.group.records import GroupRecord, MemberRecord
 from coordinator.group.runtime import GroupRuntime
-from coordinator.group.store import InMemoryGroupStore
 from coordinator.server.config import ServerConfig
 from coordinator.server.connection import Connection
 from coordinator.server.context import Node
 from coordinator.server.turns import turn_budget
-from coordinator.timer import ManualClock, SystemTimer
 from protocol.error_codes import Errors
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
-from tests.support.group_harness import subscription
+from tests.support.connection_wire import RecordingTransport, receive, stable_group_runtime
 
 MEMBERS = ("m-0", "m-1")
 SESSION_MS = 30_000
-
-
-class _Wire:
-    """The transport: what the connection writes, each write apart."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.aborted = False
-        self.reading = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 5555) if name in ("peername", "sockname") else default
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(bytes(data))
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def close(self) -> None: ...
-
-    def abort(self) -> None:
-        self.aborted = True
 
 
 class _CountingConnection(Connection):
@@ -73,36 +43,19 @@ class _CountingConnection(Connection):
 
 @pytest.fixture
 async def runtime() -> Any:
-    clock = ManualClock(1_000_000)
-    timer = SystemTimer("test", clock=clock)
-    timer.start()
-    store = InMemoryGroupStore()
-    records = [MemberRecord(m, None, "c", "/127.0.0.1", 60_000, SESSION_MS, subscription("t"), b"") for m in MEMBERS]
-    store.groups["g"] = GroupRecord("consumer", 1, "range", MEMBERS[0], 0, records)
-    runtime = GroupRuntime(CoordinatorConfig(), timer, store, clock)
-    await runtime.load()
-    yield runtime
-    await runtime.shutdown()
-    await timer.close()
+    async with stable_group_runtime(MEMBERS, SESSION_MS) as runtime:
+        yield runtime
 
 
-def _connected(runtime: GroupRuntime, config: ServerConfig = ServerConfig()) -> tuple[_CountingConnection, _Wire]:
+def _connected(runtime: GroupRuntime, config: ServerConfig = ServerConfig()) -> tuple[_CountingConnection, RecordingTransport]:
     host = SimpleNamespace(config=config, relay=None, directory=None, coordinator=runtime,
                            clock=runtime.clock, node=Node(0, "127.0.0.1", 9092, "test"), closing=False,
                            authorizer=None, admit=lambda _c: True, forget=lambda _c: None,
                            parked=lambda _c: None, unparked=lambda _c: None)
     connection = _CountingConnection(host)  # type: ignore[arg-type]
-    wire = _Wire()
+    wire = RecordingTransport()
     connection.connection_made(wire)  # type: ignore[arg-type]
     return connection, wire
-
-
-def _receive(connection: Connection, data: bytes) -> None:
-    """`data` as one read of the transport (the lent buffer, then buffer_updated)."""
-    buffer = connection.get_buffer(-1)
-    buffer[: len(data)] = data
-    del buffer
-    connection.buffer_updated(len(data))
 
 
 def _heartbeat(correlation_id: int, member_id: str = MEMBERS[0], generation_id: int = 1) -> bytes:
@@ -117,7 +70,7 @@ async def test_a_read_of_one_heartbeat_is_answered_with_one_write_without_the_fr
     connection, wire = _connected(runtime)
     member = runtime.shard_for("g").groups["g"].members[MEMBERS[0]]
     runtime.clock.advance(5_000)
-    _receive(connection, _heartbeat(7))
+    receive(connection, _heartbeat(7))
     assert wire.writes == [_answer(7)]
     assert connection.loop_rounds == 0
     assert member.heartbeat_deadline_ms == runtime.clock.now_ms() + SESSION_MS  # the session moved
@@ -129,8 +82,8 @@ async def test_a_read_of_one_heartbeat_is_answered_with_one_write_without_the_fr
 async def test_errors_are_answered_on_the_direct_path_as_on_the_general_one(runtime: Any, member_id: str,
                                                                             generation_id: int, error: Errors) -> None:
     connection, wire = _connected(runtime)
-    _receive(connection, _heartbeat(3, member_id, generation_id))
-    _receive(connection, _heartbeat(4, member_id, generation_id) + _heartbeat(5, member_id, generation_id))
+    receive(connection, _heartbeat(3, member_id, generation_id))
+    receive(connection, _heartbeat(4, member_id, generation_id) + _heartbeat(5, member_id, generation_id))
     assert wire.writes == [_answer(3, error), _answer(4, error) + _answer(5, error)]
     assert connection.loop_rounds == 1  # the pipelined pair only
 
@@ -138,15 +91,15 @@ async def test_errors_are_answered_on_the_direct_path_as_on_the_general_one(runt
 async def test_pipelined_frames_take_the_frame_loop_and_a_split_one_is_answered_once_whole(runtime: Any) -> None:
     connection, wire = _connected(runtime)
     frames = _heartbeat(1) + _heartbeat(2, MEMBERS[1])
-    _receive(connection, frames)
+    receive(connection, frames)
     assert wire.writes == [_answer(1) + _answer(2)]  # one write for the read's answers
     assert connection.loop_rounds == 1
     split = _heartbeat(3)
-    _receive(connection, split[:5])
+    receive(connection, split[:5])
     assert wire.writes[1:] == [] and connection.loop_rounds == 2  # the loop finds no whole frame
-    _receive(connection, split[5:])  # now the one whole frame buffered: the direct path
+    receive(connection, split[5:])  # now the one whole frame buffered: the direct path
     assert wire.writes[1:] == [_answer(3)] and connection.loop_rounds == 2
-    _receive(connection, _heartbeat(4))
+    receive(connection, _heartbeat(4))
     assert wire.writes[2:] == [_answer(4)] and connection.loop_rounds == 2
 
 
@@ -156,7 +109,7 @@ async def test_a_heartbeat_in_an_unusual_shape_is_answered_by_the_general_path(r
     frame[-1] = 1  # one body tag (an unknown one: tag 9, empty), which the hand reader leaves to the decoder
     frame += b"\x09\x00"
     frame[:4] = (len(frame) - 4).to_bytes(4, "big")
-    _receive(connection, bytes(frame))
+    receive(connection, bytes(frame))
     assert wire.writes == [_answer(11)]
     assert connection.general == 1  # (its answer sent without the frame loop: nothing else was buffered)
 
@@ -165,7 +118,7 @@ async def test_with_the_turn_budget_spent_the_heartbeat_waits_for_the_next_turn(
     connection, wire = _connected(runtime)
     budget = turn_budget()
     budget.spend(budget.left)
-    _receive(connection, _heartbeat(21))
+    receive(connection, _heartbeat(21))
     assert wire.writes == [] and connection.buffered_bytes > 0
     for _ in range(10):  # the refill runs in a later turn (bounded)
         await asyncio.sleep(0)
@@ -182,7 +135,7 @@ async def test_reads_waiting_for_the_next_turn_stop_at_max_buffered_bytes_and_re
     budget.spend(budget.left)
     for correlation_id in range(3):  # each read waits for the next turn, the third reaches the bound
         assert wire.reading
-        _receive(connection, _heartbeat(correlation_id))
+        receive(connection, _heartbeat(correlation_id))
     assert not wire.reading and wire.writes == []
     for _ in range(10):  # the refill runs in a later turn (bounded)
         await asyncio.sleep(0)
@@ -200,7 +153,7 @@ async def test_a_failing_handler_closes_the_connection_with_one_log_line_and_no_
 
     monkeypatch.setattr(runtime, "handle_heartbeat", broken)
     with caplog.at_level(logging.WARNING, logger="coordinator.server"):
-        _receive(connection, _heartbeat(31))
+        receive(connection, _heartbeat(31))
     assert wire.writes == [] and wire.aborted and not connection.is_open
     assert [r.getMessage().split()[0] for r in caplog.records] == ["event=handler_failed", "event=connection_closed"]
     assert "correlation_id=31" in caplog.records[0].getMessage()

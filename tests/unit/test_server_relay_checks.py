@@ -17,10 +17,6 @@ from typing import Any
 
 import pytest
 
-from coordinator.config import CoordinatorConfig
-from coordinator.group.records import GroupRecord, MemberRecord
-from coordinator.group.runtime import GroupRuntime
-from coordinator.group.store import InMemoryGroupStore
 from coordinator.relay import Relay, RelayConfig
 from coordinator.relay.versions import Route
 from coordinator.security.authorizer import Acls, Authorizer, Operation, ResourceType
@@ -31,44 +27,16 @@ from coordinator.server.handlers import served_ranges
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.listener import CoordinatorServer
 from coordinator.server.turns import turn_budget
-from coordinator.timer import ManualClock, SystemTimer
 from protocol import codec
 from protocol.apis import ApiKey
 from protocol.error_codes import Errors
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
+from tests.support.connection_wire import RecordingTransport, receive, stable_group_runtime
 from tests.support.group_harness import subscription
 from tests.support.wire import ms, nested, request
 
 MEMBERS = ("m-0", "m-1")  # m-0 leads
 SESSION_MS = 30_000
-
-
-class _Wire:
-    """The transport: what the connection writes, whether it reads."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.aborted = False
-        self.reading = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 5555) if name in ("peername", "sockname") else default
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(bytes(data))
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None: ...
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def close(self) -> None: ...
-
-    def abort(self) -> None:
-        self.aborted = True
 
 
 class _Link:
@@ -84,17 +52,8 @@ class _Link:
 
 @pytest.fixture
 async def runtime() -> Any:
-    clock = ManualClock(1_000_000)
-    timer = SystemTimer("test", clock=clock)
-    timer.start()
-    store = InMemoryGroupStore()
-    records = [MemberRecord(m, None, "c", "/127.0.0.1", 60_000, SESSION_MS, subscription("t"), b"") for m in MEMBERS]
-    store.groups["g"] = GroupRecord("consumer", 1, "range", MEMBERS[0], 0, records)
-    runtime = GroupRuntime(CoordinatorConfig(), timer, store, clock)
-    await runtime.load()
-    yield runtime
-    await runtime.shutdown()
-    await timer.close()
+    async with stable_group_runtime(MEMBERS, SESSION_MS) as runtime:
+        yield runtime
 
 
 def _relay() -> Relay:
@@ -104,19 +63,11 @@ def _relay() -> Relay:
     return relay
 
 
-def _connected(server: CoordinatorServer) -> tuple[Connection, _Wire]:
+def _connected(server: CoordinatorServer) -> tuple[Connection, RecordingTransport]:
     connection = Connection(server)
-    wire = _Wire()
+    wire = RecordingTransport()
     connection.connection_made(wire)  # type: ignore[arg-type]
     return connection, wire
-
-
-def _receive(connection: Connection, data: bytes) -> None:
-    """`data` as one read of the transport (the lent buffer, then buffer_updated)."""
-    buffer = connection.get_buffer(-1)
-    buffer[: len(data)] = data
-    del buffer
-    connection.buffer_updated(len(data))
 
 
 def _join(correlation_id: int, member_id: str) -> bytes:
@@ -143,12 +94,12 @@ async def test_without_a_link_reading_pauses_behind_a_parked_join_and_resumes_on
     server = CoordinatorServer(ServerConfig(max_buffered_bytes=2_048), runtime, relay=_relay())
     leader, leader_wire = _connected(server)
     follower, _ = _connected(server)
-    _receive(leader, _join(1, MEMBERS[0]))  # the leader rejoins: a rebalance, its JoinGroup parks for m-1
+    receive(leader, _join(1, MEMBERS[0]))  # the leader rejoins: a rebalance, its JoinGroup parks for m-1
     assert leader.is_busy and leader._relaying is not None and leader._relaying.link is None
     beats = b"".join(_heartbeat(2 + i, MEMBERS[0]) for i in range(100))  # 3.3 KB behind the parked join
-    _receive(leader, beats)
+    receive(leader, beats)
     assert not leader_wire.reading and leader.buffered_bytes == len(beats) and leader_wire.writes == []
-    _receive(follower, _join(1, MEMBERS[1]))  # the join completes
+    receive(follower, _join(1, MEMBERS[1]))  # the join completes
     await _turns(lambda: leader_wire.reading)
     assert leader.buffered_bytes == 0 and not leader.is_busy
     (written,) = leader_wire.writes  # the JoinGroup's answer, then every heartbeat's, in one write
@@ -161,7 +112,7 @@ async def test_a_blocked_link_still_holds_requests_until_the_broker_takes_them_a
     connection, wire = _connected(server)
     link = _Link()
     connection._relaying.link = link  # type: ignore[union-attr,assignment]
-    _receive(connection, _heartbeat(5))
+    receive(connection, _heartbeat(5))
     assert wire.writes == [] and connection.buffered_bytes > 0
     link.blocked = False
     connection.relay_blocked_changed()
@@ -175,10 +126,10 @@ async def test_what_the_relay_does_not_advertise_is_refused_as_the_relay_refuses
     assert struct.pack(">hh", ApiKey.JOIN_GROUP, 9) not in relay.routes  # the table follows the advertised one
     server = CoordinatorServer(ServerConfig(), runtime, relay=relay)
     newer, newer_wire = _connected(server)
-    _receive(newer, struct.pack(">ihhih", 10, ApiKey.API_VERSIONS, 99, 42, -1))  # KIP-511: answered
+    receive(newer, struct.pack(">ihhih", 10, ApiKey.API_VERSIONS, 99, 42, -1))  # KIP-511: answered
     assert newer_wire.writes == [unsupported_version_reply(42)] and not newer_wire.aborted
     joining, joining_wire = _connected(server)
-    _receive(joining, _join(1, MEMBERS[1]))  # no longer advertised: closed (UnknownApiKey)
+    receive(joining, _join(1, MEMBERS[1]))  # no longer advertised: closed (UnknownApiKey)
     assert joining_wire.aborted and joining_wire.writes == []
 
 
@@ -196,17 +147,17 @@ async def test_a_join_read_alone_parks_and_is_answered_without_the_frame_loop_as
         runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(), runtime, relay=_relay())
     leader, stranger = _CountingConnection(server), _CountingConnection(server)
-    leader_wire, stranger_wire = _Wire(), _Wire()
+    leader_wire, stranger_wire = RecordingTransport(), RecordingTransport()
     leader.connection_made(leader_wire)  # type: ignore[arg-type]
     stranger.connection_made(stranger_wire)  # type: ignore[arg-type]
-    _receive(leader, _join(1, MEMBERS[0]))
+    receive(leader, _join(1, MEMBERS[0]))
     assert leader.is_busy and leader_wire.writes == [] and leader.loop_rounds == 0
-    _receive(stranger, _join(7, "stranger"))  # UNKNOWN_MEMBER_ID at once: written in the same read
+    receive(stranger, _join(7, "stranger"))  # UNKNOWN_MEMBER_ID at once: written in the same read
     (answer,) = stranger_wire.writes
     assert struct.unpack_from(">ih", answer, 9) == (0, Errors.UNKNOWN_MEMBER_ID)  # throttle, error (v9)
     assert not stranger.is_busy and stranger.loop_rounds == 0  # (nor the frame loop for that)
     follower, _ = _connected(server)
-    _receive(follower, _join(2, MEMBERS[1]))  # the join completes: the leader's answer, nothing behind it
+    receive(follower, _join(2, MEMBERS[1]))  # the join completes: the leader's answer, nothing behind it
     await _turns(lambda: bool(leader_wire.writes))
     (joined,) = leader_wire.writes
     assert struct.unpack_from(">ihi", joined, 9) == (0, Errors.NONE, 2)  # throttle, error, generation
@@ -219,7 +170,7 @@ async def test_a_read_past_the_limit_waiting_for_the_next_turn_pauses_reading_un
     budget = turn_budget()
     budget.spend(budget.left)  # this turn's budget spent: what is read now waits for a later turn
     beats = b"".join(_heartbeat(i) for i in range(100))  # 3.3 KB
-    _receive(connection, beats)
+    receive(connection, beats)
     assert not wire.reading and wire.writes == [] and connection.buffered_bytes == len(beats)
     await _turns(lambda: connection.buffered_bytes == 0 and wire.reading)
     assert b"".join(wire.writes) == b"".join(pack_heartbeat_response(4, i, Errors.NONE) for i in range(100))
