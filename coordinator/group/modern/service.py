@@ -51,7 +51,7 @@ from coordinator.group.shard import GroupShard
 from coordinator.rewrite_backoff import FIRST_RETRY_MS, next_retry_ms
 from coordinator.group.status import STATUS_ERRORS as _STATUS_ERRORS, ShardStatus
 from coordinator.group.state import GroupState
-from coordinator.timer import Clock, SystemTimer, TimerTask
+from coordinator.timer import CallbackTask, Clock, SystemTimer
 from protocol.error_codes import Errors
 
 log = logging.getLogger("coordinator.group")
@@ -71,16 +71,12 @@ _NOT_APPENDED = frozenset({Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_LEADER_OR_FOLL
                            Errors.INVALID_REQUIRED_ACKS, Errors.UNKNOWN_TOPIC_OR_PARTITION})
 
 
-class _MemberTimer(TimerTask):
-    __slots__ = ("callback", "timeout_ms")
+class _MemberTimer(CallbackTask):
+    __slots__ = ("timeout_ms",)
 
     def __init__(self, delay_ms: int, callback: Callable[[], None]) -> None:
-        super().__init__(delay_ms)
-        self.callback = callback
+        super().__init__(delay_ms, callback)
         self.timeout_ms = delay_ms  # as armed (a session timer waiting again has a shorter delay_ms)
-
-    def run(self) -> None:
-        self.callback()
 
 
 class SessionTimer(_MemberTimer):
