@@ -6,10 +6,12 @@
 The build directory is COORDINATOR_COMPILED's (a path, or 1 for build/compiled). Each process (the controller and
 each xdist worker) says at the end how many of the build's modules it ran compiled, from their `__file__`, on
 stderr (the workers' stderr is not shown) and as one JSON line appended to COORDINATOR_COMPILED_REPORT (a file of
-the run's own when unset). The run then **fails** when a process that ran tests (each worker; the one process
-without xdist) ran fewer modules compiled than the build holds, whatever the tests said: a build that no longer
-matches the sources falls back to them module by module (coordinator/compiled.py), and the run would test the
-pure tree while claiming the build. The terminal summary says what each process ran.
+the run's own when unset). The run then **fails**, whatever the tests said, when a process that ran tests (each
+worker; the one process without xdist) had a module of the build fall back to its source or imported one from a
+source anyway: a build that no longer matches the sources falls back module by module (coordinator/compiled.py), and
+the run would test the pure tree while claiming the build. With COMPILED_PYTEST_EVERY_MODULE=1 (scripts/test.sh's
+whole unit suite) each such process must also have run every module of the build compiled (53 of 53: each worker
+imports them all). The terminal summary says what each process ran.
 
 Tests marked `pure_only(reason)` are deselected here and counted in that summary, each with its reason: tests of
 what only the pure tree has (simulator/plants.py's planted bugs replace a production function or method, which
@@ -29,6 +31,7 @@ from coordinator import compiled
 _decision = compiled.install(compiled.directory_asked(os.environ.get(compiled.ENVIRONMENT, "1")))
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 REPORT = "COORDINATOR_COMPILED_REPORT"
+EVERY_MODULE = "COMPILED_PYTEST_EVERY_MODULE"  # 1: each process that ran tests must have run every module compiled
 _RUN = "COMPILED_PYTEST_RUN"  # the controller's pid: this run's lines in a report file several runs append to
 if _WORKER is None:  # the controller (or the one process): its workers inherit both
     os.environ[_RUN] = str(os.getpid())
@@ -70,18 +73,27 @@ def _own_report() -> dict[str, Any]:
             "no_build": _decision.fell_back.get("*"), "pure_only": _pure_only}
 
 
-def _verdict(reports: list[dict[str, Any]]) -> tuple[bool, list[str]]:
-    """Whether every process that ran tests ran the whole build compiled, and the summary's lines."""
+def _short(report: dict[str, Any], every_module: bool) -> bool:
+    """A process that ran tests fell short of the build: nothing built, a module fallen back to its source, one
+    imported from a source anyway; with `every_module`, also one of the build's modules it never imported."""
+    return (report["built"] == 0 or report["decided_compiled"] < report["built"]
+            or report["running_compiled"] < report["imported"]
+            or (every_module and report["running_compiled"] < report["built"]))
+
+
+def _verdict(reports: list[dict[str, Any]], every_module: bool) -> tuple[bool, list[str]]:
+    """Whether every process that ran tests ran the build compiled, and the summary's lines."""
     workers = [r for r in reports if r["worker"] != "-"]
     ran_tests = workers or [r for r in reports if r["worker"] == "-"]
     lines = [f"{r['worker']}: running_compiled={r['running_compiled']} imported={r['imported']} "
              f"decided_compiled={r['decided_compiled']} of {r['built']} built" for r in reports]
-    ok = bool(ran_tests) and all(r["built"] > 0 and r["running_compiled"] == r["built"] for r in ran_tests)
+    short = next((r for r in ran_tests if _short(r, every_module)), None)
+    ok = bool(ran_tests) and short is None
     if not ok:
-        short = next((r for r in ran_tests if r["built"] == 0 or r["running_compiled"] < r["built"]), None)
         why = ("no process reported" if short is None else short["no_build"] or
-               f"{short['worker']} ran {short['running_compiled']} of {short['built']} compiled "
-               f"(fell back, first: {', '.join(short['fell_back']) or 'none: not imported'})")
+               f"{short['worker']} ran {short['running_compiled']} of {short['built']} compiled, imported "
+               f"{short['imported']} (" + (f"fell back, first: {', '.join(short['fell_back'])}" if short["fell_back"]
+                                           else "none fell back: some were never imported") + ")")
         lines.append(f"FAILED: not the whole build ran compiled ({why}); rebuild: "
                      "PYTHONPATH=$PWD .venv/bin/python scripts/build_compiled.py")
     pure_only = {nodeid: reason for r in ran_tests for nodeid, reason in r["pure_only"]}
@@ -104,7 +116,7 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
         return
     with open(os.environ[REPORT]) as lines:  # the workers wrote theirs before they finished
         reports = [report for report in map(json.loads, filter(str.strip, lines)) if report.get("run") == own["run"]]
-    ok, _summary[:] = _verdict(reports)
+    ok, _summary[:] = _verdict(reports, os.environ.get(EVERY_MODULE, "") == "1")
     if not ok and session.exitstatus == 0:
         session.exitstatus = 1
 
