@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: sets up the machine, type-checks the tree, then runs every test (unit, integration against a
-# real Apache Kafka broker, interop with real clients). Extra arguments go to pytest.
+# real Apache Kafka broker, interop with real clients), then the unit suite against the compiled build (below).
+# Extra arguments go to pytest (and leave the compiled run out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
