@@ -33,9 +33,11 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 REPORT = "COORDINATOR_COMPILED_REPORT"
 EVERY_MODULE = "COMPILED_PYTEST_EVERY_MODULE"  # 1: each process that ran tests must have run every module compiled
 _RUN = "COMPILED_PYTEST_RUN"  # the controller's pid: this run's lines in a report file several runs append to
+_OWN_FILE = False  # the report file was made here: removed once read
 if _WORKER is None:  # the controller (or the one process): its workers inherit both
     os.environ[_RUN] = str(os.getpid())
-    if not os.environ.get(REPORT):
+    _OWN_FILE = not os.environ.get(REPORT)
+    if _OWN_FILE:
         descriptor, os.environ[REPORT] = tempfile.mkstemp(prefix="compiled_pytest-", suffix=".jsonl")
         os.close(descriptor)
 _pure_only: list[tuple[str, str]] = []  # (node id, reason) of the tests deselected here
@@ -116,6 +118,8 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
         return
     with open(os.environ[REPORT]) as lines:  # the workers wrote theirs before they finished
         reports = [report for report in map(json.loads, filter(str.strip, lines)) if report.get("run") == own["run"]]
+    if _OWN_FILE:
+        os.unlink(os.environ[REPORT])
     ok, _summary[:] = _verdict(reports, os.environ.get(EVERY_MODULE, "") == "1")
     if not ok and session.exitstatus == 0:
         session.exitstatus = 1
