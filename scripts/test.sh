@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: sets up the machine, type-checks the tree, then runs every test (unit, integration against a
-# real Apache Kafka broker, interop with real clients). Extra arguments go to pytest.
+# real Apache Kafka broker, interop with real clients), then the unit suite against the compiled build (below).
+# Extra arguments go to pytest (and leave the compiled run out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -27,4 +28,37 @@ if [ "$status" -eq 5 ]; then
   echo "pytest collected no tests: that is a failure" >&2
   exit 1
 fi
+# Then the unit suite again against the compiled build that `coordinator serve` runs by default (setup.sh builds it;
+# scripts/compiled_pytest.py): ~3-4 minutes on CI's 2 cores. It fails when the build is missing or no longer matches
+# the tree (setup.sh leaves a build stale under uncommitted edits: python scripts/build_compiled.py rebuilds), and
+# when a worker ran fewer modules compiled than the build holds. COORDINATOR_COMPILED=0 runs the pure suite only;
+# a build elsewhere: COORDINATOR_COMPILED=DIR. With arguments (a selection of tests) it is not run.
+compiled=${COORDINATOR_COMPILED:-1}
+case "${compiled,,}" in
+  0|false|no|pure)
+    echo "test.sh: COORDINATOR_COMPILED=$compiled: pure only, the unit suite did NOT run against the compiled build" >&2
+    ;;
+  *)
+    if [ $# -gt 0 ]; then
+      echo "test.sh: arguments given: the unit suite against the compiled build was not run (no arguments: it is)" >&2
+    else
+      case "${compiled,,}" in 1|true|yes|default) where=();; *) where=("$compiled");; esac
+      if ! verdict=$(.venv/bin/python -m coordinator.compiled "${where[@]}"); then
+        echo "test.sh: FAILED: no usable compiled build, the unit suite cannot run against it (setup.sh's build:" \
+             "build/compiled-build.log; rebuild: python scripts/build_compiled.py; COORDINATOR_COMPILED=0 for pure" \
+             "only). The loader says: ${verdict:0:600}" >&2
+        exit 1
+      fi
+      started=$SECONDS
+      COMPILED_PYTEST_EVERY_MODULE=1 PYTHONPATH="$PWD:$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}" \
+        .venv/bin/python -m pytest -p compiled_pytest -q "${xdist[@]}" tests/unit
+      compiled_status=$?
+      echo "test.sh: the unit suite against the compiled build took $((SECONDS - started)) s" \
+           "(exit status $compiled_status)" >&2
+      if [ "$status" -eq 0 ] && [ "$compiled_status" -ne 0 ]; then
+        status=$compiled_status
+      fi
+    fi
+    ;;
+esac
 exit "$status"

@@ -34,6 +34,12 @@ settings.load_profile("project")
 _KAFKA_FIXTURES = {"kafka_bootstrap", "restartable_kafka", "kafka_cluster"}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # here, not in pyproject.toml's list: a change there makes scripts/setup.sh install the project again
+    config.addinivalue_line("markers", "pure_only(reason): tests what only the pure tree has; the compiled unit "
+                                       "run (scripts/compiled_pytest.py) deselects it and counts it")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _KAFKA_FIXTURES & set(getattr(item, "fixturenames", ())):

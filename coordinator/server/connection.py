@@ -171,6 +171,10 @@ class Connection(asyncio.BufferedProtocol):
         self.activity = 0
         self.quiet_since_ms = server.clock.now_ms()
         self.activity_seen = 0
+        # Rounds of the frame loop (_process_frames) run: which path a read took, for tests (the direct paths run
+        # none). An int attribute, not a method to override: compiled, neither a subclass nor an instance's
+        # replaced method would be seen.
+        self.frame_loop_rounds = 0
 
     # ------------------------------------------------------------------------------------------ transport events
 
@@ -341,6 +345,7 @@ class Connection(asyncio.BufferedProtocol):
         return self._open
 
     def _process_frames(self) -> None:
+        self.frame_loop_rounds += 1
         turn = self._turn
         relaying = self._relaying
         # Not blocked: no relay, or no upstream link opened (nor a re-authentication's) and no SASL exchange

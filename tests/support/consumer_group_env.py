@@ -18,6 +18,9 @@ BAR = uuid.UUID(int=0xBA2)
 SESSION_MS = 45_000
 GROUP = "g"
 JOIN_TOPICS = object()
+# A heartbeat's answer comes within a few loop turns (manual clock, in-memory store): one that never comes fails
+# the test after this long (wall clock), saying which, instead of hanging it until the phase's deadline.
+ANSWER_WITHIN_S = 20.0
 
 
 class Env:
@@ -54,7 +57,12 @@ class Env:
         request = HeartbeatRequest(GROUP, member_id, epoch, subscribed_topic_names=topics,
                                    owned=None if owned is None else list(owned.items()), client_id=member_id,
                                    client_host="/127.0.0.1", **fields)
-        return await self.runtime.consumer_group_heartbeat(request)
+        try:
+            async with asyncio.timeout(ANSWER_WITHIN_S):
+                return await self.runtime.consumer_group_heartbeat(request)
+        except TimeoutError:
+            raise AssertionError(f"the heartbeat of {member_id} (epoch {epoch}) got no answer within "
+                                 f"{ANSWER_WITHIN_S:g} s") from None
 
     async def resolved(self) -> None:
         """Regular expression resolutions under way are done and their records written."""

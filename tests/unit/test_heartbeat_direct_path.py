@@ -17,28 +17,14 @@ from coordinator.group.runtime import GroupRuntime
 from coordinator.server.config import ServerConfig
 from coordinator.server.connection import Connection
 from coordinator.server.context import Node
-from coordinator.server.turns import turn_budget
+from coordinator.server.turns import HEARTBEAT_UNITS, REQUEST_UNITS, turn_budget
 from protocol.error_codes import Errors
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
 from tests.support.connection_wire import RecordingTransport, receive, stable_group_runtime
+from tests.support.service_front import ServiceFront
 
 MEMBERS = ("m-0", "m-1")
 SESSION_MS = 30_000
-
-
-class _CountingConnection(Connection):
-    """Counts the frame loop's rounds and the frames the general path (`_handle_frame`) handled."""
-
-    loop_rounds = 0
-    general = 0
-
-    def _process_frames(self) -> None:
-        self.loop_rounds += 1
-        super()._process_frames()
-
-    def _handle_frame(self, frame: bytes) -> int:
-        self.general += 1
-        return super()._handle_frame(frame)
 
 
 @pytest.fixture
@@ -47,12 +33,16 @@ async def runtime() -> Any:
         yield runtime
 
 
-def _connected(runtime: GroupRuntime, config: ServerConfig = ServerConfig()) -> tuple[_CountingConnection, RecordingTransport]:
-    host = SimpleNamespace(config=config, relay=None, directory=None, coordinator=runtime,
+def _connected(runtime: GroupRuntime, config: ServerConfig = ServerConfig(),
+               service: Any = None) -> tuple[Connection, RecordingTransport]:
+    """A connection to `runtime` (or to `service` in front of it); its `frame_loop_rounds` count the frame
+    loop's rounds."""
+    host = SimpleNamespace(config=config, relay=None, directory=None,
+                           coordinator=runtime if service is None else service,
                            clock=runtime.clock, node=Node(0, "127.0.0.1", 9092, "test"), closing=False,
                            authorizer=None, admit=lambda _c: True, forget=lambda _c: None,
                            parked=lambda _c: None, unparked=lambda _c: None)
-    connection = _CountingConnection(host)  # type: ignore[arg-type]
+    connection = Connection(host)  # type: ignore[arg-type]
     wire = RecordingTransport()
     connection.connection_made(wire)  # type: ignore[arg-type]
     return connection, wire
@@ -72,7 +62,7 @@ async def test_a_read_of_one_heartbeat_is_answered_with_one_write_without_the_fr
     runtime.clock.advance(5_000)
     receive(connection, _heartbeat(7))
     assert wire.writes == [_answer(7)]
-    assert connection.loop_rounds == 0
+    assert connection.frame_loop_rounds == 0
     assert member.heartbeat_deadline_ms == runtime.clock.now_ms() + SESSION_MS  # the session moved
     assert connection.buffered_bytes == 0
 
@@ -85,7 +75,7 @@ async def test_errors_are_answered_on_the_direct_path_as_on_the_general_one(runt
     receive(connection, _heartbeat(3, member_id, generation_id))
     receive(connection, _heartbeat(4, member_id, generation_id) + _heartbeat(5, member_id, generation_id))
     assert wire.writes == [_answer(3, error), _answer(4, error) + _answer(5, error)]
-    assert connection.loop_rounds == 1  # the pipelined pair only
+    assert connection.frame_loop_rounds == 1  # the pipelined pair only
 
 
 async def test_pipelined_frames_take_the_frame_loop_and_a_split_one_is_answered_once_whole(runtime: Any) -> None:
@@ -93,14 +83,14 @@ async def test_pipelined_frames_take_the_frame_loop_and_a_split_one_is_answered_
     frames = _heartbeat(1) + _heartbeat(2, MEMBERS[1])
     receive(connection, frames)
     assert wire.writes == [_answer(1) + _answer(2)]  # one write for the read's answers
-    assert connection.loop_rounds == 1
+    assert connection.frame_loop_rounds == 1
     split = _heartbeat(3)
     receive(connection, split[:5])
-    assert wire.writes[1:] == [] and connection.loop_rounds == 2  # the loop finds no whole frame
+    assert wire.writes[1:] == [] and connection.frame_loop_rounds == 2  # the loop finds no whole frame
     receive(connection, split[5:])  # now the one whole frame buffered: the direct path
-    assert wire.writes[1:] == [_answer(3)] and connection.loop_rounds == 2
+    assert wire.writes[1:] == [_answer(3)] and connection.frame_loop_rounds == 2
     receive(connection, _heartbeat(4))
-    assert wire.writes[2:] == [_answer(4)] and connection.loop_rounds == 2
+    assert wire.writes[2:] == [_answer(4)] and connection.frame_loop_rounds == 2
 
 
 async def test_a_heartbeat_in_an_unusual_shape_is_answered_by_the_general_path(runtime: Any) -> None:
@@ -109,9 +99,14 @@ async def test_a_heartbeat_in_an_unusual_shape_is_answered_by_the_general_path(r
     frame[-1] = 1  # one body tag (an unknown one: tag 9, empty), which the hand reader leaves to the decoder
     frame += b"\x09\x00"
     frame[:4] = (len(frame) - 4).to_bytes(4, "big")
+    budget = turn_budget()
+    left = budget.left
     receive(connection, bytes(frame))
     assert wire.writes == [_answer(11)]
-    assert connection.general == 1  # (its answer sent without the frame loop: nothing else was buffered)
+    # the general path's decoder took it (a request's units; the hand reader's path costs a heartbeat's), its
+    # answer sent without the frame loop: nothing else was buffered
+    assert left - budget.left == REQUEST_UNITS and HEARTBEAT_UNITS != REQUEST_UNITS
+    assert connection.frame_loop_rounds == 0
 
 
 async def test_with_the_turn_budget_spent_the_heartbeat_waits_for_the_next_turn(runtime: Any) -> None:
@@ -125,7 +120,7 @@ async def test_with_the_turn_budget_spent_the_heartbeat_waits_for_the_next_turn(
         if wire.writes:
             break
     assert wire.writes == [_answer(21)]
-    assert connection.loop_rounds == 0  # waited without the frame loop, answered directly in the later turn
+    assert connection.frame_loop_rounds == 0  # waited without the frame loop, answered directly in the later turn
 
 
 async def test_reads_waiting_for_the_next_turn_stop_at_max_buffered_bytes_and_resume_once_handled(
@@ -145,13 +140,12 @@ async def test_reads_waiting_for_the_next_turn_stop_at_max_buffered_bytes_and_re
 
 
 async def test_a_failing_handler_closes_the_connection_with_one_log_line_and_no_answer(
-        runtime: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    connection, wire = _connected(runtime)
+        runtime: Any, caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(ServiceFront):
+        def handle_heartbeat(self, *_args: Any) -> Errors:
+            raise RuntimeError("bug")
 
-    def broken(*_args: Any) -> Errors:
-        raise RuntimeError("bug")
-
-    monkeypatch.setattr(runtime, "handle_heartbeat", broken)
+    connection, wire = _connected(runtime, service=Broken(runtime))
     with caplog.at_level(logging.WARNING, logger="coordinator.server"):
         receive(connection, _heartbeat(31))
     assert wire.writes == [] and wire.aborted and not connection.is_open

@@ -12,9 +12,11 @@ import time
 import pytest
 import uvloop
 
+from coordinator.security.authorizer import Acls, Authorizer, Operation, ResourceType
 from coordinator.server.context import java_host_string
 from protocol.errors import ConnectionClosed
 from protocol.apis import ApiKey
+from protocol.fastpath import pack_heartbeat_request
 from tests.support.polling import wait_until
 from tests.support.server import RunningServer
 from tests.support.service_front import ServiceFront
@@ -236,26 +238,30 @@ async def test_serve_runs_until_stopped_then_shuts_down_through_the_hook() -> No
     await asyncio.wait_for(client.wait_closed(), 5)
 
 
-async def test_an_exception_escaping_a_protocol_callback_closes_only_that_connection_through_one_funnel(
-        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Our bug below buffer_updated (here: the decoder raising something it must not) is logged once at ERROR
-    with its traceback and closes that connection; asyncio never sees it ("Fatal error on transport")."""
-    import coordinator.server.connection as connection_module
+class _BrokenAuthorizer(Authorizer):
+    """Enforcing, no ACL (everything allowed), and a bug: a check on group "boom" raises."""
 
-    real_decode = connection_module.decode_request
+    def __init__(self) -> None:
+        super().__init__(allow_everyone_if_no_acl_found=True)
+        self.use(Acls())
 
-    def decode(frame: bytes):
-        if b"boom" in frame:
+    def allows(self, principal: str, host: str, operation: Operation, resource_type: ResourceType, name: str, *,
+               audited: bool = True) -> bool:
+        if name == "boom":
             raise RuntimeError("boom")
-        return real_decode(frame)
+        return super().allows(principal, host, operation, resource_type, name, audited=audited)
 
-    monkeypatch.setattr(connection_module, "decode_request", decode)
+
+async def test_an_exception_escaping_a_protocol_callback_closes_only_that_connection_through_one_funnel(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Our bug below buffer_updated (here: the authorizer raising on the Heartbeat read on its direct path, which
+    has no handler around it) is logged once at ERROR with its traceback and closes that connection; asyncio
+    never sees it ("Fatal error on transport")."""
     caplog.set_level(logging.INFO)
-    async with RunningServer() as env:
+    async with RunningServer(authorizer=_BrokenAuthorizer()) as env:
         bystander, member_id = await _stable_member(env)
         peer = await env.raw()
-        payload = struct.pack(">hhih", ApiKey.HEARTBEAT, 4, 1, 4) + b"boom"
-        await peer.send(struct.pack(">i", len(payload)) + payload)
+        await peer.send(pack_heartbeat_request(4, 1, "client", "boom", 1, member_id))
         assert await peer.closed_by_server()
         assert (await bystander.request(heartbeat("g", 1, member_id))).error_code == 0
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]

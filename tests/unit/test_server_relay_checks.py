@@ -133,35 +133,25 @@ async def test_what_the_relay_does_not_advertise_is_refused_as_the_relay_refuses
     assert joining_wire.aborted and joining_wire.writes == []
 
 
-class _CountingConnection(Connection):
-    """Counts the frame loop's rounds."""
-
-    loop_rounds = 0
-
-    def _process_frames(self) -> None:
-        self.loop_rounds += 1
-        super()._process_frames()
-
-
 async def test_a_join_read_alone_parks_and_is_answered_without_the_frame_loop_as_one_answered_at_once(
         runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(), runtime, relay=_relay())
-    leader, stranger = _CountingConnection(server), _CountingConnection(server)
+    leader, stranger = Connection(server), Connection(server)  # frame_loop_rounds: the frame loop's rounds
     leader_wire, stranger_wire = RecordingTransport(), RecordingTransport()
     leader.connection_made(leader_wire)  # type: ignore[arg-type]
     stranger.connection_made(stranger_wire)  # type: ignore[arg-type]
     receive(leader, _join(1, MEMBERS[0]))
-    assert leader.is_busy and leader_wire.writes == [] and leader.loop_rounds == 0
+    assert leader.is_busy and leader_wire.writes == [] and leader.frame_loop_rounds == 0
     receive(stranger, _join(7, "stranger"))  # UNKNOWN_MEMBER_ID at once: written in the same read
     (answer,) = stranger_wire.writes
     assert struct.unpack_from(">ih", answer, 9) == (0, Errors.UNKNOWN_MEMBER_ID)  # throttle, error (v9)
-    assert not stranger.is_busy and stranger.loop_rounds == 0  # (nor the frame loop for that)
+    assert not stranger.is_busy and stranger.frame_loop_rounds == 0  # (nor the frame loop for that)
     follower, _ = _connected(server)
     receive(follower, _join(2, MEMBERS[1]))  # the join completes: the leader's answer, nothing behind it
     await _turns(lambda: bool(leader_wire.writes))
     (joined,) = leader_wire.writes
     assert struct.unpack_from(">ihi", joined, 9) == (0, Errors.NONE, 2)  # throttle, error, generation
-    assert not leader.is_busy and leader.loop_rounds == 0  # written without the frame loop
+    assert not leader.is_busy and leader.frame_loop_rounds == 0  # written without the frame loop
 
 
 async def test_a_read_past_the_limit_waiting_for_the_next_turn_pauses_reading_until_handled(runtime: Any) -> None:

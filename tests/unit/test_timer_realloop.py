@@ -4,10 +4,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+from collections import Counter
+from typing import Callable
 
-from coordinator.timer import CallbackTask, MonotonicClock, SystemTimer, TimerTask
-from coordinator.timer.task import TimerTaskEntry
+from coordinator.timer import CallbackTask, MonotonicClock, SystemTimer
 from tests.support.machine import LoopLateness
+from tests.support.polling import wait_until
 
 
 class Stamp:
@@ -135,7 +137,7 @@ async def test_tasks_run_as_loop_callbacks_not_inside_the_drain():
     timer.start()
     timer.add(CallbackTask(5, lambda: seen_inside_drain.append(timer._draining)))
     try:
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: seen_inside_drain, 10, "the 5-ms task's run", interval_s=0.002)
     finally:
         await timer.close()
     assert seen_inside_drain == [False]
@@ -156,7 +158,7 @@ async def test_a_failing_task_is_reported_to_the_loop_and_the_rest_still_run():
     timer.add(CallbackTask(5, boom))
     after = schedule(timer, clock, 5, runs)
     try:
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: runs and reported, 10, "both 5-ms tasks' runs", interval_s=0.002)
     finally:
         await timer.close()
         loop.set_exception_handler(None)
@@ -166,10 +168,32 @@ async def test_a_failing_task_is_reported_to_the_loop_and_the_rest_still_run():
 
 
 
+class _Iterations:
+    """Counts the loop's iterations from outside the timer: a callback that schedules itself again runs once per
+    iteration, after the callbacks scheduled before it (the timer's batch callbacks, which also schedule their
+    next batch with call_soon); `sample()` is called in each of its runs."""
+
+    def __init__(self, sample: Callable[[], None] = lambda: None) -> None:
+        self.count = 0
+        self.running = True
+        self._sample = sample
+        self._loop = asyncio.get_running_loop()
+        self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self.count += 1
+        self._sample()
+        if self.running:
+            self._loop.call_soon(self._tick)
+
+
 async def test_tasks_of_coarse_buckets_run_once_in_the_order_they_expired_a_batch_per_callback():
     """Coarse buckets larger than a cascade batch, all due at once (a loop that stalled past them): the rest of each
     is re-inserted CASCADE_BATCH entries per later callback, the expired tasks run RUN_BATCH per callback, in the
-    order the timer expired them (a drain's batch is finished before a later cascade's tasks run), each once."""
+    order the timer expired them (a drain's batch is finished before a later cascade's tasks run), each once.
+    Observed from outside the timer, per loop iteration: the tasks run (their record) and the tasks still in the
+    wheels (`size`: what the cascade callbacks re-inserted and expired); each batch callback runs once per
+    iteration."""
     from coordinator.timer import ManualClock
     from coordinator.timer.system_timer import CASCADE_BATCH, RUN_BATCH
     from coordinator.timer.testing import recording_task
@@ -178,99 +202,65 @@ async def test_tasks_of_coarse_buckets_run_once_in_the_order_they_expired_a_batc
     timer = SystemTimer("drain", clock=clock)  # no executor: the loop's incremental cascades
     fired: list[tuple[object, int]] = []
     buckets, per_bucket = 4, 2 * CASCADE_BATCH
-    names: dict[int, tuple[int, int]] = {}  # id of a task -> its name
     for b in range(buckets):  # one 20-ms bucket of the second wheel each
         for j in range(per_bucket):
-            task = recording_task(100 + 40 * b + j % 20, (b, j), clock, fired)
-            names[id(task)] = (b, j)
-            timer.add(task)
-    expired_order: list[object] = []
-    runs_per_callback: list[int] = []
-    reinserted: list[int] = []  # per cascade callback
-    submit, run_pending = timer._submit, timer._run_pending
-    reinsert, continue_cascades = timer._reinsert, timer._continue_cascades
-
-    def recording_submit(entries: list[TimerTaskEntry]) -> None:
-        expired_order.extend(names[id(entry.task)] for entry in entries)
-        submit(entries)
-
-    def counted_run() -> None:
-        before = len(fired)
-        run_pending()
-        runs_per_callback.append(len(fired) - before)
-
-    def counting_reinsert(entry: TimerTaskEntry) -> None:
-        if reinserted:
-            reinserted[-1] += 1
-        reinsert(entry)
-
-    def counted_cascade() -> None:
-        reinserted.append(0)
-        continue_cascades()
-
-    timer._submit = recording_submit
-    timer._run_pending = counted_run
-    timer._reinsert = counting_reinsert
-    timer._continue_cascades = counted_cascade
+            timer.add(recording_task(100 + 40 * b + j % 20, (b, j), clock, fired))
     clock.advance(300)  # every bucket is due
     assert timer.advance_clock(0)
-    for _ in range(200):
-        if len(fired) == buckets * per_bucket:
-            break
-        await asyncio.sleep(0)
+    # The drain flushed CASCADE_BATCH entries of the first bucket (all due: at once, or through the first wheel's
+    # buckets, flushed in this drain in their order); the first bucket's rest and the later buckets wait behind it.
+    assert timer.size == buckets * per_bucket - CASCADE_BATCH and fired == []
+    samples: list[tuple[int, int]] = []  # per iteration: (tasks run, tasks in the wheels)
+    iterations = _Iterations(lambda: samples.append((len(fired), timer.size)))
+    try:
+        for _ in range(200):
+            if len(fired) == buckets * per_bucket:
+                break
+            await asyncio.sleep(0)
+    finally:
+        iterations.running = False
     assert sorted(name for name, _ in fired) == [(b, j) for b in range(buckets) for j in range(per_bucket)]
-    assert [name for name, _ in fired] == expired_order
-    # each bucket's window ends before the next one's starts: its rest, still cascading, runs before the next bucket
-    assert [b for (b, _), _ in fired] == sorted(b for (b, _), _ in fired)
-    assert max(runs_per_callback) <= RUN_BATCH, runs_per_callback
-    assert reinserted and max(reinserted) <= CASCADE_BATCH, reinserted
+    # the order they expired: the drain's share of the first bucket by expiration (j % 20 ms after its start, in
+    # the order added within a ms), then the cascades' shares in the order added, bucket after bucket
+    drained = sorted(((0, j) for j in range(CASCADE_BATCH)), key=lambda name: (name[1] % 20, name[1]))
+    first = set(drained)
+    cascaded = [(b, j) for b in range(buckets) for j in range(per_bucket) if (b, j) not in first]
+    assert [name for name, _ in fired] == drained + cascaded
+    runs = [now - before for (now, _), (before, _) in zip(samples, [(0, 0)] + samples)]
+    reinserted = [before - now for (_, now), (_, before) in
+                  zip(samples, [(0, buckets * per_bucket - CASCADE_BATCH)] + samples)]
+    assert 0 < max(runs) <= RUN_BATCH, runs
+    assert 0 < max(reinserted) <= CASCADE_BATCH, reinserted
     assert timer.size == 0
 
 
 async def test_tasks_a_running_task_adds_due_at_once_join_the_queue_without_a_second_runner():
     """A task whose run adds a task already due (delay 0) puts it in the queue being run: every one runs once, and
-    no loop callback runs more than RUN_BATCH of them (one runner, however many are added while it runs)."""
+    no loop iteration runs more than RUN_BATCH of them (one runner per iteration, RUN_BATCH per run, however many
+    are added while it runs: a second runner would run up to twice that in an iteration)."""
     from coordinator.timer.system_timer import RUN_BATCH
 
     timer = SystemTimer("chain")
-    runs_per_callback: list[int] = []
-    ran: list[int] = []
+    ran: list[tuple[int, int]] = []  # (n, the loop iteration it ran in)
+    iterations = _Iterations()
 
-    class Chain(TimerTask):
-        def __init__(self, n: int) -> None:
-            super().__init__(0)
-            self.n = n
+    def chain(n: int) -> CallbackTask:
+        def run() -> None:
+            ran.append((n, iterations.count))
+            if n < 3 * RUN_BATCH:
+                timer.add(chain(n + 1))
+                timer.add(chain(10_000 + n))  # a second one each time: the queue grows while it runs
+        return CallbackTask(0, run)
 
-        def run(self) -> None:
-            ran.append(self.n)
-            if self.n < 3 * RUN_BATCH:
-                timer.add(Chain(self.n + 1))
-                timer.add(Chain(10_000 + self.n))  # a second one each time: the queue grows while it runs
-
-    run_pending = timer._run_pending
-    loop = asyncio.get_running_loop()
-    iteration = [0]
-    runner_iterations: list[int] = []
-
-    def tick() -> None:  # once per loop iteration
-        iteration[0] += 1
-        if len(ran) < 1 + 2 * 3 * RUN_BATCH:
-            loop.call_soon(tick)
-
-    def counted_run() -> None:
-        before = len(ran)
-        runner_iterations.append(iteration[0])
-        run_pending()
-        runs_per_callback.append(len(ran) - before)
-
-    timer._run_pending = counted_run
-    loop.call_soon(tick)
-    timer.add(Chain(0))
-    for _ in range(100):
-        if len(ran) == 1 + 2 * 3 * RUN_BATCH:
-            break
-        await asyncio.sleep(0)
-    assert sorted(ran) == sorted([*range(3 * RUN_BATCH + 1), *(10_000 + n for n in range(3 * RUN_BATCH))])
-    assert max(runs_per_callback) <= RUN_BATCH, runs_per_callback
-    assert len(set(runner_iterations)) == len(runner_iterations), runner_iterations  # one runner per iteration
+    timer.add(chain(0))
+    try:
+        for _ in range(100):
+            if len(ran) == 1 + 2 * 3 * RUN_BATCH:
+                break
+            await asyncio.sleep(0)
+    finally:
+        iterations.running = False
+    assert sorted(n for n, _ in ran) == sorted([*range(3 * RUN_BATCH + 1), *(10_000 + n for n in range(3 * RUN_BATCH))])
+    per_iteration = Counter(iteration for _, iteration in ran)
+    assert max(per_iteration.values()) == RUN_BATCH, per_iteration  # full batches, never more
     await timer.close()
