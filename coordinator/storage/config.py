@@ -17,7 +17,6 @@ EVENT_LINGER_MS = 50  # the event producer batches this long; a delivery timeout
 
 
 STATE_WRITERS = ("librdkafka", "native")
-DEFAULT_MARKERS_SETTLE_MS = 2.0
 
 
 @dataclass(frozen=True)
@@ -56,10 +55,6 @@ class StorageConfig:
     # Which client runs the transactions: "librdkafka" (transactions.py, confluent-kafka) or "native" (our own
     # asyncio client, native_transactions.py: CONCURRENT_TRANSACTIONS retried after 1 ms, not librdkafka's 20 ms)
     state_writer: str = "librdkafka"
-    # librdkafka's writer: a transaction begins no sooner than this after the last one ended, so that its
-    # AddPartitionsToTxn does not meet Kafka still writing the last one's markers (CONCURRENT_TRANSACTIONS, which
-    # librdkafka retries only after a fixed 20 ms); 0: at once (transaction_client.py)
-    markers_settle_ms: float = DEFAULT_MARKERS_SETTLE_MS
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
@@ -75,8 +70,6 @@ class StorageConfig:
         if self.event_delivery_timeout_ms < 0 or 0 < self.event_delivery_timeout_ms <= EVENT_LINGER_MS:
             raise ValueError(f"the event delivery timeout must be 0 (none) or more than the event producer's "
                              f"linger of {EVENT_LINGER_MS} ms, got {self.event_delivery_timeout_ms}")
-        if not 0 <= self.markers_settle_ms <= 100:
-            raise ValueError(f"markers_settle_ms must be within 0-100, got {self.markers_settle_ms}")
         if self.state_writer not in STATE_WRITERS:
             raise ValueError(f"state_writer must be one of {', '.join(STATE_WRITERS)}, got {self.state_writer!r}")
         if self.partition_fencing and self.transactional_id is None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -56,13 +55,8 @@ class TransactionClient:
     """The client of one transactional.id; every method blocks and runs on the producer's serial thread."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
-                 fatal_is_fence: bool, markers_settle_s: float = 0.0) -> None:
+                 fatal_is_fence: bool) -> None:
         self.topic = topic
-        # A transaction begins no sooner than this after the last one ended (commit or abort returned): Kafka's
-        # transaction coordinator refuses AddPartitionsToTxn (CONCURRENT_TRANSACTIONS) until it has written the last
-        # one's markers, and librdkafka sends it again only 20 ms later (rdkafka_txnmgr.c, fixed); 0: at once
-        self.markers_settle_s = markers_settle_s
-        self._ended_at = float("-inf")  # time.monotonic() when the last transaction's commit or abort returned
         self.name = name
         self.transactional_id = transactional_id
         self.fatal_is_fence = fatal_is_fence
@@ -102,7 +96,6 @@ class TransactionClient:
             return KafkaError(KafkaError._STATE, "no initialised producer"), "retired"
         opened_ahead, self._open = self._open, None
         deliveries = opened_ahead if opened_ahead is not None else _DeliveryErrors()
-        self._settle()
         # no local reference to the producer: a retired one must be destroyed by its retiring thread alone
         try:
             if opened_ahead is None:
@@ -112,7 +105,6 @@ class TransactionClient:
                 self.producer.produce(self.topic, value=value, key=key, partition=partition,
                                        on_delivery=deliveries.reporting_to(sink))
             self.producer.commit_transaction(timeout_s)
-            self._ended_at = time.monotonic()
             kafka_reachable()  # ends an outage's suppressed connection errors with their count
             return None, None
         except KafkaException as exc:
@@ -120,7 +112,6 @@ class TransactionClient:
         except BufferError:
             error = KafkaError(KafkaError._QUEUE_FULL, "producer queue full")
             return self._failed(error, True)
-        self._ended_at = time.monotonic()
         if error.code() == KafkaError._FATAL:  # produce() after a fatal error in the background (a fence seen
             error = self._fatal_cause(error)   # by an earlier record's AddPartitionsToTxn): the cause is poll()'s
         elif error.code() == _DELIVERY_SUMMARY:
@@ -140,7 +131,6 @@ class TransactionClient:
             return False
         try:
             if self._open is None:
-                self._settle()
                 self.producer.begin_transaction()
                 self._open = _DeliveryErrors()
             for partition, key, value in records:
@@ -150,16 +140,6 @@ class TransactionClient:
             log.debug("event=transaction_open_ahead_failed producer=%s error=%s", self.name, exc)
             return False
         return True
-
-    def _settle(self) -> None:
-        """Wait out what is left of `markers_settle_s` since the last transaction ended (this thread's own: the
-        writes queued meanwhile join the next transaction). Measured on the reconcile race's broker: every
-        AddPartitionsToTxn refused was of a transaction begun within 2 ms of the last one's end (a third to a
-        sixteenth of those), none later (docs/performance.md, "Reconciliation: CONCURRENT_TRANSACTIONS waited
-        out")."""
-        wait = self._ended_at + self.markers_settle_s - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
 
     def _fatal_cause(self, refused: KafkaError) -> KafkaError:
         """The producer refuses calls with _FATAL (not itself flagged fatal) once it has hit a fatal error; poll()
@@ -205,7 +185,6 @@ class TransactionClient:
             return "retired"
         try:
             self.producer.abort_transaction(_ABORT_TIMEOUT_S)
-            self._ended_at = time.monotonic()
             return None
         except KafkaException as exc:
             error: KafkaError = exc.args[0]

@@ -73,7 +73,7 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
                  timeout_ms: int, on_fenced: Callable[[], None] | None = None,
-                 fatal_is_fence: bool = False, markers_settle_ms: float = 0.0) -> None:
+                 fatal_is_fence: bool = False) -> None:
         super().__init__(topic, name, transactional_id, timeout_ms, on_fenced, fatal_is_fence)
         # Any fatal error counts as a fence, not only PRODUCER_FENCED: a partition's producer must never take its
         # id back on its own (a fresh init_transactions would fence the partition's new owner); the owner decides
@@ -85,8 +85,7 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         client_settings.setdefault("logger", librdkafka_logger(name))  # one line per outage, not one per retry
         self._thread = SerialThread(f"{name}-calls")
         # touched on the serial thread only (its `fenced` also by the loop, between two of its calls)
-        self._client = TransactionClient(topic, client_settings, name, transactional_id, fatal_is_fence,
-                                         markers_settle_ms / 1000)
+        self._client = TransactionClient(topic, client_settings, name, transactional_id, fatal_is_fence)
         self._opened_for: set[int] = set()  # partitions of a transaction opened ahead, not committed yet
 
     async def start(self, timeout_ms: int = 60_000, *, attempt_ms: int = int(_INIT_ATTEMPT_S * 1000)) -> None:
