@@ -393,6 +393,12 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                     member.watch(time.perf_counter())
                 cpu_before = _server_cpu_ns(server.pid)
                 measured = round_number >= args.reconcile_warmup
+                # `--profile F --profiler cprofile --figures reconcile`: our server's main thread during the measured
+                # rounds of the largest size (cProfile's statistics accumulate over them)
+                cprofiled = (measured and args.profiler == "cprofile" and args.profile and server.name == "ours"
+                             and "consumer-heartbeat" not in args.figures and size == max(args.reconcile_sizes))
+                if cprofiled:
+                    os.kill(server.pid, PROFILE_ON)
                 if measured:
                     _trace_mark(server, "round_start", size)
                 with LoadgenCpu() as own:
@@ -403,6 +409,8 @@ async def reconcile_figures(server: Server, args: argparse.Namespace) -> dict[st
                     await wait_settled(group.members, partitions, 120, target_epoch)
                     elapsed_ms = (time.perf_counter() - started) * 1000
                 cpu_used_ms = (_server_cpu_ns(server.pid) - cpu_before) / 1e6
+                if cprofiled:
+                    os.kill(server.pid, PROFILE_OFF)
                 if measured:
                     _trace_mark(server, "round_end", size)
                     times.append(elapsed_ms)
@@ -596,7 +604,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline-tree", help="a source tree of ours to race as 'before' (bench.coordinator's)")
     add_serve_arg_options(parser)
     parser.add_argument("--profile", help="profile of our server during the heartbeats over the most connections "
-                        "(every repeat's overwrites the last): py-spy's raw output, or cProfile's pstats file")
+                        "(every repeat's overwrites the last): py-spy's raw output, or cProfile's pstats file; with "
+                        "--figures reconcile and cprofile: the measured rounds of the largest size")
     parser.add_argument("--profiler", choices=["py-spy", "cprofile"], default="py-spy",
                         help="cprofile: every call on the server's main thread (bench/cprofiled.py)")
     return parser.parse_args(argv)

@@ -110,8 +110,17 @@ def _size_report(size: int, rounds: int, events: list[tuple[float, str, list[str
             found = open_txn.get(detail[0].removesuffix("-calls"))
             if found is not None:
                 found["steps"].setdefault(event, t)
+        elif event == "dr":  # a record's delivery report served on the serial thread (the GIL taken for it)
+            found = open_txn.get(detail[0].removesuffix("-calls"))
+            if found is not None and "commit_returned" not in found["steps"]:
+                found["steps"].setdefault("dr_first", t)
+                found["dr_last"] = t
+                found["drs"] = found.get("drs", 0) + 1
         elif event == "refused":
             refused += 1
+            found = open_txn.get(detail[0].removesuffix("-calls")) if detail else None
+            if found is not None and "answered" not in found:
+                found["refusals"] = found.get("refusals", 0) + 1
         elif event == "outcome_callback":
             for record in by_future.get(detail[0], ()):
                 record.setdefault("outcome_callback", t)
@@ -138,6 +147,17 @@ def _size_report(size: int, rounds: int, events: list[tuple[float, str, list[str
         values = [(x["steps"][step] - x["begin"]) * 1000 for x in transactions if step in x["steps"]]
         out.append(f"    {step:52s} {_q(values, 0.5):7.2f} {_q(values, 0.9):7.2f} {_q(values, 1.0):7.2f} "
                    f"({len(values)})")
+    for label, first, last in (("begun on the loop -> the serial thread's begin_transaction", "begin", "thread_begin"),
+                               ("commit_call -> first delivery report", "commit_call", "dr_first"),
+                               ("first -> last delivery report", "dr_first", "dr_last"),
+                               ("last delivery report -> commit returned", "dr_last", "commit_returned"),
+                               ("commit returned -> outcome on the loop", "commit_returned", "answered")):
+        spans = [(_at(x, first), _at(x, last)) for x in transactions]
+        values = [(b - a) * 1000 for a, b in spans if a is not None and b is not None]
+        out.append(f"    {label:52s} {_q(values, 0.5):7.2f} {_q(values, 0.9):7.2f} {_q(values, 1.0):7.2f} "
+                   f"({len(values)})")
+    drs = [x["drs"] for x in transactions if "drs" in x]
+    out.append(f"    delivery reports per transaction p50 {_q(drs, 0.5)}, p90 {_q(drs, 0.9)}, max {_q(drs, 1.0)}")
     values = [(x["answered"] - x["begin"]) * 1000 for x in transactions if "answered" in x]
     out.append(f"    {'outcome on the loop':52s} {_q(values, 0.5):7.2f} {_q(values, 0.9):7.2f} "
                f"{_q(values, 1.0):7.2f} ({len(values)})")
@@ -148,7 +168,24 @@ def _size_report(size: int, rounds: int, events: list[tuple[float, str, list[str
     gaps = [(b["begin"] - a["answered"]) * 1000 for a, b in zip(transactions, transactions[1:])
             if "answered" in a and a["name"] == b["name"]]
     out.append(f"  outcome -> next transaction begins: p50 {_q(gaps, 0.5):.2f} ms, p90 {_q(gaps, 0.9):.2f}")
+    # librdkafka's refusals (its `eos` lines, on the serial thread) by how soon after the last commit's outcome the
+    # transaction began: Kafka refuses AddPartitionsToTxn while it writes the last commit's markers
+    pairs = [((b["begin"] - a["answered"]) * 1000, b.get("refusals", 0)) for a, b in zip(transactions, transactions[1:])
+             if "answered" in a and a["name"] == b["name"]]
+    if refused:
+        for low, high in ((0, 1), (1, 2), (2, 3), (3, 5), (5, 10), (10, 1e9)):
+            inside = [count for gap, count in pairs if low <= gap < high]
+            if inside:
+                out.append(f"  begun {low}-{high if high < 1e9 else 'inf'} ms after the last outcome: {len(inside)} "
+                           f"transactions, refused {sum(1 for c in inside if c)} ({sum(inside)} refusals)")
     return "\n".join(out)
+
+
+def _at(transaction: dict[str, Any], step: str) -> float | None:
+    """When the transaction reached `step` (its begin, answer, last delivery report or one of its stamped steps)."""
+    if step in ("begin", "answered", "dr_last"):
+        return transaction.get(step)
+    return transaction["steps"].get(step)
 
 
 def _q(values: Sequence[float], share: float) -> float:

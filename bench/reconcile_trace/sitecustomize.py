@@ -36,6 +36,15 @@ def _write_out() -> None:
                 out.writelines(taken)
 
 
+def _set(owner: Any, name: str, value: Any) -> None:
+    """owner.name = value; a class compiled by mypyc refuses it: said once, that step is not stamped (the storage
+    layer's transaction steps are not compiled, the runtime's and the group logic's are: `serve --pure` for those)."""
+    try:
+        setattr(owner, name, value)
+    except (TypeError, AttributeError) as exc:
+        print(f"reconcile_trace: {getattr(owner, '__name__', owner)}.{name} not stamped ({exc})", file=sys.stderr)
+
+
 def _around(owner: Any, name: str, before: Any = None, after: Any = None) -> None:
     """owner.name with `before(self, *args)` and `after(self, result, *args)` around each call."""
     original = getattr(owner, name, None)
@@ -51,7 +60,7 @@ def _around(owner: Any, name: str, before: Any = None, after: Any = None) -> Non
         if after is not None:
             after(self, result, *args)
         return result
-    setattr(owner, name, wrapped)
+    _set(owner, name, wrapped)
 
 
 def _around_async(owner: Any, name: str, event: str) -> None:
@@ -64,7 +73,7 @@ def _around_async(owner: Any, name: str, event: str) -> None:
             return await original(self, *args, **kwargs)
         finally:
             stamp(f"{event}_end", self.name, self.concurrent_transactions_retries)
-    setattr(owner, name, wrapped)
+    _set(owner, name, wrapped)
 
 
 class _Refusals(logging.Handler):
@@ -119,7 +128,7 @@ def _install() -> None:
             send_turn(self, partition)
         finally:
             linked(writes)
-    setattr(runtime_class, "_send_turn", _send_turn)
+    _set(runtime_class, "_send_turn", _send_turn)
     append = runtime_class._append
 
     def _append(self: Any, partition: int, write: Any, by_request: bool) -> Any:
@@ -128,7 +137,7 @@ def _install() -> None:
             return append(self, partition, write, by_request)
         finally:
             linked([write])
-    setattr(runtime_class, "_append", _append)
+    _set(runtime_class, "_append", _append)
     _around(runtime_class, "_settle_all",
             before=lambda self, partition, writes, *rest: stamp("settled", ",".join(str(id(w)) for w in writes)))
     _around(runtime_class, "_after_write",
@@ -154,6 +163,11 @@ def _install() -> None:
     _around_async(native, "_end_txn", "end_txn")
     _around_async(native, "_commit", "commit")
 
+    # each delivery report served (librdkafka's dr callback takes the GIL once per record, on the thread that serves
+    # it: the serial thread, inside commit_transaction's flush)
+    _around(transaction_client._DeliveryErrors, "on_delivery",
+            before=lambda self, *_: stamp("dr", threading.current_thread().name))
+
     class StampedProducer(Producer):  # the client TransactionClient creates
         def begin_transaction(self, *args: Any) -> Any:
             stamp("thread_begin", threading.current_thread().name)
@@ -174,7 +188,10 @@ def _install() -> None:
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
         logger.addHandler(refusals)
-        client_init(self, topic, {**settings, "debug": "eos", "logger": logger}, *args, **kwargs)
+        # librdkafka's debug lines are log callbacks served on the serial thread, each taking the GIL: RECONCILE_TRACE_EOS=0
+        # leaves them out (no refusal count, a trace closer to the untraced server)
+        debug = {"debug": "eos"} if os.environ.get("RECONCILE_TRACE_EOS", "1") != "0" else {}
+        client_init(self, topic, {**settings, **debug, "logger": logger}, *args, **kwargs)
     setattr(transaction_client.TransactionClient, "__init__", __init__)
 
 

@@ -63,11 +63,9 @@ def _next(member: ConsumerGroupMember, member_epoch: int, target_epoch: int, tar
         to_assign[topic_id] = free
     pending = sorted_partitions(revoking)
     if pending and _still_owns(owned, pending):
-        return member.with_epoch(member_epoch).replace(state=MemberState.UNREVOKED_PARTITIONS,
-                                                       assigned=sorted_partitions(kept), pending_revocation=pending)
+        return member.moved_to(member_epoch, MemberState.UNREVOKED_PARTITIONS, sorted_partitions(kept), pending)
     if any(to_assign.values()):
         for topic_id, partitions in to_assign.items():
             kept[topic_id] |= partitions
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return member.with_epoch(target_epoch).replace(state=state, assigned=sorted_partitions(kept),
-                                                   pending_revocation={})
+    return member.moved_to(target_epoch, state, sorted_partitions(kept), {})
