@@ -109,7 +109,8 @@ class GroupMetadata:
         member.join_future = join_future
         if join_future is not None:
             self.num_members_awaiting_join += 1
-            self.observer.on_join_waiting(self.group_id, member.member_id)
+            if self.observer.waits_watched:
+                self.observer.on_join_waiting(self.group_id, member.member_id)
         self.pending_members.discard(member.member_id)
 
     def remove(self, member_id: str) -> None:
@@ -142,7 +143,7 @@ class GroupMetadata:
         elif join_future is None and superseded is not None:
             self.num_members_awaiting_join -= 1
         member.join_future = join_future
-        if join_future is not None:
+        if join_future is not None and self.observer.waits_watched:  # (a call per member: skipped when unwatched)
             self.observer.on_join_waiting(self.group_id, member.member_id)
         return superseded if join_future is not None else None
 
