@@ -9,7 +9,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Callable
 
 from coordinator.group.api import JoinGroupResponseMember
-from coordinator.group.member import MemberMetadata, Protocols
+from coordinator.group.member import ANSWERED_IN_PASS, MemberMetadata, Protocols
 from coordinator.group.state import EMPTY, GroupState, IllegalStateTransition, VALID_PREVIOUS
 from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord, TopicPartition
 
@@ -166,7 +166,11 @@ class GroupMetadata:
         member.join_future = None
         self.num_members_awaiting_join -= 1
         if not future.done():
-            future.set_result(response)
+            answer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
+            if answer is None:
+                future.set_result(response)
+            else:  # its connection answers now, setting the result (member.py's ANSWERED_IN_PASS)
+                answer(future, response)
         return True
 
     def complete_sync(self, member: MemberMetadata, response: SyncGroupResponse) -> bool:
@@ -175,7 +179,11 @@ class GroupMetadata:
             return False
         member.sync_future = None
         if not future.done():
-            future.set_result(response)
+            answer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
+            if answer is None:
+                future.set_result(response)
+            else:
+                answer(future, response)
         return True
 
     @property
