@@ -16,7 +16,9 @@ from coordinator.group.modern.records import ConsumerGroupRecord
 TopicPartition = tuple[str, int]
 
 
-@dataclass(slots=True, init=False)  # __init__ written out: compiled by mypyc (coordinator/group/api.py's note)
+# (its generated __init__ left as it is: compiled, a class's own __init__ runs in its __new__ too, and
+# InMemoryGroupStore deep-copies the records it keeps, which calls __new__ without arguments)
+@dataclass(slots=True)
 class MemberRecord:
     member_id: str
     group_instance_id: str | None
@@ -26,17 +28,6 @@ class MemberRecord:
     session_timeout_ms: int
     subscription: bytes  # metadata of the selected protocol
     assignment: bytes
-
-    def __init__(self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
-                 rebalance_timeout_ms: int, session_timeout_ms: int, subscription: bytes, assignment: bytes) -> None:
-        self.member_id = member_id
-        self.group_instance_id = group_instance_id
-        self.client_id = client_id
-        self.client_host = client_host
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.session_timeout_ms = session_timeout_ms
-        self.subscription = subscription
-        self.assignment = assignment
 
 
 @dataclass(slots=True)
