@@ -13,7 +13,11 @@ has it (the listener's bookkeeping, the relay without a link, the cluster's auth
 turn budget's share of other requests) and until every answer is written. Prints the main thread's CPU time of
 each phase (thread time: the loop's turns included, medians over the rounds); `--profile` writes cProfile's
 statistics (thread CPU time) of the measured rounds. `compiled_modules` counts the project's modules loaded from
-an extension module (a tree built by scripts/mypyc_tree.py): 0 for a pure tree."""
+an extension module: 0 for a pure tree. COORDINATOR_COMPILED=DIR (or 1: this tree's build/compiled,
+scripts/build_compiled.py) runs the listed modules from that build, as `coordinator serve` runs them by default
+(each only while its sources match: `compiled_modules` says how many did).
+
+  COORDINATOR_COMPILED=1 taskset -c 1 python -m bench.rebalance_path --as-served --rounds 40"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import asyncio
 import cProfile
 import json
 import logging
+import os
 import statistics
 import struct
 import sys
@@ -30,27 +35,33 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from coordinator.config import CoordinatorConfig
-from coordinator.group.observer import ObserverMux
-from coordinator.group.records import Record
-from coordinator.group.runtime import GroupRuntime
-from coordinator.group.state import STABLE
-from coordinator.group.store import InMemoryGroupStore
-from coordinator.runtime_health import RuntimeHealth
-from coordinator.relay.config import RelayConfig
-from coordinator.relay.relay import Relay
-from coordinator.security.authorizer import Authorizer
-from coordinator.server.config import ServerConfig
-from coordinator.server.connection import Connection
-from coordinator.server.context import Node
-from coordinator.server.handlers import served_ranges
-from coordinator.server.listener import CoordinatorServer
-from coordinator.server.turns import turn_budget
-from coordinator.storage.records import encode
-from coordinator.timer import SystemTimer
-from protocol.consumer_protocol import Subscription, encode_subscription
-from protocol.fastpath import _compact_string, _legacy_string, unsigned_varint
-from protocol.group_fastpath import pack_sync_group_request
+from coordinator import compiled
+
+# installed before any listed module is imported here (coordinator/compiled.py decides once)
+_COMPILED = compiled.directory_asked(os.environ.get(compiled.ENVIRONMENT))
+_DECISION = None if _COMPILED is None else compiled.install(_COMPILED)
+
+from coordinator.config import CoordinatorConfig  # noqa: E402
+from coordinator.group.observer import ObserverMux  # noqa: E402
+from coordinator.group.records import Record  # noqa: E402
+from coordinator.group.runtime import GroupRuntime  # noqa: E402
+from coordinator.group.state import STABLE  # noqa: E402
+from coordinator.group.store import InMemoryGroupStore  # noqa: E402
+from coordinator.runtime_health import RuntimeHealth  # noqa: E402
+from coordinator.relay.config import RelayConfig  # noqa: E402
+from coordinator.relay.relay import Relay  # noqa: E402
+from coordinator.security.authorizer import Authorizer  # noqa: E402
+from coordinator.server.config import ServerConfig  # noqa: E402
+from coordinator.server.connection import Connection  # noqa: E402
+from coordinator.server.context import Node  # noqa: E402
+from coordinator.server.handlers import served_ranges  # noqa: E402
+from coordinator.server.listener import CoordinatorServer  # noqa: E402
+from coordinator.server.turns import turn_budget  # noqa: E402
+from coordinator.storage.records import encode  # noqa: E402
+from coordinator.timer import SystemTimer  # noqa: E402
+from protocol.consumer_protocol import Subscription, encode_subscription  # noqa: E402
+from protocol.fastpath import _compact_string, _legacy_string, unsigned_varint  # noqa: E402
+from protocol.group_fastpath import pack_sync_group_request  # noqa: E402
 
 GROUP = "rb"
 SESSION_MS, REBALANCE_MS = 30_000, 60_000

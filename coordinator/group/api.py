@@ -17,6 +17,13 @@ NO_GENERATION = -1
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
+# The classes a rebalance makes per member (its requests, answers and the leader's member list) have their
+# `__init__` written out (init=False): compiled by mypyc, a dataclass's generated `__init__` stays interpreted
+# (the dataclasses module makes it at import), ~0.12 µs more per object, ~6,000-8,000 objects a 1,000-member
+# rebalance; written out it is compiled with the class. Same fields, order, defaults and keywords; __eq__ and
+# __repr__ are still the dataclass's.
+
+
 # --- JoinGroup (api key 11) -----------------------------------------------------------------------------------
 class JoinGroupProtocol(NamedTuple):
     """One protocol a member supports, as sent and as kept in the member (a tuple: cheap, immutable)."""
@@ -25,7 +32,7 @@ class JoinGroupProtocol(NamedTuple):
     metadata: bytes
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class JoinGroupRequest:
     group_id: str
     session_timeout_ms: int
@@ -39,6 +46,21 @@ class JoinGroupRequest:
     client_id: str = ""
     client_host: str = ""
 
+    def __init__(self, group_id: str, session_timeout_ms: int, rebalance_timeout_ms: int, member_id: str,
+                 group_instance_id: str | None, protocol_type: str, protocols: list[JoinGroupProtocol],
+                 reason: str | None = None, version: int = 9, client_id: str = "", client_host: str = "") -> None:
+        self.group_id = group_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocols = protocols
+        self.reason = reason
+        self.version = version
+        self.client_id = client_id
+        self.client_host = client_host
+
     @property
     def require_known_member_id(self) -> bool:
         return self.version >= 4 and self.group_instance_id is None
@@ -48,14 +70,19 @@ class JoinGroupRequest:
         return self.version >= 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class JoinGroupResponseMember:
     member_id: str
     group_instance_id: str | None
     metadata: bytes
 
+    def __init__(self, member_id: str, group_instance_id: str | None, metadata: bytes) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.metadata = metadata
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class JoinGroupResponse:
     error_code: Errors
     member_id: str = ""
@@ -66,15 +93,31 @@ class JoinGroupResponse:
     skip_assignment: bool = False
     members: list[JoinGroupResponseMember] = field(default_factory=list)
 
+    def __init__(self, error_code: Errors, member_id: str = "", generation_id: int = NO_GENERATION,
+                 protocol_type: str | None = None, protocol_name: str | None = None, leader: str = "",
+                 skip_assignment: bool = False, members: list[JoinGroupResponseMember] | None = None) -> None:
+        self.error_code = error_code
+        self.member_id = member_id
+        self.generation_id = generation_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.leader = leader
+        self.skip_assignment = skip_assignment
+        self.members = [] if members is None else members
+
 
 # --- SyncGroup (api key 14) -----------------------------------------------------------------------------------
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SyncGroupRequestAssignment:
     member_id: str
     assignment: bytes
 
+    def __init__(self, member_id: str, assignment: bytes) -> None:
+        self.member_id = member_id
+        self.assignment = assignment
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class SyncGroupRequest:
     group_id: str
     generation_id: int
@@ -87,13 +130,35 @@ class SyncGroupRequest:
     client_id: str = ""
     client_host: str = ""
 
+    def __init__(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None,
+                 protocol_type: str | None = None, protocol_name: str | None = None,
+                 assignments: list[SyncGroupRequestAssignment] | None = None, version: int = 5,
+                 client_id: str = "", client_host: str = "") -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignments = [] if assignments is None else assignments
+        self.version = version
+        self.client_id = client_id
+        self.client_host = client_host
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class SyncGroupResponse:
     error_code: Errors
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignment: bytes = b""
+
+    def __init__(self, error_code: Errors, protocol_type: str | None = None, protocol_name: str | None = None,
+                 assignment: bytes = b"") -> None:
+        self.error_code = error_code
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignment = assignment
 
 
 # --- Heartbeat (api key 12) -----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.group.api import JoinGroupProtocol
@@ -10,6 +11,16 @@ if TYPE_CHECKING:
     from coordinator.group.api import JoinGroupResponse, SyncGroupResponse
 
 Protocols = list[JoinGroupProtocol]  # in the client's order of preference, as the JoinGroup request gave them
+
+# A parked JoinGroup's or SyncGroup's future -> who answers it in the very call that completes it (the connection
+# waiting for it, coordinator/server/connection.py), registered while it waits. `GroupMetadata.complete_join` and
+# `complete_sync` (a rebalance's answers, every member's in one pass; a removed member's; an unload's) hand the
+# response over instead of setting it: the answerer sets the future's result itself, with its done callback taken
+# off first, and writes the answer then and there: no loop callback per member (a done callback costs ~1.2 µs of
+# `call_soon` and the loop's run of it, 2,000 a 1,000-member rebalance). A future completed any other way (a
+# `set_result` elsewhere: a superseded request, an answer given at once) goes as before, through its done callback,
+# which takes the entry out.
+ANSWERED_IN_PASS: dict[asyncio.Future[Any], Callable[[asyncio.Future[Any], Any], object]] = {}
 
 
 class MemberMetadata:

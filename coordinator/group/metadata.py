@@ -9,7 +9,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Callable
 
 from coordinator.group.api import JoinGroupResponseMember
-from coordinator.group.member import MemberMetadata, Protocols
+from coordinator.group.member import ANSWERED_IN_PASS, MemberMetadata, Protocols
 from coordinator.group.state import EMPTY, GroupState, IllegalStateTransition, VALID_PREVIOUS
 from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord, TopicPartition
 
@@ -109,7 +109,8 @@ class GroupMetadata:
         member.join_future = join_future
         if join_future is not None:
             self.num_members_awaiting_join += 1
-            self.observer.on_join_waiting(self.group_id, member.member_id)
+            if self.observer.waits_watched:
+                self.observer.on_join_waiting(self.group_id, member.member_id)
         self.pending_members.discard(member.member_id)
 
     def remove(self, member_id: str) -> None:
@@ -142,7 +143,7 @@ class GroupMetadata:
         elif join_future is None and superseded is not None:
             self.num_members_awaiting_join -= 1
         member.join_future = join_future
-        if join_future is not None:
+        if join_future is not None and self.observer.waits_watched:  # (a call per member: skipped when unwatched)
             self.observer.on_join_waiting(self.group_id, member.member_id)
         return superseded if join_future is not None else None
 
@@ -165,7 +166,11 @@ class GroupMetadata:
         member.join_future = None
         self.num_members_awaiting_join -= 1
         if not future.done():
-            future.set_result(response)
+            answer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
+            if answer is None:
+                future.set_result(response)
+            else:  # its connection answers now, setting the result (member.py's ANSWERED_IN_PASS)
+                answer(future, response)
         return True
 
     def complete_sync(self, member: MemberMetadata, response: SyncGroupResponse) -> bool:
@@ -174,7 +179,11 @@ class GroupMetadata:
             return False
         member.sync_future = None
         if not future.done():
-            future.set_result(response)
+            answer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
+            if answer is None:
+                future.set_result(response)
+            else:
+                answer(future, response)
         return True
 
     @property

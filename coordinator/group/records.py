@@ -16,6 +16,8 @@ from coordinator.group.modern.records import ConsumerGroupRecord
 TopicPartition = tuple[str, int]
 
 
+# (its generated __init__ left as it is: compiled, a class's own __init__ runs in its __new__ too, and
+# InMemoryGroupStore deep-copies the records it keeps, which calls __new__ without arguments)
 @dataclass(slots=True)
 class MemberRecord:
     member_id: str

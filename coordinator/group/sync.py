@@ -76,7 +76,8 @@ def _park_sync(shard: GroupShard, group: GroupMetadata, req: SyncGroupRequest,
     member.sync_future = future
     if previous is not None and not previous.done():  # a retry from a new connection supersedes it
         previous.set_result(SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
-    shard.observer.on_sync_waiting(group.group_id, req.member_id)
+    if shard.observer.waits_watched:  # (a call per member: skipped when nobody watches)
+        shard.observer.on_sync_waiting(group.group_id, req.member_id)
     shard.remove_pending_sync_member(group, req.member_id)
     if group.is_leader(req.member_id):
         return [_store_leader_assignment(shard, group, req)]

@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from coordinator.group.member import ANSWERED_IN_PASS
 from coordinator.relay.errors import UpstreamUnavailable
 from coordinator.relay.upstream import pause_when_anything_unsent
 from coordinator.relay.versions import Route
@@ -297,6 +298,8 @@ class Connection(asyncio.BufferedProtocol):
             release_transport_cycle(self._transport)
         self._transport = None
         self._open = False
+        if self._parked is not None:  # answered, if ever, through its done callback: nothing to write any more
+            ANSWERED_IN_PASS.pop(self._parked[1], None)
         try:
             self._server.forget(self)
             if self._relaying is not None:
@@ -487,12 +490,32 @@ class Connection(asyncio.BufferedProtocol):
             answer = self._answer_parked
             self._parked = (None, outcome, answer)
             outcome.add_done_callback(answer)
+            if header.api_key in _RESUMED_HERE:  # a rebalance's answer: written in group logic's pass
+                ANSWERED_IN_PASS[outcome] = self._answer_in_pass
         else:
             self._drive(header, _framed(header, outcome, to_frame), context)
 
     def _answer_parked(self, future: asyncio.Future[Any]) -> None:
         """The parked request's answer, in the future's done callback, then what waited behind it on this
         connection."""
+        if ANSWERED_IN_PASS:
+            ANSWERED_IN_PASS.pop(future, None)
+        self._answered(future, False)
+
+    def _answer_in_pass(self, future: asyncio.Future[Any], response: Any) -> None:
+        """The parked JoinGroup's or SyncGroup's answer, handed over by the group logic that completes it
+        (ANSWERED_IN_PASS): the future's result set here, its done callback taken off first (no loop callback),
+        and the answer written now. What waited behind it on this connection is handled once that pass is over,
+        in a later callback as the done callback would have: never inside group logic's pass."""
+        try:
+            parked = self._parked
+            if parked is not None and parked[1] is future:
+                future.remove_done_callback(parked[2])
+        finally:
+            future.set_result(response)  # (done here in any case: the member's future is answered)
+        self._answered(future, True)
+
+    def _answered(self, future: asyncio.Future[Any], in_pass: bool) -> None:
         parked, header = self._parked, self._in_flight
         if parked is None or parked[1] is not future or header is None:
             return  # given up on (cancel_in_flight) after its answer was scheduled: not this request's any more
@@ -507,9 +530,20 @@ class Connection(asyncio.BufferedProtocol):
             if (self._reader.buffered_bytes or self._reading_paused or self._writing_paused
                     or (relaying is not None and (relaying.link is not None or relaying.reauth_link is not None
                                                   or self._sasl is not None))):
-                self._process_frames()
+                if in_pass:  # its answer flushed with them, after the pass
+                    asyncio.get_running_loop().call_soon(self._frames_after_answer)
+                else:
+                    self._process_frames()
             else:  # nothing waited behind it, nothing paused, nothing upstream: its answer sent, as the loop would
                 self._flush()
+        except Exception as exc:
+            self._contain("resume", exc)
+
+    def _frames_after_answer(self) -> None:
+        """What waited behind an answer given in group logic's pass (`_answer_in_pass`)."""
+        try:
+            if self._open:
+                self._process_frames()
         except Exception as exc:
             self._contain("resume", exc)
 
@@ -859,6 +893,7 @@ class Connection(asyncio.BufferedProtocol):
             handler, awaited, resume = self._parked
             self._parked = None
             awaited.remove_done_callback(resume)
+            ANSWERED_IN_PASS.pop(awaited, None)
             if handler is not None:
                 handler.close()
             self._in_flight = None

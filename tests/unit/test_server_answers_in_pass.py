@@ -1,0 +1,102 @@
+"""A rebalance's parked JoinGroups and SyncGroups are answered in group logic's pass (`ANSWERED_IN_PASS`,
+coordinator/group/member.py): the connection waiting for each writes its answer in the very call that completes
+the member's request, no loop callback per member. What waited behind such an answer on its connection is handled
+only once the pass is over: a SyncGroup pipelined behind a JoinGroup must not reach the group while the join's
+answers are still being given (the member would not be owed a SyncGroup yet, and would stay owed one)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+import pytest
+
+from coordinator.group.member import ANSWERED_IN_PASS
+from coordinator.server.config import ServerConfig
+from coordinator.server.connection import Connection
+from coordinator.server.listener import CoordinatorServer
+from protocol import codec
+from protocol.apis import ApiKey
+from protocol.error_codes import Errors
+from protocol.group_fastpath import pack_sync_group_request
+from tests.support.connection_wire import RecordingTransport, receive, stable_group_runtime
+from tests.support.group_harness import subscription
+from tests.support.wire import ms, nested, request
+
+MEMBERS = ("m-0", "m-1", "m-2")  # m-0 leads
+SESSION_MS = 30_000
+
+
+@pytest.fixture
+async def runtime() -> Any:
+    async with stable_group_runtime(MEMBERS, SESSION_MS) as runtime:
+        yield runtime
+
+
+def _connected(server: CoordinatorServer) -> tuple[Connection, RecordingTransport]:
+    connection = Connection(server)
+    wire = RecordingTransport()
+    connection.connection_made(wire)  # type: ignore[arg-type]
+    return connection, wire
+
+
+def _join(correlation_id: int, member_id: str) -> bytes:
+    protocol = nested(ApiKey.JOIN_GROUP, 9, "protocols")(name="range", metadata=subscription("t"))
+    body = request(ApiKey.JOIN_GROUP, 9, group_id="g", session_timeout=ms(SESSION_MS), rebalance_timeout=ms(60_000),
+                   member_id=member_id, group_instance_id=None, protocol_type="consumer", protocols=(protocol,),
+                   reason=None)
+    return codec.encode_request(correlation_id, "client", body)
+
+
+def _sync(correlation_id: int, member_id: str, generation: int, assignments: list[tuple[str, bytes]]) -> bytes:
+    return pack_sync_group_request(5, correlation_id, "client", "g", generation, member_id, None, "consumer", "range",
+                                   assignments)
+
+
+def _error_and_generation(answer: bytes) -> tuple[int, int]:
+    """A JoinGroup v9 answer's error code and generation (size, correlation id, tags, throttle first)."""
+    error, generation = struct.unpack_from(">hi", answer, 13)
+    return error, generation
+
+
+async def test_the_joins_parked_answers_are_written_in_the_call_that_completes_the_join(runtime: Any) -> None:
+    server = CoordinatorServer(ServerConfig(), runtime)
+    (leader, leader_wire), (second, second_wire), (last, last_wire) = (_connected(server) for _ in MEMBERS)
+    receive(leader, _join(1, MEMBERS[0]))  # a rebalance: both park until every member has rejoined
+    receive(second, _join(1, MEMBERS[1]))
+    assert leader.is_busy and second.is_busy and len(ANSWERED_IN_PASS) == 2
+    receive(last, _join(1, MEMBERS[2]))  # the join completes here
+    # no loop turn since: every answer already written (the last member's own at once, as before)
+    assert [_error_and_generation(w) for wire in (leader_wire, second_wire, last_wire) for w in wire.writes] \
+        == [(Errors.NONE, 2)] * 3
+    assert not leader.is_busy and not second.is_busy and not ANSWERED_IN_PASS
+    assert server._all_idle.is_set()
+
+
+async def test_a_sync_pipelined_behind_a_join_reaches_the_group_only_after_the_joins_answers(runtime: Any) -> None:
+    server = CoordinatorServer(ServerConfig(), runtime)
+    (leader, leader_wire), (second, second_wire), (last, last_wire) = (_connected(server) for _ in MEMBERS)
+    receive(leader, _join(1, MEMBERS[0]))  # the leader rejoins: a rebalance
+    receive(second, _join(1, MEMBERS[1]) + _sync(2, MEMBERS[1], 2, []))  # its SyncGroup waits behind the join
+    receive(last, _join(1, MEMBERS[2]))  # the join completes: m-1's answer given in the pass, its SyncGroup after
+    group = runtime.groups["g"]
+    assert MEMBERS[1] in group.pending_sync_members and second.buffered_bytes > 0  # not handled inside the pass
+    await _until(lambda: not second.buffered_bytes)
+    assert second.is_busy and MEMBERS[1] not in group.pending_sync_members  # parked, owing nothing
+    receive(last, _sync(2, MEMBERS[2], 2, []))
+    receive(leader, _sync(2, MEMBERS[0], 2, [(m, m.encode()) for m in MEMBERS]))
+    await _until(lambda: len(second_wire.writes) == 2 and len(last_wire.writes) == 2 and len(leader_wire.writes) == 2)
+    assert not group.pending_sync_members and group.state.value == "Stable"
+    for member, wire in zip(MEMBERS, (leader_wire, second_wire, last_wire)):
+        assert _error_and_generation(wire.writes[0]) == (Errors.NONE, 2)
+        assert wire.writes[1].endswith(member.encode() + b"\x00")  # its assignment, then the tag section
+        assert struct.unpack_from(">h", wire.writes[1], 13)[0] == Errors.NONE
+
+
+async def _until(condition: Any, limit: int = 50) -> None:
+    for _ in range(limit):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("not within the loop turns allowed")
