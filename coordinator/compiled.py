@@ -32,7 +32,7 @@ from typing import Any
 
 ENVIRONMENT = "COORDINATOR_COMPILED"
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2  # 2: each module's compiled bases (bases_from)
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent.parent / "build" / "compiled"
 
 
@@ -162,17 +162,34 @@ def decide(directory: Path) -> Decision:
             if stale:
                 own[name] = f"{stale[0]} {changed[stale[0]]} since the build" + (
                     f" (and {len(stale) - 1} more of the sources it was compiled against)" if len(stale) > 1 else "")
+    # Closed over both ways, to a fixed point: a compiled module beside an importer's fallen-back compiled import
+    # would run that import's old code; a fallen-back module's class on a compiled base cannot be defined at all.
+    fell_back = dict(own)
+    subclassed_by: dict[str, list[str]] = {}
     for name, entry in modules.items():
-        path = running(entry["source"])
-        if name in own:
-            decision.fell_back[name] = own[name]
-        else:
-            fallen = sorted(dep for dep in entry["compiled_inputs"] if dep in own)
-            if fallen:
-                decision.fell_back[name] = f"imports compiled {fallen[0]}, which fell back"
-            else:
-                decision.compiled[name] = directory / entry["file"]
+        for base_module in entry.get("bases_from", ()):
+            subclassed_by.setdefault(base_module, []).append(name)
+    spreading = True
+    while spreading:
+        spreading = False
+        for name, entry in modules.items():
+            if name in fell_back:
                 continue
+            fallen = sorted(dep for dep in entry["compiled_inputs"] if dep in fell_back)
+            heirs = sorted(sub for sub in subclassed_by.get(name, ()) if sub in fell_back)
+            if fallen:
+                fell_back[name] = f"imports compiled {fallen[0]}, which fell back"
+            elif heirs:
+                fell_back[name] = f"{heirs[0]}, which fell back, subclasses its classes"
+            else:
+                continue
+            spreading = True
+    for name, entry in modules.items():
+        if name not in fell_back:
+            decision.compiled[name] = directory / entry["file"]
+            continue
+        decision.fell_back[name] = fell_back[name]
+        path = running(entry["source"])
         if path is not None and name not in sys.modules:
             decision.pure[name] = path
     return decision

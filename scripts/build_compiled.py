@@ -40,7 +40,7 @@ from mypyc_tree import build_refusing, mypy_ini, read_modules  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIPPED_DIRECTORIES = {"build", "dist", "node_modules", "__pycache__"}
-FORMAT = 1  # coordinator/compiled.py's FORMAT
+FORMAT = 2  # coordinator/compiled.py's FORMAT
 
 
 def source_files(root: Path, skip: set[Path]) -> list[Path]:
@@ -134,6 +134,12 @@ def is_compiled(module):
 def native(cls):  # a mypyc extension class: no instance __dict__ (a Protocol compiles to a Python class)
     return cls.__dictoffset__ == 0 and not getattr(cls, "_is_protocol", False)
 subclassed, helpers = [], []
+bases_from = {}  # compiled module -> the other compiled modules whose classes its classes subclass
+for name in names:
+    for cls in [c for c in vars(sys.modules[name]).values() if isinstance(c, type) and c.__module__ == name]:
+        for base in cls.__mro__[1:]:
+            if base.__module__ in files and base.__module__ != name:
+                bases_from.setdefault(name, set()).add(base.__module__)
 for name in names:
     for cls in [c for c in vars(sys.modules[name]).values()
                 if isinstance(c, type) and c.__module__ == name and native(c)]:
@@ -145,7 +151,8 @@ for name in names:
                 line = f"{sub.__module__}.{sub.__qualname__} subclasses compiled {name}.{cls.__qualname__}"
                 (helpers if sub.__module__.rsplit(".", 1)[-1] == "testing" else subclassed).append(line)
 print(json.dumps({"summary": decision.summary(), "files": files, "failed_imports": failed_imports,
-                  "interpreted_subclasses": sorted(set(subclassed)), "in_test_helpers": sorted(set(helpers))}))
+                  "interpreted_subclasses": sorted(set(subclassed)), "in_test_helpers": sorted(set(helpers)),
+                  "bases_from": {name: sorted(modules) for name, modules in bases_from.items()}}))
 """
 
 
@@ -232,6 +239,11 @@ def main() -> int:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     shutil.copy(work / "mypyc-build.log", out / "build.log")
     checked = verify(out, work, list(names.values()))
+    # Each module's compiled bases, for the loader: a module that falls back to its source cannot define a class on
+    # a compiled base ("interpreted classes cannot inherit from compiled"), so the base's module falls back with it.
+    for name, entry in entries.items():
+        entry["bases_from"] = checked.get("bases_from", {}).get(name, [])
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     files_loaded = checked.get("files", {})
     not_compiled = sorted(n for n in names.values() if not str(files_loaded.get(n) or "").endswith(suffix))
     report = {"out": str(out), "built_from": manifest["built_from"], "compiled": len(names) - len(not_compiled),

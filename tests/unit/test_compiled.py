@@ -25,6 +25,8 @@ SOURCES = {
     "natdemo/low.py": "from typing import Final\n\nLIMIT: Final = 7\n\n\ndef answer() -> int:\n    return LIMIT * 6\n",
     "natdemo/mid.py": "from natdemo.low import LIMIT, answer\n\n\ndef twice() -> int:\n    return answer() * 2 + LIMIT\n",
     "natdemo/solo.py": "def name() -> str:\n    return 'solo'\n",
+    "natdemo/base.py": "class Base:\n    def kind(self) -> str:\n        return 'base'\n",
+    "natdemo/heir.py": "from natdemo.base import Base\n\n\nclass Heir(Base):\n    pass\n",
 }
 RUN = """
 import json, sys
@@ -63,7 +65,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for path, text in SOURCES.items():
         (tree / path).parent.mkdir(parents=True, exist_ok=True)
         (tree / path).write_text(text)
-    (tree / "modules.txt").write_text("natdemo/low.py\nnatdemo/mid.py\nnatdemo/solo.py\n")
+    (tree / "modules.txt").write_text("natdemo/low.py\nnatdemo/mid.py\nnatdemo/solo.py\nnatdemo/base.py\n"
+                                      "natdemo/heir.py\n")
     build = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_compiled.py"), "--source-root", str(tree),
                             "--modules", str(tree / "modules.txt"), "--out", str(tree / "build" / "compiled")],
                            capture_output=True, text=True, timeout=300)
@@ -97,7 +100,7 @@ def test_a_build_matching_its_sources_runs_compiled(built: Path) -> None:
     assert _compiled(result, built) == {"low": True, "mid": True, "solo": True}
     assert result["values"] == [42, 91, "solo"]
     assert result["fell_back"] == {}
-    assert result["summary"].startswith("compiled modules: 3 of 3 run compiled")
+    assert result["summary"].startswith("compiled modules: 5 of 5 run compiled")
 
 
 def test_an_edited_source_runs_pure_and_so_does_every_module_compiled_against_it(built: Path, tmp_path: Path) -> None:
@@ -112,8 +115,38 @@ def test_an_edited_source_runs_pure_and_so_does_every_module_compiled_against_it
     assert result["values"] == [48, 104, "solo"]  # compiled mid would answer 7 * 6 * 2 + 7 = 91
     assert result["fell_back"] == {"natdemo.low": "its source changed since the build",
                                    "natdemo.mid": "natdemo/low.py changed since the build"}
-    assert "1 of 3 run compiled" in result["summary"]
+    assert "3 of 5 run compiled" in result["summary"]
     assert "its source changed since the build: natdemo.low" in result["summary"]
+
+
+HEIR = """
+import json, sys
+from pathlib import Path
+from coordinator import compiled
+decision = compiled.install(Path(sys.argv[1]))
+from natdemo import base, heir
+print(json.dumps({"fell_back": decision.fell_back, "files": [base.__file__, heir.__file__],
+                  "kind": heir.Heir().kind()}))
+"""
+
+
+def test_an_edited_subclass_takes_its_compiled_base_module_to_its_source_too(built: Path, tmp_path: Path) -> None:
+    """A class run from its source cannot subclass a compiled one (mypyc: "interpreted classes cannot inherit from
+    compiled"): the edited heir's base module falls back with it, and the service still starts."""
+    tree = _copy(built, tmp_path)
+    manifest = json.loads((tree / "build" / "compiled" / "manifest.json").read_text())
+    assert manifest["modules"]["natdemo.heir"]["bases_from"] == ["natdemo.base"]
+    heir = tree / "natdemo" / "heir.py"
+    heir.write_text(heir.read_text().replace("    pass", "    def kind(self) -> str:\n        return 'heir'"))
+    process = subprocess.run([sys.executable, "-c", HEIR, str(tree / "build" / "compiled")], cwd=tree,
+                             capture_output=True, text=True, env={"PYTHONPATH": f"{tree}:{ROOT}", "PATH": "/usr/bin:/bin"},
+                             timeout=60)
+    assert process.returncode == 0, process.stderr  # before: TypeError at `class Heir(Base)`
+    result = json.loads(process.stdout.strip().splitlines()[-1])
+    assert result["kind"] == "heir"
+    assert all(file.endswith(".py") for file in result["files"])
+    assert result["fell_back"] == {"natdemo.heir": "its source changed since the build",
+                                   "natdemo.base": "natdemo.heir, which fell back, subclasses its classes"}
 
 
 def test_a_module_imported_before_the_install_stays_pure_and_so_do_its_importers(built: Path) -> None:
