@@ -12,8 +12,12 @@ from coordinator.group.records import GroupRecord, MemberRecord
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.server.connection import Connection
+from coordinator.server.listener import CoordinatorServer
 from coordinator.timer import ManualClock, SystemTimer
+from protocol import codec
+from protocol.apis import ApiKey
 from tests.support.group_harness import subscription
+from tests.support.wire import ms, nested, request
 
 
 class RecordingTransport:
@@ -42,6 +46,23 @@ class RecordingTransport:
 
     def abort(self) -> None:
         self.aborted = True
+
+
+def connected(server: CoordinatorServer) -> tuple[Connection, RecordingTransport]:
+    """A connection of `server`'s over a transport that records what is written to it."""
+    connection = Connection(server)
+    wire = RecordingTransport()
+    connection.connection_made(wire)  # type: ignore[arg-type]
+    return connection, wire
+
+
+def join_frame(correlation_id: int, member_id: str, session_ms: int = 30_000) -> bytes:
+    """A JoinGroup v9 to group "g" as a consumer sends it (the range assignor, subscribed to topic "t")."""
+    protocol = nested(ApiKey.JOIN_GROUP, 9, "protocols")(name="range", metadata=subscription("t"))
+    body = request(ApiKey.JOIN_GROUP, 9, group_id="g", session_timeout=ms(session_ms), rebalance_timeout=ms(60_000),
+                   member_id=member_id, group_instance_id=None, protocol_type="consumer", protocols=(protocol,),
+                   reason=None)
+    return codec.encode_request(correlation_id, "client", body)
 
 
 def receive(connection: Connection, data: bytes) -> None:

@@ -14,15 +14,10 @@ import pytest
 
 from coordinator.group.member import ANSWERED_IN_PASS
 from coordinator.server.config import ServerConfig
-from coordinator.server.connection import Connection
 from coordinator.server.listener import CoordinatorServer
-from protocol import codec
-from protocol.apis import ApiKey
 from protocol.error_codes import Errors
 from protocol.group_fastpath import pack_sync_group_request
-from tests.support.connection_wire import RecordingTransport, receive, stable_group_runtime
-from tests.support.group_harness import subscription
-from tests.support.wire import ms, nested, request
+from tests.support.connection_wire import connected, join_frame, receive, stable_group_runtime
 
 MEMBERS = ("m-0", "m-1", "m-2")  # m-0 leads
 SESSION_MS = 30_000
@@ -32,21 +27,6 @@ SESSION_MS = 30_000
 async def runtime() -> Any:
     async with stable_group_runtime(MEMBERS, SESSION_MS) as runtime:
         yield runtime
-
-
-def _connected(server: CoordinatorServer) -> tuple[Connection, RecordingTransport]:
-    connection = Connection(server)
-    wire = RecordingTransport()
-    connection.connection_made(wire)  # type: ignore[arg-type]
-    return connection, wire
-
-
-def _join(correlation_id: int, member_id: str) -> bytes:
-    protocol = nested(ApiKey.JOIN_GROUP, 9, "protocols")(name="range", metadata=subscription("t"))
-    body = request(ApiKey.JOIN_GROUP, 9, group_id="g", session_timeout=ms(SESSION_MS), rebalance_timeout=ms(60_000),
-                   member_id=member_id, group_instance_id=None, protocol_type="consumer", protocols=(protocol,),
-                   reason=None)
-    return codec.encode_request(correlation_id, "client", body)
 
 
 def _sync(correlation_id: int, member_id: str, generation: int, assignments: list[tuple[str, bytes]]) -> bytes:
@@ -62,11 +42,11 @@ def _error_and_generation(answer: bytes) -> tuple[int, int]:
 
 async def test_the_joins_parked_answers_are_written_in_the_call_that_completes_the_join(runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(), runtime)
-    (leader, leader_wire), (second, second_wire), (last, last_wire) = (_connected(server) for _ in MEMBERS)
-    receive(leader, _join(1, MEMBERS[0]))  # a rebalance: both park until every member has rejoined
-    receive(second, _join(1, MEMBERS[1]))
+    (leader, leader_wire), (second, second_wire), (last, last_wire) = (connected(server) for _ in MEMBERS)
+    receive(leader, join_frame(1, MEMBERS[0]))  # a rebalance: both park until every member has rejoined
+    receive(second, join_frame(1, MEMBERS[1]))
     assert leader.is_busy and second.is_busy and len(ANSWERED_IN_PASS) == 2
-    receive(last, _join(1, MEMBERS[2]))  # the join completes here
+    receive(last, join_frame(1, MEMBERS[2]))  # the join completes here
     # no loop turn since: every answer already written (the last member's own at once, as before)
     assert [_error_and_generation(w) for wire in (leader_wire, second_wire, last_wire) for w in wire.writes] \
         == [(Errors.NONE, 2)] * 3
@@ -76,10 +56,10 @@ async def test_the_joins_parked_answers_are_written_in_the_call_that_completes_t
 
 async def test_a_sync_pipelined_behind_a_join_reaches_the_group_only_after_the_joins_answers(runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(), runtime)
-    (leader, leader_wire), (second, second_wire), (last, last_wire) = (_connected(server) for _ in MEMBERS)
-    receive(leader, _join(1, MEMBERS[0]))  # the leader rejoins: a rebalance
-    receive(second, _join(1, MEMBERS[1]) + _sync(2, MEMBERS[1], 2, []))  # its SyncGroup waits behind the join
-    receive(last, _join(1, MEMBERS[2]))  # the join completes: m-1's answer given in the pass, its SyncGroup after
+    (leader, leader_wire), (second, second_wire), (last, last_wire) = (connected(server) for _ in MEMBERS)
+    receive(leader, join_frame(1, MEMBERS[0]))  # the leader rejoins: a rebalance
+    receive(second, join_frame(1, MEMBERS[1]) + _sync(2, MEMBERS[1], 2, []))  # its SyncGroup waits behind the join
+    receive(last, join_frame(1, MEMBERS[2]))  # the join completes: m-1's answer given in the pass, its SyncGroup after
     group = runtime.groups["g"]
     assert MEMBERS[1] in group.pending_sync_members and second.buffered_bytes > 0  # not handled inside the pass
     await _until(lambda: not second.buffered_bytes)

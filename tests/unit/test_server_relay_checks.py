@@ -27,13 +27,10 @@ from coordinator.server.handlers import served_ranges
 from coordinator.server.handlers.api_versions import unsupported_version_reply
 from coordinator.server.listener import CoordinatorServer
 from coordinator.server.turns import turn_budget
-from protocol import codec
 from protocol.apis import ApiKey
 from protocol.error_codes import Errors
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
-from tests.support.connection_wire import RecordingTransport, receive, stable_group_runtime
-from tests.support.group_harness import subscription
-from tests.support.wire import ms, nested, request
+from tests.support.connection_wire import RecordingTransport, connected, join_frame, receive, stable_group_runtime
 
 MEMBERS = ("m-0", "m-1")  # m-0 leads
 SESSION_MS = 30_000
@@ -63,21 +60,6 @@ def _relay() -> Relay:
     return relay
 
 
-def _connected(server: CoordinatorServer) -> tuple[Connection, RecordingTransport]:
-    connection = Connection(server)
-    wire = RecordingTransport()
-    connection.connection_made(wire)  # type: ignore[arg-type]
-    return connection, wire
-
-
-def _join(correlation_id: int, member_id: str) -> bytes:
-    protocol = nested(ApiKey.JOIN_GROUP, 9, "protocols")(name="range", metadata=subscription("t"))
-    body = request(ApiKey.JOIN_GROUP, 9, group_id="g", session_timeout=ms(SESSION_MS), rebalance_timeout=ms(60_000),
-                   member_id=member_id, group_instance_id=None, protocol_type="consumer", protocols=(protocol,),
-                   reason=None)
-    return codec.encode_request(correlation_id, "client", body)
-
-
 def _heartbeat(correlation_id: int, member_id: str = MEMBERS[1]) -> bytes:
     return pack_heartbeat_request(4, correlation_id, "client", "g", 1, member_id)
 
@@ -92,14 +74,14 @@ async def _turns(until: Any, limit: int = 50) -> None:
 
 async def test_without_a_link_reading_pauses_behind_a_parked_join_and_resumes_once_answered(runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(max_buffered_bytes=2_048), runtime, relay=_relay())
-    leader, leader_wire = _connected(server)
-    follower, _ = _connected(server)
-    receive(leader, _join(1, MEMBERS[0]))  # the leader rejoins: a rebalance, its JoinGroup parks for m-1
+    leader, leader_wire = connected(server)
+    follower, _ = connected(server)
+    receive(leader, join_frame(1, MEMBERS[0]))  # the leader rejoins: a rebalance, its JoinGroup parks for m-1
     assert leader.is_busy and leader._relaying is not None and leader._relaying.link is None
     beats = b"".join(_heartbeat(2 + i, MEMBERS[0]) for i in range(100))  # 3.3 KB behind the parked join
     receive(leader, beats)
     assert not leader_wire.reading and leader.buffered_bytes == len(beats) and leader_wire.writes == []
-    receive(follower, _join(1, MEMBERS[1]))  # the join completes
+    receive(follower, join_frame(1, MEMBERS[1]))  # the join completes
     await _turns(lambda: leader_wire.reading)
     assert leader.buffered_bytes == 0 and not leader.is_busy
     (written,) = leader_wire.writes  # the JoinGroup's answer, then every heartbeat's, in one write
@@ -109,7 +91,7 @@ async def test_without_a_link_reading_pauses_behind_a_parked_join_and_resumes_on
 
 async def test_a_blocked_link_still_holds_requests_until_the_broker_takes_them_again(runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(), runtime, relay=_relay())
-    connection, wire = _connected(server)
+    connection, wire = connected(server)
     link = _Link()
     connection._relaying.link = link  # type: ignore[union-attr,assignment]
     receive(connection, _heartbeat(5))
@@ -125,11 +107,11 @@ async def test_what_the_relay_does_not_advertise_is_refused_as_the_relay_refuses
     relay.advertised = {key: versions for key, versions in served_ranges().items() if key != ApiKey.JOIN_GROUP}
     assert struct.pack(">hh", ApiKey.JOIN_GROUP, 9) not in relay.routes  # the table follows the advertised one
     server = CoordinatorServer(ServerConfig(), runtime, relay=relay)
-    newer, newer_wire = _connected(server)
+    newer, newer_wire = connected(server)
     receive(newer, struct.pack(">ihhih", 10, ApiKey.API_VERSIONS, 99, 42, -1))  # KIP-511: answered
     assert newer_wire.writes == [unsupported_version_reply(42)] and not newer_wire.aborted
-    joining, joining_wire = _connected(server)
-    receive(joining, _join(1, MEMBERS[1]))  # no longer advertised: closed (UnknownApiKey)
+    joining, joining_wire = connected(server)
+    receive(joining, join_frame(1, MEMBERS[1]))  # no longer advertised: closed (UnknownApiKey)
     assert joining_wire.aborted and joining_wire.writes == []
 
 
@@ -140,14 +122,14 @@ async def test_a_join_read_alone_parks_and_is_answered_without_the_frame_loop_as
     leader_wire, stranger_wire = RecordingTransport(), RecordingTransport()
     leader.connection_made(leader_wire)  # type: ignore[arg-type]
     stranger.connection_made(stranger_wire)  # type: ignore[arg-type]
-    receive(leader, _join(1, MEMBERS[0]))
+    receive(leader, join_frame(1, MEMBERS[0]))
     assert leader.is_busy and leader_wire.writes == [] and leader.frame_loop_rounds == 0
-    receive(stranger, _join(7, "stranger"))  # UNKNOWN_MEMBER_ID at once: written in the same read
+    receive(stranger, join_frame(7, "stranger"))  # UNKNOWN_MEMBER_ID at once: written in the same read
     (answer,) = stranger_wire.writes
     assert struct.unpack_from(">ih", answer, 9) == (0, Errors.UNKNOWN_MEMBER_ID)  # throttle, error (v9)
     assert not stranger.is_busy and stranger.frame_loop_rounds == 0  # (nor the frame loop for that)
-    follower, _ = _connected(server)
-    receive(follower, _join(2, MEMBERS[1]))  # the join completes: the leader's answer, nothing behind it
+    follower, _ = connected(server)
+    receive(follower, join_frame(2, MEMBERS[1]))  # the join completes: the leader's answer, nothing behind it
     await _turns(lambda: bool(leader_wire.writes))
     (joined,) = leader_wire.writes
     assert struct.unpack_from(">ihi", joined, 9) == (0, Errors.NONE, 2)  # throttle, error, generation
@@ -156,7 +138,7 @@ async def test_a_join_read_alone_parks_and_is_answered_without_the_frame_loop_as
 
 async def test_a_read_past_the_limit_waiting_for_the_next_turn_pauses_reading_until_handled(runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(max_buffered_bytes=2_048), runtime, relay=_relay())
-    connection, wire = _connected(server)
+    connection, wire = connected(server)
     budget = turn_budget()
     budget.spend(budget.left)  # this turn's budget spent: what is read now waits for a later turn
     beats = b"".join(_heartbeat(i) for i in range(100))  # 3.3 KB
