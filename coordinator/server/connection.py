@@ -269,8 +269,7 @@ class Connection(asyncio.BufferedProtocol):
                     self._transport.write(answer)  # type: ignore[union-attr]
                 return
         self._turn.spend(self._handle_frame(frame))
-        relaying = self._relaying
-        if relaying is None or (relaying.link is None and relaying.reauth_link is None):
+        if self._unlinked():
             # Its frame was the buffer's only one, nothing was paused (_plain_now, no SASL) and no upstream link
             # can block this connection: the loop would find no frame and limit nothing; what is left is its
             # answer, if it has one yet (a parked JoinGroup or SyncGroup of a rebalance has none).
@@ -347,16 +346,20 @@ class Connection(asyncio.BufferedProtocol):
     def is_open(self) -> bool:
         return self._open
 
+    def _unlinked(self) -> bool:
+        """Nothing upstream can hold this connection's requests back: no relay, or no upstream link opened (nor a
+        re-authentication's) and no SASL exchange (RelaySide.blocked would be False). Attribute reads, not
+        RelaySide's calls: it is asked for every request of a rebalance."""
+        relaying = self._relaying
+        return relaying is None or (relaying.link is None and relaying.reauth_link is None and self._sasl is None)
+
     def _process_frames(self) -> None:
         self.frame_loop_rounds += 1
         turn = self._turn
-        relaying = self._relaying
-        # Not blocked: no relay, or no upstream link opened (nor a re-authentication's) and no SASL exchange
-        # (RelaySide.blocked would be False; an attribute read, not two calls: it is read for every request of a
-        # rebalance, and a group member's connection rarely relays anything), or _relay_blocked says so.
+        # Not blocked: nothing upstream to block it (_unlinked: read for every request of a rebalance, and a group
+        # member's connection rarely relays anything), or _relay_blocked says so.
         while (self._in_flight is None and (not self._writing_paused or self._last_turn) and self._open
-               and (relaying is None or (relaying.link is None and relaying.reauth_link is None and self._sasl is None)
-                    or not self._relay_blocked())):
+               and (self._unlinked() or not self._relay_blocked())):
             # the loop's turn has handled its share: the rest waits for the next turn (after EOF there is none)
             if turn.left <= 0 and not self._last_turn:
                 if self._reader.buffered_bytes and not self._deferred:
@@ -526,10 +529,7 @@ class Connection(asyncio.BufferedProtocol):
             response = self._answer(header, self._to_frame, future)
             if response is not None and header.api_key == _JOIN_GROUP:
                 self._leads = join_group.answered_as_leader(response)
-            relaying = self._relaying
-            if (self._reader.buffered_bytes or self._reading_paused or self._writing_paused
-                    or (relaying is not None and (relaying.link is not None or relaying.reauth_link is not None
-                                                  or self._sasl is not None))):
+            if self._reader.buffered_bytes or self._reading_paused or self._writing_paused or not self._unlinked():
                 if in_pass:  # its answer flushed with them, after the pass
                     asyncio.get_running_loop().call_soon(self._frames_after_answer)
                 else:
@@ -848,14 +848,14 @@ class Connection(asyncio.BufferedProtocol):
     def _apply_read_limit(self) -> None:
         if not (self._reading_paused or self._writing_paused or self._server.closing):
             relaying = self._relaying
-            if relaying is None or (relaying.link is None and relaying.reauth_link is None and self._sasl is None):
-                # no relay, or no upstream link to block it and no SASL exchange (as in _process_frames): only
-                # the bytes waiting behind a parked or deferred request could pause reading (what follows would
-                # decide the same, with more steps: it runs each time a rebalance parks a request)
+            if self._unlinked():
+                # nothing upstream to block it: only the bytes waiting behind a parked or deferred request could
+                # pause reading (what follows would decide the same, with more steps: it runs each time a
+                # rebalance parks a request)
                 if not ((self._in_flight is not None or self._deferred)
                         and self._reader.buffered_bytes >= self._config.max_buffered_bytes):
                     return
-            elif relaying.link is None and self._in_flight is None and not self._deferred:
+            elif relaying is not None and relaying.link is None and self._in_flight is None and not self._deferred:
                 return  # the common case: reading, nothing to limit
         if self._transport is None:
             return
