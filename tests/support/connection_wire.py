@@ -3,8 +3,9 @@ runtime with one Stable classic group to talk to."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from coordinator.config import CoordinatorConfig
@@ -63,6 +64,15 @@ def join_frame(correlation_id: int, member_id: str, session_ms: int = 30_000) ->
                    member_id=member_id, group_instance_id=None, protocol_type="consumer", protocols=(protocol,),
                    reason=None)
     return codec.encode_request(correlation_id, "client", body)
+
+
+async def within_loop_turns(condition: Callable[[], object], limit: int = 50) -> None:
+    """`condition` true within `limit` loop turns, or the test fails (no clock involved: turns, not seconds)."""
+    for _ in range(limit):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("not within the loop turns allowed")
 
 
 def receive(connection: Connection, data: bytes) -> None:

@@ -6,7 +6,6 @@ answers are still being given (the member would not be owed a SyncGroup yet, and
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from typing import Any
 
@@ -17,7 +16,7 @@ from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
 from protocol.error_codes import Errors
 from protocol.group_fastpath import pack_sync_group_request
-from tests.support.connection_wire import connected, join_frame, receive, stable_group_runtime
+from tests.support.connection_wire import connected, join_frame, receive, stable_group_runtime, within_loop_turns
 
 MEMBERS = ("m-0", "m-1", "m-2")  # m-0 leads
 SESSION_MS = 30_000
@@ -62,21 +61,14 @@ async def test_a_sync_pipelined_behind_a_join_reaches_the_group_only_after_the_j
     receive(last, join_frame(1, MEMBERS[2]))  # the join completes: m-1's answer given in the pass, its SyncGroup after
     group = runtime.groups["g"]
     assert MEMBERS[1] in group.pending_sync_members and second.buffered_bytes > 0  # not handled inside the pass
-    await _until(lambda: not second.buffered_bytes)
+    await within_loop_turns(lambda: not second.buffered_bytes)
     assert second.is_busy and MEMBERS[1] not in group.pending_sync_members  # parked, owing nothing
     receive(last, _sync(2, MEMBERS[2], 2, []))
     receive(leader, _sync(2, MEMBERS[0], 2, [(m, m.encode()) for m in MEMBERS]))
-    await _until(lambda: len(second_wire.writes) == 2 and len(last_wire.writes) == 2 and len(leader_wire.writes) == 2)
+    await within_loop_turns(lambda: all(len(wire.writes) == 2 for wire in (second_wire, last_wire, leader_wire)))
     assert not group.pending_sync_members and group.state.value == "Stable"
     for member, wire in zip(MEMBERS, (leader_wire, second_wire, last_wire)):
         assert _error_and_generation(wire.writes[0]) == (Errors.NONE, 2)
         assert wire.writes[1].endswith(member.encode() + b"\x00")  # its assignment, then the tag section
         assert struct.unpack_from(">h", wire.writes[1], 13)[0] == Errors.NONE
 
-
-async def _until(condition: Any, limit: int = 50) -> None:
-    for _ in range(limit):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("not within the loop turns allowed")

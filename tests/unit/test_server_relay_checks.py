@@ -11,7 +11,6 @@ all-idle event (what shutdown waits for) cleared once by the first parked reques
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from typing import Any
 
@@ -30,7 +29,8 @@ from coordinator.server.turns import turn_budget
 from protocol.apis import ApiKey
 from protocol.error_codes import Errors
 from protocol.fastpath import pack_heartbeat_request, pack_heartbeat_response
-from tests.support.connection_wire import RecordingTransport, connected, join_frame, receive, stable_group_runtime
+from tests.support.connection_wire import (RecordingTransport, connected, join_frame, receive, stable_group_runtime,
+                                          within_loop_turns)
 
 MEMBERS = ("m-0", "m-1")  # m-0 leads
 SESSION_MS = 30_000
@@ -64,13 +64,6 @@ def _heartbeat(correlation_id: int, member_id: str = MEMBERS[1]) -> bytes:
     return pack_heartbeat_request(4, correlation_id, "client", "g", 1, member_id)
 
 
-async def _turns(until: Any, limit: int = 50) -> None:
-    for _ in range(limit):
-        if until():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("not within the loop turns allowed")
-
 
 async def test_without_a_link_reading_pauses_behind_a_parked_join_and_resumes_once_answered(runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(max_buffered_bytes=2_048), runtime, relay=_relay())
@@ -82,7 +75,7 @@ async def test_without_a_link_reading_pauses_behind_a_parked_join_and_resumes_on
     receive(leader, beats)
     assert not leader_wire.reading and leader.buffered_bytes == len(beats) and leader_wire.writes == []
     receive(follower, join_frame(1, MEMBERS[1]))  # the join completes
-    await _turns(lambda: leader_wire.reading)
+    await within_loop_turns(lambda: leader_wire.reading)
     assert leader.buffered_bytes == 0 and not leader.is_busy
     (written,) = leader_wire.writes  # the JoinGroup's answer, then every heartbeat's, in one write
     assert written.endswith(b"".join(pack_heartbeat_response(4, 2 + i, Errors.ILLEGAL_GENERATION)  # (generation 2)
@@ -130,7 +123,7 @@ async def test_a_join_read_alone_parks_and_is_answered_without_the_frame_loop_as
     assert not stranger.is_busy and stranger.frame_loop_rounds == 0  # (nor the frame loop for that)
     follower, _ = connected(server)
     receive(follower, join_frame(2, MEMBERS[1]))  # the join completes: the leader's answer, nothing behind it
-    await _turns(lambda: bool(leader_wire.writes))
+    await within_loop_turns(lambda: bool(leader_wire.writes))
     (joined,) = leader_wire.writes
     assert struct.unpack_from(">ihi", joined, 9) == (0, Errors.NONE, 2)  # throttle, error, generation
     assert not leader.is_busy and leader.frame_loop_rounds == 0  # written without the frame loop
@@ -144,7 +137,7 @@ async def test_a_read_past_the_limit_waiting_for_the_next_turn_pauses_reading_un
     beats = b"".join(_heartbeat(i) for i in range(100))  # 3.3 KB
     receive(connection, beats)
     assert not wire.reading and wire.writes == [] and connection.buffered_bytes == len(beats)
-    await _turns(lambda: connection.buffered_bytes == 0 and wire.reading)
+    await within_loop_turns(lambda: connection.buffered_bytes == 0 and wire.reading)
     assert b"".join(wire.writes) == b"".join(pack_heartbeat_response(4, i, Errors.NONE) for i in range(100))
 
 
