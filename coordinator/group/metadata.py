@@ -6,7 +6,7 @@ import asyncio
 import logging
 import struct
 from collections import Counter
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from coordinator.group.api import JoinGroupResponseMember
 from coordinator.group.member import ANSWERED_IN_PASS, MemberMetadata, Protocols
@@ -22,6 +22,16 @@ log = logging.getLogger("coordinator.group")
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 _CAN_REBALANCE_FROM = VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
+
+
+def _answer(future: asyncio.Future[Any], response: object) -> None:
+    """A parked JoinGroup's or SyncGroup's answer: its connection answers now, setting the result, when it is
+    waiting in ANSWERED_IN_PASS (member.py); otherwise the future's result, through its done callback."""
+    answer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
+    if answer is None:
+        future.set_result(response)
+    else:
+        answer(future, response)
 
 
 class GroupMetadata:
@@ -166,11 +176,7 @@ class GroupMetadata:
         member.join_future = None
         self.num_members_awaiting_join -= 1
         if not future.done():
-            answer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
-            if answer is None:
-                future.set_result(response)
-            else:  # its connection answers now, setting the result (member.py's ANSWERED_IN_PASS)
-                answer(future, response)
+            _answer(future, response)
         return True
 
     def complete_sync(self, member: MemberMetadata, response: SyncGroupResponse) -> bool:
@@ -179,11 +185,7 @@ class GroupMetadata:
             return False
         member.sync_future = None
         if not future.done():
-            answer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
-            if answer is None:
-                future.set_result(response)
-            else:
-                answer(future, response)
+            _answer(future, response)
         return True
 
     @property
