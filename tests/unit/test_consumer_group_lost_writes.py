@@ -6,10 +6,12 @@ repairs nothing (docs/architecture.md, "A failed write"). Manual clock, in-memor
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
-from coordinator.group.modern.records import ConsumerGroupRecord, GroupEpochRecord, RecordType, Tombstone
+from coordinator.group.modern.records import (ConsumerGroupRecord, CurrentAssignmentRecord, GroupEpochRecord,
+                                              MemberMetadataRecord, RecordType, Tombstone)
 from coordinator.group.runtime import GroupRuntime
 from coordinator.group.state import GroupState
 from coordinator.group.store import InMemoryGroupStore
@@ -185,3 +187,31 @@ async def test_a_group_made_by_leftover_records_alone_is_dropped_and_tombstoned_
         assert not _compacted(store.consumer_records)
     finally:
         await first.close()
+
+
+async def test_a_partition_a_departed_member_held_over_a_loaded_owner_stays_the_owners(env: Env) -> None:
+    """The log holds a with every partition, then x given them too (a's revocation a lost write) and x's leave:
+    loaded, a still owns them all, and a member joining gets none of them until a has revoked them. Replayed one
+    record at a time, x's assignment took a's entries in the group's index of owned partitions and x's leave
+    dropped them, so the index no longer named a as their owner (on the code before, c was given partitions a still
+    owned in its first answer; seed 184 of --protocol upgrade, consumer_owner after a failover)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 4)])
+    assert isinstance(env.store, InMemoryGroupStore)
+    assert _owned(await _heartbeat(env, "a")) == [(T, [0, 1, 2, 3])]
+    await drain()
+    a = env.store.consumer_records
+    a_metadata = next(r for r in a if isinstance(r, MemberMetadataRecord))
+    a_current = next(r for r in reversed(a) if isinstance(r, CurrentAssignmentRecord))
+    x_metadata = dataclasses.replace(a_metadata, member_id="x", client_id="x")
+    x_current = dataclasses.replace(a_current, member_id="x", member_epoch=a_current.member_epoch + 1,
+                                    previous_member_epoch=a_current.member_epoch)
+    log = [*a, x_metadata, x_current, *(Tombstone(kind, "g", "x") for kind in (
+        RecordType.CURRENT_MEMBER_ASSIGNMENT, RecordType.TARGET_ASSIGNMENT_MEMBER, RecordType.MEMBER_METADATA))]
+    loaded, _ = await _loaded(log)
+    try:
+        assert set(loaded.coordinator.shard_for("g").consumer_groups["g"].members) == {"a"}
+        joined = await _heartbeat(loaded, "c")
+        assert joined.error == Errors.NONE
+        assert _owned(joined) == [], "c given partitions a still owns"
+    finally:
+        await loaded.close()

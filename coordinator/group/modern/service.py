@@ -1003,6 +1003,11 @@ class ConsumerGroupService:
                 written_at[(record.group_id, member_id, record.record_type)] = index
             latest[(record.group_id, record.record_type, member_id or getattr(record, "regex", None) or "")] = record
         self._tombstone_leftovers(shard, latest)
+        for group in shard.consumer_groups.values():
+            # from scratch: replayed one record at a time, a log with a lost write can give a partition to a member
+            # that later left while its owner still holds it, and the leave drops the owner's entry (seed 184 of
+            # --protocol upgrade: a joining member was given partitions their loaded owner had not revoked)
+            group.index_partition_epochs()
         self.on_loaded(shard)
         for group in list(shard.consumer_groups.values()):
             self._raise_epoch_behind_members(shard, group)
