@@ -231,15 +231,38 @@ class GroupRuntime:
         the group's earlier writes are acknowledged, as Kafka's runtime completes a write operation that wrote
         nothing at the last written offset's commit; if one of them failed meanwhile, what memory said may never
         reach the log (a reload would tell the member an older epoch): the error, and the client retries."""
+        outcome: asyncio.Future[Errors] = asyncio.get_running_loop().create_future()
+
+        def settled(error: Errors) -> None:
+            if not outcome.done():
+                outcome.set_result(error)
+
+        if not self._on_earlier_writes(group_id, settled):
+            return Errors.NONE
+        await asyncio.wait([outcome])
+        return Errors.COORDINATOR_NOT_AVAILABLE if outcome.cancelled() else outcome.result()
+
+    def _on_earlier_writes(self, group_id: str, then: Callable[[Errors], object]) -> bool:
+        """`then(error)` once the group's latest unacknowledged write (or the repair it owes) is settled, in that
+        write's own settling, after the answers registered before: an answer read from memory goes out in the
+        order of the writes, before the answers of later writes settled in the same loop turn (seed 4100 of
+        --protocol upgrade: a join retried after a lost connection, read from memory at epoch 5, went out after
+        the answer of the member's next heartbeat, written later at epoch 6, when an outage's end acknowledged
+        both at once). `error`: NONE when that write and every earlier one were acknowledged; else the write's
+        error, or NOT_ENOUGH_REPLICAS for an earlier write that failed meanwhile. False: nothing of the group is
+        unacknowledged (`then` is not called)."""
         pending, failures = self.consumer_groups.unacknowledged(group_id)
         if pending is None or pending.done is None:
-            return Errors.NONE
-        done = pending.done
-        await asyncio.wait([done])
-        error = Errors.COORDINATOR_NOT_AVAILABLE if done.cancelled() else done.result()
-        if error == Errors.NONE and self.consumer_groups.unacknowledged(group_id)[1] != failures:
-            error = Errors.NOT_ENOUGH_REPLICAS
-        return error
+            return False
+        service = self.consumer_groups
+
+        def settled(error: Errors) -> None:
+            if error == Errors.NONE and service.unacknowledged(group_id)[1] != failures:
+                error = Errors.NOT_ENOUGH_REPLICAS
+            then(error)
+
+        pending.then_also(settled)
+        return True
 
     # JoinGroup and SyncGroup without a coroutine (the connection's fast path; a rebalance serves two per member):
     # the answer, the future group logic answers, or, when something must be awaited first, join_group's or
@@ -407,10 +430,18 @@ class GroupRuntime:
         if isinstance(response, asyncio.Future):  # answered with its batch's shared target (service._batched)
             return response
         if write is None:
-            pending, failures = self.consumer_groups.unacknowledged(req.group_id)
+            pending = self.consumer_groups.unacknowledged(req.group_id)[0]
             if pending is None or pending.done is None:
                 return response
-            return self._after_earlier_writes(req.group_id, response, pending.done, failures)
+            answer: asyncio.Future[HeartbeatResponseV2] = asyncio.get_running_loop().create_future()
+
+            def answered(error: Errors) -> None:
+                if not answer.done():
+                    answer.set_result(response if error == Errors.NONE
+                                      else HeartbeatResponseV2(kafka4_append_error(error)))
+
+            self._on_earlier_writes(req.group_id, answered)
+            return answer
         return self._after_write(write, response)
 
     def _after_write(self, write: Write, response: HeartbeatResponseV2) -> asyncio.Future[HeartbeatResponseV2]:
@@ -429,27 +460,6 @@ class GroupRuntime:
         write.then_also(answered)
         if write.done is None:  # else the group logic added its records to a write of this turn already queued
             self.append_in_turn(self.shard_for(write.group_id).partition, write)
-        return answer
-
-    def _after_earlier_writes(self, group_id: str, response: HeartbeatResponseV2, done: asyncio.Future[Errors],
-                              failures: int) -> asyncio.Future[HeartbeatResponseV2]:
-        """An answer read from memory goes out once the group's earlier writes are acknowledged (Kafka's runtime
-        completes such a request at the last written offset's commit); if one of them fails, what memory said
-        may never reach the log: the client is told to retry. `done`: the group's latest write's outcome,
-        `failures`: the group's failed writes so far."""
-        answer: asyncio.Future[HeartbeatResponseV2] = asyncio.get_running_loop().create_future()
-
-        def answered(written: asyncio.Future[Errors]) -> None:
-            if answer.done():
-                return
-            error = Errors.COORDINATOR_NOT_AVAILABLE if written.cancelled() else written.result()
-            if error == Errors.NONE and self.consumer_groups.unacknowledged(group_id)[1] == failures:
-                answer.set_result(response)
-            else:
-                answer.set_result(HeartbeatResponseV2(kafka4_append_error(
-                    error if error != Errors.NONE else Errors.NOT_ENOUGH_REPLICAS)))
-
-        done.add_done_callback(answered)
         return answer
 
     async def consumer_group_describe(self, group_ids: list[str]) -> list[DescribedConsumerGroup]:

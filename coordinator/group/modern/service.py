@@ -128,6 +128,20 @@ class _Repair:
     timer: _MemberTimer | None = None
 
 
+def _settle_stand_in(standing_in: Write, error: Errors) -> None:
+    """An owed repair's outcome to the answers waiting for it: what they registered on its stand-in
+    (`then_also`) runs now, in the turn of the write that carried the repair and in order with its own answers,
+    then its `done` resolves. Once only."""
+    done = standing_in.done
+    if done is None or done.done():
+        return
+    try:
+        if standing_in.then is not None:
+            standing_in.then(error)
+    finally:
+        done.set_result(error)
+
+
 @dataclass(frozen=True, slots=True)
 class DescribedPartitions:
     topic_id: uuid.UUID
@@ -934,9 +948,8 @@ class ConsumerGroupService:
         owed = self._repairs.get(group_id)
         if owed is None:
             return
-        done = owed.standing_in.done
-        assert done is not None
-        write.then_also(lambda error: done.set_result(error) if not done.done() else None)
+        standing_in = owed.standing_in
+        write.then_also(lambda error: _settle_stand_in(standing_in, error))
 
     def _drop_repair(self, group_id: str, error: Errors) -> None:
         """Nothing owed any more (`error` NONE), or not ours to write (NOT_COORDINATOR): answers waiting for the
@@ -946,9 +959,7 @@ class ConsumerGroupService:
             return
         if owed.timer is not None:
             owed.timer.cancel()
-        done = owed.standing_in.done
-        if done is not None and not done.done():
-            done.set_result(error)
+        _settle_stand_in(owed.standing_in, error)
 
     def _repaired(self, group_id: str) -> None:
         """A repair write was acknowledged: the group's next refused one starts the backoff again, unless one is
