@@ -104,7 +104,7 @@ class ConsumerProtocolConsumer:
             epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH if self.spec.instance_id else LEAVE_GROUP_MEMBER_EPOCH
             await self._call("consumer_group_heartbeat", HeartbeatRequest(
                 self.group_id, self.member_id, epoch, instance_id=self.spec.instance_id, client_id=self.name))
-        except Disconnected:
+        except (Disconnected, Fatal):
             pass
         finally:
             self._own(frozenset())
@@ -230,6 +230,7 @@ class ConsumerProtocolConsumer:
             response = await self._call("commit_offsets", request)
         except Disconnected:
             return
+        fenced = False
         for topic in response.topics:
             for p in topic.partitions:
                 tp = (topic.name, p.partition_index)
@@ -237,8 +238,14 @@ class ConsumerProtocolConsumer:
                     self.sim.checkers.committed(self.group_id, tp, offsets[tp], self.name)
                 elif p.error_code == Errors.ILLEGAL_GENERATION:
                     pass  # a classic group's refusal (the group went classic meanwhile): judged by the checkers
+                elif p.error_code == Errors.FENCED_INSTANCE_ID:
+                    # its instance id another member's now in the classic group it went back to (a zombie woken
+                    # after a downgrade: Kafka's ClassicGroup.validateMember); fatal in the Java consumer
+                    fenced = True
                 elif p.error_code not in RETRIABLE | COMMIT_REFUSED:
                     self.sim.checkers.unexpected_error(self.name, "commit_offsets", p.error_code)
+        if fenced:
+            raise Fatal(Errors.FENCED_INSTANCE_ID.name)
 
     async def _fetch_offsets(self, partitions: Owned) -> None:
         by_topic: dict[str, list[int]] = {}
