@@ -554,7 +554,10 @@ def start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen
         _PERF.append(subprocess.Popen(["strace", "-c", *threads, "-p", str(server.pid), "-o", f"{output}.strace"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     if os.environ.get("BENCH_PERF"):
-        _PERF.append(subprocess.Popen(["perf", "record", "-g", "-F", "997", "-p", str(server.pid), "-o",
+        # BENCH_PERF=dwarf: DWARF call graphs (libpython and mypyc's extensions keep no frame pointers: -g's chains
+        # stop at their first frame)
+        graph = ["--call-graph", "dwarf,16384"] if os.environ["BENCH_PERF"] == "dwarf" else ["-g"]
+        _PERF.append(subprocess.Popen(["perf", "record", *graph, "-F", "997", "-p", str(server.pid), "-o",
                                        f"{output}.perf"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1.0)  # attached before the first round
     return profiler
