@@ -32,8 +32,9 @@ Before/after in one run: `--baseline-tree DIR` races a second build of ours (a s
 others, and adds the ratios after ÷ before. `--profile FILE` records our server with py-spy (`--format raw`,
 200 Hz; `pip install -e '.[bench]'`; the baseline's to FILE.before, so both pay py-spy alike) during the rounds of
 the largest rebalance size (environment: BENCH_PYSPY_RATE, BENCH_PYSPY_ARGS such as "--native", BENCH_PERF=1 for
-`perf record -g` of the server beside py-spy, to FILE.perf, and BENCH_STRACE=1 for `strace -c` of its main thread,
-the system calls counted, to FILE.strace, every thread's with BENCH_STRACE=threads; BENCH_CPROFILE=1 for cProfile of our server's main thread instead,
+`perf record -g` of the server beside py-spy, to FILE.perf (BENCH_PERF=dwarf: DWARF call graphs), and BENCH_STRACE=1
+for `strace -c` of its main thread, the system calls counted, to FILE.strace (every thread's with
+BENCH_STRACE=threads); BENCH_CPROFILE=1 for cProfile of our server's main thread instead,
 bench.cprofiled's, to FILE.cprofile: every call counted; py-spy pauses the process per sample, so the CPU figures of a profiled
 run are inflated: take them from a run without). `--leader-sync-last`: the leader's SyncGroup after the
 followers', as a real leader's. `--broker-with-server`: the broker on our server's CPU while ours is measured.

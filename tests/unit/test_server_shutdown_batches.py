@@ -37,8 +37,8 @@ async def test_connections_are_paused_and_closed_a_batch_per_turn_and_all_of_the
     # Each loop turn, the connections paused and closed in it: read from their state (a class's methods replaced
     # would not be seen by the compiled listener's calls)
     turns: list[dict[str, int]] = []
-    states: dict[str, Callable[[Connection], bool]] = {
-        "stop_reading": lambda connection: connection._reading_paused, "close": lambda connection: not connection.is_open}
+    states: dict[str, Callable[[Connection], bool]] = {"stop_reading": lambda connection: connection._reading_paused,
+                                                       "close": lambda connection: not connection.is_open}
     seen = dict.fromkeys(states, 0)
 
     hook_ran = asyncio.Event()
