@@ -32,8 +32,9 @@ Before/after in one run: `--baseline-tree DIR` races a second build of ours (a s
 others, and adds the ratios after ÷ before. `--profile FILE` records our server with py-spy (`--format raw`,
 200 Hz; `pip install -e '.[bench]'`; the baseline's to FILE.before, so both pay py-spy alike) during the rounds of
 the largest rebalance size (environment: BENCH_PYSPY_RATE, BENCH_PYSPY_ARGS such as "--native", BENCH_PERF=1 for
-`perf record -g` of the server beside py-spy, to FILE.perf, and BENCH_STRACE=1 for `strace -c` of its main thread,
-the system calls counted, to FILE.strace; BENCH_CPROFILE=1 for cProfile of our server's main thread instead,
+`perf record -g` of the server beside py-spy, to FILE.perf (BENCH_PERF=dwarf: DWARF call graphs), and BENCH_STRACE=1
+for `strace -c` of its main thread, the system calls counted, to FILE.strace (every thread's with
+BENCH_STRACE=threads); BENCH_CPROFILE=1 for cProfile of our server's main thread instead,
 bench.cprofiled's, to FILE.cprofile: every call counted; py-spy pauses the process per sample, so the CPU figures of a profiled
 run are inflated: take them from a run without). `--leader-sync-last`: the leader's SyncGroup after the
 followers', as a real leader's. `--broker-with-server`: the broker on our server's CPU while ours is measured.
@@ -543,16 +544,21 @@ def start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen
     # BENCH_PYSPY_RATE (Hz, 200 by default) and BENCH_PYSPY_ARGS (more py-spy arguments, e.g. "--native");
     # BENCH_PERF=1: `perf record -g` of the same process beside it (to FILE.perf): the kernel's part (the
     # syscalls), the C extensions' and the interpreter's, and the other threads' (librdkafka's); BENCH_STRACE=1:
-    # `strace -c` of the main thread (the event loop's system calls counted, to FILE.strace)
+    # `strace -c` of the main thread (the event loop's system calls counted, to FILE.strace; BENCH_STRACE=threads:
+    # of every thread, `strace -c -f`)
     extra = os.environ.get("BENCH_PYSPY_ARGS", "").split()
     profiler = subprocess.Popen([executable, "record", "--pid", str(server.pid),
                                  "--rate", os.environ.get("BENCH_PYSPY_RATE", "200"), "--format", "raw", *extra,
                                  "--output", output], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if os.environ.get("BENCH_STRACE"):
-        _PERF.append(subprocess.Popen(["strace", "-c", "-p", str(server.pid), "-o", f"{output}.strace"],
+        threads = ["-f"] if os.environ["BENCH_STRACE"] == "threads" else []  # every thread's (librdkafka's too)
+        _PERF.append(subprocess.Popen(["strace", "-c", *threads, "-p", str(server.pid), "-o", f"{output}.strace"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     if os.environ.get("BENCH_PERF"):
-        _PERF.append(subprocess.Popen(["perf", "record", "-g", "-F", "997", "-p", str(server.pid), "-o",
+        # BENCH_PERF=dwarf: DWARF call graphs (libpython and mypyc's extensions keep no frame pointers: -g's chains
+        # stop at their first frame)
+        graph = ["--call-graph", "dwarf,16384"] if os.environ["BENCH_PERF"] == "dwarf" else ["-g"]
+        _PERF.append(subprocess.Popen(["perf", "record", *graph, "-F", "997", "-p", str(server.pid), "-o",
                                        f"{output}.perf"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1.0)  # attached before the first round
     return profiler

@@ -47,7 +47,7 @@ from coordinator.group.records import Record  # noqa: E402
 from coordinator.group.runtime import GroupRuntime  # noqa: E402
 from coordinator.group.state import STABLE  # noqa: E402
 from coordinator.group.store import InMemoryGroupStore  # noqa: E402
-from coordinator.runtime_health import RuntimeHealth  # noqa: E402
+from coordinator.runtime_health import YOUNG_THRESHOLD, RuntimeHealth  # noqa: E402
 from coordinator.relay.config import RelayConfig  # noqa: E402
 from coordinator.relay.relay import Relay  # noqa: E402
 from coordinator.security.authorizer import Authorizer  # noqa: E402
@@ -213,7 +213,9 @@ def _member_id_of(frame: bytes) -> str:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    health = RuntimeHealth(summary_interval_s=0)  # the server's collector policy and loop probe, as `serve` runs them
+    # the server's collector policy and loop probe, as `serve` runs them (COORDINATOR_GC_YOUNG_THRESHOLD too)
+    health = RuntimeHealth(summary_interval_s=0, young_threshold=int(os.environ.get(
+        "COORDINATOR_GC_YOUNG_THRESHOLD", str(YOUNG_THRESHOLD))))
     health.start()
     timer = SystemTimer("bench")
     timer.start()

@@ -10,7 +10,7 @@ the run's own when unset). The run then **fails**, whatever the tests said, when
 worker; the one process without xdist) had a module of the build fall back to its source or imported one from a
 source anyway: a build that no longer matches the sources falls back module by module (coordinator/compiled.py), and
 the run would test the pure tree while claiming the build. With COMPILED_PYTEST_EVERY_MODULE=1 (scripts/test.sh's
-whole unit suite) each such process must also have run every module of the build compiled (54 of 54: each worker
+whole unit suite) each such process must also have run every module of the build compiled (55 of 55: each worker
 imports them all). The terminal summary says what each process ran.
 
 Tests marked `pure_only(reason)` are deselected here and counted in that summary, each with its reason: tests of

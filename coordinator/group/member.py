@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator.group.api import JoinGroupProtocol
 
@@ -11,6 +10,14 @@ if TYPE_CHECKING:
     from coordinator.group.api import JoinGroupResponse, SyncGroupResponse
 
 Protocols = list[JoinGroupProtocol]  # in the client's order of preference, as the JoinGroup request gave them
+
+
+class AnswersInPass(Protocol):
+    """Who answers a parked JoinGroup/SyncGroup in group logic's pass (ANSWERED_IN_PASS): the connection waiting for
+    it, registered as itself (no bound method per parked request)."""
+
+    def answer_in_pass(self, future: asyncio.Future[Any], response: Any) -> None: ...
+
 
 # A parked JoinGroup's or SyncGroup's future -> who answers it in the very call that completes it (the connection
 # waiting for it, coordinator/server/connection.py), registered while it waits. `GroupMetadata.complete_join` and
@@ -20,7 +27,7 @@ Protocols = list[JoinGroupProtocol]  # in the client's order of preference, as t
 # `call_soon` and the loop's run of it, 2,000 a 1,000-member rebalance). A future completed any other way (a
 # `set_result` elsewhere: a superseded request, an answer given at once) goes as before, through its done callback,
 # which takes the entry out.
-ANSWERED_IN_PASS: dict[asyncio.Future[Any], Callable[[asyncio.Future[Any], Any], object]] = {}
+ANSWERED_IN_PASS: dict[asyncio.Future[Any], AnswersInPass] = {}
 
 
 class MemberMetadata:

@@ -27,11 +27,11 @@ _CAN_REBALANCE_FROM = VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
 def _answer(future: asyncio.Future[Any], response: object) -> None:
     """A parked JoinGroup's or SyncGroup's answer: its connection answers now, setting the result, when it is
     waiting in ANSWERED_IN_PASS (member.py); otherwise the future's result, through its done callback."""
-    answer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
-    if answer is None:
+    answerer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
+    if answerer is None:
         future.set_result(response)
     else:
-        answer(future, response)
+        answerer.answer_in_pass(future, response)
 
 
 class GroupMetadata:

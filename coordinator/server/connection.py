@@ -158,9 +158,13 @@ class Connection(asyncio.BufferedProtocol):
         self._ctx: ConnectionContext | None = None
         self._request_context: contextvars.Context | None = None  # the sender's identity, for its handlers
         self._in_flight: RequestHeader | None = None
-        # what a parked request waits on: (its handler's coroutine, or None when started here; the future; the
-        # done callback that carries on)
-        self._parked: tuple[Coroutine[Any, Any, Any] | None, asyncio.Future[Any], Any] | None = None
+        # What a parked request waits on: the future; its handler's coroutine and the done callback that resumes
+        # it (the coroutine way), or None and None when started here (`_start`: this connection is the future's
+        # done callback itself). Three attributes, no tuple, no bound method: a rebalance parks two requests a
+        # member, and each object alive while they wait counts towards a young collection.
+        self._parked: asyncio.Future[Any] | None = None
+        self._parked_handler: Coroutine[Any, Any, Any] | None = None
+        self._parked_resume: Any = None
         self._to_frame: _ToFrame = join_group.to_frame  # packs the answer of the request parked by `_start`
         self._task: asyncio.Task[Any] | None = None
         self._open = False
@@ -298,7 +302,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = None
         self._open = False
         if self._parked is not None:  # answered, if ever, through its done callback: nothing to write any more
-            ANSWERED_IN_PASS.pop(self._parked[1], None)
+            ANSWERED_IN_PASS.pop(self._parked, None)
         try:
             self._server.forget(self)
             if self._relaying is not None:
@@ -485,18 +489,22 @@ class Connection(asyncio.BufferedProtocol):
             if outcome.done():  # answered at once (an error): no loop turn
                 self._answer(header, to_frame, outcome)
                 return
-            # What the answer needs is kept on the connection (one request in flight), the callback a bound
-            # method: no partial per parked request (a rebalance parks two per member).
+            # What the answer needs is kept on the connection (one request in flight), the done callback this
+            # connection itself (`__call__`): no partial or bound method per parked request (a rebalance parks two
+            # per member).
             self._in_flight = header
             self._to_frame = to_frame
             self._server.parked(self)
-            answer = self._answer_parked
-            self._parked = (None, outcome, answer)
-            outcome.add_done_callback(answer)
+            self._parked = outcome
+            outcome.add_done_callback(self)
             if header.api_key in _RESUMED_HERE:  # a rebalance's answer: written in group logic's pass
-                ANSWERED_IN_PASS[outcome] = self._answer_in_pass
+                ANSWERED_IN_PASS[outcome] = self
         else:
             self._drive(header, _framed(header, outcome, to_frame), context)
+
+    def __call__(self, future: asyncio.Future[Any]) -> None:
+        """The done callback of a request parked by `_start`."""
+        self._answer_parked(future)
 
     def _answer_parked(self, future: asyncio.Future[Any]) -> None:
         """The parked request's answer, in the future's done callback, then what waited behind it on this
@@ -505,22 +513,21 @@ class Connection(asyncio.BufferedProtocol):
             ANSWERED_IN_PASS.pop(future, None)
         self._answered(future, False)
 
-    def _answer_in_pass(self, future: asyncio.Future[Any], response: Any) -> None:
+    def answer_in_pass(self, future: asyncio.Future[Any], response: Any) -> None:
         """The parked JoinGroup's or SyncGroup's answer, handed over by the group logic that completes it
         (ANSWERED_IN_PASS): the future's result set here, its done callback taken off first (no loop callback),
         and the answer written now. What waited behind it on this connection is handled once that pass is over,
         in a later callback as the done callback would have: never inside group logic's pass."""
         try:
-            parked = self._parked
-            if parked is not None and parked[1] is future:
-                future.remove_done_callback(parked[2])
+            if self._parked is future:  # registered by `_start`: this connection is its done callback
+                future.remove_done_callback(self)
         finally:
             future.set_result(response)  # (done here in any case: the member's future is answered)
         self._answered(future, True)
 
     def _answered(self, future: asyncio.Future[Any], in_pass: bool) -> None:
-        parked, header = self._parked, self._in_flight
-        if parked is None or parked[1] is not future or header is None:
+        header = self._in_flight
+        if self._parked is not future or header is None:
             return  # given up on (cancel_in_flight) after its answer was scheduled: not this request's any more
         self._parked = None
         self._in_flight = None
@@ -540,7 +547,7 @@ class Connection(asyncio.BufferedProtocol):
             self._contain("resume", exc)
 
     def _frames_after_answer(self) -> None:
-        """What waited behind an answer given in group logic's pass (`_answer_in_pass`)."""
+        """What waited behind an answer given in group logic's pass (`answer_in_pass`)."""
         try:
             if self._open:
                 self._process_frames()
@@ -674,7 +681,7 @@ class Connection(asyncio.BufferedProtocol):
         if getattr(awaited, "_asyncio_future_blocking", None):
             awaited._asyncio_future_blocking = False
             resume = functools.partial(self._resume, header, handler, context)
-            self._parked = (handler, awaited, resume)
+            self._parked, self._parked_handler, self._parked_resume = awaited, handler, resume
             awaited.add_done_callback(resume)
         else:  # a bare yield (asyncio.sleep(0)): let a Task carry on
             self._resume(header, handler, context, None)
@@ -682,7 +689,7 @@ class Connection(asyncio.BufferedProtocol):
     def _resume(self, header: RequestHeader, handler: Coroutine[Any, Any, Any], context: contextvars.Context,
                 _awaited: object) -> None:
         # The awaited future is done, so the next step returns its result into the handler.
-        self._parked = None
+        self._parked = self._parked_handler = self._parked_resume = None
         if header.api_key in _RESUMED_HERE:
             self._resume_here(header, handler, context)
             return
@@ -890,9 +897,9 @@ class Connection(asyncio.BufferedProtocol):
     def cancel_in_flight(self) -> None:
         """At shutdown: give up on a parked handler (its group has been told to stop)."""
         if self._parked is not None:
-            handler, awaited, resume = self._parked
-            self._parked = None
-            awaited.remove_done_callback(resume)
+            awaited, handler, resume = self._parked, self._parked_handler, self._parked_resume
+            self._parked = self._parked_handler = self._parked_resume = None
+            awaited.remove_done_callback(self if resume is None else resume)
             ANSWERED_IN_PASS.pop(awaited, None)
             if handler is not None:
                 handler.close()

@@ -62,6 +62,7 @@ class CoordinatorServer:
         self._server: Acceptor | None = None
         self._connections: set[Connection] = set()
         self._busy: set[Connection] = set()
+        self.parks = 0  # requests parked since the start (a connection counted busy): what tests observe
         self._idle_sweeper: asyncio.Task | None = None
         self._all_idle = asyncio.Event()
         self._all_idle.set()
@@ -164,6 +165,7 @@ class CoordinatorServer:
         self._connections.discard(connection)
 
     def parked(self, connection: Connection) -> None:
+        self.parks += 1
         busy = self._busy
         if not busy:  # the first: no longer all idle (cleared once, not per parked request: a rebalance parks
             self._all_idle.clear()  # every member's JoinGroup and most SyncGroups)

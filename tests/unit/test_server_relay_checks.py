@@ -143,16 +143,16 @@ async def test_a_read_past_the_limit_waiting_for_the_next_turn_pauses_reading_un
 
 async def test_the_listener_is_all_idle_exactly_while_no_connection_has_a_request_parked(runtime: Any) -> None:
     server = CoordinatorServer(ServerConfig(), runtime)
-    first, second = object(), object()
+    (first, _), (second, _) = connected(server), connected(server)
     assert server._all_idle.is_set()
-    server.parked(first)  # type: ignore[arg-type]
-    server.parked(second)  # type: ignore[arg-type]
+    server.parked(first)
+    server.parked(second)
     assert not server._all_idle.is_set()
-    server.unparked(first)  # type: ignore[arg-type]
+    server.unparked(first)
     assert not server._all_idle.is_set()
-    server.unparked(second)  # type: ignore[arg-type]
+    server.unparked(second)
     assert server._all_idle.is_set()
-    server.parked(second)  # type: ignore[arg-type]
+    server.parked(second)
     assert not server._all_idle.is_set()
 
 
