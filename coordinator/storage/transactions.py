@@ -64,6 +64,11 @@ _INIT_RETRY_S = 0.5
 # A transaction opened ahead of a write that is expected (`open_ahead`) is committed on its own after this if no
 # write came: meanwhile it holds back its partitions' last stable offset (read_committed readers wait).
 OPEN_AHEAD_HOLD_S = 1.0
+# Kafka's transaction coordinator writes a commit's markers after answering its EndTxn; until they are written it
+# refuses the next transaction's AddPartitionsToTxn. librdkafka sends that 1 ms after the transaction's first
+# record. In the reconciliation traces (2026-11-29, docs/performance.md) transactions begun within 1 ms of the last
+# commit's outcome were refused 39 times in 265, within 1-2 ms once in 12, 2 ms or later never (of 167).
+MARKERS_SETTLE_S = 0.0015
 
 _Outcome = tuple["KafkaError | None", "str | None"]  # a transaction's error, and what to do next
 
@@ -87,6 +92,9 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         # touched on the serial thread only (its `fenced` also by the loop, between two of its calls)
         self._client = TransactionClient(topic, client_settings, name, transactional_id, fatal_is_fence)
         self._opened_for: set[int] = set()  # partitions of a transaction opened ahead, not committed yet
+        # librdkafka retries a refused AddPartitionsToTxn (CONCURRENT_TRANSACTIONS) only after a fixed 20 ms: a
+        # transaction begun within this of the last commit is held until then (transaction_queue.py)
+        self.markers_settle_s = MARKERS_SETTLE_S
 
     async def start(self, timeout_ms: int = 60_000, *, attempt_ms: int = int(_INIT_ATTEMPT_S * 1000)) -> None:
         """Create the producer and register its transactional.id (fences an older holder of the id and aborts
@@ -118,10 +126,11 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         coordinator) happens before the write, not during it. The next write of any partition commits it; with
         none within OPEN_AHEAD_HOLD_S, it is committed alone. A busy producer is left alone (its next transaction
         takes the write as usual)."""
-        if partition in self._opened_for or self._committing is not None or self._queue or not self._ready \
-                or self._closed or self._fenced is not None:
-            return
         loop = asyncio.get_running_loop()
+        if partition in self._opened_for or self._committing is not None or self._queue or not self._ready \
+                or self._closed or self._fenced is not None or self._hold is not None \
+                or self.recently_committed(loop.time()):  # (a registration now would be refused, retried in 20 ms)
+            return
         self._opened_for.add(partition)
         self._thread.submit(self._client.open_ahead, [marker],
                             then=functools.partial(self._opened_ahead, partition))
@@ -190,7 +199,7 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
             loop = asyncio.get_running_loop()
             self._expire(loop.time())
             if self._queue:
-                self._begin_commit(loop)
+                self._begin_or_hold(loop)
 
     async def _reinitialise(self) -> None:
         """A fresh producer, retried for as long as it takes (the broker may be down for minutes); writes
@@ -232,6 +241,9 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         if self._reinit is not None:
             self._reinit.cancel()
             await asyncio.gather(self._reinit, return_exceptions=True)
+        if self._hold is not None:  # the worker gave up: nothing begins after this
+            self._hold.cancel()
+            self._hold = None
         self._fail_queued(KafkaError(KafkaError._DESTROY, "state producer closed"))
         destroyed = self._thread.submit(self._client.destroy)
         self._thread.stop()
