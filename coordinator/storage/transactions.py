@@ -189,9 +189,9 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
     def _answer(self, batch: list[Queued], result: _Outcome | KafkaError) -> None:
         """Every write of the transaction, answered first: nothing of a failed one will ever be visible (an
         abortable failure's abort comes after; a fenced one's fence is told before its writes are settled:
-        transaction_queue.py). After a commit, the writes queued meanwhile start the next transaction here, not a
-        loop turn later in the worker (which then only finishes the committed one's bookkeeping); anything else is
-        the worker's."""
+        transaction_queue.py). After a commit, the writes queued meanwhile start the next transaction here (or on
+        the hold's timer: `_begin_or_hold`), not a loop turn later in the worker (which then only finishes the
+        committed one's bookkeeping); anything else is the worker's."""
         error, then = _as_outcome(result)
         self._settle_transaction(batch, error, then == "fenced")
         if error is None and then is None and self._queue and not self._closed and self._ready \
@@ -199,6 +199,9 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
             loop = asyncio.get_running_loop()
             self._expire(loop.time())
             if self._queue:
+                # committed: the worker has only its bookkeeping left, and a held transaction must not wait for it
+                self._committing = None
+                self._in_flight = 0
                 self._begin_or_hold(loop)
 
     async def _reinitialise(self) -> None:

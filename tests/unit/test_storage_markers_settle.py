@@ -51,7 +51,9 @@ async def test_a_transaction_right_after_a_commit_begins_once_its_markers_had_ti
     loop = asyncio.get_running_loop()
     assert producer.markers_settle_s > 0
     producer._queue.append(queued("behind"))  # sent while the last transaction was being committed
-    producer._answer([queued("committed")], (None, None))
+    committed = [queued("committed")]
+    producer._committing = (committed, loop.create_future())  # its worker not resumed yet: the hold needs it not
+    producer._answer(committed, (None, None))
     committed_at = loop.time()
     assert producer.begun == []  # held
     producer._queue.append(queued("meanwhile"))
