@@ -9,8 +9,8 @@ Group commit keeps the cost per write low: writes queue while one transaction is
 transaction takes every queued write (begin, produce them all, commit), so concurrent SyncGroups and
 OffsetCommits share one commit round trip instead of paying one each; a write that finds no transaction in
 flight starts one from send() itself, and the writes queued behind a commit start theirs in the callback that
-brings its result, neither waiting for a turn of a busy loop; either is held on a loop timer until MARKERS_SETTLE_S
-after the last commit's outcome, writes queued meanwhile joining it (transaction_queue.py `_begin_or_hold`: Kafka
+brings its result, neither waiting for a turn of a busy loop; with `markers_settle_ms`, either is held on a loop
+timer until that long after the last commit's outcome, writes queued meanwhile joining it (transaction_queue.py `_begin_or_hold`: Kafka
 would refuse its AddPartitionsToTxn while it writes that commit's markers, and librdkafka waits 20 ms to try again). A write's future resolves with
 the transaction's outcome (None: committed; else the error), in the loop callback that brings it. A failed transaction is aborted, and every write in it
 fails with the same error: none of them is visible, so the waiting requests are told so and retry.
@@ -66,11 +66,6 @@ _INIT_RETRY_S = 0.5
 # A transaction opened ahead of a write that is expected (`open_ahead`) is committed on its own after this if no
 # write came: meanwhile it holds back its partitions' last stable offset (read_committed readers wait).
 OPEN_AHEAD_HOLD_S = 1.0
-# Kafka's transaction coordinator writes a commit's markers after answering its EndTxn; until they are written it
-# refuses the next transaction's AddPartitionsToTxn. librdkafka sends that 1 ms after the transaction's first
-# record. In the reconciliation traces (2026-11-29, docs/performance.md) transactions begun within 1 ms of the last
-# commit's outcome were refused 39 times in 265, within 1-2 ms once in 12, 2 ms or later never (of 167).
-MARKERS_SETTLE_S = 0.0015
 
 _Outcome = tuple["KafkaError | None", "str | None"]  # a transaction's error, and what to do next
 
@@ -80,7 +75,7 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
                  timeout_ms: int, on_fenced: Callable[[], None] | None = None,
-                 fatal_is_fence: bool = False) -> None:
+                 fatal_is_fence: bool = False, markers_settle_ms: float = 0.0) -> None:
         super().__init__(topic, name, transactional_id, timeout_ms, on_fenced, fatal_is_fence)
         # Any fatal error counts as a fence, not only PRODUCER_FENCED: a partition's producer must never take its
         # id back on its own (a fresh init_transactions would fence the partition's new owner); the owner decides
@@ -96,7 +91,7 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         self._opened_for: set[int] = set()  # partitions of a transaction opened ahead, not committed yet
         # librdkafka retries a refused AddPartitionsToTxn (CONCURRENT_TRANSACTIONS) only after a fixed 20 ms: a
         # transaction begun within this of the last commit is held until then (transaction_queue.py)
-        self.markers_settle_s = MARKERS_SETTLE_S
+        self.markers_settle_s = markers_settle_ms / 1000
 
     async def start(self, timeout_ms: int = 60_000, *, attempt_ms: int = int(_INIT_ATTEMPT_S * 1000)) -> None:
         """Create the producer and register its transactional.id (fences an older holder of the id and aborts

@@ -57,13 +57,13 @@ async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bo
     assert state.groups["g0"].generation == 3
 
 
-@pytest.mark.parametrize("settle_s", [0.0, None])
+@pytest.mark.parametrize("settle_s", [0.0, 0.0015])
 async def test_writes_queued_behind_a_commit_start_theirs_as_its_result_arrives(kafka_bootstrap: str,
-                                                                              settle_s: float | None) -> None:
+                                                                              settle_s: float) -> None:
     """A write queued while a transaction is in flight is in the next transaction by the time the first write's
     waiters run (its result's own callback began it), not a loop turn later; or, with the writer's
-    `markers_settle_s` (None: its default), that callback holds it and the hold's timer begins it, within that
-    time after the outcome; both are committed."""
+    `markers_settle_s` (StorageConfig.markers_settle_ms), that callback holds it and the hold's timer begins it;
+    both are committed."""
     topic = unique_topic()
     store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
                                 commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
@@ -71,8 +71,7 @@ async def test_writes_queued_behind_a_commit_start_theirs_as_its_result_arrives(
         writers = store._producer
         assert isinstance(writers, TransactionalWriters)
         producer = writers.producers[0]
-        if settle_s is not None:
-            producer.markers_settle_s = settle_s
+        producer.markers_settle_s = settle_s
         loop = asyncio.get_running_loop()
         record = [(0, b"k1", b"v1")]
         first = producer.send(record)  # starts a transaction at once

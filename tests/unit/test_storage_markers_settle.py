@@ -1,6 +1,6 @@
-"""librdkafka's state writer holds a transaction begun within `markers_settle_s` of the last commit's outcome until
-then (transaction_queue.py `_begin_or_hold`): Kafka's transaction coordinator is still writing that commit's markers
-and would refuse the new transaction's AddPartitionsToTxn (CONCURRENT_TRANSACTIONS), which librdkafka retries only
+"""librdkafka's state writer, given `markers_settle_ms` (StorageConfig's, serve --markers-settle-ms; 0 by default:
+never), holds a transaction begun within that of the last commit's outcome until then (transaction_queue.py
+`_begin_or_hold`): Kafka's transaction coordinator is still writing that commit's markers and would refuse the new transaction's AddPartitionsToTxn (CONCURRENT_TRANSACTIONS), which librdkafka retries only
 after 20 ms. The writes queued meanwhile join the held transaction; a transaction begun later is not held; nothing
 is opened ahead within the window. The native writer (its own 1-ms retry) holds nothing. No broker: the transaction
 a writer would begin is recorded instead."""
@@ -24,7 +24,7 @@ class Recording(TransactionalProducer):
     """The librdkafka writer with the transaction it begins recorded (loop time, writes) instead of committed."""
 
     def __init__(self) -> None:
-        super().__init__("state", SETTINGS, "state-p1", "tid-p1", 5_000)
+        super().__init__("state", SETTINGS, "state-p1", "tid-p1", 5_000, markers_settle_ms=1.5)
         self._ready = True
         self.begun: list[tuple[float, int]] = []
 
@@ -96,6 +96,10 @@ async def test_nothing_is_opened_ahead_within_the_window() -> None:
     finally:
         producer._cancel_open_ahead_expiry()
         producer._thread.stop()
+
+
+def test_the_writers_hold_nothing_unless_asked() -> None:
+    assert TransactionalProducer("state", SETTINGS, "state-p1", "tid-p1", 5_000).markers_settle_s == 0
 
 
 def test_the_native_writer_holds_nothing() -> None:
