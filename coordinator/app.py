@@ -41,7 +41,7 @@ from coordinator.security.topic_writers import warn_about_other_writers
 from coordinator.server.config import ServerConfig
 from coordinator.server.listener import CoordinatorServer
 from coordinator.storage.config import (
-    DEFAULT_EVENT_DELIVERY_TIMEOUT_MS, DEFAULT_EVENT_QUEUE_MAX_MESSAGES, StorageConfig,
+    DEFAULT_EVENT_DELIVERY_TIMEOUT_MS, DEFAULT_EVENT_QUEUE_MAX_MESSAGES, DEFAULT_MARKERS_SETTLE_MS, StorageConfig,
 )
 from coordinator.storage.kafka_store import KafkaGroupStore
 from coordinator.telemetry.events import EventTopicObserver, start_event_publisher
@@ -69,6 +69,7 @@ class ServiceOptions:
     # idempotent producer (faster under many concurrent commits, but a write may be stored in part).
     transactional_writes: bool = True
     state_writer: str = "librdkafka"  # the transactions' client: librdkafka or native (StorageConfig.state_writer)
+    markers_settle_ms: float = DEFAULT_MARKERS_SETTLE_MS  # StorageConfig.markers_settle_ms
     metrics_listen: tuple[str, int] | None = None  # Prometheus scrape endpoint (None: none)
     relay: RelayConfig | None = None  # front the cluster (coordinator/relay); `coordinator serve` turns it on
     # Several instances on one state topic (docs/architecture.md, "Several instances"): None = this instance owns
@@ -313,6 +314,7 @@ def _storage_config(options: ServiceOptions, bootstrap: str) -> StorageConfig:
         # One id per state topic: a restarted coordinator fences whatever an older process left open.
         transactional_id=f"group-coordinator-{options.state_topic}" if options.transactional_writes else None,
         state_writer=options.state_writer,
+        markers_settle_ms=options.markers_settle_ms,
     )
     settings.update(_fencing(options))
     return StorageConfig(**settings)

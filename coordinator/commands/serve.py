@@ -80,6 +80,13 @@ def add_parser(commands: Any) -> None:
                             "after 1 ms instead of librdkafka's fixed 20 ms, adds a partition ahead of a write "
                             "without a marker record). Same transactional ids either way (env "
                             "COORDINATOR_STATE_WRITER)")
+    serve.add_argument("--markers-settle-ms", type=float, metavar="MS",
+                       default=float(env("COORDINATOR_MARKERS_SETTLE_MS", "0")),
+                       help="librdkafka's state writer: a transaction that would begin within this of the last "
+                            "commit's outcome is held until then (writes queued meanwhile join it), so that Kafka "
+                            "has written the last one's markers (else it refuses the next AddPartitionsToTxn, "
+                            "CONCURRENT_TRANSACTIONS, and librdkafka asks again only 20 ms later); 0: never held "
+                            "(env COORDINATOR_MARKERS_SETTLE_MS; default 0)")
     serve.add_argument("--no-relay", action="store_true", default=env("COORDINATOR_NO_RELAY", "") == "1",
                        help="serve the group APIs only (no relay): clients must bootstrap to the cluster itself "
                             "(env COORDINATOR_NO_RELAY=1)")
@@ -206,6 +213,7 @@ def _service_options(args: argparse.Namespace) -> "ServiceOptions":
         event_queue_max_messages=args.event_queue_max_messages,
         transactional_writes=args.write_mode == "transactional",
         state_writer=args.state_writer,
+        markers_settle_ms=args.markers_settle_ms,
         metrics_listen=args.metrics_listen,
         relay=relay,
         instance_id=instance_id,

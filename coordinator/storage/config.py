@@ -17,6 +17,7 @@ EVENT_LINGER_MS = 50  # the event producer batches this long; a delivery timeout
 
 
 STATE_WRITERS = ("librdkafka", "native")
+DEFAULT_MARKERS_SETTLE_MS = 0.0  # off: not shown better in the loaded races of 2026-11-29 (docs/performance.md)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,15 @@ class StorageConfig:
     # Which client runs the transactions: "librdkafka" (transactions.py, confluent-kafka) or "native" (our own
     # asyncio client, native_transactions.py: CONCURRENT_TRANSACTIONS retried after 1 ms, not librdkafka's 20 ms)
     state_writer: str = "librdkafka"
+    # librdkafka's writer: a transaction that would begin within this of the last commit's outcome is held on a loop
+    # timer until then, writes queued meanwhile joining it, so that its AddPartitionsToTxn does not meet Kafka still
+    # writing the last one's markers (CONCURRENT_TRANSACTIONS, which librdkafka retries only after a fixed 20 ms);
+    # 0: never held (transaction_queue.py `_begin_or_hold`). In the reconciliation traces of 2026-11-29
+    # (docs/performance.md) transactions begun within 1 ms of the last commit's outcome were refused 39 times in 265,
+    # within 1-2 ms once in 12, later never (of 167); a hold of 1.5 ms (on uvloop's whole-millisecond timers 1.0-2.1
+    # ms) cut the refusals from 0.08 to 0.03 per transaction at 1,000 members, but what it costs every held
+    # transaction was not shown smaller than what it saves: off by default.
+    markers_settle_ms: float = DEFAULT_MARKERS_SETTLE_MS
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
@@ -70,6 +80,8 @@ class StorageConfig:
         if self.event_delivery_timeout_ms < 0 or 0 < self.event_delivery_timeout_ms <= EVENT_LINGER_MS:
             raise ValueError(f"the event delivery timeout must be 0 (none) or more than the event producer's "
                              f"linger of {EVENT_LINGER_MS} ms, got {self.event_delivery_timeout_ms}")
+        if not 0 <= self.markers_settle_ms <= 100:
+            raise ValueError(f"markers_settle_ms must be within 0-100, got {self.markers_settle_ms}")
         if self.state_writer not in STATE_WRITERS:
             raise ValueError(f"state_writer must be one of {', '.join(STATE_WRITERS)}, got {self.state_writer!r}")
         if self.partition_fencing and self.transactional_id is None:

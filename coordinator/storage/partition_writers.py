@@ -29,7 +29,7 @@ TransactionalProducer = LibrdkafkaTransactionalProducer | NativeTransactionalPro
 
 def transactional_producer(state_writer: str, topic: str, settings: dict[str, object], name: str,
                            transactional_id: str, timeout_ms: int, on_fenced: Callable[[], None] | None = None,
-                           fatal_is_fence: bool = False) -> TransactionalProducer:
+                           fatal_is_fence: bool = False, markers_settle_ms: float = 0.0) -> TransactionalProducer:
     """The transactional producer of `state_writer`: "librdkafka" (transactions.py) or "native"
     (native_transactions.py). The native one connects as the txn tails do (TLS, SASL as sasl_client.py speaks
     it); a cluster only librdkafka can reach (OAUTHBEARER through an OIDC token endpoint) keeps librdkafka's."""
@@ -38,9 +38,11 @@ def transactional_producer(state_writer: str, topic: str, settings: dict[str, ob
         log.warning("event=state_writer_fallback producer=%s detail=the cluster's SASL mechanism is one only "
                     "librdkafka speaks: the librdkafka writer is used", name)
         native = False
-    kind = NativeTransactionalProducer if native else LibrdkafkaTransactionalProducer
-    return kind(topic, settings, name, transactional_id, timeout_ms, on_fenced=on_fenced,
-                fatal_is_fence=fatal_is_fence)
+    if native:  # it sends AddPartitionsToTxn again after 1 ms itself
+        return NativeTransactionalProducer(topic, settings, name, transactional_id, timeout_ms, on_fenced=on_fenced,
+                                           fatal_is_fence=fatal_is_fence)
+    return LibrdkafkaTransactionalProducer(topic, settings, name, transactional_id, timeout_ms, on_fenced=on_fenced,
+                                           fatal_is_fence=fatal_is_fence, markers_settle_ms=markers_settle_ms)
 
 
 class _RoutedWriters:
@@ -105,12 +107,14 @@ class TransactionalWriters(_RoutedWriters):
     (one instance owning every partition)."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
-                 timeout_ms: int, count: int, state_writer: str = "librdkafka") -> None:
+                 timeout_ms: int, count: int, state_writer: str = "librdkafka", markers_settle_ms: float = 0.0
+                 ) -> None:
         self.topic = topic
         self.name = name
         self.timeout_ms = timeout_ms
         self.producers = [transactional_producer(state_writer, topic, settings, f"{name}-{k}",
-                                                 f"{transactional_id}-{k}", timeout_ms) for k in range(count)]
+                                                 f"{transactional_id}-{k}", timeout_ms,
+                                                 markers_settle_ms=markers_settle_ms) for k in range(count)]
 
     def _route(self, partition: int) -> TransactionalProducer:
         return self.producers[partition % len(self.producers)]
@@ -130,9 +134,11 @@ class PartitionTransactions(_RoutedWriters):
     a partition's producer is fenced by a newer owner."""
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
-                 timeout_ms: int, on_fenced: Callable[[int], None], state_writer: str = "librdkafka") -> None:
+                 timeout_ms: int, on_fenced: Callable[[int], None], state_writer: str = "librdkafka",
+                 markers_settle_ms: float = 0.0) -> None:
         self.topic = topic
         self.state_writer = state_writer
+        self.markers_settle_ms = markers_settle_ms
         self.name = name
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
@@ -170,7 +176,7 @@ class PartitionTransactions(_RoutedWriters):
         producer = transactional_producer(self.state_writer, self.topic, self._settings,
                                           f"{self.name}-p{partition}", self.transactional_id_of(partition),
                                           self.timeout_ms, on_fenced=lambda: self._fenced(partition, producer),
-                                          fatal_is_fence=True)
+                                          fatal_is_fence=True, markers_settle_ms=self.markers_settle_ms)
         try:
             await producer.start(timeout_ms)
         except BaseException:

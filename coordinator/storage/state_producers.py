@@ -38,12 +38,13 @@ async def open_state_producer(config: StorageConfig, on_fenced: Callable[[int], 
         assert config.transactional_id is not None  # StorageConfig checks it
         return PartitionTransactions(config.state_topic, producer_settings(config), "state-producer",
                                      config.transactional_id, config.commit_timeout_ms, on_fenced,
-                                     state_writer=config.state_writer)
+                                     state_writer=config.state_writer, markers_settle_ms=config.markers_settle_ms)
     if config.transactional_id is None:
         return AsyncProducer(config.state_topic, producer_settings(config), "state-producer")
     producer = TransactionalWriters(config.state_topic, producer_settings(config), "state-producer",
                                     config.transactional_id, config.commit_timeout_ms,
-                                    config.transactional_producers, state_writer=config.state_writer)
+                                    config.transactional_producers, state_writer=config.state_writer,
+                                    markers_settle_ms=config.markers_settle_ms)
     try:
         await producer.start(config.transactions_init_timeout_ms)
     except BaseException:

@@ -11,6 +11,12 @@ refusal, the partition's `owns`) is set in the same call that tells it.
 
 How a transaction is committed, how a producer is (re-)initialised and how it closes are the writers' own
 (`_begin_commit`, `_await_commit`, `_reinitialise`, `close`).
+
+A transaction begun right after the last one committed may be held back (`markers_settle_s`, a writer's own; 0: never):
+Kafka's transaction coordinator answers EndTxn before it has written the commit's markers, and until they are written
+it refuses the next transaction's AddPartitionsToTxn with CONCURRENT_TRANSACTIONS (~1-2 ms on one broker), which
+librdkafka retries only after a fixed 20 ms. Held, the transaction begins on a loop timer `markers_settle_s` after the
+last commit's outcome, with every write queued by then (`_begin_or_hold`); nothing else waits for it.
 """
 
 from __future__ import annotations
@@ -66,6 +72,9 @@ class TransactionQueue(Generic[Commit]):
         # (`_become_fenced`); None while not
         self._fenced: KafkaError | None = None
         self.transactions = 0  # committed or aborted, for benchmarks and tests
+        self.markers_settle_s = 0.0  # a transaction begins no sooner than this after the last commit's outcome
+        self._last_commit_at = float("-inf")  # loop time of the last committed transaction's outcome
+        self._hold: asyncio.TimerHandle | None = None  # the held transaction's start
 
     # -- the writer's own ------------------------------------------------------------------------------------------
     def _begin_commit(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -106,7 +115,7 @@ class TransactionQueue(Generic[Commit]):
             if self._committing is None and self._ready and len(self._queue) == 1:
                 # Nothing in flight: the transaction starts now, not a loop turn later when the worker runs
                 # (a busy loop's turn is every request that arrived meanwhile, a thousand SyncGroups at once).
-                self._begin_commit(loop)
+                self._begin_or_hold(loop)
             self._wake.set()
         return future
 
@@ -132,7 +141,37 @@ class TransactionQueue(Generic[Commit]):
             if not self._ready:  # a fresh producer is being initialised: wait for it, within the deadlines
                 await asyncio.sleep(NOT_READY_POLL_S)
                 continue
+            if self._hold is None:
+                self._begin_or_hold(loop)
+            if self._hold is not None:  # held: its timer begins it (and wakes this worker)
+                self._wake.clear()
+                await self._wake.wait()
+
+    def _begin_or_hold(self, loop: asyncio.AbstractEventLoop) -> None:
+        """`_begin_commit` now, or, within `markers_settle_s` of the last commit's outcome, on a timer at its end
+        (the writes queued meanwhile join it); a transaction already held is left to its timer."""
+        if self._hold is not None:
+            return
+        wait_s = self._last_commit_at + self.markers_settle_s - loop.time()
+        if wait_s <= 0:
             self._begin_commit(loop)
+        else:
+            self._hold = loop.call_later(wait_s, self._held_begin)
+
+    def _held_begin(self) -> None:
+        """The held transaction begins, with every write queued by now (closing included: close finishes them)."""
+        self._hold = None
+        loop = asyncio.get_running_loop()
+        if self._committing is None and self._queue and self._ready and self._fenced is None:
+            self._expire(loop.time())
+            if self._queue:
+                self._begin_commit(loop)
+        self._wake.set()
+
+    def recently_committed(self, now: float) -> bool:
+        """Whether the last commit's markers may still be being written (within `markers_settle_s` of its outcome):
+        a transaction begun now would be held."""
+        return now < self._last_commit_at + self.markers_settle_s
 
     def _expire(self, now: float) -> None:
         """Writes that waited out their commit timeout (behind a slow transaction, or for a fresh producer)."""
@@ -150,6 +189,8 @@ class TransactionQueue(Generic[Commit]):
         """Every write of a finished transaction settled with its outcome (None: committed); a fenced one's with
         the fence, once it is told."""
         self.transactions += 1
+        if error is None and not fenced:
+            self._last_commit_at = asyncio.get_running_loop().time()
         if fenced:
             self._become_fenced(error, batch)
             return

@@ -9,7 +9,9 @@ Group commit keeps the cost per write low: writes queue while one transaction is
 transaction takes every queued write (begin, produce them all, commit), so concurrent SyncGroups and
 OffsetCommits share one commit round trip instead of paying one each; a write that finds no transaction in
 flight starts one from send() itself, and the writes queued behind a commit start theirs in the callback that
-brings its result, neither waiting for a turn of a busy loop. A write's future resolves with
+brings its result, neither waiting for a turn of a busy loop; with `markers_settle_ms`, either is held on a loop
+timer until that long after the last commit's outcome, writes queued meanwhile joining it (transaction_queue.py `_begin_or_hold`: Kafka
+would refuse its AddPartitionsToTxn while it writes that commit's markers, and librdkafka waits 20 ms to try again). A write's future resolves with
 the transaction's outcome (None: committed; else the error), in the loop callback that brings it. A failed transaction is aborted, and every write in it
 fails with the same error: none of them is visible, so the waiting requests are told so and retry.
 
@@ -73,7 +75,7 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
 
     def __init__(self, topic: str, settings: dict[str, object], name: str, transactional_id: str,
                  timeout_ms: int, on_fenced: Callable[[], None] | None = None,
-                 fatal_is_fence: bool = False) -> None:
+                 fatal_is_fence: bool = False, markers_settle_ms: float = 0.0) -> None:
         super().__init__(topic, name, transactional_id, timeout_ms, on_fenced, fatal_is_fence)
         # Any fatal error counts as a fence, not only PRODUCER_FENCED: a partition's producer must never take its
         # id back on its own (a fresh init_transactions would fence the partition's new owner); the owner decides
@@ -87,6 +89,9 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         # touched on the serial thread only (its `fenced` also by the loop, between two of its calls)
         self._client = TransactionClient(topic, client_settings, name, transactional_id, fatal_is_fence)
         self._opened_for: set[int] = set()  # partitions of a transaction opened ahead, not committed yet
+        # librdkafka retries a refused AddPartitionsToTxn (CONCURRENT_TRANSACTIONS) only after a fixed 20 ms: a
+        # transaction begun within this of the last commit is held until then (transaction_queue.py)
+        self.markers_settle_s = markers_settle_ms / 1000
 
     async def start(self, timeout_ms: int = 60_000, *, attempt_ms: int = int(_INIT_ATTEMPT_S * 1000)) -> None:
         """Create the producer and register its transactional.id (fences an older holder of the id and aborts
@@ -118,10 +123,11 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         coordinator) happens before the write, not during it. The next write of any partition commits it; with
         none within OPEN_AHEAD_HOLD_S, it is committed alone. A busy producer is left alone (its next transaction
         takes the write as usual)."""
-        if partition in self._opened_for or self._committing is not None or self._queue or not self._ready \
-                or self._closed or self._fenced is not None:
-            return
         loop = asyncio.get_running_loop()
+        if partition in self._opened_for or self._committing is not None or self._queue or not self._ready \
+                or self._closed or self._fenced is not None or self._hold is not None \
+                or self.recently_committed(loop.time()):  # (a registration now would be refused, retried in 20 ms)
+            return
         self._opened_for.add(partition)
         self._thread.submit(self._client.open_ahead, [marker],
                             then=functools.partial(self._opened_ahead, partition))
@@ -180,9 +186,9 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
     def _answer(self, batch: list[Queued], result: _Outcome | KafkaError) -> None:
         """Every write of the transaction, answered first: nothing of a failed one will ever be visible (an
         abortable failure's abort comes after; a fenced one's fence is told before its writes are settled:
-        transaction_queue.py). After a commit, the writes queued meanwhile start the next transaction here, not a
-        loop turn later in the worker (which then only finishes the committed one's bookkeeping); anything else is
-        the worker's."""
+        transaction_queue.py). After a commit, the writes queued meanwhile start the next transaction here (or on
+        the hold's timer: `_begin_or_hold`), not a loop turn later in the worker (which then only finishes the
+        committed one's bookkeeping); anything else is the worker's."""
         error, then = _as_outcome(result)
         self._settle_transaction(batch, error, then == "fenced")
         if error is None and then is None and self._queue and not self._closed and self._ready \
@@ -190,7 +196,10 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
             loop = asyncio.get_running_loop()
             self._expire(loop.time())
             if self._queue:
-                self._begin_commit(loop)
+                # committed: the worker has only its bookkeeping left, and a held transaction must not wait for it
+                self._committing = None
+                self._in_flight = 0
+                self._begin_or_hold(loop)
 
     async def _reinitialise(self) -> None:
         """A fresh producer, retried for as long as it takes (the broker may be down for minutes); writes
@@ -232,6 +241,9 @@ class TransactionalProducer(TransactionQueue[tuple[list[Queued], "asyncio.Future
         if self._reinit is not None:
             self._reinit.cancel()
             await asyncio.gather(self._reinit, return_exceptions=True)
+        if self._hold is not None:  # the worker gave up: nothing begins after this
+            self._hold.cancel()
+            self._hold = None
         self._fail_queued(KafkaError(KafkaError._DESTROY, "state producer closed"))
         destroyed = self._thread.submit(self._client.destroy)
         self._thread.stop()

@@ -57,9 +57,13 @@ async def test_concurrent_writes_share_transactions_and_are_all_visible(kafka_bo
     assert state.groups["g0"].generation == 3
 
 
-async def test_writes_queued_behind_a_commit_start_theirs_as_its_result_arrives(kafka_bootstrap: str) -> None:
+@pytest.mark.parametrize("settle_s", [0.0, 0.0015])
+async def test_writes_queued_behind_a_commit_start_theirs_as_its_result_arrives(kafka_bootstrap: str,
+                                                                              settle_s: float) -> None:
     """A write queued while a transaction is in flight is in the next transaction by the time the first write's
-    waiters run (its result's own callback began it), not a loop turn later; both are committed."""
+    waiters run (its result's own callback began it), not a loop turn later; or, with the writer's
+    `markers_settle_s` (StorageConfig.markers_settle_ms), that callback holds it and the hold's timer begins it;
+    both are committed."""
     topic = unique_topic()
     store = await started_store(kafka_bootstrap, topic, transactional_id=f"{topic}-writer",
                                 commit_timeout_ms=LOADED_MACHINE_TIMEOUT_MS)
@@ -67,14 +71,29 @@ async def test_writes_queued_behind_a_commit_start_theirs_as_its_result_arrives(
         writers = store._producer
         assert isinstance(writers, TransactionalWriters)
         producer = writers.producers[0]
+        producer.markers_settle_s = settle_s
+        loop = asyncio.get_running_loop()
         record = [(0, b"k1", b"v1")]
         first = producer.send(record)  # starts a transaction at once
         second = producer.send([(0, b"k2", b"v2")])  # queued behind it
-        seen: list[bool] = []
-        first.add_done_callback(lambda _done: seen.append(
-            producer._committing is not None and any(q[1] is second for q in producer._committing[0])))
+        seen: list[tuple[bool, bool]] = []
+        outcome_at: list[float] = []
+
+        def in_next() -> bool:
+            return producer._committing is not None and any(q[1] is second for q in producer._committing[0])
+
+        first.add_done_callback(lambda _done: (outcome_at.append(loop.time()),
+                                               seen.append((in_next(), producer._hold is not None))))
         assert await asyncio.wait_for(first, 60) is None
-        assert seen == [True]
+        if producer.markers_settle_s == 0:
+            assert seen == [(True, False)]
+        else:
+            assert seen == [(False, True)]  # held: its timer begins it
+            for _ in range(1_000):  # bounded: 1 s at most
+                if in_next():
+                    break
+                await asyncio.sleep(0.001)
+            assert in_next() and loop.time() - outcome_at[0] <= 0.5
         assert await asyncio.wait_for(second, 60) is None
         assert producer._committing is None or all(q[1] is not second for q in producer._committing[0])
     finally:

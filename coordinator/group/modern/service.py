@@ -384,6 +384,8 @@ class ConsumerGroupService:
             batch = self._batches[group_id] = _TargetBatch(shard, current.undo_point() if current is not None
                                                            else None)
             loop.call_soon(self._settle_batch, group_id)
+            if shard.expect_write is not None:  # the batch's write comes after the target's CPU: its transaction
+                shard.expect_write()            # registers the partition with Kafka's coordinator meanwhile
         if created is not None and group_id not in shard.consumer_groups and records:
             shard.consumer_groups[group_id] = created
         if batch.before is not None:
