@@ -5,15 +5,16 @@ its choosing when other groups' records share it: a commit of many partitions co
 Inside a transaction every record of a write becomes visible together or not at all (the loader reads
 read_committed), so a write is atomic whatever the batching.
 
-Group commit keeps the cost per write low: writes queue while one transaction is in flight; the next
-transaction takes every queued write (begin, produce them all, commit), so concurrent SyncGroups and
-OffsetCommits share one commit round trip instead of paying one each; a write that finds no transaction in
-flight starts one from send() itself, and the writes queued behind a commit start theirs in the callback that
-brings its result, neither waiting for a turn of a busy loop; with `markers_settle_ms`, either is held on a loop
-timer until that long after the last commit's outcome, writes queued meanwhile joining it (transaction_queue.py `_begin_or_hold`: Kafka
-would refuse its AddPartitionsToTxn while it writes that commit's markers, and librdkafka waits 20 ms to try again). A write's future resolves with
-the transaction's outcome (None: committed; else the error), in the loop callback that brings it. A failed transaction is aborted, and every write in it
-fails with the same error: none of them is visible, so the waiting requests are told so and retry.
+Group commit keeps the cost per write low: writes queue while one transaction is in flight; the next transaction
+takes every queued write (begin, produce them all, commit), so concurrent SyncGroups and OffsetCommits share one
+commit round trip instead of paying one each; a write that finds no transaction in flight starts one from send()
+itself, and the writes queued behind a commit start theirs in the callback that brings its result, neither waiting
+for a turn of a busy loop; with `markers_settle_ms`, either is held on a loop timer until that long after the last
+commit's outcome, writes queued meanwhile joining it (transaction_queue.py `_begin_or_hold`: Kafka would refuse its
+AddPartitionsToTxn while it writes that commit's markers, and librdkafka waits 20 ms to try again). A write's future
+resolves with the transaction's outcome (None: committed; else the error), in the loop callback that brings it. A
+failed transaction is aborted, and every write in it fails with the same error: none of them is visible, so the
+waiting requests are told so and retry.
 
 Opened ahead: librdkafka (transactions v1) registers a partition with the transaction (AddPartitionsToTxn, a round
 trip to Kafka's transaction coordinator) only once a record is produced to it, so a write pays that round trip

@@ -358,13 +358,15 @@ def test_upgrade_seeds_that_found_the_conversions_bugs(seed: int) -> None:
     group deleted with its offsets and made again, a member id of the old one told a lower epoch; 2743: the same
     after a downgraded group, Empty, was retired by an OffsetDelete of its last offsets, which the checker did not
     hear as a deletion: simulator/instance.py `_maybe_retired`). Seed 4100 (member_epoch): a join retried after a
-    lost connection, answered from memory, went out a loop turn after its write's outcome, behind the answer of
-    the member's next heartbeat written later and acknowledged in the same turn (the direct test is
+    lost connection, answered from memory, went out a loop turn after its write's outcome, behind the answer of the
+    member's next heartbeat written later and acknowledged in the same turn (the direct test is
     tests/unit/test_consumer_answers_in_write_order.py); with that fixed, seed 184's history found the load's index
-    of owned partitions missing a loaded owner's entries (test_a_partition_a_departed_member_held_over_a_loaded_owner_stays_the_owners). Seed 1921 (the simulator's
+    of owned partitions missing a loaded owner's entries
+    (test_a_partition_a_departed_member_held_over_a_loaded_owner_stays_the_owners). Seed 1921 (the simulator's
     client): a consumer-protocol static member, a zombie woken after its group went back to classic with its
     instance id another member's, committed and was told FENCED_INSTANCE_ID, Kafka's answer
-    (ClassicGroup.validateMember), which the client took for an unexpected error instead of giving up as Java's does."""
+    (ClassicGroup.validateMember), which the client took for an unexpected error instead of giving up as Java's
+    does."""
     outcome = run_seed(seed, protocol="upgrade")
     assert outcome.ok, [v.line() for v in outcome.violations]
 

@@ -1,9 +1,10 @@
 """librdkafka's state writer, given `markers_settle_ms` (StorageConfig's, serve --markers-settle-ms; 0 by default:
 never), holds a transaction begun within that of the last commit's outcome until then (transaction_queue.py
-`_begin_or_hold`): Kafka's transaction coordinator is still writing that commit's markers and would refuse the new transaction's AddPartitionsToTxn (CONCURRENT_TRANSACTIONS), which librdkafka retries only
-after 20 ms. The writes queued meanwhile join the held transaction; a transaction begun later is not held; nothing
-is opened ahead within the window. The native writer (its own 1-ms retry) holds nothing. No broker: the transaction
-a writer would begin is recorded instead."""
+`_begin_or_hold`): Kafka's transaction coordinator is still writing that commit's markers and would refuse the new
+transaction's AddPartitionsToTxn (CONCURRENT_TRANSACTIONS), which librdkafka retries only after 20 ms. The writes
+queued meanwhile join the held transaction; a transaction begun later is not held; nothing is opened ahead within
+the window. The native writer (its own 1-ms retry) holds nothing. No broker: the transaction a writer would begin is
+recorded instead."""
 
 from __future__ import annotations
 

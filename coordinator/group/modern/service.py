@@ -717,9 +717,9 @@ class ConsumerGroupService:
                replayed: bool = False, join_open: bool = False, repair: bool = False,
                kept: bool = False) -> Write | None:
         """Replays the records, tells the shard's observer what they change (observing.py: `fenced` and
-        `already_members`, `carried_over` say what the records cannot) and returns them as the write for the
-        shard's partition; if that write fails, the group goes back to `before` (None: no group; default: as it is now), unless a
-        later write changed it meanwhile. `written_first`, `written_last`: the classic group's records a
+        `already_members`, `carried_over` say what the records cannot) and returns them as the write for the shard's
+        partition; if that write fails, the group goes back to `before` (None: no group; default: as it is now),
+        unless a later write changed it meanwhile. `written_first`, `written_last`: the classic group's records a
         conversion writes around them. `replayed`: the records are on the group already (a batch's).
         `join_open`: if the group's latest write still waits for the end of its loop turn (`Write.sealed` not
         set), the records join it and it is returned again: one write, one outcome, and a failure takes the
