@@ -19,15 +19,27 @@ class AnswersInPass(Protocol):
     def answer_in_pass(self, future: asyncio.Future[Any], response: Any) -> None: ...
 
 
-# A parked JoinGroup's or SyncGroup's future -> who answers it in the very call that completes it (the connection
-# waiting for it, coordinator/server/connection.py), registered while it waits. `GroupMetadata.complete_join` and
-# `complete_sync` (a rebalance's answers, every member's in one pass; a removed member's; an unload's) hand the
-# response over instead of setting it: the answerer sets the future's result itself, with its done callback taken
+# A parked JoinGroup's, SyncGroup's or written ConsumerGroupHeartbeat's future -> who answers it in the very call
+# that completes it (the connection waiting for it, coordinator/server/connection.py), registered while it waits.
+# `GroupMetadata.complete_join` and `complete_sync` (a rebalance's answers, every member's in one pass; a removed
+# member's; an unload's) and the settling of a consumer group's write (`answer_parked`) hand the response over
+# instead of setting it: the answerer sets the future's result itself, with its done callback taken
 # off first, and writes the answer then and there: no loop callback per member (a done callback costs ~1.2 µs of
 # `call_soon` and the loop's run of it, 2,000 a 1,000-member rebalance). A future completed any other way (a
 # `set_result` elsewhere: a superseded request, an answer given at once) goes as before, through its done callback,
 # which takes the entry out.
 ANSWERED_IN_PASS: dict[asyncio.Future[Any], AnswersInPass] = {}
+
+
+def answer_parked(future: asyncio.Future[Any], response: object) -> None:
+    """A parked request's answer (a rebalance's JoinGroup/SyncGroup, a written ConsumerGroupHeartbeat): its
+    connection answers now, setting the result, when it is waiting in ANSWERED_IN_PASS; otherwise the future's
+    result, through its done callback."""
+    answerer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
+    if answerer is None:
+        future.set_result(response)
+    else:
+        answerer.answer_in_pass(future, response)
 
 
 class MemberMetadata:

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
 
 from coordinator.group.api import JoinGroupResponseMember
-from coordinator.group.member import ANSWERED_IN_PASS, MemberMetadata, Protocols
+from coordinator.group.member import MemberMetadata, Protocols, answer_parked
 from coordinator.group.state import EMPTY, GroupState, IllegalStateTransition, VALID_PREVIOUS
 from coordinator.group.records import GroupRecord, MemberRecord, OffsetRecord, TopicPartition
 
@@ -22,16 +22,6 @@ log = logging.getLogger("coordinator.group")
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 _CAN_REBALANCE_FROM = VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
-
-
-def _answer(future: asyncio.Future[Any], response: object) -> None:
-    """A parked JoinGroup's or SyncGroup's answer: its connection answers now, setting the result, when it is
-    waiting in ANSWERED_IN_PASS (member.py); otherwise the future's result, through its done callback."""
-    answerer = ANSWERED_IN_PASS.pop(future, None) if ANSWERED_IN_PASS else None
-    if answerer is None:
-        future.set_result(response)
-    else:
-        answerer.answer_in_pass(future, response)
 
 
 class GroupMetadata:
@@ -176,7 +166,7 @@ class GroupMetadata:
         member.join_future = None
         self.num_members_awaiting_join -= 1
         if not future.done():
-            _answer(future, response)
+            answer_parked(future, response)
         return True
 
     def complete_sync(self, member: MemberMetadata, response: SyncGroupResponse) -> bool:
@@ -185,7 +175,7 @@ class GroupMetadata:
             return False
         member.sync_future = None
         if not future.done():
-            _answer(future, response)
+            answer_parked(future, response)
         return True
 
     @property

@@ -37,6 +37,7 @@ from coordinator.group.api import (DeletableGroupResult, DeleteGroupsRequest, De
                                    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
                                    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
                                    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse)
+from coordinator.group.member import answer_parked
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.group import ConsumerGroup
 from coordinator.group.modern.heartbeat import HeartbeatRequest as HeartbeatRequestV2
@@ -437,8 +438,8 @@ class GroupRuntime:
 
             def answered(error: Errors) -> None:
                 if not answer.done():
-                    answer.set_result(response if error == Errors.NONE
-                                      else HeartbeatResponseV2(kafka4_append_error(error)))
+                    answer_parked(answer, response if error == Errors.NONE
+                                  else HeartbeatResponseV2(kafka4_append_error(error)))
 
             self._on_earlier_writes(req.group_id, answered)
             return answer
@@ -455,7 +456,8 @@ class GroupRuntime:
 
         def answered(error: Errors) -> None:
             if not answer.done():
-                answer.set_result(response if error == Errors.NONE else HeartbeatResponseV2(kafka4_append_error(error)))
+                answer_parked(answer, response if error == Errors.NONE
+                              else HeartbeatResponseV2(kafka4_append_error(error)))
 
         write.then_also(answered)
         if write.done is None:  # else the group logic added its records to a write of this turn already queued

@@ -77,6 +77,9 @@ _DISCARD_BYTES = 4_096
 # Parked rebalance requests, resumed in the awaited future's callback instead of a Task: their handlers and the
 # runtime's path after the wait (coordinator/group/runtime.py) ask for no current Task.
 _RESUMED_HERE = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
+# Parked answers written in the pass that completes them (ANSWERED_IN_PASS): a rebalance's, and a written
+# ConsumerGroupHeartbeat's in its write's settling (no loop turn between the write's outcome and the answer).
+_ANSWERED_IN_PASS_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.CONSUMER_GROUP_HEARTBEAT})
 # Enum members read per request, as module names: an Enum's class attribute (or a member's .value) costs ten times.
 _JOIN_GROUP = int(ApiKey.JOIN_GROUP)
 _RELAYED = Route.RELAYED
@@ -497,7 +500,7 @@ class Connection(asyncio.BufferedProtocol):
             self._server.parked(self)
             self._parked = outcome
             outcome.add_done_callback(self)
-            if header.api_key in _RESUMED_HERE:  # a rebalance's answer: written in group logic's pass
+            if header.api_key in _ANSWERED_IN_PASS_APIS:  # written in the pass of group logic that answers it
                 ANSWERED_IN_PASS[outcome] = self
         else:
             self._drive(header, _framed(header, outcome, to_frame), context)
@@ -514,10 +517,11 @@ class Connection(asyncio.BufferedProtocol):
         self._answered(future, False)
 
     def answer_in_pass(self, future: asyncio.Future[Any], response: Any) -> None:
-        """The parked JoinGroup's or SyncGroup's answer, handed over by the group logic that completes it
-        (ANSWERED_IN_PASS): the future's result set here, its done callback taken off first (no loop callback),
-        and the answer written now. What waited behind it on this connection is handled once that pass is over,
-        in a later callback as the done callback would have: never inside group logic's pass."""
+        """The parked request's answer (JoinGroup, SyncGroup, a written ConsumerGroupHeartbeat), handed over by the
+        group logic that completes it (ANSWERED_IN_PASS): the future's result set here, its done callback taken off
+        first (no loop callback), and the answer written now. What waited behind it on this connection is handled
+        once that pass is over, in a later callback as the done callback would have: never inside group logic's
+        pass."""
         try:
             if self._parked is future:  # registered by `_start`: this connection is its done callback
                 future.remove_done_callback(self)

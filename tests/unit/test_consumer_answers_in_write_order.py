@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
+from coordinator.group.member import ANSWERED_IN_PASS
 from coordinator.group.modern.heartbeat import HeartbeatRequest, HeartbeatResponse
 from coordinator.group.store import InMemoryGroupStore
 from coordinator.topics import StaticTopics, TopicImage
@@ -48,3 +50,42 @@ async def test_an_answer_read_from_memory_goes_out_before_the_answers_of_later_w
     await asyncio.gather(d_join, d_again, e_join)
     assert answered == ["d", "d again", "e"]
     assert d_again.result().member_epoch == d_join.result().member_epoch
+
+
+class _Connection:
+    """What a connection registers in ANSWERED_IN_PASS while its ConsumerGroupHeartbeat is parked: records when it
+    is handed the answer (the write's `done` still unresolved: inside the write's settling)."""
+
+    def __init__(self, write_done: asyncio.Future[Errors]) -> None:
+        self.write_done = write_done
+        self.answers: list[tuple[HeartbeatResponse, bool]] = []
+
+    def answer_in_pass(self, future: asyncio.Future[Any], response: Any) -> None:
+        future.set_result(response)
+        self.answers.append((response, self.write_done.done()))
+
+
+async def test_a_written_heartbeats_answer_is_handed_to_its_connection_in_the_writes_settling(env: Env) -> None:
+    """A ConsumerGroupHeartbeat that wrote is answered in its write's settling through ANSWERED_IN_PASS, as a
+    rebalance's JoinGroup/SyncGroup: its connection writes the answer then, not a loop turn later in the future's
+    done callback (on the code before, the future's result was set and the connection never handed the answer)."""
+    env.coordinator.consumer_groups.topics = StaticTopics([TopicImage(T, "t", 2)])
+    store = env.store
+    assert isinstance(store, InMemoryGroupStore)
+    assert (await _join(env, "c")).error == Errors.NONE
+    gate = store.hold_next_write()
+    answer = env.coordinator.start_consumer_group_heartbeat(HeartbeatRequest(
+        "g", "d", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), owned=[], client_id="d",
+        client_host="/127.0.0.1"))
+    assert isinstance(answer, asyncio.Future)
+    await drain()
+    pending = env.coordinator.consumer_groups.unacknowledged("g")[0]
+    assert pending is not None and pending.done is not None and not answer.done()
+    connection = _Connection(pending.done)
+    ANSWERED_IN_PASS[answer] = connection
+    try:
+        gate.set()
+        await asyncio.wait_for(answer, 5)
+    finally:
+        ANSWERED_IN_PASS.pop(answer, None)
+    assert [(response.error, written) for response, written in connection.answers] == [(Errors.NONE, False)]

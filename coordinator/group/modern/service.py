@@ -46,6 +46,7 @@ from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRec
                                               GroupEpochRecord, MemberMetadataRecord, Partitions, RecordType,
                                               TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
 from coordinator.topics import StaticTopics, TopicsView
+from coordinator.group.member import answer_parked
 from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard
 from coordinator.rewrite_backoff import FIRST_RETRY_MS, next_retry_ms
@@ -435,7 +436,8 @@ class ConsumerGroupService:
         for index, (_, answer) in enumerate(waiting):
             if not answer.done():
                 response = responses[index] if index < len(responses) else HeartbeatResponse(error)
-                answer.set_result(response if error == Errors.NONE else HeartbeatResponse(kafka4_append_error(error)))
+                answer_parked(answer, response if error == Errors.NONE
+                              else HeartbeatResponse(kafka4_append_error(error)))
 
     def _restore(self, shard: GroupShard, group_id: str, before: GroupUndo | None) -> None:
         """The group back as `before` had it (None: no group); the timers of members it no longer has go (a
