@@ -13,8 +13,8 @@ Protocols = list[JoinGroupProtocol]  # in the client's order of preference, as t
 
 
 class AnswersInPass(Protocol):
-    """Who answers a parked JoinGroup/SyncGroup in group logic's pass (ANSWERED_IN_PASS): the connection waiting for
-    it, registered as itself (no bound method per parked request)."""
+    """Who answers a parked JoinGroup, SyncGroup or written ConsumerGroupHeartbeat in the pass that completes it
+    (ANSWERED_IN_PASS): the connection waiting for it, registered as itself (no bound method per parked request)."""
 
     def answer_in_pass(self, future: asyncio.Future[Any], response: Any) -> None: ...
 

@@ -232,29 +232,34 @@ class GroupRuntime:
         the group's earlier writes are acknowledged, as Kafka's runtime completes a write operation that wrote
         nothing at the last written offset's commit; if one of them failed meanwhile, what memory said may never
         reach the log (a reload would tell the member an older epoch): the error, and the client retries."""
+        earlier = self._earlier_write(group_id)
+        if earlier is None:
+            return Errors.NONE
         outcome: asyncio.Future[Errors] = asyncio.get_running_loop().create_future()
 
         def settled(error: Errors) -> None:
             if not outcome.done():
                 outcome.set_result(error)
 
-        if not self._on_earlier_writes(group_id, settled):
-            return Errors.NONE
-        await asyncio.wait([outcome])
-        return Errors.COORDINATOR_NOT_AVAILABLE if outcome.cancelled() else outcome.result()
+        self._after_earlier_writes(group_id, *earlier, settled)
+        await asyncio.wait([outcome])  # (never cancelled: this coroutine's own, set once)
+        return outcome.result()
 
-    def _on_earlier_writes(self, group_id: str, then: Callable[[Errors], object]) -> bool:
-        """`then(error)` once the group's latest unacknowledged write (or the repair it owes) is settled, in that
-        write's own settling, after the answers registered before: an answer read from memory goes out in the
-        order of the writes, before the answers of later writes settled in the same loop turn (seed 4100 of
-        --protocol upgrade: a join retried after a lost connection, read from memory at epoch 5, went out after
-        the answer of the member's next heartbeat, written later at epoch 6, when an outage's end acknowledged
-        both at once). `error`: NONE when that write and every earlier one were acknowledged; else the write's
-        error, or NOT_ENOUGH_REPLICAS for an earlier write that failed meanwhile. False: nothing of the group is
-        unacknowledged (`then` is not called)."""
+    def _earlier_write(self, group_id: str) -> tuple[Write, int] | None:
+        """The group's latest write not settled yet (or the stand-in of the repair it owes) and how many of its
+        writes failed so far: what an answer read from memory waits for; None: nothing to wait for."""
         pending, failures = self.consumer_groups.unacknowledged(group_id)
-        if pending is None or pending.done is None:
-            return False
+        return None if pending is None or pending.done is None else (pending, failures)
+
+    def _after_earlier_writes(self, group_id: str, pending: Write, failures: int,
+                              then: Callable[[Errors], object]) -> None:
+        """`then(error)` once `pending` (`_earlier_write`) is settled, in that write's own settling, after the
+        answers registered before: an answer read from memory goes out in the order of the writes, before the
+        answers of later writes settled in the same loop turn (seed 4100 of --protocol upgrade: a join retried
+        after a lost connection, read from memory at epoch 5, went out after the answer of the member's next
+        heartbeat, written later at epoch 6, when an outage's end acknowledged both at once). `error`: NONE when
+        that write and every earlier one were acknowledged; else the write's error, or NOT_ENOUGH_REPLICAS for an
+        earlier write that failed meanwhile (more than `failures`)."""
         service = self.consumer_groups
 
         def settled(error: Errors) -> None:
@@ -263,7 +268,6 @@ class GroupRuntime:
             then(error)
 
         pending.then_also(settled)
-        return True
 
     # JoinGroup and SyncGroup without a coroutine (the connection's fast path; a rebalance serves two per member):
     # the answer, the future group logic answers, or, when something must be awaited first, join_group's or
@@ -346,8 +350,7 @@ class GroupRuntime:
         service = self.consumer_groups
         if group is None or not service.group_configs.known(req.group_id):
             return None
-        pending = service.unacknowledged(req.group_id)[0]
-        if pending is not None and pending.done is not None:
+        if self._earlier_write(req.group_id) is not None:
             return None
         if (service.timer.clock.now_ms() >= group.metadata_refresh_deadline_ms
                 and not self._known_or_refreshing(group.topic_names())):
@@ -431,17 +434,11 @@ class GroupRuntime:
         if isinstance(response, asyncio.Future):  # answered with its batch's shared target (service._batched)
             return response
         if write is None:
-            pending = self.consumer_groups.unacknowledged(req.group_id)[0]
-            if pending is None or pending.done is None:
+            earlier = self._earlier_write(req.group_id)
+            if earlier is None:
                 return response
-            answer: asyncio.Future[HeartbeatResponseV2] = asyncio.get_running_loop().create_future()
-
-            def answered(error: Errors) -> None:
-                if not answer.done():
-                    answer_parked(answer, response if error == Errors.NONE
-                                  else HeartbeatResponseV2(kafka4_append_error(error)))
-
-            self._on_earlier_writes(req.group_id, answered)
+            answer, answered = _heartbeat_answer(response)
+            self._after_earlier_writes(req.group_id, *earlier, answered)
             return answer
         return self._after_write(write, response)
 
@@ -452,13 +449,7 @@ class GroupRuntime:
         resolved in the write's own callback, right after the group logic's, once Kafka acknowledged or refused
         it: no loop turn between the write's outcome and the answer (a reconciliation waits for one such answer
         per member, and a connection's next request behind it)."""
-        answer: asyncio.Future[HeartbeatResponseV2] = asyncio.get_running_loop().create_future()
-
-        def answered(error: Errors) -> None:
-            if not answer.done():
-                answer_parked(answer, response if error == Errors.NONE
-                              else HeartbeatResponseV2(kafka4_append_error(error)))
-
+        answer, answered = _heartbeat_answer(response)
         write.then_also(answered)
         if write.done is None:  # else the group logic added its records to a write of this turn already queued
             self.append_in_turn(self.shard_for(write.group_id).partition, write)
@@ -979,6 +970,21 @@ def _failed(exc: Exception) -> asyncio.Future[None]:
     failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     failed.set_exception(exc.with_traceback(None))  # a raised one's frames may hold this future: no cycle
     return failed
+
+
+def _heartbeat_answer(response: HeartbeatResponseV2
+                      ) -> tuple[asyncio.Future[HeartbeatResponseV2], Callable[[Errors], None]]:
+    """A parked ConsumerGroupHeartbeat's answer, and what gives it once the write it waits for is settled:
+    `response` if acknowledged, else Kafka 4's error for the write; handed over by `answer_parked`, so the
+    connection waiting for it writes it in that very settling."""
+    answer: asyncio.Future[HeartbeatResponseV2] = asyncio.get_running_loop().create_future()
+
+    def answered(error: Errors) -> None:
+        if not answer.done():
+            answer_parked(answer, response if error == Errors.NONE
+                          else HeartbeatResponseV2(kafka4_append_error(error)))
+
+    return answer, answered
 
 
 class _GroupsView(Mapping[str, GroupMetadata]):

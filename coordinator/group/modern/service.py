@@ -30,6 +30,7 @@ from coordinator.group.api import (JoinGroupRequest, JoinGroupResponse, LeaveGro
                                    SyncGroupRequest, SyncGroupResponse)
 from coordinator.group.loading import materialize_group
 from coordinator.group.replacement_hold import held_by_members, move_holds
+from coordinator.group.member import answer_parked
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.modern.classic import classic_heartbeat, classic_join, classic_leave, classic_sync
 from coordinator.group.modern.conversion import (classic_group_from, consumer_group_records,
@@ -46,7 +47,6 @@ from coordinator.group.modern.records import (PER_MEMBER_TYPES, ConsumerGroupRec
                                               GroupEpochRecord, MemberMetadataRecord, Partitions, RecordType,
                                               TargetAssignmentEpochRecord, TargetAssignmentRecord, Tombstone)
 from coordinator.topics import StaticTopics, TopicsView
-from coordinator.group.member import answer_parked
 from coordinator.group.result import Write
 from coordinator.group.shard import GroupShard
 from coordinator.rewrite_backoff import FIRST_RETRY_MS, next_retry_ms
