@@ -77,14 +77,14 @@ def _install() -> None:
     _wrap(transactions.TransactionalProducer, "_begin_commit", before="submit")
     _wrap(transactions.TransactionalProducer, "_answer", before="writes_answered")
     _wrap(transaction_client.TransactionClient, "open_ahead", before="open_ahead_call", after="open_ahead_done")
-    answer_parked = connection.Connection._answer_parked
+    answered = connection.Connection._answered  # a parked request's answer: in its done callback or in the pass
 
-    def _answer_parked(self: Any, future: Any) -> None:
+    def _answered(self: Any, future: Any, in_pass: bool) -> None:
         header = self._in_flight  # the parked request's (cleared by the answer)
-        answer_parked(self, future)
+        answered(self, future, in_pass)
         if header is not None:
             stamp("answered", int(header.api_key))
-    setattr(connection.Connection, "_answer_parked", _answer_parked)
+    setattr(connection.Connection, "_answered", _answered)
     answer = connection.Connection._answer
 
     def _answer(self: Any, header: Any, to_frame: Any, future: Any) -> Any:  # parked or answered at once

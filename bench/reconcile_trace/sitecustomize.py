@@ -142,7 +142,8 @@ def _install() -> None:
             before=lambda self, partition, writes, *rest: stamp("settled", ",".join(str(id(w)) for w in writes)))
     _around(runtime_class, "_after_write",
             after=lambda self, answer, write, response: stamp("answer_future", id(write), id(answer)))
-    _around(connection.Connection, "_answer_parked", before=lambda self, future: stamp("responded", id(future)))
+    # a parked answer, written in its done callback or in its write's settling (answer_in_pass)
+    _around(connection.Connection, "_answered", before=lambda self, future, in_pass: stamp("responded", id(future)))
 
     def queued(self: Any, future: Any, records: Any, **_: Any) -> None:
         stamp("queued", self.name, id(future), len(records))
